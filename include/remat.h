@@ -150,7 +150,8 @@ typedef enum {
   REMAT_BUF_COUNT
 } remat_buf;
 
-/* Phases of a step, in order; a buffer lives over [first, last]. */
+/* Phases of a step, in order; a buffer lives in a set of them (a bit mask of
+ * 1 << phase). Two buffers may share bytes when their sets do not intersect. */
 typedef enum {
   REMAT_PHASE_FORWARD,  /* embedding and the blocks */
   REMAT_PHASE_HEAD,     /* final layernorm, logits, loss and their backward */
@@ -162,7 +163,7 @@ typedef enum {
 typedef struct remat_membuf {
   size_t bytes;  /* 0 when the buffer is not needed by this plan */
   size_t offset; /* in the arena, aligned to REMAT_ALIGN */
-  int first, last; /* remat_phase lifetime, inclusive */
+  unsigned phases; /* bit mask of remat_phase */
 } remat_membuf;
 
 #define REMAT_ALIGN 64

@@ -1,0 +1,47 @@
+/* alloc.c: the library's heap allocations, counted. Each block carries a
+ * header with its size so frees can be subtracted; blocks are REMAT_ALIGN
+ * aligned so that arenas and kernels can rely on it. */
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/base.h"
+
+static atomic_size_t live_bytes;
+static atomic_size_t peak_bytes;
+
+/* The header sits just before the returned pointer, in a REMAT_ALIGN slot. */
+typedef struct {
+  size_t bytes;
+} header;
+
+void *remat__malloc(size_t bytes) {
+  if (bytes > SIZE_MAX - REMAT_ALIGN) return NULL;
+  void *raw = NULL;
+  if (posix_memalign(&raw, REMAT_ALIGN, bytes + REMAT_ALIGN) != 0) return NULL;
+  ((header *)raw)->bytes = bytes;
+  size_t now = atomic_fetch_add(&live_bytes, bytes) + bytes;
+  size_t peak = atomic_load(&peak_bytes);
+  while (now > peak && !atomic_compare_exchange_weak(&peak_bytes, &peak, now)) {
+  }
+  return (char *)raw + REMAT_ALIGN;
+}
+
+void *remat__calloc(size_t n, size_t size) {
+  size_t bytes;
+  if (remat__mul_size(n, size, &bytes)) return NULL;
+  void *p = remat__malloc(bytes);
+  if (p) memset(p, 0, bytes);
+  return p;
+}
+
+void remat__free(void *p) {
+  if (!p) return;
+  void *raw = (char *)p - REMAT_ALIGN;
+  atomic_fetch_sub(&live_bytes, ((header *)raw)->bytes);
+  free(raw);
+}
+
+size_t remat__heap_live(void) { return atomic_load(&live_bytes); }
+size_t remat__heap_peak(void) { return atomic_load(&peak_bytes); }
+void remat__heap_reset_peak(void) { atomic_store(&peak_bytes, atomic_load(&live_bytes)); }

@@ -1,0 +1,38 @@
+/* base.h: internal helpers every module uses: error reporting, tracked heap
+ * allocation, assertions for programming bugs, a monotonic clock. */
+#ifndef REMAT_BASE_H
+#define REMAT_BASE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "remat.h"
+
+/* Fills err (may be NULL) with code and a printf-style message; returns code. */
+int remat__errorf(remat_error *err, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Programming bugs, not user errors: abort with the location. */
+#define REMAT_ASSERT(x)                                                   \
+  do {                                                                    \
+    if (!(x)) remat__assert_fail(#x, __FILE__, __LINE__);                 \
+  } while (0)
+_Noreturn void remat__assert_fail(const char *expr, const char *file, int line);
+
+/* Heap allocations made by the library go through these so the training loop
+ * can report every byte it holds outside the arena. remat__malloc returns
+ * memory aligned to REMAT_ALIGN. */
+void *remat__malloc(size_t bytes);
+void *remat__calloc(size_t n, size_t size);
+void remat__free(void *p);
+size_t remat__heap_live(void); /* bytes currently held */
+size_t remat__heap_peak(void); /* high-water mark since start or last reset */
+void remat__heap_reset_peak(void);
+
+/* a * b with overflow check: returns 0 and sets *out, or -1 on overflow. */
+int remat__mul_size(size_t a, size_t b, size_t *out);
+
+/* Seconds on a monotonic clock. */
+double remat__now(void);
+
+#endif

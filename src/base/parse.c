@@ -1,0 +1,58 @@
+/* parse.c: byte sizes as people write them, and their formatting. */
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "base/base.h"
+
+int remat_parse_size(const char *s, size_t *bytes, remat_error *err) {
+  if (!s || !*s) return remat__errorf(err, REMAT_EINVAL, "empty size; write e.g. 1.5GiB or 800MB");
+  errno = 0;
+  char *end;
+  double v = strtod(s, &end);
+  if (end == s || errno == ERANGE || !isfinite(v) || v < 0)
+    return remat__errorf(err, REMAT_EINVAL,
+                         "'%s' is not a size; write a non-negative number with an optional "
+                         "suffix, e.g. 1.5GiB, 800MB, 20e9",
+                         s);
+  while (*end == ' ') end++;
+  static const struct {
+    const char *suffix;
+    double mult;
+  } units[] = {{"", 1},         {"b", 1},          {"k", 1e3},        {"kb", 1e3},
+               {"m", 1e6},      {"mb", 1e6},       {"g", 1e9},        {"gb", 1e9},
+               {"t", 1e12},     {"tb", 1e12},      {"kib", 1024.0},   {"mib", 1048576.0},
+               {"gib", 1073741824.0}, {"tib", 1099511627776.0}};
+  for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
+    if (strcasecmp(end, units[i].suffix) == 0) {
+      double b = v * units[i].mult;
+      if (b >= 18446744073709551615.0 || b > (double)SIZE_MAX)
+        return remat__errorf(err, REMAT_ERANGE, "size '%s' is too large", s);
+      *bytes = (size_t)llround(b);
+      return 0;
+    }
+  }
+  return remat__errorf(err, REMAT_EINVAL,
+                       "'%s' has an unknown unit '%s'; use B, KB, MB, GB, TB, KiB, MiB, GiB "
+                       "or TiB",
+                       s, end);
+}
+
+const char *remat_format_bytes(size_t bytes, char *buf, size_t cap) {
+  static const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  double v = (double)bytes;
+  int i = 0;
+  while (v >= 1024.0 && i < 5) {
+    v /= 1024.0;
+    i++;
+  }
+  if (i == 0)
+    snprintf(buf, cap, "%zu B", bytes);
+  else
+    snprintf(buf, cap, "%.2f %s", v, u[i]);
+  return buf;
+}

@@ -1,0 +1,56 @@
+/* status.c: error names and messages from REMAT_ERRNO_MAP, error formatting,
+ * and the assertion handler. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "base/base.h"
+
+const char *remat_err_name(int code) {
+  switch (code) {
+  case REMAT_OK: return "REMAT_OK";
+#define XX(name, value, msg) case REMAT_##name: return "REMAT_" #name;
+    REMAT_ERRNO_MAP(XX)
+#undef XX
+  default: return "REMAT_UNKNOWN";
+  }
+}
+
+const char *remat_strerror(int code) {
+  switch (code) {
+  case REMAT_OK: return "success";
+#define XX(name, value, msg) case REMAT_##name: return msg;
+    REMAT_ERRNO_MAP(XX)
+#undef XX
+  default: return "unknown error";
+  }
+}
+
+int remat__errorf(remat_error *err, int code, const char *fmt, ...) {
+  if (err) {
+    va_list ap;
+    va_start(ap, fmt);
+    err->code = code;
+    vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+    va_end(ap);
+  }
+  return code;
+}
+
+_Noreturn void remat__assert_fail(const char *expr, const char *file, int line) {
+  fprintf(stderr, "remat: internal error: %s:%d: assertion failed: %s\n", file, line, expr);
+  abort();
+}
+
+int remat__mul_size(size_t a, size_t b, size_t *out) {
+  if (a != 0 && b > SIZE_MAX / a) return -1;
+  *out = a * b;
+  return 0;
+}
+
+double remat__now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}

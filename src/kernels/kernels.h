@@ -1,0 +1,140 @@
+/* kernels.h: forward and backward of every GPT-2 layer on the CPU, the AdamW
+ * update and the dropout generator. Matrix products go through OpenBLAS
+ * sgemm, loops through OpenMP.
+ *
+ * Conventions, for every kernel here:
+ * - Shapes in comments are row-major; N = B*T rows of activations.
+ * - Parameter gradients (dw, db, dwte, ...) ACCUMULATE (+=): gradient
+ *   accumulation over micro-batches and the tied embedding rely on it.
+ * - Activation gradients OVERWRITE (=) their output, except where a comment
+ *   says "accumulates" (the residual stream's gradient).
+ * - Every kernel is deterministic: the same inputs and thread count give the
+ *   same bits, run after run. This is what makes a recomputed forward equal
+ *   to the original one bit for bit. No kernel allocates memory.
+ * - Numerics follow PyTorch: nn.LayerNorm (biased variance, eps inside the
+ *   square root), F.gelu(approximate='tanh'), F.cross_entropy (mean over
+ *   tokens), torch.optim.AdamW.
+ */
+#ifndef REMAT_KERNELS_H
+#define REMAT_KERNELS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ------------------------------------------------------------- dropout */
+
+/* Dropout masks are never stored: element i of the mask at one site is a
+ * pure function of (seed, step, micro, layer, site, i), computed with
+ * Random123's Philox4x32-10:
+ *   key     = { (uint32_t)seed, (uint32_t)(seed >> 32) }
+ *   counter = { (uint32_t)(i / 4), micro, (layer << 4) | site, step }
+ *   u       = (uint32_t word (i % 4) of the output) >> 8, times 2^-24
+ *   keep    = u >= p;  a kept element is scaled by 1 / (1 - p).
+ * p == 0 means no dropout: kernels then skip the generator entirely. */
+typedef enum {
+  REMAT_DROP_ATTN = 0,  /* attention probabilities */
+  REMAT_DROP_RESID1 = 1, /* attention branch before the residual add */
+  REMAT_DROP_RESID2 = 2, /* MLP branch before the residual add */
+  REMAT_DROP_SITE_COUNT
+} remat_drop_site;
+
+typedef struct remat__dropout {
+  float p;       /* drop probability in [0, 1) */
+  uint64_t seed;
+  uint32_t step;  /* optimizer step */
+  uint32_t micro; /* micro-batch within the step */
+  uint32_t layer; /* block index */
+  uint32_t site;  /* remat_drop_site */
+} remat__dropout;
+
+/* 1 if element i is kept. */
+bool remat__dropout_keep(const remat__dropout *d, uint64_t i);
+
+/* out[i] = inp[i] * keep(i) / (1 - p) for i < n; in place allowed (out == inp).
+ * With d == NULL or d->p == 0 it copies (or does nothing in place). The
+ * backward of dropout is the same function applied to the gradient. */
+void remat__dropout_apply(float *out, const float *inp, size_t n, const remat__dropout *d);
+
+/* ------------------------------------------------------------- layers */
+
+/* out[b,t,:] = wte[tokens[b,t], :] + wpe[t, :] */
+void remat__encoder_forward(float *out, const int32_t *tokens, const float *wte,
+                            const float *wpe, int64_t B, int64_t T, int64_t C);
+/* dwte, dwpe accumulate. */
+void remat__encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tokens,
+                             int64_t B, int64_t T, int64_t C);
+
+/* out (N,C), mean (N), rstd (N) from inp (N,C), weight (C), bias (C). */
+void remat__layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                              const float *weight, const float *bias, int64_t N, int64_t C);
+/* dinp ACCUMULATES (it is the residual stream's gradient); dweight, dbias
+ * accumulate. */
+void remat__layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                               const float *inp, const float *weight, const float *mean,
+                               const float *rstd, int64_t N, int64_t C);
+
+/* out (N,OC) = inp (N,C) @ weight (OC,C)^T + bias (OC); bias may be NULL. */
+void remat__matmul_forward(float *out, const float *inp, const float *weight, const float *bias,
+                           int64_t N, int64_t C, int64_t OC);
+/* dinp (N,C) overwritten (skipped if NULL); dweight (OC,C) and dbias (OC)
+ * accumulate (dbias skipped if NULL). */
+void remat__matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                            const float *inp, const float *weight, int64_t N, int64_t C,
+                            int64_t OC);
+
+/* Causal self-attention. qkv (B,T,3C) holds q, k, v side by side; head h uses
+ * channels [h*hs, (h+1)*hs) of each, hs = C/NH, scale 1/sqrt(hs).
+ * att (B,NH,T,T): softmax probabilities before dropout (row t has entries
+ * 0..t; the rest are written as 0). out (B,T,C) = dropout(att) @ v, heads
+ * side by side. drop may be NULL (no dropout). */
+void remat__attention_forward(float *out, float *att, const float *qkv, int64_t B, int64_t T,
+                              int64_t C, int64_t NH, const remat__dropout *drop);
+/* dqkv (B,T,3C) overwritten; datt (B,NH,T,T) is scratch the kernel may use
+ * freely. */
+void remat__attention_backward(float *dqkv, float *datt, const float *dout, const float *qkv,
+                               const float *att, int64_t B, int64_t T, int64_t C, int64_t NH,
+                               const remat__dropout *drop);
+
+/* out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), n elements. */
+void remat__gelu_forward(float *out, const float *inp, size_t n);
+/* dinp = gelu'(inp) * dout; dinp may equal dout (in place). */
+void remat__gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);
+
+/* out = a + b, n elements; out may alias a or b. */
+void remat__residual_forward(float *out, const float *a, const float *b, size_t n);
+
+/* Softmax cross-entropy over the first V of Vp logits per row.
+ * logits (N,Vp) is overwritten with the probabilities (columns >= V set to 0).
+ * losses (N) = -log p[target]. Returns the sum of losses, accumulated in
+ * double. targets are in [0, V). */
+double remat__crossentropy_forward(float *logits, float *losses, const int32_t *targets,
+                                   int64_t N, int64_t V, int64_t Vp);
+/* From the probabilities left by the forward: logits (N,Vp) becomes
+ * dlogits = (probs - onehot(target)) * dloss, in place; columns >= V become 0. */
+void remat__crossentropy_backward(float *logits, const int32_t *targets, float dloss, int64_t N,
+                                  int64_t V, int64_t Vp);
+
+/* ------------------------------------------------------------- optimizer */
+
+/* torch.optim.AdamW, one tensor of n elements, step t >= 1:
+ *   p -= lr * weight_decay * p
+ *   m = beta1 m + (1 - beta1) g;  v = beta2 v + (1 - beta2) g^2
+ *   p -= (lr / (1 - beta1^t)) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
+ * g is scaled by grad_scale first (for clipping; 1 otherwise). weight_decay
+ * is per tensor: the engine passes 0 for biases and layernorm parameters. */
+typedef struct remat__adamw {
+  float lr, beta1, beta2, eps;
+  int step;
+} remat__adamw;
+void remat__adamw_update(float *param, const float *grad, float *m, float *v, size_t n,
+                         const remat__adamw *opt, float weight_decay, float grad_scale);
+
+/* Sum of squares of n floats, accumulated in double, deterministic. */
+double remat__sumsq(const float *x, size_t n);
+
+/* GPT-2 initialisation of one tensor: normal(0, std) from Philox keyed by
+ * (seed, tensor index); deterministic and independent of thread count. */
+void remat__init_normal(float *x, size_t n, float std, uint64_t seed, uint32_t tensor);
+
+#endif

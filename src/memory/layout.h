@@ -1,0 +1,65 @@
+/* layout.h: how the engine carves its buffers into named tensors. The same
+ * tables give the byte counts the memory plan and the pipeline planner use, so
+ * a planned size and the engine's real use cannot drift apart. */
+#ifndef REMAT_LAYOUT_H
+#define REMAT_LAYOUT_H
+
+#include "remat.h"
+
+/* What one kept block stores beyond its input (the input lives in the
+ * residual buffer). Attention probabilities are stored before dropout; the
+ * dropout masks are regenerated from the RNG, never stored. */
+typedef struct remat__block_acts {
+  float *ln1;      /* (B, T, C) */
+  float *ln1_mean; /* (B, T) */
+  float *ln1_rstd; /* (B, T) */
+  float *qkv;      /* (B, T, 3C) */
+  float *att;      /* (B, NH, T, T) softmax probabilities, before dropout */
+  float *atty;     /* (B, T, C) attention output, before the projection */
+  float *res2;     /* (B, T, C) input + dropout(attention branch) */
+  float *ln2;      /* (B, T, C) */
+  float *ln2_mean; /* (B, T) */
+  float *ln2_rstd; /* (B, T) */
+  float *fch;      /* (B, T, 4C) MLP pre-activation */
+  float *fch_gelu; /* (B, T, 4C) */
+} remat__block_acts;
+
+/* Activation-gradient temporaries of one block's backward. */
+typedef struct remat__block_dgrads {
+  float *dbranch; /* (B, T, C) gradient entering a residual branch */
+  float *d4;      /* (B, T, 4C) d fch_gelu, then d fch (in place) */
+  float *dln;     /* (B, T, C) d ln1 or d ln2 output */
+  float *datty;   /* (B, T, C) */
+  float *dqkv;    /* (B, T, 3C) */
+  float *datt;    /* (B, NH, T, T) d probabilities, then d scores (in place) */
+} remat__block_dgrads;
+
+/* The head: final layernorm, losses, and the gradient into it. */
+typedef struct remat__head_acts {
+  float *lnf;      /* (B, T, C) */
+  float *lnf_mean; /* (B, T) */
+  float *lnf_rstd; /* (B, T) */
+  float *losses;   /* (B, T) per-token loss */
+  float *dlnf;     /* (B, T, C) */
+} remat__head_acts;
+
+/* Each view function, with base == NULL, only returns the floats needed;
+ * with base != NULL it also points every field into base. Fields start on
+ * REMAT_ALIGN boundaries. */
+size_t remat__block_acts_view(remat__block_acts *a, float *base, int64_t B, int64_t T,
+                              int64_t C, int64_t NH);
+size_t remat__block_dgrads_view(remat__block_dgrads *d, float *base, int64_t B, int64_t T,
+                                int64_t C, int64_t NH);
+size_t remat__head_acts_view(remat__head_acts *h, float *base, int64_t B, int64_t T,
+                             int64_t C);
+
+/* Points params[i] at each parameter tensor inside one flat buffer (llm.c's
+ * order, no padding between tensors, so the buffer is the checkpoint body). */
+void remat__param_views(const remat_config *cfg, float *base, float *views[REMAT_P_COUNT]);
+
+/* Rounds a byte count up to REMAT_ALIGN. */
+static inline size_t remat__align(size_t n) {
+  return (n + REMAT_ALIGN - 1) / REMAT_ALIGN * REMAT_ALIGN;
+}
+
+#endif
