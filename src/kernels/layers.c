@@ -1,0 +1,242 @@
+/* layers.c: forward and backward of the pointwise and row-wise GPT-2 layers
+ * (token/position encoder, LayerNorm, linear, GELU, residual add, softmax
+ * cross-entropy). Linear layers are one cblas_sgemm each; everything else is
+ * an OpenMP loop with a static schedule.
+ *
+ * Determinism: every output element is produced by exactly one thread with a
+ * fixed summation order. Column sums (bias, LayerNorm parameters, embedding
+ * gradients) are parallelised over column blocks, each thread walking all
+ * rows in order, so they do not even depend on the thread count. */
+#include <cblas.h>
+#include <limits.h>
+#include <math.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "kernels/kernels.h"
+
+/* Columns per block in the column-sum loops: 16 cache lines of floats. */
+#define COLBLK 256
+
+#define LN_EPS 1e-5
+
+/* cblas takes int dimensions: a shape that does not fit is a caller bug. */
+static int as_blasint(int64_t x) {
+  REMAT_ASSERT(x >= 0 && x <= INT_MAX);
+  return (int)x;
+}
+
+/* ------------------------------------------------------------ encoder */
+
+void remat__encoder_forward(float *out, const int32_t *tokens, const float *wte,
+                            const float *wpe, int64_t B, int64_t T, int64_t C) {
+#pragma omp parallel for schedule(static)
+  for (int64_t bt = 0; bt < B * T; bt++) {
+    const float *we = wte + (int64_t)tokens[bt] * C, *pe = wpe + (bt % T) * C;
+    float *o = out + bt * C;
+    for (int64_t c = 0; c < C; c++) o[c] = we[c] + pe[c];
+  }
+}
+
+/* A token may repeat, so rows of dwte are shared: parallelise over channel
+ * blocks and let each thread walk all (b, t) in order. */
+void remat__encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tokens,
+                             int64_t B, int64_t T, int64_t C) {
+  const int64_t nblk = (C + COLBLK - 1) / COLBLK;
+#pragma omp parallel for schedule(static)
+  for (int64_t blk = 0; blk < nblk; blk++) {
+    int64_t c0 = blk * COLBLK, c1 = c0 + COLBLK < C ? c0 + COLBLK : C;
+    for (int64_t bt = 0; bt < B * T; bt++) {
+      const float *d = dout + bt * C;
+      float *we = dwte + (int64_t)tokens[bt] * C, *pe = dwpe + (bt % T) * C;
+      for (int64_t c = c0; c < c1; c++) {
+        we[c] += d[c];
+        pe[c] += d[c];
+      }
+    }
+  }
+}
+
+/* ---------------------------------------------------------- layernorm */
+
+/* Mean and biased variance of each row are accumulated in double (two
+ * passes), then rounded to float: closer to PyTorch's float32 result than a
+ * float accumulation for wide rows. rstd = 1 / sqrt(var + 1e-5). */
+void remat__layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                              const float *weight, const float *bias, int64_t N, int64_t C) {
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; n++) {
+    const float *x = inp + n * C;
+    double s = 0.0;
+    for (int64_t c = 0; c < C; c++) s += x[c];
+    double m = s / (double)C, v = 0.0;
+    for (int64_t c = 0; c < C; c++) {
+      double d = x[c] - m;
+      v += d * d;
+    }
+    float mf = (float)m, rf = (float)(1.0 / sqrt(v / (double)C + LN_EPS));
+    float *o = out + n * C;
+    for (int64_t c = 0; c < C; c++) o[c] = (x[c] - mf) * rf * weight[c] + bias[c];
+    mean[n] = mf;
+    rstd[n] = rf;
+  }
+}
+
+/* With xhat = (x - mean) rstd and g = dout * weight:
+ *   dx = rstd (g - mean(g) - xhat mean(g xhat))   (accumulated into dinp)
+ *   dweight += sum_n dout xhat,  dbias += sum_n dout  (column sums). */
+void remat__layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                               const float *inp, const float *weight, const float *mean,
+                               const float *rstd, int64_t N, int64_t C) {
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; n++) {
+    const float *x = inp + n * C, *d = dout + n * C;
+    const float m = mean[n], r = rstd[n];
+    double sg = 0.0, sgx = 0.0;
+    for (int64_t c = 0; c < C; c++) {
+      float g = d[c] * weight[c];
+      sg += g;
+      sgx += (double)g * (double)((x[c] - m) * r);
+    }
+    const float mg = (float)(sg / (double)C), mgx = (float)(sgx / (double)C);
+    float *dx = dinp + n * C;
+    for (int64_t c = 0; c < C; c++) {
+      float xhat = (x[c] - m) * r;
+      dx[c] += r * (d[c] * weight[c] - mg - xhat * mgx);
+    }
+  }
+  const int64_t nblk = (C + COLBLK - 1) / COLBLK;
+#pragma omp parallel for schedule(static)
+  for (int64_t blk = 0; blk < nblk; blk++) {
+    int64_t c0 = blk * COLBLK, c1 = c0 + COLBLK < C ? c0 + COLBLK : C;
+    float sw[COLBLK], sb[COLBLK]; /* this block's sums over rows, in row order */
+    for (int64_t c = c0; c < c1; c++) sw[c - c0] = sb[c - c0] = 0.0f;
+    for (int64_t n = 0; n < N; n++) {
+      const float *x = inp + n * C, *d = dout + n * C;
+      const float m = mean[n], r = rstd[n];
+      for (int64_t c = c0; c < c1; c++) {
+        sw[c - c0] += d[c] * ((x[c] - m) * r);
+        sb[c - c0] += d[c];
+      }
+    }
+    for (int64_t c = c0; c < c1; c++) {
+      dweight[c] += sw[c - c0];
+      dbias[c] += sb[c - c0];
+    }
+  }
+}
+
+/* ------------------------------------------------------------- matmul */
+
+void remat__matmul_forward(float *out, const float *inp, const float *weight, const float *bias,
+                           int64_t N, int64_t C, int64_t OC) {
+  float beta = 0.0f;
+  if (bias) {
+#pragma omp parallel for schedule(static)
+    for (int64_t n = 0; n < N; n++) memcpy(out + n * OC, bias, (size_t)OC * sizeof(float));
+    beta = 1.0f;
+  }
+  /* out (N,OC) = inp (N,C) @ weight (OC,C)^T + beta out */
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, as_blasint(N), as_blasint(OC),
+              as_blasint(C), 1.0f, inp, as_blasint(C), weight, as_blasint(C), beta, out,
+              as_blasint(OC));
+}
+
+void remat__matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                            const float *inp, const float *weight, int64_t N, int64_t C,
+                            int64_t OC) {
+  /* dinp (N,C) = dout (N,OC) @ weight (OC,C) */
+  if (dinp)
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, as_blasint(N), as_blasint(C),
+                as_blasint(OC), 1.0f, dout, as_blasint(OC), weight, as_blasint(C), 0.0f, dinp,
+                as_blasint(C));
+  /* dweight (OC,C) += dout^T (OC,N) @ inp (N,C) */
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, as_blasint(OC), as_blasint(C),
+              as_blasint(N), 1.0f, dout, as_blasint(OC), inp, as_blasint(C), 1.0f, dweight,
+              as_blasint(C));
+  if (!dbias) return;
+  const int64_t nblk = (OC + COLBLK - 1) / COLBLK;
+#pragma omp parallel for schedule(static)
+  for (int64_t blk = 0; blk < nblk; blk++) {
+    int64_t o0 = blk * COLBLK, o1 = o0 + COLBLK < OC ? o0 + COLBLK : OC;
+    float s[COLBLK];
+    for (int64_t o = o0; o < o1; o++) s[o - o0] = 0.0f;
+    for (int64_t n = 0; n < N; n++) {
+      const float *d = dout + n * OC;
+      for (int64_t o = o0; o < o1; o++) s[o - o0] += d[o];
+    }
+    for (int64_t o = o0; o < o1; o++) dbias[o] += s[o - o0];
+  }
+}
+
+/* --------------------------------------------------------------- gelu */
+
+#define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
+
+void remat__gelu_forward(float *out, const float *inp, size_t n) {
+#pragma omp parallel for schedule(static)
+  for (size_t i = 0; i < n; i++) {
+    float x = inp[i];
+    out[i] = 0.5f * x * (1.0f + tanhf(GELU_K * (x + 0.044715f * x * x * x)));
+  }
+}
+
+/* d/dx of 0.5 x (1 + tanh(u)), u = k (x + 0.044715 x^3):
+ * 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) k (1 + 3 * 0.044715 x^2). */
+void remat__gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
+#pragma omp parallel for schedule(static)
+  for (size_t i = 0; i < n; i++) {
+    float x = inp[i];
+    float th = tanhf(GELU_K * (x + 0.044715f * x * x * x));
+    float g = 0.5f * (1.0f + th) +
+              0.5f * x * (1.0f - th * th) * GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
+    dinp[i] = g * dout[i];
+  }
+}
+
+/* ----------------------------------------------------------- residual */
+
+void remat__residual_forward(float *out, const float *a, const float *b, size_t n) {
+#pragma omp parallel for schedule(static)
+  for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+}
+
+/* ------------------------------------------------------- crossentropy */
+
+/* Per row: max over the first V logits, e = exp(x - max) in float, sum in
+ * double, p = e / sum. The loss is log(sum) - (x[target] - max), which stays
+ * finite even when p[target] underflows. */
+double remat__crossentropy_forward(float *logits, float *losses, const int32_t *targets,
+                                   int64_t N, int64_t V, int64_t Vp) {
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; n++) {
+    float *x = logits + n * Vp;
+    float mx = -INFINITY;
+    for (int64_t j = 0; j < V; j++) mx = x[j] > mx ? x[j] : mx;
+    const float xt = x[targets[n]];
+    double s = 0.0;
+    for (int64_t j = 0; j < V; j++) {
+      float e = expf(x[j] - mx);
+      x[j] = e;
+      s += e;
+    }
+    const float inv = (float)(1.0 / s);
+    for (int64_t j = 0; j < V; j++) x[j] *= inv;
+    for (int64_t j = V; j < Vp; j++) x[j] = 0.0f;
+    losses[n] = (float)(log(s) - (double)(xt - mx));
+  }
+  double total = 0.0; /* in row order: deterministic */
+  for (int64_t n = 0; n < N; n++) total += losses[n];
+  return total;
+}
+
+void remat__crossentropy_backward(float *logits, const int32_t *targets, float dloss, int64_t N,
+                                  int64_t V, int64_t Vp) {
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; n++) {
+    float *p = logits + n * Vp;
+    for (int64_t j = 0; j < V; j++) p[j] *= dloss;
+    p[targets[n]] -= dloss;
+    for (int64_t j = V; j < Vp; j++) p[j] = 0.0f;
+  }
+}
