@@ -58,6 +58,13 @@ void remat__dropout_apply(float *out, const float *inp, size_t n, const remat__d
 
 /* ------------------------------------------------------------- layers */
 
+/* Row-major C (M,N) = alpha op(A) op(B) + beta C, split across the OpenMP
+ * team with single-threaded OpenBLAS per slab (no heap allocation). Call it
+ * outside parallel regions; inside one, call cblas_sgemm directly. */
+void remat__gemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                 const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
+                 int64_t ldc);
+
 /* out[b,t,:] = wte[tokens[b,t], :] + wpe[t, :] */
 void remat__encoder_forward(float *out, const int32_t *tokens, const float *wte,
                             const float *wpe, int64_t B, int64_t T, int64_t C);

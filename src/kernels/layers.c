@@ -20,11 +20,6 @@
 
 #define LN_EPS 1e-5
 
-/* cblas takes int dimensions: a shape that does not fit is a caller bug. */
-static int as_blasint(int64_t x) {
-  REMAT_ASSERT(x >= 0 && x <= INT_MAX);
-  return (int)x;
-}
 
 /* ------------------------------------------------------------ encoder */
 
@@ -137,9 +132,7 @@ void remat__matmul_forward(float *out, const float *inp, const float *weight, co
     beta = 1.0f;
   }
   /* out (N,OC) = inp (N,C) @ weight (OC,C)^T + beta out */
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, as_blasint(N), as_blasint(OC),
-              as_blasint(C), 1.0f, inp, as_blasint(C), weight, as_blasint(C), beta, out,
-              as_blasint(OC));
+  remat__gemm(0, 1, N, OC, C, 1.0f, inp, C, weight, C, beta, out, OC);
 }
 
 void remat__matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout,
@@ -147,13 +140,9 @@ void remat__matmul_backward(float *dinp, float *dweight, float *dbias, const flo
                             int64_t OC) {
   /* dinp (N,C) = dout (N,OC) @ weight (OC,C) */
   if (dinp)
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, as_blasint(N), as_blasint(C),
-                as_blasint(OC), 1.0f, dout, as_blasint(OC), weight, as_blasint(C), 0.0f, dinp,
-                as_blasint(C));
+    remat__gemm(0, 0, N, C, OC, 1.0f, dout, OC, weight, C, 0.0f, dinp, C);
   /* dweight (OC,C) += dout^T (OC,N) @ inp (N,C) */
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, as_blasint(OC), as_blasint(C),
-              as_blasint(N), 1.0f, dout, as_blasint(OC), inp, as_blasint(C), 1.0f, dweight,
-              as_blasint(C));
+  remat__gemm(1, 0, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
   if (!dbias) return;
   const int64_t nblk = (OC + COLBLK - 1) / COLBLK;
 #pragma omp parallel for schedule(static)
