@@ -3,3 +3,19 @@
 remat_test(test_memplan SOURCES test_memplan.c LIBS remat_base LABELS unit)
 remat_test(test_checkpointing SOURCES test_checkpointing.c LIBS remat_engine LABELS unit)
 remat_test(test_noalloc SOURCES test_noalloc.c LIBS remat_engine LABELS unit)
+
+# Reference numerics against PyTorch's GPT-2 when Debian's python3-torch is
+# installed (scripts/install-deps.sh --test installs it).
+execute_process(COMMAND /usr/bin/python3 -c "import torch" RESULT_VARIABLE torch_rc
+                OUTPUT_QUIET ERROR_QUIET)
+add_executable(ref_dump ref_dump.c)
+target_include_directories(ref_dump PRIVATE ${PROJECT_SOURCE_DIR}/src)
+target_link_libraries(ref_dump PRIVATE remat)
+if(torch_rc EQUAL 0)
+  add_test(NAME torch_reference
+           COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/torch_reference.py
+                   $<TARGET_FILE:ref_dump> ${CMAKE_CURRENT_BINARY_DIR}/torch_reference.tmp)
+  set_tests_properties(torch_reference PROPERTIES LABELS "reference" TIMEOUT 600)
+else()
+  message(STATUS "python3-torch not found: the PyTorch reference test is not registered")
+endif()

@@ -1,0 +1,168 @@
+"""Compares remat's GPT-2 with a PyTorch GPT-2 built from the same llm.c
+checkpoint: nn.LayerNorm, F.gelu(approximate='tanh'), F.cross_entropy and
+torch.optim.AdamW (decay on matrices and embeddings only), global-norm
+clipping. Checks the loss, every gradient, and the parameters after three
+optimizer steps, to float32 rounding.
+
+usage: torch_reference.py REF_DUMP WORKDIR
+"""
+import math
+import os
+import subprocess
+import sys
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+B, T, STEPS = 2, 16, 3
+LR, WD, CLIP, BETAS, EPS = 1e-2, 0.1, 1.0, (0.9, 0.95), 1e-8
+
+
+class Block(nn.Module):
+    def __init__(self, C, NH):
+        super().__init__()
+        self.NH = NH
+        self.ln_1 = nn.LayerNorm(C, eps=1e-5)
+        self.c_attn = nn.Linear(C, 3 * C)
+        self.c_proj = nn.Linear(C, C)
+        self.ln_2 = nn.LayerNorm(C, eps=1e-5)
+        self.c_fc = nn.Linear(C, 4 * C)
+        self.c_fcproj = nn.Linear(4 * C, C)
+
+    def forward(self, x):
+        Bb, Tt, C = x.shape
+        q, k, v = self.c_attn(self.ln_1(x)).split(C, dim=2)
+        hs = C // self.NH
+        q = q.view(Bb, Tt, self.NH, hs).transpose(1, 2)
+        k = k.view(Bb, Tt, self.NH, hs).transpose(1, 2)
+        v = v.view(Bb, Tt, self.NH, hs).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
+        mask = torch.tril(torch.ones(Tt, Tt, dtype=torch.bool))
+        att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+        y = (att @ v).transpose(1, 2).contiguous().view(Bb, Tt, C)
+        x = x + self.c_proj(y)
+        return x + self.c_fcproj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
+
+
+class GPT(nn.Module):
+    def __init__(self, maxT, V, Vp, L, NH, C):
+        super().__init__()
+        self.V = V
+        self.wte = nn.Embedding(Vp, C)
+        self.wpe = nn.Embedding(maxT, C)
+        self.h = nn.ModuleList([Block(C, NH) for _ in range(L)])
+        self.ln_f = nn.LayerNorm(C, eps=1e-5)
+
+    def forward(self, idx, targets):
+        pos = torch.arange(idx.shape[1])
+        x = self.wte(idx) + self.wpe(pos)
+        for blk in self.h:
+            x = blk(x)
+        logits = self.ln_f(x) @ self.wte.weight.t()
+        logits = logits[:, :, : self.V]
+        return F.cross_entropy(logits.reshape(-1, self.V), targets.reshape(-1))
+
+
+def load(path):
+    hdr = np.fromfile(path, dtype=np.int32, count=256)
+    assert hdr[0] == 20240326 and hdr[1] == 3, "bad checkpoint header"
+    maxT, V, L, NH, C, Vp = (int(v) for v in hdr[2:8])
+    flat = np.fromfile(path, dtype=np.float32, offset=1024)
+    model = GPT(maxT, V, Vp, L, NH, C)
+    shapes = [(Vp, C), (maxT, C), (L, C), (L, C), (L, 3 * C, C), (L, 3 * C), (L, C, C), (L, C),
+              (L, C), (L, C), (L, 4 * C, C), (L, 4 * C), (L, C, 4 * C), (L, C), (C,), (C,)]
+    tensors, off = [], 0
+    for s in shapes:
+        n = int(np.prod(s))
+        tensors.append(torch.from_numpy(flat[off:off + n].reshape(s).copy()))
+        off += n
+    assert off == flat.size, "checkpoint size mismatch"
+    # views into the torch model, in llm.c's order, as (tensor list, per-layer?)
+    order = [
+        (lambda: [model.wte.weight], False), (lambda: [model.wpe.weight], False),
+        (lambda: [b.ln_1.weight for b in model.h], True), (lambda: [b.ln_1.bias for b in model.h], True),
+        (lambda: [b.c_attn.weight for b in model.h], True), (lambda: [b.c_attn.bias for b in model.h], True),
+        (lambda: [b.c_proj.weight for b in model.h], True), (lambda: [b.c_proj.bias for b in model.h], True),
+        (lambda: [b.ln_2.weight for b in model.h], True), (lambda: [b.ln_2.bias for b in model.h], True),
+        (lambda: [b.c_fc.weight for b in model.h], True), (lambda: [b.c_fc.bias for b in model.h], True),
+        (lambda: [b.c_fcproj.weight for b in model.h], True), (lambda: [b.c_fcproj.bias for b in model.h], True),
+        (lambda: [model.ln_f.weight], False), (lambda: [model.ln_f.bias], False),
+    ]
+    with torch.no_grad():
+        for (get, per_layer), t in zip(order, tensors):
+            ps = get()
+            for i, p in enumerate(ps):
+                p.copy_(t[i] if per_layer else t)
+    return model, order
+
+
+def flatten(order, attr):
+    out = []
+    for get, _ in order:
+        for p in get():
+            v = getattr(p, attr) if attr else p
+            out.append((torch.zeros_like(p) if v is None else v).detach().reshape(-1))
+    return torch.cat(out).numpy()
+
+
+def main():
+    ref_dump, work = sys.argv[1], sys.argv[2]
+    os.makedirs(work, exist_ok=True)
+    subprocess.run([ref_dump, work], check=True)
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    model, order = load(os.path.join(work, "model.bin"))
+    tok = np.fromfile(os.path.join(work, "tokens.bin"), dtype=np.int32).astype(np.int64)
+    idx = torch.from_numpy(tok[: B * T].reshape(B, T))
+    tgt = torch.from_numpy(tok[B * T:].reshape(B, T))
+    remat_grads = np.fromfile(os.path.join(work, "grads.bin"), dtype=np.float32)
+    remat_losses = np.fromfile(os.path.join(work, "losses.bin"), dtype=np.float32)
+    remat_after = np.fromfile(os.path.join(work, "params_after.bin"), dtype=np.float32)
+
+    decay = [model.wte.weight, model.wpe.weight] + [
+        p for b in model.h for p in (b.c_attn.weight, b.c_proj.weight, b.c_fc.weight, b.c_fcproj.weight)]
+    ids = {id(p) for p in decay}
+    no_decay = [p for p in model.parameters() if id(p) not in ids]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": WD},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=LR, betas=BETAS, eps=EPS, foreach=False)
+    failures = 0
+    torch_losses = []
+    for step in range(STEPS):
+        opt.zero_grad(set_to_none=False)
+        loss = model(idx, tgt)
+        loss.backward()
+        torch_losses.append(loss.item())
+        if step == 0:
+            g = flatten(order, "grad")
+            scale = float(np.abs(g).max())
+            err = float(np.abs(g - remat_grads).max()) / scale
+            print(f"gradients: max |remat - torch| / max |g| = {err:.3e} over {g.size} values")
+            if not err < 1e-5:
+                failures += 1
+        torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)
+        opt.step()
+    for s in range(STEPS):
+        d = abs(torch_losses[s] - float(remat_losses[s]))
+        print(f"step {s + 1}: loss torch {torch_losses[s]:.7f} remat {remat_losses[s]:.7f} diff {d:.2e}")
+        if not d < 1e-5 * max(1.0, abs(torch_losses[s])):
+            failures += 1
+    after = flatten(order, None)
+    diff = np.abs(after - remat_after)
+    # AdamW divides by sqrt(v): where a gradient is tiny, a rounding
+    # difference moves its parameter by up to lr per step. A wrong bias
+    # correction, decay or clipping would move most elements by ~lr (1e-2),
+    # so the bound is on the typical element, with a hard cap on the worst.
+    med, p99 = float(np.median(diff)), float(np.quantile(diff, 0.99))
+    print(f"parameters after {STEPS} steps: median diff {med:.3e}, 99th pct {p99:.3e}, "
+          f"max {diff.max():.3e} (lr {LR})")
+    if not (med < 1e-7 and p99 < 1e-5 and diff.max() < 2 * LR * STEPS):
+        failures += 1
+    print("torch_reference:", "ok" if failures == 0 else f"{failures} FAILED")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
