@@ -71,7 +71,8 @@ int remat_checkpoint_save(const char *path, const remat_config *cfg, const float
 #define REMAT_CORPUS_BYTES ((size_t)1 << 20)
 
 /* Writes English-like text about a small made-up world into buf: printable
- * ASCII, one sentence per line, deterministic for a given seed. Stops at the
+ * ASCII, a few sentences per line and a blank line
+ * between days, deterministic for a given seed. Stops at the
  * last whole line that fits; returns the number of bytes written (<= cap, not
  * NUL-terminated). */
 size_t remat_corpus_generate(char *buf, size_t cap, uint64_t seed);
@@ -83,17 +84,20 @@ int remat_corpus_tokens(remat_tokens *t, size_t nbytes, remat_error *err);
 enum { REMAT_SPLIT_TRAIN = 0, REMAT_SPLIT_VAL = 1 };
 
 /* Serves (B, T) inputs and (B, T) targets (the inputs shifted by one) from a
- * split of a token stream. The split is cut into W = (n_split - 1) / T windows
- * of T+1 tokens with stride T; each batch row takes the next window in order:
- * consecutive windows when sequential, or a seeded permutation of all windows
- * reshuffled every epoch when shuffled. The last val_frac of the tokens form
+ * split of a token stream. The split is cut into W windows of T+1 tokens with
+ * stride T; each batch row takes the next window in order. Sequential: the
+ * windows start at 0, T, 2T, ... in turn. Shuffled: every epoch draws a new
+ * offset in [0, T) for the window starts and a new permutation of the windows,
+ * both from the seed, so a run replays exactly. The last val_frac of the tokens form
  * the validation split, the rest the training split; no window crosses the
  * boundary. The loader borrows t: t must outlive it. */
 typedef struct remat_loader {
   const int32_t *tok; /* (n) first token of the split, borrowed */
   int64_t n;          /* tokens in the split */
   int64_t B, T;
-  int64_t num_windows; /* W */
+  int64_t max_windows; /* (n - 1) / T: windows at offset 0, the size of order */
+  int64_t num_windows; /* W of this epoch: (n - 1 - offset) / T */
+  int64_t offset;      /* window k of this epoch starts at offset + k*T */
   int64_t cursor;      /* next position in order, 0..W-1 */
   int64_t epoch;       /* completed passes over all windows */
   int shuffle;

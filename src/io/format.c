@@ -1,0 +1,510 @@
+/* format.c: llm.c's on-disk formats. Token shards and fp32 GPT-2 checkpoints
+ * are read whole and validated against their headers before anything is
+ * trusted; files are written to "path.tmp" and renamed into place, so a crash
+ * mid-save leaves the previous file (or none), never a truncated one. Plain
+ * text files become byte tokens. Everything on disk is little endian. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/base.h"
+#include "io/io.h"
+
+/* Floats and ints are moved as raw bytes when the host is little endian. */
+static int host_is_le(void) {
+  const uint16_t one = 1;
+  return *(const uint8_t *)&one == 1;
+}
+
+static int32_t get_le32(const uint8_t *p) {
+  return (int32_t)((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+                   (uint32_t)p[3] << 24);
+}
+
+static void put_le32(uint8_t *p, uint32_t v) {
+  p[0] = (uint8_t)v;
+  p[1] = (uint8_t)(v >> 8);
+  p[2] = (uint8_t)(v >> 16);
+  p[3] = (uint8_t)(v >> 24);
+}
+
+static void swap4(void *buf, size_t n) {
+  uint8_t *p = buf;
+  for (size_t i = 0; i < n; i++, p += 4) {
+    uint8_t a = p[0], b = p[1];
+    p[0] = p[3];
+    p[1] = p[2];
+    p[2] = b;
+    p[3] = a;
+  }
+}
+
+/* ------------------------------------------------------------- reading */
+
+/* Opens path for reading if it is a regular file; *size is its byte count.
+ * `what` names the expected kind of file in messages ("token shard"). */
+static int open_regular(const char *path, const char *what, FILE **f, size_t *size,
+                        remat_error *err) {
+  *f = NULL;
+  if (!path || !*path)
+    return remat__errorf(err, REMAT_EINVAL, "no %s path given; pass the file to read", what);
+  struct stat st;
+  if (stat(path, &st) != 0)
+    return remat__errorf(err, REMAT_EIO, "cannot open %s '%s': %s; check the path", what, path,
+                         strerror(errno));
+  if (S_ISDIR(st.st_mode))
+    return remat__errorf(err, REMAT_EIO, "'%s' is a directory, not a %s; give the file's path",
+                         path, what);
+  if (!S_ISREG(st.st_mode))
+    return remat__errorf(err, REMAT_EIO, "'%s' is not a regular file; give a %s file on disk",
+                         path, what);
+  *f = fopen(path, "rb");
+  if (!*f)
+    return remat__errorf(err, REMAT_EIO, "cannot open %s '%s': %s; check its permissions", what,
+                         path, strerror(errno));
+  *size = (size_t)st.st_size;
+  return 0;
+}
+
+static int read_exact(FILE *f, void *buf, size_t bytes, const char *path, remat_error *err) {
+  if (bytes && fread(buf, 1, bytes, f) != bytes)
+    return remat__errorf(err, REMAT_EIO, "read of '%s' failed: %s; the file may have changed "
+                                         "while being read",
+                         path, ferror(f) ? strerror(errno) : "unexpected end of file");
+  return 0;
+}
+
+/* Reads the 256-int32 header into hdr (host order). */
+static int read_header(FILE *f, size_t size, const char *path, const char *what,
+                       int32_t hdr[REMAT_HEADER_INTS], remat_error *err) {
+  if (size < REMAT_HEADER_BYTES)
+    return remat__errorf(err, REMAT_EFORMAT,
+                         "%s '%s' is truncated: it has %zu bytes but the header alone needs %d; "
+                         "re-create the file",
+                         what, path, size, REMAT_HEADER_BYTES);
+  uint8_t raw[REMAT_HEADER_BYTES];
+  int rc = read_exact(f, raw, sizeof raw, path, err);
+  if (rc) return rc;
+  for (int i = 0; i < REMAT_HEADER_INTS; i++) hdr[i] = get_le32(raw + 4 * i);
+  return 0;
+}
+
+/* The file must hold the header plus exactly `body` bytes. */
+static int check_size(size_t size, size_t body, const char *path, const char *what,
+                      const char *unit, long long count, remat_error *err) {
+  size_t expect = REMAT_HEADER_BYTES + body;
+  if (size < expect)
+    return remat__errorf(err, REMAT_EFORMAT,
+                         "%s '%s' is truncated: its header announces %lld %s (%zu bytes in all) "
+                         "but the file has %zu bytes; re-create or re-download it",
+                         what, path, count, unit, expect, size);
+  if (size > expect)
+    return remat__errorf(err, REMAT_EFORMAT,
+                         "%s '%s' has %zu trailing bytes: its header announces %lld %s (%zu bytes "
+                         "in all) but the file has %zu bytes; the file is corrupt or not a %s",
+                         what, path, size - expect, count, unit, expect, size, what);
+  return 0;
+}
+
+/* ------------------------------------------------------------- writing */
+
+/* A file being written to path.tmp; renamed to path by wfile_commit. */
+typedef struct {
+  FILE *f;
+  char *tmp;
+  const char *path;
+} wfile;
+
+static int wfile_open(wfile *w, const char *path, const char *what, remat_error *err) {
+  w->f = NULL;
+  w->tmp = NULL;
+  w->path = path;
+  if (!path || !*path)
+    return remat__errorf(err, REMAT_EINVAL, "no %s path given; pass the file to write", what);
+  size_t len = strlen(path);
+  w->tmp = remat__malloc(len + 5);
+  if (!w->tmp) return remat__errorf(err, REMAT_ENOMEM, "out of memory naming '%s.tmp'", path);
+  memcpy(w->tmp, path, len);
+  memcpy(w->tmp + len, ".tmp", 5);
+  w->f = fopen(w->tmp, "wb");
+  if (!w->f) {
+    int rc = remat__errorf(err, REMAT_EIO,
+                           "cannot create '%s': %s; check that the directory exists and is "
+                           "writable",
+                           w->tmp, strerror(errno));
+    remat__free(w->tmp);
+    w->tmp = NULL;
+    return rc;
+  }
+  return 0;
+}
+
+static int wfile_write(wfile *w, const void *buf, size_t bytes, remat_error *err) {
+  if (bytes && fwrite(buf, 1, bytes, w->f) != bytes)
+    return remat__errorf(err, REMAT_EIO, "write to '%s' failed: %s; check free disk space",
+                         w->tmp, strerror(errno));
+  return 0;
+}
+
+/* Drops the partial file; path is left as it was. */
+static void wfile_abort(wfile *w) {
+  if (w->f) fclose(w->f);
+  if (w->tmp) {
+    remove(w->tmp);
+    remat__free(w->tmp);
+  }
+  w->f = NULL;
+  w->tmp = NULL;
+}
+
+static int wfile_commit(wfile *w, remat_error *err) {
+  int rc = 0;
+  if (fflush(w->f) != 0 || fsync(fileno(w->f)) != 0) {
+    rc = remat__errorf(err, REMAT_EIO, "write to '%s' failed: %s; check free disk space", w->tmp,
+                       strerror(errno));
+    wfile_abort(w);
+    return rc;
+  }
+  FILE *f = w->f;
+  w->f = NULL;
+  if (fclose(f) != 0) {
+    rc = remat__errorf(err, REMAT_EIO, "closing '%s' failed: %s; check free disk space", w->tmp,
+                       strerror(errno));
+    wfile_abort(w);
+    return rc;
+  }
+  if (rename(w->tmp, w->path) != 0) {
+    rc = remat__errorf(err, REMAT_EIO, "cannot rename '%s' to '%s': %s", w->tmp, w->path,
+                       strerror(errno));
+    wfile_abort(w);
+    return rc;
+  }
+  remat__free(w->tmp);
+  w->tmp = NULL;
+  return 0;
+}
+
+static int write_header(wfile *w, const int32_t hdr[REMAT_HEADER_INTS], remat_error *err) {
+  uint8_t raw[REMAT_HEADER_BYTES];
+  for (int i = 0; i < REMAT_HEADER_INTS; i++) put_le32(raw + 4 * i, (uint32_t)hdr[i]);
+  return wfile_write(w, raw, sizeof raw, err);
+}
+
+/* ---------------------------------------------------------- token shards */
+
+void remat_tokens_free(remat_tokens *t) {
+  if (!t) return;
+  remat__free(t->tok);
+  t->tok = NULL;
+  t->n = 0;
+  t->max_id = 0;
+}
+
+static int alloc_tokens(remat_tokens *t, int64_t n, const char *path, remat_error *err) {
+  size_t bytes;
+  if (n < 0 || remat__mul_size((size_t)n, sizeof(int32_t), &bytes) || !(t->tok = remat__malloc(bytes)))
+    return remat__errorf(err, REMAT_ENOMEM, "out of memory holding %lld tokens of '%s'",
+                         (long long)n, path);
+  t->n = n;
+  t->max_id = 0;
+  return 0;
+}
+
+static void find_max(remat_tokens *t) {
+  int32_t m = 0;
+  for (int64_t i = 0; i < t->n; i++)
+    if (t->tok[i] > m) m = t->tok[i];
+  t->max_id = m;
+}
+
+int remat_tokens_load(remat_tokens *t, const char *path, remat_error *err) {
+  static const char what[] = "token shard";
+  *t = (remat_tokens){0};
+  FILE *f;
+  size_t size;
+  int rc = open_regular(path, what, &f, &size, err);
+  if (rc) return rc;
+  int32_t hdr[REMAT_HEADER_INTS];
+  if ((rc = read_header(f, size, path, what, hdr, err))) goto fail_file;
+  if (hdr[0] != REMAT_SHARD_MAGIC) {
+    rc = remat__errorf(err, REMAT_EFORMAT,
+                       "'%s' is not an llm.c token shard: magic number is %d, expected %d; give "
+                       "a .bin file written by llm.c's data scripts or remat",
+                       path, hdr[0], REMAT_SHARD_MAGIC);
+    goto fail_file;
+  }
+  if (hdr[1] != REMAT_SHARD_VERSION) {
+    rc = remat__errorf(err, REMAT_EFORMAT,
+                       "token shard '%s' has version %d; only version %d (uint16 tokens) is "
+                       "supported",
+                       path, hdr[1], REMAT_SHARD_VERSION);
+    goto fail_file;
+  }
+  int64_t n = hdr[2];
+  if (n < 0) {
+    rc = remat__errorf(err, REMAT_EFORMAT,
+                       "token shard '%s' announces a negative token count %lld; the header is "
+                       "corrupt",
+                       path, (long long)n);
+    goto fail_file;
+  }
+  if ((rc = check_size(size, (size_t)n * 2, path, what, "tokens", (long long)n, err)))
+    goto fail_file;
+  if (n < 2) {
+    rc = remat__errorf(err, REMAT_EFORMAT,
+                       "token shard '%s' holds %lld tokens; training needs at least 2 (an input "
+                       "and its target)",
+                       path, (long long)n);
+    goto fail_file;
+  }
+  if ((rc = alloc_tokens(t, n, path, err))) goto fail_file;
+  /* uint16 little endian, converted in stack-sized chunks */
+  uint8_t chunk[8192];
+  for (int64_t done = 0; done < n;) {
+    int64_t k = n - done < (int64_t)(sizeof chunk / 2) ? n - done : (int64_t)(sizeof chunk / 2);
+    if ((rc = read_exact(f, chunk, (size_t)k * 2, path, err))) goto fail_tokens;
+    for (int64_t i = 0; i < k; i++)
+      t->tok[done + i] = (int32_t)((uint32_t)chunk[2 * i] | (uint32_t)chunk[2 * i + 1] << 8);
+    done += k;
+  }
+  fclose(f);
+  find_max(t);
+  return 0;
+
+fail_tokens:
+  remat_tokens_free(t);
+fail_file:
+  fclose(f);
+  return rc;
+}
+
+int remat_tokens_save(const remat_tokens *t, const char *path, remat_error *err) {
+  if (!t || !t->tok || t->n < 0 || t->n > INT32_MAX)
+    return remat__errorf(err, REMAT_EINVAL,
+                         "cannot save %lld tokens to '%s': a shard holds 0 to %d tokens",
+                         t ? (long long)t->n : 0LL, path ? path : "", INT32_MAX);
+  for (int64_t i = 0; i < t->n; i++)
+    if (t->tok[i] < 0 || t->tok[i] > UINT16_MAX)
+      return remat__errorf(err, REMAT_ERANGE,
+                           "token %lld has id %d, which does not fit the shard format's uint16 "
+                           "(0..65535); '%s' was not written",
+                           (long long)i, t->tok[i], path ? path : "");
+  wfile w;
+  int rc = wfile_open(&w, path, "token shard", err);
+  if (rc) return rc;
+  int32_t hdr[REMAT_HEADER_INTS] = {REMAT_SHARD_MAGIC, REMAT_SHARD_VERSION, (int32_t)t->n};
+  if ((rc = write_header(&w, hdr, err))) goto fail;
+  uint8_t chunk[8192];
+  for (int64_t done = 0; done < t->n;) {
+    int64_t k = t->n - done < (int64_t)(sizeof chunk / 2) ? t->n - done
+                                                          : (int64_t)(sizeof chunk / 2);
+    for (int64_t i = 0; i < k; i++) {
+      uint32_t v = (uint32_t)t->tok[done + i];
+      chunk[2 * i] = (uint8_t)v;
+      chunk[2 * i + 1] = (uint8_t)(v >> 8);
+    }
+    if ((rc = wfile_write(&w, chunk, (size_t)k * 2, err))) goto fail;
+    done += k;
+  }
+  return wfile_commit(&w, err);
+
+fail:
+  wfile_abort(&w);
+  return rc;
+}
+
+int remat_tokens_check_vocab(const remat_tokens *t, int64_t V, remat_error *err) {
+  for (int64_t i = 0; i < t->n; i++)
+    if (t->tok[i] < 0 || t->tok[i] >= V)
+      return remat__errorf(err, REMAT_ERANGE,
+                           "token %lld has id %d but the model's vocabulary has V=%lld ids "
+                           "(0..%lld); the data needs V >= %lld: use a model with a larger "
+                           "vocabulary",
+                           (long long)i, t->tok[i], (long long)V, (long long)(V - 1),
+                           (long long)(t->max_id > t->tok[i] ? t->max_id : t->tok[i]) + 1);
+  return 0;
+}
+
+int remat_tokens_from_text(remat_tokens *t, const char *path, remat_error *err) {
+  *t = (remat_tokens){0};
+  FILE *f;
+  size_t size;
+  int rc = open_regular(path, "text file", &f, &size, err);
+  if (rc) return rc;
+  if (size < 2) {
+    rc = remat__errorf(err, REMAT_EFORMAT,
+                       "text file '%s' has %zu bytes; training needs at least 2 (an input and "
+                       "its target)",
+                       path, size);
+    goto fail_file;
+  }
+  if (size > (size_t)INT64_MAX / 4) {
+    rc = remat__errorf(err, REMAT_ENOMEM, "text file '%s' is too large (%zu bytes)", path, size);
+    goto fail_file;
+  }
+  if ((rc = alloc_tokens(t, (int64_t)size, path, err))) goto fail_file;
+  uint8_t chunk[8192];
+  for (size_t done = 0; done < size;) {
+    size_t k = size - done < sizeof chunk ? size - done : sizeof chunk;
+    if ((rc = read_exact(f, chunk, k, path, err))) goto fail_tokens;
+    for (size_t i = 0; i < k; i++) t->tok[done + i] = chunk[i];
+    done += k;
+  }
+  fclose(f);
+  find_max(t);
+  return 0;
+
+fail_tokens:
+  remat_tokens_free(t);
+fail_file:
+  fclose(f);
+  return rc;
+}
+
+/* ------------------------------------------------------------ checkpoints */
+
+static const char *const tensor_names[REMAT_P_COUNT] = {
+    "wte",   "wpe",   "ln1w", "ln1b", "qkvw",   "qkvb",   "attprojw", "attprojb",
+    "ln2w",  "ln2b",  "fcw",  "fcb",  "fcprojw", "fcprojb", "lnfw",    "lnfb"};
+
+/* Non-finite values mean a diverged run or a corrupt file; either way the
+ * numbers must not be trained on or kept. */
+static int check_finite(const remat_config *cfg, const float *p, const char *path,
+                        const char *verb, remat_error *err) {
+  size_t n = remat_param_count(cfg);
+  for (size_t i = 0; i < n; i++) {
+    if (isfinite(p[i])) continue;
+    size_t sizes[REMAT_P_COUNT], off = i;
+    remat_param_sizes(cfg, sizes);
+    int k = 0;
+    while (k < REMAT_P_COUNT - 1 && off >= sizes[k]) off -= sizes[k++];
+    return remat__errorf(err, REMAT_ENUMERIC,
+                         "parameter %zu (%s[%zu]) is %s; refusing to %s '%s': the run that made "
+                         "these weights diverged, restart from an earlier checkpoint",
+                         i, tensor_names[k], off, isnan(p[i]) ? "NaN" : "infinite", verb, path);
+  }
+  return 0;
+}
+
+/* Validates the header in hdr and the file size; fills cfg. */
+static int parse_ckpt_header(const int32_t hdr[REMAT_HEADER_INTS], size_t size, const char *path,
+                             remat_config *cfg, remat_error *err) {
+  static const char what[] = "checkpoint";
+  if (hdr[0] != REMAT_CKPT_MAGIC)
+    return remat__errorf(err, REMAT_EFORMAT,
+                         "'%s' is not an llm.c GPT-2 checkpoint: magic number is %d, expected "
+                         "%d; give a file written by llm.c or remat",
+                         path, hdr[0], REMAT_CKPT_MAGIC);
+  if (hdr[1] != REMAT_CKPT_VERSION)
+    return remat__errorf(err, REMAT_EFORMAT,
+                         "checkpoint '%s' has version %d; only version %d (fp32) is supported "
+                         "(version 5 is llm.c's bf16 format): export the model as fp32",
+                         path, hdr[1], REMAT_CKPT_VERSION);
+  *cfg = (remat_config){.max_seq_len = hdr[2], .vocab_size = hdr[3], .num_layers = hdr[4],
+                        .num_heads = hdr[5], .channels = hdr[6], .padded_vocab_size = hdr[7]};
+  remat_error sub = {0};
+  if (remat_config_check(cfg, &sub))
+    return remat__errorf(err, REMAT_EFORMAT, "checkpoint '%s' has a bad header: %s", path,
+                         sub.msg);
+  size_t nparams = remat_param_count(cfg), body;
+  if (remat__mul_size(nparams, sizeof(float), &body) || body > SIZE_MAX - REMAT_HEADER_BYTES)
+    return remat__errorf(err, REMAT_EFORMAT, "checkpoint '%s' announces too many parameters",
+                         path);
+  return check_size(size, body, path, what, "parameters", (long long)nparams, err);
+}
+
+int remat_checkpoint_read_config(const char *path, remat_config *cfg, remat_error *err) {
+  FILE *f;
+  size_t size;
+  int rc = open_regular(path, "checkpoint", &f, &size, err);
+  if (rc) return rc;
+  int32_t hdr[REMAT_HEADER_INTS];
+  rc = read_header(f, size, path, "checkpoint", hdr, err);
+  if (!rc) rc = parse_ckpt_header(hdr, size, path, cfg, err);
+  fclose(f);
+  return rc;
+}
+
+/* The first dimension where the checkpoint differs from what was asked. */
+static int compare_shape(const remat_config *have, const remat_config *want, const char *path,
+                         remat_error *err) {
+  const struct {
+    const char *name;
+    int64_t have, want;
+  } dims[] = {{"L", have->num_layers, want->num_layers},
+              {"C", have->channels, want->channels},
+              {"NH", have->num_heads, want->num_heads},
+              {"V", have->vocab_size, want->vocab_size},
+              {"Vp", have->padded_vocab_size, want->padded_vocab_size},
+              {"maxT", have->max_seq_len, want->max_seq_len}};
+  for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++)
+    if (dims[i].have != dims[i].want)
+      return remat__errorf(err, REMAT_ESHAPE,
+                           "checkpoint '%s' has %s=%lld but --config asks for %s=%lld; drop "
+                           "--config to use the checkpoint's shape",
+                           path, dims[i].name, (long long)dims[i].have, dims[i].name,
+                           (long long)dims[i].want);
+  return 0;
+}
+
+int remat_checkpoint_load(const char *path, const remat_config *expect, float *params,
+                          remat_error *err) {
+  FILE *f;
+  size_t size;
+  int rc = open_regular(path, "checkpoint", &f, &size, err);
+  if (rc) return rc;
+  int32_t hdr[REMAT_HEADER_INTS];
+  remat_config cfg;
+  if ((rc = read_header(f, size, path, "checkpoint", hdr, err))) goto done;
+  if ((rc = parse_ckpt_header(hdr, size, path, &cfg, err))) goto done;
+  if (expect && (rc = compare_shape(&cfg, expect, path, err))) goto done;
+  size_t n = remat_param_count(&cfg);
+  if ((rc = read_exact(f, params, n * sizeof(float), path, err))) goto done;
+  if (!host_is_le()) swap4(params, n);
+  rc = check_finite(&cfg, params, path, "load", err);
+done:
+  fclose(f);
+  return rc;
+}
+
+int remat_checkpoint_save(const char *path, const remat_config *cfg, const float *params,
+                          remat_error *err) {
+  remat_error sub = {0};
+  if (remat_config_check(cfg, &sub))
+    return remat__errorf(err, REMAT_EINVAL, "cannot save checkpoint '%s': %s", path ? path : "",
+                         sub.msg);
+  int rc = check_finite(cfg, params, path ? path : "", "save", err);
+  if (rc) return rc;
+  wfile w;
+  if ((rc = wfile_open(&w, path, "checkpoint", err))) return rc;
+  int32_t hdr[REMAT_HEADER_INTS] = {REMAT_CKPT_MAGIC,
+                                    REMAT_CKPT_VERSION,
+                                    (int32_t)cfg->max_seq_len,
+                                    (int32_t)cfg->vocab_size,
+                                    (int32_t)cfg->num_layers,
+                                    (int32_t)cfg->num_heads,
+                                    (int32_t)cfg->channels,
+                                    (int32_t)cfg->padded_vocab_size};
+  if ((rc = write_header(&w, hdr, err))) goto fail;
+  size_t n = remat_param_count(cfg);
+  if (host_is_le()) {
+    if ((rc = wfile_write(&w, params, n * sizeof(float), err))) goto fail;
+  } else {
+    float chunk[2048];
+    for (size_t done = 0; done < n;) {
+      size_t k = n - done < 2048 ? n - done : 2048;
+      memcpy(chunk, params + done, k * sizeof(float));
+      swap4(chunk, k);
+      if ((rc = wfile_write(&w, chunk, k * sizeof(float), err))) goto fail;
+      done += k;
+    }
+  }
+  return wfile_commit(&w, err);
+
+fail:
+  wfile_abort(&w);
+  return rc;
+}

@@ -1,0 +1,696 @@
+/* test_io.c: token shards and checkpoints round-trip byte-exactly in llm.c's
+ * layout; every malformed file is refused with the right code and a message
+ * naming the problem; text becomes byte tokens; the default corpus is
+ * deterministic English-like ASCII with true arithmetic; the loader shifts
+ * targets by one, replays for a seed, keeps the validation split apart and
+ * allocates nothing per batch.
+ *
+ * Usage: test_io [scratch-dir]   (default: a fresh directory under /tmp,
+ * removed at the end) */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/base.h"
+#include "io/io.h"
+
+static int checks, failures;
+
+#define CHECK(cond)                                                                \
+  do {                                                                             \
+    checks++;                                                                      \
+    if (!(cond)) {                                                                 \
+      failures++;                                                                  \
+      fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);     \
+    }                                                                              \
+  } while (0)
+
+/* rc must be `code` and the message must mention `word`. */
+#define CHECK_ERR(rc, err, want, word)                                                   \
+  do {                                                                                   \
+    CHECK((rc) == (want));                                                               \
+    CHECK((err).code == (want));                                                         \
+    CHECK((err).msg[0] != 0);                                                            \
+    CHECK(strstr((err).msg, (word)) != NULL);                                            \
+    if ((rc) != (want) || !strstr((err).msg, (word)))                                    \
+      fprintf(stderr, "  got %s: %s (wanted %s mentioning '%s')\n", remat_err_name(rc), \
+              (err).msg, remat_err_name(want), (word));                                  \
+  } while (0)
+
+static char dir[512];
+static char made[64][600];
+static int nmade;
+
+/* A scratch path, remembered for cleanup. */
+static const char *path_of(const char *name) {
+  snprintf(made[nmade], sizeof made[0], "%s/%s", dir, name);
+  return made[nmade++];
+}
+
+static void write_file(const char *path, const void *bytes, size_t n) {
+  FILE *f = fopen(path, "wb");
+  if (!f || fwrite(bytes, 1, n, f) != n || fclose(f) != 0) {
+    fprintf(stderr, "cannot write scratch file %s\n", path);
+    exit(2);
+  }
+}
+
+static uint8_t *read_file(const char *path, size_t *n) {
+  *n = 0;
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END);
+  *n = (size_t)ftell(f);
+  fseek(f, 0, SEEK_SET);
+  uint8_t *b = malloc(*n ? *n : 1);
+  if (fread(b, 1, *n, f) != *n) *n = 0;
+  fclose(f);
+  return b;
+}
+
+static int exists(const char *path) {
+  struct stat st;
+  return stat(path, &st) == 0;
+}
+
+static void put32(uint8_t *p, int32_t v) {
+  uint32_t u = (uint32_t)v;
+  for (int i = 0; i < 4; i++) p[i] = (uint8_t)(u >> (8 * i));
+}
+
+static int32_t get32(const uint8_t *p) {
+  return (int32_t)((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+                   (uint32_t)p[3] << 24);
+}
+
+/* ------------------------------------------------------------- shards */
+
+/* A shard file whose header says `count` tokens, with `have` tokens after it. */
+static void write_shard(const char *path, int32_t magic, int32_t version, int32_t count,
+                        int have, size_t extra) {
+  size_t n = REMAT_HEADER_BYTES + 2 * (size_t)have + extra;
+  uint8_t *b = calloc(1, n);
+  put32(b, magic);
+  put32(b + 4, version);
+  put32(b + 8, count);
+  for (int i = 0; i < have; i++) b[REMAT_HEADER_BYTES + 2 * i] = (uint8_t)(i % 200);
+  write_file(path, b, n);
+  free(b);
+}
+
+static void test_shards(void) {
+  remat_error err = {0};
+  enum { N = 5000 };
+  int32_t ids[N];
+  for (int i = 0; i < N; i++) ids[i] = (int32_t)((i * 7919) % 65536);
+  ids[17] = 65535;
+  remat_tokens t = {.tok = ids, .n = N};
+  const char *p = path_of("a.bin");
+  CHECK(remat_tokens_save(&t, p, &err) == 0);
+
+  size_t n = 0;
+  uint8_t *b = read_file(p, &n);
+  CHECK(b && n == REMAT_HEADER_BYTES + 2 * (size_t)N);
+  if (b && n >= REMAT_HEADER_BYTES + 2 * (size_t)N) {
+    CHECK(get32(b) == 20240520);
+    CHECK(get32(b + 4) == 1);
+    CHECK(get32(b + 8) == N);
+    CHECK(get32(b + 12) == 0 && get32(b + 1020) == 0);
+    /* token i as uint16 little endian at 1024 + 2i */
+    CHECK(b[1024 + 2 * 17] == 0xff && b[1024 + 2 * 17 + 1] == 0xff);
+    CHECK(b[1024 + 2 * 1] == (7919 & 0xff) && b[1024 + 2 * 1 + 1] == (7919 >> 8));
+  }
+  free(b);
+  CHECK(!exists(path_of("a.bin.tmp")));
+
+  remat_tokens u;
+  CHECK(remat_tokens_load(&u, p, &err) == 0);
+  CHECK(u.n == N && memcmp(u.tok, ids, sizeof ids) == 0);
+  CHECK(u.max_id == 65535);
+  CHECK(remat_tokens_check_vocab(&u, 65536, &err) == 0);
+  int rc = remat_tokens_check_vocab(&u, 50257, &err);
+  CHECK_ERR(rc, err, REMAT_ERANGE, "larger vocabulary");
+  /* the first offending position: i with (i*7919)%65536 >= 50257 */
+  int first = -1;
+  for (int i = 0; i < N && first < 0; i++)
+    if (ids[i] >= 50257) first = i;
+  char want[64];
+  snprintf(want, sizeof want, "token %d has id %d", first, ids[first]);
+  CHECK(strstr(err.msg, want) != NULL);
+  CHECK(strstr(err.msg, "V=50257") != NULL);
+  remat_tokens_free(&u);
+  CHECK(u.tok == NULL && u.n == 0);
+  remat_tokens_free(&u); /* twice is harmless */
+
+  /* uint16 overflow: refused, and the existing file is left untouched */
+  ids[3] = 70000;
+  rc = remat_tokens_save(&t, p, &err);
+  CHECK_ERR(rc, err, REMAT_ERANGE, "uint16");
+  CHECK(strstr(err.msg, "70000") != NULL);
+  CHECK(remat_tokens_load(&u, p, &err) == 0 && u.n == N && u.tok[3] == (3 * 7919) % 65536);
+  remat_tokens_free(&u);
+  ids[3] = -1;
+  CHECK(remat_tokens_save(&t, p, &err) == REMAT_ERANGE);
+  ids[3] = 0;
+
+  /* malformed shards */
+  p = path_of("magic.bin");
+  write_shard(p, 20240326, 1, 10, 10, 0);
+  rc = remat_tokens_load(&u, p, &err);
+  CHECK_ERR(rc, err, REMAT_EFORMAT, "magic");
+  CHECK(u.tok == NULL);
+  p = path_of("version.bin");
+  write_shard(p, 20240520, 2, 10, 10, 0);
+  rc = remat_tokens_load(&u, p, &err);
+  CHECK_ERR(rc, err, REMAT_EFORMAT, "version 2");
+  p = path_of("shorthdr.bin");
+  write_file(p, "\x18\xd7\x34\x01", 4);
+  rc = remat_tokens_load(&u, p, &err);
+  CHECK_ERR(rc, err, REMAT_EFORMAT, "truncated");
+  p = path_of("empty.bin");
+  write_file(p, "", 0);
+  rc = remat_tokens_load(&u, p, &err);
+  CHECK_ERR(rc, err, REMAT_EFORMAT, "truncated");
+  p = path_of("shortbody.bin");
+  write_shard(p, 20240520, 1, 10, 5, 0);
+  rc = remat_tokens_load(&u, p, &err);
+  CHECK_ERR(rc, err, REMAT_EFORMAT, "truncated");
+  CHECK(strstr(err.msg, "10 tokens") && strstr(err.msg, "1034 bytes"));
+  p = path_of("trailing.bin");
+  write_shard(p, 20240520, 1, 10, 10, 3);
+  rc = remat_tokens_load(&u, p, &err);
+  CHECK_ERR(rc, err, REMAT_EFORMAT, "3 trailing bytes");
+  p = path_of("zero.bin");
+  write_shard(p, 20240520, 1, 0, 0, 0);
+  rc = remat_tokens_load(&u, p, &err);
+  CHECK_ERR(rc, err, REMAT_EFORMAT, "at least 2");
+  p = path_of("one.bin");
+  write_shard(p, 20240520, 1, 1, 1, 0);
+  rc = remat_tokens_load(&u, p, &err);
+  CHECK_ERR(rc, err, REMAT_EFORMAT, "at least 2");
+  p = path_of("negative.bin");
+  write_shard(p, 20240520, 1, -4, 0, 0);
+  rc = remat_tokens_load(&u, p, &err);
+  CHECK_ERR(rc, err, REMAT_EFORMAT, "negative");
+  rc = remat_tokens_load(&u, path_of("missing.bin"), &err);
+  CHECK_ERR(rc, err, REMAT_EIO, "missing.bin");
+  rc = remat_tokens_load(&u, dir, &err);
+  CHECK_ERR(rc, err, REMAT_EIO, "directory");
+  rc = remat_tokens_load(&u, "", &err);
+  CHECK(rc == REMAT_EINVAL && err.msg[0]);
+
+  /* writing into a directory that does not exist */
+  rc = remat_tokens_save(&t, path_of("no/such/dir/x.bin"), &err);
+  CHECK_ERR(rc, err, REMAT_EIO, "x.bin.tmp");
+  /* a directory in the way of the final name: the rename fails, no .tmp stays */
+  const char *d = path_of("adir.bin");
+  mkdir(d, 0700);
+  rc = remat_tokens_save(&t, d, &err);
+  CHECK(rc == REMAT_EIO && err.msg[0]);
+  CHECK(!exists(path_of("adir.bin.tmp")));
+  rmdir(d);
+}
+
+static void test_text(void) {
+  remat_error err = {0};
+  const char *p = path_of("t.txt");
+  const char text[] = "Hi!\n\x01\xff z";
+  write_file(p, text, sizeof text - 1);
+  remat_tokens t;
+  CHECK(remat_tokens_from_text(&t, p, &err) == 0);
+  CHECK(t.n == (int64_t)sizeof text - 1);
+  for (int64_t i = 0; i < t.n && i < (int64_t)sizeof text - 1; i++)
+    CHECK(t.tok[i] == (uint8_t)text[i]);
+  CHECK(t.max_id == 255);
+  CHECK(remat_tokens_check_vocab(&t, 256, &err) == 0);
+  remat_tokens_free(&t);
+
+  write_file(p, "x", 1);
+  int rc = remat_tokens_from_text(&t, p, &err);
+  CHECK_ERR(rc, err, REMAT_EFORMAT, "1 bytes");
+  write_file(p, "", 0);
+  rc = remat_tokens_from_text(&t, p, &err);
+  CHECK_ERR(rc, err, REMAT_EFORMAT, "0 bytes");
+  rc = remat_tokens_from_text(&t, path_of("nope.txt"), &err);
+  CHECK_ERR(rc, err, REMAT_EIO, "nope.txt");
+  rc = remat_tokens_from_text(&t, dir, &err);
+  CHECK_ERR(rc, err, REMAT_EIO, "directory");
+}
+
+/* --------------------------------------------------------- checkpoints */
+
+static float *random_params(const remat_config *c, uint32_t seed) {
+  size_t n = remat_param_count(c);
+  float *p = malloc(n * sizeof(float));
+  for (size_t i = 0; i < n; i++) {
+    seed = seed * 1664525u + 1013904223u;
+    p[i] = ((float)(seed >> 8) / 16777216.0f - 0.5f) * 0.2f;
+  }
+  return p;
+}
+
+/* Rewrites one header int of a copy of `src` into `dst`; optionally resizes. */
+static void patched_copy(const char *src, const char *dst, int field, int32_t value,
+                         long resize) {
+  size_t n = 0;
+  uint8_t *b = read_file(src, &n);
+  if (field >= 0) put32(b + 4 * field, value);
+  size_t m = resize ? (size_t)((long)n + resize) : n;
+  uint8_t *c = calloc(1, m);
+  memcpy(c, b, m < n ? m : n);
+  write_file(dst, c, m);
+  free(b);
+  free(c);
+}
+
+static void test_checkpoints(void) {
+  remat_error err = {0};
+  /* V=200 pads to Vp=256: the padded rows are stored too */
+  remat_config c = {.max_seq_len = 16, .vocab_size = 200, .padded_vocab_size = 256,
+                    .num_layers = 2, .num_heads = 2, .channels = 8};
+  CHECK(remat_padded_vocab(200) == 256);
+  size_t np = remat_param_count(&c);
+  float *w = random_params(&c, 1);
+  const char *p = path_of("m.ckpt");
+  CHECK(remat_checkpoint_save(p, &c, w, &err) == 0);
+  CHECK(!exists(path_of("m.ckpt.tmp")));
+
+  size_t n = 0;
+  uint8_t *b = read_file(p, &n);
+  CHECK(b && n == REMAT_HEADER_BYTES + 4 * np);
+  if (b && n == REMAT_HEADER_BYTES + 4 * np) {
+    const int32_t want[8] = {20240326, 3, 16, 200, 2, 2, 8, 256};
+    for (int i = 0; i < 8; i++) CHECK(get32(b + 4 * i) == want[i]);
+    CHECK(get32(b + 32) == 0 && get32(b + 1020) == 0);
+    /* first float (wte[0]) at 1024, last (lnfb[C-1]) at the end */
+    uint32_t u0, u1;
+    memcpy(&u0, &w[0], 4);
+    memcpy(&u1, &w[np - 1], 4);
+    CHECK((uint32_t)get32(b + 1024) == u0);
+    CHECK((uint32_t)get32(b + n - 4) == u1);
+  }
+
+  remat_config r;
+  CHECK(remat_checkpoint_read_config(p, &r, &err) == 0);
+  CHECK(memcmp(&r, &c, sizeof c) == 0);
+  float *v = calloc(np, sizeof(float));
+  CHECK(remat_checkpoint_load(p, NULL, v, &err) == 0);
+  CHECK(memcmp(v, w, np * sizeof(float)) == 0);
+  memset(v, 0, np * sizeof(float));
+  CHECK(remat_checkpoint_load(p, &c, v, &err) == 0);
+  CHECK(memcmp(v, w, np * sizeof(float)) == 0);
+
+  /* a small V (< 128) is not padded */
+  remat_config s = {.max_seq_len = 4, .vocab_size = 11, .padded_vocab_size = 11,
+                    .num_layers = 1, .num_heads = 1, .channels = 4};
+  float *ws = random_params(&s, 2);
+  const char *ps = path_of("s.ckpt");
+  CHECK(remat_checkpoint_save(ps, &s, ws, &err) == 0);
+  CHECK(remat_checkpoint_read_config(ps, &r, &err) == 0 && memcmp(&r, &s, sizeof s) == 0);
+  free(ws);
+
+  /* shape mismatch against the expected config names the dimension */
+  remat_config e = c;
+  e.channels = 16;
+  int rc = remat_checkpoint_load(p, &e, v, &err);
+  CHECK_ERR(rc, err, REMAT_ESHAPE, "has C=8 but --config asks for C=16");
+  e = c;
+  e.num_layers = 4;
+  rc = remat_checkpoint_load(p, &e, v, &err);
+  CHECK_ERR(rc, err, REMAT_ESHAPE, "L=2");
+  e = c;
+  e.vocab_size = 256;
+  rc = remat_checkpoint_load(p, &e, v, &err);
+  CHECK_ERR(rc, err, REMAT_ESHAPE, "V=200");
+  e = c;
+  e.max_seq_len = 1024;
+  rc = remat_checkpoint_load(p, &e, v, &err);
+  CHECK_ERR(rc, err, REMAT_ESHAPE, "maxT=1024");
+
+  /* malformed headers and sizes */
+  const char *q = path_of("bad.ckpt");
+  struct {
+    int field;
+    int32_t value;
+    long resize;
+    int code;
+    const char *word;
+  } bad[] = {
+      {0, 20240520, 0, REMAT_EFORMAT, "magic"},
+      {1, 5, 0, REMAT_EFORMAT, "bf16"},
+      {1, 2, 0, REMAT_EFORMAT, "version 2"},
+      {-1, 0, -1, REMAT_EFORMAT, "truncated"},
+      {-1, 0, -(long)(4 * np), REMAT_EFORMAT, "truncated"},
+      {-1, 0, 8, REMAT_EFORMAT, "8 trailing bytes"},
+      {6, 0, 0, REMAT_EFORMAT, "positive"},  /* C = 0 */
+      {4, -1, 0, REMAT_EFORMAT, "positive"}, /* L = -1 */
+      {5, 3, 0, REMAT_EFORMAT, "divisible"}, /* NH = 3 does not divide C = 8 */
+      {7, 128, 0, REMAT_EFORMAT, "padded"},  /* Vp < V */
+      {7, 384, 0, REMAT_EFORMAT, "truncated"}, /* larger Vp: the body is too short */
+      {4, 1, 0, REMAT_EFORMAT, "trailing"},  /* fewer layers: the body is too long */
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    patched_copy(p, q, bad[i].field, bad[i].value, bad[i].resize);
+    rc = remat_checkpoint_read_config(q, &r, &err);
+    CHECK_ERR(rc, err, bad[i].code, bad[i].word);
+    rc = remat_checkpoint_load(q, NULL, v, &err);
+    CHECK_ERR(rc, err, bad[i].code, bad[i].word);
+  }
+  /* a cut header */
+  write_file(q, "\x3e\xd6\x34\x01\x03\x00\x00\x00", 8);
+  rc = remat_checkpoint_read_config(q, &r, &err);
+  CHECK_ERR(rc, err, REMAT_EFORMAT, "truncated");
+  rc = remat_checkpoint_read_config(path_of("missing.ckpt"), &r, &err);
+  CHECK_ERR(rc, err, REMAT_EIO, "missing.ckpt");
+  rc = remat_checkpoint_load(dir, NULL, v, &err);
+  CHECK_ERR(rc, err, REMAT_EIO, "directory");
+
+  /* NaN and inf in the parameters */
+  size_t k = np - 3; /* in lnfb: the last tensor has C = 8 entries */
+  w[k] = NAN;
+  rc = remat_checkpoint_save(q, &c, w, &err);
+  CHECK_ERR(rc, err, REMAT_ENUMERIC, "NaN");
+  size_t cn = 0;
+  uint8_t *cb = read_file(p, &cn);
+  uint32_t nan_bits = 0x7fc00000u;
+  put32(cb + 1024 + 4 * k, (int32_t)nan_bits);
+  write_file(q, cb, cn);
+  rc = remat_checkpoint_load(q, NULL, v, &err);
+  char want[64];
+  snprintf(want, sizeof want, "parameter %zu (lnfb[5])", k);
+  CHECK_ERR(rc, err, REMAT_ENUMERIC, want);
+  put32(cb + 1024 + 4 * k, 0);
+  put32(cb + 1024, (int32_t)0x7f800000u); /* +inf in wte[0] */
+  write_file(q, cb, cn);
+  rc = remat_checkpoint_load(q, NULL, v, &err);
+  CHECK_ERR(rc, err, REMAT_ENUMERIC, "parameter 0 (wte[0]) is infinite");
+  free(cb);
+
+  /* a failed save keeps the previous file */
+  rc = remat_checkpoint_save(p, &c, w, &err);
+  CHECK(rc == REMAT_ENUMERIC);
+  CHECK(remat_checkpoint_load(p, NULL, v, &err) == 0);
+  w[k] = v[k];
+  CHECK(memcmp(v, w, np * sizeof(float)) == 0);
+  /* an invalid shape is refused before anything is written */
+  e = c;
+  e.num_heads = 3;
+  rc = remat_checkpoint_save(q, &e, w, &err);
+  CHECK_ERR(rc, err, REMAT_EINVAL, "divisible");
+
+  free(b);
+  free(v);
+  free(w);
+}
+
+/* -------------------------------------------------------------- corpus */
+
+/* "twenty-three" -> 23; -1 if not a number word. */
+static int number_word(const char *s, size_t len) {
+  static const char *const small[] = {
+      "zero",    "one",     "two",     "three",     "four",     "five",     "six",
+      "seven",   "eight",   "nine",    "ten",       "eleven",   "twelve",   "thirteen",
+      "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen"};
+  static const char *const tens[] = {"twenty", "thirty", "forty", "fifty",
+                                     "sixty",  "seventy", "eighty", "ninety"};
+  char w[32];
+  if (len == 0 || len >= sizeof w) return -1;
+  for (size_t i = 0; i < len; i++) w[i] = (char)(s[i] | 0x20); /* lower case */
+  w[len] = 0;
+  for (int i = 0; i < 20; i++)
+    if (strcmp(w, small[i]) == 0) return i;
+  for (int t = 0; t < 8; t++) {
+    size_t tl = strlen(tens[t]);
+    if (strncmp(w, tens[t], tl) != 0) continue;
+    if (w[tl] == 0) return 20 + 10 * t;
+    if (w[tl] != '-') return -1;
+    for (int i = 1; i < 10; i++)
+      if (strcmp(w + tl + 1, small[i]) == 0) return 20 + 10 * t + i;
+  }
+  return -1;
+}
+
+/* Checks every "A op B is C." sentence in text; returns how many it saw. */
+static int check_arithmetic(const char *text, size_t n) {
+  int seen = 0;
+  size_t i = 0;
+  while (i < n) {
+    size_t e = i;
+    while (e < n && text[e] != '\n') e++;
+    /* a line "W1 op W2 is W3." with op plus/minus/times */
+    char l[256];
+    size_t len = e - i < sizeof l - 1 ? e - i : sizeof l - 1;
+    memcpy(l, text + i, len);
+    l[len] = 0;
+    char a[32], op[16], b[32], c[32];
+    if (sscanf(l, "%31s %15s %31s is %31[a-z-].", a, op, b, c) == 4 &&
+        (!strcmp(op, "plus") || !strcmp(op, "minus") || !strcmp(op, "times"))) {
+      int x = number_word(a, strlen(a)), y = number_word(b, strlen(b)),
+          z = number_word(c, strlen(c));
+      CHECK(x >= 0 && y >= 0 && z >= 0);
+      int want = op[0] == 'p' ? x + y : op[0] == 'm' ? x - y : x * y;
+      CHECK(z == want);
+      if (z != want) fprintf(stderr, "  false arithmetic: %s\n", l);
+      seen++;
+    }
+    i = e + 1;
+  }
+  return seen;
+}
+
+static void test_corpus(void) {
+  enum { CAP = 200000 };
+  char *a = malloc(CAP), *b = malloc(CAP);
+  size_t na = remat_corpus_generate(a, CAP, 7);
+  size_t nb = remat_corpus_generate(b, CAP, 7);
+  CHECK(na == nb && na <= CAP && na > CAP - 300);
+  CHECK(memcmp(a, b, na) == 0);
+  size_t nc = remat_corpus_generate(b, CAP, 8);
+  CHECK(nc > CAP - 300 && memcmp(a, b, nc < na ? nc : na) != 0);
+  /* a shorter buffer gives a prefix: generation does not depend on cap */
+  size_t nd = remat_corpus_generate(b, 5000, 7);
+  CHECK(nd <= 5000 && nd > 4700 && memcmp(a, b, nd) == 0);
+  CHECK(a[na - 1] == '\n');
+
+  size_t hist[256] = {0};
+  int printable = 1;
+  for (size_t i = 0; i < na; i++) {
+    uint8_t c = (uint8_t)a[i];
+    hist[c]++;
+    if (!(c == '\n' || (c >= 32 && c < 127))) printable = 0;
+  }
+  CHECK(printable);
+  CHECK(hist[' '] > na / 10 && hist['\n'] > na / 100);
+  int distinct = 0;
+  double H = 0;
+  for (int c = 0; c < 256; c++) {
+    if (!hist[c]) continue;
+    distinct++;
+    double q = (double)hist[c] / (double)na;
+    H -= q * log2(q);
+  }
+  CHECK(distinct > 30);
+  CHECK(H > 3.0 && H < 5.0); /* English letters are about 4.1 bits */
+  printf("corpus: %zu bytes, %d distinct, unigram entropy %.2f bits\n", na, distinct, H);
+
+  /* the bigram entropy is much lower still: there is structure beyond letters */
+  static size_t bi[256][256];
+  memset(bi, 0, sizeof bi);
+  for (size_t i = 1; i < na; i++) bi[(uint8_t)a[i - 1]][(uint8_t)a[i]]++;
+  double Hc = 0;
+  for (int x = 0; x < 256; x++)
+    for (int y = 0; y < 256; y++)
+      if (bi[x][y]) {
+        double pxy = (double)bi[x][y] / (double)(na - 1);
+        double px = (double)hist[x] / (double)na;
+        Hc -= pxy * log2(pxy / px);
+      }
+  CHECK(Hc < 3.0);
+  printf("corpus: next-byte entropy given one byte %.2f bits\n", Hc);
+
+  /* days advance paragraph by paragraph; every arithmetic line is true */
+  CHECK(strstr(a, "It is Monday.\n") && strstr(a, "It is Sunday.\n"));
+  const char *m = strstr(a, "It is Monday.\n");
+  if (m) {
+    const char *nxt = strstr(m + 1, "It is ");
+    CHECK(nxt && strncmp(nxt, "It is Tuesday.", 14) == 0);
+  }
+  int sums = check_arithmetic(a, na);
+  CHECK(sums > 100);
+  CHECK(strstr(a, " three loaves ") || strstr(a, " two loaves ") || strstr(a, " four loaves "));
+  CHECK(!strstr(a, " one loaves") && !strstr(a, " two loaf "));
+  CHECK(!strstr(a, "  ") && !strstr(a, "\n\n\n"));
+
+  remat_error err = {0};
+  remat_tokens t;
+  CHECK(remat_corpus_tokens(&t, 0, &err) == 0);
+  CHECK(t.n > (int64_t)REMAT_CORPUS_BYTES - 300 && t.n <= (int64_t)REMAT_CORPUS_BYTES);
+  CHECK(t.max_id < 127);
+  CHECK(remat_tokens_check_vocab(&t, 256, &err) == 0);
+  size_t nfull = (size_t)t.n;
+  char *full = malloc(nfull);
+  CHECK(remat_corpus_generate(full, nfull, REMAT_CORPUS_SEED) == nfull);
+  int same = 1;
+  for (size_t i = 0; i < nfull; i++) same &= t.tok[i] == (uint8_t)full[i];
+  CHECK(same);
+  free(full);
+  remat_tokens_free(&t);
+  int rc = remat_corpus_tokens(&t, 10, &err);
+  CHECK_ERR(rc, err, REMAT_EINVAL, "1024");
+  free(a);
+  free(b);
+}
+
+/* -------------------------------------------------------------- loader */
+
+static void test_loader(void) {
+  remat_error err = {0};
+  enum { N = 10007, B = 4, T = 16 };
+  remat_tokens t = {.n = N, .max_id = N - 1};
+  t.tok = malloc(N * sizeof(int32_t));
+  for (int i = 0; i < N; i++) t.tok[i] = i; /* a token is its own position */
+  int32_t in[B * T], tg[B * T], in2[B * T], tg2[B * T];
+  const int64_t n_val = (int64_t)floor(0.1 * N), n_train = N - n_val;
+
+  /* sequential: windows 0, T, 2T, ... */
+  remat_loader L;
+  CHECK(remat_loader_init(&L, &t, B, T, REMAT_SPLIT_TRAIN, 0.1, 0, 0, &err) == 0);
+  CHECK(L.num_windows == (n_train - 1) / T);
+  remat_loader_next(&L, in, tg);
+  int ok = 1;
+  for (int i = 0; i < B * T; i++) ok &= in[i] == i && tg[i] == i + 1;
+  CHECK(ok);
+  /* run through the epoch end: wraps to window 0 */
+  int64_t W = L.num_windows, served = B;
+  while (served + B <= W) {
+    remat_loader_next(&L, in, tg);
+    served += B;
+  }
+  remat_loader_next(&L, in, tg);
+  int64_t left = W - served; /* rows still in epoch 0 */
+  CHECK(in[0] == (int32_t)(served * T));
+  CHECK(in[left * T] == 0 && L.epoch == 1);
+  remat_loader_free(&L);
+
+  /* shuffled: deterministic per seed, targets shifted, only train tokens,
+   * and every epoch serves every window exactly once */
+  remat_loader S1, S2, S3;
+  CHECK(remat_loader_init(&S1, &t, B, T, REMAT_SPLIT_TRAIN, 0.1, 1, 42, &err) == 0);
+  CHECK(remat_loader_init(&S2, &t, B, T, REMAT_SPLIT_TRAIN, 0.1, 1, 42, &err) == 0);
+  CHECK(remat_loader_init(&S3, &t, B, T, REMAT_SPLIT_TRAIN, 0.1, 1, 43, &err) == 0);
+  int same = 1, differ = 0, shifted = 1, in_train = 1, offsets_vary = 0;
+  int64_t first_offset = S1.offset;
+  size_t live = remat__heap_live();
+  for (int step = 0; step < 3000; step++) {
+    remat_loader_next(&S1, in, tg);
+    remat_loader_next(&S2, in2, tg2);
+    same &= memcmp(in, in2, sizeof in) == 0 && memcmp(tg, tg2, sizeof tg) == 0;
+    remat_loader_next(&S3, in2, tg2);
+    differ |= memcmp(in, in2, sizeof in) != 0;
+    for (int b = 0; b < B; b++)
+      for (int i = 0; i < T; i++) {
+        int32_t x = in[b * T + i];
+        shifted &= tg[b * T + i] == x + 1;
+        if (i) shifted &= x == in[b * T + i - 1] + 1;
+        in_train &= x >= 0 && tg[b * T + i] < n_train;
+      }
+    offsets_vary |= S1.offset != first_offset;
+  }
+  CHECK(remat__heap_live() == live); /* next() never allocates */
+  CHECK(same && differ && shifted && in_train);
+  CHECK(S1.epoch > 5 && offsets_vary);
+
+  /* one epoch: every window once */
+  remat_loader_reset(&S1);
+  int64_t W1 = S1.num_windows, off = S1.offset;
+  char *seen = calloc((size_t)W1, 1);
+  int once = 1;
+  for (int64_t r = 0; r + B <= W1; r += B) {
+    remat_loader_next(&S1, in, tg);
+    for (int b = 0; b < B; b++) {
+      int64_t start = in[b * T] - off;
+      once &= start % T == 0 && start / T < W1 && !seen[start / T];
+      if (start % T == 0 && start / T < W1) seen[start / T] = 1;
+    }
+  }
+  CHECK(once);
+  free(seen);
+  /* reset replays from the first batch */
+  remat_loader_reset(&S1);
+  remat_loader_reset(&S2);
+  remat_loader_next(&S1, in, tg);
+  remat_loader_next(&S2, in2, tg2);
+  CHECK(memcmp(in, in2, sizeof in) == 0);
+  remat_loader_free(&S1);
+  remat_loader_free(&S2);
+  remat_loader_free(&S3);
+
+  /* validation: only the last 10%, disjoint from training */
+  remat_loader V;
+  CHECK(remat_loader_init(&V, &t, B, T, REMAT_SPLIT_VAL, 0.1, 0, 0, &err) == 0);
+  CHECK(V.n == n_val);
+  int in_val = 1;
+  for (int step = 0; step < 50; step++) {
+    remat_loader_next(&V, in, tg);
+    for (int i = 0; i < B * T; i++) in_val &= in[i] >= n_train && tg[i] < N && tg[i] == in[i] + 1;
+  }
+  CHECK(in_val);
+  remat_loader_free(&V);
+  CHECK(remat_loader_init(&V, &t, B, T, REMAT_SPLIT_VAL, 0.1, 1, 9, &err) == 0);
+  in_val = 1;
+  for (int step = 0; step < 50; step++) {
+    remat_loader_next(&V, in, tg);
+    for (int i = 0; i < B * T; i++) in_val &= in[i] >= n_train && tg[i] < N;
+  }
+  CHECK(in_val);
+  remat_loader_free(&V);
+
+  /* a split of exactly T+1 tokens works; one fewer is refused */
+  remat_tokens small = {.tok = t.tok, .n = T + 1, .max_id = T};
+  CHECK(remat_loader_init(&V, &small, B, T, REMAT_SPLIT_TRAIN, 0.0, 1, 5, &err) == 0);
+  remat_loader_next(&V, in, tg);
+  ok = 1;
+  for (int i = 0; i < B * T; i++) ok &= in[i] == i % T && tg[i] == i % T + 1;
+  CHECK(ok);
+  remat_loader_free(&V);
+  small.n = T;
+  int rc = remat_loader_init(&V, &small, B, T, REMAT_SPLIT_TRAIN, 0.0, 0, 0, &err);
+  CHECK_ERR(rc, err, REMAT_EINVAL, "needs 17");
+  rc = remat_loader_init(&V, &t, B, T, REMAT_SPLIT_VAL, 0.0, 0, 0, &err);
+  CHECK_ERR(rc, err, REMAT_EINVAL, "validation split has 0 tokens");
+  rc = remat_loader_init(&V, &t, B, T, REMAT_SPLIT_VAL, 1.0, 0, 0, &err);
+  CHECK_ERR(rc, err, REMAT_EINVAL, "[0, 1)");
+  rc = remat_loader_init(&V, &t, 0, T, REMAT_SPLIT_TRAIN, 0.1, 0, 0, &err);
+  CHECK_ERR(rc, err, REMAT_EINVAL, "B=0");
+  rc = remat_loader_init(&V, &t, B, T, 2, 0.1, 0, 0, &err);
+  CHECK_ERR(rc, err, REMAT_EINVAL, "split 2");
+  free(t.tok);
+}
+
+int main(int argc, char **argv) {
+  int own_dir = argc < 2;
+  if (own_dir) {
+    strcpy(dir, "/tmp/remat_test_io_XXXXXX");
+    if (!mkdtemp(dir)) {
+      perror("mkdtemp");
+      return 2;
+    }
+  } else {
+    snprintf(dir, sizeof dir, "%s", argv[1]);
+    mkdir(dir, 0700);
+  }
+  size_t live = remat__heap_live();
+  test_shards();
+  test_text();
+  test_checkpoints();
+  test_corpus();
+  test_loader();
+  CHECK(remat__heap_live() == live); /* every library allocation was released */
+  for (int i = 0; i < nmade; i++) remove(made[i]);
+  if (own_dir) rmdir(dir);
+  printf("test_io: %d checks, %d failed\n", checks, failures);
+  return failures ? 1 : 0;
+}
