@@ -24,7 +24,9 @@
 #include "kernels/kernels.h"
 #include "kernels/philox_rng.h"
 
+#ifndef ATT_TILE /* overridable so tests can exercise the tiling with tiny shapes */
 #define ATT_TILE 8192
+#endif
 
 static int as_blasint(int64_t x) {
   REMAT_ASSERT(x >= 0 && x <= INT_MAX);

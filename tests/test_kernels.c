@@ -1,0 +1,849 @@
+/* test_kernels.c: checks every kernel of kernels.h.
+ *
+ * - Gradients: for each layer, the backward is compared with central finite
+ *   differences of the float forward on a scalar loss L = sum(out * R), R a
+ *   fixed random tensor, so every output element matters. The check passes
+ *   when max|analytic - numeric| / max(max|analytic|, max|numeric|) < 1e-2
+ *   (step 1e-2, loss summed in double).
+ * - The sgemm attention is compared with a scalar reference in double,
+ *   forward and backward, with and without dropout (1e-5 relative).
+ * - Accumulate-vs-overwrite: overwritten outputs are prefilled with NaN or
+ *   garbage, accumulated ones with known values.
+ * - Dropout statistics and counter dependence, determinism (memcmp), AdamW
+ *   against a hand-written double version, sum of squares, initialisation,
+ *   and that no kernel calls malloc once warmed up.
+ *
+ * Built twice: test_kernels against the library, and test_kernels_tile with
+ * attention.c compiled in using a tiny ATT_TILE so the tiled dropout product
+ * runs with several row and column blocks. Prints one line per check and
+ * exits non-zero if any fails. */
+#include <math.h>
+#include <omp.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/kernels.h"
+
+/* ------------------------------------------------------------ harness */
+
+static int failures = 0;
+
+#define CHECK(cond, ...)                        \
+  do {                                          \
+    bool ok_ = (cond);                          \
+    printf("%s ", ok_ ? "ok  " : "FAIL");       \
+    printf(__VA_ARGS__);                        \
+    printf("\n");                               \
+    if (!ok_) failures++;                       \
+  } while (0)
+
+/* Counts malloc/calloc/realloc calls made by anything in the process, so the
+ * "no kernel allocates" contract can be checked. Not under AddressSanitizer,
+ * which owns malloc itself. */
+#if !defined(__SANITIZE_ADDRESS__)
+#define COUNT_ALLOCS 1
+extern void *__libc_malloc(size_t n);
+extern void *__libc_calloc(size_t n, size_t size);
+extern void *__libc_realloc(void *p, size_t n);
+static atomic_long n_allocs;
+void *malloc(size_t n) {
+  atomic_fetch_add(&n_allocs, 1);
+  return __libc_malloc(n);
+}
+void *calloc(size_t n, size_t size) {
+  atomic_fetch_add(&n_allocs, 1);
+  return __libc_calloc(n, size);
+}
+void *realloc(void *p, size_t n) {
+  atomic_fetch_add(&n_allocs, 1);
+  return __libc_realloc(p, n);
+}
+#endif
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static double urand(void) { /* splitmix64, uniform in [0, 1) */
+  uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z ^= z >> 31;
+  return (double)(z >> 11) * 0x1p-53;
+}
+static void fill(float *x, size_t n, float lo, float hi) {
+  for (size_t i = 0; i < n; i++) x[i] = lo + (hi - lo) * (float)urand();
+}
+static void fill_const(float *x, size_t n, float v) {
+  for (size_t i = 0; i < n; i++) x[i] = v;
+}
+static float *falloc(size_t n) {
+  float *p = malloc(n * sizeof(float) + 64);
+  if (!p) abort();
+  return p;
+}
+static double *dalloc(size_t n) {
+  double *p = calloc(n + 1, sizeof(double));
+  if (!p) abort();
+  return p;
+}
+
+static double dot_r(const float *x, const float *r, size_t n) {
+  double s = 0.0;
+  for (size_t i = 0; i < n; i++) s += (double)x[i] * (double)r[i];
+  return s;
+}
+
+/* max|a - b| / max(max|a|, max|b|); a float, b double. */
+static double rel_err_fd(const float *a, const double *b, size_t n) {
+  double md = 0, ma = 0, mb = 0;
+  for (size_t i = 0; i < n; i++) {
+    double d = fabs((double)a[i] - b[i]);
+    md = d > md ? d : md;
+    ma = fabs((double)a[i]) > ma ? fabs((double)a[i]) : ma;
+    mb = fabs(b[i]) > mb ? fabs(b[i]) : mb;
+  }
+  double m = ma > mb ? ma : mb;
+  if (isnan(md)) return INFINITY;
+  return m > 0 ? md / m : md;
+}
+static double max_abs_d(const double *x, size_t n) {
+  double m = 0;
+  for (size_t i = 0; i < n; i++) m = fabs(x[i]) > m ? fabs(x[i]) : m;
+  return m;
+}
+
+#define FD_EPS 1e-2f
+#define FD_TOL 1e-2
+#define REF_TOL 1e-5
+
+/* Central differences of f with respect to each x[i], compared with the
+ * analytic gradient g. The numeric derivative divides by the step that the
+ * float perturbation really took. */
+typedef double (*loss_fn)(void *ctx);
+static void grad_check(const char *what, loss_fn f, void *ctx, float *x, size_t n,
+                       const float *g) {
+  double *num = dalloc(n);
+  for (size_t i = 0; i < n; i++) {
+    float save = x[i], xp = save + FD_EPS, xm = save - FD_EPS;
+    x[i] = xp;
+    double lp = f(ctx);
+    x[i] = xm;
+    double lm = f(ctx);
+    x[i] = save;
+    num[i] = (lp - lm) / ((double)xp - (double)xm);
+  }
+  double e = rel_err_fd(g, num, n), mx = max_abs_d(num, n);
+  CHECK(e < FD_TOL && mx > 1e-6,
+        "grad %-34s n=%-4zu max|numeric|=%.3g  rel err %.2e (tol %.0e)", what, n, mx, e, FD_TOL);
+  free(num);
+}
+
+/* ------------------------------------------------------------ encoder */
+
+typedef struct {
+  int64_t B, T, C, V;
+  int32_t *tok;
+  float *wte, *wpe, *out, *R;
+} enc_ctx;
+
+static double enc_loss(void *p) {
+  enc_ctx *c = p;
+  remat__encoder_forward(c->out, c->tok, c->wte, c->wpe, c->B, c->T, c->C);
+  return dot_r(c->out, c->R, (size_t)(c->B * c->T * c->C));
+}
+
+static void test_encoder(void) {
+  printf("-- encoder\n");
+  enc_ctx c = {.B = 2, .T = 5, .C = 8, .V = 11};
+  size_t n = (size_t)(c.B * c.T * c.C), nwte = (size_t)(c.V * c.C), nwpe = (size_t)(c.T * c.C);
+  int32_t tok[10] = {3, 7, 3, 0, 10, 7, 7, 1, 3, 2}; /* repeats on purpose */
+  c.tok = tok;
+  c.wte = falloc(nwte), c.wpe = falloc(nwpe), c.out = falloc(n), c.R = falloc(n);
+  fill(c.wte, nwte, -1, 1), fill(c.wpe, nwpe, -1, 1), fill(c.R, n, -1, 1);
+  enc_loss(&c);
+  bool exact = true;
+  for (int64_t bt = 0; bt < c.B * c.T; bt++)
+    for (int64_t k = 0; k < c.C; k++)
+      exact &= c.out[bt * c.C + k] == c.wte[tok[bt] * c.C + k] + c.wpe[(bt % c.T) * c.C + k];
+  CHECK(exact, "encoder forward equals wte[token] + wpe[t] exactly");
+
+  float *dwte = falloc(nwte), *dwpe = falloc(nwpe), *g0 = falloc(nwte), *g1 = falloc(nwpe);
+  fill(g0, nwte, -0.5f, 0.5f), fill(g1, nwpe, -0.5f, 0.5f);
+  memcpy(dwte, g0, nwte * sizeof(float)), memcpy(dwpe, g1, nwpe * sizeof(float));
+  remat__encoder_backward(dwte, dwpe, c.R, c.tok, c.B, c.T, c.C);
+  for (size_t i = 0; i < nwte; i++) dwte[i] -= g0[i]; /* accumulates onto the prefill */
+  for (size_t i = 0; i < nwpe; i++) dwpe[i] -= g1[i];
+  grad_check("encoder dwte (accumulated)", enc_loss, &c, c.wte, nwte, dwte);
+  grad_check("encoder dwpe (accumulated)", enc_loss, &c, c.wpe, nwpe, dwpe);
+
+  /* twice from zero gives exactly twice once */
+  fill_const(dwte, nwte, 0), fill_const(dwpe, nwpe, 0);
+  remat__encoder_backward(dwte, dwpe, c.R, c.tok, c.B, c.T, c.C);
+  memcpy(g0, dwte, nwte * sizeof(float)), memcpy(g1, dwpe, nwpe * sizeof(float));
+  remat__encoder_backward(dwte, dwpe, c.R, c.tok, c.B, c.T, c.C);
+  /* a repeated token's row collects its terms one at a time, so the second
+   * call's sum rounds differently from 2x: compare to float precision */
+  double md = 0, mg = 0;
+  for (size_t i = 0; i < nwte; i++) md = fmax(md, fabs(dwte[i] - 2.0 * g0[i])), mg = fmax(mg, fabs(g0[i]));
+  for (size_t i = 0; i < nwpe; i++) md = fmax(md, fabs(dwpe[i] - 2.0 * g1[i])), mg = fmax(mg, fabs(g1[i]));
+  CHECK(md / mg < 1e-6, "encoder backward twice accumulates to 2x: rel diff %.1e (tol 1e-6)",
+        md / mg);
+  free(c.wte), free(c.wpe), free(c.out), free(c.R), free(dwte), free(dwpe), free(g0), free(g1);
+}
+
+/* ---------------------------------------------------------- layernorm */
+
+typedef struct {
+  int64_t N, C;
+  float *inp, *w, *b, *out, *mean, *rstd, *R;
+} ln_ctx;
+
+static double ln_loss(void *p) {
+  ln_ctx *c = p;
+  remat__layernorm_forward(c->out, c->mean, c->rstd, c->inp, c->w, c->b, c->N, c->C);
+  return dot_r(c->out, c->R, (size_t)(c->N * c->C));
+}
+
+static void test_layernorm(void) {
+  printf("-- layernorm\n");
+  ln_ctx c = {.N = 10, .C = 8};
+  size_t n = (size_t)(c.N * c.C), C = (size_t)c.C, N = (size_t)c.N;
+  c.inp = falloc(n), c.w = falloc(C), c.b = falloc(C), c.out = falloc(n), c.R = falloc(n);
+  c.mean = falloc(N), c.rstd = falloc(N);
+  fill(c.inp, n, -1, 2), fill(c.w, C, 0.5f, 1.5f), fill(c.b, C, -0.5f, 0.5f), fill(c.R, n, -1, 1);
+  ln_loss(&c);
+  /* reference in double: biased variance, eps 1e-5 inside the root */
+  double *ref = dalloc(n), *rm = dalloc(N), *rr = dalloc(N);
+  for (size_t r = 0; r < N; r++) {
+    double m = 0, v = 0;
+    for (size_t k = 0; k < C; k++) m += c.inp[r * C + k];
+    m /= (double)C;
+    for (size_t k = 0; k < C; k++) v += (c.inp[r * C + k] - m) * (c.inp[r * C + k] - m);
+    v /= (double)C;
+    rm[r] = m, rr[r] = 1.0 / sqrt(v + 1e-5);
+    for (size_t k = 0; k < C; k++) ref[r * C + k] = (c.inp[r * C + k] - m) * rr[r] * c.w[k] + c.b[k];
+  }
+  double e_out = rel_err_fd(c.out, ref, n), e_m = rel_err_fd(c.mean, rm, N),
+         e_r = rel_err_fd(c.rstd, rr, N);
+  CHECK(e_out < REF_TOL && e_m < REF_TOL && e_r < REF_TOL,
+        "layernorm forward vs double reference: out %.1e mean %.1e rstd %.1e (tol %.0e)", e_out,
+        e_m, e_r, REF_TOL);
+
+  float *dinp = falloc(n), *dw = falloc(C), *db = falloc(C);
+  float *g0 = falloc(n), *g1 = falloc(C), *g2 = falloc(C);
+  fill(g0, n, -0.5f, 0.5f), fill(g1, C, -0.5f, 0.5f), fill(g2, C, -0.5f, 0.5f);
+  memcpy(dinp, g0, n * sizeof(float)), memcpy(dw, g1, C * sizeof(float)),
+      memcpy(db, g2, C * sizeof(float));
+  remat__layernorm_backward(dinp, dw, db, c.R, c.inp, c.w, c.mean, c.rstd, c.N, c.C);
+  for (size_t i = 0; i < n; i++) dinp[i] -= g0[i]; /* dinp accumulates too */
+  for (size_t i = 0; i < C; i++) dw[i] -= g1[i], db[i] -= g2[i];
+  grad_check("layernorm dinp (accumulated)", ln_loss, &c, c.inp, n, dinp);
+  grad_check("layernorm dweight (accumulated)", ln_loss, &c, c.w, C, dw);
+  grad_check("layernorm dbias (accumulated)", ln_loss, &c, c.b, C, db);
+
+  fill_const(dinp, n, 0), fill_const(dw, C, 0), fill_const(db, C, 0);
+  remat__layernorm_backward(dinp, dw, db, c.R, c.inp, c.w, c.mean, c.rstd, c.N, c.C);
+  memcpy(g0, dinp, n * sizeof(float)), memcpy(g1, dw, C * sizeof(float)),
+      memcpy(g2, db, C * sizeof(float));
+  remat__layernorm_backward(dinp, dw, db, c.R, c.inp, c.w, c.mean, c.rstd, c.N, c.C);
+  bool twice = true;
+  for (size_t i = 0; i < n; i++) twice &= dinp[i] == 2 * g0[i];
+  for (size_t i = 0; i < C; i++) twice &= dw[i] == 2 * g1[i] && db[i] == 2 * g2[i];
+  CHECK(twice, "layernorm backward twice accumulates dinp, dweight, dbias to exactly 2x");
+  free(c.inp), free(c.w), free(c.b), free(c.out), free(c.R), free(c.mean), free(c.rstd);
+  free(ref), free(rm), free(rr), free(dinp), free(dw), free(db), free(g0), free(g1), free(g2);
+}
+
+/* ------------------------------------------------------------- matmul */
+
+typedef struct {
+  int64_t N, C, OC;
+  float *inp, *w, *b, *out, *R; /* b NULL: no bias */
+} mm_ctx;
+
+static double mm_loss(void *p) {
+  mm_ctx *c = p;
+  remat__matmul_forward(c->out, c->inp, c->w, c->b, c->N, c->C, c->OC);
+  return dot_r(c->out, c->R, (size_t)(c->N * c->OC));
+}
+
+static void test_matmul_case(bool with_bias) {
+  printf("-- matmul %s bias\n", with_bias ? "with" : "without");
+  mm_ctx c = {.N = 10, .C = 8, .OC = 12};
+  size_t ni = (size_t)(c.N * c.C), nw = (size_t)(c.OC * c.C), no = (size_t)(c.N * c.OC),
+         OC = (size_t)c.OC;
+  c.inp = falloc(ni), c.w = falloc(nw), c.out = falloc(no), c.R = falloc(no);
+  c.b = with_bias ? falloc(OC) : NULL;
+  fill(c.inp, ni, -1, 1), fill(c.w, nw, -1, 1), fill(c.R, no, -1, 1);
+  if (c.b) fill(c.b, OC, -1, 1);
+  fill_const(c.out, no, NAN); /* overwritten, NaN must not leak */
+  mm_loss(&c);
+  double *ref = dalloc(no);
+  for (int64_t r = 0; r < c.N; r++)
+    for (int64_t o = 0; o < c.OC; o++) {
+      double s = c.b ? c.b[o] : 0.0;
+      for (int64_t k = 0; k < c.C; k++) s += (double)c.inp[r * c.C + k] * c.w[o * c.C + k];
+      ref[r * c.OC + o] = s;
+    }
+  double e = rel_err_fd(c.out, ref, no);
+  CHECK(e < REF_TOL, "matmul forward vs double reference (out prefilled NaN): %.1e", e);
+
+  float *dinp = falloc(ni), *dw = falloc(nw), *db = falloc(OC), *g1 = falloc(nw),
+        *g2 = falloc(OC);
+  fill_const(dinp, ni, NAN);
+  fill(g1, nw, -0.5f, 0.5f), fill(g2, OC, -0.5f, 0.5f);
+  memcpy(dw, g1, nw * sizeof(float)), memcpy(db, g2, OC * sizeof(float));
+  remat__matmul_backward(dinp, dw, c.b ? db : NULL, c.R, c.inp, c.w, c.N, c.C, c.OC);
+  for (size_t i = 0; i < nw; i++) dw[i] -= g1[i];
+  grad_check("matmul dinp (overwritten, NaN prefill)", mm_loss, &c, c.inp, ni, dinp);
+  grad_check("matmul dweight (accumulated)", mm_loss, &c, c.w, nw, dw);
+  if (c.b) {
+    for (size_t i = 0; i < OC; i++) db[i] -= g2[i];
+    grad_check("matmul dbias (accumulated)", mm_loss, &c, c.b, OC, db);
+  } else {
+    CHECK(memcmp(db, g2, OC * sizeof(float)) == 0, "matmul backward leaves dbias alone when NULL");
+  }
+
+  /* dinp NULL is skipped; dweight, dbias accumulate to exactly 2x */
+  float *w1 = falloc(nw), *b1 = falloc(OC);
+  fill_const(dw, nw, 0), fill_const(db, OC, 0);
+  remat__matmul_backward(NULL, dw, db, c.R, c.inp, c.w, c.N, c.C, c.OC);
+  memcpy(w1, dw, nw * sizeof(float)), memcpy(b1, db, OC * sizeof(float));
+  remat__matmul_backward(NULL, dw, db, c.R, c.inp, c.w, c.N, c.C, c.OC);
+  bool twice = true;
+  for (size_t i = 0; i < nw; i++) twice &= dw[i] == 2 * w1[i];
+  for (size_t i = 0; i < OC; i++) twice &= db[i] == 2 * b1[i];
+  CHECK(twice, "matmul backward (dinp NULL) twice accumulates dweight, dbias to exactly 2x");
+  free(c.inp), free(c.w), free(c.out), free(c.R), free(c.b), free(ref);
+  free(dinp), free(dw), free(db), free(g1), free(g2), free(w1), free(b1);
+}
+
+/* ---------------------------------------------------------- attention */
+
+/* Plain reference in double, straight from the definitions in kernels.h.
+ * out (B,T,C), att (B,NH,T,T) pre-dropout probabilities. */
+static double drop_mult(const remat__dropout *d, uint64_t i) {
+  if (!d || d->p <= 0.0f) return 1.0;
+  return remat__dropout_keep(d, i) ? (double)(1.0f / (1.0f - d->p)) : 0.0;
+}
+
+static void ref_attention(double *out, double *att, double *dqkv, const float *dout,
+                          const float *qkv, int64_t B, int64_t T, int64_t C, int64_t NH,
+                          const remat__dropout *d) {
+  const int64_t hs = C / NH, C3 = 3 * C;
+  const double scale = 1.0 / sqrt((double)hs);
+  double *P = dalloc((size_t)T), *dP = dalloc((size_t)T);
+  if (dqkv) memset(dqkv, 0, (size_t)(B * T * C3) * sizeof(double));
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t h = 0; h < NH; h++)
+      for (int64_t t = 0; t < T; t++) {
+        const float *q = qkv + (b * T + t) * C3 + h * hs;
+        double mx = -INFINITY, s = 0;
+        for (int64_t u = 0; u <= t; u++) {
+          const float *k = qkv + (b * T + u) * C3 + C + h * hs;
+          double a = 0;
+          for (int64_t i = 0; i < hs; i++) a += (double)q[i] * k[i];
+          P[u] = a * scale;
+          mx = P[u] > mx ? P[u] : mx;
+        }
+        for (int64_t u = 0; u <= t; u++) s += (P[u] = exp(P[u] - mx));
+        for (int64_t u = 0; u <= t; u++) P[u] /= s;
+        const uint64_t base = (uint64_t)(((b * NH + h) * T + t) * T);
+        if (att)
+          for (int64_t u = 0; u < T; u++) att[base + (uint64_t)u] = u <= t ? P[u] : 0.0;
+        if (out)
+          for (int64_t i = 0; i < hs; i++) {
+            double o = 0;
+            for (int64_t u = 0; u <= t; u++)
+              o += P[u] * drop_mult(d, base + (uint64_t)u) * qkv[(b * T + u) * C3 + 2 * C + h * hs + i];
+            out[(b * T + t) * C + h * hs + i] = o;
+          }
+        if (!dqkv) continue;
+        const float *dO = dout + (b * T + t) * C + h * hs;
+        double dot = 0;
+        for (int64_t u = 0; u <= t; u++) {
+          const float *v = qkv + (b * T + u) * C3 + 2 * C + h * hs;
+          double m = drop_mult(d, base + (uint64_t)u), g = 0;
+          for (int64_t i = 0; i < hs; i++) {
+            g += (double)dO[i] * v[i];
+            dqkv[(b * T + u) * C3 + 2 * C + h * hs + i] += P[u] * m * dO[i];
+          }
+          dP[u] = g * m;
+          dot += dP[u] * P[u];
+        }
+        for (int64_t u = 0; u <= t; u++) {
+          double dS = P[u] * (dP[u] - dot) * scale;
+          const float *k = qkv + (b * T + u) * C3 + C + h * hs;
+          for (int64_t i = 0; i < hs; i++) {
+            dqkv[(b * T + t) * C3 + h * hs + i] += dS * k[i];
+            dqkv[(b * T + u) * C3 + C + h * hs + i] += dS * q[i];
+          }
+        }
+      }
+  free(P), free(dP);
+}
+
+typedef struct {
+  int64_t B, T, C, NH;
+  float *qkv, *out, *att, *R;
+  const remat__dropout *d;
+} att_ctx;
+
+static double att_loss(void *p) {
+  att_ctx *c = p;
+  remat__attention_forward(c->out, c->att, c->qkv, c->B, c->T, c->C, c->NH, c->d);
+  return dot_r(c->out, c->R, (size_t)(c->B * c->T * c->C));
+}
+
+/* Reference comparison (forward, backward) at one shape; finite differences
+ * too when fd is set. */
+static void test_attention_case(int64_t B, int64_t T, int64_t C, int64_t NH, float p, bool fd) {
+  remat__dropout drop = {.p = p, .seed = 1234567890123ull, .step = 3, .micro = 1, .layer = 2,
+                         .site = REMAT_DROP_ATTN};
+  att_ctx c = {.B = B, .T = T, .C = C, .NH = NH, .d = p > 0 ? &drop : NULL};
+  size_t nqkv = (size_t)(B * T * 3 * C), no = (size_t)(B * T * C), na = (size_t)(B * NH * T * T);
+  char tag[96];
+  snprintf(tag, sizeof tag, "B=%lld T=%lld C=%lld NH=%lld p=%.2f", (long long)B, (long long)T,
+           (long long)C, (long long)NH, (double)p);
+  c.qkv = falloc(nqkv), c.out = falloc(no), c.att = falloc(na), c.R = falloc(no);
+  fill(c.qkv, nqkv, -1, 1), fill(c.R, no, -1, 1);
+  fill_const(c.out, no, NAN), fill_const(c.att, na, NAN); /* both overwritten */
+  att_loss(&c);
+  double *rout = dalloc(no), *ratt = dalloc(na), *rd = dalloc(nqkv);
+  ref_attention(rout, ratt, rd, c.R, c.qkv, B, T, C, NH, c.d);
+  double eo = rel_err_fd(c.out, rout, no), ea = rel_err_fd(c.att, ratt, na);
+  CHECK(eo < REF_TOL && ea < REF_TOL, "attention forward vs scalar reference %s: out %.1e att %.1e",
+        tag, eo, ea);
+
+  float *dqkv = falloc(nqkv), *datt = falloc(na);
+  fill_const(dqkv, nqkv, NAN), fill_const(datt, na, NAN);
+  remat__attention_backward(dqkv, datt, c.R, c.qkv, c.att, B, T, C, NH, c.d);
+  double ed = rel_err_fd(dqkv, rd, nqkv);
+  CHECK(ed < REF_TOL, "attention backward vs scalar reference %s: dqkv %.1e (NaN prefill)", tag,
+        ed);
+  if (fd) {
+    snprintf(tag, sizeof tag, "attention dqkv p=%.2f", (double)p);
+    grad_check(tag, att_loss, &c, c.qkv, nqkv, dqkv);
+  }
+
+  /* determinism: the same call twice gives the same bits */
+  float *out2 = falloc(no), *att2 = falloc(na), *dqkv2 = falloc(nqkv);
+  remat__attention_forward(c.out, c.att, c.qkv, B, T, C, NH, c.d);
+  remat__attention_forward(out2, att2, c.qkv, B, T, C, NH, c.d);
+  remat__attention_backward(dqkv, datt, c.R, c.qkv, c.att, B, T, C, NH, c.d);
+  remat__attention_backward(dqkv2, datt, c.R, c.qkv, att2, B, T, C, NH, c.d);
+  CHECK(memcmp(out2, c.out, no * sizeof(float)) == 0 &&
+            memcmp(att2, c.att, na * sizeof(float)) == 0 &&
+            memcmp(dqkv2, dqkv, nqkv * sizeof(float)) == 0,
+        "attention forward and backward twice are bitwise identical (%s)", tag);
+  free(c.qkv), free(c.out), free(c.att), free(c.R), free(rout), free(ratt), free(rd);
+  free(dqkv), free(datt), free(out2), free(att2), free(dqkv2);
+}
+
+static void test_attention(void) {
+  printf("-- attention (ATT_TILE %s)\n",
+#ifdef ATT_TILE
+         "small, compiled into this test"
+#else
+         "library default"
+#endif
+  );
+  test_attention_case(2, 5, 8, 2, 0.0f, true);
+  test_attention_case(2, 5, 8, 2, 0.3f, true);
+  test_attention_case(2, 13, 16, 2, 0.2f, false);
+  test_attention_case(1, 50, 8, 1, 0.2f, false);
+  test_attention_case(1, 200, 16, 2, 0.1f, false);
+  test_attention_case(2, 64, 64, 4, 0.0f, false);
+}
+
+/* --------------------------------------------------------------- gelu */
+
+typedef struct {
+  size_t n;
+  float *inp, *out, *R;
+} gelu_ctx;
+
+static double gelu_loss(void *p) {
+  gelu_ctx *c = p;
+  remat__gelu_forward(c->out, c->inp, c->n);
+  return dot_r(c->out, c->R, c->n);
+}
+
+static void test_gelu(void) {
+  printf("-- gelu\n");
+  gelu_ctx c = {.n = 80};
+  c.inp = falloc(c.n), c.out = falloc(c.n), c.R = falloc(c.n);
+  fill(c.inp, c.n, -4, 4), fill(c.R, c.n, -1, 1);
+  gelu_loss(&c);
+  double *ref = dalloc(c.n);
+  for (size_t i = 0; i < c.n; i++) {
+    double x = c.inp[i];
+    ref[i] = 0.5 * x * (1 + tanh(sqrt(2 / 3.14159265358979323846) * (x + 0.044715 * x * x * x)));
+  }
+  double e = rel_err_fd(c.out, ref, c.n);
+  CHECK(e < REF_TOL, "gelu forward vs double tanh formula: %.1e", e);
+  float *dinp = falloc(c.n), *tmp = falloc(c.n);
+  fill_const(dinp, c.n, NAN);
+  remat__gelu_backward(dinp, c.inp, c.R, c.n);
+  grad_check("gelu dinp (overwritten, NaN prefill)", gelu_loss, &c, c.inp, c.n, dinp);
+  memcpy(tmp, c.R, c.n * sizeof(float));
+  remat__gelu_backward(tmp, c.inp, tmp, c.n);
+  CHECK(memcmp(tmp, dinp, c.n * sizeof(float)) == 0, "gelu backward in place (dinp == dout)");
+  free(c.inp), free(c.out), free(c.R), free(ref), free(dinp), free(tmp);
+}
+
+/* ----------------------------------------------------------- residual */
+
+typedef struct {
+  size_t n;
+  float *a, *b, *out, *R;
+} res_ctx;
+
+static double res_loss(void *p) {
+  res_ctx *c = p;
+  remat__residual_forward(c->out, c->a, c->b, c->n);
+  return dot_r(c->out, c->R, c->n);
+}
+
+static void test_residual(void) {
+  printf("-- residual\n");
+  res_ctx c = {.n = 80};
+  c.a = falloc(c.n), c.b = falloc(c.n), c.out = falloc(c.n), c.R = falloc(c.n);
+  fill(c.a, c.n, -1, 1), fill(c.b, c.n, -1, 1), fill(c.R, c.n, -1, 1);
+  /* the backward of out = a + b passes dout to both: dL/da = dL/db = R */
+  grad_check("residual d/da", res_loss, &c, c.a, c.n, c.R);
+  grad_check("residual d/db", res_loss, &c, c.b, c.n, c.R);
+  res_loss(&c);
+  remat__residual_forward(c.a, c.a, c.b, c.n); /* out aliases a */
+  CHECK(memcmp(c.a, c.out, c.n * sizeof(float)) == 0, "residual with out == a");
+  free(c.a), free(c.b), free(c.out), free(c.R);
+}
+
+/* ------------------------------------------------------- crossentropy */
+
+typedef struct {
+  int64_t N, V, Vp;
+  float *logits, *work, *losses;
+  const int32_t *tgt;
+} ce_ctx;
+
+static double ce_loss(void *p) { /* the forward's return value: the sum of losses */
+  ce_ctx *c = p;
+  memcpy(c->work, c->logits, (size_t)(c->N * c->Vp) * sizeof(float));
+  return remat__crossentropy_forward(c->work, c->losses, c->tgt, c->N, c->V, c->Vp);
+}
+
+static void test_crossentropy(void) {
+  printf("-- crossentropy\n");
+  int32_t tgt[10] = {0, 10, 3, 3, 7, 1, 9, 2, 5, 10};
+  ce_ctx c = {.N = 10, .V = 11, .Vp = 16, .tgt = tgt};
+  size_t n = (size_t)(c.N * c.Vp);
+  c.logits = falloc(n), c.work = falloc(n), c.losses = falloc((size_t)c.N);
+  fill(c.logits, n, -3, 3);
+  double sum = ce_loss(&c), ref_sum = 0, mloss = 0, mprob = 0;
+  bool pad0 = true, lsum = true;
+  double lossum = 0;
+  for (int64_t r = 0; r < c.N; r++) {
+    const float *x = c.logits + r * c.Vp;
+    double mx = -INFINITY, s = 0;
+    for (int64_t j = 0; j < c.V; j++) mx = x[j] > mx ? x[j] : mx;
+    for (int64_t j = 0; j < c.V; j++) s += exp(x[j] - mx);
+    double l = log(s) - (x[tgt[r]] - mx);
+    ref_sum += l;
+    mloss = fmax(mloss, fabs(l - c.losses[r]) / fabs(l));
+    for (int64_t j = 0; j < c.V; j++)
+      mprob = fmax(mprob, fabs(exp(x[j] - mx) / s - c.work[r * c.Vp + j]));
+    for (int64_t j = c.V; j < c.Vp; j++) pad0 &= c.work[r * c.Vp + j] == 0.0f;
+    lossum += c.losses[r];
+  }
+  lsum = lossum == sum;
+  CHECK(mloss < REF_TOL && mprob < REF_TOL && fabs(sum - ref_sum) / ref_sum < REF_TOL,
+        "crossentropy forward vs double: losses %.1e probs %.1e sum %.1e", mloss, mprob,
+        fabs(sum - ref_sum) / ref_sum);
+  CHECK(pad0 && lsum, "crossentropy padded probabilities are 0 and the sum equals sum(losses)");
+
+  /* dloss = 1 makes the backward the gradient of the summed loss; the padded
+   * columns start as garbage and must come out 0 (numeric gradient 0 too) */
+  const float dloss = 1.0f;
+  float *g = falloc(n);
+  ce_loss(&c);
+  memcpy(g, c.work, n * sizeof(float));
+  for (int64_t r = 0; r < c.N; r++)
+    for (int64_t j = c.V; j < c.Vp; j++) g[r * c.Vp + j] = 7.0f;
+  remat__crossentropy_backward(g, tgt, dloss, c.N, c.V, c.Vp);
+  bool gpad = true;
+  for (int64_t r = 0; r < c.N; r++)
+    for (int64_t j = c.V; j < c.Vp; j++) gpad &= g[r * c.Vp + j] == 0.0f;
+  CHECK(gpad, "crossentropy dlogits columns >= V are 0");
+  grad_check("crossentropy dlogits", ce_loss, &c, c.logits, n, g);
+
+  /* dloss scales linearly (mean over tokens passes 1/N) */
+  float *g2 = falloc(n);
+  ce_loss(&c);
+  memcpy(g2, c.work, n * sizeof(float));
+  remat__crossentropy_backward(g2, tgt, 0.25f, c.N, c.V, c.Vp);
+  double md = 0;
+  for (size_t i = 0; i < n; i++) md = fmax(md, fabs(g2[i] - 0.25 * g[i]));
+  CHECK(md < 1e-7, "crossentropy backward with dloss 0.25 is 0.25x: max diff %.1e", md);
+
+  /* stability: huge logits give the same result as shifted ones */
+  float *big = falloc(n), *l2 = falloc((size_t)c.N);
+  for (size_t i = 0; i < n; i++) big[i] = c.logits[i] + 3000.0f;
+  double sbig = remat__crossentropy_forward(big, l2, tgt, c.N, c.V, c.Vp);
+  bool fin = isfinite(sbig);
+  for (int64_t r = 0; r < c.N; r++) fin &= isfinite(l2[r]);
+  CHECK(fin && fabs(sbig - ref_sum) / ref_sum < 1e-3,
+        "crossentropy with logits + 3000 stays finite: sum %.6f vs %.6f", sbig, ref_sum);
+  /* a target whose probability underflows still has a finite loss */
+  float row[16];
+  int32_t t0 = 0;
+  float lrow;
+  for (int j = 0; j < 16; j++) row[j] = j == 0 ? -200.0f : 0.0f;
+  double sl = remat__crossentropy_forward(row, &lrow, &t0, 1, 11, 16);
+  CHECK(isfinite(sl) && fabs(sl - (200.0 + log(10.0 + exp(-200.0)))) < 1e-3,
+        "crossentropy loss stays finite when p[target] underflows: %.4f", sl);
+  free(c.logits), free(c.work), free(c.losses), free(g), free(g2), free(big), free(l2);
+}
+
+/* ------------------------------------------------------------ dropout */
+
+typedef struct {
+  size_t n;
+  float *inp, *out, *R;
+  const remat__dropout *d;
+} drop_ctx;
+
+static double drop_loss(void *p) {
+  drop_ctx *c = p;
+  remat__dropout_apply(c->out, c->inp, c->n, c->d);
+  return dot_r(c->out, c->R, c->n);
+}
+
+static double mask_diff(const remat__dropout *a, const remat__dropout *b, uint64_t n) {
+  uint64_t diff = 0;
+  for (uint64_t i = 0; i < n; i++) diff += remat__dropout_keep(a, i) != remat__dropout_keep(b, i);
+  return (double)diff / (double)n;
+}
+
+static void test_dropout(void) {
+  printf("-- dropout\n");
+  const remat__dropout d0 = {.p = 0.1f, .seed = 42, .step = 7, .micro = 2, .layer = 5,
+                             .site = REMAT_DROP_RESID1};
+  /* statistics: kept fraction within 6 sigma of 1-p */
+  const uint64_t N = 100000;
+  const float ps[] = {0.1f, 0.5f, 0.9f};
+  for (int k = 0; k < 3; k++) {
+    remat__dropout d = d0;
+    d.p = ps[k];
+    uint64_t kept = 0;
+    for (uint64_t i = 0; i < N; i++) kept += remat__dropout_keep(&d, i);
+    double frac = (double)kept / (double)N, sig = sqrt(ps[k] * (1 - ps[k]) / (double)N);
+    CHECK(fabs(frac - (1 - ps[k])) < 6 * sig, "dropout p=%.1f keeps %.4f of 1e5 (want %.2f +- %.4f)",
+          (double)ps[k], frac, 1 - (double)ps[k], 6 * sig);
+  }
+  /* every counter field changes the mask; mismatch rate ~ 2p(1-p) = 0.18 */
+  const char *names[] = {"seed", "seed high word", "step", "micro", "layer", "site"};
+  for (int f = 0; f < 6; f++) {
+    remat__dropout d = d0;
+    switch (f) {
+      case 0: d.seed ^= 1; break;
+      case 1: d.seed ^= 1ull << 40; break;
+      case 2: d.step++; break;
+      case 3: d.micro++; break;
+      case 4: d.layer++; break;
+      default: d.site = REMAT_DROP_RESID2; break;
+    }
+    double m = mask_diff(&d0, &d, 20000);
+    CHECK(m > 0.14 && m < 0.22, "dropout mask depends on %s: %.3f of elements differ", names[f], m);
+  }
+  remat__dropout same = d0;
+  CHECK(mask_diff(&d0, &same, 20000) == 0.0, "dropout mask is reproducible");
+  CHECK(remat__dropout_keep(NULL, 5) && remat__dropout_keep(&(remat__dropout){.p = 0}, 5),
+        "dropout_keep is true without dropout");
+
+  /* apply agrees with keep exactly, at offsets that straddle Philox groups
+   * and the parallel blocks */
+  const size_t n = 10003;
+  float *x = falloc(n), *y = falloc(n), *z = falloc(n);
+  fill(x, n, -1, 1);
+  remat__dropout_apply(y, x, n, &d0);
+  const float scale = 1.0f / (1.0f - d0.p);
+  bool agree = true;
+  for (size_t i = 0; i < n; i++) agree &= y[i] == (remat__dropout_keep(&d0, i) ? x[i] * scale : 0.0f);
+  CHECK(agree, "dropout_apply equals keep(i) ? x * 1/(1-p) : 0 bit for bit (n=%zu)", n);
+  memcpy(z, x, n * sizeof(float));
+  remat__dropout_apply(z, z, n, &d0);
+  CHECK(memcmp(z, y, n * sizeof(float)) == 0, "dropout_apply in place equals out of place");
+  remat__dropout_apply(y, x, n, NULL);
+  remat__dropout_apply(z, x, n, &(remat__dropout){.p = 0});
+  CHECK(memcmp(y, x, n * sizeof(float)) == 0 && memcmp(z, x, n * sizeof(float)) == 0,
+        "dropout_apply copies with d NULL or p 0");
+
+  drop_ctx c = {.n = 80, .d = &d0};
+  c.inp = falloc(c.n), c.out = falloc(c.n), c.R = falloc(c.n);
+  float *g = falloc(c.n);
+  remat__dropout dh = d0;
+  dh.p = 0.4f;
+  c.d = &dh;
+  fill(c.inp, c.n, -1, 1), fill(c.R, c.n, -1, 1);
+  remat__dropout_apply(g, c.R, c.n, c.d); /* the backward is the same function */
+  grad_check("dropout_apply d/dinp (p=0.4)", drop_loss, &c, c.inp, c.n, g);
+  free(x), free(y), free(z), free(c.inp), free(c.out), free(c.R), free(g);
+}
+
+/* ---------------------------------------------------------- optimizer */
+
+static void test_adamw(void) {
+  printf("-- adamw, sumsq, init\n");
+  enum { n = 7 };
+  float p[n], m[n], v[n], g1[n], g2[n];
+  double dp[n], dm[n], dv[n];
+  fill(p, n, -1, 1), fill(g1, n, -1, 1), fill(g2, n, -1, 1);
+  g2[3] = 0.0f; /* a zero gradient */
+  for (int i = 0; i < n; i++) m[i] = v[i] = 0, dp[i] = p[i], dm[i] = dv[i] = 0;
+  remat__adamw opt = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .step = 1};
+  const float wd = 0.1f, gs = 0.5f;
+  const float *gs_[2] = {g1, g2};
+  for (int t = 1; t <= 2; t++) {
+    opt.step = t;
+    remat__adamw_update(p, gs_[t - 1], m, v, n, &opt, wd, gs);
+    /* by hand, in double */
+    double lr = opt.lr, b1 = opt.beta1, b2 = opt.beta2, eps = opt.eps;
+    for (int i = 0; i < n; i++) {
+      double gg = (double)gs_[t - 1][i] * gs;
+      dp[i] -= lr * wd * dp[i];
+      dm[i] = b1 * dm[i] + (1 - b1) * gg;
+      dv[i] = b2 * dv[i] + (1 - b2) * gg * gg;
+      dp[i] -= (lr / (1 - pow(b1, t))) * dm[i] / (sqrt(dv[i]) / sqrt(1 - pow(b2, t)) + eps);
+    }
+  }
+  double ep = rel_err_fd(p, dp, n), em = rel_err_fd(m, dm, n), ev = rel_err_fd(v, dv, n);
+  CHECK(ep < 1e-6 && em < 1e-6 && ev < 1e-6,
+        "adamw two steps vs double by hand: param %.1e m %.1e v %.1e (tol 1e-6)", ep, em, ev);
+  /* first step of Adam moves every weight by about lr (the sign of -g) */
+  float q[1] = {1.0f}, gq[1] = {3.0f}, mq[1] = {0}, vq[1] = {0};
+  opt.step = 1;
+  remat__adamw_update(q, gq, mq, vq, 1, &opt, 0.0f, 1.0f);
+  CHECK(fabs(q[0] - (1.0 - 1e-2)) < 1e-6, "adamw first step without decay moves by lr: %.7f",
+        (double)q[0]);
+
+  /* sumsq over more than one batch of chunks, vs double; thread-count free */
+  const size_t ns = 1100007;
+  float *x = falloc(ns);
+  fill(x, ns, -1, 1);
+  double ref = 0;
+  for (size_t i = 0; i < ns; i++) ref += (double)x[i] * x[i];
+  double s2 = remat__sumsq(x, ns);
+  int nt = omp_get_max_threads();
+  omp_set_num_threads(1);
+  double s1 = remat__sumsq(x, ns);
+  omp_set_num_threads(nt);
+  CHECK(fabs(s2 - ref) / ref < 1e-12 && s1 == s2 && remat__sumsq(x, ns) == s2,
+        "sumsq vs double: %.2e; identical with 1 and %d threads and on repeat",
+        fabs(s2 - ref) / ref, nt);
+  CHECK(remat__sumsq(x, 0) == 0.0, "sumsq of nothing is 0");
+
+  /* init_normal: moments, reproducible, thread-count free, tensors differ */
+  const size_t ni = 200001;
+  float *a = falloc(ni), *b = falloc(ni), *cc = falloc(ni);
+  remat__init_normal(a, ni, 0.02f, 7, 3);
+  omp_set_num_threads(1);
+  remat__init_normal(b, ni, 0.02f, 7, 3);
+  omp_set_num_threads(nt);
+  remat__init_normal(cc, ni, 0.02f, 7, 4);
+  double mean = 0, var = 0, k4 = 0;
+  for (size_t i = 0; i < ni; i++) mean += a[i];
+  mean /= (double)ni;
+  for (size_t i = 0; i < ni; i++) var += (a[i] - mean) * (a[i] - mean);
+  var /= (double)ni;
+  for (size_t i = 0; i < ni; i++) k4 += pow((a[i] - mean), 4);
+  k4 /= (double)ni * var * var;
+  size_t same = 0;
+  for (size_t i = 0; i < ni; i++) same += a[i] == cc[i];
+  CHECK(fabs(mean) < 0.02 * 5 / sqrt((double)ni) && fabs(sqrt(var) / 0.02 - 1) < 0.01 &&
+            fabs(k4 - 3) < 0.1,
+        "init_normal: mean %.2e std %.5f kurtosis %.3f (want 0, 0.02, 3)", mean, sqrt(var), k4);
+  CHECK(memcmp(a, b, ni * sizeof(float)) == 0 && same < 10,
+        "init_normal identical with 1 and %d threads; another tensor index differs", nt);
+  free(x), free(a), free(b), free(cc);
+}
+
+/* ----------------------------------------------- no allocation, no drift */
+
+/* Runs every kernel once at a moderate shape; called twice so the second
+ * run (after OpenMP and OpenBLAS have set themselves up) can be counted. */
+static void run_all(float *buf, int64_t B, int64_t T, int64_t C, int64_t NH, int64_t V,
+                    int64_t Vp, const int32_t *tok, const remat__dropout *d) {
+  const int64_t N = B * T;
+  float *x = buf, *y = x + N * 4 * C, *w = y + N * 4 * C, *dw = w + 4 * C * C,
+        *att = dw + 4 * C * C, *datt = att + B * NH * T * T, *qkv = datt + B * NH * T * T,
+        *dqkv = qkv + N * 3 * C, *m = dqkv + N * 3 * C, *r = m + N, *lg = r + N, *wte = lg + N * Vp;
+  remat__encoder_forward(x, tok, wte, w, B, T, C);
+  remat__encoder_backward(dw, dw + V * C, x, tok, B, T, C);
+  remat__layernorm_forward(y, m, r, x, w, w + C, N, C);
+  remat__layernorm_backward(x, dw, dw + C, y, x, w, m, r, N, C);
+  remat__matmul_forward(qkv, y, w, w, N, C, 3 * C);
+  remat__matmul_backward(x, dw, dw + 3 * C * C, qkv, y, w, N, C, 3 * C);
+  remat__attention_forward(y, att, qkv, B, T, C, NH, d);
+  remat__attention_backward(dqkv, datt, y, qkv, att, B, T, C, NH, d);
+  remat__gelu_forward(y, x, (size_t)(N * C));
+  remat__gelu_backward(y, x, y, (size_t)(N * C));
+  remat__residual_forward(x, x, y, (size_t)(N * C));
+  remat__dropout_apply(x, x, (size_t)(N * C), d);
+  remat__matmul_forward(lg, x, wte, NULL, N, C, Vp);
+  remat__crossentropy_forward(lg, r, tok, N, V, Vp);
+  remat__crossentropy_backward(lg, tok, 1.0f / (float)N, N, V, Vp);
+  remat__matmul_backward(x, dw, NULL, lg, x, wte, N, C, Vp);
+  remat__adamw update_opt = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .step = 1};
+  remat__adamw_update(w, dw, x, y, (size_t)(4 * C * C), &update_opt, 0.1f, 1.0f);
+  (void)remat__sumsq(dw, (size_t)(4 * C * C));
+  remat__init_normal(w, (size_t)(4 * C * C), 0.02f, 1, 0);
+}
+
+static void test_no_alloc(void) {
+  printf("-- allocation\n");
+#ifdef COUNT_ALLOCS
+  const int64_t B = 2, T = 32, C = 64, NH = 4, V = 100, Vp = 128;
+  const int64_t N = B * T;
+  size_t nf = (size_t)(N * 4 * C * 2 + 8 * C * C + 2 * B * NH * T * T + 2 * N * 3 * C + 2 * N +
+                       N * Vp + Vp * C);
+  float *buf = falloc(nf);
+  fill(buf, nf, -0.1f, 0.1f);
+  int32_t *tok = malloc((size_t)N * sizeof(int32_t));
+  for (int64_t i = 0; i < N; i++) tok[i] = (int32_t)(i * 7 % V);
+  remat__dropout d = {.p = 0.1f, .seed = 3};
+  run_all(buf, B, T, C, NH, V, Vp, tok, &d);
+  run_all(buf, B, T, C, NH, V, Vp, tok, NULL);
+  long before = atomic_load(&n_allocs);
+  run_all(buf, B, T, C, NH, V, Vp, tok, &d);
+  run_all(buf, B, T, C, NH, V, Vp, tok, NULL);
+  long after = atomic_load(&n_allocs);
+  CHECK(after == before, "no malloc/calloc/realloc during a warmed-up run of every kernel (%ld)",
+        after - before);
+  free(buf), free(tok);
+#else
+  printf("skip allocation count under AddressSanitizer\n");
+#endif
+}
+
+int main(void) {
+  printf("test_kernels: %d OpenMP threads\n", omp_get_max_threads());
+  test_encoder();
+  test_layernorm();
+  test_matmul_case(true);
+  test_matmul_case(false);
+  test_attention();
+  test_gelu();
+  test_residual();
+  test_crossentropy();
+  test_dropout();
+  test_adamw();
+  test_no_alloc();
+  if (failures) {
+    printf("test_kernels: %d check(s) FAILED\n", failures);
+    return 1;
+  }
+  printf("test_kernels: all checks passed\n");
+  return 0;
+}
