@@ -257,7 +257,7 @@ int remat_cmd_train(int argc, char **argv) {
   char b1[32], b2[32], b3[32], b4[32], b5[32];
   int rc = DIE_RUN;
 
-  if (o.threads > 0) remat_set_threads(o.threads);
+  remat_set_threads(o.threads);
   int threads = omp_get_max_threads();
 
   /* ---- model shape */
@@ -314,12 +314,19 @@ int remat_cmd_train(int argc, char **argv) {
       goto out;
     }
   } else if (o.mem) {
-    size_t budget, other = remat__heap_live(), need;
+    size_t budget, other, need;
     int64_t n;
     if (remat_parse_size(o.mem, &budget, &err)) {
       rc = DIE_USAGE;
       goto fail_msg;
     }
+    /* What the process holds outside the arena once the model exists: the
+     * data, the loader, and a plan's own bookkeeping (the same for every
+     * policy), measured with one plan alive. */
+    remat_memplan probe;
+    if (remat_memplan_build(&probe, &cfg, o.B, o.T, policy, &err)) goto fail_msg;
+    other = remat__heap_live();
+    remat_memplan_free(&probe);
     size_t arena_budget = budget > other ? budget - other : 0;
     if (remat_fewest_recompute(&cfg, o.B, o.T, arena_budget, &n, &need, &err)) {
       if (err.code == REMAT_EINFEASIBLE) {
@@ -367,9 +374,9 @@ int remat_cmd_train(int argc, char **argv) {
     printf("policy  %lld of %lld blocks recomputed%s%s%s\n", (long long)m.mp.num_recomputed,
            (long long)L, m.mp.num_recomputed ? " (" : "", rec,
            m.mp.num_recomputed ? ")" : "");
-    printf("memory  planned peak %s = arena %s (state %s, activations and workspace %s) + "
-           "data %s\n",
-           remat_format_bytes(planned, b1, sizeof b1),
+    printf("memory  planned peak %s (%zu bytes) = arena %s (state %s, activations and "
+           "workspace %s) + data %s\n",
+           remat_format_bytes(planned, b1, sizeof b1), planned,
            remat_format_bytes(m.mp.peak_bytes, b2, sizeof b2),
            remat_format_bytes(m.mp.persistent_bytes, b3, sizeof b3),
            remat_format_bytes(m.mp.peak_bytes - m.mp.persistent_bytes, b4, sizeof b4),
@@ -390,6 +397,17 @@ int remat_cmd_train(int argc, char **argv) {
   }
   fflush(stdout);
 
+  if (o.save) { /* find out now, not after hours of training, that it cannot be saved */
+    char probe[4096];
+    snprintf(probe, sizeof probe, "%s.tmp", o.save);
+    FILE *f = fopen(probe, "wb");
+    if (!f) {
+      fprintf(stderr, "remat train: cannot write checkpoint '%s': %s\n", o.save, strerror(errno));
+      goto out;
+    }
+    fclose(f);
+    remove(probe);
+  }
   if (o.log) {
     logf = fopen(o.log, "w");
     if (!logf) {

@@ -19,3 +19,6 @@ if(torch_rc EQUAL 0)
 else()
   message(STATUS "python3-torch not found: the PyTorch reference test is not registered")
 endif()
+
+remat_cli_test(train_errors train_errors.sh LABELS unit)
+remat_cli_test(train_runs train_runs.sh TIMEOUT 900)

@@ -1,5 +1,9 @@
-/* report.c: sgemm rate, MFU and resident memory. */
+/* report.c: sgemm rate, MFU, resident memory, and thread placement. */
+#define _GNU_SOURCE /* sched_getaffinity, pthread_setaffinity_np */
 #include <cblas.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdlib.h>
 #include <omp.h>
 #include <stdio.h>
 #include <string.h>
@@ -55,8 +59,29 @@ size_t remat_rss_peak_bytes(void) {
   return kb * 1024;
 }
 
-void remat_set_threads(int threads) {
-  if (threads < 1) return;
+int remat_set_threads(int threads) {
+  cpu_set_t allowed;
+  int ncpu = 0;
+  if (sched_getaffinity(0, sizeof allowed, &allowed) == 0) ncpu = CPU_COUNT(&allowed);
+  if (threads < 1) threads = ncpu > 0 ? ncpu : omp_get_max_threads();
   omp_set_num_threads(threads);
   openblas_set_num_threads(threads);
+  /* Pin OpenMP thread i to the i-th allowed CPU unless the user chose a
+   * binding. A step is a chain of short parallel regions over the same data;
+   * threads that migrate between cores lose their caches at every region and
+   * a step ran at half speed on 2 cores without pinning. */
+  if (getenv("OMP_PROC_BIND") || getenv("GOMP_CPU_AFFINITY") || ncpu < 2 || threads > ncpu)
+    return 0;
+  int cpus[CPU_SETSIZE], n = 0;
+  for (int c = 0; c < CPU_SETSIZE && n < ncpu; c++)
+    if (CPU_ISSET(c, &allowed)) cpus[n++] = c;
+  int pinned = 0;
+#pragma omp parallel reduction(+ : pinned)
+  {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpus[omp_get_thread_num() % n], &one);
+    pinned += pthread_setaffinity_np(pthread_self(), sizeof one, &one) == 0;
+  }
+  return pinned;
 }

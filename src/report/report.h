@@ -22,7 +22,10 @@ double remat_mfu(const remat_config *cfg, int64_t seq_len, double tokens_per_s, 
 /* Peak resident set size of this process (VmHWM), or 0 if unknown. */
 size_t remat_rss_peak_bytes(void);
 
-/* Sets the thread count of both OpenMP loops and OpenBLAS. */
-void remat_set_threads(int threads);
+/* Sets the thread count of both OpenMP loops and OpenBLAS (threads < 1: one
+ * per CPU this process may use) and pins each OpenMP thread to its own CPU
+ * unless OMP_PROC_BIND or GOMP_CPU_AFFINITY is set. Returns the number of
+ * threads pinned. */
+int remat_set_threads(int threads);
 
 #endif

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# Every malformed input to `remat train` gets a one-line error and exit code 1
+# or 2: never a crash, never a silent success.
+# usage: train_errors.sh REMAT TMPDIR
+set -u
+remat=$1
+tmp=$2
+rm -rf "$tmp"
+mkdir -p "$tmp"
+fails=0
+n=0
+
+# expect_fail "description" PATTERN args...: exit 1 or 2, one line on stderr
+# that matches PATTERN (case-insensitive).
+expect_fail() {
+  local what=$1 pattern=$2
+  shift 2
+  n=$((n + 1))
+  "$remat" train --quiet "$@" >"$tmp/out" 2>"$tmp/err"
+  local rc=$?
+  local lines
+  lines=$(grep -c . "$tmp/err")
+  if [[ $rc -ne 1 && $rc -ne 2 ]]; then
+    echo "FAIL [$what]: exit code $rc (want 1 or 2): $(head -c 300 "$tmp/err")"
+    fails=$((fails + 1))
+  elif [[ $lines -ne 1 ]]; then
+    echo "FAIL [$what]: $lines lines on stderr (want 1):"
+    sed 's/^/    /' "$tmp/err" | head -5
+    fails=$((fails + 1))
+  elif ! grep -qi -- "$pattern" "$tmp/err"; then
+    echo "FAIL [$what]: message does not mention '$pattern': $(cat "$tmp/err")"
+    fails=$((fails + 1))
+  else
+    echo "ok   [$what] -> $(cat "$tmp/err")"
+  fi
+}
+
+# Files: little-endian int32 headers written with perl (always on Debian).
+shard() { # shard FILE MAGIC VERSION COUNT NTOKENS_WRITTEN MAXID
+  perl -e 'my ($f,$m,$v,$c,$n,$mx)=@ARGV; open(my $h,">",$f) or die; binmode $h;
+    print $h pack("l<256",$m,$v,$c,(0)x253); print $h pack("S<*", map { $_ % ($mx+1) } 0..$n-1);' "$@"
+}
+shard "$tmp/good.bin" 20240520 1 5000 5000 255
+shard "$tmp/magic.bin" 12345 1 5000 5000 255
+shard "$tmp/version.bin" 20240520 7 5000 5000 255
+shard "$tmp/trunc.bin" 20240520 1 5000 4000 255
+shard "$tmp/trailing.bin" 20240520 1 4000 5000 255
+shard "$tmp/bigid.bin" 20240520 1 5000 5000 999
+head -c 100 "$tmp/good.bin" >"$tmp/header.bin"
+: >"$tmp/empty.txt"
+printf 'x' >"$tmp/one.txt"
+"$remat" train --config tiny --steps 1 --quiet --save "$tmp/tiny.bin" >/dev/null 2>&1 ||
+  { echo "FAIL: could not write a tiny checkpoint"; exit 1; }
+head -c 5000 "$tmp/tiny.bin" >"$tmp/tiny_trunc.bin"
+perl -e 'open(my $h,"+<",$ARGV[0]) or die; binmode $h; print $h pack("l<",1);' \
+  "$(cp "$tmp/tiny.bin" "$tmp/tiny_magic.bin" && echo "$tmp/tiny_magic.bin")"
+
+expect_fail "unknown option" "unknown option" --bogus 3
+expect_fail "stray argument" "unexpected argument" hello
+expect_fail "missing value" "needs a value" --steps
+expect_fail "batch not a number" "expects an integer" --batch abc
+expect_fail "batch zero" "out of range" --batch 0
+expect_fail "negative steps" "out of range" --steps -1
+expect_fail "lr not finite" "expects a number" --lr nan
+expect_fail "dropout 1" "out of range" --dropout 1
+expect_fail "ratio above 1" "out of range" --ckpt-ratio 1.5
+expect_fail "ckpt layer out of range" "blocks 0..3" --ckpt-layers 0,9
+expect_fail "ckpt layers malformed" "block indices" --ckpt-layers 0,,1
+expect_fail "ckpt layer twice" "twice" --ckpt-layers 1,1
+expect_fail "two policies" "at most one" --ckpt-ratio 0.5 --mem 1GiB
+expect_fail "mem unit" "unknown unit" --mem 12XB
+expect_fail "mem too small" "at least" --mem 1MB
+expect_fail "unknown config" "unknown model config" --config nope
+expect_fail "heads do not divide" "divisible" --config 4,128,3,256,64
+expect_fail "seq above maxT" "maximum sequence length" --seq 1000
+expect_fail "data and text" "not both" --data "$tmp/good.bin" --text "$tmp/one.txt"
+expect_fail "no such data file" "$tmp/none.bin" --data "$tmp/none.bin"
+expect_fail "data is a directory" "$tmp" --data "$tmp"
+expect_fail "shard magic" "magic" --data "$tmp/magic.bin"
+expect_fail "shard version" "version" --data "$tmp/version.bin"
+expect_fail "shard truncated" "truncated" --data "$tmp/trunc.bin"
+expect_fail "shard trailing bytes" "trailing" --data "$tmp/trailing.bin"
+expect_fail "shard header only" "truncated" --data "$tmp/header.bin"
+expect_fail "token id above V" "vocab" --data "$tmp/bigid.bin"
+expect_fail "empty text" "empty" --text "$tmp/empty.txt"
+expect_fail "one-byte text" "byte" --text "$tmp/one.txt"
+expect_fail "checkpoint magic" "magic" --model "$tmp/tiny_magic.bin"
+expect_fail "checkpoint truncated" "truncated" --model "$tmp/tiny_trunc.bin"
+expect_fail "checkpoint vs config" "asks for" --model "$tmp/tiny.bin" --config small
+expect_fail "log unwritable" "cannot write log" --config tiny --steps 1 --log "$tmp/nodir/x.jsonl"
+expect_fail "save unwritable" "$tmp/nodir" --config tiny --steps 1 --save "$tmp/nodir/x.bin"
+
+echo "$((n - fails)) passed, $fails failed"
+[[ $fails -eq 0 ]]

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# End-to-end runs of `remat train`: the loss falls below a stated value, the
+# log holds one object per step with planned == measured peak, checkpoints
+# round-trip, recomputation reproduces plain training bit for bit through the
+# command line, and --mem picks the fewest recomputed blocks that fit.
+# usage: train_runs.sh REMAT TMPDIR
+set -u
+remat=$1
+tmp=$2
+rm -rf "$tmp"
+mkdir -p "$tmp"
+fails=0
+n=0
+check() { # check "description" command...
+  n=$((n + 1))
+  if "${@:2}"; then echo "ok   [$1]"; else echo "FAIL [$1]"; fails=$((fails + 1)); fi
+}
+field() { # field FILE KEY LINE: the numeric value of KEY on line LINE (or "last")
+  perl -ne 'BEGIN{($k,$l)=@ARGV[1,2]; @ARGV=($ARGV[0])} push @v, /"\Q$k\E": ([-0-9.e+]+)/ ? $1 : "NA";
+    END{ print $l eq "last" ? $v[-1] : $v[$l-1] }' "$@"
+}
+lt() { perl -e 'exit !($ARGV[0] < $ARGV[1])' "$1" "$2"; }
+
+# 1. The default model on the embedded corpus learns: from ln(256) = 5.55 to
+#    below 2.5 in 150 steps.
+"$remat" train --steps 150 --log "$tmp/a.jsonl" --save "$tmp/a.bin" --quiet >"$tmp/a.out" 2>&1
+check "default run exits 0" test $? -eq 0
+cat "$tmp/a.out"
+check "log has 150 lines" test "$(wc -l <"$tmp/a.jsonl")" -eq 150
+first=$(field "$tmp/a.jsonl" loss 1)
+last=$(field "$tmp/a.jsonl" loss last)
+echo "loss $first -> $last"
+check "first loss near ln 256" perl -e 'exit !(abs($ARGV[0] - 5.55) < 0.3)' "$first"
+check "loss falls below 2.5" lt "$last" 2.5
+check "every line has the required keys" perl -ne '$bad++ unless /"step": \d+/ && /"loss": / &&
+  /"tokens_per_s": / && /"mfu": / && /"planned_peak_bytes": \d+/ && /"measured_peak_bytes": \d+/;
+  END { exit($bad ? 1 : 0) }' "$tmp/a.jsonl"
+check "planned == measured peak within 1% on every step" perl -ne '
+  ($p) = /"planned_peak_bytes": (\d+)/; ($m) = /"measured_peak_bytes": (\d+)/;
+  $bad++ if !$p || abs($m - $p) > 0.01 * $p; END { exit($bad ? 1 : 0) }' "$tmp/a.jsonl"
+
+# 2. The checkpoint resumes where training stopped.
+"$remat" train --model "$tmp/a.bin" --steps 1 --log "$tmp/b.jsonl" --quiet >/dev/null 2>&1
+check "resume from checkpoint exits 0" test $? -eq 0
+resumed=$(field "$tmp/b.jsonl" loss 1)
+echo "resumed loss $resumed"
+check "resumed loss is a trained model's" lt "$resumed" 2.7
+
+# 3. Recomputing any number of blocks gives the same losses, bit for bit
+#    (printed to 6 decimals here; the unit test compares every bit).
+for r in 0 0.5 1; do
+  "$remat" train --config tiny --steps 20 --dropout 0.1 --grad-accum 2 --ckpt-ratio $r \
+    --log "$tmp/r$r.jsonl" --quiet >/dev/null 2>&1
+  perl -ne 'print "$1\n" if /"loss": ([-0-9.e+]+)/' "$tmp/r$r.jsonl" >"$tmp/r$r.loss"
+done
+check "ratio 0.5 reproduces ratio 0" cmp -s "$tmp/r0.loss" "$tmp/r0.5.loss"
+check "ratio 1 reproduces ratio 0" cmp -s "$tmp/r0.loss" "$tmp/r1.loss"
+check "ratio 1 recomputes 2 blocks" test "$(field "$tmp/r1.jsonl" recomputed_blocks 1)" = 2
+
+# 4. --mem: the fewest recomputed blocks whose planned peak fits.
+peak_of() { "$remat" train --config gpt2-124m --batch 4 --seq 256 --plan-only "$@" 2>&1 | perl -ne 'print $1 if /^policy  (\d+) of/'; }
+mid=$("$remat" train --config gpt2-124m --batch 4 --seq 256 --plan-only --ckpt-ratio 0.5 2>&1 | perl -ne 'print $1 if /^memory  planned peak .*\((\d+) bytes\)/')
+echo "planned peak with 6 of 12 blocks recomputed: $mid"
+got=$(peak_of --mem "$mid")
+check "--mem at the 6-block peak recomputes 6 blocks" test "$got" = 6
+got=$(peak_of --mem "$((mid - 1))")
+check "--mem one byte less recomputes 7" test "$got" = 7
+got=$(peak_of --mem 100GiB)
+check "--mem 100GiB recomputes nothing" test "$got" = 0
+"$remat" train --config gpt2-124m --batch 4 --seq 256 --plan-only --mem 1GiB >"$tmp/inf.out" 2>"$tmp/inf.err"
+check "--mem 1GiB is infeasible, exit 1" test $? -eq 1
+check "infeasible message names the minimum" grep -q "at least" "$tmp/inf.err"
+
+# 5. Plain text and token shards train.
+perl -e 'print "the quick check of a small text file for training.\n" x 200' >"$tmp/t.txt"
+"$remat" train --config tiny --text "$tmp/t.txt" --steps 30 --batch 4 --seq 32 --log "$tmp/t.jsonl" --quiet >/dev/null 2>&1
+check "text training exits 0" test $? -eq 0
+check "text training loss falls" lt "$(field "$tmp/t.jsonl" loss last)" "$(field "$tmp/t.jsonl" loss 1)"
+perl -e 'open(my $h,">",$ARGV[0]) or die; binmode $h; my @t = map { ($_ * 7) % 100 } 0..9999;
+  print $h pack("l<256", 20240520, 1, scalar(@t), (0) x 253); print $h pack("S<*", @t);' "$tmp/s.bin"
+"$remat" train --config tiny --data "$tmp/s.bin" --steps 30 --batch 4 --seq 32 --log "$tmp/s.jsonl" --quiet >/dev/null 2>&1
+check "shard training exits 0" test $? -eq 0
+check "shard training loss falls" lt "$(field "$tmp/s.jsonl" loss last)" "$(field "$tmp/s.jsonl" loss 1)"
+
+echo "$((n - fails)) passed, $fails failed"
+[[ $fails -eq 0 ]]
