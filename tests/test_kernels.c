@@ -29,18 +29,19 @@
 #include <Random123/philox.h>
 
 #include "kernels/kernels.h"
+#include "kernels/vec_math.h"
 
 /* ------------------------------------------------------------ harness */
 
 static int failures = 0;
 
-#define CHECK(cond, ...)                        \
-  do {                                          \
-    bool ok_ = (cond);                          \
-    printf("%s ", ok_ ? "ok  " : "FAIL");       \
-    printf(__VA_ARGS__);                        \
-    printf("\n");                               \
-    if (!ok_) failures++;                       \
+#define CHECK(cond, ...)                  \
+  do {                                    \
+    bool ok_ = (cond);                    \
+    printf("%s ", ok_ ? "ok  " : "FAIL"); \
+    printf(__VA_ARGS__);                  \
+    printf("\n");                         \
+    if (!ok_) failures++;                 \
   } while (0)
 
 /* Counts malloc/calloc/realloc calls made by anything in the process, so the
@@ -124,8 +125,7 @@ static double max_abs_d(const double *x, size_t n) {
  * analytic gradient g. The numeric derivative divides by the step that the
  * float perturbation really took. */
 typedef double (*loss_fn)(void *ctx);
-static void grad_check(const char *what, loss_fn f, void *ctx, float *x, size_t n,
-                       const float *g) {
+static void grad_check(const char *what, loss_fn f, void *ctx, float *x, size_t n, const float *g) {
   double *num = dalloc(n);
   for (size_t i = 0; i < n; i++) {
     float save = x[i], xp = save + FD_EPS, xm = save - FD_EPS;
@@ -137,8 +137,8 @@ static void grad_check(const char *what, loss_fn f, void *ctx, float *x, size_t 
     num[i] = (lp - lm) / ((double)xp - (double)xm);
   }
   double e = rel_err_fd(g, num, n), mx = max_abs_d(num, n);
-  CHECK(e < FD_TOL && mx > 1e-6,
-        "grad %-34s n=%-4zu max|numeric|=%.3g  rel err %.2e (tol %.0e)", what, n, mx, e, FD_TOL);
+  CHECK(e < FD_TOL && mx > 1e-6, "grad %-34s n=%-4zu max|numeric|=%.3g  rel err %.2e (tol %.0e)",
+        what, n, mx, e, FD_TOL);
   free(num);
 }
 
@@ -188,8 +188,10 @@ static void test_encoder(void) {
   /* a repeated token's row collects its terms one at a time, so the second
    * call's sum rounds differently from 2x: compare to float precision */
   double md = 0, mg = 0;
-  for (size_t i = 0; i < nwte; i++) md = fmax(md, fabs(dwte[i] - 2.0 * g0[i])), mg = fmax(mg, fabs(g0[i]));
-  for (size_t i = 0; i < nwpe; i++) md = fmax(md, fabs(dwpe[i] - 2.0 * g1[i])), mg = fmax(mg, fabs(g1[i]));
+  for (size_t i = 0; i < nwte; i++)
+    md = fmax(md, fabs(dwte[i] - 2.0 * g0[i])), mg = fmax(mg, fabs(g0[i]));
+  for (size_t i = 0; i < nwpe; i++)
+    md = fmax(md, fabs(dwpe[i] - 2.0 * g1[i])), mg = fmax(mg, fabs(g1[i]));
   CHECK(md / mg < 1e-6, "encoder backward twice accumulates to 2x: rel diff %.1e (tol 1e-6)",
         md / mg);
   free(c.wte), free(c.wpe), free(c.out), free(c.R), free(dwte), free(dwpe), free(g0), free(g1);
@@ -210,7 +212,7 @@ static double ln_loss(void *p) {
 
 static void test_layernorm(void) {
   printf("-- layernorm\n");
-  ln_ctx c = {.N = 10, .C = 8};
+  ln_ctx c = {.N = 10, .C = 13}; /* C not a multiple of the 8 sum lanes */
   size_t n = (size_t)(c.N * c.C), C = (size_t)c.C, N = (size_t)c.N;
   c.inp = falloc(n), c.w = falloc(C), c.b = falloc(C), c.out = falloc(n), c.R = falloc(n);
   c.mean = falloc(N), c.rstd = falloc(N);
@@ -225,7 +227,8 @@ static void test_layernorm(void) {
     for (size_t k = 0; k < C; k++) v += (c.inp[r * C + k] - m) * (c.inp[r * C + k] - m);
     v /= (double)C;
     rm[r] = m, rr[r] = 1.0 / sqrt(v + 1e-5);
-    for (size_t k = 0; k < C; k++) ref[r * C + k] = (c.inp[r * C + k] - m) * rr[r] * c.w[k] + c.b[k];
+    for (size_t k = 0; k < C; k++)
+      ref[r * C + k] = (c.inp[r * C + k] - m) * rr[r] * c.w[k] + c.b[k];
   }
   double e_out = rel_err_fd(c.out, ref, n), e_m = rel_err_fd(c.mean, rm, N),
          e_r = rel_err_fd(c.rstd, rr, N);
@@ -312,8 +315,7 @@ static void test_matmul_case(bool with_bias) {
   double e = rel_err_fd(c.out, ref, no);
   CHECK(e < REF_TOL, "matmul forward vs double reference (out prefilled NaN): %.1e", e);
 
-  float *dinp = falloc(ni), *dw = falloc(nw), *db = falloc(OC), *g1 = falloc(nw),
-        *g2 = falloc(OC);
+  float *dinp = falloc(ni), *dw = falloc(nw), *db = falloc(OC), *g1 = falloc(nw), *g2 = falloc(OC);
   fill_const(dinp, ni, NAN);
   fill(g1, nw, -0.5f, 0.5f), fill(g2, OC, -0.5f, 0.5f);
   memcpy(dw, g1, nw * sizeof(float)), memcpy(db, g2, OC * sizeof(float));
@@ -379,7 +381,8 @@ static void ref_attention(double *out, double *att, double *dqkv, const float *d
           for (int64_t i = 0; i < hs; i++) {
             double o = 0;
             for (int64_t u = 0; u <= t; u++)
-              o += P[u] * drop_mult(d, base + (uint64_t)u) * qkv[(b * T + u) * C3 + 2 * C + h * hs + i];
+              o += P[u] * drop_mult(d, base + (uint64_t)u) *
+                   qkv[(b * T + u) * C3 + 2 * C + h * hs + i];
             out[(b * T + t) * C + h * hs + i] = o;
           }
         if (!dqkv) continue;
@@ -422,8 +425,8 @@ static double att_loss(void *p) {
 /* Reference comparison (forward, backward) at one shape; finite differences
  * too when fd is set. */
 static void test_attention_case(int64_t B, int64_t T, int64_t C, int64_t NH, float p, bool fd) {
-  remat__dropout drop = {.p = p, .seed = 1234567890123ull, .step = 3, .micro = 1, .layer = 2,
-                         .site = REMAT_DROP_ATTN};
+  remat__dropout drop = {
+      .p = p, .seed = 1234567890123ull, .step = 3, .micro = 1, .layer = 2, .site = REMAT_DROP_ATTN};
   att_ctx c = {.B = B, .T = T, .C = C, .NH = NH, .d = p > 0 ? &drop : NULL};
   size_t nqkv = (size_t)(B * T * 3 * C), no = (size_t)(B * T * C), na = (size_t)(B * NH * T * T);
   char tag[96];
@@ -498,14 +501,20 @@ static void test_gelu(void) {
   gelu_ctx c = {.n = 80};
   c.inp = falloc(c.n), c.out = falloc(c.n), c.R = falloc(c.n);
   fill(c.inp, c.n, -4, 4), fill(c.R, c.n, -1, 1);
+  c.inp[0] = -30.0f, c.inp[1] = -9.0f, c.inp[2] = 9.0f, c.inp[3] = 30.0f, c.inp[4] = 0.0f;
   gelu_loss(&c);
   double *ref = dalloc(c.n);
   for (size_t i = 0; i < c.n; i++) {
     double x = c.inp[i];
-    ref[i] = 0.5 * x * (1 + tanh(sqrt(2 / 3.14159265358979323846) * (x + 0.044715 * x * x * x)));
+    /* 0.5 x (1 + tanh u) written as x sigmoid(2u): the same function, but
+     * 1 + tanh u would round to 0 in double long before the float result */
+    ref[i] = x / (1 + exp(-2 * sqrt(2 / 3.14159265358979323846) * (x + 0.044715 * x * x * x)));
   }
-  double e = rel_err_fd(c.out, ref, c.n);
-  CHECK(e < REF_TOL, "gelu forward vs double tanh formula: %.1e", e);
+  double e = 0;                    /* elementwise, so the tiny values of the negative tail count */
+  for (size_t i = 0; i < c.n; i++) /* 1e-28 floor: layers.c caps -2u at 80 */
+    e = fmax(e, fabs(c.out[i] - ref[i]) / (fabs(ref[i]) + 1e-28));
+  CHECK(e < REF_TOL,
+        "gelu forward vs double reference, x in [-30, 30]: max elementwise rel err %.1e", e);
   float *dinp = falloc(c.n), *tmp = falloc(c.n);
   fill_const(dinp, c.n, NAN);
   remat__gelu_backward(dinp, c.inp, c.R, c.n);
@@ -651,8 +660,8 @@ static double mask_diff(const remat__dropout *a, const remat__dropout *b, uint64
 
 static void test_dropout(void) {
   printf("-- dropout\n");
-  const remat__dropout d0 = {.p = 0.1f, .seed = 42, .step = 7, .micro = 2, .layer = 5,
-                             .site = REMAT_DROP_RESID1};
+  const remat__dropout d0 = {
+      .p = 0.1f, .seed = 42, .step = 7, .micro = 2, .layer = 5, .site = REMAT_DROP_RESID1};
   /* statistics: kept fraction within 6 sigma of 1-p */
   const uint64_t N = 100000;
   const float ps[] = {0.1f, 0.5f, 0.9f};
@@ -662,20 +671,33 @@ static void test_dropout(void) {
     uint64_t kept = 0;
     for (uint64_t i = 0; i < N; i++) kept += remat__dropout_keep(&d, i);
     double frac = (double)kept / (double)N, sig = sqrt(ps[k] * (1 - ps[k]) / (double)N);
-    CHECK(fabs(frac - (1 - ps[k])) < 6 * sig, "dropout p=%.1f keeps %.4f of 1e5 (want %.2f +- %.4f)",
-          (double)ps[k], frac, 1 - (double)ps[k], 6 * sig);
+    CHECK(fabs(frac - (1 - ps[k])) < 6 * sig,
+          "dropout p=%.1f keeps %.4f of 1e5 (want %.2f +- %.4f)", (double)ps[k], frac,
+          1 - (double)ps[k], 6 * sig);
   }
   /* every counter field changes the mask; mismatch rate ~ 2p(1-p) = 0.18 */
   const char *names[] = {"seed", "seed high word", "step", "micro", "layer", "site"};
   for (int f = 0; f < 6; f++) {
     remat__dropout d = d0;
     switch (f) {
-      case 0: d.seed ^= 1; break;
-      case 1: d.seed ^= 1ull << 40; break;
-      case 2: d.step++; break;
-      case 3: d.micro++; break;
-      case 4: d.layer++; break;
-      default: d.site = REMAT_DROP_RESID2; break;
+      case 0:
+        d.seed ^= 1;
+        break;
+      case 1:
+        d.seed ^= 1ull << 40;
+        break;
+      case 2:
+        d.step++;
+        break;
+      case 3:
+        d.micro++;
+        break;
+      case 4:
+        d.layer++;
+        break;
+      default:
+        d.site = REMAT_DROP_RESID2;
+        break;
     }
     double m = mask_diff(&d0, &d, 20000);
     CHECK(m > 0.14 && m < 0.22, "dropout mask depends on %s: %.3f of elements differ", names[f], m);
@@ -686,8 +708,12 @@ static void test_dropout(void) {
   const float pl[] = {0.1f, 0.37f};
   bool layout = true;
   for (int k = 0; k < 2; k++) {
-    remat__dropout d = {.p = pl[k], .seed = 0x123456789abcdefull, .step = 11, .micro = 3,
-                        .layer = 9, .site = REMAT_DROP_RESID2};
+    remat__dropout d = {.p = pl[k],
+                        .seed = 0x123456789abcdefull,
+                        .step = 11,
+                        .micro = 3,
+                        .layer = 9,
+                        .site = REMAT_DROP_RESID2};
     philox4x32_key_t key = {{0x89abcdefu, 0x01234567u}};
     for (uint64_t i = 0; i < 4000; i++) {
       philox4x32_ctr_t ctr = {{(uint32_t)(i / 4), 3, (9u << 4) | 2u, 11}};
@@ -709,7 +735,8 @@ static void test_dropout(void) {
   remat__dropout_apply(y, x, n, &d0);
   const float scale = 1.0f / (1.0f - d0.p);
   bool agree = true;
-  for (size_t i = 0; i < n; i++) agree &= y[i] == (remat__dropout_keep(&d0, i) ? x[i] * scale : 0.0f);
+  for (size_t i = 0; i < n; i++)
+    agree &= y[i] == (remat__dropout_keep(&d0, i) ? x[i] * scale : 0.0f);
   CHECK(agree, "dropout_apply equals keep(i) ? x * 1/(1-p) : 0 bit for bit (n=%zu)", n);
   memcpy(z, x, n * sizeof(float));
   remat__dropout_apply(z, z, n, &d0);
@@ -808,12 +835,40 @@ static void test_adamw(void) {
   free(x), free(a), free(b), free(cc);
 }
 
+/* --------------------------------------------------------- vec_math.h */
+
+static void test_vec_math(void) {
+  printf("-- vec_math\n");
+  /* exp within 2 ulp-ish (relative 3e-7) of the double exp over [-87, 88] */
+  double me = 0;
+  for (int i = 0; i <= 200000; i++) {
+    float x = -87.0f + 175.0f * (float)i / 200000.0f;
+    double ref = exp((double)x), got = remat__exp(x);
+    me = fmax(me, fabs(got - ref) / ref);
+  }
+  CHECK(me < 3e-7 && remat__exp(0.0f) == 1.0f && remat__exp(-1000.0f) > 0.0f &&
+            isfinite(remat__exp(1000.0f)),
+        "remat__exp vs double exp on [-87, 88]: max rel err %.2e (tol 3e-7); clamps outside", me);
+  /* sqrt: equal to sqrtf but for the last bit at most, over 1e6 values
+   * from denormals to 1e30, and exact at 0 */
+  long diff = 0, bad = 0;
+  for (int i = 0; i < 1000000; i++) {
+    float x = (float)(urand() * pow(10.0, -44.0 + 74.0 * urand()));
+    float a = remat__sqrt_nonneg(x), b = sqrtf(x);
+    if (a != b) diff++;
+    if (a != b && nextafterf(a, b) != b) bad++;
+  }
+  CHECK(bad == 0 && remat__sqrt_nonneg(0.0f) == 0.0f && remat__sqrt_nonneg(4.0f) == 2.0f,
+        "remat__sqrt_nonneg vs sqrtf on 1e6 values: %ld differ in the last bit, %ld by more", diff,
+        bad);
+}
+
 /* ----------------------------------------------- no allocation, no drift */
 
 /* Runs every kernel once at a moderate shape; called twice so the second
  * run (after OpenMP and OpenBLAS have set themselves up) can be counted. */
-static void run_all(float *buf, int64_t B, int64_t T, int64_t C, int64_t NH, int64_t V,
-                    int64_t Vp, const int32_t *tok, const remat__dropout *d) {
+static void run_all(float *buf, int64_t B, int64_t T, int64_t C, int64_t NH, int64_t V, int64_t Vp,
+                    const int32_t *tok, const remat__dropout *d) {
   const int64_t N = B * T;
   float *x = buf, *y = x + N * 4 * C, *w = y + N * 4 * C, *dw = w + 4 * C * C,
         *att = dw + 4 * C * C, *datt = att + B * NH * T * T, *qkv = datt + B * NH * T * T,
@@ -878,6 +933,7 @@ int main(void) {
   test_crossentropy();
   test_dropout();
   test_adamw();
+  test_vec_math();
   test_no_alloc();
   if (failures) {
     printf("test_kernels: %d check(s) FAILED\n", failures);

@@ -103,8 +103,7 @@ void remat__attention_forward(float *out, float *att, const float *qkv, int64_t 
       dropped_pv(O, C, A, v, C3, T, hs, (uint64_t)(bh * T * T), drop);
     else /* O (T,hs) = A (T,T) @ v (T,hs); A's upper triangle is 0 */
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, as_blasint(T), as_blasint(hs),
-                  as_blasint(T), 1.0f, A, as_blasint(T), v, as_blasint(C3), 0.0f, O,
-                  as_blasint(C));
+                  as_blasint(T), 1.0f, A, as_blasint(T), v, as_blasint(C3), 0.0f, O, as_blasint(C));
   }
 }
 
@@ -143,8 +142,7 @@ void remat__attention_backward(float *dqkv, float *datt, const float *dout, cons
 
     /* D (T,T) = dO (T,hs) @ v^T: gradient of Pd (upper triangle unused) */
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, as_blasint(T), as_blasint(T),
-                as_blasint(hs), 1.0f, dO, as_blasint(C), v, as_blasint(C3), 0.0f, D,
-                as_blasint(T));
+                as_blasint(hs), 1.0f, dO, as_blasint(C), v, as_blasint(C3), 0.0f, D, as_blasint(T));
     for (int64_t t = 0; t < T; t++) {
       float *row = D + t * T;
       const float *p = P + t * T;

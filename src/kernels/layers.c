@@ -1,30 +1,30 @@
 /* layers.c: forward and backward of the pointwise and row-wise GPT-2 layers
  * (token/position encoder, LayerNorm, linear, GELU, residual add, softmax
- * cross-entropy). Linear layers are one cblas_sgemm each; everything else is
- * an OpenMP loop with a static schedule.
+ * cross-entropy). Linear layers are one remat__gemm each (gemm.c: OpenBLAS
+ * sgemm on fixed slabs of the output); everything else is an OpenMP loop
+ * with a static schedule. exp and sqrt come from vec_math.h so the loops
+ * vectorise.
  *
  * Determinism: every output element is produced by exactly one thread with a
  * fixed summation order. Column sums (bias, LayerNorm parameters, embedding
  * gradients) are parallelised over column blocks, each thread walking all
  * rows in order, so they do not even depend on the thread count. */
-#include <cblas.h>
-#include <limits.h>
 #include <math.h>
 #include <string.h>
 
 #include "base/base.h"
 #include "kernels/kernels.h"
+#include "kernels/vec_math.h"
 
 /* Columns per block in the column-sum loops: 16 cache lines of floats. */
 #define COLBLK 256
 
 #define LN_EPS 1e-5
 
-
 /* ------------------------------------------------------------ encoder */
 
-void remat__encoder_forward(float *out, const int32_t *tokens, const float *wte,
-                            const float *wpe, int64_t B, int64_t T, int64_t C) {
+void remat__encoder_forward(float *out, const int32_t *tokens, const float *wte, const float *wpe,
+                            int64_t B, int64_t T, int64_t C) {
 #pragma omp parallel for schedule(static)
   for (int64_t bt = 0; bt < B * T; bt++) {
     const float *we = wte + (int64_t)tokens[bt] * C, *pe = wpe + (bt % T) * C;
@@ -54,6 +54,33 @@ void remat__encoder_backward(float *dwte, float *dwpe, const float *dout, const 
 
 /* ---------------------------------------------------------- layernorm */
 
+/* Row sums in double over LANES interleaved partial sums (element c goes to
+ * lane c % LANES), added in lane order: a fixed order, so deterministic, and
+ * free of the one-add-at-a-time dependency chain so it vectorises. */
+#define LANES 8
+
+static double sum_lanes(const float *x, int64_t n) {
+  double lane[LANES] = {0};
+  int64_t c = 0;
+  for (; c + LANES <= n; c += LANES)
+    for (int l = 0; l < LANES; l++) lane[l] += x[c + l];
+  for (; c < n; c++) lane[c % LANES] += x[c];
+  double s = 0.0;
+  for (int l = 0; l < LANES; l++) s += lane[l];
+  return s;
+}
+
+static double sumsq_dev_lanes(const float *x, int64_t n, double m) {
+  double lane[LANES] = {0};
+  int64_t c = 0;
+  for (; c + LANES <= n; c += LANES)
+    for (int l = 0; l < LANES; l++) lane[l] += (x[c + l] - m) * (x[c + l] - m);
+  for (; c < n; c++) lane[c % LANES] += (x[c] - m) * (x[c] - m);
+  double s = 0.0;
+  for (int l = 0; l < LANES; l++) s += lane[l];
+  return s;
+}
+
 /* Mean and biased variance of each row are accumulated in double (two
  * passes), then rounded to float: closer to PyTorch's float32 result than a
  * float accumulation for wide rows. rstd = 1 / sqrt(var + 1e-5). */
@@ -62,13 +89,7 @@ void remat__layernorm_forward(float *out, float *mean, float *rstd, const float 
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; n++) {
     const float *x = inp + n * C;
-    double s = 0.0;
-    for (int64_t c = 0; c < C; c++) s += x[c];
-    double m = s / (double)C, v = 0.0;
-    for (int64_t c = 0; c < C; c++) {
-      double d = x[c] - m;
-      v += d * d;
-    }
+    double m = sum_lanes(x, C) / (double)C, v = sumsq_dev_lanes(x, C, m);
     float mf = (float)m, rf = (float)(1.0 / sqrt(v / (double)C + LN_EPS));
     float *o = out + n * C;
     for (int64_t c = 0; c < C; c++) o[c] = (x[c] - mf) * rf * weight[c] + bias[c];
@@ -139,8 +160,7 @@ void remat__matmul_backward(float *dinp, float *dweight, float *dbias, const flo
                             const float *inp, const float *weight, int64_t N, int64_t C,
                             int64_t OC) {
   /* dinp (N,C) = dout (N,OC) @ weight (OC,C) */
-  if (dinp)
-    remat__gemm(0, 0, N, C, OC, 1.0f, dout, OC, weight, C, 0.0f, dinp, C);
+  if (dinp) remat__gemm(0, 0, N, C, OC, 1.0f, dout, OC, weight, C, 0.0f, dinp, C);
   /* dweight (OC,C) += dout^T (OC,N) @ inp (N,C) */
   remat__gemm(1, 0, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
   if (!dbias) return;
@@ -162,24 +182,29 @@ void remat__matmul_backward(float *dinp, float *dweight, float *dbias, const flo
 
 #define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
 
-void remat__gelu_forward(float *out, const float *inp, size_t n) {
-#pragma omp parallel for schedule(static)
-  for (size_t i = 0; i < n; i++) {
-    float x = inp[i];
-    out[i] = 0.5f * x * (1.0f + tanhf(GELU_K * (x + 0.044715f * x * x * x)));
-  }
+/* 0.5 (1 + tanh(u)) = sigmoid(2u), so gelu(x) = x / (1 + e) with
+ * e = exp(-2u): one vectorisable exp, accurate in both tails (no 1 + tanh
+ * cancellation). -2u is capped at 80 so e and the results stay normal
+ * floats; past that gelu(x) is below 1e-34 |x| either way. */
+static inline float gelu_e(float x) {
+  float z = -2.0f * GELU_K * (x + 0.044715f * x * x * x);
+  return remat__exp(z > 80.0f ? 80.0f : z);
 }
 
-/* d/dx of 0.5 x (1 + tanh(u)), u = k (x + 0.044715 x^3):
- * 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) k (1 + 3 * 0.044715 x^2). */
+void remat__gelu_forward(float *out, const float *inp, size_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (size_t i = 0; i < n; i++) out[i] = inp[i] / (1.0f + gelu_e(inp[i]));
+}
+
+/* With s = sigmoid(2u) = 1 / (1 + e) and 1 - s = e s:
+ * gelu'(x) = s + 2 x s (1 - s) u'(x),  u' = k (1 + 3 * 0.044715 x^2);
+ * the same value as the tanh form 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) u'. */
 void remat__gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for simd schedule(static)
   for (size_t i = 0; i < n; i++) {
-    float x = inp[i];
-    float th = tanhf(GELU_K * (x + 0.044715f * x * x * x));
-    float g = 0.5f * (1.0f + th) +
-              0.5f * x * (1.0f - th * th) * GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
-    dinp[i] = g * dout[i];
+    float x = inp[i], e = gelu_e(x), s = 1.0f / (1.0f + e);
+    float du = GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
+    dinp[i] = (s + 2.0f * x * s * (e * s) * du) * dout[i];
   }
 }
 
@@ -194,21 +219,18 @@ void remat__residual_forward(float *out, const float *a, const float *b, size_t 
 
 /* Per row: max over the first V logits, e = exp(x - max) in float, sum in
  * double, p = e / sum. The loss is log(sum) - (x[target] - max), which stays
- * finite even when p[target] underflows. */
-double remat__crossentropy_forward(float *logits, float *losses, const int32_t *targets,
-                                   int64_t N, int64_t V, int64_t Vp) {
+ * finite even when p[target] underflows. The sum is sum_lanes, like the
+ * LayerNorm statistics. */
+double remat__crossentropy_forward(float *logits, float *losses, const int32_t *targets, int64_t N,
+                                   int64_t V, int64_t Vp) {
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; n++) {
     float *x = logits + n * Vp;
     float mx = -INFINITY;
     for (int64_t j = 0; j < V; j++) mx = x[j] > mx ? x[j] : mx;
     const float xt = x[targets[n]];
-    double s = 0.0;
-    for (int64_t j = 0; j < V; j++) {
-      float e = expf(x[j] - mx);
-      x[j] = e;
-      s += e;
-    }
+    for (int64_t j = 0; j < V; j++) x[j] = remat__exp(x[j] - mx);
+    const double s = sum_lanes(x, V);
     const float inv = (float)(1.0 / s);
     for (int64_t j = 0; j < V; j++) x[j] *= inv;
     for (int64_t j = V; j < Vp; j++) x[j] = 0.0f;
