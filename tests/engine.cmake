@@ -10,7 +10,7 @@ execute_process(COMMAND /usr/bin/python3 -c "import torch" RESULT_VARIABLE torch
                 OUTPUT_QUIET ERROR_QUIET)
 add_executable(ref_dump ref_dump.c)
 target_include_directories(ref_dump PRIVATE ${PROJECT_SOURCE_DIR}/src)
-target_link_libraries(ref_dump PRIVATE remat)
+target_link_libraries(ref_dump PRIVATE remat_engine)
 if(torch_rc EQUAL 0)
   add_test(NAME torch_reference
            COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/torch_reference.py
