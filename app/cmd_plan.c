@@ -1,0 +1,328 @@
+/* cmd_plan.c: `remat plan`: plans pipeline stages (layers and checkpointed
+ * layers per stage) for a JSON problem or a GPT-2 shape, and prints the plan
+ * as a table, JSON, ColossalAI or Megatron-LM settings, an LP model, or a
+ * sweep over memory budgets. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan/plan.h"
+#include "remat.h"
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: remat plan PROBLEM.json [options]\n"
+          "       remat plan --config NAME|L,C,NH,V,T --batch B --seq T --stages P\n"
+          "                  --microbatches M --mem SIZE [options]\n"
+          "\n"
+          "Chooses how many consecutive layers each pipeline stage runs and which of them\n"
+          "recompute their activations, exactly, so that every stage fits its memory and\n"
+          "the objective is minimal. Stage s (from 0) of P holds n_s = min(P - s, M)\n"
+          "micro-batches of activations under 1F1B (M under GPipe); its memory is\n"
+          "  stage_bytes + sum w + n_s * (sum a over kept + sum c over recomputed)\n"
+          "  + the largest recompute scratch x among its recomputed layers\n"
+          "and its time per micro-batch t_s = sum (f + b) + sum r over recomputed.\n"
+          "\n"
+          "problem:\n"
+          "  PROBLEM.json, --problem FILE   layers, stages, budgets (see docs/plan.md)\n"
+          "  --config NAME|L,C,NH,V,T       a GPT-2 shape (tiny, small, gpt2-124m, gpt2-350m,\n"
+          "                                 gpt2-774m, gpt2-1558m), with the engine's byte\n"
+          "                                 counts and FLOP-based times (GFLOP)\n"
+          "  --batch B, --seq T             micro-batch shape for --config\n"
+          "settings (override the file's):\n"
+          "  --stages P                     pipeline stages\n"
+          "  --microbatches M               micro-batches per iteration\n"
+          "  --mem SIZE[,SIZE...]           budget for every stage, or one per stage\n"
+          "                                 (e.g. 20GB, 16GiB, 20e9)\n"
+          "  --schedule 1f1b|gpipe          default 1f1b\n"
+          "  --objective bottleneck|1f1b    max stage time (default), or the 1F1B\n"
+          "                                 iteration time sum t + (M - 1) max t\n"
+          "output:\n"
+          "  --format table|json|colossalai|megatron|lp   default table; lp writes the\n"
+          "                                 problem as a MIP for glpsol or cbc\n"
+          "  --sweep                        objective against budget, from the smallest\n"
+          "                                 budget that fits to the one needing no\n"
+          "                                 recomputation (table or json)\n"
+          "  --points N                     budgets in a sweep (default 11)\n"
+          "  -o, --output FILE              write there instead of standard output\n"
+          "  -h, --help                     this help\n"
+          "\n"
+          "Exit status: 0 planned; 1 the budget is too small (the least-memory arrangement\n"
+          "is printed and the smallest budget named) or the problem is bad; 2 bad usage.\n");
+}
+
+static int fail(int code, const char *fmt, const char *a, const char *b) {
+  fprintf(stderr, "remat plan: ");
+  fprintf(stderr, fmt, a, b);
+  fprintf(stderr, "\n");
+  return code;
+}
+
+static int parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out) {
+  if (!s || !*s) return -1;
+  errno = 0;
+  char *end;
+  long long v = strtoll(s, &end, 10);
+  if (*end || errno || v < lo || v > hi) return -1;
+  *out = v;
+  return 0;
+}
+
+/* "20GB" or "20GB,20GB,40GB,40GB" */
+static int parse_mem(const char *s, size_t **out, int64_t *n, remat_error *err) {
+  int64_t k = 1;
+  for (const char *c = s; *c; c++) k += *c == ',';
+  size_t *v = calloc((size_t)k, sizeof *v);
+  char *copy = strdup(s);
+  if (!v || !copy) {
+    free(v);
+    free(copy);
+    snprintf(err->msg, sizeof err->msg, "out of memory");
+    return -1;
+  }
+  int64_t i = 0;
+  char *save = NULL;
+  for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+    if (remat_parse_size(tok, &v[i], err)) {
+      free(v);
+      free(copy);
+      return -1;
+    }
+    i++;
+  }
+  free(copy);
+  if (i != k) {
+    free(v);
+    snprintf(err->msg, sizeof err->msg, "'%s' has an empty budget between commas", s);
+    return -1;
+  }
+  *out = v;
+  *n = k;
+  return 0;
+}
+
+static int write_out(const char *path, const char *text) {
+  if (!path) {
+    fputs(text, stdout);
+    return fflush(stdout) ? fail(1, "cannot write the output: %s%s", strerror(errno), "") : 0;
+  }
+  FILE *f = fopen(path, "w");
+  if (!f) return fail(1, "cannot open '%s' for writing: %s", path, strerror(errno));
+  int bad = fputs(text, f) < 0;
+  bad |= fclose(f) != 0;
+  return bad ? fail(1, "cannot write '%s': %s", path, strerror(errno)) : 0;
+}
+
+int remat_cmd_plan(int argc, char **argv) {
+  const char *problem = NULL, *config = NULL, *mem = NULL, *format = "table", *output = NULL;
+  const char *schedule = NULL, *objective = NULL;
+  int64_t B = -1, T = -1, P = -1, M = -1, points = 11;
+  int sweep = 0;
+  for (int a = 1; a < argc; a++) {
+    const char *o = argv[a];
+    if (strcmp(o, "-h") == 0 || strcmp(o, "--help") == 0) {
+      usage(stdout);
+      return 0;
+    }
+    if (strcmp(o, "--sweep") == 0) {
+      sweep = 1;
+      continue;
+    }
+    if (o[0] != '-' || strcmp(o, "-") == 0) {
+      if (problem) return fail(2, "more than one problem file given ('%s' and '%s')", problem, o);
+      problem = o;
+      continue;
+    }
+    /* every other option takes a value: --opt VALUE or --opt=VALUE */
+    char name[64];
+    const char *val = NULL, *eq = strchr(o, '=');
+    if (eq && (size_t)(eq - o) < sizeof name) {
+      memcpy(name, o, (size_t)(eq - o));
+      name[eq - o] = 0;
+      val = eq + 1;
+    } else {
+      snprintf(name, sizeof name, "%s", o);
+    }
+    static const char *const with_value[] = {"--problem", "--config", "--batch", "--seq",
+                                             "--stages", "--microbatches", "--mem", "--schedule",
+                                             "--objective", "--format", "--points", "--output",
+                                             "-o", NULL};
+    int known = 0;
+    for (const char *const *k = with_value; *k; k++) known |= strcmp(name, *k) == 0;
+    if (!known) return fail(2, "unknown option '%s'; see 'remat plan --help'%s", o, "");
+    if (!val) {
+      if (a + 1 >= argc) return fail(2, "option %s needs a value%s", name, "");
+      val = argv[++a];
+    }
+    int64_t *iv = NULL, lo = 1, hi = INT64_MAX;
+    if (strcmp(name, "--problem") == 0) {
+      if (problem) return fail(2, "more than one problem file given ('%s' and '%s')", problem, val);
+      problem = val;
+    } else if (strcmp(name, "--config") == 0) config = val;
+    else if (strcmp(name, "--mem") == 0) mem = val;
+    else if (strcmp(name, "--schedule") == 0) schedule = val;
+    else if (strcmp(name, "--objective") == 0) objective = val;
+    else if (strcmp(name, "--format") == 0) format = val;
+    else if (strcmp(name, "--output") == 0 || strcmp(name, "-o") == 0) output = val;
+    else if (strcmp(name, "--batch") == 0) iv = &B, hi = 1 << 20;
+    else if (strcmp(name, "--seq") == 0) iv = &T, hi = 1 << 20;
+    else if (strcmp(name, "--stages") == 0) iv = &P, hi = REMAT_PLAN_MAX_STAGES;
+    else if (strcmp(name, "--microbatches") == 0) iv = &M, hi = REMAT_PLAN_MAX_MICROBATCHES;
+    else if (strcmp(name, "--points") == 0) iv = &points, lo = 2, hi = 1000;
+    if (iv && parse_i64(val, lo, hi, iv)) {
+      char range[64];
+      snprintf(range, sizeof range, "%lld..%lld", (long long)lo, (long long)hi);
+      fprintf(stderr, "remat plan: %s needs a whole number in %s, not '%s'\n", name, range, val);
+      return 2;
+    }
+  }
+  int fmt;
+  int lp = strcmp(format, "lp") == 0;
+  if (strcmp(format, "table") == 0) fmt = REMAT_PLAN_FORMAT_TABLE;
+  else if (strcmp(format, "json") == 0) fmt = REMAT_PLAN_FORMAT_JSON;
+  else if (strcmp(format, "colossalai") == 0) fmt = REMAT_PLAN_FORMAT_COLOSSALAI;
+  else if (strcmp(format, "megatron") == 0) fmt = REMAT_PLAN_FORMAT_MEGATRON;
+  else if (lp) fmt = -1;
+  else
+    return fail(2, "unknown format '%s'; use table, json, colossalai, megatron or lp%s", format, "");
+  if (sweep && fmt != REMAT_PLAN_FORMAT_TABLE && fmt != REMAT_PLAN_FORMAT_JSON)
+    return fail(2, "--sweep writes a table or json, not '%s'%s", format, "");
+  int sched = -1, obj = -1;
+  if (schedule && remat_plan_schedule_parse(schedule, &sched))
+    return fail(2, "unknown schedule '%s'; use 1f1b or gpipe%s", schedule, "");
+  if (objective && remat_plan_objective_parse(objective, &obj))
+    return fail(2, "unknown objective '%s'; use bottleneck or 1f1b%s", objective, "");
+  if (problem && config)
+    return fail(2, "give a problem file or --config, not both ('%s', --config %s)", problem, config);
+  if (!problem && !config)
+    return fail(2, "no problem: give a problem file or --config NAME (see 'remat plan --help')%s%s",
+                "", "");
+
+  remat_error err = {0, ""};
+  size_t *budgets = NULL;
+  int64_t nb = 0;
+  if (mem && parse_mem(mem, &budgets, &nb, &err))
+    return fail(2, "--mem: %s%s", err.msg, "");
+
+  remat_plan_problem pb;
+  int rc;
+  if (config) {
+    const char *missing = B < 0 ? "--batch" : T < 0 ? "--seq" : P < 0 ? "--stages"
+                          : M < 0 ? "--microbatches" : !mem ? "--mem" : NULL;
+    if (missing) {
+      free(budgets);
+      return fail(2, "--config needs %s too (and --batch, --seq, --stages, --microbatches, --mem)%s",
+                  missing, "");
+    }
+    remat_config cfg;
+    if (remat_config_parse(config, &cfg, &err)) {
+      free(budgets);
+      return fail(2, "--config: %s%s", err.msg, "");
+    }
+    rc = remat_plan_problem_from_model(&pb, &cfg, B, T, P, M, budgets[0], &err);
+    if (rc) {
+      free(budgets);
+      return fail(1, "%s%s", err.msg, "");
+    }
+  } else {
+    if (B >= 0 || T >= 0) {
+      free(budgets);
+      return fail(2, "--batch and --seq go with --config; a problem file has its own layers%s%s", "",
+                  "");
+    }
+    rc = remat_plan_problem_load(&pb, problem, &err);
+    if (rc) {
+      free(budgets);
+      return fail(1, "%s%s", err.msg, "");
+    }
+  }
+  if (P > 0 && !config && P != pb.stages) {
+    if (!pb.uniform_memory && !mem) {
+      free(budgets);
+      remat_plan_problem_free(&pb);
+      return fail(2, "the problem gives one budget per stage; with --stages give --mem too%s%s", "",
+                  "");
+    }
+    pb.uniform_memory = 1; /* --mem, given, replaces the budgets below */
+    if ((rc = remat_plan_problem_set_stages(&pb, P, &err))) {
+      free(budgets);
+      remat_plan_problem_free(&pb);
+      return fail(2, "%s%s", err.msg, "");
+    }
+  }
+  if (mem) {
+    if (nb == 1) {
+      remat_plan_problem_set_memory(&pb, budgets[0]);
+    } else if (nb == pb.stages) {
+      for (int64_t s = 0; s < nb; s++) pb.memory[s] = budgets[s];
+      pb.uniform_memory = 0;
+    } else {
+      char a[32], b[32];
+      snprintf(a, sizeof a, "%lld", (long long)nb);
+      snprintf(b, sizeof b, "%lld", (long long)pb.stages);
+      free(budgets);
+      remat_plan_problem_free(&pb);
+      return fail(2, "--mem gives %s budgets for %s stages; give one for all or one per stage", a, b);
+    }
+  }
+  free(budgets);
+  if (M > 0) pb.microbatches = M;
+  if (sched >= 0) pb.schedule = sched;
+  if (obj >= 0) pb.objective = obj;
+  if ((rc = remat_plan_problem_check(&pb, &err))) {
+    remat_plan_problem_free(&pb);
+    return fail(1, "%s%s", err.msg, "");
+  }
+
+  char *text = NULL;
+  int status = 0;
+  if (lp) {
+    if ((rc = remat_plan_format_lp(&pb, &text, &err))) status = fail(1, "%s%s", err.msg, "");
+    else status = write_out(output, text);
+  } else if (sweep) {
+    remat_plan_sweep sw;
+    if ((rc = remat_plan_sweep_run(&pb, points, &sw, &err))) {
+      status = fail(1, "%s%s", err.msg, "");
+    } else {
+      if ((rc = remat_plan_format_sweep(&pb, &sw, fmt == REMAT_PLAN_FORMAT_JSON, &text, &err)))
+        status = fail(1, "%s%s", err.msg, "");
+      else status = write_out(output, text);
+      remat_plan_sweep_free(&sw);
+    }
+  } else {
+    remat_plan plan;
+    rc = remat_plan_solve(&pb, &plan, &err);
+    if (rc && rc != REMAT_EINFEASIBLE) {
+      status = fail(1, "%s%s", err.msg, "");
+    } else {
+      remat_error ferr;
+      /* An infeasible problem still prints its least-memory arrangement
+       * (table or json), so each stage's smallest need is visible. */
+      int show = rc == 0 || fmt == REMAT_PLAN_FORMAT_TABLE || fmt == REMAT_PLAN_FORMAT_JSON;
+      if (show && remat_plan_format(&pb, &plan, fmt, &text, &ferr))
+        status = fail(1, "%s%s", ferr.msg, "");
+      else if (show)
+        status = write_out(output, text);
+      if (rc == REMAT_EINFEASIBLE) {
+        char need[1024] = "";
+        size_t len = 0;
+        for (int64_t s = 0; s < plan.num_stages && len + 40 < sizeof need; s++) {
+          char b[32];
+          len += (size_t)snprintf(need + len, sizeof need - len, "%s%s", s ? ", " : "",
+                                  remat_format_bytes(plan.stages[s].memory_bytes, b, sizeof b));
+        }
+        if (len + 40 >= sizeof need) snprintf(need + len, sizeof need - len, ", ...");
+        fprintf(stderr,
+                "remat plan: %s; in that arrangement the stages need at least: %s; raise --mem, "
+                "use more stages or smaller micro-batches\n",
+                err.msg, need);
+        status = 1;
+      }
+      remat_plan_free(&plan);
+    }
+  }
+  remat_plan_text_free(text);
+  remat_plan_problem_free(&pb);
+  return status;
+}

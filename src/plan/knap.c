@@ -1,0 +1,301 @@
+/* knap.c: the exact choice of recomputed layers inside one pipeline stage.
+ *
+ * Recomputing layer l saves d_l = a_l - c_l bytes per micro-batch, costs r_l
+ * time, and needs x_l scratch bytes while it reruns; with n micro-batches in
+ * flight a stage must save n D - X >= E, where E is its excess over budget
+ * with every layer kept, D the sum of d over the recomputed set and X their
+ * largest x. Minimising r under that is a covering knapsack, NP-hard in
+ * general, so this keeps Pareto sets (Nemhauser-Ullmann) and is exact for
+ * any data; its cost grows with the number of distinct non-dominated sets,
+ * which stays small for stages of tens of layers or few distinct layer kinds.
+ * The caller first tries closed forms (nothing to save, one kind of layer).
+ *
+ * Invariants of a list: points sorted by key ascending (key = r with levels,
+ * (r, cnt) without), D strictly increasing along the list. A point survives
+ * only if no point with a key <= its key has a D >= its D. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "plan/plan.h"
+
+void remat__knap_init(remat__knap *k, int levels, int track, int64_t limit) {
+  memset(k, 0, sizeof *k);
+  k->levels = levels;
+  k->track = track;
+  k->limit = limit > 0 ? limit : INT64_MAX;
+}
+
+void remat__knap_reset(remat__knap *k) {
+  k->nthr = 0;
+  k->points = 0;
+  k->nnode = 0;
+}
+
+void remat__knap_free(remat__knap *k) {
+  for (int64_t t = 0; t < k->thrcap; t++) {
+    for (int64_t l = 0; l < k->thr[t].levcap; l++) remat__free(k->thr[t].lev[l].p);
+    remat__free(k->thr[t].lev);
+  }
+  remat__free(k->thr);
+  remat__free(k->tmp.p);
+  remat__free(k->node_item);
+  remat__free(k->node_parent);
+  memset(k, 0, sizeof *k);
+}
+
+static int list_reserve(remat__klist *l, int64_t need) {
+  if (need <= l->cap) return 0;
+  int64_t cap = l->cap ? l->cap : 16;
+  while (cap < need) cap *= 2;
+  remat__kpt *p = remat__malloc((size_t)cap * sizeof *p);
+  if (!p) return REMAT_ENOMEM;
+  if (l->n) memcpy(p, l->p, (size_t)l->n * sizeof *p);
+  remat__free(l->p);
+  l->p = p;
+  l->cap = cap;
+  return 0;
+}
+
+static int levels_reserve(remat__kthr *t, int64_t need) {
+  if (need <= t->levcap) return 0;
+  int64_t cap = t->levcap ? t->levcap : 4;
+  while (cap < need) cap *= 2;
+  remat__klist *lv = remat__calloc((size_t)cap, sizeof *lv);
+  if (!lv) return REMAT_ENOMEM;
+  if (t->levcap) memcpy(lv, t->lev, (size_t)t->levcap * sizeof *lv);
+  remat__free(t->lev);
+  t->lev = lv;
+  t->levcap = cap;
+  return 0;
+}
+
+static int new_node(remat__knap *k, int64_t item, int32_t parent, int32_t *out) {
+  if (k->nnode == k->nodecap) {
+    if (k->nodecap >= INT32_MAX / 2) return REMAT_ERANGE;
+    int64_t cap = k->nodecap ? k->nodecap * 2 : 256;
+    int64_t *it = remat__malloc((size_t)cap * sizeof *it);
+    int32_t *pa = remat__malloc((size_t)cap * sizeof *pa);
+    if (!it || !pa) {
+      remat__free(it);
+      remat__free(pa);
+      return REMAT_ENOMEM;
+    }
+    if (k->nnode) {
+      memcpy(it, k->node_item, (size_t)k->nnode * sizeof *it);
+      memcpy(pa, k->node_parent, (size_t)k->nnode * sizeof *pa);
+    }
+    remat__free(k->node_item);
+    remat__free(k->node_parent);
+    k->node_item = it;
+    k->node_parent = pa;
+    k->nodecap = cap;
+  }
+  k->node_item[k->nnode] = item;
+  k->node_parent[k->nnode] = parent;
+  *out = (int32_t)k->nnode++;
+  return 0;
+}
+
+/* Order of the merge: key ascending, then D descending, then X ascending. */
+static int before(const remat__kpt *u, const remat__kpt *v, int levels) {
+  if (u->r != v->r) return u->r < v->r;
+  if (!levels && u->cnt != v->cnt) return u->cnt < v->cnt;
+  if (u->D != v->D) return u->D > v->D;
+  return u->X <= v->X;
+}
+
+/* dst := Pareto(dst U (src + item)). src may be dst. */
+static int merge(remat__knap *k, remat__klist *dst, const remat__klist *src, int64_t d, int64_t r,
+                 int64_t x, int64_t item) {
+  int64_t na = dst->n, nb = src->n;
+  int rc = list_reserve(&k->tmp, na + nb);
+  if (rc) return rc;
+  const remat__kpt *A = dst->p, *B = src->p;
+  remat__kpt *out = k->tmp.p;
+  int64_t ia = 0, ib = 0, no = 0, bestD = -1;
+  while (ia < na || ib < nb) {
+    remat__kpt sb;
+    int take_b = 0;
+    if (ib < nb) {
+      sb = B[ib];
+      sb.r += r;
+      sb.D += d;
+      if (x > sb.X) sb.X = x;
+      sb.cnt++;
+      take_b = ia >= na || !before(&A[ia], &sb, k->levels);
+    }
+    if (take_b) {
+      if (sb.D > bestD) {
+        if (k->track) {
+          int32_t node;
+          if ((rc = new_node(k, item, B[ib].node, &node))) return rc;
+          sb.node = node;
+        } else {
+          sb.node = -1;
+        }
+        out[no++] = sb;
+        bestD = sb.D;
+      }
+      ib++;
+    } else {
+      if (A[ia].D > bestD) {
+        out[no++] = A[ia];
+        bestD = A[ia].D;
+      }
+      ia++;
+    }
+  }
+  k->points += no - na;
+  remat__klist t = *dst;
+  dst->p = k->tmp.p;
+  dst->cap = k->tmp.cap;
+  dst->n = no;
+  k->tmp.p = t.p;
+  k->tmp.cap = t.cap;
+  k->tmp.n = 0;
+  return 0;
+}
+
+/* Adds a threshold at index pos holding the sets of the threshold below. */
+static int add_threshold(remat__knap *k, int64_t pos, int64_t v) {
+  if (k->nthr == k->thrcap) {
+    int64_t cap = k->thrcap ? k->thrcap * 2 : 4;
+    remat__kthr *t = remat__calloc((size_t)cap, sizeof *t);
+    if (!t) return REMAT_ENOMEM;
+    if (k->thrcap) memcpy(t, k->thr, (size_t)k->thrcap * sizeof *t);
+    remat__free(k->thr);
+    k->thr = t;
+    k->thrcap = cap;
+  }
+  remat__kthr spare = k->thr[k->nthr]; /* keeps its buffers for reuse */
+  memmove(&k->thr[pos + 1], &k->thr[pos], (size_t)(k->nthr - pos) * sizeof *k->thr);
+  k->thr[pos] = spare;
+  k->nthr++;
+  remat__kthr *T = &k->thr[pos];
+  T->v = v;
+  int rc;
+  if (pos > 0) {
+    const remat__kthr *S = &k->thr[pos - 1];
+    if ((rc = levels_reserve(T, S->nlev + 1))) return rc;
+    for (int64_t l = 0; l < S->nlev; l++) {
+      if ((rc = list_reserve(&T->lev[l], S->lev[l].n))) return rc;
+      memcpy(T->lev[l].p, S->lev[l].p, (size_t)S->lev[l].n * sizeof(remat__kpt));
+      T->lev[l].n = S->lev[l].n;
+      k->points += S->lev[l].n;
+    }
+    T->nlev = S->nlev;
+  } else {
+    if ((rc = levels_reserve(T, 2))) return rc;
+    if ((rc = list_reserve(&T->lev[0], 1))) return rc;
+    T->lev[0].p[0] = (remat__kpt){0, 0, 0, 0, -1};
+    T->lev[0].n = 1;
+    T->nlev = 1;
+    k->points += 1;
+  }
+  return 0;
+}
+
+static int insert_into(remat__knap *k, remat__kthr *T, int64_t d, int64_t r, int64_t x,
+                       int64_t item) {
+  int rc;
+  if (!k->levels) return merge(k, &T->lev[0], &T->lev[0], d, r, x, item);
+  int64_t top = T->nlev - 1;
+  if ((rc = levels_reserve(T, top + 2))) return rc;
+  T->lev[top + 1].n = 0;
+  for (int64_t l = top; l >= 0; l--)
+    if ((rc = merge(k, &T->lev[l + 1], &T->lev[l], d, r, x, item))) return rc;
+  if (T->lev[top + 1].n > 0) T->nlev = top + 2;
+  return 0;
+}
+
+int remat__knap_insert(remat__knap *k, int64_t d, int64_t r, int64_t x, int64_t item) {
+  int64_t pos = 0;
+  while (pos < k->nthr && k->thr[pos].v < x) pos++;
+  int rc;
+  if (pos == k->nthr || k->thr[pos].v != x)
+    if ((rc = add_threshold(k, pos, x))) return rc;
+  for (int64_t t = pos; t < k->nthr; t++)
+    if ((rc = insert_into(k, &k->thr[t], d, r, x, item))) return rc;
+  return k->points > k->limit ? REMAT_ERANGE : 0;
+}
+
+static int res_better(const remat__knap_res *u, const remat__knap_res *v, int time_first) {
+  if (time_first && u->r != v->r) return u->r < v->r;
+  if (u->cnt != v->cnt) return u->cnt < v->cnt;
+  return u->memrel < v->memrel;
+}
+
+/* First index with D >= need, or n. */
+static int64_t lower_D(const remat__klist *l, int64_t need) {
+  int64_t lo = 0, hi = l->n;
+  while (lo < hi) {
+    int64_t mid = lo + (hi - lo) / 2;
+    if (l->p[mid].D >= need) hi = mid;
+    else lo = mid + 1;
+  }
+  return lo;
+}
+
+/* Number of points with r <= cap. */
+static int64_t upper_r(const remat__klist *l, int64_t cap) {
+  int64_t lo = 0, hi = l->n;
+  while (lo < hi) {
+    int64_t mid = lo + (hi - lo) / 2;
+    if (l->p[mid].r <= cap) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+int remat__knap_min_time(const remat__knap *k, int64_t n, int64_t E, remat__knap_res *res) {
+  int found = 0;
+  for (int64_t t = 0; t < k->nthr; t++) {
+    const remat__kthr *T = &k->thr[t];
+    int64_t need = (E + T->v + n - 1) / n; /* n D >= E + v */
+    int64_t l0 = k->levels ? 1 : 0;
+    for (int64_t l = l0; l < T->nlev; l++) {
+      const remat__klist *L = &T->lev[l];
+      int64_t i = lower_D(L, need);
+      if (i == L->n) continue;
+      const remat__kpt *P = &L->p[i];
+      remat__knap_res c = {P->r, P->cnt, P->X - n * P->D, P->node};
+      if (!found || res_better(&c, res, 1)) *res = c;
+      found = 1;
+    }
+  }
+  return found;
+}
+
+int remat__knap_min_count(const remat__knap *k, int64_t n, int64_t E, int64_t cap,
+                          remat__knap_res *res) {
+  REMAT_ASSERT(k->levels);
+  int found = 0;
+  for (int64_t t = 0; t < k->nthr; t++) {
+    const remat__kthr *T = &k->thr[t];
+    for (int64_t l = 1; l < T->nlev; l++) {
+      if (found && l > res->cnt) break;
+      const remat__klist *L = &T->lev[l];
+      int64_t i = upper_r(L, cap) - 1;
+      if (i < 0) continue;
+      const remat__kpt *P = &L->p[i];
+      if (n * P->D - T->v < E) continue;
+      remat__knap_res c = {P->r, P->cnt, P->X - n * P->D, P->node};
+      if (!found || res_better(&c, res, 0)) *res = c;
+      found = 1;
+      break;
+    }
+  }
+  return found;
+}
+
+int64_t remat__knap_items(const remat__knap *k, int32_t node, int64_t *items) {
+  int64_t n = 0;
+  for (int32_t v = node; v >= 0; v = k->node_parent[v]) items[n++] = k->node_item[v];
+  for (int64_t i = 0; i < n / 2; i++) {
+    int64_t t = items[i];
+    items[i] = items[n - 1 - i];
+    items[n - 1 - i] = t;
+  }
+  return n;
+}

@@ -1,0 +1,705 @@
+/* problem.c: planning problems: their construction and validation, the JSON
+ * problem file, problems built from a GPT-2 shape with the engine's byte
+ * counts, and the expansion into one entry per layer (remat__plan_inst) with
+ * integer times and bytes that the solver works on. */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "memory/layout.h"
+#include "plan/plan.h"
+
+/* ------------------------------------------------------------ names */
+
+static const char *const sched_names[REMAT_SCHED_COUNT] = {"1f1b", "gpipe"};
+static const char *const obj_names[REMAT_OBJ_COUNT] = {"bottleneck", "1f1b"};
+
+const char *remat_plan_schedule_name(int s) {
+  return s >= 0 && s < REMAT_SCHED_COUNT ? sched_names[s] : "?";
+}
+const char *remat_plan_objective_name(int o) {
+  return o >= 0 && o < REMAT_OBJ_COUNT ? obj_names[o] : "?";
+}
+int remat_plan_schedule_parse(const char *s, int *out) {
+  for (int i = 0; i < REMAT_SCHED_COUNT; i++)
+    if (s && strcmp(s, sched_names[i]) == 0) return *out = i, 0;
+  return -1;
+}
+int remat_plan_objective_parse(const char *s, int *out) {
+  for (int i = 0; i < REMAT_OBJ_COUNT; i++)
+    if (s && strcmp(s, obj_names[i]) == 0) return *out = i, 0;
+  return -1;
+}
+
+/* ------------------------------------------------------------ problem */
+
+int remat_plan_problem_init(remat_plan_problem *pb, int64_t stages, int64_t num_groups,
+                            remat_error *err) {
+  memset(pb, 0, sizeof *pb);
+  if (stages < 1 || stages > REMAT_PLAN_MAX_STAGES)
+    return remat__errorf(err, REMAT_ERANGE, "stages must be between 1 and %d, not %lld",
+                         REMAT_PLAN_MAX_STAGES, (long long)stages);
+  if (num_groups < 1 || num_groups > REMAT_PLAN_MAX_LAYERS)
+    return remat__errorf(err, REMAT_ERANGE, "a problem needs between 1 and %d layer groups",
+                         REMAT_PLAN_MAX_LAYERS);
+  pb->memory = remat__calloc((size_t)stages, sizeof *pb->memory);
+  pb->groups = remat__calloc((size_t)num_groups, sizeof *pb->groups);
+  if (!pb->memory || !pb->groups) {
+    remat_plan_problem_free(pb);
+    return remat__errorf(err, REMAT_ENOMEM, "out of memory for a problem of %lld groups",
+                         (long long)num_groups);
+  }
+  pb->stages = stages;
+  pb->num_groups = num_groups;
+  pb->microbatches = 1;
+  pb->uniform_memory = 1;
+  for (int64_t g = 0; g < num_groups; g++) {
+    pb->groups[g].count = 1;
+    pb->groups[g].recomputable = 1;
+  }
+  return 0;
+}
+
+void remat_plan_problem_free(remat_plan_problem *pb) {
+  remat__free(pb->memory);
+  remat__free(pb->groups);
+  pb->memory = NULL;
+  pb->groups = NULL;
+}
+
+int64_t remat_plan_problem_layers(const remat_plan_problem *pb) {
+  int64_t L = 0;
+  for (int64_t g = 0; g < pb->num_groups; g++) {
+    if (pb->groups[g].count > INT64_MAX - L) return INT64_MAX;
+    L += pb->groups[g].count > 0 ? pb->groups[g].count : 0;
+  }
+  return L;
+}
+
+void remat_plan_problem_set_memory(remat_plan_problem *pb, size_t bytes) {
+  for (int64_t s = 0; s < pb->stages; s++) pb->memory[s] = bytes;
+  pb->uniform_memory = 1;
+}
+
+int remat_plan_problem_set_stages(remat_plan_problem *pb, int64_t stages, remat_error *err) {
+  if (stages == pb->stages) return 0;
+  if (stages < 1 || stages > REMAT_PLAN_MAX_STAGES)
+    return remat__errorf(err, REMAT_ERANGE, "stages must be between 1 and %d, not %lld",
+                         REMAT_PLAN_MAX_STAGES, (long long)stages);
+  if (!pb->uniform_memory)
+    return remat__errorf(err, REMAT_EINVAL,
+                         "the problem gives one budget per stage (%lld of them); changing the "
+                         "number of stages also needs --mem",
+                         (long long)pb->stages);
+  size_t *m = remat__calloc((size_t)stages, sizeof *m);
+  if (!m) return remat__errorf(err, REMAT_ENOMEM, "out of memory");
+  for (int64_t s = 0; s < stages; s++) m[s] = pb->memory[0];
+  remat__free(pb->memory);
+  pb->memory = m;
+  pb->stages = stages;
+  return 0;
+}
+
+static int bad_time(double v) { return !isfinite(v) || v < 0; }
+
+int remat_plan_problem_check(const remat_plan_problem *pb, remat_error *err) {
+  if (pb->stages < 1 || pb->stages > REMAT_PLAN_MAX_STAGES)
+    return remat__errorf(err, REMAT_ERANGE, "stages must be between 1 and %d, not %lld",
+                         REMAT_PLAN_MAX_STAGES, (long long)pb->stages);
+  if (pb->microbatches < 1 || pb->microbatches > REMAT_PLAN_MAX_MICROBATCHES)
+    return remat__errorf(err, REMAT_ERANGE, "microbatches must be between 1 and %d, not %lld",
+                         REMAT_PLAN_MAX_MICROBATCHES, (long long)pb->microbatches);
+  if (pb->schedule < 0 || pb->schedule >= REMAT_SCHED_COUNT)
+    return remat__errorf(err, REMAT_EINVAL, "unknown schedule %d; use 1f1b or gpipe",
+                         pb->schedule);
+  if (pb->objective < 0 || pb->objective >= REMAT_OBJ_COUNT)
+    return remat__errorf(err, REMAT_EINVAL, "unknown objective %d; use bottleneck or 1f1b",
+                         pb->objective);
+  if (pb->num_groups < 1 || !pb->groups)
+    return remat__errorf(err, REMAT_EINVAL, "the problem has no layers");
+  if (pb->stage_bytes > REMAT_PLAN_MAX_BYTES)
+    return remat__errorf(err, REMAT_ERANGE, "stage_bytes %zu is above the limit of 2^60 bytes",
+                         pb->stage_bytes);
+  int64_t L = 0;
+  for (int64_t g = 0; g < pb->num_groups; g++) {
+    const remat_plan_group *G = &pb->groups[g];
+    if (G->count < 1)
+      return remat__errorf(err, REMAT_EINVAL, "layers[%lld].count must be at least 1, not %lld",
+                           (long long)g, (long long)G->count);
+    if (G->count > REMAT_PLAN_MAX_LAYERS - L)
+      return remat__errorf(err, REMAT_ERANGE,
+                           "the problem has more than %d layers in all; the planner's limit is "
+                           "%d (group layers into coarser units)",
+                           REMAT_PLAN_MAX_LAYERS, REMAT_PLAN_MAX_LAYERS);
+    L += G->count;
+    const char *tf = bad_time(G->fwd) ? "fwd" : bad_time(G->bwd) ? "bwd"
+                                              : bad_time(G->recompute) ? "recompute" : NULL;
+    if (tf)
+      return remat__errorf(err, REMAT_EINVAL,
+                           "layers[%lld].%s must be a finite number >= 0", (long long)g, tf);
+    const char *bf = G->act_bytes > REMAT_PLAN_MAX_BYTES     ? "act_bytes"
+                     : G->ckpt_bytes > REMAT_PLAN_MAX_BYTES  ? "ckpt_bytes"
+                     : G->state_bytes > REMAT_PLAN_MAX_BYTES ? "state_bytes"
+                     : G->recompute_bytes > REMAT_PLAN_MAX_BYTES ? "recompute_bytes"
+                                                                 : NULL;
+    if (bf)
+      return remat__errorf(err, REMAT_ERANGE, "layers[%lld].%s is above the limit of 2^60 bytes",
+                           (long long)g, bf);
+  }
+  if (pb->stages > L)
+    return remat__errorf(err, REMAT_EINVAL,
+                         "%lld stages but only %lld layers: every stage needs at least one "
+                         "layer; use --stages %lld or fewer",
+                         (long long)pb->stages, (long long)L, (long long)L);
+  if (!pb->memory) return remat__errorf(err, REMAT_EINVAL, "the problem has no memory budget");
+  for (int64_t s = 0; s < pb->stages; s++)
+    if (pb->memory[s] > REMAT_PLAN_MAX_BYTES)
+      return remat__errorf(err, REMAT_ERANGE,
+                           "memory budget of stage %lld is above the limit of 2^60 bytes",
+                           (long long)s);
+  /* Every memory expression must stay far from int64 overflow: bound the
+   * largest one a stage could ever have. */
+  int64_t nmax = pb->schedule == REMAT_SCHED_GPIPE
+                     ? pb->microbatches
+                     : (pb->microbatches < pb->stages ? pb->microbatches : pb->stages);
+  double tot = (double)pb->stage_bytes, ttot = 0;
+  for (int64_t g = 0; g < pb->num_groups; g++) {
+    const remat_plan_group *G = &pb->groups[g];
+    double big = (double)(G->act_bytes > G->ckpt_bytes ? G->act_bytes : G->ckpt_bytes);
+    tot += (double)G->count * ((double)G->state_bytes + (double)nmax * big) +
+           (double)G->recompute_bytes;
+    ttot += (double)G->count * (G->fwd + G->bwd + G->recompute);
+  }
+  if (!(tot < 0x1p61))
+    return remat__errorf(err, REMAT_ERANGE,
+                         "the problem's memory figures add up to %.3g bytes, beyond the "
+                         "planner's range of 2^61; express sizes in coarser units",
+                         tot);
+  if (!isfinite(ttot) || !isfinite(ttot * (double)pb->microbatches))
+    return remat__errorf(err, REMAT_ERANGE,
+                         "the problem's times add up to more than a double can hold; use a "
+                         "coarser time unit");
+  return 0;
+}
+
+/* ------------------------------------------------------------ JSON */
+
+static int json_number(const cJSON *it, const char *where, const char *key, double *out,
+                       remat_error *err) {
+  if (!cJSON_IsNumber(it))
+    return remat__errorf(err, REMAT_EFORMAT, "%s%s must be a number", where, key);
+  double v = it->valuedouble;
+  if (!isfinite(v))
+    return remat__errorf(err, REMAT_EFORMAT, "%s%s must be finite", where, key);
+  if (v < 0)
+    return remat__errorf(err, REMAT_EFORMAT, "%s%s must not be negative (%g)", where, key, v);
+  *out = v;
+  return 0;
+}
+
+static int json_int(const cJSON *it, const char *where, const char *key, int64_t lo, int64_t hi,
+                    int64_t *out, remat_error *err) {
+  if (!cJSON_IsNumber(it))
+    return remat__errorf(err, REMAT_EFORMAT, "%s%s must be an integer", where, key);
+  double v = it->valuedouble;
+  if (!isfinite(v) || v != floor(v))
+    return remat__errorf(err, REMAT_EFORMAT, "%s%s must be an integer, not %g", where, key, v);
+  if (v < (double)lo || v > (double)hi)
+    return remat__errorf(err, REMAT_ERANGE, "%s%s must be between %lld and %lld, not %.17g",
+                         where, key, (long long)lo, (long long)hi, v);
+  *out = (int64_t)v;
+  return 0;
+}
+
+/* A byte count: a whole non-negative number, or a string such as "20GiB". */
+static int json_bytes(const cJSON *it, const char *where, const char *key, size_t *out,
+                      remat_error *err) {
+  if (cJSON_IsString(it)) {
+    remat_error e2;
+    if (remat_parse_size(it->valuestring, out, &e2))
+      return remat__errorf(err, REMAT_EFORMAT, "%s%s: %s", where, key, e2.msg);
+  } else {
+    double v = 0;
+    int rc = json_number(it, where, key, &v, err);
+    if (rc) return rc;
+    if (v != floor(v))
+      return remat__errorf(err, REMAT_EFORMAT,
+                           "%s%s must be a whole number of bytes, not %g (sizes are in bytes: "
+                           "write 1.5e9 for 1.5 GB)",
+                           where, key, v);
+    if (v > (double)REMAT_PLAN_MAX_BYTES)
+      return remat__errorf(err, REMAT_ERANGE, "%s%s = %g is above the limit of 2^60 bytes",
+                           where, key, v);
+    *out = (size_t)v;
+  }
+  if (*out > REMAT_PLAN_MAX_BYTES)
+    return remat__errorf(err, REMAT_ERANGE, "%s%s is above the limit of 2^60 bytes", where, key);
+  return 0;
+}
+
+static int check_keys(const cJSON *obj, const char *where, const char *const *known,
+                      remat_error *err) {
+  for (const cJSON *it = obj->child; it; it = it->next) {
+    int ok = 0;
+    for (const char *const *k = known; *k && !ok; k++) ok = strcmp(it->string, *k) == 0;
+    if (!ok) {
+      char list[256] = "";
+      for (const char *const *k = known; *k; k++) {
+        if (strlen(list) + strlen(*k) + 3 >= sizeof list) break;
+        if (list[0]) strcat(list, ", ");
+        strcat(list, *k);
+      }
+      return remat__errorf(err, REMAT_EFORMAT, "%sunknown field \"%.64s\"; known fields: %s",
+                           where, it->string, list);
+    }
+  }
+  return 0;
+}
+
+static const cJSON *get(const cJSON *obj, const char *key) {
+  return cJSON_GetObjectItemCaseSensitive(obj, key);
+}
+
+/* Line and column of byte offset `off` in text, for parse errors. */
+static void line_col(const char *text, size_t len, size_t off, int *line, int *col) {
+  *line = 1;
+  *col = 1;
+  for (size_t i = 0; i < off && i < len; i++) {
+    if (text[i] == '\n') {
+      (*line)++;
+      *col = 1;
+    } else {
+      (*col)++;
+    }
+  }
+}
+
+int remat_plan_problem_parse_json(remat_plan_problem *pb, const char *text, size_t len,
+                                  remat_error *err) {
+  memset(pb, 0, sizeof *pb);
+  const char *end = NULL;
+  cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
+  if (!root) {
+    int line, col;
+    size_t off = end && end >= text ? (size_t)(end - text) : 0;
+    line_col(text, len, off, &line, &col);
+    return remat__errorf(err, REMAT_EFORMAT, "invalid JSON at line %d, column %d", line, col);
+  }
+  int rc = 0;
+  const char *top = "";
+  if (!cJSON_IsObject(root)) {
+    rc = remat__errorf(err, REMAT_EFORMAT, "the problem must be a JSON object");
+    goto done;
+  }
+  static const char *const known[] = {"stages", "microbatches", "schedule", "objective",
+                                      "memory", "layers", "stage_bytes", "comment", NULL};
+  if ((rc = check_keys(root, top, known, err))) goto done;
+  static const char *const required[] = {"stages", "microbatches", "memory", "layers"};
+  for (size_t k = 0; k < sizeof required / sizeof required[0]; k++)
+    if (!get(root, required[k])) {
+      rc = remat__errorf(err, REMAT_EFORMAT, "missing field \"%s\"", required[k]);
+      goto done;
+    }
+  int64_t stages, mb;
+  if ((rc = json_int(get(root, "stages"), top, "stages", 1, REMAT_PLAN_MAX_STAGES, &stages, err)))
+    goto done;
+  if ((rc = json_int(get(root, "microbatches"), top, "microbatches", 1,
+                     REMAT_PLAN_MAX_MICROBATCHES, &mb, err)))
+    goto done;
+  const cJSON *layers = get(root, "layers");
+  if (!cJSON_IsArray(layers) || cJSON_GetArraySize(layers) < 1) {
+    rc = remat__errorf(err, REMAT_EFORMAT, "\"layers\" must be a non-empty array of layer groups");
+    goto done;
+  }
+  int64_t ng = cJSON_GetArraySize(layers);
+  if ((rc = remat_plan_problem_init(pb, stages, ng, err))) goto done;
+  pb->microbatches = mb;
+  const cJSON *it;
+  if ((it = get(root, "schedule"))) {
+    if (!cJSON_IsString(it) || remat_plan_schedule_parse(it->valuestring, &pb->schedule)) {
+      rc = remat__errorf(err, REMAT_EFORMAT, "\"schedule\" must be \"1f1b\" or \"gpipe\"");
+      goto done;
+    }
+  }
+  if ((it = get(root, "objective"))) {
+    if (!cJSON_IsString(it) || remat_plan_objective_parse(it->valuestring, &pb->objective)) {
+      rc = remat__errorf(err, REMAT_EFORMAT, "\"objective\" must be \"bottleneck\" or \"1f1b\"");
+      goto done;
+    }
+  }
+  if ((it = get(root, "comment")) && !cJSON_IsString(it)) {
+    rc = remat__errorf(err, REMAT_EFORMAT, "\"comment\" must be a string");
+    goto done;
+  }
+  if ((it = get(root, "stage_bytes")) &&
+      (rc = json_bytes(it, top, "stage_bytes", &pb->stage_bytes, err)))
+    goto done;
+  const cJSON *mem = get(root, "memory");
+  if (cJSON_IsArray(mem)) {
+    if (cJSON_GetArraySize(mem) != stages) {
+      rc = remat__errorf(err, REMAT_EFORMAT,
+                         "\"memory\" has %d budgets but there are %lld stages; give one number "
+                         "for all stages or exactly one per stage",
+                         cJSON_GetArraySize(mem), (long long)stages);
+      goto done;
+    }
+    int64_t s = 0;
+    cJSON_ArrayForEach(it, mem) {
+      char key[32];
+      snprintf(key, sizeof key, "memory[%lld]", (long long)s);
+      if ((rc = json_bytes(it, "", key, &pb->memory[s], err))) goto done;
+      s++;
+    }
+    pb->uniform_memory = 0;
+  } else {
+    size_t b;
+    if ((rc = json_bytes(mem, top, "memory", &b, err))) goto done;
+    remat_plan_problem_set_memory(pb, b);
+  }
+  static const char *const gknown[] = {"name", "count", "fwd", "bwd", "recompute",
+                                       "act_bytes", "ckpt_bytes", "state_bytes",
+                                       "recompute_bytes", "recomputable", "comment", NULL};
+  int64_t g = 0, total = 0;
+  cJSON_ArrayForEach(it, layers) {
+    char where[48];
+    snprintf(where, sizeof where, "layers[%lld].", (long long)g);
+    remat_plan_group *G = &pb->groups[g];
+    if (!cJSON_IsObject(it)) {
+      rc = remat__errorf(err, REMAT_EFORMAT, "layers[%lld] must be an object", (long long)g);
+      goto done;
+    }
+    if ((rc = check_keys(it, where, gknown, err))) goto done;
+    const cJSON *v;
+    if ((v = get(it, "name"))) {
+      if (!cJSON_IsString(v)) {
+        rc = remat__errorf(err, REMAT_EFORMAT, "%sname must be a string", where);
+        goto done;
+      }
+      snprintf(G->name, sizeof G->name, "%s", v->valuestring);
+    }
+    if ((v = get(it, "recomputable"))) {
+      if (!cJSON_IsBool(v)) {
+        rc = remat__errorf(err, REMAT_EFORMAT, "%srecomputable must be true or false", where);
+        goto done;
+      }
+      G->recomputable = cJSON_IsTrue(v);
+    }
+    if ((v = get(it, "count")) &&
+        (rc = json_int(v, where, "count", 1, REMAT_PLAN_MAX_LAYERS, &G->count, err)))
+      goto done;
+    if (G->count > REMAT_PLAN_MAX_LAYERS - total) {
+      rc = remat__errorf(err, REMAT_ERANGE,
+                         "the layer counts add up to more than %d, the planner's limit; group "
+                         "layers into coarser units",
+                         REMAT_PLAN_MAX_LAYERS);
+      goto done;
+    }
+    total += G->count;
+    static const char *const need[] = {"fwd", "bwd", "act_bytes", "ckpt_bytes", "state_bytes"};
+    for (size_t k = 0; k < sizeof need / sizeof need[0]; k++)
+      if (!get(it, need[k])) {
+        rc = remat__errorf(err, REMAT_EFORMAT, "%s%s is missing", where, need[k]);
+        goto done;
+      }
+    if (G->recomputable && !get(it, "recompute")) {
+      rc = remat__errorf(err, REMAT_EFORMAT,
+                         "%srecompute is missing (it may be left out only with "
+                         "\"recomputable\": false)",
+                         where);
+      goto done;
+    }
+    if ((rc = json_number(get(it, "fwd"), where, "fwd", &G->fwd, err))) goto done;
+    if ((rc = json_number(get(it, "bwd"), where, "bwd", &G->bwd, err))) goto done;
+    if ((v = get(it, "recompute")) &&
+        (rc = json_number(v, where, "recompute", &G->recompute, err)))
+      goto done;
+    if ((rc = json_bytes(get(it, "act_bytes"), where, "act_bytes", &G->act_bytes, err)))
+      goto done;
+    if ((rc = json_bytes(get(it, "ckpt_bytes"), where, "ckpt_bytes", &G->ckpt_bytes, err)))
+      goto done;
+    if ((rc = json_bytes(get(it, "state_bytes"), where, "state_bytes", &G->state_bytes, err)))
+      goto done;
+    if ((v = get(it, "recompute_bytes")) &&
+        (rc = json_bytes(v, where, "recompute_bytes", &G->recompute_bytes, err)))
+      goto done;
+    g++;
+  }
+  rc = remat_plan_problem_check(pb, err);
+done:
+  cJSON_Delete(root);
+  if (rc) remat_plan_problem_free(pb);
+  return rc;
+}
+
+#define MAX_PROBLEM_FILE ((size_t)256 << 20)
+
+int remat_plan_problem_load(remat_plan_problem *pb, const char *path, remat_error *err) {
+  memset(pb, 0, sizeof *pb);
+  FILE *f = fopen(path, "rb");
+  if (!f)
+    return remat__errorf(err, REMAT_EIO, "cannot open problem file '%s': %s", path,
+                         strerror(errno));
+  size_t cap = 1 << 16, len = 0;
+  char *buf = remat__malloc(cap);
+  int rc = 0;
+  if (!buf) {
+    fclose(f);
+    return remat__errorf(err, REMAT_ENOMEM, "out of memory reading '%s'", path);
+  }
+  for (;;) {
+    if (len == cap) {
+      if (cap >= MAX_PROBLEM_FILE) {
+        rc = remat__errorf(err, REMAT_ERANGE, "problem file '%s' is larger than 256 MiB", path);
+        break;
+      }
+      char *nb = remat__malloc(cap * 2);
+      if (!nb) {
+        rc = remat__errorf(err, REMAT_ENOMEM, "out of memory reading '%s'", path);
+        break;
+      }
+      memcpy(nb, buf, len);
+      remat__free(buf);
+      buf = nb;
+      cap *= 2;
+    }
+    size_t got = fread(buf + len, 1, cap - len, f);
+    len += got;
+    if (got == 0) {
+      if (ferror(f)) rc = remat__errorf(err, REMAT_EIO, "cannot read '%s': %s", path,
+                                        strerror(errno));
+      break;
+    }
+  }
+  fclose(f);
+  if (!rc && len == 0) rc = remat__errorf(err, REMAT_EFORMAT, "problem file '%s' is empty", path);
+  if (!rc) {
+    rc = remat_plan_problem_parse_json(pb, buf, len, err);
+    if (rc && err) {
+      char msg[REMAT_ERRMSG_MAX];
+      snprintf(msg, sizeof msg, "%s", err->msg);
+      remat__errorf(err, rc, "%s: %s", path, msg);
+    }
+  }
+  if (!rc) snprintf(pb->source, sizeof pb->source, "%s", path);
+  remat__free(buf);
+  return rc;
+}
+
+/* ------------------------------------------------------------ from a model */
+
+int remat_plan_problem_from_model(remat_plan_problem *pb, const remat_config *cfg, int64_t B,
+                                  int64_t T, int64_t stages, int64_t microbatches, size_t memory,
+                                  remat_error *err) {
+  memset(pb, 0, sizeof *pb);
+  int rc = remat_config_check(cfg, err);
+  if (rc) return rc;
+  if (B < 1 || T < 1 || B > (1 << 20))
+    return remat__errorf(err, REMAT_EINVAL, "batch B=%lld and sequence T=%lld must be positive",
+                         (long long)B, (long long)T);
+  if (T > cfg->max_seq_len)
+    return remat__errorf(err, REMAT_ESHAPE,
+                         "sequence length T=%lld exceeds the model's maximum of %lld; use --seq "
+                         "%lld or less",
+                         (long long)T, (long long)cfg->max_seq_len, (long long)cfg->max_seq_len);
+  double att = (double)B * (double)cfg->num_heads * (double)T * (double)T * 4.0;
+  double logits = (double)B * (double)T * (double)cfg->padded_vocab_size * 4.0;
+  if (att > 1e15 || logits > 1e15)
+    return remat__errorf(err, REMAT_ERANGE,
+                         "B=%lld, T=%lld with this model needs more than a petabyte per layer; "
+                         "use a smaller batch or sequence",
+                         (long long)B, (long long)T);
+  if ((rc = remat_plan_problem_init(pb, stages, 3, err))) return rc;
+  pb->microbatches = microbatches;
+  remat_plan_problem_set_memory(pb, memory);
+
+  remat_block_bytes bb;
+  remat_block_bytes_get(cfg, B, T, &bb);
+  size_t ps[REMAT_P_COUNT];
+  remat_param_sizes(cfg, ps);
+  double Bd = (double)B, Td = (double)T, C = (double)cfg->channels;
+  double Vp = (double)cfg->padded_vocab_size;
+  size_t BT = (size_t)B * (size_t)T, BTC = BT * (size_t)cfg->channels;
+  const double G = 1e9; /* times in GFLOP */
+
+  remat_plan_group *e = &pb->groups[0], *blk = &pb->groups[1], *h = &pb->groups[2];
+  snprintf(e->name, sizeof e->name, "embedding");
+  e->count = 1;
+  e->fwd = Bd * Td * C / G;
+  e->bwd = Bd * Td * C / G;
+  e->act_bytes = e->ckpt_bytes = 2 * BT * sizeof(int32_t);
+  e->state_bytes = 4 * sizeof(float) * (ps[REMAT_P_WTE] + ps[REMAT_P_WPE]);
+  e->recomputable = 0;
+
+  snprintf(blk->name, sizeof blk->name, "block");
+  blk->count = cfg->num_layers;
+  double f = (24.0 * Bd * Td * C * C + 4.0 * Bd * Td * Td * C) / G;
+  blk->fwd = f;
+  blk->bwd = 2 * f;
+  blk->recompute = f;
+  blk->act_bytes = bb.kept_bytes;
+  blk->ckpt_bytes = bb.recompute_bytes;
+  blk->recompute_bytes = bb.scratch_bytes;
+  blk->state_bytes = bb.state_bytes;
+
+  snprintf(h->name, sizeof h->name, "head");
+  h->count = 1;
+  h->fwd = (2.0 * Bd * Td * C * Vp + 5.0 * Bd * Td * Vp) / G;
+  h->bwd = 2 * h->fwd;
+  size_t head_acts = remat__head_acts_view(NULL, NULL, B, T, cfg->channels) * sizeof(float);
+  h->act_bytes = h->ckpt_bytes = BTC * sizeof(float) + head_acts;
+  h->state_bytes = 4 * sizeof(float) * (ps[REMAT_P_LNFW] + ps[REMAT_P_LNFB]) +
+                   remat__align(BT * (size_t)cfg->padded_vocab_size * sizeof(float));
+  h->recomputable = 0;
+
+  size_t dblock = remat__block_dgrads_view(NULL, NULL, B, T, cfg->channels, cfg->num_heads) *
+                  sizeof(float);
+  pb->stage_bytes = dblock + 3 * remat__align(BTC * sizeof(float));
+  snprintf(pb->time_unit, sizeof pb->time_unit, "GFLOP");
+  snprintf(pb->source, sizeof pb->source,
+           "GPT-2 L=%lld C=%lld NH=%lld V=%lld, B=%lld, T=%lld", (long long)cfg->num_layers,
+           (long long)cfg->channels, (long long)cfg->num_heads, (long long)cfg->vocab_size,
+           (long long)B, (long long)T);
+  if ((rc = remat_plan_problem_check(pb, err))) remat_plan_problem_free(pb);
+  return rc;
+}
+
+/* ------------------------------------------------------------ expansion */
+
+void remat__plan_inst_free(remat__plan_inst *in) {
+  int64_t **arrs[] = {&in->fb, &in->fwd, &in->r, &in->a, &in->c, &in->x, &in->w,
+                      &in->n, &in->budget, &in->pF, &in->pA, &in->pW, &in->pD, &in->pCand,
+                      &in->first_cand, &in->kind_end, &in->x_end, &in->cls};
+  for (size_t i = 0; i < sizeof arrs / sizeof arrs[0]; i++) {
+    remat__free(*arrs[i]);
+    *arrs[i] = NULL;
+  }
+  remat__free(in->cand);
+  remat__free(in->recomp);
+  in->cand = in->recomp = NULL;
+}
+
+typedef struct {
+  int64_t n, b, s;
+} clskey;
+
+static int clskey_cmp(const void *x, const void *y) {
+  const clskey *a = x, *b = y;
+  if (a->n != b->n) return a->n < b->n ? -1 : 1;
+  if (a->b != b->b) return a->b < b->b ? -1 : 1;
+  return a->s < b->s ? -1 : a->s > b->s;
+}
+
+int remat__plan_inst_build(const remat_plan_problem *pb, remat__plan_inst *in, remat_error *err) {
+  memset(in, 0, sizeof *in);
+  int rc = remat_plan_problem_check(pb, err);
+  if (rc) return rc;
+  int64_t L = remat_plan_problem_layers(pb), p = pb->stages, m = pb->microbatches;
+  in->L = L;
+  in->p = p;
+  in->m = m;
+  in->schedule = pb->schedule;
+  in->objective = pb->objective;
+  in->stage_bytes = (int64_t)pb->stage_bytes;
+  size_t L1 = (size_t)L + 1;
+  int64_t **perL[] = {&in->fb, &in->fwd, &in->r, &in->a, &in->c, &in->x, &in->w};
+  for (size_t i = 0; i < sizeof perL / sizeof perL[0]; i++)
+    *perL[i] = remat__malloc((size_t)L * sizeof(int64_t));
+  int64_t **perL1[] = {&in->pF, &in->pA, &in->pW, &in->pD, &in->pCand,
+                       &in->first_cand, &in->kind_end, &in->x_end};
+  for (size_t i = 0; i < sizeof perL1 / sizeof perL1[0]; i++)
+    *perL1[i] = remat__malloc(L1 * sizeof(int64_t));
+  in->cand = remat__malloc((size_t)L);
+  in->recomp = remat__malloc((size_t)L);
+  in->n = remat__malloc((size_t)p * sizeof(int64_t));
+  in->budget = remat__malloc((size_t)p * sizeof(int64_t));
+  in->cls = remat__malloc((size_t)p * sizeof(int64_t));
+  clskey *keys = remat__malloc((size_t)p * sizeof *keys);
+  int ok = keys && in->cand && in->recomp && in->n && in->budget && in->cls;
+  for (size_t i = 0; i < sizeof perL / sizeof perL[0]; i++) ok = ok && *perL[i];
+  for (size_t i = 0; i < sizeof perL1 / sizeof perL1[0]; i++) ok = ok && *perL1[i];
+  if (!ok) {
+    remat__free(keys);
+    remat__plan_inst_free(in);
+    return remat__errorf(err, REMAT_ENOMEM, "out of memory expanding %lld layers", (long long)L);
+  }
+
+  /* Time quantum: the smallest power of two q with m * (total time) / q <= 2^60,
+   * so every objective value (at most m times the total) fits in 61 bits. */
+  double ttot = 0;
+  for (int64_t g = 0; g < pb->num_groups; g++) {
+    const remat_plan_group *G = &pb->groups[g];
+    ttot += (double)G->count * (G->fwd + G->bwd + G->recompute);
+  }
+  double span = ttot * (double)m;
+  int e = 0;
+  if (span > 0) {
+    int ex;
+    frexp(span, &ex); /* span < 2^ex */
+    e = ex - 60;
+  }
+  in->q = ldexp(1.0, e);
+
+  int64_t l = 0;
+  for (int64_t g = 0; g < pb->num_groups; g++) {
+    const remat_plan_group *G = &pb->groups[g];
+    int64_t fq = (int64_t)llround(ldexp(G->fwd, -e));
+    int64_t bq = (int64_t)llround(ldexp(G->bwd, -e));
+    int64_t rq = (int64_t)llround(ldexp(G->recompute, -e));
+    for (int64_t k = 0; k < G->count; k++, l++) {
+      in->fwd[l] = fq;
+      in->fb[l] = fq + bq;
+      in->r[l] = rq;
+      in->a[l] = (int64_t)G->act_bytes;
+      in->c[l] = (int64_t)G->ckpt_bytes;
+      in->x[l] = (int64_t)G->recompute_bytes;
+      in->w[l] = (int64_t)G->state_bytes;
+      in->recomp[l] = G->recomputable != 0;
+      in->cand[l] = G->recomputable && G->act_bytes > G->ckpt_bytes;
+    }
+  }
+  in->pF[0] = in->pA[0] = in->pW[0] = in->pD[0] = in->pCand[0] = 0;
+  for (l = 0; l < L; l++) {
+    in->pF[l + 1] = in->pF[l] + in->fb[l];
+    in->pA[l + 1] = in->pA[l] + in->a[l];
+    in->pW[l + 1] = in->pW[l] + in->w[l];
+    in->pD[l + 1] = in->pD[l] + (in->cand[l] ? in->a[l] - in->c[l] : 0);
+    in->pCand[l + 1] = in->pCand[l] + in->cand[l];
+  }
+  int64_t next = L;
+  in->first_cand[L] = L;
+  in->kind_end[L] = L;
+  in->x_end[L] = L;
+  for (l = L - 1; l >= 0; l--) {
+    in->kind_end[l] = in->x_end[l] = L;
+    if (in->cand[l]) {
+      if (next < L) {
+        int same_x = in->x[next] == in->x[l];
+        int same = same_x && in->r[next] == in->r[l] &&
+                   in->a[next] - in->c[next] == in->a[l] - in->c[l];
+        in->kind_end[l] = same ? in->kind_end[next] : next;
+        in->x_end[l] = same_x ? in->x_end[next] : next;
+      }
+      next = l;
+    }
+    in->first_cand[l] = next;
+  }
+  for (int64_t s = 0; s < p; s++) {
+    int64_t ns = pb->schedule == REMAT_SCHED_GPIPE ? m : (p - s < m ? p - s : m);
+    in->n[s] = ns;
+    in->budget[s] = (int64_t)pb->memory[s];
+    keys[s] = (clskey){ns, in->budget[s], s};
+  }
+  qsort(keys, (size_t)p, sizeof *keys, clskey_cmp);
+  in->ncls = 0;
+  for (int64_t k = 0; k < p; k++) {
+    if (k > 0 && (keys[k].n != keys[k - 1].n || keys[k].b != keys[k - 1].b)) in->ncls++;
+    in->cls[keys[k].s] = in->ncls;
+  }
+  in->ncls++;
+  remat__free(keys);
+  return 0;
+}

@@ -1,0 +1,95 @@
+/* sim.c: discrete-event simulation of one pipeline iteration (1F1B or GPipe)
+ * with per-stage forward and backward times and no communication cost. It
+ * gives the exact makespan of a plan's stage times, to set beside the 1f1b
+ * objective's closed form sum_s t_s + (m - 1) max_s t_s, which it equals
+ * when all stages take the same time.
+ *
+ * Each stage runs its operations in a fixed order; an operation starts when
+ * its stage is free and its input is ready: forward k on stage s needs forward
+ * k on stage s - 1, backward k on stage s needs backward k on stage s + 1
+ * (the last stage's backward k follows its own forward k, earlier in its
+ * order). Every stage is advanced as far as its dependencies allow, in
+ * rounds, until all are done. */
+#include <math.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "plan/plan.h"
+
+/* Operation q of stage s: returns micro-batch k and whether it is a backward. */
+static void op_at(int schedule, int64_t p, int64_t m, int64_t s, int64_t q, int64_t *k, int *bwd) {
+  if (schedule == REMAT_SCHED_GPIPE) {
+    *bwd = q >= m;
+    *k = q < m ? q : q - m;
+    return;
+  }
+  int64_t w = p - s - 1 < m ? p - s - 1 : m; /* warm-up forwards */
+  if (q < w) {
+    *bwd = 0;
+    *k = q;
+  } else if (q < w + 2 * (m - w)) {
+    int64_t u = q - w; /* steady state: forward w + u/2, then backward u/2 */
+    *bwd = u % 2;
+    *k = *bwd ? u / 2 : w + u / 2;
+  } else {
+    *bwd = 1;
+    *k = q - w - (m - w); /* drain: the remaining backwards */
+  }
+}
+
+int remat_plan_simulate(int schedule, int64_t p, int64_t m, const double *fwd, const double *bwd,
+                        double *makespan, remat_error *err) {
+  if (p < 1 || m < 1 || (schedule != REMAT_SCHED_1F1B && schedule != REMAT_SCHED_GPIPE))
+    return remat__errorf(err, REMAT_EINVAL, "simulation needs p >= 1, m >= 1 and a schedule");
+  if ((double)p * (double)m > 1e8)
+    return remat__errorf(err, REMAT_ERANGE, "simulation of %lld stages x %lld micro-batches is "
+                         "too large", (long long)p, (long long)m);
+  size_t pm = (size_t)p * (size_t)m;
+  double *fdone = remat__malloc(pm * sizeof *fdone), *bdone = remat__malloc(pm * sizeof *bdone);
+  double *free_at = remat__calloc((size_t)p, sizeof *free_at);
+  int64_t *next = remat__calloc((size_t)p, sizeof *next);
+  if (!fdone || !bdone || !free_at || !next) {
+    remat__free(fdone);
+    remat__free(bdone);
+    remat__free(free_at);
+    remat__free(next);
+    return remat__errorf(err, REMAT_ENOMEM, "out of memory in the schedule simulation");
+  }
+  for (size_t k = 0; k < pm; k++) fdone[k] = bdone[k] = NAN;
+#define FD(s, k) fdone[(size_t)(s) * (size_t)m + (size_t)(k)]
+#define BD(s, k) bdone[(size_t)(s) * (size_t)m + (size_t)(k)]
+  int64_t left = (int64_t)pm * 2;
+  double end = 0;
+  while (left > 0) {
+    int64_t progress = 0;
+    for (int64_t s = 0; s < p; s++) {
+      while (next[s] < 2 * m) {
+        int64_t k;
+        int b;
+        op_at(schedule, p, m, s, next[s], &k, &b);
+        double ready;
+        if (!b) ready = s == 0 ? 0 : FD(s - 1, k);
+        else ready = s == p - 1 ? FD(s, k) : BD(s + 1, k);
+        if (isnan(ready)) break;
+        double start = ready > free_at[s] ? ready : free_at[s];
+        double fin = start + (b ? bwd[s] : fwd[s]);
+        if (b) BD(s, k) = fin;
+        else FD(s, k) = fin;
+        free_at[s] = fin;
+        if (fin > end) end = fin;
+        next[s]++;
+        progress++;
+      }
+    }
+    left -= progress;
+    REMAT_ASSERT(progress > 0); /* both schedules are deadlock-free */
+  }
+#undef FD
+#undef BD
+  *makespan = end;
+  remat__free(fdone);
+  remat__free(bdone);
+  remat__free(free_at);
+  remat__free(next);
+  return 0;
+}

@@ -1,0 +1,175 @@
+/* sweep.c: the frontier of time against memory: the best objective for a
+ * range of budgets (one for all stages), from the smallest budget that fits at
+ * all to the smallest at which nothing needs recomputing, both found exactly. */
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "plan/plan.h"
+
+static int copy_problem(const remat_plan_problem *src, remat_plan_problem *dst, remat_error *err) {
+  int rc = remat_plan_problem_init(dst, src->stages, src->num_groups, err);
+  if (rc) return rc;
+  size_t *mem = dst->memory;
+  remat_plan_group *grp = dst->groups;
+  *dst = *src;
+  dst->memory = mem;
+  dst->groups = grp;
+  memcpy(mem, src->memory, (size_t)src->stages * sizeof *mem);
+  memcpy(grp, src->groups, (size_t)src->num_groups * sizeof *grp);
+  return 0;
+}
+
+void remat_plan_sweep_free(remat_plan_sweep *sw) {
+  remat__free(sw->points);
+  remat__free(sw->storage);
+  memset(sw, 0, sizeof *sw);
+}
+
+int remat_plan_sweep_run(const remat_plan_problem *pb, int64_t points, remat_plan_sweep *sw,
+                         remat_error *err) {
+  memset(sw, 0, sizeof *sw);
+  int rc = remat_plan_problem_check(pb, err);
+  if (rc) return rc;
+  for (int64_t s = 1; s < pb->stages; s++)
+    if (pb->memory[s] != pb->memory[0])
+      return remat__errorf(err, REMAT_EINVAL,
+                           "a sweep varies one budget for all stages; this problem gives a "
+                           "different budget per stage (set one with --mem)");
+  if (points < 2 || points > 1000)
+    return remat__errorf(err, REMAT_ERANGE, "a sweep takes between 2 and 1000 points, not %lld",
+                         (long long)points);
+  remat_plan_problem q;
+  if ((rc = copy_problem(pb, &q, err))) return rc;
+  remat_plan plan;
+
+  /* Smallest budget that fits: solve with nothing and read the answer. */
+  remat_plan_problem_set_memory(&q, 0);
+  size_t lo = 0;
+  rc = remat_plan_solve(&q, &plan, err);
+  if (rc == REMAT_EINFEASIBLE) lo = plan.min_budget_bytes;
+  if (rc == 0 || rc == REMAT_EINFEASIBLE) remat_plan_free(&plan);
+  if (rc && rc != REMAT_EINFEASIBLE) goto out;
+
+  remat__plan_inst in;
+  if ((rc = remat__plan_inst_build(&q, &in, err))) goto out;
+  int64_t hi64;
+  int hrc = remat__plan_no_recompute_budget(&in, &hi64);
+  int64_t base = remat__plan_baseline(&in);
+  double q_unit = in.q;
+  remat__plan_inst_free(&in);
+  if (hrc) {
+    rc = remat__errorf(err, hrc == REMAT_ENOMEM ? REMAT_ENOMEM : REMAT_ERANGE,
+                       "cannot bound the sweep for this problem (too many stages x layers)");
+    goto out;
+  }
+  size_t hi = (size_t)hi64 > lo ? (size_t)hi64 : lo;
+  sw->min_budget_bytes = lo;
+  sw->no_recompute_bytes = hi;
+  sw->baseline_objective = (double)base * q_unit;
+  sw->num_stages = pb->stages;
+  if (hi == lo) points = 1;
+  sw->points = remat__calloc((size_t)points, sizeof *sw->points);
+  sw->storage = remat__malloc((size_t)points * 2 * (size_t)pb->stages * sizeof *sw->storage);
+  if (!sw->points || !sw->storage) {
+    rc = remat__errorf(err, REMAT_ENOMEM, "out of memory");
+    goto out;
+  }
+  for (int64_t k = 0; k < points; k++) {
+    size_t B = k == points - 1 ? hi
+                               : lo + (size_t)((double)(hi - lo) * (double)k / (double)(points - 1));
+    remat_plan_problem_set_memory(&q, B);
+    rc = remat_plan_solve(&q, &plan, err);
+    if (rc) {
+      if (rc == REMAT_EINFEASIBLE) remat_plan_free(&plan);
+      goto out;
+    }
+    remat_plan_sweep_point *pt = &sw->points[k];
+    pt->budget_bytes = B;
+    pt->objective_value = plan.objective_value;
+    pt->slowdown = plan.slowdown;
+    pt->total_recomputed = plan.total_recomputed;
+    pt->max_memory_bytes = plan.max_memory_bytes;
+    pt->layers_per_stage = sw->storage + (size_t)k * 2 * (size_t)pb->stages;
+    pt->ckpt_per_stage = pt->layers_per_stage + pb->stages;
+    for (int64_t s = 0; s < pb->stages; s++) {
+      pt->layers_per_stage[s] = plan.stages[s].num_layers;
+      pt->ckpt_per_stage[s] = plan.stages[s].num_recomputed;
+    }
+    remat_plan_free(&plan);
+    sw->num_points = k + 1;
+  }
+  rc = 0;
+out:
+  remat_plan_problem_free(&q);
+  if (rc) remat_plan_sweep_free(sw);
+  return rc;
+}
+
+static void counts(remat__plan_buf *b, const int64_t *v, int64_t n) {
+  for (int64_t s = 0; s < n; s++) remat__plan_printf(b, "%s%lld", s ? "/" : "", (long long)v[s]);
+}
+
+int remat_plan_format_sweep(const remat_plan_problem *pb, const remat_plan_sweep *sw, int json,
+                            char **out, remat_error *err) {
+  *out = NULL;
+  remat__plan_buf b = {0};
+  if (json) {
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "objective", remat_plan_objective_name(pb->objective));
+    cJSON_AddNumberToObject(root, "min_budget_bytes", (double)sw->min_budget_bytes);
+    cJSON_AddNumberToObject(root, "no_recompute_bytes", (double)sw->no_recompute_bytes);
+    cJSON_AddNumberToObject(root, "baseline_objective", sw->baseline_objective);
+    cJSON *arr = cJSON_AddArrayToObject(root, "points");
+    for (int64_t k = 0; k < sw->num_points; k++) {
+      const remat_plan_sweep_point *pt = &sw->points[k];
+      cJSON *o = cJSON_CreateObject();
+      cJSON_AddNumberToObject(o, "budget_bytes", (double)pt->budget_bytes);
+      cJSON_AddNumberToObject(o, "objective_value", pt->objective_value);
+      cJSON_AddNumberToObject(o, "slowdown", pt->slowdown);
+      cJSON_AddNumberToObject(o, "total_recomputed", (double)pt->total_recomputed);
+      cJSON_AddNumberToObject(o, "max_memory_bytes", (double)pt->max_memory_bytes);
+      cJSON *l = cJSON_AddArrayToObject(o, "layers_per_stage");
+      cJSON *c = cJSON_AddArrayToObject(o, "ckpt_per_stage");
+      for (int64_t s = 0; s < sw->num_stages; s++) {
+        cJSON_AddItemToArray(l, cJSON_CreateNumber((double)pt->layers_per_stage[s]));
+        cJSON_AddItemToArray(c, cJSON_CreateNumber((double)pt->ckpt_per_stage[s]));
+      }
+      cJSON_AddItemToArray(arr, o);
+    }
+    char *s = cJSON_Print(root);
+    cJSON_Delete(root);
+    if (!s) return remat__errorf(err, REMAT_ENOMEM, "out of memory writing JSON");
+    remat__plan_printf(&b, "%s\n", s);
+    free(s);
+  } else {
+    char t1[32], t2[32];
+    remat__plan_printf(&b,
+                       "sweep of one budget for all %lld stages, objective %s: fits from %s, "
+                       "needs no recomputation from %s\n",
+                       (long long)sw->num_stages, remat_plan_objective_name(pb->objective),
+                       remat_format_bytes(sw->min_budget_bytes, t1, sizeof t1),
+                       remat_format_bytes(sw->no_recompute_bytes, t2, sizeof t2));
+    remat__plan_printf(&b, "%14s %16s %14s %9s %10s %14s  %s\n", "budget", "budget_bytes",
+                       "objective", "slowdown", "recomputed", "peak", "layers | ckpt per stage");
+    for (int64_t k = 0; k < sw->num_points; k++) {
+      const remat_plan_sweep_point *pt = &sw->points[k];
+      remat__plan_printf(&b, "%14s %16zu %14.6g %9.4f %10lld %14s  ",
+                         remat_format_bytes(pt->budget_bytes, t1, sizeof t1), pt->budget_bytes,
+                         pt->objective_value, pt->slowdown, (long long)pt->total_recomputed,
+                         remat_format_bytes(pt->max_memory_bytes, t2, sizeof t2));
+      counts(&b, pt->layers_per_stage, sw->num_stages);
+      remat__plan_printf(&b, " | ");
+      counts(&b, pt->ckpt_per_stage, sw->num_stages);
+      remat__plan_printf(&b, "\n");
+    }
+  }
+  if (b.oom || !b.s) {
+    remat__free(b.s);
+    return remat__errorf(err, REMAT_ENOMEM, "out of memory writing the sweep");
+  }
+  *out = b.s;
+  return 0;
+}

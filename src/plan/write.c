@@ -1,0 +1,477 @@
+/* write.c: a plan as text: a table like the seed document's, JSON, a
+ * ColossalAI snippet and Megatron-LM arguments. Each says plainly what the
+ * target framework cannot express. */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "plan/plan.h"
+
+/* ------------------------------------------------------------ buffer */
+
+void remat__plan_printf(remat__plan_buf *b, const char *fmt, ...) {
+  if (b->oom) return;
+  for (;;) {
+    size_t room = b->cap - b->len;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = b->s ? vsnprintf(b->s + b->len, room, fmt, ap) : -2;
+    va_end(ap);
+    if (n >= 0 && (size_t)n < room) {
+      b->len += (size_t)n;
+      return;
+    }
+    if (n == -1) {
+      b->oom = 1;
+      return;
+    }
+    size_t cap = b->cap ? b->cap * 2 : 4096;
+    while (n >= 0 && cap < b->len + (size_t)n + 1) cap *= 2;
+    char *s = remat__malloc(cap);
+    if (!s) {
+      b->oom = 1;
+      return;
+    }
+    if (b->s) memcpy(s, b->s, b->len + 1);
+    else s[0] = 0;
+    remat__free(b->s);
+    b->s = s;
+    b->cap = cap;
+  }
+}
+
+void remat_plan_text_free(char *text) { remat__free(text); }
+
+static int finish(remat__plan_buf *b, char **out, remat_error *err) {
+  if (b->oom || !b->s) {
+    remat__free(b->s);
+    return remat__errorf(err, REMAT_ENOMEM, "out of memory writing the plan");
+  }
+  *out = b->s;
+  return 0;
+}
+
+/* ------------------------------------------------------------ helpers */
+
+/* Binary units when every budget is a whole number of MiB (as from --mem
+ * 20GiB), decimal otherwise (as in the seed's "20 GB"). */
+static int use_binary(const remat_plan_problem *pb) {
+  for (int64_t s = 0; s < pb->stages; s++)
+    if (pb->memory[s] == 0 || pb->memory[s] % (1u << 20)) return 0;
+  return 1;
+}
+
+static const char *fmt_bytes(size_t v, int binary, char *buf, size_t cap) {
+  if (binary) return remat_format_bytes(v, buf, cap);
+  static const char *u[] = {"B", "kB", "MB", "GB", "TB", "PB", "EB"};
+  double x = (double)v;
+  int i = 0;
+  while (x >= 1000.0 && i < 6) {
+    x /= 1000.0;
+    i++;
+  }
+  if (i == 0) snprintf(buf, cap, "%zu B", v);
+  else snprintf(buf, cap, "%.2f %s", x, u[i]);
+  return buf;
+}
+
+static const char *fmt_time(double t, char *buf, size_t cap) {
+  snprintf(buf, cap, "%.6g", t);
+  return buf;
+}
+
+/* Layer indices as ranges "0-3,7"; at most cap - 4 characters, then "...". */
+static void ranges(const int64_t *v, int64_t n, char *buf, size_t cap) {
+  size_t len = 0;
+  buf[0] = 0;
+  for (int64_t k = 0; k < n;) {
+    int64_t e = k;
+    while (e + 1 < n && v[e + 1] == v[e] + 1) e++;
+    char part[48];
+    if (e == k) snprintf(part, sizeof part, "%s%lld", len ? "," : "", (long long)v[k]);
+    else snprintf(part, sizeof part, "%s%lld-%lld", len ? "," : "", (long long)v[k], (long long)v[e]);
+    if (len + strlen(part) + 4 >= cap) {
+      snprintf(buf + len, cap - len, "...");
+      return;
+    }
+    memcpy(buf + len, part, strlen(part) + 1);
+    len += strlen(part);
+    k = e + 1;
+  }
+  if (!n) snprintf(buf, cap, "-");
+}
+
+/* The model's layer numbering, when it has more than one group. */
+static void numbering(remat__plan_buf *b, const remat_plan_problem *pb) {
+  if (pb->num_groups < 2) return;
+  remat__plan_printf(b, "layers in model order:");
+  int64_t l = 0;
+  for (int64_t g = 0; g < pb->num_groups && g < 12; g++) {
+    const remat_plan_group *G = &pb->groups[g];
+    const char *nm = G->name[0] ? G->name : "group";
+    if (G->count == 1) remat__plan_printf(b, " %lld %s%s", (long long)l, nm, g + 1 < pb->num_groups ? "," : "");
+    else remat__plan_printf(b, " %lld-%lld %s%s", (long long)l, (long long)(l + G->count - 1), nm,
+                            g + 1 < pb->num_groups ? "," : "");
+    l += G->count;
+  }
+  if (pb->num_groups > 12) remat__plan_printf(b, " ...");
+  remat__plan_printf(b, "\n");
+}
+
+static const char *unit_of(const remat_plan_problem *pb) {
+  return pb->time_unit[0] ? pb->time_unit : "";
+}
+
+/* ------------------------------------------------------------ table */
+
+static void table(remat__plan_buf *b, const remat_plan_problem *pb, const remat_plan *pl) {
+  int bin = use_binary(pb);
+  char t1[48], t2[48], t3[48], t4[48];
+  remat__plan_printf(b, "%s: %lld layers, %lld stages, %s schedule, %lld micro-batches, objective %s\n",
+                     pl->feasible ? "plan" : "does not fit; least memory arrangement",
+                     (long long)pl->num_layers, (long long)pl->num_stages,
+                     remat_plan_schedule_name(pl->schedule), (long long)pl->microbatches,
+                     remat_plan_objective_name(pl->objective));
+  if (pb->source[0]) remat__plan_printf(b, "problem: %s\n", pb->source);
+  numbering(b, pb);
+  remat__plan_printf(b, "%5s %7s %7s %6s %9s %12s %12s %12s  %s\n", "stage", "layers", "first",
+                     "ckpt", "in-flight", "memory", "budget", "time", "recomputed layers");
+  for (int64_t s = 0; s < pl->num_stages; s++) {
+    const remat_plan_stage *st = &pl->stages[s];
+    char rl[96];
+    ranges(st->recomputed, st->num_recomputed, rl, sizeof rl);
+    remat__plan_printf(b, "%5lld %7lld %7lld %6lld %9lld %12s %12s %12s  %s%s\n", (long long)s,
+                       (long long)st->num_layers, (long long)st->first_layer,
+                       (long long)st->num_recomputed, (long long)st->microbatches_held,
+                       fmt_bytes(st->memory_bytes, bin, t1, sizeof t1),
+                       fmt_bytes(st->budget_bytes, bin, t2, sizeof t2),
+                       fmt_time(st->time, t3, sizeof t3), rl,
+                       st->memory_bytes > st->budget_bytes ? "  OVER BUDGET" : "");
+  }
+  const char *u = unit_of(pb);
+  remat__plan_printf(b, "bottleneck time %s%s%s, iteration time %s%s%s", fmt_time(pl->bottleneck_time, t1, sizeof t1),
+                     u[0] ? " " : "", u, fmt_time(pl->iteration_time, t2, sizeof t2), u[0] ? " " : "", u);
+  if (pl->simulated_time >= 0)
+    remat__plan_printf(b, " (%s simulation: %s)", remat_plan_schedule_name(pl->schedule),
+                       fmt_time(pl->simulated_time, t3, sizeof t3));
+  remat__plan_printf(b, "\n");
+  remat__plan_printf(b,
+                     "objective %s = %s, without recomputation (best split, memory ignored) %s, "
+                     "slowdown %.4g\n",
+                     remat_plan_objective_name(pl->objective), fmt_time(pl->objective_value, t1, sizeof t1),
+                     fmt_time(pl->baseline_objective, t2, sizeof t2), pl->slowdown);
+  remat__plan_printf(b, "recomputed layers %lld of %lld, peak stage memory %s\n",
+                     (long long)pl->total_recomputed, (long long)pl->num_layers,
+                     fmt_bytes(pl->max_memory_bytes, bin, t4, sizeof t4));
+  if (!pl->feasible) {
+    if (pb->uniform_memory)
+      remat__plan_printf(b, "the smallest budget per stage that fits: %s\n",
+                         fmt_bytes(pl->min_budget_bytes, bin, t1, sizeof t1));
+    else
+      remat__plan_printf(b, "every stage would need %s more than its budget\n",
+                         fmt_bytes(pl->min_extra_bytes, bin, t1, sizeof t1));
+  }
+}
+
+/* ------------------------------------------------------------ json */
+
+static int json(const remat_plan_problem *pb, const remat_plan *pl, char **out, remat_error *err) {
+  cJSON *root = cJSON_CreateObject();
+  cJSON *stages = cJSON_AddArrayToObject(root, "stages");
+  for (int64_t s = 0; s < pl->num_stages; s++) {
+    const remat_plan_stage *st = &pl->stages[s];
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "stage", (double)s);
+    cJSON_AddNumberToObject(o, "first_layer", (double)st->first_layer);
+    cJSON_AddNumberToObject(o, "layers", (double)st->num_layers);
+    cJSON_AddNumberToObject(o, "ckpt_layers", (double)st->num_recomputed);
+    cJSON *rec = cJSON_AddArrayToObject(o, "recomputed");
+    for (int64_t k = 0; k < st->num_recomputed; k++)
+      cJSON_AddItemToArray(rec, cJSON_CreateNumber((double)st->recomputed[k]));
+    cJSON_AddNumberToObject(o, "microbatches_held", (double)st->microbatches_held);
+    cJSON_AddNumberToObject(o, "memory_bytes", (double)st->memory_bytes);
+    cJSON_AddNumberToObject(o, "budget_bytes", (double)st->budget_bytes);
+    cJSON_AddNumberToObject(o, "time", st->time);
+    cJSON_AddNumberToObject(o, "fwd_time", st->fwd_time);
+    cJSON_AddNumberToObject(o, "bwd_time", st->bwd_time);
+    cJSON_AddItemToArray(stages, o);
+  }
+  cJSON_AddBoolToObject(root, "feasible", pl->feasible);
+  cJSON_AddStringToObject(root, "schedule", remat_plan_schedule_name(pl->schedule));
+  cJSON_AddStringToObject(root, "objective", remat_plan_objective_name(pl->objective));
+  cJSON_AddNumberToObject(root, "microbatches", (double)pl->microbatches);
+  cJSON_AddNumberToObject(root, "num_layers", (double)pl->num_layers);
+  cJSON_AddNumberToObject(root, "num_stages", (double)pl->num_stages);
+  cJSON_AddNumberToObject(root, "objective_value", pl->objective_value);
+  cJSON_AddNumberToObject(root, "bottleneck_time", pl->bottleneck_time);
+  cJSON_AddNumberToObject(root, "iteration_time", pl->iteration_time);
+  if (pl->simulated_time >= 0) cJSON_AddNumberToObject(root, "simulated_time", pl->simulated_time);
+  cJSON_AddNumberToObject(root, "baseline_objective", pl->baseline_objective);
+  cJSON_AddNumberToObject(root, "slowdown", pl->slowdown);
+  cJSON_AddNumberToObject(root, "total_recomputed", (double)pl->total_recomputed);
+  cJSON_AddNumberToObject(root, "max_memory_bytes", (double)pl->max_memory_bytes);
+  cJSON_AddStringToObject(root, "time_unit", pb->time_unit);
+  if (!pl->feasible) {
+    if (pb->uniform_memory)
+      cJSON_AddNumberToObject(root, "min_budget_bytes", (double)pl->min_budget_bytes);
+    cJSON_AddNumberToObject(root, "min_extra_bytes", (double)pl->min_extra_bytes);
+  }
+  char *s = cJSON_Print(root);
+  cJSON_Delete(root);
+  if (!s) return remat__errorf(err, REMAT_ENOMEM, "out of memory writing JSON");
+  remat__plan_buf b = {0};
+  remat__plan_printf(&b, "%s\n", s);
+  free(s);
+  return finish(&b, out, err);
+}
+
+/* ------------------------------------------------------------ frameworks */
+
+/* Transformer layers per stage as the frameworks count them: layers of
+ * recomputable groups. Also whether each stage recomputes exactly its first
+ * k of them (what both frameworks do). */
+typedef struct {
+  int64_t *blocks, *ckpt;
+  int64_t others; /* layers not counted (embedding, head, ...) */
+  int first_k;    /* every stage recomputes its first blocks */
+  int empty;      /* some stage has no transformer layer */
+} fw_view;
+
+static int fw_view_get(const remat_plan_problem *pb, const remat_plan *pl, fw_view *v) {
+  int64_t p = pl->num_stages, L = pl->num_layers;
+  v->blocks = remat__calloc((size_t)p, sizeof *v->blocks);
+  v->ckpt = remat__calloc((size_t)p, sizeof *v->ckpt);
+  uint8_t *isblk = remat__malloc((size_t)L), *rec = remat__calloc((size_t)L, 1);
+  if (!v->blocks || !v->ckpt || !isblk || !rec) {
+    remat__free(isblk);
+    remat__free(rec);
+    return REMAT_ENOMEM;
+  }
+  int64_t l = 0;
+  v->others = 0;
+  for (int64_t g = 0; g < pb->num_groups; g++)
+    for (int64_t k = 0; k < pb->groups[g].count; k++, l++) {
+      isblk[l] = pb->groups[g].recomputable != 0;
+      v->others += !isblk[l];
+    }
+  for (int64_t k = 0; k < pl->total_recomputed; k++) rec[pl->recomputed_all[k]] = 1;
+  v->first_k = 1;
+  v->empty = 0;
+  for (int64_t s = 0; s < p; s++) {
+    const remat_plan_stage *st = &pl->stages[s];
+    int64_t seen = 0;
+    for (l = st->first_layer; l < st->first_layer + st->num_layers; l++) {
+      if (!isblk[l]) continue;
+      if (rec[l] && seen != v->ckpt[s]) v->first_k = 0;
+      v->blocks[s]++;
+      v->ckpt[s] += rec[l];
+      seen++;
+    }
+    if (!v->blocks[s]) v->empty = 1;
+  }
+  remat__free(isblk);
+  remat__free(rec);
+  return 0;
+}
+
+static void fw_view_free(fw_view *v) {
+  remat__free(v->blocks);
+  remat__free(v->ckpt);
+}
+
+static void list(remat__plan_buf *b, const int64_t *v, int64_t n) {
+  remat__plan_printf(b, "[");
+  for (int64_t k = 0; k < n; k++) remat__plan_printf(b, "%s%lld", k ? ", " : "", (long long)v[k]);
+  remat__plan_printf(b, "]");
+}
+
+static void mapping_note(remat__plan_buf *b, const remat_plan_problem *pb, const fw_view *v,
+                         const char *c) {
+  if (v->others)
+    remat__plan_printf(b,
+                       "%s counts only transformer layers: the %lld layer(s) of non-recomputable "
+                       "groups (embedding, head) are left out of the counts below; the first "
+                       "stage holds the embedding and the last the head, as the framework "
+                       "places them.\n",
+                       c, (long long)v->others);
+  if (v->empty)
+    remat__plan_printf(b,
+                       "%s WARNING: a stage has no transformer layer in this plan, which the "
+                       "framework does not allow; plan with fewer stages.\n",
+                       c);
+  if (!v->first_k)
+    remat__plan_printf(b,
+                       "%s WARNING: the plan recomputes layers that are not the first ones of "
+                       "their stage; the framework recomputes the first k, which for these "
+                       "different layers changes time and memory (see --format table).\n",
+                       c);
+  (void)pb;
+}
+
+static void colossalai(remat__plan_buf *b, const remat_plan_problem *pb, const remat_plan *pl,
+                       const fw_view *v) {
+  int64_t p = pl->num_stages, tot = 0;
+  for (int64_t s = 0; s < p; s++) tot += v->blocks[s];
+  char t1[48];
+  remat__plan_printf(b, "# remat plan for ColossalAI: %lld pipeline stages, objective %s = %s, slowdown %.4g\n",
+                     (long long)p, remat_plan_objective_name(pl->objective),
+                     fmt_time(pl->objective_value, t1, sizeof t1), pl->slowdown);
+  mapping_note(b, pb, v, "#");
+  if (!pl->feasible)
+    remat__plan_printf(b, "# WARNING: this arrangement does not fit the memory budget.\n");
+  remat__plan_printf(b,
+                     "from colossalai.booster.plugin import HybridParallelPlugin\n"
+                     "from colossalai.shardformer import PipelineGradientCheckpointConfig\n\n");
+  remat__plan_printf(b, "num_layers_per_stage = ");
+  list(b, v->blocks, p);
+  remat__plan_printf(b, "  # %lld transformer layers\nnum_ckpt_layers_per_stage = ", (long long)tot);
+  list(b, v->ckpt, p);
+  remat__plan_printf(b,
+                     "\nplugin = HybridParallelPlugin(\n"
+                     "    tp_size=1,\n"
+                     "    pp_size=%lld,\n"
+                     "    num_microbatches=%lld,\n"
+                     "    pp_style=\"%s\",\n"
+                     "    num_layers_per_stage=num_layers_per_stage,\n"
+                     "    gradient_checkpoint_config=PipelineGradientCheckpointConfig(\n"
+                     "        num_ckpt_layers_per_stage=num_ckpt_layers_per_stage,\n"
+                     "    ),\n"
+                     ")\n",
+                     (long long)p, (long long)pl->microbatches,
+                     pl->schedule == REMAT_SCHED_GPIPE ? "interleaved" : "1f1b");
+  if (pl->schedule == REMAT_SCHED_GPIPE)
+    remat__plan_printf(b,
+                       "# NOTE: ColossalAI has no GPipe schedule; this plan assumed all %lld "
+                       "micro-batches in flight on every stage, which also fits under 1f1b.\n",
+                       (long long)pl->microbatches);
+  remat__plan_printf(b,
+                     "# Older ColossalAI releases also need num_stages=%lld, num_model_chunks=1 "
+                     "and num_model_layers=%lld in PipelineGradientCheckpointConfig.\n",
+                     (long long)p, (long long)tot);
+}
+
+/* Megatron-LM arguments. It sets the layers of the first and last stages and
+ * divides the rest evenly (or takes a full layout string), and recomputes the
+ * same number of layers, the first N, on every stage. */
+static int megatron(remat__plan_buf *b, const remat_plan_problem *pb, const remat_plan *pl,
+                    const fw_view *v, remat_error *err) {
+  int64_t p = pl->num_stages, tot = 0, most = 0;
+  for (int64_t s = 0; s < p; s++) {
+    tot += v->blocks[s];
+    if (v->ckpt[s] > most) most = v->ckpt[s];
+  }
+  char t1[48], t2[48];
+  remat__plan_printf(b, "# remat plan for Megatron-LM: %lld pipeline stages, layers ", (long long)p);
+  for (int64_t s = 0; s < p; s++) remat__plan_printf(b, "%s%lld", s ? "/" : "", (long long)v->blocks[s]);
+  remat__plan_printf(b, ", recomputed ");
+  for (int64_t s = 0; s < p; s++) remat__plan_printf(b, "%s%lld", s ? "/" : "", (long long)v->ckpt[s]);
+  remat__plan_printf(b, "\n");
+  mapping_note(b, pb, v, "#");
+  if (!pl->feasible)
+    remat__plan_printf(b, "# WARNING: this arrangement does not fit the memory budget.\n");
+  int even_mid = 1;
+  for (int64_t s = 2; s < p - 1; s++) even_mid &= v->blocks[s] == v->blocks[1];
+  int all_even = 1;
+  for (int64_t s = 1; s < p; s++) all_even &= v->blocks[s] == v->blocks[0];
+  remat__plan_printf(b, "--num-layers %lld\n--pipeline-model-parallel-size %lld\n", (long long)tot,
+                     (long long)p);
+  if (p > 1 && !all_even) {
+    if (even_mid) {
+      remat__plan_printf(b, "--decoder-first-pipeline-num-layers %lld\n", (long long)v->blocks[0]);
+      remat__plan_printf(b, "--decoder-last-pipeline-num-layers %lld\n", (long long)v->blocks[p - 1]);
+    } else {
+      remat__plan_printf(b,
+                         "# The middle stages differ, which first/last layer counts cannot "
+                         "express; Megatron-Core's (experimental) layout string can:\n"
+                         "--pipeline-model-parallel-layout \"");
+      for (int64_t s = 0; s < p; s++) {
+        remat__plan_printf(b, "%s%st*%lld%s", s ? "|" : "", s == 0 ? "E" : "", (long long)v->blocks[s],
+                           s == p - 1 ? "L" : "");
+      }
+      remat__plan_printf(b, "\"\n");
+    }
+  }
+  if (pl->schedule == REMAT_SCHED_GPIPE)
+    remat__plan_printf(b, "# NOTE: Megatron-LM runs 1F1B; this plan assumed GPipe's %lld micro-batches "
+                          "in flight per stage, which also fits under 1F1B.\n",
+                       (long long)pl->microbatches);
+  if (most == 0) {
+    remat__plan_printf(b, "# no recomputation needed\n");
+    return 0;
+  }
+  remat__plan_printf(b, "--recompute-granularity full\n--recompute-method block\n--recompute-num-layers %lld\n",
+                     (long long)most);
+  int same = 1;
+  for (int64_t s = 0; s < p; s++) same &= v->ckpt[s] == most;
+  if (same && v->first_k) return 0;
+  /* What Megatron would actually run: the first `most` transformer layers of
+   * every stage recomputed. */
+  int64_t *lps = remat__malloc((size_t)p * sizeof *lps);
+  uint8_t *rec = remat__calloc((size_t)pl->num_layers, 1);
+  uint8_t *recomputable = remat__malloc((size_t)pl->num_layers);
+  if (!lps || !rec || !recomputable) {
+    remat__free(lps);
+    remat__free(rec);
+    remat__free(recomputable);
+    return remat__errorf(err, REMAT_ENOMEM, "out of memory");
+  }
+  int64_t gl = 0;
+  for (int64_t g = 0; g < pb->num_groups; g++)
+    for (int64_t k = 0; k < pb->groups[g].count; k++)
+      recomputable[gl++] = pb->groups[g].recomputable != 0;
+  for (int64_t s = 0; s < p; s++) {
+    const remat_plan_stage *st = &pl->stages[s];
+    lps[s] = st->num_layers;
+    int64_t k = most;
+    for (int64_t l = st->first_layer; l < st->first_layer + st->num_layers && k > 0; l++)
+      if (recomputable[l]) rec[l] = 1, k--;
+  }
+  remat_plan alt;
+  remat_error e2;
+  int rc = remat_plan_evaluate(pb, lps, rec, &alt, &e2);
+  remat__free(lps);
+  remat__free(rec);
+  remat__free(recomputable);
+  if (rc) return remat__errorf(err, rc, "%s", e2.msg);
+  remat__plan_printf(b,
+                     "# Megatron recomputes the same number of layers on every stage, the first "
+                     "N; the plan's per-stage counts cannot be expressed. With N=%lld everywhere "
+                     "(the plan's largest): %s %s (plan: %s), memory %s.\n",
+                     (long long)most, remat_plan_objective_name(pl->objective),
+                     fmt_time(alt.objective_value, t1, sizeof t1),
+                     fmt_time(pl->objective_value, t2, sizeof t2),
+                     alt.feasible ? "fits every stage" : "does NOT fit every stage");
+  remat_plan_free(&alt);
+  return 0;
+}
+
+int remat_plan_format(const remat_plan_problem *pb, const remat_plan *plan, int format, char **out,
+                      remat_error *err) {
+  *out = NULL;
+  if (format == REMAT_PLAN_FORMAT_JSON) return json(pb, plan, out, err);
+  remat__plan_buf b = {0};
+  if (format == REMAT_PLAN_FORMAT_TABLE) {
+    table(&b, pb, plan);
+    return finish(&b, out, err);
+  }
+  if (format != REMAT_PLAN_FORMAT_COLOSSALAI && format != REMAT_PLAN_FORMAT_MEGATRON)
+    return remat__errorf(err, REMAT_EINVAL, "unknown output format %d", format);
+  fw_view v;
+  if (fw_view_get(pb, plan, &v)) {
+    fw_view_free(&v);
+    return remat__errorf(err, REMAT_ENOMEM, "out of memory");
+  }
+  int rc = 0;
+  if (format == REMAT_PLAN_FORMAT_COLOSSALAI) colossalai(&b, pb, plan, &v);
+  else rc = megatron(&b, pb, plan, &v, err);
+  fw_view_free(&v);
+  if (rc) {
+    remat__free(b.s);
+    return rc;
+  }
+  return finish(&b, out, err);
+}

@@ -1,0 +1,5 @@
+# Planner tests: the exact planner against brute force and the seed example,
+# and the `remat plan` command (malformed input, glpsol cross-check).
+remat_test(test_plan SOURCES test_plan.c LIBS remat_plan LABELS unit TIMEOUT 120)
+remat_cli_test(plan_errors plan_errors.sh LABELS unit)
+remat_cli_test(plan_glpk plan_glpk.sh LABELS unit)

@@ -1,0 +1,451 @@
+/* test_plan.c: the pipeline planner against brute force: the seed document's
+ * example, hundreds of small random instances (both objectives, both
+ * schedules, mixed layer kinds, per-stage budgets, infeasible ones) compared
+ * with exhaustive search over every partition and every recompute subset, the
+ * per-stage search engine against subset enumeration, the schedule simulator
+ * against hand-computed and closed-form makespans, and malformed problems. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan/plan.h"
+#include "test_util.h"
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static uint64_t next_u64(void) {
+  rng ^= rng << 13;
+  rng ^= rng >> 7;
+  rng ^= rng << 17;
+  return rng;
+}
+static int64_t rnd(int64_t lo, int64_t hi) { return lo + (int64_t)(next_u64() % (uint64_t)(hi - lo + 1)); }
+
+/* ------------------------------------------------------------ seed */
+
+static const char *seed_json =
+    "{ \"stages\": 4, \"microbatches\": 8, \"schedule\": \"1f1b\", \"objective\": \"bottleneck\",\n"
+    "  \"memory\": 20e9,\n"
+    "  \"layers\": [ {\"count\": 32, \"fwd\": 1, \"bwd\": 2, \"recompute\": 1,\n"
+    "               \"act_bytes\": 1.25e9, \"ckpt_bytes\": 0.125e9, \"state_bytes\": 0} ] }";
+
+static void test_seed(void) {
+  remat_plan_problem pb;
+  remat_error err;
+  int rc = remat_plan_problem_parse_json(&pb, seed_json, strlen(seed_json), &err);
+  CHECK(rc == 0);
+  if (rc) {
+    fprintf(stderr, "%s\n", err.msg);
+    return;
+  }
+  remat_plan plan;
+  rc = remat_plan_solve(&pb, &plan, &err);
+  CHECK(rc == 0);
+  if (rc) {
+    fprintf(stderr, "%s\n", err.msg);
+    remat_plan_problem_free(&pb);
+    return;
+  }
+  int64_t layers[4] = {7, 8, 8, 9}, ckpt[4] = {4, 3, 0, 0};
+  double mem[4] = {17e9, 19.875e9, 20e9, 11.25e9}, time[4] = {25, 27, 24, 27};
+  for (int s = 0; s < 4; s++) {
+    CHECK(plan.stages[s].num_layers == layers[s]);
+    CHECK(plan.stages[s].num_recomputed == ckpt[s]);
+    CHECK((double)plan.stages[s].memory_bytes == mem[s]);
+    CHECK(plan.stages[s].time == time[s]);
+    CHECK(plan.stages[s].microbatches_held == 4 - s);
+  }
+  CHECK(plan.bottleneck_time == 27);
+  CHECK(plan.objective_value == 27);
+  CHECK(plan.baseline_objective == 24);
+  CHECK(plan.slowdown == 1.125);
+  CHECK(plan.total_recomputed == 7);
+  CHECK(plan.iteration_time == 25 + 27 + 24 + 27 + 7 * 27);
+  CHECK(plan.stages[0].recomputed[0] == 0 && plan.stages[1].recomputed[0] == 7);
+  remat_plan_free(&plan);
+
+  /* 1f1b objective on the same instance: the brute force is out of reach at
+   * 32 layers, so check against the evaluation of every 4-way split with the
+   * fewest recomputed layers per stage (identical layers: a count suffices). */
+  pb.objective = REMAT_OBJ_1F1B;
+  rc = remat_plan_solve(&pb, &plan, &err);
+  CHECK(rc == 0);
+  double best = 1e300;
+  for (int a = 1; a <= 29; a++)
+    for (int b = 1; a + b <= 30; b++)
+      for (int c = 1; a + b + c <= 31; c++) {
+        int d = 32 - a - b - c, n[4] = {a, b, c, d};
+        double sum = 0, mx = 0;
+        int ok = 1;
+        for (int s = 0; s < 4 && ok; s++) {
+          int k = 0, held = 4 - s;
+          while (k <= n[s] && held * ((n[s] - k) * 1.25 + k * 0.125) > 20.0 + 1e-9) k++;
+          if (k > n[s]) ok = 0;
+          double t = 3.0 * n[s] + k;
+          sum += t;
+          if (t > mx) mx = t;
+        }
+        if (ok && sum + 7 * mx < best) best = sum + 7 * mx;
+      }
+  CHECK(rc == 0 && plan.objective_value == best);
+  if (!rc) remat_plan_free(&plan);
+  remat_plan_problem_free(&pb);
+}
+
+/* ------------------------------------------------------------ random */
+
+/* A random small problem: groups of identical layers and single layers,
+ * integer or half-integer times, byte counts on a coarse grid so that ties
+ * are common, budgets near the interesting range. */
+static void random_problem(remat_plan_problem *pb, int maxL) {
+  int64_t L = rnd(1, maxL);
+  int64_t ng = 0, left = L, counts[32];
+  while (left > 0) {
+    int64_t c = rnd(0, 2) == 0 ? rnd(1, left) : 1;
+    counts[ng++] = c;
+    left -= c;
+  }
+  int64_t p = rnd(1, L < 4 ? L : 4);
+  remat_error err;
+  if (remat_plan_problem_init(pb, p, ng, &err)) abort();
+  pb->microbatches = rnd(1, 6);
+  pb->schedule = rnd(0, 3) == 0 ? REMAT_SCHED_GPIPE : REMAT_SCHED_1F1B;
+  pb->objective = rnd(0, 1) ? REMAT_OBJ_1F1B : REMAT_OBJ_BOTTLENECK;
+  int kinds = (int)rnd(1, 3); /* how varied the layers are */
+  const int64_t unit = 1000;
+  double maxkept = 0;
+  for (int64_t g = 0; g < ng; g++) {
+    remat_plan_group *G = &pb->groups[g];
+    int k = (int)rnd(0, kinds - 1);
+    G->count = counts[g];
+    G->fwd = (double)rnd(0, 2) + (rnd(0, 4) == 0 ? 0.5 : 0);
+    G->bwd = (double)rnd(0, 4);
+    G->recompute = (double)rnd(0, 3) + (rnd(0, 4) == 0 ? 0.5 : 0);
+    G->act_bytes = (size_t)(rnd(1, 8 + 4 * k) * unit);
+    G->ckpt_bytes = (size_t)(rnd(0, 3) * unit);
+    if (rnd(0, 9) == 0) G->ckpt_bytes = G->act_bytes + unit; /* recomputing is useless */
+    G->state_bytes = (size_t)(rnd(0, 3) * unit);
+    G->recompute_bytes = rnd(0, 2) ? 0 : (size_t)(rnd(1, 6) * unit);
+    G->recomputable = rnd(0, 7) != 0;
+    maxkept += (double)G->count * (double)(G->state_bytes + G->act_bytes * 3);
+  }
+  pb->stage_bytes = rnd(0, 3) == 0 ? (size_t)(rnd(1, 3) * unit) : 0;
+  /* budgets: a fraction of the memory of everything kept on one stage */
+  double top = maxkept + (double)pb->stage_bytes;
+  if (rnd(0, 2) == 0) {
+    pb->uniform_memory = 0;
+    for (int64_t s = 0; s < p; s++) pb->memory[s] = (size_t)(top * (double)rnd(5, 100) / 100.0);
+  } else {
+    remat_plan_problem_set_memory(pb, (size_t)(top * (double)rnd(5, 100) / 100.0));
+  }
+}
+
+static void test_random(int count, int maxL) {
+  int feasible = 0, infeasible = 0, failures0 = test_failures;
+  for (int it = 0; it < count; it++) {
+    remat_plan_problem pb;
+    random_problem(&pb, maxL);
+    remat__plan_inst in;
+    remat_error err;
+    int rc = remat__plan_inst_build(&pb, &in, &err);
+    CHECK(rc == 0);
+    if (rc) {
+      fprintf(stderr, "instance %d: %s\n", it, err.msg);
+      remat_plan_problem_free(&pb);
+      continue;
+    }
+    int64_t bo = 0, bc = 0, bm = 0, so = 0, sc = 0, sm = 0;
+    int brc = remat__plan_brute(&in, &bo, &bc, &bm);
+    int64_t bounds[8];
+    uint8_t rec[32];
+    int src = remat__plan_solve_inst(&in, &so, &sc, &sm, bounds, rec, &err);
+    CHECK(brc == src);
+    if (brc == 0 && src == 0) {
+      feasible++;
+      CHECK(bo == so);
+      CHECK(bc == sc);
+      CHECK(bm == sm);
+      if (bo != so || bc != sc || bm != sm)
+        fprintf(stderr, "instance %d (L=%lld p=%lld m=%lld %s %s): brute (%lld,%lld,%lld) solver (%lld,%lld,%lld)\n",
+                it, (long long)in.L, (long long)in.p, (long long)in.m,
+                remat_plan_schedule_name(in.schedule), remat_plan_objective_name(in.objective),
+                (long long)bo, (long long)bc, (long long)bm, (long long)so, (long long)sc,
+                (long long)sm);
+      /* the arrangement it returns really fits */
+      for (int64_t s = 0; s < in.p; s++) {
+        int64_t mem = in.stage_bytes, X = 0;
+        for (int64_t l = bounds[s]; l < bounds[s + 1]; l++) {
+          mem += in.w[l] + in.n[s] * (rec[l] ? in.c[l] : in.a[l]);
+          if (rec[l] && in.x[l] > X) X = in.x[l];
+          CHECK(!rec[l] || in.recomp[l]);
+        }
+        CHECK(bounds[s + 1] > bounds[s]);
+        CHECK(mem + X <= in.budget[s]);
+      }
+    } else if (brc == REMAT_EINFEASIBLE && src == REMAT_EINFEASIBLE) {
+      infeasible++;
+      /* the reported smallest extra bytes is exact: fits with it, not with one less */
+      remat_plan plan;
+      int prc = remat_plan_solve(&pb, &plan, &err);
+      CHECK(prc == REMAT_EINFEASIBLE);
+      if (prc == REMAT_EINFEASIBLE) {
+        int64_t delta = (int64_t)plan.min_extra_bytes;
+        CHECK(delta > 0);
+        for (int64_t s = 0; s < in.p; s++) in.budget[s] += delta;
+        CHECK(remat__plan_brute(&in, &bo, &bc, &bm) == 0);
+        for (int64_t s = 0; s < in.p; s++) in.budget[s] -= 1;
+        CHECK(remat__plan_brute(&in, &bo, &bc, &bm) == REMAT_EINFEASIBLE);
+        for (int64_t s = 0; s < in.p; s++) {
+          CHECK(plan.stages[s].memory_bytes <= pb.memory[s] + (size_t)delta);
+          CHECK(plan.stages[s].num_layers >= 1);
+        }
+        remat_plan_free(&plan);
+      }
+    } else if (src != 0 && src != REMAT_EINFEASIBLE) {
+      fprintf(stderr, "instance %d: %s\n", it, err.msg);
+    }
+    remat__plan_inst_free(&in);
+    remat_plan_problem_free(&pb);
+  }
+  printf("random (L <= %d): %d instances, %d feasible, %d infeasible, %d failed checks\n", maxL,
+         count, feasible, infeasible, test_failures - failures0);
+}
+
+/* ------------------------------------------------------------ stage search */
+
+/* The Pareto engine against all subsets of random items. */
+static void test_knap(int count) {
+  for (int it = 0; it < count; it++) {
+    int n = (int)rnd(1, 10), levels = (int)rnd(0, 1);
+    int64_t d[10], r[10], x[10];
+    for (int k = 0; k < n; k++) {
+      d[k] = rnd(1, 9);
+      r[k] = rnd(0, 5);
+      x[k] = rnd(0, 2) ? rnd(0, 3) * 2 : 0;
+    }
+    remat__knap kn;
+    remat__knap_init(&kn, levels, 1, 0);
+    for (int k = 0; k < n; k++) CHECK(remat__knap_insert(&kn, d[k], r[k], x[k], k) == 0);
+    int64_t mult = rnd(1, 4), E = rnd(1, 60), cap = rnd(0, 15);
+    /* brute force */
+    int have1 = 0, have2 = 0;
+    int64_t b1[3] = {0}, b2[2] = {0};
+    for (int mask = 1; mask < (1 << n); mask++) {
+      int64_t D = 0, R = 0, X = 0, c = 0;
+      for (int k = 0; k < n; k++)
+        if (mask >> k & 1) D += d[k], R += r[k], X = x[k] > X ? x[k] : X, c++;
+      if (mult * D - X < E) continue;
+      int64_t memrel = X - mult * D;
+      if (!have1 || R < b1[0] || (R == b1[0] && (c < b1[1] || (c == b1[1] && memrel < b1[2])))) {
+        b1[0] = R, b1[1] = c, b1[2] = memrel;
+        have1 = 1;
+      }
+      if (R <= cap && (!have2 || c < b2[0] || (c == b2[0] && memrel < b2[1]))) {
+        b2[0] = c, b2[1] = memrel;
+        have2 = 1;
+      }
+    }
+    remat__knap_res res;
+    int f1 = remat__knap_min_time(&kn, mult, E, &res);
+    CHECK(f1 == have1);
+    if (f1 && have1) {
+      CHECK(res.r == b1[0] && res.cnt == b1[1] && res.memrel == b1[2]);
+      int64_t items[10], m = remat__knap_items(&kn, res.node, items), D = 0, R = 0, X = 0;
+      CHECK(m == res.cnt);
+      for (int64_t k = 0; k < m; k++) D += d[items[k]], R += r[items[k]], X = x[items[k]] > X ? x[items[k]] : X;
+      CHECK(R == res.r && X - mult * D == res.memrel);
+    }
+    if (levels) {
+      int f2 = remat__knap_min_count(&kn, mult, E, cap, &res);
+      CHECK(f2 == have2);
+      if (f2 && have2) CHECK(res.cnt == b2[0] && res.memrel == b2[1]);
+    }
+    remat__knap_free(&kn);
+  }
+}
+
+/* ------------------------------------------------------------ simulator */
+
+static void test_sim(void) {
+  remat_error err;
+  double ms, f[8], b[8];
+  /* hand-computed: p = 2, m = 2, f = 1, b = 2 under 1F1B: 9 */
+  f[0] = f[1] = 1;
+  b[0] = b[1] = 2;
+  CHECK(remat_plan_simulate(REMAT_SCHED_1F1B, 2, 2, f, b, &ms, &err) == 0 && ms == 9);
+  /* equal stages, no communication: (m + p - 1)(f + b) for both schedules,
+   * the closed form sum t + (m - 1) max t */
+  for (int p = 1; p <= 8; p++)
+    for (int m = 1; m <= 12; m++)
+      for (int sch = 0; sch < 2; sch++) {
+        for (int s = 0; s < p; s++) f[s] = 1.5, b[s] = 3.25;
+        CHECK(remat_plan_simulate(sch, p, m, f, b, &ms, &err) == 0);
+        CHECK(fabs(ms - (m + p - 1) * 4.75) < 1e-9);
+      }
+  /* unequal stages: the makespan is at least the busiest stage's work plus
+   * the fill and drain of the others, and, with the backward at least as long
+   * as the forward everywhere (as in training), at most the closed form */
+  int above = 0, below = 0, equal = 0;
+  for (int it = 0; it < 2000; it++) {
+    int p = (int)rnd(1, 8), m = (int)rnd(1, 12), sch = (int)rnd(0, 1);
+    double sum = 0, mx = 0, fsum = 0, bsum = 0;
+    for (int s = 0; s < p; s++) {
+      f[s] = (double)rnd(1, 8);
+      b[s] = f[s] * (double)rnd(1, 3);
+      sum += f[s] + b[s];
+      fsum += f[s];
+      bsum += b[s];
+      if (f[s] + b[s] > mx) mx = f[s] + b[s];
+    }
+    CHECK(remat_plan_simulate(sch, p, m, f, b, &ms, &err) == 0);
+    double formula = sum + (m - 1) * mx;
+    CHECK(ms >= m * mx - 1e-9);
+    CHECK(ms >= fsum + bsum - 1e-9);
+    if (sch == REMAT_SCHED_1F1B) CHECK(ms <= formula + 1e-9);
+    if (ms > formula + 1e-9) above++;
+    else if (ms < formula - 1e-9) below++;
+    else equal++;
+  }
+  printf("simulation vs sum t + (m-1) max t on random unequal stages: %d below, %d equal, %d "
+         "above (GPipe only)\n",
+         below, equal, above);
+}
+
+/* ------------------------------------------------------------ parsing */
+
+static void expect_bad(const char *json, const char *word) {
+  remat_plan_problem pb;
+  remat_error err = {0, ""};
+  int rc = remat_plan_problem_parse_json(&pb, json, strlen(json), &err);
+  CHECK(rc != 0);
+  CHECK(strstr(err.msg, word) != NULL);
+  CHECK(strchr(err.msg, '\n') == NULL);
+  if (rc == 0 || !strstr(err.msg, word))
+    fprintf(stderr, "expected an error about '%s' for %s\n  got rc=%d '%s'\n", word, json, rc, err.msg);
+  if (rc == 0) remat_plan_problem_free(&pb);
+}
+
+#define LAYER "{\"count\":4,\"fwd\":1,\"bwd\":2,\"recompute\":1,\"act_bytes\":100,\"ckpt_bytes\":10,\"state_bytes\":0}"
+
+static void test_parse(void) {
+  expect_bad("", "invalid JSON");
+  expect_bad("{", "invalid JSON");
+  expect_bad("[1,2]", "JSON object");
+  expect_bad("{\"stages\":2,\"microbatches\":2,\"memory\":1000}", "layers");
+  expect_bad("{\"microbatches\":2,\"memory\":1000,\"layers\":[" LAYER "]}", "stages");
+  expect_bad("{\"stages\":2,\"memory\":1000,\"layers\":[" LAYER "]}", "microbatches");
+  expect_bad("{\"stages\":2,\"microbatches\":2,\"layers\":[" LAYER "]}", "memory");
+  expect_bad("{\"stages\":2.5,\"microbatches\":2,\"memory\":1000,\"layers\":[" LAYER "]}", "integer");
+  expect_bad("{\"stages\":0,\"microbatches\":2,\"memory\":1000,\"layers\":[" LAYER "]}", "stages");
+  expect_bad("{\"stages\":\"2\",\"microbatches\":2,\"memory\":1000,\"layers\":[" LAYER "]}", "integer");
+  expect_bad("{\"stages\":5,\"microbatches\":2,\"memory\":1000,\"layers\":[" LAYER "]}", "5 stages but only 4 layers");
+  expect_bad("{\"stages\":2,\"microbatches\":-1,\"memory\":1000,\"layers\":[" LAYER "]}", "microbatches");
+  expect_bad("{\"stages\":2,\"microbatches\":2,\"memory\":-5,\"layers\":[" LAYER "]}", "negative");
+  expect_bad("{\"stages\":2,\"microbatches\":2,\"memory\":1.5,\"layers\":[" LAYER "]}", "whole number");
+  expect_bad("{\"stages\":2,\"microbatches\":2,\"memory\":\"lots\",\"layers\":[" LAYER "]}", "memory");
+  expect_bad("{\"stages\":2,\"microbatches\":2,\"memory\":[1000],\"layers\":[" LAYER "]}", "exactly one per stage");
+  expect_bad("{\"stages\":2,\"microbatches\":2,\"memory\":[1000,true],\"layers\":[" LAYER "]}", "memory[1]");
+  expect_bad("{\"stages\":2,\"microbatches\":2,\"memory\":1e30,\"layers\":[" LAYER "]}", "limit");
+  expect_bad("{\"stages\":2,\"microbatches\":2,\"memory\":1e999,\"layers\":[" LAYER "]}", "finite");
+  expect_bad("{\"stages\":2,\"microbatches\":2,\"memory\":1000,\"schedule\":\"zb\",\"layers\":[" LAYER "]}", "schedule");
+  expect_bad("{\"stages\":2,\"microbatches\":2,\"memory\":1000,\"objective\":\"fast\",\"layers\":[" LAYER "]}", "objective");
+  expect_bad("{\"stages\":2,\"microbatches\":2,\"memory\":1000,\"layers\":[]}", "non-empty");
+  expect_bad("{\"stages\":2,\"microbatches\":2,\"memory\":1000,\"layers\":{}}", "non-empty");
+  expect_bad("{\"stages\":2,\"microbatches\":2,\"memory\":1000,\"layers\":[7]}", "layers[0] must be an object");
+  expect_bad("{\"stages\":2,\"microbatches\":2,\"memory\":1000,\"layer\":[" LAYER "]}", "unknown field \"layer\"");
+  expect_bad("{\"stages\":2,\"microbatches\":2,\"memory\":1000,\"layers\":[{\"count\":0,\"fwd\":1,\"bwd\":2,\"recompute\":1,\"act_bytes\":1,\"ckpt_bytes\":1,\"state_bytes\":0}]}", "count");
+  expect_bad("{\"stages\":2,\"microbatches\":2,\"memory\":1000,\"layers\":[{\"count\":2000000,\"fwd\":1,\"bwd\":2,\"recompute\":1,\"act_bytes\":1,\"ckpt_bytes\":1,\"state_bytes\":0}]}", "count");
+  expect_bad("{\"stages\":2,\"microbatches\":2,\"memory\":1000,\"layers\":[{\"count\":600000,\"fwd\":1,\"bwd\":2,\"recompute\":1,\"act_bytes\":1,\"ckpt_bytes\":1,\"state_bytes\":0},{\"count\":600000,\"fwd\":1,\"bwd\":2,\"recompute\":1,\"act_bytes\":1,\"ckpt_bytes\":1,\"state_bytes\":0}]}", "1000000");
+  expect_bad("{\"stages\":2,\"microbatches\":2,\"memory\":1000,\"layers\":[{\"count\":4,\"bwd\":2,\"recompute\":1,\"act_bytes\":1,\"ckpt_bytes\":1,\"state_bytes\":0}]}", "fwd is missing");
+  expect_bad("{\"stages\":2,\"microbatches\":2,\"memory\":1000,\"layers\":[{\"count\":4,\"fwd\":1,\"bwd\":2,\"act_bytes\":1,\"ckpt_bytes\":1,\"state_bytes\":0}]}", "recompute is missing");
+  expect_bad("{\"stages\":2,\"microbatches\":2,\"memory\":1000,\"layers\":[{\"count\":4,\"fwd\":-1,\"bwd\":2,\"recompute\":1,\"act_bytes\":1,\"ckpt_bytes\":1,\"state_bytes\":0}]}", "fwd");
+  expect_bad("{\"stages\":2,\"microbatches\":2,\"memory\":1000,\"layers\":[{\"count\":4,\"fwd\":1,\"bwd\":\"x\",\"recompute\":1,\"act_bytes\":1,\"ckpt_bytes\":1,\"state_bytes\":0}]}", "bwd");
+  expect_bad("{\"stages\":2,\"microbatches\":2,\"memory\":1000,\"layers\":[{\"count\":4,\"fwd\":1,\"bwd\":2,\"recompute\":1,\"act_bytes\":0.5,\"ckpt_bytes\":1,\"state_bytes\":0}]}", "act_bytes");
+  expect_bad("{\"stages\":2,\"microbatches\":2,\"memory\":1000,\"layers\":[{\"count\":4,\"fwd\":1,\"bwd\":2,\"recompute\":1,\"act_bytes\":1,\"ckpt_bytes\":1,\"state_bytes\":0,\"recomputable\":1}]}", "true or false");
+  expect_bad("{\"stages\":2,\"microbatches\":2,\"memory\":1000,\"layers\":[{\"count\":4,\"fwd\":1,\"bwd\":2,\"recompute\":1,\"act_bytes\":1,\"ckpt_bytes\":1,\"state_bytes\":0,\"speed\":3}]}", "unknown field \"speed\"");
+  expect_bad("{\"stages\":2,\"microbatches\":1000,\"memory\":1000,\"layers\":[{\"count\":4,\"fwd\":1,\"bwd\":2,\"recompute\":1,\"act_bytes\":1e18,\"ckpt_bytes\":1,\"state_bytes\":0}]}", "2^6");
+
+  /* accepted: optional fields, sizes as strings, per-stage budgets */
+  const char *good =
+      "{\"stages\":2,\"microbatches\":3,\"memory\":[\"1KiB\", 2048],\"stage_bytes\":8,\"comment\":\"x\","
+      "\"layers\":[{\"name\":\"embedding\",\"fwd\":0,\"bwd\":0,\"act_bytes\":0,\"ckpt_bytes\":0,"
+      "\"state_bytes\":64,\"recomputable\":false},"
+      "{\"count\":3,\"fwd\":1,\"bwd\":2,\"recompute\":1,\"act_bytes\":100,\"ckpt_bytes\":10,"
+      "\"state_bytes\":0,\"recompute_bytes\":50}]}";
+  remat_plan_problem pb;
+  remat_error err;
+  int rc = remat_plan_problem_parse_json(&pb, good, strlen(good), &err);
+  CHECK(rc == 0);
+  if (rc == 0) {
+    CHECK(pb.memory[0] == 1024 && pb.memory[1] == 2048 && !pb.uniform_memory);
+    CHECK(pb.groups[0].count == 1 && !pb.groups[0].recomputable);
+    CHECK(pb.groups[1].recompute_bytes == 50 && pb.stage_bytes == 8);
+    CHECK(strcmp(pb.groups[0].name, "embedding") == 0);
+    remat_plan_problem_free(&pb);
+  } else {
+    fprintf(stderr, "%s\n", err.msg);
+  }
+  CHECK(remat_plan_problem_load(&pb, "/nonexistent/problem.json", &err) == REMAT_EIO);
+  CHECK(strstr(err.msg, "/nonexistent/problem.json") != NULL);
+}
+
+/* ------------------------------------------------------------ model problems */
+
+static void test_model(void) {
+  remat_config cfg;
+  remat_error err;
+  CHECK(remat_config_parse("gpt2-124m", &cfg, &err) == 0);
+  remat_plan_problem pb;
+  int rc = remat_plan_problem_from_model(&pb, &cfg, 4, 1024, 4, 8, (size_t)8 << 30, &err);
+  CHECK(rc == 0);
+  if (rc) {
+    fprintf(stderr, "%s\n", err.msg);
+    return;
+  }
+  remat_block_bytes bb;
+  remat_block_bytes_get(&cfg, 4, 1024, &bb);
+  CHECK(pb.num_groups == 3 && pb.groups[1].count == 12);
+  CHECK(pb.groups[1].act_bytes == bb.kept_bytes && pb.groups[1].ckpt_bytes == bb.recompute_bytes);
+  CHECK(pb.groups[1].recompute_bytes == bb.scratch_bytes && pb.groups[1].state_bytes == bb.state_bytes);
+  CHECK(!pb.groups[0].recomputable && !pb.groups[2].recomputable);
+  remat_plan plan;
+  rc = remat_plan_solve(&pb, &plan, &err);
+  CHECK(rc == 0 || rc == REMAT_EINFEASIBLE);
+  if (rc == 0 || rc == REMAT_EINFEASIBLE) {
+    CHECK(plan.stages[0].first_layer == 0);
+    CHECK(plan.stages[3].first_layer + plan.stages[3].num_layers == 14);
+    /* the embedding (layer 0) and the head (layer 13) never recompute */
+    for (int64_t k = 0; k < plan.total_recomputed; k++)
+      CHECK(plan.recomputed_all[k] >= 1 && plan.recomputed_all[k] <= 12);
+    remat_plan_free(&plan);
+  }
+  /* Evaluate agrees with the solver on its own plan. */
+  remat_plan_problem_set_memory(&pb, (size_t)64 << 30);
+  rc = remat_plan_solve(&pb, &plan, &err);
+  CHECK(rc == 0);
+  if (rc == 0) {
+    int64_t lps[4];
+    uint8_t rec[14] = {0};
+    for (int s = 0; s < 4; s++) lps[s] = plan.stages[s].num_layers;
+    for (int64_t k = 0; k < plan.total_recomputed; k++) rec[plan.recomputed_all[k]] = 1;
+    remat_plan ev;
+    CHECK(remat_plan_evaluate(&pb, lps, rec, &ev, &err) == 0);
+    CHECK(ev.objective_value == plan.objective_value && ev.max_memory_bytes == plan.max_memory_bytes);
+    CHECK(plan.slowdown == 1.0 || plan.total_recomputed > 0);
+    remat_plan_free(&ev);
+    remat_plan_free(&plan);
+  }
+  remat_plan_problem_free(&pb);
+}
+
+int main(int argc, char **argv) {
+  int n = argc > 1 ? atoi(argv[1]) : 600;
+  test_seed();
+  test_knap(3000);
+  test_sim();
+  test_parse();
+  test_model();
+  test_random(n, 7);
+  test_random(n / 2, 10);
+  return test_summary("test_plan");
+}
