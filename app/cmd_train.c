@@ -10,11 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "base/base.h"
-#include "io/io.h"
 #include "remat.h"
-#include "report/report.h"
-#include "runtime/engine.h"
 
 #ifndef M_PI
 #define M_PI 3.14159265358979323846
@@ -303,7 +299,7 @@ int remat_cmd_train(int argc, char **argv) {
 
   /* ---- checkpointing policy */
   int64_t L = cfg.num_layers;
-  policy = remat__malloc((size_t)L);
+  policy = malloc((size_t)L);
   if (!policy) goto fail_oom;
   remat_policy_first_n(policy, L, 0);
   if (o.ratio >= 0) {
@@ -325,7 +321,7 @@ int remat_cmd_train(int argc, char **argv) {
      * policy), measured with one plan alive. */
     remat_memplan probe;
     if (remat_memplan_build(&probe, &cfg, o.B, o.T, policy, &err)) goto fail_msg;
-    other = remat__heap_live();
+    other = remat_heap_bytes();
     remat_memplan_free(&probe);
     size_t arena_budget = budget > other ? budget - other : 0;
     if (remat_fewest_recompute(&cfg, o.B, o.T, arena_budget, &n, &need, &err)) {
@@ -353,7 +349,7 @@ int remat_cmd_train(int argc, char **argv) {
 
   /* Everything the library holds outside the arena is known now: the planned
    * peak is the arena plus that. */
-  size_t other = remat__heap_live() - m.mp.peak_bytes;
+  size_t other = remat_heap_bytes() - m.mp.peak_bytes;
   size_t planned = m.mp.peak_bytes + other;
   {
     char rec[256] = "";
@@ -434,11 +430,11 @@ int remat_cmd_train(int argc, char **argv) {
   double t_train = 0, t_recompute = 0;
   int64_t timed_steps = 0;
   size_t measured = 0;
-  remat__heap_reset_peak();
-  double t_start = remat__now();
+  remat_heap_reset_peak();
+  double t_start = remat_now();
   int64_t step;
   for (step = 0; step < o.steps && !interrupted; step++) {
-    double t0 = remat__now();
+    double t0 = remat_now();
     m.recompute_s = 0;
     remat_model_zero_grad(&m);
     double loss = 0;
@@ -449,13 +445,13 @@ int remat_cmd_train(int argc, char **argv) {
     loss /= (double)o.K;
     float lr = lr_at(&o, step);
     float norm = remat_model_update(&m, &hp, lr);
-    double dt = remat__now() - t0;
+    double dt = remat_now() - t0;
     if (!isfinite(loss)) {
       fprintf(stderr, "%sremat train: loss is %g at step %lld; lower --lr or raise --grad-clip\n",
               tty ? "\n" : "", loss, (long long)step + 1);
       goto out;
     }
-    measured = remat_model_arena_high_water(&m) + (remat__heap_peak() - m.mp.peak_bytes);
+    measured = remat_model_arena_high_water(&m) + (remat_heap_peak_bytes() - m.mp.peak_bytes);
     if (step == 0) first_loss = (float)loss;
     last_loss = (float)loss;
     if (step > 0 || o.steps == 1) { /* the first step warms caches and threads */
@@ -490,7 +486,7 @@ int remat_cmd_train(int argc, char **argv) {
     }
   }
   if (tty) fprintf(stderr, "\n");
-  double wall = remat__now() - t_start;
+  double wall = remat_now() - t_start;
   if (interrupted) printf("interrupted after %lld steps\n", (long long)step);
 
   if (step > 0) {
@@ -514,13 +510,13 @@ int remat_cmd_train(int argc, char **argv) {
   goto out;
 
 fail_oom:
-  remat__errorf(&err, REMAT_ENOMEM, "out of memory");
+  snprintf(err.msg, sizeof err.msg, "out of memory");
 fail_msg:
   fprintf(stderr, "remat train: %s\n", err.msg);
 out:
   if (logf) fclose(logf);
   remat_model_free(&m);
-  remat__free(policy);
+  free(policy);
   remat_loader_free(&loader);
   remat_tokens_free(&tok);
   return rc;

@@ -10,7 +10,6 @@
 #include <string.h>
 
 #include "base/base.h"
-#include "report/report.h"
 #include "runtime/engine.h"
 
 static int cmp_double(const void *a, const void *b) {

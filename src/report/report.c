@@ -9,7 +9,6 @@
 #include <string.h>
 
 #include "base/base.h"
-#include "report/report.h"
 
 double remat_measure_sgemm_flops(int n, double seconds) {
   if (n <= 0) n = 1024;
@@ -58,6 +57,11 @@ size_t remat_rss_peak_bytes(void) {
   fclose(f);
   return kb * 1024;
 }
+
+size_t remat_heap_bytes(void) { return remat__heap_live(); }
+size_t remat_heap_peak_bytes(void) { return remat__heap_peak(); }
+void remat_heap_reset_peak(void) { remat__heap_reset_peak(); }
+double remat_now(void) { return remat__now(); }
 
 int remat_set_threads(int threads) {
   cpu_set_t allowed;

@@ -50,8 +50,8 @@ int remat_model_init(remat_model *m, const remat_config *cfg, int64_t B, int64_t
   m->scratch = AT(REMAT_BUF_SCRATCH);
   m->logits = AT(REMAT_BUF_LOGITS);
   m->dresid = AT(REMAT_BUF_DRESID);
-  remat__head_acts_view(&m->head, AT(REMAT_BUF_HEAD), B, T, cfg->channels);
-  remat__block_dgrads_view(&m->dg, AT(REMAT_BUF_DBLOCK), B, T, cfg->channels, cfg->num_heads);
+  m->head = AT(REMAT_BUF_HEAD);
+  m->dblock = AT(REMAT_BUF_DBLOCK);
 #undef AT
   remat__param_views(cfg, m->params, m->p);
   remat__param_views(cfg, m->grads, m->g);
@@ -184,7 +184,8 @@ static void block_backward(remat_model *m, int64_t l, const float *x, const rema
   size_t BTC = (size_t)N * (size_t)C;
   block_params w = BLOCK_VIEW(block_params, m->p, l, C);
   block_grads g = BLOCK_VIEW(block_grads, m->g, l, C);
-  remat__block_dgrads *d = &m->dg;
+  remat__block_dgrads dgrads, *d = &dgrads;
+  remat__block_dgrads_view(d, m->dblock, B, T, C, NH);
   remat__dropout d_att = drop_at(hp, m->step, micro, l, REMAT_DROP_ATTN);
   remat__dropout d_r1 = drop_at(hp, m->step, micro, l, REMAT_DROP_RESID1);
   remat__dropout d_r2 = drop_at(hp, m->step, micro, l, REMAT_DROP_RESID2);
@@ -221,15 +222,14 @@ static void forward_blocks(remat_model *m, const remat_hparams *hp, uint32_t mic
 }
 
 /* Final layernorm, logits and loss; returns the summed loss. */
-static double head_forward(remat_model *m) {
+static double head_forward(remat_model *m, remat__head_acts *h) {
   const remat_config *c = &m->cfg;
   int64_t N = m->B * m->T, C = c->channels;
-  remat__layernorm_forward(m->head.lnf, m->head.lnf_mean, m->head.lnf_rstd,
-                           resid_at(m, c->num_layers), m->p[REMAT_P_LNFW], m->p[REMAT_P_LNFB], N,
-                           C);
-  remat__matmul_forward(m->logits, m->head.lnf, m->p[REMAT_P_WTE], NULL, N, C,
-                        c->padded_vocab_size);
-  return remat__crossentropy_forward(m->logits, m->head.losses, m->targets, N, c->vocab_size,
+  remat__head_acts_view(h, m->head, m->B, m->T, C);
+  remat__layernorm_forward(h->lnf, h->lnf_mean, h->lnf_rstd, resid_at(m, c->num_layers),
+                           m->p[REMAT_P_LNFW], m->p[REMAT_P_LNFB], N, C);
+  remat__matmul_forward(m->logits, h->lnf, m->p[REMAT_P_WTE], NULL, N, C, c->padded_vocab_size);
+  return remat__crossentropy_forward(m->logits, h->losses, m->targets, N, c->vocab_size,
                                      c->padded_vocab_size);
 }
 
@@ -238,16 +238,16 @@ float remat_model_forward_backward(remat_model *m, uint32_t micro, float dloss,
   const remat_config *c = &m->cfg;
   int64_t N = m->B * m->T, C = c->channels, L = c->num_layers;
   forward_blocks(m, hp, micro);
-  double loss = head_forward(m);
+  remat__head_acts h;
+  double loss = head_forward(m, &h);
 
   remat__crossentropy_backward(m->logits, m->targets, dloss, N, c->vocab_size,
                                c->padded_vocab_size);
-  remat__matmul_backward(m->head.dlnf, m->g[REMAT_P_WTE], NULL, m->logits, m->head.lnf,
+  remat__matmul_backward(h.dlnf, m->g[REMAT_P_WTE], NULL, m->logits, h.lnf,
                          m->p[REMAT_P_WTE], N, C, c->padded_vocab_size);
   memset(m->dresid, 0, (size_t)N * (size_t)C * sizeof(float));
-  remat__layernorm_backward(m->dresid, m->g[REMAT_P_LNFW], m->g[REMAT_P_LNFB], m->head.dlnf,
-                            resid_at(m, L), m->p[REMAT_P_LNFW], m->head.lnf_mean,
-                            m->head.lnf_rstd, N, C);
+  remat__layernorm_backward(m->dresid, m->g[REMAT_P_LNFW], m->g[REMAT_P_LNFB], h.dlnf,
+                            resid_at(m, L), m->p[REMAT_P_LNFW], h.lnf_mean, h.lnf_rstd, N, C);
 
   for (int64_t l = L - 1; l >= 0; l--) {
     remat__block_acts a = block_acts(m, l);
@@ -265,7 +265,8 @@ float remat_model_forward_backward(remat_model *m, uint32_t micro, float dloss,
 
 float remat_model_eval(remat_model *m) {
   forward_blocks(m, NULL, 0);
-  return (float)(head_forward(m) / (double)(m->B * m->T));
+  remat__head_acts h;
+  return (float)(head_forward(m, &h) / (double)(m->B * m->T));
 }
 
 void remat_model_zero_grad(remat_model *m) {
