@@ -17,6 +17,7 @@
  *
  * Memory rows are divided by the gcd g of every byte count of the layers (the
  * left side is then integral, so its right side rounds down exactly). */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -45,10 +46,10 @@ static void term(terms *t, double coef, const char *var) {
     remat__plan_printf(t->b, "\n   ");
     t->on_line = 0;
   }
-  if (coef == 1) remat__plan_printf(t->b, " %s %s", t->any ? "+" : "", var);
-  else if (coef == -1) remat__plan_printf(t->b, " - %s", var);
-  else if (coef < 0) remat__plan_printf(t->b, " - %.17g %s", -coef, var);
-  else remat__plan_printf(t->b, " %s %.17g %s", t->any ? "+" : "", coef, var);
+  const char *sign = coef < 0 ? " -" : t->any ? " +" : "";
+  double a = coef < 0 ? -coef : coef;
+  if (a == 1) remat__plan_printf(t->b, "%s %s", sign, var);
+  else remat__plan_printf(t->b, "%s %.17g %s", sign, a, var);
   t->on_line++;
   t->any = 1;
 }
@@ -76,14 +77,24 @@ int remat_plan_format_lp(const remat_plan_problem *pb, char **out, remat_error *
     for (int64_t c = 0; c < G->count; c++) of[l++] = G;
   }
   if (g == 0) g = 1;
+  /* A further power of two keeps the memory rows' numbers near 1000: with
+   * byte-sized coefficients (1e9 and more) glpsol's tolerances give wrong
+   * optima. Dividing by 2^k is exact in binary floating point. */
+  double top = 1;
+  for (int64_t s = 0; s < p; s++)
+    if (pb->memory[s] > pb->stage_bytes && (double)((pb->memory[s] - pb->stage_bytes) / g) > top)
+      top = (double)((pb->memory[s] - pb->stage_bytes) / g);
+  int k = 0;
+  while (ldexp(top, -k) > 2048) k++;
+#define MEM(bytes) ldexp((double)((bytes) / g), -k)
   remat__plan_buf b = {0};
   char v[64];
   remat__plan_printf(&b,
                      "\\ remat plan as a MIP: %lld layers, %lld stages, %lld micro-batches, "
                      "schedule %s, objective %s\n"
-                     "\\ memory rows in units of %llu bytes\n",
+                     "\\ memory rows in units of %llu * 2^%d bytes\n",
                      (long long)L, (long long)p, (long long)m, remat_plan_schedule_name(pb->schedule),
-                     remat_plan_objective_name(pb->objective), (unsigned long long)g);
+                     remat_plan_objective_name(pb->objective), (unsigned long long)g, k);
 #define LO(l) ((l) - (L - p) > 0 ? (l) - (L - p) : 0)
 #define HI(l) ((l) < p - 1 ? (l) : p - 1)
   remat__plan_printf(&b, "Minimize\n obj:");
@@ -137,7 +148,7 @@ int remat_plan_format_lp(const remat_plan_problem *pb, char **out, remat_error *
                          (long long)s, (long long)l, (long long)s, (long long)l, (long long)s);
       if (of[l]->recompute_bytes)
         remat__plan_printf(&b, " zx_%lld_%lld: %.17g z_%lld_%lld - X_%lld <= 0\n", (long long)l,
-                           (long long)s, (double)(of[l]->recompute_bytes / g), (long long)l,
+                           (long long)s, MEM(of[l]->recompute_bytes), (long long)l,
                            (long long)s, (long long)s);
     }
   }
@@ -147,16 +158,16 @@ int remat_plan_format_lp(const remat_plan_problem *pb, char **out, remat_error *
     t = (terms){&b, 0, 0};
     for (l = s; l <= s + L - p; l++) {
       snprintf(v, sizeof v, "y_%lld_%lld", (long long)l, (long long)s);
-      term(&t, (double)(of[l]->state_bytes / g) + (double)n * (double)(of[l]->act_bytes / g), v);
+      term(&t, MEM(of[l]->state_bytes) + (double)n * MEM(of[l]->act_bytes), v);
       if (of[l]->recomputable) {
         snprintf(v, sizeof v, "z_%lld_%lld", (long long)l, (long long)s);
-        term(&t, -(double)n * ((double)(of[l]->act_bytes / g) - (double)(of[l]->ckpt_bytes / g)), v);
+        term(&t, -(double)n * (MEM(of[l]->act_bytes) - MEM(of[l]->ckpt_bytes)), v);
       }
     }
     snprintf(v, sizeof v, "X_%lld", (long long)s);
     term(&t, 1, v);
     double rhs = pb->memory[s] >= pb->stage_bytes
-                     ? (double)((pb->memory[s] - pb->stage_bytes) / g)
+                     ? MEM(pb->memory[s] - pb->stage_bytes)
                      : -1.0;
     remat__plan_printf(&b, " <= %.17g\n", rhs);
     remat__plan_printf(&b, " time_%lld:", (long long)s);
@@ -182,6 +193,7 @@ int remat_plan_format_lp(const remat_plan_problem *pb, char **out, remat_error *
   remat__plan_printf(&b, "End\n");
 #undef LO
 #undef HI
+#undef MEM
   remat__free(of);
   if (b.oom || !b.s) {
     remat__free(b.s);

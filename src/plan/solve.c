@@ -1192,9 +1192,10 @@ int remat_plan_solve(const remat_plan_problem *pb, remat_plan *plan, remat_error
     if (pb->uniform_memory) {
       remat__errorf(err, REMAT_EINFEASIBLE,
                     "no arrangement fits a budget of %s per stage even with recomputation; the "
-                    "smallest budget that fits is %s",
+                    "smallest budget that fits is %s (%zu bytes)",
                     remat_format_bytes(pb->memory[0], a, sizeof a),
-                    remat_format_bytes(plan->min_budget_bytes, b, sizeof b));
+                    remat_format_bytes(plan->min_budget_bytes, b, sizeof b),
+                    plan->min_budget_bytes);
     } else {
       remat__errorf(err, REMAT_EINFEASIBLE,
                     "no arrangement fits the per-stage budgets even with recomputation; every "

@@ -107,12 +107,14 @@ static void ranges(const int64_t *v, int64_t n, char *buf, size_t cap) {
 
 /* The model's layer numbering, when it has more than one group. */
 static void numbering(remat__plan_buf *b, const remat_plan_problem *pb) {
-  if (pb->num_groups < 2) return;
+  int named = 0;
+  for (int64_t g = 0; g < pb->num_groups; g++) named |= pb->groups[g].name[0] != 0;
+  if (pb->num_groups < 2 || !named) return;
   remat__plan_printf(b, "layers in model order:");
   int64_t l = 0;
   for (int64_t g = 0; g < pb->num_groups && g < 12; g++) {
     const remat_plan_group *G = &pb->groups[g];
-    const char *nm = G->name[0] ? G->name : "group";
+    const char *nm = G->name[0] ? G->name : "layer";
     if (G->count == 1) remat__plan_printf(b, " %lld %s%s", (long long)l, nm, g + 1 < pb->num_groups ? "," : "");
     else remat__plan_printf(b, " %lld-%lld %s%s", (long long)l, (long long)(l + G->count - 1), nm,
                             g + 1 < pb->num_groups ? "," : "");

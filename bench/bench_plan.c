@@ -1,0 +1,231 @@
+/* bench_plan.c: how fast the exact planner is. One line per case:
+ *   seed      the seed document's instance (32 layers, 4 stages), median of
+ *             many solves
+ *   hetero    1024 layers, every one different (random times, bytes and
+ *             scratch), on 64 stages, both objectives
+ *   glpk      the same instance solved by remat and by glpsol on remat's LP
+ *             export, timed side by side, with the ratio; skipped when glpsol
+ *             is not installed
+ * Usage: bench_plan [--quick] (--quick: fewer repetitions, no seed LP). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/base.h"
+#include "plan/plan.h"
+
+static const char *seed_json =
+    "{ \"stages\": 4, \"microbatches\": 8, \"schedule\": \"1f1b\", \"objective\": \"bottleneck\","
+    "  \"memory\": 20e9,"
+    "  \"layers\": [ {\"count\": 32, \"fwd\": 1, \"bwd\": 2, \"recompute\": 1,"
+    "                \"act_bytes\": 1.25e9, \"ckpt_bytes\": 0.125e9, \"state_bytes\": 0} ] }";
+
+static uint64_t rng = 0x2545F4914F6CDD1Dull;
+static double uniform(double lo, double hi) {
+  rng ^= rng << 13;
+  rng ^= rng >> 7;
+  rng ^= rng << 17;
+  return lo + (hi - lo) * (double)(rng >> 11) * 0x1p-53;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* Times `reps` solves; returns the median in ms, fills min and the plan of
+ * the last solve. */
+static double time_solve(const remat_plan_problem *pb, int reps, double *min_ms, remat_plan *last,
+                         int *rc_out) {
+  double *t = malloc((size_t)reps * sizeof *t);
+  remat_error err;
+  int rc = 0;
+  for (int k = 0; k < reps; k++) {
+    remat_plan plan;
+    double t0 = remat__now();
+    rc = remat_plan_solve(pb, &plan, &err);
+    t[k] = (remat__now() - t0) * 1e3;
+    if (rc && rc != REMAT_EINFEASIBLE) {
+      fprintf(stderr, "bench_plan: %s\n", err.msg);
+      exit(1);
+    }
+    if (k == reps - 1 && last) *last = plan;
+    else remat_plan_free(&plan);
+  }
+  qsort(t, (size_t)reps, sizeof *t, cmp_double);
+  double med = t[reps / 2];
+  if (min_ms) *min_ms = t[0];
+  free(t);
+  *rc_out = rc;
+  return med;
+}
+
+/* 1024 different layers: f in [1, 3], b about 2f, r = f, a in [0.5, 2] GB,
+ * c 5-20 % of a, x up to a - c (scratch_kind 1) or none (0), w in
+ * [0.1, 0.5] GB. The budget is `frac` of what stage 0 of an even split keeps. */
+static void hetero(remat_plan_problem *pb, int64_t L, int64_t p, int64_t m, int scratch, double frac,
+                   int objective) {
+  remat_error err;
+  if (remat_plan_problem_init(pb, p, L, &err)) exit(1);
+  pb->microbatches = m;
+  pb->objective = objective;
+  int64_t held = p < m ? p : m;
+  double stage0 = 0;
+  for (int64_t l = 0; l < L; l++) {
+    remat_plan_group *G = &pb->groups[l];
+    double f = uniform(1, 3);
+    G->fwd = f;
+    G->bwd = 2 * f * uniform(0.8, 1.2);
+    G->recompute = f;
+    G->act_bytes = (size_t)(uniform(0.5, 2) * 1e9);
+    G->ckpt_bytes = (size_t)((double)G->act_bytes * uniform(0.05, 0.2));
+    G->recompute_bytes =
+        scratch ? (size_t)((double)(G->act_bytes - G->ckpt_bytes) * uniform(0, 1)) : 0;
+    G->state_bytes = (size_t)(uniform(0.1, 0.5) * 1e9);
+    if (l < L / p) stage0 += (double)G->state_bytes + (double)held * (double)G->act_bytes;
+  }
+  remat_plan_problem_set_memory(pb, (size_t)(stage0 * frac));
+}
+
+/* glpsol on the LP export; returns its wall time in ms and its objective. */
+static int glpk(const remat_plan_problem *pb, double *ms, double *objective, char *status, size_t cap) {
+  char *lp;
+  remat_error err;
+  if (remat_plan_format_lp(pb, &lp, &err)) {
+    fprintf(stderr, "bench_plan: %s\n", err.msg);
+    return -1;
+  }
+  char dir[] = "/tmp/bench_plan_XXXXXX";
+  if (!mkdtemp(dir)) return -1;
+  char lpf[64], out[64], cmd[256];
+  snprintf(lpf, sizeof lpf, "%s/p.lp", dir);
+  snprintf(out, sizeof out, "%s/p.out", dir);
+  FILE *f = fopen(lpf, "w");
+  if (!f) return -1;
+  fputs(lp, f);
+  fclose(f);
+  remat_plan_text_free(lp);
+  snprintf(cmd, sizeof cmd, "glpsol --lp %s -o %s > /dev/null 2>&1", lpf, out);
+  double t0 = remat__now();
+  int rc = system(cmd);
+  *ms = (remat__now() - t0) * 1e3;
+  *objective = -1;
+  snprintf(status, cap, "none");
+  f = fopen(out, "r");
+  if (f) {
+    char line[256];
+    while (fgets(line, sizeof line, f)) {
+      if (strncmp(line, "Status:", 7) == 0) {
+        char *s = line + 7;
+        while (*s == ' ') s++;
+        s[strcspn(s, "\n")] = 0;
+        for (char *c = s; *c; c++)
+          if (*c == ' ') *c = '_';
+        size_t n = strlen(s) < cap - 1 ? strlen(s) : cap - 1;
+        memcpy(status, s, n);
+        status[n] = 0;
+      }
+      char *e = strstr(line, "obj = ");
+      if (strncmp(line, "Objective:", 10) == 0 && e) *objective = atof(e + 6);
+    }
+    fclose(f);
+  }
+  remove(lpf);
+  remove(out);
+  rmdir(dir);
+  return rc;
+}
+
+static void side_by_side(const char *name, const remat_plan_problem *pb, int reps) {
+  double min_ms, gms, gobj;
+  remat_plan plan;
+  int rc;
+  double med = time_solve(pb, reps, &min_ms, &plan, &rc);
+  char status[64];
+  if (glpk(pb, &gms, &gobj, status, sizeof status) < 0) {
+    printf("bench=plan case=glpk-%s skipped=glpsol_failed\n", name);
+    remat_plan_free(&plan);
+    return;
+  }
+  double mine = rc == 0 ? plan.objective_value : -1;
+  double diff = mine - gobj;
+  if (diff < 0) diff = -diff;
+  printf("bench=plan case=glpk-%s layers=%lld stages=%lld objective=%s remat_ms=%.4f glpsol_ms=%.1f "
+         "ratio=%.0f remat_obj=%.10g glpsol_obj=%.10g glpsol_status=%s agree=%s\n",
+         name, (long long)plan.num_layers, (long long)plan.num_stages,
+         remat_plan_objective_name(pb->objective), med, gms, gms / med, mine, gobj, status,
+         diff <= 1e-6 * (mine > 1 ? mine : 1) ? "yes" : "NO");
+  remat_plan_free(&plan);
+}
+
+int main(int argc, char **argv) {
+  int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
+  remat_plan_problem pb;
+  remat_error err;
+  if (remat_plan_problem_parse_json(&pb, seed_json, strlen(seed_json), &err)) {
+    fprintf(stderr, "bench_plan: %s\n", err.msg);
+    return 1;
+  }
+  int reps = quick ? 200 : 5000, rc;
+  double min_ms;
+  remat_plan plan;
+  double med = time_solve(&pb, reps, &min_ms, &plan, &rc);
+  printf("bench=plan case=seed layers=32 stages=4 objective=bottleneck reps=%d solve_ms=%.4f "
+         "solve_ms_min=%.4f layers_per_stage=%lld/%lld/%lld/%lld ckpt=%lld/%lld/%lld/%lld "
+         "slowdown=%.4g\n",
+         reps, med, min_ms, (long long)plan.stages[0].num_layers, (long long)plan.stages[1].num_layers,
+         (long long)plan.stages[2].num_layers, (long long)plan.stages[3].num_layers,
+         (long long)plan.stages[0].num_recomputed, (long long)plan.stages[1].num_recomputed,
+         (long long)plan.stages[2].num_recomputed, (long long)plan.stages[3].num_recomputed,
+         plan.slowdown);
+  remat_plan_free(&plan);
+  pb.objective = REMAT_OBJ_1F1B;
+  med = time_solve(&pb, reps, &min_ms, &plan, &rc);
+  printf("bench=plan case=seed layers=32 stages=4 objective=1f1b reps=%d solve_ms=%.4f "
+         "solve_ms_min=%.4f slowdown=%.4g\n",
+         reps, med, min_ms, plan.slowdown);
+  remat_plan_free(&plan);
+  pb.objective = REMAT_OBJ_BOTTLENECK;
+
+  struct {
+    int64_t m;
+    int scratch, objective;
+  } cases[] = {{128, 1, REMAT_OBJ_BOTTLENECK}, {128, 1, REMAT_OBJ_1F1B},
+               {128, 0, REMAT_OBJ_BOTTLENECK}, {128, 0, REMAT_OBJ_1F1B},
+               {16, 1, REMAT_OBJ_BOTTLENECK},  {16, 1, REMAT_OBJ_1F1B}};
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    remat_plan_problem h;
+    rng = 0x2545F4914F6CDD1Dull + k;
+    hetero(&h, 1024, 64, cases[k].m, cases[k].scratch, 0.5, cases[k].objective);
+    int hr = quick ? 1 : 5;
+    med = time_solve(&h, hr, &min_ms, &plan, &rc);
+    printf("bench=plan case=hetero layers=1024 stages=64 microbatches=%lld scratch=%s objective=%s "
+           "reps=%d solve_ms=%.1f solve_ms_min=%.1f feasible=%d slowdown=%.4f recomputed=%lld "
+           "windows=%lld\n",
+           (long long)cases[k].m, cases[k].scratch ? "random" : "none",
+           remat_plan_objective_name(cases[k].objective), hr, med, min_ms, rc == 0, plan.slowdown,
+           (long long)plan.total_recomputed, (long long)plan.windows);
+    remat_plan_free(&plan);
+    remat_plan_problem_free(&h);
+  }
+
+  if (system("command -v glpsol > /dev/null 2>&1") != 0) {
+    printf("bench=plan case=glpk skipped=no_glpsol\n");
+  } else {
+    /* small heterogeneous instances first, then the seed's (glpsol needs
+     * tens of seconds there: identical layers make a symmetric MIP) */
+    for (int k = 0; k < 3; k++) {
+      remat_plan_problem h;
+      rng = 77 + (uint64_t)k;
+      hetero(&h, 10 + 2 * k, 3, 4, 1, 0.45, k == 1 ? REMAT_OBJ_1F1B : REMAT_OBJ_BOTTLENECK);
+      char name[32];
+      snprintf(name, sizeof name, "hetero%d", 10 + 2 * k);
+      side_by_side(name, &h, quick ? 50 : 500);
+      remat_plan_problem_free(&h);
+    }
+    if (!quick) side_by_side("seed", &pb, 500);
+  }
+  remat_plan_problem_free(&pb);
+  return 0;
+}

@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# plan_errors.sh REMAT TMPDIR: `remat plan` on bad input. Every case must exit
+# with 1 or 2 (never a crash: no status >= 128), print exactly one line to
+# standard error starting with "remat plan: ", and mention what was wrong.
+set -u
+REMAT=$1
+TMP=$2
+DATA=$(cd "$(dirname "$0")/../data/plan" && pwd)
+mkdir -p "$TMP"
+fails=0
+n=0
+
+expect() { # word-in-message, then the command's arguments
+  local word=$1
+  shift
+  n=$((n + 1))
+  "$REMAT" plan "$@" >"$TMP/out" 2>"$TMP/err"
+  local rc=$?
+  local lines
+  lines=$(wc -l <"$TMP/err")
+  if [ "$rc" -ne 1 ] && [ "$rc" -ne 2 ]; then
+    echo "FAIL [$*]: exit status $rc" >&2
+    fails=$((fails + 1))
+  elif [ "$lines" -ne 1 ] || ! head -c 12 "$TMP/err" | grep -q '^remat plan: '; then
+    echo "FAIL [$*]: expected one 'remat plan: ' line on stderr, got:" >&2
+    cat "$TMP/err" >&2
+    fails=$((fails + 1))
+  elif ! grep -qi -- "$word" "$TMP/err"; then
+    echo "FAIL [$*]: message does not mention '$word':" >&2
+    cat "$TMP/err" >&2
+    fails=$((fails + 1))
+  fi
+}
+
+problem() { # name, JSON text: writes $TMP/name.json
+  printf '%s' "$2" >"$TMP/$1.json"
+}
+
+L='{"count":4,"fwd":1,"bwd":2,"recompute":1,"act_bytes":100,"ckpt_bytes":10,"state_bytes":0}'
+
+# usage
+expect "no problem"
+expect "unknown option" --frobnicate
+expect "needs a value" "$DATA/seed.json" --mem
+expect "unknown format" "$DATA/seed.json" --format yaml
+expect "unknown schedule" "$DATA/seed.json" --schedule zb-v
+expect "unknown objective" "$DATA/seed.json" --objective speed
+expect "stages" "$DATA/seed.json" --stages 0
+expect "stages" "$DATA/seed.json" --stages abc
+expect "stages" "$DATA/seed.json" --stages 1e999
+expect "microbatches" "$DATA/seed.json" --microbatches -3
+expect "mem" "$DATA/seed.json" --mem 20XB
+expect "mem" "$DATA/seed.json" --mem -5GB
+expect "mem" "$DATA/seed.json" --mem 1GB,,2GB
+expect "budgets for 4 stages" "$DATA/seed.json" --mem 1GB,2GB
+expect "more than one problem" "$DATA/seed.json" "$DATA/seed.json"
+expect "not both" "$DATA/seed.json" --config tiny
+expect "sweep" "$DATA/seed.json" --sweep --format megatron
+expect "points" "$DATA/seed.json" --sweep --points 1
+expect "--batch" --config gpt2-124m --stages 4 --microbatches 8 --mem 8GiB
+expect "unknown model config" --config gpt9 --batch 1 --seq 64 --stages 2 --microbatches 2 --mem 1GB
+expect "--config" "$DATA/seed.json" --batch 4
+expect "sequence length" --config tiny --batch 1 --seq 100000 --stages 2 --microbatches 2 --mem 1GB
+expect "stages but only" --config tiny --batch 1 --seq 64 --stages 9 --microbatches 2 --mem 1GB
+expect "cannot open" "$DATA/seed.json" --mem 20GB -o /nonexistent/dir/plan.txt
+
+# files
+expect "cannot open" "$TMP/does-not-exist.json"
+expect "cannot" "$TMP"
+problem empty ''
+expect "empty" "$TMP/empty.json"
+printf '\x00\x01\x02\xff\xfe garbage' >"$TMP/binary.json"
+expect "invalid JSON" "$TMP/binary.json"
+problem trunc '{"stages": 4, "microbatches": 8, "memory": 20e9, "layers": [ {"count": 32'
+expect "invalid JSON at line 1" "$TMP/trunc.json"
+problem array '[1, 2, 3]'
+expect "object" "$TMP/array.json"
+
+# problems
+problem nolayers '{"stages":2,"microbatches":2,"memory":1000}'
+expect "layers" "$TMP/nolayers.json"
+problem nostages "{\"microbatches\":2,\"memory\":1000,\"layers\":[$L]}"
+expect "stages" "$TMP/nostages.json"
+problem nomem "{\"stages\":2,\"microbatches\":2,\"layers\":[$L]}"
+expect "memory" "$TMP/nomem.json"
+problem toomany "{\"stages\":5,\"microbatches\":2,\"memory\":1000,\"layers\":[$L]}"
+expect "5 stages but only 4 layers" "$TMP/toomany.json"
+problem negmem "{\"stages\":2,\"microbatches\":2,\"memory\":-1,\"layers\":[$L]}"
+expect "negative" "$TMP/negmem.json"
+problem fracmem "{\"stages\":2,\"microbatches\":2,\"memory\":0.5,\"layers\":[$L]}"
+expect "whole number" "$TMP/fracmem.json"
+problem infmem "{\"stages\":2,\"microbatches\":2,\"memory\":1e999,\"layers\":[$L]}"
+expect "finite" "$TMP/infmem.json"
+problem memlen "{\"stages\":2,\"microbatches\":2,\"memory\":[1,2,3],\"layers\":[$L]}"
+expect "one per stage" "$TMP/memlen.json"
+problem sched "{\"stages\":2,\"microbatches\":2,\"memory\":1000,\"schedule\":\"interleaved\",\"layers\":[$L]}"
+expect "schedule" "$TMP/sched.json"
+problem obj "{\"stages\":2,\"microbatches\":2,\"memory\":1000,\"objective\":3,\"layers\":[$L]}"
+expect "objective" "$TMP/obj.json"
+problem count0 '{"stages":1,"microbatches":2,"memory":1000,"layers":[{"count":0,"fwd":1,"bwd":2,"recompute":1,"act_bytes":1,"ckpt_bytes":1,"state_bytes":0}]}'
+expect "count" "$TMP/count0.json"
+problem huge '{"stages":2,"microbatches":2,"memory":1000,"layers":[{"count":1e12,"fwd":1,"bwd":2,"recompute":1,"act_bytes":1,"ckpt_bytes":1,"state_bytes":0}]}'
+expect "count" "$TMP/huge.json"
+problem negf '{"stages":1,"microbatches":2,"memory":1000,"layers":[{"fwd":-1,"bwd":2,"recompute":1,"act_bytes":1,"ckpt_bytes":1,"state_bytes":0}]}'
+expect "fwd" "$TMP/negf.json"
+problem typo "{\"stages\":2,\"microbatches\":2,\"memory\":1000,\"layers\":[{\"count\":4,\"fwd\":1,\"bwd\":2,\"recompute\":1,\"act_bytes\":100,\"ckpt_bytes\":10,\"state_byte\":0}]}"
+expect "unknown field" "$TMP/typo.json"
+problem bigbytes '{"stages":2,"microbatches":100,"memory":1000,"layers":[{"count":4,"fwd":1,"bwd":2,"recompute":1,"act_bytes":9e17,"ckpt_bytes":1,"state_bytes":0}]}'
+expect "range" "$TMP/bigbytes.json"
+
+# a budget too small: the least-memory arrangement goes to stdout, the
+# smallest budget that fits to stderr
+expect "smallest budget that fits is" "$DATA/seed.json" --mem 1GB
+if ! grep -q "does not fit" "$TMP/out"; then
+  echo "FAIL: the infeasible plan's table is missing" >&2
+  fails=$((fails + 1))
+fi
+expect "more" "$DATA/hetero.json" --mem 300,300,300
+expect "smallest budget" --config gpt2-124m --batch 8 --seq 1024 --stages 4 --microbatches 8 --mem 1GiB
+
+# help works and a good run exits 0
+"$REMAT" plan --help >"$TMP/out" 2>&1 || { echo "FAIL: --help" >&2; fails=$((fails + 1)); }
+"$REMAT" plan "$DATA/seed.json" >"$TMP/out" 2>"$TMP/err" || { echo "FAIL: seed plan" >&2; fails=$((fails + 1)); }
+[ -s "$TMP/err" ] && { echo "FAIL: a good run wrote to stderr" >&2; fails=$((fails + 1)); }
+
+echo "plan_errors: $n cases, $fails failed"
+[ "$fails" -eq 0 ]
