@@ -305,18 +305,9 @@ int remat_cmd_plan(int argc, char **argv) {
       else if (show)
         status = write_out(output, text);
       if (rc == REMAT_EINFEASIBLE) {
-        char need[1024] = "";
-        size_t len = 0;
-        for (int64_t s = 0; s < plan.num_stages && len + 40 < sizeof need; s++) {
-          char b[32];
-          len += (size_t)snprintf(need + len, sizeof need - len, "%s%s", s ? ", " : "",
-                                  remat_format_bytes(plan.stages[s].memory_bytes, b, sizeof b));
-        }
-        if (len + 40 >= sizeof need) snprintf(need + len, sizeof need - len, ", ...");
         fprintf(stderr,
-                "remat plan: %s; in that arrangement the stages need at least: %s; raise --mem, "
-                "use more stages or smaller micro-batches\n",
-                err.msg, need);
+                "remat plan: %s; raise --mem, use more stages or smaller micro-batches\n",
+                err.msg);
         status = 1;
       }
       remat_plan_free(&plan);

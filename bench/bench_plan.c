@@ -3,10 +3,12 @@
  *             many solves
  *   hetero    1024 layers, every one different (random times, bytes and
  *             scratch), on 64 stages, both objectives
- *   glpk      the same instance solved by remat and by glpsol on remat's LP
- *             export, timed side by side, with the ratio; skipped when glpsol
- *             is not installed
- * Usage: bench_plan [--quick] (--quick: fewer repetitions, no seed LP). */
+ *   glpk      small heterogeneous instances (10 to 48 layers) and the seed's,
+ *             solved by remat and by glpsol on remat's LP export, timed side
+ *             by side, with the ratio; skipped when glpsol is not installed
+ *             (the seed's MIP takes glpsol about half a minute)
+ * Usage: bench_plan [--quick] (--quick: fewer repetitions, only the small
+ * glpsol cases). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -215,12 +217,19 @@ int main(int argc, char **argv) {
   } else {
     /* small heterogeneous instances first, then the seed's (glpsol needs
      * tens of seconds there: identical layers make a symmetric MIP) */
-    for (int k = 0; k < 3; k++) {
+    struct {
+      int64_t L, p, m;
+      int objective, slow;
+      uint64_t seed;
+    } g[] = {{10, 3, 4, REMAT_OBJ_BOTTLENECK, 0, 77}, {12, 3, 4, REMAT_OBJ_1F1B, 0, 78},
+             {32, 4, 8, REMAT_OBJ_BOTTLENECK, 0, 91}, {48, 6, 12, REMAT_OBJ_BOTTLENECK, 1, 91}};
+    for (size_t k = 0; k < sizeof g / sizeof g[0]; k++) {
+      if (quick && g[k].slow) continue;
       remat_plan_problem h;
-      rng = 77 + (uint64_t)k;
-      hetero(&h, 10 + 2 * k, 3, 4, 1, 0.45, k == 1 ? REMAT_OBJ_1F1B : REMAT_OBJ_BOTTLENECK);
+      rng = g[k].seed;
+      hetero(&h, g[k].L, g[k].p, g[k].m, 1, 0.45, g[k].objective);
       char name[32];
-      snprintf(name, sizeof name, "hetero%d", 10 + 2 * k);
+      snprintf(name, sizeof name, "hetero%lld", (long long)g[k].L);
       side_by_side(name, &h, quick ? 50 : 500);
       remat_plan_problem_free(&h);
     }

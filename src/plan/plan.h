@@ -367,6 +367,11 @@ int remat__knap_min_count(const remat__knap *k, int64_t n, int64_t E, int64_t ca
 /* The items of a tracked result, ascending; returns how many. */
 int64_t remat__knap_items(const remat__knap *k, int32_t node, int64_t *items);
 
+/* Byte counts for people: binary units (GiB) when every budget is a whole
+ * number of MiB, as from --mem 20GiB, else decimal (GB), as in "20e9". */
+int remat__plan_binary_units(const remat_plan_problem *pb);
+const char *remat__plan_fmt_bytes(size_t bytes, int binary, char *buf, size_t cap);
+
 /* Growable text buffer for the writers. */
 typedef struct remat__plan_buf {
   char *s;

@@ -29,6 +29,7 @@
  * Before any of this a time-free pass checks that some partition fits at
  * all (each stage at its least memory); if none does, a bisection on extra
  * bytes per stage finds the smallest budget that would fit. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -1184,24 +1185,38 @@ int remat_plan_solve(const remat_plan_problem *pb, remat_plan *plan, remat_error
   if (rc == REMAT_EINFEASIBLE) {
     plan->feasible = 0;
     plan->min_extra_bytes = (size_t)delta;
-    size_t most = 0;
-    for (int64_t s = 0; s < in.p; s++)
-      if (pb->memory[s] > most) most = pb->memory[s];
     plan->min_budget_bytes = (size_t)(in.budget[0] + delta);
-    char a[32], b[32];
+    int bin = remat__plan_binary_units(pb);
+    char a[32], b[32], need[256] = "";
+    /* each stage's least memory in that arrangement: all when few, else the
+     * range */
+    if (in.p <= 8) {
+      size_t len = 0;
+      for (int64_t s = 0; s < in.p; s++)
+        len += (size_t)snprintf(need + len, sizeof need - len, "%s%s", s ? ", " : "",
+                                remat__plan_fmt_bytes(plan->stages[s].memory_bytes, bin, a, sizeof a));
+    } else {
+      size_t lo = plan->stages[0].memory_bytes, hi = lo;
+      for (int64_t s = 1; s < in.p; s++) {
+        if (plan->stages[s].memory_bytes < lo) lo = plan->stages[s].memory_bytes;
+        if (plan->stages[s].memory_bytes > hi) hi = plan->stages[s].memory_bytes;
+      }
+      snprintf(need, sizeof need, "from %s to %s", remat__plan_fmt_bytes(lo, bin, a, sizeof a),
+               remat__plan_fmt_bytes(hi, bin, b, sizeof b));
+    }
     if (pb->uniform_memory) {
       remat__errorf(err, REMAT_EINFEASIBLE,
                     "no arrangement fits a budget of %s per stage even with recomputation; the "
-                    "smallest budget that fits is %s (%zu bytes)",
-                    remat_format_bytes(pb->memory[0], a, sizeof a),
-                    remat_format_bytes(plan->min_budget_bytes, b, sizeof b),
-                    plan->min_budget_bytes);
+                    "smallest budget that fits is %s (%zu bytes), where the stages need at "
+                    "least %s",
+                    remat__plan_fmt_bytes(pb->memory[0], bin, a, sizeof a),
+                    remat__plan_fmt_bytes(plan->min_budget_bytes, bin, b, sizeof b),
+                    plan->min_budget_bytes, need);
     } else {
       remat__errorf(err, REMAT_EINFEASIBLE,
                     "no arrangement fits the per-stage budgets even with recomputation; every "
-                    "stage would need %s more (the largest budget given is %s)",
-                    remat_format_bytes((size_t)delta, b, sizeof b),
-                    remat_format_bytes(most, a, sizeof a));
+                    "stage would need %s more (%zu bytes), where the stages need at least %s",
+                    remat__plan_fmt_bytes((size_t)delta, bin, b, sizeof b), (size_t)delta, need);
     }
   }
 out:

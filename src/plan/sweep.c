@@ -146,20 +146,21 @@ int remat_plan_format_sweep(const remat_plan_problem *pb, const remat_plan_sweep
     free(s);
   } else {
     char t1[32], t2[32];
+    int bin = remat__plan_binary_units(pb);
     remat__plan_printf(&b,
                        "sweep of one budget for all %lld stages, objective %s: fits from %s, "
                        "needs no recomputation from %s\n",
                        (long long)sw->num_stages, remat_plan_objective_name(pb->objective),
-                       remat_format_bytes(sw->min_budget_bytes, t1, sizeof t1),
-                       remat_format_bytes(sw->no_recompute_bytes, t2, sizeof t2));
+                       remat__plan_fmt_bytes(sw->min_budget_bytes, bin, t1, sizeof t1),
+                       remat__plan_fmt_bytes(sw->no_recompute_bytes, bin, t2, sizeof t2));
     remat__plan_printf(&b, "%14s %16s %14s %9s %10s %14s  %s\n", "budget", "budget_bytes",
                        "objective", "slowdown", "recomputed", "peak", "layers | ckpt per stage");
     for (int64_t k = 0; k < sw->num_points; k++) {
       const remat_plan_sweep_point *pt = &sw->points[k];
       remat__plan_printf(&b, "%14s %16zu %14.6g %9.4f %10lld %14s  ",
-                         remat_format_bytes(pt->budget_bytes, t1, sizeof t1), pt->budget_bytes,
+                         remat__plan_fmt_bytes(pt->budget_bytes, bin, t1, sizeof t1), pt->budget_bytes,
                          pt->objective_value, pt->slowdown, (long long)pt->total_recomputed,
-                         remat_format_bytes(pt->max_memory_bytes, t2, sizeof t2));
+                         remat__plan_fmt_bytes(pt->max_memory_bytes, bin, t2, sizeof t2));
       counts(&b, pt->layers_per_stage, sw->num_stages);
       remat__plan_printf(&b, " | ");
       counts(&b, pt->ckpt_per_stage, sw->num_stages);

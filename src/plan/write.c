@@ -59,13 +59,13 @@ static int finish(remat__plan_buf *b, char **out, remat_error *err) {
 
 /* Binary units when every budget is a whole number of MiB (as from --mem
  * 20GiB), decimal otherwise (as in the seed's "20 GB"). */
-static int use_binary(const remat_plan_problem *pb) {
+int remat__plan_binary_units(const remat_plan_problem *pb) {
   for (int64_t s = 0; s < pb->stages; s++)
     if (pb->memory[s] == 0 || pb->memory[s] % (1u << 20)) return 0;
   return 1;
 }
 
-static const char *fmt_bytes(size_t v, int binary, char *buf, size_t cap) {
+const char *remat__plan_fmt_bytes(size_t v, int binary, char *buf, size_t cap) {
   if (binary) return remat_format_bytes(v, buf, cap);
   static const char *u[] = {"B", "kB", "MB", "GB", "TB", "PB", "EB"};
   double x = (double)v;
@@ -131,7 +131,7 @@ static const char *unit_of(const remat_plan_problem *pb) {
 /* ------------------------------------------------------------ table */
 
 static void table(remat__plan_buf *b, const remat_plan_problem *pb, const remat_plan *pl) {
-  int bin = use_binary(pb);
+  int bin = remat__plan_binary_units(pb);
   char t1[48], t2[48], t3[48], t4[48];
   remat__plan_printf(b, "%s: %lld layers, %lld stages, %s schedule, %lld micro-batches, objective %s\n",
                      pl->feasible ? "plan" : "does not fit; least memory arrangement",
@@ -149,8 +149,8 @@ static void table(remat__plan_buf *b, const remat_plan_problem *pb, const remat_
     remat__plan_printf(b, "%5lld %7lld %7lld %6lld %9lld %12s %12s %12s  %s%s\n", (long long)s,
                        (long long)st->num_layers, (long long)st->first_layer,
                        (long long)st->num_recomputed, (long long)st->microbatches_held,
-                       fmt_bytes(st->memory_bytes, bin, t1, sizeof t1),
-                       fmt_bytes(st->budget_bytes, bin, t2, sizeof t2),
+                       remat__plan_fmt_bytes(st->memory_bytes, bin, t1, sizeof t1),
+                       remat__plan_fmt_bytes(st->budget_bytes, bin, t2, sizeof t2),
                        fmt_time(st->time, t3, sizeof t3), rl,
                        st->memory_bytes > st->budget_bytes ? "  OVER BUDGET" : "");
   }
@@ -168,14 +168,14 @@ static void table(remat__plan_buf *b, const remat_plan_problem *pb, const remat_
                      fmt_time(pl->baseline_objective, t2, sizeof t2), pl->slowdown);
   remat__plan_printf(b, "recomputed layers %lld of %lld, peak stage memory %s\n",
                      (long long)pl->total_recomputed, (long long)pl->num_layers,
-                     fmt_bytes(pl->max_memory_bytes, bin, t4, sizeof t4));
+                     remat__plan_fmt_bytes(pl->max_memory_bytes, bin, t4, sizeof t4));
   if (!pl->feasible) {
     if (pb->uniform_memory)
       remat__plan_printf(b, "the smallest budget per stage that fits: %s\n",
-                         fmt_bytes(pl->min_budget_bytes, bin, t1, sizeof t1));
+                         remat__plan_fmt_bytes(pl->min_budget_bytes, bin, t1, sizeof t1));
     else
       remat__plan_printf(b, "every stage would need %s more than its budget\n",
-                         fmt_bytes(pl->min_extra_bytes, bin, t1, sizeof t1));
+                         remat__plan_fmt_bytes(pl->min_extra_bytes, bin, t1, sizeof t1));
   }
 }
 
