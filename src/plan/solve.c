@@ -116,6 +116,7 @@ typedef struct {
   int64_t *rank;       /* (L) leaf of a candidate layer, -1 for others */
   int64_t n;           /* micro-batches of the stage being checked */
   int64_t wl, wr;      /* layers [wl, wr) are present */
+  int used;            /* candidates have more than one scratch size */
 } xtree;
 
 static int xl_cmp(const void *u, const void *v) {
@@ -144,6 +145,7 @@ static int xt_init(xtree *t, const remat__plan_inst *in) {
   }
   qsort(order, (size_t)k, sizeof *order, xl_cmp); /* d holds the layer here */
   for (int64_t r = 0; r < k; r++) t->rank[order[r].d] = r;
+  t->used = k > 1 && order[0].x != order[k - 1].x;
   remat__free(order);
   return 0;
 }
@@ -156,6 +158,7 @@ static void xt_free(xtree *t) {
 }
 
 static void xt_reset(xtree *t, int64_t n) {
+  if (!t->used) return; /* every window has one scratch size: closed form */
   for (int64_t k = 0; k < 2 * t->size; k++) {
     t->sum[k] = 0;
     t->best[k] = NEG;
