@@ -343,12 +343,12 @@ static void colossalai(remat__plan_buf *b, const remat_plan_problem *pb, const r
                      "        num_ckpt_layers_per_stage=num_ckpt_layers_per_stage,\n"
                      "    ),\n"
                      ")\n",
-                     (long long)p, (long long)pl->microbatches,
-                     pl->schedule == REMAT_SCHED_GPIPE ? "interleaved" : "1f1b");
+                     (long long)p, (long long)pl->microbatches, "1f1b");
   if (pl->schedule == REMAT_SCHED_GPIPE)
     remat__plan_printf(b,
                        "# NOTE: ColossalAI has no GPipe schedule; this plan assumed all %lld "
-                       "micro-batches in flight on every stage, which also fits under 1f1b.\n",
+                       "micro-batches in flight on every stage, more than 1f1b holds, so it "
+                       "also fits under 1f1b (plan with --schedule 1f1b for a tighter one).\n",
                        (long long)pl->microbatches);
   remat__plan_printf(b,
                      "# Older ColossalAI releases also need num_stages=%lld, num_model_chunks=1 "
