@@ -7,7 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "plan/plan.h"
 #include "remat.h"
 
 static void usage(FILE *f) {
