@@ -57,6 +57,10 @@ size_t remat__head_acts_view(remat__head_acts *h, float *base, int64_t B, int64_
  * order, no padding between tensors, so the buffer is the checkpoint body). */
 void remat__param_views(const remat_config *cfg, float *base, float *views[REMAT_P_COUNT]);
 
+/* Checks a model shape with a micro-batch B x T: positive, T within the
+ * model's maximum, and every buffer far from overflowing size_t. */
+int remat__check_shape(const remat_config *cfg, int64_t B, int64_t T, remat_error *err);
+
 /* Rounds a byte count up to REMAT_ALIGN. */
 static inline size_t remat__align(size_t n) {
   return (n + REMAT_ALIGN - 1) / REMAT_ALIGN * REMAT_ALIGN;

@@ -72,29 +72,38 @@ static size_t place(remat_membuf *buf, int n) {
   return arena;
 }
 
-int remat_memplan_build(remat_memplan *mp, const remat_config *cfg, int64_t B, int64_t T,
-                        const uint8_t *policy, remat_error *err) {
-  memset(mp, 0, sizeof *mp);
+int remat__check_shape(const remat_config *cfg, int64_t B, int64_t T, remat_error *err) {
   int rc = remat_config_check(cfg, err);
   if (rc) return rc;
   if (B < 1 || T < 1 || B > (1 << 20))
-    return remat__errorf(err, REMAT_EINVAL, "batch B=%lld and sequence T=%lld must be positive",
+    return remat__errorf(err, REMAT_EINVAL,
+                         "batch B=%lld and sequence T=%lld must be positive (B at most 2^20)",
                          (long long)B, (long long)T);
   if (T > cfg->max_seq_len)
     return remat__errorf(err, REMAT_ESHAPE,
                          "sequence length T=%lld exceeds the model's maximum of %lld; use --seq "
                          "%lld or less",
                          (long long)T, (long long)cfg->max_seq_len, (long long)cfg->max_seq_len);
-  int64_t L = cfg->num_layers, C = cfg->channels, NH = cfg->num_heads;
-  /* Guard the largest products: B*NH*T*T floats per block and B*T*Vp logits. */
-  double att = (double)B * (double)NH * (double)T * (double)T * 4.0;
+  /* Guard the largest products: B*NH*T*T floats per block, B*T*Vp logits,
+   * and the residual stream of all blocks. */
+  double att = (double)B * (double)cfg->num_heads * (double)T * (double)T * 4.0;
   double logits = (double)B * (double)T * (double)cfg->padded_vocab_size * 4.0;
-  double resid = (double)(L + 1) * (double)B * (double)T * (double)C * 4.0;
-  if (att * (double)L > 1e15 || logits > 1e15 || resid > 1e15)
+  double resid = (double)(cfg->num_layers + 1) * (double)B * (double)T *
+                 (double)cfg->channels * 4.0;
+  if (att * (double)cfg->num_layers > 1e15 || logits > 1e15 || resid > 1e15)
     return remat__errorf(err, REMAT_ERANGE,
                          "B=%lld, T=%lld with this model needs more than a petabyte; use a "
                          "smaller batch or sequence",
                          (long long)B, (long long)T);
+  return 0;
+}
+
+int remat_memplan_build(remat_memplan *mp, const remat_config *cfg, int64_t B, int64_t T,
+                        const uint8_t *policy, remat_error *err) {
+  memset(mp, 0, sizeof *mp);
+  int rc = remat__check_shape(cfg, B, T, err);
+  if (rc) return rc;
+  int64_t L = cfg->num_layers, C = cfg->channels, NH = cfg->num_heads;
 
   mp->cfg = *cfg;
   mp->B = B;

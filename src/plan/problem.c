@@ -495,23 +495,8 @@ int remat_plan_problem_from_model(remat_plan_problem *pb, const remat_config *cf
                                   int64_t T, int64_t stages, int64_t microbatches, size_t memory,
                                   remat_error *err) {
   memset(pb, 0, sizeof *pb);
-  int rc = remat_config_check(cfg, err);
+  int rc = remat__check_shape(cfg, B, T, err);
   if (rc) return rc;
-  if (B < 1 || T < 1 || B > (1 << 20))
-    return remat__errorf(err, REMAT_EINVAL, "batch B=%lld and sequence T=%lld must be positive",
-                         (long long)B, (long long)T);
-  if (T > cfg->max_seq_len)
-    return remat__errorf(err, REMAT_ESHAPE,
-                         "sequence length T=%lld exceeds the model's maximum of %lld; use --seq "
-                         "%lld or less",
-                         (long long)T, (long long)cfg->max_seq_len, (long long)cfg->max_seq_len);
-  double att = (double)B * (double)cfg->num_heads * (double)T * (double)T * 4.0;
-  double logits = (double)B * (double)T * (double)cfg->padded_vocab_size * 4.0;
-  if (att > 1e15 || logits > 1e15)
-    return remat__errorf(err, REMAT_ERANGE,
-                         "B=%lld, T=%lld with this model needs more than a petabyte per layer; "
-                         "use a smaller batch or sequence",
-                         (long long)B, (long long)T);
   if ((rc = remat_plan_problem_init(pb, stages, 3, err))) return rc;
   pb->microbatches = microbatches;
   remat_plan_problem_set_memory(pb, memory);
