@@ -16,6 +16,16 @@
 #define M_PI 3.14159265358979323846
 #endif
 
+/* The model re-plans with the same inputs; a different figure is a bug. */
+#define REMAT_CHECK_SAME_PLAN(x)                                                         \
+  do {                                                                                   \
+    if (!(x)) {                                                                          \
+      fprintf(stderr, "remat train: internal error: the allocated plan differs from the " \
+                      "printed one\n");                                                   \
+      abort();                                                                           \
+    }                                                                                    \
+  } while (0)
+
 #define DIE_USAGE 2
 #define DIE_RUN 1
 
@@ -339,18 +349,14 @@ int remat_cmd_train(int argc, char **argv) {
     remat_policy_first_n(policy, L, n);
   }
 
-  /* ---- plan and allocate */
-  if (remat_model_init(&m, &cfg, o.B, o.T, policy, &err)) goto fail_msg;
-  if (o.model) {
-    if (remat_checkpoint_load(o.model, have_want ? &want : NULL, m.params, &err)) goto fail_msg;
-  } else {
-    remat_model_init_weights(&m, o.seed);
-  }
-
-  /* Everything the library holds outside the arena is known now: the planned
-   * peak is the arena plus that. */
-  size_t other = remat_heap_bytes() - m.mp.peak_bytes;
-  size_t planned = m.mp.peak_bytes + other;
+  /* ---- plan: every buffer of a step, before anything large is allocated.
+   * Everything the library holds outside the arena (data, loader, the
+   * plan's own bookkeeping) is held now: the planned peak is the arena plus
+   * that. */
+  remat_memplan mp;
+  if (remat_memplan_build(&mp, &cfg, o.B, o.T, policy, &err)) goto fail_msg;
+  size_t other = remat_heap_bytes();
+  size_t planned = mp.peak_bytes + other;
   {
     char rec[256] = "";
     int64_t shown = 0;
@@ -360,38 +366,62 @@ int remat_cmd_train(int argc, char **argv) {
                  (long long)l);
         shown++;
       }
-    if (m.mp.num_recomputed > shown) strncat(rec, ",...", sizeof rec - strlen(rec) - 1);
+    if (mp.num_recomputed > shown) strncat(rec, ",...", sizeof rec - strlen(rec) - 1);
     printf("model   L=%lld C=%lld NH=%lld V=%lld (padded %lld) maxT=%lld, %zu parameters\n",
            (long long)cfg.num_layers, (long long)cfg.channels, (long long)cfg.num_heads,
            (long long)cfg.vocab_size, (long long)cfg.padded_vocab_size,
            (long long)cfg.max_seq_len, remat_param_count(&cfg));
     printf("data    %s: %lld tokens; batch %lld x %lld, grad-accum %lld\n", source,
            (long long)tok.n, (long long)o.B, (long long)o.T, (long long)o.K);
-    printf("policy  %lld of %lld blocks recomputed%s%s%s\n", (long long)m.mp.num_recomputed,
-           (long long)L, m.mp.num_recomputed ? " (" : "", rec,
-           m.mp.num_recomputed ? ")" : "");
+    printf("policy  %lld of %lld blocks recomputed%s%s%s\n", (long long)mp.num_recomputed,
+           (long long)L, mp.num_recomputed ? " (" : "", rec, mp.num_recomputed ? ")" : "");
     printf("memory  planned peak %s (%zu bytes) = arena %s (state %s, activations and "
            "workspace %s) + data %s\n",
            remat_format_bytes(planned, b1, sizeof b1), planned,
-           remat_format_bytes(m.mp.peak_bytes, b2, sizeof b2),
-           remat_format_bytes(m.mp.persistent_bytes, b3, sizeof b3),
-           remat_format_bytes(m.mp.peak_bytes - m.mp.persistent_bytes, b4, sizeof b4),
+           remat_format_bytes(mp.peak_bytes, b2, sizeof b2),
+           remat_format_bytes(mp.persistent_bytes, b3, sizeof b3),
+           remat_format_bytes(mp.peak_bytes - mp.persistent_bytes, b4, sizeof b4),
            remat_format_bytes(other, b5, sizeof b5));
+    fflush(stdout);
   }
+  remat_memplan_free(&mp);
   if (o.plan_only) {
     rc = 0;
     goto out;
   }
+  /* The arena is written in full before the first step: a plan larger than
+   * this machine's memory would end in the kernel's OOM killer, not an error. */
+  size_t ram = remat_available_memory_bytes();
+  if (ram && planned > ram) {
+    fprintf(stderr,
+            "remat train: the plan needs %s but this machine has %s of memory available; lower "
+            "--batch/--seq or use --mem %s to recompute blocks\n",
+            remat_format_bytes(planned, b1, sizeof b1), remat_format_bytes(ram, b2, sizeof b2),
+            remat_format_bytes(ram / 10 * 9, b3, sizeof b3));
+    goto out;
+  }
 
+  /* Measured before the arena exists, so that filling it cannot disturb the
+   * measurement. */
   double peak_flops = o.peak_gflops > 0 ? o.peak_gflops * 1e9 : 0;
   if (peak_flops == 0) {
-    peak_flops = remat_measure_sgemm_flops(0, 0.5);
+    peak_flops = remat_measure_sgemm_flops(2048, 1.0);
     printf("peak    sgemm %.1f GFLOP/s measured on %d threads (MFU is against this)\n",
            peak_flops / 1e9, threads);
   } else {
     printf("peak    %.1f GFLOP/s given\n", peak_flops / 1e9);
   }
   fflush(stdout);
+
+  /* ---- allocate: the same plan, now with its arena */
+  if (remat_model_init(&m, &cfg, o.B, o.T, policy, &err)) goto fail_msg;
+  REMAT_CHECK_SAME_PLAN(m.mp.peak_bytes + (remat_heap_bytes() - m.mp.peak_bytes) == planned);
+  if (o.model) {
+    if (remat_checkpoint_load(o.model, have_want ? &want : NULL, m.params, &err)) goto fail_msg;
+  } else {
+    remat_model_init_weights(&m, o.seed);
+  }
+
 
   if (o.save) { /* find out now, not after hours of training, that it cannot be saved */
     char probe[4096];

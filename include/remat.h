@@ -674,6 +674,10 @@ void remat_heap_reset_peak(void);
 /* Seconds on a monotonic clock. */
 double remat_now(void);
 
+/* Memory this process could still get: MemAvailable from /proc/meminfo,
+ * else the machine's physical memory, or 0 if unknown. */
+size_t remat_available_memory_bytes(void);
+
 /* Peak resident set size of this process (VmHWM), or 0 if unknown. */
 size_t remat_rss_peak_bytes(void);
 

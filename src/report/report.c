@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
+#include <unistd.h>
 #include <omp.h>
 #include <stdio.h>
 #include <string.h>
@@ -41,6 +42,21 @@ double remat_measure_sgemm_flops(int n, double seconds) {
 double remat_mfu(const remat_config *cfg, int64_t T, double tokens_per_s, double peak_flops) {
   if (peak_flops <= 0) return 0.0;
   return remat_flops_per_token(cfg, T) * tokens_per_s / peak_flops;
+}
+
+size_t remat_available_memory_bytes(void) {
+  FILE *f = fopen("/proc/meminfo", "r");
+  if (f) {
+    char line[256];
+    size_t kb = 0;
+    while (fgets(line, sizeof line, f))
+      if (strncmp(line, "MemAvailable:", 13) == 0 && sscanf(line + 13, "%zu", &kb) == 1) break;
+    fclose(f);
+    if (kb) return kb * 1024;
+  }
+  long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || size <= 0) return 0;
+  return (size_t)pages * (size_t)size;
 }
 
 size_t remat_rss_peak_bytes(void) {

@@ -70,6 +70,7 @@ expect_fail "ckpt layer twice" "twice" --ckpt-layers 1,1
 expect_fail "two policies" "at most one" --ckpt-ratio 0.5 --mem 1GiB
 expect_fail "mem unit" "unknown unit" --mem 12XB
 expect_fail "mem too small" "at least" --mem 1MB
+expect_fail "plan larger than memory" "memory available" --config gpt2-124m --batch 512 --seq 1024
 expect_fail "unknown config" "unknown model config" --config nope
 expect_fail "heads do not divide" "divisible" --config 4,128,3,256,64
 expect_fail "seq above maxT" "maximum sequence length" --seq 1000
