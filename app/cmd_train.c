@@ -62,6 +62,11 @@ static const char *usage_text =
     "  --ckpt-layers I,J,...     recompute these blocks (0-based)\n"
     "  --mem SIZE                recompute the fewest blocks whose planned peak fits\n"
     "                            SIZE (e.g. 1.5GiB, 800MB, 2e9)\n"
+    "evaluation:\n"
+    "  --eval-every N            every N steps, the mean loss on held-out batches (off)\n"
+    "  --val-frac F              with --eval-every: the last F of the tokens are held\n"
+    "                            out from training (0.1)\n"
+    "  --eval-batches N          batches per evaluation (8)\n"
     "reporting:\n"
     "  --log FILE.jsonl          one JSON object per optimizer step\n"
     "  --peak-gflops X           peak FLOP rate for MFU (default: measure sgemm now)\n"
@@ -71,8 +76,8 @@ static const char *usage_text =
 
 typedef struct {
   const char *config, *model, *data, *text, *save, *log, *ckpt_layers, *mem;
-  int64_t B, T, K, steps, warmup;
-  double lr, wd, clip, dropout, ratio, peak_gflops;
+  int64_t B, T, K, steps, warmup, eval_every, eval_batches;
+  double lr, wd, clip, dropout, ratio, peak_gflops, val_frac;
   uint64_t seed;
   int threads, cosine, quiet, plan_only;
 } opts;
@@ -127,7 +132,7 @@ static int parse_f64(const char *flag, const char *s, double lo, double hi, int 
 
 static int parse_args(int argc, char **argv, opts *o) {
   *o = (opts){.B = 8, .T = 0, .K = 1, .steps = 300, .lr = 1e-3, .wd = 0.1, .clip = 1.0,
-              .ratio = -1, .seed = 1337, .threads = 0};
+              .ratio = -1, .seed = 1337, .threads = 0, .val_frac = 0.1, .eval_batches = 8};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
@@ -171,6 +176,9 @@ static int parse_args(int argc, char **argv, opts *o) {
     else if (!strcmp(name, "--grad-accum")) rc = parse_i64(name, v, 1, 1 << 16, &o->K);
     else if (!strcmp(name, "--steps")) rc = parse_i64(name, v, 0, 1 << 30, &o->steps);
     else if (!strcmp(name, "--warmup")) rc = parse_i64(name, v, 0, 1 << 30, &o->warmup);
+    else if (!strcmp(name, "--eval-every")) rc = parse_i64(name, v, 0, 1 << 30, &o->eval_every);
+    else if (!strcmp(name, "--eval-batches")) rc = parse_i64(name, v, 1, 1 << 20, &o->eval_batches);
+    else if (!strcmp(name, "--val-frac")) rc = parse_f64(name, v, 0.001, 0.9, 0, &o->val_frac);
     else if (!strcmp(name, "--lr")) rc = parse_f64(name, v, 0, 10, 0, &o->lr);
     else if (!strcmp(name, "--weight-decay")) rc = parse_f64(name, v, 0, 10, 0, &o->wd);
     else if (!strcmp(name, "--grad-clip")) rc = parse_f64(name, v, 0, 1e30, 0, &o->clip);
@@ -289,7 +297,7 @@ int remat_cmd_train(int argc, char **argv) {
 
   /* ---- data */
   remat_tokens tok = {0};
-  remat_loader loader = {0};
+  remat_loader loader = {0}, val = {0};
   remat_model m = {0};
   uint8_t *policy = NULL;
   FILE *logf = NULL;
@@ -304,7 +312,11 @@ int remat_cmd_train(int argc, char **argv) {
     goto fail_msg;
   }
   if (remat_tokens_check_vocab(&tok, cfg.vocab_size, &err)) goto fail_msg;
-  if (remat_loader_init(&loader, &tok, o.B, o.T, REMAT_SPLIT_TRAIN, 0.0, 1, o.seed, &err))
+  double val_frac = o.eval_every > 0 ? o.val_frac : 0.0;
+  if (remat_loader_init(&loader, &tok, o.B, o.T, REMAT_SPLIT_TRAIN, val_frac, 1, o.seed, &err))
+    goto fail_msg;
+  if (o.eval_every > 0 &&
+      remat_loader_init(&val, &tok, o.B, o.T, REMAT_SPLIT_VAL, val_frac, 0, o.seed, &err))
     goto fail_msg;
 
   /* ---- checkpointing policy */
@@ -457,6 +469,7 @@ int remat_cmd_train(int argc, char **argv) {
   double tokens_per_step = (double)(o.B * o.T * o.K);
   float dloss = 1.0f / (float)(o.B * o.T * o.K);
   float first_loss = NAN, last_loss = NAN;
+  double last_val = NAN;
   double t_train = 0, t_recompute = 0;
   int64_t timed_steps = 0;
   size_t measured = 0;
@@ -491,14 +504,28 @@ int remat_cmd_train(int argc, char **argv) {
     }
     double tps = tokens_per_step / dt;
     double mfu = remat_mfu(&cfg, o.T, tps, peak_flops);
+    double val_loss = NAN;
+    if (o.eval_every > 0 && ((step + 1) % o.eval_every == 0 || step + 1 == o.steps)) {
+      /* the same held-out batches every time, so the figures compare */
+      remat_loader_reset(&val);
+      val_loss = 0;
+      for (int64_t e = 0; e < o.eval_batches; e++) {
+        remat_loader_next(&val, m.inputs, m.targets);
+        val_loss += remat_model_eval(&m);
+      }
+      val_loss /= (double)o.eval_batches;
+      last_val = val_loss;
+    }
     if (logf) {
       fprintf(logf,
               "{\"step\": %lld, \"loss\": %.6f, \"lr\": %.6g, \"grad_norm\": %.6g, "
               "\"step_s\": %.6f, \"recompute_s\": %.6f, \"tokens_per_s\": %.2f, \"mfu\": %.6f, "
               "\"recomputed_blocks\": %lld, \"planned_peak_bytes\": %zu, "
-              "\"measured_peak_bytes\": %zu, \"rss_peak_bytes\": %zu}\n",
+              "\"measured_peak_bytes\": %zu, \"rss_peak_bytes\": %zu",
               (long long)step + 1, loss, lr, norm, dt, m.recompute_s, tps, mfu,
               (long long)m.mp.num_recomputed, planned, measured, remat_rss_peak_bytes());
+      if (!isnan(val_loss)) fprintf(logf, ", \"val_loss\": %.6f", val_loss);
+      fputs("}\n", logf);
       fflush(logf);
     }
     if (!o.quiet) {
@@ -508,9 +535,13 @@ int remat_cmd_train(int argc, char **argv) {
       if (tty) {
         fprintf(stderr, "\rstep %lld/%lld | loss %.4f | %.0f tok/s | MFU %.1f%% | ETA %s   ",
                 (long long)step + 1, (long long)o.steps, loss, tps, 100 * mfu, eta);
-      } else if ((step + 1) % every == 0 || step == 0 || step + 1 == o.steps) {
-        printf("step %lld/%lld | loss %.4f | %.0f tok/s | MFU %.1f%% | ETA %s\n",
+        if (!isnan(val_loss)) fprintf(stderr, "| held-out %.4f\n", val_loss); /* keep it */
+      } else if ((step + 1) % every == 0 || step == 0 || step + 1 == o.steps ||
+                 !isnan(val_loss)) {
+        printf("step %lld/%lld | loss %.4f | %.0f tok/s | MFU %.1f%% | ETA %s",
                (long long)step + 1, (long long)o.steps, loss, tps, 100 * mfu, eta);
+        if (!isnan(val_loss)) printf(" | held-out %.4f", val_loss);
+        printf("\n");
         fflush(stdout);
       }
     }
@@ -522,8 +553,10 @@ int remat_cmd_train(int argc, char **argv) {
   if (step > 0) {
     double tps = timed_steps ? tokens_per_step * (double)timed_steps / t_train
                              : tokens_per_step * (double)step / wall;
-    printf("done    %lld steps in %.1f s; loss %.4f -> %.4f\n", (long long)step, wall,
+    printf("done    %lld steps in %.1f s; loss %.4f -> %.4f", (long long)step, wall,
            first_loss, last_loss);
+    if (!isnan(last_val)) printf("; held-out loss %.4f", last_val);
+    printf("\n");
     printf("speed   %.0f tokens/s, MFU %.1f%% of %.1f GFLOP/s; recompute %.1f%% of step time\n",
            tps, 100 * remat_mfu(&cfg, o.T, tps, peak_flops), peak_flops / 1e9,
            t_train > 0 ? 100 * t_recompute / t_train : 0.0);
@@ -548,6 +581,7 @@ out:
   remat_model_free(&m);
   free(policy);
   remat_loader_free(&loader);
+  remat_loader_free(&val);
   remat_tokens_free(&tok);
   return rc;
 }

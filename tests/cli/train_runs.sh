@@ -39,6 +39,16 @@ check "planned == measured peak within 1% on every step" perl -ne '
   ($p) = /"planned_peak_bytes": (\d+)/; ($m) = /"measured_peak_bytes": (\d+)/;
   $bad++ if !$p || abs($m - $p) > 0.01 * $p; END { exit($bad ? 1 : 0) }' "$tmp/a.jsonl"
 
+# Held-out evaluation: logged every 50 steps, and it falls too.
+"$remat" train --steps 100 --eval-every 50 --log "$tmp/e.jsonl" --quiet >/dev/null 2>&1
+check "eval run exits 0" test $? -eq 0
+check "held-out loss logged at steps 50 and 100" test "$(grep -c '"val_loss"' "$tmp/e.jsonl")" -eq 2
+v1=$(perl -ne 'print "$1\n" if /"val_loss": ([0-9.]+)/' "$tmp/e.jsonl" | head -1)
+v2=$(perl -ne 'print "$1\n" if /"val_loss": ([0-9.]+)/' "$tmp/e.jsonl" | tail -1)
+echo "held-out loss $v1 -> $v2"
+check "held-out loss falls below 2.6" lt "$v2" 2.6
+check "held-out loss falls" lt "$v2" "$v1"
+
 # 2. The checkpoint resumes where training stopped.
 "$remat" train --model "$tmp/a.bin" --steps 1 --log "$tmp/b.jsonl" --quiet >/dev/null 2>&1
 check "resume from checkpoint exits 0" test $? -eq 0
