@@ -118,9 +118,12 @@ size_t remat_param_count(const remat_config *cfg);
 /* Parameters of one transformer block (the per-layer slices above). */
 size_t remat_block_param_count(const remat_config *cfg);
 
-/* Model FLOPs of one forward+backward over one token (PaLM appendix B:
- * 6N + 12 L C T with N the non-embedding... here N counts all matmul weights,
- * the LM head included). Recomputation is not model work and never counted. */
+/* Model FLOPs of one forward+backward over one token, as in PaLM's appendix
+ * B: 6 N + 12 L C T, where N counts the weights that take part in a matrix
+ * product (the blocks' four matrices and the LM head over the real
+ * vocabulary; not biases, norms or the position embedding) and 12 L C T is
+ * attention's scores and weighted sum over the full T x T. Recomputation is
+ * not model work and is never counted. */
 double remat_flops_per_token(const remat_config *cfg, int64_t seq_len);
 
 /* ---------------------------------------------------------- memory plan */
