@@ -2,4 +2,5 @@
 # and the `remat plan` command (malformed input, glpsol cross-check).
 remat_test(test_plan SOURCES test_plan.c LIBS remat_plan LABELS unit TIMEOUT 120)
 remat_cli_test(plan_errors plan_errors.sh LABELS unit)
-remat_cli_test(plan_glpk plan_glpk.sh LABELS unit)
+# needs glpsol (glpk-utils, installed by scripts/install-deps.sh --test)
+remat_cli_test(plan_glpk plan_glpk.sh LABELS glpk)
