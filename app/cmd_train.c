@@ -88,10 +88,8 @@ static void on_sigint(int sig) {
   interrupted = 1;
 }
 
-static int fail(int code, const char *fmt, const char *a, const char *b) {
-  fprintf(stderr, "remat train: ");
-  fprintf(stderr, fmt, a, b);
-  fprintf(stderr, "\n");
+static int fail(int code, const char *msg) {
+  fprintf(stderr, "remat train: %s\n", msg);
   return code;
 }
 
@@ -278,11 +276,11 @@ int remat_cmd_train(int argc, char **argv) {
   remat_config cfg, want;
   int have_want = 0;
   if (o.config) {
-    if (remat_config_parse(o.config, &want, &err)) return fail(DIE_USAGE, "%s", err.msg, "");
+    if (remat_config_parse(o.config, &want, &err)) return fail(DIE_USAGE, err.msg);
     have_want = 1;
   }
   if (o.model) {
-    if (remat_checkpoint_read_config(o.model, &cfg, &err)) return fail(DIE_RUN, "%s", err.msg, "");
+    if (remat_checkpoint_read_config(o.model, &cfg, &err)) return fail(DIE_RUN, err.msg);
   } else if (!have_want) {
     remat_config_parse("small", &cfg, &err);
   } else {
