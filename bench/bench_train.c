@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "base/base.h"
-#include "runtime/engine.h"
+#include "model/model.h"
 
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;

@@ -6,8 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "io/io.h"
-#include "runtime/engine.h"
+#include "model/model.h"
 
 enum { B = 2, T = 16, STEPS = 3 };
 

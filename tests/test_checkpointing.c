@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "base/base.h"
-#include "runtime/engine.h"
+#include "model/model.h"
 #include "test_util.h"
 
 enum { STEPS = 3, K = 2, B = 2, T = 24 };

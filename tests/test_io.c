@@ -15,7 +15,6 @@
 #include <unistd.h>
 
 #include "base/base.h"
-#include "io/io.h"
 
 static int checks, failures;
 

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "base/base.h"
-#include "runtime/engine.h"
+#include "model/model.h"
 #include "test_util.h"
 
 static atomic_long n_alloc;

@@ -1,7 +1,7 @@
 /* base.h: internal helpers every module uses: error reporting, tracked heap
  * allocation, assertions for programming bugs, a monotonic clock. */
-#ifndef REMAT_BASE_H
-#define REMAT_BASE_H
+#ifndef REMAT_BASE_INTERNAL_H
+#define REMAT_BASE_INTERNAL_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -14,7 +14,6 @@
 #include <string.h>
 
 #include "base/base.h"
-#include "io/io.h"
 
 /* splitmix64: small, fast, and good enough to choose words. */
 static uint64_t next_u64(uint64_t *s) {

@@ -11,7 +11,6 @@
 #include <unistd.h>
 
 #include "base/base.h"
-#include "io/io.h"
 
 /* Floats and ints are moved as raw bytes when the host is little endian. */
 static int host_is_le(void) {

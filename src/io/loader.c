@@ -8,7 +8,6 @@
 #include <string.h>
 
 #include "base/base.h"
-#include "io/io.h"
 
 static uint64_t next_u64(uint64_t *s) {
   uint64_t z = (*s += 0x9E3779B97F4A7C15ull);

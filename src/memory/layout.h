@@ -1,8 +1,8 @@
 /* layout.h: how the engine carves its buffers into named tensors. The same
  * tables give the byte counts the memory plan and the pipeline planner use, so
  * a planned size and the engine's real use cannot drift apart. */
-#ifndef REMAT_LAYOUT_H
-#define REMAT_LAYOUT_H
+#ifndef REMAT_LAYOUT_INTERNAL_H
+#define REMAT_LAYOUT_INTERNAL_H
 
 #include "remat.h"
 

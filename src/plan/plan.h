@@ -1,8 +1,8 @@
 /* plan.h: the planner's internals shared by its files and tests. The public
  * API and the memory and time formula are in include/remat.h, section
  * "pipeline plan". */
-#ifndef REMAT_PLAN_H
-#define REMAT_PLAN_H
+#ifndef REMAT_PLAN_INTERNAL_H
+#define REMAT_PLAN_INTERNAL_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "base/base.h"
-#include "runtime/engine.h"
+#include "model/model.h"
 
 /* Written over the whole arena at init so the high-water mark can be
  * measured: a NaN bit pattern, which no healthy buffer ever holds. */

@@ -1,0 +1,77 @@
+/* remat/config.h: GPT-2 model shapes, parameter tensors and model FLOPs.
+ * Part of remat's public API; include "remat.h" for all of it. */
+#ifndef REMAT_CONFIG_H
+#define REMAT_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "remat/base.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------- model shape */
+
+/* GPT-2 shape. The vocabulary is padded up to a multiple of 128 as llm.c does;
+ * rows past vocab_size exist in the embedding but never take part in the loss. */
+typedef struct remat_config {
+  int64_t max_seq_len;       /* maxT: rows of the position embedding */
+  int64_t vocab_size;        /* V */
+  int64_t padded_vocab_size; /* Vp >= V, multiple of 128 (or V if V < 128) */
+  int64_t num_layers;        /* L */
+  int64_t num_heads;         /* NH, divides C */
+  int64_t channels;          /* C */
+} remat_config;
+
+/* Parses a built-in name ("tiny", "small", "gpt2-124m", "gpt2-350m", ...) or a
+ * spec "L,C,NH,V,T". */
+int remat_config_parse(const char *name_or_spec, remat_config *cfg, remat_error *err);
+/* Checks a shape for consistency (positive, NH | C, Vp >= V, sizes in range). */
+int remat_config_check(const remat_config *cfg, remat_error *err);
+/* Fills Vp from V. */
+int64_t remat_padded_vocab(int64_t vocab_size);
+/* Names of the built-in configs, NULL-terminated, and a one-line description. */
+const char *const *remat_config_names(void);
+const char *remat_config_describe(const char *name);
+
+/* Parameter tensors in llm.c's checkpoint order. */
+enum {
+  REMAT_P_WTE,      /* (Vp, C) token embedding, tied to the LM head */
+  REMAT_P_WPE,      /* (maxT, C) */
+  REMAT_P_LN1W,     /* (L, C) */
+  REMAT_P_LN1B,     /* (L, C) */
+  REMAT_P_QKVW,     /* (L, 3C, C) */
+  REMAT_P_QKVB,     /* (L, 3C) */
+  REMAT_P_ATTPROJW, /* (L, C, C) */
+  REMAT_P_ATTPROJB, /* (L, C) */
+  REMAT_P_LN2W,     /* (L, C) */
+  REMAT_P_LN2B,     /* (L, C) */
+  REMAT_P_FCW,      /* (L, 4C, C) */
+  REMAT_P_FCB,      /* (L, 4C) */
+  REMAT_P_FCPROJW,  /* (L, C, 4C) */
+  REMAT_P_FCPROJB,  /* (L, C) */
+  REMAT_P_LNFW,     /* (C) */
+  REMAT_P_LNFB,     /* (C) */
+  REMAT_P_COUNT
+};
+
+/* Number of floats in each parameter tensor, and their sum. */
+void remat_param_sizes(const remat_config *cfg, size_t sizes[REMAT_P_COUNT]);
+size_t remat_param_count(const remat_config *cfg);
+/* Parameters of one transformer block (the per-layer slices above). */
+size_t remat_block_param_count(const remat_config *cfg);
+
+/* Model FLOPs of one forward+backward over one token, as in PaLM's appendix
+ * B: 6 N + 12 L C T, where N counts the weights that take part in a matrix
+ * product (the blocks' four matrices and the LM head over the real
+ * vocabulary; not biases, norms or the position embedding) and 12 L C T is
+ * attention's scores and weighted sum over the full T x T. Recomputation is
+ * not model work and is never counted. */
+double remat_flops_per_token(const remat_config *cfg, int64_t seq_len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* REMAT_CONFIG_H */

@@ -1,0 +1,123 @@
+/* remat/io.h: file formats (llm.c token shards and checkpoints), text, the embedded corpus, the loader.
+ * Part of remat's public API; include "remat.h" for all of it. */
+#ifndef REMAT_IO_H
+#define REMAT_IO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "remat/config.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------- data and files */
+
+/* File formats (little endian, identical to llm.c so files move both ways):
+ *   token shard: int32 header[256] = {20240520, 1, ntok, 0...}, then ntok uint16
+ *   checkpoint:  int32 header[256] = {20240326, 3, maxT, V, L, NH, C, Vp, 0...},
+ *                then remat_param_count(cfg) float32 in REMAT_P_* order
+ * Writes go to "path.tmp" and are renamed over path only once complete, so an
+ * interrupted save never leaves a truncated file behind. */
+#define REMAT_SHARD_MAGIC 20240520
+#define REMAT_SHARD_VERSION 1
+#define REMAT_CKPT_MAGIC 20240326
+#define REMAT_CKPT_VERSION 3
+#define REMAT_HEADER_INTS 256
+#define REMAT_HEADER_BYTES (REMAT_HEADER_INTS * 4)
+
+/* ---------------------------------------------------------------- tokens */
+
+/* A token stream held in memory. */
+typedef struct remat_tokens {
+  int32_t *tok;   /* (n) token ids, owned: release with remat_tokens_free */
+  int64_t n;      /* number of tokens, >= 2 once loaded */
+  int64_t max_id; /* largest id in tok: the vocabulary must exceed it */
+} remat_tokens;
+
+/* Reads a whole llm.c shard. Checks magic, version, that the file holds
+ * exactly the tokens the header announces, and that there are at least 2. */
+int remat_tokens_load(remat_tokens *t, const char *path, remat_error *err);
+/* Writes t as an llm.c shard; every id must lie in 0..65535. */
+int remat_tokens_save(const remat_tokens *t, const char *path, remat_error *err);
+/* Every id must be < V (the model's vocab_size); REMAT_ERANGE names the first
+ * position that is not. */
+int remat_tokens_check_vocab(const remat_tokens *t, int64_t V, remat_error *err);
+/* A plain text file as byte tokens: byte b is token b (vocabulary 256). */
+int remat_tokens_from_text(remat_tokens *t, const char *path, remat_error *err);
+/* Releases t->tok and zeroes t; safe on a zeroed or already freed t. */
+void remat_tokens_free(remat_tokens *t);
+
+/* ----------------------------------------------------------- checkpoints */
+
+/* Reads and validates only the header: magic, version 3, the shape (via
+ * remat_config_check), Vp >= V, and a file size of exactly header + params. */
+int remat_checkpoint_read_config(const char *path, remat_config *cfg, remat_error *err);
+/* Loads the parameters into params, a buffer of remat_param_count(shape)
+ * floats. If expect is non-NULL the file's shape must equal it (REMAT_ESHAPE
+ * names the first dimension that differs). Non-finite values are rejected
+ * (REMAT_ENUMERIC names the tensor and index). */
+int remat_checkpoint_load(const char *path, const remat_config *expect, float *params,
+                          remat_error *err);
+/* Writes cfg and remat_param_count(cfg) floats from params, atomically. */
+int remat_checkpoint_save(const char *path, const remat_config *cfg, const float *params,
+                          remat_error *err);
+
+/* --------------------------------------------------------- default corpus */
+
+/* The seed remat_corpus_tokens uses, so every run trains on the same text. */
+#define REMAT_CORPUS_SEED 20240601u
+/* Default size of the embedded corpus in bytes. */
+#define REMAT_CORPUS_BYTES ((size_t)1 << 20)
+
+/* Writes English-like text about a small made-up world into buf: printable
+ * ASCII, a few sentences per line and a blank line
+ * between days, deterministic for a given seed. Stops at the
+ * last whole line that fits; returns the number of bytes written (<= cap, not
+ * NUL-terminated). */
+size_t remat_corpus_generate(char *buf, size_t cap, uint64_t seed);
+/* The default corpus of about nbytes (0: REMAT_CORPUS_BYTES) as byte tokens. */
+int remat_corpus_tokens(remat_tokens *t, size_t nbytes, remat_error *err);
+
+/* ----------------------------------------------------------------- loader */
+
+enum { REMAT_SPLIT_TRAIN = 0, REMAT_SPLIT_VAL = 1 };
+
+/* Serves (B, T) inputs and (B, T) targets (the inputs shifted by one) from a
+ * split of a token stream. The split is cut into W windows of T+1 tokens with
+ * stride T; each batch row takes the next window in order. Sequential: the
+ * windows start at 0, T, 2T, ... in turn. Shuffled: every epoch draws a new
+ * offset in [0, T) for the window starts and a new permutation of the windows,
+ * both from the seed, so a run replays exactly. The last val_frac of the tokens form
+ * the validation split, the rest the training split; no window crosses the
+ * boundary. The loader borrows t: t must outlive it. */
+typedef struct remat_loader {
+  const int32_t *tok; /* (n) first token of the split, borrowed */
+  int64_t n;          /* tokens in the split */
+  int64_t B, T;
+  int64_t max_windows; /* (n - 1) / T: windows at offset 0, the size of order */
+  int64_t num_windows; /* W of this epoch: (n - 1 - offset) / T */
+  int64_t offset;      /* window k of this epoch starts at offset + k*T */
+  int64_t cursor;      /* next position in order, 0..W-1 */
+  int64_t epoch;       /* completed passes over all windows */
+  int shuffle;
+  uint64_t seed;
+  uint64_t rng;   /* state of the epoch shuffles */
+  int64_t *order; /* (W) window indices in serving order, owned; NULL if sequential */
+} remat_loader;
+
+/* split is REMAT_SPLIT_TRAIN or REMAT_SPLIT_VAL; val_frac in [0, 1). Fails if
+ * the split has fewer than T+1 tokens, saying how many are needed. */
+int remat_loader_init(remat_loader *L, const remat_tokens *t, int64_t B, int64_t T, int split,
+                      double val_frac, int shuffle, uint64_t seed, remat_error *err);
+/* Fills inputs (B, T) and targets (B, T). Never allocates. */
+void remat_loader_next(remat_loader *L, int32_t *inputs, int32_t *targets);
+/* Back to the first batch of epoch 0: the same sequence replays. */
+void remat_loader_reset(remat_loader *L);
+void remat_loader_free(remat_loader *L);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* REMAT_IO_H */

@@ -1,0 +1,269 @@
+/* remat/plan.h: the exact pipeline planner: layers and recomputed layers per stage.
+ * Part of remat's public API; include "remat.h" for all of it. */
+#ifndef REMAT_PLAN_H
+#define REMAT_PLAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "remat/base.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ======================================================== pipeline plan */
+
+/* The pipeline planner. Given a model as a list of layers, p pipeline
+ * stages with memory budgets, m micro-batches and a schedule, it chooses how
+ * many consecutive layers each stage runs and which of them recompute their
+ * activations in the backward pass, exactly (no heuristics, no MIP solver).
+ *
+ * The model (one micro-batch of work per layer l):
+ *   f_l, b_l, r_l   forward, backward and recompute time (any unit)
+ *   a_l             bytes the layer stores for its backward when kept
+ *   c_l             bytes it stores when recomputed (its input), c_l <= a_l
+ *                   for recomputation to be of any use
+ *   x_l             extra bytes while it reruns its forward (scratch)
+ *   w_l             persistent bytes: parameters, gradients, optimizer state
+ *
+ * A stage s (0-based) of p runs layers [i, j) and recomputes a subset R:
+ *
+ *   memory_s = stage_bytes + sum_{l in [i,j)} w_l
+ *            + n_s * ( sum_{l kept} a_l + sum_{l in R} c_l )
+ *            + max_{l in R} x_l            (0 when R is empty)
+ *   n_s      = min(p - s, m) under 1F1B (stage s holds that many micro-batches
+ *              of activations at its peak), m under GPipe
+ *   t_s      = sum_{l in [i,j)} (f_l + b_l) + sum_{l in R} r_l
+ *
+ * and must satisfy memory_s <= budget_s. Objectives:
+ *   bottleneck   max_s t_s                          (the seed's MIP)
+ *   1f1b         sum_s t_s + (m - 1) * max_s t_s    (1F1B iteration time
+ *                without communication; remat_plan_simulate gives the exact
+ *                schedule makespan for the chosen stage times)
+ * Ties break toward fewer recomputed layers in total, then a lower maximum
+ * stage memory.
+ *
+ * Times are converted to integers in units of a power of two q, the smallest
+ * for which every objective value fits in 61 bits; times that are multiples of
+ * q (integers, halves, ...) are exact, others are rounded by at most q / 2
+ * each, about 2^-60 of the total. Bytes must be whole numbers. All
+ * comparisons are then exact integer comparisons.
+ *
+ * Usage:
+ *   remat_plan_problem pb;  remat_plan plan;  remat_error err;
+ *   if (remat_plan_problem_load(&pb, "model.json", &err)) ...
+ *   int rc = remat_plan_solve(&pb, &plan, &err);  // REMAT_EINFEASIBLE: see plan
+ *   char *text;  remat_plan_format(&pb, &plan, REMAT_PLAN_FORMAT_TABLE, &text, &err);
+ *   ... remat_plan_text_free(text); remat_plan_free(&plan); remat_plan_problem_free(&pb);
+ */
+
+/* ------------------------------------------------------------ problem */
+
+typedef enum { REMAT_SCHED_1F1B = 0, REMAT_SCHED_GPIPE = 1, REMAT_SCHED_COUNT } remat_plan_schedule;
+typedef enum {
+  REMAT_OBJ_BOTTLENECK = 0, /* max_s t_s */
+  REMAT_OBJ_1F1B = 1,       /* sum_s t_s + (m - 1) max_s t_s */
+  REMAT_OBJ_COUNT
+} remat_plan_objective;
+
+/* Limits of a problem; beyond them the planner refuses with REMAT_ERANGE. */
+#define REMAT_PLAN_MAX_LAYERS 1000000    /* total layers over all groups */
+#define REMAT_PLAN_MAX_STAGES 65536
+#define REMAT_PLAN_MAX_MICROBATCHES 1000000
+#define REMAT_PLAN_MAX_BYTES ((size_t)1 << 60) /* any single byte count or budget */
+
+/* A run of `count` identical consecutive layers. */
+typedef struct remat_plan_group {
+  char name[32];           /* optional label ("embedding", "block", "head") */
+  int64_t count;           /* >= 1 */
+  double fwd, bwd, recompute; /* per layer and micro-batch, >= 0 */
+  size_t act_bytes;        /* a: stored per micro-batch when kept */
+  size_t ckpt_bytes;       /* c: stored per micro-batch when recomputed */
+  size_t state_bytes;      /* w: persistent */
+  size_t recompute_bytes;  /* x: scratch while recomputing */
+  int recomputable;        /* 0: the layer always keeps its activations */
+} remat_plan_group;
+
+typedef struct remat_plan_problem {
+  int64_t stages;       /* p */
+  int64_t microbatches; /* m */
+  int schedule;         /* remat_plan_schedule */
+  int objective;        /* remat_plan_objective */
+  size_t *memory;       /* (stages) budget of each stage, owned */
+  int uniform_memory;   /* 1 when one budget was given for all stages */
+  size_t stage_bytes;   /* bytes every stage needs besides its layers */
+  int64_t num_groups;
+  remat_plan_group *groups; /* (num_groups) in model order, owned */
+  char time_unit[16];   /* label of the time unit for output ("" = none) */
+  char source[128];     /* what the problem was built from, for output */
+} remat_plan_problem;
+
+/* Allocates a problem with `stages` budgets and `num_groups` groups, all
+ * zero; schedule 1f1b, objective bottleneck, groups recomputable. */
+int remat_plan_problem_init(remat_plan_problem *pb, int64_t stages, int64_t num_groups,
+                            remat_error *err);
+void remat_plan_problem_free(remat_plan_problem *pb);
+/* Checks every field; the message names the offending one. */
+int remat_plan_problem_check(const remat_plan_problem *pb, remat_error *err);
+/* Total number of layers (sum of counts; saturates at INT64_MAX). */
+int64_t remat_plan_problem_layers(const remat_plan_problem *pb);
+/* Changes the number of stages; budgets must be uniform (or stages equal). */
+int remat_plan_problem_set_stages(remat_plan_problem *pb, int64_t stages, remat_error *err);
+/* Sets one budget for every stage. */
+void remat_plan_problem_set_memory(remat_plan_problem *pb, size_t bytes);
+
+/* JSON problem:
+ *   { "stages": 4, "microbatches": 8, "schedule": "1f1b", "objective": "bottleneck",
+ *     "memory": 20e9 | "20GB" | [b0, b1, ...], "stage_bytes": 0,
+ *     "layers": [ {"name": "block", "count": 32, "fwd": 1, "bwd": 2, "recompute": 1,
+ *                  "act_bytes": 1.25e9, "ckpt_bytes": 0.125e9, "state_bytes": 0,
+ *                  "recompute_bytes": 0, "recomputable": true} ] }
+ * schedule (default 1f1b), objective (default bottleneck), stage_bytes,
+ * name, count (default 1), recompute_bytes (default 0) and recomputable
+ * (default true) are optional; recompute may be left out when recomputable
+ * is false. Unknown fields are errors, except "comment". */
+int remat_plan_problem_parse_json(remat_plan_problem *pb, const char *text, size_t len,
+                                  remat_error *err);
+int remat_plan_problem_load(remat_plan_problem *pb, const char *path, remat_error *err);
+
+/* A GPT-2 problem from the engine's own byte counts: an embedding layer, the
+ * L blocks, and a head, none but the blocks recomputable. Times are in GFLOP
+ * of one micro-batch (B x T tokens):
+ *   block      f = 24 B T C^2 + 4 B T^2 C,  b = 2 f,  r = f
+ *              a = kept_bytes, c = recompute_bytes, x = scratch_bytes,
+ *              w = state_bytes of remat_block_bytes_get
+ *   embedding  f = b = B T C (gathers and adds), a = c = 8 B T (tokens and
+ *              targets), w = 16 bytes per wte and wpe parameter
+ *   head       f = 2 B T C Vp + 5 B T Vp, b = 2 f; a = c = the final residual
+ *              and the head's stored activations; w = 16 bytes per final
+ *              layernorm parameter plus its transient workspace (logits,
+ *              B T Vp floats, which the engine reuses for probabilities and
+ *              their gradients), counted once since only one micro-batch is
+ *              in the head at a time
+ *   stage_bytes = one block's backward temporaries, the residual gradient and
+ *              a send and a receive buffer of B T C floats each.
+ * The wte matrix is tied to the head; it is counted once, on the embedding. */
+int remat_plan_problem_from_model(remat_plan_problem *pb, const remat_config *cfg, int64_t B,
+                                  int64_t T, int64_t stages, int64_t microbatches, size_t memory,
+                                  remat_error *err);
+
+const char *remat_plan_schedule_name(int schedule);   /* "1f1b", "gpipe" */
+const char *remat_plan_objective_name(int objective); /* "bottleneck", "1f1b" */
+int remat_plan_schedule_parse(const char *s, int *out);  /* -1 if unknown */
+int remat_plan_objective_parse(const char *s, int *out); /* -1 if unknown */
+
+/* ------------------------------------------------------------ plan */
+
+typedef struct remat_plan_stage {
+  int64_t first_layer;    /* global index of its first layer */
+  int64_t num_layers;
+  int64_t num_recomputed;
+  int64_t *recomputed;    /* (num_recomputed) global layer indices, ascending */
+  int64_t microbatches_held; /* n_s */
+  size_t memory_bytes;    /* memory_s of the formula above */
+  size_t budget_bytes;
+  double time;            /* t_s */
+  double fwd_time;        /* sum f */
+  double bwd_time;        /* sum b + sum r over recomputed */
+} remat_plan_stage;
+
+typedef struct remat_plan {
+  int feasible;           /* 0: stages hold the smallest-memory arrangement */
+  int64_t num_stages, num_layers, microbatches;
+  int schedule, objective;
+  remat_plan_stage *stages;    /* (num_stages), owned */
+  int64_t *recomputed_all;     /* storage behind stages[].recomputed, owned */
+  double objective_value;      /* bottleneck_time or iteration_time */
+  double bottleneck_time;      /* max_s t_s */
+  double iteration_time;       /* sum_s t_s + (m - 1) max_s t_s */
+  double simulated_time;       /* makespan of the schedule's simulation; <0 if skipped */
+  double baseline_objective;   /* best partition without recomputation, memory ignored */
+  double slowdown;             /* objective_value / baseline_objective (1 if both 0) */
+  int64_t total_recomputed;
+  size_t max_memory_bytes;
+  /* When infeasible: the smallest single budget that fits every stage (for a
+   * problem with per-stage budgets: the smallest extra bytes every stage
+   * would need, added to its own budget). */
+  size_t min_budget_bytes;
+  size_t min_extra_bytes;
+  double time_quantum;         /* q */
+  int64_t windows;             /* solver rounds (window widenings + 1) */
+} remat_plan;
+
+/* Solves the problem exactly. Returns 0 with a feasible plan, or
+ * REMAT_EINFEASIBLE with plan->feasible = 0 and plan filled with the
+ * arrangement that needs the least memory (each stage recomputing what lowers
+ * its memory most) and min_budget_bytes; other codes on bad input. The
+ * caller frees plan with remat_plan_free whenever the return is 0 or
+ * REMAT_EINFEASIBLE. */
+int remat_plan_solve(const remat_plan_problem *pb, remat_plan *plan, remat_error *err);
+void remat_plan_free(remat_plan *plan);
+
+/* Makespan of one iteration of the schedule with per-stage forward and
+ * backward times per micro-batch, no communication time, by a discrete-event
+ * simulation. 1F1B: stage s runs min(p - s - 1, m) warm-up forwards, then
+ * alternates one forward and one backward, then drains. GPipe: all forwards,
+ * then all backwards. A forward waits for the previous stage's forward of the
+ * same micro-batch, a backward for the next stage's backward. */
+int remat_plan_simulate(int schedule, int64_t p, int64_t m, const double *fwd,
+                        const double *bwd, double *makespan, remat_error *err);
+
+/* Memory and time of a given arrangement under the problem's formula: layers
+ * per stage and, per layer, 1 if it recomputes. For outputs that cannot
+ * express the plan exactly (Megatron's one recompute count), and for tests. */
+int remat_plan_evaluate(const remat_plan_problem *pb, const int64_t *layers_per_stage,
+                        const uint8_t *recompute, remat_plan *plan, remat_error *err);
+
+/* ------------------------------------------------------------ output */
+
+typedef enum {
+  REMAT_PLAN_FORMAT_TABLE,
+  REMAT_PLAN_FORMAT_JSON,
+  REMAT_PLAN_FORMAT_COLOSSALAI,
+  REMAT_PLAN_FORMAT_MEGATRON,
+  REMAT_PLAN_FORMAT_COUNT
+} remat_plan_format_kind;
+
+/* Writes the plan as text into *out (free with remat_plan_text_free). */
+int remat_plan_format(const remat_plan_problem *pb, const remat_plan *plan, int format, char **out,
+                      remat_error *err);
+/* The problem as a MIP in CPLEX LP format: binaries y_l_s (layer l on stage
+ * s) and z_l_s (layer l recomputed on stage s), contiguity through the stage
+ * index sum_s s*y_l_s, which is non-decreasing by steps of 0 or 1, the memory
+ * formula with a continuous X_s >= x_l z_l_s, and T >= t_s. Its optimum is the
+ * planner's objective value. Memory rows are divided by the gcd of all byte
+ * counts to keep coefficients small. */
+int remat_plan_format_lp(const remat_plan_problem *pb, char **out, remat_error *err);
+void remat_plan_text_free(char *text);
+
+/* The frontier of objective against one memory budget for all stages: `points`
+ * budgets evenly spaced from the smallest feasible budget to the smallest
+ * budget at which no stage needs to recompute anything (both found exactly). */
+typedef struct remat_plan_sweep_point {
+  size_t budget_bytes;
+  double objective_value, slowdown;
+  int64_t total_recomputed;
+  size_t max_memory_bytes;
+  int64_t *layers_per_stage; /* (stages), owned by the sweep */
+  int64_t *ckpt_per_stage;   /* (stages) */
+} remat_plan_sweep_point;
+
+typedef struct remat_plan_sweep {
+  int64_t num_points, num_stages;
+  size_t min_budget_bytes, no_recompute_bytes;
+  double baseline_objective;
+  remat_plan_sweep_point *points;
+  int64_t *storage;
+} remat_plan_sweep;
+
+int remat_plan_sweep_run(const remat_plan_problem *pb, int64_t points, remat_plan_sweep *sw,
+                         remat_error *err);
+void remat_plan_sweep_free(remat_plan_sweep *sw);
+int remat_plan_format_sweep(const remat_plan_problem *pb, const remat_plan_sweep *sw, int json,
+                            char **out, remat_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* REMAT_PLAN_H */
