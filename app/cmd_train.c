@@ -1,6 +1,7 @@
 /* cmd_train.c: `remat train`: parse flags, load data and weights, choose the
- * per-block checkpointing policy (ratio, list, or memory budget), plan the
- * arena, train, report loss, tokens/s, MFU and planned vs measured peak. */
+ * per-block checkpointing policy (ratio, list, or memory budget), print the
+ * plan, then run the library's trainer and report loss, tokens/s, MFU and
+ * planned vs measured peak. The training step itself is remat_trainer_step. */
 #include <errno.h>
 #include <math.h>
 #include <omp.h>
@@ -10,24 +11,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cli.h"
 #include "remat.h"
-
-#ifndef M_PI
-#define M_PI 3.14159265358979323846
-#endif
-
-/* The model re-plans with the same inputs; a different figure is a bug. */
-#define REMAT_CHECK_SAME_PLAN(x)                                                         \
-  do {                                                                                   \
-    if (!(x)) {                                                                          \
-      fprintf(stderr, "remat train: internal error: the allocated plan differs from the " \
-                      "printed one\n");                                                   \
-      abort();                                                                           \
-    }                                                                                    \
-  } while (0)
-
-#define DIE_USAGE 2
-#define DIE_RUN 1
 
 static const char *usage_text =
     "usage: remat train [options]\n"
@@ -40,7 +25,8 @@ static const char *usage_text =
     "                            gpt2-774m, gpt2-1558m) or explicit; default small\n"
     "  --model FILE              start from an llm.c GPT-2 fp32 checkpoint (version 3)\n"
     "  --seed N                  initialisation, data order and dropout seed (1337)\n"
-    "  --save FILE               write an llm.c checkpoint at the end (and on Ctrl-C)\n"
+    "  --save FILE               write an llm.c checkpoint at the end (and on Ctrl-C or\n"
+    "                            SIGTERM; a second Ctrl-C quits at once)\n"
     "data:\n"
     "  --data FILE               llm.c token shard (magic 20240520, uint16 tokens)\n"
     "  --text FILE               plain text, one token per byte (needs V >= 256)\n"
@@ -83,49 +69,61 @@ typedef struct {
 } opts;
 
 static volatile sig_atomic_t interrupted;
-static void on_sigint(int sig) {
+static void on_signal(int sig) {
   (void)sig;
+  if (interrupted) _exit(130); /* a second signal: quit now, save nothing */
   interrupted = 1;
 }
 
-static int fail(int code, const char *msg) {
-  fprintf(stderr, "remat train: %s\n", msg);
-  return code;
-}
+/* Flags that take a value; the others are switches. */
+static const char *const valued[] = {
+    "--config", "--model", "--data", "--text", "--save", "--log", "--ckpt-layers", "--mem",
+    "--batch", "--seq", "--grad-accum", "--steps", "--warmup", "--eval-every",
+    "--eval-batches", "--val-frac", "--lr", "--weight-decay", "--grad-clip", "--dropout",
+    "--ckpt-ratio", "--peak-gflops", "--seed", "--threads", NULL};
 
-static int parse_i64(const char *flag, const char *s, int64_t lo, int64_t hi, int64_t *out) {
-  char *end;
-  errno = 0;
-  long long v = strtoll(s, &end, 10);
-  if (end == s || *end || errno) {
-    fprintf(stderr, "remat train: %s expects an integer, got '%s'\n", flag, s);
-    return -1;
-  }
-  if (v < lo || v > hi) {
-    fprintf(stderr, "remat train: %s %lld is out of range [%lld, %lld]\n", flag, v,
-            (long long)lo, (long long)hi);
-    return -1;
-  }
-  *out = v;
+static int is_valued(const char *a) {
+  size_t n = strcspn(a, "=");
+  for (int i = 0; valued[i]; i++)
+    if (strlen(valued[i]) == n && strncmp(valued[i], a, n) == 0) return 1;
   return 0;
 }
 
-static int parse_f64(const char *flag, const char *s, double lo, double hi, int hi_open,
-                     double *out) {
-  char *end;
-  errno = 0;
-  double v = strtod(s, &end);
-  if (end == s || *end || errno || !isfinite(v)) {
-    fprintf(stderr, "remat train: %s expects a number, got '%s'\n", flag, s);
-    return -1;
+static int parse_value(opts *o, const char *name, const char *v) {
+  int64_t iv;
+  int rc = 0;
+  if (!strcmp(name, "--config")) o->config = v;
+  else if (!strcmp(name, "--model")) o->model = v;
+  else if (!strcmp(name, "--data")) o->data = v;
+  else if (!strcmp(name, "--text")) o->text = v;
+  else if (!strcmp(name, "--save")) o->save = v;
+  else if (!strcmp(name, "--log")) o->log = v;
+  else if (!strcmp(name, "--ckpt-layers")) o->ckpt_layers = v;
+  else if (!strcmp(name, "--mem")) o->mem = v;
+  else if (!strcmp(name, "--batch")) rc = cli_parse_i64(name, v, 1, 1 << 16, &o->B);
+  else if (!strcmp(name, "--seq")) rc = cli_parse_i64(name, v, 1, 1 << 20, &o->T);
+  else if (!strcmp(name, "--grad-accum")) rc = cli_parse_i64(name, v, 1, 1 << 16, &o->K);
+  else if (!strcmp(name, "--steps")) rc = cli_parse_i64(name, v, 0, 1 << 30, &o->steps);
+  else if (!strcmp(name, "--warmup")) rc = cli_parse_i64(name, v, 0, 1 << 30, &o->warmup);
+  else if (!strcmp(name, "--eval-every")) rc = cli_parse_i64(name, v, 0, 1 << 30, &o->eval_every);
+  else if (!strcmp(name, "--eval-batches"))
+    rc = cli_parse_i64(name, v, 1, 1 << 20, &o->eval_batches);
+  else if (!strcmp(name, "--val-frac")) rc = cli_parse_f64(name, v, 0.001, 0.9, 0, &o->val_frac);
+  else if (!strcmp(name, "--lr")) rc = cli_parse_f64(name, v, 0, 10, 0, &o->lr);
+  else if (!strcmp(name, "--weight-decay")) rc = cli_parse_f64(name, v, 0, 10, 0, &o->wd);
+  else if (!strcmp(name, "--grad-clip")) rc = cli_parse_f64(name, v, 0, 1e30, 0, &o->clip);
+  else if (!strcmp(name, "--dropout")) rc = cli_parse_f64(name, v, 0, 1, 1, &o->dropout);
+  else if (!strcmp(name, "--ckpt-ratio")) rc = cli_parse_f64(name, v, 0, 1, 0, &o->ratio);
+  else if (!strcmp(name, "--peak-gflops"))
+    rc = cli_parse_f64(name, v, 1e-6, 1e12, 0, &o->peak_gflops);
+  else if (!strcmp(name, "--seed")) {
+    rc = cli_parse_i64(name, v, 0, INT64_MAX, &iv);
+    o->seed = (uint64_t)iv;
+  } else if (!strcmp(name, "--threads")) {
+    rc = cli_parse_i64(name, v, 1, 1024, &iv);
+    o->threads = (int)iv;
   }
-  if (v < lo || v > hi || (hi_open && v == hi)) {
-    fprintf(stderr, "remat train: %s %g is out of range [%g, %g%s\n", flag, v, lo, hi,
-            hi_open ? ")" : "]");
-    return -1;
-  }
-  *out = v;
-  return 0;
+  return rc;
 }
 
 static int parse_args(int argc, char **argv, opts *o) {
@@ -135,76 +133,26 @@ static int parse_args(int argc, char **argv, opts *o) {
     const char *a = argv[i];
     if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
       fputs(usage_text, stdout);
-      exit(0);
+      exit(cli_stdout_ok() ? CLI_EXIT_RUN : 0);
     }
-    if (strcmp(a, "--cosine") == 0) { o->cosine = 1; continue; }
-    if (strcmp(a, "--quiet") == 0) { o->quiet = 1; continue; }
-    if (strcmp(a, "--plan-only") == 0) { o->plan_only = 1; continue; }
-    if (strncmp(a, "--", 2) != 0) {
-      fprintf(stderr, "remat train: unexpected argument '%s'; see remat train --help\n", a);
-      return -1;
+    if (strcmp(a, "--cosine") == 0) o->cosine = 1;
+    else if (strcmp(a, "--quiet") == 0) o->quiet = 1;
+    else if (strcmp(a, "--plan-only") == 0) o->plan_only = 1;
+    else if (strncmp(a, "--", 2) != 0)
+      return cli_fail(-1, "unexpected argument '%s'; see remat train --help", a);
+    else if (!is_valued(a))
+      return cli_fail(-1, "unknown option '%.*s'; see remat train --help", (int)strcspn(a, "="),
+                      a);
+    else {
+      char name[64];
+      const char *v = cli_flag_value(argc, argv, &i, name, sizeof name);
+      if (!v || parse_value(o, name, v)) return -1;
     }
-    /* every other flag takes a value: --flag VALUE or --flag=VALUE */
-    const char *v;
-    char name[64];
-    const char *eq = strchr(a, '=');
-    if (eq) {
-      snprintf(name, sizeof name, "%.*s", (int)(eq - a), a);
-      v = eq + 1;
-    } else {
-      snprintf(name, sizeof name, "%s", a);
-      if (i + 1 >= argc) {
-        fprintf(stderr, "remat train: %s needs a value; see remat train --help\n", a);
-        return -1;
-      }
-      v = argv[++i];
-    }
-    int64_t iv;
-    int rc = 0;
-    if (!strcmp(name, "--config")) o->config = v;
-    else if (!strcmp(name, "--model")) o->model = v;
-    else if (!strcmp(name, "--data")) o->data = v;
-    else if (!strcmp(name, "--text")) o->text = v;
-    else if (!strcmp(name, "--save")) o->save = v;
-    else if (!strcmp(name, "--log")) o->log = v;
-    else if (!strcmp(name, "--ckpt-layers")) o->ckpt_layers = v;
-    else if (!strcmp(name, "--mem")) o->mem = v;
-    else if (!strcmp(name, "--batch")) rc = parse_i64(name, v, 1, 1 << 16, &o->B);
-    else if (!strcmp(name, "--seq")) rc = parse_i64(name, v, 1, 1 << 20, &o->T);
-    else if (!strcmp(name, "--grad-accum")) rc = parse_i64(name, v, 1, 1 << 16, &o->K);
-    else if (!strcmp(name, "--steps")) rc = parse_i64(name, v, 0, 1 << 30, &o->steps);
-    else if (!strcmp(name, "--warmup")) rc = parse_i64(name, v, 0, 1 << 30, &o->warmup);
-    else if (!strcmp(name, "--eval-every")) rc = parse_i64(name, v, 0, 1 << 30, &o->eval_every);
-    else if (!strcmp(name, "--eval-batches")) rc = parse_i64(name, v, 1, 1 << 20, &o->eval_batches);
-    else if (!strcmp(name, "--val-frac")) rc = parse_f64(name, v, 0.001, 0.9, 0, &o->val_frac);
-    else if (!strcmp(name, "--lr")) rc = parse_f64(name, v, 0, 10, 0, &o->lr);
-    else if (!strcmp(name, "--weight-decay")) rc = parse_f64(name, v, 0, 10, 0, &o->wd);
-    else if (!strcmp(name, "--grad-clip")) rc = parse_f64(name, v, 0, 1e30, 0, &o->clip);
-    else if (!strcmp(name, "--dropout")) rc = parse_f64(name, v, 0, 1, 1, &o->dropout);
-    else if (!strcmp(name, "--ckpt-ratio")) rc = parse_f64(name, v, 0, 1, 0, &o->ratio);
-    else if (!strcmp(name, "--peak-gflops")) rc = parse_f64(name, v, 1e-6, 1e12, 0, &o->peak_gflops);
-    else if (!strcmp(name, "--seed")) {
-      rc = parse_i64(name, v, 0, INT64_MAX, &iv);
-      o->seed = (uint64_t)iv;
-    } else if (!strcmp(name, "--threads")) {
-      rc = parse_i64(name, v, 1, 1024, &iv);
-      o->threads = (int)iv;
-    } else {
-      fprintf(stderr, "remat train: unknown option '%s'; see remat train --help\n", name);
-      return -1;
-    }
-    if (rc) return -1;
   }
-  int nsel = (o->ratio >= 0) + (o->ckpt_layers != NULL) + (o->mem != NULL);
-  if (nsel > 1) {
-    fprintf(stderr, "remat train: --ckpt-ratio, --ckpt-layers and --mem each choose the "
-                    "recomputed blocks; give at most one\n");
-    return -1;
-  }
-  if (o->data && o->text) {
-    fprintf(stderr, "remat train: give --data or --text, not both\n");
-    return -1;
-  }
+  if ((o->ratio >= 0) + (o->ckpt_layers != NULL) + (o->mem != NULL) > 1)
+    return cli_fail(-1, "--ckpt-ratio, --ckpt-layers and --mem each choose the recomputed "
+                        "blocks; give at most one");
+  if (o->data && o->text) return cli_fail(-1, "give --data or --text, not both");
   return 0;
 }
 
@@ -218,16 +166,11 @@ static int parse_layer_list(const char *s, uint8_t *policy, int64_t L) {
     errno = 0;
     long long v = strtoll(p, &end, 10);
     if (end == p || errno) goto bad;
-    if (v < 0 || v >= L) {
-      fprintf(stderr,
-              "remat train: --ckpt-layers names block %lld but the model has blocks 0..%lld\n",
-              v, (long long)L - 1);
-      return -1;
-    }
-    if (policy[v] == REMAT_RECOMPUTE) {
-      fprintf(stderr, "remat train: --ckpt-layers names block %lld twice\n", v);
-      return -1;
-    }
+    if (v < 0 || v >= L)
+      return cli_fail(-1, "--ckpt-layers names block %lld but the model has blocks 0..%lld", v,
+                      (long long)L - 1);
+    if (policy[v] == REMAT_RECOMPUTE)
+      return cli_fail(-1, "--ckpt-layers names block %lld twice", v);
     policy[v] = REMAT_RECOMPUTE;
     p = end;
     if (*p == ',') {
@@ -239,8 +182,7 @@ static int parse_layer_list(const char *s, uint8_t *policy, int64_t L) {
   }
   return 0;
 bad:
-  fprintf(stderr, "remat train: --ckpt-layers expects block indices like 0,2,5; got '%s'\n", s);
-  return -1;
+  return cli_fail(-1, "--ckpt-layers expects block indices like 0,2,5; got '%s'", s);
 }
 
 static void fmt_eta(double s, char *buf, size_t cap) {
@@ -252,334 +194,384 @@ static void fmt_eta(double s, char *buf, size_t cap) {
     snprintf(buf, cap, "%ld:%02ld", t / 60, t % 60);
 }
 
-static float lr_at(const opts *o, int64_t step) {
-  double lr = o->lr;
-  if (o->warmup > 0 && step < o->warmup) return (float)(lr * (double)(step + 1) / (double)o->warmup);
-  if (o->cosine && o->steps > o->warmup) {
-    double p = (double)(step - o->warmup) / (double)(o->steps - o->warmup);
-    return (float)(lr * (0.1 + 0.9 * 0.5 * (1.0 + cos(M_PI * p))));
+static void train_opts_from(const opts *o, remat_train_opts *to) {
+  remat_train_opts_default(to);
+  to->B = o->B;
+  to->T = o->T;
+  to->grad_accum = o->K;
+  to->steps = o->steps;
+  to->warmup = o->warmup;
+  to->cosine = o->cosine;
+  to->lr = o->lr;
+  to->hp.weight_decay = (float)o->wd;
+  to->hp.grad_clip = (float)o->clip;
+  to->hp.dropout = (float)o->dropout;
+  to->hp.seed = o->seed;
+  to->val_frac = o->eval_every > 0 ? o->val_frac : 0.0;
+  to->eval_batches = o->eval_batches;
+}
+
+/* The model's shape: from --model's header, else --config, else "small". */
+static int load_shape(const opts *o, remat_config *cfg, remat_config *want, int *have_want) {
+  remat_error err;
+  *have_want = 0;
+  if (o->config) {
+    if (remat_config_parse(o->config, want, &err))
+      return cli_fail(CLI_EXIT_USAGE, "--config: %s", err.msg);
+    *have_want = 1;
   }
-  return (float)lr;
+  if (o->model) {
+    if (remat_checkpoint_read_config(o->model, cfg, &err)) return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
+    if (*have_want && memcmp(cfg, want, sizeof *cfg) != 0)
+      return cli_fail(CLI_EXIT_USAGE,
+                      "--model %s has shape L=%lld C=%lld NH=%lld V=%lld T=%lld but --config "
+                      "asks for L=%lld C=%lld NH=%lld V=%lld T=%lld; drop --config or use a "
+                      "matching checkpoint",
+                      o->model, (long long)cfg->num_layers, (long long)cfg->channels,
+                      (long long)cfg->num_heads, (long long)cfg->vocab_size,
+                      (long long)cfg->max_seq_len, (long long)want->num_layers,
+                      (long long)want->channels, (long long)want->num_heads,
+                      (long long)want->vocab_size, (long long)want->max_seq_len);
+  } else {
+    remat_config_parse(*have_want ? o->config : "small", cfg, &err);
+  }
+  return 0;
+}
+
+static int load_tokens(const opts *o, remat_tokens *tok, const char **source) {
+  remat_error err;
+  int rc;
+  *source = "embedded corpus";
+  if (o->data) {
+    rc = remat_tokens_load(tok, o->data, &err);
+    *source = o->data;
+  } else if (o->text) {
+    rc = remat_tokens_from_text(tok, o->text, &err);
+    *source = o->text;
+  } else {
+    rc = remat_corpus_tokens(tok, 0, &err);
+  }
+  return rc ? cli_fail(CLI_EXIT_RUN, "%s", err.msg) : 0;
+}
+
+/* --mem: the fewest recomputed blocks whose whole footprint fits. What the
+ * process holds outside the arena (data, loaders, bookkeeping) is the same
+ * for every policy; it is measured with a trainer planned for keeping all. */
+static int policy_for_budget(const opts *o, const remat_config *cfg, const remat_tokens *tok,
+                             const remat_train_opts *to, uint8_t *policy) {
+  remat_error err;
+  size_t budget, need;
+  int64_t n, L = cfg->num_layers;
+  char b1[32], b2[32];
+  if (remat_parse_size(o->mem, &budget, &err)) return cli_fail(CLI_EXIT_USAGE, "--mem: %s", err.msg);
+  remat_trainer *probe;
+  remat_policy_first_n(policy, L, 0);
+  if (remat_trainer_create(&probe, cfg, policy, tok, to, &err))
+    return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
+  size_t other = remat_trainer_planned_bytes(probe) - remat_trainer_memplan(probe)->peak_bytes;
+  remat_trainer_destroy(probe);
+  size_t arena_budget = budget > other ? budget - other : 0;
+  int rc = remat_fewest_recompute(cfg, o->B, o->T, arena_budget, &n, &need, &err);
+  if (rc == REMAT_EINFEASIBLE)
+    return cli_fail(CLI_EXIT_RUN,
+                    "--mem %s does not fit: even recomputing all %lld blocks needs %s (%zu "
+                    "bytes, the training data included); raise --mem to at least that or lower "
+                    "--batch/--seq",
+                    remat_format_bytes(budget, b1, sizeof b1), (long long)L,
+                    remat_format_bytes(need + other, b2, sizeof b2), need + other);
+  if (rc) return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
+  remat_policy_first_n(policy, L, n);
+  return 0;
+}
+
+static int choose_policy(const opts *o, const remat_config *cfg, const remat_tokens *tok,
+                         const remat_train_opts *to, uint8_t *policy) {
+  int64_t L = cfg->num_layers;
+  remat_policy_first_n(policy, L, 0);
+  if (o->ratio >= 0) remat_policy_first_n(policy, L, (int64_t)floor(o->ratio * (double)L + 1e-9));
+  else if (o->ckpt_layers) return parse_layer_list(o->ckpt_layers, policy, L) ? CLI_EXIT_USAGE : 0;
+  else if (o->mem) return policy_for_budget(o, cfg, tok, to, policy);
+  return 0;
+}
+
+static void print_plan(const remat_config *cfg, const remat_memplan *mp, size_t planned,
+                       const char *source, const remat_tokens *tok, const opts *o) {
+  char rec[256] = "", b1[32], b2[32], b3[32], b4[32], b5[32];
+  int64_t shown = 0, L = cfg->num_layers;
+  for (int64_t l = 0; l < L && shown < 24; l++)
+    if (mp->policy[l] == REMAT_RECOMPUTE) {
+      snprintf(rec + strlen(rec), sizeof rec - strlen(rec), "%s%lld", shown ? "," : "",
+               (long long)l);
+      shown++;
+    }
+  if (mp->num_recomputed > shown) strncat(rec, ",...", sizeof rec - strlen(rec) - 1);
+  printf("model   L=%lld C=%lld NH=%lld V=%lld (padded %lld) maxT=%lld, %zu parameters\n",
+         (long long)cfg->num_layers, (long long)cfg->channels, (long long)cfg->num_heads,
+         (long long)cfg->vocab_size, (long long)cfg->padded_vocab_size,
+         (long long)cfg->max_seq_len, remat_param_count(cfg));
+  printf("data    %s: %lld tokens; batch %lld x %lld, grad-accum %lld\n", source,
+         (long long)tok->n, (long long)o->B, (long long)o->T, (long long)o->K);
+  printf("policy  %lld of %lld blocks recomputed%s%s%s\n", (long long)mp->num_recomputed,
+         (long long)L, mp->num_recomputed ? " (" : "", rec, mp->num_recomputed ? ")" : "");
+  printf("memory  planned peak %s (%zu bytes) = arena %s (state %s, activations and "
+         "workspace %s) + data %s\n",
+         remat_format_bytes(planned, b1, sizeof b1), planned,
+         remat_format_bytes(mp->peak_bytes, b2, sizeof b2),
+         remat_format_bytes(mp->persistent_bytes, b3, sizeof b3),
+         remat_format_bytes(mp->peak_bytes - mp->persistent_bytes, b4, sizeof b4),
+         remat_format_bytes(planned - mp->peak_bytes, b5, sizeof b5));
+}
+
+/* The arena is written in full before the first step: a plan larger than
+ * this machine's memory would end in the kernel's OOM killer, not an error. */
+static int check_fits_machine(size_t planned) {
+  char b1[32], b2[32], b3[32];
+  size_t ram = remat_available_memory_bytes();
+  if (ram && planned > ram)
+    return cli_fail(CLI_EXIT_RUN,
+                    "the plan needs %s but this machine has %s of memory available; lower "
+                    "--batch/--seq or use --mem %s to recompute blocks",
+                    remat_format_bytes(planned, b1, sizeof b1),
+                    remat_format_bytes(ram, b2, sizeof b2),
+                    remat_format_bytes(ram / 10 * 9, b3, sizeof b3));
+  return 0;
+}
+
+/* Find out now, not after hours of training, that the checkpoint cannot be
+ * written. */
+static int check_save_path(const char *path) {
+  char probe[4096];
+  snprintf(probe, sizeof probe, "%s.tmp", path);
+  FILE *f = fopen(probe, "wb");
+  if (!f) return cli_fail(CLI_EXIT_RUN, "cannot write checkpoint '%s': %s", path, strerror(errno));
+  fclose(f);
+  remove(probe);
+  return 0;
+}
+
+typedef struct {
+  const opts *o;
+  const remat_config *cfg;
+  remat_trainer *tr;
+  FILE *logf;
+  double peak_flops;
+  size_t planned;
+  int tty;
+  /* results */
+  int64_t steps_done, timed_steps;
+  double first_loss, last_loss, last_val, t_train, t_recompute, wall;
+  size_t measured;
+} run_state;
+
+static int log_step(run_state *r, const remat_step_stats *st, double tps, double mfu,
+                    double val_loss) {
+  FILE *f = r->logf;
+  const remat_memplan *mp = remat_trainer_memplan(r->tr);
+  fprintf(f,
+          "{\"step\": %lld, \"loss\": %.6f, \"lr\": %.6g, \"grad_norm\": %.6g, "
+          "\"step_s\": %.6f, \"recompute_s\": %.6f, \"tokens_per_s\": %.2f, \"mfu\": %.6f, "
+          "\"recomputed_blocks\": %lld, \"planned_peak_bytes\": %zu, "
+          "\"measured_peak_bytes\": %zu, \"rss_peak_bytes\": %zu",
+          (long long)st->step, st->loss, st->lr, st->grad_norm, st->seconds,
+          st->recompute_seconds, tps, mfu, (long long)mp->num_recomputed, r->planned,
+          r->measured, remat_rss_peak_bytes());
+  if (!isnan(val_loss)) fprintf(f, ", \"val_loss\": %.6f", val_loss);
+  fputs("}\n", f);
+  if (fflush(f) || ferror(f))
+    return cli_fail(CLI_EXIT_RUN, "cannot write log file '%s': %s", r->o->log, strerror(errno));
+  return 0;
+}
+
+static void show_progress(run_state *r, const remat_step_stats *st, double tps, double mfu,
+                          double val_loss) {
+  const opts *o = r->o;
+  int64_t every = o->steps >= 20 ? o->steps / 20 : 1, step = st->step;
+  double avg = r->timed_steps ? r->t_train / (double)r->timed_steps : st->seconds;
+  char eta[32];
+  fmt_eta(avg * (double)(o->steps - step), eta, sizeof eta);
+  if (r->tty) {
+    fprintf(stderr, "\rstep %lld/%lld | loss %.4f | %.0f tok/s | MFU %.1f%% | ETA %s   ",
+            (long long)step, (long long)o->steps, st->loss, tps, 100 * mfu, eta);
+    if (!isnan(val_loss)) fprintf(stderr, "| held-out %.4f\n", val_loss); /* keep it */
+  } else if (step % every == 0 || step == 1 || step == o->steps || !isnan(val_loss)) {
+    printf("step %lld/%lld | loss %.4f | %.0f tok/s | MFU %.1f%% | ETA %s", (long long)step,
+           (long long)o->steps, st->loss, tps, 100 * mfu, eta);
+    if (!isnan(val_loss)) printf(" | held-out %.4f", val_loss);
+    printf("\n");
+    fflush(stdout);
+  }
+}
+
+static int train_loop(run_state *r) {
+  const opts *o = r->o;
+  remat_error err;
+  double tokens_per_step = (double)(o->B * o->T * o->K);
+  r->first_loss = r->last_loss = r->last_val = NAN;
+  double t_start = remat_now();
+  for (int64_t i = 0; i < o->steps && !interrupted; i++) {
+    remat_step_stats st;
+    if (remat_trainer_step(r->tr, &st, &err)) {
+      if (r->tty) fputc('\n', stderr);
+      if (err.code == REMAT_ENUMERIC)
+        return cli_fail(CLI_EXIT_RUN, "%s; lower --lr or raise --grad-clip", err.msg);
+      return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
+    }
+    r->steps_done = st.step;
+    r->measured = remat_trainer_measured_peak_bytes(r->tr);
+    if (st.step == 1) r->first_loss = st.loss;
+    r->last_loss = st.loss;
+    if (st.step > 1 || o->steps == 1) { /* the first step warms caches and threads */
+      r->t_train += st.seconds;
+      r->t_recompute += st.recompute_seconds;
+      r->timed_steps++;
+    }
+    double tps = tokens_per_step / st.seconds;
+    double mfu = remat_mfu(r->cfg, o->T, tps, r->peak_flops);
+    double val_loss = NAN;
+    if (o->eval_every > 0 && (st.step % o->eval_every == 0 || st.step == o->steps)) {
+      if (remat_trainer_evaluate(r->tr, &val_loss, &err)) return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
+      r->last_val = val_loss;
+    }
+    if (r->logf && log_step(r, &st, tps, mfu, val_loss)) return CLI_EXIT_RUN;
+    if (!o->quiet) show_progress(r, &st, tps, mfu, val_loss);
+  }
+  if (r->tty) fputc('\n', stderr);
+  r->wall = remat_now() - t_start;
+  return 0;
+}
+
+static void print_summary(const run_state *r) {
+  const opts *o = r->o;
+  char b1[32];
+  double tokens_per_step = (double)(o->B * o->T * o->K);
+  if (interrupted) printf("interrupted after %lld steps\n", (long long)r->steps_done);
+  if (r->steps_done == 0) return;
+  double tps = r->timed_steps ? tokens_per_step * (double)r->timed_steps / r->t_train
+                              : tokens_per_step * (double)r->steps_done / r->wall;
+  printf("done    %lld steps in %.1f s; loss %.4f -> %.4f", (long long)r->steps_done, r->wall,
+         r->first_loss, r->last_loss);
+  if (!isnan(r->last_val)) printf("; held-out loss %.4f", r->last_val);
+  printf("\n");
+  printf("speed   %.0f tokens/s, MFU %.1f%% of %.1f GFLOP/s; recompute %.1f%% of step time\n",
+         tps, 100 * remat_mfu(r->cfg, o->T, tps, r->peak_flops), r->peak_flops / 1e9,
+         r->t_train > 0 ? 100 * r->t_recompute / r->t_train : 0.0);
+  printf("memory  planned peak %zu bytes, measured peak %zu bytes (%+.3f%%); process RSS "
+         "peak %s\n",
+         r->planned, r->measured,
+         100.0 * ((double)r->measured - (double)r->planned) / (double)r->planned,
+         remat_format_bytes(remat_rss_peak_bytes(), b1, sizeof b1));
+}
+
+/* Measured before the arena exists, so that filling it cannot disturb the
+ * measurement. */
+static double peak_rate(const opts *o) {
+  if (o->peak_gflops > 0) {
+    printf("peak    %.1f GFLOP/s given\n", o->peak_gflops);
+    return o->peak_gflops * 1e9;
+  }
+  double peak = remat_measure_sgemm_flops(2048, 1.0);
+  printf("peak    sgemm %.1f GFLOP/s measured on %d threads (MFU is against this)\n", peak / 1e9,
+         omp_get_max_threads());
+  return peak;
 }
 
 int remat_cmd_train(int argc, char **argv) {
+  cli_name = "remat train";
   opts o;
-  if (parse_args(argc, argv, &o)) return DIE_USAGE;
+  if (parse_args(argc, argv, &o)) return CLI_EXIT_USAGE;
   remat_error err = {0};
-  char b1[32], b2[32], b3[32], b4[32], b5[32];
-  int rc = DIE_RUN;
-
   remat_set_threads(o.threads);
-  int threads = omp_get_max_threads();
 
-  /* ---- model shape */
   remat_config cfg, want;
-  int have_want = 0;
-  if (o.config) {
-    if (remat_config_parse(o.config, &want, &err)) return fail(DIE_USAGE, err.msg);
-    have_want = 1;
-  }
-  if (o.model) {
-    if (remat_checkpoint_read_config(o.model, &cfg, &err)) return fail(DIE_RUN, err.msg);
-  } else if (!have_want) {
-    remat_config_parse("small", &cfg, &err);
-  } else {
-    cfg = want;
-  }
+  int have_want, rc;
+  if ((rc = load_shape(&o, &cfg, &want, &have_want))) return rc;
   if (o.T == 0) o.T = cfg.max_seq_len < 64 ? cfg.max_seq_len : 64;
-  if (o.T > cfg.max_seq_len) {
-    fprintf(stderr, "remat train: --seq %lld exceeds the model's maximum sequence length %lld\n",
-            (long long)o.T, (long long)cfg.max_seq_len);
-    return DIE_USAGE;
-  }
+  if (o.T > cfg.max_seq_len)
+    return cli_fail(CLI_EXIT_USAGE, "--seq %lld exceeds the model's maximum sequence length %lld",
+                    (long long)o.T, (long long)cfg.max_seq_len);
 
-  /* ---- data */
   remat_tokens tok = {0};
-  remat_loader loader = {0}, val = {0};
-  remat_model m = {0};
+  remat_trainer *tr = NULL;
   uint8_t *policy = NULL;
-  FILE *logf = NULL;
-  const char *source = "embedded corpus";
-  if (o.data) {
-    if (remat_tokens_load(&tok, o.data, &err)) goto fail_msg;
-    source = o.data;
-  } else if (o.text) {
-    if (remat_tokens_from_text(&tok, o.text, &err)) goto fail_msg;
-    source = o.text;
-  } else if (remat_corpus_tokens(&tok, 0, &err)) {
-    goto fail_msg;
+  run_state r = {.o = &o, .cfg = &cfg};
+  const char *source;
+  remat_train_opts to;
+  train_opts_from(&o, &to);
+  if ((rc = load_tokens(&o, &tok, &source))) goto out;
+  rc = CLI_EXIT_RUN;
+  if (!(policy = malloc((size_t)cfg.num_layers))) {
+    cli_fail(CLI_EXIT_RUN, "out of memory");
+    goto out;
   }
-  if (remat_tokens_check_vocab(&tok, cfg.vocab_size, &err)) goto fail_msg;
-  double val_frac = o.eval_every > 0 ? o.val_frac : 0.0;
-  if (remat_loader_init(&loader, &tok, o.B, o.T, REMAT_SPLIT_TRAIN, val_frac, 1, o.seed, &err))
-    goto fail_msg;
-  if (o.eval_every > 0 &&
-      remat_loader_init(&val, &tok, o.B, o.T, REMAT_SPLIT_VAL, val_frac, 0, o.seed, &err))
-    goto fail_msg;
+  if ((rc = choose_policy(&o, &cfg, &tok, &to, policy))) goto out;
+  rc = CLI_EXIT_RUN;
 
-  /* ---- checkpointing policy */
-  int64_t L = cfg.num_layers;
-  policy = malloc((size_t)L);
-  if (!policy) goto fail_oom;
-  remat_policy_first_n(policy, L, 0);
-  if (o.ratio >= 0) {
-    remat_policy_first_n(policy, L, (int64_t)floor(o.ratio * (double)L + 1e-9));
-  } else if (o.ckpt_layers) {
-    if (parse_layer_list(o.ckpt_layers, policy, L)) {
-      rc = DIE_USAGE;
-      goto out;
-    }
-  } else if (o.mem) {
-    size_t budget, other, need;
-    int64_t n;
-    if (remat_parse_size(o.mem, &budget, &err)) {
-      rc = DIE_USAGE;
-      goto fail_msg;
-    }
-    /* What the process holds outside the arena once the model exists: the
-     * data, the loader, and a plan's own bookkeeping (the same for every
-     * policy), measured with one plan alive. */
-    remat_memplan probe;
-    if (remat_memplan_build(&probe, &cfg, o.B, o.T, policy, &err)) goto fail_msg;
-    other = remat_heap_bytes();
-    remat_memplan_free(&probe);
-    size_t arena_budget = budget > other ? budget - other : 0;
-    if (remat_fewest_recompute(&cfg, o.B, o.T, arena_budget, &n, &need, &err)) {
-      if (err.code == REMAT_EINFEASIBLE) {
-        fprintf(stderr,
-                "remat train: --mem %s does not fit: even recomputing all %lld blocks needs %s "
-                "(%zu bytes, the training data included); raise --mem to at least that or "
-                "lower --batch/--seq\n",
-                remat_format_bytes(budget, b1, sizeof b1), (long long)L,
-                remat_format_bytes(need + other, b2, sizeof b2), need + other);
-        goto out;
-      }
-      goto fail_msg;
-    }
-    remat_policy_first_n(policy, L, n);
-  }
-
-  /* ---- plan: every buffer of a step, before anything large is allocated.
-   * Everything the library holds outside the arena (data, loader, the
-   * plan's own bookkeeping) is held now: the planned peak is the arena plus
-   * that. */
-  remat_memplan mp;
-  if (remat_memplan_build(&mp, &cfg, o.B, o.T, policy, &err)) goto fail_msg;
-  size_t other = remat_heap_bytes();
-  size_t planned = mp.peak_bytes + other;
-  {
-    char rec[256] = "";
-    int64_t shown = 0;
-    for (int64_t l = 0; l < L && shown < 24; l++)
-      if (policy[l] == REMAT_RECOMPUTE) {
-        snprintf(rec + strlen(rec), sizeof rec - strlen(rec), "%s%lld", shown ? "," : "",
-                 (long long)l);
-        shown++;
-      }
-    if (mp.num_recomputed > shown) strncat(rec, ",...", sizeof rec - strlen(rec) - 1);
-    printf("model   L=%lld C=%lld NH=%lld V=%lld (padded %lld) maxT=%lld, %zu parameters\n",
-           (long long)cfg.num_layers, (long long)cfg.channels, (long long)cfg.num_heads,
-           (long long)cfg.vocab_size, (long long)cfg.padded_vocab_size,
-           (long long)cfg.max_seq_len, remat_param_count(&cfg));
-    printf("data    %s: %lld tokens; batch %lld x %lld, grad-accum %lld\n", source,
-           (long long)tok.n, (long long)o.B, (long long)o.T, (long long)o.K);
-    printf("policy  %lld of %lld blocks recomputed%s%s%s\n", (long long)mp.num_recomputed,
-           (long long)L, mp.num_recomputed ? " (" : "", rec, mp.num_recomputed ? ")" : "");
-    printf("memory  planned peak %s (%zu bytes) = arena %s (state %s, activations and "
-           "workspace %s) + data %s\n",
-           remat_format_bytes(planned, b1, sizeof b1), planned,
-           remat_format_bytes(mp.peak_bytes, b2, sizeof b2),
-           remat_format_bytes(mp.persistent_bytes, b3, sizeof b3),
-           remat_format_bytes(mp.peak_bytes - mp.persistent_bytes, b4, sizeof b4),
-           remat_format_bytes(other, b5, sizeof b5));
-    fflush(stdout);
-  }
-  remat_memplan_free(&mp);
+  /* The plan: every buffer of a step, before anything large is allocated. */
+  if (remat_trainer_create(&tr, &cfg, policy, &tok, &to, &err)) goto fail_msg;
+  r.planned = remat_trainer_planned_bytes(tr);
+  print_plan(&cfg, remat_trainer_memplan(tr), r.planned, source, &tok, &o);
+  if (cli_stdout_ok()) goto out;
   if (o.plan_only) {
     rc = 0;
     goto out;
   }
-  /* The arena is written in full before the first step: a plan larger than
-   * this machine's memory would end in the kernel's OOM killer, not an error. */
-  size_t ram = remat_available_memory_bytes();
-  if (ram && planned > ram) {
+  if (check_fits_machine(r.planned)) goto out;
+  if (remat_trainer_train_windows(tr) < o.B)
     fprintf(stderr,
-            "remat train: the plan needs %s but this machine has %s of memory available; lower "
-            "--batch/--seq or use --mem %s to recompute blocks\n",
-            remat_format_bytes(planned, b1, sizeof b1), remat_format_bytes(ram, b2, sizeof b2),
-            remat_format_bytes(ram / 10 * 9, b3, sizeof b3));
+            "remat train: warning: %s has only %lld windows of %lld tokens for a batch of %lld "
+            "rows; rows repeat within a batch\n",
+            source, (long long)remat_trainer_train_windows(tr), (long long)o.T + 1,
+            (long long)o.B);
+  r.peak_flops = peak_rate(&o);
+  fflush(stdout);
+
+  if (remat_trainer_allocate(tr, &err)) goto fail_msg;
+  if (remat_trainer_planned_bytes(tr) != r.planned) {
+    cli_fail(CLI_EXIT_RUN, "internal error: the allocated plan differs from the printed one");
+    abort();
+  }
+  remat_model *m = remat_trainer_model(tr);
+  if (o.model) {
+    if (remat_checkpoint_load(o.model, &cfg, remat_model_params(m), &err)) goto fail_msg;
+  } else {
+    remat_model_init_weights(m, o.seed);
+  }
+  if (o.save && check_save_path(o.save)) goto out;
+  if (o.log && !(r.logf = fopen(o.log, "w"))) {
+    cli_fail(CLI_EXIT_RUN, "cannot write log file '%s': %s", o.log, strerror(errno));
     goto out;
   }
 
-  /* Measured before the arena exists, so that filling it cannot disturb the
-   * measurement. */
-  double peak_flops = o.peak_gflops > 0 ? o.peak_gflops * 1e9 : 0;
-  if (peak_flops == 0) {
-    peak_flops = remat_measure_sgemm_flops(2048, 1.0);
-    printf("peak    sgemm %.1f GFLOP/s measured on %d threads (MFU is against this)\n",
-           peak_flops / 1e9, threads);
-  } else {
-    printf("peak    %.1f GFLOP/s given\n", peak_flops / 1e9);
-  }
-  fflush(stdout);
-
-  /* ---- allocate: the same plan, now with its arena */
-  if (remat_model_init(&m, &cfg, o.B, o.T, policy, &err)) goto fail_msg;
-  REMAT_CHECK_SAME_PLAN(m.mp.peak_bytes + (remat_heap_bytes() - m.mp.peak_bytes) == planned);
-  if (o.model) {
-    if (remat_checkpoint_load(o.model, have_want ? &want : NULL, m.params, &err)) goto fail_msg;
-  } else {
-    remat_model_init_weights(&m, o.seed);
-  }
-
-
-  if (o.save) { /* find out now, not after hours of training, that it cannot be saved */
-    char probe[4096];
-    snprintf(probe, sizeof probe, "%s.tmp", o.save);
-    FILE *f = fopen(probe, "wb");
-    if (!f) {
-      fprintf(stderr, "remat train: cannot write checkpoint '%s': %s\n", o.save, strerror(errno));
-      goto out;
-    }
-    fclose(f);
-    remove(probe);
-  }
-  if (o.log) {
-    logf = fopen(o.log, "w");
-    if (!logf) {
-      fprintf(stderr, "remat train: cannot write log file '%s': %s\n", o.log, strerror(errno));
-      goto out;
-    }
-  }
-
-  remat_hparams hp;
-  remat_hparams_default(&hp);
-  hp.weight_decay = (float)o.wd;
-  hp.grad_clip = (float)o.clip;
-  hp.dropout = (float)o.dropout;
-  hp.seed = o.seed;
-
   struct sigaction sa = {0};
-  sa.sa_handler = on_sigint;
+  sa.sa_handler = on_signal;
   sigaction(SIGINT, &sa, NULL);
-  int tty = isatty(STDERR_FILENO) && !o.quiet;
-  int64_t every = o.steps >= 20 ? o.steps / 20 : 1;
-  double tokens_per_step = (double)(o.B * o.T * o.K);
-  float dloss = 1.0f / (float)(o.B * o.T * o.K);
-  float first_loss = NAN, last_loss = NAN;
-  double last_val = NAN;
-  double t_train = 0, t_recompute = 0;
-  int64_t timed_steps = 0;
-  size_t measured = 0;
-  remat_heap_reset_peak();
-  double t_start = remat_now();
-  int64_t step;
-  for (step = 0; step < o.steps && !interrupted; step++) {
-    double t0 = remat_now();
-    m.recompute_s = 0;
-    remat_model_zero_grad(&m);
-    double loss = 0;
-    for (int64_t k = 0; k < o.K; k++) {
-      remat_loader_next(&loader, m.inputs, m.targets);
-      loss += remat_model_forward_backward(&m, (uint32_t)k, dloss, &hp);
-    }
-    loss /= (double)o.K;
-    float lr = lr_at(&o, step);
-    float norm = remat_model_update(&m, &hp, lr);
-    double dt = remat_now() - t0;
-    if (!isfinite(loss)) {
-      fprintf(stderr, "%sremat train: loss is %g at step %lld; lower --lr or raise --grad-clip\n",
-              tty ? "\n" : "", loss, (long long)step + 1);
-      goto out;
-    }
-    measured = remat_model_arena_high_water(&m) + (remat_heap_peak_bytes() - m.mp.peak_bytes);
-    if (step == 0) first_loss = (float)loss;
-    last_loss = (float)loss;
-    if (step > 0 || o.steps == 1) { /* the first step warms caches and threads */
-      t_train += dt;
-      t_recompute += m.recompute_s;
-      timed_steps++;
-    }
-    double tps = tokens_per_step / dt;
-    double mfu = remat_mfu(&cfg, o.T, tps, peak_flops);
-    double val_loss = NAN;
-    if (o.eval_every > 0 && ((step + 1) % o.eval_every == 0 || step + 1 == o.steps)) {
-      /* the same held-out batches every time, so the figures compare */
-      remat_loader_reset(&val);
-      val_loss = 0;
-      for (int64_t e = 0; e < o.eval_batches; e++) {
-        remat_loader_next(&val, m.inputs, m.targets);
-        val_loss += remat_model_eval(&m);
-      }
-      val_loss /= (double)o.eval_batches;
-      last_val = val_loss;
-    }
-    if (logf) {
-      fprintf(logf,
-              "{\"step\": %lld, \"loss\": %.6f, \"lr\": %.6g, \"grad_norm\": %.6g, "
-              "\"step_s\": %.6f, \"recompute_s\": %.6f, \"tokens_per_s\": %.2f, \"mfu\": %.6f, "
-              "\"recomputed_blocks\": %lld, \"planned_peak_bytes\": %zu, "
-              "\"measured_peak_bytes\": %zu, \"rss_peak_bytes\": %zu",
-              (long long)step + 1, loss, lr, norm, dt, m.recompute_s, tps, mfu,
-              (long long)m.mp.num_recomputed, planned, measured, remat_rss_peak_bytes());
-      if (!isnan(val_loss)) fprintf(logf, ", \"val_loss\": %.6f", val_loss);
-      fputs("}\n", logf);
-      fflush(logf);
-    }
-    if (!o.quiet) {
-      double avg = timed_steps ? t_train / (double)timed_steps : dt;
-      char eta[32];
-      fmt_eta(avg * (double)(o.steps - step - 1), eta, sizeof eta);
-      if (tty) {
-        fprintf(stderr, "\rstep %lld/%lld | loss %.4f | %.0f tok/s | MFU %.1f%% | ETA %s   ",
-                (long long)step + 1, (long long)o.steps, loss, tps, 100 * mfu, eta);
-        if (!isnan(val_loss)) fprintf(stderr, "| held-out %.4f\n", val_loss); /* keep it */
-      } else if ((step + 1) % every == 0 || step == 0 || step + 1 == o.steps ||
-                 !isnan(val_loss)) {
-        printf("step %lld/%lld | loss %.4f | %.0f tok/s | MFU %.1f%% | ETA %s",
-               (long long)step + 1, (long long)o.steps, loss, tps, 100 * mfu, eta);
-        if (!isnan(val_loss)) printf(" | held-out %.4f", val_loss);
-        printf("\n");
-        fflush(stdout);
-      }
-    }
-  }
-  if (tty) fprintf(stderr, "\n");
-  double wall = remat_now() - t_start;
-  if (interrupted) printf("interrupted after %lld steps\n", (long long)step);
-
-  if (step > 0) {
-    double tps = timed_steps ? tokens_per_step * (double)timed_steps / t_train
-                             : tokens_per_step * (double)step / wall;
-    printf("done    %lld steps in %.1f s; loss %.4f -> %.4f", (long long)step, wall,
-           first_loss, last_loss);
-    if (!isnan(last_val)) printf("; held-out loss %.4f", last_val);
-    printf("\n");
-    printf("speed   %.0f tokens/s, MFU %.1f%% of %.1f GFLOP/s; recompute %.1f%% of step time\n",
-           tps, 100 * remat_mfu(&cfg, o.T, tps, peak_flops), peak_flops / 1e9,
-           t_train > 0 ? 100 * t_recompute / t_train : 0.0);
-    printf("memory  planned peak %zu bytes, measured peak %zu bytes (%+.3f%%); process RSS "
-           "peak %s\n",
-           planned, measured, 100.0 * ((double)measured - (double)planned) / (double)planned,
-           remat_format_bytes(remat_rss_peak_bytes(), b1, sizeof b1));
-  }
+  sigaction(SIGTERM, &sa, NULL);
+  r.tr = tr;
+  r.tty = isatty(STDERR_FILENO) && !o.quiet;
+  if (train_loop(&r)) goto out;
+  print_summary(&r);
   if (o.save) {
-    if (remat_checkpoint_save(o.save, &cfg, m.params, &err)) goto fail_msg;
+    if (remat_checkpoint_save(o.save, &cfg, remat_model_params(m), &err)) goto fail_msg;
     printf("saved   %s\n", o.save);
   }
+  if (r.logf) {
+    FILE *f = r.logf;
+    r.logf = NULL;
+    if (fclose(f)) {
+      cli_fail(CLI_EXIT_RUN, "cannot write log file '%s': %s", o.log, strerror(errno));
+      goto out;
+    }
+  }
+  if (cli_stdout_ok()) goto out;
   rc = interrupted ? 130 : 0;
   goto out;
 
-fail_oom:
-  snprintf(err.msg, sizeof err.msg, "out of memory");
 fail_msg:
-  fprintf(stderr, "remat train: %s\n", err.msg);
+  cli_fail(CLI_EXIT_RUN, "%s", err.msg);
 out:
-  if (logf) fclose(logf);
-  remat_model_free(&m);
+  if (r.logf) fclose(r.logf);
+  remat_trainer_destroy(tr);
   free(policy);
-  remat_loader_free(&loader);
-  remat_loader_free(&val);
   remat_tokens_free(&tok);
   return rc;
 }

@@ -9,12 +9,29 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/base.h"
-#include "model/model.h"
+#include "remat.h"
 
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return (x > y) - (x < y);
+}
+
+/* Synthetic token ids, different each step. */
+static int batch(void *ctx, int64_t step, int64_t micro, int32_t *inputs, int32_t *targets,
+                 remat_error *err) {
+  (void)micro, (void)err;
+  const int64_t *n_v = ctx;
+  for (int64_t i = 0; i < n_v[0]; i++) {
+    inputs[i] = (int32_t)((i * 7919 + step * 31) % n_v[1]);
+    targets[i] = (int32_t)((i * 104729 + step * 17) % n_v[1]);
+  }
+  return 0;
+}
+
+static void usage(FILE *f) {
+  fprintf(f, "usage: bench_train [--steps N] [--threads N] [--short|--long]\n"
+             "  GPT-2 124M training steps at B=4, T=64 (--short) and T=512 (--long), at\n"
+             "  checkpointing ratios 0, 0.5 and 1; one key=value line per case\n");
 }
 
 int main(int argc, char **argv) {
@@ -24,8 +41,11 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--short")) which = 1;
     else if (!strcmp(argv[i], "--long")) which = 2;
-    else {
-      fprintf(stderr, "usage: bench_train [--steps N] [--threads N] [--short|--long]\n");
+    else if (!strcmp(argv[i], "--help")) {
+      usage(stdout);
+      return 0;
+    } else {
+      usage(stderr);
       return 2;
     }
   }
@@ -42,44 +62,46 @@ int main(int argc, char **argv) {
   const int64_t shapes[2][2] = {{4, 64}, {4, 512}};
   const double ratios[3] = {0.0, 0.5, 1.0};
   uint8_t policy[12];
-  remat_hparams hp;
-  remat_hparams_default(&hp);
   for (int s = 0; s < 2; s++) {
     if (!(which & (1 << s))) continue;
     int64_t B = shapes[s][0], T = shapes[s][1];
+    int64_t n_v[2] = {B * T, cfg.vocab_size};
     double base_step = 0;
     for (int r = 0; r < 3; r++) {
       int64_t n = (int64_t)floor(ratios[r] * 12);
       remat_policy_first_n(policy, 12, n);
-      remat_model m;
-      if (remat_model_init(&m, &cfg, B, T, policy, &err)) {
+      remat_train_opts o;
+      remat_train_opts_default(&o);
+      o.B = B;
+      o.T = T;
+      o.lr = 1e-4;
+      remat_trainer *tr;
+      if (remat_trainer_create(&tr, &cfg, policy, NULL, &o, &err) ||
+          remat_trainer_allocate(tr, &err)) {
         fprintf(stderr, "bench_train: %s\n", err.msg);
         return 1;
       }
-      remat_model_init_weights(&m, 1);
-      size_t planned = m.mp.peak_bytes;
+      remat_trainer_set_batches(tr, batch, n_v);
+      remat_model *m = remat_trainer_model(tr);
+      remat_model_init_weights(m, 1);
+      size_t planned = remat_model_memplan(m)->peak_bytes;
       double *t = malloc(sizeof(double) * (size_t)steps), rec = 0;
       for (int k = -1; k < steps; k++) { /* k = -1 warms up */
-        for (int64_t i = 0; i < B * T; i++) {
-          m.inputs[i] = (int32_t)((i * 7919 + (k + 1) * 31) % cfg.vocab_size);
-          m.targets[i] = (int32_t)((i * 104729 + (k + 1) * 17) % cfg.vocab_size);
+        remat_step_stats st;
+        if (remat_trainer_step(tr, &st, &err)) {
+          fprintf(stderr, "bench_train: %s\n", err.msg);
+          return 1;
         }
-        double t0 = remat__now();
-        m.recompute_s = 0;
-        remat_model_zero_grad(&m);
-        remat_model_forward_backward(&m, 0, 1.0f / (float)(B * T), &hp);
-        remat_model_update(&m, &hp, 1e-4f);
-        double dt = remat__now() - t0;
         if (k >= 0) {
-          t[k] = dt;
-          rec += m.recompute_s;
+          t[k] = st.seconds;
+          rec += st.recompute_seconds;
         }
       }
       qsort(t, (size_t)steps, sizeof(double), cmp_double);
       double med = t[steps / 2];
       if (r == 0) base_step = med;
       double tps = (double)(B * T) / med;
-      size_t measured = remat_model_arena_high_water(&m);
+      size_t measured = remat_model_arena_high_water(m);
       printf("bench=train model=gpt2-124m B=%lld T=%lld ratio=%.1f recomputed=%lld threads=%d "
              "steps=%d step_s_median=%.4f step_s_min=%.4f tokens_per_s=%.1f mfu=%.4f "
              "recompute_share=%.4f slowdown_vs_ratio0=%.4f sgemm_gflops=%.1f "
@@ -89,7 +111,7 @@ int main(int argc, char **argv) {
              planned, measured);
       fflush(stdout);
       free(t);
-      remat_model_free(&m);
+      remat_trainer_destroy(tr);
     }
   }
   return 0;

@@ -36,6 +36,7 @@
 #include "remat/model.h"  /* GPT-2 forward/backward/update over the arena */
 #include "remat/io.h"     /* token shards, checkpoints, text, corpus, loader */
 #include "remat/report.h" /* sgemm rate, MFU, memory measurements, threads */
+#include "remat/train.h"  /* the trainer: data, schedule, the step */
 #include "remat/plan.h"   /* the exact pipeline planner */
 
 #endif /* REMAT_H */

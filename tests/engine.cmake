@@ -1,8 +1,8 @@
 # Engine tests: memory plan, checkpointing bit-exactness, allocation-free
 # steps, planned vs measured peak, and the command line.
 remat_test(test_memplan SOURCES test_memplan.c LIBS remat_memory LABELS unit)
-remat_test(test_checkpointing SOURCES test_checkpointing.c LIBS remat_model remat_io remat_report LABELS unit)
-remat_test(test_noalloc SOURCES test_noalloc.c LIBS remat_model remat_io remat_report LABELS unit)
+remat_test(test_checkpointing SOURCES test_checkpointing.c LIBS remat_train LABELS unit)
+remat_test(test_noalloc SOURCES test_noalloc.c LIBS remat_train LABELS unit)
 
 # Reference numerics against PyTorch's GPT-2 when Debian's python3-torch is
 # installed (scripts/install-deps.sh --test installs it).
@@ -10,7 +10,7 @@ execute_process(COMMAND /usr/bin/python3 -c "import torch" RESULT_VARIABLE torch
                 OUTPUT_QUIET ERROR_QUIET)
 add_executable(ref_dump ref_dump.c)
 target_include_directories(ref_dump PRIVATE ${PROJECT_SOURCE_DIR}/src)
-target_link_libraries(ref_dump PRIVATE remat_model remat_io remat_report)
+target_link_libraries(ref_dump PRIVATE remat_train)
 if(torch_rc EQUAL 0)
   add_test(NAME torch_reference
            COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/torch_reference.py

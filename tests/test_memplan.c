@@ -1,5 +1,6 @@
-/* test_memplan.c: the memory plan: no two buffers alive in a common phase
- * share a byte; sizes follow the layout tables; the fewest-recompute search
+/* test_memplan.c: the memory plan: regions and slot pieces tile the arena
+ * exactly as the memory model's terms say, for the whole model and for
+ * pipeline stages; sizes follow the layout tables; the fewest-recompute search
  * agrees with trying every count; shapes and sizes parse or fail cleanly. */
 #include <stdio.h>
 #include <string.h>
@@ -8,19 +9,42 @@
 #include "memory/layout.h"
 #include "test_util.h"
 
-static void check_no_overlap(const remat_memplan *mp) {
+/* Regions tile the arena end to end; inside a slot, the pieces tile it too
+ * and match the layer terms. */
+static void check_layout(const remat_memplan *mp) {
+  size_t at = 0;
   for (int i = 0; i < REMAT_BUF_COUNT; i++) {
-    const remat_membuf *a = &mp->buf[i];
-    CHECK(a->offset % REMAT_ALIGN == 0);
-    CHECK(a->offset + a->bytes <= mp->peak_bytes);
-    for (int j = i + 1; j < REMAT_BUF_COUNT; j++) {
-      const remat_membuf *b = &mp->buf[j];
-      if (!a->bytes || !b->bytes || !(a->phases & b->phases)) continue;
-      int disjoint = a->offset + a->bytes <= b->offset || b->offset + b->bytes <= a->offset;
-      if (!disjoint) printf("buffers %d and %d overlap\n", i, j);
-      CHECK(disjoint);
+    CHECK(mp->buf[i].offset == at && mp->buf[i].offset % REMAT_ALIGN == 0);
+    at += mp->buf[i].bytes;
+  }
+  CHECK(at == mp->peak_bytes && mp->peak_bytes == mp->bytes.total);
+  const remat_memory_model *mm = &mp->mm;
+  size_t off = 0;
+  if (mp->has_embedding) {
+    CHECK(mp->inputs_offset == off);
+    off += mm->tokens_bytes;
+  }
+  for (int64_t i = 0; i < mp->num_blocks; i++) {
+    CHECK(mp->block_input_offset[i] == off);
+    off += mm->residual_bytes;
+    if (mp->policy[i] == REMAT_KEEP) {
+      CHECK(mp->block_internal_offset[i] == off);
+      off += mm->block_internal_bytes;
+    } else {
+      CHECK(mp->block_internal_offset[i] == REMAT_NO_OFFSET);
     }
   }
+  if (mp->has_head) {
+    CHECK(mp->final_offset == off && mp->targets_offset == off + mm->residual_bytes);
+    off += mm->residual_bytes + mm->tokens_bytes;
+  }
+  CHECK(off == mp->slot_bytes && off % REMAT_ALIGN == 0);
+  CHECK(mp->buf[REMAT_BUF_SLOTS].bytes == (size_t)mp->inflight * mp->slot_bytes);
+  /* the workspace holds a block's backward with the scratch, and the head */
+  size_t work = mp->buf[REMAT_BUF_WORK].bytes;
+  if (mp->num_blocks) CHECK(work >= mm->block_dgrad_bytes);
+  if (mp->num_recomputed) CHECK(work >= mm->block_dgrad_bytes + mm->block_internal_bytes);
+  if (mp->has_head) CHECK(work >= mm->head_bytes + mm->logits_bytes);
 }
 
 int main(void) {
@@ -30,34 +54,60 @@ int main(void) {
   CHECK(cfg.padded_vocab_size == 50304 && cfg.num_layers == 12 && cfg.channels == 768);
   CHECK(remat_param_count(&cfg) == 124475904); /* llm.c's count for padded GPT-2 small */
 
-  /* Block sizes: a kept block stores its input plus exactly the internals. */
-  remat_block_bytes bb;
-  remat_block_bytes_get(&cfg, 4, 64, &bb);
+  /* Layer terms: a kept block stores its input plus exactly the internals. */
+  remat_memory_model mm;
+  CHECK(remat_memory_model_get(&cfg, 4, 64, &mm, &err) == 0);
+  const remat_layer_bytes *blk = &mm.layer[REMAT_LAYER_BLOCK];
   size_t BTC = 4 * 64 * 768;
-  CHECK(bb.recompute_bytes == BTC * 4);
+  CHECK(blk->ckpt == BTC * 4);
   size_t want_internal = 4 * (15 * BTC + 4 * 4 * 64 + 4 * 12 * 64 * 64);
-  CHECK(bb.scratch_bytes >= want_internal && bb.scratch_bytes < want_internal + 12 * REMAT_ALIGN);
-  CHECK(bb.kept_bytes == bb.recompute_bytes + bb.scratch_bytes);
-  CHECK(bb.state_bytes == 16 * remat_block_param_count(&cfg));
+  CHECK(mm.block_internal_bytes >= want_internal &&
+        mm.block_internal_bytes < want_internal + 12 * REMAT_ALIGN);
+  CHECK(blk->kept == blk->ckpt + mm.block_internal_bytes);
+  CHECK(blk->scratch == blk->work + mm.block_internal_bytes);
+  CHECK(blk->state == 16 * remat_block_param_count(&cfg));
+  CHECK(mm.layer[REMAT_LAYER_HEAD].work == mm.head_bytes + mm.logits_bytes);
+  CHECK(mm.logits_bytes == 4 * 64 * 50304 * 4);
 
-  /* Every policy count: no overlap; the kept region shrinks by one block's
-   * internals per recomputed block. */
+  /* Every policy count: the regions tile the arena; the slot shrinks by one
+   * block's internals per recomputed block. */
   uint8_t pol[12];
   size_t prev = 0;
   for (int n = 0; n <= 12; n++) {
     remat_policy_first_n(pol, 12, n);
     remat_memplan mp;
     CHECK(remat_memplan_build(&mp, &cfg, 4, 64, pol, &err) == 0);
-    check_no_overlap(&mp);
+    check_layout(&mp);
     CHECK(mp.num_recomputed == n && mp.num_kept == 12 - n);
-    CHECK(mp.buf[REMAT_BUF_KEPT].bytes == (size_t)(12 - n) * mp.block_internal_bytes);
-    CHECK((mp.buf[REMAT_BUF_SCRATCH].bytes != 0) == (n > 0));
     /* all persistent state is in the arena */
-    CHECK(mp.persistent_bytes == 4 * remat__align(remat_param_count(&cfg) * 4));
-    if (n > 1) CHECK(mp.peak_bytes <= prev);
+    CHECK(mp.persistent_bytes == 4 * remat_param_count(&cfg) * 4);
+    if (n > 1) CHECK(mp.peak_bytes == prev - mp.mm.block_internal_bytes);
     prev = mp.peak_bytes;
     remat_memplan_free(&mp);
   }
+
+  /* Stages of a pipeline: any slice, any policy, several in flight; and the
+   * stages of a split add up to one process's state. */
+  for (int64_t first = 0; first <= 12; first += 3)
+    for (int64_t nb = 0; first + nb <= 12; nb += 2)
+      for (int64_t n = 1; n <= 3; n++)
+        for (int ends = 0; ends < 4; ends++) {
+          remat_stage st = {.first_block = first, .num_blocks = nb, .policy = pol,
+                            .inflight = n, .has_embedding = ends & 1, .has_head = ends >> 1};
+          for (int64_t i = 0; i < nb; i++) pol[i] = (uint8_t)((i * 7 + n) % 3 == 0);
+          remat_memplan mp;
+          int rc = remat_memplan_build_stage(&mp, &cfg, 2, 32, &st, &err);
+          if (nb == 0 && ends == 0) {
+            CHECK(rc == REMAT_EINVAL);
+            continue;
+          }
+          CHECK(rc == 0);
+          check_layout(&mp);
+          remat_memplan_free(&mp);
+        }
+  remat_stage bad = {.first_block = 10, .num_blocks = 3, .inflight = 1};
+  remat_stage_bytes sb;
+  CHECK(remat_stage_bytes_get(&cfg, &mm, &bad, &sb, &err) == REMAT_EINVAL);
 
   /* Fewest recompute agrees with trying every count. */
   for (int trial = 0; trial < 40; trial++) {

@@ -1,5 +1,6 @@
-/* test_noalloc.c: a training step makes no heap allocation, and the arena's
- * measured high-water mark equals the planned peak. malloc and friends are
+/* test_noalloc.c: a trainer's step makes no heap allocation, the arena's
+ * measured high-water mark equals the planned arena, and the library holds
+ * exactly the planned bytes. malloc and friends are
  * interposed here to count every call the process makes, from any library. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -8,7 +9,6 @@
 #include <string.h>
 
 #include "base/base.h"
-#include "model/model.h"
 #include "test_util.h"
 
 static atomic_long n_alloc;
@@ -56,49 +56,62 @@ void *memalign(size_t align, size_t n) {
 void free(void *p) { __libc_free(p); }
 #endif
 
-static void step(remat_model *m, const remat_hparams *hp, uint32_t seed) {
-  remat_model_zero_grad(m);
-  for (uint32_t k = 0; k < 2; k++) {
-    for (int64_t i = 0; i < m->B * m->T; i++) {
-      m->inputs[i] = (int32_t)((i * 31 + seed + k) % m->cfg.vocab_size);
-      m->targets[i] = (int32_t)((i * 17 + seed + k) % m->cfg.vocab_size);
-    }
-    remat_model_forward_backward(m, k, 1.0f / (float)(2 * m->B * m->T), hp);
+/* Synthetic batches: the loader is exercised by the CLI tests. */
+static int batch(void *ctx, int64_t step, int64_t micro, int32_t *inputs, int32_t *targets,
+                 remat_error *err) {
+  (void)err;
+  int64_t n = *(int64_t *)ctx;
+  for (int64_t i = 0; i < n; i++) {
+    inputs[i] = (int32_t)((i * 31 + step + micro) % 256);
+    targets[i] = (int32_t)((i * 17 + step + micro) % 256);
   }
-  remat_model_update(m, hp, 1e-3f);
+  return 0;
 }
 
 int main(void) {
   remat_config cfg;
   remat_error err;
   CHECK(remat_config_parse("4,64,4,256,32", &cfg, &err) == 0);
-  remat_hparams hp;
-  remat_hparams_default(&hp);
-  hp.dropout = 0.1f;
-  for (int n = 0; n <= 4; n += 2) {
+  remat_train_opts o;
+  remat_train_opts_default(&o);
+  o.B = 3;
+  o.T = 32;
+  o.grad_accum = 2;
+  o.lr = 1e-3;
+  o.hp.dropout = 0.1f;
+  int64_t n = o.B * o.T;
+  for (int r = 0; r <= 4; r += 2) {
     uint8_t pol[4];
-    remat_policy_first_n(pol, 4, n);
-    remat_model m;
-    CHECK(remat_model_init(&m, &cfg, 3, 32, pol, &err) == 0);
-    remat_model_init_weights(&m, 1);
-    step(&m, &hp, 0); /* warm-up: OpenBLAS and OpenMP set up their threads */
+    remat_policy_first_n(pol, 4, r);
+    remat_trainer *t;
+    CHECK(remat_trainer_create(&t, &cfg, pol, NULL, &o, &err) == 0);
+    size_t planned = remat_trainer_planned_bytes(t);
+    CHECK(remat_trainer_allocate(t, &err) == 0);
+    CHECK(remat__heap_live() == planned);
+    remat_trainer_set_batches(t, batch, &n);
+    remat_model *m = remat_trainer_model(t);
+    remat_model_init_weights(m, 1);
+    remat_step_stats st;
+    CHECK(remat_trainer_step(t, &st, &err) == 0); /* warm-up: OpenBLAS and OpenMP set up */
     size_t live = remat__heap_live();
     atomic_store(&n_alloc, 0);
     atomic_store(&counting, 1);
-    step(&m, &hp, 1);
-    step(&m, &hp, 2);
+    CHECK(remat_trainer_step(t, &st, &err) == 0);
+    CHECK(remat_trainer_step(t, &st, &err) == 0);
     atomic_store(&counting, 0);
     long count = atomic_load(&n_alloc);
-    size_t hw = remat_model_arena_high_water(&m);
+    size_t hw = remat_model_arena_high_water(m), arena = remat_model_memplan(m)->peak_bytes;
     if (COUNT_MALLOC)
-      printf("recompute %d/4: %ld heap allocations in 2 steps; ", n, count);
+      printf("recompute %d/4: %ld heap allocations in 2 steps; ", r, count);
     else
-      printf("recompute %d/4: allocations not counted under ASan; ", n);
-    printf("arena high water %zu of %zu planned\n", hw, m.mp.peak_bytes);
+      printf("recompute %d/4: allocations not counted under ASan; ", r);
+    printf("arena high water %zu of %zu planned; measured peak %zu of %zu planned\n", hw, arena,
+           remat_trainer_measured_peak_bytes(t), planned);
     if (COUNT_MALLOC) CHECK(count == 0);
     CHECK(remat__heap_live() == live);
-    CHECK(hw == m.mp.peak_bytes);
-    remat_model_free(&m);
+    CHECK(hw == arena);
+    CHECK(remat_trainer_measured_peak_bytes(t) == planned);
+    remat_trainer_destroy(t);
   }
   return test_summary("noalloc");
 }

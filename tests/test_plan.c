@@ -402,11 +402,13 @@ static void test_model(void) {
     fprintf(stderr, "%s\n", err.msg);
     return;
   }
-  remat_block_bytes bb;
-  remat_block_bytes_get(&cfg, 4, 1024, &bb);
+  remat_memory_model mm;
+  CHECK(remat_memory_model_get(&cfg, 4, 1024, &mm, &err) == 0);
+  const remat_layer_bytes *bb = &mm.layer[REMAT_LAYER_BLOCK];
   CHECK(pb.num_groups == 3 && pb.groups[1].count == 12);
-  CHECK(pb.groups[1].act_bytes == bb.kept_bytes && pb.groups[1].ckpt_bytes == bb.recompute_bytes);
-  CHECK(pb.groups[1].recompute_bytes == bb.scratch_bytes && pb.groups[1].state_bytes == bb.state_bytes);
+  CHECK(pb.groups[1].act_bytes == bb->kept && pb.groups[1].ckpt_bytes == bb->ckpt);
+  CHECK(pb.groups[1].recompute_bytes == bb->scratch && pb.groups[1].state_bytes == bb->state);
+  CHECK(pb.groups[1].work_bytes == bb->work && pb.stage_bytes == mm.stage_bytes);
   CHECK(!pb.groups[0].recomputable && !pb.groups[2].recomputable);
   remat_plan plan;
   rc = remat_plan_solve(&pb, &plan, &err);

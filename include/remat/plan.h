@@ -82,6 +82,7 @@ typedef struct remat_plan_group {
   size_t ckpt_bytes;       /* c: stored per micro-batch when recomputed */
   size_t state_bytes;      /* w: persistent */
   size_t recompute_bytes;  /* x: scratch while recomputing */
+  size_t work_bytes;       /* y: transient while it runs, kept or not */
   int recomputable;        /* 0: the layer always keeps its activations */
 } remat_plan_group;
 
@@ -127,22 +128,14 @@ int remat_plan_problem_parse_json(remat_plan_problem *pb, const char *text, size
                                   remat_error *err);
 int remat_plan_problem_load(remat_plan_problem *pb, const char *path, remat_error *err);
 
-/* A GPT-2 problem from the engine's own byte counts: an embedding layer, the
- * L blocks, and a head, none but the blocks recomputable. Times are in GFLOP
+/* A GPT-2 problem from the memory model (remat_memory_model_get): an
+ * embedding layer, the L blocks and a head, none but the blocks recomputable,
+ * with the bytes of include/remat/memory.h, so that a stage's memory_bytes
+ * is exactly the arena the engine plans for that stage. Times are in GFLOP
  * of one micro-batch (B x T tokens):
  *   block      f = 24 B T C^2 + 4 B T^2 C,  b = 2 f,  r = f
- *              a = kept_bytes, c = recompute_bytes, x = scratch_bytes,
- *              w = state_bytes of remat_block_bytes_get
- *   embedding  f = b = B T C (gathers and adds), a = c = 8 B T (tokens and
- *              targets), w = 16 bytes per wte and wpe parameter
- *   head       f = 2 B T C Vp + 5 B T Vp, b = 2 f; a = c = the final residual
- *              and the head's stored activations; w = 16 bytes per final
- *              layernorm parameter plus its transient workspace (logits,
- *              B T Vp floats, which the engine reuses for probabilities and
- *              their gradients), counted once since only one micro-batch is
- *              in the head at a time
- *   stage_bytes = one block's backward temporaries, the residual gradient and
- *              a send and a receive buffer of B T C floats each.
+ *   embedding  f = b = B T C (gathers and adds)
+ *   head       f = 2 B T C Vp + 5 B T Vp, b = 2 f
  * The wte matrix is tied to the head; it is counted once, on the embedding. */
 int remat_plan_problem_from_model(remat_plan_problem *pb, const remat_config *cfg, int64_t B,
                                   int64_t T, int64_t stages, int64_t microbatches, size_t memory,

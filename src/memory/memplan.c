@@ -1,75 +1,29 @@
-/* memplan.c: every buffer of a training step, its size and the phases it
- * lives in, and its offset in one arena. Offsets come from a greedy
- * largest-first placement: each buffer goes to the lowest offset where it
- * overlaps no placed buffer that is alive in a common phase. The arena size is
- * the planned peak; the engine allocates exactly that, once. */
+/* memplan.c: the memory model and the arena of a stage. The model's terms
+ * (remat_memory_model) come from the layout tables; a stage's bytes are the
+ * formula in include/remat/memory.h over them; the arena is laid out region
+ * by region from the same terms, so its size is that formula's figure by
+ * construction (and checked). Regions in order: parameters, gradients, AdamW
+ * m and v; the in-flight slots; the residual gradient; the transient
+ * workspace. Nothing is shared between regions; inside the workspace a
+ * block's backward and the head's take turns, which is where the max in the
+ * formula comes from. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/base.h"
 #include "memory/layout.h"
 
-#define ALL_PHASES ((1u << REMAT_PHASE_COUNT) - 1)
-#define PH(p) (1u << (p))
-
 void remat_policy_first_n(uint8_t *policy, int64_t L, int64_t n) {
   for (int64_t l = 0; l < L; l++) policy[l] = l < n ? REMAT_RECOMPUTE : REMAT_KEEP;
 }
 
-void remat_block_bytes_get(const remat_config *cfg, int64_t B, int64_t T, remat_block_bytes *o) {
-  size_t input = (size_t)B * (size_t)T * (size_t)cfg->channels * sizeof(float);
-  size_t internal =
-      remat__block_acts_view(NULL, NULL, B, T, cfg->channels, cfg->num_heads) * sizeof(float);
-  o->kept_bytes = input + internal;
-  o->recompute_bytes = input;
-  o->scratch_bytes = internal;
-  o->state_bytes = 4 * sizeof(float) * remat_block_param_count(cfg);
-}
-
-/* Places buffers; returns the arena size. */
-static size_t place(remat_membuf *buf, int n) {
-  int order[REMAT_BUF_COUNT], placed[REMAT_BUF_COUNT], np = 0;
-  for (int i = 0; i < n; i++) order[i] = i;
-  /* largest first; ties by index so the layout is deterministic */
-  for (int i = 1; i < n; i++) {
-    int k = order[i], j = i - 1;
-    while (j >= 0 && buf[order[j]].bytes < buf[k].bytes) {
-      order[j + 1] = order[j];
-      j--;
-    }
-    order[j + 1] = k;
-  }
-  size_t arena = 0;
-  for (int oi = 0; oi < n; oi++) {
-    remat_membuf *b = &buf[order[oi]];
-    if (b->bytes == 0) {
-      b->offset = 0;
-      continue;
-    }
-    /* Candidate offsets: 0 and the end of every conflicting placed buffer;
-     * take the lowest one that collides with none. */
-    size_t best = SIZE_MAX;
-    for (int ci = -1; ci < np; ci++) {
-      size_t cand = 0;
-      if (ci >= 0) {
-        const remat_membuf *c = &buf[placed[ci]];
-        if (!(c->phases & b->phases)) continue;
-        cand = c->offset + c->bytes;
-      }
-      if (cand >= best) continue;
-      int ok = 1;
-      for (int k = 0; k < np && ok; k++) {
-        const remat_membuf *c = &buf[placed[k]];
-        if (!(c->phases & b->phases)) continue;
-        if (cand < c->offset + c->bytes && c->offset < cand + b->bytes) ok = 0;
-      }
-      if (ok) best = cand;
-    }
-    b->offset = best;
-    placed[np++] = order[oi];
-    if (best + b->bytes > arena) arena = best + b->bytes;
-  }
-  return arena;
+/* Parameter floats of one layer of each kind. */
+static void layer_params(const remat_config *cfg, size_t out[REMAT_LAYER_KIND_COUNT]) {
+  size_t ps[REMAT_P_COUNT];
+  remat_param_sizes(cfg, ps);
+  out[REMAT_LAYER_EMBEDDING] = ps[REMAT_P_WTE] + ps[REMAT_P_WPE];
+  out[REMAT_LAYER_BLOCK] = remat_block_param_count(cfg);
+  out[REMAT_LAYER_HEAD] = ps[REMAT_P_LNFW] + ps[REMAT_P_LNFB];
 }
 
 int remat__check_shape(const remat_config *cfg, int64_t B, int64_t T, remat_error *err) {
@@ -81,9 +35,8 @@ int remat__check_shape(const remat_config *cfg, int64_t B, int64_t T, remat_erro
                          (long long)B, (long long)T);
   if (T > cfg->max_seq_len)
     return remat__errorf(err, REMAT_ESHAPE,
-                         "sequence length T=%lld exceeds the model's maximum of %lld; use --seq "
-                         "%lld or less",
-                         (long long)T, (long long)cfg->max_seq_len, (long long)cfg->max_seq_len);
+                         "sequence length T=%lld exceeds the model's maximum of %lld",
+                         (long long)T, (long long)cfg->max_seq_len);
   /* Guard the largest products: B*NH*T*T floats per block, B*T*Vp logits,
    * and the residual stream of all blocks. */
   double att = (double)B * (double)cfg->num_heads * (double)T * (double)T * 4.0;
@@ -92,94 +45,220 @@ int remat__check_shape(const remat_config *cfg, int64_t B, int64_t T, remat_erro
                  (double)cfg->channels * 4.0;
   if (att * (double)cfg->num_layers > 1e15 || logits > 1e15 || resid > 1e15)
     return remat__errorf(err, REMAT_ERANGE,
-                         "B=%lld, T=%lld with this model needs more than a petabyte; use a "
-                         "smaller batch or sequence",
+                         "batch %lld x %lld tokens with this model needs more than a petabyte",
                          (long long)B, (long long)T);
+  return 0;
+}
+
+int remat_memory_model_get(const remat_config *cfg, int64_t B, int64_t T, remat_memory_model *mm,
+                           remat_error *err) {
+  memset(mm, 0, sizeof *mm);
+  int rc = remat__check_shape(cfg, B, T, err);
+  if (rc) return rc;
+  int64_t C = cfg->channels, NH = cfg->num_heads;
+  size_t BT = (size_t)B * (size_t)T;
+  mm->B = B;
+  mm->T = T;
+  mm->tokens_bytes = remat__align(BT * sizeof(int32_t));
+  mm->residual_bytes = remat__align(BT * (size_t)C * sizeof(float));
+  mm->block_internal_bytes = remat__block_acts_view(NULL, NULL, B, T, C, NH) * sizeof(float);
+  mm->block_dgrad_bytes = remat__block_dgrads_view(NULL, NULL, B, T, C, NH) * sizeof(float);
+  mm->head_bytes = remat__head_acts_view(NULL, NULL, B, T, C) * sizeof(float);
+  mm->logits_bytes = remat__align(BT * (size_t)cfg->padded_vocab_size * sizeof(float));
+  mm->stage_bytes = mm->residual_bytes;
+
+  size_t np[REMAT_LAYER_KIND_COUNT];
+  layer_params(cfg, np);
+  for (int k = 0; k < REMAT_LAYER_KIND_COUNT; k++)
+    mm->layer[k].state = 4 * remat__align(np[k] * sizeof(float));
+
+  remat_layer_bytes *e = &mm->layer[REMAT_LAYER_EMBEDDING];
+  e->kept = e->ckpt = mm->tokens_bytes; /* the input ids, for its backward */
+
+  remat_layer_bytes *b = &mm->layer[REMAT_LAYER_BLOCK];
+  b->ckpt = mm->residual_bytes;
+  b->kept = mm->residual_bytes + mm->block_internal_bytes;
+  b->work = mm->block_dgrad_bytes;
+  b->scratch = mm->block_dgrad_bytes + mm->block_internal_bytes;
+
+  remat_layer_bytes *h = &mm->layer[REMAT_LAYER_HEAD];
+  h->kept = h->ckpt = mm->residual_bytes + mm->tokens_bytes; /* its input and the targets */
+  h->work = mm->head_bytes + mm->logits_bytes;
+  return 0;
+}
+
+remat_stage remat_stage_whole(const remat_config *cfg, const uint8_t *policy) {
+  return (remat_stage){.first_block = 0, .num_blocks = cfg->num_layers, .policy = policy,
+                       .inflight = 1, .has_embedding = 1, .has_head = 1};
+}
+
+static int check_stage(const remat_config *cfg, const remat_stage *st, remat_error *err) {
+  int64_t L = cfg->num_layers;
+  if (st->first_block < 0 || st->num_blocks < 0 || st->first_block > L ||
+      st->num_blocks > L - st->first_block)
+    return remat__errorf(err, REMAT_EINVAL,
+                         "a stage of blocks %lld..%lld does not lie within the model's %lld "
+                         "blocks",
+                         (long long)st->first_block,
+                         (long long)(st->first_block + st->num_blocks - 1), (long long)L);
+  if (st->num_blocks == 0 && !st->has_embedding && !st->has_head)
+    return remat__errorf(err, REMAT_EINVAL, "a stage must hold at least one layer");
+  if (st->inflight < 1 || st->inflight > (1 << 20))
+    return remat__errorf(err, REMAT_EINVAL,
+                         "a stage holds %lld micro-batches in flight; it must be 1 to 2^20",
+                         (long long)st->inflight);
+  for (int64_t i = 0; st->policy && i < st->num_blocks; i++)
+    if (st->policy[i] >= REMAT_POLICY_COUNT)
+      return remat__errorf(err, REMAT_EINVAL, "block %lld has unknown policy %u",
+                           (long long)(st->first_block + i), st->policy[i]);
+  return 0;
+}
+
+int remat_stage_bytes_get(const remat_config *cfg, const remat_memory_model *mm,
+                          const remat_stage *st, remat_stage_bytes *out, remat_error *err) {
+  memset(out, 0, sizeof *out);
+  int rc = check_stage(cfg, st, err);
+  if (rc) return rc;
+  const remat_layer_bytes *e = &mm->layer[REMAT_LAYER_EMBEDDING],
+                          *b = &mm->layer[REMAT_LAYER_BLOCK], *h = &mm->layer[REMAT_LAYER_HEAD];
+  /* Sizes are bounded by remat__check_shape (well under 2^50 per term), so
+   * these sums cannot overflow for any stage the model allows. */
+  size_t state = 0, slot = 0, transient = 0;
+  if (st->has_embedding) {
+    state += e->state;
+    slot += e->kept;
+    if (e->work > transient) transient = e->work;
+  }
+  for (int64_t i = 0; i < st->num_blocks; i++) {
+    int rec = st->policy && st->policy[i] == REMAT_RECOMPUTE;
+    state += b->state;
+    slot += rec ? b->ckpt : b->kept;
+    size_t t = rec ? b->scratch : b->work;
+    if (t > transient) transient = t;
+  }
+  if (st->has_head) {
+    state += h->state;
+    slot += h->kept;
+    if (h->work > transient) transient = h->work;
+  }
+  out->state = state;
+  out->activations = (size_t)st->inflight * slot;
+  out->workspace = mm->stage_bytes + transient;
+  out->total = out->state + out->activations + out->workspace;
+  return 0;
+}
+
+int remat_memplan_build_stage(remat_memplan *mp, const remat_config *cfg, int64_t B, int64_t T,
+                              const remat_stage *st, remat_error *err) {
+  memset(mp, 0, sizeof *mp);
+  int rc = remat_memory_model_get(cfg, B, T, &mp->mm, err);
+  if (!rc) rc = remat_stage_bytes_get(cfg, &mp->mm, st, &mp->bytes, err);
+  if (rc) return rc;
+  const remat_memory_model *mm = &mp->mm;
+  int64_t nb = st->num_blocks;
+  mp->cfg = *cfg;
+  mp->B = B;
+  mp->T = T;
+  mp->first_block = st->first_block;
+  mp->num_blocks = nb;
+  mp->inflight = st->inflight;
+  mp->has_embedding = st->has_embedding;
+  mp->has_head = st->has_head;
+  size_t nb1 = (size_t)(nb > 0 ? nb : 1);
+  mp->policy = remat__malloc(nb1);
+  mp->block_input_offset = remat__malloc(nb1 * sizeof(size_t));
+  mp->block_internal_offset = remat__malloc(nb1 * sizeof(size_t));
+  if (!mp->policy || !mp->block_input_offset || !mp->block_internal_offset) {
+    remat_memplan_free(mp);
+    return remat__errorf(err, REMAT_ENOMEM, "out of memory planning %lld blocks", (long long)nb);
+  }
+
+  /* One slot: what one micro-batch in flight stores, layer by layer. */
+  size_t off = 0;
+  mp->inputs_offset = mp->targets_offset = mp->final_offset = REMAT_NO_OFFSET;
+  if (st->has_embedding) {
+    mp->inputs_offset = off;
+    off += mm->tokens_bytes;
+  }
+  for (int64_t i = 0; i < nb; i++) {
+    uint8_t p = st->policy ? st->policy[i] : REMAT_KEEP;
+    mp->policy[i] = p;
+    mp->block_input_offset[i] = off;
+    off += mm->residual_bytes;
+    mp->block_internal_offset[i] = REMAT_NO_OFFSET;
+    if (p == REMAT_KEEP) {
+      mp->block_internal_offset[i] = off;
+      off += mm->block_internal_bytes;
+      mp->num_kept++;
+    } else {
+      mp->num_recomputed++;
+    }
+  }
+  if (st->has_head) {
+    mp->final_offset = off;
+    off += mm->residual_bytes;
+    mp->targets_offset = off;
+    off += mm->tokens_bytes;
+  }
+  mp->slot_bytes = off;
+
+  /* Regions end to end. */
+  size_t state = mp->bytes.state / 4;
+  size_t sizes[REMAT_BUF_COUNT] = {
+      [REMAT_BUF_PARAMS] = state,
+      [REMAT_BUF_GRADS] = state,
+      [REMAT_BUF_ADAM_M] = state,
+      [REMAT_BUF_ADAM_V] = state,
+      [REMAT_BUF_SLOTS] = (size_t)st->inflight * mp->slot_bytes,
+      [REMAT_BUF_DRESID] = mm->stage_bytes,
+      [REMAT_BUF_WORK] = mp->bytes.workspace - mm->stage_bytes,
+  };
+  size_t at = 0;
+  for (int i = 0; i < REMAT_BUF_COUNT; i++) {
+    mp->buf[i].offset = at;
+    mp->buf[i].bytes = sizes[i];
+    at += sizes[i];
+  }
+  mp->persistent_bytes = 4 * state;
+  mp->peak_bytes = at;
+  /* The layout and the formula are one model: they cannot differ. */
+  REMAT_ASSERT(mp->bytes.state == 4 * state && mp->bytes.activations == sizes[REMAT_BUF_SLOTS]);
+  REMAT_ASSERT(mp->peak_bytes == mp->bytes.total);
   return 0;
 }
 
 int remat_memplan_build(remat_memplan *mp, const remat_config *cfg, int64_t B, int64_t T,
                         const uint8_t *policy, remat_error *err) {
-  memset(mp, 0, sizeof *mp);
-  int rc = remat__check_shape(cfg, B, T, err);
-  if (rc) return rc;
-  int64_t L = cfg->num_layers, C = cfg->channels, NH = cfg->num_heads;
-
-  mp->cfg = *cfg;
-  mp->B = B;
-  mp->T = T;
-  mp->policy = remat__malloc((size_t)L);
-  mp->kept_slot = remat__malloc((size_t)L * sizeof(int64_t));
-  if (!mp->policy || !mp->kept_slot) {
-    remat_memplan_free(mp);
-    return remat__errorf(err, REMAT_ENOMEM, "out of memory planning %lld layers", (long long)L);
-  }
-  for (int64_t l = 0; l < L; l++) {
-    uint8_t p = policy ? policy[l] : REMAT_KEEP;
-    if (p >= REMAT_POLICY_COUNT) {
-      remat_memplan_free(mp);
-      return remat__errorf(err, REMAT_EINVAL, "layer %lld has unknown policy %u", (long long)l, p);
-    }
-    mp->policy[l] = p;
-    mp->kept_slot[l] = p == REMAT_KEEP ? mp->num_kept++ : -1;
-  }
-  mp->num_recomputed = L - mp->num_kept;
-
-  size_t P = remat_param_count(cfg) * sizeof(float);
-  size_t BT = (size_t)B * (size_t)T, BTC = BT * (size_t)C;
-  mp->block_internal_bytes = remat__block_acts_view(NULL, NULL, B, T, C, NH) * sizeof(float);
-  mp->block_dgrad_bytes = remat__block_dgrads_view(NULL, NULL, B, T, C, NH) * sizeof(float);
-  size_t head = remat__head_acts_view(NULL, NULL, B, T, C) * sizeof(float);
-
-  const unsigned step = PH(REMAT_PHASE_FORWARD) | PH(REMAT_PHASE_HEAD) | PH(REMAT_PHASE_BACKWARD);
-  remat_membuf *b = mp->buf;
-  b[REMAT_BUF_PARAMS] = (remat_membuf){P, 0, ALL_PHASES};
-  b[REMAT_BUF_GRADS] = (remat_membuf){P, 0, ALL_PHASES};
-  b[REMAT_BUF_ADAM_M] = (remat_membuf){P, 0, ALL_PHASES};
-  b[REMAT_BUF_ADAM_V] = (remat_membuf){P, 0, ALL_PHASES};
-  b[REMAT_BUF_TOKENS] = (remat_membuf){remat__align(2 * BT * sizeof(int32_t)), 0, step};
-  b[REMAT_BUF_RESIDUAL] = (remat_membuf){(size_t)(L + 1) * BTC * sizeof(float), 0, step};
-  b[REMAT_BUF_KEPT] = (remat_membuf){(size_t)mp->num_kept * mp->block_internal_bytes, 0, step};
-  b[REMAT_BUF_SCRATCH] = (remat_membuf){mp->num_recomputed ? mp->block_internal_bytes : 0, 0,
-                                        PH(REMAT_PHASE_FORWARD) | PH(REMAT_PHASE_BACKWARD)};
-  b[REMAT_BUF_HEAD] = (remat_membuf){head, 0, PH(REMAT_PHASE_HEAD)};
-  b[REMAT_BUF_LOGITS] = (remat_membuf){remat__align(BT * (size_t)cfg->padded_vocab_size *
-                                                    sizeof(float)),
-                                       0, PH(REMAT_PHASE_HEAD)};
-  b[REMAT_BUF_DRESID] = (remat_membuf){BTC * sizeof(float), 0,
-                                       PH(REMAT_PHASE_HEAD) | PH(REMAT_PHASE_BACKWARD)};
-  b[REMAT_BUF_DBLOCK] = (remat_membuf){mp->block_dgrad_bytes, 0, PH(REMAT_PHASE_BACKWARD)};
-  for (int i = 0; i < REMAT_BUF_COUNT; i++) b[i].bytes = remat__align(b[i].bytes);
-  mp->persistent_bytes = 4 * remat__align(P);
-  mp->peak_bytes = place(b, REMAT_BUF_COUNT);
-  return 0;
+  remat_stage st = remat_stage_whole(cfg, policy);
+  return remat_memplan_build_stage(mp, cfg, B, T, &st, err);
 }
 
 void remat_memplan_free(remat_memplan *mp) {
   remat__free(mp->policy);
-  remat__free(mp->kept_slot);
+  remat__free(mp->block_input_offset);
+  remat__free(mp->block_internal_offset);
   mp->policy = NULL;
-  mp->kept_slot = NULL;
+  mp->block_input_offset = mp->block_internal_offset = NULL;
 }
 
 int remat_fewest_recompute(const remat_config *cfg, int64_t B, int64_t T, size_t budget,
                            int64_t *n_out, size_t *min_bytes, remat_error *err) {
+  remat_memory_model mm;
+  int rc = remat_memory_model_get(cfg, B, T, &mm, err);
+  if (rc) return rc;
   int64_t L = cfg->num_layers;
-  uint8_t *pol = remat__malloc((size_t)(L > 0 ? L : 1));
+  uint8_t *pol = remat__malloc((size_t)L);
   if (!pol) return remat__errorf(err, REMAT_ENOMEM, "out of memory");
   size_t least = SIZE_MAX;
-  int rc = 0;
   for (int64_t n = 0; n <= L; n++) {
     remat_policy_first_n(pol, L, n);
-    remat_memplan mp;
-    rc = remat_memplan_build(&mp, cfg, B, T, pol, err);
-    if (rc) break;
-    size_t peak = mp.peak_bytes;
-    remat_memplan_free(&mp);
-    if (peak < least) least = peak;
-    if (peak <= budget) {
+    remat_stage st = remat_stage_whole(cfg, pol);
+    remat_stage_bytes sb;
+    if ((rc = remat_stage_bytes_get(cfg, &mm, &st, &sb, err))) break;
+    if (sb.total < least) least = sb.total;
+    if (sb.total <= budget) {
       *n_out = n;
-      if (min_bytes) *min_bytes = peak;
+      if (min_bytes) *min_bytes = sb.total;
       remat__free(pol);
       return 0;
     }
@@ -189,8 +268,8 @@ int remat_fewest_recompute(const remat_config *cfg, int64_t B, int64_t T, size_t
   if (min_bytes) *min_bytes = least;
   char have[32], need[32];
   return remat__errorf(err, REMAT_EINFEASIBLE,
-                       "memory budget %s is too small: even recomputing all %lld blocks needs "
-                       "%s; raise --mem or lower --batch/--seq",
-                       remat_format_bytes(budget, have, sizeof have), (long long)L,
-                       remat_format_bytes(least, need, sizeof need));
+                       "a budget of %s is too small for batch %lld x %lld tokens: even "
+                       "recomputing all %lld blocks needs %s",
+                       remat_format_bytes(budget, have, sizeof have), (long long)B, (long long)T,
+                       (long long)L, remat_format_bytes(least, need, sizeof need));
 }

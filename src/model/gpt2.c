@@ -12,50 +12,53 @@
 static const uint64_t POISON = 0x7FF4DEAD7FF4DEADull;
 
 void remat_hparams_default(remat_hparams *hp) {
-  *hp = (remat_hparams){.lr = 3e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
+  *hp = (remat_hparams){.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
                         .weight_decay = 0.1f, .grad_clip = 1.0f, .dropout = 0.0f, .seed = 1337};
 }
 
-int remat_model_init(remat_model *m, const remat_config *cfg, int64_t B, int64_t T,
-                     const uint8_t *policy, remat_error *err) {
-  memset(m, 0, sizeof *m);
+int remat__model_plan(remat_model **out, const remat_config *cfg, int64_t B, int64_t T,
+                      const uint8_t *policy, remat_error *err) {
+  *out = NULL;
+  remat_model *m = remat__calloc(1, sizeof *m);
+  if (!m) return remat__errorf(err, REMAT_ENOMEM, "out of memory");
   int rc = remat_memplan_build(&m->mp, cfg, B, T, policy, err);
-  if (rc) return rc;
+  if (rc) {
+    remat__free(m);
+    return rc;
+  }
   m->cfg = *cfg;
   m->B = B;
   m->T = T;
+  *out = m;
+  return 0;
+}
+
+int remat__model_allocate(remat_model *m, remat_error *err) {
+  REMAT_ASSERT(!m->arena);
   m->arena = remat__malloc(m->mp.peak_bytes);
   if (!m->arena) {
     char need[32];
-    rc = remat__errorf(err, REMAT_ENOMEM,
-                       "cannot allocate the %s arena this plan needs; lower --batch/--seq or "
-                       "recompute more blocks (--mem)",
-                       remat_format_bytes(m->mp.peak_bytes, need, sizeof need));
-    remat_memplan_free(&m->mp);
-    return rc;
+    return remat__errorf(err, REMAT_ENOMEM,
+                         "cannot allocate the %s arena this plan needs; recompute more blocks "
+                         "or use a smaller batch",
+                         remat_format_bytes(m->mp.peak_bytes, need, sizeof need));
   }
   uint64_t *w = (uint64_t *)m->arena;
   for (size_t i = 0; i < m->mp.peak_bytes / sizeof(uint64_t); i++) w[i] = POISON;
 
   const remat_membuf *b = m->mp.buf;
-#define AT(k) (b[k].bytes ? (void *)(m->arena + b[k].offset) : NULL)
-  m->params = AT(REMAT_BUF_PARAMS);
-  m->grads = AT(REMAT_BUF_GRADS);
-  m->adam_m = AT(REMAT_BUF_ADAM_M);
-  m->adam_v = AT(REMAT_BUF_ADAM_V);
-  m->inputs = AT(REMAT_BUF_TOKENS);
-  m->targets = m->inputs + B * T;
-  m->residual = AT(REMAT_BUF_RESIDUAL);
-  m->kept = AT(REMAT_BUF_KEPT);
-  m->scratch = AT(REMAT_BUF_SCRATCH);
-  m->logits = AT(REMAT_BUF_LOGITS);
-  m->dresid = AT(REMAT_BUF_DRESID);
-  m->head = AT(REMAT_BUF_HEAD);
-  m->dblock = AT(REMAT_BUF_DBLOCK);
-#undef AT
-  remat__param_views(cfg, m->params, m->p);
-  remat__param_views(cfg, m->grads, m->g);
-  size_t P = remat_param_count(cfg) * sizeof(float);
+  m->params = (float *)(m->arena + b[REMAT_BUF_PARAMS].offset);
+  m->grads = (float *)(m->arena + b[REMAT_BUF_GRADS].offset);
+  m->adam_m = (float *)(m->arena + b[REMAT_BUF_ADAM_M].offset);
+  m->adam_v = (float *)(m->arena + b[REMAT_BUF_ADAM_V].offset);
+  m->slot = m->arena + b[REMAT_BUF_SLOTS].offset;
+  m->inputs = (int32_t *)(m->slot + m->mp.inputs_offset);
+  m->targets = (int32_t *)(m->slot + m->mp.targets_offset);
+  m->dresid = (float *)(m->arena + b[REMAT_BUF_DRESID].offset);
+  m->work = m->arena + b[REMAT_BUF_WORK].offset;
+  remat__param_views(&m->cfg, m->params, m->p);
+  remat__param_views(&m->cfg, m->grads, m->g);
+  size_t P = b[REMAT_BUF_PARAMS].bytes;
   memset(m->params, 0, P);
   memset(m->grads, 0, P);
   memset(m->adam_m, 0, P);
@@ -63,10 +66,38 @@ int remat_model_init(remat_model *m, const remat_config *cfg, int64_t B, int64_t
   return 0;
 }
 
-void remat_model_free(remat_model *m) {
+int remat_model_create(remat_model **out, const remat_config *cfg, int64_t B, int64_t T,
+                       const uint8_t *policy, remat_error *err) {
+  int rc = remat__model_plan(out, cfg, B, T, policy, err);
+  if (rc) return rc;
+  if ((rc = remat__model_allocate(*out, err))) {
+    remat_model_destroy(*out);
+    *out = NULL;
+  }
+  return rc;
+}
+
+void remat_model_destroy(remat_model *m) {
+  if (!m) return;
   remat__free(m->arena);
   remat_memplan_free(&m->mp);
-  memset(m, 0, sizeof *m);
+  remat__free(m);
+}
+
+const remat_config *remat_model_config(const remat_model *m) { return &m->cfg; }
+const remat_memplan *remat_model_memplan(const remat_model *m) { return &m->mp; }
+float *remat_model_params(remat_model *m) { return m->params; }
+float *remat_model_grads(remat_model *m) { return m->grads; }
+float *remat_model_adam_m(remat_model *m) { return m->adam_m; }
+float *remat_model_adam_v(remat_model *m) { return m->adam_v; }
+int32_t *remat_model_inputs(remat_model *m) { return m->inputs; }
+int32_t *remat_model_targets(remat_model *m) { return m->targets; }
+int64_t remat_model_step(const remat_model *m) { return m->step; }
+void remat_model_set_step(remat_model *m, int64_t step) { m->step = step; }
+double remat_model_take_recompute_seconds(remat_model *m) {
+  double s = m->recompute_s;
+  m->recompute_s = 0;
+  return s;
 }
 
 size_t remat_model_arena_high_water(remat_model *m) {
@@ -136,14 +167,14 @@ typedef struct {
 
 static remat__block_acts block_acts(remat_model *m, int64_t l) {
   remat__block_acts a;
-  int64_t slot = m->mp.kept_slot[l];
-  float *base = slot >= 0 ? (float *)(m->kept + (size_t)slot * m->mp.block_internal_bytes)
-                          : m->scratch;
+  size_t off = m->mp.block_internal_offset[l];
+  float *base = off != REMAT_NO_OFFSET ? (float *)(m->slot + off)
+                                       : (float *)(m->work + m->mp.mm.block_dgrad_bytes);
   remat__block_acts_view(&a, base, m->B, m->T, m->cfg.channels, m->cfg.num_heads);
   return a;
 }
 
-static remat__dropout drop_at(const remat_hparams *hp, int step, uint32_t micro, int64_t l,
+static remat__dropout drop_at(const remat_hparams *hp, int64_t step, uint32_t micro, int64_t l,
                               uint32_t site) {
   return (remat__dropout){.p = hp ? hp->dropout : 0.0f, .seed = hp ? hp->seed : 0,
                           .step = (uint32_t)step, .micro = micro, .layer = (uint32_t)l,
@@ -185,7 +216,7 @@ static void block_backward(remat_model *m, int64_t l, const float *x, const rema
   block_params w = BLOCK_VIEW(block_params, m->p, l, C);
   block_grads g = BLOCK_VIEW(block_grads, m->g, l, C);
   remat__block_dgrads dgrads, *d = &dgrads;
-  remat__block_dgrads_view(d, m->dblock, B, T, C, NH);
+  remat__block_dgrads_view(d, (float *)m->work, B, T, C, NH);
   remat__dropout d_att = drop_at(hp, m->step, micro, l, REMAT_DROP_ATTN);
   remat__dropout d_r1 = drop_at(hp, m->step, micro, l, REMAT_DROP_RESID1);
   remat__dropout d_r2 = drop_at(hp, m->step, micro, l, REMAT_DROP_RESID2);
@@ -207,8 +238,10 @@ static void block_backward(remat_model *m, int64_t l, const float *x, const rema
                             a->ln1_rstd, N, C);
 }
 
+/* Input of block l; l = L is the final residual, the head's input. */
 static float *resid_at(remat_model *m, int64_t l) {
-  return m->residual + (size_t)l * (size_t)m->B * (size_t)m->T * (size_t)m->cfg.channels;
+  size_t off = l < m->cfg.num_layers ? m->mp.block_input_offset[l] : m->mp.final_offset;
+  return (float *)(m->slot + off);
 }
 
 static void forward_blocks(remat_model *m, const remat_hparams *hp, uint32_t micro) {
@@ -225,11 +258,12 @@ static void forward_blocks(remat_model *m, const remat_hparams *hp, uint32_t mic
 static double head_forward(remat_model *m, remat__head_acts *h) {
   const remat_config *c = &m->cfg;
   int64_t N = m->B * m->T, C = c->channels;
-  remat__head_acts_view(h, m->head, m->B, m->T, C);
+  remat__head_acts_view(h, (float *)m->work, m->B, m->T, C);
   remat__layernorm_forward(h->lnf, h->lnf_mean, h->lnf_rstd, resid_at(m, c->num_layers),
                            m->p[REMAT_P_LNFW], m->p[REMAT_P_LNFB], N, C);
-  remat__matmul_forward(m->logits, h->lnf, m->p[REMAT_P_WTE], NULL, N, C, c->padded_vocab_size);
-  return remat__crossentropy_forward(m->logits, h->losses, m->targets, N, c->vocab_size,
+  float *logits = (float *)(m->work + m->mp.mm.head_bytes);
+  remat__matmul_forward(logits, h->lnf, m->p[REMAT_P_WTE], NULL, N, C, c->padded_vocab_size);
+  return remat__crossentropy_forward(logits, h->losses, m->targets, N, c->vocab_size,
                                      c->padded_vocab_size);
 }
 
@@ -241,9 +275,10 @@ float remat_model_forward_backward(remat_model *m, uint32_t micro, float dloss,
   remat__head_acts h;
   double loss = head_forward(m, &h);
 
-  remat__crossentropy_backward(m->logits, m->targets, dloss, N, c->vocab_size,
+  float *logits = (float *)(m->work + m->mp.mm.head_bytes);
+  remat__crossentropy_backward(logits, m->targets, dloss, N, c->vocab_size,
                                c->padded_vocab_size);
-  remat__matmul_backward(h.dlnf, m->g[REMAT_P_WTE], NULL, m->logits, h.lnf,
+  remat__matmul_backward(h.dlnf, m->g[REMAT_P_WTE], NULL, logits, h.lnf,
                          m->p[REMAT_P_WTE], N, C, c->padded_vocab_size);
   memset(m->dresid, 0, (size_t)N * (size_t)C * sizeof(float));
   remat__layernorm_backward(m->dresid, m->g[REMAT_P_LNFW], m->g[REMAT_P_LNFB], h.dlnf,
@@ -287,11 +322,13 @@ static int decays(int tensor) {
   }
 }
 
-float remat_model_update(remat_model *m, const remat_hparams *hp, float lr) {
+float remat_model_grad_norm(const remat_model *m) {
+  return (float)sqrt(remat__sumsq(m->grads, remat_param_count(&m->cfg)));
+}
+
+void remat_model_update(remat_model *m, const remat_hparams *hp, float lr, float norm) {
   size_t sz[REMAT_P_COUNT];
   remat_param_sizes(&m->cfg, sz);
-  double sumsq = remat__sumsq(m->grads, remat_param_count(&m->cfg));
-  float norm = (float)sqrt(sumsq);
   float scale = 1.0f;
   if (hp->grad_clip > 0) {
     float coef = hp->grad_clip / (norm + 1e-6f);
@@ -299,7 +336,7 @@ float remat_model_update(remat_model *m, const remat_hparams *hp, float lr) {
   }
   m->step++;
   remat__adamw opt = {.lr = lr, .beta1 = hp->beta1, .beta2 = hp->beta2, .eps = hp->eps,
-                      .step = m->step};
+                      .step = (int)m->step};
   float *pm = m->adam_m, *pv = m->adam_v;
   for (int i = 0; i < REMAT_P_COUNT; i++) {
     remat__adamw_update(m->p[i], m->g[i], pm, pv, sz[i], &opt,
@@ -307,5 +344,4 @@ float remat_model_update(remat_model *m, const remat_hparams *hp, float lr) {
     pm += sz[i];
     pv += sz[i];
   }
-  return norm;
 }

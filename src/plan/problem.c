@@ -10,7 +10,6 @@
 #include <string.h>
 
 #include "base/base.h"
-#include "memory/layout.h"
 #include "plan/plan.h"
 
 /* ------------------------------------------------------------ names */
@@ -495,54 +494,39 @@ int remat_plan_problem_from_model(remat_plan_problem *pb, const remat_config *cf
                                   int64_t T, int64_t stages, int64_t microbatches, size_t memory,
                                   remat_error *err) {
   memset(pb, 0, sizeof *pb);
-  int rc = remat__check_shape(cfg, B, T, err);
+  remat_memory_model mm;
+  int rc = remat_memory_model_get(cfg, B, T, &mm, err);
   if (rc) return rc;
   if ((rc = remat_plan_problem_init(pb, stages, 3, err))) return rc;
   pb->microbatches = microbatches;
   remat_plan_problem_set_memory(pb, memory);
 
-  remat_block_bytes bb;
-  remat_block_bytes_get(cfg, B, T, &bb);
-  size_t ps[REMAT_P_COUNT];
-  remat_param_sizes(cfg, ps);
   double Bd = (double)B, Td = (double)T, C = (double)cfg->channels;
   double Vp = (double)cfg->padded_vocab_size;
-  size_t BT = (size_t)B * (size_t)T, BTC = BT * (size_t)cfg->channels;
   const double G = 1e9; /* times in GFLOP */
-
-  remat_plan_group *e = &pb->groups[0], *blk = &pb->groups[1], *h = &pb->groups[2];
-  snprintf(e->name, sizeof e->name, "embedding");
-  e->count = 1;
-  e->fwd = Bd * Td * C / G;
-  e->bwd = Bd * Td * C / G;
-  e->act_bytes = e->ckpt_bytes = 2 * BT * sizeof(int32_t);
-  e->state_bytes = 4 * sizeof(float) * (ps[REMAT_P_WTE] + ps[REMAT_P_WPE]);
-  e->recomputable = 0;
-
-  snprintf(blk->name, sizeof blk->name, "block");
-  blk->count = cfg->num_layers;
+  static const char *const names[REMAT_LAYER_KIND_COUNT] = {"embedding", "block", "head"};
+  for (int k = 0; k < REMAT_LAYER_KIND_COUNT; k++) {
+    remat_plan_group *g = &pb->groups[k];
+    const remat_layer_bytes *lb = &mm.layer[k];
+    snprintf(g->name, sizeof g->name, "%s", names[k]);
+    g->count = k == REMAT_LAYER_BLOCK ? cfg->num_layers : 1;
+    g->act_bytes = lb->kept;
+    g->ckpt_bytes = lb->ckpt;
+    g->recompute_bytes = lb->scratch;
+    g->work_bytes = lb->work;
+    g->state_bytes = lb->state;
+    g->recomputable = k == REMAT_LAYER_BLOCK;
+  }
+  remat_plan_group *e = &pb->groups[REMAT_LAYER_EMBEDDING], *blk = &pb->groups[REMAT_LAYER_BLOCK],
+                   *h = &pb->groups[REMAT_LAYER_HEAD];
+  e->fwd = e->bwd = Bd * Td * C / G;
   double f = (24.0 * Bd * Td * C * C + 4.0 * Bd * Td * Td * C) / G;
   blk->fwd = f;
   blk->bwd = 2 * f;
   blk->recompute = f;
-  blk->act_bytes = bb.kept_bytes;
-  blk->ckpt_bytes = bb.recompute_bytes;
-  blk->recompute_bytes = bb.scratch_bytes;
-  blk->state_bytes = bb.state_bytes;
-
-  snprintf(h->name, sizeof h->name, "head");
-  h->count = 1;
   h->fwd = (2.0 * Bd * Td * C * Vp + 5.0 * Bd * Td * Vp) / G;
   h->bwd = 2 * h->fwd;
-  size_t head_acts = remat__head_acts_view(NULL, NULL, B, T, cfg->channels) * sizeof(float);
-  h->act_bytes = h->ckpt_bytes = BTC * sizeof(float) + head_acts;
-  h->state_bytes = 4 * sizeof(float) * (ps[REMAT_P_LNFW] + ps[REMAT_P_LNFB]) +
-                   remat__align(BT * (size_t)cfg->padded_vocab_size * sizeof(float));
-  h->recomputable = 0;
-
-  size_t dblock = remat__block_dgrads_view(NULL, NULL, B, T, cfg->channels, cfg->num_heads) *
-                  sizeof(float);
-  pb->stage_bytes = dblock + 3 * remat__align(BTC * sizeof(float));
+  pb->stage_bytes = mm.stage_bytes;
   snprintf(pb->time_unit, sizeof pb->time_unit, "GFLOP");
   snprintf(pb->source, sizeof pb->source,
            "GPT-2 L=%lld C=%lld NH=%lld V=%lld, B=%lld, T=%lld", (long long)cfg->num_layers,

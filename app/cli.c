@@ -1,0 +1,75 @@
+/* cli.c: shared command-line helpers; see cli.h. */
+#include "cli.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *cli_name = "remat";
+
+int cli_fail(int code, const char *fmt, ...) {
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "%s: %s\n", cli_name, msg);
+  return code;
+}
+
+int cli_parse_i64(const char *flag, const char *s, int64_t lo, int64_t hi, int64_t *out) {
+  char *end;
+  errno = 0;
+  long long v = strtoll(s, &end, 10);
+  if (end == s || *end || errno) {
+    cli_fail(-1, "%s expects an integer, got '%s'", flag, s);
+    return -1;
+  }
+  if (v < lo || v > hi) {
+    cli_fail(-1, "%s %lld is out of range [%lld, %lld]", flag, v, (long long)lo, (long long)hi);
+    return -1;
+  }
+  *out = v;
+  return 0;
+}
+
+int cli_parse_f64(const char *flag, const char *s, double lo, double hi, int hi_open,
+                  double *out) {
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (end == s || *end || errno || !isfinite(v)) {
+    cli_fail(-1, "%s expects a number, got '%s'", flag, s);
+    return -1;
+  }
+  if (v < lo || v > hi || (hi_open && v == hi)) {
+    cli_fail(-1, "%s %g is out of range [%g, %g%s", flag, v, lo, hi, hi_open ? ")" : "]");
+    return -1;
+  }
+  *out = v;
+  return 0;
+}
+
+const char *cli_flag_value(int argc, char **argv, int *i, char *name, size_t cap) {
+  const char *a = argv[*i];
+  const char *eq = strchr(a, '=');
+  if (eq) {
+    snprintf(name, cap, "%.*s", (int)(eq - a), a);
+    return eq + 1;
+  }
+  snprintf(name, cap, "%s", a);
+  if (*i + 1 >= argc || strncmp(argv[*i + 1], "--", 2) == 0) {
+    cli_fail(-1, "%s needs a value; see %s --help", a, cli_name);
+    return NULL;
+  }
+  return argv[++*i];
+}
+
+int cli_stdout_ok(void) {
+  if (fflush(stdout) == 0 && !ferror(stdout)) return 0;
+  cli_fail(-1, "cannot write the output: %s", strerror(errno ? errno : EIO));
+  return -1;
+}

@@ -1,0 +1,33 @@
+/* cli.h: what the remat subcommands share: one-line errors prefixed with the
+ * command's name, and flag values parsed with their range checked. */
+#ifndef REMAT_CLI_H
+#define REMAT_CLI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum { CLI_EXIT_RUN = 1, CLI_EXIT_USAGE = 2 };
+
+/* "remat train" or "remat plan": the prefix of every message. */
+extern const char *cli_name;
+
+/* Prints "<cli_name>: <message>" on stderr as one line; returns code. */
+int cli_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* An integer in [lo, hi] / a finite number in [lo, hi] (or [lo, hi) when
+ * hi_open); on a bad value prints why, naming the flag, and returns -1. */
+int cli_parse_i64(const char *flag, const char *s, int64_t lo, int64_t hi, int64_t *out);
+int cli_parse_f64(const char *flag, const char *s, double lo, double hi, int hi_open, double *out);
+
+/* Flags: "--name VALUE" or "--name=VALUE". At argv[*i], splits the flag's
+ * name into name (cap bytes) and returns its value, advancing *i past a
+ * separate value; NULL (after printing why) when the value is missing. A
+ * value that starts with "--" is refused as missing, so "--save --quiet" is
+ * not read as saving to a file named "--quiet". */
+const char *cli_flag_value(int argc, char **argv, int *i, char *name, size_t cap);
+
+/* Writes to stdout went through (stdout flushed, no error); else prints why
+ * and returns -1. */
+int cli_stdout_ok(void);
+
+#endif

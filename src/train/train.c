@@ -1,0 +1,212 @@
+/* train.c: the trainer. The step sequence lives here and only here: zero the
+ * gradients, K micro-batches of forward and backward, the gradient hook, the
+ * global norm, clipping and AdamW at the scheduled learning rate. The command
+ * line, the benchmarks and the tests all run steps through it. */
+#include <math.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "model/model.h"
+
+#ifndef M_PI
+#define M_PI 3.14159265358979323846
+#endif
+
+struct remat_trainer {
+  remat_train_opts o;
+  remat_model *model;
+  int have_train, have_val;
+  remat_loader train, val;
+  remat_batch_fn batch_fn;
+  void *batch_ctx;
+  remat_grad_hook hook;
+  void *hook_ctx;
+  float dloss; /* 1 / (B T K): the mean over the step's tokens */
+};
+
+void remat_train_opts_default(remat_train_opts *o) {
+  memset(o, 0, sizeof *o);
+  o->B = 8;
+  o->T = 64;
+  o->grad_accum = 1;
+  o->steps = 300;
+  o->lr = 3e-4;
+  remat_hparams_default(&o->hp);
+  o->shuffle = 1;
+  o->eval_batches = 8;
+}
+
+float remat_train_lr(const remat_train_opts *o, int64_t step) {
+  double lr = o->lr;
+  if (o->warmup > 0 && step < o->warmup)
+    return (float)(lr * (double)(step + 1) / (double)o->warmup);
+  if (o->cosine && o->steps > o->warmup) {
+    double p = (double)(step - o->warmup) / (double)(o->steps - o->warmup);
+    return (float)(lr * (0.1 + 0.9 * 0.5 * (1.0 + cos(M_PI * p))));
+  }
+  return (float)lr;
+}
+
+static int check_opts(const remat_train_opts *o, remat_error *err) {
+  if (o->grad_accum < 1 || o->grad_accum > (1 << 20))
+    return remat__errorf(err, REMAT_EINVAL, "%lld micro-batches per step; it must be 1 to 2^20",
+                         (long long)o->grad_accum);
+  if (o->steps < 0 || o->warmup < 0)
+    return remat__errorf(err, REMAT_EINVAL, "step counts must not be negative");
+  if (!(o->val_frac >= 0 && o->val_frac < 1))
+    return remat__errorf(err, REMAT_EINVAL, "held-out fraction %g must lie in [0, 1)",
+                         o->val_frac);
+  if (o->val_frac > 0 && o->eval_batches < 1)
+    return remat__errorf(err, REMAT_EINVAL, "an evaluation needs at least one batch");
+  if (!(o->hp.dropout >= 0 && o->hp.dropout < 1))
+    return remat__errorf(err, REMAT_EINVAL, "dropout %g must lie in [0, 1)", o->hp.dropout);
+  return 0;
+}
+
+int remat_trainer_create(remat_trainer **out, const remat_config *cfg, const uint8_t *policy,
+                         const remat_tokens *tok, const remat_train_opts *o, remat_error *err) {
+  *out = NULL;
+  int rc = check_opts(o, err);
+  if (rc) return rc;
+  remat_trainer *tr = remat__calloc(1, sizeof *tr);
+  if (!tr) return remat__errorf(err, REMAT_ENOMEM, "out of memory");
+  tr->o = *o;
+  tr->dloss = 1.0f / (float)(o->B * o->T * o->grad_accum);
+  if (tok) {
+    if ((rc = remat_tokens_check_vocab(tok, cfg->vocab_size, err))) goto fail;
+    if ((rc = remat_loader_init(&tr->train, tok, o->B, o->T, REMAT_SPLIT_TRAIN, o->val_frac,
+                                o->shuffle, o->hp.seed, err)))
+      goto fail;
+    tr->have_train = 1;
+    if (o->val_frac > 0) {
+      if ((rc = remat_loader_init(&tr->val, tok, o->B, o->T, REMAT_SPLIT_VAL, o->val_frac, 0,
+                                  o->hp.seed, err)))
+        goto fail;
+      tr->have_val = 1;
+    }
+  }
+  if ((rc = remat__model_plan(&tr->model, cfg, o->B, o->T, policy, err))) goto fail;
+  *out = tr;
+  return 0;
+fail:
+  remat_trainer_destroy(tr);
+  return rc;
+}
+
+void remat_trainer_destroy(remat_trainer *tr) {
+  if (!tr) return;
+  remat_model_destroy(tr->model);
+  if (tr->have_train) remat_loader_free(&tr->train);
+  if (tr->have_val) remat_loader_free(&tr->val);
+  remat__free(tr);
+}
+
+const remat_memplan *remat_trainer_memplan(const remat_trainer *tr) {
+  return remat_model_memplan(tr->model);
+}
+
+size_t remat_trainer_planned_bytes(const remat_trainer *tr) {
+  size_t arena = remat_model_memplan(tr->model)->peak_bytes;
+  return tr->model->arena ? remat__heap_live() : remat__heap_live() + arena;
+}
+
+int remat_trainer_allocate(remat_trainer *tr, remat_error *err) {
+  int rc = remat__model_allocate(tr->model, err);
+  remat__heap_reset_peak(); /* the measured peak counts from here */
+  return rc;
+}
+
+remat_model *remat_trainer_model(remat_trainer *tr) { return tr->model; }
+
+void remat_trainer_set_batches(remat_trainer *tr, remat_batch_fn fn, void *ctx) {
+  tr->batch_fn = fn;
+  tr->batch_ctx = ctx;
+}
+
+void remat_trainer_set_hook(remat_trainer *tr, remat_grad_hook fn, void *ctx) {
+  tr->hook = fn;
+  tr->hook_ctx = ctx;
+}
+
+int64_t remat_trainer_steps_done(const remat_trainer *tr) { return remat_model_step(tr->model); }
+
+int64_t remat_trainer_train_windows(const remat_trainer *tr) {
+  return tr->have_train ? tr->train.max_windows : 0;
+}
+
+/* Largest magnitude float arithmetic on the weights can bear: past it a
+ * product of two of them, or a sum of squares, is infinite. */
+#define WEIGHT_OVERFLOW 1e18f
+
+static int diverged(remat_trainer *tr, double loss, int64_t step, remat_error *err) {
+  const remat_model *m = tr->model;
+  size_t P = remat_param_count(&m->cfg);
+  for (size_t i = 0; i < P; i++) {
+    float w = m->params[i];
+    if (!(fabsf(w) <= WEIGHT_OVERFLOW))
+      return remat__errorf(err, REMAT_ENUMERIC,
+                           "the loss is %g at step %lld because the weights overflow: parameter "
+                           "%zu is %g",
+                           loss, (long long)step, i, (double)w);
+  }
+  return remat__errorf(err, REMAT_ENUMERIC,
+                       "the loss is %g at step %lld: training diverged at learning rate %g", loss,
+                       (long long)step, (double)remat_train_lr(&tr->o, step - 1));
+}
+
+int remat_trainer_step(remat_trainer *tr, remat_step_stats *st, remat_error *err) {
+  remat_model *m = tr->model;
+  REMAT_ASSERT(m->arena);
+  const remat_train_opts *o = &tr->o;
+  int64_t step = m->step; /* 0-based number of this step */
+  if (!tr->batch_fn && !tr->have_train)
+    return remat__errorf(err, REMAT_EINVAL, "the trainer has no data: give it tokens or batches");
+  double t0 = remat__now();
+  remat_model_take_recompute_seconds(m);
+  remat_model_zero_grad(m);
+  double loss = 0;
+  for (int64_t k = 0; k < o->grad_accum; k++) {
+    if (tr->batch_fn) {
+      int rc = tr->batch_fn(tr->batch_ctx, step, k, m->inputs, m->targets, err);
+      if (rc) return rc;
+    } else {
+      remat_loader_next(&tr->train, m->inputs, m->targets);
+    }
+    loss += remat_model_forward_backward(m, (uint32_t)k, tr->dloss, &o->hp);
+  }
+  loss /= (double)o->grad_accum;
+  if (tr->hook) {
+    int rc = tr->hook(tr->hook_ctx, tr, err);
+    if (rc) return rc;
+  }
+  float lr = remat_train_lr(o, step);
+  float norm = remat_model_grad_norm(m);
+  remat_model_update(m, &o->hp, lr, norm);
+  st->step = m->step;
+  st->loss = loss;
+  st->lr = lr;
+  st->grad_norm = norm;
+  st->seconds = remat__now() - t0;
+  st->recompute_seconds = remat_model_take_recompute_seconds(m);
+  if (!isfinite(loss)) return diverged(tr, loss, m->step, err);
+  return 0;
+}
+
+int remat_trainer_evaluate(remat_trainer *tr, double *loss, remat_error *err) {
+  if (!tr->have_val)
+    return remat__errorf(err, REMAT_EINVAL, "no held-out split: the held-out fraction is 0");
+  remat_model *m = tr->model;
+  remat_loader_reset(&tr->val);
+  double sum = 0;
+  for (int64_t e = 0; e < tr->o.eval_batches; e++) {
+    remat_loader_next(&tr->val, m->inputs, m->targets);
+    sum += remat_model_eval(m);
+  }
+  *loss = sum / (double)tr->o.eval_batches;
+  return 0;
+}
+
+size_t remat_trainer_measured_peak_bytes(remat_trainer *tr) {
+  size_t arena = remat_model_memplan(tr->model)->peak_bytes;
+  return remat_model_arena_high_water(tr->model) + (remat__heap_peak() - arena);
+}
