@@ -1,7 +1,7 @@
 # Engine tests: memory plan, checkpointing bit-exactness, allocation-free
 # steps, planned vs measured peak, and the command line.
 remat_test(test_memplan SOURCES test_memplan.c LIBS remat_memory LABELS unit)
-remat_test(test_checkpointing SOURCES test_checkpointing.c LIBS remat_train LABELS unit)
+remat_test(test_checkpointing SOURCES test_checkpointing.c LIBS remat_train LABELS slow)
 remat_test(test_noalloc SOURCES test_noalloc.c LIBS remat_train LABELS unit)
 
 # Reference numerics against PyTorch's GPT-2 when Debian's python3-torch is

@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+"""readme_check.py: runs every command README.md shows and checks that the
+lines README quotes under it are what the command prints, numbers included,
+so the README cannot drift from the program.
+
+In README's fenced blocks a line "$ COMMAND" is a command; the lines after it,
+up to the next command or the end of the block, are what it prints (stdout
+and stderr together). Each quoted line must appear in the output, in order;
+the output may have more lines (progress lines, for instance). Figures that
+depend on the machine's speed (seconds, tokens/s, GFLOP/s, MFU, ETA, the
+process's RSS) are masked on both sides before comparing. A command whose
+quoted output is empty is only checked to run.
+
+usage: readme_check.py README.md REMAT_BINARY REPO_ROOT
+"""
+import re
+import shlex
+import subprocess
+import sys
+
+MASKS = [
+    (re.compile(r"\b\d+(\.\d+)? s\b"), "<sec> s"),
+    (re.compile(r"\b\d+ (tok/s|tokens/s)"), r"<rate> \1"),
+    (re.compile(r"\b\d+(\.\d+)? GFLOP/s"), "<rate> GFLOP/s"),
+    (re.compile(r"MFU \d+(\.\d+)?%"), "MFU <pct>%"),
+    (re.compile(r"ETA [\d:]+"), "ETA <eta>"),
+    (re.compile(r"RSS peak [\d.]+ \w+"), "RSS peak <bytes>"),
+    (re.compile(r"recompute \d+(\.\d+)?% of step time"), "recompute <pct>% of step time"),
+    (re.compile(r"on \d+ threads"), "on <n> threads"),
+]
+
+
+def mask(line):
+    line = line.rstrip()
+    for rx, rep in MASKS:
+        line = rx.sub(rep, line)
+    return line
+
+
+def examples(readme):
+    """(command, [quoted lines]) for every '$ ' line in a fenced block."""
+    out, in_block, cur = [], False, None
+    for raw in open(readme, encoding="utf-8"):
+        line = raw.rstrip("\n")
+        if line.startswith("```"):
+            in_block = not in_block
+            cur = None
+            continue
+        if not in_block:
+            continue
+        if line.startswith("$ "):
+            cur = (line[2:], [])
+            out.append(cur)
+        elif cur is not None:
+            cur[1].append(line)
+    return out
+
+
+def main():
+    readme, remat, root = sys.argv[1:4]
+    cases = examples(readme)
+    passed = failed = 0
+    for cmd, quoted in cases:
+        argv = shlex.split(cmd)
+        if argv[0] in ("remat", "./build/app/remat"):
+            argv[0] = remat
+        else:
+            print(f"FAIL [{cmd}]: README commands must start with ./build/app/remat")
+            failed += 1
+            continue
+        r = subprocess.run(argv, cwd=root, capture_output=True, text=True, timeout=600)
+        got = [mask(l) for l in (r.stdout + r.stderr).splitlines()]
+        want = [mask(l) for l in quoted if l.strip()]
+        i, missing = 0, None
+        for w in want:
+            while i < len(got) and got[i] != w:
+                i += 1
+            if i == len(got):
+                missing = w
+                break
+            i += 1
+        if missing is not None:
+            print(f"FAIL [{cmd}]: README quotes a line the command did not print (in order):")
+            print(f"  README: {missing}")
+            print("  output:")
+            for l in got:
+                print(f"    {l}")
+            failed += 1
+        else:
+            print(f"ok   [{cmd}] ({len(want)} lines)")
+            passed += 1
+    if not cases:
+        print("FAIL: no commands found in README")
+        failed += 1
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
