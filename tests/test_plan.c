@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "plan/plan.h"
+#include "plan_brute.h"
 #include "test_util.h"
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
@@ -155,7 +156,7 @@ static void test_random(int count, int maxL) {
       continue;
     }
     int64_t bo = 0, bc = 0, bm = 0, so = 0, sc = 0, sm = 0;
-    int brc = remat__plan_brute(&in, &bo, &bc, &bm);
+    int brc = plan_brute(&in, &bo, &bc, &bm);
     int64_t bounds[8];
     uint8_t rec[32];
     int src = remat__plan_solve_inst(&in, &so, &sc, &sm, bounds, rec, &err);
@@ -192,9 +193,9 @@ static void test_random(int count, int maxL) {
         int64_t delta = (int64_t)plan.min_extra_bytes;
         CHECK(delta > 0);
         for (int64_t s = 0; s < in.p; s++) in.budget[s] += delta;
-        CHECK(remat__plan_brute(&in, &bo, &bc, &bm) == 0);
+        CHECK(plan_brute(&in, &bo, &bc, &bm) == 0);
         for (int64_t s = 0; s < in.p; s++) in.budget[s] -= 1;
-        CHECK(remat__plan_brute(&in, &bo, &bc, &bm) == REMAT_EINFEASIBLE);
+        CHECK(plan_brute(&in, &bo, &bc, &bm) == REMAT_EINFEASIBLE);
         for (int64_t s = 0; s < in.p; s++) {
           CHECK(plan.stages[s].memory_bytes <= pb.memory[s] + (size_t)delta);
           CHECK(plan.stages[s].num_layers >= 1);
