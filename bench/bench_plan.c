@@ -1,5 +1,5 @@
 /* bench_plan.c: how fast the exact planner is. One line per case:
- *   seed      the seed document's instance (32 layers, 4 stages), median of
+ *   seed      ColossalAI #5509's example (32 layers, 4 stages), median of
  *             many solves
  *   hetero    1024 layers, every one different (random times, bytes and
  *             scratch), on 64 stages, both objectives

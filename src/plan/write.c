@@ -1,4 +1,4 @@
-/* write.c: a plan as text: a table like the seed document's, JSON, a
+/* write.c: a plan as text: a table like ColossalAI #5509's, JSON, a
  * ColossalAI snippet and Megatron-LM arguments. Each says plainly what the
  * target framework cannot express. */
 #include <cjson/cJSON.h>
