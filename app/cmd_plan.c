@@ -20,7 +20,7 @@ static void usage(FILE *f) {
           "the objective is minimal. Stage s (from 0) of P holds n_s = min(P - s, M)\n"
           "micro-batches of activations under 1F1B (M under GPipe); its memory is\n"
           "  stage_bytes + sum w + n_s * (sum a over kept + sum c over recomputed)\n"
-          "  + the largest recompute scratch x among its recomputed layers\n"
+          "  + the largest of its layers' work bytes y and its recomputed layers' scratch x\n"
           "and its time per micro-batch t_s = sum (f + b) + sum r over recomputed.\n"
           "\n"
           "problem:\n"

@@ -75,7 +75,7 @@ int remat__plan_pass_minmax(remat__plan_solver *S, int64_t *Tb) {
   int64_t L = S->L, p = S->p;
   int64_t *B = remat__malloc((size_t)(p + 1) * (size_t)S->L1 * sizeof *B);
   int64_t *sl = remat__malloc((size_t)p * sizeof *sl);
-  remat__plan_eval ev = {in, {0}, 0, 0};
+  remat__plan_eval ev = {in, {0}, 0, 0, 0, 0};
   remat__knap_init(&ev.kn, 0, 0, REMAT__PLAN_KNAP_LIMIT);
   remat__plan_cache c;
   int rc = remat__plan_cache_init(&c, in->ncls);
@@ -126,7 +126,7 @@ int remat__plan_pass_fewest(remat__plan_solver *S, int64_t Tb, int64_t *bounds) 
   int64_t *C = remat__malloc(cells * sizeof *C), *M = remat__malloc(cells * sizeof *M);
   int32_t *arg = remat__malloc(cells * sizeof *arg);
   int64_t *sl = remat__malloc((size_t)p * sizeof *sl);
-  remat__plan_eval ev = {in, {0}, 0, 0};
+  remat__plan_eval ev = {in, {0}, 0, 0, 0, 0};
   remat__knap_init(&ev.kn, 1, 0, REMAT__PLAN_KNAP_LIMIT);
   remat__plan_cache c;
   int rc = remat__plan_cache_init(&c, in->ncls);
@@ -235,7 +235,7 @@ static int table_build(remat__plan_solver *S, table *T) {
   T->mem = remat__malloc((size_t)(n ? n : 1) * sizeof *T->mem);
   T->cnt = remat__malloc((size_t)(n ? n : 1) * sizeof *T->cnt);
   int64_t *sl = remat__malloc((size_t)p * sizeof *sl);
-  remat__plan_eval ev = {in, {0}, 0, 0};
+  remat__plan_eval ev = {in, {0}, 0, 0, 0, 0};
   remat__knap_init(&ev.kn, 0, 0, REMAT__PLAN_KNAP_LIMIT);
   remat__plan_cache c;
   int rc = remat__plan_cache_init(&c, in->ncls);

@@ -17,8 +17,8 @@ typedef struct {
 static stage_fig stage_figures(const remat__plan_inst *in, const int64_t *bounds,
                                const uint8_t *rec, int64_t s) {
   int64_t i = bounds[s], j = bounds[s + 1];
-  stage_fig f = {in->pF[j] - in->pF[i], 0, remat__plan_kept_memory(in, i, j, s), 0};
-  int64_t X = 0;
+  stage_fig f = {in->pF[j] - in->pF[i], 0, remat__plan_base_memory(in, i, j, s), 0};
+  int64_t X = remat__plan_work_max(in, i, j); /* max(Y, X) */
   for (int64_t l = i; l < j; l++) {
     f.fwd += in->fwd[l];
     if (!rec[l]) continue;

@@ -21,19 +21,23 @@
 
 /* ------------------------------------------------------------ memory window */
 
-/* The largest saving n D - X of a sliding window of layers with different
- * scratch sizes, in O(log L) per layer entering or leaving: a segment tree
- * over the candidates sorted by (x, index), each node holding the sum of d of
- * its present items and the best n * (d of present items up to and including
- * one of them) - its x. The best set with largest scratch v is every
- * candidate with x <= v, a prefix in this order; the last item of a run of
- * equal x carries the prefix that counts. */
+/* The largest saving n D - (X - Y)+ of a sliding window of layers with
+ * different scratch sizes, in O(log L) per layer entering or leaving: a
+ * segment tree over the candidates sorted by (x, index), each node holding
+ * the sum of d of its present items and the best n * (d of present items up
+ * to and including one of them) - its x. The best set with largest scratch v
+ * is every candidate with x <= v, a prefix in this order; the last item of a
+ * run of equal x carries the prefix that counts. With a floor Y every prefix
+ * within x <= Y costs no scratch, so the best of those is all of them; the
+ * prefixes beyond are the tree's best over the ranks past Y, plus Y. */
 #define NEG (INT64_MIN / 4)
 
 struct remat__plan_xtree {
   int64_t size;        /* leaves, a power of two */
   int64_t *sum, *best; /* (2 size) */
   int64_t *rank;       /* (L) leaf of a candidate layer, -1 for others */
+  int64_t *xr;         /* (ncand) x of each rank, ascending */
+  int64_t ncand;
   int64_t n;           /* micro-batches of the stage being checked */
   int64_t wl, wr;      /* layers [wl, wr) are present */
   int used;            /* candidates have more than one scratch size */
@@ -54,8 +58,9 @@ static int xt_init(xtree *t, const remat__plan_inst *in) {
   t->sum = remat__malloc((size_t)(2 * t->size) * sizeof *t->sum);
   t->best = remat__malloc((size_t)(2 * t->size) * sizeof *t->best);
   t->rank = remat__malloc((size_t)(in->L ? in->L : 1) * sizeof *t->rank);
+  t->xr = remat__malloc((size_t)(nc ? nc : 1) * sizeof *t->xr);
   remat__plan_xd *order = remat__malloc((size_t)(nc ? nc : 1) * sizeof *order);
-  if (!t->sum || !t->best || !t->rank || !order) {
+  if (!t->sum || !t->best || !t->rank || !t->xr || !order) {
     remat__free(order);
     return REMAT_ENOMEM;
   }
@@ -65,7 +70,11 @@ static int xt_init(xtree *t, const remat__plan_inst *in) {
     if (in->cand[l]) order[k++] = (remat__plan_xd){in->x[l], l};
   }
   qsort(order, (size_t)k, sizeof *order, xl_cmp); /* d holds the layer here */
-  for (int64_t r = 0; r < k; r++) t->rank[order[r].d] = r;
+  for (int64_t r = 0; r < k; r++) {
+    t->rank[order[r].d] = r;
+    t->xr[r] = order[r].x;
+  }
+  t->ncand = k;
   t->used = k > 1 && order[0].x != order[k - 1].x;
   remat__free(order);
   return 0;
@@ -75,7 +84,8 @@ static void xt_free(xtree *t) {
   remat__free(t->sum);
   remat__free(t->best);
   remat__free(t->rank);
-  t->sum = t->best = t->rank = NULL;
+  remat__free(t->xr);
+  t->sum = t->best = t->rank = t->xr = NULL;
 }
 
 static void xt_reset(xtree *t, int64_t n) {
@@ -113,6 +123,52 @@ static void xt_window(xtree *t, const remat__plan_inst *in, int64_t i, int64_t j
   while (t->wl > i) xt_set(t, in, --t->wl, 1);
   while (t->wr > j) xt_set(t, in, --t->wr, 0);
   while (t->wl < i) xt_set(t, in, t->wl++, 0);
+}
+
+/* Over the present items of ranks [k, size), in the node at `node` covering
+ * [lo, hi): the best n * (d of every present item up to one) - its x, into
+ * *best; *before accumulates the d of present items left of each part. */
+static void xt_suffix(const xtree *t, int64_t node, int64_t lo, int64_t hi, int64_t k,
+                      int64_t *before, int64_t *best) {
+  if (hi <= k) {
+    *before += t->sum[node];
+    return;
+  }
+  if (lo >= k) {
+    if (t->best[node] != NEG) *best = remat__max64(*best, t->n * *before + t->best[node]);
+    *before += t->sum[node];
+    return;
+  }
+  int64_t mid = lo + (hi - lo) / 2;
+  xt_suffix(t, 2 * node, lo, mid, k, before, best);
+  xt_suffix(t, 2 * node + 1, mid, hi, k, before, best);
+}
+
+/* Sum of d of the present items of ranks [0, k). */
+static int64_t xt_prefix(const xtree *t, int64_t k) {
+  int64_t sum = 0;
+  for (int64_t i = t->size, j = t->size + k; i < j; i /= 2, j /= 2) {
+    if (i & 1) sum += t->sum[i++];
+    if (j & 1) sum += t->sum[--j];
+  }
+  return sum;
+}
+
+/* The largest saving n D - (X - Y)+ of the present window (0: none). */
+static int64_t xt_saving(const xtree *t, int64_t Y) {
+  int64_t best = t->best[1] > 0 ? t->best[1] : 0;
+  if (Y == 0) return best;
+  int64_t lo = 0, hi = t->ncand; /* k = lo: the ranks with x <= Y */
+  while (lo < hi) {
+    int64_t mid = lo + (hi - lo) / 2;
+    if (t->xr[mid] <= Y) lo = mid + 1;
+    else hi = mid;
+  }
+  int64_t before = 0, past = NEG;
+  xt_suffix(t, 1, 0, t->size, lo, &before, &past);
+  best = t->n * xt_prefix(t, lo);
+  if (past != NEG && Y + past > best) best = Y + past;
+  return best;
 }
 
 /* ------------------------------------------------------------ solver tables */
@@ -161,15 +217,19 @@ void remat__plan_fit_free(remat__plan_solver *S) {
 static int mem_ok(remat__plan_solver *S, int64_t i, int64_t j, int64_t s) {
   const remat__plan_inst *in = S->in;
   if (in->pF[j] - in->pF[i] > S->Tcap) return 0;
-  int64_t need = remat__plan_kept_memory(in, i, j, s);
+  int64_t Y = remat__plan_work_max(in, i, j);
+  int64_t need = remat__plan_base_memory(in, i, j, s) + Y;
   int64_t budget = in->budget[s] + S->delta;
   if (need <= budget) return 1;
   int64_t D = in->pD[j] - in->pD[i];
   if (in->n[s] * D < need - budget) return 0;
   int64_t fc = in->first_cand[i];
-  if (in->x_end[fc] >= j) return need - (in->n[s] * D - in->x[fc]) <= budget;
+  if (in->x_end[fc] >= j) {
+    int64_t x = in->x[fc] > Y ? in->x[fc] - Y : 0;
+    return need - (in->n[s] * D - x) <= budget;
+  }
   xt_window(S->xt, in, i, j);
-  int64_t save = S->xt->best[1];
+  int64_t save = xt_saving(S->xt, Y);
   return save > 0 && need - save <= budget;
 }
 
@@ -237,8 +297,8 @@ void remat__plan_least_memory(remat__plan_solver *S, int64_t *bounds, uint8_t *r
   bounds[p] = S->L;
   for (int64_t s = p; s > 0; s--) bounds[s - 1] = AT(S->pred, s, bounds[s]);
   for (int64_t s = 0; s < p; s++) {
-    int64_t v;
-    remat__plan_max_saving(in, bounds[s], bounds[s + 1], in->n[s], S->xs, &v);
+    int64_t v, Y = remat__plan_work_max(in, bounds[s], bounds[s + 1]);
+    remat__plan_max_saving(in, bounds[s], bounds[s + 1], in->n[s], Y, S->xs, &v);
     for (int64_t l = bounds[s]; l < bounds[s + 1]; l++)
       rec[l] = v >= 0 && in->cand[l] && in->x[l] <= v;
   }

@@ -11,9 +11,9 @@
 #include "plan/plan.h"
 
 void remat__plan_inst_free(remat__plan_inst *in) {
-  int64_t **arrs[] = {&in->fb, &in->fwd, &in->r, &in->a, &in->c, &in->x, &in->w,
-                      &in->n, &in->budget, &in->pF, &in->pA, &in->pW, &in->pD, &in->pCand,
-                      &in->first_cand, &in->kind_end, &in->x_end, &in->cls};
+  int64_t **arrs[] = {&in->fb, &in->fwd, &in->r, &in->a, &in->c, &in->x, &in->y, &in->w,
+                      &in->ytree, &in->n, &in->budget, &in->pF, &in->pA, &in->pW, &in->pD,
+                      &in->pCand, &in->first_cand, &in->kind_end, &in->x_end, &in->cls};
   for (size_t i = 0; i < sizeof arrs / sizeof arrs[0]; i++) {
     remat__free(*arrs[i]);
     *arrs[i] = NULL;
@@ -22,6 +22,37 @@ void remat__plan_inst_free(remat__plan_inst *in) {
   remat__free(in->recomp);
   in->cand = in->recomp = NULL;
 }
+
+/* ------------------------------------------------------------ work bytes */
+
+/* A max segment tree over y, built only when some y is above 0: the largest
+ * work bytes of any run of layers in O(log L). */
+static int work_tree(remat__plan_inst *in) {
+  int64_t any = 0;
+  for (int64_t l = 0; l < in->L; l++) any |= in->y[l];
+  if (!any) return 0;
+  int64_t size = 1;
+  while (size < in->L) size *= 2;
+  in->ytree = remat__calloc((size_t)(2 * size), sizeof *in->ytree);
+  if (!in->ytree) return REMAT_ENOMEM;
+  in->ysize = size;
+  for (int64_t l = 0; l < in->L; l++) in->ytree[size + l] = in->y[l];
+  for (int64_t k = size - 1; k >= 1; k--)
+    in->ytree[k] = remat__max64(in->ytree[2 * k], in->ytree[2 * k + 1]);
+  return 0;
+}
+
+int64_t remat__plan_work_max(const remat__plan_inst *in, int64_t i, int64_t j) {
+  if (!in->ytree) return 0;
+  int64_t best = 0;
+  for (i += in->ysize, j += in->ysize; i < j; i /= 2, j /= 2) {
+    if (i & 1) best = remat__max64(best, in->ytree[i++]);
+    if (j & 1) best = remat__max64(best, in->ytree[--j]);
+  }
+  return best;
+}
+
+/* ------------------------------------------------------------ expansion */
 
 typedef struct {
   int64_t n, b, s;
@@ -46,7 +77,7 @@ int remat__plan_inst_build(const remat_plan_problem *pb, remat__plan_inst *in, r
   in->objective = pb->objective;
   in->stage_bytes = (int64_t)pb->stage_bytes;
   size_t L1 = (size_t)L + 1;
-  int64_t **perL[] = {&in->fb, &in->fwd, &in->r, &in->a, &in->c, &in->x, &in->w};
+  int64_t **perL[] = {&in->fb, &in->fwd, &in->r, &in->a, &in->c, &in->x, &in->y, &in->w};
   for (size_t i = 0; i < sizeof perL / sizeof perL[0]; i++)
     *perL[i] = remat__malloc((size_t)L * sizeof(int64_t));
   int64_t **perL1[] = {&in->pF, &in->pA, &in->pW, &in->pD, &in->pCand,
@@ -97,10 +128,16 @@ int remat__plan_inst_build(const remat_plan_problem *pb, remat__plan_inst *in, r
       in->a[l] = (int64_t)G->act_bytes;
       in->c[l] = (int64_t)G->ckpt_bytes;
       in->x[l] = (int64_t)G->recompute_bytes;
+      in->y[l] = (int64_t)G->work_bytes;
       in->w[l] = (int64_t)G->state_bytes;
       in->recomp[l] = G->recomputable != 0;
       in->cand[l] = G->recomputable && G->act_bytes > G->ckpt_bytes;
     }
+  }
+  if ((rc = work_tree(in))) {
+    remat__free(keys);
+    remat__plan_inst_free(in);
+    return remat__errorf(err, rc, "out of memory expanding %lld layers", (long long)L);
   }
   in->pF[0] = in->pA[0] = in->pW[0] = in->pD[0] = in->pCand[0] = 0;
   for (l = 0; l < L; l++) {

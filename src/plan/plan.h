@@ -37,7 +37,7 @@ typedef struct remat__plan_inst {
   int64_t *fb;       /* (L) f + b in quanta */
   int64_t *fwd;      /* (L) f in quanta */
   int64_t *r;        /* (L) recompute time in quanta */
-  int64_t *a, *c, *x, *w; /* (L) bytes */
+  int64_t *a, *c, *x, *y, *w; /* (L) bytes */
   uint8_t *recomp;   /* (L) 1 if the layer may recompute */
   uint8_t *cand;     /* (L) 1 if recomputing can lower memory: recomputable, a > c */
   int64_t *n;        /* (p) micro-batches held */
@@ -52,10 +52,14 @@ typedef struct remat__plan_inst {
   /* stage classes: stages with equal (n, budget) share every answer */
   int64_t ncls;
   int64_t *cls; /* (p) */
+  /* range maximum of y: a segment tree of (2 ysize), NULL when every y is 0 */
+  int64_t *ytree, ysize;
 } remat__plan_inst;
 
 int remat__plan_inst_build(const remat_plan_problem *pb, remat__plan_inst *in, remat_error *err);
 void remat__plan_inst_free(remat__plan_inst *in);
+/* The stage floor Y = max y over layers [i, j) (0 for none). */
+int64_t remat__plan_work_max(const remat__plan_inst *in, int64_t i, int64_t j);
 
 /* ------------------------------------------------------------ knapsack (knap.c) */
 
@@ -64,11 +68,14 @@ void remat__plan_inst_free(remat__plan_inst *in);
  * among the items' x, and for every count k of recomputed items (or for all
  * counts together, keyed by (r, k)), the engine keeps the Pareto set of
  * subsets of items with x <= v: time r against saved bytes D, each set once
- * with its actual largest x. A query with n micro-batches and excess E (bytes
- * over budget with everything kept) asks for subsets with n D - v >= E; every
- * subset R is represented, or dominated, in the list of its own threshold
- * v = max x over R, where the assumed and the actual scratch agree, so the
- * answers are exact. Items are added one at a time as a stage grows. */
+ * with its actual largest x. A query with n micro-batches, the stage's floor
+ * Y (its largest work bytes, held anyway) and excess E (bytes over budget
+ * with everything kept, Y included) asks for subsets with n D - (v - Y)+ >= E;
+ * every subset R is represented, or dominated, in the list of its own
+ * threshold v = max x over R, where the assumed and the actual scratch agree,
+ * so the answers are exact. Thresholds up to Y all cost nothing, and the list
+ * of the largest of them dominates the others'. Items are added one at a time
+ * as a stage grows. */
 typedef struct remat__kpt {
   int64_t r;    /* recompute time, quanta */
   int64_t D;    /* bytes saved per micro-batch: sum of a - c */
@@ -100,7 +107,7 @@ typedef struct remat__knap {
 } remat__knap;
 
 typedef struct remat__knap_res {
-  int64_t r, cnt, memrel; /* memrel = X - n D: add to the all-kept memory */
+  int64_t r, cnt, memrel; /* memrel = (X - Y)+ - n D: add to the all-kept memory */
   int32_t node;
 } remat__knap_res;
 
@@ -109,10 +116,12 @@ void remat__knap_reset(remat__knap *k);
 void remat__knap_free(remat__knap *k);
 /* 0, REMAT_ENOMEM, or REMAT_ERANGE when the sets exceed k->limit points. */
 int remat__knap_insert(remat__knap *k, int64_t d, int64_t r, int64_t x, int64_t item);
-/* Least (r, count, memory) with n D - X >= E (E > 0). Returns 1 if found. */
-int remat__knap_min_time(const remat__knap *k, int64_t n, int64_t E, remat__knap_res *res);
-/* Least (count, memory) with n D - X >= E and r <= cap; needs levels. */
-int remat__knap_min_count(const remat__knap *k, int64_t n, int64_t E, int64_t cap,
+/* Least (r, count, memory) with n D - (X - Y)+ >= E (E > 0). Returns 1 if
+ * found. */
+int remat__knap_min_time(const remat__knap *k, int64_t n, int64_t E, int64_t Y,
+                         remat__knap_res *res);
+/* Least (count, memory) with n D - (X - Y)+ >= E and r <= cap; needs levels. */
+int remat__knap_min_count(const remat__knap *k, int64_t n, int64_t E, int64_t Y, int64_t cap,
                           remat__knap_res *res);
 /* The items of a tracked result, ascending; returns how many. */
 int64_t remat__knap_items(const remat__knap *k, int32_t node, int64_t *items);
@@ -121,8 +130,10 @@ int64_t remat__knap_items(const remat__knap *k, int32_t node, int64_t *items);
 
 #define REMAT__PLAN_KNAP_LIMIT ((int64_t)1 << 25) /* Pareto points held at once */
 
-/* Bytes stage s needs on layers [i, j) with every layer kept. */
-static inline int64_t remat__plan_kept_memory(const remat__plan_inst *in, int64_t i, int64_t j,
+/* Bytes stage s needs on layers [i, j) with every layer kept, less the
+ * transient term max(Y, X): stage_bytes + sum w + n sum a. With every layer
+ * kept the stage needs this + Y, Y = remat__plan_work_max(in, i, j). */
+static inline int64_t remat__plan_base_memory(const remat__plan_inst *in, int64_t i, int64_t j,
                                               int64_t s) {
   return in->stage_bytes + (in->pW[j] - in->pW[i]) + in->n[s] * (in->pA[j] - in->pA[i]);
 }
@@ -132,12 +143,13 @@ typedef struct remat__plan_xd {
   int64_t x, d;
 } remat__plan_xd;
 
-/* Largest n D - X over recompute sets of [i, j) (0 for the empty set) and,
- * if vbest is given, the threshold on x that reaches it (-1: recompute
- * nothing). The best set with largest scratch v is every candidate with
- * x <= v. scratch: room for j - i pairs, or NULL to allocate. */
+/* Largest saving n D - (X - Y)+ over recompute sets of [i, j) with floor Y
+ * (0 for the empty set) and, if vbest is given, the threshold on x that
+ * reaches it (-1: recompute nothing). The best set with largest scratch v is
+ * every candidate with x <= v. scratch: room for j - i pairs, or NULL to
+ * allocate. */
 int64_t remat__plan_max_saving(const remat__plan_inst *in, int64_t i, int64_t j, int64_t n,
-                               remat__plan_xd *scratch, int64_t *vbest);
+                               int64_t Y, remat__plan_xd *scratch, int64_t *vbest);
 
 /* A stage's best choice. */
 typedef struct remat__plan_choice {
@@ -150,7 +162,8 @@ typedef struct remat__plan_choice {
 typedef struct remat__plan_eval {
   const remat__plan_inst *in;
   remat__knap kn;
-  int64_t i, built;
+  int64_t i, built; /* candidates of [i, built) are in kn */
+  int64_t yend, Y;  /* Y = max y over [i, yend) */
 } remat__plan_eval;
 
 #define REMAT__PLAN_LEAST_TIME 0    /* least time, then fewest layers, then memory */

@@ -144,6 +144,7 @@ int remat_plan_problem_check(const remat_plan_problem *pb, remat_error *err) {
                      : G->ckpt_bytes > REMAT_PLAN_MAX_BYTES  ? "ckpt_bytes"
                      : G->state_bytes > REMAT_PLAN_MAX_BYTES ? "state_bytes"
                      : G->recompute_bytes > REMAT_PLAN_MAX_BYTES ? "recompute_bytes"
+                     : G->work_bytes > REMAT_PLAN_MAX_BYTES      ? "work_bytes"
                                                                  : NULL;
     if (bf)
       return remat__errorf(err, REMAT_ERANGE, "layers[%lld].%s is above the limit of 2^60 bytes",
@@ -170,7 +171,7 @@ int remat_plan_problem_check(const remat_plan_problem *pb, remat_error *err) {
     const remat_plan_group *G = &pb->groups[g];
     double big = (double)(G->act_bytes > G->ckpt_bytes ? G->act_bytes : G->ckpt_bytes);
     tot += (double)G->count * ((double)G->state_bytes + (double)nmax * big) +
-           (double)G->recompute_bytes;
+           (double)G->recompute_bytes + (double)G->work_bytes;
     ttot += (double)G->count * (G->fwd + G->bwd + G->recompute);
   }
   if (!(tot < 0x1p61))
@@ -361,7 +362,8 @@ int remat_plan_problem_parse_json(remat_plan_problem *pb, const char *text, size
   }
   static const char *const gknown[] = {"name", "count", "fwd", "bwd", "recompute",
                                        "act_bytes", "ckpt_bytes", "state_bytes",
-                                       "recompute_bytes", "recomputable", "comment", NULL};
+                                       "recompute_bytes", "work_bytes", "recomputable", "comment",
+                                       NULL};
   int64_t g = 0, total = 0;
   cJSON_ArrayForEach(it, layers) {
     char where[48];
@@ -424,6 +426,8 @@ int remat_plan_problem_parse_json(remat_plan_problem *pb, const char *text, size
       goto done;
     if ((v = get(it, "recompute_bytes")) &&
         (rc = json_bytes(v, where, "recompute_bytes", &G->recompute_bytes, err)))
+      goto done;
+    if ((v = get(it, "work_bytes")) && (rc = json_bytes(v, where, "work_bytes", &G->work_bytes, err)))
       goto done;
     g++;
   }

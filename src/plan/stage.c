@@ -2,7 +2,8 @@
  * recomputation can save, and its best set of recomputed layers for a time
  * objective, in closed form where the candidates are alike (one kind of
  * layer, or one scratch size) and through the Pareto sets of knap.c
- * otherwise. The partition programs of dp.c ask it for every stage they
+ * otherwise. A stage holds its largest work bytes Y whatever it recomputes,
+ * so a recomputed layer's scratch x costs only (x - Y)+ on top of it. The partition programs of dp.c ask it for every stage they
  * consider; stages of one class (same micro-batches held and budget) share
  * the answers through a small cache. */
 #include <stdlib.h>
@@ -18,14 +19,16 @@ static int xd_cmp(const void *u, const void *v) {
   return a->x < b->x ? -1 : a->x > b->x;
 }
 
+static int64_t above(int64_t x, int64_t Y) { return x > Y ? x - Y : 0; }
+
 int64_t remat__plan_max_saving(const remat__plan_inst *in, int64_t i, int64_t j, int64_t n,
-                               remat__plan_xd *scratch, int64_t *vbest) {
+                               int64_t Y, remat__plan_xd *scratch, int64_t *vbest) {
   int64_t D = in->pD[j] - in->pD[i];
   if (vbest) *vbest = -1;
   if (D == 0) return 0;
   int64_t fc = in->first_cand[i];
   if (in->x_end[fc] >= j) {
-    int64_t s = n * D - in->x[fc];
+    int64_t s = n * D - above(in->x[fc], Y);
     if (s > 0 && vbest) *vbest = in->x[fc];
     return s > 0 ? s : 0;
   }
@@ -40,7 +43,7 @@ int64_t remat__plan_max_saving(const remat__plan_inst *in, int64_t i, int64_t j,
   for (int64_t t = 0; t < k; t++) {
     cum += scratch[t].d;
     if (t + 1 < k && scratch[t + 1].x == scratch[t].x) continue;
-    int64_t s = n * cum - scratch[t].x;
+    int64_t s = n * cum - above(scratch[t].x, Y);
     if (s > best) {
       best = s;
       if (vbest) *vbest = scratch[t].x;
@@ -55,7 +58,21 @@ int64_t remat__plan_max_saving(const remat__plan_inst *in, int64_t i, int64_t j,
 void remat__plan_eval_start(remat__plan_eval *ev, int64_t i) {
   ev->i = i;
   ev->built = i;
+  ev->yend = i;
+  ev->Y = 0;
   remat__knap_reset(&ev->kn);
+}
+
+/* The stage's floor Y = max y over [i, j), grown with the stage. */
+static int64_t floor_to(remat__plan_eval *ev, int64_t j) {
+  const remat__plan_inst *in = ev->in;
+  if (!in->ytree) return 0;
+  if (j < ev->yend) { /* a shorter stage than the last: start again */
+    ev->yend = ev->i;
+    ev->Y = 0;
+  }
+  for (; ev->yend < j; ev->yend++) ev->Y = remat__max64(ev->Y, in->y[ev->yend]);
+  return ev->Y;
 }
 
 int remat__plan_eval_stage(remat__plan_eval *ev, int64_t j, int64_t s, int mode, int64_t cap,
@@ -64,10 +81,11 @@ int remat__plan_eval_stage(remat__plan_eval *ev, int64_t j, int64_t s, int mode,
   int64_t i = ev->i, n = in->n[s];
   int64_t F = in->pF[j] - in->pF[i];
   if (mode == REMAT__PLAN_FEWEST && F > cap) return 0;
-  int64_t base = remat__plan_kept_memory(in, i, j, s);
-  int64_t E = base - in->budget[s];
+  int64_t Y = floor_to(ev, j);
+  int64_t kept = remat__plan_base_memory(in, i, j, s) + Y;
+  int64_t E = kept - in->budget[s];
   if (E <= 0) {
-    *out = (remat__plan_choice){F, 0, base, 0, -1};
+    *out = (remat__plan_choice){F, 0, kept, 0, -1};
     return 1;
   }
   int64_t Dp = in->pD[j] - in->pD[i];
@@ -75,12 +93,12 @@ int remat__plan_eval_stage(remat__plan_eval *ev, int64_t j, int64_t s, int mode,
   int64_t fc = in->first_cand[i];
   if (in->kind_end[fc] >= j) {
     /* one kind of candidate: the first k of them, k as small as fits */
-    int64_t d = in->a[fc] - in->c[fc], x = in->x[fc];
+    int64_t d = in->a[fc] - in->c[fc], x = above(in->x[fc], Y);
     int64_t k = (E + x + n * d - 1) / (n * d);
     if (k > in->pCand[j] - in->pCand[i]) return 0;
     int64_t t = F + k * in->r[fc];
     if (mode == REMAT__PLAN_FEWEST && t > cap) return 0;
-    *out = (remat__plan_choice){t, k, base - n * k * d + x, 1, -1};
+    *out = (remat__plan_choice){t, k, kept - n * k * d + x, 1, -1};
     return 1;
   }
   int rc;
@@ -91,10 +109,11 @@ int remat__plan_eval_stage(remat__plan_eval *ev, int64_t j, int64_t s, int mode,
       return rc;
   }
   remat__knap_res res;
-  int found = mode == REMAT__PLAN_LEAST_TIME ? remat__knap_min_time(&ev->kn, n, E, &res)
-                                             : remat__knap_min_count(&ev->kn, n, E, cap - F, &res);
+  int found = mode == REMAT__PLAN_LEAST_TIME
+                  ? remat__knap_min_time(&ev->kn, n, E, Y, &res)
+                  : remat__knap_min_count(&ev->kn, n, E, Y, cap - F, &res);
   if (!found) return 0;
-  *out = (remat__plan_choice){F + res.r, res.cnt, base + res.memrel, 2, res.node};
+  *out = (remat__plan_choice){F + res.r, res.cnt, kept + res.memrel, 2, res.node};
   return 1;
 }
 
@@ -142,7 +161,7 @@ int remat__plan_cached_eval(remat__plan_eval *ev, remat__plan_cache *c, int64_t 
 /* Rebuilds the stage's choice with set tracking. */
 int remat__plan_stage_set(const remat__plan_inst *in, int64_t i, int64_t j, int64_t s, int mode,
                           int64_t cap, uint8_t *rec, int64_t *items, remat_error *err) {
-  remat__plan_eval ev = {in, {0}, 0, 0};
+  remat__plan_eval ev = {in, {0}, 0, 0, 0, 0};
   remat__knap_init(&ev.kn, mode == REMAT__PLAN_FEWEST, 1, REMAT__PLAN_KNAP_LIMIT);
   remat__plan_eval_start(&ev, i);
   remat__plan_choice ch;

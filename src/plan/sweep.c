@@ -41,8 +41,10 @@ static int no_recompute_budget(const remat__plan_inst *in, int64_t *bytes) {
       if (b == INF) continue;
       int64_t jend = remat__plan_window_end(in, i, cap), jmax = L - (p - 1 - s);
       if (jend > jmax) jend = jmax;
+      int64_t Y = 0;
       for (int64_t j = i + 1; j <= jend; j++) {
-        int64_t v = remat__max64(b, remat__plan_kept_memory(in, i, j, s));
+        Y = remat__max64(Y, in->y[j - 1]);
+        int64_t v = remat__max64(b, remat__plan_base_memory(in, i, j, s) + Y);
         if (v < M[(s + 1) * L1 + j]) M[(s + 1) * L1 + j] = v;
       }
     }
