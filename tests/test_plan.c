@@ -394,6 +394,20 @@ static void test_parse(void) {
   expect_bad("{\"stages\":2,\"microbatches\":2,\"memory\":1000,\"layers\":[{\"count\":4,\"fwd\":1,\"bwd\":2,\"recompute\":1,\"act_bytes\":1,\"ckpt_bytes\":1,\"state_bytes\":0,\"speed\":3}]}", "unknown field \"speed\"");
   expect_bad("{\"stages\":2,\"microbatches\":1000,\"memory\":1000,\"layers\":[{\"count\":4,\"fwd\":1,\"bwd\":2,\"recompute\":1,\"act_bytes\":1e18,\"ckpt_bytes\":1,\"state_bytes\":0}]}", "2^6");
 
+  /* strict text: one object, no duplicate keys, no NUL, bounded nesting */
+  expect_bad("{\"stages\":2,\"microbatches\":2,\"memory\":1000,\"layers\":[" LAYER "]} {}", "after the JSON value at offset 145");
+  expect_bad("{\"stages\":2,\"microbatches\":2,\"memory\":1000,\"layers\":[" LAYER "]}\n7", "offset 145 (line 2, column 1)");
+  expect_bad("{\"stages\":2,\"microbatches\":2,\"stages\":2,\"memory\":1000,\"layers\":[" LAYER "]}", "duplicate key \"stages\"");
+  expect_bad("{\"stages\":2,\"microbatches\":2,\"memory\":1000,\"layers\":[" LAYER ",{\"bwd\":1,\"bwd\":1}]}", "duplicate key \"bwd\" in layers[1]");
+  expect_bad("{\"stages\":[[[[[[[[[[1]]]]]]]]]]}", "nested too deeply at offset 17");
+  {
+    const char nul[] = "{\"stages\":2,\0\"microbatches\":2}";
+    remat_plan_problem pb;
+    remat_error err = {0, ""};
+    CHECK(remat_plan_problem_parse_json(&pb, nul, sizeof nul - 1, &err) == REMAT_EFORMAT);
+    CHECK(strstr(err.msg, "NUL byte at offset 12") != NULL);
+  }
+
   /* accepted: optional fields, sizes as strings, per-stage budgets */
   const char *good =
       "{\"stages\":2,\"microbatches\":3,\"memory\":[\"1KiB\", 2048],\"stage_bytes\":8,\"comment\":\"x\","

@@ -74,6 +74,7 @@ typedef enum {
 #define REMAT_PLAN_MAX_STAGES 65536
 #define REMAT_PLAN_MAX_MICROBATCHES 1000000
 #define REMAT_PLAN_MAX_BYTES ((size_t)1 << 60) /* any single byte count or budget */
+#define REMAT_PLAN_MAX_PROBLEM_BYTES ((size_t)16 << 20) /* a JSON problem's text, 16 MiB */
 
 /* A run of `count` identical consecutive layers. */
 typedef struct remat_plan_group {
@@ -124,8 +125,12 @@ void remat_plan_problem_set_memory(remat_plan_problem *pb, size_t bytes);
  *                  "recompute_bytes": 0, "work_bytes": 0, "recomputable": true} ] }
  * schedule (default 1f1b), objective (default bottleneck), stage_bytes,
  * name, count (default 1), recompute_bytes and work_bytes (default 0) and
- * recomputable (default true) are optional; recompute may be left out when recomputable
- * is false. Unknown fields are errors, except "comment". */
+ * recomputable (default true) are optional; recompute may be left out when
+ * recomputable is false. Unknown fields are errors, except "comment". The
+ * text must be one JSON object (only whitespace after it), without duplicate
+ * keys or NUL bytes, nested at most 8 levels, and at most
+ * REMAT_PLAN_MAX_PROBLEM_BYTES; remat_plan_problem_load refuses a larger file
+ * before reading it. */
 int remat_plan_problem_parse_json(remat_plan_problem *pb, const char *text, size_t len,
                                   remat_error *err);
 int remat_plan_problem_load(remat_plan_problem *pb, const char *path, remat_error *err);

@@ -3,10 +3,13 @@
  * counts. */
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "base/base.h"
 #include "memory/layout.h"
@@ -188,6 +191,10 @@ int remat_plan_problem_check(const remat_plan_problem *pb, remat_error *err) {
 
 /* ------------------------------------------------------------ JSON */
 
+/* A problem nests three levels (the object, "layers", a layer); anything past
+ * this is refused before parsing. */
+#define MAX_DEPTH 8
+
 static int json_number(const cJSON *it, const char *where, const char *key, double *out,
                        remat_error *err) {
   if (!cJSON_IsNumber(it))
@@ -278,23 +285,122 @@ static void line_col(const char *text, size_t len, size_t off, int *line, int *c
   }
 }
 
+/* Checks on the text before cJSON sees it: a bounded size, no NUL byte, and
+ * nesting no deeper than MAX_DEPTH (cJSON's own limit is far deeper and its
+ * error points at a misleading place). Brackets inside strings do not count. */
+static int check_text(const char *text, size_t len, remat_error *err) {
+  int line, col;
+  if (len > REMAT_PLAN_MAX_PROBLEM_BYTES)
+    return remat__errorf(err, REMAT_ERANGE,
+                         "the problem is %zu bytes, more than the limit of %zu bytes (16 MiB)", len,
+                         (size_t)REMAT_PLAN_MAX_PROBLEM_BYTES);
+  const char *nul = memchr(text, 0, len);
+  if (nul) {
+    size_t off = (size_t)(nul - text);
+    line_col(text, len, off, &line, &col);
+    return remat__errorf(err, REMAT_EFORMAT,
+                         "the problem contains a NUL byte at offset %zu (line %d, column %d); it "
+                         "must be JSON text",
+                         off, line, col);
+  }
+  int depth = 0, in_string = 0;
+  for (size_t i = 0; i < len; i++) {
+    char ch = text[i];
+    if (in_string) {
+      if (ch == '\\') i++;
+      else if (ch == '"') in_string = 0;
+    } else if (ch == '"') {
+      in_string = 1;
+    } else if (ch == '{' || ch == '[') {
+      if (++depth > MAX_DEPTH) {
+        line_col(text, len, i, &line, &col);
+        return remat__errorf(err, REMAT_EFORMAT,
+                             "the problem is nested too deeply at offset %zu (line %d, column "
+                             "%d): more than %d levels of objects and arrays",
+                             i, line, col, MAX_DEPTH);
+      }
+    } else if ((ch == '}' || ch == ']') && depth > 0) {
+      depth--;
+    }
+  }
+  return 0;
+}
+
+static int key_cmp(const void *u, const void *v) {
+  return strcmp(*(const char *const *)u, *(const char *const *)v);
+}
+
+/* A key given twice in any object (cJSON keeps both; the planner would read
+ * the first). `where` names the object for the message. */
+static int check_duplicates(const cJSON *it, const char *where, remat_error *err) {
+  if (cJSON_IsArray(it)) {
+    int64_t k = 0;
+    for (const cJSON *c = it->child; c; c = c->next, k++) {
+      char sub[160];
+      snprintf(sub, sizeof sub, "%s[%lld]", where, (long long)k);
+      int rc = check_duplicates(c, sub, err);
+      if (rc) return rc;
+    }
+    return 0;
+  }
+  if (!cJSON_IsObject(it)) return 0;
+  size_t n = 0;
+  for (const cJSON *c = it->child; c; c = c->next) n++;
+  if (n > 1) {
+    const char **keys = remat__malloc(n * sizeof *keys);
+    if (!keys) return remat__errorf(err, REMAT_ENOMEM, "out of memory reading the problem");
+    size_t k = 0;
+    for (const cJSON *c = it->child; c; c = c->next) keys[k++] = c->string;
+    qsort(keys, n, sizeof *keys, key_cmp);
+    for (k = 1; k < n && strcmp(keys[k - 1], keys[k]) != 0; k++) {
+    }
+    int rc = 0;
+    if (k < n)
+      rc = remat__errorf(err, REMAT_EFORMAT, "duplicate key \"%.64s\"%s%s", keys[k],
+                         where[0] ? " in " : "", where);
+    remat__free(keys);
+    if (rc) return rc;
+  }
+  for (const cJSON *c = it->child; c; c = c->next) {
+    char sub[160];
+    snprintf(sub, sizeof sub, "%s%s%.64s", where, where[0] ? "." : "", c->string);
+    int rc = check_duplicates(c, sub, err);
+    if (rc) return rc;
+  }
+  return 0;
+}
+
 int remat_plan_problem_parse_json(remat_plan_problem *pb, const char *text, size_t len,
                                   remat_error *err) {
   memset(pb, 0, sizeof *pb);
+  int rc = check_text(text, len, err);
+  if (rc) return rc;
   const char *end = NULL;
   cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
+  int line, col;
   if (!root) {
-    int line, col;
     size_t off = end && end >= text ? (size_t)(end - text) : 0;
     line_col(text, len, off, &line, &col);
     return remat__errorf(err, REMAT_EFORMAT, "invalid JSON at line %d, column %d", line, col);
   }
-  int rc = 0;
+  size_t off = (size_t)(end - text);
+  while (off < len && (text[off] == ' ' || text[off] == '\t' || text[off] == '\n' ||
+                       text[off] == '\r'))
+    off++;
   const char *top = "";
+  if (off < len) {
+    line_col(text, len, off, &line, &col);
+    rc = remat__errorf(err, REMAT_EFORMAT,
+                       "unexpected data after the JSON value at offset %zu (line %d, column %d); "
+                       "a problem is one JSON object",
+                       off, line, col);
+    goto done;
+  }
   if (!cJSON_IsObject(root)) {
     rc = remat__errorf(err, REMAT_EFORMAT, "the problem must be a JSON object");
     goto done;
   }
+  if ((rc = check_duplicates(root, "", err))) goto done;
   static const char *const known[] = {"stages", "microbatches", "schedule", "objective",
                                       "memory", "layers", "stage_bytes", "comment", NULL};
   if ((rc = check_keys(root, top, known, err))) goto done;
@@ -438,47 +544,74 @@ done:
   return rc;
 }
 
-#define MAX_PROBLEM_FILE ((size_t)256 << 20)
+/* Reads a whole file, refusing one above REMAT_PLAN_MAX_PROBLEM_BYTES before
+ * reading it: a regular file by its size, anything else (a pipe, a device)
+ * by reading at most one byte more than the limit, so no input costs more
+ * memory than the limit. */
+static int read_bounded(const char *path, char **out, size_t *len, remat_error *err) {
+  const size_t limit = REMAT_PLAN_MAX_PROBLEM_BYTES;
+  *out = NULL;
+  *len = 0;
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return remat__errorf(err, REMAT_EIO, "cannot open problem file '%s': %s", path,
+                         strerror(errno));
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    int e = errno;
+    close(fd);
+    return remat__errorf(err, REMAT_EIO, "cannot read '%s': %s", path, strerror(e));
+  }
+  int regular = S_ISREG(st.st_mode);
+  if (regular && (uint64_t)st.st_size > limit) {
+    close(fd);
+    return remat__errorf(err, REMAT_ERANGE,
+                         "problem file '%s' is %lld bytes, more than the limit of %zu bytes "
+                         "(16 MiB)",
+                         path, (long long)st.st_size, limit);
+  }
+  /* a regular file gets one byte more than its size, to notice it growing */
+  size_t cap = regular ? (size_t)st.st_size + 1 : limit + 1;
+  char *buf = remat__malloc(cap);
+  if (!buf) {
+    close(fd);
+    return remat__errorf(err, REMAT_ENOMEM, "out of memory reading '%s'", path);
+  }
+  size_t n = 0;
+  int rc = 0;
+  while (n < cap) {
+    ssize_t got = read(fd, buf + n, cap - n);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) {
+      rc = remat__errorf(err, REMAT_EIO, "cannot read '%s': %s", path, strerror(errno));
+      break;
+    }
+    if (got == 0) break;
+    n += (size_t)got;
+  }
+  close(fd);
+  if (!rc && n > limit)
+    rc = remat__errorf(err, REMAT_ERANGE,
+                       "problem input '%s' is larger than the limit of %zu bytes (16 MiB)", path,
+                       limit);
+  else if (!rc && regular && n == cap)
+    rc = remat__errorf(err, REMAT_EIO, "problem file '%s' grew while it was read", path);
+  if (rc) {
+    remat__free(buf);
+    return rc;
+  }
+  *out = buf;
+  *len = n;
+  return 0;
+}
 
 int remat_plan_problem_load(remat_plan_problem *pb, const char *path, remat_error *err) {
   memset(pb, 0, sizeof *pb);
-  FILE *f = fopen(path, "rb");
-  if (!f)
-    return remat__errorf(err, REMAT_EIO, "cannot open problem file '%s': %s", path,
-                         strerror(errno));
-  size_t cap = 1 << 16, len = 0;
-  char *buf = remat__malloc(cap);
-  int rc = 0;
-  if (!buf) {
-    fclose(f);
-    return remat__errorf(err, REMAT_ENOMEM, "out of memory reading '%s'", path);
-  }
-  for (;;) {
-    if (len == cap) {
-      if (cap >= MAX_PROBLEM_FILE) {
-        rc = remat__errorf(err, REMAT_ERANGE, "problem file '%s' is larger than 256 MiB", path);
-        break;
-      }
-      char *nb = remat__malloc(cap * 2);
-      if (!nb) {
-        rc = remat__errorf(err, REMAT_ENOMEM, "out of memory reading '%s'", path);
-        break;
-      }
-      memcpy(nb, buf, len);
-      remat__free(buf);
-      buf = nb;
-      cap *= 2;
-    }
-    size_t got = fread(buf + len, 1, cap - len, f);
-    len += got;
-    if (got == 0) {
-      if (ferror(f)) rc = remat__errorf(err, REMAT_EIO, "cannot read '%s': %s", path,
-                                        strerror(errno));
-      break;
-    }
-  }
-  fclose(f);
-  if (!rc && len == 0) rc = remat__errorf(err, REMAT_EFORMAT, "problem file '%s' is empty", path);
+  char *buf;
+  size_t len;
+  int rc = read_bounded(path, &buf, &len, err);
+  if (rc) return rc;
+  if (len == 0) rc = remat__errorf(err, REMAT_EFORMAT, "problem file '%s' is empty", path);
   if (!rc) {
     rc = remat_plan_problem_parse_json(pb, buf, len, err);
     if (rc && err) {

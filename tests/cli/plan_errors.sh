@@ -70,11 +70,31 @@ expect "cannot" "$TMP"
 problem empty ''
 expect "empty" "$TMP/empty.json"
 printf '\x00\x01\x02\xff\xfe garbage' >"$TMP/binary.json"
-expect "invalid JSON" "$TMP/binary.json"
+expect "NUL byte at offset 0" "$TMP/binary.json"
+printf '\x01\x02\xff\xfe garbage' >"$TMP/binary2.json"
+expect "invalid JSON" "$TMP/binary2.json"
 problem trunc '{"stages": 4, "microbatches": 8, "memory": 20e9, "layers": [ {"count": 32'
 expect "invalid JSON at line 1" "$TMP/trunc.json"
 problem array '[1, 2, 3]'
 expect "object" "$TMP/array.json"
+GOOD="{\"stages\":2,\"microbatches\":2,\"memory\":1000,\"layers\":[$L]}"
+problem trailing "$GOOD x"
+expect "unexpected data after the JSON value at offset 145" "$TMP/trailing.json"
+problem twice "$GOOD$GOOD"
+expect "after the JSON value at offset 144" "$TMP/twice.json"
+problem dupkey "{\"stages\":2,\"microbatches\":2,\"stages\":3,\"memory\":1000,\"layers\":[$L]}"
+expect 'duplicate key "stages"' "$TMP/dupkey.json"
+problem duplayer "{\"stages\":2,\"microbatches\":2,\"memory\":1000,\"layers\":[$L,{\"fwd\":1,\"fwd\":2}]}"
+expect 'duplicate key "fwd" in layers\[1\]' "$TMP/duplayer.json"
+printf '{"stages":2,\x00"microbatches":2}' >"$TMP/nul.json"
+expect "contains a NUL byte at offset 12" "$TMP/nul.json"
+problem deep "{\"stages\":$(printf '%.0s[' $(seq 5000))1$(printf '%.0s]' $(seq 5000))}"
+expect "nested too deeply at offset 17" "$TMP/deep.json"
+# too large: refused before reading (a sparse file of 20 MB, a device, a pipe)
+truncate -s 20000000 "$TMP/large.json"
+expect "20000000 bytes, more than the limit of 16777216" "$TMP/large.json"
+expect "larger than the limit of 16777216" /dev/zero
+expect "larger than the limit of 16777216" <(head -c 17000000 /dev/zero | tr '\0' ' ')
 
 # problems
 problem nolayers '{"stages":2,"microbatches":2,"memory":1000}'
