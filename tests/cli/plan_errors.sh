@@ -10,11 +10,13 @@ mkdir -p "$TMP"
 fails=0
 n=0
 
+OUT="$TMP/out" # where expect sends standard output
+
 expect() { # word-in-message, then the command's arguments
   local word=$1
   shift
   n=$((n + 1))
-  "$REMAT" plan "$@" >"$TMP/out" 2>"$TMP/err"
+  "$REMAT" plan "$@" >"$OUT" 2>"$TMP/err"
   local rc=$?
   local lines
   lines=$(wc -l <"$TMP/err")
@@ -62,7 +64,7 @@ expect "unknown model config" --config gpt9 --batch 1 --seq 64 --stages 2 --micr
 expect "--config" "$DATA/seed.json" --batch 4
 expect "sequence length" --config tiny --batch 1 --seq 100000 --stages 2 --microbatches 2 --mem 1GB
 expect "stages but only" --config tiny --batch 1 --seq 64 --stages 9 --microbatches 2 --mem 1GB
-expect "cannot open" "$DATA/seed.json" --mem 20GB -o /nonexistent/dir/plan.txt
+expect "cannot create a file beside" "$DATA/seed.json" --mem 20GB -o /nonexistent/dir/plan.txt
 
 # files
 expect "cannot open" "$TMP/does-not-exist.json"
@@ -137,6 +139,39 @@ if ! grep -q "does not fit" "$TMP/out"; then
 fi
 expect "more" "$DATA/hetero.json" --mem 300,300,300
 expect "smallest budget" --config gpt2-124m --batch 8 --seq 1024 --stages 4 --microbatches 8 --mem 1GiB
+
+# writing: standard output full; -o replaces the file atomically or leaves it
+OUT=/dev/full
+expect "cannot write to standard output" "$DATA/seed.json"
+expect "cannot write to standard output" "$DATA/seed.json" --format lp
+expect "cannot write to standard output" "$DATA/seed.json" --mem 1GB
+expect "cannot write to standard output" --help
+OUT="$TMP/out"
+echo "old plan" >"$TMP/kept.txt"
+# a file size limit (1 KiB, with SIGXFSZ ignored) makes the write fail midway
+(trap '' XFSZ; ulimit -f 1; "$REMAT" plan "$DATA/seed.json" --format lp -o "$TMP/kept.txt") \
+  2>"$TMP/err" >/dev/null
+rc=$?
+n=$((n + 1))
+if [ "$rc" -ne 1 ] || [ "$(cat "$TMP/kept.txt")" != "old plan" ] ||
+  ls -a "$TMP" | grep -q '^\.kept\.txt\.' || [ "$(wc -l <"$TMP/err")" -ne 1 ]; then
+  echo "FAIL: a failed -o write must leave the old file and no temporary (rc $rc):" >&2
+  cat "$TMP/err" >&2
+  fails=$((fails + 1))
+fi
+mkdir -p "$TMP/adir"
+expect "Is a directory" "$DATA/seed.json" -o "$TMP/adir"
+if ls -a "$TMP" | grep -q '^\.adir\.'; then
+  echo "FAIL: a temporary file was left beside $TMP/adir" >&2
+  fails=$((fails + 1))
+fi
+"$REMAT" plan "$DATA/seed.json" -o "$TMP/kept.txt" 2>"$TMP/err"
+rc=$?
+n=$((n + 1))
+if [ "$rc" -ne 0 ] || ! grep -q '^plan: 32 layers' "$TMP/kept.txt" || [ -s "$TMP/err" ]; then
+  echo "FAIL: -o over an existing file" >&2
+  fails=$((fails + 1))
+fi
 
 # help works and a good run exits 0
 "$REMAT" plan --help >"$TMP/out" 2>&1 || { echo "FAIL: --help" >&2; fails=$((fails + 1)); }
