@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "remat.h"
 
@@ -20,11 +22,12 @@ static void usage(FILE *f) {
           "the objective is minimal. Stage s (from 0) of P holds n_s = min(P - s, M)\n"
           "micro-batches of activations under 1F1B (M under GPipe); its memory is\n"
           "  stage_bytes + sum w + n_s * (sum a over kept + sum c over recomputed)\n"
-          "  + the largest recompute scratch x among its recomputed layers\n"
+          "  + the largest of its layers' work bytes y and its recomputed layers' scratch x\n"
           "and its time per micro-batch t_s = sum (f + b) + sum r over recomputed.\n"
           "\n"
           "problem:\n"
-          "  PROBLEM.json, --problem FILE   layers, stages, budgets (see docs/plan.md)\n"
+          "  PROBLEM.json, --problem FILE   layers, stages, budgets (see docs/plan.md);\n"
+          "                                 at most 16 MiB of JSON\n"
           "  --config NAME|L,C,NH,V,T       a GPT-2 shape (tiny, small, gpt2-124m, gpt2-350m,\n"
           "                                 gpt2-774m, gpt2-1558m), with the engine's byte\n"
           "                                 counts and FLOP-based times (GFLOP)\n"
@@ -44,7 +47,8 @@ static void usage(FILE *f) {
           "                                 budget that fits to the one needing no\n"
           "                                 recomputation (table or json)\n"
           "  --points N                     budgets in a sweep (default 11)\n"
-          "  -o, --output FILE              write there instead of standard output\n"
+          "  -o, --output FILE              write there instead of standard output, atomically\n"
+          "                                 (a temporary file beside it, renamed into place)\n"
           "  -h, --help                     this help\n"
           "\n"
           "Exit status: 0 planned; 1 the budget is too small (the least-memory arrangement\n"
@@ -101,16 +105,67 @@ static int parse_mem(const char *s, size_t **out, int64_t *n, remat_error *err) 
   return 0;
 }
 
-static int write_out(const char *path, const char *text) {
-  if (!path) {
-    fputs(text, stdout);
-    return fflush(stdout) ? fail(1, "cannot write the output: %s%s", strerror(errno), "") : 0;
+/* Writes text to f (already open), then flushes; 0 or an errno. */
+static int put_all(FILE *f, const char *text) {
+  errno = 0;
+  if (fputs(text, f) < 0 || fflush(f) != 0 || ferror(f)) return errno ? errno : EIO;
+  return 0;
+}
+
+static int write_stdout(const char *text) {
+  int e = put_all(stdout, text);
+  return e ? fail(1, "cannot write to standard output: %s%s", strerror(e), "") : 0;
+}
+
+/* Writes text to path atomically: a unique temporary file in the same
+ * directory, every write, the flush, fsync and close checked, then renamed
+ * over path. On any failure path is untouched and the temporary removed. A
+ * path that exists and is neither a regular file nor a directory (a device,
+ * a pipe) cannot be replaced and is written in place. */
+static int write_file(const char *path, const char *text) {
+  struct stat st;
+  int exists = stat(path, &st) == 0;
+  if (exists && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) {
+    FILE *f = fopen(path, "w");
+    if (!f) return fail(1, "cannot open '%s' for writing: %s", path, strerror(errno));
+    int e = put_all(f, text);
+    if (fclose(f) != 0 && !e) e = errno;
+    return e ? fail(1, "cannot write '%s': %s", path, strerror(e)) : 0;
   }
-  FILE *f = fopen(path, "w");
-  if (!f) return fail(1, "cannot open '%s' for writing: %s", path, strerror(errno));
-  int bad = fputs(text, f) < 0;
-  bad |= fclose(f) != 0;
-  return bad ? fail(1, "cannot write '%s': %s", path, strerror(errno)) : 0;
+  const char *slash = strrchr(path, '/');
+  int dirlen = slash ? (int)(slash - path + 1) : 0;
+  size_t cap = strlen(path) + 16;
+  char *tmp = malloc(cap);
+  if (!tmp) return fail(1, "cannot write '%s': %s", path, strerror(ENOMEM));
+  snprintf(tmp, cap, "%.*s.%s.XXXXXX", dirlen, path, path + dirlen);
+  int fd = mkstemp(tmp);
+  if (fd < 0) {
+    int e = errno;
+    free(tmp);
+    return fail(1, "cannot create a file beside '%s': %s", path, strerror(e));
+  }
+  /* the permissions a new file would get, or the old file's */
+  mode_t mask = umask(0);
+  umask(mask);
+  mode_t mode = exists && S_ISREG(st.st_mode) ? st.st_mode & 07777 : 0666 & ~mask;
+  FILE *f = fdopen(fd, "w");
+  int e = f ? 0 : errno;
+  if (!e && fchmod(fd, mode) != 0) e = errno;
+  if (!e) e = put_all(f, text);
+  if (!e && fsync(fd) != 0) e = errno;
+  if (f) {
+    if (fclose(f) != 0 && !e) e = errno;
+  } else {
+    close(fd);
+  }
+  if (!e && rename(tmp, path) != 0) e = errno;
+  if (e) unlink(tmp);
+  free(tmp);
+  return e ? fail(1, "cannot write '%s': %s", path, strerror(e)) : 0;
+}
+
+static int write_out(const char *path, const char *text) {
+  return path ? write_file(path, text) : write_stdout(text);
 }
 
 int remat_cmd_plan(int argc, char **argv) {
@@ -122,7 +177,8 @@ int remat_cmd_plan(int argc, char **argv) {
     const char *o = argv[a];
     if (strcmp(o, "-h") == 0 || strcmp(o, "--help") == 0) {
       usage(stdout);
-      return 0;
+      int e = put_all(stdout, "");
+      return e ? fail(1, "cannot write to standard output: %s%s", strerror(e), "") : 0;
     }
     if (strcmp(o, "--sweep") == 0) {
       sweep = 1;
@@ -303,7 +359,8 @@ int remat_cmd_plan(int argc, char **argv) {
         status = fail(1, "%s%s", ferr.msg, "");
       else if (show)
         status = write_out(output, text);
-      if (rc == REMAT_EINFEASIBLE) {
+      /* a failed write has said so; one message is enough */
+      if (rc == REMAT_EINFEASIBLE && status == 0) {
         fprintf(stderr,
                 "remat plan: %s; raise --mem, use more stages or smaller micro-batches\n",
                 err.msg);

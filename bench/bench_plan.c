@@ -1,5 +1,5 @@
 /* bench_plan.c: how fast the exact planner is. One line per case:
- *   seed      the seed document's instance (32 layers, 4 stages), median of
+ *   seed      ColossalAI #5509's example (32 layers, 4 stages), median of
  *             many solves
  *   hetero    1024 layers, every one different (random times, bytes and
  *             scratch), on 64 stages, both objectives
@@ -7,8 +7,7 @@
  *             solved by remat and by glpsol on remat's LP export, timed side
  *             by side, with the ratio; skipped when glpsol is not installed
  *             (the seed's MIP takes glpsol about half a minute)
- * Usage: bench_plan [--quick] (--quick: fewer repetitions, only the small
- * glpsol cases). */
+ * Usage: bench_plan [--quick] [--help]. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -161,8 +160,34 @@ static void side_by_side(const char *name, const remat_plan_problem *pb, int rep
   remat_plan_free(&plan);
 }
 
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: bench_plan [--quick]\n"
+          "\n"
+          "Times the exact pipeline planner, one line per case: the seed example (32\n"
+          "layers, 4 stages), 1024 different layers on 64 stages, and small problems\n"
+          "solved side by side by remat and by glpsol on remat's LP export (when glpsol\n"
+          "is installed).\n"
+          "\n"
+          "  --quick      fewer repetitions, only the small glpsol cases\n"
+          "  -h, --help   this help\n");
+}
+
 int main(int argc, char **argv) {
-  int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
+  int quick = 0;
+  for (int a = 1; a < argc; a++) {
+    if (strcmp(argv[a], "-h") == 0 || strcmp(argv[a], "--help") == 0) {
+      usage(stdout);
+      return 0;
+    }
+    if (strcmp(argv[a], "--quick") == 0) {
+      quick = 1;
+      continue;
+    }
+    fprintf(stderr, "bench_plan: unknown option '%s'\n", argv[a]);
+    usage(stderr);
+    return 2;
+  }
   remat_plan_problem pb;
   remat_error err;
   if (remat_plan_problem_parse_json(&pb, seed_json, strlen(seed_json), &err)) {

@@ -1,6 +1,7 @@
-/* test_plan.c: the pipeline planner against brute force: the seed document's
+/* test_plan.c: the pipeline planner against brute force: ColossalAI #5509's
  * example, hundreds of small random instances (both objectives, both
- * schedules, mixed layer kinds, per-stage budgets, infeasible ones) compared
+ * schedules, mixed layer kinds, work bytes, per-stage budgets, infeasible
+ * ones) compared
  * with exhaustive search over every partition and every recompute subset, the
  * per-stage search engine against subset enumeration, the schedule simulator
  * against hand-computed and closed-form makespans, and malformed problems. */
@@ -10,6 +11,7 @@
 #include <string.h>
 
 #include "plan/plan.h"
+#include "plan_brute.h"
 #include "test_util.h"
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
@@ -96,8 +98,10 @@ static void test_seed(void) {
 
 /* A random small problem: groups of identical layers and single layers,
  * integer or half-integer times, byte counts on a coarse grid so that ties
- * are common, budgets near the interesting range. */
-static void random_problem(remat_plan_problem *pb, int maxL) {
+ * are common, budgets near the interesting range. With work, the groups also
+ * get work bytes y, by problem: all 0, below or between the scratch sizes,
+ * above every scratch size, or a mix (and scratch is more common). */
+static void random_problem(remat_plan_problem *pb, int maxL, int work) {
   int64_t L = rnd(1, maxL);
   int64_t ng = 0, left = L, counts[32];
   while (left > 0) {
@@ -129,6 +133,16 @@ static void random_problem(remat_plan_problem *pb, int maxL) {
     G->recomputable = rnd(0, 7) != 0;
     maxkept += (double)G->count * (double)(G->state_bytes + G->act_bytes * 3);
   }
+  if (work) {
+    int mode = (int)rnd(0, 3); /* 0: y = 0, 1: y among the x, 2: y above all x, 3: mixed */
+    for (int64_t g = 0; g < ng; g++) {
+      remat_plan_group *G = &pb->groups[g];
+      if (rnd(0, 1)) G->recompute_bytes = (size_t)(rnd(0, 6) * unit);
+      int m = mode == 3 ? (int)rnd(0, 2) : mode;
+      G->work_bytes = m == 0 ? 0 : m == 1 ? (size_t)(rnd(0, 6) * unit) : (size_t)(rnd(7, 10) * unit);
+      maxkept += (double)G->work_bytes;
+    }
+  }
   pb->stage_bytes = rnd(0, 3) == 0 ? (size_t)(rnd(1, 3) * unit) : 0;
   /* budgets: a fraction of the memory of everything kept on one stage */
   double top = maxkept + (double)pb->stage_bytes;
@@ -140,11 +154,16 @@ static void random_problem(remat_plan_problem *pb, int maxL) {
   }
 }
 
-static void test_random(int count, int maxL) {
-  int feasible = 0, infeasible = 0, failures0 = test_failures;
+static void test_random(int count, int maxL, int work) {
+  int feasible = 0, infeasible = 0, with_work = 0, failures0 = test_failures;
   for (int it = 0; it < count; it++) {
     remat_plan_problem pb;
-    random_problem(&pb, maxL);
+    random_problem(&pb, maxL, work);
+    for (int64_t g = 0; g < pb.num_groups; g++)
+      if (pb.groups[g].work_bytes) {
+        with_work++;
+        break;
+      }
     remat__plan_inst in;
     remat_error err;
     int rc = remat__plan_inst_build(&pb, &in, &err);
@@ -155,7 +174,7 @@ static void test_random(int count, int maxL) {
       continue;
     }
     int64_t bo = 0, bc = 0, bm = 0, so = 0, sc = 0, sm = 0;
-    int brc = remat__plan_brute(&in, &bo, &bc, &bm);
+    int brc = plan_brute(&in, &bo, &bc, &bm);
     int64_t bounds[8];
     uint8_t rec[32];
     int src = remat__plan_solve_inst(&in, &so, &sc, &sm, bounds, rec, &err);
@@ -176,6 +195,7 @@ static void test_random(int count, int maxL) {
         int64_t mem = in.stage_bytes, X = 0;
         for (int64_t l = bounds[s]; l < bounds[s + 1]; l++) {
           mem += in.w[l] + in.n[s] * (rec[l] ? in.c[l] : in.a[l]);
+          if (in.y[l] > X) X = in.y[l];
           if (rec[l] && in.x[l] > X) X = in.x[l];
           CHECK(!rec[l] || in.recomp[l]);
         }
@@ -192,9 +212,9 @@ static void test_random(int count, int maxL) {
         int64_t delta = (int64_t)plan.min_extra_bytes;
         CHECK(delta > 0);
         for (int64_t s = 0; s < in.p; s++) in.budget[s] += delta;
-        CHECK(remat__plan_brute(&in, &bo, &bc, &bm) == 0);
+        CHECK(plan_brute(&in, &bo, &bc, &bm) == 0);
         for (int64_t s = 0; s < in.p; s++) in.budget[s] -= 1;
-        CHECK(remat__plan_brute(&in, &bo, &bc, &bm) == REMAT_EINFEASIBLE);
+        CHECK(plan_brute(&in, &bo, &bc, &bm) == REMAT_EINFEASIBLE);
         for (int64_t s = 0; s < in.p; s++) {
           CHECK(plan.stages[s].memory_bytes <= pb.memory[s] + (size_t)delta);
           CHECK(plan.stages[s].num_layers >= 1);
@@ -207,8 +227,10 @@ static void test_random(int count, int maxL) {
     remat__plan_inst_free(&in);
     remat_plan_problem_free(&pb);
   }
-  printf("random (L <= %d): %d instances, %d feasible, %d infeasible, %d failed checks\n", maxL,
-         count, feasible, infeasible, test_failures - failures0);
+  printf("random (L <= %d%s): %d instances (%d with work bytes), %d feasible, %d infeasible, "
+         "%d failed checks\n",
+         maxL, work ? ", work bytes" : "", count, with_work, feasible, infeasible,
+         test_failures - failures0);
 }
 
 /* ------------------------------------------------------------ stage search */
@@ -227,6 +249,8 @@ static void test_knap(int count) {
     remat__knap_init(&kn, levels, 1, 0);
     for (int k = 0; k < n; k++) CHECK(remat__knap_insert(&kn, d[k], r[k], x[k], k) == 0);
     int64_t mult = rnd(1, 4), E = rnd(1, 60), cap = rnd(0, 15);
+    /* the stage's floor: none, between the scratch sizes, or above them all */
+    int64_t Y = rnd(0, 2) == 0 ? 0 : rnd(0, 8);
     /* brute force */
     int have1 = 0, have2 = 0;
     int64_t b1[3] = {0}, b2[2] = {0};
@@ -234,8 +258,9 @@ static void test_knap(int count) {
       int64_t D = 0, R = 0, X = 0, c = 0;
       for (int k = 0; k < n; k++)
         if (mask >> k & 1) D += d[k], R += r[k], X = x[k] > X ? x[k] : X, c++;
-      if (mult * D - X < E) continue;
-      int64_t memrel = X - mult * D;
+      int64_t over = X > Y ? X - Y : 0;
+      if (mult * D - over < E) continue;
+      int64_t memrel = over - mult * D;
       if (!have1 || R < b1[0] || (R == b1[0] && (c < b1[1] || (c == b1[1] && memrel < b1[2])))) {
         b1[0] = R, b1[1] = c, b1[2] = memrel;
         have1 = 1;
@@ -246,17 +271,17 @@ static void test_knap(int count) {
       }
     }
     remat__knap_res res;
-    int f1 = remat__knap_min_time(&kn, mult, E, &res);
+    int f1 = remat__knap_min_time(&kn, mult, E, Y, &res);
     CHECK(f1 == have1);
     if (f1 && have1) {
       CHECK(res.r == b1[0] && res.cnt == b1[1] && res.memrel == b1[2]);
       int64_t items[10], m = remat__knap_items(&kn, res.node, items), D = 0, R = 0, X = 0;
       CHECK(m == res.cnt);
       for (int64_t k = 0; k < m; k++) D += d[items[k]], R += r[items[k]], X = x[items[k]] > X ? x[items[k]] : X;
-      CHECK(R == res.r && X - mult * D == res.memrel);
+      CHECK(R == res.r && (X > Y ? X - Y : 0) - mult * D == res.memrel);
     }
     if (levels) {
-      int f2 = remat__knap_min_count(&kn, mult, E, cap, &res);
+      int f2 = remat__knap_min_count(&kn, mult, E, Y, cap, &res);
       CHECK(f2 == have2);
       if (f2 && have2) CHECK(res.cnt == b2[0] && res.memrel == b2[1]);
     }
@@ -362,8 +387,26 @@ static void test_parse(void) {
   expect_bad("{\"stages\":2,\"microbatches\":2,\"memory\":1000,\"layers\":[{\"count\":4,\"fwd\":1,\"bwd\":\"x\",\"recompute\":1,\"act_bytes\":1,\"ckpt_bytes\":1,\"state_bytes\":0}]}", "bwd");
   expect_bad("{\"stages\":2,\"microbatches\":2,\"memory\":1000,\"layers\":[{\"count\":4,\"fwd\":1,\"bwd\":2,\"recompute\":1,\"act_bytes\":0.5,\"ckpt_bytes\":1,\"state_bytes\":0}]}", "act_bytes");
   expect_bad("{\"stages\":2,\"microbatches\":2,\"memory\":1000,\"layers\":[{\"count\":4,\"fwd\":1,\"bwd\":2,\"recompute\":1,\"act_bytes\":1,\"ckpt_bytes\":1,\"state_bytes\":0,\"recomputable\":1}]}", "true or false");
+  expect_bad("{\"stages\":2,\"microbatches\":2,\"memory\":1000,\"layers\":[{\"count\":4,\"fwd\":1,\"bwd\":2,\"recompute\":1,\"act_bytes\":1,\"ckpt_bytes\":1,\"state_bytes\":0,\"work_bytes\":-8}]}", "work_bytes must not be negative");
+  expect_bad("{\"stages\":2,\"microbatches\":2,\"memory\":1000,\"layers\":[{\"count\":4,\"fwd\":1,\"bwd\":2,\"recompute\":1,\"act_bytes\":1,\"ckpt_bytes\":1,\"state_bytes\":0,\"work_bytes\":2.5}]}", "work_bytes must be a whole number");
+  expect_bad("{\"stages\":2,\"microbatches\":2,\"memory\":1000,\"layers\":[{\"count\":4,\"fwd\":1,\"bwd\":2,\"recompute\":1,\"act_bytes\":1,\"ckpt_bytes\":1,\"state_bytes\":0,\"work_bytes\":2e18}]}", "work_bytes");
+  expect_bad("{\"stages\":2,\"microbatches\":2,\"memory\":1000,\"layers\":[{\"count\":4,\"fwd\":1,\"bwd\":2,\"recompute\":1,\"act_bytes\":1,\"ckpt_bytes\":1,\"state_bytes\":0,\"work_bytes\":\"lots\"}]}", "work_bytes");
   expect_bad("{\"stages\":2,\"microbatches\":2,\"memory\":1000,\"layers\":[{\"count\":4,\"fwd\":1,\"bwd\":2,\"recompute\":1,\"act_bytes\":1,\"ckpt_bytes\":1,\"state_bytes\":0,\"speed\":3}]}", "unknown field \"speed\"");
   expect_bad("{\"stages\":2,\"microbatches\":1000,\"memory\":1000,\"layers\":[{\"count\":4,\"fwd\":1,\"bwd\":2,\"recompute\":1,\"act_bytes\":1e18,\"ckpt_bytes\":1,\"state_bytes\":0}]}", "2^6");
+
+  /* strict text: one object, no duplicate keys, no NUL, bounded nesting */
+  expect_bad("{\"stages\":2,\"microbatches\":2,\"memory\":1000,\"layers\":[" LAYER "]} {}", "after the JSON value at offset 145");
+  expect_bad("{\"stages\":2,\"microbatches\":2,\"memory\":1000,\"layers\":[" LAYER "]}\n7", "offset 145 (line 2, column 1)");
+  expect_bad("{\"stages\":2,\"microbatches\":2,\"stages\":2,\"memory\":1000,\"layers\":[" LAYER "]}", "duplicate key \"stages\"");
+  expect_bad("{\"stages\":2,\"microbatches\":2,\"memory\":1000,\"layers\":[" LAYER ",{\"bwd\":1,\"bwd\":1}]}", "duplicate key \"bwd\" in layers[1]");
+  expect_bad("{\"stages\":[[[[[[[[[[1]]]]]]]]]]}", "nested too deeply at offset 17");
+  {
+    const char nul[] = "{\"stages\":2,\0\"microbatches\":2}";
+    remat_plan_problem pb;
+    remat_error err = {0, ""};
+    CHECK(remat_plan_problem_parse_json(&pb, nul, sizeof nul - 1, &err) == REMAT_EFORMAT);
+    CHECK(strstr(err.msg, "NUL byte at offset 12") != NULL);
+  }
 
   /* accepted: optional fields, sizes as strings, per-stage budgets */
   const char *good =
@@ -371,7 +414,7 @@ static void test_parse(void) {
       "\"layers\":[{\"name\":\"embedding\",\"fwd\":0,\"bwd\":0,\"act_bytes\":0,\"ckpt_bytes\":0,"
       "\"state_bytes\":64,\"recomputable\":false},"
       "{\"count\":3,\"fwd\":1,\"bwd\":2,\"recompute\":1,\"act_bytes\":100,\"ckpt_bytes\":10,"
-      "\"state_bytes\":0,\"recompute_bytes\":50}]}";
+      "\"state_bytes\":0,\"recompute_bytes\":50,\"work_bytes\":\"1KiB\"}]}";
   remat_plan_problem pb;
   remat_error err;
   int rc = remat_plan_problem_parse_json(&pb, good, strlen(good), &err);
@@ -380,6 +423,7 @@ static void test_parse(void) {
     CHECK(pb.memory[0] == 1024 && pb.memory[1] == 2048 && !pb.uniform_memory);
     CHECK(pb.groups[0].count == 1 && !pb.groups[0].recomputable);
     CHECK(pb.groups[1].recompute_bytes == 50 && pb.stage_bytes == 8);
+    CHECK(pb.groups[1].work_bytes == 1024 && pb.groups[0].work_bytes == 0);
     CHECK(strcmp(pb.groups[0].name, "embedding") == 0);
     remat_plan_problem_free(&pb);
   } else {
@@ -387,6 +431,47 @@ static void test_parse(void) {
   }
   CHECK(remat_plan_problem_load(&pb, "/nonexistent/problem.json", &err) == REMAT_EIO);
   CHECK(strstr(err.msg, "/nonexistent/problem.json") != NULL);
+}
+
+/* ------------------------------------------------------------ work bytes */
+
+/* memory = sum a or c + max(max y over the stage, max x over the recomputed),
+ * by hand: layer 0 (a 100, c 10, x 50, y 30), layer 1 (a 100, c 10, x 0,
+ * y 70), one stage, one micro-batch. */
+static void test_work_bytes(void) {
+  remat_plan_problem pb;
+  remat_error err;
+  if (remat_plan_problem_init(&pb, 1, 2, &err)) abort();
+  remat_plan_problem_set_memory(&pb, 1000);
+  for (int g = 0; g < 2; g++) {
+    pb.groups[g].fwd = pb.groups[g].bwd = pb.groups[g].recompute = 1;
+    pb.groups[g].act_bytes = 100;
+    pb.groups[g].ckpt_bytes = 10;
+  }
+  pb.groups[0].recompute_bytes = 50;
+  pb.groups[0].work_bytes = 30;
+  pb.groups[1].work_bytes = 70;
+  int64_t lps[1] = {2};
+  const uint8_t recs[4][2] = {{0, 0}, {1, 0}, {0, 1}, {1, 1}};
+  const size_t want[4] = {200 + 70, 110 + 70, 110 + 70, 20 + 70};
+  for (int k = 0; k < 4; k++) {
+    remat_plan ev;
+    CHECK(remat_plan_evaluate(&pb, lps, recs[k], &ev, &err) == 0);
+    CHECK(ev.stages[0].memory_bytes == want[k]);
+    remat_plan_free(&ev);
+  }
+  pb.groups[0].recompute_bytes = 90; /* scratch above the floor now counts */
+  remat_plan ev;
+  CHECK(remat_plan_evaluate(&pb, lps, recs[3], &ev, &err) == 0);
+  CHECK(ev.stages[0].memory_bytes == 20 + 90);
+  remat_plan_free(&ev);
+  /* the solver: at 180 bytes recomputing the layer without scratch is enough */
+  remat_plan_problem_set_memory(&pb, 180);
+  remat_plan plan;
+  CHECK(remat_plan_solve(&pb, &plan, &err) == 0);
+  CHECK(plan.total_recomputed == 1 && plan.stages[0].memory_bytes == 180);
+  remat_plan_free(&plan);
+  remat_plan_problem_free(&pb);
 }
 
 /* ------------------------------------------------------------ model problems */
@@ -447,7 +532,10 @@ int main(int argc, char **argv) {
   test_sim();
   test_parse();
   test_model();
-  test_random(n, 7);
-  test_random(n / 2, 10);
+  test_work_bytes();
+  test_random(n, 7, 0);
+  test_random(n / 2, 10, 0);
+  test_random(n, 7, 1);
+  test_random(n / 2, 10, 1);
   return test_summary("test_plan");
 }

@@ -48,8 +48,17 @@ const char *remat_strerror(int code); /* "invalid argument" */
 /* "1.5GiB", "800MB", "20e9", "4096" -> bytes. Suffixes: B, K/KB, M/MB, G/GB,
  * T/TB (powers of 1000), KiB, MiB, GiB, TiB (powers of 1024); case-insensitive. */
 int remat_parse_size(const char *s, size_t *bytes, remat_error *err);
-/* Formats bytes as "1.50 GiB" into buf. */
-const char *remat_format_bytes(size_t bytes, char *buf, size_t cap);
+/* Units for byte counts shown to people: powers of 1024 (KiB, MiB, GiB) or of
+ * 1000 (kB, MB, GB). */
+typedef enum { REMAT_UNITS_BINARY = 0, REMAT_UNITS_DECIMAL = 1 } remat_units;
+/* Formats bytes into buf as "1.50 GiB" (binary) or "1.61 GB" (decimal), two
+ * decimals, or "512 B" below one unit; returns buf. The one formatter of byte
+ * counts: everything remat prints goes through it. */
+const char *remat_format_bytes_in(size_t bytes, int units, char *buf, size_t cap);
+/* remat_format_bytes_in with binary units. */
+static inline const char *remat_format_bytes(size_t bytes, char *buf, size_t cap) {
+  return remat_format_bytes_in(bytes, REMAT_UNITS_BINARY, buf, cap);
+}
 
 #ifdef __cplusplus
 }

@@ -25,13 +25,15 @@ extern "C" {
  *   c_l             bytes it stores when recomputed (its input), c_l <= a_l
  *                   for recomputation to be of any use
  *   x_l             extra bytes while it reruns its forward (scratch)
+ *   y_l             work bytes: transient bytes while it runs (its backward
+ *                   workspace), whether kept or recomputed
  *   w_l             persistent bytes: parameters, gradients, optimizer state
  *
  * A stage s (0-based) of p runs layers [i, j) and recomputes a subset R:
  *
  *   memory_s = stage_bytes + sum_{l in [i,j)} w_l
  *            + n_s * ( sum_{l kept} a_l + sum_{l in R} c_l )
- *            + max_{l in R} x_l            (0 when R is empty)
+ *            + max( max_{l in [i,j)} y_l, max_{l in R} x_l )   (0 for an empty max)
  *   n_s      = min(p - s, m) under 1F1B (stage s holds that many micro-batches
  *              of activations at its peak), m under GPipe
  *   t_s      = sum_{l in [i,j)} (f_l + b_l) + sum_{l in R} r_l
@@ -72,6 +74,7 @@ typedef enum {
 #define REMAT_PLAN_MAX_STAGES 65536
 #define REMAT_PLAN_MAX_MICROBATCHES 1000000
 #define REMAT_PLAN_MAX_BYTES ((size_t)1 << 60) /* any single byte count or budget */
+#define REMAT_PLAN_MAX_PROBLEM_BYTES ((size_t)16 << 20) /* a JSON problem's text, 16 MiB */
 
 /* A run of `count` identical consecutive layers. */
 typedef struct remat_plan_group {
@@ -82,7 +85,7 @@ typedef struct remat_plan_group {
   size_t ckpt_bytes;       /* c: stored per micro-batch when recomputed */
   size_t state_bytes;      /* w: persistent */
   size_t recompute_bytes;  /* x: scratch while recomputing */
-  size_t work_bytes;       /* y: transient while it runs, kept or not */
+  size_t work_bytes;       /* y: transient while it runs, kept or recomputed */
   int recomputable;        /* 0: the layer always keeps its activations */
 } remat_plan_group;
 
@@ -119,11 +122,15 @@ void remat_plan_problem_set_memory(remat_plan_problem *pb, size_t bytes);
  *     "memory": 20e9 | "20GB" | [b0, b1, ...], "stage_bytes": 0,
  *     "layers": [ {"name": "block", "count": 32, "fwd": 1, "bwd": 2, "recompute": 1,
  *                  "act_bytes": 1.25e9, "ckpt_bytes": 0.125e9, "state_bytes": 0,
- *                  "recompute_bytes": 0, "recomputable": true} ] }
+ *                  "recompute_bytes": 0, "work_bytes": 0, "recomputable": true} ] }
  * schedule (default 1f1b), objective (default bottleneck), stage_bytes,
- * name, count (default 1), recompute_bytes (default 0) and recomputable
- * (default true) are optional; recompute may be left out when recomputable
- * is false. Unknown fields are errors, except "comment". */
+ * name, count (default 1), recompute_bytes and work_bytes (default 0) and
+ * recomputable (default true) are optional; recompute may be left out when
+ * recomputable is false. Unknown fields are errors, except "comment". The
+ * text must be one JSON object (only whitespace after it), without duplicate
+ * keys or NUL bytes, nested at most 8 levels, and at most
+ * REMAT_PLAN_MAX_PROBLEM_BYTES; remat_plan_problem_load refuses a larger file
+ * before reading it. */
 int remat_plan_problem_parse_json(remat_plan_problem *pb, const char *text, size_t len,
                                   remat_error *err);
 int remat_plan_problem_load(remat_plan_problem *pb, const char *path, remat_error *err);
@@ -224,7 +231,8 @@ int remat_plan_format(const remat_plan_problem *pb, const remat_plan *plan, int 
 /* The problem as a MIP in CPLEX LP format: binaries y_l_s (layer l on stage
  * s) and z_l_s (layer l recomputed on stage s), contiguity through the stage
  * index sum_s s*y_l_s, which is non-decreasing by steps of 0 or 1, the memory
- * formula with a continuous X_s >= x_l z_l_s, and T >= t_s. Its optimum is the
+ * formula with a continuous X_s >= x_l z_l_s and X_s >= y_l y_l_s, and
+ * T >= t_s. Its optimum is the
  * planner's objective value. Memory rows are divided by the gcd of all byte
  * counts to keep coefficients small. */
 int remat_plan_format_lp(const remat_plan_problem *pb, char **out, remat_error *err);

@@ -42,12 +42,15 @@ int remat_parse_size(const char *s, size_t *bytes, remat_error *err) {
                        s, end);
 }
 
-const char *remat_format_bytes(size_t bytes, char *buf, size_t cap) {
-  static const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-  double v = (double)bytes;
-  int i = 0;
-  while (v >= 1024.0 && i < 5) {
-    v /= 1024.0;
+const char *remat_format_bytes_in(size_t bytes, int units, char *buf, size_t cap) {
+  static const char *binary[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  static const char *decimal[] = {"B", "kB", "MB", "GB", "TB", "PB", "EB"};
+  int dec = units == REMAT_UNITS_DECIMAL;
+  const char *const *u = dec ? decimal : binary;
+  double step = dec ? 1000.0 : 1024.0, v = (double)bytes;
+  int top = dec ? 6 : 5, i = 0;
+  while (v >= step && i < top) {
+    v /= step;
     i++;
   }
   if (i == 0)

@@ -2,9 +2,11 @@
  *
  * Recomputing layer l saves d_l = a_l - c_l bytes per micro-batch, costs r_l
  * time, and needs x_l scratch bytes while it reruns; with n micro-batches in
- * flight a stage must save n D - X >= E, where E is its excess over budget
- * with every layer kept, D the sum of d over the recomputed set and X their
- * largest x. Minimising r under that is a covering knapsack, NP-hard in
+ * flight a stage must save n D - (X - Y)+ >= E, where E is its excess over
+ * budget with every layer kept, D the sum of d over the recomputed set, X
+ * their largest x and Y the largest work bytes of the stage's layers, which
+ * the stage holds anyway (E counts it), so scratch only costs what exceeds
+ * it. Minimising r under that is a covering knapsack, NP-hard in
  * general, so this keeps Pareto sets (Nemhauser-Ullmann) and is exact for
  * any data; its cost grows with the number of distinct non-dominated sets,
  * which stays small for stages of tens of layers or few distinct layer kinds.
@@ -248,18 +250,30 @@ static int64_t upper_r(const remat__klist *l, int64_t cap) {
   return lo;
 }
 
-int remat__knap_min_time(const remat__knap *k, int64_t n, int64_t E, remat__knap_res *res) {
+/* The scratch a set of threshold v costs above the floor Y. */
+static int64_t above(int64_t v, int64_t Y) { return v > Y ? v - Y : 0; }
+
+/* Thresholds below the floor cost nothing, so only the largest of them, whose
+ * lists dominate theirs, needs asking. */
+static int64_t first_threshold(const remat__knap *k, int64_t Y) {
+  int64_t t = 0;
+  while (t + 1 < k->nthr && k->thr[t + 1].v <= Y) t++;
+  return t;
+}
+
+int remat__knap_min_time(const remat__knap *k, int64_t n, int64_t E, int64_t Y,
+                         remat__knap_res *res) {
   int found = 0;
-  for (int64_t t = 0; t < k->nthr; t++) {
+  for (int64_t t = first_threshold(k, Y); t < k->nthr; t++) {
     const remat__kthr *T = &k->thr[t];
-    int64_t need = (E + T->v + n - 1) / n; /* n D >= E + v */
+    int64_t need = (E + above(T->v, Y) + n - 1) / n; /* n D >= E + (v - Y)+ */
     int64_t l0 = k->levels ? 1 : 0;
     for (int64_t l = l0; l < T->nlev; l++) {
       const remat__klist *L = &T->lev[l];
       int64_t i = lower_D(L, need);
       if (i == L->n) continue;
       const remat__kpt *P = &L->p[i];
-      remat__knap_res c = {P->r, P->cnt, P->X - n * P->D, P->node};
+      remat__knap_res c = {P->r, P->cnt, above(P->X, Y) - n * P->D, P->node};
       if (!found || res_better(&c, res, 1)) *res = c;
       found = 1;
     }
@@ -267,11 +281,11 @@ int remat__knap_min_time(const remat__knap *k, int64_t n, int64_t E, remat__knap
   return found;
 }
 
-int remat__knap_min_count(const remat__knap *k, int64_t n, int64_t E, int64_t cap,
+int remat__knap_min_count(const remat__knap *k, int64_t n, int64_t E, int64_t Y, int64_t cap,
                           remat__knap_res *res) {
   REMAT_ASSERT(k->levels);
   int found = 0;
-  for (int64_t t = 0; t < k->nthr; t++) {
+  for (int64_t t = first_threshold(k, Y); t < k->nthr; t++) {
     const remat__kthr *T = &k->thr[t];
     for (int64_t l = 1; l < T->nlev; l++) {
       if (found && l > res->cnt) break;
@@ -279,8 +293,8 @@ int remat__knap_min_count(const remat__knap *k, int64_t n, int64_t E, int64_t ca
       int64_t i = upper_r(L, cap) - 1;
       if (i < 0) continue;
       const remat__kpt *P = &L->p[i];
-      if (n * P->D - T->v < E) continue;
-      remat__knap_res c = {P->r, P->cnt, P->X - n * P->D, P->node};
+      if (n * P->D - above(T->v, Y) < E) continue;
+      remat__knap_res c = {P->r, P->cnt, above(P->X, Y) - n * P->D, P->node};
       if (!found || res_better(&c, res, 0)) *res = c;
       found = 1;
       break;

@@ -1,16 +1,17 @@
 /* lp.c: the planning problem as a mixed-integer program in CPLEX LP format,
- * the seed document's model generalised to heterogeneous layers, per-stage
- * budgets and recompute scratch, so that glpsol or cbc can confirm the
- * planner's optimum:
+ * the model of ColossalAI #5509 generalised to heterogeneous layers, per-stage
+ * budgets, recompute scratch and work bytes, so that glpsol or cbc can
+ * confirm the planner's optimum:
  *
  *   y_l_s  binary  layer l runs on stage s (only s <= l <= s + L - p)
  *   z_l_s  binary  layer l recomputes on stage s (recomputable layers)
- *   X_s    >= 0    largest scratch of stage s's recomputed layers
+ *   X_s    >= 0    largest transient bytes of stage s: work bytes of its
+ *                  layers, scratch of its recomputed layers
  *   T      >= 0    the bottleneck
  *
  *   sum_s y_l_s = 1;  y_0_0 = 1;  y_{L-1}_{p-1} = 1
  *   0 <= sum_s s y_{l+1}_s - sum_s s y_l_s <= 1   (contiguous, none empty)
- *   z_l_s <= y_l_s;   x_l z_l_s <= X_s
+ *   z_l_s <= y_l_s;   x_l z_l_s <= X_s;   y_l y_l_s <= X_s (y_l: work bytes)
  *   sum_l (w_l + n_s a_l) y_l_s - n_s (a_l - c_l) z_l_s + X_s <= budget_s - stage_bytes
  *   sum_l (f_l + b_l) y_l_s + r_l z_l_s <= T
  *   minimise T (bottleneck) or sum_s t_s + (m - 1) T (1f1b)
@@ -74,6 +75,7 @@ int remat_plan_format_lp(const remat_plan_problem *pb, char **out, remat_error *
     g = gcd(g, G->ckpt_bytes);
     g = gcd(g, G->state_bytes);
     g = gcd(g, G->recompute_bytes);
+    g = gcd(g, G->work_bytes);
     for (int64_t c = 0; c < G->count; c++) of[l++] = G;
   }
   if (g == 0) g = 1;
@@ -151,6 +153,13 @@ int remat_plan_format_lp(const remat_plan_problem *pb, char **out, remat_error *
                            (long long)s, MEM(of[l]->recompute_bytes), (long long)l,
                            (long long)s, (long long)s);
     }
+  }
+  for (l = 0; l < L; l++) {
+    if (!of[l]->work_bytes) continue;
+    for (int64_t s = LO(l); s <= HI(l); s++)
+      remat__plan_printf(&b, " wy_%lld_%lld: %.17g y_%lld_%lld - X_%lld <= 0\n", (long long)l,
+                         (long long)s, MEM(of[l]->work_bytes), (long long)l, (long long)s,
+                         (long long)s);
   }
   for (int64_t s = 0; s < p; s++) {
     int64_t n = pb->schedule == REMAT_SCHED_GPIPE ? m : (p - s < m ? p - s : m);

@@ -1,6 +1,18 @@
-/* plan.h: the planner's internals shared by its files and tests. The public
- * API and the memory and time formula are in include/remat.h, section
- * "pipeline plan". */
+/* plan.h: the planner's internals shared by its files. The public API and the
+ * memory and time formula are in include/remat/plan.h.
+ *
+ * The files, from the bottom up (each uses only those above it):
+ *   problem.c  problems: construction, checks, JSON files, GPT-2 shapes
+ *   inst.c     the expansion of a problem into one entry per layer
+ *   knap.c     Pareto sets of recompute subsets (the per-stage knapsack)
+ *   stage.c    one stage: its memory, and its best set of recomputed layers
+ *   fit.c      which stages fit at all; the smallest budget when none do
+ *   dp.c       the partition dynamic programs over (stage, boundary)
+ *   sim.c      the schedule simulator
+ *   eval.c     figures of a given arrangement; the remat_plan it fills
+ *   text.c     the text buffer and the units byte counts are shown in
+ *   solve.c    the driver: windows, objectives, infeasible problems
+ *   write.c, lp.c, sweep.c   outputs, the MIP export, the budget sweep */
 #ifndef REMAT_PLAN_INTERNAL_H
 #define REMAT_PLAN_INTERNAL_H
 
@@ -9,7 +21,12 @@
 
 #include "remat.h"
 
-/* ------------------------------------------------------------ internal */
+#define REMAT__PLAN_INF INT64_MAX
+#define REMAT__PLAN_MAX_CELLS ((int64_t)1 << 22) /* (p + 1) * (L + 1) of a DP table */
+
+static inline int64_t remat__max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+/* ------------------------------------------------------------ instance (inst.c) */
 
 /* The problem expanded to one entry per layer, times quantised, bytes as
  * int64 (every memory expression is below 2^61). Shared with the tests. */
@@ -20,7 +37,7 @@ typedef struct remat__plan_inst {
   int64_t *fb;       /* (L) f + b in quanta */
   int64_t *fwd;      /* (L) f in quanta */
   int64_t *r;        /* (L) recompute time in quanta */
-  int64_t *a, *c, *x, *w; /* (L) bytes */
+  int64_t *a, *c, *x, *y, *w; /* (L) bytes */
   uint8_t *recomp;   /* (L) 1 if the layer may recompute */
   uint8_t *cand;     /* (L) 1 if recomputing can lower memory: recomputable, a > c */
   int64_t *n;        /* (p) micro-batches held */
@@ -35,45 +52,30 @@ typedef struct remat__plan_inst {
   /* stage classes: stages with equal (n, budget) share every answer */
   int64_t ncls;
   int64_t *cls; /* (p) */
+  /* range maximum of y: a segment tree of (2 ysize), NULL when every y is 0 */
+  int64_t *ytree, ysize;
 } remat__plan_inst;
 
 int remat__plan_inst_build(const remat_plan_problem *pb, remat__plan_inst *in, remat_error *err);
 void remat__plan_inst_free(remat__plan_inst *in);
+/* The stage floor Y = max y over layers [i, j) (0 for none). */
+int64_t remat__plan_work_max(const remat__plan_inst *in, int64_t i, int64_t j);
 
-/* One stage's best choice of recomputed layers. */
-typedef struct remat__plan_stagev {
-  int64_t t;   /* stage time in quanta */
-  int64_t cnt; /* recomputed layers */
-  int64_t mem; /* bytes */
-} remat__plan_stagev;
-
-/* Exact brute force over all partitions and all recompute subsets; for tests
- * of at most ~16 layers. Returns 0 and the optimum (objective in quanta,
- * recomputed layers, max memory) or REMAT_EINFEASIBLE. */
-int remat__plan_brute(const remat__plan_inst *in, int64_t *obj, int64_t *cnt, int64_t *maxmem);
-/* The optimum as the solver sees it (for comparison with the brute force). */
-int remat__plan_solve_inst(const remat__plan_inst *in, int64_t *obj, int64_t *cnt,
-                           int64_t *maxmem, int64_t *bounds, uint8_t *recompute,
-                           remat_error *err);
-/* The baseline objective: best partition without recomputation, memory
- * ignored (the denominator of the slowdown), in quanta. */
-int64_t remat__plan_baseline(const remat__plan_inst *in);
-/* The smallest budget (one for all stages) at which a plan without any
- * recomputation reaches the baseline objective. */
-int remat__plan_no_recompute_budget(const remat__plan_inst *in, int64_t *bytes);
-/* Smallest memory stage s can reach on layers [i, j). */
-int64_t remat__plan_min_memory(const remat__plan_inst *in, int64_t i, int64_t j, int64_t s);
+/* ------------------------------------------------------------ knapsack (knap.c) */
 
 /* The exact per-stage subproblem: which of a stage's layers to recompute.
  * Items are the candidate layers (d = a - c > 0, r, x). For every threshold v
  * among the items' x, and for every count k of recomputed items (or for all
  * counts together, keyed by (r, k)), the engine keeps the Pareto set of
  * subsets of items with x <= v: time r against saved bytes D, each set once
- * with its actual largest x. A query with n micro-batches and excess E (bytes
- * over budget with everything kept) asks for subsets with n D - v >= E; every
- * subset R is represented, or dominated, in the list of its own threshold
- * v = max x over R, where the assumed and the actual scratch agree, so the
- * answers are exact. Items are added one at a time as a stage grows. */
+ * with its actual largest x. A query with n micro-batches, the stage's floor
+ * Y (its largest work bytes, held anyway) and excess E (bytes over budget
+ * with everything kept, Y included) asks for subsets with n D - (v - Y)+ >= E;
+ * every subset R is represented, or dominated, in the list of its own
+ * threshold v = max x over R, where the assumed and the actual scratch agree,
+ * so the answers are exact. Thresholds up to Y all cost nothing, and the list
+ * of the largest of them dominates the others'. Items are added one at a time
+ * as a stage grows. */
 typedef struct remat__kpt {
   int64_t r;    /* recompute time, quanta */
   int64_t D;    /* bytes saved per micro-batch: sum of a - c */
@@ -105,7 +107,7 @@ typedef struct remat__knap {
 } remat__knap;
 
 typedef struct remat__knap_res {
-  int64_t r, cnt, memrel; /* memrel = X - n D: add to the all-kept memory */
+  int64_t r, cnt, memrel; /* memrel = (X - Y)+ - n D: add to the all-kept memory */
   int32_t node;
 } remat__knap_res;
 
@@ -114,18 +116,170 @@ void remat__knap_reset(remat__knap *k);
 void remat__knap_free(remat__knap *k);
 /* 0, REMAT_ENOMEM, or REMAT_ERANGE when the sets exceed k->limit points. */
 int remat__knap_insert(remat__knap *k, int64_t d, int64_t r, int64_t x, int64_t item);
-/* Least (r, count, memory) with n D - X >= E (E > 0). Returns 1 if found. */
-int remat__knap_min_time(const remat__knap *k, int64_t n, int64_t E, remat__knap_res *res);
-/* Least (count, memory) with n D - X >= E and r <= cap; needs levels. */
-int remat__knap_min_count(const remat__knap *k, int64_t n, int64_t E, int64_t cap,
+/* Least (r, count, memory) with n D - (X - Y)+ >= E (E > 0). Returns 1 if
+ * found. */
+int remat__knap_min_time(const remat__knap *k, int64_t n, int64_t E, int64_t Y,
+                         remat__knap_res *res);
+/* Least (count, memory) with n D - (X - Y)+ >= E and r <= cap; needs levels. */
+int remat__knap_min_count(const remat__knap *k, int64_t n, int64_t E, int64_t Y, int64_t cap,
                           remat__knap_res *res);
 /* The items of a tracked result, ascending; returns how many. */
 int64_t remat__knap_items(const remat__knap *k, int32_t node, int64_t *items);
 
-/* Byte counts for people: binary units (GiB) when every budget is a whole
- * number of MiB, as from --mem 20GiB, else decimal (GB), as in "20e9". */
-int remat__plan_binary_units(const remat_plan_problem *pb);
-const char *remat__plan_fmt_bytes(size_t bytes, int binary, char *buf, size_t cap);
+/* ------------------------------------------------------------ one stage (stage.c) */
+
+#define REMAT__PLAN_KNAP_LIMIT ((int64_t)1 << 25) /* Pareto points held at once */
+
+/* Bytes stage s needs on layers [i, j) with every layer kept, less the
+ * transient term max(Y, X): stage_bytes + sum w + n sum a. With every layer
+ * kept the stage needs this + Y, Y = remat__plan_work_max(in, i, j). */
+static inline int64_t remat__plan_base_memory(const remat__plan_inst *in, int64_t i, int64_t j,
+                                              int64_t s) {
+  return in->stage_bytes + (in->pW[j] - in->pW[i]) + in->n[s] * (in->pA[j] - in->pA[i]);
+}
+
+/* A candidate's scratch and saving per micro-batch, for sorting by scratch. */
+typedef struct remat__plan_xd {
+  int64_t x, d;
+} remat__plan_xd;
+
+/* Largest saving n D - (X - Y)+ over recompute sets of [i, j) with floor Y
+ * (0 for the empty set) and, if vbest is given, the threshold on x that
+ * reaches it (-1: recompute nothing). The best set with largest scratch v is
+ * every candidate with x <= v. scratch: room for j - i pairs, or NULL to
+ * allocate. */
+int64_t remat__plan_max_saving(const remat__plan_inst *in, int64_t i, int64_t j, int64_t n,
+                               int64_t Y, remat__plan_xd *scratch, int64_t *vbest);
+
+/* A stage's best choice. */
+typedef struct remat__plan_choice {
+  int64_t t, cnt, mem; /* time in quanta, recomputed layers, bytes */
+  int how;      /* 0: nothing recomputed, 1: first k candidates, 2: knapsack set */
+  int32_t node; /* how == 2 with tracking */
+} remat__plan_choice;
+
+/* Evaluates the stages that start at layer i, as they grow to the right. */
+typedef struct remat__plan_eval {
+  const remat__plan_inst *in;
+  remat__knap kn;
+  int64_t i, built; /* candidates of [i, built) are in kn */
+  int64_t yend, Y;  /* Y = max y over [i, yend) */
+} remat__plan_eval;
+
+#define REMAT__PLAN_LEAST_TIME 0    /* least time, then fewest layers, then memory */
+#define REMAT__PLAN_FEWEST 1        /* fewest layers within a time cap, then memory */
+
+void remat__plan_eval_start(remat__plan_eval *ev, int64_t i);
+/* Best choice for stage s on [ev->i, j), in one of the two modes above.
+ * Returns 1 if the stage fits, 0 if not, or a negative error (knap_insert's). */
+int remat__plan_eval_stage(remat__plan_eval *ev, int64_t j, int64_t s, int mode, int64_t cap,
+                           remat__plan_choice *out);
+/* The message for a negative return of remat__plan_eval_stage at start i. */
+int remat__plan_knap_error(remat_error *err, int rc, int64_t i);
+
+/* Per-(i, j) answers are shared by the stages of one class: a cache of one
+ * entry per class, valid while its stamp equals now (bump now for each j). */
+typedef struct remat__plan_cache {
+  int64_t *stamp; /* (ncls) */
+  remat__plan_choice *val;
+  int *ok;
+  int64_t now;
+} remat__plan_cache;
+
+int remat__plan_cache_init(remat__plan_cache *c, int64_t ncls);
+void remat__plan_cache_free(remat__plan_cache *c);
+int remat__plan_cached_eval(remat__plan_eval *ev, remat__plan_cache *c, int64_t j, int64_t s,
+                            int mode, int64_t cap, remat__plan_choice **out);
+
+/* Sets rec[l] = 1 for the layers stage s recomputes on [i, j) in its best
+ * choice for the mode and cap (which must fit). items: room for j - i. */
+int remat__plan_stage_set(const remat__plan_inst *in, int64_t i, int64_t j, int64_t s, int mode,
+                          int64_t cap, uint8_t *rec, int64_t *items, remat_error *err);
+
+/* ------------------------------------------------------------ solver state */
+
+typedef struct remat__plan_xtree remat__plan_xtree; /* fit.c */
+
+/* Tables are (p + 1, L + 1), row s for stage boundary s. */
+typedef struct remat__plan_solver {
+  const remat__plan_inst *in;
+  int64_t L, p, L1;
+  int64_t Tcap;   /* window: stages with F <= Tcap */
+  int64_t delta;  /* extra bytes on every budget (infeasibility search) */
+  uint8_t *pre;   /* stages 0..s-1 can cover [0, i) */
+  uint8_t *post;  /* stages s..p-1 can cover [i, L) */
+  int64_t *pred;  /* a predecessor boundary, for pre */
+  int64_t *aux;   /* (L + 1) */
+  remat__plan_xd *xs;     /* (L) */
+  remat__plan_xtree *xt;  /* reset for each stage's sweep in reach */
+  remat_error *err;
+} remat__plan_solver;
+
+#define REMAT__AT(S, arr, s, i) ((arr)[(size_t)(s) * (size_t)(S)->L1 + (size_t)(i)])
+
+/* ------------------------------------------------------------ fit (fit.c) */
+
+/* Allocates the solver's tables for an instance; 0 or REMAT_ENOMEM. */
+int remat__plan_fit_init(remat__plan_solver *S, const remat__plan_inst *in, remat_error *err);
+void remat__plan_fit_free(remat__plan_solver *S);
+/* Fills pre (and pred) and post for the current window and delta; returns
+ * whether the whole model can be covered. */
+int remat__plan_reach(remat__plan_solver *S);
+/* The smallest delta for which the model can be covered (nothing fits at
+ * delta 0); leaves S->delta there, with pre and pred filled. */
+int64_t remat__plan_min_delta(remat__plan_solver *S);
+/* The arrangement of least memory at the current delta (pred filled). */
+void remat__plan_least_memory(remat__plan_solver *S, int64_t *bounds, uint8_t *rec);
+
+/* ------------------------------------------------------------ partition (dp.c) */
+
+/* Largest j with F(i, j) <= cap. */
+int64_t remat__plan_window_end(const remat__plan_inst *in, int64_t i, int64_t cap);
+/* Least max over partitions of F alone (no recomputation, memory ignored). */
+int64_t remat__plan_minmax_F(const remat__plan_inst *in);
+/* The baseline objective: best partition without recomputation, memory
+ * ignored (the denominator of the slowdown), in quanta. */
+int64_t remat__plan_baseline(const remat__plan_inst *in);
+
+/* Bottleneck pass 1: least max stage time within the window, or INF. */
+int remat__plan_pass_minmax(remat__plan_solver *S, int64_t *Tb);
+/* Bottleneck pass 2: with every stage time <= Tb, fewest recomputed layers
+ * then lowest peak; fills bounds. Returns 1 if found, 0 if not, or an error. */
+int remat__plan_pass_fewest(remat__plan_solver *S, int64_t Tb, int64_t *bounds);
+
+typedef struct remat__plan_result {
+  int64_t obj, cnt, mem; /* lexicographic */
+  int64_t sum, tmax;
+} remat__plan_result;
+
+/* The 1f1b objective within the window; fills bounds and the result. Returns
+ * 1 if a plan fits, 0 if not, negative on error. */
+int remat__plan_pass_iteration(remat__plan_solver *S, int64_t *bounds, remat__plan_result *out);
+
+/* ------------------------------------------------------------ arrangements (eval.c) */
+
+/* Objective (quanta), recomputed layers and peak bytes of an arrangement:
+ * bounds (p + 1) and one recompute flag per layer. */
+void remat__plan_measure(const remat__plan_inst *in, const int64_t *bounds, const uint8_t *rec,
+                         int64_t *obj, int64_t *cnt, int64_t *maxmem);
+/* Fills a plan from an arrangement (feasible = every stage within budget). */
+int remat__plan_fill(const remat__plan_inst *in, const int64_t *bounds, const uint8_t *rec,
+                     remat_plan *plan, remat_error *err);
+
+/* ------------------------------------------------------------ solver (solve.c) */
+
+/* The optimum as the solver sees it (for comparison with brute force):
+ * objective in quanta, recomputed layers, peak bytes, and the arrangement if
+ * bounds (p + 1) and recompute (L) are given. */
+int remat__plan_solve_inst(const remat__plan_inst *in, int64_t *obj, int64_t *cnt,
+                           int64_t *maxmem, int64_t *bounds, uint8_t *recompute,
+                           remat_error *err);
+
+/* ------------------------------------------------------------ text (text.c) */
+
+/* The units for a problem's byte counts: binary (GiB) when every budget is a
+ * whole number of MiB, as from --mem 20GiB, else decimal (GB), as in "20e9". */
+int remat__plan_units(const remat_plan_problem *pb);
 
 /* Growable text buffer for the writers. */
 typedef struct remat__plan_buf {

@@ -1,13 +1,15 @@
 /* problem.c: planning problems: their construction and validation, the JSON
- * problem file, problems built from a GPT-2 shape with the engine's byte
- * counts, and the expansion into one entry per layer (remat__plan_inst) with
- * integer times and bytes that the solver works on. */
+ * problem file, and problems built from a GPT-2 shape with the engine's byte
+ * counts. */
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "base/base.h"
 #include "plan/plan.h"
@@ -144,6 +146,7 @@ int remat_plan_problem_check(const remat_plan_problem *pb, remat_error *err) {
                      : G->ckpt_bytes > REMAT_PLAN_MAX_BYTES  ? "ckpt_bytes"
                      : G->state_bytes > REMAT_PLAN_MAX_BYTES ? "state_bytes"
                      : G->recompute_bytes > REMAT_PLAN_MAX_BYTES ? "recompute_bytes"
+                     : G->work_bytes > REMAT_PLAN_MAX_BYTES      ? "work_bytes"
                                                                  : NULL;
     if (bf)
       return remat__errorf(err, REMAT_ERANGE, "layers[%lld].%s is above the limit of 2^60 bytes",
@@ -170,7 +173,7 @@ int remat_plan_problem_check(const remat_plan_problem *pb, remat_error *err) {
     const remat_plan_group *G = &pb->groups[g];
     double big = (double)(G->act_bytes > G->ckpt_bytes ? G->act_bytes : G->ckpt_bytes);
     tot += (double)G->count * ((double)G->state_bytes + (double)nmax * big) +
-           (double)G->recompute_bytes;
+           (double)G->recompute_bytes + (double)G->work_bytes;
     ttot += (double)G->count * (G->fwd + G->bwd + G->recompute);
   }
   if (!(tot < 0x1p61))
@@ -186,6 +189,10 @@ int remat_plan_problem_check(const remat_plan_problem *pb, remat_error *err) {
 }
 
 /* ------------------------------------------------------------ JSON */
+
+/* A problem nests three levels (the object, "layers", a layer); anything past
+ * this is refused before parsing. */
+#define MAX_DEPTH 8
 
 static int json_number(const cJSON *it, const char *where, const char *key, double *out,
                        remat_error *err) {
@@ -277,23 +284,122 @@ static void line_col(const char *text, size_t len, size_t off, int *line, int *c
   }
 }
 
+/* Checks on the text before cJSON sees it: a bounded size, no NUL byte, and
+ * nesting no deeper than MAX_DEPTH (cJSON's own limit is far deeper and its
+ * error points at a misleading place). Brackets inside strings do not count. */
+static int check_text(const char *text, size_t len, remat_error *err) {
+  int line, col;
+  if (len > REMAT_PLAN_MAX_PROBLEM_BYTES)
+    return remat__errorf(err, REMAT_ERANGE,
+                         "the problem is %zu bytes, more than the limit of %zu bytes (16 MiB)", len,
+                         (size_t)REMAT_PLAN_MAX_PROBLEM_BYTES);
+  const char *nul = memchr(text, 0, len);
+  if (nul) {
+    size_t off = (size_t)(nul - text);
+    line_col(text, len, off, &line, &col);
+    return remat__errorf(err, REMAT_EFORMAT,
+                         "the problem contains a NUL byte at offset %zu (line %d, column %d); it "
+                         "must be JSON text",
+                         off, line, col);
+  }
+  int depth = 0, in_string = 0;
+  for (size_t i = 0; i < len; i++) {
+    char ch = text[i];
+    if (in_string) {
+      if (ch == '\\') i++;
+      else if (ch == '"') in_string = 0;
+    } else if (ch == '"') {
+      in_string = 1;
+    } else if (ch == '{' || ch == '[') {
+      if (++depth > MAX_DEPTH) {
+        line_col(text, len, i, &line, &col);
+        return remat__errorf(err, REMAT_EFORMAT,
+                             "the problem is nested too deeply at offset %zu (line %d, column "
+                             "%d): more than %d levels of objects and arrays",
+                             i, line, col, MAX_DEPTH);
+      }
+    } else if ((ch == '}' || ch == ']') && depth > 0) {
+      depth--;
+    }
+  }
+  return 0;
+}
+
+static int key_cmp(const void *u, const void *v) {
+  return strcmp(*(const char *const *)u, *(const char *const *)v);
+}
+
+/* A key given twice in any object (cJSON keeps both; the planner would read
+ * the first). `where` names the object for the message. */
+static int check_duplicates(const cJSON *it, const char *where, remat_error *err) {
+  if (cJSON_IsArray(it)) {
+    int64_t k = 0;
+    for (const cJSON *c = it->child; c; c = c->next, k++) {
+      char sub[160];
+      snprintf(sub, sizeof sub, "%s[%lld]", where, (long long)k);
+      int rc = check_duplicates(c, sub, err);
+      if (rc) return rc;
+    }
+    return 0;
+  }
+  if (!cJSON_IsObject(it)) return 0;
+  size_t n = 0;
+  for (const cJSON *c = it->child; c; c = c->next) n++;
+  if (n > 1) {
+    const char **keys = remat__malloc(n * sizeof *keys);
+    if (!keys) return remat__errorf(err, REMAT_ENOMEM, "out of memory reading the problem");
+    size_t k = 0;
+    for (const cJSON *c = it->child; c; c = c->next) keys[k++] = c->string;
+    qsort(keys, n, sizeof *keys, key_cmp);
+    for (k = 1; k < n && strcmp(keys[k - 1], keys[k]) != 0; k++) {
+    }
+    int rc = 0;
+    if (k < n)
+      rc = remat__errorf(err, REMAT_EFORMAT, "duplicate key \"%.64s\"%s%s", keys[k],
+                         where[0] ? " in " : "", where);
+    remat__free(keys);
+    if (rc) return rc;
+  }
+  for (const cJSON *c = it->child; c; c = c->next) {
+    char sub[160];
+    snprintf(sub, sizeof sub, "%s%s%.64s", where, where[0] ? "." : "", c->string);
+    int rc = check_duplicates(c, sub, err);
+    if (rc) return rc;
+  }
+  return 0;
+}
+
 int remat_plan_problem_parse_json(remat_plan_problem *pb, const char *text, size_t len,
                                   remat_error *err) {
   memset(pb, 0, sizeof *pb);
+  int rc = check_text(text, len, err);
+  if (rc) return rc;
   const char *end = NULL;
   cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
+  int line, col;
   if (!root) {
-    int line, col;
     size_t off = end && end >= text ? (size_t)(end - text) : 0;
     line_col(text, len, off, &line, &col);
     return remat__errorf(err, REMAT_EFORMAT, "invalid JSON at line %d, column %d", line, col);
   }
-  int rc = 0;
+  size_t off = (size_t)(end - text);
+  while (off < len && (text[off] == ' ' || text[off] == '\t' || text[off] == '\n' ||
+                       text[off] == '\r'))
+    off++;
   const char *top = "";
+  if (off < len) {
+    line_col(text, len, off, &line, &col);
+    rc = remat__errorf(err, REMAT_EFORMAT,
+                       "unexpected data after the JSON value at offset %zu (line %d, column %d); "
+                       "a problem is one JSON object",
+                       off, line, col);
+    goto done;
+  }
   if (!cJSON_IsObject(root)) {
     rc = remat__errorf(err, REMAT_EFORMAT, "the problem must be a JSON object");
     goto done;
   }
+  if ((rc = check_duplicates(root, "", err))) goto done;
   static const char *const known[] = {"stages", "microbatches", "schedule", "objective",
                                       "memory", "layers", "stage_bytes", "comment", NULL};
   if ((rc = check_keys(root, top, known, err))) goto done;
@@ -361,7 +467,8 @@ int remat_plan_problem_parse_json(remat_plan_problem *pb, const char *text, size
   }
   static const char *const gknown[] = {"name", "count", "fwd", "bwd", "recompute",
                                        "act_bytes", "ckpt_bytes", "state_bytes",
-                                       "recompute_bytes", "recomputable", "comment", NULL};
+                                       "recompute_bytes", "work_bytes", "recomputable", "comment",
+                                       NULL};
   int64_t g = 0, total = 0;
   cJSON_ArrayForEach(it, layers) {
     char where[48];
@@ -425,6 +532,8 @@ int remat_plan_problem_parse_json(remat_plan_problem *pb, const char *text, size
     if ((v = get(it, "recompute_bytes")) &&
         (rc = json_bytes(v, where, "recompute_bytes", &G->recompute_bytes, err)))
       goto done;
+    if ((v = get(it, "work_bytes")) && (rc = json_bytes(v, where, "work_bytes", &G->work_bytes, err)))
+      goto done;
     g++;
   }
   rc = remat_plan_problem_check(pb, err);
@@ -434,47 +543,74 @@ done:
   return rc;
 }
 
-#define MAX_PROBLEM_FILE ((size_t)256 << 20)
+/* Reads a whole file, refusing one above REMAT_PLAN_MAX_PROBLEM_BYTES before
+ * reading it: a regular file by its size, anything else (a pipe, a device)
+ * by reading at most one byte more than the limit, so no input costs more
+ * memory than the limit. */
+static int read_bounded(const char *path, char **out, size_t *len, remat_error *err) {
+  const size_t limit = REMAT_PLAN_MAX_PROBLEM_BYTES;
+  *out = NULL;
+  *len = 0;
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return remat__errorf(err, REMAT_EIO, "cannot open problem file '%s': %s", path,
+                         strerror(errno));
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    int e = errno;
+    close(fd);
+    return remat__errorf(err, REMAT_EIO, "cannot read '%s': %s", path, strerror(e));
+  }
+  int regular = S_ISREG(st.st_mode);
+  if (regular && (uint64_t)st.st_size > limit) {
+    close(fd);
+    return remat__errorf(err, REMAT_ERANGE,
+                         "problem file '%s' is %lld bytes, more than the limit of %zu bytes "
+                         "(16 MiB)",
+                         path, (long long)st.st_size, limit);
+  }
+  /* a regular file gets one byte more than its size, to notice it growing */
+  size_t cap = regular ? (size_t)st.st_size + 1 : limit + 1;
+  char *buf = remat__malloc(cap);
+  if (!buf) {
+    close(fd);
+    return remat__errorf(err, REMAT_ENOMEM, "out of memory reading '%s'", path);
+  }
+  size_t n = 0;
+  int rc = 0;
+  while (n < cap) {
+    ssize_t got = read(fd, buf + n, cap - n);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) {
+      rc = remat__errorf(err, REMAT_EIO, "cannot read '%s': %s", path, strerror(errno));
+      break;
+    }
+    if (got == 0) break;
+    n += (size_t)got;
+  }
+  close(fd);
+  if (!rc && n > limit)
+    rc = remat__errorf(err, REMAT_ERANGE,
+                       "problem input '%s' is larger than the limit of %zu bytes (16 MiB)", path,
+                       limit);
+  else if (!rc && regular && n == cap)
+    rc = remat__errorf(err, REMAT_EIO, "problem file '%s' grew while it was read", path);
+  if (rc) {
+    remat__free(buf);
+    return rc;
+  }
+  *out = buf;
+  *len = n;
+  return 0;
+}
 
 int remat_plan_problem_load(remat_plan_problem *pb, const char *path, remat_error *err) {
   memset(pb, 0, sizeof *pb);
-  FILE *f = fopen(path, "rb");
-  if (!f)
-    return remat__errorf(err, REMAT_EIO, "cannot open problem file '%s': %s", path,
-                         strerror(errno));
-  size_t cap = 1 << 16, len = 0;
-  char *buf = remat__malloc(cap);
-  int rc = 0;
-  if (!buf) {
-    fclose(f);
-    return remat__errorf(err, REMAT_ENOMEM, "out of memory reading '%s'", path);
-  }
-  for (;;) {
-    if (len == cap) {
-      if (cap >= MAX_PROBLEM_FILE) {
-        rc = remat__errorf(err, REMAT_ERANGE, "problem file '%s' is larger than 256 MiB", path);
-        break;
-      }
-      char *nb = remat__malloc(cap * 2);
-      if (!nb) {
-        rc = remat__errorf(err, REMAT_ENOMEM, "out of memory reading '%s'", path);
-        break;
-      }
-      memcpy(nb, buf, len);
-      remat__free(buf);
-      buf = nb;
-      cap *= 2;
-    }
-    size_t got = fread(buf + len, 1, cap - len, f);
-    len += got;
-    if (got == 0) {
-      if (ferror(f)) rc = remat__errorf(err, REMAT_EIO, "cannot read '%s': %s", path,
-                                        strerror(errno));
-      break;
-    }
-  }
-  fclose(f);
-  if (!rc && len == 0) rc = remat__errorf(err, REMAT_EFORMAT, "problem file '%s' is empty", path);
+  char *buf;
+  size_t len;
+  int rc = read_bounded(path, &buf, &len, err);
+  if (rc) return rc;
+  if (len == 0) rc = remat__errorf(err, REMAT_EFORMAT, "problem file '%s' is empty", path);
   if (!rc) {
     rc = remat_plan_problem_parse_json(pb, buf, len, err);
     if (rc && err) {
@@ -534,141 +670,4 @@ int remat_plan_problem_from_model(remat_plan_problem *pb, const remat_config *cf
            (long long)B, (long long)T);
   if ((rc = remat_plan_problem_check(pb, err))) remat_plan_problem_free(pb);
   return rc;
-}
-
-/* ------------------------------------------------------------ expansion */
-
-void remat__plan_inst_free(remat__plan_inst *in) {
-  int64_t **arrs[] = {&in->fb, &in->fwd, &in->r, &in->a, &in->c, &in->x, &in->w,
-                      &in->n, &in->budget, &in->pF, &in->pA, &in->pW, &in->pD, &in->pCand,
-                      &in->first_cand, &in->kind_end, &in->x_end, &in->cls};
-  for (size_t i = 0; i < sizeof arrs / sizeof arrs[0]; i++) {
-    remat__free(*arrs[i]);
-    *arrs[i] = NULL;
-  }
-  remat__free(in->cand);
-  remat__free(in->recomp);
-  in->cand = in->recomp = NULL;
-}
-
-typedef struct {
-  int64_t n, b, s;
-} clskey;
-
-static int clskey_cmp(const void *x, const void *y) {
-  const clskey *a = x, *b = y;
-  if (a->n != b->n) return a->n < b->n ? -1 : 1;
-  if (a->b != b->b) return a->b < b->b ? -1 : 1;
-  return a->s < b->s ? -1 : a->s > b->s;
-}
-
-int remat__plan_inst_build(const remat_plan_problem *pb, remat__plan_inst *in, remat_error *err) {
-  memset(in, 0, sizeof *in);
-  int rc = remat_plan_problem_check(pb, err);
-  if (rc) return rc;
-  int64_t L = remat_plan_problem_layers(pb), p = pb->stages, m = pb->microbatches;
-  in->L = L;
-  in->p = p;
-  in->m = m;
-  in->schedule = pb->schedule;
-  in->objective = pb->objective;
-  in->stage_bytes = (int64_t)pb->stage_bytes;
-  size_t L1 = (size_t)L + 1;
-  int64_t **perL[] = {&in->fb, &in->fwd, &in->r, &in->a, &in->c, &in->x, &in->w};
-  for (size_t i = 0; i < sizeof perL / sizeof perL[0]; i++)
-    *perL[i] = remat__malloc((size_t)L * sizeof(int64_t));
-  int64_t **perL1[] = {&in->pF, &in->pA, &in->pW, &in->pD, &in->pCand,
-                       &in->first_cand, &in->kind_end, &in->x_end};
-  for (size_t i = 0; i < sizeof perL1 / sizeof perL1[0]; i++)
-    *perL1[i] = remat__malloc(L1 * sizeof(int64_t));
-  in->cand = remat__malloc((size_t)L);
-  in->recomp = remat__malloc((size_t)L);
-  in->n = remat__malloc((size_t)p * sizeof(int64_t));
-  in->budget = remat__malloc((size_t)p * sizeof(int64_t));
-  in->cls = remat__malloc((size_t)p * sizeof(int64_t));
-  clskey *keys = remat__malloc((size_t)p * sizeof *keys);
-  int ok = keys && in->cand && in->recomp && in->n && in->budget && in->cls;
-  for (size_t i = 0; i < sizeof perL / sizeof perL[0]; i++) ok = ok && *perL[i];
-  for (size_t i = 0; i < sizeof perL1 / sizeof perL1[0]; i++) ok = ok && *perL1[i];
-  if (!ok) {
-    remat__free(keys);
-    remat__plan_inst_free(in);
-    return remat__errorf(err, REMAT_ENOMEM, "out of memory expanding %lld layers", (long long)L);
-  }
-
-  /* Time quantum: the smallest power of two q with m * (total time) / q <= 2^60,
-   * so every objective value (at most m times the total) fits in 61 bits. */
-  double ttot = 0;
-  for (int64_t g = 0; g < pb->num_groups; g++) {
-    const remat_plan_group *G = &pb->groups[g];
-    ttot += (double)G->count * (G->fwd + G->bwd + G->recompute);
-  }
-  double span = ttot * (double)m;
-  int e = 0;
-  if (span > 0) {
-    int ex;
-    frexp(span, &ex); /* span < 2^ex */
-    e = ex - 60;
-  }
-  in->q = ldexp(1.0, e);
-
-  int64_t l = 0;
-  for (int64_t g = 0; g < pb->num_groups; g++) {
-    const remat_plan_group *G = &pb->groups[g];
-    int64_t fq = (int64_t)llround(ldexp(G->fwd, -e));
-    int64_t bq = (int64_t)llround(ldexp(G->bwd, -e));
-    int64_t rq = (int64_t)llround(ldexp(G->recompute, -e));
-    for (int64_t k = 0; k < G->count; k++, l++) {
-      in->fwd[l] = fq;
-      in->fb[l] = fq + bq;
-      in->r[l] = rq;
-      in->a[l] = (int64_t)G->act_bytes;
-      in->c[l] = (int64_t)G->ckpt_bytes;
-      in->x[l] = (int64_t)G->recompute_bytes;
-      in->w[l] = (int64_t)G->state_bytes;
-      in->recomp[l] = G->recomputable != 0;
-      in->cand[l] = G->recomputable && G->act_bytes > G->ckpt_bytes;
-    }
-  }
-  in->pF[0] = in->pA[0] = in->pW[0] = in->pD[0] = in->pCand[0] = 0;
-  for (l = 0; l < L; l++) {
-    in->pF[l + 1] = in->pF[l] + in->fb[l];
-    in->pA[l + 1] = in->pA[l] + in->a[l];
-    in->pW[l + 1] = in->pW[l] + in->w[l];
-    in->pD[l + 1] = in->pD[l] + (in->cand[l] ? in->a[l] - in->c[l] : 0);
-    in->pCand[l + 1] = in->pCand[l] + in->cand[l];
-  }
-  int64_t next = L;
-  in->first_cand[L] = L;
-  in->kind_end[L] = L;
-  in->x_end[L] = L;
-  for (l = L - 1; l >= 0; l--) {
-    in->kind_end[l] = in->x_end[l] = L;
-    if (in->cand[l]) {
-      if (next < L) {
-        int same_x = in->x[next] == in->x[l];
-        int same = same_x && in->r[next] == in->r[l] &&
-                   in->a[next] - in->c[next] == in->a[l] - in->c[l];
-        in->kind_end[l] = same ? in->kind_end[next] : next;
-        in->x_end[l] = same_x ? in->x_end[next] : next;
-      }
-      next = l;
-    }
-    in->first_cand[l] = next;
-  }
-  for (int64_t s = 0; s < p; s++) {
-    int64_t ns = pb->schedule == REMAT_SCHED_GPIPE ? m : (p - s < m ? p - s : m);
-    in->n[s] = ns;
-    in->budget[s] = (int64_t)pb->memory[s];
-    keys[s] = (clskey){ns, in->budget[s], s};
-  }
-  qsort(keys, (size_t)p, sizeof *keys, clskey_cmp);
-  in->ncls = 0;
-  for (int64_t k = 0; k < p; k++) {
-    if (k > 0 && (keys[k].n != keys[k - 1].n || keys[k].b != keys[k - 1].b)) in->ncls++;
-    in->cls[keys[k].s] = in->ncls;
-  }
-  in->ncls++;
-  remat__free(keys);
-  return 0;
 }

@@ -9,6 +9,8 @@
 #include "base/base.h"
 #include "plan/plan.h"
 
+#define INF REMAT__PLAN_INF
+
 static int copy_problem(const remat_plan_problem *src, remat_plan_problem *dst, remat_error *err) {
   int rc = remat_plan_problem_init(dst, src->stages, src->num_groups, err);
   if (rc) return rc;
@@ -20,6 +22,35 @@ static int copy_problem(const remat_plan_problem *src, remat_plan_problem *dst, 
   memcpy(mem, src->memory, (size_t)src->stages * sizeof *mem);
   memcpy(grp, src->groups, (size_t)src->num_groups * sizeof *grp);
   return 0;
+}
+
+/* The smallest budget (one for all stages) at which a plan without any
+ * recomputation reaches the baseline objective: a DP over (stage, boundary)
+ * for the least peak among partitions within the baseline's stage time. */
+static int no_recompute_budget(const remat__plan_inst *in, int64_t *bytes) {
+  int64_t L = in->L, p = in->p, L1 = L + 1;
+  if ((p + 1) * L1 > REMAT__PLAN_MAX_CELLS) return REMAT_ERANGE;
+  int64_t cap = in->objective == REMAT_OBJ_1F1B && in->m == 1 ? INF : remat__plan_minmax_F(in);
+  int64_t *M = remat__malloc((size_t)(p + 1) * (size_t)L1 * sizeof *M);
+  if (!M) return REMAT_ENOMEM;
+  for (size_t k = 0; k < (size_t)(p + 1) * (size_t)L1; k++) M[k] = INF;
+  M[0] = 0;
+  for (int64_t s = 0; s < p; s++)
+    for (int64_t i = s; i < L; i++) {
+      int64_t b = M[s * L1 + i];
+      if (b == INF) continue;
+      int64_t jend = remat__plan_window_end(in, i, cap), jmax = L - (p - 1 - s);
+      if (jend > jmax) jend = jmax;
+      int64_t Y = 0;
+      for (int64_t j = i + 1; j <= jend; j++) {
+        Y = remat__max64(Y, in->y[j - 1]);
+        int64_t v = remat__max64(b, remat__plan_base_memory(in, i, j, s) + Y);
+        if (v < M[(s + 1) * L1 + j]) M[(s + 1) * L1 + j] = v;
+      }
+    }
+  *bytes = M[p * L1 + L];
+  remat__free(M);
+  return *bytes == INF ? REMAT_EINFEASIBLE : 0;
 }
 
 void remat_plan_sweep_free(remat_plan_sweep *sw) {
@@ -56,7 +87,7 @@ int remat_plan_sweep_run(const remat_plan_problem *pb, int64_t points, remat_pla
   remat__plan_inst in;
   if ((rc = remat__plan_inst_build(&q, &in, err))) goto out;
   int64_t hi64;
-  int hrc = remat__plan_no_recompute_budget(&in, &hi64);
+  int hrc = no_recompute_budget(&in, &hi64);
   int64_t base = remat__plan_baseline(&in);
   double q_unit = in.q;
   remat__plan_inst_free(&in);
@@ -146,21 +177,22 @@ int remat_plan_format_sweep(const remat_plan_problem *pb, const remat_plan_sweep
     free(s);
   } else {
     char t1[32], t2[32];
-    int bin = remat__plan_binary_units(pb);
+    int units = remat__plan_units(pb);
     remat__plan_printf(&b,
                        "sweep of one budget for all %lld stages, objective %s: fits from %s, "
                        "needs no recomputation from %s\n",
                        (long long)sw->num_stages, remat_plan_objective_name(pb->objective),
-                       remat__plan_fmt_bytes(sw->min_budget_bytes, bin, t1, sizeof t1),
-                       remat__plan_fmt_bytes(sw->no_recompute_bytes, bin, t2, sizeof t2));
+                       remat_format_bytes_in(sw->min_budget_bytes, units, t1, sizeof t1),
+                       remat_format_bytes_in(sw->no_recompute_bytes, units, t2, sizeof t2));
     remat__plan_printf(&b, "%14s %16s %14s %9s %10s %14s  %s\n", "budget", "budget_bytes",
                        "objective", "slowdown", "recomputed", "peak", "layers | ckpt per stage");
     for (int64_t k = 0; k < sw->num_points; k++) {
       const remat_plan_sweep_point *pt = &sw->points[k];
       remat__plan_printf(&b, "%14s %16zu %14.6g %9.4f %10lld %14s  ",
-                         remat__plan_fmt_bytes(pt->budget_bytes, bin, t1, sizeof t1), pt->budget_bytes,
+                         remat_format_bytes_in(pt->budget_bytes, units, t1, sizeof t1),
+                         pt->budget_bytes,
                          pt->objective_value, pt->slowdown, (long long)pt->total_recomputed,
-                         remat__plan_fmt_bytes(pt->max_memory_bytes, bin, t2, sizeof t2));
+                         remat_format_bytes_in(pt->max_memory_bytes, units, t2, sizeof t2));
       counts(&b, pt->layers_per_stage, sw->num_stages);
       remat__plan_printf(&b, " | ");
       counts(&b, pt->ckpt_per_stage, sw->num_stages);

@@ -1,50 +1,14 @@
-/* write.c: a plan as text: a table like the seed document's, JSON, a
+/* write.c: a plan as text: a table like ColossalAI #5509's, JSON, a
  * ColossalAI snippet and Megatron-LM arguments. Each says plainly what the
  * target framework cannot express. */
 #include <cjson/cJSON.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/base.h"
 #include "plan/plan.h"
-
-/* ------------------------------------------------------------ buffer */
-
-void remat__plan_printf(remat__plan_buf *b, const char *fmt, ...) {
-  if (b->oom) return;
-  for (;;) {
-    size_t room = b->cap - b->len;
-    va_list ap;
-    va_start(ap, fmt);
-    int n = b->s ? vsnprintf(b->s + b->len, room, fmt, ap) : -2;
-    va_end(ap);
-    if (n >= 0 && (size_t)n < room) {
-      b->len += (size_t)n;
-      return;
-    }
-    if (n == -1) {
-      b->oom = 1;
-      return;
-    }
-    size_t cap = b->cap ? b->cap * 2 : 4096;
-    while (n >= 0 && cap < b->len + (size_t)n + 1) cap *= 2;
-    char *s = remat__malloc(cap);
-    if (!s) {
-      b->oom = 1;
-      return;
-    }
-    if (b->s) memcpy(s, b->s, b->len + 1);
-    else s[0] = 0;
-    remat__free(b->s);
-    b->s = s;
-    b->cap = cap;
-  }
-}
-
-void remat_plan_text_free(char *text) { remat__free(text); }
 
 static int finish(remat__plan_buf *b, char **out, remat_error *err) {
   if (b->oom || !b->s) {
@@ -56,28 +20,6 @@ static int finish(remat__plan_buf *b, char **out, remat_error *err) {
 }
 
 /* ------------------------------------------------------------ helpers */
-
-/* Binary units when every budget is a whole number of MiB (as from --mem
- * 20GiB), decimal otherwise (as in the seed's "20 GB"). */
-int remat__plan_binary_units(const remat_plan_problem *pb) {
-  for (int64_t s = 0; s < pb->stages; s++)
-    if (pb->memory[s] == 0 || pb->memory[s] % (1u << 20)) return 0;
-  return 1;
-}
-
-const char *remat__plan_fmt_bytes(size_t v, int binary, char *buf, size_t cap) {
-  if (binary) return remat_format_bytes(v, buf, cap);
-  static const char *u[] = {"B", "kB", "MB", "GB", "TB", "PB", "EB"};
-  double x = (double)v;
-  int i = 0;
-  while (x >= 1000.0 && i < 6) {
-    x /= 1000.0;
-    i++;
-  }
-  if (i == 0) snprintf(buf, cap, "%zu B", v);
-  else snprintf(buf, cap, "%.2f %s", x, u[i]);
-  return buf;
-}
 
 static const char *fmt_time(double t, char *buf, size_t cap) {
   snprintf(buf, cap, "%.6g", t);
@@ -131,7 +73,7 @@ static const char *unit_of(const remat_plan_problem *pb) {
 /* ------------------------------------------------------------ table */
 
 static void table(remat__plan_buf *b, const remat_plan_problem *pb, const remat_plan *pl) {
-  int bin = remat__plan_binary_units(pb);
+  int units = remat__plan_units(pb);
   char t1[48], t2[48], t3[48], t4[48];
   remat__plan_printf(b, "%s: %lld layers, %lld stages, %s schedule, %lld micro-batches, objective %s\n",
                      pl->feasible ? "plan" : "does not fit; least memory arrangement",
@@ -149,8 +91,8 @@ static void table(remat__plan_buf *b, const remat_plan_problem *pb, const remat_
     remat__plan_printf(b, "%5lld %7lld %7lld %6lld %9lld %12s %12s %12s  %s%s\n", (long long)s,
                        (long long)st->num_layers, (long long)st->first_layer,
                        (long long)st->num_recomputed, (long long)st->microbatches_held,
-                       remat__plan_fmt_bytes(st->memory_bytes, bin, t1, sizeof t1),
-                       remat__plan_fmt_bytes(st->budget_bytes, bin, t2, sizeof t2),
+                       remat_format_bytes_in(st->memory_bytes, units, t1, sizeof t1),
+                       remat_format_bytes_in(st->budget_bytes, units, t2, sizeof t2),
                        fmt_time(st->time, t3, sizeof t3), rl,
                        st->memory_bytes > st->budget_bytes ? "  OVER BUDGET" : "");
   }
@@ -168,14 +110,14 @@ static void table(remat__plan_buf *b, const remat_plan_problem *pb, const remat_
                      fmt_time(pl->baseline_objective, t2, sizeof t2), pl->slowdown);
   remat__plan_printf(b, "recomputed layers %lld of %lld, peak stage memory %s\n",
                      (long long)pl->total_recomputed, (long long)pl->num_layers,
-                     remat__plan_fmt_bytes(pl->max_memory_bytes, bin, t4, sizeof t4));
+                     remat_format_bytes_in(pl->max_memory_bytes, units, t4, sizeof t4));
   if (!pl->feasible) {
     if (pb->uniform_memory)
       remat__plan_printf(b, "the smallest budget per stage that fits: %s\n",
-                         remat__plan_fmt_bytes(pl->min_budget_bytes, bin, t1, sizeof t1));
+                         remat_format_bytes_in(pl->min_budget_bytes, units, t1, sizeof t1));
     else
       remat__plan_printf(b, "every stage would need %s more than its budget\n",
-                         remat__plan_fmt_bytes(pl->min_extra_bytes, bin, t1, sizeof t1));
+                         remat_format_bytes_in(pl->min_extra_bytes, units, t1, sizeof t1));
   }
 }
 

@@ -10,11 +10,13 @@ mkdir -p "$TMP"
 fails=0
 n=0
 
+OUT="$TMP/out" # where expect sends standard output
+
 expect() { # word-in-message, then the command's arguments
   local word=$1
   shift
   n=$((n + 1))
-  "$REMAT" plan "$@" >"$TMP/out" 2>"$TMP/err"
+  "$REMAT" plan "$@" >"$OUT" 2>"$TMP/err"
   local rc=$?
   local lines
   lines=$(wc -l <"$TMP/err")
@@ -62,7 +64,7 @@ expect "unknown model config" --config gpt9 --batch 1 --seq 64 --stages 2 --micr
 expect "--config" "$DATA/seed.json" --batch 4
 expect "sequence length" --config tiny --batch 1 --seq 100000 --stages 2 --microbatches 2 --mem 1GB
 expect "stages but only" --config tiny --batch 1 --seq 64 --stages 9 --microbatches 2 --mem 1GB
-expect "cannot open" "$DATA/seed.json" --mem 20GB -o /nonexistent/dir/plan.txt
+expect "cannot create a file beside" "$DATA/seed.json" --mem 20GB -o /nonexistent/dir/plan.txt
 
 # files
 expect "cannot open" "$TMP/does-not-exist.json"
@@ -70,11 +72,31 @@ expect "cannot" "$TMP"
 problem empty ''
 expect "empty" "$TMP/empty.json"
 printf '\x00\x01\x02\xff\xfe garbage' >"$TMP/binary.json"
-expect "invalid JSON" "$TMP/binary.json"
+expect "NUL byte at offset 0" "$TMP/binary.json"
+printf '\x01\x02\xff\xfe garbage' >"$TMP/binary2.json"
+expect "invalid JSON" "$TMP/binary2.json"
 problem trunc '{"stages": 4, "microbatches": 8, "memory": 20e9, "layers": [ {"count": 32'
 expect "invalid JSON at line 1" "$TMP/trunc.json"
 problem array '[1, 2, 3]'
 expect "object" "$TMP/array.json"
+GOOD="{\"stages\":2,\"microbatches\":2,\"memory\":1000,\"layers\":[$L]}"
+problem trailing "$GOOD x"
+expect "unexpected data after the JSON value at offset 145" "$TMP/trailing.json"
+problem twice "$GOOD$GOOD"
+expect "after the JSON value at offset 144" "$TMP/twice.json"
+problem dupkey "{\"stages\":2,\"microbatches\":2,\"stages\":3,\"memory\":1000,\"layers\":[$L]}"
+expect 'duplicate key "stages"' "$TMP/dupkey.json"
+problem duplayer "{\"stages\":2,\"microbatches\":2,\"memory\":1000,\"layers\":[$L,{\"fwd\":1,\"fwd\":2}]}"
+expect 'duplicate key "fwd" in layers\[1\]' "$TMP/duplayer.json"
+printf '{"stages":2,\x00"microbatches":2}' >"$TMP/nul.json"
+expect "contains a NUL byte at offset 12" "$TMP/nul.json"
+problem deep "{\"stages\":$(printf '%.0s[' $(seq 5000))1$(printf '%.0s]' $(seq 5000))}"
+expect "nested too deeply at offset 17" "$TMP/deep.json"
+# too large: refused before reading (a sparse file of 20 MB, a device, a pipe)
+truncate -s 20000000 "$TMP/large.json"
+expect "20000000 bytes, more than the limit of 16777216" "$TMP/large.json"
+expect "larger than the limit of 16777216" /dev/zero
+expect "larger than the limit of 16777216" <(head -c 17000000 /dev/zero | tr '\0' ' ')
 
 # problems
 problem nolayers '{"stages":2,"microbatches":2,"memory":1000}'
@@ -117,6 +139,39 @@ if ! grep -q "does not fit" "$TMP/out"; then
 fi
 expect "more" "$DATA/hetero.json" --mem 300,300,300
 expect "smallest budget" --config gpt2-124m --batch 8 --seq 1024 --stages 4 --microbatches 8 --mem 1GiB
+
+# writing: standard output full; -o replaces the file atomically or leaves it
+OUT=/dev/full
+expect "cannot write to standard output" "$DATA/seed.json"
+expect "cannot write to standard output" "$DATA/seed.json" --format lp
+expect "cannot write to standard output" "$DATA/seed.json" --mem 1GB
+expect "cannot write to standard output" --help
+OUT="$TMP/out"
+echo "old plan" >"$TMP/kept.txt"
+# a file size limit (1 KiB, with SIGXFSZ ignored) makes the write fail midway
+(trap '' XFSZ; ulimit -f 1; "$REMAT" plan "$DATA/seed.json" --format lp -o "$TMP/kept.txt") \
+  2>"$TMP/err" >/dev/null
+rc=$?
+n=$((n + 1))
+if [ "$rc" -ne 1 ] || [ "$(cat "$TMP/kept.txt")" != "old plan" ] ||
+  ls -a "$TMP" | grep -q '^\.kept\.txt\.' || [ "$(wc -l <"$TMP/err")" -ne 1 ]; then
+  echo "FAIL: a failed -o write must leave the old file and no temporary (rc $rc):" >&2
+  cat "$TMP/err" >&2
+  fails=$((fails + 1))
+fi
+mkdir -p "$TMP/adir"
+expect "Is a directory" "$DATA/seed.json" -o "$TMP/adir"
+if ls -a "$TMP" | grep -q '^\.adir\.'; then
+  echo "FAIL: a temporary file was left beside $TMP/adir" >&2
+  fails=$((fails + 1))
+fi
+"$REMAT" plan "$DATA/seed.json" -o "$TMP/kept.txt" 2>"$TMP/err"
+rc=$?
+n=$((n + 1))
+if [ "$rc" -ne 0 ] || ! grep -q '^plan: 32 layers' "$TMP/kept.txt" || [ -s "$TMP/err" ]; then
+  echo "FAIL: -o over an existing file" >&2
+  fails=$((fails + 1))
+fi
 
 # help works and a good run exits 0
 "$REMAT" plan --help >"$TMP/out" 2>&1 || { echo "FAIL: --help" >&2; fails=$((fails + 1)); }

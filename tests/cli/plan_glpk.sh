@@ -72,11 +72,16 @@ for obj in bottleneck 1f1b; do
     for mem in 450 700 1000 1400; do
       check "$DATA/mixed.json" --objective $obj --schedule $sched --mem $mem
     done
+    # work bytes (y): above, between and below the scratch sizes
+    for mem in 750,750,750 900,800,700 1000,900,800 1100 1400 1000,1200,1000; do
+      check "$DATA/work.json" --objective $obj --schedule $sched --mem $mem
+    done
   done
 done
 # budgets too small for any arrangement
 check "$DATA/small.json" --mem 2000
 check "$DATA/hetero.json" --mem 300,300,300
+check "$DATA/work.json" --mem 700
 
 echo "plan_glpk: $runs cases, $fails failed"
 [ "$fails" -eq 0 ]

@@ -1,0 +1,183 @@
+/* inst.c: a problem expanded into one entry per layer (remat__plan_inst),
+ * the form every part of the solver works on: times quantised to integers in
+ * units of a power of two, bytes as int64, prefix sums for the O(1) figures
+ * of any run of layers, the runs of alike recompute candidates that allow
+ * closed forms, and the classes of stages that share every answer. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "plan/plan.h"
+
+void remat__plan_inst_free(remat__plan_inst *in) {
+  int64_t **arrs[] = {&in->fb, &in->fwd, &in->r, &in->a, &in->c, &in->x, &in->y, &in->w,
+                      &in->ytree, &in->n, &in->budget, &in->pF, &in->pA, &in->pW, &in->pD,
+                      &in->pCand, &in->first_cand, &in->kind_end, &in->x_end, &in->cls};
+  for (size_t i = 0; i < sizeof arrs / sizeof arrs[0]; i++) {
+    remat__free(*arrs[i]);
+    *arrs[i] = NULL;
+  }
+  remat__free(in->cand);
+  remat__free(in->recomp);
+  in->cand = in->recomp = NULL;
+}
+
+/* ------------------------------------------------------------ work bytes */
+
+/* A max segment tree over y, built only when some y is above 0: the largest
+ * work bytes of any run of layers in O(log L). */
+static int work_tree(remat__plan_inst *in) {
+  int64_t any = 0;
+  for (int64_t l = 0; l < in->L; l++) any |= in->y[l];
+  if (!any) return 0;
+  int64_t size = 1;
+  while (size < in->L) size *= 2;
+  in->ytree = remat__calloc((size_t)(2 * size), sizeof *in->ytree);
+  if (!in->ytree) return REMAT_ENOMEM;
+  in->ysize = size;
+  for (int64_t l = 0; l < in->L; l++) in->ytree[size + l] = in->y[l];
+  for (int64_t k = size - 1; k >= 1; k--)
+    in->ytree[k] = remat__max64(in->ytree[2 * k], in->ytree[2 * k + 1]);
+  return 0;
+}
+
+int64_t remat__plan_work_max(const remat__plan_inst *in, int64_t i, int64_t j) {
+  if (!in->ytree) return 0;
+  int64_t best = 0;
+  for (i += in->ysize, j += in->ysize; i < j; i /= 2, j /= 2) {
+    if (i & 1) best = remat__max64(best, in->ytree[i++]);
+    if (j & 1) best = remat__max64(best, in->ytree[--j]);
+  }
+  return best;
+}
+
+/* ------------------------------------------------------------ expansion */
+
+typedef struct {
+  int64_t n, b, s;
+} clskey;
+
+static int clskey_cmp(const void *x, const void *y) {
+  const clskey *a = x, *b = y;
+  if (a->n != b->n) return a->n < b->n ? -1 : 1;
+  if (a->b != b->b) return a->b < b->b ? -1 : 1;
+  return a->s < b->s ? -1 : a->s > b->s;
+}
+
+int remat__plan_inst_build(const remat_plan_problem *pb, remat__plan_inst *in, remat_error *err) {
+  memset(in, 0, sizeof *in);
+  int rc = remat_plan_problem_check(pb, err);
+  if (rc) return rc;
+  int64_t L = remat_plan_problem_layers(pb), p = pb->stages, m = pb->microbatches;
+  in->L = L;
+  in->p = p;
+  in->m = m;
+  in->schedule = pb->schedule;
+  in->objective = pb->objective;
+  in->stage_bytes = (int64_t)pb->stage_bytes;
+  size_t L1 = (size_t)L + 1;
+  int64_t **perL[] = {&in->fb, &in->fwd, &in->r, &in->a, &in->c, &in->x, &in->y, &in->w};
+  for (size_t i = 0; i < sizeof perL / sizeof perL[0]; i++)
+    *perL[i] = remat__malloc((size_t)L * sizeof(int64_t));
+  int64_t **perL1[] = {&in->pF, &in->pA, &in->pW, &in->pD, &in->pCand,
+                       &in->first_cand, &in->kind_end, &in->x_end};
+  for (size_t i = 0; i < sizeof perL1 / sizeof perL1[0]; i++)
+    *perL1[i] = remat__malloc(L1 * sizeof(int64_t));
+  in->cand = remat__malloc((size_t)L);
+  in->recomp = remat__malloc((size_t)L);
+  in->n = remat__malloc((size_t)p * sizeof(int64_t));
+  in->budget = remat__malloc((size_t)p * sizeof(int64_t));
+  in->cls = remat__malloc((size_t)p * sizeof(int64_t));
+  clskey *keys = remat__malloc((size_t)p * sizeof *keys);
+  int ok = keys && in->cand && in->recomp && in->n && in->budget && in->cls;
+  for (size_t i = 0; i < sizeof perL / sizeof perL[0]; i++) ok = ok && *perL[i];
+  for (size_t i = 0; i < sizeof perL1 / sizeof perL1[0]; i++) ok = ok && *perL1[i];
+  if (!ok) {
+    remat__free(keys);
+    remat__plan_inst_free(in);
+    return remat__errorf(err, REMAT_ENOMEM, "out of memory expanding %lld layers", (long long)L);
+  }
+
+  /* Time quantum: the smallest power of two q with m * (total time) / q <= 2^60,
+   * so every objective value (at most m times the total) fits in 61 bits. */
+  double ttot = 0;
+  for (int64_t g = 0; g < pb->num_groups; g++) {
+    const remat_plan_group *G = &pb->groups[g];
+    ttot += (double)G->count * (G->fwd + G->bwd + G->recompute);
+  }
+  double span = ttot * (double)m;
+  int e = 0;
+  if (span > 0) {
+    int ex;
+    frexp(span, &ex); /* span < 2^ex */
+    e = ex - 60;
+  }
+  in->q = ldexp(1.0, e);
+
+  int64_t l = 0;
+  for (int64_t g = 0; g < pb->num_groups; g++) {
+    const remat_plan_group *G = &pb->groups[g];
+    int64_t fq = (int64_t)llround(ldexp(G->fwd, -e));
+    int64_t bq = (int64_t)llround(ldexp(G->bwd, -e));
+    int64_t rq = (int64_t)llround(ldexp(G->recompute, -e));
+    for (int64_t k = 0; k < G->count; k++, l++) {
+      in->fwd[l] = fq;
+      in->fb[l] = fq + bq;
+      in->r[l] = rq;
+      in->a[l] = (int64_t)G->act_bytes;
+      in->c[l] = (int64_t)G->ckpt_bytes;
+      in->x[l] = (int64_t)G->recompute_bytes;
+      in->y[l] = (int64_t)G->work_bytes;
+      in->w[l] = (int64_t)G->state_bytes;
+      in->recomp[l] = G->recomputable != 0;
+      in->cand[l] = G->recomputable && G->act_bytes > G->ckpt_bytes;
+    }
+  }
+  if ((rc = work_tree(in))) {
+    remat__free(keys);
+    remat__plan_inst_free(in);
+    return remat__errorf(err, rc, "out of memory expanding %lld layers", (long long)L);
+  }
+  in->pF[0] = in->pA[0] = in->pW[0] = in->pD[0] = in->pCand[0] = 0;
+  for (l = 0; l < L; l++) {
+    in->pF[l + 1] = in->pF[l] + in->fb[l];
+    in->pA[l + 1] = in->pA[l] + in->a[l];
+    in->pW[l + 1] = in->pW[l] + in->w[l];
+    in->pD[l + 1] = in->pD[l] + (in->cand[l] ? in->a[l] - in->c[l] : 0);
+    in->pCand[l + 1] = in->pCand[l] + in->cand[l];
+  }
+  int64_t next = L;
+  in->first_cand[L] = L;
+  in->kind_end[L] = L;
+  in->x_end[L] = L;
+  for (l = L - 1; l >= 0; l--) {
+    in->kind_end[l] = in->x_end[l] = L;
+    if (in->cand[l]) {
+      if (next < L) {
+        int same_x = in->x[next] == in->x[l];
+        int same = same_x && in->r[next] == in->r[l] &&
+                   in->a[next] - in->c[next] == in->a[l] - in->c[l];
+        in->kind_end[l] = same ? in->kind_end[next] : next;
+        in->x_end[l] = same_x ? in->x_end[next] : next;
+      }
+      next = l;
+    }
+    in->first_cand[l] = next;
+  }
+  for (int64_t s = 0; s < p; s++) {
+    int64_t ns = pb->schedule == REMAT_SCHED_GPIPE ? m : (p - s < m ? p - s : m);
+    in->n[s] = ns;
+    in->budget[s] = (int64_t)pb->memory[s];
+    keys[s] = (clskey){ns, in->budget[s], s};
+  }
+  qsort(keys, (size_t)p, sizeof *keys, clskey_cmp);
+  in->ncls = 0;
+  for (int64_t k = 0; k < p; k++) {
+    if (k > 0 && (keys[k].n != keys[k - 1].n || keys[k].b != keys[k - 1].b)) in->ncls++;
+    in->cls[keys[k].s] = in->ncls;
+  }
+  in->ncls++;
+  remat__free(keys);
+  return 0;
+}

@@ -1,0 +1,183 @@
+/* stage.c: one pipeline stage on a given run of layers: the most memory its
+ * recomputation can save, and its best set of recomputed layers for a time
+ * objective, in closed form where the candidates are alike (one kind of
+ * layer, or one scratch size) and through the Pareto sets of knap.c
+ * otherwise. A stage holds its largest work bytes Y whatever it recomputes,
+ * so a recomputed layer's scratch x costs only (x - Y)+ on top of it. The partition programs of dp.c ask it for every stage they
+ * consider; stages of one class (same micro-batches held and budget) share
+ * the answers through a small cache. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "plan/plan.h"
+
+/* ------------------------------------------------------------ memory */
+
+static int xd_cmp(const void *u, const void *v) {
+  const remat__plan_xd *a = u, *b = v;
+  return a->x < b->x ? -1 : a->x > b->x;
+}
+
+static int64_t above(int64_t x, int64_t Y) { return x > Y ? x - Y : 0; }
+
+int64_t remat__plan_max_saving(const remat__plan_inst *in, int64_t i, int64_t j, int64_t n,
+                               int64_t Y, remat__plan_xd *scratch, int64_t *vbest) {
+  int64_t D = in->pD[j] - in->pD[i];
+  if (vbest) *vbest = -1;
+  if (D == 0) return 0;
+  int64_t fc = in->first_cand[i];
+  if (in->x_end[fc] >= j) {
+    int64_t s = n * D - above(in->x[fc], Y);
+    if (s > 0 && vbest) *vbest = in->x[fc];
+    return s > 0 ? s : 0;
+  }
+  int own = scratch == NULL;
+  if (own) scratch = remat__malloc((size_t)(j - i) * sizeof *scratch);
+  if (!scratch) return -1;
+  int64_t k = 0;
+  for (int64_t l = fc; l < j; l++)
+    if (in->cand[l]) scratch[k++] = (remat__plan_xd){in->x[l], in->a[l] - in->c[l]};
+  qsort(scratch, (size_t)k, sizeof *scratch, xd_cmp);
+  int64_t best = 0, cum = 0;
+  for (int64_t t = 0; t < k; t++) {
+    cum += scratch[t].d;
+    if (t + 1 < k && scratch[t + 1].x == scratch[t].x) continue;
+    int64_t s = n * cum - above(scratch[t].x, Y);
+    if (s > best) {
+      best = s;
+      if (vbest) *vbest = scratch[t].x;
+    }
+  }
+  if (own) remat__free(scratch);
+  return best;
+}
+
+/* ------------------------------------------------------------ best choice */
+
+void remat__plan_eval_start(remat__plan_eval *ev, int64_t i) {
+  ev->i = i;
+  ev->built = i;
+  ev->yend = i;
+  ev->Y = 0;
+  remat__knap_reset(&ev->kn);
+}
+
+/* The stage's floor Y = max y over [i, j), grown with the stage. */
+static int64_t floor_to(remat__plan_eval *ev, int64_t j) {
+  const remat__plan_inst *in = ev->in;
+  if (!in->ytree) return 0;
+  if (j < ev->yend) { /* a shorter stage than the last: start again */
+    ev->yend = ev->i;
+    ev->Y = 0;
+  }
+  for (; ev->yend < j; ev->yend++) ev->Y = remat__max64(ev->Y, in->y[ev->yend]);
+  return ev->Y;
+}
+
+int remat__plan_eval_stage(remat__plan_eval *ev, int64_t j, int64_t s, int mode, int64_t cap,
+                           remat__plan_choice *out) {
+  const remat__plan_inst *in = ev->in;
+  int64_t i = ev->i, n = in->n[s];
+  int64_t F = in->pF[j] - in->pF[i];
+  if (mode == REMAT__PLAN_FEWEST && F > cap) return 0;
+  int64_t Y = floor_to(ev, j);
+  int64_t kept = remat__plan_base_memory(in, i, j, s) + Y;
+  int64_t E = kept - in->budget[s];
+  if (E <= 0) {
+    *out = (remat__plan_choice){F, 0, kept, 0, -1};
+    return 1;
+  }
+  int64_t Dp = in->pD[j] - in->pD[i];
+  if (n * Dp < E) return 0;
+  int64_t fc = in->first_cand[i];
+  if (in->kind_end[fc] >= j) {
+    /* one kind of candidate: the first k of them, k as small as fits */
+    int64_t d = in->a[fc] - in->c[fc], x = above(in->x[fc], Y);
+    int64_t k = (E + x + n * d - 1) / (n * d);
+    if (k > in->pCand[j] - in->pCand[i]) return 0;
+    int64_t t = F + k * in->r[fc];
+    if (mode == REMAT__PLAN_FEWEST && t > cap) return 0;
+    *out = (remat__plan_choice){t, k, kept - n * k * d + x, 1, -1};
+    return 1;
+  }
+  int rc;
+  for (; ev->built < j; ev->built++) {
+    int64_t l = ev->built;
+    if (in->cand[l] &&
+        (rc = remat__knap_insert(&ev->kn, in->a[l] - in->c[l], in->r[l], in->x[l], l)))
+      return rc;
+  }
+  remat__knap_res res;
+  int found = mode == REMAT__PLAN_LEAST_TIME
+                  ? remat__knap_min_time(&ev->kn, n, E, Y, &res)
+                  : remat__knap_min_count(&ev->kn, n, E, Y, cap - F, &res);
+  if (!found) return 0;
+  *out = (remat__plan_choice){F + res.r, res.cnt, kept + res.memrel, 2, res.node};
+  return 1;
+}
+
+int remat__plan_knap_error(remat_error *err, int rc, int64_t i) {
+  if (rc == REMAT_ENOMEM) return remat__errorf(err, rc, "out of memory in the stage search");
+  return remat__errorf(err, REMAT_ERANGE,
+                       "choosing the recomputed layers of a stage starting at layer %lld needs "
+                       "more than %lld candidate sets; the layers there are too many and too "
+                       "different for the exact search (group identical layers or use more "
+                       "stages)",
+                       (long long)i, (long long)REMAT__PLAN_KNAP_LIMIT);
+}
+
+/* ------------------------------------------------------------ class cache */
+
+int remat__plan_cache_init(remat__plan_cache *c, int64_t ncls) {
+  c->stamp = remat__calloc((size_t)ncls, sizeof *c->stamp);
+  c->val = remat__malloc((size_t)ncls * sizeof *c->val);
+  c->ok = remat__malloc((size_t)ncls * sizeof *c->ok);
+  c->now = 0;
+  return c->stamp && c->val && c->ok ? 0 : REMAT_ENOMEM;
+}
+
+void remat__plan_cache_free(remat__plan_cache *c) {
+  remat__free(c->stamp);
+  remat__free(c->val);
+  remat__free(c->ok);
+}
+
+int remat__plan_cached_eval(remat__plan_eval *ev, remat__plan_cache *c, int64_t j, int64_t s,
+                            int mode, int64_t cap, remat__plan_choice **out) {
+  int64_t k = ev->in->cls[s];
+  if (c->stamp[k] != c->now) {
+    int rc = remat__plan_eval_stage(ev, j, s, mode, cap, &c->val[k]);
+    if (rc < 0) return rc;
+    c->ok[k] = rc;
+    c->stamp[k] = c->now;
+  }
+  *out = &c->val[k];
+  return c->ok[k];
+}
+
+/* ------------------------------------------------------------ the chosen set */
+
+/* Rebuilds the stage's choice with set tracking. */
+int remat__plan_stage_set(const remat__plan_inst *in, int64_t i, int64_t j, int64_t s, int mode,
+                          int64_t cap, uint8_t *rec, int64_t *items, remat_error *err) {
+  remat__plan_eval ev = {in, {0}, 0, 0, 0, 0};
+  remat__knap_init(&ev.kn, mode == REMAT__PLAN_FEWEST, 1, REMAT__PLAN_KNAP_LIMIT);
+  remat__plan_eval_start(&ev, i);
+  remat__plan_choice ch;
+  int ok = remat__plan_eval_stage(&ev, j, s, mode, cap, &ch);
+  if (ok == 1) {
+    if (ch.how == 1) {
+      int64_t k = ch.cnt;
+      for (int64_t l = i; l < j && k > 0; l++)
+        if (in->cand[l]) rec[l] = 1, k--;
+    } else if (ch.how == 2) {
+      int64_t n = remat__knap_items(&ev.kn, ch.node, items);
+      for (int64_t t = 0; t < n; t++) rec[items[t]] = 1;
+    }
+  }
+  remat__knap_free(&ev.kn);
+  if (ok < 0) return remat__plan_knap_error(err, ok, i);
+  REMAT_ASSERT(ok == 1);
+  return 0;
+}

@@ -1,0 +1,95 @@
+/* plan_brute.c: the brute-force oracle of plan_brute.h. Every partition (by
+ * recursion on the next boundary) and every subset of recomputable layers (a
+ * bit mask over all L); each stage's memory and time straight from the
+ * formula in include/remat/plan.h, sharing nothing with the solver. */
+#include "plan_brute.h"
+
+#include <stdlib.h>
+
+typedef struct {
+  const remat__plan_inst *in;
+  int64_t bounds[24];
+  int have;
+  int64_t best[3];
+} brute;
+
+/* Objective, recomputed layers and peak of one arrangement; 0 if a stage is
+ * over its budget. */
+static int arrangement(const remat__plan_inst *in, const int64_t *bounds, uint64_t mask,
+                       int64_t out[3]) {
+  int64_t sum = 0, tmax = 0, cnt = 0, peak = 0;
+  for (int64_t s = 0; s < in->p; s++) {
+    int64_t mem = in->stage_bytes, X = 0, t = 0; /* X: max of y and recomputed x */
+    for (int64_t l = bounds[s]; l < bounds[s + 1]; l++) {
+      int rec = (mask >> l) & 1;
+      mem += in->w[l] + in->n[s] * (rec ? in->c[l] : in->a[l]);
+      if (in->y[l] > X) X = in->y[l];
+      t += in->fb[l];
+      if (rec) {
+        t += in->r[l];
+        cnt++;
+        if (in->x[l] > X) X = in->x[l];
+      }
+    }
+    mem += X;
+    if (mem > in->budget[s]) return 0;
+    sum += t;
+    if (t > tmax) tmax = t;
+    if (mem > peak) peak = mem;
+  }
+  out[0] = in->objective == REMAT_OBJ_BOTTLENECK ? tmax : sum + (in->m - 1) * tmax;
+  out[1] = cnt;
+  out[2] = peak;
+  return 1;
+}
+
+/* Lexicographic order: objective, then recomputed layers, then peak. */
+static int better(const brute *b, const int64_t v[3]) {
+  if (!b->have || v[0] != b->best[0]) return !b->have || v[0] < b->best[0];
+  if (v[1] != b->best[1]) return v[1] < b->best[1];
+  return v[2] < b->best[2];
+}
+
+static void all_subsets(brute *b) {
+  const remat__plan_inst *in = b->in;
+  uint64_t allowed = 0;
+  for (int64_t l = 0; l < in->L; l++)
+    if (in->recomp[l]) allowed |= (uint64_t)1 << l;
+  /* every subset of the allowed bits, from the empty one up */
+  uint64_t mask = 0;
+  for (;;) {
+    int64_t v[3];
+    if (arrangement(in, b->bounds, mask, v) && better(b, v)) {
+      b->best[0] = v[0];
+      b->best[1] = v[1];
+      b->best[2] = v[2];
+      b->have = 1;
+    }
+    if (mask == allowed) break;
+    mask = (mask - allowed) & allowed;
+  }
+}
+
+static void partitions(brute *b, int64_t s) {
+  int64_t L = b->in->L, p = b->in->p;
+  if (s == p - 1) {
+    b->bounds[p] = L;
+    all_subsets(b);
+    return;
+  }
+  for (int64_t j = b->bounds[s] + 1; j <= L - (p - 1 - s); j++) {
+    b->bounds[s + 1] = j;
+    partitions(b, s + 1);
+  }
+}
+
+int plan_brute(const remat__plan_inst *in, int64_t *obj, int64_t *cnt, int64_t *maxmem) {
+  if (in->L > 20) abort();
+  brute b = {in, {0}, 0, {0, 0, 0}};
+  partitions(&b, 0);
+  if (!b.have) return REMAT_EINFEASIBLE;
+  *obj = b.best[0];
+  *cnt = b.best[1];
+  *maxmem = b.best[2];
+  return 0;
+}
