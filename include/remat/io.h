@@ -18,8 +18,27 @@ extern "C" {
  *   token shard: int32 header[256] = {20240520, 1, ntok, 0...}, then ntok uint16
  *   checkpoint:  int32 header[256] = {20240326, 3, maxT, V, L, NH, C, Vp, 0...},
  *                then remat_param_count(cfg) float32 in REMAT_P_* order
- * Writes go to "path.tmp" and are renamed over path only once complete, so an
- * interrupted save never leaves a truncated file behind. */
+ *
+ * Every save (remat_tokens_save, remat_checkpoint_save) is atomic:
+ *   - path may be a new name or an existing regular file. Anything else that
+ *     exists there (a directory, device, FIFO, socket) is refused with
+ *     REMAT_EIO and left as it is.
+ *   - A symlink is written through: the link stays and the file it points to
+ *     (following every link in the chain) is replaced, in that file's
+ *     directory. A dangling link gets its target created.
+ *   - The data goes to a new temporary TARGET.tmp.XXXXXX (mkstemp) in the
+ *     target's directory; every write is checked, the file is fsynced and
+ *     closed, then renamed over the target and the directory is fsynced. The
+ *     replaced file's permission bits are kept (a new file gets 0666 less the
+ *     umask). On any failure the temporary is removed, the target is as it
+ *     was, and REMAT_EIO names the path and the system's reason.
+ *   - Locking: each save holds an exclusive flock(2) on the target's
+ *     directory from the last check of the target through the rename and the
+ *     directory's fsync (not while writing). Since each save writes its own
+ *     temporary, two runs saving to one path never mix their bytes: readers
+ *     see the old file or one whole new one, and the last rename wins.
+ *   - A killed process can leave its TARGET.tmp.XXXXXX behind (never a
+ *     partial TARGET); such files are safe to delete. */
 #define REMAT_SHARD_MAGIC 20240520
 #define REMAT_SHARD_VERSION 1
 #define REMAT_CKPT_MAGIC 20240326
@@ -63,6 +82,20 @@ int remat_checkpoint_load(const char *path, const remat_config *expect, float *p
 /* Writes cfg and remat_param_count(cfg) floats from params, atomically. */
 int remat_checkpoint_save(const char *path, const remat_config *cfg, const float *params,
                           remat_error *err);
+
+/* ---------------------------------------------------------------- outputs */
+
+/* Checks now that a save to path can succeed later, under the rules above:
+ * path is a new name or a regular file (symlinks followed), and its
+ * directory lets this process create a file (a unique temporary is created
+ * and removed; nothing else is touched). Call it before hours of training. */
+int remat_output_check(const char *path, remat_error *err);
+/* 1 when a and b name the same file: for existing files the same device and
+ * inode (hard links and symlinks included); when neither exists yet, the
+ * same file name once symlinks are followed and the directory's real path is
+ * taken. 0 otherwise, also when only one exists. Use it to refuse an output
+ * that names one of the inputs. */
+int remat_same_file(const char *a, const char *b);
 
 /* --------------------------------------------------------- default corpus */
 

@@ -1,8 +1,9 @@
 /* format.c: llm.c's on-disk formats. Token shards and fp32 GPT-2 checkpoints
  * are read whole and validated against their headers before anything is
- * trusted; files are written to "path.tmp" and renamed into place, so a crash
- * mid-save leaves the previous file (or none), never a truncated one. Plain
- * text files become byte tokens. Everything on disk is little endian. */
+ * trusted; saves go through output.c's wfile (a private temporary renamed
+ * into place), so a crash mid-save leaves the previous file (or none), never
+ * a truncated one. Plain text files become byte tokens. Everything on disk is
+ * little endian. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -11,6 +12,7 @@
 #include <unistd.h>
 
 #include "base/base.h"
+#include "io/io_internal.h"
 
 /* Floats and ints are moved as raw bytes when the host is little endian. */
 static int host_is_le(void) {
@@ -110,86 +112,10 @@ static int check_size(size_t size, size_t body, const char *path, const char *wh
 
 /* ------------------------------------------------------------- writing */
 
-/* A file being written to path.tmp; renamed to path by wfile_commit. */
-typedef struct {
-  FILE *f;
-  char *tmp;
-  const char *path;
-} wfile;
-
-static int wfile_open(wfile *w, const char *path, const char *what, remat_error *err) {
-  w->f = NULL;
-  w->tmp = NULL;
-  w->path = path;
-  if (!path || !*path)
-    return remat__errorf(err, REMAT_EINVAL, "no %s path given; pass the file to write", what);
-  size_t len = strlen(path);
-  w->tmp = remat__malloc(len + 5);
-  if (!w->tmp) return remat__errorf(err, REMAT_ENOMEM, "out of memory naming '%s.tmp'", path);
-  memcpy(w->tmp, path, len);
-  memcpy(w->tmp + len, ".tmp", 5);
-  w->f = fopen(w->tmp, "wb");
-  if (!w->f) {
-    int rc = remat__errorf(err, REMAT_EIO,
-                           "cannot create '%s': %s; check that the directory exists and is "
-                           "writable",
-                           w->tmp, strerror(errno));
-    remat__free(w->tmp);
-    w->tmp = NULL;
-    return rc;
-  }
-  return 0;
-}
-
-static int wfile_write(wfile *w, const void *buf, size_t bytes, remat_error *err) {
-  if (bytes && fwrite(buf, 1, bytes, w->f) != bytes)
-    return remat__errorf(err, REMAT_EIO, "write to '%s' failed: %s; check free disk space",
-                         w->tmp, strerror(errno));
-  return 0;
-}
-
-/* Drops the partial file; path is left as it was. */
-static void wfile_abort(wfile *w) {
-  if (w->f) fclose(w->f);
-  if (w->tmp) {
-    remove(w->tmp);
-    remat__free(w->tmp);
-  }
-  w->f = NULL;
-  w->tmp = NULL;
-}
-
-static int wfile_commit(wfile *w, remat_error *err) {
-  int rc = 0;
-  if (fflush(w->f) != 0 || fsync(fileno(w->f)) != 0) {
-    rc = remat__errorf(err, REMAT_EIO, "write to '%s' failed: %s; check free disk space", w->tmp,
-                       strerror(errno));
-    wfile_abort(w);
-    return rc;
-  }
-  FILE *f = w->f;
-  w->f = NULL;
-  if (fclose(f) != 0) {
-    rc = remat__errorf(err, REMAT_EIO, "closing '%s' failed: %s; check free disk space", w->tmp,
-                       strerror(errno));
-    wfile_abort(w);
-    return rc;
-  }
-  if (rename(w->tmp, w->path) != 0) {
-    rc = remat__errorf(err, REMAT_EIO, "cannot rename '%s' to '%s': %s", w->tmp, w->path,
-                       strerror(errno));
-    wfile_abort(w);
-    return rc;
-  }
-  remat__free(w->tmp);
-  w->tmp = NULL;
-  return 0;
-}
-
-static int write_header(wfile *w, const int32_t hdr[REMAT_HEADER_INTS], remat_error *err) {
+static int write_header(remat__wfile *w, const int32_t hdr[REMAT_HEADER_INTS], remat_error *err) {
   uint8_t raw[REMAT_HEADER_BYTES];
   for (int i = 0; i < REMAT_HEADER_INTS; i++) put_le32(raw + 4 * i, (uint32_t)hdr[i]);
-  return wfile_write(w, raw, sizeof raw, err);
+  return remat__wfile_write(w, raw, sizeof raw, err);
 }
 
 /* ---------------------------------------------------------- token shards */
@@ -291,8 +217,8 @@ int remat_tokens_save(const remat_tokens *t, const char *path, remat_error *err)
                            "token %lld has id %d, which does not fit the shard format's uint16 "
                            "(0..65535); '%s' was not written",
                            (long long)i, t->tok[i], path ? path : "");
-  wfile w;
-  int rc = wfile_open(&w, path, "token shard", err);
+  remat__wfile w;
+  int rc = remat__wfile_open(&w, path, "token shard", err);
   if (rc) return rc;
   int32_t hdr[REMAT_HEADER_INTS] = {REMAT_SHARD_MAGIC, REMAT_SHARD_VERSION, (int32_t)t->n};
   if ((rc = write_header(&w, hdr, err))) goto fail;
@@ -305,13 +231,13 @@ int remat_tokens_save(const remat_tokens *t, const char *path, remat_error *err)
       chunk[2 * i] = (uint8_t)v;
       chunk[2 * i + 1] = (uint8_t)(v >> 8);
     }
-    if ((rc = wfile_write(&w, chunk, (size_t)k * 2, err))) goto fail;
+    if ((rc = remat__wfile_write(&w, chunk, (size_t)k * 2, err))) goto fail;
     done += k;
   }
-  return wfile_commit(&w, err);
+  return remat__wfile_commit(&w, err);
 
 fail:
-  wfile_abort(&w);
+  remat__wfile_abort(&w);
   return rc;
 }
 
@@ -477,8 +403,8 @@ int remat_checkpoint_save(const char *path, const remat_config *cfg, const float
                          sub.msg);
   int rc = check_finite(cfg, params, path ? path : "", "save", err);
   if (rc) return rc;
-  wfile w;
-  if ((rc = wfile_open(&w, path, "checkpoint", err))) return rc;
+  remat__wfile w;
+  if ((rc = remat__wfile_open(&w, path, "checkpoint", err))) return rc;
   int32_t hdr[REMAT_HEADER_INTS] = {REMAT_CKPT_MAGIC,
                                     REMAT_CKPT_VERSION,
                                     (int32_t)cfg->max_seq_len,
@@ -490,20 +416,20 @@ int remat_checkpoint_save(const char *path, const remat_config *cfg, const float
   if ((rc = write_header(&w, hdr, err))) goto fail;
   size_t n = remat_param_count(cfg);
   if (host_is_le()) {
-    if ((rc = wfile_write(&w, params, n * sizeof(float), err))) goto fail;
+    if ((rc = remat__wfile_write(&w, params, n * sizeof(float), err))) goto fail;
   } else {
     float chunk[2048];
     for (size_t done = 0; done < n;) {
       size_t k = n - done < 2048 ? n - done : 2048;
       memcpy(chunk, params + done, k * sizeof(float));
       swap4(chunk, k);
-      if ((rc = wfile_write(&w, chunk, k * sizeof(float), err))) goto fail;
+      if ((rc = remat__wfile_write(&w, chunk, k * sizeof(float), err))) goto fail;
       done += k;
     }
   }
-  return wfile_commit(&w, err);
+  return remat__wfile_commit(&w, err);
 
 fail:
-  wfile_abort(&w);
+  remat__wfile_abort(&w);
   return rc;
 }
