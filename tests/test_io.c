@@ -1,6 +1,8 @@
 /* test_io.c: token shards and checkpoints round-trip byte-exactly in llm.c's
  * layout; every malformed file is refused with the right code and a message
- * naming the problem; text becomes byte tokens; the default corpus is
+ * naming the problem; a checkpoint reader keeps the file it opened; saves are
+ * atomic, go through symlinks, refuse special files and never mix under
+ * concurrent writers; text becomes byte tokens; the default corpus is
  * deterministic English-like ASCII with true arithmetic; the loader shifts
  * targets by one, replays for a seed, keeps the validation split apart and
  * allocates nothing per batch.
@@ -10,6 +12,7 @@
 #define _DEFAULT_SOURCE /* mknod, makedev */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -24,6 +27,7 @@
 #include <unistd.h>
 
 #include "base/base.h"
+#include "io/io_internal.h"
 
 static int checks, failures;
 
@@ -423,6 +427,122 @@ static void test_checkpoints(void) {
   free(b);
   free(v);
   free(w);
+}
+
+/* The reader opens once: a checkpoint of another shape renamed over the
+ * path between the header and the weights does not reach the buffer sized
+ * for the first; a change in place is caught by the size check. */
+static void test_checkpoint_reader(void) {
+  remat_error err = {0};
+  remat_config c = {.max_seq_len = 16, .vocab_size = 200, .padded_vocab_size = 256,
+                    .num_layers = 2, .num_heads = 2, .channels = 8};
+  remat_config big = {.max_seq_len = 32, .vocab_size = 300, .padded_vocab_size = 384,
+                      .num_layers = 3, .num_heads = 2, .channels = 16};
+  size_t np = remat_param_count(&c);
+  float *w = random_params(&c, 21), *wb = random_params(&big, 22);
+  const char *p = path_of("swap.ckpt");
+  CHECK(remat_checkpoint_save(p, &c, w, &err) == 0);
+
+  remat_checkpoint_reader rd;
+  remat_config got;
+  CHECK(remat_checkpoint_open(&rd, p, &got, &err) == 0);
+  CHECK(memcmp(&got, &c, sizeof c) == 0 && memcmp(&rd.cfg, &c, sizeof c) == 0);
+  CHECK(remat_checkpoint_save(p, &big, wb, &err) == 0); /* replaced by rename */
+  float *v = malloc(np * sizeof(float)); /* exactly the first shape: ASan sees any overflow */
+  CHECK(remat_checkpoint_read_params(&rd, &c, v, &err) == 0);
+  CHECK(memcmp(v, w, np * sizeof(float)) == 0);
+  memset(v, 0, np * sizeof(float));
+  CHECK(remat_checkpoint_read_params(&rd, NULL, v, &err) == 0); /* twice is fine */
+  CHECK(memcmp(v, w, np * sizeof(float)) == 0);
+  remat_checkpoint_close(&rd);
+  remat_checkpoint_close(&rd); /* twice is harmless */
+  int rc = remat_checkpoint_read_params(&rd, NULL, v, &err);
+  CHECK_ERR(rc, err, REMAT_EINVAL, "not open");
+  remat_checkpoint_reader zero = {0};
+  int fd0_open = fcntl(0, F_GETFD) != -1;
+  remat_checkpoint_close(&zero); /* a zeroed reader holds nothing, fd 0 included */
+  CHECK((fcntl(0, F_GETFD) != -1) == fd0_open);
+
+  /* the two-call way: config, then a load that checks the shape it sized for */
+  CHECK(remat_checkpoint_save(p, &c, w, &err) == 0);
+  CHECK(remat_checkpoint_read_config(p, &got, &err) == 0);
+  CHECK(remat_checkpoint_save(p, &big, wb, &err) == 0);
+  rc = remat_checkpoint_load(p, &got, v, &err);
+  CHECK_ERR(rc, err, REMAT_ESHAPE, "L=3");
+
+  /* changed in place between open and read: refused, nothing overflows */
+  CHECK(remat_checkpoint_save(p, &c, w, &err) == 0);
+  CHECK(remat_checkpoint_open(&rd, p, NULL, &err) == 0);
+  CHECK(truncate(p, 3000) == 0);
+  rc = remat_checkpoint_read_params(&rd, NULL, v, &err);
+  CHECK_ERR(rc, err, REMAT_EIO, "changed size");
+  remat_checkpoint_close(&rd);
+  /* a failed open holds nothing */
+  rc = remat_checkpoint_open(&rd, p, NULL, &err);
+  CHECK_ERR(rc, err, REMAT_EFORMAT, "truncated");
+  remat_checkpoint_close(&rd);
+  rc = remat_checkpoint_open(&rd, path_of("none.ckpt"), NULL, &err);
+  CHECK_ERR(rc, err, REMAT_EIO, "none.ckpt");
+
+  /* a FIFO is refused without blocking */
+  const char *fifo = path_of("reader.fifo");
+  CHECK(mkfifo(fifo, 0600) == 0);
+  rc = remat_checkpoint_open(&rd, fifo, NULL, &err);
+  CHECK_ERR(rc, err, REMAT_EIO, "not a regular file");
+
+  /* huge but finite weights load and save; the overflow check names them */
+  CHECK(remat_params_overflow(&c, w, &err) == 0);
+  w[5] = 1e30f;
+  CHECK(remat_checkpoint_save(p, &c, w, &err) == 0);
+  CHECK(remat_checkpoint_load(p, &c, v, &err) == 0 && v[5] == 1e30f);
+  rc = remat_params_overflow(&c, v, &err);
+  CHECK_ERR(rc, err, REMAT_ENUMERIC, "wte[5]");
+  CHECK(strstr(err.msg, "1e+30") && strstr(err.msg, "overflow"));
+  v[5] = -REMAT_PARAM_OVERFLOW_LIMIT;
+  CHECK(remat_params_overflow(&c, v, &err) == 0);
+  v[5] = -2e18f;
+  CHECK(remat_params_overflow(&c, v, &err) == REMAT_ENUMERIC);
+  v[5] = 0;
+  v[np - 1] = NAN;
+  rc = remat_params_overflow(&c, v, &err);
+  CHECK_ERR(rc, err, REMAT_ENUMERIC, "lnfb[7]");
+
+  /* from memory: the same parser over bytes */
+  w[5] = 0.5f;
+  CHECK(remat_checkpoint_save(p, &c, w, &err) == 0);
+  size_t n = 0;
+  uint8_t *bytes = read_file(p, &n);
+  CHECK(remat__checkpoint_open_mem(&rd, bytes, n, "mem", &got, &err) == 0);
+  CHECK(remat_checkpoint_read_params(&rd, &c, v, &err) == 0);
+  CHECK(memcmp(v, w, np * sizeof(float)) == 0);
+  remat_checkpoint_close(&rd);
+  rc = remat__checkpoint_open_mem(&rd, bytes, n - 4, "mem", &got, &err);
+  CHECK_ERR(rc, err, REMAT_EFORMAT, "'mem' is truncated");
+  rc = remat__checkpoint_open_mem(&rd, bytes, 100, "mem", &got, &err);
+  CHECK_ERR(rc, err, REMAT_EFORMAT, "truncated");
+  free(bytes);
+
+  remat_tokens t;
+  int32_t ids[3] = {7, 8, 65535};
+  remat_tokens src = {.tok = ids, .n = 3, .max_id = 65535};
+  const char *sp = path_of("mem.bin");
+  CHECK(remat_tokens_save(&src, sp, &err) == 0);
+  bytes = read_file(sp, &n);
+  CHECK(remat__tokens_load_mem(&t, bytes, n, "mem", &err) == 0);
+  CHECK(t.n == 3 && t.tok[2] == 65535 && t.max_id == 65535);
+  remat_tokens_free(&t);
+  rc = remat__tokens_load_mem(&t, bytes, n + 0 - 1, "mem", &err);
+  CHECK_ERR(rc, err, REMAT_EFORMAT, "truncated");
+  free(bytes);
+  CHECK(remat__tokens_from_text_mem(&t, "ab\xff", 3, "mem", &err) == 0);
+  CHECK(t.n == 3 && t.tok[2] == 255);
+  remat_tokens_free(&t);
+  rc = remat__tokens_from_text_mem(&t, NULL, 0, "mem", &err);
+  CHECK_ERR(rc, err, REMAT_EFORMAT, "0 bytes");
+
+  free(v);
+  free(w);
+  free(wb);
 }
 
 /* --------------------------------------------------------------- saves */
@@ -995,6 +1115,7 @@ int main(int argc, char **argv) {
   test_shards();
   test_text();
   test_checkpoints();
+  test_checkpoint_reader();
   test_saves();
   test_corpus();
   test_loader();

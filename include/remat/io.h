@@ -70,18 +70,64 @@ void remat_tokens_free(remat_tokens *t);
 
 /* ----------------------------------------------------------- checkpoints */
 
-/* Reads and validates only the header: magic, version 3, the shape (via
- * remat_config_check), Vp >= V, and a file size of exactly header + params. */
-int remat_checkpoint_read_config(const char *path, remat_config *cfg, remat_error *err);
-/* Loads the parameters into params, a buffer of remat_param_count(shape)
+/* A checkpoint opened once: the header is read and validated at open, the
+ * weights later from the same open file, so a file renamed over the path in
+ * between (a run saving to it) does not matter: the reader keeps the file it
+ * opened. The caller owns the struct; its fields are read-only.
+ *
+ *   remat_checkpoint_reader rd;  remat_config cfg;
+ *   if (remat_checkpoint_open(&rd, path, &cfg, &err)) ...  // nothing to close
+ *   float *w = malloc(remat_param_count(&cfg) * sizeof *w);
+ *   int rc = remat_checkpoint_read_params(&rd, NULL, w, &err);
+ *   remat_checkpoint_close(&rd);
+ */
+typedef struct remat_checkpoint_reader {
+  remat_config cfg;         /* the file's shape, once open */
+  size_t size;              /* the file's size in bytes when opened */
+  int fd;                   /* the open file; -1 when reading from memory */
+  const unsigned char *mem; /* the bytes when reading from memory (tests, fuzzing) */
+  char *path;               /* for messages, owned; NULL once closed */
+  int is_open;
+} remat_checkpoint_reader;
+
+/* Opens a checkpoint and validates its header: magic, version 3, the shape
+ * (via remat_config_check), Vp >= V, and a file size of exactly header +
+ * params. cfg (may be NULL) receives the shape, as does rd->cfg. On failure
+ * rd holds nothing (closing it is harmless). */
+int remat_checkpoint_open(remat_checkpoint_reader *rd, const char *path, remat_config *cfg,
+                          remat_error *err);
+/* Reads the parameters into params, a buffer of remat_param_count(&rd->cfg)
  * floats. If expect is non-NULL the file's shape must equal it (REMAT_ESHAPE
- * names the first dimension that differs). Non-finite values are rejected
- * (REMAT_ENUMERIC names the tensor and index). */
+ * names the first dimension that differs). The file's size is checked again
+ * first: a file changed in place since open is REMAT_EIO. Non-finite values
+ * are rejected (REMAT_ENUMERIC names the tensor and index); finite values
+ * of any size load (see remat_params_overflow). */
+int remat_checkpoint_read_params(remat_checkpoint_reader *rd, const remat_config *expect,
+                                 float *params, remat_error *err);
+/* Releases rd; safe on a zeroed, failed or already closed reader. */
+void remat_checkpoint_close(remat_checkpoint_reader *rd);
+
+/* The header alone: open and close. */
+int remat_checkpoint_read_config(const char *path, remat_config *cfg, remat_error *err);
+/* Open, read the parameters, close. With expect NULL this writes as many
+ * floats as the file holds, whatever the path names by now: pass expect, or
+ * use a reader, when params was sized from an earlier look at the file. */
 int remat_checkpoint_load(const char *path, const remat_config *expect, float *params,
                           remat_error *err);
-/* Writes cfg and remat_param_count(cfg) floats from params, atomically. */
+/* Writes cfg and remat_param_count(cfg) floats from params, atomically (see
+ * the rules at the top). Non-finite values are refused. */
 int remat_checkpoint_save(const char *path, const remat_config *cfg, const float *params,
                           remat_error *err);
+
+/* Weights beyond this magnitude overflow float arithmetic: the square of
+ * 1e18 is 1e36, and a LayerNorm or gradient norm sums hundreds of such
+ * squares past FLT_MAX (3.4e38). */
+#define REMAT_PARAM_OVERFLOW_LIMIT 1e18f
+/* 0 when every parameter is finite and at most REMAT_PARAM_OVERFLOW_LIMIT in
+ * magnitude; otherwise REMAT_ENUMERIC naming the first that is not (tensor,
+ * index, value). Training on such weights fails whatever the learning rate:
+ * the caller can say "the weights overflow" rather than "lower the rate". */
+int remat_params_overflow(const remat_config *cfg, const float *params, remat_error *err);
 
 /* ---------------------------------------------------------------- outputs */
 

@@ -3,7 +3,11 @@
  * Saving (output.c): every file the library writes goes through a wfile. It
  * is written into a private temporary next to its destination and renamed
  * over it only when complete and synced; see remat/io.h for the rules.
- */
+ *
+ * Reading from memory (format.c): the file readers parse through one source
+ * that is either an open file or a byte buffer, so the from-memory entry
+ * points below run exactly the code the file readers run past the open.
+ * `name` stands in for the path in messages. */
 #ifndef REMAT_IO_INTERNAL_H
 #define REMAT_IO_INTERNAL_H
 
@@ -35,5 +39,15 @@ int remat__wfile_commit(remat__wfile *w, remat_error *err);
 /* Removes the temporary; target is left as it was. Safe after a failed
  * open or commit. */
 void remat__wfile_abort(remat__wfile *w);
+
+/* -------------------------------------------------- reading from memory */
+
+int remat__tokens_load_mem(remat_tokens *t, const void *bytes, size_t size, const char *name,
+                           remat_error *err);
+int remat__tokens_from_text_mem(remat_tokens *t, const void *bytes, size_t size,
+                                const char *name, remat_error *err);
+/* A checkpoint reader over bytes, which must outlive it. */
+int remat__checkpoint_open_mem(remat_checkpoint_reader *rd, const void *bytes, size_t size,
+                               const char *name, remat_config *cfg, remat_error *err);
 
 #endif
