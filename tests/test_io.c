@@ -261,6 +261,11 @@ static void test_text(void) {
   CHECK_ERR(rc, err, REMAT_EIO, "nope.txt");
   rc = remat_tokens_from_text(&t, dir, &err);
   CHECK_ERR(rc, err, REMAT_EIO, "directory");
+  const char *fifo = path_of("text.fifo");
+  CHECK(mkfifo(fifo, 0600) == 0);
+  rc = remat_tokens_from_text(&t, fifo, &err);
+  CHECK_ERR(rc, err, REMAT_EIO, "a text file stored on disk");
+  CHECK(strstr(err.msg, "file file") == NULL);
 }
 
 /* --------------------------------------------------------- checkpoints */
@@ -371,7 +376,8 @@ static void test_checkpoints(void) {
       {6, 0, 0, REMAT_EFORMAT, "positive"},  /* C = 0 */
       {4, -1, 0, REMAT_EFORMAT, "positive"}, /* L = -1 */
       {5, 3, 0, REMAT_EFORMAT, "divisible"}, /* NH = 3 does not divide C = 8 */
-      {7, 128, 0, REMAT_EFORMAT, "padded"},  /* Vp < V */
+      {7, 128, 0, REMAT_EFORMAT, "smaller than V=200"},  /* Vp < V */
+      {7, 1 << 21, 0, REMAT_EFORMAT, "larger than the limit"}, /* Vp too large */
       {7, 384, 0, REMAT_EFORMAT, "truncated"}, /* larger Vp: the body is too short */
       {4, 1, 0, REMAT_EFORMAT, "trailing"},  /* fewer layers: the body is too long */
   };
@@ -988,6 +994,17 @@ static void test_loader(void) {
   remat_loader L;
   CHECK(remat_loader_init(&L, &t, B, T, REMAT_SPLIT_TRAIN, 0.1, 0, 0, &err) == 0);
   CHECK(L.num_windows == (n_train - 1) / T);
+  CHECK(remat_loader_windows(&L) == (n_train - 1) / T && remat_loader_windows(&L) >= B);
+  /* B*T+1 tokens: exactly B windows; one token fewer: B-1, so rows repeat */
+  remat_tokens edge = {.tok = t.tok, .n = B * T + 1, .max_id = B * T};
+  remat_loader E;
+  CHECK(remat_loader_init(&E, &edge, B, T, REMAT_SPLIT_TRAIN, 0.0, 0, 0, &err) == 0);
+  CHECK(remat_loader_windows(&E) == B);
+  remat_loader_free(&E);
+  edge.n = B * T;
+  CHECK(remat_loader_init(&E, &edge, B, T, REMAT_SPLIT_TRAIN, 0.0, 0, 0, &err) == 0);
+  CHECK(remat_loader_windows(&E) == B - 1);
+  remat_loader_free(&E);
   remat_loader_next(&L, in, tg);
   int ok = 1;
   for (int i = 0; i < B * T; i++) ok &= in[i] == i && tg[i] == i + 1;
@@ -1080,6 +1097,7 @@ static void test_loader(void) {
   /* a split of exactly T+1 tokens works; one fewer is refused */
   remat_tokens small = {.tok = t.tok, .n = T + 1, .max_id = T};
   CHECK(remat_loader_init(&V, &small, B, T, REMAT_SPLIT_TRAIN, 0.0, 1, 5, &err) == 0);
+  CHECK(remat_loader_windows(&V) == 1); /* < B: rows repeat within a batch */
   remat_loader_next(&V, in, tg);
   ok = 1;
   for (int i = 0; i < B * T; i++) ok &= in[i] == i % T && tg[i] == i % T + 1;

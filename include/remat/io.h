@@ -187,9 +187,15 @@ typedef struct remat_loader {
 } remat_loader;
 
 /* split is REMAT_SPLIT_TRAIN or REMAT_SPLIT_VAL; val_frac in [0, 1). Fails if
- * the split has fewer than T+1 tokens, saying how many are needed. */
+ * the split has fewer than T+1 tokens, saying how many are needed; with
+ * fewer than B*T+1 it succeeds and remat_loader_windows tells. */
 int remat_loader_init(remat_loader *L, const remat_tokens *t, int64_t B, int64_t T, int split,
                       double val_frac, int shuffle, uint64_t seed, remat_error *err);
+/* Distinct windows of T+1 tokens the split offers: (n - 1) / T. Below B the
+ * split has fewer than B*T+1 tokens and every batch serves some rows more
+ * than once (a shuffled epoch may offer one window fewer, at an offset):
+ * training still runs, but the caller should say so. */
+int64_t remat_loader_windows(const remat_loader *L);
 /* Fills inputs (B, T) and targets (B, T). Never allocates. */
 void remat_loader_next(remat_loader *L, int32_t *inputs, int32_t *targets);
 /* Back to the first batch of epoch 0: the same sequence replays. */

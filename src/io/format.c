@@ -76,7 +76,8 @@ static int open_source(const char *path, const char *what, source *s, remat_erro
     return remat__errorf(err, REMAT_EIO, "'%s' is a directory, not a %s; give the file's path",
                          path, what);
   if (!S_ISREG(st.st_mode))
-    return remat__errorf(err, REMAT_EIO, "'%s' is not a regular file; give a %s file on disk",
+    return remat__errorf(err, REMAT_EIO,
+                         "'%s' is not a regular file; give the path of a %s stored on disk",
                          path, what);
   int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
   if (fd < 0)
