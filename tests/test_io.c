@@ -680,6 +680,12 @@ static void test_save_symlinks(const remat_config *c, const float *w1, const flo
         strcmp(buf, "linkdir/real.ckpt") == 0);
   CHECK(lstat(real, &st) == 0 && S_ISREG(st.st_mode));
   CHECK((st.st_mode & 07777) == 0640); /* the replaced file's mode is kept */
+  if (geteuid() == 0) { /* and its owner, where the process may set it */
+    CHECK(chown(real, 1234, 1235) == 0);
+    CHECK(remat_checkpoint_save(chain, c, w2, &err) == 0);
+    CHECK(stat(real, &st) == 0 && st.st_uid == 1234 && st.st_gid == 1235);
+    CHECK((st.st_mode & 07777) == 0640);
+  }
   CHECK(remat_checkpoint_load(real, NULL, v, &err) == 0);
   CHECK(memcmp(v, w2, np * sizeof(float)) == 0);
   CHECK(count_temps(dir) == 0 && count_temps(sub) == 0);

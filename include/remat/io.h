@@ -29,9 +29,10 @@ extern "C" {
  *   - The data goes to a new temporary TARGET.tmp.XXXXXX (mkstemp) in the
  *     target's directory; every write is checked, the file is fsynced and
  *     closed, then renamed over the target and the directory is fsynced. The
- *     replaced file's permission bits are kept (a new file gets 0666 less the
- *     umask). On any failure the temporary is removed, the target is as it
- *     was, and REMAT_EIO names the path and the system's reason.
+ *     replaced file's permission bits are kept, and its owner and group
+ *     where the process may set them (a new file gets 0666 less the umask).
+ *     On any failure the temporary is removed, the target is as it was, and
+ *     REMAT_EIO names the path and the system's reason.
  *   - Locking: each save holds an exclusive flock(2) on the target's
  *     directory from the last check of the target through the rename and the
  *     directory's fsync (not while writing). Since each save writes its own

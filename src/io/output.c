@@ -168,6 +168,15 @@ static mode_t current_umask(void) {
   return (mode_t)mask;
 }
 
+/* Best effort: the owner and group of the file being replaced (root may set
+ * both, others a group they belong to); otherwise the new file is ours, as
+ * any file this process creates. */
+static void keep_owner(int fd, const struct stat *st) {
+  if (st->st_uid == geteuid() && st->st_gid == getegid()) return;
+  if (fchown(fd, st->st_uid, st->st_gid) == 0) return;
+  if (fchown(fd, (uid_t)-1, st->st_gid) == 0) return;
+}
+
 /* Creates target's unique temporary; *tmp (owned) is its name. */
 static int make_temp(const char *path, const char *target, const char *what, int *fd, char **tmp,
                      remat_error *err) {
@@ -217,9 +226,10 @@ int remat__wfile_open(remat__wfile *w, const char *path, const char *what, remat
   int exists, rc = resolve(path, what, &w->target, &st, &exists, err);
   if (rc) return rc;
   if ((rc = make_temp(w->path, w->target, what, &w->fd, &w->tmp, err))) goto fail;
-  /* mkstemp makes the file 0600; give it the mode the replaced file had, or
-   * the one a new file would get */
-  mode_t mode = exists ? st.st_mode & 07777 : 0666 & ~current_umask();
+  /* mkstemp makes the file 0600 and ours; give it the owner and the
+   * permission bits of the file it replaces, or those a new file would get */
+  if (exists) keep_owner(w->fd, &st);
+  mode_t mode = exists ? st.st_mode & 0777 : 0666 & ~current_umask();
   if (fchmod(w->fd, mode) != 0) {
     rc = remat__errorf(err, REMAT_EIO, "cannot save %s to '%s': setting the mode of '%s': %s",
                        what, w->path, w->tmp, strerror(errno));
