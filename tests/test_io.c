@@ -784,6 +784,17 @@ static void test_save_concurrent(void) {
   }
   CHECK(whole);
   CHECK(same_bytes(p, b1, n1) || same_bytes(p, b2, n2));
+  /* and it loads as the one it is */
+  remat_checkpoint_reader rd;
+  remat_config got;
+  CHECK(remat_checkpoint_open(&rd, p, &got, &err) == 0);
+  int is1 = memcmp(&got, &c1, sizeof got) == 0;
+  CHECK(is1 || memcmp(&got, &c2, sizeof got) == 0);
+  float *v = malloc(remat_param_count(&got) * sizeof(float));
+  CHECK(remat_checkpoint_read_params(&rd, NULL, v, &err) == 0);
+  CHECK(memcmp(v, is1 ? w1 : w2, remat_param_count(&got) * sizeof(float)) == 0);
+  remat_checkpoint_close(&rd);
+  free(v);
   CHECK(count_temps(dir) == 0);
   printf("concurrent saves: %d reads, each a whole file (first seen %d, second %d)\n", reads,
          seen1, seen2);

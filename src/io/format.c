@@ -87,7 +87,7 @@ static int open_source(const char *path, const char *what, source *s, remat_erro
     close(fd);
     return remat__errorf(err, REMAT_EIO,
                          "'%s' stopped being a regular file while it was opened; give a %s "
-                         "file that nothing else is replacing",
+                         "that nothing else is replacing",
                          path, what);
   }
   s->fd = fd;
