@@ -88,7 +88,7 @@ typedef struct remat_checkpoint_reader {
   int fd;                   /* the open file; -1 when reading from memory */
   const unsigned char *mem; /* the bytes when reading from memory (tests, fuzzing) */
   char *path;               /* for messages, owned; NULL once closed */
-  int is_open;
+  int is_open;              /* 1 from a successful open until close */
 } remat_checkpoint_reader;
 
 /* Opens a checkpoint and validates its header: magic, version 3, the shape
