@@ -90,6 +90,18 @@ expect_fail "checkpoint truncated" "truncated" --model "$tmp/tiny_trunc.bin"
 expect_fail "checkpoint vs config" "asks for" --model "$tmp/tiny.bin" --config small
 expect_fail "log unwritable" "cannot write log" --config tiny --steps 1 --log "$tmp/nodir/x.jsonl"
 expect_fail "save unwritable" "$tmp/nodir" --config tiny --steps 1 --save "$tmp/nodir/x.bin"
+# A save never replaces something that is not a regular file.
+mkfifo "$tmp/fifo"
+mkdir "$tmp/outdir"
+expect_fail "save over a FIFO" "FIFO" --config tiny --steps 1 --save "$tmp/fifo"
+expect_fail "save over a directory" "directory" --config tiny --steps 1 --save "$tmp/outdir"
+n=$((n + 1))
+if [[ -p "$tmp/fifo" && -d "$tmp/outdir" ]] && ! ls "$tmp" | grep -q '\.tmp\.'; then
+  echo "ok   [FIFO and directory left as they were, no temporaries]"
+else
+  echo "FAIL [FIFO or directory replaced, or a temporary left]: $(ls -l "$tmp" | tr '\n' ' ')"
+  fails=$((fails + 1))
+fi
 
 echo "$((n - fails)) passed, $fails failed"
 [[ $fails -eq 0 ]]
