@@ -131,7 +131,7 @@ void remat_trainer_set_hook(remat_trainer *tr, remat_grad_hook fn, void *ctx) {
 int64_t remat_trainer_steps_done(const remat_trainer *tr) { return remat_model_step(tr->model); }
 
 int64_t remat_trainer_train_windows(const remat_trainer *tr) {
-  return tr->have_train ? tr->train.max_windows : 0;
+  return tr->have_train ? remat_loader_windows(&tr->train) : 0;
 }
 
 /* Largest magnitude float arithmetic on the weights can bear: past it a
