@@ -140,7 +140,9 @@ static void random_problem(remat_plan_problem *pb, int maxL, int work) {
       remat_plan_group *G = &pb->groups[g];
       if (rnd(0, 1)) G->recompute_bytes = (size_t)(rnd(0, 6) * unit);
       int m = mode == 3 ? (int)rnd(0, 2) : mode;
-      G->work_bytes = m == 0 ? 0 : m == 1 ? (size_t)(rnd(0, 6) * unit) : (size_t)(rnd(7, 10) * unit);
+      G->work_bytes = m == 0   ? 0
+                      : m == 1 ? (size_t)(rnd(0, 6) * unit)
+                               : (size_t)(rnd(7, 10) * unit);
       maxkept += (double)G->work_bytes;
     }
   }

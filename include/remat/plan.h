@@ -213,9 +213,10 @@ typedef struct remat_plan {
  * caller frees plan with remat_plan_free whenever the return is 0 or
  * REMAT_EINFEASIBLE.
  *
- * With pb->time_limit > 0 the solve takes about that many seconds at most
- * (counted from the call; checks are a few milliseconds apart even on
- * adversarial problems). The exact search gets most of it; if it does not
+ * With pb->time_limit > 0 the solve takes about that many seconds at most,
+ * counted from the call; it may overrun by one time-free pass over the
+ * layers (O(p L log L)) and the filling of the plan. The exact search gets
+ * most of the time; if it does not
  * finish, a polynomial search for bounds takes the rest, and the return is 0
  * with plan->optimal = 0, the best feasible plan found (at worst the
  * least-memory arrangement) and plan->lower_bound proven by a relaxation
@@ -258,9 +259,8 @@ int remat_plan_format(const remat_plan_problem *pb, const remat_plan *plan, int 
  * s) and z_l_s (layer l recomputed on stage s), contiguity through the stage
  * index sum_s s*y_l_s, which is non-decreasing by steps of 0 or 1, the memory
  * formula with a continuous X_s >= x_l z_l_s and X_s >= y_l y_l_s, and
- * T >= t_s. Its optimum is the
- * planner's objective value. Memory rows are divided by the gcd of all byte
- * counts to keep coefficients small. */
+ * T >= t_s. Its optimum is the planner's objective value. Memory rows are
+ * divided by the gcd of all byte counts to keep coefficients small. */
 int remat_plan_format_lp(const remat_plan_problem *pb, char **out, remat_error *err);
 void remat_plan_text_free(char *text);
 

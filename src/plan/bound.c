@@ -245,7 +245,8 @@ static int programs(remat__plan_solver *S, rtree *rt, tables *T, double deadline
   const remat__plan_inst *in = S->in;
   int64_t L = S->L, p = S->p, ncls = in->ncls;
   int64_t *sl = remat__malloc((size_t)p * sizeof *sl);
-  int64_t *cu = remat__malloc((size_t)ncls * sizeof *cu), *cl = remat__malloc((size_t)ncls * sizeof *cl);
+  int64_t *cu = remat__malloc((size_t)ncls * sizeof *cu); /* per class: upper, lower */
+  int64_t *cl = remat__malloc((size_t)ncls * sizeof *cl);
   int64_t *stamp = remat__calloc((size_t)ncls, sizeof *stamp);
   int rc = 0;
   if (!sl || !cu || !cl || !stamp) {

@@ -3,9 +3,10 @@
  * objective, in closed form where the candidates are alike (one kind of
  * layer, or one scratch size) and through the Pareto sets of knap.c
  * otherwise. A stage holds its largest work bytes Y whatever it recomputes,
- * so a recomputed layer's scratch x costs only (x - Y)+ on top of it. The partition programs of dp.c ask it for every stage they
- * consider; stages of one class (same micro-batches held and budget) share
- * the answers through a small cache. */
+ * so a recomputed layer's scratch x costs only (x - Y)+ on top of it. The
+ * partition programs of dp.c ask it for every stage they consider; stages of
+ * one class (same micro-batches held and budget) share the answers through a
+ * small cache. */
 #include <stdlib.h>
 #include <string.h>
 
