@@ -11,6 +11,8 @@
 
 #include "remat.h"
 
+#define DEFAULT_TIME_LIMIT 60.0 /* seconds for --time-limit */
+
 static void usage(FILE *f) {
   fprintf(f,
           "usage: remat plan PROBLEM.json [options]\n"
@@ -40,6 +42,9 @@ static void usage(FILE *f) {
           "  --schedule 1f1b|gpipe          default 1f1b\n"
           "  --objective bottleneck|1f1b    max stage time (default), or the 1F1B\n"
           "                                 iteration time sum t + (M - 1) max t\n"
+          "  --time-limit SECONDS           stop the exact search after this long (default\n"
+          "                                 60, 0 for none) and print the best plan found,\n"
+          "                                 a proven lower bound and the gap\n"
           "output:\n"
           "  --format table|json|colossalai|megatron|lp   default table; lp writes the\n"
           "                                 problem as a MIP for glpsol or cbc\n"
@@ -51,8 +56,10 @@ static void usage(FILE *f) {
           "                                 (a temporary file beside it, renamed into place)\n"
           "  -h, --help                     this help\n"
           "\n"
-          "Exit status: 0 planned; 1 the budget is too small (the least-memory arrangement\n"
-          "is printed and the smallest budget named) or the problem is bad; 2 bad usage.\n");
+          "Exit status: 0 planned (also when the time limit stopped the search: a note on\n"
+          "standard error gives the gap); 1 the budget is too small (the least-memory\n"
+          "arrangement is printed and the smallest budget named) or the problem is bad;\n"
+          "2 bad usage.\n");
 }
 
 static int fail(int code, const char *fmt, const char *a, const char *b) {
@@ -68,6 +75,16 @@ static int parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out) {
   char *end;
   long long v = strtoll(s, &end, 10);
   if (*end || errno || v < lo || v > hi) return -1;
+  *out = v;
+  return 0;
+}
+
+static int parse_seconds(const char *s, double *out) {
+  if (!s || !*s) return -1;
+  errno = 0;
+  char *end;
+  double v = strtod(s, &end);
+  if (*end || errno || !(v >= 0) || v > 1e9) return -1;
   *out = v;
   return 0;
 }
@@ -172,6 +189,7 @@ int remat_cmd_plan(int argc, char **argv) {
   const char *problem = NULL, *config = NULL, *mem = NULL, *format = "table", *output = NULL;
   const char *schedule = NULL, *objective = NULL;
   int64_t B = -1, T = -1, P = -1, M = -1, points = 11;
+  double time_limit = DEFAULT_TIME_LIMIT;
   int sweep = 0;
   for (int a = 1; a < argc; a++) {
     const char *o = argv[a];
@@ -202,7 +220,7 @@ int remat_cmd_plan(int argc, char **argv) {
     static const char *const with_value[] = {"--problem", "--config", "--batch", "--seq",
                                              "--stages", "--microbatches", "--mem", "--schedule",
                                              "--objective", "--format", "--points", "--output",
-                                             "-o", NULL};
+                                             "--time-limit", "-o", NULL};
     int known = 0;
     for (const char *const *k = with_value; *k; k++) known |= strcmp(name, *k) == 0;
     if (!known) return fail(2, "unknown option '%s'; see 'remat plan --help'%s", o, "");
@@ -220,6 +238,11 @@ int remat_cmd_plan(int argc, char **argv) {
     else if (strcmp(name, "--objective") == 0) objective = val;
     else if (strcmp(name, "--format") == 0) format = val;
     else if (strcmp(name, "--output") == 0 || strcmp(name, "-o") == 0) output = val;
+    else if (strcmp(name, "--time-limit") == 0) {
+      if (parse_seconds(val, &time_limit))
+        return fail(2, "--time-limit needs a number of seconds from 0 (none) to 1e9, not '%s'%s",
+                    val, "");
+    }
     else if (strcmp(name, "--batch") == 0) iv = &B, hi = 1 << 20;
     else if (strcmp(name, "--seq") == 0) iv = &T, hi = 1 << 20;
     else if (strcmp(name, "--stages") == 0) iv = &P, hi = REMAT_PLAN_MAX_STAGES;
@@ -323,6 +346,7 @@ int remat_cmd_plan(int argc, char **argv) {
   }
   free(budgets);
   if (M > 0) pb.microbatches = M;
+  pb.time_limit = time_limit;
   if (sched >= 0) pb.schedule = sched;
   if (obj >= 0) pb.objective = obj;
   if ((rc = remat_plan_problem_check(&pb, &err))) {
@@ -359,6 +383,11 @@ int remat_cmd_plan(int argc, char **argv) {
         status = fail(1, "%s%s", ferr.msg, "");
       else if (show)
         status = write_out(output, text);
+      if (rc == 0 && status == 0 && !plan.optimal)
+        fprintf(stderr,
+                "remat plan: the time limit of %g s stopped the exact search; the plan is the "
+                "best found: objective %.6g, proven lower bound %.6g, gap %.3g%%\n",
+                pb.time_limit, plan.objective_value, plan.lower_bound, 100 * plan.gap);
       /* a failed write has said so; one message is enough */
       if (rc == REMAT_EINFEASIBLE && status == 0) {
         fprintf(stderr,

@@ -3,6 +3,9 @@
  *             many solves
  *   hetero    1024 layers, every one different (random times, bytes and
  *             scratch), on 64 stages, both objectives
+ *   limit     5000 different layers with scratch on 128 stages (256
+ *             micro-batches), far beyond what the exact search does in the
+ *             time limit given: the wall time, the gap and the bound
  *   glpk      small heterogeneous instances (10 to 48 layers) and the seed's,
  *             solved by remat and by glpsol on remat's LP export, timed side
  *             by side, with the ratio; skipped when glpsol is not installed
@@ -165,9 +168,9 @@ static void usage(FILE *f) {
           "usage: bench_plan [--quick]\n"
           "\n"
           "Times the exact pipeline planner, one line per case: the seed example (32\n"
-          "layers, 4 stages), 1024 different layers on 64 stages, and small problems\n"
-          "solved side by side by remat and by glpsol on remat's LP export (when glpsol\n"
-          "is installed).\n"
+          "layers, 4 stages), 1024 different layers on 64 stages, 5000 different layers\n"
+          "on 128 stages under a time limit, and small problems solved side by side by\n"
+          "remat and by glpsol on remat's LP export (when glpsol is installed).\n"
           "\n"
           "  --quick      fewer repetitions, only the small glpsol cases\n"
           "  -h, --help   this help\n");
@@ -234,6 +237,31 @@ int main(int argc, char **argv) {
            remat_plan_objective_name(cases[k].objective), hr, med, min_ms, rc == 0, plan.slowdown,
            (long long)plan.total_recomputed, (long long)plan.windows);
     remat_plan_free(&plan);
+    remat_plan_problem_free(&h);
+  }
+
+  {
+    /* the exact search takes tens of seconds here (30-40 s on a 2-core machine) */
+    remat_plan_problem h;
+    rng = 0x2545F4914F6CDD1Dull + 99;
+    int64_t L = quick ? 3000 : 5000, p = quick ? 96 : 128;
+    hetero(&h, L, p, 2 * p, 1, 0.5, REMAT_OBJ_BOTTLENECK);
+    for (int obj = 0; obj < 2; obj++) {
+      h.objective = obj;
+      h.time_limit = quick ? 0.5 : 2;
+      double t0 = remat__now();
+      if (remat_plan_solve(&h, &plan, &err)) {
+        fprintf(stderr, "bench_plan: %s\n", err.msg);
+        return 1;
+      }
+      printf("bench=plan case=limit layers=%lld stages=%lld microbatches=%lld scratch=random "
+             "objective=%s time_limit_s=%g solve_s=%.3f optimal=%d objective_value=%.6g "
+             "lower_bound=%.6g gap=%.4f\n",
+             (long long)L, (long long)p, (long long)(2 * p), remat_plan_objective_name(obj),
+             h.time_limit, remat__now() - t0, plan.optimal, plan.objective_value, plan.lower_bound,
+             plan.gap);
+      remat_plan_free(&plan);
+    }
     remat_plan_problem_free(&h);
   }
 

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/base.h"
 #include "plan/plan.h"
 #include "plan_brute.h"
 #include "test_util.h"
@@ -139,7 +140,9 @@ static void random_problem(remat_plan_problem *pb, int maxL, int work) {
       remat_plan_group *G = &pb->groups[g];
       if (rnd(0, 1)) G->recompute_bytes = (size_t)(rnd(0, 6) * unit);
       int m = mode == 3 ? (int)rnd(0, 2) : mode;
-      G->work_bytes = m == 0 ? 0 : m == 1 ? (size_t)(rnd(0, 6) * unit) : (size_t)(rnd(7, 10) * unit);
+      G->work_bytes = m == 0   ? 0
+                      : m == 1 ? (size_t)(rnd(0, 6) * unit)
+                               : (size_t)(rnd(7, 10) * unit);
       maxkept += (double)G->work_bytes;
     }
   }
@@ -231,6 +234,113 @@ static void test_random(int count, int maxL, int work) {
          "%d failed checks\n",
          maxL, work ? ", work bytes" : "", count, with_work, feasible, infeasible,
          test_failures - failures0);
+}
+
+/* ------------------------------------------------------------ time limits */
+
+/* What a time limit falls back to: on small random problems (with work bytes
+ * half the time) the bounded search's plan must fit and its lower bound must
+ * not exceed the optimum that brute force finds, in every window. */
+static void test_bounds(int count) {
+  int tight = 0, checked = 0, failures0 = test_failures;
+  for (int it = 0; it < count; it++) {
+    remat_plan_problem pb;
+    random_problem(&pb, 9, it % 2);
+    remat__plan_inst in;
+    remat_error err;
+    if (remat__plan_inst_build(&pb, &in, &err)) abort();
+    int64_t bo, bc, bm;
+    if (plan_brute(&in, &bo, &bc, &bm) == 0) {
+      remat__plan_solver S;
+      CHECK(remat__plan_fit_init(&S, &in, &err) == 0);
+      S.delta = 0;
+      /* the window: everything, or the exact search's first one if a plan fits there */
+      int64_t TF = remat__plan_minmax_F(&in);
+      S.Tcap = it % 3 == 0 ? REMAT__PLAN_INF : TF + TF / 4 + 1;
+      if (!remat__plan_reach(&S)) {
+        S.Tcap = REMAT__PLAN_INF;
+        CHECK(remat__plan_reach(&S));
+      }
+      int64_t bounds[8], lower, obj;
+      uint8_t rec[16];
+      CHECK(remat__plan_anytime(&S, 0, bounds, rec, &lower) == 0);
+      remat__plan_measure(&in, bounds, rec, &obj, NULL, NULL);
+      remat_plan plan;
+      CHECK(remat__plan_fill(&in, bounds, rec, &plan, &err) == 0);
+      CHECK(plan.feasible);
+      remat_plan_free(&plan);
+      CHECK(lower <= bo && bo <= obj);
+      if (lower > bo || bo > obj)
+        fprintf(stderr, "bounds %d: lower %lld, optimum %lld, plan %lld\n", it, (long long)lower,
+                (long long)bo, (long long)obj);
+      tight += lower == bo && obj == bo;
+      checked++;
+      remat__plan_fit_free(&S);
+    }
+    remat__plan_inst_free(&in);
+    remat_plan_problem_free(&pb);
+  }
+  printf("bounds (L <= 9): %d feasible problems, %d with lower bound = plan = optimum, %d failed "
+         "checks\n",
+         checked, tight, test_failures - failures0);
+}
+
+/* The adversarial case: thousands of all-different layers with recompute
+ * scratch on many stages, where the exact search takes far longer than the
+ * limit. The solve must return within the limit and a margin, with a plan
+ * that fits and 0 <= gap, lower bound <= objective. The margin is what a
+ * solve with no time at all takes (expanding the problem, one time-free pass,
+ * filling the plan), doubled, plus 0.2 s: this build may be a sanitizer's. */
+static void test_time_limit(void) {
+  remat_plan_problem pb;
+  remat_error err;
+  const int64_t L = 3000, p = 96;
+  if (remat_plan_problem_init(&pb, p, L, &err)) abort();
+  pb.microbatches = 2 * p;
+  double stage0 = 0;
+  for (int64_t l = 0; l < L; l++) {
+    remat_plan_group *G = &pb.groups[l];
+    G->fwd = (double)rnd(100, 300) / 100;
+    G->bwd = 2 * G->fwd;
+    G->recompute = G->fwd;
+    G->act_bytes = (size_t)rnd(500, 2000) << 20;
+    G->ckpt_bytes = G->act_bytes / (size_t)rnd(5, 20);
+    G->recompute_bytes = (size_t)rnd(0, 1000) * ((G->act_bytes - G->ckpt_bytes) / 1000);
+    G->work_bytes = l % 3 ? 0 : (size_t)rnd(0, 1000) << 20;
+    G->state_bytes = (size_t)rnd(100, 500) << 20;
+    if (l < L / p) stage0 += (double)G->state_bytes + (double)p * (double)G->act_bytes;
+  }
+  remat_plan_problem_set_memory(&pb, (size_t)(stage0 / 2));
+  remat_plan plan;
+  pb.time_limit = 1e-9;
+  double t0 = remat__now();
+  CHECK(remat_plan_solve(&pb, &plan, &err) == 0);
+  double least = remat__now() - t0;
+  CHECK(!plan.optimal && plan.feasible && plan.lower_bound <= plan.objective_value);
+  remat_plan_free(&plan);
+  for (int obj = 0; obj < 2; obj++) {
+    pb.objective = obj;
+    pb.time_limit = 0.3;
+    t0 = remat__now();
+    int rc = remat_plan_solve(&pb, &plan, &err);
+    double took = remat__now() - t0;
+    CHECK(rc == 0);
+    if (rc) {
+      fprintf(stderr, "%s\n", err.msg);
+      continue;
+    }
+    CHECK(took < pb.time_limit + 2 * least + 0.2);
+    CHECK(plan.feasible);
+    CHECK(plan.gap >= 0 && plan.lower_bound <= plan.objective_value);
+    CHECK(plan.lower_bound >= plan.baseline_objective);
+    printf("time limit %.1f s, %lld layers on %lld stages, %s: %.3f s (%.3f s with no time), %s, "
+           "objective %.6g, lower bound %.6g, gap %.3g%%\n",
+           pb.time_limit, (long long)L, (long long)p, remat_plan_objective_name(obj), took, least,
+           plan.optimal ? "optimal" : "not proven optimal", plan.objective_value,
+           plan.lower_bound, 100 * plan.gap);
+    remat_plan_free(&plan);
+  }
+  remat_plan_problem_free(&pb);
 }
 
 /* ------------------------------------------------------------ stage search */
@@ -537,5 +647,7 @@ int main(int argc, char **argv) {
   test_random(n / 2, 10, 0);
   test_random(n, 7, 1);
   test_random(n / 2, 10, 1);
+  test_bounds(n);
+  test_time_limit();
   return test_summary("test_plan");
 }

@@ -101,6 +101,7 @@ typedef struct remat_plan_problem {
   remat_plan_group *groups; /* (num_groups) in model order, owned */
   char time_unit[16];   /* label of the time unit for output ("" = none) */
   char source[128];     /* what the problem was built from, for output */
+  double time_limit;    /* seconds remat_plan_solve may take (0: no limit), see there */
 } remat_plan_problem;
 
 /* Allocates a problem with `stages` budgets and `num_groups` groups, all
@@ -189,6 +190,12 @@ typedef struct remat_plan {
   size_t min_extra_bytes;
   double time_quantum;         /* q */
   int64_t windows;             /* solver rounds (window widenings + 1) */
+  /* 1 when the plan is proven optimal; 0 when the problem's time limit
+   * stopped the exact search: the plan is then the best feasible one found,
+   * and lower_bound a proven lower bound on the optimal objective. */
+  int optimal;
+  double lower_bound;          /* objective_value when optimal */
+  double gap;                  /* (objective_value - lower_bound) / objective_value, >= 0 */
 } remat_plan;
 
 /* Solves the problem exactly. Returns 0 with a feasible plan, or
@@ -196,7 +203,19 @@ typedef struct remat_plan {
  * arrangement that needs the least memory (each stage recomputing what lowers
  * its memory most) and min_budget_bytes; other codes on bad input. The
  * caller frees plan with remat_plan_free whenever the return is 0 or
- * REMAT_EINFEASIBLE. */
+ * REMAT_EINFEASIBLE.
+ *
+ * With pb->time_limit > 0 the solve takes about that many seconds at most,
+ * counted from the call; it may overrun by one time-free pass over the
+ * layers (O(p L log L)) and the filling of the plan. The exact search gets
+ * most of the time; if it does not
+ * finish, a polynomial search for bounds takes the rest, and the return is 0
+ * with plan->optimal = 0, the best feasible plan found (at worst the
+ * least-memory arrangement) and plan->lower_bound proven by a relaxation
+ * (stage times with fractional recomputation and scratch ignored, and the
+ * best split without recomputation). If even the search for the smallest
+ * budget of an infeasible problem runs out of time, the return is
+ * REMAT_ERANGE with a message. */
 int remat_plan_solve(const remat_plan_problem *pb, remat_plan *plan, remat_error *err);
 void remat_plan_free(remat_plan *plan);
 
@@ -232,15 +251,15 @@ int remat_plan_format(const remat_plan_problem *pb, const remat_plan *plan, int 
  * s) and z_l_s (layer l recomputed on stage s), contiguity through the stage
  * index sum_s s*y_l_s, which is non-decreasing by steps of 0 or 1, the memory
  * formula with a continuous X_s >= x_l z_l_s and X_s >= y_l y_l_s, and
- * T >= t_s. Its optimum is the
- * planner's objective value. Memory rows are divided by the gcd of all byte
- * counts to keep coefficients small. */
+ * T >= t_s. Its optimum is the planner's objective value. Memory rows are
+ * divided by the gcd of all byte counts to keep coefficients small. */
 int remat_plan_format_lp(const remat_plan_problem *pb, char **out, remat_error *err);
 void remat_plan_text_free(char *text);
 
 /* The frontier of objective against one memory budget for all stages: `points`
  * budgets evenly spaced from the smallest feasible budget to the smallest
- * budget at which no stage needs to recompute anything (both found exactly). */
+ * budget at which no stage needs to recompute anything (both found exactly).
+ * Each solve has the problem's time limit. */
 typedef struct remat_plan_sweep_point {
   size_t budget_bytes;
   double objective_value, slowdown;
@@ -248,6 +267,8 @@ typedef struct remat_plan_sweep_point {
   size_t max_memory_bytes;
   int64_t *layers_per_stage; /* (stages), owned by the sweep */
   int64_t *ckpt_per_stage;   /* (stages) */
+  int optimal;               /* 0: the time limit stopped this point's search */
+  double lower_bound;        /* proven lower bound on objective_value */
 } remat_plan_sweep_point;
 
 typedef struct remat_plan_sweep {

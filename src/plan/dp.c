@@ -68,6 +68,16 @@ int64_t remat__plan_baseline(const remat__plan_inst *in) {
   return in->objective == REMAT_OBJ_BOTTLENECK ? T : in->pF[in->L] + (in->m - 1) * T;
 }
 
+double remat__plan_window_work(const remat__plan_solver *S) {
+  double work = 0;
+  for (int64_t i = 0; i < S->L; i++) {
+    int64_t ns = 0;
+    for (int64_t s = 0; s < S->p && s <= i; s++) ns += AT(S->pre, s, i);
+    work += (double)ns * (double)(remat__plan_window_end(S->in, i, S->Tcap) - i);
+  }
+  return work;
+}
+
 /* ------------------------------------------------------------ bottleneck */
 
 int remat__plan_pass_minmax(remat__plan_solver *S, int64_t *Tb) {
@@ -75,8 +85,8 @@ int remat__plan_pass_minmax(remat__plan_solver *S, int64_t *Tb) {
   int64_t L = S->L, p = S->p;
   int64_t *B = remat__malloc((size_t)(p + 1) * (size_t)S->L1 * sizeof *B);
   int64_t *sl = remat__malloc((size_t)p * sizeof *sl);
-  remat__plan_eval ev = {in, {0}, 0, 0, 0, 0};
-  remat__knap_init(&ev.kn, 0, 0, REMAT__PLAN_KNAP_LIMIT);
+  remat__plan_eval ev;
+  remat__plan_eval_init(&ev, in, 0, 0, S->deadline);
   remat__plan_cache c;
   int rc = remat__plan_cache_init(&c, in->ncls);
   if (!B || !sl || rc) {
@@ -86,6 +96,10 @@ int remat__plan_pass_minmax(remat__plan_solver *S, int64_t *Tb) {
   for (size_t k = 0; k < (size_t)(p + 1) * (size_t)S->L1; k++) B[k] = INF;
   AT(B, 0, 0) = 0;
   for (int64_t i = 0; i < L; i++) {
+    if (remat__plan_late(S->deadline)) {
+      rc = REMAT__PLAN_ETIME;
+      goto out;
+    }
     int64_t ns = 0;
     for (int64_t s = 0; s < p && s <= i; s++)
       if (AT(S->pre, s, i) && AT(B, s, i) < INF) sl[ns++] = s;
@@ -114,7 +128,7 @@ int remat__plan_pass_minmax(remat__plan_solver *S, int64_t *Tb) {
 out:
   remat__free(B);
   remat__free(sl);
-  remat__knap_free(&ev.kn);
+  remat__plan_eval_free(&ev);
   remat__plan_cache_free(&c);
   return rc;
 }
@@ -126,8 +140,8 @@ int remat__plan_pass_fewest(remat__plan_solver *S, int64_t Tb, int64_t *bounds) 
   int64_t *C = remat__malloc(cells * sizeof *C), *M = remat__malloc(cells * sizeof *M);
   int32_t *arg = remat__malloc(cells * sizeof *arg);
   int64_t *sl = remat__malloc((size_t)p * sizeof *sl);
-  remat__plan_eval ev = {in, {0}, 0, 0, 0, 0};
-  remat__knap_init(&ev.kn, 1, 0, REMAT__PLAN_KNAP_LIMIT);
+  remat__plan_eval ev;
+  remat__plan_eval_init(&ev, in, 1, 0, S->deadline);
   remat__plan_cache c;
   int rc = remat__plan_cache_init(&c, in->ncls);
   if (!C || !M || !arg || !sl || rc) {
@@ -138,6 +152,10 @@ int remat__plan_pass_fewest(remat__plan_solver *S, int64_t Tb, int64_t *bounds) 
   AT(C, 0, 0) = 0;
   AT(M, 0, 0) = 0;
   for (int64_t i = 0; i < L; i++) {
+    if (remat__plan_late(S->deadline)) {
+      rc = REMAT__PLAN_ETIME;
+      goto out;
+    }
     int64_t ns = 0;
     for (int64_t s = 0; s < p && s <= i; s++)
       if (AT(C, s, i) < INF) sl[ns++] = s;
@@ -180,7 +198,7 @@ out:
   remat__free(M);
   remat__free(arg);
   remat__free(sl);
-  remat__knap_free(&ev.kn);
+  remat__plan_eval_free(&ev);
   remat__plan_cache_free(&c);
   return rc;
 }
@@ -235,8 +253,8 @@ static int table_build(remat__plan_solver *S, table *T) {
   T->mem = remat__malloc((size_t)(n ? n : 1) * sizeof *T->mem);
   T->cnt = remat__malloc((size_t)(n ? n : 1) * sizeof *T->cnt);
   int64_t *sl = remat__malloc((size_t)p * sizeof *sl);
-  remat__plan_eval ev = {in, {0}, 0, 0, 0, 0};
-  remat__knap_init(&ev.kn, 0, 0, REMAT__PLAN_KNAP_LIMIT);
+  remat__plan_eval ev;
+  remat__plan_eval_init(&ev, in, 0, 0, S->deadline);
   remat__plan_cache c;
   int rc = remat__plan_cache_init(&c, in->ncls);
   if (!T->t || !T->mem || !T->cnt || !sl || rc) {
@@ -244,6 +262,10 @@ static int table_build(remat__plan_solver *S, table *T) {
     goto out;
   }
   for (int64_t i = 0; i < L; i++) {
+    if (remat__plan_late(S->deadline)) {
+      rc = REMAT__PLAN_ETIME;
+      goto out;
+    }
     int64_t ns = 0;
     for (int64_t s = 0; s < p && s <= i; s++)
       if (AT(T->off, s, i) >= 0) sl[ns++] = s;
@@ -271,7 +293,7 @@ static int table_build(remat__plan_solver *S, table *T) {
   }
 out:
   remat__free(sl);
-  remat__knap_free(&ev.kn);
+  remat__plan_eval_free(&ev);
   remat__plan_cache_free(&c);
   return rc;
 }
@@ -306,7 +328,8 @@ typedef struct {
 } dpbuf;
 
 /* Least (sum of t, recomputed, peak) with every stage time <= cap; fills the
- * result (obj with the plan's actual max) and bounds. Returns 1 if found. */
+ * result (obj with the plan's actual max) and bounds. Returns 1 if found, 0
+ * if not, REMAT__PLAN_ETIME past the deadline. */
 static int table_sum(remat__plan_solver *S, const table *T, int64_t cap, dpbuf *d,
                      remat__plan_result *res, int64_t *bounds) {
   const remat__plan_inst *in = S->in;
@@ -315,7 +338,8 @@ static int table_sum(remat__plan_solver *S, const table *T, int64_t cap, dpbuf *
   AT(d->sum, 0, 0) = 0;
   AT(d->cnt, 0, 0) = 0;
   AT(d->mem, 0, 0) = 0;
-  for (int64_t s = 0; s < p; s++)
+  for (int64_t s = 0; s < p; s++) {
+    if (remat__plan_late(S->deadline)) return REMAT__PLAN_ETIME;
     for (int64_t i = s; i < L; i++) {
       int64_t o = AT(T->off, s, i), s0 = AT(d->sum, s, i);
       if (s0 == INF || o < 0) continue;
@@ -335,6 +359,7 @@ static int table_sum(remat__plan_solver *S, const table *T, int64_t cap, dpbuf *
         }
       }
     }
+  }
   if (AT(d->sum, p, L) == INF) return 0;
   bounds[p] = L;
   int64_t tmax = 0;
@@ -364,12 +389,18 @@ typedef struct {
   int64_t *tmp_bounds, *best_bounds;
   remat__plan_result best;
   int have;
+  int late; /* the deadline passed: stop */
   int64_t dps;
 } search;
 
 static void consider(search *q, int64_t k) {
+  if (q->late) return;
   remat__plan_result r;
   int found = table_sum(q->S, q->T, q->cand[k], &q->d, &r, q->tmp_bounds);
+  if (found < 0) {
+    q->late = 1;
+    return;
+  }
   q->dps++;
   q->Sval[k] = found ? r.sum : INF;
   if (found && (!q->have || result_better(&r, &q->best))) {
@@ -380,7 +411,7 @@ static void consider(search *q, int64_t k) {
 }
 
 static void bisect(search *q, int64_t lo, int64_t hi) {
-  if (hi - lo <= 1) return;
+  if (hi - lo <= 1 || q->late) return;
   if (q->Sval[lo] == q->Sval[hi]) return; /* S constant: every T inside is worse than lo */
   int64_t m1 = q->S->in->m - 1;
   if (q->Sval[hi] != INF && q->Sval[hi] + m1 * q->cand[lo + 1] > q->best.obj) return;
@@ -424,11 +455,15 @@ int remat__plan_pass_iteration(remat__plan_solver *S, int64_t *bounds, remat__pl
   q.Sval = Sh;
   if (in->m == 1) {
     consider(&q, 1); /* the sum alone: no cap is best, with the most room for ties */
-    rc = 1;
+    rc = q.late ? REMAT__PLAN_ETIME : 1;
     goto out;
   }
   consider(&q, 0);
   consider(&q, 1);
+  if (q.late) {
+    rc = REMAT__PLAN_ETIME;
+    goto out;
+  }
   int64_t Sinf = Sh[1];
   /* Caps above Tup cannot reach the best: S(T) + (m - 1) T >= Sinf + (m - 1) T. */
   int64_t Tup = (q.best.obj - Sinf) / (in->m - 1);
@@ -455,7 +490,7 @@ int remat__plan_pass_iteration(remat__plan_solver *S, int64_t *bounds, remat__pl
     consider(&q, k - 1);
     bisect(&q, 0, k - 1);
   }
-  rc = 1;
+  rc = q.late ? REMAT__PLAN_ETIME : 1;
 out_cand:
   remat__free(q.cand);
   remat__free(q.Sval);

@@ -74,6 +74,7 @@ int remat__plan_fill(const remat__plan_inst *in, const int64_t *bounds, const ui
   plan->objective = in->objective;
   plan->time_quantum = in->q;
   plan->feasible = 1;
+  plan->optimal = 1;
   int64_t k = 0, sum = 0, tmax = 0;
   for (int64_t s = 0; s < p; s++) {
     remat_plan_stage *st = &plan->stages[s];
@@ -105,6 +106,7 @@ int remat__plan_fill(const remat__plan_inst *in, const int64_t *bounds, const ui
   int64_t base = remat__plan_baseline(in);
   plan->baseline_objective = (double)base * in->q;
   plan->slowdown = base > 0 ? plan->objective_value / plan->baseline_objective : 1.0;
+  plan->lower_bound = plan->objective_value;
   plan->simulated_time = -1;
   if ((double)p * (double)in->m <= 2e7)
     remat_plan_simulate(in->schedule, p, in->m, fw, bw, &plan->simulated_time, NULL);

@@ -279,16 +279,18 @@ int remat__plan_reach(remat__plan_solver *S) {
 
 /* ------------------------------------------------------------ nothing fits */
 
-int64_t remat__plan_min_delta(remat__plan_solver *S) {
+int remat__plan_min_delta(remat__plan_solver *S, int64_t *delta) {
   int64_t lo = 1, hi = (int64_t)1 << 61;
   while (lo < hi) {
+    if (remat__plan_late(S->deadline)) return REMAT__PLAN_ETIME;
     S->delta = lo + (hi - lo) / 2;
     if (remat__plan_reach(S)) hi = S->delta;
     else lo = S->delta + 1;
   }
   S->delta = lo;
   REMAT_ASSERT(remat__plan_reach(S));
-  return lo;
+  *delta = lo;
+  return 0;
 }
 
 void remat__plan_least_memory(remat__plan_solver *S, int64_t *bounds, uint8_t *rec) {

@@ -10,8 +10,9 @@
  *   dp.c       the partition dynamic programs over (stage, boundary)
  *   sim.c      the schedule simulator
  *   eval.c     figures of a given arrangement; the remat_plan it fills
+ *   bound.c    a plan and a lower bound in polynomial time, for time limits
  *   text.c     the text buffer and the units byte counts are shown in
- *   solve.c    the driver: windows, objectives, infeasible problems
+ *   solve.c    the driver: windows, objectives, infeasible problems, time
  *   write.c, lp.c, sweep.c   outputs, the MIP export, the budget sweep */
 #ifndef REMAT_PLAN_INTERNAL_H
 #define REMAT_PLAN_INTERNAL_H
@@ -19,12 +20,20 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/base.h"
 #include "remat.h"
 
 #define REMAT__PLAN_INF INT64_MAX
+/* The solver's deadline passed: an internal code, never returned to callers. */
+#define REMAT__PLAN_ETIME (-100)
 #define REMAT__PLAN_MAX_CELLS ((int64_t)1 << 22) /* (p + 1) * (L + 1) of a DP table */
 
 static inline int64_t remat__max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+/* Whether a deadline on remat__now() (0: none) has passed. */
+static inline int remat__plan_late(double deadline) {
+  return deadline > 0 && remat__now() > deadline;
+}
 
 /* ------------------------------------------------------------ instance (inst.c) */
 
@@ -164,17 +173,25 @@ typedef struct remat__plan_eval {
   remat__knap kn;
   int64_t i, built; /* candidates of [i, built) are in kn */
   int64_t yend, Y;  /* Y = max y over [i, yend) */
+  double deadline;  /* checked before every knapsack insertion (0: none) */
 } remat__plan_eval;
 
 #define REMAT__PLAN_LEAST_TIME 0    /* least time, then fewest layers, then memory */
 #define REMAT__PLAN_FEWEST 1        /* fewest layers within a time cap, then memory */
 
+/* levels: the knapsack keeps sets by count (needed by REMAT__PLAN_FEWEST);
+ * track: it can give back the chosen set. */
+void remat__plan_eval_init(remat__plan_eval *ev, const remat__plan_inst *in, int levels, int track,
+                           double deadline);
+void remat__plan_eval_free(remat__plan_eval *ev);
 void remat__plan_eval_start(remat__plan_eval *ev, int64_t i);
 /* Best choice for stage s on [ev->i, j), in one of the two modes above.
- * Returns 1 if the stage fits, 0 if not, or a negative error (knap_insert's). */
+ * Returns 1 if the stage fits, 0 if not, or a negative error (knap_insert's,
+ * or REMAT__PLAN_ETIME past the deadline). */
 int remat__plan_eval_stage(remat__plan_eval *ev, int64_t j, int64_t s, int mode, int64_t cap,
                            remat__plan_choice *out);
-/* The message for a negative return of remat__plan_eval_stage at start i. */
+/* The message for a negative return of remat__plan_eval_stage at start i
+ * (REMAT__PLAN_ETIME passes through without one). */
 int remat__plan_knap_error(remat_error *err, int rc, int64_t i);
 
 /* Per-(i, j) answers are shared by the stages of one class: a cache of one
@@ -194,7 +211,8 @@ int remat__plan_cached_eval(remat__plan_eval *ev, remat__plan_cache *c, int64_t 
 /* Sets rec[l] = 1 for the layers stage s recomputes on [i, j) in its best
  * choice for the mode and cap (which must fit). items: room for j - i. */
 int remat__plan_stage_set(const remat__plan_inst *in, int64_t i, int64_t j, int64_t s, int mode,
-                          int64_t cap, uint8_t *rec, int64_t *items, remat_error *err);
+                          int64_t cap, uint8_t *rec, int64_t *items, double deadline,
+                          remat_error *err);
 
 /* ------------------------------------------------------------ solver state */
 
@@ -206,6 +224,7 @@ typedef struct remat__plan_solver {
   int64_t L, p, L1;
   int64_t Tcap;   /* window: stages with F <= Tcap */
   int64_t delta;  /* extra bytes on every budget (infeasibility search) */
+  double deadline; /* remat__now() past which the search stops (0: none) */
   uint8_t *pre;   /* stages 0..s-1 can cover [0, i) */
   uint8_t *post;  /* stages s..p-1 can cover [i, L) */
   int64_t *pred;  /* a predecessor boundary, for pre */
@@ -226,8 +245,9 @@ void remat__plan_fit_free(remat__plan_solver *S);
  * whether the whole model can be covered. */
 int remat__plan_reach(remat__plan_solver *S);
 /* The smallest delta for which the model can be covered (nothing fits at
- * delta 0); leaves S->delta there, with pre and pred filled. */
-int64_t remat__plan_min_delta(remat__plan_solver *S);
+ * delta 0) into *delta; leaves S->delta there, with pre and pred filled.
+ * 0, or REMAT__PLAN_ETIME past S->deadline. */
+int remat__plan_min_delta(remat__plan_solver *S, int64_t *delta);
 /* The arrangement of least memory at the current delta (pred filled). */
 void remat__plan_least_memory(remat__plan_solver *S, int64_t *bounds, uint8_t *rec);
 
@@ -241,6 +261,9 @@ int64_t remat__plan_minmax_F(const remat__plan_inst *in);
  * ignored (the denominator of the slowdown), in quanta. */
 int64_t remat__plan_baseline(const remat__plan_inst *in);
 
+/* Stage evaluations a program over the current window would make (pre
+ * filled). */
+double remat__plan_window_work(const remat__plan_solver *S);
 /* Bottleneck pass 1: least max stage time within the window, or INF. */
 int remat__plan_pass_minmax(remat__plan_solver *S, int64_t *Tb);
 /* Bottleneck pass 2: with every stage time <= Tb, fewest recomputed layers
@@ -265,6 +288,16 @@ void remat__plan_measure(const remat__plan_inst *in, const int64_t *bounds, cons
 /* Fills a plan from an arrangement (feasible = every stage within budget). */
 int remat__plan_fill(const remat__plan_inst *in, const int64_t *bounds, const uint8_t *rec,
                      remat_plan *plan, remat_error *err);
+
+/* ------------------------------------------------------------ bounds (bound.c) */
+
+/* When the exact search ran out of time in a window S->Tcap where a plan
+ * fits (pre, post and pred filled): the best plan found in polynomial time
+ * into (bounds, rec) and a proven lower bound on the objective (quanta).
+ * Past the deadline it keeps what it has (at worst the window's least-memory
+ * arrangement and the baseline). 0, or REMAT_ENOMEM. */
+int remat__plan_anytime(remat__plan_solver *S, double deadline, int64_t *bounds, uint8_t *rec,
+                        int64_t *lower);
 
 /* ------------------------------------------------------------ solver (solve.c) */
 

@@ -532,7 +532,8 @@ int remat_plan_problem_parse_json(remat_plan_problem *pb, const char *text, size
     if ((v = get(it, "recompute_bytes")) &&
         (rc = json_bytes(v, where, "recompute_bytes", &G->recompute_bytes, err)))
       goto done;
-    if ((v = get(it, "work_bytes")) && (rc = json_bytes(v, where, "work_bytes", &G->work_bytes, err)))
+    if ((v = get(it, "work_bytes")) &&
+        (rc = json_bytes(v, where, "work_bytes", &G->work_bytes, err)))
       goto done;
     g++;
   }

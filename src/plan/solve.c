@@ -19,10 +19,20 @@
 #include "plan/plan.h"
 
 #define INF REMAT__PLAN_INF
-#define MAX_WORK 4e9 /* stage evaluations in a window */
+#define MAX_WORK 4e9       /* stage evaluations in a window */
+/* Under a time limit the bounds (bound.c) keep time for themselves: about
+ * 15 ns per stage evaluation on a 2-core machine, reserved at 100 ns, and
+ * at most half the limit. */
+#define BOUND_SECONDS_PER_EVAL 100e-9
 
+/* The exact search, within [start, end] when end > 0: 0 with the optimal
+ * arrangement, REMAT_EINFEASIBLE with the least-memory arrangement and the
+ * smallest delta, or an error. When time runs out where a plan fits, the
+ * bounds (bound.c) run until `end` and the return is REMAT__PLAN_ETIME with
+ * the best plan found and *lower. */
 static int solve_core(const remat__plan_inst *in, int64_t *bounds, uint8_t *rec, int64_t *delta_out,
-                      int64_t *rounds, remat_error *err) {
+                      int64_t *rounds, int64_t *lower, double start, double end,
+                      remat_error *err) {
   int64_t L = in->L, p = in->p;
   if ((p + 1) * (L + 1) > REMAT__PLAN_MAX_CELLS)
     return remat__errorf(err, REMAT_ERANGE,
@@ -38,32 +48,36 @@ static int solve_core(const remat__plan_inst *in, int64_t *bounds, uint8_t *rec,
   memset(rec, 0, (size_t)L);
   *rounds = 0;
   *delta_out = 0;
+  S->deadline = end;
 
-  /* Does anything fit? */
-  S->Tcap = INF;
-  S->delta = 0;
-  if (!remat__plan_reach(S)) {
-    *delta_out = remat__plan_min_delta(S);
-    remat__plan_least_memory(S, bounds, rec);
-    rc = REMAT_EINFEASIBLE;
-    goto out;
-  }
-
+  /* The first window; if nothing fits there, does anything fit at all? */
   int64_t TF = remat__plan_minmax_F(in);
+  S->delta = 0;
   S->Tcap = in->objective == REMAT_OBJ_1F1B && in->m == 1 ? INF : TF + TF / 4 + 1;
+  if (S->Tcap != INF && S->Tcap >= in->pF[L]) S->Tcap = INF;
+  int fits = remat__plan_reach(S);
+  if (!fits) {
+    int64_t first = S->Tcap;
+    S->Tcap = INF;
+    if (first == INF || !remat__plan_reach(S)) {
+      if ((rc = remat__plan_min_delta(S, delta_out))) {
+        rc = remat__errorf(err, REMAT_ERANGE,
+                           "the time limit ran out while finding the smallest budget that fits "
+                           "(no arrangement fits the budgets given); raise the time limit");
+        goto out;
+      }
+      remat__plan_least_memory(S, bounds, rec);
+      rc = REMAT_EINFEASIBLE;
+      goto out;
+    }
+    S->Tcap = first;
+  }
   for (;;) {
-    if (S->Tcap != INF && S->Tcap >= in->pF[L]) S->Tcap = INF;
     (*rounds)++;
-    int fits = remat__plan_reach(S);
     REMAT_ASSERT(fits || S->Tcap != INF);
     int64_t next = INF; /* a window sure to hold the optimum, once a plan fits */
     if (fits) {
-      double work = 0;
-      for (int64_t i = 0; i < L; i++) {
-        int64_t ns = 0;
-        for (int64_t s = 0; s < p && s <= i; s++) ns += REMAT__AT(S, S->pre, s, i);
-        work += (double)ns * (double)(remat__plan_window_end(in, i, S->Tcap) - i);
-      }
+      double work = remat__plan_window_work(S);
       if (work > MAX_WORK) {
         rc = remat__errorf(err, REMAT_ERANGE,
                            "this problem needs about %.2g stage evaluations (%lld layers, up to "
@@ -71,6 +85,10 @@ static int solve_core(const remat__plan_inst *in, int64_t *bounds, uint8_t *rec,
                            "use coarser layers",
                            work, (long long)L, (long long)(L - p + 1), (long long)p, MAX_WORK);
         goto out;
+      }
+      if (end > 0) {
+        double keep = BOUND_SECONDS_PER_EVAL * work;
+        S->deadline = end - (keep < (end - start) / 2 ? keep : (end - start) / 2);
       }
       if (in->objective == REMAT_OBJ_BOTTLENECK) {
         int64_t Tb = INF;
@@ -84,7 +102,7 @@ static int solve_core(const remat__plan_inst *in, int64_t *bounds, uint8_t *rec,
           REMAT_ASSERT(got == 1);
           for (int64_t s = 0; s < p; s++)
             if ((rc = remat__plan_stage_set(in, bounds[s], bounds[s + 1], s, REMAT__PLAN_FEWEST,
-                                            Tb, rec, items, err)))
+                                            Tb, rec, items, S->deadline, err)))
               goto out;
           rc = 0;
           goto out;
@@ -102,7 +120,8 @@ static int solve_core(const remat__plan_inst *in, int64_t *bounds, uint8_t *rec,
         if (got && (S->Tcap == INF || res.obj < in->pF[L] + m1 * (S->Tcap + 1))) {
           for (int64_t s = 0; s < p; s++)
             if ((rc = remat__plan_stage_set(in, bounds[s], bounds[s + 1], s,
-                                            REMAT__PLAN_LEAST_TIME, 0, rec, items, err)))
+                                            REMAT__PLAN_LEAST_TIME, 0, rec, items,
+                                            S->deadline, err)))
               goto out;
           rc = 0;
           goto out;
@@ -113,8 +132,14 @@ static int solve_core(const remat__plan_inst *in, int64_t *bounds, uint8_t *rec,
     REMAT_ASSERT(S->Tcap != INF);
     if (next != INF && next > S->Tcap) S->Tcap = next; /* sure to hold the optimum */
     else S->Tcap = S->Tcap > INF / 4 ? INF : 2 * S->Tcap + 1;
+    if (S->Tcap != INF && S->Tcap >= in->pF[L]) S->Tcap = INF;
+    fits = remat__plan_reach(S);
   }
 out:
+  if (rc == REMAT__PLAN_ETIME) {
+    int arc = remat__plan_anytime(S, end, bounds, rec, lower);
+    if (arc) rc = arc;
+  }
   remat__plan_fit_free(S);
   remat__free(items);
   return rc;
@@ -129,8 +154,9 @@ int remat__plan_solve_inst(const remat__plan_inst *in, int64_t *obj, int64_t *cn
   if (!b || !r) {
     rc = remat__errorf(err, REMAT_ENOMEM, "out of memory");
   } else {
-    int64_t delta, rounds;
-    rc = solve_core(in, b, r, &delta, &rounds, err);
+    int64_t delta, rounds, lower;
+    rc = solve_core(in, b, r, &delta, &rounds, &lower, 0, 0, err);
+    REMAT_ASSERT(rc != REMAT__PLAN_ETIME);
     if (rc == 0) remat__plan_measure(in, b, r, obj, cnt, maxmem);
   }
   if (!bounds) remat__free(b);
@@ -179,18 +205,26 @@ static void infeasible_message(const remat_plan_problem *pb, const remat_plan *p
 }
 
 int remat_plan_solve(const remat_plan_problem *pb, remat_plan *plan, remat_error *err) {
+  double start = remat__now();
   memset(plan, 0, sizeof *plan);
+  if (!(pb->time_limit >= 0) || pb->time_limit > 1e9)
+    return remat__errorf(err, REMAT_ERANGE,
+                         "the time limit must be between 0 (none) and 1e9 seconds, not %g",
+                         pb->time_limit);
   remat__plan_inst in;
   int rc = remat__plan_inst_build(pb, &in, err);
   if (rc) return rc;
   int64_t *bounds = remat__malloc((size_t)(in.p + 1) * sizeof *bounds);
   uint8_t *rec = remat__malloc((size_t)in.L);
-  int64_t delta = 0, rounds = 0;
+  int64_t delta = 0, rounds = 0, lower = 0;
   if (!bounds || !rec) {
     rc = remat__errorf(err, REMAT_ENOMEM, "out of memory");
     goto out;
   }
-  rc = solve_core(&in, bounds, rec, &delta, &rounds, err);
+  double limit = pb->time_limit, end = limit > 0 ? start + limit : 0;
+  rc = solve_core(&in, bounds, rec, &delta, &rounds, &lower, start, end, err);
+  int optimal = rc != REMAT__PLAN_ETIME;
+  if (rc == REMAT__PLAN_ETIME) rc = 0;
   if (rc && rc != REMAT_EINFEASIBLE) goto out;
   int frc = remat__plan_fill(&in, bounds, rec, plan, err);
   if (frc) {
@@ -198,6 +232,13 @@ int remat_plan_solve(const remat_plan_problem *pb, remat_plan *plan, remat_error
     goto out;
   }
   plan->windows = rounds;
+  if (!optimal) {
+    plan->optimal = 0;
+    plan->lower_bound = (double)lower * in.q;
+    plan->gap = plan->objective_value > 0
+                    ? (plan->objective_value - plan->lower_bound) / plan->objective_value
+                    : 0;
+  }
   if (rc == REMAT_EINFEASIBLE) {
     plan->feasible = 0;
     plan->min_extra_bytes = (size_t)delta;

@@ -3,9 +3,10 @@
  * objective, in closed form where the candidates are alike (one kind of
  * layer, or one scratch size) and through the Pareto sets of knap.c
  * otherwise. A stage holds its largest work bytes Y whatever it recomputes,
- * so a recomputed layer's scratch x costs only (x - Y)+ on top of it. The partition programs of dp.c ask it for every stage they
- * consider; stages of one class (same micro-batches held and budget) share
- * the answers through a small cache. */
+ * so a recomputed layer's scratch x costs only (x - Y)+ on top of it. The
+ * partition programs of dp.c ask it for every stage they consider; stages of
+ * one class (same micro-batches held and budget) share the answers through a
+ * small cache. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -54,6 +55,16 @@ int64_t remat__plan_max_saving(const remat__plan_inst *in, int64_t i, int64_t j,
 }
 
 /* ------------------------------------------------------------ best choice */
+
+void remat__plan_eval_init(remat__plan_eval *ev, const remat__plan_inst *in, int levels, int track,
+                           double deadline) {
+  memset(ev, 0, sizeof *ev);
+  ev->in = in;
+  ev->deadline = deadline;
+  remat__knap_init(&ev->kn, levels, track, REMAT__PLAN_KNAP_LIMIT);
+}
+
+void remat__plan_eval_free(remat__plan_eval *ev) { remat__knap_free(&ev->kn); }
 
 void remat__plan_eval_start(remat__plan_eval *ev, int64_t i) {
   ev->i = i;
@@ -104,9 +115,9 @@ int remat__plan_eval_stage(remat__plan_eval *ev, int64_t j, int64_t s, int mode,
   int rc;
   for (; ev->built < j; ev->built++) {
     int64_t l = ev->built;
-    if (in->cand[l] &&
-        (rc = remat__knap_insert(&ev->kn, in->a[l] - in->c[l], in->r[l], in->x[l], l)))
-      return rc;
+    if (!in->cand[l]) continue;
+    if (remat__plan_late(ev->deadline)) return REMAT__PLAN_ETIME;
+    if ((rc = remat__knap_insert(&ev->kn, in->a[l] - in->c[l], in->r[l], in->x[l], l))) return rc;
   }
   remat__knap_res res;
   int found = mode == REMAT__PLAN_LEAST_TIME
@@ -118,6 +129,7 @@ int remat__plan_eval_stage(remat__plan_eval *ev, int64_t j, int64_t s, int mode,
 }
 
 int remat__plan_knap_error(remat_error *err, int rc, int64_t i) {
+  if (rc == REMAT__PLAN_ETIME) return rc;
   if (rc == REMAT_ENOMEM) return remat__errorf(err, rc, "out of memory in the stage search");
   return remat__errorf(err, REMAT_ERANGE,
                        "choosing the recomputed layers of a stage starting at layer %lld needs "
@@ -160,9 +172,10 @@ int remat__plan_cached_eval(remat__plan_eval *ev, remat__plan_cache *c, int64_t 
 
 /* Rebuilds the stage's choice with set tracking. */
 int remat__plan_stage_set(const remat__plan_inst *in, int64_t i, int64_t j, int64_t s, int mode,
-                          int64_t cap, uint8_t *rec, int64_t *items, remat_error *err) {
-  remat__plan_eval ev = {in, {0}, 0, 0, 0, 0};
-  remat__knap_init(&ev.kn, mode == REMAT__PLAN_FEWEST, 1, REMAT__PLAN_KNAP_LIMIT);
+                          int64_t cap, uint8_t *rec, int64_t *items, double deadline,
+                          remat_error *err) {
+  remat__plan_eval ev;
+  remat__plan_eval_init(&ev, in, mode == REMAT__PLAN_FEWEST, 1, deadline);
   remat__plan_eval_start(&ev, i);
   remat__plan_choice ch;
   int ok = remat__plan_eval_stage(&ev, j, s, mode, cap, &ch);
@@ -176,7 +189,7 @@ int remat__plan_stage_set(const remat__plan_inst *in, int64_t i, int64_t j, int6
       for (int64_t t = 0; t < n; t++) rec[items[t]] = 1;
     }
   }
-  remat__knap_free(&ev.kn);
+  remat__plan_eval_free(&ev);
   if (ok < 0) return remat__plan_knap_error(err, ok, i);
   REMAT_ASSERT(ok == 1);
   return 0;

@@ -123,6 +123,8 @@ int remat_plan_sweep_run(const remat_plan_problem *pb, int64_t points, remat_pla
     pt->slowdown = plan.slowdown;
     pt->total_recomputed = plan.total_recomputed;
     pt->max_memory_bytes = plan.max_memory_bytes;
+    pt->optimal = plan.optimal;
+    pt->lower_bound = plan.lower_bound;
     pt->layers_per_stage = sw->storage + (size_t)k * 2 * (size_t)pb->stages;
     pt->ckpt_per_stage = pt->layers_per_stage + pb->stages;
     for (int64_t s = 0; s < pb->stages; s++) {
@@ -162,6 +164,10 @@ int remat_plan_format_sweep(const remat_plan_problem *pb, const remat_plan_sweep
       cJSON_AddNumberToObject(o, "slowdown", pt->slowdown);
       cJSON_AddNumberToObject(o, "total_recomputed", (double)pt->total_recomputed);
       cJSON_AddNumberToObject(o, "max_memory_bytes", (double)pt->max_memory_bytes);
+      if (!pt->optimal) {
+        cJSON_AddBoolToObject(o, "optimal", 0);
+        cJSON_AddNumberToObject(o, "lower_bound", pt->lower_bound);
+      }
       cJSON *l = cJSON_AddArrayToObject(o, "layers_per_stage");
       cJSON *c = cJSON_AddArrayToObject(o, "ckpt_per_stage");
       for (int64_t s = 0; s < sw->num_stages; s++) {
@@ -196,6 +202,8 @@ int remat_plan_format_sweep(const remat_plan_problem *pb, const remat_plan_sweep
       counts(&b, pt->layers_per_stage, sw->num_stages);
       remat__plan_printf(&b, " | ");
       counts(&b, pt->ckpt_per_stage, sw->num_stages);
+      if (!pt->optimal)
+        remat__plan_printf(&b, "  (time limit: lower bound %.6g)", pt->lower_bound);
       remat__plan_printf(&b, "\n");
     }
   }

@@ -111,6 +111,12 @@ static void table(remat__plan_buf *b, const remat_plan_problem *pb, const remat_
   remat__plan_printf(b, "recomputed layers %lld of %lld, peak stage memory %s\n",
                      (long long)pl->total_recomputed, (long long)pl->num_layers,
                      remat_format_bytes_in(pl->max_memory_bytes, units, t4, sizeof t4));
+  if (!pl->optimal)
+    remat__plan_printf(b,
+                       "time limit reached: best plan found, objective %s, proven lower bound "
+                       "%s, gap %.3g%%\n",
+                       fmt_time(pl->objective_value, t1, sizeof t1),
+                       fmt_time(pl->lower_bound, t2, sizeof t2), 100 * pl->gap);
   if (!pl->feasible) {
     if (pb->uniform_memory)
       remat__plan_printf(b, "the smallest budget per stage that fits: %s\n",
@@ -159,6 +165,11 @@ static int json(const remat_plan_problem *pb, const remat_plan *pl, char **out, 
   cJSON_AddNumberToObject(root, "total_recomputed", (double)pl->total_recomputed);
   cJSON_AddNumberToObject(root, "max_memory_bytes", (double)pl->max_memory_bytes);
   cJSON_AddStringToObject(root, "time_unit", pb->time_unit);
+  if (!pl->optimal) { /* only then, so that exact plans print as before */
+    cJSON_AddBoolToObject(root, "optimal", 0);
+    cJSON_AddNumberToObject(root, "lower_bound", pl->lower_bound);
+    cJSON_AddNumberToObject(root, "gap", pl->gap);
+  }
   if (!pl->feasible) {
     if (pb->uniform_memory)
       cJSON_AddNumberToObject(root, "min_budget_bytes", (double)pl->min_budget_bytes);

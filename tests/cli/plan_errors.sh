@@ -59,6 +59,9 @@ expect "more than one problem" "$DATA/seed.json" "$DATA/seed.json"
 expect "not both" "$DATA/seed.json" --config tiny
 expect "sweep" "$DATA/seed.json" --sweep --format megatron
 expect "points" "$DATA/seed.json" --sweep --points 1
+expect "time-limit" "$DATA/seed.json" --time-limit -1
+expect "time-limit" "$DATA/seed.json" --time-limit soon
+expect "time-limit" "$DATA/seed.json" --time-limit nan
 expect "--batch" --config gpt2-124m --stages 4 --microbatches 8 --mem 8GiB
 expect "unknown model config" --config gpt9 --batch 1 --seq 64 --stages 2 --microbatches 2 --mem 1GB
 expect "--config" "$DATA/seed.json" --batch 4
@@ -177,6 +180,17 @@ fi
 "$REMAT" plan --help >"$TMP/out" 2>&1 || { echo "FAIL: --help" >&2; fails=$((fails + 1)); }
 "$REMAT" plan "$DATA/seed.json" >"$TMP/out" 2>"$TMP/err" || { echo "FAIL: seed plan" >&2; fails=$((fails + 1)); }
 [ -s "$TMP/err" ] && { echo "FAIL: a good run wrote to stderr" >&2; fails=$((fails + 1)); }
+# a time limit too short for the exact search: exit 0, the plan, the bound
+# and the gap on standard output, one note on standard error
+"$REMAT" plan "$DATA/seed.json" --time-limit 1e-9 --format json >"$TMP/out" 2>"$TMP/err"
+rc=$?
+n=$((n + 1))
+if [ "$rc" -ne 0 ] || ! grep -q '"optimal":.*false' "$TMP/out" || ! grep -q '"gap"' "$TMP/out" ||
+  [ "$(wc -l <"$TMP/err")" -ne 1 ] || ! grep -q 'stopped the exact search.*gap' "$TMP/err"; then
+  echo "FAIL: --time-limit 1e-9 (rc $rc):" >&2
+  cat "$TMP/err" >&2
+  fails=$((fails + 1))
+fi
 
 echo "plan_errors: $n cases, $fails failed"
 [ "$fails" -eq 0 ]
