@@ -111,7 +111,9 @@ typedef struct remat_loader {
  * the split has fewer than T+1 tokens, saying how many are needed. */
 int remat_loader_init(remat_loader *L, const remat_tokens *t, int64_t B, int64_t T, int split,
                       double val_frac, int shuffle, uint64_t seed, remat_error *err);
-/* Fills inputs (B, T) and targets (B, T). Never allocates. */
+/* Fills inputs (B, T) and targets (B, T); either may be NULL (a pipeline
+ * stage that needs only one of them), the loader advances all the same.
+ * Never allocates. */
 void remat_loader_next(remat_loader *L, int32_t *inputs, int32_t *targets);
 /* Back to the first batch of epoch 0: the same sequence replays. */
 void remat_loader_reset(remat_loader *L);

@@ -31,7 +31,7 @@ extern "C" {
  *
  * A stage s (0-based) of p runs layers [i, j) and recomputes a subset R:
  *
- *   memory_s = stage_bytes + sum_{l in [i,j)} w_l
+ *   memory_s = stage_bytes + [s < p - 1] boundary_bytes + sum_{l in [i,j)} w_l
  *            + n_s * ( sum_{l kept} a_l + sum_{l in R} c_l )
  *            + max( max_{l in [i,j)} y_l, max_{l in R} x_l )   (0 for an empty max)
  *   n_s      = min(p - s, m) under 1F1B (stage s holds that many micro-batches
@@ -97,6 +97,8 @@ typedef struct remat_plan_problem {
   size_t *memory;       /* (stages) budget of each stage, owned */
   int uniform_memory;   /* 1 when one budget was given for all stages */
   size_t stage_bytes;   /* bytes every stage needs besides its layers */
+  size_t boundary_bytes; /* more bytes every stage but the last needs (its
+                            output being sent to the next stage) */
   int64_t num_groups;
   remat_plan_group *groups; /* (num_groups) in model order, owned */
   char time_unit[16];   /* label of the time unit for output ("" = none) */
