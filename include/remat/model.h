@@ -64,8 +64,9 @@ int32_t *remat_model_targets(remat_model *m);
 /* Optimizer steps taken (the AdamW bias correction's t). */
 int64_t remat_model_step(const remat_model *m);
 void remat_model_set_step(remat_model *m, int64_t step);
-/* Seconds spent recomputing since the last call; resets the count. */
+/* Seconds spent recomputing since the last take; take resets the count. */
 double remat_model_take_recompute_seconds(remat_model *m);
+double remat_model_recompute_seconds(const remat_model *m);
 
 /* GPT-2 initialisation: normal(0, 0.02) weights, residual projections scaled
  * by 1/sqrt(2L), zero biases, unit layernorm gains; rows of wte past V zero. */
@@ -111,6 +112,7 @@ int remat_model_create_stage(remat_model **out, const remat_config *cfg, int64_t
 const remat_stage *remat_model_stage(const remat_model *m);
 /* Floats in each of the stage's parameter, gradient and moment buffers. */
 size_t remat_model_num_params(const remat_model *m);
+size_t remat_stage_num_params(const remat_config *cfg, const remat_stage *st);
 /* View of one parameter tensor (REMAT_P_*) as the stage holds it, and its
  * length in floats; NULL (0) when the stage does not hold it. */
 float *remat_model_tensor(remat_model *m, int tensor, size_t *floats);
@@ -127,6 +129,16 @@ float *remat_model_stage_output(remat_model *m);
  * receives the gradient of its output here before a backward; after it,
  * a stage without the embedding finds the gradient of its input here. */
 float *remat_model_dresid(remat_model *m);
+/* The transient workspace: free between steps (after the backwards, before
+ * the next step's forwards), for exchanging gradients through. */
+float *remat_model_workspace(remat_model *m, size_t *bytes);
+/* A stage's parameters (remat_model_num_params floats, as remat_model_params
+ * holds them) to and from a whole model's buffer in llm.c order
+ * (remat_param_count floats): the stage's tensors and slices only. */
+void remat_stage_params_to_full(const remat_config *cfg, const remat_stage *st,
+                                const float *stage_params, float *full);
+void remat_stage_params_from_full(const remat_config *cfg, const remat_stage *st,
+                                  const float *full, float *stage_params);
 /* Forward of the micro-batch in `slot` through the embedding (if held) and
  * the blocks; micro numbers it within the step for dropout. */
 void remat_model_stage_forward(remat_model *m, int64_t slot, uint32_t micro,

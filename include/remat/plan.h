@@ -208,6 +208,15 @@ void remat_plan_free(remat_plan *plan);
  * alternates one forward and one backward, then drains. GPipe: all forwards,
  * then all backwards. A forward waits for the previous stage's forward of the
  * same micro-batch, a backward for the next stage's backward. */
+/* The instruction stream of stage s: its q-th operation (q = 0 .. 2m-1) is
+ * the forward (*bwd = 0) or backward (*bwd = 1) of micro-batch *k. 1F1B:
+ * min(p - s - 1, m) warm-up forwards, then one forward and one backward in
+ * turn, then the remaining backwards; GPipe: every forward, then every
+ * backward, both in micro-batch order. The pipeline runtime executes these
+ * streams (with the receives and sends around each operation) and the
+ * simulator below times them. */
+void remat_schedule_op(int schedule, int64_t p, int64_t m, int64_t s, int64_t q, int64_t *k,
+                       int *bwd);
 int remat_plan_simulate(int schedule, int64_t p, int64_t m, const double *fwd,
                         const double *bwd, double *makespan, remat_error *err);
 

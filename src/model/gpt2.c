@@ -122,10 +122,53 @@ float *remat_model_dresid(remat_model *m) { return m->dresid; }
 float *remat_model_stage_output(remat_model *m) { return m->send; }
 int64_t remat_model_step(const remat_model *m) { return m->step; }
 void remat_model_set_step(remat_model *m, int64_t step) { m->step = step; }
+double remat_model_recompute_seconds(const remat_model *m) { return m->recompute_s; }
+size_t remat_stage_num_params(const remat_config *cfg, const remat_stage *st) {
+  size_t sz[REMAT_P_COUNT], n = 0;
+  remat__stage_param_sizes(cfg, st, sz);
+  for (int i = 0; i < REMAT_P_COUNT; i++) n += sz[i];
+  return n;
+}
 double remat_model_take_recompute_seconds(remat_model *m) {
   double s = m->recompute_s;
   m->recompute_s = 0;
   return s;
+}
+
+float *remat_model_workspace(remat_model *m, size_t *bytes) {
+  *bytes = m->mp.buf[REMAT_BUF_WORK].bytes;
+  return (float *)m->work;
+}
+
+/* Moves a stage's tensors between its own flat buffer and a whole model's
+ * (llm.c order). */
+static void stage_params_copy(const remat_config *cfg, const remat_stage *st, float *flat,
+                              float *full, int to_full) {
+  size_t all[REMAT_P_COUNT], mine[REMAT_P_COUNT];
+  remat_param_sizes(cfg, all);
+  remat__stage_param_sizes(cfg, st, mine);
+  float *f = full;
+  for (int i = 0; i < REMAT_P_COUNT; i++) {
+    if (mine[i]) {
+      size_t first = mine[i] == all[i] ? 0 : all[i] / (size_t)cfg->num_layers * (size_t)st->first_block;
+      if (to_full)
+        memcpy(f + first, flat, mine[i] * sizeof(float));
+      else
+        memcpy(flat, f + first, mine[i] * sizeof(float));
+      flat += mine[i];
+    }
+    f += all[i];
+  }
+}
+
+void remat_stage_params_to_full(const remat_config *cfg, const remat_stage *st,
+                                const float *flat, float *full) {
+  stage_params_copy(cfg, st, (float *)flat, full, 1);
+}
+
+void remat_stage_params_from_full(const remat_config *cfg, const remat_stage *st,
+                                  const float *full, float *flat) {
+  stage_params_copy(cfg, st, flat, (float *)full, 0);
 }
 
 static char *slot_at(remat_model *m, int64_t slot) {
