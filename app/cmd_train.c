@@ -211,8 +211,11 @@ static void train_opts_from(const opts *o, remat_train_opts *to) {
   to->eval_batches = o->eval_batches;
 }
 
-/* The model's shape: from --model's header, else --config, else "small". */
-static int load_shape(const opts *o, remat_config *cfg, remat_config *want, int *have_want) {
+/* The model's shape: from --model's header, else --config, else "small".
+ * The checkpoint stays open in rd until its weights are read, so the shape
+ * and the weights come from one file even if the path is replaced. */
+static int load_shape(const opts *o, remat_checkpoint_reader *rd, remat_config *cfg,
+                      remat_config *want, int *have_want) {
   remat_error err;
   *have_want = 0;
   if (o->config) {
@@ -221,7 +224,7 @@ static int load_shape(const opts *o, remat_config *cfg, remat_config *want, int 
     *have_want = 1;
   }
   if (o->model) {
-    if (remat_checkpoint_read_config(o->model, cfg, &err)) return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
+    if (remat_checkpoint_open(rd, o->model, cfg, &err)) return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
     if (*have_want && memcmp(cfg, want, sizeof *cfg) != 0)
       return cli_fail(CLI_EXIT_USAGE,
                       "--model %s has shape L=%lld C=%lld NH=%lld V=%lld T=%lld but --config "
@@ -337,15 +340,24 @@ static int check_fits_machine(size_t planned) {
   return 0;
 }
 
-/* Find out now, not after hours of training, that the checkpoint cannot be
- * written. */
-static int check_save_path(const char *path) {
-  char probe[4096];
-  snprintf(probe, sizeof probe, "%s.tmp", path);
-  FILE *f = fopen(probe, "wb");
-  if (!f) return cli_fail(CLI_EXIT_RUN, "cannot write checkpoint '%s': %s", path, strerror(errno));
-  fclose(f);
-  remove(probe);
+/* Outputs: find out now, not after hours of training, that the checkpoint
+ * cannot be written; and never write over an input. */
+static int check_outputs(const opts *o) {
+  remat_error err;
+  const char *outs[][2] = {{"--save", o->save}, {"--log", o->log}};
+  const char *ins[][2] = {{"--model", o->model}, {"--data", o->data}, {"--text", o->text}};
+  for (size_t i = 0; i < 2; i++) {
+    if (!outs[i][1]) continue;
+    for (size_t j = 0; j < 3; j++)
+      if (ins[j][1] && remat_same_file(outs[i][1], ins[j][1]))
+        return cli_fail(CLI_EXIT_USAGE, "%s %s names the same file as %s; it would overwrite "
+                        "an input: choose another path",
+                        outs[i][0], outs[i][1], ins[j][0]);
+  }
+  if (o->save && o->log && remat_same_file(o->save, o->log))
+    return cli_fail(CLI_EXIT_USAGE, "--save and --log name the same file '%s'", o->save);
+  if (o->save && remat_output_check(o->save, &err))
+    return cli_fail(CLI_EXIT_RUN, "--save: %s", err.msg);
   return 0;
 }
 
@@ -482,13 +494,23 @@ int remat_cmd_train(int argc, char **argv) {
   remat_error err = {0};
   remat_set_threads(o.threads);
 
+  if (remat_blas_check(&err)) return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
+  int rc;
+  if ((rc = check_outputs(&o))) return rc;
   remat_config cfg, want;
-  int have_want, rc;
-  if ((rc = load_shape(&o, &cfg, &want, &have_want))) return rc;
+  remat_checkpoint_reader rd = {0};
+  rd.fd = -1;
+  int have_want;
+  if ((rc = load_shape(&o, &rd, &cfg, &want, &have_want))) {
+    remat_checkpoint_close(&rd);
+    return rc;
+  }
   if (o.T == 0) o.T = cfg.max_seq_len < 64 ? cfg.max_seq_len : 64;
-  if (o.T > cfg.max_seq_len)
+  if (o.T > cfg.max_seq_len) {
+    remat_checkpoint_close(&rd);
     return cli_fail(CLI_EXIT_USAGE, "--seq %lld exceeds the model's maximum sequence length %lld",
                     (long long)o.T, (long long)cfg.max_seq_len);
+  }
 
   remat_tokens tok = {0};
   remat_trainer *tr = NULL;
@@ -532,11 +554,10 @@ int remat_cmd_train(int argc, char **argv) {
   }
   remat_model *m = remat_trainer_model(tr);
   if (o.model) {
-    if (remat_checkpoint_load(o.model, &cfg, remat_model_params(m), &err)) goto fail_msg;
+    if (remat_checkpoint_read_params(&rd, &cfg, remat_model_params(m), &err)) goto fail_msg;
   } else {
     remat_model_init_weights(m, o.seed);
   }
-  if (o.save && check_save_path(o.save)) goto out;
   if (o.log && !(r.logf = fopen(o.log, "w"))) {
     cli_fail(CLI_EXIT_RUN, "cannot write log file '%s': %s", o.log, strerror(errno));
     goto out;
@@ -571,6 +592,7 @@ fail_msg:
 out:
   if (r.logf) fclose(r.logf);
   remat_trainer_destroy(tr);
+  remat_checkpoint_close(&rd);
   free(policy);
   remat_tokens_free(&tok);
   return rc;

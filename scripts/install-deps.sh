@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
 # Installs what remat needs from Debian's packages (Debian 12, as root or with
 # sudo). With --test it also installs what the test suite uses: glpk-utils
-# (glpsol cross-checks the pipeline planner) and python3-torch (reference
-# numerics against PyTorch's GPT-2).
+# (glpsol cross-checks the pipeline planner), python3-torch (reference
+# numerics against PyTorch's GPT-2), libopenblas0-pthread (so the tests run
+# where Debian's pthreads OpenBLAS is installed beside the OpenMP one and wins
+# update-alternatives: remat must still load the OpenMP build), and clang-14
+# with its sanitizer and libFuzzer runtimes (libclang-rt-14-dev,
+# libfuzzer-14-dev) for scripts/fuzz.sh.
 set -euo pipefail
 
 pkgs=(build-essential cmake pkg-config libopenblas-openmp-dev libcjson-dev librandom123-dev)
 if [[ "${1:-}" == "--test" ]]; then
-  pkgs+=(glpk-utils python3-torch python3-numpy)
+  pkgs+=(glpk-utils python3-torch python3-numpy libopenblas0-pthread
+    clang-14 libclang-rt-14-dev libfuzzer-14-dev)
 fi
 
 sudo=""

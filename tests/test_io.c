@@ -1,20 +1,33 @@
 /* test_io.c: token shards and checkpoints round-trip byte-exactly in llm.c's
  * layout; every malformed file is refused with the right code and a message
- * naming the problem; text becomes byte tokens; the default corpus is
+ * naming the problem; a checkpoint reader keeps the file it opened; saves are
+ * atomic, go through symlinks, refuse special files and never mix under
+ * concurrent writers; text becomes byte tokens; the default corpus is
  * deterministic English-like ASCII with true arithmetic; the loader shifts
  * targets by one, replays for a seed, keeps the validation split apart and
  * allocates nothing per batch.
  *
  * Usage: test_io [scratch-dir]   (default: a fresh directory under /tmp,
  * removed at the end) */
+#define _DEFAULT_SOURCE /* mknod, makedev */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "base/base.h"
+#include "io/io_internal.h"
 
 static int checks, failures;
 
@@ -40,7 +53,7 @@ static int checks, failures;
   } while (0)
 
 static char dir[512];
-static char made[64][600];
+static char made[256][600];
 static int nmade;
 
 /* A scratch path, remembered for cleanup. */
@@ -73,6 +86,16 @@ static uint8_t *read_file(const char *path, size_t *n) {
 static int exists(const char *path) {
   struct stat st;
   return stat(path, &st) == 0;
+}
+
+/* Temporaries a save left in d ("NAME.tmp.XXXXXX"). */
+static int count_temps(const char *d) {
+  DIR *dd = opendir(d);
+  if (!dd) return -1;
+  int n = 0;
+  for (struct dirent *e; (e = readdir(dd));) n += strstr(e->d_name, ".tmp.") != NULL;
+  closedir(dd);
+  return n;
 }
 
 static void put32(uint8_t *p, int32_t v) {
@@ -203,13 +226,14 @@ static void test_shards(void) {
 
   /* writing into a directory that does not exist */
   rc = remat_tokens_save(&t, path_of("no/such/dir/x.bin"), &err);
-  CHECK_ERR(rc, err, REMAT_EIO, "x.bin.tmp");
-  /* a directory in the way of the final name: the rename fails, no .tmp stays */
+  CHECK_ERR(rc, err, REMAT_EIO, "no/such/dir");
+  CHECK(strstr(err.msg, "x.bin") != NULL);
+  /* a directory in the way of the final name: refused before anything is written */
   const char *d = path_of("adir.bin");
   mkdir(d, 0700);
   rc = remat_tokens_save(&t, d, &err);
-  CHECK(rc == REMAT_EIO && err.msg[0]);
-  CHECK(!exists(path_of("adir.bin.tmp")));
+  CHECK_ERR(rc, err, REMAT_EIO, "directory");
+  CHECK(count_temps(dir) == 0);
   rmdir(d);
 }
 
@@ -237,6 +261,11 @@ static void test_text(void) {
   CHECK_ERR(rc, err, REMAT_EIO, "nope.txt");
   rc = remat_tokens_from_text(&t, dir, &err);
   CHECK_ERR(rc, err, REMAT_EIO, "directory");
+  const char *fifo = path_of("text.fifo");
+  CHECK(mkfifo(fifo, 0600) == 0);
+  rc = remat_tokens_from_text(&t, fifo, &err);
+  CHECK_ERR(rc, err, REMAT_EIO, "a text file stored on disk");
+  CHECK(strstr(err.msg, "file file") == NULL);
 }
 
 /* --------------------------------------------------------- checkpoints */
@@ -347,7 +376,8 @@ static void test_checkpoints(void) {
       {6, 0, 0, REMAT_EFORMAT, "positive"},  /* C = 0 */
       {4, -1, 0, REMAT_EFORMAT, "positive"}, /* L = -1 */
       {5, 3, 0, REMAT_EFORMAT, "divisible"}, /* NH = 3 does not divide C = 8 */
-      {7, 128, 0, REMAT_EFORMAT, "padded"},  /* Vp < V */
+      {7, 128, 0, REMAT_EFORMAT, "smaller than V=200"},  /* Vp < V */
+      {7, 1 << 21, 0, REMAT_EFORMAT, "larger than the limit"}, /* Vp too large */
       {7, 384, 0, REMAT_EFORMAT, "truncated"}, /* larger Vp: the body is too short */
       {4, 1, 0, REMAT_EFORMAT, "trailing"},  /* fewer layers: the body is too long */
   };
@@ -403,6 +433,429 @@ static void test_checkpoints(void) {
   free(b);
   free(v);
   free(w);
+}
+
+/* The reader opens once: a checkpoint of another shape renamed over the
+ * path between the header and the weights does not reach the buffer sized
+ * for the first; a change in place is caught by the size check. */
+static void test_checkpoint_reader(void) {
+  remat_error err = {0};
+  remat_config c = {.max_seq_len = 16, .vocab_size = 200, .padded_vocab_size = 256,
+                    .num_layers = 2, .num_heads = 2, .channels = 8};
+  remat_config big = {.max_seq_len = 32, .vocab_size = 300, .padded_vocab_size = 384,
+                      .num_layers = 3, .num_heads = 2, .channels = 16};
+  size_t np = remat_param_count(&c);
+  float *w = random_params(&c, 21), *wb = random_params(&big, 22);
+  const char *p = path_of("swap.ckpt");
+  CHECK(remat_checkpoint_save(p, &c, w, &err) == 0);
+
+  remat_checkpoint_reader rd;
+  remat_config got;
+  CHECK(remat_checkpoint_open(&rd, p, &got, &err) == 0);
+  CHECK(memcmp(&got, &c, sizeof c) == 0 && memcmp(&rd.cfg, &c, sizeof c) == 0);
+  CHECK(remat_checkpoint_save(p, &big, wb, &err) == 0); /* replaced by rename */
+  float *v = malloc(np * sizeof(float)); /* exactly the first shape: ASan sees any overflow */
+  CHECK(remat_checkpoint_read_params(&rd, &c, v, &err) == 0);
+  CHECK(memcmp(v, w, np * sizeof(float)) == 0);
+  memset(v, 0, np * sizeof(float));
+  CHECK(remat_checkpoint_read_params(&rd, NULL, v, &err) == 0); /* twice is fine */
+  CHECK(memcmp(v, w, np * sizeof(float)) == 0);
+  remat_checkpoint_close(&rd);
+  remat_checkpoint_close(&rd); /* twice is harmless */
+  int rc = remat_checkpoint_read_params(&rd, NULL, v, &err);
+  CHECK_ERR(rc, err, REMAT_EINVAL, "not open");
+  remat_checkpoint_reader zero = {0};
+  int fd0_open = fcntl(0, F_GETFD) != -1;
+  remat_checkpoint_close(&zero); /* a zeroed reader holds nothing, fd 0 included */
+  CHECK((fcntl(0, F_GETFD) != -1) == fd0_open);
+
+  /* the two-call way: config, then a load that checks the shape it sized for */
+  CHECK(remat_checkpoint_save(p, &c, w, &err) == 0);
+  CHECK(remat_checkpoint_read_config(p, &got, &err) == 0);
+  CHECK(remat_checkpoint_save(p, &big, wb, &err) == 0);
+  rc = remat_checkpoint_load(p, &got, v, &err);
+  CHECK_ERR(rc, err, REMAT_ESHAPE, "L=3");
+
+  /* changed in place between open and read: refused, nothing overflows */
+  CHECK(remat_checkpoint_save(p, &c, w, &err) == 0);
+  CHECK(remat_checkpoint_open(&rd, p, NULL, &err) == 0);
+  CHECK(truncate(p, 3000) == 0);
+  rc = remat_checkpoint_read_params(&rd, NULL, v, &err);
+  CHECK_ERR(rc, err, REMAT_EIO, "changed size");
+  remat_checkpoint_close(&rd);
+  /* a failed open holds nothing */
+  rc = remat_checkpoint_open(&rd, p, NULL, &err);
+  CHECK_ERR(rc, err, REMAT_EFORMAT, "truncated");
+  remat_checkpoint_close(&rd);
+  rc = remat_checkpoint_open(&rd, path_of("none.ckpt"), NULL, &err);
+  CHECK_ERR(rc, err, REMAT_EIO, "none.ckpt");
+
+  /* a FIFO is refused without blocking */
+  const char *fifo = path_of("reader.fifo");
+  CHECK(mkfifo(fifo, 0600) == 0);
+  rc = remat_checkpoint_open(&rd, fifo, NULL, &err);
+  CHECK_ERR(rc, err, REMAT_EIO, "not a regular file");
+
+  /* huge but finite weights load and save; the overflow check names them */
+  CHECK(remat_params_overflow(&c, w, &err) == 0);
+  w[5] = 1e30f;
+  CHECK(remat_checkpoint_save(p, &c, w, &err) == 0);
+  CHECK(remat_checkpoint_load(p, &c, v, &err) == 0 && v[5] == 1e30f);
+  rc = remat_params_overflow(&c, v, &err);
+  CHECK_ERR(rc, err, REMAT_ENUMERIC, "wte[5]");
+  CHECK(strstr(err.msg, "1e+30") && strstr(err.msg, "overflow"));
+  v[5] = -REMAT_PARAM_OVERFLOW_LIMIT;
+  CHECK(remat_params_overflow(&c, v, &err) == 0);
+  v[5] = -2e18f;
+  CHECK(remat_params_overflow(&c, v, &err) == REMAT_ENUMERIC);
+  v[5] = 0;
+  v[np - 1] = NAN;
+  rc = remat_params_overflow(&c, v, &err);
+  CHECK_ERR(rc, err, REMAT_ENUMERIC, "lnfb[7]");
+
+  /* from memory: the same parser over bytes */
+  w[5] = 0.5f;
+  CHECK(remat_checkpoint_save(p, &c, w, &err) == 0);
+  size_t n = 0;
+  uint8_t *bytes = read_file(p, &n);
+  CHECK(remat__checkpoint_open_mem(&rd, bytes, n, "mem", &got, &err) == 0);
+  CHECK(remat_checkpoint_read_params(&rd, &c, v, &err) == 0);
+  CHECK(memcmp(v, w, np * sizeof(float)) == 0);
+  remat_checkpoint_close(&rd);
+  rc = remat__checkpoint_open_mem(&rd, bytes, n - 4, "mem", &got, &err);
+  CHECK_ERR(rc, err, REMAT_EFORMAT, "'mem' is truncated");
+  rc = remat__checkpoint_open_mem(&rd, bytes, 100, "mem", &got, &err);
+  CHECK_ERR(rc, err, REMAT_EFORMAT, "truncated");
+  free(bytes);
+
+  remat_tokens t;
+  int32_t ids[3] = {7, 8, 65535};
+  remat_tokens src = {.tok = ids, .n = 3, .max_id = 65535};
+  const char *sp = path_of("mem.bin");
+  CHECK(remat_tokens_save(&src, sp, &err) == 0);
+  bytes = read_file(sp, &n);
+  CHECK(remat__tokens_load_mem(&t, bytes, n, "mem", &err) == 0);
+  CHECK(t.n == 3 && t.tok[2] == 65535 && t.max_id == 65535);
+  remat_tokens_free(&t);
+  rc = remat__tokens_load_mem(&t, bytes, n + 0 - 1, "mem", &err);
+  CHECK_ERR(rc, err, REMAT_EFORMAT, "truncated");
+  free(bytes);
+  CHECK(remat__tokens_from_text_mem(&t, "ab\xff", 3, "mem", &err) == 0);
+  CHECK(t.n == 3 && t.tok[2] == 255);
+  remat_tokens_free(&t);
+  rc = remat__tokens_from_text_mem(&t, NULL, 0, "mem", &err);
+  CHECK_ERR(rc, err, REMAT_EFORMAT, "0 bytes");
+
+  free(v);
+  free(w);
+  free(wb);
+}
+
+/* --------------------------------------------------------------- saves */
+
+static int same_bytes(const char *path, const uint8_t *want, size_t n) {
+  size_t m = 0;
+  uint8_t *b = read_file(path, &m);
+  int same = b && m == n && memcmp(b, want, n) == 0;
+  free(b);
+  return same;
+}
+
+/* Special files in the way of a save are refused and left as they were. */
+static void test_save_special(const remat_config *c, const float *w) {
+  remat_error err = {0};
+  int32_t ids[4] = {1, 2, 3, 4};
+  remat_tokens t = {.tok = ids, .n = 4, .max_id = 4};
+  struct stat st;
+  int refused_all = 1;
+
+  const char *fifo = path_of("fifo");
+  CHECK(mkfifo(fifo, 0600) == 0);
+  int rc = remat_checkpoint_save(fifo, c, w, &err);
+  CHECK_ERR(rc, err, REMAT_EIO, "FIFO");
+  CHECK(strstr(err.msg, fifo) != NULL);
+  refused_all &= rc == REMAT_EIO;
+  rc = remat_tokens_save(&t, fifo, &err);
+  CHECK_ERR(rc, err, REMAT_EIO, "not a regular file");
+  refused_all &= rc == REMAT_EIO;
+  rc = remat_output_check(fifo, &err);
+  CHECK_ERR(rc, err, REMAT_EIO, "FIFO");
+  CHECK(lstat(fifo, &st) == 0 && S_ISFIFO(st.st_mode));
+  refused_all &= S_ISFIFO(st.st_mode);
+
+  /* a symlink to the FIFO: the link and the FIFO both stay */
+  const char *lf = path_of("fifo.link");
+  CHECK(symlink("fifo", lf) == 0);
+  rc = remat_checkpoint_save(lf, c, w, &err);
+  CHECK_ERR(rc, err, REMAT_EIO, "links to");
+  CHECK(lstat(lf, &st) == 0 && S_ISLNK(st.st_mode));
+  CHECK(lstat(fifo, &st) == 0 && S_ISFIFO(st.st_mode));
+
+  /* a socket */
+  const char *sp = path_of("sock");
+  int sfd = socket(AF_UNIX, SOCK_STREAM, 0);
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  if (sfd >= 0 && strlen(sp) < sizeof sa.sun_path) {
+    strcpy(sa.sun_path, sp);
+    CHECK(bind(sfd, (struct sockaddr *)&sa, sizeof sa) == 0);
+    rc = remat_tokens_save(&t, sp, &err);
+    CHECK_ERR(rc, err, REMAT_EIO, "socket");
+    CHECK(lstat(sp, &st) == 0 && S_ISSOCK(st.st_mode));
+    refused_all &= rc == REMAT_EIO && S_ISSOCK(st.st_mode);
+  }
+  if (sfd >= 0) close(sfd);
+
+  /* a directory, also through a symlink */
+  const char *dd = path_of("somedir");
+  CHECK(mkdir(dd, 0700) == 0);
+  rc = remat_checkpoint_save(dd, c, w, &err);
+  CHECK_ERR(rc, err, REMAT_EIO, "directory");
+  rc = remat_output_check(dd, &err);
+  CHECK_ERR(rc, err, REMAT_EIO, "directory");
+  const char *ld = path_of("somedir.link");
+  CHECK(symlink("somedir", ld) == 0);
+  rc = remat_checkpoint_save(ld, c, w, &err);
+  CHECK_ERR(rc, err, REMAT_EIO, "directory");
+  CHECK(lstat(dd, &st) == 0 && S_ISDIR(st.st_mode));
+  CHECK(count_temps(dd) == 0);
+
+  /* a character device: our own copy of /dev/null first (needs root), then
+   * /dev/null itself, but only once the refusals above held, so a broken
+   * build cannot replace the machine's /dev/null */
+  if (geteuid() == 0) {
+    const char *cd = path_of("null");
+    CHECK(mknod(cd, S_IFCHR | 0666, makedev(1, 3)) == 0);
+    rc = remat_checkpoint_save(cd, c, w, &err);
+    CHECK_ERR(rc, err, REMAT_EIO, "character device");
+    CHECK(lstat(cd, &st) == 0 && S_ISCHR(st.st_mode) && st.st_rdev == makedev(1, 3));
+    refused_all &= rc == REMAT_EIO && S_ISCHR(st.st_mode);
+  }
+  CHECK(count_temps(dir) == 0);
+  if (refused_all) {
+    struct stat before, after;
+    CHECK(lstat("/dev/null", &before) == 0 && S_ISCHR(before.st_mode));
+    int dev_temps = count_temps("/dev");
+    rc = remat_checkpoint_save("/dev/null", c, w, &err);
+    CHECK_ERR(rc, err, REMAT_EIO, "character device");
+    rc = remat_tokens_save(&t, "/dev/null", &err);
+    CHECK_ERR(rc, err, REMAT_EIO, "/dev/null");
+    rc = remat_output_check("/dev/null", &err);
+    CHECK_ERR(rc, err, REMAT_EIO, "not a regular file");
+    CHECK(lstat("/dev/null", &after) == 0 && S_ISCHR(after.st_mode));
+    CHECK(after.st_ino == before.st_ino && after.st_rdev == before.st_rdev);
+    CHECK(count_temps("/dev") == dev_temps);
+  } else {
+    fprintf(stderr, "  special files in the scratch directory were not refused; "
+                    "/dev/null not tried\n");
+  }
+}
+
+/* A save through a symlink replaces the file at the end of the chain; the
+ * links stay as they were. */
+static void test_save_symlinks(const remat_config *c, const float *w1, const float *w2) {
+  remat_error err = {0};
+  size_t np = remat_param_count(c);
+  float *v = calloc(np, sizeof(float));
+  const char *sub = path_of("linkdir");
+  CHECK(mkdir(sub, 0700) == 0);
+  const char *real = path_of("linkdir/real.ckpt");
+  CHECK(remat_checkpoint_save(real, c, w1, &err) == 0);
+  CHECK(chmod(real, 0640) == 0);
+  /* link -> linkdir/real.ckpt, chain -> link (both relative) */
+  const char *link = path_of("real.link"), *chain = path_of("chain.link");
+  CHECK(symlink("linkdir/real.ckpt", link) == 0);
+  CHECK(symlink("real.link", chain) == 0);
+  CHECK(remat_same_file(chain, real) == 1);
+  CHECK(remat_output_check(chain, &err) == 0);
+
+  CHECK(remat_checkpoint_save(chain, c, w2, &err) == 0);
+  struct stat st;
+  char buf[256];
+  ssize_t n;
+  CHECK(lstat(chain, &st) == 0 && S_ISLNK(st.st_mode));
+  CHECK((n = readlink(chain, buf, sizeof buf - 1)) > 0 && (buf[n] = 0, 1) &&
+        strcmp(buf, "real.link") == 0);
+  CHECK(lstat(link, &st) == 0 && S_ISLNK(st.st_mode));
+  CHECK((n = readlink(link, buf, sizeof buf - 1)) > 0 && (buf[n] = 0, 1) &&
+        strcmp(buf, "linkdir/real.ckpt") == 0);
+  CHECK(lstat(real, &st) == 0 && S_ISREG(st.st_mode));
+  CHECK((st.st_mode & 07777) == 0640); /* the replaced file's mode is kept */
+  if (geteuid() == 0) { /* and its owner, where the process may set it */
+    CHECK(chown(real, 1234, 1235) == 0);
+    CHECK(remat_checkpoint_save(chain, c, w2, &err) == 0);
+    CHECK(stat(real, &st) == 0 && st.st_uid == 1234 && st.st_gid == 1235);
+    CHECK((st.st_mode & 07777) == 0640);
+  }
+  CHECK(remat_checkpoint_load(real, NULL, v, &err) == 0);
+  CHECK(memcmp(v, w2, np * sizeof(float)) == 0);
+  CHECK(count_temps(dir) == 0 && count_temps(sub) == 0);
+
+  /* a dangling link: its target is created, the link now resolves */
+  const char *dangling = path_of("dangling.link"), *made_by = path_of("linkdir/new.ckpt");
+  CHECK(symlink("linkdir/new.ckpt", dangling) == 0);
+  CHECK(remat_same_file(dangling, made_by) == 1);
+  CHECK(remat_checkpoint_save(dangling, c, w1, &err) == 0);
+  CHECK(lstat(dangling, &st) == 0 && S_ISLNK(st.st_mode));
+  CHECK(remat_checkpoint_load(made_by, NULL, v, &err) == 0);
+  CHECK(memcmp(v, w1, np * sizeof(float)) == 0);
+
+  /* a loop is refused */
+  const char *l1 = path_of("loop1"), *l2 = path_of("loop2");
+  CHECK(symlink("loop2", l1) == 0 && symlink("loop1", l2) == 0);
+  int rc = remat_checkpoint_save(l1, c, w1, &err);
+  CHECK_ERR(rc, err, REMAT_EIO, "symbolic link");
+  CHECK(lstat(l1, &st) == 0 && S_ISLNK(st.st_mode));
+  CHECK(count_temps(dir) == 0 && count_temps(sub) == 0);
+  free(v);
+}
+
+/* A write that fails half way (here: the file size limit, as a full disk
+ * would) leaves the previous file and no temporary. */
+static void test_save_failure(const remat_config *c, const float *w1, const float *w2) {
+  remat_error err = {0};
+  const char *p = path_of("limited.ckpt");
+  CHECK(remat_checkpoint_save(p, c, w1, &err) == 0);
+  size_t n0 = 0;
+  uint8_t *before = read_file(p, &n0);
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid == 0) {
+    signal(SIGXFSZ, SIG_IGN);
+    struct rlimit lim = {4096, 4096};
+    setrlimit(RLIMIT_FSIZE, &lim);
+    int rc = remat_checkpoint_save(p, c, w2, &err);
+    int ok = rc == REMAT_EIO && strstr(err.msg, p) && strstr(err.msg, strerror(EFBIG));
+    if (!ok) fprintf(stderr, "  size-limited save: %s: %s\n", remat_err_name(rc), err.msg);
+    _exit(ok ? 0 : 1);
+  }
+  int status = 0;
+  CHECK(pid > 0 && waitpid(pid, &status, 0) == pid);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  CHECK(same_bytes(p, before, n0));
+  CHECK(count_temps(dir) == 0);
+  free(before);
+}
+
+/* Two processes saving different checkpoints to one path, many times, while
+ * this one reads it: every read sees one whole file, never a mix. */
+static void test_save_concurrent(void) {
+  remat_error err = {0};
+  remat_config c1 = {.max_seq_len = 16, .vocab_size = 200, .padded_vocab_size = 256,
+                     .num_layers = 2, .num_heads = 2, .channels = 16};
+  remat_config c2 = {.max_seq_len = 8, .vocab_size = 100, .padded_vocab_size = 128,
+                     .num_layers = 1, .num_heads = 1, .channels = 8};
+  float *w1 = random_params(&c1, 11), *w2 = random_params(&c2, 12);
+  const char *i1 = path_of("img1.ckpt"), *i2 = path_of("img2.ckpt"), *p = path_of("race.ckpt");
+  CHECK(remat_checkpoint_save(i1, &c1, w1, &err) == 0);
+  CHECK(remat_checkpoint_save(i2, &c2, w2, &err) == 0);
+  size_t n1, n2;
+  uint8_t *b1 = read_file(i1, &n1), *b2 = read_file(i2, &n2);
+  CHECK(remat_checkpoint_save(p, &c1, w1, &err) == 0);
+  enum { SAVES = 40 };
+  pid_t kids[2];
+  fflush(NULL);
+  for (int k = 0; k < 2; k++) {
+    kids[k] = fork();
+    if (kids[k] == 0) {
+      int bad = 0;
+      for (int i = 0; i < SAVES; i++)
+        bad |= k ? remat_checkpoint_save(p, &c2, w2, NULL) : remat_checkpoint_save(p, &c1, w1, NULL);
+      _exit(bad ? 1 : 0);
+    }
+  }
+  int reads = 0, whole = 1, seen1 = 0, seen2 = 0, running = 2;
+  while (running > 0) {
+    size_t m = 0;
+    uint8_t *b = read_file(p, &m);
+    int is1 = b && m == n1 && memcmp(b, b1, m) == 0, is2 = b && m == n2 && memcmp(b, b2, m) == 0;
+    whole &= is1 || is2;
+    seen1 |= is1;
+    seen2 |= is2;
+    reads++;
+    free(b);
+    for (int k = 0; k < 2; k++) {
+      int status;
+      if (kids[k] > 0 && waitpid(kids[k], &status, WNOHANG) == kids[k]) {
+        CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        kids[k] = 0;
+        running--;
+      }
+    }
+  }
+  CHECK(whole);
+  CHECK(same_bytes(p, b1, n1) || same_bytes(p, b2, n2));
+  /* and it loads as the one it is */
+  remat_checkpoint_reader rd;
+  remat_config got;
+  CHECK(remat_checkpoint_open(&rd, p, &got, &err) == 0);
+  int is1 = memcmp(&got, &c1, sizeof got) == 0;
+  CHECK(is1 || memcmp(&got, &c2, sizeof got) == 0);
+  float *v = malloc(remat_param_count(&got) * sizeof(float));
+  CHECK(remat_checkpoint_read_params(&rd, NULL, v, &err) == 0);
+  CHECK(memcmp(v, is1 ? w1 : w2, remat_param_count(&got) * sizeof(float)) == 0);
+  remat_checkpoint_close(&rd);
+  free(v);
+  CHECK(count_temps(dir) == 0);
+  printf("concurrent saves: %d reads, each a whole file (first seen %d, second %d)\n", reads,
+         seen1, seen2);
+  free(b1);
+  free(b2);
+  free(w1);
+  free(w2);
+}
+
+static void test_output_checks(void) {
+  remat_error err = {0};
+  const char *fresh = path_of("fresh.bin");
+  CHECK(remat_output_check(fresh, &err) == 0);
+  CHECK(!exists(fresh) && count_temps(dir) == 0);
+  const char *have = path_of("have.bin");
+  write_file(have, "x", 1);
+  CHECK(remat_output_check(have, &err) == 0);
+  CHECK(same_bytes(have, (const uint8_t *)"x", 1));
+  int rc = remat_output_check(path_of("nodir/x.bin"), &err);
+  CHECK_ERR(rc, err, REMAT_EIO, "nodir");
+  CHECK(strstr(err.msg, "create the directory") != NULL);
+  rc = remat_output_check("", &err);
+  CHECK(rc == REMAT_EINVAL && err.msg[0]);
+  rc = remat_output_check(path_of("x/"), &err);
+  CHECK(rc != 0 && err.msg[0]);
+  if (geteuid() != 0) { /* root may write anywhere */
+    const char *ro = path_of("readonly");
+    CHECK(mkdir(ro, 0500) == 0);
+    rc = remat_output_check(path_of("readonly/x.bin"), &err);
+    CHECK_ERR(rc, err, REMAT_EIO, "writable");
+  }
+
+  /* remat_same_file */
+  CHECK(remat_same_file(have, have) == 1);
+  char spelled[700];
+  snprintf(spelled, sizeof spelled, "%s/./linkdir/../have.bin", dir);
+  CHECK(remat_same_file(have, spelled) == 1);
+  const char *hard = path_of("hard.bin");
+  CHECK(link(have, hard) == 0);
+  CHECK(remat_same_file(have, hard) == 1);
+  const char *other = path_of("other.bin");
+  write_file(other, "x", 1);
+  CHECK(remat_same_file(have, other) == 0);
+  CHECK(remat_same_file(have, fresh) == 0); /* one exists, one does not */
+  snprintf(spelled, sizeof spelled, "%s/linkdir/../fresh.bin", dir);
+  CHECK(remat_same_file(fresh, spelled) == 1); /* neither exists */
+  CHECK(remat_same_file(fresh, path_of("fresh2.bin")) == 0);
+  CHECK(remat_same_file(NULL, have) == 0 && remat_same_file("", "") == 0);
+}
+
+static void test_saves(void) {
+  remat_config c = {.max_seq_len = 16, .vocab_size = 200, .padded_vocab_size = 256,
+                    .num_layers = 2, .num_heads = 2, .channels = 8};
+  float *w1 = random_params(&c, 3), *w2 = random_params(&c, 4);
+  test_save_special(&c, w1);
+  test_save_symlinks(&c, w1, w2);
+  test_save_failure(&c, w1, w2);
+  test_save_concurrent();
+  test_output_checks();
+  free(w1);
+  free(w2);
 }
 
 /* -------------------------------------------------------------- corpus */
@@ -558,6 +1011,17 @@ static void test_loader(void) {
   remat_loader L;
   CHECK(remat_loader_init(&L, &t, B, T, REMAT_SPLIT_TRAIN, 0.1, 0, 0, &err) == 0);
   CHECK(L.num_windows == (n_train - 1) / T);
+  CHECK(remat_loader_windows(&L) == (n_train - 1) / T && remat_loader_windows(&L) >= B);
+  /* B*T+1 tokens: exactly B windows; one token fewer: B-1, so rows repeat */
+  remat_tokens edge = {.tok = t.tok, .n = B * T + 1, .max_id = B * T};
+  remat_loader E;
+  CHECK(remat_loader_init(&E, &edge, B, T, REMAT_SPLIT_TRAIN, 0.0, 0, 0, &err) == 0);
+  CHECK(remat_loader_windows(&E) == B);
+  remat_loader_free(&E);
+  edge.n = B * T;
+  CHECK(remat_loader_init(&E, &edge, B, T, REMAT_SPLIT_TRAIN, 0.0, 0, 0, &err) == 0);
+  CHECK(remat_loader_windows(&E) == B - 1);
+  remat_loader_free(&E);
   remat_loader_next(&L, in, tg);
   int ok = 1;
   for (int i = 0; i < B * T; i++) ok &= in[i] == i && tg[i] == i + 1;
@@ -650,6 +1114,7 @@ static void test_loader(void) {
   /* a split of exactly T+1 tokens works; one fewer is refused */
   remat_tokens small = {.tok = t.tok, .n = T + 1, .max_id = T};
   CHECK(remat_loader_init(&V, &small, B, T, REMAT_SPLIT_TRAIN, 0.0, 1, 5, &err) == 0);
+  CHECK(remat_loader_windows(&V) == 1); /* < B: rows repeat within a batch */
   remat_loader_next(&V, in, tg);
   ok = 1;
   for (int i = 0; i < B * T; i++) ok &= in[i] == i % T && tg[i] == i % T + 1;
@@ -685,10 +1150,12 @@ int main(int argc, char **argv) {
   test_shards();
   test_text();
   test_checkpoints();
+  test_checkpoint_reader();
+  test_saves();
   test_corpus();
   test_loader();
   CHECK(remat__heap_live() == live); /* every library allocation was released */
-  for (int i = 0; i < nmade; i++) remove(made[i]);
+  for (int i = nmade - 1; i >= 0; i--) remove(made[i]); /* files before their directories */
   if (own_dir) rmdir(dir);
   printf("test_io: %d checks, %d failed\n", checks, failures);
   return failures ? 1 : 0;

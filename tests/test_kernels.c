@@ -856,6 +856,24 @@ static void test_vec_math(void) {
   CHECK(me < 3e-7 && remat__exp(0.0f) == 1.0f && remat__exp(-1000.0f) > 0.0f &&
             isfinite(remat__exp(1000.0f)),
         "remat__exp vs double exp on [-87, 88]: max rel err %.2e (tol 3e-7); clamps outside", me);
+  /* NaN and the infinities are defined (UBSan checks the conversions in the
+   * sanitizer build): NaN propagates, +-inf clamp like any value out of range;
+   * also through a loop the compiler vectorises */
+  volatile float vnan = NAN, vinf = INFINITY;
+  float special[8] = {vnan, -vnan, vinf, -vinf, 88.0f, -87.0f, 1e30f, -1e30f}, out[8];
+  for (int i = 0; i < 8; i++) out[i] = remat__exp(special[i]);
+  CHECK(isnan(out[0]) && isnan(out[1]) && out[2] == remat__exp(88.0f) && isfinite(out[2]) &&
+            out[3] == remat__exp(-87.0f) && out[3] > 0.0f && out[6] == out[2] &&
+            out[7] == out[3],
+        "remat__exp(NaN) = %g, (-NaN) = %g, (+inf) = %g, (-inf) = %g", out[0], out[1], out[2],
+        out[3]);
+  float many[1024];
+  for (int i = 0; i < 1024; i++) many[i] = i % 3 == 0 ? vnan : i % 3 == 1 ? vinf : -vinf;
+  for (int i = 0; i < 1024; i++) many[i] = remat__exp(many[i]);
+  int ok = 1;
+  for (int i = 0; i < 1024; i++)
+    ok &= i % 3 == 0 ? isnan(many[i]) : i % 3 == 1 ? many[i] == out[2] : many[i] == out[3];
+  CHECK(ok, "remat__exp over an array of NaN and +-inf");
   /* sqrt: equal to sqrtf but for the last bit at most, over 1e6 values
    * from denormals to 1e30, and exact at 0 */
   long diff = 0, bad = 0;

@@ -18,8 +18,28 @@ extern "C" {
  *   token shard: int32 header[256] = {20240520, 1, ntok, 0...}, then ntok uint16
  *   checkpoint:  int32 header[256] = {20240326, 3, maxT, V, L, NH, C, Vp, 0...},
  *                then remat_param_count(cfg) float32 in REMAT_P_* order
- * Writes go to "path.tmp" and are renamed over path only once complete, so an
- * interrupted save never leaves a truncated file behind. */
+ *
+ * Every save (remat_tokens_save, remat_checkpoint_save) is atomic:
+ *   - path may be a new name or an existing regular file. Anything else that
+ *     exists there (a directory, device, FIFO, socket) is refused with
+ *     REMAT_EIO and left as it is.
+ *   - A symlink is written through: the link stays and the file it points to
+ *     (following every link in the chain) is replaced, in that file's
+ *     directory. A dangling link gets its target created.
+ *   - The data goes to a new temporary TARGET.tmp.XXXXXX (mkstemp) in the
+ *     target's directory; every write is checked, the file is fsynced and
+ *     closed, then renamed over the target and the directory is fsynced. The
+ *     replaced file's permission bits are kept, and its owner and group
+ *     where the process may set them (a new file gets 0666 less the umask).
+ *     On any failure the temporary is removed, the target is as it was, and
+ *     REMAT_EIO names the path and the system's reason.
+ *   - Locking: each save holds an exclusive flock(2) on the target's
+ *     directory from the last check of the target through the rename and the
+ *     directory's fsync (not while writing). Since each save writes its own
+ *     temporary, two runs saving to one path never mix their bytes: readers
+ *     see the old file or one whole new one, and the last rename wins.
+ *   - A killed process can leave its TARGET.tmp.XXXXXX behind (never a
+ *     partial TARGET); such files are safe to delete. */
 #define REMAT_SHARD_MAGIC 20240520
 #define REMAT_SHARD_VERSION 1
 #define REMAT_CKPT_MAGIC 20240326
@@ -51,18 +71,78 @@ void remat_tokens_free(remat_tokens *t);
 
 /* ----------------------------------------------------------- checkpoints */
 
-/* Reads and validates only the header: magic, version 3, the shape (via
- * remat_config_check), Vp >= V, and a file size of exactly header + params. */
-int remat_checkpoint_read_config(const char *path, remat_config *cfg, remat_error *err);
-/* Loads the parameters into params, a buffer of remat_param_count(shape)
+/* A checkpoint opened once: the header is read and validated at open, the
+ * weights later from the same open file, so a file renamed over the path in
+ * between (a run saving to it) does not matter: the reader keeps the file it
+ * opened. The caller owns the struct; its fields are read-only.
+ *
+ *   remat_checkpoint_reader rd;  remat_config cfg;
+ *   if (remat_checkpoint_open(&rd, path, &cfg, &err)) ...  // nothing to close
+ *   float *w = malloc(remat_param_count(&cfg) * sizeof *w);
+ *   int rc = remat_checkpoint_read_params(&rd, NULL, w, &err);
+ *   remat_checkpoint_close(&rd);
+ */
+typedef struct remat_checkpoint_reader {
+  remat_config cfg;         /* the file's shape, once open */
+  size_t size;              /* the file's size in bytes when opened */
+  int fd;                   /* the open file; -1 when reading from memory */
+  const unsigned char *mem; /* the bytes when reading from memory (tests, fuzzing) */
+  char *path;               /* for messages, owned; NULL once closed */
+  int is_open;              /* 1 from a successful open until close */
+} remat_checkpoint_reader;
+
+/* Opens a checkpoint and validates its header: magic, version 3, the shape
+ * (via remat_config_check), Vp >= V, and a file size of exactly header +
+ * params. cfg (may be NULL) receives the shape, as does rd->cfg. On failure
+ * rd holds nothing (closing it is harmless). */
+int remat_checkpoint_open(remat_checkpoint_reader *rd, const char *path, remat_config *cfg,
+                          remat_error *err);
+/* Reads the parameters into params, a buffer of remat_param_count(&rd->cfg)
  * floats. If expect is non-NULL the file's shape must equal it (REMAT_ESHAPE
- * names the first dimension that differs). Non-finite values are rejected
- * (REMAT_ENUMERIC names the tensor and index). */
+ * names the first dimension that differs). The file's size is checked again
+ * first: a file changed in place since open is REMAT_EIO. Non-finite values
+ * are rejected (REMAT_ENUMERIC names the tensor and index); finite values
+ * of any size load (see remat_params_overflow). */
+int remat_checkpoint_read_params(remat_checkpoint_reader *rd, const remat_config *expect,
+                                 float *params, remat_error *err);
+/* Releases rd; safe on a zeroed, failed or already closed reader. */
+void remat_checkpoint_close(remat_checkpoint_reader *rd);
+
+/* The header alone: open and close. */
+int remat_checkpoint_read_config(const char *path, remat_config *cfg, remat_error *err);
+/* Open, read the parameters, close. With expect NULL this writes as many
+ * floats as the file holds, whatever the path names by now: pass expect, or
+ * use a reader, when params was sized from an earlier look at the file. */
 int remat_checkpoint_load(const char *path, const remat_config *expect, float *params,
                           remat_error *err);
-/* Writes cfg and remat_param_count(cfg) floats from params, atomically. */
+/* Writes cfg and remat_param_count(cfg) floats from params, atomically (see
+ * the rules at the top). Non-finite values are refused. */
 int remat_checkpoint_save(const char *path, const remat_config *cfg, const float *params,
                           remat_error *err);
+
+/* Weights beyond this magnitude overflow float arithmetic: the square of
+ * 1e18 is 1e36, and a LayerNorm or gradient norm sums hundreds of such
+ * squares past FLT_MAX (3.4e38). */
+#define REMAT_PARAM_OVERFLOW_LIMIT 1e18f
+/* 0 when every parameter is finite and at most REMAT_PARAM_OVERFLOW_LIMIT in
+ * magnitude; otherwise REMAT_ENUMERIC naming the first that is not (tensor,
+ * index, value). Training on such weights fails whatever the learning rate:
+ * the caller can say "the weights overflow" rather than "lower the rate". */
+int remat_params_overflow(const remat_config *cfg, const float *params, remat_error *err);
+
+/* ---------------------------------------------------------------- outputs */
+
+/* Checks now that a save to path can succeed later, under the rules above:
+ * path is a new name or a regular file (symlinks followed), and its
+ * directory lets this process create a file (a unique temporary is created
+ * and removed; nothing else is touched). Call it before hours of training. */
+int remat_output_check(const char *path, remat_error *err);
+/* 1 when a and b name the same file: for existing files the same device and
+ * inode (hard links and symlinks included); when neither exists yet, the
+ * same file name once symlinks are followed and the directory's real path is
+ * taken. 0 otherwise, also when only one exists. Use it to refuse an output
+ * that names one of the inputs. */
+int remat_same_file(const char *a, const char *b);
 
 /* --------------------------------------------------------- default corpus */
 
@@ -108,9 +188,15 @@ typedef struct remat_loader {
 } remat_loader;
 
 /* split is REMAT_SPLIT_TRAIN or REMAT_SPLIT_VAL; val_frac in [0, 1). Fails if
- * the split has fewer than T+1 tokens, saying how many are needed. */
+ * the split has fewer than T+1 tokens, saying how many are needed; with
+ * fewer than B*T+1 it succeeds and remat_loader_windows tells. */
 int remat_loader_init(remat_loader *L, const remat_tokens *t, int64_t B, int64_t T, int split,
                       double val_frac, int shuffle, uint64_t seed, remat_error *err);
+/* Distinct windows of T+1 tokens the split offers: (n - 1) / T. Below B the
+ * split has fewer than B*T+1 tokens and every batch serves some rows more
+ * than once (a shuffled epoch may offer one window fewer, at an offset):
+ * training still runs, but the caller should say so. */
+int64_t remat_loader_windows(const remat_loader *L);
 /* Fills inputs (B, T) and targets (B, T); either may be NULL (a pipeline
  * stage that needs only one of them), the loader advances all the same.
  * Never allocates. */

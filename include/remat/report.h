@@ -48,6 +48,13 @@ size_t remat_rss_peak_bytes(void);
  * threads pinned. */
 int remat_set_threads(int threads);
 
+/* 0 when the OpenBLAS this process loaded is the OpenMP build
+ * (openblas_get_parallel() == 2), which remat is linked against by path.
+ * Otherwise (the pthreads or single-threaded build came first, e.g. through
+ * LD_LIBRARY_PATH) REMAT_EINVAL with a message naming the build found, the
+ * file it came from and the package to install. Call it once at start-up. */
+int remat_blas_check(remat_error *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -65,9 +65,15 @@ int remat_config_check(const remat_config *c, remat_error *err) {
     return remat__errorf(err, REMAT_EINVAL,
                          "channels C=%lld must be divisible by heads NH=%lld",
                          (long long)c->channels, (long long)c->num_heads);
-  if (c->padded_vocab_size < c->vocab_size || c->padded_vocab_size > MAX_DIM)
+  if (c->padded_vocab_size < c->vocab_size)
     return remat__errorf(err, REMAT_EINVAL, "padded vocabulary %lld is smaller than V=%lld",
                          (long long)c->padded_vocab_size, (long long)c->vocab_size);
+  if (c->padded_vocab_size > MAX_DIM)
+    return remat__errorf(err, REMAT_ERANGE,
+                         "padded vocabulary %lld is larger than the limit %lld; pad V=%lld to "
+                         "at most %lld",
+                         (long long)c->padded_vocab_size, (long long)MAX_DIM,
+                         (long long)c->vocab_size, (long long)MAX_DIM);
   return 0;
 }
 

@@ -1,9 +1,12 @@
 /* format.c: llm.c's on-disk formats. Token shards and fp32 GPT-2 checkpoints
  * are read whole and validated against their headers before anything is
- * trusted; files are written to "path.tmp" and renamed into place, so a crash
- * mid-save leaves the previous file (or none), never a truncated one. Plain
- * text files become byte tokens. Everything on disk is little endian. */
+ * trusted; saves go through output.c's wfile (a private temporary renamed
+ * into place), so a crash mid-save leaves the previous file (or none), never
+ * a truncated one. Plain text files become byte tokens. Everything on disk is
+ * little endian. */
 #include <errno.h>
+#include <fcntl.h>
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -11,6 +14,7 @@
 #include <unistd.h>
 
 #include "base/base.h"
+#include "io/io_internal.h"
 
 /* Floats and ints are moved as raw bytes when the host is little endian. */
 static int host_is_le(void) {
@@ -43,11 +47,25 @@ static void swap4(void *buf, size_t n) {
 
 /* ------------------------------------------------------------- reading */
 
-/* Opens path for reading if it is a regular file; *size is its byte count.
- * `what` names the expected kind of file in messages ("token shard"). */
-static int open_regular(const char *path, const char *what, FILE **f, size_t *size,
-                        remat_error *err) {
-  *f = NULL;
+/* What a reader parses: an open file read with pread, or bytes in memory
+ * (remat__*_mem). Either way every read is bounds-checked against size. */
+typedef struct {
+  int fd;             /* >= 0: a file */
+  const uint8_t *mem; /* else these bytes */
+  size_t size;        /* the file's size when opened, or mem's */
+  const char *path;   /* for messages */
+} source;
+
+static source mem_source(const void *bytes, size_t size, const char *name) {
+  return (source){.fd = -1, .mem = bytes, .size = bytes ? size : 0, .path = name ? name : ""};
+}
+
+/* Opens path for reading if it is a regular file. `what` names the expected
+ * kind of file in messages ("token shard"). The kind is checked by name
+ * first (nothing else is opened: a FIFO would block) and again on the open
+ * descriptor, so a file swapped in between is caught. */
+static int open_source(const char *path, const char *what, source *s, remat_error *err) {
+  *s = (source){.fd = -1, .path = path ? path : ""};
   if (!path || !*path)
     return remat__errorf(err, REMAT_EINVAL, "no %s path given; pass the file to read", what);
   struct stat st;
@@ -58,34 +76,67 @@ static int open_regular(const char *path, const char *what, FILE **f, size_t *si
     return remat__errorf(err, REMAT_EIO, "'%s' is a directory, not a %s; give the file's path",
                          path, what);
   if (!S_ISREG(st.st_mode))
-    return remat__errorf(err, REMAT_EIO, "'%s' is not a regular file; give a %s file on disk",
+    return remat__errorf(err, REMAT_EIO,
+                         "'%s' is not a regular file; give the path of a %s stored on disk",
                          path, what);
-  *f = fopen(path, "rb");
-  if (!*f)
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+  if (fd < 0)
     return remat__errorf(err, REMAT_EIO, "cannot open %s '%s': %s; check its permissions", what,
                          path, strerror(errno));
-  *size = (size_t)st.st_size;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    return remat__errorf(err, REMAT_EIO,
+                         "'%s' stopped being a regular file while it was opened; give a %s "
+                         "that nothing else is replacing",
+                         path, what);
+  }
+  s->fd = fd;
+  s->size = (size_t)st.st_size;
   return 0;
 }
 
-static int read_exact(FILE *f, void *buf, size_t bytes, const char *path, remat_error *err) {
-  if (bytes && fread(buf, 1, bytes, f) != bytes)
-    return remat__errorf(err, REMAT_EIO, "read of '%s' failed: %s; the file may have changed "
-                                         "while being read",
-                         path, ferror(f) ? strerror(errno) : "unexpected end of file");
+static void close_source(source *s) {
+  if (s->fd >= 0) close(s->fd);
+  s->fd = -1;
+}
+
+/* Reads bytes at offset off. Callers have checked the size already; a short
+ * read means the file shrank since. */
+static int src_read(const source *s, size_t off, void *buf, size_t bytes, remat_error *err) {
+  if (s->fd < 0) {
+    if (off > s->size || bytes > s->size - off)
+      return remat__errorf(err, REMAT_EFORMAT, "'%s' ends at byte %zu, before byte %zu", s->path,
+                           s->size, off + bytes);
+    if (bytes) memcpy(buf, s->mem + off, bytes);
+    return 0;
+  }
+  uint8_t *p = buf;
+  while (bytes > 0) {
+    size_t chunk = bytes < ((size_t)1 << 30) ? bytes : ((size_t)1 << 30);
+    ssize_t n = pread(s->fd, p, chunk, (off_t)off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0)
+      return remat__errorf(err, REMAT_EIO,
+                           "read of '%s' failed at byte %zu: %s; the file changed while being "
+                           "read, read it again once it is complete",
+                           s->path, off, n < 0 ? strerror(errno) : "unexpected end of file");
+    p += n;
+    off += (size_t)n;
+    bytes -= (size_t)n;
+  }
   return 0;
 }
 
 /* Reads the 256-int32 header into hdr (host order). */
-static int read_header(FILE *f, size_t size, const char *path, const char *what,
-                       int32_t hdr[REMAT_HEADER_INTS], remat_error *err) {
-  if (size < REMAT_HEADER_BYTES)
+static int read_header(const source *s, const char *what, int32_t hdr[REMAT_HEADER_INTS],
+                       remat_error *err) {
+  if (s->size < REMAT_HEADER_BYTES)
     return remat__errorf(err, REMAT_EFORMAT,
                          "%s '%s' is truncated: it has %zu bytes but the header alone needs %d; "
                          "re-create the file",
-                         what, path, size, REMAT_HEADER_BYTES);
+                         what, s->path, s->size, REMAT_HEADER_BYTES);
   uint8_t raw[REMAT_HEADER_BYTES];
-  int rc = read_exact(f, raw, sizeof raw, path, err);
+  int rc = src_read(s, 0, raw, sizeof raw, err);
   if (rc) return rc;
   for (int i = 0; i < REMAT_HEADER_INTS; i++) hdr[i] = get_le32(raw + 4 * i);
   return 0;
@@ -110,86 +161,10 @@ static int check_size(size_t size, size_t body, const char *path, const char *wh
 
 /* ------------------------------------------------------------- writing */
 
-/* A file being written to path.tmp; renamed to path by wfile_commit. */
-typedef struct {
-  FILE *f;
-  char *tmp;
-  const char *path;
-} wfile;
-
-static int wfile_open(wfile *w, const char *path, const char *what, remat_error *err) {
-  w->f = NULL;
-  w->tmp = NULL;
-  w->path = path;
-  if (!path || !*path)
-    return remat__errorf(err, REMAT_EINVAL, "no %s path given; pass the file to write", what);
-  size_t len = strlen(path);
-  w->tmp = remat__malloc(len + 5);
-  if (!w->tmp) return remat__errorf(err, REMAT_ENOMEM, "out of memory naming '%s.tmp'", path);
-  memcpy(w->tmp, path, len);
-  memcpy(w->tmp + len, ".tmp", 5);
-  w->f = fopen(w->tmp, "wb");
-  if (!w->f) {
-    int rc = remat__errorf(err, REMAT_EIO,
-                           "cannot create '%s': %s; check that the directory exists and is "
-                           "writable",
-                           w->tmp, strerror(errno));
-    remat__free(w->tmp);
-    w->tmp = NULL;
-    return rc;
-  }
-  return 0;
-}
-
-static int wfile_write(wfile *w, const void *buf, size_t bytes, remat_error *err) {
-  if (bytes && fwrite(buf, 1, bytes, w->f) != bytes)
-    return remat__errorf(err, REMAT_EIO, "write to '%s' failed: %s; check free disk space",
-                         w->tmp, strerror(errno));
-  return 0;
-}
-
-/* Drops the partial file; path is left as it was. */
-static void wfile_abort(wfile *w) {
-  if (w->f) fclose(w->f);
-  if (w->tmp) {
-    remove(w->tmp);
-    remat__free(w->tmp);
-  }
-  w->f = NULL;
-  w->tmp = NULL;
-}
-
-static int wfile_commit(wfile *w, remat_error *err) {
-  int rc = 0;
-  if (fflush(w->f) != 0 || fsync(fileno(w->f)) != 0) {
-    rc = remat__errorf(err, REMAT_EIO, "write to '%s' failed: %s; check free disk space", w->tmp,
-                       strerror(errno));
-    wfile_abort(w);
-    return rc;
-  }
-  FILE *f = w->f;
-  w->f = NULL;
-  if (fclose(f) != 0) {
-    rc = remat__errorf(err, REMAT_EIO, "closing '%s' failed: %s; check free disk space", w->tmp,
-                       strerror(errno));
-    wfile_abort(w);
-    return rc;
-  }
-  if (rename(w->tmp, w->path) != 0) {
-    rc = remat__errorf(err, REMAT_EIO, "cannot rename '%s' to '%s': %s", w->tmp, w->path,
-                       strerror(errno));
-    wfile_abort(w);
-    return rc;
-  }
-  remat__free(w->tmp);
-  w->tmp = NULL;
-  return 0;
-}
-
-static int write_header(wfile *w, const int32_t hdr[REMAT_HEADER_INTS], remat_error *err) {
+static int write_header(remat__wfile *w, const int32_t hdr[REMAT_HEADER_INTS], remat_error *err) {
   uint8_t raw[REMAT_HEADER_BYTES];
   for (int i = 0; i < REMAT_HEADER_INTS; i++) put_le32(raw + 4 * i, (uint32_t)hdr[i]);
-  return wfile_write(w, raw, sizeof raw, err);
+  return remat__wfile_write(w, raw, sizeof raw, err);
 }
 
 /* ---------------------------------------------------------- token shards */
@@ -219,65 +194,68 @@ static void find_max(remat_tokens *t) {
   t->max_id = m;
 }
 
-int remat_tokens_load(remat_tokens *t, const char *path, remat_error *err) {
+/* An llm.c shard from s: header, exact size, then uint16 ids. */
+static int parse_shard(remat_tokens *t, const source *s, remat_error *err) {
   static const char what[] = "token shard";
+  const char *path = s->path;
   *t = (remat_tokens){0};
-  FILE *f;
-  size_t size;
-  int rc = open_regular(path, what, &f, &size, err);
-  if (rc) return rc;
   int32_t hdr[REMAT_HEADER_INTS];
-  if ((rc = read_header(f, size, path, what, hdr, err))) goto fail_file;
-  if (hdr[0] != REMAT_SHARD_MAGIC) {
-    rc = remat__errorf(err, REMAT_EFORMAT,
-                       "'%s' is not an llm.c token shard: magic number is %d, expected %d; give "
-                       "a .bin file written by llm.c's data scripts or remat",
-                       path, hdr[0], REMAT_SHARD_MAGIC);
-    goto fail_file;
-  }
-  if (hdr[1] != REMAT_SHARD_VERSION) {
-    rc = remat__errorf(err, REMAT_EFORMAT,
-                       "token shard '%s' has version %d; only version %d (uint16 tokens) is "
-                       "supported",
-                       path, hdr[1], REMAT_SHARD_VERSION);
-    goto fail_file;
-  }
+  int rc = read_header(s, what, hdr, err);
+  if (rc) return rc;
+  if (hdr[0] != REMAT_SHARD_MAGIC)
+    return remat__errorf(err, REMAT_EFORMAT,
+                         "'%s' is not an llm.c token shard: magic number is %d, expected %d; "
+                         "give a .bin file written by llm.c's data scripts or remat",
+                         path, hdr[0], REMAT_SHARD_MAGIC);
+  if (hdr[1] != REMAT_SHARD_VERSION)
+    return remat__errorf(err, REMAT_EFORMAT,
+                         "token shard '%s' has version %d; only version %d (uint16 tokens) is "
+                         "supported",
+                         path, hdr[1], REMAT_SHARD_VERSION);
   int64_t n = hdr[2];
-  if (n < 0) {
-    rc = remat__errorf(err, REMAT_EFORMAT,
-                       "token shard '%s' announces a negative token count %lld; the header is "
-                       "corrupt",
-                       path, (long long)n);
-    goto fail_file;
-  }
-  if ((rc = check_size(size, (size_t)n * 2, path, what, "tokens", (long long)n, err)))
-    goto fail_file;
-  if (n < 2) {
-    rc = remat__errorf(err, REMAT_EFORMAT,
-                       "token shard '%s' holds %lld tokens; training needs at least 2 (an input "
-                       "and its target)",
-                       path, (long long)n);
-    goto fail_file;
-  }
-  if ((rc = alloc_tokens(t, n, path, err))) goto fail_file;
+  if (n < 0)
+    return remat__errorf(err, REMAT_EFORMAT,
+                         "token shard '%s' announces a negative token count %lld; the header "
+                         "is corrupt",
+                         path, (long long)n);
+  if ((rc = check_size(s->size, (size_t)n * 2, path, what, "tokens", (long long)n, err)))
+    return rc;
+  if (n < 2)
+    return remat__errorf(err, REMAT_EFORMAT,
+                         "token shard '%s' holds %lld tokens; training needs at least 2 (an "
+                         "input and its target)",
+                         path, (long long)n);
+  if ((rc = alloc_tokens(t, n, path, err))) return rc;
   /* uint16 little endian, converted in stack-sized chunks */
   uint8_t chunk[8192];
   for (int64_t done = 0; done < n;) {
     int64_t k = n - done < (int64_t)(sizeof chunk / 2) ? n - done : (int64_t)(sizeof chunk / 2);
-    if ((rc = read_exact(f, chunk, (size_t)k * 2, path, err))) goto fail_tokens;
+    if ((rc = src_read(s, REMAT_HEADER_BYTES + (size_t)done * 2, chunk, (size_t)k * 2, err))) {
+      remat_tokens_free(t);
+      return rc;
+    }
     for (int64_t i = 0; i < k; i++)
       t->tok[done + i] = (int32_t)((uint32_t)chunk[2 * i] | (uint32_t)chunk[2 * i + 1] << 8);
     done += k;
   }
-  fclose(f);
   find_max(t);
   return 0;
+}
 
-fail_tokens:
-  remat_tokens_free(t);
-fail_file:
-  fclose(f);
+int remat_tokens_load(remat_tokens *t, const char *path, remat_error *err) {
+  *t = (remat_tokens){0};
+  source s;
+  int rc = open_source(path, "token shard", &s, err);
+  if (rc) return rc;
+  rc = parse_shard(t, &s, err);
+  close_source(&s);
   return rc;
+}
+
+int remat__tokens_load_mem(remat_tokens *t, const void *bytes, size_t size, const char *name,
+                           remat_error *err) {
+  source s = mem_source(bytes, size, name);
+  return parse_shard(t, &s, err);
 }
 
 int remat_tokens_save(const remat_tokens *t, const char *path, remat_error *err) {
@@ -291,8 +269,8 @@ int remat_tokens_save(const remat_tokens *t, const char *path, remat_error *err)
                            "token %lld has id %d, which does not fit the shard format's uint16 "
                            "(0..65535); '%s' was not written",
                            (long long)i, t->tok[i], path ? path : "");
-  wfile w;
-  int rc = wfile_open(&w, path, "token shard", err);
+  remat__wfile w;
+  int rc = remat__wfile_open(&w, path, "token shard", err);
   if (rc) return rc;
   int32_t hdr[REMAT_HEADER_INTS] = {REMAT_SHARD_MAGIC, REMAT_SHARD_VERSION, (int32_t)t->n};
   if ((rc = write_header(&w, hdr, err))) goto fail;
@@ -305,13 +283,13 @@ int remat_tokens_save(const remat_tokens *t, const char *path, remat_error *err)
       chunk[2 * i] = (uint8_t)v;
       chunk[2 * i + 1] = (uint8_t)(v >> 8);
     }
-    if ((rc = wfile_write(&w, chunk, (size_t)k * 2, err))) goto fail;
+    if ((rc = remat__wfile_write(&w, chunk, (size_t)k * 2, err))) goto fail;
     done += k;
   }
-  return wfile_commit(&w, err);
+  return remat__wfile_commit(&w, err);
 
 fail:
-  wfile_abort(&w);
+  remat__wfile_abort(&w);
   return rc;
 }
 
@@ -327,40 +305,49 @@ int remat_tokens_check_vocab(const remat_tokens *t, int64_t V, remat_error *err)
   return 0;
 }
 
-int remat_tokens_from_text(remat_tokens *t, const char *path, remat_error *err) {
+/* Byte b of s becomes token b. */
+static int parse_text(remat_tokens *t, const source *s, remat_error *err) {
+  const char *path = s->path;
+  size_t size = s->size;
   *t = (remat_tokens){0};
-  FILE *f;
-  size_t size;
-  int rc = open_regular(path, "text file", &f, &size, err);
+  if (size < 2)
+    return remat__errorf(err, REMAT_EFORMAT,
+                         "text file '%s' has %zu bytes; training needs at least 2 (an input and "
+                         "its target)",
+                         path, size);
+  if (size > (size_t)INT64_MAX / 4)
+    return remat__errorf(err, REMAT_ENOMEM, "text file '%s' is too large (%zu bytes)", path,
+                         size);
+  int rc = alloc_tokens(t, (int64_t)size, path, err);
   if (rc) return rc;
-  if (size < 2) {
-    rc = remat__errorf(err, REMAT_EFORMAT,
-                       "text file '%s' has %zu bytes; training needs at least 2 (an input and "
-                       "its target)",
-                       path, size);
-    goto fail_file;
-  }
-  if (size > (size_t)INT64_MAX / 4) {
-    rc = remat__errorf(err, REMAT_ENOMEM, "text file '%s' is too large (%zu bytes)", path, size);
-    goto fail_file;
-  }
-  if ((rc = alloc_tokens(t, (int64_t)size, path, err))) goto fail_file;
   uint8_t chunk[8192];
   for (size_t done = 0; done < size;) {
     size_t k = size - done < sizeof chunk ? size - done : sizeof chunk;
-    if ((rc = read_exact(f, chunk, k, path, err))) goto fail_tokens;
+    if ((rc = src_read(s, done, chunk, k, err))) {
+      remat_tokens_free(t);
+      return rc;
+    }
     for (size_t i = 0; i < k; i++) t->tok[done + i] = chunk[i];
     done += k;
   }
-  fclose(f);
   find_max(t);
   return 0;
+}
 
-fail_tokens:
-  remat_tokens_free(t);
-fail_file:
-  fclose(f);
+int remat_tokens_from_text(remat_tokens *t, const char *path, remat_error *err) {
+  *t = (remat_tokens){0};
+  source s;
+  int rc = open_source(path, "text file", &s, err);
+  if (rc) return rc;
+  rc = parse_text(t, &s, err);
+  close_source(&s);
   return rc;
+}
+
+int remat__tokens_from_text_mem(remat_tokens *t, const void *bytes, size_t size,
+                                const char *name, remat_error *err) {
+  source s = mem_source(bytes, size, name);
+  return parse_text(t, &s, err);
 }
 
 /* ------------------------------------------------------------ checkpoints */
@@ -369,6 +356,16 @@ static const char *const tensor_names[REMAT_P_COUNT] = {
     "wte",   "wpe",   "ln1w", "ln1b", "qkvw",   "qkvb",   "attprojw", "attprojb",
     "ln2w",  "ln2b",  "fcw",  "fcb",  "fcprojw", "fcprojb", "lnfw",    "lnfb"};
 
+/* Which tensor flat parameter index i falls in, and where in it. */
+static int locate(const remat_config *cfg, size_t i, size_t *off) {
+  size_t sizes[REMAT_P_COUNT];
+  remat_param_sizes(cfg, sizes);
+  int k = 0;
+  *off = i;
+  while (k < REMAT_P_COUNT - 1 && *off >= sizes[k]) *off -= sizes[k++];
+  return k;
+}
+
 /* Non-finite values mean a diverged run or a corrupt file; either way the
  * numbers must not be trained on or kept. */
 static int check_finite(const remat_config *cfg, const float *p, const char *path,
@@ -376,14 +373,31 @@ static int check_finite(const remat_config *cfg, const float *p, const char *pat
   size_t n = remat_param_count(cfg);
   for (size_t i = 0; i < n; i++) {
     if (isfinite(p[i])) continue;
-    size_t sizes[REMAT_P_COUNT], off = i;
-    remat_param_sizes(cfg, sizes);
-    int k = 0;
-    while (k < REMAT_P_COUNT - 1 && off >= sizes[k]) off -= sizes[k++];
+    size_t off;
+    int k = locate(cfg, i, &off);
     return remat__errorf(err, REMAT_ENUMERIC,
                          "parameter %zu (%s[%zu]) is %s; refusing to %s '%s': the run that made "
                          "these weights diverged, restart from an earlier checkpoint",
                          i, tensor_names[k], off, isnan(p[i]) ? "NaN" : "infinite", verb, path);
+  }
+  return 0;
+}
+
+int remat_params_overflow(const remat_config *cfg, const float *params, remat_error *err) {
+  size_t n = remat_param_count(cfg);
+  for (size_t i = 0; i < n; i++) {
+    /* the negated test also catches NaN */
+    if (!(fabsf(params[i]) <= REMAT_PARAM_OVERFLOW_LIMIT)) {
+      size_t off;
+      int k = locate(cfg, i, &off);
+      return remat__errorf(err, REMAT_ENUMERIC,
+                           "parameter %zu (%s[%zu]) is %g: weights beyond %g in magnitude "
+                           "overflow float arithmetic (their squares and sums pass %g), so "
+                           "training on them yields inf and NaN whatever the learning rate; "
+                           "start from other weights",
+                           i, tensor_names[k], off, (double)params[i],
+                           (double)REMAT_PARAM_OVERFLOW_LIMIT, (double)FLT_MAX);
+    }
   }
   return 0;
 }
@@ -415,18 +429,6 @@ static int parse_ckpt_header(const int32_t hdr[REMAT_HEADER_INTS], size_t size, 
   return check_size(size, body, path, what, "parameters", (long long)nparams, err);
 }
 
-int remat_checkpoint_read_config(const char *path, remat_config *cfg, remat_error *err) {
-  FILE *f;
-  size_t size;
-  int rc = open_regular(path, "checkpoint", &f, &size, err);
-  if (rc) return rc;
-  int32_t hdr[REMAT_HEADER_INTS];
-  rc = read_header(f, size, path, "checkpoint", hdr, err);
-  if (!rc) rc = parse_ckpt_header(hdr, size, path, cfg, err);
-  fclose(f);
-  return rc;
-}
-
 /* The first dimension where the checkpoint differs from what was asked. */
 static int compare_shape(const remat_config *have, const remat_config *want, const char *path,
                          remat_error *err) {
@@ -449,23 +451,105 @@ static int compare_shape(const remat_config *have, const remat_config *want, con
   return 0;
 }
 
+/* The reader keeps its source's fields: an open file or bytes in memory. It
+ * holds resources exactly when path is set. */
+static source reader_source(const remat_checkpoint_reader *rd) {
+  return (source){.fd = rd->fd, .mem = rd->mem, .size = rd->size, .path = rd->path};
+}
+
+/* Reads and validates the header of the source rd was set up with. */
+static int reader_start(remat_checkpoint_reader *rd, remat_config *cfg, remat_error *err) {
+  source s = reader_source(rd);
+  int32_t hdr[REMAT_HEADER_INTS];
+  int rc = read_header(&s, "checkpoint", hdr, err);
+  if (!rc) rc = parse_ckpt_header(hdr, rd->size, rd->path, &rd->cfg, err);
+  if (rc) {
+    remat_checkpoint_close(rd);
+    return rc;
+  }
+  rd->is_open = 1;
+  if (cfg) *cfg = rd->cfg;
+  return 0;
+}
+
+static int reader_name(remat_checkpoint_reader *rd, const char *name, remat_error *err) {
+  size_t len = strlen(name);
+  rd->path = remat__malloc(len + 1);
+  if (!rd->path)
+    return remat__errorf(err, REMAT_ENOMEM, "out of memory naming checkpoint '%s'", name);
+  memcpy(rd->path, name, len + 1);
+  return 0;
+}
+
+int remat_checkpoint_open(remat_checkpoint_reader *rd, const char *path, remat_config *cfg,
+                          remat_error *err) {
+  *rd = (remat_checkpoint_reader){.fd = -1};
+  source s;
+  int rc = open_source(path, "checkpoint", &s, err);
+  if (rc) return rc;
+  if ((rc = reader_name(rd, path, err))) {
+    close_source(&s);
+    return rc;
+  }
+  rd->fd = s.fd;
+  rd->size = s.size;
+  return reader_start(rd, cfg, err);
+}
+
+int remat__checkpoint_open_mem(remat_checkpoint_reader *rd, const void *bytes, size_t size,
+                               const char *name, remat_config *cfg, remat_error *err) {
+  *rd = (remat_checkpoint_reader){.fd = -1, .mem = bytes, .size = bytes ? size : 0};
+  int rc = reader_name(rd, name ? name : "", err);
+  if (rc) return rc;
+  return reader_start(rd, cfg, err);
+}
+
+int remat_checkpoint_read_params(remat_checkpoint_reader *rd, const remat_config *expect,
+                                 float *params, remat_error *err) {
+  if (!rd || !rd->is_open)
+    return remat__errorf(err, REMAT_EINVAL,
+                         "the checkpoint reader is not open; call remat_checkpoint_open first");
+  int rc;
+  if (expect && (rc = compare_shape(&rd->cfg, expect, rd->path, err))) return rc;
+  /* The descriptor holds the file that was opened even if its name now
+   * points elsewhere; only a change in place (truncation, a write) shows. */
+  struct stat st;
+  if (rd->fd >= 0 && fstat(rd->fd, &st) != 0)
+    return remat__errorf(err, REMAT_EIO, "cannot read checkpoint '%s': %s", rd->path,
+                         strerror(errno));
+  if (rd->fd >= 0 && (size_t)st.st_size != rd->size)
+    return remat__errorf(err, REMAT_EIO,
+                         "checkpoint '%s' changed size while being read (%zu bytes when opened, "
+                         "%lld now): something is writing it in place; read it again once that "
+                         "is done",
+                         rd->path, rd->size, (long long)st.st_size);
+  size_t n = remat_param_count(&rd->cfg);
+  source s = reader_source(rd);
+  if ((rc = src_read(&s, REMAT_HEADER_BYTES, params, n * sizeof(float), err))) return rc;
+  if (!host_is_le()) swap4(params, n);
+  return check_finite(&rd->cfg, params, rd->path, "load", err);
+}
+
+void remat_checkpoint_close(remat_checkpoint_reader *rd) {
+  if (!rd || !rd->path) return; /* never opened, or closed: nothing is held */
+  if (rd->fd >= 0) close(rd->fd);
+  remat__free(rd->path);
+  *rd = (remat_checkpoint_reader){.fd = -1};
+}
+
+int remat_checkpoint_read_config(const char *path, remat_config *cfg, remat_error *err) {
+  remat_checkpoint_reader rd;
+  int rc = remat_checkpoint_open(&rd, path, cfg, err);
+  remat_checkpoint_close(&rd);
+  return rc;
+}
+
 int remat_checkpoint_load(const char *path, const remat_config *expect, float *params,
                           remat_error *err) {
-  FILE *f;
-  size_t size;
-  int rc = open_regular(path, "checkpoint", &f, &size, err);
-  if (rc) return rc;
-  int32_t hdr[REMAT_HEADER_INTS];
-  remat_config cfg;
-  if ((rc = read_header(f, size, path, "checkpoint", hdr, err))) goto done;
-  if ((rc = parse_ckpt_header(hdr, size, path, &cfg, err))) goto done;
-  if (expect && (rc = compare_shape(&cfg, expect, path, err))) goto done;
-  size_t n = remat_param_count(&cfg);
-  if ((rc = read_exact(f, params, n * sizeof(float), path, err))) goto done;
-  if (!host_is_le()) swap4(params, n);
-  rc = check_finite(&cfg, params, path, "load", err);
-done:
-  fclose(f);
+  remat_checkpoint_reader rd;
+  int rc = remat_checkpoint_open(&rd, path, NULL, err);
+  if (!rc) rc = remat_checkpoint_read_params(&rd, expect, params, err);
+  remat_checkpoint_close(&rd);
   return rc;
 }
 
@@ -477,8 +561,8 @@ int remat_checkpoint_save(const char *path, const remat_config *cfg, const float
                          sub.msg);
   int rc = check_finite(cfg, params, path ? path : "", "save", err);
   if (rc) return rc;
-  wfile w;
-  if ((rc = wfile_open(&w, path, "checkpoint", err))) return rc;
+  remat__wfile w;
+  if ((rc = remat__wfile_open(&w, path, "checkpoint", err))) return rc;
   int32_t hdr[REMAT_HEADER_INTS] = {REMAT_CKPT_MAGIC,
                                     REMAT_CKPT_VERSION,
                                     (int32_t)cfg->max_seq_len,
@@ -490,20 +574,20 @@ int remat_checkpoint_save(const char *path, const remat_config *cfg, const float
   if ((rc = write_header(&w, hdr, err))) goto fail;
   size_t n = remat_param_count(cfg);
   if (host_is_le()) {
-    if ((rc = wfile_write(&w, params, n * sizeof(float), err))) goto fail;
+    if ((rc = remat__wfile_write(&w, params, n * sizeof(float), err))) goto fail;
   } else {
     float chunk[2048];
     for (size_t done = 0; done < n;) {
       size_t k = n - done < 2048 ? n - done : 2048;
       memcpy(chunk, params + done, k * sizeof(float));
       swap4(chunk, k);
-      if ((rc = wfile_write(&w, chunk, k * sizeof(float), err))) goto fail;
+      if ((rc = remat__wfile_write(&w, chunk, k * sizeof(float), err))) goto fail;
       done += k;
     }
   }
-  return wfile_commit(&w, err);
+  return remat__wfile_commit(&w, err);
 
 fail:
-  wfile_abort(&w);
+  remat__wfile_abort(&w);
   return rc;
 }

@@ -95,6 +95,8 @@ int remat_loader_init(remat_loader *L, const remat_tokens *t, int64_t B, int64_t
   return 0;
 }
 
+int64_t remat_loader_windows(const remat_loader *L) { return L->max_windows; }
+
 void remat_loader_reset(remat_loader *L) {
   L->rng = L->seed;
   L->epoch = 0;

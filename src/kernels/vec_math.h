@@ -11,10 +11,15 @@
 
 /* exp(x) for x in [-87, 88] (clamped to it): Cephes' expf, range reduction
  * x = n ln2 + r with |r| <= ln2/2, degree-7 polynomial, then 2^n from the
- * exponent bits. Within 2 ulp of expf. */
+ * exponent bits. Within 2 ulp of expf. Defined for every input: -inf and
+ * +inf clamp like any value out of range (exp(-87), exp(88)); NaN gives NaN.
+ * The clamps are written so that NaN fails both comparisons and takes the
+ * bound, so it never reaches the float-to-int conversion (undefined for
+ * NaN); the final select restores it. Both are single vector instructions. */
 static inline float remat__exp(float x) {
-  x = x < -87.0f ? -87.0f : x;
-  x = x > 88.0f ? 88.0f : x;
+  const float in = x;
+  x = x > -87.0f ? x : -87.0f;
+  x = x < 88.0f ? x : 88.0f;
   /* n = round(x log2 e) by the 1.5 * 2^23 trick (|x log2 e| < 2^22) */
   float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
   float r = x - n * 0.693359375f - n * -2.12194440e-4f;
@@ -25,10 +30,12 @@ static inline float remat__exp(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.0f;
-  int32_t e = ((int32_t)n + 127) << 23; /* n in [-126, 127]: a normal power of 2 */
+  /* n in [-126, 127]: n + 127 in [1, 254], a normal power of 2 */
+  uint32_t e = (uint32_t)((int32_t)n + 127) << 23;
   float two_n;
   memcpy(&two_n, &e, sizeof two_n);
-  return p * two_n;
+  float y = p * two_n;
+  return in == in ? y : in;
 }
 
 /* sqrt(x) for finite x >= 0. With -fno-math-errno sqrtf is a single

@@ -1,6 +1,8 @@
-/* report.c: sgemm rate, MFU, resident memory, and thread placement. */
-#define _GNU_SOURCE /* sched_getaffinity, pthread_setaffinity_np */
+/* report.c: sgemm rate, MFU, resident memory, thread placement, and the
+ * check that the OpenBLAS loaded is the OpenMP build. */
+#define _GNU_SOURCE /* sched_getaffinity, pthread_setaffinity_np, dladdr */
 #include <cblas.h>
+#include <dlfcn.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
@@ -104,4 +106,23 @@ int remat_set_threads(int threads) {
     pinned += pthread_setaffinity_np(pthread_self(), sizeof one, &one) == 0;
   }
   return pinned;
+}
+
+int remat_blas_check(remat_error *err) {
+  int par = openblas_get_parallel(); /* 0 sequential, 1 pthreads, 2 OpenMP */
+  if (par == 2) return 0;
+  Dl_info where = {0};
+  const char *file = dladdr((void *)openblas_get_parallel, &where) && where.dli_fname
+                         ? where.dli_fname
+                         : "an unknown file";
+  return remat__errorf(err, REMAT_EINVAL,
+                       "the OpenBLAS loaded (%s, from %s) is the %s build, not the OpenMP build "
+                       "remat needs: its threads compete with remat's and it allocates inside "
+                       "products; install libopenblas0-openmp (apt-get install "
+                       "libopenblas-openmp-dev), rebuild remat, and leave LD_LIBRARY_PATH and "
+                       "LD_PRELOAD without another OpenBLAS",
+                       openblas_get_config(), file,
+                       par == 1   ? "pthreads"
+                       : par == 0 ? "single-threaded"
+                                  : "unknown");
 }

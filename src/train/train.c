@@ -152,7 +152,7 @@ float remat_trainer_dloss(const remat_trainer *tr) { return tr->dloss; }
 int64_t remat_trainer_steps_done(const remat_trainer *tr) { return remat_model_step(tr->model); }
 
 int64_t remat_trainer_train_windows(const remat_trainer *tr) {
-  return tr->have_train ? tr->train.max_windows : 0;
+  return tr->have_train ? remat_loader_windows(&tr->train) : 0;
 }
 
 /* Largest magnitude float arithmetic on the weights can bear: past it a

@@ -90,6 +90,37 @@ expect_fail "checkpoint truncated" "truncated" --model "$tmp/tiny_trunc.bin"
 expect_fail "checkpoint vs config" "asks for" --model "$tmp/tiny.bin" --config small
 expect_fail "log unwritable" "cannot write log" --config tiny --steps 1 --log "$tmp/nodir/x.jsonl"
 expect_fail "save unwritable" "$tmp/nodir" --config tiny --steps 1 --save "$tmp/nodir/x.bin"
+# A save never replaces something that is not a regular file.
+mkfifo "$tmp/fifo"
+mkdir "$tmp/outdir"
+expect_fail "save over a FIFO" "FIFO" --config tiny --steps 1 --save "$tmp/fifo"
+expect_fail "save over a directory" "directory" --config tiny --steps 1 --save "$tmp/outdir"
+n=$((n + 1))
+if [[ -p "$tmp/fifo" && -d "$tmp/outdir" ]] && ! ls "$tmp" | grep -q '\.tmp\.'; then
+  echo "ok   [FIFO and directory left as they were, no temporaries]"
+else
+  echo "FAIL [FIFO or directory replaced, or a temporary left]: $(ls -l "$tmp" | tr '\n' ' ')"
+  fails=$((fails + 1))
+fi
+
+# Outputs never overwrite inputs.
+cp "$tmp/tiny.bin" "$tmp/in.bin"
+expect_fail "log over the model" "overwrite an input" --model "$tmp/in.bin" --steps 1 --log "$tmp/in.bin"
+expect_fail "save over the data" "overwrite an input" --config tiny --steps 1 --data "$tmp/magic.bin" --save "$tmp/magic.bin"
+ln -sf "$tmp/in.bin" "$tmp/link.bin"
+expect_fail "save through a link to the model" "overwrite an input" --model "$tmp/in.bin" --steps 1 --save "$tmp/link.bin"
+n=$((n + 1))
+if cmp -s "$tmp/in.bin" "$tmp/tiny.bin"; then
+  echo "ok   [the input checkpoint is untouched]"
+else
+  echo "FAIL [the input checkpoint changed]"
+  fails=$((fails + 1))
+fi
+# Flags: a missing value is not taken from the next flag; an unknown flag
+# is unknown, even last.
+expect_fail "save with no value" "--save needs a value" --config tiny --save --quiet
+expect_fail "unknown last flag" "unknown option '--bogus'" --config tiny --bogus
+expect_fail "unknown flag with value" "unknown option '--bogus'" --config tiny --bogus=3
 
 echo "$((n - fails)) passed, $fails failed"
 [[ $fails -eq 0 ]]

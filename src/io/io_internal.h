@@ -1,0 +1,53 @@
+/* io_internal.h: what src/io's files share and what the fuzz targets call.
+ *
+ * Saving (output.c): every file the library writes goes through a wfile. It
+ * is written into a private temporary next to its destination and renamed
+ * over it only when complete and synced; see remat/io.h for the rules.
+ *
+ * Reading from memory (format.c): the file readers parse through one source
+ * that is either an open file or a byte buffer, so the from-memory entry
+ * points below run exactly the code the file readers run past the open.
+ * `name` stands in for the path in messages. */
+#ifndef REMAT_IO_INTERNAL_H
+#define REMAT_IO_INTERNAL_H
+
+#include <stddef.h>
+
+#include "remat.h"
+
+/* ------------------------------------------------------------- writing */
+
+/* A file being saved. Between open and commit, tmp exists next to target and
+ * nothing else on disk has changed. */
+typedef struct remat__wfile {
+  int fd;           /* the temporary, open for writing; -1 once closed */
+  int dirfd;        /* target's directory, for the lock and its fsync; -1 if unopenable */
+  char *tmp;        /* the temporary's name, owned */
+  char *target;     /* the name renamed over: path with its symlinks followed, owned */
+  const char *path; /* as the caller gave it, for messages */
+  const char *what; /* "checkpoint", "token shard" */
+} remat__wfile;
+
+/* Refuses a path that exists and is not a regular file (or a symlink to one),
+ * then creates the temporary. `what` names the kind of file in messages. */
+int remat__wfile_open(remat__wfile *w, const char *path, const char *what, remat_error *err);
+/* Appends bytes; a short or failed write is REMAT_EIO. */
+int remat__wfile_write(remat__wfile *w, const void *buf, size_t bytes, remat_error *err);
+/* fsync, close, lock the directory, rename over target, fsync the directory.
+ * On failure the temporary is removed and target is as it was. */
+int remat__wfile_commit(remat__wfile *w, remat_error *err);
+/* Removes the temporary; target is left as it was. Safe after a failed
+ * open or commit. */
+void remat__wfile_abort(remat__wfile *w);
+
+/* -------------------------------------------------- reading from memory */
+
+int remat__tokens_load_mem(remat_tokens *t, const void *bytes, size_t size, const char *name,
+                           remat_error *err);
+int remat__tokens_from_text_mem(remat_tokens *t, const void *bytes, size_t size,
+                                const char *name, remat_error *err);
+/* A checkpoint reader over bytes, which must outlive it. */
+int remat__checkpoint_open_mem(remat_checkpoint_reader *rd, const void *bytes, size_t size,
+                               const char *name, remat_config *cfg, remat_error *err);
+
+#endif

@@ -1,0 +1,387 @@
+/* output.c: saving files so that a crash, a full disk or a second run never
+ * leaves a mixed or truncated file, and never replaces something that is not
+ * a file.
+ *
+ * A save follows the destination's symlinks to the name it will replace (the
+ * target), refuses a target that exists and is not a regular file, writes a
+ * private temporary made by mkstemp in the target's directory, checks every
+ * write, fsyncs and closes it, takes an exclusive flock on the directory,
+ * checks the target once more, renames the temporary over it, fsyncs the
+ * directory and drops the lock. Any failure removes the temporary. The same
+ * resolution serves remat_output_check (can this be saved to later?) and
+ * remat_same_file (would this save replace that input?). */
+#define _DEFAULT_SOURCE /* flock, realpath */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/base.h"
+#include "io/io_internal.h"
+
+/* Temporaries are named TARGET.tmp.XXXXXX; a longer target name is cut so the
+ * temporary's name stays within NAME_MAX (255) bytes. */
+#define TMP_SUFFIX ".tmp.XXXXXX"
+#define TMP_BASE_MAX 200
+/* Symlinks followed before giving up, as the kernel's ELOOP limit. */
+#define MAX_LINKS 40
+
+static char *dup_range(const char *s, size_t n) {
+  char *d = remat__malloc(n + 1);
+  if (!d) return NULL;
+  memcpy(d, s, n);
+  d[n] = 0;
+  return d;
+}
+
+static char *dup_str(const char *s) { return dup_range(s, strlen(s)); }
+
+/* dir + "/" + name (name as is when it is absolute or dir is NULL). */
+static char *join(const char *dir, const char *name, size_t name_len) {
+  if (!dir || name[0] == '/') return dup_range(name, name_len);
+  size_t dl = strlen(dir);
+  char *s = remat__malloc(dl + 1 + name_len + 1);
+  if (!s) return NULL;
+  memcpy(s, dir, dl);
+  s[dl] = '/';
+  memcpy(s + dl + 1, name, name_len);
+  s[dl + 1 + name_len] = 0;
+  return s;
+}
+
+/* The directory part of path ("." when there is none, "/" for "/x"), owned. */
+static char *dir_of(const char *path) {
+  const char *slash = strrchr(path, '/');
+  if (!slash) return dup_str(".");
+  if (slash == path) return dup_str("/");
+  return dup_range(path, (size_t)(slash - path));
+}
+
+static const char *base_of(const char *path) {
+  const char *slash = strrchr(path, '/');
+  return slash ? slash + 1 : path;
+}
+
+static const char *kind_of(mode_t m) {
+  if (S_ISDIR(m)) return "a directory";
+  if (S_ISCHR(m)) return "a character device";
+  if (S_ISBLK(m)) return "a block device";
+  if (S_ISFIFO(m)) return "a FIFO";
+  if (S_ISSOCK(m)) return "a socket";
+  if (S_ISLNK(m)) return "a symbolic link";
+  return "not a regular file";
+}
+
+/* A save may replace only a regular file (or create a new name). */
+static int refuse_kind(const char *path, const char *target, mode_t m, const char *what,
+                       remat_error *err) {
+  if (S_ISDIR(m))
+    return remat__errorf(err, REMAT_EIO,
+                         "cannot save %s to '%s': it is a directory; give a file name, e.g. "
+                         "'%s/model.bin'",
+                         what, path, path);
+  if (strcmp(path, target) != 0)
+    return remat__errorf(err, REMAT_EIO,
+                         "cannot save %s to '%s': it links to '%s', which is %s, not a regular "
+                         "file; give a file name instead",
+                         what, path, target, kind_of(m));
+  return remat__errorf(err, REMAT_EIO,
+                       "cannot save %s to '%s': it is %s, not a regular file, and would be "
+                       "replaced; give a file name instead",
+                       what, path, kind_of(m));
+}
+
+/* Follows path's symlinks to the name a save replaces. *target (owned) is
+ * that name; *exists says whether it exists, and then *st is its lstat. A
+ * target that exists and is not a regular file is refused. */
+static int resolve(const char *path, const char *what, char **target, struct stat *st,
+                   int *exists, remat_error *err) {
+  *target = NULL;
+  *exists = 0;
+  if (!path || !*path)
+    return remat__errorf(err, REMAT_EINVAL, "no %s path given; pass the file to write", what);
+  char *cur = dup_str(path);
+  if (!cur) return remat__errorf(err, REMAT_ENOMEM, "out of memory naming '%s'", path);
+  for (int hops = 0;; hops++) {
+    if (lstat(cur, st) != 0) {
+      if (errno == ENOENT) break; /* a new name: the save creates it */
+      int rc = remat__errorf(err, REMAT_EIO, "cannot save %s to '%s': %s; check the path",
+                             what, path, strerror(errno));
+      remat__free(cur);
+      return rc;
+    }
+    if (!S_ISLNK(st->st_mode)) {
+      if (!S_ISREG(st->st_mode)) {
+        int rc = refuse_kind(path, cur, st->st_mode, what, err);
+        remat__free(cur);
+        return rc;
+      }
+      *exists = 1;
+      break;
+    }
+    /* a symlink: continue at what it points to, relative to its directory */
+    char link[PATH_MAX];
+    ssize_t n = hops < MAX_LINKS ? readlink(cur, link, sizeof link) : -1;
+    if (n < 0 || (size_t)n >= sizeof link) {
+      int rc = remat__errorf(err, REMAT_EIO,
+                             "cannot save %s to '%s': cannot follow the symbolic link '%s': %s",
+                             what, path, cur,
+                             hops >= MAX_LINKS ? strerror(ELOOP)
+                             : n < 0           ? strerror(errno)
+                                               : strerror(ENAMETOOLONG));
+      remat__free(cur);
+      return rc;
+    }
+    char *dir = link[0] == '/' ? NULL : dir_of(cur);
+    char *next = (link[0] == '/' || dir) ? join(dir, link, (size_t)n) : NULL;
+    remat__free(dir);
+    remat__free(cur);
+    if (!next) return remat__errorf(err, REMAT_ENOMEM, "out of memory naming '%s'", path);
+    cur = next;
+  }
+  if (base_of(cur)[0] == 0) { /* "dir/" that does not exist yet */
+    int rc = remat__errorf(err, REMAT_EINVAL,
+                           "cannot save %s to '%s': the name ends in '/'; give a file name",
+                           what, path);
+    remat__free(cur);
+    return rc;
+  }
+  *target = cur;
+  return 0;
+}
+
+/* The process's umask without changing it (umask() would, for every thread). */
+static mode_t current_umask(void) {
+  FILE *f = fopen("/proc/self/status", "r");
+  unsigned mask = 022;
+  if (f) {
+    char line[128];
+    while (fgets(line, sizeof line, f))
+      if (sscanf(line, "Umask: %o", &mask) == 1) break;
+    fclose(f);
+  }
+  return (mode_t)mask;
+}
+
+/* Best effort: the owner and group of the file being replaced (root may set
+ * both, others a group they belong to); otherwise the new file is ours, as
+ * any file this process creates. */
+static void keep_owner(int fd, const struct stat *st) {
+  if (st->st_uid == geteuid() && st->st_gid == getegid()) return;
+  if (fchown(fd, st->st_uid, st->st_gid) == 0) return;
+  if (fchown(fd, (uid_t)-1, st->st_gid) == 0) return;
+}
+
+/* Creates target's unique temporary; *tmp (owned) is its name. */
+static int make_temp(const char *path, const char *target, const char *what, int *fd, char **tmp,
+                     remat_error *err) {
+  char *dir = dir_of(target);
+  const char *base = base_of(target);
+  size_t bl = strlen(base);
+  if (bl > TMP_BASE_MAX) bl = TMP_BASE_MAX;
+  size_t dl = dir ? strlen(dir) : 0;
+  char *name = dir ? remat__malloc(dl + 1 + bl + sizeof TMP_SUFFIX) : NULL;
+  if (!name) {
+    remat__free(dir);
+    return remat__errorf(err, REMAT_ENOMEM, "out of memory naming '%s'", path);
+  }
+  memcpy(name, dir, dl);
+  name[dl] = '/';
+  memcpy(name + dl + 1, base, bl);
+  memcpy(name + dl + 1 + bl, TMP_SUFFIX, sizeof TMP_SUFFIX);
+  *fd = mkstemp(name);
+  if (*fd < 0) {
+    int e = errno;
+    struct stat ds;
+    int rc;
+    if (stat(dir, &ds) != 0)
+      rc = remat__errorf(err, REMAT_EIO,
+                         "cannot save %s to '%s': directory '%s': %s; create the directory "
+                         "first",
+                         what, path, dir, strerror(errno));
+    else
+      rc = remat__errorf(err, REMAT_EIO,
+                         "cannot save %s to '%s': cannot create a file in '%s': %s; check that "
+                         "the directory is writable",
+                         what, path, dir, strerror(e));
+    remat__free(dir);
+    remat__free(name);
+    return rc;
+  }
+  remat__free(dir);
+  *tmp = name;
+  return 0;
+}
+
+/* ------------------------------------------------------------- writing */
+
+int remat__wfile_open(remat__wfile *w, const char *path, const char *what, remat_error *err) {
+  *w = (remat__wfile){.fd = -1, .dirfd = -1, .path = path ? path : "", .what = what};
+  struct stat st;
+  int exists, rc = resolve(path, what, &w->target, &st, &exists, err);
+  if (rc) return rc;
+  if ((rc = make_temp(w->path, w->target, what, &w->fd, &w->tmp, err))) goto fail;
+  /* mkstemp makes the file 0600 and ours; give it the owner and the
+   * permission bits of the file it replaces, or those a new file would get */
+  if (exists) keep_owner(w->fd, &st);
+  mode_t mode = exists ? st.st_mode & 0777 : 0666 & ~current_umask();
+  if (fchmod(w->fd, mode) != 0) {
+    rc = remat__errorf(err, REMAT_EIO, "cannot save %s to '%s': setting the mode of '%s': %s",
+                       what, w->path, w->tmp, strerror(errno));
+    goto fail;
+  }
+  /* The directory is opened now so a failure shows before any data is
+   * written. One that cannot be opened for reading (write-only) is still
+   * saved into, without the lock and the directory fsync. */
+  char *dir = dir_of(w->target);
+  if (!dir) {
+    rc = remat__errorf(err, REMAT_ENOMEM, "out of memory naming '%s'", w->path);
+    goto fail;
+  }
+  w->dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  remat__free(dir);
+  return 0;
+
+fail:
+  remat__wfile_abort(w);
+  return rc;
+}
+
+int remat__wfile_write(remat__wfile *w, const void *buf, size_t bytes, remat_error *err) {
+  const char *p = buf;
+  while (bytes > 0) {
+    size_t chunk = bytes < ((size_t)1 << 30) ? bytes : ((size_t)1 << 30);
+    ssize_t n = write(w->fd, p, chunk);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0)
+      return remat__errorf(err, REMAT_EIO,
+                           "cannot save %s to '%s': writing '%s' failed: %s; check free disk "
+                           "space",
+                           w->what, w->path, w->tmp, n < 0 ? strerror(errno) : "no progress");
+    p += n;
+    bytes -= (size_t)n;
+  }
+  return 0;
+}
+
+void remat__wfile_abort(remat__wfile *w) {
+  if (w->fd >= 0) close(w->fd);
+  if (w->dirfd >= 0) close(w->dirfd);
+  if (w->tmp) unlink(w->tmp);
+  remat__free(w->tmp);
+  remat__free(w->target);
+  w->fd = w->dirfd = -1;
+  w->tmp = w->target = NULL;
+}
+
+int remat__wfile_commit(remat__wfile *w, remat_error *err) {
+  int rc = 0, fd = w->fd;
+  w->fd = -1;
+  if (fsync(fd) != 0) {
+    rc = remat__errorf(err, REMAT_EIO,
+                       "cannot save %s to '%s': syncing '%s' to disk failed: %s; check free "
+                       "disk space and the device",
+                       w->what, w->path, w->tmp, strerror(errno));
+    close(fd);
+    goto fail;
+  }
+  if (close(fd) != 0) {
+    rc = remat__errorf(err, REMAT_EIO, "cannot save %s to '%s': closing '%s' failed: %s",
+                       w->what, w->path, w->tmp, strerror(errno));
+    goto fail;
+  }
+  /* Under the lock, nothing another remat process saves into this directory
+   * can come between the last look at the target and the rename. */
+  if (w->dirfd >= 0)
+    while (flock(w->dirfd, LOCK_EX) != 0 && errno == EINTR) {
+    }
+  struct stat st;
+  if (lstat(w->target, &st) == 0 && !S_ISREG(st.st_mode)) {
+    rc = refuse_kind(w->path, w->target, st.st_mode, w->what, err);
+    goto fail;
+  }
+  if (rename(w->tmp, w->target) != 0) {
+    rc = remat__errorf(err, REMAT_EIO, "cannot save %s to '%s': renaming '%s' over '%s': %s",
+                       w->what, w->path, w->tmp, w->target, strerror(errno));
+    goto fail;
+  }
+  remat__free(w->tmp);
+  w->tmp = NULL;
+  /* The rename is durable once the directory is; file systems that cannot
+   * sync a directory say EINVAL, and the file is saved all the same. */
+  if (w->dirfd >= 0 && fsync(w->dirfd) != 0 && errno != EINVAL && errno != ENOTSUP)
+    rc = remat__errorf(err, REMAT_EIO,
+                       "saved %s '%s' but syncing its directory failed: %s; the file may not "
+                       "survive a power loss",
+                       w->what, w->path, strerror(errno));
+fail:
+  remat__wfile_abort(w); /* also drops the lock with the directory's fd */
+  return rc;
+}
+
+/* ------------------------------------------------------- public checks */
+
+int remat_output_check(const char *path, remat_error *err) {
+  static const char what[] = "output";
+  char *target, *tmp;
+  struct stat st;
+  int exists, fd;
+  int rc = resolve(path, what, &target, &st, &exists, err);
+  if (rc) return rc;
+  if ((rc = make_temp(path, target, what, &fd, &tmp, err))) goto done;
+  close(fd);
+  unlink(tmp);
+  remat__free(tmp);
+  /* In a sticky directory (/tmp) only the owner may replace a file. */
+  char *dir = dir_of(target);
+  struct stat ds;
+  uid_t me = geteuid();
+  if (exists && dir && stat(dir, &ds) == 0 && (ds.st_mode & S_ISVTX) && me != 0 &&
+      st.st_uid != me && ds.st_uid != me)
+    rc = remat__errorf(err, REMAT_EIO,
+                       "cannot save %s to '%s': another user owns it in the sticky directory "
+                       "'%s', so it cannot be replaced; choose another name",
+                       what, path, dir);
+  remat__free(dir);
+done:
+  remat__free(target);
+  return rc;
+}
+
+/* Where a save to path would put its file: the symlinks followed, then the
+ * real path of the directory plus the name; NULL if that is unknown. */
+static char *canonical_name(const char *path) {
+  char *target;
+  struct stat st;
+  int exists;
+  if (resolve(path, "output", &target, &st, &exists, NULL)) return NULL;
+  char *dir = dir_of(target);
+  char *real = dir ? realpath(dir, NULL) : NULL;
+  char *name = NULL;
+  if (real) {
+    const char *base = base_of(target);
+    name = join(strcmp(real, "/") == 0 ? "" : real, base, strlen(base));
+  }
+  free(real);
+  remat__free(dir);
+  remat__free(target);
+  return name;
+}
+
+int remat_same_file(const char *a, const char *b) {
+  if (!a || !b || !*a || !*b) return 0;
+  struct stat sa, sb;
+  int ea = stat(a, &sa) == 0, eb = stat(b, &sb) == 0;
+  if (ea && eb) return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+  if (ea || eb) return 0;
+  char *ca = canonical_name(a), *cb = canonical_name(b);
+  int same = ca && cb ? strcmp(ca, cb) == 0 : strcmp(a, b) == 0;
+  remat__free(ca);
+  remat__free(cb);
+  return same;
+}
