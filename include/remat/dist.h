@@ -44,6 +44,12 @@ int remat_dist_all_same(remat_dist *d, const void *bytes, size_t n, int *same, i
                         remat_error *err);
 /* Rank 0 receives one value from every rank, in rank order (others: NULL). */
 int remat_dist_gather_sizes(remat_dist *d, size_t value, size_t *all, remat_error *err);
+/* Every rank passes its own status (0 or a remat_errno, with err filled when
+ * not 0): returns the status of the lowest failing rank on every rank, with
+ * that rank's message in err and its number in *failed_rank (-1 and 0 when
+ * all succeeded). So a failure on any rank is reported once and every rank
+ * stops together. */
+int remat_dist_first_error(remat_dist *d, int rc, remat_error *err, int *failed_rank);
 /* One 0/1 flag from every rank: 1 on every rank when all are 1. */
 int remat_dist_all_ok(remat_dist *d, int ok, int *all_ok);
 

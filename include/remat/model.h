@@ -129,8 +129,9 @@ float *remat_model_stage_output(remat_model *m);
  * receives the gradient of its output here before a backward; after it,
  * a stage without the embedding finds the gradient of its input here. */
 float *remat_model_dresid(remat_model *m);
-/* The transient workspace: free between steps (after the backwards, before
- * the next step's forwards), for exchanging gradients through. */
+/* Scratch that is free between steps (after the backwards and the sends,
+ * before the next step's forwards), for exchanging gradients through: the
+ * transient workspace or the send buffer, whichever is larger. */
 float *remat_model_workspace(remat_model *m, size_t *bytes);
 /* A stage's parameters (remat_model_num_params floats, as remat_model_params
  * holds them) to and from a whole model's buffer in llm.c order

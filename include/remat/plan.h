@@ -208,6 +208,21 @@ void remat_plan_free(remat_plan *plan);
  * alternates one forward and one backward, then drains. GPipe: all forwards,
  * then all backwards. A forward waits for the previous stage's forward of the
  * same micro-batch, a backward for the next stage's backward. */
+/* A plan read back from remat_plan_format's JSON, to be run. Layers are in
+ * the planner's numbering (for a GPT-2: 0 the embedding, 1..L the blocks,
+ * L+1 the head). */
+typedef struct remat_plan_layout {
+  int64_t stages, num_layers, microbatches;
+  int schedule;
+  int64_t *layers_per_stage; /* (stages) */
+  uint8_t *recompute;        /* (num_layers) 1 if recomputed */
+  size_t *budget_bytes;      /* (stages) */
+  size_t *memory_bytes;      /* (stages) as the plan computed them */
+  char source[128];          /* what the problem was built from */
+} remat_plan_layout;
+int remat_plan_layout_load(remat_plan_layout *lo, const char *path, remat_error *err);
+void remat_plan_layout_free(remat_plan_layout *lo);
+
 /* The instruction stream of stage s: its q-th operation (q = 0 .. 2m-1) is
  * the forward (*bwd = 0) or backward (*bwd = 1) of micro-batch *k. 1F1B:
  * min(p - s - 1, m) warm-up forwards, then one forward and one backward in

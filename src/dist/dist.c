@@ -96,3 +96,23 @@ int remat_dist_all_ok(remat_dist *d, int ok, int *all_ok) {
   if (rc != MPI_SUCCESS) *all_ok = 0;
   return rc == MPI_SUCCESS ? 0 : REMAT_EIO;
 }
+
+int remat_dist_first_error(remat_dist *d, int rc, remat_error *err, int *failed_rank) {
+  /* the lowest failing rank, by a reduction: nothing allocated, so this can
+   * run after the arena exists without moving the measured peak */
+  int mine = rc ? d->rank : d->size, first = d->size, code = 0;
+  int mrc = MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, d->comm);
+  if (first == d->size) first = -1;
+  if (mrc == MPI_SUCCESS && first >= 0) {
+    code = rc;
+    mrc = MPI_Bcast(&code, 1, MPI_INT, first, d->comm);
+  }
+  if (mrc != MPI_SUCCESS) return remat__mpi_error(err, mrc, "comparing the ranks' start");
+  *failed_rank = first;
+  if (first < 0) return 0;
+  remat_error msg = {0};
+  if (d->rank == first && err) msg = *err;
+  MPI_Bcast(&msg, (int)sizeof msg, MPI_BYTE, first, d->comm);
+  if (err) *err = msg;
+  return code;
+}

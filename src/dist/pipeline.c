@@ -143,16 +143,15 @@ static int run_microbatches(void *ctx, remat_trainer *tr, double *loss_sum, rema
           (rc = recv_from(pl, remat_model_stage_input(m, slot), s - 1, (int)(2 * k), EV_RECV_ACT,
                           k, err)))
         return rc;
+      /* the forward writes the output buffer: its last send must be done */
+      if (s < P - 1 && (rc = wait_req(pl, &pl->send_act, EV_SEND_ACT, k, err))) return rc;
       double t = remat__now();
       arena_counter(pl, t, 1);
       remat_model_stage_forward(m, slot, (uint32_t)k, &o->hp);
       record(pl, EV_FORWARD, t, remat__now(), k, 0);
-      if (s < P - 1) {
-        if ((rc = wait_req(pl, &pl->send_act, EV_SEND_ACT, k, err))) return rc;
-        if ((rc = send_to(pl, remat_model_stage_output(m), s + 1, (int)(2 * k), &pl->send_act,
-                          err)))
-          return rc;
-      }
+      if (s < P - 1 && (rc = send_to(pl, remat_model_stage_output(m), s + 1, (int)(2 * k),
+                                     &pl->send_act, err)))
+        return rc;
     } else {
       if ((rc = wait_req(pl, &pl->send_grad, EV_SEND_GRAD, k, err))) return rc;
       if (s < P - 1 && (rc = recv_from(pl, remat_model_dresid(m), s + 1, (int)(2 * k + 1),
@@ -194,7 +193,12 @@ static int exchange_tied(void *ctx, remat_trainer *tr, remat_error *err) {
   remat_model_tensor(pl->m, REMAT_P_WTE, &n);
   float *g = remat_model_tensor_grad(pl->m, REMAT_P_WTE);
   float *buf = remat_model_workspace(pl->m, &room);
-  size_t chunk = room / sizeof(float);
+  /* both sides move pieces of the smaller of their two rooms */
+  uint64_t mine = room / sizeof(float), theirs = 0;
+  int mrc = MPI_Sendrecv(&mine, 1, MPI_UINT64_T, peer, 6, &theirs, 1, MPI_UINT64_T, peer, 6,
+                         pl->d->comm, MPI_STATUS_IGNORE);
+  if (mrc != MPI_SUCCESS) return remat__mpi_error(err, mrc, "exchanging the tied embedding's gradient");
+  size_t chunk = (size_t)(mine < theirs ? mine : theirs);
   if (chunk > (size_t)INT_MAX) chunk = (size_t)INT_MAX;
   REMAT_ASSERT(chunk > 0);
   for (size_t off = 0; off < n; off += chunk) {

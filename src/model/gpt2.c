@@ -136,8 +136,11 @@ double remat_model_take_recompute_seconds(remat_model *m) {
 }
 
 float *remat_model_workspace(remat_model *m, size_t *bytes) {
-  *bytes = m->mp.buf[REMAT_BUF_WORK].bytes;
-  return (float *)m->work;
+  /* the larger of the transient workspace and the send buffer: both are
+   * free between steps (a stage of the embedding alone has no workspace) */
+  size_t work = m->mp.buf[REMAT_BUF_WORK].bytes, send = m->mp.buf[REMAT_BUF_SEND].bytes;
+  *bytes = work >= send ? work : send;
+  return work >= send ? (float *)m->work : m->send;
 }
 
 /* Moves a stage's tensors between its own flat buffer and a whole model's

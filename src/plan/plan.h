@@ -293,4 +293,9 @@ typedef struct remat__plan_buf {
 void remat__plan_printf(remat__plan_buf *b, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
+/* Reads a file of at most the problem size limit into *buf (owned, NUL
+ * terminated); non-regular files are read up to the limit and refused past
+ * it. */
+int remat__plan_read_bounded(const char *path, char **buf, size_t *len, remat_error *err);
+
 #endif

@@ -553,7 +553,7 @@ done:
  * reading it: a regular file by its size, anything else (a pipe, a device)
  * by reading at most one byte more than the limit, so no input costs more
  * memory than the limit. */
-static int read_bounded(const char *path, char **out, size_t *len, remat_error *err) {
+int remat__plan_read_bounded(const char *path, char **out, size_t *len, remat_error *err) {
   const size_t limit = REMAT_PLAN_MAX_PROBLEM_BYTES;
   *out = NULL;
   *len = 0;
@@ -614,7 +614,7 @@ int remat_plan_problem_load(remat_plan_problem *pb, const char *path, remat_erro
   memset(pb, 0, sizeof *pb);
   char *buf;
   size_t len;
-  int rc = read_bounded(path, &buf, &len, err);
+  int rc = remat__plan_read_bounded(path, &buf, &len, err);
   if (rc) return rc;
   if (len == 0) rc = remat__errorf(err, REMAT_EFORMAT, "problem file '%s' is empty", path);
   if (!rc) {

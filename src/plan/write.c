@@ -159,6 +159,7 @@ static int json(const remat_plan_problem *pb, const remat_plan *pl, char **out, 
   cJSON_AddNumberToObject(root, "total_recomputed", (double)pl->total_recomputed);
   cJSON_AddNumberToObject(root, "max_memory_bytes", (double)pl->max_memory_bytes);
   cJSON_AddStringToObject(root, "time_unit", pb->time_unit);
+  cJSON_AddStringToObject(root, "source", pb->source);
   if (!pl->feasible) {
     if (pb->uniform_memory)
       cJSON_AddNumberToObject(root, "min_budget_bytes", (double)pl->min_budget_bytes);
