@@ -9,14 +9,15 @@
 #include <string.h>
 
 const char *cli_name = "remat";
+char cli_last_message[1024];
+int cli_silent;
 
 int cli_fail(int code, const char *fmt, ...) {
-  char msg[1024];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
+  vsnprintf(cli_last_message, sizeof cli_last_message, fmt, ap);
   va_end(ap);
-  fprintf(stderr, "%s: %s\n", cli_name, msg);
+  if (!cli_silent) fprintf(stderr, "%s: %s\n", cli_name, cli_last_message);
   return code;
 }
 

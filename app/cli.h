@@ -11,6 +11,11 @@ enum { CLI_EXIT_RUN = 1, CLI_EXIT_USAGE = 2 };
 /* "remat train" or "remat plan": the prefix of every message. */
 extern const char *cli_name;
 
+/* The last message cli_fail formed, printed or not; with cli_silent set
+ * (ranks other than 0) nothing is printed. */
+extern char cli_last_message[1024];
+extern int cli_silent;
+
 /* Prints "<cli_name>: <message>" on stderr as one line; returns code. */
 int cli_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

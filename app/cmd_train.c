@@ -62,7 +62,9 @@ static const char *usage_text =
 
 typedef struct {
   const char *config, *model, *data, *text, *save, *log, *ckpt_layers, *mem;
-  int64_t B, T, K, steps, warmup, eval_every, eval_batches;
+  const char *layers, *plan, *trace;
+  int64_t B, T, K, steps, warmup, eval_every, eval_batches, stages;
+  int schedule;
   double lr, wd, clip, dropout, ratio, peak_gflops, val_frac;
   uint64_t seed;
   int threads, cosine, quiet, plan_only;
@@ -80,7 +82,8 @@ static const char *const valued[] = {
     "--config", "--model", "--data", "--text", "--save", "--log", "--ckpt-layers", "--mem",
     "--batch", "--seq", "--grad-accum", "--steps", "--warmup", "--eval-every",
     "--eval-batches", "--val-frac", "--lr", "--weight-decay", "--grad-clip", "--dropout",
-    "--ckpt-ratio", "--peak-gflops", "--seed", "--threads", NULL};
+    "--ckpt-ratio", "--peak-gflops", "--seed", "--threads", "--stages", "--schedule",
+    "--layers", "--plan", "--trace", NULL};
 
 static int is_valued(const char *a) {
   size_t n = strcspn(a, "=");
@@ -100,6 +103,14 @@ static int parse_value(opts *o, const char *name, const char *v) {
   else if (!strcmp(name, "--log")) o->log = v;
   else if (!strcmp(name, "--ckpt-layers")) o->ckpt_layers = v;
   else if (!strcmp(name, "--mem")) o->mem = v;
+  else if (!strcmp(name, "--layers")) o->layers = v;
+  else if (!strcmp(name, "--plan")) o->plan = v;
+  else if (!strcmp(name, "--trace")) o->trace = v;
+  else if (!strcmp(name, "--stages")) rc = cli_parse_i64(name, v, 1, REMAT_MAX_STAGES, &o->stages);
+  else if (!strcmp(name, "--schedule")) {
+    if (remat_plan_schedule_parse(v, &o->schedule))
+      rc = cli_fail(-1, "--schedule %s is not a schedule; use 1f1b or gpipe", v);
+  }
   else if (!strcmp(name, "--batch")) rc = cli_parse_i64(name, v, 1, 1 << 16, &o->B);
   else if (!strcmp(name, "--seq")) rc = cli_parse_i64(name, v, 1, 1 << 20, &o->T);
   else if (!strcmp(name, "--grad-accum")) rc = cli_parse_i64(name, v, 1, 1 << 16, &o->K);
@@ -127,7 +138,7 @@ static int parse_value(opts *o, const char *name, const char *v) {
 }
 
 static int parse_args(int argc, char **argv, opts *o) {
-  *o = (opts){.B = 8, .T = 0, .K = 1, .steps = 300, .lr = 1e-3, .wd = 0.1, .clip = 1.0,
+  *o = (opts){.stages = 1, .schedule = REMAT_SCHED_1F1B, .B = 8, .T = 0, .K = 1, .steps = 300, .lr = 1e-3, .wd = 0.1, .clip = 1.0,
               .ratio = -1, .seed = 1337, .threads = 0, .val_frac = 0.1, .eval_batches = 8};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -149,9 +160,17 @@ static int parse_args(int argc, char **argv, opts *o) {
       if (!v || parse_value(o, name, v)) return -1;
     }
   }
-  if ((o->ratio >= 0) + (o->ckpt_layers != NULL) + (o->mem != NULL) > 1)
-    return cli_fail(-1, "--ckpt-ratio, --ckpt-layers and --mem each choose the recomputed "
-                        "blocks; give at most one");
+  if ((o->ratio >= 0) + (o->ckpt_layers != NULL) + (o->mem != NULL) + (o->plan != NULL) > 1)
+    return cli_fail(-1, "--ckpt-ratio, --ckpt-layers, --mem and --plan each choose the "
+                        "recomputed blocks; give at most one");
+  if (o->stages == 1 && (o->layers || o->plan || o->trace))
+    return cli_fail(-1, "--layers, --plan and --trace place a pipeline: give --stages P too (and "
+                        "start P ranks with mpirun -np P)");
+  if (o->layers && o->mem)
+    return cli_fail(-1, "--layers places the blocks by hand and --mem lets remat place them; "
+                        "give one");
+  if (o->stages > 1 && o->eval_every > 0)
+    return cli_fail(-1, "--eval-every runs on one process only; drop it with --stages");
   if (o->data && o->text) return cli_fail(-1, "give --data or --text, not both");
   return 0;
 }
@@ -373,6 +392,14 @@ typedef struct {
   int64_t steps_done, timed_steps;
   double first_loss, last_loss, last_val, t_train, t_recompute, wall;
   size_t measured;
+  /* a pipeline's ranks (1 in one process): arena planned and measured */
+  remat_dist *dist;
+  remat_pipeline *pipe;
+  int ranks, rank;
+  size_t rank_planned[REMAT_MAX_STAGES], rank_measured[REMAT_MAX_STAGES];
+  double wait_s;      /* this rank's waiting, over the timed steps */
+  double predicted_s; /* the plan's simulated iteration time, in seconds */
+  double predicted_bubble;
 } run_state;
 
 static int log_step(run_state *r, const remat_step_stats *st, double tps, double mfu,
@@ -380,7 +407,7 @@ static int log_step(run_state *r, const remat_step_stats *st, double tps, double
   FILE *f = r->logf;
   const remat_memplan *mp = remat_trainer_memplan(r->tr);
   fprintf(f,
-          "{\"step\": %lld, \"loss\": %.6f, \"lr\": %.6g, \"grad_norm\": %.6g, "
+          "{\"step\": %lld, \"loss\": %.17g, \"lr\": %.9g, \"grad_norm\": %.9g, "
           "\"step_s\": %.6f, \"recompute_s\": %.6f, \"tokens_per_s\": %.2f, \"mfu\": %.6f, "
           "\"recomputed_blocks\": %lld, \"planned_peak_bytes\": %zu, "
           "\"measured_peak_bytes\": %zu, \"rss_peak_bytes\": %zu",
@@ -388,6 +415,12 @@ static int log_step(run_state *r, const remat_step_stats *st, double tps, double
           st->recompute_seconds, tps, mfu, (long long)mp->num_recomputed, r->planned,
           r->measured, remat_rss_peak_bytes());
   if (!isnan(val_loss)) fprintf(f, ", \"val_loss\": %.6f", val_loss);
+  for (int a = 0; a < 2; a++) {
+    fprintf(f, a ? ", \"rank_measured_peak_bytes\": [" : ", \"rank_planned_peak_bytes\": [");
+    for (int k = 0; k < r->ranks; k++)
+      fprintf(f, "%s%zu", k ? ", " : "", a ? r->rank_measured[k] : r->rank_planned[k]);
+    fputc(']', f);
+  }
   fputs("}\n", f);
   if (fflush(f) || ferror(f))
     return cli_fail(CLI_EXIT_RUN, "cannot write log file '%s': %s", r->o->log, strerror(errno));
@@ -414,13 +447,34 @@ static void show_progress(run_state *r, const remat_step_stats *st, double tps, 
   }
 }
 
+/* Each rank's planned and measured arena, for the log (rank 0 gets them). */
+static int gather_ranks(run_state *r, remat_error *err) {
+  const remat_memplan *mp = remat_trainer_memplan(r->tr);
+  size_t hw = remat_model_arena_high_water(remat_trainer_model(r->tr));
+  if (!r->dist) {
+    r->rank_planned[0] = mp->peak_bytes;
+    r->rank_measured[0] = hw;
+    return 0;
+  }
+  int rc = remat_dist_gather_sizes(r->dist, mp->peak_bytes, r->rank_planned, err);
+  if (!rc) rc = remat_dist_gather_sizes(r->dist, hw, r->rank_measured, err);
+  return rc;
+}
+
 static int train_loop(run_state *r) {
   const opts *o = r->o;
   remat_error err;
   double tokens_per_step = (double)(o->B * o->T * o->K);
   r->first_loss = r->last_loss = r->last_val = NAN;
   double t_start = remat_now();
-  for (int64_t i = 0; i < o->steps && !interrupted; i++) {
+  for (int64_t i = 0; i < o->steps; i++) {
+    /* every rank stops at the same step */
+    int go = !interrupted;
+    if (r->dist) remat_dist_all_ok(r->dist, go, &go);
+    if (!go) {
+      interrupted = 1;
+      break;
+    }
     remat_step_stats st;
     if (remat_trainer_step(r->tr, &st, &err)) {
       if (r->tty) fputc('\n', stderr);
@@ -430,6 +484,8 @@ static int train_loop(run_state *r) {
     }
     r->steps_done = st.step;
     r->measured = remat_trainer_measured_peak_bytes(r->tr);
+    if (gather_ranks(r, &err)) return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
+    if (r->pipe && (st.step > 1 || o->steps == 1)) r->wait_s += remat_pipeline_wait_seconds(r->pipe);
     if (st.step == 1) r->first_loss = st.loss;
     r->last_loss = st.loss;
     if (st.step > 1 || o->steps == 1) { /* the first step warms caches and threads */
@@ -472,6 +528,20 @@ static void print_summary(const run_state *r) {
          r->planned, r->measured,
          100.0 * ((double)r->measured - (double)r->planned) / (double)r->planned,
          remat_format_bytes(remat_rss_peak_bytes(), b1, sizeof b1));
+  if (r->ranks > 1) {
+    printf("ranks   arena planned = measured on every rank:");
+    int same = 1;
+    for (int k = 0; k < r->ranks; k++) {
+      printf(" %zu%s", r->rank_measured[k], r->rank_measured[k] == r->rank_planned[k] ? "" : "(!)");
+      same = same && r->rank_measured[k] == r->rank_planned[k];
+    }
+    printf("%s\n", same ? "" : "  (! marks a rank whose measured arena differs from its plan)");
+    double step = r->timed_steps ? r->t_train / (double)r->timed_steps : r->wall;
+    printf("time    iteration %.3f s measured, %.3f s predicted by the plan's schedule "
+           "simulation (bubble %.1f%%); rank 0 waited %.1f%% of its steps\n",
+           step, r->predicted_s, 100 * r->predicted_bubble,
+           r->t_train > 0 ? 100 * r->wait_s / r->t_train : 0.0);
+  }
 }
 
 /* Measured before the arena exists, so that filling it cannot disturb the
@@ -487,113 +557,433 @@ static double peak_rate(const opts *o) {
   return peak;
 }
 
+/* ----------------------------------------------------------- pipeline */
+
+/* The pipeline's placement, chosen the way the flags say: --layers by
+ * hand (with --ckpt-layers/--ckpt-ratio), --plan from a plan file, else the
+ * planner's exact optimum under --mem (or, without it, memory ignored). The
+ * plan's figures come from the memory model, which the stages' arenas follow. */
+typedef struct {
+  remat_plan_problem pb;
+  remat_plan plan;
+  int have_pb, have_plan;
+  remat_split split;
+  uint8_t *recompute; /* (L + 2) in the planner's numbering */
+} placement;
+
+static void placement_free(placement *pl) {
+  if (pl->have_plan) remat_plan_free(&pl->plan);
+  if (pl->have_pb) remat_plan_problem_free(&pl->pb);
+  free(pl->recompute);
+}
+
+/* Budgets from --mem: one for all stages or one per stage. */
+static int stage_budgets(const opts *o, remat_plan_problem *pb) {
+  remat_error err;
+  if (!o->mem) {
+    remat_plan_problem_set_memory(pb, (size_t)1 << 60);
+    return 0;
+  }
+  const char *p = o->mem;
+  int64_t n = 0;
+  char item[64];
+  size_t b[REMAT_MAX_STAGES];
+  while (*p) {
+    size_t len = strcspn(p, ",");
+    if (len >= sizeof item || n == REMAT_MAX_STAGES)
+      return cli_fail(CLI_EXIT_USAGE, "--mem: give one size, or one per stage separated by commas");
+    memcpy(item, p, len);
+    item[len] = 0;
+    if (remat_parse_size(item, &b[n], &err)) return cli_fail(CLI_EXIT_USAGE, "--mem: %s", err.msg);
+    n++;
+    p += len + (p[len] == ',');
+  }
+  if (n == 1) {
+    remat_plan_problem_set_memory(pb, b[0]);
+  } else if (n == pb->stages) {
+    for (int64_t s = 0; s < n; s++) pb->memory[s] = b[s];
+    pb->uniform_memory = 0;
+  } else {
+    return cli_fail(CLI_EXIT_USAGE, "--mem gives %lld budgets for %lld stages; give one for all or "
+                    "one per stage", (long long)n, (long long)pb->stages);
+  }
+  return 0;
+}
+
+/* --layers 1,2,2,3: blocks per stage. */
+static int layers_by_hand(const opts *o, const remat_config *cfg, int64_t *lps) {
+  int64_t P = o->stages, L = cfg->num_layers, k = 0, sum = 0;
+  const char *p = o->layers;
+  while (*p && k < P) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(p, &end, 10);
+    if (end == p || errno || v < 0) break;
+    lps[k++] = v;
+    sum += v;
+    p = *end == ',' ? end + 1 : end;
+    if (*end != ',' && *end) break;
+  }
+  if (k != P || *p)
+    return cli_fail(CLI_EXIT_USAGE, "--layers expects %lld block counts like 2,2 (one per stage); "
+                    "got '%s'", (long long)P, o->layers);
+  if (sum != L)
+    return cli_fail(CLI_EXIT_USAGE, "--layers %s places %lld blocks but the model has %lld",
+                    o->layers, (long long)sum, (long long)L);
+  /* planner numbering: the embedding joins stage 0, the head the last */
+  lps[0] += 1;
+  lps[P - 1] += 1;
+  return 0;
+}
+
+static int place_pipeline(const opts *o, const remat_config *cfg, const uint8_t *block_policy,
+                          placement *pl) {
+  remat_error err;
+  int64_t P = o->stages, L = cfg->num_layers, lps[REMAT_MAX_STAGES];
+  if (P > L + 2)
+    return cli_fail(CLI_EXIT_USAGE, "--stages %lld is more stages than the model has layers "
+                    "(%lld blocks, the embedding and the head)", (long long)P, (long long)L);
+  if (remat_plan_problem_from_model(&pl->pb, cfg, o->B, o->T, P, o->K, (size_t)1 << 60, &err))
+    return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
+  pl->have_pb = 1;
+  pl->pb.schedule = o->schedule;
+  int rc = stage_budgets(o, &pl->pb);
+  if (rc) return rc;
+  if (!(pl->recompute = calloc((size_t)L + 2, 1))) return cli_fail(CLI_EXIT_RUN, "out of memory");
+  if (o->plan) {
+    remat_plan_layout lo;
+    if (remat_plan_layout_load(&lo, o->plan, &err)) return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
+    rc = 0;
+    if (strcmp(lo.source, pl->pb.source) != 0)
+      rc = cli_fail(CLI_EXIT_USAGE, "--plan %s was made for '%s', not for this job ('%s'); make it "
+                    "with remat plan --config and the same --batch and --seq", o->plan,
+                    lo.source, pl->pb.source);
+    else if (lo.stages != P || lo.microbatches != o->K || lo.schedule != o->schedule)
+      rc = cli_fail(CLI_EXIT_USAGE, "--plan %s is for %lld stages, %lld micro-batches and %s; this "
+                    "job has --stages %lld, --grad-accum %lld and --schedule %s", o->plan,
+                    (long long)lo.stages, (long long)lo.microbatches,
+                    remat_plan_schedule_name(lo.schedule), (long long)P, (long long)o->K,
+                    remat_plan_schedule_name(o->schedule));
+    if (!rc) {
+      for (int64_t s = 0; s < P; s++) {
+        lps[s] = lo.layers_per_stage[s];
+        if (!o->mem) pl->pb.memory[s] = lo.budget_bytes[s];
+      }
+      if (!o->mem) pl->pb.uniform_memory = 0;
+      memcpy(pl->recompute, lo.recompute, (size_t)L + 2);
+    }
+    remat_plan_layout_free(&lo);
+    if (rc) return rc;
+  } else if (o->layers) {
+    if ((rc = layers_by_hand(o, cfg, lps))) return rc;
+    for (int64_t l = 0; l < L; l++) pl->recompute[l + 1] = block_policy[l] == REMAT_RECOMPUTE;
+  } else {
+    rc = remat_plan_solve(&pl->pb, &pl->plan, &err);
+    if (rc && rc != REMAT_EINFEASIBLE) return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
+    pl->have_plan = 1;
+    if (rc == REMAT_EINFEASIBLE)
+      return cli_fail(CLI_EXIT_RUN, "--mem %s: %s", o->mem, err.msg);
+    for (int64_t s = 0; s < P; s++) lps[s] = pl->plan.stages[s].num_layers;
+    for (int64_t k = 0; k < pl->plan.total_recomputed; k++)
+      pl->recompute[pl->plan.recomputed_all[k]] = 1;
+  }
+  if (!pl->have_plan) {
+    for (int64_t s = 0; s < P; s++)
+      if (lps[s] < 1)
+        return cli_fail(CLI_EXIT_USAGE, "stage %lld would hold no layer", (long long)s);
+    if (remat_plan_evaluate(&pl->pb, lps, pl->recompute, &pl->plan, &err))
+      return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
+    pl->have_plan = 1;
+    for (int64_t s = 0; s < P; s++)
+      if (pl->plan.stages[s].memory_bytes > pl->plan.stages[s].budget_bytes) {
+        char b1[32], b2[32];
+        return cli_fail(CLI_EXIT_RUN, "stage %lld needs %s but its budget is %s: the placement "
+                        "does not fit; recompute more blocks or give it fewer",
+                        (long long)s,
+                        remat_format_bytes(pl->plan.stages[s].memory_bytes, b1, sizeof b1),
+                        remat_format_bytes(pl->plan.stages[s].budget_bytes, b2, sizeof b2));
+      }
+  }
+  /* stages in blocks */
+  remat_split *sp = &pl->split;
+  memset(sp, 0, sizeof *sp);
+  sp->stages = P;
+  sp->schedule = o->schedule;
+  sp->microbatches = o->K;
+  int64_t first = 0;
+  for (int64_t s = 0; s < P; s++) {
+    int64_t lo = first, hi = first + lps[s];
+    int64_t b0 = lo < 1 ? 1 : lo, b1 = hi > L + 1 ? L + 1 : hi;
+    sp->first_block[s] = b0 - 1;
+    sp->num_blocks[s] = b1 > b0 ? b1 - b0 : 0;
+    first = hi;
+  }
+  return 0;
+}
+
+static void print_pipeline(const remat_config *cfg, const placement *pl, const char *source,
+                           const remat_tokens *tok, const opts *o) {
+  remat_error err;
+  char *text = NULL;
+  printf("model   L=%lld C=%lld NH=%lld V=%lld (padded %lld) maxT=%lld, %zu parameters\n",
+         (long long)cfg->num_layers, (long long)cfg->channels, (long long)cfg->num_heads,
+         (long long)cfg->vocab_size, (long long)cfg->padded_vocab_size,
+         (long long)cfg->max_seq_len, remat_param_count(cfg));
+  printf("data    %s: %lld tokens; batch %lld x %lld, %lld micro-batches per step\n", source,
+         (long long)tok->n, (long long)o->B, (long long)o->T, (long long)o->K);
+  if (remat_plan_format(&pl->pb, &pl->plan, REMAT_PLAN_FORMAT_TABLE, &text, &err) == 0) {
+    fputs(text, stdout);
+    remat_plan_text_free(text);
+  }
+  /* each stage's arena, from the same memory model the table used */
+  for (int64_t s = 0; s < pl->split.stages; s++) {
+    uint8_t pol[4096];
+    for (int64_t i = 0; i < pl->split.num_blocks[s]; i++)
+      pol[i] = pl->recompute[pl->split.first_block[s] + i + 1] ? REMAT_RECOMPUTE : REMAT_KEEP;
+    remat_stage st = remat_split_stage(&pl->split, s, pol);
+    remat_memplan mp;
+    char b1[32], b2[32], b3[32], b4[32];
+    if (remat_memplan_build_stage(&mp, cfg, o->B, o->T, &st, &err)) continue;
+    printf("stage %lld arena %s (%zu bytes) = state %s + %lld in flight x %s + workspace %s; "
+           "blocks %lld..%lld%s%s\n",
+           (long long)s, remat_format_bytes(mp.peak_bytes, b1, sizeof b1), mp.peak_bytes,
+           remat_format_bytes(mp.bytes.state, b2, sizeof b2), (long long)st.inflight,
+           remat_format_bytes(mp.slot_bytes, b3, sizeof b3),
+           remat_format_bytes(mp.bytes.workspace, b4, sizeof b4), (long long)st.first_block,
+           (long long)(st.first_block + st.num_blocks - 1), st.has_embedding ? ", embedding" : "",
+           st.has_head ? ", head" : "");
+    remat_memplan_free(&mp);
+  }
+}
+
+/* The plan's predicted iteration in seconds: its FLOP-based stage times at
+ * the measured sgemm rate, through the schedule's simulation; and its
+ * bubble, the share of stage-time the schedule leaves idle. */
+static void predict(run_state *r, const placement *pl) {
+  const remat_plan *p = &pl->plan;
+  double busy = 0;
+  for (int64_t s = 0; s < p->num_stages; s++) busy += p->stages[s].time * (double)p->microbatches;
+  double sim = p->simulated_time > 0 ? p->simulated_time : p->iteration_time;
+  r->predicted_s = sim * 1e9 / r->peak_flops;
+  r->predicted_bubble = sim > 0 ? 1 - busy / ((double)p->num_stages * sim) : 0;
+}
+
+/* Loads --model's weights: the whole model, or this stage's slices of it. */
+static int load_weights(remat_checkpoint_reader *rd, const remat_config *cfg, remat_model *m,
+                        remat_error *err) {
+  const remat_stage *st = remat_model_stage(m);
+  if (st->has_embedding && st->has_head && st->num_blocks == cfg->num_layers)
+    return remat_checkpoint_read_params(rd, cfg, remat_model_params(m), err);
+  float *full = malloc(remat_param_count(cfg) * sizeof(float));
+  if (!full) return REMAT_ENOMEM;
+  int rc = remat_checkpoint_read_params(rd, cfg, full, err);
+  if (!rc) remat_stage_params_from_full(cfg, st, full, remat_model_params(m));
+  free(full);
+  remat_heap_reset_peak();
+  return rc;
+}
+
+/* --save: one llm.c checkpoint of the whole model, written by rank 0. */
+static int save_weights(const opts *o, const remat_config *cfg, run_state *r, remat_error *err) {
+  remat_model *m = remat_trainer_model(r->tr);
+  if (!r->pipe) return remat_checkpoint_save(o->save, cfg, remat_model_params(m), err);
+  float *full = r->rank == 0 ? malloc(remat_param_count(cfg) * sizeof(float)) : NULL;
+  if (r->rank == 0 && !full) {
+    snprintf(err->msg, sizeof err->msg, "out of memory gathering the model to save it");
+    return REMAT_ENOMEM;
+  }
+  int rc = remat_pipeline_gather_params(r->pipe, full, err);
+  if (!rc && r->rank == 0) rc = remat_checkpoint_save(o->save, cfg, full, err);
+  free(full);
+  return rc;
+}
+
+/* Every rank of a pipeline must run the same command. */
+static uint64_t argv_digest(int argc, char **argv) {
+  uint64_t h = 1469598103934665603ull;
+  for (int i = 0; i < argc; i++)
+    for (const char *p = argv[i];; p++) {
+      h = (h ^ (unsigned char)*p) * 1099511628211ull;
+      if (!*p) break;
+    }
+  return h;
+}
+
+/* Setup failed on some rank: the lowest failing rank's message is the one
+ * rank 0 shows, once. */
+static int setup_status(run_state *r, int rc) {
+  if (!r->dist) return rc;
+  remat_error e = {0};
+  e.code = rc;
+  snprintf(e.msg, sizeof e.msg, "%.*s", (int)sizeof e.msg - 1, cli_last_message);
+  int who = -1;
+  int first = remat_dist_first_error(r->dist, rc, &e, &who);
+  if (first && who > 0 && r->rank == 0) {
+    cli_silent = 0;
+    cli_fail(first, "rank %d: %s", who, e.msg);
+  }
+  return first;
+}
+
+static int train_job(opts *o, run_state *r) {
+  remat_error err = {0};
+  int rc;
+  remat_config cfg, want;
+  remat_checkpoint_reader rd = {0};
+  remat_tokens tok = {0};
+  remat_trainer *tr = NULL;
+  uint8_t *policy = NULL;
+  placement pl = {0};
+  const char *source = "";
+  remat_train_opts to;
+  int have_want;
+  r->cfg = &cfg;
+  train_opts_from(o, &to);
+
+  if (remat_blas_check(&err)) rc = cli_fail(CLI_EXIT_RUN, "%s", err.msg);
+  else rc = check_outputs(o);
+  if (!rc) rc = load_shape(o, &rd, &cfg, &want, &have_want);
+  if (!rc) {
+    if (o->T == 0) o->T = cfg.max_seq_len < 64 ? cfg.max_seq_len : 64;
+    to.T = o->T;
+    if (o->T > cfg.max_seq_len)
+      rc = cli_fail(CLI_EXIT_USAGE, "--seq %lld exceeds the model's maximum sequence length %lld",
+                    (long long)o->T, (long long)cfg.max_seq_len);
+  }
+  if (!rc) rc = load_tokens(o, &tok, &source);
+  if (!rc && !(policy = malloc((size_t)cfg.num_layers))) rc = cli_fail(CLI_EXIT_RUN, "out of memory");
+  if (!rc && !(o->stages > 1 && (o->mem || o->plan))) rc = choose_policy(o, &cfg, &tok, &to, policy);
+  if (!rc && o->stages > 1) rc = place_pipeline(o, &cfg, policy, &pl);
+
+  /* The plan: every buffer of a step, before anything large is allocated. */
+  if (!rc) {
+    if (o->stages > 1) {
+      int64_t s = r->rank;
+      for (int64_t i = 0; i < pl.split.num_blocks[s]; i++)
+        policy[i] = pl.recompute[pl.split.first_block[s] + i + 1] ? REMAT_RECOMPUTE : REMAT_KEEP;
+      remat_stage st = remat_split_stage(&pl.split, s, policy);
+      if (remat_trainer_create_stage(&tr, &cfg, &st, &tok, &to, &err) ||
+          remat_pipeline_create(&r->pipe, r->dist, tr, &pl.split, &err) ||
+          (o->trace && remat_pipeline_trace_start(r->pipe, o->steps, &err)))
+        rc = cli_fail(CLI_EXIT_RUN, "%s", err.msg);
+    } else if (remat_trainer_create(&tr, &cfg, policy, &tok, &to, &err)) {
+      rc = cli_fail(CLI_EXIT_RUN, "%s", err.msg);
+    }
+  }
+  if ((rc = setup_status(r, rc))) goto out;
+  r->planned = remat_trainer_planned_bytes(tr);
+  if (o->stages > 1)
+    print_pipeline(&cfg, &pl, source, &tok, o);
+  else
+    print_plan(&cfg, remat_trainer_memplan(tr), r->planned, source, &tok, o);
+  if (cli_stdout_ok()) {
+    rc = CLI_EXIT_RUN;
+    goto out;
+  }
+  if (o->plan_only) goto out;
+  rc = check_fits_machine(r->planned);
+  if (!rc && remat_trainer_train_windows(tr) < o->B)
+    fprintf(stderr,
+            "remat train: warning: %s has only %lld windows of %lld tokens for a batch of %lld "
+            "rows; rows repeat within a batch\n",
+            source, (long long)remat_trainer_train_windows(tr), (long long)o->T + 1,
+            (long long)o->B);
+  if (!rc) {
+    r->peak_flops = peak_rate(o);
+    fflush(stdout);
+    if (remat_trainer_allocate(tr, &err)) rc = cli_fail(CLI_EXIT_RUN, "%s", err.msg);
+  }
+  if (!rc && remat_trainer_planned_bytes(tr) != r->planned) {
+    cli_fail(CLI_EXIT_RUN, "internal error: the allocated plan differs from the printed one");
+    abort();
+  }
+  if (!rc) {
+    remat_model *m = remat_trainer_model(tr);
+    if (!o->model) remat_model_init_weights(m, o->seed);
+    else if (load_weights(&rd, &cfg, m, &err)) rc = cli_fail(CLI_EXIT_RUN, "%s", err.msg);
+  }
+  if (!rc && o->log && r->rank == 0 && !(r->logf = fopen(o->log, "w")))
+    rc = cli_fail(CLI_EXIT_RUN, "cannot write log file '%s': %s", o->log, strerror(errno));
+  if ((rc = setup_status(r, rc))) goto out;
+  if (r->pipe) predict(r, &pl);
+
+  struct sigaction sa = {0};
+  sa.sa_handler = on_signal;
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+  r->tr = tr;
+  r->tty = isatty(STDERR_FILENO) && !o->quiet;
+  if ((rc = train_loop(r))) {
+    if (r->dist) remat_dist_finalize(r->dist, rc); /* the other ranks wait on this one */
+    goto out;
+  }
+  if (r->rank == 0) print_summary(r);
+  if (o->save) {
+    if (save_weights(o, &cfg, r, &err)) {
+      rc = cli_fail(CLI_EXIT_RUN, "%s", err.msg);
+      goto out;
+    }
+    printf("saved   %s\n", o->save);
+  }
+  if (o->trace && remat_pipeline_trace_write(r->pipe, o->trace, &err)) {
+    rc = cli_fail(CLI_EXIT_RUN, "%s", err.msg);
+    goto out;
+  }
+  if (o->trace) printf("trace   %s (open it in Perfetto or chrome://tracing)\n", o->trace);
+  if (r->logf) {
+    FILE *f = r->logf;
+    r->logf = NULL;
+    if (fclose(f)) {
+      rc = cli_fail(CLI_EXIT_RUN, "cannot write log file '%s': %s", o->log, strerror(errno));
+      goto out;
+    }
+  }
+  rc = cli_stdout_ok() ? CLI_EXIT_RUN : interrupted ? 130 : 0;
+out:
+  if (r->logf) fclose(r->logf);
+  remat_pipeline_destroy(r->pipe);
+  remat_trainer_destroy(tr);
+  placement_free(&pl);
+  remat_checkpoint_close(&rd);
+  free(policy);
+  remat_tokens_free(&tok);
+  return rc;
+}
+
 int remat_cmd_train(int argc, char **argv) {
   cli_name = "remat train";
   opts o;
   if (parse_args(argc, argv, &o)) return CLI_EXIT_USAGE;
   remat_error err = {0};
   remat_set_threads(o.threads);
-
-  if (remat_blas_check(&err)) return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
+  run_state r = {.o = &o, .ranks = 1};
   int rc;
-  if ((rc = check_outputs(&o))) return rc;
-  remat_config cfg, want;
-  remat_checkpoint_reader rd = {0};
-  rd.fd = -1;
-  int have_want;
-  if ((rc = load_shape(&o, &rd, &cfg, &want, &have_want))) {
-    remat_checkpoint_close(&rd);
-    return rc;
-  }
-  if (o.T == 0) o.T = cfg.max_seq_len < 64 ? cfg.max_seq_len : 64;
-  if (o.T > cfg.max_seq_len) {
-    remat_checkpoint_close(&rd);
-    return cli_fail(CLI_EXIT_USAGE, "--seq %lld exceeds the model's maximum sequence length %lld",
-                    (long long)o.T, (long long)cfg.max_seq_len);
-  }
 
-  remat_tokens tok = {0};
-  remat_trainer *tr = NULL;
-  uint8_t *policy = NULL;
-  run_state r = {.o = &o, .cfg = &cfg};
-  const char *source;
-  remat_train_opts to;
-  train_opts_from(&o, &to);
-  if ((rc = load_tokens(&o, &tok, &source))) goto out;
-  rc = CLI_EXIT_RUN;
-  if (!(policy = malloc((size_t)cfg.num_layers))) {
-    cli_fail(CLI_EXIT_RUN, "out of memory");
-    goto out;
-  }
-  if ((rc = choose_policy(&o, &cfg, &tok, &to, policy))) goto out;
-  rc = CLI_EXIT_RUN;
-
-  /* The plan: every buffer of a step, before anything large is allocated. */
-  if (remat_trainer_create(&tr, &cfg, policy, &tok, &to, &err)) goto fail_msg;
-  r.planned = remat_trainer_planned_bytes(tr);
-  print_plan(&cfg, remat_trainer_memplan(tr), r.planned, source, &tok, &o);
-  if (cli_stdout_ok()) goto out;
-  if (o.plan_only) {
+  /* Ranks: a pipeline's stages are the job's MPI ranks. */
+  if (o.stages > 1 || remat_dist_launched()) {
+    if (remat_dist_init(&r.dist, NULL, NULL, &err)) return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
+    r.rank = remat_dist_rank(r.dist);
+    r.ranks = remat_dist_size(r.dist);
+    if (r.rank != 0) { /* one rank speaks */
+      o.quiet = 1;
+      if (!freopen("/dev/null", "w", stdout)) return CLI_EXIT_RUN;
+      cli_silent = 1;
+    }
     rc = 0;
-    goto out;
-  }
-  if (check_fits_machine(r.planned)) goto out;
-  if (remat_trainer_train_windows(tr) < o.B)
-    fprintf(stderr,
-            "remat train: warning: %s has only %lld windows of %lld tokens for a batch of %lld "
-            "rows; rows repeat within a batch\n",
-            source, (long long)remat_trainer_train_windows(tr), (long long)o.T + 1,
-            (long long)o.B);
-  r.peak_flops = peak_rate(&o);
-  fflush(stdout);
-
-  if (remat_trainer_allocate(tr, &err)) goto fail_msg;
-  if (remat_trainer_planned_bytes(tr) != r.planned) {
-    cli_fail(CLI_EXIT_RUN, "internal error: the allocated plan differs from the printed one");
-    abort();
-  }
-  remat_model *m = remat_trainer_model(tr);
-  if (o.model) {
-    if (remat_checkpoint_read_params(&rd, &cfg, remat_model_params(m), &err)) goto fail_msg;
-  } else {
-    remat_model_init_weights(m, o.seed);
-  }
-  if (o.log && !(r.logf = fopen(o.log, "w"))) {
-    cli_fail(CLI_EXIT_RUN, "cannot write log file '%s': %s", o.log, strerror(errno));
-    goto out;
-  }
-
-  struct sigaction sa = {0};
-  sa.sa_handler = on_signal;
-  sigaction(SIGINT, &sa, NULL);
-  sigaction(SIGTERM, &sa, NULL);
-  r.tr = tr;
-  r.tty = isatty(STDERR_FILENO) && !o.quiet;
-  if (train_loop(&r)) goto out;
-  print_summary(&r);
-  if (o.save) {
-    if (remat_checkpoint_save(o.save, &cfg, remat_model_params(m), &err)) goto fail_msg;
-    printf("saved   %s\n", o.save);
-  }
-  if (r.logf) {
-    FILE *f = r.logf;
-    r.logf = NULL;
-    if (fclose(f)) {
-      cli_fail(CLI_EXIT_RUN, "cannot write log file '%s': %s", o.log, strerror(errno));
-      goto out;
+    if (r.ranks != o.stages)
+      rc = cli_fail(CLI_EXIT_USAGE, "started on %d ranks but --stages is %lld: start exactly P "
+                    "ranks, mpirun -np P remat train --stages P ...", r.ranks, (long long)o.stages);
+    int same = 1, diff = -1;
+    uint64_t h = argv_digest(argc, argv);
+    if (!rc && remat_dist_all_same(r.dist, &h, sizeof h, &same, &diff, &err) == 0 && !same)
+      rc = cli_fail(CLI_EXIT_USAGE, "rank %d was started with other flags than rank 0; every rank "
+                    "must run the same command", diff);
+    if (rc) {
+      remat_dist_finalize(r.dist, 0);
+      return rc;
     }
   }
-  if (cli_stdout_ok()) goto out;
-  rc = interrupted ? 130 : 0;
-  goto out;
-
-fail_msg:
-  cli_fail(CLI_EXIT_RUN, "%s", err.msg);
-out:
-  if (r.logf) fclose(r.logf);
-  remat_trainer_destroy(tr);
-  remat_checkpoint_close(&rd);
-  free(policy);
-  remat_tokens_free(&tok);
+  rc = train_job(&o, &r);
+  if (r.dist) remat_dist_finalize(r.dist, 0);
   return rc;
 }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what remat needs from Debian's packages (Debian 12, as root or with
-# sudo). With --test it also installs what the test suite uses: glpk-utils
+# sudo): a C compiler and CMake, OpenBLAS (OpenMP build), cJSON, Random123, and
+# Open MPI for pipeline stages across processes. With --test it also installs what the test suite uses: glpk-utils
 # (glpsol cross-checks the pipeline planner), python3-torch (reference
 # numerics against PyTorch's GPT-2), libopenblas0-pthread (so the tests run
 # where Debian's pthreads OpenBLAS is installed beside the OpenMP one and wins
@@ -9,7 +10,8 @@
 # libfuzzer-14-dev) for scripts/fuzz.sh.
 set -euo pipefail
 
-pkgs=(build-essential cmake pkg-config libopenblas-openmp-dev libcjson-dev librandom123-dev)
+pkgs=(build-essential cmake pkg-config libopenblas-openmp-dev libcjson-dev librandom123-dev
+  openmpi-bin libopenmpi-dev)
 if [[ "${1:-}" == "--test" ]]; then
   pkgs+=(glpk-utils python3-torch python3-numpy libopenblas0-pthread
     clang-14 libclang-rt-14-dev libfuzzer-14-dev)

@@ -36,6 +36,7 @@ static int dump_grads(void *ctx, remat_trainer *t, remat_error *err) {
   remat_model *m = remat_trainer_model(t);
   if (remat_trainer_steps_done(t) > 0) return 0;
   size_t P = remat_param_count(remat_model_config(m));
+  remat_model_sum_tied(m); /* the gradient the update sees */
   return write_raw((const char *)ctx, "grads.bin", remat_model_grads(m), P * sizeof(float))
              ? REMAT_EIO
              : 0;

@@ -45,6 +45,7 @@ static int keep_grads(void *c, remat_trainer *t, remat_error *err) {
   remat_model *m = remat_trainer_model(t);
   size_t P = remat_param_count(remat_model_config(m));
   int64_t s = remat_trainer_steps_done(t);
+  remat_model_sum_tied(m);
   ((ctx *)c)->tr->grads[s] = malloc(P * sizeof(float));
   memcpy(((ctx *)c)->tr->grads[s], remat_model_grads(m), P * sizeof(float));
   return 0;

@@ -813,11 +813,18 @@ static void test_adamw(void) {
   /* init_normal: moments, reproducible, thread-count free, tensors differ */
   const size_t ni = 200001;
   float *a = falloc(ni), *b = falloc(ni), *cc = falloc(ni);
-  remat__init_normal(a, ni, 0.02f, 7, 3);
+  remat__init_normal(a, 0, ni, 0.02f, 7, 3);
   omp_set_num_threads(1);
-  remat__init_normal(b, ni, 0.02f, 7, 3);
+  remat__init_normal(b, 0, ni, 0.02f, 7, 3);
   omp_set_num_threads(nt);
-  remat__init_normal(cc, ni, 0.02f, 7, 4);
+  remat__init_normal(cc, 0, ni, 0.02f, 7, 4);
+  {
+    /* a slice of the stream is the same slice of the whole tensor */
+    float *sl = falloc(5003);
+    remat__init_normal(sl, 1001, 5003, 0.02f, 7, 3);
+    CHECK(memcmp(sl, a + 1001, 5003 * sizeof(float)) == 0, "init_normal of a slice");
+    free(sl);
+  }
   double mean = 0, var = 0, k4 = 0;
   for (size_t i = 0; i < ni; i++) mean += a[i];
   mean /= (double)ni;
@@ -910,7 +917,7 @@ static void run_all(float *buf, int64_t B, int64_t T, int64_t C, int64_t NH, int
   remat__adamw update_opt = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .step = 1};
   remat__adamw_update(w, dw, x, y, (size_t)(4 * C * C), &update_opt, 0.1f, 1.0f);
   (void)remat__sumsq(dw, (size_t)(4 * C * C));
-  remat__init_normal(w, (size_t)(4 * C * C), 0.02f, 1, 0);
+  remat__init_normal(w, 0, (size_t)(4 * C * C), 0.02f, 1, 0);
 }
 
 static void test_no_alloc(void) {

@@ -197,7 +197,9 @@ int remat_loader_init(remat_loader *L, const remat_tokens *t, int64_t B, int64_t
  * than once (a shuffled epoch may offer one window fewer, at an offset):
  * training still runs, but the caller should say so. */
 int64_t remat_loader_windows(const remat_loader *L);
-/* Fills inputs (B, T) and targets (B, T). Never allocates. */
+/* Fills inputs (B, T) and targets (B, T); either may be NULL (a pipeline
+ * stage that needs only one of them), the loader advances all the same.
+ * Never allocates. */
 void remat_loader_next(remat_loader *L, int32_t *inputs, int32_t *targets);
 /* Back to the first batch of epoch 0: the same sequence replays. */
 void remat_loader_reset(remat_loader *L);

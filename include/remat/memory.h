@@ -42,7 +42,9 @@ typedef enum {
  *               temporaries; the head's workspace and logits)
  *   w (state)   parameters, gradients, AdamW m and v
  * and stage_bytes the gradient of the residual stream, which every stage
- * needs. This is exactly the arena remat_memplan_build lays out: the terms
+ * needs; a stage without the head adds boundary_bytes (its output, sent to
+ * the next stage), and the head's w depends on whether it shares its stage
+ * with the embedding (see head_joint_state). This is exactly the arena remat_memplan_build lays out: the terms
  * below are computed from the same layout tables the engine carves its
  * tensors with, and the arena is the sum of these regions, nothing shared
  * between them and nothing else in it. The pipeline planner's problem for a
@@ -66,6 +68,17 @@ typedef struct remat_memory_model {
   int64_t B, T;
   remat_layer_bytes layer[REMAT_LAYER_KIND_COUNT];
   size_t stage_bytes; /* the residual gradient, (B, T, C) */
+  /* Pipeline stages: every stage but the last sends its output from a
+   * buffer of boundary_bytes. The tied token embedding: the embedding holds
+   * it (in its w), and so does a head on a stage of its own (in its w: its
+   * copy, its gradient and their AdamW moments); a head on the embedding's
+   * stage holds instead head_joint_state: its own parameters and a separate
+   * gradient of the tied matrix (tied_grad_bytes), so that the head's and the
+   * embedding's contributions are summed apart and then added, in the same
+   * order a pipeline follows. */
+  size_t boundary_bytes;
+  size_t head_joint_state;
+  size_t tied_grad_bytes;
   /* the pieces the terms are made of, for breakdowns */
   size_t tokens_bytes;         /* (B, T) int32 ids: inputs, or targets */
   size_t residual_bytes;       /* (B, T, C) float: a block's input */
@@ -97,7 +110,7 @@ remat_stage remat_stage_whole(const remat_config *cfg, const uint8_t *policy);
 typedef struct remat_stage_bytes {
   size_t state;       /* sum w */
   size_t activations; /* n * (sum a + sum c) */
-  size_t workspace;   /* stage_bytes + max(y, x) */
+  size_t workspace;   /* stage_bytes (+ boundary_bytes) + max(y, x) */
   size_t total;
 } remat_stage_bytes;
 int remat_stage_bytes_get(const remat_config *cfg, const remat_memory_model *mm,
@@ -118,6 +131,10 @@ typedef enum {
   REMAT_BUF_WORK,   /* transient: a block's backward temporaries then the
                        recompute scratch; or the head's activations then
                        the logits */
+  REMAT_BUF_TIED_GRAD, /* the head's gradient of the tied matrix, kept apart
+                          (a stage with both the embedding and the head) */
+  REMAT_BUF_SEND,      /* (B, T, C) the stage's output, being sent (a stage
+                          without the head) */
   REMAT_BUF_COUNT
 } remat_buf;
 
@@ -148,7 +165,7 @@ typedef struct remat_memplan {
    * head_bytes (sizes in mm). */
   remat_membuf buf[REMAT_BUF_COUNT];
   remat_stage_bytes bytes; /* the memory model's figure; peak_bytes equals its total */
-  size_t persistent_bytes; /* params + grads + adam m, v */
+  size_t persistent_bytes; /* params + grads + adam m, v (+ the tied gradient) */
   size_t peak_bytes;       /* arena size: the planned peak of a step */
 } remat_memplan;
 

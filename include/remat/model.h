@@ -24,7 +24,9 @@ extern "C" {
  *             into the scratch (bit-identical: same kernels, same inputs, same
  *             dropout counters), then runs its backward; encoder backward
  *   update:   optional global-norm clipping, AdamW
- * Nothing in a step allocates: every buffer is a view into the arena. Most
+ * Nothing in a step allocates: every buffer is a view into the arena. The
+ * orders that decide the bits (the tied embedding's gradient, the norm) are
+ * ones a pipeline can follow, so P stages give one process's results. Most
  * callers drive the model through a trainer (remat/train.h), which owns the
  * step sequence. */
 /* What a step needs besides the learning rate (which a schedule gives per
@@ -62,8 +64,9 @@ int32_t *remat_model_targets(remat_model *m);
 /* Optimizer steps taken (the AdamW bias correction's t). */
 int64_t remat_model_step(const remat_model *m);
 void remat_model_set_step(remat_model *m, int64_t step);
-/* Seconds spent recomputing since the last call; resets the count. */
+/* Seconds spent recomputing since the last take; take resets the count. */
 double remat_model_take_recompute_seconds(remat_model *m);
+double remat_model_recompute_seconds(const remat_model *m);
 
 /* GPT-2 initialisation: normal(0, 0.02) weights, residual projections scaled
  * by 1/sqrt(2L), zero biases, unit layernorm gains; rows of wte past V zero. */
@@ -79,11 +82,74 @@ float remat_model_forward_backward(remat_model *m, uint32_t micro, float dloss,
 float remat_model_eval(remat_model *m);
 
 void remat_model_zero_grad(remat_model *m);
-/* The global gradient norm, summed in one fixed order. */
-float remat_model_grad_norm(const remat_model *m);
+/* Adds the head's gradient of the tied token embedding, summed over the
+ * step's micro-batches on its own, to the embedding's: g = g_embedding +
+ * g_head. Only a model with both (one process) has it apart; a no-op
+ * otherwise, and after the first call of a step. The trainer calls it after
+ * its gradient hook, before the norm and the update. */
+void remat_model_sum_tied(remat_model *m);
+/* Sums of squared gradients, one per layer the model holds, in model order
+ * (embedding, blocks, head; the tied matrix counted on the embedding), each
+ * in one fixed order; returns how many. The squared global norm is their sum
+ * in that order: remat_model_grad_sumsq for the whole model. */
+int64_t remat_model_grad_sumsq_layers(const remat_model *m, double *out);
+int64_t remat_model_num_layers(const remat_model *m);
+double remat_model_grad_sumsq(const remat_model *m);
 /* Scales gradients by min(1, grad_clip / (norm + 1e-6)) inside AdamW with
- * learning rate lr, and increments the step. norm is remat_model_grad_norm's. */
+ * learning rate lr, and increments the step. norm is the global gradient
+ * norm, sqrt of the squared norm above, as a float. */
 void remat_model_update(remat_model *m, const remat_hparams *hp, float lr, float norm);
+
+/* ------------------------------------------------------- pipeline stages */
+
+/* A model of one pipeline stage (remat/memory.h's remat_stage): its blocks,
+ * the embedding and/or the head, n micro-batches in flight, each in a slot.
+ * Its parameter buffers hold only its tensors, in llm.c order, each cut to
+ * its blocks; a stage with the head but not the embedding holds its own copy
+ * of the tied token embedding. */
+int remat_model_create_stage(remat_model **out, const remat_config *cfg, int64_t B, int64_t T,
+                             const remat_stage *st, remat_error *err);
+const remat_stage *remat_model_stage(const remat_model *m);
+/* Floats in each of the stage's parameter, gradient and moment buffers. */
+size_t remat_model_num_params(const remat_model *m);
+size_t remat_stage_num_params(const remat_config *cfg, const remat_stage *st);
+/* View of one parameter tensor (REMAT_P_*) as the stage holds it, and its
+ * length in floats; NULL (0) when the stage does not hold it. */
+float *remat_model_tensor(remat_model *m, int tensor, size_t *floats);
+float *remat_model_tensor_grad(remat_model *m, int tensor);
+/* Token ids of the micro-batch in a slot: inputs on a stage with the
+ * embedding, targets on a stage with the head (else NULL). */
+int32_t *remat_model_slot_inputs(remat_model *m, int64_t slot);
+int32_t *remat_model_slot_targets(remat_model *m, int64_t slot);
+/* (B, T, C): where a stage without the embedding receives its input, per
+ * slot; where a stage without the head finds its output after a forward. */
+float *remat_model_stage_input(remat_model *m, int64_t slot);
+float *remat_model_stage_output(remat_model *m);
+/* (B, T, C) gradient of the residual stream: a stage without the head
+ * receives the gradient of its output here before a backward; after it,
+ * a stage without the embedding finds the gradient of its input here. */
+float *remat_model_dresid(remat_model *m);
+/* Scratch that is free between steps (after the backwards and the sends,
+ * before the next step's forwards), for exchanging gradients through: the
+ * transient workspace or the send buffer, whichever is larger. */
+float *remat_model_workspace(remat_model *m, size_t *bytes);
+/* A stage's parameters (remat_model_num_params floats, as remat_model_params
+ * holds them) to and from a whole model's buffer in llm.c order
+ * (remat_param_count floats): the stage's tensors and slices only. */
+void remat_stage_params_to_full(const remat_config *cfg, const remat_stage *st,
+                                const float *stage_params, float *full);
+void remat_stage_params_from_full(const remat_config *cfg, const remat_stage *st,
+                                  const float *full, float *stage_params);
+/* Forward of the micro-batch in `slot` through the embedding (if held) and
+ * the blocks; micro numbers it within the step for dropout. */
+void remat_model_stage_forward(remat_model *m, int64_t slot, uint32_t micro,
+                               const remat_hparams *hp);
+/* Backward of the micro-batch in `slot`: the head (forward, loss, backward;
+ * if held), the blocks in reverse with recomputation, the embedding (if
+ * held). Returns the summed loss over its B x T tokens on a stage with the
+ * head, else 0. */
+double remat_model_stage_backward(remat_model *m, int64_t slot, uint32_t micro, float dloss,
+                                  const remat_hparams *hp);
 
 /* Highest arena byte written so far (the arena is filled with a poison
  * pattern at init and scanned downward from the top). */

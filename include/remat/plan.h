@@ -31,7 +31,7 @@ extern "C" {
  *
  * A stage s (0-based) of p runs layers [i, j) and recomputes a subset R:
  *
- *   memory_s = stage_bytes + sum_{l in [i,j)} w_l
+ *   memory_s = stage_bytes + [s < p - 1] boundary_bytes + sum_{l in [i,j)} w_l
  *            + n_s * ( sum_{l kept} a_l + sum_{l in R} c_l )
  *            + max( max_{l in [i,j)} y_l, max_{l in R} x_l )   (0 for an empty max)
  *   n_s      = min(p - s, m) under 1F1B (stage s holds that many micro-batches
@@ -97,6 +97,8 @@ typedef struct remat_plan_problem {
   size_t *memory;       /* (stages) budget of each stage, owned */
   int uniform_memory;   /* 1 when one budget was given for all stages */
   size_t stage_bytes;   /* bytes every stage needs besides its layers */
+  size_t boundary_bytes; /* more bytes every stage but the last needs (its
+                            output being sent to the next stage) */
   int64_t num_groups;
   remat_plan_group *groups; /* (num_groups) in model order, owned */
   char time_unit[16];   /* label of the time unit for output ("" = none) */
@@ -225,6 +227,30 @@ void remat_plan_free(remat_plan *plan);
  * alternates one forward and one backward, then drains. GPipe: all forwards,
  * then all backwards. A forward waits for the previous stage's forward of the
  * same micro-batch, a backward for the next stage's backward. */
+/* A plan read back from remat_plan_format's JSON, to be run. Layers are in
+ * the planner's numbering (for a GPT-2: 0 the embedding, 1..L the blocks,
+ * L+1 the head). */
+typedef struct remat_plan_layout {
+  int64_t stages, num_layers, microbatches;
+  int schedule;
+  int64_t *layers_per_stage; /* (stages) */
+  uint8_t *recompute;        /* (num_layers) 1 if recomputed */
+  size_t *budget_bytes;      /* (stages) */
+  size_t *memory_bytes;      /* (stages) as the plan computed them */
+  char source[128];          /* what the problem was built from */
+} remat_plan_layout;
+int remat_plan_layout_load(remat_plan_layout *lo, const char *path, remat_error *err);
+void remat_plan_layout_free(remat_plan_layout *lo);
+
+/* The instruction stream of stage s: its q-th operation (q = 0 .. 2m-1) is
+ * the forward (*bwd = 0) or backward (*bwd = 1) of micro-batch *k. 1F1B:
+ * min(p - s - 1, m) warm-up forwards, then one forward and one backward in
+ * turn, then the remaining backwards; GPipe: every forward, then every
+ * backward, both in micro-batch order. The pipeline runtime executes these
+ * streams (with the receives and sends around each operation) and the
+ * simulator below times them. */
+void remat_schedule_op(int schedule, int64_t p, int64_t m, int64_t s, int64_t q, int64_t *k,
+                       int *bwd);
 int remat_plan_simulate(int schedule, int64_t p, int64_t m, const double *fwd,
                         const double *bwd, double *makespan, remat_error *err);
 

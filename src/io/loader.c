@@ -112,8 +112,8 @@ void remat_loader_next(remat_loader *L, int32_t *inputs, int32_t *targets) {
     }
     int64_t w = L->shuffle ? L->order[L->cursor] : L->cursor;
     const int32_t *src = L->tok + L->offset + w * T;
-    memcpy(inputs + b * T, src, (size_t)T * sizeof(int32_t));
-    memcpy(targets + b * T, src + 1, (size_t)T * sizeof(int32_t));
+    if (inputs) memcpy(inputs + b * T, src, (size_t)T * sizeof(int32_t));
+    if (targets) memcpy(targets + b * T, src + 1, (size_t)T * sizeof(int32_t));
     L->cursor++;
   }
 }

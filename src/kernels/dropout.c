@@ -37,12 +37,16 @@ void remat__dropout_apply(float *out, const float *inp, size_t n, const remat__d
 
 /* Box-Muller: the 4 words of counter {k lo, k hi, tensor, 'INIT'} give the
  * normals of elements 4k .. 4k+3 (two pairs). u1 in (0, 1] so log(u1) is
- * finite; computed in double, rounded once to float. */
-void remat__init_normal(float *x, size_t n, float std, uint64_t seed, uint32_t tensor) {
-  const size_t ngroups = (n + 3) / 4;
+ * finite; computed in double, rounded once to float. x receives elements
+ * first .. first+n-1 of the tensor's stream, so a slice of a tensor (a
+ * pipeline stage's blocks) gets the values the whole tensor would. */
+void remat__init_normal(float *x, size_t first, size_t n, float std, uint64_t seed,
+                        uint32_t tensor) {
+  if (n == 0) return;
+  const size_t g0 = first / 4, g1 = (first + n - 1) / 4 + 1;
   philox4x32_key_t key = {{(uint32_t)seed, (uint32_t)(seed >> 32)}};
 #pragma omp parallel for schedule(static)
-  for (size_t g = 0; g < ngroups; g++) {
+  for (size_t g = g0; g < g1; g++) {
     philox4x32_ctr_t ctr = {{(uint32_t)g, (uint32_t)((uint64_t)g >> 32), tensor, 0x494e4954u}};
     philox4x32_ctr_t r = philox4x32(ctr, key);
     double z[4];
@@ -53,6 +57,9 @@ void remat__init_normal(float *x, size_t n, float std, uint64_t seed, uint32_t t
       z[2 * pair] = rad * cos(ang);
       z[2 * pair + 1] = rad * sin(ang);
     }
-    for (size_t j = 0; j < 4 && 4 * g + j < n; j++) x[4 * g + j] = (float)(z[j] * (double)std);
+    for (size_t j = 0; j < 4; j++) {
+      size_t e = 4 * g + j;
+      if (e >= first && e < first + n) x[e - first] = (float)(z[j] * (double)std);
+    }
   }
 }

@@ -142,6 +142,7 @@ double remat__sumsq(const float *x, size_t n);
 
 /* GPT-2 initialisation of one tensor: normal(0, std) from Philox keyed by
  * (seed, tensor index); deterministic and independent of thread count. */
-void remat__init_normal(float *x, size_t n, float std, uint64_t seed, uint32_t tensor);
+void remat__init_normal(float *x, size_t first, size_t n, float std, uint64_t seed,
+                        uint32_t tensor);
 
 #endif

@@ -56,6 +56,39 @@ size_t remat__head_acts_view(remat__head_acts *h, float *base, int64_t B, int64_
   return carve(s, (int)(sizeof s / sizeof s[0]), base);
 }
 
+void remat__stage_param_sizes(const remat_config *cfg, const remat_stage *st,
+                              size_t sizes[REMAT_P_COUNT]) {
+  size_t sz[REMAT_P_COUNT];
+  remat_param_sizes(cfg, sz);
+  size_t L = (size_t)cfg->num_layers, nb = (size_t)st->num_blocks;
+  for (int i = 0; i < REMAT_P_COUNT; i++) {
+    switch (i) {
+    case REMAT_P_WTE:
+      sizes[i] = st->has_embedding || st->has_head ? sz[i] : 0;
+      break;
+    case REMAT_P_WPE:
+      sizes[i] = st->has_embedding ? sz[i] : 0;
+      break;
+    case REMAT_P_LNFW:
+    case REMAT_P_LNFB:
+      sizes[i] = st->has_head ? sz[i] : 0;
+      break;
+    default: /* (L, ...) per-block tensors: the stage's blocks are a contiguous run */
+      sizes[i] = sz[i] / L * nb;
+    }
+  }
+}
+
+void remat__stage_param_views(const remat_config *cfg, const remat_stage *st, float *base,
+                              float *views[REMAT_P_COUNT]) {
+  size_t sz[REMAT_P_COUNT];
+  remat__stage_param_sizes(cfg, st, sz);
+  for (int i = 0; i < REMAT_P_COUNT; i++) {
+    views[i] = sz[i] ? base : NULL;
+    base += sz[i];
+  }
+}
+
 void remat__param_views(const remat_config *cfg, float *base, float *views[REMAT_P_COUNT]) {
   size_t sz[REMAT_P_COUNT];
   remat_param_sizes(cfg, sz);

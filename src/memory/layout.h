@@ -56,6 +56,14 @@ size_t remat__head_acts_view(remat__head_acts *h, float *base, int64_t B, int64_
 /* Points params[i] at each parameter tensor inside one flat buffer (llm.c's
  * order, no padding between tensors, so the buffer is the checkpoint body). */
 void remat__param_views(const remat_config *cfg, float *base, float *views[REMAT_P_COUNT]);
+/* The same for a pipeline stage's own flat buffer: the tensors it holds, in
+ * llm.c's order, each cut to the stage's blocks (the tied wte on a stage with
+ * the embedding or the head); views of tensors it does not hold are NULL,
+ * their sizes 0. */
+void remat__stage_param_sizes(const remat_config *cfg, const remat_stage *st,
+                              size_t sizes[REMAT_P_COUNT]);
+void remat__stage_param_views(const remat_config *cfg, const remat_stage *st, float *base,
+                              float *views[REMAT_P_COUNT]);
 
 /* Checks a model shape with a micro-batch B x T: positive, T within the
  * model's maximum, and every buffer far from overflowing size_t. */

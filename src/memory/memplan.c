@@ -23,7 +23,8 @@ static void layer_params(const remat_config *cfg, size_t out[REMAT_LAYER_KIND_CO
   remat_param_sizes(cfg, ps);
   out[REMAT_LAYER_EMBEDDING] = ps[REMAT_P_WTE] + ps[REMAT_P_WPE];
   out[REMAT_LAYER_BLOCK] = remat_block_param_count(cfg);
-  out[REMAT_LAYER_HEAD] = ps[REMAT_P_LNFW] + ps[REMAT_P_LNFB];
+  /* a head on its own stage holds its copy of the tied matrix */
+  out[REMAT_LAYER_HEAD] = ps[REMAT_P_WTE] + ps[REMAT_P_LNFW] + ps[REMAT_P_LNFB];
 }
 
 int remat__check_shape(const remat_config *cfg, int64_t B, int64_t T, remat_error *err) {
@@ -71,6 +72,12 @@ int remat_memory_model_get(const remat_config *cfg, int64_t B, int64_t T, remat_
   layer_params(cfg, np);
   for (int k = 0; k < REMAT_LAYER_KIND_COUNT; k++)
     mm->layer[k].state = 4 * remat__align(np[k] * sizeof(float));
+  size_t ps[REMAT_P_COUNT];
+  remat_param_sizes(cfg, ps);
+  mm->tied_grad_bytes = remat__align(ps[REMAT_P_WTE] * sizeof(float));
+  mm->head_joint_state = 4 * remat__align((ps[REMAT_P_LNFW] + ps[REMAT_P_LNFB]) * sizeof(float)) +
+                         mm->tied_grad_bytes;
+  mm->boundary_bytes = mm->residual_bytes;
 
   remat_layer_bytes *e = &mm->layer[REMAT_LAYER_EMBEDDING];
   e->kept = e->ckpt = mm->tokens_bytes; /* the input ids, for its backward */
@@ -137,13 +144,13 @@ int remat_stage_bytes_get(const remat_config *cfg, const remat_memory_model *mm,
     if (t > transient) transient = t;
   }
   if (st->has_head) {
-    state += h->state;
+    state += st->has_embedding ? mm->head_joint_state : h->state;
     slot += h->kept;
     if (h->work > transient) transient = h->work;
   }
   out->state = state;
   out->activations = (size_t)st->inflight * slot;
-  out->workspace = mm->stage_bytes + transient;
+  out->workspace = mm->stage_bytes + (st->has_head ? 0 : mm->boundary_bytes) + transient;
   out->total = out->state + out->activations + out->workspace;
   return 0;
 }
@@ -202,8 +209,13 @@ int remat_memplan_build_stage(remat_memplan *mp, const remat_config *cfg, int64_
   }
   mp->slot_bytes = off;
 
-  /* Regions end to end. */
-  size_t state = mp->bytes.state / 4;
+  /* Regions end to end. A stage with both the embedding and the head keeps
+   * the head's gradient of the tied matrix apart (TIED_GRAD) and holds one
+   * copy of the matrix; a stage without the head sends its output from SEND. */
+  int joint = st->has_embedding && st->has_head;
+  size_t tied = joint ? mm->tied_grad_bytes : 0;
+  size_t send = st->has_head ? 0 : mm->boundary_bytes;
+  size_t state = (mp->bytes.state - tied) / 4;
   size_t sizes[REMAT_BUF_COUNT] = {
       [REMAT_BUF_PARAMS] = state,
       [REMAT_BUF_GRADS] = state,
@@ -211,7 +223,9 @@ int remat_memplan_build_stage(remat_memplan *mp, const remat_config *cfg, int64_
       [REMAT_BUF_ADAM_V] = state,
       [REMAT_BUF_SLOTS] = (size_t)st->inflight * mp->slot_bytes,
       [REMAT_BUF_DRESID] = mm->stage_bytes,
-      [REMAT_BUF_WORK] = mp->bytes.workspace - mm->stage_bytes,
+      [REMAT_BUF_WORK] = mp->bytes.workspace - mm->stage_bytes - send,
+      [REMAT_BUF_TIED_GRAD] = tied,
+      [REMAT_BUF_SEND] = send,
   };
   size_t at = 0;
   for (int i = 0; i < REMAT_BUF_COUNT; i++) {
@@ -219,10 +233,11 @@ int remat_memplan_build_stage(remat_memplan *mp, const remat_config *cfg, int64_
     mp->buf[i].bytes = sizes[i];
     at += sizes[i];
   }
-  mp->persistent_bytes = 4 * state;
+  mp->persistent_bytes = 4 * state + tied;
   mp->peak_bytes = at;
   /* The layout and the formula are one model: they cannot differ. */
-  REMAT_ASSERT(mp->bytes.state == 4 * state && mp->bytes.activations == sizes[REMAT_BUF_SLOTS]);
+  REMAT_ASSERT(mp->bytes.state == 4 * state + tied &&
+               mp->bytes.activations == sizes[REMAT_BUF_SLOTS]);
   REMAT_ASSERT(mp->peak_bytes == mp->bytes.total);
   return 0;
 }

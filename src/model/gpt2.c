@@ -1,6 +1,15 @@
-/* gpt2.c: GPT-2 forward, backward and update over one planned arena, with
- * each block either keeping its internals or recomputing them from its input
- * just before its backward. See engine.h for the life of a step. */
+/* gpt2.c: GPT-2 forward, backward and update over one planned arena, for
+ * the whole model or for one pipeline stage (a contiguous run of blocks, with
+ * or without the embedding and the head, and n micro-batches in flight, each
+ * in its own slot). Each block either keeps its internals or recomputes them
+ * from its input just before its backward. See include/remat/model.h for the
+ * life of a step.
+ *
+ * Orders that a pipeline can follow too, so that one process and P stages
+ * give the same bits: the head's gradient of the tied token embedding is
+ * summed over micro-batches apart from the embedding's, and the two sums are
+ * added before the update (embedding + head); the squared gradient norm is a
+ * sum over layers in model order of per-layer sums (remat_model_grad_sumsq). */
 #include <math.h>
 #include <string.h>
 
@@ -17,11 +26,11 @@ void remat_hparams_default(remat_hparams *hp) {
 }
 
 int remat__model_plan(remat_model **out, const remat_config *cfg, int64_t B, int64_t T,
-                      const uint8_t *policy, remat_error *err) {
+                      const remat_stage *st, remat_error *err) {
   *out = NULL;
   remat_model *m = remat__calloc(1, sizeof *m);
   if (!m) return remat__errorf(err, REMAT_ENOMEM, "out of memory");
-  int rc = remat_memplan_build(&m->mp, cfg, B, T, policy, err);
+  int rc = remat_memplan_build_stage(&m->mp, cfg, B, T, st, err);
   if (rc) {
     remat__free(m);
     return rc;
@@ -29,6 +38,10 @@ int remat__model_plan(remat_model **out, const remat_config *cfg, int64_t B, int
   m->cfg = *cfg;
   m->B = B;
   m->T = T;
+  m->stage = *st;
+  m->stage.policy = m->mp.policy;
+  remat__stage_param_sizes(cfg, &m->stage, m->sz);
+  for (int i = 0; i < REMAT_P_COUNT; i++) m->num_params += m->sz[i];
   *out = m;
   return 0;
 }
@@ -47,34 +60,42 @@ int remat__model_allocate(remat_model *m, remat_error *err) {
   for (size_t i = 0; i < m->mp.peak_bytes / sizeof(uint64_t); i++) w[i] = POISON;
 
   const remat_membuf *b = m->mp.buf;
-  m->params = (float *)(m->arena + b[REMAT_BUF_PARAMS].offset);
-  m->grads = (float *)(m->arena + b[REMAT_BUF_GRADS].offset);
-  m->adam_m = (float *)(m->arena + b[REMAT_BUF_ADAM_M].offset);
-  m->adam_v = (float *)(m->arena + b[REMAT_BUF_ADAM_V].offset);
-  m->slot = m->arena + b[REMAT_BUF_SLOTS].offset;
-  m->inputs = (int32_t *)(m->slot + m->mp.inputs_offset);
-  m->targets = (int32_t *)(m->slot + m->mp.targets_offset);
-  m->dresid = (float *)(m->arena + b[REMAT_BUF_DRESID].offset);
-  m->work = m->arena + b[REMAT_BUF_WORK].offset;
-  remat__param_views(&m->cfg, m->params, m->p);
-  remat__param_views(&m->cfg, m->grads, m->g);
+#define AT(k) (b[k].bytes ? (void *)(m->arena + b[k].offset) : NULL)
+  m->params = AT(REMAT_BUF_PARAMS);
+  m->grads = AT(REMAT_BUF_GRADS);
+  m->adam_m = AT(REMAT_BUF_ADAM_M);
+  m->adam_v = AT(REMAT_BUF_ADAM_V);
+  m->dresid = AT(REMAT_BUF_DRESID);
+  m->work = AT(REMAT_BUF_WORK);
+  m->tied_grad = AT(REMAT_BUF_TIED_GRAD);
+  m->send = AT(REMAT_BUF_SEND);
+#undef AT
+  remat__stage_param_views(&m->cfg, &m->stage, m->params, m->p);
+  remat__stage_param_views(&m->cfg, &m->stage, m->grads, m->g);
   size_t P = b[REMAT_BUF_PARAMS].bytes;
   memset(m->params, 0, P);
   memset(m->grads, 0, P);
   memset(m->adam_m, 0, P);
   memset(m->adam_v, 0, P);
+  if (m->tied_grad) memset(m->tied_grad, 0, b[REMAT_BUF_TIED_GRAD].bytes);
   return 0;
 }
 
-int remat_model_create(remat_model **out, const remat_config *cfg, int64_t B, int64_t T,
-                       const uint8_t *policy, remat_error *err) {
-  int rc = remat__model_plan(out, cfg, B, T, policy, err);
+int remat_model_create_stage(remat_model **out, const remat_config *cfg, int64_t B, int64_t T,
+                             const remat_stage *st, remat_error *err) {
+  int rc = remat__model_plan(out, cfg, B, T, st, err);
   if (rc) return rc;
   if ((rc = remat__model_allocate(*out, err))) {
     remat_model_destroy(*out);
     *out = NULL;
   }
   return rc;
+}
+
+int remat_model_create(remat_model **out, const remat_config *cfg, int64_t B, int64_t T,
+                       const uint8_t *policy, remat_error *err) {
+  remat_stage st = remat_stage_whole(cfg, policy);
+  return remat_model_create_stage(out, cfg, B, T, &st, err);
 }
 
 void remat_model_destroy(remat_model *m) {
@@ -86,18 +107,96 @@ void remat_model_destroy(remat_model *m) {
 
 const remat_config *remat_model_config(const remat_model *m) { return &m->cfg; }
 const remat_memplan *remat_model_memplan(const remat_model *m) { return &m->mp; }
+const remat_stage *remat_model_stage(const remat_model *m) { return &m->stage; }
+size_t remat_model_num_params(const remat_model *m) { return m->num_params; }
 float *remat_model_params(remat_model *m) { return m->params; }
 float *remat_model_grads(remat_model *m) { return m->grads; }
 float *remat_model_adam_m(remat_model *m) { return m->adam_m; }
 float *remat_model_adam_v(remat_model *m) { return m->adam_v; }
-int32_t *remat_model_inputs(remat_model *m) { return m->inputs; }
-int32_t *remat_model_targets(remat_model *m) { return m->targets; }
+float *remat_model_tensor(remat_model *m, int tensor, size_t *floats) {
+  if (floats) *floats = m->sz[tensor];
+  return m->p[tensor];
+}
+float *remat_model_tensor_grad(remat_model *m, int tensor) { return m->g[tensor]; }
+float *remat_model_dresid(remat_model *m) { return m->dresid; }
+float *remat_model_stage_output(remat_model *m) { return m->send; }
 int64_t remat_model_step(const remat_model *m) { return m->step; }
 void remat_model_set_step(remat_model *m, int64_t step) { m->step = step; }
+double remat_model_recompute_seconds(const remat_model *m) { return m->recompute_s; }
+size_t remat_stage_num_params(const remat_config *cfg, const remat_stage *st) {
+  size_t sz[REMAT_P_COUNT], n = 0;
+  remat__stage_param_sizes(cfg, st, sz);
+  for (int i = 0; i < REMAT_P_COUNT; i++) n += sz[i];
+  return n;
+}
 double remat_model_take_recompute_seconds(remat_model *m) {
   double s = m->recompute_s;
   m->recompute_s = 0;
   return s;
+}
+
+float *remat_model_workspace(remat_model *m, size_t *bytes) {
+  /* the larger of the transient workspace and the send buffer: both are
+   * free between steps (a stage of the embedding alone has no workspace) */
+  size_t work = m->mp.buf[REMAT_BUF_WORK].bytes, send = m->mp.buf[REMAT_BUF_SEND].bytes;
+  *bytes = work >= send ? work : send;
+  return work >= send ? (float *)m->work : m->send;
+}
+
+/* Moves a stage's tensors between its own flat buffer and a whole model's
+ * (llm.c order). */
+static void stage_params_copy(const remat_config *cfg, const remat_stage *st, float *flat,
+                              float *full, int to_full) {
+  size_t all[REMAT_P_COUNT], mine[REMAT_P_COUNT];
+  remat_param_sizes(cfg, all);
+  remat__stage_param_sizes(cfg, st, mine);
+  float *f = full;
+  for (int i = 0; i < REMAT_P_COUNT; i++) {
+    if (mine[i]) {
+      size_t first = mine[i] == all[i] ? 0 : all[i] / (size_t)cfg->num_layers * (size_t)st->first_block;
+      if (to_full)
+        memcpy(f + first, flat, mine[i] * sizeof(float));
+      else
+        memcpy(flat, f + first, mine[i] * sizeof(float));
+      flat += mine[i];
+    }
+    f += all[i];
+  }
+}
+
+void remat_stage_params_to_full(const remat_config *cfg, const remat_stage *st,
+                                const float *flat, float *full) {
+  stage_params_copy(cfg, st, (float *)flat, full, 1);
+}
+
+void remat_stage_params_from_full(const remat_config *cfg, const remat_stage *st,
+                                  const float *full, float *flat) {
+  stage_params_copy(cfg, st, flat, (float *)full, 0);
+}
+
+static char *slot_at(remat_model *m, int64_t slot) {
+  REMAT_ASSERT(slot >= 0 && slot < m->stage.inflight);
+  return m->arena + m->mp.buf[REMAT_BUF_SLOTS].offset + (size_t)slot * m->mp.slot_bytes;
+}
+
+int32_t *remat_model_slot_inputs(remat_model *m, int64_t slot) {
+  return m->stage.has_embedding ? (int32_t *)(slot_at(m, slot) + m->mp.inputs_offset) : NULL;
+}
+int32_t *remat_model_slot_targets(remat_model *m, int64_t slot) {
+  return m->stage.has_head ? (int32_t *)(slot_at(m, slot) + m->mp.targets_offset) : NULL;
+}
+int32_t *remat_model_inputs(remat_model *m) { return remat_model_slot_inputs(m, 0); }
+int32_t *remat_model_targets(remat_model *m) { return remat_model_slot_targets(m, 0); }
+
+/* Input of the stage's block i; i = num_blocks is the head's input. */
+static float *resid_at(remat_model *m, char *slot, int64_t i) {
+  size_t off = i < m->stage.num_blocks ? m->mp.block_input_offset[i] : m->mp.final_offset;
+  return (float *)(slot + off);
+}
+
+float *remat_model_stage_input(remat_model *m, int64_t slot) {
+  if (m->stage.has_embedding) return NULL;
+  return resid_at(m, slot_at(m, slot), 0);
 }
 
 size_t remat_model_arena_high_water(remat_model *m) {
@@ -114,35 +213,53 @@ size_t remat_model_arena_high_water(remat_model *m) {
   return m->high_water;
 }
 
+/* Element offset of the stage's first element of tensor i in the whole
+ * tensor: block tensors start at the stage's first block. */
+static size_t tensor_first(const remat_model *m, int i) {
+  size_t all[REMAT_P_COUNT];
+  remat_param_sizes(&m->cfg, all);
+  switch (i) {
+  case REMAT_P_WTE:
+  case REMAT_P_WPE:
+  case REMAT_P_LNFW:
+  case REMAT_P_LNFB:
+    return 0;
+  default:
+    return all[i] / (size_t)m->cfg.num_layers * (size_t)m->stage.first_block;
+  }
+}
+
 void remat_model_init_weights(remat_model *m, uint64_t seed) {
   const remat_config *c = &m->cfg;
-  size_t sz[REMAT_P_COUNT];
-  remat_param_sizes(c, sz);
   float std = 0.02f, proj_std = 0.02f / sqrtf(2.0f * (float)c->num_layers);
   for (int i = 0; i < REMAT_P_COUNT; i++) {
+    size_t n = m->sz[i], first = tensor_first(m, i);
+    if (!n) continue;
     switch (i) {
     case REMAT_P_WTE:
     case REMAT_P_WPE:
     case REMAT_P_QKVW:
     case REMAT_P_FCW:
-      remat__init_normal(m->p[i], sz[i], std, seed, (uint32_t)i);
+      remat__init_normal(m->p[i], first, n, std, seed, (uint32_t)i);
       break;
     case REMAT_P_ATTPROJW:
     case REMAT_P_FCPROJW:
-      remat__init_normal(m->p[i], sz[i], proj_std, seed, (uint32_t)i);
+      remat__init_normal(m->p[i], first, n, proj_std, seed, (uint32_t)i);
       break;
     case REMAT_P_LN1W:
     case REMAT_P_LN2W:
     case REMAT_P_LNFW:
-      for (size_t k = 0; k < sz[i]; k++) m->p[i][k] = 1.0f;
+      for (size_t k = 0; k < n; k++) m->p[i][k] = 1.0f;
       break;
     default:
-      memset(m->p[i], 0, sz[i] * sizeof(float));
+      memset(m->p[i], 0, n * sizeof(float));
     }
   }
   /* padded vocabulary rows never see a token: keep them zero */
-  size_t V = (size_t)c->vocab_size, Vp = (size_t)c->padded_vocab_size, C = (size_t)c->channels;
-  memset(m->p[REMAT_P_WTE] + V * C, 0, (Vp - V) * C * sizeof(float));
+  if (m->p[REMAT_P_WTE]) {
+    size_t V = (size_t)c->vocab_size, Vp = (size_t)c->padded_vocab_size, C = (size_t)c->channels;
+    memset(m->p[REMAT_P_WTE] + V * C, 0, (Vp - V) * C * sizeof(float));
+  }
 }
 
 /* Per-layer parameter slices. */
@@ -165,10 +282,12 @@ typedef struct {
         SLICE(src[REMAT_P_FCPROJW], l, C, 4 * C), SLICE(src[REMAT_P_FCPROJB], l, C, 1)      \
   }
 
-static remat__block_acts block_acts(remat_model *m, int64_t l) {
+/* Block i of the stage (global block first_block + i) in a slot: its
+ * internals live in the slot when kept, in the scratch when recomputed. */
+static remat__block_acts block_acts(remat_model *m, char *slot, int64_t i) {
   remat__block_acts a;
-  size_t off = m->mp.block_internal_offset[l];
-  float *base = off != REMAT_NO_OFFSET ? (float *)(m->slot + off)
+  size_t off = m->mp.block_internal_offset[i];
+  float *base = off != REMAT_NO_OFFSET ? (float *)(slot + off)
                                        : (float *)(m->work + m->mp.mm.block_dgrad_bytes);
   remat__block_acts_view(&a, base, m->B, m->T, m->cfg.channels, m->cfg.num_heads);
   return a;
@@ -181,14 +300,15 @@ static remat__dropout drop_at(const remat_hparams *hp, int64_t step, uint32_t mi
                           .site = site};
 }
 
-/* One block forward from x (B,T,C) into a's internals and out (B,T,C). With
+/* One block (index i within the stage) forward from x (B,T,C) into a's internals and out (B,T,C). With
  * out == NULL it stops after the GELU: that is all a recompute needs, since
  * the block's output is already stored as the next block's input. */
-static void block_forward(remat_model *m, int64_t l, const float *x, remat__block_acts *a,
+static void block_forward(remat_model *m, int64_t i, const float *x, remat__block_acts *a,
                           float *out, const remat_hparams *hp, uint32_t micro) {
   int64_t B = m->B, T = m->T, C = m->cfg.channels, NH = m->cfg.num_heads, N = B * T;
+  int64_t l = m->stage.first_block + i; /* the dropout streams are keyed by the global index */
   size_t BTC = (size_t)N * (size_t)C;
-  block_params w = BLOCK_VIEW(block_params, m->p, l, C);
+  block_params w = BLOCK_VIEW(block_params, m->p, i, C);
   remat__dropout d_att = drop_at(hp, m->step, micro, l, REMAT_DROP_ATTN);
   remat__dropout d_r1 = drop_at(hp, m->step, micro, l, REMAT_DROP_RESID1);
   remat__dropout d_r2 = drop_at(hp, m->step, micro, l, REMAT_DROP_RESID2);
@@ -209,12 +329,13 @@ static void block_forward(remat_model *m, int64_t l, const float *x, remat__bloc
 }
 
 /* On entry m->dresid holds dL/d(block output); on exit dL/d(block input). */
-static void block_backward(remat_model *m, int64_t l, const float *x, const remat__block_acts *a,
+static void block_backward(remat_model *m, int64_t i, const float *x, const remat__block_acts *a,
                            const remat_hparams *hp, uint32_t micro) {
   int64_t B = m->B, T = m->T, C = m->cfg.channels, NH = m->cfg.num_heads, N = B * T;
+  int64_t l = m->stage.first_block + i;
   size_t BTC = (size_t)N * (size_t)C;
-  block_params w = BLOCK_VIEW(block_params, m->p, l, C);
-  block_grads g = BLOCK_VIEW(block_grads, m->g, l, C);
+  block_params w = BLOCK_VIEW(block_params, m->p, i, C);
+  block_grads g = BLOCK_VIEW(block_grads, m->g, i, C);
   remat__block_dgrads dgrads, *d = &dgrads;
   remat__block_dgrads_view(d, (float *)m->work, B, T, C, NH);
   remat__dropout d_att = drop_at(hp, m->step, micro, l, REMAT_DROP_ATTN);
@@ -238,74 +359,137 @@ static void block_backward(remat_model *m, int64_t l, const float *x, const rema
                             a->ln1_rstd, N, C);
 }
 
-/* Input of block l; l = L is the final residual, the head's input. */
-static float *resid_at(remat_model *m, int64_t l) {
-  size_t off = l < m->cfg.num_layers ? m->mp.block_input_offset[l] : m->mp.final_offset;
-  return (float *)(m->slot + off);
-}
-
-static void forward_blocks(remat_model *m, const remat_hparams *hp, uint32_t micro) {
-  const remat_config *c = &m->cfg;
-  remat__encoder_forward(resid_at(m, 0), m->inputs, m->p[REMAT_P_WTE], m->p[REMAT_P_WPE], m->B,
-                         m->T, c->channels);
-  for (int64_t l = 0; l < c->num_layers; l++) {
-    remat__block_acts a = block_acts(m, l);
-    block_forward(m, l, resid_at(m, l), &a, resid_at(m, l + 1), hp, micro);
-  }
-}
-
-/* Final layernorm, logits and loss; returns the summed loss. */
-static double head_forward(remat_model *m, remat__head_acts *h) {
+/* Final layernorm, logits and loss of the micro-batch in `slot`; returns
+ * the summed loss. */
+static double head_forward(remat_model *m, char *slot, remat__head_acts *h) {
   const remat_config *c = &m->cfg;
   int64_t N = m->B * m->T, C = c->channels;
   remat__head_acts_view(h, (float *)m->work, m->B, m->T, C);
-  remat__layernorm_forward(h->lnf, h->lnf_mean, h->lnf_rstd, resid_at(m, c->num_layers),
+  remat__layernorm_forward(h->lnf, h->lnf_mean, h->lnf_rstd, resid_at(m, slot, m->stage.num_blocks),
                            m->p[REMAT_P_LNFW], m->p[REMAT_P_LNFB], N, C);
   float *logits = (float *)(m->work + m->mp.mm.head_bytes);
   remat__matmul_forward(logits, h->lnf, m->p[REMAT_P_WTE], NULL, N, C, c->padded_vocab_size);
-  return remat__crossentropy_forward(logits, h->losses, m->targets, N, c->vocab_size,
+  const int32_t *targets = (const int32_t *)(slot + m->mp.targets_offset);
+  return remat__crossentropy_forward(logits, h->losses, targets, N, c->vocab_size,
                                      c->padded_vocab_size);
+}
+
+void remat_model_stage_forward(remat_model *m, int64_t slot_index, uint32_t micro,
+                               const remat_hparams *hp) {
+  char *slot = slot_at(m, slot_index);
+  int64_t nb = m->stage.num_blocks;
+  if (m->stage.has_embedding) {
+    float *out = nb || m->stage.has_head ? resid_at(m, slot, 0) : m->send;
+    remat__encoder_forward(out, (const int32_t *)(slot + m->mp.inputs_offset),
+                           m->p[REMAT_P_WTE], m->p[REMAT_P_WPE], m->B, m->T, m->cfg.channels);
+  }
+  for (int64_t i = 0; i < nb; i++) {
+    remat__block_acts a = block_acts(m, slot, i);
+    float *out = i + 1 < nb || m->stage.has_head ? resid_at(m, slot, i + 1) : m->send;
+    block_forward(m, i, resid_at(m, slot, i), &a, out, hp, micro);
+  }
+}
+
+double remat_model_stage_backward(remat_model *m, int64_t slot_index, uint32_t micro, float dloss,
+                                  const remat_hparams *hp) {
+  const remat_config *c = &m->cfg;
+  char *slot = slot_at(m, slot_index);
+  int64_t N = m->B * m->T, C = c->channels, nb = m->stage.num_blocks;
+  double loss = 0;
+  if (m->stage.has_head) {
+    remat__head_acts h;
+    loss = head_forward(m, slot, &h);
+    float *logits = (float *)(m->work + m->mp.mm.head_bytes);
+    const int32_t *targets = (const int32_t *)(slot + m->mp.targets_offset);
+    remat__crossentropy_backward(logits, targets, dloss, N, c->vocab_size, c->padded_vocab_size);
+    /* the head's share of the tied matrix's gradient, summed on its own */
+    float *gwte = m->tied_grad ? m->tied_grad : m->g[REMAT_P_WTE];
+    remat__matmul_backward(h.dlnf, gwte, NULL, logits, h.lnf, m->p[REMAT_P_WTE], N, C,
+                           c->padded_vocab_size);
+    memset(m->dresid, 0, (size_t)N * (size_t)C * sizeof(float));
+    remat__layernorm_backward(m->dresid, m->g[REMAT_P_LNFW], m->g[REMAT_P_LNFB], h.dlnf,
+                              resid_at(m, slot, nb), m->p[REMAT_P_LNFW], h.lnf_mean, h.lnf_rstd,
+                              N, C);
+  }
+  for (int64_t i = nb - 1; i >= 0; i--) {
+    remat__block_acts a = block_acts(m, slot, i);
+    if (m->mp.policy[i] == REMAT_RECOMPUTE) {
+      double t0 = remat__now();
+      block_forward(m, i, resid_at(m, slot, i), &a, NULL, hp, micro);
+      m->recompute_s += remat__now() - t0;
+    }
+    block_backward(m, i, resid_at(m, slot, i), &a, hp, micro);
+  }
+  if (m->stage.has_embedding)
+    remat__encoder_backward(m->g[REMAT_P_WTE], m->g[REMAT_P_WPE], m->dresid,
+                            (const int32_t *)(slot + m->mp.inputs_offset), m->B, m->T, C);
+  return loss;
 }
 
 float remat_model_forward_backward(remat_model *m, uint32_t micro, float dloss,
                                    const remat_hparams *hp) {
-  const remat_config *c = &m->cfg;
-  int64_t N = m->B * m->T, C = c->channels, L = c->num_layers;
-  forward_blocks(m, hp, micro);
-  remat__head_acts h;
-  double loss = head_forward(m, &h);
-
-  float *logits = (float *)(m->work + m->mp.mm.head_bytes);
-  remat__crossentropy_backward(logits, m->targets, dloss, N, c->vocab_size,
-                               c->padded_vocab_size);
-  remat__matmul_backward(h.dlnf, m->g[REMAT_P_WTE], NULL, logits, h.lnf,
-                         m->p[REMAT_P_WTE], N, C, c->padded_vocab_size);
-  memset(m->dresid, 0, (size_t)N * (size_t)C * sizeof(float));
-  remat__layernorm_backward(m->dresid, m->g[REMAT_P_LNFW], m->g[REMAT_P_LNFB], h.dlnf,
-                            resid_at(m, L), m->p[REMAT_P_LNFW], h.lnf_mean, h.lnf_rstd, N, C);
-
-  for (int64_t l = L - 1; l >= 0; l--) {
-    remat__block_acts a = block_acts(m, l);
-    if (m->mp.policy[l] == REMAT_RECOMPUTE) {
-      double t0 = remat__now();
-      block_forward(m, l, resid_at(m, l), &a, NULL, hp, micro);
-      m->recompute_s += remat__now() - t0;
-    }
-    block_backward(m, l, resid_at(m, l), &a, hp, micro);
-  }
-  remat__encoder_backward(m->g[REMAT_P_WTE], m->g[REMAT_P_WPE], m->dresid, m->inputs, m->B, m->T,
-                          C);
-  return (float)(loss / (double)N);
+  REMAT_ASSERT(m->stage.has_embedding && m->stage.has_head);
+  remat_model_stage_forward(m, 0, micro, hp);
+  double loss = remat_model_stage_backward(m, 0, micro, dloss, hp);
+  return (float)(loss / (double)(m->B * m->T));
 }
 
 float remat_model_eval(remat_model *m) {
-  forward_blocks(m, NULL, 0);
+  REMAT_ASSERT(m->stage.has_embedding && m->stage.has_head);
+  remat_model_stage_forward(m, 0, 0, NULL);
   remat__head_acts h;
-  return (float)(head_forward(m, &h) / (double)(m->B * m->T));
+  return (float)(head_forward(m, slot_at(m, 0), &h) / (double)(m->B * m->T));
 }
 
 void remat_model_zero_grad(remat_model *m) {
-  memset(m->grads, 0, remat_param_count(&m->cfg) * sizeof(float));
+  memset(m->grads, 0, m->num_params * sizeof(float));
+  if (m->tied_grad) memset(m->tied_grad, 0, m->sz[REMAT_P_WTE] * sizeof(float));
+  m->tied_summed = 0;
+}
+
+void remat_model_sum_tied(remat_model *m) {
+  if (!m->tied_grad || m->tied_summed) return;
+  m->tied_summed = 1;
+  float *g = m->g[REMAT_P_WTE];
+  const float *h = m->tied_grad;
+  size_t n = m->sz[REMAT_P_WTE];
+#pragma omp parallel for simd schedule(static)
+  for (size_t i = 0; i < n; i++) g[i] = g[i] + h[i]; /* embedding + head */
+}
+
+/* The layers of the stage, in model order: the embedding (wte, wpe), each
+ * block (its 12 tensors), the head (the final layernorm; its copy of wte is
+ * counted once, on the embedding). Each layer's sum is over its tensors in
+ * llm.c order, each tensor summed by remat__sumsq. */
+int64_t remat_model_grad_sumsq_layers(const remat_model *m, double *out) {
+  int64_t k = 0;
+  if (m->stage.has_embedding)
+    out[k++] = remat__sumsq(m->g[REMAT_P_WTE], m->sz[REMAT_P_WTE]) +
+               remat__sumsq(m->g[REMAT_P_WPE], m->sz[REMAT_P_WPE]);
+  for (int64_t i = 0; i < m->stage.num_blocks; i++) {
+    double s = 0;
+    for (int t = REMAT_P_LN1W; t <= REMAT_P_FCPROJB; t++) {
+      size_t per = m->sz[t] / (size_t)m->stage.num_blocks;
+      s += remat__sumsq(m->g[t] + (size_t)i * per, per);
+    }
+    out[k++] = s;
+  }
+  if (m->stage.has_head)
+    out[k++] = remat__sumsq(m->g[REMAT_P_LNFW], m->sz[REMAT_P_LNFW]) +
+               remat__sumsq(m->g[REMAT_P_LNFB], m->sz[REMAT_P_LNFB]);
+  return k;
+}
+
+int64_t remat_model_num_layers(const remat_model *m) {
+  return m->stage.num_blocks + m->stage.has_embedding + m->stage.has_head;
+}
+
+double remat_model_grad_sumsq(const remat_model *m) {
+  double part[4096 + 2], s = 0;
+  REMAT_ASSERT(remat_model_num_layers(m) <= 4096 + 2);
+  int64_t n = remat_model_grad_sumsq_layers(m, part);
+  for (int64_t k = 0; k < n; k++) s += part[k];
+  return s;
 }
 
 static int decays(int tensor) {
@@ -322,13 +506,7 @@ static int decays(int tensor) {
   }
 }
 
-float remat_model_grad_norm(const remat_model *m) {
-  return (float)sqrt(remat__sumsq(m->grads, remat_param_count(&m->cfg)));
-}
-
 void remat_model_update(remat_model *m, const remat_hparams *hp, float lr, float norm) {
-  size_t sz[REMAT_P_COUNT];
-  remat_param_sizes(&m->cfg, sz);
   float scale = 1.0f;
   if (hp->grad_clip > 0) {
     float coef = hp->grad_clip / (norm + 1e-6f);
@@ -339,9 +517,10 @@ void remat_model_update(remat_model *m, const remat_hparams *hp, float lr, float
                       .step = (int)m->step};
   float *pm = m->adam_m, *pv = m->adam_v;
   for (int i = 0; i < REMAT_P_COUNT; i++) {
-    remat__adamw_update(m->p[i], m->g[i], pm, pv, sz[i], &opt,
+    if (!m->sz[i]) continue;
+    remat__adamw_update(m->p[i], m->g[i], pm, pv, m->sz[i], &opt,
                         decays(i) ? hp->weight_decay : 0.0f, scale);
-    pm += sz[i];
-    pv += sz[i];
+    pm += m->sz[i];
+    pv += m->sz[i];
   }
 }

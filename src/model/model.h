@@ -9,21 +9,25 @@
 
 struct remat_model {
   remat_config cfg;
-  remat_memplan mp;
+  remat_memplan mp; /* of this model's stage (the whole model in one process) */
+  remat_stage stage; /* policy points into mp */
   int64_t B, T;
 
   char *arena;        /* mp.peak_bytes, one allocation */
-  float *params;      /* all parameters, llm.c order: the checkpoint body */
+  float *params;      /* the stage's parameters, llm.c order: for the whole model
+                         the checkpoint body */
   float *grads;
   float *adam_m, *adam_v;
-  float *p[REMAT_P_COUNT]; /* views of params */
+  size_t num_params;  /* floats in each of the four */
+  float *p[REMAT_P_COUNT]; /* views of params; NULL for tensors the stage lacks */
   float *g[REMAT_P_COUNT]; /* views of grads */
-
-  char *slot;       /* the one micro-batch in flight (mp's slot 0) */
-  int32_t *inputs;  /* (B, T) in the slot */
-  int32_t *targets; /* (B, T) in the slot */
-  float *dresid;    /* (B, T, C) */
-  char *work;       /* the transient workspace */
+  size_t sz[REMAT_P_COUNT]; /* floats of each view */
+  float *tied_grad;   /* the head's gradient of wte, when the stage also has
+                         the embedding; else NULL */
+  int tied_summed;    /* tied_grad already added this step */
+  float *dresid;      /* (B, T, C) */
+  float *send;        /* (B, T, C) output of a stage without the head */
+  char *work;         /* the transient workspace */
 
   size_t high_water;  /* cache for remat_model_arena_high_water */
   int64_t step;       /* optimizer steps taken */
@@ -33,7 +37,7 @@ struct remat_model {
 /* remat_model_create in two steps, so a caller can learn what the plan
  * needs before the arena exists: the model and its plan, then the arena. */
 int remat__model_plan(remat_model **out, const remat_config *cfg, int64_t B, int64_t T,
-                      const uint8_t *policy, remat_error *err);
+                      const remat_stage *st, remat_error *err);
 int remat__model_allocate(remat_model *m, remat_error *err);
 
 #endif

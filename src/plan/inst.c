@@ -76,6 +76,7 @@ int remat__plan_inst_build(const remat_plan_problem *pb, remat__plan_inst *in, r
   in->schedule = pb->schedule;
   in->objective = pb->objective;
   in->stage_bytes = (int64_t)pb->stage_bytes;
+  in->boundary_bytes = (int64_t)pb->boundary_bytes;
   size_t L1 = (size_t)L + 1;
   int64_t **perL[] = {&in->fb, &in->fwd, &in->r, &in->a, &in->c, &in->x, &in->y, &in->w};
   for (size_t i = 0; i < sizeof perL / sizeof perL[0]; i++)
@@ -169,7 +170,9 @@ int remat__plan_inst_build(const remat_plan_problem *pb, remat__plan_inst *in, r
     int64_t ns = pb->schedule == REMAT_SCHED_GPIPE ? m : (p - s < m ? p - s : m);
     in->n[s] = ns;
     in->budget[s] = (int64_t)pb->memory[s];
-    keys[s] = (clskey){ns, in->budget[s], s};
+    /* stages with the same n and the same room left after the boundary
+     * buffer share every answer */
+    keys[s] = (clskey){ns, in->budget[s] - (s < p - 1 ? in->boundary_bytes : 0), s};
   }
   qsort(keys, (size_t)p, sizeof *keys, clskey_cmp);
   in->ncls = 0;

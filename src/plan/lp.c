@@ -175,9 +175,8 @@ int remat_plan_format_lp(const remat_plan_problem *pb, char **out, remat_error *
     }
     snprintf(v, sizeof v, "X_%lld", (long long)s);
     term(&t, 1, v);
-    double rhs = pb->memory[s] >= pb->stage_bytes
-                     ? MEM(pb->memory[s] - pb->stage_bytes)
-                     : -1.0;
+    size_t fixed = pb->stage_bytes + (s < p - 1 ? pb->boundary_bytes : 0);
+    double rhs = pb->memory[s] >= fixed ? MEM(pb->memory[s] - fixed) : -1.0;
     remat__plan_printf(&b, " <= %.17g\n", rhs);
     remat__plan_printf(&b, " time_%lld:", (long long)s);
     t = (terms){&b, 0, 0};

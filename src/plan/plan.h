@@ -52,6 +52,7 @@ typedef struct remat__plan_inst {
   int64_t *n;        /* (p) micro-batches held */
   int64_t *budget;   /* (p) */
   int64_t stage_bytes;
+  int64_t boundary_bytes; /* every stage but the last */
   /* prefix sums over layers, (L + 1) each */
   int64_t *pF, *pA, *pW, *pD, *pCand;
   /* candidates only: first candidate at or after l; for a candidate, the
@@ -140,11 +141,13 @@ int64_t remat__knap_items(const remat__knap *k, int32_t node, int64_t *items);
 #define REMAT__PLAN_KNAP_LIMIT ((int64_t)1 << 25) /* Pareto points held at once */
 
 /* Bytes stage s needs on layers [i, j) with every layer kept, less the
- * transient term max(Y, X): stage_bytes + sum w + n sum a. With every layer
+ * transient term max(Y, X): stage_bytes (+ boundary_bytes but on the last
+ * stage) + sum w + n sum a. With every layer
  * kept the stage needs this + Y, Y = remat__plan_work_max(in, i, j). */
 static inline int64_t remat__plan_base_memory(const remat__plan_inst *in, int64_t i, int64_t j,
                                               int64_t s) {
-  return in->stage_bytes + (in->pW[j] - in->pW[i]) + in->n[s] * (in->pA[j] - in->pA[i]);
+  return in->stage_bytes + (s < in->p - 1 ? in->boundary_bytes : 0) + (in->pW[j] - in->pW[i]) +
+         in->n[s] * (in->pA[j] - in->pA[i]);
 }
 
 /* A candidate's scratch and saving per micro-batch, for sorting by scratch. */
@@ -322,5 +325,10 @@ typedef struct remat__plan_buf {
 } remat__plan_buf;
 void remat__plan_printf(remat__plan_buf *b, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+
+/* Reads a file of at most the problem size limit into *buf (owned, NUL
+ * terminated); non-regular files are read up to the limit and refused past
+ * it. */
+int remat__plan_read_bounded(const char *path, char **buf, size_t *len, remat_error *err);
 
 #endif

@@ -125,6 +125,9 @@ int remat_plan_problem_check(const remat_plan_problem *pb, remat_error *err) {
   if (pb->stage_bytes > REMAT_PLAN_MAX_BYTES)
     return remat__errorf(err, REMAT_ERANGE, "stage_bytes %zu is above the limit of 2^60 bytes",
                          pb->stage_bytes);
+  if (pb->boundary_bytes > REMAT_PLAN_MAX_BYTES)
+    return remat__errorf(err, REMAT_ERANGE, "boundary_bytes %zu is above the limit of 2^60 bytes",
+                         pb->boundary_bytes);
   int64_t L = 0;
   for (int64_t g = 0; g < pb->num_groups; g++) {
     const remat_plan_group *G = &pb->groups[g];
@@ -168,7 +171,7 @@ int remat_plan_problem_check(const remat_plan_problem *pb, remat_error *err) {
   int64_t nmax = pb->schedule == REMAT_SCHED_GPIPE
                      ? pb->microbatches
                      : (pb->microbatches < pb->stages ? pb->microbatches : pb->stages);
-  double tot = (double)pb->stage_bytes, ttot = 0;
+  double tot = (double)pb->stage_bytes + (double)pb->boundary_bytes, ttot = 0;
   for (int64_t g = 0; g < pb->num_groups; g++) {
     const remat_plan_group *G = &pb->groups[g];
     double big = (double)(G->act_bytes > G->ckpt_bytes ? G->act_bytes : G->ckpt_bytes);
@@ -401,7 +404,7 @@ int remat_plan_problem_parse_json(remat_plan_problem *pb, const char *text, size
   }
   if ((rc = check_duplicates(root, "", err))) goto done;
   static const char *const known[] = {"stages", "microbatches", "schedule", "objective",
-                                      "memory", "layers", "stage_bytes", "comment", NULL};
+                                      "memory", "layers", "stage_bytes", "boundary_bytes", "comment", NULL};
   if ((rc = check_keys(root, top, known, err))) goto done;
   static const char *const required[] = {"stages", "microbatches", "memory", "layers"};
   for (size_t k = 0; k < sizeof required / sizeof required[0]; k++)
@@ -440,6 +443,9 @@ int remat_plan_problem_parse_json(remat_plan_problem *pb, const char *text, size
     rc = remat__errorf(err, REMAT_EFORMAT, "\"comment\" must be a string");
     goto done;
   }
+  if ((it = get(root, "boundary_bytes")) &&
+      (rc = json_bytes(it, top, "boundary_bytes", &pb->boundary_bytes, err)))
+    goto done;
   if ((it = get(root, "stage_bytes")) &&
       (rc = json_bytes(it, top, "stage_bytes", &pb->stage_bytes, err)))
     goto done;
@@ -548,7 +554,7 @@ done:
  * reading it: a regular file by its size, anything else (a pipe, a device)
  * by reading at most one byte more than the limit, so no input costs more
  * memory than the limit. */
-static int read_bounded(const char *path, char **out, size_t *len, remat_error *err) {
+int remat__plan_read_bounded(const char *path, char **out, size_t *len, remat_error *err) {
   const size_t limit = REMAT_PLAN_MAX_PROBLEM_BYTES;
   *out = NULL;
   *len = 0;
@@ -609,7 +615,7 @@ int remat_plan_problem_load(remat_plan_problem *pb, const char *path, remat_erro
   memset(pb, 0, sizeof *pb);
   char *buf;
   size_t len;
-  int rc = read_bounded(path, &buf, &len, err);
+  int rc = remat__plan_read_bounded(path, &buf, &len, err);
   if (rc) return rc;
   if (len == 0) rc = remat__errorf(err, REMAT_EFORMAT, "problem file '%s' is empty", path);
   if (!rc) {
@@ -652,6 +658,8 @@ int remat_plan_problem_from_model(remat_plan_problem *pb, const remat_config *cf
     g->recompute_bytes = lb->scratch;
     g->work_bytes = lb->work;
     g->state_bytes = lb->state;
+    /* one stage holds the embedding and the head together */
+    if (k == REMAT_LAYER_HEAD && stages == 1) g->state_bytes = mm.head_joint_state;
     g->recomputable = k == REMAT_LAYER_BLOCK;
   }
   remat_plan_group *e = &pb->groups[REMAT_LAYER_EMBEDDING], *blk = &pb->groups[REMAT_LAYER_BLOCK],
@@ -664,6 +672,7 @@ int remat_plan_problem_from_model(remat_plan_problem *pb, const remat_config *cf
   h->fwd = (2.0 * Bd * Td * C * Vp + 5.0 * Bd * Td * Vp) / G;
   h->bwd = 2 * h->fwd;
   pb->stage_bytes = mm.stage_bytes;
+  pb->boundary_bytes = mm.boundary_bytes;
   snprintf(pb->time_unit, sizeof pb->time_unit, "GFLOP");
   snprintf(pb->source, sizeof pb->source,
            "GPT-2 L=%lld C=%lld NH=%lld V=%lld, B=%lld, T=%lld", (long long)cfg->num_layers,

@@ -4,7 +4,8 @@
  * objective's closed form sum_s t_s + (m - 1) max_s t_s, which it equals
  * when all stages take the same time.
  *
- * Each stage runs its operations in a fixed order; an operation starts when
+ * Each stage runs its operations in the order remat_schedule_op gives, the
+ * same instruction stream the pipeline runtime executes; an operation starts when
  * its stage is free and its input is ready: forward k on stage s needs forward
  * k on stage s - 1, backward k on stage s needs backward k on stage s + 1
  * (the last stage's backward k follows its own forward k, earlier in its
@@ -16,8 +17,8 @@
 #include "base/base.h"
 #include "plan/plan.h"
 
-/* Operation q of stage s: returns micro-batch k and whether it is a backward. */
-static void op_at(int schedule, int64_t p, int64_t m, int64_t s, int64_t q, int64_t *k, int *bwd) {
+void remat_schedule_op(int schedule, int64_t p, int64_t m, int64_t s, int64_t q, int64_t *k,
+                       int *bwd) {
   if (schedule == REMAT_SCHED_GPIPE) {
     *bwd = q >= m;
     *k = q < m ? q : q - m;
@@ -66,7 +67,7 @@ int remat_plan_simulate(int schedule, int64_t p, int64_t m, const double *fwd, c
       while (next[s] < 2 * m) {
         int64_t k;
         int b;
-        op_at(schedule, p, m, s, next[s], &k, &b);
+        remat_schedule_op(schedule, p, m, s, next[s], &k, &b);
         double ready;
         if (!b) ready = s == 0 ? 0 : FD(s - 1, k);
         else ready = s == p - 1 ? FD(s, k) : BD(s + 1, k);

@@ -19,8 +19,7 @@ struct remat_trainer {
   remat_loader train, val;
   remat_batch_fn batch_fn;
   void *batch_ctx;
-  remat_grad_hook hook;
-  void *hook_ctx;
+  remat_trainer_ops ops;
   float dloss; /* 1 / (B T K): the mean over the step's tokens */
 };
 
@@ -65,6 +64,13 @@ static int check_opts(const remat_train_opts *o, remat_error *err) {
 
 int remat_trainer_create(remat_trainer **out, const remat_config *cfg, const uint8_t *policy,
                          const remat_tokens *tok, const remat_train_opts *o, remat_error *err) {
+  remat_stage st = remat_stage_whole(cfg, policy);
+  return remat_trainer_create_stage(out, cfg, &st, tok, o, err);
+}
+
+int remat_trainer_create_stage(remat_trainer **out, const remat_config *cfg,
+                               const remat_stage *st, const remat_tokens *tok,
+                               const remat_train_opts *o, remat_error *err) {
   *out = NULL;
   int rc = check_opts(o, err);
   if (rc) return rc;
@@ -85,7 +91,7 @@ int remat_trainer_create(remat_trainer **out, const remat_config *cfg, const uin
       tr->have_val = 1;
     }
   }
-  if ((rc = remat__model_plan(&tr->model, cfg, o->B, o->T, policy, err))) goto fail;
+  if ((rc = remat__model_plan(&tr->model, cfg, o->B, o->T, st, err))) goto fail;
   *out = tr;
   return 0;
 fail:
@@ -124,9 +130,24 @@ void remat_trainer_set_batches(remat_trainer *tr, remat_batch_fn fn, void *ctx) 
 }
 
 void remat_trainer_set_hook(remat_trainer *tr, remat_grad_hook fn, void *ctx) {
-  tr->hook = fn;
-  tr->hook_ctx = ctx;
+  tr->ops = (remat_trainer_ops){.after_backward = fn, .ctx = ctx};
 }
+
+void remat_trainer_set_ops(remat_trainer *tr, const remat_trainer_ops *ops) { tr->ops = *ops; }
+
+const remat_train_opts *remat_trainer_opts(const remat_trainer *tr) { return &tr->o; }
+
+int remat_trainer_next_batch(remat_trainer *tr, int64_t micro, int32_t *inputs, int32_t *targets,
+                             remat_error *err) {
+  if (tr->batch_fn)
+    return tr->batch_fn(tr->batch_ctx, remat_model_step(tr->model), micro, inputs, targets, err);
+  if (!tr->have_train)
+    return remat__errorf(err, REMAT_EINVAL, "the trainer has no data: give it tokens or batches");
+  remat_loader_next(&tr->train, inputs, targets);
+  return 0;
+}
+
+float remat_trainer_dloss(const remat_trainer *tr) { return tr->dloss; }
 
 int64_t remat_trainer_steps_done(const remat_trainer *tr) { return remat_model_step(tr->model); }
 
@@ -140,7 +161,7 @@ int64_t remat_trainer_train_windows(const remat_trainer *tr) {
 
 static int diverged(remat_trainer *tr, double loss, int64_t step, remat_error *err) {
   const remat_model *m = tr->model;
-  size_t P = remat_param_count(&m->cfg);
+  size_t P = m->num_params;
   for (size_t i = 0; i < P; i++) {
     float w = m->params[i];
     if (!(fabsf(w) <= WEIGHT_OVERFLOW))
@@ -159,28 +180,34 @@ int remat_trainer_step(remat_trainer *tr, remat_step_stats *st, remat_error *err
   REMAT_ASSERT(m->arena);
   const remat_train_opts *o = &tr->o;
   int64_t step = m->step; /* 0-based number of this step */
-  if (!tr->batch_fn && !tr->have_train)
-    return remat__errorf(err, REMAT_EINVAL, "the trainer has no data: give it tokens or batches");
   double t0 = remat__now();
   remat_model_take_recompute_seconds(m);
   remat_model_zero_grad(m);
   double loss = 0;
-  for (int64_t k = 0; k < o->grad_accum; k++) {
-    if (tr->batch_fn) {
-      int rc = tr->batch_fn(tr->batch_ctx, step, k, m->inputs, m->targets, err);
-      if (rc) return rc;
-    } else {
-      remat_loader_next(&tr->train, m->inputs, m->targets);
+  int rc;
+  if (tr->ops.micro_batches) {
+    if ((rc = tr->ops.micro_batches(tr->ops.ctx, tr, &loss, err))) return rc;
+  } else {
+    for (int64_t k = 0; k < o->grad_accum; k++) {
+      if ((rc = remat_trainer_next_batch(tr, k, remat_model_inputs(m), remat_model_targets(m),
+                                         err)))
+        return rc;
+      loss += remat_model_forward_backward(m, (uint32_t)k, tr->dloss, &o->hp);
     }
-    loss += remat_model_forward_backward(m, (uint32_t)k, tr->dloss, &o->hp);
   }
   loss /= (double)o->grad_accum;
-  if (tr->hook) {
-    int rc = tr->hook(tr->hook_ctx, tr, err);
-    if (rc) return rc;
-  }
+  if (tr->ops.after_backward && (rc = tr->ops.after_backward(tr->ops.ctx, tr, err))) return rc;
   float lr = remat_train_lr(o, step);
-  float norm = remat_model_grad_norm(m);
+  remat_model_sum_tied(m);
+  double sumsq;
+  if (tr->ops.norm_sumsq) {
+    double part[4096 + 2];
+    int64_t n = remat_model_grad_sumsq_layers(m, part);
+    if ((rc = tr->ops.norm_sumsq(tr->ops.ctx, tr, part, n, &sumsq, err))) return rc;
+  } else {
+    sumsq = remat_model_grad_sumsq(m);
+  }
+  float norm = (float)sqrt(sumsq);
   remat_model_update(m, &o->hp, lr, norm);
   st->step = m->step;
   st->loss = loss;
@@ -188,18 +215,20 @@ int remat_trainer_step(remat_trainer *tr, remat_step_stats *st, remat_error *err
   st->grad_norm = norm;
   st->seconds = remat__now() - t0;
   st->recompute_seconds = remat_model_take_recompute_seconds(m);
-  if (!isfinite(loss)) return diverged(tr, loss, m->step, err);
+  if (!isfinite(loss) || !isfinite(norm)) return diverged(tr, loss, m->step, err);
   return 0;
 }
 
 int remat_trainer_evaluate(remat_trainer *tr, double *loss, remat_error *err) {
+  if (!remat_model_stage(tr->model)->has_embedding || !remat_model_stage(tr->model)->has_head)
+    return remat__errorf(err, REMAT_EINVAL, "evaluation runs on the whole model only");
   if (!tr->have_val)
     return remat__errorf(err, REMAT_EINVAL, "no held-out split: the held-out fraction is 0");
   remat_model *m = tr->model;
   remat_loader_reset(&tr->val);
   double sum = 0;
   for (int64_t e = 0; e < tr->o.eval_batches; e++) {
-    remat_loader_next(&tr->val, m->inputs, m->targets);
+    remat_loader_next(&tr->val, remat_model_inputs(m), remat_model_targets(m));
     sum += remat_model_eval(m);
   }
   *loss = sum / (double)tr->o.eval_batches;

@@ -1,0 +1,104 @@
+/* remat/dist.h: training across MPI ranks. The ranks of one job (started
+ * with mpirun, on one machine or many) are pipeline stages; each runs a
+ * trainer over its slice of the model, and the pipeline runtime makes the
+ * trainer's step follow the schedule's instruction stream, with activations
+ * and their gradients sent between neighbouring stages. The results are
+ * those of one process with as many micro-batches per step, bit for bit.
+ * Part of remat's public API; include "remat.h" for all of it.
+ *
+ *   remat_dist *d;  remat_dist_init(&d, &argc, &argv, &err);
+ *   ... build a trainer for stage remat_dist_rank(d) (remat_trainer_create_stage)
+ *   remat_pipeline *pl;  remat_pipeline_create(&pl, d, tr, &split, &err);
+ *   ... remat_trainer_step(tr, ...) as in one process
+ *   remat_pipeline_destroy(pl);  remat_dist_finalize(d);
+ */
+#ifndef REMAT_DIST_H
+#define REMAT_DIST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "remat/train.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* 1 when this process was started by an MPI launcher (mpirun, mpiexec). */
+int remat_dist_launched(void);
+
+typedef struct remat_dist remat_dist; /* opaque: the job's ranks */
+
+/* Initialises MPI (argc and argv as main received them). A rank that dies
+ * makes the others fail within seconds instead of waiting forever. */
+int remat_dist_init(remat_dist **out, int *argc, char ***argv, remat_error *err);
+/* Ends MPI. With code != 0, ends every rank of the job. */
+void remat_dist_finalize(remat_dist *d, int code);
+int remat_dist_rank(const remat_dist *d);
+int remat_dist_size(const remat_dist *d);
+
+/* Every rank passes its own bytes (e.g. its command line); *same is 1 on
+ * every rank when all are equal, else 0 and *first_diff the lowest rank
+ * whose bytes differ from rank 0's. */
+int remat_dist_all_same(remat_dist *d, const void *bytes, size_t n, int *same, int *first_diff,
+                        remat_error *err);
+/* Rank 0 receives one value from every rank, in rank order (others: NULL). */
+int remat_dist_gather_sizes(remat_dist *d, size_t value, size_t *all, remat_error *err);
+/* Every rank passes its own status (0 or a remat_errno, with err filled when
+ * not 0): returns the status of the lowest failing rank on every rank, with
+ * that rank's message in err and its number in *failed_rank (-1 and 0 when
+ * all succeeded). So a failure on any rank is reported once and every rank
+ * stops together. */
+int remat_dist_first_error(remat_dist *d, int rc, remat_error *err, int *failed_rank);
+/* One 0/1 flag from every rank: 1 on every rank when all are 1. */
+int remat_dist_all_ok(remat_dist *d, int ok, int *all_ok);
+
+/* ------------------------------------------------------------ pipeline */
+
+/* How the model's layers are split: stage s runs blocks [first_block[s],
+ * first_block[s] + num_blocks[s]); stage 0 also runs the embedding, the last
+ * stage the head. */
+typedef struct remat_split {
+  int64_t stages;
+  int64_t first_block[64], num_blocks[64];
+  int schedule;        /* remat_plan_schedule */
+  int64_t microbatches; /* M per optimizer step */
+} remat_split;
+#define REMAT_MAX_STAGES 64
+
+/* The stage of the split that rank s runs, with its in-flight count
+ * (1F1B: min(P - s, M); GPipe: M) and the given policy of its blocks. */
+remat_stage remat_split_stage(const remat_split *sp, int64_t s, const uint8_t *policy);
+
+typedef struct remat_pipeline remat_pipeline; /* opaque */
+
+/* Makes the trainer (this rank's stage of sp, its grad_accum = M) run its
+ * steps as a pipeline: its micro-batches follow the schedule with sends and
+ * receives to the neighbouring ranks, the tied embedding's two gradients are
+ * exchanged and added (embedding + head) before the update, and the global
+ * norm is summed over all stages' layers in model order. The losses the
+ * trainer reports are the whole model's on every rank. */
+int remat_pipeline_create(remat_pipeline **out, remat_dist *d, remat_trainer *tr,
+                          const remat_split *sp, remat_error *err);
+void remat_pipeline_destroy(remat_pipeline *pl);
+
+/* The whole model's parameters in llm.c order on rank 0 (full: that many
+ * floats, remat_param_count), gathered from every stage; other ranks pass
+ * NULL. */
+int remat_pipeline_gather_params(remat_pipeline *pl, float *full, remat_error *err);
+
+/* Timeline: with tracing on, every step's operations are recorded (into
+ * memory reserved up front for max_steps steps) and remat_pipeline_trace_write
+ * gathers them to rank 0, which writes one Chrome trace-event JSON file (one
+ * track per rank; forward, backward, recompute, send, receive, reduce and
+ * update spans; a counter of each rank's live arena bytes). */
+int remat_pipeline_trace_start(remat_pipeline *pl, int64_t max_steps, remat_error *err);
+int remat_pipeline_trace_write(remat_pipeline *pl, const char *path, remat_error *err);
+
+/* Seconds the last step spent waiting on receives and sends, on this rank. */
+double remat_pipeline_wait_seconds(const remat_pipeline *pl);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* REMAT_DIST_H */

@@ -1,0 +1,425 @@
+/* pipeline.c: a trainer's step as one stage of a pipeline over MPI.
+ *
+ * Each rank executes its stage's instruction stream (remat_schedule_op: the
+ * same stream the planner's simulator times). Around the operations:
+ *   forward k:  stage 0 takes micro-batch k's inputs from its loader, the
+ *               last stage its targets (every rank draws every micro-batch,
+ *               so all loaders stay in step); a later stage receives its
+ *               input from stage s - 1 straight into slot k mod n; an
+ *               earlier stage sends its output to stage s + 1.
+ *   backward k: a stage before the last receives the gradient of its output
+ *               into the residual gradient; a stage after the first sends
+ *               the gradient of its input to stage s - 1 from there.
+ * Sends are non-blocking. A send buffer (the output, the residual gradient)
+ * is reused only after its previous send completed; since every stream
+ * consumes messages in the order its neighbour produces them, no stream can
+ * wait on a peer that waits on it, under either schedule.
+ *
+ * Bits: micro-batch k gets the dropout stream of micro-batch k of one
+ * process with K = M; each stage accumulates its gradients over k in order;
+ * the tied embedding's two gradient sums are exchanged between the first and
+ * the last stage and added (embedding + head, commutative, so both get the
+ * same bits); the norm adds every stage's per-layer sums in model order. So
+ * losses, norms and parameters equal one process's. */
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "dist/dist_internal.h"
+
+enum { EV_FORWARD, EV_BACKWARD, EV_RECOMPUTE, EV_RECV_ACT, EV_SEND_ACT, EV_RECV_GRAD,
+       EV_SEND_GRAD, EV_REDUCE, EV_UPDATE, EV_ARENA, EV_COUNT };
+static const char *const ev_names[EV_COUNT] = {
+    "forward", "backward", "recompute", "receive activation", "send activation",
+    "receive gradient", "send gradient", "reduce", "update", "arena bytes"};
+
+typedef struct {
+  double ts, dur; /* seconds since the trace's start */
+  int64_t step, micro;
+  uint64_t value; /* EV_ARENA: bytes */
+  int32_t kind;
+  int32_t pad;
+} event;
+
+struct remat_pipeline {
+  remat_dist *d;
+  remat_trainer *tr;
+  remat_model *m;
+  remat_split sp;
+  int s, P;
+  int64_t M, slots;
+  int act_count; /* floats of one (B, T, C) message */
+  MPI_Request send_act, send_grad;
+  double wait_s;
+  /* trace */
+  event *ev;
+  size_t nev, cap;
+  int tracing;
+  double t0, norm_end;
+  size_t fixed_bytes, slot_bytes;
+  int64_t live;
+};
+
+remat_stage remat_split_stage(const remat_split *sp, int64_t s, const uint8_t *policy) {
+  int64_t P = sp->stages, M = sp->microbatches;
+  int64_t n = sp->schedule == REMAT_SCHED_GPIPE ? M : (P - s < M ? P - s : M);
+  return (remat_stage){.first_block = sp->first_block[s], .num_blocks = sp->num_blocks[s],
+                       .policy = policy, .inflight = n, .has_embedding = s == 0,
+                       .has_head = s == P - 1};
+}
+
+/* ------------------------------------------------------------ tracing */
+
+static void record(remat_pipeline *pl, int kind, double t_start, double t_end, int64_t micro,
+                   uint64_t value) {
+  if (!pl->tracing || pl->nev == pl->cap) return;
+  pl->ev[pl->nev++] = (event){.ts = t_start - pl->t0, .dur = t_end - t_start,
+                              .step = remat_model_step(pl->m), .micro = micro, .value = value,
+                              .kind = kind};
+}
+
+static void arena_counter(remat_pipeline *pl, double t, int64_t delta) {
+  pl->live += delta;
+  record(pl, EV_ARENA, t, t, -1, pl->fixed_bytes + (uint64_t)pl->live * pl->slot_bytes);
+}
+
+/* ------------------------------------------------------- point to point */
+
+static int wait_req(remat_pipeline *pl, MPI_Request *r, int kind, int64_t micro, remat_error *err) {
+  if (*r == MPI_REQUEST_NULL) return 0;
+  double t = remat__now();
+  int rc = MPI_Wait(r, MPI_STATUS_IGNORE);
+  double e = remat__now();
+  pl->wait_s += e - t;
+  record(pl, kind, t, e, micro, 0);
+  return rc == MPI_SUCCESS ? 0 : remat__mpi_error(err, rc, "waiting for a send to finish");
+}
+
+static int recv_from(remat_pipeline *pl, float *buf, int peer, int tag, int kind, int64_t micro,
+                     remat_error *err) {
+  double t = remat__now();
+  int rc = MPI_Recv(buf, pl->act_count, MPI_FLOAT, peer, tag, pl->d->comm, MPI_STATUS_IGNORE);
+  double e = remat__now();
+  pl->wait_s += e - t;
+  record(pl, kind, t, e, micro, 0);
+  if (rc != MPI_SUCCESS) {
+    remat__mpi_error(err, rc, "receiving from a neighbouring stage");
+    return remat__errorf(err, REMAT_EIO,
+                         "stage %d could not receive from stage %d (did that rank die?): %s",
+                         pl->s, peer, err ? err->msg : "");
+  }
+  return 0;
+}
+
+static int send_to(remat_pipeline *pl, const float *buf, int peer, int tag, MPI_Request *r,
+                   remat_error *err) {
+  int rc = MPI_Isend(buf, pl->act_count, MPI_FLOAT, peer, tag, pl->d->comm, r);
+  return rc == MPI_SUCCESS ? 0 : remat__mpi_error(err, rc, "sending to a neighbouring stage");
+}
+
+/* ------------------------------------------------------- the step's ops */
+
+static int run_microbatches(void *ctx, remat_trainer *tr, double *loss_sum, remat_error *err) {
+  remat_pipeline *pl = ctx;
+  remat_model *m = pl->m;
+  const remat_train_opts *o = remat_trainer_opts(tr);
+  const double N = (double)(o->B * o->T);
+  int s = pl->s, P = pl->P, rc;
+  double t_step = remat__now();
+  if (pl->norm_end > 0) record(pl, EV_UPDATE, pl->norm_end, t_step, -1, 0);
+  pl->wait_s = 0;
+  for (int64_t q = 0; q < 2 * pl->M; q++) {
+    int64_t k;
+    int bwd;
+    remat_schedule_op(pl->sp.schedule, P, pl->M, s, q, &k, &bwd);
+    int64_t slot = k % pl->slots;
+    if (!bwd) {
+      if ((rc = remat_trainer_next_batch(tr, k, remat_model_slot_inputs(m, slot),
+                                         remat_model_slot_targets(m, slot), err)))
+        return rc;
+      if (s > 0 &&
+          (rc = recv_from(pl, remat_model_stage_input(m, slot), s - 1, (int)(2 * k), EV_RECV_ACT,
+                          k, err)))
+        return rc;
+      /* the forward writes the output buffer: its last send must be done */
+      if (s < P - 1 && (rc = wait_req(pl, &pl->send_act, EV_SEND_ACT, k, err))) return rc;
+      double t = remat__now();
+      arena_counter(pl, t, 1);
+      remat_model_stage_forward(m, slot, (uint32_t)k, &o->hp);
+      record(pl, EV_FORWARD, t, remat__now(), k, 0);
+      if (s < P - 1 && (rc = send_to(pl, remat_model_stage_output(m), s + 1, (int)(2 * k),
+                                     &pl->send_act, err)))
+        return rc;
+    } else {
+      if ((rc = wait_req(pl, &pl->send_grad, EV_SEND_GRAD, k, err))) return rc;
+      if (s < P - 1 && (rc = recv_from(pl, remat_model_dresid(m), s + 1, (int)(2 * k + 1),
+                                       EV_RECV_GRAD, k, err)))
+        return rc;
+      double t = remat__now(), rs0 = remat_model_recompute_seconds(m);
+      double loss = remat_model_stage_backward(m, slot, (uint32_t)k, remat_trainer_dloss(tr),
+                                               &o->hp);
+      double e = remat__now(), rs = remat_model_recompute_seconds(m) - rs0;
+      record(pl, EV_BACKWARD, t, e, k, 0);
+      /* recompute is interleaved with the blocks' backwards; drawn as one
+       * span of its total at the backward's start */
+      if (rs > 0) record(pl, EV_RECOMPUTE, t, t + rs, k, 0);
+      arena_counter(pl, e, -1);
+      if (s == P - 1) *loss_sum += (float)(loss / N); /* as one process rounds it */
+      if (s > 0 && (rc = send_to(pl, remat_model_dresid(m), s - 1, (int)(2 * k + 1),
+                                 &pl->send_grad, err)))
+        return rc;
+    }
+  }
+  if ((rc = wait_req(pl, &pl->send_act, EV_SEND_ACT, -1, err)) ||
+      (rc = wait_req(pl, &pl->send_grad, EV_SEND_GRAD, -1, err)))
+    return rc;
+  /* every rank reports the whole model's loss */
+  rc = MPI_Bcast(loss_sum, 1, MPI_DOUBLE, P - 1, pl->d->comm);
+  return rc == MPI_SUCCESS ? 0 : remat__mpi_error(err, rc, "sharing the loss");
+}
+
+/* The tied embedding: stage 0 holds the embedding's gradient sum, the last
+ * stage the head's; each sends its own and adds the other's, chunk by chunk
+ * through the workspace (free between steps). */
+static int exchange_tied(void *ctx, remat_trainer *tr, remat_error *err) {
+  (void)tr;
+  remat_pipeline *pl = ctx;
+  if (pl->s != 0 && pl->s != pl->P - 1) return 0;
+  double t = remat__now();
+  int peer = pl->s == 0 ? pl->P - 1 : 0;
+  size_t n, room;
+  remat_model_tensor(pl->m, REMAT_P_WTE, &n);
+  float *g = remat_model_tensor_grad(pl->m, REMAT_P_WTE);
+  float *buf = remat_model_workspace(pl->m, &room);
+  /* both sides move pieces of the smaller of their two rooms */
+  uint64_t mine = room / sizeof(float), theirs = 0;
+  int mrc = MPI_Sendrecv(&mine, 1, MPI_UINT64_T, peer, 6, &theirs, 1, MPI_UINT64_T, peer, 6,
+                         pl->d->comm, MPI_STATUS_IGNORE);
+  if (mrc != MPI_SUCCESS) return remat__mpi_error(err, mrc, "exchanging the tied embedding's gradient");
+  size_t chunk = (size_t)(mine < theirs ? mine : theirs);
+  if (chunk > (size_t)INT_MAX) chunk = (size_t)INT_MAX;
+  REMAT_ASSERT(chunk > 0);
+  for (size_t off = 0; off < n; off += chunk) {
+    int c = (int)(n - off < chunk ? n - off : chunk);
+    int rc = MPI_Sendrecv(g + off, c, MPI_FLOAT, peer, 7, buf, c, MPI_FLOAT, peer, 7,
+                          pl->d->comm, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS) return remat__mpi_error(err, rc, "exchanging the tied embedding's gradient");
+    float *gg = g + off;
+    if (pl->s == 0)
+      for (int i = 0; i < c; i++) gg[i] = gg[i] + buf[i]; /* embedding + head */
+    else
+      for (int i = 0; i < c; i++) gg[i] = buf[i] + gg[i];
+  }
+  record(pl, EV_REDUCE, t, remat__now(), -1, 0);
+  return 0;
+}
+
+/* The squared norm: every stage's per-layer sums, added in model order. */
+static int norm_sumsq(void *ctx, remat_trainer *tr, const double *layers, int64_t n,
+                      double *total, remat_error *err) {
+  (void)tr;
+  remat_pipeline *pl = ctx;
+  double t = remat__now();
+  int counts[REMAT_MAX_STAGES], displs[REMAT_MAX_STAGES], all_n = 0;
+  for (int r = 0; r < pl->P; r++) {
+    counts[r] = (int)(pl->sp.num_blocks[r] + (r == 0) + (r == pl->P - 1));
+    displs[r] = all_n;
+    all_n += counts[r];
+  }
+  REMAT_ASSERT(counts[pl->s] == n && all_n <= 4096 + 2);
+  double all[4096 + 2];
+  int rc = MPI_Allgatherv(layers, (int)n, MPI_DOUBLE, all, counts, displs, MPI_DOUBLE,
+                          pl->d->comm);
+  if (rc != MPI_SUCCESS) return remat__mpi_error(err, rc, "summing the gradient norm");
+  double sum = 0;
+  for (int k = 0; k < all_n; k++) sum += all[k];
+  *total = sum;
+  pl->norm_end = remat__now();
+  record(pl, EV_REDUCE, t, pl->norm_end, -1, 0);
+  return 0;
+}
+
+/* ------------------------------------------------------------ lifetime */
+
+int remat_pipeline_create(remat_pipeline **out, remat_dist *d, remat_trainer *tr,
+                          const remat_split *sp, remat_error *err) {
+  *out = NULL;
+  remat_model *m = remat_trainer_model(tr);
+  const remat_train_opts *o = remat_trainer_opts(tr);
+  const remat_stage *st = remat_model_stage(m);
+  if (sp->stages != d->size)
+    return remat__errorf(err, REMAT_EINVAL, "a split of %lld stages needs %lld ranks, not %d",
+                         (long long)sp->stages, (long long)sp->stages, d->size);
+  if (sp->stages < 2 || sp->stages > REMAT_MAX_STAGES)
+    return remat__errorf(err, REMAT_EINVAL, "a pipeline has 2 to %d stages, not %lld",
+                         REMAT_MAX_STAGES, (long long)sp->stages);
+  if (o->grad_accum != sp->microbatches)
+    return remat__errorf(err, REMAT_EINVAL,
+                         "the trainer runs %lld micro-batches per step but the split %lld",
+                         (long long)o->grad_accum, (long long)sp->microbatches);
+  remat_stage want = remat_split_stage(sp, d->rank, NULL);
+  if (st->first_block != want.first_block || st->num_blocks != want.num_blocks ||
+      st->has_embedding != want.has_embedding || st->has_head != want.has_head ||
+      st->inflight != want.inflight)
+    return remat__errorf(err, REMAT_EINVAL, "rank %d's trainer is not stage %d of the split",
+                         d->rank, d->rank);
+  double count = (double)o->B * (double)o->T * (double)remat_model_config(m)->channels;
+  if (count > (double)INT_MAX)
+    return remat__errorf(err, REMAT_ERANGE,
+                         "a micro-batch's activations (%.0f floats) exceed one MPI message",
+                         count);
+  remat_pipeline *pl = remat__calloc(1, sizeof *pl);
+  if (!pl) return remat__errorf(err, REMAT_ENOMEM, "out of memory");
+  pl->d = d;
+  pl->tr = tr;
+  pl->m = m;
+  pl->sp = *sp;
+  pl->s = d->rank;
+  pl->P = d->size;
+  pl->M = sp->microbatches;
+  pl->slots = st->inflight;
+  pl->act_count = (int)count;
+  pl->send_act = pl->send_grad = MPI_REQUEST_NULL;
+  const remat_memplan *mp = remat_model_memplan(m);
+  pl->slot_bytes = mp->slot_bytes;
+  pl->fixed_bytes = mp->peak_bytes - mp->buf[REMAT_BUF_SLOTS].bytes;
+  remat_trainer_ops ops = {.micro_batches = run_microbatches, .after_backward = exchange_tied,
+                           .norm_sumsq = norm_sumsq, .ctx = pl};
+  remat_trainer_set_ops(tr, &ops);
+  *out = pl;
+  return 0;
+}
+
+void remat_pipeline_destroy(remat_pipeline *pl) {
+  if (!pl) return;
+  if (pl->send_act != MPI_REQUEST_NULL) MPI_Cancel(&pl->send_act);
+  if (pl->send_grad != MPI_REQUEST_NULL) MPI_Cancel(&pl->send_grad);
+  remat_trainer_set_ops(pl->tr, &(remat_trainer_ops){0});
+  remat__free(pl->ev);
+  remat__free(pl);
+}
+
+double remat_pipeline_wait_seconds(const remat_pipeline *pl) { return pl->wait_s; }
+
+/* Big buffers move in pieces an int can count. */
+#define PIECE ((size_t)1 << 28)
+
+int remat_pipeline_gather_params(remat_pipeline *pl, float *full, remat_error *err) {
+  remat_model *m = pl->m;
+  const remat_config *cfg = remat_model_config(m);
+  if (pl->s != 0) {
+    size_t n = remat_model_num_params(m);
+    const float *p = remat_model_params(m);
+    for (size_t off = 0; off < n; off += PIECE) {
+      int c = (int)(n - off < PIECE ? n - off : PIECE);
+      int rc = MPI_Send(p + off, c, MPI_FLOAT, 0, 11, pl->d->comm);
+      if (rc != MPI_SUCCESS) return remat__mpi_error(err, rc, "gathering the parameters");
+    }
+    return 0;
+  }
+  for (int r = 1; r < pl->P; r++) {
+    remat_stage st = remat_split_stage(&pl->sp, r, NULL);
+    size_t n = remat_stage_num_params(cfg, &st);
+    float *tmp = remat__malloc(n * sizeof(float));
+    if (!tmp) return remat__errorf(err, REMAT_ENOMEM, "out of memory gathering the parameters");
+    for (size_t off = 0; off < n; off += PIECE) {
+      int c = (int)(n - off < PIECE ? n - off : PIECE);
+      int rc = MPI_Recv(tmp + off, c, MPI_FLOAT, r, 11, pl->d->comm, MPI_STATUS_IGNORE);
+      if (rc != MPI_SUCCESS) {
+        remat__free(tmp);
+        return remat__mpi_error(err, rc, "gathering the parameters");
+      }
+    }
+    remat_stage_params_to_full(cfg, &st, tmp, full);
+    remat__free(tmp);
+  }
+  /* last, so stage 0's tied matrix is the one written (the last stage's
+   * copy is equal, bit for bit) */
+  remat_stage_params_to_full(cfg, remat_model_stage(m), remat_model_params(m), full);
+  return 0;
+}
+
+/* ------------------------------------------------------------- trace */
+
+int remat_pipeline_trace_start(remat_pipeline *pl, int64_t max_steps, remat_error *err) {
+  size_t per_step = (size_t)pl->M * 8 + 8;
+  pl->cap = (size_t)max_steps * per_step + 16;
+  pl->ev = remat__malloc(pl->cap * sizeof *pl->ev);
+  if (!pl->ev) return remat__errorf(err, REMAT_ENOMEM, "out of memory for the trace");
+  MPI_Barrier(pl->d->comm); /* one start for every rank's clock */
+  pl->t0 = remat__now();
+  pl->tracing = 1;
+  arena_counter(pl, pl->t0, 0);
+  return 0;
+}
+
+static void write_event(FILE *f, const event *e, int rank, int *first) {
+  fputs(*first ? "\n" : ",\n", f);
+  *first = 0;
+  double us = e->ts * 1e6, dus = e->dur * 1e6;
+  if (e->kind == EV_ARENA) {
+    fprintf(f,
+            "{\"name\":\"arena bytes\",\"ph\":\"C\",\"pid\":%d,\"ts\":%.3f,"
+            "\"args\":{\"bytes\":%llu}}",
+            rank, us, (unsigned long long)e->value);
+  } else if (e->micro >= 0) {
+    fprintf(f,
+            "{\"name\":\"%s mb %lld\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,"
+            "\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"step\":%lld,\"micro\":%lld}}",
+            ev_names[e->kind], (long long)e->micro, ev_names[e->kind], rank,
+            e->kind == EV_RECOMPUTE ? 1 : 0, us, dus, (long long)e->step + 1,
+            (long long)e->micro);
+  } else {
+    fprintf(f,
+            "{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":0,\"ts\":%.3f,"
+            "\"dur\":%.3f,\"args\":{\"step\":%lld}}",
+            ev_names[e->kind], ev_names[e->kind], rank, us, dus, (long long)e->step + 1);
+  }
+}
+
+int remat_pipeline_trace_write(remat_pipeline *pl, const char *path, remat_error *err) {
+  if (!pl->tracing) return remat__errorf(err, REMAT_EINVAL, "tracing was not started");
+  uint64_t n = pl->nev;
+  if (pl->s != 0) {
+    int rc = MPI_Send(&n, 1, MPI_UINT64_T, 0, 21, pl->d->comm);
+    if (rc == MPI_SUCCESS && n)
+      rc = MPI_Send(pl->ev, (int)(n * sizeof(event)), MPI_BYTE, 0, 22, pl->d->comm);
+    return rc == MPI_SUCCESS ? 0 : remat__mpi_error(err, rc, "gathering the trace");
+  }
+  FILE *f = fopen(path, "w");
+  int ok = f != NULL;
+  if (f) {
+    fputs("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[", f);
+    int first = 1;
+    for (int r = 0; r < pl->P; r++) {
+      fputs(first ? "\n" : ",\n", f);
+      first = 0;
+      fprintf(f,
+              "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"name\":\"rank %d: "
+              "stage %d\"}},\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":1,"
+              "\"args\":{\"name\":\"recompute\"}}",
+              r, r, r, r);
+    }
+    for (size_t i = 0; i < pl->nev; i++) write_event(f, &pl->ev[i], 0, &first);
+    for (int r = 1; r < pl->P; r++) {
+      uint64_t rn = 0;
+      MPI_Recv(&rn, 1, MPI_UINT64_T, r, 21, pl->d->comm, MPI_STATUS_IGNORE);
+      if (!rn) continue;
+      event *buf = remat__malloc(rn * sizeof *buf);
+      if (!buf) {
+        ok = 0;
+        break;
+      }
+      MPI_Recv(buf, (int)(rn * sizeof(event)), MPI_BYTE, r, 22, pl->d->comm, MPI_STATUS_IGNORE);
+      for (uint64_t i = 0; i < rn; i++) write_event(f, &buf[i], r, &first);
+      remat__free(buf);
+    }
+    fputs("\n]}\n", f);
+    ok = ok && !ferror(f);
+    ok = fclose(f) == 0 && ok;
+  }
+  if (!ok) return remat__errorf(err, REMAT_EIO, "cannot write the trace '%s'", path);
+  return 0;
+}

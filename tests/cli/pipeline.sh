@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# Pipeline stages over MPI against one process: bit-identical losses,
+# gradient norms and saved checkpoints for P in {2, 3, 4}, both schedules,
+# dropout on, heterogeneous layers and recompute per stage; every rank's arena
+# planned = measured = what `remat plan` prints; a plan file is checked
+# against the job; bad starts fail clearly; a killed rank ends the job; the
+# trace is valid JSON with the expected events.
+# usage: pipeline.sh REMAT TMPDIR
+set -u
+remat=$1
+tmp=$2
+rm -rf "$tmp"
+mkdir -p "$tmp"
+cd "$tmp" || exit 1
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_rmaps_base_oversubscribe=1
+mpi() { mpirun --oversubscribe -np "$@"; }
+fails=0
+n=0
+ok() { n=$((n + 1)); echo "ok   [$1]"; }
+bad() { n=$((n + 1)); fails=$((fails + 1)); echo "FAIL [$1]"; }
+
+# one model, small enough to run many times: 6 blocks, B=4, T=32, 5 micro-batches
+common=(--config 6,64,4,256,64 --batch 4 --seq 32 --grad-accum 5 --steps 3 --dropout 0.1
+        --warmup 1 --cosine --threads 1 --peak-gflops 10 --quiet)
+
+same_run() { # same_run NAME ONE.jsonl ONE.bin TWO.jsonl TWO.bin
+  python3 - "$2" "$4" <<'PY' && cmp -s "$3" "$5"
+import json, sys
+a = [json.loads(l) for l in open(sys.argv[1])]
+b = [json.loads(l) for l in open(sys.argv[2])]
+same = [(x["loss"], x["grad_norm"]) for x in a] == [(x["loss"], x["grad_norm"]) for x in b]
+mem = all(x["rank_planned_peak_bytes"] == x["rank_measured_peak_bytes"] for x in b)
+sys.exit(0 if same and mem and len(a) == len(b) == 3 else 1)
+PY
+}
+
+# P, schedule, blocks per stage, recomputed blocks
+cases=("2 1f1b 3,3 1,4" "3 1f1b 1,3,2 0,2,5" "4 1f1b 1,1,1,3 0,1,2,3,4,5" "4 gpipe 2,1,2,1 1,3"
+       "3 gpipe 0,5,1 4" "2 gpipe 6,0 -")
+for c in "${cases[@]}"; do
+  read -r P sched layers ck <<<"$c"
+  ckpt=()
+  [[ $ck != - ]] && ckpt=(--ckpt-layers "$ck")
+  tag="P=$P $sched layers $layers recompute $ck"
+  "$remat" train "${common[@]}" "${ckpt[@]}" --log one.jsonl --save one.bin >one.out 2>&1
+  mpi "$P" "$remat" train "${common[@]}" "${ckpt[@]}" --stages "$P" --schedule "$sched" \
+    --layers "$layers" --log two.jsonl --save two.bin >two.out 2>&1
+  if same_run "$tag" one.jsonl one.bin two.jsonl two.bin; then ok "bit-identical: $tag"
+  else bad "bit-identical: $tag"; tail -5 two.out; fi
+done
+
+# The planner places the stages under a budget; each rank's arena is the
+# plan's figure, planned and measured.
+"$remat" plan --config 6,64,4,256,64 --batch 4 --seq 32 --stages 3 --microbatches 5 \
+  --mem 5MiB --format json -o plan.json >/dev/null 2>&1
+mpi 3 "$remat" train "${common[@]}" --stages 3 --mem 5MiB --log mem.jsonl >mem.out 2>&1
+if python3 - <<'PY'
+import json
+plan = [s["memory_bytes"] for s in json.load(open("plan.json"))["stages"]]
+rec = sum(len(s["recomputed"]) for s in json.load(open("plan.json"))["stages"])
+log = [json.loads(l) for l in open("mem.jsonl")]
+ok = rec > 0 and all(x["rank_planned_peak_bytes"] == plan == x["rank_measured_peak_bytes"] for x in log)
+print("  remat plan:", plan, "recomputed", rec, "| log:", log[-1]["rank_measured_peak_bytes"])
+raise SystemExit(0 if ok else 1)
+PY
+then ok "--mem: planned = measured = remat plan, per rank"; else bad "--mem figures"; tail -5 mem.out; fi
+
+# The same plan from its file, and checked against the job.
+mpi 3 "$remat" train "${common[@]}" --stages 3 --plan plan.json --log file.jsonl >file.out 2>&1
+if cmp -s <(python3 -c 'import json;[print(json.loads(l)["loss"]) for l in open("mem.jsonl")]') \
+          <(python3 -c 'import json;[print(json.loads(l)["loss"]) for l in open("file.jsonl")]'); then
+  ok "--plan runs the planner's plan"
+else bad "--plan"; tail -5 file.out; fi
+
+expect_fail() { # expect_fail NAME PATTERN NP args...
+  local name=$1 pattern=$2 np=$3
+  shift 3
+  mpi "$np" "$remat" train "$@" >err.out 2>&1
+  local rc=$?
+  if [[ $rc -ne 0 ]] && grep -q -- "$pattern" err.out; then ok "$name"
+  else bad "$name (rc $rc)"; head -3 err.out; fi
+}
+expect_fail "a plan for another shape" "was made for" 3 "${common[@]}" --seq 16 --stages 3 --plan plan.json
+expect_fail "a plan for another stage count" "is for 3 stages" 2 "${common[@]}" --stages 2 --plan plan.json
+expect_fail "wrong rank count" "started on 2 ranks but --stages is 3" 2 --config tiny --stages 3
+expect_fail "more stages than layers" "more stages than the model has layers" 5 --config tiny --stages 5
+expect_fail "a budget that does not fit" "smallest budget that fits" 2 --config tiny --stages 2 --mem 1MiB
+expect_fail "layers that do not add up" "places 5 blocks" 2 "${common[@]}" --stages 2 --layers 2,3
+n=$((n + 1))
+mpirun --oversubscribe -np 1 "$remat" train --config tiny --stages 2 --seed 1 --steps 1 : \
+  -np 1 "$remat" train --config tiny --stages 2 --seed 2 --steps 1 >err.out 2>&1
+if grep -q "other flags than rank 0" err.out; then echo "ok   [flags differ across ranks]"
+else fails=$((fails + 1)); echo "FAIL [flags differ across ranks]"; head -3 err.out; fi
+
+# A rank killed with SIGKILL ends the job within 30 s, with a message.
+start=$(date +%s)
+mpi 2 "$remat" train --config tiny --stages 2 --grad-accum 2 --steps 1000000 --threads 1 \
+  --quiet --peak-gflops 1 >kill.out 2>&1 &
+job=$!
+sleep 3
+victim=$(pgrep -f "remat train --config tiny --stages 2 --grad-accum 2 --steps 1000000" | grep -v "^$job\$" | tail -1)
+[[ -n $victim ]] && kill -9 "$victim"
+for _ in $(seq 60); do kill -0 "$job" 2>/dev/null || break; sleep 0.5; done
+if kill -0 "$job" 2>/dev/null; then
+  kill -9 "$job"
+  bad "a killed rank ends the job (still running after 30 s)"
+else
+  wait "$job"
+  rc=$?
+  took=$(($(date +%s) - start - 3))
+  if [[ $rc -ne 0 && -n $victim ]] && grep -q "signal 9" kill.out; then ok "a killed rank ends the job in ${took} s (exit $rc)"
+  else bad "a killed rank (rc $rc)"; tail -3 kill.out; fi
+fi
+
+# The trace: valid JSON, one track per rank, every kind of span.
+mpi 3 "$remat" train "${common[@]}" --stages 3 --layers 2,2,2 --ckpt-layers 3 --trace t.json >t.out 2>&1
+if python3 - <<'PY'
+import json
+t = json.load(open("t.json"))
+ev = t["traceEvents"]
+spans = {(e["pid"], e["cat"]) for e in ev if e["ph"] == "X"}
+need = {(0, "forward"), (0, "backward"), (0, "send activation"), (0, "receive gradient"),
+        (1, "receive activation"), (1, "recompute"), (1, "send gradient"), (2, "backward"),
+        (0, "reduce"), (2, "update")}
+counters = {e["pid"] for e in ev if e["ph"] == "C"}
+fwd = sum(1 for e in ev if e.get("cat") == "forward")
+ok = need <= spans and counters == {0, 1, 2} and fwd == 3 * 3 * 5
+print("  %d events; forward spans %d" % (len(ev), fwd))
+raise SystemExit(0 if ok else 1)
+PY
+then ok "trace"; else bad "trace"; fi
+
+echo "$((n - fails)) passed, $fails failed"
+[[ $fails -eq 0 ]]
