@@ -19,7 +19,8 @@ static int arrangement(const remat__plan_inst *in, const int64_t *bounds, uint64
                        int64_t out[3]) {
   int64_t sum = 0, tmax = 0, cnt = 0, peak = 0;
   for (int64_t s = 0; s < in->p; s++) {
-    int64_t mem = in->stage_bytes, X = 0, t = 0; /* X: max of y and recomputed x */
+    int64_t mem = in->stage_bytes + (s < in->p - 1 ? in->boundary_bytes : 0), X = 0, t = 0;
+    /* X: max of y and recomputed x */
     for (int64_t l = bounds[s]; l < bounds[s + 1]; l++) {
       int rec = (mask >> l) & 1;
       mem += in->w[l] + in->n[s] * (rec ? in->c[l] : in->a[l]);

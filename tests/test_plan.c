@@ -147,8 +147,9 @@ static void random_problem(remat_plan_problem *pb, int maxL, int work) {
     }
   }
   pb->stage_bytes = rnd(0, 3) == 0 ? (size_t)(rnd(1, 3) * unit) : 0;
+  pb->boundary_bytes = rnd(0, 2) == 0 ? (size_t)(rnd(1, 4) * unit) : 0;
   /* budgets: a fraction of the memory of everything kept on one stage */
-  double top = maxkept + (double)pb->stage_bytes;
+  double top = maxkept + (double)pb->stage_bytes + (double)pb->boundary_bytes;
   if (rnd(0, 2) == 0) {
     pb->uniform_memory = 0;
     for (int64_t s = 0; s < p; s++) pb->memory[s] = (size_t)(top * (double)rnd(5, 100) / 100.0);
@@ -195,7 +196,7 @@ static void test_random(int count, int maxL, int work) {
                 (long long)sm);
       /* the arrangement it returns really fits */
       for (int64_t s = 0; s < in.p; s++) {
-        int64_t mem = in.stage_bytes, X = 0;
+        int64_t mem = in.stage_bytes + (s < in.p - 1 ? in.boundary_bytes : 0), X = 0;
         for (int64_t l = bounds[s]; l < bounds[s + 1]; l++) {
           mem += in.w[l] + in.n[s] * (rec[l] ? in.c[l] : in.a[l]);
           if (in.y[l] > X) X = in.y[l];
