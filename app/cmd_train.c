@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -62,7 +63,12 @@ static const char *usage_text =
 
 typedef struct {
   const char *config, *model, *data, *text, *save, *log, *ckpt_layers, *mem;
-  const char *layers, *plan, *trace;
+  const char *layers, *plan, *trace, *ckpt_dir, *resume;
+  int64_t ckpt_every;
+  char resume_model[4096]; /* --resume's model.bin */
+  char resume_dir[4096];
+  const char *ckpt_step_dir; /* the step directory resumed from */
+  int64_t resume_step;
   int64_t B, T, K, steps, warmup, eval_every, eval_batches, stages;
   int schedule;
   double lr, wd, clip, dropout, ratio, peak_gflops, val_frac;
@@ -83,7 +89,7 @@ static const char *const valued[] = {
     "--batch", "--seq", "--grad-accum", "--steps", "--warmup", "--eval-every",
     "--eval-batches", "--val-frac", "--lr", "--weight-decay", "--grad-clip", "--dropout",
     "--ckpt-ratio", "--peak-gflops", "--seed", "--threads", "--stages", "--schedule",
-    "--layers", "--plan", "--trace", NULL};
+    "--layers", "--plan", "--trace", "--checkpoint-dir", "--checkpoint-every", "--resume", NULL};
 
 static int is_valued(const char *a) {
   size_t n = strcspn(a, "=");
@@ -104,6 +110,10 @@ static int parse_value(opts *o, const char *name, const char *v) {
   else if (!strcmp(name, "--ckpt-layers")) o->ckpt_layers = v;
   else if (!strcmp(name, "--mem")) o->mem = v;
   else if (!strcmp(name, "--layers")) o->layers = v;
+  else if (!strcmp(name, "--checkpoint-dir")) o->ckpt_dir = v;
+  else if (!strcmp(name, "--resume")) o->resume = v;
+  else if (!strcmp(name, "--checkpoint-every"))
+    rc = cli_parse_i64(name, v, 1, 1 << 30, &o->ckpt_every);
   else if (!strcmp(name, "--plan")) o->plan = v;
   else if (!strcmp(name, "--trace")) o->trace = v;
   else if (!strcmp(name, "--stages")) rc = cli_parse_i64(name, v, 1, REMAT_MAX_STAGES, &o->stages);
@@ -172,6 +182,10 @@ static int parse_args(int argc, char **argv, opts *o) {
   if (o->stages > 1 && o->eval_every > 0)
     return cli_fail(-1, "--eval-every runs on one process only; drop it with --stages");
   if (o->data && o->text) return cli_fail(-1, "give --data or --text, not both");
+  if (!!o->ckpt_dir != !!o->ckpt_every)
+    return cli_fail(-1, "--checkpoint-dir DIR and --checkpoint-every N go together");
+  if (o->resume && o->model)
+    return cli_fail(-1, "--resume takes the weights from its checkpoint; drop --model");
   return 0;
 }
 
@@ -461,13 +475,16 @@ static int gather_ranks(run_state *r, remat_error *err) {
   return rc;
 }
 
+static int write_checkpoint(const opts *o, run_state *r, const remat_config *cfg,
+                            remat_error *err);
+
 static int train_loop(run_state *r) {
   const opts *o = r->o;
   remat_error err;
   double tokens_per_step = (double)(o->B * o->T * o->K);
   r->first_loss = r->last_loss = r->last_val = NAN;
   double t_start = remat_now();
-  for (int64_t i = 0; i < o->steps; i++) {
+  while (remat_trainer_steps_done(r->tr) < o->steps) {
     /* every rank stops at the same step */
     int go = !interrupted;
     if (r->dist) remat_dist_all_ok(r->dist, go, &go);
@@ -486,7 +503,7 @@ static int train_loop(run_state *r) {
     r->measured = remat_trainer_measured_peak_bytes(r->tr);
     if (gather_ranks(r, &err)) return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
     if (r->pipe && (st.step > 1 || o->steps == 1)) r->wait_s += remat_pipeline_wait_seconds(r->pipe);
-    if (st.step == 1) r->first_loss = st.loss;
+    if (isnan(r->first_loss)) r->first_loss = st.loss;
     r->last_loss = st.loss;
     if (st.step > 1 || o->steps == 1) { /* the first step warms caches and threads */
       r->t_train += st.seconds;
@@ -502,7 +519,14 @@ static int train_loop(run_state *r) {
     }
     if (r->logf && log_step(r, &st, tps, mfu, val_loss)) return CLI_EXIT_RUN;
     if (!o->quiet) show_progress(r, &st, tps, mfu, val_loss);
+    if (o->ckpt_dir && (st.step % o->ckpt_every == 0 || st.step == o->steps) &&
+        write_checkpoint(o, r, r->cfg, &err))
+      return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
   }
+  /* stopped by a signal: keep what was done */
+  if (interrupted && o->ckpt_dir && r->steps_done > 0 && r->steps_done % o->ckpt_every != 0 &&
+      write_checkpoint(o, r, r->cfg, &err))
+    return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
   if (r->tty) fputc('\n', stderr);
   r->wall = remat_now() - t_start;
   return 0;
@@ -783,18 +807,95 @@ static int load_weights(remat_checkpoint_reader *rd, const remat_config *cfg, re
   return rc;
 }
 
-/* --save: one llm.c checkpoint of the whole model, written by rank 0. */
-static int save_weights(const opts *o, const remat_config *cfg, run_state *r, remat_error *err) {
+/* One llm.c checkpoint of the whole model at path, written by rank 0. */
+static int save_weights(const char *path, const remat_config *cfg, run_state *r,
+                        remat_error *err) {
   remat_model *m = remat_trainer_model(r->tr);
-  if (!r->pipe) return remat_checkpoint_save(o->save, cfg, remat_model_params(m), err);
+  if (!r->pipe) return remat_checkpoint_save(path, cfg, remat_model_params(m), err);
   float *full = r->rank == 0 ? malloc(remat_param_count(cfg) * sizeof(float)) : NULL;
   if (r->rank == 0 && !full) {
     snprintf(err->msg, sizeof err->msg, "out of memory gathering the model to save it");
     return REMAT_ENOMEM;
   }
   int rc = remat_pipeline_gather_params(r->pipe, full, err);
-  if (!rc && r->rank == 0) rc = remat_checkpoint_save(o->save, cfg, full, err);
+  if (!rc && r->rank == 0) rc = remat_checkpoint_save(path, cfg, full, err);
   free(full);
+  return rc;
+}
+
+static int set_err(remat_error *err, const char *msg) {
+  snprintf(err->msg, sizeof err->msg, "%s", msg);
+  return err->code = REMAT_EIO;
+}
+
+/* A checkpoint directory for the step just taken: the weights (rank 0), each
+ * rank's state, and DONE last, once every rank has written its part. */
+static int write_checkpoint(const opts *o, run_state *r, const remat_config *cfg,
+                            remat_error *err) {
+  int64_t step = remat_trainer_steps_done(r->tr);
+  char path[4096], name[64];
+  int rc = r->rank == 0 ? remat_checkpoint_dir_make(o->ckpt_dir, step, err) : 0;
+  int ok = rc == 0;
+  if (r->dist) remat_dist_all_ok(r->dist, ok, &ok);
+  if (!ok) return rc ? rc : set_err(err, "another rank could not write the checkpoint");
+  if (remat_checkpoint_dir_path(path, sizeof path, o->ckpt_dir, step, "model.bin"))
+    return set_err(err, "--checkpoint-dir is too long a path");
+  rc = save_weights(path, cfg, r, err);
+  if (r->ranks > 1) snprintf(name, sizeof name, "state_rank_%d.bin", r->rank);
+  else snprintf(name, sizeof name, "state.bin");
+  remat_checkpoint_dir_path(path, sizeof path, o->ckpt_dir, step, name);
+  if (!rc) rc = remat_trainer_save_state(r->tr, path, r->rank, r->ranks, err);
+  ok = rc == 0;
+  if (r->dist) remat_dist_all_ok(r->dist, ok, &ok);
+  if (!ok) return rc ? rc : set_err(err, "another rank could not write the checkpoint");
+  remat_checkpoint_dir_path(path, sizeof path, o->ckpt_dir, step, "DONE");
+  if (r->rank == 0 && (rc = remat_write_marker(path, err))) return rc;
+  /* Saving held a few file names for a moment: not part of a training
+   * step, so not of its measured peak. */
+  remat_heap_reset_peak();
+  if (!o->quiet) printf("checkpoint %s/step_%08lld\n", o->ckpt_dir, (long long)step);
+  return 0;
+}
+
+/* --resume DIR: the newest complete checkpoint under DIR, or DIR itself
+ * when it is one (it holds DONE); its weights become --model. */
+static int find_resume(opts *o) {
+  remat_error err;
+  char done[4096];
+  struct stat st;
+  snprintf(done, sizeof done, "%s/DONE", o->resume);
+  if (stat(done, &st) == 0) {
+    const char *base = strrchr(o->resume, '/');
+    base = base ? base + 1 : o->resume;
+    long long s;
+    if (sscanf(base, "step_%lld", &s) != 1)
+      return cli_fail(CLI_EXIT_USAGE, "--resume %s: a checkpoint directory is named step_N",
+                      o->resume);
+    o->resume_step = s;
+    snprintf(o->resume_model, sizeof o->resume_model, "%s/model.bin", o->resume);
+    o->ckpt_step_dir = o->resume;
+  } else {
+    if (remat_checkpoint_dir_latest(o->resume, &o->resume_step, &err))
+      return cli_fail(CLI_EXIT_RUN, "--resume: %s", err.msg);
+    remat_checkpoint_dir_path(o->resume_model, sizeof o->resume_model, o->resume,
+                              o->resume_step, "model.bin");
+    remat_checkpoint_dir_path(o->resume_dir, sizeof o->resume_dir, o->resume, o->resume_step,
+                              NULL);
+    o->ckpt_step_dir = o->resume_dir;
+  }
+  o->model = o->resume_model;
+  return 0;
+}
+
+static int load_resume_state(const opts *o, run_state *r, remat_error *err) {
+  char path[4096];
+  if (r->ranks > 1)
+    snprintf(path, sizeof path, "%s/state_rank_%d.bin", o->ckpt_step_dir, r->rank);
+  else
+    snprintf(path, sizeof path, "%s/state.bin", o->ckpt_step_dir);
+  int rc = remat_trainer_load_state(r->tr, path, r->rank, r->ranks, err);
+  if (!rc && !o->quiet)
+    printf("resume  %s at step %lld\n", o->ckpt_step_dir, (long long)o->resume_step);
   return rc;
 }
 
@@ -841,7 +942,8 @@ static int train_job(opts *o, run_state *r) {
   train_opts_from(o, &to);
 
   if (remat_blas_check(&err)) rc = cli_fail(CLI_EXIT_RUN, "%s", err.msg);
-  else rc = check_outputs(o);
+  else rc = o->resume ? find_resume(o) : 0;
+  if (!rc) rc = check_outputs(o);
   if (!rc) rc = load_shape(o, &rd, &cfg, &want, &have_want);
   if (!rc) {
     if (o->T == 0) o->T = cfg.max_seq_len < 64 ? cfg.max_seq_len : 64;
@@ -899,8 +1001,11 @@ static int train_job(opts *o, run_state *r) {
   }
   if (!rc) {
     remat_model *m = remat_trainer_model(tr);
+    r->tr = tr;
     if (!o->model) remat_model_init_weights(m, o->seed);
     else if (load_weights(&rd, &cfg, m, &err)) rc = cli_fail(CLI_EXIT_RUN, "%s", err.msg);
+    if (!rc && o->resume && load_resume_state(o, r, &err))
+      rc = cli_fail(CLI_EXIT_RUN, "%s", err.msg);
   }
   if (!rc && o->log && r->rank == 0 && !(r->logf = fopen(o->log, "w")))
     rc = cli_fail(CLI_EXIT_RUN, "cannot write log file '%s': %s", o->log, strerror(errno));
@@ -919,7 +1024,7 @@ static int train_job(opts *o, run_state *r) {
   }
   if (r->rank == 0) print_summary(r);
   if (o->save) {
-    if (save_weights(o, &cfg, r, &err)) {
+    if (save_weights(o->save, &cfg, r, &err)) {
       rc = cli_fail(CLI_EXIT_RUN, "%s", err.msg);
       goto out;
     }

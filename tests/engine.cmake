@@ -31,3 +31,5 @@ if(MPIRUN)
 else()
   message(STATUS "mpirun not found: the pipeline tests are not registered")
 endif()
+# Resumable training: resume = uninterrupted, bit for bit; killed runs resume.
+remat_cli_test(resume resume.sh TIMEOUT 300)

@@ -144,6 +144,37 @@ int remat_output_check(const char *path, remat_error *err);
  * that names one of the inputs. */
 int remat_same_file(const char *a, const char *b);
 
+/* ---------------------------------------------------------- training state */
+
+/* What a run needs besides the weights to go on exactly where it stopped:
+ * AdamW's m and v (this rank's parameters), the step, the loader's position,
+ * and the settings and shapes a resumed run must share. Doubles are kept as
+ * their bits. */
+#define REMAT_STATE_FIELDS 64
+typedef struct remat_state_header {
+  int64_t step, num_params;
+  int64_t rank, ranks, first_block, num_blocks, has_embedding, has_head; /* the stage */
+  int64_t L, C, NH, V, maxT, B, T, grad_accum, steps, warmup, cosine;
+  uint64_t seed, lr_bits, dropout_bits, wd_bits, clip_bits;
+  int64_t shuffle;
+  int64_t loader_epoch, loader_cursor;
+  uint64_t loader_rng;
+  int64_t data_tokens; /* tokens in the training split */
+} remat_state_header;
+
+/* Writes h, m and v (h->num_params floats each) with a checksum, atomically. */
+int remat_state_save(const char *path, const remat_state_header *h, const float *m,
+                     const float *v, remat_error *err);
+/* Reads a state whose num_params must equal num_params; checks its size and
+ * checksum. */
+int remat_state_load(const char *path, remat_state_header *h, float *m, float *v,
+                     size_t num_params, remat_error *err);
+/* The header alone. */
+int remat_state_peek(const char *path, remat_state_header *h, remat_error *err);
+/* A small file whose presence says a checkpoint directory is complete;
+ * written last, atomically. */
+int remat_write_marker(const char *path, remat_error *err);
+
 /* --------------------------------------------------------- default corpus */
 
 /* The seed remat_corpus_tokens uses, so every run trains on the same text. */
@@ -184,6 +215,7 @@ typedef struct remat_loader {
   int shuffle;
   uint64_t seed;
   uint64_t rng;   /* state of the epoch shuffles */
+  uint64_t epoch_rng; /* rng when this epoch began: it draws the epoch again */
   int64_t *order; /* (W) window indices in serving order, owned; NULL if sequential */
 } remat_loader;
 
@@ -201,6 +233,14 @@ int64_t remat_loader_windows(const remat_loader *L);
  * stage that needs only one of them), the loader advances all the same.
  * Never allocates. */
 void remat_loader_next(remat_loader *L, int32_t *inputs, int32_t *targets);
+/* Where the loader is, to resume from exactly there: seek draws the
+ * epoch's offset and order again and moves to the same window. */
+typedef struct remat_loader_pos {
+  int64_t epoch, cursor;
+  uint64_t epoch_rng;
+} remat_loader_pos;
+void remat_loader_tell(const remat_loader *L, remat_loader_pos *pos);
+int remat_loader_seek(remat_loader *L, const remat_loader_pos *pos, remat_error *err);
 /* Back to the first batch of epoch 0: the same sequence replays. */
 void remat_loader_reset(remat_loader *L);
 void remat_loader_free(remat_loader *L);

@@ -147,6 +147,27 @@ int64_t remat_trainer_train_windows(const remat_trainer *tr);
  * to remat_trainer_planned_bytes when the plan is right. */
 size_t remat_trainer_measured_peak_bytes(remat_trainer *tr);
 
+/* ------------------------------------------------------------- resuming */
+
+/* This rank's training state (AdamW moments, step, the loader's position,
+ * the settings that must match) to a state file, and back: loading checks
+ * the settings and the stage layout against this trainer and says which
+ * differs. The weights go in an llm.c checkpoint beside it. */
+int remat_trainer_save_state(remat_trainer *tr, const char *path, int rank, int ranks,
+                             remat_error *err);
+int remat_trainer_load_state(remat_trainer *tr, const char *path, int rank, int ranks,
+                             remat_error *err);
+
+/* Checkpoint directories: DIR/step_NNNNNNNN/ with model.bin, state.bin (one
+ * process) or state_rank_R.bin (one per rank), and DONE written last.
+ * dir_path writes DIR/step_NNNNNNNN[/file] into out (-1 if it does not fit);
+ * dir_make creates it and removes a DONE left from an earlier attempt;
+ * dir_latest finds the newest step whose DONE exists. */
+int remat_checkpoint_dir_path(char *out, size_t cap, const char *dir, int64_t step,
+                              const char *file);
+int remat_checkpoint_dir_make(const char *dir, int64_t step, remat_error *err);
+int remat_checkpoint_dir_latest(const char *dir, int64_t *step, remat_error *err);
+
 #ifdef __cplusplus
 }
 #endif

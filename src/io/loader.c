@@ -30,6 +30,7 @@ static int64_t uniform(uint64_t *s, int64_t n) {
  * window fits, and a Fisher-Yates permutation. */
 static void start_epoch(remat_loader *L) {
   L->cursor = 0;
+  L->epoch_rng = L->rng; /* enough to draw this epoch again */
   if (!L->shuffle) {
     L->offset = 0;
     L->num_windows = L->max_windows;
@@ -122,4 +123,23 @@ void remat_loader_free(remat_loader *L) {
   if (!L) return;
   remat__free(L->order);
   L->order = NULL;
+}
+
+void remat_loader_tell(const remat_loader *L, remat_loader_pos *pos) {
+  *pos = (remat_loader_pos){.epoch = L->epoch, .cursor = L->cursor, .epoch_rng = L->epoch_rng};
+}
+
+int remat_loader_seek(remat_loader *L, const remat_loader_pos *pos, remat_error *err) {
+  L->rng = pos->epoch_rng;
+  L->epoch = pos->epoch;
+  start_epoch(L); /* the same offset and order as when the position was taken */
+  if (pos->cursor < 0 || pos->cursor > L->num_windows) {
+    remat_loader_reset(L);
+    return remat__errorf(err, REMAT_EFORMAT,
+                         "loader position %lld lies outside this epoch's %lld windows: the data "
+                         "differs from the run that saved it",
+                         (long long)pos->cursor, (long long)L->num_windows);
+  }
+  L->cursor = pos->cursor;
+  return 0;
 }

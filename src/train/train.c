@@ -6,22 +6,12 @@
 #include <string.h>
 
 #include "base/base.h"
-#include "model/model.h"
+#include "train/train_internal.h"
 
 #ifndef M_PI
 #define M_PI 3.14159265358979323846
 #endif
 
-struct remat_trainer {
-  remat_train_opts o;
-  remat_model *model;
-  int have_train, have_val;
-  remat_loader train, val;
-  remat_batch_fn batch_fn;
-  void *batch_ctx;
-  remat_trainer_ops ops;
-  float dloss; /* 1 / (B T K): the mean over the step's tokens */
-};
 
 void remat_train_opts_default(remat_train_opts *o) {
   memset(o, 0, sizeof *o);

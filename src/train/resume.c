@@ -1,0 +1,144 @@
+/* resume.c: a trainer's state to and from a state file (remat_state_save),
+ * and checkpoint directories: DIR/step_NNNNNNNN/ holding model.bin (llm.c
+ * weights), one state file per rank and a DONE marker written last, so the
+ * newest directory with DONE is always complete and loadable. */
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "base/base.h"
+#include "train/train_internal.h"
+
+static uint64_t bits(double x) {
+  uint64_t u;
+  memcpy(&u, &x, sizeof u);
+  return u;
+}
+
+static void fill_header(remat_trainer *tr, int rank, int ranks, remat_state_header *h) {
+  const remat_model *m = tr->model;
+  const remat_config *c = remat_model_config(m);
+  const remat_stage *st = remat_model_stage(m);
+  const remat_train_opts *o = &tr->o;
+  remat_loader_pos pos = {0};
+  if (tr->have_train) remat_loader_tell(&tr->train, &pos);
+  *h = (remat_state_header){
+      .step = remat_model_step(m), .num_params = (int64_t)remat_model_num_params(m),
+      .rank = rank, .ranks = ranks, .first_block = st->first_block,
+      .num_blocks = st->num_blocks, .has_embedding = st->has_embedding, .has_head = st->has_head,
+      .L = c->num_layers, .C = c->channels, .NH = c->num_heads, .V = c->vocab_size,
+      .maxT = c->max_seq_len, .B = o->B, .T = o->T, .grad_accum = o->grad_accum,
+      .steps = o->steps, .warmup = o->warmup, .cosine = o->cosine, .seed = o->hp.seed,
+      .lr_bits = bits(o->lr), .dropout_bits = bits(o->hp.dropout),
+      .wd_bits = bits(o->hp.weight_decay), .clip_bits = bits(o->hp.grad_clip),
+      .shuffle = o->shuffle, .loader_epoch = pos.epoch, .loader_cursor = pos.cursor,
+      .loader_rng = pos.epoch_rng, .data_tokens = tr->have_train ? tr->train.n : 0};
+}
+
+int remat_trainer_save_state(remat_trainer *tr, const char *path, int rank, int ranks,
+                             remat_error *err) {
+  remat_state_header h;
+  fill_header(tr, rank, ranks, &h);
+  return remat_state_save(path, &h, remat_model_adam_m(tr->model), remat_model_adam_v(tr->model),
+                          err);
+}
+
+/* The settings a resumed run must share, by name, for the message. */
+static int compare(const remat_state_header *have, const remat_state_header *want,
+                   const char *path, remat_error *err) {
+#define SAME(f, what)                                                                        \
+  if (have->f != want->f)                                                                    \
+    return remat__errorf(err, REMAT_ESHAPE,                                                  \
+                         "cannot resume from '%s': it was saved with a different %s (%lld, "  \
+                         "now %lld); resume with the settings it was saved with",           \
+                         path, what, (long long)have->f, (long long)want->f);
+  SAME(ranks, "number of ranks")
+  SAME(rank, "rank")
+  SAME(first_block, "first block of this rank's stage")
+  SAME(num_blocks, "number of blocks on this rank's stage")
+  SAME(L, "number of layers") SAME(C, "width") SAME(NH, "number of heads")
+  SAME(V, "vocabulary") SAME(maxT, "maximum sequence")
+  SAME(B, "batch") SAME(T, "sequence length") SAME(grad_accum, "micro-batches per step")
+  SAME(steps, "number of steps (the schedule ends there)") SAME(warmup, "warmup")
+  SAME(cosine, "learning-rate schedule") SAME(seed, "seed") SAME(lr_bits, "learning rate")
+  SAME(dropout_bits, "dropout") SAME(wd_bits, "weight decay") SAME(clip_bits, "clipping")
+  SAME(shuffle, "data order") SAME(data_tokens, "training data (token count)")
+#undef SAME
+  return 0;
+}
+
+int remat_trainer_load_state(remat_trainer *tr, const char *path, int rank, int ranks,
+                             remat_error *err) {
+  remat_state_header want, have;
+  fill_header(tr, rank, ranks, &want);
+  int rc = remat_state_peek(path, &have, err);
+  if (!rc) rc = compare(&have, &want, path, err);
+  if (!rc)
+    rc = remat_state_load(path, &have, remat_model_adam_m(tr->model), remat_model_adam_v(tr->model),
+                          remat_model_num_params(tr->model), err);
+  if (rc) return rc;
+  if (have.step < 0 || have.step > have.steps)
+    return remat__errorf(err, REMAT_EFORMAT, "training state '%s' is at step %lld of %lld", path,
+                         (long long)have.step, (long long)have.steps);
+  remat_model_set_step(tr->model, have.step);
+  if (tr->have_train) {
+    remat_loader_pos pos = {.epoch = have.loader_epoch, .cursor = have.loader_cursor,
+                            .epoch_rng = have.loader_rng};
+    if ((rc = remat_loader_seek(&tr->train, &pos, err))) return rc;
+  }
+  return 0;
+}
+
+/* ------------------------------------------------------ checkpoint dirs */
+
+int remat_checkpoint_dir_path(char *out, size_t cap, const char *dir, int64_t step,
+                              const char *file) {
+  int n = snprintf(out, cap, "%s/step_%08lld%s%s", dir, (long long)step, file ? "/" : "",
+                   file ? file : "");
+  return n < 0 || (size_t)n >= cap ? -1 : 0;
+}
+
+int remat_checkpoint_dir_latest(const char *dir, int64_t *step, remat_error *err) {
+  DIR *d = opendir(dir);
+  if (!d)
+    return remat__errorf(err, REMAT_EIO, "cannot open checkpoint directory '%s': %s", dir,
+                         strerror(errno));
+  int64_t best = -1;
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    long long s;
+    char tail;
+    if (sscanf(e->d_name, "step_%lld%c", &s, &tail) != 1 || s < 0) continue;
+    char done[4096];
+    struct stat st;
+    if (remat_checkpoint_dir_path(done, sizeof done, dir, s, "DONE") == 0 &&
+        stat(done, &st) == 0 && S_ISREG(st.st_mode) && s > best)
+      best = s;
+  }
+  closedir(d);
+  if (best < 0)
+    return remat__errorf(err, REMAT_EINVAL, "no complete checkpoint (a step_N directory with "
+                         "DONE) in '%s'", dir);
+  *step = best;
+  return 0;
+}
+
+int remat_checkpoint_dir_make(const char *dir, int64_t step, remat_error *err) {
+  char path[4096];
+  if (mkdir(dir, 0777) && errno != EEXIST)
+    return remat__errorf(err, REMAT_EIO, "cannot create checkpoint directory '%s': %s", dir,
+                         strerror(errno));
+  if (remat_checkpoint_dir_path(path, sizeof path, dir, step, NULL))
+    return remat__errorf(err, REMAT_EINVAL, "checkpoint directory name too long");
+  if (mkdir(path, 0777) && errno != EEXIST)
+    return remat__errorf(err, REMAT_EIO, "cannot create '%s': %s", path, strerror(errno));
+  /* a directory left by a run killed while writing it: not complete until
+   * DONE is written again, last */
+  char done[4096];
+  remat_checkpoint_dir_path(done, sizeof done, dir, step, "DONE");
+  if (remove(done) && errno != ENOENT)
+    return remat__errorf(err, REMAT_EIO, "cannot remove '%s': %s", done, strerror(errno));
+  return 0;
+}

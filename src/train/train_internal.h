@@ -1,0 +1,19 @@
+/* train_internal.h: the trainer's inside, shared by its files. */
+#ifndef REMAT_TRAIN_INTERNAL_H
+#define REMAT_TRAIN_INTERNAL_H
+
+#include "model/model.h"
+#include "remat.h"
+
+struct remat_trainer {
+  remat_train_opts o;
+  remat_model *model;
+  int have_train, have_val;
+  remat_loader train, val;
+  remat_batch_fn batch_fn;
+  void *batch_ctx;
+  remat_trainer_ops ops;
+  float dloss; /* 1 / (B T K): the mean over the step's tokens */
+};
+
+#endif
