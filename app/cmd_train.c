@@ -362,12 +362,13 @@ static void print_plan(const remat_config *cfg, const remat_memplan *mp, size_t 
  * this machine's memory would end in the kernel's OOM killer, not an error. */
 static int check_fits_machine(size_t planned) {
   char b1[32], b2[32], b3[32];
-  size_t ram = remat_available_memory_bytes();
+  const char *what;
+  size_t ram = remat_memory_headroom(&what);
   if (ram && planned > ram)
     return cli_fail(CLI_EXIT_RUN,
-                    "the plan needs %s but this machine has %s of memory available; lower "
-                    "--batch/--seq or use --mem %s to recompute blocks",
-                    remat_format_bytes(planned, b1, sizeof b1),
+                    "the plan needs %s but %s leaves %s; lower --batch/--seq or use --mem %s to "
+                    "recompute blocks",
+                    remat_format_bytes(planned, b1, sizeof b1), what,
                     remat_format_bytes(ram, b2, sizeof b2),
                     remat_format_bytes(ram / 10 * 9, b3, sizeof b3));
   return 0;
@@ -495,7 +496,7 @@ static int train_loop(run_state *r) {
     remat_step_stats st;
     if (remat_trainer_step(r->tr, &st, &err)) {
       if (r->tty) fputc('\n', stderr);
-      if (err.code == REMAT_ENUMERIC)
+      if (err.code == REMAT_ENUMERIC && !strstr(err.msg, "overflow"))
         return cli_fail(CLI_EXIT_RUN, "%s; lower --lr or raise --grad-clip", err.msg);
       return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
     }
@@ -796,11 +797,14 @@ static void predict(run_state *r, const placement *pl) {
 static int load_weights(remat_checkpoint_reader *rd, const remat_config *cfg, remat_model *m,
                         remat_error *err) {
   const remat_stage *st = remat_model_stage(m);
-  if (st->has_embedding && st->has_head && st->num_blocks == cfg->num_layers)
-    return remat_checkpoint_read_params(rd, cfg, remat_model_params(m), err);
+  if (st->has_embedding && st->has_head && st->num_blocks == cfg->num_layers) {
+    int rc = remat_checkpoint_read_params(rd, cfg, remat_model_params(m), err);
+    return rc ? rc : remat_params_overflow(cfg, remat_model_params(m), err);
+  }
   float *full = malloc(remat_param_count(cfg) * sizeof(float));
   if (!full) return REMAT_ENOMEM;
   int rc = remat_checkpoint_read_params(rd, cfg, full, err);
+  if (!rc) rc = remat_params_overflow(cfg, full, err);
   if (!rc) remat_stage_params_from_full(cfg, st, full, remat_model_params(m));
   free(full);
   remat_heap_reset_peak();
@@ -983,6 +987,10 @@ static int train_job(opts *o, run_state *r) {
     goto out;
   }
   if (o->plan_only) goto out;
+  /* the sgemm measurement has set up OpenBLAS's and OpenMP's own buffers,
+   * so the headroom left is what the arena can have */
+  r->peak_flops = peak_rate(o);
+  fflush(stdout);
   rc = check_fits_machine(r->planned);
   if (!rc && remat_trainer_train_windows(tr) < o->B)
     fprintf(stderr,
@@ -990,11 +998,7 @@ static int train_job(opts *o, run_state *r) {
             "rows; rows repeat within a batch\n",
             source, (long long)remat_trainer_train_windows(tr), (long long)o->T + 1,
             (long long)o->B);
-  if (!rc) {
-    r->peak_flops = peak_rate(o);
-    fflush(stdout);
-    if (remat_trainer_allocate(tr, &err)) rc = cli_fail(CLI_EXIT_RUN, "%s", err.msg);
-  }
+  if (!rc && remat_trainer_allocate(tr, &err)) rc = cli_fail(CLI_EXIT_RUN, "%s", err.msg);
   if (!rc && remat_trainer_planned_bytes(tr) != r->planned) {
     cli_fail(CLI_EXIT_RUN, "internal error: the allocated plan differs from the printed one");
     abort();

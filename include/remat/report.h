@@ -38,6 +38,10 @@ double remat_now(void);
 /* Memory this process could still get: MemAvailable from /proc/meminfo,
  * else the machine's physical memory, or 0 if unknown. */
 size_t remat_available_memory_bytes(void);
+/* The same, the least of: MemAvailable, what this process's cgroup v2
+ * memory.max leaves, and the address space RLIMIT_AS leaves; *what (if not
+ * NULL) names the one that binds. */
+size_t remat_memory_headroom(const char **what);
 
 /* Peak resident set size of this process (VmHWM), or 0 if unknown. */
 size_t remat_rss_peak_bytes(void);

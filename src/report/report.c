@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <unistd.h>
 #include <omp.h>
 #include <stdio.h>
@@ -46,20 +47,66 @@ double remat_mfu(const remat_config *cfg, int64_t T, double tokens_per_s, double
   return remat_flops_per_token(cfg, T) * tokens_per_s / peak_flops;
 }
 
-size_t remat_available_memory_bytes(void) {
-  FILE *f = fopen("/proc/meminfo", "r");
-  if (f) {
-    char line[256];
-    size_t kb = 0;
-    while (fgets(line, sizeof line, f))
-      if (strncmp(line, "MemAvailable:", 13) == 0 && sscanf(line + 13, "%zu", &kb) == 1) break;
-    fclose(f);
-    if (kb) return kb * 1024;
-  }
-  long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
-  if (pages <= 0 || size <= 0) return 0;
-  return (size_t)pages * (size_t)size;
+/* A number from a one-line file, or 0 ("max", missing, unreadable). */
+static size_t read_bytes(const char *path) {
+  FILE *f = fopen(path, "r");
+  if (!f) return 0;
+  unsigned long long v = 0;
+  int ok = fscanf(f, "%llu", &v) == 1;
+  fclose(f);
+  return ok ? (size_t)v : 0;
 }
+
+/* A "Key:   N kB" line of /proc/self/status or /proc/meminfo, in bytes. */
+static size_t proc_kb(const char *path, const char *key) {
+  FILE *f = fopen(path, "r");
+  if (!f) return 0;
+  char line[256];
+  size_t kb = 0, n = strlen(key);
+  while (fgets(line, sizeof line, f))
+    if (strncmp(line, key, n) == 0 && sscanf(line + n, "%zu", &kb) == 1) break;
+  fclose(f);
+  return kb * 1024;
+}
+
+size_t remat_memory_headroom(const char **what) {
+  const char *name = "memory available (MemAvailable)";
+  size_t room = proc_kb("/proc/meminfo", "MemAvailable:");
+  if (!room) {
+    long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+    room = pages > 0 && size > 0 ? (size_t)pages * (size_t)size : 0;
+    name = "physical memory";
+  }
+  /* cgroup v2: this process's group, from /proc/self/cgroup ("0::/path") */
+  FILE *f = fopen("/proc/self/cgroup", "r");
+  if (f) {
+    char line[512], path[700];
+    while (fgets(line, sizeof line, f)) {
+      if (strncmp(line, "0::", 3) != 0) continue;
+      line[strcspn(line, "\n")] = 0;
+      snprintf(path, sizeof path, "/sys/fs/cgroup%s/memory.max", line + 3);
+      size_t max = read_bytes(path);
+      snprintf(path, sizeof path, "/sys/fs/cgroup%s/memory.current", line + 3);
+      size_t cur = read_bytes(path);
+      if (max) {
+        size_t left = max > cur ? max - cur : 0;
+        if (!room || left < room) room = left, name = "the cgroup's memory.max";
+      }
+    }
+    fclose(f);
+  }
+  /* ulimit -v: address space left under RLIMIT_AS */
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+    size_t used = proc_kb("/proc/self/status", "VmSize:");
+    size_t left = (size_t)rl.rlim_cur > used ? (size_t)rl.rlim_cur - used : 0;
+    if (!room || left < room) room = left, name = "the address-space limit (ulimit -v)";
+  }
+  if (what) *what = name;
+  return room;
+}
+
+size_t remat_available_memory_bytes(void) { return remat_memory_headroom(NULL); }
 
 size_t remat_rss_peak_bytes(void) {
   FILE *f = fopen("/proc/self/status", "r");

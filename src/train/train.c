@@ -145,16 +145,13 @@ int64_t remat_trainer_train_windows(const remat_trainer *tr) {
   return tr->have_train ? remat_loader_windows(&tr->train) : 0;
 }
 
-/* Largest magnitude float arithmetic on the weights can bear: past it a
- * product of two of them, or a sum of squares, is infinite. */
-#define WEIGHT_OVERFLOW 1e18f
 
 static int diverged(remat_trainer *tr, double loss, int64_t step, remat_error *err) {
   const remat_model *m = tr->model;
   size_t P = m->num_params;
   for (size_t i = 0; i < P; i++) {
     float w = m->params[i];
-    if (!(fabsf(w) <= WEIGHT_OVERFLOW))
+    if (!(fabsf(w) <= REMAT_PARAM_OVERFLOW_LIMIT))
       return remat__errorf(err, REMAT_ENUMERIC,
                            "the loss is %g at step %lld because the weights overflow: parameter "
                            "%zu is %g",

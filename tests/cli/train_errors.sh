@@ -122,5 +122,21 @@ expect_fail "save with no value" "--save needs a value" --config tiny --save --q
 expect_fail "unknown last flag" "unknown option '--bogus'" --config tiny --bogus
 expect_fail "unknown flag with value" "unknown option '--bogus'" --config tiny --bogus=3
 
+# Weights that are finite but overflow float arithmetic: said so, not "lower --lr".
+perl -e 'open(my $i,"<",$ARGV[0]) or die; binmode $i; local $/; my $d=<$i>;
+  my $n=(length($d)-1024)/4; substr($d,1024,$n*4)=pack("f<",1e30) x $n;
+  open(my $o,">",$ARGV[1]) or die; binmode $o; print $o $d;' "$tmp/tiny.bin" "$tmp/huge.bin"
+expect_fail "weights that overflow" "overflow float arithmetic" --model "$tmp/huge.bin" --steps 1
+# A memory limit the plan cannot fit is named before anything large is allocated.
+n=$((n + 1))
+(ulimit -v 900000; "$remat" train --quiet --config gpt2-124m --batch 4 --seq 64 --steps 1) >"$tmp/out" 2>"$tmp/err"
+rc=$?
+if [[ $rc -eq 1 ]] && grep -q "ulimit -v" "$tmp/err" && [[ $(grep -c . "$tmp/err") -eq 1 ]]; then
+  echo "ok   [address-space limit] -> $(cat "$tmp/err")"
+else
+  echo "FAIL [address-space limit]: rc $rc: $(head -c 300 "$tmp/err")"
+  fails=$((fails + 1))
+fi
+
 echo "$((n - fails)) passed, $fails failed"
 [[ $fails -eq 0 ]]
