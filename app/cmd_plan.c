@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cli.h"
 #include "remat.h"
 
 #define DEFAULT_TIME_LIMIT 60.0 /* seconds for --time-limit */
@@ -62,23 +63,6 @@ static void usage(FILE *f) {
           "2 bad usage.\n");
 }
 
-static int fail(int code, const char *fmt, const char *a, const char *b) {
-  fprintf(stderr, "remat plan: ");
-  fprintf(stderr, fmt, a, b);
-  fprintf(stderr, "\n");
-  return code;
-}
-
-static int parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out) {
-  if (!s || !*s) return -1;
-  errno = 0;
-  char *end;
-  long long v = strtoll(s, &end, 10);
-  if (*end || errno || v < lo || v > hi) return -1;
-  *out = v;
-  return 0;
-}
-
 static int parse_seconds(const char *s, double *out) {
   if (!s || !*s) return -1;
   errno = 0;
@@ -89,7 +73,6 @@ static int parse_seconds(const char *s, double *out) {
   return 0;
 }
 
-/* "20GB" or "20GB,20GB,40GB,40GB" */
 static int parse_mem(const char *s, size_t **out, int64_t *n, remat_error *err) {
   int64_t k = 1;
   for (const char *c = s; *c; c++) k += *c == ',';
@@ -131,7 +114,7 @@ static int put_all(FILE *f, const char *text) {
 
 static int write_stdout(const char *text) {
   int e = put_all(stdout, text);
-  return e ? fail(1, "cannot write to standard output: %s%s", strerror(e), "") : 0;
+  return e ? cli_fail(1, "cannot write to standard output: %s", strerror(e)) : 0;
 }
 
 /* Writes text to path atomically: a unique temporary file in the same
@@ -144,22 +127,22 @@ static int write_file(const char *path, const char *text) {
   int exists = stat(path, &st) == 0;
   if (exists && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) {
     FILE *f = fopen(path, "w");
-    if (!f) return fail(1, "cannot open '%s' for writing: %s", path, strerror(errno));
+    if (!f) return cli_fail(1, "cannot open '%s' for writing: %s", path, strerror(errno));
     int e = put_all(f, text);
     if (fclose(f) != 0 && !e) e = errno;
-    return e ? fail(1, "cannot write '%s': %s", path, strerror(e)) : 0;
+    return e ? cli_fail(1, "cannot write '%s': %s", path, strerror(e)) : 0;
   }
   const char *slash = strrchr(path, '/');
   int dirlen = slash ? (int)(slash - path + 1) : 0;
   size_t cap = strlen(path) + 16;
   char *tmp = malloc(cap);
-  if (!tmp) return fail(1, "cannot write '%s': %s", path, strerror(ENOMEM));
+  if (!tmp) return cli_fail(1, "cannot write '%s': %s", path, strerror(ENOMEM));
   snprintf(tmp, cap, "%.*s.%s.XXXXXX", dirlen, path, path + dirlen);
   int fd = mkstemp(tmp);
   if (fd < 0) {
     int e = errno;
     free(tmp);
-    return fail(1, "cannot create a file beside '%s': %s", path, strerror(e));
+    return cli_fail(1, "cannot create a file beside '%s': %s", path, strerror(e));
   }
   /* the permissions a new file would get, or the old file's */
   mode_t mask = umask(0);
@@ -178,7 +161,7 @@ static int write_file(const char *path, const char *text) {
   if (!e && rename(tmp, path) != 0) e = errno;
   if (e) unlink(tmp);
   free(tmp);
-  return e ? fail(1, "cannot write '%s': %s", path, strerror(e)) : 0;
+  return e ? cli_fail(1, "cannot write '%s': %s", path, strerror(e)) : 0;
 }
 
 static int write_out(const char *path, const char *text) {
@@ -186,6 +169,7 @@ static int write_out(const char *path, const char *text) {
 }
 
 int remat_cmd_plan(int argc, char **argv) {
+  cli_name = "remat plan";
   const char *problem = NULL, *config = NULL, *mem = NULL, *format = "table", *output = NULL;
   const char *schedule = NULL, *objective = NULL;
   int64_t B = -1, T = -1, P = -1, M = -1, points = 11;
@@ -196,14 +180,14 @@ int remat_cmd_plan(int argc, char **argv) {
     if (strcmp(o, "-h") == 0 || strcmp(o, "--help") == 0) {
       usage(stdout);
       int e = put_all(stdout, "");
-      return e ? fail(1, "cannot write to standard output: %s%s", strerror(e), "") : 0;
+      return e ? cli_fail(1, "cannot write to standard output: %s", strerror(e)) : 0;
     }
     if (strcmp(o, "--sweep") == 0) {
       sweep = 1;
       continue;
     }
     if (o[0] != '-' || strcmp(o, "-") == 0) {
-      if (problem) return fail(2, "more than one problem file given ('%s' and '%s')", problem, o);
+      if (problem) return cli_fail(2, "more than one problem file given ('%s' and '%s')", problem, o);
       problem = o;
       continue;
     }
@@ -223,14 +207,14 @@ int remat_cmd_plan(int argc, char **argv) {
                                              "--time-limit", "-o", NULL};
     int known = 0;
     for (const char *const *k = with_value; *k; k++) known |= strcmp(name, *k) == 0;
-    if (!known) return fail(2, "unknown option '%s'; see 'remat plan --help'%s", o, "");
+    if (!known) return cli_fail(2, "unknown option '%s'; see 'remat plan --help'%s", o, "");
     if (!val) {
-      if (a + 1 >= argc) return fail(2, "option %s needs a value%s", name, "");
+      if (a + 1 >= argc) return cli_fail(2, "option %s needs a value%s", name, "");
       val = argv[++a];
     }
     int64_t *iv = NULL, lo = 1, hi = INT64_MAX;
     if (strcmp(name, "--problem") == 0) {
-      if (problem) return fail(2, "more than one problem file given ('%s' and '%s')", problem, val);
+      if (problem) return cli_fail(2, "more than one problem file given ('%s' and '%s')", problem, val);
       problem = val;
     } else if (strcmp(name, "--config") == 0) config = val;
     else if (strcmp(name, "--mem") == 0) mem = val;
@@ -240,7 +224,7 @@ int remat_cmd_plan(int argc, char **argv) {
     else if (strcmp(name, "--output") == 0 || strcmp(name, "-o") == 0) output = val;
     else if (strcmp(name, "--time-limit") == 0) {
       if (parse_seconds(val, &time_limit))
-        return fail(2, "--time-limit needs a number of seconds from 0 (none) to 1e9, not '%s'%s",
+        return cli_fail(2, "--time-limit needs a number of seconds from 0 (none) to 1e9, not '%s'%s",
                     val, "");
     }
     else if (strcmp(name, "--batch") == 0) iv = &B, hi = 1 << 20;
@@ -248,12 +232,7 @@ int remat_cmd_plan(int argc, char **argv) {
     else if (strcmp(name, "--stages") == 0) iv = &P, hi = REMAT_PLAN_MAX_STAGES;
     else if (strcmp(name, "--microbatches") == 0) iv = &M, hi = REMAT_PLAN_MAX_MICROBATCHES;
     else if (strcmp(name, "--points") == 0) iv = &points, lo = 2, hi = 1000;
-    if (iv && parse_i64(val, lo, hi, iv)) {
-      char range[64];
-      snprintf(range, sizeof range, "%lld..%lld", (long long)lo, (long long)hi);
-      fprintf(stderr, "remat plan: %s needs a whole number in %s, not '%s'\n", name, range, val);
-      return 2;
-    }
+    if (iv && cli_parse_i64(name, val, lo, hi, iv)) return CLI_EXIT_USAGE;
   }
   int fmt;
   int lp = strcmp(format, "lp") == 0;
@@ -263,25 +242,24 @@ int remat_cmd_plan(int argc, char **argv) {
   else if (strcmp(format, "megatron") == 0) fmt = REMAT_PLAN_FORMAT_MEGATRON;
   else if (lp) fmt = -1;
   else
-    return fail(2, "unknown format '%s'; use table, json, colossalai, megatron or lp%s", format, "");
+    return cli_fail(2, "unknown format '%s'; use table, json, colossalai, megatron or lp%s", format, "");
   if (sweep && fmt != REMAT_PLAN_FORMAT_TABLE && fmt != REMAT_PLAN_FORMAT_JSON)
-    return fail(2, "--sweep writes a table or json, not '%s'%s", format, "");
+    return cli_fail(2, "--sweep writes a table or json, not '%s'%s", format, "");
   int sched = -1, obj = -1;
   if (schedule && remat_plan_schedule_parse(schedule, &sched))
-    return fail(2, "unknown schedule '%s'; use 1f1b or gpipe%s", schedule, "");
+    return cli_fail(2, "unknown schedule '%s'; use 1f1b or gpipe%s", schedule, "");
   if (objective && remat_plan_objective_parse(objective, &obj))
-    return fail(2, "unknown objective '%s'; use bottleneck or 1f1b%s", objective, "");
+    return cli_fail(2, "unknown objective '%s'; use bottleneck or 1f1b%s", objective, "");
   if (problem && config)
-    return fail(2, "give a problem file or --config, not both ('%s', --config %s)", problem, config);
+    return cli_fail(2, "give a problem file or --config, not both ('%s', --config %s)", problem, config);
   if (!problem && !config)
-    return fail(2, "no problem: give a problem file or --config NAME (see 'remat plan --help')%s%s",
-                "", "");
+    return cli_fail(2, "no problem: give a problem file or --config NAME (see 'remat plan --help')");
 
   remat_error err = {0, ""};
   size_t *budgets = NULL;
   int64_t nb = 0;
   if (mem && parse_mem(mem, &budgets, &nb, &err))
-    return fail(2, "--mem: %s%s", err.msg, "");
+    return cli_fail(2, "--mem: %s", err.msg);
 
   remat_plan_problem pb;
   int rc;
@@ -290,43 +268,41 @@ int remat_cmd_plan(int argc, char **argv) {
                           : M < 0 ? "--microbatches" : !mem ? "--mem" : NULL;
     if (missing) {
       free(budgets);
-      return fail(2, "--config needs %s too (and --batch, --seq, --stages, --microbatches, --mem)%s",
+      return cli_fail(2, "--config needs %s too (and --batch, --seq, --stages, --microbatches, --mem)%s",
                   missing, "");
     }
     remat_config cfg;
     if (remat_config_parse(config, &cfg, &err)) {
       free(budgets);
-      return fail(2, "--config: %s%s", err.msg, "");
+      return cli_fail(2, "--config: %s", err.msg);
     }
     rc = remat_plan_problem_from_model(&pb, &cfg, B, T, P, M, budgets[0], &err);
     if (rc) {
       free(budgets);
-      return fail(1, "%s%s", err.msg, "");
+      return cli_fail(1, "%s", err.msg);
     }
   } else {
     if (B >= 0 || T >= 0) {
       free(budgets);
-      return fail(2, "--batch and --seq go with --config; a problem file has its own layers%s%s", "",
-                  "");
+      return cli_fail(2, "--batch and --seq go with --config; a problem file has its own layers");
     }
     rc = remat_plan_problem_load(&pb, problem, &err);
     if (rc) {
       free(budgets);
-      return fail(1, "%s%s", err.msg, "");
+      return cli_fail(1, "%s", err.msg);
     }
   }
   if (P > 0 && !config && P != pb.stages) {
     if (!pb.uniform_memory && !mem) {
       free(budgets);
       remat_plan_problem_free(&pb);
-      return fail(2, "the problem gives one budget per stage; with --stages give --mem too%s%s", "",
-                  "");
+      return cli_fail(2, "the problem gives one budget per stage; with --stages give --mem too");
     }
     pb.uniform_memory = 1; /* --mem, given, replaces the budgets below */
     if ((rc = remat_plan_problem_set_stages(&pb, P, &err))) {
       free(budgets);
       remat_plan_problem_free(&pb);
-      return fail(2, "%s%s", err.msg, "");
+      return cli_fail(2, "%s", err.msg);
     }
   }
   if (mem) {
@@ -341,7 +317,7 @@ int remat_cmd_plan(int argc, char **argv) {
       snprintf(b, sizeof b, "%lld", (long long)pb.stages);
       free(budgets);
       remat_plan_problem_free(&pb);
-      return fail(2, "--mem gives %s budgets for %s stages; give one for all or one per stage", a, b);
+      return cli_fail(2, "--mem gives %s budgets for %s stages; give one for all or one per stage", a, b);
     }
   }
   free(budgets);
@@ -351,21 +327,21 @@ int remat_cmd_plan(int argc, char **argv) {
   if (obj >= 0) pb.objective = obj;
   if ((rc = remat_plan_problem_check(&pb, &err))) {
     remat_plan_problem_free(&pb);
-    return fail(1, "%s%s", err.msg, "");
+    return cli_fail(1, "%s", err.msg);
   }
 
   char *text = NULL;
   int status = 0;
   if (lp) {
-    if ((rc = remat_plan_format_lp(&pb, &text, &err))) status = fail(1, "%s%s", err.msg, "");
+    if ((rc = remat_plan_format_lp(&pb, &text, &err))) status = cli_fail(1, "%s", err.msg);
     else status = write_out(output, text);
   } else if (sweep) {
     remat_plan_sweep sw;
     if ((rc = remat_plan_sweep_run(&pb, points, &sw, &err))) {
-      status = fail(1, "%s%s", err.msg, "");
+      status = cli_fail(1, "%s", err.msg);
     } else {
       if ((rc = remat_plan_format_sweep(&pb, &sw, fmt == REMAT_PLAN_FORMAT_JSON, &text, &err)))
-        status = fail(1, "%s%s", err.msg, "");
+        status = cli_fail(1, "%s", err.msg);
       else status = write_out(output, text);
       remat_plan_sweep_free(&sw);
     }
@@ -373,14 +349,14 @@ int remat_cmd_plan(int argc, char **argv) {
     remat_plan plan;
     rc = remat_plan_solve(&pb, &plan, &err);
     if (rc && rc != REMAT_EINFEASIBLE) {
-      status = fail(1, "%s%s", err.msg, "");
+      status = cli_fail(1, "%s", err.msg);
     } else {
       remat_error ferr;
       /* An infeasible problem still prints its least-memory arrangement
        * (table or json), so each stage's smallest need is visible. */
       int show = rc == 0 || fmt == REMAT_PLAN_FORMAT_TABLE || fmt == REMAT_PLAN_FORMAT_JSON;
       if (show && remat_plan_format(&pb, &plan, fmt, &text, &ferr))
-        status = fail(1, "%s%s", ferr.msg, "");
+        status = cli_fail(1, "%s", ferr.msg);
       else if (show)
         status = write_out(output, text);
       if (rc == 0 && status == 0 && !plan.optimal)
