@@ -28,29 +28,7 @@
 
 #include "base/base.h"
 #include "io/io_internal.h"
-
-static int checks, failures;
-
-#define CHECK(cond)                                                                \
-  do {                                                                             \
-    checks++;                                                                      \
-    if (!(cond)) {                                                                 \
-      failures++;                                                                  \
-      fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);     \
-    }                                                                              \
-  } while (0)
-
-/* rc must be `code` and the message must mention `word`. */
-#define CHECK_ERR(rc, err, want, word)                                                   \
-  do {                                                                                   \
-    CHECK((rc) == (want));                                                               \
-    CHECK((err).code == (want));                                                         \
-    CHECK((err).msg[0] != 0);                                                            \
-    CHECK(strstr((err).msg, (word)) != NULL);                                            \
-    if ((rc) != (want) || !strstr((err).msg, (word)))                                    \
-      fprintf(stderr, "  got %s: %s (wanted %s mentioning '%s')\n", remat_err_name(rc), \
-              (err).msg, remat_err_name(want), (word));                                  \
-  } while (0)
+#include "test_util.h"
 
 static char dir[512];
 static char made[256][600];
@@ -1157,6 +1135,5 @@ int main(int argc, char **argv) {
   CHECK(remat__heap_live() == live); /* every library allocation was released */
   for (int i = nmade - 1; i >= 0; i--) remove(made[i]); /* files before their directories */
   if (own_dir) rmdir(dir);
-  printf("test_io: %d checks, %d failed\n", checks, failures);
-  return failures ? 1 : 0;
+  return test_summary("test_io");
 }

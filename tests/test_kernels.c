@@ -30,19 +30,10 @@
 
 #include "kernels/kernels.h"
 #include "kernels/vec_math.h"
+#include "test_util.h"
 
 /* ------------------------------------------------------------ harness */
 
-static int failures = 0;
-
-#define CHECK(cond, ...)                  \
-  do {                                    \
-    bool ok_ = (cond);                    \
-    printf("%s ", ok_ ? "ok  " : "FAIL"); \
-    printf(__VA_ARGS__);                  \
-    printf("\n");                         \
-    if (!ok_) failures++;                 \
-  } while (0)
 
 /* Counts malloc/calloc/realloc calls made by anything in the process, so the
  * "no kernel allocates" contract can be checked. Not under AddressSanitizer,
@@ -137,7 +128,7 @@ static void grad_check(const char *what, loss_fn f, void *ctx, float *x, size_t 
     num[i] = (lp - lm) / ((double)xp - (double)xm);
   }
   double e = rel_err_fd(g, num, n), mx = max_abs_d(num, n);
-  CHECK(e < FD_TOL && mx > 1e-6, "grad %-34s n=%-4zu max|numeric|=%.3g  rel err %.2e (tol %.0e)",
+  CHECKF(e < FD_TOL && mx > 1e-6, "grad %-34s n=%-4zu max|numeric|=%.3g  rel err %.2e (tol %.0e)",
         what, n, mx, e, FD_TOL);
   free(num);
 }
@@ -169,7 +160,7 @@ static void test_encoder(void) {
   for (int64_t bt = 0; bt < c.B * c.T; bt++)
     for (int64_t k = 0; k < c.C; k++)
       exact &= c.out[bt * c.C + k] == c.wte[tok[bt] * c.C + k] + c.wpe[(bt % c.T) * c.C + k];
-  CHECK(exact, "encoder forward equals wte[token] + wpe[t] exactly");
+  CHECKF(exact, "encoder forward equals wte[token] + wpe[t] exactly");
 
   float *dwte = falloc(nwte), *dwpe = falloc(nwpe), *g0 = falloc(nwte), *g1 = falloc(nwpe);
   fill(g0, nwte, -0.5f, 0.5f), fill(g1, nwpe, -0.5f, 0.5f);
@@ -192,7 +183,7 @@ static void test_encoder(void) {
     md = fmax(md, fabs(dwte[i] - 2.0 * g0[i])), mg = fmax(mg, fabs(g0[i]));
   for (size_t i = 0; i < nwpe; i++)
     md = fmax(md, fabs(dwpe[i] - 2.0 * g1[i])), mg = fmax(mg, fabs(g1[i]));
-  CHECK(md / mg < 1e-6, "encoder backward twice accumulates to 2x: rel diff %.1e (tol 1e-6)",
+  CHECKF(md / mg < 1e-6, "encoder backward twice accumulates to 2x: rel diff %.1e (tol 1e-6)",
         md / mg);
   free(c.wte), free(c.wpe), free(c.out), free(c.R), free(dwte), free(dwpe), free(g0), free(g1);
 }
@@ -232,7 +223,7 @@ static void test_layernorm(void) {
   }
   double e_out = rel_err_fd(c.out, ref, n), e_m = rel_err_fd(c.mean, rm, N),
          e_r = rel_err_fd(c.rstd, rr, N);
-  CHECK(e_out < REF_TOL && e_m < REF_TOL && e_r < REF_TOL,
+  CHECKF(e_out < REF_TOL && e_m < REF_TOL && e_r < REF_TOL,
         "layernorm forward vs double reference: out %.1e mean %.1e rstd %.1e (tol %.0e)", e_out,
         e_m, e_r, REF_TOL);
 
@@ -263,7 +254,7 @@ static void test_layernorm(void) {
     }
   }
   double ex = rel_err_fd(dinp, rdx, n), ew = rel_err_fd(dw, rdw, C), eb = rel_err_fd(db, rdb, C);
-  CHECK(ex < REF_TOL && ew < REF_TOL && eb < REF_TOL,
+  CHECKF(ex < REF_TOL && ew < REF_TOL && eb < REF_TOL,
         "layernorm backward vs double reference: dinp %.1e dweight %.1e dbias %.1e (tol %.0e)", ex,
         ew, eb, REF_TOL);
   free(rdx), free(rdw), free(rdb);
@@ -276,7 +267,7 @@ static void test_layernorm(void) {
   bool twice = true;
   for (size_t i = 0; i < n; i++) twice &= dinp[i] == 2 * g0[i];
   for (size_t i = 0; i < C; i++) twice &= dw[i] == 2 * g1[i] && db[i] == 2 * g2[i];
-  CHECK(twice, "layernorm backward twice accumulates dinp, dweight, dbias to exactly 2x");
+  CHECKF(twice, "layernorm backward twice accumulates dinp, dweight, dbias to exactly 2x");
   free(c.inp), free(c.w), free(c.b), free(c.out), free(c.R), free(c.mean), free(c.rstd);
   free(ref), free(rm), free(rr), free(dinp), free(dw), free(db), free(g0), free(g1), free(g2);
 }
@@ -313,7 +304,7 @@ static void test_matmul_case(bool with_bias) {
       ref[r * c.OC + o] = s;
     }
   double e = rel_err_fd(c.out, ref, no);
-  CHECK(e < REF_TOL, "matmul forward vs double reference (out prefilled NaN): %.1e", e);
+  CHECKF(e < REF_TOL, "matmul forward vs double reference (out prefilled NaN): %.1e", e);
 
   float *dinp = falloc(ni), *dw = falloc(nw), *db = falloc(OC), *g1 = falloc(nw), *g2 = falloc(OC);
   fill_const(dinp, ni, NAN);
@@ -327,7 +318,7 @@ static void test_matmul_case(bool with_bias) {
     for (size_t i = 0; i < OC; i++) db[i] -= g2[i];
     grad_check("matmul dbias (accumulated)", mm_loss, &c, c.b, OC, db);
   } else {
-    CHECK(memcmp(db, g2, OC * sizeof(float)) == 0, "matmul backward leaves dbias alone when NULL");
+    CHECKF(memcmp(db, g2, OC * sizeof(float)) == 0, "matmul backward leaves dbias alone when NULL");
   }
 
   /* dinp NULL is skipped; dweight, dbias accumulate to exactly 2x */
@@ -339,7 +330,7 @@ static void test_matmul_case(bool with_bias) {
   bool twice = true;
   for (size_t i = 0; i < nw; i++) twice &= dw[i] == 2 * w1[i];
   for (size_t i = 0; i < OC; i++) twice &= db[i] == 2 * b1[i];
-  CHECK(twice, "matmul backward (dinp NULL) twice accumulates dweight, dbias to exactly 2x");
+  CHECKF(twice, "matmul backward (dinp NULL) twice accumulates dweight, dbias to exactly 2x");
   free(c.inp), free(c.w), free(c.out), free(c.R), free(c.b), free(ref);
   free(dinp), free(dw), free(db), free(g1), free(g2), free(w1), free(b1);
 }
@@ -439,14 +430,14 @@ static void test_attention_case(int64_t B, int64_t T, int64_t C, int64_t NH, flo
   double *rout = dalloc(no), *ratt = dalloc(na), *rd = dalloc(nqkv);
   ref_attention(rout, ratt, rd, c.R, c.qkv, B, T, C, NH, c.d);
   double eo = rel_err_fd(c.out, rout, no), ea = rel_err_fd(c.att, ratt, na);
-  CHECK(eo < REF_TOL && ea < REF_TOL, "attention forward vs scalar reference %s: out %.1e att %.1e",
+  CHECKF(eo < REF_TOL && ea < REF_TOL, "attention forward vs scalar reference %s: out %.1e att %.1e",
         tag, eo, ea);
 
   float *dqkv = falloc(nqkv), *datt = falloc(na);
   fill_const(dqkv, nqkv, NAN), fill_const(datt, na, NAN);
   remat__attention_backward(dqkv, datt, c.R, c.qkv, c.att, B, T, C, NH, c.d);
   double ed = rel_err_fd(dqkv, rd, nqkv);
-  CHECK(ed < REF_TOL, "attention backward vs scalar reference %s: dqkv %.1e (NaN prefill)", tag,
+  CHECKF(ed < REF_TOL, "attention backward vs scalar reference %s: dqkv %.1e (NaN prefill)", tag,
         ed);
   if (fd) {
     snprintf(tag, sizeof tag, "attention dqkv p=%.2f", (double)p);
@@ -459,7 +450,7 @@ static void test_attention_case(int64_t B, int64_t T, int64_t C, int64_t NH, flo
   remat__attention_forward(out2, att2, c.qkv, B, T, C, NH, c.d);
   remat__attention_backward(dqkv, datt, c.R, c.qkv, c.att, B, T, C, NH, c.d);
   remat__attention_backward(dqkv2, datt, c.R, c.qkv, att2, B, T, C, NH, c.d);
-  CHECK(memcmp(out2, c.out, no * sizeof(float)) == 0 &&
+  CHECKF(memcmp(out2, c.out, no * sizeof(float)) == 0 &&
             memcmp(att2, c.att, na * sizeof(float)) == 0 &&
             memcmp(dqkv2, dqkv, nqkv * sizeof(float)) == 0,
         "attention forward and backward twice are bitwise identical (%s)", tag);
@@ -513,7 +504,7 @@ static void test_gelu(void) {
   double e = 0;                    /* elementwise, so the tiny values of the negative tail count */
   for (size_t i = 0; i < c.n; i++) /* 1e-28 floor: layers.c caps -2u at 80 */
     e = fmax(e, fabs(c.out[i] - ref[i]) / (fabs(ref[i]) + 1e-28));
-  CHECK(e < REF_TOL,
+  CHECKF(e < REF_TOL,
         "gelu forward vs double reference, x in [-30, 30]: max elementwise rel err %.1e", e);
   float *dinp = falloc(c.n), *tmp = falloc(c.n);
   fill_const(dinp, c.n, NAN);
@@ -521,7 +512,7 @@ static void test_gelu(void) {
   grad_check("gelu dinp (overwritten, NaN prefill)", gelu_loss, &c, c.inp, c.n, dinp);
   memcpy(tmp, c.R, c.n * sizeof(float));
   remat__gelu_backward(tmp, c.inp, tmp, c.n);
-  CHECK(memcmp(tmp, dinp, c.n * sizeof(float)) == 0, "gelu backward in place (dinp == dout)");
+  CHECKF(memcmp(tmp, dinp, c.n * sizeof(float)) == 0, "gelu backward in place (dinp == dout)");
   free(c.inp), free(c.out), free(c.R), free(ref), free(dinp), free(tmp);
 }
 
@@ -548,7 +539,7 @@ static void test_residual(void) {
   grad_check("residual d/db", res_loss, &c, c.b, c.n, c.R);
   res_loss(&c);
   remat__residual_forward(c.a, c.a, c.b, c.n); /* out aliases a */
-  CHECK(memcmp(c.a, c.out, c.n * sizeof(float)) == 0, "residual with out == a");
+  CHECKF(memcmp(c.a, c.out, c.n * sizeof(float)) == 0, "residual with out == a");
   free(c.a), free(c.b), free(c.out), free(c.R);
 }
 
@@ -590,10 +581,10 @@ static void test_crossentropy(void) {
     lossum += c.losses[r];
   }
   lsum = lossum == sum;
-  CHECK(mloss < REF_TOL && mprob < REF_TOL && fabs(sum - ref_sum) / ref_sum < REF_TOL,
+  CHECKF(mloss < REF_TOL && mprob < REF_TOL && fabs(sum - ref_sum) / ref_sum < REF_TOL,
         "crossentropy forward vs double: losses %.1e probs %.1e sum %.1e", mloss, mprob,
         fabs(sum - ref_sum) / ref_sum);
-  CHECK(pad0 && lsum, "crossentropy padded probabilities are 0 and the sum equals sum(losses)");
+  CHECKF(pad0 && lsum, "crossentropy padded probabilities are 0 and the sum equals sum(losses)");
 
   /* dloss = 1 makes the backward the gradient of the summed loss; the padded
    * columns start as garbage and must come out 0 (numeric gradient 0 too) */
@@ -607,7 +598,7 @@ static void test_crossentropy(void) {
   bool gpad = true;
   for (int64_t r = 0; r < c.N; r++)
     for (int64_t j = c.V; j < c.Vp; j++) gpad &= g[r * c.Vp + j] == 0.0f;
-  CHECK(gpad, "crossentropy dlogits columns >= V are 0");
+  CHECKF(gpad, "crossentropy dlogits columns >= V are 0");
   grad_check("crossentropy dlogits", ce_loss, &c, c.logits, n, g);
 
   /* dloss scales linearly (mean over tokens passes 1/N) */
@@ -617,7 +608,7 @@ static void test_crossentropy(void) {
   remat__crossentropy_backward(g2, tgt, 0.25f, c.N, c.V, c.Vp);
   double md = 0;
   for (size_t i = 0; i < n; i++) md = fmax(md, fabs(g2[i] - 0.25 * g[i]));
-  CHECK(md < 1e-7, "crossentropy backward with dloss 0.25 is 0.25x: max diff %.1e", md);
+  CHECKF(md < 1e-7, "crossentropy backward with dloss 0.25 is 0.25x: max diff %.1e", md);
 
   /* stability: huge logits give the same result as shifted ones */
   float *big = falloc(n), *l2 = falloc((size_t)c.N);
@@ -625,7 +616,7 @@ static void test_crossentropy(void) {
   double sbig = remat__crossentropy_forward(big, l2, tgt, c.N, c.V, c.Vp);
   bool fin = isfinite(sbig);
   for (int64_t r = 0; r < c.N; r++) fin &= isfinite(l2[r]);
-  CHECK(fin && fabs(sbig - ref_sum) / ref_sum < 1e-3,
+  CHECKF(fin && fabs(sbig - ref_sum) / ref_sum < 1e-3,
         "crossentropy with logits + 3000 stays finite: sum %.6f vs %.6f", sbig, ref_sum);
   /* a target whose probability underflows still has a finite loss */
   float row[16];
@@ -633,7 +624,7 @@ static void test_crossentropy(void) {
   float lrow;
   for (int j = 0; j < 16; j++) row[j] = j == 0 ? -200.0f : 0.0f;
   double sl = remat__crossentropy_forward(row, &lrow, &t0, 1, 11, 16);
-  CHECK(isfinite(sl) && fabs(sl - (200.0 + log(10.0 + exp(-200.0)))) < 1e-3,
+  CHECKF(isfinite(sl) && fabs(sl - (200.0 + log(10.0 + exp(-200.0)))) < 1e-3,
         "crossentropy loss stays finite when p[target] underflows: %.4f", sl);
   free(c.logits), free(c.work), free(c.losses), free(g), free(g2), free(big), free(l2);
 }
@@ -671,7 +662,7 @@ static void test_dropout(void) {
     uint64_t kept = 0;
     for (uint64_t i = 0; i < N; i++) kept += remat__dropout_keep(&d, i);
     double frac = (double)kept / (double)N, sig = sqrt(ps[k] * (1 - ps[k]) / (double)N);
-    CHECK(fabs(frac - (1 - ps[k])) < 6 * sig,
+    CHECKF(fabs(frac - (1 - ps[k])) < 6 * sig,
           "dropout p=%.1f keeps %.4f of 1e5 (want %.2f +- %.4f)", (double)ps[k], frac,
           1 - (double)ps[k], 6 * sig);
   }
@@ -700,7 +691,7 @@ static void test_dropout(void) {
         break;
     }
     double m = mask_diff(&d0, &d, 20000);
-    CHECK(m > 0.14 && m < 0.22, "dropout mask depends on %s: %.3f of elements differ", names[f], m);
+    CHECKF(m > 0.14 && m < 0.22, "dropout mask depends on %s: %.3f of elements differ", names[f], m);
   }
   /* the documented layout, recomputed here with Random123 directly:
    * key {seed lo, seed hi}, counter {i/4, micro, layer<<4 | site, step},
@@ -721,10 +712,10 @@ static void test_dropout(void) {
       layout &= remat__dropout_keep(&d, i) == (u >= (double)pl[k]);
     }
   }
-  CHECK(layout, "dropout_keep follows the Philox key/counter layout of kernels.h exactly");
+  CHECKF(layout, "dropout_keep follows the Philox key/counter layout of kernels.h exactly");
   remat__dropout same = d0;
-  CHECK(mask_diff(&d0, &same, 20000) == 0.0, "dropout mask is reproducible");
-  CHECK(remat__dropout_keep(NULL, 5) && remat__dropout_keep(&(remat__dropout){.p = 0}, 5),
+  CHECKF(mask_diff(&d0, &same, 20000) == 0.0, "dropout mask is reproducible");
+  CHECKF(remat__dropout_keep(NULL, 5) && remat__dropout_keep(&(remat__dropout){.p = 0}, 5),
         "dropout_keep is true without dropout");
 
   /* apply agrees with keep exactly, at offsets that straddle Philox groups
@@ -737,13 +728,13 @@ static void test_dropout(void) {
   bool agree = true;
   for (size_t i = 0; i < n; i++)
     agree &= y[i] == (remat__dropout_keep(&d0, i) ? x[i] * scale : 0.0f);
-  CHECK(agree, "dropout_apply equals keep(i) ? x * 1/(1-p) : 0 bit for bit (n=%zu)", n);
+  CHECKF(agree, "dropout_apply equals keep(i) ? x * 1/(1-p) : 0 bit for bit (n=%zu)", n);
   memcpy(z, x, n * sizeof(float));
   remat__dropout_apply(z, z, n, &d0);
-  CHECK(memcmp(z, y, n * sizeof(float)) == 0, "dropout_apply in place equals out of place");
+  CHECKF(memcmp(z, y, n * sizeof(float)) == 0, "dropout_apply in place equals out of place");
   remat__dropout_apply(y, x, n, NULL);
   remat__dropout_apply(z, x, n, &(remat__dropout){.p = 0});
-  CHECK(memcmp(y, x, n * sizeof(float)) == 0 && memcmp(z, x, n * sizeof(float)) == 0,
+  CHECKF(memcmp(y, x, n * sizeof(float)) == 0 && memcmp(z, x, n * sizeof(float)) == 0,
         "dropout_apply copies with d NULL or p 0");
 
   drop_ctx c = {.n = 80, .d = &d0};
@@ -785,13 +776,13 @@ static void test_adamw(void) {
     }
   }
   double ep = rel_err_fd(p, dp, n), em = rel_err_fd(m, dm, n), ev = rel_err_fd(v, dv, n);
-  CHECK(ep < 1e-6 && em < 1e-6 && ev < 1e-6,
+  CHECKF(ep < 1e-6 && em < 1e-6 && ev < 1e-6,
         "adamw two steps vs double by hand: param %.1e m %.1e v %.1e (tol 1e-6)", ep, em, ev);
   /* first step of Adam moves every weight by about lr (the sign of -g) */
   float q[1] = {1.0f}, gq[1] = {3.0f}, mq[1] = {0}, vq[1] = {0};
   opt.step = 1;
   remat__adamw_update(q, gq, mq, vq, 1, &opt, 0.0f, 1.0f);
-  CHECK(fabs(q[0] - (1.0 - 1e-2)) < 1e-6, "adamw first step without decay moves by lr: %.7f",
+  CHECKF(fabs(q[0] - (1.0 - 1e-2)) < 1e-6, "adamw first step without decay moves by lr: %.7f",
         (double)q[0]);
 
   /* sumsq over more than one batch of chunks, vs double; thread-count free */
@@ -805,10 +796,10 @@ static void test_adamw(void) {
   omp_set_num_threads(1);
   double s1 = remat__sumsq(x, ns);
   omp_set_num_threads(nt);
-  CHECK(fabs(s2 - ref) / ref < 1e-12 && s1 == s2 && remat__sumsq(x, ns) == s2,
+  CHECKF(fabs(s2 - ref) / ref < 1e-12 && s1 == s2 && remat__sumsq(x, ns) == s2,
         "sumsq vs double: %.2e; identical with 1 and %d threads and on repeat",
         fabs(s2 - ref) / ref, nt);
-  CHECK(remat__sumsq(x, 0) == 0.0, "sumsq of nothing is 0");
+  CHECKF(remat__sumsq(x, 0) == 0.0, "sumsq of nothing is 0");
 
   /* init_normal: moments, reproducible, thread-count free, tensors differ */
   const size_t ni = 200001;
@@ -822,7 +813,7 @@ static void test_adamw(void) {
     /* a slice of the stream is the same slice of the whole tensor */
     float *sl = falloc(5003);
     remat__init_normal(sl, 1001, 5003, 0.02f, 7, 3);
-    CHECK(memcmp(sl, a + 1001, 5003 * sizeof(float)) == 0, "init_normal of a slice");
+    CHECKF(memcmp(sl, a + 1001, 5003 * sizeof(float)) == 0, "init_normal of a slice");
     free(sl);
   }
   double mean = 0, var = 0, k4 = 0;
@@ -834,10 +825,10 @@ static void test_adamw(void) {
   k4 /= (double)ni * var * var;
   size_t same = 0;
   for (size_t i = 0; i < ni; i++) same += a[i] == cc[i];
-  CHECK(fabs(mean) < 0.02 * 5 / sqrt((double)ni) && fabs(sqrt(var) / 0.02 - 1) < 0.01 &&
+  CHECKF(fabs(mean) < 0.02 * 5 / sqrt((double)ni) && fabs(sqrt(var) / 0.02 - 1) < 0.01 &&
             fabs(k4 - 3) < 0.1,
         "init_normal: mean %.2e std %.5f kurtosis %.3f (want 0, 0.02, 3)", mean, sqrt(var), k4);
-  CHECK(memcmp(a, b, ni * sizeof(float)) == 0 && same < 10,
+  CHECKF(memcmp(a, b, ni * sizeof(float)) == 0 && same < 10,
         "init_normal identical with 1 and %d threads; another tensor index differs", nt);
   free(x), free(a), free(b), free(cc);
 }
@@ -853,7 +844,7 @@ static void test_vec_math(void) {
     double ref = exp((double)x), got = remat__exp(x);
     me = fmax(me, fabs(got - ref) / ref);
   }
-  CHECK(me < 3e-7 && remat__exp(0.0f) == 1.0f && remat__exp(-1000.0f) > 0.0f &&
+  CHECKF(me < 3e-7 && remat__exp(0.0f) == 1.0f && remat__exp(-1000.0f) > 0.0f &&
             isfinite(remat__exp(1000.0f)),
         "remat__exp vs double exp on [-87, 88]: max rel err %.2e (tol 3e-7); clamps outside", me);
   /* NaN and the infinities are defined (UBSan checks the conversions in the
@@ -862,7 +853,7 @@ static void test_vec_math(void) {
   volatile float vnan = NAN, vinf = INFINITY;
   float special[8] = {vnan, -vnan, vinf, -vinf, 88.0f, -87.0f, 1e30f, -1e30f}, out[8];
   for (int i = 0; i < 8; i++) out[i] = remat__exp(special[i]);
-  CHECK(isnan(out[0]) && isnan(out[1]) && out[2] == remat__exp(88.0f) && isfinite(out[2]) &&
+  CHECKF(isnan(out[0]) && isnan(out[1]) && out[2] == remat__exp(88.0f) && isfinite(out[2]) &&
             out[3] == remat__exp(-87.0f) && out[3] > 0.0f && out[6] == out[2] &&
             out[7] == out[3],
         "remat__exp(NaN) = %g, (-NaN) = %g, (+inf) = %g, (-inf) = %g", out[0], out[1], out[2],
@@ -873,7 +864,7 @@ static void test_vec_math(void) {
   int ok = 1;
   for (int i = 0; i < 1024; i++)
     ok &= i % 3 == 0 ? isnan(many[i]) : i % 3 == 1 ? many[i] == out[2] : many[i] == out[3];
-  CHECK(ok, "remat__exp over an array of NaN and +-inf");
+  CHECKF(ok, "remat__exp over an array of NaN and +-inf");
   /* sqrt: equal to sqrtf but for the last bit at most, over 1e6 values
    * from denormals to 1e30, and exact at 0 */
   long diff = 0, bad = 0;
@@ -883,7 +874,7 @@ static void test_vec_math(void) {
     if (a != b) diff++;
     if (a != b && nextafterf(a, b) != b) bad++;
   }
-  CHECK(bad == 0 && remat__sqrt_nonneg(0.0f) == 0.0f && remat__sqrt_nonneg(4.0f) == 2.0f,
+  CHECKF(bad == 0 && remat__sqrt_nonneg(0.0f) == 0.0f && remat__sqrt_nonneg(4.0f) == 2.0f,
         "remat__sqrt_nonneg vs sqrtf on 1e6 values: %ld differ in the last bit, %ld by more", diff,
         bad);
 }
@@ -938,7 +929,7 @@ static void test_no_alloc(void) {
   run_all(buf, B, T, C, NH, V, Vp, tok, &d);
   run_all(buf, B, T, C, NH, V, Vp, tok, NULL);
   long after = atomic_load(&n_allocs);
-  CHECK(after == before, "no malloc/calloc/realloc during a warmed-up run of every kernel (%ld)",
+  CHECKF(after == before, "no malloc/calloc/realloc during a warmed-up run of every kernel (%ld)",
         after - before);
 #else
   printf("skip allocation count under AddressSanitizer (every kernel still ran)\n");
@@ -960,10 +951,5 @@ int main(void) {
   test_adamw();
   test_vec_math();
   test_no_alloc();
-  if (failures) {
-    printf("test_kernels: %d check(s) FAILED\n", failures);
-    return 1;
-  }
-  printf("test_kernels: all checks passed\n");
-  return 0;
+  return test_summary("test_kernels");
 }

@@ -32,6 +32,16 @@ void remat__heap_reset_peak(void);
 /* a * b with overflow check: returns 0 and sets *out, or -1 on overflow. */
 int remat__mul_size(size_t a, size_t b, size_t *out);
 
+/* splitmix64: the next number of a small, fast generator whose whole state
+ * is *s; good enough to shuffle data and choose words (not for dropout,
+ * which is Philox keyed by position). */
+static inline uint64_t remat__splitmix64(uint64_t *s) {
+  uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
 /* Seconds on a monotonic clock. */
 double remat__now(void);
 

@@ -15,15 +15,7 @@
 
 #include "base/base.h"
 
-/* splitmix64: small, fast, and good enough to choose words. */
-static uint64_t next_u64(uint64_t *s) {
-  uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-static int pick(uint64_t *s, int n) { return (int)(next_u64(s) % (uint64_t)n); }
+static int pick(uint64_t *s, int n) { return (int)(remat__splitmix64(s) % (uint64_t)n); }
 
 #define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
 

@@ -9,18 +9,11 @@
 
 #include "base/base.h"
 
-static uint64_t next_u64(uint64_t *s) {
-  uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
 /* Uniform in [0, n) without modulo bias. */
 static int64_t uniform(uint64_t *s, int64_t n) {
   uint64_t un = (uint64_t)n, limit = UINT64_MAX - UINT64_MAX % un;
   uint64_t x;
-  do x = next_u64(s);
+  do x = remat__splitmix64(s);
   while (x >= limit);
   return (int64_t)(x % un);
 }
