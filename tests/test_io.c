@@ -322,7 +322,7 @@ static void test_checkpoints(void) {
   remat_config e = c;
   e.channels = 16;
   int rc = remat_checkpoint_load(p, &e, v, &err);
-  CHECK_ERR(rc, err, REMAT_ESHAPE, "has C=8 but --config asks for C=16");
+  CHECK_ERR(rc, err, REMAT_ESHAPE, "has C=8 but the expected shape has C=16");
   e = c;
   e.num_layers = 4;
   rc = remat_checkpoint_load(p, &e, v, &err);

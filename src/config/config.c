@@ -90,7 +90,7 @@ static int parse_dim(const char *s, const char *end, int64_t *out) {
 }
 
 int remat_config_parse(const char *s, remat_config *cfg, remat_error *err) {
-  if (!s || !*s) return remat__errorf(err, REMAT_EINVAL, "empty model config; try --config tiny");
+  if (!s || !*s) return remat__errorf(err, REMAT_EINVAL, "empty model config: give a built-in name such as tiny, or L,C,NH,V,T");
   for (size_t i = 0; i < NBUILTIN; i++) {
     if (strcmp(builtins[i].name, s) == 0) {
       const builtin *b = &builtins[i];

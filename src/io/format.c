@@ -444,8 +444,7 @@ static int compare_shape(const remat_config *have, const remat_config *want, con
   for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++)
     if (dims[i].have != dims[i].want)
       return remat__errorf(err, REMAT_ESHAPE,
-                           "checkpoint '%s' has %s=%lld but --config asks for %s=%lld; drop "
-                           "--config to use the checkpoint's shape",
+                           "checkpoint '%s' has %s=%lld but the expected shape has %s=%lld",
                            path, dims[i].name, (long long)dims[i].have, dims[i].name,
                            (long long)dims[i].want);
   return 0;

@@ -94,7 +94,7 @@ int remat_plan_problem_set_stages(remat_plan_problem *pb, int64_t stages, remat_
   if (!pb->uniform_memory)
     return remat__errorf(err, REMAT_EINVAL,
                          "the problem gives one budget per stage (%lld of them); changing the "
-                         "number of stages also needs --mem",
+                         "number of stages needs new budgets too",
                          (long long)pb->stages);
   size_t *m = remat__calloc((size_t)stages, sizeof *m);
   if (!m) return remat__errorf(err, REMAT_ENOMEM, "out of memory");
@@ -158,7 +158,7 @@ int remat_plan_problem_check(const remat_plan_problem *pb, remat_error *err) {
   if (pb->stages > L)
     return remat__errorf(err, REMAT_EINVAL,
                          "%lld stages but only %lld layers: every stage needs at least one "
-                         "layer; use --stages %lld or fewer",
+                         "layer, so at most %lld stages",
                          (long long)pb->stages, (long long)L, (long long)L);
   if (!pb->memory) return remat__errorf(err, REMAT_EINVAL, "the problem has no memory budget");
   for (int64_t s = 0; s < pb->stages; s++)

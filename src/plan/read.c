@@ -27,7 +27,7 @@ static int whole(const cJSON *v, double lo, double hi, int64_t *out) {
 }
 
 static int bad(remat_error *err, const char *path, const char *what) {
-  return remat__errorf(err, REMAT_EFORMAT, "plan '%s': %s; write plans with remat plan --format json",
+  return remat__errorf(err, REMAT_EFORMAT, "plan '%s': %s (a plan is the JSON output of the planner)",
                        path, what);
 }
 

@@ -68,7 +68,7 @@ int remat_plan_sweep_run(const remat_plan_problem *pb, int64_t points, remat_pla
     if (pb->memory[s] != pb->memory[0])
       return remat__errorf(err, REMAT_EINVAL,
                            "a sweep varies one budget for all stages; this problem gives a "
-                           "different budget per stage (set one with --mem)");
+                           "different budget per stage; give one budget for all");
   if (points < 2 || points > 1000)
     return remat__errorf(err, REMAT_ERANGE, "a sweep takes between 2 and 1000 points, not %lld",
                          (long long)points);
