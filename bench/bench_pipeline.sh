@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# bench_pipeline.sh: pipeline stages over MPI, measured against the plan.
+#
+# 1. Prediction: the iteration time the plan's schedule simulation predicts
+#    (FLOP-based stage times at this machine's sgemm rate) beside the one
+#    measured, and each rank's arena planned against measured.
+# 2. Placement: at one memory budget, remat's exact plan (layers and
+#    recomputed blocks per stage) against an even split that recomputes the
+#    same number of blocks on every stage (all Megatron's
+#    --recompute-num-layers can express), the fewest that fit.
+#
+# P ranks on a 2-core machine are oversubscribed: times are for comparing
+# the two placements and the prediction, run alternately, not for speed.
+# One line per case, key=value.
+#
+# usage: bench/bench_pipeline.sh [REMAT] [STEPS]   (default ./build/app/remat, 6)
+set -euo pipefail
+remat=${1:-./build/app/remat}
+steps=${2:-6}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+cfg="12,256,8,8192,256"
+P=4
+M=8
+common=(--config "$cfg" --batch 4 --seq 128 --grad-accum "$M" --steps "$steps" --threads 1 --quiet)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# The budget: 5% above the least any placement needs.
+least=$( ("$remat" plan --config "$cfg" --batch 4 --seq 128 --stages $P --microbatches $M \
+  --mem 1 --format json 2>/dev/null || true) | python3 -c 'import json,sys; print(json.load(sys.stdin)["min_budget_bytes"])')
+budget=$((least * 105 / 100))
+echo "bench=pipeline_budget config=$cfg B=4 T=128 stages=$P microbatches=$M least_bytes=$least budget_bytes=$budget"
+
+# The even split: every stage recomputes its first k blocks; its arena peak
+# for each k (from --plan-only, the same memory model).
+L=12
+per=$((L / P))
+layers=$(python3 -c "print(','.join(['$per']*$P))")
+even_peak=()
+for k in $(seq 0 $per); do
+  ck=""
+  for s in $(seq 0 $((P - 1))); do
+    for i in $(seq 0 $((k - 1))); do ck+="${ck:+,}$((s * per + i))"; done
+  done
+  args=(--stages $P --layers "$layers")
+  [[ -n $ck ]] && args+=(--ckpt-layers "$ck")
+  even_ck[$k]=$ck
+  even_peak[$k]=$( (mpirun --oversubscribe -np $P "$remat" train "${common[@]}" "${args[@]}" \
+    --plan-only 2>/dev/null || true) |
+    sed -n 's/^stage [0-9]* arena [^(]*(\([0-9]*\) bytes).*/\1/p' | sort -n | tail -1)
+  echo "bench=pipeline_even k=$k max_stage_arena_bytes=${even_peak[$k]} fits_budget=$([[ ${even_peak[$k]} -le $budget ]] && echo yes || echo no)"
+done
+# A second budget where an even split fits: the least of its peaks.
+even_budget=$(printf '%s\n' "${even_peak[@]}" | sort -n | head -1)
+for k in $(seq 0 $per); do [[ ${even_peak[$k]} -eq $even_budget ]] && even=$k; done
+even_args=(--stages $P --layers "$layers")
+[[ -n ${even_ck[$even]} ]] && even_args+=(--ckpt-layers "${even_ck[$even]}")
+echo "bench=pipeline_budget2 budget_bytes=$even_budget (the least an even split needs, k=$even)"
+
+run() { # run NAME args... : prints one line from the run's summary and log
+  local name=$1
+  shift
+  mpirun --oversubscribe -np $P "$remat" train "${common[@]}" "$@" --log "$tmp/$name.jsonl" \
+    --peak-gflops "$peak_gflops" >"$tmp/$name.out" 2>&1
+  python3 - "$name" "$tmp/$name.out" "$tmp/$name.jsonl" <<'PY'
+import json, re, sys
+name, out, log = sys.argv[1:4]
+text = open(out).read()
+m = re.search(r"iteration ([0-9.]+) s measured, ([0-9.]+) s predicted .*bubble ([0-9.]+)%", text)
+rows = [json.loads(l) for l in open(log)]
+steps = sorted(r["step_s"] for r in rows[1:]) or [rows[-1]["step_s"]]
+planned, measured = rows[-1]["rank_planned_peak_bytes"], rows[-1]["rank_measured_peak_bytes"]
+rec = re.findall(r"^ +\d+ +\d+ +\d+ +(\d+) ", text, re.M)
+print("bench=pipeline case=%s step_s_median=%.4f predicted_s=%s predicted_bubble_pct=%s "
+      "recomputed_per_stage=%s max_rank_arena_bytes=%d planned_eq_measured=%s loss_last=%.6f"
+      % (name, steps[len(steps) // 2], m.group(2) if m else "?", m.group(3) if m else "?",
+         ",".join(rec), max(measured), planned == measured, rows[-1]["loss"]))
+PY
+}
+
+# One sgemm rate for both, measured once, so predictions compare.
+peak_gflops=$("$remat" train --config tiny --steps 1 --quiet --threads 1 2>/dev/null |
+              sed -n 's/^peak *sgemm \([0-9.]*\) GFLOP.*/\1/p')
+echo "bench=pipeline_sgemm threads=1 gflops=$peak_gflops"
+for round in 1 2; do
+  run "remat_plan_at_least_budget_$round" --stages $P --mem "$budget"
+  run "remat_plan_at_even_budget_$round" --stages $P --mem "$even_budget"
+  run "even_split_k${even}_$round" "${even_args[@]}"
+done
