@@ -1,9 +1,11 @@
 # Kernel tests: finite-difference gradients, the sgemm paths against scalar
-# references, dropout statistics, determinism, AdamW, no allocation.
-remat_test(test_kernels SOURCES test_kernels.c LIBS remat_kernels LABELS unit TIMEOUT 120)
+# references, dropout statistics, determinism, AdamW, no allocation. The
+# untiled attention kernel (attention_ref.c) is kept as a reference.
+remat_test(test_kernels SOURCES test_kernels.c attention_ref.c LIBS remat_kernels LABELS unit
+           TIMEOUT 120)
 # The same checks with attention.c compiled in using a 40-float tile, so the
 # tiled dropout product runs with several row and column blocks at tiny T.
-remat_test(test_kernels_tile SOURCES test_kernels.c ../src/kernels/attention.c
+remat_test(test_kernels_tile SOURCES test_kernels.c attention_ref.c ../src/kernels/attention.c
            LIBS remat_kernels LABELS unit TIMEOUT 120)
 target_compile_definitions(test_kernels_tile PRIVATE ATT_TILE=40)
 # Passive waiting keeps the many tiny parallel regions of the finite-difference
