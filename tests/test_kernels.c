@@ -17,9 +17,9 @@
  *   and that no kernel calls malloc once warmed up.
  *
  * Built twice: test_kernels against the library, and test_kernels_tile with
- * attention.c compiled in using tiny, unequal tiles (ATT_BQ, ATT_BK) so even
- * T = 5 runs several query and key tiles, and rows that see none of a key
- * tile. Prints one line per check and exits non-zero if any fails. */
+ * attention.c compiled in using tiny, unequal tiles (ATT_BQ, ATT_BK, ATT_BQB,
+ * ATT_BKB) so even T = 5 runs several query and key tiles, and rows that see
+ * none of a key tile. Prints one line per check and exits non-zero if any fails. */
 #include <math.h>
 #include <omp.h>
 #include <stdatomic.h>
@@ -516,8 +516,8 @@ static void test_attention_case(int64_t B, int64_t T, int64_t C, int64_t NH, flo
 
 static void test_attention(void) {
 #ifdef ATT_BQ
-  printf("-- attention (tiles of %d queries x %d keys, compiled into this test)\n", ATT_BQ,
-         ATT_BK);
+  printf("-- attention (tiles of %d x %d forward, %d x %d backward, compiled into this test)\n",
+         ATT_BQ, ATT_BK, ATT_BQB, ATT_BKB);
 #else
   printf("-- attention (library tiles)\n");
 #endif

@@ -1,10 +1,10 @@
 /* attention.c: causal multi-head self-attention without a T x T buffer: the
  * tiled scheme of FlashAttention-2 on the CPU, forward and backward.
  *
- * Queries are cut into tiles of ATT_BQ rows and keys into tiles of ATT_BK
- * columns; one (query tile, key tile) block of the scores lives in a
- * fixed-size buffer on the thread's stack (16 KiB at the default 64 x 64;
- * the backward holds two). Every product is one single-threaded cblas_sgemm
+ * Queries are cut into tiles of rows and keys into tiles of columns; one
+ * (query tile, key tile) block of the scores lives in a fixed-size buffer on
+ * the thread's stack (the forward holds one, the backward two; 64 KiB at
+ * most, whatever T). Every product is one single-threaded cblas_sgemm
  * (OpenBLAS's OpenMP build runs on the calling thread inside a parallel
  * region and allocates nothing there), reading q, k, v straight from qkv
  * (B,T,3C) with leading dimension 3C and writing heads side by side.
@@ -45,12 +45,20 @@
 #include "kernels/philox_rng.h"
 #include "kernels/vec_math.h"
 
-/* Tile sizes, overridable so tests can run many tiles at tiny T. */
+/* Tile sizes (query rows x key columns), overridable so tests can run many
+ * tiles at tiny T. The forward holds one tile (48 KiB), the backward two
+ * (32 KiB each); larger tiles mean fewer, more efficient sgemm calls. */
 #ifndef ATT_BQ
-#define ATT_BQ 64 /* query rows per tile */
+#define ATT_BQ 128 /* forward */
 #endif
 #ifndef ATT_BK
-#define ATT_BK 64 /* key columns per tile */
+#define ATT_BK 96
+#endif
+#ifndef ATT_BQB
+#define ATT_BQB 64 /* backward */
+#endif
+#ifndef ATT_BKB
+#define ATT_BKB 128
 #endif
 
 /* Row reductions use LANES interleaved partial results (element c goes to
@@ -265,18 +273,18 @@ static void q_product(const att_shape *s, const att_bwd *a, int64_t bh, int64_t 
 }
 
 /* First query tile that sees key c0: the one holding row c0. */
-static int64_t first_query_tile(int64_t c0) { return c0 / ATT_BQ * ATT_BQ; }
+static int64_t first_query_tile(int64_t c0) { return c0 / ATT_BQB * ATT_BQB; }
 
 /* Everything of pair bh in one pass: key tiles left to right, each with its
  * query tiles top to bottom. */
 static void backward_pair(const att_shape *s, const att_bwd *a, int64_t bh) {
-  float P[ATT_BQ * ATT_BK], dS[ATT_BQ * ATT_BK];
+  float P[ATT_BQB * ATT_BKB], dS[ATT_BQB * ATT_BKB];
   const int64_t T = s->T;
   delta_rows(s, a, bh);
-  for (int64_t c0 = 0; c0 < T; c0 += ATT_BK) {
-    const int64_t w = min64(ATT_BK, T - c0), first = first_query_tile(c0);
-    for (int64_t r0 = first; r0 < T; r0 += ATT_BQ) {
-      const int64_t nr = min64(ATT_BQ, T - r0);
+  for (int64_t c0 = 0; c0 < T; c0 += ATT_BKB) {
+    const int64_t w = min64(ATT_BKB, T - c0), first = first_query_tile(c0);
+    for (int64_t r0 = first; r0 < T; r0 += ATT_BQB) {
+      const int64_t nr = min64(ATT_BQB, T - r0);
       backward_tile(s, a, bh, r0, nr, c0, w, P, dS);
       kv_products(s, a, bh, r0, nr, c0, w, P, dS, r0 == first ? 0.0f : 1.0f);
       q_product(s, a, bh, r0, nr, c0, w, dS, c0 == 0 ? 0.0f : 1.0f);
@@ -284,23 +292,23 @@ static void backward_pair(const att_shape *s, const att_bwd *a, int64_t bh) {
   }
 }
 
-/* dk, dv of the keys [c0, c0+ATT_BK) of pair bh (first of two passes). */
+/* dk, dv of the keys [c0, c0+ATT_BKB) of pair bh (first of two passes). */
 static void backward_keys(const att_shape *s, const att_bwd *a, int64_t bh, int64_t c0) {
-  float P[ATT_BQ * ATT_BK], dS[ATT_BQ * ATT_BK];
-  const int64_t T = s->T, w = min64(ATT_BK, T - c0), first = first_query_tile(c0);
-  for (int64_t r0 = first; r0 < T; r0 += ATT_BQ) {
-    const int64_t nr = min64(ATT_BQ, T - r0);
+  float P[ATT_BQB * ATT_BKB], dS[ATT_BQB * ATT_BKB];
+  const int64_t T = s->T, w = min64(ATT_BKB, T - c0), first = first_query_tile(c0);
+  for (int64_t r0 = first; r0 < T; r0 += ATT_BQB) {
+    const int64_t nr = min64(ATT_BQB, T - r0);
     backward_tile(s, a, bh, r0, nr, c0, w, P, dS);
     kv_products(s, a, bh, r0, nr, c0, w, P, dS, r0 == first ? 0.0f : 1.0f);
   }
 }
 
-/* dq of the queries [r0, r0+ATT_BQ) of pair bh (second of two passes). */
+/* dq of the queries [r0, r0+ATT_BQB) of pair bh (second of two passes). */
 static void backward_queries(const att_shape *s, const att_bwd *a, int64_t bh, int64_t r0) {
-  float P[ATT_BQ * ATT_BK], dS[ATT_BQ * ATT_BK];
-  const int64_t T = s->T, nr = min64(ATT_BQ, T - r0);
-  for (int64_t c0 = 0; c0 < r0 + nr; c0 += ATT_BK) {
-    const int64_t w = min64(ATT_BK, T - c0);
+  float P[ATT_BQB * ATT_BKB], dS[ATT_BQB * ATT_BKB];
+  const int64_t T = s->T, nr = min64(ATT_BQB, T - r0);
+  for (int64_t c0 = 0; c0 < r0 + nr; c0 += ATT_BKB) {
+    const int64_t w = min64(ATT_BKB, T - c0);
     backward_tile(s, a, bh, r0, nr, c0, w, P, dS);
     q_product(s, a, bh, r0, nr, c0, w, dS, c0 == 0 ? 0.0f : 1.0f);
   }
@@ -320,7 +328,7 @@ void remat__attention_backward(float *dqkv, float *delta, const float *dout, con
   }
   /* Too few pairs to keep every thread busy: split each pair's keys, then
    * its queries. Each tile is rebuilt twice, once per pass. */
-  const int64_t nk = (T + ATT_BK - 1) / ATT_BK, nq = (T + ATT_BQ - 1) / ATT_BQ;
+  const int64_t nk = (T + ATT_BKB - 1) / ATT_BKB, nq = (T + ATT_BQB - 1) / ATT_BQB;
 #pragma omp parallel
   {
 #pragma omp for schedule(static)
@@ -328,9 +336,9 @@ void remat__attention_backward(float *dqkv, float *delta, const float *dout, con
     /* key tiles first to last (longest first), then query tiles last to first */
 #pragma omp for schedule(dynamic, 1)
     for (int64_t it = 0; it < pairs * nk; it++)
-      backward_keys(&s, &a, it / nk, it % nk * ATT_BK);
+      backward_keys(&s, &a, it / nk, it % nk * ATT_BKB);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t it = 0; it < pairs * nq; it++)
-      backward_queries(&s, &a, it / nq, (nq - 1 - it % nq) * ATT_BQ);
+      backward_queries(&s, &a, it / nq, (nq - 1 - it % nq) * ATT_BQB);
   }
 }
