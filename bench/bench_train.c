@@ -1,10 +1,15 @@
-/* bench_train.c: training-step throughput and MFU for GPT-2 124M shapes at
- * checkpointing ratios 0, 0.5 and 1, against this machine's sgemm rate
- * measured in the same run. One line per case, key=value.
+/* bench_train.c: training-step throughput and MFU, against this machine's
+ * sgemm rate measured in the same run, for GPT-2 124M at B=4, T=64 and
+ * T=512 (checkpointing ratios 0, 0.5 and 1) and for a long-sequence shape,
+ * L6 C256 NH8 V8192 at B=4, T=1024 (ratios 0 and 1), where attention is a
+ * large share of the work. One line per case, key=value. The steps of each
+ * checkpointing ratio alternate with those of ratio 0, so slowdown_vs_ratio0
+ * (the median of step-by-step ratios) compares runs under the same load.
  *
- * usage: bench_train [--steps N] [--threads N] [--short|--long] */
+ * usage: bench_train [--steps N] [--threads N] [--short] [--long] [--seq-long] */
 #include <math.h>
 #include <omp.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,20 +33,159 @@ static int batch(void *ctx, int64_t step, int64_t micro, int32_t *inputs, int32_
   return 0;
 }
 
+enum { MAX_STEPS = 1000 };
+
+typedef struct {
+  const char *flag, *name, *config;
+  int64_t B, T;
+  int nratios;
+  double ratios[3];
+} bench_case;
+
+static const bench_case CASES[] = {
+    {"--short", "gpt2-124m", "gpt2-124m", 4, 64, 3, {0.0, 0.5, 1.0}},
+    {"--long", "gpt2-124m", "gpt2-124m", 4, 512, 3, {0.0, 0.5, 1.0}},
+    {"--seq-long", "L6-C256-NH8-V8192", "6,256,8,8192,1024", 4, 1024, 2, {0.0, 1.0}},
+};
+enum { NCASES = sizeof CASES / sizeof CASES[0] };
+
 static void usage(FILE *f) {
-  fprintf(f, "usage: bench_train [--steps N] [--threads N] [--short|--long]\n"
-             "  GPT-2 124M training steps at B=4, T=64 (--short) and T=512 (--long), at\n"
-             "  checkpointing ratios 0, 0.5 and 1; one key=value line per case\n");
+  fprintf(f, "usage: bench_train [--steps N] [--threads N] [--short] [--long] [--seq-long]\n"
+             "  --short     GPT-2 124M, B=4 T=64, checkpointing ratios 0, 0.5, 1\n"
+             "  --long      GPT-2 124M, B=4 T=512, ratios 0, 0.5, 1\n"
+             "  --seq-long  L6 C256 NH8 V8192, B=4 T=1024, ratios 0 and 1\n"
+             "  the flags add up; with none, --short and --long run. One key=value line\n"
+             "  per case.\n");
+}
+
+/* One configuration of a case: its trainer and its step times. */
+typedef struct {
+  remat_trainer *tr;
+  int64_t recomputed;
+  double *t, rec; /* seconds of each timed step; recompute seconds in all */
+  int n;
+} bench_run;
+
+static int run_open(bench_run *r, const remat_config *cfg, const bench_case *bc, double ratio,
+                    int64_t *n_v, int steps, remat_error *err) {
+  const int64_t L = cfg->num_layers;
+  uint8_t *policy = malloc((size_t)L);
+  r->t = malloc(sizeof(double) * (size_t)steps);
+  r->tr = NULL;
+  r->n = 0;
+  r->rec = 0;
+  if (!policy || !r->t) {
+    free(policy);
+    snprintf(err->msg, sizeof err->msg, "out of memory");
+    return 1;
+  }
+  r->recomputed = (int64_t)floor(ratio * (double)L);
+  remat_policy_first_n(policy, L, r->recomputed);
+  remat_train_opts o;
+  remat_train_opts_default(&o);
+  o.B = bc->B;
+  o.T = bc->T;
+  o.lr = 1e-4;
+  int rc = remat_trainer_create(&r->tr, cfg, policy, NULL, &o, err);
+  free(policy);
+  if (rc || remat_trainer_allocate(r->tr, err)) return 1;
+  remat_trainer_set_batches(r->tr, batch, n_v);
+  remat_model_init_weights(remat_trainer_model(r->tr), 1);
+  remat_step_stats st; /* a warm-up step, not timed */
+  return remat_trainer_step(r->tr, &st, err) != 0;
+}
+
+static int run_step(bench_run *r, remat_error *err) {
+  remat_step_stats st;
+  if (remat_trainer_step(r->tr, &st, err)) return 1;
+  r->t[r->n++] = st.seconds;
+  r->rec += st.recompute_seconds;
+  return 0;
+}
+
+static double median(double *x, int n) {
+  qsort(x, (size_t)n, sizeof(double), cmp_double);
+  return x[n / 2];
+}
+
+/* The key=value line of one configuration, into line (LINE_MAX bytes). */
+enum { LINE_MAX = 512 };
+static void run_line(char *line, const bench_run *r, const remat_config *cfg,
+                     const bench_case *bc, double ratio, int threads, double peak,
+                     double slowdown) {
+  const int64_t B = bc->B, T = bc->T;
+  double t[2 * MAX_STEPS];
+  memcpy(t, r->t, sizeof(double) * (size_t)r->n);
+  double med = median(t, r->n), tps = (double)(B * T) / med;
+  remat_model *m = remat_trainer_model(r->tr);
+  snprintf(line, LINE_MAX,
+           "bench=train model=%s B=%lld T=%lld ratio=%.1f recomputed=%lld threads=%d "
+           "steps=%d step_s_median=%.4f step_s_min=%.4f tokens_per_s=%.1f mfu=%.4f "
+           "recompute_share=%.4f slowdown_vs_ratio0=%.4f sgemm_gflops=%.1f "
+           "planned_peak_bytes=%zu measured_peak_bytes=%zu",
+           bc->name, (long long)B, (long long)T, ratio, (long long)r->recomputed, threads, r->n,
+           med, t[0], tps, remat_mfu(cfg, T, tps, peak), r->rec / (med * r->n), slowdown,
+           peak / 1e9, remat_model_memplan(m)->peak_bytes, remat_model_arena_high_water(m));
+}
+
+static void run_close(bench_run *r) {
+  remat_trainer_destroy(r->tr);
+  free(r->t);
+  *r = (bench_run){0};
+}
+
+/* Runs one case. The ratio-0 trainer stays alive while each other ratio
+ * runs and their steps alternate, so a slowdown is the median of
+ * step-by-step ratios taken under the same machine load (at most two
+ * trainers exist at once). Returns 0, or 1 after printing an error. */
+static int run_case(const bench_case *bc, int steps, int threads, double peak) {
+  remat_config cfg;
+  remat_error err = {0};
+  char lines[3][LINE_MAX];
+  double ratio[MAX_STEPS];
+  int64_t n_v[2] = {bc->B * bc->T, 0};
+  bench_run base = {0}, other = {0};
+  const int others = bc->nratios - 1;
+  int rc = remat_config_parse(bc->config, &cfg, &err);
+  if (!rc) {
+    n_v[1] = cfg.vocab_size;
+    rc = run_open(&base, &cfg, bc, bc->ratios[0], n_v, steps * (others > 0 ? others : 1), &err);
+  }
+  for (int k = 0; others == 0 && k < steps && !rc; k++) rc = run_step(&base, &err);
+  for (int r = 1; r <= others && !rc; r++) {
+    rc = run_open(&other, &cfg, bc, bc->ratios[r], n_v, steps, &err);
+    for (int k = 0; k < steps && !rc; k++) {
+      rc = run_step(&base, &err) || run_step(&other, &err);
+      if (!rc) ratio[k] = other.t[k] / base.t[base.n - 1];
+    }
+    if (!rc)
+      run_line(lines[r], &other, &cfg, bc, bc->ratios[r], threads, peak, median(ratio, steps));
+    run_close(&other);
+  }
+  if (!rc) {
+    run_line(lines[0], &base, &cfg, bc, bc->ratios[0], threads, peak, 1.0);
+    for (int r = 0; r < bc->nratios; r++) printf("%s\n", lines[r]);
+    fflush(stdout);
+  } else {
+    fprintf(stderr, "bench_train: %s\n", err.msg);
+  }
+  if (base.tr) run_close(&base);
+  return rc;
 }
 
 int main(int argc, char **argv) {
-  int steps = 5, threads = 0, which = 3; /* 1: T=64, 2: T=512, 3: both */
+  int steps = 5, threads = 0;
+  bool want[NCASES] = {false}, any = false;
   for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
-    else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
-    else if (!strcmp(argv[i], "--short")) which = 1;
-    else if (!strcmp(argv[i], "--long")) which = 2;
-    else if (!strcmp(argv[i], "--help")) {
+    int c = 0;
+    while (c < NCASES && strcmp(argv[i], CASES[c].flag)) c++;
+    if (c < NCASES) {
+      want[c] = any = true;
+    } else if (!strcmp(argv[i], "--steps") && i + 1 < argc) {
+      steps = atoi(argv[++i]);
+    } else if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
+      threads = atoi(argv[++i]);
+    } else if (!strcmp(argv[i], "--help")) {
       usage(stdout);
       return 0;
     } else {
@@ -49,70 +193,14 @@ int main(int argc, char **argv) {
       return 2;
     }
   }
-  if (steps < 1 || steps > 1000) steps = 5;
+  if (!any) want[0] = want[1] = true;
+  if (steps < 1 || steps > MAX_STEPS) steps = 5;
   remat_set_threads(threads);
   threads = omp_get_max_threads();
   double peak = remat_measure_sgemm_flops(1024, 2.0);
   printf("bench=sgemm n=1024 threads=%d gflops=%.1f\n", threads, peak / 1e9);
   fflush(stdout);
-
-  remat_config cfg;
-  remat_error err;
-  remat_config_parse("gpt2-124m", &cfg, &err);
-  const int64_t shapes[2][2] = {{4, 64}, {4, 512}};
-  const double ratios[3] = {0.0, 0.5, 1.0};
-  uint8_t policy[12];
-  for (int s = 0; s < 2; s++) {
-    if (!(which & (1 << s))) continue;
-    int64_t B = shapes[s][0], T = shapes[s][1];
-    int64_t n_v[2] = {B * T, cfg.vocab_size};
-    double base_step = 0;
-    for (int r = 0; r < 3; r++) {
-      int64_t n = (int64_t)floor(ratios[r] * 12);
-      remat_policy_first_n(policy, 12, n);
-      remat_train_opts o;
-      remat_train_opts_default(&o);
-      o.B = B;
-      o.T = T;
-      o.lr = 1e-4;
-      remat_trainer *tr;
-      if (remat_trainer_create(&tr, &cfg, policy, NULL, &o, &err) ||
-          remat_trainer_allocate(tr, &err)) {
-        fprintf(stderr, "bench_train: %s\n", err.msg);
-        return 1;
-      }
-      remat_trainer_set_batches(tr, batch, n_v);
-      remat_model *m = remat_trainer_model(tr);
-      remat_model_init_weights(m, 1);
-      size_t planned = remat_model_memplan(m)->peak_bytes;
-      double *t = malloc(sizeof(double) * (size_t)steps), rec = 0;
-      for (int k = -1; k < steps; k++) { /* k = -1 warms up */
-        remat_step_stats st;
-        if (remat_trainer_step(tr, &st, &err)) {
-          fprintf(stderr, "bench_train: %s\n", err.msg);
-          return 1;
-        }
-        if (k >= 0) {
-          t[k] = st.seconds;
-          rec += st.recompute_seconds;
-        }
-      }
-      qsort(t, (size_t)steps, sizeof(double), cmp_double);
-      double med = t[steps / 2];
-      if (r == 0) base_step = med;
-      double tps = (double)(B * T) / med;
-      size_t measured = remat_model_arena_high_water(m);
-      printf("bench=train model=gpt2-124m B=%lld T=%lld ratio=%.1f recomputed=%lld threads=%d "
-             "steps=%d step_s_median=%.4f step_s_min=%.4f tokens_per_s=%.1f mfu=%.4f "
-             "recompute_share=%.4f slowdown_vs_ratio0=%.4f sgemm_gflops=%.1f "
-             "planned_peak_bytes=%zu measured_peak_bytes=%zu\n",
-             (long long)B, (long long)T, ratios[r], (long long)n, threads, steps, med, t[0], tps,
-             remat_mfu(&cfg, T, tps, peak), rec / (med * steps), med / base_step, peak / 1e9,
-             planned, measured);
-      fflush(stdout);
-      free(t);
-      remat_trainer_destroy(tr);
-    }
-  }
+  for (int c = 0; c < NCASES; c++)
+    if (want[c] && run_case(&CASES[c], steps, threads, peak)) return 1;
   return 0;
 }

@@ -1,11 +1,14 @@
 # Kernel tests: finite-difference gradients, the sgemm paths against scalar
-# references, dropout statistics, determinism, AdamW, no allocation.
-remat_test(test_kernels SOURCES test_kernels.c LIBS remat_kernels LABELS unit TIMEOUT 120)
-# The same checks with attention.c compiled in using a 40-float tile, so the
-# tiled dropout product runs with several row and column blocks at tiny T.
-remat_test(test_kernels_tile SOURCES test_kernels.c ../src/kernels/attention.c
+# references, dropout statistics, determinism, AdamW, no allocation. The
+# untiled attention kernel (attention_ref.c) is the tiled one's reference.
+remat_test(test_kernels SOURCES test_kernels.c attention_ref.c LIBS remat_kernels LABELS unit
+           TIMEOUT 120)
+# The same checks with attention.c compiled in using tiny tiles (3 queries x 4
+# keys in the forward, 4 x 3 in the backward), so tiny T runs many tiles,
+# partial ones and rows that see none of a key tile.
+remat_test(test_kernels_tile SOURCES test_kernels.c attention_ref.c ../src/kernels/attention.c
            LIBS remat_kernels LABELS unit TIMEOUT 120)
-target_compile_definitions(test_kernels_tile PRIVATE ATT_TILE=40)
+target_compile_definitions(test_kernels_tile PRIVATE ATT_BQ=3 ATT_BK=4 ATT_BQB=4 ATT_BKB=3)
 # Passive waiting keeps the many tiny parallel regions of the finite-difference
 # loops from spinning against each other when the machine is loaded.
 set_tests_properties(test_kernels test_kernels_tile PROPERTIES ENVIRONMENT OMP_WAIT_POLICY=PASSIVE)

@@ -6,8 +6,10 @@
  *   when max|analytic - numeric| / max(max|analytic|, max|numeric|) < 1e-3
  *   (step 1e-2, loss summed in double; the worst case seen is ~5e-5).
  *   LayerNorm's backward is also compared with a double reference (1e-5).
- * - The sgemm attention is compared with a scalar reference in double,
- *   forward and backward, with and without dropout (1e-5 relative).
+ * - The tiled attention is compared with a scalar reference in double and
+ *   with the untiled kernel it replaced (attention_ref.c), forward and
+ *   backward, with and without dropout (1e-5 relative), and must give the
+ *   same bits on repeat and at any thread count.
  * - Accumulate-vs-overwrite: overwritten outputs are prefilled with NaN or
  *   garbage, accumulated ones with known values.
  * - Dropout statistics and counter dependence, determinism (memcmp), AdamW
@@ -15,9 +17,9 @@
  *   and that no kernel calls malloc once warmed up.
  *
  * Built twice: test_kernels against the library, and test_kernels_tile with
- * attention.c compiled in using a tiny ATT_TILE so the tiled dropout product
- * runs with several row and column blocks. Prints one line per check and
- * exits non-zero if any fails. */
+ * attention.c compiled in using tiny, unequal tiles (ATT_BQ, ATT_BK, ATT_BQB,
+ * ATT_BKB) so even T = 5 runs several query and key tiles, and rows that see
+ * none of a key tile. Prints one line per check and exits non-zero if any fails. */
 #include <math.h>
 #include <omp.h>
 #include <stdatomic.h>
@@ -30,6 +32,7 @@
 
 #include "kernels/kernels.h"
 #include "kernels/vec_math.h"
+#include "attention_ref.h"
 #include "test_util.h"
 
 /* ------------------------------------------------------------ harness */
@@ -337,14 +340,14 @@ static void test_matmul_case(bool with_bias) {
 
 /* ---------------------------------------------------------- attention */
 
-/* Plain reference in double, straight from the definitions in kernels.h.
- * out (B,T,C), att (B,NH,T,T) pre-dropout probabilities. */
+/* Plain reference in double, straight from the definitions in kernels.h:
+ * out (B,T,C), lse (B,NH,T), dqkv (B,T,3C); any may be NULL. */
 static double drop_mult(const remat__dropout *d, uint64_t i) {
   if (!d || d->p <= 0.0f) return 1.0;
   return remat__dropout_keep(d, i) ? (double)(1.0f / (1.0f - d->p)) : 0.0;
 }
 
-static void ref_attention(double *out, double *att, double *dqkv, const float *dout,
+static void ref_attention(double *out, double *lse, double *dqkv, const float *dout,
                           const float *qkv, int64_t B, int64_t T, int64_t C, int64_t NH,
                           const remat__dropout *d) {
   const int64_t hs = C / NH, C3 = 3 * C;
@@ -365,9 +368,8 @@ static void ref_attention(double *out, double *att, double *dqkv, const float *d
         }
         for (int64_t u = 0; u <= t; u++) s += (P[u] = exp(P[u] - mx));
         for (int64_t u = 0; u <= t; u++) P[u] /= s;
+        if (lse) lse[(b * NH + h) * T + t] = mx + log(s);
         const uint64_t base = (uint64_t)(((b * NH + h) * T + t) * T);
-        if (att)
-          for (int64_t u = 0; u < T; u++) att[base + (uint64_t)u] = u <= t ? P[u] : 0.0;
         if (out)
           for (int64_t i = 0; i < hs; i++) {
             double o = 0;
@@ -401,77 +403,124 @@ static void ref_attention(double *out, double *att, double *dqkv, const float *d
   free(P), free(dP);
 }
 
+/* max|a - b| over the columns [off, off+len) of two (rows, ld) float
+ * matrices (one part of qkv, say), relative to the largest magnitude in
+ * either whole matrix: a part that is 0 in exact arithmetic (dq and dk at
+ * T = 1) is measured against the scale of the rest, not of its rounding. */
+static double rel_err_cols(const float *a, const float *b, size_t rows, size_t ld, size_t off,
+                           size_t len) {
+  double md = 0, m = 0;
+  for (size_t r = 0; r < rows; r++)
+    for (size_t c = 0; c < ld; c++) {
+      double x = a[r * ld + c], y = b[r * ld + c];
+      m = fmax(m, fmax(fabs(x), fabs(y)));
+      if (c >= off && c < off + len) md = fmax(md, fabs(x - y));
+    }
+  if (isnan(md)) return INFINITY;
+  return m > 0 ? md / m : md;
+}
+
 typedef struct {
   int64_t B, T, C, NH;
-  float *qkv, *out, *att, *R;
+  float *qkv, *out, *lse, *R;
   const remat__dropout *d;
 } att_ctx;
 
 static double att_loss(void *p) {
   att_ctx *c = p;
-  remat__attention_forward(c->out, c->att, c->qkv, c->B, c->T, c->C, c->NH, c->d);
+  remat__attention_forward(c->out, c->lse, c->qkv, c->B, c->T, c->C, c->NH, c->d);
   return dot_r(c->out, c->R, (size_t)(c->B * c->T * c->C));
 }
 
-/* Reference comparison (forward, backward) at one shape; finite differences
- * too when fd is set. */
+/* One shape: the tiled kernel against the scalar double reference and
+ * against the untiled kernel of attention_ref.c (forward output, and dq, dk,
+ * dv each); finite differences too when fd is set; bitwise determinism,
+ * also across thread counts, which for the backward switches between the
+ * one-pass and the two-pass schedules. */
 static void test_attention_case(int64_t B, int64_t T, int64_t C, int64_t NH, float p, bool fd) {
   remat__dropout drop = {
       .p = p, .seed = 1234567890123ull, .step = 3, .micro = 1, .layer = 2, .site = REMAT_DROP_ATTN};
   att_ctx c = {.B = B, .T = T, .C = C, .NH = NH, .d = p > 0 ? &drop : NULL};
-  size_t nqkv = (size_t)(B * T * 3 * C), no = (size_t)(B * T * C), na = (size_t)(B * NH * T * T);
+  const size_t nqkv = (size_t)(B * T * 3 * C), no = (size_t)(B * T * C),
+               nl = (size_t)(B * NH * T), na = (size_t)(B * NH * T * T), rows = (size_t)(B * T);
   char tag[96];
   snprintf(tag, sizeof tag, "B=%lld T=%lld C=%lld NH=%lld p=%.2f", (long long)B, (long long)T,
            (long long)C, (long long)NH, (double)p);
-  c.qkv = falloc(nqkv), c.out = falloc(no), c.att = falloc(na), c.R = falloc(no);
+  c.qkv = falloc(nqkv), c.out = falloc(no), c.lse = falloc(nl), c.R = falloc(no);
   fill(c.qkv, nqkv, -1, 1), fill(c.R, no, -1, 1);
-  fill_const(c.out, no, NAN), fill_const(c.att, na, NAN); /* both overwritten */
+  fill_const(c.out, no, NAN), fill_const(c.lse, nl, NAN); /* both overwritten */
   att_loss(&c);
-  double *rout = dalloc(no), *ratt = dalloc(na), *rd = dalloc(nqkv);
-  ref_attention(rout, ratt, rd, c.R, c.qkv, B, T, C, NH, c.d);
-  double eo = rel_err_fd(c.out, rout, no), ea = rel_err_fd(c.att, ratt, na);
-  CHECKF(eo < REF_TOL && ea < REF_TOL, "attention forward vs scalar reference %s: out %.1e att %.1e",
-        tag, eo, ea);
+  double *rout = dalloc(no), *rlse = dalloc(nl), *rd = dalloc(nqkv);
+  ref_attention(rout, rlse, rd, c.R, c.qkv, B, T, C, NH, c.d);
+  double eo = rel_err_fd(c.out, rout, no), el = rel_err_fd(c.lse, rlse, nl);
+  CHECKF(eo < REF_TOL && el < REF_TOL,
+        "attention forward vs scalar reference %s: out %.1e lse %.1e", tag, eo, el);
 
-  float *dqkv = falloc(nqkv), *datt = falloc(na);
-  fill_const(dqkv, nqkv, NAN), fill_const(datt, na, NAN);
-  remat__attention_backward(dqkv, datt, c.R, c.qkv, c.att, B, T, C, NH, c.d);
+  float *dqkv = falloc(nqkv), *delta = falloc(nl);
+  fill_const(dqkv, nqkv, NAN), fill_const(delta, nl, NAN);
+  remat__attention_backward(dqkv, delta, c.R, c.qkv, c.out, c.lse, B, T, C, NH, c.d);
   double ed = rel_err_fd(dqkv, rd, nqkv);
   CHECKF(ed < REF_TOL, "attention backward vs scalar reference %s: dqkv %.1e (NaN prefill)", tag,
         ed);
+
+  /* the untiled kernel: same results up to float rounding */
+  float *oout = falloc(no), *oatt = falloc(na), *odatt = falloc(na), *odqkv = falloc(nqkv);
+  attention_ref_forward(oout, oatt, c.qkv, B, T, C, NH, c.d);
+  attention_ref_backward(odqkv, odatt, c.R, c.qkv, oatt, B, T, C, NH, c.d);
+  const size_t C_ = (size_t)C;
+  double fo = rel_err_cols(c.out, oout, rows, C_, 0, C_),
+         fq = rel_err_cols(dqkv, odqkv, rows, 3 * C_, 0, C_),
+         fk = rel_err_cols(dqkv, odqkv, rows, 3 * C_, C_, C_),
+         fv = rel_err_cols(dqkv, odqkv, rows, 3 * C_, 2 * C_, C_);
+  CHECKF(fo < REF_TOL && fq < REF_TOL && fk < REF_TOL && fv < REF_TOL,
+        "attention vs the untiled kernel %s: out %.1e dq %.1e dk %.1e dv %.1e", tag, fo, fq, fk,
+        fv);
   if (fd) {
-    snprintf(tag, sizeof tag, "attention dqkv p=%.2f", (double)p);
-    grad_check(tag, att_loss, &c, c.qkv, nqkv, dqkv);
+    char what[48];
+    snprintf(what, sizeof what, "attention dqkv p=%.2f", (double)p);
+    grad_check(what, att_loss, &c, c.qkv, nqkv, dqkv);
   }
 
-  /* determinism: the same call twice gives the same bits */
-  float *out2 = falloc(no), *att2 = falloc(na), *dqkv2 = falloc(nqkv);
-  remat__attention_forward(c.out, c.att, c.qkv, B, T, C, NH, c.d);
-  remat__attention_forward(out2, att2, c.qkv, B, T, C, NH, c.d);
-  remat__attention_backward(dqkv, datt, c.R, c.qkv, c.att, B, T, C, NH, c.d);
-  remat__attention_backward(dqkv2, datt, c.R, c.qkv, att2, B, T, C, NH, c.d);
-  CHECKF(memcmp(out2, c.out, no * sizeof(float)) == 0 &&
-            memcmp(att2, c.att, na * sizeof(float)) == 0 &&
-            memcmp(dqkv2, dqkv, nqkv * sizeof(float)) == 0,
-        "attention forward and backward twice are bitwise identical (%s)", tag);
-  free(c.qkv), free(c.out), free(c.att), free(c.R), free(rout), free(ratt), free(rd);
-  free(dqkv), free(datt), free(out2), free(att2), free(dqkv2);
+  /* determinism: the same call twice, and with 1 thread or more threads
+   * than pairs (the backward's two-pass schedule), gives the same bits */
+  float *out2 = falloc(no), *lse2 = falloc(nl), *dqkv2 = falloc(nqkv);
+  att_loss(&c);
+  remat__attention_backward(dqkv, delta, c.R, c.qkv, c.out, c.lse, B, T, C, NH, c.d);
+  bool same = true;
+  const int nt = omp_get_max_threads(), counts[3] = {nt, 1, (int)(B * NH) + 1};
+  for (int i = 0; i < 3; i++) {
+    omp_set_num_threads(counts[i]);
+    fill_const(out2, no, NAN), fill_const(dqkv2, nqkv, NAN);
+    remat__attention_forward(out2, lse2, c.qkv, B, T, C, NH, c.d);
+    remat__attention_backward(dqkv2, delta, c.R, c.qkv, out2, lse2, B, T, C, NH, c.d);
+    same &= memcmp(out2, c.out, no * sizeof(float)) == 0 &&
+            memcmp(lse2, c.lse, nl * sizeof(float)) == 0 &&
+            memcmp(dqkv2, dqkv, nqkv * sizeof(float)) == 0;
+  }
+  omp_set_num_threads(nt);
+  CHECKF(same, "attention forward and backward bitwise identical on repeat, with %d, 1 and %d "
+              "threads (%s)", nt, (int)(B * NH) + 1, tag);
+  free(c.qkv), free(c.out), free(c.lse), free(c.R), free(rout), free(rlse), free(rd);
+  free(dqkv), free(delta), free(oout), free(oatt), free(odatt), free(odqkv);
+  free(out2), free(lse2), free(dqkv2);
 }
 
 static void test_attention(void) {
-  printf("-- attention (ATT_TILE %s)\n",
-#ifdef ATT_TILE
-         "small, compiled into this test"
+#ifdef ATT_BQ
+  printf("-- attention (tiles of %d x %d forward, %d x %d backward, compiled into this test)\n",
+         ATT_BQ, ATT_BK, ATT_BQB, ATT_BKB);
 #else
-         "library default"
+  printf("-- attention (library tiles)\n");
 #endif
-  );
   test_attention_case(2, 5, 8, 2, 0.0f, true);
   test_attention_case(2, 5, 8, 2, 0.3f, true);
+  test_attention_case(1, 1, 8, 2, 0.3f, false); /* T = 1 */
   test_attention_case(2, 13, 16, 2, 0.2f, false);
   test_attention_case(1, 50, 8, 1, 0.2f, false);
-  test_attention_case(1, 200, 16, 2, 0.1f, false);
   test_attention_case(2, 64, 64, 4, 0.0f, false);
+  test_attention_case(1, 129, 16, 1, 0.25f, false); /* one pair; T past two tiles */
+  test_attention_case(1, 200, 16, 2, 0.1f, false);
+  test_attention_case(2, 130, 32, 2, 0.0f, false);
 }
 
 /* --------------------------------------------------------------- gelu */
@@ -847,24 +896,6 @@ static void test_vec_math(void) {
   CHECKF(me < 3e-7 && remat__exp(0.0f) == 1.0f && remat__exp(-1000.0f) > 0.0f &&
             isfinite(remat__exp(1000.0f)),
         "remat__exp vs double exp on [-87, 88]: max rel err %.2e (tol 3e-7); clamps outside", me);
-  /* NaN and the infinities are defined (UBSan checks the conversions in the
-   * sanitizer build): NaN propagates, +-inf clamp like any value out of range;
-   * also through a loop the compiler vectorises */
-  volatile float vnan = NAN, vinf = INFINITY;
-  float special[8] = {vnan, -vnan, vinf, -vinf, 88.0f, -87.0f, 1e30f, -1e30f}, out[8];
-  for (int i = 0; i < 8; i++) out[i] = remat__exp(special[i]);
-  CHECKF(isnan(out[0]) && isnan(out[1]) && out[2] == remat__exp(88.0f) && isfinite(out[2]) &&
-            out[3] == remat__exp(-87.0f) && out[3] > 0.0f && out[6] == out[2] &&
-            out[7] == out[3],
-        "remat__exp(NaN) = %g, (-NaN) = %g, (+inf) = %g, (-inf) = %g", out[0], out[1], out[2],
-        out[3]);
-  float many[1024];
-  for (int i = 0; i < 1024; i++) many[i] = i % 3 == 0 ? vnan : i % 3 == 1 ? vinf : -vinf;
-  for (int i = 0; i < 1024; i++) many[i] = remat__exp(many[i]);
-  int ok = 1;
-  for (int i = 0; i < 1024; i++)
-    ok &= i % 3 == 0 ? isnan(many[i]) : i % 3 == 1 ? many[i] == out[2] : many[i] == out[3];
-  CHECKF(ok, "remat__exp over an array of NaN and +-inf");
   /* sqrt: equal to sqrtf but for the last bit at most, over 1e6 values
    * from denormals to 1e30, and exact at 0 */
   long diff = 0, bad = 0;
@@ -887,7 +918,7 @@ static void run_all(float *buf, int64_t B, int64_t T, int64_t C, int64_t NH, int
                     const int32_t *tok, const remat__dropout *d) {
   const int64_t N = B * T;
   float *x = buf, *y = x + N * 4 * C, *w = y + N * 4 * C, *dw = w + 4 * C * C,
-        *att = dw + 4 * C * C, *datt = att + B * NH * T * T, *qkv = datt + B * NH * T * T,
+        *lse = dw + 4 * C * C, *delta = lse + B * NH * T, *qkv = delta + B * NH * T,
         *dqkv = qkv + N * 3 * C, *m = dqkv + N * 3 * C, *r = m + N, *lg = r + N, *wte = lg + N * Vp;
   remat__encoder_forward(x, tok, wte, w, B, T, C);
   remat__encoder_backward(dw, dw + V * C, x, tok, B, T, C);
@@ -895,8 +926,8 @@ static void run_all(float *buf, int64_t B, int64_t T, int64_t C, int64_t NH, int
   remat__layernorm_backward(x, dw, dw + C, y, x, w, m, r, N, C);
   remat__matmul_forward(qkv, y, w, w, N, C, 3 * C);
   remat__matmul_backward(x, dw, dw + 3 * C * C, qkv, y, w, N, C, 3 * C);
-  remat__attention_forward(y, att, qkv, B, T, C, NH, d);
-  remat__attention_backward(dqkv, datt, y, qkv, att, B, T, C, NH, d);
+  remat__attention_forward(y, lse, qkv, B, T, C, NH, d);
+  remat__attention_backward(dqkv, delta, x, qkv, y, lse, B, T, C, NH, d);
   remat__gelu_forward(y, x, (size_t)(N * C));
   remat__gelu_backward(y, x, y, (size_t)(N * C));
   remat__residual_forward(x, x, y, (size_t)(N * C));
@@ -915,7 +946,7 @@ static void test_no_alloc(void) {
   printf("-- allocation\n");
   const int64_t B = 2, T = 32, C = 64, NH = 4, V = 100, Vp = 128;
   const int64_t N = B * T;
-  size_t nf = (size_t)(N * 4 * C * 2 + 8 * C * C + 2 * B * NH * T * T + 2 * N * 3 * C + 2 * N +
+  size_t nf = (size_t)(N * 4 * C * 2 + 8 * C * C + 2 * B * NH * T + 2 * N * 3 * C + 2 * N +
                        N * Vp + Vp * C);
   float *buf = falloc(nf);
   fill(buf, nf, -0.1f, 0.1f);

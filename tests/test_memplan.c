@@ -60,9 +60,22 @@ int main(void) {
   const remat_layer_bytes *blk = &mm.layer[REMAT_LAYER_BLOCK];
   size_t BTC = 4 * 64 * 768;
   CHECK(blk->ckpt == BTC * 4);
-  size_t want_internal = 4 * (15 * BTC + 4 * 4 * 64 + 4 * 12 * 64 * 64);
+  /* 15 (B,T,C) tensors, 4 (B,T) LayerNorm statistics, the attention's
+   * (B,NH,T) log-sum-exp; no (B,NH,T,T) term */
+  size_t want_internal = 4 * (15 * BTC + 4 * 4 * 64 + 4 * 12 * 64);
   CHECK(mm.block_internal_bytes >= want_internal &&
         mm.block_internal_bytes < want_internal + 12 * REMAT_ALIGN);
+  /* at every T the internals and a backward's temporaries are linear in T:
+   * the backward holds 10 (B,T,C) tensors and the attention's (B,NH,T) row
+   * sums */
+  for (int64_t T = 1; T <= 1024; T = T < 64 ? T + 21 : T * 2) {
+    remat_memory_model mt;
+    CHECK(remat_memory_model_get(&cfg, 4, T, &mt, &err) == 0);
+    size_t bt = 4 * (size_t)T, btc = bt * 768;
+    size_t wi = 4 * (15 * btc + 4 * bt + 12 * bt), wd = 4 * (10 * btc + 12 * bt);
+    CHECK(mt.block_internal_bytes >= wi && mt.block_internal_bytes < wi + 12 * REMAT_ALIGN);
+    CHECK(mt.block_dgrad_bytes >= wd && mt.block_dgrad_bytes < wd + 6 * REMAT_ALIGN);
+  }
   CHECK(blk->kept == blk->ckpt + mm.block_internal_bytes);
   CHECK(blk->scratch == blk->work + mm.block_internal_bytes);
   CHECK(blk->state == 16 * remat_block_param_count(&cfg));

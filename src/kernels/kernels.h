@@ -91,17 +91,20 @@ void remat__matmul_backward(float *dinp, float *dweight, float *dbias, const flo
                             int64_t OC);
 
 /* Causal self-attention. qkv (B,T,3C) holds q, k, v side by side; head h uses
- * channels [h*hs, (h+1)*hs) of each, hs = C/NH, scale 1/sqrt(hs).
- * att (B,NH,T,T): softmax probabilities before dropout (row t has entries
- * 0..t; the rest are written as 0). out (B,T,C) = dropout(att) @ v, heads
- * side by side. drop may be NULL (no dropout). */
-void remat__attention_forward(float *out, float *att, const float *qkv, int64_t B, int64_t T,
+ * channels [h*hs, (h+1)*hs) of each, hs = C/NH, scale 1/sqrt(hs). With
+ * P = softmax of the scaled causal scores (row t has entries 0..t):
+ * out (B,T,C) = dropout(P) @ v, heads side by side, and lse (B,NH,T) the
+ * log-sum-exp of each row's scaled scores; both overwritten. P is never
+ * stored, nor any T x T buffer: the kernel works in fixed-size tiles on the
+ * thread's stack. drop may be NULL (no dropout); element (t, t') of pair
+ * (b, h) has dropout index ((b*NH + h)*T + t)*T + t'. */
+void remat__attention_forward(float *out, float *lse, const float *qkv, int64_t B, int64_t T,
                               int64_t C, int64_t NH, const remat__dropout *drop);
-/* dqkv (B,T,3C) overwritten; datt (B,NH,T,T) is scratch the kernel may use
- * freely. */
-void remat__attention_backward(float *dqkv, float *datt, const float *dout, const float *qkv,
-                               const float *att, int64_t B, int64_t T, int64_t C, int64_t NH,
-                               const remat__dropout *drop);
+/* From the forward's out and lse: dqkv (B,T,3C) overwritten; delta (B,NH,T)
+ * is scratch the kernel fills with rowsum(dout * out) per row and head. */
+void remat__attention_backward(float *dqkv, float *delta, const float *dout, const float *qkv,
+                               const float *out, const float *lse, int64_t B, int64_t T,
+                               int64_t C, int64_t NH, const remat__dropout *drop);
 
 /* out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), n elements. */
 void remat__gelu_forward(float *out, const float *inp, size_t n);

@@ -21,13 +21,11 @@ size_t remat__block_acts_view(remat__block_acts *a, float *base, int64_t B, int6
                               int64_t C, int64_t NH) {
   remat__block_acts dummy;
   if (!a) a = &dummy;
-  size_t BT = (size_t)B * (size_t)T, BTC = BT * (size_t)C;
+  size_t BT = (size_t)B * (size_t)T, BTC = BT * (size_t)C, BHT = BT * (size_t)NH;
   slot s[] = {
-      {&a->ln1, BTC},      {&a->ln1_mean, BT},  {&a->ln1_rstd, BT},
-      {&a->qkv, 3 * BTC},  {&a->att, (size_t)B * (size_t)NH * (size_t)T * (size_t)T},
-      {&a->atty, BTC},     {&a->res2, BTC},     {&a->ln2, BTC},
-      {&a->ln2_mean, BT},  {&a->ln2_rstd, BT},  {&a->fch, 4 * BTC},
-      {&a->fch_gelu, 4 * BTC},
+      {&a->ln1, BTC},     {&a->ln1_mean, BT}, {&a->ln1_rstd, BT}, {&a->qkv, 3 * BTC},
+      {&a->att_lse, BHT}, {&a->atty, BTC},    {&a->res2, BTC},    {&a->ln2, BTC},
+      {&a->ln2_mean, BT}, {&a->ln2_rstd, BT}, {&a->fch, 4 * BTC}, {&a->fch_gelu, 4 * BTC},
   };
   return carve(s, (int)(sizeof s / sizeof s[0]), base);
 }
@@ -36,11 +34,10 @@ size_t remat__block_dgrads_view(remat__block_dgrads *d, float *base, int64_t B, 
                                 int64_t C, int64_t NH) {
   remat__block_dgrads dummy;
   if (!d) d = &dummy;
-  size_t BT = (size_t)B * (size_t)T, BTC = BT * (size_t)C;
+  size_t BT = (size_t)B * (size_t)T, BTC = BT * (size_t)C, BHT = BT * (size_t)NH;
   slot s[] = {
-      {&d->dbranch, BTC}, {&d->d4, 4 * BTC},    {&d->dln, BTC},
-      {&d->datty, BTC},   {&d->dqkv, 3 * BTC},
-      {&d->datt, (size_t)B * (size_t)NH * (size_t)T * (size_t)T},
+      {&d->dbranch, BTC}, {&d->d4, 4 * BTC},   {&d->dln, BTC},
+      {&d->datty, BTC},   {&d->dqkv, 3 * BTC}, {&d->att_delta, BHT},
   };
   return carve(s, (int)(sizeof s / sizeof s[0]), base);
 }

@@ -7,14 +7,16 @@
 #include "remat.h"
 
 /* What one kept block stores beyond its input (the input lives in the
- * residual buffer). Attention probabilities are stored before dropout; the
- * dropout masks are regenerated from the RNG, never stored. */
+ * residual buffer). Attention stores no probabilities, only one
+ * log-sum-exp per row: its backward rebuilds them tile by tile. Dropout
+ * masks are regenerated from the RNG, never stored. Nothing here grows
+ * faster than linearly in T. */
 typedef struct remat__block_acts {
   float *ln1;      /* (B, T, C) */
   float *ln1_mean; /* (B, T) */
   float *ln1_rstd; /* (B, T) */
   float *qkv;      /* (B, T, 3C) */
-  float *att;      /* (B, NH, T, T) softmax probabilities, before dropout */
+  float *att_lse;  /* (B, NH, T) log-sum-exp of each attention row's scaled scores */
   float *atty;     /* (B, T, C) attention output, before the projection */
   float *res2;     /* (B, T, C) input + dropout(attention branch) */
   float *ln2;      /* (B, T, C) */
@@ -26,12 +28,12 @@ typedef struct remat__block_acts {
 
 /* Activation-gradient temporaries of one block's backward. */
 typedef struct remat__block_dgrads {
-  float *dbranch; /* (B, T, C) gradient entering a residual branch */
-  float *d4;      /* (B, T, 4C) d fch_gelu, then d fch (in place) */
-  float *dln;     /* (B, T, C) d ln1 or d ln2 output */
-  float *datty;   /* (B, T, C) */
-  float *dqkv;    /* (B, T, 3C) */
-  float *datt;    /* (B, NH, T, T) d probabilities, then d scores (in place) */
+  float *dbranch;   /* (B, T, C) gradient entering a residual branch */
+  float *d4;        /* (B, T, 4C) d fch_gelu, then d fch (in place) */
+  float *dln;       /* (B, T, C) d ln1 or d ln2 output */
+  float *datty;     /* (B, T, C) */
+  float *dqkv;      /* (B, T, 3C) */
+  float *att_delta; /* (B, NH, T) rowsum(datty * atty) per attention row */
 } remat__block_dgrads;
 
 /* The head: final layernorm, losses, and the gradient into it. */

@@ -38,8 +38,9 @@ int remat__check_shape(const remat_config *cfg, int64_t B, int64_t T, remat_erro
     return remat__errorf(err, REMAT_ESHAPE,
                          "sequence length T=%lld exceeds the model's maximum of %lld",
                          (long long)T, (long long)cfg->max_seq_len);
-  /* Guard the largest products: B*NH*T*T floats per block, B*T*Vp logits,
-   * and the residual stream of all blocks. */
+  /* Guard the largest products: the B*NH*T*T attention scores per block
+   * (never stored, but counted as dropout indices), B*T*Vp logits, and the
+   * residual stream of all blocks. */
   double att = (double)B * (double)cfg->num_heads * (double)T * (double)T * 4.0;
   double logits = (double)B * (double)T * (double)cfg->padded_vocab_size * 4.0;
   double resid = (double)(cfg->num_layers + 1) * (double)B * (double)T *

@@ -315,7 +315,7 @@ static void block_forward(remat_model *m, int64_t i, const float *x, remat__bloc
 
   remat__layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, w.ln1w, w.ln1b, N, C);
   remat__matmul_forward(a->qkv, a->ln1, w.qkvw, w.qkvb, N, C, 3 * C);
-  remat__attention_forward(a->atty, a->att, a->qkv, B, T, C, NH, &d_att);
+  remat__attention_forward(a->atty, a->att_lse, a->qkv, B, T, C, NH, &d_att);
   remat__matmul_forward(a->res2, a->atty, w.projw, w.projb, N, C, C);
   remat__dropout_apply(a->res2, a->res2, BTC, &d_r1);
   remat__residual_forward(a->res2, a->res2, x, BTC);
@@ -353,7 +353,8 @@ static void block_backward(remat_model *m, int64_t i, const float *x, const rema
   /* attention branch: res2 = x + dropout(proj(attn(qkv(ln1(x))))) */
   remat__dropout_apply(d->dbranch, m->dresid, BTC, &d_r1);
   remat__matmul_backward(d->datty, g.projw, g.projb, d->dbranch, a->atty, w.projw, N, C, C);
-  remat__attention_backward(d->dqkv, d->datt, d->datty, a->qkv, a->att, B, T, C, NH, &d_att);
+  remat__attention_backward(d->dqkv, d->att_delta, d->datty, a->qkv, a->atty, a->att_lse, B, T,
+                            C, NH, &d_att);
   remat__matmul_backward(d->dln, g.qkvw, g.qkvb, d->dqkv, a->ln1, w.qkvw, N, C, 3 * C);
   remat__layernorm_backward(m->dresid, g.ln1w, g.ln1b, d->dln, x, w.ln1w, a->ln1_mean,
                             a->ln1_rstd, N, C);

@@ -1,0 +1,253 @@
+#!/usr/bin/env python3
+"""vs_torch.py: remat against PyTorch on the same training step, side by side.
+
+Two roles in one file:
+
+  vs_torch.py compare REMAT [--reps N] [--steps N] [--threads N] [--shapes a,b]
+      --reps times: for each shape, for no recompute (ratio 0) and full
+      recompute (ratio 1), runs `REMAT train` and this file's PyTorch GPT-2,
+      one process each, alternating which goes first. Each run's
+      tokens/s comes from the median step time over its steps after the
+      first (a warm-up); its peak RSS from the kernel's accounting of the
+      child (wait4's ru_maxrss). Prints one key=value line per run, then
+      medians and the ratios remat / PyTorch, and for each system the full
+      recompute step time over the no-recompute one.
+
+  vs_torch.py torch --config L,C,NH,V,T --batch B --seq T --steps N
+                    [--threads N] [--ckpt-ratio R]
+      Trains a PyTorch GPT-2 of that shape in fp32 on synthetic tokens:
+      forward, cross-entropy, backward, global-norm clipping at 1.0, AdamW
+      (lr 1e-4, betas 0.9/0.95, eps 1e-8, weight decay 0.1 on matrices and
+      embeddings; foreach=True, PyTorch's faster multi-tensor CPU path), as
+      `remat train` does. The vocabulary is padded to a
+      multiple of 128 as in remat (and llm.c); the LM head is tied to the
+      token embedding. --ckpt-ratio R recomputes the first floor(R*L) blocks
+      with torch.utils.checkpoint. Attention is
+      F.scaled_dot_product_attention(is_causal=True) where this PyTorch has
+      it (2.0 and later), else the matmul-mask-softmax-matmul of GPT-2.
+
+Shapes: gpt2-124m (L12 C768 NH12 V50257) at B=4 T=64, and seq-long
+(L6 C256 NH8 V8192) at B=4 T=1024.
+"""
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+SHAPES = {
+    "gpt2-124m": ("12,768,12,50257,1024", 4, 64),
+    "seq-long": ("6,256,8,8192,1024", 4, 1024),
+}
+
+
+# ------------------------------------------------------------ PyTorch side
+
+def torch_train(a):
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+    from torch.utils.checkpoint import checkpoint
+
+    torch.set_num_threads(a.threads)
+    L, C, NH, V, maxT = (int(x) for x in a.config.split(","))
+    Vp = (V + 127) // 128 * 128
+    B, T = a.batch, a.seq
+    sdpa = hasattr(F, "scaled_dot_product_attention")
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln_1 = nn.LayerNorm(C)
+            self.c_attn = nn.Linear(C, 3 * C)
+            self.c_proj = nn.Linear(C, C)
+            self.ln_2 = nn.LayerNorm(C)
+            self.c_fc = nn.Linear(C, 4 * C)
+            self.c_fcproj = nn.Linear(4 * C, C)
+            self.register_buffer("mask", torch.tril(torch.ones(T, T, dtype=torch.bool)),
+                                 persistent=False)
+
+        def attn(self, x):
+            q, k, v = self.c_attn(self.ln_1(x)).split(C, dim=2)
+            hs = C // NH
+            q, k, v = (t.view(B, T, NH, hs).transpose(1, 2) for t in (q, k, v))
+            if sdpa:
+                y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            else:
+                att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
+                att = att.masked_fill(~self.mask, float("-inf")).softmax(dim=-1)
+                y = att @ v
+            return self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
+
+        def forward(self, x):
+            x = x + self.attn(x)
+            return x + self.c_fcproj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
+
+    class GPT(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.wte = nn.Embedding(Vp, C)
+            self.wpe = nn.Embedding(maxT, C)
+            self.h = nn.ModuleList(Block() for _ in range(L))
+            self.ln_f = nn.LayerNorm(C)
+            for n, p in self.named_parameters():
+                if p.dim() == 2:
+                    std = 0.02 / math.sqrt(2 * L) if n.endswith("proj.weight") else 0.02
+                    nn.init.normal_(p, 0.0, std)
+                elif n.endswith(".bias"):
+                    nn.init.zeros_(p)
+
+        def forward(self, idx, targets):
+            x = self.wte(idx) + self.wpe(torch.arange(T))
+            for i, blk in enumerate(self.h):
+                if i < n_ckpt:
+                    x = checkpoint(blk, x, use_reentrant=False)
+                else:
+                    x = blk(x)
+            logits = self.ln_f(x) @ self.wte.weight.t()
+            return F.cross_entropy(logits.view(-1, Vp), targets.view(-1))
+
+    n_ckpt = int(math.floor(a.ckpt_ratio * L))
+    torch.manual_seed(1)
+    model = GPT()
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    rest = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
+                             {"params": rest, "weight_decay": 0.0}],
+                            lr=1e-4, betas=(0.9, 0.95), eps=1e-8, foreach=True)
+    g = torch.Generator().manual_seed(2)
+    times = []
+    for step in range(a.steps):
+        idx = torch.randint(0, V, (B, T), generator=g)
+        tgt = torch.randint(0, V, (B, T), generator=g)
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        loss = model(idx, tgt)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        times.append(time.perf_counter() - t0)
+    med = statistics.median(times[1:] if len(times) > 1 else times)
+    print(f"torch version={torch.__version__} threads={torch.get_num_threads()} "
+          f"attention={'sdpa' if sdpa else 'matmul-softmax'} config={a.config} B={B} T={T} "
+          f"ratio={a.ckpt_ratio} recomputed={n_ckpt} steps={a.steps} step_s_median={med:.4f} "
+          f"tokens_per_s={B * T / med:.1f} loss={loss.item():.4f}", flush=True)
+
+
+# ------------------------------------------------------------ the driver
+
+def run_measured(cmd, env):
+    """Runs cmd; returns (stdout, peak RSS bytes of the child, wall seconds)."""
+    t0 = time.perf_counter()
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
+                         text=True)
+    out = p.stdout.read()
+    _, status, ru = os.wait4(p.pid, 0)
+    p.returncode = os.waitstatus_to_exitcode(status)
+    if p.returncode != 0:
+        sys.exit(f"vs_torch: {' '.join(cmd)} failed ({p.returncode}):\n{out}")
+    return out, ru.ru_maxrss * 1024, time.perf_counter() - t0
+
+
+def remat_run(a, cfg, B, T, ratio, env):
+    with tempfile.TemporaryDirectory() as d:
+        log = os.path.join(d, "log.jsonl")
+        cmd = [a.remat, "train", "--config", cfg, "--batch", str(B), "--seq", str(T),
+               "--steps", str(a.steps), "--threads", str(a.threads), "--ckpt-ratio",
+               str(ratio), "--quiet", "--peak-gflops", "1", "--log", log]
+        _, rss, _ = run_measured(cmd, env)
+        steps = [json.loads(line)["step_s"] for line in open(log)]
+    med = statistics.median(steps[1:] if len(steps) > 1 else steps)
+    return B * T / med, med, rss
+
+
+def torch_run(a, cfg, B, T, ratio, env):
+    cmd = [sys.executable, os.path.abspath(__file__), "torch", "--config", cfg, "--batch",
+           str(B), "--seq", str(T), "--steps", str(a.steps), "--threads", str(a.threads),
+           "--ckpt-ratio", str(ratio)]
+    out, rss, _ = run_measured(cmd, env)
+    line = [x for x in out.splitlines() if x.startswith("torch ")][-1]
+    kv = dict(f.split("=", 1) for f in line.split()[1:])
+    return float(kv["tokens_per_s"]), float(kv["step_s_median"]), rss
+
+
+def compare(a):
+    env = dict(os.environ)
+    env.setdefault("OPENBLAS_NUM_THREADS", str(a.threads))  # PyTorch's OpenBLAS pool
+    env.setdefault("OMP_NUM_THREADS", str(a.threads))
+    shapes = a.shapes.split(",")
+    res = {}  # (shape, ratio, system) -> list of (tokens/s, step s, rss), one per rep
+    for rep in range(a.reps):
+        for shape in shapes:
+            cfg, B, T = SHAPES[shape]
+            for ratio in (0.0, 1.0):
+                order = [("remat", remat_run), ("torch", torch_run)]
+                if (rep + int(ratio)) % 2:
+                    order.reverse()
+                for name, fn in order:
+                    tps, step, rss = fn(a, cfg, B, T, ratio, env)
+                    res.setdefault((shape, ratio, name), []).append((tps, step, rss))
+                    print(f"run shape={shape} B={B} T={T} ratio={ratio:.0f} rep={rep} "
+                          f"system={name} tokens_per_s={tps:.1f} step_s={step:.4f} "
+                          f"peak_rss_bytes={rss}", flush=True)
+
+    def med(shape, ratio, name, i):
+        return statistics.median(r[i] for r in res[(shape, ratio, name)])
+
+    print()
+    print(f"medians over {a.reps} alternated runs, {a.steps} steps each (first step excluded), "
+          f"{a.threads} threads")
+    print(f"{'shape':10} {'ratio':>5} {'remat tok/s':>12} {'torch tok/s':>12} {'x':>6} "
+          f"{'remat RSS':>12} {'torch RSS':>12} {'x':>6}")
+    for shape in shapes:
+        for ratio in (0.0, 1.0):
+            rt, tt = med(shape, ratio, "remat", 0), med(shape, ratio, "torch", 0)
+            rr, tr = med(shape, ratio, "remat", 2), med(shape, ratio, "torch", 2)
+            print(f"{shape:10} {ratio:5.0f} {rt:12.1f} {tt:12.1f} {rt / tt:6.2f} "
+                  f"{rr / 2**20:8.0f} MiB {tr / 2**20:8.0f} MiB {rr / tr:6.2f}")
+    for shape in shapes:
+        for ratio in (0.0, 1.0):
+            rt, tt = med(shape, ratio, "remat", 0), med(shape, ratio, "torch", 0)
+            rr, tr = med(shape, ratio, "remat", 2), med(shape, ratio, "torch", 2)
+            print(f"summary shape={shape} ratio={ratio:.0f} remat_tokens_per_s={rt:.1f} "
+                  f"torch_tokens_per_s={tt:.1f} tokens_ratio={rt / tt:.3f} "
+                  f"remat_peak_rss_bytes={rr:.0f} torch_peak_rss_bytes={tr:.0f} "
+                  f"rss_ratio={rr / tr:.3f}")
+    # a rep's ratio-0 and ratio-1 runs of one system are adjacent in time
+    for shape in shapes:
+        for name in ("remat", "torch"):
+            r0, r1 = res[(shape, 0.0, name)], res[(shape, 1.0, name)]
+            slow = statistics.median(b[1] / a_[1] for a_, b in zip(r0, r1))
+            print(f"summary shape={shape} system={name} recompute_slowdown={slow:.3f} "
+                  f"(median over reps of full-recompute step time / no-recompute step time)")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("compare")
+    c.add_argument("remat", help="path of the remat binary")
+    c.add_argument("--reps", type=int, default=3)
+    c.add_argument("--steps", type=int, default=5)
+    c.add_argument("--threads", type=int, default=os.cpu_count())
+    c.add_argument("--shapes", default="gpt2-124m,seq-long")
+    t = sub.add_parser("torch")
+    t.add_argument("--config", required=True)
+    t.add_argument("--batch", type=int, required=True)
+    t.add_argument("--seq", type=int, required=True)
+    t.add_argument("--steps", type=int, default=5)
+    t.add_argument("--threads", type=int, default=os.cpu_count())
+    t.add_argument("--ckpt-ratio", type=float, default=0.0)
+    a = ap.parse_args()
+    if a.cmd == "torch":
+        torch_train(a)
+    else:
+        compare(a)
+
+
+if __name__ == "__main__":
+    main()

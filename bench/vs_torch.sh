@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# vs_torch.sh: remat against PyTorch (Debian's python3-torch) on the same
+# GPT-2 training step, fp32, AdamW: gpt2-124m at B=4 T=64 and L6 C256 NH8
+# V8192 at B=4 T=1024, each with no recompute and full recompute, alternating
+# the two systems REPS times. Names the BLAS each one loads and the thread
+# settings, then prints every run and the medians and ratios
+# (bench/vs_torch.py does the runs).
+#
+# usage: bench/vs_torch.sh [BUILD_DIR]     (default: build)
+#   env: REPS (3), STEPS (5 per run, the first a warm-up), THREADS (all
+#        cores), SHAPES (gpt2-124m,seq-long)
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+build=${1:-$here/../build}
+remat=$build/app/remat
+py=/usr/bin/python3
+[ -x "$remat" ] || { echo "vs_torch: no $remat; build first" >&2; exit 2; }
+threads=${THREADS:-$(nproc)}
+
+blas_of() { # the libopenblas or libblas a binary or library resolves to
+  ldd "$1" | awk '/libopenblas|libblas/ {print $3}' | while read -r f; do
+    echo "$f -> $(readlink -f "$f")"
+  done
+}
+
+echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
+echo "remat:   $remat"
+echo "  BLAS:  $(blas_of "$remat" | tr '\n' ' ')"
+echo "  threads: --threads $threads (OpenMP; single-threaded OpenBLAS inside parallel regions)"
+torch_lib=$($py -c 'import torch, os; print(os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so"))')
+[ -e "$torch_lib" ] || torch_lib=$(ldconfig -p | awk '/libtorch_cpu.so/ {print $NF; exit}')
+echo "PyTorch: $($py -c 'import torch; print(torch.__version__)') ($torch_lib)"
+echo "  BLAS:  $(blas_of "$torch_lib" | tr '\n' ' ')"
+$py -c 'import re, torch; c = torch.__config__.show()
+print("  build: ", ", ".join(re.findall(r"(BLAS_INFO=\w+|USE_MKLDNN=\w+|CPU capability usage: \w+)", c)))'
+echo "  threads: torch.set_num_threads($threads), OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-$threads}, OMP_NUM_THREADS=${OMP_NUM_THREADS:-$threads}"
+echo
+exec $py "$here/vs_torch.py" compare "$remat" --reps "${REPS:-3}" --steps "${STEPS:-5}" \
+  --threads "$threads" --shapes "${SHAPES:-gpt2-124m,seq-long}"
