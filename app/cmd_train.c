@@ -789,7 +789,7 @@ static void predict(run_state *r, const placement *pl) {
   double busy = 0;
   for (int64_t s = 0; s < p->num_stages; s++) busy += p->stages[s].time * (double)p->microbatches;
   double sim = p->simulated_time > 0 ? p->simulated_time : p->iteration_time;
-  r->predicted_s = sim * 1e9 / r->peak_flops;
+  r->predicted_s = sim * 1e9 / (r->peak_flops / (double)r->ranks); /* one rank's rate */
   r->predicted_bubble = sim > 0 ? 1 - busy / ((double)p->num_stages * sim) : 0;
 }
 
@@ -990,6 +990,11 @@ static int train_job(opts *o, run_state *r) {
   /* the sgemm measurement has set up OpenBLAS's and OpenMP's own buffers,
    * so the headroom left is what the arena can have */
   r->peak_flops = peak_rate(o);
+  /* MFU of a pipeline is against every rank's peak: P ranks do the work */
+  if (r->ranks > 1) {
+    r->peak_flops *= r->ranks;
+    printf("peak    %d ranks: MFU is against %d times that\n", r->ranks, r->ranks);
+  }
   fflush(stdout);
   rc = check_fits_machine(r->planned);
   if (!rc && remat_trainer_train_windows(tr) < o->B)
