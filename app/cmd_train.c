@@ -404,7 +404,7 @@ typedef struct {
   size_t planned;
   int tty;
   /* results */
-  int64_t steps_done, timed_steps;
+  int64_t steps_done, timed_steps, start_step;
   double first_loss, last_loss, last_val, t_train, t_recompute, wall;
   size_t measured;
   /* a pipeline's ranks (1 in one process): arena planned and measured */
@@ -484,6 +484,7 @@ static int train_loop(run_state *r) {
   remat_error err;
   double tokens_per_step = (double)(o->B * o->T * o->K);
   r->first_loss = r->last_loss = r->last_val = NAN;
+  r->start_step = r->steps_done = remat_trainer_steps_done(r->tr);
   double t_start = remat_now();
   while (remat_trainer_steps_done(r->tr) < o->steps) {
     /* every rank stops at the same step */
@@ -537,12 +538,17 @@ static void print_summary(const run_state *r) {
   const opts *o = r->o;
   char b1[32];
   double tokens_per_step = (double)(o->B * o->T * o->K);
-  if (interrupted) printf("interrupted after %lld steps\n", (long long)r->steps_done);
-  if (r->steps_done == 0) return;
+  int64_t ran = r->steps_done - r->start_step;
+  if (interrupted) printf("interrupted after step %lld\n", (long long)r->steps_done);
+  if (ran == 0) return;
   double tps = r->timed_steps ? tokens_per_step * (double)r->timed_steps / r->t_train
-                              : tokens_per_step * (double)r->steps_done / r->wall;
-  printf("done    %lld steps in %.1f s; loss %.4f -> %.4f", (long long)r->steps_done, r->wall,
-         r->first_loss, r->last_loss);
+                              : tokens_per_step * (double)ran / r->wall;
+  if (r->start_step)
+    printf("done    steps %lld to %lld in %.1f s; loss %.4f -> %.4f", (long long)r->start_step + 1,
+           (long long)r->steps_done, r->wall, r->first_loss, r->last_loss);
+  else
+    printf("done    %lld steps in %.1f s; loss %.4f -> %.4f", (long long)ran, r->wall,
+           r->first_loss, r->last_loss);
   if (!isnan(r->last_val)) printf("; held-out loss %.4f", r->last_val);
   printf("\n");
   printf("speed   %.0f tokens/s, MFU %.1f%% of %.1f GFLOP/s; recompute %.1f%% of step time\n",
