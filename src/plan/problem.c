@@ -372,8 +372,20 @@ static int check_duplicates(const cJSON *it, const char *where, remat_error *err
   return 0;
 }
 
+static int parse_json(remat_plan_problem *pb, const char *text, size_t len, remat_error *err);
+
+/* Messages quote keys from the input: control characters in them (a key
+ * holding a newline) become '?', so a message stays one line. */
 int remat_plan_problem_parse_json(remat_plan_problem *pb, const char *text, size_t len,
                                   remat_error *err) {
+  int rc = parse_json(pb, text, len, err);
+  if (rc && err)
+    for (char *c = err->msg; *c; c++)
+      if ((unsigned char)*c < 0x20 || *c == 0x7f) *c = '?';
+  return rc;
+}
+
+static int parse_json(remat_plan_problem *pb, const char *text, size_t len, remat_error *err) {
   memset(pb, 0, sizeof *pb);
   int rc = check_text(text, len, err);
   if (rc) return rc;
