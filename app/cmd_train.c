@@ -293,7 +293,9 @@ static int policy_for_budget(const opts *o, const remat_config *cfg, const remat
   size_t other = remat_trainer_planned_bytes(probe) - remat_trainer_memplan(probe)->peak_bytes;
   remat_trainer_destroy(probe);
   size_t arena_budget = budget > other ? budget - other : 0;
-  int rc = remat_fewest_recompute(cfg, o->B, o->T, arena_budget, &n, &need, &err);
+  remat_stage whole = remat_stage_whole(cfg, NULL);
+  whole.accumulate = o->K > 1;
+  int rc = remat_fewest_recompute(cfg, o->B, o->T, &whole, arena_budget, &n, &need, &err);
   if (rc == REMAT_EINFEASIBLE)
     return cli_fail(CLI_EXIT_RUN,
                     "--mem %s does not fit: even recomputing all %lld blocks needs %s (%zu "

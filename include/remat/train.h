@@ -96,9 +96,12 @@ typedef struct remat_trainer_ops {
   remat_grad_hook after_backward;
   /* The squared global gradient norm from this rank's per-layer sums
    * (remat_model_grad_sumsq_layers), added over all layers of the model in
-   * model order. */
+   * model order. A replica gets none (n = 0) and sums its shards. */
   int (*norm_sumsq)(void *ctx, remat_trainer *tr, const double *layer_sumsq, int64_t n,
                     double *total, remat_error *err);
+  /* The update instead of remat_model_update (which it calls): a replica
+   * updates its shards and shares the result. */
+  int (*update)(void *ctx, remat_trainer *tr, float lr, float norm, remat_error *err);
   void *ctx;
 } remat_trainer_ops;
 void remat_trainer_set_ops(remat_trainer *tr, const remat_trainer_ops *ops);
