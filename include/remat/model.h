@@ -141,6 +141,9 @@ void remat_model_set_layer_ops(remat_model *m, const remat_layer_ops *ops);
 float *remat_model_unit_at(remat_model *m, int buf, int64_t u, size_t i, size_t *run);
 /* 1 when the buffer holds only this replica's shards. */
 int remat_model_buf_sharded(const remat_model *m, int buf);
+/* This replica's shard of unit u in a sharded buffer: remat_unit_shard
+ * floats, its part first, then zeros up to the shard's size. */
+float *remat_model_shard(remat_model *m, int buf, int64_t u);
 /* The chunk sums (remat/memory.h) of [first, first + count) of unit u's
  * gradient, first a multiple of REMAT_SHARD_QUANTUM; returns how many. */
 int64_t remat_model_grad_chunk_sums(remat_model *m, int64_t u, size_t first, size_t count,

@@ -213,6 +213,11 @@ static size_t shard_offset(const remat_model *m, int64_t u) {
   return m->shard_emb + (size_t)(u - 1) * m->shard_blk;
 }
 
+float *remat_model_shard(remat_model *m, int buf, int64_t u) {
+  REMAT_ASSERT(remat_model_buf_sharded(m, buf) && u >= 0 && u < m->cfg.num_layers + 3);
+  return buf_base(m, buf) + shard_offset(m, u);
+}
+
 float *remat_model_unit_at(remat_model *m, int buf, int64_t u, size_t i, size_t *run) {
   int64_t L = m->cfg.num_layers;
   REMAT_ASSERT(u >= 0 && u < L + 3 && (u == L + 2) == (buf == REMAT_BUF_TIED_GRAD));
