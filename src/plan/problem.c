@@ -703,6 +703,11 @@ int remat_plan_problem_from_replicas(remat_plan_problem *pb, const remat_config 
            "GPT-2 L=%lld C=%lld NH=%lld V=%lld, B=%lld, T=%lld", (long long)cfg->num_layers,
            (long long)cfg->channels, (long long)cfg->num_heads, (long long)cfg->vocab_size,
            (long long)B, (long long)T);
+  if (replicas > 1) {
+    size_t n = strlen(pb->source);
+    snprintf(pb->source + n, sizeof pb->source - n, ", %lld replicas, ZeRO %d",
+             (long long)replicas, zero);
+  }
   if ((rc = remat_plan_problem_check(pb, err))) remat_plan_problem_free(pb);
   return rc;
 }
