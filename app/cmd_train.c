@@ -360,15 +360,20 @@ static void print_plan(const remat_config *cfg, const remat_memplan *mp, size_t 
          (long long)cfg->num_layers, (long long)cfg->channels, (long long)cfg->num_heads,
          (long long)cfg->vocab_size, (long long)cfg->padded_vocab_size,
          (long long)cfg->max_seq_len, remat_param_count(cfg));
-  printf("data    %s: %lld tokens; batch %lld x %lld, grad-accum %lld\n", source,
+  printf("data    %s: %lld tokens; batch %lld x %lld, grad-accum %lld", source,
          (long long)tok->n, (long long)o->B, (long long)o->T, (long long)o->K);
+  if (o->replicas > 1)
+    printf(" per replica: %lld micro-batches a step on %lld replicas", (long long)(o->K * o->replicas),
+           (long long)o->replicas);
+  printf("\n");
   printf("policy  %lld of %lld blocks recomputed%s%s%s\n", (long long)mp->num_recomputed,
          (long long)L, mp->num_recomputed ? " (" : "", rec, mp->num_recomputed ? ")" : "");
-  printf("memory  planned peak %s (%zu bytes) = arena %s (state %s, activations and "
-         "workspace %s) + data %s\n",
+  printf("memory  planned peak %s (%zu bytes) = arena %s (state %s, activations%s "
+         "workspace%s %s) + data %s\n",
          remat_format_bytes(planned, b1, sizeof b1), planned,
          remat_format_bytes(mp->peak_bytes, b2, sizeof b2),
          remat_format_bytes(mp->persistent_bytes, b3, sizeof b3),
+         mp->bytes.comm ? "," : " and", mp->bytes.comm ? " and communication" : "",
          remat_format_bytes(mp->peak_bytes - mp->persistent_bytes, b4, sizeof b4),
          remat_format_bytes(planned - mp->peak_bytes, b5, sizeof b5));
 }
@@ -377,7 +382,7 @@ static void print_plan(const remat_config *cfg, const remat_memplan *mp, size_t 
  * follows: Psi parameters, persistent bytes per rank. */
 static void print_replicas(const remat_config *cfg, const remat_memplan *mine, const opts *o) {
   remat_error err;
-  char b[6][32];
+  char b[8][32];
   int64_t D = o->replicas;
   for (int64_t q = 0; q < D; q++) {
     remat_stage st = remat_stage_replica(cfg, mine->policy, D, q, o->zero);
@@ -394,8 +399,8 @@ static void print_replicas(const remat_config *cfg, const remat_memplan *mine, c
            remat_format_bytes(m[REMAT_BUF_ADAM_M].bytes + m[REMAT_BUF_ADAM_V].bytes, b[4],
                               sizeof b[4]),
            remat_format_bytes(mp.bytes.activations, b[5], sizeof b[5]),
-           remat_format_bytes(mp.bytes.workspace, b[1], sizeof b[1]),
-           remat_format_bytes(mp.bytes.comm, b[2], sizeof b[2]));
+           remat_format_bytes(mp.bytes.workspace, b[6], sizeof b[6]),
+           remat_format_bytes(mp.bytes.comm, b[7], sizeof b[7]));
     remat_memplan_free(&mp);
   }
   static const char *const table[4] = {"16 Psi", "8 Psi + 8 Psi/D", "4 Psi + 12 Psi/D",
