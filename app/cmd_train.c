@@ -973,6 +973,16 @@ static int train_job(opts *o, run_state *r) {
   }
   if ((rc = setup_status(r, rc))) goto out;
   r->planned = remat_trainer_planned_bytes(tr);
+  /* --mem's search saw a one-process trainer; a replica's runtime holds a
+   * few bytes more outside the arena */
+  size_t budget;
+  if (r->dp && o->mem && !remat_parse_size(o->mem, &budget, &err) && r->planned > budget) {
+    char b1[32], b2[32];
+    rc = cli_fail(CLI_EXIT_RUN, "--mem %s does not fit a replica: it needs %s (%zu bytes); raise "
+                  "--mem", remat_format_bytes(budget, b1, sizeof b1),
+                  remat_format_bytes(r->planned, b2, sizeof b2), r->planned);
+  }
+  if ((rc = setup_status(r, rc))) goto out;
   if (o->stages > 1)
     print_pipeline(&cfg, &pl, source, &tok, o);
   else

@@ -29,9 +29,12 @@ typedef enum {
  * needs, in bytes,
  *
  *   stage_bytes + sum_l w_l + n * (sum_{l kept} a_l + sum_{l recomputed} c_l)
- *               + max( max_l y_l, max_{l recomputed} x_l )
+ *               + max( max_l y_l, max_{l recomputed} x_l )  [+ comm]
  *
- * with, per layer:
+ * where a stage that adds up several micro-batches a step adds each layer's
+ * gradient buffer g_l to its y_l and x_l, and a data-parallel replica has
+ * its ZeRO stage's w_l, its g_l as D shards, and its communication buffers
+ * (comm; see remat_replica_bytes below). Per layer:
  *   a (kept)    what one micro-batch in flight stores for the layer's
  *               backward: its input, and a block's internals when kept
  *   c (ckpt)    what it stores when recomputed: its input
@@ -41,14 +44,16 @@ typedef enum {
  *   y (work)    transient bytes while the layer runs its backward (a block's
  *               temporaries; the head's workspace and logits)
  *   w (state)   parameters, gradients, AdamW m and v
+ *   g (grad)    the layer's gradient of one micro-batch, computed apart
  * and stage_bytes the gradient of the residual stream, which every stage
  * needs; a stage without the head adds boundary_bytes (its output, sent to
  * the next stage), and the head's w depends on whether it shares its stage
- * with the embedding (see head_joint_state). This is exactly the arena remat_memplan_build lays out: the terms
- * below are computed from the same layout tables the engine carves its
- * tensors with, and the arena is the sum of these regions, nothing shared
- * between them and nothing else in it. The pipeline planner's problem for a
- * GPT-2 (remat_plan_problem_from_model) takes its bytes from here too. */
+ * with the embedding (see head_joint_state). This is exactly the arena
+ * remat_memplan_build lays out: the terms below are computed from the same
+ * layout tables the engine carves its tensors with, and the arena is the sum
+ * of these regions, nothing shared between them and nothing else in it. The
+ * planner's problem for a GPT-2 (remat_plan_problem_from_model, and
+ * remat_plan_problem_from_replicas) takes its bytes from here too. */
 typedef enum {
   REMAT_LAYER_EMBEDDING, /* token and position embedding; never recomputed */
   REMAT_LAYER_BLOCK,     /* one transformer block */
