@@ -25,8 +25,10 @@ extern "C" {
  *             dropout counters), then runs its backward; encoder backward
  *   update:   optional global-norm clipping, AdamW
  * Nothing in a step allocates: every buffer is a view into the arena. The
- * orders that decide the bits (the tied embedding's gradient, the norm) are
- * ones a pipeline can follow, so P stages give one process's results. Most
+ * orders that decide the bits (the sum over micro-batches, the tied
+ * embedding's gradient, the norm) are ones a pipeline and data-parallel
+ * replicas can follow, so P stages or D replicas give one process's
+ * results. Most
  * callers drive the model through a trainer (remat/train.h), which owns the
  * step sequence. */
 /* What a step needs besides the learning rate (which a schedule gives per

@@ -107,7 +107,9 @@ typedef struct remat_trainer_ops {
 void remat_trainer_set_ops(remat_trainer *tr, const remat_trainer_ops *ops);
 
 /* A trainer for one pipeline stage (its blocks, policies, micro-batches in
- * flight, embedding and/or head); otherwise as remat_trainer_create. */
+ * flight, embedding and/or head) or one data-parallel replica
+ * (remat_stage_replica); otherwise as remat_trainer_create. With
+ * grad_accum >= 2 the stage accumulates (remat_stage.accumulate). */
 int remat_trainer_create_stage(remat_trainer **out, const remat_config *cfg,
                                const remat_stage *st, const remat_tokens *tok,
                                const remat_train_opts *o, remat_error *err);

@@ -5,11 +5,17 @@
  * from its input just before its backward. See include/remat/model.h for the
  * life of a step.
  *
- * Orders that a pipeline can follow too, so that one process and P stages
- * give the same bits: the head's gradient of the tied token embedding is
- * summed over micro-batches apart from the embedding's, and the two sums are
- * added before the update (embedding + head); the squared gradient norm is a
- * sum over layers in model order of per-layer sums (remat_model_grad_sumsq). */
+ * Orders that pipeline stages and data-parallel replicas can follow too, so
+ * that one process, P stages and D replicas give the same bits: a step's
+ * gradient is the sum over micro-batches, in order, of each micro-batch's
+ * gradient computed from zero (a layer's gradient buffer, then added; see
+ * remat_model_forward_backward); the head's gradient of the tied token
+ * embedding is summed over micro-batches apart from the embedding's, and the
+ * two sums are added before the update (embedding + head); the squared
+ * gradient norm is a sum over layers in model order of per-layer sums, each
+ * the sum of its unit's chunk sums (remat_model_grad_sumsq). A replica's
+ * buffers may hold only its shards (ZeRO); remat_model_unit_at finds an
+ * element of a unit in either layout. */
 #include <math.h>
 #include <string.h>
 
