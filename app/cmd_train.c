@@ -363,8 +363,8 @@ static void print_plan(const remat_config *cfg, const remat_memplan *mp, size_t 
   printf("data    %s: %lld tokens; batch %lld x %lld, grad-accum %lld", source,
          (long long)tok->n, (long long)o->B, (long long)o->T, (long long)o->K);
   if (o->replicas > 1)
-    printf(" per replica: %lld micro-batches a step on %lld replicas", (long long)(o->K * o->replicas),
-           (long long)o->replicas);
+    printf(" per replica: %lld micro-batches a step on %lld replicas",
+           (long long)(o->K * o->replicas), (long long)o->replicas);
   printf("\n");
   printf("policy  %lld of %lld blocks recomputed%s%s%s\n", (long long)mp->num_recomputed,
          (long long)L, mp->num_recomputed ? " (" : "", rec, mp->num_recomputed ? ")" : "");

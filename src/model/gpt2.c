@@ -103,8 +103,10 @@ int remat__model_allocate(remat_model *m, remat_error *err) {
     remat__stage_param_views(&m->cfg, &m->stage, m->grads, m->g);
   const int persistent[] = {REMAT_BUF_PARAMS, REMAT_BUF_GRADS, REMAT_BUF_ADAM_M, REMAT_BUF_ADAM_V,
                             REMAT_BUF_TIED_GRAD};
-  for (size_t i = 0; i < sizeof persistent / sizeof persistent[0]; i++)
-    if (b[persistent[i]].bytes) memset(m->arena + b[persistent[i]].offset, 0, b[persistent[i]].bytes);
+  for (size_t i = 0; i < sizeof persistent / sizeof persistent[0]; i++) {
+    const remat_membuf *r = &b[persistent[i]];
+    if (r->bytes) memset(m->arena + r->offset, 0, r->bytes);
+  }
   m->grads_fresh = 1;
   return 0;
 }
@@ -455,7 +457,8 @@ static void unit_block_views(float *base, size_t C, float *v[12]) {
     base += n[k];
   }
 }
-#define UNIT_VIEW(T, v) (T){v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10], v[11]}
+#define UNIT_VIEW(T, v)                                                                     \
+  (T) { v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10], v[11] }
 
 /* Unit u's parameters from a replica's runtime (ZeRO 3), or NULL: the
  * model's own tensors. */
