@@ -40,6 +40,11 @@ static void usage(FILE *f) {
           "  --microbatches M               micro-batches per iteration\n"
           "  --mem SIZE[,SIZE...]           budget for every stage, or one per stage\n"
           "                                 (e.g. 20GB, 16GiB, 20e9)\n"
+          "  --data-parallel D              with --config: D replicas of the whole model\n"
+          "                                 (one stage; M micro-batches each), their state\n"
+          "                                 sharded by --zero, their gradient and\n"
+          "                                 communication buffers counted\n"
+          "  --zero 0|1|2|3                 ZeRO stage with --data-parallel (default 0)\n"
           "  --schedule 1f1b|gpipe          default 1f1b\n"
           "  --objective bottleneck|1f1b    max stage time (default), or the 1F1B\n"
           "                                 iteration time sum t + (M - 1) max t\n"
@@ -172,7 +177,7 @@ int remat_cmd_plan(int argc, char **argv) {
   cli_name = "remat plan";
   const char *problem = NULL, *config = NULL, *mem = NULL, *format = "table", *output = NULL;
   const char *schedule = NULL, *objective = NULL;
-  int64_t B = -1, T = -1, P = -1, M = -1, points = 11;
+  int64_t B = -1, T = -1, P = -1, M = -1, D = -1, Z = -1, points = 11;
   double time_limit = DEFAULT_TIME_LIMIT;
   int sweep = 0;
   for (int a = 1; a < argc; a++) {
@@ -204,7 +209,8 @@ int remat_cmd_plan(int argc, char **argv) {
     static const char *const with_value[] = {"--problem", "--config", "--batch", "--seq",
                                              "--stages", "--microbatches", "--mem", "--schedule",
                                              "--objective", "--format", "--points", "--output",
-                                             "--time-limit", "-o", NULL};
+                                             "--time-limit", "-o", "--data-parallel",
+                                             "--zero", NULL};
     int known = 0;
     for (const char *const *k = with_value; *k; k++) known |= strcmp(name, *k) == 0;
     if (!known) return cli_fail(2, "unknown option '%s'; see 'remat plan --help'%s", o, "");
@@ -232,6 +238,8 @@ int remat_cmd_plan(int argc, char **argv) {
     else if (strcmp(name, "--stages") == 0) iv = &P, hi = REMAT_PLAN_MAX_STAGES;
     else if (strcmp(name, "--microbatches") == 0) iv = &M, hi = REMAT_PLAN_MAX_MICROBATCHES;
     else if (strcmp(name, "--points") == 0) iv = &points, lo = 2, hi = 1000;
+    else if (strcmp(name, "--data-parallel") == 0) iv = &D, hi = 4096;
+    else if (strcmp(name, "--zero") == 0) iv = &Z, lo = 0, hi = 3;
     if (iv && cli_parse_i64(name, val, lo, hi, iv)) return CLI_EXIT_USAGE;
   }
   int fmt;
@@ -263,6 +271,15 @@ int remat_cmd_plan(int argc, char **argv) {
 
   remat_plan_problem pb;
   int rc;
+  if ((D > 0 || Z >= 0) && !config) {
+    free(budgets);
+    return cli_fail(2, "--data-parallel and --zero go with --config");
+  }
+  if (Z > 0 && D < 2) {
+    free(budgets);
+    return cli_fail(2, "--zero shards across replicas: give --data-parallel D (D >= 2) too");
+  }
+  if (D > 1 && P < 0) P = 1; /* replicas hold the whole model */
   if (config) {
     const char *missing = B < 0 ? "--batch" : T < 0 ? "--seq" : P < 0 ? "--stages"
                           : M < 0 ? "--microbatches" : !mem ? "--mem" : NULL;
@@ -276,7 +293,8 @@ int remat_cmd_plan(int argc, char **argv) {
       free(budgets);
       return cli_fail(2, "--config: %s", err.msg);
     }
-    rc = remat_plan_problem_from_model(&pb, &cfg, B, T, P, M, budgets[0], &err);
+    rc = remat_plan_problem_from_replicas(&pb, &cfg, B, T, P, M, D > 1 ? D : 1, Z > 0 ? (int)Z : 0,
+                                          budgets[0], &err);
     if (rc) {
       free(budgets);
       return cli_fail(1, "%s", err.msg);

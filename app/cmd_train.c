@@ -54,6 +54,16 @@ static const char *usage_text =
     "  --val-frac F              with --eval-every: the last F of the tokens are held\n"
     "                            out from training (0.1)\n"
     "  --eval-batches N          batches per evaluation (8)\n"
+    "several processes (start them with mpirun -np N; N ranks, at most 64):\n"
+    "  --stages P                a pipeline of P stages, one per rank (N = P);\n"
+    "                            --schedule 1f1b|gpipe, --layers N0,N1,... or --plan\n"
+    "                            FILE or --mem place the blocks; --trace FILE.json\n"
+    "  --data-parallel D         D replicas of the model, one per rank (N = D); with\n"
+    "                            --grad-accum K each runs K micro-batches a step\n"
+    "                            (a step of K x D); the same results as one process\n"
+    "                            with --grad-accum K x D, bit for bit\n"
+    "  --zero 0|1|2|3            with --data-parallel: shard AdamW's moments (1), and\n"
+    "                            the gradients (2), and the parameters (3) (0)\n"
     "reporting:\n"
     "  --log FILE.jsonl          one JSON object per optimizer step\n"
     "  --peak-gflops X           peak FLOP rate for MFU (default: measure sgemm now)\n"
@@ -69,8 +79,8 @@ typedef struct {
   char resume_dir[4096];
   const char *ckpt_step_dir; /* the step directory resumed from */
   int64_t resume_step;
-  int64_t B, T, K, steps, warmup, eval_every, eval_batches, stages;
-  int schedule;
+  int64_t B, T, K, steps, warmup, eval_every, eval_batches, stages, replicas;
+  int schedule, zero;
   double lr, wd, clip, dropout, ratio, peak_gflops, val_frac;
   uint64_t seed;
   int threads, cosine, quiet, plan_only;
@@ -89,7 +99,8 @@ static const char *const valued[] = {
     "--batch", "--seq", "--grad-accum", "--steps", "--warmup", "--eval-every",
     "--eval-batches", "--val-frac", "--lr", "--weight-decay", "--grad-clip", "--dropout",
     "--ckpt-ratio", "--peak-gflops", "--seed", "--threads", "--stages", "--schedule",
-    "--layers", "--plan", "--trace", "--checkpoint-dir", "--checkpoint-every", "--resume", NULL};
+    "--layers", "--plan", "--trace", "--checkpoint-dir", "--checkpoint-every", "--resume",
+    "--data-parallel", "--zero", NULL};
 
 static int is_valued(const char *a) {
   size_t n = strcspn(a, "=");
@@ -117,6 +128,12 @@ static int parse_value(opts *o, const char *name, const char *v) {
   else if (!strcmp(name, "--plan")) o->plan = v;
   else if (!strcmp(name, "--trace")) o->trace = v;
   else if (!strcmp(name, "--stages")) rc = cli_parse_i64(name, v, 1, REMAT_MAX_STAGES, &o->stages);
+  else if (!strcmp(name, "--data-parallel"))
+    rc = cli_parse_i64(name, v, 1, REMAT_MAX_STAGES, &o->replicas);
+  else if (!strcmp(name, "--zero")) {
+    rc = cli_parse_i64(name, v, 0, 3, &iv);
+    o->zero = (int)iv;
+  }
   else if (!strcmp(name, "--schedule")) {
     if (remat_plan_schedule_parse(v, &o->schedule))
       rc = cli_fail(-1, "--schedule %s is not a schedule; use 1f1b or gpipe", v);
@@ -148,7 +165,7 @@ static int parse_value(opts *o, const char *name, const char *v) {
 }
 
 static int parse_args(int argc, char **argv, opts *o) {
-  *o = (opts){.stages = 1, .schedule = REMAT_SCHED_1F1B, .B = 8, .T = 0, .K = 1, .steps = 300, .lr = 1e-3, .wd = 0.1, .clip = 1.0,
+  *o = (opts){.stages = 1, .replicas = 1, .schedule = REMAT_SCHED_1F1B, .B = 8, .T = 0, .K = 1, .steps = 300, .lr = 1e-3, .wd = 0.1, .clip = 1.0,
               .ratio = -1, .seed = 1337, .threads = 0, .val_frac = 0.1, .eval_batches = 8};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -181,6 +198,16 @@ static int parse_args(int argc, char **argv, opts *o) {
                         "give one");
   if (o->stages > 1 && o->eval_every > 0)
     return cli_fail(-1, "--eval-every runs on one process only; drop it with --stages");
+  if (o->stages > 1 && o->replicas > 1)
+    return cli_fail(-1, "--stages %lld with --data-parallel %lld would need a grid of %lld x %lld "
+                    "ranks, which remat does not build: give one of them",
+                    (long long)o->stages, (long long)o->replicas, (long long)o->stages,
+                    (long long)o->replicas);
+  if (o->replicas == 1 && o->zero)
+    return cli_fail(-1, "--zero %d shards across replicas: give --data-parallel D too (and start "
+                    "D ranks with mpirun -np D)", o->zero);
+  if (o->replicas > 1 && o->eval_every > 0)
+    return cli_fail(-1, "--eval-every runs on one process only; drop it with --data-parallel");
   if (o->data && o->text) return cli_fail(-1, "give --data or --text, not both");
   if (!!o->ckpt_dir != !!o->ckpt_every)
     return cli_fail(-1, "--checkpoint-dir DIR and --checkpoint-every N go together");
@@ -231,7 +258,7 @@ static void train_opts_from(const opts *o, remat_train_opts *to) {
   remat_train_opts_default(to);
   to->B = o->B;
   to->T = o->T;
-  to->grad_accum = o->K;
+  to->grad_accum = o->K * o->replicas; /* a replica runs K of the step's K x D */
   to->steps = o->steps;
   to->warmup = o->warmup;
   to->cosine = o->cosine;
@@ -307,7 +334,10 @@ static int policy_for_budget(const opts *o, const remat_config *cfg, const remat
   size_t other = remat_trainer_planned_bytes(probe) - remat_trainer_memplan(probe)->peak_bytes;
   remat_trainer_destroy(probe);
   size_t arena_budget = budget > other ? budget - other : 0;
-  int rc = remat_fewest_recompute(cfg, o->B, o->T, arena_budget, &n, &need, &err);
+  remat_stage whole = o->replicas > 1 ? remat_stage_replica(cfg, NULL, o->replicas, 0, o->zero)
+                                       : remat_stage_whole(cfg, NULL);
+  whole.accumulate = whole.accumulate || o->K > 1;
+  int rc = remat_fewest_recompute(cfg, o->B, o->T, &whole, arena_budget, &n, &need, &err);
   if (rc == REMAT_EINFEASIBLE)
     return cli_fail(CLI_EXIT_RUN,
                     "--mem %s does not fit: even recomputing all %lld blocks needs %s (%zu "
@@ -345,17 +375,60 @@ static void print_plan(const remat_config *cfg, const remat_memplan *mp, size_t 
          (long long)cfg->num_layers, (long long)cfg->channels, (long long)cfg->num_heads,
          (long long)cfg->vocab_size, (long long)cfg->padded_vocab_size,
          (long long)cfg->max_seq_len, remat_param_count(cfg));
-  printf("data    %s: %lld tokens; batch %lld x %lld, grad-accum %lld\n", source,
+  printf("data    %s: %lld tokens; batch %lld x %lld, grad-accum %lld", source,
          (long long)tok->n, (long long)o->B, (long long)o->T, (long long)o->K);
+  if (o->replicas > 1)
+    printf(" per replica: %lld micro-batches a step on %lld replicas",
+           (long long)(o->K * o->replicas), (long long)o->replicas);
+  printf("\n");
   printf("policy  %lld of %lld blocks recomputed%s%s%s\n", (long long)mp->num_recomputed,
          (long long)L, mp->num_recomputed ? " (" : "", rec, mp->num_recomputed ? ")" : "");
-  printf("memory  planned peak %s (%zu bytes) = arena %s (state %s, activations and "
-         "workspace %s) + data %s\n",
+  printf("memory  planned peak %s (%zu bytes) = arena %s (state %s, activations%s "
+         "workspace%s %s) + data %s\n",
          remat_format_bytes(planned, b1, sizeof b1), planned,
          remat_format_bytes(mp->peak_bytes, b2, sizeof b2),
          remat_format_bytes(mp->persistent_bytes, b3, sizeof b3),
+         mp->bytes.comm ? "," : " and", mp->bytes.comm ? " and communication" : "",
          remat_format_bytes(mp->peak_bytes - mp->persistent_bytes, b4, sizeof b4),
          remat_format_bytes(planned - mp->peak_bytes, b5, sizeof b5));
+}
+
+/* Each replica's arena, from the memory model, and the ZeRO table it
+ * follows: Psi parameters, persistent bytes per rank. */
+static void print_replicas(const remat_config *cfg, const remat_memplan *mine, const opts *o) {
+  remat_error err;
+  char b[8][32];
+  int64_t D = o->replicas;
+  for (int64_t q = 0; q < D; q++) {
+    remat_stage st = remat_stage_replica(cfg, mine->policy, D, q, o->zero);
+    remat_memplan mp;
+    if (remat_memplan_build_stage(&mp, cfg, o->B, o->T, &st, &err)) continue;
+    const remat_membuf *m = mp.buf;
+    printf("rank %lld arena %s (%zu bytes) = state %s (parameters %s, gradients %s, AdamW %s) "
+           "+ activations %s + workspace %s + communication %s\n",
+           (long long)q, remat_format_bytes(mp.peak_bytes, b[0], sizeof b[0]), mp.peak_bytes,
+           remat_format_bytes(mp.persistent_bytes, b[1], sizeof b[1]),
+           remat_format_bytes(m[REMAT_BUF_PARAMS].bytes, b[2], sizeof b[2]),
+           remat_format_bytes(m[REMAT_BUF_GRADS].bytes + m[REMAT_BUF_TIED_GRAD].bytes, b[3],
+                              sizeof b[3]),
+           remat_format_bytes(m[REMAT_BUF_ADAM_M].bytes + m[REMAT_BUF_ADAM_V].bytes, b[4],
+                              sizeof b[4]),
+           remat_format_bytes(mp.bytes.activations, b[5], sizeof b[5]),
+           remat_format_bytes(mp.bytes.workspace, b[6], sizeof b[6]),
+           remat_format_bytes(mp.bytes.comm, b[7], sizeof b[7]));
+    remat_memplan_free(&mp);
+  }
+  static const char *const table[4] = {"16 Psi", "8 Psi + 8 Psi/D", "4 Psi + 12 Psi/D",
+                                       "16 Psi/D"};
+  double psi = (double)remat_param_count(cfg), d = (double)D;
+  double ideal[4] = {16 * psi, 8 * psi + 8 * psi / d, 4 * psi + 12 * psi / d, 16 * psi / d};
+  printf("zero    stage %d on %lld replicas: persistent %zu bytes per rank; %s = %.0f bytes "
+         "(Psi = %zu; the rest is shard padding, alignment and the tied gradient)\n",
+         o->zero, (long long)D, mine->persistent_bytes, table[o->zero], ideal[o->zero],
+         remat_param_count(cfg));
+  uint64_t bytes = remat_replicas_step_bytes(cfg, D, o->zero, o->K);
+  printf("comm    %s (%llu bytes) sent per rank per step, from the shapes\n",
+         remat_format_bytes((size_t)bytes, b[0], sizeof b[0]), (unsigned long long)bytes);
 }
 
 /* The arena is written in full before the first step: a plan larger than
@@ -410,7 +483,10 @@ typedef struct {
   /* a pipeline's ranks (1 in one process): arena planned and measured */
   remat_dist *dist;
   remat_pipeline *pipe;
+  remat_replicas *dp;
   int ranks, rank;
+  double comm_s;      /* a replica's time in MPI calls, over the timed steps */
+  remat_comm_stats comm; /* of the last step */
   size_t rank_planned[REMAT_MAX_STAGES], rank_measured[REMAT_MAX_STAGES];
   double wait_s;      /* this rank's waiting, over the timed steps */
   double predicted_s; /* the plan's simulated iteration time, in seconds */
@@ -430,6 +506,13 @@ static int log_step(run_state *r, const remat_step_stats *st, double tps, double
           st->recompute_seconds, tps, mfu, (long long)mp->num_recomputed, r->planned,
           r->measured, remat_rss_peak_bytes());
   if (!isnan(val_loss)) fprintf(f, ", \"val_loss\": %.6f", val_loss);
+  if (r->dp) /* rank 0's communication in this step, counted and from the shapes */
+    fprintf(f,
+            ", \"replicas\": %d, \"zero\": %d, \"comm_s\": %.6f, \"comm_bytes\": %llu, "
+            "\"comm_bytes_theory\": %llu, \"collectives\": %llu",
+            r->ranks, r->o->zero, r->comm.seconds, (unsigned long long)r->comm.bytes_sent,
+            (unsigned long long)remat_replicas_step_bytes(r->cfg, r->ranks, r->o->zero, r->o->K),
+            (unsigned long long)r->comm.collectives);
   for (int a = 0; a < 2; a++) {
     fprintf(f, a ? ", \"rank_measured_peak_bytes\": [" : ", \"rank_planned_peak_bytes\": [");
     for (int k = 0; k < r->ranks; k++)
@@ -505,6 +588,10 @@ static int train_loop(run_state *r) {
     r->measured = remat_trainer_measured_peak_bytes(r->tr);
     if (gather_ranks(r, &err)) return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
     if (r->pipe && (st.step > 1 || o->steps == 1)) r->wait_s += remat_pipeline_wait_seconds(r->pipe);
+    if (r->dp) {
+      r->comm = remat_replicas_comm(r->dp);
+      if (st.step > 1 || o->steps == 1) r->comm_s += r->comm.seconds;
+    }
     if (isnan(r->first_loss)) r->first_loss = st.loss;
     r->last_loss = st.loss;
     if (st.step > 1 || o->steps == 1) { /* the first step warms caches and threads */
@@ -568,10 +655,18 @@ static void print_summary(const run_state *r) {
     }
     printf("%s\n", same ? "" : "  (! marks a rank whose measured arena differs from its plan)");
     double step = r->timed_steps ? r->t_train / (double)r->timed_steps : r->wall;
-    printf("time    iteration %.3f s measured, %.3f s predicted by the plan's schedule "
-           "simulation (bubble %.1f%%); rank 0 waited %.1f%% of its steps\n",
-           step, r->predicted_s, 100 * r->predicted_bubble,
-           r->t_train > 0 ? 100 * r->wait_s / r->t_train : 0.0);
+    char b2[32];
+    if (r->pipe)
+      printf("time    iteration %.3f s measured, %.3f s predicted by the plan's schedule "
+             "simulation (bubble %.1f%%); rank 0 waited %.1f%% of its steps\n",
+             step, r->predicted_s, 100 * r->predicted_bubble,
+             r->t_train > 0 ? 100 * r->wait_s / r->t_train : 0.0);
+    else if (r->dp)
+      printf("comm    rank 0 sent %s (%llu bytes) a step in %llu collectives; %.1f%% of its "
+             "step time in MPI calls\n",
+             remat_format_bytes((size_t)r->comm.bytes_sent, b2, sizeof b2),
+             (unsigned long long)r->comm.bytes_sent, (unsigned long long)r->comm.collectives,
+             r->t_train > 0 ? 100 * r->comm_s / r->t_train : 0.0);
   }
 }
 
@@ -803,7 +898,8 @@ static void predict(run_state *r, const placement *pl) {
 static int load_weights(remat_checkpoint_reader *rd, const remat_config *cfg, remat_model *m,
                         remat_error *err) {
   const remat_stage *st = remat_model_stage(m);
-  if (st->has_embedding && st->has_head && st->num_blocks == cfg->num_layers) {
+  int sharded = st->replicas > 1 && st->zero == 3;
+  if (st->has_embedding && st->has_head && st->num_blocks == cfg->num_layers && !sharded) {
     int rc = remat_checkpoint_read_params(rd, cfg, remat_model_params(m), err);
     return rc ? rc : remat_params_overflow(cfg, remat_model_params(m), err);
   }
@@ -821,13 +917,14 @@ static int load_weights(remat_checkpoint_reader *rd, const remat_config *cfg, re
 static int save_weights(const char *path, const remat_config *cfg, run_state *r,
                         remat_error *err) {
   remat_model *m = remat_trainer_model(r->tr);
-  if (!r->pipe) return remat_checkpoint_save(path, cfg, remat_model_params(m), err);
+  if (!r->pipe && !r->dp) return remat_checkpoint_save(path, cfg, remat_model_params(m), err);
   float *full = r->rank == 0 ? malloc(remat_param_count(cfg) * sizeof(float)) : NULL;
   if (r->rank == 0 && !full) {
     snprintf(err->msg, sizeof err->msg, "out of memory gathering the model to save it");
     return REMAT_ENOMEM;
   }
-  int rc = remat_pipeline_gather_params(r->pipe, full, err);
+  int rc = r->pipe ? remat_pipeline_gather_params(r->pipe, full, err)
+                   : remat_replicas_gather_params(r->dp, full, err);
   if (!rc && r->rank == 0) rc = remat_checkpoint_save(path, cfg, full, err);
   free(full);
   return rc;
@@ -978,16 +1075,32 @@ static int train_job(opts *o, run_state *r) {
           remat_pipeline_create(&r->pipe, r->dist, tr, &pl.split, &err) ||
           (o->trace && remat_pipeline_trace_start(r->pipe, o->steps, &err)))
         rc = cli_fail(CLI_EXIT_RUN, "%s", err.msg);
+    } else if (o->replicas > 1) {
+      remat_stage st = remat_stage_replica(&cfg, policy, o->replicas, r->rank, o->zero);
+      if (remat_trainer_create_stage(&tr, &cfg, &st, &tok, &to, &err) ||
+          remat_replicas_create(&r->dp, r->dist, tr, &err))
+        rc = cli_fail(CLI_EXIT_RUN, "%s", err.msg);
     } else if (remat_trainer_create(&tr, &cfg, policy, &tok, &to, &err)) {
       rc = cli_fail(CLI_EXIT_RUN, "%s", err.msg);
     }
   }
   if ((rc = setup_status(r, rc))) goto out;
   r->planned = remat_trainer_planned_bytes(tr);
+  /* --mem's search saw a one-process trainer; a replica's runtime holds a
+   * few bytes more outside the arena */
+  size_t budget;
+  if (r->dp && o->mem && !remat_parse_size(o->mem, &budget, &err) && r->planned > budget) {
+    char b1[32], b2[32];
+    rc = cli_fail(CLI_EXIT_RUN, "--mem %s does not fit a replica: it needs %s (%zu bytes); raise "
+                  "--mem", remat_format_bytes(budget, b1, sizeof b1),
+                  remat_format_bytes(r->planned, b2, sizeof b2), r->planned);
+  }
+  if ((rc = setup_status(r, rc))) goto out;
   if (o->stages > 1)
     print_pipeline(&cfg, &pl, source, &tok, o);
   else
     print_plan(&cfg, remat_trainer_memplan(tr), r->planned, source, &tok, o);
+  if (o->replicas > 1) print_replicas(&cfg, remat_trainer_memplan(tr), o);
   if (cli_stdout_ok()) {
     rc = CLI_EXIT_RUN;
     goto out;
@@ -1062,6 +1175,7 @@ static int train_job(opts *o, run_state *r) {
 out:
   if (r->logf) fclose(r->logf);
   remat_pipeline_destroy(r->pipe);
+  remat_replicas_destroy(r->dp);
   remat_trainer_destroy(tr);
   placement_free(&pl);
   remat_checkpoint_close(&rd);
@@ -1079,8 +1193,8 @@ int remat_cmd_train(int argc, char **argv) {
   run_state r = {.o = &o, .ranks = 1};
   int rc;
 
-  /* Ranks: a pipeline's stages are the job's MPI ranks. */
-  if (o.stages > 1 || remat_dist_launched()) {
+  /* Ranks: a pipeline's stages or the replicas are the job's MPI ranks. */
+  if (o.stages > 1 || o.replicas > 1 || remat_dist_launched()) {
     if (remat_dist_init(&r.dist, NULL, NULL, &err)) return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
     r.rank = remat_dist_rank(r.dist);
     r.ranks = remat_dist_size(r.dist);
@@ -1090,7 +1204,11 @@ int remat_cmd_train(int argc, char **argv) {
       cli_silent = 1;
     }
     rc = 0;
-    if (r.ranks != o.stages)
+    if (o.replicas > 1 && r.ranks != o.replicas)
+      rc = cli_fail(CLI_EXIT_USAGE, "started on %d ranks but --data-parallel is %lld: start "
+                    "exactly D ranks, mpirun -np D remat train --data-parallel D ...", r.ranks,
+                    (long long)o.replicas);
+    else if (o.replicas == 1 && r.ranks != o.stages)
       rc = cli_fail(CLI_EXIT_USAGE, "started on %d ranks but --stages is %lld: start exactly P "
                     "ranks, mpirun -np P remat train --stages P ...", r.ranks, (long long)o.stages);
     int same = 1, diff = -1;

@@ -24,12 +24,16 @@ remat_cli_test(train_errors train_errors.sh LABELS unit)
 remat_cli_test(train_runs train_runs.sh TIMEOUT 900)
 # One memory model: the planner's figure for a stage is the engine's arena.
 remat_test(test_memory_model SOURCES test_memory_model.c LIBS remat_plan LABELS unit)
+# Data-parallel replicas: units and shards, the ZeRO table, planner = engine.
+remat_test(test_replicas SOURCES test_replicas.c LIBS remat_plan LABELS unit)
 # Pipeline stages over MPI (mpirun --oversubscribe) against one process.
 find_program(MPIRUN mpirun)
 if(MPIRUN)
   remat_cli_test(pipeline pipeline.sh LABELS mpi TIMEOUT 600)
+  # Data-parallel replicas under ZeRO 0-3 against one process.
+  remat_cli_test(data_parallel data_parallel.sh LABELS mpi TIMEOUT 600)
 else()
-  message(STATUS "mpirun not found: the pipeline tests are not registered")
+  message(STATUS "mpirun not found: the pipeline and data-parallel tests are not registered")
 endif()
 # Resumable training: resume = uninterrupted, bit for bit; killed runs resume.
 remat_cli_test(resume resume.sh TIMEOUT 300)

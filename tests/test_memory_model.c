@@ -16,6 +16,8 @@
  * embedding 0, blocks 1..L, head L+1. */
 static size_t engine_stage_bytes(const remat_config *cfg, int64_t B, int64_t T,
                                  const remat_plan *plan, int64_t s, const uint8_t *recompute) {
+  /* several micro-batches a step: gradients are computed apart and added */
+  int accumulate = plan->microbatches > 1;
   const remat_plan_stage *ps = &plan->stages[s];
   int64_t L = cfg->num_layers, lo = ps->first_layer, hi = ps->first_layer + ps->num_layers;
   int64_t b0 = lo < 1 ? 1 : lo, b1 = hi > L + 1 ? L + 1 : hi; /* blocks [b0, b1) as layers */
@@ -23,7 +25,7 @@ static size_t engine_stage_bytes(const remat_config *cfg, int64_t B, int64_t T,
   for (int64_t l = b0; l < b1; l++) pol[l - b0] = recompute[l] ? REMAT_RECOMPUTE : REMAT_KEEP;
   remat_stage st = {.first_block = b0 - 1, .num_blocks = b1 > b0 ? b1 - b0 : 0, .policy = pol,
                     .inflight = ps->microbatches_held, .has_embedding = lo == 0,
-                    .has_head = hi == L + 2};
+                    .has_head = hi == L + 2, .accumulate = accumulate};
   remat_memplan mp;
   remat_error err;
   if (remat_memplan_build_stage(&mp, cfg, B, T, &st, &err)) {
@@ -87,7 +89,7 @@ static void one_stage(const remat_config *cfg, int64_t B, int64_t T, int *cases)
         CHECK(best.stages[0].memory_bytes == eng && eng <= mp.peak_bytes);
         int64_t n;
         size_t need;
-        CHECK(remat_fewest_recompute(cfg, B, T, mp.peak_bytes, &n, &need, &err) == 0);
+        CHECK(remat_fewest_recompute(cfg, B, T, NULL, mp.peak_bytes, &n, &need, &err) == 0);
         CHECK(best.total_recomputed == n);
         remat_plan_free(&best);
       }

@@ -137,7 +137,7 @@ int main(void) {
     size_t budget = lo - 1000 + (hi - lo + 2000) / 40 * (size_t)trial;
     int64_t n;
     size_t need;
-    int rc = remat_fewest_recompute(&cfg, 4, 64, budget, &n, &need, &err);
+    int rc = remat_fewest_recompute(&cfg, 4, 64, NULL, budget, &n, &need, &err);
     int expect = -1;
     for (int k = 0; k <= 12 && expect < 0; k++) {
       remat_policy_first_n(pol, 12, k);

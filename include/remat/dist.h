@@ -1,9 +1,12 @@
 /* remat/dist.h: training across MPI ranks. The ranks of one job (started
- * with mpirun, on one machine or many) are pipeline stages; each runs a
- * trainer over its slice of the model, and the pipeline runtime makes the
- * trainer's step follow the schedule's instruction stream, with activations
- * and their gradients sent between neighbouring stages. The results are
- * those of one process with as many micro-batches per step, bit for bit.
+ * with mpirun, on one machine or many) are pipeline stages or data-parallel
+ * replicas. A pipeline stage runs a trainer over its slice of the model,
+ * and the pipeline runtime makes the trainer's step follow the schedule's
+ * instruction stream, with activations and their gradients sent between
+ * neighbouring stages. A replica runs a trainer over the whole model (or its
+ * shards of it) and the data-parallel runtime reduces gradients and shares
+ * parameters. Either way the results are those of one process with as many
+ * micro-batches per step, bit for bit.
  * Part of remat's public API; include "remat.h" for all of it.
  *
  *   remat_dist *d;  remat_dist_init(&d, &argc, &argv, &err);
@@ -97,6 +100,53 @@ int remat_pipeline_trace_write(remat_pipeline *pl, const char *path, remat_error
 
 /* Seconds the last step spent waiting on receives and sends, on this rank. */
 double remat_pipeline_wait_seconds(const remat_pipeline *pl);
+
+/* ----------------------------------------------------- data parallelism */
+
+/* D replicas of the whole model, one per rank, under ZeRO stage 0 to 3
+ * (remat/memory.h: units, shards and each stage's bytes). A step of M = K D
+ * micro-batches runs in K rounds: in round j every replica draws
+ * micro-batches jD .. jD + D - 1 from its loader (so all loaders stay in
+ * step) and runs micro-batch jD + r, with that micro-batch's dropout
+ * stream. As each layer's backward ends, its gradient (computed from zero)
+ * is reduce-scattered: every replica sends the owner of each shard its
+ * piece (MPI_Alltoall), and the owner adds the D pieces in replica order to
+ * its running sum. So the owner's sum is ((g + c_jD) + c_jD+1) + ..., the
+ * order one process with K D micro-batches follows (remat/model.h), bit for
+ * bit; no MPI_Allreduce, whose order is unspecified, ever sums a gradient.
+ * The tied matrix's two sums are reduced apart and added by their common
+ * owner (embedding + head); the norm gathers every replica's chunk sums and
+ * adds them in model order. Then:
+ *   ZeRO 0  the summed gradients are all-gathered; every replica updates
+ *           everything
+ *   ZeRO 1  each replica updates its shards (its m and v are shards); the
+ *   ZeRO 2  parameters are all-gathered (2: only its gradient shard exists)
+ *   ZeRO 3  each replica updates its shards; a layer's parameters are
+ *           all-gathered before its forward and again before its recompute
+ *           and backward, into the gather buffer, and dropped after
+ * Every buffer lives in the trainer's arena, planned before the first step. */
+typedef struct remat_replicas remat_replicas; /* opaque */
+
+/* Makes the trainer (this rank's replica: remat_stage_replica with the
+ * job's size and this rank, grad_accum = K D) run its steps as above. */
+int remat_replicas_create(remat_replicas **out, remat_dist *d, remat_trainer *tr,
+                          remat_error *err);
+void remat_replicas_destroy(remat_replicas *rp);
+/* The whole model's parameters in llm.c order on rank 0 (full:
+ * remat_param_count floats); other ranks pass NULL. */
+int remat_replicas_gather_params(remat_replicas *rp, float *full, remat_error *err);
+
+/* Communication of the last step on this rank: seconds inside MPI calls,
+ * and bytes this rank sent (a collective's bytes to the other ranks, as if
+ * sent directly: D - 1 pieces). */
+typedef struct remat_comm_stats {
+  double seconds;
+  uint64_t bytes_sent;
+  uint64_t collectives;
+} remat_comm_stats;
+remat_comm_stats remat_replicas_comm(const remat_replicas *rp);
+/* What that count is for a step of K rounds, from the shapes alone. */
+uint64_t remat_replicas_step_bytes(const remat_config *cfg, int64_t D, int zero, int64_t K);
 
 #ifdef __cplusplus
 }

@@ -29,9 +29,12 @@ typedef enum {
  * needs, in bytes,
  *
  *   stage_bytes + sum_l w_l + n * (sum_{l kept} a_l + sum_{l recomputed} c_l)
- *               + max( max_l y_l, max_{l recomputed} x_l )
+ *               + max( max_l y_l, max_{l recomputed} x_l )  [+ comm]
  *
- * with, per layer:
+ * where a stage that adds up several micro-batches a step adds each layer's
+ * gradient buffer g_l to its y_l and x_l, and a data-parallel replica has
+ * its ZeRO stage's w_l, its g_l as D shards, and its communication buffers
+ * (comm; see remat_replica_bytes below). Per layer:
  *   a (kept)    what one micro-batch in flight stores for the layer's
  *               backward: its input, and a block's internals when kept
  *   c (ckpt)    what it stores when recomputed: its input
@@ -41,14 +44,16 @@ typedef enum {
  *   y (work)    transient bytes while the layer runs its backward (a block's
  *               temporaries; the head's workspace and logits)
  *   w (state)   parameters, gradients, AdamW m and v
+ *   g (grad)    the layer's gradient of one micro-batch, computed apart
  * and stage_bytes the gradient of the residual stream, which every stage
  * needs; a stage without the head adds boundary_bytes (its output, sent to
  * the next stage), and the head's w depends on whether it shares its stage
- * with the embedding (see head_joint_state). This is exactly the arena remat_memplan_build lays out: the terms
- * below are computed from the same layout tables the engine carves its
- * tensors with, and the arena is the sum of these regions, nothing shared
- * between them and nothing else in it. The pipeline planner's problem for a
- * GPT-2 (remat_plan_problem_from_model) takes its bytes from here too. */
+ * with the embedding (see head_joint_state). This is exactly the arena
+ * remat_memplan_build lays out: the terms below are computed from the same
+ * layout tables the engine carves its tensors with, and the arena is the sum
+ * of these regions, nothing shared between them and nothing else in it. The
+ * planner's problem for a GPT-2 (remat_plan_problem_from_model, and
+ * remat_plan_problem_from_replicas) takes its bytes from here too. */
 typedef enum {
   REMAT_LAYER_EMBEDDING, /* token and position embedding; never recomputed */
   REMAT_LAYER_BLOCK,     /* one transformer block */
@@ -62,6 +67,9 @@ typedef struct remat_layer_bytes {
   size_t scratch; /* x (0 for layers that never recompute) */
   size_t work;    /* y */
   size_t state;   /* w */
+  size_t grad;    /* the layer's gradient, computed apart (a stage that
+                     accumulates): its unit(s), below; the head's holds its
+                     gradient of the tied matrix and its own */
 } remat_layer_bytes;
 
 typedef struct remat_memory_model {
@@ -100,21 +108,105 @@ typedef struct remat_stage {
   const uint8_t *policy; /* (num_blocks) remat_policy of each; NULL keeps all */
   int64_t inflight;      /* n >= 1 */
   int has_embedding, has_head;
+  /* The stage's step adds up several micro-batches (K >= 2): each
+   * micro-batch's gradient of a layer is computed from zero into a layer
+   * gradient buffer in the workspace, then added to the step's (see
+   * remat/model.h for why). Replicas always do this. */
+  int accumulate;
+  /* Data parallelism: this is replica `replica` of `replicas` (0 or 1:
+   * none) copies of the whole model, under ZeRO stage `zero` (0 to 3). */
+  int64_t replicas, replica;
+  int zero;
 } remat_stage;
 
 /* The whole model as one stage with one micro-batch in flight. */
 remat_stage remat_stage_whole(const remat_config *cfg, const uint8_t *policy);
+/* The whole model as replica r of D under ZeRO stage zero. */
+remat_stage remat_stage_replica(const remat_config *cfg, const uint8_t *policy, int64_t D,
+                                int64_t r, int zero);
 
 /* The formula above for one stage; the arena of remat_memplan_build is
- * exactly this many bytes. */
+ * exactly this many bytes. A stage that accumulates (or a replica) adds to
+ * each layer's y, and to a recomputed block's x, the layer's gradient
+ * buffer (grad below); a replica's w are its ZeRO stage's and it adds its
+ * communication buffers (remat_replica_bytes). */
 typedef struct remat_stage_bytes {
   size_t state;       /* sum w */
   size_t activations; /* n * (sum a + sum c) */
   size_t workspace;   /* stage_bytes (+ boundary_bytes) + max(y, x) */
+  size_t comm;        /* a replica's receive, gather and norm buffers */
   size_t total;
 } remat_stage_bytes;
 int remat_stage_bytes_get(const remat_config *cfg, const remat_memory_model *mm,
                           const remat_stage *st, remat_stage_bytes *out, remat_error *err);
+
+/* ---------------------------------------------------- data parallelism */
+
+/* Units: a layer's parameters as one vector, in llm.c's tensor order: the
+ * embedding [wte, wpe], block l [its 12 slices], the head [lnfw, lnfb]; and
+ * the head's gradient of the tied matrix [wte], a gradient only. Numbered in
+ * model order: 0 the embedding, 1 + l block l, L + 1 the head, L + 2 the
+ * tied gradient. A block's tensors are not contiguous in llm.c's flat
+ * buffer, so data parallelism cuts units, not the flat buffer: unit u of n
+ * floats is cut into D contiguous shards of s = remat_unit_shard floats (a
+ * multiple of REMAT_SHARD_QUANTUM); replica r owns [r s, (r + 1) s) of it,
+ * cut at n (the last replicas' shards may be short or empty). The tied
+ * gradient is cut like the embedding, so one replica owns both gradients of
+ * an element of the tied matrix.
+ *
+ * The gradient norm is defined on units too, so that sharded replicas and
+ * one process compute the same bits: a unit's sum of squares is the sum,
+ * in order, of its chunks of REMAT_SHARD_QUANTUM floats, each chunk summed
+ * in double over 8 interleaved lanes; the squared norm is the layers' sums
+ * (units 0..L+1) added in model order. A chunk never straddles two shards. */
+#define REMAT_SHARD_QUANTUM 1024
+#define REMAT_UNIT_MAX_SEGMENTS 12
+
+typedef struct remat_unit_segment {
+  int tensor;    /* REMAT_P_* */
+  size_t offset; /* its first float in the whole model's flat buffer */
+  size_t at;     /* its first float within the unit */
+  size_t count;
+} remat_unit_segment;
+
+int64_t remat_unit_count(const remat_config *cfg); /* L + 3 */
+size_t remat_unit_floats(const remat_config *cfg, int64_t u);
+/* The unit's pieces of the flat buffer, in unit order; returns how many. */
+int remat_unit_segments(const remat_config *cfg, int64_t u,
+                        remat_unit_segment seg[REMAT_UNIT_MAX_SEGMENTS]);
+/* Floats of one shard of unit u among D replicas. */
+size_t remat_unit_shard(const remat_config *cfg, int64_t u, int64_t D);
+/* Replica r's part of unit u: [*first, *first + *count). */
+void remat_unit_owned(const remat_config *cfg, int64_t u, int64_t D, int64_t r, size_t *first,
+                      size_t *count);
+
+/* The bytes of one replica of D under ZeRO stage zero. Persistent state per
+ * layer (w): parameters, gradients, AdamW m and v, each whole (a layer's
+ * 4 n bytes, aligned) or one shard (4 s bytes):
+ *   ZeRO 0  all whole                        16 Psi
+ *   ZeRO 1  m, v sharded                      8 Psi +  8 Psi / D
+ *   ZeRO 2  gradients, m, v sharded           4 Psi + 12 Psi / D
+ *   ZeRO 3  everything sharded               16 Psi / D
+ * and the head's gradient of the tied matrix, whole under ZeRO 0 and 1, a
+ * shard under 2 and 3. A layer's gradient buffer (in the workspace) holds
+ * D shards, padding included (the send side of the reduce-scatter). Buffers
+ * of their own: recv, the D pieces of the largest unit's shard a replica
+ * receives (reduce-scatter, all-gather); gather, under ZeRO 3, the gathered
+ * parameters of the largest of the embedding and a block, and of the head,
+ * which needs the tied matrix and its own at once; norm, every replica's
+ * chunk sums (doubles). */
+typedef struct remat_replica_bytes {
+  int64_t replicas;
+  int zero;
+  size_t state[REMAT_LAYER_KIND_COUNT]; /* w of each layer */
+  size_t head_joint_state;              /* the head's w with its tied gradient */
+  size_t grad[REMAT_LAYER_KIND_COUNT];  /* the layer's gradient buffer */
+  size_t params, grads, moment, tied;   /* regions: parameters, gradients, m (= v), tied */
+  size_t recv, gather, norm;            /* communication buffers */
+  size_t comm;                          /* recv + gather + norm */
+} remat_replica_bytes;
+int remat_replica_bytes_get(const remat_config *cfg, int64_t D, int zero,
+                            remat_replica_bytes *out, remat_error *err);
 
 /* ---------------------------------------------------------- memory plan */
 
@@ -135,6 +227,10 @@ typedef enum {
                           (a stage with both the embedding and the head) */
   REMAT_BUF_SEND,      /* (B, T, C) the stage's output, being sent (a stage
                           without the head) */
+  REMAT_BUF_GATHER,    /* a replica under ZeRO 3: gathered parameters */
+  REMAT_BUF_NORM,      /* a replica: every replica's chunk sums (doubles) */
+  REMAT_BUF_RECV,      /* a replica: pieces received by reduce-scatter and
+                          all-gather */
   REMAT_BUF_COUNT
 } remat_buf;
 
@@ -162,9 +258,15 @@ typedef struct remat_memplan {
   size_t *block_internal_offset; /* (num_blocks) REMAT_NO_OFFSET when recomputed */
   /* Inside REMAT_BUF_WORK: the block temporaries at 0, the recompute scratch
    * at block_dgrad_bytes; the head's activations at 0, the logits at
-   * head_bytes (sizes in mm). */
+   * head_bytes (sizes in mm). A layer's gradient buffer follows its other
+   * transient bytes: a kept block's at block_dgrad_bytes, a recomputed
+   * block's after the scratch, the head's after the logits, the
+   * embedding's at 0 (grad_bytes: its size per layer kind). */
   remat_membuf buf[REMAT_BUF_COUNT];
   remat_stage_bytes bytes; /* the memory model's figure; peak_bytes equals its total */
+  size_t grad_bytes[REMAT_LAYER_KIND_COUNT]; /* 0 when the stage does not accumulate */
+  int64_t replicas, replica;
+  int zero;
   size_t persistent_bytes; /* params + grads + adam m, v (+ the tied gradient) */
   size_t peak_bytes;       /* arena size: the planned peak of a step */
 } remat_memplan;
@@ -185,9 +287,12 @@ void remat_policy_first_n(uint8_t *policy, int64_t L, int64_t n);
 /* The fewest recomputed blocks (the first n: blocks are alike) whose
  * whole-model arena fits `budget` bytes; on success *n_out is that count and
  * *min_bytes its arena. REMAT_EINFEASIBLE if even recomputing every block
- * does not fit, with *min_bytes the smallest arena there is. */
-int remat_fewest_recompute(const remat_config *cfg, int64_t B, int64_t T, size_t budget,
-                           int64_t *n_out, size_t *min_bytes, remat_error *err);
+ * does not fit, with *min_bytes the smallest arena there is. whole (NULL:
+ * remat_stage_whole) says whether the model accumulates and whether it is a
+ * replica; its policy is ignored. */
+int remat_fewest_recompute(const remat_config *cfg, int64_t B, int64_t T,
+                           const remat_stage *whole, size_t budget, int64_t *n_out,
+                           size_t *min_bytes, remat_error *err);
 
 #ifdef __cplusplus
 }

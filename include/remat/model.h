@@ -25,8 +25,10 @@ extern "C" {
  *             dropout counters), then runs its backward; encoder backward
  *   update:   optional global-norm clipping, AdamW
  * Nothing in a step allocates: every buffer is a view into the arena. The
- * orders that decide the bits (the tied embedding's gradient, the norm) are
- * ones a pipeline can follow, so P stages give one process's results. Most
+ * orders that decide the bits (the sum over micro-batches, the tied
+ * embedding's gradient, the norm) are ones a pipeline and data-parallel
+ * replicas can follow, so P stages or D replicas give one process's
+ * results. Most
  * callers drive the model through a trainer (remat/train.h), which owns the
  * step sequence. */
 /* What a step needs besides the learning rate (which a schedule gives per
@@ -75,7 +77,20 @@ void remat_model_init_weights(remat_model *m, uint64_t seed);
 /* Forward, loss and backward of the micro-batch in inputs and targets.
  * Parameter gradients accumulate with weight dloss per token (1 / (B*T*K)
  * for the mean over K micro-batches); micro numbers the micro-batch within
- * the step for the dropout stream. Returns the mean loss of this micro-batch. */
+ * the step for the dropout stream. Returns the mean loss of this micro-batch.
+ *
+ * The order of a step's sum over micro-batches, the one every way of running
+ * a step follows: the step's gradient is g = ((c_0 + c_1) + c_2) + ...,
+ * where c_k is micro-batch k's gradient computed from zero, and added to the
+ * running sum layer by layer. The kernels accumulate into their output
+ * (sgemm with beta = 1 computes g + A B in an order of its own, which is not
+ * g + (A B)), so a model that accumulates (remat_stage.accumulate, set by
+ * the trainer when K >= 2) computes a layer's gradient of micro-batch k >= 1
+ * into a zeroed layer gradient buffer and then adds it; the first goes
+ * straight into the zeroed gradients (0 + c_0 = c_0). The reason: replicas
+ * of the model each compute one micro-batch's gradient from zero, and the
+ * owner of a shard adds them in replica order, which gives exactly these
+ * bits; one process accumulating inside sgemm could not be matched. */
 float remat_model_forward_backward(remat_model *m, uint32_t micro, float dloss,
                                    const remat_hparams *hp);
 /* Forward and loss only (no dropout, no gradients): for evaluation. */
@@ -84,21 +99,57 @@ float remat_model_eval(remat_model *m);
 void remat_model_zero_grad(remat_model *m);
 /* Adds the head's gradient of the tied token embedding, summed over the
  * step's micro-batches on its own, to the embedding's: g = g_embedding +
- * g_head. Only a model with both (one process) has it apart; a no-op
- * otherwise, and after the first call of a step. The trainer calls it after
- * its gradient hook, before the norm and the update. */
+ * g_head. Only a model with both (one process, a replica) has it apart; a
+ * no-op otherwise, and after the first call of a step. A replica adds over
+ * the elements it owns. The trainer calls it after its gradient hook, before
+ * the norm and the update. */
 void remat_model_sum_tied(remat_model *m);
 /* Sums of squared gradients, one per layer the model holds, in model order
  * (embedding, blocks, head; the tied matrix counted on the embedding), each
- * in one fixed order; returns how many. The squared global norm is their sum
- * in that order: remat_model_grad_sumsq for the whole model. */
+ * the sum of its unit's chunk sums (remat/memory.h); returns how many. The
+ * squared global norm is their sum in that order: remat_model_grad_sumsq for
+ * the whole model. Not for a replica, which holds only its own shards: see
+ * remat_model_grad_chunk_sums. */
 int64_t remat_model_grad_sumsq_layers(const remat_model *m, double *out);
 int64_t remat_model_num_layers(const remat_model *m);
 double remat_model_grad_sumsq(const remat_model *m);
 /* Scales gradients by min(1, grad_clip / (norm + 1e-6)) inside AdamW with
  * learning rate lr, and increments the step. norm is the global gradient
- * norm, sqrt of the squared norm above, as a float. */
+ * norm, sqrt of the squared norm above, as a float. A replica under ZeRO 1
+ * to 3 updates only the parameters it owns (its shards of every unit). */
 void remat_model_update(remat_model *m, const remat_hparams *hp, float lr, float norm);
+
+/* ------------------------------------------------------------- replicas */
+
+/* A replica (remat_stage_replica) computes each layer's gradient of its
+ * micro-batch into the layer's gradient buffer (D shards of each unit,
+ * padding zero) and hands it to ops.grads; under ZeRO 3 it asks ops.params
+ * for a layer's parameters before the layer's forward (phase 0) and before
+ * its recompute and backward (phase 1): before the head, the embedding's
+ * (unit 0, for the tied matrix) then the head's, both alive together.
+ * params returns the unit as one vector (D shards), or NULL for the model's
+ * own flat parameters. The data-parallel runtime (remat/dist.h) sets these. */
+typedef struct remat_layer_ops {
+  const float *(*params)(void *ctx, int64_t unit, int phase);
+  void (*grads)(void *ctx, int64_t unit, float *buf);
+  void *ctx;
+} remat_layer_ops;
+void remat_model_set_layer_ops(remat_model *m, const remat_layer_ops *ops);
+/* Element i of unit u in one of the model's buffers (REMAT_BUF_PARAMS,
+ * REMAT_BUF_GRADS, REMAT_BUF_ADAM_M, REMAT_BUF_ADAM_V; REMAT_BUF_TIED_GRAD
+ * for the tied unit), and in *run how many floats follow contiguously. A
+ * whole buffer holds the stage's tensors in llm.c order; a sharded one this
+ * replica's shards, unit after unit (i must then be one it owns). */
+float *remat_model_unit_at(remat_model *m, int buf, int64_t u, size_t i, size_t *run);
+/* 1 when the buffer holds only this replica's shards. */
+int remat_model_buf_sharded(const remat_model *m, int buf);
+/* This replica's shard of unit u in a sharded buffer: remat_unit_shard
+ * floats, its part first, then zeros up to the shard's size. */
+float *remat_model_shard(remat_model *m, int buf, int64_t u);
+/* The chunk sums (remat/memory.h) of [first, first + count) of unit u's
+ * gradient, first a multiple of REMAT_SHARD_QUANTUM; returns how many. */
+int64_t remat_model_grad_chunk_sums(remat_model *m, int64_t u, size_t first, size_t count,
+                                    double *out);
 
 /* ------------------------------------------------------- pipeline stages */
 
@@ -133,9 +184,12 @@ float *remat_model_dresid(remat_model *m);
  * before the next step's forwards), for exchanging gradients through: the
  * transient workspace or the send buffer, whichever is larger. */
 float *remat_model_workspace(remat_model *m, size_t *bytes);
+/* A region of the arena (remat_buf) and its size; NULL when empty. */
+void *remat_model_region(remat_model *m, int buf, size_t *bytes);
 /* A stage's parameters (remat_model_num_params floats, as remat_model_params
  * holds them) to and from a whole model's buffer in llm.c order
- * (remat_param_count floats): the stage's tensors and slices only. */
+ * (remat_param_count floats): the stage's tensors and slices only; for a
+ * replica under ZeRO 3, its shards. */
 void remat_stage_params_to_full(const remat_config *cfg, const remat_stage *st,
                                 const float *stage_params, float *full);
 void remat_stage_params_from_full(const remat_config *cfg, const remat_stage *st,

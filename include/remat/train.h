@@ -96,15 +96,20 @@ typedef struct remat_trainer_ops {
   remat_grad_hook after_backward;
   /* The squared global gradient norm from this rank's per-layer sums
    * (remat_model_grad_sumsq_layers), added over all layers of the model in
-   * model order. */
+   * model order. A replica gets none (n = 0) and sums its shards. */
   int (*norm_sumsq)(void *ctx, remat_trainer *tr, const double *layer_sumsq, int64_t n,
                     double *total, remat_error *err);
+  /* The update instead of remat_model_update (which it calls): a replica
+   * updates its shards and shares the result. */
+  int (*update)(void *ctx, remat_trainer *tr, float lr, float norm, remat_error *err);
   void *ctx;
 } remat_trainer_ops;
 void remat_trainer_set_ops(remat_trainer *tr, const remat_trainer_ops *ops);
 
 /* A trainer for one pipeline stage (its blocks, policies, micro-batches in
- * flight, embedding and/or head); otherwise as remat_trainer_create. */
+ * flight, embedding and/or head) or one data-parallel replica
+ * (remat_stage_replica); otherwise as remat_trainer_create. With
+ * grad_accum >= 2 the stage accumulates (remat_stage.accumulate). */
 int remat_trainer_create_stage(remat_trainer **out, const remat_config *cfg,
                                const remat_stage *st, const remat_tokens *tok,
                                const remat_train_opts *o, remat_error *err);

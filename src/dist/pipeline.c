@@ -67,7 +67,7 @@ remat_stage remat_split_stage(const remat_split *sp, int64_t s, const uint8_t *p
   int64_t n = sp->schedule == REMAT_SCHED_GPIPE ? M : (P - s < M ? P - s : M);
   return (remat_stage){.first_block = sp->first_block[s], .num_blocks = sp->num_blocks[s],
                        .policy = policy, .inflight = n, .has_embedding = s == 0,
-                       .has_head = s == P - 1};
+                       .has_head = s == P - 1, .accumulate = M > 1};
 }
 
 /* ------------------------------------------------------------ tracing */

@@ -92,12 +92,30 @@ int remat_memory_model_get(const remat_config *cfg, int64_t B, int64_t T, remat_
   remat_layer_bytes *h = &mm->layer[REMAT_LAYER_HEAD];
   h->kept = h->ckpt = mm->residual_bytes + mm->tokens_bytes; /* its input and the targets */
   h->work = mm->head_bytes + mm->logits_bytes;
+
+  /* gradient buffers: one unit each; the head's holds the tied gradient
+   * unit, then its own */
+  int64_t L = cfg->num_layers;
+  e->grad = remat__align(remat_unit_floats(cfg, 0) * sizeof(float));
+  b->grad = remat__align(remat_unit_floats(cfg, 1) * sizeof(float));
+  h->grad = remat__align(remat_unit_floats(cfg, L + 2) * sizeof(float)) +
+            remat__align(remat_unit_floats(cfg, L + 1) * sizeof(float));
   return 0;
 }
 
 remat_stage remat_stage_whole(const remat_config *cfg, const uint8_t *policy) {
   return (remat_stage){.first_block = 0, .num_blocks = cfg->num_layers, .policy = policy,
                        .inflight = 1, .has_embedding = 1, .has_head = 1};
+}
+
+remat_stage remat_stage_replica(const remat_config *cfg, const uint8_t *policy, int64_t D,
+                                int64_t r, int zero) {
+  remat_stage st = remat_stage_whole(cfg, policy);
+  st.accumulate = 1;
+  st.replicas = D;
+  st.replica = r;
+  st.zero = zero;
+  return st;
 }
 
 static int check_stage(const remat_config *cfg, const remat_stage *st, remat_error *err) {
@@ -119,6 +137,17 @@ static int check_stage(const remat_config *cfg, const remat_stage *st, remat_err
     if (st->policy[i] >= REMAT_POLICY_COUNT)
       return remat__errorf(err, REMAT_EINVAL, "block %lld has unknown policy %u",
                            (long long)(st->first_block + i), st->policy[i]);
+  if (st->replicas > 1) {
+    if (!st->has_embedding || !st->has_head || st->num_blocks != L || st->inflight != 1)
+      return remat__errorf(err, REMAT_EINVAL,
+                           "a data-parallel replica holds the whole model with one micro-batch "
+                           "in flight");
+    if (st->replica < 0 || st->replica >= st->replicas)
+      return remat__errorf(err, REMAT_EINVAL, "replica %lld of %lld does not exist",
+                           (long long)st->replica, (long long)st->replicas);
+    if (!st->accumulate)
+      return remat__errorf(err, REMAT_EINVAL, "a replica computes its gradients apart");
+  }
   return 0;
 }
 
@@ -127,32 +156,46 @@ int remat_stage_bytes_get(const remat_config *cfg, const remat_memory_model *mm,
   memset(out, 0, sizeof *out);
   int rc = check_stage(cfg, st, err);
   if (rc) return rc;
-  const remat_layer_bytes *e = &mm->layer[REMAT_LAYER_EMBEDDING],
-                          *b = &mm->layer[REMAT_LAYER_BLOCK], *h = &mm->layer[REMAT_LAYER_HEAD];
+  remat_layer_bytes e = mm->layer[REMAT_LAYER_EMBEDDING], b = mm->layer[REMAT_LAYER_BLOCK],
+                    h = mm->layer[REMAT_LAYER_HEAD];
+  size_t head_joint = mm->head_joint_state;
+  if (st->replicas > 1) { /* a replica's state and gradient buffers */
+    remat_replica_bytes rb;
+    if ((rc = remat_replica_bytes_get(cfg, st->replicas, st->zero, &rb, err))) return rc;
+    e.state = rb.state[REMAT_LAYER_EMBEDDING];
+    b.state = rb.state[REMAT_LAYER_BLOCK];
+    h.state = rb.state[REMAT_LAYER_HEAD];
+    e.grad = rb.grad[REMAT_LAYER_EMBEDDING];
+    b.grad = rb.grad[REMAT_LAYER_BLOCK];
+    h.grad = rb.grad[REMAT_LAYER_HEAD];
+    head_joint = rb.head_joint_state;
+    out->comm = rb.comm;
+  }
+  if (!st->accumulate) e.grad = b.grad = h.grad = 0;
   /* Sizes are bounded by remat__check_shape (well under 2^50 per term), so
    * these sums cannot overflow for any stage the model allows. */
   size_t state = 0, slot = 0, transient = 0;
   if (st->has_embedding) {
-    state += e->state;
-    slot += e->kept;
-    if (e->work > transient) transient = e->work;
+    state += e.state;
+    slot += e.kept;
+    if (e.work + e.grad > transient) transient = e.work + e.grad;
   }
   for (int64_t i = 0; i < st->num_blocks; i++) {
     int rec = st->policy && st->policy[i] == REMAT_RECOMPUTE;
-    state += b->state;
-    slot += rec ? b->ckpt : b->kept;
-    size_t t = rec ? b->scratch : b->work;
+    state += b.state;
+    slot += rec ? b.ckpt : b.kept;
+    size_t t = (rec ? b.scratch : b.work) + b.grad;
     if (t > transient) transient = t;
   }
   if (st->has_head) {
-    state += st->has_embedding ? mm->head_joint_state : h->state;
-    slot += h->kept;
-    if (h->work > transient) transient = h->work;
+    state += st->has_embedding ? head_joint : h.state;
+    slot += h.kept;
+    if (h.work + h.grad > transient) transient = h.work + h.grad;
   }
   out->state = state;
   out->activations = (size_t)st->inflight * slot;
   out->workspace = mm->stage_bytes + (st->has_head ? 0 : mm->boundary_bytes) + transient;
-  out->total = out->state + out->activations + out->workspace;
+  out->total = out->state + out->activations + out->workspace + out->comm;
   return 0;
 }
 
@@ -212,21 +255,45 @@ int remat_memplan_build_stage(remat_memplan *mp, const remat_config *cfg, int64_
 
   /* Regions end to end. A stage with both the embedding and the head keeps
    * the head's gradient of the tied matrix apart (TIED_GRAD) and holds one
-   * copy of the matrix; a stage without the head sends its output from SEND. */
+   * copy of the matrix; a stage without the head sends its output from SEND.
+   * A replica's regions are whole or sharded by its ZeRO stage, and its
+   * communication buffers come last (RECV, written whole by every step's
+   * largest exchange, at the top). */
   int joint = st->has_embedding && st->has_head;
   size_t tied = joint ? mm->tied_grad_bytes : 0;
   size_t send = st->has_head ? 0 : mm->boundary_bytes;
   size_t state = (mp->bytes.state - tied) / 4;
+  size_t params = state, grads = state, moment = state;
+  remat_replica_bytes rb = {0};
+  mp->replicas = st->replicas > 1 ? st->replicas : 1;
+  mp->replica = st->replicas > 1 ? st->replica : 0;
+  mp->zero = st->replicas > 1 ? st->zero : 0;
+  if (st->replicas > 1) {
+    if ((rc = remat_replica_bytes_get(cfg, st->replicas, st->zero, &rb, err))) {
+      remat_memplan_free(mp);
+      return rc;
+    }
+    params = rb.params;
+    grads = rb.grads;
+    moment = rb.moment;
+    tied = rb.tied;
+    for (int k = 0; k < REMAT_LAYER_KIND_COUNT; k++) mp->grad_bytes[k] = rb.grad[k];
+  } else if (st->accumulate) {
+    for (int k = 0; k < REMAT_LAYER_KIND_COUNT; k++) mp->grad_bytes[k] = mm->layer[k].grad;
+  }
   size_t sizes[REMAT_BUF_COUNT] = {
-      [REMAT_BUF_PARAMS] = state,
-      [REMAT_BUF_GRADS] = state,
-      [REMAT_BUF_ADAM_M] = state,
-      [REMAT_BUF_ADAM_V] = state,
+      [REMAT_BUF_PARAMS] = params,
+      [REMAT_BUF_GRADS] = grads,
+      [REMAT_BUF_ADAM_M] = moment,
+      [REMAT_BUF_ADAM_V] = moment,
       [REMAT_BUF_SLOTS] = (size_t)st->inflight * mp->slot_bytes,
       [REMAT_BUF_DRESID] = mm->stage_bytes,
       [REMAT_BUF_WORK] = mp->bytes.workspace - mm->stage_bytes - send,
       [REMAT_BUF_TIED_GRAD] = tied,
       [REMAT_BUF_SEND] = send,
+      [REMAT_BUF_GATHER] = rb.gather,
+      [REMAT_BUF_NORM] = rb.norm,
+      [REMAT_BUF_RECV] = rb.recv,
   };
   size_t at = 0;
   for (int i = 0; i < REMAT_BUF_COUNT; i++) {
@@ -234,11 +301,12 @@ int remat_memplan_build_stage(remat_memplan *mp, const remat_config *cfg, int64_
     mp->buf[i].bytes = sizes[i];
     at += sizes[i];
   }
-  mp->persistent_bytes = 4 * state + tied;
+  mp->persistent_bytes = params + grads + 2 * moment + tied;
   mp->peak_bytes = at;
   /* The layout and the formula are one model: they cannot differ. */
-  REMAT_ASSERT(mp->bytes.state == 4 * state + tied &&
-               mp->bytes.activations == sizes[REMAT_BUF_SLOTS]);
+  REMAT_ASSERT(mp->bytes.state == mp->persistent_bytes &&
+               mp->bytes.activations == sizes[REMAT_BUF_SLOTS] &&
+               mp->bytes.comm == rb.comm);
   REMAT_ASSERT(mp->peak_bytes == mp->bytes.total);
   return 0;
 }
@@ -257,8 +325,9 @@ void remat_memplan_free(remat_memplan *mp) {
   mp->block_input_offset = mp->block_internal_offset = NULL;
 }
 
-int remat_fewest_recompute(const remat_config *cfg, int64_t B, int64_t T, size_t budget,
-                           int64_t *n_out, size_t *min_bytes, remat_error *err) {
+int remat_fewest_recompute(const remat_config *cfg, int64_t B, int64_t T,
+                           const remat_stage *whole, size_t budget, int64_t *n_out,
+                           size_t *min_bytes, remat_error *err) {
   remat_memory_model mm;
   int rc = remat_memory_model_get(cfg, B, T, &mm, err);
   if (rc) return rc;
@@ -268,7 +337,8 @@ int remat_fewest_recompute(const remat_config *cfg, int64_t B, int64_t T, size_t
   size_t least = SIZE_MAX;
   for (int64_t n = 0; n <= L; n++) {
     remat_policy_first_n(pol, L, n);
-    remat_stage st = remat_stage_whole(cfg, pol);
+    remat_stage st = whole ? *whole : remat_stage_whole(cfg, NULL);
+    st.policy = pol;
     remat_stage_bytes sb;
     if ((rc = remat_stage_bytes_get(cfg, &mm, &st, &sb, err))) break;
     if (sb.total < least) least = sb.total;

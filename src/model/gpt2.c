@@ -5,11 +5,17 @@
  * from its input just before its backward. See include/remat/model.h for the
  * life of a step.
  *
- * Orders that a pipeline can follow too, so that one process and P stages
- * give the same bits: the head's gradient of the tied token embedding is
- * summed over micro-batches apart from the embedding's, and the two sums are
- * added before the update (embedding + head); the squared gradient norm is a
- * sum over layers in model order of per-layer sums (remat_model_grad_sumsq). */
+ * Orders that pipeline stages and data-parallel replicas can follow too, so
+ * that one process, P stages and D replicas give the same bits: a step's
+ * gradient is the sum over micro-batches, in order, of each micro-batch's
+ * gradient computed from zero (a layer's gradient buffer, then added; see
+ * remat_model_forward_backward); the head's gradient of the tied token
+ * embedding is summed over micro-batches apart from the embedding's, and the
+ * two sums are added before the update (embedding + head); the squared
+ * gradient norm is a sum over layers in model order of per-layer sums, each
+ * the sum of its unit's chunk sums (remat_model_grad_sumsq). A replica's
+ * buffers may hold only its shards (ZeRO); remat_model_unit_at finds an
+ * element of a unit in either layout. */
 #include <math.h>
 #include <string.h>
 
@@ -41,7 +47,27 @@ int remat__model_plan(remat_model **out, const remat_config *cfg, int64_t B, int
   m->stage = *st;
   m->stage.policy = m->mp.policy;
   remat__stage_param_sizes(cfg, &m->stage, m->sz);
-  for (int i = 0; i < REMAT_P_COUNT; i++) m->num_params += m->sz[i];
+  size_t all[REMAT_P_COUNT], off = 0;
+  remat_param_sizes(cfg, all);
+  for (int i = 0; i < REMAT_P_COUNT; i++) {
+    m->tensor_off[i] = off;
+    off += m->sz[i];
+    m->tensor_first[i] = m->sz[i] == all[i] ? 0
+                         : all[i] / (size_t)cfg->num_layers * (size_t)st->first_block;
+  }
+  m->num_params = off;
+  m->D = m->mp.replicas;
+  m->r = m->mp.replica;
+  m->zero = m->mp.zero;
+  int64_t L = cfg->num_layers;
+  m->shard_emb = remat_unit_shard(cfg, 0, m->D);
+  m->shard_blk = remat_unit_shard(cfg, 1, m->D);
+  m->shard_head = remat_unit_shard(cfg, L + 1, m->D);
+  m->head_grad_split = m->D > 1 ? (size_t)m->D * m->shard_emb
+                                : remat__align(remat_unit_floats(cfg, L + 2) * sizeof(float)) /
+                                      sizeof(float);
+  if (remat_model_buf_sharded(m, REMAT_BUF_PARAMS))
+    m->num_params = m->shard_emb + (size_t)L * m->shard_blk + m->shard_head;
   *out = m;
   return 0;
 }
@@ -70,14 +96,18 @@ int remat__model_allocate(remat_model *m, remat_error *err) {
   m->tied_grad = AT(REMAT_BUF_TIED_GRAD);
   m->send = AT(REMAT_BUF_SEND);
 #undef AT
-  remat__stage_param_views(&m->cfg, &m->stage, m->params, m->p);
-  remat__stage_param_views(&m->cfg, &m->stage, m->grads, m->g);
-  size_t P = b[REMAT_BUF_PARAMS].bytes;
-  memset(m->params, 0, P);
-  memset(m->grads, 0, P);
-  memset(m->adam_m, 0, P);
-  memset(m->adam_v, 0, P);
-  if (m->tied_grad) memset(m->tied_grad, 0, b[REMAT_BUF_TIED_GRAD].bytes);
+  /* tensor views of the whole (flat) buffers; a replica's sharded ones have none */
+  if (!remat_model_buf_sharded(m, REMAT_BUF_PARAMS))
+    remat__stage_param_views(&m->cfg, &m->stage, m->params, m->p);
+  if (!remat_model_buf_sharded(m, REMAT_BUF_GRADS))
+    remat__stage_param_views(&m->cfg, &m->stage, m->grads, m->g);
+  const int persistent[] = {REMAT_BUF_PARAMS, REMAT_BUF_GRADS, REMAT_BUF_ADAM_M, REMAT_BUF_ADAM_V,
+                            REMAT_BUF_TIED_GRAD};
+  for (size_t i = 0; i < sizeof persistent / sizeof persistent[0]; i++) {
+    const remat_membuf *r = &b[persistent[i]];
+    if (r->bytes) memset(m->arena + r->offset, 0, r->bytes);
+  }
+  m->grads_fresh = 1;
   return 0;
 }
 
@@ -125,6 +155,10 @@ void remat_model_set_step(remat_model *m, int64_t step) { m->step = step; }
 double remat_model_recompute_seconds(const remat_model *m) { return m->recompute_s; }
 size_t remat_stage_num_params(const remat_config *cfg, const remat_stage *st) {
   size_t sz[REMAT_P_COUNT], n = 0;
+  if (st->replicas > 1 && st->zero >= 3) {
+    for (int64_t u = 0; u <= cfg->num_layers + 1; u++) n += remat_unit_shard(cfg, u, st->replicas);
+    return n;
+  }
   remat__stage_param_sizes(cfg, st, sz);
   for (int i = 0; i < REMAT_P_COUNT; i++) n += sz[i];
   return n;
@@ -133,6 +167,90 @@ double remat_model_take_recompute_seconds(remat_model *m) {
   double s = m->recompute_s;
   m->recompute_s = 0;
   return s;
+}
+
+void *remat_model_region(remat_model *m, int buf, size_t *bytes) {
+  REMAT_ASSERT(m->arena && buf >= 0 && buf < REMAT_BUF_COUNT);
+  *bytes = m->mp.buf[buf].bytes;
+  return *bytes ? m->arena + m->mp.buf[buf].offset : NULL;
+}
+
+void remat_model_set_layer_ops(remat_model *m, const remat_layer_ops *ops) {
+  m->lops = ops ? *ops : (remat_layer_ops){0};
+}
+
+int remat_model_buf_sharded(const remat_model *m, int buf) {
+  if (m->D <= 1) return 0;
+  switch (buf) {
+  case REMAT_BUF_PARAMS:
+    return m->zero >= 3;
+  case REMAT_BUF_GRADS:
+  case REMAT_BUF_TIED_GRAD:
+    return m->zero >= 2;
+  case REMAT_BUF_ADAM_M:
+  case REMAT_BUF_ADAM_V:
+    return m->zero >= 1;
+  default:
+    return 0;
+  }
+}
+
+static float *buf_base(remat_model *m, int buf) {
+  switch (buf) {
+  case REMAT_BUF_PARAMS:
+    return m->params;
+  case REMAT_BUF_GRADS:
+    return m->grads;
+  case REMAT_BUF_ADAM_M:
+    return m->adam_m;
+  case REMAT_BUF_ADAM_V:
+    return m->adam_v;
+  case REMAT_BUF_TIED_GRAD:
+    return m->tied_grad;
+  default:
+    REMAT_ASSERT(0 && "not a parameter-shaped buffer");
+    return NULL;
+  }
+}
+
+/* Floats before unit u in a shard vector: the embedding, the blocks, the
+ * head, each one shard. */
+static size_t shard_offset(const remat_model *m, int64_t u) {
+  int64_t L = m->cfg.num_layers;
+  if (u == 0 || u == L + 2) return 0;
+  return m->shard_emb + (size_t)(u - 1) * m->shard_blk;
+}
+
+float *remat_model_shard(remat_model *m, int buf, int64_t u) {
+  REMAT_ASSERT(remat_model_buf_sharded(m, buf) && u >= 0 && u < m->cfg.num_layers + 3);
+  return buf_base(m, buf) + shard_offset(m, u);
+}
+
+float *remat_model_unit_at(remat_model *m, int buf, int64_t u, size_t i, size_t *run) {
+  int64_t L = m->cfg.num_layers;
+  REMAT_ASSERT(u >= 0 && u < L + 3 && (u == L + 2) == (buf == REMAT_BUF_TIED_GRAD));
+  float *base = buf_base(m, buf);
+  if (remat_model_buf_sharded(m, buf)) {
+    size_t first, count;
+    remat_unit_owned(&m->cfg, u, m->D, m->r, &first, &count);
+    REMAT_ASSERT(i >= first && i < first + count);
+    *run = first + count - i;
+    return base + shard_offset(m, u) + (i - first);
+  }
+  remat_unit_segment seg[REMAT_UNIT_MAX_SEGMENTS];
+  int n = remat_unit_segments(&m->cfg, u, seg), k = 0;
+  while (k + 1 < n && i >= seg[k].at + seg[k].count) k++;
+  REMAT_ASSERT(i >= seg[k].at && i < seg[k].at + seg[k].count);
+  *run = seg[k].at + seg[k].count - i;
+  int t = seg[k].tensor;
+  if (u == L + 2) /* the tied gradient apart, or a head stage's own copy */
+    return (m->tied_grad ? m->tied_grad : m->grads + m->tensor_off[t]) + i;
+  size_t all[REMAT_P_COUNT], start = 0;
+  remat_param_sizes(&m->cfg, all);
+  for (int j = 0; j < t; j++) start += all[j];
+  size_t in_tensor = seg[k].offset - start + (i - seg[k].at);
+  REMAT_ASSERT(in_tensor >= m->tensor_first[t] && in_tensor - m->tensor_first[t] < m->sz[t]);
+  return base + m->tensor_off[t] + (in_tensor - m->tensor_first[t]);
 }
 
 float *remat_model_workspace(remat_model *m, size_t *bytes) {
@@ -164,14 +282,52 @@ static void stage_params_copy(const remat_config *cfg, const remat_stage *st, fl
   }
 }
 
+/* A replica under ZeRO 3 holds its shard of each unit, unit after unit. */
+static void shard_params_copy(const remat_config *cfg, const remat_stage *st, float *shards,
+                              float *full, int to_full) {
+  int64_t L = cfg->num_layers;
+  float *at = shards;
+  for (int64_t u = 0; u <= L + 1; u++) {
+    size_t first, count;
+    remat_unit_owned(cfg, u, st->replicas, st->replica, &first, &count);
+    remat_unit_segment seg[REMAT_UNIT_MAX_SEGMENTS];
+    int n = remat_unit_segments(cfg, u, seg);
+    for (int k = 0; k < n; k++) {
+      size_t lo = seg[k].at > first ? seg[k].at : first;
+      size_t hi = seg[k].at + seg[k].count < first + count ? seg[k].at + seg[k].count
+                                                           : first + count;
+      if (lo >= hi) continue;
+      float *f = full + seg[k].offset + (lo - seg[k].at), *sh = at + (lo - first);
+      if (to_full)
+        memcpy(f, sh, (hi - lo) * sizeof(float));
+      else
+        memcpy(sh, f, (hi - lo) * sizeof(float));
+    }
+    at += remat_unit_shard(cfg, u, st->replicas);
+  }
+}
+
+static int zero3(const remat_stage *st) { return st->replicas > 1 && st->zero >= 3; }
+
 void remat_stage_params_to_full(const remat_config *cfg, const remat_stage *st,
                                 const float *flat, float *full) {
-  stage_params_copy(cfg, st, (float *)flat, full, 1);
+  if (zero3(st))
+    shard_params_copy(cfg, st, (float *)flat, full, 1);
+  else
+    stage_params_copy(cfg, st, (float *)flat, full, 1);
 }
 
 void remat_stage_params_from_full(const remat_config *cfg, const remat_stage *st,
                                   const float *full, float *flat) {
-  stage_params_copy(cfg, st, flat, (float *)full, 0);
+  if (zero3(st)) {
+    int64_t L = cfg->num_layers;
+    size_t n = 0;
+    for (int64_t u = 0; u <= L + 1; u++) n += remat_unit_shard(cfg, u, st->replicas);
+    memset(flat, 0, n * sizeof(float)); /* the padding past a unit's end */
+    shard_params_copy(cfg, st, flat, (float *)full, 0);
+  } else {
+    stage_params_copy(cfg, st, flat, (float *)full, 0);
+  }
 }
 
 static char *slot_at(remat_model *m, int64_t slot) {
@@ -213,52 +369,63 @@ size_t remat_model_arena_high_water(remat_model *m) {
   return m->high_water;
 }
 
-/* Element offset of the stage's first element of tensor i in the whole
- * tensor: block tensors start at the stage's first block. */
-static size_t tensor_first(const remat_model *m, int i) {
-  size_t all[REMAT_P_COUNT];
-  remat_param_sizes(&m->cfg, all);
+/* Elements [first, first + n) of tensor i, held at dst: GPT-2's
+ * initialisation, a pure function of the element's index. */
+static void init_piece(const remat_config *c, int i, float *dst, size_t first, size_t n,
+                       uint64_t seed) {
+  float std = 0.02f, proj_std = 0.02f / sqrtf(2.0f * (float)c->num_layers);
   switch (i) {
   case REMAT_P_WTE:
   case REMAT_P_WPE:
+  case REMAT_P_QKVW:
+  case REMAT_P_FCW:
+    remat__init_normal(dst, first, n, std, seed, (uint32_t)i);
+    break;
+  case REMAT_P_ATTPROJW:
+  case REMAT_P_FCPROJW:
+    remat__init_normal(dst, first, n, proj_std, seed, (uint32_t)i);
+    break;
+  case REMAT_P_LN1W:
+  case REMAT_P_LN2W:
   case REMAT_P_LNFW:
-  case REMAT_P_LNFB:
-    return 0;
+    for (size_t k = 0; k < n; k++) dst[k] = 1.0f;
+    break;
   default:
-    return all[i] / (size_t)m->cfg.num_layers * (size_t)m->stage.first_block;
+    memset(dst, 0, n * sizeof(float));
+  }
+  /* padded vocabulary rows never see a token: keep them zero */
+  if (i == REMAT_P_WTE) {
+    size_t lo = (size_t)c->vocab_size * (size_t)c->channels;
+    if (lo < first) lo = first;
+    for (size_t e = lo; e < first + n; e++) dst[e - first] = 0.0f;
   }
 }
 
 void remat_model_init_weights(remat_model *m, uint64_t seed) {
   const remat_config *c = &m->cfg;
-  float std = 0.02f, proj_std = 0.02f / sqrtf(2.0f * (float)c->num_layers);
-  for (int i = 0; i < REMAT_P_COUNT; i++) {
-    size_t n = m->sz[i], first = tensor_first(m, i);
-    if (!n) continue;
-    switch (i) {
-    case REMAT_P_WTE:
-    case REMAT_P_WPE:
-    case REMAT_P_QKVW:
-    case REMAT_P_FCW:
-      remat__init_normal(m->p[i], first, n, std, seed, (uint32_t)i);
-      break;
-    case REMAT_P_ATTPROJW:
-    case REMAT_P_FCPROJW:
-      remat__init_normal(m->p[i], first, n, proj_std, seed, (uint32_t)i);
-      break;
-    case REMAT_P_LN1W:
-    case REMAT_P_LN2W:
-    case REMAT_P_LNFW:
-      for (size_t k = 0; k < n; k++) m->p[i][k] = 1.0f;
-      break;
-    default:
-      memset(m->p[i], 0, n * sizeof(float));
-    }
+  if (!remat_model_buf_sharded(m, REMAT_BUF_PARAMS)) {
+    for (int i = 0; i < REMAT_P_COUNT; i++)
+      if (m->sz[i]) init_piece(c, i, m->p[i], m->tensor_first[i], m->sz[i], seed);
+    return;
   }
-  /* padded vocabulary rows never see a token: keep them zero */
-  if (m->p[REMAT_P_WTE]) {
-    size_t V = (size_t)c->vocab_size, Vp = (size_t)c->padded_vocab_size, C = (size_t)c->channels;
-    memset(m->p[REMAT_P_WTE] + V * C, 0, (Vp - V) * C * sizeof(float));
+  /* ZeRO 3: this replica's shards, piece by piece */
+  size_t all[REMAT_P_COUNT], start[REMAT_P_COUNT] = {0};
+  remat_param_sizes(c, all);
+  for (int i = 1; i < REMAT_P_COUNT; i++) start[i] = start[i - 1] + all[i - 1];
+  for (int64_t u = 0; u <= c->num_layers + 1; u++) {
+    size_t first, count, run;
+    remat_unit_owned(c, u, m->D, m->r, &first, &count);
+    remat_unit_segment seg[REMAT_UNIT_MAX_SEGMENTS];
+    int n = remat_unit_segments(c, u, seg);
+    for (int k = 0; k < n; k++) {
+      size_t lo = seg[k].at > first ? seg[k].at : first;
+      size_t hi = seg[k].at + seg[k].count < first + count ? seg[k].at + seg[k].count
+                                                           : first + count;
+      if (lo >= hi) continue;
+      float *dst = remat_model_unit_at(m, REMAT_BUF_PARAMS, u, lo, &run);
+      int t = seg[k].tensor;
+      init_piece(c, t, dst, seg[k].offset - start[t] + (lo - seg[k].at), hi - lo, seed);
+    }
   }
 }
 
@@ -282,6 +449,65 @@ typedef struct {
         SLICE(src[REMAT_P_FCPROJW], l, C, 4 * C), SLICE(src[REMAT_P_FCPROJB], l, C, 1)      \
   }
 
+/* A block's tensors inside its unit vector (remat/memory.h), in order. */
+static void unit_block_views(float *base, size_t C, float *v[12]) {
+  const size_t n[12] = {C, C, 3 * C * C, 3 * C, C * C, C, C, C, 4 * C * C, 4 * C, 4 * C * C, C};
+  for (int k = 0; k < 12; k++) {
+    v[k] = base;
+    base += n[k];
+  }
+}
+#define UNIT_VIEW(T, v)                                                                     \
+  (T) { v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10], v[11] }
+
+/* Unit u's parameters from a replica's runtime (ZeRO 3), or NULL: the
+ * model's own tensors. */
+static const float *unit_params(remat_model *m, int64_t u, int phase) {
+  return m->lops.params ? m->lops.params(m->lops.ctx, u, phase) : NULL;
+}
+
+/* Block i of the stage: its parameters in the model's tensors, or in a
+ * unit vector. */
+static block_params block_params_of(remat_model *m, int64_t i, const float *unit) {
+  if (!unit) return BLOCK_VIEW(block_params, m->p, i, m->cfg.channels);
+  float *v[12];
+  unit_block_views((float *)unit, (size_t)m->cfg.channels, v);
+  return UNIT_VIEW(block_params, v);
+}
+
+/* Where the gradient of a layer (kind) of this micro-batch goes: NULL for
+ * straight into the step's gradients (the step's first micro-batch, or a
+ * model that does not accumulate), else the layer's gradient buffer in the
+ * workspace at byte offset off, zeroed: the gradient is computed from zero
+ * (see remat_model_forward_backward on why). */
+static float *grad_buffer(remat_model *m, int kind, size_t off) {
+  size_t bytes = m->mp.grad_bytes[kind];
+  REMAT_ASSERT(m->D <= 1 || m->lops.grads);
+  if (!bytes || (m->grads_fresh && !m->lops.grads)) return NULL;
+  float *g = (float *)(m->work + off);
+  memset(g, 0, bytes);
+  return g;
+}
+
+/* Unit u's gradient of this micro-batch is complete in buf: a replica hands
+ * it to its runtime (which reduces it across replicas); a model adds it to
+ * the step's gradients, g = g + c. */
+static void grad_done(remat_model *m, int64_t u, float *buf) {
+  if (!buf) return;
+  if (m->lops.grads) {
+    m->lops.grads(m->lops.ctx, u, buf);
+    return;
+  }
+  int which = u == m->cfg.num_layers + 2 ? REMAT_BUF_TIED_GRAD : REMAT_BUF_GRADS;
+  size_t n = remat_unit_floats(&m->cfg, u), run;
+  for (size_t i = 0; i < n; i += run) {
+    float *g = remat_model_unit_at(m, which, u, i, &run);
+    const float *c = buf + i;
+#pragma omp parallel for simd schedule(static)
+    for (size_t j = 0; j < run; j++) g[j] = g[j] + c[j];
+  }
+}
+
 /* Block i of the stage (global block first_block + i) in a slot: its
  * internals live in the slot when kept, in the scratch when recomputed. */
 static remat__block_acts block_acts(remat_model *m, char *slot, int64_t i) {
@@ -303,12 +529,13 @@ static remat__dropout drop_at(const remat_hparams *hp, int64_t step, uint32_t mi
 /* One block (index i within the stage) forward from x (B,T,C) into a's internals and out (B,T,C). With
  * out == NULL it stops after the GELU: that is all a recompute needs, since
  * the block's output is already stored as the next block's input. */
-static void block_forward(remat_model *m, int64_t i, const float *x, remat__block_acts *a,
-                          float *out, const remat_hparams *hp, uint32_t micro) {
+static void block_forward(remat_model *m, int64_t i, const block_params *wp, const float *x,
+                          remat__block_acts *a, float *out, const remat_hparams *hp,
+                          uint32_t micro) {
   int64_t B = m->B, T = m->T, C = m->cfg.channels, NH = m->cfg.num_heads, N = B * T;
   int64_t l = m->stage.first_block + i; /* the dropout streams are keyed by the global index */
   size_t BTC = (size_t)N * (size_t)C;
-  block_params w = BLOCK_VIEW(block_params, m->p, i, C);
+  const block_params w = *wp;
   remat__dropout d_att = drop_at(hp, m->step, micro, l, REMAT_DROP_ATTN);
   remat__dropout d_r1 = drop_at(hp, m->step, micro, l, REMAT_DROP_RESID1);
   remat__dropout d_r2 = drop_at(hp, m->step, micro, l, REMAT_DROP_RESID2);
@@ -328,14 +555,16 @@ static void block_forward(remat_model *m, int64_t i, const float *x, remat__bloc
   remat__residual_forward(out, out, a->res2, BTC);
 }
 
-/* On entry m->dresid holds dL/d(block output); on exit dL/d(block input). */
-static void block_backward(remat_model *m, int64_t i, const float *x, const remat__block_acts *a,
+/* On entry m->dresid holds dL/d(block output); on exit dL/d(block input).
+ * The parameter gradients accumulate into g. */
+static void block_backward(remat_model *m, int64_t i, const block_params *wp,
+                           const block_grads *gp, const float *x, const remat__block_acts *a,
                            const remat_hparams *hp, uint32_t micro) {
   int64_t B = m->B, T = m->T, C = m->cfg.channels, NH = m->cfg.num_heads, N = B * T;
   int64_t l = m->stage.first_block + i;
   size_t BTC = (size_t)N * (size_t)C;
-  block_params w = BLOCK_VIEW(block_params, m->p, i, C);
-  block_grads g = BLOCK_VIEW(block_grads, m->g, i, C);
+  const block_params w = *wp;
+  const block_grads g = *gp;
   remat__block_dgrads dgrads, *d = &dgrads;
   remat__block_dgrads_view(d, (float *)m->work, B, T, C, NH);
   remat__dropout d_att = drop_at(hp, m->step, micro, l, REMAT_DROP_ATTN);
@@ -360,16 +589,31 @@ static void block_backward(remat_model *m, int64_t i, const float *x, const rema
                             a->ln1_rstd, N, C);
 }
 
+/* The head's parameters: the tied matrix (from the embedding's unit) and
+ * the final layernorm. */
+typedef struct {
+  const float *wte, *lnfw, *lnfb;
+} head_params;
+
+static head_params head_params_of(remat_model *m) {
+  int64_t L = m->cfg.num_layers;
+  const float *e = unit_params(m, 0, 1), *h = unit_params(m, L + 1, 1);
+  return (head_params){.wte = e ? e : m->p[REMAT_P_WTE],
+                       .lnfw = h ? h : m->p[REMAT_P_LNFW],
+                       .lnfb = h ? h + m->cfg.channels : m->p[REMAT_P_LNFB]};
+}
+
 /* Final layernorm, logits and loss of the micro-batch in `slot`; returns
  * the summed loss. */
-static double head_forward(remat_model *m, char *slot, remat__head_acts *h) {
+static double head_forward(remat_model *m, const head_params *w, char *slot,
+                           remat__head_acts *h) {
   const remat_config *c = &m->cfg;
   int64_t N = m->B * m->T, C = c->channels;
   remat__head_acts_view(h, (float *)m->work, m->B, m->T, C);
   remat__layernorm_forward(h->lnf, h->lnf_mean, h->lnf_rstd, resid_at(m, slot, m->stage.num_blocks),
-                           m->p[REMAT_P_LNFW], m->p[REMAT_P_LNFB], N, C);
+                           w->lnfw, w->lnfb, N, C);
   float *logits = (float *)(m->work + m->mp.mm.head_bytes);
-  remat__matmul_forward(logits, h->lnf, m->p[REMAT_P_WTE], NULL, N, C, c->padded_vocab_size);
+  remat__matmul_forward(logits, h->lnf, w->wte, NULL, N, C, c->padded_vocab_size);
   const int32_t *targets = (const int32_t *)(slot + m->mp.targets_offset);
   return remat__crossentropy_forward(logits, h->losses, targets, N, c->vocab_size,
                                      c->padded_vocab_size);
@@ -378,52 +622,83 @@ static double head_forward(remat_model *m, char *slot, remat__head_acts *h) {
 void remat_model_stage_forward(remat_model *m, int64_t slot_index, uint32_t micro,
                                const remat_hparams *hp) {
   char *slot = slot_at(m, slot_index);
-  int64_t nb = m->stage.num_blocks;
+  int64_t nb = m->stage.num_blocks, C = m->cfg.channels;
   if (m->stage.has_embedding) {
     float *out = nb || m->stage.has_head ? resid_at(m, slot, 0) : m->send;
+    const float *e = unit_params(m, 0, 0);
     remat__encoder_forward(out, (const int32_t *)(slot + m->mp.inputs_offset),
-                           m->p[REMAT_P_WTE], m->p[REMAT_P_WPE], m->B, m->T, m->cfg.channels);
+                           e ? e : m->p[REMAT_P_WTE],
+                           e ? e + (size_t)m->cfg.padded_vocab_size * (size_t)C : m->p[REMAT_P_WPE],
+                           m->B, m->T, C);
   }
   for (int64_t i = 0; i < nb; i++) {
     remat__block_acts a = block_acts(m, slot, i);
     float *out = i + 1 < nb || m->stage.has_head ? resid_at(m, slot, i + 1) : m->send;
-    block_forward(m, i, resid_at(m, slot, i), &a, out, hp, micro);
+    block_params w = block_params_of(m, i, unit_params(m, 1 + m->stage.first_block + i, 0));
+    block_forward(m, i, &w, resid_at(m, slot, i), &a, out, hp, micro);
   }
 }
 
 double remat_model_stage_backward(remat_model *m, int64_t slot_index, uint32_t micro, float dloss,
                                   const remat_hparams *hp) {
   const remat_config *c = &m->cfg;
+  const remat_memory_model *mm = &m->mp.mm;
   char *slot = slot_at(m, slot_index);
-  int64_t N = m->B * m->T, C = c->channels, nb = m->stage.num_blocks;
+  int64_t N = m->B * m->T, C = c->channels, nb = m->stage.num_blocks, L = c->num_layers;
   double loss = 0;
   if (m->stage.has_head) {
     remat__head_acts h;
-    loss = head_forward(m, slot, &h);
-    float *logits = (float *)(m->work + m->mp.mm.head_bytes);
+    head_params w = head_params_of(m);
+    loss = head_forward(m, &w, slot, &h);
+    float *logits = (float *)(m->work + mm->head_bytes);
     const int32_t *targets = (const int32_t *)(slot + m->mp.targets_offset);
     remat__crossentropy_backward(logits, targets, dloss, N, c->vocab_size, c->padded_vocab_size);
-    /* the head's share of the tied matrix's gradient, summed on its own */
-    float *gwte = m->tied_grad ? m->tied_grad : m->g[REMAT_P_WTE];
-    remat__matmul_backward(h.dlnf, gwte, NULL, logits, h.lnf, m->p[REMAT_P_WTE], N, C,
+    /* the head's share of the tied matrix's gradient, summed on its own;
+     * the buffer holds it, then the head's own unit */
+    float *gb = grad_buffer(m, REMAT_LAYER_HEAD, mm->head_bytes + mm->logits_bytes);
+    float *gwte = gb ? gb : m->tied_grad ? m->tied_grad : m->g[REMAT_P_WTE];
+    float *glnf = gb ? gb + m->head_grad_split : m->g[REMAT_P_LNFW];
+    float *glnfb = gb ? gb + m->head_grad_split + C : m->g[REMAT_P_LNFB];
+    remat__matmul_backward(h.dlnf, gwte, NULL, logits, h.lnf, w.wte, N, C,
                            c->padded_vocab_size);
     memset(m->dresid, 0, (size_t)N * (size_t)C * sizeof(float));
-    remat__layernorm_backward(m->dresid, m->g[REMAT_P_LNFW], m->g[REMAT_P_LNFB], h.dlnf,
-                              resid_at(m, slot, nb), m->p[REMAT_P_LNFW], h.lnf_mean, h.lnf_rstd,
-                              N, C);
+    remat__layernorm_backward(m->dresid, glnf, glnfb, h.dlnf, resid_at(m, slot, nb), w.lnfw,
+                              h.lnf_mean, h.lnf_rstd, N, C);
+    grad_done(m, L + 2, gb);
+    grad_done(m, L + 1, gb ? gb + m->head_grad_split : NULL);
   }
   for (int64_t i = nb - 1; i >= 0; i--) {
     remat__block_acts a = block_acts(m, slot, i);
-    if (m->mp.policy[i] == REMAT_RECOMPUTE) {
+    int rec = m->mp.policy[i] == REMAT_RECOMPUTE;
+    int64_t u = 1 + m->stage.first_block + i;
+    block_params w = block_params_of(m, i, unit_params(m, u, 1));
+    if (rec) {
       double t0 = remat__now();
-      block_forward(m, i, resid_at(m, slot, i), &a, NULL, hp, micro);
+      block_forward(m, i, &w, resid_at(m, slot, i), &a, NULL, hp, micro);
       m->recompute_s += remat__now() - t0;
     }
-    block_backward(m, i, resid_at(m, slot, i), &a, hp, micro);
+    float *gb = grad_buffer(m, REMAT_LAYER_BLOCK,
+                            mm->block_dgrad_bytes + (rec ? mm->block_internal_bytes : 0));
+    block_grads g;
+    if (gb) {
+      float *v[12];
+      unit_block_views(gb, (size_t)C, v);
+      g = UNIT_VIEW(block_grads, v);
+    } else {
+      g = BLOCK_VIEW(block_grads, m->g, i, C);
+    }
+    block_backward(m, i, &w, &g, resid_at(m, slot, i), &a, hp, micro);
+    grad_done(m, u, gb);
   }
-  if (m->stage.has_embedding)
-    remat__encoder_backward(m->g[REMAT_P_WTE], m->g[REMAT_P_WPE], m->dresid,
-                            (const int32_t *)(slot + m->mp.inputs_offset), m->B, m->T, C);
+  if (m->stage.has_embedding) {
+    float *gb = grad_buffer(m, REMAT_LAYER_EMBEDDING, 0);
+    size_t wte = (size_t)c->padded_vocab_size * (size_t)C;
+    remat__encoder_backward(gb ? gb : m->g[REMAT_P_WTE], gb ? gb + wte : m->g[REMAT_P_WPE],
+                            m->dresid, (const int32_t *)(slot + m->mp.inputs_offset), m->B,
+                            m->T, C);
+    grad_done(m, 0, gb);
+  }
+  m->grads_fresh = 0;
   return loss;
 }
 
@@ -439,45 +714,96 @@ float remat_model_eval(remat_model *m) {
   REMAT_ASSERT(m->stage.has_embedding && m->stage.has_head);
   remat_model_stage_forward(m, 0, 0, NULL);
   remat__head_acts h;
-  return (float)(head_forward(m, slot_at(m, 0), &h) / (double)(m->B * m->T));
+  head_params w = head_params_of(m);
+  return (float)(head_forward(m, &w, slot_at(m, 0), &h) / (double)(m->B * m->T));
 }
 
 void remat_model_zero_grad(remat_model *m) {
-  memset(m->grads, 0, m->num_params * sizeof(float));
-  if (m->tied_grad) memset(m->tied_grad, 0, m->sz[REMAT_P_WTE] * sizeof(float));
+  const remat_membuf *b = m->mp.buf;
+  memset(m->grads, 0, b[REMAT_BUF_GRADS].bytes);
+  if (m->tied_grad) memset(m->tied_grad, 0, b[REMAT_BUF_TIED_GRAD].bytes);
   m->tied_summed = 0;
+  m->grads_fresh = 1;
+}
+
+/* g[i] = g[i] + t[i] over [first, first + count) of the tied matrix. */
+static void add_tied(remat_model *m, size_t first, size_t count) {
+  size_t run_g, run_t;
+  for (size_t i = first; i < first + count;) {
+    float *g = remat_model_unit_at(m, REMAT_BUF_GRADS, 0, i, &run_g);
+    const float *t = remat_model_unit_at(m, REMAT_BUF_TIED_GRAD, m->cfg.num_layers + 2, i, &run_t);
+    size_t run = run_g < run_t ? run_g : run_t;
+    if (run > first + count - i) run = first + count - i;
+#pragma omp parallel for simd schedule(static)
+    for (size_t j = 0; j < run; j++) g[j] = g[j] + t[j]; /* embedding + head */
+    i += run;
+  }
 }
 
 void remat_model_sum_tied(remat_model *m) {
   if (!m->tied_grad || m->tied_summed) return;
   m->tied_summed = 1;
-  float *g = m->g[REMAT_P_WTE];
-  const float *h = m->tied_grad;
-  size_t n = m->sz[REMAT_P_WTE];
-#pragma omp parallel for simd schedule(static)
-  for (size_t i = 0; i < n; i++) g[i] = g[i] + h[i]; /* embedding + head */
+  size_t first = 0, count = m->sz[REMAT_P_WTE];
+  if (m->D > 1) { /* a replica: the elements it owns */
+    remat_unit_owned(&m->cfg, m->cfg.num_layers + 2, m->D, m->r, &first, &count);
+  }
+  add_tied(m, first, count);
+}
+
+/* Adds the squares of run floats at chunk position p0 to the 8 lanes (the
+ * lane of an element is its position in its chunk, mod 8). */
+static void lanes_add(double lane[8], const float *x, size_t run, size_t p0) {
+  size_t j = 0;
+  for (; j < run && ((p0 + j) & 7); j++) lane[(p0 + j) & 7] += (double)x[j] * (double)x[j];
+  for (; j + 8 <= run; j += 8)
+    for (int l = 0; l < 8; l++) lane[l] += (double)x[j + l] * (double)x[j + l];
+  for (; j < run; j++) lane[(p0 + j) & 7] += (double)x[j] * (double)x[j];
+}
+
+int64_t remat_model_grad_chunk_sums(remat_model *m, int64_t u, size_t first, size_t count,
+                                    double *out) {
+  const size_t Q = REMAT_SHARD_QUANTUM;
+  REMAT_ASSERT(first % Q == 0);
+  int64_t nch = (int64_t)((count + Q - 1) / Q);
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < nch; c++) {
+    size_t lo = first + (size_t)c * Q, hi = lo + Q < first + count ? lo + Q : first + count, run;
+    double lane[8] = {0};
+    for (size_t i = lo; i < hi; i += run) {
+      const float *x = remat_model_unit_at(m, REMAT_BUF_GRADS, u, i, &run);
+      if (run > hi - i) run = hi - i;
+      lanes_add(lane, x, run, i - lo);
+    }
+    double s = 0.0;
+    for (int l = 0; l < 8; l++) s += lane[l];
+    out[c] = s;
+  }
+  return nch;
+}
+
+/* A unit's sum of squares: its chunk sums, added in order. */
+static double unit_sumsq(remat_model *m, int64_t u) {
+  const size_t Q = REMAT_SHARD_QUANTUM, n = remat_unit_floats(&m->cfg, u);
+  double part[256], s = 0.0;
+  for (size_t first = 0; first < n; first += 256 * Q) {
+    size_t count = n - first < 256 * Q ? n - first : 256 * Q;
+    int64_t k = remat_model_grad_chunk_sums(m, u, first, count, part);
+    for (int64_t c = 0; c < k; c++) s += part[c];
+  }
+  return s;
 }
 
 /* The layers of the stage, in model order: the embedding (wte, wpe), each
  * block (its 12 tensors), the head (the final layernorm; its copy of wte is
- * counted once, on the embedding). Each layer's sum is over its tensors in
- * llm.c order, each tensor summed by remat__sumsq. */
-int64_t remat_model_grad_sumsq_layers(const remat_model *m, double *out) {
+ * counted once, on the embedding): each its unit's sum. */
+int64_t remat_model_grad_sumsq_layers(const remat_model *cm, double *out) {
+  remat_model *m = (remat_model *)cm; /* reads only */
+  REMAT_ASSERT(m->D <= 1);
   int64_t k = 0;
-  if (m->stage.has_embedding)
-    out[k++] = remat__sumsq(m->g[REMAT_P_WTE], m->sz[REMAT_P_WTE]) +
-               remat__sumsq(m->g[REMAT_P_WPE], m->sz[REMAT_P_WPE]);
-  for (int64_t i = 0; i < m->stage.num_blocks; i++) {
-    double s = 0;
-    for (int t = REMAT_P_LN1W; t <= REMAT_P_FCPROJB; t++) {
-      size_t per = m->sz[t] / (size_t)m->stage.num_blocks;
-      s += remat__sumsq(m->g[t] + (size_t)i * per, per);
-    }
-    out[k++] = s;
-  }
-  if (m->stage.has_head)
-    out[k++] = remat__sumsq(m->g[REMAT_P_LNFW], m->sz[REMAT_P_LNFW]) +
-               remat__sumsq(m->g[REMAT_P_LNFB], m->sz[REMAT_P_LNFB]);
+  if (m->stage.has_embedding) out[k++] = unit_sumsq(m, 0);
+  for (int64_t i = 0; i < m->stage.num_blocks; i++)
+    out[k++] = unit_sumsq(m, 1 + m->stage.first_block + i);
+  if (m->stage.has_head) out[k++] = unit_sumsq(m, m->cfg.num_layers + 1);
   return k;
 }
 
@@ -507,6 +833,28 @@ static int decays(int tensor) {
   }
 }
 
+/* AdamW over the parts of unit u this replica owns, segment by segment
+ * (the weight decay is per tensor). */
+static void update_owned(remat_model *m, int64_t u, const remat__adamw *opt, float wd,
+                         float scale) {
+  size_t first, count;
+  remat_unit_owned(&m->cfg, u, m->D, m->r, &first, &count);
+  remat_unit_segment seg[REMAT_UNIT_MAX_SEGMENTS];
+  int n = remat_unit_segments(&m->cfg, u, seg);
+  for (int k = 0; k < n; k++) {
+    size_t lo = seg[k].at > first ? seg[k].at : first;
+    size_t hi = seg[k].at + seg[k].count < first + count ? seg[k].at + seg[k].count
+                                                         : first + count;
+    if (lo >= hi) continue;
+    size_t run;
+    float *p = remat_model_unit_at(m, REMAT_BUF_PARAMS, u, lo, &run);
+    float *g = remat_model_unit_at(m, REMAT_BUF_GRADS, u, lo, &run);
+    float *mo = remat_model_unit_at(m, REMAT_BUF_ADAM_M, u, lo, &run);
+    float *v = remat_model_unit_at(m, REMAT_BUF_ADAM_V, u, lo, &run);
+    remat__adamw_update(p, g, mo, v, hi - lo, opt, decays(seg[k].tensor) ? wd : 0.0f, scale);
+  }
+}
+
 void remat_model_update(remat_model *m, const remat_hparams *hp, float lr, float norm) {
   float scale = 1.0f;
   if (hp->grad_clip > 0) {
@@ -516,6 +864,11 @@ void remat_model_update(remat_model *m, const remat_hparams *hp, float lr, float
   m->step++;
   remat__adamw opt = {.lr = lr, .beta1 = hp->beta1, .beta2 = hp->beta2, .eps = hp->eps,
                       .step = (int)m->step};
+  if (m->D > 1 && m->zero >= 1) { /* the shards this replica owns */
+    for (int64_t u = 0; u <= m->cfg.num_layers + 1; u++)
+      update_owned(m, u, &opt, hp->weight_decay, scale);
+    return;
+  }
   float *pm = m->adam_m, *pv = m->adam_v;
   for (int i = 0; i < REMAT_P_COUNT; i++) {
     if (!m->sz[i]) continue;

@@ -29,6 +29,20 @@ struct remat_model {
   float *send;        /* (B, T, C) output of a stage without the head */
   char *work;         /* the transient workspace */
 
+  /* Each tensor's first float in the stage's flat buffers, and the first
+   * element of the whole tensor that the stage holds (a block tensor starts
+   * at the stage's first block). */
+  size_t tensor_off[REMAT_P_COUNT], tensor_first[REMAT_P_COUNT];
+  /* A replica: D copies of the whole model, this is copy r, under ZeRO
+   * stage zero; shard floats of the embedding (and tied), a block, the head */
+  int64_t D, r;
+  int zero;
+  size_t shard_emb, shard_blk, shard_head;
+  size_t head_grad_split; /* floats before the head's own unit in its gradient buffer */
+  int grads_fresh;        /* no backward since zero_grad: the first writes straight into
+                             the step's gradients */
+  remat_layer_ops lops;   /* a replica's parameter gathers and gradient reductions */
+
   size_t high_water;  /* cache for remat_model_arena_high_water */
   int64_t step;       /* optimizer steps taken */
   double recompute_s; /* seconds spent recomputing, since last taken */

@@ -648,10 +648,35 @@ int remat_plan_problem_load(remat_plan_problem *pb, const char *path, remat_erro
 int remat_plan_problem_from_model(remat_plan_problem *pb, const remat_config *cfg, int64_t B,
                                   int64_t T, int64_t stages, int64_t microbatches, size_t memory,
                                   remat_error *err) {
+  return remat_plan_problem_from_replicas(pb, cfg, B, T, stages, microbatches, 1, 0, memory,
+                                          err);
+}
+
+int remat_plan_problem_from_replicas(remat_plan_problem *pb, const remat_config *cfg, int64_t B,
+                                     int64_t T, int64_t stages, int64_t microbatches,
+                                     int64_t replicas, int zero, size_t memory,
+                                     remat_error *err) {
   memset(pb, 0, sizeof *pb);
   remat_memory_model mm;
   int rc = remat_memory_model_get(cfg, B, T, &mm, err);
   if (rc) return rc;
+  if (replicas > 1 && stages != 1)
+    return remat__errorf(err, REMAT_EINVAL,
+                         "%lld pipeline stages of %lld replicas each: data parallelism runs "
+                         "the whole model on every rank, without pipeline stages",
+                         (long long)stages, (long long)replicas);
+  remat_replica_bytes rb = {0};
+  if (replicas > 1) {
+    if ((rc = remat_replica_bytes_get(cfg, replicas, zero, &rb, err))) return rc;
+    for (int k = 0; k < REMAT_LAYER_KIND_COUNT; k++) {
+      mm.layer[k].state = rb.state[k];
+      mm.layer[k].grad = rb.grad[k];
+    }
+    mm.head_joint_state = rb.head_joint_state;
+  }
+  /* gradients computed apart, then added: several micro-batches per step,
+   * or replicas */
+  int apart = microbatches > 1 || replicas > 1;
   if ((rc = remat_plan_problem_init(pb, stages, 3, err))) return rc;
   pb->microbatches = microbatches;
   remat_plan_problem_set_memory(pb, memory);
@@ -667,8 +692,8 @@ int remat_plan_problem_from_model(remat_plan_problem *pb, const remat_config *cf
     g->count = k == REMAT_LAYER_BLOCK ? cfg->num_layers : 1;
     g->act_bytes = lb->kept;
     g->ckpt_bytes = lb->ckpt;
-    g->recompute_bytes = lb->scratch;
-    g->work_bytes = lb->work;
+    g->recompute_bytes = lb->scratch + (apart && lb->scratch ? lb->grad : 0);
+    g->work_bytes = lb->work + (apart ? lb->grad : 0);
     g->state_bytes = lb->state;
     /* one stage holds the embedding and the head together */
     if (k == REMAT_LAYER_HEAD && stages == 1) g->state_bytes = mm.head_joint_state;
@@ -683,13 +708,18 @@ int remat_plan_problem_from_model(remat_plan_problem *pb, const remat_config *cf
   blk->recompute = f;
   h->fwd = (2.0 * Bd * Td * C * Vp + 5.0 * Bd * Td * Vp) / G;
   h->bwd = 2 * h->fwd;
-  pb->stage_bytes = mm.stage_bytes;
+  pb->stage_bytes = mm.stage_bytes + rb.comm;
   pb->boundary_bytes = mm.boundary_bytes;
   snprintf(pb->time_unit, sizeof pb->time_unit, "GFLOP");
   snprintf(pb->source, sizeof pb->source,
            "GPT-2 L=%lld C=%lld NH=%lld V=%lld, B=%lld, T=%lld", (long long)cfg->num_layers,
            (long long)cfg->channels, (long long)cfg->num_heads, (long long)cfg->vocab_size,
            (long long)B, (long long)T);
+  if (replicas > 1) {
+    size_t n = strlen(pb->source);
+    snprintf(pb->source + n, sizeof pb->source - n, ", %lld replicas, ZeRO %d",
+             (long long)replicas, zero);
+  }
   if ((rc = remat_plan_problem_check(pb, err))) remat_plan_problem_free(pb);
   return rc;
 }

@@ -81,7 +81,11 @@ int remat_trainer_create_stage(remat_trainer **out, const remat_config *cfg,
       tr->have_val = 1;
     }
   }
-  if ((rc = remat__model_plan(&tr->model, cfg, o->B, o->T, st, err))) goto fail;
+  /* several micro-batches a step: each one's gradient is computed apart and
+   * added (remat_model_forward_backward says why) */
+  remat_stage mine = *st;
+  if (o->grad_accum > 1) mine.accumulate = 1;
+  if ((rc = remat__model_plan(&tr->model, cfg, o->B, o->T, &mine, err))) goto fail;
   *out = tr;
   return 0;
 fail:
@@ -189,13 +193,18 @@ int remat_trainer_step(remat_trainer *tr, remat_step_stats *st, remat_error *err
   double sumsq;
   if (tr->ops.norm_sumsq) {
     double part[4096 + 2];
-    int64_t n = remat_model_grad_sumsq_layers(m, part);
+    /* a replica holds shards: its op sums them (remat_model_grad_chunk_sums) */
+    int64_t n = remat_model_stage(m)->replicas > 1 ? 0 : remat_model_grad_sumsq_layers(m, part);
     if ((rc = tr->ops.norm_sumsq(tr->ops.ctx, tr, part, n, &sumsq, err))) return rc;
   } else {
     sumsq = remat_model_grad_sumsq(m);
   }
   float norm = (float)sqrt(sumsq);
-  remat_model_update(m, &o->hp, lr, norm);
+  if (tr->ops.update) {
+    if ((rc = tr->ops.update(tr->ops.ctx, tr, lr, norm, err))) return rc;
+  } else {
+    remat_model_update(m, &o->hp, lr, norm);
+  }
   st->step = m->step;
   st->loss = loss;
   st->lr = lr;

@@ -1,0 +1,120 @@
+/* units.c: the model's parameters cut into units (one layer's tensors as one
+ * vector) and units cut into shards, for data parallelism; and the bytes of
+ * one replica under each ZeRO stage. See include/remat/memory.h. */
+#include <string.h>
+
+#include "base/base.h"
+#include "memory/layout.h"
+
+int64_t remat_unit_count(const remat_config *cfg) { return cfg->num_layers + 3; }
+
+int remat_unit_segments(const remat_config *cfg, int64_t u,
+                        remat_unit_segment seg[REMAT_UNIT_MAX_SEGMENTS]) {
+  int64_t L = cfg->num_layers;
+  REMAT_ASSERT(u >= 0 && u < L + 3);
+  size_t sz[REMAT_P_COUNT], start[REMAT_P_COUNT], at = 0;
+  remat_param_sizes(cfg, sz);
+  start[0] = 0;
+  for (int i = 1; i < REMAT_P_COUNT; i++) start[i] = start[i - 1] + sz[i - 1];
+  int n = 0;
+#define ADD(t, first, len)                                                                  \
+  do {                                                                                      \
+    seg[n] = (remat_unit_segment){.tensor = (t), .offset = start[t] + (first), .at = at,    \
+                                  .count = (len)};                                          \
+    at += (len);                                                                            \
+    n++;                                                                                    \
+  } while (0)
+  if (u == 0) {
+    ADD(REMAT_P_WTE, 0, sz[REMAT_P_WTE]);
+    ADD(REMAT_P_WPE, 0, sz[REMAT_P_WPE]);
+  } else if (u <= L) {
+    size_t l = (size_t)(u - 1);
+    for (int t = REMAT_P_LN1W; t <= REMAT_P_FCPROJB; t++) {
+      size_t per = sz[t] / (size_t)L;
+      ADD(t, l * per, per);
+    }
+  } else if (u == L + 1) {
+    ADD(REMAT_P_LNFW, 0, sz[REMAT_P_LNFW]);
+    ADD(REMAT_P_LNFB, 0, sz[REMAT_P_LNFB]);
+  } else {
+    ADD(REMAT_P_WTE, 0, sz[REMAT_P_WTE]);
+  }
+#undef ADD
+  return n;
+}
+
+size_t remat_unit_floats(const remat_config *cfg, int64_t u) {
+  remat_unit_segment seg[REMAT_UNIT_MAX_SEGMENTS];
+  int n = remat_unit_segments(cfg, u, seg);
+  return seg[n - 1].at + seg[n - 1].count;
+}
+
+size_t remat_unit_shard(const remat_config *cfg, int64_t u, int64_t D) {
+  REMAT_ASSERT(D >= 1);
+  /* the tied gradient is cut like the embedding */
+  if (u == cfg->num_layers + 2) u = 0;
+  size_t n = remat_unit_floats(cfg, u), d = (size_t)D, q = REMAT_SHARD_QUANTUM;
+  size_t per = (n + d - 1) / d;
+  return (per + q - 1) / q * q;
+}
+
+void remat_unit_owned(const remat_config *cfg, int64_t u, int64_t D, int64_t r, size_t *first,
+                      size_t *count) {
+  size_t n = remat_unit_floats(cfg, u), s = remat_unit_shard(cfg, u, D);
+  size_t lo = (size_t)r * s, hi = lo + s;
+  if (lo > n) lo = n;
+  if (hi > n) hi = n;
+  *first = lo;
+  *count = hi - lo;
+}
+
+int remat_replica_bytes_get(const remat_config *cfg, int64_t D, int zero,
+                            remat_replica_bytes *out, remat_error *err) {
+  memset(out, 0, sizeof *out);
+  int rc = remat_config_check(cfg, err);
+  if (rc) return rc;
+  if (D < 1 || D > 4096)
+    return remat__errorf(err, REMAT_EINVAL, "%lld replicas; there must be 1 to 4096",
+                         (long long)D);
+  if (zero < 0 || zero > 3)
+    return remat__errorf(err, REMAT_EINVAL, "ZeRO stage %d does not exist; use 0, 1, 2 or 3",
+                         zero);
+  int64_t L = cfg->num_layers;
+  const int64_t kind_unit[REMAT_LAYER_KIND_COUNT] = {
+      [REMAT_LAYER_EMBEDDING] = 0, [REMAT_LAYER_BLOCK] = 1, [REMAT_LAYER_HEAD] = L + 1};
+  /* which of parameters, gradients, m, v are whole */
+  int whole[4] = {zero <= 2, zero <= 1, zero == 0, zero == 0};
+  size_t d = (size_t)D;
+  out->replicas = D;
+  out->zero = zero;
+  size_t biggest = 0;
+  for (int k = 0; k < REMAT_LAYER_KIND_COUNT; k++) {
+    int64_t u = kind_unit[k];
+    size_t full = remat__align(remat_unit_floats(cfg, u) * sizeof(float));
+    size_t shard = remat_unit_shard(cfg, u, D) * sizeof(float);
+    size_t count = k == REMAT_LAYER_BLOCK ? (size_t)L : 1;
+    for (int b = 0; b < 4; b++) out->state[k] += whole[b] ? full : shard;
+    out->params += count * (whole[0] ? full : shard);
+    out->grads += count * (whole[1] ? full : shard);
+    out->moment += count * (whole[2] ? full : shard);
+    out->grad[k] = d * shard;
+    if (shard > biggest) biggest = shard;
+  }
+  size_t tied_full = remat__align(remat_unit_floats(cfg, L + 2) * sizeof(float));
+  size_t tied_shard = remat_unit_shard(cfg, L + 2, D) * sizeof(float);
+  out->tied = zero <= 1 ? tied_full : tied_shard;
+  out->head_joint_state = out->state[REMAT_LAYER_HEAD] + out->tied;
+  /* the head computes its gradient of the tied matrix beside its own */
+  out->grad[REMAT_LAYER_HEAD] += d * tied_shard;
+  if (tied_shard > biggest) biggest = tied_shard;
+  out->recv = d * biggest;
+  if (zero == 3) {
+    size_t e = remat_unit_shard(cfg, 0, D), b = remat_unit_shard(cfg, 1, D);
+    out->gather = d * ((e > b ? e : b) + remat_unit_shard(cfg, L + 1, D)) * sizeof(float);
+  }
+  size_t chunks = 0;
+  for (int64_t u = 0; u <= L + 1; u++) chunks += remat_unit_shard(cfg, u, D) / REMAT_SHARD_QUANTUM;
+  out->norm = remat__align(d * chunks * sizeof(double));
+  out->comm = out->recv + out->gather + out->norm;
+  return 0;
+}

@@ -1,0 +1,155 @@
+#!/usr/bin/env bash
+# Data-parallel replicas over MPI against one process: bit-identical losses,
+# gradient norms and saved checkpoints for D in {2, 4} at ZeRO 0 to 3 with
+# dropout on (and with K micro-batches per replica, recompute, a checkpoint
+# loaded); every rank's arena planned = measured = what `remat plan` prints;
+# each rank's persistent bytes are the ZeRO table's, computed here from the
+# shapes; ZeRO 3 moves about 1.5 times the bytes of ZeRO 1 and 2; bad
+# starts fail clearly; a killed rank ends the job.
+# usage: data_parallel.sh REMAT TMPDIR
+set -u
+remat=$1
+tmp=$2
+rm -rf "$tmp"
+mkdir -p "$tmp"
+cd "$tmp" || exit 1
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_rmaps_base_oversubscribe=1
+mpi() { mpirun --oversubscribe -np "$@"; }
+fails=0
+n=0
+ok() { n=$((n + 1)); echo "ok   [$1]"; }
+bad() { n=$((n + 1)); fails=$((fails + 1)); echo "FAIL [$1]"; }
+
+shape=(--config 4,64,4,256,64 --batch 2 --seq 32)
+common=("${shape[@]}" --steps 3 --dropout 0.1 --warmup 1 --cosine --threads 1
+        --peak-gflops 10 --quiet)
+
+same_run() { # same_run ONE.jsonl ONE.bin TWO.jsonl TWO.bin D
+  python3 - "$1" "$3" "$5" <<'PY' && cmp -s "$2" "$4"
+import json, sys
+a = [json.loads(l) for l in open(sys.argv[1])]
+b = [json.loads(l) for l in open(sys.argv[2])]
+D = int(sys.argv[3])
+same = [(x["loss"], x["grad_norm"]) for x in a] == [(x["loss"], x["grad_norm"]) for x in b]
+mem = all(len(x["rank_planned_peak_bytes"]) == D and
+          x["rank_planned_peak_bytes"] == x["rank_measured_peak_bytes"] for x in b)
+comm = all(x["comm_bytes"] == x["comm_bytes_theory"] > 0 for x in b)
+sys.exit(0 if same and mem and comm and len(a) == len(b) == 3 else 1)
+PY
+}
+
+# One process with --grad-accum D is the reference for D replicas.
+for D in 2 4; do
+  "$remat" train "${common[@]}" --grad-accum "$D" --log one$D.jsonl --save one$D.bin >one$D.out 2>&1
+  for z in 0 1 2 3; do
+    tag="D=$D ZeRO $z"
+    mpi "$D" "$remat" train "${common[@]}" --data-parallel "$D" --zero "$z" \
+      --log dp$D$z.jsonl --save dp$D$z.bin >dp$D$z.out 2>&1
+    if same_run one$D.jsonl one$D.bin dp$D$z.jsonl dp$D$z.bin "$D"; then ok "bit-identical: $tag"
+    else bad "bit-identical: $tag"; tail -5 dp$D$z.out; fi
+  done
+done
+
+# K micro-batches per replica (a step of K x D, round by round), recompute.
+"$remat" train "${common[@]}" --grad-accum 6 --ckpt-layers 0,2 --log k1.jsonl --save k1.bin >k1.out 2>&1
+for z in 1 3; do
+  mpi 2 "$remat" train "${common[@]}" --data-parallel 2 --grad-accum 3 --zero "$z" \
+    --ckpt-layers 0,2 --log k$z.jsonl --save k$z.bin >k$z.out 2>&1
+  if same_run k1.jsonl k1.bin k$z.jsonl k$z.bin 2; then ok "bit-identical: D=2 K=3 ZeRO $z, blocks 0,2 recomputed"
+  else bad "D=2 K=3 ZeRO $z"; tail -5 k$z.out; fi
+done
+
+# Weights loaded from a checkpoint (ZeRO 3 takes its shards of it).
+"$remat" train "${common[@]}" --grad-accum 2 --model one2.bin --log m1.jsonl --save m1.bin >m1.out 2>&1
+mpi 2 "$remat" train "${common[@]}" --data-parallel 2 --zero 3 --model one2.bin --log m3.jsonl \
+  --save m3.bin >m3.out 2>&1
+if same_run m1.jsonl m1.bin m3.jsonl m3.bin 2; then ok "bit-identical: --model at ZeRO 3"
+else bad "--model at ZeRO 3"; tail -5 m3.out; fi
+
+# Every rank's arena: planned = measured (above) = remat plan's figure; the
+# persistent bytes of a rank are the table's, from the shapes: units (a
+# layer's tensors), shards of ceil(n / D) rounded up to 1024 floats.
+for D in 2 4; do
+  for z in 0 1 2 3; do
+    "$remat" plan "${shape[@]}" --microbatches 1 --data-parallel "$D" --zero "$z" --mem 1GiB \
+      --format json -o plan$D$z.json >/dev/null 2>&1
+    mpi "$D" "$remat" train "${common[@]}" --data-parallel "$D" --zero "$z" --plan-only \
+      >po$D$z.out 2>&1
+  done
+done
+if python3 - <<'PY'
+import json, math, re
+L, C, Vp, maxT = 4, 64, 256, 64
+units = [Vp * C + maxT * C] + [12 * C * C + 13 * C] * L + [2 * C]
+tied = Vp * C
+al = lambda b: (b + 63) // 64 * 64
+shard = lambda n, D: math.ceil(math.ceil(n / D) / 1024) * 1024
+ok = True
+ratio = {}
+for D in (2, 4):
+    for z in range(4):
+        whole = sum(al(4 * n) for n in units)
+        sh = sum(4 * shard(n, D) for n in units)
+        table = [4 * whole, 2 * whole + 2 * sh, whole + 3 * sh, 4 * sh][z]
+        table += al(4 * tied) if z <= 1 else 4 * shard(units[0], D)
+        out = open("po%d%d.out" % (D, z)).read()
+        got = int(re.search(r"persistent (\d+) bytes per rank", out).group(1))
+        ranks = [int(x) for x in re.findall(r"^rank \d+ arena .*? \((\d+) bytes\)", out, re.M)]
+        plan = json.load(open("plan%d%d.json" % (D, z)))["stages"][0]["memory_bytes"]
+        log = json.loads(open("dp%d%d.jsonl" % (D, z)).readlines()[-1])
+        good = (got == table and len(ranks) == D and set(ranks) == {plan} and
+                log["rank_measured_peak_bytes"] == [plan] * D)
+        ratio[(D, z)] = log["comm_bytes"]
+        print("  D=%d ZeRO %d: persistent %d = table %d, arena %d per rank, sent %d bytes/step %s"
+              % (D, z, got, table, plan, log["comm_bytes"], "" if good else "MISMATCH"))
+        ok = ok and good
+    # ZeRO 3 gathers parameters twice per micro-batch instead of once per step
+    r = ratio[(D, 3)] / ratio[(D, 1)]
+    print("  D=%d ZeRO 3 / ZeRO 1 bytes: %.2f" % (D, r))
+    ok = ok and ratio[(D, 1)] == ratio[(D, 2)] == ratio[(D, 0)] and 1.3 < r < 1.7
+raise SystemExit(0 if ok else 1)
+PY
+then ok "per rank: planned = measured = remat plan; persistent bytes = the ZeRO table"
+else bad "memory figures"; fi
+
+expect_fail() { # expect_fail NAME PATTERN NP args...
+  local name=$1 pattern=$2 np=$3
+  shift 3
+  mpi "$np" "$remat" train "$@" >err.out 2>&1
+  local rc=$?
+  if [[ $rc -ne 0 ]] && grep -q -- "$pattern" err.out; then ok "$name"
+  else bad "$name (rc $rc)"; head -3 err.out; fi
+}
+expect_fail "wrong rank count" "started on 3 ranks but --data-parallel is 2" 3 --config tiny --data-parallel 2
+expect_fail "stages and replicas" "grid of 2 x 2 ranks" 2 --config tiny --stages 2 --data-parallel 2
+expect_fail "--zero alone" "give --data-parallel D too" 1 --config tiny --zero 2
+expect_fail "--eval-every" "drop it with --data-parallel" 2 --config tiny --data-parallel 2 --eval-every 5
+n=$((n + 1))
+mpirun --oversubscribe -np 1 "$remat" train --config tiny --data-parallel 2 --seed 1 --steps 1 : \
+  -np 1 "$remat" train --config tiny --data-parallel 2 --seed 2 --steps 1 >err.out 2>&1
+if grep -q "other flags than rank 0" err.out; then echo "ok   [flags differ across ranks]"
+else fails=$((fails + 1)); echo "FAIL [flags differ across ranks]"; head -3 err.out; fi
+
+# A rank killed with SIGKILL ends the job within 30 s, with a message.
+start=$(date +%s)
+mpi 2 "$remat" train --config tiny --data-parallel 2 --zero 3 --steps 1000000 --threads 1 \
+  --quiet --peak-gflops 1 >kill.out 2>&1 &
+job=$!
+sleep 3
+victim=$(pgrep -f "remat train --config tiny --data-parallel 2 --zero 3 --steps 1000000" | grep -v "^$job\$" | tail -1)
+[[ -n $victim ]] && kill -9 "$victim"
+for _ in $(seq 60); do kill -0 "$job" 2>/dev/null || break; sleep 0.5; done
+if kill -0 "$job" 2>/dev/null; then
+  kill -9 "$job"
+  bad "a killed rank ends the job (still running after 30 s)"
+else
+  wait "$job"
+  rc=$?
+  took=$(($(date +%s) - start - 3))
+  if [[ $rc -ne 0 && -n $victim ]] && grep -q "signal 9" kill.out; then ok "a killed rank ends the job in ${took} s (exit $rc)"
+  else bad "a killed rank (rc $rc)"; tail -3 kill.out; fi
+fi
+
+echo "$((n - fails)) passed, $fails failed"
+[[ $fails -eq 0 ]]

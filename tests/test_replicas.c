@@ -1,0 +1,173 @@
+/* test_replicas.c: the memory model of data-parallel replicas. Units cover
+ * the flat parameter buffer exactly once; shards cover each unit exactly
+ * once, on chunk boundaries; a replica's persistent regions are the ZeRO
+ * table's (16 Psi, 8 Psi + 8 Psi/D, 4 Psi + 12 Psi/D, 16 Psi/D) in the
+ * memory model's exact terms (whole layers aligned, shards padded to the
+ * quantum); its communication buffers are what the model says; and the
+ * planner's figure for a replica (remat_plan_problem_from_replicas) is the
+ * engine's arena, byte for byte. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "memory/layout.h"
+#include "test_util.h"
+
+static void units_cover(const remat_config *cfg) {
+  size_t P = remat_param_count(cfg);
+  unsigned char *seen = calloc(P, 1);
+  int64_t L = cfg->num_layers, U = remat_unit_count(cfg);
+  CHECK(U == L + 3);
+  for (int64_t u = 0; u <= L + 1; u++) { /* the tied unit repeats wte: a gradient only */
+    remat_unit_segment seg[REMAT_UNIT_MAX_SEGMENTS];
+    int n = remat_unit_segments(cfg, u, seg);
+    size_t at = 0;
+    for (int k = 0; k < n; k++) {
+      CHECK(seg[k].at == at);
+      at += seg[k].count;
+      for (size_t i = 0; i < seg[k].count; i++) seen[seg[k].offset + i]++;
+    }
+    CHECK(at == remat_unit_floats(cfg, u));
+  }
+  size_t once = 0;
+  for (size_t i = 0; i < P; i++) once += seen[i] == 1;
+  CHECK(once == P);
+  free(seen);
+  CHECK(remat_unit_floats(cfg, L + 2) == (size_t)(cfg->padded_vocab_size * cfg->channels));
+  /* shards: D pieces on chunk boundaries, covering the unit once */
+  for (int64_t D = 2; D <= 7; D++)
+    for (int64_t u = 0; u <= L + 2; u++) {
+      size_t s = remat_unit_shard(cfg, u, D), n = remat_unit_floats(cfg, u), next = 0;
+      CHECK(s % REMAT_SHARD_QUANTUM == 0 && s * (size_t)D >= n);
+      CHECK(s * (size_t)(D - 1) < n + REMAT_SHARD_QUANTUM * (size_t)D || s == REMAT_SHARD_QUANTUM);
+      for (int64_t r = 0; r < D; r++) {
+        size_t first, count;
+        remat_unit_owned(cfg, u, D, r, &first, &count);
+        CHECK(first == next && count <= s);
+        next = first + count;
+      }
+      CHECK(next == n);
+    }
+  /* the tied gradient is cut like the embedding: one owner per element */
+  CHECK(remat_unit_shard(cfg, L + 2, 3) == remat_unit_shard(cfg, 0, 3));
+}
+
+/* The regions of replica r of D under ZeRO z, against the table. */
+static void regions(const remat_config *cfg, int64_t B, int64_t T, int64_t D, int z,
+                    const uint8_t *pol) {
+  int64_t L = cfg->num_layers;
+  size_t whole = 0, shard = 0;
+  for (int64_t u = 0; u <= L + 1; u++) {
+    whole += remat__align(remat_unit_floats(cfg, u) * sizeof(float));
+    shard += remat_unit_shard(cfg, u, D) * sizeof(float);
+  }
+  size_t tied_whole = remat__align(remat_unit_floats(cfg, L + 2) * sizeof(float));
+  size_t tied_shard = remat_unit_shard(cfg, L + 2, D) * sizeof(float);
+  for (int64_t r = 0; r < D; r++) {
+    remat_stage st = remat_stage_replica(cfg, pol, D, r, z);
+    remat_memplan mp;
+    remat_error err;
+    CHECK(remat_memplan_build_stage(&mp, cfg, B, T, &st, &err) == 0);
+    const remat_membuf *b = mp.buf;
+    size_t want[4][4] = {{whole, whole, whole, whole},
+                         {whole, whole, shard, shard},
+                         {whole, shard, shard, shard},
+                         {shard, shard, shard, shard}};
+    CHECK(b[REMAT_BUF_PARAMS].bytes == want[z][0] && b[REMAT_BUF_GRADS].bytes == want[z][1] &&
+          b[REMAT_BUF_ADAM_M].bytes == want[z][2] && b[REMAT_BUF_ADAM_V].bytes == want[z][3]);
+    CHECK(b[REMAT_BUF_TIED_GRAD].bytes == (z <= 1 ? tied_whole : tied_shard));
+    /* 16 Psi, 8 Psi + 8 Psi/D, 4 Psi + 12 Psi/D, 16 Psi/D: Psi whole = "whole / 4" */
+    size_t table[4] = {4 * whole, 2 * whole + 2 * shard, whole + 3 * shard, 4 * shard};
+    CHECK(mp.persistent_bytes == table[z] + b[REMAT_BUF_TIED_GRAD].bytes);
+    /* communication: the largest shard D times; ZeRO 3 gathers */
+    size_t e = remat_unit_shard(cfg, 0, D), k = remat_unit_shard(cfg, 1, D),
+           h = remat_unit_shard(cfg, L + 1, D);
+    size_t big = e > k ? e : k;
+    CHECK(b[REMAT_BUF_RECV].bytes == (size_t)D * (big > h ? big : h) * sizeof(float));
+    CHECK(b[REMAT_BUF_GATHER].bytes == (z == 3 ? (size_t)D * (big + h) * sizeof(float) : 0));
+    /* the head's gradient buffer: D shards of the tied unit, then of its own */
+    CHECK(mp.grad_bytes[REMAT_LAYER_HEAD] == (size_t)D * (e + h) * sizeof(float));
+    CHECK(mp.peak_bytes == mp.bytes.total && mp.bytes.comm > 0);
+    /* every replica's arena is the same */
+    if (r == 0) {
+      remat_stage s1 = remat_stage_replica(cfg, pol, D, D - 1, z);
+      remat_memplan m1;
+      CHECK(remat_memplan_build_stage(&m1, cfg, B, T, &s1, &err) == 0);
+      CHECK(m1.peak_bytes == mp.peak_bytes);
+      remat_memplan_free(&m1);
+    }
+    remat_memplan_free(&mp);
+  }
+}
+
+/* The planner's figure for a replica is its arena. */
+static void planner(const remat_config *cfg, int64_t B, int64_t T, int64_t D, int z, int *cases) {
+  int64_t L = cfg->num_layers;
+  remat_plan_problem pb;
+  remat_error err;
+  int rc = remat_plan_problem_from_replicas(&pb, cfg, B, T, 1, 2, D, z, (size_t)1 << 50, &err);
+  CHECK(rc == 0);
+  if (rc) return;
+  uint8_t pol[64], rec[66];
+  for (int64_t n = 0; n <= L; n++) {
+    remat_policy_first_n(pol, L, n);
+    memset(rec, 0, sizeof rec);
+    for (int64_t l = 0; l < L; l++) rec[l + 1] = pol[l] == REMAT_RECOMPUTE;
+    int64_t layers = L + 2;
+    remat_plan plan;
+    CHECK(remat_plan_evaluate(&pb, &layers, rec, &plan, &err) == 0);
+    remat_stage st = remat_stage_replica(cfg, pol, D, 0, z);
+    remat_memplan mp;
+    CHECK(remat_memplan_build_stage(&mp, cfg, B, T, &st, &err) == 0);
+    if (plan.stages[0].memory_bytes != mp.peak_bytes)
+      printf("D=%lld ZeRO %d recompute %lld: planner %zu, engine %zu\n", (long long)D, z,
+             (long long)n, plan.stages[0].memory_bytes, mp.peak_bytes);
+    CHECK(plan.stages[0].memory_bytes == mp.peak_bytes);
+    /* the engine's own search under that budget finds the same count */
+    int64_t k;
+    size_t need;
+    CHECK(remat_fewest_recompute(cfg, B, T, &st, mp.peak_bytes, &k, &need, &err) == 0);
+    CHECK(k <= n && need <= mp.peak_bytes);
+    (*cases)++;
+    remat_memplan_free(&mp);
+    remat_plan_free(&plan);
+  }
+  remat_plan_problem_free(&pb);
+  /* a grid of stages and replicas is refused */
+  CHECK(remat_plan_problem_from_replicas(&pb, cfg, B, T, 2, 2, D, z, 1, &err) == REMAT_EINVAL);
+}
+
+int main(void) {
+  const char *cfgs[] = {"4,64,4,256,64", "tiny", "gpt2-124m", "3,40,5,100,48"};
+  int cases = 0;
+  for (size_t c = 0; c < sizeof cfgs / sizeof cfgs[0]; c++) {
+    remat_config cfg;
+    remat_error err;
+    CHECK(remat_config_parse(cfgs[c], &cfg, &err) == 0);
+    units_cover(&cfg);
+    uint8_t pol[64];
+    remat_policy_first_n(pol, cfg.num_layers, cfg.num_layers / 2);
+    for (int64_t D = 2; D <= 5; D++)
+      for (int z = 0; z <= 3; z++) {
+        regions(&cfg, 2, 16, D, z, NULL);
+        regions(&cfg, 2, 16, D, z, pol);
+        planner(&cfg, 2, 16, D, z, &cases);
+      }
+  }
+  /* gpt2-124m on 4 replicas: the table's ratios, padding aside */
+  remat_config cfg;
+  remat_error err;
+  CHECK(remat_config_parse("gpt2-124m", &cfg, &err) == 0);
+  double psi = (double)remat_param_count(&cfg);
+  for (int z = 0; z <= 3; z++) {
+    remat_replica_bytes rb;
+    CHECK(remat_replica_bytes_get(&cfg, 4, z, &rb, &err) == 0);
+    double per = (double)(rb.params + rb.grads + 2 * rb.moment);
+    double ideal[4] = {16 * psi, 8 * psi + 2 * psi, 4 * psi + 3 * psi, 4 * psi};
+    printf("  gpt2-124m D=4 ZeRO %d: %.0f bytes of state, %.4f of the table\n", z, per,
+           per / ideal[z]);
+    CHECK(per >= ideal[z] && per < ideal[z] * 1.001);
+  }
+  CHECK(remat_replica_bytes_get(&cfg, 4, 4, &(remat_replica_bytes){0}, &err) == REMAT_EINVAL);
+  printf("%d planner cases\n", cases);
+  return test_summary("test_replicas");
+}
