@@ -30,6 +30,7 @@ MASKS = [
     (re.compile(r"on \d+ threads"), "on <n> threads"),
     (re.compile(r"iteration [0-9.]+ s measured, [0-9.]+ s predicted"), "iteration <t> s measured, <t> s predicted"),
     (re.compile(r"waited [0-9.]+%"), "waited <pct>%"),
+    (re.compile(r"[0-9.]+% of its step time"), "<pct>% of its step time"),
 ]
 
 
