@@ -91,12 +91,20 @@ static float row_max(const float *x, int64_t n) {
   return m;
 }
 
-static float row_sum(const float *x, int64_t n) {
+/* x[c] = exp(x[c] - m) for c < n, in place; returns their sum. */
+static float exp_sum(float *x, int64_t n, float m) {
   float lane[LANES] = {0};
   int64_t c = 0;
   for (; c + LANES <= n; c += LANES)
-    for (int l = 0; l < LANES; l++) lane[l] += x[c + l];
-  for (; c < n; c++) lane[c % LANES] += x[c];
+    for (int l = 0; l < LANES; l++) {
+      const float e = remat__exp(x[c + l] - m);
+      x[c + l] = e;
+      lane[l] += e;
+    }
+  for (; c < n; c++) {
+    x[c] = remat__exp(x[c] - m);
+    lane[c % LANES] += x[c];
+  }
   float s = 0.0f;
   for (int l = 0; l < LANES; l++) s += lane[l];
   return s;
@@ -163,8 +171,7 @@ static void forward_rows(const att_shape *s, int64_t bh, int64_t r0, float *out,
       for (int64_t c = live; c < w; c++) row[c] = 0.0f;
       if (live == 0) continue; /* the row sees none of these keys (c0 > t > 0) */
       const float mx = c0 == 0 ? row_max(row, live) : fmaxf(m[r], row_max(row, live));
-      for (int64_t c = 0; c < live; c++) row[c] = remat__exp(row[c] - mx);
-      const float sum = row_sum(row, live);
+      const float sum = exp_sum(row, live, mx);
       if (c0 == 0) {
         l[r] = sum;
       } else {
@@ -236,11 +243,18 @@ static void backward_tile(const att_shape *s, const att_bwd *a, int64_t bh, int6
     const int64_t t = r0 + r, live = live_cols(t, c0, w);
     float *p = P + r * w, *ds = dS + r * w;
     const float L = a->lse[bh * T + t], D = a->delta[bh * T + t];
-    for (int64_t c = 0; c < live; c++) p[c] = remat__exp(p[c] - L);
-    const uint64_t i0 = drop_index(s, bh, t, c0);
-    if (s->drop) remat__drop_row(ds, ds, live, i0, s->drop, s->dscale);
-    for (int64_t c = 0; c < live; c++) ds[c] = p[c] * (ds[c] - D);
-    if (s->drop) remat__drop_row(p, p, live, i0, s->drop, s->dscale);
+    if (!s->drop) {
+      for (int64_t c = 0; c < live; c++) {
+        p[c] = remat__exp(p[c] - L);
+        ds[c] = p[c] * (ds[c] - D);
+      }
+    } else {
+      const uint64_t i0 = drop_index(s, bh, t, c0);
+      for (int64_t c = 0; c < live; c++) p[c] = remat__exp(p[c] - L);
+      remat__drop_row(ds, ds, live, i0, s->drop, s->dscale);
+      for (int64_t c = 0; c < live; c++) ds[c] = p[c] * (ds[c] - D);
+      remat__drop_row(p, p, live, i0, s->drop, s->dscale);
+    }
     for (int64_t c = live; c < w; c++) p[c] = ds[c] = 0.0f;
   }
 }
