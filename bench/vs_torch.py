@@ -4,9 +4,9 @@
 Two roles in one file:
 
   vs_torch.py compare REMAT [--reps N] [--steps N] [--threads N] [--shapes a,b]
-      For each shape and for no recompute (ratio 0) and full recompute
-      (ratio 1), runs `REMAT train` and this file's PyTorch GPT-2, one
-      process each, alternating which goes first, --reps times. Each run's
+      --reps times: for each shape, for no recompute (ratio 0) and full
+      recompute (ratio 1), runs `REMAT train` and this file's PyTorch GPT-2,
+      one process each, alternating which goes first. Each run's
       tokens/s comes from the median step time over its steps after the
       first (a warm-up); its peak RSS from the kernel's accounting of the
       child (wait4's ru_maxrss). Prints one key=value line per run, then
@@ -179,13 +179,14 @@ def compare(a):
     env = dict(os.environ)
     env.setdefault("OPENBLAS_NUM_THREADS", str(a.threads))  # PyTorch's OpenBLAS pool
     env.setdefault("OMP_NUM_THREADS", str(a.threads))
-    res = {}  # (shape, ratio, system) -> list of (tokens/s, step s, rss)
-    for shape in a.shapes.split(","):
-        cfg, B, T = SHAPES[shape]
-        for ratio in (0.0, 1.0):
-            for rep in range(a.reps):
+    shapes = a.shapes.split(",")
+    res = {}  # (shape, ratio, system) -> list of (tokens/s, step s, rss), one per rep
+    for rep in range(a.reps):
+        for shape in shapes:
+            cfg, B, T = SHAPES[shape]
+            for ratio in (0.0, 1.0):
                 order = [("remat", remat_run), ("torch", torch_run)]
-                if rep % 2:
+                if (rep + int(ratio)) % 2:
                     order.reverse()
                 for name, fn in order:
                     tps, step, rss = fn(a, cfg, B, T, ratio, env)
@@ -201,19 +202,14 @@ def compare(a):
     print(f"medians over {a.reps} alternated runs, {a.steps} steps each (first step excluded), "
           f"{a.threads} threads")
     print(f"{'shape':10} {'ratio':>5} {'remat tok/s':>12} {'torch tok/s':>12} {'x':>6} "
-          f"{'remat RSS':>11} {'torch RSS':>11} {'x':>6}")
-    for shape in a.shapes.split(","):
+          f"{'remat RSS':>12} {'torch RSS':>12} {'x':>6}")
+    for shape in shapes:
         for ratio in (0.0, 1.0):
             rt, tt = med(shape, ratio, "remat", 0), med(shape, ratio, "torch", 0)
             rr, tr = med(shape, ratio, "remat", 2), med(shape, ratio, "torch", 2)
             print(f"{shape:10} {ratio:5.0f} {rt:12.1f} {tt:12.1f} {rt / tt:6.2f} "
-                  f"{rr / 2**20:8.0f} MiB {tr / 2**20:7.0f} MiB {rr / tr:6.2f}")
-    for shape in a.shapes.split(","):
-        for name in ("remat", "torch"):
-            s0, s1 = med(shape, 0.0, name, 1), med(shape, 1.0, name, 1)
-            print(f"summary shape={shape} system={name} recompute_slowdown={s1 / s0:.3f} "
-                  f"(full recompute {s1:.3f} s / no recompute {s0:.3f} s per step)")
-    for shape in a.shapes.split(","):
+                  f"{rr / 2**20:8.0f} MiB {tr / 2**20:8.0f} MiB {rr / tr:6.2f}")
+    for shape in shapes:
         for ratio in (0.0, 1.0):
             rt, tt = med(shape, ratio, "remat", 0), med(shape, ratio, "torch", 0)
             rr, tr = med(shape, ratio, "remat", 2), med(shape, ratio, "torch", 2)
@@ -221,6 +217,13 @@ def compare(a):
                   f"torch_tokens_per_s={tt:.1f} tokens_ratio={rt / tt:.3f} "
                   f"remat_peak_rss_bytes={rr:.0f} torch_peak_rss_bytes={tr:.0f} "
                   f"rss_ratio={rr / tr:.3f}")
+    # a rep's ratio-0 and ratio-1 runs of one system are adjacent in time
+    for shape in shapes:
+        for name in ("remat", "torch"):
+            r0, r1 = res[(shape, 0.0, name)], res[(shape, 1.0, name)]
+            slow = statistics.median(b[1] / a_[1] for a_, b in zip(r0, r1))
+            print(f"summary shape={shape} system={name} recompute_slowdown={slow:.3f} "
+                  f"(median over reps of full-recompute step time / no-recompute step time)")
 
 
 def main():
