@@ -11,7 +11,10 @@ Two roles in one file:
       first (a warm-up); its peak RSS from the kernel's accounting of the
       child (wait4's ru_maxrss). Prints one key=value line per run, then
       medians and the ratios remat / PyTorch, and for each system the full
-      recompute step time over the no-recompute one.
+      recompute step time over the no-recompute one. On a shared machine
+      the fastest step of all runs is the least disturbed figure; it is
+      reported beside the medians. (bench_train's slowdown_vs_ratio0, from
+      alternating steps in one process, is the steadier recompute figure.)
 
   vs_torch.py torch --config L,C,NH,V,T --batch B --seq T --steps N
                     [--threads N] [--ckpt-ratio R]
@@ -131,11 +134,13 @@ def torch_train(a):
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         times.append(time.perf_counter() - t0)
-    med = statistics.median(times[1:] if len(times) > 1 else times)
+    timed = times[1:] if len(times) > 1 else times
+    med = statistics.median(timed)
     print(f"torch version={torch.__version__} threads={torch.get_num_threads()} "
           f"attention={'sdpa' if sdpa else 'matmul-softmax'} config={a.config} B={B} T={T} "
           f"ratio={a.ckpt_ratio} recomputed={n_ckpt} steps={a.steps} step_s_median={med:.4f} "
-          f"tokens_per_s={B * T / med:.1f} loss={loss.item():.4f}", flush=True)
+          f"step_s_min={min(timed):.4f} tokens_per_s={B * T / med:.1f} loss={loss.item():.4f}",
+          flush=True)
 
 
 # ------------------------------------------------------------ the driver
@@ -161,8 +166,8 @@ def remat_run(a, cfg, B, T, ratio, env):
                str(ratio), "--quiet", "--peak-gflops", "1", "--log", log]
         _, rss, _ = run_measured(cmd, env)
         steps = [json.loads(line)["step_s"] for line in open(log)]
-    med = statistics.median(steps[1:] if len(steps) > 1 else steps)
-    return B * T / med, med, rss
+    timed = steps[1:] if len(steps) > 1 else steps
+    return {"step": statistics.median(timed), "best": min(timed), "rss": rss}
 
 
 def torch_run(a, cfg, B, T, ratio, env):
@@ -172,7 +177,7 @@ def torch_run(a, cfg, B, T, ratio, env):
     out, rss, _ = run_measured(cmd, env)
     line = [x for x in out.splitlines() if x.startswith("torch ")][-1]
     kv = dict(f.split("=", 1) for f in line.split()[1:])
-    return float(kv["tokens_per_s"]), float(kv["step_s_median"]), rss
+    return {"step": float(kv["step_s_median"]), "best": float(kv["step_s_min"]), "rss": rss}
 
 
 def compare(a):
@@ -180,7 +185,7 @@ def compare(a):
     env.setdefault("OPENBLAS_NUM_THREADS", str(a.threads))  # PyTorch's OpenBLAS pool
     env.setdefault("OMP_NUM_THREADS", str(a.threads))
     shapes = a.shapes.split(",")
-    res = {}  # (shape, ratio, system) -> list of (tokens/s, step s, rss), one per rep
+    res = {}  # (shape, ratio, system) -> one dict per rep: step, best (seconds), rss (bytes)
     for rep in range(a.reps):
         for shape in shapes:
             cfg, B, T = SHAPES[shape]
@@ -189,41 +194,57 @@ def compare(a):
                 if (rep + int(ratio)) % 2:
                     order.reverse()
                 for name, fn in order:
-                    tps, step, rss = fn(a, cfg, B, T, ratio, env)
-                    res.setdefault((shape, ratio, name), []).append((tps, step, rss))
+                    r = fn(a, cfg, B, T, ratio, env)
+                    res.setdefault((shape, ratio, name), []).append(r)
                     print(f"run shape={shape} B={B} T={T} ratio={ratio:.0f} rep={rep} "
-                          f"system={name} tokens_per_s={tps:.1f} step_s={step:.4f} "
-                          f"peak_rss_bytes={rss}", flush=True)
+                          f"system={name} tokens_per_s={B * T / r['step']:.1f} "
+                          f"step_s_median={r['step']:.4f} step_s_min={r['best']:.4f} "
+                          f"peak_rss_bytes={r['rss']}", flush=True)
 
-    def med(shape, ratio, name, i):
-        return statistics.median(r[i] for r in res[(shape, ratio, name)])
+    def tokens(shape, ratio, name, key):
+        """tokens/s from the median over runs of each run's median step
+        (key "step"), or from the fastest step of all runs (key "best")."""
+        runs = res[(shape, ratio, name)]
+        step = statistics.median(r["step"] for r in runs) if key == "step" else \
+            min(r["best"] for r in runs)
+        return SHAPES[shape][1] * SHAPES[shape][2] / step
+
+    def rss(shape, ratio, name):
+        return statistics.median(r["rss"] for r in res[(shape, ratio, name)])
 
     print()
-    print(f"medians over {a.reps} alternated runs, {a.steps} steps each (first step excluded), "
-          f"{a.threads} threads")
-    print(f"{'shape':10} {'ratio':>5} {'remat tok/s':>12} {'torch tok/s':>12} {'x':>6} "
+    print(f"{a.reps} alternated runs of {a.steps} steps each (the first step of a run excluded), "
+          f"{a.threads} threads; tokens/s from the median step, and in brackets from the fastest "
+          f"step; RSS medians")
+    print(f"{'shape':10} {'ratio':>5} {'remat tok/s':>20} {'torch tok/s':>20} {'x':>12} "
           f"{'remat RSS':>12} {'torch RSS':>12} {'x':>6}")
     for shape in shapes:
         for ratio in (0.0, 1.0):
-            rt, tt = med(shape, ratio, "remat", 0), med(shape, ratio, "torch", 0)
-            rr, tr = med(shape, ratio, "remat", 2), med(shape, ratio, "torch", 2)
-            print(f"{shape:10} {ratio:5.0f} {rt:12.1f} {tt:12.1f} {rt / tt:6.2f} "
-                  f"{rr / 2**20:8.0f} MiB {tr / 2**20:8.0f} MiB {rr / tr:6.2f}")
+            rt, tt = tokens(shape, ratio, "remat", "step"), tokens(shape, ratio, "torch", "step")
+            rb, tb = tokens(shape, ratio, "remat", "best"), tokens(shape, ratio, "torch", "best")
+            rr, tr = rss(shape, ratio, "remat"), rss(shape, ratio, "torch")
+            print(f"{shape:10} {ratio:5.0f} {rt:10.1f} [{rb:7.1f}] {tt:10.1f} [{tb:7.1f}] "
+                  f"{rt / tt:5.2f} [{rb / tb:4.2f}] {rr / 2**20:8.0f} MiB {tr / 2**20:8.0f} MiB "
+                  f"{rr / tr:6.2f}")
     for shape in shapes:
         for ratio in (0.0, 1.0):
-            rt, tt = med(shape, ratio, "remat", 0), med(shape, ratio, "torch", 0)
-            rr, tr = med(shape, ratio, "remat", 2), med(shape, ratio, "torch", 2)
+            rt, tt = tokens(shape, ratio, "remat", "step"), tokens(shape, ratio, "torch", "step")
+            rb, tb = tokens(shape, ratio, "remat", "best"), tokens(shape, ratio, "torch", "best")
+            rr, tr = rss(shape, ratio, "remat"), rss(shape, ratio, "torch")
             print(f"summary shape={shape} ratio={ratio:.0f} remat_tokens_per_s={rt:.1f} "
                   f"torch_tokens_per_s={tt:.1f} tokens_ratio={rt / tt:.3f} "
-                  f"remat_peak_rss_bytes={rr:.0f} torch_peak_rss_bytes={tr:.0f} "
-                  f"rss_ratio={rr / tr:.3f}")
+                  f"remat_best_tokens_per_s={rb:.1f} torch_best_tokens_per_s={tb:.1f} "
+                  f"best_tokens_ratio={rb / tb:.3f} remat_peak_rss_bytes={rr:.0f} "
+                  f"torch_peak_rss_bytes={tr:.0f} rss_ratio={rr / tr:.3f}")
     # a rep's ratio-0 and ratio-1 runs of one system are adjacent in time
     for shape in shapes:
         for name in ("remat", "torch"):
             r0, r1 = res[(shape, 0.0, name)], res[(shape, 1.0, name)]
-            slow = statistics.median(b[1] / a_[1] for a_, b in zip(r0, r1))
+            slow = statistics.median(y["step"] / x["step"] for x, y in zip(r0, r1))
+            best = min(y["best"] for y in r1) / min(x["best"] for x in r0)
             print(f"summary shape={shape} system={name} recompute_slowdown={slow:.3f} "
-                  f"(median over reps of full-recompute step time / no-recompute step time)")
+                  f"best_step_slowdown={best:.3f} (full-recompute step time / no-recompute "
+                  f"step time: median over reps; fastest steps)")
 
 
 def main():
