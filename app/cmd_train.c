@@ -363,6 +363,13 @@ static int choose_policy(const opts *o, const remat_config *cfg, const remat_tok
   return 0;
 }
 
+static void print_model(const remat_config *cfg) {
+  printf("model   L=%lld C=%lld NH=%lld V=%lld (padded %lld) maxT=%lld, %zu parameters\n",
+         (long long)cfg->num_layers, (long long)cfg->channels, (long long)cfg->num_heads,
+         (long long)cfg->vocab_size, (long long)cfg->padded_vocab_size,
+         (long long)cfg->max_seq_len, remat_param_count(cfg));
+}
+
 static void print_plan(const remat_config *cfg, const remat_memplan *mp, size_t planned,
                        const char *source, const remat_tokens *tok, const opts *o) {
   char rec[256] = "", b1[32], b2[32], b3[32], b4[32], b5[32];
@@ -374,10 +381,7 @@ static void print_plan(const remat_config *cfg, const remat_memplan *mp, size_t 
       shown++;
     }
   if (mp->num_recomputed > shown) strncat(rec, ",...", sizeof rec - strlen(rec) - 1);
-  printf("model   L=%lld C=%lld NH=%lld V=%lld (padded %lld) maxT=%lld, %zu parameters\n",
-         (long long)cfg->num_layers, (long long)cfg->channels, (long long)cfg->num_heads,
-         (long long)cfg->vocab_size, (long long)cfg->padded_vocab_size,
-         (long long)cfg->max_seq_len, remat_param_count(cfg));
+  print_model(cfg);
   printf("data    %s: %lld tokens; batch %lld x %lld, grad-accum %lld", source,
          (long long)tok->n, (long long)o->B, (long long)o->T, (long long)o->K);
   if (o->replicas > 1)
@@ -854,10 +858,7 @@ static void print_pipeline(const remat_config *cfg, const placement *pl, const c
                            const remat_tokens *tok, const opts *o) {
   remat_error err;
   char *text = NULL;
-  printf("model   L=%lld C=%lld NH=%lld V=%lld (padded %lld) maxT=%lld, %zu parameters\n",
-         (long long)cfg->num_layers, (long long)cfg->channels, (long long)cfg->num_heads,
-         (long long)cfg->vocab_size, (long long)cfg->padded_vocab_size,
-         (long long)cfg->max_seq_len, remat_param_count(cfg));
+  print_model(cfg);
   printf("data    %s: %lld tokens; batch %lld x %lld, %lld micro-batches per step\n", source,
          (long long)tok->n, (long long)o->B, (long long)o->T, (long long)o->K);
   if (remat_plan_format(&pl->pb, &pl->plan, REMAT_PLAN_FORMAT_TABLE, &text, &err) == 0) {
