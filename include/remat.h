@@ -23,7 +23,9 @@
  * they take a remat_error*, it receives a one-line message saying what was wrong
  * and what to do. The library never prints and never exits. Byte sizes are
  * size_t, dimensions int64_t. The caller owns every object the library fills in
- * and releases it with the matching _free function.
+ * and releases it with the matching _free function; opaque objects (the model,
+ * the trainer, the pipeline and replica runtimes) come from _create and go
+ * with _destroy. The trainer (remat/train.h) is where most programs start.
  */
 #ifndef REMAT_H
 #define REMAT_H
