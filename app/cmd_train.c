@@ -998,12 +998,16 @@ static int find_resume(opts *o) {
   return 0;
 }
 
+static void state_path(const opts *o, const run_state *r, char *path, size_t cap) {
+  if (r->ranks > 1)
+    snprintf(path, cap, "%s/state_rank_%d.bin", o->ckpt_step_dir, r->rank);
+  else
+    snprintf(path, cap, "%s/state.bin", o->ckpt_step_dir);
+}
+
 static int load_resume_state(const opts *o, run_state *r, remat_error *err) {
   char path[4096];
-  if (r->ranks > 1)
-    snprintf(path, sizeof path, "%s/state_rank_%d.bin", o->ckpt_step_dir, r->rank);
-  else
-    snprintf(path, sizeof path, "%s/state.bin", o->ckpt_step_dir);
+  state_path(o, r, path, sizeof path);
   int rc = remat_trainer_load_state(r->tr, path, r->rank, r->ranks, err);
   if (!rc && !o->quiet)
     printf("resume  %s at step %lld\n", o->ckpt_step_dir, (long long)o->resume_step);
@@ -1087,6 +1091,13 @@ static int train_job(opts *o, run_state *r) {
     } else if (remat_trainer_create(&tr, &cfg, policy, &tok, &to, &err)) {
       rc = cli_fail(CLI_EXIT_RUN, "%s", err.msg);
     }
+  }
+  /* a resume with other settings is refused before anything large exists */
+  if (!rc && o->resume) {
+    char path[4096];
+    state_path(o, r, path, sizeof path);
+    if (remat_trainer_check_state(tr, path, r->rank, r->ranks, &err))
+      rc = cli_fail(CLI_EXIT_RUN, "%s", err.msg);
   }
   if ((rc = setup_status(r, rc))) goto out;
   r->planned = remat_trainer_planned_bytes(tr);

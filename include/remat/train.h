@@ -162,6 +162,10 @@ int remat_trainer_save_state(remat_trainer *tr, const char *path, int rank, int 
                              remat_error *err);
 int remat_trainer_load_state(remat_trainer *tr, const char *path, int rank, int ranks,
                              remat_error *err);
+/* Only the check: whether the state at path was saved by a run with these
+ * settings and layout (before anything large is allocated). */
+int remat_trainer_check_state(remat_trainer *tr, const char *path, int rank, int ranks,
+                              remat_error *err);
 
 /* Checkpoint directories: DIR/step_NNNNNNNN/ with model.bin, state.bin (one
  * process) or state_rank_R.bin (one per rank), and DONE written last.

@@ -69,12 +69,18 @@ static int compare(const remat_state_header *have, const remat_state_header *wan
   return 0;
 }
 
-int remat_trainer_load_state(remat_trainer *tr, const char *path, int rank, int ranks,
-                             remat_error *err) {
+int remat_trainer_check_state(remat_trainer *tr, const char *path, int rank, int ranks,
+                              remat_error *err) {
   remat_state_header want, have;
   fill_header(tr, rank, ranks, &want);
   int rc = remat_state_peek(path, &have, err);
-  if (!rc) rc = compare(&have, &want, path, err);
+  return rc ? rc : compare(&have, &want, path, err);
+}
+
+int remat_trainer_load_state(remat_trainer *tr, const char *path, int rank, int ranks,
+                             remat_error *err) {
+  remat_state_header have;
+  int rc = remat_trainer_check_state(tr, path, rank, ranks, err);
   if (!rc)
     rc = remat_state_load(path, &have, remat_model_adam_m(tr->model), remat_model_adam_v(tr->model),
                           remat_model_num_params(tr->model), err);
