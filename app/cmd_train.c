@@ -206,9 +206,6 @@ static int parse_args(int argc, char **argv, opts *o) {
   if (o->replicas == 1 && o->zero)
     return cli_fail(-1, "--zero %d shards across replicas: give --data-parallel D too (and start "
                     "D ranks with mpirun -np D)", o->zero);
-  if (o->replicas > 1 && (o->ckpt_dir || o->resume))
-    return cli_fail(-1, "--checkpoint-dir and --resume are for one process and pipeline stages; "
-                        "with --data-parallel save the weights with --save");
   if (o->replicas > 1 && o->eval_every > 0)
     return cli_fail(-1, "--eval-every runs on one process only; drop it with --data-parallel");
   if (o->data && o->text) return cli_fail(-1, "give --data or --text, not both");

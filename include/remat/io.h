@@ -147,7 +147,8 @@ int remat_same_file(const char *a, const char *b);
 /* ---------------------------------------------------------- training state */
 
 /* What a run needs besides the weights to go on exactly where it stopped:
- * AdamW's m and v (this rank's parameters), the step, the loader's position,
+ * AdamW's m and v (this rank's moment buffers as laid out: num_params floats
+ * each, a replica's shards under ZeRO 1 to 3), the step, the loader's position,
  * and the settings and shapes a resumed run must share. Doubles are kept as
  * their bits. */
 #define REMAT_STATE_FIELDS 64
@@ -160,6 +161,7 @@ typedef struct remat_state_header {
   int64_t loader_epoch, loader_cursor;
   uint64_t loader_rng;
   int64_t data_tokens; /* tokens in the training split */
+  int64_t replicas, zero; /* data parallelism */
 } remat_state_header;
 
 /* Writes h, m and v (h->num_params floats each) with a checksum, atomically. */

@@ -31,7 +31,7 @@ static uint64_t fnv(uint64_t h, const void *p, size_t n) {
   X(step) X(num_params) X(rank) X(ranks) X(first_block) X(num_blocks) X(has_embedding)    \
   X(has_head) X(L) X(C) X(NH) X(V) X(maxT) X(B) X(T) X(grad_accum) X(steps) X(warmup)     \
   X(cosine) X(seed) X(lr_bits) X(dropout_bits) X(wd_bits) X(clip_bits) X(shuffle)          \
-  X(loader_epoch) X(loader_cursor) X(loader_rng) X(data_tokens)
+  X(loader_epoch) X(loader_cursor) X(loader_rng) X(data_tokens) X(replicas) X(zero)
 
 static void to_words(const remat_state_header *h, int64_t *w) {
   int k = 0;

@@ -17,6 +17,12 @@ static uint64_t bits(double x) {
   return u;
 }
 
+/* Floats in this rank's moment buffers as they are laid out: the whole
+ * stage's, or a replica's shards under ZeRO 1 to 3. */
+static size_t moment_floats(const remat_trainer *tr) {
+  return remat_model_memplan(tr->model)->buf[REMAT_BUF_ADAM_M].bytes / sizeof(float);
+}
+
 static void fill_header(remat_trainer *tr, int rank, int ranks, remat_state_header *h) {
   const remat_model *m = tr->model;
   const remat_config *c = remat_model_config(m);
@@ -25,7 +31,7 @@ static void fill_header(remat_trainer *tr, int rank, int ranks, remat_state_head
   remat_loader_pos pos = {0};
   if (tr->have_train) remat_loader_tell(&tr->train, &pos);
   *h = (remat_state_header){
-      .step = remat_model_step(m), .num_params = (int64_t)remat_model_num_params(m),
+      .step = remat_model_step(m), .num_params = (int64_t)moment_floats(tr),
       .rank = rank, .ranks = ranks, .first_block = st->first_block,
       .num_blocks = st->num_blocks, .has_embedding = st->has_embedding, .has_head = st->has_head,
       .L = c->num_layers, .C = c->channels, .NH = c->num_heads, .V = c->vocab_size,
@@ -34,7 +40,8 @@ static void fill_header(remat_trainer *tr, int rank, int ranks, remat_state_head
       .lr_bits = bits(o->lr), .dropout_bits = bits(o->hp.dropout),
       .wd_bits = bits(o->hp.weight_decay), .clip_bits = bits(o->hp.grad_clip),
       .shuffle = o->shuffle, .loader_epoch = pos.epoch, .loader_cursor = pos.cursor,
-      .loader_rng = pos.epoch_rng, .data_tokens = tr->have_train ? tr->train.n : 0};
+      .loader_rng = pos.epoch_rng, .data_tokens = tr->have_train ? tr->train.n : 0,
+      .replicas = st->replicas, .zero = st->zero};
 }
 
 int remat_trainer_save_state(remat_trainer *tr, const char *path, int rank, int ranks,
@@ -55,6 +62,7 @@ static int compare(const remat_state_header *have, const remat_state_header *wan
                          "now %lld); resume with the settings it was saved with",           \
                          path, what, (long long)have->f, (long long)want->f);
   SAME(ranks, "number of ranks")
+  SAME(replicas, "number of replicas") SAME(zero, "ZeRO stage")
   SAME(rank, "rank")
   SAME(first_block, "first block of this rank's stage")
   SAME(num_blocks, "number of blocks on this rank's stage")
@@ -83,7 +91,7 @@ int remat_trainer_load_state(remat_trainer *tr, const char *path, int rank, int 
   int rc = remat_trainer_check_state(tr, path, rank, ranks, err);
   if (!rc)
     rc = remat_state_load(path, &have, remat_model_adam_m(tr->model), remat_model_adam_v(tr->model),
-                          remat_model_num_params(tr->model), err);
+                          moment_floats(tr), err);
   if (rc) return rc;
   if (have.step < 0 || have.step > have.steps)
     return remat__errorf(err, REMAT_EFORMAT, "training state '%s' is at step %lld of %lld", path,
