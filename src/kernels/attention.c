@@ -347,8 +347,9 @@ void remat__attention_backward(float *dqkv, float *delta, const float *dout, con
   {
 #pragma omp for schedule(static)
     for (int64_t bh = 0; bh < pairs; bh++) delta_rows(&s, &a, bh);
-    /* key tiles first to last (longest first), then query tiles last to first */
-#pragma omp for schedule(dynamic, 1)
+    /* key tiles first to last (longest first), then query tiles last to
+     * first; the two passes write disjoint parts of dqkv, so no barrier */
+#pragma omp for schedule(dynamic, 1) nowait
     for (int64_t it = 0; it < pairs * nk; it++)
       backward_keys(&s, &a, it / nk, it % nk * ATT_BKB);
 #pragma omp for schedule(dynamic, 1)

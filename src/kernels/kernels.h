@@ -64,6 +64,12 @@ void remat__dropout_apply(float *out, const float *inp, size_t n, const remat__d
 void remat__gemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                  const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
                  int64_t ldc);
+/* Row-major C (M,N) = A (M,K) @ B (N,K)^T + bias (N) added to every row,
+ * the bias written into each thread's slab inside the same parallel region
+ * (the same arithmetic as filling C with the bias and calling remat__gemm
+ * with beta 1). */
+void remat__gemm_bias(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
+                      const float *B, int64_t ldb, const float *bias, float *C, int64_t ldc);
 
 /* out[b,t,:] = wte[tokens[b,t], :] + wpe[t, :] */
 void remat__encoder_forward(float *out, const int32_t *tokens, const float *wte,

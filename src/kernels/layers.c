@@ -10,7 +10,6 @@
  * gradients) are parallelised over column blocks, each thread walking all
  * rows in order, so they do not even depend on the thread count. */
 #include <math.h>
-#include <string.h>
 
 #include "base/base.h"
 #include "kernels/kernels.h"
@@ -146,14 +145,11 @@ void remat__layernorm_backward(float *dinp, float *dweight, float *dbias, const 
 
 void remat__matmul_forward(float *out, const float *inp, const float *weight, const float *bias,
                            int64_t N, int64_t C, int64_t OC) {
-  float beta = 0.0f;
-  if (bias) {
-#pragma omp parallel for schedule(static)
-    for (int64_t n = 0; n < N; n++) memcpy(out + n * OC, bias, (size_t)OC * sizeof(float));
-    beta = 1.0f;
-  }
-  /* out (N,OC) = inp (N,C) @ weight (OC,C)^T + beta out */
-  remat__gemm(0, 1, N, OC, C, 1.0f, inp, C, weight, C, beta, out, OC);
+  /* out (N,OC) = inp (N,C) @ weight (OC,C)^T (+ bias) */
+  if (bias)
+    remat__gemm_bias(N, OC, C, inp, C, weight, C, bias, out, OC);
+  else
+    remat__gemm(0, 1, N, OC, C, 1.0f, inp, C, weight, C, 0.0f, out, OC);
 }
 
 void remat__matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout,

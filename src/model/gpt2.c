@@ -555,6 +555,15 @@ static void block_forward(remat_model *m, int64_t i, const block_params *wp, con
   remat__residual_forward(out, out, a->res2, BTC);
 }
 
+/* The gradient entering a residual branch: dropout(dresid) into buf, or
+ * dresid itself when the site does not drop (no copy). */
+static const float *branch_grad(float *buf, const float *dresid, size_t n,
+                                const remat__dropout *d) {
+  if (d->p <= 0.0f) return dresid;
+  remat__dropout_apply(buf, dresid, n, d);
+  return buf;
+}
+
 /* On entry m->dresid holds dL/d(block output); on exit dL/d(block input).
  * The parameter gradients accumulate into g. */
 static void block_backward(remat_model *m, int64_t i, const block_params *wp,
@@ -571,17 +580,19 @@ static void block_backward(remat_model *m, int64_t i, const block_params *wp,
   remat__dropout d_r1 = drop_at(hp, m->step, micro, l, REMAT_DROP_RESID1);
   remat__dropout d_r2 = drop_at(hp, m->step, micro, l, REMAT_DROP_RESID2);
 
-  /* MLP branch: out = res2 + dropout(fcproj(gelu(fc(ln2(res2))))) */
-  remat__dropout_apply(d->dbranch, m->dresid, BTC, &d_r2);
-  remat__matmul_backward(d->d4, g.fcprojw, g.fcprojb, d->dbranch, a->fch_gelu, w.fcprojw, N,
+  /* MLP branch: out = res2 + dropout(fcproj(gelu(fc(ln2(res2))))). Without
+   * dropout the branch's gradient is dresid itself, read before the
+   * layernorm backward adds to dresid. */
+  const float *dbranch = branch_grad(d->dbranch, m->dresid, BTC, &d_r2);
+  remat__matmul_backward(d->d4, g.fcprojw, g.fcprojb, dbranch, a->fch_gelu, w.fcprojw, N,
                          4 * C, C);
   remat__gelu_backward(d->d4, a->fch, d->d4, 4 * BTC);
   remat__matmul_backward(d->dln, g.fcw, g.fcb, d->d4, a->ln2, w.fcw, N, C, 4 * C);
   remat__layernorm_backward(m->dresid, g.ln2w, g.ln2b, d->dln, a->res2, w.ln2w, a->ln2_mean,
                             a->ln2_rstd, N, C);
   /* attention branch: res2 = x + dropout(proj(attn(qkv(ln1(x))))) */
-  remat__dropout_apply(d->dbranch, m->dresid, BTC, &d_r1);
-  remat__matmul_backward(d->datty, g.projw, g.projb, d->dbranch, a->atty, w.projw, N, C, C);
+  dbranch = branch_grad(d->dbranch, m->dresid, BTC, &d_r1);
+  remat__matmul_backward(d->datty, g.projw, g.projb, dbranch, a->atty, w.projw, N, C, C);
   remat__attention_backward(d->dqkv, d->att_delta, d->datty, a->qkv, a->atty, a->att_lse, B, T,
                             C, NH, &d_att);
   remat__matmul_backward(d->dln, g.qkvw, g.qkvb, d->dqkv, a->ln1, w.qkvw, N, C, 3 * C);
