@@ -1,6 +1,7 @@
 /* test_checkpointing.c: checkpointed training equals plain training bit for
  * bit. The same model trains for a few steps with gradient accumulation and
- * dropout on, under several recompute policies, through the trainer; every
+ * dropout on, under several recompute policies (full and middle, alone and
+ * mixed with kept blocks), through the trainer; every
  * step's loss, every step's accumulated gradient and the final parameters
  * must be identical (memcmp) to keeping every block. */
 #include <stdlib.h>
@@ -111,11 +112,15 @@ int main(void) {
     /* the loss must actually move, or the comparison proves little */
     CHECK(ref.loss[0] > 5.0 && ref.loss[0] < 6.0);
     uint8_t pol[4];
+    /* k keeps, f recomputes (full), m recomputes the layernorms and GELU */
     const char *names[] = {"ratio 0.25 (block 0)", "ratio 0.5 (blocks 0,1)", "ratio 1 (all)",
-                           "blocks 1,3", "block 3 (last)"};
-    const char *sets[] = {"1000", "1100", "1111", "0101", "0001"};
-    for (int c = 0; c < 5; c++) {
-      for (int64_t l = 0; l < L; l++) pol[l] = sets[c][l] == '1' ? REMAT_RECOMPUTE : REMAT_KEEP;
+                           "blocks 1,3", "block 3 (last)", "middle: all",
+                           "middle 1,2, full 0", "middle 0,2, full 3", "middle 3 (last)"};
+    const char *sets[] = {"fkkk", "ffkk", "ffff", "kfkf", "kkkf", "mmmm", "fmmk", "mkmf", "kkkm"};
+    int ncase = (int)(sizeof sets / sizeof sets[0]);
+    for (int c = 0; c < ncase; c++) {
+      for (int64_t l = 0; l < L; l++)
+        pol[l] = sets[c][l] == 'f' ? REMAT_RECOMPUTE : sets[c][l] == 'm' ? REMAT_MIDDLE : REMAT_KEEP;
       trace t;
       run(&cfg, pol, drops[di], &t);
       compare(&cfg, &ref, &t, names[c]);

@@ -18,6 +18,10 @@ extern "C" {
 typedef enum {
   REMAT_KEEP = 0,      /* store everything the block's backward needs */
   REMAT_RECOMPUTE = 1, /* store only the block input; rerun forward in backward */
+  REMAT_MIDDLE = 2,    /* store the matrix products' and attention's outputs
+                          (qkv, atty, att_lse, res2, fch) and the layernorm
+                          statistics; recompute the cheap ones (ln1, ln2,
+                          fch_gelu: two layernorms and a GELU) in backward */
   REMAT_POLICY_COUNT
 } remat_policy;
 
@@ -28,8 +32,9 @@ typedef enum {
  * stage runs a contiguous range of them with n micro-batches in flight and
  * needs, in bytes,
  *
- *   stage_bytes + sum_l w_l + n * (sum_{l kept} a_l + sum_{l recomputed} c_l)
- *               + max( max_l y_l, max_{l recomputed} x_l )  [+ comm]
+ *   stage_bytes + sum_l w_l
+ *     + n * (sum_{l kept} a_l + sum_{l middle} mid_l + sum_{l recomputed} c_l)
+ *     + max( max_l y_l, max_{l middle} xm_l, max_{l recomputed} x_l )  [+ comm]
  *
  * where a stage that adds up several micro-batches a step adds each layer's
  * gradient buffer g_l to its y_l and x_l, and a data-parallel replica has
@@ -38,9 +43,13 @@ typedef enum {
  *   a (kept)    what one micro-batch in flight stores for the layer's
  *               backward: its input, and a block's internals when kept
  *   c (ckpt)    what it stores when recomputed: its input
+ *   mid         what it stores under the middle policy: its input and its
+ *               internals less the layernorm and GELU outputs
  *   x (scratch) transient bytes while a recomputed block reruns its forward
  *               and runs its backward: its internals and its backward's
  *               temporaries
+ *   xm          the same for a middle block: the layernorm and GELU outputs
+ *               it recomputes, and its backward's temporaries
  *   y (work)    transient bytes while the layer runs its backward (a block's
  *               temporaries; the head's workspace and logits)
  *   w (state)   parameters, gradients, AdamW m and v
@@ -70,6 +79,8 @@ typedef struct remat_layer_bytes {
   size_t grad;    /* the layer's gradient, computed apart (a stage that
                      accumulates): its unit(s), below; the head's holds its
                      gradient of the tied matrix and its own */
+  size_t mid;         /* mid (= a for layers without the middle policy) */
+  size_t mid_scratch; /* xm (0 for layers without it) */
 } remat_layer_bytes;
 
 typedef struct remat_memory_model {
@@ -90,7 +101,11 @@ typedef struct remat_memory_model {
   /* the pieces the terms are made of, for breakdowns */
   size_t tokens_bytes;         /* (B, T) int32 ids: inputs, or targets */
   size_t residual_bytes;       /* (B, T, C) float: a block's input */
-  size_t block_internal_bytes; /* a kept block's internals beyond its input */
+  size_t block_internal_bytes; /* a kept block's internals beyond its input:
+                                  block_stored_bytes + block_cheap_bytes */
+  size_t block_stored_bytes;   /* what a middle block stores beyond its input */
+  size_t block_cheap_bytes;    /* the layernorm and GELU outputs a middle block
+                                  recomputes (ln1, ln2, fch_gelu) */
   size_t block_dgrad_bytes;    /* a block backward's temporaries */
   size_t head_bytes;           /* the head's activations and their gradient */
   size_t logits_bytes;         /* (B, T, Vp) logits, probabilities, their gradient */
@@ -127,8 +142,8 @@ remat_stage remat_stage_replica(const remat_config *cfg, const uint8_t *policy, 
 
 /* The formula above for one stage; the arena of remat_memplan_build is
  * exactly this many bytes. A stage that accumulates (or a replica) adds to
- * each layer's y, and to a recomputed block's x, the layer's gradient
- * buffer (grad below); a replica's w are its ZeRO stage's and it adds its
+ * each layer's y, and to a recomputed or middle block's x or xm, the
+ * layer's gradient buffer (grad below); a replica's w are its ZeRO stage's and it adds its
  * communication buffers (remat_replica_bytes). */
 typedef struct remat_stage_bytes {
   size_t state;       /* sum w */
@@ -247,7 +262,7 @@ typedef struct remat_memplan {
   remat_memory_model mm;
   int64_t first_block, num_blocks, inflight;
   int has_embedding, has_head;
-  int64_t num_kept, num_recomputed;
+  int64_t num_kept, num_recomputed, num_middle;
   uint8_t *policy; /* (num_blocks) remat_policy of each block, owned */
   /* Inside a slot (add slot * slot_bytes + buf[REMAT_BUF_SLOTS].offset): */
   size_t slot_bytes;
@@ -255,12 +270,16 @@ typedef struct remat_memplan {
   size_t targets_offset; /* REMAT_NO_OFFSET without the head */
   size_t final_offset;   /* the head's input; REMAT_NO_OFFSET without the head */
   size_t *block_input_offset;    /* (num_blocks) */
-  size_t *block_internal_offset; /* (num_blocks) REMAT_NO_OFFSET when recomputed */
-  /* Inside REMAT_BUF_WORK: the block temporaries at 0, the recompute scratch
-   * at block_dgrad_bytes; the head's activations at 0, the logits at
-   * head_bytes (sizes in mm). A layer's gradient buffer follows its other
-   * transient bytes: a kept block's at block_dgrad_bytes, a recomputed
-   * block's after the scratch, the head's after the logits, the
+  size_t *block_internal_offset; /* (num_blocks) REMAT_NO_OFFSET when recomputed;
+                                    the stored internals (block_stored_bytes),
+                                    followed by the cheap ones when kept */
+  /* Inside REMAT_BUF_WORK: the block temporaries at 0, then at
+   * block_dgrad_bytes the recompute scratch of a recomputed block (its
+   * stored internals, then the cheap ones) or the cheap internals of a
+   * middle block; the head's activations at 0, the logits at head_bytes
+   * (sizes in mm). A layer's gradient buffer follows its other transient
+   * bytes: a kept block's at block_dgrad_bytes, a recomputed or middle
+   * block's after its scratch, the head's after the logits, the
    * embedding's at 0 (grad_bytes: its size per layer kind). */
   remat_membuf buf[REMAT_BUF_COUNT];
   remat_stage_bytes bytes; /* the memory model's figure; peak_bytes equals its total */
@@ -283,6 +302,8 @@ void remat_memplan_free(remat_memplan *mp);
 
 /* Policies that recompute the first n blocks and keep the rest. */
 void remat_policy_first_n(uint8_t *policy, int64_t L, int64_t n);
+/* "keep", "full" (REMAT_RECOMPUTE), "middle"; "?" for others. */
+const char *remat_policy_name(int policy);
 
 /* The fewest recomputed blocks (the first n: blocks are alike) whose
  * whole-model arena fits `budget` bytes; on success *n_out is that count and

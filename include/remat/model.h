@@ -18,11 +18,13 @@ extern "C" {
  * runs. Life of a step (one micro-batch shown; gradients accumulate over K):
  *   forward:  encoder -> blocks 0..L-1; a kept block writes its internals to
  *             its own place in the slot, a recomputed one to the scratch
- *             (discarded)
+ *             (discarded), a middle one its layernorm and GELU outputs to
+ *             the scratch and the rest to the slot
  *   head:     final layernorm, logits, loss, and their backward
  *   backward: blocks L-1..0; a recomputed block first reruns its forward
  *             into the scratch (bit-identical: same kernels, same inputs, same
- *             dropout counters), then runs its backward; encoder backward
+ *             dropout counters), a middle block its two layernorms and its
+ *             GELU, then it runs its backward; encoder backward
  *   update:   optional global-norm clipping, AdamW
  * Nothing in a step allocates: every buffer is a view into the arena. The
  * orders that decide the bits (the sum over micro-batches, the tied

@@ -17,17 +17,32 @@ static size_t carve(slot *s, int n, float *base) {
   return off / sizeof(float);
 }
 
-size_t remat__block_acts_view(remat__block_acts *a, float *base, int64_t B, int64_t T,
-                              int64_t C, int64_t NH) {
+size_t remat__block_stored_view(remat__block_acts *a, float *base, int64_t B, int64_t T,
+                                int64_t C, int64_t NH) {
   remat__block_acts dummy;
   if (!a) a = &dummy;
   size_t BT = (size_t)B * (size_t)T, BTC = BT * (size_t)C, BHT = BT * (size_t)NH;
   slot s[] = {
-      {&a->ln1, BTC},     {&a->ln1_mean, BT}, {&a->ln1_rstd, BT}, {&a->qkv, 3 * BTC},
-      {&a->att_lse, BHT}, {&a->atty, BTC},    {&a->res2, BTC},    {&a->ln2, BTC},
-      {&a->ln2_mean, BT}, {&a->ln2_rstd, BT}, {&a->fch, 4 * BTC}, {&a->fch_gelu, 4 * BTC},
+      {&a->ln1_mean, BT}, {&a->ln1_rstd, BT}, {&a->qkv, 3 * BTC},
+      {&a->att_lse, BHT}, {&a->atty, BTC},    {&a->res2, BTC},
+      {&a->ln2_mean, BT}, {&a->ln2_rstd, BT}, {&a->fch, 4 * BTC},
   };
   return carve(s, (int)(sizeof s / sizeof s[0]), base);
+}
+
+size_t remat__block_cheap_view(remat__block_acts *a, float *base, int64_t B, int64_t T,
+                               int64_t C) {
+  remat__block_acts dummy;
+  if (!a) a = &dummy;
+  size_t BTC = (size_t)B * (size_t)T * (size_t)C;
+  slot s[] = {{&a->ln1, BTC}, {&a->ln2, BTC}, {&a->fch_gelu, 4 * BTC}};
+  return carve(s, (int)(sizeof s / sizeof s[0]), base);
+}
+
+size_t remat__block_acts_view(remat__block_acts *a, float *base, int64_t B, int64_t T,
+                              int64_t C, int64_t NH) {
+  size_t n = remat__block_stored_view(a, base, B, T, C, NH);
+  return n + remat__block_cheap_view(a, base ? base + n : NULL, B, T, C);
 }
 
 size_t remat__block_dgrads_view(remat__block_dgrads *d, float *base, int64_t B, int64_t T,

@@ -10,19 +10,23 @@
  * residual buffer). Attention stores no probabilities, only one
  * log-sum-exp per row: its backward rebuilds them tile by tile. Dropout
  * masks are regenerated from the RNG, never stored. Nothing here grows
- * faster than linearly in T. */
+ * faster than linearly in T. The fields come in two groups: the stored
+ * ones, which a middle block keeps, and the cheap ones (the layernorm and
+ * GELU outputs), which it recomputes from them in its backward. */
 typedef struct remat__block_acts {
-  float *ln1;      /* (B, T, C) */
+  /* stored */
   float *ln1_mean; /* (B, T) */
   float *ln1_rstd; /* (B, T) */
   float *qkv;      /* (B, T, 3C) */
   float *att_lse;  /* (B, NH, T) log-sum-exp of each attention row's scaled scores */
   float *atty;     /* (B, T, C) attention output, before the projection */
   float *res2;     /* (B, T, C) input + dropout(attention branch) */
-  float *ln2;      /* (B, T, C) */
   float *ln2_mean; /* (B, T) */
   float *ln2_rstd; /* (B, T) */
   float *fch;      /* (B, T, 4C) MLP pre-activation */
+  /* cheap */
+  float *ln1;      /* (B, T, C) */
+  float *ln2;      /* (B, T, C) */
   float *fch_gelu; /* (B, T, 4C) */
 } remat__block_acts;
 
@@ -50,6 +54,12 @@ typedef struct remat__head_acts {
  * REMAT_ALIGN boundaries. */
 size_t remat__block_acts_view(remat__block_acts *a, float *base, int64_t B, int64_t T,
                               int64_t C, int64_t NH);
+/* The two groups apart: the stored fields at base, and the cheap ones at
+ * base; remat__block_acts_view is the stored group followed by the cheap. */
+size_t remat__block_stored_view(remat__block_acts *a, float *base, int64_t B, int64_t T,
+                                int64_t C, int64_t NH);
+size_t remat__block_cheap_view(remat__block_acts *a, float *base, int64_t B, int64_t T,
+                               int64_t C);
 size_t remat__block_dgrads_view(remat__block_dgrads *d, float *base, int64_t B, int64_t T,
                                 int64_t C, int64_t NH);
 size_t remat__head_acts_view(remat__head_acts *h, float *base, int64_t B, int64_t T,

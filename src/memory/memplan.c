@@ -17,6 +17,12 @@ void remat_policy_first_n(uint8_t *policy, int64_t L, int64_t n) {
   for (int64_t l = 0; l < L; l++) policy[l] = l < n ? REMAT_RECOMPUTE : REMAT_KEEP;
 }
 
+const char *remat_policy_name(int policy) {
+  static const char *const names[REMAT_POLICY_COUNT] = {
+      [REMAT_KEEP] = "keep", [REMAT_RECOMPUTE] = "full", [REMAT_MIDDLE] = "middle"};
+  return policy >= 0 && policy < REMAT_POLICY_COUNT ? names[policy] : "?";
+}
+
 /* Parameter floats of one layer of each kind. */
 static void layer_params(const remat_config *cfg, size_t out[REMAT_LAYER_KIND_COUNT]) {
   size_t ps[REMAT_P_COUNT];
@@ -63,7 +69,9 @@ int remat_memory_model_get(const remat_config *cfg, int64_t B, int64_t T, remat_
   mm->T = T;
   mm->tokens_bytes = remat__align(BT * sizeof(int32_t));
   mm->residual_bytes = remat__align(BT * (size_t)C * sizeof(float));
-  mm->block_internal_bytes = remat__block_acts_view(NULL, NULL, B, T, C, NH) * sizeof(float);
+  mm->block_stored_bytes = remat__block_stored_view(NULL, NULL, B, T, C, NH) * sizeof(float);
+  mm->block_cheap_bytes = remat__block_cheap_view(NULL, NULL, B, T, C) * sizeof(float);
+  mm->block_internal_bytes = mm->block_stored_bytes + mm->block_cheap_bytes;
   mm->block_dgrad_bytes = remat__block_dgrads_view(NULL, NULL, B, T, C, NH) * sizeof(float);
   mm->head_bytes = remat__head_acts_view(NULL, NULL, B, T, C) * sizeof(float);
   mm->logits_bytes = remat__align(BT * (size_t)cfg->padded_vocab_size * sizeof(float));
@@ -81,16 +89,18 @@ int remat_memory_model_get(const remat_config *cfg, int64_t B, int64_t T, remat_
   mm->boundary_bytes = mm->residual_bytes;
 
   remat_layer_bytes *e = &mm->layer[REMAT_LAYER_EMBEDDING];
-  e->kept = e->ckpt = mm->tokens_bytes; /* the input ids, for its backward */
+  e->kept = e->ckpt = e->mid = mm->tokens_bytes; /* the input ids, for its backward */
 
   remat_layer_bytes *b = &mm->layer[REMAT_LAYER_BLOCK];
   b->ckpt = mm->residual_bytes;
   b->kept = mm->residual_bytes + mm->block_internal_bytes;
+  b->mid = mm->residual_bytes + mm->block_stored_bytes;
   b->work = mm->block_dgrad_bytes;
   b->scratch = mm->block_dgrad_bytes + mm->block_internal_bytes;
+  b->mid_scratch = mm->block_dgrad_bytes + mm->block_cheap_bytes;
 
   remat_layer_bytes *h = &mm->layer[REMAT_LAYER_HEAD];
-  h->kept = h->ckpt = mm->residual_bytes + mm->tokens_bytes; /* its input and the targets */
+  h->kept = h->ckpt = h->mid = mm->residual_bytes + mm->tokens_bytes; /* its input, the targets */
   h->work = mm->head_bytes + mm->logits_bytes;
 
   /* gradient buffers: one unit each; the head's holds the tied gradient
@@ -181,10 +191,11 @@ int remat_stage_bytes_get(const remat_config *cfg, const remat_memory_model *mm,
     if (e.work + e.grad > transient) transient = e.work + e.grad;
   }
   for (int64_t i = 0; i < st->num_blocks; i++) {
-    int rec = st->policy && st->policy[i] == REMAT_RECOMPUTE;
+    int p = st->policy ? st->policy[i] : REMAT_KEEP;
     state += b.state;
-    slot += rec ? b.ckpt : b.kept;
-    size_t t = (rec ? b.scratch : b.work) + b.grad;
+    slot += p == REMAT_RECOMPUTE ? b.ckpt : p == REMAT_MIDDLE ? b.mid : b.kept;
+    size_t t = (p == REMAT_RECOMPUTE ? b.scratch : p == REMAT_MIDDLE ? b.mid_scratch : b.work) +
+               b.grad;
     if (t > transient) transient = t;
   }
   if (st->has_head) {
@@ -241,6 +252,10 @@ int remat_memplan_build_stage(remat_memplan *mp, const remat_config *cfg, int64_
       mp->block_internal_offset[i] = off;
       off += mm->block_internal_bytes;
       mp->num_kept++;
+    } else if (p == REMAT_MIDDLE) {
+      mp->block_internal_offset[i] = off;
+      off += mm->block_stored_bytes;
+      mp->num_middle++;
     } else {
       mp->num_recomputed++;
     }

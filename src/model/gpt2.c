@@ -1,9 +1,10 @@
 /* gpt2.c: GPT-2 forward, backward and update over one planned arena, for
  * the whole model or for one pipeline stage (a contiguous run of blocks, with
  * or without the embedding and the head, and n micro-batches in flight, each
- * in its own slot). Each block either keeps its internals or recomputes them
- * from its input just before its backward. See include/remat/model.h for the
- * life of a step.
+ * in its own slot). Each block keeps its internals, recomputes them from its
+ * input just before its backward, or (middle) keeps those of its matrix
+ * products and attention and recomputes its layernorm and GELU outputs. See
+ * include/remat/model.h for the life of a step.
  *
  * Orders that pipeline stages and data-parallel replicas can follow too, so
  * that one process, P stages and D replicas give the same bits: a step's
@@ -509,13 +510,20 @@ static void grad_done(remat_model *m, int64_t u, float *buf) {
 }
 
 /* Block i of the stage (global block first_block + i) in a slot: its
- * internals live in the slot when kept, in the scratch when recomputed. */
+ * internals live in the slot when kept, in the scratch when recomputed; a
+ * middle block's stored ones in the slot, its cheap ones in the scratch. */
 static remat__block_acts block_acts(remat_model *m, char *slot, int64_t i) {
   remat__block_acts a;
+  int64_t B = m->B, T = m->T, C = m->cfg.channels, NH = m->cfg.num_heads;
   size_t off = m->mp.block_internal_offset[i];
-  float *base = off != REMAT_NO_OFFSET ? (float *)(slot + off)
-                                       : (float *)(m->work + m->mp.mm.block_dgrad_bytes);
-  remat__block_acts_view(&a, base, m->B, m->T, m->cfg.channels, m->cfg.num_heads);
+  float *scratch = (float *)(m->work + m->mp.mm.block_dgrad_bytes);
+  if (m->mp.policy[i] == REMAT_MIDDLE) {
+    remat__block_stored_view(&a, (float *)(slot + off), B, T, C, NH);
+    remat__block_cheap_view(&a, scratch, B, T, C);
+  } else {
+    remat__block_acts_view(&a, off != REMAT_NO_OFFSET ? (float *)(slot + off) : scratch, B, T, C,
+                           NH);
+  }
   return a;
 }
 
@@ -553,6 +561,19 @@ static void block_forward(remat_model *m, int64_t i, const block_params *wp, con
   remat__matmul_forward(out, a->fch_gelu, w.fcprojw, w.fcprojb, N, 4 * C, C);
   remat__dropout_apply(out, out, BTC, &d_r2);
   remat__residual_forward(out, out, a->res2, BTC);
+}
+
+/* A middle block's cheap internals, rebuilt from its stored ones just
+ * before its backward: the kernels and inputs of block_forward, so the same
+ * bits (the layernorms write their statistics again, with the values the
+ * slot holds). */
+static void block_recompute_cheap(remat_model *m, const block_params *wp, const float *x,
+                                  remat__block_acts *a) {
+  int64_t N = m->B * m->T, C = m->cfg.channels;
+  const block_params w = *wp;
+  remat__layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, w.ln1w, w.ln1b, N, C);
+  remat__layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w.ln2w, w.ln2b, N, C);
+  remat__gelu_forward(a->fch_gelu, a->fch, 4 * (size_t)N * (size_t)C);
 }
 
 /* The gradient entering a residual branch: dropout(dresid) into buf, or
@@ -680,16 +701,21 @@ double remat_model_stage_backward(remat_model *m, int64_t slot_index, uint32_t m
   }
   for (int64_t i = nb - 1; i >= 0; i--) {
     remat__block_acts a = block_acts(m, slot, i);
-    int rec = m->mp.policy[i] == REMAT_RECOMPUTE;
+    int pol = m->mp.policy[i];
     int64_t u = 1 + m->stage.first_block + i;
     block_params w = block_params_of(m, i, unit_params(m, u, 1));
-    if (rec) {
+    if (pol != REMAT_KEEP) {
       double t0 = remat__now();
-      block_forward(m, i, &w, resid_at(m, slot, i), &a, NULL, hp, micro);
+      if (pol == REMAT_RECOMPUTE)
+        block_forward(m, i, &w, resid_at(m, slot, i), &a, NULL, hp, micro);
+      else
+        block_recompute_cheap(m, &w, resid_at(m, slot, i), &a);
       m->recompute_s += remat__now() - t0;
     }
-    float *gb = grad_buffer(m, REMAT_LAYER_BLOCK,
-                            mm->block_dgrad_bytes + (rec ? mm->block_internal_bytes : 0));
+    size_t scratch = pol == REMAT_RECOMPUTE ? mm->block_internal_bytes
+                     : pol == REMAT_MIDDLE  ? mm->block_cheap_bytes
+                                            : 0;
+    float *gb = grad_buffer(m, REMAT_LAYER_BLOCK, mm->block_dgrad_bytes + scratch);
     block_grads g;
     if (gb) {
       float *v[12];
