@@ -30,6 +30,9 @@ static void check_layout(const remat_memplan *mp) {
     if (mp->policy[i] == REMAT_KEEP) {
       CHECK(mp->block_internal_offset[i] == off);
       off += mm->block_internal_bytes;
+    } else if (mp->policy[i] == REMAT_MIDDLE) {
+      CHECK(mp->block_internal_offset[i] == off);
+      off += mm->block_stored_bytes;
     } else {
       CHECK(mp->block_internal_offset[i] == REMAT_NO_OFFSET);
     }
@@ -44,6 +47,8 @@ static void check_layout(const remat_memplan *mp) {
   size_t work = mp->buf[REMAT_BUF_WORK].bytes;
   if (mp->num_blocks) CHECK(work >= mm->block_dgrad_bytes);
   if (mp->num_recomputed) CHECK(work >= mm->block_dgrad_bytes + mm->block_internal_bytes);
+  if (mp->num_middle) CHECK(work >= mm->block_dgrad_bytes + mm->block_cheap_bytes);
+  CHECK(mp->num_kept + mp->num_middle + mp->num_recomputed == mp->num_blocks);
   if (mp->has_head) CHECK(work >= mm->head_bytes + mm->logits_bytes);
 }
 
@@ -78,6 +83,12 @@ int main(void) {
   }
   CHECK(blk->kept == blk->ckpt + mm.block_internal_bytes);
   CHECK(blk->scratch == blk->work + mm.block_internal_bytes);
+  /* the middle policy: the layernorm and GELU outputs, 6 (B,T,C) tensors,
+   * move from the slot to the scratch */
+  CHECK(mm.block_cheap_bytes == 4 * 6 * BTC);
+  CHECK(mm.block_stored_bytes + mm.block_cheap_bytes == mm.block_internal_bytes);
+  CHECK(blk->mid == blk->ckpt + mm.block_stored_bytes);
+  CHECK(blk->mid_scratch == blk->work + mm.block_cheap_bytes);
   CHECK(blk->state == 16 * remat_block_param_count(&cfg));
   CHECK(mm.layer[REMAT_LAYER_HEAD].work == mm.head_bytes + mm.logits_bytes);
   CHECK(mm.logits_bytes == 4 * 64 * 50304 * 4);
@@ -99,6 +110,17 @@ int main(void) {
     remat_memplan_free(&mp);
   }
 
+  /* Middle blocks: the slot shrinks by the cheap internals per block, and
+   * the workspace holds them once. */
+  for (int n = 0; n <= 12; n++) {
+    for (int l = 0; l < 12; l++) pol[l] = l < n ? REMAT_MIDDLE : REMAT_KEEP;
+    remat_memplan mp;
+    CHECK(remat_memplan_build(&mp, &cfg, 4, 64, pol, &err) == 0);
+    check_layout(&mp);
+    CHECK(mp.num_middle == n && mp.num_kept == 12 - n && mp.num_recomputed == 0);
+    remat_memplan_free(&mp);
+  }
+
   /* Stages of a pipeline: any slice, any policy, several in flight; and the
    * stages of a split add up to one process's state. */
   for (int64_t first = 0; first <= 12; first += 3)
@@ -107,7 +129,7 @@ int main(void) {
         for (int ends = 0; ends < 4; ends++) {
           remat_stage st = {.first_block = first, .num_blocks = nb, .policy = pol,
                             .inflight = n, .has_embedding = ends & 1, .has_head = ends >> 1};
-          for (int64_t i = 0; i < nb; i++) pol[i] = (uint8_t)((i * 7 + n) % 3 == 0);
+          for (int64_t i = 0; i < nb; i++) pol[i] = (uint8_t)((i * 7 + n + ends) % 3);
           remat_memplan mp;
           int rc = remat_memplan_build_stage(&mp, &cfg, 2, 32, &st, &err);
           if (nb == 0 && ends == 0) {
