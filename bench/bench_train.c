@@ -1,9 +1,10 @@
 /* bench_train.c: training-step throughput and MFU, against this machine's
  * sgemm rate measured in the same run, for GPT-2 124M at B=4, T=64 and
- * T=512 (checkpointing ratios 0, 0.5 and 1) and for a long-sequence shape,
- * L6 C256 NH8 V8192 at B=4, T=1024 (ratios 0 and 1), where attention is a
- * large share of the work. One line per case, key=value. The steps of each
- * checkpointing ratio alternate with those of ratio 0, so slowdown_vs_ratio0
+ * T=512 (checkpointing ratios 0, 0.5 and 1, and every block under the
+ * middle policy) and for a long-sequence shape, L6 C256 NH8 V8192 at B=4,
+ * T=1024 (ratios 0 and 1, and middle), where attention is a large share of
+ * the work. One line per case, key=value. The steps of each configuration
+ * alternate with those of ratio 0 (every block kept), so slowdown_vs_ratio0
  * (the median of step-by-step ratios) compares runs under the same load.
  *
  * usage: bench_train [--steps N] [--threads N] [--short] [--long] [--seq-long] */
@@ -35,25 +36,36 @@ static int batch(void *ctx, int64_t step, int64_t micro, int32_t *inputs, int32_
 
 enum { MAX_STEPS = 1000 };
 
+/* A configuration: the first floor(ratio L) blocks under policy pol
+ * (REMAT_RECOMPUTE or REMAT_MIDDLE), the others kept. */
+typedef struct {
+  double ratio;
+  int pol;
+} bench_conf;
+
 typedef struct {
   const char *flag, *name, *config;
   int64_t B, T;
   int nratios;
-  double ratios[3];
+  bench_conf ratios[4];
 } bench_case;
 
+#define FULL(r) {r, REMAT_RECOMPUTE}
+#define MIDDLE {1.0, REMAT_MIDDLE}
 static const bench_case CASES[] = {
-    {"--short", "gpt2-124m", "gpt2-124m", 4, 64, 3, {0.0, 0.5, 1.0}},
-    {"--long", "gpt2-124m", "gpt2-124m", 4, 512, 3, {0.0, 0.5, 1.0}},
-    {"--seq-long", "L6-C256-NH8-V8192", "6,256,8,8192,1024", 4, 1024, 2, {0.0, 1.0}},
+    {"--short", "gpt2-124m", "gpt2-124m", 4, 64, 4, {FULL(0.0), FULL(0.5), FULL(1.0), MIDDLE}},
+    {"--long", "gpt2-124m", "gpt2-124m", 4, 512, 4, {FULL(0.0), FULL(0.5), FULL(1.0), MIDDLE}},
+    {"--seq-long", "L6-C256-NH8-V8192", "6,256,8,8192,1024", 4, 1024, 3,
+     {FULL(0.0), FULL(1.0), MIDDLE}},
 };
 enum { NCASES = sizeof CASES / sizeof CASES[0] };
 
 static void usage(FILE *f) {
   fprintf(f, "usage: bench_train [--steps N] [--threads N] [--short] [--long] [--seq-long]\n"
-             "  --short     GPT-2 124M, B=4 T=64, checkpointing ratios 0, 0.5, 1\n"
-             "  --long      GPT-2 124M, B=4 T=512, ratios 0, 0.5, 1\n"
-             "  --seq-long  L6 C256 NH8 V8192, B=4 T=1024, ratios 0 and 1\n"
+             "  --short     GPT-2 124M, B=4 T=64, checkpointing ratios 0, 0.5, 1, and\n"
+             "              every block middle (its layernorms and GELU recomputed)\n"
+             "  --long      GPT-2 124M, B=4 T=512, ratios 0, 0.5, 1, middle\n"
+             "  --seq-long  L6 C256 NH8 V8192, B=4 T=1024, ratios 0 and 1, middle\n"
              "  the flags add up; with none, --short and --long run. One key=value line\n"
              "  per case.\n");
 }
@@ -66,7 +78,7 @@ typedef struct {
   int n;
 } bench_run;
 
-static int run_open(bench_run *r, const remat_config *cfg, const bench_case *bc, double ratio,
+static int run_open(bench_run *r, const remat_config *cfg, const bench_case *bc, bench_conf bf,
                     int64_t *n_v, int steps, remat_error *err) {
   const int64_t L = cfg->num_layers;
   uint8_t *policy = malloc((size_t)L);
@@ -79,8 +91,8 @@ static int run_open(bench_run *r, const remat_config *cfg, const bench_case *bc,
     snprintf(err->msg, sizeof err->msg, "out of memory");
     return 1;
   }
-  r->recomputed = (int64_t)floor(ratio * (double)L);
-  remat_policy_first_n(policy, L, r->recomputed);
+  r->recomputed = (int64_t)floor(bf.ratio * (double)L);
+  for (int64_t l = 0; l < L; l++) policy[l] = l < r->recomputed ? (uint8_t)bf.pol : REMAT_KEEP;
   remat_train_opts o;
   remat_train_opts_default(&o);
   o.B = bc->B;
@@ -111,7 +123,7 @@ static double median(double *x, int n) {
 /* The key=value line of one configuration, into line (LINE_MAX bytes). */
 enum { LINE_MAX = 512 };
 static void run_line(char *line, const bench_run *r, const remat_config *cfg,
-                     const bench_case *bc, double ratio, int threads, double peak,
+                     const bench_case *bc, bench_conf bf, int threads, double peak,
                      double slowdown) {
   const int64_t B = bc->B, T = bc->T;
   double t[2 * MAX_STEPS];
@@ -119,11 +131,12 @@ static void run_line(char *line, const bench_run *r, const remat_config *cfg,
   double med = median(t, r->n), tps = (double)(B * T) / med;
   remat_model *m = remat_trainer_model(r->tr);
   snprintf(line, LINE_MAX,
-           "bench=train model=%s B=%lld T=%lld ratio=%.1f recomputed=%lld threads=%d "
+           "bench=train model=%s B=%lld T=%lld ratio=%.1f policy=%s recomputed=%lld threads=%d "
            "steps=%d step_s_median=%.4f step_s_min=%.4f tokens_per_s=%.1f mfu=%.4f "
            "recompute_share=%.4f slowdown_vs_ratio0=%.4f sgemm_gflops=%.1f "
            "planned_peak_bytes=%zu measured_peak_bytes=%zu",
-           bc->name, (long long)B, (long long)T, ratio, (long long)r->recomputed, threads, r->n,
+           bc->name, (long long)B, (long long)T, bf.ratio,
+           r->recomputed ? remat_policy_name(bf.pol) : "keep", (long long)r->recomputed, threads, r->n,
            med, t[0], tps, remat_mfu(cfg, T, tps, peak), r->rec / (med * r->n), slowdown,
            peak / 1e9, remat_model_memplan(m)->peak_bytes, remat_model_arena_high_water(m));
 }
@@ -141,7 +154,7 @@ static void run_close(bench_run *r) {
 static int run_case(const bench_case *bc, int steps, int threads, double peak) {
   remat_config cfg;
   remat_error err = {0};
-  char lines[3][LINE_MAX];
+  char lines[4][LINE_MAX];
   double ratio[MAX_STEPS];
   int64_t n_v[2] = {bc->B * bc->T, 0};
   bench_run base = {0}, other = {0};

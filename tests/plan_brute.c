@@ -1,6 +1,7 @@
 /* plan_brute.c: the brute-force oracle of plan_brute.h. Every partition (by
- * recursion on the next boundary) and every subset of recomputable layers (a
- * bit mask over all L); each stage's memory and time straight from the
+ * recursion on the next boundary) and every choice for every layer (keep;
+ * recompute, if recomputable; the middle policy, if it has one), counted
+ * through in mixed radix; each stage's memory and time straight from the
  * formula in include/remat/plan.h, sharing nothing with the solver. */
 #include "plan_brute.h"
 
@@ -13,24 +14,27 @@ typedef struct {
   int64_t best[3];
 } brute;
 
-/* Objective, recomputed layers and peak of one arrangement; 0 if a stage is
- * over its budget. */
-static int arrangement(const remat__plan_inst *in, const int64_t *bounds, uint64_t mask,
+/* Objective, layers not kept and peak of one arrangement (ch[l]: 0 keep, 1
+ * recompute, 2 middle); 0 if a stage is over its budget. */
+static int arrangement(const remat__plan_inst *in, const int64_t *bounds, const uint8_t *ch,
                        int64_t out[3]) {
   int64_t sum = 0, tmax = 0, cnt = 0, peak = 0;
   for (int64_t s = 0; s < in->p; s++) {
     int64_t mem = in->stage_bytes + (s < in->p - 1 ? in->boundary_bytes : 0), X = 0, t = 0;
-    /* X: max of y and recomputed x */
+    /* X: max of y, recomputed x and middle xm */
     for (int64_t l = bounds[s]; l < bounds[s + 1]; l++) {
-      int rec = (mask >> l) & 1;
-      mem += in->w[l] + in->n[s] * (rec ? in->c[l] : in->a[l]);
+      int64_t stored = ch[l] == 1 ? in->c[l] : ch[l] == 2 ? in->mb[l] : in->a[l];
+      mem += in->w[l] + in->n[s] * stored;
       if (in->y[l] > X) X = in->y[l];
       t += in->fb[l];
-      if (rec) {
+      if (ch[l] == 1) {
         t += in->r[l];
-        cnt++;
         if (in->x[l] > X) X = in->x[l];
+      } else if (ch[l] == 2) {
+        t += in->rm[l];
+        if (in->xm[l] > X) X = in->xm[l];
       }
+      cnt += ch[l] != 0;
     }
     mem += X;
     if (mem > in->budget[s]) return 0;
@@ -44,30 +48,28 @@ static int arrangement(const remat__plan_inst *in, const int64_t *bounds, uint64
   return 1;
 }
 
-/* Lexicographic order: objective, then recomputed layers, then peak. */
+/* Lexicographic order: objective, then layers not kept, then peak. */
 static int better(const brute *b, const int64_t v[3]) {
   if (!b->have || v[0] != b->best[0]) return !b->have || v[0] < b->best[0];
   if (v[1] != b->best[1]) return v[1] < b->best[1];
   return v[2] < b->best[2];
 }
 
-static void all_subsets(brute *b) {
+static void all_choices(brute *b) {
   const remat__plan_inst *in = b->in;
-  uint64_t allowed = 0;
-  for (int64_t l = 0; l < in->L; l++)
-    if (in->recomp[l]) allowed |= (uint64_t)1 << l;
-  /* every subset of the allowed bits, from the empty one up */
-  uint64_t mask = 0;
+  uint8_t ch[24] = {0}, radix[24];
+  for (int64_t l = 0; l < in->L; l++) radix[l] = (uint8_t)(!in->recomp[l] ? 1 : in->mid[l] ? 3 : 2);
   for (;;) {
     int64_t v[3];
-    if (arrangement(in, b->bounds, mask, v) && better(b, v)) {
+    if (arrangement(in, b->bounds, ch, v) && better(b, v)) {
       b->best[0] = v[0];
       b->best[1] = v[1];
       b->best[2] = v[2];
       b->have = 1;
     }
-    if (mask == allowed) break;
-    mask = (mask - allowed) & allowed;
+    int64_t l = 0; /* the next choice, in mixed radix */
+    while (l < in->L && ++ch[l] == radix[l]) ch[l++] = 0;
+    if (l == in->L) break;
   }
 }
 
@@ -75,7 +77,7 @@ static void partitions(brute *b, int64_t s) {
   int64_t L = b->in->L, p = b->in->p;
   if (s == p - 1) {
     b->bounds[p] = L;
-    all_subsets(b);
+    all_choices(b);
     return;
   }
   for (int64_t j = b->bounds[s] + 1; j <= L - (p - 1 - s); j++) {

@@ -1,5 +1,6 @@
 /* plan_brute.h: the planner's oracle for tests: exhaustive search over every
- * partition and every recompute subset, independent of the solver's code. */
+ * partition and every choice (keep, recompute, middle) of every layer,
+ * independent of the solver's code. */
 #ifndef REMAT_PLAN_BRUTE_H
 #define REMAT_PLAN_BRUTE_H
 
@@ -7,9 +8,10 @@
 
 #include "plan/plan.h"
 
-/* The optimum of an instance of at most 20 layers (in practice ~16): 0 and
- * (objective in quanta, recomputed layers, max stage memory), lexicographically
- * least, or REMAT_EINFEASIBLE when no arrangement fits. */
+/* The optimum of an instance of at most 20 layers (in practice ~16, fewer
+ * with middle policies: 3^L choices per partition): 0 and (objective in
+ * quanta, layers not kept, max stage memory), lexicographically least, or
+ * REMAT_EINFEASIBLE when no arrangement fits. */
 int plan_brute(const remat__plan_inst *in, int64_t *obj, int64_t *cnt, int64_t *maxmem);
 
 #endif

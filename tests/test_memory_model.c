@@ -1,11 +1,13 @@
 /* test_memory_model.c: one memory model. For a grid of shapes and
- * per-block policies, the bytes the pipeline planner reports for a stage
+ * per-block policies (kept, recomputed, middle, and mixtures of the three),
+ * the bytes the pipeline planner reports for a stage
  * (remat_plan_problem_from_model, then remat_plan_evaluate or
  * remat_plan_solve) equal the arena the engine lays out for the same stage
  * (remat_memplan_build_stage), byte for byte: for the whole model as one
  * stage at every policy, and for the stages of pipeline splits with their
- * micro-batches in flight. And the planner's optimum for a budget recomputes
- * exactly as few blocks as the engine's own search needs. */
+ * micro-batches in flight. And the planner's optimum for a budget is the
+ * fastest of every count of recomputed and middle blocks whose engine arena
+ * fits. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,14 +17,14 @@
 /* The engine's arena for planner stage s of `plan`: layers are numbered
  * embedding 0, blocks 1..L, head L+1. */
 static size_t engine_stage_bytes(const remat_config *cfg, int64_t B, int64_t T,
-                                 const remat_plan *plan, int64_t s, const uint8_t *recompute) {
+                                 const remat_plan *plan, int64_t s, const uint8_t *policy) {
   /* several micro-batches a step: gradients are computed apart and added */
   int accumulate = plan->microbatches > 1;
   const remat_plan_stage *ps = &plan->stages[s];
   int64_t L = cfg->num_layers, lo = ps->first_layer, hi = ps->first_layer + ps->num_layers;
   int64_t b0 = lo < 1 ? 1 : lo, b1 = hi > L + 1 ? L + 1 : hi; /* blocks [b0, b1) as layers */
   uint8_t pol[64];
-  for (int64_t l = b0; l < b1; l++) pol[l - b0] = recompute[l] ? REMAT_RECOMPUTE : REMAT_KEEP;
+  for (int64_t l = b0; l < b1; l++) pol[l - b0] = policy[l];
   remat_stage st = {.first_block = b0 - 1, .num_blocks = b1 > b0 ? b1 - b0 : 0, .policy = pol,
                     .inflight = ps->microbatches_held, .has_embedding = lo == 0,
                     .has_head = hi == L + 2, .accumulate = accumulate};
@@ -38,6 +40,7 @@ static size_t engine_stage_bytes(const remat_config *cfg, int64_t B, int64_t T,
 }
 
 static uint64_t rng = 88172645463325252ull;
+static int optima, optima_middle, optima_mixed; /* one-stage optima checked */
 static uint64_t next(void) {
   rng ^= rng << 13;
   rng ^= rng >> 7;
@@ -45,7 +48,38 @@ static uint64_t next(void) {
   return rng;
 }
 
-/* One process: every prefix count and random sets; evaluate == engine. */
+/* The least (time, blocks not kept, arena) over every count kf of recomputed
+ * and km of middle blocks (blocks are alike: which ones does not matter)
+ * whose engine arena fits budget; 0 if none does. */
+static int engine_best(const remat_config *cfg, int64_t B, int64_t T,
+                       const remat_plan_problem *pb, size_t budget, double best[3]) {
+  int64_t L = cfg->num_layers;
+  const remat_plan_group *blk = &pb->groups[1];
+  uint8_t pol[64];
+  int have = 0;
+  for (int64_t kf = 0; kf <= L; kf++)
+    for (int64_t km = 0; kf + km <= L; km++) {
+      for (int64_t l = 0; l < L; l++)
+        pol[l] = l < kf ? REMAT_RECOMPUTE : l < kf + km ? REMAT_MIDDLE : REMAT_KEEP;
+      remat_memplan mp;
+      remat_error err;
+      if (remat_memplan_build(&mp, cfg, B, T, pol, &err)) continue;
+      size_t bytes = mp.peak_bytes;
+      remat_memplan_free(&mp);
+      if (bytes > budget) continue;
+      double v[3] = {(double)kf * blk->recompute + (double)km * blk->middle_recompute,
+                     (double)(kf + km), (double)bytes};
+      int better = !have || v[0] < best[0] - 1e-9 * best[0] ||
+                   (v[0] <= best[0] + 1e-9 * best[0] &&
+                    (v[1] < best[1] || (v[1] == best[1] && v[2] < best[2])));
+      if (better) memcpy(best, v, sizeof v);
+      have = 1;
+    }
+  return have;
+}
+
+/* One process: every prefix count of either policy and random mixtures;
+ * evaluate == engine. */
 static void one_stage(const remat_config *cfg, int64_t B, int64_t T, int *cases) {
   int64_t L = cfg->num_layers;
   remat_plan_problem pb;
@@ -54,14 +88,16 @@ static void one_stage(const remat_config *cfg, int64_t B, int64_t T, int *cases)
   CHECK(rc == 0);
   if (rc) return;
   uint8_t pol[64], rec[66];
-  for (int trial = 0; trial < (int)L + 1 + 8; trial++) {
+  for (int trial = 0; trial < 2 * (int)L + 2 + 8; trial++) {
     if (trial <= L) {
       remat_policy_first_n(pol, L, trial);
+    } else if (trial <= 2 * L + 1) {
+      for (int64_t l = 0; l < L; l++) pol[l] = l < trial - L - 1 ? REMAT_MIDDLE : REMAT_KEEP;
     } else {
-      for (int64_t l = 0; l < L; l++) pol[l] = (uint8_t)(next() & 1);
+      for (int64_t l = 0; l < L; l++) pol[l] = (uint8_t)(next() % 3);
     }
     memset(rec, 0, sizeof rec);
-    for (int64_t l = 0; l < L; l++) rec[l + 1] = pol[l] == REMAT_RECOMPUTE;
+    for (int64_t l = 0; l < L; l++) rec[l + 1] = pol[l];
     int64_t layers = L + 2;
     remat_plan plan;
     CHECK(remat_plan_evaluate(&pb, &layers, rec, &plan, &err) == 0);
@@ -75,24 +111,31 @@ static void one_stage(const remat_config *cfg, int64_t B, int64_t T, int *cases)
     (*cases)++;
 
     /* With exactly this arena as the budget, the planner's optimum is
-     * feasible, its figure is the engine's for its own choice, and it
-     * recomputes as few blocks as the engine's search. */
-    if (trial <= L) {
+     * feasible, its figure is the engine's for its own choice, and it is
+     * the engine's fastest choice that fits (then fewest blocks not kept,
+     * then least memory). */
+    if (trial % 3 == 0 || trial > 2 * L + 1) {
       remat_plan_problem_set_memory(&pb, mp.peak_bytes);
       remat_plan best;
       rc = remat_plan_solve(&pb, &best, &err);
       CHECK(rc == 0);
-      if (rc == 0) {
-        uint8_t brec[66] = {0};
-        for (int64_t k = 0; k < best.total_recomputed; k++) brec[best.recomputed_all[k]] = 1;
-        size_t eng = engine_stage_bytes(cfg, B, T, &best, 0, brec);
+      double want[3] = {0, 0, 0};
+      if (rc == 0 && engine_best(cfg, B, T, &pb, mp.peak_bytes, want)) {
+        size_t eng = engine_stage_bytes(cfg, B, T, &best, 0, best.policy);
         CHECK(best.stages[0].memory_bytes == eng && eng <= mp.peak_bytes);
-        int64_t n;
-        size_t need;
-        CHECK(remat_fewest_recompute(cfg, B, T, NULL, mp.peak_bytes, &n, &need, &err) == 0);
-        CHECK(best.total_recomputed == n);
-        remat_plan_free(&best);
+        double F = 0, t = best.stages[0].time;
+        for (int g = 0; g < 3; g++) F += (double)pb.groups[g].count * (pb.groups[g].fwd + pb.groups[g].bwd);
+        CHECK(t - F <= want[0] + 1e-9 * t && t - F >= want[0] - 1e-9 * t);
+        CHECK((double)best.total_recomputed == want[1] && (double)eng == want[2]);
+        optima++;
+        optima_middle += best.total_middle > 0;
+        optima_mixed += best.total_middle > 0 && best.total_middle < best.total_recomputed;
+        if ((double)best.total_recomputed != want[1] || (double)eng != want[2])
+          printf("L=%lld B=%lld T=%lld trial %d: planner %lld blocks %zu bytes, engine %g %g\n",
+                 (long long)L, (long long)B, (long long)T, trial,
+                 (long long)best.total_recomputed, eng, want[1], want[2]);
       }
+      if (rc == 0) remat_plan_free(&best);
       remat_plan_problem_set_memory(&pb, (size_t)1 << 50);
     }
     remat_memplan_free(&mp);
@@ -125,15 +168,28 @@ static void stages(const remat_config *cfg, int64_t B, int64_t T, int64_t p, int
     rc = remat_plan_solve(&pb, &plan, &err);
     CHECK(rc == 0);
     if (rc) continue;
-    uint8_t rec[66] = {0};
-    for (int64_t i = 0; i < plan.total_recomputed; i++) rec[plan.recomputed_all[i]] = 1;
     for (int64_t s = 0; s < p; s++) {
-      size_t eng = engine_stage_bytes(cfg, B, T, &plan, s, rec);
+      size_t eng = engine_stage_bytes(cfg, B, T, &plan, s, plan.policy);
       if (plan.stages[s].memory_bytes != eng)
         printf("p=%lld m=%lld stage %lld: planner %zu, engine %zu\n", (long long)p,
                (long long)m, (long long)s, plan.stages[s].memory_bytes, eng);
       CHECK(plan.stages[s].memory_bytes == eng);
       (*cases)++;
+    }
+    /* the same split with random mixtures of the three policies */
+    int64_t lps[8], nl = plan.num_layers;
+    for (int64_t s = 0; s < p; s++) lps[s] = plan.stages[s].num_layers;
+    for (int trial = 0; trial < 4; trial++) {
+      uint8_t pol[66] = {0};
+      for (int64_t l = 1; l + 1 < nl; l++) pol[l] = (uint8_t)(next() % 3);
+      remat_plan ev;
+      CHECK(remat_plan_evaluate(&pb, lps, pol, &ev, &err) == 0);
+      for (int64_t s = 0; s < p; s++) {
+        size_t eng = engine_stage_bytes(cfg, B, T, &ev, s, pol);
+        CHECK(ev.stages[s].memory_bytes == eng);
+        (*cases)++;
+      }
+      remat_plan_free(&ev);
     }
     remat_plan_free(&plan);
   }
@@ -167,7 +223,10 @@ int main(void) {
   remat_error err;
   CHECK(remat_config_parse("gpt2-124m", &g, &err) == 0);
   one_stage(&g, 4, 512, &cases);
-  printf("%d stage figures compared\n", cases);
+  printf("%d stage figures compared; %d one-stage optima are the engine's fastest arena that "
+         "fits (%d with middle blocks, %d of them also with recomputed ones)\n",
+         cases, optima, optima_middle, optima_mixed);
+  CHECK(optima > 100 && optima_middle > 20 && optima_mixed > 5);
   CHECK(cases > 500);
   return test_summary("memory_model");
 }

@@ -1,10 +1,11 @@
 /* test_plan.c: the pipeline planner against brute force: ColossalAI #5509's
  * example, hundreds of small random instances (both objectives, both
  * schedules, mixed layer kinds, work bytes, per-stage budgets, infeasible
- * ones) compared
- * with exhaustive search over every partition and every recompute subset, the
- * per-stage search engine against subset enumeration, the schedule simulator
- * against hand-computed and closed-form makespans, and malformed problems. */
+ * ones, and layers with a third choice, the middle policy) compared with
+ * exhaustive search over every partition and every choice of every layer,
+ * the per-stage search engine against enumeration of every choice, the
+ * schedule simulator against hand-computed and closed-form makespans, and
+ * malformed problems. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -101,8 +102,11 @@ static void test_seed(void) {
  * integer or half-integer times, byte counts on a coarse grid so that ties
  * are common, budgets near the interesting range. With work, the groups also
  * get work bytes y, by problem: all 0, below or between the scratch sizes,
- * above every scratch size, or a mix (and scratch is more common). */
-static void random_problem(remat_plan_problem *pb, int maxL, int work) {
+ * above every scratch size, or a mix (and scratch is more common). With
+ * middle, most recomputable groups also get the middle policy: stored bytes
+ * between c and a (sometimes at or above a: useless), cheaper or dearer than
+ * recomputing, with scratch below, equal to or above the recompute's. */
+static void random_problem(remat_plan_problem *pb, int maxL, int work, int middle) {
   int64_t L = rnd(1, maxL);
   int64_t ng = 0, left = L, counts[32];
   while (left > 0) {
@@ -146,10 +150,25 @@ static void random_problem(remat_plan_problem *pb, int maxL, int work) {
       maxkept += (double)G->work_bytes;
     }
   }
+  for (int64_t g = 0; middle && g < ng; g++) {
+    remat_plan_group *G = &pb->groups[g];
+    if (!G->recomputable || rnd(0, 3) == 0) continue;
+    G->middle = 1;
+    int64_t a = (int64_t)G->act_bytes / unit, c = (int64_t)G->ckpt_bytes / unit;
+    G->middle_bytes = (size_t)(rnd(c < a ? c : a, a) * unit);
+    if (rnd(0, 9) == 0) G->middle_bytes = G->act_bytes + (size_t)unit; /* useless */
+    if (rnd(0, 1)) G->recompute += 2; /* recomputing dear: the middle policy matters */
+    G->middle_recompute = rnd(0, 3) == 0 ? G->recompute : (double)rnd(0, 2) * 0.5;
+    G->middle_recompute_bytes =
+        rnd(0, 2) == 0 ? G->recompute_bytes : (size_t)(rnd(0, 4) * unit);
+    maxkept += (double)G->middle_recompute_bytes;
+  }
   pb->stage_bytes = rnd(0, 3) == 0 ? (size_t)(rnd(1, 3) * unit) : 0;
   pb->boundary_bytes = rnd(0, 2) == 0 ? (size_t)(rnd(1, 4) * unit) : 0;
-  /* budgets: a fraction of the memory of everything kept on one stage */
+  /* budgets: a fraction of the memory of everything kept on one stage
+   * (tighter with middle policies, so that most plans recompute) */
   double top = maxkept + (double)pb->stage_bytes + (double)pb->boundary_bytes;
+  if (middle) top *= 0.5;
   if (rnd(0, 2) == 0) {
     pb->uniform_memory = 0;
     for (int64_t s = 0; s < p; s++) pb->memory[s] = (size_t)(top * (double)rnd(5, 100) / 100.0);
@@ -158,11 +177,32 @@ static void random_problem(remat_plan_problem *pb, int maxL, int work) {
   }
 }
 
-static void test_random(int count, int maxL, int work) {
-  int feasible = 0, infeasible = 0, with_work = 0, failures0 = test_failures;
+/* A problem the solver got wrong, on standard error, to rebuild by hand. */
+static void dump(const remat_plan_problem *pb, int it) {
+  fprintf(stderr, "instance %d: p=%lld m=%lld schedule %d objective %d stage_bytes %zu "
+          "boundary_bytes %zu, budgets", it, (long long)pb->stages, (long long)pb->microbatches,
+          pb->schedule, pb->objective, pb->stage_bytes, pb->boundary_bytes);
+  for (int64_t s = 0; s < pb->stages; s++) fprintf(stderr, " %zu", pb->memory[s]);
+  fprintf(stderr, "\n");
+  for (int64_t g = 0; g < pb->num_groups; g++) {
+    const remat_plan_group *G = &pb->groups[g];
+    fprintf(stderr, "  %lld x f %g b %g r %g a %zu c %zu w %zu x %zu y %zu rec %d", (long long)G->count,
+            G->fwd, G->bwd, G->recompute, G->act_bytes, G->ckpt_bytes, G->state_bytes,
+            G->recompute_bytes, G->work_bytes, G->recomputable);
+    if (G->middle)
+      fprintf(stderr, " middle rm %g mb %zu xm %zu", G->middle_recompute, G->middle_bytes,
+              G->middle_recompute_bytes);
+    fprintf(stderr, "\n");
+  }
+}
+
+static void test_random(int count, int maxL, int work, int middle) {
+  int feasible = 0, infeasible = 0, with_work = 0, with_middle = 0, recomputing = 0;
+  int failures0 = test_failures;
   for (int it = 0; it < count; it++) {
     remat_plan_problem pb;
-    random_problem(&pb, maxL, work);
+    random_problem(&pb, maxL, work, middle);
+    int64_t mids = 0;
     for (int64_t g = 0; g < pb.num_groups; g++)
       if (pb.groups[g].work_bytes) {
         with_work++;
@@ -183,8 +223,12 @@ static void test_random(int count, int maxL, int work) {
     uint8_t rec[32];
     int src = remat__plan_solve_inst(&in, &so, &sc, &sm, bounds, rec, &err);
     CHECK(brc == src);
+    if (brc != src || (brc == 0 && (bo != so || bc != sc || bm != sm))) dump(&pb, it);
     if (brc == 0 && src == 0) {
       feasible++;
+      for (int64_t l = 0; l < in.L; l++) mids += rec[l] == REMAT_MIDDLE;
+      with_middle += mids > 0;
+      recomputing += sc > 0;
       CHECK(bo == so);
       CHECK(bc == sc);
       CHECK(bm == sm);
@@ -198,10 +242,12 @@ static void test_random(int count, int maxL, int work) {
       for (int64_t s = 0; s < in.p; s++) {
         int64_t mem = in.stage_bytes + (s < in.p - 1 ? in.boundary_bytes : 0), X = 0;
         for (int64_t l = bounds[s]; l < bounds[s + 1]; l++) {
-          mem += in.w[l] + in.n[s] * (rec[l] ? in.c[l] : in.a[l]);
+          int full = rec[l] == REMAT_RECOMPUTE, mid = rec[l] == REMAT_MIDDLE;
+          mem += in.w[l] + in.n[s] * (full ? in.c[l] : mid ? in.mb[l] : in.a[l]);
           if (in.y[l] > X) X = in.y[l];
-          if (rec[l] && in.x[l] > X) X = in.x[l];
-          CHECK(!rec[l] || in.recomp[l]);
+          if (full && in.x[l] > X) X = in.x[l];
+          if (mid && in.xm[l] > X) X = in.xm[l];
+          CHECK(rec[l] <= REMAT_MIDDLE && (!rec[l] || in.recomp[l]) && (!mid || in.mid[l]));
         }
         CHECK(bounds[s + 1] > bounds[s]);
         CHECK(mem + X <= in.budget[s]);
@@ -231,10 +277,10 @@ static void test_random(int count, int maxL, int work) {
     remat__plan_inst_free(&in);
     remat_plan_problem_free(&pb);
   }
-  printf("random (L <= %d%s): %d instances (%d with work bytes), %d feasible, %d infeasible, "
-         "%d failed checks\n",
-         maxL, work ? ", work bytes" : "", count, with_work, feasible, infeasible,
-         test_failures - failures0);
+  printf("random (L <= %d%s%s): %d instances (%d with work bytes), %d feasible (%d of them "
+         "recomputing, %d with middle layers), %d infeasible, %d failed checks\n",
+         maxL, work ? ", work bytes" : "", middle ? ", middle policies" : "", count, with_work,
+         feasible, recomputing, with_middle, infeasible, test_failures - failures0);
 }
 
 /* ------------------------------------------------------------ time limits */
@@ -246,7 +292,7 @@ static void test_bounds(int count) {
   int tight = 0, checked = 0, failures0 = test_failures;
   for (int it = 0; it < count; it++) {
     remat_plan_problem pb;
-    random_problem(&pb, 9, it % 2);
+    random_problem(&pb, it % 4 < 2 ? 9 : 7, it % 2, it % 4 >= 2);
     remat__plan_inst in;
     remat_error err;
     if (remat__plan_inst_build(&pb, &in, &err)) abort();
@@ -281,8 +327,8 @@ static void test_bounds(int count) {
     remat__plan_inst_free(&in);
     remat_plan_problem_free(&pb);
   }
-  printf("bounds (L <= 9): %d feasible problems, %d with lower bound = plan = optimum, %d failed "
-         "checks\n",
+  printf("bounds (L <= 9, half with middle policies): %d feasible problems, %d with lower bound "
+         "= plan = optimum, %d failed checks\n",
          checked, tight, test_failures - failures0);
 }
 
@@ -346,29 +392,44 @@ static void test_time_limit(void) {
 
 /* ------------------------------------------------------------ stage search */
 
-/* The Pareto engine against all subsets of random items. */
+/* The Pareto engine against every choice of random items, each with one or
+ * two options of which a choice takes at most one. */
 static void test_knap(int count) {
   for (int it = 0; it < count; it++) {
-    int n = (int)rnd(1, 10), levels = (int)rnd(0, 1);
-    int64_t d[10], r[10], x[10];
+    int n = (int)rnd(1, 8), levels = (int)rnd(0, 1), no[8];
+    int64_t d[8][2], r[8][2], x[8][2];
     for (int k = 0; k < n; k++) {
-      d[k] = rnd(1, 9);
-      r[k] = rnd(0, 5);
-      x[k] = rnd(0, 2) ? rnd(0, 3) * 2 : 0;
+      no[k] = rnd(0, 2) ? 1 : 2;
+      for (int q = 0; q < no[k]; q++) {
+        d[k][q] = rnd(1, 9);
+        r[k][q] = rnd(0, 5);
+        x[k][q] = rnd(0, 2) ? rnd(0, 3) * 2 : 0;
+      }
     }
     remat__knap kn;
     remat__knap_init(&kn, levels, 1, 0);
-    for (int k = 0; k < n; k++) CHECK(remat__knap_insert(&kn, d[k], r[k], x[k], k) == 0);
+    for (int k = 0; k < n; k++) {
+      remat__kopt o[2];
+      for (int q = 0; q < no[k]; q++) o[q] = (remat__kopt){d[k][q], r[k][q], x[k][q], 2 * k + q};
+      CHECK(remat__knap_insert(&kn, o, no[k]) == 0);
+    }
     int64_t mult = rnd(1, 4), E = rnd(1, 60), cap = rnd(0, 15);
     /* the stage's floor: none, between the scratch sizes, or above them all */
     int64_t Y = rnd(0, 2) == 0 ? 0 : rnd(0, 8);
-    /* brute force */
+    /* brute force: choice ch[k] = 0 (not taken) or 1 + option, in mixed radix */
     int have1 = 0, have2 = 0;
     int64_t b1[3] = {0}, b2[2] = {0};
-    for (int mask = 1; mask < (1 << n); mask++) {
+    int ch[8] = {0};
+    for (;;) {
+      int k = 0;
+      while (k < n && ++ch[k] > no[k]) ch[k++] = 0;
+      if (k == n) break; /* back to nothing taken: all seen */
       int64_t D = 0, R = 0, X = 0, c = 0;
-      for (int k = 0; k < n; k++)
-        if (mask >> k & 1) D += d[k], R += r[k], X = x[k] > X ? x[k] : X, c++;
+      for (int q = 0; q < n; q++) {
+        if (!ch[q]) continue;
+        int o = ch[q] - 1;
+        D += d[q][o], R += r[q][o], X = x[q][o] > X ? x[q][o] : X, c++;
+      }
       int64_t over = X > Y ? X - Y : 0;
       if (mult * D - over < E) continue;
       int64_t memrel = over - mult * D;
@@ -386,9 +447,15 @@ static void test_knap(int count) {
     CHECK(f1 == have1);
     if (f1 && have1) {
       CHECK(res.r == b1[0] && res.cnt == b1[1] && res.memrel == b1[2]);
-      int64_t items[10], m = remat__knap_items(&kn, res.node, items), D = 0, R = 0, X = 0;
+      int64_t items[8], m = remat__knap_items(&kn, res.node, items), D = 0, R = 0, X = 0;
       CHECK(m == res.cnt);
-      for (int64_t k = 0; k < m; k++) D += d[items[k]], R += r[items[k]], X = x[items[k]] > X ? x[items[k]] : X;
+      int seen[8] = {0};
+      for (int64_t k = 0; k < m; k++) {
+        int64_t i = items[k] / 2, q = items[k] % 2;
+        CHECK(q < no[i] && !seen[i]); /* one option of an item, at most */
+        seen[i] = 1;
+        D += d[i][q], R += r[i][q], X = x[i][q] > X ? x[i][q] : X;
+      }
       CHECK(R == res.r && (X > Y ? X - Y : 0) - mult * D == res.memrel);
     }
     if (levels) {
@@ -505,6 +572,13 @@ static void test_parse(void) {
   expect_bad("{\"stages\":2,\"microbatches\":2,\"memory\":1000,\"layers\":[{\"count\":4,\"fwd\":1,\"bwd\":2,\"recompute\":1,\"act_bytes\":1,\"ckpt_bytes\":1,\"state_bytes\":0,\"speed\":3}]}", "unknown field \"speed\"");
   expect_bad("{\"stages\":2,\"microbatches\":1000,\"memory\":1000,\"layers\":[{\"count\":4,\"fwd\":1,\"bwd\":2,\"recompute\":1,\"act_bytes\":1e18,\"ckpt_bytes\":1,\"state_bytes\":0}]}", "2^6");
 
+  /* the middle policy's fields go together, on recomputable layers */
+  expect_bad("{\"stages\":2,\"microbatches\":2,\"memory\":1000,\"layers\":[{\"count\":4,\"fwd\":1,\"bwd\":2,\"recompute\":1,\"act_bytes\":100,\"ckpt_bytes\":10,\"state_bytes\":0,\"middle_bytes\":50}]}", "middle_recompute is missing");
+  expect_bad("{\"stages\":2,\"microbatches\":2,\"memory\":1000,\"layers\":[{\"count\":4,\"fwd\":1,\"bwd\":2,\"recompute\":1,\"act_bytes\":100,\"ckpt_bytes\":10,\"state_bytes\":0,\"middle_recompute\":0.5}]}", "need middle_bytes");
+  expect_bad("{\"stages\":2,\"microbatches\":2,\"memory\":1000,\"layers\":[{\"count\":4,\"fwd\":1,\"bwd\":2,\"act_bytes\":100,\"ckpt_bytes\":10,\"state_bytes\":0,\"recomputable\":false,\"middle_bytes\":50,\"middle_recompute\":1}]}", "not recomputable");
+  expect_bad("{\"stages\":2,\"microbatches\":2,\"memory\":1000,\"layers\":[{\"count\":4,\"fwd\":1,\"bwd\":2,\"recompute\":1,\"act_bytes\":100,\"ckpt_bytes\":10,\"state_bytes\":0,\"middle_bytes\":50,\"middle_recompute\":-1}]}", "middle_recompute must not be negative");
+  expect_bad("{\"stages\":2,\"microbatches\":2,\"memory\":1000,\"layers\":[{\"count\":4,\"fwd\":1,\"bwd\":2,\"recompute\":1,\"act_bytes\":100,\"ckpt_bytes\":10,\"state_bytes\":0,\"middle_bytes\":50,\"middle_recompute\":1,\"middle_recompute_bytes\":0.5}]}", "middle_recompute_bytes must be a whole number");
+
   /* strict text: one object, no duplicate keys, no NUL, bounded nesting */
   expect_bad("{\"stages\":2,\"microbatches\":2,\"memory\":1000,\"layers\":[" LAYER "]} {}", "after the JSON value at offset 145");
   expect_bad("{\"stages\":2,\"microbatches\":2,\"memory\":1000,\"layers\":[" LAYER "]}\n7", "offset 145 (line 2, column 1)");
@@ -525,7 +599,8 @@ static void test_parse(void) {
       "\"layers\":[{\"name\":\"embedding\",\"fwd\":0,\"bwd\":0,\"act_bytes\":0,\"ckpt_bytes\":0,"
       "\"state_bytes\":64,\"recomputable\":false},"
       "{\"count\":3,\"fwd\":1,\"bwd\":2,\"recompute\":1,\"act_bytes\":100,\"ckpt_bytes\":10,"
-      "\"state_bytes\":0,\"recompute_bytes\":50,\"work_bytes\":\"1KiB\"}]}";
+      "\"state_bytes\":0,\"recompute_bytes\":50,\"work_bytes\":\"1KiB\",\"middle_bytes\":60,"
+      "\"middle_recompute\":0.25,\"middle_recompute_bytes\":30}]}";
   remat_plan_problem pb;
   remat_error err;
   int rc = remat_plan_problem_parse_json(&pb, good, strlen(good), &err);
@@ -536,6 +611,8 @@ static void test_parse(void) {
     CHECK(pb.groups[1].recompute_bytes == 50 && pb.stage_bytes == 8);
     CHECK(pb.groups[1].work_bytes == 1024 && pb.groups[0].work_bytes == 0);
     CHECK(strcmp(pb.groups[0].name, "embedding") == 0);
+    CHECK(!pb.groups[0].middle && pb.groups[1].middle && pb.groups[1].middle_bytes == 60 &&
+          pb.groups[1].middle_recompute == 0.25 && pb.groups[1].middle_recompute_bytes == 30);
     remat_plan_problem_free(&pb);
   } else {
     fprintf(stderr, "%s\n", err.msg);
@@ -585,6 +662,65 @@ static void test_work_bytes(void) {
   remat_plan_problem_free(&pb);
 }
 
+/* ------------------------------------------------------------ the middle policy */
+
+/* By hand: layer 0 (a 100, c 10, x 50; middle: mb 40, xm 20, rm 0.25; r 1),
+ * layer 1 (a 100, c 10, x 0, no middle policy), y 0, one stage, two
+ * micro-batches in flight (GPipe, m = 2). memory = 2 sum(stored) + max(x),
+ * time = 2 (f + b) + sum of the recompute times. */
+static void test_middle(void) {
+  remat_plan_problem pb;
+  remat_error err;
+  if (remat_plan_problem_init(&pb, 1, 2, &err)) abort();
+  pb.microbatches = 2;
+  pb.schedule = REMAT_SCHED_GPIPE;
+  remat_plan_problem_set_memory(&pb, 1000);
+  for (int g = 0; g < 2; g++) {
+    pb.groups[g].fwd = 1;
+    pb.groups[g].bwd = 2;
+    pb.groups[g].recompute = 1;
+    pb.groups[g].act_bytes = 100;
+    pb.groups[g].ckpt_bytes = 10;
+  }
+  pb.groups[0].recompute_bytes = 50;
+  pb.groups[0].middle = 1;
+  pb.groups[0].middle_bytes = 40;
+  pb.groups[0].middle_recompute = 0.25;
+  pb.groups[0].middle_recompute_bytes = 20;
+  int64_t lps[1] = {2};
+  const uint8_t pol[6][2] = {{0, 0}, {1, 0}, {2, 0}, {2, 1}, {1, 1}, {0, 1}};
+  const size_t want_mem[6] = {400, 220 + 50, 280 + 20, 100 + 20, 40 + 50, 220};
+  const double want_t[6] = {6, 7, 6.25, 7.25, 8, 7};
+  for (int k = 0; k < 6; k++) {
+    remat_plan ev;
+    CHECK(remat_plan_evaluate(&pb, lps, pol[k], &ev, &err) == 0);
+    CHECK(ev.stages[0].memory_bytes == want_mem[k] && ev.stages[0].time == want_t[k]);
+    CHECK(ev.total_middle == (pol[k][0] == 2) && ev.policy[0] == pol[k][0]);
+    remat_plan_free(&ev);
+  }
+  const uint8_t bad[2] = {0, 2}; /* layer 1 has no middle policy */
+  remat_plan ev;
+  CHECK(remat_plan_evaluate(&pb, lps, bad, &ev, &err) == REMAT_EINVAL);
+  CHECK(strstr(err.msg, "no middle policy") != NULL);
+  /* the solver: at 300 bytes the middle policy on layer 0 (+0.25) beats
+   * recomputing either layer (+1); a byte less, recomputing layer 0 (270
+   * bytes) or layer 1 (220) ties on time and count, and the lower peak
+   * wins; at 120 the middle policy and recomputing; at 89 nothing fits,
+   * 90 is the least */
+  const size_t budget[4] = {300, 299, 120, 89};
+  const int want_pol0[4] = {2, 0, 2, -1}, want_pol1[4] = {0, 1, 1, -1};
+  for (int k = 0; k < 4; k++) {
+    remat_plan_problem_set_memory(&pb, budget[k]);
+    remat_plan plan;
+    int rc = remat_plan_solve(&pb, &plan, &err);
+    CHECK(rc == (want_pol0[k] < 0 ? REMAT_EINFEASIBLE : 0));
+    if (rc == 0) CHECK(plan.policy[0] == want_pol0[k] && plan.policy[1] == want_pol1[k]);
+    if (rc == REMAT_EINFEASIBLE) CHECK(plan.min_budget_bytes == 90);
+    if (rc == 0 || rc == REMAT_EINFEASIBLE) remat_plan_free(&plan);
+  }
+  remat_plan_problem_free(&pb);
+}
+
 /* ------------------------------------------------------------ model problems */
 
 static void test_model(void) {
@@ -607,6 +743,12 @@ static void test_model(void) {
   CHECK(pb.groups[1].recompute_bytes == bb->scratch + bb->grad &&
         pb.groups[1].state_bytes == bb->state);
   CHECK(pb.groups[1].work_bytes == bb->work + bb->grad && pb.stage_bytes == mm.stage_bytes);
+  /* the blocks' middle policy: its bytes, and a recompute far below the forward's */
+  CHECK(pb.groups[1].middle && !pb.groups[0].middle && !pb.groups[2].middle);
+  CHECK(pb.groups[1].middle_bytes == bb->mid &&
+        pb.groups[1].middle_recompute_bytes == bb->mid_scratch + bb->grad);
+  CHECK(pb.groups[1].middle_recompute > 0 &&
+        pb.groups[1].middle_recompute < 0.1 * pb.groups[1].recompute);
   CHECK(!pb.groups[0].recomputable && !pb.groups[2].recomputable);
   remat_plan plan;
   rc = remat_plan_solve(&pb, &plan, &err);
@@ -617,6 +759,7 @@ static void test_model(void) {
     /* the embedding (layer 0) and the head (layer 13) never recompute */
     for (int64_t k = 0; k < plan.total_recomputed; k++)
       CHECK(plan.recomputed_all[k] >= 1 && plan.recomputed_all[k] <= 12);
+    CHECK(plan.policy[0] == REMAT_KEEP && plan.policy[13] == REMAT_KEEP);
     remat_plan_free(&plan);
   }
   /* Evaluate agrees with the solver on its own plan. */
@@ -625,9 +768,8 @@ static void test_model(void) {
   CHECK(rc == 0);
   if (rc == 0) {
     int64_t lps[4];
-    uint8_t rec[14] = {0};
     for (int s = 0; s < 4; s++) lps[s] = plan.stages[s].num_layers;
-    for (int64_t k = 0; k < plan.total_recomputed; k++) rec[plan.recomputed_all[k]] = 1;
+    const uint8_t *rec = plan.policy;
     remat_plan ev;
     CHECK(remat_plan_evaluate(&pb, lps, rec, &ev, &err) == 0);
     CHECK(ev.objective_value == plan.objective_value && ev.max_memory_bytes == plan.max_memory_bytes);
@@ -646,10 +788,14 @@ int main(int argc, char **argv) {
   test_parse();
   test_model();
   test_work_bytes();
-  test_random(n, 7, 0);
-  test_random(n / 2, 10, 0);
-  test_random(n, 7, 1);
-  test_random(n / 2, 10, 1);
+  test_middle();
+  test_random(n, 7, 0, 0);
+  test_random(n / 2, 10, 0, 0);
+  test_random(n, 7, 1, 0);
+  test_random(n / 2, 10, 1, 0);
+  test_random(n, 7, 0, 1);
+  test_random(n, 7, 1, 1);
+  test_random(n / 4, 9, 1, 1);
   test_bounds(n);
   test_time_limit();
   return test_summary("test_plan");

@@ -108,10 +108,14 @@ static void planner(const remat_config *cfg, int64_t B, int64_t T, int64_t D, in
   CHECK(rc == 0);
   if (rc) return;
   uint8_t pol[64], rec[66];
-  for (int64_t n = 0; n <= L; n++) {
-    remat_policy_first_n(pol, L, n);
+  /* the first n recomputed; the first n middle; middle and recomputed mixed */
+  for (int64_t n = 0; n <= 3 * L + 2; n++) {
+    int64_t k = n % (L + 1), how = n / (L + 1);
+    remat_policy_first_n(pol, L, k);
+    for (int64_t l = 0; how && l < L; l++)
+      pol[l] = how == 1 ? (l < k ? REMAT_MIDDLE : REMAT_KEEP) : (uint8_t)((l + k) % 3);
     memset(rec, 0, sizeof rec);
-    for (int64_t l = 0; l < L; l++) rec[l + 1] = pol[l] == REMAT_RECOMPUTE;
+    for (int64_t l = 0; l < L; l++) rec[l + 1] = pol[l];
     int64_t layers = L + 2;
     remat_plan plan;
     CHECK(remat_plan_evaluate(&pb, &layers, rec, &plan, &err) == 0);
@@ -123,10 +127,12 @@ static void planner(const remat_config *cfg, int64_t B, int64_t T, int64_t D, in
              (long long)n, plan.stages[0].memory_bytes, mp.peak_bytes);
     CHECK(plan.stages[0].memory_bytes == mp.peak_bytes);
     /* the engine's own search under that budget finds the same count */
-    int64_t k;
+    int64_t fewest;
     size_t need;
-    CHECK(remat_fewest_recompute(cfg, B, T, &st, mp.peak_bytes, &k, &need, &err) == 0);
-    CHECK(k <= n && need <= mp.peak_bytes);
+    if (how == 0) {
+      CHECK(remat_fewest_recompute(cfg, B, T, &st, mp.peak_bytes, &fewest, &need, &err) == 0);
+      CHECK(fewest <= k && need <= mp.peak_bytes);
+    }
     (*cases)++;
     remat_memplan_free(&mp);
     remat_plan_free(&plan);

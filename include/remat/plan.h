@@ -16,8 +16,10 @@ extern "C" {
 
 /* The pipeline planner. Given a model as a list of layers, p pipeline
  * stages with memory budgets, m micro-batches and a schedule, it chooses how
- * many consecutive layers each stage runs and which of them recompute their
- * activations in the backward pass, exactly (no heuristics, no MIP solver).
+ * many consecutive layers each stage runs and, for each layer, whether it
+ * keeps its activations, recomputes them in the backward pass, or takes a
+ * middle policy that recomputes only part of them, exactly (no heuristics,
+ * no MIP solver).
  *
  * The model (one micro-batch of work per layer l):
  *   f_l, b_l, r_l   forward, backward and recompute time (any unit)
@@ -28,23 +30,33 @@ extern "C" {
  *   y_l             work bytes: transient bytes while it runs (its backward
  *                   workspace), whether kept or recomputed
  *   w_l             persistent bytes: parameters, gradients, optimizer state
+ * and, for layers with a middle policy (a GPT-2 block: keep the outputs of
+ * its matrix products and attention, recompute its layernorms and GELU):
+ *   rm_l            its recompute time
+ *   mb_l            bytes it stores under it, c_l <= mb_l < a_l to be of use
+ *   xm_l            extra bytes while it recomputes under it (scratch)
  *
- * A stage s (0-based) of p runs layers [i, j) and recomputes a subset R:
+ * A stage s (0-based) of p runs layers [i, j), recomputes a subset R of them
+ * and takes the middle policy on a subset M (disjoint from R):
  *
  *   memory_s = stage_bytes + [s < p - 1] boundary_bytes + sum_{l in [i,j)} w_l
- *            + n_s * ( sum_{l kept} a_l + sum_{l in R} c_l )
- *            + max( max_{l in [i,j)} y_l, max_{l in R} x_l )   (0 for an empty max)
+ *            + n_s * ( sum_{l kept} a_l + sum_{l in R} c_l + sum_{l in M} mb_l )
+ *            + max( max_{l in [i,j)} y_l, max_{l in R} x_l, max_{l in M} xm_l )
+ *              (0 for an empty max)
  *   n_s      = min(p - s, m) under 1F1B (stage s holds that many micro-batches
  *              of activations at its peak), m under GPipe
- *   t_s      = sum_{l in [i,j)} (f_l + b_l) + sum_{l in R} r_l
+ *   t_s      = sum_{l in [i,j)} (f_l + b_l) + sum_{l in R} r_l + sum_{l in M} rm_l
  *
+ * Each layer thus has up to three choices (keep, recompute, middle), each
+ * with its bytes and its time: the choice within a stage is a
+ * multiple-choice knapsack, solved exactly (docs/plan.md).
  * and must satisfy memory_s <= budget_s. Objectives:
  *   bottleneck   max_s t_s                          (the seed's MIP)
  *   1f1b         sum_s t_s + (m - 1) * max_s t_s    (1F1B iteration time
  *                without communication; remat_plan_simulate gives the exact
  *                schedule makespan for the chosen stage times)
- * Ties break toward fewer recomputed layers in total, then a lower maximum
- * stage memory.
+ * Ties break toward fewer recomputed layers in total (a middle layer counts
+ * as recomputed: it is not kept), then a lower maximum stage memory.
  *
  * Times are converted to integers in units of a power of two q, the smallest
  * for which every objective value fits in 61 bits; times that are multiples of
@@ -87,6 +99,11 @@ typedef struct remat_plan_group {
   size_t recompute_bytes;  /* x: scratch while recomputing */
   size_t work_bytes;       /* y: transient while it runs, kept or recomputed */
   int recomputable;        /* 0: the layer always keeps its activations */
+  int middle;              /* 1: a recomputable layer may also take the middle
+                              policy, with the three figures below */
+  double middle_recompute; /* rm: recompute time under it, >= 0 */
+  size_t middle_bytes;     /* mb: stored per micro-batch under it */
+  size_t middle_recompute_bytes; /* xm: scratch while it recomputes under it */
 } remat_plan_group;
 
 typedef struct remat_plan_problem {
@@ -125,11 +142,15 @@ void remat_plan_problem_set_memory(remat_plan_problem *pb, size_t bytes);
  *     "memory": 20e9 | "20GB" | [b0, b1, ...], "stage_bytes": 0,
  *     "layers": [ {"name": "block", "count": 32, "fwd": 1, "bwd": 2, "recompute": 1,
  *                  "act_bytes": 1.25e9, "ckpt_bytes": 0.125e9, "state_bytes": 0,
- *                  "recompute_bytes": 0, "work_bytes": 0, "recomputable": true} ] }
+ *                  "recompute_bytes": 0, "work_bytes": 0, "recomputable": true,
+ *                  "middle_bytes": 0.5e9, "middle_recompute": 0.05,
+ *                  "middle_recompute_bytes": 0} ] }
  * schedule (default 1f1b), objective (default bottleneck), stage_bytes,
  * name, count (default 1), recompute_bytes and work_bytes (default 0) and
  * recomputable (default true) are optional; recompute may be left out when
- * recomputable is false. Unknown fields are errors, except "comment". The
+ * recomputable is false. middle_bytes gives the layer the middle policy;
+ * middle_recompute then goes with it, middle_recompute_bytes (default 0)
+ * may. Unknown fields are errors, except "comment". The
  * text must be one JSON object (only whitespace after it), without duplicate
  * keys or NUL bytes, nested at most 8 levels, and at most
  * REMAT_PLAN_MAX_PROBLEM_BYTES; remat_plan_problem_load refuses a larger file
@@ -146,7 +167,16 @@ int remat_plan_problem_load(remat_plan_problem *pb, const char *path, remat_erro
  *   block      f = 24 B T C^2 + 4 B T^2 C,  b = 2 f,  r = f
  *   embedding  f = b = B T C (gathers and adds)
  *   head       f = 2 B T C Vp + 5 B T Vp, b = 2 f
+ * and a block's middle policy (its two layernorms and its GELU rerun)
+ *             rm = REMAT_PLAN_MIDDLE_FLOP_PER_ELEMENT B T C
  * The wte matrix is tied to the head; it is counted once, on the embedding. */
+/* The middle policy's recompute, in sgemm-equivalent FLOP per element of a
+ * (B, T, C) tensor: two layernorm forwards over (B, T, C) and a GELU over
+ * (B, T, 4C) take as long as about this many FLOP at the rate of a large
+ * sgemm (measured on a 2-core Xeon, docs/plan.md); these passes are bound by
+ * memory and by expf, not by multiply-adds, so their FLOP count would
+ * understate them by some 30 times. */
+#define REMAT_PLAN_MIDDLE_FLOP_PER_ELEMENT 448.0
 int remat_plan_problem_from_model(remat_plan_problem *pb, const remat_config *cfg, int64_t B,
                                   int64_t T, int64_t stages, int64_t microbatches, size_t memory,
                                   remat_error *err);
@@ -171,14 +201,15 @@ int remat_plan_objective_parse(const char *s, int *out); /* -1 if unknown */
 typedef struct remat_plan_stage {
   int64_t first_layer;    /* global index of its first layer */
   int64_t num_layers;
-  int64_t num_recomputed;
+  int64_t num_recomputed; /* layers not kept: recomputed or middle */
   int64_t *recomputed;    /* (num_recomputed) global layer indices, ascending */
   int64_t microbatches_held; /* n_s */
   size_t memory_bytes;    /* memory_s of the formula above */
   size_t budget_bytes;
   double time;            /* t_s */
   double fwd_time;        /* sum f */
-  double bwd_time;        /* sum b + sum r over recomputed */
+  double bwd_time;        /* sum b + sum r over recomputed + sum rm over middle */
+  int64_t num_middle;     /* of num_recomputed, those under the middle policy */
 } remat_plan_stage;
 
 typedef struct remat_plan {
@@ -208,6 +239,10 @@ typedef struct remat_plan {
   int optimal;
   double lower_bound;          /* objective_value when optimal */
   double gap;                  /* (objective_value - lower_bound) / objective_value, >= 0 */
+  /* (num_layers) each layer's choice, owned: a remat_policy, REMAT_KEEP (0),
+   * REMAT_RECOMPUTE (1) or REMAT_MIDDLE (2) */
+  uint8_t *policy;
+  int64_t total_middle;        /* of total_recomputed, the middle layers */
 } remat_plan;
 
 /* Solves the problem exactly. Returns 0 with a feasible plan, or
@@ -244,7 +279,7 @@ typedef struct remat_plan_layout {
   int64_t stages, num_layers, microbatches;
   int schedule;
   int64_t *layers_per_stage; /* (stages) */
-  uint8_t *recompute;        /* (num_layers) 1 if recomputed */
+  uint8_t *recompute;        /* (num_layers) remat_policy: 1 recomputed, 2 middle */
   size_t *budget_bytes;      /* (stages) */
   size_t *memory_bytes;      /* (stages) as the plan computed them */
   char source[128];          /* what the problem was built from */
@@ -265,8 +300,10 @@ int remat_plan_simulate(int schedule, int64_t p, int64_t m, const double *fwd,
                         const double *bwd, double *makespan, remat_error *err);
 
 /* Memory and time of a given arrangement under the problem's formula: layers
- * per stage and, per layer, 1 if it recomputes. For outputs that cannot
- * express the plan exactly (Megatron's one recompute count), and for tests. */
+ * per stage and, per layer, its remat_policy (0 keeps, 1 recomputes, 2 the
+ * middle policy; NULL keeps all). For outputs that cannot express the plan
+ * exactly (Megatron's one recompute count), for runs placed by hand, and
+ * for tests. */
 int remat_plan_evaluate(const remat_plan_problem *pb, const int64_t *layers_per_stage,
                         const uint8_t *recompute, remat_plan *plan, remat_error *err);
 
@@ -284,9 +321,11 @@ typedef enum {
 int remat_plan_format(const remat_plan_problem *pb, const remat_plan *plan, int format, char **out,
                       remat_error *err);
 /* The problem as a MIP in CPLEX LP format: binaries y_l_s (layer l on stage
- * s) and z_l_s (layer l recomputed on stage s), contiguity through the stage
+ * s), z_l_s (layer l recomputed on stage s) and u_l_s (layer l middle on
+ * stage s; z + u <= y), contiguity through the stage
  * index sum_s s*y_l_s, which is non-decreasing by steps of 0 or 1, the memory
- * formula with a continuous X_s >= x_l z_l_s and X_s >= y_l y_l_s, and
+ * formula with a continuous X_s >= x_l z_l_s, X_s >= xm_l u_l_s and
+ * X_s >= y_l y_l_s, and
  * T >= t_s. Its optimum is the planner's objective value. Memory rows are
  * divided by the gcd of all byte counts to keep coefficients small. */
 int remat_plan_format_lp(const remat_plan_problem *pb, char **out, remat_error *err);
@@ -302,7 +341,8 @@ typedef struct remat_plan_sweep_point {
   int64_t total_recomputed;
   size_t max_memory_bytes;
   int64_t *layers_per_stage; /* (stages), owned by the sweep */
-  int64_t *ckpt_per_stage;   /* (stages) */
+  int64_t *ckpt_per_stage;   /* (stages) layers not kept */
+  int64_t *middle_per_stage; /* (stages) of those, middle ones */
   int optimal;               /* 0: the time limit stopped this point's search */
   double lower_bound;        /* proven lower bound on objective_value */
 } remat_plan_sweep_point;
@@ -311,6 +351,7 @@ typedef struct remat_plan_sweep {
   int64_t num_points, num_stages;
   size_t min_budget_bytes, no_recompute_bytes;
   double baseline_objective;
+  int middle;                /* the problem has layers with the middle policy */
   remat_plan_sweep_point *points;
   int64_t *storage;
 } remat_plan_sweep;

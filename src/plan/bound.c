@@ -2,13 +2,19 @@
  * search: the best feasible plan it finds in polynomial time and a proven
  * lower bound on the optimum.
  *
- * Every stage the partition programs would consider gets two figures, in
- * O(log L) each as the stage grows: an upper bound, the time of a set that
- * fits (candidates in order of recompute time per byte saved, the shortest
- * prefix that fits even if its scratch were the stage's largest), and a lower
- * bound, the fractional relaxation (the same order, the last candidate taken
- * in part, scratch ignored), which no set that fits can beat: a set that fits
- * saves n D >= E bytes, and among sets saving that much the greedy fraction
+ * A layer's options (recompute, middle) are points (d, r) beside keeping it
+ * at (0, 0); the lower convex hull of these points is the cheapest time for
+ * any fraction of saving, and its edges, increments of ascending r / d, are
+ * the items below (one or two per layer). Every stage the partition
+ * programs would consider gets two figures, in O(log L) each as the stage
+ * grows: an upper bound, the time of a choice that fits (items in order of
+ * time per byte saved, the shortest prefix that fits even if its scratch
+ * were the stage's largest; a prefix takes a layer's items in order, so it
+ * is a choice of one option per layer), and a lower bound, the fractional
+ * relaxation (the same order, the last item taken in part, scratch ignored),
+ * the linear relaxation of the multiple-choice knapsack, which no choice
+ * that fits can beat: a choice that fits saves n D >= E bytes, and among
+ * fractional choices saving that much the greedy one over the hull's edges
  * costs least. A stage of one kind of candidate gets its exact closed form.
  * Dynamic programs over (stage, boundary) take the least max and the least
  * sum of each figure; the upper ones give plans, whose objectives are
@@ -37,21 +43,24 @@ static int64_t above(int64_t x, int64_t Y) { return x > Y ? x - Y : 0; }
 
 /* ------------------------------------------------------------ ratio order */
 
-/* The candidates in order of r / d ascending (ties by layer), as leaves of a
- * segment tree holding, for the present ones, the sums of d and r and the
- * largest x. */
+/* The items (hull edges) in order of r / d ascending (ties by item), as
+ * leaves of a segment tree holding, for the present ones, the sums of d and
+ * r and the largest x. Item k of layer l is 2 l + k: its increment (d, r)
+ * and the option it ends at (x, pol). */
 typedef struct {
   int64_t size;
   int64_t *d, *r, *x; /* (2 size) */
-  int64_t *rank;      /* (L) leaf of a candidate layer, -1 for others */
-  int64_t *layer;     /* (candidates) the layer of each leaf */
+  int64_t *rank;      /* (2 L) leaf of an item, -1 for none */
+  int64_t *item;      /* (items) the item of each leaf */
+  int64_t *id, *ir, *ix; /* (2 L) each item's d, r and x */
+  uint8_t *ipol;         /* (2 L) the remat_policy of the option it ends at */
 } rtree;
 
 typedef struct {
-  int64_t r, d, layer;
+  int64_t r, d, layer; /* layer: the item */
 } ratio_key;
 
-/* r / d ascending, exactly (the products need 122 bits), then by layer. */
+/* r / d ascending, exactly (the products need 122 bits), then by item. */
 static int ratio_cmp(const void *u, const void *v) {
   const ratio_key *a = u, *b = v;
   __int128 lhs = (__int128)a->r * b->d, rhs = (__int128)b->r * a->d;
@@ -64,50 +73,104 @@ static void rt_free(rtree *t) {
   remat__free(t->r);
   remat__free(t->x);
   remat__free(t->rank);
-  remat__free(t->layer);
+  remat__free(t->item);
+  remat__free(t->id);
+  remat__free(t->ir);
+  remat__free(t->ix);
+  remat__free(t->ipol);
   memset(t, 0, sizeof *t);
+}
+
+/* The options of layer l on the lower convex hull from (0, 0), ascending d,
+ * into h; returns how many. An option that saves no more than another for
+ * more time, or lies on or above the segment from (0, 0) to another, is not
+ * on it; the slopes of the edges then strictly ascend. */
+static int hull(const remat__plan_inst *in, int64_t l, const remat__plan_opt *h[2]) {
+  const remat__plan_opt *o = &in->opt[REMAT__PLAN_OPTS * l];
+  if (in->nopt[l] == 1) {
+    h[0] = &o[0];
+    return 1;
+  }
+  const remat__plan_opt *p = &o[0], *q = &o[1];
+  if (q->d < p->d || (q->d == p->d && q->r < p->r)) {
+    p = &o[1];
+    q = &o[0];
+  }
+  if (p->d == q->d || q->r <= p->r) { /* one dominates the other */
+    h[0] = p->d == q->d ? p : q;
+    return 1;
+  }
+  /* p is on the hull if the slope to it is below the slope from it to q */
+  if ((__int128)p->r * (q->d - p->d) < (__int128)(q->r - p->r) * p->d) {
+    h[0] = p;
+    h[1] = q;
+    return 2;
+  }
+  h[0] = q;
+  return 1;
 }
 
 static int rt_init(rtree *t, const remat__plan_inst *in) {
   memset(t, 0, sizeof *t);
-  int64_t nc = in->pCand[in->L];
+  size_t L2 = (size_t)(in->L ? 2 * in->L : 1);
+  int64_t nc = 0;
+  t->rank = remat__malloc(L2 * sizeof *t->rank);
+  t->id = remat__calloc(L2, sizeof *t->id);
+  t->ir = remat__calloc(L2, sizeof *t->ir);
+  t->ix = remat__calloc(L2, sizeof *t->ix);
+  t->ipol = remat__calloc(L2, 1);
+  ratio_key *keys = remat__malloc(L2 * sizeof *keys);
+  if (!t->rank || !t->id || !t->ir || !t->ix || !t->ipol || !keys) {
+    remat__free(keys);
+    rt_free(t);
+    return REMAT_ENOMEM;
+  }
+  for (int64_t l = 0; l < in->L; l++) {
+    t->rank[2 * l] = t->rank[2 * l + 1] = -1;
+    if (!in->cand[l]) continue;
+    const remat__plan_opt *h[2];
+    int nh = hull(in, l, h);
+    for (int k = 0; k < nh; k++) {
+      int64_t it = 2 * l + k;
+      t->id[it] = h[k]->d - (k ? h[k - 1]->d : 0);
+      t->ir[it] = h[k]->r - (k ? h[k - 1]->r : 0);
+      t->ix[it] = h[k]->x;
+      t->ipol[it] = (uint8_t)h[k]->pol;
+      keys[nc++] = (ratio_key){t->ir[it], t->id[it], it};
+    }
+  }
   t->size = 1;
   while (t->size < nc) t->size *= 2;
   t->d = remat__calloc((size_t)(2 * t->size), sizeof *t->d);
   t->r = remat__calloc((size_t)(2 * t->size), sizeof *t->r);
   t->x = remat__calloc((size_t)(2 * t->size), sizeof *t->x);
-  t->rank = remat__malloc((size_t)in->L * sizeof *t->rank);
-  t->layer = remat__malloc((size_t)(nc ? nc : 1) * sizeof *t->layer);
-  ratio_key *keys = remat__malloc((size_t)(nc ? nc : 1) * sizeof *keys);
-  if (!t->d || !t->r || !t->x || !t->rank || !t->layer || !keys) {
+  t->item = remat__malloc((size_t)(nc ? nc : 1) * sizeof *t->item);
+  if (!t->d || !t->r || !t->x || !t->item) {
     remat__free(keys);
     rt_free(t);
     return REMAT_ENOMEM;
   }
-  int64_t k = 0;
-  for (int64_t l = 0; l < in->L; l++) {
-    t->rank[l] = -1;
-    if (in->cand[l]) keys[k++] = (ratio_key){in->r[l], in->a[l] - in->c[l], l};
-  }
-  qsort(keys, (size_t)k, sizeof *keys, ratio_cmp);
-  for (int64_t q = 0; q < k; q++) {
-    t->layer[q] = keys[q].layer;
+  qsort(keys, (size_t)nc, sizeof *keys, ratio_cmp);
+  for (int64_t q = 0; q < nc; q++) {
+    t->item[q] = keys[q].layer;
     t->rank[keys[q].layer] = q;
   }
   remat__free(keys);
   return 0;
 }
 
-static void rt_set(rtree *t, const remat__plan_inst *in, int64_t l, int on) {
-  if (t->rank[l] < 0) return;
-  int64_t k = t->rank[l] + t->size;
-  t->d[k] = on ? in->a[l] - in->c[l] : 0;
-  t->r[k] = on ? in->r[l] : 0;
-  t->x[k] = on ? in->x[l] : 0;
-  for (k /= 2; k >= 1; k /= 2) {
-    t->d[k] = t->d[2 * k] + t->d[2 * k + 1];
-    t->r[k] = t->r[2 * k] + t->r[2 * k + 1];
-    t->x[k] = remat__max64(t->x[2 * k], t->x[2 * k + 1]);
+static void rt_set(rtree *t, int64_t l, int on) {
+  for (int64_t it = 2 * l; it < 2 * l + 2; it++) {
+    if (t->rank[it] < 0) continue;
+    int64_t k = t->rank[it] + t->size;
+    t->d[k] = on ? t->id[it] : 0;
+    t->r[k] = on ? t->ir[it] : 0;
+    t->x[k] = on ? t->ix[it] : 0;
+    for (k /= 2; k >= 1; k /= 2) {
+      t->d[k] = t->d[2 * k] + t->d[2 * k + 1];
+      t->r[k] = t->r[2 * k] + t->r[2 * k + 1];
+      t->x[k] = remat__max64(t->x[2 * k], t->x[2 * k + 1]);
+    }
   }
 }
 
@@ -147,9 +210,10 @@ static void stage_bounds(const remat__plan_inst *in, const rtree *t, int64_t i, 
   if (n * D < E) return;
   int64_t fc = in->first_cand[i];
   if (in->kind_end[fc] >= j) { /* one kind: exact */
-    int64_t d = in->a[fc] - in->c[fc];
-    int64_t k = (E + above(in->x[fc], Y) + n * d - 1) / (n * d);
-    if (k <= in->pCand[j] - in->pCand[i]) *ub = *lb = F + k * in->r[fc];
+    int64_t k0, k1, tk, memrel;
+    if (remat__plan_alike(in, fc, in->pCand[j] - in->pCand[i], n, E, Y, REMAT__PLAN_LEAST_TIME,
+                          0, &k0, &k1, &tk, &memrel))
+      *ub = *lb = F + tk;
     return;
   }
   int64_t whole, part;
@@ -167,26 +231,36 @@ static int cmp64(const void *u, const void *v) {
   return a < b ? -1 : a > b;
 }
 
-/* The upper bound's set of stage s on [i, j) into rec: the shortest prefix
- * in ratio order that fits with the stage's largest scratch. items: room for
- * j - i. */
+/* The upper bound's choice of stage s on [i, j) into rec: for one kind of
+ * candidate the closed form's, else the shortest prefix in ratio order that
+ * fits with the stage's largest scratch. items: room for 2 (j - i). */
 static void stage_set(const remat__plan_inst *in, const rtree *t, int64_t i, int64_t j, int64_t s,
                       uint8_t *rec, int64_t *items) {
   int64_t n = in->n[s], Y = remat__plan_work_max(in, i, j);
   int64_t E = remat__plan_base_memory(in, i, j, s) + Y - in->budget[s];
   if (E <= 0) return;
+  int64_t fc = in->first_cand[i];
+  if (in->kind_end[fc] >= j) {
+    int64_t k0, k1, tt, memrel, k = 0;
+    int ok = remat__plan_alike(in, fc, in->pCand[j] - in->pCand[i], n, E, Y,
+                               REMAT__PLAN_LEAST_TIME, 0, &k0, &k1, &tt, &memrel);
+    REMAT_ASSERT(ok);
+    for (int64_t l = i; l < j && k < k0 + k1; l++)
+      if (in->cand[l]) rec[l] = (uint8_t)in->opt[REMAT__PLAN_OPTS * l + (k++ < k0 ? 0 : 1)].pol;
+    return;
+  }
   int64_t k = 0, X = 0;
-  for (int64_t l = i; l < j; l++)
-    if (in->cand[l]) {
-      items[k++] = t->rank[l];
-      X = remat__max64(X, in->x[l]);
+  for (int64_t it = 2 * i; it < 2 * j; it++)
+    if (t->rank[it] >= 0) {
+      items[k++] = t->rank[it];
+      X = remat__max64(X, t->ix[it]);
     }
   qsort(items, (size_t)k, sizeof *items, cmp64);
   int64_t need = (E + above(X, Y) + n - 1) / n, D = 0;
   for (int64_t q = 0; q < k && D < need; q++) {
-    int64_t l = t->layer[items[q]];
-    rec[l] = 1;
-    D += in->a[l] - in->c[l];
+    int64_t it = t->item[items[q]];
+    rec[it / 2] = t->ipol[it]; /* a layer's items come in order: the last one taken */
+    D += t->id[it];
   }
   REMAT_ASSERT(D >= need);
 }
@@ -265,7 +339,7 @@ static int programs(remat__plan_solver *S, rtree *rt, tables *T, double deadline
     if (!ns) continue;
     int64_t jend = remat__plan_window_end(in, i, S->Tcap), Y = 0;
     for (int64_t j = i + 1; j <= jend; j++) {
-      rt_set(rt, in, j - 1, 1);
+      rt_set(rt, j - 1, 1);
       Y = remat__max64(Y, in->y[j - 1]);
       now++;
       for (int64_t q = 0; q < ns; q++) {
@@ -281,7 +355,7 @@ static int programs(remat__plan_solver *S, rtree *rt, tables *T, double deadline
         relax_sum(&AT(T->lsum, s + 1, j), NULL, AT(T->lsum, s, i), cl[k], i);
       }
     }
-    for (int64_t j = i + 1; j <= jend; j++) rt_set(rt, in, j - 1, 0);
+    for (int64_t j = i + 1; j <= jend; j++) rt_set(rt, j - 1, 0);
   }
 out:
   remat__free(sl);
@@ -321,7 +395,7 @@ int remat__plan_anytime(remat__plan_solver *S, double deadline, int64_t *bounds,
   memset(&rt, 0, sizeof rt);
   int64_t L = in->L, p = in->p, m1 = in->m - 1, W = S->Tcap;
   int64_t *tb = remat__malloc((size_t)(p + 1) * sizeof *tb);
-  int64_t *items = remat__malloc((size_t)L * sizeof *items);
+  int64_t *items = remat__malloc((size_t)(L ? 2 * L : 1) * sizeof *items);
   uint8_t *trec = remat__malloc((size_t)L);
   int rc = 0;
   if (!tb || !items || !trec || rt_init(&rt, in)) {

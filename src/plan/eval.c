@@ -1,5 +1,5 @@
-/* eval.c: the figures of a given arrangement (layers per stage and the
- * recomputed layers) under the problem's formula: each stage's memory and
+/* eval.c: the figures of a given arrangement (layers per stage and each
+ * layer's policy: kept, recomputed or middle) under the problem's formula: each stage's memory and
  * time, the objective, the baseline and slowdown, the schedule's simulated
  * makespan. The solver's answers and remat_plan_evaluate (for arrangements a
  * framework can express, and for tests) both become a remat_plan here. */
@@ -9,23 +9,25 @@
 #include "plan/plan.h"
 
 /* One stage's figures under the formula: time and forward time in quanta,
- * memory in bytes, recomputed layers. */
+ * memory in bytes, layers not kept, middle layers. */
 typedef struct {
-  int64_t t, fwd, mem, cnt;
+  int64_t t, fwd, mem, cnt, mid;
 } stage_fig;
 
 static stage_fig stage_figures(const remat__plan_inst *in, const int64_t *bounds,
                                const uint8_t *rec, int64_t s) {
   int64_t i = bounds[s], j = bounds[s + 1];
-  stage_fig f = {in->pF[j] - in->pF[i], 0, remat__plan_base_memory(in, i, j, s), 0};
+  stage_fig f = {in->pF[j] - in->pF[i], 0, remat__plan_base_memory(in, i, j, s), 0, 0};
   int64_t X = remat__plan_work_max(in, i, j); /* max(Y, X) */
   for (int64_t l = i; l < j; l++) {
     f.fwd += in->fwd[l];
     if (!rec[l]) continue;
-    f.t += in->r[l];
-    f.mem -= in->n[s] * (in->a[l] - in->c[l]);
-    X = remat__max64(X, in->x[l]);
+    int mid = rec[l] == REMAT_MIDDLE;
+    f.t += mid ? in->rm[l] : in->r[l];
+    f.mem -= in->n[s] * (in->a[l] - (mid ? in->mb[l] : in->c[l]));
+    X = remat__max64(X, mid ? in->xm[l] : in->x[l]);
     f.cnt++;
+    f.mid += mid;
   }
   f.mem += X;
   return f;
@@ -49,8 +51,10 @@ void remat__plan_measure(const remat__plan_inst *in, const int64_t *bounds, cons
 void remat_plan_free(remat_plan *plan) {
   remat__free(plan->stages);
   remat__free(plan->recomputed_all);
+  remat__free(plan->policy);
   plan->stages = NULL;
   plan->recomputed_all = NULL;
+  plan->policy = NULL;
 }
 
 int remat__plan_fill(const remat__plan_inst *in, const int64_t *bounds, const uint8_t *rec,
@@ -60,8 +64,9 @@ int remat__plan_fill(const remat__plan_inst *in, const int64_t *bounds, const ui
   for (int64_t l = 0; l < L; l++) total += rec[l] != 0;
   plan->stages = remat__calloc((size_t)p, sizeof *plan->stages);
   plan->recomputed_all = remat__malloc((size_t)(total ? total : 1) * sizeof(int64_t));
+  plan->policy = remat__malloc((size_t)L);
   double *fw = remat__malloc((size_t)p * sizeof *fw), *bw = remat__malloc((size_t)p * sizeof *bw);
-  if (!plan->stages || !plan->recomputed_all || !fw || !bw) {
+  if (!plan->stages || !plan->recomputed_all || !plan->policy || !fw || !bw) {
     remat__free(fw);
     remat__free(bw);
     remat_plan_free(plan);
@@ -83,8 +88,12 @@ int remat__plan_fill(const remat__plan_inst *in, const int64_t *bounds, const ui
     st->num_layers = bounds[s + 1] - bounds[s];
     st->recomputed = plan->recomputed_all + k;
     st->num_recomputed = f.cnt;
-    for (int64_t l = bounds[s]; l < bounds[s + 1]; l++)
+    st->num_middle = f.mid;
+    plan->total_middle += f.mid;
+    for (int64_t l = bounds[s]; l < bounds[s + 1]; l++) {
+      plan->policy[l] = rec[l];
       if (rec[l]) plan->recomputed_all[k++] = l;
+    }
     st->microbatches_held = in->n[s];
     st->memory_bytes = (size_t)f.mem;
     st->budget_bytes = (size_t)in->budget[s];
@@ -144,11 +153,20 @@ int remat_plan_evaluate(const remat_plan_problem *pb, const int64_t *layers_per_
     goto out;
   }
   for (int64_t l = 0; l < in.L; l++) {
-    if (recompute && recompute[l] && !in.recomp[l]) {
+    int pol = recompute ? recompute[l] : REMAT_KEEP;
+    if (pol >= REMAT_POLICY_COUNT) {
+      rc = remat__errorf(err, REMAT_EINVAL, "layer %lld has unknown policy %d", (long long)l, pol);
+      goto out;
+    }
+    if (pol != REMAT_KEEP && !in.recomp[l]) {
       rc = remat__errorf(err, REMAT_EINVAL, "layer %lld cannot be recomputed", (long long)l);
       goto out;
     }
-    rec[l] = recompute ? recompute[l] != 0 : 0;
+    if (pol == REMAT_MIDDLE && !in.mid[l]) {
+      rc = remat__errorf(err, REMAT_EINVAL, "layer %lld has no middle policy", (long long)l);
+      goto out;
+    }
+    rec[l] = (uint8_t)pol;
   }
   rc = remat__plan_fill(&in, bounds, rec, plan, err);
 out:

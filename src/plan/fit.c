@@ -23,21 +23,24 @@
 
 /* The largest saving n D - (X - Y)+ of a sliding window of layers with
  * different scratch sizes, in O(log L) per layer entering or leaving: a
- * segment tree over the candidates sorted by (x, index), each node holding
- * the sum of d of its present items and the best n * (d of present items up
- * to and including one of them) - its x. The best set with largest scratch v
- * is every candidate with x <= v, a prefix in this order; the last item of a
- * run of equal x carries the prefix that counts. With a floor Y every prefix
- * within x <= Y costs no scratch, so the best of those is all of them; the
- * prefixes beyond are the tree's best over the ranks past Y, plus Y. */
+ * segment tree over items sorted by (x, index), each node holding the sum of
+ * d of its present items and the best n * (d of present items up to and
+ * including one of them) - its x. A layer is one item (xlo, dlo) and, when
+ * an option of larger scratch saves more, a second (xhi, dmax - dlo): its
+ * largest saving with scratch at most v is the sum of its items with
+ * x <= v. The best choice with largest scratch v is then a prefix in this
+ * order; the last item of a run of equal x carries the prefix that counts.
+ * With a floor Y every prefix within x <= Y costs no scratch, so the best of
+ * those is all of them; the prefixes beyond are the tree's best over the
+ * ranks past Y, plus Y. */
 #define NEG (INT64_MIN / 4)
 
 struct remat__plan_xtree {
   int64_t size;        /* leaves, a power of two */
   int64_t *sum, *best; /* (2 size) */
-  int64_t *rank;       /* (L) leaf of a candidate layer, -1 for others */
+  int64_t *rank;       /* (2 L) leaf of item k of layer l at 2 l + k, -1 for none */
   int64_t *xr;         /* (ncand) x of each rank, ascending */
-  int64_t ncand;
+  int64_t ncand;       /* items */
   int64_t n;           /* micro-batches of the stage being checked */
   int64_t wl, wr;      /* layers [wl, wr) are present */
   int used;            /* candidates have more than one scratch size */
@@ -50,14 +53,23 @@ static int xl_cmp(const void *u, const void *v) {
   return a->d < b->d ? -1 : a->d > b->d;
 }
 
+/* Item k (0 or 1) of layer l: its x and d, or d = 0 for none. */
+static remat__plan_xd item_of(const remat__plan_inst *in, int64_t l, int k) {
+  if (!in->cand[l]) return (remat__plan_xd){0, 0};
+  if (k == 0) return (remat__plan_xd){in->xlo[l], in->dlo[l]};
+  return (remat__plan_xd){in->xhi[l], in->dmax[l] - in->dlo[l]};
+}
+
 static int xt_init(xtree *t, const remat__plan_inst *in) {
   memset(t, 0, sizeof *t);
-  int64_t nc = in->pCand[in->L];
+  int64_t nc = 0;
+  for (int64_t l = 0; l < in->L; l++)
+    for (int k = 0; k < 2; k++) nc += item_of(in, l, k).d > 0;
   t->size = 1;
   while (t->size < nc) t->size *= 2;
   t->sum = remat__malloc((size_t)(2 * t->size) * sizeof *t->sum);
   t->best = remat__malloc((size_t)(2 * t->size) * sizeof *t->best);
-  t->rank = remat__malloc((size_t)(in->L ? in->L : 1) * sizeof *t->rank);
+  t->rank = remat__malloc((size_t)(in->L ? 2 * in->L : 1) * sizeof *t->rank);
   t->xr = remat__malloc((size_t)(nc ? nc : 1) * sizeof *t->xr);
   remat__plan_xd *order = remat__malloc((size_t)(nc ? nc : 1) * sizeof *order);
   if (!t->sum || !t->best || !t->rank || !t->xr || !order) {
@@ -65,11 +77,13 @@ static int xt_init(xtree *t, const remat__plan_inst *in) {
     return REMAT_ENOMEM;
   }
   int64_t k = 0;
-  for (int64_t l = 0; l < in->L; l++) {
-    t->rank[l] = -1;
-    if (in->cand[l]) order[k++] = (remat__plan_xd){in->x[l], l};
-  }
-  qsort(order, (size_t)k, sizeof *order, xl_cmp); /* d holds the layer here */
+  for (int64_t l = 0; l < in->L; l++)
+    for (int q = 0; q < 2; q++) {
+      t->rank[2 * l + q] = -1;
+      remat__plan_xd it = item_of(in, l, q);
+      if (it.d > 0) order[k++] = (remat__plan_xd){it.x, 2 * l + q};
+    }
+  qsort(order, (size_t)k, sizeof *order, xl_cmp); /* d holds the item here */
   for (int64_t r = 0; r < k; r++) {
     t->rank[order[r].d] = r;
     t->xr[r] = order[r].x;
@@ -99,17 +113,19 @@ static void xt_reset(xtree *t, int64_t n) {
 }
 
 static void xt_set(xtree *t, const remat__plan_inst *in, int64_t l, int on) {
-  int64_t k = t->rank[l];
-  if (k < 0) return;
-  k += t->size;
-  int64_t d = in->a[l] - in->c[l];
-  t->sum[k] = on ? d : 0;
-  t->best[k] = on ? t->n * d - in->x[l] : NEG;
-  for (k /= 2; k >= 1; k /= 2) {
-    int64_t L = 2 * k, R = L + 1;
-    t->sum[k] = t->sum[L] + t->sum[R];
-    int64_t right = t->best[R] == NEG ? NEG : t->n * t->sum[L] + t->best[R];
-    t->best[k] = t->best[L] > right ? t->best[L] : right;
+  for (int q = 0; q < 2; q++) {
+    int64_t k = t->rank[2 * l + q];
+    if (k < 0) continue;
+    remat__plan_xd it = item_of(in, l, q);
+    k += t->size;
+    t->sum[k] = on ? it.d : 0;
+    t->best[k] = on ? t->n * it.d - it.x : NEG;
+    for (k /= 2; k >= 1; k /= 2) {
+      int64_t L = 2 * k, R = L + 1;
+      t->sum[k] = t->sum[L] + t->sum[R];
+      int64_t right = t->best[R] == NEG ? NEG : t->n * t->sum[L] + t->best[R];
+      t->best[k] = t->best[L] > right ? t->best[L] : right;
+    }
   }
 }
 
@@ -186,7 +202,7 @@ int remat__plan_fit_init(remat__plan_solver *S, const remat__plan_inst *in, rema
   S->post = remat__malloc(cells);
   S->pred = remat__malloc(cells * sizeof *S->pred);
   S->aux = remat__malloc((size_t)S->L1 * sizeof *S->aux);
-  S->xs = remat__malloc((size_t)L * sizeof *S->xs);
+  S->xs = remat__malloc((size_t)(L ? 2 * L : 1) * sizeof *S->xs);
   S->xt = remat__malloc(sizeof *S->xt);
   if (S->xt && xt_init(S->xt, in)) {
     xt_free(S->xt);
@@ -224,9 +240,10 @@ static int mem_ok(remat__plan_solver *S, int64_t i, int64_t j, int64_t s) {
   int64_t D = in->pD[j] - in->pD[i];
   if (in->n[s] * D < need - budget) return 0;
   int64_t fc = in->first_cand[i];
-  if (in->x_end[fc] >= j) {
-    int64_t x = in->x[fc] > Y ? in->x[fc] - Y : 0;
-    return need - (in->n[s] * D - x) <= budget;
+  if (in->x_end[fc] >= j) { /* one pair of scratch sizes */
+    int64_t Dlo = in->pDlo[j] - in->pDlo[i];
+    int64_t xl = in->xlo[fc] > Y ? in->xlo[fc] - Y : 0, xh = in->xhi[fc] > Y ? in->xhi[fc] - Y : 0;
+    return need - (in->n[s] * D - xh) <= budget || need - (in->n[s] * Dlo - xl) <= budget;
   }
   xt_window(S->xt, in, i, j);
   int64_t save = xt_saving(S->xt, Y);
@@ -301,7 +318,9 @@ void remat__plan_least_memory(remat__plan_solver *S, int64_t *bounds, uint8_t *r
   for (int64_t s = 0; s < p; s++) {
     int64_t v, Y = remat__plan_work_max(in, bounds[s], bounds[s + 1]);
     remat__plan_max_saving(in, bounds[s], bounds[s + 1], in->n[s], Y, S->xs, &v);
-    for (int64_t l = bounds[s]; l < bounds[s + 1]; l++)
-      rec[l] = v >= 0 && in->cand[l] && in->x[l] <= v;
+    for (int64_t l = bounds[s]; l < bounds[s + 1]; l++) {
+      const remat__plan_opt *o = v >= 0 && in->cand[l] ? remat__plan_best_under(in, l, v) : NULL;
+      rec[l] = o ? (uint8_t)o->pol : 0;
+    }
   }
 }

@@ -1,8 +1,9 @@
 /* inst.c: a problem expanded into one entry per layer (remat__plan_inst),
  * the form every part of the solver works on: times quantised to integers in
- * units of a power of two, bytes as int64, prefix sums for the O(1) figures
- * of any run of layers, the runs of alike recompute candidates that allow
- * closed forms, and the classes of stages that share every answer. */
+ * units of a power of two, bytes as int64, each layer's options (recompute,
+ * middle) that lower its memory, prefix sums for the O(1) figures of any run
+ * of layers, the runs of alike recompute candidates that allow closed forms,
+ * and the classes of stages that share every answer. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,16 +12,61 @@
 #include "plan/plan.h"
 
 void remat__plan_inst_free(remat__plan_inst *in) {
-  int64_t **arrs[] = {&in->fb, &in->fwd, &in->r, &in->a, &in->c, &in->x, &in->y, &in->w,
-                      &in->ytree, &in->n, &in->budget, &in->pF, &in->pA, &in->pW, &in->pD,
-                      &in->pCand, &in->first_cand, &in->kind_end, &in->x_end, &in->cls};
+  int64_t **arrs[] = {&in->fb,   &in->fwd,   &in->r,     &in->a,     &in->c,  &in->x,
+                      &in->y,    &in->w,     &in->rm,    &in->mb,    &in->xm, &in->xlo,
+                      &in->xhi,  &in->dlo,   &in->dmax,  &in->ytree, &in->n,  &in->budget,
+                      &in->pF,   &in->pA,    &in->pW,    &in->pD,    &in->pDlo, &in->pCand,
+                      &in->first_cand, &in->kind_end, &in->x_end, &in->cls};
   for (size_t i = 0; i < sizeof arrs / sizeof arrs[0]; i++) {
     remat__free(*arrs[i]);
     *arrs[i] = NULL;
   }
   remat__free(in->cand);
   remat__free(in->recomp);
-  in->cand = in->recomp = NULL;
+  remat__free(in->mid);
+  remat__free(in->nopt);
+  remat__free(in->opt);
+  in->cand = in->recomp = in->mid = in->nopt = NULL;
+  in->opt = NULL;
+}
+
+/* ------------------------------------------------------------ options */
+
+/* Layer l's options that lower its memory, ascending x (ties: larger d
+ * first), and the steps of its largest saving under a scratch threshold. */
+static void options(remat__plan_inst *in, int64_t l) {
+  remat__plan_opt *o = &in->opt[REMAT__PLAN_OPTS * l];
+  int n = 0;
+  if (in->recomp[l] && in->a[l] > in->c[l])
+    o[n++] = (remat__plan_opt){in->a[l] - in->c[l], in->r[l], in->x[l], REMAT_RECOMPUTE};
+  if (in->mid[l] && in->a[l] > in->mb[l])
+    o[n++] = (remat__plan_opt){in->a[l] - in->mb[l], in->rm[l], in->xm[l], REMAT_MIDDLE};
+  if (n == 2 && (o[1].x < o[0].x || (o[1].x == o[0].x && o[1].d > o[0].d))) {
+    remat__plan_opt t = o[0];
+    o[0] = o[1];
+    o[1] = t;
+  }
+  in->nopt[l] = (uint8_t)n;
+  in->cand[l] = n > 0;
+  in->xlo[l] = in->xhi[l] = in->dlo[l] = in->dmax[l] = 0;
+  if (!n) return;
+  in->xlo[l] = in->xhi[l] = o[0].x;
+  in->dlo[l] = in->dmax[l] = o[0].d;
+  if (n == 2 && o[1].d > o[0].d) { /* else the larger scratch buys nothing */
+    in->xhi[l] = o[1].x;
+    in->dmax[l] = o[1].d;
+  }
+}
+
+/* Whether candidates l and k have the same options. */
+static int same_kind(const remat__plan_inst *in, int64_t l, int64_t k) {
+  if (in->nopt[l] != in->nopt[k]) return 0;
+  for (int q = 0; q < in->nopt[l]; q++) {
+    const remat__plan_opt *u = &in->opt[REMAT__PLAN_OPTS * l + q],
+                          *v = &in->opt[REMAT__PLAN_OPTS * k + q];
+    if (u->d != v->d || u->r != v->r || u->x != v->x || u->pol != v->pol) return 0;
+  }
+  return 1;
 }
 
 /* ------------------------------------------------------------ work bytes */
@@ -78,20 +124,26 @@ int remat__plan_inst_build(const remat_plan_problem *pb, remat__plan_inst *in, r
   in->stage_bytes = (int64_t)pb->stage_bytes;
   in->boundary_bytes = (int64_t)pb->boundary_bytes;
   size_t L1 = (size_t)L + 1;
-  int64_t **perL[] = {&in->fb, &in->fwd, &in->r, &in->a, &in->c, &in->x, &in->y, &in->w};
+  int64_t **perL[] = {&in->fb, &in->fwd, &in->r,  &in->a,   &in->c,   &in->x,  &in->y,
+                       &in->w,  &in->rm,  &in->mb, &in->xm, &in->xlo, &in->xhi, &in->dlo,
+                       &in->dmax};
   for (size_t i = 0; i < sizeof perL / sizeof perL[0]; i++)
     *perL[i] = remat__malloc((size_t)L * sizeof(int64_t));
-  int64_t **perL1[] = {&in->pF, &in->pA, &in->pW, &in->pD, &in->pCand,
-                       &in->first_cand, &in->kind_end, &in->x_end};
+  int64_t **perL1[] = {&in->pF,   &in->pA,         &in->pW,       &in->pD,   &in->pDlo,
+                       &in->pCand, &in->first_cand, &in->kind_end, &in->x_end};
   for (size_t i = 0; i < sizeof perL1 / sizeof perL1[0]; i++)
     *perL1[i] = remat__malloc(L1 * sizeof(int64_t));
   in->cand = remat__malloc((size_t)L);
   in->recomp = remat__malloc((size_t)L);
+  in->mid = remat__malloc((size_t)L);
+  in->nopt = remat__malloc((size_t)L);
+  in->opt = remat__malloc((size_t)L * REMAT__PLAN_OPTS * sizeof *in->opt);
   in->n = remat__malloc((size_t)p * sizeof(int64_t));
   in->budget = remat__malloc((size_t)p * sizeof(int64_t));
   in->cls = remat__malloc((size_t)p * sizeof(int64_t));
   clskey *keys = remat__malloc((size_t)p * sizeof *keys);
-  int ok = keys && in->cand && in->recomp && in->n && in->budget && in->cls;
+  int ok = keys && in->cand && in->recomp && in->mid && in->nopt && in->opt && in->n &&
+           in->budget && in->cls;
   for (size_t i = 0; i < sizeof perL / sizeof perL[0]; i++) ok = ok && *perL[i];
   for (size_t i = 0; i < sizeof perL1 / sizeof perL1[0]; i++) ok = ok && *perL1[i];
   if (!ok) {
@@ -105,7 +157,7 @@ int remat__plan_inst_build(const remat_plan_problem *pb, remat__plan_inst *in, r
   double ttot = 0;
   for (int64_t g = 0; g < pb->num_groups; g++) {
     const remat_plan_group *G = &pb->groups[g];
-    ttot += (double)G->count * (G->fwd + G->bwd + G->recompute);
+    ttot += (double)G->count * (G->fwd + G->bwd + G->recompute + G->middle_recompute);
   }
   double span = ttot * (double)m;
   int e = 0;
@@ -122,6 +174,8 @@ int remat__plan_inst_build(const remat_plan_problem *pb, remat__plan_inst *in, r
     int64_t fq = (int64_t)llround(ldexp(G->fwd, -e));
     int64_t bq = (int64_t)llround(ldexp(G->bwd, -e));
     int64_t rq = (int64_t)llround(ldexp(G->recompute, -e));
+    int middle = G->recomputable && G->middle;
+    int64_t rmq = middle ? (int64_t)llround(ldexp(G->middle_recompute, -e)) : 0;
     for (int64_t k = 0; k < G->count; k++, l++) {
       in->fwd[l] = fq;
       in->fb[l] = fq + bq;
@@ -132,7 +186,11 @@ int remat__plan_inst_build(const remat_plan_problem *pb, remat__plan_inst *in, r
       in->y[l] = (int64_t)G->work_bytes;
       in->w[l] = (int64_t)G->state_bytes;
       in->recomp[l] = G->recomputable != 0;
-      in->cand[l] = G->recomputable && G->act_bytes > G->ckpt_bytes;
+      in->mid[l] = (uint8_t)middle;
+      in->rm[l] = rmq;
+      in->mb[l] = middle ? (int64_t)G->middle_bytes : in->a[l];
+      in->xm[l] = middle ? (int64_t)G->middle_recompute_bytes : 0;
+      options(in, l);
     }
   }
   if ((rc = work_tree(in))) {
@@ -140,12 +198,13 @@ int remat__plan_inst_build(const remat_plan_problem *pb, remat__plan_inst *in, r
     remat__plan_inst_free(in);
     return remat__errorf(err, rc, "out of memory expanding %lld layers", (long long)L);
   }
-  in->pF[0] = in->pA[0] = in->pW[0] = in->pD[0] = in->pCand[0] = 0;
+  in->pF[0] = in->pA[0] = in->pW[0] = in->pD[0] = in->pDlo[0] = in->pCand[0] = 0;
   for (l = 0; l < L; l++) {
     in->pF[l + 1] = in->pF[l] + in->fb[l];
     in->pA[l + 1] = in->pA[l] + in->a[l];
     in->pW[l + 1] = in->pW[l] + in->w[l];
-    in->pD[l + 1] = in->pD[l] + (in->cand[l] ? in->a[l] - in->c[l] : 0);
+    in->pD[l + 1] = in->pD[l] + in->dmax[l];
+    in->pDlo[l + 1] = in->pDlo[l] + in->dlo[l];
     in->pCand[l + 1] = in->pCand[l] + in->cand[l];
   }
   int64_t next = L;
@@ -156,9 +215,8 @@ int remat__plan_inst_build(const remat_plan_problem *pb, remat__plan_inst *in, r
     in->kind_end[l] = in->x_end[l] = L;
     if (in->cand[l]) {
       if (next < L) {
-        int same_x = in->x[next] == in->x[l];
-        int same = same_x && in->r[next] == in->r[l] &&
-                   in->a[next] - in->c[next] == in->a[l] - in->c[l];
+        int same_x = in->xlo[next] == in->xlo[l] && in->xhi[next] == in->xhi[l];
+        int same = same_x && same_kind(in, next, l);
         in->kind_end[l] = same ? in->kind_end[next] : next;
         in->x_end[l] = same_x ? in->x_end[next] : next;
       }

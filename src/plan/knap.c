@@ -1,16 +1,20 @@
 /* knap.c: the exact choice of recomputed layers inside one pipeline stage.
  *
- * Recomputing layer l saves d_l = a_l - c_l bytes per micro-batch, costs r_l
- * time, and needs x_l scratch bytes while it reruns; with n micro-batches in
- * flight a stage must save n D - (X - Y)+ >= E, where E is its excess over
- * budget with every layer kept, D the sum of d over the recomputed set, X
- * their largest x and Y the largest work bytes of the stage's layers, which
- * the stage holds anyway (E counts it), so scratch only costs what exceeds
- * it. Minimising r under that is a covering knapsack, NP-hard in
- * general, so this keeps Pareto sets (Nemhauser-Ullmann) and is exact for
- * any data; its cost grows with the number of distinct non-dominated sets,
- * which stays small for stages of tens of layers or few distinct layer kinds.
- * The caller first tries closed forms (nothing to save, one kind of layer).
+ * Each layer may take one of its options (recompute it, or the middle
+ * policy), or none (keep it): option o of layer l saves d bytes per
+ * micro-batch, costs r time, and needs x scratch bytes while it reruns; with
+ * n micro-batches in flight a stage must save n D - (X - Y)+ >= E, where E is
+ * its excess over budget with every layer kept, D the sum of d over the
+ * options taken, X their largest x and Y the largest work bytes of the
+ * stage's layers, which the stage holds anyway (E counts it), so scratch
+ * only costs what exceeds it. Minimising r under that is a multiple-choice
+ * covering knapsack, NP-hard in general, so this keeps Pareto sets
+ * (Nemhauser-Ullmann) and is exact for any data: adding a layer merges the
+ * list with one shifted copy of it per option, so a choice takes at most one
+ * option of each layer. Its cost grows with the number of distinct
+ * non-dominated choices, which stays small for stages of tens of layers or
+ * few distinct layer kinds. The caller first tries closed forms (nothing to
+ * save, one kind of layer).
  *
  * Invariants of a list: points sorted by key ascending (key = r with levels,
  * (r, cnt) without), D strictly increasing along the list. A point survives
@@ -41,6 +45,7 @@ void remat__knap_free(remat__knap *k) {
   }
   remat__free(k->thr);
   remat__free(k->tmp.p);
+  remat__free(k->old.p);
   remat__free(k->node_item);
   remat__free(k->node_parent);
   memset(k, 0, sizeof *k);
@@ -198,27 +203,48 @@ static int add_threshold(remat__knap *k, int64_t pos, int64_t v) {
   return 0;
 }
 
-static int insert_into(remat__knap *k, remat__kthr *T, int64_t d, int64_t r, int64_t x,
-                       int64_t item) {
+/* Adds the item to threshold T, with the options of x <= T->v. */
+static int insert_into(remat__knap *k, remat__kthr *T, const remat__kopt *opt, int n) {
   int rc;
-  if (!k->levels) return merge(k, &T->lev[0], &T->lev[0], d, r, x, item);
+  if (!k->levels) {
+    /* the options extend the list as it was before this item */
+    remat__klist *L = &T->lev[0];
+    if ((rc = list_reserve(&k->old, L->n))) return rc;
+    memcpy(k->old.p, L->p, (size_t)L->n * sizeof *L->p);
+    k->old.n = L->n;
+    for (int q = 0; q < n; q++)
+      if (opt[q].x <= T->v &&
+          (rc = merge(k, L, &k->old, opt[q].d, opt[q].r, opt[q].x, opt[q].id)))
+        return rc;
+    return 0;
+  }
   int64_t top = T->nlev - 1;
   if ((rc = levels_reserve(T, top + 2))) return rc;
   T->lev[top + 1].n = 0;
+  /* downwards, so that level l still holds the choices without this item */
   for (int64_t l = top; l >= 0; l--)
-    if ((rc = merge(k, &T->lev[l + 1], &T->lev[l], d, r, x, item))) return rc;
+    for (int q = 0; q < n; q++)
+      if (opt[q].x <= T->v &&
+          (rc = merge(k, &T->lev[l + 1], &T->lev[l], opt[q].d, opt[q].r, opt[q].x, opt[q].id)))
+        return rc;
   if (T->lev[top + 1].n > 0) T->nlev = top + 2;
   return 0;
 }
 
-int remat__knap_insert(remat__knap *k, int64_t d, int64_t r, int64_t x, int64_t item) {
-  int64_t pos = 0;
-  while (pos < k->nthr && k->thr[pos].v < x) pos++;
+int remat__knap_insert(remat__knap *k, const remat__kopt *opt, int n) {
+  REMAT_ASSERT(n >= 1 && n <= REMAT__PLAN_OPTS);
   int rc;
-  if (pos == k->nthr || k->thr[pos].v != x)
-    if ((rc = add_threshold(k, pos, x))) return rc;
-  for (int64_t t = pos; t < k->nthr; t++)
-    if ((rc = insert_into(k, &k->thr[t], d, r, x, item))) return rc;
+  int64_t xmin = opt[0].x;
+  for (int q = 0; q < n; q++) {
+    REMAT_ASSERT(opt[q].d > 0);
+    int64_t pos = 0;
+    while (pos < k->nthr && k->thr[pos].v < opt[q].x) pos++;
+    if (pos == k->nthr || k->thr[pos].v != opt[q].x)
+      if ((rc = add_threshold(k, pos, opt[q].x))) return rc;
+    if (opt[q].x < xmin) xmin = opt[q].x;
+  }
+  for (int64_t t = 0; t < k->nthr; t++)
+    if (k->thr[t].v >= xmin && (rc = insert_into(k, &k->thr[t], opt, n))) return rc;
   return k->points > k->limit ? REMAT_ERANGE : 0;
 }
 

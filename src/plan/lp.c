@@ -1,19 +1,23 @@
 /* lp.c: the planning problem as a mixed-integer program in CPLEX LP format,
  * the model of ColossalAI #5509 generalised to heterogeneous layers, per-stage
- * budgets, recompute scratch and work bytes, so that glpsol or cbc can
- * confirm the planner's optimum:
+ * budgets, recompute scratch, work bytes and a third choice per layer (the
+ * middle policy), so that glpsol or cbc can confirm the planner's optimum:
  *
  *   y_l_s  binary  layer l runs on stage s (only s <= l <= s + L - p)
  *   z_l_s  binary  layer l recomputes on stage s (recomputable layers)
+ *   u_l_s  binary  layer l takes the middle policy on stage s (layers that
+ *                  have it)
  *   X_s    >= 0    largest transient bytes of stage s: work bytes of its
- *                  layers, scratch of its recomputed layers
+ *                  layers, scratch of its recomputed and middle layers
  *   T      >= 0    the bottleneck
  *
  *   sum_s y_l_s = 1;  y_0_0 = 1;  y_{L-1}_{p-1} = 1
  *   0 <= sum_s s y_{l+1}_s - sum_s s y_l_s <= 1   (contiguous, none empty)
- *   z_l_s <= y_l_s;   x_l z_l_s <= X_s;   y_l y_l_s <= X_s (y_l: work bytes)
- *   sum_l (w_l + n_s a_l) y_l_s - n_s (a_l - c_l) z_l_s + X_s <= budget_s - stage_bytes
- *   sum_l (f_l + b_l) y_l_s + r_l z_l_s <= T
+ *   z_l_s + u_l_s <= y_l_s   (one choice per layer)
+ *   x_l z_l_s <= X_s;   xm_l u_l_s <= X_s;   y_l y_l_s <= X_s (y_l: work bytes)
+ *   sum_l (w_l + n_s a_l) y_l_s - n_s (a_l - c_l) z_l_s - n_s (a_l - mb_l) u_l_s + X_s
+ *       <= budget_s - stage_bytes
+ *   sum_l (f_l + b_l) y_l_s + r_l z_l_s + rm_l u_l_s <= T
  *   minimise T (bottleneck) or sum_s t_s + (m - 1) T (1f1b)
  *
  * Memory rows are divided by the gcd g of every byte count of the layers (the
@@ -76,6 +80,10 @@ int remat_plan_format_lp(const remat_plan_problem *pb, char **out, remat_error *
     g = gcd(g, G->state_bytes);
     g = gcd(g, G->recompute_bytes);
     g = gcd(g, G->work_bytes);
+    if (G->recomputable && G->middle) {
+      g = gcd(g, G->middle_bytes);
+      g = gcd(g, G->middle_recompute_bytes);
+    }
     for (int64_t c = 0; c < G->count; c++) of[l++] = G;
   }
   if (g == 0) g = 1;
@@ -89,6 +97,7 @@ int remat_plan_format_lp(const remat_plan_problem *pb, char **out, remat_error *
   int k = 0;
   while (ldexp(top, -k) > 2048) k++;
 #define MEM(bytes) ldexp((double)((bytes) / g), -k)
+#define MID(l) (of[l]->recomputable && of[l]->middle)
   remat__plan_buf b = {0};
   char v[64];
   remat__plan_printf(&b,
@@ -109,6 +118,10 @@ int remat_plan_format_lp(const remat_plan_problem *pb, char **out, remat_error *
         if (of[l]->recomputable) {
           snprintf(v, sizeof v, "z_%lld_%lld", (long long)l, (long long)s);
           term(&t, of[l]->recompute, v);
+        }
+        if (MID(l)) {
+          snprintf(v, sizeof v, "u_%lld_%lld", (long long)l, (long long)s);
+          term(&t, of[l]->middle_recompute, v);
         }
       }
     if (m > 1) term(&t, (double)(m - 1), "T");
@@ -146,11 +159,17 @@ int remat_plan_format_lp(const remat_plan_problem *pb, char **out, remat_error *
   for (l = 0; l < L; l++) {
     if (!of[l]->recomputable) continue;
     for (int64_t s = LO(l); s <= HI(l); s++) {
-      remat__plan_printf(&b, " zy_%lld_%lld: z_%lld_%lld - y_%lld_%lld <= 0\n", (long long)l,
-                         (long long)s, (long long)l, (long long)s, (long long)l, (long long)s);
+      remat__plan_printf(&b, " zy_%lld_%lld: z_%lld_%lld", (long long)l, (long long)s,
+                         (long long)l, (long long)s);
+      if (MID(l)) remat__plan_printf(&b, " + u_%lld_%lld", (long long)l, (long long)s);
+      remat__plan_printf(&b, " - y_%lld_%lld <= 0\n", (long long)l, (long long)s);
       if (of[l]->recompute_bytes)
         remat__plan_printf(&b, " zx_%lld_%lld: %.17g z_%lld_%lld - X_%lld <= 0\n", (long long)l,
                            (long long)s, MEM(of[l]->recompute_bytes), (long long)l,
+                           (long long)s, (long long)s);
+      if (MID(l) && of[l]->middle_recompute_bytes)
+        remat__plan_printf(&b, " ux_%lld_%lld: %.17g u_%lld_%lld - X_%lld <= 0\n", (long long)l,
+                           (long long)s, MEM(of[l]->middle_recompute_bytes), (long long)l,
                            (long long)s, (long long)s);
     }
   }
@@ -172,6 +191,10 @@ int remat_plan_format_lp(const remat_plan_problem *pb, char **out, remat_error *
         snprintf(v, sizeof v, "z_%lld_%lld", (long long)l, (long long)s);
         term(&t, -(double)n * (MEM(of[l]->act_bytes) - MEM(of[l]->ckpt_bytes)), v);
       }
+      if (MID(l)) {
+        snprintf(v, sizeof v, "u_%lld_%lld", (long long)l, (long long)s);
+        term(&t, -(double)n * (MEM(of[l]->act_bytes) - MEM(of[l]->middle_bytes)), v);
+      }
     }
     snprintf(v, sizeof v, "X_%lld", (long long)s);
     term(&t, 1, v);
@@ -187,6 +210,10 @@ int remat_plan_format_lp(const remat_plan_problem *pb, char **out, remat_error *
         snprintf(v, sizeof v, "z_%lld_%lld", (long long)l, (long long)s);
         term(&t, of[l]->recompute, v);
       }
+      if (MID(l)) {
+        snprintf(v, sizeof v, "u_%lld_%lld", (long long)l, (long long)s);
+        term(&t, of[l]->middle_recompute, v);
+      }
     }
     term(&t, -1, "T");
     remat__plan_printf(&b, " <= 0\n");
@@ -196,12 +223,14 @@ int remat_plan_format_lp(const remat_plan_problem *pb, char **out, remat_error *
     for (int64_t s = LO(l); s <= HI(l); s++) {
       remat__plan_printf(&b, " y_%lld_%lld", (long long)l, (long long)s);
       if (of[l]->recomputable) remat__plan_printf(&b, " z_%lld_%lld", (long long)l, (long long)s);
+      if (MID(l)) remat__plan_printf(&b, " u_%lld_%lld", (long long)l, (long long)s);
       remat__plan_printf(&b, "\n");
     }
   remat__plan_printf(&b, "End\n");
 #undef LO
 #undef HI
 #undef MEM
+#undef MID
   remat__free(of);
   if (b.oom || !b.s) {
     remat__free(b.s);

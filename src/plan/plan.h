@@ -37,6 +37,16 @@ static inline int remat__plan_late(double deadline) {
 
 /* ------------------------------------------------------------ instance (inst.c) */
 
+/* A way for a layer to recompute that saves bytes: d = bytes saved per
+ * micro-batch against keeping, r its time, x its scratch, pol the
+ * remat_policy that stands for it (1 recompute, 2 middle). */
+typedef struct remat__plan_opt {
+  int64_t d, r, x;
+  int pol;
+} remat__plan_opt;
+
+#define REMAT__PLAN_OPTS 2 /* options per layer besides keeping */
+
 /* The problem expanded to one entry per layer, times quantised, bytes as
  * int64 (every memory expression is below 2^61). Shared with the tests. */
 typedef struct remat__plan_inst {
@@ -47,17 +57,28 @@ typedef struct remat__plan_inst {
   int64_t *fwd;      /* (L) f in quanta */
   int64_t *r;        /* (L) recompute time in quanta */
   int64_t *a, *c, *x, *y, *w; /* (L) bytes */
+  int64_t *rm, *mb, *xm; /* (L) the middle policy's time, stored bytes, scratch */
   uint8_t *recomp;   /* (L) 1 if the layer may recompute */
-  uint8_t *cand;     /* (L) 1 if recomputing can lower memory: recomputable, a > c */
+  uint8_t *mid;      /* (L) 1 if it may take the middle policy (recomp too) */
+  /* The options of each layer that lower its memory, ascending x (ties:
+   * larger d first): nopt[l] of them at opt[REMAT__PLAN_OPTS l ...]. For
+   * thresholds on scratch, a layer's largest saving with scratch at most v
+   * steps up at most twice: to dlo at xlo (its options' smallest x), to
+   * dmax at xhi (where an option of larger x saves more; xhi = xlo and
+   * dmax = dlo where none does). */
+  uint8_t *nopt;         /* (L) */
+  remat__plan_opt *opt;  /* (REMAT__PLAN_OPTS L) */
+  int64_t *xlo, *xhi, *dlo, *dmax; /* (L) */
+  uint8_t *cand;     /* (L) 1 if some option lowers its memory: nopt > 0 */
   int64_t *n;        /* (p) micro-batches held */
   int64_t *budget;   /* (p) */
   int64_t stage_bytes;
   int64_t boundary_bytes; /* every stage but the last */
-  /* prefix sums over layers, (L + 1) each */
-  int64_t *pF, *pA, *pW, *pD, *pCand;
+  /* prefix sums over layers, (L + 1) each: pD of dmax, pDlo of dlo */
+  int64_t *pF, *pA, *pW, *pD, *pDlo, *pCand;
   /* candidates only: first candidate at or after l; for a candidate, the
-   * first later candidate of a different (a - c, r, x) kind, and the first
-   * later candidate with a different x */
+   * first later candidate of a different kind (other options), and the
+   * first later candidate with a different (xlo, xhi) */
   int64_t *first_cand, *kind_end, *x_end;
   /* stage classes: stages with equal (n, budget) share every answer */
   int64_t ncls;
@@ -73,12 +94,13 @@ int64_t remat__plan_work_max(const remat__plan_inst *in, int64_t i, int64_t j);
 
 /* ------------------------------------------------------------ knapsack (knap.c) */
 
-/* The exact per-stage subproblem: which of a stage's layers to recompute.
- * Items are the candidate layers (d = a - c > 0, r, x). For every threshold v
- * among the items' x, and for every count k of recomputed items (or for all
- * counts together, keyed by (r, k)), the engine keeps the Pareto set of
- * subsets of items with x <= v: time r against saved bytes D, each set once
- * with its actual largest x. A query with n micro-batches, the stage's floor
+/* The exact per-stage subproblem: which of a stage's layers to recompute,
+ * and how. Items are the candidate layers, each with one or more options
+ * (d > 0 bytes saved, r, x), of which a set takes at most one: a
+ * multiple-choice knapsack. For every threshold v among the options' x, and
+ * for every count k of layers taken (or for all counts together, keyed by
+ * (r, k)), the engine keeps the Pareto set of choices with every x <= v:
+ * time r against saved bytes D, each choice once with its actual largest x. A query with n micro-batches, the stage's floor
  * Y (its largest work bytes, held anyway) and excess E (bytes over budget
  * with everything kept, Y included) asks for subsets with n D - (v - Y)+ >= E;
  * every subset R is represented, or dominated, in the list of its own
@@ -110,6 +132,7 @@ typedef struct remat__knap {
   remat__kthr *thr;
   int64_t nthr, thrcap;
   remat__klist tmp;           /* merge buffer */
+  remat__klist old;           /* a list before an insertion (without levels) */
   int64_t *node_item;         /* tracking: the item a node added ... */
   int32_t *node_parent;       /* ... and the set it was added to */
   int64_t nnode, nodecap;
@@ -124,8 +147,15 @@ typedef struct remat__knap_res {
 void remat__knap_init(remat__knap *k, int levels, int track, int64_t limit);
 void remat__knap_reset(remat__knap *k);
 void remat__knap_free(remat__knap *k);
-/* 0, REMAT_ENOMEM, or REMAT_ERANGE when the sets exceed k->limit points. */
-int remat__knap_insert(remat__knap *k, int64_t d, int64_t r, int64_t x, int64_t item);
+/* One option of an item: its figures and the id a tracked result gives back. */
+typedef struct remat__kopt {
+  int64_t d, r, x, id;
+} remat__kopt;
+
+/* Adds an item with n options (1 <= n <= REMAT__PLAN_OPTS, d > 0 each): every
+ * choice may take at most one of them. 0, REMAT_ENOMEM, or REMAT_ERANGE when
+ * the sets exceed k->limit points. */
+int remat__knap_insert(remat__knap *k, const remat__kopt *opt, int n);
 /* Least (r, count, memory) with n D - (X - Y)+ >= E (E > 0). Returns 1 if
  * found. */
 int remat__knap_min_time(const remat__knap *k, int64_t n, int64_t E, int64_t Y,
@@ -133,7 +163,8 @@ int remat__knap_min_time(const remat__knap *k, int64_t n, int64_t E, int64_t Y,
 /* Least (count, memory) with n D - (X - Y)+ >= E and r <= cap; needs levels. */
 int remat__knap_min_count(const remat__knap *k, int64_t n, int64_t E, int64_t Y, int64_t cap,
                           remat__knap_res *res);
-/* The items of a tracked result, ascending; returns how many. */
+/* The option ids of a tracked result, one per item taken, in insertion
+ * order; returns how many. */
 int64_t remat__knap_items(const remat__knap *k, int32_t node, int64_t *items);
 
 /* ------------------------------------------------------------ one stage (stage.c) */
@@ -155,20 +186,39 @@ typedef struct remat__plan_xd {
   int64_t x, d;
 } remat__plan_xd;
 
-/* Largest saving n D - (X - Y)+ over recompute sets of [i, j) with floor Y
- * (0 for the empty set) and, if vbest is given, the threshold on x that
- * reaches it (-1: recompute nothing). The best set with largest scratch v is
- * every candidate with x <= v. scratch: room for j - i pairs, or NULL to
- * allocate. */
+/* Largest saving n D - (X - Y)+ over the choices of [i, j) with floor Y
+ * (0 for the empty choice) and, if vbest is given, the threshold on x that
+ * reaches it (-1: recompute nothing). The best choice with largest scratch v
+ * takes from every candidate its option of largest d among those with
+ * x <= v (remat__plan_best_under). scratch: room for 2 (j - i) pairs, or
+ * NULL to allocate. */
 int64_t remat__plan_max_saving(const remat__plan_inst *in, int64_t i, int64_t j, int64_t n,
                                int64_t Y, remat__plan_xd *scratch, int64_t *vbest);
 
+/* The option of layer l (a candidate) with the largest d among those with
+ * x <= v, ties to the smaller x; NULL if none. */
+const remat__plan_opt *remat__plan_best_under(const remat__plan_inst *in, int64_t l, int64_t v);
+
 /* A stage's best choice. */
 typedef struct remat__plan_choice {
-  int64_t t, cnt, mem; /* time in quanta, recomputed layers, bytes */
-  int how;      /* 0: nothing recomputed, 1: first k candidates, 2: knapsack set */
+  int64_t t, cnt, mem; /* time in quanta, layers not kept, bytes */
+  int how;      /* 0: nothing recomputed, 1: candidates of one kind (below), 2: knapsack set */
   int32_t node; /* how == 2 with tracking */
+  int64_t k0;   /* how == 1: the first k0 candidates take the kind's first
+                   option, the next cnt - k0 its second */
 } remat__plan_choice;
+
+/* Candidates all of one kind (the same options), K of them from fc on, in a
+ * stage with n micro-batches, excess E > 0 and floor Y: the counts of each
+ * option that save n D - (X - Y)+ >= E at least time, then fewest layers,
+ * then least memory (mode REMAT__PLAN_LEAST_TIME), or fewest layers then
+ * least memory within time tcap (REMAT__PLAN_FEWEST). Returns 1 and *k0, *k1
+ * (counts of the first and second option), *t (their time) and *memrel
+ * ((X - Y)+ - n D), or 0 if none fits. O(K) with two options, O(1) with
+ * one. */
+int remat__plan_alike(const remat__plan_inst *in, int64_t fc, int64_t K, int64_t n, int64_t E,
+                      int64_t Y, int mode, int64_t tcap, int64_t *k0, int64_t *k1, int64_t *t,
+                      int64_t *memrel);
 
 /* Evaluates the stages that start at layer i, as they grow to the right. */
 typedef struct remat__plan_eval {
@@ -211,8 +261,9 @@ void remat__plan_cache_free(remat__plan_cache *c);
 int remat__plan_cached_eval(remat__plan_eval *ev, remat__plan_cache *c, int64_t j, int64_t s,
                             int mode, int64_t cap, remat__plan_choice **out);
 
-/* Sets rec[l] = 1 for the layers stage s recomputes on [i, j) in its best
- * choice for the mode and cap (which must fit). items: room for j - i. */
+/* Sets rec[l] to the remat_policy of each layer stage s does not keep on
+ * [i, j) in its best choice for the mode and cap (which must fit). items:
+ * room for j - i. */
 int remat__plan_stage_set(const remat__plan_inst *in, int64_t i, int64_t j, int64_t s, int mode,
                           int64_t cap, uint8_t *rec, int64_t *items, double deadline,
                           remat_error *err);
@@ -232,7 +283,7 @@ typedef struct remat__plan_solver {
   uint8_t *post;  /* stages s..p-1 can cover [i, L) */
   int64_t *pred;  /* a predecessor boundary, for pre */
   int64_t *aux;   /* (L + 1) */
-  remat__plan_xd *xs;     /* (L) */
+  remat__plan_xd *xs;     /* (2 L) */
   remat__plan_xtree *xt;  /* reset for each stage's sweep in reach */
   remat_error *err;
 } remat__plan_solver;
@@ -284,8 +335,8 @@ int remat__plan_pass_iteration(remat__plan_solver *S, int64_t *bounds, remat__pl
 
 /* ------------------------------------------------------------ arrangements (eval.c) */
 
-/* Objective (quanta), recomputed layers and peak bytes of an arrangement:
- * bounds (p + 1) and one recompute flag per layer. */
+/* Objective (quanta), layers not kept and peak bytes of an arrangement:
+ * bounds (p + 1) and one remat_policy per layer. */
 void remat__plan_measure(const remat__plan_inst *in, const int64_t *bounds, const uint8_t *rec,
                          int64_t *obj, int64_t *cnt, int64_t *maxmem);
 /* Fills a plan from an arrangement (feasible = every stage within budget). */

@@ -140,8 +140,11 @@ int remat_plan_problem_check(const remat_plan_problem *pb, remat_error *err) {
                            "%d (group layers into coarser units)",
                            REMAT_PLAN_MAX_LAYERS, REMAT_PLAN_MAX_LAYERS);
     L += G->count;
-    const char *tf = bad_time(G->fwd) ? "fwd" : bad_time(G->bwd) ? "bwd"
-                                              : bad_time(G->recompute) ? "recompute" : NULL;
+    const char *tf = bad_time(G->fwd)                ? "fwd"
+                     : bad_time(G->bwd)              ? "bwd"
+                     : bad_time(G->recompute)        ? "recompute"
+                     : bad_time(G->middle_recompute) ? "middle_recompute"
+                                                     : NULL;
     if (tf)
       return remat__errorf(err, REMAT_EINVAL,
                            "layers[%lld].%s must be a finite number >= 0", (long long)g, tf);
@@ -150,10 +153,17 @@ int remat_plan_problem_check(const remat_plan_problem *pb, remat_error *err) {
                      : G->state_bytes > REMAT_PLAN_MAX_BYTES ? "state_bytes"
                      : G->recompute_bytes > REMAT_PLAN_MAX_BYTES ? "recompute_bytes"
                      : G->work_bytes > REMAT_PLAN_MAX_BYTES      ? "work_bytes"
-                                                                 : NULL;
+                     : G->middle_bytes > REMAT_PLAN_MAX_BYTES    ? "middle_bytes"
+                     : G->middle_recompute_bytes > REMAT_PLAN_MAX_BYTES ? "middle_recompute_bytes"
+                                                                        : NULL;
     if (bf)
       return remat__errorf(err, REMAT_ERANGE, "layers[%lld].%s is above the limit of 2^60 bytes",
                            (long long)g, bf);
+    if (G->middle && !G->recomputable)
+      return remat__errorf(err, REMAT_EINVAL,
+                           "layers[%lld] has a middle policy but is not recomputable; drop "
+                           "middle_bytes or make it recomputable",
+                           (long long)g);
   }
   if (pb->stages > L)
     return remat__errorf(err, REMAT_EINVAL,
@@ -175,9 +185,10 @@ int remat_plan_problem_check(const remat_plan_problem *pb, remat_error *err) {
   for (int64_t g = 0; g < pb->num_groups; g++) {
     const remat_plan_group *G = &pb->groups[g];
     double big = (double)(G->act_bytes > G->ckpt_bytes ? G->act_bytes : G->ckpt_bytes);
+    if ((double)G->middle_bytes > big) big = (double)G->middle_bytes;
     tot += (double)G->count * ((double)G->state_bytes + (double)nmax * big) +
-           (double)G->recompute_bytes + (double)G->work_bytes;
-    ttot += (double)G->count * (G->fwd + G->bwd + G->recompute);
+           (double)G->recompute_bytes + (double)G->work_bytes + (double)G->middle_recompute_bytes;
+    ttot += (double)G->count * (G->fwd + G->bwd + G->recompute + G->middle_recompute);
   }
   if (!(tot < 0x1p61))
     return remat__errorf(err, REMAT_ERANGE,
@@ -485,8 +496,9 @@ static int parse_json(remat_plan_problem *pb, const char *text, size_t len, rema
   }
   static const char *const gknown[] = {"name", "count", "fwd", "bwd", "recompute",
                                        "act_bytes", "ckpt_bytes", "state_bytes",
-                                       "recompute_bytes", "work_bytes", "recomputable", "comment",
-                                       NULL};
+                                       "recompute_bytes", "work_bytes", "recomputable",
+                                       "middle_bytes", "middle_recompute",
+                                       "middle_recompute_bytes", "comment", NULL};
   int64_t g = 0, total = 0;
   cJSON_ArrayForEach(it, layers) {
     char where[48];
@@ -553,6 +565,27 @@ static int parse_json(remat_plan_problem *pb, const char *text, size_t len, rema
     if ((v = get(it, "work_bytes")) &&
         (rc = json_bytes(v, where, "work_bytes", &G->work_bytes, err)))
       goto done;
+    /* the middle policy: middle_bytes turns it on, and needs its time */
+    if ((v = get(it, "middle_bytes"))) {
+      G->middle = 1;
+      if ((rc = json_bytes(v, where, "middle_bytes", &G->middle_bytes, err))) goto done;
+      if (!get(it, "middle_recompute")) {
+        rc = remat__errorf(err, REMAT_EFORMAT, "%smiddle_recompute is missing (it goes with "
+                           "middle_bytes)", where);
+        goto done;
+      }
+      if ((rc = json_number(get(it, "middle_recompute"), where, "middle_recompute",
+                            &G->middle_recompute, err)))
+        goto done;
+      if ((v = get(it, "middle_recompute_bytes")) &&
+          (rc = json_bytes(v, where, "middle_recompute_bytes", &G->middle_recompute_bytes, err)))
+        goto done;
+    } else if (get(it, "middle_recompute") || get(it, "middle_recompute_bytes")) {
+      rc = remat__errorf(err, REMAT_EFORMAT,
+                         "%smiddle_recompute and middle_recompute_bytes need middle_bytes (the "
+                         "bytes the layer stores under the middle policy)", where);
+      goto done;
+    }
     g++;
   }
   rc = remat_plan_problem_check(pb, err);
@@ -698,6 +731,11 @@ int remat_plan_problem_from_replicas(remat_plan_problem *pb, const remat_config 
     /* one stage holds the embedding and the head together */
     if (k == REMAT_LAYER_HEAD && stages == 1) g->state_bytes = mm.head_joint_state;
     g->recomputable = k == REMAT_LAYER_BLOCK;
+    g->middle = k == REMAT_LAYER_BLOCK;
+    if (g->middle) {
+      g->middle_bytes = lb->mid;
+      g->middle_recompute_bytes = lb->mid_scratch + (apart ? lb->grad : 0);
+    }
   }
   remat_plan_group *e = &pb->groups[REMAT_LAYER_EMBEDDING], *blk = &pb->groups[REMAT_LAYER_BLOCK],
                    *h = &pb->groups[REMAT_LAYER_HEAD];
@@ -706,6 +744,7 @@ int remat_plan_problem_from_replicas(remat_plan_problem *pb, const remat_config 
   blk->fwd = f;
   blk->bwd = 2 * f;
   blk->recompute = f;
+  blk->middle_recompute = REMAT_PLAN_MIDDLE_FLOP_PER_ELEMENT * Bd * Td * C / G;
   h->fwd = (2.0 * Bd * Td * C * Vp + 5.0 * Bd * Td * Vp) / G;
   h->bwd = 2 * h->fwd;
   pb->stage_bytes = mm.stage_bytes + rb.comm;

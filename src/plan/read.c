@@ -1,6 +1,7 @@
 /* read.c: a plan written by remat_plan_format(..., REMAT_PLAN_FORMAT_JSON),
  * read back so a training run can follow it: stages, layers per stage, the
- * recomputed layers, budgets and the figures it was made with. */
+ * recomputed layers and which of them take the middle policy, budgets and
+ * the figures it was made with. */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
@@ -78,6 +79,7 @@ int remat_plan_layout_load(remat_plan_layout *lo, const char *path, remat_error 
     const cJSON *o = cJSON_GetArrayItem(stages, (int)s);
     int64_t first, n, mem, bud;
     const cJSON *rec = cJSON_GetObjectItemCaseSensitive(o, "recomputed");
+    const cJSON *mid = cJSON_GetObjectItemCaseSensitive(o, "middle"); /* optional */
     if (whole(cJSON_GetObjectItemCaseSensitive(o, "first_layer"), 0, (double)L, &first) ||
         whole(cJSON_GetObjectItemCaseSensitive(o, "layers"), 1, (double)L, &n) || first != next ||
         first + n > L) {
@@ -90,6 +92,10 @@ int remat_plan_layout_load(remat_plan_layout *lo, const char *path, remat_error 
       rc = bad(err, path, "each stage needs memory_bytes, budget_bytes and recomputed");
       break;
     }
+    if (mid && !cJSON_IsArray(mid)) {
+      rc = bad(err, path, "\"middle\" must be an array of layers");
+      break;
+    }
     lo->layers_per_stage[s] = n;
     lo->memory_bytes[s] = (size_t)mem;
     lo->budget_bytes[s] = (size_t)bud;
@@ -100,7 +106,17 @@ int remat_plan_layout_load(remat_plan_layout *lo, const char *path, remat_error 
         rc = bad(err, path, "a recomputed layer lies outside its stage");
         break;
       }
-      lo->recompute[l] = 1;
+      lo->recompute[l] = REMAT_RECOMPUTE;
+    }
+    /* the middle layers are among the recomputed */
+    cJSON_ArrayForEach(it, mid) {
+      int64_t l;
+      if (rc) break;
+      if (whole(it, (double)first, (double)(first + n - 1), &l) || !lo->recompute[l]) {
+        rc = bad(err, path, "a middle layer lies outside its stage or is not among its recomputed");
+        break;
+      }
+      lo->recompute[l] = REMAT_MIDDLE;
     }
     next = first + n;
   }

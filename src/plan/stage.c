@@ -1,12 +1,12 @@
 /* stage.c: one pipeline stage on a given run of layers: the most memory its
- * recomputation can save, and its best set of recomputed layers for a time
- * objective, in closed form where the candidates are alike (one kind of
- * layer, or one scratch size) and through the Pareto sets of knap.c
- * otherwise. A stage holds its largest work bytes Y whatever it recomputes,
- * so a recomputed layer's scratch x costs only (x - Y)+ on top of it. The
- * partition programs of dp.c ask it for every stage they consider; stages of
- * one class (same micro-batches held and budget) share the answers through a
- * small cache. */
+ * recomputation can save, and its best choice of what each layer does
+ * (keep, recompute, middle) for a time objective, in closed form where the
+ * candidates are alike (one kind of layer, or one pair of scratch sizes)
+ * and through the Pareto sets of knap.c otherwise. A stage holds its largest
+ * work bytes Y whatever it recomputes, so a layer's scratch x costs only
+ * (x - Y)+ on top of it. The partition programs of dp.c ask it for every
+ * stage they consider; stages of one class (same micro-batches held and
+ * budget) share the answers through a small cache. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,6 +22,13 @@ static int xd_cmp(const void *u, const void *v) {
 
 static int64_t above(int64_t x, int64_t Y) { return x > Y ? x - Y : 0; }
 
+const remat__plan_opt *remat__plan_best_under(const remat__plan_inst *in, int64_t l, int64_t v) {
+  const remat__plan_opt *o = &in->opt[REMAT__PLAN_OPTS * l], *best = NULL;
+  for (int q = 0; q < in->nopt[l]; q++)
+    if (o[q].x <= v && (!best || o[q].d > best->d)) best = &o[q];
+  return best;
+}
+
 int64_t remat__plan_max_saving(const remat__plan_inst *in, int64_t i, int64_t j, int64_t n,
                                int64_t Y, remat__plan_xd *scratch, int64_t *vbest) {
   int64_t D = in->pD[j] - in->pD[i];
@@ -29,16 +36,25 @@ int64_t remat__plan_max_saving(const remat__plan_inst *in, int64_t i, int64_t j,
   if (D == 0) return 0;
   int64_t fc = in->first_cand[i];
   if (in->x_end[fc] >= j) {
-    int64_t s = n * D - above(in->x[fc], Y);
-    if (s > 0 && vbest) *vbest = in->x[fc];
+    /* one pair of scratch sizes: the best is at one of the two */
+    int64_t Dlo = in->pDlo[j] - in->pDlo[i];
+    int64_t s0 = n * Dlo - above(in->xlo[fc], Y), s1 = n * D - above(in->xhi[fc], Y);
+    int64_t s = s1 > s0 ? s1 : s0;
+    if (s > 0 && vbest) *vbest = s1 > s0 ? in->xhi[fc] : in->xlo[fc];
     return s > 0 ? s : 0;
   }
   int own = scratch == NULL;
-  if (own) scratch = remat__malloc((size_t)(j - i) * sizeof *scratch);
+  if (own) scratch = remat__malloc((size_t)(j - i) * 2 * sizeof *scratch);
   if (!scratch) return -1;
+  /* the largest saving under a threshold v steps up at each layer's xlo and
+   * xhi: as increments sorted by x, every prefix ending a run of equal x
+   * is the best choice with largest scratch that x */
   int64_t k = 0;
-  for (int64_t l = fc; l < j; l++)
-    if (in->cand[l]) scratch[k++] = (remat__plan_xd){in->x[l], in->a[l] - in->c[l]};
+  for (int64_t l = fc; l < j; l++) {
+    if (!in->cand[l]) continue;
+    scratch[k++] = (remat__plan_xd){in->xlo[l], in->dlo[l]};
+    if (in->dmax[l] > in->dlo[l]) scratch[k++] = (remat__plan_xd){in->xhi[l], in->dmax[l] - in->dlo[l]};
+  }
   qsort(scratch, (size_t)k, sizeof *scratch, xd_cmp);
   int64_t best = 0, cum = 0;
   for (int64_t t = 0; t < k; t++) {
@@ -52,6 +68,66 @@ int64_t remat__plan_max_saving(const remat__plan_inst *in, int64_t i, int64_t j,
   }
   if (own) remat__free(scratch);
   return best;
+}
+
+/* ------------------------------------------------------------ alike candidates */
+
+/* (t, cnt, memrel) lexicographic, or (cnt, memrel) when time does not count. */
+static int alike_better(int64_t t, int64_t c, int64_t m, int64_t bt, int64_t bc, int64_t bm,
+                        int time_first) {
+  if (time_first && t != bt) return t < bt;
+  if (c != bc) return c < bc;
+  return m < bm;
+}
+
+int remat__plan_alike(const remat__plan_inst *in, int64_t fc, int64_t K, int64_t n, int64_t E,
+                      int64_t Y, int mode, int64_t tcap, int64_t *k0, int64_t *k1, int64_t *t,
+                      int64_t *memrel) {
+  const remat__plan_opt *o = &in->opt[REMAT__PLAN_OPTS * fc];
+  int time_first = mode == REMAT__PLAN_LEAST_TIME;
+  if (in->nopt[fc] == 1) { /* the first k, k as small as fits */
+    int64_t x = above(o[0].x, Y), k = (E + x + n * o[0].d - 1) / (n * o[0].d);
+    if (k > K || (!time_first && k * o[0].r > tcap)) return 0;
+    *k0 = k;
+    *k1 = 0;
+    *t = k * o[0].r;
+    *memrel = x - n * k * o[0].d;
+    return 1;
+  }
+  /* two options: for each count a of the first, the fewest b of the second
+   * (any more only adds time and layers) */
+  int found = 0;
+  int64_t bt = 0, bc = 0, bm = 0;
+  for (int64_t a = 0; a <= K; a++) {
+    int64_t sa = n * a * o[0].d, xa = a ? o[0].x : 0;
+    for (int with_b = 0; with_b < 2; with_b++) {
+      int64_t b = 0, X = xa;
+      if (with_b) {
+        X = remat__max64(xa, o[1].x);
+        int64_t need = E + above(X, Y) - sa;
+        b = need > 0 ? (need + n * o[1].d - 1) / (n * o[1].d) : 0;
+        if (b < 1) b = 1;
+        if (a + b > K) continue;
+      } else if (!a || sa - above(X, Y) < E) {
+        continue;
+      }
+      int64_t tt = a * o[0].r + b * o[1].r, mm = above(X, Y) - sa - n * b * o[1].d;
+      if (!time_first && tt > tcap) continue;
+      if (!found || alike_better(tt, a + b, mm, bt, bc, bm, time_first)) {
+        *k0 = a;
+        *k1 = b;
+        bt = tt;
+        bc = a + b;
+        bm = mm;
+        found = 1;
+      }
+    }
+  }
+  if (found) {
+    *t = bt;
+    *memrel = bm;
+  }
+  return found;
 }
 
 /* ------------------------------------------------------------ best choice */
@@ -96,20 +172,19 @@ int remat__plan_eval_stage(remat__plan_eval *ev, int64_t j, int64_t s, int mode,
   int64_t kept = remat__plan_base_memory(in, i, j, s) + Y;
   int64_t E = kept - in->budget[s];
   if (E <= 0) {
-    *out = (remat__plan_choice){F, 0, kept, 0, -1};
+    *out = (remat__plan_choice){F, 0, kept, 0, -1, 0};
     return 1;
   }
   int64_t Dp = in->pD[j] - in->pD[i];
   if (n * Dp < E) return 0;
   int64_t fc = in->first_cand[i];
   if (in->kind_end[fc] >= j) {
-    /* one kind of candidate: the first k of them, k as small as fits */
-    int64_t d = in->a[fc] - in->c[fc], x = above(in->x[fc], Y);
-    int64_t k = (E + x + n * d - 1) / (n * d);
-    if (k > in->pCand[j] - in->pCand[i]) return 0;
-    int64_t t = F + k * in->r[fc];
-    if (mode == REMAT__PLAN_FEWEST && t > cap) return 0;
-    *out = (remat__plan_choice){t, k, kept - n * k * d + x, 1, -1};
+    /* one kind of candidate: counts of its options, the first ones first */
+    int64_t k0, k1, t, memrel;
+    if (!remat__plan_alike(in, fc, in->pCand[j] - in->pCand[i], n, E, Y, mode, cap - F, &k0,
+                           &k1, &t, &memrel))
+      return 0;
+    *out = (remat__plan_choice){F + t, k0 + k1, kept + memrel, 1, -1, k0};
     return 1;
   }
   int rc;
@@ -117,14 +192,19 @@ int remat__plan_eval_stage(remat__plan_eval *ev, int64_t j, int64_t s, int mode,
     int64_t l = ev->built;
     if (!in->cand[l]) continue;
     if (remat__plan_late(ev->deadline)) return REMAT__PLAN_ETIME;
-    if ((rc = remat__knap_insert(&ev->kn, in->a[l] - in->c[l], in->r[l], in->x[l], l))) return rc;
+    remat__kopt ko[REMAT__PLAN_OPTS];
+    for (int q = 0; q < in->nopt[l]; q++) {
+      const remat__plan_opt *o = &in->opt[REMAT__PLAN_OPTS * l + q];
+      ko[q] = (remat__kopt){o->d, o->r, o->x, REMAT__PLAN_OPTS * l + q};
+    }
+    if ((rc = remat__knap_insert(&ev->kn, ko, in->nopt[l]))) return rc;
   }
   remat__knap_res res;
   int found = mode == REMAT__PLAN_LEAST_TIME
                   ? remat__knap_min_time(&ev->kn, n, E, Y, &res)
                   : remat__knap_min_count(&ev->kn, n, E, Y, cap - F, &res);
   if (!found) return 0;
-  *out = (remat__plan_choice){F + res.r, res.cnt, kept + res.memrel, 2, res.node};
+  *out = (remat__plan_choice){F + res.r, res.cnt, kept + res.memrel, 2, res.node, 0};
   return 1;
 }
 
@@ -181,12 +261,12 @@ int remat__plan_stage_set(const remat__plan_inst *in, int64_t i, int64_t j, int6
   int ok = remat__plan_eval_stage(&ev, j, s, mode, cap, &ch);
   if (ok == 1) {
     if (ch.how == 1) {
-      int64_t k = ch.cnt;
-      for (int64_t l = i; l < j && k > 0; l++)
-        if (in->cand[l]) rec[l] = 1, k--;
+      int64_t k = 0;
+      for (int64_t l = i; l < j && k < ch.cnt; l++)
+        if (in->cand[l]) rec[l] = (uint8_t)in->opt[REMAT__PLAN_OPTS * l + (k++ < ch.k0 ? 0 : 1)].pol;
     } else if (ch.how == 2) {
       int64_t n = remat__knap_items(&ev.kn, ch.node, items);
-      for (int64_t t = 0; t < n; t++) rec[items[t]] = 1;
+      for (int64_t t = 0; t < n; t++) rec[items[t] / REMAT__PLAN_OPTS] = (uint8_t)in->opt[items[t]].pol;
     }
   }
   remat__plan_eval_free(&ev);

@@ -102,8 +102,9 @@ int remat_plan_sweep_run(const remat_plan_problem *pb, int64_t points, remat_pla
   sw->baseline_objective = (double)base * q_unit;
   sw->num_stages = pb->stages;
   if (hi == lo) points = 1;
+  for (int64_t g = 0; g < pb->num_groups; g++) sw->middle |= pb->groups[g].middle;
   sw->points = remat__calloc((size_t)points, sizeof *sw->points);
-  sw->storage = remat__malloc((size_t)points * 2 * (size_t)pb->stages * sizeof *sw->storage);
+  sw->storage = remat__malloc((size_t)points * 3 * (size_t)pb->stages * sizeof *sw->storage);
   if (!sw->points || !sw->storage) {
     rc = remat__errorf(err, REMAT_ENOMEM, "out of memory");
     goto out;
@@ -125,11 +126,13 @@ int remat_plan_sweep_run(const remat_plan_problem *pb, int64_t points, remat_pla
     pt->max_memory_bytes = plan.max_memory_bytes;
     pt->optimal = plan.optimal;
     pt->lower_bound = plan.lower_bound;
-    pt->layers_per_stage = sw->storage + (size_t)k * 2 * (size_t)pb->stages;
+    pt->layers_per_stage = sw->storage + (size_t)k * 3 * (size_t)pb->stages;
     pt->ckpt_per_stage = pt->layers_per_stage + pb->stages;
+    pt->middle_per_stage = pt->ckpt_per_stage + pb->stages;
     for (int64_t s = 0; s < pb->stages; s++) {
       pt->layers_per_stage[s] = plan.stages[s].num_layers;
       pt->ckpt_per_stage[s] = plan.stages[s].num_recomputed;
+      pt->middle_per_stage[s] = plan.stages[s].num_middle;
     }
     remat_plan_free(&plan);
     sw->num_points = k + 1;
@@ -170,9 +173,11 @@ int remat_plan_format_sweep(const remat_plan_problem *pb, const remat_plan_sweep
       }
       cJSON *l = cJSON_AddArrayToObject(o, "layers_per_stage");
       cJSON *c = cJSON_AddArrayToObject(o, "ckpt_per_stage");
+      cJSON *md = cJSON_AddArrayToObject(o, "middle_per_stage");
       for (int64_t s = 0; s < sw->num_stages; s++) {
         cJSON_AddItemToArray(l, cJSON_CreateNumber((double)pt->layers_per_stage[s]));
         cJSON_AddItemToArray(c, cJSON_CreateNumber((double)pt->ckpt_per_stage[s]));
+        cJSON_AddItemToArray(md, cJSON_CreateNumber((double)pt->middle_per_stage[s]));
       }
       cJSON_AddItemToArray(arr, o);
     }
@@ -191,7 +196,9 @@ int remat_plan_format_sweep(const remat_plan_problem *pb, const remat_plan_sweep
                        remat_format_bytes_in(sw->min_budget_bytes, units, t1, sizeof t1),
                        remat_format_bytes_in(sw->no_recompute_bytes, units, t2, sizeof t2));
     remat__plan_printf(&b, "%14s %16s %14s %9s %10s %14s  %s\n", "budget", "budget_bytes",
-                       "objective", "slowdown", "recomputed", "peak", "layers | ckpt per stage");
+                       "objective", "slowdown", "recomputed", "peak",
+                       sw->middle ? "layers | ckpt | of them middle, per stage"
+                                  : "layers | ckpt per stage");
     for (int64_t k = 0; k < sw->num_points; k++) {
       const remat_plan_sweep_point *pt = &sw->points[k];
       remat__plan_printf(&b, "%14s %16zu %14.6g %9.4f %10lld %14s  ",
@@ -202,6 +209,10 @@ int remat_plan_format_sweep(const remat_plan_problem *pb, const remat_plan_sweep
       counts(&b, pt->layers_per_stage, sw->num_stages);
       remat__plan_printf(&b, " | ");
       counts(&b, pt->ckpt_per_stage, sw->num_stages);
+      if (sw->middle) {
+        remat__plan_printf(&b, " | ");
+        counts(&b, pt->middle_per_stage, sw->num_stages);
+      }
       if (!pt->optimal)
         remat__plan_printf(&b, "  (time limit: lower bound %.6g)", pt->lower_bound);
       remat__plan_printf(&b, "\n");

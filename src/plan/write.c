@@ -47,6 +47,33 @@ static void ranges(const int64_t *v, int64_t n, char *buf, size_t cap) {
   if (!n) snprintf(buf, cap, "-");
 }
 
+/* A stage's layers that are not kept: the recomputed ones as ranges, then
+ * "middle" and the middle ones ("1-3", "1-3; middle 4-6", "middle 1-6"). */
+static void stage_layers(const remat_plan *pl, const remat_plan_stage *st, char *buf, size_t cap) {
+  int64_t full[64], mid[64], nf = 0, nm = 0;
+  char a[96] = "", b[96] = "";
+  /* long lists are cut by ranges() anyway: the first 64 of each show */
+  for (int64_t k = 0; k < st->num_recomputed; k++) {
+    int64_t l = st->recomputed[k];
+    if (pl->policy && pl->policy[l] == REMAT_MIDDLE) {
+      if (nm < 64) mid[nm++] = l;
+    } else if (nf < 64) {
+      full[nf++] = l;
+    }
+  }
+  if (!st->num_middle) {
+    ranges(st->recomputed, st->num_recomputed, buf, cap);
+    return;
+  }
+  ranges(mid, nm, b, sizeof b);
+  if (st->num_middle == st->num_recomputed) {
+    snprintf(buf, cap, "middle %s", b);
+    return;
+  }
+  ranges(full, nf, a, sizeof a);
+  snprintf(buf, cap, "%s; middle %s", a, b);
+}
+
 /* The model's layer numbering, when it has more than one group. */
 static void numbering(remat__plan_buf *b, const remat_plan_problem *pb) {
   int named = 0;
@@ -86,8 +113,8 @@ static void table(remat__plan_buf *b, const remat_plan_problem *pb, const remat_
                      "ckpt", "in-flight", "memory", "budget", "time", "recomputed layers");
   for (int64_t s = 0; s < pl->num_stages; s++) {
     const remat_plan_stage *st = &pl->stages[s];
-    char rl[96];
-    ranges(st->recomputed, st->num_recomputed, rl, sizeof rl);
+    char rl[208];
+    stage_layers(pl, st, rl, sizeof rl);
     remat__plan_printf(b, "%5lld %7lld %7lld %6lld %9lld %12s %12s %12s  %s%s\n", (long long)s,
                        (long long)st->num_layers, (long long)st->first_layer,
                        (long long)st->num_recomputed, (long long)st->microbatches_held,
@@ -108,8 +135,12 @@ static void table(remat__plan_buf *b, const remat_plan_problem *pb, const remat_
                      "slowdown %.4g\n",
                      remat_plan_objective_name(pl->objective), fmt_time(pl->objective_value, t1, sizeof t1),
                      fmt_time(pl->baseline_objective, t2, sizeof t2), pl->slowdown);
-  remat__plan_printf(b, "recomputed layers %lld of %lld, peak stage memory %s\n",
-                     (long long)pl->total_recomputed, (long long)pl->num_layers,
+  remat__plan_printf(b, "recomputed layers %lld of %lld", (long long)pl->total_recomputed,
+                     (long long)pl->num_layers);
+  if (pl->total_middle)
+    remat__plan_printf(b, " (%lld of them middle: layernorms and GELU rerun)",
+                       (long long)pl->total_middle);
+  remat__plan_printf(b, ", peak stage memory %s\n",
                      remat_format_bytes_in(pl->max_memory_bytes, units, t4, sizeof t4));
   if (!pl->optimal)
     remat__plan_printf(b,
@@ -142,6 +173,13 @@ static int json(const remat_plan_problem *pb, const remat_plan *pl, char **out, 
     cJSON *rec = cJSON_AddArrayToObject(o, "recomputed");
     for (int64_t k = 0; k < st->num_recomputed; k++)
       cJSON_AddItemToArray(rec, cJSON_CreateNumber((double)st->recomputed[k]));
+    /* of those, the middle ones (a reader that knows nothing of them
+     * recomputes them fully, which fits too) */
+    cJSON_AddNumberToObject(o, "middle_layers", (double)st->num_middle);
+    cJSON *mid = cJSON_AddArrayToObject(o, "middle");
+    for (int64_t k = 0; k < st->num_recomputed; k++)
+      if (pl->policy && pl->policy[st->recomputed[k]] == REMAT_MIDDLE)
+        cJSON_AddItemToArray(mid, cJSON_CreateNumber((double)st->recomputed[k]));
     cJSON_AddNumberToObject(o, "microbatches_held", (double)st->microbatches_held);
     cJSON_AddNumberToObject(o, "memory_bytes", (double)st->memory_bytes);
     cJSON_AddNumberToObject(o, "budget_bytes", (double)st->budget_bytes);
@@ -163,6 +201,7 @@ static int json(const remat_plan_problem *pb, const remat_plan *pl, char **out, 
   cJSON_AddNumberToObject(root, "baseline_objective", pl->baseline_objective);
   cJSON_AddNumberToObject(root, "slowdown", pl->slowdown);
   cJSON_AddNumberToObject(root, "total_recomputed", (double)pl->total_recomputed);
+  cJSON_AddNumberToObject(root, "total_middle", (double)pl->total_middle);
   cJSON_AddNumberToObject(root, "max_memory_bytes", (double)pl->max_memory_bytes);
   cJSON_AddStringToObject(root, "time_unit", pb->time_unit);
   cJSON_AddStringToObject(root, "source", pb->source);
@@ -189,9 +228,12 @@ static int json(const remat_plan_problem *pb, const remat_plan *pl, char **out, 
 
 /* Transformer layers per stage as the frameworks count them: layers of
  * recomputable groups. Also whether each stage recomputes exactly its first
- * k of them (what both frameworks do). */
+ * k of them (what both frameworks do). Neither has remat's middle policy: a
+ * middle layer is counted as recomputed (it then saves more memory and
+ * takes more time than the plan says). */
 typedef struct {
   int64_t *blocks, *ckpt;
+  int64_t middle; /* middle layers, counted in ckpt */
   int64_t others; /* layers not counted (embedding, head, ...) */
   int first_k;    /* every stage recomputes its first blocks */
   int empty;      /* some stage has no transformer layer */
@@ -215,6 +257,7 @@ static int fw_view_get(const remat_plan_problem *pb, const remat_plan *pl, fw_vi
       v->others += !isblk[l];
     }
   for (int64_t k = 0; k < pl->total_recomputed; k++) rec[pl->recomputed_all[k]] = 1;
+  v->middle = pl->total_middle;
   v->first_k = 1;
   v->empty = 0;
   for (int64_t s = 0; s < p; s++) {
@@ -265,6 +308,13 @@ static void mapping_note(remat__plan_buf *b, const remat_plan_problem *pb, const
                        "their stage; the framework recomputes the first k, which for these "
                        "different layers changes time and memory (see --format table).\n",
                        c);
+  if (v->middle)
+    remat__plan_printf(b,
+                       "%s NOTE: %lld layer(s) of the plan take remat's middle policy "
+                       "(layernorm and GELU outputs recomputed), which the framework does not "
+                       "have; they are counted as recomputed below, which saves more memory and "
+                       "takes more time than the plan.\n",
+                       c, (long long)v->middle);
   (void)pb;
 }
 
@@ -363,7 +413,7 @@ static int megatron(remat__plan_buf *b, const remat_plan_problem *pb, const rema
                      (long long)most);
   int same = 1;
   for (int64_t s = 0; s < p; s++) same &= v->ckpt[s] == most;
-  if (same && v->first_k) return 0;
+  if (same && v->first_k && !v->middle) return 0;
   /* What Megatron would actually run: the first `most` transformer layers of
    * every stage recomputed. */
   int64_t *lps = remat__malloc((size_t)p * sizeof *lps);
@@ -395,9 +445,10 @@ static int megatron(remat__plan_buf *b, const remat_plan_problem *pb, const rema
   if (rc) return remat__errorf(err, rc, "%s", e2.msg);
   remat__plan_printf(b,
                      "# Megatron recomputes the same number of layers on every stage, the first "
-                     "N; the plan's per-stage counts cannot be expressed. With N=%lld everywhere "
-                     "(the plan's largest): %s %s (plan: %s), memory %s.\n",
-                     (long long)most, remat_plan_objective_name(pl->objective),
+                     "N; the plan's per-stage counts%s cannot be expressed. With N=%lld "
+                     "everywhere (the plan's largest): %s %s (plan: %s), memory %s.\n",
+                     v->middle ? " and middle layers" : "", (long long)most,
+                     remat_plan_objective_name(pl->objective),
                      fmt_time(alt.objective_value, t1, sizeof t1),
                      fmt_time(pl->objective_value, t2, sizeof t2),
                      alt.feasible ? "fits every stage" : "does NOT fit every stage");
