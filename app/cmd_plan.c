@@ -1,7 +1,7 @@
-/* cmd_plan.c: `remat plan`: plans pipeline stages (layers and checkpointed
- * layers per stage) for a JSON problem or a GPT-2 shape, and prints the plan
- * as a table, JSON, ColossalAI or Megatron-LM settings, an LP model, or a
- * sweep over memory budgets. */
+/* cmd_plan.c: `remat plan`: plans pipeline stages (layers per stage, and
+ * which layers keep, recompute or take the middle policy) for a JSON
+ * problem or a GPT-2 shape, and prints the plan as a table, JSON, ColossalAI
+ * or Megatron-LM settings, an LP model, or a sweep over memory budgets. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,13 +20,17 @@ static void usage(FILE *f) {
           "       remat plan --config NAME|L,C,NH,V,T --batch B --seq T --stages P\n"
           "                  --microbatches M --mem SIZE [options]\n"
           "\n"
-          "Chooses how many consecutive layers each pipeline stage runs and which of them\n"
-          "recompute their activations, exactly, so that every stage fits its memory and\n"
-          "the objective is minimal. Stage s (from 0) of P holds n_s = min(P - s, M)\n"
-          "micro-batches of activations under 1F1B (M under GPipe); its memory is\n"
-          "  stage_bytes + sum w + n_s * (sum a over kept + sum c over recomputed)\n"
-          "  + the largest of its layers' work bytes y and its recomputed layers' scratch x\n"
-          "and its time per micro-batch t_s = sum (f + b) + sum r over recomputed.\n"
+          "Chooses how many consecutive layers each pipeline stage runs and, for each\n"
+          "layer, whether it keeps its activations, recomputes them, or (GPT-2 blocks,\n"
+          "layers with middle_bytes) takes the middle policy, exactly, so that every\n"
+          "stage fits its memory and the objective is minimal. Stage s (from 0) of P\n"
+          "holds n_s = min(P - s, M) micro-batches of activations under 1F1B (M under\n"
+          "GPipe); its memory is\n"
+          "  stage_bytes + sum w + n_s * (sum a over kept + sum c over recomputed\n"
+          "  + sum mb over middle) + the largest of its layers' work bytes y, its\n"
+          "  recomputed layers' scratch x and its middle layers' scratch xm\n"
+          "and its time per micro-batch t_s = sum (f + b) + sum r over recomputed\n"
+          "+ sum rm over middle.\n"
           "\n"
           "problem:\n"
           "  PROBLEM.json, --problem FILE   layers, stages, budgets (see docs/plan.md);\n"
@@ -48,6 +52,8 @@ static void usage(FILE *f) {
           "  --schedule 1f1b|gpipe          default 1f1b\n"
           "  --objective bottleneck|1f1b    max stage time (default), or the 1F1B\n"
           "                                 iteration time sum t + (M - 1) max t\n"
+          "  --no-middle                    layers keep or recompute only (no middle policy),\n"
+          "                                 as frameworks without it do\n"
           "  --time-limit SECONDS           stop the exact search after this long (default\n"
           "                                 60, 0 for none) and print the best plan found,\n"
           "                                 a proven lower bound and the gap\n"
@@ -179,7 +185,7 @@ int remat_cmd_plan(int argc, char **argv) {
   const char *schedule = NULL, *objective = NULL;
   int64_t B = -1, T = -1, P = -1, M = -1, D = -1, Z = -1, points = 11;
   double time_limit = DEFAULT_TIME_LIMIT;
-  int sweep = 0;
+  int sweep = 0, no_middle = 0;
   for (int a = 1; a < argc; a++) {
     const char *o = argv[a];
     if (strcmp(o, "-h") == 0 || strcmp(o, "--help") == 0) {
@@ -189,6 +195,10 @@ int remat_cmd_plan(int argc, char **argv) {
     }
     if (strcmp(o, "--sweep") == 0) {
       sweep = 1;
+      continue;
+    }
+    if (strcmp(o, "--no-middle") == 0) {
+      no_middle = 1;
       continue;
     }
     if (o[0] != '-' || strcmp(o, "-") == 0) {
@@ -310,6 +320,7 @@ int remat_cmd_plan(int argc, char **argv) {
       return cli_fail(1, "%s", err.msg);
     }
   }
+  for (int64_t g = 0; no_middle && g < pb.num_groups; g++) pb.groups[g].middle = 0;
   if (P > 0 && !config && P != pb.stages) {
     if (!pb.uniform_memory && !mem) {
       free(budgets);

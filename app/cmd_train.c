@@ -1,7 +1,8 @@
 /* cmd_train.c: `remat train`: parse flags, load data and weights, choose the
- * per-block checkpointing policy (ratio, list, or memory budget), print the
- * plan, then run the library's trainer and report loss, tokens/s, MFU and
- * planned vs measured peak. The training step itself is remat_trainer_step. */
+ * per-block checkpointing policy (ratio, list, or memory budget: keep,
+ * recompute or middle for each block), print the plan, then run the
+ * library's trainer and report loss, tokens/s, MFU and planned vs measured
+ * peak. The training step itself is remat_trainer_step. */
 #include <errno.h>
 #include <math.h>
 #include <omp.h>
@@ -46,9 +47,14 @@ static const char *usage_text =
     "  --threads N               OpenMP and OpenBLAS threads (all cores)\n"
     "activation checkpointing (at most one; default keeps every block):\n"
     "  --ckpt-ratio R            recompute floor(R * L) blocks, R in [0, 1]\n"
-    "  --ckpt-layers I,J,...     recompute these blocks (0-based)\n"
-    "  --mem SIZE                recompute the fewest blocks whose planned peak fits\n"
-    "                            SIZE (e.g. 1.5GiB, 800MB, 2e9)\n"
+    "  --ckpt-layers LIST        recompute these blocks (0-based), e.g. 0,2,5 or 0-3;\n"
+    "                            'middle:' switches the blocks after it to the middle\n"
+    "                            policy (store the matrix products' outputs, rerun\n"
+    "                            the layernorms and GELU), 'full:' back to full\n"
+    "                            recomputation: full:0-3,middle:4-11\n"
+    "  --mem SIZE                the planner's choice of keep, middle or full for\n"
+    "                            each block: the least recompute time whose planned\n"
+    "                            peak fits SIZE (e.g. 1.5GiB, 800MB, 2e9)\n"
     "evaluation:\n"
     "  --eval-every N            every N steps, the mean loss on held-out batches (off)\n"
     "  --val-frac F              with --eval-every: the last F of the tokens are held\n"
@@ -67,7 +73,8 @@ static const char *usage_text =
     "reporting:\n"
     "  --log FILE.jsonl          one JSON object per optimizer step\n"
     "  --peak-gflops X           peak FLOP rate for MFU (default: measure sgemm now)\n"
-    "  --plan-only               print the memory plan and exit without training\n"
+    "  --plan-only               print the memory plan, with each policy's bytes and\n"
+    "                            recompute time per block, and exit without training\n"
     "  --quiet                   no progress lines, only the summary\n"
     "  --help                    this text\n";
 
@@ -216,23 +223,41 @@ static int parse_args(int argc, char **argv, opts *o) {
   return 0;
 }
 
-/* "0,2,5" -> policy; every index in [0, L), no repeats. */
+/* --ckpt-layers: block indices and ranges ("0,2,5", "0-3") recomputed in
+ * full; "middle:" before an item gives it and the items after it the middle
+ * policy, "full:" full recomputation again ("full:0-3,middle:4-11"). Every
+ * index in [0, L), none twice. */
 static int parse_layer_list(const char *s, uint8_t *policy, int64_t L) {
   remat_policy_first_n(policy, L, 0);
   const char *p = s;
+  int cur = REMAT_RECOMPUTE;
   if (!*p) goto bad;
   while (*p) {
+    if (!strncmp(p, "full:", 5)) {
+      cur = REMAT_RECOMPUTE;
+      p += 5;
+    } else if (!strncmp(p, "middle:", 7)) {
+      cur = REMAT_MIDDLE;
+      p += 7;
+    }
     char *end;
     errno = 0;
-    long long v = strtoll(p, &end, 10);
-    if (end == p || errno) goto bad;
-    if (v < 0 || v >= L)
-      return cli_fail(-1, "--ckpt-layers names block %lld but the model has blocks 0..%lld", v,
-                      (long long)L - 1);
-    if (policy[v] == REMAT_RECOMPUTE)
-      return cli_fail(-1, "--ckpt-layers names block %lld twice", v);
-    policy[v] = REMAT_RECOMPUTE;
+    long long v = strtoll(p, &end, 10), w = v;
+    if (end == p || errno || *p == '-' || *p == '+') goto bad;
     p = end;
+    if (*p == '-') {
+      errno = 0;
+      w = strtoll(p + 1, &end, 10);
+      if (end == p + 1 || errno || p[1] == '-' || p[1] == '+' || w < v) goto bad;
+      p = end;
+    }
+    for (long long k = v; k <= w; k++) {
+      if (k < 0 || k >= L)
+        return cli_fail(-1, "--ckpt-layers names block %lld but the model has blocks 0..%lld", k,
+                        (long long)L - 1);
+      if (policy[k] != REMAT_KEEP) return cli_fail(-1, "--ckpt-layers names block %lld twice", k);
+      policy[k] = (uint8_t)cur;
+    }
     if (*p == ',') {
       p++;
       if (!*p) goto bad;
@@ -242,7 +267,9 @@ static int parse_layer_list(const char *s, uint8_t *policy, int64_t L) {
   }
   return 0;
 bad:
-  return cli_fail(-1, "--ckpt-layers expects block indices like 0,2,5; got '%s'", s);
+  return cli_fail(-1, "--ckpt-layers expects block indices like 0,2,5 or 0-3, with 'middle:' "
+                  "or 'full:' before them to choose the policy (full:0-3,middle:4-11); got '%s'",
+                  s);
 }
 
 static void fmt_eta(double s, char *buf, size_t cap) {
@@ -317,14 +344,16 @@ static int load_tokens(const opts *o, remat_tokens *tok, const char **source) {
   return rc ? cli_fail(CLI_EXIT_RUN, "%s", err.msg) : 0;
 }
 
-/* --mem: the fewest recomputed blocks whose whole footprint fits. What the
- * process holds outside the arena (data, loaders, bookkeeping) is the same
- * for every policy; it is measured with a trainer planned for keeping all. */
+/* --mem: the planner's choice of keep, middle or full recomputation for
+ * each block (the model as one stage), the least recompute time whose whole
+ * footprint fits. What the process holds outside the arena (data, loaders,
+ * bookkeeping) is the same for every policy; it is measured with a trainer
+ * planned for keeping all. */
 static int policy_for_budget(const opts *o, const remat_config *cfg, const remat_tokens *tok,
                              const remat_train_opts *to, uint8_t *policy) {
   remat_error err;
-  size_t budget, need;
-  int64_t n, L = cfg->num_layers;
+  size_t budget;
+  int64_t L = cfg->num_layers;
   char b1[32], b2[32];
   if (remat_parse_size(o->mem, &budget, &err)) return cli_fail(CLI_EXIT_USAGE, "--mem: %s", err.msg);
   remat_trainer *probe;
@@ -334,19 +363,30 @@ static int policy_for_budget(const opts *o, const remat_config *cfg, const remat
   size_t other = remat_trainer_planned_bytes(probe) - remat_trainer_memplan(probe)->peak_bytes;
   remat_trainer_destroy(probe);
   size_t arena_budget = budget > other ? budget - other : 0;
-  remat_stage whole = o->replicas > 1 ? remat_stage_replica(cfg, NULL, o->replicas, 0, o->zero)
-                                       : remat_stage_whole(cfg, NULL);
-  whole.accumulate = whole.accumulate || o->K > 1;
-  int rc = remat_fewest_recompute(cfg, o->B, o->T, &whole, arena_budget, &n, &need, &err);
-  if (rc == REMAT_EINFEASIBLE)
+  remat_plan_problem pb;
+  remat_plan plan;
+  if (remat_plan_problem_from_replicas(&pb, cfg, o->B, o->T, 1, o->K, o->replicas, o->zero,
+                                       arena_budget, &err))
+    return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
+  int rc = remat_plan_solve(&pb, &plan, &err);
+  remat_plan_problem_free(&pb);
+  if (rc == REMAT_EINFEASIBLE) {
+    /* the plan holds the least-memory choice */
+    size_t need = plan.min_budget_bytes;
+    int64_t full = plan.total_recomputed - plan.total_middle, mid = plan.total_middle;
+    remat_plan_free(&plan);
     return cli_fail(CLI_EXIT_RUN,
-                    "--mem %s does not fit: even recomputing all %lld blocks needs %s (%zu "
-                    "bytes, the training data included); raise --mem to at least that or lower "
-                    "--batch/--seq",
-                    remat_format_bytes(budget, b1, sizeof b1), (long long)L,
-                    remat_format_bytes(need + other, b2, sizeof b2), need + other);
+                    "--mem %s does not fit: even the least memory (%lld of %lld blocks "
+                    "recomputed, %lld middle) needs %s (%zu bytes, the training data included); "
+                    "raise --mem to at least that or lower --batch/--seq",
+                    remat_format_bytes(budget, b1, sizeof b1), (long long)full, (long long)L,
+                    (long long)mid, remat_format_bytes(need + other, b2, sizeof b2),
+                    need + other);
+  }
   if (rc) return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
-  remat_policy_first_n(policy, L, n);
+  /* planner layers: 0 the embedding, 1..L the blocks, L + 1 the head */
+  for (int64_t l = 0; l < L; l++) policy[l] = plan.policy[l + 1];
+  remat_plan_free(&plan);
   return 0;
 }
 
@@ -367,17 +407,63 @@ static void print_model(const remat_config *cfg) {
          (long long)cfg->max_seq_len, remat_param_count(cfg));
 }
 
-static void print_plan(const remat_config *cfg, const remat_memplan *mp, size_t planned,
-                       const char *source, const remat_tokens *tok, const opts *o) {
-  char rec[256] = "", b1[32], b2[32], b3[32], b4[32], b5[32];
-  int64_t shown = 0, L = cfg->num_layers;
-  for (int64_t l = 0; l < L && shown < 24; l++)
-    if (mp->policy[l] == REMAT_RECOMPUTE) {
-      snprintf(rec + strlen(rec), sizeof rec - strlen(rec), "%s%lld", shown ? "," : "",
-               (long long)l);
+/* The blocks of one policy, "0,1,2" (at most 24, then ",..."). */
+static void block_list(const remat_memplan *mp, int policy, char *buf, size_t cap) {
+  int64_t shown = 0, all = 0;
+  buf[0] = 0;
+  for (int64_t l = 0; l < mp->num_blocks; l++) {
+    if (mp->policy[l] != policy) continue;
+    all++;
+    if (shown < 24) {
+      snprintf(buf + strlen(buf), cap - strlen(buf), "%s%lld", shown ? "," : "", (long long)l);
       shown++;
     }
-  if (mp->num_recomputed > shown) strncat(rec, ",...", sizeof rec - strlen(rec) - 1);
+  }
+  if (all > shown) strncat(buf, ",...", cap - strlen(buf) - 1);
+}
+
+/* --plan-only: each policy's bytes per block and micro-batch (what it
+ * stores, and the workspace its backward needs) and its recompute time, in
+ * the planner's units (GFLOP of one micro-batch). */
+static void print_policies(const remat_config *cfg, const remat_memplan *mp, const opts *o) {
+  remat_plan_problem pb;
+  remat_error err;
+  if (remat_plan_problem_from_replicas(&pb, cfg, o->B, o->T, 1, o->K, o->replicas, o->zero,
+                                       (size_t)1 << 60, &err))
+    return;
+  const remat_plan_group *g = &pb.groups[REMAT_LAYER_BLOCK];
+  const remat_layer_bytes *b = &mp->mm.layer[REMAT_LAYER_BLOCK];
+  size_t grad = mp->grad_bytes[REMAT_LAYER_BLOCK];
+  double fb = g->fwd + g->bwd;
+  struct {
+    int pol;
+    size_t stores, work;
+    double t;
+    const char *what;
+  } row[3] = {{REMAT_KEEP, b->kept, b->work + grad, 0, ""},
+              {REMAT_MIDDLE, b->mid, b->mid_scratch + grad, g->middle_recompute,
+               "its layernorms and GELU"},
+              {REMAT_RECOMPUTE, b->ckpt, b->scratch + grad, g->recompute, "its forward"}};
+  for (int k = 0; k < 3; k++) {
+    char b1[32], b2[32];
+    printf("blocks  %-6s stores %s per block and micro-batch; backward workspace %s; ",
+           remat_policy_name(row[k].pol), remat_format_bytes(row[k].stores, b1, sizeof b1),
+           remat_format_bytes(row[k].work, b2, sizeof b2));
+    if (row[k].pol == REMAT_KEEP)
+      printf("no rerun\n");
+    else
+      printf("reruns %s, %.4g GFLOP (%.1f%% of its forward and backward)\n", row[k].what,
+             row[k].t, fb > 0 ? 100 * row[k].t / fb : 0.0);
+  }
+  remat_plan_problem_free(&pb);
+}
+
+static void print_plan(const remat_config *cfg, const remat_memplan *mp, size_t planned,
+                       const char *source, const remat_tokens *tok, const opts *o) {
+  char rec[256], mid[256], b1[32], b2[32], b3[32], b4[32], b5[32];
+  int64_t L = cfg->num_layers;
+  block_list(mp, REMAT_RECOMPUTE, rec, sizeof rec);
+  block_list(mp, REMAT_MIDDLE, mid, sizeof mid);
   print_model(cfg);
   printf("data    %s: %lld tokens; batch %lld x %lld, grad-accum %lld", source,
          (long long)tok->n, (long long)o->B, (long long)o->T, (long long)o->K);
@@ -385,8 +471,11 @@ static void print_plan(const remat_config *cfg, const remat_memplan *mp, size_t 
     printf(" per replica: %lld micro-batches a step on %lld replicas",
            (long long)(o->K * o->replicas), (long long)o->replicas);
   printf("\n");
-  printf("policy  %lld of %lld blocks recomputed%s%s%s\n", (long long)mp->num_recomputed,
+  printf("policy  %lld of %lld blocks recomputed%s%s%s", (long long)mp->num_recomputed,
          (long long)L, mp->num_recomputed ? " (" : "", rec, mp->num_recomputed ? ")" : "");
+  if (mp->num_middle) printf(", %lld middle (%s)", (long long)mp->num_middle, mid);
+  printf("\n");
+  if (o->plan_only) print_policies(cfg, mp, o);
   printf("memory  planned peak %s (%zu bytes) = arena %s (state %s, activations%s "
          "workspace%s %s) + data %s\n",
          remat_format_bytes(planned, b1, sizeof b1), planned,
@@ -504,10 +593,11 @@ static int log_step(run_state *r, const remat_step_stats *st, double tps, double
   fprintf(f,
           "{\"step\": %lld, \"loss\": %.17g, \"lr\": %.9g, \"grad_norm\": %.9g, "
           "\"step_s\": %.6f, \"recompute_s\": %.6f, \"tokens_per_s\": %.2f, \"mfu\": %.6f, "
-          "\"recomputed_blocks\": %lld, \"planned_peak_bytes\": %zu, "
+          "\"recomputed_blocks\": %lld, \"middle_blocks\": %lld, \"planned_peak_bytes\": %zu, "
           "\"measured_peak_bytes\": %zu, \"rss_peak_bytes\": %zu",
           (long long)st->step, st->loss, st->lr, st->grad_norm, st->seconds,
-          st->recompute_seconds, tps, mfu, (long long)mp->num_recomputed, r->planned,
+          st->recompute_seconds, tps, mfu, (long long)mp->num_recomputed,
+          (long long)mp->num_middle, r->planned,
           r->measured, remat_rss_peak_bytes());
   if (!isnan(val_loss)) fprintf(f, ", \"val_loss\": %.6f", val_loss);
   if (r->dp) /* rank 0's communication in this step, counted and from the shapes */
@@ -698,7 +788,7 @@ typedef struct {
   remat_plan plan;
   int have_pb, have_plan;
   remat_split split;
-  uint8_t *recompute; /* (L + 2) in the planner's numbering */
+  uint8_t *recompute; /* (L + 2) remat_policy of each layer, in the planner's numbering */
 } placement;
 
 static void placement_free(placement *pl) {
@@ -806,7 +896,7 @@ static int place_pipeline(const opts *o, const remat_config *cfg, const uint8_t 
     if (rc) return rc;
   } else if (o->layers) {
     if ((rc = layers_by_hand(o, cfg, lps))) return rc;
-    for (int64_t l = 0; l < L; l++) pl->recompute[l + 1] = block_policy[l] == REMAT_RECOMPUTE;
+    for (int64_t l = 0; l < L; l++) pl->recompute[l + 1] = block_policy[l];
   } else {
     rc = remat_plan_solve(&pl->pb, &pl->plan, &err);
     if (rc && rc != REMAT_EINFEASIBLE) return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
@@ -814,8 +904,7 @@ static int place_pipeline(const opts *o, const remat_config *cfg, const uint8_t 
     if (rc == REMAT_EINFEASIBLE)
       return cli_fail(CLI_EXIT_RUN, "--mem %s: %s", o->mem, err.msg);
     for (int64_t s = 0; s < P; s++) lps[s] = pl->plan.stages[s].num_layers;
-    for (int64_t k = 0; k < pl->plan.total_recomputed; k++)
-      pl->recompute[pl->plan.recomputed_all[k]] = 1;
+    memcpy(pl->recompute, pl->plan.policy, (size_t)L + 2);
   }
   if (!pl->have_plan) {
     for (int64_t s = 0; s < P; s++)
@@ -866,7 +955,7 @@ static void print_pipeline(const remat_config *cfg, const placement *pl, const c
   for (int64_t s = 0; s < pl->split.stages; s++) {
     uint8_t pol[4096];
     for (int64_t i = 0; i < pl->split.num_blocks[s]; i++)
-      pol[i] = pl->recompute[pl->split.first_block[s] + i + 1] ? REMAT_RECOMPUTE : REMAT_KEEP;
+      pol[i] = pl->recompute[pl->split.first_block[s] + i + 1];
     remat_stage st = remat_split_stage(&pl->split, s, pol);
     remat_memplan mp;
     char b1[32], b2[32], b3[32], b4[32];
@@ -1074,7 +1163,7 @@ static int train_job(opts *o, run_state *r) {
     if (o->stages > 1) {
       int64_t s = r->rank;
       for (int64_t i = 0; i < pl.split.num_blocks[s]; i++)
-        policy[i] = pl.recompute[pl.split.first_block[s] + i + 1] ? REMAT_RECOMPUTE : REMAT_KEEP;
+        policy[i] = pl.recompute[pl.split.first_block[s] + i + 1];
       remat_stage st = remat_split_stage(&pl.split, s, policy);
       if (remat_trainer_create_stage(&tr, &cfg, &st, &tok, &to, &err) ||
           remat_pipeline_create(&r->pipe, r->dist, tr, &pl.split, &err) ||

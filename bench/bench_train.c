@@ -133,11 +133,13 @@ static void run_line(char *line, const bench_run *r, const remat_config *cfg,
   snprintf(line, LINE_MAX,
            "bench=train model=%s B=%lld T=%lld ratio=%.1f policy=%s recomputed=%lld threads=%d "
            "steps=%d step_s_median=%.4f step_s_min=%.4f tokens_per_s=%.1f mfu=%.4f "
-           "recompute_share=%.4f slowdown_vs_ratio0=%.4f sgemm_gflops=%.1f "
+           "recompute_share=%.4f recompute_ms_per_block=%.3f slowdown_vs_ratio0=%.4f "
+           "sgemm_gflops=%.1f "
            "planned_peak_bytes=%zu measured_peak_bytes=%zu",
            bc->name, (long long)B, (long long)T, bf.ratio,
            r->recomputed ? remat_policy_name(bf.pol) : "keep", (long long)r->recomputed, threads, r->n,
-           med, t[0], tps, remat_mfu(cfg, T, tps, peak), r->rec / (med * r->n), slowdown,
+           med, t[0], tps, remat_mfu(cfg, T, tps, peak), r->rec / (med * r->n),
+           r->recomputed ? 1e3 * r->rec / (double)(r->n * r->recomputed) : 0.0, slowdown,
            peak / 1e9, remat_model_memplan(m)->peak_bytes, remat_model_arena_high_water(m));
 }
 

@@ -170,13 +170,15 @@ int remat_plan_problem_load(remat_plan_problem *pb, const char *path, remat_erro
  * and a block's middle policy (its two layernorms and its GELU rerun)
  *             rm = REMAT_PLAN_MIDDLE_FLOP_PER_ELEMENT B T C
  * The wte matrix is tied to the head; it is counted once, on the embedding. */
-/* The middle policy's recompute, in sgemm-equivalent FLOP per element of a
- * (B, T, C) tensor: two layernorm forwards over (B, T, C) and a GELU over
- * (B, T, 4C) take as long as about this many FLOP at the rate of a large
- * sgemm (measured on a 2-core Xeon, docs/plan.md); these passes are bound by
- * memory and by expf, not by multiply-adds, so their FLOP count would
- * understate them by some 30 times. */
-#define REMAT_PLAN_MIDDLE_FLOP_PER_ELEMENT 448.0
+/* The middle policy's recompute, in the FLOP of the times above per
+ * element of a (B, T, C) tensor: two layernorm forwards over (B, T, C) and
+ * a GELU over (B, T, 4C) took 0.105 and 0.11 times as long as a block's
+ * forward (24 C + 4 T FLOP per element) at L6 C256 T1024 and at GPT-2 124M
+ * T64 on a 2-core Xeon (bench_train), that is 1075 and 2056 FLOP per
+ * element; this is between. These passes are bound by memory and by expf,
+ * not by multiply-adds: their arithmetic, some 60 FLOP per element, would
+ * understate them twenty-fold (docs/plan.md). */
+#define REMAT_PLAN_MIDDLE_FLOP_PER_ELEMENT 1536.0
 int remat_plan_problem_from_model(remat_plan_problem *pb, const remat_config *cfg, int64_t B,
                                   int64_t T, int64_t stages, int64_t microbatches, size_t memory,
                                   remat_error *err);

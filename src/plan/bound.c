@@ -246,7 +246,7 @@ static void stage_set(const remat__plan_inst *in, const rtree *t, int64_t i, int
                                REMAT__PLAN_LEAST_TIME, 0, &k0, &k1, &tt, &memrel);
     REMAT_ASSERT(ok);
     for (int64_t l = i; l < j && k < k0 + k1; l++)
-      if (in->cand[l]) rec[l] = (uint8_t)in->opt[REMAT__PLAN_OPTS * l + (k++ < k0 ? 0 : 1)].pol;
+      if (in->cand[l]) rec[l] = (uint8_t)remat__plan_alike_pol(in, l, k++, k0, k0 + k1);
     return;
   }
   int64_t k = 0, X = 0;

@@ -204,8 +204,8 @@ typedef struct remat__plan_choice {
   int64_t t, cnt, mem; /* time in quanta, layers not kept, bytes */
   int how;      /* 0: nothing recomputed, 1: candidates of one kind (below), 2: knapsack set */
   int32_t node; /* how == 2 with tracking */
-  int64_t k0;   /* how == 1: the first k0 candidates take the kind's first
-                   option, the next cnt - k0 its second */
+  int64_t k0;   /* how == 1: k0 candidates take the kind's first option,
+                   cnt - k0 its second (remat__plan_alike_pol says which) */
 } remat__plan_choice;
 
 /* Candidates all of one kind (the same options), K of them from fc on, in a
@@ -219,6 +219,11 @@ typedef struct remat__plan_choice {
 int remat__plan_alike(const remat__plan_inst *in, int64_t fc, int64_t K, int64_t n, int64_t E,
                       int64_t Y, int mode, int64_t tcap, int64_t *k0, int64_t *k1, int64_t *t,
                       int64_t *memrel);
+/* The remat_policy of the k-th (from 0) of cnt alike candidates, k0 of
+ * which take the first option: recomputed ones first, as --ckpt-ratio
+ * recomputes the first blocks. */
+int remat__plan_alike_pol(const remat__plan_inst *in, int64_t l, int64_t k, int64_t k0,
+                          int64_t cnt);
 
 /* Evaluates the stages that start at layer i, as they grow to the right. */
 typedef struct remat__plan_eval {

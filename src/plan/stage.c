@@ -72,6 +72,13 @@ int64_t remat__plan_max_saving(const remat__plan_inst *in, int64_t i, int64_t j,
 
 /* ------------------------------------------------------------ alike candidates */
 
+int remat__plan_alike_pol(const remat__plan_inst *in, int64_t l, int64_t k, int64_t k0,
+                          int64_t cnt) {
+  const remat__plan_opt *o = &in->opt[REMAT__PLAN_OPTS * l];
+  if (in->nopt[l] == 2 && o[1].pol == REMAT_RECOMPUTE) return k < cnt - k0 ? o[1].pol : o[0].pol;
+  return k < k0 ? o[0].pol : o[1].pol;
+}
+
 /* (t, cnt, memrel) lexicographic, or (cnt, memrel) when time does not count. */
 static int alike_better(int64_t t, int64_t c, int64_t m, int64_t bt, int64_t bc, int64_t bm,
                         int time_first) {
@@ -263,7 +270,7 @@ int remat__plan_stage_set(const remat__plan_inst *in, int64_t i, int64_t j, int6
     if (ch.how == 1) {
       int64_t k = 0;
       for (int64_t l = i; l < j && k < ch.cnt; l++)
-        if (in->cand[l]) rec[l] = (uint8_t)in->opt[REMAT__PLAN_OPTS * l + (k++ < ch.k0 ? 0 : 1)].pol;
+        if (in->cand[l]) rec[l] = (uint8_t)remat__plan_alike_pol(in, l, k++, ch.k0, ch.cnt);
     } else if (ch.how == 2) {
       int64_t n = remat__knap_items(&ev.kn, ch.node, items);
       for (int64_t t = 0; t < n; t++) rec[items[t] / REMAT__PLAN_OPTS] = (uint8_t)in->opt[items[t]].pol;

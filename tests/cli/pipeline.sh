@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Pipeline stages over MPI against one process: bit-identical losses,
 # gradient norms and saved checkpoints for P in {2, 3, 4}, both schedules,
-# dropout on, heterogeneous layers and recompute per stage; every rank's arena
+# dropout on, heterogeneous layers and recompute (full and middle) per stage;
+# every rank's arena
 # planned = measured = what `remat plan` prints; a plan file is checked
 # against the job; bad starts fail clearly; a killed rank ends the job; the
 # trace is valid JSON with the expected events.
@@ -36,7 +37,8 @@ PY
 }
 
 # P, schedule, blocks per stage, recomputed blocks
-cases=("2 1f1b 3,3 1,4" "3 1f1b 1,3,2 0,2,5" "4 1f1b 1,1,1,3 0,1,2,3,4,5" "4 gpipe 2,1,2,1 1,3"
+cases=("2 1f1b 3,3 1,4" "3 1f1b 1,3,2 0,middle:2-3,full:5" "4 1f1b 1,1,1,3 0,1,2,3,4,5"
+       "4 gpipe 2,1,2,1 middle:1,3"
        "3 gpipe 0,5,1 4" "2 gpipe 6,0 -")
 for c in "${cases[@]}"; do
   read -r P sched layers ck <<<"$c"

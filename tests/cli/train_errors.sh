@@ -67,6 +67,10 @@ expect_fail "ratio above 1" "out of range" --ckpt-ratio 1.5
 expect_fail "ckpt layer out of range" "blocks 0..3" --ckpt-layers 0,9
 expect_fail "ckpt layers malformed" "block indices" --ckpt-layers 0,,1
 expect_fail "ckpt layer twice" "twice" --ckpt-layers 1,1
+expect_fail "middle layer out of range" "blocks 0..3" --ckpt-layers full:0,middle:2-4
+expect_fail "ckpt range backwards" "block indices" --ckpt-layers 3-1
+expect_fail "ckpt unknown policy" "block indices" --ckpt-layers half:0-1
+expect_fail "full and middle block" "names block 1 twice" --ckpt-layers 0-1,middle:1
 expect_fail "two policies" "at most one" --ckpt-ratio 0.5 --mem 1GiB
 expect_fail "mem unit" "unknown unit" --mem 12XB
 expect_fail "mem too small" "at least" --mem 1MB

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # End-to-end runs of `remat train`: the loss falls below a stated value, the
 # log holds one object per step with planned == measured peak, checkpoints
-# round-trip, recomputation reproduces plain training bit for bit through the
-# command line, and --mem picks the fewest recomputed blocks that fit.
+# round-trip, recomputation (full and middle) reproduces plain training bit
+# for bit through the command line, and --mem picks the fastest choice of
+# policies that fits.
 # usage: train_runs.sh REMAT TMPDIR
 set -u
 remat=$1
@@ -66,17 +67,34 @@ done
 check "ratio 0.5 reproduces ratio 0" cmp -s "$tmp/r0.loss" "$tmp/r0.5.loss"
 check "ratio 1 reproduces ratio 0" cmp -s "$tmp/r0.loss" "$tmp/r1.loss"
 check "ratio 1 recomputes 2 blocks" test "$(field "$tmp/r1.jsonl" recomputed_blocks 1)" = 2
+for c in middle:0-1 full:0,middle:1; do
+  "$remat" train --config tiny --steps 20 --dropout 0.1 --grad-accum 2 --ckpt-layers $c \
+    --log "$tmp/m$c.jsonl" --quiet >/dev/null 2>&1
+  perl -ne 'print "$1\n" if /"loss": ([-0-9.e+]+)/' "$tmp/m$c.jsonl" >"$tmp/m$c.loss"
+  check "--ckpt-layers $c reproduces ratio 0" cmp -s "$tmp/r0.loss" "$tmp/m$c.loss"
+done
+check "middle:0-1 has 2 middle blocks" test "$(field "$tmp/mmiddle:0-1.jsonl" middle_blocks 1)" = 2
 
-# 4. --mem: the fewest recomputed blocks whose planned peak fits.
-peak_of() { "$remat" train --config gpt2-124m --batch 4 --seq 256 --plan-only "$@" 2>&1 | perl -ne 'print $1 if /^policy  (\d+) of/'; }
-mid=$("$remat" train --config gpt2-124m --batch 4 --seq 256 --plan-only --ckpt-ratio 0.5 2>&1 | perl -ne 'print $1 if /^memory  planned peak .*\((\d+) bytes\)/')
+# 4. --mem: the fastest choice of keep, middle or full per block whose
+#    planned peak fits. At the peak of 6 recomputed blocks, middle blocks
+#    take the place of some recomputed ones, for less recompute time.
+plan_of() { "$remat" train --config gpt2-124m --batch 4 --seq 256 --plan-only "$@" 2>&1; }
+peak_of() { perl -ne 'print $1 if /^memory  planned peak .*\((\d+) bytes\)/'; }
+full_of() { perl -ne 'print $1 if /^policy  (\d+) of/'; }
+middle_of() { perl -ne 'print /^policy .*, (\d+) middle/ ? $1 : 0 if /^policy/'; }
+mid=$(plan_of --ckpt-ratio 0.5 | peak_of)
 echo "planned peak with 6 of 12 blocks recomputed: $mid"
-got=$(peak_of --mem "$mid")
-check "--mem at the 6-block peak recomputes 6 blocks" test "$got" = 6
-got=$(peak_of --mem "$((mid - 1))")
-check "--mem one byte less recomputes 7" test "$got" = 7
-got=$(peak_of --mem 100GiB)
-check "--mem 100GiB recomputes nothing" test "$got" = 0
+out=$(plan_of --mem "$mid")
+echo "$out" | grep '^policy'
+check "--mem at the 6-block peak fits" test "$(echo "$out" | peak_of)" -le "$mid"
+check "--mem at the 6-block peak recomputes fewer blocks, with middle ones" \
+  test "$(echo "$out" | full_of)" -lt 6 -a "$(echo "$out" | middle_of)" -gt 0
+check "--plan-only gives each policy's bytes and time" \
+  test "$(echo "$out" | grep -c '^blocks  \(keep\|middle\|full\) *stores')" = 3
+out=$(plan_of --mem "$((mid - 1))")
+check "--mem one byte less fits" test "$(echo "$out" | peak_of)" -le "$((mid - 1))"
+out=$(plan_of --mem 100GiB)
+check "--mem 100GiB recomputes nothing" test "$(echo "$out" | full_of)" = 0 -a "$(echo "$out" | middle_of)" = 0
 "$remat" train --config gpt2-124m --batch 4 --seq 256 --plan-only --mem 1GiB >"$tmp/inf.out" 2>"$tmp/inf.err"
 check "--mem 1GiB is infeasible, exit 1" test $? -eq 1
 check "infeasible message names the minimum" grep -q "at least" "$tmp/inf.err"
