@@ -2,7 +2,8 @@
  *   seed      ColossalAI #5509's example (32 layers, 4 stages), median of
  *             many solves
  *   hetero    1024 layers, every one different (random times, bytes and
- *             scratch), on 64 stages, both objectives
+ *             scratch), on 64 stages, both objectives; then the same with a
+ *             third choice per layer, the middle policy (middle=yes)
  *   limit     5000 different layers with scratch on 128 stages (256
  *             micro-batches), far beyond what the exact search does in the
  *             time limit given: the wall time, the gap and the bound
@@ -67,9 +68,12 @@ static double time_solve(const remat_plan_problem *pb, int reps, double *min_ms,
 
 /* 1024 different layers: f in [1, 3], b about 2f, r = f, a in [0.5, 2] GB,
  * c 5-20 % of a, x up to a - c (scratch_kind 1) or none (0), w in
- * [0.1, 0.5] GB. The budget is `frac` of what stage 0 of an even split keeps. */
+ * [0.1, 0.5] GB. With middle, each layer also has the middle policy, as a
+ * GPT-2 block's: it stores c plus 40-80 % of a - c, reruns in 5-15 % of f,
+ * with 20-60 % of the recompute's scratch. The budget is `frac` of what
+ * stage 0 of an even split keeps. */
 static void hetero(remat_plan_problem *pb, int64_t L, int64_t p, int64_t m, int scratch, double frac,
-                   int objective) {
+                   int objective, int middle) {
   remat_error err;
   if (remat_plan_problem_init(pb, p, L, &err)) exit(1);
   pb->microbatches = m;
@@ -87,6 +91,13 @@ static void hetero(remat_plan_problem *pb, int64_t L, int64_t p, int64_t m, int 
     G->recompute_bytes =
         scratch ? (size_t)((double)(G->act_bytes - G->ckpt_bytes) * uniform(0, 1)) : 0;
     G->state_bytes = (size_t)(uniform(0.1, 0.5) * 1e9);
+    if (middle) {
+      G->middle = 1;
+      G->middle_bytes =
+          G->ckpt_bytes + (size_t)((double)(G->act_bytes - G->ckpt_bytes) * uniform(0.4, 0.8));
+      G->middle_recompute = f * uniform(0.05, 0.15);
+      G->middle_recompute_bytes = (size_t)((double)G->recompute_bytes * uniform(0.2, 0.6));
+    }
     if (l < L / p) stage0 += (double)G->state_bytes + (double)held * (double)G->act_bytes;
   }
   remat_plan_problem_set_memory(pb, (size_t)(stage0 * frac));
@@ -224,28 +235,30 @@ int main(int argc, char **argv) {
   } cases[] = {{128, 1, REMAT_OBJ_BOTTLENECK}, {128, 1, REMAT_OBJ_1F1B},
                {128, 0, REMAT_OBJ_BOTTLENECK}, {128, 0, REMAT_OBJ_1F1B},
                {16, 1, REMAT_OBJ_BOTTLENECK},  {16, 1, REMAT_OBJ_1F1B}};
-  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
-    remat_plan_problem h;
-    rng = 0x2545F4914F6CDD1Dull + k;
-    hetero(&h, 1024, 64, cases[k].m, cases[k].scratch, 0.5, cases[k].objective);
-    int hr = quick ? 1 : 5;
-    med = time_solve(&h, hr, &min_ms, &plan, &rc);
-    printf("bench=plan case=hetero layers=1024 stages=64 microbatches=%lld scratch=%s objective=%s "
-           "reps=%d solve_ms=%.1f solve_ms_min=%.1f feasible=%d slowdown=%.4f recomputed=%lld "
-           "windows=%lld\n",
-           (long long)cases[k].m, cases[k].scratch ? "random" : "none",
-           remat_plan_objective_name(cases[k].objective), hr, med, min_ms, rc == 0, plan.slowdown,
-           (long long)plan.total_recomputed, (long long)plan.windows);
-    remat_plan_free(&plan);
-    remat_plan_problem_free(&h);
-  }
+  for (int middle = 0; middle < 2; middle++)
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+      remat_plan_problem h;
+      rng = 0x2545F4914F6CDD1Dull + k;
+      hetero(&h, 1024, 64, cases[k].m, cases[k].scratch, 0.5, cases[k].objective, middle);
+      int hr = quick ? 1 : 5;
+      med = time_solve(&h, hr, &min_ms, &plan, &rc);
+      printf("bench=plan case=hetero layers=1024 stages=64 microbatches=%lld scratch=%s "
+             "middle=%s objective=%s reps=%d solve_ms=%.1f solve_ms_min=%.1f feasible=%d "
+             "slowdown=%.4f recomputed=%lld middle_layers=%lld windows=%lld\n",
+             (long long)cases[k].m, cases[k].scratch ? "random" : "none", middle ? "yes" : "no",
+             remat_plan_objective_name(cases[k].objective), hr, med, min_ms, rc == 0,
+             plan.slowdown, (long long)plan.total_recomputed, (long long)plan.total_middle,
+             (long long)plan.windows);
+      remat_plan_free(&plan);
+      remat_plan_problem_free(&h);
+    }
 
   {
     /* the exact search takes tens of seconds here (30-40 s on a 2-core machine) */
     remat_plan_problem h;
     rng = 0x2545F4914F6CDD1Dull + 99;
     int64_t L = quick ? 3000 : 5000, p = quick ? 96 : 128;
-    hetero(&h, L, p, 2 * p, 1, 0.5, REMAT_OBJ_BOTTLENECK);
+    hetero(&h, L, p, 2 * p, 1, 0.5, REMAT_OBJ_BOTTLENECK, 0);
     for (int obj = 0; obj < 2; obj++) {
       h.objective = obj;
       h.time_limit = quick ? 0.5 : 2;
@@ -272,17 +285,19 @@ int main(int argc, char **argv) {
      * tens of seconds there: identical layers make a symmetric MIP) */
     struct {
       int64_t L, p, m;
-      int objective, slow;
+      int objective, slow, middle;
       uint64_t seed;
-    } g[] = {{10, 3, 4, REMAT_OBJ_BOTTLENECK, 0, 77}, {12, 3, 4, REMAT_OBJ_1F1B, 0, 78},
-             {32, 4, 8, REMAT_OBJ_BOTTLENECK, 0, 91}, {48, 6, 12, REMAT_OBJ_BOTTLENECK, 1, 91}};
+    } g[] = {{10, 3, 4, REMAT_OBJ_BOTTLENECK, 0, 0, 77}, {12, 3, 4, REMAT_OBJ_1F1B, 0, 0, 78},
+             {32, 4, 8, REMAT_OBJ_BOTTLENECK, 0, 0, 91}, {48, 6, 12, REMAT_OBJ_BOTTLENECK, 1, 0, 91},
+             {10, 3, 4, REMAT_OBJ_BOTTLENECK, 0, 1, 77}, {12, 3, 4, REMAT_OBJ_1F1B, 0, 1, 78},
+             {32, 4, 8, REMAT_OBJ_BOTTLENECK, 1, 1, 91}};
     for (size_t k = 0; k < sizeof g / sizeof g[0]; k++) {
       if (quick && g[k].slow) continue;
       remat_plan_problem h;
       rng = g[k].seed;
-      hetero(&h, g[k].L, g[k].p, g[k].m, 1, 0.45, g[k].objective);
+      hetero(&h, g[k].L, g[k].p, g[k].m, 1, 0.45, g[k].objective, g[k].middle);
       char name[32];
-      snprintf(name, sizeof name, "hetero%lld", (long long)g[k].L);
+      snprintf(name, sizeof name, "hetero%lld%s", (long long)g[k].L, g[k].middle ? "-middle" : "");
       side_by_side(name, &h, quick ? 50 : 500);
       remat_plan_problem_free(&h);
     }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # plan_glpk.sh REMAT TMPDIR: the planner's optimum against GLPK. For small
-# problems under several budgets, objectives and schedules, exports the MIP
+# problems (with and without the middle policy, a third choice per layer)
+# under several budgets, objectives and schedules, exports the MIP
 # with `remat plan --format lp`, solves it with glpsol, and compares the
 # optimum with remat's objective_value; an infeasible budget must be
 # infeasible for both. glpsol is required (glpk-utils), not optional.
@@ -28,7 +29,7 @@ check() { # file, then remat options
   local file=$1
   shift
   runs=$((runs + 1))
-  local tag="$(basename "$file") $*"
+  local tag="$(basename -- "$file") $*"
   local lp="$TMP/case$runs.lp" out="$TMP/case$runs.out"
   if ! "$REMAT" plan "$file" "$@" --format lp -o "$lp"; then
     echo "FAIL $tag: LP export failed" >&2
@@ -76,12 +77,23 @@ for obj in bottleneck 1f1b; do
     for mem in 750,750,750 900,800,700 1000,900,800 1100 1400 1000,1200,1000; do
       check "$DATA/work.json" --objective $obj --schedule $sched --mem $mem
     done
+    # a third choice per layer, the middle policy
+    for mem in 780 800 900,800,700 1000 1100 1000,900,800; do
+      check "$DATA/middle.json" --objective $obj --schedule $sched --mem $mem
+    done
+    # a GPT-2 shape: identical blocks, each with three choices
+    for mem in 3150080 3447449 4042188 4339558; do
+      check --config 4,64,4,256,64 --batch 4 --seq 32 --stages 2 --microbatches 4 \
+        --objective $obj --schedule $sched --mem $mem
+    done
   done
 done
 # budgets too small for any arrangement
 check "$DATA/small.json" --mem 2000
 check "$DATA/hetero.json" --mem 300,300,300
 check "$DATA/work.json" --mem 700
+check "$DATA/middle.json" --mem 779
+check --config 4,64,4,256,64 --batch 4 --seq 32 --stages 2 --microbatches 4 --mem 3150079
 
 echo "plan_glpk: $runs cases, $fails failed"
 [ "$fails" -eq 0 ]
