@@ -30,12 +30,16 @@ void remat__knap_init(remat__knap *k, int levels, int track, int64_t limit) {
   k->levels = levels;
   k->track = track;
   k->limit = limit > 0 ? limit : INT64_MAX;
+  k->rmax = INT64_MAX;
 }
+
+void remat__knap_set_rmax(remat__knap *k, int64_t rmax) { k->rmax = rmax; }
 
 void remat__knap_reset(remat__knap *k) {
   k->nthr = 0;
   k->points = 0;
   k->nnode = 0;
+  k->rmax = INT64_MAX;
 }
 
 void remat__knap_free(remat__knap *k) {
@@ -45,7 +49,6 @@ void remat__knap_free(remat__knap *k) {
   }
   remat__free(k->thr);
   remat__free(k->tmp.p);
-  remat__free(k->old.p);
   remat__free(k->node_item);
   remat__free(k->node_parent);
   memset(k, 0, sizeof *k);
@@ -112,46 +115,48 @@ static int before(const remat__kpt *u, const remat__kpt *v, int levels) {
   return u->X <= v->X;
 }
 
-/* dst := Pareto(dst U (src + item)). src may be dst. */
-static int merge(remat__knap *k, remat__klist *dst, const remat__klist *src, int64_t d, int64_t r,
-                 int64_t x, int64_t item) {
+/* A point of src with option o added. */
+static remat__kpt shifted(const remat__kpt *p, const remat__kopt *o) {
+  remat__kpt s = *p;
+  s.r += o->r;
+  s.D += o->d;
+  if (o->x > s.X) s.X = o->x;
+  s.cnt++;
+  return s;
+}
+
+/* dst := Pareto(dst U (src + opt[0]) U ... U (src + opt[n - 1])), in one
+ * pass over the n + 1 sorted lists. src may be dst. */
+static int merge(remat__knap *k, remat__klist *dst, const remat__klist *src, const remat__kopt *opt,
+                 int n) {
   int64_t na = dst->n, nb = src->n;
-  int rc = list_reserve(&k->tmp, na + nb);
+  int rc = list_reserve(&k->tmp, na + n * nb);
   if (rc) return rc;
   const remat__kpt *A = dst->p, *B = src->p;
-  remat__kpt *out = k->tmp.p;
-  int64_t ia = 0, ib = 0, no = 0, bestD = -1;
-  while (ia < na || ib < nb) {
-    remat__kpt sb;
-    int take_b = 0;
-    if (ib < nb) {
-      sb = B[ib];
-      sb.r += r;
-      sb.D += d;
-      if (x > sb.X) sb.X = x;
-      sb.cnt++;
-      take_b = ia >= na || !before(&A[ia], &sb, k->levels);
-    }
-    if (take_b) {
-      if (sb.D > bestD) {
-        if (k->track) {
-          int32_t node;
-          if ((rc = new_node(k, item, B[ib].node, &node))) return rc;
-          sb.node = node;
-        } else {
-          sb.node = -1;
-        }
-        out[no++] = sb;
-        bestD = sb.D;
+  remat__kpt *out = k->tmp.p, head[REMAT__PLAN_OPTS];
+  int64_t ia = 0, ib[REMAT__PLAN_OPTS] = {0}, no = 0, bestD = -1;
+  for (int q = 0; q < n && nb; q++) head[q] = shifted(&B[0], &opt[q]);
+  for (;;) {
+    /* the first in order; on a tie dst's point, then the earlier option */
+    const remat__kpt *c = ia < na ? &A[ia] : NULL;
+    int from = -1;
+    for (int q = 0; q < n; q++)
+      if (ib[q] < nb && (!c || !before(c, &head[q], k->levels))) {
+        c = &head[q];
+        from = q;
       }
-      ib++;
-    } else {
-      if (A[ia].D > bestD) {
-        out[no++] = A[ia];
-        bestD = A[ia].D;
+    if (!c || c->r > k->rmax) break; /* the rest take longer still */
+    if (c->D > bestD) {
+      remat__kpt v = *c;
+      if (from >= 0) {
+        v.node = -1;
+        if (k->track && (rc = new_node(k, opt[from].id, B[ib[from]].node, &v.node))) return rc;
       }
-      ia++;
+      out[no++] = v;
+      bestD = v.D;
     }
+    if (from < 0) ia++;
+    else if (++ib[from] < nb) head[from] = shifted(&B[ib[from]], &opt[from]);
   }
   k->points += no - na;
   remat__klist t = *dst;
@@ -203,30 +208,20 @@ static int add_threshold(remat__knap *k, int64_t pos, int64_t v) {
   return 0;
 }
 
-/* Adds the item to threshold T, with the options of x <= T->v. */
+/* Adds the item to threshold T, with its options of x <= T->v. */
 static int insert_into(remat__knap *k, remat__kthr *T, const remat__kopt *opt, int n) {
-  int rc;
-  if (!k->levels) {
-    /* the options extend the list as it was before this item */
-    remat__klist *L = &T->lev[0];
-    if ((rc = list_reserve(&k->old, L->n))) return rc;
-    memcpy(k->old.p, L->p, (size_t)L->n * sizeof *L->p);
-    k->old.n = L->n;
-    for (int q = 0; q < n; q++)
-      if (opt[q].x <= T->v &&
-          (rc = merge(k, L, &k->old, opt[q].d, opt[q].r, opt[q].x, opt[q].id)))
-        return rc;
-    return 0;
-  }
+  remat__kopt use[REMAT__PLAN_OPTS];
+  int m = 0, rc;
+  for (int q = 0; q < n; q++)
+    if (opt[q].x <= T->v) use[m++] = opt[q];
+  if (!m) return 0;
+  if (!k->levels) return merge(k, &T->lev[0], &T->lev[0], use, m);
   int64_t top = T->nlev - 1;
   if ((rc = levels_reserve(T, top + 2))) return rc;
   T->lev[top + 1].n = 0;
   /* downwards, so that level l still holds the choices without this item */
   for (int64_t l = top; l >= 0; l--)
-    for (int q = 0; q < n; q++)
-      if (opt[q].x <= T->v &&
-          (rc = merge(k, &T->lev[l + 1], &T->lev[l], opt[q].d, opt[q].r, opt[q].x, opt[q].id)))
-        return rc;
+    if ((rc = merge(k, &T->lev[l + 1], &T->lev[l], use, m))) return rc;
   if (T->lev[top + 1].n > 0) T->nlev = top + 2;
   return 0;
 }

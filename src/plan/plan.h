@@ -132,11 +132,11 @@ typedef struct remat__knap {
   remat__kthr *thr;
   int64_t nthr, thrcap;
   remat__klist tmp;           /* merge buffer */
-  remat__klist old;           /* a list before an insertion (without levels) */
   int64_t *node_item;         /* tracking: the item a node added ... */
   int32_t *node_parent;       /* ... and the set it was added to */
   int64_t nnode, nodecap;
   int64_t points, limit;      /* stored points, and the most allowed */
+  int64_t rmax;               /* points of more time are dropped (INT64_MAX: none) */
 } remat__knap;
 
 typedef struct remat__knap_res {
@@ -146,6 +146,10 @@ typedef struct remat__knap_res {
 
 void remat__knap_init(remat__knap *k, int levels, int track, int64_t limit);
 void remat__knap_reset(remat__knap *k);
+/* From now on, drop choices of time above rmax as the lists are rebuilt
+ * (for a caller whose queries ask r <= cap with caps that only shrink as
+ * items come); reset clears it. */
+void remat__knap_set_rmax(remat__knap *k, int64_t rmax);
 void remat__knap_free(remat__knap *k);
 /* One option of an item: its figures and the id a tracked result gives back. */
 typedef struct remat__kopt {

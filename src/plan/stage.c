@@ -199,6 +199,10 @@ int remat__plan_eval_stage(remat__plan_eval *ev, int64_t j, int64_t s, int mode,
     int64_t l = ev->built;
     if (!in->cand[l]) continue;
     if (remat__plan_late(ev->deadline)) return REMAT__PLAN_ETIME;
+    /* fewest layers within cap: a stage reaching past l has F at least
+     * F(i, l + 1), so a choice of more recompute time than cap less that
+     * is of no use to it (an eval runs one mode with one cap) */
+    if (mode == REMAT__PLAN_FEWEST) remat__knap_set_rmax(&ev->kn, cap - (in->pF[l + 1] - in->pF[i]));
     remat__kopt ko[REMAT__PLAN_OPTS];
     for (int q = 0; q < in->nopt[l]; q++) {
       const remat__plan_opt *o = &in->opt[REMAT__PLAN_OPTS * l + q];
