@@ -305,8 +305,10 @@ void remat_policy_first_n(uint8_t *policy, int64_t L, int64_t n);
 /* "keep", "full" (REMAT_RECOMPUTE), "middle"; "?" for others. */
 const char *remat_policy_name(int policy);
 
-/* The fewest recomputed blocks (the first n: blocks are alike) whose
- * whole-model arena fits `budget` bytes; on success *n_out is that count and
+/* The fewest recomputed blocks (the first n: blocks are alike; keep and
+ * recompute only, no middle policy: remat_plan_problem_from_model and
+ * remat_plan_solve choose among all three) whose whole-model arena fits
+ * `budget` bytes; on success *n_out is that count and
  * *min_bytes its arena. REMAT_EINFEASIBLE if even recomputing every block
  * does not fit, with *min_bytes the smallest arena there is. whole (NULL:
  * remat_stage_whole) says whether the model accumulates and whether it is a

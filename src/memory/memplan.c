@@ -6,7 +6,10 @@
  * m and v; the in-flight slots; the residual gradient; the transient
  * workspace. Nothing is shared between regions; inside the workspace a
  * block's backward and the head's take turns, which is where the max in the
- * formula comes from. */
+ * formula comes from. A block's slot holds its input and, by policy, all its
+ * internals (keep), the stored group of them (middle: the cheap group lives
+ * in the workspace while the block's backward runs) or nothing more
+ * (recompute: all of them live in the workspace). */
 #include <stdlib.h>
 #include <string.h>
 
