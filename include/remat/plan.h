@@ -172,13 +172,13 @@ int remat_plan_problem_load(remat_plan_problem *pb, const char *path, remat_erro
  * The wte matrix is tied to the head; it is counted once, on the embedding. */
 /* The middle policy's recompute, in the FLOP of the times above per
  * element of a (B, T, C) tensor: two layernorm forwards over (B, T, C) and
- * a GELU over (B, T, 4C) took 0.105 and 0.11 times as long as a block's
- * forward (24 C + 4 T FLOP per element) at L6 C256 T1024 and at GPT-2 124M
- * T64 on a 2-core Xeon (bench_train), that is 1075 and 2056 FLOP per
- * element; this is between. These passes are bound by memory and by expf,
- * not by multiply-adds: their arithmetic, some 60 FLOP per element, would
- * understate them twenty-fold (docs/plan.md). */
-#define REMAT_PLAN_MIDDLE_FLOP_PER_ELEMENT 1536.0
+ * a GELU over (B, T, 4C) took 0.057 and 0.068 times as long as a block's
+ * forward (24 C + 4 T FLOP per element) at GPT-2 124M T64 and at L6 C256
+ * T1024 on a 2-core Xeon (bench_train), that is 1065 and 696 FLOP per
+ * element (up to twice that on a loaded machine). These passes are bound by
+ * memory and by expf, not by multiply-adds: their arithmetic, some 60 FLOP
+ * per element, would understate them more than tenfold (docs/plan.md). */
+#define REMAT_PLAN_MIDDLE_FLOP_PER_ELEMENT 1024.0
 int remat_plan_problem_from_model(remat_plan_problem *pb, const remat_config *cfg, int64_t B,
                                   int64_t T, int64_t stages, int64_t microbatches, size_t memory,
                                   remat_error *err);
