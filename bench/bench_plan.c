@@ -4,6 +4,9 @@
  *   hetero    1024 layers, every one different (random times, bytes and
  *             scratch), on 64 stages, both objectives; then the same with a
  *             third choice per layer, the middle policy (middle=yes)
+ *   gpt2      GPT-2 1558M (48 blocks) at B=4 T=1024 on 8 stages with 16
+ *             micro-batches from the memory model, the blocks with three
+ *             choices (middle=yes) or two, both objectives, median of many
  *   limit     5000 different layers with scratch on 128 stages (256
  *             micro-batches), far beyond what the exact search does in the
  *             time limit given: the wall time, the gap and the bound
@@ -179,9 +182,10 @@ static void usage(FILE *f) {
           "usage: bench_plan [--quick]\n"
           "\n"
           "Times the exact pipeline planner, one line per case: the seed example (32\n"
-          "layers, 4 stages), 1024 different layers on 64 stages, 5000 different layers\n"
-          "on 128 stages under a time limit, and small problems solved side by side by\n"
-          "remat and by glpsol on remat's LP export (when glpsol is installed).\n"
+          "layers, 4 stages), 1024 different layers on 64 stages (with two and three\n"
+          "choices per layer), GPT-2 1558M on 8 stages, 5000 different layers on 128\n"
+          "stages under a time limit, and small problems solved side by side by remat\n"
+          "and by glpsol on remat's LP export (when glpsol is installed).\n"
           "\n"
           "  --quick      fewer repetitions, only the small glpsol cases\n"
           "  -h, --help   this help\n");
@@ -252,6 +256,36 @@ int main(int argc, char **argv) {
       remat_plan_free(&plan);
       remat_plan_problem_free(&h);
     }
+
+  {
+    /* GPT-2 1558M: identical blocks, the closed form over counts of each
+     * policy; the budget between the least that fits and the most needed */
+    remat_config cfg;
+    remat_plan_problem g;
+    if (remat_config_parse("gpt2-1558m", &cfg, &err) ||
+        remat_plan_problem_from_model(&g, &cfg, 4, 1024, 8, 16, 1, &err)) {
+      fprintf(stderr, "bench_plan: %s\n", err.msg);
+      return 1;
+    }
+    rc = remat_plan_solve(&g, &plan, &err);
+    size_t least = plan.min_budget_bytes;
+    if (rc == 0 || rc == REMAT_EINFEASIBLE) remat_plan_free(&plan);
+    remat_plan_problem_set_memory(&g, least + least / 4);
+    for (int middle = 1; middle >= 0; middle--)
+      for (int obj = 0; obj < 2; obj++) {
+        g.groups[1].middle = middle;
+        g.objective = obj;
+        int gr = quick ? 50 : 500;
+        med = time_solve(&g, gr, &min_ms, &plan, &rc);
+        printf("bench=plan case=gpt2 model=gpt2-1558m B=4 T=1024 layers=50 stages=8 "
+               "microbatches=16 middle=%s objective=%s reps=%d solve_ms=%.4f solve_ms_min=%.4f "
+               "feasible=%d slowdown=%.4f recomputed=%lld middle_layers=%lld\n",
+               middle ? "yes" : "no", remat_plan_objective_name(obj), gr, med, min_ms, rc == 0,
+               plan.slowdown, (long long)plan.total_recomputed, (long long)plan.total_middle);
+        remat_plan_free(&plan);
+      }
+    remat_plan_problem_free(&g);
+  }
 
   {
     /* the exact search takes tens of seconds here (30-40 s on a 2-core machine) */
