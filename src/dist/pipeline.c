@@ -23,25 +23,16 @@
  * losses, norms and parameters equal one process's. */
 #include <limits.h>
 #include <math.h>
-#include <stdio.h>
 #include <string.h>
 
 #include "base/base.h"
 #include "dist/dist_internal.h"
 
-enum { EV_FORWARD, EV_BACKWARD, EV_RECOMPUTE, EV_RECV_ACT, EV_SEND_ACT, EV_RECV_GRAD,
-       EV_SEND_GRAD, EV_REDUCE, EV_UPDATE, EV_ARENA, EV_COUNT };
-static const char *const ev_names[EV_COUNT] = {
-    "forward", "backward", "recompute", "receive activation", "send activation",
-    "receive gradient", "send gradient", "reduce", "update", "arena bytes"};
-
-typedef struct {
-  double ts, dur; /* seconds since the trace's start */
-  int64_t step, micro;
-  uint64_t value; /* EV_ARENA: bytes */
-  int32_t kind;
-  int32_t pad;
-} event;
+enum { EV_FORWARD = REMAT__EV_FORWARD, EV_BACKWARD = REMAT__EV_BACKWARD,
+       EV_RECOMPUTE = REMAT__EV_RECOMPUTE, EV_RECV_ACT = REMAT__EV_RECV_ACT,
+       EV_SEND_ACT = REMAT__EV_SEND_ACT, EV_RECV_GRAD = REMAT__EV_RECV_GRAD,
+       EV_SEND_GRAD = REMAT__EV_SEND_GRAD, EV_REDUCE = REMAT__EV_REDUCE,
+       EV_UPDATE = REMAT__EV_UPDATE, EV_ARENA = REMAT__EV_ARENA };
 
 struct remat_pipeline {
   remat_dist *d;
@@ -54,10 +45,8 @@ struct remat_pipeline {
   MPI_Request send_act, send_grad;
   double wait_s;
   /* trace */
-  event *ev;
-  size_t nev, cap;
-  int tracing;
-  double t0, norm_end;
+  remat__trace trace;
+  double norm_end;
   size_t fixed_bytes, slot_bytes;
   int64_t live;
 };
@@ -74,10 +63,13 @@ remat_stage remat_split_stage(const remat_split *sp, int64_t s, const uint8_t *p
 
 static void record(remat_pipeline *pl, int kind, double t_start, double t_end, int64_t micro,
                    uint64_t value) {
-  if (!pl->tracing || pl->nev == pl->cap) return;
-  pl->ev[pl->nev++] = (event){.ts = t_start - pl->t0, .dur = t_end - t_start,
-                              .step = remat_model_step(pl->m), .micro = micro, .value = value,
-                              .kind = kind};
+  remat__trace_add(&pl->trace,
+                   (remat__event){.ts = t_start, .dur = t_end - t_start,
+                                  .step = remat_model_step(pl->m), .micro = micro, .value = value,
+                                  .kind = kind,
+                                  .track = kind == EV_RECOMPUTE ? REMAT__TRACK_RECOMPUTE
+                                                                : REMAT__TRACK_MAIN,
+                                  .layer = -1});
 }
 
 static void arena_counter(remat_pipeline *pl, double t, int64_t delta) {
@@ -297,7 +289,7 @@ void remat_pipeline_destroy(remat_pipeline *pl) {
   if (pl->send_act != MPI_REQUEST_NULL) MPI_Cancel(&pl->send_act);
   if (pl->send_grad != MPI_REQUEST_NULL) MPI_Cancel(&pl->send_grad);
   remat_trainer_set_ops(pl->tr, &(remat_trainer_ops){0});
-  remat__free(pl->ev);
+  remat__trace_free(&pl->trace);
   remat__free(pl);
 }
 
@@ -345,81 +337,12 @@ int remat_pipeline_gather_params(remat_pipeline *pl, float *full, remat_error *e
 
 int remat_pipeline_trace_start(remat_pipeline *pl, int64_t max_steps, remat_error *err) {
   size_t per_step = (size_t)pl->M * 8 + 8;
-  pl->cap = (size_t)max_steps * per_step + 16;
-  pl->ev = remat__malloc(pl->cap * sizeof *pl->ev);
-  if (!pl->ev) return remat__errorf(err, REMAT_ENOMEM, "out of memory for the trace");
-  MPI_Barrier(pl->d->comm); /* one start for every rank's clock */
-  pl->t0 = remat__now();
-  pl->tracing = 1;
-  arena_counter(pl, pl->t0, 0);
+  int rc = remat__trace_start(&pl->trace, pl->d->comm, (size_t)max_steps * per_step + 16, err);
+  if (rc) return rc;
+  arena_counter(pl, pl->trace.t0, 0);
   return 0;
-}
-
-static void write_event(FILE *f, const event *e, int rank, int *first) {
-  fputs(*first ? "\n" : ",\n", f);
-  *first = 0;
-  double us = e->ts * 1e6, dus = e->dur * 1e6;
-  if (e->kind == EV_ARENA) {
-    fprintf(f,
-            "{\"name\":\"arena bytes\",\"ph\":\"C\",\"pid\":%d,\"ts\":%.3f,"
-            "\"args\":{\"bytes\":%llu}}",
-            rank, us, (unsigned long long)e->value);
-  } else if (e->micro >= 0) {
-    fprintf(f,
-            "{\"name\":\"%s mb %lld\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,"
-            "\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"step\":%lld,\"micro\":%lld}}",
-            ev_names[e->kind], (long long)e->micro, ev_names[e->kind], rank,
-            e->kind == EV_RECOMPUTE ? 1 : 0, us, dus, (long long)e->step + 1,
-            (long long)e->micro);
-  } else {
-    fprintf(f,
-            "{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":0,\"ts\":%.3f,"
-            "\"dur\":%.3f,\"args\":{\"step\":%lld}}",
-            ev_names[e->kind], ev_names[e->kind], rank, us, dus, (long long)e->step + 1);
-  }
 }
 
 int remat_pipeline_trace_write(remat_pipeline *pl, const char *path, remat_error *err) {
-  if (!pl->tracing) return remat__errorf(err, REMAT_EINVAL, "tracing was not started");
-  uint64_t n = pl->nev;
-  if (pl->s != 0) {
-    int rc = MPI_Send(&n, 1, MPI_UINT64_T, 0, 21, pl->d->comm);
-    if (rc == MPI_SUCCESS && n)
-      rc = MPI_Send(pl->ev, (int)(n * sizeof(event)), MPI_BYTE, 0, 22, pl->d->comm);
-    return rc == MPI_SUCCESS ? 0 : remat__mpi_error(err, rc, "gathering the trace");
-  }
-  FILE *f = fopen(path, "w");
-  int ok = f != NULL;
-  if (f) {
-    fputs("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[", f);
-    int first = 1;
-    for (int r = 0; r < pl->P; r++) {
-      fputs(first ? "\n" : ",\n", f);
-      first = 0;
-      fprintf(f,
-              "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"name\":\"rank %d: "
-              "stage %d\"}},\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":1,"
-              "\"args\":{\"name\":\"recompute\"}}",
-              r, r, r, r);
-    }
-    for (size_t i = 0; i < pl->nev; i++) write_event(f, &pl->ev[i], 0, &first);
-    for (int r = 1; r < pl->P; r++) {
-      uint64_t rn = 0;
-      MPI_Recv(&rn, 1, MPI_UINT64_T, r, 21, pl->d->comm, MPI_STATUS_IGNORE);
-      if (!rn) continue;
-      event *buf = remat__malloc(rn * sizeof *buf);
-      if (!buf) {
-        ok = 0;
-        break;
-      }
-      MPI_Recv(buf, (int)(rn * sizeof(event)), MPI_BYTE, r, 22, pl->d->comm, MPI_STATUS_IGNORE);
-      for (uint64_t i = 0; i < rn; i++) write_event(f, &buf[i], r, &first);
-      remat__free(buf);
-    }
-    fputs("\n]}\n", f);
-    ok = ok && !ferror(f);
-    ok = fclose(f) == 0 && ok;
-  }
-  if (!ok) return remat__errorf(err, REMAT_EIO, "cannot write the trace '%s'", path);
-  return 0;
+  return remat__trace_write(&pl->trace, pl->d->comm, "stage", path, err);
 }
