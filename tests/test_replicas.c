@@ -3,7 +3,9 @@
  * once, on chunk boundaries; a replica's persistent regions are the ZeRO
  * table's (16 Psi, 8 Psi + 8 Psi/D, 4 Psi + 12 Psi/D, 16 Psi/D) in the
  * memory model's exact terms (whole layers aligned, shards padded to the
- * quantum); its communication buffers are what the model says; and the
+ * quantum); its communication buffers (gradient buffers among them, two
+ * for the blocks so that one layer's can be in flight while the next is
+ * computed) are what the model says; and the
  * planner's figure for a replica (remat_plan_problem_from_replicas) is the
  * engine's arena, byte for byte. */
 #include <stdlib.h>
@@ -78,14 +80,28 @@ static void regions(const remat_config *cfg, int64_t B, int64_t T, int64_t D, in
     /* 16 Psi, 8 Psi + 8 Psi/D, 4 Psi + 12 Psi/D, 16 Psi/D: Psi whole = "whole / 4" */
     size_t table[4] = {4 * whole, 2 * whole + 2 * shard, whole + 3 * shard, 4 * shard};
     CHECK(mp.persistent_bytes == table[z] + b[REMAT_BUF_TIED_GRAD].bytes);
-    /* communication: the largest shard D times; ZeRO 3 gathers */
+    /* communication: one layer's pieces in flight (the head's two units
+     * at once); ZeRO 3 gathers the unit in use, the next block, the head */
     size_t e = remat_unit_shard(cfg, 0, D), k = remat_unit_shard(cfg, 1, D),
            h = remat_unit_shard(cfg, L + 1, D);
-    size_t big = e > k ? e : k;
-    CHECK(b[REMAT_BUF_RECV].bytes == (size_t)D * (big > h ? big : h) * sizeof(float));
-    CHECK(b[REMAT_BUF_GATHER].bytes == (z == 3 ? (size_t)D * (big + h) * sizeof(float) : 0));
+    size_t big = e > k ? e : k, f = sizeof(float);
+    CHECK(b[REMAT_BUF_RECV].bytes == (size_t)D * (big + h) * f);
+    CHECK(b[REMAT_BUF_GATHER].bytes == (z == 3 ? (size_t)D * (big + k + h) * f : 0));
     /* the head's gradient buffer: D shards of the tied unit, then of its own */
-    CHECK(mp.grad_bytes[REMAT_LAYER_HEAD] == (size_t)D * (e + h) * sizeof(float));
+    CHECK(mp.grad_bytes[REMAT_LAYER_HEAD] == (size_t)D * (e + h) * f);
+    CHECK(mp.grad_bytes[REMAT_LAYER_BLOCK] == (size_t)D * k * f);
+    /* the gradient buffers: two blocks' (one with one block) and the head's,
+     * outside the workspace, which is the one-process model's without them */
+    size_t nb = L < 2 ? (size_t)L : 2;
+    CHECK(b[REMAT_BUF_REDUCE].bytes == nb * D * k * f + (size_t)D * (e + h) * f);
+    CHECK(b[REMAT_BUF_REDUCE].offset + b[REMAT_BUF_REDUCE].bytes == mp.peak_bytes);
+    remat_stage one = remat_stage_whole(cfg, pol);
+    remat_memplan solo;
+    CHECK(remat_memplan_build_stage(&solo, cfg, B, T, &one, &err) == 0);
+    CHECK(b[REMAT_BUF_WORK].bytes == solo.buf[REMAT_BUF_WORK].bytes);
+    remat_memplan_free(&solo);
+    CHECK(mp.bytes.comm == b[REMAT_BUF_RECV].bytes + b[REMAT_BUF_GATHER].bytes +
+                               b[REMAT_BUF_NORM].bytes + b[REMAT_BUF_REDUCE].bytes);
     CHECK(mp.peak_bytes == mp.bytes.total && mp.bytes.comm > 0);
     /* every replica's arena is the same */
     if (r == 0) {

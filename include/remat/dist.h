@@ -110,10 +110,15 @@ double remat_pipeline_wait_seconds(const remat_pipeline *pl);
  * step) and runs micro-batch jD + r, with that micro-batch's dropout
  * stream. As each layer's backward ends, its gradient (computed from zero)
  * is reduce-scattered: every replica sends the owner of each shard its
- * piece (MPI_Alltoall), and the owner adds the D pieces in replica order to
- * its running sum. So the owner's sum is ((g + c_jD) + c_jD+1) + ..., the
+ * piece (MPI_Ialltoall, travelling while the next layer's backward runs;
+ * the model's progress hook tests it between kernels), and before the next
+ * layer's is posted the owner adds the D pieces in replica order to its
+ * running sum. So the owner's sum is ((g + c_jD) + c_jD+1) + ..., the
  * order one process with K D micro-batches follows (remat/model.h), bit for
- * bit; no MPI_Allreduce, whose order is unspecified, ever sums a gradient.
+ * bit, however the transfers overlap; no MPI_Allreduce, whose order is
+ * unspecified, ever sums a gradient. The layer in flight keeps its gradient
+ * buffer while the next layer computes into another (remat/memory.h:
+ * remat_replica_bytes' reduce).
  * The tied matrix's two sums are reduced apart and added by their common
  * owner (embedding + head); the norm gathers every replica's chunk sums and
  * adds them in model order. Then:
@@ -123,7 +128,9 @@ double remat_pipeline_wait_seconds(const remat_pipeline *pl);
  *   ZeRO 2  parameters are all-gathered (2: only its gradient shard exists)
  *   ZeRO 3  each replica updates its shards; a layer's parameters are
  *           all-gathered before its forward and again before its recompute
- *           and backward, into the gather buffer, and dropped after
+ *           and backward, into the gather buffer, and dropped after; the
+ *           next block's gather (MPI_Iallgather) travels while the layer
+ *           before it computes
  * Every buffer lives in the trainer's arena, planned before the first step. */
 typedef struct remat_replicas remat_replicas; /* opaque */
 
@@ -136,15 +143,41 @@ void remat_replicas_destroy(remat_replicas *rp);
  * remat_param_count floats); other ranks pass NULL. */
 int remat_replicas_gather_params(remat_replicas *rp, float *full, remat_error *err);
 
-/* Communication of the last step on this rank: seconds inside MPI calls,
- * and bytes this rank sent (a collective's bytes to the other ranks, as if
- * sent directly: D - 1 pieces). */
+/* Timeline, as the pipeline's (one track per rank, memory reserved up front
+ * for max_steps steps): per micro-batch a forward span, per layer a
+ * backward span (from taking its gradient buffer to handing it over) and a
+ * reduce span on a track of its own (from the reduce-scatter's post to its
+ * observed completion), ZeRO 3's gathers on another (post to completion),
+ * wait spans where the rank blocked in MPI, update spans, and the arena as
+ * a counter. Every rank calls both; rank 0 writes the file. */
+int remat_replicas_trace_start(remat_replicas *rp, int64_t max_steps, remat_error *err);
+int remat_replicas_trace_write(remat_replicas *rp, const char *path, remat_error *err);
+
+/* Communication of the last step on this rank. Each collective's
+ * communication time runs from its post to the return of the MPI call on
+ * this rank that saw it complete (a blocking collective: its call); the
+ * exposed time is what this rank spent inside MPI calls for it (posting,
+ * testing, waiting), when it was not computing. The overlapped share is
+ * 1 - exposed / communication time (remat_comm_overlap). The layers'
+ * collectives (the reduce-scatters and ZeRO 3's gathers, which run beside
+ * the forward and backward) are also counted apart from the rest (the
+ * losses, the norm and the all-gathers between steps, which block). Bytes:
+ * a collective's bytes to the other ranks, as if sent directly: D - 1
+ * pieces. */
 typedef struct remat_comm_stats {
-  double seconds;
+  double seconds;               /* communication time, summed over collectives */
+  double exposed_seconds;       /* the part spent inside MPI calls */
+  double layer_seconds;         /* the same two for the layers' collectives */
+  double layer_exposed_seconds;
   uint64_t bytes_sent;
   uint64_t collectives;
 } remat_comm_stats;
 remat_comm_stats remat_replicas_comm(const remat_replicas *rp);
+/* 1 - exposed / seconds, within [0, 1]; 0 when nothing was sent. */
+double remat_comm_overlap(double seconds, double exposed_seconds);
+/* Every rank's remat_replicas_comm on rank 0, in rank order (all: D
+ * entries there; others pass NULL). Every rank calls it. */
+int remat_replicas_comm_gather(remat_replicas *rp, remat_comm_stats *all, remat_error *err);
 /* What that count is for a step of K rounds, from the shapes alone. */
 uint64_t remat_replicas_step_bytes(const remat_config *cfg, int64_t D, int zero, int64_t K);
 

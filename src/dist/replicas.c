@@ -1,26 +1,64 @@
 /* replicas.c: a trainer's step as one of D data-parallel replicas over MPI,
  * under ZeRO stage 0 to 3 (include/remat/dist.h says what each does).
  *
- * The model hands over each layer's gradient of its micro-batch as soon as
- * the layer's backward ends (remat_layer_ops.grads): D shards of each of the
- * layer's units, padding zero. One MPI_Alltoall sends shard q to replica q;
- * the owner then adds the D pieces it received, in replica order, to its
- * running sum, element by element: acc = ((acc + c_0) + c_1) + ... With acc
- * zero at a step's start and c_0 computed from zero, this is the sum one
- * process forms over the same micro-batches (remat/model.h), bit for bit.
- * Under ZeRO 3 the model asks for a layer's parameters (remat_layer_ops.
- * params) and one MPI_Allgather of the shards rebuilds the unit in the
- * gather buffer.
+ * The model asks for a gradient buffer as each layer's backward begins
+ * (remat_layer_ops.grad_buf) and hands it over when it ends (.grads): D
+ * shards of each of the layer's units, padding zero. One MPI_Ialltoall
+ * sends shard q to replica q and the backward goes on with the next layer
+ * while it travels; the model calls .progress between its kernels, where
+ * MPI_Test moves it on (Open MPI advances a collective only inside MPI
+ * calls). One layer's pieces are in flight at a time: before the next
+ * layer's are posted, the owner waits for them and adds the D pieces, in
+ * replica order, to its running sum, element by element: acc = ((acc +
+ * c_0) + c_1) + ... With acc zero at a step's start and c_0 computed from
+ * zero, this is the sum one process forms over the same micro-batches
+ * (remat/model.h), bit for bit, whenever the pieces arrive. The gradient
+ * buffer of the layer in flight stays untouched while the next layer
+ * computes into another: the embedding and the head share one, and
+ * consecutive blocks take the other two in turn. Under ZeRO 3 the model
+ * asks for a layer's parameters (remat_layer_ops.params), which one
+ * MPI_Iallgather of the shards rebuilds in the gather buffer, posted while
+ * the layer before computes when its slot is free (see plan_gathers).
  *
- * Every buffer is a region of the trainer's arena: the layer's gradient in
- * the workspace, the received pieces in RECV, gathered parameters in
- * GATHER, every replica's chunk sums in NORM; the workspace also packs a
- * replica's shards for the all-gathers between steps. */
+ * Communication is timed per collective from its post to the return of the
+ * MPI call that saw it complete (its communication time), and every MPI
+ * call it took on this rank, posting, testing and waiting (exposed time:
+ * the rank was not computing); a blocking collective is all exposed.
+ *
+ * Every buffer is a region of the trainer's arena: the layers' gradients
+ * in REDUCE, the received pieces in RECV, gathered parameters in GATHER,
+ * every replica's chunk sums in NORM; REDUCE also packs a replica's shards
+ * for the all-gathers between steps. */
 #include <limits.h>
 #include <string.h>
 
 #include "base/base.h"
 #include "dist/dist_internal.h"
+
+enum { GBUF_BLOCK0, GBUF_BLOCK1, GBUF_BIG, GBUF_COUNT }; /* REDUCE's gradient buffers */
+enum { SLOT_A, SLOT_B, SLOT_HEAD, SLOT_COUNT };           /* GATHER's slots */
+
+/* One layer's reduce-scatter in flight: one unit's, or the head's two. */
+typedef struct {
+  int n; /* requests in flight; 0: none */
+  MPI_Request req[2];
+  int64_t unit[2];
+  size_t at[2]; /* where its pieces land in RECV */
+  int buf;      /* the gradient buffer it sends from */
+  double t_post;
+  int64_t micro;
+} reduce_op;
+
+/* ZeRO 3: one unit's parameters gathered ahead of their use. Whether a
+ * gather is posted never depends on whether another has completed, so every
+ * rank posts the same collectives in the same order. */
+typedef struct {
+  int state; /* GATHER_NONE, in flight, or done (its slot holds the unit) */
+  MPI_Request req;
+  int64_t index; /* the request (in the micro-batch's order) it answers */
+  double t_post;
+} gather_op;
+enum { GATHER_NONE, GATHER_IN_FLIGHT, GATHER_DONE };
 
 struct remat_replicas {
   remat_dist *d;
@@ -29,27 +67,34 @@ struct remat_replicas {
   const remat_config *cfg;
   int64_t D, r, K, L;
   int zero;
-  float *recv;          /* RECV: D pieces of a shard */
-  float *gather[2];     /* GATHER (ZeRO 3): the embedding or a block; the head */
-  double *norm;         /* NORM: D x chunks, every replica's chunk sums */
-  size_t chunks;        /* chunk sums per replica (every unit's shard, padding included) */
-  float *losses;        /* (D, K) each replica's micro-batch losses */
-  int rc;               /* the first failure inside a layer hook */
+  float *recv;                /* RECV: D pieces of a shard (the head: of two) */
+  float *gather[SLOT_COUNT];  /* GATHER (ZeRO 3): the embedding or a block; a block; the head */
+  float *gbuf[GBUF_COUNT];    /* REDUCE: two blocks' gradient buffers; the head's and embedding's */
+  float *pack;                /* REDUCE as a whole, between steps */
+  size_t pack_bytes;
+  double *norm;               /* NORM: D x chunks, every replica's chunk sums */
+  size_t chunks;              /* chunk sums per replica (every unit's shard, padding included) */
+  float *losses;              /* (D, K) each replica's micro-batch losses */
+  int rc;                     /* the first failure inside a layer hook */
   remat_error err;
   remat_comm_stats stats;
+  reduce_op red;
+  gather_op gat;
+  int next_block;             /* the block gradient buffer the next block takes */
+  uint8_t *slot, *prefetch;   /* (2L + 3) per params request: its slot; fetch the next now */
+  int64_t micro;              /* the micro-batch running */
+  double layer_t0;            /* when the running layer's backward took its buffer */
+  remat__trace trace;
 };
 
-/* Times an MPI call's result and counts its bytes; records a failure. */
-static int account(remat_replicas *rp, double t0, int mrc, uint64_t bytes, const char *what) {
-  rp->stats.seconds += remat__now() - t0;
-  rp->stats.bytes_sent += bytes;
-  rp->stats.collectives++;
-  if (mrc == MPI_SUCCESS) return 0;
+/* Records an MPI failure (the first one is reported). */
+static int check(remat_replicas *rp, int mrc, const char *what) {
+  if (mrc == MPI_SUCCESS) return rp->rc;
   if (!rp->rc) {
-    remat__mpi_error(&rp->err, mrc, what);
-    rp->rc = remat__errorf(&rp->err, REMAT_EIO,
-                           "replica %lld: %s (did another rank die?)", (long long)rp->r,
-                           rp->err.msg);
+    remat_error mpi;
+    remat__mpi_error(&mpi, mrc, what);
+    rp->rc = remat__errorf(&rp->err, REMAT_EIO, "replica %lld: %s (did another rank die?)",
+                           (long long)rp->r, mpi.msg);
   }
   return rp->rc;
 }
@@ -64,20 +109,55 @@ static uint64_t piece_bytes(const remat_replicas *rp, size_t floats, size_t size
   return (uint64_t)(rp->D - 1) * floats * size;
 }
 
+static void span(remat_replicas *rp, int kind, int track, double t0, double t1, int64_t micro,
+                 int64_t layer) {
+  remat__trace_add(&rp->trace, (remat__event){.ts = t0, .dur = t1 - t0,
+                                              .step = remat_model_step(rp->m), .micro = micro,
+                                              .kind = kind, .track = track,
+                                              .layer = (int32_t)layer});
+}
+
+/* Time inside MPI calls for a collective in flight: exposed. */
+static void exposed(remat_replicas *rp, double t0, double t1, int layer) {
+  rp->stats.exposed_seconds += t1 - t0;
+  if (layer) rp->stats.layer_exposed_seconds += t1 - t0;
+}
+
+/* A collective seen complete at t1, posted at t_post. */
+static void completed(remat_replicas *rp, double t_post, double t1, int layer) {
+  rp->stats.seconds += t1 - t_post;
+  if (layer) rp->stats.layer_seconds += t1 - t_post;
+}
+
+/* A blocking collective's call, from t0: all of it exposed. kind: the
+ * trace's reduce or gather. */
+static int blocking(remat_replicas *rp, double t0, int mrc, uint64_t bytes, int kind,
+                    const char *what) {
+  double t1 = remat__now();
+  completed(rp, t0, t1, 0);
+  exposed(rp, t0, t1, 0);
+  rp->stats.bytes_sent += bytes;
+  rp->stats.collectives++;
+  span(rp, kind, kind == REMAT__EV_GATHER ? REMAT__TRACK_GATHER : REMAT__TRACK_REDUCE, t0, t1,
+       -1, -1);
+  span(rp, REMAT__EV_WAIT, REMAT__TRACK_MAIN, t0, t1, -1, -1);
+  return check(rp, mrc, what);
+}
+
 /* ------------------------------------------------------- layer hooks */
 
-/* The owner's sum over the pieces received for unit u: its part of the
- * step's gradient (whole buffer or shard) plus each replica's piece, in
- * replica order. */
-static void add_pieces(remat_replicas *rp, int64_t u, size_t s) {
-  size_t first, count, run;
+/* The owner's sum over the pieces received for unit u (at in: D pieces of
+ * s floats): its part of the step's gradient (whole buffer or shard) plus
+ * each replica's piece, in replica order. */
+static void add_pieces(remat_replicas *rp, int64_t u, const float *recv) {
+  size_t first, count, run, s = remat_unit_shard(rp->cfg, u, rp->D);
   remat_unit_owned(rp->cfg, u, rp->D, rp->r, &first, &count);
   int which = u == rp->L + 2 ? REMAT_BUF_TIED_GRAD : REMAT_BUF_GRADS;
   const int64_t D = rp->D;
   for (size_t i = first; i < first + count; i += run) {
     float *acc = remat_model_unit_at(rp->m, which, u, i, &run);
     if (run > first + count - i) run = first + count - i;
-    const float *in = rp->recv + (i - first);
+    const float *in = recv + (i - first);
 #pragma omp parallel for schedule(static)
     for (size_t j = 0; j < run; j++) {
       float a = acc[j];
@@ -87,44 +167,215 @@ static void add_pieces(remat_replicas *rp, int64_t u, size_t s) {
   }
 }
 
-static void on_grads(void *ctx, int64_t u, float *buf) {
-  remat_replicas *rp = ctx;
+/* The layer in flight has arrived (seen at t1): its pieces are added. */
+static void reduce_done(remat_replicas *rp, double t1) {
+  reduce_op *o = &rp->red;
+  completed(rp, o->t_post, t1, 1);
+  int64_t layer = o->unit[0] == rp->L + 2 ? rp->L + 1 : o->unit[0];
+  span(rp, REMAT__EV_REDUCE, REMAT__TRACK_REDUCE, o->t_post, t1, o->micro, layer);
+  int n = o->n;
+  o->n = 0;
   if (rp->rc) return;
-  size_t s = remat_unit_shard(rp->cfg, u, rp->D);
-  double t = remat__now();
-  int mrc = MPI_Alltoall(buf, (int)s, MPI_FLOAT, rp->recv, (int)s, MPI_FLOAT, rp->d->comm);
-  if (account(rp, t, mrc, piece_bytes(rp, s, sizeof(float)), "reduce-scattering gradients"))
-    return;
-  add_pieces(rp, u, s);
+  for (int k = 0; k < n; k++) add_pieces(rp, o->unit[k], rp->recv + o->at[k]);
 }
 
-/* ZeRO 3: unit u rebuilt from every replica's shard. The head needs the
- * tied matrix (the embedding's unit) and its own at once: its own goes to
- * the second buffer. */
-static const float *on_params(void *ctx, int64_t u, int phase) {
-  (void)phase;
+static void reduce_test(remat_replicas *rp) {
+  if (!rp->red.n) return;
+  int flag = 0;
+  double t = remat__now();
+  int mrc = MPI_Testall(rp->red.n, rp->red.req, &flag, MPI_STATUSES_IGNORE);
+  double e = remat__now();
+  exposed(rp, t, e, 1);
+  if (check(rp, mrc, "reduce-scattering gradients")) rp->red.n = 0;
+  else if (flag) reduce_done(rp, e);
+}
+
+static void reduce_wait(remat_replicas *rp) {
+  if (!rp->red.n) return;
+  double t = remat__now();
+  int mrc = MPI_Waitall(rp->red.n, rp->red.req, MPI_STATUSES_IGNORE);
+  double e = remat__now();
+  exposed(rp, t, e, 1);
+  span(rp, REMAT__EV_WAIT, REMAT__TRACK_MAIN, t, e, rp->micro, -1);
+  if (check(rp, mrc, "reduce-scattering gradients")) rp->red.n = 0;
+  else reduce_done(rp, e);
+}
+
+/* Which gradient buffer buf lies in (the head's own unit follows its tied
+ * unit in the big one). */
+static int gbuf_of(const remat_replicas *rp, const float *buf) {
+  for (int b = GBUF_BIG; b > GBUF_BLOCK0; b--)
+    if (rp->gbuf[b] && buf >= rp->gbuf[b]) return b;
+  REMAT_ASSERT(buf >= rp->gbuf[GBUF_BLOCK0]);
+  return GBUF_BLOCK0;
+}
+
+/* Where layer u computes its gradient: the embedding (0) and the head
+ * (L + 2) in the big buffer, blocks in the two others by turns; a buffer
+ * still being sent is waited for first (only the head's, after the previous
+ * micro-batch's embedding, ever is). */
+static float *on_grad_buf(void *ctx, int64_t u) {
   remat_replicas *rp = ctx;
-  float *dst = rp->gather[u == rp->L + 1];
-  if (rp->rc) return dst; /* the step is lost; the failure is reported after it */
+  int b = GBUF_BIG;
+  if (u != 0 && u != rp->L + 2) {
+    b = rp->next_block;
+    if (rp->gbuf[GBUF_BLOCK1]) rp->next_block ^= 1;
+  }
+  if (rp->red.n && rp->red.buf == b) reduce_wait(rp);
+  rp->layer_t0 = remat__now();
+  return rp->gbuf[b];
+}
+
+static void on_grads(void *ctx, int64_t u, float *buf) {
+  remat_replicas *rp = ctx;
+  double t = remat__now();
+  int64_t L = rp->L;
+  if (u != L + 1) /* the layer's backward: the head's ends with the tied unit */
+    span(rp, REMAT__EV_BACKWARD, REMAT__TRACK_MAIN, rp->layer_t0, t, rp->micro,
+         u == L + 2 ? L + 1 : u);
+  if (rp->rc) return;
+  int b = gbuf_of(rp, buf);
+  /* one layer in flight: the one before must be in (RECV is reused) */
+  if (rp->red.n && rp->red.buf != b) reduce_wait(rp);
+  if (rp->rc) return;
+  size_t s = remat_unit_shard(rp->cfg, u, rp->D);
+  size_t e = remat_unit_shard(rp->cfg, 0, rp->D), k = remat_unit_shard(rp->cfg, 1, rp->D);
+  size_t at = u == L + 1 ? (size_t)rp->D * (e > k ? e : k) : 0;
+  reduce_op *o = &rp->red;
+  REMAT_ASSERT(o->n < 2);
+  t = remat__now();
+  int mrc = MPI_Ialltoall(buf, (int)s, MPI_FLOAT, rp->recv + at, (int)s, MPI_FLOAT, rp->d->comm,
+                          &o->req[o->n]);
+  exposed(rp, t, remat__now(), 1);
+  rp->stats.bytes_sent += piece_bytes(rp, s, sizeof(float));
+  rp->stats.collectives++;
+  if (check(rp, mrc, "reduce-scattering gradients")) return;
+  if (!o->n) {
+    o->t_post = t;
+    o->buf = b;
+    o->micro = rp->micro;
+  }
+  o->unit[o->n] = u;
+  o->at[o->n] = at;
+  o->n++;
+}
+
+/* ZeRO 3's requests for parameters come in one order every micro-batch:
+ * the forward's units 0, 1, ..., L (phase 0), then the backward's 0 and
+ * L + 1 (the head needs both), L, ..., 1 (phase 1). Request i's unit: */
+static int64_t request_unit(int64_t L, int64_t i) {
+  if (i <= L) return i;
+  if (i == L + 1) return 0;
+  if (i == L + 2) return L + 1;
+  return 2 * L + 3 - i;
+}
+
+static int64_t request_index(int64_t L, int64_t u, int phase) {
+  if (phase == 0) return u;
+  if (u == 0) return L + 1;
+  if (u == L + 1) return L + 2;
+  return 2 * L + 3 - u;
+}
+
+/* The slots of GATHER, request by request: the embedding in A, the head in
+ * its own, a block in B unless the unit in use holds B, then in A. Request
+ * i + 1 is gathered while request i's unit computes when its slot is not
+ * in use then (request i's slot, and the embedding's beside the head). With
+ * two slots for blocks, every block but the first is fetched ahead; the
+ * embedding's gather waits when the unit before it sits in A. */
+static void plan_gathers(remat_replicas *rp) {
+  int64_t L = rp->L, n = 2 * L + 3;
+  unsigned live = 0;
+  for (int64_t i = 0; i < n; i++) {
+    int64_t u = request_unit(L, i);
+    int sl = u == 0 ? SLOT_A : u == L + 1 ? SLOT_HEAD : (live & (1u << SLOT_B)) ? SLOT_A : SLOT_B;
+    rp->slot[i] = (uint8_t)sl;
+    live = (1u << sl) | (i == L + 2 ? 1u << rp->slot[L + 1] : 0u);
+    if (i > 0) {
+      unsigned prev = (1u << rp->slot[i - 1]) | (i - 1 == L + 2 ? 1u << rp->slot[L + 1] : 0u);
+      rp->prefetch[i - 1] = !(prev & (1u << sl));
+    }
+  }
+  rp->prefetch[n - 1] = 0; /* the next micro-batch may come after an update */
+}
+
+static void gather_post(remat_replicas *rp, int64_t i) {
+  int64_t u = request_unit(rp->L, i);
   size_t s = remat_unit_shard(rp->cfg, u, rp->D);
   const float *mine = remat_model_shard(rp->m, REMAT_BUF_PARAMS, u);
   double t = remat__now();
-  int mrc = MPI_Allgather(mine, (int)s, MPI_FLOAT, dst, (int)s, MPI_FLOAT, rp->d->comm);
-  account(rp, t, mrc, piece_bytes(rp, s, sizeof(float)), "gathering parameters");
+  int mrc = MPI_Iallgather(mine, (int)s, MPI_FLOAT, rp->gather[rp->slot[i]], (int)s, MPI_FLOAT,
+                           rp->d->comm, &rp->gat.req);
+  exposed(rp, t, remat__now(), 1);
+  rp->stats.bytes_sent += piece_bytes(rp, s, sizeof(float));
+  rp->stats.collectives++;
+  if (check(rp, mrc, "gathering parameters")) return;
+  rp->gat = (gather_op){.state = GATHER_IN_FLIGHT, .req = rp->gat.req, .index = i, .t_post = t};
+}
+
+static void gather_done(remat_replicas *rp, double t1) {
+  rp->gat.state = GATHER_DONE;
+  completed(rp, rp->gat.t_post, t1, 1);
+  span(rp, REMAT__EV_GATHER, REMAT__TRACK_GATHER, rp->gat.t_post, t1, rp->micro,
+       request_unit(rp->L, rp->gat.index));
+}
+
+static void gather_test(remat_replicas *rp) {
+  if (rp->gat.state != GATHER_IN_FLIGHT) return;
+  int flag = 0;
+  double t = remat__now();
+  int mrc = MPI_Test(&rp->gat.req, &flag, MPI_STATUS_IGNORE);
+  double e = remat__now();
+  exposed(rp, t, e, 1);
+  if (check(rp, mrc, "gathering parameters")) rp->gat.state = GATHER_NONE;
+  else if (flag) gather_done(rp, e);
+}
+
+static void gather_wait(remat_replicas *rp) {
+  if (rp->gat.state != GATHER_IN_FLIGHT) return;
+  double t = remat__now();
+  int mrc = MPI_Wait(&rp->gat.req, MPI_STATUS_IGNORE);
+  double e = remat__now();
+  exposed(rp, t, e, 1);
+  span(rp, REMAT__EV_WAIT, REMAT__TRACK_MAIN, t, e, rp->micro, -1);
+  if (check(rp, mrc, "gathering parameters")) rp->gat.state = GATHER_NONE;
+  else gather_done(rp, e);
+}
+
+/* ZeRO 3: unit u rebuilt from every replica's shard, in its slot; the next
+ * unit's gather is posted to travel while this one computes. */
+static const float *on_params(void *ctx, int64_t u, int phase) {
+  remat_replicas *rp = ctx;
+  int64_t i = request_index(rp->L, u, phase);
+  float *dst = rp->gather[rp->slot[i]];
+  if (rp->rc) return dst; /* the step is lost; the failure is reported after it */
+  if (rp->gat.state != GATHER_NONE && rp->gat.index != i) gather_wait(rp); /* a stray one */
+  if (rp->gat.state == GATHER_NONE || rp->gat.index != i) gather_post(rp, i);
+  gather_wait(rp);
+  rp->gat.state = GATHER_NONE; /* in use until the next request */
+  if (!rp->rc && rp->prefetch[i]) gather_post(rp, i + 1);
   return dst;
+}
+
+/* Between the model's kernels: MPI_Test moves what is in flight on. */
+static void on_progress(void *ctx) {
+  remat_replicas *rp = ctx;
+  if (rp->rc) return;
+  reduce_test(rp);
+  gather_test(rp);
 }
 
 /* ----------------------------------------------------- between steps */
 
 /* Every replica's part of units 0..L+1 of a whole buffer (the gradients
  * under ZeRO 0, the parameters under 1 and 2) to every replica: each packs
- * its part in the workspace, one MPI_Allgather per unit, each unpacks. */
+ * its part in REDUCE (free between steps), one MPI_Allgather per unit, each
+ * unpacks. */
 static int allgather_units(remat_replicas *rp, int which, const char *what) {
-  size_t room;
-  float *pack = remat_model_workspace(rp->m, &room);
+  float *pack = rp->pack;
   for (int64_t u = 0; u <= rp->L + 1 && !rp->rc; u++) {
     size_t s = remat_unit_shard(rp->cfg, u, rp->D), first, count, run;
-    REMAT_ASSERT(s * sizeof(float) <= room);
+    REMAT_ASSERT(s * sizeof(float) <= rp->pack_bytes);
     remat_unit_owned(rp->cfg, u, rp->D, rp->r, &first, &count);
     for (size_t i = first; i < first + count; i += run) {
       const float *src = remat_model_unit_at(rp->m, which, u, i, &run);
@@ -134,7 +385,7 @@ static int allgather_units(remat_replicas *rp, int which, const char *what) {
     memset(pack + count, 0, (s - count) * sizeof(float));
     double t = remat__now();
     int mrc = MPI_Allgather(pack, (int)s, MPI_FLOAT, rp->recv, (int)s, MPI_FLOAT, rp->d->comm);
-    if (account(rp, t, mrc, piece_bytes(rp, s, sizeof(float)), what)) break;
+    if (blocking(rp, t, mrc, piece_bytes(rp, s, sizeof(float)), REMAT__EV_GATHER, what)) break;
     for (int64_t q = 0; q < rp->D; q++) {
       if (q == rp->r) continue;
       remat_unit_owned(rp->cfg, u, rp->D, q, &first, &count);
@@ -154,13 +405,23 @@ static int allgather_units(remat_replicas *rp, int which, const char *what) {
 static void bind(remat_replicas *rp) {
   if (rp->recv) return;
   size_t bytes;
+  const remat_memplan *mp = remat_model_memplan(rp->m);
   rp->recv = remat_model_region(rp->m, REMAT_BUF_RECV, &bytes);
   rp->norm = remat_model_region(rp->m, REMAT_BUF_NORM, &bytes);
   REMAT_ASSERT(bytes >= (size_t)rp->D * rp->chunks * sizeof(double));
+  rp->pack = remat_model_region(rp->m, REMAT_BUF_REDUCE, &rp->pack_bytes);
+  size_t blk = mp->grad_bytes[REMAT_LAYER_BLOCK];
+  char *at = (char *)rp->pack;
+  rp->gbuf[GBUF_BLOCK0] = (float *)at;
+  rp->gbuf[GBUF_BLOCK1] = rp->L >= 2 ? (float *)(at + blk) : NULL;
+  rp->gbuf[GBUF_BIG] = (float *)(at + (rp->L >= 2 ? 2 : 1) * blk);
+  REMAT_ASSERT((size_t)((char *)rp->gbuf[GBUF_BIG] - at) + mp->grad_bytes[REMAT_LAYER_HEAD] ==
+               rp->pack_bytes);
   if (rp->zero == 3) {
-    rp->gather[0] = remat_model_region(rp->m, REMAT_BUF_GATHER, &bytes);
     size_t e = remat_unit_shard(rp->cfg, 0, rp->D), b = remat_unit_shard(rp->cfg, 1, rp->D);
-    rp->gather[1] = rp->gather[0] + (size_t)rp->D * (e > b ? e : b);
+    rp->gather[SLOT_A] = remat_model_region(rp->m, REMAT_BUF_GATHER, &bytes);
+    rp->gather[SLOT_B] = rp->gather[SLOT_A] + (size_t)rp->D * (e > b ? e : b);
+    rp->gather[SLOT_HEAD] = rp->gather[SLOT_B] + (size_t)rp->D * b;
   }
 }
 
@@ -170,6 +431,7 @@ static int run_rounds(void *ctx, remat_trainer *tr, double *loss_sum, remat_erro
   const remat_train_opts *o = remat_trainer_opts(tr);
   memset(&rp->stats, 0, sizeof rp->stats);
   bind(rp);
+  rp->next_block = GBUF_BLOCK0;
   int rc;
   for (int64_t j = 0; j < rp->K; j++) {
     /* every replica draws every micro-batch of the round, keeps its own */
@@ -179,15 +441,27 @@ static int run_rounds(void *ctx, remat_trainer *tr, double *loss_sum, remat_erro
                                          mine ? remat_model_targets(m) : NULL, err)))
         return rc;
     }
-    float loss = remat_model_forward_backward(m, (uint32_t)(j * rp->D + rp->r),
-                                              remat_trainer_dloss(tr), &o->hp);
+    /* remat_model_forward_backward, in two parts for the trace */
+    uint32_t micro = (uint32_t)(j * rp->D + rp->r);
+    rp->micro = micro;
+    double t = remat__now();
+    remat_model_stage_forward(m, 0, micro, &o->hp);
+    double tb = remat__now(), rs0 = remat_model_recompute_seconds(m);
+    span(rp, REMAT__EV_FORWARD, REMAT__TRACK_MAIN, t, tb, micro, -1);
+    double loss = remat_model_stage_backward(m, 0, micro, remat_trainer_dloss(tr), &o->hp);
+    double rs = remat_model_recompute_seconds(m) - rs0;
+    /* interleaved with the blocks' backwards; drawn as one span of its total */
+    if (rs > 0) span(rp, REMAT__EV_RECOMPUTE, REMAT__TRACK_RECOMPUTE, tb, tb + rs, micro, -1);
     if ((rc = failed(rp, err))) return rc;
-    rp->losses[rp->r * rp->K + j] = loss;
+    rp->losses[rp->r * rp->K + j] = (float)(loss / (double)(o->B * o->T));
   }
+  reduce_wait(rp); /* the last layer's pieces (the embedding's) */
+  if ((rc = failed(rp, err))) return rc;
   double t = remat__now();
   int mrc = MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, rp->losses, (int)rp->K, MPI_FLOAT,
                           rp->d->comm);
-  if (account(rp, t, mrc, piece_bytes(rp, (size_t)rp->K, sizeof(float)), "sharing the losses"))
+  if (blocking(rp, t, mrc, piece_bytes(rp, (size_t)rp->K, sizeof(float)), REMAT__EV_REDUCE,
+               "sharing the losses"))
     return failed(rp, err);
   /* in micro-batch order, as one process adds them */
   for (int64_t j = 0; j < rp->K; j++)
@@ -227,7 +501,8 @@ static int norm_sumsq(void *ctx, remat_trainer *tr, const double *layers, int64_
   double t = remat__now();
   int mrc = MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, rp->norm, (int)rp->chunks,
                           MPI_DOUBLE, rp->d->comm);
-  if (account(rp, t, mrc, piece_bytes(rp, rp->chunks, sizeof(double)), "summing the norm"))
+  if (blocking(rp, t, mrc, piece_bytes(rp, rp->chunks, sizeof(double)), REMAT__EV_REDUCE,
+               "summing the norm"))
     return failed(rp, err);
   double sum = 0;
   pos = 0;
@@ -245,9 +520,11 @@ static int norm_sumsq(void *ctx, remat_trainer *tr, const double *layers, int64_
 
 static int update(void *ctx, remat_trainer *tr, float lr, float norm, remat_error *err) {
   remat_replicas *rp = ctx;
+  double t = remat__now();
   remat_model_update(rp->m, &remat_trainer_opts(tr)->hp, lr, norm);
   if (rp->zero == 1 || rp->zero == 2)
     allgather_units(rp, REMAT_BUF_PARAMS, "gathering parameters");
+  span(rp, REMAT__EV_UPDATE, REMAT__TRACK_MAIN, t, remat__now(), -1, -1);
   return failed(rp, err);
 }
 
@@ -286,14 +563,19 @@ int remat_replicas_create(remat_replicas **out, remat_dist *d, remat_trainer *tr
   rp->L = L;
   rp->zero = st->zero;
   rp->losses = remat__calloc((size_t)(rp->D * rp->K), sizeof(float));
-  if (!rp->losses) {
+  rp->slot = remat__calloc((size_t)(2 * L + 3), 2);
+  if (!rp->losses || !rp->slot) {
+    remat__free(rp->losses);
+    remat__free(rp->slot);
     remat__free(rp);
     return remat__errorf(err, REMAT_ENOMEM, "out of memory");
   }
+  rp->prefetch = rp->slot + 2 * L + 3;
+  plan_gathers(rp);
   for (int64_t u = 0; u <= L + 1; u++)
     rp->chunks += remat_unit_shard(cfg, u, rp->D) / REMAT_SHARD_QUANTUM;
-  remat_layer_ops lops = {.params = rp->zero == 3 ? on_params : NULL, .grads = on_grads,
-                          .ctx = rp};
+  remat_layer_ops lops = {.params = rp->zero == 3 ? on_params : NULL, .grad_buf = on_grad_buf,
+                          .grads = on_grads, .progress = on_progress, .ctx = rp};
   remat_model_set_layer_ops(m, &lops);
   remat_trainer_ops ops = {.micro_batches = run_rounds, .after_backward = after_backward,
                            .norm_sumsq = norm_sumsq, .update = update, .ctx = rp};
@@ -304,13 +586,47 @@ int remat_replicas_create(remat_replicas **out, remat_dist *d, remat_trainer *tr
 
 void remat_replicas_destroy(remat_replicas *rp) {
   if (!rp) return;
+  /* a step that failed may leave collectives in flight; MPI ends with them */
   remat_model_set_layer_ops(rp->m, NULL);
   remat_trainer_set_ops(rp->tr, &(remat_trainer_ops){0});
+  remat__trace_free(&rp->trace);
+  remat__free(rp->slot);
   remat__free(rp->losses);
   remat__free(rp);
 }
 
 remat_comm_stats remat_replicas_comm(const remat_replicas *rp) { return rp->stats; }
+
+int remat_replicas_comm_gather(remat_replicas *rp, remat_comm_stats *all, remat_error *err) {
+  int mrc = MPI_Gather(&rp->stats, (int)sizeof rp->stats, MPI_BYTE, all, (int)sizeof rp->stats,
+                       MPI_BYTE, 0, rp->d->comm);
+  return mrc == MPI_SUCCESS ? 0 : remat__mpi_error(err, mrc, "gathering the ranks' communication");
+}
+
+double remat_comm_overlap(double seconds, double exposed_seconds) {
+  if (!(seconds > 0)) return 0.0;
+  double share = 1.0 - exposed_seconds / seconds;
+  return share < 0 ? 0.0 : share > 1 ? 1.0 : share;
+}
+
+int remat_replicas_trace_start(remat_replicas *rp, int64_t max_steps, remat_error *err) {
+  /* per micro-batch: a forward, a recompute, and per layer a backward, a
+   * reduce and a wait, per params request a gather and a wait; per step the
+   * all-gathers between steps with their waits, and a few more */
+  size_t L = (size_t)rp->L, K = (size_t)rp->K;
+  size_t per_step = K * (8 * L + 24) + 4 * L + 24;
+  int rc = remat__trace_start(&rp->trace, rp->d->comm, (size_t)max_steps * per_step + 16, err);
+  if (rc) return rc;
+  /* a replica's arena is live from the start: one counter */
+  remat__trace_add(&rp->trace, (remat__event){.ts = rp->trace.t0, .micro = -1, .layer = -1,
+                                              .kind = REMAT__EV_ARENA,
+                                              .value = remat_model_memplan(rp->m)->peak_bytes});
+  return 0;
+}
+
+int remat_replicas_trace_write(remat_replicas *rp, const char *path, remat_error *err) {
+  return remat__trace_write(&rp->trace, rp->d->comm, "replica", path, err);
+}
 
 int remat_replicas_gather_params(remat_replicas *rp, float *full, remat_error *err) {
   const remat_config *cfg = rp->cfg;

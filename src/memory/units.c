@@ -87,7 +87,6 @@ int remat_replica_bytes_get(const remat_config *cfg, int64_t D, int zero,
   size_t d = (size_t)D;
   out->replicas = D;
   out->zero = zero;
-  size_t biggest = 0;
   for (int k = 0; k < REMAT_LAYER_KIND_COUNT; k++) {
     int64_t u = kind_unit[k];
     size_t full = remat__align(remat_unit_floats(cfg, u) * sizeof(float));
@@ -98,7 +97,6 @@ int remat_replica_bytes_get(const remat_config *cfg, int64_t D, int zero,
     out->grads += count * (whole[1] ? full : shard);
     out->moment += count * (whole[2] ? full : shard);
     out->grad[k] = d * shard;
-    if (shard > biggest) biggest = shard;
   }
   size_t tied_full = remat__align(remat_unit_floats(cfg, L + 2) * sizeof(float));
   size_t tied_shard = remat_unit_shard(cfg, L + 2, D) * sizeof(float);
@@ -106,15 +104,27 @@ int remat_replica_bytes_get(const remat_config *cfg, int64_t D, int zero,
   out->head_joint_state = out->state[REMAT_LAYER_HEAD] + out->tied;
   /* the head computes its gradient of the tied matrix beside its own */
   out->grad[REMAT_LAYER_HEAD] += d * tied_shard;
-  if (tied_shard > biggest) biggest = tied_shard;
-  out->recv = d * biggest;
-  if (zero == 3) {
-    size_t e = remat_unit_shard(cfg, 0, D), b = remat_unit_shard(cfg, 1, D);
-    out->gather = d * ((e > b ? e : b) + remat_unit_shard(cfg, L + 1, D)) * sizeof(float);
-  }
+  /* One layer's reduce-scatter is in flight while the next computes: its
+   * gradient buffer stays alive beside the one being computed, so a
+   * replica's gradient buffers are communication buffers, not workspace:
+   * one for the embedding and the head (the larger, the head's), and two
+   * for the blocks, which alternate (one when there is one block). */
+  size_t e = remat_unit_shard(cfg, 0, D), b = remat_unit_shard(cfg, 1, D),
+         h = remat_unit_shard(cfg, L + 1, D), eb = e > b ? e : b;
+  size_t big = out->grad[REMAT_LAYER_HEAD] > out->grad[REMAT_LAYER_EMBEDDING]
+                   ? out->grad[REMAT_LAYER_HEAD]
+                   : out->grad[REMAT_LAYER_EMBEDDING];
+  out->reduce = (size_t)(L < 2 ? L : 2) * out->grad[REMAT_LAYER_BLOCK] + big;
+  /* the pieces of one layer's reduce-scatter: the embedding's or a block's,
+   * or the head's two units (the tied gradient, then its own) at once; an
+   * all-gather's between steps fits too (shards of at most max(e, b, h)) */
+  out->recv = d * (eb + h) * sizeof(float);
+  /* ZeRO 3: the unit in use and the next block's, fetched meanwhile: the
+   * embedding or a block, a block, and the head's own */
+  if (zero == 3) out->gather = d * (eb + b + h) * sizeof(float);
   size_t chunks = 0;
   for (int64_t u = 0; u <= L + 1; u++) chunks += remat_unit_shard(cfg, u, D) / REMAT_SHARD_QUANTUM;
   out->norm = remat__align(d * chunks * sizeof(double));
-  out->comm = out->recv + out->gather + out->norm;
+  out->comm = out->recv + out->gather + out->norm + out->reduce;
   return 0;
 }

@@ -475,16 +475,23 @@ static block_params block_params_of(remat_model *m, int64_t i, const float *unit
   return UNIT_VIEW(block_params, v);
 }
 
-/* Where the gradient of a layer (kind) of this micro-batch goes: NULL for
- * straight into the step's gradients (the step's first micro-batch, or a
- * model that does not accumulate), else the layer's gradient buffer in the
- * workspace at byte offset off, zeroed: the gradient is computed from zero
- * (see remat_model_forward_backward on why). */
-static float *grad_buffer(remat_model *m, int kind, size_t off) {
+/* Between the kernels of a layer: a replica's runtime drives the
+ * communication it has in flight. */
+static void progress(remat_model *m) {
+  if (m->lops.progress) m->lops.progress(m->lops.ctx);
+}
+
+/* Where the gradient of a layer (kind; unit u: the head's is L + 2) of this
+ * micro-batch goes: NULL for straight into the step's gradients (the step's
+ * first micro-batch, or a model that does not accumulate), else the layer's
+ * gradient buffer, zeroed: the gradient is computed from zero (see
+ * remat_model_forward_backward on why). The buffer is in the workspace at
+ * byte offset off, or a replica's runtime hands one out. */
+static float *grad_buffer(remat_model *m, int kind, size_t off, int64_t u) {
   size_t bytes = m->mp.grad_bytes[kind];
-  REMAT_ASSERT(m->D <= 1 || m->lops.grads);
+  REMAT_ASSERT(m->D <= 1 || (m->lops.grads && m->lops.grad_buf));
   if (!bytes || (m->grads_fresh && !m->lops.grads)) return NULL;
-  float *g = (float *)(m->work + off);
+  float *g = m->lops.grad_buf ? m->lops.grad_buf(m->lops.ctx, u) : (float *)(m->work + off);
   memset(g, 0, bytes);
   return g;
 }
@@ -542,15 +549,20 @@ static void block_forward(remat_model *m, int64_t i, const block_params *wp, con
 
   remat__layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, w.ln1w, w.ln1b, N, C);
   remat__matmul_forward(a->qkv, a->ln1, w.qkvw, w.qkvb, N, C, 3 * C);
+  progress(m);
   remat__attention_forward(a->atty, a->att_lse, a->qkv, B, T, C, NH, &d_att);
+  progress(m);
   remat__matmul_forward(a->res2, a->atty, w.projw, w.projb, N, C, C);
   remat__dropout_apply(a->res2, a->res2, BTC, &d_r1);
   remat__residual_forward(a->res2, a->res2, x, BTC);
+  progress(m);
   remat__layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w.ln2w, w.ln2b, N, C);
   remat__matmul_forward(a->fch, a->ln2, w.fcw, w.fcb, N, C, 4 * C);
   remat__gelu_forward(a->fch_gelu, a->fch, 4 * BTC);
+  progress(m);
   if (!out) return;
   remat__matmul_forward(out, a->fch_gelu, w.fcprojw, w.fcprojb, N, 4 * C, C);
+  progress(m);
   remat__dropout_apply(out, out, BTC, &d_r2);
   remat__residual_forward(out, out, a->res2, BTC);
 }
@@ -586,16 +598,21 @@ static void block_backward(remat_model *m, int64_t i, const block_params *wp,
   const float *dbranch = branch_grad(d->dbranch, m->dresid, BTC, &d_r2);
   remat__matmul_backward(d->d4, g.fcprojw, g.fcprojb, dbranch, a->fch_gelu, w.fcprojw, N,
                          4 * C, C);
+  progress(m);
   remat__gelu_backward(d->d4, a->fch, d->d4, 4 * BTC);
   remat__matmul_backward(d->dln, g.fcw, g.fcb, d->d4, a->ln2, w.fcw, N, C, 4 * C);
+  progress(m);
   remat__layernorm_backward(m->dresid, g.ln2w, g.ln2b, d->dln, a->res2, w.ln2w, a->ln2_mean,
                             a->ln2_rstd, N, C);
   /* attention branch: res2 = x + dropout(proj(attn(qkv(ln1(x))))) */
   dbranch = branch_grad(d->dbranch, m->dresid, BTC, &d_r1);
   remat__matmul_backward(d->datty, g.projw, g.projb, dbranch, a->atty, w.projw, N, C, C);
+  progress(m);
   remat__attention_backward(d->dqkv, d->att_delta, d->datty, a->qkv, a->atty, a->att_lse, B, T,
                             C, NH, &d_att);
+  progress(m);
   remat__matmul_backward(d->dln, g.qkvw, g.qkvb, d->dqkv, a->ln1, w.qkvw, N, C, 3 * C);
+  progress(m);
   remat__layernorm_backward(m->dresid, g.ln1w, g.ln1b, d->dln, x, w.ln1w, a->ln1_mean,
                             a->ln1_rstd, N, C);
 }
@@ -625,6 +642,7 @@ static double head_forward(remat_model *m, const head_params *w, char *slot,
                            w->lnfw, w->lnfb, N, C);
   float *logits = (float *)(m->work + m->mp.mm.head_bytes);
   remat__matmul_forward(logits, h->lnf, w->wte, NULL, N, C, c->padded_vocab_size);
+  progress(m);
   const int32_t *targets = (const int32_t *)(slot + m->mp.targets_offset);
   return remat__crossentropy_forward(logits, h->losses, targets, N, c->vocab_size,
                                      c->padded_vocab_size);
@@ -666,12 +684,14 @@ double remat_model_stage_backward(remat_model *m, int64_t slot_index, uint32_t m
     remat__crossentropy_backward(logits, targets, dloss, N, c->vocab_size, c->padded_vocab_size);
     /* the head's share of the tied matrix's gradient, summed on its own;
      * the buffer holds it, then the head's own unit */
-    float *gb = grad_buffer(m, REMAT_LAYER_HEAD, mm->head_bytes + mm->logits_bytes);
+    progress(m);
+    float *gb = grad_buffer(m, REMAT_LAYER_HEAD, mm->head_bytes + mm->logits_bytes, L + 2);
     float *gwte = gb ? gb : m->tied_grad ? m->tied_grad : m->g[REMAT_P_WTE];
     float *glnf = gb ? gb + m->head_grad_split : m->g[REMAT_P_LNFW];
     float *glnfb = gb ? gb + m->head_grad_split + C : m->g[REMAT_P_LNFB];
     remat__matmul_backward(h.dlnf, gwte, NULL, logits, h.lnf, w.wte, N, C,
                            c->padded_vocab_size);
+    progress(m);
     memset(m->dresid, 0, (size_t)N * (size_t)C * sizeof(float));
     remat__layernorm_backward(m->dresid, glnf, glnfb, h.dlnf, resid_at(m, slot, nb), w.lnfw,
                               h.lnf_mean, h.lnf_rstd, N, C);
@@ -689,7 +709,7 @@ double remat_model_stage_backward(remat_model *m, int64_t slot_index, uint32_t m
       m->recompute_s += remat__now() - t0;
     }
     float *gb = grad_buffer(m, REMAT_LAYER_BLOCK,
-                            mm->block_dgrad_bytes + (rec ? mm->block_internal_bytes : 0));
+                            mm->block_dgrad_bytes + (rec ? mm->block_internal_bytes : 0), u);
     block_grads g;
     if (gb) {
       float *v[12];
@@ -702,7 +722,7 @@ double remat_model_stage_backward(remat_model *m, int64_t slot_index, uint32_t m
     grad_done(m, u, gb);
   }
   if (m->stage.has_embedding) {
-    float *gb = grad_buffer(m, REMAT_LAYER_EMBEDDING, 0);
+    float *gb = grad_buffer(m, REMAT_LAYER_EMBEDDING, 0, 0);
     size_t wte = (size_t)c->padded_vocab_size * (size_t)C;
     remat__encoder_backward(gb ? gb : m->g[REMAT_P_WTE], gb ? gb + wte : m->g[REMAT_P_WPE],
                             m->dresid, (const int32_t *)(slot + m->mp.inputs_offset), m->B,

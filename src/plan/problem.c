@@ -668,9 +668,10 @@ int remat_plan_problem_from_replicas(remat_plan_problem *pb, const remat_config 
   remat_replica_bytes rb = {0};
   if (replicas > 1) {
     if ((rc = remat_replica_bytes_get(cfg, replicas, zero, &rb, err))) return rc;
+    /* its gradient buffers are communication buffers (rb.comm), not work */
     for (int k = 0; k < REMAT_LAYER_KIND_COUNT; k++) {
       mm.layer[k].state = rb.state[k];
-      mm.layer[k].grad = rb.grad[k];
+      mm.layer[k].grad = 0;
     }
     mm.head_joint_state = rb.head_joint_state;
   }
