@@ -57,13 +57,15 @@ static const char *usage_text =
     "several processes (start them with mpirun -np N; N ranks, at most 64):\n"
     "  --stages P                a pipeline of P stages, one per rank (N = P);\n"
     "                            --schedule 1f1b|gpipe, --layers N0,N1,... or --plan\n"
-    "                            FILE or --mem place the blocks; --trace FILE.json\n"
+    "                            FILE or --mem place the blocks\n"
     "  --data-parallel D         D replicas of the model, one per rank (N = D); with\n"
     "                            --grad-accum K each runs K micro-batches a step\n"
     "                            (a step of K x D); the same results as one process\n"
     "                            with --grad-accum K x D, bit for bit\n"
     "  --zero 0|1|2|3            with --data-parallel: shard AdamW's moments (1), and\n"
     "                            the gradients (2), and the parameters (3) (0)\n"
+    "  --trace FILE.json         with --stages or --data-parallel: every rank's\n"
+    "                            timeline, for Perfetto or chrome://tracing\n"
     "reporting:\n"
     "  --log FILE.jsonl          one JSON object per optimizer step\n"
     "  --peak-gflops X           peak FLOP rate for MFU (default: measure sgemm now)\n"
@@ -190,9 +192,12 @@ static int parse_args(int argc, char **argv, opts *o) {
   if ((o->ratio >= 0) + (o->ckpt_layers != NULL) + (o->mem != NULL) + (o->plan != NULL) > 1)
     return cli_fail(-1, "--ckpt-ratio, --ckpt-layers, --mem and --plan each choose the "
                         "recomputed blocks; give at most one");
-  if (o->stages == 1 && (o->layers || o->plan || o->trace))
-    return cli_fail(-1, "--layers, --plan and --trace place a pipeline: give --stages P too (and "
+  if (o->stages == 1 && (o->layers || o->plan))
+    return cli_fail(-1, "--layers and --plan place a pipeline: give --stages P too (and "
                         "start P ranks with mpirun -np P)");
+  if (o->stages == 1 && o->replicas == 1 && o->trace)
+    return cli_fail(-1, "--trace draws the timeline of several ranks: give --stages P or "
+                        "--data-parallel D too (and start that many with mpirun -np)");
   if (o->layers && o->mem)
     return cli_fail(-1, "--layers places the blocks by hand and --mem lets remat place them; "
                         "give one");
@@ -489,8 +494,9 @@ typedef struct {
   remat_pipeline *pipe;
   remat_replicas *dp;
   int ranks, rank;
-  double comm_s;      /* a replica's time in MPI calls, over the timed steps */
-  remat_comm_stats comm; /* of the last step */
+  remat_comm_stats comm; /* rank 0's, of the last step */
+  remat_comm_stats rank_comm[REMAT_MAX_STAGES]; /* every replica's, of the last step */
+  remat_comm_stats comm_sum[REMAT_MAX_STAGES];  /* and over the timed steps */
   size_t rank_planned[REMAT_MAX_STAGES], rank_measured[REMAT_MAX_STAGES];
   double wait_s;      /* this rank's waiting, over the timed steps */
   double predicted_s; /* the plan's simulated iteration time, in seconds */
@@ -510,13 +516,33 @@ static int log_step(run_state *r, const remat_step_stats *st, double tps, double
           st->recompute_seconds, tps, mfu, (long long)mp->num_recomputed, r->planned,
           r->measured, remat_rss_peak_bytes());
   if (!isnan(val_loss)) fprintf(f, ", \"val_loss\": %.6f", val_loss);
-  if (r->dp) /* rank 0's communication in this step, counted and from the shapes */
+  if (r->dp) { /* rank 0's communication in this step, counted and from the shapes */
+    const remat_comm_stats *c = &r->comm;
     fprintf(f,
-            ", \"replicas\": %d, \"zero\": %d, \"comm_s\": %.6f, \"comm_bytes\": %llu, "
-            "\"comm_bytes_theory\": %llu, \"collectives\": %llu",
-            r->ranks, r->o->zero, r->comm.seconds, (unsigned long long)r->comm.bytes_sent,
+            ", \"replicas\": %d, \"zero\": %d, \"comm_s\": %.6f, \"comm_exposed_s\": %.6f, "
+            "\"comm_overlap\": %.4f, \"layer_comm_s\": %.6f, \"layer_comm_exposed_s\": %.6f, "
+            "\"layer_comm_overlap\": %.4f, \"comm_bytes\": %llu, \"comm_bytes_theory\": %llu, "
+            "\"collectives\": %llu",
+            r->ranks, r->o->zero, c->seconds, c->exposed_seconds,
+            remat_comm_overlap(c->seconds, c->exposed_seconds), c->layer_seconds,
+            c->layer_exposed_seconds, remat_comm_overlap(c->layer_seconds, c->layer_exposed_seconds),
+            (unsigned long long)c->bytes_sent,
             (unsigned long long)remat_replicas_step_bytes(r->cfg, r->ranks, r->o->zero, r->o->K),
-            (unsigned long long)r->comm.collectives);
+            (unsigned long long)c->collectives);
+    /* every replica's: communication time, exposed, overlapped share */
+    for (int a = 0; a < 3; a++) {
+      static const char *const key[3] = {"rank_comm_s", "rank_comm_exposed_s",
+                                         "rank_comm_overlap"};
+      fprintf(f, ", \"%s\": [", key[a]);
+      for (int k = 0; k < r->ranks; k++) {
+        const remat_comm_stats *q = &r->rank_comm[k];
+        double v = a == 0 ? q->seconds : a == 1 ? q->exposed_seconds
+                                       : remat_comm_overlap(q->seconds, q->exposed_seconds);
+        fprintf(f, a == 2 ? "%s%.4f" : "%s%.6f", k ? ", " : "", v);
+      }
+      fputc(']', f);
+    }
+  }
   for (int a = 0; a < 2; a++) {
     fprintf(f, a ? ", \"rank_measured_peak_bytes\": [" : ", \"rank_planned_peak_bytes\": [");
     for (int k = 0; k < r->ranks; k++)
@@ -594,7 +620,15 @@ static int train_loop(run_state *r) {
     if (r->pipe && (st.step > 1 || o->steps == 1)) r->wait_s += remat_pipeline_wait_seconds(r->pipe);
     if (r->dp) {
       r->comm = remat_replicas_comm(r->dp);
-      if (st.step > 1 || o->steps == 1) r->comm_s += r->comm.seconds;
+      if (remat_replicas_comm_gather(r->dp, r->rank_comm, &err))
+        return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
+      for (int k = 0; r->rank == 0 && (st.step > 1 || o->steps == 1) && k < r->ranks; k++) {
+        remat_comm_stats *sum = &r->comm_sum[k], *q = &r->rank_comm[k];
+        sum->seconds += q->seconds;
+        sum->exposed_seconds += q->exposed_seconds;
+        sum->layer_seconds += q->layer_seconds;
+        sum->layer_exposed_seconds += q->layer_exposed_seconds;
+      }
     }
     if (isnan(r->first_loss)) r->first_loss = st.loss;
     r->last_loss = st.loss;
@@ -623,6 +657,28 @@ static int train_loop(run_state *r) {
   if (r->tty) fputc('\n', stderr);
   r->wall = remat_now() - t_start;
   return 0;
+}
+
+/* Rank 0's bytes, every rank's communication time over the timed steps:
+ * how much of it was exposed (spent inside MPI calls) and overlapped. */
+static void print_comm(const run_state *r, char *b, size_t n) {
+  const remat_comm_stats *c = &r->comm_sum[0];
+  double steps = r->timed_steps ? (double)r->timed_steps : 1.0;
+  printf("comm    rank 0 sent %s (%llu bytes) a step in %llu collectives; %.2f ms of "
+         "communication a step, %.2f ms exposed (%.1f%% of its step time)\n",
+         remat_format_bytes((size_t)r->comm.bytes_sent, b, n),
+         (unsigned long long)r->comm.bytes_sent, (unsigned long long)r->comm.collectives,
+         1e3 * c->seconds / steps, 1e3 * c->exposed_seconds / steps,
+         r->t_train > 0 ? 100 * c->exposed_seconds / r->t_train : 0.0);
+  printf("overlap communication overlapped with computation, rank by rank: all");
+  for (int k = 0; k < r->ranks; k++)
+    printf(" %.0f%%", 100 * remat_comm_overlap(r->comm_sum[k].seconds,
+                                                r->comm_sum[k].exposed_seconds));
+  printf("; the layers' reduce-scatters and gathers");
+  for (int k = 0; k < r->ranks; k++)
+    printf(" %.0f%%", 100 * remat_comm_overlap(r->comm_sum[k].layer_seconds,
+                                                r->comm_sum[k].layer_exposed_seconds));
+  printf("\n");
 }
 
 static void print_summary(const run_state *r) {
@@ -666,11 +722,7 @@ static void print_summary(const run_state *r) {
              step, r->predicted_s, 100 * r->predicted_bubble,
              r->t_train > 0 ? 100 * r->wait_s / r->t_train : 0.0);
     else if (r->dp)
-      printf("comm    rank 0 sent %s (%llu bytes) a step in %llu collectives; %.1f%% of its "
-             "step time in MPI calls\n",
-             remat_format_bytes((size_t)r->comm.bytes_sent, b2, sizeof b2),
-             (unsigned long long)r->comm.bytes_sent, (unsigned long long)r->comm.collectives,
-             r->t_train > 0 ? 100 * r->comm_s / r->t_train : 0.0);
+      print_comm(r, b2, sizeof b2);
   }
 }
 
@@ -1083,7 +1135,8 @@ static int train_job(opts *o, run_state *r) {
     } else if (o->replicas > 1) {
       remat_stage st = remat_stage_replica(&cfg, policy, o->replicas, r->rank, o->zero);
       if (remat_trainer_create_stage(&tr, &cfg, &st, &tok, &to, &err) ||
-          remat_replicas_create(&r->dp, r->dist, tr, &err))
+          remat_replicas_create(&r->dp, r->dist, tr, &err) ||
+          (o->trace && remat_replicas_trace_start(r->dp, o->steps, &err)))
         rc = cli_fail(CLI_EXIT_RUN, "%s", err.msg);
     } else if (remat_trainer_create(&tr, &cfg, policy, &tok, &to, &err)) {
       rc = cli_fail(CLI_EXIT_RUN, "%s", err.msg);
@@ -1170,7 +1223,8 @@ static int train_job(opts *o, run_state *r) {
     }
     printf("saved   %s\n", o->save);
   }
-  if (o->trace && remat_pipeline_trace_write(r->pipe, o->trace, &err)) {
+  if (o->trace && (r->pipe ? remat_pipeline_trace_write(r->pipe, o->trace, &err)
+                           : remat_replicas_trace_write(r->dp, o->trace, &err))) {
     rc = cli_fail(CLI_EXIT_RUN, "%s", err.msg);
     goto out;
   }

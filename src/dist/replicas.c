@@ -79,7 +79,7 @@ struct remat_replicas {
   remat_error err;
   remat_comm_stats stats;
   reduce_op red;
-  gather_op gat;
+  gather_op gat[2];
   int next_block;             /* the block gradient buffer the next block takes */
   uint8_t *slot, *prefetch;   /* (2L + 3) per params request: its slot; fetch the next now */
   int64_t micro;              /* the micro-batch running */
@@ -280,9 +280,9 @@ static int64_t request_index(int64_t L, int64_t u, int phase) {
 /* The slots of GATHER, request by request: the embedding in A, the head in
  * its own, a block in B unless the unit in use holds B, then in A. Request
  * i + 1 is gathered while request i's unit computes when its slot is not
- * in use then (request i's slot, and the embedding's beside the head). With
- * two slots for blocks, every block but the first is fetched ahead; the
- * embedding's gather waits when the unit before it sits in A. */
+ * in use then (request i's slot, and the embedding's beside the head):
+ * with two slots for blocks every block is, and the head's own unit; the
+ * embedding's is not when the unit before it sits in A. */
 static void plan_gathers(remat_replicas *rp) {
   int64_t L = rp->L, n = 2 * L + 3;
   unsigned live = 0;
@@ -290,70 +290,81 @@ static void plan_gathers(remat_replicas *rp) {
     int64_t u = request_unit(L, i);
     int sl = u == 0 ? SLOT_A : u == L + 1 ? SLOT_HEAD : (live & (1u << SLOT_B)) ? SLOT_A : SLOT_B;
     rp->slot[i] = (uint8_t)sl;
+    if (i > 0) rp->prefetch[i - 1] = !(live & (1u << sl));
     live = (1u << sl) | (i == L + 2 ? 1u << rp->slot[L + 1] : 0u);
-    if (i > 0) {
-      unsigned prev = (1u << rp->slot[i - 1]) | (i - 1 == L + 2 ? 1u << rp->slot[L + 1] : 0u);
-      rp->prefetch[i - 1] = !(prev & (1u << sl));
-    }
   }
   rp->prefetch[n - 1] = 0; /* the next micro-batch may come after an update */
 }
 
+/* Request i's gather lives in gat[i % 2]: the one in use and the next. */
 static void gather_post(remat_replicas *rp, int64_t i) {
+  gather_op *g = &rp->gat[i & 1];
   int64_t u = request_unit(rp->L, i);
   size_t s = remat_unit_shard(rp->cfg, u, rp->D);
   const float *mine = remat_model_shard(rp->m, REMAT_BUF_PARAMS, u);
   double t = remat__now();
   int mrc = MPI_Iallgather(mine, (int)s, MPI_FLOAT, rp->gather[rp->slot[i]], (int)s, MPI_FLOAT,
-                           rp->d->comm, &rp->gat.req);
+                           rp->d->comm, &g->req);
   exposed(rp, t, remat__now(), 1);
   rp->stats.bytes_sent += piece_bytes(rp, s, sizeof(float));
   rp->stats.collectives++;
   if (check(rp, mrc, "gathering parameters")) return;
-  rp->gat = (gather_op){.state = GATHER_IN_FLIGHT, .req = rp->gat.req, .index = i, .t_post = t};
+  g->state = GATHER_IN_FLIGHT;
+  g->index = i;
+  g->t_post = t;
 }
 
-static void gather_done(remat_replicas *rp, double t1) {
-  rp->gat.state = GATHER_DONE;
-  completed(rp, rp->gat.t_post, t1, 1);
-  span(rp, REMAT__EV_GATHER, REMAT__TRACK_GATHER, rp->gat.t_post, t1, rp->micro,
-       request_unit(rp->L, rp->gat.index));
+static void gather_done(remat_replicas *rp, gather_op *g, double t1) {
+  g->state = GATHER_DONE;
+  completed(rp, g->t_post, t1, 1);
+  span(rp, REMAT__EV_GATHER, REMAT__TRACK_GATHER, g->t_post, t1, rp->micro,
+       request_unit(rp->L, g->index));
 }
 
-static void gather_test(remat_replicas *rp) {
-  if (rp->gat.state != GATHER_IN_FLIGHT) return;
+static void gather_test(remat_replicas *rp, gather_op *g) {
+  if (g->state != GATHER_IN_FLIGHT) return;
   int flag = 0;
   double t = remat__now();
-  int mrc = MPI_Test(&rp->gat.req, &flag, MPI_STATUS_IGNORE);
+  int mrc = MPI_Test(&g->req, &flag, MPI_STATUS_IGNORE);
   double e = remat__now();
   exposed(rp, t, e, 1);
-  if (check(rp, mrc, "gathering parameters")) rp->gat.state = GATHER_NONE;
-  else if (flag) gather_done(rp, e);
+  if (check(rp, mrc, "gathering parameters")) g->state = GATHER_NONE;
+  else if (flag) gather_done(rp, g, e);
 }
 
-static void gather_wait(remat_replicas *rp) {
-  if (rp->gat.state != GATHER_IN_FLIGHT) return;
+static void gather_wait(remat_replicas *rp, gather_op *g) {
+  if (g->state != GATHER_IN_FLIGHT) return;
   double t = remat__now();
-  int mrc = MPI_Wait(&rp->gat.req, MPI_STATUS_IGNORE);
+  int mrc = MPI_Wait(&g->req, MPI_STATUS_IGNORE);
   double e = remat__now();
   exposed(rp, t, e, 1);
   span(rp, REMAT__EV_WAIT, REMAT__TRACK_MAIN, t, e, rp->micro, -1);
-  if (check(rp, mrc, "gathering parameters")) rp->gat.state = GATHER_NONE;
-  else gather_done(rp, e);
+  if (check(rp, mrc, "gathering parameters")) g->state = GATHER_NONE;
+  else gather_done(rp, g, e);
 }
 
-/* ZeRO 3: unit u rebuilt from every replica's shard, in its slot; the next
- * unit's gather is posted to travel while this one computes. */
+/* Request i's gather is posted unless it already was (ahead, by request
+ * i - 1), and so is the next one's when its slot is free, before waiting:
+ * so it travels while this unit computes. */
+static void gather_ensure(remat_replicas *rp, int64_t i) {
+  gather_op *g = &rp->gat[i & 1];
+  if (g->state != GATHER_NONE && g->index != i) { /* a stray one (never, in order) */
+    gather_wait(rp, g);
+    g->state = GATHER_NONE;
+  }
+  if (g->state == GATHER_NONE && !rp->rc) gather_post(rp, i);
+}
+
+/* ZeRO 3: unit u rebuilt from every replica's shard, in its slot. */
 static const float *on_params(void *ctx, int64_t u, int phase) {
   remat_replicas *rp = ctx;
   int64_t i = request_index(rp->L, u, phase);
   float *dst = rp->gather[rp->slot[i]];
   if (rp->rc) return dst; /* the step is lost; the failure is reported after it */
-  if (rp->gat.state != GATHER_NONE && rp->gat.index != i) gather_wait(rp); /* a stray one */
-  if (rp->gat.state == GATHER_NONE || rp->gat.index != i) gather_post(rp, i);
-  gather_wait(rp);
-  rp->gat.state = GATHER_NONE; /* in use until the next request */
-  if (!rp->rc && rp->prefetch[i]) gather_post(rp, i + 1);
+  gather_ensure(rp, i);
+  if (rp->prefetch[i]) gather_ensure(rp, i + 1);
+  gather_wait(rp, &rp->gat[i & 1]);
+  rp->gat[i & 1].state = GATHER_NONE; /* in use until the next request */
   return dst;
 }
 
@@ -362,7 +373,8 @@ static void on_progress(void *ctx) {
   remat_replicas *rp = ctx;
   if (rp->rc) return;
   reduce_test(rp);
-  gather_test(rp);
+  gather_test(rp, &rp->gat[0]);
+  gather_test(rp, &rp->gat[1]);
 }
 
 /* ----------------------------------------------------- between steps */

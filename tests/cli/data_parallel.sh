@@ -2,7 +2,9 @@
 # Data-parallel replicas over MPI against one process: bit-identical losses,
 # gradient norms and saved checkpoints for D in {2, 4} at ZeRO 0 to 3 with
 # dropout on (and with K micro-batches per replica, recompute, a checkpoint
-# loaded); every rank's arena planned = measured = what `remat plan` prints;
+# loaded), with each layer's reduce-scatter overlapping the next layer's
+# backward; the log's communication figures are sane and the trace shows
+# the overlap; every rank's arena planned = measured = what `remat plan` prints;
 # each rank's persistent bytes are the ZeRO table's, computed here from the
 # shapes; ZeRO 3 moves about 1.5 times the bytes of ZeRO 1 and 2; bad
 # starts fail clearly; a killed rank ends the job.
@@ -35,6 +37,18 @@ same = [(x["loss"], x["grad_norm"]) for x in a] == [(x["loss"], x["grad_norm"]) 
 mem = all(len(x["rank_planned_peak_bytes"]) == D and
           x["rank_planned_peak_bytes"] == x["rank_measured_peak_bytes"] for x in b)
 comm = all(x["comm_bytes"] == x["comm_bytes_theory"] > 0 for x in b)
+# communication time > 0, exposed within it, the overlapped share in [0, 1]
+# and 1 - exposed / time, for rank 0 and for every rank
+eps = 1e-5
+def sane(t, e, share):
+    return t > 0 and -eps <= e <= t + eps and 0 <= share <= 1 and abs(share - (1 - e / t)) < 1e-3
+for x in b:
+    comm = comm and sane(x["comm_s"], x["comm_exposed_s"], x["comm_overlap"])
+    comm = comm and sane(x["layer_comm_s"], x["layer_comm_exposed_s"], x["layer_comm_overlap"])
+    comm = comm and x["layer_comm_s"] <= x["comm_s"] + eps
+    comm = comm and len(x["rank_comm_overlap"]) == D and x["rank_comm_s"][0] == x["comm_s"]
+    comm = comm and all(sane(*v) for v in zip(x["rank_comm_s"], x["rank_comm_exposed_s"],
+                                               x["rank_comm_overlap"]))
 sys.exit(0 if same and mem and comm and len(a) == len(b) == 3 else 1)
 PY
 }
@@ -45,11 +59,45 @@ for D in 2 4; do
   for z in 0 1 2 3; do
     tag="D=$D ZeRO $z"
     mpi "$D" "$remat" train "${common[@]}" --data-parallel "$D" --zero "$z" \
-      --log dp$D$z.jsonl --save dp$D$z.bin >dp$D$z.out 2>&1
+      --log dp$D$z.jsonl --save dp$D$z.bin --trace dp$D$z.json >dp$D$z.out 2>&1
     if same_run one$D.jsonl one$D.bin dp$D$z.jsonl dp$D$z.bin "$D"; then ok "bit-identical: $tag"
     else bad "bit-identical: $tag"; tail -5 dp$D$z.out; fi
   done
 done
+
+# The traces of those runs: valid JSON, a track per rank, every kind of
+# span; per micro-batch a backward and a reduce span for each of the L + 2
+# layers, and ZeRO 3 a gather span per parameter request (2 L + 3); and on
+# some rank a layer's reduce-scatter (post to completion) overlaps another
+# layer's backward: it travels while the backward goes on.
+if python3 - <<'PY'
+import json
+L, steps = 4, 3
+ok = True
+for D in (2, 4):
+    for z in range(4):
+        ev = json.load(open("dp%d%d.json" % (D, z)))["traceEvents"]
+        X = [e for e in ev if e["ph"] == "X"]
+        kinds = {e["cat"] for e in X}
+        need = {"forward", "backward", "reduce", "wait", "update", "gather"}
+        pids = {e["pid"] for e in X}
+        per = lambda cat: [e for e in X if e["cat"] == cat and "layer" in e["args"]]
+        bwd, red, gat = per("backward"), per("reduce"), per("gather")
+        counts = (len(bwd) == len(red) == D * steps * (L + 2) and
+                  len(gat) == (D * steps * (2 * L + 3) if z == 3 else 0))
+        over = 0
+        for r in red:
+            end = r["ts"] + r["dur"]
+            over += any(b["pid"] == r["pid"] and b["args"]["layer"] != r["args"]["layer"] and
+                        b["ts"] < end and r["ts"] < b["ts"] + b["dur"] for b in bwd)
+        good = need <= kinds and pids == set(range(D)) and counts and over > 0
+        print("  D=%d ZeRO %d: %d spans; %d of %d reduce-scatters overlap another layer's "
+              "backward %s" % (D, z, len(X), over, len(red), "" if good else "BAD"))
+        ok = ok and good
+raise SystemExit(0 if ok else 1)
+PY
+then ok "traces: every span; reduce-scatters overlap the backward"
+else bad "traces"; fi
 
 # K micro-batches per replica (a step of K x D, round by round), recompute.
 "$remat" train "${common[@]}" --grad-accum 6 --ckpt-layers 0,2 --log k1.jsonl --save k1.bin >k1.out 2>&1
@@ -137,11 +185,15 @@ mpi 2 "$remat" train --config tiny --data-parallel 2 --zero 3 --steps 1000000 --
   --quiet --peak-gflops 1 >kill.out 2>&1 &
 job=$!
 sleep 3
-victim=$(pgrep -f "remat train --config tiny --data-parallel 2 --zero 3 --steps 1000000" | grep -v "^$job\$" | tail -1)
+# a rank of this job: a descendant of $job running remat (not mpirun, and
+# no other job's process that happens to match the command line)
+below() { local p; for p in $(pgrep -P "$1"); do echo "$p"; below "$p"; done; }
+victim=$(for p in $(below "$job"); do
+  [[ $(ps -o comm= -p "$p") == remat ]] && echo "$p"; done | tail -1)
 [[ -n $victim ]] && kill -9 "$victim"
 for _ in $(seq 60); do kill -0 "$job" 2>/dev/null || break; sleep 0.5; done
 if kill -0 "$job" 2>/dev/null; then
-  kill -9 "$job"
+  kill -9 $(below "$job") "$job" 2>/dev/null
   bad "a killed rank ends the job (still running after 30 s)"
 else
   wait "$job"
