@@ -28,9 +28,8 @@ typedef struct remat__event {
   double ts, dur;        /* seconds: remat__now() when added, since the start once in */
   int64_t step, micro;   /* micro: -1 for none */
   uint64_t value;        /* REMAT__EV_ARENA: live bytes (a counter, not a span) */
-  int32_t kind, track;
+  int16_t kind, track;
   int32_t layer;         /* -1 for none */
-  int32_t pad;
 } remat__event;
 
 typedef struct remat__trace {

@@ -66,7 +66,7 @@ static void record(remat_pipeline *pl, int kind, double t_start, double t_end, i
   remat__trace_add(&pl->trace,
                    (remat__event){.ts = t_start, .dur = t_end - t_start,
                                   .step = remat_model_step(pl->m), .micro = micro, .value = value,
-                                  .kind = kind,
+                                  .kind = (int16_t)kind,
                                   .track = kind == EV_RECOMPUTE ? REMAT__TRACK_RECOMPUTE
                                                                 : REMAT__TRACK_MAIN,
                                   .layer = -1});

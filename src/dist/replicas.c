@@ -113,7 +113,7 @@ static void span(remat_replicas *rp, int kind, int track, double t0, double t1, 
                  int64_t layer) {
   remat__trace_add(&rp->trace, (remat__event){.ts = t0, .dur = t1 - t0,
                                               .step = remat_model_step(rp->m), .micro = micro,
-                                              .kind = kind, .track = track,
+                                              .kind = (int16_t)kind, .track = (int16_t)track,
                                               .layer = (int32_t)layer});
 }
 
