@@ -153,8 +153,9 @@ int remat_plan_problem_from_model(remat_plan_problem *pb, const remat_config *cf
 /* The same for a data-parallel job of `replicas` copies of the whole model
  * (stages must be 1 when replicas > 1) under ZeRO stage zero: each layer's
  * state bytes are a replica's (whole or sharded, remat_replica_bytes), its
- * work bytes include its gradient buffer, and stage_bytes its communication
- * buffers; microbatches is the replica's count per step. With replicas 1
+ * work bytes are one process's, and stage_bytes holds its communication
+ * buffers, its gradient buffers among them; microbatches is the replica's
+ * count per step. With replicas 1
  * this is remat_plan_problem_from_model. */
 int remat_plan_problem_from_replicas(remat_plan_problem *pb, const remat_config *cfg, int64_t B,
                                      int64_t T, int64_t stages, int64_t microbatches,

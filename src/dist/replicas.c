@@ -17,8 +17,9 @@
  * computes into another: the embedding and the head share one, and
  * consecutive blocks take the other two in turn. Under ZeRO 3 the model
  * asks for a layer's parameters (remat_layer_ops.params), which one
- * MPI_Iallgather of the shards rebuilds in the gather buffer, posted while
- * the layer before computes when its slot is free (see plan_gathers).
+ * MPI_Iallgather of the shards rebuilds in a slot of the gather buffer; the
+ * next unit's is posted before waiting for this one, when its slot is free
+ * (see plan_gathers), so that it travels while this unit computes.
  *
  * Communication is timed per collective from its post to the return of the
  * MPI call that saw it complete (its communication time), and every MPI
