@@ -12,6 +12,10 @@
  * params) and one MPI_Allgather of the shards rebuilds the unit in the
  * gather buffer.
  *
+ * The trainer's model may be one stage of a pipeline (a P x D grid, see
+ * grid.c): then everything here runs over that stage's units
+ * (remat_stage_units) among the D replicas of the stage.
+ *
  * Every buffer is a region of the trainer's arena: the layer's gradient in
  * the workspace, the received pieces in RECV, gathered parameters in
  * GATHER, every replica's chunk sums in NORM; the workspace also packs a
@@ -29,6 +33,7 @@ struct remat_replicas {
   const remat_config *cfg;
   int64_t D, r, K, L;
   int zero;
+  int64_t *units, nu;   /* the units the model holds (remat_stage_units) */
   float *recv;          /* RECV: D pieces of a shard */
   float *gather[2];     /* GATHER (ZeRO 3): the embedding or a block; the head */
   double *norm;         /* NORM: D x chunks, every replica's chunk sums */
@@ -122,7 +127,8 @@ static const float *on_params(void *ctx, int64_t u, int phase) {
 static int allgather_units(remat_replicas *rp, int which, const char *what) {
   size_t room;
   float *pack = remat_model_workspace(rp->m, &room);
-  for (int64_t u = 0; u <= rp->L + 1 && !rp->rc; u++) {
+  for (int64_t x = 0; x < rp->nu && !rp->rc; x++) {
+    int64_t u = rp->units[x];
     size_t s = remat_unit_shard(rp->cfg, u, rp->D), first, count, run;
     REMAT_ASSERT(s * sizeof(float) <= room);
     remat_unit_owned(rp->cfg, u, rp->D, rp->r, &first, &count);
@@ -159,8 +165,9 @@ static void bind(remat_replicas *rp) {
   REMAT_ASSERT(bytes >= (size_t)rp->D * rp->chunks * sizeof(double));
   if (rp->zero == 3) {
     rp->gather[0] = remat_model_region(rp->m, REMAT_BUF_GATHER, &bytes);
-    size_t e = remat_unit_shard(rp->cfg, 0, rp->D), b = remat_unit_shard(rp->cfg, 1, rp->D);
-    rp->gather[1] = rp->gather[0] + (size_t)rp->D * (e > b ? e : b);
+    /* the head's unit at the end (remat_replica_stage_bytes_get) */
+    rp->gather[1] = rp->gather[0] + bytes / sizeof(float) -
+                    (size_t)rp->D * remat_unit_shard(rp->cfg, rp->L + 1, rp->D);
   }
 }
 
@@ -206,18 +213,16 @@ static int after_backward(void *ctx, remat_trainer *tr, remat_error *err) {
 }
 
 /* The squared norm: each replica's chunk sums of the units' shards it owns,
- * gathered; every replica adds them chunk by chunk, unit by unit, in model
- * order, as one process does. */
-static int norm_sumsq(void *ctx, remat_trainer *tr, const double *layers, int64_t n,
-                      double *total, remat_error *err) {
-  (void)tr;
-  (void)layers;
-  (void)n;
-  remat_replicas *rp = ctx;
+ * gathered; every replica adds them chunk by chunk into each unit's sum, in
+ * model order, as one process does (a lone head's tied copy is counted on
+ * the embedding). */
+static int layer_sums(remat_replicas *rp, double *layers, int64_t *n, remat_error *err) {
   const size_t Q = REMAT_SHARD_QUANTUM;
   double *mine = rp->norm + (size_t)rp->r * rp->chunks;
   size_t pos = 0;
-  for (int64_t u = 0; u <= rp->L + 1; u++) {
+  for (int64_t x = 0; x < rp->nu; x++) {
+    int64_t u = rp->units[x];
+    if (u > rp->L + 1) continue;
     size_t s = remat_unit_shard(rp->cfg, u, rp->D), first, count;
     remat_unit_owned(rp->cfg, u, rp->D, rp->r, &first, &count);
     size_t k = count ? (size_t)remat_model_grad_chunk_sums(rp->m, u, first, count, mine + pos) : 0;
@@ -229,16 +234,31 @@ static int norm_sumsq(void *ctx, remat_trainer *tr, const double *layers, int64_
                           MPI_DOUBLE, rp->d->comm);
   if (account(rp, t, mrc, piece_bytes(rp, rp->chunks, sizeof(double)), "summing the norm"))
     return failed(rp, err);
-  double sum = 0;
   pos = 0;
-  for (int64_t u = 0; u <= rp->L + 1; u++) {
+  *n = 0;
+  for (int64_t x = 0; x < rp->nu; x++) {
+    int64_t u = rp->units[x];
+    if (u > rp->L + 1) continue;
     size_t per = remat_unit_shard(rp->cfg, u, rp->D) / Q;
     size_t nch = (remat_unit_floats(rp->cfg, u) + Q - 1) / Q;
     double layer = 0.0;
     for (size_t c = 0; c < nch; c++) layer += rp->norm[(c / per) * rp->chunks + pos + c % per];
-    sum += layer;
+    layers[(*n)++] = layer;
     pos += per;
   }
+  return 0;
+}
+
+static int norm_sumsq(void *ctx, remat_trainer *tr, const double *layers, int64_t n,
+                      double *total, remat_error *err) {
+  (void)tr;
+  (void)layers;
+  (void)n;
+  double part[4096 + 2], sum = 0;
+  int64_t k;
+  int rc = layer_sums(ctx, part, &k, err);
+  if (rc) return rc;
+  for (int64_t i = 0; i < k; i++) sum += part[i];
   *total = sum;
   return 0;
 }
@@ -286,12 +306,17 @@ int remat_replicas_create(remat_replicas **out, remat_dist *d, remat_trainer *tr
   rp->L = L;
   rp->zero = st->zero;
   rp->losses = remat__calloc((size_t)(rp->D * rp->K), sizeof(float));
-  if (!rp->losses) {
+  rp->units = remat__calloc((size_t)L + 3, sizeof *rp->units);
+  if (!rp->losses || !rp->units) {
+    remat__free(rp->losses);
+    remat__free(rp->units);
     remat__free(rp);
     return remat__errorf(err, REMAT_ENOMEM, "out of memory");
   }
-  for (int64_t u = 0; u <= L + 1; u++)
-    rp->chunks += remat_unit_shard(cfg, u, rp->D) / REMAT_SHARD_QUANTUM;
+  rp->nu = remat_stage_units(cfg, st, rp->units);
+  for (int64_t x = 0; x < rp->nu; x++)
+    if (rp->units[x] <= L + 1)
+      rp->chunks += remat_unit_shard(cfg, rp->units[x], rp->D) / REMAT_SHARD_QUANTUM;
   remat_layer_ops lops = {.params = rp->zero == 3 ? on_params : NULL, .grads = on_grads,
                           .ctx = rp};
   remat_model_set_layer_ops(m, &lops);
@@ -307,6 +332,7 @@ void remat_replicas_destroy(remat_replicas *rp) {
   remat_model_set_layer_ops(rp->m, NULL);
   remat_trainer_set_ops(rp->tr, &(remat_trainer_ops){0});
   remat__free(rp->losses);
+  remat__free(rp->units);
   remat__free(rp);
 }
 
@@ -315,12 +341,13 @@ remat_comm_stats remat_replicas_comm(const remat_replicas *rp) { return rp->stat
 int remat_replicas_gather_params(remat_replicas *rp, float *full, remat_error *err) {
   const remat_config *cfg = rp->cfg;
   bind(rp);
-  if (rp->zero < 3) { /* every replica holds the whole model */
+  if (rp->zero < 3) { /* every replica holds the whole model (or stage) */
     if (rp->r == 0)
-      memcpy(full, remat_model_params(rp->m), remat_param_count(cfg) * sizeof(float));
+      remat_stage_params_to_full(cfg, remat_model_stage(rp->m), remat_model_params(rp->m), full);
     return 0;
   }
-  for (int64_t u = 0; u <= rp->L + 1; u++) {
+  for (int64_t x = 0; x < rp->nu; x++) {
+    int64_t u = rp->units[x];
     size_t s = remat_unit_shard(cfg, u, rp->D);
     int mrc = MPI_Gather(remat_model_shard(rp->m, REMAT_BUF_PARAMS, u), (int)s, MPI_FLOAT,
                          rp->recv, (int)s, MPI_FLOAT, 0, rp->d->comm);
@@ -350,4 +377,25 @@ uint64_t remat_replicas_step_bytes(const remat_config *cfg, int64_t D, int zero,
   for (int64_t u = 0; u <= L + 1; u++) chunks += remat_unit_shard(cfg, u, D) / REMAT_SHARD_QUANTUM;
   total += d1 * chunks * sizeof(double) + d1 * (uint64_t)K * f; /* norm, losses */
   return total;
+}
+
+/* ---------------------------------------------------------- the grid */
+
+void remat__replicas_begin_step(remat_replicas *rp) {
+  memset(&rp->stats, 0, sizeof rp->stats);
+  bind(rp);
+}
+
+int remat__replicas_after_backward(remat_replicas *rp, remat_trainer *tr, remat_error *err) {
+  return after_backward(rp, tr, err);
+}
+
+int remat__replicas_layer_sums(remat_replicas *rp, double *layers, int64_t *n,
+                               remat_error *err) {
+  return layer_sums(rp, layers, n, err);
+}
+
+int remat__replicas_update(remat_replicas *rp, remat_trainer *tr, float lr, float norm,
+                           remat_error *err) {
+  return update(rp, tr, lr, norm, err);
 }
