@@ -579,7 +579,7 @@ static int write_checkpoint(const opts *o, run_state *r, const remat_config *cfg
 static int train_loop(run_state *r) {
   const opts *o = r->o;
   remat_error err;
-  double tokens_per_step = (double)(o->B * o->T * o->K);
+  double tokens_per_step = (double)(o->B * o->T * o->K * o->replicas);
   r->first_loss = r->last_loss = r->last_val = NAN;
   r->start_step = r->steps_done = remat_trainer_steps_done(r->tr);
   double t_start = remat_now();
@@ -638,7 +638,7 @@ static int train_loop(run_state *r) {
 static void print_summary(const run_state *r) {
   const opts *o = r->o;
   char b1[32];
-  double tokens_per_step = (double)(o->B * o->T * o->K);
+  double tokens_per_step = (double)(o->B * o->T * o->K * o->replicas);
   int64_t ran = r->steps_done - r->start_step;
   if (interrupted) printf("interrupted after step %lld\n", (long long)r->steps_done);
   if (ran == 0) return;
