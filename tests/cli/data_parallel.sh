@@ -178,10 +178,30 @@ for c in "0 1f1b 2,2 -" "1 gpipe 1,3 0,2" "2 1f1b 3,1 1" "3 gpipe 2,2 0,3"; do
   tag="grid 2 x 2 ZeRO $z $sched layers $layers recompute $ck"
   args=("${common[@]}" "${grid[@]}" --zero "$z" --schedule "$sched" --layers "$layers" "${ckpt[@]}")
   mpi 4 "$remat" train "${args[@]}" --plan-only >gpo$z.out 2>&1
-  mpi 4 "$remat" train "${args[@]}" --log g$z.jsonl --save g$z.bin >g$z.out 2>&1
+  mpi 4 "$remat" train "${args[@]}" --log g$z.jsonl --save g$z.bin --trace gt$z.json >g$z.out 2>&1
   if grid_same g$z.jsonl g$z.bin gpo$z.out; then ok "bit-identical, planned = measured per rank: $tag"
   else bad "$tag"; tail -5 g$z.out; fi
 done
+# The trace has one track per rank; replica r's forwards are micro-batches r, r + 2.
+if python3 - <<'PY'
+import json
+ev = json.load(open("gt3.json"))["traceEvents"]
+names = [e["args"]["name"] for e in ev if e.get("name") == "process_name"]
+fwd = sorted({(e["pid"], e["args"]["micro"]) for e in ev if e.get("cat") == "forward"})
+want = [(p, m) for p in range(4) for m in ((0, 2) if p % 2 == 0 else (1, 3))]
+ok = names == ["rank %d: stage %d, replica %d" % (k, k // 2, k % 2) for k in range(4)] and fwd == want
+raise SystemExit(0 if ok else 1)
+PY
+then ok "grid trace: a track per rank, replica r runs micro-batches r, r + 2"; else bad "grid trace"; fi
+# A grid resumes: 6 steps = 3, then a resume for 3, byte for byte.
+R=("${shape[@]}" --steps 6 --dropout 0.1 --warmup 2 --cosine --threads 1 --quiet --peak-gflops 10
+   "${grid[@]}" --zero 2)
+rm -rf gck
+mpi 4 "$remat" train "${R[@]}" --checkpoint-dir gck --checkpoint-every 3 --save gfull.bin >/dev/null 2>&1
+mpi 4 "$remat" train "${R[@]}" --resume gck/step_00000003 --save ghalf.bin >/dev/null 2>&1
+if [[ -f gck/step_00000003/state_rank_3.bin ]] && cmp -s gfull.bin ghalf.bin; then
+  ok "grid ZeRO 2: 6 steps = 3 + resume for 3, same bytes"
+else bad "grid resume"; fi
 # remat plan places a grid's stages with a replica's bytes, as --mem does in
 # remat train; its stage figure counts the whole model's communication
 # buffers, so it bounds each rank's arena.
