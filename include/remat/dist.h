@@ -15,6 +15,11 @@
  *   remat_pipeline *pl;  remat_pipeline_create(&pl, d, tr, &split, &err);
  *   ... remat_trainer_step(tr, ...) as in one process
  *   remat_pipeline_destroy(pl);  remat_dist_finalize(d);
+ *
+ * A grid of P x D ranks: remat_dist_grid(d, P, D, &err); the trainer of
+ * stage remat_dist_stage(d) as replica remat_dist_replica(d) (its
+ * remat_stage with replicas = D), then remat_grid_create(&g, d, tr, &split,
+ * &err) instead of the pipeline.
  */
 #ifndef REMAT_DIST_H
 #define REMAT_DIST_H
