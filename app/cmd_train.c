@@ -1176,7 +1176,8 @@ static int train_job(opts *o, run_state *r) {
   /* --mem's search saw a one-process trainer; a replica's runtime holds a
    * few bytes more outside the arena */
   size_t budget;
-  if (r->dp && o->mem && !remat_parse_size(o->mem, &budget, &err) && r->planned > budget) {
+  if (r->dp && !r->grid && o->mem && !remat_parse_size(o->mem, &budget, &err) &&
+      r->planned > budget) {
     char b1[32], b2[32];
     rc = cli_fail(CLI_EXIT_RUN, "--mem %s does not fit a replica: it needs %s (%zu bytes); raise "
                   "--mem", remat_format_bytes(budget, b1, sizeof b1),

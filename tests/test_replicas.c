@@ -5,7 +5,9 @@
  * memory model's exact terms (whole layers aligned, shards padded to the
  * quantum); its communication buffers are what the model says; and the
  * planner's figure for a replica (remat_plan_problem_from_replicas) is the
- * engine's arena, byte for byte. */
+ * engine's arena, byte for byte; on a P x D grid the stages' units cover the
+ * model and the planner's figure is the engine's with the whole model's
+ * communication buffers, which bound every stage's. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -132,8 +134,58 @@ static void planner(const remat_config *cfg, int64_t B, int64_t T, int64_t D, in
     remat_plan_free(&plan);
   }
   remat_plan_problem_free(&pb);
-  /* a grid of stages and replicas is refused */
-  CHECK(remat_plan_problem_from_replicas(&pb, cfg, B, T, 2, 2, D, z, 1, &err) == REMAT_EINVAL);
+}
+
+/* A P x D grid's stages: their units cover the model once (the last stage's
+ * tied copy besides); each stage's arena is the planner's figure with the
+ * whole model's communication buffers in place of the stage's, which they
+ * bound. */
+static void grid(const remat_config *cfg, int64_t B, int64_t T, int64_t D, int z, int *cases) {
+  int64_t L = cfg->num_layers;
+  remat_error err;
+  remat_replica_bytes whole, again;
+  remat_stage all = remat_stage_replica(cfg, NULL, D, 0, z);
+  CHECK(remat_replica_bytes_get(cfg, D, z, &whole, &err) == 0);
+  CHECK(remat_replica_stage_bytes_get(cfg, &all, &again, &err) == 0);
+  CHECK(memcmp(&whole, &again, sizeof whole) == 0);
+  for (int64_t P = 2; P <= 3 && P <= L; P++) {
+    remat_plan_problem pb;
+    int rc = remat_plan_problem_from_replicas(&pb, cfg, B, T, P, 2, D, z, (size_t)1 << 50, &err);
+    CHECK(rc == 0);
+    if (rc) continue;
+    /* the embedding alone on stage 0, the blocks spread, the head with the last */
+    int64_t layers[3] = {1, P == 2 ? L + 1 : L / 2, L - L / 2 + 1};
+    uint8_t rec[4096 + 2] = {0}, pol[4096];
+    for (int64_t l = 1; l <= L; l += 2) rec[l] = 1;
+    remat_plan plan;
+    CHECK(remat_plan_evaluate(&pb, layers, rec, &plan, &err) == 0);
+    int seen[4096 + 3] = {0};
+    int64_t first = 0;
+    for (int64_t s = 0; s < P; s++) {
+      int64_t lo = first, hi = first + layers[s], b0 = lo < 1 ? 1 : lo, b1 = hi > L + 1 ? L + 1 : hi;
+      first = hi;
+      remat_stage st = {.first_block = b0 - 1, .num_blocks = b1 > b0 ? b1 - b0 : 0,
+                        .policy = pol, .inflight = 2 < P - s ? 2 : P - s,
+                        .has_embedding = s == 0, .has_head = s == P - 1, .accumulate = 1,
+                        .replicas = D, .replica = D - 1, .zero = z};
+      for (int64_t i = 0; i < st.num_blocks; i++) pol[i] = rec[st.first_block + i + 1];
+      int64_t units[4096 + 3], n = remat_stage_units(cfg, &st, units);
+      for (int64_t i = 0; i < n; i++) seen[units[i]]++;
+      remat_memplan mp;
+      CHECK(remat_memplan_build_stage(&mp, cfg, B, T, &st, &err) == 0);
+      CHECK(mp.bytes.comm <= whole.comm && mp.peak_bytes == mp.bytes.total);
+      if (plan.stages[s].memory_bytes != mp.peak_bytes - mp.bytes.comm + whole.comm)
+        printf("P=%lld D=%lld ZeRO %d stage %lld: planner %zu, engine %zu (comm %zu, whole %zu)\n",
+               (long long)P, (long long)D, z, (long long)s, plan.stages[s].memory_bytes,
+               mp.peak_bytes, mp.bytes.comm, whole.comm);
+      CHECK(plan.stages[s].memory_bytes == mp.peak_bytes - mp.bytes.comm + whole.comm);
+      remat_memplan_free(&mp);
+      (*cases)++;
+    }
+    for (int64_t u = 0; u <= L + 2; u++) CHECK(seen[u] == 1);
+    remat_plan_free(&plan);
+    remat_plan_problem_free(&pb);
+  }
 }
 
 int main(void) {
@@ -151,6 +203,7 @@ int main(void) {
         regions(&cfg, 2, 16, D, z, NULL);
         regions(&cfg, 2, 16, D, z, pol);
         planner(&cfg, 2, 16, D, z, &cases);
+        grid(&cfg, 2, 16, D, z, &cases);
       }
   }
   /* gpt2-124m on 4 replicas: the table's ratios, padding aside */

@@ -171,12 +171,17 @@ static void bind(remat_replicas *rp) {
   }
 }
 
+/* What a step needs before its first micro-batch (a grid's too). */
+static void begin_step(remat_replicas *rp) {
+  memset(&rp->stats, 0, sizeof rp->stats);
+  bind(rp);
+}
+
 static int run_rounds(void *ctx, remat_trainer *tr, double *loss_sum, remat_error *err) {
   remat_replicas *rp = ctx;
   remat_model *m = rp->m;
   const remat_train_opts *o = remat_trainer_opts(tr);
-  memset(&rp->stats, 0, sizeof rp->stats);
-  bind(rp);
+  begin_step(rp);
   int rc;
   for (int64_t j = 0; j < rp->K; j++) {
     /* every replica draws every micro-batch of the round, keeps its own */
@@ -381,10 +386,7 @@ uint64_t remat_replicas_step_bytes(const remat_config *cfg, int64_t D, int zero,
 
 /* ---------------------------------------------------------- the grid */
 
-void remat__replicas_begin_step(remat_replicas *rp) {
-  memset(&rp->stats, 0, sizeof rp->stats);
-  bind(rp);
-}
+void remat__replicas_begin_step(remat_replicas *rp) { begin_step(rp); }
 
 int remat__replicas_after_backward(remat_replicas *rp, remat_trainer *tr, remat_error *err) {
   return after_backward(rp, tr, err);
