@@ -64,6 +64,10 @@ static const char *usage_text =
     "                            with --grad-accum K x D, bit for bit\n"
     "  --zero 0|1|2|3            with --data-parallel: shard AdamW's moments (1), and\n"
     "                            the gradients (2), and the parameters (3) (0)\n"
+    "  --stages P --data-parallel D  a grid of P x D ranks (N = P x D): D pipelines\n"
+    "                            of P stages, each stage's D copies replicas; with\n"
+    "                            --grad-accum M each pipeline runs M a step; the same\n"
+    "                            results as one process with --grad-accum M x D\n"
     "  --trace FILE.json         with --stages or --data-parallel: every rank's\n"
     "                            timeline, for Perfetto or chrome://tracing\n"
     "reporting:\n"
@@ -203,11 +207,10 @@ static int parse_args(int argc, char **argv, opts *o) {
                         "give one");
   if (o->stages > 1 && o->eval_every > 0)
     return cli_fail(-1, "--eval-every runs on one process only; drop it with --stages");
-  if (o->stages > 1 && o->replicas > 1)
-    return cli_fail(-1, "--stages %lld with --data-parallel %lld would need a grid of %lld x %lld "
-                    "ranks, which remat does not build: give one of them",
-                    (long long)o->stages, (long long)o->replicas, (long long)o->stages,
-                    (long long)o->replicas);
+  if (o->stages * o->replicas > REMAT_MAX_STAGES)
+    return cli_fail(-1, "--stages %lld x --data-parallel %lld is %lld ranks; remat runs at most %d",
+                    (long long)o->stages, (long long)o->replicas,
+                    (long long)(o->stages * o->replicas), REMAT_MAX_STAGES);
   if (o->replicas == 1 && o->zero)
     return cli_fail(-1, "--zero %d shards across replicas: give --data-parallel D too (and start "
                     "D ranks with mpirun -np D)", o->zero);
@@ -493,6 +496,7 @@ typedef struct {
   remat_dist *dist;
   remat_pipeline *pipe;
   remat_replicas *dp;
+  remat_grid *grid; /* a grid: pipe and dp are its parts */
   int ranks, rank;
   remat_comm_stats comm; /* rank 0's, of the last step */
   remat_comm_stats rank_comm[REMAT_MAX_STAGES]; /* every replica's, of the last step */
@@ -516,7 +520,7 @@ static int log_step(run_state *r, const remat_step_stats *st, double tps, double
           st->recompute_seconds, tps, mfu, (long long)mp->num_recomputed, r->planned,
           r->measured, remat_rss_peak_bytes());
   if (!isnan(val_loss)) fprintf(f, ", \"val_loss\": %.6f", val_loss);
-  if (r->dp) { /* rank 0's communication in this step, counted and from the shapes */
+  if (r->dp && !r->grid) { /* rank 0's communication in this step, counted and from the shapes */
     const remat_comm_stats *c = &r->comm;
     fprintf(f,
             ", \"replicas\": %d, \"zero\": %d, \"comm_s\": %.6f, \"comm_exposed_s\": %.6f, "
@@ -542,6 +546,18 @@ static int log_step(run_state *r, const remat_step_stats *st, double tps, double
       }
       fputc(']', f);
     }
+  } else if (r->grid) { /* rank 0's reductions among its stage's replicas */
+    const remat_comm_stats *c = &r->comm;
+    fprintf(f,
+            ", \"stages\": %lld, \"replicas\": %lld, \"zero\": %d, \"comm_s\": %.6f, "
+            "\"comm_exposed_s\": %.6f, \"comm_overlap\": %.4f, \"layer_comm_s\": %.6f, "
+            "\"layer_comm_exposed_s\": %.6f, \"layer_comm_overlap\": %.4f, \"comm_bytes\": %llu, "
+            "\"collectives\": %llu",
+            (long long)r->o->stages, (long long)r->o->replicas, r->o->zero, c->seconds,
+            c->exposed_seconds, remat_comm_overlap(c->seconds, c->exposed_seconds),
+            c->layer_seconds, c->layer_exposed_seconds,
+            remat_comm_overlap(c->layer_seconds, c->layer_exposed_seconds),
+            (unsigned long long)c->bytes_sent, (unsigned long long)c->collectives);
   }
   for (int a = 0; a < 2; a++) {
     fprintf(f, a ? ", \"rank_measured_peak_bytes\": [" : ", \"rank_planned_peak_bytes\": [");
@@ -595,7 +611,7 @@ static int write_checkpoint(const opts *o, run_state *r, const remat_config *cfg
 static int train_loop(run_state *r) {
   const opts *o = r->o;
   remat_error err;
-  double tokens_per_step = (double)(o->B * o->T * o->K);
+  double tokens_per_step = (double)(o->B * o->T * o->K * o->replicas);
   r->first_loss = r->last_loss = r->last_val = NAN;
   r->start_step = r->steps_done = remat_trainer_steps_done(r->tr);
   double t_start = remat_now();
@@ -622,7 +638,7 @@ static int train_loop(run_state *r) {
       r->comm = remat_replicas_comm(r->dp);
       if (remat_replicas_comm_gather(r->dp, r->rank_comm, &err))
         return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
-      for (int k = 0; r->rank == 0 && (st.step > 1 || o->steps == 1) && k < r->ranks; k++) {
+      for (int k = 0; r->rank == 0 && (st.step > 1 || o->steps == 1) && k < o->replicas; k++) {
         remat_comm_stats *sum = &r->comm_sum[k], *q = &r->rank_comm[k];
         sum->seconds += q->seconds;
         sum->exposed_seconds += q->exposed_seconds;
@@ -659,8 +675,9 @@ static int train_loop(run_state *r) {
   return 0;
 }
 
-/* Rank 0's bytes, every rank's communication time over the timed steps:
- * how much of it was exposed (spent inside MPI calls) and overlapped. */
+/* Rank 0's bytes, every replica's communication time over the timed steps
+ * (on a grid, stage 0's): how much of it was exposed (spent inside MPI
+ * calls) and overlapped. */
 static void print_comm(const run_state *r, char *b, size_t n) {
   const remat_comm_stats *c = &r->comm_sum[0];
   double steps = r->timed_steps ? (double)r->timed_steps : 1.0;
@@ -670,12 +687,13 @@ static void print_comm(const run_state *r, char *b, size_t n) {
          (unsigned long long)r->comm.bytes_sent, (unsigned long long)r->comm.collectives,
          1e3 * c->seconds / steps, 1e3 * c->exposed_seconds / steps,
          r->t_train > 0 ? 100 * c->exposed_seconds / r->t_train : 0.0);
-  printf("overlap communication overlapped with computation, rank by rank: all");
-  for (int k = 0; k < r->ranks; k++)
+  printf("overlap communication overlapped with computation, %s: all",
+         r->grid ? "stage 0's replicas" : "rank by rank");
+  for (int k = 0; k < r->o->replicas; k++)
     printf(" %.0f%%", 100 * remat_comm_overlap(r->comm_sum[k].seconds,
                                                 r->comm_sum[k].exposed_seconds));
   printf("; the layers' reduce-scatters and gathers");
-  for (int k = 0; k < r->ranks; k++)
+  for (int k = 0; k < r->o->replicas; k++)
     printf(" %.0f%%", 100 * remat_comm_overlap(r->comm_sum[k].layer_seconds,
                                                 r->comm_sum[k].layer_exposed_seconds));
   printf("\n");
@@ -684,7 +702,7 @@ static void print_comm(const run_state *r, char *b, size_t n) {
 static void print_summary(const run_state *r) {
   const opts *o = r->o;
   char b1[32];
-  double tokens_per_step = (double)(o->B * o->T * o->K);
+  double tokens_per_step = (double)(o->B * o->T * o->K * o->replicas);
   int64_t ran = r->steps_done - r->start_step;
   if (interrupted) printf("interrupted after step %lld\n", (long long)r->steps_done);
   if (ran == 0) return;
@@ -721,8 +739,7 @@ static void print_summary(const run_state *r) {
              "simulation (bubble %.1f%%); rank 0 waited %.1f%% of its steps\n",
              step, r->predicted_s, 100 * r->predicted_bubble,
              r->t_train > 0 ? 100 * r->wait_s / r->t_train : 0.0);
-    else if (r->dp)
-      print_comm(r, b2, sizeof b2);
+    if (r->dp) print_comm(r, b2, sizeof b2);
   }
 }
 
@@ -825,7 +842,8 @@ static int place_pipeline(const opts *o, const remat_config *cfg, const uint8_t 
   if (P > L + 2)
     return cli_fail(CLI_EXIT_USAGE, "--stages %lld is more stages than the model has layers "
                     "(%lld blocks, the embedding and the head)", (long long)P, (long long)L);
-  if (remat_plan_problem_from_model(&pl->pb, cfg, o->B, o->T, P, o->K, (size_t)1 << 60, &err))
+  if (remat_plan_problem_from_replicas(&pl->pb, cfg, o->B, o->T, P, o->K, o->replicas, o->zero,
+                                       (size_t)1 << 60, &err))
     return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
   pl->have_pb = 1;
   pl->pb.schedule = o->schedule;
@@ -903,23 +921,76 @@ static int place_pipeline(const opts *o, const remat_config *cfg, const uint8_t 
   return 0;
 }
 
+/* Stage s of the placement, as replica r when the job is a grid; pol
+ * (room for its blocks) receives its policy. */
+static remat_stage grid_stage(const opts *o, const placement *pl, int64_t s, int64_t r,
+                              uint8_t *pol) {
+  for (int64_t i = 0; i < pl->split.num_blocks[s]; i++)
+    pol[i] = pl->recompute[pl->split.first_block[s] + i + 1] ? REMAT_RECOMPUTE : REMAT_KEEP;
+  remat_stage st = remat_split_stage(&pl->split, s, pol);
+  if (o->replicas > 1) {
+    st.replicas = o->replicas;
+    st.replica = r;
+    st.zero = o->zero;
+    st.accumulate = 1;
+  }
+  return st;
+}
+
+/* Each rank's arena on a grid (world rank s D + r), from the memory model. */
+static void print_grid(const remat_config *cfg, const placement *pl, const opts *o) {
+  remat_error err;
+  char b[8][32];
+  int64_t D = o->replicas;
+  for (int64_t k = 0; k < pl->split.stages * D; k++) {
+    uint8_t pol[4096];
+    remat_stage st = grid_stage(o, pl, k / D, k % D, pol);
+    remat_memplan mp;
+    if (remat_memplan_build_stage(&mp, cfg, o->B, o->T, &st, &err)) continue;
+    const remat_membuf *m = mp.buf;
+    printf("rank %lld stage %lld replica %lld arena %s (%zu bytes) = state %s (parameters %s, "
+           "gradients %s, AdamW %s) + %lld in flight x %s + workspace %s + communication %s; "
+           "blocks %lld..%lld%s%s\n",
+           (long long)k, (long long)(k / D), (long long)(k % D),
+           remat_format_bytes(mp.peak_bytes, b[0], sizeof b[0]), mp.peak_bytes,
+           remat_format_bytes(mp.persistent_bytes, b[1], sizeof b[1]),
+           remat_format_bytes(m[REMAT_BUF_PARAMS].bytes, b[2], sizeof b[2]),
+           remat_format_bytes(m[REMAT_BUF_GRADS].bytes + m[REMAT_BUF_TIED_GRAD].bytes, b[3],
+                              sizeof b[3]),
+           remat_format_bytes(m[REMAT_BUF_ADAM_M].bytes + m[REMAT_BUF_ADAM_V].bytes, b[4],
+                              sizeof b[4]),
+           (long long)st.inflight, remat_format_bytes(mp.slot_bytes, b[5], sizeof b[5]),
+           remat_format_bytes(mp.bytes.workspace, b[6], sizeof b[6]),
+           remat_format_bytes(mp.bytes.comm, b[7], sizeof b[7]), (long long)st.first_block,
+           (long long)(st.first_block + st.num_blocks - 1), st.has_embedding ? ", embedding" : "",
+           st.has_head ? ", head" : "");
+    remat_memplan_free(&mp);
+  }
+}
+
 static void print_pipeline(const remat_config *cfg, const placement *pl, const char *source,
                            const remat_tokens *tok, const opts *o) {
   remat_error err;
   char *text = NULL;
   print_model(cfg);
-  printf("data    %s: %lld tokens; batch %lld x %lld, %lld micro-batches per step\n", source,
+  printf("data    %s: %lld tokens; batch %lld x %lld, %lld micro-batches per step", source,
          (long long)tok->n, (long long)o->B, (long long)o->T, (long long)o->K);
+  if (o->replicas > 1)
+    printf(" per pipeline: %lld micro-batches a step on %lld pipelines",
+           (long long)(o->K * o->replicas), (long long)o->replicas);
+  printf("\n");
   if (remat_plan_format(&pl->pb, &pl->plan, REMAT_PLAN_FORMAT_TABLE, &text, &err) == 0) {
     fputs(text, stdout);
     remat_plan_text_free(text);
   }
+  if (o->replicas > 1) {
+    print_grid(cfg, pl, o);
+    return;
+  }
   /* each stage's arena, from the same memory model the table used */
   for (int64_t s = 0; s < pl->split.stages; s++) {
     uint8_t pol[4096];
-    for (int64_t i = 0; i < pl->split.num_blocks[s]; i++)
-      pol[i] = pl->recompute[pl->split.first_block[s] + i + 1] ? REMAT_RECOMPUTE : REMAT_KEEP;
-    remat_stage st = remat_split_stage(&pl->split, s, pol);
+    remat_stage st = grid_stage(o, pl, s, 0, pol);
     remat_memplan mp;
     char b1[32], b2[32], b3[32], b4[32];
     if (remat_memplan_build_stage(&mp, cfg, o->B, o->T, &st, &err)) continue;
@@ -976,8 +1047,9 @@ static int save_weights(const char *path, const remat_config *cfg, run_state *r,
     snprintf(err->msg, sizeof err->msg, "out of memory gathering the model to save it");
     return REMAT_ENOMEM;
   }
-  int rc = r->pipe ? remat_pipeline_gather_params(r->pipe, full, err)
-                   : remat_replicas_gather_params(r->dp, full, err);
+  int rc = r->grid   ? remat_grid_gather_params(r->grid, full, err)
+           : r->pipe ? remat_pipeline_gather_params(r->pipe, full, err)
+                     : remat_replicas_gather_params(r->dp, full, err);
   if (!rc && r->rank == 0) rc = remat_checkpoint_save(path, cfg, full, err);
   free(full);
   return rc;
@@ -1123,11 +1195,21 @@ static int train_job(opts *o, run_state *r) {
 
   /* The plan: every buffer of a step, before anything large is allocated. */
   if (!rc) {
-    if (o->stages > 1) {
+    if (o->stages > 1 && o->replicas > 1) { /* world rank s D + r: stage s, replica r */
+      remat_stage st = grid_stage(o, &pl, remat_dist_stage(r->dist), remat_dist_replica(r->dist),
+                                  policy);
+      if (remat_trainer_create_stage(&tr, &cfg, &st, &tok, &to, &err) ||
+          remat_grid_create(&r->grid, r->dist, tr, &pl.split, &err))
+        rc = cli_fail(CLI_EXIT_RUN, "%s", err.msg);
+      if (!rc) {
+        r->pipe = remat_grid_pipeline(r->grid);
+        r->dp = remat_grid_replicas(r->grid);
+        if (o->trace && remat_pipeline_trace_start(r->pipe, o->steps, &err))
+          rc = cli_fail(CLI_EXIT_RUN, "%s", err.msg);
+      }
+    } else if (o->stages > 1) {
       int64_t s = r->rank;
-      for (int64_t i = 0; i < pl.split.num_blocks[s]; i++)
-        policy[i] = pl.recompute[pl.split.first_block[s] + i + 1] ? REMAT_RECOMPUTE : REMAT_KEEP;
-      remat_stage st = remat_split_stage(&pl.split, s, policy);
+      remat_stage st = grid_stage(o, &pl, s, 0, policy);
       if (remat_trainer_create_stage(&tr, &cfg, &st, &tok, &to, &err) ||
           remat_pipeline_create(&r->pipe, r->dist, tr, &pl.split, &err) ||
           (o->trace && remat_pipeline_trace_start(r->pipe, o->steps, &err)))
@@ -1154,7 +1236,8 @@ static int train_job(opts *o, run_state *r) {
   /* --mem's search saw a one-process trainer; a replica's runtime holds a
    * few bytes more outside the arena */
   size_t budget;
-  if (r->dp && o->mem && !remat_parse_size(o->mem, &budget, &err) && r->planned > budget) {
+  if (r->dp && !r->grid && o->mem && !remat_parse_size(o->mem, &budget, &err) &&
+      r->planned > budget) {
     char b1[32], b2[32];
     rc = cli_fail(CLI_EXIT_RUN, "--mem %s does not fit a replica: it needs %s (%zu bytes); raise "
                   "--mem", remat_format_bytes(budget, b1, sizeof b1),
@@ -1165,7 +1248,7 @@ static int train_job(opts *o, run_state *r) {
     print_pipeline(&cfg, &pl, source, &tok, o);
   else
     print_plan(&cfg, remat_trainer_memplan(tr), r->planned, source, &tok, o);
-  if (o->replicas > 1) print_replicas(&cfg, remat_trainer_memplan(tr), o);
+  if (o->replicas > 1 && o->stages == 1) print_replicas(&cfg, remat_trainer_memplan(tr), o);
   if (cli_stdout_ok()) {
     rc = CLI_EXIT_RUN;
     goto out;
@@ -1240,8 +1323,12 @@ static int train_job(opts *o, run_state *r) {
   rc = cli_stdout_ok() ? CLI_EXIT_RUN : interrupted ? 130 : 0;
 out:
   if (r->logf) fclose(r->logf);
-  remat_pipeline_destroy(r->pipe);
-  remat_replicas_destroy(r->dp);
+  if (r->grid) {
+    remat_grid_destroy(r->grid);
+  } else {
+    remat_pipeline_destroy(r->pipe);
+    remat_replicas_destroy(r->dp);
+  }
   remat_trainer_destroy(tr);
   placement_free(&pl);
   remat_checkpoint_close(&rd);
@@ -1270,7 +1357,14 @@ int remat_cmd_train(int argc, char **argv) {
       cli_silent = 1;
     }
     rc = 0;
-    if (o.replicas > 1 && r.ranks != o.replicas)
+    if (o.replicas > 1 && o.stages > 1 && r.ranks != o.replicas * o.stages)
+      rc = cli_fail(CLI_EXIT_USAGE, "started on %d ranks but --stages %lld x --data-parallel %lld "
+                    "is a grid of %lld ranks: start exactly P x D ranks, mpirun -np %lld remat "
+                    "train --stages %lld --data-parallel %lld ...", r.ranks, (long long)o.stages,
+                    (long long)o.replicas, (long long)(o.stages * o.replicas),
+                    (long long)(o.stages * o.replicas), (long long)o.stages,
+                    (long long)o.replicas);
+    else if (o.replicas > 1 && o.stages == 1 && r.ranks != o.replicas)
       rc = cli_fail(CLI_EXIT_USAGE, "started on %d ranks but --data-parallel is %lld: start "
                     "exactly D ranks, mpirun -np D remat train --data-parallel D ...", r.ranks,
                     (long long)o.replicas);
@@ -1282,6 +1376,9 @@ int remat_cmd_train(int argc, char **argv) {
     if (!rc && remat_dist_all_same(r.dist, &h, sizeof h, &same, &diff, &err) == 0 && !same)
       rc = cli_fail(CLI_EXIT_USAGE, "rank %d was started with other flags than rank 0; every rank "
                     "must run the same command", diff);
+    /* one layout for every job: P x D (a pipeline P x 1, replicas 1 x D) */
+    if (!rc && remat_dist_grid(r.dist, o.stages, o.replicas, &err))
+      rc = cli_fail(CLI_EXIT_RUN, "%s", err.msg);
     if (rc) {
       remat_dist_finalize(r.dist, 0);
       return rc;

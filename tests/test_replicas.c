@@ -7,7 +7,9 @@
  * for the blocks so that one layer's can be in flight while the next is
  * computed) are what the model says; and the
  * planner's figure for a replica (remat_plan_problem_from_replicas) is the
- * engine's arena, byte for byte. */
+ * engine's arena, byte for byte; on a P x D grid the stages' units cover the
+ * model and the planner's figure is the engine's with the whole model's
+ * communication buffers, which bound every stage's. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -148,8 +150,67 @@ static void planner(const remat_config *cfg, int64_t B, int64_t T, int64_t D, in
     remat_plan_free(&plan);
   }
   remat_plan_problem_free(&pb);
-  /* a grid of stages and replicas is refused */
-  CHECK(remat_plan_problem_from_replicas(&pb, cfg, B, T, 2, 2, D, z, 1, &err) == REMAT_EINVAL);
+}
+
+/* A P x D grid's stages: their units cover the model once (the last stage's
+ * tied copy besides); each stage's arena is the planner's figure with the
+ * whole model's communication buffers in place of the stage's, which they
+ * bound. */
+static void grid(const remat_config *cfg, int64_t B, int64_t T, int64_t D, int z, int *cases) {
+  int64_t L = cfg->num_layers;
+  remat_error err;
+  remat_replica_bytes whole, again;
+  remat_stage all = remat_stage_replica(cfg, NULL, D, 0, z);
+  CHECK(remat_replica_bytes_get(cfg, D, z, &whole, &err) == 0);
+  CHECK(remat_replica_stage_bytes_get(cfg, &all, &again, &err) == 0);
+  CHECK(memcmp(&whole, &again, sizeof whole) == 0);
+  for (int64_t P = 2; P <= 3 && P <= L; P++) {
+    remat_plan_problem pb;
+    int rc = remat_plan_problem_from_replicas(&pb, cfg, B, T, P, 2, D, z, (size_t)1 << 50, &err);
+    CHECK(rc == 0);
+    if (rc) continue;
+    /* the embedding alone on stage 0, the blocks spread, the head with the last */
+    int64_t layers[3] = {1, P == 2 ? L + 1 : L / 2, L - L / 2 + 1};
+    uint8_t rec[4096 + 2] = {0}, pol[4096];
+    for (int64_t l = 1; l <= L; l += 2) rec[l] = 1;
+    remat_plan plan;
+    CHECK(remat_plan_evaluate(&pb, layers, rec, &plan, &err) == 0);
+    int seen[4096 + 3] = {0};
+    int64_t first = 0;
+    for (int64_t s = 0; s < P; s++) {
+      int64_t lo = first, hi = first + layers[s], b0 = lo < 1 ? 1 : lo, b1 = hi > L + 1 ? L + 1 : hi;
+      first = hi;
+      remat_stage st = {.first_block = b0 - 1, .num_blocks = b1 > b0 ? b1 - b0 : 0,
+                        .policy = pol, .inflight = 2 < P - s ? 2 : P - s,
+                        .has_embedding = s == 0, .has_head = s == P - 1, .accumulate = 1,
+                        .replicas = D, .replica = D - 1, .zero = z};
+      for (int64_t i = 0; i < st.num_blocks; i++) pol[i] = rec[st.first_block + i + 1];
+      int64_t units[4096 + 3], n = remat_stage_units(cfg, &st, units);
+      for (int64_t i = 0; i < n; i++) seen[units[i]]++;
+      remat_memplan mp;
+      CHECK(remat_memplan_build_stage(&mp, cfg, B, T, &st, &err) == 0);
+      CHECK(mp.bytes.comm <= whole.comm && mp.peak_bytes == mp.bytes.total);
+      /* its gradient buffers: one per block up to two, and the big one
+       * with the embedding or the head; at the top of the arena */
+      size_t f = sizeof(float), k = remat_unit_shard(cfg, 1, D), e = remat_unit_shard(cfg, 0, D);
+      size_t big = st.has_head ? (size_t)D * (e + remat_unit_shard(cfg, L + 1, D)) * f
+                   : st.has_embedding ? (size_t)D * e * f
+                                      : 0;
+      size_t nbuf = st.num_blocks < 2 ? (size_t)st.num_blocks : 2;
+      const remat_membuf *red = &mp.buf[REMAT_BUF_REDUCE];
+      CHECK(red->bytes == nbuf * D * k * f + big && red->offset + red->bytes == mp.peak_bytes);
+      if (plan.stages[s].memory_bytes != mp.peak_bytes - mp.bytes.comm + whole.comm)
+        printf("P=%lld D=%lld ZeRO %d stage %lld: planner %zu, engine %zu (comm %zu, whole %zu)\n",
+               (long long)P, (long long)D, z, (long long)s, plan.stages[s].memory_bytes,
+               mp.peak_bytes, mp.bytes.comm, whole.comm);
+      CHECK(plan.stages[s].memory_bytes == mp.peak_bytes - mp.bytes.comm + whole.comm);
+      remat_memplan_free(&mp);
+      (*cases)++;
+    }
+    for (int64_t u = 0; u <= L + 2; u++) CHECK(seen[u] == 1);
+    remat_plan_free(&plan);
+    remat_plan_problem_free(&pb);
+  }
 }
 
 int main(void) {
@@ -167,6 +228,7 @@ int main(void) {
         regions(&cfg, 2, 16, D, z, NULL);
         regions(&cfg, 2, 16, D, z, pol);
         planner(&cfg, 2, 16, D, z, &cases);
+        grid(&cfg, 2, 16, D, z, &cases);
       }
   }
   /* gpt2-124m on 4 replicas: the table's ratios, padding aside */

@@ -115,7 +115,8 @@ typedef struct remat_stage {
    * remat/model.h for why). Replicas always do this. */
   int accumulate;
   /* Data parallelism: this is replica `replica` of `replicas` (0 or 1:
-   * none) copies of the whole model, under ZeRO stage `zero` (0 to 3). */
+   * none) copies of the whole model, or of this pipeline stage on a P x D
+   * grid, under ZeRO stage `zero` (0 to 3). */
   int64_t replicas, replica;
   int zero;
 } remat_stage;
@@ -180,6 +181,13 @@ size_t remat_unit_shard(const remat_config *cfg, int64_t u, int64_t D);
 /* Replica r's part of unit u: [*first, *first + *count). */
 void remat_unit_owned(const remat_config *cfg, int64_t u, int64_t D, int64_t r, size_t *first,
                       size_t *count);
+/* The units whose parameters a stage holds, in model order: 0 (the
+ * embedding), 1 + l (its blocks), L + 1 (the head) and, for a head on a
+ * stage without the embedding (a pipeline's last stage), L + 2: the head's
+ * own copy of the tied matrix, its parameters, gradients and moments as one
+ * unit, cut like the embedding's gradient above. out has room for L + 3;
+ * returns how many. */
+int64_t remat_stage_units(const remat_config *cfg, const remat_stage *st, int64_t *out);
 
 /* The bytes of one replica of D under ZeRO stage zero. Persistent state per
  * layer (w): parameters, gradients, AdamW m and v, each whole (a layer's
@@ -209,6 +217,9 @@ typedef struct remat_replica_bytes {
   int zero;
   size_t state[REMAT_LAYER_KIND_COUNT]; /* w of each layer */
   size_t head_joint_state;              /* the head's w with its tied gradient */
+  size_t head_alone_state;              /* the head's w on a stage without the
+                                           embedding: with its copy of the tied
+                                           matrix (unit L + 2) */
   size_t grad[REMAT_LAYER_KIND_COUNT];  /* the layer's gradient, D shards (in reduce) */
   size_t params, grads, moment, tied;   /* regions: parameters, gradients, m (= v), tied */
   size_t recv, gather, norm, reduce;    /* communication buffers */
@@ -216,6 +227,18 @@ typedef struct remat_replica_bytes {
 } remat_replica_bytes;
 int remat_replica_bytes_get(const remat_config *cfg, int64_t D, int zero,
                             remat_replica_bytes *out, remat_error *err);
+/* The same for a stage that is a replica (a P x D grid: st->replicas
+ * copies of one pipeline stage, under ZeRO stage st->zero): state and
+ * gradient buffers per layer as above; the regions and the communication
+ * buffers of the units the stage holds (remat_stage_units), as above with
+ * max(e, b) the largest shard of its units but the head's own: reduce with
+ * the big gradient buffer only beside the embedding or the head and a block
+ * buffer per block up to two; recv and gather with h only beside the head,
+ * and gather's block slot only where a block can follow another unit in a
+ * pass; norm for its units' chunk sums. remat_replica_bytes_get is this for
+ * the whole model. */
+int remat_replica_stage_bytes_get(const remat_config *cfg, const remat_stage *st,
+                                  remat_replica_bytes *out, remat_error *err);
 
 /* ---------------------------------------------------------- memory plan */
 

@@ -148,7 +148,10 @@ void remat_model_set_layer_ops(remat_model *m, const remat_layer_ops *ops);
  * REMAT_BUF_GRADS, REMAT_BUF_ADAM_M, REMAT_BUF_ADAM_V; REMAT_BUF_TIED_GRAD
  * for the tied unit), and in *run how many floats follow contiguously. A
  * whole buffer holds the stage's tensors in llm.c order; a sharded one this
- * replica's shards, unit after unit (i must then be one it owns). */
+ * replica's shards, unit after unit (remat_stage_units' order; i must then
+ * be one it owns). On a stage with the head but not the embedding, unit
+ * L + 2 is the head's copy of the tied matrix, in every buffer
+ * (REMAT_BUF_TIED_GRAD names its gradient too). */
 float *remat_model_unit_at(remat_model *m, int buf, int64_t u, size_t i, size_t *run);
 /* 1 when the buffer holds only this replica's shards. */
 int remat_model_buf_sharded(const remat_model *m, int buf);

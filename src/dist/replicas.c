@@ -21,6 +21,11 @@
  * next unit's is posted before waiting for this one, when its slot is free
  * (see plan_gathers), so that it travels while this unit computes.
  *
+ * The trainer's model may be one stage of a pipeline (a P x D grid, see
+ * grid.c): then everything here runs over that stage's units
+ * (remat_stage_units) among the D replicas of the stage, the pipeline's
+ * schedule drives the micro-batches, and the spans go to its trace.
+ *
  * Communication is timed per collective from its post to the return of the
  * MPI call that saw it complete (its communication time), and every MPI
  * call it took on this rank, posting, testing and waiting (exposed time:
@@ -56,7 +61,8 @@ typedef struct {
 typedef struct {
   int state; /* GATHER_NONE, in flight, or done (its slot holds the unit) */
   MPI_Request req;
-  int64_t index; /* the request (in the micro-batch's order) it answers */
+  int phase;
+  int64_t index; /* the request (in its pass's order) it answers */
   double t_post;
 } gather_op;
 enum { GATHER_NONE, GATHER_IN_FLIGHT, GATHER_DONE };
@@ -68,6 +74,8 @@ struct remat_replicas {
   const remat_config *cfg;
   int64_t D, r, K, L;
   int zero;
+  int64_t *units, nu;         /* the units the model holds (remat_stage_units) */
+  size_t big;                 /* the largest shard of those units but the head's own */
   float *recv;                /* RECV: D pieces of a shard (the head: of two) */
   float *gather[SLOT_COUNT];  /* GATHER (ZeRO 3): the embedding or a block; a block; the head */
   float *gbuf[GBUF_COUNT];    /* REDUCE: two blocks' gradient buffers; the head's and embedding's */
@@ -82,10 +90,13 @@ struct remat_replicas {
   reduce_op red;
   gather_op gat[2];
   int next_block;             /* the block gradient buffer the next block takes */
-  uint8_t *slot, *prefetch;   /* (2L + 3) per params request: its slot; fetch the next now */
-  int64_t micro;              /* the micro-batch running */
+  /* ZeRO 3's requests for parameters, per pass (0 forward, 1 backward): the
+   * units in order, each one's slot, and whether the next is fetched then */
+  int64_t *pass[2], npass[2];
+  uint8_t *slot[2], *prefetch[2];
+  int64_t micro;              /* the micro-batch running (-1: the pipeline's, unknown here) */
   double layer_t0;            /* when the running layer's backward took its buffer */
-  remat__trace trace;
+  remat__trace own, *trace;   /* the trace: its own, or the pipeline's on a grid */
 };
 
 /* Records an MPI failure (the first one is reported). */
@@ -112,7 +123,7 @@ static uint64_t piece_bytes(const remat_replicas *rp, size_t floats, size_t size
 
 static void span(remat_replicas *rp, int kind, int track, double t0, double t1, int64_t micro,
                  int64_t layer) {
-  remat__trace_add(&rp->trace, (remat__event){.ts = t0, .dur = t1 - t0,
+  remat__trace_add(rp->trace, (remat__event){.ts = t0, .dur = t1 - t0,
                                               .step = remat_model_step(rp->m), .micro = micro,
                                               .kind = (int16_t)kind, .track = (int16_t)track,
                                               .layer = (int32_t)layer});
@@ -213,8 +224,8 @@ static int gbuf_of(const remat_replicas *rp, const float *buf) {
 
 /* Where layer u computes its gradient: the embedding (0) and the head
  * (L + 2) in the big buffer, blocks in the two others by turns; a buffer
- * still being sent is waited for first (only the head's, after the previous
- * micro-batch's embedding, ever is). */
+ * still being sent is waited for first (the big one, when the previous
+ * micro-batch's embedding or head is still in flight). */
 static float *on_grad_buf(void *ctx, int64_t u) {
   remat_replicas *rp = ctx;
   int b = GBUF_BIG;
@@ -240,8 +251,7 @@ static void on_grads(void *ctx, int64_t u, float *buf) {
   if (rp->red.n && rp->red.buf != b) reduce_wait(rp);
   if (rp->rc) return;
   size_t s = remat_unit_shard(rp->cfg, u, rp->D);
-  size_t e = remat_unit_shard(rp->cfg, 0, rp->D), k = remat_unit_shard(rp->cfg, 1, rp->D);
-  size_t at = u == L + 1 ? (size_t)rp->D * (e > k ? e : k) : 0;
+  size_t at = u == L + 1 ? (size_t)rp->D * rp->big : 0; /* after its tied unit's */
   reduce_op *o = &rp->red;
   REMAT_ASSERT(o->n < 2);
   t = remat__now();
@@ -261,56 +271,71 @@ static void on_grads(void *ctx, int64_t u, float *buf) {
   o->n++;
 }
 
-/* ZeRO 3's requests for parameters come in one order every micro-batch:
- * the forward's units 0, 1, ..., L (phase 0), then the backward's 0 and
- * L + 1 (the head needs both), L, ..., 1 (phase 1). Request i's unit: */
-static int64_t request_unit(int64_t L, int64_t i) {
-  if (i <= L) return i;
-  if (i == L + 1) return 0;
-  if (i == L + 2) return L + 1;
-  return 2 * L + 3 - i;
-}
-
-static int64_t request_index(int64_t L, int64_t u, int phase) {
-  if (phase == 0) return u;
-  if (u == 0) return L + 1;
-  if (u == L + 1) return L + 2;
-  return 2 * L + 3 - u;
-}
-
-/* The slots of GATHER, request by request: the embedding in A, the head in
- * its own, a block in B unless the unit in use holds B, then in A. Request
- * i + 1 is gathered while request i's unit computes when its slot is not
- * in use then (request i's slot, and the embedding's beside the head):
- * with two slots for blocks every block is, and the head's own unit; the
- * embedding's is not when the unit before it sits in A. */
-static void plan_gathers(remat_replicas *rp) {
-  int64_t L = rp->L, n = 2 * L + 3;
-  unsigned live = 0;
-  for (int64_t i = 0; i < n; i++) {
-    int64_t u = request_unit(L, i);
-    int sl = u == 0 ? SLOT_A : u == L + 1 ? SLOT_HEAD : (live & (1u << SLOT_B)) ? SLOT_A : SLOT_B;
-    rp->slot[i] = (uint8_t)sl;
-    if (i > 0) rp->prefetch[i - 1] = !(live & (1u << sl));
-    live = (1u << sl) | (i == L + 2 ? 1u << rp->slot[L + 1] : 0u);
+/* ZeRO 3's requests for parameters come in two passes, each in one order
+ * every time: the forward's (phase 0) the embedding's unit if the stage has
+ * it, then its blocks in order; the backward's (phase 1) the head's two if
+ * it has it (its tied matrix, unit 0 or a lone head's L + 2, then L + 1,
+ * both in use together), then its blocks in reverse. */
+static void build_passes(remat_replicas *rp, const remat_stage *st) {
+  int64_t L = rp->L, *f = rp->pass[0], *b = rp->pass[1], nf = 0, nb = 0;
+  if (st->has_embedding) f[nf++] = 0;
+  for (int64_t i = 0; i < st->num_blocks; i++) f[nf++] = 1 + st->first_block + i;
+  if (st->has_head) {
+    b[nb++] = st->has_embedding ? 0 : L + 2;
+    b[nb++] = L + 1;
   }
-  rp->prefetch[n - 1] = 0; /* the next micro-batch may come after an update */
+  for (int64_t i = st->num_blocks - 1; i >= 0; i--) b[nb++] = 1 + st->first_block + i;
+  rp->npass[0] = nf;
+  rp->npass[1] = nb;
+}
+
+/* The slots of GATHER, request by request: the embedding's or the head's
+ * tied matrix in A, the head's own in H, a block in B unless the unit in
+ * use holds B (or there is no B), then in A. Request i + 1 of a pass is
+ * gathered while request i's unit computes when its slot is not in use
+ * then (request i's, and the tied matrix's beside the head's own): every
+ * block of a pass but a stage's first, and the head's own unit. Nothing is
+ * fetched across passes: an update, or the pipeline's other passes, may
+ * come between. */
+static void plan_gathers(remat_replicas *rp, int has_b) {
+  int64_t L = rp->L;
+  for (int p = 0; p < 2; p++) {
+    unsigned live = 0;
+    for (int64_t i = 0; i < rp->npass[p]; i++) {
+      int64_t u = rp->pass[p][i];
+      int sl = u == L + 1                                                  ? SLOT_HEAD
+               : u == 0 || u == L + 2 || !has_b || (live & (1u << SLOT_B)) ? SLOT_A
+                                                                           : SLOT_B;
+      rp->slot[p][i] = (uint8_t)sl;
+      if (i > 0) rp->prefetch[p][i - 1] = !(live & (1u << sl));
+      live = (1u << sl) | (u == L + 1 && i > 0 ? 1u << rp->slot[p][i - 1] : 0u);
+    }
+    if (rp->npass[p]) rp->prefetch[p][rp->npass[p] - 1] = 0;
+  }
+}
+
+static int64_t request_index(const remat_replicas *rp, int phase, int64_t u) {
+  for (int64_t i = 0; i < rp->npass[phase]; i++)
+    if (rp->pass[phase][i] == u) return i;
+  REMAT_ASSERT(0 && "a unit this stage does not hold");
+  return -1;
 }
 
 /* Request i's gather lives in gat[i % 2]: the one in use and the next. */
-static void gather_post(remat_replicas *rp, int64_t i) {
+static void gather_post(remat_replicas *rp, int phase, int64_t i) {
   gather_op *g = &rp->gat[i & 1];
-  int64_t u = request_unit(rp->L, i);
+  int64_t u = rp->pass[phase][i];
   size_t s = remat_unit_shard(rp->cfg, u, rp->D);
   const float *mine = remat_model_shard(rp->m, REMAT_BUF_PARAMS, u);
   double t = remat__now();
-  int mrc = MPI_Iallgather(mine, (int)s, MPI_FLOAT, rp->gather[rp->slot[i]], (int)s, MPI_FLOAT,
-                           rp->d->comm, &g->req);
+  int mrc = MPI_Iallgather(mine, (int)s, MPI_FLOAT, rp->gather[rp->slot[phase][i]], (int)s,
+                           MPI_FLOAT, rp->d->comm, &g->req);
   exposed(rp, t, remat__now(), 1);
   rp->stats.bytes_sent += piece_bytes(rp, s, sizeof(float));
   rp->stats.collectives++;
   if (check(rp, mrc, "gathering parameters")) return;
   g->state = GATHER_IN_FLIGHT;
+  g->phase = phase;
   g->index = i;
   g->t_post = t;
 }
@@ -319,7 +344,7 @@ static void gather_done(remat_replicas *rp, gather_op *g, double t1) {
   g->state = GATHER_DONE;
   completed(rp, g->t_post, t1, 1);
   span(rp, REMAT__EV_GATHER, REMAT__TRACK_GATHER, g->t_post, t1, rp->micro,
-       request_unit(rp->L, g->index));
+       rp->pass[g->phase][g->index]);
 }
 
 static void gather_test(remat_replicas *rp, gather_op *g) {
@@ -345,25 +370,26 @@ static void gather_wait(remat_replicas *rp, gather_op *g) {
 }
 
 /* Request i's gather is posted unless it already was (ahead, by request
- * i - 1), and so is the next one's when its slot is free, before waiting:
- * so it travels while this unit computes. */
-static void gather_ensure(remat_replicas *rp, int64_t i) {
+ * i - 1). */
+static void gather_ensure(remat_replicas *rp, int phase, int64_t i) {
   gather_op *g = &rp->gat[i & 1];
-  if (g->state != GATHER_NONE && g->index != i) { /* a stray one (never, in order) */
+  if (g->state != GATHER_NONE && (g->phase != phase || g->index != i)) { /* never, in order */
     gather_wait(rp, g);
     g->state = GATHER_NONE;
   }
-  if (g->state == GATHER_NONE && !rp->rc) gather_post(rp, i);
+  if (g->state == GATHER_NONE && !rp->rc) gather_post(rp, phase, i);
 }
 
-/* ZeRO 3: unit u rebuilt from every replica's shard, in its slot. */
+/* ZeRO 3: unit u rebuilt from every replica's shard, in its slot. The next
+ * request's gather is posted before this one is waited for, when its slot
+ * is free, so that it travels while this unit computes. */
 static const float *on_params(void *ctx, int64_t u, int phase) {
   remat_replicas *rp = ctx;
-  int64_t i = request_index(rp->L, u, phase);
-  float *dst = rp->gather[rp->slot[i]];
+  int64_t i = request_index(rp, phase, u);
+  float *dst = rp->gather[rp->slot[phase][i]];
   if (rp->rc) return dst; /* the step is lost; the failure is reported after it */
-  gather_ensure(rp, i);
-  if (rp->prefetch[i]) gather_ensure(rp, i + 1);
+  gather_ensure(rp, phase, i);
+  if (rp->prefetch[phase][i]) gather_ensure(rp, phase, i + 1);
   gather_wait(rp, &rp->gat[i & 1]);
   rp->gat[i & 1].state = GATHER_NONE; /* in use until the next request */
   return dst;
@@ -380,13 +406,14 @@ static void on_progress(void *ctx) {
 
 /* ----------------------------------------------------- between steps */
 
-/* Every replica's part of units 0..L+1 of a whole buffer (the gradients
- * under ZeRO 0, the parameters under 1 and 2) to every replica: each packs
- * its part in REDUCE (free between steps), one MPI_Allgather per unit, each
- * unpacks. */
+/* Every replica's part of the stage's units of a whole buffer (the
+ * gradients under ZeRO 0, the parameters under 1 and 2) to every replica:
+ * each packs its part in REDUCE (free between steps), one MPI_Allgather per
+ * unit, each unpacks. */
 static int allgather_units(remat_replicas *rp, int which, const char *what) {
   float *pack = rp->pack;
-  for (int64_t u = 0; u <= rp->L + 1 && !rp->rc; u++) {
+  for (int64_t x = 0; x < rp->nu && !rp->rc; x++) {
+    int64_t u = rp->units[x];
     size_t s = remat_unit_shard(rp->cfg, u, rp->D), first, count, run;
     REMAT_ASSERT(s * sizeof(float) <= rp->pack_bytes);
     remat_unit_owned(rp->cfg, u, rp->D, rp->r, &first, &count);
@@ -414,37 +441,57 @@ static int allgather_units(remat_replicas *rp, int which, const char *what) {
 
 /* ------------------------------------------------------- the step's ops */
 
-/* The arena's regions, once it exists (the runtime is made before it). */
+/* The arena's regions, once it exists (the runtime is made before it):
+ * REDUCE holds the blocks' gradient buffers (two, or one), then the big
+ * one (the embedding's and the head's); GATHER the slots A (rp->big
+ * shards), B (a block's, when the stage gathers one ahead) and the head's. */
 static void bind(remat_replicas *rp) {
   if (rp->recv) return;
   size_t bytes;
   const remat_memplan *mp = remat_model_memplan(rp->m);
+  const remat_stage *st = remat_model_stage(rp->m);
   rp->recv = remat_model_region(rp->m, REMAT_BUF_RECV, &bytes);
   rp->norm = remat_model_region(rp->m, REMAT_BUF_NORM, &bytes);
   REMAT_ASSERT(bytes >= (size_t)rp->D * rp->chunks * sizeof(double));
   rp->pack = remat_model_region(rp->m, REMAT_BUF_REDUCE, &rp->pack_bytes);
   size_t blk = mp->grad_bytes[REMAT_LAYER_BLOCK];
+  int64_t nb = st->num_blocks < 2 ? st->num_blocks : 2;
   char *at = (char *)rp->pack;
-  rp->gbuf[GBUF_BLOCK0] = (float *)at;
-  rp->gbuf[GBUF_BLOCK1] = rp->L >= 2 ? (float *)(at + blk) : NULL;
-  rp->gbuf[GBUF_BIG] = (float *)(at + (rp->L >= 2 ? 2 : 1) * blk);
-  REMAT_ASSERT((size_t)((char *)rp->gbuf[GBUF_BIG] - at) + mp->grad_bytes[REMAT_LAYER_HEAD] ==
-               rp->pack_bytes);
+  rp->gbuf[GBUF_BLOCK0] = nb >= 1 ? (float *)at : NULL;
+  rp->gbuf[GBUF_BLOCK1] = nb >= 2 ? (float *)(at + blk) : NULL;
+  rp->gbuf[GBUF_BIG] = st->has_embedding || st->has_head ? (float *)(at + (size_t)nb * blk) : NULL;
+  size_t D = (size_t)rp->D, h = st->has_head ? remat_unit_shard(rp->cfg, rp->L + 1, rp->D) : 0;
+  int has_b = 0;
   if (rp->zero == 3) {
-    size_t e = remat_unit_shard(rp->cfg, 0, rp->D), b = remat_unit_shard(rp->cfg, 1, rp->D);
-    rp->gather[SLOT_A] = remat_model_region(rp->m, REMAT_BUF_GATHER, &bytes);
-    rp->gather[SLOT_B] = rp->gather[SLOT_A] + (size_t)rp->D * (e > b ? e : b);
-    rp->gather[SLOT_HEAD] = rp->gather[SLOT_B] + (size_t)rp->D * b;
+    float *g = remat_model_region(rp->m, REMAT_BUF_GATHER, &bytes);
+    size_t rest = bytes / sizeof(float) - D * (rp->big + h); /* a block's slot, or none */
+    has_b = rest > 0;
+    rp->gather[SLOT_A] = g;
+    rp->gather[SLOT_B] = g + D * rp->big;
+    rp->gather[SLOT_HEAD] = rp->gather[SLOT_B] + rest;
   }
+  plan_gathers(rp, has_b);
+}
+
+/* What a step needs before its first micro-batch (a grid's too). */
+static void begin_step(remat_replicas *rp) {
+  memset(&rp->stats, 0, sizeof rp->stats);
+  bind(rp);
+  rp->next_block = GBUF_BLOCK0;
+}
+
+/* After the last micro-batch: the last layer's pieces (the embedding's, or
+ * a stage's first block's) land. */
+static int end_micro_batches(remat_replicas *rp, remat_error *err) {
+  reduce_wait(rp);
+  return failed(rp, err);
 }
 
 static int run_rounds(void *ctx, remat_trainer *tr, double *loss_sum, remat_error *err) {
   remat_replicas *rp = ctx;
   remat_model *m = rp->m;
   const remat_train_opts *o = remat_trainer_opts(tr);
-  memset(&rp->stats, 0, sizeof rp->stats);
-  bind(rp);
-  rp->next_block = GBUF_BLOCK0;
+  begin_step(rp);
   int rc;
   for (int64_t j = 0; j < rp->K; j++) {
     /* every replica draws every micro-batch of the round, keeps its own */
@@ -468,8 +515,7 @@ static int run_rounds(void *ctx, remat_trainer *tr, double *loss_sum, remat_erro
     if ((rc = failed(rp, err))) return rc;
     rp->losses[rp->r * rp->K + j] = (float)(loss / (double)(o->B * o->T));
   }
-  reduce_wait(rp); /* the last layer's pieces (the embedding's) */
-  if ((rc = failed(rp, err))) return rc;
+  if ((rc = end_micro_batches(rp, err))) return rc;
   double t = remat__now();
   int mrc = MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, rp->losses, (int)rp->K, MPI_FLOAT,
                           rp->d->comm);
@@ -493,18 +539,16 @@ static int after_backward(void *ctx, remat_trainer *tr, remat_error *err) {
 }
 
 /* The squared norm: each replica's chunk sums of the units' shards it owns,
- * gathered; every replica adds them chunk by chunk, unit by unit, in model
- * order, as one process does. */
-static int norm_sumsq(void *ctx, remat_trainer *tr, const double *layers, int64_t n,
-                      double *total, remat_error *err) {
-  (void)tr;
-  (void)layers;
-  (void)n;
-  remat_replicas *rp = ctx;
+ * gathered; every replica adds them chunk by chunk into each unit's sum, in
+ * model order, as one process does (a lone head's tied copy is counted on
+ * the embedding). */
+static int layer_sums(remat_replicas *rp, double *layers, int64_t *n, remat_error *err) {
   const size_t Q = REMAT_SHARD_QUANTUM;
   double *mine = rp->norm + (size_t)rp->r * rp->chunks;
   size_t pos = 0;
-  for (int64_t u = 0; u <= rp->L + 1; u++) {
+  for (int64_t x = 0; x < rp->nu; x++) {
+    int64_t u = rp->units[x];
+    if (u > rp->L + 1) continue;
     size_t s = remat_unit_shard(rp->cfg, u, rp->D), first, count;
     remat_unit_owned(rp->cfg, u, rp->D, rp->r, &first, &count);
     size_t k = count ? (size_t)remat_model_grad_chunk_sums(rp->m, u, first, count, mine + pos) : 0;
@@ -517,16 +561,31 @@ static int norm_sumsq(void *ctx, remat_trainer *tr, const double *layers, int64_
   if (blocking(rp, t, mrc, piece_bytes(rp, rp->chunks, sizeof(double)), REMAT__EV_REDUCE,
                "summing the norm"))
     return failed(rp, err);
-  double sum = 0;
   pos = 0;
-  for (int64_t u = 0; u <= rp->L + 1; u++) {
+  *n = 0;
+  for (int64_t x = 0; x < rp->nu; x++) {
+    int64_t u = rp->units[x];
+    if (u > rp->L + 1) continue;
     size_t per = remat_unit_shard(rp->cfg, u, rp->D) / Q;
     size_t nch = (remat_unit_floats(rp->cfg, u) + Q - 1) / Q;
     double layer = 0.0;
     for (size_t c = 0; c < nch; c++) layer += rp->norm[(c / per) * rp->chunks + pos + c % per];
-    sum += layer;
+    layers[(*n)++] = layer;
     pos += per;
   }
+  return 0;
+}
+
+static int norm_sumsq(void *ctx, remat_trainer *tr, const double *layers, int64_t n,
+                      double *total, remat_error *err) {
+  (void)tr;
+  (void)layers;
+  (void)n;
+  double part[4096 + 2], sum = 0;
+  int64_t k;
+  int rc = layer_sums(ctx, part, &k, err);
+  if (rc) return rc;
+  for (int64_t i = 0; i < k; i++) sum += part[i];
   *total = sum;
   return 0;
 }
@@ -575,18 +634,34 @@ int remat_replicas_create(remat_replicas **out, remat_dist *d, remat_trainer *tr
   rp->K = o->grad_accum / d->size;
   rp->L = L;
   rp->zero = st->zero;
+  rp->micro = -1;
+  rp->trace = &rp->own;
+  size_t n = (size_t)L + 3;
   rp->losses = remat__calloc((size_t)(rp->D * rp->K), sizeof(float));
-  rp->slot = remat__calloc((size_t)(2 * L + 3), 2);
-  if (!rp->losses || !rp->slot) {
+  rp->units = remat__calloc(3 * n, sizeof *rp->units);
+  rp->slot[0] = remat__calloc(4 * n, 1);
+  if (!rp->losses || !rp->units || !rp->slot[0]) {
     remat__free(rp->losses);
-    remat__free(rp->slot);
+    remat__free(rp->units);
+    remat__free(rp->slot[0]);
     remat__free(rp);
     return remat__errorf(err, REMAT_ENOMEM, "out of memory");
   }
-  rp->prefetch = rp->slot + 2 * L + 3;
-  plan_gathers(rp);
-  for (int64_t u = 0; u <= L + 1; u++)
-    rp->chunks += remat_unit_shard(cfg, u, rp->D) / REMAT_SHARD_QUANTUM;
+  rp->pass[0] = rp->units + n;
+  rp->pass[1] = rp->units + 2 * n;
+  rp->slot[1] = rp->slot[0] + n;
+  rp->prefetch[0] = rp->slot[0] + 2 * n;
+  rp->prefetch[1] = rp->slot[0] + 3 * n;
+  rp->nu = remat_stage_units(cfg, st, rp->units);
+  build_passes(rp, st);
+  for (int64_t x = 0; x < rp->nu; x++) {
+    int64_t u = rp->units[x];
+    size_t s = remat_unit_shard(cfg, u, rp->D);
+    if (u <= L + 1) rp->chunks += s / REMAT_SHARD_QUANTUM;
+    if (u != L + 1 && s > rp->big) rp->big = s; /* as remat_replica_stage_bytes_get */
+  }
+  if (st->has_embedding && st->has_head && remat_unit_shard(cfg, L + 2, rp->D) > rp->big)
+    rp->big = remat_unit_shard(cfg, L + 2, rp->D);
   remat_layer_ops lops = {.params = rp->zero == 3 ? on_params : NULL, .grad_buf = on_grad_buf,
                           .grads = on_grads, .progress = on_progress, .ctx = rp};
   remat_model_set_layer_ops(m, &lops);
@@ -602,8 +677,9 @@ void remat_replicas_destroy(remat_replicas *rp) {
   /* a step that failed may leave collectives in flight; MPI ends with them */
   remat_model_set_layer_ops(rp->m, NULL);
   remat_trainer_set_ops(rp->tr, &(remat_trainer_ops){0});
-  remat__trace_free(&rp->trace);
-  remat__free(rp->slot);
+  remat__trace_free(&rp->own);
+  remat__free(rp->slot[0]);
+  remat__free(rp->units);
   remat__free(rp->losses);
   remat__free(rp);
 }
@@ -628,28 +704,30 @@ int remat_replicas_trace_start(remat_replicas *rp, int64_t max_steps, remat_erro
    * all-gathers between steps with their waits, and a few more */
   size_t L = (size_t)rp->L, K = (size_t)rp->K;
   size_t per_step = K * (8 * L + 24) + 4 * L + 24;
-  int rc = remat__trace_start(&rp->trace, rp->d->comm, (size_t)max_steps * per_step + 16, err);
+  int rc = remat__trace_start(&rp->own, rp->d->comm, (size_t)max_steps * per_step + 16, err);
   if (rc) return rc;
+  rp->trace = &rp->own;
   /* a replica's arena is live from the start: one counter */
-  remat__trace_add(&rp->trace, (remat__event){.ts = rp->trace.t0, .micro = -1, .layer = -1,
-                                              .kind = REMAT__EV_ARENA,
-                                              .value = remat_model_memplan(rp->m)->peak_bytes});
+  remat__trace_add(&rp->own, (remat__event){.ts = rp->own.t0, .micro = -1, .layer = -1,
+                                            .kind = REMAT__EV_ARENA,
+                                            .value = remat_model_memplan(rp->m)->peak_bytes});
   return 0;
 }
 
 int remat_replicas_trace_write(remat_replicas *rp, const char *path, remat_error *err) {
-  return remat__trace_write(&rp->trace, rp->d->comm, "replica", path, err);
+  return remat__trace_write(&rp->own, rp->d->comm, 1, rp->D, path, err);
 }
 
 int remat_replicas_gather_params(remat_replicas *rp, float *full, remat_error *err) {
   const remat_config *cfg = rp->cfg;
   bind(rp);
-  if (rp->zero < 3) { /* every replica holds the whole model */
+  if (rp->zero < 3) { /* every replica holds the whole model (or stage) */
     if (rp->r == 0)
-      memcpy(full, remat_model_params(rp->m), remat_param_count(cfg) * sizeof(float));
+      remat_stage_params_to_full(cfg, remat_model_stage(rp->m), remat_model_params(rp->m), full);
     return 0;
   }
-  for (int64_t u = 0; u <= rp->L + 1; u++) {
+  for (int64_t x = 0; x < rp->nu; x++) {
+    int64_t u = rp->units[x];
     size_t s = remat_unit_shard(cfg, u, rp->D);
     int mrc = MPI_Gather(remat_model_shard(rp->m, REMAT_BUF_PARAMS, u), (int)s, MPI_FLOAT,
                          rp->recv, (int)s, MPI_FLOAT, 0, rp->d->comm);
@@ -680,3 +758,27 @@ uint64_t remat_replicas_step_bytes(const remat_config *cfg, int64_t D, int zero,
   total += d1 * chunks * sizeof(double) + d1 * (uint64_t)K * f; /* norm, losses */
   return total;
 }
+
+/* ---------------------------------------------------------- the grid */
+
+void remat__replicas_begin_step(remat_replicas *rp) { begin_step(rp); }
+
+int remat__replicas_after_backward(remat_replicas *rp, remat_trainer *tr, remat_error *err) {
+  return after_backward(rp, tr, err);
+}
+
+int remat__replicas_layer_sums(remat_replicas *rp, double *layers, int64_t *n,
+                               remat_error *err) {
+  return layer_sums(rp, layers, n, err);
+}
+
+int remat__replicas_update(remat_replicas *rp, remat_trainer *tr, float lr, float norm,
+                           remat_error *err) {
+  return update(rp, tr, lr, norm, err);
+}
+
+int remat__replicas_end_micro_batches(remat_replicas *rp, remat_error *err) {
+  return end_micro_batches(rp, err);
+}
+
+void remat__replicas_trace_into(remat_replicas *rp, remat__trace *t) { rp->trace = t; }

@@ -80,7 +80,7 @@ static void write_event(FILE *f, const remat__event *e, int rank, int *first) {
   fputs("}}", f);
 }
 
-int remat__trace_write(remat__trace *t, MPI_Comm comm, const char *role, const char *path,
+int remat__trace_write(remat__trace *t, MPI_Comm comm, int64_t P, int64_t R, const char *path,
                        remat_error *err) {
   if (!t->on) return remat__errorf(err, REMAT_EINVAL, "tracing was not started");
   int rank, size;
@@ -101,9 +101,13 @@ int remat__trace_write(remat__trace *t, MPI_Comm comm, const char *role, const c
     for (int r = 0; r < size; r++) {
       fputs(first ? "\n" : ",\n", f);
       first = 0;
-      fprintf(f, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"name\":\"rank %d: "
-                 "%s %d\"}}",
-              r, r, role, r);
+      char name[64]; /* world rank r = stage * R + replica */
+      if (P > 1 && R > 1)
+        snprintf(name, sizeof name, "rank %d: stage %d, replica %d", r, (int)(r / R), (int)(r % R));
+      else
+        snprintf(name, sizeof name, "rank %d: %s %d", r, P > 1 ? "stage" : "replica", r);
+      fprintf(f, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"name\":\"%s\"}}",
+              r, name);
       for (int k = 0; k < REMAT__TRACKS; k++)
         fprintf(f,
                 ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,"

@@ -138,10 +138,6 @@ static int check_stage(const remat_config *cfg, const remat_stage *st, remat_err
       return remat__errorf(err, REMAT_EINVAL, "block %lld has unknown policy %u",
                            (long long)(st->first_block + i), st->policy[i]);
   if (st->replicas > 1) {
-    if (!st->has_embedding || !st->has_head || st->num_blocks != L || st->inflight != 1)
-      return remat__errorf(err, REMAT_EINVAL,
-                           "a data-parallel replica holds the whole model with one micro-batch "
-                           "in flight");
     if (st->replica < 0 || st->replica >= st->replicas)
       return remat__errorf(err, REMAT_EINVAL, "replica %lld of %lld does not exist",
                            (long long)st->replica, (long long)st->replicas);
@@ -161,10 +157,10 @@ int remat_stage_bytes_get(const remat_config *cfg, const remat_memory_model *mm,
   size_t head_joint = mm->head_joint_state;
   if (st->replicas > 1) { /* a replica's state and gradient buffers */
     remat_replica_bytes rb;
-    if ((rc = remat_replica_bytes_get(cfg, st->replicas, st->zero, &rb, err))) return rc;
+    if ((rc = remat_replica_stage_bytes_get(cfg, st, &rb, err))) return rc;
     e.state = rb.state[REMAT_LAYER_EMBEDDING];
     b.state = rb.state[REMAT_LAYER_BLOCK];
-    h.state = rb.state[REMAT_LAYER_HEAD];
+    h.state = rb.head_alone_state;
     head_joint = rb.head_joint_state;
     out->comm = rb.comm; /* its gradient buffers among them, outside the workspace */
   }
@@ -266,7 +262,7 @@ int remat_memplan_build_stage(remat_memplan *mp, const remat_config *cfg, int64_
   mp->replica = st->replicas > 1 ? st->replica : 0;
   mp->zero = st->replicas > 1 ? st->zero : 0;
   if (st->replicas > 1) {
-    if ((rc = remat_replica_bytes_get(cfg, st->replicas, st->zero, &rb, err))) {
+    if ((rc = remat_replica_stage_bytes_get(cfg, st, &rb, err))) {
       remat_memplan_free(mp);
       return rc;
     }

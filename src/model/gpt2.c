@@ -67,7 +67,7 @@ int remat__model_plan(remat_model **out, const remat_config *cfg, int64_t B, int
                                 : remat__align(remat_unit_floats(cfg, L + 2) * sizeof(float)) /
                                       sizeof(float);
   if (remat_model_buf_sharded(m, REMAT_BUF_PARAMS))
-    m->num_params = m->shard_emb + (size_t)L * m->shard_blk + m->shard_head;
+    m->num_params = remat_stage_num_params(cfg, &m->stage);
   *out = m;
   return 0;
 }
@@ -156,7 +156,8 @@ double remat_model_recompute_seconds(const remat_model *m) { return m->recompute
 size_t remat_stage_num_params(const remat_config *cfg, const remat_stage *st) {
   size_t sz[REMAT_P_COUNT], n = 0;
   if (st->replicas > 1 && st->zero >= 3) {
-    for (int64_t u = 0; u <= cfg->num_layers + 1; u++) n += remat_unit_shard(cfg, u, st->replicas);
+    int64_t units[4096 + 3], k = remat_stage_units(cfg, st, units);
+    for (int64_t i = 0; i < k; i++) n += remat_unit_shard(cfg, units[i], st->replicas);
     return n;
   }
   remat__stage_param_sizes(cfg, st, sz);
@@ -205,20 +206,25 @@ static float *buf_base(remat_model *m, int buf) {
     return m->adam_m;
   case REMAT_BUF_ADAM_V:
     return m->adam_v;
-  case REMAT_BUF_TIED_GRAD:
-    return m->tied_grad;
+  case REMAT_BUF_TIED_GRAD: /* a head without the embedding: its copy's gradient */
+    return m->tied_grad ? m->tied_grad : m->grads;
   default:
     REMAT_ASSERT(0 && "not a parameter-shaped buffer");
     return NULL;
   }
 }
 
-/* Floats before unit u in a shard vector: the embedding, the blocks, the
- * head, each one shard. */
+/* Floats before unit u in a shard vector: the stage's units in model order
+ * (remat_stage_units), each one shard; the tied gradient beside the
+ * embedding has a region of its own. */
 static size_t shard_offset(const remat_model *m, int64_t u) {
   int64_t L = m->cfg.num_layers;
-  if (u == 0 || u == L + 2) return 0;
-  return m->shard_emb + (size_t)(u - 1) * m->shard_blk;
+  const remat_stage *st = &m->stage;
+  if (u == 0 || (u == L + 2 && m->tied_grad)) return 0;
+  size_t at = st->has_embedding ? m->shard_emb : 0;
+  if (u <= L) return at + (size_t)(u - 1 - st->first_block) * m->shard_blk;
+  at += (size_t)st->num_blocks * m->shard_blk;
+  return u == L + 1 ? at : at + m->shard_head;
 }
 
 float *remat_model_shard(remat_model *m, int buf, int64_t u) {
@@ -228,7 +234,11 @@ float *remat_model_shard(remat_model *m, int buf, int64_t u) {
 
 float *remat_model_unit_at(remat_model *m, int buf, int64_t u, size_t i, size_t *run) {
   int64_t L = m->cfg.num_layers;
-  REMAT_ASSERT(u >= 0 && u < L + 3 && (u == L + 2) == (buf == REMAT_BUF_TIED_GRAD));
+  /* unit L + 2 is the tied gradient beside the embedding, or a lone head's
+   * copy of the tied matrix (every buffer) */
+  int alone = m->stage.has_head && !m->stage.has_embedding;
+  REMAT_ASSERT(u >= 0 && u < L + 3 && (buf != REMAT_BUF_TIED_GRAD || u == L + 2) &&
+               (u != L + 2 || buf == REMAT_BUF_TIED_GRAD || alone));
   float *base = buf_base(m, buf);
   if (remat_model_buf_sharded(m, buf)) {
     size_t first, count;
@@ -243,8 +253,7 @@ float *remat_model_unit_at(remat_model *m, int buf, int64_t u, size_t i, size_t 
   REMAT_ASSERT(i >= seg[k].at && i < seg[k].at + seg[k].count);
   *run = seg[k].at + seg[k].count - i;
   int t = seg[k].tensor;
-  if (u == L + 2) /* the tied gradient apart, or a head stage's own copy */
-    return (m->tied_grad ? m->tied_grad : m->grads + m->tensor_off[t]) + i;
+  if (buf == REMAT_BUF_TIED_GRAD && m->tied_grad) return m->tied_grad + i; /* kept apart */
   size_t all[REMAT_P_COUNT], start = 0;
   remat_param_sizes(&m->cfg, all);
   for (int j = 0; j < t; j++) start += all[j];
@@ -285,9 +294,10 @@ static void stage_params_copy(const remat_config *cfg, const remat_stage *st, fl
 /* A replica under ZeRO 3 holds its shard of each unit, unit after unit. */
 static void shard_params_copy(const remat_config *cfg, const remat_stage *st, float *shards,
                               float *full, int to_full) {
-  int64_t L = cfg->num_layers;
+  int64_t units[4096 + 3], nu = remat_stage_units(cfg, st, units);
   float *at = shards;
-  for (int64_t u = 0; u <= L + 1; u++) {
+  for (int64_t j = 0; j < nu; j++) {
+    int64_t u = units[j];
     size_t first, count;
     remat_unit_owned(cfg, u, st->replicas, st->replica, &first, &count);
     remat_unit_segment seg[REMAT_UNIT_MAX_SEGMENTS];
@@ -320,10 +330,8 @@ void remat_stage_params_to_full(const remat_config *cfg, const remat_stage *st,
 void remat_stage_params_from_full(const remat_config *cfg, const remat_stage *st,
                                   const float *full, float *flat) {
   if (zero3(st)) {
-    int64_t L = cfg->num_layers;
-    size_t n = 0;
-    for (int64_t u = 0; u <= L + 1; u++) n += remat_unit_shard(cfg, u, st->replicas);
-    memset(flat, 0, n * sizeof(float)); /* the padding past a unit's end */
+    /* the padding past a unit's end */
+    memset(flat, 0, remat_stage_num_params(cfg, st) * sizeof(float));
     shard_params_copy(cfg, st, flat, (float *)full, 0);
   } else {
     stage_params_copy(cfg, st, flat, (float *)full, 0);
@@ -412,7 +420,9 @@ void remat_model_init_weights(remat_model *m, uint64_t seed) {
   size_t all[REMAT_P_COUNT], start[REMAT_P_COUNT] = {0};
   remat_param_sizes(c, all);
   for (int i = 1; i < REMAT_P_COUNT; i++) start[i] = start[i - 1] + all[i - 1];
-  for (int64_t u = 0; u <= c->num_layers + 1; u++) {
+  int64_t units[4096 + 3], nu = remat_stage_units(c, &m->stage, units);
+  for (int64_t j = 0; j < nu; j++) {
+    int64_t u = units[j];
     size_t first, count, run;
     remat_unit_owned(c, u, m->D, m->r, &first, &count);
     remat_unit_segment seg[REMAT_UNIT_MAX_SEGMENTS];
@@ -625,7 +635,9 @@ typedef struct {
 
 static head_params head_params_of(remat_model *m) {
   int64_t L = m->cfg.num_layers;
-  const float *e = unit_params(m, 0, 1), *h = unit_params(m, L + 1, 1);
+  /* the tied matrix: the embedding's unit, or a lone head's copy */
+  const float *e = unit_params(m, m->stage.has_embedding ? 0 : L + 2, 1);
+  const float *h = unit_params(m, L + 1, 1);
   return (head_params){.wte = e ? e : m->p[REMAT_P_WTE],
                        .lnfw = h ? h : m->p[REMAT_P_LNFW],
                        .lnfb = h ? h + m->cfg.channels : m->p[REMAT_P_LNFB]};
@@ -896,8 +908,8 @@ void remat_model_update(remat_model *m, const remat_hparams *hp, float lr, float
   remat__adamw opt = {.lr = lr, .beta1 = hp->beta1, .beta2 = hp->beta2, .eps = hp->eps,
                       .step = (int)m->step};
   if (m->D > 1 && m->zero >= 1) { /* the shards this replica owns */
-    for (int64_t u = 0; u <= m->cfg.num_layers + 1; u++)
-      update_owned(m, u, &opt, hp->weight_decay, scale);
+    int64_t units[4096 + 3], n = remat_stage_units(&m->cfg, &m->stage, units);
+    for (int64_t j = 0; j < n; j++) update_owned(m, units[j], &opt, hp->weight_decay, scale);
     return;
   }
   float *pm = m->adam_m, *pv = m->adam_v;
