@@ -63,13 +63,19 @@ static const char *usage_text =
     "several processes (start them with mpirun -np N; N ranks, at most 64):\n"
     "  --stages P                a pipeline of P stages, one per rank (N = P);\n"
     "                            --schedule 1f1b|gpipe, --layers N0,N1,... or --plan\n"
-    "                            FILE or --mem place the blocks; --trace FILE.json\n"
+    "                            FILE or --mem place the blocks\n"
     "  --data-parallel D         D replicas of the model, one per rank (N = D); with\n"
     "                            --grad-accum K each runs K micro-batches a step\n"
     "                            (a step of K x D); the same results as one process\n"
     "                            with --grad-accum K x D, bit for bit\n"
     "  --zero 0|1|2|3            with --data-parallel: shard AdamW's moments (1), and\n"
     "                            the gradients (2), and the parameters (3) (0)\n"
+    "  --stages P --data-parallel D  a grid of P x D ranks (N = P x D): D pipelines\n"
+    "                            of P stages, each stage's D copies replicas; with\n"
+    "                            --grad-accum M each pipeline runs M a step; the same\n"
+    "                            results as one process with --grad-accum M x D\n"
+    "  --trace FILE.json         with --stages or --data-parallel: every rank's\n"
+    "                            timeline, for Perfetto or chrome://tracing\n"
     "reporting:\n"
     "  --log FILE.jsonl          one JSON object per optimizer step\n"
     "  --peak-gflops X           peak FLOP rate for MFU (default: measure sgemm now)\n"
@@ -197,19 +203,21 @@ static int parse_args(int argc, char **argv, opts *o) {
   if ((o->ratio >= 0) + (o->ckpt_layers != NULL) + (o->mem != NULL) + (o->plan != NULL) > 1)
     return cli_fail(-1, "--ckpt-ratio, --ckpt-layers, --mem and --plan each choose the "
                         "recomputed blocks; give at most one");
-  if (o->stages == 1 && (o->layers || o->plan || o->trace))
-    return cli_fail(-1, "--layers, --plan and --trace place a pipeline: give --stages P too (and "
+  if (o->stages == 1 && (o->layers || o->plan))
+    return cli_fail(-1, "--layers and --plan place a pipeline: give --stages P too (and "
                         "start P ranks with mpirun -np P)");
+  if (o->stages == 1 && o->replicas == 1 && o->trace)
+    return cli_fail(-1, "--trace draws the timeline of several ranks: give --stages P or "
+                        "--data-parallel D too (and start that many with mpirun -np)");
   if (o->layers && o->mem)
     return cli_fail(-1, "--layers places the blocks by hand and --mem lets remat place them; "
                         "give one");
   if (o->stages > 1 && o->eval_every > 0)
     return cli_fail(-1, "--eval-every runs on one process only; drop it with --stages");
-  if (o->stages > 1 && o->replicas > 1)
-    return cli_fail(-1, "--stages %lld with --data-parallel %lld would need a grid of %lld x %lld "
-                    "ranks, which remat does not build: give one of them",
-                    (long long)o->stages, (long long)o->replicas, (long long)o->stages,
-                    (long long)o->replicas);
+  if (o->stages * o->replicas > REMAT_MAX_STAGES)
+    return cli_fail(-1, "--stages %lld x --data-parallel %lld is %lld ranks; remat runs at most %d",
+                    (long long)o->stages, (long long)o->replicas,
+                    (long long)(o->stages * o->replicas), REMAT_MAX_STAGES);
   if (o->replicas == 1 && o->zero)
     return cli_fail(-1, "--zero %d shards across replicas: give --data-parallel D too (and start "
                     "D ranks with mpirun -np D)", o->zero);
@@ -577,9 +585,11 @@ typedef struct {
   remat_dist *dist;
   remat_pipeline *pipe;
   remat_replicas *dp;
+  remat_grid *grid; /* a grid: pipe and dp are its parts */
   int ranks, rank;
-  double comm_s;      /* a replica's time in MPI calls, over the timed steps */
-  remat_comm_stats comm; /* of the last step */
+  remat_comm_stats comm; /* rank 0's, of the last step */
+  remat_comm_stats rank_comm[REMAT_MAX_STAGES]; /* every replica's, of the last step */
+  remat_comm_stats comm_sum[REMAT_MAX_STAGES];  /* and over the timed steps */
   size_t rank_planned[REMAT_MAX_STAGES], rank_measured[REMAT_MAX_STAGES];
   double wait_s;      /* this rank's waiting, over the timed steps */
   double predicted_s; /* the plan's simulated iteration time, in seconds */
@@ -600,13 +610,45 @@ static int log_step(run_state *r, const remat_step_stats *st, double tps, double
           (long long)mp->num_middle, r->planned,
           r->measured, remat_rss_peak_bytes());
   if (!isnan(val_loss)) fprintf(f, ", \"val_loss\": %.6f", val_loss);
-  if (r->dp) /* rank 0's communication in this step, counted and from the shapes */
+  if (r->dp && !r->grid) { /* rank 0's communication in this step, counted and from the shapes */
+    const remat_comm_stats *c = &r->comm;
     fprintf(f,
-            ", \"replicas\": %d, \"zero\": %d, \"comm_s\": %.6f, \"comm_bytes\": %llu, "
-            "\"comm_bytes_theory\": %llu, \"collectives\": %llu",
-            r->ranks, r->o->zero, r->comm.seconds, (unsigned long long)r->comm.bytes_sent,
+            ", \"replicas\": %d, \"zero\": %d, \"comm_s\": %.6f, \"comm_exposed_s\": %.6f, "
+            "\"comm_overlap\": %.4f, \"layer_comm_s\": %.6f, \"layer_comm_exposed_s\": %.6f, "
+            "\"layer_comm_overlap\": %.4f, \"comm_bytes\": %llu, \"comm_bytes_theory\": %llu, "
+            "\"collectives\": %llu",
+            r->ranks, r->o->zero, c->seconds, c->exposed_seconds,
+            remat_comm_overlap(c->seconds, c->exposed_seconds), c->layer_seconds,
+            c->layer_exposed_seconds, remat_comm_overlap(c->layer_seconds, c->layer_exposed_seconds),
+            (unsigned long long)c->bytes_sent,
             (unsigned long long)remat_replicas_step_bytes(r->cfg, r->ranks, r->o->zero, r->o->K),
-            (unsigned long long)r->comm.collectives);
+            (unsigned long long)c->collectives);
+    /* every replica's: communication time, exposed, overlapped share */
+    for (int a = 0; a < 3; a++) {
+      static const char *const key[3] = {"rank_comm_s", "rank_comm_exposed_s",
+                                         "rank_comm_overlap"};
+      fprintf(f, ", \"%s\": [", key[a]);
+      for (int k = 0; k < r->ranks; k++) {
+        const remat_comm_stats *q = &r->rank_comm[k];
+        double v = a == 0 ? q->seconds : a == 1 ? q->exposed_seconds
+                                       : remat_comm_overlap(q->seconds, q->exposed_seconds);
+        fprintf(f, a == 2 ? "%s%.4f" : "%s%.6f", k ? ", " : "", v);
+      }
+      fputc(']', f);
+    }
+  } else if (r->grid) { /* rank 0's reductions among its stage's replicas */
+    const remat_comm_stats *c = &r->comm;
+    fprintf(f,
+            ", \"stages\": %lld, \"replicas\": %lld, \"zero\": %d, \"comm_s\": %.6f, "
+            "\"comm_exposed_s\": %.6f, \"comm_overlap\": %.4f, \"layer_comm_s\": %.6f, "
+            "\"layer_comm_exposed_s\": %.6f, \"layer_comm_overlap\": %.4f, \"comm_bytes\": %llu, "
+            "\"collectives\": %llu",
+            (long long)r->o->stages, (long long)r->o->replicas, r->o->zero, c->seconds,
+            c->exposed_seconds, remat_comm_overlap(c->seconds, c->exposed_seconds),
+            c->layer_seconds, c->layer_exposed_seconds,
+            remat_comm_overlap(c->layer_seconds, c->layer_exposed_seconds),
+            (unsigned long long)c->bytes_sent, (unsigned long long)c->collectives);
+  }
   for (int a = 0; a < 2; a++) {
     fprintf(f, a ? ", \"rank_measured_peak_bytes\": [" : ", \"rank_planned_peak_bytes\": [");
     for (int k = 0; k < r->ranks; k++)
@@ -659,7 +701,7 @@ static int write_checkpoint(const opts *o, run_state *r, const remat_config *cfg
 static int train_loop(run_state *r) {
   const opts *o = r->o;
   remat_error err;
-  double tokens_per_step = (double)(o->B * o->T * o->K);
+  double tokens_per_step = (double)(o->B * o->T * o->K * o->replicas);
   r->first_loss = r->last_loss = r->last_val = NAN;
   r->start_step = r->steps_done = remat_trainer_steps_done(r->tr);
   double t_start = remat_now();
@@ -684,7 +726,15 @@ static int train_loop(run_state *r) {
     if (r->pipe && (st.step > 1 || o->steps == 1)) r->wait_s += remat_pipeline_wait_seconds(r->pipe);
     if (r->dp) {
       r->comm = remat_replicas_comm(r->dp);
-      if (st.step > 1 || o->steps == 1) r->comm_s += r->comm.seconds;
+      if (remat_replicas_comm_gather(r->dp, r->rank_comm, &err))
+        return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
+      for (int k = 0; r->rank == 0 && (st.step > 1 || o->steps == 1) && k < o->replicas; k++) {
+        remat_comm_stats *sum = &r->comm_sum[k], *q = &r->rank_comm[k];
+        sum->seconds += q->seconds;
+        sum->exposed_seconds += q->exposed_seconds;
+        sum->layer_seconds += q->layer_seconds;
+        sum->layer_exposed_seconds += q->layer_exposed_seconds;
+      }
     }
     if (isnan(r->first_loss)) r->first_loss = st.loss;
     r->last_loss = st.loss;
@@ -715,10 +765,34 @@ static int train_loop(run_state *r) {
   return 0;
 }
 
+/* Rank 0's bytes, every replica's communication time over the timed steps
+ * (on a grid, stage 0's): how much of it was exposed (spent inside MPI
+ * calls) and overlapped. */
+static void print_comm(const run_state *r, char *b, size_t n) {
+  const remat_comm_stats *c = &r->comm_sum[0];
+  double steps = r->timed_steps ? (double)r->timed_steps : 1.0;
+  printf("comm    rank 0 sent %s (%llu bytes) a step in %llu collectives; %.2f ms of "
+         "communication a step, %.2f ms exposed (%.1f%% of its step time)\n",
+         remat_format_bytes((size_t)r->comm.bytes_sent, b, n),
+         (unsigned long long)r->comm.bytes_sent, (unsigned long long)r->comm.collectives,
+         1e3 * c->seconds / steps, 1e3 * c->exposed_seconds / steps,
+         r->t_train > 0 ? 100 * c->exposed_seconds / r->t_train : 0.0);
+  printf("overlap communication overlapped with computation, %s: all",
+         r->grid ? "stage 0's replicas" : "rank by rank");
+  for (int k = 0; k < r->o->replicas; k++)
+    printf(" %.0f%%", 100 * remat_comm_overlap(r->comm_sum[k].seconds,
+                                                r->comm_sum[k].exposed_seconds));
+  printf("; the layers' reduce-scatters and gathers");
+  for (int k = 0; k < r->o->replicas; k++)
+    printf(" %.0f%%", 100 * remat_comm_overlap(r->comm_sum[k].layer_seconds,
+                                                r->comm_sum[k].layer_exposed_seconds));
+  printf("\n");
+}
+
 static void print_summary(const run_state *r) {
   const opts *o = r->o;
   char b1[32];
-  double tokens_per_step = (double)(o->B * o->T * o->K);
+  double tokens_per_step = (double)(o->B * o->T * o->K * o->replicas);
   int64_t ran = r->steps_done - r->start_step;
   if (interrupted) printf("interrupted after step %lld\n", (long long)r->steps_done);
   if (ran == 0) return;
@@ -755,12 +829,7 @@ static void print_summary(const run_state *r) {
              "simulation (bubble %.1f%%); rank 0 waited %.1f%% of its steps\n",
              step, r->predicted_s, 100 * r->predicted_bubble,
              r->t_train > 0 ? 100 * r->wait_s / r->t_train : 0.0);
-    else if (r->dp)
-      printf("comm    rank 0 sent %s (%llu bytes) a step in %llu collectives; %.1f%% of its "
-             "step time in MPI calls\n",
-             remat_format_bytes((size_t)r->comm.bytes_sent, b2, sizeof b2),
-             (unsigned long long)r->comm.bytes_sent, (unsigned long long)r->comm.collectives,
-             r->t_train > 0 ? 100 * r->comm_s / r->t_train : 0.0);
+    if (r->dp) print_comm(r, b2, sizeof b2);
   }
 }
 
@@ -863,7 +932,8 @@ static int place_pipeline(const opts *o, const remat_config *cfg, const uint8_t 
   if (P > L + 2)
     return cli_fail(CLI_EXIT_USAGE, "--stages %lld is more stages than the model has layers "
                     "(%lld blocks, the embedding and the head)", (long long)P, (long long)L);
-  if (remat_plan_problem_from_model(&pl->pb, cfg, o->B, o->T, P, o->K, (size_t)1 << 60, &err))
+  if (remat_plan_problem_from_replicas(&pl->pb, cfg, o->B, o->T, P, o->K, o->replicas, o->zero,
+                                       (size_t)1 << 60, &err))
     return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
   pl->have_pb = 1;
   pl->pb.schedule = o->schedule;
@@ -940,23 +1010,76 @@ static int place_pipeline(const opts *o, const remat_config *cfg, const uint8_t 
   return 0;
 }
 
+/* Stage s of the placement, as replica r when the job is a grid; pol
+ * (room for its blocks) receives its policy. */
+static remat_stage grid_stage(const opts *o, const placement *pl, int64_t s, int64_t r,
+                              uint8_t *pol) {
+  for (int64_t i = 0; i < pl->split.num_blocks[s]; i++)
+    pol[i] = pl->recompute[pl->split.first_block[s] + i + 1];
+  remat_stage st = remat_split_stage(&pl->split, s, pol);
+  if (o->replicas > 1) {
+    st.replicas = o->replicas;
+    st.replica = r;
+    st.zero = o->zero;
+    st.accumulate = 1;
+  }
+  return st;
+}
+
+/* Each rank's arena on a grid (world rank s D + r), from the memory model. */
+static void print_grid(const remat_config *cfg, const placement *pl, const opts *o) {
+  remat_error err;
+  char b[8][32];
+  int64_t D = o->replicas;
+  for (int64_t k = 0; k < pl->split.stages * D; k++) {
+    uint8_t pol[4096];
+    remat_stage st = grid_stage(o, pl, k / D, k % D, pol);
+    remat_memplan mp;
+    if (remat_memplan_build_stage(&mp, cfg, o->B, o->T, &st, &err)) continue;
+    const remat_membuf *m = mp.buf;
+    printf("rank %lld stage %lld replica %lld arena %s (%zu bytes) = state %s (parameters %s, "
+           "gradients %s, AdamW %s) + %lld in flight x %s + workspace %s + communication %s; "
+           "blocks %lld..%lld%s%s\n",
+           (long long)k, (long long)(k / D), (long long)(k % D),
+           remat_format_bytes(mp.peak_bytes, b[0], sizeof b[0]), mp.peak_bytes,
+           remat_format_bytes(mp.persistent_bytes, b[1], sizeof b[1]),
+           remat_format_bytes(m[REMAT_BUF_PARAMS].bytes, b[2], sizeof b[2]),
+           remat_format_bytes(m[REMAT_BUF_GRADS].bytes + m[REMAT_BUF_TIED_GRAD].bytes, b[3],
+                              sizeof b[3]),
+           remat_format_bytes(m[REMAT_BUF_ADAM_M].bytes + m[REMAT_BUF_ADAM_V].bytes, b[4],
+                              sizeof b[4]),
+           (long long)st.inflight, remat_format_bytes(mp.slot_bytes, b[5], sizeof b[5]),
+           remat_format_bytes(mp.bytes.workspace, b[6], sizeof b[6]),
+           remat_format_bytes(mp.bytes.comm, b[7], sizeof b[7]), (long long)st.first_block,
+           (long long)(st.first_block + st.num_blocks - 1), st.has_embedding ? ", embedding" : "",
+           st.has_head ? ", head" : "");
+    remat_memplan_free(&mp);
+  }
+}
+
 static void print_pipeline(const remat_config *cfg, const placement *pl, const char *source,
                            const remat_tokens *tok, const opts *o) {
   remat_error err;
   char *text = NULL;
   print_model(cfg);
-  printf("data    %s: %lld tokens; batch %lld x %lld, %lld micro-batches per step\n", source,
+  printf("data    %s: %lld tokens; batch %lld x %lld, %lld micro-batches per step", source,
          (long long)tok->n, (long long)o->B, (long long)o->T, (long long)o->K);
+  if (o->replicas > 1)
+    printf(" per pipeline: %lld micro-batches a step on %lld pipelines",
+           (long long)(o->K * o->replicas), (long long)o->replicas);
+  printf("\n");
   if (remat_plan_format(&pl->pb, &pl->plan, REMAT_PLAN_FORMAT_TABLE, &text, &err) == 0) {
     fputs(text, stdout);
     remat_plan_text_free(text);
   }
+  if (o->replicas > 1) {
+    print_grid(cfg, pl, o);
+    return;
+  }
   /* each stage's arena, from the same memory model the table used */
   for (int64_t s = 0; s < pl->split.stages; s++) {
     uint8_t pol[4096];
-    for (int64_t i = 0; i < pl->split.num_blocks[s]; i++)
-      pol[i] = pl->recompute[pl->split.first_block[s] + i + 1];
-    remat_stage st = remat_split_stage(&pl->split, s, pol);
+    remat_stage st = grid_stage(o, pl, s, 0, pol);
     remat_memplan mp;
     char b1[32], b2[32], b3[32], b4[32];
     if (remat_memplan_build_stage(&mp, cfg, o->B, o->T, &st, &err)) continue;
@@ -1013,8 +1136,9 @@ static int save_weights(const char *path, const remat_config *cfg, run_state *r,
     snprintf(err->msg, sizeof err->msg, "out of memory gathering the model to save it");
     return REMAT_ENOMEM;
   }
-  int rc = r->pipe ? remat_pipeline_gather_params(r->pipe, full, err)
-                   : remat_replicas_gather_params(r->dp, full, err);
+  int rc = r->grid   ? remat_grid_gather_params(r->grid, full, err)
+           : r->pipe ? remat_pipeline_gather_params(r->pipe, full, err)
+                     : remat_replicas_gather_params(r->dp, full, err);
   if (!rc && r->rank == 0) rc = remat_checkpoint_save(path, cfg, full, err);
   free(full);
   return rc;
@@ -1160,11 +1284,21 @@ static int train_job(opts *o, run_state *r) {
 
   /* The plan: every buffer of a step, before anything large is allocated. */
   if (!rc) {
-    if (o->stages > 1) {
+    if (o->stages > 1 && o->replicas > 1) { /* world rank s D + r: stage s, replica r */
+      remat_stage st = grid_stage(o, &pl, remat_dist_stage(r->dist), remat_dist_replica(r->dist),
+                                  policy);
+      if (remat_trainer_create_stage(&tr, &cfg, &st, &tok, &to, &err) ||
+          remat_grid_create(&r->grid, r->dist, tr, &pl.split, &err))
+        rc = cli_fail(CLI_EXIT_RUN, "%s", err.msg);
+      if (!rc) {
+        r->pipe = remat_grid_pipeline(r->grid);
+        r->dp = remat_grid_replicas(r->grid);
+        if (o->trace && remat_pipeline_trace_start(r->pipe, o->steps, &err))
+          rc = cli_fail(CLI_EXIT_RUN, "%s", err.msg);
+      }
+    } else if (o->stages > 1) {
       int64_t s = r->rank;
-      for (int64_t i = 0; i < pl.split.num_blocks[s]; i++)
-        policy[i] = pl.recompute[pl.split.first_block[s] + i + 1];
-      remat_stage st = remat_split_stage(&pl.split, s, policy);
+      remat_stage st = grid_stage(o, &pl, s, 0, policy);
       if (remat_trainer_create_stage(&tr, &cfg, &st, &tok, &to, &err) ||
           remat_pipeline_create(&r->pipe, r->dist, tr, &pl.split, &err) ||
           (o->trace && remat_pipeline_trace_start(r->pipe, o->steps, &err)))
@@ -1172,7 +1306,8 @@ static int train_job(opts *o, run_state *r) {
     } else if (o->replicas > 1) {
       remat_stage st = remat_stage_replica(&cfg, policy, o->replicas, r->rank, o->zero);
       if (remat_trainer_create_stage(&tr, &cfg, &st, &tok, &to, &err) ||
-          remat_replicas_create(&r->dp, r->dist, tr, &err))
+          remat_replicas_create(&r->dp, r->dist, tr, &err) ||
+          (o->trace && remat_replicas_trace_start(r->dp, o->steps, &err)))
         rc = cli_fail(CLI_EXIT_RUN, "%s", err.msg);
     } else if (remat_trainer_create(&tr, &cfg, policy, &tok, &to, &err)) {
       rc = cli_fail(CLI_EXIT_RUN, "%s", err.msg);
@@ -1190,7 +1325,8 @@ static int train_job(opts *o, run_state *r) {
   /* --mem's search saw a one-process trainer; a replica's runtime holds a
    * few bytes more outside the arena */
   size_t budget;
-  if (r->dp && o->mem && !remat_parse_size(o->mem, &budget, &err) && r->planned > budget) {
+  if (r->dp && !r->grid && o->mem && !remat_parse_size(o->mem, &budget, &err) &&
+      r->planned > budget) {
     char b1[32], b2[32];
     rc = cli_fail(CLI_EXIT_RUN, "--mem %s does not fit a replica: it needs %s (%zu bytes); raise "
                   "--mem", remat_format_bytes(budget, b1, sizeof b1),
@@ -1201,7 +1337,7 @@ static int train_job(opts *o, run_state *r) {
     print_pipeline(&cfg, &pl, source, &tok, o);
   else
     print_plan(&cfg, remat_trainer_memplan(tr), r->planned, source, &tok, o);
-  if (o->replicas > 1) print_replicas(&cfg, remat_trainer_memplan(tr), o);
+  if (o->replicas > 1 && o->stages == 1) print_replicas(&cfg, remat_trainer_memplan(tr), o);
   if (cli_stdout_ok()) {
     rc = CLI_EXIT_RUN;
     goto out;
@@ -1259,7 +1395,8 @@ static int train_job(opts *o, run_state *r) {
     }
     printf("saved   %s\n", o->save);
   }
-  if (o->trace && remat_pipeline_trace_write(r->pipe, o->trace, &err)) {
+  if (o->trace && (r->pipe ? remat_pipeline_trace_write(r->pipe, o->trace, &err)
+                           : remat_replicas_trace_write(r->dp, o->trace, &err))) {
     rc = cli_fail(CLI_EXIT_RUN, "%s", err.msg);
     goto out;
   }
@@ -1275,8 +1412,12 @@ static int train_job(opts *o, run_state *r) {
   rc = cli_stdout_ok() ? CLI_EXIT_RUN : interrupted ? 130 : 0;
 out:
   if (r->logf) fclose(r->logf);
-  remat_pipeline_destroy(r->pipe);
-  remat_replicas_destroy(r->dp);
+  if (r->grid) {
+    remat_grid_destroy(r->grid);
+  } else {
+    remat_pipeline_destroy(r->pipe);
+    remat_replicas_destroy(r->dp);
+  }
   remat_trainer_destroy(tr);
   placement_free(&pl);
   remat_checkpoint_close(&rd);
@@ -1305,7 +1446,14 @@ int remat_cmd_train(int argc, char **argv) {
       cli_silent = 1;
     }
     rc = 0;
-    if (o.replicas > 1 && r.ranks != o.replicas)
+    if (o.replicas > 1 && o.stages > 1 && r.ranks != o.replicas * o.stages)
+      rc = cli_fail(CLI_EXIT_USAGE, "started on %d ranks but --stages %lld x --data-parallel %lld "
+                    "is a grid of %lld ranks: start exactly P x D ranks, mpirun -np %lld remat "
+                    "train --stages %lld --data-parallel %lld ...", r.ranks, (long long)o.stages,
+                    (long long)o.replicas, (long long)(o.stages * o.replicas),
+                    (long long)(o.stages * o.replicas), (long long)o.stages,
+                    (long long)o.replicas);
+    else if (o.replicas > 1 && o.stages == 1 && r.ranks != o.replicas)
       rc = cli_fail(CLI_EXIT_USAGE, "started on %d ranks but --data-parallel is %lld: start "
                     "exactly D ranks, mpirun -np D remat train --data-parallel D ...", r.ranks,
                     (long long)o.replicas);
@@ -1317,6 +1465,9 @@ int remat_cmd_train(int argc, char **argv) {
     if (!rc && remat_dist_all_same(r.dist, &h, sizeof h, &same, &diff, &err) == 0 && !same)
       rc = cli_fail(CLI_EXIT_USAGE, "rank %d was started with other flags than rank 0; every rank "
                     "must run the same command", diff);
+    /* one layout for every job: P x D (a pipeline P x 1, replicas 1 x D) */
+    if (!rc && remat_dist_grid(r.dist, o.stages, o.replicas, &err))
+      rc = cli_fail(CLI_EXIT_RUN, "%s", err.msg);
     if (rc) {
       remat_dist_finalize(r.dist, 0);
       return rc;

@@ -31,6 +31,8 @@ MASKS = [
     (re.compile(r"iteration [0-9.]+ s measured, [0-9.]+ s predicted"), "iteration <t> s measured, <t> s predicted"),
     (re.compile(r"waited [0-9.]+%"), "waited <pct>%"),
     (re.compile(r"[0-9.]+% of its step time"), "<pct>% of its step time"),
+    (re.compile(r"\b\d+(\.\d+)? ms\b"), "<t> ms"),
+    (re.compile(r"(all|gathers)(?: \d+%)+"), r"\1 <pcts>"),
 ]
 
 

@@ -3,9 +3,13 @@
  * once, on chunk boundaries; a replica's persistent regions are the ZeRO
  * table's (16 Psi, 8 Psi + 8 Psi/D, 4 Psi + 12 Psi/D, 16 Psi/D) in the
  * memory model's exact terms (whole layers aligned, shards padded to the
- * quantum); its communication buffers are what the model says; and the
+ * quantum); its communication buffers (gradient buffers among them, two
+ * for the blocks so that one layer's can be in flight while the next is
+ * computed) are what the model says; and the
  * planner's figure for a replica (remat_plan_problem_from_replicas) is the
- * engine's arena, byte for byte. */
+ * engine's arena, byte for byte; on a P x D grid the stages' units cover the
+ * model and the planner's figure is the engine's with the whole model's
+ * communication buffers, which bound every stage's. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -78,14 +82,28 @@ static void regions(const remat_config *cfg, int64_t B, int64_t T, int64_t D, in
     /* 16 Psi, 8 Psi + 8 Psi/D, 4 Psi + 12 Psi/D, 16 Psi/D: Psi whole = "whole / 4" */
     size_t table[4] = {4 * whole, 2 * whole + 2 * shard, whole + 3 * shard, 4 * shard};
     CHECK(mp.persistent_bytes == table[z] + b[REMAT_BUF_TIED_GRAD].bytes);
-    /* communication: the largest shard D times; ZeRO 3 gathers */
+    /* communication: one layer's pieces in flight (the head's two units
+     * at once); ZeRO 3 gathers the unit in use, the next block, the head */
     size_t e = remat_unit_shard(cfg, 0, D), k = remat_unit_shard(cfg, 1, D),
            h = remat_unit_shard(cfg, L + 1, D);
-    size_t big = e > k ? e : k;
-    CHECK(b[REMAT_BUF_RECV].bytes == (size_t)D * (big > h ? big : h) * sizeof(float));
-    CHECK(b[REMAT_BUF_GATHER].bytes == (z == 3 ? (size_t)D * (big + h) * sizeof(float) : 0));
+    size_t big = e > k ? e : k, f = sizeof(float);
+    CHECK(b[REMAT_BUF_RECV].bytes == (size_t)D * (big + h) * f);
+    CHECK(b[REMAT_BUF_GATHER].bytes == (z == 3 ? (size_t)D * (big + k + h) * f : 0));
     /* the head's gradient buffer: D shards of the tied unit, then of its own */
-    CHECK(mp.grad_bytes[REMAT_LAYER_HEAD] == (size_t)D * (e + h) * sizeof(float));
+    CHECK(mp.grad_bytes[REMAT_LAYER_HEAD] == (size_t)D * (e + h) * f);
+    CHECK(mp.grad_bytes[REMAT_LAYER_BLOCK] == (size_t)D * k * f);
+    /* the gradient buffers: two blocks' (one with one block) and the head's,
+     * outside the workspace, which is the one-process model's without them */
+    size_t nb = L < 2 ? (size_t)L : 2;
+    CHECK(b[REMAT_BUF_REDUCE].bytes == nb * D * k * f + (size_t)D * (e + h) * f);
+    CHECK(b[REMAT_BUF_REDUCE].offset + b[REMAT_BUF_REDUCE].bytes == mp.peak_bytes);
+    remat_stage one = remat_stage_whole(cfg, pol);
+    remat_memplan solo;
+    CHECK(remat_memplan_build_stage(&solo, cfg, B, T, &one, &err) == 0);
+    CHECK(b[REMAT_BUF_WORK].bytes == solo.buf[REMAT_BUF_WORK].bytes);
+    remat_memplan_free(&solo);
+    CHECK(mp.bytes.comm == b[REMAT_BUF_RECV].bytes + b[REMAT_BUF_GATHER].bytes +
+                               b[REMAT_BUF_NORM].bytes + b[REMAT_BUF_REDUCE].bytes);
     CHECK(mp.peak_bytes == mp.bytes.total && mp.bytes.comm > 0);
     /* every replica's arena is the same */
     if (r == 0) {
@@ -138,8 +156,67 @@ static void planner(const remat_config *cfg, int64_t B, int64_t T, int64_t D, in
     remat_plan_free(&plan);
   }
   remat_plan_problem_free(&pb);
-  /* a grid of stages and replicas is refused */
-  CHECK(remat_plan_problem_from_replicas(&pb, cfg, B, T, 2, 2, D, z, 1, &err) == REMAT_EINVAL);
+}
+
+/* A P x D grid's stages: their units cover the model once (the last stage's
+ * tied copy besides); each stage's arena is the planner's figure with the
+ * whole model's communication buffers in place of the stage's, which they
+ * bound. */
+static void grid(const remat_config *cfg, int64_t B, int64_t T, int64_t D, int z, int *cases) {
+  int64_t L = cfg->num_layers;
+  remat_error err;
+  remat_replica_bytes whole, again;
+  remat_stage all = remat_stage_replica(cfg, NULL, D, 0, z);
+  CHECK(remat_replica_bytes_get(cfg, D, z, &whole, &err) == 0);
+  CHECK(remat_replica_stage_bytes_get(cfg, &all, &again, &err) == 0);
+  CHECK(memcmp(&whole, &again, sizeof whole) == 0);
+  for (int64_t P = 2; P <= 3 && P <= L; P++) {
+    remat_plan_problem pb;
+    int rc = remat_plan_problem_from_replicas(&pb, cfg, B, T, P, 2, D, z, (size_t)1 << 50, &err);
+    CHECK(rc == 0);
+    if (rc) continue;
+    /* the embedding alone on stage 0, the blocks spread, the head with the last */
+    int64_t layers[3] = {1, P == 2 ? L + 1 : L / 2, L - L / 2 + 1};
+    uint8_t rec[4096 + 2] = {0}, pol[4096];
+    for (int64_t l = 1; l <= L; l += 2) rec[l] = 1;
+    remat_plan plan;
+    CHECK(remat_plan_evaluate(&pb, layers, rec, &plan, &err) == 0);
+    int seen[4096 + 3] = {0};
+    int64_t first = 0;
+    for (int64_t s = 0; s < P; s++) {
+      int64_t lo = first, hi = first + layers[s], b0 = lo < 1 ? 1 : lo, b1 = hi > L + 1 ? L + 1 : hi;
+      first = hi;
+      remat_stage st = {.first_block = b0 - 1, .num_blocks = b1 > b0 ? b1 - b0 : 0,
+                        .policy = pol, .inflight = 2 < P - s ? 2 : P - s,
+                        .has_embedding = s == 0, .has_head = s == P - 1, .accumulate = 1,
+                        .replicas = D, .replica = D - 1, .zero = z};
+      for (int64_t i = 0; i < st.num_blocks; i++) pol[i] = rec[st.first_block + i + 1];
+      int64_t units[4096 + 3], n = remat_stage_units(cfg, &st, units);
+      for (int64_t i = 0; i < n; i++) seen[units[i]]++;
+      remat_memplan mp;
+      CHECK(remat_memplan_build_stage(&mp, cfg, B, T, &st, &err) == 0);
+      CHECK(mp.bytes.comm <= whole.comm && mp.peak_bytes == mp.bytes.total);
+      /* its gradient buffers: one per block up to two, and the big one
+       * with the embedding or the head; at the top of the arena */
+      size_t f = sizeof(float), k = remat_unit_shard(cfg, 1, D), e = remat_unit_shard(cfg, 0, D);
+      size_t big = st.has_head ? (size_t)D * (e + remat_unit_shard(cfg, L + 1, D)) * f
+                   : st.has_embedding ? (size_t)D * e * f
+                                      : 0;
+      size_t nbuf = st.num_blocks < 2 ? (size_t)st.num_blocks : 2;
+      const remat_membuf *red = &mp.buf[REMAT_BUF_REDUCE];
+      CHECK(red->bytes == nbuf * D * k * f + big && red->offset + red->bytes == mp.peak_bytes);
+      if (plan.stages[s].memory_bytes != mp.peak_bytes - mp.bytes.comm + whole.comm)
+        printf("P=%lld D=%lld ZeRO %d stage %lld: planner %zu, engine %zu (comm %zu, whole %zu)\n",
+               (long long)P, (long long)D, z, (long long)s, plan.stages[s].memory_bytes,
+               mp.peak_bytes, mp.bytes.comm, whole.comm);
+      CHECK(plan.stages[s].memory_bytes == mp.peak_bytes - mp.bytes.comm + whole.comm);
+      remat_memplan_free(&mp);
+      (*cases)++;
+    }
+    for (int64_t u = 0; u <= L + 2; u++) CHECK(seen[u] == 1);
+    remat_plan_free(&plan);
+    remat_plan_problem_free(&pb);
+  }
 }
 
 int main(void) {
@@ -157,6 +234,7 @@ int main(void) {
         regions(&cfg, 2, 16, D, z, NULL);
         regions(&cfg, 2, 16, D, z, pol);
         planner(&cfg, 2, 16, D, z, &cases);
+        grid(&cfg, 2, 16, D, z, &cases);
       }
   }
   /* gpt2-124m on 4 replicas: the table's ratios, padding aside */

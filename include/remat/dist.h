@@ -1,12 +1,13 @@
 /* remat/dist.h: training across MPI ranks. The ranks of one job (started
- * with mpirun, on one machine or many) are pipeline stages or data-parallel
- * replicas. A pipeline stage runs a trainer over its slice of the model,
- * and the pipeline runtime makes the trainer's step follow the schedule's
- * instruction stream, with activations and their gradients sent between
- * neighbouring stages. A replica runs a trainer over the whole model (or its
- * shards of it) and the data-parallel runtime reduces gradients and shares
- * parameters. Either way the results are those of one process with as many
- * micro-batches per step, bit for bit.
+ * with mpirun, on one machine or many) are pipeline stages, data-parallel
+ * replicas, or both: a grid of P stages x D replicas. A pipeline stage runs
+ * a trainer over its slice of the model, and the pipeline runtime makes the
+ * trainer's step follow the schedule's instruction stream, with activations
+ * and their gradients sent between neighbouring stages. A replica runs a
+ * trainer over the whole model (or its shards of it) and the data-parallel
+ * runtime reduces gradients and shares parameters. On a grid each stage has
+ * D replicas and each replica is a pipeline of P stages. Every way gives the
+ * results of one process with as many micro-batches per step, bit for bit.
  * Part of remat's public API; include "remat.h" for all of it.
  *
  *   remat_dist *d;  remat_dist_init(&d, &argc, &argv, &err);
@@ -14,6 +15,11 @@
  *   remat_pipeline *pl;  remat_pipeline_create(&pl, d, tr, &split, &err);
  *   ... remat_trainer_step(tr, ...) as in one process
  *   remat_pipeline_destroy(pl);  remat_dist_finalize(d);
+ *
+ * A grid of P x D ranks: remat_dist_grid(d, P, D, &err); the trainer of
+ * stage remat_dist_stage(d) as replica remat_dist_replica(d) (its
+ * remat_stage with replicas = D), then remat_grid_create(&g, d, tr, &split,
+ * &err) instead of the pipeline.
  */
 #ifndef REMAT_DIST_H
 #define REMAT_DIST_H
@@ -56,6 +62,25 @@ int remat_dist_first_error(remat_dist *d, int rc, remat_error *err, int *failed_
 /* One 0/1 flag from every rank: 1 on every rank when all are 1. */
 int remat_dist_all_ok(remat_dist *d, int ok, int *all_ok);
 
+/* The job's layout, one for every job: P pipeline stages x D replicas
+ * (P D ranks; a pipeline alone is P x 1, replicas alone 1 x D). World rank
+ *
+ *     rank = s D + r      (stage s = rank / D, replica r = rank % D)
+ *
+ * so the D replicas of a stage are neighbours, and world rank 0 is stage 0
+ * of replica 0. remat_dist_grid splits the world into this rank's pipeline
+ * (the P ranks of replica r, ranked by stage: what remat_pipeline_create
+ * takes) and its stage's replicas (the D ranks of stage s, ranked by
+ * replica: what remat_replicas_create takes); a line that holds every rank
+ * is the world itself. Before it (or without it) the job is a pipeline of
+ * all its ranks. Fails when P D is not the number of ranks. The parts live
+ * as long as d. */
+int remat_dist_grid(remat_dist *d, int64_t P, int64_t D, remat_error *err);
+int64_t remat_dist_stage(const remat_dist *d);
+int64_t remat_dist_replica(const remat_dist *d);
+remat_dist *remat_dist_pipeline(remat_dist *d);
+remat_dist *remat_dist_replicas(remat_dist *d);
+
 /* ------------------------------------------------------------ pipeline */
 
 /* How the model's layers are split: stage s runs blocks [first_block[s],
@@ -75,8 +100,8 @@ remat_stage remat_split_stage(const remat_split *sp, int64_t s, const uint8_t *p
 
 typedef struct remat_pipeline remat_pipeline; /* opaque */
 
-/* Makes the trainer (this rank's stage of sp, its grad_accum = M) run its
- * steps as a pipeline: its micro-batches follow the schedule with sends and
+/* Makes the trainer (this rank's stage of sp, its grad_accum = M; on a
+ * grid, below, M times the replicas) run its steps as a pipeline: its micro-batches follow the schedule with sends and
  * receives to the neighbouring ranks, the tied embedding's two gradients are
  * exchanged and added (embedding + head) before the update, and the global
  * norm is summed over all stages' layers in model order. The losses the
@@ -110,10 +135,15 @@ double remat_pipeline_wait_seconds(const remat_pipeline *pl);
  * step) and runs micro-batch jD + r, with that micro-batch's dropout
  * stream. As each layer's backward ends, its gradient (computed from zero)
  * is reduce-scattered: every replica sends the owner of each shard its
- * piece (MPI_Alltoall), and the owner adds the D pieces in replica order to
- * its running sum. So the owner's sum is ((g + c_jD) + c_jD+1) + ..., the
+ * piece (MPI_Ialltoall, travelling while the next layer's backward runs;
+ * the model's progress hook tests it between kernels), and before the next
+ * layer's is posted the owner adds the D pieces in replica order to its
+ * running sum. So the owner's sum is ((g + c_jD) + c_jD+1) + ..., the
  * order one process with K D micro-batches follows (remat/model.h), bit for
- * bit; no MPI_Allreduce, whose order is unspecified, ever sums a gradient.
+ * bit, however the transfers overlap; no MPI_Allreduce, whose order is
+ * unspecified, ever sums a gradient. The layer in flight keeps its gradient
+ * buffer while the next layer computes into another (remat/memory.h:
+ * remat_replica_bytes' reduce).
  * The tied matrix's two sums are reduced apart and added by their common
  * owner (embedding + head); the norm gathers every replica's chunk sums and
  * adds them in model order. Then:
@@ -123,30 +153,98 @@ double remat_pipeline_wait_seconds(const remat_pipeline *pl);
  *   ZeRO 2  parameters are all-gathered (2: only its gradient shard exists)
  *   ZeRO 3  each replica updates its shards; a layer's parameters are
  *           all-gathered before its forward and again before its recompute
- *           and backward, into the gather buffer, and dropped after
+ *           and backward, into the gather buffer, and dropped after; the
+ *           next block's gather (MPI_Iallgather) travels while the layer
+ *           before it computes
  * Every buffer lives in the trainer's arena, planned before the first step. */
 typedef struct remat_replicas remat_replicas; /* opaque */
 
 /* Makes the trainer (this rank's replica: remat_stage_replica with the
- * job's size and this rank, grad_accum = K D) run its steps as above. */
+ * job's size and this rank, grad_accum = K D) run its steps as above. d:
+ * the replicas' ranks, ranked by replica (on a grid, remat_dist_replicas;
+ * the trainer's model is then the stage, and everything above runs over
+ * the units it holds, remat_stage_units). */
 int remat_replicas_create(remat_replicas **out, remat_dist *d, remat_trainer *tr,
                           remat_error *err);
 void remat_replicas_destroy(remat_replicas *rp);
 /* The whole model's parameters in llm.c order on rank 0 (full:
- * remat_param_count floats); other ranks pass NULL. */
+ * remat_param_count floats; a stage's replicas: the stage's tensors, in
+ * their places); other ranks pass NULL. Every replica calls it. */
 int remat_replicas_gather_params(remat_replicas *rp, float *full, remat_error *err);
 
-/* Communication of the last step on this rank: seconds inside MPI calls,
- * and bytes this rank sent (a collective's bytes to the other ranks, as if
- * sent directly: D - 1 pieces). */
+/* Timeline, as the pipeline's (one track per rank, memory reserved up front
+ * for max_steps steps): per micro-batch a forward span, per layer a
+ * backward span (from taking its gradient buffer to handing it over) and a
+ * reduce span on a track of its own (from the reduce-scatter's post to its
+ * observed completion), ZeRO 3's gathers on another (post to completion),
+ * wait spans where the rank blocked in MPI, update spans, and the arena as
+ * a counter. Every rank calls both; rank 0 writes the file. */
+int remat_replicas_trace_start(remat_replicas *rp, int64_t max_steps, remat_error *err);
+int remat_replicas_trace_write(remat_replicas *rp, const char *path, remat_error *err);
+
+/* Communication of the last step on this rank. Each collective's
+ * communication time runs from its post to the return of the MPI call on
+ * this rank that saw it complete (a blocking collective: its call); the
+ * exposed time is what this rank spent inside MPI calls for it (posting,
+ * testing, waiting), when it was not computing. The overlapped share is
+ * 1 - exposed / communication time (remat_comm_overlap). The layers'
+ * collectives (the reduce-scatters and ZeRO 3's gathers, which run beside
+ * the forward and backward) are also counted apart from the rest (the
+ * losses, the norm and the all-gathers between steps, which block). Bytes:
+ * a collective's bytes to the other ranks, as if sent directly: D - 1
+ * pieces. */
 typedef struct remat_comm_stats {
-  double seconds;
+  double seconds;               /* communication time, summed over collectives */
+  double exposed_seconds;       /* the part spent inside MPI calls */
+  double layer_seconds;         /* the same two for the layers' collectives */
+  double layer_exposed_seconds;
   uint64_t bytes_sent;
   uint64_t collectives;
 } remat_comm_stats;
 remat_comm_stats remat_replicas_comm(const remat_replicas *rp);
+/* 1 - exposed / seconds, within [0, 1]; 0 when nothing was sent. */
+double remat_comm_overlap(double seconds, double exposed_seconds);
+/* Every rank's remat_replicas_comm on rank 0, in rank order (all: D
+ * entries there; others pass NULL). Every rank calls it. */
+int remat_replicas_comm_gather(remat_replicas *rp, remat_comm_stats *all, remat_error *err);
 /* What that count is for a step of K rounds, from the shapes alone. */
 uint64_t remat_replicas_step_bytes(const remat_config *cfg, int64_t D, int zero, int64_t K);
+
+/* ----------------------------------------------------------- the grid */
+
+/* P x D: D pipelines of P stages (remat_dist_grid's layout); the D copies
+ * of each stage are data-parallel replicas of each other under ZeRO 0 to 3.
+ * A step of M D micro-batches: pipeline r runs M of them through its
+ * schedule (--grad-accum M per pipeline), its micro-batch k being
+ * micro-batch k D + r of the step, as replicas number theirs above (every
+ * rank draws all D of round k from its loader and keeps its own). Within a
+ * stage each layer's gradient is reduce-scattered among the stage's D
+ * replicas as its backward ends (travelling while the next layer's runs,
+ * as above; the last of a step lands after the schedule) and the owner
+ * adds the pieces in replica order; a stage runs its backwards in micro-batch order under both
+ * schedules, so the owner's sum is ((c_0 + c_1) + c_2) + ..., one
+ * process's order with M D micro-batches. The tied matrix: stage 0 (the
+ * embedding's sum) and stage P - 1 (the head's, in its copy, unit L + 2 of
+ * remat/memory.h) of each pipeline exchange the elements that replica owns
+ * and add embedding + head. The norm: each stage's layer sums from its
+ * replicas' chunk sums, then all stages' in model order. The losses: the
+ * last stages gather theirs and add them in micro-batch order. So losses,
+ * norms and parameters are one process's with --grad-accum M D. */
+typedef struct remat_grid remat_grid; /* opaque */
+
+/* Makes the trainer run its steps on the grid: its model is stage
+ * remat_dist_stage(d) of sp as replica remat_dist_replica(d) of D
+ * (remat_split_stage with the replica fields of remat_stage_replica), its
+ * grad_accum M D; d's grid is P x D (remat_dist_grid). Creates this rank's
+ * pipeline and replica runtimes, reachable below for their figures. */
+int remat_grid_create(remat_grid **out, remat_dist *d, remat_trainer *tr, const remat_split *sp,
+                      remat_error *err);
+void remat_grid_destroy(remat_grid *g);
+remat_pipeline *remat_grid_pipeline(remat_grid *g);
+remat_replicas *remat_grid_replicas(remat_grid *g);
+/* The whole model's parameters in llm.c order on world rank 0 (full:
+ * remat_param_count floats); other ranks pass NULL. Every rank calls it. */
+int remat_grid_gather_params(remat_grid *g, float *full, remat_error *err);
 
 #ifdef __cplusplus
 }

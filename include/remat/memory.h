@@ -38,8 +38,9 @@ typedef enum {
  *
  * where a stage that adds up several micro-batches a step adds each layer's
  * gradient buffer g_l to its y_l and x_l, and a data-parallel replica has
- * its ZeRO stage's w_l, its g_l as D shards, and its communication buffers
- * (comm; see remat_replica_bytes below). Per layer:
+ * its ZeRO stage's w_l and its communication buffers (comm, which hold its
+ * g_l as D shards instead of y_l and x_l; see remat_replica_bytes below).
+ * Per layer:
  *   a (kept)    what one micro-batch in flight stores for the layer's
  *               backward: its input, and a block's internals when kept
  *   c (ckpt)    what it stores when recomputed: its input
@@ -129,7 +130,8 @@ typedef struct remat_stage {
    * remat/model.h for why). Replicas always do this. */
   int accumulate;
   /* Data parallelism: this is replica `replica` of `replicas` (0 or 1:
-   * none) copies of the whole model, under ZeRO stage `zero` (0 to 3). */
+   * none) copies of the whole model, or of this pipeline stage on a P x D
+   * grid, under ZeRO stage `zero` (0 to 3). */
   int64_t replicas, replica;
   int zero;
 } remat_stage;
@@ -141,15 +143,16 @@ remat_stage remat_stage_replica(const remat_config *cfg, const uint8_t *policy, 
                                 int64_t r, int zero);
 
 /* The formula above for one stage; the arena of remat_memplan_build is
- * exactly this many bytes. A stage that accumulates (or a replica) adds to
- * each layer's y, and to a recomputed or middle block's x or xm, the
- * layer's gradient buffer (grad below); a replica's w are its ZeRO stage's and it adds its
- * communication buffers (remat_replica_bytes). */
+ * exactly this many bytes. A stage that accumulates adds to each layer's y,
+ * and to a recomputed or middle block's x or xm, the layer's gradient buffer
+ * (grad below); a replica's w are its ZeRO stage's and it adds its
+ * communication buffers (remat_replica_bytes), its gradient buffers among
+ * them. */
 typedef struct remat_stage_bytes {
   size_t state;       /* sum w */
   size_t activations; /* n * (sum a + sum c) */
   size_t workspace;   /* stage_bytes (+ boundary_bytes) + max(y, x) */
-  size_t comm;        /* a replica's receive, gather and norm buffers */
+  size_t comm;        /* a replica's receive, gather, norm and gradient buffers */
   size_t total;
 } remat_stage_bytes;
 int remat_stage_bytes_get(const remat_config *cfg, const remat_memory_model *mm,
@@ -194,6 +197,13 @@ size_t remat_unit_shard(const remat_config *cfg, int64_t u, int64_t D);
 /* Replica r's part of unit u: [*first, *first + *count). */
 void remat_unit_owned(const remat_config *cfg, int64_t u, int64_t D, int64_t r, size_t *first,
                       size_t *count);
+/* The units whose parameters a stage holds, in model order: 0 (the
+ * embedding), 1 + l (its blocks), L + 1 (the head) and, for a head on a
+ * stage without the embedding (a pipeline's last stage), L + 2: the head's
+ * own copy of the tied matrix, its parameters, gradients and moments as one
+ * unit, cut like the embedding's gradient above. out has room for L + 3;
+ * returns how many. */
+int64_t remat_stage_units(const remat_config *cfg, const remat_stage *st, int64_t *out);
 
 /* The bytes of one replica of D under ZeRO stage zero. Persistent state per
  * layer (w): parameters, gradients, AdamW m and v, each whole (a layer's
@@ -203,25 +213,48 @@ void remat_unit_owned(const remat_config *cfg, int64_t u, int64_t D, int64_t r, 
  *   ZeRO 2  gradients, m, v sharded           4 Psi + 12 Psi / D
  *   ZeRO 3  everything sharded               16 Psi / D
  * and the head's gradient of the tied matrix, whole under ZeRO 0 and 1, a
- * shard under 2 and 3. A layer's gradient buffer (in the workspace) holds
- * D shards, padding included (the send side of the reduce-scatter). Buffers
- * of their own: recv, the D pieces of the largest unit's shard a replica
- * receives (reduce-scatter, all-gather); gather, under ZeRO 3, the gathered
- * parameters of the largest of the embedding and a block, and of the head,
- * which needs the tied matrix and its own at once; norm, every replica's
- * chunk sums (doubles). */
+ * shard under 2 and 3. A layer's gradient (grad) is computed into D shards,
+ * padding included: the send side of its reduce-scatter, which stays in
+ * flight while the next layer's backward runs. So these buffers are not
+ * workspace but communication buffers of their own (with e, b, h the
+ * shards of the embedding, a block and the head):
+ *   reduce  the gradient buffers: the head's (D (e + h), which the
+ *           embedding's D e reuses) and two of a block's D b, which
+ *           consecutive blocks take in turn (one if L = 1)
+ *   recv    the pieces one layer's reduce-scatter brings: D (max(e, b) + h),
+ *           the head's two units at once; all-gathers between steps too
+ *   gather  ZeRO 3: D (max(e, b) + b + h), the parameters of the unit in
+ *           use (the embedding or a block), of the next block, fetched
+ *           meanwhile, and of the head, which needs the tied matrix and its
+ *           own at once
+ *   norm    every replica's chunk sums (doubles) */
 typedef struct remat_replica_bytes {
   int64_t replicas;
   int zero;
   size_t state[REMAT_LAYER_KIND_COUNT]; /* w of each layer */
   size_t head_joint_state;              /* the head's w with its tied gradient */
-  size_t grad[REMAT_LAYER_KIND_COUNT];  /* the layer's gradient buffer */
+  size_t head_alone_state;              /* the head's w on a stage without the
+                                           embedding: with its copy of the tied
+                                           matrix (unit L + 2) */
+  size_t grad[REMAT_LAYER_KIND_COUNT];  /* the layer's gradient, D shards (in reduce) */
   size_t params, grads, moment, tied;   /* regions: parameters, gradients, m (= v), tied */
-  size_t recv, gather, norm;            /* communication buffers */
-  size_t comm;                          /* recv + gather + norm */
+  size_t recv, gather, norm, reduce;    /* communication buffers */
+  size_t comm;                          /* recv + gather + norm + reduce */
 } remat_replica_bytes;
 int remat_replica_bytes_get(const remat_config *cfg, int64_t D, int zero,
                             remat_replica_bytes *out, remat_error *err);
+/* The same for a stage that is a replica (a P x D grid: st->replicas
+ * copies of one pipeline stage, under ZeRO stage st->zero): state and
+ * gradient buffers per layer as above; the regions and the communication
+ * buffers of the units the stage holds (remat_stage_units), as above with
+ * max(e, b) the largest shard of its units but the head's own: reduce with
+ * the big gradient buffer only beside the embedding or the head and a block
+ * buffer per block up to two; recv and gather with h only beside the head,
+ * and gather's block slot only where a block can follow another unit in a
+ * pass; norm for its units' chunk sums. remat_replica_bytes_get is this for
+ * the whole model. */
+int remat_replica_stage_bytes_get(const remat_config *cfg, const remat_stage *st,
+                                  remat_replica_bytes *out, remat_error *err);
 
 /* ---------------------------------------------------------- memory plan */
 
@@ -246,6 +279,10 @@ typedef enum {
   REMAT_BUF_NORM,      /* a replica: every replica's chunk sums (doubles) */
   REMAT_BUF_RECV,      /* a replica: pieces received by reduce-scatter and
                           all-gather */
+  REMAT_BUF_REDUCE,    /* a replica: its layers' gradient buffers, sent by
+                          reduce-scatter: two blocks', then the head's and
+                          the embedding's (at the top: every micro-batch
+                          writes it whole) */
   REMAT_BUF_COUNT
 } remat_buf;
 
@@ -280,7 +317,8 @@ typedef struct remat_memplan {
    * (sizes in mm). A layer's gradient buffer follows its other transient
    * bytes: a kept block's at block_dgrad_bytes, a recomputed or middle
    * block's after its scratch, the head's after the logits, the
-   * embedding's at 0 (grad_bytes: its size per layer kind). */
+   * embedding's at 0 (grad_bytes: its size per layer kind). A replica's
+   * are in REMAT_BUF_REDUCE instead, handed out by its runtime. */
   remat_membuf buf[REMAT_BUF_COUNT];
   remat_stage_bytes bytes; /* the memory model's figure; peak_bytes equals its total */
   size_t grad_bytes[REMAT_LAYER_KIND_COUNT]; /* 0 when the stage does not accumulate */

@@ -124,16 +124,25 @@ void remat_model_update(remat_model *m, const remat_hparams *hp, float lr, float
 /* ------------------------------------------------------------- replicas */
 
 /* A replica (remat_stage_replica) computes each layer's gradient of its
- * micro-batch into the layer's gradient buffer (D shards of each unit,
- * padding zero) and hands it to ops.grads; under ZeRO 3 it asks ops.params
- * for a layer's parameters before the layer's forward (phase 0) and before
- * its recompute and backward (phase 1): before the head, the embedding's
- * (unit 0, for the tied matrix) then the head's, both alive together.
- * params returns the unit as one vector (D shards), or NULL for the model's
- * own flat parameters. The data-parallel runtime (remat/dist.h) sets these. */
+ * micro-batch into the gradient buffer ops.grad_buf gives it for the layer
+ * (unit 0, a block's unit, or L + 2 for the head, whose buffer holds the
+ * tied unit's D shards and then its own), zeroes it (D shards of each
+ * unit, padding zero) and, when the layer's backward ends, hands it to
+ * ops.grads, unit by unit; the buffer is the runtime's again from then on.
+ * Under ZeRO 3 it asks ops.params for a layer's parameters before the
+ * layer's forward (phase 0) and before its recompute and backward (phase
+ * 1): before the head, the embedding's (unit 0, for the tied matrix) then
+ * the head's, both alive together; a unit stays valid until the next
+ * request. params returns the unit as one vector (D shards), or NULL for
+ * the model's own flat parameters. ops.progress, when set, is called
+ * between the kernels of every layer's forward and backward (cheap: it lets
+ * the runtime drive communication in flight). The data-parallel runtime
+ * (remat/dist.h) sets these. */
 typedef struct remat_layer_ops {
   const float *(*params)(void *ctx, int64_t unit, int phase);
+  float *(*grad_buf)(void *ctx, int64_t unit);
   void (*grads)(void *ctx, int64_t unit, float *buf);
+  void (*progress)(void *ctx);
   void *ctx;
 } remat_layer_ops;
 void remat_model_set_layer_ops(remat_model *m, const remat_layer_ops *ops);
@@ -141,7 +150,10 @@ void remat_model_set_layer_ops(remat_model *m, const remat_layer_ops *ops);
  * REMAT_BUF_GRADS, REMAT_BUF_ADAM_M, REMAT_BUF_ADAM_V; REMAT_BUF_TIED_GRAD
  * for the tied unit), and in *run how many floats follow contiguously. A
  * whole buffer holds the stage's tensors in llm.c order; a sharded one this
- * replica's shards, unit after unit (i must then be one it owns). */
+ * replica's shards, unit after unit (remat_stage_units' order; i must then
+ * be one it owns). On a stage with the head but not the embedding, unit
+ * L + 2 is the head's copy of the tied matrix, in every buffer
+ * (REMAT_BUF_TIED_GRAD names its gradient too). */
 float *remat_model_unit_at(remat_model *m, int buf, int64_t u, size_t i, size_t *run);
 /* 1 when the buffer holds only this replica's shards. */
 int remat_model_buf_sharded(const remat_model *m, int buf);

@@ -183,11 +183,16 @@ int remat_plan_problem_from_model(remat_plan_problem *pb, const remat_config *cf
                                   int64_t T, int64_t stages, int64_t microbatches, size_t memory,
                                   remat_error *err);
 /* The same for a data-parallel job of `replicas` copies of the whole model
- * (stages must be 1 when replicas > 1) under ZeRO stage zero: each layer's
- * state bytes are a replica's (whole or sharded, remat_replica_bytes), its
- * work bytes include its gradient buffer, and stage_bytes its communication
- * buffers; microbatches is the replica's count per step. With replicas 1
- * this is remat_plan_problem_from_model. */
+ * (stages 1), or of every pipeline stage (a grid of stages x replicas),
+ * under ZeRO stage zero: each layer's state bytes are a replica's (whole or
+ * sharded, remat_replica_bytes; a head without the embedding with its copy
+ * of the tied matrix), its work bytes one process's, and stage_bytes the
+ * communication buffers (its gradient buffers among them) of a replica of
+ * the whole model:
+ * exact with one stage, and on a grid an upper bound of each stage's
+ * (remat_replica_stage_bytes_get, which the engine's arenas follow);
+ * microbatches is the count per replica (per pipeline) and step. With
+ * replicas 1 this is remat_plan_problem_from_model. */
 int remat_plan_problem_from_replicas(remat_plan_problem *pb, const remat_config *cfg, int64_t B,
                                      int64_t T, int64_t stages, int64_t microbatches,
                                      int64_t replicas, int zero, size_t memory,

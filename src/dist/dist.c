@@ -1,6 +1,8 @@
-/* dist.c: the job's ranks over MPI: start and end, checks that every rank
- * was started alike, and small collectives the command line needs. The
- * pipeline runtime is in pipeline.c. */
+/* dist.c: the job's ranks over MPI: start and end, the grid of pipeline
+ * stages x replicas they form, checks that every rank was started alike,
+ * and small collectives the command line needs. The pipeline runtime is in
+ * pipeline.c, the data-parallel one in replicas.c, the two together on a
+ * grid in grid.c. */
 #include <mpi.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,16 +42,70 @@ int remat_dist_init(remat_dist **out, int *argc, char ***argv, remat_error *err)
   MPI_Comm_set_errhandler(d->comm, MPI_ERRORS_RETURN);
   MPI_Comm_rank(d->comm, &d->rank);
   MPI_Comm_size(d->comm, &d->size);
+  d->P = d->size;
+  d->D = 1;
+  d->pipeline = d->replicas = d;
   *out = d;
   return 0;
+}
+
+static void free_sub(remat_dist *d, remat_dist *sub) {
+  if (!sub || sub == d) return;
+  MPI_Comm_free(&sub->comm);
+  remat__free(sub);
 }
 
 void remat_dist_finalize(remat_dist *d, int code) {
   if (!d) return;
   if (code) MPI_Abort(d->comm, code);
+  free_sub(d, d->pipeline);
+  free_sub(d, d->replicas);
   MPI_Finalize();
   remat__free(d);
 }
+
+/* The ranks that share color, ordered by key, as a remat_dist. */
+static int split(remat_dist *d, int color, int key, remat_dist **out, remat_error *err) {
+  remat_dist *sub = remat__calloc(1, sizeof *sub);
+  if (!sub) return remat__errorf(err, REMAT_ENOMEM, "out of memory");
+  int rc = MPI_Comm_split(d->comm, color, key, &sub->comm);
+  if (rc != MPI_SUCCESS) {
+    remat__free(sub);
+    return remat__mpi_error(err, rc, "splitting the job into a grid");
+  }
+  MPI_Comm_set_errhandler(sub->comm, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(sub->comm, &sub->rank);
+  MPI_Comm_size(sub->comm, &sub->size);
+  sub->P = sub->D = 1;
+  sub->pipeline = sub->replicas = sub;
+  *out = sub;
+  return 0;
+}
+
+int remat_dist_grid(remat_dist *d, int64_t P, int64_t D, remat_error *err) {
+  if (P < 1 || D < 1 || P * D != d->size)
+    return remat__errorf(err, REMAT_EINVAL,
+                         "a grid of %lld stages x %lld replicas needs %lld ranks, not %d",
+                         (long long)P, (long long)D, (long long)(P * D), d->size);
+  if (d->pipeline != d || d->replicas != d)
+    return remat__errorf(err, REMAT_EINVAL, "the job's grid is already made");
+  int s = (int)(d->rank / D), r = (int)(d->rank % D), rc;
+  /* a line of the grid that holds every rank is the job itself */
+  if (D > 1 && P > 1 && (rc = split(d, r, s, &d->pipeline, err))) return rc;
+  if (P > 1 && D > 1 && (rc = split(d, s, r, &d->replicas, err))) {
+    free_sub(d, d->pipeline);
+    d->pipeline = d;
+    return rc;
+  }
+  d->P = P;
+  d->D = D;
+  return 0;
+}
+
+int64_t remat_dist_stage(const remat_dist *d) { return d->rank / d->D; }
+int64_t remat_dist_replica(const remat_dist *d) { return d->rank % d->D; }
+remat_dist *remat_dist_pipeline(remat_dist *d) { return d->pipeline; }
+remat_dist *remat_dist_replicas(remat_dist *d) { return d->replicas; }
 
 int remat_dist_rank(const remat_dist *d) { return d->rank; }
 int remat_dist_size(const remat_dist *d) { return d->size; }

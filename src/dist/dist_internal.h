@@ -9,7 +9,77 @@
 struct remat_dist {
   MPI_Comm comm;
   int rank, size;
+  /* the grid (remat_dist_grid): P stages x D replicas; pipeline holds this
+   * rank's replica's P ranks, replicas its stage's D ranks (either may be
+   * this object itself, when it has all the job's ranks) */
+  int64_t P, D;
+  remat_dist *pipeline, *replicas;
 };
+
+/* ------------------------------------------------ timeline (trace.c) */
+
+enum { REMAT__EV_FORWARD, REMAT__EV_BACKWARD, REMAT__EV_RECOMPUTE, REMAT__EV_RECV_ACT,
+       REMAT__EV_SEND_ACT, REMAT__EV_RECV_GRAD, REMAT__EV_SEND_GRAD, REMAT__EV_REDUCE,
+       REMAT__EV_UPDATE, REMAT__EV_ARENA, REMAT__EV_WAIT, REMAT__EV_GATHER, REMAT__EV_COUNT };
+/* A rank's tracks: its computation (and its waits), recompute drawn apart,
+ * and a replica's collectives in flight, from post to completion. */
+enum { REMAT__TRACK_MAIN, REMAT__TRACK_RECOMPUTE, REMAT__TRACK_REDUCE, REMAT__TRACK_GATHER,
+       REMAT__TRACKS };
+
+typedef struct remat__event {
+  double ts, dur;        /* seconds: remat__now() when added, since the start once in */
+  int64_t step, micro;   /* micro: -1 for none */
+  uint64_t value;        /* REMAT__EV_ARENA: live bytes (a counter, not a span) */
+  int16_t kind, track;
+  int32_t layer;         /* -1 for none */
+} remat__event;
+
+typedef struct remat__trace {
+  remat__event *ev;
+  size_t n, cap;
+  int on;
+  double t0;
+} remat__trace;
+
+/* Reserves cap events and starts every rank's clock together (a barrier). */
+int remat__trace_start(remat__trace *t, MPI_Comm comm, size_t cap, remat_error *err);
+/* Records e (ts in remat__now()'s seconds); once full, drops the rest. */
+void remat__trace_add(remat__trace *t, remat__event e);
+/* Rank 0 gathers every rank's events and writes the file; every rank calls
+ * it. The ranks are P stages x R replicas (rank = stage R + replica), which
+ * names their tracks. */
+int remat__trace_write(remat__trace *t, MPI_Comm comm, int64_t P, int64_t R, const char *path,
+                       remat_error *err);
+void remat__trace_free(remat__trace *t);
+
+/* ------------------------------------------------------------ the grid */
+
+/* The grid's uses of the pipeline and replica runtimes (grid.c). */
+int remat__pipeline_micro_batches(void *ctx, remat_trainer *tr, double *loss_sum,
+                                  remat_error *err);
+/* Makes the pipeline replica reps->rank of reps->size; world: every rank,
+ * for the trace. */
+void remat__pipeline_join(remat_pipeline *pl, remat_dist *world, remat_dist *reps);
+int remat__pipeline_exchange_tied(remat_pipeline *pl, float *g, size_t n, remat_error *err);
+int remat__pipeline_norm(remat_pipeline *pl, const double *layers, int64_t n, double *total,
+                         remat_error *err);
+/* remat_pipeline_gather_params from the stage's parameters in p (whole
+ * tensors, as a stage without replicas holds them). */
+int remat__pipeline_gather_flat(remat_pipeline *pl, const float *p, float *full,
+                                remat_error *err);
+/* What a step's first micro-batch needs: the arena's regions, counters at zero. */
+void remat__replicas_begin_step(remat_replicas *rp);
+int remat__replicas_after_backward(remat_replicas *rp, remat_trainer *tr, remat_error *err);
+/* The squared sums of the stage's layers in model order (its units but a
+ * lone head's tied copy), from every replica's shards; *n how many. */
+int remat__replicas_layer_sums(remat_replicas *rp, double *layers, int64_t *n, remat_error *err);
+int remat__replicas_update(remat_replicas *rp, remat_trainer *tr, float lr, float norm,
+                           remat_error *err);
+/* After the last micro-batch: the reduce-scatter still in flight lands. */
+int remat__replicas_end_micro_batches(remat_replicas *rp, remat_error *err);
+/* The pipeline's timeline, which the stage's replica runtime records into. */
+remat__trace *remat__pipeline_trace(remat_pipeline *pl);
+void remat__replicas_trace_into(remat_replicas *rp, remat__trace *t);
 
 /* A failed MPI call as a remat_error: REMAT_EIO with MPI's own words. */
 int remat__mpi_error(remat_error *err, int mpi_rc, const char *what);

@@ -20,28 +20,26 @@
  * the tied embedding's two gradient sums are exchanged between the first and
  * the last stage and added (embedding + head, commutative, so both get the
  * same bits); the norm adds every stage's per-layer sums in model order. So
- * losses, norms and parameters equal one process's. */
+ * losses, norms and parameters equal one process's.
+ *
+ * On a P x D grid (grid.c) this is the pipeline of replica r, one of D: its
+ * micro-batch k is micro-batch k D + r of the step (every rank draws all D
+ * of them, keeps its own), with that micro-batch's dropout stream; the last
+ * stages share their losses across the replicas and add them in
+ * micro-batch order; the tied gradient is exchanged over the elements the
+ * replica owns. */
 #include <limits.h>
 #include <math.h>
-#include <stdio.h>
 #include <string.h>
 
 #include "base/base.h"
 #include "dist/dist_internal.h"
 
-enum { EV_FORWARD, EV_BACKWARD, EV_RECOMPUTE, EV_RECV_ACT, EV_SEND_ACT, EV_RECV_GRAD,
-       EV_SEND_GRAD, EV_REDUCE, EV_UPDATE, EV_ARENA, EV_COUNT };
-static const char *const ev_names[EV_COUNT] = {
-    "forward", "backward", "recompute", "receive activation", "send activation",
-    "receive gradient", "send gradient", "reduce", "update", "arena bytes"};
-
-typedef struct {
-  double ts, dur; /* seconds since the trace's start */
-  int64_t step, micro;
-  uint64_t value; /* EV_ARENA: bytes */
-  int32_t kind;
-  int32_t pad;
-} event;
+enum { EV_FORWARD = REMAT__EV_FORWARD, EV_BACKWARD = REMAT__EV_BACKWARD,
+       EV_RECOMPUTE = REMAT__EV_RECOMPUTE, EV_RECV_ACT = REMAT__EV_RECV_ACT,
+       EV_SEND_ACT = REMAT__EV_SEND_ACT, EV_RECV_GRAD = REMAT__EV_RECV_GRAD,
+       EV_SEND_GRAD = REMAT__EV_SEND_GRAD, EV_REDUCE = REMAT__EV_REDUCE,
+       EV_UPDATE = REMAT__EV_UPDATE, EV_ARENA = REMAT__EV_ARENA };
 
 struct remat_pipeline {
   remat_dist *d;
@@ -50,14 +48,17 @@ struct remat_pipeline {
   remat_split sp;
   int s, P;
   int64_t M, slots;
+  /* a grid: this pipeline is replica `rep` of R (R = 1: none); reps holds
+   * the D ranks of this stage, world every rank (the trace's) */
+  int64_t R, rep;
+  remat_dist *reps, *world;
+  float *losses; /* (R, M) the last stages' micro-batch losses */
   int act_count; /* floats of one (B, T, C) message */
   MPI_Request send_act, send_grad;
   double wait_s;
   /* trace */
-  event *ev;
-  size_t nev, cap;
-  int tracing;
-  double t0, norm_end;
+  remat__trace trace; /* on a grid the stage's replica runtime records here too */
+  double norm_end;
   size_t fixed_bytes, slot_bytes;
   int64_t live;
 };
@@ -74,10 +75,13 @@ remat_stage remat_split_stage(const remat_split *sp, int64_t s, const uint8_t *p
 
 static void record(remat_pipeline *pl, int kind, double t_start, double t_end, int64_t micro,
                    uint64_t value) {
-  if (!pl->tracing || pl->nev == pl->cap) return;
-  pl->ev[pl->nev++] = (event){.ts = t_start - pl->t0, .dur = t_end - t_start,
-                              .step = remat_model_step(pl->m), .micro = micro, .value = value,
-                              .kind = kind};
+  remat__trace_add(&pl->trace,
+                   (remat__event){.ts = t_start, .dur = t_end - t_start,
+                                  .step = remat_model_step(pl->m), .micro = micro, .value = value,
+                                  .kind = (int16_t)kind,
+                                  .track = kind == EV_RECOMPUTE ? REMAT__TRACK_RECOMPUTE
+                                                                : REMAT__TRACK_MAIN,
+                                  .layer = -1});
 }
 
 static void arena_counter(remat_pipeline *pl, double t, int64_t delta) {
@@ -134,39 +138,44 @@ static int run_microbatches(void *ctx, remat_trainer *tr, double *loss_sum, rema
     int64_t k;
     int bwd;
     remat_schedule_op(pl->sp.schedule, P, pl->M, s, q, &k, &bwd);
-    int64_t slot = k % pl->slots;
+    int64_t slot = k % pl->slots, micro = k * pl->R + pl->rep; /* in the step */
     if (!bwd) {
-      if ((rc = remat_trainer_next_batch(tr, k, remat_model_slot_inputs(m, slot),
-                                         remat_model_slot_targets(m, slot), err)))
-        return rc;
+      for (int64_t x = 0; x < pl->R; x++) { /* every replica's, to keep the loaders in step */
+        int mine = x == pl->rep;
+        if ((rc = remat_trainer_next_batch(tr, k * pl->R + x,
+                                           mine ? remat_model_slot_inputs(m, slot) : NULL,
+                                           mine ? remat_model_slot_targets(m, slot) : NULL, err)))
+          return rc;
+      }
       if (s > 0 &&
           (rc = recv_from(pl, remat_model_stage_input(m, slot), s - 1, (int)(2 * k), EV_RECV_ACT,
-                          k, err)))
+                          micro, err)))
         return rc;
       /* the forward writes the output buffer: its last send must be done */
-      if (s < P - 1 && (rc = wait_req(pl, &pl->send_act, EV_SEND_ACT, k, err))) return rc;
+      if (s < P - 1 && (rc = wait_req(pl, &pl->send_act, EV_SEND_ACT, micro, err))) return rc;
       double t = remat__now();
       arena_counter(pl, t, 1);
-      remat_model_stage_forward(m, slot, (uint32_t)k, &o->hp);
-      record(pl, EV_FORWARD, t, remat__now(), k, 0);
+      remat_model_stage_forward(m, slot, (uint32_t)micro, &o->hp);
+      record(pl, EV_FORWARD, t, remat__now(), micro, 0);
       if (s < P - 1 && (rc = send_to(pl, remat_model_stage_output(m), s + 1, (int)(2 * k),
                                      &pl->send_act, err)))
         return rc;
     } else {
-      if ((rc = wait_req(pl, &pl->send_grad, EV_SEND_GRAD, k, err))) return rc;
+      if ((rc = wait_req(pl, &pl->send_grad, EV_SEND_GRAD, micro, err))) return rc;
       if (s < P - 1 && (rc = recv_from(pl, remat_model_dresid(m), s + 1, (int)(2 * k + 1),
-                                       EV_RECV_GRAD, k, err)))
+                                       EV_RECV_GRAD, micro, err)))
         return rc;
       double t = remat__now(), rs0 = remat_model_recompute_seconds(m);
-      double loss = remat_model_stage_backward(m, slot, (uint32_t)k, remat_trainer_dloss(tr),
+      double loss = remat_model_stage_backward(m, slot, (uint32_t)micro, remat_trainer_dloss(tr),
                                                &o->hp);
       double e = remat__now(), rs = remat_model_recompute_seconds(m) - rs0;
-      record(pl, EV_BACKWARD, t, e, k, 0);
+      record(pl, EV_BACKWARD, t, e, micro, 0);
       /* recompute is interleaved with the blocks' backwards; drawn as one
        * span of its total at the backward's start */
-      if (rs > 0) record(pl, EV_RECOMPUTE, t, t + rs, k, 0);
+      if (rs > 0) record(pl, EV_RECOMPUTE, t, t + rs, micro, 0);
       arena_counter(pl, e, -1);
-      if (s == P - 1) *loss_sum += (float)(loss / N); /* as one process rounds it */
+      if (s == P - 1 && pl->R > 1) pl->losses[pl->rep * pl->M + k] = (float)(loss / N);
+      else if (s == P - 1) *loss_sum += (float)(loss / N); /* as one process rounds it */
       if (s > 0 && (rc = send_to(pl, remat_model_dresid(m), s - 1, (int)(2 * k + 1),
                                  &pl->send_grad, err)))
         return rc;
@@ -175,6 +184,14 @@ static int run_microbatches(void *ctx, remat_trainer *tr, double *loss_sum, rema
   if ((rc = wait_req(pl, &pl->send_act, EV_SEND_ACT, -1, err)) ||
       (rc = wait_req(pl, &pl->send_grad, EV_SEND_GRAD, -1, err)))
     return rc;
+  if (s == P - 1 && pl->R > 1) { /* every replica's, in micro-batch order */
+    REMAT_ASSERT(pl->reps);
+    rc = MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, pl->losses, (int)pl->M, MPI_FLOAT,
+                       pl->reps->comm);
+    if (rc != MPI_SUCCESS) return remat__mpi_error(err, rc, "sharing the losses");
+    for (int64_t k = 0; k < pl->M; k++)
+      for (int64_t x = 0; x < pl->R; x++) *loss_sum += pl->losses[x * pl->M + k];
+  }
   /* every rank reports the whole model's loss */
   rc = MPI_Bcast(loss_sum, 1, MPI_DOUBLE, P - 1, pl->d->comm);
   return rc == MPI_SUCCESS ? 0 : remat__mpi_error(err, rc, "sharing the loss");
@@ -182,16 +199,13 @@ static int run_microbatches(void *ctx, remat_trainer *tr, double *loss_sum, rema
 
 /* The tied embedding: stage 0 holds the embedding's gradient sum, the last
  * stage the head's; each sends its own and adds the other's, chunk by chunk
- * through the workspace (free between steps). */
-static int exchange_tied(void *ctx, remat_trainer *tr, remat_error *err) {
-  (void)tr;
-  remat_pipeline *pl = ctx;
+ * through the workspace (free between steps). g: n floats of it, the same
+ * elements on both sides. */
+int remat__pipeline_exchange_tied(remat_pipeline *pl, float *g, size_t n, remat_error *err) {
   if (pl->s != 0 && pl->s != pl->P - 1) return 0;
   double t = remat__now();
   int peer = pl->s == 0 ? pl->P - 1 : 0;
-  size_t n, room;
-  remat_model_tensor(pl->m, REMAT_P_WTE, &n);
-  float *g = remat_model_tensor_grad(pl->m, REMAT_P_WTE);
+  size_t room;
   float *buf = remat_model_workspace(pl->m, &room);
   /* both sides move pieces of the smaller of their two rooms */
   uint64_t mine = room / sizeof(float), theirs = 0;
@@ -216,11 +230,18 @@ static int exchange_tied(void *ctx, remat_trainer *tr, remat_error *err) {
   return 0;
 }
 
-/* The squared norm: every stage's per-layer sums, added in model order. */
-static int norm_sumsq(void *ctx, remat_trainer *tr, const double *layers, int64_t n,
-                      double *total, remat_error *err) {
+static int exchange_tied(void *ctx, remat_trainer *tr, remat_error *err) {
   (void)tr;
   remat_pipeline *pl = ctx;
+  if (pl->s != 0 && pl->s != pl->P - 1) return 0;
+  size_t n;
+  remat_model_tensor(pl->m, REMAT_P_WTE, &n);
+  return remat__pipeline_exchange_tied(pl, remat_model_tensor_grad(pl->m, REMAT_P_WTE), n, err);
+}
+
+/* The squared norm: every stage's per-layer sums, added in model order. */
+int remat__pipeline_norm(remat_pipeline *pl, const double *layers, int64_t n, double *total,
+                         remat_error *err) {
   double t = remat__now();
   int counts[REMAT_MAX_STAGES], displs[REMAT_MAX_STAGES], all_n = 0;
   for (int r = 0; r < pl->P; r++) {
@@ -241,6 +262,12 @@ static int norm_sumsq(void *ctx, remat_trainer *tr, const double *layers, int64_
   return 0;
 }
 
+static int norm_sumsq(void *ctx, remat_trainer *tr, const double *layers, int64_t n,
+                      double *total, remat_error *err) {
+  (void)tr;
+  return remat__pipeline_norm(ctx, layers, n, total, err);
+}
+
 /* ------------------------------------------------------------ lifetime */
 
 int remat_pipeline_create(remat_pipeline **out, remat_dist *d, remat_trainer *tr,
@@ -255,10 +282,13 @@ int remat_pipeline_create(remat_pipeline **out, remat_dist *d, remat_trainer *tr
   if (sp->stages < 2 || sp->stages > REMAT_MAX_STAGES)
     return remat__errorf(err, REMAT_EINVAL, "a pipeline has 2 to %d stages, not %lld",
                          REMAT_MAX_STAGES, (long long)sp->stages);
-  if (o->grad_accum != sp->microbatches)
+  /* on a grid the trainer's step holds every replica's micro-batches */
+  int64_t R = st->replicas > 1 ? st->replicas : 1;
+  if (o->grad_accum != sp->microbatches * R)
     return remat__errorf(err, REMAT_EINVAL,
-                         "the trainer runs %lld micro-batches per step but the split %lld",
-                         (long long)o->grad_accum, (long long)sp->microbatches);
+                         "the trainer runs %lld micro-batches per step but the split %lld on "
+                         "each of %lld replicas",
+                         (long long)o->grad_accum, (long long)sp->microbatches, (long long)R);
   remat_stage want = remat_split_stage(sp, d->rank, NULL);
   if (st->first_block != want.first_block || st->num_blocks != want.num_blocks ||
       st->has_embedding != want.has_embedding || st->has_head != want.has_head ||
@@ -282,6 +312,13 @@ int remat_pipeline_create(remat_pipeline **out, remat_dist *d, remat_trainer *tr
   pl->slots = st->inflight;
   pl->act_count = (int)count;
   pl->send_act = pl->send_grad = MPI_REQUEST_NULL;
+  pl->R = R;
+  pl->rep = R > 1 ? st->replica : 0;
+  pl->world = d;
+  if (R > 1 && !(pl->losses = remat__calloc((size_t)(R * pl->M), sizeof(float)))) {
+    remat__free(pl);
+    return remat__errorf(err, REMAT_ENOMEM, "out of memory");
+  }
   const remat_memplan *mp = remat_model_memplan(m);
   pl->slot_bytes = mp->slot_bytes;
   pl->fixed_bytes = mp->peak_bytes - mp->buf[REMAT_BUF_SLOTS].bytes;
@@ -297,7 +334,8 @@ void remat_pipeline_destroy(remat_pipeline *pl) {
   if (pl->send_act != MPI_REQUEST_NULL) MPI_Cancel(&pl->send_act);
   if (pl->send_grad != MPI_REQUEST_NULL) MPI_Cancel(&pl->send_grad);
   remat_trainer_set_ops(pl->tr, &(remat_trainer_ops){0});
-  remat__free(pl->ev);
+  remat__trace_free(&pl->trace);
+  remat__free(pl->losses);
   remat__free(pl);
 }
 
@@ -307,11 +345,16 @@ double remat_pipeline_wait_seconds(const remat_pipeline *pl) { return pl->wait_s
 #define PIECE ((size_t)1 << 28)
 
 int remat_pipeline_gather_params(remat_pipeline *pl, float *full, remat_error *err) {
+  return remat__pipeline_gather_flat(pl, remat_model_params(pl->m), full, err);
+}
+
+int remat__pipeline_gather_flat(remat_pipeline *pl, const float *p, float *full,
+                                remat_error *err) {
   remat_model *m = pl->m;
   const remat_config *cfg = remat_model_config(m);
+  remat_stage mine = remat_split_stage(&pl->sp, pl->s, NULL); /* whole tensors */
   if (pl->s != 0) {
-    size_t n = remat_model_num_params(m);
-    const float *p = remat_model_params(m);
+    size_t n = remat_stage_num_params(cfg, &mine);
     for (size_t off = 0; off < n; off += PIECE) {
       int c = (int)(n - off < PIECE ? n - off : PIECE);
       int rc = MPI_Send(p + off, c, MPI_FLOAT, 0, 11, pl->d->comm);
@@ -337,7 +380,7 @@ int remat_pipeline_gather_params(remat_pipeline *pl, float *full, remat_error *e
   }
   /* last, so stage 0's tied matrix is the one written (the last stage's
    * copy is equal, bit for bit) */
-  remat_stage_params_to_full(cfg, remat_model_stage(m), remat_model_params(m), full);
+  remat_stage_params_to_full(cfg, &mine, p, full);
   return 0;
 }
 
@@ -345,81 +388,32 @@ int remat_pipeline_gather_params(remat_pipeline *pl, float *full, remat_error *e
 
 int remat_pipeline_trace_start(remat_pipeline *pl, int64_t max_steps, remat_error *err) {
   size_t per_step = (size_t)pl->M * 8 + 8;
-  pl->cap = (size_t)max_steps * per_step + 16;
-  pl->ev = remat__malloc(pl->cap * sizeof *pl->ev);
-  if (!pl->ev) return remat__errorf(err, REMAT_ENOMEM, "out of memory for the trace");
-  MPI_Barrier(pl->d->comm); /* one start for every rank's clock */
-  pl->t0 = remat__now();
-  pl->tracing = 1;
-  arena_counter(pl, pl->t0, 0);
-  return 0;
-}
-
-static void write_event(FILE *f, const event *e, int rank, int *first) {
-  fputs(*first ? "\n" : ",\n", f);
-  *first = 0;
-  double us = e->ts * 1e6, dus = e->dur * 1e6;
-  if (e->kind == EV_ARENA) {
-    fprintf(f,
-            "{\"name\":\"arena bytes\",\"ph\":\"C\",\"pid\":%d,\"ts\":%.3f,"
-            "\"args\":{\"bytes\":%llu}}",
-            rank, us, (unsigned long long)e->value);
-  } else if (e->micro >= 0) {
-    fprintf(f,
-            "{\"name\":\"%s mb %lld\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,"
-            "\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"step\":%lld,\"micro\":%lld}}",
-            ev_names[e->kind], (long long)e->micro, ev_names[e->kind], rank,
-            e->kind == EV_RECOMPUTE ? 1 : 0, us, dus, (long long)e->step + 1,
-            (long long)e->micro);
-  } else {
-    fprintf(f,
-            "{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":0,\"ts\":%.3f,"
-            "\"dur\":%.3f,\"args\":{\"step\":%lld}}",
-            ev_names[e->kind], ev_names[e->kind], rank, us, dus, (long long)e->step + 1);
+  if (pl->R > 1) { /* a grid: the replica runtime's spans too (remat_replicas_trace_start) */
+    size_t L = (size_t)pl->sp.num_blocks[pl->s] + 2;
+    per_step += (size_t)pl->M * (8 * L + 24) + 4 * L + 24;
   }
+  int rc = remat__trace_start(&pl->trace, pl->world->comm, (size_t)max_steps * per_step + 16, err);
+  if (rc) return rc;
+  arena_counter(pl, pl->trace.t0, 0);
+  return 0;
 }
 
 int remat_pipeline_trace_write(remat_pipeline *pl, const char *path, remat_error *err) {
-  if (!pl->tracing) return remat__errorf(err, REMAT_EINVAL, "tracing was not started");
-  uint64_t n = pl->nev;
-  if (pl->s != 0) {
-    int rc = MPI_Send(&n, 1, MPI_UINT64_T, 0, 21, pl->d->comm);
-    if (rc == MPI_SUCCESS && n)
-      rc = MPI_Send(pl->ev, (int)(n * sizeof(event)), MPI_BYTE, 0, 22, pl->d->comm);
-    return rc == MPI_SUCCESS ? 0 : remat__mpi_error(err, rc, "gathering the trace");
-  }
-  FILE *f = fopen(path, "w");
-  int ok = f != NULL;
-  if (f) {
-    fputs("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[", f);
-    int first = 1;
-    for (int r = 0; r < pl->P; r++) {
-      fputs(first ? "\n" : ",\n", f);
-      first = 0;
-      fprintf(f,
-              "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"name\":\"rank %d: "
-              "stage %d\"}},\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":1,"
-              "\"args\":{\"name\":\"recompute\"}}",
-              r, r, r, r);
-    }
-    for (size_t i = 0; i < pl->nev; i++) write_event(f, &pl->ev[i], 0, &first);
-    for (int r = 1; r < pl->P; r++) {
-      uint64_t rn = 0;
-      MPI_Recv(&rn, 1, MPI_UINT64_T, r, 21, pl->d->comm, MPI_STATUS_IGNORE);
-      if (!rn) continue;
-      event *buf = remat__malloc(rn * sizeof *buf);
-      if (!buf) {
-        ok = 0;
-        break;
-      }
-      MPI_Recv(buf, (int)(rn * sizeof(event)), MPI_BYTE, r, 22, pl->d->comm, MPI_STATUS_IGNORE);
-      for (uint64_t i = 0; i < rn; i++) write_event(f, &buf[i], r, &first);
-      remat__free(buf);
-    }
-    fputs("\n]}\n", f);
-    ok = ok && !ferror(f);
-    ok = fclose(f) == 0 && ok;
-  }
-  if (!ok) return remat__errorf(err, REMAT_EIO, "cannot write the trace '%s'", path);
-  return 0;
+  /* every rank's track, to world rank 0 */
+  return remat__trace_write(&pl->trace, pl->world->comm, pl->P, pl->R, path, err);
 }
+
+/* ---------------------------------------------------------- the grid */
+
+int remat__pipeline_micro_batches(void *ctx, remat_trainer *tr, double *loss_sum,
+                                  remat_error *err) {
+  return run_microbatches(ctx, tr, loss_sum, err);
+}
+
+void remat__pipeline_join(remat_pipeline *pl, remat_dist *world, remat_dist *reps) {
+  REMAT_ASSERT(reps->size == pl->R && reps->rank == pl->rep);
+  pl->world = world;
+  pl->reps = reps;
+}
+
+remat__trace *remat__pipeline_trace(remat_pipeline *pl) { return &pl->trace; }

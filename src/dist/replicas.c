@@ -1,26 +1,71 @@
 /* replicas.c: a trainer's step as one of D data-parallel replicas over MPI,
  * under ZeRO stage 0 to 3 (include/remat/dist.h says what each does).
  *
- * The model hands over each layer's gradient of its micro-batch as soon as
- * the layer's backward ends (remat_layer_ops.grads): D shards of each of the
- * layer's units, padding zero. One MPI_Alltoall sends shard q to replica q;
- * the owner then adds the D pieces it received, in replica order, to its
- * running sum, element by element: acc = ((acc + c_0) + c_1) + ... With acc
- * zero at a step's start and c_0 computed from zero, this is the sum one
- * process forms over the same micro-batches (remat/model.h), bit for bit.
- * Under ZeRO 3 the model asks for a layer's parameters (remat_layer_ops.
- * params) and one MPI_Allgather of the shards rebuilds the unit in the
- * gather buffer.
+ * The model asks for a gradient buffer as each layer's backward begins
+ * (remat_layer_ops.grad_buf) and hands it over when it ends (.grads): D
+ * shards of each of the layer's units, padding zero. One MPI_Ialltoall
+ * sends shard q to replica q and the backward goes on with the next layer
+ * while it travels; the model calls .progress between its kernels, where
+ * MPI_Test moves it on (Open MPI advances a collective only inside MPI
+ * calls). One layer's pieces are in flight at a time: before the next
+ * layer's are posted, the owner waits for them and adds the D pieces, in
+ * replica order, to its running sum, element by element: acc = ((acc +
+ * c_0) + c_1) + ... With acc zero at a step's start and c_0 computed from
+ * zero, this is the sum one process forms over the same micro-batches
+ * (remat/model.h), bit for bit, whenever the pieces arrive. The gradient
+ * buffer of the layer in flight stays untouched while the next layer
+ * computes into another: the embedding and the head share one, and
+ * consecutive blocks take the other two in turn. Under ZeRO 3 the model
+ * asks for a layer's parameters (remat_layer_ops.params), which one
+ * MPI_Iallgather of the shards rebuilds in a slot of the gather buffer; the
+ * next unit's is posted before waiting for this one, when its slot is free
+ * (see plan_gathers), so that it travels while this unit computes.
  *
- * Every buffer is a region of the trainer's arena: the layer's gradient in
- * the workspace, the received pieces in RECV, gathered parameters in
- * GATHER, every replica's chunk sums in NORM; the workspace also packs a
- * replica's shards for the all-gathers between steps. */
+ * The trainer's model may be one stage of a pipeline (a P x D grid, see
+ * grid.c): then everything here runs over that stage's units
+ * (remat_stage_units) among the D replicas of the stage, the pipeline's
+ * schedule drives the micro-batches, and the spans go to its trace.
+ *
+ * Communication is timed per collective from its post to the return of the
+ * MPI call that saw it complete (its communication time), and every MPI
+ * call it took on this rank, posting, testing and waiting (exposed time:
+ * the rank was not computing); a blocking collective is all exposed.
+ *
+ * Every buffer is a region of the trainer's arena: the layers' gradients
+ * in REDUCE, the received pieces in RECV, gathered parameters in GATHER,
+ * every replica's chunk sums in NORM; REDUCE also packs a replica's shards
+ * for the all-gathers between steps. */
 #include <limits.h>
 #include <string.h>
 
 #include "base/base.h"
 #include "dist/dist_internal.h"
+
+enum { GBUF_BLOCK0, GBUF_BLOCK1, GBUF_BIG, GBUF_COUNT }; /* REDUCE's gradient buffers */
+enum { SLOT_A, SLOT_B, SLOT_HEAD, SLOT_COUNT };           /* GATHER's slots */
+
+/* One layer's reduce-scatter in flight: one unit's, or the head's two. */
+typedef struct {
+  int n; /* requests in flight; 0: none */
+  MPI_Request req[2];
+  int64_t unit[2];
+  size_t at[2]; /* where its pieces land in RECV */
+  int buf;      /* the gradient buffer it sends from */
+  double t_post;
+  int64_t micro;
+} reduce_op;
+
+/* ZeRO 3: one unit's parameters gathered ahead of their use. Whether a
+ * gather is posted never depends on whether another has completed, so every
+ * rank posts the same collectives in the same order. */
+typedef struct {
+  int state; /* GATHER_NONE, in flight, or done (its slot holds the unit) */
+  MPI_Request req;
+  int phase;
+  int64_t index; /* the request (in its pass's order) it answers */
+  double t_post;
+} gather_op;
+enum { GATHER_NONE, GATHER_IN_FLIGHT, GATHER_DONE };
 
 struct remat_replicas {
   remat_dist *d;
@@ -29,27 +74,39 @@ struct remat_replicas {
   const remat_config *cfg;
   int64_t D, r, K, L;
   int zero;
-  float *recv;          /* RECV: D pieces of a shard */
-  float *gather[2];     /* GATHER (ZeRO 3): the embedding or a block; the head */
-  double *norm;         /* NORM: D x chunks, every replica's chunk sums */
-  size_t chunks;        /* chunk sums per replica (every unit's shard, padding included) */
-  float *losses;        /* (D, K) each replica's micro-batch losses */
-  int rc;               /* the first failure inside a layer hook */
+  int64_t *units, nu;         /* the units the model holds (remat_stage_units) */
+  size_t big;                 /* the largest shard of those units but the head's own */
+  float *recv;                /* RECV: D pieces of a shard (the head: of two) */
+  float *gather[SLOT_COUNT];  /* GATHER (ZeRO 3): the embedding or a block; a block; the head */
+  float *gbuf[GBUF_COUNT];    /* REDUCE: two blocks' gradient buffers; the head's and embedding's */
+  float *pack;                /* REDUCE as a whole, between steps */
+  size_t pack_bytes;
+  double *norm;               /* NORM: D x chunks, every replica's chunk sums */
+  size_t chunks;              /* chunk sums per replica (every unit's shard, padding included) */
+  float *losses;              /* (D, K) each replica's micro-batch losses */
+  int rc;                     /* the first failure inside a layer hook */
   remat_error err;
   remat_comm_stats stats;
+  reduce_op red;
+  gather_op gat[2];
+  int next_block;             /* the block gradient buffer the next block takes */
+  /* ZeRO 3's requests for parameters, per pass (0 forward, 1 backward): the
+   * units in order, each one's slot, and whether the next is fetched then */
+  int64_t *pass[2], npass[2];
+  uint8_t *slot[2], *prefetch[2];
+  int64_t micro;              /* the micro-batch running (-1: the pipeline's, unknown here) */
+  double layer_t0;            /* when the running layer's backward took its buffer */
+  remat__trace own, *trace;   /* the trace: its own, or the pipeline's on a grid */
 };
 
-/* Times an MPI call's result and counts its bytes; records a failure. */
-static int account(remat_replicas *rp, double t0, int mrc, uint64_t bytes, const char *what) {
-  rp->stats.seconds += remat__now() - t0;
-  rp->stats.bytes_sent += bytes;
-  rp->stats.collectives++;
-  if (mrc == MPI_SUCCESS) return 0;
+/* Records an MPI failure (the first one is reported). */
+static int check(remat_replicas *rp, int mrc, const char *what) {
+  if (mrc == MPI_SUCCESS) return rp->rc;
   if (!rp->rc) {
-    remat__mpi_error(&rp->err, mrc, what);
-    rp->rc = remat__errorf(&rp->err, REMAT_EIO,
-                           "replica %lld: %s (did another rank die?)", (long long)rp->r,
-                           rp->err.msg);
+    remat_error mpi;
+    remat__mpi_error(&mpi, mrc, what);
+    rp->rc = remat__errorf(&rp->err, REMAT_EIO, "replica %lld: %s (did another rank die?)",
+                           (long long)rp->r, mpi.msg);
   }
   return rp->rc;
 }
@@ -64,20 +121,55 @@ static uint64_t piece_bytes(const remat_replicas *rp, size_t floats, size_t size
   return (uint64_t)(rp->D - 1) * floats * size;
 }
 
+static void span(remat_replicas *rp, int kind, int track, double t0, double t1, int64_t micro,
+                 int64_t layer) {
+  remat__trace_add(rp->trace, (remat__event){.ts = t0, .dur = t1 - t0,
+                                              .step = remat_model_step(rp->m), .micro = micro,
+                                              .kind = (int16_t)kind, .track = (int16_t)track,
+                                              .layer = (int32_t)layer});
+}
+
+/* Time inside MPI calls for a collective in flight: exposed. */
+static void exposed(remat_replicas *rp, double t0, double t1, int layer) {
+  rp->stats.exposed_seconds += t1 - t0;
+  if (layer) rp->stats.layer_exposed_seconds += t1 - t0;
+}
+
+/* A collective seen complete at t1, posted at t_post. */
+static void completed(remat_replicas *rp, double t_post, double t1, int layer) {
+  rp->stats.seconds += t1 - t_post;
+  if (layer) rp->stats.layer_seconds += t1 - t_post;
+}
+
+/* A blocking collective's call, from t0: all of it exposed. kind: the
+ * trace's reduce or gather. */
+static int blocking(remat_replicas *rp, double t0, int mrc, uint64_t bytes, int kind,
+                    const char *what) {
+  double t1 = remat__now();
+  completed(rp, t0, t1, 0);
+  exposed(rp, t0, t1, 0);
+  rp->stats.bytes_sent += bytes;
+  rp->stats.collectives++;
+  span(rp, kind, kind == REMAT__EV_GATHER ? REMAT__TRACK_GATHER : REMAT__TRACK_REDUCE, t0, t1,
+       -1, -1);
+  span(rp, REMAT__EV_WAIT, REMAT__TRACK_MAIN, t0, t1, -1, -1);
+  return check(rp, mrc, what);
+}
+
 /* ------------------------------------------------------- layer hooks */
 
-/* The owner's sum over the pieces received for unit u: its part of the
- * step's gradient (whole buffer or shard) plus each replica's piece, in
- * replica order. */
-static void add_pieces(remat_replicas *rp, int64_t u, size_t s) {
-  size_t first, count, run;
+/* The owner's sum over the pieces received for unit u (at in: D pieces of
+ * s floats): its part of the step's gradient (whole buffer or shard) plus
+ * each replica's piece, in replica order. */
+static void add_pieces(remat_replicas *rp, int64_t u, const float *recv) {
+  size_t first, count, run, s = remat_unit_shard(rp->cfg, u, rp->D);
   remat_unit_owned(rp->cfg, u, rp->D, rp->r, &first, &count);
   int which = u == rp->L + 2 ? REMAT_BUF_TIED_GRAD : REMAT_BUF_GRADS;
   const int64_t D = rp->D;
   for (size_t i = first; i < first + count; i += run) {
     float *acc = remat_model_unit_at(rp->m, which, u, i, &run);
     if (run > first + count - i) run = first + count - i;
-    const float *in = rp->recv + (i - first);
+    const float *in = recv + (i - first);
 #pragma omp parallel for schedule(static)
     for (size_t j = 0; j < run; j++) {
       float a = acc[j];
@@ -87,44 +179,243 @@ static void add_pieces(remat_replicas *rp, int64_t u, size_t s) {
   }
 }
 
-static void on_grads(void *ctx, int64_t u, float *buf) {
-  remat_replicas *rp = ctx;
+/* The layer in flight has arrived (seen at t1): its pieces are added. */
+static void reduce_done(remat_replicas *rp, double t1) {
+  reduce_op *o = &rp->red;
+  completed(rp, o->t_post, t1, 1);
+  int64_t layer = o->unit[0] == rp->L + 2 ? rp->L + 1 : o->unit[0];
+  span(rp, REMAT__EV_REDUCE, REMAT__TRACK_REDUCE, o->t_post, t1, o->micro, layer);
+  int n = o->n;
+  o->n = 0;
   if (rp->rc) return;
-  size_t s = remat_unit_shard(rp->cfg, u, rp->D);
-  double t = remat__now();
-  int mrc = MPI_Alltoall(buf, (int)s, MPI_FLOAT, rp->recv, (int)s, MPI_FLOAT, rp->d->comm);
-  if (account(rp, t, mrc, piece_bytes(rp, s, sizeof(float)), "reduce-scattering gradients"))
-    return;
-  add_pieces(rp, u, s);
+  for (int k = 0; k < n; k++) add_pieces(rp, o->unit[k], rp->recv + o->at[k]);
 }
 
-/* ZeRO 3: unit u rebuilt from every replica's shard. The head needs the
- * tied matrix (the embedding's unit) and its own at once: its own goes to
- * the second buffer. */
-static const float *on_params(void *ctx, int64_t u, int phase) {
-  (void)phase;
+static void reduce_test(remat_replicas *rp) {
+  if (!rp->red.n) return;
+  int flag = 0;
+  double t = remat__now();
+  int mrc = MPI_Testall(rp->red.n, rp->red.req, &flag, MPI_STATUSES_IGNORE);
+  double e = remat__now();
+  exposed(rp, t, e, 1);
+  if (check(rp, mrc, "reduce-scattering gradients")) rp->red.n = 0;
+  else if (flag) reduce_done(rp, e);
+}
+
+static void reduce_wait(remat_replicas *rp) {
+  if (!rp->red.n) return;
+  double t = remat__now();
+  int mrc = MPI_Waitall(rp->red.n, rp->red.req, MPI_STATUSES_IGNORE);
+  double e = remat__now();
+  exposed(rp, t, e, 1);
+  span(rp, REMAT__EV_WAIT, REMAT__TRACK_MAIN, t, e, rp->micro, -1);
+  if (check(rp, mrc, "reduce-scattering gradients")) rp->red.n = 0;
+  else reduce_done(rp, e);
+}
+
+/* Which gradient buffer buf lies in (the head's own unit follows its tied
+ * unit in the big one). */
+static int gbuf_of(const remat_replicas *rp, const float *buf) {
+  for (int b = GBUF_BIG; b > GBUF_BLOCK0; b--)
+    if (rp->gbuf[b] && buf >= rp->gbuf[b]) return b;
+  REMAT_ASSERT(buf >= rp->gbuf[GBUF_BLOCK0]);
+  return GBUF_BLOCK0;
+}
+
+/* Where layer u computes its gradient: the embedding (0) and the head
+ * (L + 2) in the big buffer, blocks in the two others by turns; a buffer
+ * still being sent is waited for first (the big one, when the previous
+ * micro-batch's embedding or head is still in flight). */
+static float *on_grad_buf(void *ctx, int64_t u) {
   remat_replicas *rp = ctx;
-  float *dst = rp->gather[u == rp->L + 1];
-  if (rp->rc) return dst; /* the step is lost; the failure is reported after it */
+  int b = GBUF_BIG;
+  if (u != 0 && u != rp->L + 2) {
+    b = rp->next_block;
+    if (rp->gbuf[GBUF_BLOCK1]) rp->next_block ^= 1;
+  }
+  if (rp->red.n && rp->red.buf == b) reduce_wait(rp);
+  rp->layer_t0 = remat__now();
+  return rp->gbuf[b];
+}
+
+static void on_grads(void *ctx, int64_t u, float *buf) {
+  remat_replicas *rp = ctx;
+  double t = remat__now();
+  int64_t L = rp->L;
+  if (u != L + 1) /* the layer's backward: the head's ends with the tied unit */
+    span(rp, REMAT__EV_BACKWARD, REMAT__TRACK_MAIN, rp->layer_t0, t, rp->micro,
+         u == L + 2 ? L + 1 : u);
+  if (rp->rc) return;
+  int b = gbuf_of(rp, buf);
+  /* one layer in flight: the one before must be in (RECV is reused) */
+  if (rp->red.n && rp->red.buf != b) reduce_wait(rp);
+  if (rp->rc) return;
+  size_t s = remat_unit_shard(rp->cfg, u, rp->D);
+  size_t at = u == L + 1 ? (size_t)rp->D * rp->big : 0; /* after its tied unit's */
+  reduce_op *o = &rp->red;
+  REMAT_ASSERT(o->n < 2);
+  t = remat__now();
+  int mrc = MPI_Ialltoall(buf, (int)s, MPI_FLOAT, rp->recv + at, (int)s, MPI_FLOAT, rp->d->comm,
+                          &o->req[o->n]);
+  exposed(rp, t, remat__now(), 1);
+  rp->stats.bytes_sent += piece_bytes(rp, s, sizeof(float));
+  rp->stats.collectives++;
+  if (check(rp, mrc, "reduce-scattering gradients")) return;
+  if (!o->n) {
+    o->t_post = t;
+    o->buf = b;
+    o->micro = rp->micro;
+  }
+  o->unit[o->n] = u;
+  o->at[o->n] = at;
+  o->n++;
+}
+
+/* ZeRO 3's requests for parameters come in two passes, each in one order
+ * every time: the forward's (phase 0) the embedding's unit if the stage has
+ * it, then its blocks in order; the backward's (phase 1) the head's two if
+ * it has it (its tied matrix, unit 0 or a lone head's L + 2, then L + 1,
+ * both in use together), then its blocks in reverse. */
+static void build_passes(remat_replicas *rp, const remat_stage *st) {
+  int64_t L = rp->L, *f = rp->pass[0], *b = rp->pass[1], nf = 0, nb = 0;
+  if (st->has_embedding) f[nf++] = 0;
+  for (int64_t i = 0; i < st->num_blocks; i++) f[nf++] = 1 + st->first_block + i;
+  if (st->has_head) {
+    b[nb++] = st->has_embedding ? 0 : L + 2;
+    b[nb++] = L + 1;
+  }
+  for (int64_t i = st->num_blocks - 1; i >= 0; i--) b[nb++] = 1 + st->first_block + i;
+  rp->npass[0] = nf;
+  rp->npass[1] = nb;
+}
+
+/* The slots of GATHER, request by request: the embedding's or the head's
+ * tied matrix in A, the head's own in H, a block in B unless the unit in
+ * use holds B (or there is no B), then in A. Request i + 1 of a pass is
+ * gathered while request i's unit computes when its slot is not in use
+ * then (request i's, and the tied matrix's beside the head's own): every
+ * block of a pass but a stage's first, and the head's own unit. Nothing is
+ * fetched across passes: an update, or the pipeline's other passes, may
+ * come between. */
+static void plan_gathers(remat_replicas *rp, int has_b) {
+  int64_t L = rp->L;
+  for (int p = 0; p < 2; p++) {
+    unsigned live = 0;
+    for (int64_t i = 0; i < rp->npass[p]; i++) {
+      int64_t u = rp->pass[p][i];
+      int sl = u == L + 1                                                  ? SLOT_HEAD
+               : u == 0 || u == L + 2 || !has_b || (live & (1u << SLOT_B)) ? SLOT_A
+                                                                           : SLOT_B;
+      rp->slot[p][i] = (uint8_t)sl;
+      if (i > 0) rp->prefetch[p][i - 1] = !(live & (1u << sl));
+      live = (1u << sl) | (u == L + 1 && i > 0 ? 1u << rp->slot[p][i - 1] : 0u);
+    }
+    if (rp->npass[p]) rp->prefetch[p][rp->npass[p] - 1] = 0;
+  }
+}
+
+static int64_t request_index(const remat_replicas *rp, int phase, int64_t u) {
+  for (int64_t i = 0; i < rp->npass[phase]; i++)
+    if (rp->pass[phase][i] == u) return i;
+  REMAT_ASSERT(0 && "a unit this stage does not hold");
+  return -1;
+}
+
+/* Request i's gather lives in gat[i % 2]: the one in use and the next. */
+static void gather_post(remat_replicas *rp, int phase, int64_t i) {
+  gather_op *g = &rp->gat[i & 1];
+  int64_t u = rp->pass[phase][i];
   size_t s = remat_unit_shard(rp->cfg, u, rp->D);
   const float *mine = remat_model_shard(rp->m, REMAT_BUF_PARAMS, u);
   double t = remat__now();
-  int mrc = MPI_Allgather(mine, (int)s, MPI_FLOAT, dst, (int)s, MPI_FLOAT, rp->d->comm);
-  account(rp, t, mrc, piece_bytes(rp, s, sizeof(float)), "gathering parameters");
+  int mrc = MPI_Iallgather(mine, (int)s, MPI_FLOAT, rp->gather[rp->slot[phase][i]], (int)s,
+                           MPI_FLOAT, rp->d->comm, &g->req);
+  exposed(rp, t, remat__now(), 1);
+  rp->stats.bytes_sent += piece_bytes(rp, s, sizeof(float));
+  rp->stats.collectives++;
+  if (check(rp, mrc, "gathering parameters")) return;
+  g->state = GATHER_IN_FLIGHT;
+  g->phase = phase;
+  g->index = i;
+  g->t_post = t;
+}
+
+static void gather_done(remat_replicas *rp, gather_op *g, double t1) {
+  g->state = GATHER_DONE;
+  completed(rp, g->t_post, t1, 1);
+  span(rp, REMAT__EV_GATHER, REMAT__TRACK_GATHER, g->t_post, t1, rp->micro,
+       rp->pass[g->phase][g->index]);
+}
+
+static void gather_test(remat_replicas *rp, gather_op *g) {
+  if (g->state != GATHER_IN_FLIGHT) return;
+  int flag = 0;
+  double t = remat__now();
+  int mrc = MPI_Test(&g->req, &flag, MPI_STATUS_IGNORE);
+  double e = remat__now();
+  exposed(rp, t, e, 1);
+  if (check(rp, mrc, "gathering parameters")) g->state = GATHER_NONE;
+  else if (flag) gather_done(rp, g, e);
+}
+
+static void gather_wait(remat_replicas *rp, gather_op *g) {
+  if (g->state != GATHER_IN_FLIGHT) return;
+  double t = remat__now();
+  int mrc = MPI_Wait(&g->req, MPI_STATUS_IGNORE);
+  double e = remat__now();
+  exposed(rp, t, e, 1);
+  span(rp, REMAT__EV_WAIT, REMAT__TRACK_MAIN, t, e, rp->micro, -1);
+  if (check(rp, mrc, "gathering parameters")) g->state = GATHER_NONE;
+  else gather_done(rp, g, e);
+}
+
+/* Request i's gather is posted unless it already was (ahead, by request
+ * i - 1). */
+static void gather_ensure(remat_replicas *rp, int phase, int64_t i) {
+  gather_op *g = &rp->gat[i & 1];
+  if (g->state != GATHER_NONE && (g->phase != phase || g->index != i)) { /* never, in order */
+    gather_wait(rp, g);
+    g->state = GATHER_NONE;
+  }
+  if (g->state == GATHER_NONE && !rp->rc) gather_post(rp, phase, i);
+}
+
+/* ZeRO 3: unit u rebuilt from every replica's shard, in its slot. The next
+ * request's gather is posted before this one is waited for, when its slot
+ * is free, so that it travels while this unit computes. */
+static const float *on_params(void *ctx, int64_t u, int phase) {
+  remat_replicas *rp = ctx;
+  int64_t i = request_index(rp, phase, u);
+  float *dst = rp->gather[rp->slot[phase][i]];
+  if (rp->rc) return dst; /* the step is lost; the failure is reported after it */
+  gather_ensure(rp, phase, i);
+  if (rp->prefetch[phase][i]) gather_ensure(rp, phase, i + 1);
+  gather_wait(rp, &rp->gat[i & 1]);
+  rp->gat[i & 1].state = GATHER_NONE; /* in use until the next request */
   return dst;
+}
+
+/* Between the model's kernels: MPI_Test moves what is in flight on. */
+static void on_progress(void *ctx) {
+  remat_replicas *rp = ctx;
+  if (rp->rc) return;
+  reduce_test(rp);
+  gather_test(rp, &rp->gat[0]);
+  gather_test(rp, &rp->gat[1]);
 }
 
 /* ----------------------------------------------------- between steps */
 
-/* Every replica's part of units 0..L+1 of a whole buffer (the gradients
- * under ZeRO 0, the parameters under 1 and 2) to every replica: each packs
- * its part in the workspace, one MPI_Allgather per unit, each unpacks. */
+/* Every replica's part of the stage's units of a whole buffer (the
+ * gradients under ZeRO 0, the parameters under 1 and 2) to every replica:
+ * each packs its part in REDUCE (free between steps), one MPI_Allgather per
+ * unit, each unpacks. */
 static int allgather_units(remat_replicas *rp, int which, const char *what) {
-  size_t room;
-  float *pack = remat_model_workspace(rp->m, &room);
-  for (int64_t u = 0; u <= rp->L + 1 && !rp->rc; u++) {
+  float *pack = rp->pack;
+  for (int64_t x = 0; x < rp->nu && !rp->rc; x++) {
+    int64_t u = rp->units[x];
     size_t s = remat_unit_shard(rp->cfg, u, rp->D), first, count, run;
-    REMAT_ASSERT(s * sizeof(float) <= room);
+    REMAT_ASSERT(s * sizeof(float) <= rp->pack_bytes);
     remat_unit_owned(rp->cfg, u, rp->D, rp->r, &first, &count);
     for (size_t i = first; i < first + count; i += run) {
       const float *src = remat_model_unit_at(rp->m, which, u, i, &run);
@@ -134,7 +425,7 @@ static int allgather_units(remat_replicas *rp, int which, const char *what) {
     memset(pack + count, 0, (s - count) * sizeof(float));
     double t = remat__now();
     int mrc = MPI_Allgather(pack, (int)s, MPI_FLOAT, rp->recv, (int)s, MPI_FLOAT, rp->d->comm);
-    if (account(rp, t, mrc, piece_bytes(rp, s, sizeof(float)), what)) break;
+    if (blocking(rp, t, mrc, piece_bytes(rp, s, sizeof(float)), REMAT__EV_GATHER, what)) break;
     for (int64_t q = 0; q < rp->D; q++) {
       if (q == rp->r) continue;
       remat_unit_owned(rp->cfg, u, rp->D, q, &first, &count);
@@ -150,26 +441,57 @@ static int allgather_units(remat_replicas *rp, int which, const char *what) {
 
 /* ------------------------------------------------------- the step's ops */
 
-/* The arena's regions, once it exists (the runtime is made before it). */
+/* The arena's regions, once it exists (the runtime is made before it):
+ * REDUCE holds the blocks' gradient buffers (two, or one), then the big
+ * one (the embedding's and the head's); GATHER the slots A (rp->big
+ * shards), B (a block's, when the stage gathers one ahead) and the head's. */
 static void bind(remat_replicas *rp) {
   if (rp->recv) return;
   size_t bytes;
+  const remat_memplan *mp = remat_model_memplan(rp->m);
+  const remat_stage *st = remat_model_stage(rp->m);
   rp->recv = remat_model_region(rp->m, REMAT_BUF_RECV, &bytes);
   rp->norm = remat_model_region(rp->m, REMAT_BUF_NORM, &bytes);
   REMAT_ASSERT(bytes >= (size_t)rp->D * rp->chunks * sizeof(double));
+  rp->pack = remat_model_region(rp->m, REMAT_BUF_REDUCE, &rp->pack_bytes);
+  size_t blk = mp->grad_bytes[REMAT_LAYER_BLOCK];
+  int64_t nb = st->num_blocks < 2 ? st->num_blocks : 2;
+  char *at = (char *)rp->pack;
+  rp->gbuf[GBUF_BLOCK0] = nb >= 1 ? (float *)at : NULL;
+  rp->gbuf[GBUF_BLOCK1] = nb >= 2 ? (float *)(at + blk) : NULL;
+  rp->gbuf[GBUF_BIG] = st->has_embedding || st->has_head ? (float *)(at + (size_t)nb * blk) : NULL;
+  size_t D = (size_t)rp->D, h = st->has_head ? remat_unit_shard(rp->cfg, rp->L + 1, rp->D) : 0;
+  int has_b = 0;
   if (rp->zero == 3) {
-    rp->gather[0] = remat_model_region(rp->m, REMAT_BUF_GATHER, &bytes);
-    size_t e = remat_unit_shard(rp->cfg, 0, rp->D), b = remat_unit_shard(rp->cfg, 1, rp->D);
-    rp->gather[1] = rp->gather[0] + (size_t)rp->D * (e > b ? e : b);
+    float *g = remat_model_region(rp->m, REMAT_BUF_GATHER, &bytes);
+    size_t rest = bytes / sizeof(float) - D * (rp->big + h); /* a block's slot, or none */
+    has_b = rest > 0;
+    rp->gather[SLOT_A] = g;
+    rp->gather[SLOT_B] = g + D * rp->big;
+    rp->gather[SLOT_HEAD] = rp->gather[SLOT_B] + rest;
   }
+  plan_gathers(rp, has_b);
+}
+
+/* What a step needs before its first micro-batch (a grid's too). */
+static void begin_step(remat_replicas *rp) {
+  memset(&rp->stats, 0, sizeof rp->stats);
+  bind(rp);
+  rp->next_block = GBUF_BLOCK0;
+}
+
+/* After the last micro-batch: the last layer's pieces (the embedding's, or
+ * a stage's first block's) land. */
+static int end_micro_batches(remat_replicas *rp, remat_error *err) {
+  reduce_wait(rp);
+  return failed(rp, err);
 }
 
 static int run_rounds(void *ctx, remat_trainer *tr, double *loss_sum, remat_error *err) {
   remat_replicas *rp = ctx;
   remat_model *m = rp->m;
   const remat_train_opts *o = remat_trainer_opts(tr);
-  memset(&rp->stats, 0, sizeof rp->stats);
-  bind(rp);
+  begin_step(rp);
   int rc;
   for (int64_t j = 0; j < rp->K; j++) {
     /* every replica draws every micro-batch of the round, keeps its own */
@@ -179,15 +501,26 @@ static int run_rounds(void *ctx, remat_trainer *tr, double *loss_sum, remat_erro
                                          mine ? remat_model_targets(m) : NULL, err)))
         return rc;
     }
-    float loss = remat_model_forward_backward(m, (uint32_t)(j * rp->D + rp->r),
-                                              remat_trainer_dloss(tr), &o->hp);
+    /* remat_model_forward_backward, in two parts for the trace */
+    uint32_t micro = (uint32_t)(j * rp->D + rp->r);
+    rp->micro = micro;
+    double t = remat__now();
+    remat_model_stage_forward(m, 0, micro, &o->hp);
+    double tb = remat__now(), rs0 = remat_model_recompute_seconds(m);
+    span(rp, REMAT__EV_FORWARD, REMAT__TRACK_MAIN, t, tb, micro, -1);
+    double loss = remat_model_stage_backward(m, 0, micro, remat_trainer_dloss(tr), &o->hp);
+    double rs = remat_model_recompute_seconds(m) - rs0;
+    /* interleaved with the blocks' backwards; drawn as one span of its total */
+    if (rs > 0) span(rp, REMAT__EV_RECOMPUTE, REMAT__TRACK_RECOMPUTE, tb, tb + rs, micro, -1);
     if ((rc = failed(rp, err))) return rc;
-    rp->losses[rp->r * rp->K + j] = loss;
+    rp->losses[rp->r * rp->K + j] = (float)(loss / (double)(o->B * o->T));
   }
+  if ((rc = end_micro_batches(rp, err))) return rc;
   double t = remat__now();
   int mrc = MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, rp->losses, (int)rp->K, MPI_FLOAT,
                           rp->d->comm);
-  if (account(rp, t, mrc, piece_bytes(rp, (size_t)rp->K, sizeof(float)), "sharing the losses"))
+  if (blocking(rp, t, mrc, piece_bytes(rp, (size_t)rp->K, sizeof(float)), REMAT__EV_REDUCE,
+               "sharing the losses"))
     return failed(rp, err);
   /* in micro-batch order, as one process adds them */
   for (int64_t j = 0; j < rp->K; j++)
@@ -206,18 +539,16 @@ static int after_backward(void *ctx, remat_trainer *tr, remat_error *err) {
 }
 
 /* The squared norm: each replica's chunk sums of the units' shards it owns,
- * gathered; every replica adds them chunk by chunk, unit by unit, in model
- * order, as one process does. */
-static int norm_sumsq(void *ctx, remat_trainer *tr, const double *layers, int64_t n,
-                      double *total, remat_error *err) {
-  (void)tr;
-  (void)layers;
-  (void)n;
-  remat_replicas *rp = ctx;
+ * gathered; every replica adds them chunk by chunk into each unit's sum, in
+ * model order, as one process does (a lone head's tied copy is counted on
+ * the embedding). */
+static int layer_sums(remat_replicas *rp, double *layers, int64_t *n, remat_error *err) {
   const size_t Q = REMAT_SHARD_QUANTUM;
   double *mine = rp->norm + (size_t)rp->r * rp->chunks;
   size_t pos = 0;
-  for (int64_t u = 0; u <= rp->L + 1; u++) {
+  for (int64_t x = 0; x < rp->nu; x++) {
+    int64_t u = rp->units[x];
+    if (u > rp->L + 1) continue;
     size_t s = remat_unit_shard(rp->cfg, u, rp->D), first, count;
     remat_unit_owned(rp->cfg, u, rp->D, rp->r, &first, &count);
     size_t k = count ? (size_t)remat_model_grad_chunk_sums(rp->m, u, first, count, mine + pos) : 0;
@@ -227,27 +558,45 @@ static int norm_sumsq(void *ctx, remat_trainer *tr, const double *layers, int64_
   double t = remat__now();
   int mrc = MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, rp->norm, (int)rp->chunks,
                           MPI_DOUBLE, rp->d->comm);
-  if (account(rp, t, mrc, piece_bytes(rp, rp->chunks, sizeof(double)), "summing the norm"))
+  if (blocking(rp, t, mrc, piece_bytes(rp, rp->chunks, sizeof(double)), REMAT__EV_REDUCE,
+               "summing the norm"))
     return failed(rp, err);
-  double sum = 0;
   pos = 0;
-  for (int64_t u = 0; u <= rp->L + 1; u++) {
+  *n = 0;
+  for (int64_t x = 0; x < rp->nu; x++) {
+    int64_t u = rp->units[x];
+    if (u > rp->L + 1) continue;
     size_t per = remat_unit_shard(rp->cfg, u, rp->D) / Q;
     size_t nch = (remat_unit_floats(rp->cfg, u) + Q - 1) / Q;
     double layer = 0.0;
     for (size_t c = 0; c < nch; c++) layer += rp->norm[(c / per) * rp->chunks + pos + c % per];
-    sum += layer;
+    layers[(*n)++] = layer;
     pos += per;
   }
+  return 0;
+}
+
+static int norm_sumsq(void *ctx, remat_trainer *tr, const double *layers, int64_t n,
+                      double *total, remat_error *err) {
+  (void)tr;
+  (void)layers;
+  (void)n;
+  double part[4096 + 2], sum = 0;
+  int64_t k;
+  int rc = layer_sums(ctx, part, &k, err);
+  if (rc) return rc;
+  for (int64_t i = 0; i < k; i++) sum += part[i];
   *total = sum;
   return 0;
 }
 
 static int update(void *ctx, remat_trainer *tr, float lr, float norm, remat_error *err) {
   remat_replicas *rp = ctx;
+  double t = remat__now();
   remat_model_update(rp->m, &remat_trainer_opts(tr)->hp, lr, norm);
   if (rp->zero == 1 || rp->zero == 2)
     allgather_units(rp, REMAT_BUF_PARAMS, "gathering parameters");
+  span(rp, REMAT__EV_UPDATE, REMAT__TRACK_MAIN, t, remat__now(), -1, -1);
   return failed(rp, err);
 }
 
@@ -285,15 +634,36 @@ int remat_replicas_create(remat_replicas **out, remat_dist *d, remat_trainer *tr
   rp->K = o->grad_accum / d->size;
   rp->L = L;
   rp->zero = st->zero;
+  rp->micro = -1;
+  rp->trace = &rp->own;
+  size_t n = (size_t)L + 3;
   rp->losses = remat__calloc((size_t)(rp->D * rp->K), sizeof(float));
-  if (!rp->losses) {
+  rp->units = remat__calloc(3 * n, sizeof *rp->units);
+  rp->slot[0] = remat__calloc(4 * n, 1);
+  if (!rp->losses || !rp->units || !rp->slot[0]) {
+    remat__free(rp->losses);
+    remat__free(rp->units);
+    remat__free(rp->slot[0]);
     remat__free(rp);
     return remat__errorf(err, REMAT_ENOMEM, "out of memory");
   }
-  for (int64_t u = 0; u <= L + 1; u++)
-    rp->chunks += remat_unit_shard(cfg, u, rp->D) / REMAT_SHARD_QUANTUM;
-  remat_layer_ops lops = {.params = rp->zero == 3 ? on_params : NULL, .grads = on_grads,
-                          .ctx = rp};
+  rp->pass[0] = rp->units + n;
+  rp->pass[1] = rp->units + 2 * n;
+  rp->slot[1] = rp->slot[0] + n;
+  rp->prefetch[0] = rp->slot[0] + 2 * n;
+  rp->prefetch[1] = rp->slot[0] + 3 * n;
+  rp->nu = remat_stage_units(cfg, st, rp->units);
+  build_passes(rp, st);
+  for (int64_t x = 0; x < rp->nu; x++) {
+    int64_t u = rp->units[x];
+    size_t s = remat_unit_shard(cfg, u, rp->D);
+    if (u <= L + 1) rp->chunks += s / REMAT_SHARD_QUANTUM;
+    if (u != L + 1 && s > rp->big) rp->big = s; /* as remat_replica_stage_bytes_get */
+  }
+  if (st->has_embedding && st->has_head && remat_unit_shard(cfg, L + 2, rp->D) > rp->big)
+    rp->big = remat_unit_shard(cfg, L + 2, rp->D);
+  remat_layer_ops lops = {.params = rp->zero == 3 ? on_params : NULL, .grad_buf = on_grad_buf,
+                          .grads = on_grads, .progress = on_progress, .ctx = rp};
   remat_model_set_layer_ops(m, &lops);
   remat_trainer_ops ops = {.micro_batches = run_rounds, .after_backward = after_backward,
                            .norm_sumsq = norm_sumsq, .update = update, .ctx = rp};
@@ -304,23 +674,60 @@ int remat_replicas_create(remat_replicas **out, remat_dist *d, remat_trainer *tr
 
 void remat_replicas_destroy(remat_replicas *rp) {
   if (!rp) return;
+  /* a step that failed may leave collectives in flight; MPI ends with them */
   remat_model_set_layer_ops(rp->m, NULL);
   remat_trainer_set_ops(rp->tr, &(remat_trainer_ops){0});
+  remat__trace_free(&rp->own);
+  remat__free(rp->slot[0]);
+  remat__free(rp->units);
   remat__free(rp->losses);
   remat__free(rp);
 }
 
 remat_comm_stats remat_replicas_comm(const remat_replicas *rp) { return rp->stats; }
 
+int remat_replicas_comm_gather(remat_replicas *rp, remat_comm_stats *all, remat_error *err) {
+  int mrc = MPI_Gather(&rp->stats, (int)sizeof rp->stats, MPI_BYTE, all, (int)sizeof rp->stats,
+                       MPI_BYTE, 0, rp->d->comm);
+  return mrc == MPI_SUCCESS ? 0 : remat__mpi_error(err, mrc, "gathering the ranks' communication");
+}
+
+double remat_comm_overlap(double seconds, double exposed_seconds) {
+  if (!(seconds > 0)) return 0.0;
+  double share = 1.0 - exposed_seconds / seconds;
+  return share < 0 ? 0.0 : share > 1 ? 1.0 : share;
+}
+
+int remat_replicas_trace_start(remat_replicas *rp, int64_t max_steps, remat_error *err) {
+  /* per micro-batch: a forward, a recompute, and per layer a backward, a
+   * reduce and a wait, per params request a gather and a wait; per step the
+   * all-gathers between steps with their waits, and a few more */
+  size_t L = (size_t)rp->L, K = (size_t)rp->K;
+  size_t per_step = K * (8 * L + 24) + 4 * L + 24;
+  int rc = remat__trace_start(&rp->own, rp->d->comm, (size_t)max_steps * per_step + 16, err);
+  if (rc) return rc;
+  rp->trace = &rp->own;
+  /* a replica's arena is live from the start: one counter */
+  remat__trace_add(&rp->own, (remat__event){.ts = rp->own.t0, .micro = -1, .layer = -1,
+                                            .kind = REMAT__EV_ARENA,
+                                            .value = remat_model_memplan(rp->m)->peak_bytes});
+  return 0;
+}
+
+int remat_replicas_trace_write(remat_replicas *rp, const char *path, remat_error *err) {
+  return remat__trace_write(&rp->own, rp->d->comm, 1, rp->D, path, err);
+}
+
 int remat_replicas_gather_params(remat_replicas *rp, float *full, remat_error *err) {
   const remat_config *cfg = rp->cfg;
   bind(rp);
-  if (rp->zero < 3) { /* every replica holds the whole model */
+  if (rp->zero < 3) { /* every replica holds the whole model (or stage) */
     if (rp->r == 0)
-      memcpy(full, remat_model_params(rp->m), remat_param_count(cfg) * sizeof(float));
+      remat_stage_params_to_full(cfg, remat_model_stage(rp->m), remat_model_params(rp->m), full);
     return 0;
   }
-  for (int64_t u = 0; u <= rp->L + 1; u++) {
+  for (int64_t x = 0; x < rp->nu; x++) {
+    int64_t u = rp->units[x];
     size_t s = remat_unit_shard(cfg, u, rp->D);
     int mrc = MPI_Gather(remat_model_shard(rp->m, REMAT_BUF_PARAMS, u), (int)s, MPI_FLOAT,
                          rp->recv, (int)s, MPI_FLOAT, 0, rp->d->comm);
@@ -351,3 +758,27 @@ uint64_t remat_replicas_step_bytes(const remat_config *cfg, int64_t D, int zero,
   total += d1 * chunks * sizeof(double) + d1 * (uint64_t)K * f; /* norm, losses */
   return total;
 }
+
+/* ---------------------------------------------------------- the grid */
+
+void remat__replicas_begin_step(remat_replicas *rp) { begin_step(rp); }
+
+int remat__replicas_after_backward(remat_replicas *rp, remat_trainer *tr, remat_error *err) {
+  return after_backward(rp, tr, err);
+}
+
+int remat__replicas_layer_sums(remat_replicas *rp, double *layers, int64_t *n,
+                               remat_error *err) {
+  return layer_sums(rp, layers, n, err);
+}
+
+int remat__replicas_update(remat_replicas *rp, remat_trainer *tr, float lr, float norm,
+                           remat_error *err) {
+  return update(rp, tr, lr, norm, err);
+}
+
+int remat__replicas_end_micro_batches(remat_replicas *rp, remat_error *err) {
+  return end_micro_batches(rp, err);
+}
+
+void remat__replicas_trace_into(remat_replicas *rp, remat__trace *t) { rp->trace = t; }

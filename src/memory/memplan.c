@@ -151,10 +151,6 @@ static int check_stage(const remat_config *cfg, const remat_stage *st, remat_err
       return remat__errorf(err, REMAT_EINVAL, "block %lld has unknown policy %u",
                            (long long)(st->first_block + i), st->policy[i]);
   if (st->replicas > 1) {
-    if (!st->has_embedding || !st->has_head || st->num_blocks != L || st->inflight != 1)
-      return remat__errorf(err, REMAT_EINVAL,
-                           "a data-parallel replica holds the whole model with one micro-batch "
-                           "in flight");
     if (st->replica < 0 || st->replica >= st->replicas)
       return remat__errorf(err, REMAT_EINVAL, "replica %lld of %lld does not exist",
                            (long long)st->replica, (long long)st->replicas);
@@ -174,17 +170,14 @@ int remat_stage_bytes_get(const remat_config *cfg, const remat_memory_model *mm,
   size_t head_joint = mm->head_joint_state;
   if (st->replicas > 1) { /* a replica's state and gradient buffers */
     remat_replica_bytes rb;
-    if ((rc = remat_replica_bytes_get(cfg, st->replicas, st->zero, &rb, err))) return rc;
+    if ((rc = remat_replica_stage_bytes_get(cfg, st, &rb, err))) return rc;
     e.state = rb.state[REMAT_LAYER_EMBEDDING];
     b.state = rb.state[REMAT_LAYER_BLOCK];
-    h.state = rb.state[REMAT_LAYER_HEAD];
-    e.grad = rb.grad[REMAT_LAYER_EMBEDDING];
-    b.grad = rb.grad[REMAT_LAYER_BLOCK];
-    h.grad = rb.grad[REMAT_LAYER_HEAD];
+    h.state = rb.head_alone_state;
     head_joint = rb.head_joint_state;
-    out->comm = rb.comm;
+    out->comm = rb.comm; /* its gradient buffers among them, outside the workspace */
   }
-  if (!st->accumulate) e.grad = b.grad = h.grad = 0;
+  if (!st->accumulate || st->replicas > 1) e.grad = b.grad = h.grad = 0;
   /* Sizes are bounded by remat__check_shape (well under 2^50 per term), so
    * these sums cannot overflow for any stage the model allows. */
   size_t state = 0, slot = 0, transient = 0;
@@ -275,8 +268,8 @@ int remat_memplan_build_stage(remat_memplan *mp, const remat_config *cfg, int64_
    * the head's gradient of the tied matrix apart (TIED_GRAD) and holds one
    * copy of the matrix; a stage without the head sends its output from SEND.
    * A replica's regions are whole or sharded by its ZeRO stage, and its
-   * communication buffers come last (RECV, written whole by every step's
-   * largest exchange, at the top). */
+   * communication buffers come last (REDUCE, whose top buffer every
+   * micro-batch's head zeroes whole, at the top). */
   int joint = st->has_embedding && st->has_head;
   size_t tied = joint ? mm->tied_grad_bytes : 0;
   size_t send = st->has_head ? 0 : mm->boundary_bytes;
@@ -287,7 +280,7 @@ int remat_memplan_build_stage(remat_memplan *mp, const remat_config *cfg, int64_
   mp->replica = st->replicas > 1 ? st->replica : 0;
   mp->zero = st->replicas > 1 ? st->zero : 0;
   if (st->replicas > 1) {
-    if ((rc = remat_replica_bytes_get(cfg, st->replicas, st->zero, &rb, err))) {
+    if ((rc = remat_replica_stage_bytes_get(cfg, st, &rb, err))) {
       remat_memplan_free(mp);
       return rc;
     }
@@ -312,6 +305,7 @@ int remat_memplan_build_stage(remat_memplan *mp, const remat_config *cfg, int64_
       [REMAT_BUF_GATHER] = rb.gather,
       [REMAT_BUF_NORM] = rb.norm,
       [REMAT_BUF_RECV] = rb.recv,
+      [REMAT_BUF_REDUCE] = rb.reduce,
   };
   size_t at = 0;
   for (int i = 0; i < REMAT_BUF_COUNT; i++) {

@@ -68,11 +68,34 @@ void remat_unit_owned(const remat_config *cfg, int64_t u, int64_t D, int64_t r, 
   *count = hi - lo;
 }
 
+int64_t remat_stage_units(const remat_config *cfg, const remat_stage *st, int64_t *out) {
+  int64_t L = cfg->num_layers, n = 0;
+  if (st->has_embedding) out[n++] = 0;
+  for (int64_t i = 0; i < st->num_blocks; i++) out[n++] = 1 + st->first_block + i;
+  if (st->has_head) out[n++] = L + 1;
+  if (st->has_head && !st->has_embedding) out[n++] = L + 2;
+  return n;
+}
+
+/* ZeRO 3: whether a stage gathers a block while another unit is in use
+ * (a block after the embedding, the head's pair or another block). */
+static int block_slot(const remat_stage *st) {
+  return st->num_blocks >= 1 && (st->has_embedding || st->has_head || st->num_blocks >= 2);
+}
+
 int remat_replica_bytes_get(const remat_config *cfg, int64_t D, int zero,
                             remat_replica_bytes *out, remat_error *err) {
+  remat_stage st = remat_stage_replica(cfg, NULL, D, 0, zero);
+  return remat_replica_stage_bytes_get(cfg, &st, out, err);
+}
+
+int remat_replica_stage_bytes_get(const remat_config *cfg, const remat_stage *st,
+                                  remat_replica_bytes *out, remat_error *err) {
   memset(out, 0, sizeof *out);
   int rc = remat_config_check(cfg, err);
   if (rc) return rc;
+  int64_t D = st->replicas;
+  int zero = st->zero;
   if (D < 1 || D > 4096)
     return remat__errorf(err, REMAT_EINVAL, "%lld replicas; there must be 1 to 4096",
                          (long long)D);
@@ -87,34 +110,65 @@ int remat_replica_bytes_get(const remat_config *cfg, int64_t D, int zero,
   size_t d = (size_t)D;
   out->replicas = D;
   out->zero = zero;
-  size_t biggest = 0;
   for (int k = 0; k < REMAT_LAYER_KIND_COUNT; k++) {
     int64_t u = kind_unit[k];
     size_t full = remat__align(remat_unit_floats(cfg, u) * sizeof(float));
     size_t shard = remat_unit_shard(cfg, u, D) * sizeof(float);
-    size_t count = k == REMAT_LAYER_BLOCK ? (size_t)L : 1;
     for (int b = 0; b < 4; b++) out->state[k] += whole[b] ? full : shard;
-    out->params += count * (whole[0] ? full : shard);
-    out->grads += count * (whole[1] ? full : shard);
-    out->moment += count * (whole[2] ? full : shard);
     out->grad[k] = d * shard;
-    if (shard > biggest) biggest = shard;
   }
   size_t tied_full = remat__align(remat_unit_floats(cfg, L + 2) * sizeof(float));
   size_t tied_shard = remat_unit_shard(cfg, L + 2, D) * sizeof(float);
-  out->tied = zero <= 1 ? tied_full : tied_shard;
-  out->head_joint_state = out->state[REMAT_LAYER_HEAD] + out->tied;
+  size_t tied_grad = zero <= 1 ? tied_full : tied_shard;
+  out->head_joint_state = out->state[REMAT_LAYER_HEAD] + tied_grad;
+  out->head_alone_state = out->state[REMAT_LAYER_HEAD];
+  for (int b = 0; b < 4; b++) out->head_alone_state += whole[b] ? tied_full : tied_shard;
   /* the head computes its gradient of the tied matrix beside its own */
   out->grad[REMAT_LAYER_HEAD] += d * tied_shard;
-  if (tied_shard > biggest) biggest = tied_shard;
-  out->recv = d * biggest;
-  if (zero == 3) {
-    size_t e = remat_unit_shard(cfg, 0, D), b = remat_unit_shard(cfg, 1, D);
-    out->gather = d * ((e > b ? e : b) + remat_unit_shard(cfg, L + 1, D)) * sizeof(float);
+
+  /* the stage's regions: its units (a head alone holds its copy of the
+   * tied matrix as one), and the tied gradient of a head beside the
+   * embedding */
+  int64_t units[4096 + 3];
+  int64_t n = remat_stage_units(cfg, st, units);
+  size_t gather0 = 0, chunks = 0;
+  for (int64_t i = 0; i < n; i++) {
+    int64_t u = units[i];
+    size_t full = remat__align(remat_unit_floats(cfg, u) * sizeof(float));
+    size_t s = remat_unit_shard(cfg, u, D);
+    out->params += whole[0] ? full : s * sizeof(float);
+    out->grads += whole[1] ? full : s * sizeof(float);
+    out->moment += whole[2] ? full : s * sizeof(float);
+    /* the largest shard of a unit but the head's own: the embedding, a
+     * block, or the head's tied matrix (unit 0 or L + 2) */
+    if (u != L + 1 && s > gather0) gather0 = s;
+    if (u <= L + 1) chunks += s / REMAT_SHARD_QUANTUM;
   }
-  size_t chunks = 0;
-  for (int64_t u = 0; u <= L + 1; u++) chunks += remat_unit_shard(cfg, u, D) / REMAT_SHARD_QUANTUM;
+  if (st->has_embedding && st->has_head) {
+    out->tied = tied_grad;
+    if (tied_shard / sizeof(float) > gather0) gather0 = tied_shard / sizeof(float);
+  }
+  size_t b = remat_unit_shard(cfg, 1, D), h = st->has_head ? remat_unit_shard(cfg, L + 1, D) : 0;
+  int64_t nb = st->num_blocks;
+  /* One layer's reduce-scatter is in flight while the next computes: its
+   * gradient buffer stays alive beside the one being computed, so a
+   * replica's gradient buffers are communication buffers, not workspace:
+   * one for the embedding and the head (the larger of those it has), and
+   * two for the blocks, which consecutive blocks take in turn (one when the
+   * stage has one block). */
+  size_t big = st->has_embedding ? out->grad[REMAT_LAYER_EMBEDDING] : 0;
+  if (st->has_head && out->grad[REMAT_LAYER_HEAD] > big) big = out->grad[REMAT_LAYER_HEAD];
+  out->reduce = (size_t)(nb < 2 ? nb : 2) * out->grad[REMAT_LAYER_BLOCK] + big;
+  /* the pieces of one layer's reduce-scatter: a unit's, or the head's two
+   * (its tied matrix's, then its own) at once; an all-gather's between steps
+   * fits too */
+  out->recv = d * (gather0 + h) * sizeof(float);
+  /* ZeRO 3 gathers the unit in use into the first slot (gather0), the next
+   * block's meanwhile into a second (when there can be a unit before a
+   * block), the head's own into a third */
+  if (zero == 3)
+    out->gather = d * (gather0 + (block_slot(st) ? b : 0) + h) * sizeof(float);
   out->norm = remat__align(d * chunks * sizeof(double));
-  out->comm = out->recv + out->gather + out->norm;
+  out->comm = out->recv + out->gather + out->norm + out->reduce;
   return 0;
 }

@@ -68,7 +68,7 @@ int remat__model_plan(remat_model **out, const remat_config *cfg, int64_t B, int
                                 : remat__align(remat_unit_floats(cfg, L + 2) * sizeof(float)) /
                                       sizeof(float);
   if (remat_model_buf_sharded(m, REMAT_BUF_PARAMS))
-    m->num_params = m->shard_emb + (size_t)L * m->shard_blk + m->shard_head;
+    m->num_params = remat_stage_num_params(cfg, &m->stage);
   *out = m;
   return 0;
 }
@@ -157,7 +157,8 @@ double remat_model_recompute_seconds(const remat_model *m) { return m->recompute
 size_t remat_stage_num_params(const remat_config *cfg, const remat_stage *st) {
   size_t sz[REMAT_P_COUNT], n = 0;
   if (st->replicas > 1 && st->zero >= 3) {
-    for (int64_t u = 0; u <= cfg->num_layers + 1; u++) n += remat_unit_shard(cfg, u, st->replicas);
+    int64_t units[4096 + 3], k = remat_stage_units(cfg, st, units);
+    for (int64_t i = 0; i < k; i++) n += remat_unit_shard(cfg, units[i], st->replicas);
     return n;
   }
   remat__stage_param_sizes(cfg, st, sz);
@@ -206,20 +207,25 @@ static float *buf_base(remat_model *m, int buf) {
     return m->adam_m;
   case REMAT_BUF_ADAM_V:
     return m->adam_v;
-  case REMAT_BUF_TIED_GRAD:
-    return m->tied_grad;
+  case REMAT_BUF_TIED_GRAD: /* a head without the embedding: its copy's gradient */
+    return m->tied_grad ? m->tied_grad : m->grads;
   default:
     REMAT_ASSERT(0 && "not a parameter-shaped buffer");
     return NULL;
   }
 }
 
-/* Floats before unit u in a shard vector: the embedding, the blocks, the
- * head, each one shard. */
+/* Floats before unit u in a shard vector: the stage's units in model order
+ * (remat_stage_units), each one shard; the tied gradient beside the
+ * embedding has a region of its own. */
 static size_t shard_offset(const remat_model *m, int64_t u) {
   int64_t L = m->cfg.num_layers;
-  if (u == 0 || u == L + 2) return 0;
-  return m->shard_emb + (size_t)(u - 1) * m->shard_blk;
+  const remat_stage *st = &m->stage;
+  if (u == 0 || (u == L + 2 && m->tied_grad)) return 0;
+  size_t at = st->has_embedding ? m->shard_emb : 0;
+  if (u <= L) return at + (size_t)(u - 1 - st->first_block) * m->shard_blk;
+  at += (size_t)st->num_blocks * m->shard_blk;
+  return u == L + 1 ? at : at + m->shard_head;
 }
 
 float *remat_model_shard(remat_model *m, int buf, int64_t u) {
@@ -229,7 +235,11 @@ float *remat_model_shard(remat_model *m, int buf, int64_t u) {
 
 float *remat_model_unit_at(remat_model *m, int buf, int64_t u, size_t i, size_t *run) {
   int64_t L = m->cfg.num_layers;
-  REMAT_ASSERT(u >= 0 && u < L + 3 && (u == L + 2) == (buf == REMAT_BUF_TIED_GRAD));
+  /* unit L + 2 is the tied gradient beside the embedding, or a lone head's
+   * copy of the tied matrix (every buffer) */
+  int alone = m->stage.has_head && !m->stage.has_embedding;
+  REMAT_ASSERT(u >= 0 && u < L + 3 && (buf != REMAT_BUF_TIED_GRAD || u == L + 2) &&
+               (u != L + 2 || buf == REMAT_BUF_TIED_GRAD || alone));
   float *base = buf_base(m, buf);
   if (remat_model_buf_sharded(m, buf)) {
     size_t first, count;
@@ -244,8 +254,7 @@ float *remat_model_unit_at(remat_model *m, int buf, int64_t u, size_t i, size_t 
   REMAT_ASSERT(i >= seg[k].at && i < seg[k].at + seg[k].count);
   *run = seg[k].at + seg[k].count - i;
   int t = seg[k].tensor;
-  if (u == L + 2) /* the tied gradient apart, or a head stage's own copy */
-    return (m->tied_grad ? m->tied_grad : m->grads + m->tensor_off[t]) + i;
+  if (buf == REMAT_BUF_TIED_GRAD && m->tied_grad) return m->tied_grad + i; /* kept apart */
   size_t all[REMAT_P_COUNT], start = 0;
   remat_param_sizes(&m->cfg, all);
   for (int j = 0; j < t; j++) start += all[j];
@@ -286,9 +295,10 @@ static void stage_params_copy(const remat_config *cfg, const remat_stage *st, fl
 /* A replica under ZeRO 3 holds its shard of each unit, unit after unit. */
 static void shard_params_copy(const remat_config *cfg, const remat_stage *st, float *shards,
                               float *full, int to_full) {
-  int64_t L = cfg->num_layers;
+  int64_t units[4096 + 3], nu = remat_stage_units(cfg, st, units);
   float *at = shards;
-  for (int64_t u = 0; u <= L + 1; u++) {
+  for (int64_t j = 0; j < nu; j++) {
+    int64_t u = units[j];
     size_t first, count;
     remat_unit_owned(cfg, u, st->replicas, st->replica, &first, &count);
     remat_unit_segment seg[REMAT_UNIT_MAX_SEGMENTS];
@@ -321,10 +331,8 @@ void remat_stage_params_to_full(const remat_config *cfg, const remat_stage *st,
 void remat_stage_params_from_full(const remat_config *cfg, const remat_stage *st,
                                   const float *full, float *flat) {
   if (zero3(st)) {
-    int64_t L = cfg->num_layers;
-    size_t n = 0;
-    for (int64_t u = 0; u <= L + 1; u++) n += remat_unit_shard(cfg, u, st->replicas);
-    memset(flat, 0, n * sizeof(float)); /* the padding past a unit's end */
+    /* the padding past a unit's end */
+    memset(flat, 0, remat_stage_num_params(cfg, st) * sizeof(float));
     shard_params_copy(cfg, st, flat, (float *)full, 0);
   } else {
     stage_params_copy(cfg, st, flat, (float *)full, 0);
@@ -413,7 +421,9 @@ void remat_model_init_weights(remat_model *m, uint64_t seed) {
   size_t all[REMAT_P_COUNT], start[REMAT_P_COUNT] = {0};
   remat_param_sizes(c, all);
   for (int i = 1; i < REMAT_P_COUNT; i++) start[i] = start[i - 1] + all[i - 1];
-  for (int64_t u = 0; u <= c->num_layers + 1; u++) {
+  int64_t units[4096 + 3], nu = remat_stage_units(c, &m->stage, units);
+  for (int64_t j = 0; j < nu; j++) {
+    int64_t u = units[j];
     size_t first, count, run;
     remat_unit_owned(c, u, m->D, m->r, &first, &count);
     remat_unit_segment seg[REMAT_UNIT_MAX_SEGMENTS];
@@ -476,16 +486,23 @@ static block_params block_params_of(remat_model *m, int64_t i, const float *unit
   return UNIT_VIEW(block_params, v);
 }
 
-/* Where the gradient of a layer (kind) of this micro-batch goes: NULL for
- * straight into the step's gradients (the step's first micro-batch, or a
- * model that does not accumulate), else the layer's gradient buffer in the
- * workspace at byte offset off, zeroed: the gradient is computed from zero
- * (see remat_model_forward_backward on why). */
-static float *grad_buffer(remat_model *m, int kind, size_t off) {
+/* Between the kernels of a layer: a replica's runtime drives the
+ * communication it has in flight. */
+static void progress(remat_model *m) {
+  if (m->lops.progress) m->lops.progress(m->lops.ctx);
+}
+
+/* Where the gradient of a layer (kind; unit u: the head's is L + 2) of this
+ * micro-batch goes: NULL for straight into the step's gradients (the step's
+ * first micro-batch, or a model that does not accumulate), else the layer's
+ * gradient buffer, zeroed: the gradient is computed from zero (see
+ * remat_model_forward_backward on why). The buffer is in the workspace at
+ * byte offset off, or a replica's runtime hands one out. */
+static float *grad_buffer(remat_model *m, int kind, size_t off, int64_t u) {
   size_t bytes = m->mp.grad_bytes[kind];
-  REMAT_ASSERT(m->D <= 1 || m->lops.grads);
+  REMAT_ASSERT(m->D <= 1 || (m->lops.grads && m->lops.grad_buf));
   if (!bytes || (m->grads_fresh && !m->lops.grads)) return NULL;
-  float *g = (float *)(m->work + off);
+  float *g = m->lops.grad_buf ? m->lops.grad_buf(m->lops.ctx, u) : (float *)(m->work + off);
   memset(g, 0, bytes);
   return g;
 }
@@ -550,15 +567,20 @@ static void block_forward(remat_model *m, int64_t i, const block_params *wp, con
 
   remat__layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, w.ln1w, w.ln1b, N, C);
   remat__matmul_forward(a->qkv, a->ln1, w.qkvw, w.qkvb, N, C, 3 * C);
+  progress(m);
   remat__attention_forward(a->atty, a->att_lse, a->qkv, B, T, C, NH, &d_att);
+  progress(m);
   remat__matmul_forward(a->res2, a->atty, w.projw, w.projb, N, C, C);
   remat__dropout_apply(a->res2, a->res2, BTC, &d_r1);
   remat__residual_forward(a->res2, a->res2, x, BTC);
+  progress(m);
   remat__layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w.ln2w, w.ln2b, N, C);
   remat__matmul_forward(a->fch, a->ln2, w.fcw, w.fcb, N, C, 4 * C);
   remat__gelu_forward(a->fch_gelu, a->fch, 4 * BTC);
+  progress(m);
   if (!out) return;
   remat__matmul_forward(out, a->fch_gelu, w.fcprojw, w.fcprojb, N, 4 * C, C);
+  progress(m);
   remat__dropout_apply(out, out, BTC, &d_r2);
   remat__residual_forward(out, out, a->res2, BTC);
 }
@@ -607,16 +629,21 @@ static void block_backward(remat_model *m, int64_t i, const block_params *wp,
   const float *dbranch = branch_grad(d->dbranch, m->dresid, BTC, &d_r2);
   remat__matmul_backward(d->d4, g.fcprojw, g.fcprojb, dbranch, a->fch_gelu, w.fcprojw, N,
                          4 * C, C);
+  progress(m);
   remat__gelu_backward(d->d4, a->fch, d->d4, 4 * BTC);
   remat__matmul_backward(d->dln, g.fcw, g.fcb, d->d4, a->ln2, w.fcw, N, C, 4 * C);
+  progress(m);
   remat__layernorm_backward(m->dresid, g.ln2w, g.ln2b, d->dln, a->res2, w.ln2w, a->ln2_mean,
                             a->ln2_rstd, N, C);
   /* attention branch: res2 = x + dropout(proj(attn(qkv(ln1(x))))) */
   dbranch = branch_grad(d->dbranch, m->dresid, BTC, &d_r1);
   remat__matmul_backward(d->datty, g.projw, g.projb, dbranch, a->atty, w.projw, N, C, C);
+  progress(m);
   remat__attention_backward(d->dqkv, d->att_delta, d->datty, a->qkv, a->atty, a->att_lse, B, T,
                             C, NH, &d_att);
+  progress(m);
   remat__matmul_backward(d->dln, g.qkvw, g.qkvb, d->dqkv, a->ln1, w.qkvw, N, C, 3 * C);
+  progress(m);
   remat__layernorm_backward(m->dresid, g.ln1w, g.ln1b, d->dln, x, w.ln1w, a->ln1_mean,
                             a->ln1_rstd, N, C);
 }
@@ -629,7 +656,9 @@ typedef struct {
 
 static head_params head_params_of(remat_model *m) {
   int64_t L = m->cfg.num_layers;
-  const float *e = unit_params(m, 0, 1), *h = unit_params(m, L + 1, 1);
+  /* the tied matrix: the embedding's unit, or a lone head's copy */
+  const float *e = unit_params(m, m->stage.has_embedding ? 0 : L + 2, 1);
+  const float *h = unit_params(m, L + 1, 1);
   return (head_params){.wte = e ? e : m->p[REMAT_P_WTE],
                        .lnfw = h ? h : m->p[REMAT_P_LNFW],
                        .lnfb = h ? h + m->cfg.channels : m->p[REMAT_P_LNFB]};
@@ -646,6 +675,7 @@ static double head_forward(remat_model *m, const head_params *w, char *slot,
                            w->lnfw, w->lnfb, N, C);
   float *logits = (float *)(m->work + m->mp.mm.head_bytes);
   remat__matmul_forward(logits, h->lnf, w->wte, NULL, N, C, c->padded_vocab_size);
+  progress(m);
   const int32_t *targets = (const int32_t *)(slot + m->mp.targets_offset);
   return remat__crossentropy_forward(logits, h->losses, targets, N, c->vocab_size,
                                      c->padded_vocab_size);
@@ -687,12 +717,14 @@ double remat_model_stage_backward(remat_model *m, int64_t slot_index, uint32_t m
     remat__crossentropy_backward(logits, targets, dloss, N, c->vocab_size, c->padded_vocab_size);
     /* the head's share of the tied matrix's gradient, summed on its own;
      * the buffer holds it, then the head's own unit */
-    float *gb = grad_buffer(m, REMAT_LAYER_HEAD, mm->head_bytes + mm->logits_bytes);
+    progress(m);
+    float *gb = grad_buffer(m, REMAT_LAYER_HEAD, mm->head_bytes + mm->logits_bytes, L + 2);
     float *gwte = gb ? gb : m->tied_grad ? m->tied_grad : m->g[REMAT_P_WTE];
     float *glnf = gb ? gb + m->head_grad_split : m->g[REMAT_P_LNFW];
     float *glnfb = gb ? gb + m->head_grad_split + C : m->g[REMAT_P_LNFB];
     remat__matmul_backward(h.dlnf, gwte, NULL, logits, h.lnf, w.wte, N, C,
                            c->padded_vocab_size);
+    progress(m);
     memset(m->dresid, 0, (size_t)N * (size_t)C * sizeof(float));
     remat__layernorm_backward(m->dresid, glnf, glnfb, h.dlnf, resid_at(m, slot, nb), w.lnfw,
                               h.lnf_mean, h.lnf_rstd, N, C);
@@ -715,7 +747,7 @@ double remat_model_stage_backward(remat_model *m, int64_t slot_index, uint32_t m
     size_t scratch = pol == REMAT_RECOMPUTE ? mm->block_internal_bytes
                      : pol == REMAT_MIDDLE  ? mm->block_cheap_bytes
                                             : 0;
-    float *gb = grad_buffer(m, REMAT_LAYER_BLOCK, mm->block_dgrad_bytes + scratch);
+    float *gb = grad_buffer(m, REMAT_LAYER_BLOCK, mm->block_dgrad_bytes + scratch, u);
     block_grads g;
     if (gb) {
       float *v[12];
@@ -728,7 +760,7 @@ double remat_model_stage_backward(remat_model *m, int64_t slot_index, uint32_t m
     grad_done(m, u, gb);
   }
   if (m->stage.has_embedding) {
-    float *gb = grad_buffer(m, REMAT_LAYER_EMBEDDING, 0);
+    float *gb = grad_buffer(m, REMAT_LAYER_EMBEDDING, 0, 0);
     size_t wte = (size_t)c->padded_vocab_size * (size_t)C;
     remat__encoder_backward(gb ? gb : m->g[REMAT_P_WTE], gb ? gb + wte : m->g[REMAT_P_WPE],
                             m->dresid, (const int32_t *)(slot + m->mp.inputs_offset), m->B,
@@ -902,8 +934,8 @@ void remat_model_update(remat_model *m, const remat_hparams *hp, float lr, float
   remat__adamw opt = {.lr = lr, .beta1 = hp->beta1, .beta2 = hp->beta2, .eps = hp->eps,
                       .step = (int)m->step};
   if (m->D > 1 && m->zero >= 1) { /* the shards this replica owns */
-    for (int64_t u = 0; u <= m->cfg.num_layers + 1; u++)
-      update_owned(m, u, &opt, hp->weight_decay, scale);
+    int64_t units[4096 + 3], n = remat_stage_units(&m->cfg, &m->stage, units);
+    for (int64_t j = 0; j < n; j++) update_owned(m, units[j], &opt, hp->weight_decay, scale);
     return;
   }
   float *pm = m->adam_m, *pv = m->adam_v;

@@ -693,18 +693,20 @@ int remat_plan_problem_from_replicas(remat_plan_problem *pb, const remat_config 
   remat_memory_model mm;
   int rc = remat_memory_model_get(cfg, B, T, &mm, err);
   if (rc) return rc;
-  if (replicas > 1 && stages != 1)
-    return remat__errorf(err, REMAT_EINVAL,
-                         "%lld pipeline stages of %lld replicas each: data parallelism runs "
-                         "the whole model on every rank, without pipeline stages",
-                         (long long)stages, (long long)replicas);
+  /* Replicas of every stage (a P x D grid when stages > 1): a layer's state
+   * and gradient buffer are the replica's. A stage's communication buffers
+   * depend on which units it holds; the problem's one stage_bytes counts
+   * the whole model's (remat_replica_bytes_get), which no stage exceeds:
+   * exact for one stage, an upper bound on a grid. */
   remat_replica_bytes rb = {0};
   if (replicas > 1) {
     if ((rc = remat_replica_bytes_get(cfg, replicas, zero, &rb, err))) return rc;
+    /* its gradient buffers are communication buffers (rb.comm), not work */
     for (int k = 0; k < REMAT_LAYER_KIND_COUNT; k++) {
       mm.layer[k].state = rb.state[k];
-      mm.layer[k].grad = rb.grad[k];
+      mm.layer[k].grad = 0;
     }
+    mm.layer[REMAT_LAYER_HEAD].state = rb.head_alone_state;
     mm.head_joint_state = rb.head_joint_state;
   }
   /* gradients computed apart, then added: several micro-batches per step,

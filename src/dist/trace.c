@@ -1,0 +1,137 @@
+/* trace.c: a run's timeline across MPI ranks as one Chrome trace-event JSON
+ * file (open it in Perfetto or chrome://tracing), shared by the pipeline and
+ * the data-parallel runtimes. Each rank records its events into memory
+ * reserved up front (a step never allocates); at the end rank 0 gathers
+ * every rank's and writes them, one process (pid) per rank, with tracks
+ * (tid) for what runs beside the rank's computation: recompute, and
+ * communication in flight. */
+#include <stdio.h>
+
+#include "base/base.h"
+#include "dist/dist_internal.h"
+
+static const char *const ev_names[REMAT__EV_COUNT] = {
+    [REMAT__EV_FORWARD] = "forward",
+    [REMAT__EV_BACKWARD] = "backward",
+    [REMAT__EV_RECOMPUTE] = "recompute",
+    [REMAT__EV_RECV_ACT] = "receive activation",
+    [REMAT__EV_SEND_ACT] = "send activation",
+    [REMAT__EV_RECV_GRAD] = "receive gradient",
+    [REMAT__EV_SEND_GRAD] = "send gradient",
+    [REMAT__EV_REDUCE] = "reduce",
+    [REMAT__EV_UPDATE] = "update",
+    [REMAT__EV_ARENA] = "arena bytes",
+    [REMAT__EV_WAIT] = "wait",
+    [REMAT__EV_GATHER] = "gather",
+};
+static const char *const track_names[REMAT__TRACKS] = {
+    [REMAT__TRACK_MAIN] = "compute",
+    [REMAT__TRACK_RECOMPUTE] = "recompute",
+    [REMAT__TRACK_REDUCE] = "reduce-scatter in flight",
+    [REMAT__TRACK_GATHER] = "all-gather in flight",
+};
+
+int remat__trace_start(remat__trace *t, MPI_Comm comm, size_t cap, remat_error *err) {
+  remat__free(t->ev);
+  *t = (remat__trace){0};
+  t->ev = remat__malloc(cap * sizeof *t->ev);
+  if (!t->ev) return remat__errorf(err, REMAT_ENOMEM, "out of memory for the trace");
+  t->cap = cap;
+  int rc = MPI_Barrier(comm); /* one start for every rank's clock */
+  if (rc != MPI_SUCCESS) return remat__mpi_error(err, rc, "starting the trace");
+  t->t0 = remat__now();
+  t->on = 1;
+  return 0;
+}
+
+void remat__trace_add(remat__trace *t, remat__event e) {
+  if (!t->on || t->n == t->cap) return;
+  e.ts -= t->t0;
+  t->ev[t->n++] = e;
+}
+
+void remat__trace_free(remat__trace *t) {
+  remat__free(t->ev);
+  *t = (remat__trace){0};
+}
+
+static void write_event(FILE *f, const remat__event *e, int rank, int *first) {
+  fputs(*first ? "\n" : ",\n", f);
+  *first = 0;
+  double us = e->ts * 1e6, dus = e->dur * 1e6;
+  const char *name = ev_names[e->kind];
+  if (e->kind == REMAT__EV_ARENA) {
+    fprintf(f,
+            "{\"name\":\"arena bytes\",\"ph\":\"C\",\"pid\":%d,\"ts\":%.3f,"
+            "\"args\":{\"bytes\":%llu}}",
+            rank, us, (unsigned long long)e->value);
+    return;
+  }
+  char label[96];
+  int n = snprintf(label, sizeof label, "%s", name);
+  if (e->micro >= 0) n += snprintf(label + n, sizeof label - (size_t)n, " mb %lld", (long long)e->micro);
+  if (e->layer >= 0) snprintf(label + n, sizeof label - (size_t)n, " layer %d", e->layer);
+  fprintf(f,
+          "{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,"
+          "\"dur\":%.3f,\"args\":{\"step\":%lld",
+          label, name, rank, e->track, us, dus, (long long)e->step + 1);
+  if (e->micro >= 0) fprintf(f, ",\"micro\":%lld", (long long)e->micro);
+  if (e->layer >= 0) fprintf(f, ",\"layer\":%d", e->layer);
+  fputs("}}", f);
+}
+
+int remat__trace_write(remat__trace *t, MPI_Comm comm, int64_t P, int64_t R, const char *path,
+                       remat_error *err) {
+  if (!t->on) return remat__errorf(err, REMAT_EINVAL, "tracing was not started");
+  int rank, size;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+  uint64_t n = t->n;
+  if (rank != 0) {
+    int rc = MPI_Send(&n, 1, MPI_UINT64_T, 0, 21, comm);
+    if (rc == MPI_SUCCESS && n)
+      rc = MPI_Send(t->ev, (int)(n * sizeof(remat__event)), MPI_BYTE, 0, 22, comm);
+    return rc == MPI_SUCCESS ? 0 : remat__mpi_error(err, rc, "gathering the trace");
+  }
+  FILE *f = fopen(path, "w");
+  int ok = f != NULL;
+  if (f) {
+    fputs("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[", f);
+    int first = 1;
+    for (int r = 0; r < size; r++) {
+      fputs(first ? "\n" : ",\n", f);
+      first = 0;
+      char name[64]; /* world rank r = stage * R + replica */
+      if (P > 1 && R > 1)
+        snprintf(name, sizeof name, "rank %d: stage %d, replica %d", r, (int)(r / R), (int)(r % R));
+      else
+        snprintf(name, sizeof name, "rank %d: %s %d", r, P > 1 ? "stage" : "replica", r);
+      fprintf(f, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"name\":\"%s\"}}",
+              r, name);
+      for (int k = 0; k < REMAT__TRACKS; k++)
+        fprintf(f,
+                ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,"
+                "\"args\":{\"name\":\"%s\"}}",
+                r, k, track_names[k]);
+    }
+    for (size_t i = 0; i < t->n; i++) write_event(f, &t->ev[i], 0, &first);
+    for (int r = 1; r < size; r++) {
+      uint64_t rn = 0;
+      MPI_Recv(&rn, 1, MPI_UINT64_T, r, 21, comm, MPI_STATUS_IGNORE);
+      if (!rn) continue;
+      remat__event *buf = remat__malloc(rn * sizeof *buf);
+      if (!buf) {
+        ok = 0;
+        break;
+      }
+      MPI_Recv(buf, (int)(rn * sizeof(remat__event)), MPI_BYTE, r, 22, comm, MPI_STATUS_IGNORE);
+      for (uint64_t i = 0; i < rn; i++) write_event(f, &buf[i], r, &first);
+      remat__free(buf);
+    }
+    fputs("\n]}\n", f);
+    ok = ok && !ferror(f);
+    ok = fclose(f) == 0 && ok;
+  }
+  if (!ok) return remat__errorf(err, REMAT_EIO, "cannot write the trace '%s'", path);
+  return 0;
+}
