@@ -431,27 +431,26 @@ static void block_list(const remat_memplan *mp, int policy, char *buf, size_t ca
 }
 
 /* --plan-only: each policy's bytes per block and micro-batch (what it
- * stores, and the workspace its backward needs) and its recompute time, in
- * the planner's units (GFLOP of one micro-batch). */
-static void print_policies(const remat_config *cfg, const remat_memplan *mp, const opts *o) {
+ * stores, and the workspace its backward needs) and its recompute time, as
+ * the planner has them (the memory model's bytes; GFLOP of one
+ * micro-batch). */
+static void print_policies(const remat_config *cfg, const opts *o) {
   remat_plan_problem pb;
   remat_error err;
   if (remat_plan_problem_from_replicas(&pb, cfg, o->B, o->T, 1, o->K, o->replicas, o->zero,
                                        (size_t)1 << 60, &err))
     return;
   const remat_plan_group *g = &pb.groups[REMAT_LAYER_BLOCK];
-  const remat_layer_bytes *b = &mp->mm.layer[REMAT_LAYER_BLOCK];
-  size_t grad = mp->grad_bytes[REMAT_LAYER_BLOCK];
   double fb = g->fwd + g->bwd;
   struct {
     int pol;
     size_t stores, work;
     double t;
     const char *what;
-  } row[3] = {{REMAT_KEEP, b->kept, b->work + grad, 0, ""},
-              {REMAT_MIDDLE, b->mid, b->mid_scratch + grad, g->middle_recompute,
+  } row[3] = {{REMAT_KEEP, g->act_bytes, g->work_bytes, 0, ""},
+              {REMAT_MIDDLE, g->middle_bytes, g->middle_recompute_bytes, g->middle_recompute,
                "its layernorms and GELU"},
-              {REMAT_RECOMPUTE, b->ckpt, b->scratch + grad, g->recompute, "its forward"}};
+              {REMAT_RECOMPUTE, g->ckpt_bytes, g->recompute_bytes, g->recompute, "its forward"}};
   for (int k = 0; k < 3; k++) {
     char b1[32], b2[32];
     printf("blocks  %-6s stores %s per block and micro-batch; backward workspace %s; ",
@@ -483,7 +482,7 @@ static void print_plan(const remat_config *cfg, const remat_memplan *mp, size_t 
          (long long)L, mp->num_recomputed ? " (" : "", rec, mp->num_recomputed ? ")" : "");
   if (mp->num_middle) printf(", %lld middle (%s)", (long long)mp->num_middle, mid);
   printf("\n");
-  if (o->plan_only) print_policies(cfg, mp, o);
+  if (o->plan_only) print_policies(cfg, o);
   printf("memory  planned peak %s (%zu bytes) = arena %s (state %s, activations%s "
          "workspace%s %s) + data %s\n",
          remat_format_bytes(planned, b1, sizeof b1), planned,
