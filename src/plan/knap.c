@@ -192,7 +192,8 @@ static int add_threshold(remat__knap *k, int64_t pos, int64_t v) {
     if ((rc = levels_reserve(T, S->nlev + 1))) return rc;
     for (int64_t l = 0; l < S->nlev; l++) {
       if ((rc = list_reserve(&T->lev[l], S->lev[l].n))) return rc;
-      memcpy(T->lev[l].p, S->lev[l].p, (size_t)S->lev[l].n * sizeof(remat__kpt));
+      if (S->lev[l].n) /* a level may be empty: its choices all took too long */
+        memcpy(T->lev[l].p, S->lev[l].p, (size_t)S->lev[l].n * sizeof(remat__kpt));
       T->lev[l].n = S->lev[l].n;
       k->points += S->lev[l].n;
     }
