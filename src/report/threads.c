@@ -42,9 +42,17 @@ static struct {
   char wait_env[64]; /* the user's OMP_WAIT_POLICY / GOMP_SPINCOUNT, if any */
 } start;
 
+/* The CPUs this process may use, as they were at the first call: pinning
+ * narrows the calling thread's own mask to one CPU. */
 static int allowed_cpus(cpu_set_t *set) {
-  CPU_ZERO(set);
-  if (sched_getaffinity(0, sizeof *set, set) != 0) return 0;
+  static cpu_set_t first;
+  static int have;
+  if (!have) {
+    CPU_ZERO(&first);
+    have = sched_getaffinity(0, sizeof first, &first) == 0;
+    if (!have) CPU_ZERO(&first);
+  }
+  *set = first;
   return CPU_COUNT(set);
 }
 
@@ -154,13 +162,13 @@ int remat_threads_setup(remat_thread_policy *p, int threads) {
   cpu_set_t set;
   int ncpu = allowed_cpus(&set);
   *p = (remat_thread_policy){.threads_given = threads >= 1, .cpus = ncpu};
-  if (!start.sampled) { /* not prepared: sample now; the waiting is libgomp's */
-    p->idle_cpus = ncpu > 1 && threads != 1 ? remat_idle_cpus(SAMPLE_SECONDS, NULL) : -1.0;
-  } else {
-    p->idle_cpus = start.idle;
-  }
   const char *forced = getenv("REMAT_IDLE_CPUS");
-  if (forced) p->idle_cpus = atof(forced);
+  if (forced)
+    p->idle_cpus = atof(forced);
+  else if (start.sampled)
+    p->idle_cpus = start.idle;
+  else /* not prepared: sample now (the waiting stays libgomp's) */
+    p->idle_cpus = ncpu > 1 && threads != 1 ? remat_idle_cpus(SAMPLE_SECONDS, NULL) : -1.0;
   p->shared = p->idle_cpus >= 0 && ncpu - p->idle_cpus >= SHARED_CPUS;
   if (threads < 1) threads = ncpu > 0 ? ncpu : omp_get_max_threads();
   p->threads = threads;
