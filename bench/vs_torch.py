@@ -15,6 +15,8 @@ Two roles in one file:
       the fastest step of all runs is the least disturbed figure; it is
       reported beside the medians. (bench_train's slowdown_vs_ratio0, from
       alternating steps in one process, is the steadier recompute figure.)
+      Each remat run's line quotes its threads header: the thread policy it
+      chose and the CPUs it found idle at start, a measure of the load.
 
   vs_torch.py torch --config L,C,NH,V,T --batch B --seq T --steps N
                     [--threads N] [--ckpt-ratio R]
@@ -164,10 +166,12 @@ def remat_run(a, cfg, B, T, ratio, env):
         cmd = [a.remat, "train", "--config", cfg, "--batch", str(B), "--seq", str(T),
                "--steps", str(a.steps), "--threads", str(a.threads), "--ckpt-ratio",
                str(ratio), "--quiet", "--peak-gflops", "1", "--log", log]
-        _, rss, _ = run_measured(cmd, env)
+        out, rss, _ = run_measured(cmd, env)
         steps = [json.loads(line)["step_s"] for line in open(log)]
     timed = steps[1:] if len(steps) > 1 else steps
-    return {"step": statistics.median(timed), "best": min(timed), "rss": rss}
+    policy = [x[8:] for x in out.splitlines() if x.startswith("threads ")]
+    return {"step": statistics.median(timed), "best": min(timed), "rss": rss,
+            "threads": policy[0] if policy else "?"}
 
 
 def torch_run(a, cfg, B, T, ratio, env):
@@ -199,7 +203,9 @@ def compare(a):
                     print(f"run shape={shape} B={B} T={T} ratio={ratio:.0f} rep={rep} "
                           f"system={name} tokens_per_s={B * T / r['step']:.1f} "
                           f"step_s_median={r['step']:.4f} step_s_min={r['best']:.4f} "
-                          f"peak_rss_bytes={r['rss']}", flush=True)
+                          f"peak_rss_bytes={r['rss']}"
+                          + (f" threads=\"{r['threads']}\"" if "threads" in r else ""),
+                          flush=True)
 
     def tokens(shape, ratio, name, key):
         """tokens/s from the median over runs of each run's median step

@@ -26,7 +26,8 @@ blas_of() { # the libopenblas or libblas a binary or library resolves to
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
 echo "remat:   $remat"
 echo "  BLAS:  $(blas_of "$remat" | tr '\n' ' ')"
-echo "  threads: --threads $threads (OpenMP; single-threaded OpenBLAS inside parallel regions)"
+echo "  threads: --threads $threads (OpenMP; single-threaded OpenBLAS inside parallel regions;"
+echo "           pinning and waiting by remat's policy, quoted on each run line)"
 torch_lib=$($py -c 'import torch, os; print(os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so"))')
 [ -e "$torch_lib" ] || torch_lib=$(ldconfig -p | awk '/libtorch_cpu.so/ {print $NF; exit}')
 echo "PyTorch: $($py -c 'import torch; print(torch.__version__)') ($torch_lib)"
