@@ -14,8 +14,13 @@
 # unpinned+spinning, unpinned+passive (REMAT_IDLE_CPUS forces the policy's
 # decision, OMP_WAIT_POLICY and OMP_PROC_BIND the rest).
 #
+# On a machine shared with other jobs, WAIT=1 starts each run only once the
+# CPUs the condition leaves free are idle (up to 5 minutes; the run line
+# gives the idle CPUs seen just before it).
+#
 # usage: bench/busy.sh [BUILD_DIR]     (default: build)
-#   env: REPS (3), LOADS ("0 1 2"), MODELS (tiny,small,seq-long; see below)
+#   env: REPS (3), LOADS ("0 1 2"), MODELS (tiny,small,seq-long; see below),
+#        WAIT (0)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 build=${1:-$here/../build}
@@ -53,6 +58,20 @@ idle_now() { # CPUs idle over one second, from /proc/stat
   echo "$a $b" | awk -v n="$ncpu" '{printf "%.2f", n * ($3 - $1) / ($4 - $2)}'
 }
 
+wait_idle() { # wait_idle WANT: until WANT CPUs are idle (5 minutes at most); prints the last
+  local t0 idle
+  t0=$(date +%s)
+  while :; do
+    idle=$(idle_now)
+    if awk -v i="$idle" -v w="$1" 'BEGIN { exit !(i >= w) }' ||
+      [ $(($(date +%s) - t0)) -ge 300 ]; then
+      echo "$idle"
+      return
+    fi
+    sleep 2
+  done
+}
+
 busy_pids=()
 stop_busy() {
   for p in "${busy_pids[@]}"; do kill "$p" 2>/dev/null || true; done
@@ -78,14 +97,16 @@ for load in $loads; do
         s=${settings[$(((k + rep) % n))]}
         read -r -a envs <<<"$(setting_cmd "$s" | tr ' ' '\n' | grep = | tr '\n' ' ')"
         read -r -a flags <<<"$(setting_cmd "$s" | tr ' ' '\n' | grep -v = | tr '\n' ' ')"
+        idle=-1
+        [ "${WAIT:-0}" = 1 ] && idle=$(wait_idle "$(echo "$ncpu - $load - 0.25" | bc)")
         t0=$(date +%s.%N)
         res=$(env "${envs[@]}" "$remat" train ${model_args[$model]} "${flags[@]}" --quiet \
           --peak-gflops 1 2>&1)
         t1=$(date +%s.%N)
         tps=$(printf '%s\n' "$res" | sed -n 's/^speed *\([0-9.]*\) tokens.*/\1/p')
         pol=$(printf '%s\n' "$res" | sed -n 's/^threads *//p')
-        line=$(printf 'run busy_loops=%s model=%s setting=%s rep=%d tokens_per_s=%s wall_s=%.2f threads="%s"' \
-          "$load" "$model" "$s" "$rep" "${tps:-0}" "$(echo "$t1 - $t0" | bc)" "$pol")
+        line=$(printf 'run busy_loops=%s model=%s setting=%s rep=%d tokens_per_s=%s wall_s=%.2f idle_before=%s threads="%s"' \
+          "$load" "$model" "$s" "$rep" "${tps:-0}" "$(echo "$t1 - $t0" | bc)" "$idle" "$pol")
         echo "$line"
         echo "$line" >>"$out"
       done

@@ -8,7 +8,8 @@
 #
 # usage: bench/vs_torch.sh [BUILD_DIR]     (default: build)
 #   env: REPS (3), STEPS (5 per run, the first a warm-up), THREADS (all
-#        cores), SHAPES (gpt2-124m,seq-long)
+#        cores), SHAPES (gpt2-124m,seq-long), QUIET_CPUS (0: start each run
+#        at once; X: wait until X CPUs are idle, for a shared machine)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 build=${1:-$here/../build}
@@ -37,4 +38,4 @@ print("  build: ", ", ".join(re.findall(r"(BLAS_INFO=\w+|USE_MKLDNN=\w+|CPU capa
 echo "  threads: torch.set_num_threads($threads), OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-$threads}, OMP_NUM_THREADS=${OMP_NUM_THREADS:-$threads}"
 echo
 exec $py "$here/vs_torch.py" compare "$remat" --reps "${REPS:-3}" --steps "${STEPS:-5}" \
-  --threads "$threads" --shapes "${SHAPES:-gpt2-124m,seq-long}"
+  --threads "$threads" --shapes "${SHAPES:-gpt2-124m,seq-long}" --quiet-cpus "${QUIET_CPUS:-0}"
