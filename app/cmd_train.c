@@ -479,6 +479,7 @@ typedef struct {
   FILE *logf;
   remat_peak peak; /* MFU is against peak.flops (raised by any faster step) */
   remat_thread_policy threads;
+  int64_t moved_at; /* the last step after which the threads were re-placed */
   size_t planned;
   int tty;
   /* results */
@@ -590,6 +591,7 @@ static int train_loop(run_state *r) {
       return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
     }
     r->steps_done = st.step;
+    if (remat_threads_adapt(&r->threads)) r->moved_at = st.step;
     r->measured = remat_trainer_measured_peak_bytes(r->tr);
     if (gather_ranks(r, &err)) return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
     if (r->pipe && (st.step > 1 || o->steps == 1)) r->wait_s += remat_pipeline_wait_seconds(r->pipe);
@@ -655,6 +657,11 @@ static void print_summary(run_state *r) {
            100 * mfu * pk->flops / pk->median, pk->median / 1e9, pk->trials, 100 * pk->spread);
   else if (pk->raised)
     printf("mfu     %.1f%% against the fastest step, which beat the given peak\n", 100 * mfu);
+  if (r->threads.moves)
+    printf("threads re-placed %d time%s as other processes' load came and went (last after step "
+           "%lld: %s, %.2f CPUs of other work)\n",
+           r->threads.moves, r->threads.moves > 1 ? "s" : "", (long long)r->moved_at,
+           r->threads.pinned ? "pinned" : "unpinned", r->threads.others);
   printf("memory  planned peak %zu bytes, measured peak %zu bytes (%+.3f%%); process RSS "
          "peak %s\n",
          r->planned, r->measured,

@@ -99,8 +99,12 @@ static int run_open(bench_run *r, const remat_config *cfg, const bench_case *bc,
 }
 
 
+/* The threads' placement follows the load between steps (remat_threads_adapt). */
+static remat_thread_policy policy;
+
 static int run_step(bench_run *r, remat_error *err) {
   remat_step_stats st;
+  remat_threads_adapt(&policy);
   if (remat_trainer_step(r->tr, &st, err)) return 1;
   r->t[r->n++] = st.seconds;
   r->rec += st.recompute_seconds;
@@ -233,15 +237,17 @@ int main(int argc, char **argv) {
     execv("/proc/self/exe", argv);
     remat_threads_prepare_failed();
   }
-  remat_thread_policy pol;
-  remat_threads_setup(&pol, threads);
+  remat_threads_setup(&policy, threads);
   threads = omp_get_max_threads();
   char desc[256];
   printf("bench=threads threads=%d cpus=%d pinned=%d shared=%d idle_cpus=%.2f policy=\"%s\"\n",
-         threads, pol.cpus, pol.pinned, pol.shared, pol.idle_cpus,
-         remat_threads_describe(&pol, desc, sizeof desc));
+         threads, policy.cpus, policy.pinned, policy.shared, policy.idle_cpus,
+         remat_threads_describe(&policy, desc, sizeof desc));
   fflush(stdout);
   for (int c = 0; c < NCASES; c++)
     if (want[c] && run_case(&CASES[c], steps, threads)) return 1;
+  if (policy.moves)
+    printf("bench=threads moves=%d pinned_at_end=%d others_last=%.2f\n", policy.moves,
+           policy.pinned, policy.others);
   return 0;
 }

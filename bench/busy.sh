@@ -9,10 +9,13 @@
 # Prints one line per run, then per condition and model the median tokens/s
 # of each setting, the best fixed setting, and the policy's ratio to it.
 #
-# Settings: auto (no flag: the policy decides), 1 thread (--threads 1), and
-# all CPUs' worth of threads pinned+spinning, pinned+passive,
-# unpinned+spinning, unpinned+passive (REMAT_IDLE_CPUS forces the policy's
-# decision, OMP_WAIT_POLICY and OMP_PROC_BIND the rest).
+# Settings: auto (no flag: the policy decides, and re-places the threads
+# between steps), 1 thread (--threads 1), and one thread per CPU pinned and
+# spinning as libgomp does by default (remat's old default), pinned and
+# spinning 10000 times (the policy's quiet choice), pinned and passive, and
+# unpinned and passive (the policy's shared choice). REMAT_IDLE_CPUS fixes
+# the policy's decision (and keeps it from re-placing threads),
+# OMP_WAIT_POLICY and GOMP_SPINCOUNT the rest.
 #
 # On a machine shared with other jobs, WAIT=1 starts each run only once the
 # CPUs the condition leaves free are idle (up to 5 minutes; the run line
@@ -36,16 +39,16 @@ declare -A model_args=(
   [124m]="--config gpt2-124m --batch 4 --seq 64 --steps 3"
 )
 IFS=, read -r -a models <<<"${MODELS:-tiny,small,seq-long}"
-settings=(auto 1thread pinned-spin pinned-passive unpinned-spin unpinned-passive)
+settings=(auto 1thread pinned-spin pinned-spin10k pinned-passive unpinned-passive)
 
 # env and flags of a setting
 setting_cmd() {
   case $1 in
   auto) echo "" ;;
   1thread) echo "--threads 1" ;;
-  pinned-spin) echo "REMAT_IDLE_CPUS=$ncpu" ;;
+  pinned-spin) echo "REMAT_IDLE_CPUS=$ncpu GOMP_SPINCOUNT=300000" ;;
+  pinned-spin10k) echo "REMAT_IDLE_CPUS=$ncpu" ;;
   pinned-passive) echo "REMAT_IDLE_CPUS=$ncpu OMP_WAIT_POLICY=passive" ;;
-  unpinned-spin) echo "REMAT_IDLE_CPUS=$ncpu OMP_PROC_BIND=false" ;;
   unpinned-passive) echo "REMAT_IDLE_CPUS=0" ;;
   esac
 }
@@ -125,7 +128,7 @@ print()
 print("median tokens/s (median wall s) per setting; 'auto' is the policy, its ratio to the "
       "best fixed setting in the last column")
 conds = sorted({(l, m) for l, m, _ in runs})
-settings = ["auto", "1thread", "pinned-spin", "pinned-passive", "unpinned-spin",
+settings = ["auto", "1thread", "pinned-spin", "pinned-spin10k", "pinned-passive",
             "unpinned-passive"]
 print("loops model     " + " ".join(f"{s:>18}" for s in settings) + "   auto/best fixed")
 for l, m in conds:

@@ -88,7 +88,13 @@ typedef struct remat_thread_policy {
   int shared;        /* other processes used 0.3 CPUs or more in the sample */
   int pinned;        /* one thread pinned per CPU */
   int user_binding;  /* OMP_PROC_BIND, OMP_PLACES or GOMP_CPU_AFFINITY was set */
-  char wait[96];     /* how idle threads wait: "spin-waiting", "waiting passively", ... */
+  char wait[96];     /* how idle threads wait: "spinning 10000 times, then sleeping", ... */
+  /* remat_threads_adapt's state */
+  int adaptive;      /* placement follows the load (a team of one thread per CPU) */
+  int moves;         /* times it pinned or unpinned the team since start */
+  int quiet_samples; /* samples in a row with little other work */
+  double others;     /* other processes' CPUs over the last sample */
+  double t_last, busy_last, own_last;
 } remat_thread_policy;
 
 /* CPUs of this process's affinity mask left idle over `seconds`, from
@@ -98,15 +104,16 @@ double remat_idle_cpus(double seconds, int *cpus);
 
 /* First thing in main, before any OpenMP region: samples the CPUs' load
  * for 0.1 s (REMAT_IDLE_CPUS=X in the environment replaces the
- * measurement). Returns 1 when the caller should run its executable again
- * now, with the same arguments (execv("/proc/self/exe", argv)): other
- * processes use 0.3 CPUs or more, neither OMP_WAIT_POLICY nor
- * GOMP_SPINCOUNT is set, and libgomp, which reads them only when it is
- * loaded, must be told to wait passively; the environment then holds
- * OMP_WAIT_POLICY=passive and the sample, which the new process's call
- * takes over (returning 0). If the exec fails, call
+ * measurement) and chooses how threads will wait: spinning about 0.2 ms
+ * (GOMP_SPINCOUNT=10000) on a quiet machine, sleeping at once
+ * (OMP_WAIT_POLICY=passive) when other processes use 0.3 CPUs or more.
+ * libgomp reads these only when it is loaded, so unless the user set either
+ * variable, this returns 1: the caller should run its executable again
+ * now, with the same arguments (execv("/proc/self/exe", argv)); the
+ * environment then holds the setting and the sample, which the new
+ * process's call takes over (returning 0). If the exec fails, call
  * remat_threads_prepare_failed and go on (threads then wait as libgomp's
- * default has them). Returns 0 otherwise. */
+ * default has them). */
 int remat_threads_prepare(void);
 void remat_threads_prepare_failed(void);
 
@@ -115,12 +122,20 @@ void remat_threads_prepare_failed(void);
  * quiet machine (the sample of remat_threads_prepare, or one taken now),
  * each is pinned to its CPU; on a shared machine, or with fewer threads
  * than CPUs, they may run anywhere; OMP_PROC_BIND, OMP_PLACES or
- * GOMP_CPU_AFFINITY leave placement to libgomp. The count never depends on
- * the load, so neither do results. Fills *p; returns 0. */
+ * GOMP_CPU_AFFINITY leave placement to libgomp (and to nothing else later),
+ * as REMAT_IDLE_CPUS fixes it. The count never depends on the load, so
+ * neither do results. Fills *p; returns 0. */
 int remat_threads_setup(remat_thread_policy *p, int threads);
+/* Between steps: every second or so, measures the CPUs other processes
+ * used since the last call (their busy time in /proc/stat less this
+ * process's own) and re-places a team of one thread per CPU: pinned
+ * threads are unpinned once others use 0.5 CPUs, and pinned again after two
+ * samples in a row under 0.2. Returns 1 when it moved the team. Nothing
+ * else changes: the waiting was fixed at start, the team size is fixed. */
+int remat_threads_adapt(remat_thread_policy *p);
 /* One line on p for a run's header: the count, placement, waiting and the
- * load seen ("2 on 2 CPUs, pinned one per CPU, spin-waiting (1.98 of 2 CPUs
- * idle at start)"); returns buf. */
+ * load seen ("2 on 2 CPUs, pinned one per CPU, spinning 10000 times, then
+ * sleeping (1.98 of 2 CPUs idle at start)"); returns buf. */
 const char *remat_threads_describe(const remat_thread_policy *p, char *buf, size_t n);
 /* remat_threads_setup without the report; returns the threads pinned. */
 int remat_set_threads(int threads);

@@ -1,20 +1,27 @@
 /* threads.c: how many threads a run uses, whether they are pinned, and how
- * they wait, chosen from how busy this process's CPUs are when it starts.
+ * they wait, chosen from how busy this process's CPUs are.
  *
  * A step is a chain of short parallel regions. On CPUs nobody else uses,
- * threads pinned one per CPU that spin at the end of a region are fastest
- * (no migration, no wake-up latency). When other processes run on the same
- * CPUs the same settings are the slowest: a pinned thread cannot leave a
- * CPU another process is using, and a spinning thread burns the time slice
- * its partner needs to finish the region, so every region waits for the
- * scheduler (a tiny model ran 50 times slower). On a shared machine threads
- * are left unpinned and wait passively (they sleep at once).
+ * threads pinned one per CPU are fastest (no migration between regions), and
+ * a thread that reaches a region's end first should spin briefly rather than
+ * sleep. When other processes run on the same CPUs, pinning and long spins
+ * are the slowest settings: a pinned thread cannot leave a CPU another
+ * process is using, and a spinning thread burns the time slice its partner
+ * needs to finish the region, so every region waits for the scheduler (a tiny
+ * model ran 50 times slower). libgomp's default spin is 300000 iterations,
+ * 6 ms on this machine's CPU. So:
  *
- * libgomp reads OMP_WAIT_POLICY and GOMP_SPINCOUNT only when it is loaded,
- * before main; so remat_threads_prepare samples the load first thing in
- * main and, to wait passively, asks the executable to run itself again
- * (execv) with OMP_WAIT_POLICY=passive and the sample in REMAT_THREADS_SAMPLE.
- * The team size does not depend on the load: it is the CPU count (or the
+ * - waiting: GOMP_SPINCOUNT=10000 (about 0.2 ms; a quiet machine's regions
+ *   end within it) when the CPUs are quiet at start, OMP_WAIT_POLICY=passive
+ *   (sleep at once) when they are shared. libgomp reads both only when it is
+ *   loaded, before main: remat_threads_prepare samples the load first thing
+ *   in main and asks the executable to run itself again (execv) with them
+ *   set and the sample in REMAT_THREADS_SAMPLE.
+ * - placement: one thread pinned per CPU on a quiet machine, unpinned on a
+ *   shared one; remat_threads_adapt, called between steps, unpins when other
+ *   work appears and pins again once it has gone.
+ *
+ * The team size never depends on the load (it is the CPU count, or the
  * caller's), so the policy never changes a run's results. */
 #define _GNU_SOURCE /* sched_getaffinity, pthread_setaffinity_np */
 #include <cblas.h>
@@ -25,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "base/base.h"
 
@@ -32,13 +40,21 @@
 #define SAMPLE_SECONDS 0.1
 /* Other work on less than this many CPUs' worth counts as a quiet machine. */
 #define SHARED_CPUS 0.3
+/* Between steps: unpin at this much other work, pin again below QUIET_CPUS
+ * for two samples in a row; a sample covers at least ADAPT_SECONDS. */
+#define BUSY_CPUS 0.5
+#define QUIET_CPUS 0.2
+#define ADAPT_SECONDS 1.0
+/* A quiet machine's spin: short enough that a thread whose partner lost its
+ * CPU soon sleeps. */
+#define QUIET_SPINCOUNT "10000"
 
 /* What the start-up sample found and did, for remat_threads_setup. */
 static struct {
   int sampled;       /* 1 once remat_threads_prepare ran */
   double idle, busy; /* idle CPUs, and other processes' CPUs, over the sample */
   int cpus;
-  int set_wait;      /* 1 if it set OMP_WAIT_POLICY=passive */
+  int set_wait;      /* 1: set GOMP_SPINCOUNT (quiet), 2: OMP_WAIT_POLICY=passive */
   char wait_env[64]; /* the user's OMP_WAIT_POLICY / GOMP_SPINCOUNT, if any */
 } start;
 
@@ -122,19 +138,23 @@ int remat_threads_prepare(void) {
              w ? w : "", s ? (w ? ", GOMP_SPINCOUNT=" : "GOMP_SPINCOUNT=") : "", s ? s : "");
     return 0;
   }
-  if (start.busy < SHARED_CPUS) return 0;
+  start.set_wait = start.busy < SHARED_CPUS ? 1 : 2;
   char sample[64];
-  snprintf(sample, sizeof sample, "%.17g %d 1", start.idle, start.cpus);
-  if (setenv("OMP_WAIT_POLICY", "passive", 1) || setenv(SAMPLE_ENV, sample, 1)) {
-    unsetenv("OMP_WAIT_POLICY"), unsetenv(SAMPLE_ENV);
+  snprintf(sample, sizeof sample, "%.17g %d %d", start.idle, start.cpus, start.set_wait);
+  int rc = start.set_wait == 1 ? setenv("GOMP_SPINCOUNT", QUIET_SPINCOUNT, 1)
+                               : setenv("OMP_WAIT_POLICY", "passive", 1);
+  if (rc || setenv(SAMPLE_ENV, sample, 1)) {
+    remat_threads_prepare_failed();
     return 0;
   }
   return 1;
 }
 
 void remat_threads_prepare_failed(void) {
-  unsetenv("OMP_WAIT_POLICY");
+  if (start.set_wait == 1) unsetenv("GOMP_SPINCOUNT");
+  if (start.set_wait == 2) unsetenv("OMP_WAIT_POLICY");
   unsetenv(SAMPLE_ENV);
+  start.set_wait = 0;
 }
 
 /* Pins OpenMP thread i of a team of `threads` to the i-th CPU of `set`, or,
@@ -181,21 +201,70 @@ int remat_threads_setup(remat_thread_policy *p, int threads) {
     snprintf(p->wait, sizeof p->wait, "never waiting");
   else if (start.wait_env[0])
     snprintf(p->wait, sizeof p->wait, "waiting as %s says", start.wait_env);
-  else if (start.set_wait)
+  else if (start.set_wait == 2)
     snprintf(p->wait, sizeof p->wait, "waiting passively");
-  else if (start.sampled)
-    snprintf(p->wait, sizeof p->wait, "spin-waiting");
+  else if (start.set_wait == 1)
+    snprintf(p->wait, sizeof p->wait, "spinning %s times, then sleeping", QUIET_SPINCOUNT);
   else
     snprintf(p->wait, sizeof p->wait, "waiting as libgomp does by default");
   /* Pin one thread per CPU when the team fills the CPUs of a quiet
    * machine, unless the user chose a binding. Unpinned, threads migrating
    * between the short parallel regions of a step halved its speed. */
   p->user_binding = getenv("OMP_PROC_BIND") || getenv("GOMP_CPU_AFFINITY") || getenv("OMP_PLACES");
+  p->adaptive = !p->user_binding && ncpu >= 2 && threads == ncpu && !forced;
   if (p->user_binding || ncpu < 2 || threads != ncpu) return 0;
   int pin = !p->shared;
   int placed = place_threads(&set, ncpu, pin);
   p->pinned = pin && placed == threads;
   return 0;
+}
+
+/* Busy CPU-seconds of this process's CPUs so far (steal included), from
+ * /proc/stat, and this process's own CPU-seconds. */
+static int busy_seconds(double *all, double *own) {
+  cpu_set_t set;
+  int n = allowed_cpus(&set);
+  if (n <= 0 || n > 1024) return -1;
+  unsigned long long idle[1024], busy[1024];
+  if (read_ticks(&set, idle, busy) != n) return -1;
+  unsigned long long sum = 0;
+  for (int k = 0; k < n; k++) sum += busy[k];
+  long hz = sysconf(_SC_CLK_TCK);
+  struct timespec ts;
+  if (hz <= 0 || clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts)) return -1;
+  *all = (double)sum / (double)hz;
+  *own = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+  return 0;
+}
+
+int remat_threads_adapt(remat_thread_policy *p) {
+  if (!p->adaptive) return 0;
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  double now = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec, all, own;
+  if (p->t_last > 0 && now - p->t_last < ADAPT_SECONDS) return 0;
+  if (busy_seconds(&all, &own)) {
+    p->adaptive = 0;
+    return 0;
+  }
+  double t_last = p->t_last, all_last = p->busy_last, own_last = p->own_last;
+  p->t_last = now, p->busy_last = all, p->own_last = own;
+  if (t_last <= 0) return 0; /* the first call starts the clock */
+  double others = (all - all_last - (own - own_last)) / (now - t_last);
+  p->others = others < 0 ? 0 : others;
+  cpu_set_t set;
+  int ncpu = allowed_cpus(&set);
+  if (p->pinned && p->others >= BUSY_CPUS) {
+    place_threads(&set, ncpu, 0);
+    p->pinned = 0, p->shared = 1, p->quiet_samples = 0, p->moves++;
+    return 1;
+  }
+  if (p->pinned) return 0;
+  p->quiet_samples = p->others < QUIET_CPUS ? p->quiet_samples + 1 : 0;
+  if (p->quiet_samples < 2) return 0;
+  p->pinned = place_threads(&set, ncpu, 1) == p->threads;
+  p->shared = 0, p->quiet_samples = 0, p->moves++;
+  return 1;
 }
 
 int remat_set_threads(int threads) {
