@@ -573,7 +573,9 @@ typedef struct {
   const remat_config *cfg;
   remat_trainer *tr;
   FILE *logf;
-  double peak_flops;
+  remat_peak peak; /* MFU is against peak.flops (raised by any faster step) */
+  remat_thread_policy threads;
+  int64_t moved_at; /* the last step after which the threads were re-placed */
   size_t planned;
   int tty;
   /* results */
@@ -720,6 +722,7 @@ static int train_loop(run_state *r) {
       return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
     }
     r->steps_done = st.step;
+    if (remat_threads_adapt(&r->threads)) r->moved_at = st.step;
     r->measured = remat_trainer_measured_peak_bytes(r->tr);
     if (gather_ranks(r, &err)) return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
     if (r->pipe && (st.step > 1 || o->steps == 1)) r->wait_s += remat_pipeline_wait_seconds(r->pipe);
@@ -743,7 +746,7 @@ static int train_loop(run_state *r) {
       r->timed_steps++;
     }
     double tps = tokens_per_step / st.seconds;
-    double mfu = remat_mfu(r->cfg, o->T, tps, r->peak_flops);
+    double mfu = remat_peak_mfu(&r->peak, r->cfg, o->T, tps);
     double val_loss = NAN;
     if (o->eval_every > 0 && (st.step % o->eval_every == 0 || st.step == o->steps)) {
       if (remat_trainer_evaluate(r->tr, &val_loss, &err)) return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
@@ -788,7 +791,7 @@ static void print_comm(const run_state *r, char *b, size_t n) {
   printf("\n");
 }
 
-static void print_summary(const run_state *r) {
+static void print_summary(run_state *r) {
   const opts *o = r->o;
   char b1[32];
   double tokens_per_step = (double)(o->B * o->T * o->K * o->replicas);
@@ -805,9 +808,23 @@ static void print_summary(const run_state *r) {
            r->first_loss, r->last_loss);
   if (!isnan(r->last_val)) printf("; held-out loss %.4f", r->last_val);
   printf("\n");
+  remat_peak *pk = &r->peak;
+  double mfu = remat_peak_mfu(pk, r->cfg, o->T, tps);
   printf("speed   %.0f tokens/s, MFU %.1f%% of %.1f GFLOP/s; recompute %.1f%% of step time\n",
-         tps, 100 * remat_mfu(r->cfg, o->T, tps, r->peak_flops), r->peak_flops / 1e9,
+         tps, 100 * mfu, pk->flops / 1e9,
          r->t_train > 0 ? 100 * r->t_recompute / r->t_train : 0.0);
+  if (pk->trials) /* measured: the range the trials leave */
+    printf("mfu     %.1f%% against the %s, %.1f%% against the trials' median %.1f GFLOP/s (%d "
+           "trials, spread +-%.1f%%)\n",
+           100 * mfu, pk->raised ? "fastest step (it beat every trial)" : "best trial",
+           100 * mfu * pk->flops / pk->median, pk->median / 1e9, pk->trials, 100 * pk->spread);
+  else if (pk->raised)
+    printf("mfu     %.1f%% against the fastest step, which beat the given peak\n", 100 * mfu);
+  if (r->threads.moves)
+    printf("threads re-placed %d time%s as other processes' load came and went (last after step "
+           "%lld: %s, %.2f CPUs of other work)\n",
+           r->threads.moves, r->threads.moves > 1 ? "s" : "", (long long)r->moved_at,
+           r->threads.pinned ? "pinned" : "unpinned", r->threads.others);
   printf("memory  planned peak %zu bytes, measured peak %zu bytes (%+.3f%%); process RSS "
          "peak %s\n",
          r->planned, r->measured,
@@ -833,16 +850,25 @@ static void print_summary(const run_state *r) {
 }
 
 /* Measured before the arena exists, so that filling it cannot disturb the
- * measurement. */
-static double peak_rate(const opts *o) {
+ * measurement. The threads line goes with it: MFU depends on both. */
+static int peak_rate(const opts *o, run_state *r) {
+  char line[256];
+  printf("threads %s\n", remat_threads_describe(&r->threads, line, sizeof line));
   if (o->peak_gflops > 0) {
     printf("peak    %.1f GFLOP/s given\n", o->peak_gflops);
-    return o->peak_gflops * 1e9;
+    r->peak = (remat_peak){.flops = o->peak_gflops * 1e9};
+    return 0;
   }
-  double peak = remat_measure_sgemm_flops(2048, 1.0);
-  printf("peak    sgemm %.1f GFLOP/s measured on %d threads (MFU is against this)\n", peak / 1e9,
-         omp_get_max_threads());
-  return peak;
+  remat_error err;
+  if (remat_measure_peak(&r->peak, r->cfg, o->B, o->T, 0.5, &err))
+    return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
+  const remat_peak *p = &r->peak;
+  printf("peak    sgemm %.1f GFLOP/s measured on %d threads (MFU is against this)\n",
+         p->flops / 1e9, omp_get_max_threads());
+  printf("peak    the best of %d trials of the model's %d matrix-product shapes; median %.1f, "
+         "spread +-%.1f%%, %.2f s\n",
+         p->trials, p->shapes, p->median / 1e9, 100 * p->spread, p->seconds);
+  return 0;
 }
 
 /* ----------------------------------------------------------- pipeline */
@@ -1102,7 +1128,7 @@ static void predict(run_state *r, const placement *pl) {
   double busy = 0;
   for (int64_t s = 0; s < p->num_stages; s++) busy += p->stages[s].time * (double)p->microbatches;
   double sim = p->simulated_time > 0 ? p->simulated_time : p->iteration_time;
-  r->predicted_s = sim * 1e9 / (r->peak_flops / (double)r->ranks); /* one rank's rate */
+  r->predicted_s = sim * 1e9 / (r->peak.flops / (double)r->ranks); /* one rank's rate */
   r->predicted_bubble = sim > 0 ? 1 - busy / ((double)p->num_stages * sim) : 0;
 }
 
@@ -1344,10 +1370,10 @@ static int train_job(opts *o, run_state *r) {
   if (o->plan_only) goto out;
   /* the sgemm measurement has set up OpenBLAS's and OpenMP's own buffers,
    * so the headroom left is what the arena can have */
-  r->peak_flops = peak_rate(o);
+  if ((rc = peak_rate(o, r))) goto out;
   /* MFU of a pipeline is against every rank's peak: P ranks do the work */
   if (r->ranks > 1) {
-    r->peak_flops *= r->ranks;
+    r->peak.flops *= r->ranks, r->peak.median *= r->ranks, r->peak.low *= r->ranks;
     printf("peak    %d ranks: MFU is against %d times that\n", r->ranks, r->ranks);
   }
   fflush(stdout);
@@ -1430,8 +1456,8 @@ int remat_cmd_train(int argc, char **argv) {
   opts o;
   if (parse_args(argc, argv, &o)) return CLI_EXIT_USAGE;
   remat_error err = {0};
-  remat_set_threads(o.threads);
   run_state r = {.o = &o, .ranks = 1};
+  remat_threads_setup(&r.threads, o.threads);
   int rc;
 
   /* Ranks: a pipeline's stages or the replicas are the job's MPI ranks. */

@@ -1,8 +1,26 @@
 /* main.c: the remat command line: dispatches to subcommands. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "remat.h"
+
+/* A training run chooses how its threads wait from how busy the CPUs are,
+ * before OpenMP starts; one on a single thread (--threads 1) has nothing to
+ * choose. libgomp reads its settings only when loaded: to change them the
+ * process runs itself again (remat_threads_prepare). */
+static void prepare_threads(int argc, char **argv) {
+  for (int i = 2; i < argc; i++) {
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "--plan-only")) return;
+    if (!strcmp(argv[i], "--threads") && i + 1 < argc && atoi(argv[i + 1]) == 1) return;
+  }
+  if (remat_threads_prepare()) {
+    fflush(NULL);
+    execv("/proc/self/exe", argv);
+    remat_threads_prepare_failed();
+  }
+}
 
 int remat_cmd_train(int argc, char **argv);
 int remat_cmd_plan(int argc, char **argv);
@@ -24,7 +42,10 @@ int main(int argc, char **argv) {
     return 2;
   }
   const char *cmd = argv[1];
-  if (strcmp(cmd, "train") == 0) return remat_cmd_train(argc - 1, argv + 1);
+  if (strcmp(cmd, "train") == 0) {
+    prepare_threads(argc, argv);
+    return remat_cmd_train(argc - 1, argv + 1);
+  }
   if (strcmp(cmd, "plan") == 0) return remat_cmd_plan(argc - 1, argv + 1);
   if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
     usage(stdout);

@@ -1,5 +1,7 @@
 /* bench_train.c: training-step throughput and MFU, against this machine's
- * sgemm rate measured in the same run, for GPT-2 124M at B=4, T=64 and
+ * rate for each case's own matrix products (remat_measure_peak: trials
+ * before the steps and between them, under the steps' load; the peak is the
+ * best trial, or a step that beat it), for GPT-2 124M at B=4, T=64 and
  * T=512 (checkpointing ratios 0, 0.5 and 1, and every block under the
  * middle policy) and for a long-sequence shape, L6 C256 NH8 V8192 at B=4,
  * T=1024 (ratios 0 and 1, and middle), where attention is a large share of
@@ -14,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "remat.h"
 
@@ -107,8 +110,13 @@ static int run_open(bench_run *r, const remat_config *cfg, const bench_case *bc,
   return remat_trainer_step(r->tr, &st, err) != 0;
 }
 
+
+/* The threads' placement follows the load between steps (remat_threads_adapt). */
+static remat_thread_policy policy;
+
 static int run_step(bench_run *r, remat_error *err) {
   remat_step_stats st;
+  remat_threads_adapt(&policy);
   if (remat_trainer_step(r->tr, &st, err)) return 1;
   r->t[r->n++] = st.seconds;
   r->rec += st.recompute_seconds;
@@ -120,27 +128,45 @@ static double median(double *x, int n) {
   return x[n / 2];
 }
 
-/* The key=value line of one configuration, into line (LINE_MAX bytes). */
-enum { LINE_MAX = 512 };
-static void run_line(char *line, const bench_run *r, const remat_config *cfg,
-                     const bench_case *bc, bench_conf bf, int threads, double peak,
-                     double slowdown) {
-  const int64_t B = bc->B, T = bc->T;
+/* The figures of one configuration's line. Its MFU is against the peak as
+ * it stands once every step of the case has run (raised by any step that
+ * beat it), so lines are printed at the end of the case. */
+typedef struct {
+  double ratio, med, min, tps, rec_share, rec_ms_per_block, slowdown;
+  int pol;
+  int64_t recomputed;
+  int n;
+  size_t planned, measured;
+} case_line;
+
+static case_line summarize(const bench_run *r, const bench_case *bc, bench_conf bf,
+                           double slowdown) {
   double t[2 * MAX_STEPS];
   memcpy(t, r->t, sizeof(double) * (size_t)r->n);
-  double med = median(t, r->n), tps = (double)(B * T) / med;
+  double med = median(t, r->n);
   remat_model *m = remat_trainer_model(r->tr);
-  snprintf(line, LINE_MAX,
-           "bench=train model=%s B=%lld T=%lld ratio=%.1f policy=%s recomputed=%lld threads=%d "
-           "steps=%d step_s_median=%.4f step_s_min=%.4f tokens_per_s=%.1f mfu=%.4f "
-           "recompute_share=%.4f recompute_ms_per_block=%.3f slowdown_vs_ratio0=%.4f "
-           "sgemm_gflops=%.1f "
-           "planned_peak_bytes=%zu measured_peak_bytes=%zu",
-           bc->name, (long long)B, (long long)T, bf.ratio,
-           r->recomputed ? remat_policy_name(bf.pol) : "keep", (long long)r->recomputed, threads, r->n,
-           med, t[0], tps, remat_mfu(cfg, T, tps, peak), r->rec / (med * r->n),
-           r->recomputed ? 1e3 * r->rec / (double)(r->n * r->recomputed) : 0.0, slowdown,
-           peak / 1e9, remat_model_memplan(m)->peak_bytes, remat_model_arena_high_water(m));
+  return (case_line){.ratio = bf.ratio, .pol = bf.pol, .med = med, .min = t[0],
+                     .tps = (double)(bc->B * bc->T) / med, .rec_share = r->rec / (med * r->n),
+                     .rec_ms_per_block =
+                         r->recomputed ? 1e3 * r->rec / (double)(r->n * r->recomputed) : 0.0,
+                     .slowdown = slowdown, .recomputed = r->recomputed, .n = r->n,
+                     .planned = remat_model_memplan(m)->peak_bytes,
+                     .measured = remat_model_arena_high_water(m)};
+}
+
+static void print_line(const case_line *l, const bench_case *bc, const remat_config *cfg,
+                       int threads, const remat_peak *peak) {
+  remat_peak p = *peak; /* raised already by the fastest steps: no MFU is above 1 */
+  double mfu = remat_peak_mfu(&p, cfg, bc->T, l->tps);
+  printf("bench=train model=%s B=%lld T=%lld ratio=%.1f policy=%s recomputed=%lld threads=%d "
+         "steps=%d step_s_median=%.4f step_s_min=%.4f tokens_per_s=%.1f mfu=%.4f "
+         "mfu_vs_median_trial=%.4f recompute_share=%.4f recompute_ms_per_block=%.3f "
+         "slowdown_vs_ratio0=%.4f peak_gflops=%.1f planned_peak_bytes=%zu "
+         "measured_peak_bytes=%zu\n",
+         bc->name, (long long)bc->B, (long long)bc->T, l->ratio,
+         l->recomputed ? remat_policy_name(l->pol) : "keep", (long long)l->recomputed, threads,
+         l->n, l->med, l->min, l->tps, mfu, mfu * p.flops / p.median, l->rec_share,
+         l->rec_ms_per_block, l->slowdown, p.flops / 1e9, l->planned, l->measured);
 }
 
 static void run_close(bench_run *r) {
@@ -152,34 +178,46 @@ static void run_close(bench_run *r) {
 /* Runs one case. The ratio-0 trainer stays alive while each other ratio
  * runs and their steps alternate, so a slowdown is the median of
  * step-by-step ratios taken under the same machine load (at most two
- * trainers exist at once). Returns 0, or 1 after printing an error. */
-static int run_case(const bench_case *bc, int steps, int threads, double peak) {
+ * trainers exist at once). Peak trials run before the steps and after each
+ * pair of steps, under the same load. Returns 0, or 1 after printing an
+ * error. */
+static int run_case(const bench_case *bc, int steps, int threads) {
   remat_config cfg;
   remat_error err = {0};
-  char lines[4][LINE_MAX];
+  case_line lines[4];
   double ratio[MAX_STEPS];
   int64_t n_v[2] = {bc->B * bc->T, 0};
   bench_run base = {0}, other = {0};
+  remat_peak peak = {0};
   const int others = bc->nratios - 1;
   int rc = remat_config_parse(bc->config, &cfg, &err);
+  if (!rc) rc = remat_measure_peak(&peak, &cfg, bc->B, bc->T, 0.5, &err);
   if (!rc) {
     n_v[1] = cfg.vocab_size;
     rc = run_open(&base, &cfg, bc, bc->ratios[0], n_v, steps * (others > 0 ? others : 1), &err);
   }
-  for (int k = 0; others == 0 && k < steps && !rc; k++) rc = run_step(&base, &err);
+  for (int k = 0; others == 0 && k < steps && !rc; k++)
+    rc = run_step(&base, &err) || remat_measure_peak(&peak, &cfg, bc->B, bc->T, 0.2, &err);
   for (int r = 1; r <= others && !rc; r++) {
     rc = run_open(&other, &cfg, bc, bc->ratios[r], n_v, steps, &err);
     for (int k = 0; k < steps && !rc; k++) {
-      rc = run_step(&base, &err) || run_step(&other, &err);
+      rc = run_step(&base, &err) || run_step(&other, &err) ||
+           remat_measure_peak(&peak, &cfg, bc->B, bc->T, 0.2, &err);
       if (!rc) ratio[k] = other.t[k] / base.t[base.n - 1];
     }
-    if (!rc)
-      run_line(lines[r], &other, &cfg, bc, bc->ratios[r], threads, peak, median(ratio, steps));
+    if (!rc) lines[r] = summarize(&other, bc, bc->ratios[r], median(ratio, steps));
     run_close(&other);
   }
   if (!rc) {
-    run_line(lines[0], &base, &cfg, bc, bc->ratios[0], threads, peak, 1.0);
-    for (int r = 0; r < bc->nratios; r++) printf("%s\n", lines[r]);
+    lines[0] = summarize(&base, bc, bc->ratios[0], 1.0);
+    for (int r = 0; r < bc->nratios; r++) /* the fastest steps raise the peak first */
+      remat_peak_mfu(&peak, &cfg, bc->T, (double)(bc->B * bc->T) / lines[r].min);
+    printf("bench=peak model=%s B=%lld T=%lld shapes=%d trials=%d peak_gflops=%.1f "
+           "median_gflops=%.1f low_gflops=%.1f spread=%.4f raised_by_steps=%d seconds=%.2f\n",
+           bc->name, (long long)bc->B, (long long)bc->T, peak.shapes, peak.trials,
+           peak.flops / 1e9, peak.median / 1e9, peak.low / 1e9, peak.spread, peak.raised,
+           peak.seconds);
+    for (int r = 0; r < bc->nratios; r++) print_line(&lines[r], bc, &cfg, threads, &peak);
     fflush(stdout);
   } else {
     fprintf(stderr, "bench_train: %s\n", err.msg);
@@ -210,12 +248,23 @@ int main(int argc, char **argv) {
   }
   if (!any) want[0] = want[1] = true;
   if (steps < 1 || steps > MAX_STEPS) steps = 5;
-  remat_set_threads(threads);
+  /* how the threads wait is chosen before OpenMP starts (remat_threads_prepare) */
+  if (threads != 1 && remat_threads_prepare()) {
+    fflush(NULL);
+    execv("/proc/self/exe", argv);
+    remat_threads_prepare_failed();
+  }
+  remat_threads_setup(&policy, threads);
   threads = omp_get_max_threads();
-  double peak = remat_measure_sgemm_flops(1024, 2.0);
-  printf("bench=sgemm n=1024 threads=%d gflops=%.1f\n", threads, peak / 1e9);
+  char desc[256];
+  printf("bench=threads threads=%d cpus=%d pinned=%d shared=%d idle_cpus=%.2f policy=\"%s\"\n",
+         threads, policy.cpus, policy.pinned, policy.shared, policy.idle_cpus,
+         remat_threads_describe(&policy, desc, sizeof desc));
   fflush(stdout);
   for (int c = 0; c < NCASES; c++)
-    if (want[c] && run_case(&CASES[c], steps, threads, peak)) return 1;
+    if (want[c] && run_case(&CASES[c], steps, threads)) return 1;
+  if (policy.moves)
+    printf("bench=threads moves=%d pinned_at_end=%d others_last=%.2f\n", policy.moves,
+           policy.pinned, policy.others);
   return 0;
 }

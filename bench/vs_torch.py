@@ -4,6 +4,7 @@
 Two roles in one file:
 
   vs_torch.py compare REMAT [--reps N] [--steps N] [--threads N] [--shapes a,b]
+                      [--quiet-cpus X [--patience S]]
       --reps times: for each shape, for no recompute (ratio 0) and full
       recompute (ratio 1), runs `REMAT train` and this file's PyTorch GPT-2,
       one process each, alternating which goes first. Each run's
@@ -15,6 +16,10 @@ Two roles in one file:
       the fastest step of all runs is the least disturbed figure; it is
       reported beside the medians. (bench_train's slowdown_vs_ratio0, from
       alternating steps in one process, is the steadier recompute figure.)
+      Each remat run's line quotes its threads header: the thread policy it
+      chose and the CPUs it found idle at start, a measure of the load.
+      With --quiet-cpus X each run first waits (up to --patience seconds)
+      until X CPUs are idle over 2 s, and its line says how many were.
 
   vs_torch.py torch --config L,C,NH,V,T --batch B --seq T --steps N
                     [--threads N] [--ckpt-ratio R]
@@ -145,6 +150,30 @@ def torch_train(a):
 
 # ------------------------------------------------------------ the driver
 
+def idle_cpus(seconds):
+    """CPUs idle over `seconds`, from /proc/stat (steal time counts as busy)."""
+    def ticks():
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:9]]
+        return v[3] + v[4], sum(v)
+    i0, t0 = ticks()
+    time.sleep(seconds)
+    i1, t1 = ticks()
+    return os.cpu_count() * (i1 - i0) / max(t1 - t0, 1)
+
+
+def wait_quiet(want, patience):
+    """Waits (up to `patience` seconds) until `want` CPUs are idle over 2 s;
+    returns the idle CPUs last seen. On a machine shared with other jobs this
+    starts each run in a quiet moment, so that runs compare."""
+    t0 = time.time()
+    while True:
+        idle = idle_cpus(2.0)
+        if idle >= want or time.time() - t0 > patience:
+            return idle
+        time.sleep(3)
+
+
 def run_measured(cmd, env):
     """Runs cmd; returns (stdout, peak RSS bytes of the child, wall seconds)."""
     t0 = time.perf_counter()
@@ -164,10 +193,12 @@ def remat_run(a, cfg, B, T, ratio, env):
         cmd = [a.remat, "train", "--config", cfg, "--batch", str(B), "--seq", str(T),
                "--steps", str(a.steps), "--threads", str(a.threads), "--ckpt-ratio",
                str(ratio), "--quiet", "--peak-gflops", "1", "--log", log]
-        _, rss, _ = run_measured(cmd, env)
+        out, rss, _ = run_measured(cmd, env)
         steps = [json.loads(line)["step_s"] for line in open(log)]
     timed = steps[1:] if len(steps) > 1 else steps
-    return {"step": statistics.median(timed), "best": min(timed), "rss": rss}
+    policy = [x[8:] for x in out.splitlines() if x.startswith("threads ")]
+    return {"step": statistics.median(timed), "best": min(timed), "rss": rss,
+            "threads": policy[0] if policy else "?"}
 
 
 def torch_run(a, cfg, B, T, ratio, env):
@@ -194,12 +225,16 @@ def compare(a):
                 if (rep + int(ratio)) % 2:
                     order.reverse()
                 for name, fn in order:
+                    idle = wait_quiet(a.quiet_cpus, a.patience) if a.quiet_cpus > 0 else -1
                     r = fn(a, cfg, B, T, ratio, env)
+                    r["idle"] = idle
                     res.setdefault((shape, ratio, name), []).append(r)
                     print(f"run shape={shape} B={B} T={T} ratio={ratio:.0f} rep={rep} "
                           f"system={name} tokens_per_s={B * T / r['step']:.1f} "
                           f"step_s_median={r['step']:.4f} step_s_min={r['best']:.4f} "
-                          f"peak_rss_bytes={r['rss']}", flush=True)
+                          f"peak_rss_bytes={r['rss']} idle_cpus_before={r['idle']:.2f}"
+                          + (f" threads=\"{r['threads']}\"" if "threads" in r else ""),
+                          flush=True)
 
     def tokens(shape, ratio, name, key):
         """tokens/s from the median over runs of each run's median step
@@ -256,6 +291,10 @@ def main():
     c.add_argument("--steps", type=int, default=5)
     c.add_argument("--threads", type=int, default=os.cpu_count())
     c.add_argument("--shapes", default="gpt2-124m,seq-long")
+    c.add_argument("--quiet-cpus", type=float, default=0.0,
+                   help="before each run, wait until this many CPUs are idle (0: never wait)")
+    c.add_argument("--patience", type=float, default=600.0,
+                   help="the longest wait for --quiet-cpus, seconds")
     t = sub.add_parser("torch")
     t.add_argument("--config", required=True)
     t.add_argument("--batch", type=int, required=True)

@@ -8,7 +8,8 @@
 #
 # usage: bench/vs_torch.sh [BUILD_DIR]     (default: build)
 #   env: REPS (3), STEPS (5 per run, the first a warm-up), THREADS (all
-#        cores), SHAPES (gpt2-124m,seq-long)
+#        cores), SHAPES (gpt2-124m,seq-long), QUIET_CPUS (0: start each run
+#        at once; X: wait until X CPUs are idle, for a shared machine)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 build=${1:-$here/../build}
@@ -26,7 +27,8 @@ blas_of() { # the libopenblas or libblas a binary or library resolves to
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
 echo "remat:   $remat"
 echo "  BLAS:  $(blas_of "$remat" | tr '\n' ' ')"
-echo "  threads: --threads $threads (OpenMP; single-threaded OpenBLAS inside parallel regions)"
+echo "  threads: --threads $threads (OpenMP; single-threaded OpenBLAS inside parallel regions;"
+echo "           pinning and waiting by remat's policy, quoted on each run line)"
 torch_lib=$($py -c 'import torch, os; print(os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so"))')
 [ -e "$torch_lib" ] || torch_lib=$(ldconfig -p | awk '/libtorch_cpu.so/ {print $NF; exit}')
 echo "PyTorch: $($py -c 'import torch; print(torch.__version__)') ($torch_lib)"
@@ -36,4 +38,4 @@ print("  build: ", ", ".join(re.findall(r"(BLAS_INFO=\w+|USE_MKLDNN=\w+|CPU capa
 echo "  threads: torch.set_num_threads($threads), OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-$threads}, OMP_NUM_THREADS=${OMP_NUM_THREADS:-$threads}"
 echo
 exec $py "$here/vs_torch.py" compare "$remat" --reps "${REPS:-3}" --steps "${STEPS:-5}" \
-  --threads "$threads" --shapes "${SHAPES:-gpt2-124m,seq-long}"
+  --threads "$threads" --shapes "${SHAPES:-gpt2-124m,seq-long}" --quiet-cpus "${QUIET_CPUS:-0}"

@@ -9,3 +9,5 @@ if(EXISTS "${pthread_dir}/libopenblas.so.0")
   set_tests_properties(test_blas_pthread PROPERTIES LABELS unit TIMEOUT 30
                        ENVIRONMENT "LD_LIBRARY_PATH=${pthread_dir}")
 endif()
+# The peak MFU is measured against, and the thread policy.
+remat_test(test_report SOURCES test_report.c LIBS remat_report LABELS unit TIMEOUT 60)

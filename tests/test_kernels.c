@@ -523,6 +523,66 @@ static void test_attention(void) {
   test_attention_case(2, 130, 32, 2, 0.0f, false);
 }
 
+/* ------------------------------------------------------- fused layers */
+
+static bool same_bits(const float *a, const float *b, size_t n) {
+  return memcmp(a, b, n * sizeof(float)) == 0;
+}
+
+/* The fused linear layers against the unfused calls they replace, bit for
+ * bit: row-split and column-split products, with and without dropout, at
+ * the team size and at 3 threads (uneven slabs). */
+static void test_fused_case(int64_t N, int64_t C, int64_t OC, float p, int threads) {
+  const int nt = omp_get_max_threads();
+  omp_set_num_threads(threads);
+  size_t ni = (size_t)(N * C), nw = (size_t)(OC * C), no = (size_t)(N * OC);
+  float *inp = falloc(ni), *w = falloc(nw), *b = falloc((size_t)OC), *res = falloc(no);
+  float *o1 = falloc(no), *o2 = falloc(no), *g1 = falloc(no), *g2 = falloc(no);
+  float *x = falloc(ni), *di1 = falloc(ni), *di2 = falloc(ni);
+  float *dw1 = falloc(nw), *dw2 = falloc(nw), *db1 = falloc((size_t)OC), *db2 = falloc((size_t)OC);
+  fill(inp, ni, -1, 1), fill(w, nw, -1, 1), fill(b, (size_t)OC, -1, 1), fill(res, no, -1, 1);
+  fill(x, ni, -4, 4), fill(dw1, nw, -1, 1), fill(db1, (size_t)OC, -1, 1);
+  memcpy(dw2, dw1, nw * sizeof(float)), memcpy(db2, db1, (size_t)OC * sizeof(float));
+  remat__dropout d = {.p = p, .seed = 11, .step = 2, .layer = 1, .site = REMAT_DROP_RESID1};
+
+  remat__matmul_forward(o1, inp, w, b, N, C, OC);
+  remat__gelu_forward(g1, o1, no);
+  fill_const(o2, no, NAN), fill_const(g2, no, NAN);
+  remat__matmul_forward_gelu(o2, g2, inp, w, b, N, C, OC);
+  bool gelu_ok = same_bits(o1, o2, no) && same_bits(g1, g2, no);
+
+  remat__matmul_forward(o1, inp, w, b, N, C, OC);
+  remat__dropout_apply(o1, o1, no, &d);
+  remat__residual_forward(o1, o1, res, no);
+  fill_const(o2, no, NAN);
+  remat__matmul_forward_residual(o2, inp, w, b, res, &d, N, C, OC);
+  bool res_ok = same_bits(o1, o2, no);
+
+  /* dout = res (N,OC); the GELU's input x has dinp's shape (N,C) */
+  remat__matmul_backward(di1, dw1, db1, res, inp, w, N, C, OC);
+  remat__gelu_backward(di1, x, di1, ni);
+  fill_const(di2, ni, NAN);
+  remat__matmul_backward_gelu(di2, dw2, db2, res, inp, w, x, N, C, OC);
+  bool bwd_ok = same_bits(di1, di2, ni) && same_bits(dw1, dw2, nw) &&
+                same_bits(db1, db2, (size_t)OC);
+  CHECKF(gelu_ok && res_ok && bwd_ok,
+         "fused linear layers = unfused, bit for bit, N=%lld C=%lld OC=%lld p=%.1f %d threads "
+         "(gelu %d, dropout+residual %d, backward+gelu %d)",
+         (long long)N, (long long)C, (long long)OC, p, threads, gelu_ok, res_ok, bwd_ok);
+  omp_set_num_threads(nt);
+  free(inp), free(w), free(b), free(res), free(o1), free(o2), free(g1), free(g2), free(x);
+  free(di1), free(di2), free(dw1), free(dw2), free(db1), free(db2);
+}
+
+static void test_fused(void) {
+  printf("-- fused layers\n");
+  const int nt = omp_get_max_threads();
+  test_fused_case(70, 24, 40, 0.3f, nt); /* rows split (N > OC) */
+  test_fused_case(20, 24, 96, 0.3f, nt); /* columns split */
+  test_fused_case(70, 24, 40, 0.0f, 3);
+  test_fused_case(20, 24, 96, 0.3f, 3);
+}
+
 /* --------------------------------------------------------------- gelu */
 
 typedef struct {
@@ -658,6 +718,16 @@ static void test_crossentropy(void) {
   double md = 0;
   for (size_t i = 0; i < n; i++) md = fmax(md, fabs(g2[i] - 0.25 * g[i]));
   CHECKF(md < 1e-7, "crossentropy backward with dloss 0.25 is 0.25x: max diff %.1e", md);
+  /* forward and backward in one pass: the same losses, sum and dlogits */
+  float *f1 = falloc(n), *f2 = falloc(n), *l1 = falloc((size_t)c.N), *l2b = falloc((size_t)c.N);
+  memcpy(f1, c.logits, n * sizeof(float)), memcpy(f2, c.logits, n * sizeof(float));
+  double s1 = remat__crossentropy_forward(f1, l1, tgt, c.N, c.V, c.Vp);
+  remat__crossentropy_backward(f1, tgt, 0.25f, c.N, c.V, c.Vp);
+  double s2 = remat__crossentropy_forward_backward(f2, l2b, tgt, 0.25f, c.N, c.V, c.Vp);
+  CHECKF(s1 == s2 && memcmp(f1, f2, n * sizeof(float)) == 0 &&
+             memcmp(l1, l2b, (size_t)c.N * sizeof(float)) == 0,
+         "crossentropy forward_backward = forward then backward, bit for bit");
+  free(f1), free(f2), free(l1), free(l2b);
 
   /* stability: huge logits give the same result as shifted ones */
   float *big = falloc(n), *l2 = falloc((size_t)c.N);
@@ -936,6 +1006,10 @@ static void run_all(float *buf, int64_t B, int64_t T, int64_t C, int64_t NH, int
   remat__crossentropy_forward(lg, r, tok, N, V, Vp);
   remat__crossentropy_backward(lg, tok, 1.0f / (float)N, N, V, Vp);
   remat__matmul_backward(x, dw, NULL, lg, x, wte, N, C, Vp);
+  remat__crossentropy_forward_backward(lg, r, tok, 1.0f / (float)N, N, V, Vp);
+  remat__matmul_forward_gelu(qkv, dqkv, y, w, w, N, C, 3 * C);
+  remat__matmul_forward_residual(qkv, y, w, w, dqkv, d, N, C, 3 * C);
+  remat__matmul_backward_gelu(x, dw, dw + 3 * C * C, qkv, y, w, y, N, C, 3 * C);
   remat__adamw update_opt = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .step = 1};
   remat__adamw_update(w, dw, x, y, (size_t)(4 * C * C), &update_opt, 0.1f, 1.0f);
   (void)remat__sumsq(dw, (size_t)(4 * C * C));
@@ -975,6 +1049,7 @@ int main(void) {
   test_matmul_case(true);
   test_matmul_case(false);
   test_attention();
+  test_fused();
   test_gelu();
   test_residual();
   test_crossentropy();

@@ -25,6 +25,37 @@ double remat_measure_sgemm_flops(int n, double seconds);
  * excluded) per second over a peak rate in FLOP/s. */
 double remat_mfu(const remat_config *cfg, int64_t seq_len, double tokens_per_s, double peak_flops);
 
+/* The peak MFU is measured against: the rate of the split single-threaded
+ * products the model runs (the same code path), at the shapes of one step
+ * of cfg with micro-batch B x T: every distinct product of a block's
+ * forward and backward and of the head. One trial runs each once and
+ * projects a step's products (block shapes L times) from their rates;
+ * products too large for the budget are cut along their token or
+ * vocabulary length first. */
+#define REMAT_PEAK_TRIALS 64
+typedef struct remat_peak {
+  double flops;   /* the peak, FLOP/s: the best trial (raised by remat_peak_mfu) */
+  double median;  /* median trial */
+  double low;     /* slowest trial */
+  double spread;  /* (best - slowest) / (2 median): the trials' half-range, relative */
+  int trials;
+  int shapes;     /* distinct products timed in each trial */
+  double seconds; /* spent measuring */
+  int raised;     /* steps that beat the peak, each raising it to its own rate */
+  double rate[REMAT_PEAK_TRIALS]; /* each trial's */
+} remat_peak;
+/* Adds trials to *p (zeroed before the first call) for about `seconds`:
+ * at least one, and at least 3 in all, at most REMAT_PEAK_TRIALS; a trial
+ * takes about a fifth of `seconds`. Calls between training steps measure
+ * under the steps' conditions. */
+int remat_measure_peak(remat_peak *p, const remat_config *cfg, int64_t B, int64_t T,
+                       double seconds, remat_error *err);
+/* MFU of a step of tokens_per_s against p: if the step's model FLOP rate
+ * beats p->flops, p->flops becomes that rate first (counted in p->raised),
+ * so the result never exceeds 1. */
+double remat_peak_mfu(remat_peak *p, const remat_config *cfg, int64_t seq_len,
+                      double tokens_per_s);
+
 /* Bytes the library holds on the heap now, and the most it has held since
  * the start or the last reset: everything it allocates goes through one
  * counted allocator (the arena included). */
@@ -46,10 +77,67 @@ size_t remat_memory_headroom(const char **what);
 /* Peak resident set size of this process (VmHWM), or 0 if unknown. */
 size_t remat_rss_peak_bytes(void);
 
-/* Sets the thread count of both OpenMP loops and OpenBLAS (threads < 1: one
- * per CPU this process may use) and pins each OpenMP thread to its own CPU
- * unless OMP_PROC_BIND or GOMP_CPU_AFFINITY is set. Returns the number of
- * threads pinned. */
+/* ------------------------------------------------------------ threads */
+
+/* How a run's threads were set up (remat_threads_setup). */
+typedef struct remat_thread_policy {
+  int threads;       /* OpenMP team size, and OpenBLAS's */
+  int threads_given; /* 1 if the caller chose the count */
+  int cpus;          /* CPUs this process may run on */
+  double idle_cpus;  /* idle over the start-up sample, in CPUs; < 0 unknown */
+  int shared;        /* other processes used 0.3 CPUs or more in the sample */
+  int pinned;        /* one thread pinned per CPU */
+  int user_binding;  /* OMP_PROC_BIND, OMP_PLACES or GOMP_CPU_AFFINITY was set */
+  char wait[96];     /* how idle threads wait: "spinning 10000 times, then sleeping", ... */
+  /* remat_threads_adapt's state */
+  int adaptive;      /* placement follows the load (a team of one thread per CPU) */
+  int moves;         /* times it pinned or unpinned the team since start */
+  int quiet_samples; /* samples in a row with little other work */
+  double others;     /* other processes' CPUs over the last sample */
+  double t_last, busy_last, own_last;
+} remat_thread_policy;
+
+/* CPUs of this process's affinity mask left idle over `seconds`, from
+ * /proc/stat: the sum of each CPU's idle fraction (steal time counts as
+ * busy); *cpus (if not NULL) gets the number of CPUs. -1 if unknown. */
+double remat_idle_cpus(double seconds, int *cpus);
+
+/* First thing in main, before any OpenMP region: samples the CPUs' load
+ * for 0.1 s (REMAT_IDLE_CPUS=X in the environment replaces the
+ * measurement) and chooses how threads will wait: spinning about 0.2 ms
+ * (GOMP_SPINCOUNT=10000) on a quiet machine, sleeping at once
+ * (OMP_WAIT_POLICY=passive) when other processes use 0.3 CPUs or more.
+ * libgomp reads these only when it is loaded, so unless the user set either
+ * variable, this returns 1: the caller should run its executable again
+ * now, with the same arguments (execv("/proc/self/exe", argv)); the
+ * environment then holds the setting and the sample, which the new
+ * process's call takes over (returning 0). If the exec fails, call
+ * remat_threads_prepare_failed and go on (threads then wait as libgomp's
+ * default has them). */
+int remat_threads_prepare(void);
+void remat_threads_prepare_failed(void);
+
+/* Sets the team size of OpenMP and OpenBLAS (threads < 1: one per CPU this
+ * process may use) and places the threads: with one thread per CPU on a
+ * quiet machine (the sample of remat_threads_prepare, or one taken now),
+ * each is pinned to its CPU; on a shared machine, or with fewer threads
+ * than CPUs, they may run anywhere; OMP_PROC_BIND, OMP_PLACES or
+ * GOMP_CPU_AFFINITY leave placement to libgomp (and to nothing else later),
+ * as REMAT_IDLE_CPUS fixes it. The count never depends on the load, so
+ * neither do results. Fills *p; returns 0. */
+int remat_threads_setup(remat_thread_policy *p, int threads);
+/* Between steps: every second or so, measures the CPUs other processes
+ * used since the last call (their busy time in /proc/stat less this
+ * process's own) and re-places a team of one thread per CPU: pinned
+ * threads are unpinned once others use 0.5 CPUs, and pinned again after two
+ * samples in a row under 0.2. Returns 1 when it moved the team. Nothing
+ * else changes: the waiting was fixed at start, the team size is fixed. */
+int remat_threads_adapt(remat_thread_policy *p);
+/* One line on p for a run's header: the count, placement, waiting and the
+ * load seen ("2 on 2 CPUs, pinned one per CPU, spinning 10000 times, then
+ * sleeping (1.98 of 2 CPUs idle at start)"); returns buf. */
+const char *remat_threads_describe(const remat_thread_policy *p, char *buf, size_t n);
+/* remat_threads_setup without the report; returns the threads pinned. */
 int remat_set_threads(int threads);
 
 /* 0 when the OpenBLAS this process loaded is the OpenMP build

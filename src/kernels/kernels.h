@@ -58,6 +58,33 @@ void remat__dropout_apply(float *out, const float *inp, size_t n, const remat__d
 
 /* ------------------------------------------------------------- layers */
 
+/* One product C (M,N) = alpha op(A) op(B) + beta C, row-major, as the team
+ * computes it: each thread owns a slab of C (a fixed function of the shape
+ * and the team size) and calls single-threaded OpenBLAS on it (no heap
+ * allocation). With bias (N), the thread first writes bias into every row of
+ * its slab and the product adds onto it (beta 1). Then, if epilogue is set,
+ * the thread calls it on its slab, rows [r0, r1) by columns [c0, c1) of C,
+ * while the slab is still in its cache. */
+typedef void (*remat__slab_fn)(void *ctx, float *C, int64_t ldc, int64_t r0, int64_t r1,
+                               int64_t c0, int64_t c1);
+typedef struct remat__gemm_op {
+  int trans_a, trans_b;
+  int64_t M, N, K;
+  float alpha, beta;
+  const float *A, *B;
+  int64_t lda, ldb, ldc;
+  float *C;
+  const float *bias;       /* (N) or NULL */
+  remat__slab_fn epilogue; /* or NULL */
+  void *ctx;
+} remat__gemm_op;
+/* Thread t of a team of nt, inside a parallel region: its slab of op. Slabs
+ * of several products can share one region (no barrier between them when
+ * their outputs are independent). */
+void remat__gemm_slab(int t, int nt, const remat__gemm_op *op);
+/* The whole product, in a parallel region of its own. */
+void remat__gemm_run(const remat__gemm_op *op);
+
 /* Row-major C (M,N) = alpha op(A) op(B) + beta C, split across the OpenMP
  * team with single-threaded OpenBLAS per slab (no heap allocation). Call it
  * outside parallel regions; inside one, call cblas_sgemm directly. */
@@ -91,10 +118,32 @@ void remat__layernorm_backward(float *dinp, float *dweight, float *dbias, const 
 void remat__matmul_forward(float *out, const float *inp, const float *weight, const float *bias,
                            int64_t N, int64_t C, int64_t OC);
 /* dinp (N,C) overwritten (skipped if NULL); dweight (OC,C) and dbias (OC)
- * accumulate (dbias skipped if NULL). */
+ * accumulate (dbias skipped if NULL). The three are one parallel region. */
 void remat__matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                             const float *inp, const float *weight, int64_t N, int64_t C,
                             int64_t OC);
+
+/* Fused layers: the same arithmetic, element for element, as the unfused
+ * calls named beside each (so the same bits), in one parallel region with
+ * the pointwise part done on each product slab while it is in cache. */
+/* out = inp @ weight^T + bias, then gelu_out = gelu(out):
+ * remat__matmul_forward then remat__gelu_forward. out (N,OC) and gelu_out
+ * overwritten; neither may alias inp. */
+void remat__matmul_forward_gelu(float *out, float *gelu_out, const float *inp,
+                                const float *weight, const float *bias, int64_t N, int64_t C,
+                                int64_t OC);
+/* out = resid + dropout(inp @ weight^T + bias): remat__matmul_forward,
+ * remat__dropout_apply in place (index n*OC + o; drop may be NULL) and
+ * remat__residual_forward(out, out, resid). out (N,OC) overwritten; it may
+ * alias neither inp nor resid. */
+void remat__matmul_forward_residual(float *out, const float *inp, const float *weight,
+                                    const float *bias, const float *resid,
+                                    const remat__dropout *drop, int64_t N, int64_t C, int64_t OC);
+/* remat__matmul_backward, then dinp = gelu'(x) * dinp (remat__gelu_backward
+ * in place): the gradient into the GELU's input x (N,C) through it. */
+void remat__matmul_backward_gelu(float *dinp, float *dweight, float *dbias, const float *dout,
+                                 const float *inp, const float *weight, const float *x,
+                                 int64_t N, int64_t C, int64_t OC);
 
 /* Causal self-attention. qkv (B,T,3C) holds q, k, v side by side; head h uses
  * channels [h*hs, (h+1)*hs) of each, hs = C/NH, scale 1/sqrt(hs). With
@@ -130,6 +179,10 @@ double remat__crossentropy_forward(float *logits, float *losses, const int32_t *
  * dlogits = (probs - onehot(target)) * dloss, in place; columns >= V become 0. */
 void remat__crossentropy_backward(float *logits, const int32_t *targets, float dloss, int64_t N,
                                   int64_t V, int64_t Vp);
+/* Both in one pass over the logits: the forward's losses and return value,
+ * and logits left holding the backward's dlogits, bit for bit. */
+double remat__crossentropy_forward_backward(float *logits, float *losses, const int32_t *targets,
+                                            float dloss, int64_t N, int64_t V, int64_t Vp);
 
 /* ------------------------------------------------------------- optimizer */
 

@@ -10,13 +10,17 @@
  * gradients) are parallelised over column blocks, each thread walking all
  * rows in order, so they do not even depend on the thread count. */
 #include <math.h>
+#include <omp.h>
 
 #include "base/base.h"
 #include "kernels/kernels.h"
+#include "kernels/philox_rng.h"
 #include "kernels/vec_math.h"
 
-/* Columns per block in the column-sum loops: 16 cache lines of floats. */
-#define COLBLK 256
+/* Columns per block in the column-sum loops: 4 cache lines of floats, so
+ * that even C = 256 gives each of a few threads its share (a column's sum
+ * is the same whatever the blocks). */
+#define COLBLK 64
 
 #define LN_EPS 1e-5
 
@@ -103,74 +107,46 @@ void remat__layernorm_forward(float *out, float *mean, float *rstd, const float 
 void remat__layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                                const float *inp, const float *weight, const float *mean,
                                const float *rstd, int64_t N, int64_t C) {
-#pragma omp parallel for schedule(static)
-  for (int64_t n = 0; n < N; n++) {
-    const float *x = inp + n * C, *d = dout + n * C;
-    const float m = mean[n], r = rstd[n];
-    double sg = 0.0, sgx = 0.0;
-    for (int64_t c = 0; c < C; c++) {
-      float g = d[c] * weight[c];
-      sg += g;
-      sgx += (double)g * (double)((x[c] - m) * r);
-    }
-    const float mg = (float)(sg / (double)C), mgx = (float)(sgx / (double)C);
-    float *dx = dinp + n * C;
-    for (int64_t c = 0; c < C; c++) {
-      float xhat = (x[c] - m) * r;
-      dx[c] += r * (d[c] * weight[c] - mg - xhat * mgx);
-    }
-  }
   const int64_t nblk = (C + COLBLK - 1) / COLBLK;
-#pragma omp parallel for schedule(static)
-  for (int64_t blk = 0; blk < nblk; blk++) {
-    int64_t c0 = blk * COLBLK, c1 = c0 + COLBLK < C ? c0 + COLBLK : C;
-    float sw[COLBLK], sb[COLBLK]; /* this block's sums over rows, in row order */
-    for (int64_t c = c0; c < c1; c++) sw[c - c0] = sb[c - c0] = 0.0f;
+  /* rows (dinp) and column blocks (dweight, dbias) write different
+   * outputs: one parallel region, no barrier between the two loops */
+#pragma omp parallel
+  {
+#pragma omp for schedule(static) nowait
     for (int64_t n = 0; n < N; n++) {
       const float *x = inp + n * C, *d = dout + n * C;
       const float m = mean[n], r = rstd[n];
-      for (int64_t c = c0; c < c1; c++) {
-        sw[c - c0] += d[c] * ((x[c] - m) * r);
-        sb[c - c0] += d[c];
+      double sg = 0.0, sgx = 0.0;
+      for (int64_t c = 0; c < C; c++) {
+        float g = d[c] * weight[c];
+        sg += g;
+        sgx += (double)g * (double)((x[c] - m) * r);
+      }
+      const float mg = (float)(sg / (double)C), mgx = (float)(sgx / (double)C);
+      float *dx = dinp + n * C;
+      for (int64_t c = 0; c < C; c++) {
+        float xhat = (x[c] - m) * r;
+        dx[c] += r * (d[c] * weight[c] - mg - xhat * mgx);
       }
     }
-    for (int64_t c = c0; c < c1; c++) {
-      dweight[c] += sw[c - c0];
-      dbias[c] += sb[c - c0];
+#pragma omp for schedule(static) nowait
+    for (int64_t blk = 0; blk < nblk; blk++) {
+      int64_t c0 = blk * COLBLK, c1 = c0 + COLBLK < C ? c0 + COLBLK : C;
+      float sw[COLBLK], sb[COLBLK]; /* this block's sums over rows, in row order */
+      for (int64_t c = c0; c < c1; c++) sw[c - c0] = sb[c - c0] = 0.0f;
+      for (int64_t n = 0; n < N; n++) {
+        const float *x = inp + n * C, *d = dout + n * C;
+        const float m = mean[n], r = rstd[n];
+        for (int64_t c = c0; c < c1; c++) {
+          sw[c - c0] += d[c] * ((x[c] - m) * r);
+          sb[c - c0] += d[c];
+        }
+      }
+      for (int64_t c = c0; c < c1; c++) {
+        dweight[c] += sw[c - c0];
+        dbias[c] += sb[c - c0];
+      }
     }
-  }
-}
-
-/* ------------------------------------------------------------- matmul */
-
-void remat__matmul_forward(float *out, const float *inp, const float *weight, const float *bias,
-                           int64_t N, int64_t C, int64_t OC) {
-  /* out (N,OC) = inp (N,C) @ weight (OC,C)^T (+ bias) */
-  if (bias)
-    remat__gemm_bias(N, OC, C, inp, C, weight, C, bias, out, OC);
-  else
-    remat__gemm(0, 1, N, OC, C, 1.0f, inp, C, weight, C, 0.0f, out, OC);
-}
-
-void remat__matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout,
-                            const float *inp, const float *weight, int64_t N, int64_t C,
-                            int64_t OC) {
-  /* dinp (N,C) = dout (N,OC) @ weight (OC,C) */
-  if (dinp) remat__gemm(0, 0, N, C, OC, 1.0f, dout, OC, weight, C, 0.0f, dinp, C);
-  /* dweight (OC,C) += dout^T (OC,N) @ inp (N,C) */
-  remat__gemm(1, 0, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
-  if (!dbias) return;
-  const int64_t nblk = (OC + COLBLK - 1) / COLBLK;
-#pragma omp parallel for schedule(static)
-  for (int64_t blk = 0; blk < nblk; blk++) {
-    int64_t o0 = blk * COLBLK, o1 = o0 + COLBLK < OC ? o0 + COLBLK : OC;
-    float s[COLBLK];
-    for (int64_t o = o0; o < o1; o++) s[o - o0] = 0.0f;
-    for (int64_t n = 0; n < N; n++) {
-      const float *d = dout + n * OC;
-      for (int64_t o = o0; o < o1; o++) s[o - o0] += d[o];
-    }
-    for (int64_t o = o0; o < o1; o++) dbias[o] += s[o - o0];
   }
 }
 
@@ -187,21 +163,157 @@ static inline float gelu_e(float x) {
   return remat__exp(z > 80.0f ? 80.0f : z);
 }
 
-void remat__gelu_forward(float *out, const float *inp, size_t n) {
-#pragma omp parallel for simd schedule(static)
-  for (size_t i = 0; i < n; i++) out[i] = inp[i] / (1.0f + gelu_e(inp[i]));
-}
+static inline float gelu(float x) { return x / (1.0f + gelu_e(x)); }
 
 /* With s = sigmoid(2u) = 1 / (1 + e) and 1 - s = e s:
  * gelu'(x) = s + 2 x s (1 - s) u'(x),  u' = k (1 + 3 * 0.044715 x^2);
  * the same value as the tanh form 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) u'. */
+static inline float gelu_grad(float x, float dout) {
+  float e = gelu_e(x), s = 1.0f / (1.0f + e);
+  float du = GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
+  return (s + 2.0f * x * s * (e * s) * du) * dout;
+}
+
+void remat__gelu_forward(float *out, const float *inp, size_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (size_t i = 0; i < n; i++) out[i] = gelu(inp[i]);
+}
+
 void remat__gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
 #pragma omp parallel for simd schedule(static)
-  for (size_t i = 0; i < n; i++) {
-    float x = inp[i], e = gelu_e(x), s = 1.0f / (1.0f + e);
-    float du = GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
-    dinp[i] = (s + 2.0f * x * s * (e * s) * du) * dout[i];
+  for (size_t i = 0; i < n; i++) dinp[i] = gelu_grad(inp[i], dout[i]);
+}
+
+/* ------------------------------------------------------------- matmul */
+
+void remat__matmul_forward(float *out, const float *inp, const float *weight, const float *bias,
+                           int64_t N, int64_t C, int64_t OC) {
+  /* out (N,OC) = inp (N,C) @ weight (OC,C)^T (+ bias) */
+  if (bias)
+    remat__gemm_bias(N, OC, C, inp, C, weight, C, bias, out, OC);
+  else
+    remat__gemm(0, 1, N, OC, C, 1.0f, inp, C, weight, C, 0.0f, out, OC);
+}
+
+/* The product of a forward linear layer, out (N,OC) = inp @ weight^T (+ bias). */
+static remat__gemm_op forward_op(float *out, const float *inp, const float *weight,
+                                 const float *bias, int64_t N, int64_t C, int64_t OC) {
+  return (remat__gemm_op){.trans_b = 1, .M = N, .N = OC, .K = C, .alpha = 1.0f, .A = inp,
+                          .lda = C, .B = weight, .ldb = C, .C = out, .ldc = OC, .bias = bias};
+}
+
+typedef struct {
+  float *gelu_out;
+  const float *x; /* the GELU's input, for the backward */
+  const float *resid;
+  const remat__dropout *drop;
+  float drop_scale;
+} epilogue_ctx;
+
+static void gelu_slab(void *p, float *C, int64_t ldc, int64_t r0, int64_t r1, int64_t c0,
+                      int64_t c1) {
+  const epilogue_ctx *e = p;
+  for (int64_t r = r0; r < r1; r++) {
+    const float *x = C + r * ldc;
+    float *y = e->gelu_out + r * ldc;
+#pragma omp simd
+    for (int64_t c = c0; c < c1; c++) y[c] = gelu(x[c]);
   }
+}
+
+void remat__matmul_forward_gelu(float *out, float *gelu_out, const float *inp,
+                                const float *weight, const float *bias, int64_t N, int64_t C,
+                                int64_t OC) {
+  epilogue_ctx e = {.gelu_out = gelu_out};
+  remat__gemm_op op = forward_op(out, inp, weight, bias, N, C, OC);
+  op.epilogue = gelu_slab;
+  op.ctx = &e;
+  remat__gemm_run(&op);
+}
+
+static void residual_slab(void *p, float *C, int64_t ldc, int64_t r0, int64_t r1, int64_t c0,
+                          int64_t c1) {
+  const epilogue_ctx *e = p;
+  for (int64_t r = r0; r < r1; r++) {
+    float *y = C + r * ldc;
+    const float *x = e->resid + r * ldc;
+    if (e->drop)
+      remat__drop_row(y + c0, y + c0, c1 - c0, (uint64_t)(r * ldc + c0), e->drop, e->drop_scale);
+    for (int64_t c = c0; c < c1; c++) y[c] = y[c] + x[c];
+  }
+}
+
+void remat__matmul_forward_residual(float *out, const float *inp, const float *weight,
+                                    const float *bias, const float *resid,
+                                    const remat__dropout *drop, int64_t N, int64_t C, int64_t OC) {
+  const bool dropping = drop && drop->p > 0.0f;
+  if (dropping) REMAT_ASSERT(drop->p < 1.0f);
+  epilogue_ctx e = {.resid = resid, .drop = dropping ? drop : NULL,
+                    .drop_scale = dropping ? 1.0f / (1.0f - drop->p) : 1.0f};
+  remat__gemm_op op = forward_op(out, inp, weight, bias, N, C, OC);
+  op.epilogue = residual_slab;
+  op.ctx = &e;
+  remat__gemm_run(&op);
+}
+
+static void gelu_grad_slab(void *p, float *C, int64_t ldc, int64_t r0, int64_t r1, int64_t c0,
+                           int64_t c1) {
+  const epilogue_ctx *e = p;
+  for (int64_t r = r0; r < r1; r++) {
+    float *d = C + r * ldc;
+    const float *x = e->x + r * ldc;
+#pragma omp simd
+    for (int64_t c = c0; c < c1; c++) d[c] = gelu_grad(x[c], d[c]);
+  }
+}
+
+/* dinp, dweight and dbias in one parallel region: each thread does its slab
+ * of dinp (then the GELU's backward on it, with x), its slab of dweight and
+ * its blocks of dbias; the three outputs are independent, so no barrier
+ * separates them and a thread that finishes one part early starts the next. */
+static void matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                            const float *inp, const float *weight, const float *x, int64_t N,
+                            int64_t C, int64_t OC) {
+  epilogue_ctx e = {.x = x};
+  /* dinp (N,C) = dout (N,OC) @ weight (OC,C) */
+  const remat__gemm_op din = {.M = N, .N = C, .K = OC, .alpha = 1.0f, .A = dout, .lda = OC,
+                              .B = weight, .ldb = C, .beta = 0.0f, .C = dinp, .ldc = C,
+                              .epilogue = x ? gelu_grad_slab : NULL, .ctx = &e};
+  /* dweight (OC,C) += dout^T (OC,N) @ inp (N,C) */
+  const remat__gemm_op dw = {.trans_a = 1, .M = OC, .N = C, .K = N, .alpha = 1.0f, .A = dout,
+                             .lda = OC, .B = inp, .ldb = C, .beta = 1.0f, .C = dweight,
+                             .ldc = C};
+  const int64_t nblk = dbias ? (OC + COLBLK - 1) / COLBLK : 0;
+#pragma omp parallel
+  {
+    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    if (dinp) remat__gemm_slab(t, nt, &din);
+    remat__gemm_slab(t, nt, &dw);
+#pragma omp for schedule(static) nowait
+    for (int64_t blk = 0; blk < nblk; blk++) {
+      int64_t o0 = blk * COLBLK, o1 = o0 + COLBLK < OC ? o0 + COLBLK : OC;
+      float s[COLBLK];
+      for (int64_t o = o0; o < o1; o++) s[o - o0] = 0.0f;
+      for (int64_t n = 0; n < N; n++) {
+        const float *d = dout + n * OC;
+        for (int64_t o = o0; o < o1; o++) s[o - o0] += d[o];
+      }
+      for (int64_t o = o0; o < o1; o++) dbias[o] += s[o - o0];
+    }
+  }
+}
+
+void remat__matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                            const float *inp, const float *weight, int64_t N, int64_t C,
+                            int64_t OC) {
+  matmul_backward(dinp, dweight, dbias, dout, inp, weight, NULL, N, C, OC);
+}
+
+void remat__matmul_backward_gelu(float *dinp, float *dweight, float *dbias, const float *dout,
+                                 const float *inp, const float *weight, const float *x,
+                                 int64_t N, int64_t C, int64_t OC) {
+  REMAT_ASSERT(dinp && x);
+  matmul_backward(dinp, dweight, dbias, dout, inp, weight, x, N, C, OC);
 }
 
 /* ----------------------------------------------------------- residual */
@@ -216,9 +328,11 @@ void remat__residual_forward(float *out, const float *a, const float *b, size_t 
 /* Per row: max over the first V logits, e = exp(x - max) in float, sum in
  * double, p = e / sum. The loss is log(sum) - (x[target] - max), which stays
  * finite even when p[target] underflows. The sum is sum_lanes, like the
- * LayerNorm statistics. */
-double remat__crossentropy_forward(float *logits, float *losses, const int32_t *targets, int64_t N,
-                                   int64_t V, int64_t Vp) {
+ * LayerNorm statistics. With dloss != 0 (backward), p is then scaled to the
+ * gradient in the same pass: dlogit = p * dloss - (target ? dloss : 0), the
+ * products rounded as remat__crossentropy_backward rounds them. */
+static double crossentropy(float *logits, float *losses, const int32_t *targets, int64_t N,
+                           int64_t V, int64_t Vp, bool backward, float dloss) {
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; n++) {
     float *x = logits + n * Vp;
@@ -228,13 +342,31 @@ double remat__crossentropy_forward(float *logits, float *losses, const int32_t *
     for (int64_t j = 0; j < V; j++) x[j] = remat__exp(x[j] - mx);
     const double s = sum_lanes(x, V);
     const float inv = (float)(1.0 / s);
-    for (int64_t j = 0; j < V; j++) x[j] *= inv;
+    if (backward) {
+      for (int64_t j = 0; j < V; j++) {
+        float p = x[j] * inv;
+        x[j] = p * dloss;
+      }
+      x[targets[n]] -= dloss;
+    } else {
+      for (int64_t j = 0; j < V; j++) x[j] *= inv;
+    }
     for (int64_t j = V; j < Vp; j++) x[j] = 0.0f;
     losses[n] = (float)(log(s) - (double)(xt - mx));
   }
   double total = 0.0; /* in row order: deterministic */
   for (int64_t n = 0; n < N; n++) total += losses[n];
   return total;
+}
+
+double remat__crossentropy_forward(float *logits, float *losses, const int32_t *targets, int64_t N,
+                                   int64_t V, int64_t Vp) {
+  return crossentropy(logits, losses, targets, N, V, Vp, false, 0.0f);
+}
+
+double remat__crossentropy_forward_backward(float *logits, float *losses, const int32_t *targets,
+                                            float dloss, int64_t N, int64_t V, int64_t Vp) {
+  return crossentropy(logits, losses, targets, N, V, Vp, true, dloss);
 }
 
 void remat__crossentropy_backward(float *logits, const int32_t *targets, float dloss, int64_t N,

@@ -559,7 +559,6 @@ static void block_forward(remat_model *m, int64_t i, const block_params *wp, con
                           uint32_t micro) {
   int64_t B = m->B, T = m->T, C = m->cfg.channels, NH = m->cfg.num_heads, N = B * T;
   int64_t l = m->stage.first_block + i; /* the dropout streams are keyed by the global index */
-  size_t BTC = (size_t)N * (size_t)C;
   const block_params w = *wp;
   remat__dropout d_att = drop_at(hp, m->step, micro, l, REMAT_DROP_ATTN);
   remat__dropout d_r1 = drop_at(hp, m->step, micro, l, REMAT_DROP_RESID1);
@@ -570,19 +569,15 @@ static void block_forward(remat_model *m, int64_t i, const block_params *wp, con
   progress(m);
   remat__attention_forward(a->atty, a->att_lse, a->qkv, B, T, C, NH, &d_att);
   progress(m);
-  remat__matmul_forward(a->res2, a->atty, w.projw, w.projb, N, C, C);
-  remat__dropout_apply(a->res2, a->res2, BTC, &d_r1);
-  remat__residual_forward(a->res2, a->res2, x, BTC);
+  remat__matmul_forward_residual(a->res2, a->atty, w.projw, w.projb, x, &d_r1, N, C, C);
   progress(m);
   remat__layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w.ln2w, w.ln2b, N, C);
-  remat__matmul_forward(a->fch, a->ln2, w.fcw, w.fcb, N, C, 4 * C);
-  remat__gelu_forward(a->fch_gelu, a->fch, 4 * BTC);
+  remat__matmul_forward_gelu(a->fch, a->fch_gelu, a->ln2, w.fcw, w.fcb, N, C, 4 * C);
   progress(m);
   if (!out) return;
-  remat__matmul_forward(out, a->fch_gelu, w.fcprojw, w.fcprojb, N, 4 * C, C);
+  remat__matmul_forward_residual(out, a->fch_gelu, w.fcprojw, w.fcprojb, a->res2, &d_r2, N,
+                                 4 * C, C);
   progress(m);
-  remat__dropout_apply(out, out, BTC, &d_r2);
-  remat__residual_forward(out, out, a->res2, BTC);
 }
 
 /* A middle block's cheap internals, rebuilt from its stored ones just
@@ -627,10 +622,9 @@ static void block_backward(remat_model *m, int64_t i, const block_params *wp,
    * dropout the branch's gradient is dresid itself, read before the
    * layernorm backward adds to dresid. */
   const float *dbranch = branch_grad(d->dbranch, m->dresid, BTC, &d_r2);
-  remat__matmul_backward(d->d4, g.fcprojw, g.fcprojb, dbranch, a->fch_gelu, w.fcprojw, N,
-                         4 * C, C);
+  remat__matmul_backward_gelu(d->d4, g.fcprojw, g.fcprojb, dbranch, a->fch_gelu, w.fcprojw,
+                              a->fch, N, 4 * C, C);
   progress(m);
-  remat__gelu_backward(d->d4, a->fch, d->d4, 4 * BTC);
   remat__matmul_backward(d->dln, g.fcw, g.fcb, d->d4, a->ln2, w.fcw, N, C, 4 * C);
   progress(m);
   remat__layernorm_backward(m->dresid, g.ln2w, g.ln2b, d->dln, a->res2, w.ln2w, a->ln2_mean,
@@ -665,9 +659,10 @@ static head_params head_params_of(remat_model *m) {
 }
 
 /* Final layernorm, logits and loss of the micro-batch in `slot`; returns
- * the summed loss. */
+ * the summed loss. With backward, the logits are left holding the loss's
+ * gradient, dloss per token (the cross-entropy's backward, in its pass). */
 static double head_forward(remat_model *m, const head_params *w, char *slot,
-                           remat__head_acts *h) {
+                           remat__head_acts *h, bool backward, float dloss) {
   const remat_config *c = &m->cfg;
   int64_t N = m->B * m->T, C = c->channels;
   remat__head_acts_view(h, (float *)m->work, m->B, m->T, C);
@@ -677,6 +672,9 @@ static double head_forward(remat_model *m, const head_params *w, char *slot,
   remat__matmul_forward(logits, h->lnf, w->wte, NULL, N, C, c->padded_vocab_size);
   progress(m);
   const int32_t *targets = (const int32_t *)(slot + m->mp.targets_offset);
+  if (backward)
+    return remat__crossentropy_forward_backward(logits, h->losses, targets, dloss, N,
+                                                c->vocab_size, c->padded_vocab_size);
   return remat__crossentropy_forward(logits, h->losses, targets, N, c->vocab_size,
                                      c->padded_vocab_size);
 }
@@ -711,10 +709,8 @@ double remat_model_stage_backward(remat_model *m, int64_t slot_index, uint32_t m
   if (m->stage.has_head) {
     remat__head_acts h;
     head_params w = head_params_of(m);
-    loss = head_forward(m, &w, slot, &h);
+    loss = head_forward(m, &w, slot, &h, true, dloss);
     float *logits = (float *)(m->work + mm->head_bytes);
-    const int32_t *targets = (const int32_t *)(slot + m->mp.targets_offset);
-    remat__crossentropy_backward(logits, targets, dloss, N, c->vocab_size, c->padded_vocab_size);
     /* the head's share of the tied matrix's gradient, summed on its own;
      * the buffer holds it, then the head's own unit */
     progress(m);
@@ -784,7 +780,7 @@ float remat_model_eval(remat_model *m) {
   remat_model_stage_forward(m, 0, 0, NULL);
   remat__head_acts h;
   head_params w = head_params_of(m);
-  return (float)(head_forward(m, &w, slot_at(m, 0), &h) / (double)(m->B * m->T));
+  return (float)(head_forward(m, &w, slot_at(m, 0), &h, false, 0.0f) / (double)(m->B * m->T));
 }
 
 void remat_model_zero_grad(remat_model *m) {

@@ -1,14 +1,12 @@
-/* report.c: sgemm rate, MFU, resident memory, thread placement, and the
- * check that the OpenBLAS loaded is the OpenMP build. */
-#define _GNU_SOURCE /* sched_getaffinity, pthread_setaffinity_np, dladdr */
+/* report.c: the square sgemm rate, MFU, resident memory, and the check that
+ * the OpenBLAS loaded is the OpenMP build (peak.c measures the peak at a
+ * model's shapes, threads.c sets up the threads). */
+#define _GNU_SOURCE /* dladdr */
 #include <cblas.h>
 #include <dlfcn.h>
-#include <pthread.h>
-#include <sched.h>
 #include <stdlib.h>
 #include <sys/resource.h>
 #include <unistd.h>
-#include <omp.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -127,33 +125,6 @@ size_t remat_heap_bytes(void) { return remat__heap_live(); }
 size_t remat_heap_peak_bytes(void) { return remat__heap_peak(); }
 void remat_heap_reset_peak(void) { remat__heap_reset_peak(); }
 double remat_now(void) { return remat__now(); }
-
-int remat_set_threads(int threads) {
-  cpu_set_t allowed;
-  int ncpu = 0;
-  if (sched_getaffinity(0, sizeof allowed, &allowed) == 0) ncpu = CPU_COUNT(&allowed);
-  if (threads < 1) threads = ncpu > 0 ? ncpu : omp_get_max_threads();
-  omp_set_num_threads(threads);
-  openblas_set_num_threads(threads);
-  /* Pin OpenMP thread i to the i-th allowed CPU unless the user chose a
-   * binding. A step is a chain of short parallel regions over the same data;
-   * threads that migrate between cores lose their caches at every region and
-   * a step ran at half speed on 2 cores without pinning. */
-  if (getenv("OMP_PROC_BIND") || getenv("GOMP_CPU_AFFINITY") || ncpu < 2 || threads > ncpu)
-    return 0;
-  int cpus[CPU_SETSIZE], n = 0;
-  for (int c = 0; c < CPU_SETSIZE && n < ncpu; c++)
-    if (CPU_ISSET(c, &allowed)) cpus[n++] = c;
-  int pinned = 0;
-#pragma omp parallel reduction(+ : pinned)
-  {
-    cpu_set_t one;
-    CPU_ZERO(&one);
-    CPU_SET(cpus[omp_get_thread_num() % n], &one);
-    pinned += pthread_setaffinity_np(pthread_self(), sizeof one, &one) == 0;
-  }
-  return pinned;
-}
 
 int remat_blas_check(remat_error *err) {
   int par = openblas_get_parallel(); /* 0 sequential, 1 pthreads, 2 OpenMP */

@@ -110,5 +110,40 @@ perl -e 'open(my $h,">",$ARGV[0]) or die; binmode $h; my @t = map { ($_ * 7) % 1
 check "shard training exits 0" test $? -eq 0
 check "shard training loss falls" lt "$(field "$tmp/s.jsonl" loss last)" "$(field "$tmp/s.jsonl" loss 1)"
 
+# 6. The thread policy (REMAT_IDLE_CPUS stands in for the start-up load
+#    sample): a quiet machine pins one thread per CPU and spins briefly, a
+#    shared one leaves them unpinned and waits passively (libgomp, which
+#    reads its settings once, shows them only after the re-exec); neither
+#    changes a single bit of the results.
+ncpu=$(nproc)
+policy_run() { # policy_run NAME ENV... : tiny training, its stdout+stderr and log
+  local name=$1
+  shift
+  env "$@" OMP_DISPLAY_ENV=verbose "$remat" train --config tiny --steps 5 --dropout 0.1 \
+    --log "$tmp/p$name.jsonl" --quiet >"$tmp/p$name.out" 2>&1
+}
+policy_run quiet REMAT_IDLE_CPUS="$ncpu"
+check "quiet policy run exits 0" test $? -eq 0
+policy_run shared REMAT_IDLE_CPUS=0
+check "shared policy run exits 0" test $? -eq 0
+grep -h '^threads' "$tmp/pquiet.out" "$tmp/pshared.out"
+if [ "$ncpu" -ge 2 ]; then
+  check "quiet machine: threads pinned one per CPU, spinning briefly" \
+    grep -q "^threads $ncpu on $ncpu CPUs, pinned one per CPU, spinning 10000 times" "$tmp/pquiet.out"
+  check "quiet machine: libgomp got GOMP_SPINCOUNT=10000" grep -q "GOMP_SPINCOUNT = '10000'" "$tmp/pquiet.out"
+  check "shared machine: threads unpinned, passive" \
+    grep -q "^threads $ncpu on $ncpu CPUs, not pinned (shared CPUs), waiting passively" "$tmp/pshared.out"
+  check "shared machine: libgomp got OMP_WAIT_POLICY=passive (spin count 0)" \
+    grep -q "GOMP_SPINCOUNT = '0'" "$tmp/pshared.out"
+fi
+perl -ne 'print "$1\n" if /"loss": ([-0-9.e+]+)/' "$tmp/pquiet.jsonl" >"$tmp/pquiet.loss"
+perl -ne 'print "$1\n" if /"loss": ([-0-9.e+]+)/' "$tmp/pshared.jsonl" >"$tmp/pshared.loss"
+check "both policies give the same losses" cmp -s "$tmp/pquiet.loss" "$tmp/pshared.loss"
+check "the MFU summary line gives the trials' range" \
+  grep -Eq "^mfu     [0-9.]+% against the (best trial|fastest step)" "$tmp/pquiet.out"
+check "no MFU above 100% in the log or the summary" perl -ne '
+  $bad++ if /"mfu": ([0-9.e+-]+)/ && $1 > 1; $bad++ if /MFU ([0-9.]+)%/ && $1 > 100;
+  END { exit($bad ? 1 : 0) }' "$tmp/pquiet.jsonl" "$tmp/pquiet.out" "$tmp/pshared.jsonl"
+
 echo "$((n - fails)) passed, $fails failed"
 [[ $fails -eq 0 ]]

@@ -1,0 +1,160 @@
+/* peak.c: the matrix-product rate MFU is measured against, taken at the
+ * shapes a model's linear layers actually run, through the same split
+ * products the model uses (remat__gemm: one single-threaded OpenBLAS call
+ * per thread and slab).
+ *
+ * One trial times every distinct product of a step once: per block the
+ * forward (qkv, projection, fc, fc projection), the backward's input
+ * gradients and weight gradients, and the head's three. Its rate is the
+ * FLOPs of a step's products (block shapes counted L times) over the time
+ * the trial's products would take for them, i.e. the rate of a step that
+ * did nothing but these products. Trials repeat until the time budget is
+ * spent; the peak is the best trial (an achieved rate, so it is a bound a
+ * step's products can reach), and the spread of the trials says how much
+ * the machine let the measurement vary. A product larger than a trial can
+ * afford is cut along its longest dimension (rows of tokens, or the
+ * vocabulary); the rate at those sizes no longer depends on that length.
+ *
+ * A step that beats the peak raises it (remat_peak_mfu), so a reported MFU
+ * is never above 100%. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "kernels/kernels.h"
+
+enum { MAX_SHAPES = 15 };
+
+typedef struct {
+  int ta, tb;
+  int64_t M, N, K;
+  int length;    /* bit 0, 1, 2: M, N, K is a length (tokens or vocabulary) */
+  double weight; /* times a step runs it */
+} shape;
+
+/* The products of one step at `rows` = B*T tokens, in the kernels'
+ * conventions (layers.c): forward out = inp @ W^T (NT), input gradient
+ * dout @ W (NN), weight gradient dout^T @ inp (TN). */
+static int step_shapes(const remat_config *cfg, int64_t rows, shape *s) {
+  const int64_t C = cfg->channels, Vp = cfg->padded_vocab_size;
+  const double L = (double)cfg->num_layers;
+  const int64_t out[4] = {3 * C, C, 4 * C, C}, in[4] = {C, C, C, 4 * C};
+  int n = 0;
+  for (int k = 0; k < 4; k++) {
+    s[n++] = (shape){0, 1, rows, out[k], in[k], 1, L};
+    s[n++] = (shape){0, 0, rows, in[k], out[k], 1, L};
+    s[n++] = (shape){1, 0, out[k], in[k], rows, 4, L};
+  }
+  s[n++] = (shape){0, 1, rows, Vp, C, 1 | 2, 1.0};
+  s[n++] = (shape){0, 0, rows, C, Vp, 1 | 4, 1.0};
+  s[n++] = (shape){1, 0, Vp, C, rows, 1 | 4, 1.0};
+  return n;
+}
+
+static double flops_of(const shape *s) { return 2.0 * (double)s->M * (double)s->N * (double)s->K; }
+
+/* Cuts a product to at most cap FLOPs: first its lengths (tokens, the
+ * vocabulary), whose size matters little to the rate once they are long,
+ * then, for a model too large even so, its longest dimensions; no
+ * dimension is cut below 256 (or its own size), and cuts keep multiples
+ * of 64. */
+static void cap_shape(shape *s, double cap) {
+  int64_t *d[3] = {&s->M, &s->N, &s->K};
+  for (int pass = 0; pass < 2; pass++)
+    for (int guard = 0; guard < 16 && flops_of(s) > cap; guard++) {
+      int big = -1;
+      for (int k = 0; k < 3; k++)
+        if ((pass || (s->length >> k & 1)) && *d[k] > 256 && (big < 0 || *d[k] > *d[big])) big = k;
+      if (big < 0) break;
+      double f = cap / flops_of(s);
+      int64_t want = (int64_t)((double)*d[big] * (pass ? sqrt(f) : f)) / 64 * 64;
+      *d[big] = want > 256 ? want : 256;
+    }
+}
+
+/* Seconds of one product of shape s on buffers a, b, c (large enough). */
+static double time_product(const shape *s, const float *a, const float *b, float *c) {
+  const int64_t lda = s->ta ? s->M : s->K, ldb = s->tb ? s->K : s->N;
+  double t0 = remat__now();
+  remat__gemm(s->ta, s->tb, s->M, s->N, s->K, 1.0f, a, lda, b, ldb, 0.0f, c, s->N);
+  return remat__now() - t0;
+}
+
+static int cmp_double(const void *x, const void *y) {
+  double a = *(const double *)x, b = *(const double *)y;
+  return (a > b) - (a < b);
+}
+
+/* The largest operand of any shape in the list, in floats. */
+static size_t largest_operand(const shape *s, int n) {
+  size_t most = 0;
+  for (int k = 0; k < n; k++) {
+    size_t a = (size_t)(s[k].M * s[k].K), b = (size_t)(s[k].K * s[k].N),
+           c = (size_t)(s[k].M * s[k].N);
+    if (a > most) most = a;
+    if (b > most) most = b;
+    if (c > most) most = c;
+  }
+  return most;
+}
+
+int remat_measure_peak(remat_peak *p, const remat_config *cfg, int64_t B, int64_t T,
+                       double seconds, remat_error *err) {
+  shape full[MAX_SHAPES], cut[MAX_SHAPES];
+  const int n = step_shapes(cfg, B * T, full);
+  double step_flops = 0.0; /* a step's products */
+  for (int k = 0; k < n; k++) step_flops += full[k].weight * flops_of(&full[k]);
+  /* a probe sizes the cut so that a trial takes about a fifth of the
+   * budget: the qkv forward, cut to at most 0.25 GFLOP */
+  const double most_cap = 2e9;
+  shape probe = full[0];
+  cap_shape(&probe, 2.5e8);
+  memcpy(cut, full, sizeof full);
+  for (int k = 0; k < n; k++) cap_shape(&cut[k], most_cap); /* the buffers' size */
+  size_t most = largest_operand(cut, n), most_probe = largest_operand(&probe, 1);
+  if (most_probe > most) most = most_probe;
+  float *buf = remat__malloc(3 * most * sizeof(float));
+  if (!buf) return remat__errorf(err, REMAT_ENOMEM, "out of memory measuring the sgemm rate");
+  for (size_t i = 0; i < 3 * most; i++) buf[i] = (float)((i * 7) % 13) * 0.01f;
+  float *a = buf, *b = buf + most, *c = buf + 2 * most;
+  const double t0 = remat__now();
+  time_product(&probe, a, b, c); /* warms the team and OpenBLAS's buffers */
+  double rate = flops_of(&probe) / time_product(&probe, a, b, c);
+  double cap = rate * seconds / 5.0 / (double)n;
+  cap = cap < 5e7 ? 5e7 : cap > most_cap ? most_cap : cap;
+  memcpy(cut, full, sizeof full);
+  for (int k = 0; k < n; k++) cap_shape(&cut[k], cap);
+  int added = 0;
+  while (p->trials < REMAT_PEAK_TRIALS &&
+         (added == 0 || p->trials < 3 || remat__now() - t0 < seconds)) {
+    double t_step = 0.0; /* a step's products at this trial's rates */
+    for (int k = 0; k < n; k++) {
+      double t = time_product(&cut[k], a, b, c);
+      t_step += full[k].weight * flops_of(&full[k]) * t / flops_of(&cut[k]);
+    }
+    p->rate[p->trials++] = step_flops / t_step;
+    added++;
+  }
+  remat__free(buf);
+  double sorted[REMAT_PEAK_TRIALS];
+  memcpy(sorted, p->rate, (size_t)p->trials * sizeof(double));
+  qsort(sorted, (size_t)p->trials, sizeof(double), cmp_double);
+  const double best = sorted[p->trials - 1];
+  if (best > p->flops) p->flops = best; /* a step may have raised it further */
+  p->median = sorted[p->trials / 2];
+  p->low = sorted[0];
+  p->spread = (best - p->low) / (2.0 * p->median);
+  p->shapes = n;
+  p->seconds += remat__now() - t0;
+  return 0;
+}
+
+double remat_peak_mfu(remat_peak *p, const remat_config *cfg, int64_t T, double tokens_per_s) {
+  double rate = remat_flops_per_token(cfg, T) * tokens_per_s;
+  if (rate > p->flops) { /* a step beat the measurement: it is the better bound */
+    p->flops = rate;
+    p->raised++;
+  }
+  return p->flops > 0 ? rate / p->flops : 0.0;
+}
