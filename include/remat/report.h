@@ -37,7 +37,7 @@ typedef struct remat_peak {
   double flops;   /* the peak, FLOP/s: the best trial (raised by remat_peak_mfu) */
   double median;  /* median trial */
   double low;     /* slowest trial */
-  double spread;  /* (best - slowest) / (2 median): the trials' half-range, relative */
+  double spread;  /* (3rd quartile - 1st quartile) / (2 median) of the trials */
   int trials;
   int shapes;     /* distinct products timed in each trial */
   double seconds; /* spent measuring */

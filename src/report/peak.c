@@ -10,8 +10,9 @@
  * the trial's products would take for them, i.e. the rate of a step that
  * did nothing but these products. Trials repeat until the time budget is
  * spent; the peak is the best trial (an achieved rate, so it is a bound a
- * step's products can reach), and the spread of the trials says how much
- * the machine let the measurement vary. A product larger than a trial can
+ * step's products can reach), and the median and spread (half the
+ * interquartile range) of the trials say how much the machine let the
+ * measurement vary. A product larger than a trial can
  * afford is cut along its longest dimension (rows of tokens, or the
  * vocabulary); the rate at those sizes no longer depends on that length.
  *
@@ -144,7 +145,9 @@ int remat_measure_peak(remat_peak *p, const remat_config *cfg, int64_t B, int64_
   if (best > p->flops) p->flops = best; /* a step may have raised it further */
   p->median = sorted[p->trials / 2];
   p->low = sorted[0];
-  p->spread = (best - p->low) / (2.0 * p->median);
+  /* half the interquartile range: one trial a burst of other work slowed
+   * does not move it */
+  p->spread = (sorted[3 * p->trials / 4] - sorted[p->trials / 4]) / (2.0 * p->median);
   p->shapes = n;
   p->seconds += remat__now() - t0;
   return 0;
