@@ -813,11 +813,15 @@ static void print_summary(run_state *r) {
   printf("speed   %.0f tokens/s, MFU %.1f%% of %.1f GFLOP/s; recompute %.1f%% of step time\n",
          tps, 100 * mfu, pk->flops / 1e9,
          r->t_train > 0 ? 100 * r->t_recompute / r->t_train : 0.0);
-  if (pk->trials) /* measured: the range the trials leave */
-    printf("mfu     %.1f%% against the %s, %.1f%% against the trials' median %.1f GFLOP/s (%d "
-           "trials, spread +-%.1f%%)\n",
-           100 * mfu, pk->raised ? "fastest step (it beat every trial)" : "best trial",
-           100 * mfu * pk->flops / pk->median, pk->median / 1e9, pk->trials, 100 * pk->spread);
+  if (pk->trials && !pk->raised) /* measured: what the trials leave open */
+    printf("mfu     %.1f%% +-%.1f against the median of %d trials (spread +-%.1f%%); %.1f%% against "
+           "the best trial, %.1f GFLOP/s\n",
+           100 * mfu, 100 * mfu * pk->spread, pk->trials, 100 * pk->spread,
+           100 * mfu * pk->flops / pk->best, pk->best / 1e9);
+  else if (pk->trials)
+    printf("mfu     %.1f%% against the fastest step's own rate, %.1f GFLOP/s, which beat the "
+           "median of the %d trials (%.1f GFLOP/s; best %.1f)\n",
+           100 * mfu, pk->flops / 1e9, pk->trials, pk->median / 1e9, pk->best / 1e9);
   else if (pk->raised)
     printf("mfu     %.1f%% against the fastest step, which beat the given peak\n", 100 * mfu);
   if (r->threads.moves)
@@ -865,9 +869,9 @@ static int peak_rate(const opts *o, run_state *r) {
   const remat_peak *p = &r->peak;
   printf("peak    sgemm %.1f GFLOP/s measured on %d threads (MFU is against this)\n",
          p->flops / 1e9, omp_get_max_threads());
-  printf("peak    the best of %d trials of the model's %d matrix-product shapes; median %.1f, "
-         "spread +-%.1f%%, %.2f s\n",
-         p->trials, p->shapes, p->median / 1e9, 100 * p->spread, p->seconds);
+  printf("peak    the median of %d trials of the model's %d matrix-product shapes, spread "
+         "+-%.1f%%; best %.1f, slowest %.1f, %.2f s\n",
+         p->trials, p->shapes, 100 * p->spread, p->best / 1e9, p->low / 1e9, p->seconds);
   return 0;
 }
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # busy.sh: remat's thread policy against fixed thread settings on a quiet
 # machine and with 1 and 2 competing busy loops (`yes >/dev/null`, pinned
-# with taskset to CPU 0, then CPUs 0 and 1). For each condition and model,
+# with taskset to CPU 0, then CPUs 0 and 1; COMPETITOR=yes leaves them
+# unpinned, for the scheduler to place). For each condition and model,
 # the settings run in turn, REPS times (the order rotating each time); each
 # run's tokens/s is that of its steps after the first (remat train's summary)
 # and its wall time includes start-up (the policy's 0.1 s load sample and
@@ -12,10 +13,11 @@
 # Settings: auto (no flag: the policy decides, and re-places the threads
 # between steps), 1 thread (--threads 1), and one thread per CPU pinned and
 # spinning as libgomp does by default (remat's old default), pinned and
-# spinning 10000 times (the policy's quiet choice), pinned and passive, and
-# unpinned and passive (the policy's shared choice). REMAT_IDLE_CPUS fixes
-# the policy's decision (and keeps it from re-placing threads),
-# OMP_WAIT_POLICY and GOMP_SPINCOUNT the rest.
+# spinning 10000 times (the policy's quiet choice), pinned and passive,
+# unpinned and passive (the policy's shared choice), and unpinned spinning
+# 10000 times. REMAT_IDLE_CPUS fixes the policy's decision (and keeps it
+# from re-placing threads), OMP_WAIT_POLICY and GOMP_SPINCOUNT the rest.
+# SETTINGS="auto 1thread ..." runs a subset.
 #
 # On a machine shared with other jobs, WAIT=1 starts each run only once the
 # CPUs the condition leaves free are idle (up to 5 minutes; the run line
@@ -23,7 +25,7 @@
 #
 # usage: bench/busy.sh [BUILD_DIR]     (default: build)
 #   env: REPS (3), LOADS ("0 1 2"), MODELS (tiny,small,seq-long; see below),
-#        WAIT (0)
+#        WAIT (0), COMPETITOR (taskset), SETTINGS (all)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 build=${1:-$here/../build}
@@ -39,7 +41,7 @@ declare -A model_args=(
   [124m]="--config gpt2-124m --batch 4 --seq 64 --steps 3"
 )
 IFS=, read -r -a models <<<"${MODELS:-tiny,small,seq-long}"
-settings=(auto 1thread pinned-spin pinned-spin10k pinned-passive unpinned-passive)
+read -r -a settings <<<"${SETTINGS:-auto 1thread pinned-spin pinned-spin10k pinned-passive unpinned-passive unpinned-spin10k}"
 
 # env and flags of a setting
 setting_cmd() {
@@ -50,8 +52,12 @@ setting_cmd() {
   pinned-spin10k) echo "REMAT_IDLE_CPUS=$ncpu" ;;
   pinned-passive) echo "REMAT_IDLE_CPUS=$ncpu OMP_WAIT_POLICY=passive" ;;
   unpinned-passive) echo "REMAT_IDLE_CPUS=0" ;;
+  unpinned-spin10k) echo "REMAT_IDLE_CPUS=0 GOMP_SPINCOUNT=10000" ;;
+  *) echo "busy: unknown setting $1" >&2; exit 2 ;;
   esac
 }
+
+for s in "${settings[@]}"; do setting_cmd "$s" >/dev/null || exit 2; done
 
 idle_now() { # CPUs idle over one second, from /proc/stat
   local a b
@@ -85,11 +91,16 @@ trap stop_busy EXIT
 
 echo "machine: $ncpu CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
 echo "remat:   $remat"
+echo "busy loops: yes >/dev/null, $([ "${COMPETITOR:-taskset}" = yes ] && echo "unpinned" || echo "pinned to CPU 0, 1, ... with taskset")"
 out=$(mktemp)
 for load in $loads; do
   echo "condition busy_loops=$load: CPUs idle before the loops start: $(idle_now) of $ncpu"
   for ((i = 0; i < load; i++)); do
-    taskset -c $((i % ncpu)) yes >/dev/null &
+    if [ "${COMPETITOR:-taskset}" = yes ]; then
+      yes >/dev/null &
+    else
+      taskset -c $((i % ncpu)) yes >/dev/null &
+    fi
     busy_pids+=($!)
   done
   sleep 0.5
@@ -129,7 +140,7 @@ print("median tokens/s (median wall s) per setting; 'auto' is the policy, its ra
       "best fixed setting in the last column")
 conds = sorted({(l, m) for l, m, _ in runs})
 settings = ["auto", "1thread", "pinned-spin", "pinned-spin10k", "pinned-passive",
-            "unpinned-passive"]
+            "unpinned-passive", "unpinned-spin10k"]
 print("loops model     " + " ".join(f"{s:>18}" for s in settings) + "   auto/best fixed")
 for l, m in conds:
     med = {s: (statistics.median(x[0] for x in runs[(l, m, s)]),

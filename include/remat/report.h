@@ -31,17 +31,21 @@ double remat_mfu(const remat_config *cfg, int64_t seq_len, double tokens_per_s, 
  * forward and backward and of the head. One trial runs each once and
  * projects a step's products (block shapes L times) from their rates;
  * products too large for the budget are cut along their token or
- * vocabulary length first. */
+ * vocabulary length first. The peak is the median trial (the best one
+ * varies far more between runs on a shared machine), raised to the model
+ * FLOP rate of any step that beats it. */
 #define REMAT_PEAK_TRIALS 64
 typedef struct remat_peak {
-  double flops;   /* the peak, FLOP/s: the best trial (raised by remat_peak_mfu) */
+  double flops;   /* the peak, FLOP/s: the median trial, or the fastest step if faster */
   double median;  /* median trial */
+  double best;    /* fastest trial */
   double low;     /* slowest trial */
-  double spread;  /* (best - slowest) / (2 median): the trials' half-range, relative */
+  double spread;  /* (3rd quartile - 1st quartile) / (2 median) of the trials */
   int trials;
   int shapes;     /* distinct products timed in each trial */
   double seconds; /* spent measuring */
   int raised;     /* steps that beat the peak, each raising it to its own rate */
+  double fastest_step; /* the highest model FLOP rate remat_peak_mfu saw */
   double rate[REMAT_PEAK_TRIALS]; /* each trial's */
 } remat_peak;
 /* Adds trials to *p (zeroed before the first call) for about `seconds`:

@@ -9,14 +9,16 @@
  * FLOPs of a step's products (block shapes counted L times) over the time
  * the trial's products would take for them, i.e. the rate of a step that
  * did nothing but these products. Trials repeat until the time budget is
- * spent; the peak is the best trial (an achieved rate, so it is a bound a
- * step's products can reach), and the spread of the trials says how much
- * the machine let the measurement vary. A product larger than a trial can
- * afford is cut along its longest dimension (rows of tokens, or the
- * vocabulary); the rate at those sizes no longer depends on that length.
+ * spent. MFU is against the median trial: the best trial, the usual
+ * "peak", moved by 10-20% from run to run on a shared machine (a lucky
+ * trial), the median by about 3%. The best, the spread (half the
+ * interquartile range) and the slowest trial are reported beside it. A
+ * product larger than a trial can afford is cut along its longest
+ * dimension (rows of tokens, or the vocabulary); the rate at those sizes no
+ * longer depends on that length.
  *
- * A step that beats the peak raises it (remat_peak_mfu), so a reported MFU
- * is never above 100%. */
+ * A step whose model FLOP rate beats the median trial raises the peak to
+ * its own rate (remat_peak_mfu), so a reported MFU is never above 100%. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -140,11 +142,13 @@ int remat_measure_peak(remat_peak *p, const remat_config *cfg, int64_t B, int64_
   double sorted[REMAT_PEAK_TRIALS];
   memcpy(sorted, p->rate, (size_t)p->trials * sizeof(double));
   qsort(sorted, (size_t)p->trials, sizeof(double), cmp_double);
-  const double best = sorted[p->trials - 1];
-  if (best > p->flops) p->flops = best; /* a step may have raised it further */
+  p->best = sorted[p->trials - 1];
   p->median = sorted[p->trials / 2];
+  p->flops = p->median > p->fastest_step ? p->median : p->fastest_step;
   p->low = sorted[0];
-  p->spread = (best - p->low) / (2.0 * p->median);
+  /* half the interquartile range: one trial a burst of other work slowed
+   * does not move it */
+  p->spread = (sorted[3 * p->trials / 4] - sorted[p->trials / 4]) / (2.0 * p->median);
   p->shapes = n;
   p->seconds += remat__now() - t0;
   return 0;
@@ -152,6 +156,7 @@ int remat_measure_peak(remat_peak *p, const remat_config *cfg, int64_t B, int64_
 
 double remat_peak_mfu(remat_peak *p, const remat_config *cfg, int64_t T, double tokens_per_s) {
   double rate = remat_flops_per_token(cfg, T) * tokens_per_s;
+  if (rate > p->fastest_step) p->fastest_step = rate;
   if (rate > p->flops) { /* a step beat the measurement: it is the better bound */
     p->flops = rate;
     p->raised++;
