@@ -103,8 +103,18 @@ int main(void) {
     CHECK(remat_memplan_build(&mp, &cfg, 4, 64, pol, &err) == 0);
     check_layout(&mp);
     CHECK(mp.num_recomputed == n && mp.num_kept == 12 - n);
-    /* all persistent state is in the arena */
-    CHECK(mp.persistent_bytes == 4 * remat_param_count(&cfg) * 4 + mp.mm.tied_grad_bytes);
+    /* all persistent state is in the arena; one micro-batch per step needs
+     * no tied gradient apart */
+    CHECK(mp.persistent_bytes == 4 * remat_param_count(&cfg) * 4 &&
+          mp.buf[REMAT_BUF_TIED_GRAD].bytes == 0);
+    /* accumulating, the head's tied gradient is summed apart */
+    remat_stage acc = remat_stage_whole(&cfg, pol);
+    acc.accumulate = 1;
+    remat_memplan mpa;
+    CHECK(remat_memplan_build_stage(&mpa, &cfg, 4, 64, &acc, &err) == 0);
+    CHECK(mpa.persistent_bytes == mp.persistent_bytes + mp.mm.tied_grad_bytes &&
+          mpa.buf[REMAT_BUF_TIED_GRAD].bytes == mp.mm.tied_grad_bytes);
+    remat_memplan_free(&mpa);
     if (n > 1) CHECK(mp.peak_bytes == prev - mp.mm.block_internal_bytes);
     prev = mp.peak_bytes;
     remat_memplan_free(&mp);

@@ -95,7 +95,10 @@ typedef struct remat_memory_model {
    * stage holds instead head_joint_state: its own parameters and a separate
    * gradient of the tied matrix (tied_grad_bytes), so that the head's and the
    * embedding's contributions are summed apart and then added, in the same
-   * order a pipeline follows. */
+   * order a pipeline follows. A stage that does not accumulate and is no
+   * replica (one micro-batch per step) needs no such buffer: the embedding
+   * sums its share per token in the workspace and adds it onto the head's,
+   * with the same bits; its head holds head_joint_state - tied_grad_bytes. */
   size_t boundary_bytes;
   size_t head_joint_state;
   size_t tied_grad_bytes;

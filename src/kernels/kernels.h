@@ -104,6 +104,18 @@ void remat__encoder_forward(float *out, const int32_t *tokens, const float *wte,
 /* dwte, dwpe accumulate. */
 void remat__encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tokens,
                              int64_t B, int64_t T, int64_t C);
+/* The embedding's gradient onto dwte (V rows) that holds the head's share of
+ * the tied matrix, h: row v becomes h[v] + e[v], where e[v] is the
+ * embedding's own sum for token v, from zero in (b, t) order, and rows of
+ * tokens not in the batch become h[v] + 0. These are the bits of summing the
+ * two apart and adding them (a pipeline, or a model that accumulates), since
+ * a float addition is commutative, without a second V x C buffer. dwpe
+ * accumulates as in remat__encoder_backward. work holds B*T*C floats and
+ * V + B*T int32 (remat__encoder_backward_tied_bytes). */
+size_t remat__encoder_backward_tied_bytes(int64_t B, int64_t T, int64_t C, int64_t V);
+void remat__encoder_backward_tied(float *dwte, float *dwpe, const float *dout,
+                                  const int32_t *tokens, int64_t B, int64_t T, int64_t C,
+                                  int64_t V, void *work);
 
 /* out (N,C), mean (N), rstd (N) from inp (N,C), weight (C), bias (C). */
 void remat__layernorm_forward(float *out, float *mean, float *rstd, const float *inp,

@@ -11,6 +11,7 @@
  * rows in order, so they do not even depend on the thread count. */
 #include <math.h>
 #include <omp.h>
+#include <string.h>
 
 #include "base/base.h"
 #include "kernels/kernels.h"
@@ -51,6 +52,49 @@ void remat__encoder_backward(float *dwte, float *dwpe, const float *dout, const 
         we[c] += d[c];
         pe[c] += d[c];
       }
+    }
+  }
+}
+
+size_t remat__encoder_backward_tied_bytes(int64_t B, int64_t T, int64_t C, int64_t V) {
+  return (size_t)(B * T * C) * sizeof(float) + (size_t)(V + B * T) * sizeof(int32_t);
+}
+
+void remat__encoder_backward_tied(float *dwte, float *dwpe, const float *dout,
+                                  const int32_t *tokens, int64_t B, int64_t T, int64_t C,
+                                  int64_t V, void *work) {
+  const int64_t N = B * T, nblk = (C + COLBLK - 1) / COLBLK;
+  float *sum = work;                         /* one row per distinct token */
+  int32_t *row = (int32_t *)(sum + N * C);   /* token -> its row, or -1 */
+  int32_t *at = row + V;                     /* position -> its token's row */
+  for (int64_t v = 0; v < V; v++) row[v] = -1;
+  int32_t rows = 0;
+  for (int64_t bt = 0; bt < N; bt++) {
+    int32_t tok = tokens[bt];
+    if (row[tok] < 0) row[tok] = rows++;
+    at[bt] = row[tok];
+  }
+  memset(sum, 0, (size_t)rows * (size_t)C * sizeof(float));
+#pragma omp parallel for schedule(static)
+  for (int64_t blk = 0; blk < nblk; blk++) {
+    int64_t c0 = blk * COLBLK, c1 = c0 + COLBLK < C ? c0 + COLBLK : C;
+    for (int64_t bt = 0; bt < N; bt++) {
+      const float *d = dout + bt * C;
+      float *s = sum + (int64_t)at[bt] * C, *pe = dwpe + (bt % T) * C;
+      for (int64_t c = c0; c < c1; c++) {
+        s[c] += d[c];
+        pe[c] += d[c];
+      }
+    }
+  }
+#pragma omp parallel for schedule(static)
+  for (int64_t v = 0; v < V; v++) {
+    float *g = dwte + v * C;
+    if (row[v] >= 0) {
+      const float *s = sum + (int64_t)row[v] * C;
+      for (int64_t c = 0; c < C; c++) g[c] = g[c] + s[c];
+    } else {
+      for (int64_t c = 0; c < C; c++) g[c] = g[c] + 0.0f; /* a -0 becomes +0, as 0 + h does */
     }
   }
 }

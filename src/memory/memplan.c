@@ -167,7 +167,9 @@ int remat_stage_bytes_get(const remat_config *cfg, const remat_memory_model *mm,
   if (rc) return rc;
   remat_layer_bytes e = mm->layer[REMAT_LAYER_EMBEDDING], b = mm->layer[REMAT_LAYER_BLOCK],
                     h = mm->layer[REMAT_LAYER_HEAD];
-  size_t head_joint = mm->head_joint_state;
+  /* one micro-batch in one process: the head's tied gradient goes straight
+   * into the embedding's (remat__encoder_backward_tied), nothing apart */
+  size_t head_joint = mm->head_joint_state - (st->accumulate ? 0 : mm->tied_grad_bytes);
   if (st->replicas > 1) { /* a replica's state and gradient buffers */
     remat_replica_bytes rb;
     if ((rc = remat_replica_stage_bytes_get(cfg, st, &rb, err))) return rc;
@@ -264,14 +266,15 @@ int remat_memplan_build_stage(remat_memplan *mp, const remat_config *cfg, int64_
   }
   mp->slot_bytes = off;
 
-  /* Regions end to end. A stage with both the embedding and the head keeps
-   * the head's gradient of the tied matrix apart (TIED_GRAD) and holds one
+  /* Regions end to end. A stage with both the embedding and the head that
+   * accumulates (or is a replica) keeps the head's gradient of the tied
+   * matrix apart (TIED_GRAD) and holds one
    * copy of the matrix; a stage without the head sends its output from SEND.
    * A replica's regions are whole or sharded by its ZeRO stage, and its
    * communication buffers come last (REDUCE, whose top buffer every
    * micro-batch's head zeroes whole, at the top). */
   int joint = st->has_embedding && st->has_head;
-  size_t tied = joint ? mm->tied_grad_bytes : 0;
+  size_t tied = joint && st->accumulate ? mm->tied_grad_bytes : 0;
   size_t send = st->has_head ? 0 : mm->boundary_bytes;
   size_t state = (mp->bytes.state - tied) / 4;
   size_t params = state, grads = state, moment = state;

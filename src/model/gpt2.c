@@ -758,9 +758,19 @@ double remat_model_stage_backward(remat_model *m, int64_t slot_index, uint32_t m
   if (m->stage.has_embedding) {
     float *gb = grad_buffer(m, REMAT_LAYER_EMBEDDING, 0, 0);
     size_t wte = (size_t)c->padded_vocab_size * (size_t)C;
-    remat__encoder_backward(gb ? gb : m->g[REMAT_P_WTE], gb ? gb + wte : m->g[REMAT_P_WPE],
-                            m->dresid, (const int32_t *)(slot + m->mp.inputs_offset), m->B,
-                            m->T, C);
+    const int32_t *ids = (const int32_t *)(slot + m->mp.inputs_offset);
+    if (!gb && m->stage.has_head && !m->tied_grad) {
+      /* one micro-batch, one process: the head's share is in g[WTE]
+       * already; the embedding's is summed apart in the workspace */
+      REMAT_ASSERT(m->D <= 1 && remat__encoder_backward_tied_bytes(m->B, m->T, C,
+                                                                  c->padded_vocab_size) <=
+                                    m->mp.buf[REMAT_BUF_WORK].bytes);
+      remat__encoder_backward_tied(m->g[REMAT_P_WTE], m->g[REMAT_P_WPE], m->dresid, ids, m->B,
+                                   m->T, C, c->padded_vocab_size, m->work);
+    } else {
+      remat__encoder_backward(gb ? gb : m->g[REMAT_P_WTE], gb ? gb + wte : m->g[REMAT_P_WPE],
+                              m->dresid, ids, m->B, m->T, C);
+    }
     grad_done(m, 0, gb);
   }
   m->grads_fresh = 0;

@@ -731,7 +731,8 @@ int remat_plan_problem_from_replicas(remat_plan_problem *pb, const remat_config 
     g->work_bytes = lb->work + (apart ? lb->grad : 0);
     g->state_bytes = lb->state;
     /* one stage holds the embedding and the head together */
-    if (k == REMAT_LAYER_HEAD && stages == 1) g->state_bytes = mm.head_joint_state;
+    if (k == REMAT_LAYER_HEAD && stages == 1)
+      g->state_bytes = mm.head_joint_state - (apart ? 0 : mm.tied_grad_bytes);
     g->recomputable = k == REMAT_LAYER_BLOCK;
     g->middle = k == REMAT_LAYER_BLOCK;
     if (g->middle) {

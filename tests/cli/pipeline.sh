@@ -52,6 +52,16 @@ for c in "${cases[@]}"; do
   else bad "bit-identical: $tag"; tail -5 two.out; fi
 done
 
+# One micro-batch per step: one process adds the embedding's tied gradient
+# onto the head's (no buffer apart), a pipeline sums them on two stages and
+# then adds; the bits are the same.
+single=(--config 6,64,4,256,64 --batch 4 --seq 32 --steps 3 --dropout 0.1 --warmup 1 --cosine
+        --threads 1 --peak-gflops 10 --quiet)
+"$remat" train "${single[@]}" --log one.jsonl --save one.bin >one.out 2>&1
+mpi 2 "$remat" train "${single[@]}" --stages 2 --log two.jsonl --save two.bin >two.out 2>&1
+if same_run "one micro-batch" one.jsonl one.bin two.jsonl two.bin; then ok "bit-identical: P=2, one micro-batch, no tied buffer apart"
+else bad "bit-identical: P=2, one micro-batch"; tail -5 two.out; fi
+
 # The planner places the stages under a budget; each rank's arena is the
 # plan's figure, planned and measured.
 "$remat" plan --config 6,64,4,256,64 --batch 4 --seq 32 --stages 3 --microbatches 5 \
@@ -101,11 +111,15 @@ mpi 2 "$remat" train --config tiny --stages 2 --grad-accum 2 --steps 1000000 --t
   --quiet --peak-gflops 1 >kill.out 2>&1 &
 job=$!
 sleep 3
-victim=$(pgrep -f "remat train --config tiny --stages 2 --grad-accum 2 --steps 1000000" | grep -v "^$job\$" | tail -1)
+# a rank of this job: a descendant of $job running remat (not mpirun, and
+# no other job's process that happens to match the command line)
+below() { local p; for p in $(pgrep -P "$1"); do echo "$p"; below "$p"; done; }
+victim=$(for p in $(below "$job"); do
+  [[ $(ps -o comm= -p "$p") == remat ]] && echo "$p"; done | tail -1)
 [[ -n $victim ]] && kill -9 "$victim"
 for _ in $(seq 60); do kill -0 "$job" 2>/dev/null || break; sleep 0.5; done
 if kill -0 "$job" 2>/dev/null; then
-  kill -9 "$job"
+  kill -9 $(below "$job") "$job" 2>/dev/null
   bad "a killed rank ends the job (still running after 30 s)"
 else
   wait "$job"
