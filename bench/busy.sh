@@ -118,7 +118,7 @@ for load in $loads; do
           --peak-gflops 1 2>&1)
         t1=$(date +%s.%N)
         tps=$(printf '%s\n' "$res" | sed -n 's/^speed *\([0-9.]*\) tokens.*/\1/p')
-        pol=$(printf '%s\n' "$res" | sed -n 's/^threads *//p')
+        pol=$(printf '%s\n' "$res" | sed -n 's/^threads *//p' | head -1) # the choice at start
         line=$(printf 'run busy_loops=%s model=%s setting=%s rep=%d tokens_per_s=%s wall_s=%.2f idle_before=%s threads="%s"' \
           "$load" "$model" "$s" "$rep" "${tps:-0}" "$(echo "$t1 - $t0" | bc)" "$idle" "$pol")
         echo "$line"
@@ -133,6 +133,8 @@ import re, statistics, sys
 runs = {}
 for line in open(sys.argv[1]):
     kv = dict(re.findall(r'(\w+)=("[^"]*"|\S+)', line))
+    if "busy_loops" not in kv:
+        continue
     key = (int(kv["busy_loops"]), kv["model"], kv["setting"])
     runs.setdefault(key, []).append((float(kv["tokens_per_s"]), float(kv["wall_s"])))
 print()
