@@ -63,7 +63,7 @@ size_t remat__encoder_backward_tied_bytes(int64_t B, int64_t T, int64_t C, int64
 void remat__encoder_backward_tied(float *dwte, float *dwpe, const float *dout,
                                   const int32_t *tokens, int64_t B, int64_t T, int64_t C,
                                   int64_t V, void *work) {
-  const int64_t N = B * T, nblk = (C + COLBLK - 1) / COLBLK;
+  const int64_t N = B * T;
   float *sum = work;                         /* one row per distinct token */
   int32_t *row = (int32_t *)(sum + N * C);   /* token -> its row, or -1 */
   int32_t *at = row + V;                     /* position -> its token's row */
@@ -75,18 +75,7 @@ void remat__encoder_backward_tied(float *dwte, float *dwpe, const float *dout,
     at[bt] = row[tok];
   }
   memset(sum, 0, (size_t)rows * (size_t)C * sizeof(float));
-#pragma omp parallel for schedule(static)
-  for (int64_t blk = 0; blk < nblk; blk++) {
-    int64_t c0 = blk * COLBLK, c1 = c0 + COLBLK < C ? c0 + COLBLK : C;
-    for (int64_t bt = 0; bt < N; bt++) {
-      const float *d = dout + bt * C;
-      float *s = sum + (int64_t)at[bt] * C, *pe = dwpe + (bt % T) * C;
-      for (int64_t c = c0; c < c1; c++) {
-        s[c] += d[c];
-        pe[c] += d[c];
-      }
-    }
-  }
+  remat__encoder_backward(sum, dwpe, dout, at, B, T, C); /* the rows of sum are the ids */
 #pragma omp parallel for schedule(static)
   for (int64_t v = 0; v < V; v++) {
     float *g = dwte + v * C;
