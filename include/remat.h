@@ -40,6 +40,6 @@
 #include "remat/report.h" /* sgemm rate, MFU, memory measurements, threads */
 #include "remat/train.h"  /* the trainer: data, schedule, the step */
 #include "remat/plan.h"   /* the exact pipeline planner */
-#include "remat/dist.h"   /* pipeline stages over MPI */
+#include "remat/parallel.h" /* pipeline stages and replicas over MPI */
 
 #endif /* REMAT_H */

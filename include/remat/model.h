@@ -137,7 +137,7 @@ void remat_model_update(remat_model *m, const remat_hparams *hp, float lr, float
  * the model's own flat parameters. ops.progress, when set, is called
  * between the kernels of every layer's forward and backward (cheap: it lets
  * the runtime drive communication in flight). The data-parallel runtime
- * (remat/dist.h) sets these. */
+ * (remat/parallel.h) sets these. */
 typedef struct remat_layer_ops {
   const float *(*params)(void *ctx, int64_t unit, int phase);
   float *(*grad_buf)(void *ctx, int64_t unit);

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "base/base.h"
-#include "dist/dist_internal.h"
+#include "parallel/parallel_internal.h"
 
 int remat_dist_launched(void) {
   static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK",

@@ -33,7 +33,7 @@
 #include <string.h>
 
 #include "base/base.h"
-#include "dist/dist_internal.h"
+#include "parallel/parallel_internal.h"
 
 enum { EV_FORWARD = REMAT__EV_FORWARD, EV_BACKWARD = REMAT__EV_BACKWARD,
        EV_RECOMPUTE = REMAT__EV_RECOMPUTE, EV_RECV_ACT = REMAT__EV_RECV_ACT,

@@ -8,7 +8,7 @@
 #include <stdio.h>
 
 #include "base/base.h"
-#include "dist/dist_internal.h"
+#include "parallel/parallel_internal.h"
 
 static const char *const ev_names[REMAT__EV_COUNT] = {
     [REMAT__EV_FORWARD] = "forward",

@@ -1,4 +1,4 @@
-/* remat/dist.h: training across MPI ranks. The ranks of one job (started
+/* remat/parallel.h: training across MPI ranks. The ranks of one job (started
  * with mpirun, on one machine or many) are pipeline stages, data-parallel
  * replicas, or both: a grid of P stages x D replicas. A pipeline stage runs
  * a trainer over its slice of the model, and the pipeline runtime makes the
@@ -21,8 +21,8 @@
  * remat_stage with replicas = D), then remat_grid_create(&g, d, tr, &split,
  * &err) instead of the pipeline.
  */
-#ifndef REMAT_DIST_H
-#define REMAT_DIST_H
+#ifndef REMAT_PARALLEL_H
+#define REMAT_PARALLEL_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -249,4 +249,4 @@ int remat_grid_gather_params(remat_grid *g, float *full, remat_error *err);
 #ifdef __cplusplus
 }
 #endif
-#endif /* REMAT_DIST_H */
+#endif /* REMAT_PARALLEL_H */

@@ -28,7 +28,7 @@
 #include <string.h>
 
 #include "base/base.h"
-#include "dist/dist_internal.h"
+#include "parallel/parallel_internal.h"
 
 struct remat_grid {
   remat_dist *d;

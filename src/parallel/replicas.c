@@ -1,5 +1,5 @@
 /* replicas.c: a trainer's step as one of D data-parallel replicas over MPI,
- * under ZeRO stage 0 to 3 (include/remat/dist.h says what each does).
+ * under ZeRO stage 0 to 3 (include/remat/parallel.h says what each does).
  *
  * The model asks for a gradient buffer as each layer's backward begins
  * (remat_layer_ops.grad_buf) and hands it over when it ends (.grads): D
@@ -39,7 +39,7 @@
 #include <string.h>
 
 #include "base/base.h"
-#include "dist/dist_internal.h"
+#include "parallel/parallel_internal.h"
 
 enum { GBUF_BLOCK0, GBUF_BLOCK1, GBUF_BIG, GBUF_COUNT }; /* REDUCE's gradient buffers */
 enum { SLOT_A, SLOT_B, SLOT_HEAD, SLOT_COUNT };           /* GATHER's slots */

@@ -1,4 +1,4 @@
-/* dist_internal.h: what the files of src/dist share. */
+/* parallel_internal.h: what the files of src/parallel share. */
 #ifndef REMAT_DIST_INTERNAL_H
 #define REMAT_DIST_INTERNAL_H
 
