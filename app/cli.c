@@ -74,3 +74,59 @@ int cli_stdout_ok(void) {
   cli_fail(-1, "cannot write the output: %s", strerror(errno ? errno : EIO));
   return -1;
 }
+
+static int set_flag(const cli_flag *f, const char *name, const char *v) {
+  int64_t iv;
+  double dv;
+  switch (f->kind) {
+  case CLI_STR:
+    *(const char **)f->dst = v;
+    return 0;
+  case CLI_I64:
+    return cli_parse_i64(name, v, (int64_t)f->lo, (int64_t)f->hi, (int64_t *)f->dst);
+  case CLI_INT:
+    if (cli_parse_i64(name, v, (int64_t)f->lo, (int64_t)f->hi, &iv)) return -1;
+    *(int *)f->dst = (int)iv;
+    return 0;
+  case CLI_U64:
+    if (cli_parse_i64(name, v, (int64_t)f->lo, INT64_MAX, &iv)) return -1;
+    *(uint64_t *)f->dst = (uint64_t)iv;
+    return 0;
+  case CLI_F64:
+    return cli_parse_f64(name, v, f->lo, f->hi, f->hi_open, (double *)f->dst);
+  case CLI_F32:
+    if (cli_parse_f64(name, v, f->lo, f->hi, f->hi_open, &dv)) return -1;
+    *(float *)f->dst = (float)dv;
+    return 0;
+  case CLI_SWITCH:
+    break;
+  }
+  return -1;
+}
+
+int cli_parse_flags(int argc, char **argv, const cli_flag *flags, const char *usage) {
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+      fputs(usage, stdout);
+      exit(cli_stdout_ok() ? CLI_EXIT_RUN : 0);
+    }
+    if (strncmp(a, "--", 2) != 0)
+      return cli_fail(-1, "unexpected argument '%s'; see %s --help", a, cli_name);
+    size_t n = strcspn(a, "=");
+    const cli_flag *f = flags;
+    while (f->name && !(strlen(f->name) == n && strncmp(f->name, a, n) == 0)) f++;
+    if (!f->name)
+      return cli_fail(-1, "unknown option '%.*s'; see %s --help", (int)n, a, cli_name);
+    if (f->kind == CLI_SWITCH) {
+      if (a[n] == '=')
+        return cli_fail(-1, "%s is a switch and takes no value", f->name);
+      *(int *)f->dst = 1;
+      continue;
+    }
+    char name[64];
+    const char *v = cli_flag_value(argc, argv, &i, name, sizeof name);
+    if (!v || set_flag(f, name, v)) return -1;
+  }
+  return 0;
+}

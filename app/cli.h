@@ -31,6 +31,21 @@ int cli_parse_f64(const char *flag, const char *s, double lo, double hi, int hi_
  * not read as saving to a file named "--quiet". */
 const char *cli_flag_value(int argc, char **argv, int *i, char *name, size_t cap);
 
+/* A table of flags: each flag's name, what its value is and where it goes.
+ * Integers and numbers are range-checked (cli_parse_i64 / cli_parse_f64);
+ * a switch takes no value and sets an int to 1. */
+typedef enum { CLI_STR, CLI_I64, CLI_INT, CLI_U64, CLI_F64, CLI_F32, CLI_SWITCH } cli_kind;
+typedef struct cli_flag {
+  const char *name;
+  cli_kind kind;
+  void *dst;
+  double lo, hi;
+  int hi_open;
+} cli_flag;
+/* Parses argv[1..] against flags (ended by a NULL name). --help or -h
+ * prints usage and exits. Returns 0, or -1 after printing what was wrong. */
+int cli_parse_flags(int argc, char **argv, const cli_flag *flags, const char *usage);
+
 /* Writes to stdout went through (stdout flushed, no error); else prints why
  * and returns -1. */
 int cli_stdout_ok(void);

@@ -1,8 +1,7 @@
-/* cmd_train.c: `remat train`: parse flags, load data and weights, choose the
- * per-block checkpointing policy (ratio, list, or memory budget: keep,
- * recompute or middle for each block), print the plan, then run the
- * library's trainer and report loss, tokens/s, MFU and planned vs measured
- * peak. The training step itself is remat_trainer_step. */
+/* cmd_train.c: `remat train`: its flags and help, and what it prints. The
+ * job itself (ranks, placement, the runtime, weights, checkpoints, resume)
+ * is the library's remat_job; this file turns flags into its description,
+ * runs its steps, and shows the plan, the progress and the summary. */
 #include <errno.h>
 #include <math.h>
 #include <omp.h>
@@ -10,7 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -60,10 +58,15 @@ static const char *usage_text =
     "  --val-frac F              with --eval-every: the last F of the tokens are held\n"
     "                            out from training (0.1)\n"
     "  --eval-batches N          batches per evaluation (8)\n"
-    "several processes (start them with mpirun -np N; N ranks, at most 64):\n"
-    "  --stages P                a pipeline of P stages, one per rank (N = P);\n"
-    "                            --schedule 1f1b|gpipe, --layers N0,N1,... or --plan\n"
-    "                            FILE or --mem place the blocks\n"
+    "several processes (start them with mpirun -np N; N ranks, at most 64; as root,\n"
+    "Open MPI also needs OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1):\n"
+    "  --stages P                a pipeline of P stages, one per rank (N = P); the\n"
+    "                            planner places the blocks (under --mem, if given)\n"
+    "  --schedule 1f1b|gpipe     the pipeline's schedule (1f1b)\n"
+    "  --layers N0,N1,...        with --stages: blocks per stage by hand (with\n"
+    "                            --ckpt-layers or --ckpt-ratio for their policies)\n"
+    "  --plan FILE               with --stages: the placement of a `remat plan -o FILE`\n"
+    "                            made for the same --config, --batch, --seq\n"
     "  --data-parallel D         D replicas of the model, one per rank (N = D); with\n"
     "                            --grad-accum K each runs K micro-batches a step\n"
     "                            (a step of K x D); the same results as one process\n"
@@ -76,6 +79,11 @@ static const char *usage_text =
     "                            results as one process with --grad-accum M x D\n"
     "  --trace FILE.json         with --stages or --data-parallel: every rank's\n"
     "                            timeline, for Perfetto or chrome://tracing\n"
+    "checkpoints:\n"
+    "  --checkpoint-dir DIR      write DIR/step_N (weights, training state, DONE last)\n"
+    "  --checkpoint-every N      every N steps and at the end (with --checkpoint-dir)\n"
+    "  --resume DIR              continue from the newest complete checkpoint under DIR\n"
+    "                            (or DIR itself, a step_N), with the same settings\n"
     "reporting:\n"
     "  --log FILE.jsonl          one JSON object per optimizer step\n"
     "  --peak-gflops X           peak FLOP rate for MFU (default: measure sgemm now)\n"
@@ -86,15 +94,12 @@ static const char *usage_text =
 
 typedef struct {
   const char *config, *model, *data, *text, *save, *log, *ckpt_layers, *mem;
-  const char *layers, *plan, *trace, *ckpt_dir, *resume;
+  const char *layers, *plan, *trace, *ckpt_dir, *resume, *schedule_name;
   int64_t ckpt_every;
-  char resume_model[4096]; /* --resume's model.bin */
-  char resume_dir[4096];
-  const char *ckpt_step_dir; /* the step directory resumed from */
-  int64_t resume_step;
   int64_t B, T, K, steps, warmup, eval_every, eval_batches, stages, replicas;
   int schedule, zero;
-  double lr, wd, clip, dropout, ratio, peak_gflops, val_frac;
+  double lr, ratio, peak_gflops, val_frac;
+  float wd, clip, dropout;
   uint64_t seed;
   int threads, cosine, quiet, plan_only;
 } opts;
@@ -106,100 +111,51 @@ static void on_signal(int sig) {
   interrupted = 1;
 }
 
-/* Flags that take a value; the others are switches. */
-static const char *const valued[] = {
-    "--config", "--model", "--data", "--text", "--save", "--log", "--ckpt-layers", "--mem",
-    "--batch", "--seq", "--grad-accum", "--steps", "--warmup", "--eval-every",
-    "--eval-batches", "--val-frac", "--lr", "--weight-decay", "--grad-clip", "--dropout",
-    "--ckpt-ratio", "--peak-gflops", "--seed", "--threads", "--stages", "--schedule",
-    "--layers", "--plan", "--trace", "--checkpoint-dir", "--checkpoint-every", "--resume",
-    "--data-parallel", "--zero", NULL};
-
-static int is_valued(const char *a) {
-  size_t n = strcspn(a, "=");
-  for (int i = 0; valued[i]; i++)
-    if (strlen(valued[i]) == n && strncmp(valued[i], a, n) == 0) return 1;
-  return 0;
-}
-
-static int parse_value(opts *o, const char *name, const char *v) {
-  int64_t iv;
-  int rc = 0;
-  if (!strcmp(name, "--config")) o->config = v;
-  else if (!strcmp(name, "--model")) o->model = v;
-  else if (!strcmp(name, "--data")) o->data = v;
-  else if (!strcmp(name, "--text")) o->text = v;
-  else if (!strcmp(name, "--save")) o->save = v;
-  else if (!strcmp(name, "--log")) o->log = v;
-  else if (!strcmp(name, "--ckpt-layers")) o->ckpt_layers = v;
-  else if (!strcmp(name, "--mem")) o->mem = v;
-  else if (!strcmp(name, "--layers")) o->layers = v;
-  else if (!strcmp(name, "--checkpoint-dir")) o->ckpt_dir = v;
-  else if (!strcmp(name, "--resume")) o->resume = v;
-  else if (!strcmp(name, "--checkpoint-every"))
-    rc = cli_parse_i64(name, v, 1, 1 << 30, &o->ckpt_every);
-  else if (!strcmp(name, "--plan")) o->plan = v;
-  else if (!strcmp(name, "--trace")) o->trace = v;
-  else if (!strcmp(name, "--stages")) rc = cli_parse_i64(name, v, 1, REMAT_MAX_STAGES, &o->stages);
-  else if (!strcmp(name, "--data-parallel"))
-    rc = cli_parse_i64(name, v, 1, REMAT_MAX_STAGES, &o->replicas);
-  else if (!strcmp(name, "--zero")) {
-    rc = cli_parse_i64(name, v, 0, 3, &iv);
-    o->zero = (int)iv;
-  }
-  else if (!strcmp(name, "--schedule")) {
-    if (remat_plan_schedule_parse(v, &o->schedule))
-      rc = cli_fail(-1, "--schedule %s is not a schedule; use 1f1b or gpipe", v);
-  }
-  else if (!strcmp(name, "--batch")) rc = cli_parse_i64(name, v, 1, 1 << 16, &o->B);
-  else if (!strcmp(name, "--seq")) rc = cli_parse_i64(name, v, 1, 1 << 20, &o->T);
-  else if (!strcmp(name, "--grad-accum")) rc = cli_parse_i64(name, v, 1, 1 << 16, &o->K);
-  else if (!strcmp(name, "--steps")) rc = cli_parse_i64(name, v, 0, 1 << 30, &o->steps);
-  else if (!strcmp(name, "--warmup")) rc = cli_parse_i64(name, v, 0, 1 << 30, &o->warmup);
-  else if (!strcmp(name, "--eval-every")) rc = cli_parse_i64(name, v, 0, 1 << 30, &o->eval_every);
-  else if (!strcmp(name, "--eval-batches"))
-    rc = cli_parse_i64(name, v, 1, 1 << 20, &o->eval_batches);
-  else if (!strcmp(name, "--val-frac")) rc = cli_parse_f64(name, v, 0.001, 0.9, 0, &o->val_frac);
-  else if (!strcmp(name, "--lr")) rc = cli_parse_f64(name, v, 0, 10, 0, &o->lr);
-  else if (!strcmp(name, "--weight-decay")) rc = cli_parse_f64(name, v, 0, 10, 0, &o->wd);
-  else if (!strcmp(name, "--grad-clip")) rc = cli_parse_f64(name, v, 0, 1e30, 0, &o->clip);
-  else if (!strcmp(name, "--dropout")) rc = cli_parse_f64(name, v, 0, 1, 1, &o->dropout);
-  else if (!strcmp(name, "--ckpt-ratio")) rc = cli_parse_f64(name, v, 0, 1, 0, &o->ratio);
-  else if (!strcmp(name, "--peak-gflops"))
-    rc = cli_parse_f64(name, v, 1e-6, 1e12, 0, &o->peak_gflops);
-  else if (!strcmp(name, "--seed")) {
-    rc = cli_parse_i64(name, v, 0, INT64_MAX, &iv);
-    o->seed = (uint64_t)iv;
-  } else if (!strcmp(name, "--threads")) {
-    rc = cli_parse_i64(name, v, 1, 1024, &iv);
-    o->threads = (int)iv;
-  }
-  return rc;
-}
-
 static int parse_args(int argc, char **argv, opts *o) {
-  *o = (opts){.stages = 1, .replicas = 1, .schedule = REMAT_SCHED_1F1B, .B = 8, .T = 0, .K = 1, .steps = 300, .lr = 1e-3, .wd = 0.1, .clip = 1.0,
-              .ratio = -1, .seed = 1337, .threads = 0, .val_frac = 0.1, .eval_batches = 8};
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-      fputs(usage_text, stdout);
-      exit(cli_stdout_ok() ? CLI_EXIT_RUN : 0);
-    }
-    if (strcmp(a, "--cosine") == 0) o->cosine = 1;
-    else if (strcmp(a, "--quiet") == 0) o->quiet = 1;
-    else if (strcmp(a, "--plan-only") == 0) o->plan_only = 1;
-    else if (strncmp(a, "--", 2) != 0)
-      return cli_fail(-1, "unexpected argument '%s'; see remat train --help", a);
-    else if (!is_valued(a))
-      return cli_fail(-1, "unknown option '%.*s'; see remat train --help", (int)strcspn(a, "="),
-                      a);
-    else {
-      char name[64];
-      const char *v = cli_flag_value(argc, argv, &i, name, sizeof name);
-      if (!v || parse_value(o, name, v)) return -1;
-    }
-  }
+  *o = (opts){.stages = 1, .replicas = 1, .B = 8, .K = 1, .steps = 300, .lr = 1e-3, .wd = 0.1f,
+              .clip = 1.0f, .ratio = -1, .seed = 1337, .val_frac = 0.1, .eval_batches = 8};
+  const cli_flag flags[] = {
+      {.name = "--config", .kind = CLI_STR, .dst = &o->config},
+      {.name = "--model", .kind = CLI_STR, .dst = &o->model},
+      {.name = "--data", .kind = CLI_STR, .dst = &o->data},
+      {.name = "--text", .kind = CLI_STR, .dst = &o->text},
+      {.name = "--save", .kind = CLI_STR, .dst = &o->save},
+      {.name = "--log", .kind = CLI_STR, .dst = &o->log},
+      {.name = "--ckpt-layers", .kind = CLI_STR, .dst = &o->ckpt_layers},
+      {.name = "--mem", .kind = CLI_STR, .dst = &o->mem},
+      {.name = "--layers", .kind = CLI_STR, .dst = &o->layers},
+      {.name = "--plan", .kind = CLI_STR, .dst = &o->plan},
+      {.name = "--trace", .kind = CLI_STR, .dst = &o->trace},
+      {.name = "--checkpoint-dir", .kind = CLI_STR, .dst = &o->ckpt_dir},
+      {.name = "--resume", .kind = CLI_STR, .dst = &o->resume},
+      {.name = "--schedule", .kind = CLI_STR, .dst = &o->schedule_name},
+      {.name = "--checkpoint-every", .kind = CLI_I64, .dst = &o->ckpt_every, .lo = 1, .hi = 1 << 30},
+      {.name = "--stages", .kind = CLI_I64, .dst = &o->stages, .lo = 1, .hi = REMAT_MAX_STAGES},
+      {.name = "--data-parallel", .kind = CLI_I64, .dst = &o->replicas, .lo = 1, .hi = REMAT_MAX_STAGES},
+      {.name = "--zero", .kind = CLI_INT, .dst = &o->zero, .lo = 0, .hi = 3},
+      {.name = "--batch", .kind = CLI_I64, .dst = &o->B, .lo = 1, .hi = 1 << 16},
+      {.name = "--seq", .kind = CLI_I64, .dst = &o->T, .lo = 1, .hi = 1 << 20},
+      {.name = "--grad-accum", .kind = CLI_I64, .dst = &o->K, .lo = 1, .hi = 1 << 16},
+      {.name = "--steps", .kind = CLI_I64, .dst = &o->steps, .lo = 0, .hi = 1 << 30},
+      {.name = "--warmup", .kind = CLI_I64, .dst = &o->warmup, .lo = 0, .hi = 1 << 30},
+      {.name = "--eval-every", .kind = CLI_I64, .dst = &o->eval_every, .lo = 0, .hi = 1 << 30},
+      {.name = "--eval-batches", .kind = CLI_I64, .dst = &o->eval_batches, .lo = 1, .hi = 1 << 20},
+      {.name = "--val-frac", .kind = CLI_F64, .dst = &o->val_frac, .lo = 0.001, .hi = 0.9},
+      {.name = "--lr", .kind = CLI_F64, .dst = &o->lr, .lo = 0, .hi = 10},
+      {.name = "--weight-decay", .kind = CLI_F32, .dst = &o->wd, .lo = 0, .hi = 10},
+      {.name = "--grad-clip", .kind = CLI_F32, .dst = &o->clip, .lo = 0, .hi = 1e30},
+      {.name = "--dropout", .kind = CLI_F32, .dst = &o->dropout, .lo = 0, .hi = 1, .hi_open = 1},
+      {.name = "--ckpt-ratio", .kind = CLI_F64, .dst = &o->ratio, .lo = 0, .hi = 1},
+      {.name = "--peak-gflops", .kind = CLI_F64, .dst = &o->peak_gflops, .lo = 1e-6, .hi = 1e12},
+      {.name = "--seed", .kind = CLI_U64, .dst = &o->seed, .lo = 0},
+      {.name = "--threads", .kind = CLI_INT, .dst = &o->threads, .lo = 1, .hi = 1024},
+      {.name = "--cosine", .kind = CLI_SWITCH, .dst = &o->cosine},
+      {.name = "--quiet", .kind = CLI_SWITCH, .dst = &o->quiet},
+      {.name = "--plan-only", .kind = CLI_SWITCH, .dst = &o->plan_only},
+      {NULL}};
+  if (cli_parse_flags(argc, argv, flags, usage_text)) return -1;
+  if (o->schedule_name && remat_plan_schedule_parse(o->schedule_name, &o->schedule))
+    return cli_fail(-1, "--schedule %s is not a schedule; use 1f1b or gpipe", o->schedule_name);
   if ((o->ratio >= 0) + (o->ckpt_layers != NULL) + (o->mem != NULL) + (o->plan != NULL) > 1)
     return cli_fail(-1, "--ckpt-ratio, --ckpt-layers, --mem and --plan each choose the "
                         "recomputed blocks; give at most one");
@@ -212,8 +168,9 @@ static int parse_args(int argc, char **argv, opts *o) {
   if (o->layers && o->mem)
     return cli_fail(-1, "--layers places the blocks by hand and --mem lets remat place them; "
                         "give one");
-  if (o->stages > 1 && o->eval_every > 0)
-    return cli_fail(-1, "--eval-every runs on one process only; drop it with --stages");
+  if ((o->stages > 1 || o->replicas > 1) && o->eval_every > 0)
+    return cli_fail(-1, "--eval-every runs on one process only; drop it with %s",
+                    o->stages > 1 ? "--stages" : "--data-parallel");
   if (o->stages * o->replicas > REMAT_MAX_STAGES)
     return cli_fail(-1, "--stages %lld x --data-parallel %lld is %lld ranks; remat runs at most %d",
                     (long long)o->stages, (long long)o->replicas,
@@ -221,8 +178,6 @@ static int parse_args(int argc, char **argv, opts *o) {
   if (o->replicas == 1 && o->zero)
     return cli_fail(-1, "--zero %d shards across replicas: give --data-parallel D too (and start "
                     "D ranks with mpirun -np D)", o->zero);
-  if (o->replicas > 1 && o->eval_every > 0)
-    return cli_fail(-1, "--eval-every runs on one process only; drop it with --data-parallel");
   if (o->data && o->text) return cli_fail(-1, "give --data or --text, not both");
   if (!!o->ckpt_dir != !!o->ckpt_every)
     return cli_fail(-1, "--checkpoint-dir DIR and --checkpoint-every N go together");
@@ -231,54 +186,70 @@ static int parse_args(int argc, char **argv, opts *o) {
   return 0;
 }
 
-/* --ckpt-layers: block indices and ranges ("0,2,5", "0-3") recomputed in
- * full; "middle:" before an item gives it and the items after it the middle
- * policy, "full:" full recomputation again ("full:0-3,middle:4-11"). Every
- * index in [0, L), none twice. */
-static int parse_layer_list(const char *s, uint8_t *policy, int64_t L) {
-  remat_policy_first_n(policy, L, 0);
-  const char *p = s;
-  int cur = REMAT_RECOMPUTE;
-  if (!*p) goto bad;
-  while (*p) {
-    if (!strncmp(p, "full:", 5)) {
-      cur = REMAT_RECOMPUTE;
-      p += 5;
-    } else if (!strncmp(p, "middle:", 7)) {
-      cur = REMAT_MIDDLE;
-      p += 7;
+/* Every rank of a job must run the same command. */
+static uint64_t argv_digest(int argc, char **argv) {
+  uint64_t h = 1469598103934665603ull;
+  for (int i = 0; i < argc; i++)
+    for (const char *p = argv[i];; p++) {
+      h = (h ^ (unsigned char)*p) * 1099511628211ull;
+      if (!*p) break;
     }
-    char *end;
-    errno = 0;
-    long long v = strtoll(p, &end, 10), w = v;
-    if (end == p || errno || *p == '-' || *p == '+') goto bad;
-    p = end;
-    if (*p == '-') {
-      errno = 0;
-      w = strtoll(p + 1, &end, 10);
-      if (end == p + 1 || errno || p[1] == '-' || p[1] == '+' || w < v) goto bad;
-      p = end;
-    }
-    for (long long k = v; k <= w; k++) {
-      if (k < 0 || k >= L)
-        return cli_fail(-1, "--ckpt-layers names block %lld but the model has blocks 0..%lld", k,
-                        (long long)L - 1);
-      if (policy[k] != REMAT_KEEP) return cli_fail(-1, "--ckpt-layers names block %lld twice", k);
-      policy[k] = (uint8_t)cur;
-    }
-    if (*p == ',') {
-      p++;
-      if (!*p) goto bad;
-    } else if (*p) {
-      goto bad;
-    }
-  }
-  return 0;
-bad:
-  return cli_fail(-1, "--ckpt-layers expects block indices like 0,2,5 or 0-3, with 'middle:' "
-                  "or 'full:' before them to choose the policy (full:0-3,middle:4-11); got '%s'",
-                  s);
+  return h;
 }
+
+static void job_desc_from(const opts *o, remat_job_desc *d) {
+  remat_job_desc_default(d);
+  *d = (remat_job_desc){.config = o->config, .model = o->model, .data = o->data, .text = o->text,
+                        .train = d->train, .eval_every = o->eval_every, .ckpt_ratio = o->ratio,
+                        .ckpt_layers = o->ckpt_layers, .memory = o->mem, .stages = o->stages,
+                        .replicas = o->replicas, .zero = o->zero, .schedule = o->schedule,
+                        .layers = o->layers, .plan = o->plan, .checkpoint_dir = o->ckpt_dir,
+                        .checkpoint_every = o->ckpt_every, .resume = o->resume,
+                        .trace = o->trace != NULL};
+  remat_train_opts *t = &d->train;
+  t->B = o->B;
+  t->T = o->T;
+  t->grad_accum = o->K;
+  t->steps = o->steps;
+  t->warmup = o->warmup;
+  t->cosine = o->cosine;
+  t->lr = o->lr;
+  t->hp.weight_decay = o->wd;
+  t->hp.grad_clip = o->clip;
+  t->hp.dropout = o->dropout;
+  t->hp.seed = o->seed;
+  t->val_frac = o->val_frac;
+  t->eval_batches = o->eval_batches;
+}
+
+typedef struct {
+  const opts *o;
+  remat_job *job;
+  const remat_config *cfg;
+  remat_trainer *tr;
+  FILE *logf;
+  remat_peak peak; /* MFU is against peak.flops (raised by any faster step) */
+  remat_thread_policy threads;
+  int64_t moved_at; /* the last step after which the threads were re-placed */
+  size_t planned;
+  int tty;
+  /* results */
+  int64_t steps_done, timed_steps, start_step;
+  double first_loss, last_loss, last_val, t_train, t_recompute, wall;
+  int64_t val_step; /* the step of last_val */
+  size_t measured;
+  remat_pipeline *pipe;
+  remat_replicas *dp;
+  int grid;
+  int ranks, rank;
+  remat_comm_stats comm; /* rank 0's, of the last step */
+  remat_comm_stats rank_comm[REMAT_MAX_STAGES]; /* every replica's, of the last step */
+  remat_comm_stats comm_sum[REMAT_MAX_STAGES];  /* and over the timed steps */
+  size_t rank_planned[REMAT_MAX_STAGES], rank_measured[REMAT_MAX_STAGES];
+  double wait_s;      /* this rank's waiting, over the timed steps */
+  double predicted_s; /* the plan's simulated iteration time, in seconds */
+  double predicted_bubble;
+} run_state;
 
 static void fmt_eta(double s, char *buf, size_t cap) {
   if (s < 0 || !isfinite(s)) s = 0;
@@ -287,125 +258,6 @@ static void fmt_eta(double s, char *buf, size_t cap) {
     snprintf(buf, cap, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
   else
     snprintf(buf, cap, "%ld:%02ld", t / 60, t % 60);
-}
-
-static void train_opts_from(const opts *o, remat_train_opts *to) {
-  remat_train_opts_default(to);
-  to->B = o->B;
-  to->T = o->T;
-  to->grad_accum = o->K * o->replicas; /* a replica runs K of the step's K x D */
-  to->steps = o->steps;
-  to->warmup = o->warmup;
-  to->cosine = o->cosine;
-  to->lr = o->lr;
-  to->hp.weight_decay = (float)o->wd;
-  to->hp.grad_clip = (float)o->clip;
-  to->hp.dropout = (float)o->dropout;
-  to->hp.seed = o->seed;
-  to->val_frac = o->eval_every > 0 ? o->val_frac : 0.0;
-  to->eval_batches = o->eval_batches;
-}
-
-/* The model's shape: from --model's header, else --config, else "small".
- * The checkpoint stays open in rd until its weights are read, so the shape
- * and the weights come from one file even if the path is replaced. */
-static int load_shape(const opts *o, remat_checkpoint_reader *rd, remat_config *cfg,
-                      remat_config *want, int *have_want) {
-  remat_error err;
-  *have_want = 0;
-  if (o->config) {
-    if (remat_config_parse(o->config, want, &err))
-      return cli_fail(CLI_EXIT_USAGE, "--config: %s", err.msg);
-    *have_want = 1;
-  }
-  if (o->model) {
-    if (remat_checkpoint_open(rd, o->model, cfg, &err)) return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
-    if (*have_want && memcmp(cfg, want, sizeof *cfg) != 0)
-      return cli_fail(CLI_EXIT_USAGE,
-                      "--model %s has shape L=%lld C=%lld NH=%lld V=%lld T=%lld but --config "
-                      "asks for L=%lld C=%lld NH=%lld V=%lld T=%lld; drop --config or use a "
-                      "matching checkpoint",
-                      o->model, (long long)cfg->num_layers, (long long)cfg->channels,
-                      (long long)cfg->num_heads, (long long)cfg->vocab_size,
-                      (long long)cfg->max_seq_len, (long long)want->num_layers,
-                      (long long)want->channels, (long long)want->num_heads,
-                      (long long)want->vocab_size, (long long)want->max_seq_len);
-  } else {
-    remat_config_parse(*have_want ? o->config : "small", cfg, &err);
-  }
-  return 0;
-}
-
-static int load_tokens(const opts *o, remat_tokens *tok, const char **source) {
-  remat_error err;
-  int rc;
-  *source = "embedded corpus";
-  if (o->data) {
-    rc = remat_tokens_load(tok, o->data, &err);
-    *source = o->data;
-  } else if (o->text) {
-    rc = remat_tokens_from_text(tok, o->text, &err);
-    *source = o->text;
-  } else {
-    rc = remat_corpus_tokens(tok, 0, &err);
-  }
-  return rc ? cli_fail(CLI_EXIT_RUN, "%s", err.msg) : 0;
-}
-
-/* --mem: the planner's choice of keep, middle or full recomputation for
- * each block (the model as one stage), the least recompute time whose whole
- * footprint fits. What the process holds outside the arena (data, loaders,
- * bookkeeping) is the same for every policy; it is measured with a trainer
- * planned for keeping all. */
-static int policy_for_budget(const opts *o, const remat_config *cfg, const remat_tokens *tok,
-                             const remat_train_opts *to, uint8_t *policy) {
-  remat_error err;
-  size_t budget;
-  int64_t L = cfg->num_layers;
-  char b1[32], b2[32];
-  if (remat_parse_size(o->mem, &budget, &err)) return cli_fail(CLI_EXIT_USAGE, "--mem: %s", err.msg);
-  remat_trainer *probe;
-  remat_policy_first_n(policy, L, 0);
-  if (remat_trainer_create(&probe, cfg, policy, tok, to, &err))
-    return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
-  size_t other = remat_trainer_planned_bytes(probe) - remat_trainer_memplan(probe)->peak_bytes;
-  remat_trainer_destroy(probe);
-  size_t arena_budget = budget > other ? budget - other : 0;
-  remat_plan_problem pb;
-  remat_plan plan;
-  if (remat_plan_problem_from_replicas(&pb, cfg, o->B, o->T, 1, o->K, o->replicas, o->zero,
-                                       arena_budget, &err))
-    return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
-  int rc = remat_plan_solve(&pb, &plan, &err);
-  remat_plan_problem_free(&pb);
-  if (rc == REMAT_EINFEASIBLE) {
-    /* the plan holds the least-memory choice */
-    size_t need = plan.min_budget_bytes;
-    int64_t full = plan.total_recomputed - plan.total_middle, mid = plan.total_middle;
-    remat_plan_free(&plan);
-    return cli_fail(CLI_EXIT_RUN,
-                    "--mem %s does not fit: even the least memory (%lld of %lld blocks "
-                    "recomputed, %lld middle) needs %s (%zu bytes, the training data included); "
-                    "raise --mem to at least that or lower --batch/--seq",
-                    remat_format_bytes(budget, b1, sizeof b1), (long long)full, (long long)L,
-                    (long long)mid, remat_format_bytes(need + other, b2, sizeof b2),
-                    need + other);
-  }
-  if (rc) return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
-  /* planner layers: 0 the embedding, 1..L the blocks, L + 1 the head */
-  for (int64_t l = 0; l < L; l++) policy[l] = plan.policy[l + 1];
-  remat_plan_free(&plan);
-  return 0;
-}
-
-static int choose_policy(const opts *o, const remat_config *cfg, const remat_tokens *tok,
-                         const remat_train_opts *to, uint8_t *policy) {
-  int64_t L = cfg->num_layers;
-  remat_policy_first_n(policy, L, 0);
-  if (o->ratio >= 0) remat_policy_first_n(policy, L, (int64_t)floor(o->ratio * (double)L + 1e-9));
-  else if (o->ckpt_layers) return parse_layer_list(o->ckpt_layers, policy, L) ? CLI_EXIT_USAGE : 0;
-  else if (o->mem) return policy_for_budget(o, cfg, tok, to, policy);
-  return 0;
 }
 
 static void print_model(const remat_config *cfg) {
@@ -493,31 +345,59 @@ static void print_plan(const remat_config *cfg, const remat_memplan *mp, size_t 
          remat_format_bytes(planned - mp->peak_bytes, b5, sizeof b5));
 }
 
-/* Each replica's arena, from the memory model, and the ZeRO table it
- * follows: Psi parameters, persistent bytes per rank. */
-static void print_replicas(const remat_config *cfg, const remat_memplan *mine, const opts *o) {
+/* Every rank's arena, from the memory model, before any exists: replicas
+ * (rank k), a pipeline's stages, or the grid's ranks (rank s D + r). */
+static void print_ranks(remat_job *job, const opts *o) {
   remat_error err;
   char b[8][32];
-  int64_t D = o->replicas;
-  for (int64_t q = 0; q < D; q++) {
-    remat_stage st = remat_stage_replica(cfg, mine->policy, D, q, o->zero);
+  remat_run_kind kind = remat_job_kind(job);
+  for (int k = 0; k < remat_job_ranks(job); k++) {
+    remat_stage st;
     remat_memplan mp;
-    if (remat_memplan_build_stage(&mp, cfg, o->B, o->T, &st, &err)) continue;
+    if (remat_job_rank_memplan(job, k, &st, &mp, &err)) continue;
     const remat_membuf *m = mp.buf;
-    printf("rank %lld arena %s (%zu bytes) = state %s (parameters %s, gradients %s, AdamW %s) "
-           "+ activations %s + workspace %s + communication %s\n",
-           (long long)q, remat_format_bytes(mp.peak_bytes, b[0], sizeof b[0]), mp.peak_bytes,
-           remat_format_bytes(mp.persistent_bytes, b[1], sizeof b[1]),
-           remat_format_bytes(m[REMAT_BUF_PARAMS].bytes, b[2], sizeof b[2]),
-           remat_format_bytes(m[REMAT_BUF_GRADS].bytes + m[REMAT_BUF_TIED_GRAD].bytes, b[3],
-                              sizeof b[3]),
-           remat_format_bytes(m[REMAT_BUF_ADAM_M].bytes + m[REMAT_BUF_ADAM_V].bytes, b[4],
-                              sizeof b[4]),
-           remat_format_bytes(mp.bytes.activations, b[5], sizeof b[5]),
-           remat_format_bytes(mp.bytes.workspace, b[6], sizeof b[6]),
-           remat_format_bytes(mp.bytes.comm, b[7], sizeof b[7]));
+    if (kind == REMAT_RUN_PIPELINE)
+      printf("stage %d arena %s (%zu bytes) = state %s + %lld in flight x %s + workspace %s; ", k,
+             remat_format_bytes(mp.peak_bytes, b[0], sizeof b[0]), mp.peak_bytes,
+             remat_format_bytes(mp.bytes.state, b[1], sizeof b[1]), (long long)st.inflight,
+             remat_format_bytes(mp.slot_bytes, b[2], sizeof b[2]),
+             remat_format_bytes(mp.bytes.workspace, b[3], sizeof b[3]));
+    else {
+      printf("rank %d ", k);
+      if (kind == REMAT_RUN_GRID)
+        printf("stage %lld replica %lld ", (long long)(k / o->replicas),
+               (long long)(k % o->replicas));
+      printf("arena %s (%zu bytes) = state %s (parameters %s, gradients %s, AdamW %s) + ",
+             remat_format_bytes(mp.peak_bytes, b[0], sizeof b[0]), mp.peak_bytes,
+             remat_format_bytes(mp.persistent_bytes, b[1], sizeof b[1]),
+             remat_format_bytes(m[REMAT_BUF_PARAMS].bytes, b[2], sizeof b[2]),
+             remat_format_bytes(m[REMAT_BUF_GRADS].bytes + m[REMAT_BUF_TIED_GRAD].bytes, b[3],
+                                sizeof b[3]),
+             remat_format_bytes(m[REMAT_BUF_ADAM_M].bytes + m[REMAT_BUF_ADAM_V].bytes, b[4],
+                                sizeof b[4]));
+      if (kind == REMAT_RUN_GRID)
+        printf("%lld in flight x %s", (long long)st.inflight,
+               remat_format_bytes(mp.slot_bytes, b[5], sizeof b[5]));
+      else
+        printf("activations %s", remat_format_bytes(mp.bytes.activations, b[5], sizeof b[5]));
+      printf(" + workspace %s + communication %s%s",
+             remat_format_bytes(mp.bytes.workspace, b[6], sizeof b[6]),
+             remat_format_bytes(mp.bytes.comm, b[7], sizeof b[7]),
+             kind == REMAT_RUN_GRID ? "; " : "\n");
+    }
+    if (kind != REMAT_RUN_REPLICAS)
+      printf("blocks %lld..%lld%s%s\n", (long long)st.first_block,
+             (long long)(st.first_block + st.num_blocks - 1), st.has_embedding ? ", embedding" : "",
+             st.has_head ? ", head" : "");
     remat_memplan_free(&mp);
   }
+}
+
+/* The ZeRO table the replicas follow (Psi parameters, persistent bytes per
+ * rank) and the bytes each sends a step. */
+static void print_zero(const remat_config *cfg, const remat_memplan *mine, const opts *o) {
+  int64_t D = o->replicas;
+  char b[1][32];
   static const char *const table[4] = {"16 Psi", "8 Psi + 8 Psi/D", "4 Psi + 12 Psi/D",
                                        "16 Psi/D"};
   double psi = (double)remat_param_count(cfg), d = (double)D;
@@ -531,28 +411,13 @@ static void print_replicas(const remat_config *cfg, const remat_memplan *mine, c
          remat_format_bytes((size_t)bytes, b[0], sizeof b[0]), (unsigned long long)bytes);
 }
 
-/* The arena is written in full before the first step: a plan larger than
- * this machine's memory would end in the kernel's OOM killer, not an error. */
-static int check_fits_machine(size_t planned) {
-  char b1[32], b2[32], b3[32];
-  const char *what;
-  size_t ram = remat_memory_headroom(&what);
-  if (ram && planned > ram)
-    return cli_fail(CLI_EXIT_RUN,
-                    "the plan needs %s but %s leaves %s; lower --batch/--seq or use --mem %s to "
-                    "recompute blocks",
-                    remat_format_bytes(planned, b1, sizeof b1), what,
-                    remat_format_bytes(ram, b2, sizeof b2),
-                    remat_format_bytes(ram / 10 * 9, b3, sizeof b3));
-  return 0;
-}
-
 /* Outputs: find out now, not after hours of training, that the checkpoint
  * cannot be written; and never write over an input. */
-static int check_outputs(const opts *o) {
+static int check_outputs(const opts *o, const char *model) {
   remat_error err;
   const char *outs[][2] = {{"--save", o->save}, {"--log", o->log}};
-  const char *ins[][2] = {{"--model", o->model}, {"--data", o->data}, {"--text", o->text}};
+  const char *ins[][2] = {{o->resume ? "--resume's model" : "--model", model},
+                          {"--data", o->data}, {"--text", o->text}};
   for (size_t i = 0; i < 2; i++) {
     if (!outs[i][1]) continue;
     for (size_t j = 0; j < 3; j++)
@@ -567,35 +432,6 @@ static int check_outputs(const opts *o) {
     return cli_fail(CLI_EXIT_RUN, "--save: %s", err.msg);
   return 0;
 }
-
-typedef struct {
-  const opts *o;
-  const remat_config *cfg;
-  remat_trainer *tr;
-  FILE *logf;
-  remat_peak peak; /* MFU is against peak.flops (raised by any faster step) */
-  remat_thread_policy threads;
-  int64_t moved_at; /* the last step after which the threads were re-placed */
-  size_t planned;
-  int tty;
-  /* results */
-  int64_t steps_done, timed_steps, start_step;
-  double first_loss, last_loss, last_val, t_train, t_recompute, wall;
-  size_t measured;
-  /* a pipeline's ranks (1 in one process): arena planned and measured */
-  remat_dist *dist;
-  remat_pipeline *pipe;
-  remat_replicas *dp;
-  remat_grid *grid; /* a grid: pipe and dp are its parts */
-  int ranks, rank;
-  remat_comm_stats comm; /* rank 0's, of the last step */
-  remat_comm_stats rank_comm[REMAT_MAX_STAGES]; /* every replica's, of the last step */
-  remat_comm_stats comm_sum[REMAT_MAX_STAGES];  /* and over the timed steps */
-  size_t rank_planned[REMAT_MAX_STAGES], rank_measured[REMAT_MAX_STAGES];
-  double wait_s;      /* this rank's waiting, over the timed steps */
-  double predicted_s; /* the plan's simulated iteration time, in seconds */
-  double predicted_bubble;
-} run_state;
 
 static int log_step(run_state *r, const remat_step_stats *st, double tps, double mfu,
                     double val_loss) {
@@ -680,91 +516,6 @@ static void show_progress(run_state *r, const remat_step_stats *st, double tps, 
     printf("\n");
     fflush(stdout);
   }
-}
-
-/* Each rank's planned and measured arena, for the log (rank 0 gets them). */
-static int gather_ranks(run_state *r, remat_error *err) {
-  const remat_memplan *mp = remat_trainer_memplan(r->tr);
-  size_t hw = remat_model_arena_high_water(remat_trainer_model(r->tr));
-  if (!r->dist) {
-    r->rank_planned[0] = mp->peak_bytes;
-    r->rank_measured[0] = hw;
-    return 0;
-  }
-  int rc = remat_dist_gather_sizes(r->dist, mp->peak_bytes, r->rank_planned, err);
-  if (!rc) rc = remat_dist_gather_sizes(r->dist, hw, r->rank_measured, err);
-  return rc;
-}
-
-static int write_checkpoint(const opts *o, run_state *r, const remat_config *cfg,
-                            remat_error *err);
-
-static int train_loop(run_state *r) {
-  const opts *o = r->o;
-  remat_error err;
-  double tokens_per_step = (double)(o->B * o->T * o->K * o->replicas);
-  r->first_loss = r->last_loss = r->last_val = NAN;
-  r->start_step = r->steps_done = remat_trainer_steps_done(r->tr);
-  double t_start = remat_now();
-  while (remat_trainer_steps_done(r->tr) < o->steps) {
-    /* every rank stops at the same step */
-    int go = !interrupted;
-    if (r->dist) remat_dist_all_ok(r->dist, go, &go);
-    if (!go) {
-      interrupted = 1;
-      break;
-    }
-    remat_step_stats st;
-    if (remat_trainer_step(r->tr, &st, &err)) {
-      if (r->tty) fputc('\n', stderr);
-      if (err.code == REMAT_ENUMERIC && !strstr(err.msg, "overflow"))
-        return cli_fail(CLI_EXIT_RUN, "%s; lower --lr or raise --grad-clip", err.msg);
-      return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
-    }
-    r->steps_done = st.step;
-    if (remat_threads_adapt(&r->threads)) r->moved_at = st.step;
-    r->measured = remat_trainer_measured_peak_bytes(r->tr);
-    if (gather_ranks(r, &err)) return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
-    if (r->pipe && (st.step > 1 || o->steps == 1)) r->wait_s += remat_pipeline_wait_seconds(r->pipe);
-    if (r->dp) {
-      r->comm = remat_replicas_comm(r->dp);
-      if (remat_replicas_comm_gather(r->dp, r->rank_comm, &err))
-        return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
-      for (int k = 0; r->rank == 0 && (st.step > 1 || o->steps == 1) && k < o->replicas; k++) {
-        remat_comm_stats *sum = &r->comm_sum[k], *q = &r->rank_comm[k];
-        sum->seconds += q->seconds;
-        sum->exposed_seconds += q->exposed_seconds;
-        sum->layer_seconds += q->layer_seconds;
-        sum->layer_exposed_seconds += q->layer_exposed_seconds;
-      }
-    }
-    if (isnan(r->first_loss)) r->first_loss = st.loss;
-    r->last_loss = st.loss;
-    if (st.step > 1 || o->steps == 1) { /* the first step warms caches and threads */
-      r->t_train += st.seconds;
-      r->t_recompute += st.recompute_seconds;
-      r->timed_steps++;
-    }
-    double tps = tokens_per_step / st.seconds;
-    double mfu = remat_peak_mfu(&r->peak, r->cfg, o->T, tps);
-    double val_loss = NAN;
-    if (o->eval_every > 0 && (st.step % o->eval_every == 0 || st.step == o->steps)) {
-      if (remat_trainer_evaluate(r->tr, &val_loss, &err)) return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
-      r->last_val = val_loss;
-    }
-    if (r->logf && log_step(r, &st, tps, mfu, val_loss)) return CLI_EXIT_RUN;
-    if (!o->quiet) show_progress(r, &st, tps, mfu, val_loss);
-    if (o->ckpt_dir && (st.step % o->ckpt_every == 0 || st.step == o->steps) &&
-        write_checkpoint(o, r, r->cfg, &err))
-      return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
-  }
-  /* stopped by a signal: keep what was done */
-  if (interrupted && o->ckpt_dir && r->steps_done > 0 && r->steps_done % o->ckpt_every != 0 &&
-      write_checkpoint(o, r, r->cfg, &err))
-    return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
-  if (r->tty) fputc('\n', stderr);
-  r->wall = remat_now() - t_start;
-  return 0;
 }
 
 /* Rank 0's bytes, every replica's communication time over the timed steps
@@ -875,584 +626,203 @@ static int peak_rate(const opts *o, run_state *r) {
   return 0;
 }
 
-/* ----------------------------------------------------------- pipeline */
 
-/* The pipeline's placement, chosen the way the flags say: --layers by
- * hand (with --ckpt-layers/--ckpt-ratio), --plan from a plan file, else the
- * planner's exact optimum under --mem (or, without it, memory ignored). The
- * plan's figures come from the memory model, which the stages' arenas follow. */
-typedef struct {
-  remat_plan_problem pb;
-  remat_plan plan;
-  int have_pb, have_plan;
-  remat_split split;
-  uint8_t *recompute; /* (L + 2) remat_policy of each layer, in the planner's numbering */
-} placement;
-
-static void placement_free(placement *pl) {
-  if (pl->have_plan) remat_plan_free(&pl->plan);
-  if (pl->have_pb) remat_plan_problem_free(&pl->pb);
-  free(pl->recompute);
-}
-
-/* Budgets from --mem: one for all stages or one per stage. */
-static int stage_budgets(const opts *o, remat_plan_problem *pb) {
-  remat_error err;
-  if (!o->mem) {
-    remat_plan_problem_set_memory(pb, (size_t)1 << 60);
-    return 0;
-  }
-  const char *p = o->mem;
-  int64_t n = 0;
-  char item[64];
-  size_t b[REMAT_MAX_STAGES];
-  while (*p) {
-    size_t len = strcspn(p, ",");
-    if (len >= sizeof item || n == REMAT_MAX_STAGES)
-      return cli_fail(CLI_EXIT_USAGE, "--mem: give one size, or one per stage separated by commas");
-    memcpy(item, p, len);
-    item[len] = 0;
-    if (remat_parse_size(item, &b[n], &err)) return cli_fail(CLI_EXIT_USAGE, "--mem: %s", err.msg);
-    n++;
-    p += len + (p[len] == ',');
-  }
-  if (n == 1) {
-    remat_plan_problem_set_memory(pb, b[0]);
-  } else if (n == pb->stages) {
-    for (int64_t s = 0; s < n; s++) pb->memory[s] = b[s];
-    pb->uniform_memory = 0;
-  } else {
-    return cli_fail(CLI_EXIT_USAGE, "--mem gives %lld budgets for %lld stages; give one for all or "
-                    "one per stage", (long long)n, (long long)pb->stages);
-  }
-  return 0;
-}
-
-/* --layers 1,2,2,3: blocks per stage. */
-static int layers_by_hand(const opts *o, const remat_config *cfg, int64_t *lps) {
-  int64_t P = o->stages, L = cfg->num_layers, k = 0, sum = 0;
-  const char *p = o->layers;
-  while (*p && k < P) {
-    char *end;
-    errno = 0;
-    long long v = strtoll(p, &end, 10);
-    if (end == p || errno || v < 0) break;
-    lps[k++] = v;
-    sum += v;
-    p = *end == ',' ? end + 1 : end;
-    if (*end != ',' && *end) break;
-  }
-  if (k != P || *p)
-    return cli_fail(CLI_EXIT_USAGE, "--layers expects %lld block counts like 2,2 (one per stage); "
-                    "got '%s'", (long long)P, o->layers);
-  if (sum != L)
-    return cli_fail(CLI_EXIT_USAGE, "--layers %s places %lld blocks but the model has %lld",
-                    o->layers, (long long)sum, (long long)L);
-  /* planner numbering: the embedding joins stage 0, the head the last */
-  lps[0] += 1;
-  lps[P - 1] += 1;
-  return 0;
-}
-
-static int place_pipeline(const opts *o, const remat_config *cfg, const uint8_t *block_policy,
-                          placement *pl) {
-  remat_error err;
-  int64_t P = o->stages, L = cfg->num_layers, lps[REMAT_MAX_STAGES];
-  if (P > L + 2)
-    return cli_fail(CLI_EXIT_USAGE, "--stages %lld is more stages than the model has layers "
-                    "(%lld blocks, the embedding and the head)", (long long)P, (long long)L);
-  if (remat_plan_problem_from_replicas(&pl->pb, cfg, o->B, o->T, P, o->K, o->replicas, o->zero,
-                                       (size_t)1 << 60, &err))
-    return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
-  pl->have_pb = 1;
-  pl->pb.schedule = o->schedule;
-  int rc = stage_budgets(o, &pl->pb);
-  if (rc) return rc;
-  if (!(pl->recompute = calloc((size_t)L + 2, 1))) return cli_fail(CLI_EXIT_RUN, "out of memory");
-  if (o->plan) {
-    remat_plan_layout lo;
-    if (remat_plan_layout_load(&lo, o->plan, &err)) return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
-    rc = 0;
-    if (strcmp(lo.source, pl->pb.source) != 0)
-      rc = cli_fail(CLI_EXIT_USAGE, "--plan %s was made for '%s', not for this job ('%s'); make it "
-                    "with remat plan --config and the same --batch and --seq", o->plan,
-                    lo.source, pl->pb.source);
-    else if (lo.stages != P || lo.microbatches != o->K || lo.schedule != o->schedule)
-      rc = cli_fail(CLI_EXIT_USAGE, "--plan %s is for %lld stages, %lld micro-batches and %s; this "
-                    "job has --stages %lld, --grad-accum %lld and --schedule %s", o->plan,
-                    (long long)lo.stages, (long long)lo.microbatches,
-                    remat_plan_schedule_name(lo.schedule), (long long)P, (long long)o->K,
-                    remat_plan_schedule_name(o->schedule));
-    if (!rc) {
-      for (int64_t s = 0; s < P; s++) {
-        lps[s] = lo.layers_per_stage[s];
-        if (!o->mem) pl->pb.memory[s] = lo.budget_bytes[s];
-      }
-      if (!o->mem) pl->pb.uniform_memory = 0;
-      memcpy(pl->recompute, lo.recompute, (size_t)L + 2);
-    }
-    remat_plan_layout_free(&lo);
-    if (rc) return rc;
-  } else if (o->layers) {
-    if ((rc = layers_by_hand(o, cfg, lps))) return rc;
-    for (int64_t l = 0; l < L; l++) pl->recompute[l + 1] = block_policy[l];
-  } else {
-    rc = remat_plan_solve(&pl->pb, &pl->plan, &err);
-    if (rc && rc != REMAT_EINFEASIBLE) return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
-    pl->have_plan = 1;
-    if (rc == REMAT_EINFEASIBLE)
-      return cli_fail(CLI_EXIT_RUN, "--mem %s: %s", o->mem, err.msg);
-    for (int64_t s = 0; s < P; s++) lps[s] = pl->plan.stages[s].num_layers;
-    memcpy(pl->recompute, pl->plan.policy, (size_t)L + 2);
-  }
-  if (!pl->have_plan) {
-    for (int64_t s = 0; s < P; s++)
-      if (lps[s] < 1)
-        return cli_fail(CLI_EXIT_USAGE, "stage %lld would hold no layer", (long long)s);
-    if (remat_plan_evaluate(&pl->pb, lps, pl->recompute, &pl->plan, &err))
-      return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
-    pl->have_plan = 1;
-    for (int64_t s = 0; s < P; s++)
-      if (pl->plan.stages[s].memory_bytes > pl->plan.stages[s].budget_bytes) {
-        char b1[32], b2[32];
-        return cli_fail(CLI_EXIT_RUN, "stage %lld needs %s but its budget is %s: the placement "
-                        "does not fit; recompute more blocks or give it fewer",
-                        (long long)s,
-                        remat_format_bytes(pl->plan.stages[s].memory_bytes, b1, sizeof b1),
-                        remat_format_bytes(pl->plan.stages[s].budget_bytes, b2, sizeof b2));
-      }
-  }
-  /* stages in blocks */
-  remat_split *sp = &pl->split;
-  memset(sp, 0, sizeof *sp);
-  sp->stages = P;
-  sp->schedule = o->schedule;
-  sp->microbatches = o->K;
-  int64_t first = 0;
-  for (int64_t s = 0; s < P; s++) {
-    int64_t lo = first, hi = first + lps[s];
-    int64_t b0 = lo < 1 ? 1 : lo, b1 = hi > L + 1 ? L + 1 : hi;
-    sp->first_block[s] = b0 - 1;
-    sp->num_blocks[s] = b1 > b0 ? b1 - b0 : 0;
-    first = hi;
-  }
-  return 0;
-}
-
-/* Stage s of the placement, as replica r when the job is a grid; pol
- * (room for its blocks) receives its policy. */
-static remat_stage grid_stage(const opts *o, const placement *pl, int64_t s, int64_t r,
-                              uint8_t *pol) {
-  for (int64_t i = 0; i < pl->split.num_blocks[s]; i++)
-    pol[i] = pl->recompute[pl->split.first_block[s] + i + 1];
-  remat_stage st = remat_split_stage(&pl->split, s, pol);
-  if (o->replicas > 1) {
-    st.replicas = o->replicas;
-    st.replica = r;
-    st.zero = o->zero;
-    st.accumulate = 1;
-  }
-  return st;
-}
-
-/* Each rank's arena on a grid (world rank s D + r), from the memory model. */
-static void print_grid(const remat_config *cfg, const placement *pl, const opts *o) {
-  remat_error err;
-  char b[8][32];
-  int64_t D = o->replicas;
-  for (int64_t k = 0; k < pl->split.stages * D; k++) {
-    uint8_t pol[4096];
-    remat_stage st = grid_stage(o, pl, k / D, k % D, pol);
-    remat_memplan mp;
-    if (remat_memplan_build_stage(&mp, cfg, o->B, o->T, &st, &err)) continue;
-    const remat_membuf *m = mp.buf;
-    printf("rank %lld stage %lld replica %lld arena %s (%zu bytes) = state %s (parameters %s, "
-           "gradients %s, AdamW %s) + %lld in flight x %s + workspace %s + communication %s; "
-           "blocks %lld..%lld%s%s\n",
-           (long long)k, (long long)(k / D), (long long)(k % D),
-           remat_format_bytes(mp.peak_bytes, b[0], sizeof b[0]), mp.peak_bytes,
-           remat_format_bytes(mp.persistent_bytes, b[1], sizeof b[1]),
-           remat_format_bytes(m[REMAT_BUF_PARAMS].bytes, b[2], sizeof b[2]),
-           remat_format_bytes(m[REMAT_BUF_GRADS].bytes + m[REMAT_BUF_TIED_GRAD].bytes, b[3],
-                              sizeof b[3]),
-           remat_format_bytes(m[REMAT_BUF_ADAM_M].bytes + m[REMAT_BUF_ADAM_V].bytes, b[4],
-                              sizeof b[4]),
-           (long long)st.inflight, remat_format_bytes(mp.slot_bytes, b[5], sizeof b[5]),
-           remat_format_bytes(mp.bytes.workspace, b[6], sizeof b[6]),
-           remat_format_bytes(mp.bytes.comm, b[7], sizeof b[7]), (long long)st.first_block,
-           (long long)(st.first_block + st.num_blocks - 1), st.has_embedding ? ", embedding" : "",
-           st.has_head ? ", head" : "");
-    remat_memplan_free(&mp);
-  }
-}
-
-static void print_pipeline(const remat_config *cfg, const placement *pl, const char *source,
-                           const remat_tokens *tok, const opts *o) {
+/* A pipeline's plan: the planner's table and every stage's arena. */
+static void print_pipeline(run_state *r) {
+  const opts *o = r->o;
   remat_error err;
   char *text = NULL;
-  print_model(cfg);
-  printf("data    %s: %lld tokens; batch %lld x %lld, %lld micro-batches per step", source,
-         (long long)tok->n, (long long)o->B, (long long)o->T, (long long)o->K);
+  const remat_tokens *tok = remat_job_tokens(r->job);
+  print_model(r->cfg);
+  printf("data    %s: %lld tokens; batch %lld x %lld, %lld micro-batches per step",
+         remat_job_data_source(r->job), (long long)tok->n, (long long)o->B, (long long)o->T,
+         (long long)o->K);
   if (o->replicas > 1)
     printf(" per pipeline: %lld micro-batches a step on %lld pipelines",
            (long long)(o->K * o->replicas), (long long)o->replicas);
   printf("\n");
-  if (remat_plan_format(&pl->pb, &pl->plan, REMAT_PLAN_FORMAT_TABLE, &text, &err) == 0) {
+  if (remat_plan_format(remat_job_problem(r->job), remat_job_plan(r->job),
+                        REMAT_PLAN_FORMAT_TABLE, &text, &err) == 0) {
     fputs(text, stdout);
     remat_plan_text_free(text);
   }
-  if (o->replicas > 1) {
-    print_grid(cfg, pl, o);
-    return;
-  }
-  /* each stage's arena, from the same memory model the table used */
-  for (int64_t s = 0; s < pl->split.stages; s++) {
-    uint8_t pol[4096];
-    remat_stage st = grid_stage(o, pl, s, 0, pol);
-    remat_memplan mp;
-    char b1[32], b2[32], b3[32], b4[32];
-    if (remat_memplan_build_stage(&mp, cfg, o->B, o->T, &st, &err)) continue;
-    printf("stage %lld arena %s (%zu bytes) = state %s + %lld in flight x %s + workspace %s; "
-           "blocks %lld..%lld%s%s\n",
-           (long long)s, remat_format_bytes(mp.peak_bytes, b1, sizeof b1), mp.peak_bytes,
-           remat_format_bytes(mp.bytes.state, b2, sizeof b2), (long long)st.inflight,
-           remat_format_bytes(mp.slot_bytes, b3, sizeof b3),
-           remat_format_bytes(mp.bytes.workspace, b4, sizeof b4), (long long)st.first_block,
-           (long long)(st.first_block + st.num_blocks - 1), st.has_embedding ? ", embedding" : "",
-           st.has_head ? ", head" : "");
-    remat_memplan_free(&mp);
-  }
+  print_ranks(r->job, o);
 }
 
-/* The plan's predicted iteration in seconds: its FLOP-based stage times at
- * the measured sgemm rate, through the schedule's simulation; and its
- * bubble, the share of stage-time the schedule leaves idle. */
-static void predict(run_state *r, const placement *pl) {
-  const remat_plan *p = &pl->plan;
-  double busy = 0;
-  for (int64_t s = 0; s < p->num_stages; s++) busy += p->stages[s].time * (double)p->microbatches;
-  double sim = p->simulated_time > 0 ? p->simulated_time : p->iteration_time;
-  r->predicted_s = sim * 1e9 / (r->peak.flops / (double)r->ranks); /* one rank's rate */
-  r->predicted_bubble = sim > 0 ? 1 - busy / ((double)p->num_stages * sim) : 0;
-}
-
-/* Loads --model's weights: the whole model, or this stage's slices of it. */
-static int load_weights(remat_checkpoint_reader *rd, const remat_config *cfg, remat_model *m,
-                        remat_error *err) {
-  const remat_stage *st = remat_model_stage(m);
-  int sharded = st->replicas > 1 && st->zero == 3;
-  if (st->has_embedding && st->has_head && st->num_blocks == cfg->num_layers && !sharded) {
-    int rc = remat_checkpoint_read_params(rd, cfg, remat_model_params(m), err);
-    return rc ? rc : remat_params_overflow(cfg, remat_model_params(m), err);
-  }
-  float *full = malloc(remat_param_count(cfg) * sizeof(float));
-  if (!full) return REMAT_ENOMEM;
-  int rc = remat_checkpoint_read_params(rd, cfg, full, err);
-  if (!rc) rc = remat_params_overflow(cfg, full, err);
-  if (!rc) remat_stage_params_from_full(cfg, st, full, remat_model_params(m));
-  free(full);
-  remat_heap_reset_peak();
-  return rc;
-}
-
-/* One llm.c checkpoint of the whole model at path, written by rank 0. */
-static int save_weights(const char *path, const remat_config *cfg, run_state *r,
-                        remat_error *err) {
-  remat_model *m = remat_trainer_model(r->tr);
-  if (!r->pipe && !r->dp) return remat_checkpoint_save(path, cfg, remat_model_params(m), err);
-  float *full = r->rank == 0 ? malloc(remat_param_count(cfg) * sizeof(float)) : NULL;
-  if (r->rank == 0 && !full) {
-    snprintf(err->msg, sizeof err->msg, "out of memory gathering the model to save it");
-    return REMAT_ENOMEM;
-  }
-  int rc = r->grid   ? remat_grid_gather_params(r->grid, full, err)
-           : r->pipe ? remat_pipeline_gather_params(r->pipe, full, err)
-                     : remat_replicas_gather_params(r->dp, full, err);
-  if (!rc && r->rank == 0) rc = remat_checkpoint_save(path, cfg, full, err);
-  free(full);
-  return rc;
-}
-
-static int set_err(remat_error *err, const char *msg) {
-  snprintf(err->msg, sizeof err->msg, "%s", msg);
-  return err->code = REMAT_EIO;
-}
-
-/* A checkpoint directory for the step just taken: the weights (rank 0), each
- * rank's state, and DONE last, once every rank has written its part. */
-static int write_checkpoint(const opts *o, run_state *r, const remat_config *cfg,
-                            remat_error *err) {
-  int64_t step = remat_trainer_steps_done(r->tr);
-  char path[4096], name[64];
-  int rc = r->rank == 0 ? remat_checkpoint_dir_make(o->ckpt_dir, step, err) : 0;
-  int ok = rc == 0;
-  if (r->dist) remat_dist_all_ok(r->dist, ok, &ok);
-  if (!ok) return rc ? rc : set_err(err, "another rank could not write the checkpoint");
-  if (remat_checkpoint_dir_path(path, sizeof path, o->ckpt_dir, step, "model.bin"))
-    return set_err(err, "--checkpoint-dir is too long a path");
-  rc = save_weights(path, cfg, r, err);
-  if (r->ranks > 1) snprintf(name, sizeof name, "state_rank_%d.bin", r->rank);
-  else snprintf(name, sizeof name, "state.bin");
-  remat_checkpoint_dir_path(path, sizeof path, o->ckpt_dir, step, name);
-  if (!rc) rc = remat_trainer_save_state(r->tr, path, r->rank, r->ranks, err);
-  ok = rc == 0;
-  if (r->dist) remat_dist_all_ok(r->dist, ok, &ok);
-  if (!ok) return rc ? rc : set_err(err, "another rank could not write the checkpoint");
-  remat_checkpoint_dir_path(path, sizeof path, o->ckpt_dir, step, "DONE");
-  if (r->rank == 0 && (rc = remat_write_marker(path, err))) return rc;
-  /* Saving held a few file names for a moment: not part of a training
-   * step, so not of its measured peak. */
-  remat_heap_reset_peak();
-  if (!o->quiet) printf("checkpoint %s/step_%08lld\n", o->ckpt_dir, (long long)step);
-  return 0;
-}
-
-/* --resume DIR: the newest complete checkpoint under DIR, or DIR itself
- * when it is one (it holds DONE); its weights become --model. */
-static int find_resume(opts *o) {
+static int train_loop(run_state *r) {
+  const opts *o = r->o;
   remat_error err;
-  char done[4096];
-  struct stat st;
-  snprintf(done, sizeof done, "%s/DONE", o->resume);
-  if (stat(done, &st) == 0) {
-    const char *base = strrchr(o->resume, '/');
-    base = base ? base + 1 : o->resume;
-    long long s;
-    if (sscanf(base, "step_%lld", &s) != 1)
-      return cli_fail(CLI_EXIT_USAGE, "--resume %s: a checkpoint directory is named step_N",
-                      o->resume);
-    o->resume_step = s;
-    snprintf(o->resume_model, sizeof o->resume_model, "%s/model.bin", o->resume);
-    o->ckpt_step_dir = o->resume;
-  } else {
-    if (remat_checkpoint_dir_latest(o->resume, &o->resume_step, &err))
-      return cli_fail(CLI_EXIT_RUN, "--resume: %s", err.msg);
-    remat_checkpoint_dir_path(o->resume_model, sizeof o->resume_model, o->resume,
-                              o->resume_step, "model.bin");
-    remat_checkpoint_dir_path(o->resume_dir, sizeof o->resume_dir, o->resume, o->resume_step,
-                              NULL);
-    o->ckpt_step_dir = o->resume_dir;
+  double tokens_per_step = (double)(o->B * o->T * o->K * o->replicas);
+  r->first_loss = r->last_loss = r->last_val = NAN;
+  r->start_step = r->steps_done = remat_trainer_steps_done(r->tr);
+  double t_start = remat_now();
+  while (!remat_job_done(r->job)) {
+    remat_job_step_info in;
+    int rc = remat_job_step(r->job, interrupted, &in, &err);
+    if (rc) {
+      if (r->tty) fputc('\n', stderr);
+      if (err.code == REMAT_ENUMERIC && !strstr(err.msg, "overflow"))
+        return cli_fail(CLI_EXIT_RUN, "%s; lower --lr or raise --grad-clip", err.msg);
+      return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
+    }
+    if (in.stopped) {
+      interrupted = 1;
+      break;
+    }
+    const remat_step_stats *st = &in.stats;
+    int timed = st->step > 1 || o->steps == 1; /* the first step warms caches and threads */
+    r->steps_done = st->step;
+    if (remat_threads_adapt(&r->threads)) r->moved_at = st->step;
+    r->measured = in.measured;
+    memcpy(r->rank_planned, in.rank_planned, sizeof r->rank_planned);
+    memcpy(r->rank_measured, in.rank_measured, sizeof r->rank_measured);
+    if (r->pipe && timed) r->wait_s += in.wait_seconds;
+    if (r->dp) {
+      r->comm = in.comm;
+      memcpy(r->rank_comm, in.rank_comm, sizeof r->rank_comm);
+      for (int k = 0; r->rank == 0 && timed && k < o->replicas; k++) {
+        remat_comm_stats *sum = &r->comm_sum[k], *q = &r->rank_comm[k];
+        sum->seconds += q->seconds;
+        sum->exposed_seconds += q->exposed_seconds;
+        sum->layer_seconds += q->layer_seconds;
+        sum->layer_exposed_seconds += q->layer_exposed_seconds;
+      }
+    }
+    if (isnan(r->first_loss)) r->first_loss = st->loss;
+    r->last_loss = st->loss;
+    if (timed) {
+      r->t_train += st->seconds;
+      r->t_recompute += st->recompute_seconds;
+      r->timed_steps++;
+    }
+    double tps = tokens_per_step / st->seconds;
+    double mfu = remat_peak_mfu(&r->peak, r->cfg, o->T, tps);
+    if (!isnan(in.val_loss)) r->last_val = in.val_loss, r->val_step = st->step;
+    if (r->logf && log_step(r, st, tps, mfu, in.val_loss)) return CLI_EXIT_RUN;
+    if (!o->quiet) show_progress(r, st, tps, mfu, in.val_loss);
+    if (in.checkpoint_step && !o->quiet)
+      printf("checkpoint %s/step_%08lld\n", o->ckpt_dir, (long long)in.checkpoint_step);
   }
-  o->model = o->resume_model;
+  if (interrupted) { /* stopped by a signal: keep what was done */
+    int64_t step;
+    if (remat_job_checkpoint_now(r->job, &step, &err)) return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
+    if (step && !o->quiet) printf("checkpoint %s/step_%08lld\n", o->ckpt_dir, (long long)step);
+  }
+  if (r->tty) fputc('\n', stderr);
+  r->wall = remat_now() - t_start;
   return 0;
 }
 
-static void state_path(const opts *o, const run_state *r, char *path, size_t cap) {
-  if (r->ranks > 1)
-    snprintf(path, cap, "%s/state_rank_%d.bin", o->ckpt_step_dir, r->rank);
-  else
-    snprintf(path, cap, "%s/state.bin", o->ckpt_step_dir);
-}
-
-static int load_resume_state(const opts *o, run_state *r, remat_error *err) {
-  char path[4096];
-  state_path(o, r, path, sizeof path);
-  int rc = remat_trainer_load_state(r->tr, path, r->rank, r->ranks, err);
-  if (!rc && !o->quiet)
-    printf("resume  %s at step %lld\n", o->ckpt_step_dir, (long long)o->resume_step);
-  return rc;
-}
-
-/* Every rank of a pipeline must run the same command. */
-static uint64_t argv_digest(int argc, char **argv) {
-  uint64_t h = 1469598103934665603ull;
-  for (int i = 0; i < argc; i++)
-    for (const char *p = argv[i];; p++) {
-      h = (h ^ (unsigned char)*p) * 1099511628211ull;
-      if (!*p) break;
-    }
-  return h;
-}
-
-/* Setup failed on some rank: the lowest failing rank's message is the one
- * rank 0 shows, once. */
-static int setup_status(run_state *r, int rc) {
-  if (!r->dist) return rc;
-  remat_error e = {0};
-  e.code = rc;
-  snprintf(e.msg, sizeof e.msg, "%.*s", (int)sizeof e.msg - 1, cli_last_message);
-  int who = -1;
-  int first = remat_dist_first_error(r->dist, rc, &e, &who);
-  if (first && who > 0 && r->rank == 0) {
-    cli_silent = 0;
-    cli_fail(first, "rank %d: %s", who, e.msg);
-  }
-  return first;
-}
-
-static int train_job(opts *o, run_state *r) {
-  remat_error err = {0};
-  int rc;
-  remat_config cfg, want;
-  remat_checkpoint_reader rd = {0};
-  remat_tokens tok = {0};
-  remat_trainer *tr = NULL;
-  uint8_t *policy = NULL;
-  placement pl = {0};
-  const char *source = "";
-  remat_train_opts to;
-  int have_want;
-  r->cfg = &cfg;
-  train_opts_from(o, &to);
-
-  if (remat_blas_check(&err)) rc = cli_fail(CLI_EXIT_RUN, "%s", err.msg);
-  else rc = o->resume ? find_resume(o) : 0;
-  if (!rc) rc = check_outputs(o);
-  if (!rc) rc = load_shape(o, &rd, &cfg, &want, &have_want);
-  if (!rc) {
-    if (o->T == 0) o->T = cfg.max_seq_len < 64 ? cfg.max_seq_len : 64;
-    to.T = o->T;
-    if (o->T > cfg.max_seq_len)
-      rc = cli_fail(CLI_EXIT_USAGE, "--seq %lld exceeds the model's maximum sequence length %lld",
-                    (long long)o->T, (long long)cfg.max_seq_len);
-  }
-  if (!rc) rc = load_tokens(o, &tok, &source);
-  if (!rc && !(policy = malloc((size_t)cfg.num_layers))) rc = cli_fail(CLI_EXIT_RUN, "out of memory");
-  if (!rc && !(o->stages > 1 && (o->mem || o->plan))) rc = choose_policy(o, &cfg, &tok, &to, policy);
-  if (!rc && o->stages > 1) rc = place_pipeline(o, &cfg, policy, &pl);
-
-  /* The plan: every buffer of a step, before anything large is allocated. */
-  if (!rc) {
-    if (o->stages > 1 && o->replicas > 1) { /* world rank s D + r: stage s, replica r */
-      remat_stage st = grid_stage(o, &pl, remat_dist_stage(r->dist), remat_dist_replica(r->dist),
-                                  policy);
-      if (remat_trainer_create_stage(&tr, &cfg, &st, &tok, &to, &err) ||
-          remat_grid_create(&r->grid, r->dist, tr, &pl.split, &err))
-        rc = cli_fail(CLI_EXIT_RUN, "%s", err.msg);
-      if (!rc) {
-        r->pipe = remat_grid_pipeline(r->grid);
-        r->dp = remat_grid_replicas(r->grid);
-        if (o->trace && remat_pipeline_trace_start(r->pipe, o->steps, &err))
-          rc = cli_fail(CLI_EXIT_RUN, "%s", err.msg);
-      }
-    } else if (o->stages > 1) {
-      int64_t s = r->rank;
-      remat_stage st = grid_stage(o, &pl, s, 0, policy);
-      if (remat_trainer_create_stage(&tr, &cfg, &st, &tok, &to, &err) ||
-          remat_pipeline_create(&r->pipe, r->dist, tr, &pl.split, &err) ||
-          (o->trace && remat_pipeline_trace_start(r->pipe, o->steps, &err)))
-        rc = cli_fail(CLI_EXIT_RUN, "%s", err.msg);
-    } else if (o->replicas > 1) {
-      remat_stage st = remat_stage_replica(&cfg, policy, o->replicas, r->rank, o->zero);
-      if (remat_trainer_create_stage(&tr, &cfg, &st, &tok, &to, &err) ||
-          remat_replicas_create(&r->dp, r->dist, tr, &err) ||
-          (o->trace && remat_replicas_trace_start(r->dp, o->steps, &err)))
-        rc = cli_fail(CLI_EXIT_RUN, "%s", err.msg);
-    } else if (remat_trainer_create(&tr, &cfg, policy, &tok, &to, &err)) {
-      rc = cli_fail(CLI_EXIT_RUN, "%s", err.msg);
-    }
-  }
-  /* a resume with other settings is refused before anything large exists */
-  if (!rc && o->resume) {
-    char path[4096];
-    state_path(o, r, path, sizeof path);
-    if (remat_trainer_check_state(tr, path, r->rank, r->ranks, &err))
-      rc = cli_fail(CLI_EXIT_RUN, "%s", err.msg);
-  }
-  if ((rc = setup_status(r, rc))) goto out;
-  r->planned = remat_trainer_planned_bytes(tr);
-  /* --mem's search saw a one-process trainer; a replica's runtime holds a
-   * few bytes more outside the arena */
-  size_t budget;
-  if (r->dp && !r->grid && o->mem && !remat_parse_size(o->mem, &budget, &err) &&
-      r->planned > budget) {
-    char b1[32], b2[32];
-    rc = cli_fail(CLI_EXIT_RUN, "--mem %s does not fit a replica: it needs %s (%zu bytes); raise "
-                  "--mem", remat_format_bytes(budget, b1, sizeof b1),
-                  remat_format_bytes(r->planned, b2, sizeof b2), r->planned);
-  }
-  if ((rc = setup_status(r, rc))) goto out;
+/* The plan as the job made it; 1 to stop after it (--plan-only, or
+ * stdout failed), else 0. */
+static int show_plan(run_state *r) {
+  const opts *o = r->o;
+  remat_job *job = r->job;
+  const remat_memplan *mp = remat_trainer_memplan(r->tr);
   if (o->stages > 1)
-    print_pipeline(&cfg, &pl, source, &tok, o);
+    print_pipeline(r);
   else
-    print_plan(&cfg, remat_trainer_memplan(tr), r->planned, source, &tok, o);
-  if (o->replicas > 1 && o->stages == 1) print_replicas(&cfg, remat_trainer_memplan(tr), o);
-  if (cli_stdout_ok()) {
-    rc = CLI_EXIT_RUN;
-    goto out;
+    print_plan(r->cfg, mp, r->planned, remat_job_data_source(job), remat_job_tokens(job), o);
+  if (o->replicas > 1 && o->stages == 1) {
+    print_ranks(job, o);
+    print_zero(r->cfg, mp, o);
   }
-  if (o->plan_only) goto out;
-  /* the sgemm measurement has set up OpenBLAS's and OpenMP's own buffers,
-   * so the headroom left is what the arena can have */
-  if ((rc = peak_rate(o, r))) goto out;
-  /* MFU of a pipeline is against every rank's peak: P ranks do the work */
+  if (cli_stdout_ok()) return CLI_EXIT_RUN;
+  return 0;
+}
+
+/* Before the first step: the peak rate (before the arena exists, so that
+ * filling it cannot disturb the measurement), the machine check, the arena,
+ * the weights and a resume's state, the log. */
+static int start(run_state *r) {
+  const opts *o = r->o;
+  remat_error err;
+  int rc = peak_rate(o, r);
+  if (rc) return rc;
+  /* MFU of several ranks is against every rank's peak: P ranks do the work */
   if (r->ranks > 1) {
     r->peak.flops *= r->ranks, r->peak.median *= r->ranks, r->peak.low *= r->ranks;
     printf("peak    %d ranks: MFU is against %d times that\n", r->ranks, r->ranks);
   }
   fflush(stdout);
-  rc = check_fits_machine(r->planned);
-  if (!rc && remat_trainer_train_windows(tr) < o->B)
+  if (remat_trainer_train_windows(r->tr) < o->B)
     fprintf(stderr,
             "remat train: warning: %s has only %lld windows of %lld tokens for a batch of %lld "
             "rows; rows repeat within a batch\n",
-            source, (long long)remat_trainer_train_windows(tr), (long long)o->T + 1,
-            (long long)o->B);
-  if (!rc && remat_trainer_allocate(tr, &err)) rc = cli_fail(CLI_EXIT_RUN, "%s", err.msg);
-  if (!rc && remat_trainer_planned_bytes(tr) != r->planned) {
-    cli_fail(CLI_EXIT_RUN, "internal error: the allocated plan differs from the printed one");
-    abort();
+            remat_job_data_source(r->job), (long long)remat_trainer_train_windows(r->tr),
+            (long long)o->T + 1, (long long)o->B);
+  rc = remat_job_start(r->job, &err);
+  if (rc) return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
+  if (o->log && r->rank == 0 && !(r->logf = fopen(o->log, "w"))) {
+    snprintf(err.msg, sizeof err.msg, "cannot write log file '%s': %s", o->log, strerror(errno));
+    rc = REMAT_EIO;
   }
-  if (!rc) {
-    remat_model *m = remat_trainer_model(tr);
-    r->tr = tr;
-    if (!o->model) remat_model_init_weights(m, o->seed);
-    else if (load_weights(&rd, &cfg, m, &err)) rc = cli_fail(CLI_EXIT_RUN, "%s", err.msg);
-    if (!rc && o->resume && load_resume_state(o, r, &err))
-      rc = cli_fail(CLI_EXIT_RUN, "%s", err.msg);
-  }
-  if (!rc && o->log && r->rank == 0 && !(r->logf = fopen(o->log, "w")))
-    rc = cli_fail(CLI_EXIT_RUN, "cannot write log file '%s': %s", o->log, strerror(errno));
-  if ((rc = setup_status(r, rc))) goto out;
-  if (r->pipe) predict(r, &pl);
+  /* the log is rank 0's: the others learn of its failure */
+  if (remat_job_agree(r->job, rc, &err)) return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
+  int64_t step;
+  const char *from = remat_job_resumed_from(r->job, &step);
+  if (from && !o->quiet) printf("resume  %s at step %lld\n", from, (long long)step);
+  if (r->pipe)
+    remat_job_predict(r->job, r->peak.flops / (double)r->ranks, &r->predicted_s,
+                      &r->predicted_bubble);
+  return 0;
+}
+
+static int train_job(opts *o, run_state *r) {
+  remat_error err = {0};
+  remat_job *job = r->job;
+  int rc = check_outputs(o, o->model);
+  int ranks = remat_job_ranks(job);
+  if (!rc && o->replicas > 1 && o->stages > 1 && ranks != o->replicas * o->stages)
+    rc = cli_fail(CLI_EXIT_USAGE, "started on %d ranks but --stages %lld x --data-parallel %lld "
+                  "is a grid of %lld ranks: start exactly P x D ranks, mpirun -np %lld remat "
+                  "train --stages %lld --data-parallel %lld ...", ranks, (long long)o->stages,
+                  (long long)o->replicas, (long long)(o->stages * o->replicas),
+                  (long long)(o->stages * o->replicas), (long long)o->stages,
+                  (long long)o->replicas);
+  else if (!rc && o->replicas > 1 && o->stages == 1 && ranks != o->replicas)
+    rc = cli_fail(CLI_EXIT_USAGE, "started on %d ranks but --data-parallel is %lld: start "
+                  "exactly D ranks, mpirun -np D remat train --data-parallel D ...", ranks,
+                  (long long)o->replicas);
+  else if (!rc && o->replicas == 1 && ranks != o->stages)
+    rc = cli_fail(CLI_EXIT_USAGE, "started on %d ranks but --stages is %lld: start exactly P "
+                  "ranks, mpirun -np P remat train --stages P ...", ranks, (long long)o->stages);
+  if (!rc && remat_job_prepare(job, &err)) rc = cli_fail(CLI_EXIT_RUN, "%s", err.msg);
+  if (rc) return rc;
+  const remat_job_desc *d = remat_job_description(job);
+  if (o->resume && (rc = check_outputs(o, d->model))) return rc;
+  o->T = d->train.T;
+  r->cfg = remat_job_config(job);
+  r->tr = remat_job_trainer(job);
+  r->pipe = remat_job_pipeline(job);
+  r->dp = remat_job_replicas(job);
+  r->grid = remat_job_kind(job) == REMAT_RUN_GRID;
+  r->planned = remat_job_planned_bytes(job);
+  if ((rc = show_plan(r)) || o->plan_only) return rc;
+  if ((rc = start(r))) return rc;
 
   struct sigaction sa = {0};
   sa.sa_handler = on_signal;
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
-  r->tr = tr;
   r->tty = isatty(STDERR_FILENO) && !o->quiet;
-  if ((rc = train_loop(r))) {
-    if (r->dist) remat_dist_finalize(r->dist, rc); /* the other ranks wait on this one */
-    goto out;
-  }
+  if ((rc = train_loop(r))) return rc;
   if (r->rank == 0) print_summary(r);
   if (o->save) {
-    if (save_weights(o->save, &cfg, r, &err)) {
-      rc = cli_fail(CLI_EXIT_RUN, "%s", err.msg);
-      goto out;
-    }
+    if (remat_job_save(job, o->save, &err)) return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
     printf("saved   %s\n", o->save);
   }
-  if (o->trace && (r->pipe ? remat_pipeline_trace_write(r->pipe, o->trace, &err)
-                           : remat_replicas_trace_write(r->dp, o->trace, &err))) {
-    rc = cli_fail(CLI_EXIT_RUN, "%s", err.msg);
-    goto out;
+  if (o->trace) {
+    if (remat_job_trace_write(job, o->trace, &err)) return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
+    printf("trace   %s (open it in Perfetto or chrome://tracing)\n", o->trace);
   }
-  if (o->trace) printf("trace   %s (open it in Perfetto or chrome://tracing)\n", o->trace);
   if (r->logf) {
     FILE *f = r->logf;
     r->logf = NULL;
-    if (fclose(f)) {
-      rc = cli_fail(CLI_EXIT_RUN, "cannot write log file '%s': %s", o->log, strerror(errno));
-      goto out;
-    }
+    if (fclose(f))
+      return cli_fail(CLI_EXIT_RUN, "cannot write log file '%s': %s", o->log, strerror(errno));
   }
-  rc = cli_stdout_ok() ? CLI_EXIT_RUN : interrupted ? 130 : 0;
-out:
-  if (r->logf) fclose(r->logf);
-  if (r->grid) {
-    remat_grid_destroy(r->grid);
-  } else {
-    remat_pipeline_destroy(r->pipe);
-    remat_replicas_destroy(r->dp);
-  }
-  remat_trainer_destroy(tr);
-  placement_free(&pl);
-  remat_checkpoint_close(&rd);
-  free(policy);
-  remat_tokens_free(&tok);
-  return rc;
+  return cli_stdout_ok() ? CLI_EXIT_RUN : interrupted ? 130 : 0;
 }
 
 int remat_cmd_train(int argc, char **argv) {
@@ -1461,48 +831,20 @@ int remat_cmd_train(int argc, char **argv) {
   if (parse_args(argc, argv, &o)) return CLI_EXIT_USAGE;
   remat_error err = {0};
   run_state r = {.o = &o, .ranks = 1};
-  remat_threads_setup(&r.threads, o.threads);
-  int rc;
-
-  /* Ranks: a pipeline's stages or the replicas are the job's MPI ranks. */
-  if (o.stages > 1 || o.replicas > 1 || remat_dist_launched()) {
-    if (remat_dist_init(&r.dist, NULL, NULL, &err)) return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
-    r.rank = remat_dist_rank(r.dist);
-    r.ranks = remat_dist_size(r.dist);
-    if (r.rank != 0) { /* one rank speaks */
-      o.quiet = 1;
-      if (!freopen("/dev/null", "w", stdout)) return CLI_EXIT_RUN;
-      cli_silent = 1;
-    }
-    rc = 0;
-    if (o.replicas > 1 && o.stages > 1 && r.ranks != o.replicas * o.stages)
-      rc = cli_fail(CLI_EXIT_USAGE, "started on %d ranks but --stages %lld x --data-parallel %lld "
-                    "is a grid of %lld ranks: start exactly P x D ranks, mpirun -np %lld remat "
-                    "train --stages %lld --data-parallel %lld ...", r.ranks, (long long)o.stages,
-                    (long long)o.replicas, (long long)(o.stages * o.replicas),
-                    (long long)(o.stages * o.replicas), (long long)o.stages,
-                    (long long)o.replicas);
-    else if (o.replicas > 1 && o.stages == 1 && r.ranks != o.replicas)
-      rc = cli_fail(CLI_EXIT_USAGE, "started on %d ranks but --data-parallel is %lld: start "
-                    "exactly D ranks, mpirun -np D remat train --data-parallel D ...", r.ranks,
-                    (long long)o.replicas);
-    else if (o.replicas == 1 && r.ranks != o.stages)
-      rc = cli_fail(CLI_EXIT_USAGE, "started on %d ranks but --stages is %lld: start exactly P "
-                    "ranks, mpirun -np P remat train --stages P ...", r.ranks, (long long)o.stages);
-    int same = 1, diff = -1;
-    uint64_t h = argv_digest(argc, argv);
-    if (!rc && remat_dist_all_same(r.dist, &h, sizeof h, &same, &diff, &err) == 0 && !same)
-      rc = cli_fail(CLI_EXIT_USAGE, "rank %d was started with other flags than rank 0; every rank "
-                    "must run the same command", diff);
-    /* one layout for every job: P x D (a pipeline P x 1, replicas 1 x D) */
-    if (!rc && remat_dist_grid(r.dist, o.stages, o.replicas, &err))
-      rc = cli_fail(CLI_EXIT_RUN, "%s", err.msg);
-    if (rc) {
-      remat_dist_finalize(r.dist, 0);
-      return rc;
-    }
+  remat_threads_setup(&r.threads, o.threads); /* may re-execute: before MPI starts */
+  remat_job_desc d;
+  job_desc_from(&o, &d);
+  d.launch_digest = argv_digest(argc, argv);
+  if (remat_job_create(&r.job, &d, &err)) return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
+  r.rank = remat_job_rank(r.job);
+  r.ranks = remat_job_ranks(r.job);
+  if (r.rank != 0) { /* one rank speaks */
+    o.quiet = 1;
+    cli_silent = 1;
+    if (!freopen("/dev/null", "w", stdout)) return CLI_EXIT_RUN;
   }
-  rc = train_job(&o, &r);
-  if (r.dist) remat_dist_finalize(r.dist, 0);
+  int rc = train_job(&o, &r);
+  if (r.logf) fclose(r.logf);
+  remat_job_destroy(r.job, rc && rc != 130 ? rc : 0);
   return rc;
 }

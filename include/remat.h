@@ -41,5 +41,6 @@
 #include "remat/train.h"  /* the trainer: data, schedule, the step */
 #include "remat/plan.h"   /* the exact pipeline planner */
 #include "remat/parallel.h" /* pipeline stages and replicas over MPI */
+#include "remat/job.h"    /* a training job: placement, runtimes, weights, resume */
 
 #endif /* REMAT_H */

@@ -48,6 +48,10 @@ const char *remat_strerror(int code); /* "invalid argument" */
 /* "1.5GiB", "800MB", "20e9", "4096" -> bytes. Suffixes: B, K/KB, M/MB, G/GB,
  * T/TB (powers of 1000), KiB, MiB, GiB, TiB (powers of 1024); case-insensitive. */
 int remat_parse_size(const char *s, size_t *bytes, remat_error *err);
+/* A comma-separated list of sizes ("2GiB,3GiB") or of non-negative counts
+ * ("7,8,8,9") into out (room for cap); *n receives how many. */
+int remat_parse_sizes(const char *s, size_t *out, int64_t cap, int64_t *n, remat_error *err);
+int remat_parse_counts(const char *s, int64_t *out, int64_t cap, int64_t *n, remat_error *err);
 /* Units for byte counts shown to people: powers of 1024 (KiB, MiB, GiB) or of
  * 1000 (kB, MB, GB). */
 typedef enum { REMAT_UNITS_BINARY = 0, REMAT_UNITS_DECIMAL = 1 } remat_units;

@@ -14,6 +14,9 @@ extern "C" {
 
 /* ---------------------------------------------------------- model shape */
 
+/* The most transformer blocks a model may have. */
+#define REMAT_MAX_LAYERS 4096
+
 /* GPT-2 shape. The vocabulary is padded up to a multiple of 128 as llm.c does;
  * rows past vocab_size exist in the embedding but never take part in the loss. */
 typedef struct remat_config {

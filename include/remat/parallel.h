@@ -12,14 +12,14 @@
  *
  *   remat_dist *d;  remat_dist_init(&d, &argc, &argv, &err);
  *   ... build a trainer for stage remat_dist_rank(d) (remat_trainer_create_stage)
- *   remat_pipeline *pl;  remat_pipeline_create(&pl, d, tr, &split, &err);
+ *   remat_pipeline *pl;  remat_pipeline_create(&pl, d, tr, &placement, &err);
  *   ... remat_trainer_step(tr, ...) as in one process
  *   remat_pipeline_destroy(pl);  remat_dist_finalize(d);
  *
  * A grid of P x D ranks: remat_dist_grid(d, P, D, &err); the trainer of
  * stage remat_dist_stage(d) as replica remat_dist_replica(d) (its
- * remat_stage with replicas = D), then remat_grid_create(&g, d, tr, &split,
- * &err) instead of the pipeline.
+ * remat_stage with replicas = D), then remat_grid_create(&g, d, tr,
+ * &placement, &err) instead of the pipeline.
  */
 #ifndef REMAT_PARALLEL_H
 #define REMAT_PARALLEL_H
@@ -83,31 +83,54 @@ remat_dist *remat_dist_replicas(remat_dist *d);
 
 /* ------------------------------------------------------------ pipeline */
 
-/* How the model's layers are split: stage s runs blocks [first_block[s],
- * first_block[s] + num_blocks[s]); stage 0 also runs the embedding, the last
- * stage the head. */
-typedef struct remat_split {
-  int64_t stages;
-  int64_t first_block[64], num_blocks[64];
-  int schedule;        /* remat_plan_schedule */
-  int64_t microbatches; /* M per optimizer step */
-} remat_split;
+/* A placement: which blocks each pipeline stage runs, the policy of every
+ * block, the schedule and how many copies of each stage there are. The one
+ * form of a placement every runtime and the job take; the planner's layer
+ * numbers (0 the embedding, 1..L the blocks, L + 1 the head) become block
+ * numbers in one place, remat_placement_from_layers.
+ *
+ * Stage s runs blocks [first_block[s], first_block[s] + num_blocks[s]);
+ * stage 0 also runs the embedding, the last stage the head. One process is
+ * one stage with one copy. */
 #define REMAT_MAX_STAGES 64
+typedef struct remat_placement {
+  int64_t stages; /* P */
+  int64_t first_block[REMAT_MAX_STAGES], num_blocks[REMAT_MAX_STAGES];
+  int schedule;         /* remat_plan_schedule */
+  int64_t microbatches; /* M per optimizer step and pipeline */
+  int64_t replicas;     /* D copies of each stage (1: none) */
+  int zero;             /* ZeRO stage of the copies (0 to 3) */
+  uint8_t policy[REMAT_MAX_LAYERS]; /* remat_policy of every block, model order */
+} remat_placement;
 
-/* The stage of the split that rank s runs, with its in-flight count
- * (1F1B: min(P - s, M); GPipe: M) and the given policy of its blocks. */
-remat_stage remat_split_stage(const remat_split *sp, int64_t s, const uint8_t *policy);
+/* The placement of a planner's answer: layers_per_stage[s] planner layers
+ * on stage s, layer_policy[l] the remat_policy of planner layer l (L + 2 of
+ * them; NULL keeps every block). Fails when the counts do not cover the
+ * model or a stage would hold nothing. replicas and zero are 1 and 0. */
+int remat_placement_from_layers(remat_placement *pl, const remat_config *cfg, int64_t stages,
+                                const int64_t *layers_per_stage, const uint8_t *layer_policy,
+                                int schedule, int64_t microbatches, remat_error *err);
+/* The whole model as one stage, with each block's policy (NULL: keep all). */
+void remat_placement_whole(remat_placement *pl, const remat_config *cfg, const uint8_t *policy,
+                           int64_t microbatches);
+
+/* Stage s of the placement as copy `replica`: its blocks and their
+ * policies (pointing into pl), its in-flight count (1F1B: min(P - s, M);
+ * GPipe: M), the embedding and/or the head, and, when the placement has
+ * copies, the replica fields (remat_stage_replica). */
+remat_stage remat_placement_stage(const remat_placement *pl, int64_t s, int64_t replica);
 
 typedef struct remat_pipeline remat_pipeline; /* opaque */
 
-/* Makes the trainer (this rank's stage of sp, its grad_accum = M; on a
- * grid, below, M times the replicas) run its steps as a pipeline: its micro-batches follow the schedule with sends and
- * receives to the neighbouring ranks, the tied embedding's two gradients are
- * exchanged and added (embedding + head) before the update, and the global
- * norm is summed over all stages' layers in model order. The losses the
- * trainer reports are the whole model's on every rank. */
+/* Makes the trainer (this rank's stage of pl, which must outlive the
+ * pipeline; its grad_accum = M, on a grid below M times the replicas) run
+ * its steps as a pipeline: its micro-batches follow the schedule with sends
+ * and receives to the neighbouring ranks, the tied embedding's two
+ * gradients are exchanged and added (embedding + head) before the update,
+ * and the global norm is summed over all stages' layers in model order. The
+ * losses the trainer reports are the whole model's on every rank. */
 int remat_pipeline_create(remat_pipeline **out, remat_dist *d, remat_trainer *tr,
-                          const remat_split *sp, remat_error *err);
+                          const remat_placement *pl, remat_error *err);
 void remat_pipeline_destroy(remat_pipeline *pl);
 
 /* The whole model's parameters in llm.c order on rank 0 (full: that many
@@ -233,12 +256,12 @@ uint64_t remat_replicas_step_bytes(const remat_config *cfg, int64_t D, int zero,
 typedef struct remat_grid remat_grid; /* opaque */
 
 /* Makes the trainer run its steps on the grid: its model is stage
- * remat_dist_stage(d) of sp as replica remat_dist_replica(d) of D
- * (remat_split_stage with the replica fields of remat_stage_replica), its
+ * remat_dist_stage(d) of pl as replica remat_dist_replica(d) of D
+ * (remat_placement_stage), its
  * grad_accum M D; d's grid is P x D (remat_dist_grid). Creates this rank's
  * pipeline and replica runtimes, reachable below for their figures. */
-int remat_grid_create(remat_grid **out, remat_dist *d, remat_trainer *tr, const remat_split *sp,
-                      remat_error *err);
+int remat_grid_create(remat_grid **out, remat_dist *d, remat_trainer *tr,
+                      const remat_placement *pl, remat_error *err);
 void remat_grid_destroy(remat_grid *g);
 remat_pipeline *remat_grid_pipeline(remat_grid *g);
 remat_replicas *remat_grid_replicas(remat_grid *g);

@@ -59,3 +59,40 @@ const char *remat_format_bytes_in(size_t bytes, int units, char *buf, size_t cap
     snprintf(buf, cap, "%.2f %s", v, u[i]);
   return buf;
 }
+
+int remat_parse_sizes(const char *s, size_t *out, int64_t cap, int64_t *n, remat_error *err) {
+  char item[64];
+  const char *p = s;
+  *n = 0;
+  if (!*p) return remat__errorf(err, REMAT_EINVAL, "empty list of sizes; write e.g. 2GiB,3GiB");
+  for (;;) {
+    size_t len = strcspn(p, ",");
+    if (len >= sizeof item || *n == cap)
+      return remat__errorf(err, REMAT_EINVAL, "'%s': give one size, or at most %lld separated by "
+                           "commas", s, (long long)cap);
+    memcpy(item, p, len);
+    item[len] = 0;
+    int rc = remat_parse_size(item, &out[*n], err);
+    if (rc) return rc;
+    (*n)++;
+    if (!p[len]) return 0;
+    p += len + 1;
+  }
+}
+
+int remat_parse_counts(const char *s, int64_t *out, int64_t cap, int64_t *n, remat_error *err) {
+  const char *p = s;
+  *n = 0;
+  for (;;) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(p, &end, 10);
+    if (end == p || errno || v < 0 || *p == '+' || *p == '-' || *p == ' ' || *n == cap ||
+        (*end && *end != ','))
+      return remat__errorf(err, REMAT_EINVAL, "'%s' is not a list of at most %lld counts like "
+                           "2,2", s, (long long)cap);
+    out[(*n)++] = v;
+    if (!*end) return 0;
+    p = end + 1;
+  }
+}

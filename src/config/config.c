@@ -53,7 +53,7 @@ int remat_config_check(const remat_config *c, remat_error *err) {
                          (long long)c->num_layers, (long long)c->channels,
                          (long long)c->num_heads, (long long)c->vocab_size,
                          (long long)c->max_seq_len);
-  if (c->num_layers > 4096 || c->channels > 65536 || c->num_heads > c->channels ||
+  if (c->num_layers > REMAT_MAX_LAYERS || c->channels > 65536 || c->num_heads > c->channels ||
       c->vocab_size > MAX_DIM || c->max_seq_len > MAX_DIM)
     return remat__errorf(err, REMAT_ERANGE,
                          "model shape L=%lld C=%lld NH=%lld V=%lld T=%lld is out of range "

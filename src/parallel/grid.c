@@ -84,7 +84,8 @@ static int micro_batches(void *ctx, remat_trainer *tr, double *loss_sum, remat_e
   return rc ? rc : remat__replicas_end_micro_batches(g->rp, err);
 }
 
-int remat_grid_create(remat_grid **out, remat_dist *d, remat_trainer *tr, const remat_split *sp,
+int remat_grid_create(remat_grid **out, remat_dist *d, remat_trainer *tr,
+                      const remat_placement *sp,
                       remat_error *err) {
   *out = NULL;
   remat_model *m = remat_trainer_model(tr);

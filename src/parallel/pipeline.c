@@ -45,7 +45,7 @@ struct remat_pipeline {
   remat_dist *d;
   remat_trainer *tr;
   remat_model *m;
-  remat_split sp;
+  const remat_placement *sp; /* the caller's, borrowed */
   int s, P;
   int64_t M, slots;
   /* a grid: this pipeline is replica `rep` of R (R = 1: none); reps holds
@@ -63,12 +63,16 @@ struct remat_pipeline {
   int64_t live;
 };
 
-remat_stage remat_split_stage(const remat_split *sp, int64_t s, const uint8_t *policy) {
-  int64_t P = sp->stages, M = sp->microbatches;
-  int64_t n = sp->schedule == REMAT_SCHED_GPIPE ? M : (P - s < M ? P - s : M);
-  return (remat_stage){.first_block = sp->first_block[s], .num_blocks = sp->num_blocks[s],
-                       .policy = policy, .inflight = n, .has_embedding = s == 0,
-                       .has_head = s == P - 1, .accumulate = M > 1};
+/* Stage s of the placement with whole tensors: on a grid the replica
+ * runtime shards them, not the pipeline. */
+static remat_stage whole_stage(const remat_placement *sp, int64_t s) {
+  remat_stage st = remat_placement_stage(sp, s, 0);
+  if (st.replicas > 1) {
+    st.replicas = st.replica = 0;
+    st.zero = 0;
+    st.accumulate = sp->microbatches > 1;
+  }
+  return st;
 }
 
 /* ------------------------------------------------------------ tracing */
@@ -137,7 +141,7 @@ static int run_microbatches(void *ctx, remat_trainer *tr, double *loss_sum, rema
   for (int64_t q = 0; q < 2 * pl->M; q++) {
     int64_t k;
     int bwd;
-    remat_schedule_op(pl->sp.schedule, P, pl->M, s, q, &k, &bwd);
+    remat_schedule_op(pl->sp->schedule, P, pl->M, s, q, &k, &bwd);
     int64_t slot = k % pl->slots, micro = k * pl->R + pl->rep; /* in the step */
     if (!bwd) {
       for (int64_t x = 0; x < pl->R; x++) { /* every replica's, to keep the loaders in step */
@@ -245,7 +249,7 @@ int remat__pipeline_norm(remat_pipeline *pl, const double *layers, int64_t n, do
   double t = remat__now();
   int counts[REMAT_MAX_STAGES], displs[REMAT_MAX_STAGES], all_n = 0;
   for (int r = 0; r < pl->P; r++) {
-    counts[r] = (int)(pl->sp.num_blocks[r] + (r == 0) + (r == pl->P - 1));
+    counts[r] = (int)(pl->sp->num_blocks[r] + (r == 0) + (r == pl->P - 1));
     displs[r] = all_n;
     all_n += counts[r];
   }
@@ -271,7 +275,7 @@ static int norm_sumsq(void *ctx, remat_trainer *tr, const double *layers, int64_
 /* ------------------------------------------------------------ lifetime */
 
 int remat_pipeline_create(remat_pipeline **out, remat_dist *d, remat_trainer *tr,
-                          const remat_split *sp, remat_error *err) {
+                          const remat_placement *sp, remat_error *err) {
   *out = NULL;
   remat_model *m = remat_trainer_model(tr);
   const remat_train_opts *o = remat_trainer_opts(tr);
@@ -289,7 +293,7 @@ int remat_pipeline_create(remat_pipeline **out, remat_dist *d, remat_trainer *tr
                          "the trainer runs %lld micro-batches per step but the split %lld on "
                          "each of %lld replicas",
                          (long long)o->grad_accum, (long long)sp->microbatches, (long long)R);
-  remat_stage want = remat_split_stage(sp, d->rank, NULL);
+  remat_stage want = whole_stage(sp, d->rank);
   if (st->first_block != want.first_block || st->num_blocks != want.num_blocks ||
       st->has_embedding != want.has_embedding || st->has_head != want.has_head ||
       st->inflight != want.inflight)
@@ -305,7 +309,7 @@ int remat_pipeline_create(remat_pipeline **out, remat_dist *d, remat_trainer *tr
   pl->d = d;
   pl->tr = tr;
   pl->m = m;
-  pl->sp = *sp;
+  pl->sp = sp;
   pl->s = d->rank;
   pl->P = d->size;
   pl->M = sp->microbatches;
@@ -352,7 +356,7 @@ int remat__pipeline_gather_flat(remat_pipeline *pl, const float *p, float *full,
                                 remat_error *err) {
   remat_model *m = pl->m;
   const remat_config *cfg = remat_model_config(m);
-  remat_stage mine = remat_split_stage(&pl->sp, pl->s, NULL); /* whole tensors */
+  remat_stage mine = whole_stage(pl->sp, pl->s);
   if (pl->s != 0) {
     size_t n = remat_stage_num_params(cfg, &mine);
     for (size_t off = 0; off < n; off += PIECE) {
@@ -363,7 +367,7 @@ int remat__pipeline_gather_flat(remat_pipeline *pl, const float *p, float *full,
     return 0;
   }
   for (int r = 1; r < pl->P; r++) {
-    remat_stage st = remat_split_stage(&pl->sp, r, NULL);
+    remat_stage st = whole_stage(pl->sp, r);
     size_t n = remat_stage_num_params(cfg, &st);
     float *tmp = remat__malloc(n * sizeof(float));
     if (!tmp) return remat__errorf(err, REMAT_ENOMEM, "out of memory gathering the parameters");
@@ -389,7 +393,7 @@ int remat__pipeline_gather_flat(remat_pipeline *pl, const float *p, float *full,
 int remat_pipeline_trace_start(remat_pipeline *pl, int64_t max_steps, remat_error *err) {
   size_t per_step = (size_t)pl->M * 8 + 8;
   if (pl->R > 1) { /* a grid: the replica runtime's spans too (remat_replicas_trace_start) */
-    size_t L = (size_t)pl->sp.num_blocks[pl->s] + 2;
+    size_t L = (size_t)pl->sp->num_blocks[pl->s] + 2;
     per_step += (size_t)pl->M * (8 * L + 24) + 4 * L + 24;
   }
   int rc = remat__trace_start(&pl->trace, pl->world->comm, (size_t)max_steps * per_step + 16, err);

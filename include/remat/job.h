@@ -1,0 +1,204 @@
+/* remat/job.h: a training job: one object between a front end's settings
+ * and the trainer. Given a description (the model, the data, the step, how
+ * to recompute or a memory budget, the pipeline stages and replicas, a plan
+ * file, a checkpoint directory, a resume), it starts the job's MPI ranks
+ * when there are several, agrees among them, places the blocks on stages,
+ * chooses the runtime (one process, a pipeline, replicas or the grid),
+ * plans every rank's arena, moves weights in and out across the ranks,
+ * writes and resumes checkpoints, and gathers each rank's figures. A front
+ * end (the remat command, a binding) only turns its input into a
+ * description and shows what the job says.
+ * Part of remat's public API; include "remat.h" for all of it.
+ *
+ *   remat_job_desc d;  remat_job_desc_default(&d);
+ *   d.config = "tiny";  d.train.steps = 100;  d.memory = "64MiB";
+ *   remat_job *job;
+ *   if (remat_job_create(&job, &d, &err)) ...       // ranks started, if any
+ *   if (remat_job_prepare(job, &err)) ...           // placed and planned
+ *   printf("%zu bytes\n", remat_job_planned_bytes(job));
+ *   if (remat_job_start(job, &err)) ...             // arena, weights, resume
+ *   remat_job_step_info in;
+ *   while (!remat_job_done(job))
+ *     if (remat_job_step(job, 0, &in, &err)) ...    // in.stats.loss, ...
+ *   remat_job_save(job, "model.bin", &err);
+ *   remat_job_destroy(job, 0);
+ *
+ * Every call that can fail on one rank agrees with the others first: it
+ * returns the lowest failing rank's status on every rank, with that rank's
+ * message (prefixed "rank R: " when R is not 0), so a job never hangs on
+ * one rank's failure.
+ *
+ * The thread policy (remat_threads_setup, remat/report.h) is not the job's:
+ * it may re-execute the process with OpenMP's settings in its environment,
+ * which only the program's own main can do safely, before MPI starts and
+ * before any thread exists. A front end calls it first. */
+#ifndef REMAT_JOB_H
+#define REMAT_JOB_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "remat/parallel.h"
+#include "remat/plan.h"
+#include "remat/train.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct remat_job_desc {
+  /* The model: a built-in shape name or "L,C,NH,V,T" (NULL: the model
+   * file's shape, else "small"), and an llm.c checkpoint to start from
+   * (NULL: initialised from train.hp.seed). */
+  const char *config, *model;
+  /* The data: a token shard, a text file read as bytes, or neither: the
+   * embedded corpus. */
+  const char *data, *text;
+  /* The step: B, T (0: 64, or the model's maxT when shorter), grad_accum
+   * (micro-batches per step of each pipeline or replica), steps, the
+   * learning rate, AdamW, clipping, dropout. val_frac holds tokens out
+   * when eval_every > 0. */
+  remat_train_opts train;
+  int64_t eval_every; /* held-out loss every this many steps (0: never) */
+  /* Which blocks recompute, at most one of: */
+  double ckpt_ratio;       /* >= 0: the first floor(ratio L) blocks in full */
+  const char *ckpt_layers; /* remat_policy_parse_list: "0-3", "full:0-3,middle:4-11" */
+  const char *memory;      /* a budget, one size or one per stage ("2GiB,3GiB"):
+                              the planner chooses keep, middle or full per block
+                              and, on a pipeline, the blocks of each stage */
+  /* Ranks: P pipeline stages x D replicas (1 x 1: one process). */
+  int64_t stages, replicas;
+  int zero;     /* ZeRO stage of the replicas, 0 to 3 */
+  int schedule; /* remat_plan_schedule */
+  const char *layers; /* blocks per stage by hand, "N0,N1,..." */
+  const char *plan;   /* a plan file of `remat plan` places the stages */
+  /* State: a checkpoint every checkpoint_every steps (and at the end) in
+   * checkpoint_dir; resume from the newest complete checkpoint under a
+   * directory (or that checkpoint itself). */
+  const char *checkpoint_dir;
+  int64_t checkpoint_every;
+  const char *resume;
+  int trace; /* record every rank's timeline (several ranks only) */
+  /* Bytes every rank must agree on beyond the description (e.g. a digest
+   * of its command line): a rank that differs ends the job. */
+  uint64_t launch_digest;
+} remat_job_desc;
+
+/* One process, small, 300 steps, the trainer's defaults, every block kept,
+ * 1F1B, no checkpoints. */
+void remat_job_desc_default(remat_job_desc *d);
+
+typedef struct remat_job remat_job; /* opaque */
+
+/* How the job runs. */
+typedef enum {
+  REMAT_RUN_ONE = 0,  /* one process */
+  REMAT_RUN_PIPELINE, /* P stages, one per rank */
+  REMAT_RUN_REPLICAS, /* D replicas, one per rank */
+  REMAT_RUN_GRID,     /* P x D ranks */
+  REMAT_RUN_COUNT
+} remat_run_kind;
+
+/* Checks the description and, when it asks for several ranks or the
+ * process was started by an MPI launcher, starts MPI. Nothing is loaded
+ * yet; the rank is known (a front end silences the others). */
+int remat_job_create(remat_job **out, const remat_job_desc *desc, remat_error *err);
+/* Ends the job; a status other than 0 ends every rank of it at once (the
+ * others may be waiting on this one). */
+void remat_job_destroy(remat_job *job, int status);
+
+/* Agrees on the rank count and the description, lays out the grid, reads
+ * the model's shape, the data and a resume's checkpoint, chooses each
+ * block's policy and each stage's blocks, and plans every arena (a resume
+ * with other settings is refused here). Nothing large is allocated. */
+int remat_job_prepare(remat_job *job, remat_error *err);
+/* Checks the plan fits the machine, allocates the arena, initialises or
+ * loads the weights (this rank's slices of them) and a resume's state. */
+int remat_job_start(remat_job *job, remat_error *err);
+
+/* -------------------------------------------------------------- stepping */
+
+typedef struct remat_job_step_info {
+  int stopped;                /* some rank asked to stop: no step was taken */
+  remat_step_stats stats;     /* the step's loss, norm, learning rate, times */
+  double val_loss;            /* the held-out loss, when evaluated; else NAN */
+  int64_t checkpoint_step;    /* a checkpoint of this step was written (else 0) */
+  size_t measured;            /* this rank's measured peak, every byte held */
+  /* rank 0: every rank's arena, planned and measured (the job's ranks) */
+  size_t rank_planned[REMAT_MAX_STAGES], rank_measured[REMAT_MAX_STAGES];
+  double wait_seconds;        /* a pipeline: this rank's waiting in the step */
+  remat_comm_stats comm;      /* replicas: this rank's communication */
+  remat_comm_stats rank_comm[REMAT_MAX_STAGES]; /* rank 0: every replica's */
+} remat_job_step_info;
+
+/* One optimizer step on every rank. stop: this rank wants to stop (a
+ * signal); when any rank does, no rank steps and info->stopped is 1. A
+ * checkpoint follows when one is due. */
+int remat_job_step(remat_job *job, int stop, remat_job_step_info *info, remat_error *err);
+/* 1 when every step of the description has been taken. */
+int remat_job_done(const remat_job *job);
+/* After a stop between checkpoints: a checkpoint of the last step taken
+ * (none when checkpoints are off or the last step has one). *step receives
+ * its step, or 0 when none was written. */
+int remat_job_checkpoint_now(remat_job *job, int64_t *step, remat_error *err);
+
+/* The whole model's weights in llm.c's format at path, gathered from every
+ * rank and written by rank 0. Every rank calls it. */
+int remat_job_save(remat_job *job, const char *path, remat_error *err);
+/* The ranks' timeline (desc.trace) as Chrome trace-event JSON at path,
+ * written by rank 0. Every rank calls it. */
+int remat_job_trace_write(remat_job *job, const char *path, remat_error *err);
+
+/* The front end's own steps that can fail on one rank (opening its log):
+ * every rank passes its status (err filled when not 0) and receives the
+ * lowest failing rank's, as every call above does. */
+int remat_job_agree(remat_job *job, int status, remat_error *err);
+
+/* -------------------------------------------------------------- figures */
+
+remat_run_kind remat_job_kind(const remat_job *job);
+int remat_job_rank(const remat_job *job);
+int remat_job_ranks(const remat_job *job);
+/* The description as the job runs it (T and the shape's defaults filled). */
+const remat_job_desc *remat_job_description(const remat_job *job);
+const remat_config *remat_job_config(const remat_job *job);
+/* The data: where it came from ("embedded corpus" or the path) and the tokens. */
+const char *remat_job_data_source(const remat_job *job);
+const remat_tokens *remat_job_tokens(const remat_job *job);
+/* The placement: stages, their blocks and every block's policy. */
+const remat_placement *remat_job_placement(const remat_job *job);
+/* A pipeline's problem and plan (the planner's figures for the placement);
+ * NULL for one process and replicas alone. */
+const remat_plan_problem *remat_job_problem(const remat_job *job);
+const remat_plan *remat_job_plan(const remat_job *job);
+/* This rank's trainer and its runtimes (NULL where the job has none). */
+remat_trainer *remat_job_trainer(remat_job *job);
+remat_pipeline *remat_job_pipeline(remat_job *job);
+remat_replicas *remat_job_replicas(remat_job *job);
+/* Every byte this rank will hold (remat_trainer_planned_bytes). */
+size_t remat_job_planned_bytes(const remat_job *job);
+/* Rank k's stage and arena from the memory model, as it plans them: for
+ * showing every rank's arena before any exists. mp is the caller's
+ * (remat_memplan_free). */
+int remat_job_rank_memplan(const remat_job *job, int k, remat_stage *st, remat_memplan *mp,
+                           remat_error *err);
+/* A resume: the step directory and step resumed from (NULL and 0 if none). */
+const char *remat_job_resumed_from(const remat_job *job, int64_t *step);
+/* The pipeline's iteration time in seconds, from the plan's schedule
+ * simulation at one rank's rate of rank_flops FLOP/s, and its bubble (the
+ * share of stage time the schedule leaves idle). 0 and 0 without a plan. */
+void remat_job_predict(const remat_job *job, double rank_flops, double *seconds,
+                       double *bubble);
+
+/* ------------------------------------------------------------- parsing */
+
+/* "0,2,5", "0-3": blocks recomputed in full; "middle:" before an item gives
+ * it and the items after it the middle policy, "full:" full recomputation
+ * again ("full:0-3,middle:4-11"). Every index in [0, L), none twice; the
+ * rest are kept. */
+int remat_policy_parse_list(const char *s, uint8_t *policy, int64_t L, remat_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* REMAT_JOB_H */

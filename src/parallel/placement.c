@@ -1,0 +1,70 @@
+/* placement.c: the one form of a placement (remat/parallel.h): which
+ * blocks each stage runs and how, built from the planner's layer numbers in
+ * the one place that converts them, and the stage a rank runs. */
+#include <string.h>
+
+#include "base/base.h"
+#include "remat/parallel.h"
+#include "remat/plan.h"
+
+int remat_placement_from_layers(remat_placement *pl, const remat_config *cfg, int64_t stages,
+                                const int64_t *layers_per_stage, const uint8_t *layer_policy,
+                                int schedule, int64_t microbatches, remat_error *err) {
+  int64_t L = cfg->num_layers, sum = 0;
+  if (stages < 1 || stages > REMAT_MAX_STAGES)
+    return remat__errorf(err, REMAT_EINVAL, "a placement has 1 to %d stages, not %lld",
+                         REMAT_MAX_STAGES, (long long)stages);
+  for (int64_t s = 0; s < stages; s++) {
+    if (layers_per_stage[s] < 1)
+      return remat__errorf(err, REMAT_EINVAL, "stage %lld would hold no layer", (long long)s);
+    sum += layers_per_stage[s];
+  }
+  if (sum != L + 2)
+    return remat__errorf(err, REMAT_EINVAL,
+                         "the stages hold %lld layers but the model has %lld (%lld blocks, the "
+                         "embedding and the head)",
+                         (long long)sum, (long long)L + 2, (long long)L);
+  memset(pl, 0, sizeof *pl);
+  pl->stages = stages;
+  pl->schedule = schedule;
+  pl->microbatches = microbatches;
+  pl->replicas = 1;
+  /* planner layer l is block l - 1; layer 0 (the embedding) joins stage 0
+   * and layer L + 1 (the head) the last */
+  int64_t first = 0;
+  for (int64_t s = 0; s < stages; s++) {
+    int64_t lo = first, hi = first + layers_per_stage[s];
+    int64_t b0 = lo < 1 ? 1 : lo, b1 = hi > L + 1 ? L + 1 : hi;
+    pl->first_block[s] = b0 - 1;
+    pl->num_blocks[s] = b1 > b0 ? b1 - b0 : 0;
+    first = hi;
+  }
+  for (int64_t b = 0; b < L; b++) pl->policy[b] = layer_policy ? layer_policy[b + 1] : REMAT_KEEP;
+  return 0;
+}
+
+void remat_placement_whole(remat_placement *pl, const remat_config *cfg, const uint8_t *policy,
+                           int64_t microbatches) {
+  memset(pl, 0, sizeof *pl);
+  pl->stages = 1;
+  pl->num_blocks[0] = cfg->num_layers;
+  pl->microbatches = microbatches;
+  pl->replicas = 1;
+  if (policy) memcpy(pl->policy, policy, (size_t)cfg->num_layers);
+}
+
+remat_stage remat_placement_stage(const remat_placement *pl, int64_t s, int64_t replica) {
+  int64_t P = pl->stages, M = pl->microbatches;
+  int64_t n = pl->schedule == REMAT_SCHED_GPIPE ? M : (P - s < M ? P - s : M);
+  remat_stage st = {.first_block = pl->first_block[s], .num_blocks = pl->num_blocks[s],
+                    .policy = pl->policy + pl->first_block[s], .inflight = n,
+                    .has_embedding = s == 0, .has_head = s == P - 1, .accumulate = M > 1};
+  if (pl->replicas > 1) {
+    st.replicas = pl->replicas;
+    st.replica = replica;
+    st.zero = pl->zero;
+    st.accumulate = 1;
+    if (P == 1) st.inflight = 1; /* replicas of the whole model take one micro-batch at a time */
+  }
+  return st;
+}
