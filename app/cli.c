@@ -130,3 +130,13 @@ int cli_parse_flags(int argc, char **argv, const cli_flag *flags, const char *us
   }
   return 0;
 }
+
+uint64_t cli_argv_digest(int argc, char **argv) {
+  uint64_t h = 1469598103934665603ull; /* FNV-1a over every argument and its end */
+  for (int i = 0; i < argc; i++)
+    for (const char *p = argv[i];; p++) {
+      h = (h ^ (unsigned char)*p) * 1099511628211ull;
+      if (!*p) break;
+    }
+  return h;
+}

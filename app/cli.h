@@ -46,6 +46,9 @@ typedef struct cli_flag {
  * prints usage and exits. Returns 0, or -1 after printing what was wrong. */
 int cli_parse_flags(int argc, char **argv, const cli_flag *flags, const char *usage);
 
+/* A digest of the command line, for ranks to agree they run the same one. */
+uint64_t cli_argv_digest(int argc, char **argv);
+
 /* Writes to stdout went through (stdout flushed, no error); else prints why
  * and returns -1. */
 int cli_stdout_ok(void);

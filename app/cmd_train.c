@@ -93,15 +93,12 @@ static const char *usage_text =
     "  --help                    this text\n";
 
 typedef struct {
-  const char *config, *model, *data, *text, *save, *log, *ckpt_layers, *mem;
-  const char *layers, *plan, *trace, *ckpt_dir, *resume, *schedule_name;
-  int64_t ckpt_every;
-  int64_t B, T, K, steps, warmup, eval_every, eval_batches, stages, replicas;
-  int schedule, zero;
-  double lr, ratio, peak_gflops, val_frac;
-  float wd, clip, dropout;
-  uint64_t seed;
-  int threads, cosine, quiet, plan_only;
+  remat_job_desc d; /* most flags go straight into the job's description */
+  const char *save, *log, *trace, *schedule_name;
+  int64_t B, T, K, steps, eval_every, stages, replicas;
+  int zero;
+  double peak_gflops;
+  int threads, quiet, plan_only;
 } opts;
 
 static volatile sig_atomic_t interrupted;
@@ -112,60 +109,68 @@ static void on_signal(int sig) {
 }
 
 static int parse_args(int argc, char **argv, opts *o) {
-  *o = (opts){.stages = 1, .replicas = 1, .B = 8, .K = 1, .steps = 300, .lr = 1e-3, .wd = 0.1f,
-              .clip = 1.0f, .ratio = -1, .seed = 1337, .val_frac = 0.1, .eval_batches = 8};
+  *o = (opts){.stages = 1, .replicas = 1, .B = 8, .K = 1, .steps = 300};
+  remat_job_desc_default(&o->d);
+  o->d.train.lr = 1e-3;
+  o->d.train.val_frac = 0.1;
   const cli_flag flags[] = {
-      {.name = "--config", .kind = CLI_STR, .dst = &o->config},
-      {.name = "--model", .kind = CLI_STR, .dst = &o->model},
-      {.name = "--data", .kind = CLI_STR, .dst = &o->data},
-      {.name = "--text", .kind = CLI_STR, .dst = &o->text},
+      {.name = "--config", .kind = CLI_STR, .dst = &o->d.config},
+      {.name = "--model", .kind = CLI_STR, .dst = &o->d.model},
+      {.name = "--data", .kind = CLI_STR, .dst = &o->d.data},
+      {.name = "--text", .kind = CLI_STR, .dst = &o->d.text},
       {.name = "--save", .kind = CLI_STR, .dst = &o->save},
       {.name = "--log", .kind = CLI_STR, .dst = &o->log},
-      {.name = "--ckpt-layers", .kind = CLI_STR, .dst = &o->ckpt_layers},
-      {.name = "--mem", .kind = CLI_STR, .dst = &o->mem},
-      {.name = "--layers", .kind = CLI_STR, .dst = &o->layers},
-      {.name = "--plan", .kind = CLI_STR, .dst = &o->plan},
+      {.name = "--ckpt-layers", .kind = CLI_STR, .dst = &o->d.ckpt_layers},
+      {.name = "--mem", .kind = CLI_STR, .dst = &o->d.memory},
+      {.name = "--layers", .kind = CLI_STR, .dst = &o->d.layers},
+      {.name = "--plan", .kind = CLI_STR, .dst = &o->d.plan},
       {.name = "--trace", .kind = CLI_STR, .dst = &o->trace},
-      {.name = "--checkpoint-dir", .kind = CLI_STR, .dst = &o->ckpt_dir},
-      {.name = "--resume", .kind = CLI_STR, .dst = &o->resume},
+      {.name = "--checkpoint-dir", .kind = CLI_STR, .dst = &o->d.checkpoint_dir},
+      {.name = "--resume", .kind = CLI_STR, .dst = &o->d.resume},
       {.name = "--schedule", .kind = CLI_STR, .dst = &o->schedule_name},
-      {.name = "--checkpoint-every", .kind = CLI_I64, .dst = &o->ckpt_every, .lo = 1, .hi = 1 << 30},
+      {.name = "--checkpoint-every", .kind = CLI_I64, .dst = &o->d.checkpoint_every,
+        .lo = 1, .hi = 1 << 30},
       {.name = "--stages", .kind = CLI_I64, .dst = &o->stages, .lo = 1, .hi = REMAT_MAX_STAGES},
-      {.name = "--data-parallel", .kind = CLI_I64, .dst = &o->replicas, .lo = 1, .hi = REMAT_MAX_STAGES},
+      {.name = "--data-parallel", .kind = CLI_I64, .dst = &o->replicas,
+        .lo = 1, .hi = REMAT_MAX_STAGES},
       {.name = "--zero", .kind = CLI_INT, .dst = &o->zero, .lo = 0, .hi = 3},
       {.name = "--batch", .kind = CLI_I64, .dst = &o->B, .lo = 1, .hi = 1 << 16},
       {.name = "--seq", .kind = CLI_I64, .dst = &o->T, .lo = 1, .hi = 1 << 20},
       {.name = "--grad-accum", .kind = CLI_I64, .dst = &o->K, .lo = 1, .hi = 1 << 16},
       {.name = "--steps", .kind = CLI_I64, .dst = &o->steps, .lo = 0, .hi = 1 << 30},
-      {.name = "--warmup", .kind = CLI_I64, .dst = &o->warmup, .lo = 0, .hi = 1 << 30},
+      {.name = "--warmup", .kind = CLI_I64, .dst = &o->d.train.warmup, .lo = 0, .hi = 1 << 30},
       {.name = "--eval-every", .kind = CLI_I64, .dst = &o->eval_every, .lo = 0, .hi = 1 << 30},
-      {.name = "--eval-batches", .kind = CLI_I64, .dst = &o->eval_batches, .lo = 1, .hi = 1 << 20},
-      {.name = "--val-frac", .kind = CLI_F64, .dst = &o->val_frac, .lo = 0.001, .hi = 0.9},
-      {.name = "--lr", .kind = CLI_F64, .dst = &o->lr, .lo = 0, .hi = 10},
-      {.name = "--weight-decay", .kind = CLI_F32, .dst = &o->wd, .lo = 0, .hi = 10},
-      {.name = "--grad-clip", .kind = CLI_F32, .dst = &o->clip, .lo = 0, .hi = 1e30},
-      {.name = "--dropout", .kind = CLI_F32, .dst = &o->dropout, .lo = 0, .hi = 1, .hi_open = 1},
-      {.name = "--ckpt-ratio", .kind = CLI_F64, .dst = &o->ratio, .lo = 0, .hi = 1},
+      {.name = "--eval-batches", .kind = CLI_I64, .dst = &o->d.train.eval_batches,
+        .lo = 1, .hi = 1 << 20},
+      {.name = "--val-frac", .kind = CLI_F64, .dst = &o->d.train.val_frac, .lo = 0.001, .hi = 0.9},
+      {.name = "--lr", .kind = CLI_F64, .dst = &o->d.train.lr, .lo = 0, .hi = 10},
+      {.name = "--weight-decay", .kind = CLI_F32, .dst = &o->d.train.hp.weight_decay,
+        .lo = 0, .hi = 10},
+      {.name = "--grad-clip", .kind = CLI_F32, .dst = &o->d.train.hp.grad_clip,
+        .lo = 0, .hi = 1e30},
+      {.name = "--dropout", .kind = CLI_F32, .dst = &o->d.train.hp.dropout,
+        .lo = 0, .hi = 1, .hi_open = 1},
+      {.name = "--ckpt-ratio", .kind = CLI_F64, .dst = &o->d.ckpt_ratio, .lo = 0, .hi = 1},
       {.name = "--peak-gflops", .kind = CLI_F64, .dst = &o->peak_gflops, .lo = 1e-6, .hi = 1e12},
-      {.name = "--seed", .kind = CLI_U64, .dst = &o->seed, .lo = 0},
+      {.name = "--seed", .kind = CLI_U64, .dst = &o->d.train.hp.seed, .lo = 0},
       {.name = "--threads", .kind = CLI_INT, .dst = &o->threads, .lo = 1, .hi = 1024},
-      {.name = "--cosine", .kind = CLI_SWITCH, .dst = &o->cosine},
+      {.name = "--cosine", .kind = CLI_SWITCH, .dst = &o->d.train.cosine},
       {.name = "--quiet", .kind = CLI_SWITCH, .dst = &o->quiet},
       {.name = "--plan-only", .kind = CLI_SWITCH, .dst = &o->plan_only},
       {NULL}};
   if (cli_parse_flags(argc, argv, flags, usage_text)) return -1;
-  if (o->schedule_name && remat_plan_schedule_parse(o->schedule_name, &o->schedule))
+  if (o->schedule_name && remat_plan_schedule_parse(o->schedule_name, &o->d.schedule))
     return cli_fail(-1, "--schedule %s is not a schedule; use 1f1b or gpipe", o->schedule_name);
-  if ((o->ratio >= 0) + (o->ckpt_layers != NULL) + (o->mem != NULL) + (o->plan != NULL) > 1)
+  if ((o->d.ckpt_ratio >= 0) + !!o->d.ckpt_layers + !!o->d.memory + !!o->d.plan > 1)
     return cli_fail(-1, "--ckpt-ratio, --ckpt-layers, --mem and --plan each choose the "
                         "recomputed blocks; give at most one");
-  if (o->stages == 1 && (o->layers || o->plan))
+  if (o->stages == 1 && (o->d.layers || o->d.plan))
     return cli_fail(-1, "--layers and --plan place a pipeline: give --stages P too (and "
                         "start P ranks with mpirun -np P)");
   if (o->stages == 1 && o->replicas == 1 && o->trace)
     return cli_fail(-1, "--trace draws the timeline of several ranks: give --stages P or "
                         "--data-parallel D too (and start that many with mpirun -np)");
-  if (o->layers && o->mem)
+  if (o->d.layers && o->d.memory)
     return cli_fail(-1, "--layers places the blocks by hand and --mem lets remat place them; "
                         "give one");
   if ((o->stages > 1 || o->replicas > 1) && o->eval_every > 0)
@@ -178,48 +183,29 @@ static int parse_args(int argc, char **argv, opts *o) {
   if (o->replicas == 1 && o->zero)
     return cli_fail(-1, "--zero %d shards across replicas: give --data-parallel D too (and start "
                     "D ranks with mpirun -np D)", o->zero);
-  if (o->data && o->text) return cli_fail(-1, "give --data or --text, not both");
-  if (!!o->ckpt_dir != !!o->ckpt_every)
+  if (o->d.data && o->d.text) return cli_fail(-1, "give --data or --text, not both");
+  if (!!o->d.checkpoint_dir != !!o->d.checkpoint_every)
     return cli_fail(-1, "--checkpoint-dir DIR and --checkpoint-every N go together");
-  if (o->resume && o->model)
+  if (o->d.resume && o->d.model)
     return cli_fail(-1, "--resume takes the weights from its checkpoint; drop --model");
   return 0;
 }
 
-/* Every rank of a job must run the same command. */
-static uint64_t argv_digest(int argc, char **argv) {
-  uint64_t h = 1469598103934665603ull;
-  for (int i = 0; i < argc; i++)
-    for (const char *p = argv[i];; p++) {
-      h = (h ^ (unsigned char)*p) * 1099511628211ull;
-      if (!*p) break;
-    }
-  return h;
-}
-
+/* The description: the flags that went straight into it, and the ones the
+ * printing reads too. */
 static void job_desc_from(const opts *o, remat_job_desc *d) {
-  remat_job_desc_default(d);
-  *d = (remat_job_desc){.config = o->config, .model = o->model, .data = o->data, .text = o->text,
-                        .train = d->train, .eval_every = o->eval_every, .ckpt_ratio = o->ratio,
-                        .ckpt_layers = o->ckpt_layers, .memory = o->mem, .stages = o->stages,
-                        .replicas = o->replicas, .zero = o->zero, .schedule = o->schedule,
-                        .layers = o->layers, .plan = o->plan, .checkpoint_dir = o->ckpt_dir,
-                        .checkpoint_every = o->ckpt_every, .resume = o->resume,
-                        .trace = o->trace != NULL};
-  remat_train_opts *t = &d->train;
-  t->B = o->B;
-  t->T = o->T;
-  t->grad_accum = o->K;
-  t->steps = o->steps;
-  t->warmup = o->warmup;
-  t->cosine = o->cosine;
-  t->lr = o->lr;
-  t->hp.weight_decay = o->wd;
-  t->hp.grad_clip = o->clip;
-  t->hp.dropout = o->dropout;
-  t->hp.seed = o->seed;
-  t->val_frac = o->val_frac;
-  t->eval_batches = o->eval_batches;
+  *d = o->d;
+  d->train.B = o->B;
+  d->train.T = o->T;
+  d->train.grad_accum = o->K;
+  d->train.steps = o->steps;
+  d->eval_every = o->eval_every;
+  d->stages = o->stages;
+  d->replicas = o->replicas;
+  d->zero = o->zero;
+  d->trace = o->trace != NULL;
+  d->outputs[0] = o->save;
+  d->outputs[1] = o->log;
 }
 
 typedef struct {
@@ -240,7 +226,7 @@ typedef struct {
   size_t measured;
   remat_pipeline *pipe;
   remat_replicas *dp;
-  int grid;
+  int grid, abort_others;
   int ranks, rank;
   remat_comm_stats comm; /* rank 0's, of the last step */
   remat_comm_stats rank_comm[REMAT_MAX_STAGES]; /* every replica's, of the last step */
@@ -411,28 +397,6 @@ static void print_zero(const remat_config *cfg, const remat_memplan *mine, const
          remat_format_bytes((size_t)bytes, b[0], sizeof b[0]), (unsigned long long)bytes);
 }
 
-/* Outputs: find out now, not after hours of training, that the checkpoint
- * cannot be written; and never write over an input. */
-static int check_outputs(const opts *o, const char *model) {
-  remat_error err;
-  const char *outs[][2] = {{"--save", o->save}, {"--log", o->log}};
-  const char *ins[][2] = {{o->resume ? "--resume's model" : "--model", model},
-                          {"--data", o->data}, {"--text", o->text}};
-  for (size_t i = 0; i < 2; i++) {
-    if (!outs[i][1]) continue;
-    for (size_t j = 0; j < 3; j++)
-      if (ins[j][1] && remat_same_file(outs[i][1], ins[j][1]))
-        return cli_fail(CLI_EXIT_USAGE, "%s %s names the same file as %s; it would overwrite "
-                        "an input: choose another path",
-                        outs[i][0], outs[i][1], ins[j][0]);
-  }
-  if (o->save && o->log && remat_same_file(o->save, o->log))
-    return cli_fail(CLI_EXIT_USAGE, "--save and --log name the same file '%s'", o->save);
-  if (o->save && remat_output_check(o->save, &err))
-    return cli_fail(CLI_EXIT_RUN, "--save: %s", err.msg);
-  return 0;
-}
-
 static int log_step(run_state *r, const remat_step_stats *st, double tps, double mfu,
                     double val_loss) {
   FILE *f = r->logf;
@@ -447,20 +411,21 @@ static int log_step(run_state *r, const remat_step_stats *st, double tps, double
           (long long)mp->num_middle, r->planned,
           r->measured, remat_rss_peak_bytes());
   if (!isnan(val_loss)) fprintf(f, ", \"val_loss\": %.6f", val_loss);
-  if (r->dp && !r->grid) { /* rank 0's communication in this step, counted and from the shapes */
+  if (r->dp) { /* rank 0's communication in this step (a grid's: among its stage's replicas) */
     const remat_comm_stats *c = &r->comm;
+    if (r->grid) fprintf(f, ", \"stages\": %lld", (long long)r->o->stages);
     fprintf(f,
-            ", \"replicas\": %d, \"zero\": %d, \"comm_s\": %.6f, \"comm_exposed_s\": %.6f, "
+            ", \"replicas\": %lld, \"zero\": %d, \"comm_s\": %.6f, \"comm_exposed_s\": %.6f, "
             "\"comm_overlap\": %.4f, \"layer_comm_s\": %.6f, \"layer_comm_exposed_s\": %.6f, "
-            "\"layer_comm_overlap\": %.4f, \"comm_bytes\": %llu, \"comm_bytes_theory\": %llu, "
-            "\"collectives\": %llu",
-            r->ranks, r->o->zero, c->seconds, c->exposed_seconds,
+            "\"layer_comm_overlap\": %.4f, \"comm_bytes\": %llu, \"collectives\": %llu",
+            (long long)r->o->replicas, r->o->zero, c->seconds, c->exposed_seconds,
             remat_comm_overlap(c->seconds, c->exposed_seconds), c->layer_seconds,
             c->layer_exposed_seconds, remat_comm_overlap(c->layer_seconds, c->layer_exposed_seconds),
-            (unsigned long long)c->bytes_sent,
-            (unsigned long long)remat_replicas_step_bytes(r->cfg, r->ranks, r->o->zero, r->o->K),
-            (unsigned long long)c->collectives);
-    /* every replica's: communication time, exposed, overlapped share */
+            (unsigned long long)c->bytes_sent, (unsigned long long)c->collectives);
+  }
+  if (r->dp && !r->grid) { /* from the shapes; every replica's time, exposed, overlapped share */
+    fprintf(f, ", \"comm_bytes_theory\": %llu",
+            (unsigned long long)remat_replicas_step_bytes(r->cfg, r->ranks, r->o->zero, r->o->K));
     for (int a = 0; a < 3; a++) {
       static const char *const key[3] = {"rank_comm_s", "rank_comm_exposed_s",
                                          "rank_comm_overlap"};
@@ -473,18 +438,6 @@ static int log_step(run_state *r, const remat_step_stats *st, double tps, double
       }
       fputc(']', f);
     }
-  } else if (r->grid) { /* rank 0's reductions among its stage's replicas */
-    const remat_comm_stats *c = &r->comm;
-    fprintf(f,
-            ", \"stages\": %lld, \"replicas\": %lld, \"zero\": %d, \"comm_s\": %.6f, "
-            "\"comm_exposed_s\": %.6f, \"comm_overlap\": %.4f, \"layer_comm_s\": %.6f, "
-            "\"layer_comm_exposed_s\": %.6f, \"layer_comm_overlap\": %.4f, \"comm_bytes\": %llu, "
-            "\"collectives\": %llu",
-            (long long)r->o->stages, (long long)r->o->replicas, r->o->zero, c->seconds,
-            c->exposed_seconds, remat_comm_overlap(c->seconds, c->exposed_seconds),
-            c->layer_seconds, c->layer_exposed_seconds,
-            remat_comm_overlap(c->layer_seconds, c->layer_exposed_seconds),
-            (unsigned long long)c->bytes_sent, (unsigned long long)c->collectives);
   }
   for (int a = 0; a < 2; a++) {
     fprintf(f, a ? ", \"rank_measured_peak_bytes\": [" : ", \"rank_planned_peak_bytes\": [");
@@ -551,13 +504,13 @@ static void print_summary(run_state *r) {
   if (ran == 0) return;
   double tps = r->timed_steps ? tokens_per_step * (double)r->timed_steps / r->t_train
                               : tokens_per_step * (double)ran / r->wall;
-  if (r->start_step)
-    printf("done    steps %lld to %lld in %.1f s; loss %.4f -> %.4f", (long long)r->start_step + 1,
-           (long long)r->steps_done, r->wall, r->first_loss, r->last_loss);
-  else
-    printf("done    %lld steps in %.1f s; loss %.4f -> %.4f", (long long)ran, r->wall,
-           r->first_loss, r->last_loss);
-  if (!isnan(r->last_val)) printf("; held-out loss %.4f", r->last_val);
+  char span[64];
+  if (r->start_step) snprintf(span, sizeof span, "steps %lld to %lld",
+                              (long long)r->start_step + 1, (long long)r->steps_done);
+  else snprintf(span, sizeof span, "%lld steps", (long long)ran);
+  printf("done    %s in %.1f s; loss %.4f -> %.4f", span, r->wall, r->first_loss, r->last_loss);
+  if (!isnan(r->last_val)) printf("; held-out loss %.4f (at step %lld)", r->last_val,
+                                  (long long)r->val_step);
   printf("\n");
   remat_peak *pk = &r->peak;
   double mfu = remat_peak_mfu(pk, r->cfg, o->T, tps);
@@ -701,12 +654,13 @@ static int train_loop(run_state *r) {
     if (r->logf && log_step(r, st, tps, mfu, in.val_loss)) return CLI_EXIT_RUN;
     if (!o->quiet) show_progress(r, st, tps, mfu, in.val_loss);
     if (in.checkpoint_step && !o->quiet)
-      printf("checkpoint %s/step_%08lld\n", o->ckpt_dir, (long long)in.checkpoint_step);
+      printf("checkpoint %s/step_%08lld\n", o->d.checkpoint_dir, (long long)in.checkpoint_step);
   }
   if (interrupted) { /* stopped by a signal: keep what was done */
     int64_t step;
     if (remat_job_checkpoint_now(r->job, &step, &err)) return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
-    if (step && !o->quiet) printf("checkpoint %s/step_%08lld\n", o->ckpt_dir, (long long)step);
+    if (step && !o->quiet)
+      printf("checkpoint %s/step_%08lld\n", o->d.checkpoint_dir, (long long)step);
   }
   if (r->tty) fputc('\n', stderr);
   r->wall = remat_now() - t_start;
@@ -742,6 +696,7 @@ static int start(run_state *r) {
   /* MFU of several ranks is against every rank's peak: P ranks do the work */
   if (r->ranks > 1) {
     r->peak.flops *= r->ranks, r->peak.median *= r->ranks, r->peak.low *= r->ranks;
+    r->peak.best *= r->ranks;
     printf("peak    %d ranks: MFU is against %d times that\n", r->ranks, r->ranks);
   }
   fflush(stdout);
@@ -771,27 +726,20 @@ static int start(run_state *r) {
 static int train_job(opts *o, run_state *r) {
   remat_error err = {0};
   remat_job *job = r->job;
-  int rc = check_outputs(o, o->model);
-  int ranks = remat_job_ranks(job);
-  if (!rc && o->replicas > 1 && o->stages > 1 && ranks != o->replicas * o->stages)
-    rc = cli_fail(CLI_EXIT_USAGE, "started on %d ranks but --stages %lld x --data-parallel %lld "
-                  "is a grid of %lld ranks: start exactly P x D ranks, mpirun -np %lld remat "
-                  "train --stages %lld --data-parallel %lld ...", ranks, (long long)o->stages,
-                  (long long)o->replicas, (long long)(o->stages * o->replicas),
-                  (long long)(o->stages * o->replicas), (long long)o->stages,
-                  (long long)o->replicas);
-  else if (!rc && o->replicas > 1 && o->stages == 1 && ranks != o->replicas)
-    rc = cli_fail(CLI_EXIT_USAGE, "started on %d ranks but --data-parallel is %lld: start "
-                  "exactly D ranks, mpirun -np D remat train --data-parallel D ...", ranks,
-                  (long long)o->replicas);
-  else if (!rc && o->replicas == 1 && ranks != o->stages)
-    rc = cli_fail(CLI_EXIT_USAGE, "started on %d ranks but --stages is %lld: start exactly P "
-                  "ranks, mpirun -np P remat train --stages P ...", ranks, (long long)o->stages);
-  if (!rc && remat_job_prepare(job, &err)) rc = cli_fail(CLI_EXIT_RUN, "%s", err.msg);
-  if (rc) return rc;
-  const remat_job_desc *d = remat_job_description(job);
-  if (o->resume && (rc = check_outputs(o, d->model))) return rc;
-  o->T = d->train.T;
+  int rc, ranks = remat_job_ranks(job);
+  if (ranks != o->stages * o->replicas) { /* the job checks it too; this names the flags */
+    char what[128];
+    if (o->stages > 1 && o->replicas > 1)
+      snprintf(what, sizeof what, "--stages %lld x --data-parallel %lld is a grid of %lld ranks",
+               (long long)o->stages, (long long)o->replicas, (long long)(o->stages * o->replicas));
+    else
+      snprintf(what, sizeof what, "%s is %lld", o->stages > 1 ? "--stages" : "--data-parallel",
+               (long long)(o->stages * o->replicas));
+    return cli_fail(CLI_EXIT_USAGE, "started on %d ranks but %s: start exactly that many, mpirun "
+                    "-np %lld remat train ...", ranks, what, (long long)(o->stages * o->replicas));
+  }
+  if (remat_job_prepare(job, &err)) return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
+  o->T = remat_job_description(job)->train.T;
   r->cfg = remat_job_config(job);
   r->tr = remat_job_trainer(job);
   r->pipe = remat_job_pipeline(job);
@@ -801,12 +749,14 @@ static int train_job(opts *o, run_state *r) {
   if ((rc = show_plan(r)) || o->plan_only) return rc;
   if ((rc = start(r))) return rc;
 
-  struct sigaction sa = {0};
-  sa.sa_handler = on_signal;
+  struct sigaction sa = {.sa_handler = on_signal};
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
   r->tty = isatty(STDERR_FILENO) && !o->quiet;
-  if ((rc = train_loop(r))) return rc;
+  if ((rc = train_loop(r))) {
+    r->abort_others = 1; /* the other ranks may be waiting on this one */
+    return rc;
+  }
   if (r->rank == 0) print_summary(r);
   if (o->save) {
     if (remat_job_save(job, o->save, &err)) return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
@@ -834,7 +784,7 @@ int remat_cmd_train(int argc, char **argv) {
   remat_threads_setup(&r.threads, o.threads); /* may re-execute: before MPI starts */
   remat_job_desc d;
   job_desc_from(&o, &d);
-  d.launch_digest = argv_digest(argc, argv);
+  d.launch_digest = cli_argv_digest(argc, argv); /* every rank runs the same command */
   if (remat_job_create(&r.job, &d, &err)) return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
   r.rank = remat_job_rank(r.job);
   r.ranks = remat_job_ranks(r.job);
@@ -845,6 +795,6 @@ int remat_cmd_train(int argc, char **argv) {
   }
   int rc = train_job(&o, &r);
   if (r.logf) fclose(r.logf);
-  remat_job_destroy(r.job, rc && rc != 130 ? rc : 0);
+  remat_job_destroy(r.job, r.abort_others ? rc : 0);
   return rc;
 }

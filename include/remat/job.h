@@ -79,6 +79,10 @@ typedef struct remat_job_desc {
   int64_t checkpoint_every;
   const char *resume;
   int trace; /* record every rank's timeline (several ranks only) */
+  /* Files the front end will write (its weights, its log; up to 4, NULL
+   * where none): before anything is loaded each is checked to name no input
+   * and no other output, and to be writable (remat_output_check). */
+  const char *outputs[4];
   /* Bytes every rank must agree on beyond the description (e.g. a digest
    * of its command line): a rank that differs ends the job. */
   uint64_t launch_digest;

@@ -216,6 +216,29 @@ static int find_resume(remat_job *job, remat_error *err) {
   return 0;
 }
 
+/* The outputs: find out now, not after hours of training, that one cannot
+ * be written; and never write over an input. */
+static int check_outputs(const remat_job *job, remat_error *err) {
+  const remat_job_desc *d = &job->d;
+  const char *ins[][2] = {{job->resumed ? "the checkpoint's weights" : "the model file", d->model},
+                          {"the token shard", d->data}, {"the text", d->text}};
+  for (int i = 0; i < 4; i++) {
+    const char *out = d->outputs[i];
+    if (!out) continue;
+    for (size_t j = 0; j < 3; j++)
+      if (ins[j][1] && remat_same_file(out, ins[j][1]))
+        return remat__errorf(err, REMAT_EINVAL, "the output %s names the same file as %s %s; it "
+                             "would overwrite an input: choose another path", out, ins[j][0],
+                             ins[j][1]);
+    for (int k = 0; k < i; k++)
+      if (d->outputs[k] && remat_same_file(out, d->outputs[k]))
+        return remat__errorf(err, REMAT_EINVAL, "two outputs name the same file '%s'", out);
+    int rc = remat_output_check(out, err);
+    if (rc) return rc;
+  }
+  return 0;
+}
+
 /* The model's shape: from the model file's header, else the config, else
  * "small". The file stays open until its weights are read, so the shape and
  * the weights come from one file even if the path is replaced. */
@@ -525,6 +548,7 @@ int remat_job_prepare(remat_job *job, remat_error *err) {
   if ((rc = agree(job, rc, err))) return rc;
   rc = remat_blas_check(err);
   if (!rc && d->resume) rc = find_resume(job, err);
+  if (!rc) rc = check_outputs(job, err);
   if (!rc) rc = load_shape(job, err);
   if (!rc) {
     if (d->train.T == 0) d->train.T = job->cfg.max_seq_len < 64 ? job->cfg.max_seq_len : 64;

@@ -92,7 +92,7 @@ expect_fail "one-byte text" "byte" --text "$tmp/one.txt"
 expect_fail "checkpoint magic" "magic" --model "$tmp/tiny_magic.bin"
 expect_fail "checkpoint truncated" "truncated" --model "$tmp/tiny_trunc.bin"
 expect_fail "checkpoint vs config" "asks for" --model "$tmp/tiny.bin" --config small
-expect_fail "log unwritable" "cannot write log" --config tiny --steps 1 --log "$tmp/nodir/x.jsonl"
+expect_fail "log unwritable" "nodir/x.jsonl.*create the directory" --config tiny --steps 1 --log "$tmp/nodir/x.jsonl"
 expect_fail "save unwritable" "$tmp/nodir" --config tiny --steps 1 --save "$tmp/nodir/x.bin"
 # A save never replaces something that is not a regular file.
 mkfifo "$tmp/fifo"
