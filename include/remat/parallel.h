@@ -27,6 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "remat/schedule.h"
 #include "remat/train.h"
 
 #ifdef __cplusplus

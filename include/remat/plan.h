@@ -6,7 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "remat/base.h"
+#include "remat/memory.h"   /* GPT-2 problems take their bytes from the memory model */
+#include "remat/schedule.h" /* the schedules */
 
 #ifdef __cplusplus
 extern "C" {
@@ -74,7 +75,7 @@ extern "C" {
 
 /* ------------------------------------------------------------ problem */
 
-typedef enum { REMAT_SCHED_1F1B = 0, REMAT_SCHED_GPIPE = 1, REMAT_SCHED_COUNT } remat_plan_schedule;
+/* The schedule (remat_plan_schedule, REMAT_SCHED_*) is remat/schedule.h's. */
 typedef enum {
   REMAT_OBJ_BOTTLENECK = 0, /* max_s t_s */
   REMAT_OBJ_1F1B = 1,       /* sum_s t_s + (m - 1) max_s t_s */
@@ -198,9 +199,7 @@ int remat_plan_problem_from_replicas(remat_plan_problem *pb, const remat_config 
                                      int64_t replicas, int zero, size_t memory,
                                      remat_error *err);
 
-const char *remat_plan_schedule_name(int schedule);   /* "1f1b", "gpipe" */
 const char *remat_plan_objective_name(int objective); /* "bottleneck", "1f1b" */
-int remat_plan_schedule_parse(const char *s, int *out);  /* -1 if unknown */
 int remat_plan_objective_parse(const char *s, int *out); /* -1 if unknown */
 
 /* ------------------------------------------------------------ plan */
@@ -278,7 +277,11 @@ void remat_plan_free(remat_plan *plan);
  * simulation. 1F1B: stage s runs min(p - s - 1, m) warm-up forwards, then
  * alternates one forward and one backward, then drains. GPipe: all forwards,
  * then all backwards. A forward waits for the previous stage's forward of the
- * same micro-batch, a backward for the next stage's backward. */
+ * same micro-batch, a backward for the next stage's backward. Each stage
+ * follows its instruction stream (remat_schedule_op, remat/schedule.h). */
+int remat_plan_simulate(int schedule, int64_t p, int64_t m, const double *fwd,
+                        const double *bwd, double *makespan, remat_error *err);
+
 /* A plan read back from remat_plan_format's JSON, to be run. Layers are in
  * the planner's numbering (for a GPT-2: 0 the embedding, 1..L the blocks,
  * L+1 the head). */
@@ -293,18 +296,6 @@ typedef struct remat_plan_layout {
 } remat_plan_layout;
 int remat_plan_layout_load(remat_plan_layout *lo, const char *path, remat_error *err);
 void remat_plan_layout_free(remat_plan_layout *lo);
-
-/* The instruction stream of stage s: its q-th operation (q = 0 .. 2m-1) is
- * the forward (*bwd = 0) or backward (*bwd = 1) of micro-batch *k. 1F1B:
- * min(p - s - 1, m) warm-up forwards, then one forward and one backward in
- * turn, then the remaining backwards; GPipe: every forward, then every
- * backward, both in micro-batch order. The pipeline runtime executes these
- * streams (with the receives and sends around each operation) and the
- * simulator below times them. */
-void remat_schedule_op(int schedule, int64_t p, int64_t m, int64_t s, int64_t q, int64_t *k,
-                       int *bwd);
-int remat_plan_simulate(int schedule, int64_t p, int64_t m, const double *fwd,
-                        const double *bwd, double *makespan, remat_error *err);
 
 /* Memory and time of a given arrangement under the problem's formula: layers
  * per stage and, per layer, its remat_policy (0 keeps, 1 recomputes, 2 the
