@@ -43,6 +43,10 @@ typedef struct remat_error {
 const char *remat_err_name(int code); /* "REMAT_EINVAL" */
 const char *remat_strerror(int code); /* "invalid argument" */
 
+/* ---------------------------------------------------------------- sizes */
+
+#define REMAT_ALIGN 64 /* every buffer and every piece of one starts on this */
+
 /* ---------------------------------------------------------------- parsing */
 
 /* "1.5GiB", "800MB", "20e9", "4096" -> bytes. Suffixes: B, K/KB, M/MB, G/GB,

@@ -25,8 +25,6 @@ typedef enum {
   REMAT_POLICY_COUNT
 } remat_policy;
 
-#define REMAT_ALIGN 64 /* every buffer and every piece of one starts on this */
-
 /* The memory model. The model is a list of layers: the embedding, the L
  * transformer blocks, the head (final layernorm, tied LM head, loss). A
  * stage runs a contiguous range of them with n micro-batches in flight and
