@@ -16,8 +16,8 @@ extern "C" {
 /* The schedules; append only. */
 typedef enum { REMAT_SCHED_1F1B = 0, REMAT_SCHED_GPIPE = 1, REMAT_SCHED_COUNT } remat_plan_schedule;
 
-const char *remat_plan_schedule_name(int schedule);     /* "1f1b", "gpipe" */
-int remat_plan_schedule_parse(const char *s, int *out); /* -1 if unknown */
+REMAT_API const char *remat_plan_schedule_name(int schedule);     /* "1f1b", "gpipe" */
+REMAT_API int remat_plan_schedule_parse(const char *s, int *out); /* -1 if unknown */
 
 /* The instruction stream of stage s of p with m micro-batches: its q-th
  * operation (q = 0 .. 2m-1) is the forward (*bwd = 0) or backward (*bwd = 1)
@@ -27,8 +27,8 @@ int remat_plan_schedule_parse(const char *s, int *out); /* -1 if unknown */
  * pipeline runtime executes these streams (with the receives and sends
  * around each operation) and the planner's simulator (remat_plan_simulate)
  * times them. */
-void remat_schedule_op(int schedule, int64_t p, int64_t m, int64_t s, int64_t q, int64_t *k,
-                       int *bwd);
+REMAT_API void remat_schedule_op(int schedule, int64_t p, int64_t m, int64_t s, int64_t q,
+                                 int64_t *k, int *bwd);
 
 #ifdef __cplusplus
 }
