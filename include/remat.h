@@ -39,6 +39,7 @@
 #include "remat/io.h"     /* token shards, checkpoints, text, corpus, loader */
 #include "remat/report.h" /* sgemm rate, MFU, memory measurements, threads */
 #include "remat/train.h"  /* the trainer: data, schedule, the step */
+#include "remat/schedule.h" /* pipeline schedules as instruction streams */
 #include "remat/plan.h"   /* the exact pipeline planner */
 #include "remat/parallel.h" /* pipeline stages and replicas over MPI */
 #include "remat/job.h"    /* a training job: placement, runtimes, weights, resume */

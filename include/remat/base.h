@@ -6,10 +6,30 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "remat/version.h" /* REMAT_VERSION_MAJOR, _MINOR, _PATCH, _STRING */
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* ---------------------------------------------------------------- export */
+
+/* REMAT_API marks every function of the public API: each declaration in
+ * include/remat/ starts with it (tests/layering.py checks). The library is
+ * compiled with hidden visibility, so in the shared libremat.so these are
+ * the only symbols exported; internal functions (remat__*) stay inside. */
+#if defined(__GNUC__) || defined(__clang__)
+#define REMAT_API __attribute__((visibility("default")))
+#else
+#define REMAT_API
+#endif
+
+/* ---------------------------------------------------------------- version */
+
+/* The library's version, "MAJOR.MINOR.PATCH" (REMAT_VERSION_STRING of the
+ * library that runs, which may differ from the header a program was
+ * compiled with). */
+REMAT_API const char *remat_version(void);
 
 /* ---------------------------------------------------------------- errors */
 
@@ -40,25 +60,31 @@ typedef struct remat_error {
   char msg[REMAT_ERRMSG_MAX];
 } remat_error;
 
-const char *remat_err_name(int code); /* "REMAT_EINVAL" */
-const char *remat_strerror(int code); /* "invalid argument" */
+REMAT_API const char *remat_err_name(int code); /* "REMAT_EINVAL" */
+REMAT_API const char *remat_strerror(int code); /* "invalid argument" */
+
+/* ---------------------------------------------------------------- sizes */
+
+#define REMAT_ALIGN 64 /* every buffer and every piece of one starts on this */
 
 /* ---------------------------------------------------------------- parsing */
 
 /* "1.5GiB", "800MB", "20e9", "4096" -> bytes. Suffixes: B, K/KB, M/MB, G/GB,
  * T/TB (powers of 1000), KiB, MiB, GiB, TiB (powers of 1024); case-insensitive. */
-int remat_parse_size(const char *s, size_t *bytes, remat_error *err);
+REMAT_API int remat_parse_size(const char *s, size_t *bytes, remat_error *err);
 /* A comma-separated list of sizes ("2GiB,3GiB") or of non-negative counts
  * ("7,8,8,9") into out (room for cap); *n receives how many. */
-int remat_parse_sizes(const char *s, size_t *out, int64_t cap, int64_t *n, remat_error *err);
-int remat_parse_counts(const char *s, int64_t *out, int64_t cap, int64_t *n, remat_error *err);
+REMAT_API int remat_parse_sizes(const char *s, size_t *out, int64_t cap, int64_t *n,
+                                remat_error *err);
+REMAT_API int remat_parse_counts(const char *s, int64_t *out, int64_t cap, int64_t *n,
+                                 remat_error *err);
 /* Units for byte counts shown to people: powers of 1024 (KiB, MiB, GiB) or of
  * 1000 (kB, MB, GB). */
 typedef enum { REMAT_UNITS_BINARY = 0, REMAT_UNITS_DECIMAL = 1 } remat_units;
 /* Formats bytes into buf as "1.50 GiB" (binary) or "1.61 GB" (decimal), two
  * decimals, or "512 B" below one unit; returns buf. The one formatter of byte
  * counts: everything remat prints goes through it. */
-const char *remat_format_bytes_in(size_t bytes, int units, char *buf, size_t cap);
+REMAT_API const char *remat_format_bytes_in(size_t bytes, int units, char *buf, size_t cap);
 /* remat_format_bytes_in with binary units. */
 static inline const char *remat_format_bytes(size_t bytes, char *buf, size_t cap) {
   return remat_format_bytes_in(bytes, REMAT_UNITS_BINARY, buf, cap);

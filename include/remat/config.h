@@ -30,14 +30,14 @@ typedef struct remat_config {
 
 /* Parses a built-in name ("tiny", "small", "gpt2-124m", "gpt2-350m", ...) or a
  * spec "L,C,NH,V,T". */
-int remat_config_parse(const char *name_or_spec, remat_config *cfg, remat_error *err);
+REMAT_API int remat_config_parse(const char *name_or_spec, remat_config *cfg, remat_error *err);
 /* Checks a shape for consistency (positive, NH | C, Vp >= V, sizes in range). */
-int remat_config_check(const remat_config *cfg, remat_error *err);
+REMAT_API int remat_config_check(const remat_config *cfg, remat_error *err);
 /* Fills Vp from V. */
-int64_t remat_padded_vocab(int64_t vocab_size);
+REMAT_API int64_t remat_padded_vocab(int64_t vocab_size);
 /* Names of the built-in configs, NULL-terminated, and a one-line description. */
-const char *const *remat_config_names(void);
-const char *remat_config_describe(const char *name);
+REMAT_API const char *const *remat_config_names(void);
+REMAT_API const char *remat_config_describe(const char *name);
 
 /* Parameter tensors in llm.c's checkpoint order. */
 enum {
@@ -61,10 +61,10 @@ enum {
 };
 
 /* Number of floats in each parameter tensor, and their sum. */
-void remat_param_sizes(const remat_config *cfg, size_t sizes[REMAT_P_COUNT]);
-size_t remat_param_count(const remat_config *cfg);
+REMAT_API void remat_param_sizes(const remat_config *cfg, size_t sizes[REMAT_P_COUNT]);
+REMAT_API size_t remat_param_count(const remat_config *cfg);
 /* Parameters of one transformer block (the per-layer slices above). */
-size_t remat_block_param_count(const remat_config *cfg);
+REMAT_API size_t remat_block_param_count(const remat_config *cfg);
 
 /* Model FLOPs of one forward+backward over one token, as in PaLM's appendix
  * B: 6 N + 12 L C T, where N counts the weights that take part in a matrix
@@ -72,7 +72,7 @@ size_t remat_block_param_count(const remat_config *cfg);
  * vocabulary; not biases, norms or the position embedding) and 12 L C T is
  * attention's scores and weighted sum over the full T x T. Recomputation is
  * not model work and is never counted. */
-double remat_flops_per_token(const remat_config *cfg, int64_t seq_len);
+REMAT_API double remat_flops_per_token(const remat_config *cfg, int64_t seq_len);
 
 #ifdef __cplusplus
 }

@@ -58,16 +58,16 @@ typedef struct remat_tokens {
 
 /* Reads a whole llm.c shard. Checks magic, version, that the file holds
  * exactly the tokens the header announces, and that there are at least 2. */
-int remat_tokens_load(remat_tokens *t, const char *path, remat_error *err);
+REMAT_API int remat_tokens_load(remat_tokens *t, const char *path, remat_error *err);
 /* Writes t as an llm.c shard; every id must lie in 0..65535. */
-int remat_tokens_save(const remat_tokens *t, const char *path, remat_error *err);
+REMAT_API int remat_tokens_save(const remat_tokens *t, const char *path, remat_error *err);
 /* Every id must be < V (the model's vocab_size); REMAT_ERANGE names the first
  * position that is not. */
-int remat_tokens_check_vocab(const remat_tokens *t, int64_t V, remat_error *err);
+REMAT_API int remat_tokens_check_vocab(const remat_tokens *t, int64_t V, remat_error *err);
 /* A plain text file as byte tokens: byte b is token b (vocabulary 256). */
-int remat_tokens_from_text(remat_tokens *t, const char *path, remat_error *err);
+REMAT_API int remat_tokens_from_text(remat_tokens *t, const char *path, remat_error *err);
 /* Releases t->tok and zeroes t; safe on a zeroed or already freed t. */
-void remat_tokens_free(remat_tokens *t);
+REMAT_API void remat_tokens_free(remat_tokens *t);
 
 /* ----------------------------------------------------------- checkpoints */
 
@@ -95,30 +95,30 @@ typedef struct remat_checkpoint_reader {
  * (via remat_config_check), Vp >= V, and a file size of exactly header +
  * params. cfg (may be NULL) receives the shape, as does rd->cfg. On failure
  * rd holds nothing (closing it is harmless). */
-int remat_checkpoint_open(remat_checkpoint_reader *rd, const char *path, remat_config *cfg,
-                          remat_error *err);
+REMAT_API int remat_checkpoint_open(remat_checkpoint_reader *rd, const char *path,
+                                    remat_config *cfg, remat_error *err);
 /* Reads the parameters into params, a buffer of remat_param_count(&rd->cfg)
  * floats. If expect is non-NULL the file's shape must equal it (REMAT_ESHAPE
  * names the first dimension that differs). The file's size is checked again
  * first: a file changed in place since open is REMAT_EIO. Non-finite values
  * are rejected (REMAT_ENUMERIC names the tensor and index); finite values
  * of any size load (see remat_params_overflow). */
-int remat_checkpoint_read_params(remat_checkpoint_reader *rd, const remat_config *expect,
-                                 float *params, remat_error *err);
+REMAT_API int remat_checkpoint_read_params(remat_checkpoint_reader *rd, const remat_config *expect,
+                                           float *params, remat_error *err);
 /* Releases rd; safe on a zeroed, failed or already closed reader. */
-void remat_checkpoint_close(remat_checkpoint_reader *rd);
+REMAT_API void remat_checkpoint_close(remat_checkpoint_reader *rd);
 
 /* The header alone: open and close. */
-int remat_checkpoint_read_config(const char *path, remat_config *cfg, remat_error *err);
+REMAT_API int remat_checkpoint_read_config(const char *path, remat_config *cfg, remat_error *err);
 /* Open, read the parameters, close. With expect NULL this writes as many
  * floats as the file holds, whatever the path names by now: pass expect, or
  * use a reader, when params was sized from an earlier look at the file. */
-int remat_checkpoint_load(const char *path, const remat_config *expect, float *params,
-                          remat_error *err);
+REMAT_API int remat_checkpoint_load(const char *path, const remat_config *expect, float *params,
+                                    remat_error *err);
 /* Writes cfg and remat_param_count(cfg) floats from params, atomically (see
  * the rules at the top). Non-finite values are refused. */
-int remat_checkpoint_save(const char *path, const remat_config *cfg, const float *params,
-                          remat_error *err);
+REMAT_API int remat_checkpoint_save(const char *path, const remat_config *cfg, const float *params,
+                                    remat_error *err);
 
 /* Weights beyond this magnitude overflow float arithmetic: the square of
  * 1e18 is 1e36, and a LayerNorm or gradient norm sums hundreds of such
@@ -128,7 +128,7 @@ int remat_checkpoint_save(const char *path, const remat_config *cfg, const float
  * magnitude; otherwise REMAT_ENUMERIC naming the first that is not (tensor,
  * index, value). Training on such weights fails whatever the learning rate:
  * the caller can say "the weights overflow" rather than "lower the rate". */
-int remat_params_overflow(const remat_config *cfg, const float *params, remat_error *err);
+REMAT_API int remat_params_overflow(const remat_config *cfg, const float *params, remat_error *err);
 
 /* ---------------------------------------------------------------- outputs */
 
@@ -136,13 +136,13 @@ int remat_params_overflow(const remat_config *cfg, const float *params, remat_er
  * path is a new name or a regular file (symlinks followed), and its
  * directory lets this process create a file (a unique temporary is created
  * and removed; nothing else is touched). Call it before hours of training. */
-int remat_output_check(const char *path, remat_error *err);
+REMAT_API int remat_output_check(const char *path, remat_error *err);
 /* 1 when a and b name the same file: for existing files the same device and
  * inode (hard links and symlinks included); when neither exists yet, the
  * same file name once symlinks are followed and the directory's real path is
  * taken. 0 otherwise, also when only one exists. Use it to refuse an output
  * that names one of the inputs. */
-int remat_same_file(const char *a, const char *b);
+REMAT_API int remat_same_file(const char *a, const char *b);
 
 /* ---------------------------------------------------------- training state */
 
@@ -165,17 +165,17 @@ typedef struct remat_state_header {
 } remat_state_header;
 
 /* Writes h, m and v (h->num_params floats each) with a checksum, atomically. */
-int remat_state_save(const char *path, const remat_state_header *h, const float *m,
-                     const float *v, remat_error *err);
+REMAT_API int remat_state_save(const char *path, const remat_state_header *h, const float *m,
+                               const float *v, remat_error *err);
 /* Reads a state whose num_params must equal num_params; checks its size and
  * checksum. */
-int remat_state_load(const char *path, remat_state_header *h, float *m, float *v,
-                     size_t num_params, remat_error *err);
+REMAT_API int remat_state_load(const char *path, remat_state_header *h, float *m, float *v,
+                               size_t num_params, remat_error *err);
 /* The header alone. */
-int remat_state_peek(const char *path, remat_state_header *h, remat_error *err);
+REMAT_API int remat_state_peek(const char *path, remat_state_header *h, remat_error *err);
 /* A small file whose presence says a checkpoint directory is complete;
  * written last, atomically. */
-int remat_write_marker(const char *path, remat_error *err);
+REMAT_API int remat_write_marker(const char *path, remat_error *err);
 
 /* --------------------------------------------------------- default corpus */
 
@@ -189,9 +189,9 @@ int remat_write_marker(const char *path, remat_error *err);
  * between days, deterministic for a given seed. Stops at the
  * last whole line that fits; returns the number of bytes written (<= cap, not
  * NUL-terminated). */
-size_t remat_corpus_generate(char *buf, size_t cap, uint64_t seed);
+REMAT_API size_t remat_corpus_generate(char *buf, size_t cap, uint64_t seed);
 /* The default corpus of about nbytes (0: REMAT_CORPUS_BYTES) as byte tokens. */
-int remat_corpus_tokens(remat_tokens *t, size_t nbytes, remat_error *err);
+REMAT_API int remat_corpus_tokens(remat_tokens *t, size_t nbytes, remat_error *err);
 
 /* ----------------------------------------------------------------- loader */
 
@@ -224,28 +224,29 @@ typedef struct remat_loader {
 /* split is REMAT_SPLIT_TRAIN or REMAT_SPLIT_VAL; val_frac in [0, 1). Fails if
  * the split has fewer than T+1 tokens, saying how many are needed; with
  * fewer than B*T+1 it succeeds and remat_loader_windows tells. */
-int remat_loader_init(remat_loader *L, const remat_tokens *t, int64_t B, int64_t T, int split,
-                      double val_frac, int shuffle, uint64_t seed, remat_error *err);
+REMAT_API int remat_loader_init(remat_loader *L, const remat_tokens *t, int64_t B, int64_t T,
+                                int split, double val_frac, int shuffle, uint64_t seed,
+                                remat_error *err);
 /* Distinct windows of T+1 tokens the split offers: (n - 1) / T. Below B the
  * split has fewer than B*T+1 tokens and every batch serves some rows more
  * than once (a shuffled epoch may offer one window fewer, at an offset):
  * training still runs, but the caller should say so. */
-int64_t remat_loader_windows(const remat_loader *L);
+REMAT_API int64_t remat_loader_windows(const remat_loader *L);
 /* Fills inputs (B, T) and targets (B, T); either may be NULL (a pipeline
  * stage that needs only one of them), the loader advances all the same.
  * Never allocates. */
-void remat_loader_next(remat_loader *L, int32_t *inputs, int32_t *targets);
+REMAT_API void remat_loader_next(remat_loader *L, int32_t *inputs, int32_t *targets);
 /* Where the loader is, to resume from exactly there: seek draws the
  * epoch's offset and order again and moves to the same window. */
 typedef struct remat_loader_pos {
   int64_t epoch, cursor;
   uint64_t epoch_rng;
 } remat_loader_pos;
-void remat_loader_tell(const remat_loader *L, remat_loader_pos *pos);
-int remat_loader_seek(remat_loader *L, const remat_loader_pos *pos, remat_error *err);
+REMAT_API void remat_loader_tell(const remat_loader *L, remat_loader_pos *pos);
+REMAT_API int remat_loader_seek(remat_loader *L, const remat_loader_pos *pos, remat_error *err);
 /* Back to the first batch of epoch 0: the same sequence replays. */
-void remat_loader_reset(remat_loader *L);
-void remat_loader_free(remat_loader *L);
+REMAT_API void remat_loader_reset(remat_loader *L);
+REMAT_API void remat_loader_free(remat_loader *L);
 
 #ifdef __cplusplus
 }

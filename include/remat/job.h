@@ -90,7 +90,7 @@ typedef struct remat_job_desc {
 
 /* One process, small, 300 steps, the trainer's defaults, every block kept,
  * 1F1B, no checkpoints. */
-void remat_job_desc_default(remat_job_desc *d);
+REMAT_API void remat_job_desc_default(remat_job_desc *d);
 
 typedef struct remat_job remat_job; /* opaque */
 
@@ -106,19 +106,19 @@ typedef enum {
 /* Checks the description and, when it asks for several ranks or the
  * process was started by an MPI launcher, starts MPI. Nothing is loaded
  * yet; the rank is known (a front end silences the others). */
-int remat_job_create(remat_job **out, const remat_job_desc *desc, remat_error *err);
+REMAT_API int remat_job_create(remat_job **out, const remat_job_desc *desc, remat_error *err);
 /* Ends the job; a status other than 0 ends every rank of it at once (the
  * others may be waiting on this one). */
-void remat_job_destroy(remat_job *job, int status);
+REMAT_API void remat_job_destroy(remat_job *job, int status);
 
 /* Agrees on the rank count and the description, lays out the grid, reads
  * the model's shape, the data and a resume's checkpoint, chooses each
  * block's policy and each stage's blocks, and plans every arena (a resume
  * with other settings is refused here). Nothing large is allocated. */
-int remat_job_prepare(remat_job *job, remat_error *err);
+REMAT_API int remat_job_prepare(remat_job *job, remat_error *err);
 /* Checks the plan fits the machine, allocates the arena, initialises or
  * loads the weights (this rank's slices of them) and a resume's state. */
-int remat_job_start(remat_job *job, remat_error *err);
+REMAT_API int remat_job_start(remat_job *job, remat_error *err);
 
 /* -------------------------------------------------------------- stepping */
 
@@ -138,61 +138,62 @@ typedef struct remat_job_step_info {
 /* One optimizer step on every rank. stop: this rank wants to stop (a
  * signal); when any rank does, no rank steps and info->stopped is 1. A
  * checkpoint follows when one is due. */
-int remat_job_step(remat_job *job, int stop, remat_job_step_info *info, remat_error *err);
+REMAT_API int remat_job_step(remat_job *job, int stop, remat_job_step_info *info,
+                             remat_error *err);
 /* 1 when every step of the description has been taken. */
-int remat_job_done(const remat_job *job);
+REMAT_API int remat_job_done(const remat_job *job);
 /* After a stop between checkpoints: a checkpoint of the last step taken
  * (none when checkpoints are off or the last step has one). *step receives
  * its step, or 0 when none was written. */
-int remat_job_checkpoint_now(remat_job *job, int64_t *step, remat_error *err);
+REMAT_API int remat_job_checkpoint_now(remat_job *job, int64_t *step, remat_error *err);
 
 /* The whole model's weights in llm.c's format at path, gathered from every
  * rank and written by rank 0. Every rank calls it. */
-int remat_job_save(remat_job *job, const char *path, remat_error *err);
+REMAT_API int remat_job_save(remat_job *job, const char *path, remat_error *err);
 /* The ranks' timeline (desc.trace) as Chrome trace-event JSON at path,
  * written by rank 0. Every rank calls it. */
-int remat_job_trace_write(remat_job *job, const char *path, remat_error *err);
+REMAT_API int remat_job_trace_write(remat_job *job, const char *path, remat_error *err);
 
 /* The front end's own steps that can fail on one rank (opening its log):
  * every rank passes its status (err filled when not 0) and receives the
  * lowest failing rank's, as every call above does. */
-int remat_job_agree(remat_job *job, int status, remat_error *err);
+REMAT_API int remat_job_agree(remat_job *job, int status, remat_error *err);
 
 /* -------------------------------------------------------------- figures */
 
-remat_run_kind remat_job_kind(const remat_job *job);
-int remat_job_rank(const remat_job *job);
-int remat_job_ranks(const remat_job *job);
+REMAT_API remat_run_kind remat_job_kind(const remat_job *job);
+REMAT_API int remat_job_rank(const remat_job *job);
+REMAT_API int remat_job_ranks(const remat_job *job);
 /* The description as the job runs it (T and the shape's defaults filled). */
-const remat_job_desc *remat_job_description(const remat_job *job);
-const remat_config *remat_job_config(const remat_job *job);
+REMAT_API const remat_job_desc *remat_job_description(const remat_job *job);
+REMAT_API const remat_config *remat_job_config(const remat_job *job);
 /* The data: where it came from ("embedded corpus" or the path) and the tokens. */
-const char *remat_job_data_source(const remat_job *job);
-const remat_tokens *remat_job_tokens(const remat_job *job);
+REMAT_API const char *remat_job_data_source(const remat_job *job);
+REMAT_API const remat_tokens *remat_job_tokens(const remat_job *job);
 /* The placement: stages, their blocks and every block's policy. */
-const remat_placement *remat_job_placement(const remat_job *job);
+REMAT_API const remat_placement *remat_job_placement(const remat_job *job);
 /* A pipeline's problem and plan (the planner's figures for the placement);
  * NULL for one process and replicas alone. */
-const remat_plan_problem *remat_job_problem(const remat_job *job);
-const remat_plan *remat_job_plan(const remat_job *job);
+REMAT_API const remat_plan_problem *remat_job_problem(const remat_job *job);
+REMAT_API const remat_plan *remat_job_plan(const remat_job *job);
 /* This rank's trainer and its runtimes (NULL where the job has none). */
-remat_trainer *remat_job_trainer(remat_job *job);
-remat_pipeline *remat_job_pipeline(remat_job *job);
-remat_replicas *remat_job_replicas(remat_job *job);
+REMAT_API remat_trainer *remat_job_trainer(remat_job *job);
+REMAT_API remat_pipeline *remat_job_pipeline(remat_job *job);
+REMAT_API remat_replicas *remat_job_replicas(remat_job *job);
 /* Every byte this rank will hold (remat_trainer_planned_bytes). */
-size_t remat_job_planned_bytes(const remat_job *job);
+REMAT_API size_t remat_job_planned_bytes(const remat_job *job);
 /* Rank k's stage and arena from the memory model, as it plans them: for
  * showing every rank's arena before any exists. mp is the caller's
  * (remat_memplan_free). */
-int remat_job_rank_memplan(const remat_job *job, int k, remat_stage *st, remat_memplan *mp,
-                           remat_error *err);
+REMAT_API int remat_job_rank_memplan(const remat_job *job, int k, remat_stage *st,
+                                     remat_memplan *mp, remat_error *err);
 /* A resume: the step directory and step resumed from (NULL and 0 if none). */
-const char *remat_job_resumed_from(const remat_job *job, int64_t *step);
+REMAT_API const char *remat_job_resumed_from(const remat_job *job, int64_t *step);
 /* The pipeline's iteration time in seconds, from the plan's schedule
  * simulation at one rank's rate of rank_flops FLOP/s, and its bubble (the
  * share of stage time the schedule leaves idle). 0 and 0 without a plan. */
-void remat_job_predict(const remat_job *job, double rank_flops, double *seconds,
-                       double *bubble);
+REMAT_API void remat_job_predict(const remat_job *job, double rank_flops, double *seconds,
+                                 double *bubble);
 
 /* ------------------------------------------------------------- parsing */
 
@@ -200,7 +201,8 @@ void remat_job_predict(const remat_job *job, double rank_flops, double *seconds,
  * it and the items after it the middle policy, "full:" full recomputation
  * again ("full:0-3,middle:4-11"). Every index in [0, L), none twice; the
  * rest are kept. */
-int remat_policy_parse_list(const char *s, uint8_t *policy, int64_t L, remat_error *err);
+REMAT_API int remat_policy_parse_list(const char *s, uint8_t *policy, int64_t L,
+                                      remat_error *err);
 
 #ifdef __cplusplus
 }

@@ -25,8 +25,6 @@ typedef enum {
   REMAT_POLICY_COUNT
 } remat_policy;
 
-#define REMAT_ALIGN 64 /* every buffer and every piece of one starts on this */
-
 /* The memory model. The model is a list of layers: the embedding, the L
  * transformer blocks, the head (final layernorm, tied LM head, loss). A
  * stage runs a contiguous range of them with n micro-batches in flight and
@@ -116,8 +114,8 @@ typedef struct remat_memory_model {
 } remat_memory_model;
 
 /* The terms for micro-batches of B x T. Checks the shape. */
-int remat_memory_model_get(const remat_config *cfg, int64_t B, int64_t T, remat_memory_model *mm,
-                           remat_error *err);
+REMAT_API int remat_memory_model_get(const remat_config *cfg, int64_t B, int64_t T,
+                                     remat_memory_model *mm, remat_error *err);
 
 /* A stage: blocks [first_block, first_block + num_blocks), the embedding
  * before them and/or the head after them, and n micro-batches in flight. The
@@ -140,10 +138,10 @@ typedef struct remat_stage {
 } remat_stage;
 
 /* The whole model as one stage with one micro-batch in flight. */
-remat_stage remat_stage_whole(const remat_config *cfg, const uint8_t *policy);
+REMAT_API remat_stage remat_stage_whole(const remat_config *cfg, const uint8_t *policy);
 /* The whole model as replica r of D under ZeRO stage zero. */
-remat_stage remat_stage_replica(const remat_config *cfg, const uint8_t *policy, int64_t D,
-                                int64_t r, int zero);
+REMAT_API remat_stage remat_stage_replica(const remat_config *cfg, const uint8_t *policy, int64_t D,
+                                          int64_t r, int zero);
 
 /* The formula above for one stage; the arena of remat_memplan_build is
  * exactly this many bytes. A stage that accumulates adds to each layer's y,
@@ -158,8 +156,9 @@ typedef struct remat_stage_bytes {
   size_t comm;        /* a replica's receive, gather, norm and gradient buffers */
   size_t total;
 } remat_stage_bytes;
-int remat_stage_bytes_get(const remat_config *cfg, const remat_memory_model *mm,
-                          const remat_stage *st, remat_stage_bytes *out, remat_error *err);
+REMAT_API int remat_stage_bytes_get(const remat_config *cfg, const remat_memory_model *mm,
+                                    const remat_stage *st, remat_stage_bytes *out,
+                                    remat_error *err);
 
 /* ---------------------------------------------------- data parallelism */
 
@@ -190,23 +189,23 @@ typedef struct remat_unit_segment {
   size_t count;
 } remat_unit_segment;
 
-int64_t remat_unit_count(const remat_config *cfg); /* L + 3 */
-size_t remat_unit_floats(const remat_config *cfg, int64_t u);
+REMAT_API int64_t remat_unit_count(const remat_config *cfg); /* L + 3 */
+REMAT_API size_t remat_unit_floats(const remat_config *cfg, int64_t u);
 /* The unit's pieces of the flat buffer, in unit order; returns how many. */
-int remat_unit_segments(const remat_config *cfg, int64_t u,
-                        remat_unit_segment seg[REMAT_UNIT_MAX_SEGMENTS]);
+REMAT_API int remat_unit_segments(const remat_config *cfg, int64_t u,
+                                  remat_unit_segment seg[REMAT_UNIT_MAX_SEGMENTS]);
 /* Floats of one shard of unit u among D replicas. */
-size_t remat_unit_shard(const remat_config *cfg, int64_t u, int64_t D);
+REMAT_API size_t remat_unit_shard(const remat_config *cfg, int64_t u, int64_t D);
 /* Replica r's part of unit u: [*first, *first + *count). */
-void remat_unit_owned(const remat_config *cfg, int64_t u, int64_t D, int64_t r, size_t *first,
-                      size_t *count);
+REMAT_API void remat_unit_owned(const remat_config *cfg, int64_t u, int64_t D, int64_t r,
+                                size_t *first, size_t *count);
 /* The units whose parameters a stage holds, in model order: 0 (the
  * embedding), 1 + l (its blocks), L + 1 (the head) and, for a head on a
  * stage without the embedding (a pipeline's last stage), L + 2: the head's
  * own copy of the tied matrix, its parameters, gradients and moments as one
  * unit, cut like the embedding's gradient above. out has room for L + 3;
  * returns how many. */
-int64_t remat_stage_units(const remat_config *cfg, const remat_stage *st, int64_t *out);
+REMAT_API int64_t remat_stage_units(const remat_config *cfg, const remat_stage *st, int64_t *out);
 
 /* The bytes of one replica of D under ZeRO stage zero. Persistent state per
  * layer (w): parameters, gradients, AdamW m and v, each whole (a layer's
@@ -244,8 +243,8 @@ typedef struct remat_replica_bytes {
   size_t recv, gather, norm, reduce;    /* communication buffers */
   size_t comm;                          /* recv + gather + norm + reduce */
 } remat_replica_bytes;
-int remat_replica_bytes_get(const remat_config *cfg, int64_t D, int zero,
-                            remat_replica_bytes *out, remat_error *err);
+REMAT_API int remat_replica_bytes_get(const remat_config *cfg, int64_t D, int zero,
+                                      remat_replica_bytes *out, remat_error *err);
 /* The same for a stage that is a replica (a P x D grid: st->replicas
  * copies of one pipeline stage, under ZeRO stage st->zero): state and
  * gradient buffers per layer as above; the regions and the communication
@@ -256,8 +255,8 @@ int remat_replica_bytes_get(const remat_config *cfg, int64_t D, int zero,
  * and gather's block slot only where a block can follow another unit in a
  * pass; norm for its units' chunk sums. remat_replica_bytes_get is this for
  * the whole model. */
-int remat_replica_stage_bytes_get(const remat_config *cfg, const remat_stage *st,
-                                  remat_replica_bytes *out, remat_error *err);
+REMAT_API int remat_replica_stage_bytes_get(const remat_config *cfg, const remat_stage *st,
+                                            remat_replica_bytes *out, remat_error *err);
 
 /* ---------------------------------------------------------- memory plan */
 
@@ -334,17 +333,17 @@ typedef struct remat_memplan {
 /* Lays out every buffer of a training step of the whole model, one
  * micro-batch B x T in flight, with the given per-block policies (NULL: keep
  * all). */
-int remat_memplan_build(remat_memplan *mp, const remat_config *cfg, int64_t B, int64_t T,
-                        const uint8_t *policy, remat_error *err);
+REMAT_API int remat_memplan_build(remat_memplan *mp, const remat_config *cfg, int64_t B, int64_t T,
+                                  const uint8_t *policy, remat_error *err);
 /* The same for one stage. */
-int remat_memplan_build_stage(remat_memplan *mp, const remat_config *cfg, int64_t B, int64_t T,
-                              const remat_stage *st, remat_error *err);
-void remat_memplan_free(remat_memplan *mp);
+REMAT_API int remat_memplan_build_stage(remat_memplan *mp, const remat_config *cfg, int64_t B,
+                                        int64_t T, const remat_stage *st, remat_error *err);
+REMAT_API void remat_memplan_free(remat_memplan *mp);
 
 /* Policies that recompute the first n blocks and keep the rest. */
-void remat_policy_first_n(uint8_t *policy, int64_t L, int64_t n);
+REMAT_API void remat_policy_first_n(uint8_t *policy, int64_t L, int64_t n);
 /* "keep", "full" (REMAT_RECOMPUTE), "middle"; "?" for others. */
-const char *remat_policy_name(int policy);
+REMAT_API const char *remat_policy_name(int policy);
 
 /* The fewest recomputed blocks (the first n: blocks are alike; keep and
  * recompute only, no middle policy: remat_plan_problem_from_model and
@@ -354,9 +353,9 @@ const char *remat_policy_name(int policy);
  * does not fit, with *min_bytes the smallest arena there is. whole (NULL:
  * remat_stage_whole) says whether the model accumulates and whether it is a
  * replica; its policy is ignored. */
-int remat_fewest_recompute(const remat_config *cfg, int64_t B, int64_t T,
-                           const remat_stage *whole, size_t budget, int64_t *n_out,
-                           size_t *min_bytes, remat_error *err);
+REMAT_API int remat_fewest_recompute(const remat_config *cfg, int64_t B, int64_t T,
+                                     const remat_stage *whole, size_t budget, int64_t *n_out,
+                                     size_t *min_bytes, remat_error *err);
 
 #ifdef __cplusplus
 }

@@ -27,6 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "remat/schedule.h"
 #include "remat/train.h"
 
 #ifdef __cplusplus
@@ -34,33 +35,33 @@ extern "C" {
 #endif
 
 /* 1 when this process was started by an MPI launcher (mpirun, mpiexec). */
-int remat_dist_launched(void);
+REMAT_API int remat_dist_launched(void);
 
 typedef struct remat_dist remat_dist; /* opaque: the job's ranks */
 
 /* Initialises MPI (argc and argv as main received them). A rank that dies
  * makes the others fail within seconds instead of waiting forever. */
-int remat_dist_init(remat_dist **out, int *argc, char ***argv, remat_error *err);
+REMAT_API int remat_dist_init(remat_dist **out, int *argc, char ***argv, remat_error *err);
 /* Ends MPI. With code != 0, ends every rank of the job. */
-void remat_dist_finalize(remat_dist *d, int code);
-int remat_dist_rank(const remat_dist *d);
-int remat_dist_size(const remat_dist *d);
+REMAT_API void remat_dist_finalize(remat_dist *d, int code);
+REMAT_API int remat_dist_rank(const remat_dist *d);
+REMAT_API int remat_dist_size(const remat_dist *d);
 
 /* Every rank passes its own bytes (e.g. its command line); *same is 1 on
  * every rank when all are equal, else 0 and *first_diff the lowest rank
  * whose bytes differ from rank 0's. */
-int remat_dist_all_same(remat_dist *d, const void *bytes, size_t n, int *same, int *first_diff,
-                        remat_error *err);
+REMAT_API int remat_dist_all_same(remat_dist *d, const void *bytes, size_t n, int *same,
+                                  int *first_diff, remat_error *err);
 /* Rank 0 receives one value from every rank, in rank order (others: NULL). */
-int remat_dist_gather_sizes(remat_dist *d, size_t value, size_t *all, remat_error *err);
+REMAT_API int remat_dist_gather_sizes(remat_dist *d, size_t value, size_t *all, remat_error *err);
 /* Every rank passes its own status (0 or a remat_errno, with err filled when
  * not 0): returns the status of the lowest failing rank on every rank, with
  * that rank's message in err and its number in *failed_rank (-1 and 0 when
  * all succeeded). So a failure on any rank is reported once and every rank
  * stops together. */
-int remat_dist_first_error(remat_dist *d, int rc, remat_error *err, int *failed_rank);
+REMAT_API int remat_dist_first_error(remat_dist *d, int rc, remat_error *err, int *failed_rank);
 /* One 0/1 flag from every rank: 1 on every rank when all are 1. */
-int remat_dist_all_ok(remat_dist *d, int ok, int *all_ok);
+REMAT_API int remat_dist_all_ok(remat_dist *d, int ok, int *all_ok);
 
 /* The job's layout, one for every job: P pipeline stages x D replicas
  * (P D ranks; a pipeline alone is P x 1, replicas alone 1 x D). World rank
@@ -75,11 +76,11 @@ int remat_dist_all_ok(remat_dist *d, int ok, int *all_ok);
  * is the world itself. Before it (or without it) the job is a pipeline of
  * all its ranks. Fails when P D is not the number of ranks. The parts live
  * as long as d. */
-int remat_dist_grid(remat_dist *d, int64_t P, int64_t D, remat_error *err);
-int64_t remat_dist_stage(const remat_dist *d);
-int64_t remat_dist_replica(const remat_dist *d);
-remat_dist *remat_dist_pipeline(remat_dist *d);
-remat_dist *remat_dist_replicas(remat_dist *d);
+REMAT_API int remat_dist_grid(remat_dist *d, int64_t P, int64_t D, remat_error *err);
+REMAT_API int64_t remat_dist_stage(const remat_dist *d);
+REMAT_API int64_t remat_dist_replica(const remat_dist *d);
+REMAT_API remat_dist *remat_dist_pipeline(remat_dist *d);
+REMAT_API remat_dist *remat_dist_replicas(remat_dist *d);
 
 /* ------------------------------------------------------------ pipeline */
 
@@ -107,18 +108,20 @@ typedef struct remat_placement {
  * on stage s, layer_policy[l] the remat_policy of planner layer l (L + 2 of
  * them; NULL keeps every block). Fails when the counts do not cover the
  * model or a stage would hold nothing. replicas and zero are 1 and 0. */
-int remat_placement_from_layers(remat_placement *pl, const remat_config *cfg, int64_t stages,
-                                const int64_t *layers_per_stage, const uint8_t *layer_policy,
-                                int schedule, int64_t microbatches, remat_error *err);
+REMAT_API int remat_placement_from_layers(remat_placement *pl, const remat_config *cfg,
+                                          int64_t stages, const int64_t *layers_per_stage,
+                                          const uint8_t *layer_policy, int schedule,
+                                          int64_t microbatches, remat_error *err);
 /* The whole model as one stage, with each block's policy (NULL: keep all). */
-void remat_placement_whole(remat_placement *pl, const remat_config *cfg, const uint8_t *policy,
-                           int64_t microbatches);
+REMAT_API void remat_placement_whole(remat_placement *pl, const remat_config *cfg,
+                                     const uint8_t *policy, int64_t microbatches);
 
 /* Stage s of the placement as copy `replica`: its blocks and their
  * policies (pointing into pl), its in-flight count (1F1B: min(P - s, M);
  * GPipe: M), the embedding and/or the head, and, when the placement has
  * copies, the replica fields (remat_stage_replica). */
-remat_stage remat_placement_stage(const remat_placement *pl, int64_t s, int64_t replica);
+REMAT_API remat_stage remat_placement_stage(const remat_placement *pl, int64_t s,
+                                            int64_t replica);
 
 typedef struct remat_pipeline remat_pipeline; /* opaque */
 
@@ -129,25 +132,25 @@ typedef struct remat_pipeline remat_pipeline; /* opaque */
  * gradients are exchanged and added (embedding + head) before the update,
  * and the global norm is summed over all stages' layers in model order. The
  * losses the trainer reports are the whole model's on every rank. */
-int remat_pipeline_create(remat_pipeline **out, remat_dist *d, remat_trainer *tr,
+REMAT_API int remat_pipeline_create(remat_pipeline **out, remat_dist *d, remat_trainer *tr,
                           const remat_placement *pl, remat_error *err);
-void remat_pipeline_destroy(remat_pipeline *pl);
+REMAT_API void remat_pipeline_destroy(remat_pipeline *pl);
 
 /* The whole model's parameters in llm.c order on rank 0 (full: that many
  * floats, remat_param_count), gathered from every stage; other ranks pass
  * NULL. */
-int remat_pipeline_gather_params(remat_pipeline *pl, float *full, remat_error *err);
+REMAT_API int remat_pipeline_gather_params(remat_pipeline *pl, float *full, remat_error *err);
 
 /* Timeline: with tracing on, every step's operations are recorded (into
  * memory reserved up front for max_steps steps) and remat_pipeline_trace_write
  * gathers them to rank 0, which writes one Chrome trace-event JSON file (one
  * track per rank; forward, backward, recompute, send, receive, reduce and
  * update spans; a counter of each rank's live arena bytes). */
-int remat_pipeline_trace_start(remat_pipeline *pl, int64_t max_steps, remat_error *err);
-int remat_pipeline_trace_write(remat_pipeline *pl, const char *path, remat_error *err);
+REMAT_API int remat_pipeline_trace_start(remat_pipeline *pl, int64_t max_steps, remat_error *err);
+REMAT_API int remat_pipeline_trace_write(remat_pipeline *pl, const char *path, remat_error *err);
 
 /* Seconds the last step spent waiting on receives and sends, on this rank. */
-double remat_pipeline_wait_seconds(const remat_pipeline *pl);
+REMAT_API double remat_pipeline_wait_seconds(const remat_pipeline *pl);
 
 /* ----------------------------------------------------- data parallelism */
 
@@ -187,13 +190,13 @@ typedef struct remat_replicas remat_replicas; /* opaque */
  * the replicas' ranks, ranked by replica (on a grid, remat_dist_replicas;
  * the trainer's model is then the stage, and everything above runs over
  * the units it holds, remat_stage_units). */
-int remat_replicas_create(remat_replicas **out, remat_dist *d, remat_trainer *tr,
-                          remat_error *err);
-void remat_replicas_destroy(remat_replicas *rp);
+REMAT_API int remat_replicas_create(remat_replicas **out, remat_dist *d, remat_trainer *tr,
+                                    remat_error *err);
+REMAT_API void remat_replicas_destroy(remat_replicas *rp);
 /* The whole model's parameters in llm.c order on rank 0 (full:
  * remat_param_count floats; a stage's replicas: the stage's tensors, in
  * their places); other ranks pass NULL. Every replica calls it. */
-int remat_replicas_gather_params(remat_replicas *rp, float *full, remat_error *err);
+REMAT_API int remat_replicas_gather_params(remat_replicas *rp, float *full, remat_error *err);
 
 /* Timeline, as the pipeline's (one track per rank, memory reserved up front
  * for max_steps steps): per micro-batch a forward span, per layer a
@@ -202,8 +205,8 @@ int remat_replicas_gather_params(remat_replicas *rp, float *full, remat_error *e
  * observed completion), ZeRO 3's gathers on another (post to completion),
  * wait spans where the rank blocked in MPI, update spans, and the arena as
  * a counter. Every rank calls both; rank 0 writes the file. */
-int remat_replicas_trace_start(remat_replicas *rp, int64_t max_steps, remat_error *err);
-int remat_replicas_trace_write(remat_replicas *rp, const char *path, remat_error *err);
+REMAT_API int remat_replicas_trace_start(remat_replicas *rp, int64_t max_steps, remat_error *err);
+REMAT_API int remat_replicas_trace_write(remat_replicas *rp, const char *path, remat_error *err);
 
 /* Communication of the last step on this rank. Each collective's
  * communication time runs from its post to the return of the MPI call on
@@ -224,14 +227,16 @@ typedef struct remat_comm_stats {
   uint64_t bytes_sent;
   uint64_t collectives;
 } remat_comm_stats;
-remat_comm_stats remat_replicas_comm(const remat_replicas *rp);
+REMAT_API remat_comm_stats remat_replicas_comm(const remat_replicas *rp);
 /* 1 - exposed / seconds, within [0, 1]; 0 when nothing was sent. */
-double remat_comm_overlap(double seconds, double exposed_seconds);
+REMAT_API double remat_comm_overlap(double seconds, double exposed_seconds);
 /* Every rank's remat_replicas_comm on rank 0, in rank order (all: D
  * entries there; others pass NULL). Every rank calls it. */
-int remat_replicas_comm_gather(remat_replicas *rp, remat_comm_stats *all, remat_error *err);
+REMAT_API int remat_replicas_comm_gather(remat_replicas *rp, remat_comm_stats *all,
+                                         remat_error *err);
 /* What that count is for a step of K rounds, from the shapes alone. */
-uint64_t remat_replicas_step_bytes(const remat_config *cfg, int64_t D, int zero, int64_t K);
+REMAT_API uint64_t remat_replicas_step_bytes(const remat_config *cfg, int64_t D, int zero,
+                                             int64_t K);
 
 /* ----------------------------------------------------------- the grid */
 
@@ -260,14 +265,14 @@ typedef struct remat_grid remat_grid; /* opaque */
  * (remat_placement_stage), its
  * grad_accum M D; d's grid is P x D (remat_dist_grid). Creates this rank's
  * pipeline and replica runtimes, reachable below for their figures. */
-int remat_grid_create(remat_grid **out, remat_dist *d, remat_trainer *tr,
+REMAT_API int remat_grid_create(remat_grid **out, remat_dist *d, remat_trainer *tr,
                       const remat_placement *pl, remat_error *err);
-void remat_grid_destroy(remat_grid *g);
-remat_pipeline *remat_grid_pipeline(remat_grid *g);
-remat_replicas *remat_grid_replicas(remat_grid *g);
+REMAT_API void remat_grid_destroy(remat_grid *g);
+REMAT_API remat_pipeline *remat_grid_pipeline(remat_grid *g);
+REMAT_API remat_replicas *remat_grid_replicas(remat_grid *g);
 /* The whole model's parameters in llm.c order on world rank 0 (full:
  * remat_param_count floats); other ranks pass NULL. Every rank calls it. */
-int remat_grid_gather_params(remat_grid *g, float *full, remat_error *err);
+REMAT_API int remat_grid_gather_params(remat_grid *g, float *full, remat_error *err);
 
 #ifdef __cplusplus
 }

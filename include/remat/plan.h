@@ -6,7 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "remat/base.h"
+#include "remat/memory.h"   /* GPT-2 problems take their bytes from the memory model */
+#include "remat/schedule.h" /* the schedules */
 
 #ifdef __cplusplus
 extern "C" {
@@ -74,7 +75,7 @@ extern "C" {
 
 /* ------------------------------------------------------------ problem */
 
-typedef enum { REMAT_SCHED_1F1B = 0, REMAT_SCHED_GPIPE = 1, REMAT_SCHED_COUNT } remat_plan_schedule;
+/* The schedule (remat_plan_schedule, REMAT_SCHED_*) is remat/schedule.h's. */
 typedef enum {
   REMAT_OBJ_BOTTLENECK = 0, /* max_s t_s */
   REMAT_OBJ_1F1B = 1,       /* sum_s t_s + (m - 1) max_s t_s */
@@ -125,17 +126,18 @@ typedef struct remat_plan_problem {
 
 /* Allocates a problem with `stages` budgets and `num_groups` groups, all
  * zero; schedule 1f1b, objective bottleneck, groups recomputable. */
-int remat_plan_problem_init(remat_plan_problem *pb, int64_t stages, int64_t num_groups,
-                            remat_error *err);
-void remat_plan_problem_free(remat_plan_problem *pb);
+REMAT_API int remat_plan_problem_init(remat_plan_problem *pb, int64_t stages, int64_t num_groups,
+                                      remat_error *err);
+REMAT_API void remat_plan_problem_free(remat_plan_problem *pb);
 /* Checks every field; the message names the offending one. */
-int remat_plan_problem_check(const remat_plan_problem *pb, remat_error *err);
+REMAT_API int remat_plan_problem_check(const remat_plan_problem *pb, remat_error *err);
 /* Total number of layers (sum of counts; saturates at INT64_MAX). */
-int64_t remat_plan_problem_layers(const remat_plan_problem *pb);
+REMAT_API int64_t remat_plan_problem_layers(const remat_plan_problem *pb);
 /* Changes the number of stages; budgets must be uniform (or stages equal). */
-int remat_plan_problem_set_stages(remat_plan_problem *pb, int64_t stages, remat_error *err);
+REMAT_API int remat_plan_problem_set_stages(remat_plan_problem *pb, int64_t stages,
+                                            remat_error *err);
 /* Sets one budget for every stage. */
-void remat_plan_problem_set_memory(remat_plan_problem *pb, size_t bytes);
+REMAT_API void remat_plan_problem_set_memory(remat_plan_problem *pb, size_t bytes);
 
 /* JSON problem:
  *   { "stages": 4, "microbatches": 8, "schedule": "1f1b", "objective": "bottleneck",
@@ -155,9 +157,9 @@ void remat_plan_problem_set_memory(remat_plan_problem *pb, size_t bytes);
  * keys or NUL bytes, nested at most 8 levels, and at most
  * REMAT_PLAN_MAX_PROBLEM_BYTES; remat_plan_problem_load refuses a larger file
  * before reading it. */
-int remat_plan_problem_parse_json(remat_plan_problem *pb, const char *text, size_t len,
-                                  remat_error *err);
-int remat_plan_problem_load(remat_plan_problem *pb, const char *path, remat_error *err);
+REMAT_API int remat_plan_problem_parse_json(remat_plan_problem *pb, const char *text, size_t len,
+                                            remat_error *err);
+REMAT_API int remat_plan_problem_load(remat_plan_problem *pb, const char *path, remat_error *err);
 
 /* A GPT-2 problem from the memory model (remat_memory_model_get): an
  * embedding layer, the L blocks and a head, none but the blocks recomputable,
@@ -179,9 +181,9 @@ int remat_plan_problem_load(remat_plan_problem *pb, const char *path, remat_erro
  * memory and by expf, not by multiply-adds: their arithmetic, some 60 FLOP
  * per element, would understate them more than tenfold (docs/plan.md). */
 #define REMAT_PLAN_MIDDLE_FLOP_PER_ELEMENT 1024.0
-int remat_plan_problem_from_model(remat_plan_problem *pb, const remat_config *cfg, int64_t B,
-                                  int64_t T, int64_t stages, int64_t microbatches, size_t memory,
-                                  remat_error *err);
+REMAT_API int remat_plan_problem_from_model(remat_plan_problem *pb, const remat_config *cfg,
+                                            int64_t B, int64_t T, int64_t stages,
+                                            int64_t microbatches, size_t memory, remat_error *err);
 /* The same for a data-parallel job of `replicas` copies of the whole model
  * (stages 1), or of every pipeline stage (a grid of stages x replicas),
  * under ZeRO stage zero: each layer's state bytes are a replica's (whole or
@@ -193,15 +195,13 @@ int remat_plan_problem_from_model(remat_plan_problem *pb, const remat_config *cf
  * (remat_replica_stage_bytes_get, which the engine's arenas follow);
  * microbatches is the count per replica (per pipeline) and step. With
  * replicas 1 this is remat_plan_problem_from_model. */
-int remat_plan_problem_from_replicas(remat_plan_problem *pb, const remat_config *cfg, int64_t B,
-                                     int64_t T, int64_t stages, int64_t microbatches,
-                                     int64_t replicas, int zero, size_t memory,
-                                     remat_error *err);
+REMAT_API int remat_plan_problem_from_replicas(remat_plan_problem *pb, const remat_config *cfg,
+                                               int64_t B, int64_t T, int64_t stages,
+                                               int64_t microbatches, int64_t replicas, int zero,
+                                               size_t memory, remat_error *err);
 
-const char *remat_plan_schedule_name(int schedule);   /* "1f1b", "gpipe" */
-const char *remat_plan_objective_name(int objective); /* "bottleneck", "1f1b" */
-int remat_plan_schedule_parse(const char *s, int *out);  /* -1 if unknown */
-int remat_plan_objective_parse(const char *s, int *out); /* -1 if unknown */
+REMAT_API const char *remat_plan_objective_name(int objective); /* "bottleneck", "1f1b" */
+REMAT_API int remat_plan_objective_parse(const char *s, int *out); /* -1 if unknown */
 
 /* ------------------------------------------------------------ plan */
 
@@ -270,15 +270,19 @@ typedef struct remat_plan {
  * best split without recomputation). If even the search for the smallest
  * budget of an infeasible problem runs out of time, the return is
  * REMAT_ERANGE with a message. */
-int remat_plan_solve(const remat_plan_problem *pb, remat_plan *plan, remat_error *err);
-void remat_plan_free(remat_plan *plan);
+REMAT_API int remat_plan_solve(const remat_plan_problem *pb, remat_plan *plan, remat_error *err);
+REMAT_API void remat_plan_free(remat_plan *plan);
 
 /* Makespan of one iteration of the schedule with per-stage forward and
  * backward times per micro-batch, no communication time, by a discrete-event
  * simulation. 1F1B: stage s runs min(p - s - 1, m) warm-up forwards, then
  * alternates one forward and one backward, then drains. GPipe: all forwards,
  * then all backwards. A forward waits for the previous stage's forward of the
- * same micro-batch, a backward for the next stage's backward. */
+ * same micro-batch, a backward for the next stage's backward. Each stage
+ * follows its instruction stream (remat_schedule_op, remat/schedule.h). */
+REMAT_API int remat_plan_simulate(int schedule, int64_t p, int64_t m, const double *fwd,
+                                  const double *bwd, double *makespan, remat_error *err);
+
 /* A plan read back from remat_plan_format's JSON, to be run. Layers are in
  * the planner's numbering (for a GPT-2: 0 the embedding, 1..L the blocks,
  * L+1 the head). */
@@ -291,28 +295,16 @@ typedef struct remat_plan_layout {
   size_t *memory_bytes;      /* (stages) as the plan computed them */
   char source[128];          /* what the problem was built from */
 } remat_plan_layout;
-int remat_plan_layout_load(remat_plan_layout *lo, const char *path, remat_error *err);
-void remat_plan_layout_free(remat_plan_layout *lo);
-
-/* The instruction stream of stage s: its q-th operation (q = 0 .. 2m-1) is
- * the forward (*bwd = 0) or backward (*bwd = 1) of micro-batch *k. 1F1B:
- * min(p - s - 1, m) warm-up forwards, then one forward and one backward in
- * turn, then the remaining backwards; GPipe: every forward, then every
- * backward, both in micro-batch order. The pipeline runtime executes these
- * streams (with the receives and sends around each operation) and the
- * simulator below times them. */
-void remat_schedule_op(int schedule, int64_t p, int64_t m, int64_t s, int64_t q, int64_t *k,
-                       int *bwd);
-int remat_plan_simulate(int schedule, int64_t p, int64_t m, const double *fwd,
-                        const double *bwd, double *makespan, remat_error *err);
+REMAT_API int remat_plan_layout_load(remat_plan_layout *lo, const char *path, remat_error *err);
+REMAT_API void remat_plan_layout_free(remat_plan_layout *lo);
 
 /* Memory and time of a given arrangement under the problem's formula: layers
  * per stage and, per layer, its remat_policy (0 keeps, 1 recomputes, 2 the
  * middle policy; NULL keeps all). For outputs that cannot express the plan
  * exactly (Megatron's one recompute count), for runs placed by hand, and
  * for tests. */
-int remat_plan_evaluate(const remat_plan_problem *pb, const int64_t *layers_per_stage,
-                        const uint8_t *recompute, remat_plan *plan, remat_error *err);
+REMAT_API int remat_plan_evaluate(const remat_plan_problem *pb, const int64_t *layers_per_stage,
+                                  const uint8_t *recompute, remat_plan *plan, remat_error *err);
 
 /* ------------------------------------------------------------ output */
 
@@ -325,8 +317,8 @@ typedef enum {
 } remat_plan_format_kind;
 
 /* Writes the plan as text into *out (free with remat_plan_text_free). */
-int remat_plan_format(const remat_plan_problem *pb, const remat_plan *plan, int format, char **out,
-                      remat_error *err);
+REMAT_API int remat_plan_format(const remat_plan_problem *pb, const remat_plan *plan, int format,
+                                char **out, remat_error *err);
 /* The problem as a MIP in CPLEX LP format: binaries y_l_s (layer l on stage
  * s), z_l_s (layer l recomputed on stage s) and u_l_s (layer l middle on
  * stage s; z + u <= y), contiguity through the stage
@@ -335,8 +327,8 @@ int remat_plan_format(const remat_plan_problem *pb, const remat_plan *plan, int 
  * X_s >= y_l y_l_s, and
  * T >= t_s. Its optimum is the planner's objective value. Memory rows are
  * divided by the gcd of all byte counts to keep coefficients small. */
-int remat_plan_format_lp(const remat_plan_problem *pb, char **out, remat_error *err);
-void remat_plan_text_free(char *text);
+REMAT_API int remat_plan_format_lp(const remat_plan_problem *pb, char **out, remat_error *err);
+REMAT_API void remat_plan_text_free(char *text);
 
 /* The frontier of objective against one memory budget for all stages: `points`
  * budgets evenly spaced from the smallest feasible budget to the smallest
@@ -363,11 +355,11 @@ typedef struct remat_plan_sweep {
   int64_t *storage;
 } remat_plan_sweep;
 
-int remat_plan_sweep_run(const remat_plan_problem *pb, int64_t points, remat_plan_sweep *sw,
-                         remat_error *err);
-void remat_plan_sweep_free(remat_plan_sweep *sw);
-int remat_plan_format_sweep(const remat_plan_problem *pb, const remat_plan_sweep *sw, int json,
-                            char **out, remat_error *err);
+REMAT_API int remat_plan_sweep_run(const remat_plan_problem *pb, int64_t points,
+                                   remat_plan_sweep *sw, remat_error *err);
+REMAT_API void remat_plan_sweep_free(remat_plan_sweep *sw);
+REMAT_API int remat_plan_format_sweep(const remat_plan_problem *pb, const remat_plan_sweep *sw,
+                                      int json, char **out, remat_error *err);
 
 #ifdef __cplusplus
 }

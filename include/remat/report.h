@@ -19,11 +19,12 @@ extern "C" {
  * n > 0 given), repeated for about `seconds`; returns the best rate seen in
  * FLOP/s (2 n^3 per product). The best, not the mean: it is the ceiling a
  * training step's matrix products could reach. */
-double remat_measure_sgemm_flops(int n, double seconds);
+REMAT_API double remat_measure_sgemm_flops(int n, double seconds);
 
 /* Model FLOP utilisation: model FLOPs (remat_flops_per_token, recomputation
  * excluded) per second over a peak rate in FLOP/s. */
-double remat_mfu(const remat_config *cfg, int64_t seq_len, double tokens_per_s, double peak_flops);
+REMAT_API double remat_mfu(const remat_config *cfg, int64_t seq_len, double tokens_per_s,
+                           double peak_flops);
 
 /* The peak MFU is measured against: the rate of the split single-threaded
  * products the model runs (the same code path), at the shapes of one step
@@ -52,34 +53,34 @@ typedef struct remat_peak {
  * at least one, and at least 3 in all, at most REMAT_PEAK_TRIALS; a trial
  * takes about a fifth of `seconds`. Calls between training steps measure
  * under the steps' conditions. */
-int remat_measure_peak(remat_peak *p, const remat_config *cfg, int64_t B, int64_t T,
-                       double seconds, remat_error *err);
+REMAT_API int remat_measure_peak(remat_peak *p, const remat_config *cfg, int64_t B, int64_t T,
+                                 double seconds, remat_error *err);
 /* MFU of a step of tokens_per_s against p: if the step's model FLOP rate
  * beats p->flops, p->flops becomes that rate first (counted in p->raised),
  * so the result never exceeds 1. */
-double remat_peak_mfu(remat_peak *p, const remat_config *cfg, int64_t seq_len,
-                      double tokens_per_s);
+REMAT_API double remat_peak_mfu(remat_peak *p, const remat_config *cfg, int64_t seq_len,
+                                double tokens_per_s);
 
 /* Bytes the library holds on the heap now, and the most it has held since
  * the start or the last reset: everything it allocates goes through one
  * counted allocator (the arena included). */
-size_t remat_heap_bytes(void);
-size_t remat_heap_peak_bytes(void);
-void remat_heap_reset_peak(void);
+REMAT_API size_t remat_heap_bytes(void);
+REMAT_API size_t remat_heap_peak_bytes(void);
+REMAT_API void remat_heap_reset_peak(void);
 
 /* Seconds on a monotonic clock. */
-double remat_now(void);
+REMAT_API double remat_now(void);
 
 /* Memory this process could still get: MemAvailable from /proc/meminfo,
  * else the machine's physical memory, or 0 if unknown. */
-size_t remat_available_memory_bytes(void);
+REMAT_API size_t remat_available_memory_bytes(void);
 /* The same, the least of: MemAvailable, what this process's cgroup v2
  * memory.max leaves, and the address space RLIMIT_AS leaves; *what (if not
  * NULL) names the one that binds. */
-size_t remat_memory_headroom(const char **what);
+REMAT_API size_t remat_memory_headroom(const char **what);
 
 /* Peak resident set size of this process (VmHWM), or 0 if unknown. */
-size_t remat_rss_peak_bytes(void);
+REMAT_API size_t remat_rss_peak_bytes(void);
 
 /* ------------------------------------------------------------ threads */
 
@@ -104,7 +105,7 @@ typedef struct remat_thread_policy {
 /* CPUs of this process's affinity mask left idle over `seconds`, from
  * /proc/stat: the sum of each CPU's idle fraction (steal time counts as
  * busy); *cpus (if not NULL) gets the number of CPUs. -1 if unknown. */
-double remat_idle_cpus(double seconds, int *cpus);
+REMAT_API double remat_idle_cpus(double seconds, int *cpus);
 
 /* First thing in main, before any OpenMP region: samples the CPUs' load
  * for 0.1 s (REMAT_IDLE_CPUS=X in the environment replaces the
@@ -118,8 +119,8 @@ double remat_idle_cpus(double seconds, int *cpus);
  * process's call takes over (returning 0). If the exec fails, call
  * remat_threads_prepare_failed and go on (threads then wait as libgomp's
  * default has them). */
-int remat_threads_prepare(void);
-void remat_threads_prepare_failed(void);
+REMAT_API int remat_threads_prepare(void);
+REMAT_API void remat_threads_prepare_failed(void);
 
 /* Sets the team size of OpenMP and OpenBLAS (threads < 1: one per CPU this
  * process may use) and places the threads: with one thread per CPU on a
@@ -129,27 +130,27 @@ void remat_threads_prepare_failed(void);
  * GOMP_CPU_AFFINITY leave placement to libgomp (and to nothing else later),
  * as REMAT_IDLE_CPUS fixes it. The count never depends on the load, so
  * neither do results. Fills *p; returns 0. */
-int remat_threads_setup(remat_thread_policy *p, int threads);
+REMAT_API int remat_threads_setup(remat_thread_policy *p, int threads);
 /* Between steps: every second or so, measures the CPUs other processes
  * used since the last call (their busy time in /proc/stat less this
  * process's own) and re-places a team of one thread per CPU: pinned
  * threads are unpinned once others use 0.5 CPUs, and pinned again after two
  * samples in a row under 0.2. Returns 1 when it moved the team. Nothing
  * else changes: the waiting was fixed at start, the team size is fixed. */
-int remat_threads_adapt(remat_thread_policy *p);
+REMAT_API int remat_threads_adapt(remat_thread_policy *p);
 /* One line on p for a run's header: the count, placement, waiting and the
  * load seen ("2 on 2 CPUs, pinned one per CPU, spinning 10000 times, then
  * sleeping (1.98 of 2 CPUs idle at start)"); returns buf. */
-const char *remat_threads_describe(const remat_thread_policy *p, char *buf, size_t n);
+REMAT_API const char *remat_threads_describe(const remat_thread_policy *p, char *buf, size_t n);
 /* remat_threads_setup without the report; returns the threads pinned. */
-int remat_set_threads(int threads);
+REMAT_API int remat_set_threads(int threads);
 
 /* 0 when the OpenBLAS this process loaded is the OpenMP build
  * (openblas_get_parallel() == 2), which remat is linked against by path.
  * Otherwise (the pthreads or single-threaded build came first, e.g. through
  * LD_LIBRARY_PATH) REMAT_EINVAL with a message naming the build found, the
  * file it came from and the package to install. Call it once at start-up. */
-int remat_blas_check(remat_error *err);
+REMAT_API int remat_blas_check(remat_error *err);
 
 #ifdef __cplusplus
 }

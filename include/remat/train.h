@@ -42,11 +42,11 @@ typedef struct remat_train_opts {
 
 /* B 8, T 64, K 1, 300 steps, no warmup, constant lr 3e-4, remat_hparams_default,
  * shuffled, no held-out split, 8 evaluation batches. */
-void remat_train_opts_default(remat_train_opts *o);
+REMAT_API void remat_train_opts_default(remat_train_opts *o);
 
 /* The learning rate of optimizer step `step` (0-based): linear warmup to
  * lr over `warmup` steps, then constant or cosine to 10% at `steps`. */
-float remat_train_lr(const remat_train_opts *o, int64_t step);
+REMAT_API float remat_train_lr(const remat_train_opts *o, int64_t step);
 
 typedef struct remat_trainer remat_trainer; /* opaque */
 
@@ -55,34 +55,35 @@ typedef struct remat_trainer remat_trainer; /* opaque */
  * into a training split and, when o->val_frac > 0, a held-out split. With
  * tok NULL the caller supplies batches (remat_trainer_set_batches) before
  * the first step. Nothing large is allocated yet. */
-int remat_trainer_create(remat_trainer **out, const remat_config *cfg, const uint8_t *policy,
-                         const remat_tokens *tok, const remat_train_opts *o, remat_error *err);
-void remat_trainer_destroy(remat_trainer *tr);
+REMAT_API int remat_trainer_create(remat_trainer **out, const remat_config *cfg,
+                                   const uint8_t *policy, const remat_tokens *tok,
+                                   const remat_train_opts *o, remat_error *err);
+REMAT_API void remat_trainer_destroy(remat_trainer *tr);
 
 /* The plan of the arena, and every byte the library will hold once the
  * arena is allocated: the arena plus what it holds outside it now (the
  * data, the loaders, the plan's bookkeeping). After remat_trainer_allocate
  * the library holds exactly this. */
-const remat_memplan *remat_trainer_memplan(const remat_trainer *tr);
-size_t remat_trainer_planned_bytes(const remat_trainer *tr);
+REMAT_API const remat_memplan *remat_trainer_memplan(const remat_trainer *tr);
+REMAT_API size_t remat_trainer_planned_bytes(const remat_trainer *tr);
 
 /* Allocates the arena. Parameters are zero: initialise or load them through
  * remat_model_params(remat_trainer_model(tr)). */
-int remat_trainer_allocate(remat_trainer *tr, remat_error *err);
-remat_model *remat_trainer_model(remat_trainer *tr);
+REMAT_API int remat_trainer_allocate(remat_trainer *tr, remat_error *err);
+REMAT_API remat_model *remat_trainer_model(remat_trainer *tr);
 
 /* Batches from the caller instead of the loader: fn fills inputs and
  * targets (B, T) of micro-batch `micro` of optimizer step `step` (0-based)
  * and returns 0, or a remat_errno that stops the step. */
 typedef int (*remat_batch_fn)(void *ctx, int64_t step, int64_t micro, int32_t *inputs,
                               int32_t *targets, remat_error *err);
-void remat_trainer_set_batches(remat_trainer *tr, remat_batch_fn fn, void *ctx);
+REMAT_API void remat_trainer_set_batches(remat_trainer *tr, remat_batch_fn fn, void *ctx);
 
 /* Called once per step between the last backward and the update, with the
  * accumulated gradients in remat_model_grads: where gradients are reduced
  * across replicas or exchanged between stages. Returns 0 or a remat_errno. */
 typedef int (*remat_grad_hook)(void *ctx, remat_trainer *tr, remat_error *err);
-void remat_trainer_set_hook(remat_trainer *tr, remat_grad_hook fn, void *ctx);
+REMAT_API void remat_trainer_set_hook(remat_trainer *tr, remat_grad_hook fn, void *ctx);
 
 /* How a step reaches beyond this process: a pipeline stage or a replica is
  * the same trainer with a different slice of the model and these. Each may
@@ -104,22 +105,22 @@ typedef struct remat_trainer_ops {
   int (*update)(void *ctx, remat_trainer *tr, float lr, float norm, remat_error *err);
   void *ctx;
 } remat_trainer_ops;
-void remat_trainer_set_ops(remat_trainer *tr, const remat_trainer_ops *ops);
+REMAT_API void remat_trainer_set_ops(remat_trainer *tr, const remat_trainer_ops *ops);
 
 /* A trainer for one pipeline stage (its blocks, policies, micro-batches in
  * flight, embedding and/or head) or one data-parallel replica
  * (remat_stage_replica); otherwise as remat_trainer_create. With
  * grad_accum >= 2 the stage accumulates (remat_stage.accumulate). */
-int remat_trainer_create_stage(remat_trainer **out, const remat_config *cfg,
-                               const remat_stage *st, const remat_tokens *tok,
-                               const remat_train_opts *o, remat_error *err);
-const remat_train_opts *remat_trainer_opts(const remat_trainer *tr);
+REMAT_API int remat_trainer_create_stage(remat_trainer **out, const remat_config *cfg,
+                                         const remat_stage *st, const remat_tokens *tok,
+                                         const remat_train_opts *o, remat_error *err);
+REMAT_API const remat_train_opts *remat_trainer_opts(const remat_trainer *tr);
 /* The next micro-batch of this step (micro = 0..K-1) from the loader or the
  * caller's batches; inputs or targets may be NULL when not needed. */
-int remat_trainer_next_batch(remat_trainer *tr, int64_t micro, int32_t *inputs, int32_t *targets,
-                             remat_error *err);
+REMAT_API int remat_trainer_next_batch(remat_trainer *tr, int64_t micro, int32_t *inputs,
+                                       int32_t *targets, remat_error *err);
 /* 1 / (B T K): each token's weight in the step's mean loss. */
-float remat_trainer_dloss(const remat_trainer *tr);
+REMAT_API float remat_trainer_dloss(const remat_trainer *tr);
 
 typedef struct remat_step_stats {
   int64_t step;             /* optimizer steps taken, this one included */
@@ -134,23 +135,23 @@ typedef struct remat_step_stats {
  * backward; the hook; clipping and AdamW. Never allocates. A loss that is not
  * finite returns REMAT_ENUMERIC with the step, and says whether the weights
  * themselves overflow. */
-int remat_trainer_step(remat_trainer *tr, remat_step_stats *st, remat_error *err);
+REMAT_API int remat_trainer_step(remat_trainer *tr, remat_step_stats *st, remat_error *err);
 
 /* Mean loss over the first o->eval_batches batches of the held-out split
  * (the same batches every call, so figures compare); no dropout. */
-int remat_trainer_evaluate(remat_trainer *tr, double *loss, remat_error *err);
+REMAT_API int remat_trainer_evaluate(remat_trainer *tr, double *loss, remat_error *err);
 
 /* Optimizer steps taken. */
-int64_t remat_trainer_steps_done(const remat_trainer *tr);
+REMAT_API int64_t remat_trainer_steps_done(const remat_trainer *tr);
 
 /* Windows of T+1 tokens in the training split (epoch 0): when fewer than B,
  * rows of one batch repeat. */
-int64_t remat_trainer_train_windows(const remat_trainer *tr);
+REMAT_API int64_t remat_trainer_train_windows(const remat_trainer *tr);
 
 /* The most bytes the library has held at once since the first step: the
  * arena's measured high-water mark plus every byte held outside it. Equal
  * to remat_trainer_planned_bytes when the plan is right. */
-size_t remat_trainer_measured_peak_bytes(remat_trainer *tr);
+REMAT_API size_t remat_trainer_measured_peak_bytes(remat_trainer *tr);
 
 /* ------------------------------------------------------------- resuming */
 
@@ -158,24 +159,24 @@ size_t remat_trainer_measured_peak_bytes(remat_trainer *tr);
  * the settings that must match) to a state file, and back: loading checks
  * the settings and the stage layout against this trainer and says which
  * differs. The weights go in an llm.c checkpoint beside it. */
-int remat_trainer_save_state(remat_trainer *tr, const char *path, int rank, int ranks,
-                             remat_error *err);
-int remat_trainer_load_state(remat_trainer *tr, const char *path, int rank, int ranks,
-                             remat_error *err);
+REMAT_API int remat_trainer_save_state(remat_trainer *tr, const char *path, int rank, int ranks,
+                                       remat_error *err);
+REMAT_API int remat_trainer_load_state(remat_trainer *tr, const char *path, int rank, int ranks,
+                                       remat_error *err);
 /* Only the check: whether the state at path was saved by a run with these
  * settings and layout (before anything large is allocated). */
-int remat_trainer_check_state(remat_trainer *tr, const char *path, int rank, int ranks,
-                              remat_error *err);
+REMAT_API int remat_trainer_check_state(remat_trainer *tr, const char *path, int rank, int ranks,
+                                        remat_error *err);
 
 /* Checkpoint directories: DIR/step_NNNNNNNN/ with model.bin, state.bin (one
  * process) or state_rank_R.bin (one per rank), and DONE written last.
  * dir_path writes DIR/step_NNNNNNNN[/file] into out (-1 if it does not fit);
  * dir_make creates it and removes a DONE left from an earlier attempt;
  * dir_latest finds the newest step whose DONE exists. */
-int remat_checkpoint_dir_path(char *out, size_t cap, const char *dir, int64_t step,
-                              const char *file);
-int remat_checkpoint_dir_make(const char *dir, int64_t step, remat_error *err);
-int remat_checkpoint_dir_latest(const char *dir, int64_t *step, remat_error *err);
+REMAT_API int remat_checkpoint_dir_path(char *out, size_t cap, const char *dir, int64_t step,
+                                        const char *file);
+REMAT_API int remat_checkpoint_dir_make(const char *dir, int64_t step, remat_error *err);
+REMAT_API int remat_checkpoint_dir_latest(const char *dir, int64_t *step, remat_error *err);
 
 #ifdef __cplusplus
 }

@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "remat.h"
+#include "remat/base.h"
 
 /* Fills err (may be NULL) with code and a printf-style message; returns code. */
 int remat__errorf(remat_error *err, int code, const char *fmt, ...)

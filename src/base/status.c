@@ -1,11 +1,13 @@
-/* status.c: error names and messages from REMAT_ERRNO_MAP, error formatting,
- * and the assertion handler. */
+/* status.c: the version, error names and messages from REMAT_ERRNO_MAP,
+ * error formatting, and the assertion handler. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 
 #include "base/base.h"
+
+const char *remat_version(void) { return REMAT_VERSION_STRING; }
 
 const char *remat_err_name(int code) {
   switch (code) {

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/base.h"
+#include "remat/config.h"
 
 typedef struct {
   const char *name;

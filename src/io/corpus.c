@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "base/base.h"
+#include "remat/io.h"
 
 static int pick(uint64_t *s, int n) { return (int)(remat__splitmix64(s) % (uint64_t)n); }
 

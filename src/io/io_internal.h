@@ -13,7 +13,7 @@
 
 #include <stddef.h>
 
-#include "remat.h"
+#include "remat/io.h"
 
 /* ------------------------------------------------------------- writing */
 

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "base/base.h"
+#include "remat/io.h"
 
 /* Uniform in [0, n) without modulo bias. */
 static int64_t uniform(uint64_t *s, int64_t n) {

@@ -4,7 +4,7 @@
 #ifndef REMAT_LAYOUT_INTERNAL_H
 #define REMAT_LAYOUT_INTERNAL_H
 
-#include "remat.h"
+#include "remat/memory.h"
 
 /* What one kept block stores beyond its input (the input lives in the
  * residual buffer). Attention stores no probabilities, only one

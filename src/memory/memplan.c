@@ -9,7 +9,10 @@
  * formula comes from. A block's slot holds its input and, by policy, all its
  * internals (keep), the stored group of them (middle: the cheap group lives
  * in the workspace while the block's backward runs) or nothing more
- * (recompute: all of them live in the workspace). */
+ * (recompute: all of them live in the workspace).
+ *
+ * The units and the replica bytes (units.c) are below this file: it calls
+ * them, they call nothing here. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -114,21 +117,6 @@ int remat_memory_model_get(const remat_config *cfg, int64_t B, int64_t T, remat_
   h->grad = remat__align(remat_unit_floats(cfg, L + 2) * sizeof(float)) +
             remat__align(remat_unit_floats(cfg, L + 1) * sizeof(float));
   return 0;
-}
-
-remat_stage remat_stage_whole(const remat_config *cfg, const uint8_t *policy) {
-  return (remat_stage){.first_block = 0, .num_blocks = cfg->num_layers, .policy = policy,
-                       .inflight = 1, .has_embedding = 1, .has_head = 1};
-}
-
-remat_stage remat_stage_replica(const remat_config *cfg, const uint8_t *policy, int64_t D,
-                                int64_t r, int zero) {
-  remat_stage st = remat_stage_whole(cfg, policy);
-  st.accumulate = 1;
-  st.replicas = D;
-  st.replica = r;
-  st.zero = zero;
-  return st;
 }
 
 static int check_stage(const remat_config *cfg, const remat_stage *st, remat_error *err) {

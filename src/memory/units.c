@@ -1,10 +1,27 @@
-/* units.c: the model's parameters cut into units (one layer's tensors as one
- * vector) and units cut into shards, for data parallelism; and the bytes of
- * one replica under each ZeRO stage. See include/remat/memory.h. */
+/* units.c: the stages of the whole model and of a replica; the model's
+ * parameters cut into units (one layer's tensors as one vector) and units
+ * cut into shards, for data parallelism; and the bytes of one replica under
+ * each ZeRO stage. See include/remat/memory.h. The memory model and the
+ * arena (memplan.c) build on these; nothing here calls memplan.c. */
 #include <string.h>
 
 #include "base/base.h"
 #include "memory/layout.h"
+
+remat_stage remat_stage_whole(const remat_config *cfg, const uint8_t *policy) {
+  return (remat_stage){.first_block = 0, .num_blocks = cfg->num_layers, .policy = policy,
+                       .inflight = 1, .has_embedding = 1, .has_head = 1};
+}
+
+remat_stage remat_stage_replica(const remat_config *cfg, const uint8_t *policy, int64_t D,
+                                int64_t r, int zero) {
+  remat_stage st = remat_stage_whole(cfg, policy);
+  st.accumulate = 1;
+  st.replicas = D;
+  st.replica = r;
+  st.zero = zero;
+  return st;
+}
 
 int64_t remat_unit_count(const remat_config *cfg) { return cfg->num_layers + 3; }
 

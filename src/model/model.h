@@ -5,7 +5,8 @@
 
 #include "kernels/kernels.h"
 #include "memory/layout.h"
-#include "remat.h"
+#include "model/create.h"
+#include "remat/model.h"
 
 struct remat_model {
   remat_config cfg;
@@ -48,10 +49,6 @@ struct remat_model {
   double recompute_s; /* seconds spent recomputing, since last taken */
 };
 
-/* remat_model_create in two steps, so a caller can learn what the plan
- * needs before the arena exists: the model and its plan, then the arena. */
-int remat__model_plan(remat_model **out, const remat_config *cfg, int64_t B, int64_t T,
-                      const remat_stage *st, remat_error *err);
-int remat__model_allocate(remat_model *m, remat_error *err);
+/* remat_model_create in two steps: model/create.h. */
 
 #endif

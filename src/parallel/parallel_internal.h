@@ -4,7 +4,7 @@
 
 #include <mpi.h>
 
-#include "remat.h"
+#include "remat/parallel.h"
 
 struct remat_dist {
   MPI_Comm comm;

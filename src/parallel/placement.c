@@ -5,7 +5,7 @@
 
 #include "base/base.h"
 #include "remat/parallel.h"
-#include "remat/plan.h"
+#include "remat/schedule.h"
 
 int remat_placement_from_layers(remat_placement *pl, const remat_config *cfg, int64_t stages,
                                 const int64_t *layers_per_stage, const uint8_t *layer_policy,

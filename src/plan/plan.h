@@ -21,7 +21,7 @@
 #include <stdint.h>
 
 #include "base/base.h"
-#include "remat.h"
+#include "remat/plan.h"
 
 #define REMAT__PLAN_INF INT64_MAX
 /* The solver's deadline passed: an internal code, never returned to callers. */

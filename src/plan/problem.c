@@ -14,21 +14,13 @@
 #include "base/base.h"
 #include "plan/plan.h"
 
-/* ------------------------------------------------------------ names */
+/* ------------------------------------------------------------ names
+ * (the schedules' are src/schedule's) */
 
-static const char *const sched_names[REMAT_SCHED_COUNT] = {"1f1b", "gpipe"};
 static const char *const obj_names[REMAT_OBJ_COUNT] = {"bottleneck", "1f1b"};
 
-const char *remat_plan_schedule_name(int s) {
-  return s >= 0 && s < REMAT_SCHED_COUNT ? sched_names[s] : "?";
-}
 const char *remat_plan_objective_name(int o) {
   return o >= 0 && o < REMAT_OBJ_COUNT ? obj_names[o] : "?";
-}
-int remat_plan_schedule_parse(const char *s, int *out) {
-  for (int i = 0; i < REMAT_SCHED_COUNT; i++)
-    if (s && strcmp(s, sched_names[i]) == 0) return *out = i, 0;
-  return -1;
 }
 int remat_plan_objective_parse(const char *s, int *out) {
   for (int i = 0; i < REMAT_OBJ_COUNT; i++)

@@ -4,8 +4,8 @@
  * objective's closed form sum_s t_s + (m - 1) max_s t_s, which it equals
  * when all stages take the same time.
  *
- * Each stage runs its operations in the order remat_schedule_op gives, the
- * same instruction stream the pipeline runtime executes; an operation starts when
+ * Each stage runs its operations in the order remat_schedule_op gives
+ * (src/schedule), the same instruction stream the pipeline runtime executes; an operation starts when
  * its stage is free and its input is ready: forward k on stage s needs forward
  * k on stage s - 1, backward k on stage s needs backward k on stage s + 1
  * (the last stage's backward k follows its own forward k, earlier in its
@@ -16,27 +16,6 @@
 
 #include "base/base.h"
 #include "plan/plan.h"
-
-void remat_schedule_op(int schedule, int64_t p, int64_t m, int64_t s, int64_t q, int64_t *k,
-                       int *bwd) {
-  if (schedule == REMAT_SCHED_GPIPE) {
-    *bwd = q >= m;
-    *k = q < m ? q : q - m;
-    return;
-  }
-  int64_t w = p - s - 1 < m ? p - s - 1 : m; /* warm-up forwards */
-  if (q < w) {
-    *bwd = 0;
-    *k = q;
-  } else if (q < w + 2 * (m - w)) {
-    int64_t u = q - w; /* steady state: forward w + u/2, then backward u/2 */
-    *bwd = u % 2;
-    *k = *bwd ? u / 2 : w + u / 2;
-  } else {
-    *bwd = 1;
-    *k = q - w - (m - w); /* drain: the remaining backwards */
-  }
-}
 
 int remat_plan_simulate(int schedule, int64_t p, int64_t m, const double *fwd, const double *bwd,
                         double *makespan, remat_error *err) {

@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "base/base.h"
+#include "remat/report.h"
 #include "kernels/kernels.h"
 
 enum { MAX_SHAPES = 15 };

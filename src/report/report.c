@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "base/base.h"
+#include "remat/report.h"
 
 double remat_measure_sgemm_flops(int n, double seconds) {
   if (n <= 0) n = 1024;

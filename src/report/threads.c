@@ -35,6 +35,7 @@
 #include <unistd.h>
 
 #include "base/base.h"
+#include "remat/report.h"
 
 /* A sample shorter than this sees too few clock ticks (10 ms each). */
 #define SAMPLE_SECONDS 0.1

@@ -107,11 +107,12 @@ const remat_memplan *remat_trainer_memplan(const remat_trainer *tr) {
 
 size_t remat_trainer_planned_bytes(const remat_trainer *tr) {
   size_t arena = remat_model_memplan(tr->model)->peak_bytes;
-  return tr->model->arena ? remat__heap_live() : remat__heap_live() + arena;
+  return tr->allocated ? remat__heap_live() : remat__heap_live() + arena;
 }
 
 int remat_trainer_allocate(remat_trainer *tr, remat_error *err) {
   int rc = remat__model_allocate(tr->model, err);
+  tr->allocated = rc == 0;
   remat__heap_reset_peak(); /* the measured peak counts from here */
   return rc;
 }
@@ -151,10 +152,10 @@ int64_t remat_trainer_train_windows(const remat_trainer *tr) {
 
 
 static int diverged(remat_trainer *tr, double loss, int64_t step, remat_error *err) {
-  const remat_model *m = tr->model;
-  size_t P = m->num_params;
+  const float *params = remat_model_params(tr->model);
+  size_t P = remat_model_num_params(tr->model);
   for (size_t i = 0; i < P; i++) {
-    float w = m->params[i];
+    float w = params[i];
     if (!(fabsf(w) <= REMAT_PARAM_OVERFLOW_LIMIT))
       return remat__errorf(err, REMAT_ENUMERIC,
                            "the loss is %g at step %lld because the weights overflow: parameter "
@@ -168,9 +169,9 @@ static int diverged(remat_trainer *tr, double loss, int64_t step, remat_error *e
 
 int remat_trainer_step(remat_trainer *tr, remat_step_stats *st, remat_error *err) {
   remat_model *m = tr->model;
-  REMAT_ASSERT(m->arena);
+  REMAT_ASSERT(tr->allocated);
   const remat_train_opts *o = &tr->o;
-  int64_t step = m->step; /* 0-based number of this step */
+  int64_t step = remat_model_step(m); /* 0-based number of this step */
   double t0 = remat__now();
   remat_model_take_recompute_seconds(m);
   remat_model_zero_grad(m);
@@ -205,13 +206,13 @@ int remat_trainer_step(remat_trainer *tr, remat_step_stats *st, remat_error *err
   } else {
     remat_model_update(m, &o->hp, lr, norm);
   }
-  st->step = m->step;
+  st->step = remat_model_step(m);
   st->loss = loss;
   st->lr = lr;
   st->grad_norm = norm;
   st->seconds = remat__now() - t0;
   st->recompute_seconds = remat_model_take_recompute_seconds(m);
-  if (!isfinite(loss) || !isfinite(norm)) return diverged(tr, loss, m->step, err);
+  if (!isfinite(loss) || !isfinite(norm)) return diverged(tr, loss, remat_model_step(m), err);
   return 0;
 }
 

@@ -2,8 +2,8 @@
 #ifndef REMAT_TRAIN_INTERNAL_H
 #define REMAT_TRAIN_INTERNAL_H
 
-#include "model/model.h"
-#include "remat.h"
+#include "model/create.h"
+#include "remat/train.h"
 
 struct remat_trainer {
   remat_train_opts o;
@@ -14,6 +14,7 @@ struct remat_trainer {
   void *batch_ctx;
   remat_trainer_ops ops;
   float dloss; /* 1 / (B T K): the mean over the step's tokens */
+  int allocated; /* remat_trainer_allocate has made the model's arena */
 };
 
 #endif
