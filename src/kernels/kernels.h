@@ -61,6 +61,10 @@ typedef struct remat__gemm_op {
   remat__slab_fn epilogue; /* or NULL */
   void *ctx;
 } remat__gemm_op;
+/* remat__gemm_slab and remat__gemm_run are how the CPU team splits a product
+ * among its threads (the fused kernels and report/peak.c use them); they are
+ * not ops of the backend table, whose products are remat__gemm and
+ * remat__gemm_bias and the matmul kernels. */
 /* Thread t of a team of nt, inside a parallel region: its slab of op. Slabs
  * of several products can share one region (no barrier between them when
  * their outputs are independent). */
