@@ -14,8 +14,13 @@
  * name. A second backend meets the same contracts and is checked op by op
  * against the CPU one by tests/test_backend_ops.c.
  *
- * Pointers handed to ops point into buffers from the same backend's
- * buffer_alloc, except where an op says otherwise. */
+ * Float and token pointers handed to ops point into memory from the same
+ * backend's buffer_alloc; the argument structs (remat__dropout,
+ * remat__adamw, a list of pieces, the workspace) are the caller's. Backends
+ * today are host memory, which callers also read and write directly (token
+ * ids into a slot, a checkpoint into the parameters); a backend whose
+ * memory the host cannot address would add upload and download ops for
+ * those callers. */
 #ifndef REMAT_BACKEND_H
 #define REMAT_BACKEND_H
 
