@@ -45,7 +45,9 @@ static double urand(void) { /* splitmix64, uniform in [0, 1) */
   z ^= z >> 31;
   return (double)(z >> 11) * 0x1p-53;
 }
-static int64_t irand(int64_t lo, int64_t hi) { return lo + (int64_t)(urand() * (double)(hi - lo + 1)); }
+static int64_t irand(int64_t lo, int64_t hi) {
+  return lo + (int64_t)(urand() * (double)(hi - lo + 1));
+}
 static void fill(float *x, size_t n, float lo, float hi) {
   for (size_t i = 0; i < n; i++) x[i] = lo + (hi - lo) * (float)urand();
 }
@@ -292,7 +294,8 @@ static void check_gemm(int64_t M, int64_t N, int64_t K) {
   }
   /* gemm_bias is the bias written into C, then gemm with beta 1 */
   float *A = frand((size_t)(M * K), -1, 1), *W = frand((size_t)(N * K), -1, 1);
-  float *bias = frand((size_t)N, -1, 1), *C = frand((size_t)(M * N), -9, 9), *C2 = fbuf((size_t)(M * N));
+  float *bias = frand((size_t)N, -1, 1), *C = frand((size_t)(M * N), -9, 9);
+  float *C2 = fbuf((size_t)(M * N));
   for (int64_t i = 0; i < M; i++) memcpy(C2 + i * N, bias, (size_t)N * sizeof(float));
   be->gemm_bias(M, N, K, A, K, W, K, bias, C, N);
   be->gemm(0, 1, M, N, K, 1.0f, A, K, W, K, 1.0f, C2, N);
@@ -328,7 +331,8 @@ static void check_matmul(int64_t N, int64_t C, int64_t OC) {
   }
 
   /* backward: dinp overwritten (prefilled NaN), dweight and dbias accumulate */
-  float *dout = frand(nO, -1, 1), *dinp = fbuf(nI), *dw = frand(nW, -1, 1), *db = frand((size_t)OC, -1, 1);
+  float *dout = frand(nO, -1, 1), *dinp = fbuf(nI), *dw = frand(nW, -1, 1);
+  float *db = frand((size_t)OC, -1, 1);
   float *dw0 = fcopy(dw, nW), *db0 = fcopy(db, (size_t)OC);
   for (size_t i = 0; i < nI; i++) dinp[i] = NAN;
   be->matmul_backward(dinp, dw, db, dout, inp, w, N, C, OC);
@@ -376,7 +380,8 @@ static void check_matmul(int64_t N, int64_t C, int64_t OC) {
 
   /* backward_gelu = matmul_backward, then gelu_backward in place */
   float *x = frand(nI, -2, 2), *g1 = fbuf(nI), *g2 = fbuf(nI);
-  float *w1 = fcopy(dw0, nW), *b1 = fcopy(db0, (size_t)OC), *w2 = fcopy(dw0, nW), *b2 = fcopy(db0, (size_t)OC);
+  float *w1 = fcopy(dw0, nW), *b1 = fcopy(db0, (size_t)OC);
+  float *w2 = fcopy(dw0, nW), *b2 = fcopy(db0, (size_t)OC);
   be->matmul_backward_gelu(g1, w1, b1, dout, inp, w, x, N, C, OC);
   be->matmul_backward(g2, w2, b2, dout, inp, w, N, C, OC);
   be->gelu_backward(g2, x, g2, nI);
@@ -393,8 +398,9 @@ static void check_encoder(void) {
   int64_t B = sh.B, T = sh.T, C = sh.C, V = sh.V, Vp = sh.Vp, N = B * T;
   size_t nE = (size_t)(Vp * C), nP = (size_t)(T * C), nO = (size_t)(N * C);
   int32_t *tok = balloc((size_t)N * sizeof(int32_t));
-  /* a few distinct tokens, so rows repeat */
-  for (int64_t i = 0; i < N; i++) tok[i] = (int32_t)irand(0, V - 1 < 4 ? V - 1 : 4) * (int32_t)(V > 5 ? V / 5 : 1);
+  /* a few distinct tokens (multiples of V/5), so rows repeat; the last is V - 1 */
+  const int64_t kinds = V - 1 < 4 ? V - 1 : 4, step = V > 5 ? V / 5 : 1;
+  for (int64_t i = 0; i < N; i++) tok[i] = (int32_t)(irand(0, kinds) * step);
   tok[N - 1] = (int32_t)(V - 1);
   float *wte = frand(nE, -1, 1), *wpe = frand(nP, -1, 1), *out = fbuf(nO), *want = fbuf(nO);
   be->encoder_forward(out, tok, wte, wpe, B, T, C);
@@ -514,7 +520,8 @@ static void ref_attention(double *out, double *lse, double *dqkv, const float *d
         lse[(b * NH + h) * T + t] = mx + log(s);
         for (int64_t i = 0; i < hs; i++) {
           double o = 0;
-          for (int64_t u = 0; u <= t; u++) o += P[u] * M[u] * qkv[(b * T + u) * C3 + 2 * C + h * hs + i];
+          for (int64_t u = 0; u <= t; u++)
+            o += P[u] * M[u] * qkv[(b * T + u) * C3 + 2 * C + h * hs + i];
           out[(b * T + t) * C + h * hs + i] = o;
         }
         const float *dO = dout + (b * T + t) * C + h * hs;
@@ -669,7 +676,8 @@ static void check_crossentropy(void) {
 /* ------------------------------------------------------------ optimizer */
 
 static void check_optimizer(size_t n) {
-  float *p = frand(n, -1, 1), *m = fbuf(n), *v = fbuf(n), *g1 = frand(n, -1, 1), *g2 = frand(n, -1, 1);
+  float *p = frand(n, -1, 1), *m = fbuf(n), *v = fbuf(n);
+  float *g1 = frand(n, -1, 1), *g2 = frand(n, -1, 1);
   memset(m, 0, n * sizeof(float)), memset(v, 0, n * sizeof(float));
   g2[n / 2] = 0.0f;
   double *dp = dbuf(n), *dm = dbuf(n), *dv = dbuf(n);
