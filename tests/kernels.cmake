@@ -12,3 +12,9 @@ target_compile_definitions(test_kernels_tile PRIVATE ATT_BQ=3 ATT_BK=4 ATT_BQB=4
 # Passive waiting keeps the many tiny parallel regions of the finite-difference
 # loops from spinning against each other when the machine is loaded.
 set_tests_properties(test_kernels test_kernels_tile PROPERTIES ENVIRONMENT OMP_WAIT_POLICY=PASSIVE)
+# Every op of every compiled backend against plain references (and, for a
+# backend other than the CPU one, against the CPU backend), on odd and random
+# shapes.
+remat_test(test_backend_ops SOURCES test_backend_ops.c LIBS remat_model LABELS unit
+           TIMEOUT 120)
+set_tests_properties(test_backend_ops PROPERTIES ENVIRONMENT OMP_WAIT_POLICY=PASSIVE)

@@ -1,6 +1,9 @@
 /* kernels.h: forward and backward of every GPT-2 layer on the CPU, the AdamW
  * update and the dropout generator. Matrix products go through OpenBLAS
- * sgemm, loops through OpenMP.
+ * sgemm, loops through OpenMP. These are the CPU backend's kernels
+ * (backend_cpu.c puts them in the ops table of kernels/backend.h); the model
+ * calls them only through that table, and their comments here are the
+ * contract every backend's op of the same name meets.
  *
  * Conventions, for every kernel here:
  * - Shapes in comments are row-major; N = B*T rows of activations.
@@ -22,31 +25,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels/backend.h" /* the argument types */
+
 /* ------------------------------------------------------------- dropout */
 
-/* Dropout masks are never stored: element i of the mask at one site is a
- * pure function of (seed, step, micro, layer, site, i), computed with
- * Random123's Philox4x32-10:
- *   key     = { (uint32_t)seed, (uint32_t)(seed >> 32) }
- *   counter = { (uint32_t)(i / 4), micro, (layer << 4) | site, step }
- *   u       = (uint32_t word (i % 4) of the output) >> 8, times 2^-24
- *   keep    = u >= p;  a kept element is scaled by 1 / (1 - p).
- * p == 0 means no dropout: kernels then skip the generator entirely. */
-typedef enum {
-  REMAT_DROP_ATTN = 0,  /* attention probabilities */
-  REMAT_DROP_RESID1 = 1, /* attention branch before the residual add */
-  REMAT_DROP_RESID2 = 2, /* MLP branch before the residual add */
-  REMAT_DROP_SITE_COUNT
-} remat_drop_site;
-
-typedef struct remat__dropout {
-  float p;       /* drop probability in [0, 1) */
-  uint64_t seed;
-  uint32_t step;  /* optimizer step */
-  uint32_t micro; /* micro-batch within the step */
-  uint32_t layer; /* block index */
-  uint32_t site;  /* remat_drop_site */
-} remat__dropout;
+/* The mask's definition is in kernels/backend.h (remat__dropout). */
 
 /* 1 if element i is kept. */
 bool remat__dropout_keep(const remat__dropout *d, uint64_t i);
@@ -78,6 +61,10 @@ typedef struct remat__gemm_op {
   remat__slab_fn epilogue; /* or NULL */
   void *ctx;
 } remat__gemm_op;
+/* remat__gemm_slab and remat__gemm_run are how the CPU team splits a product
+ * among its threads (the fused kernels and report/peak.c use them); they are
+ * not ops of the backend table, whose products are remat__gemm and
+ * remat__gemm_bias and the matmul kernels. */
 /* Thread t of a team of nt, inside a parallel region: its slab of op. Slabs
  * of several products can share one region (no barrier between them when
  * their outputs are independent). */
@@ -198,16 +185,7 @@ double remat__crossentropy_forward_backward(float *logits, float *losses, const 
 
 /* ------------------------------------------------------------- optimizer */
 
-/* torch.optim.AdamW, one tensor of n elements, step t >= 1:
- *   p -= lr * weight_decay * p
- *   m = beta1 m + (1 - beta1) g;  v = beta2 v + (1 - beta2) g^2
- *   p -= (lr / (1 - beta1^t)) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
- * g is scaled by grad_scale first (for clipping; 1 otherwise). weight_decay
- * is per tensor: the engine passes 0 for biases and layernorm parameters. */
-typedef struct remat__adamw {
-  float lr, beta1, beta2, eps;
-  int step;
-} remat__adamw;
+/* AdamW as kernels/backend.h defines it (remat__adamw). */
 void remat__adamw_update(float *param, const float *grad, float *m, float *v, size_t n,
                          const remat__adamw *opt, float weight_decay, float grad_scale);
 

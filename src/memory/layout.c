@@ -17,14 +17,22 @@ static size_t carve(slot *s, int n, float *base) {
   return off / sizeof(float);
 }
 
+void remat__kernel_ws_reference(remat__kernel_ws *ws, int64_t B, int64_t T, int64_t C,
+                                int64_t NH, int64_t V) {
+  size_t BT = (size_t)B * (size_t)T;
+  ws->attention_stats = BT * (size_t)NH;
+  ws->attention_scratch = BT * (size_t)NH;
+  ws->encoder_tied = BT * (size_t)C * sizeof(float) + ((size_t)V + BT) * sizeof(int32_t);
+}
+
 size_t remat__block_stored_view(remat__block_acts *a, float *base, int64_t B, int64_t T,
-                                int64_t C, int64_t NH) {
+                                int64_t C, const remat__kernel_ws *ws) {
   remat__block_acts dummy;
   if (!a) a = &dummy;
-  size_t BT = (size_t)B * (size_t)T, BTC = BT * (size_t)C, BHT = BT * (size_t)NH;
+  size_t BT = (size_t)B * (size_t)T, BTC = BT * (size_t)C;
   slot s[] = {
       {&a->ln1_mean, BT}, {&a->ln1_rstd, BT}, {&a->qkv, 3 * BTC},
-      {&a->att_lse, BHT}, {&a->atty, BTC},    {&a->res2, BTC},
+      {&a->att_lse, ws->attention_stats}, {&a->atty, BTC}, {&a->res2, BTC},
       {&a->ln2_mean, BT}, {&a->ln2_rstd, BT}, {&a->fch, 4 * BTC},
   };
   return carve(s, (int)(sizeof s / sizeof s[0]), base);
@@ -40,19 +48,19 @@ size_t remat__block_cheap_view(remat__block_acts *a, float *base, int64_t B, int
 }
 
 size_t remat__block_acts_view(remat__block_acts *a, float *base, int64_t B, int64_t T,
-                              int64_t C, int64_t NH) {
-  size_t n = remat__block_stored_view(a, base, B, T, C, NH);
+                              int64_t C, const remat__kernel_ws *ws) {
+  size_t n = remat__block_stored_view(a, base, B, T, C, ws);
   return n + remat__block_cheap_view(a, base ? base + n : NULL, B, T, C);
 }
 
 size_t remat__block_dgrads_view(remat__block_dgrads *d, float *base, int64_t B, int64_t T,
-                                int64_t C, int64_t NH) {
+                                int64_t C, const remat__kernel_ws *ws) {
   remat__block_dgrads dummy;
   if (!d) d = &dummy;
-  size_t BT = (size_t)B * (size_t)T, BTC = BT * (size_t)C, BHT = BT * (size_t)NH;
+  size_t BT = (size_t)B * (size_t)T, BTC = BT * (size_t)C;
   slot s[] = {
       {&d->dbranch, BTC}, {&d->d4, 4 * BTC},   {&d->dln, BTC},
-      {&d->datty, BTC},   {&d->dqkv, 3 * BTC}, {&d->att_delta, BHT},
+      {&d->datty, BTC},   {&d->dqkv, 3 * BTC}, {&d->att_delta, ws->attention_scratch},
   };
   return carve(s, (int)(sizeof s / sizeof s[0]), base);
 }

@@ -6,6 +6,26 @@
 
 #include "remat/memory.h"
 
+/* What a backend's kernels need besides the named tensors of the layout
+ * tables, for one micro-batch of B x T tokens. The backend fills it
+ * (remat__backend.workspace); the tables and the memory model take their
+ * kernel-dependent terms from it, so a second backend sizes its own. The
+ * public functions (and so the planner) use remat__kernel_ws_reference, the
+ * CPU kernels' figures; test_backend_ops checks the CPU backend reports the
+ * same. */
+typedef struct remat__kernel_ws {
+  size_t attention_stats;   /* floats a block stores for its attention backward
+                               (CPU: one log-sum-exp per row and head, B*NH*T) */
+  size_t attention_scratch; /* floats of the attention backward's scratch
+                               (CPU: rowsum(dout * out) per row and head, B*NH*T) */
+  size_t encoder_tied;      /* bytes of the tied embedding backward's work (CPU:
+                               B*T*C floats and V + B*T int32), in the workspace
+                               after the head's backward */
+} remat__kernel_ws;
+/* The CPU kernels' workspace at this shape (V: the padded vocabulary). */
+void remat__kernel_ws_reference(remat__kernel_ws *ws, int64_t B, int64_t T, int64_t C,
+                                int64_t NH, int64_t V);
+
 /* What one kept block stores beyond its input (the input lives in the
  * residual buffer). Attention stores no probabilities, only one
  * log-sum-exp per row: its backward rebuilds them tile by tile. Dropout
@@ -18,7 +38,8 @@ typedef struct remat__block_acts {
   float *ln1_mean; /* (B, T) */
   float *ln1_rstd; /* (B, T) */
   float *qkv;      /* (B, T, 3C) */
-  float *att_lse;  /* (B, NH, T) log-sum-exp of each attention row's scaled scores */
+  float *att_lse;  /* ws.attention_stats floats (CPU: (B, NH, T) log-sum-exp of
+                      each attention row's scaled scores) */
   float *atty;     /* (B, T, C) attention output, before the projection */
   float *res2;     /* (B, T, C) input + dropout(attention branch) */
   float *ln2_mean; /* (B, T) */
@@ -37,7 +58,8 @@ typedef struct remat__block_dgrads {
   float *dln;       /* (B, T, C) d ln1 or d ln2 output */
   float *datty;     /* (B, T, C) */
   float *dqkv;      /* (B, T, 3C) */
-  float *att_delta; /* (B, NH, T) rowsum(datty * atty) per attention row */
+  float *att_delta; /* ws.attention_scratch floats (CPU: (B, NH, T)
+                       rowsum(datty * atty) per attention row) */
 } remat__block_dgrads;
 
 /* The head: final layernorm, losses, and the gradient into it. */
@@ -51,17 +73,17 @@ typedef struct remat__head_acts {
 
 /* Each view function, with base == NULL, only returns the floats needed;
  * with base != NULL it also points every field into base. Fields start on
- * REMAT_ALIGN boundaries. */
+ * REMAT_ALIGN boundaries. ws: the backend's kernel terms at this shape. */
 size_t remat__block_acts_view(remat__block_acts *a, float *base, int64_t B, int64_t T,
-                              int64_t C, int64_t NH);
+                              int64_t C, const remat__kernel_ws *ws);
 /* The two groups apart: the stored fields at base, and the cheap ones at
  * base; remat__block_acts_view is the stored group followed by the cheap. */
 size_t remat__block_stored_view(remat__block_acts *a, float *base, int64_t B, int64_t T,
-                                int64_t C, int64_t NH);
+                                int64_t C, const remat__kernel_ws *ws);
 size_t remat__block_cheap_view(remat__block_acts *a, float *base, int64_t B, int64_t T,
                                int64_t C);
 size_t remat__block_dgrads_view(remat__block_dgrads *d, float *base, int64_t B, int64_t T,
-                                int64_t C, int64_t NH);
+                                int64_t C, const remat__kernel_ws *ws);
 size_t remat__head_acts_view(remat__head_acts *h, float *base, int64_t B, int64_t T,
                              int64_t C);
 
@@ -80,6 +102,16 @@ void remat__stage_param_views(const remat_config *cfg, const remat_stage *st, fl
 /* Checks a model shape with a micro-batch B x T: positive, T within the
  * model's maximum, and every buffer far from overflowing size_t. */
 int remat__check_shape(const remat_config *cfg, int64_t B, int64_t T, remat_error *err);
+
+/* remat_memory_model_get and remat_memplan_build_stage with a backend's
+ * kernel terms (ws at the model's B x T): what a model on that backend
+ * plans and allocates. */
+int remat__memory_model_get_ws(const remat_config *cfg, int64_t B, int64_t T,
+                               const remat__kernel_ws *ws, remat_memory_model *mm,
+                               remat_error *err);
+int remat__memplan_build_stage_ws(remat_memplan *mp, const remat_config *cfg, int64_t B,
+                                  int64_t T, const remat_stage *st, const remat__kernel_ws *ws,
+                                  remat_error *err);
 
 /* Rounds a byte count up to REMAT_ALIGN. */
 static inline size_t remat__align(size_t n) {

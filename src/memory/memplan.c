@@ -66,19 +66,27 @@ int remat__check_shape(const remat_config *cfg, int64_t B, int64_t T, remat_erro
 
 int remat_memory_model_get(const remat_config *cfg, int64_t B, int64_t T, remat_memory_model *mm,
                            remat_error *err) {
+  remat__kernel_ws ws;
+  remat__kernel_ws_reference(&ws, B, T, cfg->channels, cfg->num_heads, cfg->padded_vocab_size);
+  return remat__memory_model_get_ws(cfg, B, T, &ws, mm, err);
+}
+
+int remat__memory_model_get_ws(const remat_config *cfg, int64_t B, int64_t T,
+                               const remat__kernel_ws *ws, remat_memory_model *mm,
+                               remat_error *err) {
   memset(mm, 0, sizeof *mm);
   int rc = remat__check_shape(cfg, B, T, err);
   if (rc) return rc;
-  int64_t C = cfg->channels, NH = cfg->num_heads;
+  int64_t C = cfg->channels;
   size_t BT = (size_t)B * (size_t)T;
   mm->B = B;
   mm->T = T;
   mm->tokens_bytes = remat__align(BT * sizeof(int32_t));
   mm->residual_bytes = remat__align(BT * (size_t)C * sizeof(float));
-  mm->block_stored_bytes = remat__block_stored_view(NULL, NULL, B, T, C, NH) * sizeof(float);
+  mm->block_stored_bytes = remat__block_stored_view(NULL, NULL, B, T, C, ws) * sizeof(float);
   mm->block_cheap_bytes = remat__block_cheap_view(NULL, NULL, B, T, C) * sizeof(float);
   mm->block_internal_bytes = mm->block_stored_bytes + mm->block_cheap_bytes;
-  mm->block_dgrad_bytes = remat__block_dgrads_view(NULL, NULL, B, T, C, NH) * sizeof(float);
+  mm->block_dgrad_bytes = remat__block_dgrads_view(NULL, NULL, B, T, C, ws) * sizeof(float);
   mm->head_bytes = remat__head_acts_view(NULL, NULL, B, T, C) * sizeof(float);
   mm->logits_bytes = remat__align(BT * (size_t)cfg->padded_vocab_size * sizeof(float));
   mm->stage_bytes = mm->residual_bytes;
@@ -107,7 +115,11 @@ int remat_memory_model_get(const remat_config *cfg, int64_t B, int64_t T, remat_
 
   remat_layer_bytes *h = &mm->layer[REMAT_LAYER_HEAD];
   h->kept = h->ckpt = h->mid = mm->residual_bytes + mm->tokens_bytes; /* its input, the targets */
+  /* the workspace of the head's forward and backward; on a stage with the
+   * embedding too, the tied embedding backward uses it after them (CPU:
+   * B*T*C + V + B*T words, never more than the head's B*T*(2C + Vp)) */
   h->work = mm->head_bytes + mm->logits_bytes;
+  if (ws->encoder_tied > h->work) h->work = remat__align(ws->encoder_tied);
 
   /* gradient buffers: one unit each; the head's holds the tied gradient
    * unit, then its own */
@@ -198,8 +210,16 @@ int remat_stage_bytes_get(const remat_config *cfg, const remat_memory_model *mm,
 
 int remat_memplan_build_stage(remat_memplan *mp, const remat_config *cfg, int64_t B, int64_t T,
                               const remat_stage *st, remat_error *err) {
+  remat__kernel_ws ws;
+  remat__kernel_ws_reference(&ws, B, T, cfg->channels, cfg->num_heads, cfg->padded_vocab_size);
+  return remat__memplan_build_stage_ws(mp, cfg, B, T, st, &ws, err);
+}
+
+int remat__memplan_build_stage_ws(remat_memplan *mp, const remat_config *cfg, int64_t B,
+                                  int64_t T, const remat_stage *st, const remat__kernel_ws *ws,
+                                  remat_error *err) {
   memset(mp, 0, sizeof *mp);
-  int rc = remat_memory_model_get(cfg, B, T, &mp->mm, err);
+  int rc = remat__memory_model_get_ws(cfg, B, T, ws, &mp->mm, err);
   if (!rc) rc = remat_stage_bytes_get(cfg, &mp->mm, st, &mp->bytes, err);
   if (rc) return rc;
   const remat_memory_model *mm = &mp->mm;

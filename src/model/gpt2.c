@@ -16,28 +16,32 @@
  * gradient norm is a sum over layers in model order of per-layer sums, each
  * the sum of its unit's chunk sums (remat_model_grad_sumsq). A replica's
  * buffers may hold only its shards (ZeRO); remat_model_unit_at finds an
- * element of a unit in either layout. */
+ * element of a unit in either layout.
+ *
+ * Every kernel and every operation on the arena (allocating it, clearing,
+ * copying, adding, the high-water mark) goes through the backend the model
+ * holds (kernels/backend.h); the model itself only computes where things
+ * are. */
 #include <math.h>
 #include <string.h>
 
 #include "base/base.h"
 #include "model/model.h"
 
-/* Written over the whole arena at init so the high-water mark can be
- * measured: a NaN bit pattern, which no healthy buffer ever holds. */
-static const uint64_t POISON = 0x7FF4DEAD7FF4DEADull;
-
 void remat_hparams_default(remat_hparams *hp) {
   *hp = (remat_hparams){.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
                         .weight_decay = 0.1f, .grad_clip = 1.0f, .dropout = 0.0f, .seed = 1337};
 }
 
-int remat__model_plan(remat_model **out, const remat_config *cfg, int64_t B, int64_t T,
-                      const remat_stage *st, remat_error *err) {
+int remat__model_plan_on(remat_model **out, const remat_config *cfg, int64_t B, int64_t T,
+                         const remat_stage *st, const remat__backend *be, remat_error *err) {
   *out = NULL;
   remat_model *m = remat__calloc(1, sizeof *m);
   if (!m) return remat__errorf(err, REMAT_ENOMEM, "out of memory");
-  int rc = remat_memplan_build_stage(&m->mp, cfg, B, T, st, err);
+  m->be = be ? be : remat__backend_cpu();
+  remat__kernel_ws ws;
+  m->be->workspace(&ws, B, T, cfg->channels, cfg->num_heads, cfg->padded_vocab_size);
+  int rc = remat__memplan_build_stage_ws(&m->mp, cfg, B, T, st, &ws, err);
   if (rc) {
     remat__free(m);
     return rc;
@@ -73,9 +77,16 @@ int remat__model_plan(remat_model **out, const remat_config *cfg, int64_t B, int
   return 0;
 }
 
+int remat__model_plan(remat_model **out, const remat_config *cfg, int64_t B, int64_t T,
+                      const remat_stage *st, remat_error *err) {
+  return remat__model_plan_on(out, cfg, B, T, st, NULL, err);
+}
+
+const remat__backend *remat__model_backend(const remat_model *m) { return m->be; }
+
 int remat__model_allocate(remat_model *m, remat_error *err) {
   REMAT_ASSERT(!m->arena);
-  m->arena = remat__malloc(m->mp.peak_bytes);
+  m->arena = m->be->buffer_alloc(m->mp.peak_bytes);
   if (!m->arena) {
     char need[32];
     return remat__errorf(err, REMAT_ENOMEM,
@@ -83,9 +94,6 @@ int remat__model_allocate(remat_model *m, remat_error *err) {
                          "or use a smaller batch",
                          remat_format_bytes(m->mp.peak_bytes, need, sizeof need));
   }
-  uint64_t *w = (uint64_t *)m->arena;
-  for (size_t i = 0; i < m->mp.peak_bytes / sizeof(uint64_t); i++) w[i] = POISON;
-
   const remat_membuf *b = m->mp.buf;
 #define AT(k) (b[k].bytes ? (void *)(m->arena + b[k].offset) : NULL)
   m->params = AT(REMAT_BUF_PARAMS);
@@ -106,21 +114,26 @@ int remat__model_allocate(remat_model *m, remat_error *err) {
                             REMAT_BUF_TIED_GRAD};
   for (size_t i = 0; i < sizeof persistent / sizeof persistent[0]; i++) {
     const remat_membuf *r = &b[persistent[i]];
-    if (r->bytes) memset(m->arena + r->offset, 0, r->bytes);
+    if (r->bytes) m->be->clear(m->arena + r->offset, r->bytes);
   }
   m->grads_fresh = 1;
   return 0;
 }
 
-int remat_model_create_stage(remat_model **out, const remat_config *cfg, int64_t B, int64_t T,
-                             const remat_stage *st, remat_error *err) {
-  int rc = remat__model_plan(out, cfg, B, T, st, err);
+int remat__model_create_on(remat_model **out, const remat_config *cfg, int64_t B, int64_t T,
+                           const remat_stage *st, const remat__backend *be, remat_error *err) {
+  int rc = remat__model_plan_on(out, cfg, B, T, st, be, err);
   if (rc) return rc;
   if ((rc = remat__model_allocate(*out, err))) {
     remat_model_destroy(*out);
     *out = NULL;
   }
   return rc;
+}
+
+int remat_model_create_stage(remat_model **out, const remat_config *cfg, int64_t B, int64_t T,
+                             const remat_stage *st, remat_error *err) {
+  return remat__model_create_on(out, cfg, B, T, st, NULL, err);
 }
 
 int remat_model_create(remat_model **out, const remat_config *cfg, int64_t B, int64_t T,
@@ -131,7 +144,7 @@ int remat_model_create(remat_model **out, const remat_config *cfg, int64_t B, in
 
 void remat_model_destroy(remat_model *m) {
   if (!m) return;
-  remat__free(m->arena);
+  if (m->arena) m->be->buffer_free(m->arena);
   remat_memplan_free(&m->mp);
   remat__free(m);
 }
@@ -339,6 +352,16 @@ void remat_stage_params_from_full(const remat_config *cfg, const remat_stage *st
   }
 }
 
+/* What the backend's kernels need at the model's shape: the terms its plan
+ * was made with (asked again rather than kept: the model's own size is
+ * counted in the bytes the plan says are held outside the arena). */
+static remat__kernel_ws kernel_ws(const remat_model *m) {
+  remat__kernel_ws ws;
+  m->be->workspace(&ws, m->B, m->T, m->cfg.channels, m->cfg.num_heads,
+                   m->cfg.padded_vocab_size);
+  return ws;
+}
+
 static char *slot_at(remat_model *m, int64_t slot) {
   REMAT_ASSERT(slot >= 0 && slot < m->stage.inflight);
   return m->arena + m->mp.buf[REMAT_BUF_SLOTS].offset + (size_t)slot * m->mp.slot_bytes;
@@ -365,48 +388,39 @@ float *remat_model_stage_input(remat_model *m, int64_t slot) {
 }
 
 size_t remat_model_arena_high_water(remat_model *m) {
-  const uint64_t *w = (const uint64_t *)m->arena;
-  size_t n = m->mp.peak_bytes / sizeof(uint64_t);
-  size_t lo = m->high_water / sizeof(uint64_t);
-  /* Only the part above the last mark can have changed state. */
-  for (size_t i = n; i > lo; i--) {
-    if (w[i - 1] != POISON) {
-      m->high_water = i * sizeof(uint64_t);
-      break;
-    }
-  }
+  m->high_water = m->be->high_water(m->arena, m->mp.peak_bytes, m->high_water);
   return m->high_water;
 }
 
 /* Elements [first, first + n) of tensor i, held at dst: GPT-2's
  * initialisation, a pure function of the element's index. */
-static void init_piece(const remat_config *c, int i, float *dst, size_t first, size_t n,
-                       uint64_t seed) {
+static void init_piece(const remat__backend *be, const remat_config *c, int i, float *dst,
+                       size_t first, size_t n, uint64_t seed) {
   float std = 0.02f, proj_std = 0.02f / sqrtf(2.0f * (float)c->num_layers);
   switch (i) {
   case REMAT_P_WTE:
   case REMAT_P_WPE:
   case REMAT_P_QKVW:
   case REMAT_P_FCW:
-    remat__init_normal(dst, first, n, std, seed, (uint32_t)i);
+    be->init_normal(dst, first, n, std, seed, (uint32_t)i);
     break;
   case REMAT_P_ATTPROJW:
   case REMAT_P_FCPROJW:
-    remat__init_normal(dst, first, n, proj_std, seed, (uint32_t)i);
+    be->init_normal(dst, first, n, proj_std, seed, (uint32_t)i);
     break;
   case REMAT_P_LN1W:
   case REMAT_P_LN2W:
   case REMAT_P_LNFW:
-    for (size_t k = 0; k < n; k++) dst[k] = 1.0f;
+    be->fill(dst, 1.0f, n);
     break;
   default:
-    memset(dst, 0, n * sizeof(float));
+    be->clear(dst, n * sizeof(float));
   }
   /* padded vocabulary rows never see a token: keep them zero */
   if (i == REMAT_P_WTE) {
     size_t lo = (size_t)c->vocab_size * (size_t)c->channels;
     if (lo < first) lo = first;
-    for (size_t e = lo; e < first + n; e++) dst[e - first] = 0.0f;
+    if (lo < first + n) be->clear(dst + (lo - first), (first + n - lo) * sizeof(float));
   }
 }
 
@@ -414,7 +428,7 @@ void remat_model_init_weights(remat_model *m, uint64_t seed) {
   const remat_config *c = &m->cfg;
   if (!remat_model_buf_sharded(m, REMAT_BUF_PARAMS)) {
     for (int i = 0; i < REMAT_P_COUNT; i++)
-      if (m->sz[i]) init_piece(c, i, m->p[i], m->tensor_first[i], m->sz[i], seed);
+      if (m->sz[i]) init_piece(m->be, c, i, m->p[i], m->tensor_first[i], m->sz[i], seed);
     return;
   }
   /* ZeRO 3: this replica's shards, piece by piece */
@@ -435,7 +449,7 @@ void remat_model_init_weights(remat_model *m, uint64_t seed) {
       if (lo >= hi) continue;
       float *dst = remat_model_unit_at(m, REMAT_BUF_PARAMS, u, lo, &run);
       int t = seg[k].tensor;
-      init_piece(c, t, dst, seg[k].offset - start[t] + (lo - seg[k].at), hi - lo, seed);
+      init_piece(m->be, c, t, dst, seg[k].offset - start[t] + (lo - seg[k].at), hi - lo, seed);
     }
   }
 }
@@ -503,7 +517,7 @@ static float *grad_buffer(remat_model *m, int kind, size_t off, int64_t u) {
   REMAT_ASSERT(m->D <= 1 || (m->lops.grads && m->lops.grad_buf));
   if (!bytes || (m->grads_fresh && !m->lops.grads)) return NULL;
   float *g = m->lops.grad_buf ? m->lops.grad_buf(m->lops.ctx, u) : (float *)(m->work + off);
-  memset(g, 0, bytes);
+  m->be->clear(g, bytes);
   return g;
 }
 
@@ -520,9 +534,7 @@ static void grad_done(remat_model *m, int64_t u, float *buf) {
   size_t n = remat_unit_floats(&m->cfg, u), run;
   for (size_t i = 0; i < n; i += run) {
     float *g = remat_model_unit_at(m, which, u, i, &run);
-    const float *c = buf + i;
-#pragma omp parallel for simd schedule(static)
-    for (size_t j = 0; j < run; j++) g[j] = g[j] + c[j];
+    m->be->add(g, buf + i, run, 1, 0);
   }
 }
 
@@ -531,15 +543,16 @@ static void grad_done(remat_model *m, int64_t u, float *buf) {
  * middle block's stored ones in the slot, its cheap ones in the scratch. */
 static remat__block_acts block_acts(remat_model *m, char *slot, int64_t i) {
   remat__block_acts a;
-  int64_t B = m->B, T = m->T, C = m->cfg.channels, NH = m->cfg.num_heads;
+  int64_t B = m->B, T = m->T, C = m->cfg.channels;
   size_t off = m->mp.block_internal_offset[i];
+  remat__kernel_ws ws = kernel_ws(m);
   float *scratch = (float *)(m->work + m->mp.mm.block_dgrad_bytes);
   if (m->mp.policy[i] == REMAT_MIDDLE) {
-    remat__block_stored_view(&a, (float *)(slot + off), B, T, C, NH);
+    remat__block_stored_view(&a, (float *)(slot + off), B, T, C, &ws);
     remat__block_cheap_view(&a, scratch, B, T, C);
   } else {
     remat__block_acts_view(&a, off != REMAT_NO_OFFSET ? (float *)(slot + off) : scratch, B, T, C,
-                           NH);
+                           &ws);
   }
   return a;
 }
@@ -564,18 +577,18 @@ static void block_forward(remat_model *m, int64_t i, const block_params *wp, con
   remat__dropout d_r1 = drop_at(hp, m->step, micro, l, REMAT_DROP_RESID1);
   remat__dropout d_r2 = drop_at(hp, m->step, micro, l, REMAT_DROP_RESID2);
 
-  remat__layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, w.ln1w, w.ln1b, N, C);
-  remat__matmul_forward(a->qkv, a->ln1, w.qkvw, w.qkvb, N, C, 3 * C);
+  m->be->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, w.ln1w, w.ln1b, N, C);
+  m->be->matmul_forward(a->qkv, a->ln1, w.qkvw, w.qkvb, N, C, 3 * C);
   progress(m);
-  remat__attention_forward(a->atty, a->att_lse, a->qkv, B, T, C, NH, &d_att);
+  m->be->attention_forward(a->atty, a->att_lse, a->qkv, B, T, C, NH, &d_att);
   progress(m);
-  remat__matmul_forward_residual(a->res2, a->atty, w.projw, w.projb, x, &d_r1, N, C, C);
+  m->be->matmul_forward_residual(a->res2, a->atty, w.projw, w.projb, x, &d_r1, N, C, C);
   progress(m);
-  remat__layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w.ln2w, w.ln2b, N, C);
-  remat__matmul_forward_gelu(a->fch, a->fch_gelu, a->ln2, w.fcw, w.fcb, N, C, 4 * C);
+  m->be->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w.ln2w, w.ln2b, N, C);
+  m->be->matmul_forward_gelu(a->fch, a->fch_gelu, a->ln2, w.fcw, w.fcb, N, C, 4 * C);
   progress(m);
   if (!out) return;
-  remat__matmul_forward_residual(out, a->fch_gelu, w.fcprojw, w.fcprojb, a->res2, &d_r2, N,
+  m->be->matmul_forward_residual(out, a->fch_gelu, w.fcprojw, w.fcprojb, a->res2, &d_r2, N,
                                  4 * C, C);
   progress(m);
 }
@@ -588,17 +601,17 @@ static void block_recompute_cheap(remat_model *m, const block_params *wp, const 
                                   remat__block_acts *a) {
   int64_t N = m->B * m->T, C = m->cfg.channels;
   const block_params w = *wp;
-  remat__layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, w.ln1w, w.ln1b, N, C);
-  remat__layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w.ln2w, w.ln2b, N, C);
-  remat__gelu_forward(a->fch_gelu, a->fch, 4 * (size_t)N * (size_t)C);
+  m->be->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, w.ln1w, w.ln1b, N, C);
+  m->be->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w.ln2w, w.ln2b, N, C);
+  m->be->gelu_forward(a->fch_gelu, a->fch, 4 * (size_t)N * (size_t)C);
 }
 
 /* The gradient entering a residual branch: dropout(dresid) into buf, or
  * dresid itself when the site does not drop (no copy). */
-static const float *branch_grad(float *buf, const float *dresid, size_t n,
+static const float *branch_grad(const remat_model *m, float *buf, const float *dresid, size_t n,
                                 const remat__dropout *d) {
   if (d->p <= 0.0f) return dresid;
-  remat__dropout_apply(buf, dresid, n, d);
+  m->be->dropout_apply(buf, dresid, n, d);
   return buf;
 }
 
@@ -613,7 +626,8 @@ static void block_backward(remat_model *m, int64_t i, const block_params *wp,
   const block_params w = *wp;
   const block_grads g = *gp;
   remat__block_dgrads dgrads, *d = &dgrads;
-  remat__block_dgrads_view(d, (float *)m->work, B, T, C, NH);
+  remat__kernel_ws ws = kernel_ws(m);
+  remat__block_dgrads_view(d, (float *)m->work, B, T, C, &ws);
   remat__dropout d_att = drop_at(hp, m->step, micro, l, REMAT_DROP_ATTN);
   remat__dropout d_r1 = drop_at(hp, m->step, micro, l, REMAT_DROP_RESID1);
   remat__dropout d_r2 = drop_at(hp, m->step, micro, l, REMAT_DROP_RESID2);
@@ -621,24 +635,24 @@ static void block_backward(remat_model *m, int64_t i, const block_params *wp,
   /* MLP branch: out = res2 + dropout(fcproj(gelu(fc(ln2(res2))))). Without
    * dropout the branch's gradient is dresid itself, read before the
    * layernorm backward adds to dresid. */
-  const float *dbranch = branch_grad(d->dbranch, m->dresid, BTC, &d_r2);
-  remat__matmul_backward_gelu(d->d4, g.fcprojw, g.fcprojb, dbranch, a->fch_gelu, w.fcprojw,
+  const float *dbranch = branch_grad(m, d->dbranch, m->dresid, BTC, &d_r2);
+  m->be->matmul_backward_gelu(d->d4, g.fcprojw, g.fcprojb, dbranch, a->fch_gelu, w.fcprojw,
                               a->fch, N, 4 * C, C);
   progress(m);
-  remat__matmul_backward(d->dln, g.fcw, g.fcb, d->d4, a->ln2, w.fcw, N, C, 4 * C);
+  m->be->matmul_backward(d->dln, g.fcw, g.fcb, d->d4, a->ln2, w.fcw, N, C, 4 * C);
   progress(m);
-  remat__layernorm_backward(m->dresid, g.ln2w, g.ln2b, d->dln, a->res2, w.ln2w, a->ln2_mean,
+  m->be->layernorm_backward(m->dresid, g.ln2w, g.ln2b, d->dln, a->res2, w.ln2w, a->ln2_mean,
                             a->ln2_rstd, N, C);
   /* attention branch: res2 = x + dropout(proj(attn(qkv(ln1(x))))) */
-  dbranch = branch_grad(d->dbranch, m->dresid, BTC, &d_r1);
-  remat__matmul_backward(d->datty, g.projw, g.projb, dbranch, a->atty, w.projw, N, C, C);
+  dbranch = branch_grad(m, d->dbranch, m->dresid, BTC, &d_r1);
+  m->be->matmul_backward(d->datty, g.projw, g.projb, dbranch, a->atty, w.projw, N, C, C);
   progress(m);
-  remat__attention_backward(d->dqkv, d->att_delta, d->datty, a->qkv, a->atty, a->att_lse, B, T,
+  m->be->attention_backward(d->dqkv, d->att_delta, d->datty, a->qkv, a->atty, a->att_lse, B, T,
                             C, NH, &d_att);
   progress(m);
-  remat__matmul_backward(d->dln, g.qkvw, g.qkvb, d->dqkv, a->ln1, w.qkvw, N, C, 3 * C);
+  m->be->matmul_backward(d->dln, g.qkvw, g.qkvb, d->dqkv, a->ln1, w.qkvw, N, C, 3 * C);
   progress(m);
-  remat__layernorm_backward(m->dresid, g.ln1w, g.ln1b, d->dln, x, w.ln1w, a->ln1_mean,
+  m->be->layernorm_backward(m->dresid, g.ln1w, g.ln1b, d->dln, x, w.ln1w, a->ln1_mean,
                             a->ln1_rstd, N, C);
 }
 
@@ -666,16 +680,16 @@ static double head_forward(remat_model *m, const head_params *w, char *slot,
   const remat_config *c = &m->cfg;
   int64_t N = m->B * m->T, C = c->channels;
   remat__head_acts_view(h, (float *)m->work, m->B, m->T, C);
-  remat__layernorm_forward(h->lnf, h->lnf_mean, h->lnf_rstd, resid_at(m, slot, m->stage.num_blocks),
+  m->be->layernorm_forward(h->lnf, h->lnf_mean, h->lnf_rstd, resid_at(m, slot, m->stage.num_blocks),
                            w->lnfw, w->lnfb, N, C);
   float *logits = (float *)(m->work + m->mp.mm.head_bytes);
-  remat__matmul_forward(logits, h->lnf, w->wte, NULL, N, C, c->padded_vocab_size);
+  m->be->matmul_forward(logits, h->lnf, w->wte, NULL, N, C, c->padded_vocab_size);
   progress(m);
   const int32_t *targets = (const int32_t *)(slot + m->mp.targets_offset);
   if (backward)
-    return remat__crossentropy_forward_backward(logits, h->losses, targets, dloss, N,
+    return m->be->crossentropy_forward_backward(logits, h->losses, targets, dloss, N,
                                                 c->vocab_size, c->padded_vocab_size);
-  return remat__crossentropy_forward(logits, h->losses, targets, N, c->vocab_size,
+  return m->be->crossentropy_forward(logits, h->losses, targets, N, c->vocab_size,
                                      c->padded_vocab_size);
 }
 
@@ -686,7 +700,7 @@ void remat_model_stage_forward(remat_model *m, int64_t slot_index, uint32_t micr
   if (m->stage.has_embedding) {
     float *out = nb || m->stage.has_head ? resid_at(m, slot, 0) : m->send;
     const float *e = unit_params(m, 0, 0);
-    remat__encoder_forward(out, (const int32_t *)(slot + m->mp.inputs_offset),
+    m->be->encoder_forward(out, (const int32_t *)(slot + m->mp.inputs_offset),
                            e ? e : m->p[REMAT_P_WTE],
                            e ? e + (size_t)m->cfg.padded_vocab_size * (size_t)C : m->p[REMAT_P_WPE],
                            m->B, m->T, C);
@@ -718,11 +732,11 @@ double remat_model_stage_backward(remat_model *m, int64_t slot_index, uint32_t m
     float *gwte = gb ? gb : m->tied_grad ? m->tied_grad : m->g[REMAT_P_WTE];
     float *glnf = gb ? gb + m->head_grad_split : m->g[REMAT_P_LNFW];
     float *glnfb = gb ? gb + m->head_grad_split + C : m->g[REMAT_P_LNFB];
-    remat__matmul_backward(h.dlnf, gwte, NULL, logits, h.lnf, w.wte, N, C,
+    m->be->matmul_backward(h.dlnf, gwte, NULL, logits, h.lnf, w.wte, N, C,
                            c->padded_vocab_size);
     progress(m);
-    memset(m->dresid, 0, (size_t)N * (size_t)C * sizeof(float));
-    remat__layernorm_backward(m->dresid, glnf, glnfb, h.dlnf, resid_at(m, slot, nb), w.lnfw,
+    m->be->clear(m->dresid, (size_t)N * (size_t)C * sizeof(float));
+    m->be->layernorm_backward(m->dresid, glnf, glnfb, h.dlnf, resid_at(m, slot, nb), w.lnfw,
                               h.lnf_mean, h.lnf_rstd, N, C);
     grad_done(m, L + 2, gb);
     grad_done(m, L + 1, gb ? gb + m->head_grad_split : NULL);
@@ -762,13 +776,11 @@ double remat_model_stage_backward(remat_model *m, int64_t slot_index, uint32_t m
     if (!gb && m->stage.has_head && !m->tied_grad) {
       /* one micro-batch, one process: the head's share is in g[WTE]
        * already; the embedding's is summed apart in the workspace */
-      REMAT_ASSERT(m->D <= 1 && remat__encoder_backward_tied_bytes(m->B, m->T, C,
-                                                                  c->padded_vocab_size) <=
-                                    m->mp.buf[REMAT_BUF_WORK].bytes);
-      remat__encoder_backward_tied(m->g[REMAT_P_WTE], m->g[REMAT_P_WPE], m->dresid, ids, m->B,
+      REMAT_ASSERT(m->D <= 1 && kernel_ws(m).encoder_tied <= m->mp.buf[REMAT_BUF_WORK].bytes);
+      m->be->encoder_backward_tied(m->g[REMAT_P_WTE], m->g[REMAT_P_WPE], m->dresid, ids, m->B,
                                    m->T, C, c->padded_vocab_size, m->work);
     } else {
-      remat__encoder_backward(gb ? gb : m->g[REMAT_P_WTE], gb ? gb + wte : m->g[REMAT_P_WPE],
+      m->be->encoder_backward(gb ? gb : m->g[REMAT_P_WTE], gb ? gb + wte : m->g[REMAT_P_WPE],
                               m->dresid, ids, m->B, m->T, C);
     }
     grad_done(m, 0, gb);
@@ -795,8 +807,8 @@ float remat_model_eval(remat_model *m) {
 
 void remat_model_zero_grad(remat_model *m) {
   const remat_membuf *b = m->mp.buf;
-  memset(m->grads, 0, b[REMAT_BUF_GRADS].bytes);
-  if (m->tied_grad) memset(m->tied_grad, 0, b[REMAT_BUF_TIED_GRAD].bytes);
+  m->be->clear(m->grads, b[REMAT_BUF_GRADS].bytes);
+  if (m->tied_grad) m->be->clear(m->tied_grad, b[REMAT_BUF_TIED_GRAD].bytes);
   m->tied_summed = 0;
   m->grads_fresh = 1;
 }
@@ -809,8 +821,7 @@ static void add_tied(remat_model *m, size_t first, size_t count) {
     const float *t = remat_model_unit_at(m, REMAT_BUF_TIED_GRAD, m->cfg.num_layers + 2, i, &run_t);
     size_t run = run_g < run_t ? run_g : run_t;
     if (run > first + count - i) run = first + count - i;
-#pragma omp parallel for simd schedule(static)
-    for (size_t j = 0; j < run; j++) g[j] = g[j] + t[j]; /* embedding + head */
+    m->be->add(g, t, run, 1, 0); /* embedding + head */
     i += run;
   }
 }
@@ -825,35 +836,22 @@ void remat_model_sum_tied(remat_model *m) {
   add_tied(m, first, count);
 }
 
-/* Adds the squares of run floats at chunk position p0 to the 8 lanes (the
- * lane of an element is its position in its chunk, mod 8). */
-static void lanes_add(double lane[8], const float *x, size_t run, size_t p0) {
-  size_t j = 0;
-  for (; j < run && ((p0 + j) & 7); j++) lane[(p0 + j) & 7] += (double)x[j] * (double)x[j];
-  for (; j + 8 <= run; j += 8)
-    for (int l = 0; l < 8; l++) lane[l] += (double)x[j + l] * (double)x[j + l];
-  for (; j < run; j++) lane[(p0 + j) & 7] += (double)x[j] * (double)x[j];
-}
-
 int64_t remat_model_grad_chunk_sums(remat_model *m, int64_t u, size_t first, size_t count,
                                     double *out) {
   const size_t Q = REMAT_SHARD_QUANTUM;
   REMAT_ASSERT(first % Q == 0);
-  int64_t nch = (int64_t)((count + Q - 1) / Q);
-#pragma omp parallel for schedule(static)
-  for (int64_t c = 0; c < nch; c++) {
-    size_t lo = first + (size_t)c * Q, hi = lo + Q < first + count ? lo + Q : first + count, run;
-    double lane[8] = {0};
-    for (size_t i = lo; i < hi; i += run) {
-      const float *x = remat_model_unit_at(m, REMAT_BUF_GRADS, u, i, &run);
-      if (run > hi - i) run = hi - i;
-      lanes_add(lane, x, run, i - lo);
-    }
-    double s = 0.0;
-    for (int l = 0; l < 8; l++) s += lane[l];
-    out[c] = s;
+  /* the range's runs, one per tensor of the unit at most */
+  remat__piece pieces[REMAT_UNIT_MAX_SEGMENTS];
+  int n = 0;
+  size_t run;
+  for (size_t i = first; i < first + count; i += run) {
+    REMAT_ASSERT(n < REMAT_UNIT_MAX_SEGMENTS);
+    const float *x = remat_model_unit_at(m, REMAT_BUF_GRADS, u, i, &run);
+    if (run > first + count - i) run = first + count - i;
+    pieces[n++] = (remat__piece){x, run};
   }
-  return nch;
+  m->be->sumsq_chunks(out, pieces, n, count, Q);
+  return (int64_t)((count + Q - 1) / Q);
 }
 
 /* A unit's sum of squares: its chunk sums, added in order. */
@@ -926,7 +924,7 @@ static void update_owned(remat_model *m, int64_t u, const remat__adamw *opt, flo
     float *g = remat_model_unit_at(m, REMAT_BUF_GRADS, u, lo, &run);
     float *mo = remat_model_unit_at(m, REMAT_BUF_ADAM_M, u, lo, &run);
     float *v = remat_model_unit_at(m, REMAT_BUF_ADAM_V, u, lo, &run);
-    remat__adamw_update(p, g, mo, v, hi - lo, opt, decays(seg[k].tensor) ? wd : 0.0f, scale);
+    m->be->adamw_update(p, g, mo, v, hi - lo, opt, decays(seg[k].tensor) ? wd : 0.0f, scale);
   }
 }
 
@@ -947,7 +945,7 @@ void remat_model_update(remat_model *m, const remat_hparams *hp, float lr, float
   float *pm = m->adam_m, *pv = m->adam_v;
   for (int i = 0; i < REMAT_P_COUNT; i++) {
     if (!m->sz[i]) continue;
-    remat__adamw_update(m->p[i], m->g[i], pm, pv, m->sz[i], &opt,
+    m->be->adamw_update(m->p[i], m->g[i], pm, pv, m->sz[i], &opt,
                         decays(i) ? hp->weight_decay : 0.0f, scale);
     pm += m->sz[i];
     pv += m->sz[i];

@@ -3,12 +3,14 @@
 #ifndef REMAT_MODEL_INTERNAL_H
 #define REMAT_MODEL_INTERNAL_H
 
-#include "kernels/kernels.h"
+#include "kernels/backend.h"
 #include "memory/layout.h"
 #include "model/create.h"
 #include "remat/model.h"
 
 struct remat_model {
+  const remat__backend *be; /* every kernel and every operation on the arena; its
+                               workspace at (B, T) gave the plan's kernel terms */
   remat_config cfg;
   remat_memplan mp; /* of this model's stage (the whole model in one process) */
   remat_stage stage; /* policy points into mp */
@@ -25,7 +27,6 @@ struct remat_model {
   size_t sz[REMAT_P_COUNT]; /* floats of each view */
   float *tied_grad;   /* the head's gradient of wte, when the stage also has
                          the embedding; else NULL */
-  int tied_summed;    /* tied_grad already added this step */
   float *dresid;      /* (B, T, C) */
   float *send;        /* (B, T, C) output of a stage without the head */
   char *work;         /* the transient workspace */
@@ -38,10 +39,11 @@ struct remat_model {
    * stage zero; shard floats of the embedding (and tied), a block, the head */
   int64_t D, r;
   int zero;
-  size_t shard_emb, shard_blk, shard_head;
-  size_t head_grad_split; /* floats before the head's own unit in its gradient buffer */
+  int tied_summed;        /* tied_grad already added this step */
   int grads_fresh;        /* no backward since zero_grad: the first writes straight into
                              the step's gradients */
+  size_t shard_emb, shard_blk, shard_head;
+  size_t head_grad_split; /* floats before the head's own unit in its gradient buffer */
   remat_layer_ops lops;   /* a replica's parameter gathers and gradient reductions */
 
   size_t high_water;  /* cache for remat_model_arena_high_water */
@@ -49,6 +51,12 @@ struct remat_model {
   double recompute_s; /* seconds spent recomputing, since last taken */
 };
 
-/* remat_model_create in two steps: model/create.h. */
+/* remat_model_create in two steps: model/create.h. The same on backend be
+ * (NULL: the CPU backend); its plan takes the workspace be's kernels need. */
+int remat__model_plan_on(remat_model **out, const remat_config *cfg, int64_t B, int64_t T,
+                         const remat_stage *st, const remat__backend *be, remat_error *err);
+/* remat_model_create_stage on backend be (NULL: the CPU backend). */
+int remat__model_create_on(remat_model **out, const remat_config *cfg, int64_t B, int64_t T,
+                           const remat_stage *st, const remat__backend *be, remat_error *err);
 
 #endif

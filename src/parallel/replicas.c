@@ -39,6 +39,7 @@
 #include <string.h>
 
 #include "base/base.h"
+#include "model/create.h"
 #include "parallel/parallel_internal.h"
 
 enum { GBUF_BLOCK0, GBUF_BLOCK1, GBUF_BIG, GBUF_COUNT }; /* REDUCE's gradient buffers */
@@ -165,17 +166,11 @@ static void add_pieces(remat_replicas *rp, int64_t u, const float *recv) {
   size_t first, count, run, s = remat_unit_shard(rp->cfg, u, rp->D);
   remat_unit_owned(rp->cfg, u, rp->D, rp->r, &first, &count);
   int which = u == rp->L + 2 ? REMAT_BUF_TIED_GRAD : REMAT_BUF_GRADS;
-  const int64_t D = rp->D;
+  const remat__backend *be = remat__model_backend(rp->m);
   for (size_t i = first; i < first + count; i += run) {
     float *acc = remat_model_unit_at(rp->m, which, u, i, &run);
     if (run > first + count - i) run = first + count - i;
-    const float *in = recv + (i - first);
-#pragma omp parallel for schedule(static)
-    for (size_t j = 0; j < run; j++) {
-      float a = acc[j];
-      for (int64_t q = 0; q < D; q++) a = a + in[(size_t)q * s + j];
-      acc[j] = a;
-    }
+    be->add(acc, recv + (i - first), run, rp->D, s); /* acc + piece 0 + piece 1 ... */
   }
 }
 
@@ -411,6 +406,7 @@ static void on_progress(void *ctx) {
  * each packs its part in REDUCE (free between steps), one MPI_Allgather per
  * unit, each unpacks. */
 static int allgather_units(remat_replicas *rp, int which, const char *what) {
+  const remat__backend *be = remat__model_backend(rp->m);
   float *pack = rp->pack;
   for (int64_t x = 0; x < rp->nu && !rp->rc; x++) {
     int64_t u = rp->units[x];
@@ -420,9 +416,9 @@ static int allgather_units(remat_replicas *rp, int which, const char *what) {
     for (size_t i = first; i < first + count; i += run) {
       const float *src = remat_model_unit_at(rp->m, which, u, i, &run);
       if (run > first + count - i) run = first + count - i;
-      memcpy(pack + (i - first), src, run * sizeof(float));
+      be->copy(pack + (i - first), src, run * sizeof(float));
     }
-    memset(pack + count, 0, (s - count) * sizeof(float));
+    be->clear(pack + count, (s - count) * sizeof(float));
     double t = remat__now();
     int mrc = MPI_Allgather(pack, (int)s, MPI_FLOAT, rp->recv, (int)s, MPI_FLOAT, rp->d->comm);
     if (blocking(rp, t, mrc, piece_bytes(rp, s, sizeof(float)), REMAT__EV_GATHER, what)) break;
@@ -432,7 +428,7 @@ static int allgather_units(remat_replicas *rp, int which, const char *what) {
       for (size_t i = first; i < first + count; i += run) {
         float *dst = remat_model_unit_at(rp->m, which, u, i, &run);
         if (run > first + count - i) run = first + count - i;
-        memcpy(dst, rp->recv + (size_t)q * s + (i - first), run * sizeof(float));
+        be->copy(dst, rp->recv + (size_t)q * s + (i - first), run * sizeof(float));
       }
     }
   }

@@ -1,0 +1,172 @@
+/* backend.h: the backend seam, in the manner of ggml's ggml_backend_i. A
+ * backend is one table of function pointers: the kernels of a GPT-2 step
+ * and the operations on the buffers they work in. A model holds one
+ * (remat__model_create_on; the CPU backend by default) and reaches kernels
+ * and arena buffers only through it, as do the runtimes that work on its
+ * arena (src/parallel). The arena and its offsets stay the memory model's: a
+ * backend only says where the bytes live (buffer_alloc) and what workspace
+ * its kernels need (workspace).
+ *
+ * The CPU backend (remat__backend_cpu, src/kernels/backend_cpu.c) is the
+ * reference: its kernels are those of kernels/kernels.h, whose comments give
+ * each op's contract (shapes, which outputs overwrite and which accumulate,
+ * what may alias); every op here has the contract of the kernel of the same
+ * name. A second backend meets the same contracts and is checked op by op
+ * against the CPU one by tests/test_backend_ops.c.
+ *
+ * Float and token pointers handed to ops point into memory from the same
+ * backend's buffer_alloc; the argument structs (remat__dropout,
+ * remat__adamw, a list of pieces, the workspace) are the caller's. Backends
+ * today are host memory, which callers also read and write directly (token
+ * ids into a slot, a checkpoint into the parameters); a backend whose
+ * memory the host cannot address would add upload and download ops for
+ * those callers. */
+#ifndef REMAT_BACKEND_H
+#define REMAT_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "memory/layout.h"
+
+/* ------------------------------------------------------ op arguments */
+
+/* Dropout masks are never stored: element i of the mask at one site is a
+ * pure function of (seed, step, micro, layer, site, i), computed with
+ * Random123's Philox4x32-10:
+ *   key     = { (uint32_t)seed, (uint32_t)(seed >> 32) }
+ *   counter = { (uint32_t)(i / 4), micro, (layer << 4) | site, step }
+ *   u       = (uint32_t word (i % 4) of the output) >> 8, times 2^-24
+ *   keep    = u >= p;  a kept element is scaled by 1 / (1 - p).
+ * p == 0 means no dropout: kernels then skip the generator entirely. */
+typedef enum {
+  REMAT_DROP_ATTN = 0,  /* attention probabilities */
+  REMAT_DROP_RESID1 = 1, /* attention branch before the residual add */
+  REMAT_DROP_RESID2 = 2, /* MLP branch before the residual add */
+  REMAT_DROP_SITE_COUNT
+} remat_drop_site;
+
+typedef struct remat__dropout {
+  float p;       /* drop probability in [0, 1) */
+  uint64_t seed;
+  uint32_t step;  /* optimizer step */
+  uint32_t micro; /* micro-batch within the step */
+  uint32_t layer; /* block index */
+  uint32_t site;  /* remat_drop_site */
+} remat__dropout;
+
+/* torch.optim.AdamW, one tensor of n elements, step t >= 1:
+ *   p -= lr * weight_decay * p
+ *   m = beta1 m + (1 - beta1) g;  v = beta2 v + (1 - beta2) g^2
+ *   p -= (lr / (1 - beta1^t)) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
+ * g is scaled by grad_scale first (for clipping; 1 otherwise). weight_decay
+ * is per tensor: the engine passes 0 for biases and layernorm parameters. */
+typedef struct remat__adamw {
+  float lr, beta1, beta2, eps;
+  int step;
+} remat__adamw;
+
+/* One contiguous run of floats; a list of them is a vector laid out in
+ * pieces (a layer's unit, whose tensors are apart in the stage's buffers). */
+typedef struct remat__piece {
+  const float *x;
+  size_t n;
+} remat__piece;
+
+/* ------------------------------------------------------ the table */
+
+typedef struct remat__backend {
+  const char *name;
+
+  /* Buffers. The arena: bytes, every byte set to a pattern no healthy
+   * buffer holds, so that high_water can find how far it was written;
+   * NULL when out of memory. It is the only allocation a backend makes. */
+  void *(*buffer_alloc)(size_t bytes);
+  void (*buffer_free)(void *arena);
+  /* The end of the written part of arena (bytes long), at least mark: only
+   * the part above a previous mark is scanned. */
+  size_t (*high_water)(const void *arena, size_t bytes, size_t mark);
+  void (*clear)(void *dst, size_t bytes);                     /* dst = 0 */
+  void (*copy)(void *dst, const void *src, size_t bytes);      /* no overlap */
+  void (*fill)(float *dst, float value, size_t n);             /* dst[i] = value */
+  /* dst[j] = (((dst[j] + src[j]) + src[stride + j]) + ...) over k sources
+   * stride floats apart, added in order, j < n: the orders that let one
+   * process, stages and replicas give the same bits (model/gpt2.c). */
+  void (*add)(float *dst, const float *src, size_t n, int64_t k, size_t stride);
+  /* The vector of pieces (count floats in all) cut into chunks of q
+   * floats: out[c] = the sum of squares of chunk c, in double, over 8 lanes
+   * (an element's lane is its position in its chunk mod 8, each lane summed
+   * in order, then lanes 0..7 added in order). Chunks are independent, so
+   * any split of the work gives the same bits. */
+  void (*sumsq_chunks)(double *out, const remat__piece *pieces, int npieces, size_t count,
+                       size_t q);
+  /* What the kernels need besides their named tensors, at a micro-batch of
+   * B x T of a model of width C, NH heads and padded vocabulary V. */
+  void (*workspace)(remat__kernel_ws *ws, int64_t B, int64_t T, int64_t C, int64_t NH,
+                    int64_t V);
+
+  /* Kernels: the contracts of kernels/kernels.h. */
+  bool (*dropout_keep)(const remat__dropout *d, uint64_t i);
+  void (*dropout_apply)(float *out, const float *inp, size_t n, const remat__dropout *d);
+  void (*gemm)(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+               const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
+               int64_t ldc);
+  void (*gemm_bias)(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
+                    const float *B, int64_t ldb, const float *bias, float *C, int64_t ldc);
+  void (*encoder_forward)(float *out, const int32_t *tokens, const float *wte, const float *wpe,
+                          int64_t B, int64_t T, int64_t C);
+  void (*encoder_backward)(float *dwte, float *dwpe, const float *dout, const int32_t *tokens,
+                           int64_t B, int64_t T, int64_t C);
+  /* work: workspace's encoder_tied bytes */
+  void (*encoder_backward_tied)(float *dwte, float *dwpe, const float *dout,
+                                const int32_t *tokens, int64_t B, int64_t T, int64_t C,
+                                int64_t V, void *work);
+  void (*layernorm_forward)(float *out, float *mean, float *rstd, const float *inp,
+                            const float *weight, const float *bias, int64_t N, int64_t C);
+  void (*layernorm_backward)(float *dinp, float *dweight, float *dbias, const float *dout,
+                             const float *inp, const float *weight, const float *mean,
+                             const float *rstd, int64_t N, int64_t C);
+  void (*matmul_forward)(float *out, const float *inp, const float *weight, const float *bias,
+                         int64_t N, int64_t C, int64_t OC);
+  void (*matmul_backward)(float *dinp, float *dweight, float *dbias, const float *dout,
+                          const float *inp, const float *weight, int64_t N, int64_t C,
+                          int64_t OC);
+  void (*matmul_forward_gelu)(float *out, float *gelu_out, const float *inp, const float *weight,
+                              const float *bias, int64_t N, int64_t C, int64_t OC);
+  void (*matmul_forward_residual)(float *out, const float *inp, const float *weight,
+                                  const float *bias, const float *resid,
+                                  const remat__dropout *drop, int64_t N, int64_t C, int64_t OC);
+  void (*matmul_backward_gelu)(float *dinp, float *dweight, float *dbias, const float *dout,
+                               const float *inp, const float *weight, const float *x, int64_t N,
+                               int64_t C, int64_t OC);
+  /* lse: workspace's attention_stats floats; delta: its attention_scratch */
+  void (*attention_forward)(float *out, float *lse, const float *qkv, int64_t B, int64_t T,
+                            int64_t C, int64_t NH, const remat__dropout *drop);
+  void (*attention_backward)(float *dqkv, float *delta, const float *dout, const float *qkv,
+                             const float *out, const float *lse, int64_t B, int64_t T, int64_t C,
+                             int64_t NH, const remat__dropout *drop);
+  void (*gelu_forward)(float *out, const float *inp, size_t n);
+  void (*gelu_backward)(float *dinp, const float *inp, const float *dout, size_t n);
+  void (*residual_forward)(float *out, const float *a, const float *b, size_t n);
+  double (*crossentropy_forward)(float *logits, float *losses, const int32_t *targets, int64_t N,
+                                 int64_t V, int64_t Vp);
+  void (*crossentropy_backward)(float *logits, const int32_t *targets, float dloss, int64_t N,
+                                int64_t V, int64_t Vp);
+  double (*crossentropy_forward_backward)(float *logits, float *losses, const int32_t *targets,
+                                          float dloss, int64_t N, int64_t V, int64_t Vp);
+  void (*adamw_update)(float *param, const float *grad, float *m, float *v, size_t n,
+                       const remat__adamw *opt, float weight_decay, float grad_scale);
+  double (*sumsq)(const float *x, size_t n);
+  void (*init_normal)(float *x, size_t first, size_t n, float std, uint64_t seed,
+                      uint32_t tensor);
+} remat__backend;
+
+/* The CPU backend: today's kernels (OpenBLAS, OpenMP), the reference. */
+const remat__backend *remat__backend_cpu(void);
+
+/* The backends compiled in, the CPU one first (test_backend_ops runs each
+ * against it); NULL past the last. */
+const remat__backend *remat__backend_at(int i);
+
+#endif

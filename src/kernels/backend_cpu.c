@@ -1,0 +1,140 @@
+/* backend_cpu.c: the CPU backend, the reference every other backend is
+ * checked against: the ops table of kernels/backend.h filled with the
+ * kernels of kernels.h (called as they are, so the same bits as calling
+ * them directly) and the buffer operations on host memory, OpenMP loops
+ * with a static schedule. */
+#include <string.h>
+
+#include "base/base.h"
+#include "kernels/kernels.h"
+
+/* Written over the whole arena when it is allocated so the high-water mark
+ * can be measured: a NaN bit pattern, which no healthy buffer ever holds. */
+static const uint64_t POISON = 0x7FF4DEAD7FF4DEADull;
+
+/* The counted allocator (base/alloc.c), so heap measurements and
+ * test_noalloc see the arena. */
+static void *cpu_buffer_alloc(size_t bytes) {
+  uint64_t *w = remat__malloc(bytes);
+  if (!w) return NULL;
+  for (size_t i = 0; i < bytes / sizeof(uint64_t); i++) w[i] = POISON;
+  return w;
+}
+
+static void cpu_buffer_free(void *arena) { remat__free(arena); }
+
+static size_t cpu_high_water(const void *arena, size_t bytes, size_t mark) {
+  const uint64_t *w = arena;
+  size_t n = bytes / sizeof(uint64_t), lo = mark / sizeof(uint64_t);
+  /* Only the part above the last mark can have changed state. */
+  for (size_t i = n; i > lo; i--)
+    if (w[i - 1] != POISON) return i * sizeof(uint64_t);
+  return mark;
+}
+
+static void cpu_clear(void *dst, size_t bytes) { memset(dst, 0, bytes); }
+
+static void cpu_copy(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
+
+static void cpu_fill(float *dst, float value, size_t n) {
+  for (size_t i = 0; i < n; i++) dst[i] = value;
+}
+
+static void cpu_add(float *dst, const float *src, size_t n, int64_t k, size_t stride) {
+  if (k == 1) {
+#pragma omp parallel for simd schedule(static)
+    for (size_t j = 0; j < n; j++) dst[j] = dst[j] + src[j];
+    return;
+  }
+#pragma omp parallel for schedule(static)
+  for (size_t j = 0; j < n; j++) {
+    float a = dst[j];
+    for (int64_t q = 0; q < k; q++) a = a + src[(size_t)q * stride + j];
+    dst[j] = a;
+  }
+}
+
+/* Adds the squares of run floats at chunk position p0 to the 8 lanes (the
+ * lane of an element is its position in its chunk, mod 8); the middle loop
+ * is the vectorisable one. */
+static void lanes_add(double lane[8], const float *x, size_t run, size_t p0) {
+  size_t j = 0;
+  for (; j < run && ((p0 + j) & 7); j++) lane[(p0 + j) & 7] += (double)x[j] * (double)x[j];
+  for (; j + 8 <= run; j += 8)
+    for (int l = 0; l < 8; l++) lane[l] += (double)x[j + l] * (double)x[j + l];
+  for (; j < run; j++) lane[(p0 + j) & 7] += (double)x[j] * (double)x[j];
+}
+
+static void cpu_sumsq_chunks(double *out, const remat__piece *pieces, int npieces, size_t count,
+                             size_t q) {
+  int64_t nch = (int64_t)((count + q - 1) / q);
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < nch; c++) {
+    size_t lo = (size_t)c * q, hi = lo + q < count ? lo + q : count;
+    double lane[8] = {0};
+    /* the piece holding lo, and where it starts in the vector */
+    int k = 0;
+    size_t at = 0;
+    while (k < npieces && at + pieces[k].n <= lo) at += pieces[k++].n;
+    for (size_t i = lo; i < hi && k < npieces; at += pieces[k++].n) {
+      size_t run = at + pieces[k].n - i;
+      if (run > hi - i) run = hi - i;
+      lanes_add(lane, pieces[k].x + (i - at), run, i - lo);
+      i += run;
+    }
+    double s = 0.0;
+    for (int l = 0; l < 8; l++) s += lane[l];
+    out[c] = s;
+  }
+}
+
+/* The attention kernels keep one log-sum-exp per row and head from the
+ * forward and fill one rowsum per row and head in the backward; their tiles
+ * live on the thread's stack. */
+static void cpu_workspace(remat__kernel_ws *ws, int64_t B, int64_t T, int64_t C, int64_t NH,
+                          int64_t V) {
+  size_t rows = (size_t)B * (size_t)NH * (size_t)T;
+  ws->attention_stats = rows;
+  ws->attention_scratch = rows;
+  ws->encoder_tied = remat__encoder_backward_tied_bytes(B, T, C, V);
+}
+
+static const remat__backend cpu = {
+    .name = "cpu",
+    .buffer_alloc = cpu_buffer_alloc,
+    .buffer_free = cpu_buffer_free,
+    .high_water = cpu_high_water,
+    .clear = cpu_clear,
+    .copy = cpu_copy,
+    .fill = cpu_fill,
+    .add = cpu_add,
+    .sumsq_chunks = cpu_sumsq_chunks,
+    .workspace = cpu_workspace,
+    .dropout_keep = remat__dropout_keep,
+    .dropout_apply = remat__dropout_apply,
+    .gemm = remat__gemm,
+    .gemm_bias = remat__gemm_bias,
+    .encoder_forward = remat__encoder_forward,
+    .encoder_backward = remat__encoder_backward,
+    .encoder_backward_tied = remat__encoder_backward_tied,
+    .layernorm_forward = remat__layernorm_forward,
+    .layernorm_backward = remat__layernorm_backward,
+    .matmul_forward = remat__matmul_forward,
+    .matmul_backward = remat__matmul_backward,
+    .matmul_forward_gelu = remat__matmul_forward_gelu,
+    .matmul_forward_residual = remat__matmul_forward_residual,
+    .matmul_backward_gelu = remat__matmul_backward_gelu,
+    .attention_forward = remat__attention_forward,
+    .attention_backward = remat__attention_backward,
+    .gelu_forward = remat__gelu_forward,
+    .gelu_backward = remat__gelu_backward,
+    .residual_forward = remat__residual_forward,
+    .crossentropy_forward = remat__crossentropy_forward,
+    .crossentropy_backward = remat__crossentropy_backward,
+    .crossentropy_forward_backward = remat__crossentropy_forward_backward,
+    .adamw_update = remat__adamw_update,
+    .sumsq = remat__sumsq,
+    .init_normal = remat__init_normal,
+};
+
+const remat__backend *remat__backend_cpu(void) { return &cpu; }

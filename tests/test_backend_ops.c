@@ -1,0 +1,959 @@
+/* test_backend_ops.c: every op of every compiled backend (kernels/backend.h)
+ * against plain references written here, on fixed odd shapes and on random
+ * ones (sizes that are not multiples of 4, 8, 16 or 64, T = 1, T past the
+ * CPU attention's tiles, one head, a vocabulary that is and is not padded).
+ * A backend other than the CPU one is also compared with the CPU backend,
+ * op by op, on the same inputs (ggml's test-backend-ops): a second backend
+ * plugs into this loop.
+ *
+ * Each comparison says what it demands:
+ * - exact (memcmp): where the contract promises bits: the buffer operations,
+ *   the pointwise ops, the encoder (one order of addition), the dropout mask
+ *   (Philox's layout), the fused kernels against the unfused ones they
+ *   replace, encoder_backward_tied against the embedding's and the head's
+ *   shares summed apart, cross-entropy's one pass against its two;
+ * - a relative tolerance (the largest error over the largest magnitude of
+ *   the reference) against a double reference where rounding is free to
+ *   differ: products, layernorm, attention, GELU, softmax, AdamW, sums.
+ *
+ * Buffers come from the backend's own buffer_alloc and are read and written
+ * by the host: backends today are host memory.
+ *
+ * Last, the seam itself: a model created on a copy of the CPU table whose
+ * ops count their calls gives the default model's bits, and every kernel
+ * and buffer operation the step uses was called through the table it
+ * holds. */
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <Random123/philox.h>
+
+#include "kernels/backend.h"
+#include "model/model.h"
+#include "test_util.h"
+
+/* ------------------------------------------------------------ harness */
+
+static uint64_t rng_state = 0x5eed0ff5eed0ff5ull;
+static double urand(void) { /* splitmix64, uniform in [0, 1) */
+  uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z ^= z >> 31;
+  return (double)(z >> 11) * 0x1p-53;
+}
+static int64_t irand(int64_t lo, int64_t hi) {
+  return lo + (int64_t)(urand() * (double)(hi - lo + 1));
+}
+static void fill(float *x, size_t n, float lo, float hi) {
+  for (size_t i = 0; i < n; i++) x[i] = lo + (hi - lo) * (float)urand();
+}
+
+/* The backend under test and where its buffers go (freed after each op). */
+static const remat__backend *be;
+enum { MAX_BUFS = 64 };
+static void *bufs[MAX_BUFS];
+static int nbufs;
+static void *balloc(size_t bytes) {
+  if (nbufs == MAX_BUFS) abort();
+  void *p = be->buffer_alloc(bytes ? bytes : 1);
+  if (!p) abort();
+  return bufs[nbufs++] = p;
+}
+static float *fbuf(size_t n) { return balloc(n * sizeof(float)); }
+static float *frand(size_t n, float lo, float hi) {
+  float *x = fbuf(n);
+  fill(x, n, lo, hi);
+  return x;
+}
+static float *fcopy(const float *x, size_t n) {
+  float *y = fbuf(n);
+  memcpy(y, x, n * sizeof(float));
+  return y;
+}
+static double *dbuf(size_t n) {
+  double *p = calloc(n ? n : 1, sizeof(double));
+  if (!p) abort();
+  return p;
+}
+static void release(void) {
+  while (nbufs) be->buffer_free(bufs[--nbufs]);
+}
+
+static bool same(const void *a, const void *b, size_t bytes) { return memcmp(a, b, bytes) == 0; }
+
+/* max|got - ref| / max|ref| (NaN counts as infinitely wrong) */
+static double err_d(const float *got, const double *ref, size_t n) {
+  double md = 0, m = 0;
+  for (size_t i = 0; i < n; i++) {
+    double d = fabs((double)got[i] - ref[i]);
+    if (isnan(d)) return INFINITY;
+    md = fmax(md, d);
+    m = fmax(m, fabs(ref[i]));
+  }
+  return m > 0 ? md / m : md;
+}
+static double err_f(const float *got, const float *ref, size_t n) {
+  double md = 0, m = 0;
+  for (size_t i = 0; i < n; i++) {
+    double d = fabs((double)got[i] - (double)ref[i]);
+    if (isnan(d)) return INFINITY;
+    md = fmax(md, d);
+    m = fmax(m, fabs((double)ref[i]));
+  }
+  return m > 0 ? md / m : md;
+}
+
+/* A backend other than the CPU one: its output against the CPU backend's
+ * on the same inputs, within tol (0: bit for bit). */
+static const remat__backend *cpu;
+static void vs_cpu(const char *what, const float *got, const float *want, size_t n, double tol) {
+  double e = err_f(got, want, n);
+  CHECKF(tol == 0 ? same(got, want, n * sizeof(float)) : e <= tol,
+         "%s: %s vs cpu, err %.1e (tol %.0e)", be->name, what, e, tol);
+}
+
+typedef struct {
+  int64_t B, T, C, NH, V, Vp;
+} shape;
+static shape sh; /* the shape of the ops being checked */
+#define SHAPE_FMT "B=%lld T=%lld C=%lld NH=%lld V=%lld/%lld"
+#define SHAPE_ARGS                                                                         \
+  (long long)sh.B, (long long)sh.T, (long long)sh.C, (long long)sh.NH, (long long)sh.V,    \
+      (long long)sh.Vp
+
+/* ------------------------------------------------------------ buffers */
+
+static void check_buffers(void) {
+  /* the arena: untouched it has no high water; a write raises the mark to
+   * the end of its 8 bytes; the mark never goes back down */
+  size_t bytes = 4096 + 40;
+  char *a = balloc(bytes);
+  size_t hw0 = be->high_water(a, bytes, 0);
+  a[1000] = 1;
+  size_t hw1 = be->high_water(a, bytes, 0);
+  a[10] = 2;
+  size_t hw2 = be->high_water(a, bytes, hw1);
+  CHECKF(hw0 == 0 && hw1 == 1008 && hw2 == 1008, "%s: high_water of a fresh arena %zu, after a "
+         "write at byte 1000 %zu, after one below it %zu (want 0, 1008, 1008)", be->name, hw0, hw1,
+         hw2);
+
+  size_t n = 1003; /* not a multiple of any vector width */
+  float *x = frand(n, -1, 1), *y = frand(n, -1, 1), *z = fcopy(x, n);
+  be->copy(y + 1, x + 2, (n - 3) * sizeof(float));
+  bool ok = same(y + 1, z + 2, (n - 3) * sizeof(float));
+  be->clear(y + 5, 7 * sizeof(float));
+  for (int i = 5; i < 12; i++) ok &= y[i] == 0.0f && !signbit(y[i]);
+  be->fill(y, 1.0f, 3);
+  ok &= y[0] == 1.0f && y[1] == 1.0f && y[2] == 1.0f && y[3] == z[4];
+  CHECKF(ok, "%s: copy, clear, fill exact on odd ranges", be->name);
+
+  /* add: k sources stride apart, added in order into dst */
+  size_t stride = n + 5;
+  for (int64_t k = 1; k <= 3; k++) {
+    float *dst = frand(n, -1, 1), *src = frand((size_t)k * stride, -1, 1);
+    float *want = fcopy(dst, n);
+    for (size_t j = 0; j < n; j++) {
+      float s = want[j];
+      for (int64_t q = 0; q < k; q++) s = s + src[(size_t)q * stride + j];
+      want[j] = s;
+    }
+    be->add(dst, src, n, k, stride);
+    CHECKF(same(dst, want, n * sizeof(float)), "%s: add of %lld sources in order, exact",
+           be->name, (long long)k);
+  }
+
+  /* sum of squares of a vector in pieces, chunk by chunk over 8 lanes */
+  size_t len[] = {1, 13, 200, 7, 64, 0, 333};
+  remat__piece pieces[7];
+  size_t count = 0;
+  for (int k = 0; k < 7; k++) {
+    pieces[k] = (remat__piece){frand(len[k] ? len[k] : 1, -2, 2), len[k]};
+    count += len[k];
+  }
+  const size_t qs[] = {8, 24, 40, 1024};
+  for (int iq = 0; iq < 4; iq++) {
+    size_t q = qs[iq], nch = (count + q - 1) / q;
+    double *got = dbuf(nch), *want = dbuf(nch), lane[8] = {0};
+    size_t pos = 0, c = 0;
+    for (int k = 0; k < 7; k++)
+      for (size_t i = 0; i < pieces[k].n; i++, pos++) {
+        double v = pieces[k].x[i];
+        lane[(pos % q) & 7] += v * v;
+        if (pos % q == q - 1 || pos == count - 1) {
+          double s = 0;
+          for (int l = 0; l < 8; l++) s += lane[l], lane[l] = 0;
+          want[c++] = s;
+        }
+      }
+    be->sumsq_chunks(got, pieces, 7, count, q);
+    CHECKF(c == nch && same(got, want, nch * sizeof(double)),
+           "%s: sumsq_chunks of %zu floats in 7 pieces, chunks of %zu, exact", be->name, count, q);
+    free(got), free(want);
+  }
+  release();
+}
+
+/* The planner sizes every arena with the CPU kernels' terms
+ * (remat__kernel_ws_reference); the CPU backend must report the same, and
+ * every backend's must be filled. */
+static void check_workspace(void) {
+  remat__kernel_ws ws, ref;
+  memset(&ws, 0xff, sizeof ws);
+  be->workspace(&ws, sh.B, sh.T, sh.C, sh.NH, sh.Vp);
+  remat__kernel_ws_reference(&ref, sh.B, sh.T, sh.C, sh.NH, sh.Vp);
+  if (be == cpu)
+    CHECKF(same(&ws, &ref, sizeof ws), "%s: workspace equals the planner's terms, " SHAPE_FMT,
+           be->name, SHAPE_ARGS);
+  else
+    CHECKF(ws.attention_stats != SIZE_MAX && ws.attention_scratch != SIZE_MAX &&
+               ws.encoder_tied != SIZE_MAX,
+           "%s: workspace fills every term", be->name);
+}
+
+/* ------------------------------------------------------------ dropout */
+
+static void check_dropout(void) {
+  remat__dropout d = {.p = 0.37f, .seed = 0x123456789abcdefull, .step = 11, .micro = 3,
+                      .layer = 9, .site = REMAT_DROP_RESID2};
+  /* the documented layout, with Random123 directly */
+  philox4x32_key_t key = {{0x89abcdefu, 0x01234567u}};
+  bool layout = true;
+  for (uint64_t i = 0; i < 4001; i++) {
+    philox4x32_ctr_t ctr = {{(uint32_t)(i / 4), 3, (9u << 4) | 2u, 11}};
+    double u = (double)(philox4x32(ctr, key).v[i % 4] >> 8) / 16777216.0;
+    layout &= be->dropout_keep(&d, i) == (u >= (double)d.p);
+  }
+  CHECKF(layout && be->dropout_keep(NULL, 3) && be->dropout_keep(&(remat__dropout){0}, 3),
+         "%s: dropout_keep follows the Philox layout exactly; true without dropout", be->name);
+
+  size_t n = 10007; /* straddles Philox groups and 4096-element blocks */
+  float *x = frand(n, -1, 1), *y = fbuf(n), *z = fcopy(x, n), *c = fbuf(n);
+  be->dropout_apply(y, x, n, &d);
+  const float scale = 1.0f / (1.0f - d.p);
+  bool ok = true;
+  for (size_t i = 0; i < n; i++) ok &= y[i] == (be->dropout_keep(&d, i) ? x[i] * scale : 0.0f);
+  be->dropout_apply(z, z, n, &d);
+  ok &= same(z, y, n * sizeof(float));
+  be->dropout_apply(z, x, n, NULL);
+  ok &= same(z, x, n * sizeof(float));
+  CHECKF(ok, "%s: dropout_apply = keep ? x/(1-p) : 0 exact, in place too; copies without d",
+         be->name);
+  if (be != cpu) {
+    cpu->dropout_apply(c, x, n, &d);
+    vs_cpu("dropout_apply", y, c, n, 0);
+  }
+  release();
+}
+
+/* ------------------------------------------------------------ products */
+
+static void ref_gemm(double *C, int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
+                     const float *A, int64_t lda, const float *Bm, int64_t ldb, float beta,
+                     const float *C0, int64_t ldc) {
+  for (int64_t i = 0; i < M; i++)
+    for (int64_t j = 0; j < N; j++) {
+      double s = 0;
+      for (int64_t k = 0; k < K; k++)
+        s += (double)(ta ? A[k * lda + i] : A[i * lda + k]) *
+             (double)(tb ? Bm[j * ldb + k] : Bm[k * ldb + j]);
+      C[i * N + j] = alpha * s + (double)beta * C0[i * ldc + j];
+    }
+}
+
+static void check_gemm(int64_t M, int64_t N, int64_t K) {
+  for (int t = 0; t < 4; t++) {
+    int ta = t & 1, tb = t >> 1;
+    int64_t lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 1, ldc = N + 2;
+    float *A = frand((size_t)((ta ? K : M) * lda), -1, 1);
+    float *Bm = frand((size_t)((tb ? N : K) * ldb), -1, 1);
+    float *C = frand((size_t)(M * ldc), -1, 1), *C0 = fcopy(C, (size_t)(M * ldc));
+    double *ref = dbuf((size_t)(M * N));
+    float *got = fbuf((size_t)(M * N));
+    be->gemm(ta, tb, M, N, K, 0.75f, A, lda, Bm, ldb, 0.5f, C, ldc);
+    ref_gemm(ref, ta, tb, M, N, K, 0.75f, A, lda, Bm, ldb, 0.5f, C0, ldc);
+    bool pad = true; /* columns past N untouched */
+    for (int64_t i = 0; i < M; i++) {
+      memcpy(got + i * N, C + i * ldc, (size_t)N * sizeof(float));
+      pad &= same(C + i * ldc + N, C0 + i * ldc + N, 2 * sizeof(float));
+    }
+    double e = err_d(got, ref, (size_t)(M * N));
+    CHECKF(e < 1e-5 && pad, "%s: gemm %c%c M=%lld N=%lld K=%lld alpha .75 beta .5 vs double: "
+           "%.1e (tol 1e-5), padding untouched", be->name, ta ? 'T' : 'N', tb ? 'T' : 'N',
+           (long long)M, (long long)N, (long long)K, e);
+    if (be != cpu) {
+      float *c2 = fcopy(C0, (size_t)(M * ldc));
+      cpu->gemm(ta, tb, M, N, K, 0.75f, A, lda, Bm, ldb, 0.5f, c2, ldc);
+      vs_cpu("gemm", C, c2, (size_t)(M * ldc), 1e-5);
+    }
+    free(ref);
+    release();
+  }
+  /* gemm_bias is the bias written into C, then gemm with beta 1 */
+  float *A = frand((size_t)(M * K), -1, 1), *W = frand((size_t)(N * K), -1, 1);
+  float *bias = frand((size_t)N, -1, 1), *C = frand((size_t)(M * N), -9, 9);
+  float *C2 = fbuf((size_t)(M * N));
+  for (int64_t i = 0; i < M; i++) memcpy(C2 + i * N, bias, (size_t)N * sizeof(float));
+  be->gemm_bias(M, N, K, A, K, W, K, bias, C, N);
+  be->gemm(0, 1, M, N, K, 1.0f, A, K, W, K, 1.0f, C2, N);
+  CHECKF(same(C, C2, (size_t)(M * N) * sizeof(float)),
+         "%s: gemm_bias = bias rows + gemm(beta 1), exact, M=%lld N=%lld K=%lld", be->name,
+         (long long)M, (long long)N, (long long)K);
+  release();
+}
+
+/* matmul forward and backward, then the fused ones against the unfused */
+static void check_matmul(int64_t N, int64_t C, int64_t OC) {
+  size_t nI = (size_t)(N * C), nW = (size_t)(OC * C), nO = (size_t)(N * OC);
+  float *inp = frand(nI, -1, 1), *w = frand(nW, -1, 1), *b = frand((size_t)OC, -1, 1);
+  float *out = fbuf(nO), *out0 = fbuf(nO);
+  double *ref = dbuf(nO);
+  be->matmul_forward(out, inp, w, b, N, C, OC);
+  be->matmul_forward(out0, inp, w, NULL, N, C, OC);
+  for (int64_t n = 0; n < N; n++)
+    for (int64_t o = 0; o < OC; o++) {
+      double s = 0;
+      for (int64_t c = 0; c < C; c++) s += (double)inp[n * C + c] * w[o * C + c];
+      ref[n * OC + o] = s;
+    }
+  double e0 = err_d(out0, ref, nO);
+  for (size_t i = 0; i < nO; i++) ref[i] += b[i % (size_t)OC];
+  double e1 = err_d(out, ref, nO);
+  CHECKF(e0 < 1e-5 && e1 < 1e-5, "%s: matmul_forward N=%lld C=%lld OC=%lld vs double, bias "
+         "%.1e, none %.1e (tol 1e-5)", be->name, (long long)N, (long long)C, (long long)OC, e1, e0);
+  if (be != cpu) {
+    float *c2 = fbuf(nO);
+    cpu->matmul_forward(c2, inp, w, b, N, C, OC);
+    vs_cpu("matmul_forward", out, c2, nO, 1e-5);
+  }
+
+  /* backward: dinp overwritten (prefilled NaN), dweight and dbias accumulate */
+  float *dout = frand(nO, -1, 1), *dinp = fbuf(nI), *dw = frand(nW, -1, 1);
+  float *db = frand((size_t)OC, -1, 1);
+  float *dw0 = fcopy(dw, nW), *db0 = fcopy(db, (size_t)OC);
+  for (size_t i = 0; i < nI; i++) dinp[i] = NAN;
+  be->matmul_backward(dinp, dw, db, dout, inp, w, N, C, OC);
+  double *rI = dbuf(nI), *rW = dbuf(nW), *rB = dbuf((size_t)OC);
+  for (size_t i = 0; i < nW; i++) rW[i] = dw0[i];
+  for (int64_t o = 0; o < OC; o++) rB[o] = db0[o];
+  for (int64_t n = 0; n < N; n++)
+    for (int64_t o = 0; o < OC; o++) {
+      double g = dout[n * OC + o];
+      rB[o] += g;
+      for (int64_t c = 0; c < C; c++) {
+        rI[n * C + c] += g * w[o * C + c];
+        rW[o * C + c] += g * inp[n * C + c];
+      }
+    }
+  double eI = err_d(dinp, rI, nI), eW = err_d(dw, rW, nW), eB = err_d(db, rB, (size_t)OC);
+  CHECKF(eI < 1e-5 && eW < 1e-5 && eB < 1e-5, "%s: matmul_backward vs double: dinp %.1e, "
+         "dweight %.1e, dbias %.1e (accumulated; tol 1e-5)", be->name, eI, eW, eB);
+  float *dw2 = fcopy(dw0, nW);
+  be->matmul_backward(NULL, dw2, NULL, dout, inp, w, N, C, OC);
+  double eW2 = err_d(dw2, rW, nW);
+  CHECKF(eW2 < 1e-5, "%s: matmul_backward without dinp and dbias: dweight %.1e (tol 1e-5)",
+         be->name, eW2);
+
+  /* forward_gelu = matmul_forward, gelu_forward: the same bits */
+  float *fo = fbuf(nO), *fg = fbuf(nO), *ug = fbuf(nO);
+  be->matmul_forward_gelu(fo, fg, inp, w, b, N, C, OC);
+  be->gelu_forward(ug, out, nO);
+  CHECKF(same(fo, out, nO * sizeof(float)) && same(fg, ug, nO * sizeof(float)),
+         "%s: matmul_forward_gelu = matmul_forward + gelu_forward, exact", be->name);
+
+  /* forward_residual = matmul_forward, dropout in place, residual add */
+  float *resid = frand(nO, -1, 1), *fr = fbuf(nO), *ur = fcopy(out, nO);
+  remat__dropout d = {.p = 0.2f, .seed = 7, .step = 2, .micro = 1, .layer = 3,
+                      .site = REMAT_DROP_RESID1};
+  for (int k = 0; k < 2; k++) {
+    const remat__dropout *dp = k ? &d : NULL;
+    memcpy(ur, out, nO * sizeof(float));
+    be->matmul_forward_residual(fr, inp, w, b, resid, dp, N, C, OC);
+    be->dropout_apply(ur, ur, nO, dp);
+    be->residual_forward(ur, ur, resid, nO);
+    CHECKF(same(fr, ur, nO * sizeof(float)), "%s: matmul_forward_residual = matmul_forward + "
+           "dropout (%s) + residual_forward, exact", be->name, k ? "p 0.2" : "none");
+  }
+
+  /* backward_gelu = matmul_backward, then gelu_backward in place */
+  float *x = frand(nI, -2, 2), *g1 = fbuf(nI), *g2 = fbuf(nI);
+  float *w1 = fcopy(dw0, nW), *b1 = fcopy(db0, (size_t)OC);
+  float *w2 = fcopy(dw0, nW), *b2 = fcopy(db0, (size_t)OC);
+  be->matmul_backward_gelu(g1, w1, b1, dout, inp, w, x, N, C, OC);
+  be->matmul_backward(g2, w2, b2, dout, inp, w, N, C, OC);
+  be->gelu_backward(g2, x, g2, nI);
+  CHECKF(same(g1, g2, nI * sizeof(float)) && same(w1, w2, nW * sizeof(float)) &&
+             same(b1, b2, (size_t)OC * sizeof(float)),
+         "%s: matmul_backward_gelu = matmul_backward + gelu_backward in place, exact", be->name);
+  free(ref), free(rI), free(rW), free(rB);
+  release();
+}
+
+/* ------------------------------------------------------------ rows */
+
+static void check_encoder(void) {
+  int64_t B = sh.B, T = sh.T, C = sh.C, V = sh.V, Vp = sh.Vp, N = B * T;
+  size_t nE = (size_t)(Vp * C), nP = (size_t)(T * C), nO = (size_t)(N * C);
+  int32_t *tok = balloc((size_t)N * sizeof(int32_t));
+  /* a few distinct tokens (multiples of V/5), so rows repeat; the last is V - 1 */
+  const int64_t kinds = V - 1 < 4 ? V - 1 : 4, step = V > 5 ? V / 5 : 1;
+  for (int64_t i = 0; i < N; i++) tok[i] = (int32_t)(irand(0, kinds) * step);
+  tok[N - 1] = (int32_t)(V - 1);
+  float *wte = frand(nE, -1, 1), *wpe = frand(nP, -1, 1), *out = fbuf(nO), *want = fbuf(nO);
+  be->encoder_forward(out, tok, wte, wpe, B, T, C);
+  for (int64_t i = 0; i < N; i++)
+    for (int64_t c = 0; c < C; c++) want[i * C + c] = wte[tok[i] * C + c] + wpe[(i % T) * C + c];
+  CHECKF(same(out, want, nO * sizeof(float)), "%s: encoder_forward exact, " SHAPE_FMT, be->name,
+         SHAPE_ARGS);
+
+  /* backward: both accumulate, in (b, t) order */
+  float *dout = frand(nO, -1, 1), *dwte = frand(nE, -1, 1), *dwpe = frand(nP, -1, 1);
+  float *rte = fcopy(dwte, nE), *rpe = fcopy(dwpe, nP), *h = fcopy(dwte, nE), *p0 = fcopy(dwpe, nP);
+  be->encoder_backward(dwte, dwpe, dout, tok, B, T, C);
+  for (int64_t i = 0; i < N; i++)
+    for (int64_t c = 0; c < C; c++) {
+      rte[tok[i] * C + c] += dout[i * C + c];
+      rpe[(i % T) * C + c] += dout[i * C + c];
+    }
+  CHECKF(same(dwte, rte, nE * sizeof(float)) && same(dwpe, rpe, nP * sizeof(float)),
+         "%s: encoder_backward accumulates in (b, t) order, exact", be->name);
+
+  /* tied: onto the head's share h, the embedding's own sum from zero, added
+   * once: h + e, as if the two were summed apart (rows not in the batch
+   * stay h + 0); dwpe accumulates as in encoder_backward */
+  remat__kernel_ws ws;
+  be->workspace(&ws, B, T, C, sh.NH, Vp);
+  void *work = balloc(ws.encoder_tied);
+  float *e = fbuf(nE), *want_te = fbuf(nE), *tied = fcopy(h, nE), *pe = fcopy(p0, nP);
+  memset(e, 0, nE * sizeof(float));
+  float *junk = fbuf(nP);
+  be->encoder_backward(e, junk, dout, tok, B, T, C);
+  for (size_t i = 0; i < nE; i++) want_te[i] = h[i] + e[i];
+  be->encoder_backward_tied(tied, pe, dout, tok, B, T, C, Vp, work);
+  CHECKF(same(tied, want_te, nE * sizeof(float)) && same(pe, rpe, nP * sizeof(float)),
+         "%s: encoder_backward_tied = head's share + embedding's summed apart, exact; dwpe "
+         "accumulates", be->name);
+  release();
+}
+
+static void check_layernorm(void) {
+  int64_t N = sh.B * sh.T, C = sh.C;
+  size_t n = (size_t)(N * C);
+  float *inp = frand(n, -2, 3), *w = frand((size_t)C, 0.5f, 1.5f), *b = frand((size_t)C, -1, 1);
+  float *out = fbuf(n), *mean = fbuf((size_t)N), *rstd = fbuf((size_t)N);
+  be->layernorm_forward(out, mean, rstd, inp, w, b, N, C);
+  double *ro = dbuf(n), *rm = dbuf((size_t)N), *rr = dbuf((size_t)N), *xh = dbuf(n);
+  for (int64_t i = 0; i < N; i++) {
+    double m = 0, v = 0;
+    for (int64_t c = 0; c < C; c++) m += inp[i * C + c];
+    m /= (double)C;
+    for (int64_t c = 0; c < C; c++) v += (inp[i * C + c] - m) * (inp[i * C + c] - m);
+    double r = 1.0 / sqrt(v / (double)C + 1e-5);
+    rm[i] = m, rr[i] = r;
+    for (int64_t c = 0; c < C; c++) {
+      xh[i * C + c] = (inp[i * C + c] - m) * r;
+      ro[i * C + c] = xh[i * C + c] * w[c] + b[c];
+    }
+  }
+  double eo = err_d(out, ro, n), em = err_d(mean, rm, (size_t)N), er = err_d(rstd, rr, (size_t)N);
+  CHECKF(eo < 1e-5 && em < 1e-5 && er < 1e-5, "%s: layernorm_forward vs double: out %.1e mean "
+         "%.1e rstd %.1e (tol 1e-5), " SHAPE_FMT, be->name, eo, em, er, SHAPE_ARGS);
+
+  /* backward: dinp, dweight, dbias all accumulate */
+  float *dout = frand(n, -1, 1), *dinp = frand(n, -1, 1), *dw = frand((size_t)C, -1, 1),
+        *db = frand((size_t)C, -1, 1);
+  double *ri = dbuf(n), *rw = dbuf((size_t)C), *rb = dbuf((size_t)C);
+  for (size_t i = 0; i < n; i++) ri[i] = dinp[i];
+  for (int64_t c = 0; c < C; c++) rw[c] = dw[c], rb[c] = db[c];
+  be->layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+  for (int64_t i = 0; i < N; i++) {
+    double s1 = 0, s2 = 0;
+    for (int64_t c = 0; c < C; c++) {
+      double g = (double)dout[i * C + c] * w[c];
+      s1 += g, s2 += g * xh[i * C + c];
+      rb[c] += dout[i * C + c];
+      rw[c] += dout[i * C + c] * xh[i * C + c];
+    }
+    s1 /= (double)C, s2 /= (double)C;
+    for (int64_t c = 0; c < C; c++) {
+      double g = (double)dout[i * C + c] * w[c];
+      ri[i * C + c] += (g - s1 - xh[i * C + c] * s2) * rr[i];
+    }
+  }
+  double ei = err_d(dinp, ri, n), ew = err_d(dw, rw, (size_t)C), eb = err_d(db, rb, (size_t)C);
+  CHECKF(ei < 1e-5 && ew < 1e-5 && eb < 1e-5, "%s: layernorm_backward vs double, accumulated: "
+         "dinp %.1e dweight %.1e dbias %.1e (tol 1e-5)", be->name, ei, ew, eb);
+  free(ro), free(rm), free(rr), free(xh), free(ri), free(rw), free(rb);
+  release();
+}
+
+/* ------------------------------------------------------------ attention */
+
+/* Straight from the definition in kernels.h, in double: out (B,T,C), lse
+ * (B,NH,T), dqkv (B,T,3C). */
+static void ref_attention(double *out, double *lse, double *dqkv, const float *dout,
+                          const float *qkv, const remat__dropout *d) {
+  const int64_t B = sh.B, T = sh.T, C = sh.C, NH = sh.NH, hs = C / NH, C3 = 3 * C;
+  const double scale = 1.0 / sqrt((double)hs), pk = d ? (double)(1.0f / (1.0f - d->p)) : 1.0;
+  double *P = dbuf((size_t)T), *dP = dbuf((size_t)T), *M = dbuf((size_t)T);
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t h = 0; h < NH; h++)
+      for (int64_t t = 0; t < T; t++) {
+        const float *q = qkv + (b * T + t) * C3 + h * hs;
+        double mx = -INFINITY, s = 0;
+        for (int64_t u = 0; u <= t; u++) {
+          const float *k = qkv + (b * T + u) * C3 + C + h * hs;
+          double a = 0;
+          for (int64_t i = 0; i < hs; i++) a += (double)q[i] * k[i];
+          P[u] = a * scale;
+          mx = fmax(mx, P[u]);
+        }
+        for (int64_t u = 0; u <= t; u++) s += (P[u] = exp(P[u] - mx));
+        const uint64_t base = (uint64_t)(((b * NH + h) * T + t) * T);
+        for (int64_t u = 0; u <= t; u++) {
+          P[u] /= s;
+          M[u] = !d || be->dropout_keep(d, base + (uint64_t)u) ? pk : 0.0;
+        }
+        lse[(b * NH + h) * T + t] = mx + log(s);
+        for (int64_t i = 0; i < hs; i++) {
+          double o = 0;
+          for (int64_t u = 0; u <= t; u++)
+            o += P[u] * M[u] * qkv[(b * T + u) * C3 + 2 * C + h * hs + i];
+          out[(b * T + t) * C + h * hs + i] = o;
+        }
+        const float *dO = dout + (b * T + t) * C + h * hs;
+        double dot = 0;
+        for (int64_t u = 0; u <= t; u++) {
+          const float *v = qkv + (b * T + u) * C3 + 2 * C + h * hs;
+          double g = 0;
+          for (int64_t i = 0; i < hs; i++) {
+            g += (double)dO[i] * v[i];
+            dqkv[(b * T + u) * C3 + 2 * C + h * hs + i] += P[u] * M[u] * dO[i];
+          }
+          dP[u] = g * M[u];
+          dot += dP[u] * P[u];
+        }
+        for (int64_t u = 0; u <= t; u++) {
+          double dS = P[u] * (dP[u] - dot) * scale;
+          const float *k = qkv + (b * T + u) * C3 + C + h * hs;
+          for (int64_t i = 0; i < hs; i++) {
+            dqkv[(b * T + t) * C3 + h * hs + i] += dS * k[i];
+            dqkv[(b * T + u) * C3 + C + h * hs + i] += dS * q[i];
+          }
+        }
+      }
+  free(P), free(dP), free(M);
+}
+
+static void check_attention(void) {
+  int64_t B = sh.B, T = sh.T, C = sh.C, NH = sh.NH, N = B * T;
+  size_t nq = (size_t)(N * 3 * C), no = (size_t)(N * C), nr = (size_t)(B * NH * T);
+  remat__kernel_ws ws;
+  be->workspace(&ws, B, T, C, NH, sh.Vp);
+  remat__dropout drop = {.p = 0.15f, .seed = 99, .step = 4, .micro = 2, .layer = 1,
+                         .site = REMAT_DROP_ATTN};
+  for (int k = 0; k < 2; k++) {
+    const remat__dropout *d = k ? &drop : NULL;
+    float *qkv = frand(nq, -2, 2), *out = fbuf(no), *lse = fbuf(ws.attention_stats);
+    float *dout = frand(no, -1, 1), *dqkv = fbuf(nq), *delta = fbuf(ws.attention_scratch);
+    for (size_t i = 0; i < nq; i++) dqkv[i] = NAN;
+    be->attention_forward(out, lse, qkv, B, T, C, NH, d);
+    be->attention_backward(dqkv, delta, dout, qkv, out, lse, B, T, C, NH, d);
+    double *ro = dbuf(no), *rl = dbuf(nr), *rq = dbuf(nq);
+    ref_attention(ro, rl, rq, dout, qkv, d);
+    double eo = err_d(out, ro, no), eq = err_d(dqkv, rq, nq);
+    double el = be == cpu ? err_d(lse, rl, nr) : 0; /* the CPU's stats are one lse per row */
+    CHECKF(eo < 1e-5 && el < 1e-5 && eq < 1e-5, "%s: attention %s vs double: out %.1e lse %.1e "
+           "dqkv %.1e (tol 1e-5), " SHAPE_FMT, be->name, k ? "dropout .15" : "plain",
+           eo, el, eq, SHAPE_ARGS);
+    if (be != cpu) {
+      float *co = fbuf(no), *cl = fbuf(nr), *cq = fbuf(nq), *cd = fbuf(nr);
+      cpu->attention_forward(co, cl, qkv, B, T, C, NH, d);
+      cpu->attention_backward(cq, cd, dout, qkv, co, cl, B, T, C, NH, d);
+      vs_cpu("attention_forward", out, co, no, 1e-5);
+      vs_cpu("attention_backward", dqkv, cq, nq, 1e-4);
+    }
+    free(ro), free(rl), free(rq);
+    release();
+  }
+}
+
+/* ------------------------------------------------------------ pointwise */
+
+static const double PI = 3.14159265358979323846;
+static double gelu_d(double x) {
+  return 0.5 * x * (1.0 + tanh(sqrt(2.0 / PI) * (x + 0.044715 * x * x * x)));
+}
+static double gelu_grad_d(double x) {
+  double a = sqrt(2.0 / PI), u = a * (x + 0.044715 * x * x * x), th = tanh(u);
+  return 0.5 * (1.0 + th) + 0.5 * x * (1.0 - th * th) * a * (1.0 + 3.0 * 0.044715 * x * x);
+}
+
+static void check_pointwise(size_t n) {
+  float *x = frand(n, -5, 5), *out = fbuf(n), *dout = frand(n, -1, 1), *dinp = fbuf(n);
+  double *r = dbuf(n), *rg = dbuf(n);
+  x[0] = 0.0f, x[n - 1] = -12.0f; /* 0 and the far tail */
+  be->gelu_forward(out, x, n);
+  be->gelu_backward(dinp, x, dout, n);
+  for (size_t i = 0; i < n; i++) r[i] = gelu_d(x[i]), rg[i] = gelu_grad_d(x[i]) * dout[i];
+  double ef = err_d(out, r, n), eb = err_d(dinp, rg, n);
+  float *inplace = fcopy(dout, n);
+  be->gelu_backward(inplace, x, inplace, n);
+  CHECKF(ef < 1e-6 && eb < 1e-6 && same(inplace, dinp, n * sizeof(float)),
+         "%s: gelu forward %.1e, backward %.1e vs double (tol 1e-6); in place exact, n=%zu",
+         be->name, ef, eb, n);
+
+  float *a = frand(n, -1, 1), *b = frand(n, -1, 1), *s = fbuf(n), *want = fbuf(n);
+  for (size_t i = 0; i < n; i++) want[i] = a[i] + b[i];
+  be->residual_forward(s, a, b, n);
+  be->residual_forward(a, a, b, n);
+  CHECKF(same(s, want, n * sizeof(float)) && same(a, want, n * sizeof(float)),
+         "%s: residual_forward exact, aliasing out == a too", be->name);
+  if (be != cpu) {
+    float *c = fbuf(n);
+    cpu->gelu_forward(c, x, n);
+    vs_cpu("gelu_forward", out, c, n, 1e-6);
+  }
+  free(r), free(rg);
+  release();
+}
+
+/* ------------------------------------------------------------ loss */
+
+static void check_crossentropy(void) {
+  int64_t N = sh.B * sh.T, V = sh.V, Vp = sh.Vp;
+  size_t n = (size_t)(N * Vp);
+  float *logits = frand(n, -4, 4), *l0 = fcopy(logits, n), *losses = fbuf((size_t)N);
+  int32_t *tg = balloc((size_t)N * sizeof(int32_t));
+  for (int64_t i = 0; i < N; i++) tg[i] = (int32_t)irand(0, V - 1);
+  const float dloss = 1.0f / (float)N;
+  double sum = be->crossentropy_forward(logits, losses, tg, N, V, Vp);
+  double *rp = dbuf(n), *rl = dbuf((size_t)N), *rd = dbuf(n), rs = 0;
+  bool zeros = true;
+  for (int64_t i = 0; i < N; i++) {
+    const float *z = l0 + i * Vp;
+    double mx = -INFINITY, s = 0;
+    for (int64_t v = 0; v < V; v++) mx = fmax(mx, z[v]);
+    for (int64_t v = 0; v < V; v++) s += exp(z[v] - mx);
+    for (int64_t v = 0; v < V; v++) {
+      rp[i * Vp + v] = exp(z[v] - mx) / s;
+      rd[i * Vp + v] = (rp[i * Vp + v] - (v == tg[i])) * dloss;
+    }
+    rl[i] = -log(rp[i * Vp + tg[i]]);
+    rs += rl[i];
+    for (int64_t v = V; v < Vp; v++) zeros &= logits[i * Vp + v] == 0.0f;
+  }
+  double ep = err_d(logits, rp, n), el = err_d(losses, rl, (size_t)N), es = fabs(sum - rs) / rs;
+  CHECKF(ep < 1e-5 && el < 1e-5 && es < 1e-6 && zeros, "%s: crossentropy_forward vs double: "
+         "probs %.1e losses %.1e (tol 1e-5) sum %.1e (tol 1e-6); padding 0, " SHAPE_FMT,
+         be->name, ep, el, es, SHAPE_ARGS);
+  float *probs = fcopy(logits, n);
+  be->crossentropy_backward(logits, tg, dloss, N, V, Vp);
+  zeros = true;
+  for (int64_t i = 0; i < N; i++)
+    for (int64_t v = V; v < Vp; v++) zeros &= logits[i * Vp + v] == 0.0f;
+  double ed = err_d(logits, rd, n);
+  CHECKF(ed < 1e-5 && zeros, "%s: crossentropy_backward vs double: %.1e (tol 1e-5); padding 0",
+         be->name, ed);
+  /* one pass = forward then backward, bit for bit */
+  float *both = fcopy(l0, n), *losses2 = fbuf((size_t)N);
+  double sum2 = be->crossentropy_forward_backward(both, losses2, tg, dloss, N, V, Vp);
+  CHECKF(sum2 == sum && same(both, logits, n * sizeof(float)) &&
+             same(losses2, losses, (size_t)N * sizeof(float)),
+         "%s: crossentropy_forward_backward = forward + backward, exact", be->name);
+  if (be != cpu) {
+    float *c = fcopy(l0, n), *cl = fbuf((size_t)N);
+    cpu->crossentropy_forward(c, cl, tg, N, V, Vp);
+    vs_cpu("crossentropy_forward", probs, c, n, 1e-5);
+  }
+  free(rp), free(rl), free(rd);
+  release();
+}
+
+/* ------------------------------------------------------------ optimizer */
+
+static void check_optimizer(size_t n) {
+  float *p = frand(n, -1, 1), *m = fbuf(n), *v = fbuf(n);
+  float *g1 = frand(n, -1, 1), *g2 = frand(n, -1, 1);
+  memset(m, 0, n * sizeof(float)), memset(v, 0, n * sizeof(float));
+  g2[n / 2] = 0.0f;
+  double *dp = dbuf(n), *dm = dbuf(n), *dv = dbuf(n);
+  for (size_t i = 0; i < n; i++) dp[i] = p[i];
+  remat__adamw opt = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f};
+  const float wd = 0.1f, gs = 0.5f;
+  const float *g[2] = {g1, g2};
+  for (int t = 1; t <= 2; t++) {
+    opt.step = t;
+    be->adamw_update(p, g[t - 1], m, v, n, &opt, wd, gs);
+    for (size_t i = 0; i < n; i++) {
+      double gg = (double)g[t - 1][i] * gs;
+      dp[i] -= opt.lr * wd * dp[i];
+      dm[i] = opt.beta1 * dm[i] + (1 - (double)opt.beta1) * gg;
+      dv[i] = opt.beta2 * dv[i] + (1 - (double)opt.beta2) * gg * gg;
+      dp[i] -= (opt.lr / (1 - pow(opt.beta1, t))) * dm[i] /
+               (sqrt(dv[i]) / sqrt(1 - pow(opt.beta2, t)) + opt.eps);
+    }
+  }
+  double ep = err_d(p, dp, n), em = err_d(m, dm, n), ev = err_d(v, dv, n);
+  CHECKF(ep < 1e-6 && em < 1e-6 && ev < 1e-6, "%s: adamw_update two steps vs double, n=%zu: "
+         "param %.1e m %.1e v %.1e (tol 1e-6)", be->name, n, ep, em, ev);
+
+  double s = be->sumsq(g1, n), r = 0;
+  for (size_t i = 0; i < n; i++) r += (double)g1[i] * g1[i];
+  CHECKF(fabs(s - r) / r < 1e-12 && be->sumsq(g1, 0) == 0.0,
+         "%s: sumsq vs double %.1e (tol 1e-12), of nothing 0", be->name, fabs(s - r) / r);
+
+  /* init: Box-Muller over Philox as dropout.c documents it (libm's
+   * log/sin/cos may round differently: tolerance), and a slice gets the
+   * whole tensor's values exactly */
+  const uint64_t seed = 0xfeedbeefcafeull;
+  const float std = 0.02f;
+  float *x = fbuf(n), *y = fbuf(n);
+  double *rx = dbuf(n);
+  be->init_normal(x, 0, n, std, seed, 5);
+  philox4x32_key_t key = {{(uint32_t)seed, (uint32_t)(seed >> 32)}};
+  for (size_t e = 0; e < n; e++) {
+    size_t gi = e / 4, j = e % 4;
+    philox4x32_ctr_t ctr = {{(uint32_t)gi, (uint32_t)((uint64_t)gi >> 32), 5u, 0x494e4954u}};
+    philox4x32_ctr_t w = philox4x32(ctr, key);
+    int pair = (int)(j / 2);
+    double u1 = ((double)w.v[2 * pair] + 1.0) * 0x1p-32, u2 = (double)w.v[2 * pair + 1] * 0x1p-32;
+    double rad = sqrt(-2.0 * log(u1)), ang = 6.283185307179586476925 * u2;
+    rx[e] = (j % 2 ? rad * sin(ang) : rad * cos(ang)) * std;
+  }
+  size_t first = n / 3 + 1; /* not on a group of 4 */
+  be->init_normal(y, first, n - first, std, seed, 5);
+  double ei = err_d(x, rx, n);
+  CHECKF(ei < 1e-6 && same(y, x + first, (n - first) * sizeof(float)),
+         "%s: init_normal vs Box-Muller on Philox %.1e (tol 1e-6); a slice from %zu exact",
+         be->name, ei, first);
+  free(dp), free(dm), free(dv), free(rx);
+  release();
+}
+
+/* ------------------------------------------------------------ the seam */
+
+/* The CPU table with every op the model uses counting its calls. */
+enum {
+  C_ALLOC, C_FREE, C_HIGH, C_CLEAR, C_FILL, C_ADD, C_CHUNKS, C_WS, C_DROP, C_ENC_F, C_ENC_B,
+  C_ENC_TIED, C_LN_F, C_LN_B, C_MM_F, C_MM_B, C_MM_GELU, C_MM_RES, C_MM_B_GELU, C_ATT_F,
+  C_ATT_B, C_GELU_F, C_CE, C_ADAMW, C_INIT, C_COUNT
+};
+static const char *const count_names[C_COUNT] = {
+    "buffer_alloc", "buffer_free", "high_water", "clear", "fill", "add", "sumsq_chunks",
+    "workspace", "dropout_apply", "encoder_forward", "encoder_backward",
+    "encoder_backward_tied", "layernorm_forward", "layernorm_backward", "matmul_forward",
+    "matmul_backward", "matmul_forward_gelu", "matmul_forward_residual",
+    "matmul_backward_gelu", "attention_forward", "attention_backward", "gelu_forward",
+    "crossentropy_forward_backward", "adamw_update", "init_normal"};
+static long counts[C_COUNT];
+#define COUNTED(k, op, params, args)                                                       \
+  static void c_##op params {                                                              \
+    counts[k]++;                                                                           \
+    cpu->op args;                                                                          \
+  }
+static void *c_buffer_alloc(size_t bytes) {
+  counts[C_ALLOC]++;
+  return cpu->buffer_alloc(bytes);
+}
+static size_t c_high_water(const void *a, size_t bytes, size_t mark) {
+  counts[C_HIGH]++;
+  return cpu->high_water(a, bytes, mark);
+}
+static double c_crossentropy_forward_backward(float *l, float *losses, const int32_t *t,
+                                              float dloss, int64_t N, int64_t V, int64_t Vp) {
+  counts[C_CE]++;
+  return cpu->crossentropy_forward_backward(l, losses, t, dloss, N, V, Vp);
+}
+COUNTED(C_FREE, buffer_free, (void *a), (a))
+COUNTED(C_CLEAR, clear, (void *d, size_t n), (d, n))
+COUNTED(C_FILL, fill, (float *d, float v, size_t n), (d, v, n))
+COUNTED(C_ADD, add, (float *d, const float *s, size_t n, int64_t k, size_t st), (d, s, n, k, st))
+COUNTED(C_CHUNKS, sumsq_chunks, (double *o, const remat__piece *p, int np, size_t c, size_t q),
+        (o, p, np, c, q))
+COUNTED(C_WS, workspace,
+        (remat__kernel_ws * ws, int64_t B, int64_t T, int64_t C, int64_t NH, int64_t V),
+        (ws, B, T, C, NH, V))
+COUNTED(C_DROP, dropout_apply, (float *o, const float *i, size_t n, const remat__dropout *d),
+        (o, i, n, d))
+COUNTED(C_ENC_F, encoder_forward,
+        (float *o, const int32_t *t, const float *we, const float *pe, int64_t B, int64_t T,
+         int64_t C),
+        (o, t, we, pe, B, T, C))
+COUNTED(C_ENC_B, encoder_backward,
+        (float *dte, float *dpe, const float *d, const int32_t *t, int64_t B, int64_t T,
+         int64_t C),
+        (dte, dpe, d, t, B, T, C))
+COUNTED(C_ENC_TIED, encoder_backward_tied,
+        (float *dte, float *dpe, const float *d, const int32_t *t, int64_t B, int64_t T,
+         int64_t C, int64_t V, void *w),
+        (dte, dpe, d, t, B, T, C, V, w))
+COUNTED(C_LN_F, layernorm_forward,
+        (float *o, float *m, float *r, const float *i, const float *w, const float *b, int64_t N,
+         int64_t C),
+        (o, m, r, i, w, b, N, C))
+COUNTED(C_LN_B, layernorm_backward,
+        (float *di, float *dw, float *db, const float *d, const float *i, const float *w,
+         const float *m, const float *r, int64_t N, int64_t C),
+        (di, dw, db, d, i, w, m, r, N, C))
+COUNTED(C_MM_F, matmul_forward,
+        (float *o, const float *i, const float *w, const float *b, int64_t N, int64_t C,
+         int64_t OC),
+        (o, i, w, b, N, C, OC))
+COUNTED(C_MM_B, matmul_backward,
+        (float *di, float *dw, float *db, const float *d, const float *i, const float *w,
+         int64_t N, int64_t C, int64_t OC),
+        (di, dw, db, d, i, w, N, C, OC))
+COUNTED(C_MM_GELU, matmul_forward_gelu,
+        (float *o, float *g, const float *i, const float *w, const float *b, int64_t N,
+         int64_t C, int64_t OC),
+        (o, g, i, w, b, N, C, OC))
+COUNTED(C_MM_RES, matmul_forward_residual,
+        (float *o, const float *i, const float *w, const float *b, const float *r,
+         const remat__dropout *d, int64_t N, int64_t C, int64_t OC),
+        (o, i, w, b, r, d, N, C, OC))
+COUNTED(C_MM_B_GELU, matmul_backward_gelu,
+        (float *di, float *dw, float *db, const float *d, const float *i, const float *w,
+         const float *x, int64_t N, int64_t C, int64_t OC),
+        (di, dw, db, d, i, w, x, N, C, OC))
+COUNTED(C_ATT_F, attention_forward,
+        (float *o, float *l, const float *q, int64_t B, int64_t T, int64_t C, int64_t NH,
+         const remat__dropout *d),
+        (o, l, q, B, T, C, NH, d))
+COUNTED(C_ATT_B, attention_backward,
+        (float *dq, float *de, const float *d, const float *q, const float *o, const float *l,
+         int64_t B, int64_t T, int64_t C, int64_t NH, const remat__dropout *dr),
+        (dq, de, d, q, o, l, B, T, C, NH, dr))
+COUNTED(C_GELU_F, gelu_forward, (float *o, const float *i, size_t n), (o, i, n))
+COUNTED(C_ADAMW, adamw_update,
+        (float *p, const float *g, float *m, float *v, size_t n, const remat__adamw *o,
+         float wd, float gs),
+        (p, g, m, v, n, o, wd, gs))
+COUNTED(C_INIT, init_normal,
+        (float *x, size_t f, size_t n, float sd, uint64_t seed, uint32_t t),
+        (x, f, n, sd, seed, t))
+
+/* Two steps of a small model (a kept, a middle and a recomputed block, with
+ * dropout) on the default backend and on the counting one; accumulate:
+ * two micro-batches a step through the layers' gradient buffers. */
+static void check_seam(int accumulate) {
+  remat__backend counting = *cpu;
+  counting.name = "cpu, counted";
+#define SET(op) counting.op = c_##op
+  SET(buffer_alloc), SET(buffer_free), SET(high_water), SET(clear), SET(fill), SET(add);
+  SET(sumsq_chunks), SET(workspace), SET(dropout_apply), SET(encoder_forward);
+  SET(encoder_backward), SET(encoder_backward_tied), SET(layernorm_forward);
+  SET(layernorm_backward), SET(matmul_forward), SET(matmul_backward), SET(matmul_forward_gelu);
+  SET(matmul_forward_residual), SET(matmul_backward_gelu), SET(attention_forward);
+  SET(attention_backward), SET(gelu_forward), SET(crossentropy_forward_backward);
+  SET(adamw_update), SET(init_normal);
+#undef SET
+  memset(counts, 0, sizeof counts);
+  remat_config cfg;
+  remat_error err;
+  if (remat_config_parse("3,20,4,61,16", &cfg, &err)) abort();
+  const uint8_t policy[3] = {REMAT_KEEP, REMAT_MIDDLE, REMAT_RECOMPUTE};
+  remat_stage st = remat_stage_whole(&cfg, policy);
+  st.accumulate = accumulate;
+  const int64_t B = 2, T = 13;
+  remat_model *m[2];
+  for (int k = 0; k < 2; k++)
+    if (remat__model_create_on(&m[k], &cfg, B, T, &st, k ? &counting : NULL, &err)) abort();
+  remat_hparams hp;
+  remat_hparams_default(&hp);
+  hp.dropout = 0.1f;
+  const int K = accumulate ? 2 : 1;
+  for (int k = 0; k < 2; k++) {
+    remat_model_init_weights(m[k], 1234);
+    for (int step = 0; step < 2; step++) {
+      remat_model_zero_grad(m[k]);
+      rng_state = 77 + (uint64_t)step;
+      for (int mb = 0; mb < K; mb++) {
+        for (int64_t i = 0; i < B * T; i++) {
+          remat_model_inputs(m[k])[i] = (int32_t)irand(0, cfg.vocab_size - 1);
+          remat_model_targets(m[k])[i] = (int32_t)irand(0, cfg.vocab_size - 1);
+        }
+        remat_model_forward_backward(m[k], (uint32_t)mb, 1.0f / (float)(B * T * K), &hp);
+      }
+      remat_model_sum_tied(m[k]);
+      remat_model_update(m[k], &hp, 1e-3f, (float)sqrt(remat_model_grad_sumsq(m[k])));
+    }
+    (void)remat_model_arena_high_water(m[k]);
+  }
+  size_t n = remat_model_num_params(m[0]);
+  CHECKF(remat__model_backend(m[0]) == cpu && remat__model_backend(m[1]) == &counting &&
+             same(remat_model_params(m[0]), remat_model_params(m[1]), n * sizeof(float)) &&
+             same(remat_model_adam_v(m[0]), remat_model_adam_v(m[1]), n * sizeof(float)),
+         "a model holds the backend it was created on; two steps%s on the counted CPU table "
+         "give the default model's parameters and moments, exact",
+         accumulate ? " of two micro-batches" : "");
+  remat_model_destroy(m[0]);
+  remat_model_destroy(m[1]);
+  /* what this step must have used; the tied encoder backward with one
+   * micro-batch, the plain one with two */
+  int missing = 0;
+  for (int c = 0; c < C_COUNT; c++) {
+    int want = c == C_ENC_B ? accumulate : c == C_ENC_TIED ? !accumulate
+               : c == C_ADD ? accumulate : 1;
+    if (want && !counts[c]) {
+      missing++;
+      printf("     %s was not called through the model's table\n", count_names[c]);
+    }
+  }
+  CHECKF(!missing, "every op the step uses went through the model's table (%d missing)%s",
+         missing, accumulate ? ", accumulating" : "");
+}
+
+/* ------------------------------------------------------------ driver */
+
+static void check_shape(void) {
+  int64_t N = sh.B * sh.T;
+  check_workspace();
+  check_encoder();
+  check_layernorm();
+  check_attention();
+  check_crossentropy();
+  check_matmul(N, sh.C, 3 * sh.C);
+  check_matmul(N, 4 * sh.C, sh.C);
+  check_pointwise((size_t)(N * sh.C));
+}
+
+int main(void) {
+  cpu = remat__backend_cpu();
+  CHECKF(remat__backend_at(0) == cpu, "the CPU backend is compiled in, first");
+  const shape fixed[] = {
+      {1, 1, 4, 1, 5, 8},     /* T = 1, one head, padded vocabulary */
+      {2, 5, 12, 3, 37, 40},  /* head size 4 */
+      {3, 7, 20, 4, 61, 61},  /* head size 5, no padding */
+      {1, 130, 8, 2, 50, 64}, /* T past the CPU attention's tiles (128, 96, 64) */
+      {2, 17, 36, 6, 97, 100},
+  };
+  for (int b = 0; (be = remat__backend_at(b)); b++) {
+    printf("-- backend %s\n", be->name);
+    check_buffers();
+    check_dropout();
+    const int64_t g[][3] = {{1, 1, 1}, {7, 13, 5}, {33, 17, 65}, {70, 129, 31}};
+    for (int i = 0; i < 4; i++) check_gemm(g[i][0], g[i][1], g[i][2]);
+    check_optimizer(1);
+    check_optimizer(1003);
+    check_optimizer(40009);
+    for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++) {
+      sh = fixed[i];
+      check_shape();
+    }
+    rng_state = 0x5eed0ff5eed0ff5ull; /* the same random shapes for every backend */
+    for (int i = 0; i < 4; i++) {
+      int64_t NH = irand(1, 4), hs = irand(1, 9), V = irand(2, 70);
+      sh = (shape){irand(1, 3), irand(1, 40), NH * hs, NH, V, V + irand(0, 7)};
+      check_shape();
+    }
+  }
+  be = cpu;
+  printf("-- the seam\n");
+  check_seam(0);
+  check_seam(1);
+  return test_summary("test_backend_ops");
+}
