@@ -5,6 +5,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "remat/config.h"
 
@@ -137,6 +138,31 @@ int remat_params_overflow(const remat_config *cfg, const float *params, remat_er
  * directory lets this process create a file (a unique temporary is created
  * and removed; nothing else is touched). Call it before hours of training. */
 int remat_output_check(const char *path, remat_error *err);
+/* The directory variant, for an output like a checkpoint directory: dir is
+ * created if missing (its parent must exist), must be a directory (symlinks
+ * followed), and a file must be creatable in it (a unique one is created
+ * and removed). Call it before the first step. */
+int remat_output_dir_check(const char *dir, remat_error *err);
+/* Saves n bytes to path atomically under the rules at the top of this
+ * header (what names the file in messages: "plan"): a new temporary beside
+ * the target, renamed over it when complete; symlinks written through;
+ * anything but a regular file refused; the temporary's name kept within
+ * the file system's name limit however long the target's. */
+int remat_save_bytes(const char *path, const char *what, const void *bytes, size_t n,
+                     remat_error *err);
+/* Opens path for writing in place, for outputs appended as they go (a log,
+ * a trace): refused like a save when path is, or links to, anything but a
+ * regular file (never opening a FIFO or device, so nothing blocks);
+ * created (0666 less the umask) or truncated. Close with fclose. NULL on
+ * failure, with err set. */
+FILE *remat_output_stream_open(const char *path, const char *what, remat_error *err);
+/* A file size limit (ulimit -f) kills a process with SIGXFSZ at the write
+ * that crosses it, before the save can remove its temporary or say why.
+ * This sets SIGXFSZ to be ignored (unless the program handles it already),
+ * so that write fails with EFBIG and the save reports it and cleans up.
+ * Process-wide: a front end calls it once at start. */
+void remat_ignore_sigxfsz(void);
+
 /* 1 when a and b name the same file: for existing files the same device and
  * inode (hard links and symlinks included); when neither exists yet, the
  * same file name once symlinks are followed and the directory's real path is
