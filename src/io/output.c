@@ -68,15 +68,7 @@ static const char *base_of(const char *path) {
   return slash ? slash + 1 : path;
 }
 
-static const char *kind_of(mode_t m) {
-  if (S_ISDIR(m)) return "a directory";
-  if (S_ISCHR(m)) return "a character device";
-  if (S_ISBLK(m)) return "a block device";
-  if (S_ISFIFO(m)) return "a FIFO";
-  if (S_ISSOCK(m)) return "a socket";
-  if (S_ISLNK(m)) return "a symbolic link";
-  return "not a regular file";
-}
+static const char *kind_of(mode_t m) { return remat__file_kind(m); }
 
 /* A save may replace only a regular file (or create a new name). */
 static int refuse_kind(const char *path, const char *target, mode_t m, const char *what,
@@ -354,6 +346,37 @@ int remat_output_check(const char *path, remat_error *err) {
 done:
   remat__free(target);
   return rc;
+}
+
+int remat_output_dir_check(const char *dir, remat_error *err) {
+  if (!dir || !*dir)
+    return remat__errorf(err, REMAT_EINVAL, "no directory given; pass the directory to write");
+  struct stat st;
+  if (stat(dir, &st) != 0) {
+    if (errno != ENOENT)
+      return remat__errorf(err, REMAT_EIO, "cannot use directory '%s': %s", dir, strerror(errno));
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+      return remat__errorf(err, REMAT_EIO,
+                           "cannot create directory '%s': %s; create its parent or choose "
+                           "another path",
+                           dir, strerror(errno));
+  }
+  int dfd, rc = remat__open(dir, O_RDONLY, REMAT__OPEN_DIR, "output", &dfd, NULL, err);
+  if (rc) return rc;
+  close(dfd);
+  /* prove a file can be made there: create and remove a unique one */
+  char probe[PATH_MAX];
+  int pn = snprintf(probe, sizeof probe, "%s/.remat-probe.XXXXXX", dir);
+  if (pn < 0 || (size_t)pn >= sizeof probe)
+    return remat__errorf(err, REMAT_EINVAL, "directory path '%.200s' is too long", dir);
+  int fd = mkstemp(probe);
+  if (fd < 0)
+    return remat__errorf(err, REMAT_EIO,
+                         "cannot write in directory '%s': %s; check that it is writable", dir,
+                         strerror(errno));
+  close(fd);
+  unlink(probe);
+  return 0;
 }
 
 /* Where a save to path would put its file: the symlinks followed, then the

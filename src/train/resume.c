@@ -1,8 +1,8 @@
 /* resume.c: a trainer's state to and from a state file (remat_state_save),
  * and checkpoint directories: DIR/step_NNNNNNNN/ holding model.bin (llm.c
- * weights), one state file per rank and a DONE marker written last, so the
- * newest directory with DONE is always complete and loadable. */
-#include <dirent.h>
+ * weights), one state file per rank and DONE written last, a manifest of
+ * the files with their checksums (src/io/ckptdir.c), so the newest
+ * directory whose files match its DONE is complete and loadable. */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -77,12 +77,39 @@ static int compare(const remat_state_header *have, const remat_state_header *wan
   return 0;
 }
 
+void remat_trainer_run_id(remat_trainer *tr, remat_run_id *id) {
+  remat_state_header h;
+  fill_header(tr, 0, 1, &h);
+  remat_state_run_id(&h, id);
+}
+
+/* A state inside a sealed checkpoint directory is loaded only once the
+ * whole directory verifies against its DONE: a corrupt model.bin or a file
+ * from another step or run is refused before anything is used. */
+static int verify_dir_of(const char *path, remat_error *err) {
+  const char *slash = strrchr(path, '/');
+  size_t dl = slash ? (size_t)(slash - path) : 1;
+  char dir[4096], done[4096 + 8];
+  if (dl >= sizeof dir) return 0;
+  if (slash) memcpy(dir, path, dl);
+  else dir[0] = '.';
+  dir[dl] = 0;
+  snprintf(done, sizeof done, "%s/DONE", dir);
+  struct stat st;
+  if (lstat(done, &st) != 0) return 0; /* a state file on its own */
+  remat_error e;
+  if (remat_checkpoint_verify(dir, -1, NULL, &e))
+    return remat__errorf(err, e.code, "cannot resume from '%s': %s", dir, e.msg);
+  return 0;
+}
+
 int remat_trainer_check_state(remat_trainer *tr, const char *path, int rank, int ranks,
                               remat_error *err) {
   remat_state_header want, have;
   fill_header(tr, rank, ranks, &want);
   int rc = remat_state_peek(path, &have, err);
-  return rc ? rc : compare(&have, &want, path, err);
+  if (!rc) rc = compare(&have, &want, path, err);
+  return rc ? rc : verify_dir_of(path, err);
 }
 
 int remat_trainer_load_state(remat_trainer *tr, const char *path, int rank, int ranks,
@@ -115,28 +142,10 @@ int remat_checkpoint_dir_path(char *out, size_t cap, const char *dir, int64_t st
 }
 
 int remat_checkpoint_dir_latest(const char *dir, int64_t *step, remat_error *err) {
-  DIR *d = opendir(dir);
-  if (!d)
-    return remat__errorf(err, REMAT_EIO, "cannot open checkpoint directory '%s': %s", dir,
-                         strerror(errno));
-  int64_t best = -1;
-  struct dirent *e;
-  while ((e = readdir(d))) {
-    long long s;
-    char tail;
-    if (sscanf(e->d_name, "step_%lld%c", &s, &tail) != 1 || s < 0) continue;
-    char done[4096];
-    struct stat st;
-    if (remat_checkpoint_dir_path(done, sizeof done, dir, s, "DONE") == 0 &&
-        stat(done, &st) == 0 && S_ISREG(st.st_mode) && s > best)
-      best = s;
-  }
-  closedir(d);
-  if (best < 0)
-    return remat__errorf(err, REMAT_EINVAL, "no complete checkpoint (a step_N directory with "
-                         "DONE) in '%s'", dir);
-  *step = best;
-  return 0;
+  remat_checkpoint_info info;
+  int rc = remat_checkpoint_find(dir, &info, NULL, 0, err);
+  if (!rc) *step = info.step;
+  return rc;
 }
 
 int remat_checkpoint_dir_make(const char *dir, int64_t step, remat_error *err) {
