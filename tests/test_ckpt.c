@@ -350,6 +350,17 @@ static void test_verify(void) {
   CHECK(n == 5 && !memcmp(done, "done\n", 5));
   free(done);
 
+  /* writing a checkpoint again: dir_make clears what an earlier attempt
+   * left (here three ranks' states, now one process) */
+  rc = remat_checkpoint_dir_make(C, 3, &err);
+  CHECK(rc == 0);
+  CHECKF(access(at("runC/step_00000003/state_rank_2.bin", "", ""), F_OK) != 0 &&
+             access(at("runC/step_00000003/DONE", "", ""), F_OK) != 0,
+         "dir_make removes DONE and the states of an earlier attempt");
+  make_ckpt(C, 3, 5, 1, 1);
+  CHECKF(remat_checkpoint_verify(c3, 3, &info, &err) == 0 && info.ranks == 1,
+         "the step rewritten by one process verifies");
+
   int64_t step = -1;
   CHECK(remat_checkpoint_step_of("a/b/step_00000004/", &step) == 0 && step == 4);
   CHECK(remat_checkpoint_step_of("step_12", &step) == 0 && step == 12);

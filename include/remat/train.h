@@ -178,8 +178,9 @@ void remat_trainer_run_id(remat_trainer *tr, remat_run_id *id);
  * process) or state_rank_R.bin (one per rank), and DONE written last
  * (remat_checkpoint_seal in remat/io.h: a manifest with every file's size
  * and checksum). dir_path writes DIR/step_NNNNNNNN[/file] into out (-1 if
- * it does not fit); dir_make creates it and removes a DONE left from an
- * earlier attempt; dir_latest finds the newest step that verifies
+ * it does not fit); dir_make creates it and removes the DONE, model.bin
+ * and state files of an earlier attempt (call it before any rank writes
+ * there); dir_latest finds the newest step that verifies
  * (remat_checkpoint_find, which also says what it passed over). */
 int remat_checkpoint_dir_path(char *out, size_t cap, const char *dir, int64_t step,
                               const char *file);

@@ -416,6 +416,34 @@ int remat_write_marker(const char *path, remat_error *err) {
   return remat_save_bytes(path, "marker", LEGACY_DONE, strlen(LEGACY_DONE), err);
 }
 
+/* Before a checkpoint is written into step_dir again: its DONE goes first
+ * (the directory stops being a checkpoint), then every file remat would
+ * read there, so no state of an earlier attempt with another number of
+ * ranks stays beside the new files. */
+int remat__checkpoint_dir_clear(const char *step_dir, remat_error *err) {
+  char path[DIR_PATH_MAX];
+  if (join_path(path, sizeof path, step_dir, "DONE")) return too_long(step_dir, err);
+  if (remove(path) != 0 && errno != ENOENT)
+    return remat__errorf(err, REMAT_EIO, "cannot remove '%s': %s", path, strerror(errno));
+  int dfd, rc = remat__open(step_dir, O_RDONLY, REMAT__OPEN_DIR, "checkpoint", &dfd, NULL, err);
+  if (rc) return rc;
+  DIR *d = fdopendir(dfd);
+  if (!d) {
+    close(dfd);
+    return remat__errorf(err, REMAT_EIO, "cannot list '%s': %s", step_dir, strerror(errno));
+  }
+  struct dirent *e;
+  while (!rc && (e = readdir(d))) {
+    int64_t r;
+    if (!is_ckpt_file(e->d_name, &r)) continue;
+    if (join_path(path, sizeof path, step_dir, e->d_name)) rc = too_long(step_dir, err);
+    else if (remove(path) != 0 && errno != ENOENT)
+      rc = remat__errorf(err, REMAT_EIO, "cannot remove '%s': %s", path, strerror(errno));
+  }
+  closedir(d);
+  return rc;
+}
+
 /* ----------------------------------------------------------- verifying */
 
 int remat_checkpoint_verify(const char *step_dir, int64_t step, remat_checkpoint_info *info,

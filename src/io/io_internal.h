@@ -77,5 +77,8 @@ typedef struct remat__manifest {
 int remat__manifest_parse(remat__manifest *m, const void *bytes, size_t n, const char *name,
                           remat_error *err);
 void remat__manifest_free(remat__manifest *m);
+/* Removes step_dir's DONE, then its model.bin and state files: what
+ * remat_checkpoint_dir_make does before a checkpoint is written again. */
+int remat__checkpoint_dir_clear(const char *step_dir, remat_error *err);
 
 #endif

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include "base/base.h"
+#include "io/io_internal.h"
 #include "train/train_internal.h"
 
 static uint64_t bits(double x) {
@@ -157,11 +158,8 @@ int remat_checkpoint_dir_make(const char *dir, int64_t step, remat_error *err) {
     return remat__errorf(err, REMAT_EINVAL, "checkpoint directory name too long");
   if (mkdir(path, 0777) && errno != EEXIST)
     return remat__errorf(err, REMAT_EIO, "cannot create '%s': %s", path, strerror(errno));
-  /* a directory left by a run killed while writing it: not complete until
-   * DONE is written again, last */
-  char done[4096];
-  remat_checkpoint_dir_path(done, sizeof done, dir, step, "DONE");
-  if (remove(done) && errno != ENOENT)
-    return remat__errorf(err, REMAT_EIO, "cannot remove '%s': %s", done, strerror(errno));
-  return 0;
+  /* a directory left by a run killed while writing it, or an earlier
+   * checkpoint of this step: not complete until DONE is written again,
+   * last, and nothing of the earlier files may stay beside the new ones */
+  return remat__checkpoint_dir_clear(path, err);
 }
