@@ -18,6 +18,12 @@ static uint64_t bits(double x) {
   return u;
 }
 
+static double real(uint64_t u) {
+  double x;
+  memcpy(&x, &u, sizeof x);
+  return x;
+}
+
 /* Floats in this rank's moment buffers as they are laid out: the whole
  * stage's, or a replica's shards under ZeRO 1 to 3. */
 static size_t moment_floats(const remat_trainer *tr) {
@@ -71,10 +77,19 @@ static int compare(const remat_state_header *have, const remat_state_header *wan
   SAME(V, "vocabulary") SAME(maxT, "maximum sequence")
   SAME(B, "batch") SAME(T, "sequence length") SAME(grad_accum, "micro-batches per step")
   SAME(steps, "number of steps (the schedule ends there)") SAME(warmup, "warmup")
-  SAME(cosine, "learning-rate schedule") SAME(seed, "seed") SAME(lr_bits, "learning rate")
-  SAME(dropout_bits, "dropout") SAME(wd_bits, "weight decay") SAME(clip_bits, "clipping")
+  SAME(cosine, "learning-rate schedule") SAME(seed, "seed")
   SAME(shuffle, "data order") SAME(data_tokens, "training data (token count)")
 #undef SAME
+  /* doubles kept as their bits: compared as bits, shown as numbers */
+#define SAME_REAL(f, what)                                                                   \
+  if (have->f != want->f)                                                                    \
+    return remat__errorf(err, REMAT_ESHAPE,                                                  \
+                         "cannot resume from '%s': it was saved with a different %s (%.17g, " \
+                         "now %.17g); resume with the settings it was saved with",          \
+                         path, what, real(have->f), real(want->f));
+  SAME_REAL(lr_bits, "learning rate") SAME_REAL(dropout_bits, "dropout")
+  SAME_REAL(wd_bits, "weight decay") SAME_REAL(clip_bits, "clipping")
+#undef SAME_REAL
   return 0;
 }
 

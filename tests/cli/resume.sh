@@ -83,6 +83,7 @@ expect_fail() { # one line on stderr, exit 1 or 2
   else bad "$name (rc $rc): $(head -c 300 err)"; fi
 }
 expect_fail "resume with another seed" "different seed" "${F[@]}" --seed 9 --resume full
+expect_fail "resume with another learning rate, shown as a number" "different learning rate (0.001, now 0.002)" "${F[@]}" --lr 0.002 --resume full
 expect_fail "resume with another batch" "different batch" "${F[@]/--batch/--batch}" --batch 2 --resume full
 mkdir empty
 expect_fail "nothing to resume" "no complete checkpoint" "${F[@]}" --resume empty
