@@ -122,7 +122,8 @@ static void make_ckpt(const char *root, int64_t step, uint64_t seed, int ranks, 
   mkdir(sdir, 0777);
   size_t np = remat_param_count(&cfg);
   float *w = malloc(np * sizeof *w);
-  for (size_t i = 0; i < np; i++) w[i] = (float)((i * 7 + seed * 13 + (uint64_t)step * 29) % 101) / 101.0f;
+  for (size_t i = 0; i < np; i++)
+    w[i] = (float)((i * 7 + seed * 13 + (uint64_t)step * 29) % 101) / 101.0f;
   snprintf(path, sizeof path, "%s/model.bin", sdir);
   CHECK(remat_checkpoint_save(path, &cfg, w, &err) == 0);
   for (int r = 0; r < ranks; r++) {
@@ -500,7 +501,8 @@ static void test_special(void) {
   CHECK(remat_output_dir_check(nd, &err) == 0);
   DIR *dd = opendir(nd);
   int entries = 0;
-  for (struct dirent *e; dd && (e = readdir(dd));) entries += e->d_name[0] != '.' || strlen(e->d_name) > 2;
+  for (struct dirent *e; dd && (e = readdir(dd));)
+    entries += strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0;
   if (dd) closedir(dd);
   CHECKF(entries == 0, "the check leaves nothing in the directory");
   if (geteuid() != 0) {

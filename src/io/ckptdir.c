@@ -205,11 +205,10 @@ int remat__manifest_parse(remat__manifest *m, const void *bytes, size_t n, const
       int dup = 0;
       for (size_t i = 0; i < m->nfiles; i++) dup |= !strcmp(m->files[i].name, fname);
       if (!is_ckpt_file(fname, &r) || dup || m->nfiles >= REMAT_MANIFEST_MAX_FILES) {
-        rc = bad_manifest(err, name,
-                          dup ? "a file listed twice"
-                              : m->nfiles >= REMAT_MANIFEST_MAX_FILES ? "too many files"
-                                                                      : "a file remat does not write",
-                          lineno);
+        const char *why = dup ? "a file listed twice"
+                          : m->nfiles >= REMAT_MANIFEST_MAX_FILES ? "too many files"
+                                                                  : "a file remat does not write";
+        rc = bad_manifest(err, name, why, lineno);
         break;
       }
       if ((rc = add_file(m, fname, b, c32))) {
