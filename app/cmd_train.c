@@ -206,6 +206,7 @@ static void job_desc_from(const opts *o, remat_job_desc *d) {
   d->trace = o->trace != NULL;
   d->outputs[0] = o->save;
   d->outputs[1] = o->log;
+  d->outputs[2] = o->trace;
 }
 
 typedef struct {
@@ -708,14 +709,13 @@ static int start(run_state *r) {
             (long long)o->T + 1, (long long)o->B);
   rc = remat_job_start(r->job, &err);
   if (rc) return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
-  if (o->log && r->rank == 0 && !(r->logf = fopen(o->log, "w"))) {
-    snprintf(err.msg, sizeof err.msg, "cannot write log file '%s': %s", o->log, strerror(errno));
-    rc = REMAT_EIO;
-  }
+  if (o->log && r->rank == 0 && !(r->logf = remat_output_stream_open(o->log, "log", &err)))
+    rc = err.code;
   /* the log is rank 0's: the others learn of its failure */
   if (remat_job_agree(r->job, rc, &err)) return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
   int64_t step;
-  const char *from = remat_job_resumed_from(r->job, &step);
+  const char *note, *from = remat_job_resumed_from(r->job, &step, &note);
+  if (note) fprintf(stderr, "remat train: warning: %s\n", note);
   if (from && !o->quiet) printf("resume  %s at step %lld\n", from, (long long)step);
   if (r->pipe)
     remat_job_predict(r->job, r->peak.flops / (double)r->ranks, &r->predicted_s,

@@ -41,6 +41,8 @@ int main(int argc, char **argv) {
     usage(stderr);
     return 2;
   }
+  /* a file size limit makes a save fail with a message, not kill us */
+  remat_ignore_sigxfsz();
   const char *cmd = argv[1];
   if (strcmp(cmd, "train") == 0) {
     prepare_threads(argc, argv);

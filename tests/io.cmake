@@ -1,2 +1,6 @@
 # I/O tests: token shards, checkpoints, text, the default corpus, the loader.
 remat_test(test_io SOURCES test_io.c LIBS remat_io m LABELS unit TIMEOUT 60)
+# Checkpoint directories (DONE manifests, verification, fallback) and the one
+# rule for opening paths (FIFOs, directories, symlinks, long names, ulimit -f).
+# alarm() inside and the timeout here turn a blocked open into a failure.
+remat_test(test_ckpt SOURCES test_ckpt.c LIBS remat_train remat_plan LABELS unit TIMEOUT 60)

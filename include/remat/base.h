@@ -90,6 +90,13 @@ static inline const char *remat_format_bytes(size_t bytes, char *buf, size_t cap
   return remat_format_bytes_in(bytes, REMAT_UNITS_BINARY, buf, cap);
 }
 
+/* ---------------------------------------------------------------- checksum */
+
+/* CRC32C (Castagnoli) of n bytes, continuing from crc (0 to start):
+ * remat_crc32c(remat_crc32c(0, a, na), b, nb) is the CRC of a then b. The
+ * checksum of every file of a checkpoint directory (remat/io.h). */
+REMAT_API uint32_t remat_crc32c(uint32_t crc, const void *data, size_t n);
+
 #ifdef __cplusplus
 }
 #endif

@@ -5,6 +5,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "remat/config.h"
 
@@ -137,6 +138,31 @@ REMAT_API int remat_params_overflow(const remat_config *cfg, const float *params
  * directory lets this process create a file (a unique temporary is created
  * and removed; nothing else is touched). Call it before hours of training. */
 REMAT_API int remat_output_check(const char *path, remat_error *err);
+/* The directory variant, for an output like a checkpoint directory: dir is
+ * created if missing (its parent must exist), must be a directory (symlinks
+ * followed), and a file must be creatable in it (a unique one is created
+ * and removed). Call it before the first step. */
+REMAT_API int remat_output_dir_check(const char *dir, remat_error *err);
+/* Saves n bytes to path atomically under the rules at the top of this
+ * header (what names the file in messages: "plan"): a new temporary beside
+ * the target, renamed over it when complete; symlinks written through;
+ * anything but a regular file refused; the temporary's name kept within
+ * the file system's name limit however long the target's. */
+REMAT_API int remat_save_bytes(const char *path, const char *what, const void *bytes, size_t n,
+                               remat_error *err);
+/* Opens path for writing in place, for outputs appended as they go (a log,
+ * a trace): refused like a save when path is, or links to, anything but a
+ * regular file (never opening a FIFO or device, so nothing blocks);
+ * created (0666 less the umask) or truncated. Close with fclose. NULL on
+ * failure, with err set. */
+REMAT_API FILE *remat_output_stream_open(const char *path, const char *what, remat_error *err);
+/* A file size limit (ulimit -f) kills a process with SIGXFSZ at the write
+ * that crosses it, before the save can remove its temporary or say why.
+ * This sets SIGXFSZ to be ignored (unless the program handles it already),
+ * so that write fails with EFBIG and the save reports it and cleans up.
+ * Process-wide: a front end calls it once at start. */
+REMAT_API void remat_ignore_sigxfsz(void);
+
 /* 1 when a and b name the same file: for existing files the same device and
  * inode (hard links and symlinks included); when neither exists yet, the
  * same file name once symlinks are followed and the directory's real path is
@@ -173,8 +199,94 @@ REMAT_API int remat_state_load(const char *path, remat_state_header *h, float *m
                                size_t num_params, remat_error *err);
 /* The header alone. */
 REMAT_API int remat_state_peek(const char *path, remat_state_header *h, remat_error *err);
-/* A small file whose presence says a checkpoint directory is complete;
- * written last, atomically. */
+/* Which run a state belongs to: its seed and a digest of every setting a
+ * resumed run must share (ranks, replicas, ZeRO stage, shape, batch,
+ * sequence, micro-batches, steps, schedule, learning rate, dropout, weight
+ * decay, clipping, data order, data size); not the step, the loader's
+ * position or the rank's stage. */
+typedef struct remat_run_id {
+  uint64_t seed;
+  uint64_t settings; /* FNV-1a over the settings' 64-bit words */
+} remat_run_id;
+REMAT_API void remat_state_run_id(const remat_state_header *h, remat_run_id *id);
+
+/* ------------------------------------------------- checkpoint directories */
+
+/* DIR/step_NNNNNNNN/ holds model.bin (the weights, llm.c format), one
+ * training state per rank (state.bin for one process, state_rank_R.bin for
+ * R = 0 .. ranks-1) and DONE, written last. DONE is a manifest: the step,
+ * the run identity, and every file with its size and CRC32C (remat_crc32c)
+ * over its whole content, closed by a CRC of DONE itself.
+ *
+ * Writing a checkpoint (every rank, then one rank):
+ *   remat_checkpoint_dir_make(dir, step, &err);          // removes an old DONE
+ *   remat_checkpoint_save(".../model.bin", ...);          // rank 0
+ *   remat_trainer_save_state(tr, ".../state_rank_R.bin", R, ranks, &err); // each rank
+ *   ... every rank's save has returned (a barrier, or an agreement) ...
+ *   remat_checkpoint_seal(".../step_NNNNNNNN", step, &run, &err);  // one rank, last
+ * Resuming:
+ *   remat_checkpoint_find(dir, &info, skipped, sizeof skipped, &err);
+ *   // info.step is the newest step that verifies; info.skipped > 0 says
+ *   // newer ones did not, and skipped says why: print "fell back ..."
+ *   // or, for a step directory named by the user:
+ *   remat_checkpoint_verify(".../step_NNNNNNNN", -1, &info, &err);
+ * then load model.bin and the state (remat_trainer_load_state verifies the
+ * directory again when it holds a DONE). */
+typedef struct remat_checkpoint_info {
+  int64_t step;     /* the checkpoint's step */
+  remat_run_id run; /* the run DONE names */
+  int64_t ranks;    /* state files: 1 (state.bin) or R (state_rank_0 .. R-1) */
+  int verified;     /* 1: every file checked against DONE; 0: an old DONE
+                     * ("done", written before DONE listed files), accepted
+                     * unchecked: the caller should warn */
+  int skipped;      /* remat_checkpoint_find: newer checkpoints with DONE that
+                     * failed verification (0 when the newest verified) */
+} remat_checkpoint_info;
+
+/* Writes step_dir/DONE atomically: lists model.bin and the state files
+ * there with their sizes and CRC32Cs (read back from disk), with the step
+ * and run. Checks first that the files are one checkpoint: model.bin and
+ * either state.bin or state_rank_0..R-1.bin, each state holding this step,
+ * this run and its own rank of R. step < 0 takes the states' step; run NULL
+ * takes the run of the first state (then all must share it). Call it once,
+ * after every rank's files are written. */
+REMAT_API int remat_checkpoint_seal(const char *step_dir, int64_t step, const remat_run_id *run,
+                                    remat_error *err);
+/* Checks step_dir against its DONE: DONE's own CRC; each listed file
+ * present, of the listed size and CRC32C; model.bin and one state per rank
+ * listed; no model.bin or state file there unlisted; each state's header of
+ * DONE's step and run and its own rank. step >= 0 must also be DONE's step.
+ * A mismatch is REMAT_EFORMAT naming the file and what differs ("model.bin
+ * checksum differs: ..."), REMAT_EIO for a file that cannot be read. An old
+ * one-line DONE passes with info->verified = 0. info may be NULL. */
+REMAT_API int remat_checkpoint_verify(const char *step_dir, int64_t step,
+                                        remat_checkpoint_info *info, remat_error *err);
+/* The newest DIR/step_N that verifies. Directories without DONE are never
+ * complete and are passed over silently; each newer one with DONE that
+ * fails is counted in info->skipped and described in skipped (cap bytes,
+ * may be NULL): "step_00000012: model.bin checksum differs: ...; step_...".
+ * None at all: REMAT_EINVAL "no complete checkpoint"; none verifies:
+ * REMAT_EFORMAT with the newest one's reason. */
+REMAT_API int remat_checkpoint_find(const char *dir, remat_checkpoint_info *info, char *skipped,
+                                    size_t cap, remat_error *err);
+/* The step of a step directory's path ("runs/step_00000004/" -> 4; trailing
+ * slashes allowed); REMAT_EINVAL when the last name is not step_N. */
+REMAT_API int remat_checkpoint_step_of(const char *step_dir, int64_t *step);
+/* Checkpoint directories: DIR/step_NNNNNNNN/ with model.bin, state.bin (one
+ * process) or state_rank_R.bin (one per rank), and DONE written last
+ * (remat_checkpoint_seal above: a manifest with every file's size
+ * and checksum). dir_path writes DIR/step_NNNNNNNN[/file] into out (-1 if
+ * it does not fit); dir_make creates it and removes the DONE, model.bin
+ * and state files of an earlier attempt (call it before any rank writes
+ * there); dir_latest finds the newest step that verifies
+ * (remat_checkpoint_find, which also says what it passed over). */
+REMAT_API int remat_checkpoint_dir_path(char *out, size_t cap, const char *dir, int64_t step,
+                                        const char *file);
+REMAT_API int remat_checkpoint_dir_make(const char *dir, int64_t step, remat_error *err);
+REMAT_API int remat_checkpoint_dir_latest(const char *dir, int64_t *step, remat_error *err);
+/* Deprecated: remat_checkpoint_seal. A path named DONE in a step_N
+ * directory seals that directory (step from its name, run from its state
+ * files); any other path gets a one-line marker, atomically. */
 REMAT_API int remat_write_marker(const char *path, remat_error *err);
 
 /* --------------------------------------------------------- default corpus */

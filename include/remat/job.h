@@ -79,9 +79,10 @@ typedef struct remat_job_desc {
   int64_t checkpoint_every;
   const char *resume;
   int trace; /* record every rank's timeline (several ranks only) */
-  /* Files the front end will write (its weights, its log; up to 4, NULL
-   * where none): before anything is loaded each is checked to name no input
-   * and no other output, and to be writable (remat_output_check). */
+  /* Files the front end will write (its weights, its log, its trace; up to
+   * 4, NULL where none): before anything is loaded each is checked to name
+   * no input and no other output, and to be writable (remat_output_check);
+   * the checkpoint directory is created or refused then too. */
   const char *outputs[4];
   /* Bytes every rank must agree on beyond the description (e.g. a digest
    * of its command line): a rank that differs ends the job. */
@@ -187,8 +188,13 @@ REMAT_API size_t remat_job_planned_bytes(const remat_job *job);
  * (remat_memplan_free). */
 REMAT_API int remat_job_rank_memplan(const remat_job *job, int k, remat_stage *st,
                                      remat_memplan *mp, remat_error *err);
-/* A resume: the step directory and step resumed from (NULL and 0 if none). */
-REMAT_API const char *remat_job_resumed_from(const remat_job *job, int64_t *step);
+/* A resume: the step directory and step resumed from (NULL and 0 if none);
+ * *note (may be NULL) what the resume passed over ("fell back past 1 newer
+ * checkpoint: step_00000006: model.bin checksum differs: ...") or that the
+ * checkpoint carried no checksums, else NULL. Every checkpoint is verified
+ * (remat_checkpoint_verify) before anything of it is loaded. */
+REMAT_API const char *remat_job_resumed_from(const remat_job *job, int64_t *step,
+                                             const char **note);
 /* The pipeline's iteration time in seconds, from the plan's schedule
  * simulation at one rank's rate of rank_flops FLOP/s, and its bubble (the
  * share of stage time the schedule leaves idle). 0 and 0 without a plan. */

@@ -164,19 +164,14 @@ REMAT_API int remat_trainer_save_state(remat_trainer *tr, const char *path, int 
 REMAT_API int remat_trainer_load_state(remat_trainer *tr, const char *path, int rank, int ranks,
                                        remat_error *err);
 /* Only the check: whether the state at path was saved by a run with these
- * settings and layout (before anything large is allocated). */
+ * settings and layout (before anything large is allocated). When the state
+ * lies in a checkpoint directory with a DONE, the whole directory must
+ * verify too (remat_checkpoint_verify: sizes and checksums of every file,
+ * the step and run of every state), so load_state refuses a corrupt or
+ * mixed checkpoint before using it. */
 REMAT_API int remat_trainer_check_state(remat_trainer *tr, const char *path, int rank, int ranks,
                                         remat_error *err);
 
-/* Checkpoint directories: DIR/step_NNNNNNNN/ with model.bin, state.bin (one
- * process) or state_rank_R.bin (one per rank), and DONE written last.
- * dir_path writes DIR/step_NNNNNNNN[/file] into out (-1 if it does not fit);
- * dir_make creates it and removes a DONE left from an earlier attempt;
- * dir_latest finds the newest step whose DONE exists. */
-REMAT_API int remat_checkpoint_dir_path(char *out, size_t cap, const char *dir, int64_t step,
-                                        const char *file);
-REMAT_API int remat_checkpoint_dir_make(const char *dir, int64_t step, remat_error *err);
-REMAT_API int remat_checkpoint_dir_latest(const char *dir, int64_t *step, remat_error *err);
 
 #ifdef __cplusplus
 }

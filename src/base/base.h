@@ -42,6 +42,30 @@ static inline uint64_t remat__splitmix64(uint64_t *s) {
   return z ^ (z >> 31);
 }
 
+/* ---------------------------------------------------------- opening files */
+
+struct stat;
+/* What remat__open accepts at path. */
+enum { REMAT__OPEN_FILE = 0, REMAT__OPEN_DIR = 1 };
+/* The one way the library opens a path (src/base/file.c): refuses, without
+ * opening it, a path that is not a regular file (or with REMAT__OPEN_DIR not
+ * a directory), symlinks followed; opens it with O_NONBLOCK | O_NOCTTY |
+ * O_CLOEXEC added to flags (O_RDONLY, or O_WRONLY | O_CREAT | ... with mode
+ * 0666 less the umask), checks the descriptor's kind again with fstat, then
+ * clears O_NONBLOCK. A FIFO, device or socket never blocks and is never
+ * written. `what` names the file in messages ("token shard"). On success *fd
+ * is open and *st (may be NULL) its fstat; on failure *fd is -1 and the
+ * error (REMAT_EIO, REMAT_EINVAL) names the path and its kind. */
+int remat__open(const char *path, int flags, int want, const char *what, int *fd,
+                struct stat *st, remat_error *err);
+/* "a FIFO", "a directory", "a character device", ... for a st_mode. */
+const char *remat__file_kind(unsigned mode);
+/* The table implementation of remat_crc32c (tests compare the two), and
+ * whether remat_crc32c uses the SSE4.2 instruction (1), the table (0), or
+ * has not decided yet (-1). */
+uint32_t remat__crc32c_soft(uint32_t crc, const void *data, size_t n);
+extern int remat__crc32c_hw_used;
+
 /* Seconds on a monotonic clock. */
 double remat__now(void);
 

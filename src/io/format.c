@@ -61,35 +61,14 @@ static source mem_source(const void *bytes, size_t size, const char *name) {
 }
 
 /* Opens path for reading if it is a regular file. `what` names the expected
- * kind of file in messages ("token shard"). The kind is checked by name
- * first (nothing else is opened: a FIFO would block) and again on the open
+ * kind of file in messages ("token shard"). remat__open refuses anything
+ * else by name before opening it (a FIFO would block) and again on the open
  * descriptor, so a file swapped in between is caught. */
 static int open_source(const char *path, const char *what, source *s, remat_error *err) {
   *s = (source){.fd = -1, .path = path ? path : ""};
-  if (!path || !*path)
-    return remat__errorf(err, REMAT_EINVAL, "no %s path given; pass the file to read", what);
   struct stat st;
-  if (stat(path, &st) != 0)
-    return remat__errorf(err, REMAT_EIO, "cannot open %s '%s': %s; check the path", what, path,
-                         strerror(errno));
-  if (S_ISDIR(st.st_mode))
-    return remat__errorf(err, REMAT_EIO, "'%s' is a directory, not a %s; give the file's path",
-                         path, what);
-  if (!S_ISREG(st.st_mode))
-    return remat__errorf(err, REMAT_EIO,
-                         "'%s' is not a regular file; give the path of a %s stored on disk",
-                         path, what);
-  int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
-  if (fd < 0)
-    return remat__errorf(err, REMAT_EIO, "cannot open %s '%s': %s; check its permissions", what,
-                         path, strerror(errno));
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    close(fd);
-    return remat__errorf(err, REMAT_EIO,
-                         "'%s' stopped being a regular file while it was opened; give a %s "
-                         "that nothing else is replacing",
-                         path, what);
-  }
+  int fd, rc = remat__open(path, O_RDONLY, REMAT__OPEN_FILE, what, &fd, &st, err);
+  if (rc) return rc;
   s->fd = fd;
   s->size = (size_t)st.st_size;
   return 0;

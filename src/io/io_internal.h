@@ -50,4 +50,35 @@ int remat__tokens_from_text_mem(remat_tokens *t, const void *bytes, size_t size,
 int remat__checkpoint_open_mem(remat_checkpoint_reader *rd, const void *bytes, size_t size,
                                const char *name, remat_config *cfg, remat_error *err);
 
+/* A state file's header from bytes: the checks remat_state_peek makes. */
+int remat__state_peek_mem(const void *bytes, size_t size, const char *name,
+                          remat_state_header *h, remat_error *err);
+
+/* ---------------------------------------------- checkpoint manifests */
+
+/* DONE of a checkpoint directory, parsed (ckptdir.c has the format). */
+#define REMAT_MANIFEST_NAME_MAX 63
+#define REMAT_MANIFEST_NAME_FMT "63"
+#define REMAT_MANIFEST_MAX_FILES 4096
+#define REMAT_MANIFEST_MAX_BYTES ((size_t)1 << 20)
+typedef struct remat__manifest_file {
+  char name[REMAT_MANIFEST_NAME_MAX + 1];
+  uint64_t size;
+  uint32_t crc; /* CRC32C of the whole file */
+} remat__manifest_file;
+typedef struct remat__manifest {
+  int64_t step;
+  remat_run_id run;
+  int legacy; /* the old one-line "done" marker: nothing listed */
+  remat__manifest_file *files;
+  size_t nfiles, cap;
+} remat__manifest;
+/* Parses n bytes of a DONE; name stands for the path in messages. */
+int remat__manifest_parse(remat__manifest *m, const void *bytes, size_t n, const char *name,
+                          remat_error *err);
+void remat__manifest_free(remat__manifest *m);
+/* Removes step_dir's DONE, then its model.bin and state files: what
+ * remat_checkpoint_dir_make does before a checkpoint is written again. */
+int remat__checkpoint_dir_clear(const char *step_dir, remat_error *err);
+
 #endif

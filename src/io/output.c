@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -67,15 +68,7 @@ static const char *base_of(const char *path) {
   return slash ? slash + 1 : path;
 }
 
-static const char *kind_of(mode_t m) {
-  if (S_ISDIR(m)) return "a directory";
-  if (S_ISCHR(m)) return "a character device";
-  if (S_ISBLK(m)) return "a block device";
-  if (S_ISFIFO(m)) return "a FIFO";
-  if (S_ISSOCK(m)) return "a socket";
-  if (S_ISLNK(m)) return "a symbolic link";
-  return "not a regular file";
-}
+static const char *kind_of(mode_t m) { return remat__file_kind(m); }
 
 /* A save may replace only a regular file (or create a new name). */
 static int refuse_kind(const char *path, const char *target, mode_t m, const char *what,
@@ -243,7 +236,7 @@ int remat__wfile_open(remat__wfile *w, const char *path, const char *what, remat
     rc = remat__errorf(err, REMAT_ENOMEM, "out of memory naming '%s'", w->path);
     goto fail;
   }
-  w->dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  w->dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_NONBLOCK | O_CLOEXEC);
   remat__free(dir);
   return 0;
 
@@ -258,11 +251,13 @@ int remat__wfile_write(remat__wfile *w, const void *buf, size_t bytes, remat_err
     size_t chunk = bytes < ((size_t)1 << 30) ? bytes : ((size_t)1 << 30);
     ssize_t n = write(w->fd, p, chunk);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0)
-      return remat__errorf(err, REMAT_EIO,
-                           "cannot save %s to '%s': writing '%s' failed: %s; check free disk "
-                           "space",
-                           w->what, w->path, w->tmp, n < 0 ? strerror(errno) : "no progress");
+    if (n <= 0) {
+      int e = n < 0 ? errno : 0;
+      return remat__errorf(err, REMAT_EIO, "cannot save %s to '%s': writing '%s' failed: %s; %s",
+                           w->what, w->path, w->tmp, e ? strerror(e) : "no progress",
+                           e == EFBIG ? "the file size limit (ulimit -f) is too low for it"
+                                      : "check free disk space");
+    }
     p += n;
     bytes -= (size_t)n;
   }
@@ -353,6 +348,37 @@ done:
   return rc;
 }
 
+int remat_output_dir_check(const char *dir, remat_error *err) {
+  if (!dir || !*dir)
+    return remat__errorf(err, REMAT_EINVAL, "no directory given; pass the directory to write");
+  struct stat st;
+  if (stat(dir, &st) != 0) {
+    if (errno != ENOENT)
+      return remat__errorf(err, REMAT_EIO, "cannot use directory '%s': %s", dir, strerror(errno));
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+      return remat__errorf(err, REMAT_EIO,
+                           "cannot create directory '%s': %s; create its parent or choose "
+                           "another path",
+                           dir, strerror(errno));
+  }
+  int dfd, rc = remat__open(dir, O_RDONLY, REMAT__OPEN_DIR, "output", &dfd, NULL, err);
+  if (rc) return rc;
+  close(dfd);
+  /* prove a file can be made there: create and remove a unique one */
+  char probe[PATH_MAX];
+  int pn = snprintf(probe, sizeof probe, "%s/.remat-probe.XXXXXX", dir);
+  if (pn < 0 || (size_t)pn >= sizeof probe)
+    return remat__errorf(err, REMAT_EINVAL, "directory path '%.200s' is too long", dir);
+  int fd = mkstemp(probe);
+  if (fd < 0)
+    return remat__errorf(err, REMAT_EIO,
+                         "cannot write in directory '%s': %s; check that it is writable", dir,
+                         strerror(errno));
+  close(fd);
+  unlink(probe);
+  return 0;
+}
+
 /* Where a save to path would put its file: the symlinks followed, then the
  * real path of the directory plus the name; NULL if that is unknown. */
 static char *canonical_name(const char *path) {
@@ -384,4 +410,47 @@ int remat_same_file(const char *a, const char *b) {
   remat__free(ca);
   remat__free(cb);
   return same;
+}
+
+/* ------------------------------------------------ other ways to write */
+
+int remat_save_bytes(const char *path, const char *what, const void *bytes, size_t n,
+                     remat_error *err) {
+  remat__wfile w;
+  int rc = remat__wfile_open(&w, path, what ? what : "file", err);
+  if (rc) return rc;
+  if ((rc = remat__wfile_write(&w, bytes, n, err))) {
+    remat__wfile_abort(&w);
+    return rc;
+  }
+  return remat__wfile_commit(&w, err);
+}
+
+FILE *remat_output_stream_open(const char *path, const char *what, remat_error *err) {
+  if (!what) what = "output";
+  char *target;
+  struct stat st;
+  int exists, fd;
+  /* the save's rules first: the same messages for a FIFO, a link to one, a
+   * directory; then remat__open checks the descriptor itself */
+  if (resolve(path, what, &target, &st, &exists, err)) return NULL;
+  remat__free(target);
+  if (remat__open(path, O_WRONLY | O_CREAT | O_TRUNC, REMAT__OPEN_FILE, what, &fd, NULL, err))
+    return NULL;
+  FILE *f = fdopen(fd, "w");
+  if (!f) {
+    remat__errorf(err, REMAT_EIO, "cannot write %s '%s': %s", what, path, strerror(errno));
+    close(fd);
+  }
+  return f;
+}
+
+void remat_ignore_sigxfsz(void) {
+  struct sigaction old, ign;
+  if (sigaction(SIGXFSZ, NULL, &old) != 0) return;
+  if ((old.sa_flags & SA_SIGINFO) || old.sa_handler != SIG_DFL) return; /* the program's */
+  memset(&ign, 0, sizeof ign);
+  ign.sa_handler = SIG_IGN;
+  sigemptyset(&ign.sa_mask);
+  sigaction(SIGXFSZ, &ign, NULL);
 }

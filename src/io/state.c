@@ -81,33 +81,73 @@ static int read_all(int fd, void *buf, size_t n) {
   return 0;
 }
 
+/* Checks a header read from a file of `size` bytes: magic, version, a
+ * moment count that matches the size exactly, and a stage that makes sense
+ * (a rank among the ranks). Fills h. */
+static int check_header(const int64_t *words, size_t size, const char *path,
+                        remat_state_header *h, remat_error *err) {
+  if (size < REMAT_STATE_FIELDS * sizeof(int64_t))
+    return remat__errorf(err, REMAT_EFORMAT,
+                         "training state '%s' is truncated: %zu bytes, less than its header", path,
+                         size);
+  if (words[0] != STATE_MAGIC || words[1] != STATE_VERSION)
+    return remat__errorf(err, REMAT_EFORMAT, "'%s' is not a remat training state (version %d)",
+                         path, STATE_VERSION);
+  from_words(words, h);
+  /* 2 * num_params floats and the checksum follow the header */
+  size_t body = size - REMAT_STATE_FIELDS * sizeof(int64_t);
+  if (h->num_params < 0 || body < sizeof(uint64_t) ||
+      (uint64_t)h->num_params != (body - sizeof(uint64_t)) / (2 * sizeof(float)) ||
+      (body - sizeof(uint64_t)) % (2 * sizeof(float)) != 0)
+    return remat__errorf(err, REMAT_EFORMAT,
+                         "training state '%s' announces %lld parameters' moments but holds %zu "
+                         "bytes; it is truncated or padded",
+                         path, (long long)h->num_params, size);
+  if (h->ranks < 1 || h->rank < 0 || h->rank >= h->ranks || h->step < 0)
+    return remat__errorf(err, REMAT_EFORMAT,
+                         "training state '%s' is damaged: rank %lld of %lld ranks at step %lld",
+                         path, (long long)h->rank, (long long)h->ranks, (long long)h->step);
+  return 0;
+}
+
+int remat__state_peek_mem(const void *bytes, size_t size, const char *name,
+                          remat_state_header *h, remat_error *err) {
+  int64_t words[REMAT_STATE_FIELDS];
+  if (size >= sizeof words) memcpy(words, bytes, sizeof words);
+  return check_header(words, size, name, h, err);
+}
+
+/* Opens a state file (a regular file, never blocking) and checks its
+ * header. */
+static int open_state(const char *path, int *fd, int64_t *words, remat_state_header *h,
+                      remat_error *err) {
+  struct stat st;
+  int rc = remat__open(path, O_RDONLY, REMAT__OPEN_FILE, "training state", fd, &st, err);
+  if (rc) return rc;
+  size_t size = (size_t)st.st_size;
+  if (size >= REMAT_STATE_FIELDS * sizeof(int64_t) &&
+      read_all(*fd, words, REMAT_STATE_FIELDS * sizeof(int64_t)))
+    rc = remat__errorf(err, REMAT_EIO, "cannot read training state '%s': %s", path,
+                       strerror(errno));
+  if (!rc) rc = check_header(words, size, path, h, err);
+  if (rc) {
+    close(*fd);
+    *fd = -1;
+  }
+  return rc;
+}
+
 int remat_state_load(const char *path, remat_state_header *h, float *m, float *v,
                      size_t num_params, remat_error *err) {
-  int fd = open(path, O_RDONLY);
-  if (fd < 0)
-    return remat__errorf(err, REMAT_EIO, "cannot open training state '%s': %s", path,
-                         strerror(errno));
-  struct stat st;
   int64_t words[REMAT_STATE_FIELDS];
-  int rc = 0;
-  if (fstat(fd, &st) || !S_ISREG(st.st_mode) || read_all(fd, words, sizeof words)) {
-    rc = remat__errorf(err, REMAT_EFORMAT, "training state '%s' is not a regular file or is "
-                       "truncated", path);
-    goto out;
-  }
-  if (words[0] != STATE_MAGIC || words[1] != STATE_VERSION) {
-    rc = remat__errorf(err, REMAT_EFORMAT, "'%s' is not a remat training state (version %d)",
-                       path, STATE_VERSION);
-    goto out;
-  }
-  from_words(words, h);
+  int fd, rc = open_state(path, &fd, words, h, err);
+  if (rc) return rc;
   size_t bytes = (size_t)h->num_params * sizeof(float);
-  if (h->num_params < 0 || (size_t)h->num_params != num_params ||
-      (size_t)st.st_size != sizeof words + 2 * bytes + sizeof(uint64_t)) {
+  if ((size_t)h->num_params != num_params) {
     rc = remat__errorf(err, REMAT_ESHAPE,
-                       "training state '%s' holds %lld parameters' moments in %lld bytes; this "
-                       "model (or stage) has %zu parameters",
-                       path, (long long)h->num_params, (long long)st.st_size, num_params);
+                       "training state '%s' holds %lld parameters' moments; this model (or "
+                       "stage) has %zu parameters",
+                       path, (long long)h->num_params, num_params);
     goto out;
   }
   uint64_t sum, want = fnv(1469598103934665603ull, words, sizeof words);
@@ -124,27 +164,24 @@ out:
 }
 
 int remat_state_peek(const char *path, remat_state_header *h, remat_error *err) {
-  int fd = open(path, O_RDONLY);
-  if (fd < 0)
-    return remat__errorf(err, REMAT_EIO, "cannot open training state '%s': %s", path,
-                         strerror(errno));
   int64_t words[REMAT_STATE_FIELDS];
-  int rc = read_all(fd, words, sizeof words) || words[0] != STATE_MAGIC ||
-                   words[1] != STATE_VERSION
-               ? remat__errorf(err, REMAT_EFORMAT, "'%s' is not a remat training state", path)
-               : 0;
-  if (!rc) from_words(words, h);
-  close(fd);
+  int fd, rc = open_state(path, &fd, words, h, err);
+  if (!rc) close(fd);
   return rc;
 }
 
-int remat_write_marker(const char *path, remat_error *err) {
-  remat__wfile w;
-  int rc = remat__wfile_open(&w, path, "marker", err);
-  if (rc) return rc;
-  if ((rc = remat__wfile_write(&w, "done\n", 5, err))) {
-    remat__wfile_abort(&w);
-    return rc;
-  }
-  return remat__wfile_commit(&w, err);
+static uint64_t fnv_word(uint64_t hash, uint64_t w) { return fnv(hash, &w, sizeof w); }
+
+void remat_state_run_id(const remat_state_header *h, remat_run_id *id) {
+  /* everything a resumed run must share: not the step, the loader's
+   * position, the moment count or which rank's stage it is */
+  const int64_t f[] = {h->ranks, h->replicas, h->zero, h->L, h->C, h->NH, h->V, h->maxT, h->B,
+                       h->T, h->grad_accum, h->steps, h->warmup, h->cosine, h->shuffle,
+                       h->data_tokens};
+  const uint64_t u[] = {h->seed, h->lr_bits, h->dropout_bits, h->wd_bits, h->clip_bits};
+  uint64_t d = 1469598103934665603ull;
+  for (size_t i = 0; i < sizeof f / sizeof *f; i++) d = fnv_word(d, (uint64_t)f[i]);
+  for (size_t i = 0; i < sizeof u / sizeof *u; i++) d = fnv_word(d, u[i]);
+  id->seed = h->seed;
+  id->settings = d;
 }

@@ -35,6 +35,7 @@ struct remat_job {
   char resume_dir[4096], resume_model[4096];
   int64_t resume_step;
   int resumed;
+  char resume_note[2048]; /* what the resume passed over, or that it could not verify */
   int64_t last_checkpoint; /* the step of the last checkpoint written */
 };
 
@@ -187,27 +188,34 @@ static int check_ranks(remat_job *job, remat_error *err) {
 
 /* ------------------------------------------------------- shape and data */
 
-/* --resume DIR: the newest complete checkpoint under DIR, or DIR itself
- * when it is one (it holds DONE); its weights become the model file. */
+/* A resume: DIR itself when it is a checkpoint (it holds DONE; it must
+ * verify), else the newest checkpoint under DIR that verifies, noting the
+ * newer ones passed over. Its weights become the model file. */
 static int find_resume(remat_job *job, remat_error *err) {
   const char *dir = job->d.resume;
   char done[4096];
   struct stat st;
+  remat_checkpoint_info info;
+  int rc;
   snprintf(done, sizeof done, "%s/DONE", dir);
   if (stat(done, &st) == 0) {
-    const char *base = strrchr(dir, '/');
-    base = base ? base + 1 : dir;
-    long long s;
-    if (sscanf(base, "step_%lld", &s) != 1)
+    if (remat_checkpoint_step_of(dir, &job->resume_step))
       return remat__errorf(err, REMAT_EINVAL, "%s: a checkpoint directory is named step_N", dir);
-    job->resume_step = s;
+    if ((rc = remat_checkpoint_verify(dir, job->resume_step, &info, err))) return rc;
     snprintf(job->resume_dir, sizeof job->resume_dir, "%s", dir);
   } else {
-    int rc = remat_checkpoint_dir_latest(dir, &job->resume_step, err);
-    if (rc) return rc;
+    char skipped[sizeof job->resume_note - 64];
+    if ((rc = remat_checkpoint_find(dir, &info, skipped, sizeof skipped, err))) return rc;
+    job->resume_step = info.step;
     remat_checkpoint_dir_path(job->resume_dir, sizeof job->resume_dir, dir, job->resume_step,
                               NULL);
+    if (info.skipped)
+      snprintf(job->resume_note, sizeof job->resume_note, "fell back past %d newer checkpoint%s: "
+               "%s", info.skipped, info.skipped > 1 ? "s" : "", skipped);
   }
+  if (!info.verified)
+    snprintf(job->resume_note, sizeof job->resume_note, "%.1900s has no checksums (written by "
+             "an older remat): its files were not verified", job->resume_dir);
   if (snprintf(job->resume_model, sizeof job->resume_model, "%s/model.bin", job->resume_dir) >=
       (int)sizeof job->resume_model)
     return remat__errorf(err, REMAT_EINVAL, "the checkpoint's path is too long");
@@ -236,7 +244,8 @@ static int check_outputs(const remat_job *job, remat_error *err) {
     int rc = remat_output_check(out, err);
     if (rc) return rc;
   }
-  return 0;
+  /* created now (by rank 0), or why it cannot be */
+  return d->checkpoint_dir && job->rank == 0 ? remat_output_dir_check(d->checkpoint_dir, err) : 0;
 }
 
 /* The model's shape: from the model file's header, else the config, else
@@ -668,8 +677,10 @@ static int write_checkpoint(remat_job *job, remat_error *err) {
   remat_checkpoint_dir_path(path, sizeof path, dir, step, state_name(job, name, sizeof name));
   rc = remat_trainer_save_state(job->tr, path, job->rank, job->ranks, err);
   if ((rc = agree(job, rc, err))) return rc;
-  remat_checkpoint_dir_path(path, sizeof path, dir, step, "DONE");
-  rc = job->rank == 0 ? remat_write_marker(path, err) : 0;
+  /* every rank's files are written: one rank lists and seals them, with the
+   * run the states name (they must all name one) */
+  remat_checkpoint_dir_path(path, sizeof path, dir, step, NULL);
+  rc = job->rank == 0 ? remat_checkpoint_seal(path, step, NULL, err) : 0;
   if ((rc = agree(job, rc, err))) return rc;
   /* Saving held a few file names for a moment: not part of a training
    * step, so not of its measured peak. */
@@ -767,8 +778,9 @@ remat_pipeline *remat_job_pipeline(remat_job *job) { return job->pipe; }
 remat_replicas *remat_job_replicas(remat_job *job) { return job->dp; }
 size_t remat_job_planned_bytes(const remat_job *job) { return job->planned; }
 
-const char *remat_job_resumed_from(const remat_job *job, int64_t *step) {
+const char *remat_job_resumed_from(const remat_job *job, int64_t *step, const char **note) {
   *step = job->resumed ? job->resume_step : 0;
+  if (note) *note = job->resumed && job->resume_note[0] ? job->resume_note : NULL;
   return job->resumed ? job->resume_dir : NULL;
 }
 

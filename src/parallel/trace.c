@@ -93,11 +93,11 @@ int remat__trace_write(remat__trace *t, MPI_Comm comm, int64_t P, int64_t R, con
       rc = MPI_Send(t->ev, (int)(n * sizeof(remat__event)), MPI_BYTE, 0, 22, comm);
     return rc == MPI_SUCCESS ? 0 : remat__mpi_error(err, rc, "gathering the trace");
   }
-  FILE *f = fopen(path, "w");
-  int ok = f != NULL;
+  remat_error oerr;
+  FILE *f = remat_output_stream_open(path, "trace", &oerr);
+  int ok = f != NULL, first = 1;
   if (f) {
     fputs("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[", f);
-    int first = 1;
     for (int r = 0; r < size; r++) {
       fputs(first ? "\n" : ",\n", f);
       first = 0;
@@ -115,23 +115,28 @@ int remat__trace_write(remat__trace *t, MPI_Comm comm, int64_t P, int64_t R, con
                 r, k, track_names[k]);
     }
     for (size_t i = 0; i < t->n; i++) write_event(f, &t->ev[i], 0, &first);
-    for (int r = 1; r < size; r++) {
-      uint64_t rn = 0;
-      MPI_Recv(&rn, 1, MPI_UINT64_T, r, 21, comm, MPI_STATUS_IGNORE);
-      if (!rn) continue;
-      remat__event *buf = remat__malloc(rn * sizeof *buf);
-      if (!buf) {
-        ok = 0;
-        break;
-      }
-      MPI_Recv(buf, (int)(rn * sizeof(remat__event)), MPI_BYTE, r, 22, comm, MPI_STATUS_IGNORE);
-      for (uint64_t i = 0; i < rn; i++) write_event(f, &buf[i], r, &first);
-      remat__free(buf);
+  }
+  /* every rank's events are received even when the file cannot be
+   * written, so no rank waits on a send that is never matched */
+  for (int r = 1; r < size; r++) {
+    uint64_t rn = 0;
+    MPI_Recv(&rn, 1, MPI_UINT64_T, r, 21, comm, MPI_STATUS_IGNORE);
+    if (!rn) continue;
+    remat__event *buf = remat__malloc(rn * sizeof *buf);
+    if (!buf) {
+      ok = 0;
+      break;
     }
+    MPI_Recv(buf, (int)(rn * sizeof(remat__event)), MPI_BYTE, r, 22, comm, MPI_STATUS_IGNORE);
+    for (uint64_t i = 0; f && i < rn; i++) write_event(f, &buf[i], r, &first);
+    remat__free(buf);
+  }
+  if (f) {
     fputs("\n]}\n", f);
     ok = ok && !ferror(f);
     ok = fclose(f) == 0 && ok;
   }
+  if (!f) return remat__errorf(err, oerr.code, "cannot write the trace: %s", oerr.msg);
   if (!ok) return remat__errorf(err, REMAT_EIO, "cannot write the trace '%s'", path);
   return 0;
 }

@@ -588,23 +588,15 @@ done:
 }
 
 /* Reads a whole file, refusing one above REMAT_PLAN_MAX_PROBLEM_BYTES before
- * reading it: a regular file by its size, anything else (a pipe, a device)
- * by reading at most one byte more than the limit, so no input costs more
- * memory than the limit. */
+ * reading it, by its size. Only a regular file is read (remat__open): a
+ * FIFO or a device is refused without being opened, so nothing blocks. */
 int remat__plan_read_bounded(const char *path, char **out, size_t *len, remat_error *err) {
   const size_t limit = REMAT_PLAN_MAX_PROBLEM_BYTES;
   *out = NULL;
   *len = 0;
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    return remat__errorf(err, REMAT_EIO, "cannot open problem file '%s': %s", path,
-                         strerror(errno));
   struct stat st;
-  if (fstat(fd, &st) != 0) {
-    int e = errno;
-    close(fd);
-    return remat__errorf(err, REMAT_EIO, "cannot read '%s': %s", path, strerror(e));
-  }
+  int fd, orc = remat__open(path, O_RDONLY, REMAT__OPEN_FILE, "JSON file", &fd, &st, err);
+  if (orc) return orc;
   int regular = S_ISREG(st.st_mode);
   if (regular && (uint64_t)st.st_size > limit) {
     close(fd);

@@ -1,8 +1,8 @@
 /* resume.c: a trainer's state to and from a state file (remat_state_save),
  * and checkpoint directories: DIR/step_NNNNNNNN/ holding model.bin (llm.c
- * weights), one state file per rank and a DONE marker written last, so the
- * newest directory with DONE is always complete and loadable. */
-#include <dirent.h>
+ * weights), one state file per rank and DONE written last, a manifest of
+ * the files with their checksums (src/io/ckptdir.c), so the newest
+ * directory whose files match its DONE is complete and loadable. */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -15,6 +15,12 @@ static uint64_t bits(double x) {
   uint64_t u;
   memcpy(&u, &x, sizeof u);
   return u;
+}
+
+static double real(uint64_t u) {
+  double x;
+  memcpy(&x, &u, sizeof x);
+  return x;
 }
 
 /* Floats in this rank's moment buffers as they are laid out: the whole
@@ -70,10 +76,39 @@ static int compare(const remat_state_header *have, const remat_state_header *wan
   SAME(V, "vocabulary") SAME(maxT, "maximum sequence")
   SAME(B, "batch") SAME(T, "sequence length") SAME(grad_accum, "micro-batches per step")
   SAME(steps, "number of steps (the schedule ends there)") SAME(warmup, "warmup")
-  SAME(cosine, "learning-rate schedule") SAME(seed, "seed") SAME(lr_bits, "learning rate")
-  SAME(dropout_bits, "dropout") SAME(wd_bits, "weight decay") SAME(clip_bits, "clipping")
+  SAME(cosine, "learning-rate schedule") SAME(seed, "seed")
   SAME(shuffle, "data order") SAME(data_tokens, "training data (token count)")
 #undef SAME
+  /* doubles kept as their bits: compared as bits, shown as numbers */
+#define SAME_REAL(f, what)                                                                   \
+  if (have->f != want->f)                                                                    \
+    return remat__errorf(err, REMAT_ESHAPE,                                                  \
+                         "cannot resume from '%s': it was saved with a different %s (%.17g, " \
+                         "now %.17g); resume with the settings it was saved with",          \
+                         path, what, real(have->f), real(want->f));
+  SAME_REAL(lr_bits, "learning rate") SAME_REAL(dropout_bits, "dropout")
+  SAME_REAL(wd_bits, "weight decay") SAME_REAL(clip_bits, "clipping")
+#undef SAME_REAL
+  return 0;
+}
+
+/* A state inside a sealed checkpoint directory is loaded only once the
+ * whole directory verifies against its DONE: a corrupt model.bin or a file
+ * from another step or run is refused before anything is used. */
+static int verify_dir_of(const char *path, remat_error *err) {
+  const char *slash = strrchr(path, '/');
+  size_t dl = slash ? (size_t)(slash - path) : 1;
+  char dir[4096], done[4096 + 8];
+  if (dl >= sizeof dir) return 0;
+  if (slash) memcpy(dir, path, dl);
+  else dir[0] = '.';
+  dir[dl] = 0;
+  snprintf(done, sizeof done, "%s/DONE", dir);
+  struct stat st;
+  if (lstat(done, &st) != 0) return 0; /* a state file on its own */
+  remat_error e;
+  if (remat_checkpoint_verify(dir, -1, NULL, &e))
+    return remat__errorf(err, e.code, "cannot resume from '%s': %s", dir, e.msg);
   return 0;
 }
 
@@ -82,7 +117,8 @@ int remat_trainer_check_state(remat_trainer *tr, const char *path, int rank, int
   remat_state_header want, have;
   fill_header(tr, rank, ranks, &want);
   int rc = remat_state_peek(path, &have, err);
-  return rc ? rc : compare(&have, &want, path, err);
+  if (!rc) rc = compare(&have, &want, path, err);
+  return rc ? rc : verify_dir_of(path, err);
 }
 
 int remat_trainer_load_state(remat_trainer *tr, const char *path, int rank, int ranks,
@@ -102,57 +138,5 @@ int remat_trainer_load_state(remat_trainer *tr, const char *path, int rank, int 
                             .epoch_rng = have.loader_rng};
     if ((rc = remat_loader_seek(&tr->train, &pos, err))) return rc;
   }
-  return 0;
-}
-
-/* ------------------------------------------------------ checkpoint dirs */
-
-int remat_checkpoint_dir_path(char *out, size_t cap, const char *dir, int64_t step,
-                              const char *file) {
-  int n = snprintf(out, cap, "%s/step_%08lld%s%s", dir, (long long)step, file ? "/" : "",
-                   file ? file : "");
-  return n < 0 || (size_t)n >= cap ? -1 : 0;
-}
-
-int remat_checkpoint_dir_latest(const char *dir, int64_t *step, remat_error *err) {
-  DIR *d = opendir(dir);
-  if (!d)
-    return remat__errorf(err, REMAT_EIO, "cannot open checkpoint directory '%s': %s", dir,
-                         strerror(errno));
-  int64_t best = -1;
-  struct dirent *e;
-  while ((e = readdir(d))) {
-    long long s;
-    char tail;
-    if (sscanf(e->d_name, "step_%lld%c", &s, &tail) != 1 || s < 0) continue;
-    char done[4096];
-    struct stat st;
-    if (remat_checkpoint_dir_path(done, sizeof done, dir, s, "DONE") == 0 &&
-        stat(done, &st) == 0 && S_ISREG(st.st_mode) && s > best)
-      best = s;
-  }
-  closedir(d);
-  if (best < 0)
-    return remat__errorf(err, REMAT_EINVAL, "no complete checkpoint (a step_N directory with "
-                         "DONE) in '%s'", dir);
-  *step = best;
-  return 0;
-}
-
-int remat_checkpoint_dir_make(const char *dir, int64_t step, remat_error *err) {
-  char path[4096];
-  if (mkdir(dir, 0777) && errno != EEXIST)
-    return remat__errorf(err, REMAT_EIO, "cannot create checkpoint directory '%s': %s", dir,
-                         strerror(errno));
-  if (remat_checkpoint_dir_path(path, sizeof path, dir, step, NULL))
-    return remat__errorf(err, REMAT_EINVAL, "checkpoint directory name too long");
-  if (mkdir(path, 0777) && errno != EEXIST)
-    return remat__errorf(err, REMAT_EIO, "cannot create '%s': %s", path, strerror(errno));
-  /* a directory left by a run killed while writing it: not complete until
-   * DONE is written again, last */
-  char done[4096];
-  remat_checkpoint_dir_path(done, sizeof done, dir, step, "DONE");
-  if (remove(done) && errno != ENOENT)
-    return remat__errorf(err, REMAT_EIO, "cannot remove '%s': %s", done, strerror(errno));
   return 0;
 }

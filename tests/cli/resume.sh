@@ -3,7 +3,9 @@
 # same losses and byte-identical checkpoints (shuffled data, dropout, warmup,
 # cosine, gradient accumulation, recompute on); runs killed with SIGKILL at
 # random moments always leave a loadable newest checkpoint, and resuming them
-# to the end gives the uninterrupted run's bytes; a resume with other
+# to the end gives the uninterrupted run's bytes, also when one checkpoint
+# was damaged on the way (the resume falls back past it); a damaged or
+# mixed step directory is refused naming the file; a resume with other
 # settings is refused with one line.
 # usage: resume.sh REMAT TMPDIR
 set -u
@@ -46,10 +48,30 @@ for round in 1 2 3 4 5 6; do
   if [[ -d kill ]] && ! "$remat" train "${G[@]}" --resume kill --plan-only >/dev/null 2>&1; then
     bad "after kill $round the newest checkpoint does not load"
   fi
+  # once, the newest checkpoint is damaged: the resume falls back past it
+  newest=$(ls -d kill/step_*/DONE 2>/dev/null | tail -1)
+  if [[ $round -eq 3 && -n $newest ]]; then
+    printf '\377' | dd of="${newest%DONE}model.bin" bs=1 seek=2000 conv=notrunc 2>/dev/null
+    corrupted=${newest%/DONE}
+  fi
 done
 "$remat" train "${G[@]}" --resume kill --save killed.bin >/dev/null 2>&1
-if cmp -s ref.bin killed.bin; then ok "killed $kills times at random, resumed: same bytes as one run"
+if cmp -s ref.bin killed.bin; then ok "killed $kills times at random, resumed (one checkpoint damaged: ${corrupted:-none}): same bytes as one run"
 else bad "killed and resumed runs differ from one run"; fi
+[[ -n ${corrupted:-} ]] || bad "no checkpoint to damage after round 3"
+
+# Self-checking checkpoints: a damaged or mixed step directory is refused
+# by name; resuming from the parent falls back to the newest that verifies
+# and still ends with the uninterrupted run's bytes.
+cp -r full dmg
+printf '\377' | dd of=dmg/step_00000012/model.bin bs=1 seek=5000 conv=notrunc 2>/dev/null
+"$remat" train "${F[@]}" --resume dmg --save dmg.bin >/dev/null 2>&1
+if cmp -s full.bin dmg.bin; then ok "newest checkpoint damaged: fell back to step 6, same bytes"
+else bad "fallback past a damaged checkpoint"; fi
+cp -r full mixed
+cp full/step_00000006/model.bin mixed/step_00000012/model.bin
+cp -r full mixed2
+cp full/step_00000006/state.bin mixed2/step_00000012/state.bin
 
 expect_fail() { # one line on stderr, exit 1 or 2
   local name=$1 pattern=$2
@@ -61,9 +83,17 @@ expect_fail() { # one line on stderr, exit 1 or 2
   else bad "$name (rc $rc): $(head -c 300 err)"; fi
 }
 expect_fail "resume with another seed" "different seed" "${F[@]}" --seed 9 --resume full
+expect_fail "resume with another learning rate, shown as a number" "different learning rate (0.001, now 0.002)" "${F[@]}" --lr 0.002 --resume full
 expect_fail "resume with another batch" "different batch" "${F[@]/--batch/--batch}" --batch 2 --resume full
 mkdir empty
 expect_fail "nothing to resume" "no complete checkpoint" "${F[@]}" --resume empty
+cp -r full dmg2
+printf '\377' | dd of=dmg2/step_00000012/model.bin bs=1 seek=5000 conv=notrunc 2>/dev/null
+expect_fail "damaged model.bin named" "model.bin checksum differs" "${F[@]}" --resume dmg2/step_00000012
+expect_fail "model.bin of step 6 in step 12" "model.bin checksum differs" "${F[@]}" --resume mixed/step_00000012
+expect_fail "state.bin of step 6 in step 12" "state.bin checksum differs" "${F[@]}" --resume mixed2/step_00000012
+truncate -s 100 dmg2/step_00000006/state.bin
+expect_fail "no checkpoint verifies" "no checkpoint in" "${F[@]}" --resume dmg2
 expect_fail "resume and --model" "drop --model" "${F[@]}" --resume full --model full.bin
 expect_fail "every without dir" "go together" "${F[@]}" --checkpoint-every 3
 

@@ -16,7 +16,8 @@ expect_fail() {
   local what=$1 pattern=$2
   shift 2
   n=$((n + 1))
-  "$remat" train --quiet "$@" >"$tmp/out" 2>"$tmp/err"
+  # a run that blocks (on a FIFO) fails here instead of hanging the suite
+  timeout -k 5 120 "$remat" train --quiet "$@" >"$tmp/out" 2>"$tmp/err" </dev/null
   local rc=$?
   local lines
   lines=$(grep -c . "$tmp/err")
@@ -104,6 +105,28 @@ if [[ -p "$tmp/fifo" && -d "$tmp/outdir" ]] && ! ls "$tmp" | grep -q '\.tmp\.'; 
   echo "ok   [FIFO and directory left as they were, no temporaries]"
 else
   echo "FAIL [FIFO or directory replaced, or a temporary left]: $(ls -l "$tmp" | tr '\n' ' ')"
+  fails=$((fails + 1))
+fi
+
+# Inputs that are FIFOs (or links to one) are refused without being opened:
+# nothing blocks waiting for a writer.
+ln -s "$tmp/fifo" "$tmp/fifo-link"
+expect_fail "data is a FIFO" "FIFO, not a regular file" --config tiny --steps 1 --data "$tmp/fifo"
+expect_fail "text is a FIFO" "FIFO, not a regular file" --config tiny --steps 1 --text "$tmp/fifo"
+expect_fail "model is a FIFO" "FIFO, not a regular file" --steps 1 --model "$tmp/fifo"
+expect_fail "model links to a FIFO" "FIFO, not a regular file" --steps 1 --model "$tmp/fifo-link"
+timeout -k 5 120 "$remat" train --quiet --config tiny --batch 2 --seq 16 --steps 1 --threads 1 \
+  --checkpoint-dir "$tmp/ck" --checkpoint-every 1 >/dev/null 2>&1
+rm -f "$tmp/ck/step_00000001/state.bin" && mkfifo "$tmp/ck/step_00000001/state.bin"
+expect_fail "state.bin is a FIFO (step directory)" "FIFO" --config tiny --batch 2 --seq 16 --steps 2 \
+  --threads 1 --resume "$tmp/ck/step_00000001"
+expect_fail "state.bin is a FIFO (newest checkpoint)" "FIFO" --config tiny --batch 2 --seq 16 \
+  --steps 2 --threads 1 --resume "$tmp/ck"
+n=$((n + 1))
+if [[ -p "$tmp/fifo" && -p "$tmp/ck/step_00000001/state.bin" ]]; then
+  echo "ok   [the FIFOs are left as they were]"
+else
+  echo "FAIL [a FIFO was replaced]"
   fails=$((fails + 1))
 fi
 
