@@ -1,0 +1,129 @@
+"""remat.verify on the CPU: for plans of both examples (every policy:
+keep, full, selective), each stage's saved bytes over the micro-batches it
+holds equal the plan's exactly, and by hand; the plan's stage memory is the
+sum of the profile's terms; the torch stage split computes the model's loss
+and gradients."""
+import unittest
+
+import common
+import torch
+
+import gpt2_block
+import llama_block
+import remat
+
+B, T, C, H, V = 2, 16, 32, 4, 64
+RNG_STATE = torch.get_rng_state().numel()
+
+
+def fixed_times(prof):
+    """Times set by hand (the measured ones vary from run to run), so that
+    the plans below are always the same: a block's forward 1, backward 2,
+    full recompute 1, selective rerun 0.1; embedding and head 0.5 and 1."""
+    for r in prof.layers:
+        if r["kind"] == "block":
+            r.update(fwd=1e-3, bwd=2e-3, recompute=1e-3, middle_recompute=1e-4)
+        else:
+            r.update(fwd=5e-4, bwd=1e-3)
+
+
+def plans(prof, stages, microbatches):
+    """The plans at the smallest budget that fits (recomputing most), one
+    between, one byte below what keeping everything needs (a selective
+    layer is then the cheapest way to fit) and that (all kept)."""
+    lo = remat.plan(prof, stages, microbatches, 1, cli=common.CLI).data["min_budget_bytes"]
+    hi = remat.plan(prof, stages, microbatches, 1 << 40, cli=common.CLI).data["max_memory_bytes"]
+    return [remat.plan(prof, stages, microbatches, m, cli=common.CLI)
+            for m in (lo, lo + (hi - lo) // 2, hi - 1, hi)]
+
+
+class Base:
+    stages, microbatches = 3, 4
+
+    def by_hand(self, l, policy):
+        raise NotImplementedError
+
+    def test_stages(self):
+        seen = set()
+        for plan in plans(self.prof, self.stages, self.microbatches):
+            self.assertTrue(plan.feasible, plan.message)
+            v = remat.verify(self.model, plan, (self.idx, self.idx))
+            self.assertTrue(v.saved_equal, str(v))
+            for s, st in enumerate(v.stages):
+                n = plan.held(s)
+                self.assertEqual(st["microbatches_held"], min(self.stages - s, self.microbatches))
+                hand = n * sum(self.by_hand(l, p) for l, p in
+                               zip(range(st["first_layer"], st["first_layer"] + st["layers"]),
+                                   st["policies"]))
+                self.assertEqual(st["measured_saved_bytes"], hand)
+                self.assertEqual(st["planned_saved_bytes"], hand)
+                self.assertEqual(st["recomposed_memory_bytes"], st["planned_memory_bytes"])
+                self.assertGreater(st["measured_peak_bytes"], st["measured_saved_bytes"])
+                seen.update(st["policies"])
+        self.assertEqual(seen, {"keep", "full", "selective"})
+
+    def test_split_computes_the_model(self):
+        plan = plans(self.prof, self.stages, self.microbatches)[0]
+        self.assertGreater(sum(p != "keep" for p in plan.policies), 0)
+        loss_fn = self.prof.chain.loss_fn
+        self.model.zero_grad()
+        loss = loss_fn(self.model(self.idx), self.idx)
+        loss.backward()
+        want = [p.grad.clone() for p in self.model.parameters()]
+        self.model.zero_grad()
+        x = self.idx
+        for seq in plan.stage_modules():
+            x = seq(x)
+        got_loss = loss_fn(x, self.idx)
+        got_loss.backward()
+        self.assertTrue(torch.allclose(got_loss, loss, rtol=0, atol=1e-6))
+        for a, b in zip(want, self.model.parameters()):
+            self.assertTrue(torch.allclose(a, b.grad, rtol=1e-5, atol=1e-6))
+        self.model.zero_grad(set_to_none=True)
+
+
+class GPT2Verify(Base, unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        torch.manual_seed(0)
+        cls.model = gpt2_block.GPT2(n_layer=4, n_embd=C, n_head=H, vocab=V, block_size=T)
+        cls.idx = torch.randint(0, V, (B, T))
+        cls.prof = remat.profile(cls.model, (cls.idx, cls.idx), layers="blocks", embedding="embed",
+                                 head="head", selective=["attn.core"], repeats=1,
+                                 preserve_rng_state=False)
+        fixed_times(cls.prof)
+
+    def by_hand(self, l, policy):
+        if l == 0:
+            return 8 * B * T + 8 * T
+        if l == 5:
+            return 4 * B * T * 2 * C + 2 * 4 * B * T + 4 * B * T * V + 8 * B * T + 4
+        keep, full, sel = gpt2_block.block_bytes(B, T, C, H)
+        return {"keep": keep, "full": full, "selective": sel}[policy]
+
+
+class LlamaVerify(Base, unittest.TestCase):
+    Hkv, F = 2, 88
+
+    @classmethod
+    def setUpClass(cls):
+        torch.manual_seed(0)
+        cls.model = llama_block.Llama(n_layer=4, dim=C, n_head=H, n_kv_head=cls.Hkv, hidden=cls.F,
+                                      vocab=V, block_size=T)
+        cls.idx = torch.randint(0, V, (B, T))
+        cls.prof = remat.profile(cls.model, (cls.idx, cls.idx), layers="blocks", embedding="embed",
+                                 head="head", selective=["attn.core"], repeats=1)
+        fixed_times(cls.prof)
+
+    def by_hand(self, l, policy):
+        if l == 0:
+            return 8 * B * T
+        if l == 5:
+            return 4 * B * T * (3 * C + 1) + 4 * B * T * V + 8 * B * T + 4
+        keep, full, sel = llama_block.block_bytes(B, T, C, H, self.Hkv, self.F)
+        # torch.utils.checkpoint keeps the RNG state (preserve_rng_state, the default)
+        return {"keep": keep, "full": full + RNG_STATE, "selective": sel + RNG_STATE}[policy]
+
+
+if __name__ == "__main__":
+    unittest.main()
