@@ -42,7 +42,7 @@ class Verification:
     def __str__(self):
         src = "max_memory_allocated" if self.device.type == "cuda" else "CPU profiler"
         lines = [f"{'stage':>5} {'held':>4} {'saved planned':>14} {'saved measured':>15} "
-                 f"{'peak planned':>13} {'peak measured':>14}  ({src}; peak: bytes above state "
+                 f"{'peak planned':>13} {'peak measured':>14}  ({src}; peak: bytes above the state "
                  f"and the incoming gradient)"]
         for s in self.stages:
             lines.append(f"{s['stage']:>5} {s['microbatches_held']:>4} {s['planned_saved_bytes']:>14} "
@@ -122,7 +122,7 @@ def _stage(plan, prof, chain, s, st, seq, xs, targets, exclude, device, P):
                     # the previous output has been sent: free its data
                     outs[-1].data = torch.empty(0, device=outs[-1].device, dtype=outs[-1].dtype)
                 x = fresh_input(xs[first])
-                tg = None if targets is None else targets.clone()
+                tg = None if targets is None or not last else targets.clone()
                 for l, layer in zip(ids, seq):
                     c.layer = l
                     x = layer(x)
@@ -130,18 +130,20 @@ def _stage(plan, prof, chain, s, st, seq, xs, targets, exclude, device, P):
                     x = chain.loss_fn(x, tg)
                 outs.append(x)
         measured = c.total()
+        c.release()  # let the backward free what it has used
         for y in outs:
             if last:
                 y.backward()
             else:
                 _backward(y, g)
         del outs, x
-        c.release()
     for p in params:
         p.grad = None
     return {"stage": s, "layers": count, "first_layer": first, "microbatches_held": n,
             "policies": pols,
             "planned_saved_bytes": n * per_mb, "measured_saved_bytes": measured,
             "planned_memory_bytes": st["memory_bytes"], "recomposed_memory_bytes": recomposed,
-            "state_bytes": state, "planned_peak_bytes": recomposed - state - prof.stage_bytes,
+            "state_bytes": state,
+            # on the last stage the incoming gradient is made inside the stage (by the head)
+            "planned_peak_bytes": recomposed - state - (0 if last else prof.stage_bytes),
             "measured_peak_bytes": pk.peak}

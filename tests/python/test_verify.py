@@ -1,8 +1,8 @@
 """remat.verify on the CPU: for plans of both examples (every policy:
 keep, full, selective), each stage's saved bytes over the micro-batches it
 holds equal the plan's exactly, and by hand; the plan's stage memory is the
-sum of the profile's terms; the torch stage split computes the model's loss
-and gradients."""
+sum of the profile's terms; the allocator's peak is the plan's; the torch
+stage split computes the model's loss and gradients."""
 import unittest
 
 import common
@@ -58,7 +58,15 @@ class Base:
                 self.assertEqual(st["measured_saved_bytes"], hand)
                 self.assertEqual(st["planned_saved_bytes"], hand)
                 self.assertEqual(st["recomposed_memory_bytes"], st["planned_memory_bytes"])
-                self.assertGreater(st["measured_peak_bytes"], st["measured_saved_bytes"])
+                # the allocator's peak (CPU profiler): on a stage that receives its
+                # gradient, exactly the plan's (less state and that gradient); on
+                # the last stage at most that (the head frees its bytes before the
+                # blocks' backward needs theirs)
+                if s < self.stages - 1:
+                    self.assertEqual(st["measured_peak_bytes"], st["planned_peak_bytes"])
+                else:
+                    self.assertLessEqual(st["measured_peak_bytes"], st["planned_peak_bytes"])
+                    self.assertGreater(st["measured_peak_bytes"], 0.8 * st["planned_peak_bytes"])
                 seen.update(st["policies"])
         self.assertEqual(seen, {"keep", "full", "selective"})
 
