@@ -7,7 +7,7 @@ selective policy (remat's middle) that Megatron calls selective
 recomputation. The causal mask is a buffer added to the scores by baddbmm,
 which also scales them, so the block saves only what its backward needs.
 
-    python3 examples/gpt2_block.py      # profile, plan and verify a small one
+    PYTHONPATH=python REMAT_CLI=build/app/remat python3 examples/gpt2_block.py
 """
 import math
 
@@ -131,13 +131,20 @@ def block_bytes(B, T, C, H, elem=4):
 
 
 if __name__ == "__main__":
+    # Profile, plan and verify a small GPT-2 on this machine. Needs the remat
+    # command: on PATH, or REMAT_CLI=build/app/remat; and PYTHONPATH=python.
     import remat
 
     torch.manual_seed(0)
-    model = GPT2()
-    idx = torch.randint(0, 128, (2, 32))
+    model = GPT2(n_layer=8, n_embd=64, n_head=4, vocab=256, block_size=64)
+    idx = torch.randint(0, 256, (4, 64))  # one micro-batch: 4 sequences of 64 tokens
     prof = remat.profile(model, (idx, idx), layers="blocks", embedding="embed", head="head",
                          selective=["attn.core"])
-    for r in prof.layers:
-        print(r["name"], r["act_bytes"], r["ckpt_bytes"], r.get("middle_bytes"), r["work_bytes"])
-    print(block_bytes(2, 32, 64, 4))
+    keep, full, sel = block_bytes(4, 64, 64, 4)
+    print(f"a block saves {prof.layers[1]['act_bytes']} bytes kept ({keep} by hand), "
+          f"{prof.layers[1]['ckpt_bytes']} checkpointed ({full} + the RNG state), "
+          f"{prof.layers[1]['middle_bytes']} with attn.core checkpointed")
+    plan = remat.plan(prof, stages=4, microbatches=8, memory="8MB")
+    print(plan)
+    print(plan.colossalai()[1])
+    print(remat.verify(model, plan, (idx, idx)))

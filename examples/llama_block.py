@@ -7,7 +7,7 @@ The attention core (scores, causal mask, softmax, weighted sum, after the
 rotary embedding and the repetition of the key/value heads) is the
 submodule ``attn.core``, which the selective policy checkpoints.
 
-    python3 examples/llama_block.py
+    PYTHONPATH=python REMAT_CLI=build/app/remat python3 examples/llama_block.py
 """
 import math
 
@@ -159,13 +159,22 @@ def block_bytes(B, T, C, H, Hkv, F_, elem=4):
 
 
 if __name__ == "__main__":
+    # Profile, plan and verify a small Llama-style model on this machine.
+    # Needs the remat command: on PATH, or REMAT_CLI=build/app/remat; and
+    # PYTHONPATH=python.
     import remat
 
     torch.manual_seed(0)
-    model = Llama()
-    idx = torch.randint(0, 128, (2, 32))
+    model = Llama(n_layer=8, dim=64, n_head=4, n_kv_head=2, hidden=172, vocab=256, block_size=64)
+    idx = torch.randint(0, 256, (4, 64))
     prof = remat.profile(model, (idx, idx), layers="blocks", embedding="embed", head="head",
-                         selective=["attn.core"], preserve_rng_state=False)
-    for r in prof.layers:
-        print(r["name"], r["act_bytes"], r["ckpt_bytes"], r.get("middle_bytes"), r["work_bytes"])
-    print(block_bytes(2, 32, 64, 4, 2, 172))
+                         selective=["attn.core"])
+    keep, full, sel = block_bytes(4, 64, 64, 4, 2, 172)
+    print(f"a block saves {prof.layers[1]['act_bytes']} bytes kept ({keep} by hand), "
+          f"{prof.layers[1]['ckpt_bytes']} checkpointed ({full} + the RNG state), "
+          f"{prof.layers[1]['middle_bytes']} with attn.core checkpointed")
+    plan = remat.plan(prof, stages=4, microbatches=8, memory="9MB")
+    print(plan)
+    flags, notes = plan.megatron()
+    print(" ".join(flags))
+    print(remat.verify(model, plan, (idx, idx)))
