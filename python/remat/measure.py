@@ -74,7 +74,8 @@ def cpu_peak(prof):
     """(max running sum, final sum) of the profiler's CPU memory events."""
     events = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"]
     events = [e for e in events if str(e.device_type()).endswith("CPU")]
-    events.sort(key=lambda e: e.start_us())  # stable: same-microsecond events keep their order
+    # stable: events of the same instant keep the order they were recorded in
+    events.sort(key=lambda e: e.start_ns() if hasattr(e, "start_ns") else e.start_us())
     run = peak = 0
     for e in events:
         run += e.nbytes()

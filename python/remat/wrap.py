@@ -35,7 +35,7 @@ def checkpoint_call(fn, *args, preserve_rng_state=True):
             t = getattr(ctx, name, None)
             if isinstance(t, torch.Tensor):
                 kept.append(t)
-        for name in ("fwd_gpu_states", "fwd_cuda_states"):
+        for name in ("fwd_gpu_states", "fwd_device_states"):  # names differ across versions
             for t in getattr(ctx, name, None) or []:
                 if isinstance(t, torch.Tensor):
                     kept.append(t)
