@@ -74,8 +74,25 @@ class Base:
         self.assertGreaterEqual(exact_peaks, 4)
 
     def test_split_computes_the_model(self):
-        plan = plans(self.prof, self.stages, self.microbatches)[0]
-        self.assertGreater(sum(p != "keep" for p in plan.policies), 0)
+        every = plans(self.prof, self.stages, self.microbatches)
+        self.assertIn("full", every[0].policies)
+        self.assertIn("selective", every[2].policies)
+        for plan in (every[0], every[2]):
+            self.split_matches(plan)
+
+    def test_wrong_figure_is_seen(self):
+        plan = plans(self.prof, self.stages, self.microbatches)[3]
+        row = self.prof.layers[1]
+        row["act_bytes"] += 4
+        try:
+            v = remat.verify(self.model, plan, (self.idx, self.idx))
+        finally:
+            row["act_bytes"] -= 4
+        self.assertFalse(v.saved_equal)
+        st = v.stages[0]
+        self.assertEqual(st["planned_saved_bytes"] - st["measured_saved_bytes"], 4 * plan.held(0))
+
+    def split_matches(self, plan):
         loss_fn = self.prof.chain.loss_fn
         self.model.zero_grad()
         loss = loss_fn(self.model(self.idx), self.idx)
