@@ -153,5 +153,39 @@ class LlamaVerify(Base, unittest.TestCase):
         return {"keep": keep, "full": full + RNG_STATE, "selective": sel + RNG_STATE}[policy]
 
 
+
+class GPipeBF16(unittest.TestCase):
+    """A bf16 Llama-style model under GPipe: every stage holds all M
+    micro-batches; bytes by hand with 2-byte elements."""
+
+    def test_stages(self):
+        torch.manual_seed(0)
+        Hkv, F, M = 2, 64, 4
+        model = llama_block.Llama(n_layer=3, dim=C, n_head=H, n_kv_head=Hkv, hidden=F, vocab=V,
+                                  block_size=T).to(torch.bfloat16)
+        idx = torch.randint(0, V, (B, T))
+        prof = remat.profile(model, (idx, idx), layers="blocks", embedding="embed", head="head",
+                             selective=["attn.core"], precision="bf16", zero=1, dp=4, repeats=1,
+                             preserve_rng_state=False)
+        fixed_times(prof)
+        keep, full, sel = llama_block.block_bytes(B, T, C, H, Hkv, F, elem=2)
+        # embedding: the ids; head: its input, x*r, the norm's output, r, the
+        # log-softmax output (bf16), the targets and nll_loss's total weight (bf16)
+        hand = {0: 8 * B * T, 4: 2 * B * T * (3 * C + 1) + 2 * B * T * V + 8 * B * T + 2}
+        for mem in (1, 1 << 30):
+            lo = remat.plan(prof, 2, M, mem, schedule="gpipe", cli=common.CLI)
+            plan = lo if lo.feasible else remat.plan(prof, 2, M, lo.data["min_budget_bytes"],
+                                                     schedule="gpipe", cli=common.CLI)
+            v = remat.verify(model, plan, (idx, idx))
+            for st in v.stages:
+                self.assertEqual(st["microbatches_held"], M)
+                want = M * sum(hand.get(l, {"keep": keep, "full": full, "selective": sel}[p])
+                               for l, p in zip(range(st["first_layer"], st["first_layer"] + st["layers"]),
+                                               st["policies"]))
+                self.assertEqual(st["measured_saved_bytes"], want)
+                self.assertEqual(st["planned_saved_bytes"], want)
+                self.assertLessEqual(st["measured_peak_bytes"], st["planned_peak_bytes"])
+
+
 if __name__ == "__main__":
     unittest.main()
