@@ -10,10 +10,11 @@ the plan's bytes with what the stage measurably keeps.
   recomputed ones, middle_bytes over middle ones). These two are exact and
   must be equal.
 - peak bytes: the allocator's peak growth while the stage runs its forwards
-  and then its backwards (parameter gradients allocated beforehand, the
-  incoming gradient too): on CUDA ``max_memory_allocated``, on the CPU the
-  profiler's memory events. Planned: the plan's memory less the state and
-  the incoming gradient (stage_bytes). Each sent output's data is freed once
+  and then its backwards (parameter gradients allocated beforehand, and the
+  incoming gradient, except on the last stage, where the head makes it): on
+  CUDA ``max_memory_allocated``, on the CPU the profiler's memory events.
+  Planned: the plan's memory less the state and (but on the last stage) the
+  incoming gradient (stage_bytes). Each sent output's data is freed once
   the next micro-batch starts, as Megatron does, unless a layer saved it, so
   the outputs do not pile up (the plan counts one, boundary_bytes).
 """
@@ -32,6 +33,10 @@ def _backward(y, g):
 
 
 class Verification:
+    """verify's answer: ``stages``, one dict per stage (planned and measured
+    saved and peak bytes, the plan's memory and its sum from the profile,
+    the layers' policies); ``saved_equal``; ``str()`` a table."""
+
     def __init__(self, stages, device):
         self.stages, self.device = stages, device
 
