@@ -1,0 +1,411 @@
+"""remat.profile: measures a user's PyTorch model layer by layer and writes
+remat's planner problem (docs/plan.md, docs/profile.md).
+
+The model is seen as a chain: an optional embedding, the repeated layers (the
+blocks, which the planner may recompute), an optional head, and a loss:
+
+    x = embedding(inputs); x = block_0(x); ...; out = head(x); loss = loss_fn(out, targets)
+
+Each member of the chain is one layer of the problem, in this order.
+"""
+import json
+import math
+import statistics
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from . import measure
+from ._saved import SavedCounter, state_keys, storage_of
+from .state import state_bytes
+from .wrap import wrap
+
+POLICIES = ("keep", "full", "selective")
+
+
+def _resolve(model, spec, what):
+    if spec is None or isinstance(spec, nn.Module):
+        return spec
+    if isinstance(spec, str):
+        obj = model
+        for part in spec.split("."):
+            obj = obj[int(part)] if part.isdigit() else getattr(obj, part)
+        return obj
+    raise TypeError(f"{what}: a module or the dotted name of one in the model")
+
+
+def default_loss(out, targets):
+    """Cross entropy over the last dimension when there are targets, else
+    the sum of the output."""
+    if targets is None:
+        return out.sum()
+    return F.cross_entropy(out.reshape(-1, out.shape[-1]), targets.reshape(-1))
+
+
+class Chain:
+    """The model as a sequence of layers, and how to run it under policies."""
+
+    def __init__(self, blocks, embedding=None, head=None, loss_fn=None, selective=None,
+                 preserve_rng_state=True):
+        self.entries = []  # (name, kind, module)
+        if embedding is not None:
+            self.entries.append(("embedding", "embedding", embedding))
+        for i, b in enumerate(blocks):
+            self.entries.append((f"block{i}", "block", b))
+        if head is not None:
+            self.entries.append(("head", "head", head))
+        self.loss_fn = loss_fn or default_loss
+        self.selective = list(selective) if selective else None
+        self.preserve_rng_state = preserve_rng_state
+
+    def __len__(self):
+        return len(self.entries)
+
+    def modules(self):
+        return [m for _, _, m in self.entries]
+
+    def recomputable(self, i):
+        return self.entries[i][1] == "block"
+
+    def layer(self, i, policy):
+        """Layer i under a policy (embedding and head always keep)."""
+        mod = self.entries[i][2]
+        if not self.recomputable(i):
+            policy = "keep"
+        return wrap(mod, policy, self.selective, self.preserve_rng_state)
+
+    def is_last(self, i):
+        return i == len(self.entries) - 1
+
+    def step(self, i, x, policy, targets):
+        """Layer i's forward on x; the last layer's output goes through the
+        loss (its saved tensors belong to the last layer)."""
+        y = self.layer(i, policy)(x)
+        if self.is_last(i):
+            y = self.loss_fn(y, targets)
+        return y
+
+
+def split_batch(sample_batch):
+    if isinstance(sample_batch, (tuple, list)):
+        if len(sample_batch) != 2:
+            raise ValueError("sample_batch: inputs, or (inputs, targets)")
+        return sample_batch[0], sample_batch[1]
+    return sample_batch, None
+
+
+def fresh_input(x):
+    """A copy with a storage of its own (so that micro-batches never share
+    one), requiring grad when it is floating point."""
+    y = x.detach().clone()
+    if y.is_floating_point():
+        y.requires_grad_(True)
+    return y
+
+
+class Profile:
+    """What ``remat.profile`` measured. ``layers`` is a list of dicts, one per
+    layer of the chain, with the problem's fields (bytes; times in seconds,
+    written to the problem in ms) and ``name``, ``kind``, ``params``; ``stage_bytes`` and ``boundary_bytes``
+    as in the problem; ``chain`` runs the model (for ``plan``'s exports and
+    ``verify``)."""
+
+    def __init__(self, chain, layers, stage_bytes, boundary_bytes, info, notes):
+        self.chain = chain
+        self.layers = layers
+        self.stage_bytes = stage_bytes
+        self.boundary_bytes = boundary_bytes
+        self.info = info
+        self.notes = notes
+
+    def groups(self, middle=True):
+        """Consecutive layers with the same kind and byte figures form one
+        group (so the planner sees identical layers as such); a group's times
+        are the medians of its layers' times."""
+        keys = ("act_bytes", "ckpt_bytes", "state_bytes", "work_bytes", "recompute_bytes",
+                "middle_bytes", "middle_recompute_bytes")
+        out, members = [], []
+
+        def flush():
+            if not members:
+                return
+            first = members[0]
+            g = {"name": first["kind"] if first["kind"] != "block" else first["type"],
+                 "count": len(members)}
+            for k in ("fwd", "bwd"):
+                g[k] = _ms(statistics.median(m[k] for m in members))
+            g["act_bytes"] = first["act_bytes"]
+            g["ckpt_bytes"] = first["ckpt_bytes"]
+            g["state_bytes"] = first["state_bytes"]
+            g["work_bytes"] = first["work_bytes"]
+            if first["recomputable"]:
+                g["recompute"] = _ms(statistics.median(m["recompute"] for m in members))
+                g["recompute_bytes"] = first["recompute_bytes"]
+                if middle and first.get("middle_bytes") is not None:
+                    g["middle_bytes"] = first["middle_bytes"]
+                    g["middle_recompute"] = _ms(statistics.median(m["middle_recompute"] for m in members))
+                    g["middle_recompute_bytes"] = first["middle_recompute_bytes"]
+            else:
+                g["recomputable"] = False
+            out.append(g)
+
+        for L in self.layers:
+            if members and (members[0]["kind"], members[0]["type"]) == (L["kind"], L["type"]) and all(
+                    members[0].get(k) == L.get(k) for k in keys):
+                members.append(L)
+            else:
+                flush()
+                members = [L]
+        flush()
+        return out
+
+    def problem(self, stages, microbatches, memory, schedule="1f1b", objective="bottleneck",
+                middle=True):
+        """remat's problem JSON (a dict) for this model."""
+        inf = self.info
+        return {
+            "comment": (f"remat.profile of {inf['model']} on {inf['device']} (torch {inf['torch']}): "
+                        f"micro-batch {inf['batch']}, {inf['dtype']} activations, state for "
+                        f"{inf['precision']} {inf['optimizer']} ZeRO-{inf['zero']} dp={inf['dp']} "
+                        f"tp={inf['tp']}; times in ms (medians of {inf['repeats']})"),
+            "stages": stages,
+            "microbatches": microbatches,
+            "schedule": schedule,
+            "objective": objective,
+            "memory": memory,
+            "stage_bytes": self.stage_bytes,
+            "boundary_bytes": self.boundary_bytes,
+            "layers": self.groups(middle),
+        }
+
+    def write(self, path, stages, microbatches, memory, **kw):
+        with open(path, "w") as f:
+            json.dump(self.problem(stages, microbatches, memory, **kw), f, indent=1)
+            f.write("\n")
+        return path
+
+
+def _ms(seconds):
+    """Milliseconds, rounded to 1/1024 ms so the planner reads them exactly."""
+    return math.ceil(seconds * 1000 * 1024) / 1024 if seconds > 0 else 0.0
+
+
+def _counted_run(chain, inputs, targets, policy, exclude, device):
+    """Forward of the whole chain under one policy for the blocks; bytes
+    saved per layer."""
+    n = len(chain)
+    with SavedCounter(exclude, device) as c:
+        x = fresh_input(inputs)
+        for i in range(n):
+            c.layer = i
+            c.mark_input(x)
+            x = chain.step(i, x, policy, targets)
+    per = c.per_layer(n)
+    del x
+    c.release()
+    return per
+
+
+def _layer_inputs(chain, inputs, targets):
+    xs = []
+    with torch.no_grad():
+        x = inputs
+        for i in range(len(chain)):
+            xs.append(x.detach())
+            if not chain.is_last(i):
+                x = chain.entries[i][2](x)
+    return xs
+
+
+def _out_bytes(t):
+    return t.numel() * t.element_size()
+
+
+class _LayerRun:
+    """One layer alone on its recorded input: forward, backward, timing and
+    transient bytes under a policy."""
+
+    def __init__(self, chain, i, x, targets, device):
+        self.chain, self.i, self.x, self.targets, self.device = chain, i, x, targets, device
+        self.params = [p for p in chain.entries[i][2].parameters() if p.requires_grad]
+        with torch.no_grad():
+            y = chain.step(i, fresh_input(x), "keep", targets)
+        self.grad = None if chain.is_last(i) else torch.randn_like(y)
+        self.out_bytes = _out_bytes(y)
+
+    def forward(self, policy):
+        return self.chain.step(self.i, fresh_input(self.x), policy, self.targets)
+
+    def backward(self, y):
+        if self.grad is None:
+            y.backward()
+        else:
+            torch.autograd.backward(y, self.grad)
+
+    def transient(self, policy):
+        """Largest transient bytes of a forward and of a backward: the
+        forward's peak above what it leaves allocated, the backward's peak
+        growth (parameter gradients already allocated, as from the second
+        micro-batch on)."""
+        for p in self.params:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        with measure.Peak(self.device) as pf:
+            y = self.forward(policy)
+        with measure.Peak(self.device) as pb:
+            self.backward(y)
+        del y
+        return max(pf.peak - pf.end, pb.peak, 0)
+
+    def times(self, policy, repeats):
+        """Median forward and backward seconds."""
+        fw, bw = [], []
+        for r in range(repeats + 1):
+            measure.sync(self.device)
+            t0 = measure.time.perf_counter()
+            y = self.forward(policy)
+            measure.sync(self.device)
+            t1 = measure.time.perf_counter()
+            self.backward(y)
+            measure.sync(self.device)
+            t2 = measure.time.perf_counter()
+            del y
+            if r:  # the first is a warm-up
+                fw.append(t1 - t0)
+                bw.append(t2 - t1)
+        return statistics.median(fw), statistics.median(bw)
+
+    def sub_time(self, names, repeats):
+        """Median seconds spent in the forwards of the named submodules
+        during one forward of the layer (what the selective policy reruns)."""
+        mod = self.chain.entries[self.i][2]
+        spent = [0.0]
+        start = {}
+        hooks = []
+        for n in names:
+            sub = mod.get_submodule(n)
+
+            def pre(m, args, n=n):
+                measure.sync(self.device)
+                start[n] = measure.time.perf_counter()
+
+            def post(m, args, out, n=n):
+                measure.sync(self.device)
+                spent[0] += measure.time.perf_counter() - start[n]
+
+            hooks.append(sub.register_forward_pre_hook(pre))
+            hooks.append(sub.register_forward_hook(post))
+        out = []
+        try:
+            for r in range(repeats + 1):
+                spent[0] = 0.0
+                with torch.no_grad():
+                    self.forward("keep")
+                if r:
+                    out.append(spent[0])
+        finally:
+            for h in hooks:
+                h.remove()
+        return statistics.median(out)
+
+
+def profile(model, sample_batch, layers, embedding=None, head=None, loss_fn=None, selective=None,
+            precision="fp32", optimizer="adamw", zero=0, dp=1, tp=1, device=None, repeats=3,
+            preserve_rng_state=True):
+    """Measures every layer of the chain on one micro-batch (sample_batch:
+    inputs, or (inputs, targets)) and returns a Profile.
+
+    layers: the repeated blocks (a list or ModuleList, or its dotted name in
+    model); embedding, head: a module or a dotted name, or None; loss_fn:
+    loss_fn(output, targets) (default cross entropy). selective: names of
+    submodules of a block (e.g. ["attn.core"]) that the selective (middle)
+    policy checkpoints; None: no middle policy. precision ('fp32', 'bf16',
+    'fp16'), optimizer ('adamw', 'adam', 'sgd', 'sgd-momentum', 'none'),
+    zero (0-3) over dp replicas and tp give the state bytes; the activations
+    are those of the modules as they run here (cast the model and use the
+    dtype you train with). Times are medians of `repeats` runs on `device`
+    (default: the device of the model's first parameter)."""
+    blocks = list(_resolve(model, layers, "layers"))
+    if not blocks:
+        raise ValueError("layers: no blocks")
+    chain = Chain(blocks, _resolve(model, embedding, "embedding"), _resolve(model, head, "head"),
+                  loss_fn, selective, preserve_rng_state)
+    if device is None:
+        p = next(model.parameters(), None)
+        device = p.device if p is not None else torch.device("cpu")
+    device = torch.device(device)
+    inputs, targets = split_batch(sample_batch)
+    n = len(chain)
+    notes = []
+
+    exclude = state_keys(model)
+    for m in chain.modules():
+        exclude |= state_keys(m)
+
+    was_training = model.training
+    model.train()
+    try:
+        saved = {pol: _counted_run(chain, inputs, targets, pol, exclude, device)
+                 for pol in POLICIES if pol != "selective" or selective}
+        for i in range(n):
+            if not chain.recomputable(i) and len({saved[p][i] for p in saved}) > 1:
+                notes.append(f"{chain.entries[i][0]}: its saved bytes depend on the blocks' policy "
+                             f"({', '.join(str(saved[p][i]) for p in saved)}); the largest is used")
+
+        xs = _layer_inputs(chain, inputs, targets)
+        # parameters counted once per layer that holds them (a tied embedding
+        # and head each hold a copy on different stages)
+        seen_params = set()
+        rows = []
+        for i, (name, kind, mod) in enumerate(chain.entries):
+            run = _LayerRun(chain, i, xs[i], targets, device)
+            params = 0
+            for p in mod.parameters():
+                params += p.numel()
+                seen_params.add(storage_of(p)[0])
+            buf = sum(_out_bytes(b) for b in mod.buffers())
+            row = {"name": name, "kind": kind, "type": type(mod).__name__, "params": params,
+                   "recomputable": kind == "block", "out_bytes": run.out_bytes,
+                   "state_bytes": state_bytes(params, precision, optimizer, zero, dp, tp) + buf,
+                   "buffer_bytes": buf}
+            if kind == "block":
+                row["act_bytes"] = saved["keep"][i]
+                row["ckpt_bytes"] = saved["full"][i]
+            else:
+                row["act_bytes"] = row["ckpt_bytes"] = max(saved[p][i] for p in saved)
+            # times first: the profiler that measures CPU transients slows what follows it
+            row["fwd"], row["bwd"] = run.times("keep", repeats)
+            if kind == "block":
+                row["recompute"] = row["fwd"]  # the rerun is the layer's forward
+                if selective:
+                    row["middle_recompute"] = run.sub_time(chain.selective, repeats)
+            row["work_bytes"] = run.transient("keep")
+            if kind == "block":
+                row["recompute_bytes"] = run.transient("full")
+                if selective:
+                    row["middle_bytes"] = saved["selective"][i]
+                    row["middle_recompute_bytes"] = run.transient("selective")
+            rows.append(row)
+            for p in mod.parameters():
+                if p.grad is not None:
+                    p.grad = None
+
+        other = sum(p.numel() for p in model.parameters() if storage_of(p)[0] not in seen_params)
+        if other:
+            rows[0]["state_bytes"] += state_bytes(other, precision, optimizer, zero, dp, tp)
+            rows[0]["params"] += other
+            notes.append(f"{other} parameters of the model are in no layer of the chain; "
+                         f"their state is counted with {rows[0]['name']}")
+    finally:
+        model.train(was_training)
+
+    outs = [r["out_bytes"] for r in rows[:-1]] or [rows[0]["out_bytes"]]
+    info = {"model": type(model).__name__, "device": str(device), "torch": torch.__version__,
+            "batch": "x".join(str(s) for s in inputs.shape),
+            "dtype": str(next((r for r in xs if r.is_floating_point()), xs[-1]).dtype).replace("torch.", ""),
+            "precision": precision, "optimizer": optimizer, "zero": zero, "dp": dp, "tp": tp,
+            "repeats": repeats}
+    # every stage holds one incoming gradient of a layer's output while its
+    # layers run backward, and every stage but the last the output it sends
+    return Profile(chain, rows, max(outs), max(outs), info, notes)

@@ -1,0 +1,100 @@
+"""remat.plan through the built `remat plan`: the seed example (ColossalAI
+#5509) comes out as 7/8/8/9 layers with 4/3/0/0 recomputed, and its
+ColossalAI, Megatron and torch stage-split exports."""
+import json
+import os
+import tempfile
+import unittest
+
+import common
+import torch.nn as nn
+
+import remat
+
+
+class Seed(unittest.TestCase):
+    def setUp(self):
+        self.plan = remat.plan(common.SEED, cli=common.CLI, tp=2)
+
+    def test_split(self):
+        p = self.plan
+        self.assertTrue(p.feasible)
+        self.assertEqual(p.layers_per_stage, [7, 8, 8, 9])
+        self.assertEqual(p.ckpt_layers_per_stage, [4, 3, 0, 0])
+        self.assertEqual(p.data["bottleneck_time"], 27)
+        self.assertEqual(p.data["slowdown"], 1.125)
+        self.assertEqual([p.held(s) for s in range(4)], [4, 3, 2, 1])
+        self.assertEqual([st["memory_bytes"] for st in p.stages],
+                         [17000000000, 19875000000, 20000000000, 11250000000])
+
+    def test_colossalai(self):
+        kw, code = self.plan.colossalai()
+        self.assertEqual(kw["tp_size"], 2)
+        self.assertEqual(kw["pp_size"], 4)
+        self.assertEqual(kw["num_microbatches"], 8)
+        self.assertEqual(kw["num_layers_per_stage"], [7, 8, 8, 9])
+        self.assertEqual(kw["gradient_checkpoint_config"]["num_ckpt_layers_per_stage"], [4, 3, 0, 0])
+        self.assertIn("    tp_size=2,\n", code)
+        self.assertIn("num_ckpt_layers_per_stage = [4, 3, 0, 0]", code)
+        self.assertEqual(self.plan.colossalai(tp=8)[0]["tp_size"], 8)
+
+    def test_megatron(self):
+        flags, notes = self.plan.megatron()
+        pairs = dict(zip(flags[::2], flags[1::2]))
+        self.assertEqual(pairs["--tensor-model-parallel-size"], "2")
+        self.assertEqual(pairs["--pipeline-model-parallel-size"], "4")
+        self.assertEqual(pairs["--num-layers"], "32")
+        self.assertEqual(pairs["--decoder-first-pipeline-num-layers"], "7")
+        self.assertEqual(pairs["--decoder-last-pipeline-num-layers"], "9")
+        self.assertEqual(pairs["--recompute-num-layers"], "4")
+        said = " ".join(notes)
+        self.assertIn("cannot be expressed", said)
+        self.assertIn("bottleneck 31 (plan: 27)", said)
+
+    def test_stage_modules(self):
+        layers = [nn.Linear(4, 4) for _ in range(32)]
+        stages = self.plan.stage_modules(layers)
+        self.assertEqual([len(s) for s in stages], [7, 8, 8, 9])
+        ck = [[isinstance(m, remat.Checkpointed) for m in s] for s in stages]
+        self.assertEqual([sum(c) for c in ck], [4, 3, 0, 0])
+        self.assertEqual(ck[0], [True] * 4 + [False] * 3)
+        self.assertIs(stages[0][5], layers[5])  # the model's own modules
+        self.assertIs(stages[0][0].module, layers[0])
+        with self.assertRaises(ValueError):
+            self.plan.stage_modules(layers[:31])
+
+
+class Settings(unittest.TestCase):
+    def test_overrides_and_dict(self):
+        with open(common.SEED) as f:
+            pb = json.load(f)
+        p = remat.plan(pb, memory="40GB", cli=common.CLI)
+        self.assertEqual(p.layers_per_stage, [8, 8, 8, 8])
+        self.assertEqual(p.ckpt_layers_per_stage, [0, 0, 0, 0])
+        p = remat.plan(pb, stages=2, microbatches=2, memory=[30e9, 30e9], cli=common.CLI)
+        self.assertEqual(len(p.stages), 2)
+        self.assertEqual(p.microbatches, 2)
+
+    def test_infeasible(self):
+        p = remat.plan(common.SEED, memory="1GB", cli=common.CLI)
+        self.assertFalse(p.feasible)
+        self.assertEqual(p.data["min_budget_bytes"], 2000000000)
+        self.assertIn("smallest budget that fits is 2.00 GB", p.message)
+
+    def test_cli_from_environment(self):
+        old = os.environ.get("REMAT_CLI")
+        os.environ["REMAT_CLI"] = common.CLI
+        try:
+            self.assertEqual(remat.plan(common.SEED).layers_per_stage, [7, 8, 8, 9])
+            os.environ["REMAT_CLI"] = os.path.join(tempfile.gettempdir(), "no-such-remat")
+            with self.assertRaises(remat.PlanError):
+                remat.plan(common.SEED)
+        finally:
+            if old is None:
+                del os.environ["REMAT_CLI"]
+            else:
+                os.environ["REMAT_CLI"] = old
+
+
+if __name__ == "__main__":
+    unittest.main()
