@@ -1,0 +1,6 @@
+# GPT-2's tokenizer against js-tiktoken (node and the vocabulary must be
+# installed: scripts/fetch-vocab.sh --test), text generation with a KV cache
+# against a forward without one, and the tokenize and sample commands.
+set(REMAT_VOCAB_DIR ${PROJECT_SOURCE_DIR}/third_party/gpt2-vocab)
+remat_test(test_text SOURCES test_text.c LIBS remat_text remat_io LABELS unit TIMEOUT 120
+  ARGS ${REMAT_VOCAB_DIR} ${CMAKE_CURRENT_SOURCE_DIR}/node/bpe_cases.mjs 1000)
