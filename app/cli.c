@@ -74,3 +74,13 @@ int cli_stdout_ok(void) {
   cli_fail(-1, "cannot write the output: %s", strerror(errno ? errno : EIO));
   return -1;
 }
+
+#ifndef REMAT_VOCAB_DIR
+#define REMAT_VOCAB_DIR "third_party/gpt2-vocab"
+#endif
+
+const char *cli_vocab_dir(const char *flag) {
+  if (flag) return flag;
+  const char *env = getenv("REMAT_VOCAB");
+  return env && *env ? env : REMAT_VOCAB_DIR;
+}

@@ -143,6 +143,9 @@ int remat_output_check(const char *path, remat_error *err);
  * taken. 0 otherwise, also when only one exists. Use it to refuse an output
  * that names one of the inputs. */
 int remat_same_file(const char *a, const char *b);
+/* Writes n bytes (a decoded text) to path, atomically, under the rules at
+ * the top. */
+int remat_bytes_save(const char *path, const void *bytes, size_t n, remat_error *err);
 
 /* ---------------------------------------------------------- training state */
 

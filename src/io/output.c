@@ -385,3 +385,16 @@ int remat_same_file(const char *a, const char *b) {
   remat__free(cb);
   return same;
 }
+
+/* ---------------------------------------------------------- plain bytes */
+
+int remat_bytes_save(const char *path, const void *bytes, size_t n, remat_error *err) {
+  remat__wfile w;
+  int rc = remat__wfile_open(&w, path, "text", err);
+  if (rc) return rc;
+  if ((rc = remat__wfile_write(&w, bytes, n, err))) {
+    remat__wfile_abort(&w);
+    return rc;
+  }
+  return remat__wfile_commit(&w, err);
+}
