@@ -226,9 +226,14 @@ static int encode(const opts *o) {
   int64_t n_val = o->val_frac > 0 ? (int64_t)((double)ids.n * o->val_frac) : 0;
   int64_t n_train = ids.n - n_val;
   if (n_train < 2 || (o->val_frac > 0 && n_val < 2)) {
-    cli_fail(1, "'%s' gives %lld tokens: too few for a training shard and a validation shard of "
-             "at least 2 tokens each (--val-frac %g)%s", o->input, (long long)ids.n, o->val_frac,
-             o->val_frac > 0 && n_train >= 2 ? "; give a longer text, or --val-frac 0" : "; give a longer text");
+    const char *s = ids.n == 1 ? "" : "s";
+    if (o->val_frac > 0)
+      cli_fail(1, "'%s' gives %lld token%s: too few for a training and a validation shard of at "
+               "least 2 tokens each (--val-frac %g); give a longer text%s", o->input,
+               (long long)ids.n, s, o->val_frac, n_train >= 2 ? ", or --val-frac 0" : "");
+    else
+      cli_fail(1, "'%s' gives %lld token%s: a shard needs at least 2; give a longer text",
+               o->input, (long long)ids.n, s);
     goto done;
   }
   if (save_shard(train, ids.ids, n_train, &err) ||
