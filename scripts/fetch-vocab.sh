@@ -44,7 +44,16 @@ fi
 
 if [[ "${1:-}" == "--test" ]]; then
   # npm ci installs exactly the lockfile's versions and checks each
-  # tarball's integrity hash from it.
-  npm ci --prefix tests/node --no-audit --no-fund --silent
-  echo "fetch-vocab: js-tiktoken $(node -p 'require("./tests/node/node_modules/js-tiktoken/package.json").version') in tests/node/node_modules"
+  # tarball's integrity hash from it; skipped when npm's record of the last
+  # install (node_modules/.package-lock.json) matches the lockfile already.
+  installed=tests/node/node_modules/.package-lock.json
+  if [[ -f $installed ]] && node -e '
+      const [a, b] = process.argv.slice(1).map((f) => require(require("path").resolve(f)).packages);
+      for (const k of Object.keys(a)) if (k && (!b[k] || a[k].integrity !== b[k].integrity)) process.exit(1);' \
+      tests/node/package-lock.json "$installed"; then
+    :
+  else
+    npm ci --prefix tests/node --no-audit --no-fund --silent
+  fi
+  echo "fetch-vocab: js-tiktoken $(node -p 'require("./tests/node/node_modules/js-tiktoken/package.json").version') in tests/node/node_modules (lockfile integrity checked)"
 fi
