@@ -88,6 +88,105 @@ static int64_t against_reference(remat_bpe *bpe, const char *script, int count, 
   return cases;
 }
 
+/* ------------------------------------------------ long pieces, plainly */
+
+/* The tokens by their bytes, for the plain merge loop below. */
+typedef struct {
+  const remat_bpe *bpe;
+  int32_t *slot; /* open addressing, -1 empty */
+  size_t cap;
+} token_table;
+
+static uint64_t fnv(const unsigned char *p, size_t n) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ull;
+  return h;
+}
+
+static int32_t table_find(const token_table *t, const unsigned char *p, size_t n) {
+  for (size_t i = fnv(p, n) & (t->cap - 1);; i = (i + 1) & (t->cap - 1)) {
+    if (t->slot[i] < 0) return -1;
+    size_t len;
+    const char *q = remat_bpe_token(t->bpe, t->slot[i], &len);
+    if (len == n && memcmp(q, p, n) == 0) return t->slot[i];
+  }
+}
+
+/* tiktoken's byte_pair_merge as written there: while some adjacent pair
+ * concatenates to a token, merge the one whose token id is lowest (leftmost
+ * on ties). O(n^2): the reference for remat's heap. */
+static int64_t plain_merge(const token_table *t, const unsigned char *p, size_t n, int32_t *out) {
+  int32_t whole = table_find(t, p, n);
+  if (whole >= 0) {
+    out[0] = whole;
+    return 1;
+  }
+  size_t *start = malloc((n + 1) * sizeof *start), parts = n;
+  for (size_t i = 0; i <= n; i++) start[i] = i; /* part i is [start[i], start[i+1]) */
+  for (;;) {
+    int32_t best = -1;
+    size_t at = 0;
+    for (size_t i = 0; i + 1 < parts; i++) {
+      int32_t r = table_find(t, p + start[i], start[i + 2] - start[i]);
+      if (r >= 0 && (best < 0 || r < best)) best = r, at = i;
+    }
+    if (best < 0) break;
+    memmove(start + at + 1, start + at + 2, (parts - at - 1) * sizeof *start);
+    parts--;
+  }
+  for (size_t i = 0; i < parts; i++) out[i] = table_find(t, p + start[i], start[i + 1] - start[i]);
+  free(start);
+  return (int64_t)parts;
+}
+
+/* Pieces of thousands of bytes (each one piece of the pre-tokenizer: only
+ * letters, only spaces, only punctuation, only bytes that are not UTF-8)
+ * against the plain loop. */
+static void long_pieces(remat_bpe *bpe) {
+  token_table t = {.bpe = bpe, .cap = 1 << 17};
+  t.slot = malloc(t.cap * sizeof *t.slot);
+  for (size_t i = 0; i < t.cap; i++) t.slot[i] = -1;
+  for (int32_t id = 0; id < REMAT_BPE_VOCAB; id++) {
+    size_t len;
+    const unsigned char *q = (const unsigned char *)remat_bpe_token(bpe, id, &len);
+    size_t i = fnv(q, len) & (t.cap - 1);
+    while (t.slot[i] >= 0) i = (i + 1) & (t.cap - 1);
+    t.slot[i] = id;
+  }
+  enum { N = 4000 };
+  static unsigned char buf[N];
+  static int32_t want[N];
+  uint64_t s = 99;
+  int ok = 0, total = 0;
+  remat_ids got = {0};
+  remat_error err;
+  for (int c = 0; c < 8; c++) {
+    for (size_t i = 0; i < N; i++) {
+      uint64_t r = remat__splitmix64(&s);
+      buf[i] = c == 0   ? 'x'
+               : c == 1 ? ' '
+               : c == 2 ? "ab"[i % 2]
+               : c == 3 ? (unsigned char)('a' + r % 26)          /* random letters */
+               : c == 4 ? (unsigned char)("etaoin"[r % 6])       /* frequent letters */
+               : c == 5 ? (unsigned char)("!@#$%^&*()-=+.,"[r % 15])
+               : c == 6 ? (unsigned char)(0x80 + r % 64)         /* continuation bytes only */
+                        : (unsigned char)(r % 2 ? '\n' : ' ');
+    }
+    size_t n = N;
+    int64_t k = plain_merge(&t, buf, n, want);
+    got.n = 0;
+    int rc = remat_bpe_encode(bpe, (const char *)buf, n, &got, &err);
+    int good = rc == 0 && got.n == k && memcmp(got.ids, want, (size_t)k * sizeof *want) == 0;
+    ok += good;
+    total++;
+    if (!good) fprintf(stderr, "long piece %d: remat %lld ids, the plain loop %lld\n", c,
+                       (long long)got.n, (long long)k);
+  }
+  CHECKF(ok == total, "%d of %d pieces of %d bytes merge as tiktoken's plain loop does", ok, total, N);
+  remat_ids_free(&got);
+  free(t.slot);
+}
+
 /* decode(encode(s)) == s for bytes that are not UTF-8. */
 static void any_bytes(remat_bpe *bpe) {
   static const char *fixed[] = {"\xff\xfe", "abc\x80" "def", "\xe6\x97", "\xc0\xaf", "x \xed\xa0\x80 y",
@@ -185,6 +284,7 @@ int main(int argc, char **argv) {
   int64_t tokens = 0, bytes = 0;
   against_reference(bpe, argv[2], count, &tokens, &bytes);
   any_bytes(bpe);
+  long_pieces(bpe);
   known_and_errors(bpe, argv[1]);
   speed(bpe);
   remat_bpe_destroy(bpe);
