@@ -130,20 +130,18 @@ static int32_t pair_find(const remat_bpe *b, int32_t l, int32_t r) {
 
 /* GPT-2's byte-to-unicode alphabet: printable bytes stand for themselves,
  * the other 68 for code points 256, 257, ... in byte order. Returns the
- * byte a code point stands for, or -1. */
+ * byte a code point stands for, or -1. (Computed, not a table filled on
+ * first use: two threads may load vocabularies at once.) */
 static int unicode_to_byte(uint32_t cp) {
-  static int table[324];
-  static int ready;
-  if (!ready) {
-    for (int i = 0; i < 324; i++) table[i] = -1;
-    int extra = 0;
-    for (int byte = 0; byte < 256; byte++) {
-      int printable = (byte >= 33 && byte <= 126) || (byte >= 161 && byte <= 172) || byte >= 174;
-      table[printable ? byte : 256 + extra++] = byte;
-    }
-    ready = 1;
+  if ((cp >= 33 && cp <= 126) || (cp >= 161 && cp <= 172) || (cp >= 174 && cp <= 255))
+    return (int)cp;
+  if (cp < 256 || cp >= 256 + 68) return -1;
+  uint32_t k = cp - 256; /* the k-th byte (from 0) that is not printable */
+  for (int byte = 0; byte < 256; byte++) {
+    int printable = (byte >= 33 && byte <= 126) || (byte >= 161 && byte <= 172) || byte >= 174;
+    if (!printable && k-- == 0) return byte;
   }
-  return cp < 324 ? table[cp] : -1;
+  return -1;
 }
 
 /* Decodes one UTF-8 code point at s (n bytes left); returns its length, 0 if
