@@ -37,6 +37,9 @@ static void usage(FILE *f) {
           "                      remat's source tree, where scripts/fetch-vocab.sh puts them)\n"
           "  --bytes             tokens are bytes whatever the vocabulary (ids from 256 on\n"
           "                      are written as U+FFFD)\n"
+          "  --threads N         threads for the matrix products (default 1: a token at a\n"
+          "                      time reads every weight once and is bound by memory, not\n"
+          "                      arithmetic; 0 one per CPU)\n"
           "  -h, --help          this help\n"
           "\n"
           "Exit status: 0 done; 1 the model or vocabulary could not be read, or the\n"
@@ -45,7 +48,7 @@ static void usage(FILE *f) {
 
 typedef struct {
   const char *model, *prompt, *vocab;
-  int64_t tokens, top_k, seed;
+  int64_t tokens, top_k, seed, threads;
   double temperature;
   int bytes;
 } opts;
@@ -54,6 +57,7 @@ static int parse(int argc, char **argv, opts *o) {
   o->tokens = 128;
   o->temperature = 1.0;
   o->seed = 1337;
+  o->threads = 1;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (!strcmp(a, "--bytes")) {
@@ -77,6 +81,7 @@ static int parse(int argc, char **argv, opts *o) {
     else if (!strcmp(name, "--tokens")) rc = cli_parse_i64(name, v, 0, 1 << 24, &o->tokens);
     else if (!strcmp(name, "--top-k")) rc = cli_parse_i64(name, v, 0, 1 << 30, &o->top_k);
     else if (!strcmp(name, "--seed")) rc = cli_parse_i64(name, v, 0, INT64_MAX, &o->seed);
+    else if (!strcmp(name, "--threads")) rc = cli_parse_i64(name, v, 0, 1024, &o->threads);
     else if (!strcmp(name, "--temperature"))
       rc = cli_parse_f64(name, v, 0, 100, 0, &o->temperature);
     else
@@ -118,6 +123,7 @@ int remat_cmd_sample(int argc, char **argv) {
   opts o = {0};
   if (parse(argc, argv, &o)) return CLI_EXIT_USAGE;
 
+  remat_set_threads((int)o.threads);
   remat_error err;
   remat_checkpoint_reader rd;
   remat_config cfg;

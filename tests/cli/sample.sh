@@ -45,6 +45,8 @@ s --temperature 0 --seed 1 >"$tmp/g1"
 s --top-k 1 --seed 2 >"$tmp/g2"
 check "temperature 0 and --top-k 1 both write the most likely text" cmp -s "$tmp/g1" "$tmp/g2"
 s --tokens 300 --top-k 5 >"$tmp/long" 2>&1
+s --tokens 300 --top-k 5 --threads 2 >"$tmp/long2" 2>&1
+check "--threads 2 writes what one thread writes" cmp -s "$tmp/long" "$tmp/long2"
 check "300 tokens past the context of 64 (the window slides; no prompt: a newline, not printed): $(stat -c %s "$tmp/long") bytes" \
   test "$(stat -c %s "$tmp/long")" -eq 301
 
@@ -71,7 +73,7 @@ expect_fail "a vocabulary directory without the files" "fetch-vocab.sh" --model 
 expect_fail "an unknown option" "unknown option" --model "$tmp/byte.bin" --beam 4
 
 "$remat" sample --help >"$tmp/help"
-for flag in --model --prompt --tokens --temperature --top-k --seed --vocab --bytes --help; do
+for flag in --model --prompt --tokens --temperature --top-k --seed --vocab --bytes --threads --help; do
   grep -q -- "$flag" "$tmp/help" || { echo "FAIL --help does not mention $flag"; fails=$((fails + 1)); }
 done
 echo "sample: $fails failed"
