@@ -250,7 +250,32 @@ static void known_and_errors(remat_bpe *bpe, const char *vocab) {
   /* A directory without the files: the message names the file. */
   rc = remat_bpe_create(&none, "/", &err);
   CHECK_ERR(rc, err, REMAT_EIO, "encoder.json");
-  (void)vocab;
+
+  /* Malformed files: the real encoder.json with broken merges, then a
+   * broken encoder.json. */
+  char dir[] = "/tmp/remat_test_text.XXXXXX", cmd[8192];
+  if (!mkdtemp(dir)) return;
+  snprintf(cmd, sizeof cmd,
+           "cp '%s/encoder.json' %s/ && printf '#version: 0.2\\n\\304\\240 t\\nfoo\\n' > %s/vocab.bpe",
+           vocab, dir, dir);
+  CHECK(system(cmd) == 0);
+  rc = remat_bpe_create(&none, dir, &err);
+  CHECK_ERR(rc, err, REMAT_EFORMAT, "line 3");
+  snprintf(cmd, sizeof cmd, "printf '#version: 0.2\\nt \\304\\240\\n\\304\\240 t\\n' > %s/vocab.bpe", dir);
+  CHECK(system(cmd) == 0);
+  rc = remat_bpe_create(&none, dir, &err);
+  CHECK_ERR(rc, err, REMAT_EFORMAT, "not a token"); /* "t " + "\u0120" is no token */
+  snprintf(cmd, sizeof cmd, "printf '{\"a\": 0}' > %s/encoder.json", dir);
+  CHECK(system(cmd) == 0);
+  rc = remat_bpe_create(&none, dir, &err);
+  CHECK_ERR(rc, err, REMAT_EFORMAT, "holds 1 tokens");
+  snprintf(cmd, sizeof cmd, "printf 'not json' > %s/encoder.json", dir);
+  CHECK(system(cmd) == 0);
+  rc = remat_bpe_create(&none, dir, &err);
+  CHECK_ERR(rc, err, REMAT_EFORMAT, "JSON");
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  CHECK(system(cmd) == 0);
+  CHECKF(test_failures == 0, "malformed vocabulary files are refused, naming the file and line");
 }
 
 /* Throughput on the embedded corpus (English-like ASCII), once. */
