@@ -244,14 +244,13 @@ static int load_encoder(remat_bpe *b, const char *path, remat_error *err) {
   uint32_t *len_of = calloc((size_t)n, sizeof *len_of);
   unsigned char *tmp = malloc((size_t)n * TOKEN_MAX);
   rc = b->tok_off && len_of && tmp ? 0 : remat__errorf(err, REMAT_ENOMEM, "out of memory reading %s", path);
-  for (int64_t id = 0; id < n; id++) len_of[id] = UINT32_MAX;
-  int64_t i = 0;
+  for (int64_t id = 0; !rc && id < n; id++) len_of[id] = UINT32_MAX;
   const cJSON *it;
   cJSON_ArrayForEach(it, root) {
     if (rc) break;
     double v = cJSON_IsNumber(it) ? it->valuedouble : -1;
-    int64_t id = (int64_t)v;
-    if (v != (double)id || id < 0 || id >= n || len_of[id] != UINT32_MAX) {
+    int64_t id = v >= 0 && v < (double)n ? (int64_t)v : -1; /* no cast out of range */
+    if (id < 0 || v != (double)id || len_of[id] != UINT32_MAX) {
       rc = remat__errorf(err, REMAT_EFORMAT, "%s: token \"%.40s\" has id %g: ids must be 0..%lld, each once",
                          path, it->string, v, (long long)n - 1);
       break;
@@ -272,7 +271,6 @@ static int load_encoder(remat_bpe *b, const char *path, remat_error *err) {
       break;
     }
     len_of[id] = (uint32_t)k;
-    i++;
   }
   cJSON_Delete(root);
   size_t total = 0;
