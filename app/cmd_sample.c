@@ -1,0 +1,199 @@
+/* cmd_sample.c: `remat sample`: text from a GPT-2 checkpoint, a token at a
+ * time with a KV cache (remat/generate.h), decoded with GPT-2's BPE or as
+ * bytes. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "remat.h"
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: remat sample --model FILE [options]\n"
+          "\n"
+          "Writes the prompt, then text the model continues it with, on standard\n"
+          "output. FILE is an llm.c GPT-2 fp32 checkpoint (remat train --save, or\n"
+          "llm.c's). Each new token attends to the keys and values kept for the tokens\n"
+          "before it (a KV cache); when the model's context (maxT) is full, the newest\n"
+          "half of it is fed again and generation goes on. The same model, prompt,\n"
+          "options and seed give the same text.\n"
+          "\n"
+          "Tokens: a model with a vocabulary of 256 reads and writes bytes (what\n"
+          "`remat train` trains on by default); one of 50257 (padded 50304) GPT-2's BPE\n"
+          "(shards from `remat tokenize`). Other vocabularies need --bytes.\n"
+          "\n"
+          "options:\n"
+          "  --model FILE        the checkpoint (required)\n"
+          "  --prompt TEXT       text to continue (default: a newline for byte models,\n"
+          "                      <|endoftext|> for BPE models)\n"
+          "  --tokens N          tokens to generate (default 128)\n"
+          "  --temperature X     divide the logits by X before the softmax (default 1.0);\n"
+          "                      0 always takes the most likely token\n"
+          "  --top-k K           draw among the K most likely tokens (default 0: all)\n"
+          "  --seed N            the draws' seed (default 1337)\n"
+          "  --vocab DIR         directory holding encoder.json and vocab.bpe for BPE models\n"
+          "                      (default $REMAT_VOCAB, else third_party/gpt2-vocab of\n"
+          "                      remat's source tree, where scripts/fetch-vocab.sh puts them)\n"
+          "  --bytes             tokens are bytes whatever the vocabulary (ids from 256 on\n"
+          "                      are written as U+FFFD)\n"
+          "  --threads N         threads for the matrix products (default 1: a token at a\n"
+          "                      time reads every weight once and is bound by memory, not\n"
+          "                      arithmetic; 0 one per CPU)\n"
+          "  -h, --help          this help\n"
+          "\n"
+          "Exit status: 0 done; 1 the model or vocabulary could not be read, or the\n"
+          "prompt does not fit the model; 2 bad usage.\n");
+}
+
+typedef struct {
+  const char *model, *prompt, *vocab;
+  int64_t tokens, top_k, seed, threads;
+  double temperature;
+  int bytes;
+} opts;
+
+static int parse(int argc, char **argv, opts *o) {
+  o->tokens = 128;
+  o->temperature = 1.0;
+  o->seed = 1337;
+  o->threads = 1;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (!strcmp(a, "--bytes")) {
+      o->bytes = 1;
+      continue;
+    }
+    if (strncmp(a, "--", 2) != 0)
+      return cli_fail(-1, "unexpected argument '%s'; see remat sample --help", a);
+    char name[64];
+    /* A prompt may start with "--": take --prompt's next argument as it is. */
+    if (!strcmp(a, "--prompt") && i + 1 < argc) {
+      o->prompt = argv[++i];
+      continue;
+    }
+    const char *v = cli_flag_value(argc, argv, &i, name, sizeof name);
+    if (!v) return -1;
+    int rc = 0;
+    if (!strcmp(name, "--model")) o->model = v;
+    else if (!strcmp(name, "--prompt")) o->prompt = v;
+    else if (!strcmp(name, "--vocab")) o->vocab = v;
+    else if (!strcmp(name, "--tokens")) rc = cli_parse_i64(name, v, 0, 1 << 24, &o->tokens);
+    else if (!strcmp(name, "--top-k")) rc = cli_parse_i64(name, v, 0, 1 << 30, &o->top_k);
+    else if (!strcmp(name, "--seed")) rc = cli_parse_i64(name, v, 0, INT64_MAX, &o->seed);
+    else if (!strcmp(name, "--threads")) rc = cli_parse_i64(name, v, 0, 1024, &o->threads);
+    else if (!strcmp(name, "--temperature"))
+      rc = cli_parse_f64(name, v, 0, 100, 0, &o->temperature);
+    else
+      return cli_fail(-1, "unknown option '%s'; see remat sample --help", name);
+    if (rc) return -1;
+  }
+  if (!o->model) return cli_fail(-1, "--model FILE is needed: a checkpoint from remat train --save");
+  return 0;
+}
+
+typedef struct {
+  const remat_bpe *bpe; /* NULL: bytes */
+  int failed;
+} writer;
+
+static int put_token(void *ctx, int32_t tok) {
+  writer *w = ctx;
+  if (!w->bpe) {
+    if (tok < 256) putchar(tok);
+    else fputs("\xef\xbf\xbd", stdout);
+  } else {
+    size_t len;
+    const char *p = remat_bpe_token(w->bpe, tok, &len);
+    if (p) fwrite(p, 1, len, stdout);
+    else fputs("\xef\xbf\xbd", stdout); /* a padded row past the vocabulary: never drawn */
+  }
+  fflush(stdout);
+  w->failed = ferror(stdout);
+  return w->failed;
+}
+
+int remat_cmd_sample(int argc, char **argv) {
+  cli_name = "remat sample";
+  for (int i = 1; i < argc; i++)
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+      usage(stdout);
+      return 0;
+    }
+  opts o = {0};
+  if (parse(argc, argv, &o)) return CLI_EXIT_USAGE;
+
+  remat_set_threads((int)o.threads);
+  remat_error err;
+  remat_checkpoint_reader rd;
+  remat_config cfg;
+  if (remat_checkpoint_open(&rd, o.model, &cfg, &err)) return cli_fail(1, "%s", err.msg);
+  int bytes = o.bytes || cfg.vocab_size == 256;
+  if (!bytes && cfg.vocab_size != REMAT_BPE_VOCAB) {
+    remat_checkpoint_close(&rd);
+    return cli_fail(1, "'%s' has a vocabulary of %lld: neither bytes (256) nor GPT-2's BPE (%d); "
+                    "give --bytes to read its tokens as bytes", o.model,
+                    (long long)cfg.vocab_size, REMAT_BPE_VOCAB);
+  }
+  float *params = malloc(remat_param_count(&cfg) * sizeof *params);
+  if (!params) {
+    remat_checkpoint_close(&rd);
+    return cli_fail(1, "out of memory for the weights of '%s'", o.model);
+  }
+  int rc = remat_checkpoint_read_params(&rd, &cfg, params, &err);
+  remat_checkpoint_close(&rd);
+  remat_bpe *bpe = NULL;
+  remat_ids prompt = {0};
+  remat_generator *g = NULL;
+  int status = 1;
+  if (rc) {
+    cli_fail(1, "%s", err.msg);
+    goto done;
+  }
+  if (!bytes && remat_bpe_create(&bpe, cli_vocab_dir(o.vocab), &err)) {
+    cli_fail(1, "%s", err.msg);
+    goto done;
+  }
+  const char *text = o.prompt ? o.prompt : "";
+  size_t len = strlen(text);
+  if (bytes) {
+    for (size_t i = 0; i < len; i++) remat_ids_push(&prompt, (unsigned char)text[i], &err);
+    if (!len) remat_ids_push(&prompt, '\n', &err);
+  } else {
+    if (remat_bpe_encode(bpe, text, len, &prompt, &err)) {
+      cli_fail(1, "the prompt: %s", err.msg);
+      goto done;
+    }
+    if (!len) remat_ids_push(&prompt, REMAT_BPE_EOT, &err);
+  }
+  if (prompt.n == 0 || (bytes && len && prompt.n != (int64_t)len)) {
+    cli_fail(1, "out of memory for the prompt");
+    goto done;
+  }
+  if (remat_generator_create(&g, &cfg, params, 0, &err)) {
+    cli_fail(1, "%s", err.msg);
+    goto done;
+  }
+  if (prompt.n >= remat_generator_capacity(g))
+    fprintf(stderr, "remat sample: the prompt's %lld tokens exceed the model's context of %lld; "
+            "it continues the last %lld\n", (long long)prompt.n,
+            (long long)remat_generator_capacity(g), (long long)remat_generator_capacity(g) - 1);
+  remat_sample_opts so = {.tokens = o.tokens, .temperature = o.temperature, .top_k = o.top_k,
+                          .seed = (uint64_t)o.seed};
+  fwrite(text, 1, len, stdout);
+  writer w = {.bpe = bpe, .failed = 0};
+  rc = remat_generate(g, prompt.ids, prompt.n, &so, NULL, NULL, put_token, &w, &err);
+  if (rc) {
+    cli_fail(1, "%s", err.msg);
+    goto done;
+  }
+  putchar('\n');
+  if (cli_stdout_ok() || w.failed) goto done;
+  status = 0;
+done:
+  remat_generator_destroy(g);
+  remat_ids_free(&prompt);
+  remat_bpe_destroy(bpe);
+  free(params);
+  return status;
+}

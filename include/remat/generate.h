@@ -1,0 +1,103 @@
+/* remat/generate.h: text generation from GPT-2 weights, with a KV cache.
+ * Part of remat's public API; include "remat.h" for all of it.
+ *
+ * An inference forward of its own, apart from the training model's arena:
+ * each fed token's keys and values are kept per layer, so the next token
+ * costs one row through every block plus attention over the cache, never a
+ * rerun of the prefix. The weights are borrowed in llm.c's order (a
+ * checkpoint's body, or remat_model_params of a model trained in one
+ * process) and read at every feed, so a generator made once follows a
+ * model that keeps training.
+ *
+ *   remat_generator *g;
+ *   remat_generator_create(&g, &cfg, params, 0, &err);
+ *   remat_sample_opts o;  remat_sample_opts_default(&o);  o.tokens = 64;
+ *   int32_t prompt[1] = {'\n'}, out[64];  int64_t n;
+ *   remat_generate(g, prompt, 1, &o, out, &n, NULL, NULL, &err);
+ *   remat_generator_destroy(g);
+ *
+ * Its memory is outside the training arena and its planned peak: 2 x L x
+ * maxT x C floats of cache, the padded vocabulary's logits twice, and rows
+ * of 64 tokens' activations. */
+#ifndef REMAT_GENERATE_H
+#define REMAT_GENERATE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "remat/config.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct remat_generator remat_generator; /* opaque */
+
+/* A generator for weights of shape cfg, holding up to max_len tokens of
+ * context (0 or more than cfg->max_seq_len: max_seq_len). params (borrowed)
+ * must outlive it. */
+REMAT_API int remat_generator_create(remat_generator **out, const remat_config *cfg,
+                                     const float *params, int64_t max_len, remat_error *err);
+REMAT_API void remat_generator_destroy(remat_generator *g);
+
+/* Forgets every fed token: the next feed starts at position 0. */
+REMAT_API void remat_generator_reset(remat_generator *g);
+/* Tokens in the cache (the next position). */
+REMAT_API int64_t remat_generator_pos(const remat_generator *g);
+REMAT_API int64_t remat_generator_capacity(const remat_generator *g);
+
+/* Runs tokens[0..n) at positions pos .. pos + n - 1 (in rows of up to 64,
+ * each attending to the cache and to the rows before it) and keeps their keys
+ * and values. Afterwards remat_generator_logits gives the logits that follow
+ * the last of them. Every id must be below the vocabulary (REMAT_ERANGE) and
+ * pos + n at most the capacity (REMAT_ERANGE: reset, or feed a shorter
+ * window). */
+REMAT_API int remat_generator_feed(remat_generator *g, const int32_t *tokens, int64_t n,
+                                   remat_error *err);
+/* (V) logits after the last fed token; valid until the next feed. */
+REMAT_API const float *remat_generator_logits(const remat_generator *g);
+
+/* How the next token is drawn from the logits. */
+typedef struct remat_sample_opts {
+  int64_t tokens;     /* tokens to generate */
+  double temperature; /* logits / temperature; 0: always the most likely token */
+  int64_t top_k;      /* draw among the k most likely; 0: all V */
+  uint64_t seed;      /* the draws' generator (splitmix64) starts here */
+} remat_sample_opts;
+
+/* 64 tokens, temperature 1, top-k 0 (all), seed 1337. */
+REMAT_API void remat_sample_opts_default(remat_sample_opts *o);
+
+/* One draw from the current logits (deterministic for *rng, which it
+ * advances): softmax of logits / temperature over the top_k most likely
+ * (ties broken toward the lower id), or the most likely at temperature 0. */
+REMAT_API int32_t remat_generator_sample(remat_generator *g, double temperature, int64_t top_k,
+                                         uint64_t *rng);
+
+/* Called with each generated token as it is drawn; nonzero stops early. */
+typedef int (*remat_token_cb)(void *ctx, int32_t token);
+
+/* Resets g, feeds prompt[0..n_prompt) (n_prompt >= 1; its last
+ * capacity - 1 tokens when longer) and draws o->tokens tokens, feeding each
+ * back. When the cache fills, the context slides: the newest half of it is
+ * fed again from position 0 and generation goes on. The tokens go to out
+ * (o->tokens ids; may be NULL) and, one by one, to cb (may be NULL); *n_out
+ * (may be NULL) counts them. The same weights, prompt and options give the
+ * same tokens. */
+REMAT_API int remat_generate(remat_generator *g, const int32_t *prompt, int64_t n_prompt,
+                             const remat_sample_opts *o, int32_t *out, int64_t *n_out,
+                             remat_token_cb cb, void *ctx, remat_error *err);
+
+/* A sample from weights in one call (a generator made and released around
+ * remat_generate): what a training loop calls every N steps with
+ * remat_model_config(m) and remat_model_params(m) of a model held whole in
+ * one process. */
+REMAT_API int remat_generate_once(const remat_config *cfg, const float *params,
+                                  const int32_t *prompt, int64_t n_prompt,
+                                  const remat_sample_opts *o, int32_t *out, int64_t *n_out,
+                                  remat_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* REMAT_GENERATE_H */

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# `remat sample`: a byte model trained a few steps and saved writes the same
+# text twice for one seed and another text for another seed; the prompt
+# comes first; a BPE model (vocabulary 50257) samples through GPT-2's
+# vocabulary; bad inputs get one-line errors.
+# usage: sample.sh REMAT TMPDIR
+set -u
+remat=$1
+tmp=$2
+rm -rf "$tmp"
+mkdir -p "$tmp"
+fails=0
+
+check() { # check "description" COMMAND...: the command must succeed
+  local what=$1
+  shift
+  if "$@"; then echo "ok   $what"; else echo "FAIL $what"; fails=$((fails + 1)); fi
+}
+
+expect_fail() { # expect_fail "description" PATTERN args...: exit 1 or 2, one line naming PATTERN
+  local what=$1 pattern=$2
+  shift 2
+  "$remat" sample "$@" >"$tmp/out" 2>"$tmp/err"
+  local rc=$?
+  if [[ ($rc -eq 1 || $rc -eq 2) && $(grep -c . "$tmp/err") -eq 1 ]] && grep -qi -- "$pattern" "$tmp/err"; then
+    echo "ok   [$what] -> $(cat "$tmp/err")"
+  else
+    echo "FAIL [$what]: exit $rc, stderr: $(head -c 400 "$tmp/err")"
+    fails=$((fails + 1))
+  fi
+}
+
+"$remat" train --config tiny --steps 40 --threads 1 --quiet --peak-gflops 100 --save "$tmp/byte.bin" >"$tmp/train" 2>&1
+check "a byte model trained 40 steps and saved: $(grep '^done' "$tmp/train")" test -s "$tmp/byte.bin"
+
+s() { "$remat" sample --model "$tmp/byte.bin" --tokens 200 "$@"; }
+s --seed 7 --prompt "The day" >"$tmp/a" 2>&1
+s --seed 7 --prompt "The day" >"$tmp/b" 2>&1
+s --seed 8 --prompt "The day" >"$tmp/c" 2>&1
+check "seed 7 twice: the same text ($(head -c 60 "$tmp/a" | tr '\n' ' ')...)" cmp -s "$tmp/a" "$tmp/b"
+check "seed 8: another text" bash -c "! cmp -s '$tmp/a' '$tmp/c'"
+check "the output starts with the prompt" bash -c "head -c 7 '$tmp/a' | grep -qx 'The day'"
+check "200 byte tokens after the 7 of the prompt, then a newline" test "$(stat -c %s "$tmp/a")" -eq 208
+s --temperature 0 --seed 1 >"$tmp/g1"
+s --top-k 1 --seed 2 >"$tmp/g2"
+check "temperature 0 and --top-k 1 both write the most likely text" cmp -s "$tmp/g1" "$tmp/g2"
+s --tokens 300 --top-k 5 >"$tmp/long" 2>&1
+s --tokens 300 --top-k 5 --threads 2 >"$tmp/long2" 2>&1
+check "--threads 2 writes what one thread writes" cmp -s "$tmp/long" "$tmp/long2"
+check "300 tokens past the context of 64 (the window slides; no prompt: a newline, not printed): $(stat -c %s "$tmp/long") bytes" \
+  test "$(stat -c %s "$tmp/long")" -eq 301
+
+printf 'The planner chooses which layers keep their activations. The model'"'"'s memory is known before the first step.\n%.0s' $(seq 60) >"$tmp/text.txt"
+"$remat" tokenize "$tmp/text.txt" --out "$tmp/bpe" --quiet
+"$remat" train --data "$tmp/bpe_train.bin" --config 2,64,2,50257,64 --batch 2 --seq 32 --steps 2 \
+  --threads 1 --quiet --peak-gflops 100 --save "$tmp/bpe.bin" >"$tmp/train" 2>&1
+check "a BPE model (vocabulary 50257) trained on tokenize's shard and saved" test -s "$tmp/bpe.bin"
+"$remat" sample --model "$tmp/bpe.bin" --prompt "The planner" --tokens 20 --seed 3 >"$tmp/p1"
+"$remat" sample --model "$tmp/bpe.bin" --prompt "The planner" --tokens 20 --seed 3 >"$tmp/p2"
+check "BPE: seed 3 twice gives the same text: $(head -c 100 "$tmp/p1" | tr '\n' ' ')" cmp -s "$tmp/p1" "$tmp/p2"
+"$remat" sample --model "$tmp/bpe.bin" --tokens 5 >"$tmp/p3"
+check "BPE: no prompt starts from <|endoftext|>" test -s "$tmp/p3"
+
+"$remat" train --config 2,64,4,300,64 --steps 1 --threads 1 --quiet --peak-gflops 100 --save "$tmp/v300.bin" >/dev/null 2>&1
+expect_fail "a vocabulary of 300" "--bytes" --model "$tmp/v300.bin"
+"$remat" sample --model "$tmp/v300.bin" --bytes --tokens 10 >"$tmp/v300" 2>&1
+check "... which --bytes reads as bytes" test $? -eq 0
+expect_fail "no --model" "--model FILE" --tokens 3
+expect_fail "a missing checkpoint" "cannot" --model "$tmp/none.bin"
+expect_fail "a token shard as checkpoint" "magic" --model "$tmp/bpe_train.bin"
+expect_fail "a negative temperature" "out of range" --model "$tmp/byte.bin" --temperature -1
+expect_fail "a vocabulary directory without the files" "fetch-vocab.sh" --model "$tmp/bpe.bin" --vocab "$tmp"
+expect_fail "an unknown option" "unknown option" --model "$tmp/byte.bin" --beam 4
+
+"$remat" sample --help >"$tmp/help"
+for flag in --model --prompt --tokens --temperature --top-k --seed --vocab --bytes --threads --help; do
+  grep -q -- "$flag" "$tmp/help" || { echo "FAIL --help does not mention $flag"; fails=$((fails + 1)); }
+done
+echo "sample: $fails failed"
+[[ $fails -eq 0 ]]

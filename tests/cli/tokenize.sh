@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# `remat tokenize`: a text (several scripts, emoji, white space runs, bytes
+# that are not UTF-8) to a training and a validation shard and back, byte
+# for byte, with GPT-2's BPE and as bytes; the BPE training shard trains a
+# model with a vocabulary of 50257; bad inputs get one-line errors.
+# usage: tokenize.sh REMAT TMPDIR
+set -u
+remat=$1
+tmp=$2
+rm -rf "$tmp"
+mkdir -p "$tmp"
+fails=0
+
+check() { # check "description" COMMAND...: the command must succeed
+  local what=$1
+  shift
+  if "$@"; then echo "ok   $what"; else echo "FAIL $what"; fails=$((fails + 1)); fi
+}
+
+expect_fail() { # expect_fail "description" PATTERN args...: exit 1 or 2, one line naming PATTERN
+  local what=$1 pattern=$2
+  shift 2
+  "$remat" tokenize "$@" >"$tmp/out" 2>"$tmp/err"
+  local rc=$?
+  if [[ ($rc -eq 1 || $rc -eq 2) && $(grep -c . "$tmp/err") -eq 1 ]] && grep -qi -- "$pattern" "$tmp/err"; then
+    echo "ok   [$what] -> $(cat "$tmp/err")"
+  else
+    echo "FAIL [$what]: exit $rc, stderr: $(head -c 400 "$tmp/err")"
+    fails=$((fails + 1))
+  fi
+}
+
+text=$tmp/text.txt
+{
+  for i in $(seq 1 40); do
+    printf 'Line %d: the model'"'"'s memory, they'"'"'re planning; it'"'"'ll fit.   Spaces\t\ttabs\n' "$i"
+    printf 'Ünïcödé café, Ελληνικά, русский, 日本語のテキスト、한국어, हिन्दी 😀👍🏽 1234567890\n\n'
+  done
+  printf 'bytes that are not UTF-8: \xff\xfe \xc3( \x80 end'
+  printf '%*s\n' 300 ''
+} >"$text"
+
+"$remat" tokenize "$text" --out "$tmp/bpe" --val-frac 0.2 >"$tmp/log" 2>&1
+check "tokenize writes a training and a validation shard: $(head -1 "$tmp/log")" \
+  test -s "$tmp/bpe_train.bin" -a -s "$tmp/bpe_val.bin"
+"$remat" tokenize --decode "$tmp/bpe_train.bin" >"$tmp/dec_train" 2>"$tmp/err"
+"$remat" tokenize --decode "$tmp/bpe_val.bin" --out "$tmp/dec_val" --quiet 2>>"$tmp/err"
+cat "$tmp/dec_train" "$tmp/dec_val" >"$tmp/dec"
+check "decoding both shards (stdout and --out) gives the text back byte for byte" cmp -s "$tmp/dec" "$text"
+
+"$remat" tokenize "$text" --out "$tmp/byte" --bytes --val-frac 0 --quiet
+check "--bytes --val-frac 0: one shard of $(stat -c %s "$text") byte tokens, no validation shard" \
+  test "$(stat -c %s "$tmp/byte_train.bin")" -eq $((1024 + 2 * $(stat -c %s "$text"))) -a ! -e "$tmp/byte_val.bin"
+"$remat" tokenize --decode "$tmp/byte_train.bin" --bytes >"$tmp/dec_bytes"
+check "a byte shard decodes with --bytes" cmp -s "$tmp/dec_bytes" "$text"
+
+"$remat" train --data "$tmp/bpe_train.bin" --config 2,64,2,50257,64 --batch 2 --seq 32 --steps 3 \
+  --threads 1 --quiet --peak-gflops 100 >"$tmp/train" 2>&1
+rc=$?
+check "the BPE training shard trains --config 2,64,2,50257,64 for 3 steps: $(grep '^done' "$tmp/train")" \
+  test $rc -eq 0
+"$remat" train --data "$tmp/bpe_train.bin" --config tiny --steps 1 --quiet >"$tmp/train" 2>&1
+rc=$?
+check "a vocabulary of 256 refuses the BPE shard: $(tail -1 "$tmp/train")" test $rc -ne 0
+
+cp "$text" "$tmp/in_train.bin"
+expect_fail "the training shard would overwrite the input" "overwrite the input" "$tmp/in_train.bin" --out "$tmp/in"
+expect_fail "a directory as input" "not a regular file" "$tmp" --out "$tmp/d"
+expect_fail "a missing input" "cannot read" "$tmp/none.txt" --out "$tmp/n"
+expect_fail "no --out" "--out PREFIX" "$text"
+expect_fail "no input" "no text file" --out "$tmp/x"
+expect_fail "two inputs" "one text file" "$text" "$text" --out "$tmp/x"
+expect_fail "an unknown option" "unknown option" "$text" --out "$tmp/x" --frobnicate 1
+expect_fail "--val-frac out of range" "out of range" "$text" --out "$tmp/x" --val-frac 0.95
+expect_fail "a vocabulary directory without the files" "fetch-vocab.sh" "$text" --out "$tmp/x" --vocab "$tmp"
+printf 'hi' >"$tmp/short.txt"
+expect_fail "too short for two shards" "too few" "$tmp/short.txt" --out "$tmp/s"
+mkfifo "$tmp/fifo_train.bin"
+expect_fail "a FIFO where the shard goes" "fifo" "$text" --out "$tmp/fifo"
+expect_fail "decoding a text file" "magic" --decode "$text"
+expect_fail "decoding a BPE shard as bytes" "not a byte shard" --decode "$tmp/bpe_train.bin" --bytes
+expect_fail "decoding onto the shard itself" "being decoded" --decode "$tmp/bpe_val.bin" --out "$tmp/bpe_val.bin"
+
+"$remat" tokenize --help >"$tmp/help"
+for flag in --out --val-frac --vocab --bytes --decode --quiet --help; do
+  grep -q -- "$flag" "$tmp/help" || { echo "FAIL --help does not mention $flag"; fails=$((fails + 1)); }
+done
+echo "tokenize: $fails failed"
+[[ $fails -eq 0 ]]

@@ -1,0 +1,210 @@
+/* test_generate.c: generation with a KV cache. The logits after each token
+ * fed one at a time (attention over the cache) must equal a plain forward
+ * over the whole prefix written here without a cache, and a feed of the
+ * whole prefix at once; the mean loss from them must equal the training
+ * model's own forward (remat_model_eval) on the same weights; sampling must
+ * be deterministic for a seed. The vocabulary (300, padded to 384) checks
+ * that the padded rows never reach the logits. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "test_util.h"
+
+/* A plain GPT-2 forward over tok[0..T): logits (T, V). */
+static void reference_forward(const remat_config *c, const float *P, const int32_t *tok, int64_t T,
+                              float *logits) {
+  size_t sz[REMAT_P_COUNT], off[REMAT_P_COUNT], o = 0;
+  remat_param_sizes(c, sz);
+  for (int i = 0; i < REMAT_P_COUNT; i++) {
+    off[i] = o;
+    o += sz[i];
+  }
+  int64_t C = c->channels, NH = c->num_heads, hs = C / NH, L = c->num_layers, V = c->vocab_size;
+  double *x = calloc((size_t)(T * C), sizeof *x), *h = calloc((size_t)(T * C), sizeof *h);
+  double *qkv = calloc((size_t)(T * 3 * C), sizeof *qkv), *a = calloc((size_t)(T * C), sizeof *a);
+  double *f = calloc((size_t)(T * 4 * C), sizeof *f), *p = calloc((size_t)T, sizeof *p);
+  for (int64_t t = 0; t < T; t++)
+    for (int64_t i = 0; i < C; i++)
+      x[t * C + i] = P[off[REMAT_P_WTE] + tok[t] * C + i] + P[off[REMAT_P_WPE] + t * C + i];
+#define LN(dst, src, W, B)                                                             \
+  for (int64_t t = 0; t < T; t++) {                                                    \
+    double m = 0, v = 0;                                                               \
+    for (int64_t i = 0; i < C; i++) m += (src)[t * C + i];                             \
+    m /= C;                                                                            \
+    for (int64_t i = 0; i < C; i++) v += ((src)[t * C + i] - m) * ((src)[t * C + i] - m); \
+    v /= C;                                                                            \
+    for (int64_t i = 0; i < C; i++)                                                    \
+      (dst)[t * C + i] = ((src)[t * C + i] - m) / sqrt(v + 1e-5) * (W)[i] + (B)[i];     \
+  }
+  for (int64_t l = 0; l < L; l++) {
+    const float *qw = P + off[REMAT_P_QKVW] + l * 3 * C * C, *qb = P + off[REMAT_P_QKVB] + l * 3 * C;
+    const float *aw = P + off[REMAT_P_ATTPROJW] + l * C * C, *ab = P + off[REMAT_P_ATTPROJB] + l * C;
+    const float *fw = P + off[REMAT_P_FCW] + l * 4 * C * C, *fb = P + off[REMAT_P_FCB] + l * 4 * C;
+    const float *pw = P + off[REMAT_P_FCPROJW] + l * 4 * C * C, *pb = P + off[REMAT_P_FCPROJB] + l * C;
+    LN(h, x, P + off[REMAT_P_LN1W] + l * C, P + off[REMAT_P_LN1B] + l * C);
+    for (int64_t t = 0; t < T; t++)
+      for (int64_t j = 0; j < 3 * C; j++) {
+        double s = qb[j];
+        for (int64_t i = 0; i < C; i++) s += h[t * C + i] * qw[j * C + i];
+        qkv[t * 3 * C + j] = s;
+      }
+    for (int64_t t = 0; t < T; t++)
+      for (int64_t hd = 0; hd < NH; hd++) {
+        double mx = -1e300, sum = 0;
+        for (int64_t u = 0; u <= t; u++) {
+          double s = 0;
+          for (int64_t i = 0; i < hs; i++) s += qkv[t * 3 * C + hd * hs + i] * qkv[u * 3 * C + C + hd * hs + i];
+          p[u] = s / sqrt((double)hs);
+          if (p[u] > mx) mx = p[u];
+        }
+        for (int64_t u = 0; u <= t; u++) sum += p[u] = exp(p[u] - mx);
+        for (int64_t i = 0; i < hs; i++) {
+          double s = 0;
+          for (int64_t u = 0; u <= t; u++) s += p[u] / sum * qkv[u * 3 * C + 2 * C + hd * hs + i];
+          a[t * C + hd * hs + i] = s;
+        }
+      }
+    for (int64_t t = 0; t < T; t++)
+      for (int64_t j = 0; j < C; j++) {
+        double s = ab[j];
+        for (int64_t i = 0; i < C; i++) s += a[t * C + i] * aw[j * C + i];
+        x[t * C + j] += s;
+      }
+    LN(h, x, P + off[REMAT_P_LN2W] + l * C, P + off[REMAT_P_LN2B] + l * C);
+    for (int64_t t = 0; t < T; t++)
+      for (int64_t j = 0; j < 4 * C; j++) {
+        double s = fb[j];
+        for (int64_t i = 0; i < C; i++) s += h[t * C + i] * fw[j * C + i];
+        f[t * 4 * C + j] = 0.5 * s * (1 + tanh(sqrt(2 / 3.14159265358979323846) * (s + 0.044715 * s * s * s)));
+      }
+    for (int64_t t = 0; t < T; t++)
+      for (int64_t j = 0; j < C; j++) {
+        double s = pb[j];
+        for (int64_t i = 0; i < 4 * C; i++) s += f[t * 4 * C + i] * pw[j * 4 * C + i];
+        x[t * C + j] += s;
+      }
+  }
+  LN(h, x, P + off[REMAT_P_LNFW], P + off[REMAT_P_LNFB]);
+#undef LN
+  for (int64_t t = 0; t < T; t++)
+    for (int64_t v = 0; v < V; v++) {
+      double s = 0;
+      for (int64_t i = 0; i < C; i++) s += h[t * C + i] * P[off[REMAT_P_WTE] + v * C + i];
+      logits[t * V + v] = (float)s;
+    }
+  free(x), free(h), free(qkv), free(a), free(f), free(p);
+}
+
+static double max_diff(const float *a, const float *b, int64_t n, double *scale) {
+  double d = 0, s = 0;
+  for (int64_t i = 0; i < n; i++) {
+    d = fmax(d, fabs((double)a[i] - b[i]));
+    s = fmax(s, fabs((double)b[i]));
+  }
+  *scale = s;
+  return d;
+}
+
+int main(void) {
+  remat_config cfg;
+  remat_error err;
+  CHECK(remat_config_parse("2,64,4,300,128", &cfg, &err) == 0);
+  const int64_t T = 100, V = cfg.vocab_size; /* T > 64 rows: the batched feed takes two */
+  remat_model *m;
+  CHECK(remat_model_create(&m, &cfg, 1, T, NULL, &err) == 0);
+  remat_model_init_weights(m, 5);
+  float *P = remat_model_params(m);
+  size_t np = remat_param_count(&cfg);
+  /* Nonzero biases and uneven layernorm gains, so every parameter counts. */
+  uint64_t s = 11;
+  for (size_t i = 0; i < np; i++)
+    P[i] += 0.05f * (float)((double)(remat__splitmix64(&s) >> 11) * 0x1.0p-53 - 0.5);
+  int32_t tok[100], tgt[100];
+  for (int64_t t = 0; t < T; t++) tok[t] = (int32_t)(remat__splitmix64(&s) % (uint64_t)V);
+  for (int64_t t = 0; t < T; t++) tgt[t] = t + 1 < T ? tok[t + 1] : 7;
+
+  float *ref = malloc((size_t)(T * V) * sizeof *ref), *inc = malloc((size_t)(T * V) * sizeof *inc);
+  reference_forward(&cfg, P, tok, T, ref);
+
+  remat_generator *g;
+  CHECK(remat_generator_create(&g, &cfg, P, 0, &err) == 0);
+  CHECK(remat_generator_capacity(g) == 128);
+  for (int64_t t = 0; t < T; t++) {
+    CHECK(remat_generator_feed(g, tok + t, 1, &err) == 0);
+    memcpy(inc + t * V, remat_generator_logits(g), (size_t)V * sizeof *inc);
+  }
+  CHECK(remat_generator_pos(g) == T);
+  double scale, d = max_diff(inc, ref, T * V, &scale);
+  CHECKF(d < 1e-4 * fmax(1, scale), "KV cache, one token at a time: the logits of all %lld positions "
+         "equal a plain forward over each prefix (max diff %.2e, largest logit %.2f)", (long long)T, d, scale);
+
+  remat_generator_reset(g);
+  CHECK(remat_generator_feed(g, tok, T, &err) == 0);
+  d = max_diff(remat_generator_logits(g), ref + (T - 1) * V, V, &scale);
+  CHECKF(d < 1e-4 * fmax(1, scale), "the whole prefix fed at once (rows of 64): last logits equal (max diff %.2e)", d);
+  remat_generator_reset(g);
+  CHECK(remat_generator_feed(g, tok, 37, &err) == 0);
+  CHECK(remat_generator_feed(g, tok + 37, T - 37, &err) == 0);
+  d = max_diff(remat_generator_logits(g), ref + (T - 1) * V, V, &scale);
+  CHECKF(d < 1e-4 * fmax(1, scale), "37 tokens then 63 more: last logits equal (max diff %.2e)", d);
+
+  /* The training model's own forward: its mean loss over the same tokens. */
+  memcpy(remat_model_inputs(m), tok, sizeof tok);
+  memcpy(remat_model_targets(m), tgt, sizeof tgt);
+  double loss_model = remat_model_eval(m), loss = 0;
+  for (int64_t t = 0; t < T; t++) {
+    double mx = -1e300, z = 0;
+    for (int64_t v = 0; v < V; v++) mx = fmax(mx, inc[t * V + v]);
+    for (int64_t v = 0; v < V; v++) z += exp(inc[t * V + v] - mx);
+    loss += -(inc[t * V + tgt[t]] - mx - log(z));
+  }
+  loss /= (double)T;
+  CHECKF(fabs(loss - loss_model) < 1e-4 * fmax(1, fabs(loss)),
+         "mean loss from the cached logits %.6f = the training model's forward %.6f", loss, loss_model);
+
+  /* Errors a caller can cause. */
+  int32_t bad = (int32_t)V;
+  int rc = remat_generator_feed(g, &bad, 1, &err);
+  CHECK_ERR(rc, err, REMAT_ERANGE, "outside the vocabulary");
+  remat_generator_reset(g);
+  CHECK(remat_generator_feed(g, tok, T, &err) == 0);
+  rc = remat_generator_feed(g, tok, 29, &err);
+  CHECK_ERR(rc, err, REMAT_ERANGE, "do not fit");
+
+  /* Sampling: one seed, one text; another seed, another; greedy = top-1. */
+  remat_sample_opts o;
+  remat_sample_opts_default(&o);
+  o.tokens = 300; /* past the capacity of 128: the context slides */
+  o.top_k = 40;
+  int32_t a[300], b[300], c[300];
+  int64_t na, nb, nc;
+  CHECK(remat_generate(g, tok, 5, &o, a, &na, NULL, NULL, &err) == 0);
+  CHECK(remat_generate(g, tok, 5, &o, b, &nb, NULL, NULL, &err) == 0);
+  CHECKF(na == 300 && nb == 300 && memcmp(a, b, sizeof a) == 0,
+         "two runs with seed %llu give the same 300 tokens (the context slid past 128)",
+         (unsigned long long)o.seed);
+  o.seed++;
+  CHECK(remat_generate(g, tok, 5, &o, c, &nc, NULL, NULL, &err) == 0);
+  CHECKF(memcmp(a, c, sizeof a) != 0, "another seed gives other tokens");
+  int in_range = 1;
+  for (int i = 0; i < 300; i++) in_range &= a[i] >= 0 && a[i] < V;
+  CHECKF(in_range, "every sampled token is below V = %lld (never a padded row)", (long long)V);
+  o.temperature = 0;
+  CHECK(remat_generate(g, tok, 5, &o, a, &na, NULL, NULL, &err) == 0);
+  o.temperature = 1;
+  o.top_k = 1;
+  CHECK(remat_generate(g, tok, 5, &o, b, &nb, NULL, NULL, &err) == 0);
+  CHECKF(memcmp(a, b, sizeof a) == 0, "temperature 0 and top-k 1 both take the most likely token");
+  CHECK(remat_generate_once(&cfg, P, tok, 5, &o, c, &nc, &err) == 0);
+  CHECKF(memcmp(b, c, sizeof b) == 0, "remat_generate_once gives the generator's tokens");
+  rc = remat_generate(g, tok, 0, &o, a, &na, NULL, NULL, &err);
+  CHECK_ERR(rc, err, REMAT_EINVAL, "prompt");
+
+  remat_generator_destroy(g);
+  remat_model_destroy(m);
+  free(ref);
+  free(inc);
+  return test_summary("test_generate");
+}
