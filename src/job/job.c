@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include "base/base.h"
+#include "model/model_runtime.h"
 #include "remat/job.h"
 #include "remat/report.h"
 

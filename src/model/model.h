@@ -5,7 +5,7 @@
 
 #include "kernels/backend.h"
 #include "memory/layout.h"
-#include "model/create.h"
+#include "model/model_runtime.h"
 #include "remat/model.h"
 
 struct remat_model {
@@ -51,7 +51,7 @@ struct remat_model {
   double recompute_s; /* seconds spent recomputing, since last taken */
 };
 
-/* remat_model_create in two steps: model/create.h. The same on backend be
+/* remat_model_create in two steps: model/model_runtime.h. The same on backend be
  * (NULL: the CPU backend); its plan takes the workspace be's kernels need. */
 int remat__model_plan_on(remat_model **out, const remat_config *cfg, int64_t B, int64_t T,
                          const remat_stage *st, const remat__backend *be, remat_error *err);

@@ -39,7 +39,7 @@
 #include <string.h>
 
 #include "base/base.h"
-#include "model/create.h"
+#include "model/model_runtime.h"
 #include "parallel/parallel_internal.h"
 
 enum { GBUF_BLOCK0, GBUF_BLOCK1, GBUF_BIG, GBUF_COUNT }; /* REDUCE's gradient buffers */

@@ -2,8 +2,9 @@
 #ifndef REMAT_TRAIN_INTERNAL_H
 #define REMAT_TRAIN_INTERNAL_H
 
-#include "model/create.h"
+#include "model/model_runtime.h"
 #include "remat/train.h"
+#include "train/train_runtime.h"
 
 struct remat_trainer {
   remat_train_opts o;
