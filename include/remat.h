@@ -13,11 +13,12 @@
  *   if (remat_config_parse("gpt2-124m", &cfg, &err)) { puts(err.msg); ... }
  *
  *   // How much memory does B=4, T=64 need with every block recomputed?
- *   remat_memplan mp;
+ *   remat_memplan *mp;
  *   uint8_t pol[12]; memset(pol, REMAT_RECOMPUTE, sizeof pol);
- *   remat_memplan_build(&mp, &cfg, 4, 64, pol, &err);
- *   printf("%zu bytes\n", mp.peak_bytes);
- *   remat_memplan_free(&mp);
+ *   if (remat_memplan_create(&mp, &cfg, 4, 64, pol, &err) == 0) {
+ *     printf("%zu bytes\n", remat_memplan_peak_bytes(mp));
+ *     remat_memplan_destroy(mp);
+ *   }
  *
  * Conventions: functions return 0 or a negative code from REMAT_ERRNO_MAP; when
  * they take a remat_error*, it receives a one-line message saying what was wrong

@@ -14,7 +14,7 @@ extern "C" {
 
 /* ---------------------------------------------------------------- model */
 
-/* GPT-2 over one arena, laid out by remat_memplan_build before anything
+/* GPT-2 over one arena, laid out by a remat_memplan before anything
  * runs. Life of a step (one micro-batch shown; gradients accumulate over K):
  *   forward:  encoder -> blocks 0..L-1; a kept block writes its internals to
  *             its own place in the slot, a recomputed one to the scratch
@@ -54,7 +54,8 @@ REMAT_API int remat_model_create(remat_model **out, const remat_config *cfg, int
 REMAT_API void remat_model_destroy(remat_model *m);
 
 REMAT_API const remat_config *remat_model_config(const remat_model *m);
-/* The plan the arena was laid out by (its peak_bytes is the arena's size). */
+/* The plan the arena was laid out by (remat_memplan_peak_bytes: the
+ * arena's size). */
 REMAT_API const remat_memplan *remat_model_memplan(const remat_model *m);
 /* All parameters in llm.c's order (the checkpoint body), their gradients,
  * and AdamW's moments: remat_param_count floats each. */

@@ -306,7 +306,8 @@ static int policy_for_budget(remat_job *job, size_t budget, uint8_t *policy, rem
   remat_policy_first_n(policy, L, 0);
   int rc = remat_trainer_create(&probe, &job->cfg, policy, &job->tok, &to, err);
   if (rc) return rc;
-  size_t other = remat_trainer_planned_bytes(probe) - remat_trainer_memplan(probe)->peak_bytes;
+  size_t other = remat_trainer_planned_bytes(probe) -
+                 remat_memplan_peak_bytes(remat_trainer_memplan(probe));
   remat_trainer_destroy(probe);
   size_t arena_budget = budget > other ? budget - other : 0;
   remat_plan_problem pb;
@@ -707,7 +708,7 @@ int remat_job_done(const remat_job *job) {
 
 /* Each rank's planned and measured arena (rank 0 gets them). */
 static int gather_ranks(remat_job *job, remat_job_step_info *in, remat_error *err) {
-  size_t planned = remat_trainer_memplan(job->tr)->peak_bytes;
+  size_t planned = remat_memplan_peak_bytes(remat_trainer_memplan(job->tr));
   size_t hw = remat_model_arena_high_water(remat_trainer_model(job->tr));
   if (!job->dist) {
     in->rank_planned[0] = planned;
@@ -785,7 +786,7 @@ const char *remat_job_resumed_from(const remat_job *job, int64_t *step, const ch
   return job->resumed ? job->resume_dir : NULL;
 }
 
-int remat_job_rank_memplan(const remat_job *job, int k, remat_stage *st, remat_memplan *mp,
+int remat_job_rank_memplan(const remat_job *job, int k, remat_stage *st, remat_memplan **mp,
                            remat_error *err) {
   const remat_placement *pl = &job->place;
   int64_t D = pl->replicas > 1 ? pl->replicas : 1;
@@ -794,7 +795,7 @@ int remat_job_rank_memplan(const remat_job *job, int k, remat_stage *st, remat_m
                          (long long)(pl->stages * D));
   if (pl->stages == 1 && D == 1) *st = remat_stage_whole(&job->cfg, pl->policy);
   else *st = remat_placement_stage(pl, k / D, k % D);
-  return remat_memplan_build_stage(mp, &job->cfg, job->d.train.B, job->d.train.T, st, err);
+  return remat_memplan_create_stage(mp, &job->cfg, job->d.train.B, job->d.train.T, st, err);
 }
 
 void remat_job_predict(const remat_job *job, double rank_flops, double *seconds,

@@ -145,7 +145,7 @@ int remat_model_create(remat_model **out, const remat_config *cfg, int64_t B, in
 void remat_model_destroy(remat_model *m) {
   if (!m) return;
   if (m->arena) m->be->buffer_free(m->arena);
-  remat_memplan_free(&m->mp);
+  remat__memplan_free(&m->mp);
   remat__free(m);
 }
 

@@ -5,6 +5,7 @@
 
 #include "kernels/backend.h"
 #include "memory/layout.h"
+#include "memory/memplan.h"
 #include "model/model_runtime.h"
 #include "remat/model.h"
 

@@ -324,8 +324,9 @@ int remat_pipeline_create(remat_pipeline **out, remat_dist *d, remat_trainer *tr
     return remat__errorf(err, REMAT_ENOMEM, "out of memory");
   }
   const remat_memplan *mp = remat_model_memplan(m);
-  pl->slot_bytes = mp->slot_bytes;
-  pl->fixed_bytes = mp->peak_bytes - mp->buf[REMAT_BUF_SLOTS].bytes;
+  pl->slot_bytes = remat_memplan_slot_bytes(mp);
+  pl->fixed_bytes = remat_memplan_peak_bytes(mp) -
+                    remat_memplan_buf(mp, REMAT_BUF_SLOTS).bytes;
   remat_trainer_ops ops = {.micro_batches = run_microbatches, .after_backward = exchange_tied,
                            .norm_sumsq = norm_sumsq, .ctx = pl};
   remat_trainer_set_ops(tr, &ops);

@@ -450,7 +450,7 @@ static void bind(remat_replicas *rp) {
   rp->norm = remat_model_region(rp->m, REMAT_BUF_NORM, &bytes);
   REMAT_ASSERT(bytes >= (size_t)rp->D * rp->chunks * sizeof(double));
   rp->pack = remat_model_region(rp->m, REMAT_BUF_REDUCE, &rp->pack_bytes);
-  size_t blk = mp->grad_bytes[REMAT_LAYER_BLOCK];
+  size_t blk = remat_memplan_grad_bytes(mp, REMAT_LAYER_BLOCK);
   int64_t nb = st->num_blocks < 2 ? st->num_blocks : 2;
   char *at = (char *)rp->pack;
   rp->gbuf[GBUF_BLOCK0] = nb >= 1 ? (float *)at : NULL;
@@ -704,9 +704,9 @@ int remat_replicas_trace_start(remat_replicas *rp, int64_t max_steps, remat_erro
   if (rc) return rc;
   rp->trace = &rp->own;
   /* a replica's arena is live from the start: one counter */
+  size_t arena = remat_memplan_peak_bytes(remat_model_memplan(rp->m));
   remat__trace_add(&rp->own, (remat__event){.ts = rp->own.t0, .micro = -1, .layer = -1,
-                                            .kind = REMAT__EV_ARENA,
-                                            .value = remat_model_memplan(rp->m)->peak_bytes});
+                                            .kind = REMAT__EV_ARENA, .value = arena});
   return 0;
 }
 

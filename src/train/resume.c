@@ -26,7 +26,8 @@ static double real(uint64_t u) {
 /* Floats in this rank's moment buffers as they are laid out: the whole
  * stage's, or a replica's shards under ZeRO 1 to 3. */
 static size_t moment_floats(const remat_trainer *tr) {
-  return remat_model_memplan(tr->model)->buf[REMAT_BUF_ADAM_M].bytes / sizeof(float);
+  const remat_memplan *mp = remat_model_memplan(tr->model);
+  return remat_memplan_buf(mp, REMAT_BUF_ADAM_M).bytes / sizeof(float);
 }
 
 static void fill_header(remat_trainer *tr, int rank, int ranks, remat_state_header *h) {

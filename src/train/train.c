@@ -106,7 +106,7 @@ const remat_memplan *remat_trainer_memplan(const remat_trainer *tr) {
 }
 
 size_t remat_trainer_planned_bytes(const remat_trainer *tr) {
-  size_t arena = remat_model_memplan(tr->model)->peak_bytes;
+  size_t arena = remat_memplan_peak_bytes(remat_model_memplan(tr->model));
   return tr->allocated ? remat__heap_live() : remat__heap_live() + arena;
 }
 
@@ -233,6 +233,6 @@ int remat_trainer_evaluate(remat_trainer *tr, double *loss, remat_error *err) {
 }
 
 size_t remat_trainer_measured_peak_bytes(remat_trainer *tr) {
-  size_t arena = remat_model_memplan(tr->model)->peak_bytes;
+  size_t arena = remat_memplan_peak_bytes(remat_model_memplan(tr->model));
   return remat_model_arena_high_water(tr->model) + (remat__heap_peak() - arena);
 }
