@@ -70,12 +70,12 @@ int remat_trainer_create_stage(remat_trainer **out, const remat_config *cfg,
   tr->dloss = 1.0f / (float)(o->B * o->T * o->grad_accum);
   if (tok) {
     if ((rc = remat_tokens_check_vocab(tok, cfg->vocab_size, err))) goto fail;
-    if ((rc = remat_loader_init(&tr->train, tok, o->B, o->T, REMAT_SPLIT_TRAIN, o->val_frac,
+    if ((rc = remat__loader_init(&tr->train, tok, o->B, o->T, REMAT_SPLIT_TRAIN, o->val_frac,
                                 o->shuffle, o->hp.seed, err)))
       goto fail;
     tr->have_train = 1;
     if (o->val_frac > 0) {
-      if ((rc = remat_loader_init(&tr->val, tok, o->B, o->T, REMAT_SPLIT_VAL, o->val_frac, 0,
+      if ((rc = remat__loader_init(&tr->val, tok, o->B, o->T, REMAT_SPLIT_VAL, o->val_frac, 0,
                                   o->hp.seed, err)))
         goto fail;
       tr->have_val = 1;
@@ -96,8 +96,8 @@ fail:
 void remat_trainer_destroy(remat_trainer *tr) {
   if (!tr) return;
   remat_model_destroy(tr->model);
-  if (tr->have_train) remat_loader_free(&tr->train);
-  if (tr->have_val) remat_loader_free(&tr->val);
+  if (tr->have_train) remat__loader_free(&tr->train);
+  if (tr->have_val) remat__loader_free(&tr->val);
   remat__free(tr);
 }
 

@@ -2,6 +2,7 @@
 #ifndef REMAT_TRAIN_INTERNAL_H
 #define REMAT_TRAIN_INTERNAL_H
 
+#include "io/loader.h"
 #include "model/model_runtime.h"
 #include "remat/train.h"
 #include "train/train_runtime.h"
