@@ -398,8 +398,7 @@ static void print_zero(const remat_config *cfg, const remat_memplan *mine, const
   printf("zero    stage %d on %lld replicas: persistent %zu bytes per rank; %s = %.0f bytes "
          "(Psi = %zu; the rest is shard padding, alignment and the tied gradient)\n",
          o->zero, (long long)D, remat_memplan_persistent_bytes(mine), table[o->zero],
-         ideal[o->zero],
-         remat_param_count(cfg));
+         ideal[o->zero], remat_param_count(cfg));
   uint64_t bytes = remat_replicas_step_bytes(cfg, D, o->zero, o->K);
   printf("comm    %s (%llu bytes) sent per rank per step, from the shapes\n",
          remat_format_bytes((size_t)bytes, b[0], sizeof b[0]), (unsigned long long)bytes);
