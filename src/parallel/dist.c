@@ -104,8 +104,6 @@ int remat_dist_grid(remat_dist *d, int64_t P, int64_t D, remat_error *err) {
 
 int64_t remat_dist_stage(const remat_dist *d) { return d->rank / d->D; }
 int64_t remat_dist_replica(const remat_dist *d) { return d->rank % d->D; }
-remat_dist *remat_dist_pipeline(remat_dist *d) { return d->pipeline; }
-remat_dist *remat_dist_replicas(remat_dist *d) { return d->replicas; }
 
 int remat_dist_rank(const remat_dist *d) { return d->rank; }
 int remat_dist_size(const remat_dist *d) { return d->size; }
