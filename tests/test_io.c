@@ -430,7 +430,7 @@ static void test_checkpoint_reader(void) {
 
   remat_checkpoint_reader rd;
   remat_config got;
-  CHECK(remat_checkpoint_open(&rd, p, &got, &err) == 0);
+  CHECK(remat_checkpoint_reader_open(&rd, p, &got, &err) == 0);
   CHECK(memcmp(&got, &c, sizeof c) == 0 && memcmp(&rd.cfg, &c, sizeof c) == 0);
   CHECK(remat_checkpoint_save(p, &big, wb, &err) == 0); /* replaced by rename */
   float *v = malloc(np * sizeof(float)); /* exactly the first shape: ASan sees any overflow */
@@ -439,13 +439,13 @@ static void test_checkpoint_reader(void) {
   memset(v, 0, np * sizeof(float));
   CHECK(remat_checkpoint_read_params(&rd, NULL, v, &err) == 0); /* twice is fine */
   CHECK(memcmp(v, w, np * sizeof(float)) == 0);
-  remat_checkpoint_close(&rd);
-  remat_checkpoint_close(&rd); /* twice is harmless */
+  remat_checkpoint_reader_free(&rd);
+  remat_checkpoint_reader_free(&rd); /* twice is harmless */
   int rc = remat_checkpoint_read_params(&rd, NULL, v, &err);
   CHECK_ERR(rc, err, REMAT_EINVAL, "not open");
   remat_checkpoint_reader zero = {0};
   int fd0_open = fcntl(0, F_GETFD) != -1;
-  remat_checkpoint_close(&zero); /* a zeroed reader holds nothing, fd 0 included */
+  remat_checkpoint_reader_free(&zero); /* a zeroed reader holds nothing, fd 0 included */
   CHECK((fcntl(0, F_GETFD) != -1) == fd0_open);
 
   /* the two-call way: config, then a load that checks the shape it sized for */
@@ -457,22 +457,22 @@ static void test_checkpoint_reader(void) {
 
   /* changed in place between open and read: refused, nothing overflows */
   CHECK(remat_checkpoint_save(p, &c, w, &err) == 0);
-  CHECK(remat_checkpoint_open(&rd, p, NULL, &err) == 0);
+  CHECK(remat_checkpoint_reader_open(&rd, p, NULL, &err) == 0);
   CHECK(truncate(p, 3000) == 0);
   rc = remat_checkpoint_read_params(&rd, NULL, v, &err);
   CHECK_ERR(rc, err, REMAT_EIO, "changed size");
-  remat_checkpoint_close(&rd);
+  remat_checkpoint_reader_free(&rd);
   /* a failed open holds nothing */
-  rc = remat_checkpoint_open(&rd, p, NULL, &err);
+  rc = remat_checkpoint_reader_open(&rd, p, NULL, &err);
   CHECK_ERR(rc, err, REMAT_EFORMAT, "truncated");
-  remat_checkpoint_close(&rd);
-  rc = remat_checkpoint_open(&rd, path_of("none.ckpt"), NULL, &err);
+  remat_checkpoint_reader_free(&rd);
+  rc = remat_checkpoint_reader_open(&rd, path_of("none.ckpt"), NULL, &err);
   CHECK_ERR(rc, err, REMAT_EIO, "none.ckpt");
 
   /* a FIFO is refused without blocking */
   const char *fifo = path_of("reader.fifo");
   CHECK(mkfifo(fifo, 0600) == 0);
-  rc = remat_checkpoint_open(&rd, fifo, NULL, &err);
+  rc = remat_checkpoint_reader_open(&rd, fifo, NULL, &err);
   CHECK_ERR(rc, err, REMAT_EIO, "not a regular file");
 
   /* huge but finite weights load and save; the overflow check names them */
@@ -500,7 +500,7 @@ static void test_checkpoint_reader(void) {
   CHECK(remat__checkpoint_open_mem(&rd, bytes, n, "mem", &got, &err) == 0);
   CHECK(remat_checkpoint_read_params(&rd, &c, v, &err) == 0);
   CHECK(memcmp(v, w, np * sizeof(float)) == 0);
-  remat_checkpoint_close(&rd);
+  remat_checkpoint_reader_free(&rd);
   rc = remat__checkpoint_open_mem(&rd, bytes, n - 4, "mem", &got, &err);
   CHECK_ERR(rc, err, REMAT_EFORMAT, "'mem' is truncated");
   rc = remat__checkpoint_open_mem(&rd, bytes, 100, "mem", &got, &err);
@@ -766,13 +766,13 @@ static void test_save_concurrent(void) {
   /* and it loads as the one it is */
   remat_checkpoint_reader rd;
   remat_config got;
-  CHECK(remat_checkpoint_open(&rd, p, &got, &err) == 0);
+  CHECK(remat_checkpoint_reader_open(&rd, p, &got, &err) == 0);
   int is1 = memcmp(&got, &c1, sizeof got) == 0;
   CHECK(is1 || memcmp(&got, &c2, sizeof got) == 0);
   float *v = malloc(remat_param_count(&got) * sizeof(float));
   CHECK(remat_checkpoint_read_params(&rd, NULL, v, &err) == 0);
   CHECK(memcmp(v, is1 ? w1 : w2, remat_param_count(&got) * sizeof(float)) == 0);
-  remat_checkpoint_close(&rd);
+  remat_checkpoint_reader_free(&rd);
   free(v);
   CHECK(count_temps(dir) == 0);
   printf("concurrent saves: %d reads, each a whole file (first seen %d, second %d)\n", reads,

@@ -78,10 +78,10 @@ REMAT_API void remat_tokens_free(remat_tokens *t);
  * opened. The caller owns the struct; its fields are read-only.
  *
  *   remat_checkpoint_reader rd;  remat_config cfg;
- *   if (remat_checkpoint_open(&rd, path, &cfg, &err)) ...  // nothing to close
+ *   if (remat_checkpoint_reader_open(&rd, path, &cfg, &err)) ...  // nothing to close
  *   float *w = malloc(remat_param_count(&cfg) * sizeof *w);
  *   int rc = remat_checkpoint_read_params(&rd, NULL, w, &err);
- *   remat_checkpoint_close(&rd);
+ *   remat_checkpoint_reader_free(&rd);
  */
 typedef struct remat_checkpoint_reader {
   remat_config cfg;         /* the file's shape, once open */
@@ -96,7 +96,7 @@ typedef struct remat_checkpoint_reader {
  * (via remat_config_check), Vp >= V, and a file size of exactly header +
  * params. cfg (may be NULL) receives the shape, as does rd->cfg. On failure
  * rd holds nothing (closing it is harmless). */
-REMAT_API int remat_checkpoint_open(remat_checkpoint_reader *rd, const char *path,
+REMAT_API int remat_checkpoint_reader_open(remat_checkpoint_reader *rd, const char *path,
                                     remat_config *cfg, remat_error *err);
 /* Reads the parameters into params, a buffer of remat_param_count(&rd->cfg)
  * floats. If expect is non-NULL the file's shape must equal it (REMAT_ESHAPE
@@ -107,7 +107,7 @@ REMAT_API int remat_checkpoint_open(remat_checkpoint_reader *rd, const char *pat
 REMAT_API int remat_checkpoint_read_params(remat_checkpoint_reader *rd, const remat_config *expect,
                                            float *params, remat_error *err);
 /* Releases rd; safe on a zeroed, failed or already closed reader. */
-REMAT_API void remat_checkpoint_close(remat_checkpoint_reader *rd);
+REMAT_API void remat_checkpoint_reader_free(remat_checkpoint_reader *rd);
 
 /* The header alone: open and close. */
 REMAT_API int remat_checkpoint_read_config(const char *path, remat_config *cfg, remat_error *err);

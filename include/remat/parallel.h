@@ -10,11 +10,11 @@
  * results of one process with as many micro-batches per step, bit for bit.
  * Part of remat's public API; include "remat.h" for all of it.
  *
- *   remat_dist *d;  remat_dist_init(&d, &argc, &argv, &err);
+ *   remat_dist *d;  remat_dist_create(&d, &argc, &argv, &err);
  *   ... build a trainer for stage remat_dist_rank(d) (remat_trainer_create_stage)
  *   remat_pipeline *pl;  remat_pipeline_create(&pl, d, tr, &placement, &err);
  *   ... remat_trainer_step(tr, ...) as in one process
- *   remat_pipeline_destroy(pl);  remat_dist_finalize(d);
+ *   remat_pipeline_destroy(pl);  remat_dist_destroy(d);
  *
  * A grid of P x D ranks: remat_dist_grid(d, P, D, &err); the trainer of
  * stage remat_dist_stage(d) as replica remat_dist_replica(d) (its
@@ -41,9 +41,9 @@ typedef struct remat_dist remat_dist; /* opaque: the job's ranks */
 
 /* Initialises MPI (argc and argv as main received them). A rank that dies
  * makes the others fail within seconds instead of waiting forever. */
-REMAT_API int remat_dist_init(remat_dist **out, int *argc, char ***argv, remat_error *err);
+REMAT_API int remat_dist_create(remat_dist **out, int *argc, char ***argv, remat_error *err);
 /* Ends MPI. With code != 0, ends every rank of the job. */
-REMAT_API void remat_dist_finalize(remat_dist *d, int code);
+REMAT_API void remat_dist_destroy(remat_dist *d, int code);
 REMAT_API int remat_dist_rank(const remat_dist *d);
 REMAT_API int remat_dist_size(const remat_dist *d);
 

@@ -134,7 +134,7 @@ int remat_job_create(remat_job **out, const remat_job_desc *desc, remat_error *e
               : d->replicas > 1               ? REMAT_RUN_REPLICAS
                                               : REMAT_RUN_ONE;
   if (job->kind != REMAT_RUN_ONE || remat_dist_launched()) {
-    int rc = remat_dist_init(&job->dist, NULL, NULL, err);
+    int rc = remat_dist_create(&job->dist, NULL, NULL, err);
     if (rc) {
       free(job);
       return rc;
@@ -157,9 +157,9 @@ void remat_job_destroy(remat_job *job, int status) {
   remat_trainer_destroy(job->tr);
   if (job->have_plan) remat_plan_free(&job->plan);
   if (job->have_pb) remat_plan_problem_free(&job->pb);
-  remat_checkpoint_close(&job->rd);
+  remat_checkpoint_reader_free(&job->rd);
   remat_tokens_free(&job->tok);
-  if (job->dist) remat_dist_finalize(job->dist, status);
+  if (job->dist) remat_dist_destroy(job->dist, status);
   free(job);
 }
 
@@ -258,7 +258,7 @@ static int load_shape(remat_job *job, remat_error *err) {
   int rc;
   if (d->config && (rc = remat_config_parse(d->config, &want, err))) return rc;
   if (!d->model) return remat_config_parse(d->config ? d->config : "small", &job->cfg, err);
-  if ((rc = remat_checkpoint_open(&job->rd, d->model, &job->cfg, err))) return rc;
+  if ((rc = remat_checkpoint_reader_open(&job->rd, d->model, &job->cfg, err))) return rc;
   const remat_config *c = &job->cfg;
   if (d->config && memcmp(c, &want, sizeof want) != 0)
     return remat__errorf(err, REMAT_ESHAPE,
