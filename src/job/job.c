@@ -607,7 +607,7 @@ static int load_weights(remat_job *job, remat_error *err) {
   if (!full) return remat__errorf(err, REMAT_ENOMEM, "out of memory reading the model file");
   int rc = remat_checkpoint_read_params(&job->rd, cfg, full, err);
   if (!rc) rc = remat_params_overflow(cfg, full, err);
-  if (!rc) remat_stage_params_from_full(cfg, st, full, remat_model_params(m));
+  if (!rc) remat__stage_params_from_full(cfg, st, full, remat_model_params(m));
   free(full);
   remat_heap_reset_peak();
   return rc;

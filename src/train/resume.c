@@ -133,7 +133,7 @@ int remat_trainer_load_state(remat_trainer *tr, const char *path, int rank, int 
   if (have.step < 0 || have.step > have.steps)
     return remat__errorf(err, REMAT_EFORMAT, "training state '%s' is at step %lld of %lld", path,
                          (long long)have.step, (long long)have.steps);
-  remat_model_set_step(tr->model, have.step);
+  remat__model_set_step(tr->model, have.step);
   if (tr->have_train) {
     remat_loader_pos pos = {.epoch = have.loader_epoch, .cursor = have.loader_cursor,
                             .epoch_rng = have.loader_rng};

@@ -14,7 +14,7 @@ struct remat_trainer {
   remat_loader train, val;
   remat_batch_fn batch_fn;
   void *batch_ctx;
-  remat_trainer_ops ops;
+  remat__trainer_ops ops;
   float dloss; /* 1 / (B T K): the mean over the step's tokens */
   int allocated; /* remat_trainer_allocate has made the model's arena */
 };

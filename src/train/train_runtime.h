@@ -9,7 +9,7 @@
 #include "remat/train.h"
 
 /* The hooks; each may be NULL (the one-process behaviour). */
-typedef struct remat_trainer_ops {
+typedef struct remat__trainer_ops {
   /* Runs the step's K micro-batches through the model instead of the local
    * loop (a pipeline's schedule); adds each micro-batch's mean loss, as far
    * as this rank knows it, to *loss_sum. */
@@ -17,7 +17,7 @@ typedef struct remat_trainer_ops {
   /* the gradient hook (remat_trainer_set_hook) */
   remat_grad_hook after_backward;
   /* The squared global gradient norm from this rank's per-layer sums
-   * (remat_model_grad_sumsq_layers), added over all layers of the model in
+   * (remat__model_grad_sumsq_layers), added over all layers of the model in
    * model order. A replica gets none (n = 0) and sums its shards. */
   int (*norm_sumsq)(void *ctx, remat_trainer *tr, const double *layer_sumsq, int64_t n,
                     double *total, remat_error *err);
@@ -25,14 +25,14 @@ typedef struct remat_trainer_ops {
    * updates its shards and shares the result. */
   int (*update)(void *ctx, remat_trainer *tr, float lr, float norm, remat_error *err);
   void *ctx;
-} remat_trainer_ops;
-void remat_trainer_set_ops(remat_trainer *tr, const remat_trainer_ops *ops);
+} remat__trainer_ops;
+void remat__trainer_set_ops(remat_trainer *tr, const remat__trainer_ops *ops);
 
 /* The next micro-batch of this step (micro = 0..K-1) from the loader or the
  * caller's batches; inputs or targets may be NULL when not needed. */
-int remat_trainer_next_batch(remat_trainer *tr, int64_t micro, int32_t *inputs,
+int remat__trainer_next_batch(remat_trainer *tr, int64_t micro, int32_t *inputs,
                              int32_t *targets, remat_error *err);
 /* 1 / (B T K): each token's weight in the step's mean loss. */
-float remat_trainer_dloss(const remat_trainer *tr);
+float remat__trainer_dloss(const remat_trainer *tr);
 
 #endif
