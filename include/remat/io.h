@@ -78,7 +78,7 @@ REMAT_API void remat_tokens_free(remat_tokens *t);
  * opened. The caller owns the struct; its fields are read-only.
  *
  *   remat_checkpoint_reader rd;  remat_config cfg;
- *   if (remat_checkpoint_reader_open(&rd, path, &cfg, &err)) ...  // nothing to close
+ *   if (remat_checkpoint_reader_open(&rd, path, &cfg, &err)) ...  // nothing to free
  *   float *w = malloc(remat_param_count(&cfg) * sizeof *w);
  *   int rc = remat_checkpoint_read_params(&rd, NULL, w, &err);
  *   remat_checkpoint_reader_free(&rd);
@@ -97,7 +97,7 @@ typedef struct remat_checkpoint_reader {
  * params. cfg (may be NULL) receives the shape, as does rd->cfg. On failure
  * rd holds nothing (closing it is harmless). */
 REMAT_API int remat_checkpoint_reader_open(remat_checkpoint_reader *rd, const char *path,
-                                    remat_config *cfg, remat_error *err);
+                                           remat_config *cfg, remat_error *err);
 /* Reads the parameters into params, a buffer of remat_param_count(&rd->cfg)
  * floats. If expect is non-NULL the file's shape must equal it (REMAT_ESHAPE
  * names the first dimension that differs). The file's size is checked again

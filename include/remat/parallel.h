@@ -14,7 +14,7 @@
  *   ... build a trainer for stage remat_dist_rank(d) (remat_trainer_create_stage)
  *   remat_pipeline *pl;  remat_pipeline_create(&pl, d, tr, &placement, &err);
  *   ... remat_trainer_step(tr, ...) as in one process
- *   remat_pipeline_destroy(pl);  remat_dist_destroy(d);
+ *   remat_pipeline_destroy(pl);  remat_dist_destroy(d, 0);
  *
  * A grid of P x D ranks: remat_dist_grid(d, P, D, &err); the trainer of
  * stage remat_dist_stage(d) as replica remat_dist_replica(d) (its

@@ -460,7 +460,7 @@ static int reader_name(remat_checkpoint_reader *rd, const char *name, remat_erro
 }
 
 int remat_checkpoint_reader_open(remat_checkpoint_reader *rd, const char *path, remat_config *cfg,
-                          remat_error *err) {
+                                 remat_error *err) {
   *rd = (remat_checkpoint_reader){.fd = -1};
   source s;
   int rc = open_source(path, "checkpoint", &s, err);
@@ -486,7 +486,8 @@ int remat_checkpoint_read_params(remat_checkpoint_reader *rd, const remat_config
                                  float *params, remat_error *err) {
   if (!rd || !rd->is_open)
     return remat__errorf(err, REMAT_EINVAL,
-                         "the checkpoint reader is not open; call remat_checkpoint_reader_open first");
+                         "the checkpoint reader is not open; call "
+                         "remat_checkpoint_reader_open first");
   int rc;
   if (expect && (rc = compare_shape(&rd->cfg, expect, rd->path, err))) return rc;
   /* The descriptor holds the file that was opened even if its name now

@@ -132,7 +132,7 @@ int remat__model_create_on(remat_model **out, const remat_config *cfg, int64_t B
 }
 
 int remat__model_create_stage(remat_model **out, const remat_config *cfg, int64_t B, int64_t T,
-                             const remat_stage *st, remat_error *err) {
+                              const remat_stage *st, remat_error *err) {
   return remat__model_create_on(out, cfg, B, T, st, NULL, err);
 }
 
@@ -334,7 +334,7 @@ static void shard_params_copy(const remat_config *cfg, const remat_stage *st, fl
 static int zero3(const remat_stage *st) { return st->replicas > 1 && st->zero >= 3; }
 
 void remat__stage_params_to_full(const remat_config *cfg, const remat_stage *st,
-                                const float *flat, float *full) {
+                                 const float *flat, float *full) {
   if (zero3(st))
     shard_params_copy(cfg, st, (float *)flat, full, 1);
   else
@@ -342,7 +342,7 @@ void remat__stage_params_to_full(const remat_config *cfg, const remat_stage *st,
 }
 
 void remat__stage_params_from_full(const remat_config *cfg, const remat_stage *st,
-                                  const float *full, float *flat) {
+                                   const float *full, float *flat) {
   if (zero3(st)) {
     /* the padding past a unit's end */
     memset(flat, 0, remat__stage_num_params(cfg, st) * sizeof(float));
@@ -694,7 +694,7 @@ static double head_forward(remat_model *m, const head_params *w, char *slot,
 }
 
 void remat__model_stage_forward(remat_model *m, int64_t slot_index, uint32_t micro,
-                               const remat_hparams *hp) {
+                                const remat_hparams *hp) {
   char *slot = slot_at(m, slot_index);
   int64_t nb = m->stage.num_blocks, C = m->cfg.channels;
   if (m->stage.has_embedding) {
@@ -714,7 +714,7 @@ void remat__model_stage_forward(remat_model *m, int64_t slot_index, uint32_t mic
 }
 
 double remat__model_stage_backward(remat_model *m, int64_t slot_index, uint32_t micro, float dloss,
-                                  const remat_hparams *hp) {
+                                   const remat_hparams *hp) {
   const remat_config *c = &m->cfg;
   const remat_memory_model *mm = &m->mp.mm;
   char *slot = slot_at(m, slot_index);
@@ -837,7 +837,7 @@ void remat_model_sum_tied(remat_model *m) {
 }
 
 int64_t remat__model_grad_chunk_sums(remat_model *m, int64_t u, size_t first, size_t count,
-                                    double *out) {
+                                     double *out) {
   const size_t Q = REMAT_SHARD_QUANTUM;
   REMAT_ASSERT(first % Q == 0);
   /* the range's runs, one per tensor of the unit at most */

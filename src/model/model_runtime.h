@@ -77,7 +77,7 @@ float *remat__model_shard(remat_model *m, int buf, int64_t u);
 /* The chunk sums (remat/memory.h) of [first, first + count) of unit u's
  * gradient, first a multiple of REMAT_SHARD_QUANTUM; returns how many. */
 int64_t remat__model_grad_chunk_sums(remat_model *m, int64_t u, size_t first, size_t count,
-                                              double *out);
+                                     double *out);
 
 /* ------------------------------------------------------- pipeline stages */
 
@@ -87,7 +87,7 @@ int64_t remat__model_grad_chunk_sums(remat_model *m, int64_t u, size_t first, si
  * its blocks; a stage with the head but not the embedding holds its own copy
  * of the tied token embedding. */
 int remat__model_create_stage(remat_model **out, const remat_config *cfg, int64_t B,
-                                       int64_t T, const remat_stage *st, remat_error *err);
+                              int64_t T, const remat_stage *st, remat_error *err);
 size_t remat__stage_num_params(const remat_config *cfg, const remat_stage *st);
 /* View of one parameter tensor (REMAT_P_*) as the stage holds it, and its
  * length in floats; NULL (0) when the stage does not hold it. */
@@ -116,18 +116,18 @@ void *remat__model_region(remat_model *m, int buf, size_t *bytes);
  * (remat_param_count floats): the stage's tensors and slices only; for a
  * replica under ZeRO 3, its shards. */
 void remat__stage_params_to_full(const remat_config *cfg, const remat_stage *st,
-                                          const float *stage_params, float *full);
+                                 const float *stage_params, float *full);
 void remat__stage_params_from_full(const remat_config *cfg, const remat_stage *st,
-                                            const float *full, float *stage_params);
+                                   const float *full, float *stage_params);
 /* Forward of the micro-batch in `slot` through the embedding (if held) and
  * the blocks; micro numbers it within the step for dropout. */
 void remat__model_stage_forward(remat_model *m, int64_t slot, uint32_t micro,
-                                         const remat_hparams *hp);
+                                const remat_hparams *hp);
 /* Backward of the micro-batch in `slot`: the head (forward, loss, backward;
  * if held), the blocks in reverse with recomputation, the embedding (if
  * held). Returns the summed loss over its B x T tokens on a stage with the
  * head, else 0. */
 double remat__model_stage_backward(remat_model *m, int64_t slot, uint32_t micro,
-                                            float dloss, const remat_hparams *hp);
+                                   float dloss, const remat_hparams *hp);
 
 #endif

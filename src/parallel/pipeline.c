@@ -147,8 +147,8 @@ static int run_microbatches(void *ctx, remat_trainer *tr, double *loss_sum, rema
       for (int64_t x = 0; x < pl->R; x++) { /* every replica's, to keep the loaders in step */
         int mine = x == pl->rep;
         if ((rc = remat__trainer_next_batch(tr, k * pl->R + x,
-                                           mine ? remat__model_slot_inputs(m, slot) : NULL,
-                                           mine ? remat__model_slot_targets(m, slot) : NULL, err)))
+                                            mine ? remat__model_slot_inputs(m, slot) : NULL,
+                                            mine ? remat__model_slot_targets(m, slot) : NULL, err)))
           return rc;
       }
       if (s > 0 &&
@@ -171,7 +171,7 @@ static int run_microbatches(void *ctx, remat_trainer *tr, double *loss_sum, rema
         return rc;
       double t = remat__now(), rs0 = remat__model_recompute_seconds(m);
       double loss = remat__model_stage_backward(m, slot, (uint32_t)micro, remat__trainer_dloss(tr),
-                                               &o->hp);
+                                                &o->hp);
       double e = remat__now(), rs = remat__model_recompute_seconds(m) - rs0;
       record(pl, EV_BACKWARD, t, e, micro, 0);
       /* recompute is interleaved with the blocks' backwards; drawn as one

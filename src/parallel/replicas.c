@@ -494,7 +494,7 @@ static int run_rounds(void *ctx, remat_trainer *tr, double *loss_sum, remat_erro
     for (int64_t q = 0; q < rp->D; q++) {
       int mine = q == rp->r;
       if ((rc = remat__trainer_next_batch(tr, j * rp->D + q, mine ? remat_model_inputs(m) : NULL,
-                                         mine ? remat_model_targets(m) : NULL, err)))
+                                          mine ? remat_model_targets(m) : NULL, err)))
         return rc;
     }
     /* remat_model_forward_backward, in two parts for the trace */

@@ -133,7 +133,7 @@ void remat__trainer_set_ops(remat_trainer *tr, const remat__trainer_ops *ops) { 
 const remat_train_opts *remat_trainer_opts(const remat_trainer *tr) { return &tr->o; }
 
 int remat__trainer_next_batch(remat_trainer *tr, int64_t micro, int32_t *inputs, int32_t *targets,
-                             remat_error *err) {
+                              remat_error *err) {
   if (tr->batch_fn)
     return tr->batch_fn(tr->batch_ctx, remat_model_step(tr->model), micro, inputs, targets, err);
   if (!tr->have_train)
@@ -182,7 +182,7 @@ int remat_trainer_step(remat_trainer *tr, remat_step_stats *st, remat_error *err
   } else {
     for (int64_t k = 0; k < o->grad_accum; k++) {
       if ((rc = remat__trainer_next_batch(tr, k, remat_model_inputs(m), remat_model_targets(m),
-                                         err)))
+                                          err)))
         return rc;
       loss += remat_model_forward_backward(m, (uint32_t)k, tr->dloss, &o->hp);
     }

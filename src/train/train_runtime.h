@@ -31,7 +31,7 @@ void remat__trainer_set_ops(remat_trainer *tr, const remat__trainer_ops *ops);
 /* The next micro-batch of this step (micro = 0..K-1) from the loader or the
  * caller's batches; inputs or targets may be NULL when not needed. */
 int remat__trainer_next_batch(remat_trainer *tr, int64_t micro, int32_t *inputs,
-                             int32_t *targets, remat_error *err);
+                              int32_t *targets, remat_error *err);
 /* 1 / (B T K): each token's weight in the step's mean loss. */
 float remat__trainer_dloss(const remat_trainer *tr);
 
