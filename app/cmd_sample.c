@@ -127,21 +127,21 @@ int remat_cmd_sample(int argc, char **argv) {
   remat_error err;
   remat_checkpoint_reader rd;
   remat_config cfg;
-  if (remat_checkpoint_open(&rd, o.model, &cfg, &err)) return cli_fail(1, "%s", err.msg);
+  if (remat_checkpoint_reader_open(&rd, o.model, &cfg, &err)) return cli_fail(1, "%s", err.msg);
   int bytes = o.bytes || cfg.vocab_size == 256;
   if (!bytes && cfg.vocab_size != REMAT_BPE_VOCAB) {
-    remat_checkpoint_close(&rd);
+    remat_checkpoint_reader_free(&rd);
     return cli_fail(1, "'%s' has a vocabulary of %lld: neither bytes (256) nor GPT-2's BPE (%d); "
                     "give --bytes to read its tokens as bytes", o.model,
                     (long long)cfg.vocab_size, REMAT_BPE_VOCAB);
   }
   float *params = malloc(remat_param_count(&cfg) * sizeof *params);
   if (!params) {
-    remat_checkpoint_close(&rd);
+    remat_checkpoint_reader_free(&rd);
     return cli_fail(1, "out of memory for the weights of '%s'", o.model);
   }
   int rc = remat_checkpoint_read_params(&rd, &cfg, params, &err);
-  remat_checkpoint_close(&rd);
+  remat_checkpoint_reader_free(&rd);
   remat_bpe *bpe = NULL;
   remat_ids prompt = {0};
   remat_generator *g = NULL;

@@ -258,8 +258,9 @@ static void print_model(const remat_config *cfg) {
 static void block_list(const remat_memplan *mp, int policy, char *buf, size_t cap) {
   int64_t shown = 0, all = 0;
   buf[0] = 0;
-  for (int64_t l = 0; l < mp->num_blocks; l++) {
-    if (mp->policy[l] != policy) continue;
+  const uint8_t *pol = remat_memplan_policy(mp);
+  for (int64_t l = 0; l < remat_memplan_num_blocks(mp); l++) {
+    if (pol[l] != policy) continue;
     all++;
     if (shown < 24) {
       snprintf(buf + strlen(buf), cap - strlen(buf), "%s%lld", shown ? "," : "", (long long)l);
@@ -307,7 +308,10 @@ static void print_policies(const remat_config *cfg, const opts *o) {
 static void print_plan(const remat_config *cfg, const remat_memplan *mp, size_t planned,
                        const char *source, const remat_tokens *tok, const opts *o) {
   char rec[256], mid[256], b1[32], b2[32], b3[32], b4[32], b5[32];
-  int64_t L = cfg->num_layers;
+  int64_t L = cfg->num_layers, nrec = remat_memplan_num_recomputed(mp);
+  int64_t nmid = remat_memplan_num_middle(mp);
+  size_t peak = remat_memplan_peak_bytes(mp), persistent = remat_memplan_persistent_bytes(mp);
+  size_t comm = remat_memplan_bytes(mp).comm;
   block_list(mp, REMAT_RECOMPUTE, rec, sizeof rec);
   block_list(mp, REMAT_MIDDLE, mid, sizeof mid);
   print_model(cfg);
@@ -317,19 +321,18 @@ static void print_plan(const remat_config *cfg, const remat_memplan *mp, size_t 
     printf(" per replica: %lld micro-batches a step on %lld replicas",
            (long long)(o->K * o->replicas), (long long)o->replicas);
   printf("\n");
-  printf("policy  %lld of %lld blocks recomputed%s%s%s", (long long)mp->num_recomputed,
-         (long long)L, mp->num_recomputed ? " (" : "", rec, mp->num_recomputed ? ")" : "");
-  if (mp->num_middle) printf(", %lld middle (%s)", (long long)mp->num_middle, mid);
+  printf("policy  %lld of %lld blocks recomputed%s%s%s", (long long)nrec, (long long)L,
+         nrec ? " (" : "", rec, nrec ? ")" : "");
+  if (nmid) printf(", %lld middle (%s)", (long long)nmid, mid);
   printf("\n");
   if (o->plan_only) print_policies(cfg, o);
   printf("memory  planned peak %s (%zu bytes) = arena %s (state %s, activations%s "
          "workspace%s %s) + data %s\n",
          remat_format_bytes(planned, b1, sizeof b1), planned,
-         remat_format_bytes(mp->peak_bytes, b2, sizeof b2),
-         remat_format_bytes(mp->persistent_bytes, b3, sizeof b3),
-         mp->bytes.comm ? "," : " and", mp->bytes.comm ? " and communication" : "",
-         remat_format_bytes(mp->peak_bytes - mp->persistent_bytes, b4, sizeof b4),
-         remat_format_bytes(planned - mp->peak_bytes, b5, sizeof b5));
+         remat_format_bytes(peak, b2, sizeof b2), remat_format_bytes(persistent, b3, sizeof b3),
+         comm ? "," : " and", comm ? " and communication" : "",
+         remat_format_bytes(peak - persistent, b4, sizeof b4),
+         remat_format_bytes(planned - peak, b5, sizeof b5));
 }
 
 /* Every rank's arena, from the memory model, before any exists: replicas
@@ -340,23 +343,26 @@ static void print_ranks(remat_job *job, const opts *o) {
   remat_run_kind kind = remat_job_kind(job);
   for (int k = 0; k < remat_job_ranks(job); k++) {
     remat_stage st;
-    remat_memplan mp;
+    remat_memplan *mp;
     if (remat_job_rank_memplan(job, k, &st, &mp, &err)) continue;
-    const remat_membuf *m = mp.buf;
+    remat_membuf m[REMAT_BUF_COUNT];
+    for (int i = 0; i < REMAT_BUF_COUNT; i++) m[i] = remat_memplan_buf(mp, i);
+    remat_stage_bytes sb = remat_memplan_bytes(mp);
+    size_t peak = remat_memplan_peak_bytes(mp), slot = remat_memplan_slot_bytes(mp);
     if (kind == REMAT_RUN_PIPELINE)
       printf("stage %d arena %s (%zu bytes) = state %s + %lld in flight x %s + workspace %s; ", k,
-             remat_format_bytes(mp.peak_bytes, b[0], sizeof b[0]), mp.peak_bytes,
-             remat_format_bytes(mp.bytes.state, b[1], sizeof b[1]), (long long)st.inflight,
-             remat_format_bytes(mp.slot_bytes, b[2], sizeof b[2]),
-             remat_format_bytes(mp.bytes.workspace, b[3], sizeof b[3]));
+             remat_format_bytes(peak, b[0], sizeof b[0]), peak,
+             remat_format_bytes(sb.state, b[1], sizeof b[1]), (long long)st.inflight,
+             remat_format_bytes(slot, b[2], sizeof b[2]),
+             remat_format_bytes(sb.workspace, b[3], sizeof b[3]));
     else {
       printf("rank %d ", k);
       if (kind == REMAT_RUN_GRID)
         printf("stage %lld replica %lld ", (long long)(k / o->replicas),
                (long long)(k % o->replicas));
       printf("arena %s (%zu bytes) = state %s (parameters %s, gradients %s, AdamW %s) + ",
-             remat_format_bytes(mp.peak_bytes, b[0], sizeof b[0]), mp.peak_bytes,
-             remat_format_bytes(mp.persistent_bytes, b[1], sizeof b[1]),
+             remat_format_bytes(peak, b[0], sizeof b[0]), peak,
+             remat_format_bytes(remat_memplan_persistent_bytes(mp), b[1], sizeof b[1]),
              remat_format_bytes(m[REMAT_BUF_PARAMS].bytes, b[2], sizeof b[2]),
              remat_format_bytes(m[REMAT_BUF_GRADS].bytes + m[REMAT_BUF_TIED_GRAD].bytes, b[3],
                                 sizeof b[3]),
@@ -364,19 +370,19 @@ static void print_ranks(remat_job *job, const opts *o) {
                                 sizeof b[4]));
       if (kind == REMAT_RUN_GRID)
         printf("%lld in flight x %s", (long long)st.inflight,
-               remat_format_bytes(mp.slot_bytes, b[5], sizeof b[5]));
+               remat_format_bytes(slot, b[5], sizeof b[5]));
       else
-        printf("activations %s", remat_format_bytes(mp.bytes.activations, b[5], sizeof b[5]));
+        printf("activations %s", remat_format_bytes(sb.activations, b[5], sizeof b[5]));
       printf(" + workspace %s + communication %s%s",
-             remat_format_bytes(mp.bytes.workspace, b[6], sizeof b[6]),
-             remat_format_bytes(mp.bytes.comm, b[7], sizeof b[7]),
+             remat_format_bytes(sb.workspace, b[6], sizeof b[6]),
+             remat_format_bytes(sb.comm, b[7], sizeof b[7]),
              kind == REMAT_RUN_GRID ? "; " : "\n");
     }
     if (kind != REMAT_RUN_REPLICAS)
       printf("blocks %lld..%lld%s%s\n", (long long)st.first_block,
              (long long)(st.first_block + st.num_blocks - 1), st.has_embedding ? ", embedding" : "",
              st.has_head ? ", head" : "");
-    remat_memplan_free(&mp);
+    remat_memplan_destroy(mp);
   }
 }
 
@@ -391,8 +397,8 @@ static void print_zero(const remat_config *cfg, const remat_memplan *mine, const
   double ideal[4] = {16 * psi, 8 * psi + 8 * psi / d, 4 * psi + 12 * psi / d, 16 * psi / d};
   printf("zero    stage %d on %lld replicas: persistent %zu bytes per rank; %s = %.0f bytes "
          "(Psi = %zu; the rest is shard padding, alignment and the tied gradient)\n",
-         o->zero, (long long)D, mine->persistent_bytes, table[o->zero], ideal[o->zero],
-         remat_param_count(cfg));
+         o->zero, (long long)D, remat_memplan_persistent_bytes(mine), table[o->zero],
+         ideal[o->zero], remat_param_count(cfg));
   uint64_t bytes = remat_replicas_step_bytes(cfg, D, o->zero, o->K);
   printf("comm    %s (%llu bytes) sent per rank per step, from the shapes\n",
          remat_format_bytes((size_t)bytes, b[0], sizeof b[0]), (unsigned long long)bytes);
@@ -408,8 +414,8 @@ static int log_step(run_state *r, const remat_step_stats *st, double tps, double
           "\"recomputed_blocks\": %lld, \"middle_blocks\": %lld, \"planned_peak_bytes\": %zu, "
           "\"measured_peak_bytes\": %zu, \"rss_peak_bytes\": %zu",
           (long long)st->step, st->loss, st->lr, st->grad_norm, st->seconds,
-          st->recompute_seconds, tps, mfu, (long long)mp->num_recomputed,
-          (long long)mp->num_middle, r->planned,
+          st->recompute_seconds, tps, mfu, (long long)remat_memplan_num_recomputed(mp),
+          (long long)remat_memplan_num_middle(mp), r->planned,
           r->measured, remat_rss_peak_bytes());
   if (!isnan(val_loss)) fprintf(f, ", \"val_loss\": %.6f", val_loss);
   if (r->dp) { /* rank 0's communication in this step (a grid's: among its stage's replicas) */

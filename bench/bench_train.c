@@ -150,7 +150,7 @@ static case_line summarize(const bench_run *r, const bench_case *bc, bench_conf 
                      .rec_ms_per_block =
                          r->recomputed ? 1e3 * r->rec / (double)(r->n * r->recomputed) : 0.0,
                      .slowdown = slowdown, .recomputed = r->recomputed, .n = r->n,
-                     .planned = remat_model_memplan(m)->peak_bytes,
+                     .planned = remat_memplan_peak_bytes(remat_model_memplan(m)),
                      .measured = remat_model_arena_high_water(m)};
 }
 

@@ -23,11 +23,11 @@ static int arena(const remat_config *cfg, int policy, size_t *bytes, remat_error
   uint8_t *pol = malloc((size_t)cfg->num_layers);
   if (!pol) return REMAT_ENOMEM;
   memset(pol, policy, (size_t)cfg->num_layers);
-  remat_memplan mp;
-  int rc = remat_memplan_build(&mp, cfg, 4, 64, pol, err);
+  remat_memplan *mp;
+  int rc = remat_memplan_create(&mp, cfg, 4, 64, pol, err);
   if (rc == 0) {
-    *bytes = mp.peak_bytes;
-    remat_memplan_free(&mp);
+    *bytes = remat_memplan_peak_bytes(mp);
+    remat_memplan_destroy(mp);
   }
   free(pol);
   return rc;

@@ -13,19 +13,36 @@
  *   if (remat_config_parse("gpt2-124m", &cfg, &err)) { puts(err.msg); ... }
  *
  *   // How much memory does B=4, T=64 need with every block recomputed?
- *   remat_memplan mp;
+ *   remat_memplan *mp;
  *   uint8_t pol[12]; memset(pol, REMAT_RECOMPUTE, sizeof pol);
- *   remat_memplan_build(&mp, &cfg, 4, 64, pol, &err);
- *   printf("%zu bytes\n", mp.peak_bytes);
- *   remat_memplan_free(&mp);
+ *   if (remat_memplan_create(&mp, &cfg, 4, 64, pol, &err) == 0) {
+ *     printf("%zu bytes\n", remat_memplan_peak_bytes(mp));
+ *     remat_memplan_destroy(mp);
+ *   }
+ *
+ * Lifecycles: one verb pair per kind of object.
+ *   - Opaque objects (remat_memplan, remat_loader, remat_model,
+ *     remat_trainer, remat_dist, remat_pipeline, remat_replicas, remat_grid,
+ *     remat_job, remat_bpe, remat_generator) come from remat_X_create
+ *     (remat_X_create_stage and the like for other shapes of the same
+ *     object), always as int remat_X_create(remat_X **out, ..., err), and go
+ *     with remat_X_destroy(x), which accepts NULL.
+ *   - Structs the caller holds, whose fields it reads, and which own heap
+ *     parts (remat_tokens, remat_checkpoint_reader, remat_plan_problem,
+ *     remat_plan, remat_plan_layout, remat_plan_sweep, remat_ids) are filled
+ *     by a function whose verb says where the contents come from (_load,
+ *     _from_text, _from_model, _parse_json, _open, _solve, _run, or _init for
+ *     an empty one) and are released with remat_X_free(&x), which accepts a
+ *     zeroed or already freed struct. Text the library writes (char *) goes
+ *     with the matching _text_free.
+ *   - Plain structs without heap parts (remat_config, remat_stage,
+ *     remat_placement, remat_train_opts, ...) need no release.
  *
  * Conventions: functions return 0 or a negative code from REMAT_ERRNO_MAP; when
  * they take a remat_error*, it receives a one-line message saying what was wrong
  * and what to do. The library never prints and never exits. Byte sizes are
- * size_t, dimensions int64_t. The caller owns every object the library fills in
- * and releases it with the matching _free function; opaque objects (the model,
- * the trainer, the pipeline and replica runtimes) come from _create and go
- * with _destroy. The trainer (remat/train.h) is where most programs start.
+ * size_t, dimensions int64_t. The trainer (remat/train.h) is where most
+ * programs start.
  */
 #ifndef REMAT_H
 #define REMAT_H

@@ -37,3 +37,6 @@ else()
 endif()
 # Resumable training: resume = uninterrupted, bit for bit; killed runs resume.
 remat_cli_test(resume resume.sh TIMEOUT 300)
+# The public API's small functions (version, errors, shapes, schedule, MFU,
+# heap counters, parsers, the sampler, a job's placement).
+remat_test(test_api SOURCES test_api.c LIBS remat_job remat_generate LABELS unit)

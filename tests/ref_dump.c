@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/model_runtime.h"
 #include "remat.h"
 
 enum { B = 2, T = 16, STEPS = 3 };

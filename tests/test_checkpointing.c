@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "base/base.h"
+#include "model/model_runtime.h"
 #include "test_util.h"
 
 enum { STEPS = 3, K = 2, B = 2, T = 24 };

@@ -436,10 +436,10 @@ static void test_special(void) {
     CHECKF(rc == REMAT_EIO && strstr(err.msg, kind[i]), "text reader refuses %s",
            bad[i] + strlen(dir) + 1);
     remat_checkpoint_reader rd;
-    rc = remat_checkpoint_open(&rd, bad[i], NULL, &err);
+    rc = remat_checkpoint_reader_open(&rd, bad[i], NULL, &err);
     CHECKF(rc == REMAT_EIO && strstr(err.msg, kind[i]), "checkpoint reader refuses %s",
            bad[i] + strlen(dir) + 1);
-    remat_checkpoint_close(&rd);
+    remat_checkpoint_reader_free(&rd);
     rc = remat_state_load(bad[i], &h, mv, mv + 1, 1, &err);
     CHECKF(rc == REMAT_EIO && strstr(err.msg, kind[i]), "state reader refuses %s",
            bad[i] + strlen(dir) + 1);

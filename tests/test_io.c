@@ -28,6 +28,7 @@
 
 #include "base/base.h"
 #include "io/io_internal.h"
+#include "io/loader.h"
 #include "test_util.h"
 
 static char dir[512];
@@ -429,7 +430,7 @@ static void test_checkpoint_reader(void) {
 
   remat_checkpoint_reader rd;
   remat_config got;
-  CHECK(remat_checkpoint_open(&rd, p, &got, &err) == 0);
+  CHECK(remat_checkpoint_reader_open(&rd, p, &got, &err) == 0);
   CHECK(memcmp(&got, &c, sizeof c) == 0 && memcmp(&rd.cfg, &c, sizeof c) == 0);
   CHECK(remat_checkpoint_save(p, &big, wb, &err) == 0); /* replaced by rename */
   float *v = malloc(np * sizeof(float)); /* exactly the first shape: ASan sees any overflow */
@@ -438,13 +439,13 @@ static void test_checkpoint_reader(void) {
   memset(v, 0, np * sizeof(float));
   CHECK(remat_checkpoint_read_params(&rd, NULL, v, &err) == 0); /* twice is fine */
   CHECK(memcmp(v, w, np * sizeof(float)) == 0);
-  remat_checkpoint_close(&rd);
-  remat_checkpoint_close(&rd); /* twice is harmless */
+  remat_checkpoint_reader_free(&rd);
+  remat_checkpoint_reader_free(&rd); /* twice is harmless */
   int rc = remat_checkpoint_read_params(&rd, NULL, v, &err);
   CHECK_ERR(rc, err, REMAT_EINVAL, "not open");
   remat_checkpoint_reader zero = {0};
   int fd0_open = fcntl(0, F_GETFD) != -1;
-  remat_checkpoint_close(&zero); /* a zeroed reader holds nothing, fd 0 included */
+  remat_checkpoint_reader_free(&zero); /* a zeroed reader holds nothing, fd 0 included */
   CHECK((fcntl(0, F_GETFD) != -1) == fd0_open);
 
   /* the two-call way: config, then a load that checks the shape it sized for */
@@ -456,22 +457,22 @@ static void test_checkpoint_reader(void) {
 
   /* changed in place between open and read: refused, nothing overflows */
   CHECK(remat_checkpoint_save(p, &c, w, &err) == 0);
-  CHECK(remat_checkpoint_open(&rd, p, NULL, &err) == 0);
+  CHECK(remat_checkpoint_reader_open(&rd, p, NULL, &err) == 0);
   CHECK(truncate(p, 3000) == 0);
   rc = remat_checkpoint_read_params(&rd, NULL, v, &err);
   CHECK_ERR(rc, err, REMAT_EIO, "changed size");
-  remat_checkpoint_close(&rd);
+  remat_checkpoint_reader_free(&rd);
   /* a failed open holds nothing */
-  rc = remat_checkpoint_open(&rd, p, NULL, &err);
+  rc = remat_checkpoint_reader_open(&rd, p, NULL, &err);
   CHECK_ERR(rc, err, REMAT_EFORMAT, "truncated");
-  remat_checkpoint_close(&rd);
-  rc = remat_checkpoint_open(&rd, path_of("none.ckpt"), NULL, &err);
+  remat_checkpoint_reader_free(&rd);
+  rc = remat_checkpoint_reader_open(&rd, path_of("none.ckpt"), NULL, &err);
   CHECK_ERR(rc, err, REMAT_EIO, "none.ckpt");
 
   /* a FIFO is refused without blocking */
   const char *fifo = path_of("reader.fifo");
   CHECK(mkfifo(fifo, 0600) == 0);
-  rc = remat_checkpoint_open(&rd, fifo, NULL, &err);
+  rc = remat_checkpoint_reader_open(&rd, fifo, NULL, &err);
   CHECK_ERR(rc, err, REMAT_EIO, "not a regular file");
 
   /* huge but finite weights load and save; the overflow check names them */
@@ -499,7 +500,7 @@ static void test_checkpoint_reader(void) {
   CHECK(remat__checkpoint_open_mem(&rd, bytes, n, "mem", &got, &err) == 0);
   CHECK(remat_checkpoint_read_params(&rd, &c, v, &err) == 0);
   CHECK(memcmp(v, w, np * sizeof(float)) == 0);
-  remat_checkpoint_close(&rd);
+  remat_checkpoint_reader_free(&rd);
   rc = remat__checkpoint_open_mem(&rd, bytes, n - 4, "mem", &got, &err);
   CHECK_ERR(rc, err, REMAT_EFORMAT, "'mem' is truncated");
   rc = remat__checkpoint_open_mem(&rd, bytes, 100, "mem", &got, &err);
@@ -765,13 +766,13 @@ static void test_save_concurrent(void) {
   /* and it loads as the one it is */
   remat_checkpoint_reader rd;
   remat_config got;
-  CHECK(remat_checkpoint_open(&rd, p, &got, &err) == 0);
+  CHECK(remat_checkpoint_reader_open(&rd, p, &got, &err) == 0);
   int is1 = memcmp(&got, &c1, sizeof got) == 0;
   CHECK(is1 || memcmp(&got, &c2, sizeof got) == 0);
   float *v = malloc(remat_param_count(&got) * sizeof(float));
   CHECK(remat_checkpoint_read_params(&rd, NULL, v, &err) == 0);
   CHECK(memcmp(v, is1 ? w1 : w2, remat_param_count(&got) * sizeof(float)) == 0);
-  remat_checkpoint_close(&rd);
+  remat_checkpoint_reader_free(&rd);
   free(v);
   CHECK(count_temps(dir) == 0);
   printf("concurrent saves: %d reads, each a whole file (first seen %d, second %d)\n", reads,
@@ -986,50 +987,50 @@ static void test_loader(void) {
   const int64_t n_val = (int64_t)floor(0.1 * N), n_train = N - n_val;
 
   /* sequential: windows 0, T, 2T, ... */
-  remat_loader L;
-  CHECK(remat_loader_init(&L, &t, B, T, REMAT_SPLIT_TRAIN, 0.1, 0, 0, &err) == 0);
-  CHECK(L.num_windows == (n_train - 1) / T);
-  CHECK(remat_loader_windows(&L) == (n_train - 1) / T && remat_loader_windows(&L) >= B);
+  remat_loader *L;
+  CHECK(remat_loader_create(&L, &t, B, T, REMAT_SPLIT_TRAIN, 0.1, 0, 0, &err) == 0);
+  CHECK(L->num_windows == (n_train - 1) / T);
+  CHECK(remat_loader_windows(L) == (n_train - 1) / T && remat_loader_windows(L) >= B);
   /* B*T+1 tokens: exactly B windows; one token fewer: B-1, so rows repeat */
   remat_tokens edge = {.tok = t.tok, .n = B * T + 1, .max_id = B * T};
-  remat_loader E;
-  CHECK(remat_loader_init(&E, &edge, B, T, REMAT_SPLIT_TRAIN, 0.0, 0, 0, &err) == 0);
-  CHECK(remat_loader_windows(&E) == B);
-  remat_loader_free(&E);
+  remat_loader *E;
+  CHECK(remat_loader_create(&E, &edge, B, T, REMAT_SPLIT_TRAIN, 0.0, 0, 0, &err) == 0);
+  CHECK(remat_loader_windows(E) == B);
+  remat_loader_destroy(E);
   edge.n = B * T;
-  CHECK(remat_loader_init(&E, &edge, B, T, REMAT_SPLIT_TRAIN, 0.0, 0, 0, &err) == 0);
-  CHECK(remat_loader_windows(&E) == B - 1);
-  remat_loader_free(&E);
-  remat_loader_next(&L, in, tg);
+  CHECK(remat_loader_create(&E, &edge, B, T, REMAT_SPLIT_TRAIN, 0.0, 0, 0, &err) == 0);
+  CHECK(remat_loader_windows(E) == B - 1);
+  remat_loader_destroy(E);
+  remat_loader_next(L, in, tg);
   int ok = 1;
   for (int i = 0; i < B * T; i++) ok &= in[i] == i && tg[i] == i + 1;
   CHECK(ok);
   /* run through the epoch end: wraps to window 0 */
-  int64_t W = L.num_windows, served = B;
+  int64_t W = L->num_windows, served = B;
   while (served + B <= W) {
-    remat_loader_next(&L, in, tg);
+    remat_loader_next(L, in, tg);
     served += B;
   }
-  remat_loader_next(&L, in, tg);
+  remat_loader_next(L, in, tg);
   int64_t left = W - served; /* rows still in epoch 0 */
   CHECK(in[0] == (int32_t)(served * T));
-  CHECK(in[left * T] == 0 && L.epoch == 1);
-  remat_loader_free(&L);
+  CHECK(in[left * T] == 0 && L->epoch == 1);
+  remat_loader_destroy(L);
 
   /* shuffled: deterministic per seed, targets shifted, only train tokens,
    * and every epoch serves every window exactly once */
-  remat_loader S1, S2, S3;
-  CHECK(remat_loader_init(&S1, &t, B, T, REMAT_SPLIT_TRAIN, 0.1, 1, 42, &err) == 0);
-  CHECK(remat_loader_init(&S2, &t, B, T, REMAT_SPLIT_TRAIN, 0.1, 1, 42, &err) == 0);
-  CHECK(remat_loader_init(&S3, &t, B, T, REMAT_SPLIT_TRAIN, 0.1, 1, 43, &err) == 0);
+  remat_loader *S1, *S2, *S3;
+  CHECK(remat_loader_create(&S1, &t, B, T, REMAT_SPLIT_TRAIN, 0.1, 1, 42, &err) == 0);
+  CHECK(remat_loader_create(&S2, &t, B, T, REMAT_SPLIT_TRAIN, 0.1, 1, 42, &err) == 0);
+  CHECK(remat_loader_create(&S3, &t, B, T, REMAT_SPLIT_TRAIN, 0.1, 1, 43, &err) == 0);
   int same = 1, differ = 0, shifted = 1, in_train = 1, offsets_vary = 0;
-  int64_t first_offset = S1.offset;
+  int64_t first_offset = S1->offset;
   size_t live = remat__heap_live();
   for (int step = 0; step < 3000; step++) {
-    remat_loader_next(&S1, in, tg);
-    remat_loader_next(&S2, in2, tg2);
+    remat_loader_next(S1, in, tg);
+    remat_loader_next(S2, in2, tg2);
     same &= memcmp(in, in2, sizeof in) == 0 && memcmp(tg, tg2, sizeof tg) == 0;
-    remat_loader_next(&S3, in2, tg2);
+    remat_loader_next(S3, in2, tg2);
     differ |= memcmp(in, in2, sizeof in) != 0;
     for (int b = 0; b < B; b++)
       for (int i = 0; i < T; i++) {
@@ -1038,19 +1039,19 @@ static void test_loader(void) {
         if (i) shifted &= x == in[b * T + i - 1] + 1;
         in_train &= x >= 0 && tg[b * T + i] < n_train;
       }
-    offsets_vary |= S1.offset != first_offset;
+    offsets_vary |= S1->offset != first_offset;
   }
   CHECK(remat__heap_live() == live); /* next() never allocates */
   CHECK(same && differ && shifted && in_train);
-  CHECK(S1.epoch > 5 && offsets_vary);
+  CHECK(S1->epoch > 5 && offsets_vary);
 
   /* one epoch: every window once */
-  remat_loader_reset(&S1);
-  int64_t W1 = S1.num_windows, off = S1.offset;
+  remat_loader_reset(S1);
+  int64_t W1 = S1->num_windows, off = S1->offset;
   char *seen = calloc((size_t)W1, 1);
   int once = 1;
   for (int64_t r = 0; r + B <= W1; r += B) {
-    remat_loader_next(&S1, in, tg);
+    remat_loader_next(S1, in, tg);
     for (int b = 0; b < B; b++) {
       int64_t start = in[b * T] - off;
       once &= start % T == 0 && start / T < W1 && !seen[start / T];
@@ -1060,54 +1061,54 @@ static void test_loader(void) {
   CHECK(once);
   free(seen);
   /* reset replays from the first batch */
-  remat_loader_reset(&S1);
-  remat_loader_reset(&S2);
-  remat_loader_next(&S1, in, tg);
-  remat_loader_next(&S2, in2, tg2);
+  remat_loader_reset(S1);
+  remat_loader_reset(S2);
+  remat_loader_next(S1, in, tg);
+  remat_loader_next(S2, in2, tg2);
   CHECK(memcmp(in, in2, sizeof in) == 0);
-  remat_loader_free(&S1);
-  remat_loader_free(&S2);
-  remat_loader_free(&S3);
+  remat_loader_destroy(S1);
+  remat_loader_destroy(S2);
+  remat_loader_destroy(S3);
 
   /* validation: only the last 10%, disjoint from training */
-  remat_loader V;
-  CHECK(remat_loader_init(&V, &t, B, T, REMAT_SPLIT_VAL, 0.1, 0, 0, &err) == 0);
-  CHECK(V.n == n_val);
+  remat_loader *V;
+  CHECK(remat_loader_create(&V, &t, B, T, REMAT_SPLIT_VAL, 0.1, 0, 0, &err) == 0);
+  CHECK(V->n == n_val);
   int in_val = 1;
   for (int step = 0; step < 50; step++) {
-    remat_loader_next(&V, in, tg);
+    remat_loader_next(V, in, tg);
     for (int i = 0; i < B * T; i++) in_val &= in[i] >= n_train && tg[i] < N && tg[i] == in[i] + 1;
   }
   CHECK(in_val);
-  remat_loader_free(&V);
-  CHECK(remat_loader_init(&V, &t, B, T, REMAT_SPLIT_VAL, 0.1, 1, 9, &err) == 0);
+  remat_loader_destroy(V);
+  CHECK(remat_loader_create(&V, &t, B, T, REMAT_SPLIT_VAL, 0.1, 1, 9, &err) == 0);
   in_val = 1;
   for (int step = 0; step < 50; step++) {
-    remat_loader_next(&V, in, tg);
+    remat_loader_next(V, in, tg);
     for (int i = 0; i < B * T; i++) in_val &= in[i] >= n_train && tg[i] < N;
   }
   CHECK(in_val);
-  remat_loader_free(&V);
+  remat_loader_destroy(V);
 
   /* a split of exactly T+1 tokens works; one fewer is refused */
   remat_tokens small = {.tok = t.tok, .n = T + 1, .max_id = T};
-  CHECK(remat_loader_init(&V, &small, B, T, REMAT_SPLIT_TRAIN, 0.0, 1, 5, &err) == 0);
-  CHECK(remat_loader_windows(&V) == 1); /* < B: rows repeat within a batch */
-  remat_loader_next(&V, in, tg);
+  CHECK(remat_loader_create(&V, &small, B, T, REMAT_SPLIT_TRAIN, 0.0, 1, 5, &err) == 0);
+  CHECK(remat_loader_windows(V) == 1); /* < B: rows repeat within a batch */
+  remat_loader_next(V, in, tg);
   ok = 1;
   for (int i = 0; i < B * T; i++) ok &= in[i] == i % T && tg[i] == i % T + 1;
   CHECK(ok);
-  remat_loader_free(&V);
+  remat_loader_destroy(V);
   small.n = T;
-  int rc = remat_loader_init(&V, &small, B, T, REMAT_SPLIT_TRAIN, 0.0, 0, 0, &err);
+  int rc = remat_loader_create(&V, &small, B, T, REMAT_SPLIT_TRAIN, 0.0, 0, 0, &err);
   CHECK_ERR(rc, err, REMAT_EINVAL, "needs 17");
-  rc = remat_loader_init(&V, &t, B, T, REMAT_SPLIT_VAL, 0.0, 0, 0, &err);
+  rc = remat_loader_create(&V, &t, B, T, REMAT_SPLIT_VAL, 0.0, 0, 0, &err);
   CHECK_ERR(rc, err, REMAT_EINVAL, "validation split has 0 tokens");
-  rc = remat_loader_init(&V, &t, B, T, REMAT_SPLIT_VAL, 1.0, 0, 0, &err);
+  rc = remat_loader_create(&V, &t, B, T, REMAT_SPLIT_VAL, 1.0, 0, 0, &err);
   CHECK_ERR(rc, err, REMAT_EINVAL, "[0, 1)");
-  rc = remat_loader_init(&V, &t, 0, T, REMAT_SPLIT_TRAIN, 0.1, 0, 0, &err);
+  rc = remat_loader_create(&V, &t, 0, T, REMAT_SPLIT_TRAIN, 0.1, 0, 0, &err);
   CHECK_ERR(rc, err, REMAT_EINVAL, "B=0");
-  rc = remat_loader_init(&V, &t, B, T, 2, 0.1, 0, 0, &err);
+  rc = remat_loader_create(&V, &t, B, T, 2, 0.1, 0, 0, &err);
   CHECK_ERR(rc, err, REMAT_EINVAL, "split 2");
   free(t.tok);
 }

@@ -3,7 +3,7 @@
  * the bytes the pipeline planner reports for a stage
  * (remat_plan_problem_from_model, then remat_plan_evaluate or
  * remat_plan_solve) equal the arena the engine lays out for the same stage
- * (remat_memplan_build_stage), byte for byte: for the whole model as one
+ * (remat_memplan_create_stage), byte for byte: for the whole model as one
  * stage at every policy, and for the stages of pipeline splits with their
  * micro-batches in flight. And the planner's optimum for a budget is the
  * fastest of every count of recomputed and middle blocks whose engine arena
@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "memory/memplan.h"
 #include "remat.h"
 #include "test_util.h"
 
@@ -28,14 +29,14 @@ static size_t engine_stage_bytes(const remat_config *cfg, int64_t B, int64_t T,
   remat_stage st = {.first_block = b0 - 1, .num_blocks = b1 > b0 ? b1 - b0 : 0, .policy = pol,
                     .inflight = ps->microbatches_held, .has_embedding = lo == 0,
                     .has_head = hi == L + 2, .accumulate = accumulate};
-  remat_memplan mp;
+  remat_memplan *mp;
   remat_error err;
-  if (remat_memplan_build_stage(&mp, cfg, B, T, &st, &err)) {
+  if (remat_memplan_create_stage(&mp, cfg, B, T, &st, &err)) {
     fprintf(stderr, "stage %lld: %s\n", (long long)s, err.msg);
     return 0;
   }
-  size_t bytes = mp.peak_bytes;
-  remat_memplan_free(&mp);
+  size_t bytes = mp->peak_bytes;
+  remat_memplan_destroy(mp);
   return bytes;
 }
 
@@ -61,11 +62,11 @@ static int engine_best(const remat_config *cfg, int64_t B, int64_t T,
     for (int64_t km = 0; kf + km <= L; km++) {
       for (int64_t l = 0; l < L; l++)
         pol[l] = l < kf ? REMAT_RECOMPUTE : l < kf + km ? REMAT_MIDDLE : REMAT_KEEP;
-      remat_memplan mp;
+      remat_memplan *mp;
       remat_error err;
-      if (remat_memplan_build(&mp, cfg, B, T, pol, &err)) continue;
-      size_t bytes = mp.peak_bytes;
-      remat_memplan_free(&mp);
+      if (remat_memplan_create(&mp, cfg, B, T, pol, &err)) continue;
+      size_t bytes = mp->peak_bytes;
+      remat_memplan_destroy(mp);
       if (bytes > budget) continue;
       double v[3] = {(double)kf * blk->recompute + (double)km * blk->middle_recompute,
                      (double)(kf + km), (double)bytes};
@@ -101,13 +102,13 @@ static void one_stage(const remat_config *cfg, int64_t B, int64_t T, int *cases)
     int64_t layers = L + 2;
     remat_plan plan;
     CHECK(remat_plan_evaluate(&pb, &layers, rec, &plan, &err) == 0);
-    remat_memplan mp;
-    CHECK(remat_memplan_build(&mp, cfg, B, T, pol, &err) == 0);
-    if (plan.stages[0].memory_bytes != mp.peak_bytes)
+    remat_memplan *mp;
+    CHECK(remat_memplan_create(&mp, cfg, B, T, pol, &err) == 0);
+    if (plan.stages[0].memory_bytes != mp->peak_bytes)
       printf("L=%lld C=%lld B=%lld T=%lld trial %d: planner %zu, engine %zu\n", (long long)L,
              (long long)cfg->channels, (long long)B, (long long)T, trial,
-             plan.stages[0].memory_bytes, mp.peak_bytes);
-    CHECK(plan.stages[0].memory_bytes == mp.peak_bytes);
+             plan.stages[0].memory_bytes, mp->peak_bytes);
+    CHECK(plan.stages[0].memory_bytes == mp->peak_bytes);
     (*cases)++;
 
     /* With exactly this arena as the budget, the planner's optimum is
@@ -115,14 +116,14 @@ static void one_stage(const remat_config *cfg, int64_t B, int64_t T, int *cases)
      * the engine's fastest choice that fits (then fewest blocks not kept,
      * then least memory). */
     if (trial % 3 == 0 || trial > 2 * L + 1) {
-      remat_plan_problem_set_memory(&pb, mp.peak_bytes);
+      remat_plan_problem_set_memory(&pb, mp->peak_bytes);
       remat_plan best;
       rc = remat_plan_solve(&pb, &best, &err);
       CHECK(rc == 0);
       double want[3] = {0, 0, 0};
-      if (rc == 0 && engine_best(cfg, B, T, &pb, mp.peak_bytes, want)) {
+      if (rc == 0 && engine_best(cfg, B, T, &pb, mp->peak_bytes, want)) {
         size_t eng = engine_stage_bytes(cfg, B, T, &best, 0, best.policy);
-        CHECK(best.stages[0].memory_bytes == eng && eng <= mp.peak_bytes);
+        CHECK(best.stages[0].memory_bytes == eng && eng <= mp->peak_bytes);
         double F = 0, t = best.stages[0].time;
         for (int g = 0; g < 3; g++) F += (double)pb.groups[g].count * (pb.groups[g].fwd + pb.groups[g].bwd);
         CHECK(t - F <= want[0] + 1e-9 * t && t - F >= want[0] - 1e-9 * t);
@@ -138,7 +139,7 @@ static void one_stage(const remat_config *cfg, int64_t B, int64_t T, int *cases)
       if (rc == 0) remat_plan_free(&best);
       remat_plan_problem_set_memory(&pb, (size_t)1 << 50);
     }
-    remat_memplan_free(&mp);
+    remat_memplan_destroy(mp);
     remat_plan_free(&plan);
   }
   remat_plan_problem_free(&pb);

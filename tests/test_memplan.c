@@ -7,6 +7,7 @@
 
 #include "base/base.h"
 #include "memory/layout.h"
+#include "memory/memplan.h"
 #include "test_util.h"
 
 /* Regions tile the arena end to end; inside a slot, the pieces tile it too
@@ -99,36 +100,36 @@ int main(void) {
   size_t prev = 0;
   for (int n = 0; n <= 12; n++) {
     remat_policy_first_n(pol, 12, n);
-    remat_memplan mp;
-    CHECK(remat_memplan_build(&mp, &cfg, 4, 64, pol, &err) == 0);
-    check_layout(&mp);
-    CHECK(mp.num_recomputed == n && mp.num_kept == 12 - n);
+    remat_memplan *mp;
+    CHECK(remat_memplan_create(&mp, &cfg, 4, 64, pol, &err) == 0);
+    check_layout(mp);
+    CHECK(mp->num_recomputed == n && mp->num_kept == 12 - n);
     /* all persistent state is in the arena; one micro-batch per step needs
      * no tied gradient apart */
-    CHECK(mp.persistent_bytes == 4 * remat_param_count(&cfg) * 4 &&
-          mp.buf[REMAT_BUF_TIED_GRAD].bytes == 0);
+    CHECK(mp->persistent_bytes == 4 * remat_param_count(&cfg) * 4 &&
+          mp->buf[REMAT_BUF_TIED_GRAD].bytes == 0);
     /* accumulating, the head's tied gradient is summed apart */
     remat_stage acc = remat_stage_whole(&cfg, pol);
     acc.accumulate = 1;
-    remat_memplan mpa;
-    CHECK(remat_memplan_build_stage(&mpa, &cfg, 4, 64, &acc, &err) == 0);
-    CHECK(mpa.persistent_bytes == mp.persistent_bytes + mp.mm.tied_grad_bytes &&
-          mpa.buf[REMAT_BUF_TIED_GRAD].bytes == mp.mm.tied_grad_bytes);
-    remat_memplan_free(&mpa);
-    if (n > 1) CHECK(mp.peak_bytes == prev - mp.mm.block_internal_bytes);
-    prev = mp.peak_bytes;
-    remat_memplan_free(&mp);
+    remat_memplan *mpa;
+    CHECK(remat_memplan_create_stage(&mpa, &cfg, 4, 64, &acc, &err) == 0);
+    CHECK(mpa->persistent_bytes == mp->persistent_bytes + mp->mm.tied_grad_bytes &&
+          mpa->buf[REMAT_BUF_TIED_GRAD].bytes == mp->mm.tied_grad_bytes);
+    remat_memplan_destroy(mpa);
+    if (n > 1) CHECK(mp->peak_bytes == prev - mp->mm.block_internal_bytes);
+    prev = mp->peak_bytes;
+    remat_memplan_destroy(mp);
   }
 
   /* Middle blocks: the slot shrinks by the cheap internals per block, and
    * the workspace holds them once. */
   for (int n = 0; n <= 12; n++) {
     for (int l = 0; l < 12; l++) pol[l] = l < n ? REMAT_MIDDLE : REMAT_KEEP;
-    remat_memplan mp;
-    CHECK(remat_memplan_build(&mp, &cfg, 4, 64, pol, &err) == 0);
-    check_layout(&mp);
-    CHECK(mp.num_middle == n && mp.num_kept == 12 - n && mp.num_recomputed == 0);
-    remat_memplan_free(&mp);
+    remat_memplan *mp;
+    CHECK(remat_memplan_create(&mp, &cfg, 4, 64, pol, &err) == 0);
+    check_layout(mp);
+    CHECK(mp->num_middle == n && mp->num_kept == 12 - n && mp->num_recomputed == 0);
+    remat_memplan_destroy(mp);
   }
 
   /* Stages of a pipeline: any slice, any policy, several in flight; and the
@@ -140,15 +141,15 @@ int main(void) {
           remat_stage st = {.first_block = first, .num_blocks = nb, .policy = pol,
                             .inflight = n, .has_embedding = ends & 1, .has_head = ends >> 1};
           for (int64_t i = 0; i < nb; i++) pol[i] = (uint8_t)((i * 7 + n + ends) % 3);
-          remat_memplan mp;
-          int rc = remat_memplan_build_stage(&mp, &cfg, 2, 32, &st, &err);
+          remat_memplan *mp;
+          int rc = remat_memplan_create_stage(&mp, &cfg, 2, 32, &st, &err);
           if (nb == 0 && ends == 0) {
             CHECK(rc == REMAT_EINVAL);
             continue;
           }
           CHECK(rc == 0);
-          check_layout(&mp);
-          remat_memplan_free(&mp);
+          check_layout(mp);
+          remat_memplan_destroy(mp);
         }
   remat_stage bad = {.first_block = 10, .num_blocks = 3, .inflight = 1};
   remat_stage_bytes sb;
@@ -158,14 +159,14 @@ int main(void) {
   for (int trial = 0; trial < 40; trial++) {
     size_t lo, hi;
     remat_policy_first_n(pol, 12, 12);
-    remat_memplan mp;
-    remat_memplan_build(&mp, &cfg, 4, 64, pol, &err);
-    lo = mp.peak_bytes;
-    remat_memplan_free(&mp);
+    remat_memplan *mp;
+    remat_memplan_create(&mp, &cfg, 4, 64, pol, &err);
+    lo = mp->peak_bytes;
+    remat_memplan_destroy(mp);
     remat_policy_first_n(pol, 12, 0);
-    remat_memplan_build(&mp, &cfg, 4, 64, pol, &err);
-    hi = mp.peak_bytes;
-    remat_memplan_free(&mp);
+    remat_memplan_create(&mp, &cfg, 4, 64, pol, &err);
+    hi = mp->peak_bytes;
+    remat_memplan_destroy(mp);
     size_t budget = lo - 1000 + (hi - lo + 2000) / 40 * (size_t)trial;
     int64_t n;
     size_t need;
@@ -173,9 +174,9 @@ int main(void) {
     int expect = -1;
     for (int k = 0; k <= 12 && expect < 0; k++) {
       remat_policy_first_n(pol, 12, k);
-      remat_memplan_build(&mp, &cfg, 4, 64, pol, &err);
-      if (mp.peak_bytes <= budget) expect = k;
-      remat_memplan_free(&mp);
+      remat_memplan_create(&mp, &cfg, 4, 64, pol, &err);
+      if (mp->peak_bytes <= budget) expect = k;
+      remat_memplan_destroy(mp);
     }
     if (expect < 0) {
       CHECK(rc == REMAT_EINFEASIBLE);
@@ -196,9 +197,9 @@ int main(void) {
     CHECK(err.msg[0] != 0);
   }
   CHECK(remat_config_parse("4,128,4,256,64", &cfg, &err) == 0 && cfg.num_heads == 4);
-  remat_memplan mp;
-  CHECK(remat_memplan_build(&mp, &cfg, 4, 65, NULL, &err) == REMAT_ESHAPE);
-  CHECK(remat_memplan_build(&mp, &cfg, 0, 64, NULL, &err) == REMAT_EINVAL);
+  remat_memplan *mp;
+  CHECK(remat_memplan_create(&mp, &cfg, 4, 65, NULL, &err) == REMAT_ESHAPE);
+  CHECK(remat_memplan_create(&mp, &cfg, 0, 64, NULL, &err) == REMAT_EINVAL);
 
   size_t s;
   CHECK(remat_parse_size("1.5GiB", &s, &err) == 0 && s == 1610612736);

@@ -103,7 +103,8 @@ int main(void) {
     CHECK(remat_trainer_step(t, &st, &err) == 0);
     atomic_store(&counting, 0);
     long count = atomic_load(&n_alloc);
-    size_t hw = remat_model_arena_high_water(m), arena = remat_model_memplan(m)->peak_bytes;
+    size_t hw = remat_model_arena_high_water(m);
+    size_t arena = remat_memplan_peak_bytes(remat_model_memplan(m));
     if (COUNT_MALLOC)
       printf("policy %s: %ld heap allocations in 2 steps; ", sets[c], count);
     else

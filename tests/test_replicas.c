@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "memory/layout.h"
+#include "memory/memplan.h"
 #include "test_util.h"
 
 static void units_cover(const remat_config *cfg) {
@@ -68,10 +69,10 @@ static void regions(const remat_config *cfg, int64_t B, int64_t T, int64_t D, in
   size_t tied_shard = remat_unit_shard(cfg, L + 2, D) * sizeof(float);
   for (int64_t r = 0; r < D; r++) {
     remat_stage st = remat_stage_replica(cfg, pol, D, r, z);
-    remat_memplan mp;
+    remat_memplan *mp;
     remat_error err;
-    CHECK(remat_memplan_build_stage(&mp, cfg, B, T, &st, &err) == 0);
-    const remat_membuf *b = mp.buf;
+    CHECK(remat_memplan_create_stage(&mp, cfg, B, T, &st, &err) == 0);
+    const remat_membuf *b = mp->buf;
     size_t want[4][4] = {{whole, whole, whole, whole},
                          {whole, whole, shard, shard},
                          {whole, shard, shard, shard},
@@ -81,7 +82,7 @@ static void regions(const remat_config *cfg, int64_t B, int64_t T, int64_t D, in
     CHECK(b[REMAT_BUF_TIED_GRAD].bytes == (z <= 1 ? tied_whole : tied_shard));
     /* 16 Psi, 8 Psi + 8 Psi/D, 4 Psi + 12 Psi/D, 16 Psi/D: Psi whole = "whole / 4" */
     size_t table[4] = {4 * whole, 2 * whole + 2 * shard, whole + 3 * shard, 4 * shard};
-    CHECK(mp.persistent_bytes == table[z] + b[REMAT_BUF_TIED_GRAD].bytes);
+    CHECK(mp->persistent_bytes == table[z] + b[REMAT_BUF_TIED_GRAD].bytes);
     /* communication: one layer's pieces in flight (the head's two units
      * at once); ZeRO 3 gathers the unit in use, the next block, the head */
     size_t e = remat_unit_shard(cfg, 0, D), k = remat_unit_shard(cfg, 1, D),
@@ -90,30 +91,30 @@ static void regions(const remat_config *cfg, int64_t B, int64_t T, int64_t D, in
     CHECK(b[REMAT_BUF_RECV].bytes == (size_t)D * (big + h) * f);
     CHECK(b[REMAT_BUF_GATHER].bytes == (z == 3 ? (size_t)D * (big + k + h) * f : 0));
     /* the head's gradient buffer: D shards of the tied unit, then of its own */
-    CHECK(mp.grad_bytes[REMAT_LAYER_HEAD] == (size_t)D * (e + h) * f);
-    CHECK(mp.grad_bytes[REMAT_LAYER_BLOCK] == (size_t)D * k * f);
+    CHECK(mp->grad_bytes[REMAT_LAYER_HEAD] == (size_t)D * (e + h) * f);
+    CHECK(mp->grad_bytes[REMAT_LAYER_BLOCK] == (size_t)D * k * f);
     /* the gradient buffers: two blocks' (one with one block) and the head's,
      * outside the workspace, which is the one-process model's without them */
     size_t nb = L < 2 ? (size_t)L : 2;
     CHECK(b[REMAT_BUF_REDUCE].bytes == nb * D * k * f + (size_t)D * (e + h) * f);
-    CHECK(b[REMAT_BUF_REDUCE].offset + b[REMAT_BUF_REDUCE].bytes == mp.peak_bytes);
+    CHECK(b[REMAT_BUF_REDUCE].offset + b[REMAT_BUF_REDUCE].bytes == mp->peak_bytes);
     remat_stage one = remat_stage_whole(cfg, pol);
-    remat_memplan solo;
-    CHECK(remat_memplan_build_stage(&solo, cfg, B, T, &one, &err) == 0);
-    CHECK(b[REMAT_BUF_WORK].bytes == solo.buf[REMAT_BUF_WORK].bytes);
-    remat_memplan_free(&solo);
-    CHECK(mp.bytes.comm == b[REMAT_BUF_RECV].bytes + b[REMAT_BUF_GATHER].bytes +
+    remat_memplan *solo;
+    CHECK(remat_memplan_create_stage(&solo, cfg, B, T, &one, &err) == 0);
+    CHECK(b[REMAT_BUF_WORK].bytes == solo->buf[REMAT_BUF_WORK].bytes);
+    remat_memplan_destroy(solo);
+    CHECK(mp->bytes.comm == b[REMAT_BUF_RECV].bytes + b[REMAT_BUF_GATHER].bytes +
                                b[REMAT_BUF_NORM].bytes + b[REMAT_BUF_REDUCE].bytes);
-    CHECK(mp.peak_bytes == mp.bytes.total && mp.bytes.comm > 0);
+    CHECK(mp->peak_bytes == mp->bytes.total && mp->bytes.comm > 0);
     /* every replica's arena is the same */
     if (r == 0) {
       remat_stage s1 = remat_stage_replica(cfg, pol, D, D - 1, z);
-      remat_memplan m1;
-      CHECK(remat_memplan_build_stage(&m1, cfg, B, T, &s1, &err) == 0);
-      CHECK(m1.peak_bytes == mp.peak_bytes);
-      remat_memplan_free(&m1);
+      remat_memplan *m1;
+      CHECK(remat_memplan_create_stage(&m1, cfg, B, T, &s1, &err) == 0);
+      CHECK(m1->peak_bytes == mp->peak_bytes);
+      remat_memplan_destroy(m1);
     }
-    remat_memplan_free(&mp);
+    remat_memplan_destroy(mp);
   }
 }
 
@@ -138,21 +139,21 @@ static void planner(const remat_config *cfg, int64_t B, int64_t T, int64_t D, in
     remat_plan plan;
     CHECK(remat_plan_evaluate(&pb, &layers, rec, &plan, &err) == 0);
     remat_stage st = remat_stage_replica(cfg, pol, D, 0, z);
-    remat_memplan mp;
-    CHECK(remat_memplan_build_stage(&mp, cfg, B, T, &st, &err) == 0);
-    if (plan.stages[0].memory_bytes != mp.peak_bytes)
+    remat_memplan *mp;
+    CHECK(remat_memplan_create_stage(&mp, cfg, B, T, &st, &err) == 0);
+    if (plan.stages[0].memory_bytes != mp->peak_bytes)
       printf("D=%lld ZeRO %d recompute %lld: planner %zu, engine %zu\n", (long long)D, z,
-             (long long)n, plan.stages[0].memory_bytes, mp.peak_bytes);
-    CHECK(plan.stages[0].memory_bytes == mp.peak_bytes);
+             (long long)n, plan.stages[0].memory_bytes, mp->peak_bytes);
+    CHECK(plan.stages[0].memory_bytes == mp->peak_bytes);
     /* the engine's own search under that budget finds the same count */
     int64_t fewest;
     size_t need;
     if (how == 0) {
-      CHECK(remat_fewest_recompute(cfg, B, T, &st, mp.peak_bytes, &fewest, &need, &err) == 0);
-      CHECK(fewest <= k && need <= mp.peak_bytes);
+      CHECK(remat_fewest_recompute(cfg, B, T, &st, mp->peak_bytes, &fewest, &need, &err) == 0);
+      CHECK(fewest <= k && need <= mp->peak_bytes);
     }
     (*cases)++;
-    remat_memplan_free(&mp);
+    remat_memplan_destroy(mp);
     remat_plan_free(&plan);
   }
   remat_plan_problem_free(&pb);
@@ -193,9 +194,9 @@ static void grid(const remat_config *cfg, int64_t B, int64_t T, int64_t D, int z
       for (int64_t i = 0; i < st.num_blocks; i++) pol[i] = rec[st.first_block + i + 1];
       int64_t units[4096 + 3], n = remat_stage_units(cfg, &st, units);
       for (int64_t i = 0; i < n; i++) seen[units[i]]++;
-      remat_memplan mp;
-      CHECK(remat_memplan_build_stage(&mp, cfg, B, T, &st, &err) == 0);
-      CHECK(mp.bytes.comm <= whole.comm && mp.peak_bytes == mp.bytes.total);
+      remat_memplan *mp;
+      CHECK(remat_memplan_create_stage(&mp, cfg, B, T, &st, &err) == 0);
+      CHECK(mp->bytes.comm <= whole.comm && mp->peak_bytes == mp->bytes.total);
       /* its gradient buffers: one per block up to two, and the big one
        * with the embedding or the head; at the top of the arena */
       size_t f = sizeof(float), k = remat_unit_shard(cfg, 1, D), e = remat_unit_shard(cfg, 0, D);
@@ -203,14 +204,14 @@ static void grid(const remat_config *cfg, int64_t B, int64_t T, int64_t D, int z
                    : st.has_embedding ? (size_t)D * e * f
                                       : 0;
       size_t nbuf = st.num_blocks < 2 ? (size_t)st.num_blocks : 2;
-      const remat_membuf *red = &mp.buf[REMAT_BUF_REDUCE];
-      CHECK(red->bytes == nbuf * D * k * f + big && red->offset + red->bytes == mp.peak_bytes);
-      if (plan.stages[s].memory_bytes != mp.peak_bytes - mp.bytes.comm + whole.comm)
+      const remat_membuf *red = &mp->buf[REMAT_BUF_REDUCE];
+      CHECK(red->bytes == nbuf * D * k * f + big && red->offset + red->bytes == mp->peak_bytes);
+      if (plan.stages[s].memory_bytes != mp->peak_bytes - mp->bytes.comm + whole.comm)
         printf("P=%lld D=%lld ZeRO %d stage %lld: planner %zu, engine %zu (comm %zu, whole %zu)\n",
                (long long)P, (long long)D, z, (long long)s, plan.stages[s].memory_bytes,
-               mp.peak_bytes, mp.bytes.comm, whole.comm);
-      CHECK(plan.stages[s].memory_bytes == mp.peak_bytes - mp.bytes.comm + whole.comm);
-      remat_memplan_free(&mp);
+               mp->peak_bytes, mp->bytes.comm, whole.comm);
+      CHECK(plan.stages[s].memory_bytes == mp->peak_bytes - mp->bytes.comm + whole.comm);
+      remat_memplan_destroy(mp);
       (*cases)++;
     }
     for (int64_t u = 0; u <= L + 2; u++) CHECK(seen[u] == 1);

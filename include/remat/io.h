@@ -78,10 +78,10 @@ REMAT_API void remat_tokens_free(remat_tokens *t);
  * opened. The caller owns the struct; its fields are read-only.
  *
  *   remat_checkpoint_reader rd;  remat_config cfg;
- *   if (remat_checkpoint_open(&rd, path, &cfg, &err)) ...  // nothing to close
+ *   if (remat_checkpoint_reader_open(&rd, path, &cfg, &err)) ...  // nothing to free
  *   float *w = malloc(remat_param_count(&cfg) * sizeof *w);
  *   int rc = remat_checkpoint_read_params(&rd, NULL, w, &err);
- *   remat_checkpoint_close(&rd);
+ *   remat_checkpoint_reader_free(&rd);
  */
 typedef struct remat_checkpoint_reader {
   remat_config cfg;         /* the file's shape, once open */
@@ -96,8 +96,8 @@ typedef struct remat_checkpoint_reader {
  * (via remat_config_check), Vp >= V, and a file size of exactly header +
  * params. cfg (may be NULL) receives the shape, as does rd->cfg. On failure
  * rd holds nothing (closing it is harmless). */
-REMAT_API int remat_checkpoint_open(remat_checkpoint_reader *rd, const char *path,
-                                    remat_config *cfg, remat_error *err);
+REMAT_API int remat_checkpoint_reader_open(remat_checkpoint_reader *rd, const char *path,
+                                           remat_config *cfg, remat_error *err);
 /* Reads the parameters into params, a buffer of remat_param_count(&rd->cfg)
  * floats. If expect is non-NULL the file's shape must equal it (REMAT_ESHAPE
  * names the first dimension that differs). The file's size is checked again
@@ -107,7 +107,7 @@ REMAT_API int remat_checkpoint_open(remat_checkpoint_reader *rd, const char *pat
 REMAT_API int remat_checkpoint_read_params(remat_checkpoint_reader *rd, const remat_config *expect,
                                            float *params, remat_error *err);
 /* Releases rd; safe on a zeroed, failed or already closed reader. */
-REMAT_API void remat_checkpoint_close(remat_checkpoint_reader *rd);
+REMAT_API void remat_checkpoint_reader_free(remat_checkpoint_reader *rd);
 
 /* The header alone: open and close. */
 REMAT_API int remat_checkpoint_read_config(const char *path, remat_config *cfg, remat_error *err);
@@ -317,28 +317,15 @@ enum { REMAT_SPLIT_TRAIN = 0, REMAT_SPLIT_VAL = 1 };
  * both from the seed, so a run replays exactly. The last val_frac of the tokens form
  * the validation split, the rest the training split; no window crosses the
  * boundary. The loader borrows t: t must outlive it. */
-typedef struct remat_loader {
-  const int32_t *tok; /* (n) first token of the split, borrowed */
-  int64_t n;          /* tokens in the split */
-  int64_t B, T;
-  int64_t max_windows; /* (n - 1) / T: windows at offset 0, the size of order */
-  int64_t num_windows; /* W of this epoch: (n - 1 - offset) / T */
-  int64_t offset;      /* window k of this epoch starts at offset + k*T */
-  int64_t cursor;      /* next position in order, 0..W-1 */
-  int64_t epoch;       /* completed passes over all windows */
-  int shuffle;
-  uint64_t seed;
-  uint64_t rng;   /* state of the epoch shuffles */
-  uint64_t epoch_rng; /* rng when this epoch began: it draws the epoch again */
-  int64_t *order; /* (W) window indices in serving order, owned; NULL if sequential */
-} remat_loader;
+typedef struct remat_loader remat_loader; /* opaque */
 
 /* split is REMAT_SPLIT_TRAIN or REMAT_SPLIT_VAL; val_frac in [0, 1). Fails if
  * the split has fewer than T+1 tokens, saying how many are needed; with
  * fewer than B*T+1 it succeeds and remat_loader_windows tells. */
-REMAT_API int remat_loader_init(remat_loader *L, const remat_tokens *t, int64_t B, int64_t T,
-                                int split, double val_frac, int shuffle, uint64_t seed,
-                                remat_error *err);
+REMAT_API int remat_loader_create(remat_loader **out, const remat_tokens *t, int64_t B,
+                                  int64_t T, int split, double val_frac, int shuffle,
+                                  uint64_t seed, remat_error *err);
+REMAT_API void remat_loader_destroy(remat_loader *L);
 /* Distinct windows of T+1 tokens the split offers: (n - 1) / T. Below B the
  * split has fewer than B*T+1 tokens and every batch serves some rows more
  * than once (a shuffled epoch may offer one window fewer, at an offset):
@@ -358,7 +345,6 @@ REMAT_API void remat_loader_tell(const remat_loader *L, remat_loader_pos *pos);
 REMAT_API int remat_loader_seek(remat_loader *L, const remat_loader_pos *pos, remat_error *err);
 /* Back to the first batch of epoch 0: the same sequence replays. */
 REMAT_API void remat_loader_reset(remat_loader *L);
-REMAT_API void remat_loader_free(remat_loader *L);
 
 #ifdef __cplusplus
 }

@@ -185,9 +185,9 @@ REMAT_API remat_replicas *remat_job_replicas(remat_job *job);
 REMAT_API size_t remat_job_planned_bytes(const remat_job *job);
 /* Rank k's stage and arena from the memory model, as it plans them: for
  * showing every rank's arena before any exists. mp is the caller's
- * (remat_memplan_free). */
+ * (remat_memplan_destroy). */
 REMAT_API int remat_job_rank_memplan(const remat_job *job, int k, remat_stage *st,
-                                     remat_memplan *mp, remat_error *err);
+                                     remat_memplan **mp, remat_error *err);
 /* A resume: the step directory and step resumed from (NULL and 0 if none);
  * *note (may be NULL) what the resume passed over ("fell back past 1 newer
  * checkpoint: step_00000006: model.bin checksum differs: ...") or that the

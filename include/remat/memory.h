@@ -57,7 +57,7 @@ typedef enum {
  * needs; a stage without the head adds boundary_bytes (its output, sent to
  * the next stage), and the head's w depends on whether it shares its stage
  * with the embedding (see head_joint_state). This is exactly the arena
- * remat_memplan_build lays out: the terms below are computed from the same
+ * remat_memplan_create lays out: the terms below are computed from the same
  * layout tables the engine carves its tensors with, and the arena is the sum
  * of these regions, nothing shared between them and nothing else in it. The
  * planner's problem for a GPT-2 (remat_plan_problem_from_model, and
@@ -143,7 +143,7 @@ REMAT_API remat_stage remat_stage_whole(const remat_config *cfg, const uint8_t *
 REMAT_API remat_stage remat_stage_replica(const remat_config *cfg, const uint8_t *policy, int64_t D,
                                           int64_t r, int zero);
 
-/* The formula above for one stage; the arena of remat_memplan_build is
+/* The formula above for one stage; the arena of remat_memplan_create is
  * exactly this many bytes. A stage that accumulates adds to each layer's y,
  * and to a recomputed or middle block's x or xm, the layer's gradient buffer
  * (grad below); a replica's w are its ZeRO stage's and it adds its
@@ -295,50 +295,43 @@ typedef struct remat_membuf {
 
 #define REMAT_NO_OFFSET ((size_t)-1)
 
-typedef struct remat_memplan {
-  remat_config cfg;
-  int64_t B, T;
-  remat_memory_model mm;
-  int64_t first_block, num_blocks, inflight;
-  int has_embedding, has_head;
-  int64_t num_kept, num_recomputed, num_middle;
-  uint8_t *policy; /* (num_blocks) remat_policy of each block, owned */
-  /* Inside a slot (add slot * slot_bytes + buf[REMAT_BUF_SLOTS].offset): */
-  size_t slot_bytes;
-  size_t inputs_offset;  /* REMAT_NO_OFFSET without the embedding */
-  size_t targets_offset; /* REMAT_NO_OFFSET without the head */
-  size_t final_offset;   /* the head's input; REMAT_NO_OFFSET without the head */
-  size_t *block_input_offset;    /* (num_blocks) */
-  size_t *block_internal_offset; /* (num_blocks) REMAT_NO_OFFSET when recomputed;
-                                    the stored internals (block_stored_bytes),
-                                    followed by the cheap ones when kept */
-  /* Inside REMAT_BUF_WORK: the block temporaries at 0, then at
-   * block_dgrad_bytes the recompute scratch of a recomputed block (its
-   * stored internals, then the cheap ones) or the cheap internals of a
-   * middle block; the head's activations at 0, the logits at head_bytes
-   * (sizes in mm). A layer's gradient buffer follows its other transient
-   * bytes: a kept block's at block_dgrad_bytes, a recomputed or middle
-   * block's after its scratch, the head's after the logits, the
-   * embedding's at 0 (grad_bytes: its size per layer kind). A replica's
-   * are in REMAT_BUF_REDUCE instead, handed out by its runtime. */
-  remat_membuf buf[REMAT_BUF_COUNT];
-  remat_stage_bytes bytes; /* the memory model's figure; peak_bytes equals its total */
-  size_t grad_bytes[REMAT_LAYER_KIND_COUNT]; /* 0 when the stage does not accumulate */
-  int64_t replicas, replica;
-  int zero;
-  size_t persistent_bytes; /* params + grads + adam m, v (+ the tied gradient) */
-  size_t peak_bytes;       /* arena size: the planned peak of a step */
-} remat_memplan;
+
+/* The arena of a stage, planned: every buffer's size and offset. Opaque;
+ * the model lays its arena out by one (remat_model_memplan), and a caller
+ * plans one without a model to learn the bytes a step needs. */
+typedef struct remat_memplan remat_memplan; /* opaque */
 
 /* Lays out every buffer of a training step of the whole model, one
  * micro-batch B x T in flight, with the given per-block policies (NULL: keep
  * all). */
-REMAT_API int remat_memplan_build(remat_memplan *mp, const remat_config *cfg, int64_t B, int64_t T,
-                                  const uint8_t *policy, remat_error *err);
+REMAT_API int remat_memplan_create(remat_memplan **out, const remat_config *cfg, int64_t B,
+                                   int64_t T, const uint8_t *policy, remat_error *err);
 /* The same for one stage. */
-REMAT_API int remat_memplan_build_stage(remat_memplan *mp, const remat_config *cfg, int64_t B,
-                                        int64_t T, const remat_stage *st, remat_error *err);
-REMAT_API void remat_memplan_free(remat_memplan *mp);
+REMAT_API int remat_memplan_create_stage(remat_memplan **out, const remat_config *cfg, int64_t B,
+                                         int64_t T, const remat_stage *st, remat_error *err);
+REMAT_API void remat_memplan_destroy(remat_memplan *mp);
+
+/* The arena's size: the planned peak of a step (remat_memplan_bytes' total). */
+REMAT_API size_t remat_memplan_peak_bytes(const remat_memplan *mp);
+/* Parameters, gradients and AdamW's m and v (and the tied gradient). */
+REMAT_API size_t remat_memplan_persistent_bytes(const remat_memplan *mp);
+/* One slot: what one micro-batch in flight stores. */
+REMAT_API size_t remat_memplan_slot_bytes(const remat_memplan *mp);
+/* The memory model's breakdown of the arena (remat_stage_bytes_get). */
+REMAT_API remat_stage_bytes remat_memplan_bytes(const remat_memplan *mp);
+/* One region of the arena (remat_buf): its size (0 when the stage does not
+ * need it) and offset. */
+REMAT_API remat_membuf remat_memplan_buf(const remat_memplan *mp, int buf);
+/* A layer kind's gradient buffer, computed apart (remat_layer_bytes.grad;
+ * 0 when the stage does not accumulate and is no replica). */
+REMAT_API size_t remat_memplan_grad_bytes(const remat_memplan *mp, int kind);
+/* The stage's blocks and their policies: num_blocks remat_policy values;
+ * how many are recomputed in full or under the middle policy (a middle
+ * block counts in both), and how many of them middle. */
+REMAT_API int64_t remat_memplan_num_blocks(const remat_memplan *mp);
+REMAT_API const uint8_t *remat_memplan_policy(const remat_memplan *mp);
+REMAT_API int64_t remat_memplan_num_recomputed(const remat_memplan *mp);
+REMAT_API int64_t remat_memplan_num_middle(const remat_memplan *mp);
 
 /* Policies that recompute the first n blocks and keep the rest. */
 REMAT_API void remat_policy_first_n(uint8_t *policy, int64_t L, int64_t n);

@@ -10,11 +10,11 @@
  * results of one process with as many micro-batches per step, bit for bit.
  * Part of remat's public API; include "remat.h" for all of it.
  *
- *   remat_dist *d;  remat_dist_init(&d, &argc, &argv, &err);
+ *   remat_dist *d;  remat_dist_create(&d, &argc, &argv, &err);
  *   ... build a trainer for stage remat_dist_rank(d) (remat_trainer_create_stage)
  *   remat_pipeline *pl;  remat_pipeline_create(&pl, d, tr, &placement, &err);
  *   ... remat_trainer_step(tr, ...) as in one process
- *   remat_pipeline_destroy(pl);  remat_dist_finalize(d);
+ *   remat_pipeline_destroy(pl);  remat_dist_destroy(d, 0);
  *
  * A grid of P x D ranks: remat_dist_grid(d, P, D, &err); the trainer of
  * stage remat_dist_stage(d) as replica remat_dist_replica(d) (its
@@ -41,9 +41,9 @@ typedef struct remat_dist remat_dist; /* opaque: the job's ranks */
 
 /* Initialises MPI (argc and argv as main received them). A rank that dies
  * makes the others fail within seconds instead of waiting forever. */
-REMAT_API int remat_dist_init(remat_dist **out, int *argc, char ***argv, remat_error *err);
+REMAT_API int remat_dist_create(remat_dist **out, int *argc, char ***argv, remat_error *err);
 /* Ends MPI. With code != 0, ends every rank of the job. */
-REMAT_API void remat_dist_finalize(remat_dist *d, int code);
+REMAT_API void remat_dist_destroy(remat_dist *d, int code);
 REMAT_API int remat_dist_rank(const remat_dist *d);
 REMAT_API int remat_dist_size(const remat_dist *d);
 
@@ -70,17 +70,14 @@ REMAT_API int remat_dist_all_ok(remat_dist *d, int ok, int *all_ok);
  *
  * so the D replicas of a stage are neighbours, and world rank 0 is stage 0
  * of replica 0. remat_dist_grid splits the world into this rank's pipeline
- * (the P ranks of replica r, ranked by stage: what remat_pipeline_create
- * takes) and its stage's replicas (the D ranks of stage s, ranked by
- * replica: what remat_replicas_create takes); a line that holds every rank
- * is the world itself. Before it (or without it) the job is a pipeline of
- * all its ranks. Fails when P D is not the number of ranks. The parts live
- * as long as d. */
+ * (the P ranks of replica r, ranked by stage) and its stage's replicas (the
+ * D ranks of stage s, ranked by replica), which remat_grid_create runs; a
+ * line that holds every rank is the world itself. Before it (or without
+ * it) the job is a pipeline of all its ranks. Fails when P D is not the
+ * number of ranks. The parts live as long as d. */
 REMAT_API int remat_dist_grid(remat_dist *d, int64_t P, int64_t D, remat_error *err);
 REMAT_API int64_t remat_dist_stage(const remat_dist *d);
 REMAT_API int64_t remat_dist_replica(const remat_dist *d);
-REMAT_API remat_dist *remat_dist_pipeline(remat_dist *d);
-REMAT_API remat_dist *remat_dist_replicas(remat_dist *d);
 
 /* ------------------------------------------------------------ pipeline */
 
@@ -187,9 +184,9 @@ typedef struct remat_replicas remat_replicas; /* opaque */
 
 /* Makes the trainer (this rank's replica: remat_stage_replica with the
  * job's size and this rank, grad_accum = K D) run its steps as above. d:
- * the replicas' ranks, ranked by replica (on a grid, remat_dist_replicas;
- * the trainer's model is then the stage, and everything above runs over
- * the units it holds, remat_stage_units). */
+ * the replicas' ranks, ranked by replica (on a grid, the stage's replicas,
+ * which remat_grid_create passes; the trainer's model is then the stage,
+ * and everything above runs over the units it holds, remat_stage_units). */
 REMAT_API int remat_replicas_create(remat_replicas **out, remat_dist *d, remat_trainer *tr,
                                     remat_error *err);
 REMAT_API void remat_replicas_destroy(remat_replicas *rp);

@@ -14,13 +14,6 @@ extern "C" {
 
 /* ------------------------------------------------------------ reporting */
 
-/* Measures single-precision matrix-product throughput with the current
- * OpenBLAS/OpenMP thread count: square n x n x n products (n = 1024 unless
- * n > 0 given), repeated for about `seconds`; returns the best rate seen in
- * FLOP/s (2 n^3 per product). The best, not the mean: it is the ceiling a
- * training step's matrix products could reach. */
-REMAT_API double remat_measure_sgemm_flops(int n, double seconds);
-
 /* Model FLOP utilisation: model FLOPs (remat_flops_per_token, recomputation
  * excluded) per second over a peak rate in FLOP/s. */
 REMAT_API double remat_mfu(const remat_config *cfg, int64_t seq_len, double tokens_per_s,
@@ -71,12 +64,10 @@ REMAT_API void remat_heap_reset_peak(void);
 /* Seconds on a monotonic clock. */
 REMAT_API double remat_now(void);
 
-/* Memory this process could still get: MemAvailable from /proc/meminfo,
- * else the machine's physical memory, or 0 if unknown. */
-REMAT_API size_t remat_available_memory_bytes(void);
-/* The same, the least of: MemAvailable, what this process's cgroup v2
- * memory.max leaves, and the address space RLIMIT_AS leaves; *what (if not
- * NULL) names the one that binds. */
+/* Memory this process could still get, the least of: MemAvailable from
+ * /proc/meminfo (else the machine's physical memory), what this process's
+ * cgroup v2 memory.max leaves, and the address space RLIMIT_AS leaves;
+ * *what (if not NULL) names the one that binds; 0 if unknown. */
 REMAT_API size_t remat_memory_headroom(const char **what);
 
 /* Peak resident set size of this process (VmHWM), or 0 if unknown. */

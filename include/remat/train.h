@@ -85,28 +85,6 @@ REMAT_API void remat_trainer_set_batches(remat_trainer *tr, remat_batch_fn fn, v
 typedef int (*remat_grad_hook)(void *ctx, remat_trainer *tr, remat_error *err);
 REMAT_API void remat_trainer_set_hook(remat_trainer *tr, remat_grad_hook fn, void *ctx);
 
-/* How a step reaches beyond this process: a pipeline stage or a replica is
- * the same trainer with a different slice of the model and these. Each may
- * be NULL (the one-process behaviour). */
-typedef struct remat_trainer_ops {
-  /* Runs the step's K micro-batches through the model instead of the local
-   * loop (a pipeline's schedule); adds each micro-batch's mean loss, as far
-   * as this rank knows it, to *loss_sum. */
-  int (*micro_batches)(void *ctx, remat_trainer *tr, double *loss_sum, remat_error *err);
-  /* the gradient hook above */
-  remat_grad_hook after_backward;
-  /* The squared global gradient norm from this rank's per-layer sums
-   * (remat_model_grad_sumsq_layers), added over all layers of the model in
-   * model order. A replica gets none (n = 0) and sums its shards. */
-  int (*norm_sumsq)(void *ctx, remat_trainer *tr, const double *layer_sumsq, int64_t n,
-                    double *total, remat_error *err);
-  /* The update instead of remat_model_update (which it calls): a replica
-   * updates its shards and shares the result. */
-  int (*update)(void *ctx, remat_trainer *tr, float lr, float norm, remat_error *err);
-  void *ctx;
-} remat_trainer_ops;
-REMAT_API void remat_trainer_set_ops(remat_trainer *tr, const remat_trainer_ops *ops);
-
 /* A trainer for one pipeline stage (its blocks, policies, micro-batches in
  * flight, embedding and/or head) or one data-parallel replica
  * (remat_stage_replica); otherwise as remat_trainer_create. With
@@ -115,12 +93,6 @@ REMAT_API int remat_trainer_create_stage(remat_trainer **out, const remat_config
                                          const remat_stage *st, const remat_tokens *tok,
                                          const remat_train_opts *o, remat_error *err);
 REMAT_API const remat_train_opts *remat_trainer_opts(const remat_trainer *tr);
-/* The next micro-batch of this step (micro = 0..K-1) from the loader or the
- * caller's batches; inputs or targets may be NULL when not needed. */
-REMAT_API int remat_trainer_next_batch(remat_trainer *tr, int64_t micro, int32_t *inputs,
-                                       int32_t *targets, remat_error *err);
-/* 1 / (B T K): each token's weight in the step's mean loss. */
-REMAT_API float remat_trainer_dloss(const remat_trainer *tr);
 
 typedef struct remat_step_stats {
   int64_t step;             /* optimizer steps taken, this one included */

@@ -442,7 +442,7 @@ static int reader_start(remat_checkpoint_reader *rd, remat_config *cfg, remat_er
   int rc = read_header(&s, "checkpoint", hdr, err);
   if (!rc) rc = parse_ckpt_header(hdr, rd->size, rd->path, &rd->cfg, err);
   if (rc) {
-    remat_checkpoint_close(rd);
+    remat_checkpoint_reader_free(rd);
     return rc;
   }
   rd->is_open = 1;
@@ -459,8 +459,8 @@ static int reader_name(remat_checkpoint_reader *rd, const char *name, remat_erro
   return 0;
 }
 
-int remat_checkpoint_open(remat_checkpoint_reader *rd, const char *path, remat_config *cfg,
-                          remat_error *err) {
+int remat_checkpoint_reader_open(remat_checkpoint_reader *rd, const char *path, remat_config *cfg,
+                                 remat_error *err) {
   *rd = (remat_checkpoint_reader){.fd = -1};
   source s;
   int rc = open_source(path, "checkpoint", &s, err);
@@ -486,7 +486,8 @@ int remat_checkpoint_read_params(remat_checkpoint_reader *rd, const remat_config
                                  float *params, remat_error *err) {
   if (!rd || !rd->is_open)
     return remat__errorf(err, REMAT_EINVAL,
-                         "the checkpoint reader is not open; call remat_checkpoint_open first");
+                         "the checkpoint reader is not open; call "
+                         "remat_checkpoint_reader_open first");
   int rc;
   if (expect && (rc = compare_shape(&rd->cfg, expect, rd->path, err))) return rc;
   /* The descriptor holds the file that was opened even if its name now
@@ -508,7 +509,7 @@ int remat_checkpoint_read_params(remat_checkpoint_reader *rd, const remat_config
   return check_finite(&rd->cfg, params, rd->path, "load", err);
 }
 
-void remat_checkpoint_close(remat_checkpoint_reader *rd) {
+void remat_checkpoint_reader_free(remat_checkpoint_reader *rd) {
   if (!rd || !rd->path) return; /* never opened, or closed: nothing is held */
   if (rd->fd >= 0) close(rd->fd);
   remat__free(rd->path);
@@ -517,17 +518,17 @@ void remat_checkpoint_close(remat_checkpoint_reader *rd) {
 
 int remat_checkpoint_read_config(const char *path, remat_config *cfg, remat_error *err) {
   remat_checkpoint_reader rd;
-  int rc = remat_checkpoint_open(&rd, path, cfg, err);
-  remat_checkpoint_close(&rd);
+  int rc = remat_checkpoint_reader_open(&rd, path, cfg, err);
+  remat_checkpoint_reader_free(&rd);
   return rc;
 }
 
 int remat_checkpoint_load(const char *path, const remat_config *expect, float *params,
                           remat_error *err) {
   remat_checkpoint_reader rd;
-  int rc = remat_checkpoint_open(&rd, path, NULL, err);
+  int rc = remat_checkpoint_reader_open(&rd, path, NULL, err);
   if (!rc) rc = remat_checkpoint_read_params(&rd, expect, params, err);
-  remat_checkpoint_close(&rd);
+  remat_checkpoint_reader_free(&rd);
   return rc;
 }
 

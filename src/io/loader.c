@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "base/base.h"
-#include "remat/io.h"
+#include "io/loader.h"
 
 /* Uniform in [0, n) without modulo bias. */
 static int64_t uniform(uint64_t *s, int64_t n) {
@@ -42,8 +42,8 @@ static void start_epoch(remat_loader *L) {
   }
 }
 
-int remat_loader_init(remat_loader *L, const remat_tokens *t, int64_t B, int64_t T, int split,
-                      double val_frac, int shuffle, uint64_t seed, remat_error *err) {
+int remat__loader_init(remat_loader *L, const remat_tokens *t, int64_t B, int64_t T, int split,
+                       double val_frac, int shuffle, uint64_t seed, remat_error *err) {
   *L = (remat_loader){0};
   if (!t || !t->tok || t->n < 2)
     return remat__errorf(err, REMAT_EINVAL, "the loader needs a token stream of at least 2 "
@@ -113,10 +113,30 @@ void remat_loader_next(remat_loader *L, int32_t *inputs, int32_t *targets) {
   }
 }
 
-void remat_loader_free(remat_loader *L) {
+void remat__loader_free(remat_loader *L) {
   if (!L) return;
   remat__free(L->order);
   L->order = NULL;
+}
+
+int remat_loader_create(remat_loader **out, const remat_tokens *t, int64_t B, int64_t T,
+                        int split, double val_frac, int shuffle, uint64_t seed,
+                        remat_error *err) {
+  *out = NULL;
+  remat_loader *L = remat__malloc(sizeof *L);
+  if (!L) return remat__errorf(err, REMAT_ENOMEM, "out of memory");
+  int rc = remat__loader_init(L, t, B, T, split, val_frac, shuffle, seed, err);
+  if (rc) {
+    remat__free(L);
+    return rc;
+  }
+  *out = L;
+  return 0;
+}
+
+void remat_loader_destroy(remat_loader *L) {
+  remat__loader_free(L);
+  remat__free(L);
 }
 
 void remat_loader_tell(const remat_loader *L, remat_loader_pos *pos) {

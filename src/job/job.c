@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include "base/base.h"
+#include "model/model_runtime.h"
 #include "remat/job.h"
 #include "remat/report.h"
 
@@ -133,7 +134,7 @@ int remat_job_create(remat_job **out, const remat_job_desc *desc, remat_error *e
               : d->replicas > 1               ? REMAT_RUN_REPLICAS
                                               : REMAT_RUN_ONE;
   if (job->kind != REMAT_RUN_ONE || remat_dist_launched()) {
-    int rc = remat_dist_init(&job->dist, NULL, NULL, err);
+    int rc = remat_dist_create(&job->dist, NULL, NULL, err);
     if (rc) {
       free(job);
       return rc;
@@ -156,9 +157,9 @@ void remat_job_destroy(remat_job *job, int status) {
   remat_trainer_destroy(job->tr);
   if (job->have_plan) remat_plan_free(&job->plan);
   if (job->have_pb) remat_plan_problem_free(&job->pb);
-  remat_checkpoint_close(&job->rd);
+  remat_checkpoint_reader_free(&job->rd);
   remat_tokens_free(&job->tok);
-  if (job->dist) remat_dist_finalize(job->dist, status);
+  if (job->dist) remat_dist_destroy(job->dist, status);
   free(job);
 }
 
@@ -257,7 +258,7 @@ static int load_shape(remat_job *job, remat_error *err) {
   int rc;
   if (d->config && (rc = remat_config_parse(d->config, &want, err))) return rc;
   if (!d->model) return remat_config_parse(d->config ? d->config : "small", &job->cfg, err);
-  if ((rc = remat_checkpoint_open(&job->rd, d->model, &job->cfg, err))) return rc;
+  if ((rc = remat_checkpoint_reader_open(&job->rd, d->model, &job->cfg, err))) return rc;
   const remat_config *c = &job->cfg;
   if (d->config && memcmp(c, &want, sizeof want) != 0)
     return remat__errorf(err, REMAT_ESHAPE,
@@ -305,7 +306,8 @@ static int policy_for_budget(remat_job *job, size_t budget, uint8_t *policy, rem
   remat_policy_first_n(policy, L, 0);
   int rc = remat_trainer_create(&probe, &job->cfg, policy, &job->tok, &to, err);
   if (rc) return rc;
-  size_t other = remat_trainer_planned_bytes(probe) - remat_trainer_memplan(probe)->peak_bytes;
+  size_t other = remat_trainer_planned_bytes(probe) -
+                 remat_memplan_peak_bytes(remat_trainer_memplan(probe));
   remat_trainer_destroy(probe);
   size_t arena_budget = budget > other ? budget - other : 0;
   remat_plan_problem pb;
@@ -605,7 +607,7 @@ static int load_weights(remat_job *job, remat_error *err) {
   if (!full) return remat__errorf(err, REMAT_ENOMEM, "out of memory reading the model file");
   int rc = remat_checkpoint_read_params(&job->rd, cfg, full, err);
   if (!rc) rc = remat_params_overflow(cfg, full, err);
-  if (!rc) remat_stage_params_from_full(cfg, st, full, remat_model_params(m));
+  if (!rc) remat__stage_params_from_full(cfg, st, full, remat_model_params(m));
   free(full);
   remat_heap_reset_peak();
   return rc;
@@ -706,7 +708,7 @@ int remat_job_done(const remat_job *job) {
 
 /* Each rank's planned and measured arena (rank 0 gets them). */
 static int gather_ranks(remat_job *job, remat_job_step_info *in, remat_error *err) {
-  size_t planned = remat_trainer_memplan(job->tr)->peak_bytes;
+  size_t planned = remat_memplan_peak_bytes(remat_trainer_memplan(job->tr));
   size_t hw = remat_model_arena_high_water(remat_trainer_model(job->tr));
   if (!job->dist) {
     in->rank_planned[0] = planned;
@@ -784,7 +786,7 @@ const char *remat_job_resumed_from(const remat_job *job, int64_t *step, const ch
   return job->resumed ? job->resume_dir : NULL;
 }
 
-int remat_job_rank_memplan(const remat_job *job, int k, remat_stage *st, remat_memplan *mp,
+int remat_job_rank_memplan(const remat_job *job, int k, remat_stage *st, remat_memplan **mp,
                            remat_error *err) {
   const remat_placement *pl = &job->place;
   int64_t D = pl->replicas > 1 ? pl->replicas : 1;
@@ -793,7 +795,7 @@ int remat_job_rank_memplan(const remat_job *job, int k, remat_stage *st, remat_m
                          (long long)(pl->stages * D));
   if (pl->stages == 1 && D == 1) *st = remat_stage_whole(&job->cfg, pl->policy);
   else *st = remat_placement_stage(pl, k / D, k % D);
-  return remat_memplan_build_stage(mp, &job->cfg, job->d.train.B, job->d.train.T, st, err);
+  return remat_memplan_create_stage(mp, &job->cfg, job->d.train.B, job->d.train.T, st, err);
 }
 
 void remat_job_predict(const remat_job *job, double rank_flops, double *seconds,

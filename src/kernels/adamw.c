@@ -1,6 +1,6 @@
 /* adamw.c: the optimizer update and a deterministic sum of squares (the
  * model's gradient norm sums chunks of its units the same way, by lanes:
- * see remat_model_grad_chunk_sums). */
+ * see remat__model_grad_chunk_sums). */
 #include <math.h>
 
 #include "base/base.h"

@@ -103,9 +103,10 @@ void remat__stage_param_views(const remat_config *cfg, const remat_stage *st, fl
  * model's maximum, and every buffer far from overflowing size_t. */
 int remat__check_shape(const remat_config *cfg, int64_t B, int64_t T, remat_error *err);
 
-/* remat_memory_model_get and remat_memplan_build_stage with a backend's
+/* remat_memory_model_get and remat_memplan_create_stage with a backend's
  * kernel terms (ws at the model's B x T): what a model on that backend
- * plans and allocates. */
+ * plans and allocates. The plan is filled in place, in a remat_memplan the
+ * caller holds (memory/memplan.h; remat__memplan_free releases it). */
 int remat__memory_model_get_ws(const remat_config *cfg, int64_t B, int64_t T,
                                const remat__kernel_ws *ws, remat_memory_model *mm,
                                remat_error *err);

@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include "base/base.h"
-#include "memory/layout.h"
+#include "memory/memplan.h"
 
 void remat_policy_first_n(uint8_t *policy, int64_t L, int64_t n) {
   for (int64_t l = 0; l < L; l++) policy[l] = l < n ? REMAT_RECOMPUTE : REMAT_KEEP;
@@ -208,8 +208,8 @@ int remat_stage_bytes_get(const remat_config *cfg, const remat_memory_model *mm,
   return 0;
 }
 
-int remat_memplan_build_stage(remat_memplan *mp, const remat_config *cfg, int64_t B, int64_t T,
-                              const remat_stage *st, remat_error *err) {
+static int build_stage(remat_memplan *mp, const remat_config *cfg, int64_t B, int64_t T,
+                       const remat_stage *st, remat_error *err) {
   remat__kernel_ws ws;
   remat__kernel_ws_reference(&ws, B, T, cfg->channels, cfg->num_heads, cfg->padded_vocab_size);
   return remat__memplan_build_stage_ws(mp, cfg, B, T, st, &ws, err);
@@ -237,7 +237,7 @@ int remat__memplan_build_stage_ws(remat_memplan *mp, const remat_config *cfg, in
   mp->block_input_offset = remat__malloc(nb1 * sizeof(size_t));
   mp->block_internal_offset = remat__malloc(nb1 * sizeof(size_t));
   if (!mp->policy || !mp->block_input_offset || !mp->block_internal_offset) {
-    remat_memplan_free(mp);
+    remat__memplan_free(mp);
     return remat__errorf(err, REMAT_ENOMEM, "out of memory planning %lld blocks", (long long)nb);
   }
 
@@ -292,7 +292,7 @@ int remat__memplan_build_stage_ws(remat_memplan *mp, const remat_config *cfg, in
   mp->zero = st->replicas > 1 ? st->zero : 0;
   if (st->replicas > 1) {
     if ((rc = remat_replica_stage_bytes_get(cfg, st, &rb, err))) {
-      remat_memplan_free(mp);
+      remat__memplan_free(mp);
       return rc;
     }
     params = rb.params;
@@ -334,19 +334,56 @@ int remat__memplan_build_stage_ws(remat_memplan *mp, const remat_config *cfg, in
   return 0;
 }
 
-int remat_memplan_build(remat_memplan *mp, const remat_config *cfg, int64_t B, int64_t T,
-                        const uint8_t *policy, remat_error *err) {
-  remat_stage st = remat_stage_whole(cfg, policy);
-  return remat_memplan_build_stage(mp, cfg, B, T, &st, err);
+int remat_memplan_create_stage(remat_memplan **out, const remat_config *cfg, int64_t B,
+                               int64_t T, const remat_stage *st, remat_error *err) {
+  *out = NULL;
+  remat_memplan *mp = remat__calloc(1, sizeof *mp);
+  if (!mp) return remat__errorf(err, REMAT_ENOMEM, "out of memory");
+  int rc = build_stage(mp, cfg, B, T, st, err);
+  if (rc) {
+    remat__free(mp);
+    return rc;
+  }
+  *out = mp;
+  return 0;
 }
 
-void remat_memplan_free(remat_memplan *mp) {
+int remat_memplan_create(remat_memplan **out, const remat_config *cfg, int64_t B, int64_t T,
+                         const uint8_t *policy, remat_error *err) {
+  remat_stage st = remat_stage_whole(cfg, policy);
+  return remat_memplan_create_stage(out, cfg, B, T, &st, err);
+}
+
+void remat__memplan_free(remat_memplan *mp) {
   remat__free(mp->policy);
   remat__free(mp->block_input_offset);
   remat__free(mp->block_internal_offset);
   mp->policy = NULL;
   mp->block_input_offset = mp->block_internal_offset = NULL;
 }
+
+void remat_memplan_destroy(remat_memplan *mp) {
+  if (!mp) return;
+  remat__memplan_free(mp);
+  remat__free(mp);
+}
+
+size_t remat_memplan_peak_bytes(const remat_memplan *mp) { return mp->peak_bytes; }
+size_t remat_memplan_persistent_bytes(const remat_memplan *mp) { return mp->persistent_bytes; }
+size_t remat_memplan_slot_bytes(const remat_memplan *mp) { return mp->slot_bytes; }
+remat_stage_bytes remat_memplan_bytes(const remat_memplan *mp) { return mp->bytes; }
+remat_membuf remat_memplan_buf(const remat_memplan *mp, int buf) {
+  REMAT_ASSERT(buf >= 0 && buf < REMAT_BUF_COUNT);
+  return mp->buf[buf];
+}
+size_t remat_memplan_grad_bytes(const remat_memplan *mp, int kind) {
+  REMAT_ASSERT(kind >= 0 && kind < REMAT_LAYER_KIND_COUNT);
+  return mp->grad_bytes[kind];
+}
+int64_t remat_memplan_num_blocks(const remat_memplan *mp) { return mp->num_blocks; }
+const uint8_t *remat_memplan_policy(const remat_memplan *mp) { return mp->policy; }
+int64_t remat_memplan_num_recomputed(const remat_memplan *mp) { return mp->num_recomputed; }
+int64_t remat_memplan_num_middle(const remat_memplan *mp) { return mp->num_middle; }
 
 int remat_fewest_recompute(const remat_config *cfg, int64_t B, int64_t T,
                            const remat_stage *whole, size_t budget, int64_t *n_out,

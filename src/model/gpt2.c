@@ -15,7 +15,7 @@
  * two sums are added before the update (embedding + head); the squared
  * gradient norm is a sum over layers in model order of per-layer sums, each
  * the sum of its unit's chunk sums (remat_model_grad_sumsq). A replica's
- * buffers may hold only its shards (ZeRO); remat_model_unit_at finds an
+ * buffers may hold only its shards (ZeRO); remat__model_unit_at finds an
  * element of a unit in either layout.
  *
  * Every kernel and every operation on the arena (allocating it, clearing,
@@ -71,8 +71,8 @@ int remat__model_plan_on(remat_model **out, const remat_config *cfg, int64_t B, 
   m->head_grad_split = m->D > 1 ? (size_t)m->D * m->shard_emb
                                 : remat__align(remat_unit_floats(cfg, L + 2) * sizeof(float)) /
                                       sizeof(float);
-  if (remat_model_buf_sharded(m, REMAT_BUF_PARAMS))
-    m->num_params = remat_stage_num_params(cfg, &m->stage);
+  if (remat__model_buf_sharded(m, REMAT_BUF_PARAMS))
+    m->num_params = remat__stage_num_params(cfg, &m->stage);
   *out = m;
   return 0;
 }
@@ -106,9 +106,9 @@ int remat__model_allocate(remat_model *m, remat_error *err) {
   m->send = AT(REMAT_BUF_SEND);
 #undef AT
   /* tensor views of the whole (flat) buffers; a replica's sharded ones have none */
-  if (!remat_model_buf_sharded(m, REMAT_BUF_PARAMS))
+  if (!remat__model_buf_sharded(m, REMAT_BUF_PARAMS))
     remat__stage_param_views(&m->cfg, &m->stage, m->params, m->p);
-  if (!remat_model_buf_sharded(m, REMAT_BUF_GRADS))
+  if (!remat__model_buf_sharded(m, REMAT_BUF_GRADS))
     remat__stage_param_views(&m->cfg, &m->stage, m->grads, m->g);
   const int persistent[] = {REMAT_BUF_PARAMS, REMAT_BUF_GRADS, REMAT_BUF_ADAM_M, REMAT_BUF_ADAM_V,
                             REMAT_BUF_TIED_GRAD};
@@ -131,21 +131,21 @@ int remat__model_create_on(remat_model **out, const remat_config *cfg, int64_t B
   return rc;
 }
 
-int remat_model_create_stage(remat_model **out, const remat_config *cfg, int64_t B, int64_t T,
-                             const remat_stage *st, remat_error *err) {
+int remat__model_create_stage(remat_model **out, const remat_config *cfg, int64_t B, int64_t T,
+                              const remat_stage *st, remat_error *err) {
   return remat__model_create_on(out, cfg, B, T, st, NULL, err);
 }
 
 int remat_model_create(remat_model **out, const remat_config *cfg, int64_t B, int64_t T,
                        const uint8_t *policy, remat_error *err) {
   remat_stage st = remat_stage_whole(cfg, policy);
-  return remat_model_create_stage(out, cfg, B, T, &st, err);
+  return remat__model_create_stage(out, cfg, B, T, &st, err);
 }
 
 void remat_model_destroy(remat_model *m) {
   if (!m) return;
   if (m->arena) m->be->buffer_free(m->arena);
-  remat_memplan_free(&m->mp);
+  remat__memplan_free(&m->mp);
   remat__free(m);
 }
 
@@ -157,17 +157,17 @@ float *remat_model_params(remat_model *m) { return m->params; }
 float *remat_model_grads(remat_model *m) { return m->grads; }
 float *remat_model_adam_m(remat_model *m) { return m->adam_m; }
 float *remat_model_adam_v(remat_model *m) { return m->adam_v; }
-float *remat_model_tensor(remat_model *m, int tensor, size_t *floats) {
+float *remat__model_tensor(remat_model *m, int tensor, size_t *floats) {
   if (floats) *floats = m->sz[tensor];
   return m->p[tensor];
 }
-float *remat_model_tensor_grad(remat_model *m, int tensor) { return m->g[tensor]; }
-float *remat_model_dresid(remat_model *m) { return m->dresid; }
-float *remat_model_stage_output(remat_model *m) { return m->send; }
+float *remat__model_tensor_grad(remat_model *m, int tensor) { return m->g[tensor]; }
+float *remat__model_dresid(remat_model *m) { return m->dresid; }
+float *remat__model_stage_output(remat_model *m) { return m->send; }
 int64_t remat_model_step(const remat_model *m) { return m->step; }
-void remat_model_set_step(remat_model *m, int64_t step) { m->step = step; }
-double remat_model_recompute_seconds(const remat_model *m) { return m->recompute_s; }
-size_t remat_stage_num_params(const remat_config *cfg, const remat_stage *st) {
+void remat__model_set_step(remat_model *m, int64_t step) { m->step = step; }
+double remat__model_recompute_seconds(const remat_model *m) { return m->recompute_s; }
+size_t remat__stage_num_params(const remat_config *cfg, const remat_stage *st) {
   size_t sz[REMAT_P_COUNT], n = 0;
   if (st->replicas > 1 && st->zero >= 3) {
     int64_t units[4096 + 3], k = remat_stage_units(cfg, st, units);
@@ -178,23 +178,23 @@ size_t remat_stage_num_params(const remat_config *cfg, const remat_stage *st) {
   for (int i = 0; i < REMAT_P_COUNT; i++) n += sz[i];
   return n;
 }
-double remat_model_take_recompute_seconds(remat_model *m) {
+double remat__model_take_recompute_seconds(remat_model *m) {
   double s = m->recompute_s;
   m->recompute_s = 0;
   return s;
 }
 
-void *remat_model_region(remat_model *m, int buf, size_t *bytes) {
+void *remat__model_region(remat_model *m, int buf, size_t *bytes) {
   REMAT_ASSERT(m->arena && buf >= 0 && buf < REMAT_BUF_COUNT);
   *bytes = m->mp.buf[buf].bytes;
   return *bytes ? m->arena + m->mp.buf[buf].offset : NULL;
 }
 
-void remat_model_set_layer_ops(remat_model *m, const remat_layer_ops *ops) {
-  m->lops = ops ? *ops : (remat_layer_ops){0};
+void remat__model_set_layer_ops(remat_model *m, const remat__layer_ops *ops) {
+  m->lops = ops ? *ops : (remat__layer_ops){0};
 }
 
-int remat_model_buf_sharded(const remat_model *m, int buf) {
+int remat__model_buf_sharded(const remat_model *m, int buf) {
   if (m->D <= 1) return 0;
   switch (buf) {
   case REMAT_BUF_PARAMS:
@@ -241,12 +241,12 @@ static size_t shard_offset(const remat_model *m, int64_t u) {
   return u == L + 1 ? at : at + m->shard_head;
 }
 
-float *remat_model_shard(remat_model *m, int buf, int64_t u) {
-  REMAT_ASSERT(remat_model_buf_sharded(m, buf) && u >= 0 && u < m->cfg.num_layers + 3);
+float *remat__model_shard(remat_model *m, int buf, int64_t u) {
+  REMAT_ASSERT(remat__model_buf_sharded(m, buf) && u >= 0 && u < m->cfg.num_layers + 3);
   return buf_base(m, buf) + shard_offset(m, u);
 }
 
-float *remat_model_unit_at(remat_model *m, int buf, int64_t u, size_t i, size_t *run) {
+float *remat__model_unit_at(remat_model *m, int buf, int64_t u, size_t i, size_t *run) {
   int64_t L = m->cfg.num_layers;
   /* unit L + 2 is the tied gradient beside the embedding, or a lone head's
    * copy of the tied matrix (every buffer) */
@@ -254,7 +254,7 @@ float *remat_model_unit_at(remat_model *m, int buf, int64_t u, size_t i, size_t 
   REMAT_ASSERT(u >= 0 && u < L + 3 && (buf != REMAT_BUF_TIED_GRAD || u == L + 2) &&
                (u != L + 2 || buf == REMAT_BUF_TIED_GRAD || alone));
   float *base = buf_base(m, buf);
-  if (remat_model_buf_sharded(m, buf)) {
+  if (remat__model_buf_sharded(m, buf)) {
     size_t first, count;
     remat_unit_owned(&m->cfg, u, m->D, m->r, &first, &count);
     REMAT_ASSERT(i >= first && i < first + count);
@@ -276,7 +276,7 @@ float *remat_model_unit_at(remat_model *m, int buf, int64_t u, size_t i, size_t 
   return base + m->tensor_off[t] + (in_tensor - m->tensor_first[t]);
 }
 
-float *remat_model_workspace(remat_model *m, size_t *bytes) {
+float *remat__model_workspace(remat_model *m, size_t *bytes) {
   /* the larger of the transient workspace and the send buffer: both are
    * free between steps (a stage of the embedding alone has no workspace) */
   size_t work = m->mp.buf[REMAT_BUF_WORK].bytes, send = m->mp.buf[REMAT_BUF_SEND].bytes;
@@ -333,19 +333,19 @@ static void shard_params_copy(const remat_config *cfg, const remat_stage *st, fl
 
 static int zero3(const remat_stage *st) { return st->replicas > 1 && st->zero >= 3; }
 
-void remat_stage_params_to_full(const remat_config *cfg, const remat_stage *st,
-                                const float *flat, float *full) {
+void remat__stage_params_to_full(const remat_config *cfg, const remat_stage *st,
+                                 const float *flat, float *full) {
   if (zero3(st))
     shard_params_copy(cfg, st, (float *)flat, full, 1);
   else
     stage_params_copy(cfg, st, (float *)flat, full, 1);
 }
 
-void remat_stage_params_from_full(const remat_config *cfg, const remat_stage *st,
-                                  const float *full, float *flat) {
+void remat__stage_params_from_full(const remat_config *cfg, const remat_stage *st,
+                                   const float *full, float *flat) {
   if (zero3(st)) {
     /* the padding past a unit's end */
-    memset(flat, 0, remat_stage_num_params(cfg, st) * sizeof(float));
+    memset(flat, 0, remat__stage_num_params(cfg, st) * sizeof(float));
     shard_params_copy(cfg, st, flat, (float *)full, 0);
   } else {
     stage_params_copy(cfg, st, flat, (float *)full, 0);
@@ -367,14 +367,14 @@ static char *slot_at(remat_model *m, int64_t slot) {
   return m->arena + m->mp.buf[REMAT_BUF_SLOTS].offset + (size_t)slot * m->mp.slot_bytes;
 }
 
-int32_t *remat_model_slot_inputs(remat_model *m, int64_t slot) {
+int32_t *remat__model_slot_inputs(remat_model *m, int64_t slot) {
   return m->stage.has_embedding ? (int32_t *)(slot_at(m, slot) + m->mp.inputs_offset) : NULL;
 }
-int32_t *remat_model_slot_targets(remat_model *m, int64_t slot) {
+int32_t *remat__model_slot_targets(remat_model *m, int64_t slot) {
   return m->stage.has_head ? (int32_t *)(slot_at(m, slot) + m->mp.targets_offset) : NULL;
 }
-int32_t *remat_model_inputs(remat_model *m) { return remat_model_slot_inputs(m, 0); }
-int32_t *remat_model_targets(remat_model *m) { return remat_model_slot_targets(m, 0); }
+int32_t *remat_model_inputs(remat_model *m) { return remat__model_slot_inputs(m, 0); }
+int32_t *remat_model_targets(remat_model *m) { return remat__model_slot_targets(m, 0); }
 
 /* Input of the stage's block i; i = num_blocks is the head's input. */
 static float *resid_at(remat_model *m, char *slot, int64_t i) {
@@ -382,7 +382,7 @@ static float *resid_at(remat_model *m, char *slot, int64_t i) {
   return (float *)(slot + off);
 }
 
-float *remat_model_stage_input(remat_model *m, int64_t slot) {
+float *remat__model_stage_input(remat_model *m, int64_t slot) {
   if (m->stage.has_embedding) return NULL;
   return resid_at(m, slot_at(m, slot), 0);
 }
@@ -426,7 +426,7 @@ static void init_piece(const remat__backend *be, const remat_config *c, int i, f
 
 void remat_model_init_weights(remat_model *m, uint64_t seed) {
   const remat_config *c = &m->cfg;
-  if (!remat_model_buf_sharded(m, REMAT_BUF_PARAMS)) {
+  if (!remat__model_buf_sharded(m, REMAT_BUF_PARAMS)) {
     for (int i = 0; i < REMAT_P_COUNT; i++)
       if (m->sz[i]) init_piece(m->be, c, i, m->p[i], m->tensor_first[i], m->sz[i], seed);
     return;
@@ -447,7 +447,7 @@ void remat_model_init_weights(remat_model *m, uint64_t seed) {
       size_t hi = seg[k].at + seg[k].count < first + count ? seg[k].at + seg[k].count
                                                            : first + count;
       if (lo >= hi) continue;
-      float *dst = remat_model_unit_at(m, REMAT_BUF_PARAMS, u, lo, &run);
+      float *dst = remat__model_unit_at(m, REMAT_BUF_PARAMS, u, lo, &run);
       int t = seg[k].tensor;
       init_piece(m->be, c, t, dst, seg[k].offset - start[t] + (lo - seg[k].at), hi - lo, seed);
     }
@@ -533,7 +533,7 @@ static void grad_done(remat_model *m, int64_t u, float *buf) {
   int which = u == m->cfg.num_layers + 2 ? REMAT_BUF_TIED_GRAD : REMAT_BUF_GRADS;
   size_t n = remat_unit_floats(&m->cfg, u), run;
   for (size_t i = 0; i < n; i += run) {
-    float *g = remat_model_unit_at(m, which, u, i, &run);
+    float *g = remat__model_unit_at(m, which, u, i, &run);
     m->be->add(g, buf + i, run, 1, 0);
   }
 }
@@ -693,8 +693,8 @@ static double head_forward(remat_model *m, const head_params *w, char *slot,
                                      c->padded_vocab_size);
 }
 
-void remat_model_stage_forward(remat_model *m, int64_t slot_index, uint32_t micro,
-                               const remat_hparams *hp) {
+void remat__model_stage_forward(remat_model *m, int64_t slot_index, uint32_t micro,
+                                const remat_hparams *hp) {
   char *slot = slot_at(m, slot_index);
   int64_t nb = m->stage.num_blocks, C = m->cfg.channels;
   if (m->stage.has_embedding) {
@@ -713,8 +713,8 @@ void remat_model_stage_forward(remat_model *m, int64_t slot_index, uint32_t micr
   }
 }
 
-double remat_model_stage_backward(remat_model *m, int64_t slot_index, uint32_t micro, float dloss,
-                                  const remat_hparams *hp) {
+double remat__model_stage_backward(remat_model *m, int64_t slot_index, uint32_t micro, float dloss,
+                                   const remat_hparams *hp) {
   const remat_config *c = &m->cfg;
   const remat_memory_model *mm = &m->mp.mm;
   char *slot = slot_at(m, slot_index);
@@ -792,14 +792,14 @@ double remat_model_stage_backward(remat_model *m, int64_t slot_index, uint32_t m
 float remat_model_forward_backward(remat_model *m, uint32_t micro, float dloss,
                                    const remat_hparams *hp) {
   REMAT_ASSERT(m->stage.has_embedding && m->stage.has_head);
-  remat_model_stage_forward(m, 0, micro, hp);
-  double loss = remat_model_stage_backward(m, 0, micro, dloss, hp);
+  remat__model_stage_forward(m, 0, micro, hp);
+  double loss = remat__model_stage_backward(m, 0, micro, dloss, hp);
   return (float)(loss / (double)(m->B * m->T));
 }
 
 float remat_model_eval(remat_model *m) {
   REMAT_ASSERT(m->stage.has_embedding && m->stage.has_head);
-  remat_model_stage_forward(m, 0, 0, NULL);
+  remat__model_stage_forward(m, 0, 0, NULL);
   remat__head_acts h;
   head_params w = head_params_of(m);
   return (float)(head_forward(m, &w, slot_at(m, 0), &h, false, 0.0f) / (double)(m->B * m->T));
@@ -817,8 +817,8 @@ void remat_model_zero_grad(remat_model *m) {
 static void add_tied(remat_model *m, size_t first, size_t count) {
   size_t run_g, run_t;
   for (size_t i = first; i < first + count;) {
-    float *g = remat_model_unit_at(m, REMAT_BUF_GRADS, 0, i, &run_g);
-    const float *t = remat_model_unit_at(m, REMAT_BUF_TIED_GRAD, m->cfg.num_layers + 2, i, &run_t);
+    float *g = remat__model_unit_at(m, REMAT_BUF_GRADS, 0, i, &run_g);
+    const float *t = remat__model_unit_at(m, REMAT_BUF_TIED_GRAD, m->cfg.num_layers + 2, i, &run_t);
     size_t run = run_g < run_t ? run_g : run_t;
     if (run > first + count - i) run = first + count - i;
     m->be->add(g, t, run, 1, 0); /* embedding + head */
@@ -836,8 +836,8 @@ void remat_model_sum_tied(remat_model *m) {
   add_tied(m, first, count);
 }
 
-int64_t remat_model_grad_chunk_sums(remat_model *m, int64_t u, size_t first, size_t count,
-                                    double *out) {
+int64_t remat__model_grad_chunk_sums(remat_model *m, int64_t u, size_t first, size_t count,
+                                     double *out) {
   const size_t Q = REMAT_SHARD_QUANTUM;
   REMAT_ASSERT(first % Q == 0);
   /* the range's runs, one per tensor of the unit at most */
@@ -846,7 +846,7 @@ int64_t remat_model_grad_chunk_sums(remat_model *m, int64_t u, size_t first, siz
   size_t run;
   for (size_t i = first; i < first + count; i += run) {
     REMAT_ASSERT(n < REMAT_UNIT_MAX_SEGMENTS);
-    const float *x = remat_model_unit_at(m, REMAT_BUF_GRADS, u, i, &run);
+    const float *x = remat__model_unit_at(m, REMAT_BUF_GRADS, u, i, &run);
     if (run > first + count - i) run = first + count - i;
     pieces[n++] = (remat__piece){x, run};
   }
@@ -860,7 +860,7 @@ static double unit_sumsq(remat_model *m, int64_t u) {
   double part[256], s = 0.0;
   for (size_t first = 0; first < n; first += 256 * Q) {
     size_t count = n - first < 256 * Q ? n - first : 256 * Q;
-    int64_t k = remat_model_grad_chunk_sums(m, u, first, count, part);
+    int64_t k = remat__model_grad_chunk_sums(m, u, first, count, part);
     for (int64_t c = 0; c < k; c++) s += part[c];
   }
   return s;
@@ -869,7 +869,7 @@ static double unit_sumsq(remat_model *m, int64_t u) {
 /* The layers of the stage, in model order: the embedding (wte, wpe), each
  * block (its 12 tensors), the head (the final layernorm; its copy of wte is
  * counted once, on the embedding): each its unit's sum. */
-int64_t remat_model_grad_sumsq_layers(const remat_model *cm, double *out) {
+int64_t remat__model_grad_sumsq_layers(const remat_model *cm, double *out) {
   remat_model *m = (remat_model *)cm; /* reads only */
   REMAT_ASSERT(m->D <= 1);
   int64_t k = 0;
@@ -880,14 +880,14 @@ int64_t remat_model_grad_sumsq_layers(const remat_model *cm, double *out) {
   return k;
 }
 
-int64_t remat_model_num_layers(const remat_model *m) {
+int64_t remat__model_num_layers(const remat_model *m) {
   return m->stage.num_blocks + m->stage.has_embedding + m->stage.has_head;
 }
 
 double remat_model_grad_sumsq(const remat_model *m) {
   double part[4096 + 2], s = 0;
-  REMAT_ASSERT(remat_model_num_layers(m) <= 4096 + 2);
-  int64_t n = remat_model_grad_sumsq_layers(m, part);
+  REMAT_ASSERT(remat__model_num_layers(m) <= 4096 + 2);
+  int64_t n = remat__model_grad_sumsq_layers(m, part);
   for (int64_t k = 0; k < n; k++) s += part[k];
   return s;
 }
@@ -920,10 +920,10 @@ static void update_owned(remat_model *m, int64_t u, const remat__adamw *opt, flo
                                                          : first + count;
     if (lo >= hi) continue;
     size_t run;
-    float *p = remat_model_unit_at(m, REMAT_BUF_PARAMS, u, lo, &run);
-    float *g = remat_model_unit_at(m, REMAT_BUF_GRADS, u, lo, &run);
-    float *mo = remat_model_unit_at(m, REMAT_BUF_ADAM_M, u, lo, &run);
-    float *v = remat_model_unit_at(m, REMAT_BUF_ADAM_V, u, lo, &run);
+    float *p = remat__model_unit_at(m, REMAT_BUF_PARAMS, u, lo, &run);
+    float *g = remat__model_unit_at(m, REMAT_BUF_GRADS, u, lo, &run);
+    float *mo = remat__model_unit_at(m, REMAT_BUF_ADAM_M, u, lo, &run);
+    float *v = remat__model_unit_at(m, REMAT_BUF_ADAM_V, u, lo, &run);
     m->be->adamw_update(p, g, mo, v, hi - lo, opt, decays(seg[k].tensor) ? wd : 0.0f, scale);
   }
 }

@@ -5,7 +5,8 @@
 
 #include "kernels/backend.h"
 #include "memory/layout.h"
-#include "model/create.h"
+#include "memory/memplan.h"
+#include "model/model_runtime.h"
 #include "remat/model.h"
 
 struct remat_model {
@@ -44,18 +45,18 @@ struct remat_model {
                              the step's gradients */
   size_t shard_emb, shard_blk, shard_head;
   size_t head_grad_split; /* floats before the head's own unit in its gradient buffer */
-  remat_layer_ops lops;   /* a replica's parameter gathers and gradient reductions */
+  remat__layer_ops lops;   /* a replica's parameter gathers and gradient reductions */
 
   size_t high_water;  /* cache for remat_model_arena_high_water */
   int64_t step;       /* optimizer steps taken */
   double recompute_s; /* seconds spent recomputing, since last taken */
 };
 
-/* remat_model_create in two steps: model/create.h. The same on backend be
+/* remat_model_create in two steps: model/model_runtime.h. The same on backend be
  * (NULL: the CPU backend); its plan takes the workspace be's kernels need. */
 int remat__model_plan_on(remat_model **out, const remat_config *cfg, int64_t B, int64_t T,
                          const remat_stage *st, const remat__backend *be, remat_error *err);
-/* remat_model_create_stage on backend be (NULL: the CPU backend). */
+/* remat__model_create_stage on backend be (NULL: the CPU backend). */
 int remat__model_create_on(remat_model **out, const remat_config *cfg, int64_t B, int64_t T,
                            const remat_stage *st, const remat__backend *be, remat_error *err);
 

@@ -25,7 +25,7 @@ int remat__mpi_error(remat_error *err, int mpi_rc, const char *what) {
   return remat__errorf(err, REMAT_EIO, "MPI failed in %s: %.*s", what, len, msg);
 }
 
-int remat_dist_init(remat_dist **out, int *argc, char ***argv, remat_error *err) {
+int remat_dist_create(remat_dist **out, int *argc, char ***argv, remat_error *err) {
   *out = NULL;
   int inited = 0;
   MPI_Initialized(&inited);
@@ -55,7 +55,7 @@ static void free_sub(remat_dist *d, remat_dist *sub) {
   remat__free(sub);
 }
 
-void remat_dist_finalize(remat_dist *d, int code) {
+void remat_dist_destroy(remat_dist *d, int code) {
   if (!d) return;
   if (code) MPI_Abort(d->comm, code);
   free_sub(d, d->pipeline);
@@ -104,8 +104,6 @@ int remat_dist_grid(remat_dist *d, int64_t P, int64_t D, remat_error *err) {
 
 int64_t remat_dist_stage(const remat_dist *d) { return d->rank / d->D; }
 int64_t remat_dist_replica(const remat_dist *d) { return d->rank % d->D; }
-remat_dist *remat_dist_pipeline(remat_dist *d) { return d->pipeline; }
-remat_dist *remat_dist_replicas(remat_dist *d) { return d->replicas; }
 
 int remat_dist_rank(const remat_dist *d) { return d->rank; }
 int remat_dist_size(const remat_dist *d) { return d->size; }

@@ -49,8 +49,8 @@ static int after_backward(void *ctx, remat_trainer *tr, remat_error *err) {
     size_t first, count, run;
     remat_unit_owned(cfg, L + 2, g->D, g->r, &first, &count);
     if (count) {
-      float *t = g->s == 0 ? remat_model_unit_at(g->m, REMAT_BUF_GRADS, 0, first, &run)
-                           : remat_model_unit_at(g->m, REMAT_BUF_TIED_GRAD, L + 2, first, &run);
+      float *t = g->s == 0 ? remat__model_unit_at(g->m, REMAT_BUF_GRADS, 0, first, &run)
+                           : remat__model_unit_at(g->m, REMAT_BUF_TIED_GRAD, L + 2, first, &run);
       REMAT_ASSERT(run >= count);
       int rc = remat__pipeline_exchange_tied(g->pl, t, count, err);
       if (rc) return rc;
@@ -112,9 +112,9 @@ int remat_grid_create(remat_grid **out, remat_dist *d, remat_trainer *tr,
   }
   remat__pipeline_join(g->pl, d, d->replicas);
   remat__replicas_trace_into(g->rp, remat__pipeline_trace(g->pl));
-  remat_trainer_ops ops = {.micro_batches = micro_batches, .after_backward = after_backward,
+  remat__trainer_ops ops = {.micro_batches = micro_batches, .after_backward = after_backward,
                            .norm_sumsq = norm_sumsq, .update = update, .ctx = g};
-  remat_trainer_set_ops(tr, &ops);
+  remat__trainer_set_ops(tr, &ops);
   *out = g;
   return 0;
 }
@@ -149,11 +149,11 @@ int remat_grid_gather_params(remat_grid *g, float *full, remat_error *err) {
   remat_stage mine = *remat_model_stage(g->m);
   mine.replicas = mine.replica = 0;
   mine.zero = 0;
-  if (!(flat = remat__malloc(remat_stage_num_params(cfg, &mine) * sizeof(float)))) {
+  if (!(flat = remat__malloc(remat__stage_num_params(cfg, &mine) * sizeof(float)))) {
     rc = remat__errorf(err, REMAT_ENOMEM, "out of memory gathering the parameters");
     goto done;
   }
-  remat_stage_params_from_full(cfg, &mine, whole, flat);
+  remat__stage_params_from_full(cfg, &mine, whole, flat);
   rc = remat__pipeline_gather_flat(g->pl, flat, full, err);
 done:
   remat__free(flat);

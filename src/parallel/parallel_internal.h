@@ -4,7 +4,9 @@
 
 #include <mpi.h>
 
+#include "model/model_runtime.h"
 #include "remat/parallel.h"
+#include "train/train_runtime.h"
 
 struct remat_dist {
   MPI_Comm comm;

@@ -146,33 +146,33 @@ static int run_microbatches(void *ctx, remat_trainer *tr, double *loss_sum, rema
     if (!bwd) {
       for (int64_t x = 0; x < pl->R; x++) { /* every replica's, to keep the loaders in step */
         int mine = x == pl->rep;
-        if ((rc = remat_trainer_next_batch(tr, k * pl->R + x,
-                                           mine ? remat_model_slot_inputs(m, slot) : NULL,
-                                           mine ? remat_model_slot_targets(m, slot) : NULL, err)))
+        if ((rc = remat__trainer_next_batch(tr, k * pl->R + x,
+                                            mine ? remat__model_slot_inputs(m, slot) : NULL,
+                                            mine ? remat__model_slot_targets(m, slot) : NULL, err)))
           return rc;
       }
       if (s > 0 &&
-          (rc = recv_from(pl, remat_model_stage_input(m, slot), s - 1, (int)(2 * k), EV_RECV_ACT,
+          (rc = recv_from(pl, remat__model_stage_input(m, slot), s - 1, (int)(2 * k), EV_RECV_ACT,
                           micro, err)))
         return rc;
       /* the forward writes the output buffer: its last send must be done */
       if (s < P - 1 && (rc = wait_req(pl, &pl->send_act, EV_SEND_ACT, micro, err))) return rc;
       double t = remat__now();
       arena_counter(pl, t, 1);
-      remat_model_stage_forward(m, slot, (uint32_t)micro, &o->hp);
+      remat__model_stage_forward(m, slot, (uint32_t)micro, &o->hp);
       record(pl, EV_FORWARD, t, remat__now(), micro, 0);
-      if (s < P - 1 && (rc = send_to(pl, remat_model_stage_output(m), s + 1, (int)(2 * k),
+      if (s < P - 1 && (rc = send_to(pl, remat__model_stage_output(m), s + 1, (int)(2 * k),
                                      &pl->send_act, err)))
         return rc;
     } else {
       if ((rc = wait_req(pl, &pl->send_grad, EV_SEND_GRAD, micro, err))) return rc;
-      if (s < P - 1 && (rc = recv_from(pl, remat_model_dresid(m), s + 1, (int)(2 * k + 1),
+      if (s < P - 1 && (rc = recv_from(pl, remat__model_dresid(m), s + 1, (int)(2 * k + 1),
                                        EV_RECV_GRAD, micro, err)))
         return rc;
-      double t = remat__now(), rs0 = remat_model_recompute_seconds(m);
-      double loss = remat_model_stage_backward(m, slot, (uint32_t)micro, remat_trainer_dloss(tr),
-                                               &o->hp);
-      double e = remat__now(), rs = remat_model_recompute_seconds(m) - rs0;
+      double t = remat__now(), rs0 = remat__model_recompute_seconds(m);
+      double loss = remat__model_stage_backward(m, slot, (uint32_t)micro, remat__trainer_dloss(tr),
+                                                &o->hp);
+      double e = remat__now(), rs = remat__model_recompute_seconds(m) - rs0;
       record(pl, EV_BACKWARD, t, e, micro, 0);
       /* recompute is interleaved with the blocks' backwards; drawn as one
        * span of its total at the backward's start */
@@ -180,7 +180,7 @@ static int run_microbatches(void *ctx, remat_trainer *tr, double *loss_sum, rema
       arena_counter(pl, e, -1);
       if (s == P - 1 && pl->R > 1) pl->losses[pl->rep * pl->M + k] = (float)(loss / N);
       else if (s == P - 1) *loss_sum += (float)(loss / N); /* as one process rounds it */
-      if (s > 0 && (rc = send_to(pl, remat_model_dresid(m), s - 1, (int)(2 * k + 1),
+      if (s > 0 && (rc = send_to(pl, remat__model_dresid(m), s - 1, (int)(2 * k + 1),
                                  &pl->send_grad, err)))
         return rc;
     }
@@ -210,7 +210,7 @@ int remat__pipeline_exchange_tied(remat_pipeline *pl, float *g, size_t n, remat_
   double t = remat__now();
   int peer = pl->s == 0 ? pl->P - 1 : 0;
   size_t room;
-  float *buf = remat_model_workspace(pl->m, &room);
+  float *buf = remat__model_workspace(pl->m, &room);
   /* both sides move pieces of the smaller of their two rooms */
   uint64_t mine = room / sizeof(float), theirs = 0;
   int mrc = MPI_Sendrecv(&mine, 1, MPI_UINT64_T, peer, 6, &theirs, 1, MPI_UINT64_T, peer, 6,
@@ -239,8 +239,8 @@ static int exchange_tied(void *ctx, remat_trainer *tr, remat_error *err) {
   remat_pipeline *pl = ctx;
   if (pl->s != 0 && pl->s != pl->P - 1) return 0;
   size_t n;
-  remat_model_tensor(pl->m, REMAT_P_WTE, &n);
-  return remat__pipeline_exchange_tied(pl, remat_model_tensor_grad(pl->m, REMAT_P_WTE), n, err);
+  remat__model_tensor(pl->m, REMAT_P_WTE, &n);
+  return remat__pipeline_exchange_tied(pl, remat__model_tensor_grad(pl->m, REMAT_P_WTE), n, err);
 }
 
 /* The squared norm: every stage's per-layer sums, added in model order. */
@@ -324,11 +324,12 @@ int remat_pipeline_create(remat_pipeline **out, remat_dist *d, remat_trainer *tr
     return remat__errorf(err, REMAT_ENOMEM, "out of memory");
   }
   const remat_memplan *mp = remat_model_memplan(m);
-  pl->slot_bytes = mp->slot_bytes;
-  pl->fixed_bytes = mp->peak_bytes - mp->buf[REMAT_BUF_SLOTS].bytes;
-  remat_trainer_ops ops = {.micro_batches = run_microbatches, .after_backward = exchange_tied,
+  pl->slot_bytes = remat_memplan_slot_bytes(mp);
+  pl->fixed_bytes = remat_memplan_peak_bytes(mp) -
+                    remat_memplan_buf(mp, REMAT_BUF_SLOTS).bytes;
+  remat__trainer_ops ops = {.micro_batches = run_microbatches, .after_backward = exchange_tied,
                            .norm_sumsq = norm_sumsq, .ctx = pl};
-  remat_trainer_set_ops(tr, &ops);
+  remat__trainer_set_ops(tr, &ops);
   *out = pl;
   return 0;
 }
@@ -337,7 +338,7 @@ void remat_pipeline_destroy(remat_pipeline *pl) {
   if (!pl) return;
   if (pl->send_act != MPI_REQUEST_NULL) MPI_Cancel(&pl->send_act);
   if (pl->send_grad != MPI_REQUEST_NULL) MPI_Cancel(&pl->send_grad);
-  remat_trainer_set_ops(pl->tr, &(remat_trainer_ops){0});
+  remat__trainer_set_ops(pl->tr, &(remat__trainer_ops){0});
   remat__trace_free(&pl->trace);
   remat__free(pl->losses);
   remat__free(pl);
@@ -358,7 +359,7 @@ int remat__pipeline_gather_flat(remat_pipeline *pl, const float *p, float *full,
   const remat_config *cfg = remat_model_config(m);
   remat_stage mine = whole_stage(pl->sp, pl->s);
   if (pl->s != 0) {
-    size_t n = remat_stage_num_params(cfg, &mine);
+    size_t n = remat__stage_num_params(cfg, &mine);
     for (size_t off = 0; off < n; off += PIECE) {
       int c = (int)(n - off < PIECE ? n - off : PIECE);
       int rc = MPI_Send(p + off, c, MPI_FLOAT, 0, 11, pl->d->comm);
@@ -368,7 +369,7 @@ int remat__pipeline_gather_flat(remat_pipeline *pl, const float *p, float *full,
   }
   for (int r = 1; r < pl->P; r++) {
     remat_stage st = whole_stage(pl->sp, r);
-    size_t n = remat_stage_num_params(cfg, &st);
+    size_t n = remat__stage_num_params(cfg, &st);
     float *tmp = remat__malloc(n * sizeof(float));
     if (!tmp) return remat__errorf(err, REMAT_ENOMEM, "out of memory gathering the parameters");
     for (size_t off = 0; off < n; off += PIECE) {
@@ -379,12 +380,12 @@ int remat__pipeline_gather_flat(remat_pipeline *pl, const float *p, float *full,
         return remat__mpi_error(err, rc, "gathering the parameters");
       }
     }
-    remat_stage_params_to_full(cfg, &st, tmp, full);
+    remat__stage_params_to_full(cfg, &st, tmp, full);
     remat__free(tmp);
   }
   /* last, so stage 0's tied matrix is the one written (the last stage's
    * copy is equal, bit for bit) */
-  remat_stage_params_to_full(cfg, &mine, p, full);
+  remat__stage_params_to_full(cfg, &mine, p, full);
   return 0;
 }
 

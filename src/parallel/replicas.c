@@ -2,7 +2,7 @@
  * under ZeRO stage 0 to 3 (include/remat/parallel.h says what each does).
  *
  * The model asks for a gradient buffer as each layer's backward begins
- * (remat_layer_ops.grad_buf) and hands it over when it ends (.grads): D
+ * (remat__layer_ops.grad_buf) and hands it over when it ends (.grads): D
  * shards of each of the layer's units, padding zero. One MPI_Ialltoall
  * sends shard q to replica q and the backward goes on with the next layer
  * while it travels; the model calls .progress between its kernels, where
@@ -16,7 +16,7 @@
  * buffer of the layer in flight stays untouched while the next layer
  * computes into another: the embedding and the head share one, and
  * consecutive blocks take the other two in turn. Under ZeRO 3 the model
- * asks for a layer's parameters (remat_layer_ops.params), which one
+ * asks for a layer's parameters (remat__layer_ops.params), which one
  * MPI_Iallgather of the shards rebuilds in a slot of the gather buffer; the
  * next unit's is posted before waiting for this one, when its slot is free
  * (see plan_gathers), so that it travels while this unit computes.
@@ -39,7 +39,7 @@
 #include <string.h>
 
 #include "base/base.h"
-#include "model/create.h"
+#include "model/model_runtime.h"
 #include "parallel/parallel_internal.h"
 
 enum { GBUF_BLOCK0, GBUF_BLOCK1, GBUF_BIG, GBUF_COUNT }; /* REDUCE's gradient buffers */
@@ -168,7 +168,7 @@ static void add_pieces(remat_replicas *rp, int64_t u, const float *recv) {
   int which = u == rp->L + 2 ? REMAT_BUF_TIED_GRAD : REMAT_BUF_GRADS;
   const remat__backend *be = remat__model_backend(rp->m);
   for (size_t i = first; i < first + count; i += run) {
-    float *acc = remat_model_unit_at(rp->m, which, u, i, &run);
+    float *acc = remat__model_unit_at(rp->m, which, u, i, &run);
     if (run > first + count - i) run = first + count - i;
     be->add(acc, recv + (i - first), run, rp->D, s); /* acc + piece 0 + piece 1 ... */
   }
@@ -321,7 +321,7 @@ static void gather_post(remat_replicas *rp, int phase, int64_t i) {
   gather_op *g = &rp->gat[i & 1];
   int64_t u = rp->pass[phase][i];
   size_t s = remat_unit_shard(rp->cfg, u, rp->D);
-  const float *mine = remat_model_shard(rp->m, REMAT_BUF_PARAMS, u);
+  const float *mine = remat__model_shard(rp->m, REMAT_BUF_PARAMS, u);
   double t = remat__now();
   int mrc = MPI_Iallgather(mine, (int)s, MPI_FLOAT, rp->gather[rp->slot[phase][i]], (int)s,
                            MPI_FLOAT, rp->d->comm, &g->req);
@@ -414,7 +414,7 @@ static int allgather_units(remat_replicas *rp, int which, const char *what) {
     REMAT_ASSERT(s * sizeof(float) <= rp->pack_bytes);
     remat_unit_owned(rp->cfg, u, rp->D, rp->r, &first, &count);
     for (size_t i = first; i < first + count; i += run) {
-      const float *src = remat_model_unit_at(rp->m, which, u, i, &run);
+      const float *src = remat__model_unit_at(rp->m, which, u, i, &run);
       if (run > first + count - i) run = first + count - i;
       be->copy(pack + (i - first), src, run * sizeof(float));
     }
@@ -426,7 +426,7 @@ static int allgather_units(remat_replicas *rp, int which, const char *what) {
       if (q == rp->r) continue;
       remat_unit_owned(rp->cfg, u, rp->D, q, &first, &count);
       for (size_t i = first; i < first + count; i += run) {
-        float *dst = remat_model_unit_at(rp->m, which, u, i, &run);
+        float *dst = remat__model_unit_at(rp->m, which, u, i, &run);
         if (run > first + count - i) run = first + count - i;
         be->copy(dst, rp->recv + (size_t)q * s + (i - first), run * sizeof(float));
       }
@@ -446,11 +446,11 @@ static void bind(remat_replicas *rp) {
   size_t bytes;
   const remat_memplan *mp = remat_model_memplan(rp->m);
   const remat_stage *st = remat_model_stage(rp->m);
-  rp->recv = remat_model_region(rp->m, REMAT_BUF_RECV, &bytes);
-  rp->norm = remat_model_region(rp->m, REMAT_BUF_NORM, &bytes);
+  rp->recv = remat__model_region(rp->m, REMAT_BUF_RECV, &bytes);
+  rp->norm = remat__model_region(rp->m, REMAT_BUF_NORM, &bytes);
   REMAT_ASSERT(bytes >= (size_t)rp->D * rp->chunks * sizeof(double));
-  rp->pack = remat_model_region(rp->m, REMAT_BUF_REDUCE, &rp->pack_bytes);
-  size_t blk = mp->grad_bytes[REMAT_LAYER_BLOCK];
+  rp->pack = remat__model_region(rp->m, REMAT_BUF_REDUCE, &rp->pack_bytes);
+  size_t blk = remat_memplan_grad_bytes(mp, REMAT_LAYER_BLOCK);
   int64_t nb = st->num_blocks < 2 ? st->num_blocks : 2;
   char *at = (char *)rp->pack;
   rp->gbuf[GBUF_BLOCK0] = nb >= 1 ? (float *)at : NULL;
@@ -459,7 +459,7 @@ static void bind(remat_replicas *rp) {
   size_t D = (size_t)rp->D, h = st->has_head ? remat_unit_shard(rp->cfg, rp->L + 1, rp->D) : 0;
   int has_b = 0;
   if (rp->zero == 3) {
-    float *g = remat_model_region(rp->m, REMAT_BUF_GATHER, &bytes);
+    float *g = remat__model_region(rp->m, REMAT_BUF_GATHER, &bytes);
     size_t rest = bytes / sizeof(float) - D * (rp->big + h); /* a block's slot, or none */
     has_b = rest > 0;
     rp->gather[SLOT_A] = g;
@@ -493,19 +493,19 @@ static int run_rounds(void *ctx, remat_trainer *tr, double *loss_sum, remat_erro
     /* every replica draws every micro-batch of the round, keeps its own */
     for (int64_t q = 0; q < rp->D; q++) {
       int mine = q == rp->r;
-      if ((rc = remat_trainer_next_batch(tr, j * rp->D + q, mine ? remat_model_inputs(m) : NULL,
-                                         mine ? remat_model_targets(m) : NULL, err)))
+      if ((rc = remat__trainer_next_batch(tr, j * rp->D + q, mine ? remat_model_inputs(m) : NULL,
+                                          mine ? remat_model_targets(m) : NULL, err)))
         return rc;
     }
     /* remat_model_forward_backward, in two parts for the trace */
     uint32_t micro = (uint32_t)(j * rp->D + rp->r);
     rp->micro = micro;
     double t = remat__now();
-    remat_model_stage_forward(m, 0, micro, &o->hp);
-    double tb = remat__now(), rs0 = remat_model_recompute_seconds(m);
+    remat__model_stage_forward(m, 0, micro, &o->hp);
+    double tb = remat__now(), rs0 = remat__model_recompute_seconds(m);
     span(rp, REMAT__EV_FORWARD, REMAT__TRACK_MAIN, t, tb, micro, -1);
-    double loss = remat_model_stage_backward(m, 0, micro, remat_trainer_dloss(tr), &o->hp);
-    double rs = remat_model_recompute_seconds(m) - rs0;
+    double loss = remat__model_stage_backward(m, 0, micro, remat__trainer_dloss(tr), &o->hp);
+    double rs = remat__model_recompute_seconds(m) - rs0;
     /* interleaved with the blocks' backwards; drawn as one span of its total */
     if (rs > 0) span(rp, REMAT__EV_RECOMPUTE, REMAT__TRACK_RECOMPUTE, tb, tb + rs, micro, -1);
     if ((rc = failed(rp, err))) return rc;
@@ -547,7 +547,7 @@ static int layer_sums(remat_replicas *rp, double *layers, int64_t *n, remat_erro
     if (u > rp->L + 1) continue;
     size_t s = remat_unit_shard(rp->cfg, u, rp->D), first, count;
     remat_unit_owned(rp->cfg, u, rp->D, rp->r, &first, &count);
-    size_t k = count ? (size_t)remat_model_grad_chunk_sums(rp->m, u, first, count, mine + pos) : 0;
+    size_t k = count ? (size_t)remat__model_grad_chunk_sums(rp->m, u, first, count, mine + pos) : 0;
     for (; k < s / Q; k++) mine[pos + k] = 0.0;
     pos += s / Q;
   }
@@ -658,12 +658,12 @@ int remat_replicas_create(remat_replicas **out, remat_dist *d, remat_trainer *tr
   }
   if (st->has_embedding && st->has_head && remat_unit_shard(cfg, L + 2, rp->D) > rp->big)
     rp->big = remat_unit_shard(cfg, L + 2, rp->D);
-  remat_layer_ops lops = {.params = rp->zero == 3 ? on_params : NULL, .grad_buf = on_grad_buf,
+  remat__layer_ops lops = {.params = rp->zero == 3 ? on_params : NULL, .grad_buf = on_grad_buf,
                           .grads = on_grads, .progress = on_progress, .ctx = rp};
-  remat_model_set_layer_ops(m, &lops);
-  remat_trainer_ops ops = {.micro_batches = run_rounds, .after_backward = after_backward,
+  remat__model_set_layer_ops(m, &lops);
+  remat__trainer_ops ops = {.micro_batches = run_rounds, .after_backward = after_backward,
                            .norm_sumsq = norm_sumsq, .update = update, .ctx = rp};
-  remat_trainer_set_ops(tr, &ops);
+  remat__trainer_set_ops(tr, &ops);
   *out = rp;
   return 0;
 }
@@ -671,8 +671,8 @@ int remat_replicas_create(remat_replicas **out, remat_dist *d, remat_trainer *tr
 void remat_replicas_destroy(remat_replicas *rp) {
   if (!rp) return;
   /* a step that failed may leave collectives in flight; MPI ends with them */
-  remat_model_set_layer_ops(rp->m, NULL);
-  remat_trainer_set_ops(rp->tr, &(remat_trainer_ops){0});
+  remat__model_set_layer_ops(rp->m, NULL);
+  remat__trainer_set_ops(rp->tr, &(remat__trainer_ops){0});
   remat__trace_free(&rp->own);
   remat__free(rp->slot[0]);
   remat__free(rp->units);
@@ -704,9 +704,9 @@ int remat_replicas_trace_start(remat_replicas *rp, int64_t max_steps, remat_erro
   if (rc) return rc;
   rp->trace = &rp->own;
   /* a replica's arena is live from the start: one counter */
+  size_t arena = remat_memplan_peak_bytes(remat_model_memplan(rp->m));
   remat__trace_add(&rp->own, (remat__event){.ts = rp->own.t0, .micro = -1, .layer = -1,
-                                            .kind = REMAT__EV_ARENA,
-                                            .value = remat_model_memplan(rp->m)->peak_bytes});
+                                            .kind = REMAT__EV_ARENA, .value = arena});
   return 0;
 }
 
@@ -719,13 +719,13 @@ int remat_replicas_gather_params(remat_replicas *rp, float *full, remat_error *e
   bind(rp);
   if (rp->zero < 3) { /* every replica holds the whole model (or stage) */
     if (rp->r == 0)
-      remat_stage_params_to_full(cfg, remat_model_stage(rp->m), remat_model_params(rp->m), full);
+      remat__stage_params_to_full(cfg, remat_model_stage(rp->m), remat_model_params(rp->m), full);
     return 0;
   }
   for (int64_t x = 0; x < rp->nu; x++) {
     int64_t u = rp->units[x];
     size_t s = remat_unit_shard(cfg, u, rp->D);
-    int mrc = MPI_Gather(remat_model_shard(rp->m, REMAT_BUF_PARAMS, u), (int)s, MPI_FLOAT,
+    int mrc = MPI_Gather(remat__model_shard(rp->m, REMAT_BUF_PARAMS, u), (int)s, MPI_FLOAT,
                          rp->recv, (int)s, MPI_FLOAT, 0, rp->d->comm);
     if (mrc != MPI_SUCCESS) return remat__mpi_error(err, mrc, "gathering the parameters");
     if (rp->r != 0) continue;

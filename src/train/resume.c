@@ -26,7 +26,8 @@ static double real(uint64_t u) {
 /* Floats in this rank's moment buffers as they are laid out: the whole
  * stage's, or a replica's shards under ZeRO 1 to 3. */
 static size_t moment_floats(const remat_trainer *tr) {
-  return remat_model_memplan(tr->model)->buf[REMAT_BUF_ADAM_M].bytes / sizeof(float);
+  const remat_memplan *mp = remat_model_memplan(tr->model);
+  return remat_memplan_buf(mp, REMAT_BUF_ADAM_M).bytes / sizeof(float);
 }
 
 static void fill_header(remat_trainer *tr, int rank, int ranks, remat_state_header *h) {
@@ -132,7 +133,7 @@ int remat_trainer_load_state(remat_trainer *tr, const char *path, int rank, int 
   if (have.step < 0 || have.step > have.steps)
     return remat__errorf(err, REMAT_EFORMAT, "training state '%s' is at step %lld of %lld", path,
                          (long long)have.step, (long long)have.steps);
-  remat_model_set_step(tr->model, have.step);
+  remat__model_set_step(tr->model, have.step);
   if (tr->have_train) {
     remat_loader_pos pos = {.epoch = have.loader_epoch, .cursor = have.loader_cursor,
                             .epoch_rng = have.loader_rng};

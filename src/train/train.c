@@ -70,12 +70,12 @@ int remat_trainer_create_stage(remat_trainer **out, const remat_config *cfg,
   tr->dloss = 1.0f / (float)(o->B * o->T * o->grad_accum);
   if (tok) {
     if ((rc = remat_tokens_check_vocab(tok, cfg->vocab_size, err))) goto fail;
-    if ((rc = remat_loader_init(&tr->train, tok, o->B, o->T, REMAT_SPLIT_TRAIN, o->val_frac,
+    if ((rc = remat__loader_init(&tr->train, tok, o->B, o->T, REMAT_SPLIT_TRAIN, o->val_frac,
                                 o->shuffle, o->hp.seed, err)))
       goto fail;
     tr->have_train = 1;
     if (o->val_frac > 0) {
-      if ((rc = remat_loader_init(&tr->val, tok, o->B, o->T, REMAT_SPLIT_VAL, o->val_frac, 0,
+      if ((rc = remat__loader_init(&tr->val, tok, o->B, o->T, REMAT_SPLIT_VAL, o->val_frac, 0,
                                   o->hp.seed, err)))
         goto fail;
       tr->have_val = 1;
@@ -96,8 +96,8 @@ fail:
 void remat_trainer_destroy(remat_trainer *tr) {
   if (!tr) return;
   remat_model_destroy(tr->model);
-  if (tr->have_train) remat_loader_free(&tr->train);
-  if (tr->have_val) remat_loader_free(&tr->val);
+  if (tr->have_train) remat__loader_free(&tr->train);
+  if (tr->have_val) remat__loader_free(&tr->val);
   remat__free(tr);
 }
 
@@ -106,7 +106,7 @@ const remat_memplan *remat_trainer_memplan(const remat_trainer *tr) {
 }
 
 size_t remat_trainer_planned_bytes(const remat_trainer *tr) {
-  size_t arena = remat_model_memplan(tr->model)->peak_bytes;
+  size_t arena = remat_memplan_peak_bytes(remat_model_memplan(tr->model));
   return tr->allocated ? remat__heap_live() : remat__heap_live() + arena;
 }
 
@@ -125,15 +125,15 @@ void remat_trainer_set_batches(remat_trainer *tr, remat_batch_fn fn, void *ctx) 
 }
 
 void remat_trainer_set_hook(remat_trainer *tr, remat_grad_hook fn, void *ctx) {
-  tr->ops = (remat_trainer_ops){.after_backward = fn, .ctx = ctx};
+  tr->ops = (remat__trainer_ops){.after_backward = fn, .ctx = ctx};
 }
 
-void remat_trainer_set_ops(remat_trainer *tr, const remat_trainer_ops *ops) { tr->ops = *ops; }
+void remat__trainer_set_ops(remat_trainer *tr, const remat__trainer_ops *ops) { tr->ops = *ops; }
 
 const remat_train_opts *remat_trainer_opts(const remat_trainer *tr) { return &tr->o; }
 
-int remat_trainer_next_batch(remat_trainer *tr, int64_t micro, int32_t *inputs, int32_t *targets,
-                             remat_error *err) {
+int remat__trainer_next_batch(remat_trainer *tr, int64_t micro, int32_t *inputs, int32_t *targets,
+                              remat_error *err) {
   if (tr->batch_fn)
     return tr->batch_fn(tr->batch_ctx, remat_model_step(tr->model), micro, inputs, targets, err);
   if (!tr->have_train)
@@ -142,7 +142,7 @@ int remat_trainer_next_batch(remat_trainer *tr, int64_t micro, int32_t *inputs, 
   return 0;
 }
 
-float remat_trainer_dloss(const remat_trainer *tr) { return tr->dloss; }
+float remat__trainer_dloss(const remat_trainer *tr) { return tr->dloss; }
 
 int64_t remat_trainer_steps_done(const remat_trainer *tr) { return remat_model_step(tr->model); }
 
@@ -173,7 +173,7 @@ int remat_trainer_step(remat_trainer *tr, remat_step_stats *st, remat_error *err
   const remat_train_opts *o = &tr->o;
   int64_t step = remat_model_step(m); /* 0-based number of this step */
   double t0 = remat__now();
-  remat_model_take_recompute_seconds(m);
+  remat__model_take_recompute_seconds(m);
   remat_model_zero_grad(m);
   double loss = 0;
   int rc;
@@ -181,8 +181,8 @@ int remat_trainer_step(remat_trainer *tr, remat_step_stats *st, remat_error *err
     if ((rc = tr->ops.micro_batches(tr->ops.ctx, tr, &loss, err))) return rc;
   } else {
     for (int64_t k = 0; k < o->grad_accum; k++) {
-      if ((rc = remat_trainer_next_batch(tr, k, remat_model_inputs(m), remat_model_targets(m),
-                                         err)))
+      if ((rc = remat__trainer_next_batch(tr, k, remat_model_inputs(m), remat_model_targets(m),
+                                          err)))
         return rc;
       loss += remat_model_forward_backward(m, (uint32_t)k, tr->dloss, &o->hp);
     }
@@ -194,8 +194,8 @@ int remat_trainer_step(remat_trainer *tr, remat_step_stats *st, remat_error *err
   double sumsq;
   if (tr->ops.norm_sumsq) {
     double part[4096 + 2];
-    /* a replica holds shards: its op sums them (remat_model_grad_chunk_sums) */
-    int64_t n = remat_model_stage(m)->replicas > 1 ? 0 : remat_model_grad_sumsq_layers(m, part);
+    /* a replica holds shards: its op sums them (remat__model_grad_chunk_sums) */
+    int64_t n = remat_model_stage(m)->replicas > 1 ? 0 : remat__model_grad_sumsq_layers(m, part);
     if ((rc = tr->ops.norm_sumsq(tr->ops.ctx, tr, part, n, &sumsq, err))) return rc;
   } else {
     sumsq = remat_model_grad_sumsq(m);
@@ -211,7 +211,7 @@ int remat_trainer_step(remat_trainer *tr, remat_step_stats *st, remat_error *err
   st->lr = lr;
   st->grad_norm = norm;
   st->seconds = remat__now() - t0;
-  st->recompute_seconds = remat_model_take_recompute_seconds(m);
+  st->recompute_seconds = remat__model_take_recompute_seconds(m);
   if (!isfinite(loss) || !isfinite(norm)) return diverged(tr, loss, remat_model_step(m), err);
   return 0;
 }
@@ -233,6 +233,6 @@ int remat_trainer_evaluate(remat_trainer *tr, double *loss, remat_error *err) {
 }
 
 size_t remat_trainer_measured_peak_bytes(remat_trainer *tr) {
-  size_t arena = remat_model_memplan(tr->model)->peak_bytes;
+  size_t arena = remat_memplan_peak_bytes(remat_model_memplan(tr->model));
   return remat_model_arena_high_water(tr->model) + (remat__heap_peak() - arena);
 }

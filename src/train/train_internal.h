@@ -2,8 +2,10 @@
 #ifndef REMAT_TRAIN_INTERNAL_H
 #define REMAT_TRAIN_INTERNAL_H
 
-#include "model/create.h"
+#include "io/loader.h"
+#include "model/model_runtime.h"
 #include "remat/train.h"
+#include "train/train_runtime.h"
 
 struct remat_trainer {
   remat_train_opts o;
@@ -12,7 +14,7 @@ struct remat_trainer {
   remat_loader train, val;
   remat_batch_fn batch_fn;
   void *batch_ctx;
-  remat_trainer_ops ops;
+  remat__trainer_ops ops;
   float dloss; /* 1 / (B T K): the mean over the step's tokens */
   int allocated; /* remat_trainer_allocate has made the model's arena */
 };

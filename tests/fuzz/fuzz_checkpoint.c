@@ -1,5 +1,5 @@
 /* fuzz_checkpoint.c: llm.c checkpoints from arbitrary bytes, through the
- * same reader remat_checkpoint_open uses. Any header is either refused with
+ * same reader remat_checkpoint_reader_open uses. Any header is either refused with
  * a message or describes exactly the bytes that follow; the weights then
  * load (or are refused as non-finite) and the overflow check runs on them. */
 #include "fuzz.h"
@@ -12,7 +12,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   int rc = remat__checkpoint_open_mem(&rd, data, size, "fuzz.ckpt", &cfg, &err);
   if (rc) {
     fuzz_check_error(rc, &err);
-    remat_checkpoint_close(&rd);
+    remat_checkpoint_reader_free(&rd);
     return 0;
   }
   size_t n = remat_param_count(&cfg);
@@ -29,6 +29,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (rc) fuzz_check_error(rc, &err);
   }
   free(params);
-  remat_checkpoint_close(&rd);
+  remat_checkpoint_reader_free(&rd);
   return 0;
 }
