@@ -309,7 +309,7 @@ static void test_products(void) {
   }
   enum { NFIXED = 7, NRAND = 6, NS = 2 * (NFIXED + NRAND) };
   const int64_t fixed[NFIXED][3] = {{1, 1, 1},   {7, 13, 5},  {33, 17, 65}, {100, 96, 200},
-                                    {3, 257, 31}, {64, 768, 2304}, {256, 3072, 768}};
+                                    {3, 257, 31}, {64, 768, 2304}, {64, 3072, 768}};
   remat__mm_shape s[NS];
   int n = 0;
   for (int i = 0; i < NFIXED + NRAND; i++) {
