@@ -13,8 +13,8 @@ install(TARGETS remat EXPORT remat-targets
 
 # The CMake package. A static libremat names its dependencies by the targets
 # remat's build uses (OpenMP::OpenMP_C, MPI::MPI_C, PkgConfig::CJSON, PCRE2 and
-# remat_openblas, the OpenMP OpenBLAS by path); rematConfig.cmake finds or
-# defines them before the exported target.
+# remat_openblas, the OpenMP OpenBLAS by path, and remat_dnnl, oneDNN by path);
+# rematConfig.cmake finds or defines them before the exported target.
 set(REMAT_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/remat)
 install(EXPORT remat-targets NAMESPACE remat:: FILE rematTargets.cmake
         DESTINATION ${REMAT_CMAKE_DIR})
@@ -32,6 +32,8 @@ install(FILES ${PROJECT_BINARY_DIR}/rematConfig.cmake ${PROJECT_BINARY_DIR}/rema
 # OpenMP OpenBLAS is named by its directory, which also goes into the
 # program's RUNPATH (see the top CMakeLists.txt for why).
 set(deps "-L${REMAT_OPENBLAS_LIBDIR} -Wl,-rpath,${REMAT_OPENBLAS_LIBDIR} -lopenblas")
+get_filename_component(REMAT_DNNL_LIBDIR "${REMAT_DNNL_LIB}" DIRECTORY)
+string(APPEND deps " -L${REMAT_DNNL_LIBDIR} -ldnnl")
 string(APPEND deps " ${OpenMP_C_FLAGS}")
 foreach(lib ${MPI_C_LIBRARIES})
   string(APPEND deps " ${lib}")

