@@ -16,6 +16,12 @@
 #define DEFAULT_TIME_LIMIT 60.0 /* seconds for --time-limit */
 enum { FORMAT_LP = -1 };        /* beside REMAT_PLAN_FORMAT_* */
 
+/* What --config's figures describe: one line under the table's problem
+ * line ("note: " SOURCE_NOTE), and "source_note" in JSON. */
+#define SOURCE_NOTE                                                        \
+  "bytes and FLOP times of remat's own fp32 GPT-2 engine; for other frameworks' models, " \
+  "see python/remat (docs/profile.md)"
+
 static const char usage_text[] =
     "usage: remat plan PROBLEM.json [options]\n"
     "       remat plan --config NAME|L,C,NH,V,T --batch B --seq T --stages P\n"
@@ -38,7 +44,10 @@ static const char usage_text[] =
     "                                 at most 16 MiB of JSON\n"
     "  --config NAME|L,C,NH,V,T       a GPT-2 shape (tiny, small, gpt2-124m, gpt2-350m,\n"
     "                                 gpt2-774m, gpt2-1558m), with the engine's byte\n"
-    "                                 counts and FLOP-based times (GFLOP)\n"
+    "                                 counts and FLOP-based times (GFLOP) for remat's\n"
+    "                                 own fp32 engine; for another framework's model,\n"
+    "                                 measure a problem file with the Python profiler\n"
+    "                                 (python/remat, docs/profile.md)\n"
     "  --batch B, --seq T             micro-batch shape for --config\n"
     "settings (override the file's):\n"
     "  --stages P                     pipeline stages\n"
@@ -232,17 +241,51 @@ static int apply_settings(const plan_args *a, const size_t *budgets, int64_t nb,
   return 0;
 }
 
+/* text with SOURCE_NOTE added (owned; NULL when out of memory): in a
+ * table, after its "problem: " line (else at its end); in JSON, as the
+ * top-level object's last field. */
+static char *with_note(const char *text, int json) {
+  size_t n = strlen(text), at = n;
+  const char *add = "note: " SOURCE_NOTE "\n";
+  const char *p = strstr(text, "\nproblem: ");
+  const char *close = json ? strstr(text, "\n}") : NULL;
+  char field[sizeof SOURCE_NOTE + 32];
+  if (json) {
+    field[0] = 0; /* not an object: left as it is */
+    while (close && strstr(close + 1, "\n}")) close = strstr(close + 1, "\n}");
+    if (close) snprintf(field, sizeof field, ",\n\t\"source_note\":\t\"%s\"", SOURCE_NOTE);
+    add = field;
+    at = close ? (size_t)(close - text) : n;
+  } else if (p && strchr(p + 1, '\n')) {
+    at = (size_t)(strchr(p + 1, '\n') - text) + 1;
+  }
+  size_t k = strlen(add);
+  char *out = malloc(n + k + 1);
+  if (!out) return NULL;
+  memcpy(out, text, at);
+  memcpy(out + at, add, k);
+  memcpy(out + at + k, text + at, n - at + 1);
+  return out;
+}
+
 /* Writes text to -o through the library's atomic save, or to standard
- * output. 0 or CLI_EXIT_RUN. */
+ * output; --config's tables and JSON carry SOURCE_NOTE. 0 or CLI_EXIT_RUN. */
 static int write_out(const plan_args *a, const char *text) {
   remat_error err;
+  int status = 0;
+  int note = a->config && (a->fmt == REMAT_PLAN_FORMAT_TABLE || a->fmt == REMAT_PLAN_FORMAT_JSON);
+  char *noted = note ? with_note(text, a->fmt == REMAT_PLAN_FORMAT_JSON) : NULL;
+  if (note && !noted) return cli_fail(CLI_EXIT_RUN, "out of memory formatting the plan");
+  const char *out = noted ? noted : text;
   if (a->output) {
-    if (remat_save_bytes(a->output, "plan", text, strlen(text), &err))
-      return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
-    return 0;
+    if (remat_save_bytes(a->output, "plan", out, strlen(out), &err))
+      status = cli_fail(CLI_EXIT_RUN, "%s", err.msg);
+  } else {
+    fputs(out, stdout);
+    status = cli_stdout_ok() ? CLI_EXIT_RUN : 0;
   }
-  fputs(text, stdout);
-  return cli_stdout_ok() ? CLI_EXIT_RUN : 0;
+  free(noted);
+  return status;
 }
 
 static int write_lp(const plan_args *a, const remat_plan_problem *pb) {
