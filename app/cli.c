@@ -71,7 +71,7 @@ const char *cli_flag_value(int argc, char **argv, int *i, char *name, size_t cap
 
 int cli_stdout_ok(void) {
   if (fflush(stdout) == 0 && !ferror(stdout)) return 0;
-  cli_fail(-1, "cannot write the output: %s", strerror(errno ? errno : EIO));
+  cli_fail(-1, "cannot write to standard output: %s", strerror(errno ? errno : EIO));
   return -1;
 }
 
@@ -80,6 +80,12 @@ static int set_flag(const cli_flag *f, const char *name, const char *v) {
   double dv;
   switch (f->kind) {
   case CLI_STR:
+    *(const char **)f->dst = v;
+    return 0;
+  case CLI_ARG:
+    if (*(const char **)f->dst)
+      return cli_fail(-1, "more than one %s given ('%s' and '%s')", f->what,
+                      *(const char **)f->dst, v);
     *(const char **)f->dst = v;
     return 0;
   case CLI_I64:
@@ -111,10 +117,14 @@ int cli_parse_flags(int argc, char **argv, const cli_flag *flags, const char *us
       fputs(usage, stdout);
       exit(cli_stdout_ok() ? CLI_EXIT_RUN : 0);
     }
-    if (strncmp(a, "--", 2) != 0)
-      return cli_fail(-1, "unexpected argument '%s'; see %s --help", a, cli_name);
-    size_t n = strcspn(a, "=");
     const cli_flag *f = flags;
+    if (a[0] != '-' || a[1] == 0) { /* an operand */
+      while (f->name && f->kind != CLI_ARG) f++;
+      if (!f->name) return cli_fail(-1, "unexpected argument '%s'; see %s --help", a, cli_name);
+      if (set_flag(f, f->name, a)) return -1;
+      continue;
+    }
+    size_t n = strcspn(a, "=");
     while (f->name && !(strlen(f->name) == n && strncmp(f->name, a, n) == 0)) f++;
     if (!f->name)
       return cli_fail(-1, "unknown option '%.*s'; see %s --help", (int)n, a, cli_name);

@@ -33,17 +33,23 @@ const char *cli_flag_value(int argc, char **argv, int *i, char *name, size_t cap
 
 /* A table of flags: each flag's name, what its value is and where it goes.
  * Integers and numbers are range-checked (cli_parse_i64 / cli_parse_f64);
- * a switch takes no value and sets an int to 1. */
-typedef enum { CLI_STR, CLI_I64, CLI_INT, CLI_U64, CLI_F64, CLI_F32, CLI_SWITCH } cli_kind;
+ * a switch takes no value and sets an int to 1. A CLI_ARG flag is a string
+ * given at most once, by the flag or as an operand (an argument that does
+ * not start with '-', or "-"); what names it in the refusal of a second
+ * ("more than one problem file given"). Without a CLI_ARG flag, operands
+ * are refused. Names may be short ("-o"). */
+typedef enum { CLI_STR, CLI_I64, CLI_INT, CLI_U64, CLI_F64, CLI_F32, CLI_SWITCH, CLI_ARG } cli_kind;
 typedef struct cli_flag {
   const char *name;
   cli_kind kind;
   void *dst;
   double lo, hi;
   int hi_open;
+  const char *what; /* CLI_ARG only */
 } cli_flag;
 /* Parses argv[1..] against flags (ended by a NULL name). --help or -h
- * prints usage and exits. Returns 0, or -1 after printing what was wrong. */
+ * prints usage and exits (status 1 when standard output cannot be written).
+ * Returns 0, or -1 after printing what was wrong. */
 int cli_parse_flags(int argc, char **argv, const cli_flag *flags, const char *usage);
 
 /* A digest of the command line, for ranks to agree they run the same one. */

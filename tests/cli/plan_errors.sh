@@ -16,7 +16,8 @@ expect() { # word-in-message, then the command's arguments
   local word=$1
   shift
   n=$((n + 1))
-  "$REMAT" plan "$@" >"$OUT" 2>"$TMP/err"
+  # a run that blocks (on a FIFO) fails here instead of hanging the suite
+  timeout -k 5 20 "$REMAT" plan "$@" >"$OUT" 2>"$TMP/err" </dev/null
   local rc=$?
   local lines
   lines=$(wc -l <"$TMP/err")
@@ -55,6 +56,12 @@ expect "mem" "$DATA/seed.json" --mem 20XB
 expect "mem" "$DATA/seed.json" --mem -5GB
 expect "mem" "$DATA/seed.json" --mem 1GB,,2GB
 expect "budgets for 4 stages" "$DATA/seed.json" --mem 1GB,2GB
+# the library's budget list parser, as `remat train --mem` uses it
+expect "empty list of sizes" "$DATA/seed.json" --mem ""
+expect "unknown unit 'XB'" "$DATA/seed.json" --mem 1GiB,2XB
+# switches take no value
+expect "--sweep is a switch and takes no value" "$DATA/seed.json" --sweep=1
+expect "--no-middle is a switch and takes no value" "$DATA/seed.json" --no-middle=
 expect "more than one problem" "$DATA/seed.json" "$DATA/seed.json"
 expect "not both" "$DATA/seed.json" --config tiny
 expect "sweep" "$DATA/seed.json" --sweep --format megatron
@@ -67,7 +74,7 @@ expect "unknown model config" --config gpt9 --batch 1 --seq 64 --stages 2 --micr
 expect "--config" "$DATA/seed.json" --batch 4
 expect "sequence length" --config tiny --batch 1 --seq 100000 --stages 2 --microbatches 2 --mem 1GB
 expect "stages but only" --config tiny --batch 1 --seq 64 --stages 9 --microbatches 2 --mem 1GB
-expect "cannot create a file beside" "$DATA/seed.json" --mem 20GB -o /nonexistent/dir/plan.txt
+expect "create the directory first" "$DATA/seed.json" --mem 20GB -o /nonexistent/dir/plan.txt
 
 # files
 expect "cannot open" "$TMP/does-not-exist.json"
@@ -161,14 +168,14 @@ echo "old plan" >"$TMP/kept.txt"
 rc=$?
 n=$((n + 1))
 if [ "$rc" -ne 1 ] || [ "$(cat "$TMP/kept.txt")" != "old plan" ] ||
-  ls -a "$TMP" | grep -q '^\.kept\.txt\.' || [ "$(wc -l <"$TMP/err")" -ne 1 ]; then
+  ls -a "$TMP" | grep -q '^\.\?kept\.txt\.' || [ "$(wc -l <"$TMP/err")" -ne 1 ]; then
   echo "FAIL: a failed -o write must leave the old file and no temporary (rc $rc):" >&2
   cat "$TMP/err" >&2
   fails=$((fails + 1))
 fi
 mkdir -p "$TMP/adir"
 expect "Is a directory" "$DATA/seed.json" -o "$TMP/adir"
-if ls -a "$TMP" | grep -q '^\.adir\.'; then
+if ls -a "$TMP" | grep -q '^\.\?adir\.'; then
   echo "FAIL: a temporary file was left beside $TMP/adir" >&2
   fails=$((fails + 1))
 fi
@@ -179,6 +186,66 @@ if [ "$rc" -ne 0 ] || ! grep -q '^plan: 32 layers' "$TMP/kept.txt" || [ -s "$TMP
   echo "FAIL: -o over an existing file" >&2
   fails=$((fails + 1))
 fi
+
+# -o checked before solving, under the library's rules for every output
+check() { # description, then a shell condition that must hold
+  n=$((n + 1))
+  if ! eval "$2"; then
+    echo "FAIL: $1" >&2
+    cat "$TMP/err" >&2
+    fails=$((fails + 1))
+  fi
+}
+O="$TMP/o"
+rm -rf "$O" && mkdir -p "$O/adir"
+cp "$DATA/seed.json" "$O/problem.json"
+ln -s problem.json "$O/problem-link.json"
+expect "is the problem file" "$O/problem.json" -o "$O/problem.json"
+check "-o onto the problem file must leave it byte for byte" \
+  'cmp -s "$DATA/seed.json" "$O/problem.json" && [ ! -s "$OUT" ]'
+expect "is the problem file" "$O/problem.json" -o "$O/problem-link.json"
+expect "is the problem file" --problem "$O/problem-link.json" -o "$O/./problem.json"
+check "-o through a link to the problem file must leave it and the link" \
+  'cmp -s "$DATA/seed.json" "$O/problem.json" && [ -L "$O/problem-link.json" ]'
+ln -s adir "$O/dirlink"
+expect "is a directory" "$DATA/seed.json" -o "$O/dirlink"
+ln -s loop2 "$O/loop1" && ln -s loop1 "$O/loop2"
+expect "too many levels of symbolic links" "$DATA/seed.json" -o "$O/loop1"
+mkfifo "$O/fifo"
+expect "FIFO, not a regular file" "$DATA/seed.json" -o "$O/fifo"
+ln -s fifo "$O/fifolink"
+expect "links to .*FIFO" "$DATA/seed.json" -o "$O/fifolink"
+check "nothing is left beside refused outputs" \
+  '[ "$(ls -A "$O" | sort | tr "\n" " ")" = "adir dirlink fifo fifolink loop1 loop2 problem-link.json problem.json " ]'
+# the longest name a file system allows (255 bytes): the temporary's name
+# beside it must stay within the limit too
+long=$(printf 'p%.0s' $(seq 255))
+"$REMAT" plan "$DATA/seed.json" -o "$O/$long" 2>"$TMP/err"
+rc=$?
+check "-o onto a 255-byte name (rc $rc)" \
+  '[ "$rc" -eq 0 ] && grep -q "^plan: 32 layers" "$O/$long" && [ ! -s "$TMP/err" ] &&
+   [ "$(ls -A "$O" | wc -l)" -eq 9 ]'
+# through a symlink: the target is written and the link kept
+echo "old plan" >"$O/target.txt"
+ln -s target.txt "$O/link.txt"
+"$REMAT" plan "$DATA/seed.json" -o "$O/link.txt" 2>"$TMP/err"
+rc=$?
+check "-o through a symlink writes its target and keeps the link (rc $rc)" \
+  '[ "$rc" -eq 0 ] && [ -L "$O/link.txt" ] && [ "$(readlink "$O/link.txt")" = target.txt ] &&
+   grep -q "^plan: 32 layers" "$O/target.txt"'
+# budgets: one per stage, parsed as `remat train --mem` parses them
+"$REMAT" plan --config tiny --batch 4 --seq 64 --stages 2 --microbatches 2 --mem 1GiB,2GiB \
+  --format json >"$TMP/out" 2>"$TMP/err"
+rc=$?
+check "--mem 1GiB,2GiB for 2 stages gives each stage its budget (rc $rc)" \
+  '[ "$rc" -eq 0 ] && [ "$(grep -o "\"budget_bytes\":[^,]*" "$TMP/out" | tr -d "\t" |
+   tr "\n" " ")" = "\"budget_bytes\":1073741824 \"budget_bytes\":2147483648 " ]'
+check "--config's JSON says what its figures describe" \
+  'grep -q "\"source_note\":.*fp32 GPT-2 engine.*python/remat" "$TMP/out"'
+"$REMAT" plan --config tiny --batch 4 --seq 64 --stages 2 --microbatches 2 --mem 1GiB \
+  >"$TMP/out" 2>"$TMP/err"
+check "--config's table says what its figures describe, once" \
+  '[ "$(grep -c "^note: .*fp32 GPT-2 engine.*docs/profile.md" "$TMP/out")" -eq 1 ]'
 
 # help works and a good run exits 0
 "$REMAT" plan --help >"$TMP/out" 2>&1 || { echo "FAIL: --help" >&2; fails=$((fails + 1)); }

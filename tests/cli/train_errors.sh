@@ -58,6 +58,8 @@ perl -e 'open(my $h,"+<",$ARGV[0]) or die; binmode $h; print $h pack("l<",1);' \
 
 expect_fail "unknown option" "unknown option" --bogus 3
 expect_fail "stray argument" "unexpected argument" hello
+expect_fail "switch given a value" "--cosine is a switch and takes no value" --cosine=1
+expect_fail "switch given an empty value" "--quiet is a switch and takes no value" --quiet=
 expect_fail "missing value" "needs a value" --steps
 expect_fail "batch not a number" "expects an integer" --batch abc
 expect_fail "batch zero" "out of range" --batch 0
