@@ -98,6 +98,7 @@ typedef struct {
   int64_t B, T, K, steps, eval_every, stages, replicas;
   int zero;
   double peak_gflops;
+  int64_t sample_every;
   int threads, quiet, plan_only;
 } opts;
 
@@ -108,59 +109,75 @@ static void on_signal(int sig) {
   interrupted = 1;
 }
 
-static int parse_args(int argc, char **argv, opts *o) {
-  *o = (opts){.stages = 1, .replicas = 1, .B = 8, .K = 1, .steps = 300};
-  remat_job_desc_default(&o->d);
-  o->d.train.lr = 1e-3;
-  o->d.train.val_frac = 0.1;
+/* The flags over base: the defaults, or a resumed run's saved settings. */
+static int parse_args(int argc, char **argv, opts *o, const remat_job_desc *base) {
+  *o = (opts){0};
+  if (base) {
+    o->d = *base;
+  } else {
+    remat_job_desc_default(&o->d);
+    o->d.train.lr = 1e-3;
+    o->d.train.val_frac = 0.1;
+  }
+  remat_job_desc *d = &o->d;
+  remat_train_opts *t = &d->train;
   const cli_flag flags[] = {
-      {.name = "--config", .kind = CLI_STR, .dst = &o->d.config},
-      {.name = "--model", .kind = CLI_STR, .dst = &o->d.model},
-      {.name = "--data", .kind = CLI_STR, .dst = &o->d.data},
-      {.name = "--text", .kind = CLI_STR, .dst = &o->d.text},
+      {.name = "--config", .kind = CLI_STR, .dst = &d->config},
+      {.name = "--model", .kind = CLI_STR, .dst = &d->model},
+      {.name = "--data", .kind = CLI_STR, .dst = &d->data},
+      {.name = "--text", .kind = CLI_STR, .dst = &d->text},
       {.name = "--save", .kind = CLI_STR, .dst = &o->save},
       {.name = "--log", .kind = CLI_STR, .dst = &o->log},
-      {.name = "--ckpt-layers", .kind = CLI_STR, .dst = &o->d.ckpt_layers},
-      {.name = "--mem", .kind = CLI_STR, .dst = &o->d.memory},
-      {.name = "--layers", .kind = CLI_STR, .dst = &o->d.layers},
-      {.name = "--plan", .kind = CLI_STR, .dst = &o->d.plan},
+      {.name = "--ckpt-layers", .kind = CLI_STR, .dst = &d->ckpt_layers},
+      {.name = "--mem", .kind = CLI_STR, .dst = &d->memory},
+      {.name = "--layers", .kind = CLI_STR, .dst = &d->layers},
+      {.name = "--plan", .kind = CLI_STR, .dst = &d->plan},
       {.name = "--trace", .kind = CLI_STR, .dst = &o->trace},
-      {.name = "--checkpoint-dir", .kind = CLI_STR, .dst = &o->d.checkpoint_dir},
-      {.name = "--resume", .kind = CLI_STR, .dst = &o->d.resume},
+      {.name = "--checkpoint-dir", .kind = CLI_STR, .dst = &d->checkpoint_dir},
+      {.name = "--resume", .kind = CLI_STR, .dst = &d->resume},
       {.name = "--schedule", .kind = CLI_STR, .dst = &o->schedule_name},
-      {.name = "--checkpoint-every", .kind = CLI_I64, .dst = &o->d.checkpoint_every,
+      {.name = "--checkpoint-every", .kind = CLI_I64, .dst = &d->checkpoint_every,
         .lo = 1, .hi = 1 << 30},
-      {.name = "--stages", .kind = CLI_I64, .dst = &o->stages, .lo = 1, .hi = REMAT_MAX_STAGES},
-      {.name = "--data-parallel", .kind = CLI_I64, .dst = &o->replicas,
+      {.name = "--stages", .kind = CLI_I64, .dst = &d->stages, .lo = 1, .hi = REMAT_MAX_STAGES},
+      {.name = "--data-parallel", .kind = CLI_I64, .dst = &d->replicas,
         .lo = 1, .hi = REMAT_MAX_STAGES},
-      {.name = "--zero", .kind = CLI_INT, .dst = &o->zero, .lo = 0, .hi = 3},
-      {.name = "--batch", .kind = CLI_I64, .dst = &o->B, .lo = 1, .hi = 1 << 16},
-      {.name = "--seq", .kind = CLI_I64, .dst = &o->T, .lo = 1, .hi = 1 << 20},
-      {.name = "--grad-accum", .kind = CLI_I64, .dst = &o->K, .lo = 1, .hi = 1 << 16},
-      {.name = "--steps", .kind = CLI_I64, .dst = &o->steps, .lo = 0, .hi = 1 << 30},
-      {.name = "--warmup", .kind = CLI_I64, .dst = &o->d.train.warmup, .lo = 0, .hi = 1 << 30},
-      {.name = "--eval-every", .kind = CLI_I64, .dst = &o->eval_every, .lo = 0, .hi = 1 << 30},
-      {.name = "--eval-batches", .kind = CLI_I64, .dst = &o->d.train.eval_batches,
+      {.name = "--zero", .kind = CLI_INT, .dst = &d->zero, .lo = 0, .hi = 3},
+      {.name = "--batch", .kind = CLI_I64, .dst = &t->B, .lo = 1, .hi = 1 << 16},
+      {.name = "--seq", .kind = CLI_I64, .dst = &t->T, .lo = 1, .hi = 1 << 20},
+      {.name = "--grad-accum", .kind = CLI_I64, .dst = &t->grad_accum, .lo = 1, .hi = 1 << 16},
+      {.name = "--steps", .kind = CLI_I64, .dst = &t->steps, .lo = 0, .hi = 1 << 30},
+      {.name = "--warmup", .kind = CLI_I64, .dst = &t->warmup, .lo = 0, .hi = 1 << 30},
+      {.name = "--eval-every", .kind = CLI_I64, .dst = &d->eval_every, .lo = 0, .hi = 1 << 30},
+      {.name = "--eval-batches", .kind = CLI_I64, .dst = &t->eval_batches,
         .lo = 1, .hi = 1 << 20},
-      {.name = "--val-frac", .kind = CLI_F64, .dst = &o->d.train.val_frac, .lo = 0.001, .hi = 0.9},
-      {.name = "--lr", .kind = CLI_F64, .dst = &o->d.train.lr, .lo = 0, .hi = 10},
-      {.name = "--weight-decay", .kind = CLI_F32, .dst = &o->d.train.hp.weight_decay,
+      {.name = "--val-frac", .kind = CLI_F64, .dst = &t->val_frac, .lo = 0.001, .hi = 0.9},
+      {.name = "--lr", .kind = CLI_F64, .dst = &t->lr, .lo = 0, .hi = 10},
+      {.name = "--weight-decay", .kind = CLI_F32, .dst = &t->hp.weight_decay,
         .lo = 0, .hi = 10},
-      {.name = "--grad-clip", .kind = CLI_F32, .dst = &o->d.train.hp.grad_clip,
-        .lo = 0, .hi = 1e30},
-      {.name = "--dropout", .kind = CLI_F32, .dst = &o->d.train.hp.dropout,
+      {.name = "--grad-clip", .kind = CLI_F32, .dst = &t->hp.grad_clip, .lo = 0, .hi = 1e30},
+      {.name = "--dropout", .kind = CLI_F32, .dst = &t->hp.dropout,
         .lo = 0, .hi = 1, .hi_open = 1},
-      {.name = "--ckpt-ratio", .kind = CLI_F64, .dst = &o->d.ckpt_ratio, .lo = 0, .hi = 1},
+      {.name = "--ckpt-ratio", .kind = CLI_F64, .dst = &d->ckpt_ratio, .lo = 0, .hi = 1},
       {.name = "--peak-gflops", .kind = CLI_F64, .dst = &o->peak_gflops, .lo = 1e-6, .hi = 1e12},
-      {.name = "--seed", .kind = CLI_U64, .dst = &o->d.train.hp.seed, .lo = 0},
+      {.name = "--seed", .kind = CLI_U64, .dst = &t->hp.seed, .lo = 0},
       {.name = "--threads", .kind = CLI_INT, .dst = &o->threads, .lo = 1, .hi = 1024},
-      {.name = "--cosine", .kind = CLI_SWITCH, .dst = &o->d.train.cosine},
+      {.name = "--sample-every", .kind = CLI_I64, .dst = &o->sample_every, .lo = 0,
+        .hi = 1 << 30},
+      {.name = "--cosine", .kind = CLI_SWITCH, .dst = &t->cosine},
       {.name = "--quiet", .kind = CLI_SWITCH, .dst = &o->quiet},
       {.name = "--plan-only", .kind = CLI_SWITCH, .dst = &o->plan_only},
       {NULL}};
   if (cli_parse_flags(argc, argv, flags, usage_text)) return -1;
-  if (o->schedule_name && remat_plan_schedule_parse(o->schedule_name, &o->d.schedule))
+  o->B = t->B, o->T = t->T, o->K = t->grad_accum, o->steps = t->steps;
+  o->eval_every = d->eval_every, o->stages = d->stages, o->replicas = d->replicas;
+  o->zero = d->zero;
+  if (o->schedule_name && remat_plan_schedule_parse(o->schedule_name, &d->schedule))
     return cli_fail(-1, "--schedule %s is not a schedule; use 1f1b or gpipe", o->schedule_name);
+  return 0;
+}
+
+/* What the flags (over a resume's settings) ask must make sense together. */
+static int check_args(opts *o) {
   if ((o->d.ckpt_ratio >= 0) + !!o->d.ckpt_layers + !!o->d.memory + !!o->d.plan > 1)
     return cli_fail(-1, "--ckpt-ratio, --ckpt-layers, --mem and --plan each choose the "
                         "recomputed blocks; give at most one");
@@ -188,21 +205,29 @@ static int parse_args(int argc, char **argv, opts *o) {
     return cli_fail(-1, "--checkpoint-dir DIR and --checkpoint-every N go together");
   if (o->d.resume && o->d.model)
     return cli_fail(-1, "--resume takes the weights from its checkpoint; drop --model");
+  if (o->sample_every && o->stages * o->replicas > 1)
+    return cli_fail(-1, "--sample-every runs on one process only; drop it with %s",
+                    o->stages > 1 ? "--stages" : "--data-parallel");
   return 0;
 }
 
-/* The description: the flags that went straight into it, and the ones the
- * printing reads too. */
+/* A resume: the saved run's settings, with the flags given over them; a
+ * flag that would change what a resume keeps is refused. */
+static int resume_args(int argc, char **argv, opts *o, remat_job_saved *saved) {
+  remat_error err;
+  remat_job_conflict c;
+  if (remat_job_saved_load(saved, o->d.resume, &err)) return cli_fail(-1, "%s", err.msg);
+  if (!saved->found) return 0; /* an older checkpoint: the flags as given */
+  if (parse_args(argc, argv, o, &saved->desc)) return -1;
+  if (remat_job_saved_conflict(saved, &o->d, &c))
+    return cli_fail(-1, "--%s %s differs from the saved run's %s; a resume keeps the run's "
+                    "settings: drop --%s", c.key, c.given, c.saved, c.key);
+  return 0;
+}
+
+/* The description: the flags went straight into it; the outputs. */
 static void job_desc_from(const opts *o, remat_job_desc *d) {
   *d = o->d;
-  d->train.B = o->B;
-  d->train.T = o->T;
-  d->train.grad_accum = o->K;
-  d->train.steps = o->steps;
-  d->eval_every = o->eval_every;
-  d->stages = o->stages;
-  d->replicas = o->replicas;
-  d->zero = o->zero;
   d->trace = o->trace != NULL;
   d->outputs[0] = o->save;
   d->outputs[1] = o->log;
@@ -739,6 +764,12 @@ static int train_job(opts *o, run_state *r) {
                     "-np %lld remat train ...", ranks, what, (long long)(o->stages * o->replicas));
   }
   if (remat_job_prepare(job, &err)) return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
+  int64_t at;
+  if (remat_job_resumed_from(job, &at, NULL) && at >= o->steps) { /* nothing to do */
+    printf("the run in %s finished at step %lld; give --steps N > %lld to extend it\n",
+           o->d.resume, (long long)at, (long long)at);
+    return cli_stdout_ok() ? CLI_EXIT_RUN : 0;
+  }
   o->T = remat_job_description(job)->train.T;
   r->cfg = remat_job_config(job);
   r->tr = remat_job_trainer(job);
@@ -778,14 +809,22 @@ static int train_job(opts *o, run_state *r) {
 int remat_cmd_train(int argc, char **argv) {
   cli_name = "remat train";
   opts o;
-  if (parse_args(argc, argv, &o)) return CLI_EXIT_USAGE;
+  remat_job_saved saved = {0};
+  if (parse_args(argc, argv, &o, NULL)) return CLI_EXIT_USAGE;
+  if ((o.d.resume && resume_args(argc, argv, &o, &saved)) || check_args(&o)) {
+    remat_job_saved_free(&saved);
+    return CLI_EXIT_USAGE;
+  }
   remat_error err = {0};
   run_state r = {.o = &o, .ranks = 1};
   remat_threads_setup(&r.threads, o.threads); /* may re-execute: before MPI starts */
   remat_job_desc d;
   job_desc_from(&o, &d);
   d.launch_digest = cli_argv_digest(argc, argv); /* every rank runs the same command */
-  if (remat_job_create(&r.job, &d, &err)) return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
+  if (remat_job_create(&r.job, &d, &err)) {
+    remat_job_saved_free(&saved);
+    return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
+  }
   r.rank = remat_job_rank(r.job);
   r.ranks = remat_job_ranks(r.job);
   if (r.rank != 0) { /* one rank speaks */
@@ -796,5 +835,6 @@ int remat_cmd_train(int argc, char **argv) {
   int rc = train_job(&o, &r);
   if (r.logf) fclose(r.logf);
   remat_job_destroy(r.job, r.abort_others ? rc : 0);
+  remat_job_saved_free(&saved);
   return rc;
 }
