@@ -40,15 +40,6 @@ struct remat_job {
   int held_out; /* a resume of a run that held tokens out: the split stays */
 };
 
-void remat_job_desc_default(remat_job_desc *d) {
-  memset(d, 0, sizeof *d);
-  remat_train_opts_default(&d->train);
-  d->train.T = 0;
-  d->ckpt_ratio = -1;
-  d->stages = d->replicas = 1;
-  d->schedule = REMAT_SCHED_1F1B;
-}
-
 /* ------------------------------------------------------------ agreement */
 
 /* Every rank's status: the lowest failing rank's, on every rank, with its

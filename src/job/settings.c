@@ -66,6 +66,16 @@ static const struct key {
 };
 #define NKEYS (sizeof keys / sizeof keys[0])
 
+/* The description's defaults live with its settings' table. */
+void remat_job_desc_default(remat_job_desc *d) {
+  memset(d, 0, sizeof *d);
+  remat_train_opts_default(&d->train);
+  d->train.T = 0;
+  d->ckpt_ratio = -1;
+  d->stages = d->replicas = 1;
+  d->schedule = REMAT_SCHED_1F1B;
+}
+
 #define AT(d, k, T) ((T *)((char *)(d) + (k)->off))
 #define CAT(d, k, T) ((const T *)((const char *)(d) + (k)->off))
 
