@@ -13,84 +13,9 @@
 
 #include "cli.h"
 #include "remat.h"
+#include "train_sample.h"
 
-static const char *usage_text =
-    "usage: remat train [options]\n"
-    "\n"
-    "Trains GPT-2 on the CPU. With no options it trains the 'small' config on the\n"
-    "embedded corpus for 300 steps and its loss falls from about 5.5 to under 2.\n"
-    "\n"
-    "model:\n"
-    "  --config NAME|L,C,NH,V,T  built-in shape (tiny, small, gpt2-124m, gpt2-350m,\n"
-    "                            gpt2-774m, gpt2-1558m) or explicit; default small\n"
-    "  --model FILE              start from an llm.c GPT-2 fp32 checkpoint (version 3)\n"
-    "  --seed N                  initialisation, data order and dropout seed (1337)\n"
-    "  --save FILE               write an llm.c checkpoint at the end (and on Ctrl-C or\n"
-    "                            SIGTERM; a second Ctrl-C quits at once)\n"
-    "data:\n"
-    "  --data FILE               llm.c token shard (magic 20240520, uint16 tokens)\n"
-    "  --text FILE               plain text, one token per byte (needs V >= 256)\n"
-    "                            neither: the embedded corpus (byte tokens)\n"
-    "  --batch B                 sequences per micro-batch (8)\n"
-    "  --seq T                   tokens per sequence (64, at most the model's maxT)\n"
-    "  --grad-accum K            micro-batches per optimizer step (1)\n"
-    "training:\n"
-    "  --steps N                 optimizer steps (300)\n"
-    "  --lr X                    learning rate (1e-3), AdamW betas 0.9, 0.95\n"
-    "  --warmup N                linear warmup steps (0)\n"
-    "  --cosine                  cosine decay of the learning rate to 10% at the end\n"
-    "  --weight-decay X          decoupled weight decay on matrices (0.1)\n"
-    "  --grad-clip X             global-norm clipping, 0 disables (1.0)\n"
-    "  --dropout P               attention and residual dropout (0)\n"
-    "  --threads N               OpenMP and OpenBLAS threads (all cores)\n"
-    "activation checkpointing (at most one; default keeps every block):\n"
-    "  --ckpt-ratio R            recompute floor(R * L) blocks, R in [0, 1]\n"
-    "  --ckpt-layers LIST        recompute these blocks (0-based), e.g. 0,2,5 or 0-3;\n"
-    "                            'middle:' switches the blocks after it to the middle\n"
-    "                            policy (store the matrix products' outputs, rerun\n"
-    "                            the layernorms and GELU), 'full:' back to full\n"
-    "                            recomputation: full:0-3,middle:4-11\n"
-    "  --mem SIZE                the planner's choice of keep, middle or full for\n"
-    "                            each block: the least recompute time whose planned\n"
-    "                            peak fits SIZE (e.g. 1.5GiB, 800MB, 2e9)\n"
-    "evaluation:\n"
-    "  --eval-every N            every N steps, the mean loss on held-out batches (off)\n"
-    "  --val-frac F              with --eval-every: the last F of the tokens are held\n"
-    "                            out from training (0.1)\n"
-    "  --eval-batches N          batches per evaluation (8)\n"
-    "several processes (start them with mpirun -np N; N ranks, at most 64; as root,\n"
-    "Open MPI also needs OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1):\n"
-    "  --stages P                a pipeline of P stages, one per rank (N = P); the\n"
-    "                            planner places the blocks (under --mem, if given)\n"
-    "  --schedule 1f1b|gpipe     the pipeline's schedule (1f1b)\n"
-    "  --layers N0,N1,...        with --stages: blocks per stage by hand (with\n"
-    "                            --ckpt-layers or --ckpt-ratio for their policies)\n"
-    "  --plan FILE               with --stages: the placement of a `remat plan -o FILE`\n"
-    "                            made for the same --config, --batch, --seq\n"
-    "  --data-parallel D         D replicas of the model, one per rank (N = D); with\n"
-    "                            --grad-accum K each runs K micro-batches a step\n"
-    "                            (a step of K x D); the same results as one process\n"
-    "                            with --grad-accum K x D, bit for bit\n"
-    "  --zero 0|1|2|3            with --data-parallel: shard AdamW's moments (1), and\n"
-    "                            the gradients (2), and the parameters (3) (0)\n"
-    "  --stages P --data-parallel D  a grid of P x D ranks (N = P x D): D pipelines\n"
-    "                            of P stages, each stage's D copies replicas; with\n"
-    "                            --grad-accum M each pipeline runs M a step; the same\n"
-    "                            results as one process with --grad-accum M x D\n"
-    "  --trace FILE.json         with --stages or --data-parallel: every rank's\n"
-    "                            timeline, for Perfetto or chrome://tracing\n"
-    "checkpoints:\n"
-    "  --checkpoint-dir DIR      write DIR/step_N (weights, training state, DONE last)\n"
-    "  --checkpoint-every N      every N steps and at the end (with --checkpoint-dir)\n"
-    "  --resume DIR              continue from the newest complete checkpoint under DIR\n"
-    "                            (or DIR itself, a step_N), with the same settings\n"
-    "reporting:\n"
-    "  --log FILE.jsonl          one JSON object per optimizer step\n"
-    "  --peak-gflops X           peak FLOP rate for MFU (default: measure sgemm now)\n"
-    "  --plan-only               print the memory plan, with each policy's bytes and\n"
-    "                            recompute time per block, and exit without training\n"
-    "  --quiet                   no progress lines, only the summary\n"
-    "  --help                    this text\n";
+extern const char *const remat_train_usage; /* train_help.c */
 
 typedef struct {
   remat_job_desc d; /* most flags go straight into the job's description */
@@ -167,7 +92,7 @@ static int parse_args(int argc, char **argv, opts *o, const remat_job_desc *base
       {.name = "--quiet", .kind = CLI_SWITCH, .dst = &o->quiet},
       {.name = "--plan-only", .kind = CLI_SWITCH, .dst = &o->plan_only},
       {NULL}};
-  if (cli_parse_flags(argc, argv, flags, usage_text)) return -1;
+  if (cli_parse_flags(argc, argv, flags, remat_train_usage)) return -1;
   o->B = t->B, o->T = t->T, o->K = t->grad_accum, o->steps = t->steps;
   o->eval_every = d->eval_every, o->stages = d->stages, o->replicas = d->replicas;
   o->zero = d->zero;
@@ -240,6 +165,7 @@ typedef struct {
   const remat_config *cfg;
   remat_trainer *tr;
   FILE *logf;
+  train_sampler *sampler; /* --sample-every */
   remat_peak peak; /* MFU is against peak.flops (raised by any faster step) */
   remat_thread_policy threads;
   int64_t moved_at; /* the last step after which the threads were re-placed */
@@ -679,6 +605,9 @@ static int train_loop(run_state *r) {
     if (!isnan(in.val_loss)) r->last_val = in.val_loss, r->val_step = st->step;
     if (r->logf && log_step(r, st, tps, mfu, in.val_loss)) return CLI_EXIT_RUN;
     if (!o->quiet) show_progress(r, st, tps, mfu, in.val_loss);
+    if (r->sampler && st->step % o->sample_every == 0 &&
+        train_sampler_print(r->sampler, st->step, stdout, &err))
+      return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
     if (in.checkpoint_step && !o->quiet)
       printf("checkpoint %s/step_%08lld\n", o->d.checkpoint_dir, (long long)in.checkpoint_step);
   }
@@ -734,6 +663,12 @@ static int start(run_state *r) {
             (long long)o->T + 1, (long long)o->B);
   rc = remat_job_start(r->job, &err);
   if (rc) return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
+  if (o->sample_every) { /* its memory now, outside the trainer's: no step allocates */
+    remat_model *m = remat_trainer_model(r->tr);
+    if (train_sampler_create(&r->sampler, r->cfg, remat_model_params(m), cli_vocab_dir(NULL),
+                             &err))
+      return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
+  }
   if (o->log && r->rank == 0 && !(r->logf = remat_output_stream_open(o->log, "log", &err)))
     rc = err.code;
   /* the log is rank 0's: the others learn of its failure */
@@ -834,6 +769,7 @@ int remat_cmd_train(int argc, char **argv) {
   }
   int rc = train_job(&o, &r);
   if (r.logf) fclose(r.logf);
+  train_sampler_destroy(r.sampler);
   remat_job_destroy(r.job, r.abort_others ? rc : 0);
   remat_job_saved_free(&saved);
   return rc;
