@@ -466,7 +466,8 @@ static void print_summary(run_state *r) {
   printf("\n");
   remat_peak *pk = &r->peak;
   double mfu = remat_peak_mfu(pk, r->cfg, o->T, tps);
-  printf("speed   %.0f tokens/s, MFU %.1f%% of %.1f GFLOP/s; recompute %.1f%% of step time\n",
+  printf("speed   %.0f tokens/s, MFU (model FLOPs utilisation) %.1f%% of %.1f GFLOP/s; "
+         "recompute %.1f%% of step time\n",
          tps, 100 * mfu, pk->flops / 1e9,
          r->t_train > 0 ? 100 * r->t_recompute / r->t_train : 0.0);
   if (pk->trials && !pk->raised) /* measured: what the trials leave open */
@@ -478,18 +479,23 @@ static void print_summary(run_state *r) {
     printf("mfu     %.1f%% against the fastest step's own rate, %.1f GFLOP/s, which beat the "
            "median of the %d trials (%.1f GFLOP/s; best %.1f)\n",
            100 * mfu, pk->flops / 1e9, pk->trials, pk->median / 1e9, pk->best / 1e9);
-  else if (pk->raised)
-    printf("mfu     %.1f%% against the fastest step, which beat the given peak\n", 100 * mfu);
+  else if (pk->raised) /* a share of a peak cannot exceed 1: the step's rate is the peak */
+    printf("mfu     %.1f%% against the fastest step's rate, %.1f GFLOP/s, which beat the given "
+           "--peak-gflops %g%s (MFU never exceeds 100%%)\n", 100 * mfu, pk->flops / 1e9,
+           o->peak_gflops, r->ranks > 1 ? " per rank" : "");
   if (r->threads.moves)
     printf("threads re-placed %d time%s as other processes' load came and went (last after step "
            "%lld: %s, %.2f CPUs of other work)\n",
            r->threads.moves, r->threads.moves > 1 ? "s" : "", (long long)r->moved_at,
            r->threads.pinned ? "pinned" : "unpinned", r->threads.others);
-  printf("memory  planned peak %zu bytes, measured peak %zu bytes (%+.3f%%); process RSS "
+  printf("memory  planned peak %zu bytes, measured peak %zu bytes (%+.3f%%)%s; process RSS "
          "peak %s\n",
          r->planned, r->measured,
          100.0 * ((double)r->measured - (double)r->planned) / (double)r->planned,
+         r->ranks > 1 ? ", rank 0's arena and the data" : ", the arena and the data",
          remat_format_bytes(remat_rss_peak_bytes(), b1, sizeof b1));
+  printf("        RSS holds more: the program and its libraries, OpenBLAS's and OpenMP's "
+         "buffers and threads' stacks%s\n", r->sampler ? ", the sampler" : "");
   if (r->ranks > 1) {
     printf("ranks   arena planned = measured on every rank:");
     int same = 1;
@@ -724,6 +730,9 @@ static int train_job(opts *o, run_state *r) {
     return rc;
   }
   if (r->rank == 0) print_summary(r);
+  if (!o->save && !o->d.checkpoint_dir && r->steps_done > r->start_step)
+    printf("note    the trained model is discarded: give --save FILE (or --checkpoint-dir DIR) "
+           "to keep it\n");
   if (o->save) {
     if (remat_job_save(job, o->save, &err)) return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
     printf("saved   %s\n", o->save);
