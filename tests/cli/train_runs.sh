@@ -159,6 +159,11 @@ check "the samples are one line each, non-printable bytes escaped" \
 check "sampling leaves the trained bytes alone" cmp -s "$tmp/s0.bin" "$tmp/s1.bin"
 check "sampling leaves planned = measured" perl -ne '$bad++ if /"planned_peak_bytes": (\d+).*"measured_peak_bytes": (\d+)/ && $1 != $2;
   $n++; END { exit($bad || $n != 10 ? 1 : 0) }' "$tmp/s1.jsonl"
+# a model of GPT-2's vocabulary decodes its sample with the BPE files
+"$remat" train --config 2,64,4,50257,64 --batch 2 --seq 16 --steps 2 --sample-every 2 --quiet \
+  --peak-gflops 10 --threads 1 >"$tmp/sb.out" 2>&1
+check "a BPE model's sample is decoded text (one line of GPT-2 tokens)" \
+  perl -ne '$n++ if /^sample  step 2 \| .*[a-z]{3}/; END { exit($n == 1 ? 0 : 1) }' "$tmp/sb.out"
 "$remat" train "${S[@]}" --sample-every 5 --stages 2 >"$tmp/s2.out" 2>&1
 check "--sample-every refused on several ranks" grep -q "sample-every runs on one process only" "$tmp/s2.out"
 
