@@ -13,84 +13,9 @@
 
 #include "cli.h"
 #include "remat.h"
+#include "train_sample.h"
 
-static const char *usage_text =
-    "usage: remat train [options]\n"
-    "\n"
-    "Trains GPT-2 on the CPU. With no options it trains the 'small' config on the\n"
-    "embedded corpus for 300 steps and its loss falls from about 5.5 to under 2.\n"
-    "\n"
-    "model:\n"
-    "  --config NAME|L,C,NH,V,T  built-in shape (tiny, small, gpt2-124m, gpt2-350m,\n"
-    "                            gpt2-774m, gpt2-1558m) or explicit; default small\n"
-    "  --model FILE              start from an llm.c GPT-2 fp32 checkpoint (version 3)\n"
-    "  --seed N                  initialisation, data order and dropout seed (1337)\n"
-    "  --save FILE               write an llm.c checkpoint at the end (and on Ctrl-C or\n"
-    "                            SIGTERM; a second Ctrl-C quits at once)\n"
-    "data:\n"
-    "  --data FILE               llm.c token shard (magic 20240520, uint16 tokens)\n"
-    "  --text FILE               plain text, one token per byte (needs V >= 256)\n"
-    "                            neither: the embedded corpus (byte tokens)\n"
-    "  --batch B                 sequences per micro-batch (8)\n"
-    "  --seq T                   tokens per sequence (64, at most the model's maxT)\n"
-    "  --grad-accum K            micro-batches per optimizer step (1)\n"
-    "training:\n"
-    "  --steps N                 optimizer steps (300)\n"
-    "  --lr X                    learning rate (1e-3), AdamW betas 0.9, 0.95\n"
-    "  --warmup N                linear warmup steps (0)\n"
-    "  --cosine                  cosine decay of the learning rate to 10% at the end\n"
-    "  --weight-decay X          decoupled weight decay on matrices (0.1)\n"
-    "  --grad-clip X             global-norm clipping, 0 disables (1.0)\n"
-    "  --dropout P               attention and residual dropout (0)\n"
-    "  --threads N               OpenMP and OpenBLAS threads (all cores)\n"
-    "activation checkpointing (at most one; default keeps every block):\n"
-    "  --ckpt-ratio R            recompute floor(R * L) blocks, R in [0, 1]\n"
-    "  --ckpt-layers LIST        recompute these blocks (0-based), e.g. 0,2,5 or 0-3;\n"
-    "                            'middle:' switches the blocks after it to the middle\n"
-    "                            policy (store the matrix products' outputs, rerun\n"
-    "                            the layernorms and GELU), 'full:' back to full\n"
-    "                            recomputation: full:0-3,middle:4-11\n"
-    "  --mem SIZE                the planner's choice of keep, middle or full for\n"
-    "                            each block: the least recompute time whose planned\n"
-    "                            peak fits SIZE (e.g. 1.5GiB, 800MB, 2e9)\n"
-    "evaluation:\n"
-    "  --eval-every N            every N steps, the mean loss on held-out batches (off)\n"
-    "  --val-frac F              with --eval-every: the last F of the tokens are held\n"
-    "                            out from training (0.1)\n"
-    "  --eval-batches N          batches per evaluation (8)\n"
-    "several processes (start them with mpirun -np N; N ranks, at most 64; as root,\n"
-    "Open MPI also needs OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1):\n"
-    "  --stages P                a pipeline of P stages, one per rank (N = P); the\n"
-    "                            planner places the blocks (under --mem, if given)\n"
-    "  --schedule 1f1b|gpipe     the pipeline's schedule (1f1b)\n"
-    "  --layers N0,N1,...        with --stages: blocks per stage by hand (with\n"
-    "                            --ckpt-layers or --ckpt-ratio for their policies)\n"
-    "  --plan FILE               with --stages: the placement of a `remat plan -o FILE`\n"
-    "                            made for the same --config, --batch, --seq\n"
-    "  --data-parallel D         D replicas of the model, one per rank (N = D); with\n"
-    "                            --grad-accum K each runs K micro-batches a step\n"
-    "                            (a step of K x D); the same results as one process\n"
-    "                            with --grad-accum K x D, bit for bit\n"
-    "  --zero 0|1|2|3            with --data-parallel: shard AdamW's moments (1), and\n"
-    "                            the gradients (2), and the parameters (3) (0)\n"
-    "  --stages P --data-parallel D  a grid of P x D ranks (N = P x D): D pipelines\n"
-    "                            of P stages, each stage's D copies replicas; with\n"
-    "                            --grad-accum M each pipeline runs M a step; the same\n"
-    "                            results as one process with --grad-accum M x D\n"
-    "  --trace FILE.json         with --stages or --data-parallel: every rank's\n"
-    "                            timeline, for Perfetto or chrome://tracing\n"
-    "checkpoints:\n"
-    "  --checkpoint-dir DIR      write DIR/step_N (weights, training state, DONE last)\n"
-    "  --checkpoint-every N      every N steps and at the end (with --checkpoint-dir)\n"
-    "  --resume DIR              continue from the newest complete checkpoint under DIR\n"
-    "                            (or DIR itself, a step_N), with the same settings\n"
-    "reporting:\n"
-    "  --log FILE.jsonl          one JSON object per optimizer step\n"
-    "  --peak-gflops X           peak FLOP rate for MFU (default: measure sgemm now)\n"
-    "  --plan-only               print the memory plan, with each policy's bytes and\n"
-    "                            recompute time per block, and exit without training\n"
-    "  --quiet                   no progress lines, only the summary\n"
-    "  --help                    this text\n";
+extern const char *const remat_train_usage; /* train_help.c */
 
 typedef struct {
   remat_job_desc d; /* most flags go straight into the job's description */
@@ -98,6 +23,7 @@ typedef struct {
   int64_t B, T, K, steps, eval_every, stages, replicas;
   int zero;
   double peak_gflops;
+  int64_t sample_every;
   int threads, quiet, plan_only;
 } opts;
 
@@ -108,59 +34,75 @@ static void on_signal(int sig) {
   interrupted = 1;
 }
 
-static int parse_args(int argc, char **argv, opts *o) {
-  *o = (opts){.stages = 1, .replicas = 1, .B = 8, .K = 1, .steps = 300};
-  remat_job_desc_default(&o->d);
-  o->d.train.lr = 1e-3;
-  o->d.train.val_frac = 0.1;
+/* The flags over base: the defaults, or a resumed run's saved settings. */
+static int parse_args(int argc, char **argv, opts *o, const remat_job_desc *base) {
+  *o = (opts){0};
+  if (base) {
+    o->d = *base;
+  } else {
+    remat_job_desc_default(&o->d);
+    o->d.train.lr = 1e-3;
+    o->d.train.val_frac = 0.1;
+  }
+  remat_job_desc *d = &o->d;
+  remat_train_opts *t = &d->train;
   const cli_flag flags[] = {
-      {.name = "--config", .kind = CLI_STR, .dst = &o->d.config},
-      {.name = "--model", .kind = CLI_STR, .dst = &o->d.model},
-      {.name = "--data", .kind = CLI_STR, .dst = &o->d.data},
-      {.name = "--text", .kind = CLI_STR, .dst = &o->d.text},
+      {.name = "--config", .kind = CLI_STR, .dst = &d->config},
+      {.name = "--model", .kind = CLI_STR, .dst = &d->model},
+      {.name = "--data", .kind = CLI_STR, .dst = &d->data},
+      {.name = "--text", .kind = CLI_STR, .dst = &d->text},
       {.name = "--save", .kind = CLI_STR, .dst = &o->save},
       {.name = "--log", .kind = CLI_STR, .dst = &o->log},
-      {.name = "--ckpt-layers", .kind = CLI_STR, .dst = &o->d.ckpt_layers},
-      {.name = "--mem", .kind = CLI_STR, .dst = &o->d.memory},
-      {.name = "--layers", .kind = CLI_STR, .dst = &o->d.layers},
-      {.name = "--plan", .kind = CLI_STR, .dst = &o->d.plan},
+      {.name = "--ckpt-layers", .kind = CLI_STR, .dst = &d->ckpt_layers},
+      {.name = "--mem", .kind = CLI_STR, .dst = &d->memory},
+      {.name = "--layers", .kind = CLI_STR, .dst = &d->layers},
+      {.name = "--plan", .kind = CLI_STR, .dst = &d->plan},
       {.name = "--trace", .kind = CLI_STR, .dst = &o->trace},
-      {.name = "--checkpoint-dir", .kind = CLI_STR, .dst = &o->d.checkpoint_dir},
-      {.name = "--resume", .kind = CLI_STR, .dst = &o->d.resume},
+      {.name = "--checkpoint-dir", .kind = CLI_STR, .dst = &d->checkpoint_dir},
+      {.name = "--resume", .kind = CLI_STR, .dst = &d->resume},
       {.name = "--schedule", .kind = CLI_STR, .dst = &o->schedule_name},
-      {.name = "--checkpoint-every", .kind = CLI_I64, .dst = &o->d.checkpoint_every,
+      {.name = "--checkpoint-every", .kind = CLI_I64, .dst = &d->checkpoint_every,
         .lo = 1, .hi = 1 << 30},
-      {.name = "--stages", .kind = CLI_I64, .dst = &o->stages, .lo = 1, .hi = REMAT_MAX_STAGES},
-      {.name = "--data-parallel", .kind = CLI_I64, .dst = &o->replicas,
+      {.name = "--stages", .kind = CLI_I64, .dst = &d->stages, .lo = 1, .hi = REMAT_MAX_STAGES},
+      {.name = "--data-parallel", .kind = CLI_I64, .dst = &d->replicas,
         .lo = 1, .hi = REMAT_MAX_STAGES},
-      {.name = "--zero", .kind = CLI_INT, .dst = &o->zero, .lo = 0, .hi = 3},
-      {.name = "--batch", .kind = CLI_I64, .dst = &o->B, .lo = 1, .hi = 1 << 16},
-      {.name = "--seq", .kind = CLI_I64, .dst = &o->T, .lo = 1, .hi = 1 << 20},
-      {.name = "--grad-accum", .kind = CLI_I64, .dst = &o->K, .lo = 1, .hi = 1 << 16},
-      {.name = "--steps", .kind = CLI_I64, .dst = &o->steps, .lo = 0, .hi = 1 << 30},
-      {.name = "--warmup", .kind = CLI_I64, .dst = &o->d.train.warmup, .lo = 0, .hi = 1 << 30},
-      {.name = "--eval-every", .kind = CLI_I64, .dst = &o->eval_every, .lo = 0, .hi = 1 << 30},
-      {.name = "--eval-batches", .kind = CLI_I64, .dst = &o->d.train.eval_batches,
+      {.name = "--zero", .kind = CLI_INT, .dst = &d->zero, .lo = 0, .hi = 3},
+      {.name = "--batch", .kind = CLI_I64, .dst = &t->B, .lo = 1, .hi = 1 << 16},
+      {.name = "--seq", .kind = CLI_I64, .dst = &t->T, .lo = 1, .hi = 1 << 20},
+      {.name = "--grad-accum", .kind = CLI_I64, .dst = &t->grad_accum, .lo = 1, .hi = 1 << 16},
+      {.name = "--steps", .kind = CLI_I64, .dst = &t->steps, .lo = 0, .hi = 1 << 30},
+      {.name = "--warmup", .kind = CLI_I64, .dst = &t->warmup, .lo = 0, .hi = 1 << 30},
+      {.name = "--eval-every", .kind = CLI_I64, .dst = &d->eval_every, .lo = 0, .hi = 1 << 30},
+      {.name = "--eval-batches", .kind = CLI_I64, .dst = &t->eval_batches,
         .lo = 1, .hi = 1 << 20},
-      {.name = "--val-frac", .kind = CLI_F64, .dst = &o->d.train.val_frac, .lo = 0.001, .hi = 0.9},
-      {.name = "--lr", .kind = CLI_F64, .dst = &o->d.train.lr, .lo = 0, .hi = 10},
-      {.name = "--weight-decay", .kind = CLI_F32, .dst = &o->d.train.hp.weight_decay,
+      {.name = "--val-frac", .kind = CLI_F64, .dst = &t->val_frac, .lo = 0.001, .hi = 0.9},
+      {.name = "--lr", .kind = CLI_F64, .dst = &t->lr, .lo = 0, .hi = 10},
+      {.name = "--weight-decay", .kind = CLI_F32, .dst = &t->hp.weight_decay,
         .lo = 0, .hi = 10},
-      {.name = "--grad-clip", .kind = CLI_F32, .dst = &o->d.train.hp.grad_clip,
-        .lo = 0, .hi = 1e30},
-      {.name = "--dropout", .kind = CLI_F32, .dst = &o->d.train.hp.dropout,
+      {.name = "--grad-clip", .kind = CLI_F32, .dst = &t->hp.grad_clip, .lo = 0, .hi = 1e30},
+      {.name = "--dropout", .kind = CLI_F32, .dst = &t->hp.dropout,
         .lo = 0, .hi = 1, .hi_open = 1},
-      {.name = "--ckpt-ratio", .kind = CLI_F64, .dst = &o->d.ckpt_ratio, .lo = 0, .hi = 1},
+      {.name = "--ckpt-ratio", .kind = CLI_F64, .dst = &d->ckpt_ratio, .lo = 0, .hi = 1},
       {.name = "--peak-gflops", .kind = CLI_F64, .dst = &o->peak_gflops, .lo = 1e-6, .hi = 1e12},
-      {.name = "--seed", .kind = CLI_U64, .dst = &o->d.train.hp.seed, .lo = 0},
+      {.name = "--seed", .kind = CLI_U64, .dst = &t->hp.seed, .lo = 0},
       {.name = "--threads", .kind = CLI_INT, .dst = &o->threads, .lo = 1, .hi = 1024},
-      {.name = "--cosine", .kind = CLI_SWITCH, .dst = &o->d.train.cosine},
+      {.name = "--sample-every", .kind = CLI_I64, .dst = &o->sample_every, .lo = 0,
+        .hi = 1 << 30},
+      {.name = "--cosine", .kind = CLI_SWITCH, .dst = &t->cosine},
       {.name = "--quiet", .kind = CLI_SWITCH, .dst = &o->quiet},
       {.name = "--plan-only", .kind = CLI_SWITCH, .dst = &o->plan_only},
       {NULL}};
-  if (cli_parse_flags(argc, argv, flags, usage_text)) return -1;
-  if (o->schedule_name && remat_plan_schedule_parse(o->schedule_name, &o->d.schedule))
+  if (cli_parse_flags(argc, argv, flags, remat_train_usage)) return -1;
+  o->B = t->B, o->T = t->T, o->K = t->grad_accum, o->steps = t->steps;
+  o->eval_every = d->eval_every, o->stages = d->stages, o->replicas = d->replicas;
+  o->zero = d->zero;
+  if (o->schedule_name && remat_plan_schedule_parse(o->schedule_name, &d->schedule))
     return cli_fail(-1, "--schedule %s is not a schedule; use 1f1b or gpipe", o->schedule_name);
+  return 0;
+}
+
+/* What the flags (over a resume's settings) ask must make sense together. */
+static int check_args(opts *o) {
   if ((o->d.ckpt_ratio >= 0) + !!o->d.ckpt_layers + !!o->d.memory + !!o->d.plan > 1)
     return cli_fail(-1, "--ckpt-ratio, --ckpt-layers, --mem and --plan each choose the "
                         "recomputed blocks; give at most one");
@@ -188,21 +130,29 @@ static int parse_args(int argc, char **argv, opts *o) {
     return cli_fail(-1, "--checkpoint-dir DIR and --checkpoint-every N go together");
   if (o->d.resume && o->d.model)
     return cli_fail(-1, "--resume takes the weights from its checkpoint; drop --model");
+  if (o->sample_every && o->stages * o->replicas > 1)
+    return cli_fail(-1, "--sample-every runs on one process only; drop it with %s",
+                    o->stages > 1 ? "--stages" : "--data-parallel");
   return 0;
 }
 
-/* The description: the flags that went straight into it, and the ones the
- * printing reads too. */
+/* A resume: the saved run's settings, with the flags given over them; a
+ * flag that would change what a resume keeps is refused. */
+static int resume_args(int argc, char **argv, opts *o, remat_job_saved *saved) {
+  remat_error err;
+  remat_job_conflict c;
+  if (remat_job_saved_load(saved, o->d.resume, &err)) return cli_fail(-1, "%s", err.msg);
+  if (!saved->found) return 0; /* an older checkpoint: the flags as given */
+  if (parse_args(argc, argv, o, &saved->desc)) return -1;
+  if (remat_job_saved_conflict(saved, &o->d, &c))
+    return cli_fail(-1, "--%s %s differs from the saved run's %s; a resume keeps the run's "
+                    "settings: drop --%s", c.key, c.given, c.saved, c.key);
+  return 0;
+}
+
+/* The description: the flags went straight into it; the outputs. */
 static void job_desc_from(const opts *o, remat_job_desc *d) {
   *d = o->d;
-  d->train.B = o->B;
-  d->train.T = o->T;
-  d->train.grad_accum = o->K;
-  d->train.steps = o->steps;
-  d->eval_every = o->eval_every;
-  d->stages = o->stages;
-  d->replicas = o->replicas;
-  d->zero = o->zero;
   d->trace = o->trace != NULL;
   d->outputs[0] = o->save;
   d->outputs[1] = o->log;
@@ -215,6 +165,7 @@ typedef struct {
   const remat_config *cfg;
   remat_trainer *tr;
   FILE *logf;
+  train_sampler *sampler; /* --sample-every */
   remat_peak peak; /* MFU is against peak.flops (raised by any faster step) */
   remat_thread_policy threads;
   int64_t moved_at; /* the last step after which the threads were re-placed */
@@ -521,7 +472,8 @@ static void print_summary(run_state *r) {
   printf("\n");
   remat_peak *pk = &r->peak;
   double mfu = remat_peak_mfu(pk, r->cfg, o->T, tps);
-  printf("speed   %.0f tokens/s, MFU %.1f%% of %.1f GFLOP/s; recompute %.1f%% of step time\n",
+  printf("speed   %.0f tokens/s, MFU (model FLOPs utilisation) %.1f%% of %.1f GFLOP/s; "
+         "recompute %.1f%% of step time\n",
          tps, 100 * mfu, pk->flops / 1e9,
          r->t_train > 0 ? 100 * r->t_recompute / r->t_train : 0.0);
   if (pk->trials && !pk->raised) /* measured: what the trials leave open */
@@ -533,18 +485,23 @@ static void print_summary(run_state *r) {
     printf("mfu     %.1f%% against the fastest step's own rate, %.1f GFLOP/s, which beat the "
            "median of the %d trials (%.1f GFLOP/s; best %.1f)\n",
            100 * mfu, pk->flops / 1e9, pk->trials, pk->median / 1e9, pk->best / 1e9);
-  else if (pk->raised)
-    printf("mfu     %.1f%% against the fastest step, which beat the given peak\n", 100 * mfu);
+  else if (pk->raised) /* a share of a peak cannot exceed 1: the step's rate is the peak */
+    printf("mfu     %.1f%% against the fastest step's rate, %.1f GFLOP/s, which beat the given "
+           "--peak-gflops %g%s (MFU never exceeds 100%%)\n", 100 * mfu, pk->flops / 1e9,
+           o->peak_gflops, r->ranks > 1 ? " per rank" : "");
   if (r->threads.moves)
     printf("threads re-placed %d time%s as other processes' load came and went (last after step "
            "%lld: %s, %.2f CPUs of other work)\n",
            r->threads.moves, r->threads.moves > 1 ? "s" : "", (long long)r->moved_at,
            r->threads.pinned ? "pinned" : "unpinned", r->threads.others);
-  printf("memory  planned peak %zu bytes, measured peak %zu bytes (%+.3f%%); process RSS "
+  printf("memory  planned peak %zu bytes, measured peak %zu bytes (%+.3f%%)%s; process RSS "
          "peak %s\n",
          r->planned, r->measured,
          100.0 * ((double)r->measured - (double)r->planned) / (double)r->planned,
+         r->ranks > 1 ? ", rank 0's arena and the data" : ", the arena and the data",
          remat_format_bytes(remat_rss_peak_bytes(), b1, sizeof b1));
+  printf("        RSS holds more: the program and its libraries, OpenBLAS's and OpenMP's "
+         "buffers and threads' stacks%s\n", r->sampler ? ", the sampler" : "");
   if (r->ranks > 1) {
     printf("ranks   arena planned = measured on every rank:");
     int same = 1;
@@ -660,6 +617,9 @@ static int train_loop(run_state *r) {
     if (!isnan(in.val_loss)) r->last_val = in.val_loss, r->val_step = st->step;
     if (r->logf && log_step(r, st, tps, mfu, in.val_loss)) return CLI_EXIT_RUN;
     if (!o->quiet) show_progress(r, st, tps, mfu, in.val_loss);
+    if (r->sampler && st->step % o->sample_every == 0 &&
+        train_sampler_print(r->sampler, st->step, stdout, &err))
+      return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
     if (in.checkpoint_step && !o->quiet)
       printf("checkpoint %s/step_%08lld\n", o->d.checkpoint_dir, (long long)in.checkpoint_step);
   }
@@ -715,6 +675,12 @@ static int start(run_state *r) {
             (long long)o->T + 1, (long long)o->B);
   rc = remat_job_start(r->job, &err);
   if (rc) return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
+  if (o->sample_every) { /* its memory now, outside the trainer's: no step allocates */
+    remat_model *m = remat_trainer_model(r->tr);
+    if (train_sampler_create(&r->sampler, r->cfg, remat_model_params(m), cli_vocab_dir(NULL),
+                             &err))
+      return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
+  }
   if (o->log && r->rank == 0 && !(r->logf = remat_output_stream_open(o->log, "log", &err)))
     rc = err.code;
   /* the log is rank 0's: the others learn of its failure */
@@ -745,6 +711,12 @@ static int train_job(opts *o, run_state *r) {
                     "-np %lld remat train ...", ranks, what, (long long)(o->stages * o->replicas));
   }
   if (remat_job_prepare(job, &err)) return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
+  int64_t at;
+  if (remat_job_resumed_from(job, &at, NULL) && at >= o->steps) { /* nothing to do */
+    printf("the run in %s finished at step %lld; give --steps N > %lld to extend it\n",
+           o->d.resume, (long long)at, (long long)at);
+    return cli_stdout_ok() ? CLI_EXIT_RUN : 0;
+  }
   o->T = remat_job_description(job)->train.T;
   r->cfg = remat_job_config(job);
   r->tr = remat_job_trainer(job);
@@ -764,6 +736,9 @@ static int train_job(opts *o, run_state *r) {
     return rc;
   }
   if (r->rank == 0) print_summary(r);
+  if (!o->save && !o->d.checkpoint_dir && r->steps_done > r->start_step)
+    printf("note    the trained model is discarded: give --save FILE (or --checkpoint-dir DIR) "
+           "to keep it\n");
   if (o->save) {
     if (remat_job_save(job, o->save, &err)) return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
     printf("saved   %s\n", o->save);
@@ -784,14 +759,22 @@ static int train_job(opts *o, run_state *r) {
 int remat_cmd_train(int argc, char **argv) {
   cli_name = "remat train";
   opts o;
-  if (parse_args(argc, argv, &o)) return CLI_EXIT_USAGE;
+  remat_job_saved saved = {0};
+  if (parse_args(argc, argv, &o, NULL)) return CLI_EXIT_USAGE;
+  if ((o.d.resume && resume_args(argc, argv, &o, &saved)) || check_args(&o)) {
+    remat_job_saved_free(&saved);
+    return CLI_EXIT_USAGE;
+  }
   remat_error err = {0};
   run_state r = {.o = &o, .ranks = 1};
   remat_threads_setup(&r.threads, o.threads); /* may re-execute: before MPI starts */
   remat_job_desc d;
   job_desc_from(&o, &d);
   d.launch_digest = cli_argv_digest(argc, argv); /* every rank runs the same command */
-  if (remat_job_create(&r.job, &d, &err)) return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
+  if (remat_job_create(&r.job, &d, &err)) {
+    remat_job_saved_free(&saved);
+    return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
+  }
   r.rank = remat_job_rank(r.job);
   r.ranks = remat_job_ranks(r.job);
   if (r.rank != 0) { /* one rank speaks */
@@ -801,6 +784,8 @@ int remat_cmd_train(int argc, char **argv) {
   }
   int rc = train_job(&o, &r);
   if (r.logf) fclose(r.logf);
+  train_sampler_destroy(r.sampler);
   remat_job_destroy(r.job, r.abort_others ? rc : 0);
+  remat_job_saved_free(&saved);
   return rc;
 }

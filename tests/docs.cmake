@@ -9,3 +9,7 @@ if(PYTHON3)
 else()
   message(STATUS "python3 not found: the README check is not registered")
 endif()
+# Every flag README and docs/ show for a command is in its --help.
+add_test(NAME help COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/help.sh $<TARGET_FILE:remat_cli>
+                           ${PROJECT_SOURCE_DIR})
+set_tests_properties(help PROPERTIES LABELS "cli;unit" TIMEOUT 60)

@@ -24,6 +24,7 @@ MASKS = [
     (re.compile(r"\b\d+ (tok/s|tokens/s)"), r"<rate> \1"),
     (re.compile(r"\b\d+(\.\d+)? GFLOP/s"), "<rate> GFLOP/s"),
     (re.compile(r"MFU \d+(\.\d+)?%"), "MFU <pct>%"),
+    (re.compile(r"MFU \(model FLOPs utilisation\) \d+(\.\d+)?%"), "MFU (model FLOPs utilisation) <pct>%"),
     (re.compile(r"ETA [\d:]+"), "ETA <eta>"),
     (re.compile(r"RSS peak [\d.]+ \w+"), "RSS peak <bytes>"),
     (re.compile(r"recompute \d+(\.\d+)?% of step time"), "recompute <pct>% of step time"),

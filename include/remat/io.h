@@ -243,7 +243,8 @@ typedef struct remat_checkpoint_info {
                      * failed verification (0 when the newest verified) */
 } remat_checkpoint_info;
 
-/* Writes step_dir/DONE atomically: lists model.bin and the state files
+/* Writes step_dir/DONE atomically: lists model.bin, the state files and
+ * the run's settings (a file `settings`, when present: remat_job_saved)
  * there with their sizes and CRC32Cs (read back from disk), with the step
  * and run. Checks first that the files are one checkpoint: model.bin and
  * either state.bin or state_rank_0..R-1.bin, each state holding this step,

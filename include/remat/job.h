@@ -201,6 +201,52 @@ REMAT_API const char *remat_job_resumed_from(const remat_job *job, int64_t *step
 REMAT_API void remat_job_predict(const remat_job *job, double rank_flops, double *seconds,
                                  double *bubble);
 
+/* ------------------------------------------------------------ a saved run */
+
+/* Every checkpoint holds the run's settings (a file `settings` beside the
+ * weights, listed with its checksum in DONE), so a resume needs only the
+ * directory:
+ *
+ *   remat_job_saved s;
+ *   if (remat_job_saved_load(&s, "runs", &err)) ...  // newest verifying checkpoint
+ *   remat_job_desc d = s.desc;                        // the saved run's settings
+ *   d.train.steps = 600;                              // what the caller changes
+ *   remat_job_conflict c;
+ *   if (remat_job_saved_conflict(&s, &d, &c)) ...     // "lr": saved 0.001, given 0.002
+ *   ... remat_job_create(&job, &d, &err) ...; remat_job_saved_free(&s) after the job
+ *
+ * A resume may change the step count (the trainer refuses to stretch or cut
+ * a cosine schedule, and to end before the checkpoint's step), the held-out
+ * loss interval (but not start one where the run held no tokens out), and
+ * what is not a setting: outputs, the trace, the thread count. */
+typedef struct remat_job_saved {
+  remat_job_desc desc; /* the saved run's; its strings point into text, resume is the dir */
+  int64_t step;        /* the checkpoint's step */
+  char dir[4096];      /* the checkpoint's step directory */
+  char *text;          /* the settings file, owned */
+  int found;           /* 0: an older checkpoint without settings; desc is then
+                          remat_job_desc_default's and the caller gives them all */
+} remat_job_saved;
+
+/* The settings of the checkpoint a resume of dir takes (dir itself when it
+ * is a step directory, else the newest one under it that verifies). */
+REMAT_API int remat_job_saved_load(remat_job_saved *s, const char *dir, remat_error *err);
+REMAT_API void remat_job_saved_free(remat_job_saved *s);
+
+/* A setting that differs from the saved run's where a resume may not
+ * change it: its key (named as remat train's flag is, without "--") and
+ * both values as text. */
+typedef struct remat_job_conflict {
+  const char *key;
+  char saved[4096], given[4096];
+} remat_job_conflict;
+/* 1 and *c filled for the first such setting of d, else 0. A string
+ * setting given again as another spelling of the same thing (the same file
+ * by another path, "tiny" for its L,C,NH,V,T) is the same; a sequence
+ * length of 0 stands for the saved one. */
+REMAT_API int remat_job_saved_conflict(const remat_job_saved *s, const remat_job_desc *d,
+                                       remat_job_conflict *c);
+
 /* ------------------------------------------------------------- parsing */
 
 /* "0,2,5", "0-3": blocks recomputed in full; "middle:" before an item gives

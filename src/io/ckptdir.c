@@ -1,6 +1,7 @@
 /* ckptdir.c: self-checking checkpoint directories. DIR/step_NNNNNNNN/ holds
  * model.bin (llm.c weights), one training state per rank (state.bin, or
- * state_rank_R.bin) and DONE, written last. DONE is a manifest:
+ * state_rank_R.bin), the run's settings (settings, text; checked like the
+ * rest when present) and DONE, written last. DONE is a manifest:
  *
  *   remat checkpoint 1
  *   step 12
@@ -63,10 +64,14 @@ int remat_checkpoint_step_of(const char *step_dir, int64_t *step) {
   return 0;
 }
 
-/* The files remat reads from a step directory: model.bin, state.bin and
- * state_rank_R.bin. *rank is -1 for model.bin, 0 for state.bin, R. */
+/* The files remat reads from a step directory: model.bin, state.bin,
+ * state_rank_R.bin and settings (the run's settings, src/job/settings.c;
+ * absent from older checkpoints). *rank is -1 for model.bin, -2 for
+ * settings, 0 for state.bin, R. */
+#define SETTINGS_FILE "settings"
 static int is_ckpt_file(const char *name, int64_t *rank) {
   if (!strcmp(name, "model.bin")) return *rank = -1, 1;
+  if (!strcmp(name, SETTINGS_FILE)) return *rank = -2, 3;
   if (!strcmp(name, "state.bin")) return *rank = 0, 1;
   size_t n = strlen(name);
   if (n > 15 && !strncmp(name, "state_rank_", 11) && !strcmp(name + n - 4, ".bin")) {
@@ -307,14 +312,15 @@ static int collect(const char *step_dir, int64_t step, const remat_run_id *run,
     close(dfd);
     return remat__errorf(err, REMAT_EIO, "cannot list '%s': %s", step_dir, strerror(errno));
   }
-  int have_model = 0, have_plain = 0;
+  int have_model = 0, have_plain = 0, have_settings = 0;
   int64_t max_rank = -1, nranked = 0;
   struct dirent *e;
   while ((e = readdir(d))) {
     int64_t r;
     int kind = is_ckpt_file(e->d_name, &r);
     if (!kind) continue;
-    if (r < 0) have_model = 1;
+    if (r == -2) have_settings = 1;
+    else if (r < 0) have_model = 1;
     else if (kind == 1) have_plain = 1;
     else {
       nranked++;
@@ -333,8 +339,10 @@ static int collect(const char *step_dir, int64_t step, const remat_run_id *run,
   char path[DIR_PATH_MAX], name[REMAT_MANIFEST_NAME_MAX + 1];
   m->step = step;
   if (run) m->run = *run;
-  for (int64_t r = -1; r < ranks && !rc; r++) {
-    if (r < 0) snprintf(name, sizeof name, "model.bin");
+  for (int64_t r = -2; r < ranks && !rc; r++) {
+    if (r == -2 && !have_settings) continue;
+    if (r == -2) snprintf(name, sizeof name, SETTINGS_FILE);
+    else if (r < 0) snprintf(name, sizeof name, "model.bin");
     else if (have_plain) snprintf(name, sizeof name, "state.bin");
     else snprintf(name, sizeof name, "state_rank_%lld.bin", (long long)r);
     if (join_path(path, sizeof path, step_dir, name)) return too_long(step_dir, err);
@@ -470,6 +478,7 @@ int remat_checkpoint_verify(const char *step_dir, int64_t step, remat_checkpoint
   for (size_t i = 0; i < m.nfiles; i++) {
     int64_t r;
     int kind = is_ckpt_file(m.files[i].name, &r);
+    if (r == -2) continue;
     if (r < 0) model = 1;
     else {
       ranks++;

@@ -9,6 +9,7 @@
 #include <float.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -452,7 +453,7 @@ static int reader_start(remat_checkpoint_reader *rd, remat_config *cfg, remat_er
 
 static int reader_name(remat_checkpoint_reader *rd, const char *name, remat_error *err) {
   size_t len = strlen(name);
-  rd->path = remat__malloc(len + 1);
+  rd->path = malloc(len + 1); /* plain: a name, not the job's planned bytes */
   if (!rd->path)
     return remat__errorf(err, REMAT_ENOMEM, "out of memory naming checkpoint '%s'", name);
   memcpy(rd->path, name, len + 1);
@@ -512,7 +513,7 @@ int remat_checkpoint_read_params(remat_checkpoint_reader *rd, const remat_config
 void remat_checkpoint_reader_free(remat_checkpoint_reader *rd) {
   if (!rd || !rd->path) return; /* never opened, or closed: nothing is held */
   if (rd->fd >= 0) close(rd->fd);
-  remat__free(rd->path);
+  free(rd->path);
   *rd = (remat_checkpoint_reader){.fd = -1};
 }
 

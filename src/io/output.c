@@ -9,7 +9,13 @@
  * checks the target once more, renames the temporary over it, fsyncs the
  * directory and drops the lock. Any failure removes the temporary. The same
  * resolution serves remat_output_check (can this be saved to later?) and
- * remat_same_file (would this save replace that input?). */
+ * remat_same_file (would this save replace that input?).
+ *
+ * The names built on the way (links followed, temporaries, directories)
+ * are plain malloc: a save, a check of an output or the opening of a log
+ * happens before the first step or between steps, and holds a path's bytes
+ * only while it runs, so neither the planned nor a step's measured peak
+ * counts them (both would otherwise grow with the length of a path). */
 #define _DEFAULT_SOURCE /* flock, realpath */
 #include <errno.h>
 #include <fcntl.h>
@@ -33,7 +39,7 @@
 #define MAX_LINKS 40
 
 static char *dup_range(const char *s, size_t n) {
-  char *d = remat__malloc(n + 1);
+  char *d = malloc(n + 1);
   if (!d) return NULL;
   memcpy(d, s, n);
   d[n] = 0;
@@ -46,7 +52,7 @@ static char *dup_str(const char *s) { return dup_range(s, strlen(s)); }
 static char *join(const char *dir, const char *name, size_t name_len) {
   if (!dir || name[0] == '/') return dup_range(name, name_len);
   size_t dl = strlen(dir);
-  char *s = remat__malloc(dl + 1 + name_len + 1);
+  char *s = malloc(dl + 1 + name_len + 1);
   if (!s) return NULL;
   memcpy(s, dir, dl);
   s[dl] = '/';
@@ -105,13 +111,13 @@ static int resolve(const char *path, const char *what, char **target, struct sta
       if (errno == ENOENT) break; /* a new name: the save creates it */
       int rc = remat__errorf(err, REMAT_EIO, "cannot save %s to '%s': %s; check the path",
                              what, path, strerror(errno));
-      remat__free(cur);
+      free(cur);
       return rc;
     }
     if (!S_ISLNK(st->st_mode)) {
       if (!S_ISREG(st->st_mode)) {
         int rc = refuse_kind(path, cur, st->st_mode, what, err);
-        remat__free(cur);
+        free(cur);
         return rc;
       }
       *exists = 1;
@@ -127,13 +133,13 @@ static int resolve(const char *path, const char *what, char **target, struct sta
                              hops >= MAX_LINKS ? strerror(ELOOP)
                              : n < 0           ? strerror(errno)
                                                : strerror(ENAMETOOLONG));
-      remat__free(cur);
+      free(cur);
       return rc;
     }
     char *dir = link[0] == '/' ? NULL : dir_of(cur);
     char *next = (link[0] == '/' || dir) ? join(dir, link, (size_t)n) : NULL;
-    remat__free(dir);
-    remat__free(cur);
+    free(dir);
+    free(cur);
     if (!next) return remat__errorf(err, REMAT_ENOMEM, "out of memory naming '%s'", path);
     cur = next;
   }
@@ -141,7 +147,7 @@ static int resolve(const char *path, const char *what, char **target, struct sta
     int rc = remat__errorf(err, REMAT_EINVAL,
                            "cannot save %s to '%s': the name ends in '/'; give a file name",
                            what, path);
-    remat__free(cur);
+    free(cur);
     return rc;
   }
   *target = cur;
@@ -178,9 +184,9 @@ static int make_temp(const char *path, const char *target, const char *what, int
   size_t bl = strlen(base);
   if (bl > TMP_BASE_MAX) bl = TMP_BASE_MAX;
   size_t dl = dir ? strlen(dir) : 0;
-  char *name = dir ? remat__malloc(dl + 1 + bl + sizeof TMP_SUFFIX) : NULL;
+  char *name = dir ? malloc(dl + 1 + bl + sizeof TMP_SUFFIX) : NULL;
   if (!name) {
-    remat__free(dir);
+    free(dir);
     return remat__errorf(err, REMAT_ENOMEM, "out of memory naming '%s'", path);
   }
   memcpy(name, dir, dl);
@@ -202,11 +208,11 @@ static int make_temp(const char *path, const char *target, const char *what, int
                          "cannot save %s to '%s': cannot create a file in '%s': %s; check that "
                          "the directory is writable",
                          what, path, dir, strerror(e));
-    remat__free(dir);
-    remat__free(name);
+    free(dir);
+    free(name);
     return rc;
   }
-  remat__free(dir);
+  free(dir);
   *tmp = name;
   return 0;
 }
@@ -237,7 +243,7 @@ int remat__wfile_open(remat__wfile *w, const char *path, const char *what, remat
     goto fail;
   }
   w->dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_NONBLOCK | O_CLOEXEC);
-  remat__free(dir);
+  free(dir);
   return 0;
 
 fail:
@@ -268,8 +274,8 @@ void remat__wfile_abort(remat__wfile *w) {
   if (w->fd >= 0) close(w->fd);
   if (w->dirfd >= 0) close(w->dirfd);
   if (w->tmp) unlink(w->tmp);
-  remat__free(w->tmp);
-  remat__free(w->target);
+  free(w->tmp);
+  free(w->target);
   w->fd = w->dirfd = -1;
   w->tmp = w->target = NULL;
 }
@@ -305,7 +311,7 @@ int remat__wfile_commit(remat__wfile *w, remat_error *err) {
                        w->what, w->path, w->tmp, w->target, strerror(errno));
     goto fail;
   }
-  remat__free(w->tmp);
+  free(w->tmp);
   w->tmp = NULL;
   /* The rename is durable once the directory is; file systems that cannot
    * sync a directory say EINVAL, and the file is saved all the same. */
@@ -331,7 +337,7 @@ int remat_output_check(const char *path, remat_error *err) {
   if ((rc = make_temp(path, target, what, &fd, &tmp, err))) goto done;
   close(fd);
   unlink(tmp);
-  remat__free(tmp);
+  free(tmp);
   /* In a sticky directory (/tmp) only the owner may replace a file. */
   char *dir = dir_of(target);
   struct stat ds;
@@ -342,9 +348,9 @@ int remat_output_check(const char *path, remat_error *err) {
                        "cannot save %s to '%s': another user owns it in the sticky directory "
                        "'%s', so it cannot be replaced; choose another name",
                        what, path, dir);
-  remat__free(dir);
+  free(dir);
 done:
-  remat__free(target);
+  free(target);
   return rc;
 }
 
@@ -394,8 +400,8 @@ static char *canonical_name(const char *path) {
     name = join(strcmp(real, "/") == 0 ? "" : real, base, strlen(base));
   }
   free(real);
-  remat__free(dir);
-  remat__free(target);
+  free(dir);
+  free(target);
   return name;
 }
 
@@ -407,8 +413,8 @@ int remat_same_file(const char *a, const char *b) {
   if (ea || eb) return 0;
   char *ca = canonical_name(a), *cb = canonical_name(b);
   int same = ca && cb ? strcmp(ca, cb) == 0 : strcmp(a, b) == 0;
-  remat__free(ca);
-  remat__free(cb);
+  free(ca);
+  free(cb);
   return same;
 }
 
@@ -434,7 +440,7 @@ FILE *remat_output_stream_open(const char *path, const char *what, remat_error *
   /* the save's rules first: the same messages for a FIFO, a link to one, a
    * directory; then remat__open checks the descriptor itself */
   if (resolve(path, what, &target, &st, &exists, err)) return NULL;
-  remat__free(target);
+  free(target);
   if (remat__open(path, O_WRONLY | O_CREAT | O_TRUNC, REMAT__OPEN_FILE, what, &fd, NULL, err))
     return NULL;
   FILE *f = fdopen(fd, "w");

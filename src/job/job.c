@@ -10,8 +10,8 @@
 #include <sys/stat.h>
 
 #include "base/base.h"
+#include "job/job_internal.h"
 #include "model/model_runtime.h"
-#include "remat/job.h"
 #include "remat/report.h"
 
 struct remat_job {
@@ -38,16 +38,8 @@ struct remat_job {
   int resumed;
   char resume_note[2048]; /* what the resume passed over, or that it could not verify */
   int64_t last_checkpoint; /* the step of the last checkpoint written */
+  int held_out; /* a resume of a run that held tokens out: the split stays */
 };
-
-void remat_job_desc_default(remat_job_desc *d) {
-  memset(d, 0, sizeof *d);
-  remat_train_opts_default(&d->train);
-  d->train.T = 0;
-  d->ckpt_ratio = -1;
-  d->stages = d->replicas = 1;
-  d->schedule = REMAT_SCHED_1F1B;
-}
 
 /* ------------------------------------------------------------ agreement */
 
@@ -189,6 +181,27 @@ static int check_ranks(remat_job *job, remat_error *err) {
 
 /* ------------------------------------------------------- shape and data */
 
+/* A resume's description against the settings saved with its checkpoint
+ * (an older checkpoint has none: its state's header is checked alone). */
+static int check_saved(remat_job *job, remat_error *err) {
+  char path[4200];
+  struct stat st;
+  snprintf(path, sizeof path, "%s/settings", job->resume_dir);
+  if (stat(path, &st) != 0) return 0;
+  remat_job_saved s;
+  remat_job_conflict c;
+  int rc = remat_job_saved_load(&s, job->resume_dir, err);
+  if (rc) return rc;
+  job->held_out = s.desc.train.val_frac > 0;
+  remat_job_desc d = job->d;
+  d.model = NULL;
+  if (remat_job_saved_conflict(&s, &d, &c))
+    rc = remat__errorf(err, REMAT_EINVAL, "the run in %s was saved with %s %s, not %s; a resume "
+                       "keeps the run's settings", job->resume_dir, c.key, c.saved, c.given);
+  remat_job_saved_free(&s);
+  return rc;
+}
+
 /* A resume: DIR itself when it is a checkpoint (it holds DONE; it must
  * verify), else the newest checkpoint under DIR that verifies, noting the
  * newer ones passed over. Its weights become the model file. */
@@ -222,7 +235,7 @@ static int find_resume(remat_job *job, remat_error *err) {
     return remat__errorf(err, REMAT_EINVAL, "the checkpoint's path is too long");
   job->d.model = job->resume_model;
   job->resumed = 1;
-  return 0;
+  return check_saved(job, err);
 }
 
 /* The outputs: find out now, not after hours of training, that one cannot
@@ -283,10 +296,11 @@ static int load_tokens(remat_job *job, remat_error *err) {
 
 /* The trainer's options: a replica's step runs K of the step's K x D
  * micro-batches; tokens are held out only when evaluated. */
-static remat_train_opts trainer_opts(const remat_job_desc *d) {
+static remat_train_opts trainer_opts(const remat_job *job) {
+  const remat_job_desc *d = &job->d;
   remat_train_opts to = d->train;
   to.grad_accum = d->train.grad_accum * d->replicas;
-  to.val_frac = d->eval_every > 0 ? d->train.val_frac : 0.0;
+  to.val_frac = d->eval_every > 0 || job->held_out ? d->train.val_frac : 0.0;
   return to;
 }
 
@@ -302,7 +316,7 @@ static int policy_for_budget(remat_job *job, size_t budget, uint8_t *policy, rem
   int64_t L = job->cfg.num_layers;
   char b1[32], b2[32];
   remat_trainer *probe;
-  remat_train_opts to = trainer_opts(d);
+  remat_train_opts to = trainer_opts(job);
   remat_policy_first_n(policy, L, 0);
   int rc = remat_trainer_create(&probe, &job->cfg, policy, &job->tok, &to, err);
   if (rc) return rc;
@@ -517,7 +531,7 @@ static int resume_state_path(const remat_job *job, char *path, size_t cap, remat
 /* The trainer of this rank's stage and the runtime around it. */
 static int make_runtime(remat_job *job, remat_error *err) {
   const remat_job_desc *d = &job->d;
-  remat_train_opts to = trainer_opts(d);
+  remat_train_opts to = trainer_opts(job);
   const remat_placement *pl = &job->place;
   int rc;
   switch (job->kind) {
@@ -678,6 +692,11 @@ static int write_checkpoint(remat_job *job, remat_error *err) {
   if ((rc = remat_job_save(job, path, err))) return rc;
   remat_checkpoint_dir_path(path, sizeof path, dir, step, state_name(job, name, sizeof name));
   rc = remat_trainer_save_state(job->tr, path, job->rank, job->ranks, err);
+  if (!rc && job->rank == 0) { /* the run's settings, for a resume that names only the dir */
+    remat_checkpoint_dir_path(path, sizeof path, dir, step, "settings");
+    rc = remat__job_settings_save(path, &job->d, &job->cfg,
+                                   job->d.eval_every > 0 || job->held_out, err);
+  }
   if ((rc = agree(job, rc, err))) return rc;
   /* every rank's files are written: one rank lists and seals them, with the
    * run the states name (they must all name one) */

@@ -99,6 +99,10 @@ static const char *unit_of(const remat_plan_problem *pb) {
 
 /* ------------------------------------------------------------ table */
 
+/* A budget this large stands for none (a pipeline placed with memory
+ * ignored: 2^60 bytes); the table says "none" rather than 1024.00 PiB. */
+#define NO_BUDGET ((size_t)1 << 60)
+
 static void table(remat__plan_buf *b, const remat_plan_problem *pb, const remat_plan *pl) {
   int units = remat__plan_units(pb);
   char t1[48], t2[48], t3[48], t4[48];
@@ -119,7 +123,9 @@ static void table(remat__plan_buf *b, const remat_plan_problem *pb, const remat_
                        (long long)st->num_layers, (long long)st->first_layer,
                        (long long)st->num_recomputed, (long long)st->microbatches_held,
                        remat_format_bytes_in(st->memory_bytes, units, t1, sizeof t1),
-                       remat_format_bytes_in(st->budget_bytes, units, t2, sizeof t2),
+                       st->budget_bytes >= NO_BUDGET
+                           ? "none"
+                           : remat_format_bytes_in(st->budget_bytes, units, t2, sizeof t2),
                        fmt_time(st->time, t3, sizeof t3), rl,
                        st->memory_bytes > st->budget_bytes ? "  OVER BUDGET" : "");
   }

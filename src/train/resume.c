@@ -76,10 +76,23 @@ static int compare(const remat_state_header *have, const remat_state_header *wan
   SAME(L, "number of layers") SAME(C, "width") SAME(NH, "number of heads")
   SAME(V, "vocabulary") SAME(maxT, "maximum sequence")
   SAME(B, "batch") SAME(T, "sequence length") SAME(grad_accum, "micro-batches per step")
-  SAME(steps, "number of steps (the schedule ends there)") SAME(warmup, "warmup")
+  SAME(warmup, "warmup")
   SAME(cosine, "learning-rate schedule") SAME(seed, "seed")
   SAME(shuffle, "data order") SAME(data_tokens, "training data (token count)")
 #undef SAME
+  /* More steps extend a run, fewer end it sooner: a constant rate does not
+   * care, a cosine schedule ends at its last step and would change shape. */
+  if (have->steps != want->steps && have->cosine)
+    return remat__errorf(err, REMAT_ESHAPE,
+                         "cannot resume from '%s' for %lld steps: its learning rate follows a "
+                         "cosine schedule that ends at step %lld; a cosine run is neither "
+                         "extended nor cut short (train on with a constant rate: a new run "
+                         "from its weights)", path, (long long)want->steps,
+                         (long long)have->steps);
+  if (want->steps < have->step)
+    return remat__errorf(err, REMAT_ESHAPE,
+                         "cannot resume from '%s' for %lld steps: it is at step %lld already",
+                         path, (long long)want->steps, (long long)have->step);
   /* doubles kept as their bits: compared as bits, shown as numbers */
 #define SAME_REAL(f, what)                                                                   \
   if (have->f != want->f)                                                                    \

@@ -266,9 +266,9 @@ R=("${shape[@]}" --steps 6 --dropout 0.1 --warmup 2 --cosine --threads 1 --quiet
    "${grid[@]}" --zero 2)
 rm -rf gck
 mpi 4 "$remat" train "${R[@]}" --checkpoint-dir gck --checkpoint-every 3 --save gfull.bin >/dev/null 2>&1
-mpi 4 "$remat" train "${R[@]}" --resume gck/step_00000003 --save ghalf.bin >/dev/null 2>&1
+mpi 4 "$remat" train --resume gck/step_00000003 --save ghalf.bin >/dev/null 2>&1
 if [[ -f gck/step_00000003/state_rank_3.bin ]] && cmp -s gfull.bin ghalf.bin; then
-  ok "grid ZeRO 2: 6 steps = 3 + resume for 3, same bytes"
+  ok "grid ZeRO 2: 6 steps = 3 + --resume DIR alone for 3, same bytes"
 else bad "grid resume"; fi
 # remat plan places a grid's stages with a replica's bytes, as --mem does in
 # remat train; its stage figure counts the whole model's communication
@@ -304,10 +304,17 @@ for z in 2 3; do
   if [[ -f ck$z/step_00000003/state_rank_1.bin ]] && cmp -s "full$z.bin" "half$z.bin"; then
     ok "ZeRO $z: 6 steps = 3 + resume for 3, same bytes"
   else bad "ZeRO $z resume"; fi
+  # the directory alone: the saved settings (replicas, ZeRO stage) are the run's
+  mpi 2 "$remat" train --resume "ck$z/step_00000003" --quiet --peak-gflops 10 --threads 1 \
+    --save "alone$z.bin" >/dev/null 2>&1
+  cmp -s "full$z.bin" "alone$z.bin" && ok "ZeRO $z: --resume DIR alone, same bytes" || \
+    bad "ZeRO $z resume alone"
 done
+mpi 2 "$remat" train --resume ck2 >fin.out 2>&1 && grep -q "the run in ck2 finished at step 6" fin.out \
+  && ok "replicas: a finished run says so" || bad "replicas finished: $(head -c 200 fin.out)"
 mpi 2 "$remat" train --config 4,64,4,256,64 --batch 2 --seq 32 --steps 6 --dropout 0.1 --warmup 2 \
   --cosine --threads 1 --quiet --peak-gflops 10 --data-parallel 2 --zero 3 --resume ck2 >err.out 2>&1
-if grep -q "different ZeRO stage" err.out; then ok "resume under another ZeRO stage refused"
+if grep -q "\-\-zero 3 differs from the saved run's 2" err.out; then ok "resume under another ZeRO stage refused"
 else bad "resume under another ZeRO stage: $(head -c 200 err.out)"; fi
 
 echo "$((n - fails)) passed, $fails failed"

@@ -148,5 +148,20 @@ raise SystemExit(0 if ok else 1)
 PY
 then ok "trace"; else bad "trace"; fi
 
+# Resume and extend on a pipeline: --resume DIR alone takes the stages, the
+# blocks per stage and the checkpointing from the checkpoint; a constant
+# rate extends (4 steps then 8 = 8 steps, byte for byte).
+E=(--config 6,64,4,256,64 --batch 4 --seq 32 --grad-accum 3 --dropout 0.1 --stages 2 --layers 2,4
+   --threads 1 --peak-gflops 10 --quiet)
+mpi 2 "$remat" train "${E[@]}" --steps 8 --save e8.bin >/dev/null 2>&1
+mpi 2 "$remat" train "${E[@]}" --steps 4 --checkpoint-dir eck --checkpoint-every 2 >/dev/null 2>&1
+mpi 2 "$remat" train --resume eck --steps 8 --save e4to8.bin --quiet >/dev/null 2>&1
+if cmp -s e8.bin e4to8.bin && [[ -f eck/step_00000008/state_rank_1.bin ]]; then
+  ok "pipeline: 4 steps, then --resume DIR --steps 8 alone = 8 steps, checkpoints continue"
+else bad "pipeline resume alone and extend"; fi
+mpi 2 "$remat" train --resume eck --lr 0.01 >err.out 2>&1
+grep -q "\-\-lr 0.01 differs from the saved run's 0.001" err.out && ok "pipeline: a changed flag refused" \
+  || bad "pipeline resume refusal: $(head -c 200 err.out)"
+
 echo "$((n - fails)) passed, $fails failed"
 [[ $fails -eq 0 ]]

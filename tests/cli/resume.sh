@@ -82,9 +82,19 @@ expect_fail() { # one line on stderr, exit 1 or 2
     ok "$name"
   else bad "$name (rc $rc): $(head -c 300 err)"; fi
 }
-expect_fail "resume with another seed" "different seed" "${F[@]}" --seed 9 --resume full
-expect_fail "resume with another learning rate, shown as a number" "different learning rate (0.001, now 0.002)" "${F[@]}" --lr 0.002 --resume full
-expect_fail "resume with another batch" "different batch" "${F[@]/--batch/--batch}" --batch 2 --resume full
+expect_fail "resume with another seed names the saved one" "\-\-seed 9 differs from the saved run's 1337; a resume keeps the run's settings: drop \-\-seed" "${F[@]}" --seed 9 --resume full
+expect_fail "resume with another learning rate, shown as a number" "\-\-lr 0.002 differs from the saved run's 0.001" "${F[@]}" --lr 0.002 --resume full
+expect_fail "resume with another batch" "\-\-batch 2 differs from the saved run's 4" --batch 2 --resume full
+expect_fail "resume with another checkpoint interval" "\-\-checkpoint-every 3 differs from the saved run's 6" --checkpoint-every 3 --resume full
+expect_fail "resume with another shape" "\-\-config small differs from the saved run's 2,64,4,256,64" --config small --resume full
+expect_fail "resume cannot start holding tokens out" "\-\-eval-every 4 differs from the saved run's 0" --eval-every 4 --resume full
+# the library refuses too, for a front end that does not ask first: the
+# state's header (an older checkpoint without settings is checked this way)
+cp -r full old
+for s in old/step_*; do rm "$s/settings"; printf 'done\n' >"$s/DONE"; done
+expect_fail "an older checkpoint without settings: flags as given, checked against the state" "different batch" "${F[@]}" --batch 2 --resume old
+"$remat" train "${F[@]}" --resume old/step_00000006 --save old.bin >/dev/null 2>&1
+cmp -s full.bin old.bin && ok "an older checkpoint resumes with the run's flags, as before" || bad "older checkpoint"
 mkdir empty
 expect_fail "nothing to resume" "no complete checkpoint" "${F[@]}" --resume empty
 cp -r full dmg2
@@ -96,6 +106,50 @@ truncate -s 100 dmg2/step_00000006/state.bin
 expect_fail "no checkpoint verifies" "no checkpoint in" "${F[@]}" --resume dmg2
 expect_fail "resume and --model" "drop --model" "${F[@]}" --resume full --model full.bin
 expect_fail "every without dir" "go together" "${F[@]}" --checkpoint-every 3
+
+# Resume and extend: the checkpoint's settings are the run's; --resume DIR
+# alone continues it, checkpointing included.
+H=(--config tiny --batch 4 --seq 32 --dropout 0.1 --warmup 3 --grad-accum 2 --eval-every 4
+   --val-frac 0.2 --quiet --peak-gflops 10 --threads 1)
+"$remat" train "${H[@]}" --steps 16 --save h16.bin >/dev/null
+"$remat" train "${H[@]}" --steps 8 --checkpoint-dir alone --checkpoint-every 4 --save h8.bin \
+  >/dev/null
+"$remat" train --resume alone --steps 16 --quiet --peak-gflops 10 --threads 1 --save h8to16.bin \
+  >resumed.out 2>&1
+if cmp -s h16.bin h8to16.bin; then ok "8 steps, then --resume DIR --steps 16 alone: the 16-step run's bytes"
+else bad "resume alone extending 8 to 16: $(tail -2 resumed.out)"; fi
+[[ -f alone/step_00000016/DONE && -f alone/step_00000012/DONE ]] && \
+  grep -q "^file settings " alone/step_00000016/DONE && \
+  ok "the resumed run kept checkpointing every 4 steps into alone/, settings listed in DONE" || \
+  bad "checkpoints of the resumed run: $(ls alone)"
+# interrupted (killed after step 12's checkpoint), resumed alone: the same bytes
+"$remat" train "${H[@]}" --steps 16 --checkpoint-dir cut --checkpoint-every 4 >/dev/null
+rm -rf cut/step_00000016
+"$remat" train --resume cut --quiet --peak-gflops 10 --threads 1 --save cut.bin >/dev/null 2>&1
+if cmp -s h16.bin cut.bin; then ok "interrupted at step 12, --resume DIR alone: the uninterrupted bytes"
+else bad "resume alone after an interruption"; fi
+# --eval-every may change on a resume (the held-out split stays the run's)
+"$remat" train --resume cut/step_00000012 --eval-every 0 --quiet --peak-gflops 10 --threads 1 \
+  --save cut0.bin >/dev/null 2>&1
+cmp -s h16.bin cut0.bin && ok "resumed with --eval-every 0: the same bytes (the split is kept)" || \
+  bad "--eval-every changed on a resume changes the training"
+# a finished run says so and trains nothing
+"$remat" train --resume cut >fin.out 2>&1
+rc=$?
+if [[ $rc -eq 0 ]] && grep -q "the run in cut finished at step 16; give --steps N > 16 to extend it" fin.out \
+  && ! grep -q "^done" fin.out; then ok "a finished run resumed: says so, exit 0, no training"
+else bad "finished run (rc $rc): $(cat fin.out)"; fi
+# a cosine schedule is neither extended nor cut short
+"$remat" train "${H[@]}" --cosine --steps 8 --checkpoint-dir cos --checkpoint-every 4 >/dev/null
+expect_fail "a cosine run is not extended" "cosine schedule that ends at step 8" --resume cos --steps 12
+expect_fail "a cosine run is not cut short" "cosine schedule that ends at step 8" --resume cos/step_00000004 --steps 6
+expect_fail "steps before the checkpoint's" "it is at step 16 already" --resume cut --steps 10
+"$remat" train --resume cos --steps 8 >fin.out 2>&1 && grep -q "finished at step 8" fin.out && \
+  ok "a cosine run resumed with its own steps: finished" || bad "cosine resume with its own steps"
+# the same values given again are fine
+"$remat" train --resume cut/step_00000012 --config 2,64,4,256,64 --batch 4 --lr 0.001 --seed 1337 \
+  --quiet --peak-gflops 10 --threads 1 --save again.bin >/dev/null 2>&1
+cmp -s h16.bin again.bin && ok "flags with the saved values are accepted" || bad "same values again"
 
 echo "$((n - fails)) passed, $fails failed"
 [[ $fails -eq 0 ]]

@@ -146,5 +146,26 @@ check "no MFU above 100% in the log or the summary" perl -ne '
   $bad++ if /"mfu": ([0-9.e+-]+)/ && $1 > 1; $bad++ if /MFU ([0-9.]+)%/ && $1 > 100;
   END { exit($bad ? 1 : 0) }' "$tmp/pquiet.jsonl" "$tmp/pquiet.out" "$tmp/pshared.jsonl"
 
+# --sample-every: a sample every N steps, between steps, from the model's
+# own weights; sampling neither changes the training (the saved bytes) nor
+# the planned = measured peak (the generator's memory is outside the trainer's).
+S=(--config tiny --batch 4 --seq 32 --steps 10 --quiet --peak-gflops 10 --threads 1)
+"$remat" train "${S[@]}" --sample-every 5 --save "$tmp/s1.bin" --log "$tmp/s1.jsonl" >"$tmp/s1.out" 2>&1
+"$remat" train "${S[@]}" --save "$tmp/s0.bin" >/dev/null 2>&1
+check "--sample-every 5 --steps 10: two samples, at steps 5 and 10" \
+  test "$(grep -c '^sample  step \(5\|10\) | .' "$tmp/s1.out")" -eq 2
+check "the samples are one line each, non-printable bytes escaped" \
+  perl -ne '$bad++ if /^sample/ && /[\x00-\x08\x0b-\x1f\x7f-\xff]/; END { exit($bad ? 1 : 0) }' "$tmp/s1.out"
+check "sampling leaves the trained bytes alone" cmp -s "$tmp/s0.bin" "$tmp/s1.bin"
+check "sampling leaves planned = measured" perl -ne '$bad++ if /"planned_peak_bytes": (\d+).*"measured_peak_bytes": (\d+)/ && $1 != $2;
+  $n++; END { exit($bad || $n != 10 ? 1 : 0) }' "$tmp/s1.jsonl"
+# a model of GPT-2's vocabulary decodes its sample with the BPE files
+"$remat" train --config 2,64,4,50257,64 --batch 2 --seq 16 --steps 2 --sample-every 2 --quiet \
+  --peak-gflops 10 --threads 1 >"$tmp/sb.out" 2>&1
+check "a BPE model's sample is decoded text (one line of GPT-2 tokens)" \
+  perl -ne '$n++ if /^sample  step 2 \| .*[a-z]{3}/; END { exit($n == 1 ? 0 : 1) }' "$tmp/sb.out"
+"$remat" train "${S[@]}" --sample-every 5 --stages 2 >"$tmp/s2.out" 2>&1
+check "--sample-every refused on several ranks" grep -q "sample-every runs on one process only" "$tmp/s2.out"
+
 echo "$((n - fails)) passed, $fails failed"
 [[ $fails -eq 0 ]]
