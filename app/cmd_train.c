@@ -101,10 +101,13 @@ typedef struct {
   int threads, quiet, plan_only;
 } opts;
 
-static volatile sig_atomic_t interrupted;
+/* Before the first step SIGINT or SIGTERM ends set-up at once (130, 143); while steps
+ * run the first asks the step to finish and save, a second quits saving nothing. */
+static volatile sig_atomic_t interrupted, stepping;
 static void on_signal(int sig) {
-  (void)sig;
-  if (interrupted) _exit(130); /* a second signal: quit now, save nothing */
+  static const char msg[] = "remat train: stopped by a signal before the first step\n";
+  if (!stepping) (void)!write(STDERR_FILENO, msg, sizeof msg - 1), _exit(128 + sig);
+  if (interrupted) _exit(130);
   interrupted = 1;
 }
 
@@ -241,10 +244,8 @@ typedef struct {
 static void fmt_eta(double s, char *buf, size_t cap) {
   if (s < 0 || !isfinite(s)) s = 0;
   long t = (long)(s + 0.5);
-  if (t >= 3600)
-    snprintf(buf, cap, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
-  else
-    snprintf(buf, cap, "%ld:%02ld", t / 60, t % 60);
+  if (t >= 3600) snprintf(buf, cap, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
+  else snprintf(buf, cap, "%ld:%02ld", t / 60, t % 60);
 }
 
 static void print_model(const remat_config *cfg) {
@@ -409,8 +410,7 @@ static int log_step(run_state *r, const remat_step_stats *st, double tps, double
           "\"measured_peak_bytes\": %zu, \"rss_peak_bytes\": %zu",
           (long long)st->step, st->loss, st->lr, st->grad_norm, st->seconds,
           st->recompute_seconds, tps, mfu, (long long)mp->num_recomputed,
-          (long long)mp->num_middle, r->planned,
-          r->measured, remat_rss_peak_bytes());
+          (long long)mp->num_middle, r->planned, r->measured, remat_rss_peak_bytes());
   if (!isnan(val_loss)) fprintf(f, ", \"val_loss\": %.6f", val_loss);
   if (r->dp) { /* rank 0's communication in this step (a grid's: among its stage's replicas) */
     const remat_comm_stats *c = &r->comm;
@@ -580,7 +580,6 @@ static int peak_rate(const opts *o, run_state *r) {
   return 0;
 }
 
-
 /* A pipeline's plan: the planner's table and every stage's arena. */
 static void print_pipeline(run_state *r) {
   const opts *o = r->o;
@@ -726,7 +725,7 @@ static int start(run_state *r) {
 static int train_job(opts *o, run_state *r) {
   remat_error err = {0};
   remat_job *job = r->job;
-  int rc, ranks = remat_job_ranks(job);
+  int rc = 0, ranks = remat_job_ranks(job);
   if (ranks != o->stages * o->replicas) { /* the job checks it too; this names the flags */
     char what[128];
     if (o->stages > 1 && o->replicas > 1)
@@ -735,9 +734,11 @@ static int train_job(opts *o, run_state *r) {
     else
       snprintf(what, sizeof what, "%s is %lld", o->stages > 1 ? "--stages" : "--data-parallel",
                (long long)(o->stages * o->replicas));
-    return cli_fail(CLI_EXIT_USAGE, "started on %d ranks but %s: start exactly that many, mpirun "
-                    "-np %lld remat train ...", ranks, what, (long long)(o->stages * o->replicas));
+    rc = err.code = REMAT_EINVAL;
+    snprintf(err.msg, sizeof err.msg, "started on %d ranks but %s: start exactly that many, "
+             "mpirun -np %lld remat train ...", ranks, what, (long long)(o->stages * o->replicas));
   }
+  if (remat_job_agree(job, rc, &err)) return cli_fail(CLI_EXIT_USAGE, "%s", err.msg);
   if (remat_job_prepare(job, &err)) return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
   o->T = remat_job_description(job)->train.T;
   r->cfg = remat_job_config(job);
@@ -748,10 +749,7 @@ static int train_job(opts *o, run_state *r) {
   r->planned = remat_job_planned_bytes(job);
   if ((rc = show_plan(r)) || o->plan_only) return rc;
   if ((rc = start(r))) return rc;
-
-  struct sigaction sa = {.sa_handler = on_signal};
-  sigaction(SIGINT, &sa, NULL);
-  sigaction(SIGTERM, &sa, NULL);
+  stepping = 1;
   r->tty = isatty(STDERR_FILENO) && !o->quiet;
   if ((rc = train_loop(r))) {
     r->abort_others = 1; /* the other ranks may be waiting on this one */
@@ -781,6 +779,8 @@ int remat_cmd_train(int argc, char **argv) {
   if (parse_args(argc, argv, &o)) return CLI_EXIT_USAGE;
   remat_error err = {0};
   run_state r = {.o = &o, .ranks = 1};
+  struct sigaction sa = {.sa_handler = on_signal};
+  sigaction(SIGINT, &sa, NULL), sigaction(SIGTERM, &sa, NULL);
   remat_threads_setup(&r.threads, o.threads); /* may re-execute: before MPI starts */
   remat_job_desc d;
   job_desc_from(&o, &d);
