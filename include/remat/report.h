@@ -152,6 +152,23 @@ REMAT_API int remat_set_threads(int threads);
  * file it came from and the package to install. Call it once at start-up. */
 REMAT_API int remat_blas_check(remat_error *err);
 
+/* OpenBLAS's buffer (BUFFER_SIZE of Debian's 0.3 OpenMP build, measured:
+ * one mmap each): one for each thread of its team, mapped when the library
+ * is loaded, and one for each thread inside a product. An allocation the
+ * address-space limit (ulimit -v) refuses is retried for ever, so the limit
+ * must be checked before the library is loaded, by the program's own code
+ * (a .preinit_array function runs first). */
+#define REMAT_BLAS_BUFFER_BYTES ((size_t)128 << 20)
+/* What a run needs beside the buffers and its arena (checked apart): the
+ * data, the plan, OpenMP's and MPI's own allocations. */
+#define REMAT_BLAS_RESERVE_BYTES ((size_t)64 << 20)
+/* 1 when RLIMIT_AS leaves room, beside what the process maps now, for the
+ * buffers of a team of `loaded` threads when OpenBLAS loads, of `callers`
+ * threads calling it at once, the team's stacks and the reserve above (or
+ * when there is no limit); else 0. *need: the bytes that takes; *limit:
+ * the limit (0: none). Plain system calls only: callable before main. */
+REMAT_API int remat_blas_fits(int loaded, int callers, size_t *need, size_t *limit);
+
 #ifdef __cplusplus
 }
 #endif

@@ -4,6 +4,7 @@
 #define _GNU_SOURCE /* dladdr */
 #include <cblas.h>
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -144,4 +145,32 @@ int remat_blas_check(remat_error *err) {
                        par == 1   ? "pthreads"
                        : par == 0 ? "single-threaded"
                                   : "unknown");
+}
+
+/* The bytes mapped now (VmSize), from /proc/self/statm with plain system
+ * calls: this may run before the C library's constructors. */
+static size_t mapped_bytes(void) {
+  char buf[64];
+  int fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  size_t pages = 0;
+  for (ssize_t i = 0; i < n && buf[i] >= '0' && buf[i] <= '9'; i++)
+    pages = pages * 10 + (size_t)(buf[i] - '0');
+  long page = sysconf(_SC_PAGESIZE);
+  return pages * (size_t)(page > 0 ? page : 4096);
+}
+
+int remat_blas_fits(int loaded, int callers, size_t *need, size_t *limit) {
+  struct rlimit rl;
+  *need = *limit = 0;
+  if (getrlimit(RLIMIT_AS, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return 1;
+  struct rlimit st;
+  size_t stack = getrlimit(RLIMIT_STACK, &st) == 0 && st.rlim_cur != RLIM_INFINITY
+                     ? (size_t)st.rlim_cur : (size_t)8 << 20;
+  *limit = (size_t)rl.rlim_cur;
+  *need = mapped_bytes() + (size_t)(loaded + callers) * REMAT_BLAS_BUFFER_BYTES +
+          (size_t)(loaded > 1 ? loaded - 1 : 0) * stack + REMAT_BLAS_RESERVE_BYTES;
+  return *need <= *limit;
 }
