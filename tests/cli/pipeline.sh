@@ -161,6 +161,18 @@ else
   else bad "a killed rank (rc $rc)"; tail -3 kill.out; fi
 fi
 
+# The log failing mid-run on rank 0 (a file size limit: write fails with
+# EFBIG) ends every rank within seconds with its message.
+t0=$SECONDS
+rm -f big.jsonl
+timeout -k 5 60 mpirun --oversubscribe -np 2 bash -c "ulimit -f 2; exec \"\$0\" \"\$@\"" \
+  "$remat" train --config tiny --steps 100000 --threads 1 --quiet --peak-gflops 1 --stages 2 \
+  --log big.jsonl >err.out 2>&1
+rc=$? took=$((SECONDS - t0))
+if [[ $rc -ne 0 && $rc -ne 124 && $rc -ne 137 ]] && grep -q "cannot write log file.*too large" err.out
+then ok "the log failing mid-run on rank 0 ends the job in ${took} s"
+else bad "the log failing mid-run (rc $rc after ${took} s)"; grep -m2 remat err.out; fi
+
 # The trace: valid JSON, one track per rank, every kind of span.
 mpi 3 "$remat" train "${common[@]}" --stages 3 --layers 2,2,2 --ckpt-layers 3 --trace t.json >t.out 2>&1
 if python3 - <<'PY'
