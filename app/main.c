@@ -2,9 +2,9 @@
 #define _GNU_SOURCE /* sched_getaffinity */
 #include <sched.h>
 #include <stdio.h>
-#include <sys/resource.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "remat.h"
@@ -24,15 +24,6 @@ static void prepare_threads(int argc, char **argv) {
     remat_threads_prepare_failed();
   }
 }
-
-/* Before main, before any library's constructor: OpenBLAS maps its buffers
- * (remat_blas_fits) in its own and retries for ever when the address-space
- * limit refuses them. Where the limit leaves room for fewer threads than
- * would start, the process runs itself again with that many (OpenMP's team,
- * and REMAT_BLAS_THREADS caps remat's); where not even one fits, it says so
- * and ends. Only system calls and the environment given here: the C
- * library's own set-up may not have run. */
-static char *capped_env[4096];
 
 /* The kernels keep their tiles on each thread's stack (the attention's
  * take 64 KiB): a stack limit below REMAT_MIN_STACK is raised (the soft
@@ -56,7 +47,15 @@ static void check_stack(char **argv, char **envp) {
   _exit(1);
 }
 
-static void check_address_space(int argc, char **argv, char **envp) {
+/* Before main, before any library's constructor: OpenBLAS maps its buffers
+ * (remat_blas_fits) in its own and retries for ever when the address-space
+ * limit refuses them. Where the limit leaves room for fewer threads than
+ * would start, the process runs itself again with that many (OpenMP's team,
+ * and REMAT_BLAS_THREADS caps remat's); where not even one fits, it says so
+ * and ends. The stack limit is checked first. Only system calls and the
+ * environment given here: the C library's own set-up may not have run. */
+static char *capped_env[4096];
+static void check_limits(int argc, char **argv, char **envp) {
   check_stack(argv, envp);
   const char *omp = NULL, *capped = NULL;
   int n = 0, threads = 0, loaded;
@@ -64,8 +63,9 @@ static void check_address_space(int argc, char **argv, char **envp) {
     if (!strncmp(envp[n], "OMP_NUM_THREADS=", 16)) omp = envp[n] + 16;
     if (!strncmp(envp[n], "REMAT_BLAS_THREADS=", 19)) capped = envp[n] + 19;
   }
-  for (int i = 1; i + 1 < argc; i++)
-    if (!strcmp(argv[i], "--threads")) threads = atoi(argv[i + 1]);
+  for (int i = 1; i < argc; i++)
+    if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[i + 1]);
+    else if (!strncmp(argv[i], "--threads=", 10)) threads = atoi(argv[i] + 10);
   cpu_set_t set;
   loaded = omp ? atoi(omp) : sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
   if (loaded < 1) loaded = 1;
@@ -100,9 +100,8 @@ static void check_address_space(int argc, char **argv, char **envp) {
   (void)!write(STDERR_FILENO, msg, (size_t)len);
   _exit(1);
 }
-__attribute__((section(".preinit_array"), used)) static void (*const preinit)(int, char **,
-                                                                               char **) =
-    check_address_space;
+typedef void preinit_fn(int, char **, char **);
+__attribute__((section(".preinit_array"), used)) static preinit_fn *const preinit = check_limits;
 
 int remat_cmd_train(int argc, char **argv);
 int remat_cmd_plan(int argc, char **argv);

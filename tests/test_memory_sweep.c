@@ -18,7 +18,9 @@ static uint64_t next(void) {
   rng ^= rng << 17;
   return rng;
 }
-static int64_t pick(int64_t lo, int64_t hi) { return lo + (int64_t)(next() % (uint64_t)(hi - lo + 1)); }
+static int64_t pick(int64_t lo, int64_t hi) {
+  return lo + (int64_t)(next() % (uint64_t)(hi - lo + 1));
+}
 
 typedef struct {
   int64_t n, V;

@@ -129,7 +129,9 @@ REMAT_API void remat_threads_prepare_failed(void);
  * than CPUs, they may run anywhere; OMP_PROC_BIND, OMP_PLACES or
  * GOMP_CPU_AFFINITY leave placement to libgomp (and to nothing else later),
  * as REMAT_IDLE_CPUS fixes it. The count never depends on the load, so
- * neither do results. Fills *p; returns 0. */
+ * neither do results. REMAT_BLAS_THREADS=N in the environment caps it (the
+ * threads whose OpenBLAS buffers an address-space limit leaves room for;
+ * under such a limit each thread maps its buffer here). Fills *p; returns 0. */
 REMAT_API int remat_threads_setup(remat_thread_policy *p, int threads);
 /* Between steps: every second or so, measures the CPUs other processes
  * used since the last call (their busy time in /proc/stat less this

@@ -14,6 +14,10 @@
 #include "base/base.h"
 #include "remat/report.h"
 
+/* threads.c and here: what is mapped now, and OpenBLAS's buffers not yet */
+size_t remat__mapped_bytes(void);
+size_t remat__blas_reserve(void);
+
 double remat_measure_sgemm_flops(int n, double seconds) {
   if (n <= 0) n = 1024;
   size_t nn = (size_t)n * (size_t)n;
@@ -98,7 +102,8 @@ size_t remat_memory_headroom(const char **what) {
   /* ulimit -v: address space left under RLIMIT_AS */
   struct rlimit rl;
   if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
-    size_t used = proc_kb("/proc/self/status", "VmSize:");
+    /* and room for OpenBLAS's buffers not mapped yet (remat_threads_setup) */
+    size_t used = proc_kb("/proc/self/status", "VmSize:") + remat__blas_reserve();
     size_t left = (size_t)rl.rlim_cur > used ? (size_t)rl.rlim_cur - used : 0;
     if (!room || left < room) room = left, name = "the address-space limit (ulimit -v)";
   }
@@ -149,7 +154,7 @@ int remat_blas_check(remat_error *err) {
 
 /* The bytes mapped now (VmSize), from /proc/self/statm with plain system
  * calls: this may run before the C library's constructors. */
-static size_t mapped_bytes(void) {
+size_t remat__mapped_bytes(void) {
   char buf[64];
   int fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
   if (fd < 0) return 0;
@@ -170,7 +175,7 @@ int remat_blas_fits(int loaded, int callers, size_t *need, size_t *limit) {
   size_t stack = getrlimit(RLIMIT_STACK, &st) == 0 && st.rlim_cur != RLIM_INFINITY
                      ? (size_t)st.rlim_cur : (size_t)8 << 20;
   *limit = (size_t)rl.rlim_cur;
-  *need = mapped_bytes() + (size_t)(loaded + callers) * REMAT_BLAS_BUFFER_BYTES +
+  *need = remat__mapped_bytes() + (size_t)(loaded + callers) * REMAT_BLAS_BUFFER_BYTES +
           (size_t)(loaded > 1 ? loaded - 1 : 0) * stack + REMAT_BLAS_RESERVE_BYTES;
   return *need <= *limit;
 }
