@@ -14,9 +14,12 @@
 #include "base/base.h"
 #include "remat/report.h"
 
-/* threads.c and here: what is mapped now, and OpenBLAS's buffers not yet */
+/* For threads.c: what is mapped now; the bytes of OpenBLAS's buffers not
+ * mapped yet (remat_threads_setup), which remat_memory_headroom keeps free. */
 size_t remat__mapped_bytes(void);
-size_t remat__blas_reserve(void);
+void remat__blas_reserve_set(size_t bytes);
+static size_t blas_reserve;
+void remat__blas_reserve_set(size_t bytes) { blas_reserve = bytes; }
 
 double remat_measure_sgemm_flops(int n, double seconds) {
   if (n <= 0) n = 1024;
@@ -103,7 +106,7 @@ size_t remat_memory_headroom(const char **what) {
   struct rlimit rl;
   if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
     /* and room for OpenBLAS's buffers not mapped yet (remat_threads_setup) */
-    size_t used = proc_kb("/proc/self/status", "VmSize:") + remat__blas_reserve();
+    size_t used = proc_kb("/proc/self/status", "VmSize:") + blas_reserve;
     size_t left = (size_t)rl.rlim_cur > used ? (size_t)rl.rlim_cur - used : 0;
     if (!room || left < room) room = left, name = "the address-space limit (ulimit -v)";
   }

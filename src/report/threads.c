@@ -38,7 +38,9 @@
 #include "base/base.h"
 #include "remat/report.h"
 
-size_t remat__mapped_bytes(void); /* report.c */
+/* report.c: what is mapped now; OpenBLAS's buffers not mapped yet */
+size_t remat__mapped_bytes(void);
+void remat__blas_reserve_set(size_t bytes);
 
 /* A sample shorter than this sees too few clock ticks (10 ms each). */
 #define SAMPLE_SECONDS 0.1
@@ -187,15 +189,13 @@ static int place_threads(const cpu_set_t *set, int n, int pin) {
  * refuses it then; so every thread of the team runs a product now, all at
  * once, before anything large is allocated (the buffers stay mapped). The
  * products may not all overlap: the buffers the address space did not grow
- * by stay reserved (remat__blas_reserve), and remat_memory_headroom leaves
- * room for them. */
-static size_t blas_reserve;
-size_t remat__blas_reserve(void) { return blas_reserve; }
+ * by stay reserved (remat__blas_reserve_set), and remat_memory_headroom
+ * leaves room for them. */
 
 static void map_blas_buffers(int threads) {
   struct rlimit rl;
   if (getrlimit(RLIMIT_AS, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return;
-  blas_reserve = (size_t)threads * REMAT_BLAS_BUFFER_BYTES;
+  remat__blas_reserve_set((size_t)threads * REMAT_BLAS_BUFFER_BYTES);
   enum { N = 512 }; /* long enough (milliseconds) for the products to overlap */
   size_t nn = (size_t)N * N, before = remat__mapped_bytes();
   float *m = calloc((size_t)(2 + threads) * nn, sizeof *m); /* A, B and a C per thread */
@@ -209,8 +209,9 @@ static void map_blas_buffers(int threads) {
   }
   free(m);
   size_t grew = remat__mapped_bytes() - before, mapped = grew / REMAT_BLAS_BUFFER_BYTES;
-  blas_reserve = mapped < (size_t)threads ? ((size_t)threads - mapped) * REMAT_BLAS_BUFFER_BYTES
-                                          : 0;
+  remat__blas_reserve_set(mapped < (size_t)threads
+                              ? ((size_t)threads - mapped) * REMAT_BLAS_BUFFER_BYTES
+                              : 0);
 }
 
 int remat_threads_setup(remat_thread_policy *p, int threads) {
