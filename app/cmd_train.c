@@ -27,10 +27,13 @@ typedef struct {
   int threads, quiet, plan_only;
 } opts;
 
-static volatile sig_atomic_t interrupted;
+/* Before the first step SIGINT or SIGTERM ends set-up at once (130, 143); while steps
+ * run the first asks the step to finish and save, a second quits saving nothing. */
+static volatile sig_atomic_t interrupted, stepping;
 static void on_signal(int sig) {
-  (void)sig;
-  if (interrupted) _exit(130); /* a second signal: quit now, save nothing */
+  static const char msg[] = "remat train: stopped by a signal before the first step\n";
+  if (!stepping) (void)!write(STDERR_FILENO, msg, sizeof msg - 1), _exit(128 + sig);
+  if (interrupted) _exit(130);
   interrupted = 1;
 }
 
@@ -192,10 +195,8 @@ typedef struct {
 static void fmt_eta(double s, char *buf, size_t cap) {
   if (s < 0 || !isfinite(s)) s = 0;
   long t = (long)(s + 0.5);
-  if (t >= 3600)
-    snprintf(buf, cap, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
-  else
-    snprintf(buf, cap, "%ld:%02ld", t / 60, t % 60);
+  if (t >= 3600) snprintf(buf, cap, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
+  else snprintf(buf, cap, "%ld:%02ld", t / 60, t % 60);
 }
 
 static void print_model(const remat_config *cfg) {
@@ -366,8 +367,8 @@ static int log_step(run_state *r, const remat_step_stats *st, double tps, double
           "\"measured_peak_bytes\": %zu, \"rss_peak_bytes\": %zu",
           (long long)st->step, st->loss, st->lr, st->grad_norm, st->seconds,
           st->recompute_seconds, tps, mfu, (long long)remat_memplan_num_recomputed(mp),
-          (long long)remat_memplan_num_middle(mp), r->planned,
-          r->measured, remat_rss_peak_bytes());
+          (long long)remat_memplan_num_middle(mp), r->planned, r->measured,
+          remat_rss_peak_bytes());
   if (!isnan(val_loss)) fprintf(f, ", \"val_loss\": %.6f", val_loss);
   if (r->dp) { /* rank 0's communication in this step (a grid's: among its stage's replicas) */
     const remat_comm_stats *c = &r->comm;
@@ -378,7 +379,8 @@ static int log_step(run_state *r, const remat_step_stats *st, double tps, double
             "\"layer_comm_overlap\": %.4f, \"comm_bytes\": %llu, \"collectives\": %llu",
             (long long)r->o->replicas, r->o->zero, c->seconds, c->exposed_seconds,
             remat_comm_overlap(c->seconds, c->exposed_seconds), c->layer_seconds,
-            c->layer_exposed_seconds, remat_comm_overlap(c->layer_seconds, c->layer_exposed_seconds),
+            c->layer_exposed_seconds,
+            remat_comm_overlap(c->layer_seconds, c->layer_exposed_seconds),
             (unsigned long long)c->bytes_sent, (unsigned long long)c->collectives);
   }
   if (r->dp && !r->grid) { /* from the shapes; every replica's time, exposed, overlapped share */
@@ -477,7 +479,8 @@ static void print_summary(run_state *r) {
          tps, 100 * mfu, pk->flops / 1e9,
          r->t_train > 0 ? 100 * r->t_recompute / r->t_train : 0.0);
   if (pk->trials && !pk->raised) /* measured: what the trials leave open */
-    printf("mfu     %.1f%% +-%.1f against the median of %d trials (spread +-%.1f%%); %.1f%% against "
+    printf("mfu     %.1f%% +-%.1f against the median of %d trials (spread +-%.1f%%); %.1f%% "
+           "against "
            "the best trial, %.1f GFLOP/s\n",
            100 * mfu, 100 * mfu * pk->spread, pk->trials, 100 * pk->spread,
            100 * mfu * pk->flops / pk->best, pk->best / 1e9);
@@ -542,7 +545,6 @@ static int peak_rate(const opts *o, run_state *r) {
          p->trials, p->shapes, 100 * p->spread, p->best / 1e9, p->low / 1e9, p->seconds);
   return 0;
 }
-
 
 /* A pipeline's plan: the planner's table and every stage's arena. */
 static void print_pipeline(run_state *r) {
@@ -698,7 +700,7 @@ static int start(run_state *r) {
 static int train_job(opts *o, run_state *r) {
   remat_error err = {0};
   remat_job *job = r->job;
-  int rc, ranks = remat_job_ranks(job);
+  int rc = 0, ranks = remat_job_ranks(job);
   if (ranks != o->stages * o->replicas) { /* the job checks it too; this names the flags */
     char what[128];
     if (o->stages > 1 && o->replicas > 1)
@@ -707,9 +709,11 @@ static int train_job(opts *o, run_state *r) {
     else
       snprintf(what, sizeof what, "%s is %lld", o->stages > 1 ? "--stages" : "--data-parallel",
                (long long)(o->stages * o->replicas));
-    return cli_fail(CLI_EXIT_USAGE, "started on %d ranks but %s: start exactly that many, mpirun "
-                    "-np %lld remat train ...", ranks, what, (long long)(o->stages * o->replicas));
+    rc = err.code = REMAT_EINVAL;
+    snprintf(err.msg, sizeof err.msg, "started on %d ranks but %s: start exactly that many, "
+             "mpirun -np %lld remat train ...", ranks, what, (long long)(o->stages * o->replicas));
   }
+  if (remat_job_agree(job, rc, &err)) return cli_fail(CLI_EXIT_USAGE, "%s", err.msg);
   if (remat_job_prepare(job, &err)) return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
   int64_t at;
   if (remat_job_resumed_from(job, &at, NULL) && at >= o->steps) { /* nothing to do */
@@ -726,10 +730,7 @@ static int train_job(opts *o, run_state *r) {
   r->planned = remat_job_planned_bytes(job);
   if ((rc = show_plan(r)) || o->plan_only) return rc;
   if ((rc = start(r))) return rc;
-
-  struct sigaction sa = {.sa_handler = on_signal};
-  sigaction(SIGINT, &sa, NULL);
-  sigaction(SIGTERM, &sa, NULL);
+  stepping = 1;
   r->tty = isatty(STDERR_FILENO) && !o->quiet;
   if ((rc = train_loop(r))) {
     r->abort_others = 1; /* the other ranks may be waiting on this one */
@@ -767,6 +768,8 @@ int remat_cmd_train(int argc, char **argv) {
   }
   remat_error err = {0};
   run_state r = {.o = &o, .ranks = 1};
+  struct sigaction sa = {.sa_handler = on_signal};
+  sigaction(SIGINT, &sa, NULL), sigaction(SIGTERM, &sa, NULL);
   remat_threads_setup(&r.threads, o.threads); /* may re-execute: before MPI starts */
   remat_job_desc d;
   job_desc_from(&o, &d);

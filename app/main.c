@@ -1,7 +1,10 @@
 /* main.c: the remat command line: dispatches to subcommands. */
+#define _GNU_SOURCE /* sched_getaffinity */
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "remat.h"
@@ -21,6 +24,84 @@ static void prepare_threads(int argc, char **argv) {
     remat_threads_prepare_failed();
   }
 }
+
+/* The kernels keep their tiles on each thread's stack (the attention's
+ * take 64 KiB): a stack limit below REMAT_MIN_STACK is raised (the soft
+ * limit, where the hard one allows) and the process runs itself again, so
+ * that every thread's stack follows; else it says so and ends. */
+#define REMAT_MIN_STACK ((rlim_t)1 << 20)
+static void check_stack(char **argv, char **envp) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_STACK, &rl) != 0 || rl.rlim_cur >= REMAT_MIN_STACK) return;
+  if (rl.rlim_max >= REMAT_MIN_STACK) {
+    rl.rlim_cur = rl.rlim_max < ((rlim_t)8 << 20) ? rl.rlim_max : (rlim_t)8 << 20;
+    if (setrlimit(RLIMIT_STACK, &rl) == 0) execve("/proc/self/exe", argv, envp);
+  }
+  char msg[256];
+  int len = snprintf(msg, sizeof msg, "remat: the stack limit (ulimit -s %llu) is below the "
+                     "%llu KiB remat's kernels need on each thread; raise it: ulimit -s %llu\n",
+                     (unsigned long long)(rl.rlim_cur >> 10),
+                     (unsigned long long)(REMAT_MIN_STACK >> 10),
+                     (unsigned long long)(REMAT_MIN_STACK >> 10));
+  (void)!write(STDERR_FILENO, msg, (size_t)len);
+  _exit(1);
+}
+
+/* Before main, before any library's constructor: OpenBLAS maps its buffers
+ * (remat_blas_fits) in its own and retries for ever when the address-space
+ * limit refuses them. Where the limit leaves room for fewer threads than
+ * would start, the process runs itself again with that many (OpenMP's team,
+ * and REMAT_BLAS_THREADS caps remat's); where not even one fits, it says so
+ * and ends. The stack limit is checked first. Only system calls and the
+ * environment given here: the C library's own set-up may not have run. */
+static char *capped_env[4096];
+static void check_limits(int argc, char **argv, char **envp) {
+  check_stack(argv, envp);
+  const char *omp = NULL, *capped = NULL;
+  int n = 0, threads = 0, loaded;
+  for (; envp[n]; n++) {
+    if (!strncmp(envp[n], "OMP_NUM_THREADS=", 16)) omp = envp[n] + 16;
+    if (!strncmp(envp[n], "REMAT_BLAS_THREADS=", 19)) capped = envp[n] + 19;
+  }
+  for (int i = 1; i < argc; i++)
+    if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[i + 1]);
+    else if (!strncmp(argv[i], "--threads=", 10)) threads = atoi(argv[i] + 10);
+  cpu_set_t set;
+  loaded = omp ? atoi(omp) : sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+  if (loaded < 1) loaded = 1;
+  if (threads < 1) threads = loaded;
+  if (capped && atoi(capped) >= 1 && atoi(capped) < threads) threads = atoi(capped);
+  size_t need, limit;
+  if (remat_blas_fits(loaded, threads, &need, &limit)) return;
+  int k = threads < loaded ? threads : loaded; /* the most threads that fit */
+  while (k >= 1 && !remat_blas_fits(k, k, &need, &limit)) k--;
+  char msg[512];
+  if (k >= 1 && !capped && n + 3 <= (int)(sizeof capped_env / sizeof capped_env[0])) {
+    static char omp_var[32], cap_var[40];
+    int m = 0;
+    for (int i = 0; i < n; i++)
+      if (strncmp(envp[i], "OMP_NUM_THREADS=", 16)) capped_env[m++] = envp[i];
+    snprintf(omp_var, sizeof omp_var, "OMP_NUM_THREADS=%d", k);
+    snprintf(cap_var, sizeof cap_var, "REMAT_BLAS_THREADS=%d", k);
+    capped_env[m++] = omp_var;
+    capped_env[m++] = cap_var;
+    capped_env[m] = NULL;
+    int len = snprintf(msg, sizeof msg, "remat: warning: the address-space limit (ulimit -v "
+                       "%zu) leaves room for OpenBLAS's buffers on %d thread%s, not %d: running "
+                       "%d\n", limit >> 10, k, k > 1 ? "s" : "", threads, k);
+    if (k < threads) (void)!write(STDERR_FILENO, msg, (size_t)len);
+    execve("/proc/self/exe", argv, capped_env);
+  }
+  remat_blas_fits(1, 1, &need, &limit);
+  int len = snprintf(msg, sizeof msg, "remat: the address-space limit (ulimit -v %zu) leaves no "
+                     "room for OpenBLAS, which maps %zu MiB a thread when it loads and again for "
+                     "each thread in a product; one thread needs ulimit -v %zu or more\n",
+                     limit >> 10, REMAT_BLAS_BUFFER_BYTES >> 20, (need >> 10) + 1);
+  (void)!write(STDERR_FILENO, msg, (size_t)len);
+  _exit(1);
+}
+typedef void preinit_fn(int, char **, char **);
+__attribute__((section(".preinit_array"), used)) static preinit_fn *const preinit = check_limits;
 
 int remat_cmd_train(int argc, char **argv);
 int remat_cmd_plan(int argc, char **argv);

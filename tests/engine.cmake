@@ -3,6 +3,8 @@
 remat_test(test_memplan SOURCES test_memplan.c LIBS remat_memory LABELS unit)
 remat_test(test_checkpointing SOURCES test_checkpointing.c LIBS remat_train LABELS slow)
 remat_test(test_noalloc SOURCES test_noalloc.c LIBS remat_train LABELS unit)
+# Planned == measured after real steps, on a seeded sweep of random odd shapes.
+remat_test(test_memory_sweep SOURCES test_memory_sweep.c LIBS remat_train LABELS unit)
 
 # Reference numerics against PyTorch's GPT-2 when Debian's python3-torch is
 # installed (scripts/install-deps.sh --test installs it).

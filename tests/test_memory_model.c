@@ -8,6 +8,7 @@
  * micro-batches in flight. And the planner's optimum for a budget is the
  * fastest of every count of recomputed and middle blocks whose engine arena
  * fits. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -218,6 +219,23 @@ int main(void) {
         stages(&cfg, B, T, 3, 3, REMAT_SCHED_GPIPE, &cases);
       }
     }
+  }
+  /* random odd shapes, seeded: C not a multiple of 64 with NH dividing it,
+   * V not a multiple of 128, odd B and T, L from 1 to 5 */
+  for (int k = 0; k < 12; k++) {
+    int64_t NH = 1 + (int64_t)(next() % 4), C = NH * (3 + (int64_t)(next() % 22));
+    if (C % 64 == 0) C += NH;
+    int64_t L = 1 + (int64_t)(next() % 5), V = 40 + (int64_t)(next() % 360);
+    int64_t T = 1 + 2 * (int64_t)(next() % 16), B = 1 + 2 * (int64_t)(next() % 3);
+    if (V % 128 == 0) V++;
+    char spec[96];
+    snprintf(spec, sizeof spec, "%lld,%lld,%lld,%lld,%lld", (long long)L, (long long)C,
+             (long long)NH, (long long)V, (long long)T + 3);
+    remat_config cfg;
+    remat_error err;
+    CHECK(remat_config_parse(spec, &cfg, &err) == 0);
+    one_stage(&cfg, B, T, &cases);
+    if (L >= 3) stages(&cfg, B, T, 2, 1 + (int64_t)(next() % 3), REMAT_SCHED_1F1B, &cases);
   }
   /* the shape the planner was most off on: gpt2-124m, B=4, T=512 */
   remat_config g;

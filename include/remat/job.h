@@ -105,7 +105,10 @@ typedef enum {
 } remat_run_kind;
 
 /* Checks the description and, when it asks for several ranks or the
- * process was started by an MPI launcher, starts MPI. Nothing is loaded
+ * process was started by an MPI launcher, starts MPI and compares every
+ * rank's whole description (a rank started with other flags, or without
+ * the MPI flags, makes every later agreement fail alike on every rank:
+ * "rank R was started with other flags than rank 0"). Nothing is loaded
  * yet; the rank is known (a front end silences the others). */
 REMAT_API int remat_job_create(remat_job **out, const remat_job_desc *desc, remat_error *err);
 /* Ends the job; a status other than 0 ends every rank of it at once (the

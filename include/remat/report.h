@@ -120,7 +120,9 @@ REMAT_API void remat_threads_prepare_failed(void);
  * than CPUs, they may run anywhere; OMP_PROC_BIND, OMP_PLACES or
  * GOMP_CPU_AFFINITY leave placement to libgomp (and to nothing else later),
  * as REMAT_IDLE_CPUS fixes it. The count never depends on the load, so
- * neither do results. Fills *p; returns 0. */
+ * neither do results. REMAT_BLAS_THREADS=N in the environment caps it (the
+ * threads whose OpenBLAS buffers an address-space limit leaves room for;
+ * under such a limit each thread maps its buffer here). Fills *p; returns 0. */
 REMAT_API int remat_threads_setup(remat_thread_policy *p, int threads);
 /* Between steps: every second or so, measures the CPUs other processes
  * used since the last call (their busy time in /proc/stat less this
@@ -142,6 +144,23 @@ REMAT_API int remat_set_threads(int threads);
  * LD_LIBRARY_PATH) REMAT_EINVAL with a message naming the build found, the
  * file it came from and the package to install. Call it once at start-up. */
 REMAT_API int remat_blas_check(remat_error *err);
+
+/* OpenBLAS's buffer (BUFFER_SIZE of Debian's 0.3 OpenMP build, measured:
+ * one mmap each): one for each thread of its team, mapped when the library
+ * is loaded, and one for each thread inside a product. An allocation the
+ * address-space limit (ulimit -v) refuses is retried for ever, so the limit
+ * must be checked before the library is loaded, by the program's own code
+ * (a .preinit_array function runs first). */
+#define REMAT_BLAS_BUFFER_BYTES ((size_t)128 << 20)
+/* What a run needs beside the buffers and its arena (checked apart): the
+ * data, the plan, OpenMP's and MPI's own allocations. */
+#define REMAT_BLAS_RESERVE_BYTES ((size_t)64 << 20)
+/* 1 when RLIMIT_AS leaves room, beside what the process maps now, for the
+ * buffers of a team of `loaded` threads when OpenBLAS loads, of `callers`
+ * threads calling it at once, the team's stacks and the reserve above (or
+ * when there is no limit); else 0. *need: the bytes that takes; *limit:
+ * the limit (0: none). Plain system calls only: callable before main. */
+REMAT_API int remat_blas_fits(int loaded, int callers, size_t *need, size_t *limit);
 
 #ifdef __cplusplus
 }

@@ -39,6 +39,7 @@ struct remat_job {
   char resume_note[2048]; /* what the resume passed over, or that it could not verify */
   int64_t last_checkpoint; /* the step of the last checkpoint written */
   int held_out; /* a resume of a run that held tokens out: the split stays */
+  int other_flags; /* the lowest rank started with another description, else -1 */
 };
 
 /* ------------------------------------------------------------ agreement */
@@ -47,6 +48,9 @@ struct remat_job {
  * message. One process: rc. */
 static int agree(remat_job *job, int rc, remat_error *err) {
   if (!job->dist) return rc;
+  if (job->other_flags >= 0) /* known alike on every rank: no rank goes on */
+    return remat__errorf(err, REMAT_EINVAL, "rank %d was started with other flags than rank 0; "
+                         "every rank must run the same command", job->other_flags);
   remat_error e = {0};
   e.code = rc;
   if (rc) e = *err;
@@ -133,6 +137,19 @@ int remat_job_create(remat_job **out, const remat_job_desc *desc, remat_error *e
     }
     job->rank = remat_dist_rank(job->dist);
     job->ranks = remat_dist_size(job->dist);
+    /* Every rank the launcher started compares its whole description now,
+     * before anything depends on it: one started without --stages (a job
+     * of its own) or with another seed takes part too, and every later
+     * agreement fails alike on every rank. */
+    int same = 1;
+    uint64_t h = desc_digest(&job->d);
+    if ((rc = remat_dist_all_same(job->dist, &h, sizeof h, &same, &job->other_flags, err))) {
+      remat_dist_destroy(job->dist, rc);
+      free(job);
+      return rc;
+    }
+  } else {
+    job->other_flags = -1;
   }
   *out = job;
   return 0;
@@ -162,6 +179,7 @@ void remat_job_destroy(remat_job *job, int status) {
 static int check_ranks(remat_job *job, remat_error *err) {
   const remat_job_desc *d = &job->d;
   if (!job->dist) return 0;
+  if (job->other_flags >= 0) return agree(job, 0, err); /* its message */
   int64_t want = d->stages * d->replicas;
   if (job->ranks != want)
     return remat__errorf(err, REMAT_EINVAL,
@@ -169,13 +187,6 @@ static int check_ranks(remat_job *job, remat_error *err) {
                          "start exactly %lld ranks (mpirun -np %lld)",
                          job->ranks, (long long)d->stages, (long long)d->replicas,
                          (long long)want, (long long)want);
-  int same = 1, diff = -1;
-  uint64_t h = desc_digest(d);
-  int rc = remat_dist_all_same(job->dist, &h, sizeof h, &same, &diff, err);
-  if (rc) return rc;
-  if (!same)
-    return remat__errorf(err, REMAT_EINVAL, "rank %d was started with other flags than rank 0; "
-                         "every rank must run the same command", diff);
   return remat_dist_grid(job->dist, d->stages, d->replicas, err);
 }
 
@@ -769,9 +780,11 @@ int remat_job_step(remat_job *job, int stop, remat_job_step_info *in, remat_erro
 }
 
 int remat_job_trace_write(remat_job *job, const char *path, remat_error *err) {
-  if (job->pipe) return remat_pipeline_trace_write(job->pipe, path, err);
-  if (job->dp) return remat_replicas_trace_write(job->dp, path, err);
-  return remat__errorf(err, REMAT_EINVAL, "a timeline is recorded only across several ranks");
+  int rc = job->pipe ? remat_pipeline_trace_write(job->pipe, path, err)
+           : job->dp ? remat_replicas_trace_write(job->dp, path, err)
+                     : remat__errorf(err, REMAT_EINVAL, "a timeline is recorded only across "
+                                     "several ranks");
+  return agree(job, rc, err); /* rank 0 writes the file: the others learn how it went */
 }
 
 int remat_job_agree(remat_job *job, int status, remat_error *err) {

@@ -387,8 +387,15 @@ float *remat__model_stage_input(remat_model *m, int64_t slot) {
   return resid_at(m, slot_at(m, slot), 0);
 }
 
+/* Every piece of the arena starts on a REMAT_ALIGN boundary and is planned
+ * rounded up to the next one, so the bytes past a piece's last element are
+ * never written: the mark is the end of the aligned unit holding the
+ * highest byte written, which is the planned end when the top piece is
+ * used (without it, a workspace whose last piece is not a whole number of
+ * units measured up to 63 bytes short of its plan). */
 size_t remat_model_arena_high_water(remat_model *m) {
-  m->high_water = m->be->high_water(m->arena, m->mp.peak_bytes, m->high_water);
+  size_t hw = remat__align(m->be->high_water(m->arena, m->mp.peak_bytes, m->high_water));
+  m->high_water = hw < m->mp.peak_bytes ? hw : m->mp.peak_bytes;
   return m->high_water;
 }
 

@@ -80,17 +80,33 @@ static void write_event(FILE *f, const remat__event *e, int rank, int *first) {
   fputs("}}", f);
 }
 
+/* The largest event count of the other ranks, on rank 0, which reserves
+ * room for it and says on every rank whether it could: a rank 0 out of
+ * memory ends the write on every rank before any events are sent. */
+static int reserve(remat__trace *t, MPI_Comm comm, int rank, remat__event **buf, uint64_t *most,
+                   remat_error *err) {
+  uint64_t n = rank ? t->n : 0;
+  int ok = 1;
+  int rc = MPI_Reduce(&n, most, 1, MPI_UINT64_T, MPI_MAX, 0, comm);
+  if (rank == 0 && rc == MPI_SUCCESS && *most && !(*buf = remat__malloc(*most * sizeof **buf)))
+    ok = 0;
+  if (rc == MPI_SUCCESS) rc = MPI_Bcast(&ok, 1, MPI_INT, 0, comm);
+  if (rc != MPI_SUCCESS) return remat__mpi_error(err, rc, "gathering the trace");
+  return ok ? 0 : remat__errorf(err, REMAT_ENOMEM, "out of memory gathering the trace");
+}
+
 int remat__trace_write(remat__trace *t, MPI_Comm comm, int64_t P, int64_t R, const char *path,
                        remat_error *err) {
   if (!t->on) return remat__errorf(err, REMAT_EINVAL, "tracing was not started");
   int rank, size;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &size);
-  uint64_t n = t->n;
-  if (rank != 0) {
-    int rc = MPI_Send(&n, 1, MPI_UINT64_T, 0, 21, comm);
-    if (rc == MPI_SUCCESS && n)
-      rc = MPI_Send(t->ev, (int)(n * sizeof(remat__event)), MPI_BYTE, 0, 22, comm);
+  remat__event *buf = NULL;
+  uint64_t most = 0;
+  int rc = reserve(t, comm, rank, &buf, &most, err);
+  if (rc) return rc;
+  if (rank != 0) { /* one message, empty when there are no events */
+    rc = MPI_Send(t->ev, (int)(t->n * sizeof(remat__event)), MPI_BYTE, 0, 22, comm);
     return rc == MPI_SUCCESS ? 0 : remat__mpi_error(err, rc, "gathering the trace");
   }
   remat_error oerr;
@@ -117,20 +133,18 @@ int remat__trace_write(remat__trace *t, MPI_Comm comm, int64_t P, int64_t R, con
     for (size_t i = 0; i < t->n; i++) write_event(f, &t->ev[i], 0, &first);
   }
   /* every rank's events are received even when the file cannot be
-   * written, so no rank waits on a send that is never matched */
+   * written, so no rank waits on a send that is never matched; the caller
+   * agrees on the outcome (remat_job_trace_write) */
   for (int r = 1; r < size; r++) {
-    uint64_t rn = 0;
-    MPI_Recv(&rn, 1, MPI_UINT64_T, r, 21, comm, MPI_STATUS_IGNORE);
-    if (!rn) continue;
-    remat__event *buf = remat__malloc(rn * sizeof *buf);
-    if (!buf) {
+    MPI_Status st;
+    int bytes = 0;
+    if (MPI_Recv(buf, (int)(most * sizeof *buf), MPI_BYTE, r, 22, comm, &st) != MPI_SUCCESS ||
+        MPI_Get_count(&st, MPI_BYTE, &bytes) != MPI_SUCCESS)
       ok = 0;
-      break;
-    }
-    MPI_Recv(buf, (int)(rn * sizeof(remat__event)), MPI_BYTE, r, 22, comm, MPI_STATUS_IGNORE);
-    for (uint64_t i = 0; f && i < rn; i++) write_event(f, &buf[i], r, &first);
-    remat__free(buf);
+    for (size_t i = 0; f && ok && i < (size_t)bytes / sizeof *buf; i++)
+      write_event(f, &buf[i], r, &first);
   }
+  remat__free(buf);
   if (f) {
     fputs("\n]}\n", f);
     ok = ok && !ferror(f);

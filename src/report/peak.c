@@ -117,8 +117,16 @@ int remat_measure_peak(remat_peak *p, const remat_config *cfg, int64_t B, int64_
   for (int k = 0; k < n; k++) cap_shape(&cut[k], most_cap); /* the buffers' size */
   size_t most = largest_operand(cut, n), most_probe = largest_operand(&probe, 1);
   if (most_probe > most) most = most_probe;
-  float *buf = remat__malloc(3 * most * sizeof(float));
-  if (!buf) return remat__errorf(err, REMAT_ENOMEM, "out of memory measuring the sgemm rate");
+  /* under a limit, the measurement leaves OpenBLAS room (remat_memory_headroom) */
+  const char *what;
+  char b1[32], b2[32];
+  size_t room = remat_memory_headroom(&what), bytes = 3 * most * sizeof(float);
+  float *buf = strstr(what, "ulimit") && room < bytes ? NULL : remat__malloc(bytes);
+  if (!buf)
+    return remat__errorf(err, REMAT_ENOMEM, "out of memory measuring the sgemm rate at the "
+                         "model's shapes: it needs %s and %s leaves %s; give --peak-gflops, "
+                         "or a smaller model", remat_format_bytes(bytes, b1, sizeof b1), what,
+                         remat_format_bytes(room, b2, sizeof b2));
   for (size_t i = 0; i < 3 * most; i++) buf[i] = (float)((i * 7) % 13) * 0.01f;
   float *a = buf, *b = buf + most, *c = buf + 2 * most;
   const double t0 = remat__now();

@@ -4,6 +4,7 @@
 #define _GNU_SOURCE /* dladdr */
 #include <cblas.h>
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -12,6 +13,13 @@
 
 #include "base/base.h"
 #include "remat/report.h"
+
+/* For threads.c: what is mapped now; the bytes of OpenBLAS's buffers not
+ * mapped yet (remat_threads_setup), which remat_memory_headroom keeps free. */
+size_t remat__mapped_bytes(void);
+void remat__blas_reserve_set(size_t bytes);
+static size_t blas_reserve;
+void remat__blas_reserve_set(size_t bytes) { blas_reserve = bytes; }
 
 double remat_mfu(const remat_config *cfg, int64_t T, double tokens_per_s, double peak_flops) {
   if (peak_flops <= 0) return 0.0;
@@ -69,7 +77,8 @@ size_t remat_memory_headroom(const char **what) {
   /* ulimit -v: address space left under RLIMIT_AS */
   struct rlimit rl;
   if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
-    size_t used = proc_kb("/proc/self/status", "VmSize:");
+    /* and room for OpenBLAS's buffers not mapped yet (remat_threads_setup) */
+    size_t used = proc_kb("/proc/self/status", "VmSize:") + blas_reserve;
     size_t left = (size_t)rl.rlim_cur > used ? (size_t)rl.rlim_cur - used : 0;
     if (!room || left < room) room = left, name = "the address-space limit (ulimit -v)";
   }
@@ -114,4 +123,32 @@ int remat_blas_check(remat_error *err) {
                        par == 1   ? "pthreads"
                        : par == 0 ? "single-threaded"
                                   : "unknown");
+}
+
+/* The bytes mapped now (VmSize), from /proc/self/statm with plain system
+ * calls: this may run before the C library's constructors. */
+size_t remat__mapped_bytes(void) {
+  char buf[64];
+  int fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  size_t pages = 0;
+  for (ssize_t i = 0; i < n && buf[i] >= '0' && buf[i] <= '9'; i++)
+    pages = pages * 10 + (size_t)(buf[i] - '0');
+  long page = sysconf(_SC_PAGESIZE);
+  return pages * (size_t)(page > 0 ? page : 4096);
+}
+
+int remat_blas_fits(int loaded, int callers, size_t *need, size_t *limit) {
+  struct rlimit rl;
+  *need = *limit = 0;
+  if (getrlimit(RLIMIT_AS, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return 1;
+  struct rlimit st;
+  size_t stack = getrlimit(RLIMIT_STACK, &st) == 0 && st.rlim_cur != RLIM_INFINITY
+                     ? (size_t)st.rlim_cur : (size_t)8 << 20;
+  *limit = (size_t)rl.rlim_cur;
+  *need = remat__mapped_bytes() + (size_t)(loaded + callers) * REMAT_BLAS_BUFFER_BYTES +
+          (size_t)(loaded > 1 ? loaded - 1 : 0) * stack + REMAT_BLAS_RESERVE_BYTES;
+  return *need <= *limit;
 }

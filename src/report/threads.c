@@ -31,11 +31,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "base/base.h"
 #include "remat/report.h"
+
+/* report.c: what is mapped now; OpenBLAS's buffers not mapped yet */
+size_t remat__mapped_bytes(void);
+void remat__blas_reserve_set(size_t bytes);
 
 /* A sample shorter than this sees too few clock ticks (10 ms each). */
 #define SAMPLE_SECONDS 0.1
@@ -179,6 +184,36 @@ static int place_threads(const cpu_set_t *set, int n, int pin) {
   return placed;
 }
 
+/* Under an address-space limit: OpenBLAS maps a buffer for each thread
+ * inside a product at its first product, and retries for ever if the limit
+ * refuses it then; so every thread of the team runs a product now, all at
+ * once, before anything large is allocated (the buffers stay mapped). The
+ * products may not all overlap: the buffers the address space did not grow
+ * by stay reserved (remat__blas_reserve_set), and remat_memory_headroom
+ * leaves room for them. */
+
+static void map_blas_buffers(int threads) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_AS, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return;
+  remat__blas_reserve_set((size_t)threads * REMAT_BLAS_BUFFER_BYTES);
+  enum { N = 512 }; /* long enough (milliseconds) for the products to overlap */
+  size_t nn = (size_t)N * N, before = remat__mapped_bytes();
+  float *m = calloc((size_t)(2 + threads) * nn, sizeof *m); /* A, B and a C per thread */
+  if (!m) return;
+#pragma omp parallel num_threads(threads)
+  {
+    float *c = m + (size_t)(2 + omp_get_thread_num()) * nn;
+#pragma omp barrier
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, N, N, 1.0f, m, N, m + nn, N, 0.0f,
+                c, N);
+  }
+  free(m);
+  size_t grew = remat__mapped_bytes() - before, mapped = grew / REMAT_BLAS_BUFFER_BYTES;
+  remat__blas_reserve_set(mapped < (size_t)threads
+                              ? ((size_t)threads - mapped) * REMAT_BLAS_BUFFER_BYTES
+                              : 0);
+}
+
 int remat_threads_setup(remat_thread_policy *p, int threads) {
   cpu_set_t set;
   int ncpu = allowed_cpus(&set);
@@ -192,12 +227,17 @@ int remat_threads_setup(remat_thread_policy *p, int threads) {
     p->idle_cpus = ncpu > 1 && threads != 1 ? remat_idle_cpus(SAMPLE_SECONDS, NULL) : -1.0;
   p->shared = p->idle_cpus >= 0 && ncpu - p->idle_cpus >= SHARED_CPUS;
   if (threads < 1) threads = ncpu > 0 ? ncpu : omp_get_max_threads();
+  /* the address-space limit left room for OpenBLAS's buffers on this many
+   * (the remat command's start-up check) */
+  const char *cap = getenv("REMAT_BLAS_THREADS");
+  if (cap && atoi(cap) >= 1 && atoi(cap) < threads) threads = atoi(cap);
   p->threads = threads;
   omp_set_num_threads(threads);
   /* OpenBLAS's own team runs only for a product called outside a parallel
    * region; remat's products are all inside one (one OpenBLAS call per
    * thread and slab), so the two never share the CPUs at once */
   openblas_set_num_threads(threads);
+  map_blas_buffers(threads);
   if (threads == 1)
     snprintf(p->wait, sizeof p->wait, "never waiting");
   else if (start.wait_env[0])

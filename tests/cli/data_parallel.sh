@@ -293,6 +293,21 @@ mpirun --oversubscribe -np 2 "$remat" train --config tiny --stages 2 --data-para
 if grep -q "rank 2 was started with other flags than rank 0" err.out; then echo "ok   [grid: flags differ across ranks]"
 else fails=$((fails + 1)); echo "FAIL [grid: flags differ across ranks]"; head -3 err.out; fi
 
+# A trace that cannot be written ends every replica within seconds.
+touch afile
+mkdir -p adir
+rm -f afifo && mkfifo afifo
+for t in "nodir/t.json:create the directory" "afile/t.json:Not a directory" \
+         "adir:directory" "afifo:FIFO"; do
+  path=${t%%:*} want=${t#*:} t0=$SECONDS
+  timeout -k 5 60 mpirun --oversubscribe -np 2 "$remat" train --config tiny --steps 1 \
+    --threads 1 --quiet --peak-gflops 1 --data-parallel 2 --trace "$path" >err.out 2>&1
+  rc=$? took=$((SECONDS - t0))
+  if [[ $rc -ne 0 && $rc -ne 124 && $rc -ne 137 ]] && grep -q -- "$want" err.out &&
+     [[ -p afifo && -d adir ]]; then ok "--data-parallel 2 --trace $path: ends in ${took} s"
+  else bad "--data-parallel 2 --trace $path (rc $rc after ${took} s)"; grep -m2 . err.out; fi
+done
+
 # Resumable replicas: a checkpoint holds each rank's own moments (its shards
 # under ZeRO 1-3); resuming gives the uninterrupted run's bytes.
 for z in 2 3; do

@@ -100,11 +100,42 @@ expect_fail "wrong rank count" "started on 2 ranks but --stages is 3" 2 --config
 expect_fail "more stages than layers" "more stages than the model has layers" 5 --config tiny --stages 5
 expect_fail "a budget that does not fit" "smallest budget that fits" 2 --config tiny --stages 2 --mem 1MiB
 expect_fail "layers that do not add up" "places 5 blocks" 2 "${common[@]}" --stages 2 --layers 2,3
-n=$((n + 1))
-mpirun --oversubscribe -np 1 "$remat" train --config tiny --stages 2 --seed 1 --steps 1 : \
-  -np 1 "$remat" train --config tiny --stages 2 --seed 2 --steps 1 >err.out 2>&1
-if grep -q "other flags than rank 0" err.out; then echo "ok   [flags differ across ranks]"
-else fails=$((fails + 1)); echo "FAIL [flags differ across ranks]"; head -3 err.out; fi
+# An MPMD launch whose ranks differ in their flags, one of them perhaps not
+# given the MPI flags at all (a job of its own): every rank takes part in
+# the agreement, and the job ends within 30 s naming the rank.
+mpmd() { # mpmd NAME NP "RANK 0 FLAGS" "THE OTHERS' FLAGS"
+  local t0=$SECONDS
+  # shellcheck disable=SC2086
+  timeout -k 5 30 mpirun --oversubscribe -np "$2" "$remat" train --config tiny --steps 1 \
+    --threads 1 --quiet --peak-gflops 1 $3 : -np "$2" "$remat" train --config tiny --steps 1 \
+    --threads 1 --quiet --peak-gflops 1 $4 >err.out 2>&1
+  local rc=$? took=$((SECONDS - t0))
+  if [[ $rc -ne 0 && $rc -ne 124 && $rc -ne 137 ]] &&
+     grep -q "rank $2 was started with other flags than rank 0" err.out; then
+    ok "MPMD, $1: ends in ${took} s, naming rank $2"
+  else bad "MPMD, $1 (rc $rc after ${took} s)"; grep -m2 . err.out; fi
+}
+mpmd "one rank without --stages" 1 "--stages 2" ""
+mpmd "one rank without --data-parallel" 1 "--data-parallel 2" ""
+mpmd "another --seed" 1 "--stages 2 --seed 1" "--stages 2 --seed 2"
+mpmd "another --steps" 1 "--stages 2 --steps 2" "--stages 2"
+mpmd "grid flags on two ranks only" 2 "--stages 2 --data-parallel 2" ""
+
+# A trace that cannot be written, on any rank's account, ends every rank
+# within seconds with the reason (no rank waits for another).
+touch afile
+mkdir -p adir
+rm -f afifo && mkfifo afifo
+for t in "nodir/t.json:create the directory" "afile/t.json:Not a directory" \
+         "adir:directory" "afifo:FIFO"; do
+  path=${t%%:*} want=${t#*:} t0=$SECONDS
+  timeout -k 5 60 mpirun --oversubscribe -np 2 "$remat" train --config tiny --steps 1 \
+    --threads 1 --quiet --peak-gflops 1 --stages 2 --trace "$path" >err.out 2>&1
+  rc=$? took=$((SECONDS - t0))
+  if [[ $rc -ne 0 && $rc -ne 124 && $rc -ne 137 ]] && grep -q -- "$want" err.out &&
+     [[ -p afifo && -d adir ]]; then ok "--stages 2 --trace $path: ends in ${took} s"
+  else bad "--stages 2 --trace $path (rc $rc after ${took} s)"; grep -m2 . err.out; fi
+done
 
 # A rank killed with SIGKILL ends the job within 30 s, with a message.
 start=$(date +%s)
@@ -129,6 +160,18 @@ else
   if [[ $rc -ne 0 && -n $victim ]] && grep -q "signal 9" kill.out; then ok "a killed rank ends the job in ${took} s (exit $rc)"
   else bad "a killed rank (rc $rc)"; tail -3 kill.out; fi
 fi
+
+# The log failing mid-run on rank 0 (a file size limit: write fails with
+# EFBIG) ends every rank within seconds with its message.
+t0=$SECONDS
+rm -f big.jsonl
+timeout -k 5 60 mpirun --oversubscribe -np 2 bash -c "ulimit -f 2; exec \"\$0\" \"\$@\"" \
+  "$remat" train --config tiny --steps 100000 --threads 1 --quiet --peak-gflops 1 --stages 2 \
+  --log big.jsonl >err.out 2>&1
+rc=$? took=$((SECONDS - t0))
+if [[ $rc -ne 0 && $rc -ne 124 && $rc -ne 137 ]] && grep -q "cannot write log file.*too large" err.out
+then ok "the log failing mid-run on rank 0 ends the job in ${took} s"
+else bad "the log failing mid-run (rc $rc after ${took} s)"; grep -m2 remat err.out; fi
 
 # The trace: valid JSON, one track per rank, every kind of span.
 mpi 3 "$remat" train "${common[@]}" --stages 3 --layers 2,2,2 --ckpt-layers 3 --trace t.json >t.out 2>&1

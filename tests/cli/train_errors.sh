@@ -172,5 +172,69 @@ else
 fi
 fi
 
+# Address-space limits that OpenBLAS's buffers (128 MiB a thread, mapped
+# when it loads and at its first product) do not fit: a message naming the
+# limit and what would fit, or a run capped to the threads that fit, within
+# seconds; never the hang of an allocation retried for ever.
+if ! ldd "$remat" 2>/dev/null | grep -q libasan; then
+  for mb in 100 200 400; do
+    for args in "--config tiny" "--config small" "--config small --plan-only"; do
+      n=$((n + 1))
+      t0=$(date +%s.%N)
+      # shellcheck disable=SC2086
+      (ulimit -v $((mb * 1000)); timeout -k 5 30 "$remat" train --quiet --steps 1 $args) \
+        >"$tmp/out" 2>"$tmp/err" </dev/null
+      rc=$?
+      took=$(python3 -c "import sys; print('%.2f' % (float(sys.argv[2]) - float(sys.argv[1])))" \
+             "$t0" "$(date +%s.%N)")
+      if [[ $rc -eq 1 ]] && grep -q "ulimit -v $((mb * 1000))).*needs ulimit -v [0-9]" "$tmp/err" &&
+         [[ $(grep -c . "$tmp/err") -eq 1 ]]; then
+        echo "ok   [ulimit -v ${mb} MB, $args: refused in ${took} s] -> $(cat "$tmp/err")"
+      elif [[ $rc -eq 0 ]] && { [[ ! -s $tmp/err ]] || grep -q "running [0-9]" "$tmp/err"; }; then
+        echo "ok   [ulimit -v ${mb} MB, $args: ran in ${took} s] $(head -c 160 "$tmp/err")"
+      else
+        echo "FAIL [ulimit -v ${mb} MB, $args]: rc $rc after ${took} s: $(head -c 300 "$tmp/err")"
+        fails=$((fails + 1))
+      fi
+    done
+  done
+fi
+# A stack limit below what the kernels' tiles need: raised where the hard
+# limit allows, else a message; never a crash.
+expect_stack() { # expect_stack NAME ULIMIT-ARGS WANT-RC PATTERN
+  n=$((n + 1))
+  # shellcheck disable=SC2086
+  (ulimit $2; timeout -k 5 60 "$remat" train --quiet --config tiny --batch 2 --seq 16 --steps 1) \
+    >"$tmp/out" 2>"$tmp/err" </dev/null
+  local rc=$?
+  if [[ $rc -eq $3 ]] && { [[ -z $4 ]] || grep -q -- "$4" "$tmp/err"; }; then echo "ok   [$1] $(cat "$tmp/err")"
+  else echo "FAIL [$1]: rc $rc: $(head -c 300 "$tmp/err")"; fails=$((fails + 1)); fi
+}
+expect_stack "ulimit -s 64 (soft and hard)" "-s 64" 1 "ulimit -s 64).*ulimit -s 1024"
+expect_stack "ulimit -S -s 64 (the hard limit allows more)" "-S -s 64" 0 ""
+
+# A signal during set-up (here the sgemm peak measurement, half a second at
+# least) ends the process at once: 143 for SIGTERM, with one line.
+n=$((n + 1))
+stdbuf -oL "$remat" train --config small --steps 1 >"$tmp/out" 2>"$tmp/err" </dev/null &
+pid=$!
+for _ in $(seq 200); do grep -q "^threads" "$tmp/out" && break; sleep 0.02; done
+t0=$(date +%s.%N)
+kill -TERM "$pid"
+for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
+if kill -0 "$pid" 2>/dev/null; then
+  kill -9 "$pid"
+  echo "FAIL [SIGTERM during set-up: still running after 5 s]"
+  fails=$((fails + 1))
+else
+  wait "$pid"
+  rc=$?
+  took=$(python3 -c "import sys; print('%.2f' % (float(sys.argv[2]) - float(sys.argv[1])))" \
+         "$t0" "$(date +%s.%N)")
+  if [[ $rc -eq 143 ]] && grep -q "before the first step" "$tmp/err" && ! grep -q "^done" "$tmp/out"
+  then echo "ok   [SIGTERM during set-up: exit 143 in ${took} s] -> $(cat "$tmp/err")"
+  else echo "FAIL [SIGTERM during set-up]: rc $rc: $(head -c 300 "$tmp/err")"; fails=$((fails + 1)); fi
+fi
+
 echo "$((n - fails)) passed, $fails failed"
 [[ $fails -eq 0 ]]
