@@ -285,6 +285,9 @@ static void print_plan(const remat_config *cfg, const remat_memplan *mp, size_t 
          comm ? "," : " and", comm ? " and communication" : "",
          remat_format_bytes(peak - persistent, b4, sizeof b4),
          remat_format_bytes(planned - peak, b5, sizeof b5));
+  if (o->plan_only) printf("arena   %zu bytes: what --mem bounds\n", peak);
+  if (o->d.memory) /* one meaning of a budget: the arena, as remat plan has it */
+    printf("budget  --mem %s bounds the arena; the data is held beside it\n", o->d.memory);
 }
 
 /* Every rank's arena, from the memory model, before any exists: replicas

@@ -319,39 +319,32 @@ static remat_train_opts trainer_opts(const remat_job *job) {
 
 /* A budget for the whole model in one process (or each replica): the
  * planner's choice of keep, middle or full per block, the least recompute
- * time whose whole footprint fits. What the process holds outside the
- * arena (data, loaders, bookkeeping) is the same for every policy; it is
- * measured with a trainer planned for keeping all. */
+ * time whose arena fits. A budget means the same everywhere: the arena of a
+ * step (a pipeline stage's, a replica's, one process's), what the planner
+ * plans; the training data and the loaders are held beside it and shown
+ * apart. */
 static int policy_for_budget(remat_job *job, size_t budget, uint8_t *policy, remat_error *err) {
   const remat_job_desc *d = &job->d;
   int64_t L = job->cfg.num_layers;
   char b1[32], b2[32];
-  remat_trainer *probe;
-  remat_train_opts to = trainer_opts(job);
-  remat_policy_first_n(policy, L, 0);
-  int rc = remat_trainer_create(&probe, &job->cfg, policy, &job->tok, &to, err);
-  if (rc) return rc;
-  size_t other = remat_trainer_planned_bytes(probe) -
-                 remat_memplan_peak_bytes(remat_trainer_memplan(probe));
-  remat_trainer_destroy(probe);
-  size_t arena_budget = budget > other ? budget - other : 0;
+  int rc;
   remat_plan_problem pb;
   remat_plan plan;
   if ((rc = remat_plan_problem_from_replicas(&pb, &job->cfg, d->train.B, d->train.T, 1,
                                              d->train.grad_accum, d->replicas, d->zero,
-                                             arena_budget, err)))
+                                             budget, err)))
     return rc;
   rc = remat_plan_solve(&pb, &plan, err);
   remat_plan_problem_free(&pb);
   if (rc == REMAT_EINFEASIBLE) { /* the plan holds the least-memory choice */
-    size_t need = plan.min_budget_bytes + other;
+    size_t need = plan.min_budget_bytes;
     int64_t full = plan.total_recomputed - plan.total_middle, mid = plan.total_middle;
     remat_plan_free(&plan);
     return remat__errorf(err, REMAT_EINFEASIBLE,
                          "a memory budget of %s does not fit: even the least memory (%lld of "
-                         "%lld blocks recomputed, %lld middle) needs %s (%zu bytes, the training "
-                         "data included); raise the budget to at least that or lower the batch "
-                         "or the sequence length",
+                         "%lld blocks recomputed, %lld middle) needs an arena of %s (%zu bytes; "
+                         "the training data is held beside it); raise the budget to at least "
+                         "that or lower the batch or the sequence length",
                          remat_format_bytes(budget, b1, sizeof b1), (long long)full,
                          (long long)L, (long long)mid, remat_format_bytes(need, b2, sizeof b2),
                          need);
@@ -603,16 +596,16 @@ int remat_job_prepare(remat_job *job, remat_error *err) {
   }
   if ((rc = agree(job, rc, err))) return rc;
   job->planned = remat_trainer_planned_bytes(job->tr);
-  /* a budget's search saw a one-process trainer; a replica's runtime holds
-   * a few bytes more outside the arena */
-  size_t budget;
+  /* the planner's figure for a replica's arena is the arena itself (the
+   * memory model is one); a difference would be a bug, said as such */
+  size_t budget, arena = remat_memplan_peak_bytes(remat_trainer_memplan(job->tr));
   if (job->kind == REMAT_RUN_REPLICAS && d->memory &&
-      !remat_parse_size(d->memory, &budget, err) && job->planned > budget) {
+      !remat_parse_size(d->memory, &budget, err) && arena > budget) {
     char b1[32], b2[32];
-    rc = remat__errorf(err, REMAT_EINFEASIBLE, "a memory budget of %s does not fit a replica: it "
-                       "needs %s (%zu bytes); raise the budget",
+    rc = remat__errorf(err, REMAT_EINFEASIBLE, "a memory budget of %s does not fit a replica: "
+                       "its arena needs %s (%zu bytes); raise the budget",
                        remat_format_bytes(budget, b1, sizeof b1),
-                       remat_format_bytes(job->planned, b2, sizeof b2), job->planned);
+                       remat_format_bytes(arena, b2, sizeof b2), arena);
   }
   return agree(job, rc, err);
 }

@@ -76,14 +76,14 @@ done
 check "middle:0-1 has 2 middle blocks" test "$(field "$tmp/mmiddle:0-1.jsonl" middle_blocks 1)" = 2
 
 # 4. --mem: the fastest choice of keep, middle or full per block whose
-#    planned peak fits. At the peak of 6 recomputed blocks, middle blocks
+#    arena fits (a budget is the arena, as in remat plan). At the peak of 6 recomputed blocks, middle blocks
 #    take the place of some recomputed ones, for less recompute time.
 plan_of() { "$remat" train --config gpt2-124m --batch 4 --seq 256 --plan-only "$@" 2>&1; }
-peak_of() { perl -ne 'print $1 if /^memory  planned peak .*\((\d+) bytes\)/'; }
+peak_of() { perl -ne 'print $1 if /^arena   (\d+) bytes/'; }
 full_of() { perl -ne 'print $1 if /^policy  (\d+) of/'; }
 middle_of() { perl -ne 'print /^policy .*, (\d+) middle/ ? $1 : 0 if /^policy/'; }
 mid=$(plan_of --ckpt-ratio 0.5 | peak_of)
-echo "planned peak with 6 of 12 blocks recomputed: $mid"
+echo "arena with 6 of 12 blocks recomputed: $mid"
 out=$(plan_of --mem "$mid")
 echo "$out" | grep '^policy'
 check "--mem at the 6-block peak fits" test "$(echo "$out" | peak_of)" -le "$mid"
