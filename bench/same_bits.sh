@@ -35,7 +35,10 @@ run() {
   for which in old new; do
     local bin=${!which} d="$tmp/$name.$which"
     mkdir -p "$d"
-    local cmd=("$bin" train "${common[@]}" "$@" --save "$d/model.bin" --log "$d/log.jsonl")
+    local extra=()
+    if [[ $which == old ]]; then extra=(${OLD_EXTRA:-}); else extra=(${NEW_EXTRA:-}); fi
+    local cmd=("$bin" train "${common[@]}" "$@" ${extra[@]+"${extra[@]}"} --save "$d/model.bin"
+               --log "$d/log.jsonl")
     if [[ $np -gt 1 ]]; then cmd=(mpirun -np "$np" "${cmd[@]}"); fi
     (cd "$d" && "${cmd[@]}" > out.txt 2>&1) || { echo "FAIL $name ($which exited non-zero)"; cat "$d/out.txt"; fail=$((fail + 1)); return; }
     fields "$d/log.jsonl" > "$d/fields.txt"
@@ -57,7 +60,11 @@ run one 1
 run accum 1 --grad-accum 3 --seq 32
 run ratio 1 --ckpt-ratio 0.5
 run layers 1 --ckpt-layers full:0,middle:1-2
-run mem 1 --mem 24MiB
+# --mem: the same arena budget (OLD_EXTRA / NEW_EXTRA give each binary its
+# own flags, for a flag whose meaning changed: before, one process's --mem
+# also counted the training data, 4458664 bytes here, that this binary's
+# --mem leaves out, as remat plan and a pipeline's stages do)
+OLD_EXTRA="--mem 25165824" NEW_EXTRA="--mem $((25165824 - 4458664))" run mem 1
 run eval 1 --eval-every 2
 run pipe2 2 --stages 2 --grad-accum 3
 run pipe3_gpipe 3 --stages 3 --grad-accum 4 --schedule gpipe
