@@ -8,14 +8,8 @@
 set -u
 remat=$1
 tmp=$2
-rm -rf "$tmp"
-mkdir -p "$tmp"
-fails=0
-n=0
-check() { # check "description" command...
-  n=$((n + 1))
-  if "${@:2}"; then echo "ok   [$1]"; else echo "FAIL [$1]"; fails=$((fails + 1)); fi
-}
+. "$(dirname "$0")/lib.sh"
+fresh_dir "$tmp"
 field() { # field FILE KEY LINE: the numeric value of KEY on line LINE (or "last")
   perl -ne 'BEGIN{($k,$l)=@ARGV[1,2]; @ARGV=($ARGV[0])} push @v, /"\Q$k\E": ([-0-9.e+]+)/ ? $1 : "NA";
     END{ print $l eq "last" ? $v[-1] : $v[$l-1] }' "$@"
@@ -146,5 +140,4 @@ check "no MFU above 100% in the log or the summary" perl -ne '
   $bad++ if /"mfu": ([0-9.e+-]+)/ && $1 > 1; $bad++ if /MFU ([0-9.]+)%/ && $1 > 100;
   END { exit($bad ? 1 : 0) }' "$tmp/pquiet.jsonl" "$tmp/pquiet.out" "$tmp/pshared.jsonl"
 
-echo "$((n - fails)) passed, $fails failed"
-[[ $fails -eq 0 ]]
+summary
