@@ -101,6 +101,59 @@ static void write_shard(const char *path, int32_t magic, int32_t version, int32_
   free(b);
 }
 
+/* Malformed shards: a wrong magic or version, cut headers and bodies,
+ * trailing bytes, too few or negative counts, no file or a directory. */
+static void test_malformed_shards(void) {
+  remat_error err = {0};
+  remat_tokens u = {0};
+  const char *p;
+  int rc;
+  p = path_of("magic.bin");
+  write_shard(p, 20240326, 1, 10, 10, 0);
+  rc = remat_tokens_load(&u, p, &err);
+  CHECK_ERR(rc, err, REMAT_EFORMAT, "magic");
+  CHECK(u.tok == NULL);
+  p = path_of("version.bin");
+  write_shard(p, 20240520, 2, 10, 10, 0);
+  rc = remat_tokens_load(&u, p, &err);
+  CHECK_ERR(rc, err, REMAT_EFORMAT, "version 2");
+  p = path_of("shorthdr.bin");
+  write_file(p, "\x18\xd7\x34\x01", 4);
+  rc = remat_tokens_load(&u, p, &err);
+  CHECK_ERR(rc, err, REMAT_EFORMAT, "truncated");
+  p = path_of("empty.bin");
+  write_file(p, "", 0);
+  rc = remat_tokens_load(&u, p, &err);
+  CHECK_ERR(rc, err, REMAT_EFORMAT, "truncated");
+  p = path_of("shortbody.bin");
+  write_shard(p, 20240520, 1, 10, 5, 0);
+  rc = remat_tokens_load(&u, p, &err);
+  CHECK_ERR(rc, err, REMAT_EFORMAT, "truncated");
+  CHECK(strstr(err.msg, "10 tokens") && strstr(err.msg, "1034 bytes"));
+  p = path_of("trailing.bin");
+  write_shard(p, 20240520, 1, 10, 10, 3);
+  rc = remat_tokens_load(&u, p, &err);
+  CHECK_ERR(rc, err, REMAT_EFORMAT, "3 trailing bytes");
+  p = path_of("zero.bin");
+  write_shard(p, 20240520, 1, 0, 0, 0);
+  rc = remat_tokens_load(&u, p, &err);
+  CHECK_ERR(rc, err, REMAT_EFORMAT, "at least 2");
+  p = path_of("one.bin");
+  write_shard(p, 20240520, 1, 1, 1, 0);
+  rc = remat_tokens_load(&u, p, &err);
+  CHECK_ERR(rc, err, REMAT_EFORMAT, "at least 2");
+  p = path_of("negative.bin");
+  write_shard(p, 20240520, 1, -4, 0, 0);
+  rc = remat_tokens_load(&u, p, &err);
+  CHECK_ERR(rc, err, REMAT_EFORMAT, "negative");
+  rc = remat_tokens_load(&u, path_of("missing.bin"), &err);
+  CHECK_ERR(rc, err, REMAT_EIO, "missing.bin");
+  rc = remat_tokens_load(&u, dir, &err);
+  CHECK_ERR(rc, err, REMAT_EIO, "directory");
+  rc = remat_tokens_load(&u, "", &err);
+  CHECK(rc == REMAT_EINVAL && err.msg[0]);
+}
+
 static void test_shards(void) {
   remat_error err = {0};
   enum { N = 5000 };
@@ -156,51 +209,7 @@ static void test_shards(void) {
   CHECK(remat_tokens_save(&t, p, &err) == REMAT_ERANGE);
   ids[3] = 0;
 
-  /* malformed shards */
-  p = path_of("magic.bin");
-  write_shard(p, 20240326, 1, 10, 10, 0);
-  rc = remat_tokens_load(&u, p, &err);
-  CHECK_ERR(rc, err, REMAT_EFORMAT, "magic");
-  CHECK(u.tok == NULL);
-  p = path_of("version.bin");
-  write_shard(p, 20240520, 2, 10, 10, 0);
-  rc = remat_tokens_load(&u, p, &err);
-  CHECK_ERR(rc, err, REMAT_EFORMAT, "version 2");
-  p = path_of("shorthdr.bin");
-  write_file(p, "\x18\xd7\x34\x01", 4);
-  rc = remat_tokens_load(&u, p, &err);
-  CHECK_ERR(rc, err, REMAT_EFORMAT, "truncated");
-  p = path_of("empty.bin");
-  write_file(p, "", 0);
-  rc = remat_tokens_load(&u, p, &err);
-  CHECK_ERR(rc, err, REMAT_EFORMAT, "truncated");
-  p = path_of("shortbody.bin");
-  write_shard(p, 20240520, 1, 10, 5, 0);
-  rc = remat_tokens_load(&u, p, &err);
-  CHECK_ERR(rc, err, REMAT_EFORMAT, "truncated");
-  CHECK(strstr(err.msg, "10 tokens") && strstr(err.msg, "1034 bytes"));
-  p = path_of("trailing.bin");
-  write_shard(p, 20240520, 1, 10, 10, 3);
-  rc = remat_tokens_load(&u, p, &err);
-  CHECK_ERR(rc, err, REMAT_EFORMAT, "3 trailing bytes");
-  p = path_of("zero.bin");
-  write_shard(p, 20240520, 1, 0, 0, 0);
-  rc = remat_tokens_load(&u, p, &err);
-  CHECK_ERR(rc, err, REMAT_EFORMAT, "at least 2");
-  p = path_of("one.bin");
-  write_shard(p, 20240520, 1, 1, 1, 0);
-  rc = remat_tokens_load(&u, p, &err);
-  CHECK_ERR(rc, err, REMAT_EFORMAT, "at least 2");
-  p = path_of("negative.bin");
-  write_shard(p, 20240520, 1, -4, 0, 0);
-  rc = remat_tokens_load(&u, p, &err);
-  CHECK_ERR(rc, err, REMAT_EFORMAT, "negative");
-  rc = remat_tokens_load(&u, path_of("missing.bin"), &err);
-  CHECK_ERR(rc, err, REMAT_EIO, "missing.bin");
-  rc = remat_tokens_load(&u, dir, &err);
-  CHECK_ERR(rc, err, REMAT_EIO, "directory");
-  rc = remat_tokens_load(&u, "", &err);
-  CHECK(rc == REMAT_EINVAL && err.msg[0]);
+  test_malformed_shards();
 
   /* writing into a directory that does not exist */
   rc = remat_tokens_save(&t, path_of("no/such/dir/x.bin"), &err);
@@ -272,6 +281,72 @@ static void patched_copy(const char *src, const char *dst, int field, int32_t va
   free(c);
 }
 
+/* A shape that differs from the expected config names the dimension. */
+static void check_shape_mismatch(const char *p, const remat_config *c, float *v) {
+  remat_error err = {0};
+  remat_config e = *c;
+  e.channels = 16;
+  int rc = remat_checkpoint_load(p, &e, v, &err);
+  CHECK_ERR(rc, err, REMAT_ESHAPE, "has C=8 but the expected shape has C=16");
+  e = *c;
+  e.num_layers = 4;
+  rc = remat_checkpoint_load(p, &e, v, &err);
+  CHECK_ERR(rc, err, REMAT_ESHAPE, "L=2");
+  e = *c;
+  e.vocab_size = 256;
+  rc = remat_checkpoint_load(p, &e, v, &err);
+  CHECK_ERR(rc, err, REMAT_ESHAPE, "V=200");
+  e = *c;
+  e.max_seq_len = 1024;
+  rc = remat_checkpoint_load(p, &e, v, &err);
+  CHECK_ERR(rc, err, REMAT_ESHAPE, "maxT=1024");
+}
+
+/* Malformed headers and sizes of the checkpoint at p (np parameters), each
+ * refused by both readers; a cut header, no file, a directory. */
+static void check_malformed_checkpoints(const char *p, size_t np, float *v) {
+  remat_error err = {0};
+  remat_config r;
+  int rc;
+  const char *q = path_of("bad.ckpt");
+  struct {
+    int field;
+    int32_t value;
+    long resize;
+    int code;
+    const char *word;
+  } bad[] = {
+      {0, 20240520, 0, REMAT_EFORMAT, "magic"},
+      {1, 5, 0, REMAT_EFORMAT, "bf16"},
+      {1, 2, 0, REMAT_EFORMAT, "version 2"},
+      {-1, 0, -1, REMAT_EFORMAT, "truncated"},
+      {-1, 0, -(long)(4 * np), REMAT_EFORMAT, "truncated"},
+      {-1, 0, 8, REMAT_EFORMAT, "8 trailing bytes"},
+      {6, 0, 0, REMAT_EFORMAT, "positive"},  /* C = 0 */
+      {4, -1, 0, REMAT_EFORMAT, "positive"}, /* L = -1 */
+      {5, 3, 0, REMAT_EFORMAT, "divisible"}, /* NH = 3 does not divide C = 8 */
+      {7, 128, 0, REMAT_EFORMAT, "smaller than V=200"},  /* Vp < V */
+      {7, 1 << 21, 0, REMAT_EFORMAT, "larger than the limit"}, /* Vp too large */
+      {7, 384, 0, REMAT_EFORMAT, "truncated"}, /* larger Vp: the body is too short */
+      {4, 1, 0, REMAT_EFORMAT, "trailing"},  /* fewer layers: the body is too long */
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    patched_copy(p, q, bad[i].field, bad[i].value, bad[i].resize);
+    rc = remat_checkpoint_read_config(q, &r, &err);
+    CHECK_ERR(rc, err, bad[i].code, bad[i].word);
+    rc = remat_checkpoint_load(q, NULL, v, &err);
+    CHECK_ERR(rc, err, bad[i].code, bad[i].word);
+  }
+  /* a cut header */
+  write_file(q, "\x3e\xd6\x34\x01\x03\x00\x00\x00", 8);
+  rc = remat_checkpoint_read_config(q, &r, &err);
+  CHECK_ERR(rc, err, REMAT_EFORMAT, "truncated");
+  rc = remat_checkpoint_read_config(path_of("missing.ckpt"), &r, &err);
+  CHECK_ERR(rc, err, REMAT_EIO, "missing.ckpt");
+  rc = remat_checkpoint_load(dir, NULL, v, &err);
+  CHECK_ERR(rc, err, REMAT_EIO, "directory");
+}
+
 static void test_checkpoints(void) {
   remat_error err = {0};
   /* V=200 pads to Vp=256: the padded rows are stored too */
@@ -318,62 +393,10 @@ static void test_checkpoints(void) {
   CHECK(remat_checkpoint_read_config(ps, &r, &err) == 0 && memcmp(&r, &s, sizeof s) == 0);
   free(ws);
 
-  /* shape mismatch against the expected config names the dimension */
-  remat_config e = c;
-  e.channels = 16;
-  int rc = remat_checkpoint_load(p, &e, v, &err);
-  CHECK_ERR(rc, err, REMAT_ESHAPE, "has C=8 but the expected shape has C=16");
-  e = c;
-  e.num_layers = 4;
-  rc = remat_checkpoint_load(p, &e, v, &err);
-  CHECK_ERR(rc, err, REMAT_ESHAPE, "L=2");
-  e = c;
-  e.vocab_size = 256;
-  rc = remat_checkpoint_load(p, &e, v, &err);
-  CHECK_ERR(rc, err, REMAT_ESHAPE, "V=200");
-  e = c;
-  e.max_seq_len = 1024;
-  rc = remat_checkpoint_load(p, &e, v, &err);
-  CHECK_ERR(rc, err, REMAT_ESHAPE, "maxT=1024");
-
-  /* malformed headers and sizes */
+  check_shape_mismatch(p, &c, v);
+  check_malformed_checkpoints(p, np, v);
   const char *q = path_of("bad.ckpt");
-  struct {
-    int field;
-    int32_t value;
-    long resize;
-    int code;
-    const char *word;
-  } bad[] = {
-      {0, 20240520, 0, REMAT_EFORMAT, "magic"},
-      {1, 5, 0, REMAT_EFORMAT, "bf16"},
-      {1, 2, 0, REMAT_EFORMAT, "version 2"},
-      {-1, 0, -1, REMAT_EFORMAT, "truncated"},
-      {-1, 0, -(long)(4 * np), REMAT_EFORMAT, "truncated"},
-      {-1, 0, 8, REMAT_EFORMAT, "8 trailing bytes"},
-      {6, 0, 0, REMAT_EFORMAT, "positive"},  /* C = 0 */
-      {4, -1, 0, REMAT_EFORMAT, "positive"}, /* L = -1 */
-      {5, 3, 0, REMAT_EFORMAT, "divisible"}, /* NH = 3 does not divide C = 8 */
-      {7, 128, 0, REMAT_EFORMAT, "smaller than V=200"},  /* Vp < V */
-      {7, 1 << 21, 0, REMAT_EFORMAT, "larger than the limit"}, /* Vp too large */
-      {7, 384, 0, REMAT_EFORMAT, "truncated"}, /* larger Vp: the body is too short */
-      {4, 1, 0, REMAT_EFORMAT, "trailing"},  /* fewer layers: the body is too long */
-  };
-  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-    patched_copy(p, q, bad[i].field, bad[i].value, bad[i].resize);
-    rc = remat_checkpoint_read_config(q, &r, &err);
-    CHECK_ERR(rc, err, bad[i].code, bad[i].word);
-    rc = remat_checkpoint_load(q, NULL, v, &err);
-    CHECK_ERR(rc, err, bad[i].code, bad[i].word);
-  }
-  /* a cut header */
-  write_file(q, "\x3e\xd6\x34\x01\x03\x00\x00\x00", 8);
-  rc = remat_checkpoint_read_config(q, &r, &err);
-  CHECK_ERR(rc, err, REMAT_EFORMAT, "truncated");
-  rc = remat_checkpoint_read_config(path_of("missing.ckpt"), &r, &err);
-  CHECK_ERR(rc, err, REMAT_EIO, "missing.ckpt");
-  rc = remat_checkpoint_load(dir, NULL, v, &err);
-  CHECK_ERR(rc, err, REMAT_EIO, "directory");
+  int rc;
 
   /* NaN and inf in the parameters */
   size_t k = np - 3; /* in lnfb: the last tensor has C = 8 entries */
@@ -403,7 +426,7 @@ static void test_checkpoints(void) {
   w[k] = v[k];
   CHECK(memcmp(v, w, np * sizeof(float)) == 0);
   /* an invalid shape is refused before anything is written */
-  e = c;
+  remat_config e = c;
   e.num_heads = 3;
   rc = remat_checkpoint_save(q, &e, w, &err);
   CHECK_ERR(rc, err, REMAT_EINVAL, "divisible");
@@ -411,6 +434,47 @@ static void test_checkpoints(void) {
   free(b);
   free(v);
   free(w);
+}
+
+/* From memory: the same parsers over bytes, for a checkpoint (saved to p
+ * from w; read into v) and a token shard. */
+static void test_from_memory(const char *p, const remat_config *c, float *w, float *v,
+                             size_t np) {
+  remat_error err = {0};
+  remat_checkpoint_reader rd;
+  remat_config got;
+  int rc;
+  w[5] = 0.5f;
+  CHECK(remat_checkpoint_save(p, c, w, &err) == 0);
+  size_t n = 0;
+  uint8_t *bytes = read_file(p, &n);
+  CHECK(remat__checkpoint_open_mem(&rd, bytes, n, "mem", &got, &err) == 0);
+  CHECK(remat_checkpoint_read_params(&rd, c, v, &err) == 0);
+  CHECK(memcmp(v, w, np * sizeof(float)) == 0);
+  remat_checkpoint_close(&rd);
+  rc = remat__checkpoint_open_mem(&rd, bytes, n - 4, "mem", &got, &err);
+  CHECK_ERR(rc, err, REMAT_EFORMAT, "'mem' is truncated");
+  rc = remat__checkpoint_open_mem(&rd, bytes, 100, "mem", &got, &err);
+  CHECK_ERR(rc, err, REMAT_EFORMAT, "truncated");
+  free(bytes);
+
+  remat_tokens t;
+  int32_t ids[3] = {7, 8, 65535};
+  remat_tokens src = {.tok = ids, .n = 3, .max_id = 65535};
+  const char *sp = path_of("mem.bin");
+  CHECK(remat_tokens_save(&src, sp, &err) == 0);
+  bytes = read_file(sp, &n);
+  CHECK(remat__tokens_load_mem(&t, bytes, n, "mem", &err) == 0);
+  CHECK(t.n == 3 && t.tok[2] == 65535 && t.max_id == 65535);
+  remat_tokens_free(&t);
+  rc = remat__tokens_load_mem(&t, bytes, n + 0 - 1, "mem", &err);
+  CHECK_ERR(rc, err, REMAT_EFORMAT, "truncated");
+  free(bytes);
+  CHECK(remat__tokens_from_text_mem(&t, "ab\xff", 3, "mem", &err) == 0);
+  CHECK(t.n == 3 && t.tok[2] == 255);
+  remat_tokens_free(&t);
+  rc = remat__tokens_from_text_mem(&t, NULL, 0, "mem", &err);
+  CHECK_ERR(rc, err, REMAT_EFORMAT, "0 bytes");
 }
 
 /* The reader opens once: a checkpoint of another shape renamed over the
@@ -491,38 +555,7 @@ static void test_checkpoint_reader(void) {
   rc = remat_params_overflow(&c, v, &err);
   CHECK_ERR(rc, err, REMAT_ENUMERIC, "lnfb[7]");
 
-  /* from memory: the same parser over bytes */
-  w[5] = 0.5f;
-  CHECK(remat_checkpoint_save(p, &c, w, &err) == 0);
-  size_t n = 0;
-  uint8_t *bytes = read_file(p, &n);
-  CHECK(remat__checkpoint_open_mem(&rd, bytes, n, "mem", &got, &err) == 0);
-  CHECK(remat_checkpoint_read_params(&rd, &c, v, &err) == 0);
-  CHECK(memcmp(v, w, np * sizeof(float)) == 0);
-  remat_checkpoint_close(&rd);
-  rc = remat__checkpoint_open_mem(&rd, bytes, n - 4, "mem", &got, &err);
-  CHECK_ERR(rc, err, REMAT_EFORMAT, "'mem' is truncated");
-  rc = remat__checkpoint_open_mem(&rd, bytes, 100, "mem", &got, &err);
-  CHECK_ERR(rc, err, REMAT_EFORMAT, "truncated");
-  free(bytes);
-
-  remat_tokens t;
-  int32_t ids[3] = {7, 8, 65535};
-  remat_tokens src = {.tok = ids, .n = 3, .max_id = 65535};
-  const char *sp = path_of("mem.bin");
-  CHECK(remat_tokens_save(&src, sp, &err) == 0);
-  bytes = read_file(sp, &n);
-  CHECK(remat__tokens_load_mem(&t, bytes, n, "mem", &err) == 0);
-  CHECK(t.n == 3 && t.tok[2] == 65535 && t.max_id == 65535);
-  remat_tokens_free(&t);
-  rc = remat__tokens_load_mem(&t, bytes, n + 0 - 1, "mem", &err);
-  CHECK_ERR(rc, err, REMAT_EFORMAT, "truncated");
-  free(bytes);
-  CHECK(remat__tokens_from_text_mem(&t, "ab\xff", 3, "mem", &err) == 0);
-  CHECK(t.n == 3 && t.tok[2] == 255);
-  remat_tokens_free(&t);
-  rc = remat__tokens_from_text_mem(&t, NULL, 0, "mem", &err);
-  CHECK_ERR(rc, err, REMAT_EFORMAT, "0 bytes");
+  test_from_memory(p, &c, w, v, np);
 
   free(v);
   free(w);
@@ -976,16 +1009,18 @@ static void test_corpus(void) {
 
 /* -------------------------------------------------------------- loader */
 
-static void test_loader(void) {
-  remat_error err = {0};
-  enum { N = 10007, B = 4, T = 16 };
-  remat_tokens t = {.n = N, .max_id = N - 1};
-  t.tok = malloc(N * sizeof(int32_t));
-  for (int i = 0; i < N; i++) t.tok[i] = i; /* a token is its own position */
-  int32_t in[B * T], tg[B * T], in2[B * T], tg2[B * T];
-  const int64_t n_val = (int64_t)floor(0.1 * N), n_train = N - n_val;
+/* The loader's corpus: N tokens, each its own position, read as B rows of
+ * T tokens. */
+enum { LOADER_N = 10007, LOADER_B = 4, LOADER_T = 16 };
 
-  /* sequential: windows 0, T, 2T, ... */
+/* Sequential: windows 0, T, 2T, ...; a corpus of B*T+1 tokens holds exactly
+ * B windows; the epoch's end wraps to window 0. */
+static void test_loader_sequential(const remat_tokens *tp) {
+  remat_error err = {0};
+  enum { N = LOADER_N, B = LOADER_B, T = LOADER_T };
+  remat_tokens t = *tp;
+  int32_t in[B * T], tg[B * T];
+  const int64_t n_val = (int64_t)floor(0.1 * N), n_train = N - n_val;
   remat_loader L;
   CHECK(remat_loader_init(&L, &t, B, T, REMAT_SPLIT_TRAIN, 0.1, 0, 0, &err) == 0);
   CHECK(L.num_windows == (n_train - 1) / T);
@@ -1015,9 +1050,16 @@ static void test_loader(void) {
   CHECK(in[0] == (int32_t)(served * T));
   CHECK(in[left * T] == 0 && L.epoch == 1);
   remat_loader_free(&L);
+}
 
-  /* shuffled: deterministic per seed, targets shifted, only train tokens,
-   * and every epoch serves every window exactly once */
+/* Shuffled: deterministic per seed, targets shifted, only train tokens,
+ * and every epoch serves every window exactly once; reset replays. */
+static void test_loader_shuffled(const remat_tokens *tp) {
+  remat_error err = {0};
+  enum { N = LOADER_N, B = LOADER_B, T = LOADER_T };
+  remat_tokens t = *tp;
+  int32_t in[B * T], tg[B * T], in2[B * T], tg2[B * T];
+  const int64_t n_val = (int64_t)floor(0.1 * N), n_train = N - n_val;
   remat_loader S1, S2, S3;
   CHECK(remat_loader_init(&S1, &t, B, T, REMAT_SPLIT_TRAIN, 0.1, 1, 42, &err) == 0);
   CHECK(remat_loader_init(&S2, &t, B, T, REMAT_SPLIT_TRAIN, 0.1, 1, 42, &err) == 0);
@@ -1068,8 +1110,15 @@ static void test_loader(void) {
   remat_loader_free(&S1);
   remat_loader_free(&S2);
   remat_loader_free(&S3);
+}
 
-  /* validation: only the last 10%, disjoint from training */
+/* Validation: only the last 10%, disjoint from training. */
+static void test_loader_validation(const remat_tokens *tp) {
+  remat_error err = {0};
+  enum { N = LOADER_N, B = LOADER_B, T = LOADER_T };
+  remat_tokens t = *tp;
+  int32_t in[B * T], tg[B * T];
+  const int64_t n_val = (int64_t)floor(0.1 * N), n_train = N - n_val;
   remat_loader V;
   CHECK(remat_loader_init(&V, &t, B, T, REMAT_SPLIT_VAL, 0.1, 0, 0, &err) == 0);
   CHECK(V.n == n_val);
@@ -1088,8 +1137,17 @@ static void test_loader(void) {
   }
   CHECK(in_val);
   remat_loader_free(&V);
+}
 
-  /* a split of exactly T+1 tokens works; one fewer is refused */
+/* A split of exactly T+1 tokens works; one fewer is refused, and so are
+ * bad splits and shapes. */
+static void test_loader_limits(const remat_tokens *tp) {
+  remat_error err = {0};
+  enum { N = LOADER_N, B = LOADER_B, T = LOADER_T };
+  remat_tokens t = *tp;
+  int32_t in[B * T], tg[B * T];
+  remat_loader V;
+  int ok;
   remat_tokens small = {.tok = t.tok, .n = T + 1, .max_id = T};
   CHECK(remat_loader_init(&V, &small, B, T, REMAT_SPLIT_TRAIN, 0.0, 1, 5, &err) == 0);
   CHECK(remat_loader_windows(&V) == 1); /* < B: rows repeat within a batch */
@@ -1109,6 +1167,16 @@ static void test_loader(void) {
   CHECK_ERR(rc, err, REMAT_EINVAL, "B=0");
   rc = remat_loader_init(&V, &t, B, T, 2, 0.1, 0, 0, &err);
   CHECK_ERR(rc, err, REMAT_EINVAL, "split 2");
+}
+
+static void test_loader(void) {
+  remat_tokens t = {.n = LOADER_N, .max_id = LOADER_N - 1};
+  t.tok = malloc(LOADER_N * sizeof(int32_t));
+  for (int i = 0; i < LOADER_N; i++) t.tok[i] = i; /* a token is its own position */
+  test_loader_sequential(&t);
+  test_loader_shuffled(&t);
+  test_loader_validation(&t);
+  test_loader_limits(&t);
   free(t.tok);
 }
 
