@@ -75,8 +75,8 @@ static double time_solve(const remat_plan_problem *pb, int reps, double *min_ms,
  * GPT-2 block's: it stores c plus 40-80 % of a - c, reruns in 5-15 % of f,
  * with 20-60 % of the recompute's scratch. The budget is `frac` of what
  * stage 0 of an even split keeps. */
-static void hetero(remat_plan_problem *pb, int64_t L, int64_t p, int64_t m, int scratch, double frac,
-                   int objective, int middle) {
+static void hetero(remat_plan_problem *pb, int64_t L, int64_t p, int64_t m, int scratch,
+                   double frac, int objective, int middle) {
   remat_error err;
   if (remat_plan_problem_init(pb, p, L, &err)) exit(1);
   pb->microbatches = m;
@@ -107,7 +107,8 @@ static void hetero(remat_plan_problem *pb, int64_t L, int64_t p, int64_t m, int 
 }
 
 /* glpsol on the LP export; returns its wall time in ms and its objective. */
-static int glpk(const remat_plan_problem *pb, double *ms, double *objective, char *status, size_t cap) {
+static int glpk(const remat_plan_problem *pb, double *ms, double *objective, char *status,
+                size_t cap) {
   char *lp;
   remat_error err;
   if (remat_plan_format_lp(pb, &lp, &err)) {
@@ -169,8 +170,8 @@ static void side_by_side(const char *name, const remat_plan_problem *pb, int rep
   double mine = rc == 0 ? plan.objective_value : -1;
   double diff = mine - gobj;
   if (diff < 0) diff = -diff;
-  printf("bench=plan case=glpk-%s layers=%lld stages=%lld objective=%s remat_ms=%.4f glpsol_ms=%.1f "
-         "ratio=%.0f remat_obj=%.10g glpsol_obj=%.10g glpsol_status=%s agree=%s\n",
+  printf("bench=plan case=glpk-%s layers=%lld stages=%lld objective=%s remat_ms=%.4f "
+         "glpsol_ms=%.1f ratio=%.0f remat_obj=%.10g glpsol_obj=%.10g glpsol_status=%s agree=%s\n",
          name, (long long)plan.num_layers, (long long)plan.num_stages,
          remat_plan_objective_name(pb->objective), med, gms, gms / med, mine, gobj, status,
          diff <= 1e-6 * (mine > 1 ? mine : 1) ? "yes" : "NO");
@@ -189,6 +190,152 @@ static void usage(FILE *f) {
           "\n"
           "  --quick      fewer repetitions, only the small glpsol cases\n"
           "  -h, --help   this help\n");
+}
+
+/* The seed example under both objectives. */
+static void bench_seed(remat_plan_problem *pb, int quick) {
+  int reps = quick ? 200 : 5000, rc;
+  double min_ms;
+  remat_plan plan;
+  double med = time_solve(pb, reps, &min_ms, &plan, &rc);
+  printf("bench=plan case=seed layers=32 stages=4 objective=bottleneck reps=%d solve_ms=%.4f "
+         "solve_ms_min=%.4f layers_per_stage=%lld/%lld/%lld/%lld ckpt=%lld/%lld/%lld/%lld "
+         "slowdown=%.4g\n",
+         reps, med, min_ms, (long long)plan.stages[0].num_layers,
+         (long long)plan.stages[1].num_layers,
+         (long long)plan.stages[2].num_layers, (long long)plan.stages[3].num_layers,
+         (long long)plan.stages[0].num_recomputed, (long long)plan.stages[1].num_recomputed,
+         (long long)plan.stages[2].num_recomputed, (long long)plan.stages[3].num_recomputed,
+         plan.slowdown);
+  remat_plan_free(&plan);
+  pb->objective = REMAT_OBJ_1F1B;
+  med = time_solve(pb, reps, &min_ms, &plan, &rc);
+  printf("bench=plan case=seed layers=32 stages=4 objective=1f1b reps=%d solve_ms=%.4f "
+         "solve_ms_min=%.4f slowdown=%.4g\n",
+         reps, med, min_ms, plan.slowdown);
+  remat_plan_free(&plan);
+  pb->objective = REMAT_OBJ_BOTTLENECK;
+}
+
+/* 1024 different layers on 64 stages, with two choices per layer, then
+ * three. */
+static void bench_hetero(int quick) {
+  struct {
+    int64_t m;
+    int scratch, objective;
+  } cases[] = {{128, 1, REMAT_OBJ_BOTTLENECK}, {128, 1, REMAT_OBJ_1F1B},
+               {128, 0, REMAT_OBJ_BOTTLENECK}, {128, 0, REMAT_OBJ_1F1B},
+               {16, 1, REMAT_OBJ_BOTTLENECK},  {16, 1, REMAT_OBJ_1F1B}};
+  for (int middle = 0; middle < 2; middle++)
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+      remat_plan_problem h;
+      remat_plan plan;
+      double min_ms;
+      int rc;
+      rng = 0x2545F4914F6CDD1Dull + k;
+      hetero(&h, 1024, 64, cases[k].m, cases[k].scratch, 0.5, cases[k].objective, middle);
+      int hr = quick ? 1 : 5;
+      double med = time_solve(&h, hr, &min_ms, &plan, &rc);
+      printf("bench=plan case=hetero layers=1024 stages=64 microbatches=%lld scratch=%s "
+             "middle=%s objective=%s reps=%d solve_ms=%.1f solve_ms_min=%.1f feasible=%d "
+             "slowdown=%.4f recomputed=%lld middle_layers=%lld windows=%lld\n",
+             (long long)cases[k].m, cases[k].scratch ? "random" : "none", middle ? "yes" : "no",
+             remat_plan_objective_name(cases[k].objective), hr, med, min_ms, rc == 0,
+             plan.slowdown, (long long)plan.total_recomputed, (long long)plan.total_middle,
+             (long long)plan.windows);
+      remat_plan_free(&plan);
+      remat_plan_problem_free(&h);
+    }
+}
+
+/* GPT-2 1558M: identical blocks, the closed form over counts of each
+ * policy; the budget between the least that fits and the most needed. */
+static int bench_gpt2(int quick) {
+  remat_config cfg;
+  remat_plan_problem g;
+  remat_plan plan;
+  remat_error err;
+  if (remat_config_parse("gpt2-1558m", &cfg, &err) ||
+      remat_plan_problem_from_model(&g, &cfg, 4, 1024, 8, 16, 1, &err)) {
+    fprintf(stderr, "bench_plan: %s\n", err.msg);
+    return 1;
+  }
+  int rc = remat_plan_solve(&g, &plan, &err);
+  size_t least = plan.min_budget_bytes;
+  if (rc == 0 || rc == REMAT_EINFEASIBLE) remat_plan_free(&plan);
+  remat_plan_problem_set_memory(&g, least + least / 4);
+  for (int middle = 1; middle >= 0; middle--)
+    for (int obj = 0; obj < 2; obj++) {
+      g.groups[1].middle = middle;
+      g.objective = obj;
+      int gr = quick ? 50 : 500;
+      double min_ms, med = time_solve(&g, gr, &min_ms, &plan, &rc);
+      printf("bench=plan case=gpt2 model=gpt2-1558m B=4 T=1024 layers=50 stages=8 "
+             "microbatches=16 middle=%s objective=%s reps=%d solve_ms=%.4f solve_ms_min=%.4f "
+             "feasible=%d slowdown=%.4f recomputed=%lld middle_layers=%lld\n",
+             middle ? "yes" : "no", remat_plan_objective_name(obj), gr, med, min_ms, rc == 0,
+             plan.slowdown, (long long)plan.total_recomputed, (long long)plan.total_middle);
+      remat_plan_free(&plan);
+    }
+  remat_plan_problem_free(&g);
+  return 0;
+}
+
+/* Far beyond the exact search under its time limit: the exact search takes
+ * tens of seconds here (30-40 s on a 2-core machine). */
+static int bench_limit(int quick) {
+  remat_plan_problem h;
+  remat_plan plan;
+  remat_error err;
+  rng = 0x2545F4914F6CDD1Dull + 99;
+  int64_t L = quick ? 3000 : 5000, p = quick ? 96 : 128;
+  hetero(&h, L, p, 2 * p, 1, 0.5, REMAT_OBJ_BOTTLENECK, 0);
+  for (int obj = 0; obj < 2; obj++) {
+    h.objective = obj;
+    h.time_limit = quick ? 0.5 : 2;
+    double t0 = remat__now();
+    if (remat_plan_solve(&h, &plan, &err)) {
+      fprintf(stderr, "bench_plan: %s\n", err.msg);
+      return 1;
+    }
+    printf("bench=plan case=limit layers=%lld stages=%lld microbatches=%lld scratch=random "
+           "objective=%s time_limit_s=%g solve_s=%.3f optimal=%d objective_value=%.6g "
+           "lower_bound=%.6g gap=%.4f\n",
+           (long long)L, (long long)p, (long long)(2 * p), remat_plan_objective_name(obj),
+           h.time_limit, remat__now() - t0, plan.optimal, plan.objective_value, plan.lower_bound,
+           plan.gap);
+    remat_plan_free(&plan);
+  }
+  remat_plan_problem_free(&h);
+  return 0;
+}
+
+/* Small heterogeneous instances first, then the seed's (glpsol needs tens of
+ * seconds there: identical layers make a symmetric MIP). */
+static void bench_glpk(const remat_plan_problem *seed, int quick) {
+  if (system("command -v glpsol > /dev/null 2>&1") != 0) {
+    printf("bench=plan case=glpk skipped=no_glpsol\n");
+    return;
+  }
+  struct {
+    int64_t L, p, m;
+    int objective, slow, middle;
+    uint64_t seed;
+  } g[] = {{10, 3, 4, REMAT_OBJ_BOTTLENECK, 0, 0, 77}, {12, 3, 4, REMAT_OBJ_1F1B, 0, 0, 78},
+           {32, 4, 8, REMAT_OBJ_BOTTLENECK, 0, 0, 91}, {48, 6, 12, REMAT_OBJ_BOTTLENECK, 1, 0, 91},
+           {10, 3, 4, REMAT_OBJ_BOTTLENECK, 0, 1, 77}, {12, 3, 4, REMAT_OBJ_1F1B, 0, 1, 78},
+           {32, 4, 8, REMAT_OBJ_BOTTLENECK, 1, 1, 91}};
+  for (size_t k = 0; k < sizeof g / sizeof g[0]; k++) {
+    if (quick && g[k].slow) continue;
+    remat_plan_problem h;
+    rng = g[k].seed;
+    hetero(&h, g[k].L, g[k].p, g[k].m, 1, 0.45, g[k].objective, g[k].middle);
+    char name[32];
+    snprintf(name, sizeof name, "hetero%lld%s", (long long)g[k].L, g[k].middle ? "-middle" : "");
+    side_by_side(name, &h, quick ? 50 : 500);
+    remat_plan_problem_free(&h);
+  }
+  if (!quick) side_by_side("seed", seed, 500);
 }
 
 int main(int argc, char **argv) {
@@ -212,131 +359,10 @@ int main(int argc, char **argv) {
     fprintf(stderr, "bench_plan: %s\n", err.msg);
     return 1;
   }
-  int reps = quick ? 200 : 5000, rc;
-  double min_ms;
-  remat_plan plan;
-  double med = time_solve(&pb, reps, &min_ms, &plan, &rc);
-  printf("bench=plan case=seed layers=32 stages=4 objective=bottleneck reps=%d solve_ms=%.4f "
-         "solve_ms_min=%.4f layers_per_stage=%lld/%lld/%lld/%lld ckpt=%lld/%lld/%lld/%lld "
-         "slowdown=%.4g\n",
-         reps, med, min_ms, (long long)plan.stages[0].num_layers, (long long)plan.stages[1].num_layers,
-         (long long)plan.stages[2].num_layers, (long long)plan.stages[3].num_layers,
-         (long long)plan.stages[0].num_recomputed, (long long)plan.stages[1].num_recomputed,
-         (long long)plan.stages[2].num_recomputed, (long long)plan.stages[3].num_recomputed,
-         plan.slowdown);
-  remat_plan_free(&plan);
-  pb.objective = REMAT_OBJ_1F1B;
-  med = time_solve(&pb, reps, &min_ms, &plan, &rc);
-  printf("bench=plan case=seed layers=32 stages=4 objective=1f1b reps=%d solve_ms=%.4f "
-         "solve_ms_min=%.4f slowdown=%.4g\n",
-         reps, med, min_ms, plan.slowdown);
-  remat_plan_free(&plan);
-  pb.objective = REMAT_OBJ_BOTTLENECK;
-
-  struct {
-    int64_t m;
-    int scratch, objective;
-  } cases[] = {{128, 1, REMAT_OBJ_BOTTLENECK}, {128, 1, REMAT_OBJ_1F1B},
-               {128, 0, REMAT_OBJ_BOTTLENECK}, {128, 0, REMAT_OBJ_1F1B},
-               {16, 1, REMAT_OBJ_BOTTLENECK},  {16, 1, REMAT_OBJ_1F1B}};
-  for (int middle = 0; middle < 2; middle++)
-    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
-      remat_plan_problem h;
-      rng = 0x2545F4914F6CDD1Dull + k;
-      hetero(&h, 1024, 64, cases[k].m, cases[k].scratch, 0.5, cases[k].objective, middle);
-      int hr = quick ? 1 : 5;
-      med = time_solve(&h, hr, &min_ms, &plan, &rc);
-      printf("bench=plan case=hetero layers=1024 stages=64 microbatches=%lld scratch=%s "
-             "middle=%s objective=%s reps=%d solve_ms=%.1f solve_ms_min=%.1f feasible=%d "
-             "slowdown=%.4f recomputed=%lld middle_layers=%lld windows=%lld\n",
-             (long long)cases[k].m, cases[k].scratch ? "random" : "none", middle ? "yes" : "no",
-             remat_plan_objective_name(cases[k].objective), hr, med, min_ms, rc == 0,
-             plan.slowdown, (long long)plan.total_recomputed, (long long)plan.total_middle,
-             (long long)plan.windows);
-      remat_plan_free(&plan);
-      remat_plan_problem_free(&h);
-    }
-
-  {
-    /* GPT-2 1558M: identical blocks, the closed form over counts of each
-     * policy; the budget between the least that fits and the most needed */
-    remat_config cfg;
-    remat_plan_problem g;
-    if (remat_config_parse("gpt2-1558m", &cfg, &err) ||
-        remat_plan_problem_from_model(&g, &cfg, 4, 1024, 8, 16, 1, &err)) {
-      fprintf(stderr, "bench_plan: %s\n", err.msg);
-      return 1;
-    }
-    rc = remat_plan_solve(&g, &plan, &err);
-    size_t least = plan.min_budget_bytes;
-    if (rc == 0 || rc == REMAT_EINFEASIBLE) remat_plan_free(&plan);
-    remat_plan_problem_set_memory(&g, least + least / 4);
-    for (int middle = 1; middle >= 0; middle--)
-      for (int obj = 0; obj < 2; obj++) {
-        g.groups[1].middle = middle;
-        g.objective = obj;
-        int gr = quick ? 50 : 500;
-        med = time_solve(&g, gr, &min_ms, &plan, &rc);
-        printf("bench=plan case=gpt2 model=gpt2-1558m B=4 T=1024 layers=50 stages=8 "
-               "microbatches=16 middle=%s objective=%s reps=%d solve_ms=%.4f solve_ms_min=%.4f "
-               "feasible=%d slowdown=%.4f recomputed=%lld middle_layers=%lld\n",
-               middle ? "yes" : "no", remat_plan_objective_name(obj), gr, med, min_ms, rc == 0,
-               plan.slowdown, (long long)plan.total_recomputed, (long long)plan.total_middle);
-        remat_plan_free(&plan);
-      }
-    remat_plan_problem_free(&g);
-  }
-
-  {
-    /* the exact search takes tens of seconds here (30-40 s on a 2-core machine) */
-    remat_plan_problem h;
-    rng = 0x2545F4914F6CDD1Dull + 99;
-    int64_t L = quick ? 3000 : 5000, p = quick ? 96 : 128;
-    hetero(&h, L, p, 2 * p, 1, 0.5, REMAT_OBJ_BOTTLENECK, 0);
-    for (int obj = 0; obj < 2; obj++) {
-      h.objective = obj;
-      h.time_limit = quick ? 0.5 : 2;
-      double t0 = remat__now();
-      if (remat_plan_solve(&h, &plan, &err)) {
-        fprintf(stderr, "bench_plan: %s\n", err.msg);
-        return 1;
-      }
-      printf("bench=plan case=limit layers=%lld stages=%lld microbatches=%lld scratch=random "
-             "objective=%s time_limit_s=%g solve_s=%.3f optimal=%d objective_value=%.6g "
-             "lower_bound=%.6g gap=%.4f\n",
-             (long long)L, (long long)p, (long long)(2 * p), remat_plan_objective_name(obj),
-             h.time_limit, remat__now() - t0, plan.optimal, plan.objective_value, plan.lower_bound,
-             plan.gap);
-      remat_plan_free(&plan);
-    }
-    remat_plan_problem_free(&h);
-  }
-
-  if (system("command -v glpsol > /dev/null 2>&1") != 0) {
-    printf("bench=plan case=glpk skipped=no_glpsol\n");
-  } else {
-    /* small heterogeneous instances first, then the seed's (glpsol needs
-     * tens of seconds there: identical layers make a symmetric MIP) */
-    struct {
-      int64_t L, p, m;
-      int objective, slow, middle;
-      uint64_t seed;
-    } g[] = {{10, 3, 4, REMAT_OBJ_BOTTLENECK, 0, 0, 77}, {12, 3, 4, REMAT_OBJ_1F1B, 0, 0, 78},
-             {32, 4, 8, REMAT_OBJ_BOTTLENECK, 0, 0, 91}, {48, 6, 12, REMAT_OBJ_BOTTLENECK, 1, 0, 91},
-             {10, 3, 4, REMAT_OBJ_BOTTLENECK, 0, 1, 77}, {12, 3, 4, REMAT_OBJ_1F1B, 0, 1, 78},
-             {32, 4, 8, REMAT_OBJ_BOTTLENECK, 1, 1, 91}};
-    for (size_t k = 0; k < sizeof g / sizeof g[0]; k++) {
-      if (quick && g[k].slow) continue;
-      remat_plan_problem h;
-      rng = g[k].seed;
-      hetero(&h, g[k].L, g[k].p, g[k].m, 1, 0.45, g[k].objective, g[k].middle);
-      char name[32];
-      snprintf(name, sizeof name, "hetero%lld%s", (long long)g[k].L, g[k].middle ? "-middle" : "");
-      side_by_side(name, &h, quick ? 50 : 500);
-      remat_plan_problem_free(&h);
-    }
-    if (!quick) side_by_side("seed", &pb, 500);
-  }
+  bench_seed(&pb, quick);
+  bench_hetero(quick);
+  if (bench_gpt2(quick) || bench_limit(quick)) return 1;
+  bench_glpk(&pb, quick);
   remat_plan_problem_free(&pb);
   return 0;
 }

@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""readme_check.py: runs every command README.md shows and checks that the
-lines README quotes under it are what the command prints, numbers included,
-so the README cannot drift from the program.
+"""readme_check.py: runs every command a markdown file (README.md, a page of
+docs/) shows and checks that the lines it quotes under it are what the
+command prints, numbers included, so the documentation cannot drift from the
+program.
 
-In README's fenced blocks a line "$ COMMAND" is a command; the lines after it,
+In the file's fenced blocks a line "$ COMMAND" is a command; the lines after it,
 up to the next command or the end of the block, are what it prints (stdout
 and stderr together). Each quoted line must appear in the output, in order;
 the output may have more lines (progress lines, for instance). Figures that
@@ -11,7 +12,12 @@ depend on the machine's speed (seconds, tokens/s, GFLOP/s, MFU, ETA, the
 process's RSS) are masked on both sides before comparing. A command whose
 quoted output is empty is only checked to run.
 
-usage: readme_check.py README.md REMAT_BINARY REPO_ROOT
+A block right after a line "<!-- not run: REASON -->" is shown but not run
+(a command that takes minutes, or more MPI ranks than a test machine has);
+the check lists it as skipped with the reason.
+
+usage: readme_check.py [--none-ok] FILE.md REMAT_BINARY REPO_ROOT
+  --none-ok   a file without commands passes (README must have some)
 """
 import os
 import re
@@ -44,19 +50,27 @@ def mask(line):
     return line
 
 
+NOT_RUN = re.compile(r"^<!-- not run: (.*) -->$")
+
+
 def examples(readme):
-    """(command, [quoted lines]) for every '$ ' line in a fenced block."""
-    out, in_block, cur = [], False, None
+    """(command, [quoted lines], reason not run or None) for every '$ ' line
+    in a fenced block."""
+    out, in_block, cur, skip, prev = [], False, None, None, ""
     for raw in open(readme, encoding="utf-8"):
         line = raw.rstrip("\n")
         if line.startswith("```"):
             in_block = not in_block
+            m = NOT_RUN.match(prev.strip())
+            skip = m.group(1) if in_block and m else None
             cur = None
+            prev = line
             continue
+        prev = line
         if not in_block:
             continue
         if line.startswith("$ "):
-            cur = (line[2:], [])
+            cur = (line[2:], [], skip)
             out.append(cur)
         elif cur is not None:
             cur[1].append(line)
@@ -64,14 +78,21 @@ def examples(readme):
 
 
 def main():
-    readme, remat, root = sys.argv[1:4]
+    args = sys.argv[1:]
+    none_ok = "--none-ok" in args
+    readme, remat, root = [a for a in args if a != "--none-ok"][:3]
+    name = os.path.basename(readme)
     cases = examples(readme)
-    passed = failed = 0
-    for cmd, quoted in cases:
+    passed = failed = skipped = 0
+    for cmd, quoted, skip in cases:
+        if skip is not None:
+            print(f"skip [{cmd}] (not run: {skip})")
+            skipped += 1
+            continue
         argv = shlex.split(cmd)
         at = [i for i, a in enumerate(argv) if a in ("remat", "./build/app/remat")]
         if not at or (at[0] != 0 and argv[0] != "mpirun"):
-            print(f"FAIL [{cmd}]: README commands run ./build/app/remat (or mpirun ... it)")
+            print(f"FAIL [{cmd}]: {name} commands run ./build/app/remat (or mpirun ... it)")
             failed += 1
             continue
         argv[at[0]] = remat
@@ -88,8 +109,8 @@ def main():
                 break
             i += 1
         if missing is not None:
-            print(f"FAIL [{cmd}]: README quotes a line the command did not print (in order):")
-            print(f"  README: {missing}")
+            print(f"FAIL [{cmd}]: {name} quotes a line the command did not print (in order):")
+            print(f"  {name}: {missing}")
             print("  output:")
             for l in got:
                 print(f"    {l}")
@@ -97,10 +118,10 @@ def main():
         else:
             print(f"ok   [{cmd}] ({len(want)} lines)")
             passed += 1
-    if not cases:
-        print("FAIL: no commands found in README")
+    if not cases and not none_ok:
+        print(f"FAIL: no commands found in {name}")
         failed += 1
-    print(f"{passed} passed, {failed} failed")
+    print(f"{passed} passed, {failed} failed" + (f", {skipped} not run" if skipped else ""))
     return 1 if failed else 0
 
 

@@ -157,18 +157,12 @@ static int verify(const char *sdir, int64_t step, remat_error *err) {
     if (!okb_) fprintf(stderr, "  got %s: %s\n", remat_err_name(rc_), e_.msg);           \
   } while (0)
 
-static void test_verify(void) {
+/* A sealed checkpoint verifies, and its DONE lists its files. */
+static void verify_sealed(const char *a4, remat_checkpoint_info *info) {
   remat_error err = {0};
-  remat_checkpoint_info info;
-  const char *A = at("runA", "", ""), *B = at("runB", "", "");
-  make_ckpt(A, 2, 1, 1, 1);
-  make_ckpt(A, 4, 1, 1, 1);
-  make_ckpt(B, 4, 2, 1, 1);
-  const char *a2 = at("runA/step_00000002", "", ""), *a4 = at("runA/step_00000004", "", "");
-  const char *b4 = at("runB/step_00000004", "", "");
-  int rc = remat_checkpoint_verify(a4, 4, &info, &err);
-  CHECKF(rc == 0 && info.verified == 1 && info.step == 4 && info.ranks == 1 &&
-             info.run.seed == 1,
+  int rc = remat_checkpoint_verify(a4, 4, info, &err);
+  CHECKF(rc == 0 && info->verified == 1 && info->step == 4 && info->ranks == 1 &&
+             info->run.seed == 1,
          "a sealed checkpoint verifies (step 4, 1 rank, seed 1)");
   if (rc) fprintf(stderr, "  %s\n", err.msg);
   size_t n;
@@ -176,11 +170,15 @@ static void test_verify(void) {
   CHECK(done && n > 20 && !memcmp(done, "remat checkpoint 1\nstep 4\n", 26));
   CHECK(done && strstr((char *)done, "file model.bin ") && strstr((char *)done, "file state.bin "));
   free(done);
+}
 
-  /* model.bin corrupted at several offsets: the header, the first weight,
-   * the middle, the last byte */
+/* model.bin corrupted at several offsets: the header, the first weight,
+ * the middle, the last byte; then truncated. It is kept in model.keep. */
+static void verify_model_damage(const char *a4) {
+  remat_error err = {0};
   const char *model = at("runA/step_00000004/model.bin", "", "");
   const char *keep = at("model.keep", "", "");
+  size_t n;
   copy(model, keep);
   uint8_t *m = slurp(model, &n);
   size_t offs[] = {0, 8, REMAT_HEADER_BYTES, REMAT_HEADER_BYTES + 3, n / 2, n - 1};
@@ -197,9 +195,17 @@ static void test_verify(void) {
   spit(model, m, n);
   CHECK(verify(a4, 4, &err) == 0);
   free(m);
+}
 
+/* state.bin flipped, truncated or missing, and model.bin missing. state.bin
+ * is kept in state.keep. */
+static void verify_state_damage(const char *a4) {
+  remat_error err = {0};
+  const char *model = at("runA/step_00000004/model.bin", "", "");
   const char *state = at("runA/step_00000004/state.bin", "", "");
+  const char *keep = at("model.keep", "", "");
   const char *skeep = at("state.keep", "", "");
+  size_t n;
   copy(state, skeep);
   uint8_t *s = slurp(state, &n);
   s[n - 20] ^= 1;
@@ -215,8 +221,12 @@ static void test_verify(void) {
   EXPECT_BAD(a4, 4, "model.bin", "missing", "model.bin missing");
   copy(keep, model);
   CHECK(verify(a4, 4, &err) == 0);
+}
 
-  /* a state file that DONE does not list, from elsewhere */
+/* A state file that DONE does not list, and a file remat does not read. */
+static void verify_unlisted(const char *a4) {
+  remat_error err = {0};
+  const char *skeep = at("state.keep", "", "");
   const char *extra = at("runA/step_00000004/state_rank_1.bin", "", "");
   copy(skeep, extra);
   EXPECT_BAD(a4, 4, "state_rank_1.bin", "not listed", "an unlisted state_rank_1.bin beside them");
@@ -225,8 +235,12 @@ static void test_verify(void) {
   spit(at("runA/step_00000004/notes.txt", "", ""), "hi\n", 3);
   CHECKF(verify(a4, 4, &err) == 0, "an unrelated file in the directory is ignored");
   remove(at("runA/step_00000004/notes.txt", "", ""));
+}
 
-  /* mixing: every file from step 2 of this run, and from step 4 of another */
+/* Every file from step 2 of this run, and from step 4 of another; then
+ * DONE and one other file from step 2, so the third does not match. */
+static void verify_mixed(const char *a2, const char *a4, const char *b4) {
+  remat_error err = {0};
   struct {
     const char *from, *file, *word1, *word2, *what;
   } mix[] = {
@@ -268,49 +282,60 @@ static void test_verify(void) {
     }
   }
   CHECK(verify(a4, 4, &err) == 0);
+}
 
-  /* the states' own headers: a DONE whose checksums are right but whose
-   * step or run is not the state's (what a hand-made or buggy DONE says) */
-  {
-    size_t mn, sn;
-    uint8_t *mb = slurp(model, &mn), *sb = slurp(state, &sn);
-    char text[1024];
-    const char *cases[][3] = {{"4", "2", "is from another run"}, {"6", "1", "is from step 4"}};
-    for (int i = 0; i < 2; i++) {
-      int len = snprintf(text, sizeof text,
-                         "remat checkpoint 1\nstep %s\nseed %s\nsettings %016llx\n"
-                         "file model.bin %zu %08x\nfile state.bin %zu %08x\n",
-                         cases[i][0], cases[i][1], (unsigned long long)info.run.settings, mn,
-                         (unsigned)remat_crc32c(0, mb, mn), sn, (unsigned)remat_crc32c(0, sb, sn));
-      len += snprintf(text + len, sizeof text - (size_t)len, "crc %08x\n",
-                      (unsigned)remat_crc32c(0, text, (size_t)len));
-      copy(at("runA/step_00000004/DONE", "", ""), at("done.keep", "", ""));
-      spit(at("runA/step_00000004/DONE", "", ""), text, (size_t)len);
-      EXPECT_BAD(a4, -1, "state.bin", cases[i][2], cases[i][2]);
-      copy(at("done.keep", "", ""), at("runA/step_00000004/DONE", "", ""));
-    }
-    free(mb);
-    free(sb);
+/* The states' own headers: a DONE whose checksums are right but whose
+ * step or run is not the state's (what a hand-made or buggy DONE says).
+ * DONE is kept in done.keep. */
+static void verify_state_headers(const char *a4, uint64_t settings) {
+  const char *model = at("runA/step_00000004/model.bin", "", "");
+  const char *state = at("runA/step_00000004/state.bin", "", "");
+  size_t mn, sn;
+  uint8_t *mb = slurp(model, &mn), *sb = slurp(state, &sn);
+  char text[1024];
+  const char *cases[][3] = {{"4", "2", "is from another run"}, {"6", "1", "is from step 4"}};
+  for (int i = 0; i < 2; i++) {
+    int len = snprintf(text, sizeof text,
+                       "remat checkpoint 1\nstep %s\nseed %s\nsettings %016llx\n"
+                       "file model.bin %zu %08x\nfile state.bin %zu %08x\n",
+                       cases[i][0], cases[i][1], (unsigned long long)settings, mn,
+                       (unsigned)remat_crc32c(0, mb, mn), sn, (unsigned)remat_crc32c(0, sb, sn));
+    len += snprintf(text + len, sizeof text - (size_t)len, "crc %08x\n",
+                    (unsigned)remat_crc32c(0, text, (size_t)len));
+    copy(at("runA/step_00000004/DONE", "", ""), at("done.keep", "", ""));
+    spit(at("runA/step_00000004/DONE", "", ""), text, (size_t)len);
+    EXPECT_BAD(a4, -1, "state.bin", cases[i][2], cases[i][2]);
+    copy(at("done.keep", "", ""), at("runA/step_00000004/DONE", "", ""));
   }
+  free(mb);
+  free(sb);
+}
 
-  /* DONE itself damaged: one byte of a listed checksum changed */
-  {
-    const char *dp = at("runA/step_00000004/DONE", "", "");
-    uint8_t *d = slurp(dp, &n);
-    char *f = strstr((char *)d, "file model.bin ");
-    f[strlen("file model.bin ")] ^= 1; /* a digit of the size */
-    spit(dp, d, n);
-    EXPECT_BAD(a4, 4, "DONE", "damaged", "DONE with one byte changed");
-    spit(dp, d, n - 5);
-    EXPECT_BAD(a4, 4, "DONE", "crc line", "DONE cut short");
-    copy(at("done.keep", "", ""), dp);
-    free(d);
-  }
+/* DONE itself damaged: one byte of a listed checksum changed, or cut
+ * short. */
+static void verify_done_damage(const char *a4) {
+  remat_error err = {0};
+  size_t n;
+  const char *dp = at("runA/step_00000004/DONE", "", "");
+  uint8_t *d = slurp(dp, &n);
+  char *f = strstr((char *)d, "file model.bin ");
+  f[strlen("file model.bin ")] ^= 1; /* a digit of the size */
+  spit(dp, d, n);
+  EXPECT_BAD(a4, 4, "DONE", "damaged", "DONE with one byte changed");
+  spit(dp, d, n - 5);
+  EXPECT_BAD(a4, 4, "DONE", "crc line", "DONE cut short");
+  copy(at("done.keep", "", ""), dp);
+  free(d);
   CHECK(verify(a4, 4, &err) == 0);
+}
 
-  /* sealing refuses a directory whose states are not one run at one step */
+/* Sealing refuses a directory whose states are not one run at one step. */
+static void verify_seal_refusals(const char *a4, remat_run_id runA) {
+  remat_error err = {0};
+  const char *state = at("runA/step_00000004/state.bin", "", "");
+  const char *skeep = at("state.keep", "", "");
+  int rc;
   copy(at("runB/step_00000004/state.bin", "", ""), state);
-  remat_run_id runA = info.run;
   rc = remat_checkpoint_seal(a4, 4, &runA, &err);
   CHECK_ERR(rc, err, REMAT_EINVAL, "seed 2");
   rc = remat_checkpoint_seal(a4, 6, NULL, &err);
@@ -321,7 +346,18 @@ static void test_verify(void) {
   CHECK_ERR(rc, err, REMAT_EINVAL, "state.bin");
   copy(skeep, state);
   CHECK(verify(a4, 4, &err) == 0);
+}
 
+/* Several ranks; the old marker, accepted and marked unverified
+ * (remat_write_marker on a checkpoint's DONE writes the manifest); and a
+ * checkpoint written again: dir_make clears what an earlier attempt left
+ * (three ranks' states, then one process). */
+static void verify_ranks_and_markers(void) {
+  remat_error err = {0};
+  remat_checkpoint_info info;
+  size_t n;
+  int rc;
+  uint8_t *done;
   /* several ranks */
   const char *C = at("runC", "", "");
   make_ckpt(C, 3, 5, 3, 1);
@@ -361,14 +397,33 @@ static void test_verify(void) {
   make_ckpt(C, 3, 5, 1, 1);
   CHECKF(remat_checkpoint_verify(c3, 3, &info, &err) == 0 && info.ranks == 1,
          "the step rewritten by one process verifies");
+}
+
+static void test_verify(void) {
+  remat_checkpoint_info info;
+  const char *A = at("runA", "", ""), *B = at("runB", "", "");
+  make_ckpt(A, 2, 1, 1, 1);
+  make_ckpt(A, 4, 1, 1, 1);
+  make_ckpt(B, 4, 2, 1, 1);
+  const char *a2 = at("runA/step_00000002", "", ""), *a4 = at("runA/step_00000004", "", "");
+  const char *b4 = at("runB/step_00000004", "", "");
+  verify_sealed(a4, &info);
+  verify_model_damage(a4);
+  verify_state_damage(a4);
+  verify_unlisted(a4);
+  verify_mixed(a2, a4, b4);
+  verify_state_headers(a4, info.run.settings);
+  verify_done_damage(a4);
+  verify_seal_refusals(a4, info.run);
+  verify_ranks_and_markers();
 
   int64_t step = -1;
   CHECK(remat_checkpoint_step_of("a/b/step_00000004/", &step) == 0 && step == 4);
   CHECK(remat_checkpoint_step_of("step_12", &step) == 0 && step == 12);
   CHECK(remat_checkpoint_step_of("a/step_x", &step) == REMAT_EINVAL);
   CHECK(remat_checkpoint_step_of("a/step_", &step) == REMAT_EINVAL);
-  remove(keep);
-  remove(skeep);
+  remove(at("model.keep", "", ""));
+  remove(at("state.keep", "", ""));
 }
 
 static void test_find(void) {

@@ -107,6 +107,104 @@ static double max_diff(const float *a, const float *b, int64_t n, double *scale)
   return d;
 }
 
+/* The KV cache: the logits of every position fed one token at a time, all
+ * at once (rows of 64) or in two pieces equal a plain forward's (ref). The
+ * one-at-a-time logits go to inc. */
+static void test_kv_cache(remat_generator *g, const int32_t *tok, int64_t T, int64_t V,
+                          const float *ref, float *inc) {
+  remat_error err;
+  for (int64_t t = 0; t < T; t++) {
+    CHECK(remat_generator_feed(g, tok + t, 1, &err) == 0);
+    memcpy(inc + t * V, remat_generator_logits(g), (size_t)V * sizeof *inc);
+  }
+  CHECK(remat_generator_pos(g) == T);
+  double scale, d = max_diff(inc, ref, T * V, &scale);
+  CHECKF(d < 1e-4 * fmax(1, scale),
+         "KV cache, one token at a time: the logits of all %lld positions equal a plain forward "
+         "over each prefix (max diff %.2e, largest logit %.2f)",
+         (long long)T, d, scale);
+
+  remat_generator_reset(g);
+  CHECK(remat_generator_feed(g, tok, T, &err) == 0);
+  d = max_diff(remat_generator_logits(g), ref + (T - 1) * V, V, &scale);
+  CHECKF(d < 1e-4 * fmax(1, scale),
+         "the whole prefix fed at once (rows of 64): last logits equal (max diff %.2e)", d);
+  remat_generator_reset(g);
+  CHECK(remat_generator_feed(g, tok, 37, &err) == 0);
+  CHECK(remat_generator_feed(g, tok + 37, T - 37, &err) == 0);
+  d = max_diff(remat_generator_logits(g), ref + (T - 1) * V, V, &scale);
+  CHECKF(d < 1e-4 * fmax(1, scale), "37 tokens then 63 more: last logits equal (max diff %.2e)", d);
+
+}
+
+/* The training model's own forward: its mean loss over the same tokens
+ * equals the one from the cached logits. */
+static void test_loss(remat_model *m, const int32_t *tok, const int32_t *tgt, int64_t T,
+                      int64_t V, const float *inc) {
+  memcpy(remat_model_inputs(m), tok, (size_t)T * sizeof *tok);
+  memcpy(remat_model_targets(m), tgt, (size_t)T * sizeof *tgt);
+  double loss_model = remat_model_eval(m), loss = 0;
+  for (int64_t t = 0; t < T; t++) {
+    double mx = -1e300, z = 0;
+    for (int64_t v = 0; v < V; v++) mx = fmax(mx, inc[t * V + v]);
+    for (int64_t v = 0; v < V; v++) z += exp(inc[t * V + v] - mx);
+    loss += -(inc[t * V + tgt[t]] - mx - log(z));
+  }
+  loss /= (double)T;
+  CHECKF(fabs(loss - loss_model) < 1e-4 * fmax(1, fabs(loss)),
+         "mean loss from the cached logits %.6f = the training model's forward %.6f", loss,
+         loss_model);
+
+}
+
+/* Errors a caller can cause. */
+static void test_errors(remat_generator *g, const int32_t *tok, int64_t T, int64_t V) {
+  remat_error err;
+  int32_t bad = (int32_t)V;
+  int rc = remat_generator_feed(g, &bad, 1, &err);
+  CHECK_ERR(rc, err, REMAT_ERANGE, "outside the vocabulary");
+  remat_generator_reset(g);
+  CHECK(remat_generator_feed(g, tok, T, &err) == 0);
+  rc = remat_generator_feed(g, tok, 29, &err);
+  CHECK_ERR(rc, err, REMAT_ERANGE, "do not fit");
+
+}
+
+/* Sampling: one seed, one text; another seed, another; greedy = top-1. */
+static void test_sampling(remat_generator *g, const remat_config *cfg, const float *P,
+                          const int32_t *tok, int64_t V) {
+  remat_error err;
+  int rc;
+  remat_sample_opts o;
+  remat_sample_opts_default(&o);
+  o.tokens = 300; /* past the capacity of 128: the context slides */
+  o.top_k = 40;
+  int32_t a[300], b[300], c[300];
+  int64_t na, nb, nc;
+  CHECK(remat_generate(g, tok, 5, &o, a, &na, NULL, NULL, &err) == 0);
+  CHECK(remat_generate(g, tok, 5, &o, b, &nb, NULL, NULL, &err) == 0);
+  CHECKF(na == 300 && nb == 300 && memcmp(a, b, sizeof a) == 0,
+         "two runs with seed %llu give the same 300 tokens (the context slid past 128)",
+         (unsigned long long)o.seed);
+  o.seed++;
+  CHECK(remat_generate(g, tok, 5, &o, c, &nc, NULL, NULL, &err) == 0);
+  CHECKF(memcmp(a, c, sizeof a) != 0, "another seed gives other tokens");
+  int in_range = 1;
+  for (int i = 0; i < 300; i++) in_range &= a[i] >= 0 && a[i] < V;
+  CHECKF(in_range, "every sampled token is below V = %lld (never a padded row)", (long long)V);
+  o.temperature = 0;
+  CHECK(remat_generate(g, tok, 5, &o, a, &na, NULL, NULL, &err) == 0);
+  o.temperature = 1;
+  o.top_k = 1;
+  CHECK(remat_generate(g, tok, 5, &o, b, &nb, NULL, NULL, &err) == 0);
+  CHECKF(memcmp(a, b, sizeof a) == 0, "temperature 0 and top-k 1 both take the most likely token");
+  CHECK(remat_generate_once(cfg, P, tok, 5, &o, c, &nc, &err) == 0);
+  CHECKF(memcmp(b, c, sizeof b) == 0, "remat_generate_once gives the generator's tokens");
+  rc = remat_generate(g, tok, 0, &o, a, &na, NULL, NULL, &err);
+  CHECK_ERR(rc, err, REMAT_EINVAL, "prompt");
+
+}
+
 int main(void) {
   remat_config cfg;
   remat_error err;
@@ -131,76 +229,10 @@ int main(void) {
   remat_generator *g;
   CHECK(remat_generator_create(&g, &cfg, P, 0, &err) == 0);
   CHECK(remat_generator_capacity(g) == 128);
-  for (int64_t t = 0; t < T; t++) {
-    CHECK(remat_generator_feed(g, tok + t, 1, &err) == 0);
-    memcpy(inc + t * V, remat_generator_logits(g), (size_t)V * sizeof *inc);
-  }
-  CHECK(remat_generator_pos(g) == T);
-  double scale, d = max_diff(inc, ref, T * V, &scale);
-  CHECKF(d < 1e-4 * fmax(1, scale), "KV cache, one token at a time: the logits of all %lld positions "
-         "equal a plain forward over each prefix (max diff %.2e, largest logit %.2f)", (long long)T, d, scale);
-
-  remat_generator_reset(g);
-  CHECK(remat_generator_feed(g, tok, T, &err) == 0);
-  d = max_diff(remat_generator_logits(g), ref + (T - 1) * V, V, &scale);
-  CHECKF(d < 1e-4 * fmax(1, scale), "the whole prefix fed at once (rows of 64): last logits equal (max diff %.2e)", d);
-  remat_generator_reset(g);
-  CHECK(remat_generator_feed(g, tok, 37, &err) == 0);
-  CHECK(remat_generator_feed(g, tok + 37, T - 37, &err) == 0);
-  d = max_diff(remat_generator_logits(g), ref + (T - 1) * V, V, &scale);
-  CHECKF(d < 1e-4 * fmax(1, scale), "37 tokens then 63 more: last logits equal (max diff %.2e)", d);
-
-  /* The training model's own forward: its mean loss over the same tokens. */
-  memcpy(remat_model_inputs(m), tok, sizeof tok);
-  memcpy(remat_model_targets(m), tgt, sizeof tgt);
-  double loss_model = remat_model_eval(m), loss = 0;
-  for (int64_t t = 0; t < T; t++) {
-    double mx = -1e300, z = 0;
-    for (int64_t v = 0; v < V; v++) mx = fmax(mx, inc[t * V + v]);
-    for (int64_t v = 0; v < V; v++) z += exp(inc[t * V + v] - mx);
-    loss += -(inc[t * V + tgt[t]] - mx - log(z));
-  }
-  loss /= (double)T;
-  CHECKF(fabs(loss - loss_model) < 1e-4 * fmax(1, fabs(loss)),
-         "mean loss from the cached logits %.6f = the training model's forward %.6f", loss, loss_model);
-
-  /* Errors a caller can cause. */
-  int32_t bad = (int32_t)V;
-  int rc = remat_generator_feed(g, &bad, 1, &err);
-  CHECK_ERR(rc, err, REMAT_ERANGE, "outside the vocabulary");
-  remat_generator_reset(g);
-  CHECK(remat_generator_feed(g, tok, T, &err) == 0);
-  rc = remat_generator_feed(g, tok, 29, &err);
-  CHECK_ERR(rc, err, REMAT_ERANGE, "do not fit");
-
-  /* Sampling: one seed, one text; another seed, another; greedy = top-1. */
-  remat_sample_opts o;
-  remat_sample_opts_default(&o);
-  o.tokens = 300; /* past the capacity of 128: the context slides */
-  o.top_k = 40;
-  int32_t a[300], b[300], c[300];
-  int64_t na, nb, nc;
-  CHECK(remat_generate(g, tok, 5, &o, a, &na, NULL, NULL, &err) == 0);
-  CHECK(remat_generate(g, tok, 5, &o, b, &nb, NULL, NULL, &err) == 0);
-  CHECKF(na == 300 && nb == 300 && memcmp(a, b, sizeof a) == 0,
-         "two runs with seed %llu give the same 300 tokens (the context slid past 128)",
-         (unsigned long long)o.seed);
-  o.seed++;
-  CHECK(remat_generate(g, tok, 5, &o, c, &nc, NULL, NULL, &err) == 0);
-  CHECKF(memcmp(a, c, sizeof a) != 0, "another seed gives other tokens");
-  int in_range = 1;
-  for (int i = 0; i < 300; i++) in_range &= a[i] >= 0 && a[i] < V;
-  CHECKF(in_range, "every sampled token is below V = %lld (never a padded row)", (long long)V);
-  o.temperature = 0;
-  CHECK(remat_generate(g, tok, 5, &o, a, &na, NULL, NULL, &err) == 0);
-  o.temperature = 1;
-  o.top_k = 1;
-  CHECK(remat_generate(g, tok, 5, &o, b, &nb, NULL, NULL, &err) == 0);
-  CHECKF(memcmp(a, b, sizeof a) == 0, "temperature 0 and top-k 1 both take the most likely token");
-  CHECK(remat_generate_once(&cfg, P, tok, 5, &o, c, &nc, &err) == 0);
-  CHECKF(memcmp(b, c, sizeof b) == 0, "remat_generate_once gives the generator's tokens");
-  rc = remat_generate(g, tok, 0, &o, a, &na, NULL, NULL, &err);
-  CHECK_ERR(rc, err, REMAT_EINVAL, "prompt");
+  test_kv_cache(g, tok, T, V, ref, inc);
+  test_loss(m, tok, tgt, T, V, inc);
+  test_errors(g, tok, T, V);
+  test_sampling(g, &cfg, P, tok, V);
 
   remat_generator_destroy(g);
   remat_model_destroy(m);

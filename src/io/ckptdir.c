@@ -453,6 +453,116 @@ int remat__checkpoint_dir_clear(const char *step_dir, remat_error *err) {
 
 /* ----------------------------------------------------------- verifying */
 
+/* Which files and ranks the manifest lists: model.bin and one state per
+ * rank (state.bin alone, or state_rank_0..R-1.bin). */
+static int manifest_ranks(const remat__manifest *m, const char *step_dir, int64_t *ranks_out,
+                          remat_error *err) {
+  int64_t ranks = 0, plain = 0, model = 0;
+  for (size_t i = 0; i < m->nfiles; i++) {
+    int64_t r;
+    int kind = is_ckpt_file(m->files[i].name, &r);
+    if (r == -2) continue;
+    if (r < 0) model = 1;
+    else {
+      ranks++;
+      plain += kind == 1;
+    }
+  }
+  *ranks_out = ranks;
+  if (!model || !ranks || (plain && ranks > 1))
+    return remat__errorf(err, REMAT_EFORMAT,
+                         "DONE in '%s' lists %s; a checkpoint has model.bin and one state file "
+                         "per rank",
+                         step_dir,
+                         !model ? "no model.bin"
+                         : !ranks ? "no state file"
+                                  : "state.bin beside rank files");
+  return 0;
+}
+
+/* A state file's header against the manifest: its step, its run, its rank. */
+static int verify_state(const remat__manifest *m, const remat__manifest_file *f, const char *path,
+                        const char *step_dir, int64_t r, int64_t ranks, remat_error *err) {
+  remat_state_header h;
+  remat_run_id id;
+  int rc = remat_state_peek(path, &h, err);
+  if (rc) return rc;
+  remat_state_run_id(&h, &id);
+  if (h.step != m->step)
+    return remat__errorf(err, REMAT_EFORMAT, "%s is from step %lld, DONE in '%s' from step %lld",
+                         f->name, (long long)h.step, step_dir, (long long)m->step);
+  if (id.seed != m->run.seed || id.settings != m->run.settings)
+    return remat__errorf(err, REMAT_EFORMAT,
+                         "%s is from another run (seed %llu, settings %016llx), DONE in '%s' "
+                         "from seed %llu, settings %016llx",
+                         f->name, (unsigned long long)id.seed, (unsigned long long)id.settings,
+                         step_dir, (unsigned long long)m->run.seed,
+                         (unsigned long long)m->run.settings);
+  if (h.rank != r || h.ranks != ranks)
+    return remat__errorf(err, REMAT_EFORMAT,
+                         "%s holds rank %lld of %lld; DONE in '%s' lists %lld state files",
+                         f->name, (long long)h.rank, (long long)h.ranks, step_dir,
+                         (long long)ranks);
+  return 0;
+}
+
+/* One listed file: there, of the listed size and checksum, and a state's
+ * header the manifest's. */
+static int verify_file(const remat__manifest *m, const remat__manifest_file *f,
+                       const char *step_dir, int64_t ranks, remat_error *err) {
+  char path[DIR_PATH_MAX];
+  if (join_path(path, sizeof path, step_dir, f->name)) return too_long(step_dir, err);
+  struct stat st;
+  if (lstat(path, &st) != 0 && errno == ENOENT)
+    return remat__errorf(err, REMAT_EFORMAT, "%s is missing: DONE in '%s' lists it", f->name,
+                         step_dir);
+  uint64_t size;
+  uint32_t crc;
+  int rc = checksum_file(path, f->name, &size, &crc, err);
+  if (rc) return rc;
+  if (size != f->size)
+    return remat__errorf(err, REMAT_EFORMAT,
+                         "%s size differs: %llu bytes, DONE in '%s' lists %llu (truncated, "
+                         "padded or replaced)",
+                         f->name, (unsigned long long)size, step_dir,
+                         (unsigned long long)f->size);
+  if (crc != f->crc)
+    return remat__errorf(err, REMAT_EFORMAT,
+                         "%s checksum differs: CRC32C %08x, DONE in '%s' lists %08x (changed "
+                         "or replaced after the checkpoint was written)",
+                         f->name, (unsigned)crc, step_dir, (unsigned)f->crc);
+  int64_t r;
+  if (is_ckpt_file(f->name, &r) && r >= 0) return verify_state(m, f, path, step_dir, r, ranks, err);
+  return 0;
+}
+
+/* No file remat would read sits there unlisted (a state from elsewhere). */
+static int verify_none_unlisted(const remat__manifest *m, const char *step_dir,
+                                remat_error *err) {
+  int dfd;
+  int rc = remat__open(step_dir, O_RDONLY, REMAT__OPEN_DIR, "checkpoint", &dfd, NULL, err);
+  if (rc) return rc;
+  DIR *d = fdopendir(dfd);
+  if (!d) {
+    close(dfd);
+    return remat__errorf(err, REMAT_EIO, "cannot list '%s': %s", step_dir, strerror(errno));
+  }
+  struct dirent *e;
+  while (!rc && (e = readdir(d))) {
+    int64_t r;
+    if (!is_ckpt_file(e->d_name, &r)) continue;
+    int listed = 0;
+    for (size_t i = 0; i < m->nfiles; i++) listed |= !strcmp(m->files[i].name, e->d_name);
+    if (!listed)
+      rc = remat__errorf(err, REMAT_EFORMAT,
+                         "%.64s is not listed in DONE in '%s': it does not belong to this "
+                         "checkpoint; remove it",
+                         e->d_name, step_dir);
+  }
+  closedir(d);
+  return rc;
+}
+
 int remat_checkpoint_verify(const char *step_dir, int64_t step, remat_checkpoint_info *info,
                             remat_error *err) {
   char path[DIR_PATH_MAX];
@@ -466,117 +576,23 @@ int remat_checkpoint_verify(const char *step_dir, int64_t step, remat_checkpoint
     if (info) *info = out;
     return 0;
   }
-  if (step >= 0 && m.step != step) {
+  int64_t ranks = 0;
+  if (step >= 0 && m.step != step)
     rc = remat__errorf(err, REMAT_EFORMAT,
                        "DONE in '%s' is for step %lld, not %lld: it was copied from another "
                        "checkpoint",
                        step_dir, (long long)m.step, (long long)step);
-    goto out;
+  if (!rc) rc = manifest_ranks(&m, step_dir, &ranks, err);
+  for (size_t i = 0; i < m.nfiles && !rc; i++)
+    rc = verify_file(&m, &m.files[i], step_dir, ranks, err);
+  if (!rc) rc = verify_none_unlisted(&m, step_dir, err);
+  if (!rc) {
+    out.step = m.step;
+    out.run = m.run;
+    out.ranks = ranks;
+    out.verified = 1;
+    if (info) *info = out;
   }
-  /* which files and ranks the manifest lists */
-  int64_t ranks = 0, plain = 0, model = 0;
-  for (size_t i = 0; i < m.nfiles; i++) {
-    int64_t r;
-    int kind = is_ckpt_file(m.files[i].name, &r);
-    if (r == -2) continue;
-    if (r < 0) model = 1;
-    else {
-      ranks++;
-      plain += kind == 1;
-    }
-  }
-  if (!model || !ranks || (plain && ranks > 1)) {
-    rc = remat__errorf(err, REMAT_EFORMAT,
-                       "DONE in '%s' lists %s; a checkpoint has model.bin and one state file "
-                       "per rank",
-                       step_dir, !model ? "no model.bin" : !ranks ? "no state file"
-                                                                  : "state.bin beside rank files");
-    goto out;
-  }
-  for (size_t i = 0; i < m.nfiles && !rc; i++) {
-    const remat__manifest_file *f = &m.files[i];
-    if (join_path(path, sizeof path, step_dir, f->name)) {
-      rc = too_long(step_dir, err);
-      break;
-    }
-    struct stat st;
-    if (lstat(path, &st) != 0 && errno == ENOENT) {
-      rc = remat__errorf(err, REMAT_EFORMAT, "%s is missing: DONE in '%s' lists it", f->name,
-                         step_dir);
-      break;
-    }
-    uint64_t size;
-    uint32_t crc;
-    if ((rc = checksum_file(path, f->name, &size, &crc, err))) break;
-    if (size != f->size) {
-      rc = remat__errorf(err, REMAT_EFORMAT,
-                         "%s size differs: %llu bytes, DONE in '%s' lists %llu (truncated, "
-                         "padded or replaced)",
-                         f->name, (unsigned long long)size, step_dir,
-                         (unsigned long long)f->size);
-      break;
-    }
-    if (crc != f->crc) {
-      rc = remat__errorf(err, REMAT_EFORMAT,
-                         "%s checksum differs: CRC32C %08x, DONE in '%s' lists %08x (changed "
-                         "or replaced after the checkpoint was written)",
-                         f->name, (unsigned)crc, step_dir, (unsigned)f->crc);
-      break;
-    }
-    int64_t r;
-    if (is_ckpt_file(f->name, &r) && r >= 0) {
-      remat_state_header h;
-      remat_run_id id;
-      if ((rc = remat_state_peek(path, &h, err))) break;
-      remat_state_run_id(&h, &id);
-      if (h.step != m.step)
-        rc = remat__errorf(err, REMAT_EFORMAT, "%s is from step %lld, DONE in '%s' from step %lld",
-                           f->name, (long long)h.step, step_dir, (long long)m.step);
-      else if (id.seed != m.run.seed || id.settings != m.run.settings)
-        rc = remat__errorf(err, REMAT_EFORMAT,
-                           "%s is from another run (seed %llu, settings %016llx), DONE in '%s' "
-                           "from seed %llu, settings %016llx",
-                           f->name, (unsigned long long)id.seed,
-                           (unsigned long long)id.settings, step_dir,
-                           (unsigned long long)m.run.seed, (unsigned long long)m.run.settings);
-      else if (h.rank != r || h.ranks != ranks)
-        rc = remat__errorf(err, REMAT_EFORMAT,
-                           "%s holds rank %lld of %lld; DONE in '%s' lists %lld state files",
-                           f->name, (long long)h.rank, (long long)h.ranks, step_dir,
-                           (long long)ranks);
-    }
-  }
-  if (rc) goto out;
-  /* no file remat would read sits there unlisted (a state from elsewhere) */
-  int dfd;
-  if ((rc = remat__open(step_dir, O_RDONLY, REMAT__OPEN_DIR, "checkpoint", &dfd, NULL, err)))
-    goto out;
-  DIR *d = fdopendir(dfd);
-  if (!d) {
-    close(dfd);
-    rc = remat__errorf(err, REMAT_EIO, "cannot list '%s': %s", step_dir, strerror(errno));
-    goto out;
-  }
-  struct dirent *e;
-  while (!rc && (e = readdir(d))) {
-    int64_t r;
-    if (!is_ckpt_file(e->d_name, &r)) continue;
-    int listed = 0;
-    for (size_t i = 0; i < m.nfiles; i++) listed |= !strcmp(m.files[i].name, e->d_name);
-    if (!listed)
-      rc = remat__errorf(err, REMAT_EFORMAT,
-                         "%.64s is not listed in DONE in '%s': it does not belong to this "
-                         "checkpoint; remove it",
-                         e->d_name, step_dir);
-  }
-  closedir(d);
-  if (rc) goto out;
-  out.step = m.step;
-  out.run = m.run;
-  out.ranks = ranks;
-  out.verified = 1;
-  if (info) *info = out;
-out:
   remat__manifest_free(&m);
   return rc;
 }

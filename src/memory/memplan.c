@@ -215,14 +215,9 @@ static int build_stage(remat_memplan *mp, const remat_config *cfg, int64_t B, in
   return remat__memplan_build_stage_ws(mp, cfg, B, T, st, &ws, err);
 }
 
-int remat__memplan_build_stage_ws(remat_memplan *mp, const remat_config *cfg, int64_t B,
-                                  int64_t T, const remat_stage *st, const remat__kernel_ws *ws,
-                                  remat_error *err) {
-  memset(mp, 0, sizeof *mp);
-  int rc = remat__memory_model_get_ws(cfg, B, T, ws, &mp->mm, err);
-  if (!rc) rc = remat_stage_bytes_get(cfg, &mp->mm, st, &mp->bytes, err);
-  if (rc) return rc;
-  const remat_memory_model *mm = &mp->mm;
+/* The plan's header and its per-block tables. */
+static int memplan_start(remat_memplan *mp, const remat_config *cfg, int64_t B, int64_t T,
+                         const remat_stage *st, remat_error *err) {
   int64_t nb = st->num_blocks;
   mp->cfg = *cfg;
   mp->B = B;
@@ -236,19 +231,21 @@ int remat__memplan_build_stage_ws(remat_memplan *mp, const remat_config *cfg, in
   mp->policy = remat__malloc(nb1);
   mp->block_input_offset = remat__malloc(nb1 * sizeof(size_t));
   mp->block_internal_offset = remat__malloc(nb1 * sizeof(size_t));
-  if (!mp->policy || !mp->block_input_offset || !mp->block_internal_offset) {
-    remat__memplan_free(mp);
+  if (!mp->policy || !mp->block_input_offset || !mp->block_internal_offset)
     return remat__errorf(err, REMAT_ENOMEM, "out of memory planning %lld blocks", (long long)nb);
-  }
+  return 0;
+}
 
-  /* One slot: what one micro-batch in flight stores, layer by layer. */
+/* One slot: what one micro-batch in flight stores, layer by layer. */
+static void lay_out_slot(remat_memplan *mp, const remat_stage *st) {
+  const remat_memory_model *mm = &mp->mm;
   size_t off = 0;
   mp->inputs_offset = mp->targets_offset = mp->final_offset = REMAT_NO_OFFSET;
   if (st->has_embedding) {
     mp->inputs_offset = off;
     off += mm->tokens_bytes;
   }
-  for (int64_t i = 0; i < nb; i++) {
+  for (int64_t i = 0; i < st->num_blocks; i++) {
     uint8_t p = st->policy ? st->policy[i] : REMAT_KEEP;
     mp->policy[i] = p;
     mp->block_input_offset[i] = off;
@@ -273,14 +270,18 @@ int remat__memplan_build_stage_ws(remat_memplan *mp, const remat_config *cfg, in
     off += mm->tokens_bytes;
   }
   mp->slot_bytes = off;
+}
 
-  /* Regions end to end. A stage with both the embedding and the head that
-   * accumulates (or is a replica) keeps the head's gradient of the tied
-   * matrix apart (TIED_GRAD) and holds one
-   * copy of the matrix; a stage without the head sends its output from SEND.
-   * A replica's regions are whole or sharded by its ZeRO stage, and its
-   * communication buffers come last (REDUCE, whose top buffer every
-   * micro-batch's head zeroes whole, at the top). */
+/* Regions end to end. A stage with both the embedding and the head that
+ * accumulates (or is a replica) keeps the head's gradient of the tied
+ * matrix apart (TIED_GRAD) and holds one copy of the matrix; a stage
+ * without the head sends its output from SEND. A replica's regions are
+ * whole or sharded by its ZeRO stage, and its communication buffers come
+ * last (REDUCE, whose top buffer every micro-batch's head zeroes whole, at
+ * the top). */
+static int lay_out_regions(remat_memplan *mp, const remat_config *cfg, const remat_stage *st,
+                           remat_error *err) {
+  const remat_memory_model *mm = &mp->mm;
   int joint = st->has_embedding && st->has_head;
   size_t tied = joint && st->accumulate ? mm->tied_grad_bytes : 0;
   size_t send = st->has_head ? 0 : mm->boundary_bytes;
@@ -291,10 +292,8 @@ int remat__memplan_build_stage_ws(remat_memplan *mp, const remat_config *cfg, in
   mp->replica = st->replicas > 1 ? st->replica : 0;
   mp->zero = st->replicas > 1 ? st->zero : 0;
   if (st->replicas > 1) {
-    if ((rc = remat_replica_stage_bytes_get(cfg, st, &rb, err))) {
-      remat__memplan_free(mp);
-      return rc;
-    }
+    int rc = remat_replica_stage_bytes_get(cfg, st, &rb, err);
+    if (rc) return rc;
     params = rb.params;
     grads = rb.grads;
     moment = rb.moment;
@@ -332,6 +331,22 @@ int remat__memplan_build_stage_ws(remat_memplan *mp, const remat_config *cfg, in
                mp->bytes.comm == rb.comm);
   REMAT_ASSERT(mp->peak_bytes == mp->bytes.total);
   return 0;
+}
+
+int remat__memplan_build_stage_ws(remat_memplan *mp, const remat_config *cfg, int64_t B,
+                                  int64_t T, const remat_stage *st, const remat__kernel_ws *ws,
+                                  remat_error *err) {
+  memset(mp, 0, sizeof *mp);
+  int rc = remat__memory_model_get_ws(cfg, B, T, ws, &mp->mm, err);
+  if (!rc) rc = remat_stage_bytes_get(cfg, &mp->mm, st, &mp->bytes, err);
+  if (rc) return rc;
+  if ((rc = memplan_start(mp, cfg, B, T, st, err))) goto fail;
+  lay_out_slot(mp, st);
+  if ((rc = lay_out_regions(mp, cfg, st, err))) goto fail;
+  return 0;
+fail:
+  remat__memplan_free(mp);
+  return rc;
 }
 
 int remat_memplan_create_stage(remat_memplan **out, const remat_config *cfg, int64_t B,

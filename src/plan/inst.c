@@ -111,18 +111,9 @@ static int clskey_cmp(const void *x, const void *y) {
   return a->s < b->s ? -1 : a->s > b->s;
 }
 
-int remat__plan_inst_build(const remat_plan_problem *pb, remat__plan_inst *in, remat_error *err) {
-  memset(in, 0, sizeof *in);
-  int rc = remat_plan_problem_check(pb, err);
-  if (rc) return rc;
-  int64_t L = remat_plan_problem_layers(pb), p = pb->stages, m = pb->microbatches;
-  in->L = L;
-  in->p = p;
-  in->m = m;
-  in->schedule = pb->schedule;
-  in->objective = pb->objective;
-  in->stage_bytes = (int64_t)pb->stage_bytes;
-  in->boundary_bytes = (int64_t)pb->boundary_bytes;
+/* Every array of the expansion, for L layers and p stages (0, or REMAT_ENOMEM
+ * with what was allocated left for remat__plan_inst_free). */
+static int inst_alloc(remat__plan_inst *in, int64_t L, int64_t p) {
   size_t L1 = (size_t)L + 1;
   int64_t **perL[] = {&in->fb, &in->fwd, &in->r,  &in->a,   &in->c,   &in->x,  &in->y,
                        &in->w,  &in->rm,  &in->mb, &in->xm, &in->xlo, &in->xhi, &in->dlo,
@@ -141,33 +132,31 @@ int remat__plan_inst_build(const remat_plan_problem *pb, remat__plan_inst *in, r
   in->n = remat__malloc((size_t)p * sizeof(int64_t));
   in->budget = remat__malloc((size_t)p * sizeof(int64_t));
   in->cls = remat__malloc((size_t)p * sizeof(int64_t));
-  clskey *keys = remat__malloc((size_t)p * sizeof *keys);
-  int ok = keys && in->cand && in->recomp && in->mid && in->nopt && in->opt && in->n &&
-           in->budget && in->cls;
+  int ok = in->cand && in->recomp && in->mid && in->nopt && in->opt && in->n && in->budget &&
+           in->cls;
   for (size_t i = 0; i < sizeof perL / sizeof perL[0]; i++) ok = ok && *perL[i];
   for (size_t i = 0; i < sizeof perL1 / sizeof perL1[0]; i++) ok = ok && *perL1[i];
-  if (!ok) {
-    remat__free(keys);
-    remat__plan_inst_free(in);
-    return remat__errorf(err, REMAT_ENOMEM, "out of memory expanding %lld layers", (long long)L);
-  }
+  return ok ? 0 : REMAT_ENOMEM;
+}
 
-  /* Time quantum: the smallest power of two q with m * (total time) / q <= 2^60,
-   * so every objective value (at most m times the total) fits in 61 bits. */
+/* Time quantum: the smallest power of two q = 2^e with m * (total time) / q
+ * <= 2^60, so every objective value (at most m times the total) fits in 61
+ * bits. Returns e. */
+static int time_exponent(const remat_plan_problem *pb) {
   double ttot = 0;
   for (int64_t g = 0; g < pb->num_groups; g++) {
     const remat_plan_group *G = &pb->groups[g];
     ttot += (double)G->count * (G->fwd + G->bwd + G->recompute + G->middle_recompute);
   }
-  double span = ttot * (double)m;
-  int e = 0;
-  if (span > 0) {
-    int ex;
-    frexp(span, &ex); /* span < 2^ex */
-    e = ex - 60;
-  }
-  in->q = ldexp(1.0, e);
+  double span = ttot * (double)pb->microbatches;
+  if (!(span > 0)) return 0;
+  int ex;
+  frexp(span, &ex); /* span < 2^ex */
+  return ex - 60;
+}
 
+/* Each group's layers, times in quanta of 2^e, and their options. */
+static void expand_layers(remat__plan_inst *in, const remat_plan_problem *pb, int e) {
   int64_t l = 0;
   for (int64_t g = 0; g < pb->num_groups; g++) {
     const remat_plan_group *G = &pb->groups[g];
@@ -193,13 +182,11 @@ int remat__plan_inst_build(const remat_plan_problem *pb, remat__plan_inst *in, r
       options(in, l);
     }
   }
-  if ((rc = work_tree(in))) {
-    remat__free(keys);
-    remat__plan_inst_free(in);
-    return remat__errorf(err, rc, "out of memory expanding %lld layers", (long long)L);
-  }
+}
+
+static void prefix_sums(remat__plan_inst *in) {
   in->pF[0] = in->pA[0] = in->pW[0] = in->pD[0] = in->pDlo[0] = in->pCand[0] = 0;
-  for (l = 0; l < L; l++) {
+  for (int64_t l = 0; l < in->L; l++) {
     in->pF[l + 1] = in->pF[l] + in->fb[l];
     in->pA[l + 1] = in->pA[l] + in->a[l];
     in->pW[l + 1] = in->pW[l] + in->w[l];
@@ -207,11 +194,16 @@ int remat__plan_inst_build(const remat_plan_problem *pb, remat__plan_inst *in, r
     in->pDlo[l + 1] = in->pDlo[l] + in->dlo[l];
     in->pCand[l + 1] = in->pCand[l] + in->cand[l];
   }
-  int64_t next = L;
+}
+
+/* From each layer, the next candidate and where its run of candidates with
+ * the same options (kind_end) and the same scratch (x_end) ends. */
+static void candidate_runs(remat__plan_inst *in) {
+  int64_t L = in->L, next = L;
   in->first_cand[L] = L;
   in->kind_end[L] = L;
   in->x_end[L] = L;
-  for (l = L - 1; l >= 0; l--) {
+  for (int64_t l = L - 1; l >= 0; l--) {
     in->kind_end[l] = in->x_end[l] = L;
     if (in->cand[l]) {
       if (next < L) {
@@ -224,12 +216,19 @@ int remat__plan_inst_build(const remat_plan_problem *pb, remat__plan_inst *in, r
     }
     in->first_cand[l] = next;
   }
+}
+
+/* Each stage's micro-batches in flight and budget, and its class: stages with
+ * the same n and the same room left after the boundary buffer share every
+ * answer. */
+static int stage_classes(remat__plan_inst *in, const remat_plan_problem *pb) {
+  int64_t p = in->p, m = in->m;
+  clskey *keys = remat__malloc((size_t)p * sizeof *keys);
+  if (!keys) return REMAT_ENOMEM;
   for (int64_t s = 0; s < p; s++) {
     int64_t ns = pb->schedule == REMAT_SCHED_GPIPE ? m : (p - s < m ? p - s : m);
     in->n[s] = ns;
     in->budget[s] = (int64_t)pb->memory[s];
-    /* stages with the same n and the same room left after the boundary
-     * buffer share every answer */
     keys[s] = (clskey){ns, in->budget[s] - (s < p - 1 ? in->boundary_bytes : 0), s};
   }
   qsort(keys, (size_t)p, sizeof *keys, clskey_cmp);
@@ -241,4 +240,30 @@ int remat__plan_inst_build(const remat_plan_problem *pb, remat__plan_inst *in, r
   in->ncls++;
   remat__free(keys);
   return 0;
+}
+
+int remat__plan_inst_build(const remat_plan_problem *pb, remat__plan_inst *in, remat_error *err) {
+  memset(in, 0, sizeof *in);
+  int rc = remat_plan_problem_check(pb, err);
+  if (rc) return rc;
+  int64_t L = remat_plan_problem_layers(pb);
+  in->L = L;
+  in->p = pb->stages;
+  in->m = pb->microbatches;
+  in->schedule = pb->schedule;
+  in->objective = pb->objective;
+  in->stage_bytes = (int64_t)pb->stage_bytes;
+  in->boundary_bytes = (int64_t)pb->boundary_bytes;
+  if ((rc = inst_alloc(in, L, in->p))) goto fail;
+  int e = time_exponent(pb);
+  in->q = ldexp(1.0, e);
+  expand_layers(in, pb, e);
+  if ((rc = work_tree(in))) goto fail;
+  prefix_sums(in);
+  candidate_runs(in);
+  if ((rc = stage_classes(in, pb))) goto fail;
+  return 0;
+fail:
+  remat__plan_inst_free(in);
+  return remat__errorf(err, rc, "out of memory expanding %lld layers", (long long)L);
 }

@@ -59,18 +59,31 @@ static void term(terms *t, double coef, const char *var) {
   t->any = 1;
 }
 
-int remat_plan_format_lp(const remat_plan_problem *pb, char **out, remat_error *err) {
-  *out = NULL;
-  int rc = remat_plan_problem_check(pb, err);
-  if (rc) return rc;
-  int64_t L = remat_plan_problem_layers(pb), p = pb->stages, m = pb->microbatches;
-  if ((double)L * (double)p > 4e6)
-    return remat__errorf(err, REMAT_ERANGE,
-                         "the LP for %lld layers on %lld stages would have %.3g binaries; the "
-                         "export is meant for small instances",
-                         (long long)L, (long long)p, 2.0 * (double)L * (double)p);
-  const remat_plan_group **of = remat__malloc((size_t)L * sizeof *of);
-  if (!of) return remat__errorf(err, REMAT_ENOMEM, "out of memory");
+/* The export's state: the problem, each layer's group, the memory rows' unit
+ * (g * 2^k bytes) and the text written so far. */
+typedef struct {
+  const remat_plan_problem *pb;
+  const remat_plan_group **of; /* (L) the group of each layer */
+  int64_t L, p, m;
+  uint64_t g;
+  int k;
+  remat__plan_buf b;
+} lp;
+
+/* Bytes in the memory rows' unit. */
+static double mem(const lp *x, uint64_t bytes) { return ldexp((double)(bytes / x->g), -x->k); }
+/* Layer l has the middle policy as a third choice. */
+static int mid(const lp *x, int64_t l) { return x->of[l]->recomputable && x->of[l]->middle; }
+/* The stages layer l can run on: every stage before it holds a layer, and so
+ * does every stage after it. */
+static int64_t lo(const lp *x, int64_t l) { return l - (x->L - x->p) > 0 ? l - (x->L - x->p) : 0; }
+static int64_t hi(const lp *x, int64_t l) { return l < x->p - 1 ? l : x->p - 1; }
+
+/* Each layer's group, and the gcd g of every byte count (1 when all are 0). */
+static int lp_layers(lp *x, remat_error *err) {
+  const remat_plan_problem *pb = x->pb;
+  x->of = remat__malloc((size_t)x->L * sizeof *x->of);
+  if (!x->of) return remat__errorf(err, REMAT_ENOMEM, "out of memory");
   int64_t l = 0;
   uint64_t g = pb->stage_bytes;
   for (int64_t k = 0; k < pb->num_groups; k++) {
@@ -84,158 +97,195 @@ int remat_plan_format_lp(const remat_plan_problem *pb, char **out, remat_error *
       g = gcd(g, G->middle_bytes);
       g = gcd(g, G->middle_recompute_bytes);
     }
-    for (int64_t c = 0; c < G->count; c++) of[l++] = G;
+    for (int64_t c = 0; c < G->count; c++) x->of[l++] = G;
   }
-  if (g == 0) g = 1;
-  /* A further power of two keeps the memory rows' numbers near 1000: with
-   * byte-sized coefficients (1e9 and more) glpsol's tolerances give wrong
-   * optima. Dividing by 2^k is exact in binary floating point. */
+  x->g = g == 0 ? 1 : g;
+  return 0;
+}
+
+/* A further power of two keeps the memory rows' numbers near 1000: with
+ * byte-sized coefficients (1e9 and more) glpsol's tolerances give wrong
+ * optima. Dividing by 2^k is exact in binary floating point. */
+static void lp_scale(lp *x) {
+  const remat_plan_problem *pb = x->pb;
   double top = 1;
-  for (int64_t s = 0; s < p; s++)
-    if (pb->memory[s] > pb->stage_bytes && (double)((pb->memory[s] - pb->stage_bytes) / g) > top)
-      top = (double)((pb->memory[s] - pb->stage_bytes) / g);
-  int k = 0;
-  while (ldexp(top, -k) > 2048) k++;
-#define MEM(bytes) ldexp((double)((bytes) / g), -k)
-#define MID(l) (of[l]->recomputable && of[l]->middle)
-  remat__plan_buf b = {0};
+  for (int64_t s = 0; s < x->p; s++)
+    if (pb->memory[s] > pb->stage_bytes &&
+        (double)((pb->memory[s] - pb->stage_bytes) / x->g) > top)
+      top = (double)((pb->memory[s] - pb->stage_bytes) / x->g);
+  x->k = 0;
+  while (ldexp(top, -x->k) > 2048) x->k++;
+}
+
+/* The time of layer l on stage s: f + b when placed, r when recomputed, rm
+ * under the middle policy. */
+static void time_terms(lp *x, terms *t, int64_t l, int64_t s) {
   char v[64];
-  remat__plan_printf(&b,
-                     "\\ remat plan as a MIP: %lld layers, %lld stages, %lld micro-batches, "
-                     "schedule %s, objective %s\n"
-                     "\\ memory rows in units of %llu * 2^%d bytes\n",
-                     (long long)L, (long long)p, (long long)m, remat_plan_schedule_name(pb->schedule),
-                     remat_plan_objective_name(pb->objective), (unsigned long long)g, k);
-#define LO(l) ((l) - (L - p) > 0 ? (l) - (L - p) : 0)
-#define HI(l) ((l) < p - 1 ? (l) : p - 1)
-  remat__plan_printf(&b, "Minimize\n obj:");
-  terms t = {&b, 0, 0};
-  if (pb->objective == REMAT_OBJ_1F1B) {
-    for (l = 0; l < L; l++)
-      for (int64_t s = LO(l); s <= HI(l); s++) {
-        snprintf(v, sizeof v, "y_%lld_%lld", (long long)l, (long long)s);
-        term(&t, of[l]->fwd + of[l]->bwd, v);
-        if (of[l]->recomputable) {
-          snprintf(v, sizeof v, "z_%lld_%lld", (long long)l, (long long)s);
-          term(&t, of[l]->recompute, v);
-        }
-        if (MID(l)) {
-          snprintf(v, sizeof v, "u_%lld_%lld", (long long)l, (long long)s);
-          term(&t, of[l]->middle_recompute, v);
-        }
-      }
-    if (m > 1) term(&t, (double)(m - 1), "T");
+  snprintf(v, sizeof v, "y_%lld_%lld", (long long)l, (long long)s);
+  term(t, x->of[l]->fwd + x->of[l]->bwd, v);
+  if (x->of[l]->recomputable) {
+    snprintf(v, sizeof v, "z_%lld_%lld", (long long)l, (long long)s);
+    term(t, x->of[l]->recompute, v);
+  }
+  if (mid(x, l)) {
+    snprintf(v, sizeof v, "u_%lld_%lld", (long long)l, (long long)s);
+    term(t, x->of[l]->middle_recompute, v);
+  }
+}
+
+static void lp_objective(lp *x) {
+  remat__plan_printf(&x->b, "Minimize\n obj:");
+  terms t = {&x->b, 0, 0};
+  if (x->pb->objective == REMAT_OBJ_1F1B) {
+    for (int64_t l = 0; l < x->L; l++)
+      for (int64_t s = lo(x, l); s <= hi(x, l); s++) time_terms(x, &t, l, s);
+    if (x->m > 1) term(&t, (double)(x->m - 1), "T");
     if (!t.any) term(&t, 1, "T"); /* a zero objective still needs a term */
   } else {
     term(&t, 1, "T");
   }
-  remat__plan_printf(&b, "\nSubject To\n");
-  for (l = 0; l < L; l++) {
-    remat__plan_printf(&b, " one_%lld:", (long long)l);
-    t = (terms){&b, 0, 0};
-    for (int64_t s = LO(l); s <= HI(l); s++) {
+}
+
+/* Every layer on one stage, the first and last layers on the first and last
+ * stages, and consecutive layers on the same or the next stage. */
+static void lp_placement_rows(lp *x) {
+  int64_t L = x->L, p = x->p;
+  char v[64];
+  terms t;
+  for (int64_t l = 0; l < L; l++) {
+    remat__plan_printf(&x->b, " one_%lld:", (long long)l);
+    t = (terms){&x->b, 0, 0};
+    for (int64_t s = lo(x, l); s <= hi(x, l); s++) {
       snprintf(v, sizeof v, "y_%lld_%lld", (long long)l, (long long)s);
       term(&t, 1, v);
     }
-    remat__plan_printf(&b, " = 1\n");
+    remat__plan_printf(&x->b, " = 1\n");
   }
-  remat__plan_printf(&b, " first: y_0_0 = 1\n last: y_%lld_%lld = 1\n", (long long)(L - 1),
+  remat__plan_printf(&x->b, " first: y_0_0 = 1\n last: y_%lld_%lld = 1\n", (long long)(L - 1),
                      (long long)(p - 1));
-  for (l = 0; p > 1 && l + 1 < L; l++) {
+  for (int64_t l = 0; p > 1 && l + 1 < L; l++) {
     for (int side = 0; side < 2; side++) {
-      remat__plan_printf(&b, " %s_%lld:", side ? "step" : "order", (long long)l);
-      t = (terms){&b, 0, 0};
-      for (int64_t s = LO(l + 1); s <= HI(l + 1); s++) {
+      remat__plan_printf(&x->b, " %s_%lld:", side ? "step" : "order", (long long)l);
+      t = (terms){&x->b, 0, 0};
+      for (int64_t s = lo(x, l + 1); s <= hi(x, l + 1); s++) {
         snprintf(v, sizeof v, "y_%lld_%lld", (long long)(l + 1), (long long)s);
         term(&t, (double)s, v);
       }
-      for (int64_t s = LO(l); s <= HI(l); s++) {
+      for (int64_t s = lo(x, l); s <= hi(x, l); s++) {
         snprintf(v, sizeof v, "y_%lld_%lld", (long long)l, (long long)s);
         term(&t, -(double)s, v);
       }
-      remat__plan_printf(&b, side ? " <= 1\n" : " >= 0\n");
+      remat__plan_printf(&x->b, side ? " <= 1\n" : " >= 0\n");
     }
   }
-  for (l = 0; l < L; l++) {
-    if (!of[l]->recomputable) continue;
-    for (int64_t s = LO(l); s <= HI(l); s++) {
-      remat__plan_printf(&b, " zy_%lld_%lld: z_%lld_%lld", (long long)l, (long long)s,
+}
+
+/* One choice per placed layer, and X_s bounding each layer's transient
+ * bytes: recompute and middle scratch, work bytes. */
+static void lp_choice_rows(lp *x) {
+  for (int64_t l = 0; l < x->L; l++) {
+    const remat_plan_group *G = x->of[l];
+    if (!G->recomputable) continue;
+    for (int64_t s = lo(x, l); s <= hi(x, l); s++) {
+      remat__plan_printf(&x->b, " zy_%lld_%lld: z_%lld_%lld", (long long)l, (long long)s,
                          (long long)l, (long long)s);
-      if (MID(l)) remat__plan_printf(&b, " + u_%lld_%lld", (long long)l, (long long)s);
-      remat__plan_printf(&b, " - y_%lld_%lld <= 0\n", (long long)l, (long long)s);
-      if (of[l]->recompute_bytes)
-        remat__plan_printf(&b, " zx_%lld_%lld: %.17g z_%lld_%lld - X_%lld <= 0\n", (long long)l,
-                           (long long)s, MEM(of[l]->recompute_bytes), (long long)l,
-                           (long long)s, (long long)s);
-      if (MID(l) && of[l]->middle_recompute_bytes)
-        remat__plan_printf(&b, " ux_%lld_%lld: %.17g u_%lld_%lld - X_%lld <= 0\n", (long long)l,
-                           (long long)s, MEM(of[l]->middle_recompute_bytes), (long long)l,
-                           (long long)s, (long long)s);
+      if (mid(x, l)) remat__plan_printf(&x->b, " + u_%lld_%lld", (long long)l, (long long)s);
+      remat__plan_printf(&x->b, " - y_%lld_%lld <= 0\n", (long long)l, (long long)s);
+      if (G->recompute_bytes)
+        remat__plan_printf(&x->b, " zx_%lld_%lld: %.17g z_%lld_%lld - X_%lld <= 0\n",
+                           (long long)l, (long long)s, mem(x, G->recompute_bytes),
+                           (long long)l, (long long)s, (long long)s);
+      if (mid(x, l) && G->middle_recompute_bytes)
+        remat__plan_printf(&x->b, " ux_%lld_%lld: %.17g u_%lld_%lld - X_%lld <= 0\n",
+                           (long long)l, (long long)s, mem(x, G->middle_recompute_bytes),
+                           (long long)l, (long long)s, (long long)s);
     }
   }
-  for (l = 0; l < L; l++) {
-    if (!of[l]->work_bytes) continue;
-    for (int64_t s = LO(l); s <= HI(l); s++)
-      remat__plan_printf(&b, " wy_%lld_%lld: %.17g y_%lld_%lld - X_%lld <= 0\n", (long long)l,
-                         (long long)s, MEM(of[l]->work_bytes), (long long)l, (long long)s,
-                         (long long)s);
+  for (int64_t l = 0; l < x->L; l++) {
+    if (!x->of[l]->work_bytes) continue;
+    for (int64_t s = lo(x, l); s <= hi(x, l); s++)
+      remat__plan_printf(&x->b, " wy_%lld_%lld: %.17g y_%lld_%lld - X_%lld <= 0\n",
+                         (long long)l, (long long)s, mem(x, x->of[l]->work_bytes),
+                         (long long)l, (long long)s, (long long)s);
   }
-  for (int64_t s = 0; s < p; s++) {
-    int64_t n = pb->schedule == REMAT_SCHED_GPIPE ? m : (p - s < m ? p - s : m);
-    remat__plan_printf(&b, " mem_%lld:", (long long)s);
-    t = (terms){&b, 0, 0};
-    for (l = s; l <= s + L - p; l++) {
-      snprintf(v, sizeof v, "y_%lld_%lld", (long long)l, (long long)s);
-      term(&t, MEM(of[l]->state_bytes) + (double)n * MEM(of[l]->act_bytes), v);
-      if (of[l]->recomputable) {
-        snprintf(v, sizeof v, "z_%lld_%lld", (long long)l, (long long)s);
-        term(&t, -(double)n * (MEM(of[l]->act_bytes) - MEM(of[l]->ckpt_bytes)), v);
-      }
-      if (MID(l)) {
-        snprintf(v, sizeof v, "u_%lld_%lld", (long long)l, (long long)s);
-        term(&t, -(double)n * (MEM(of[l]->act_bytes) - MEM(of[l]->middle_bytes)), v);
-      }
+}
+
+/* Stage s's memory row (n_s micro-batches in flight) and time row. */
+static void lp_stage_rows(lp *x, int64_t s) {
+  const remat_plan_problem *pb = x->pb;
+  int64_t L = x->L, p = x->p, m = x->m;
+  int64_t n = pb->schedule == REMAT_SCHED_GPIPE ? m : (p - s < m ? p - s : m);
+  char v[64];
+  remat__plan_printf(&x->b, " mem_%lld:", (long long)s);
+  terms t = {&x->b, 0, 0};
+  for (int64_t l = s; l <= s + L - p; l++) {
+    const remat_plan_group *G = x->of[l];
+    snprintf(v, sizeof v, "y_%lld_%lld", (long long)l, (long long)s);
+    term(&t, mem(x, G->state_bytes) + (double)n * mem(x, G->act_bytes), v);
+    if (G->recomputable) {
+      snprintf(v, sizeof v, "z_%lld_%lld", (long long)l, (long long)s);
+      term(&t, -(double)n * (mem(x, G->act_bytes) - mem(x, G->ckpt_bytes)), v);
     }
-    snprintf(v, sizeof v, "X_%lld", (long long)s);
-    term(&t, 1, v);
-    size_t fixed = pb->stage_bytes + (s < p - 1 ? pb->boundary_bytes : 0);
-    double rhs = pb->memory[s] >= fixed ? MEM(pb->memory[s] - fixed) : -1.0;
-    remat__plan_printf(&b, " <= %.17g\n", rhs);
-    remat__plan_printf(&b, " time_%lld:", (long long)s);
-    t = (terms){&b, 0, 0};
-    for (l = s; l <= s + L - p; l++) {
-      snprintf(v, sizeof v, "y_%lld_%lld", (long long)l, (long long)s);
-      term(&t, of[l]->fwd + of[l]->bwd, v);
-      if (of[l]->recomputable) {
-        snprintf(v, sizeof v, "z_%lld_%lld", (long long)l, (long long)s);
-        term(&t, of[l]->recompute, v);
-      }
-      if (MID(l)) {
-        snprintf(v, sizeof v, "u_%lld_%lld", (long long)l, (long long)s);
-        term(&t, of[l]->middle_recompute, v);
-      }
+    if (mid(x, l)) {
+      snprintf(v, sizeof v, "u_%lld_%lld", (long long)l, (long long)s);
+      term(&t, -(double)n * (mem(x, G->act_bytes) - mem(x, G->middle_bytes)), v);
     }
-    term(&t, -1, "T");
-    remat__plan_printf(&b, " <= 0\n");
   }
-  remat__plan_printf(&b, "Binary\n");
-  for (l = 0; l < L; l++)
-    for (int64_t s = LO(l); s <= HI(l); s++) {
-      remat__plan_printf(&b, " y_%lld_%lld", (long long)l, (long long)s);
-      if (of[l]->recomputable) remat__plan_printf(&b, " z_%lld_%lld", (long long)l, (long long)s);
-      if (MID(l)) remat__plan_printf(&b, " u_%lld_%lld", (long long)l, (long long)s);
-      remat__plan_printf(&b, "\n");
+  snprintf(v, sizeof v, "X_%lld", (long long)s);
+  term(&t, 1, v);
+  size_t fixed = pb->stage_bytes + (s < p - 1 ? pb->boundary_bytes : 0);
+  double rhs = pb->memory[s] >= fixed ? mem(x, pb->memory[s] - fixed) : -1.0;
+  remat__plan_printf(&x->b, " <= %.17g\n", rhs);
+  remat__plan_printf(&x->b, " time_%lld:", (long long)s);
+  t = (terms){&x->b, 0, 0};
+  for (int64_t l = s; l <= s + L - p; l++) time_terms(x, &t, l, s);
+  term(&t, -1, "T");
+  remat__plan_printf(&x->b, " <= 0\n");
+}
+
+static void lp_binaries(lp *x) {
+  remat__plan_printf(&x->b, "Binary\n");
+  for (int64_t l = 0; l < x->L; l++)
+    for (int64_t s = lo(x, l); s <= hi(x, l); s++) {
+      remat__plan_printf(&x->b, " y_%lld_%lld", (long long)l, (long long)s);
+      if (x->of[l]->recomputable)
+        remat__plan_printf(&x->b, " z_%lld_%lld", (long long)l, (long long)s);
+      if (mid(x, l)) remat__plan_printf(&x->b, " u_%lld_%lld", (long long)l, (long long)s);
+      remat__plan_printf(&x->b, "\n");
     }
-  remat__plan_printf(&b, "End\n");
-#undef LO
-#undef HI
-#undef MEM
-#undef MID
-  remat__free(of);
-  if (b.oom || !b.s) {
-    remat__free(b.s);
+  remat__plan_printf(&x->b, "End\n");
+}
+
+int remat_plan_format_lp(const remat_plan_problem *pb, char **out, remat_error *err) {
+  *out = NULL;
+  int rc = remat_plan_problem_check(pb, err);
+  if (rc) return rc;
+  lp x = {.pb = pb, .L = remat_plan_problem_layers(pb), .p = pb->stages, .m = pb->microbatches};
+  if ((double)x.L * (double)x.p > 4e6)
+    return remat__errorf(err, REMAT_ERANGE,
+                         "the LP for %lld layers on %lld stages would have %.3g binaries; the "
+                         "export is meant for small instances",
+                         (long long)x.L, (long long)x.p, 2.0 * (double)x.L * (double)x.p);
+  if ((rc = lp_layers(&x, err))) return rc;
+  lp_scale(&x);
+  remat__plan_printf(&x.b,
+                     "\\ remat plan as a MIP: %lld layers, %lld stages, %lld micro-batches, "
+                     "schedule %s, objective %s\n"
+                     "\\ memory rows in units of %llu * 2^%d bytes\n",
+                     (long long)x.L, (long long)x.p, (long long)x.m,
+                     remat_plan_schedule_name(pb->schedule),
+                     remat_plan_objective_name(pb->objective), (unsigned long long)x.g, x.k);
+  lp_objective(&x);
+  remat__plan_printf(&x.b, "\nSubject To\n");
+  lp_placement_rows(&x);
+  lp_choice_rows(&x);
+  for (int64_t s = 0; s < x.p; s++) lp_stage_rows(&x, s);
+  lp_binaries(&x);
+  remat__free(x.of);
+  if (x.b.oom || !x.b.s) {
+    remat__free(x.b.s);
     return remat__errorf(err, REMAT_ENOMEM, "out of memory writing the LP");
   }
-  *out = b.s;
+  *out = x.b.s;
   return 0;
 }

@@ -388,13 +388,13 @@ int remat_plan_problem_parse_json(remat_plan_problem *pb, const char *text, size
   return rc;
 }
 
-static int parse_json(remat_plan_problem *pb, const char *text, size_t len, remat_error *err) {
-  memset(pb, 0, sizeof *pb);
-  int rc = check_text(text, len, err);
-  if (rc) return rc;
+/* The text parsed as one JSON object with no key twice, or an error (and no
+ * tree). */
+static int parse_root(const char *text, size_t len, cJSON **out, remat_error *err) {
+  *out = NULL;
   const char *end = NULL;
   cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
-  int line, col;
+  int line, col, rc = 0;
   if (!root) {
     size_t off = end && end >= text ? (size_t)(end - text) : 0;
     line_col(text, len, off, &line, &col);
@@ -404,180 +404,200 @@ static int parse_json(remat_plan_problem *pb, const char *text, size_t len, rema
   while (off < len && (text[off] == ' ' || text[off] == '\t' || text[off] == '\n' ||
                        text[off] == '\r'))
     off++;
-  const char *top = "";
   if (off < len) {
     line_col(text, len, off, &line, &col);
     rc = remat__errorf(err, REMAT_EFORMAT,
                        "unexpected data after the JSON value at offset %zu (line %d, column %d); "
                        "a problem is one JSON object",
                        off, line, col);
-    goto done;
-  }
-  if (!cJSON_IsObject(root)) {
+  } else if (!cJSON_IsObject(root)) {
     rc = remat__errorf(err, REMAT_EFORMAT, "the problem must be a JSON object");
-    goto done;
+  } else {
+    rc = check_duplicates(root, "", err);
   }
-  if ((rc = check_duplicates(root, "", err))) goto done;
+  if (rc) cJSON_Delete(root);
+  else *out = root;
+  return rc;
+}
+
+/* The top-level fields but the budgets and the layers' own: the problem is
+ * initialised for "stages" and the number of layer groups. */
+static int parse_settings(remat_plan_problem *pb, const cJSON *root, remat_error *err) {
+  const char *top = "";
   static const char *const known[] = {"stages", "microbatches", "schedule", "objective",
-                                      "memory", "layers", "stage_bytes", "boundary_bytes", "comment", NULL};
-  if ((rc = check_keys(root, top, known, err))) goto done;
+                                      "memory", "layers", "stage_bytes", "boundary_bytes",
+                                      "comment", NULL};
+  int rc = check_keys(root, top, known, err);
+  if (rc) return rc;
   static const char *const required[] = {"stages", "microbatches", "memory", "layers"};
   for (size_t k = 0; k < sizeof required / sizeof required[0]; k++)
-    if (!get(root, required[k])) {
-      rc = remat__errorf(err, REMAT_EFORMAT, "missing field \"%s\"", required[k]);
-      goto done;
-    }
+    if (!get(root, required[k]))
+      return remat__errorf(err, REMAT_EFORMAT, "missing field \"%s\"", required[k]);
   int64_t stages, mb;
   if ((rc = json_int(get(root, "stages"), top, "stages", 1, REMAT_PLAN_MAX_STAGES, &stages, err)))
-    goto done;
+    return rc;
   if ((rc = json_int(get(root, "microbatches"), top, "microbatches", 1,
                      REMAT_PLAN_MAX_MICROBATCHES, &mb, err)))
-    goto done;
+    return rc;
   const cJSON *layers = get(root, "layers");
-  if (!cJSON_IsArray(layers) || cJSON_GetArraySize(layers) < 1) {
-    rc = remat__errorf(err, REMAT_EFORMAT, "\"layers\" must be a non-empty array of layer groups");
-    goto done;
-  }
-  int64_t ng = cJSON_GetArraySize(layers);
-  if ((rc = remat_plan_problem_init(pb, stages, ng, err))) goto done;
+  if (!cJSON_IsArray(layers) || cJSON_GetArraySize(layers) < 1)
+    return remat__errorf(err, REMAT_EFORMAT,
+                         "\"layers\" must be a non-empty array of layer groups");
+  if ((rc = remat_plan_problem_init(pb, stages, cJSON_GetArraySize(layers), err))) return rc;
   pb->microbatches = mb;
   const cJSON *it;
-  if ((it = get(root, "schedule"))) {
-    if (!cJSON_IsString(it) || remat_plan_schedule_parse(it->valuestring, &pb->schedule)) {
-      rc = remat__errorf(err, REMAT_EFORMAT, "\"schedule\" must be \"1f1b\" or \"gpipe\"");
-      goto done;
-    }
-  }
-  if ((it = get(root, "objective"))) {
-    if (!cJSON_IsString(it) || remat_plan_objective_parse(it->valuestring, &pb->objective)) {
-      rc = remat__errorf(err, REMAT_EFORMAT, "\"objective\" must be \"bottleneck\" or \"1f1b\"");
-      goto done;
-    }
-  }
-  if ((it = get(root, "comment")) && !cJSON_IsString(it)) {
-    rc = remat__errorf(err, REMAT_EFORMAT, "\"comment\" must be a string");
-    goto done;
-  }
+  if ((it = get(root, "schedule")) &&
+      (!cJSON_IsString(it) || remat_plan_schedule_parse(it->valuestring, &pb->schedule)))
+    return remat__errorf(err, REMAT_EFORMAT, "\"schedule\" must be \"1f1b\" or \"gpipe\"");
+  if ((it = get(root, "objective")) &&
+      (!cJSON_IsString(it) || remat_plan_objective_parse(it->valuestring, &pb->objective)))
+    return remat__errorf(err, REMAT_EFORMAT, "\"objective\" must be \"bottleneck\" or \"1f1b\"");
+  if ((it = get(root, "comment")) && !cJSON_IsString(it))
+    return remat__errorf(err, REMAT_EFORMAT, "\"comment\" must be a string");
   if ((it = get(root, "boundary_bytes")) &&
       (rc = json_bytes(it, top, "boundary_bytes", &pb->boundary_bytes, err)))
-    goto done;
+    return rc;
   if ((it = get(root, "stage_bytes")) &&
       (rc = json_bytes(it, top, "stage_bytes", &pb->stage_bytes, err)))
-    goto done;
-  const cJSON *mem = get(root, "memory");
-  if (cJSON_IsArray(mem)) {
-    if (cJSON_GetArraySize(mem) != stages) {
-      rc = remat__errorf(err, REMAT_EFORMAT,
+    return rc;
+  return 0;
+}
+
+/* "memory": one budget for every stage, or an array of one per stage. */
+static int parse_memory(remat_plan_problem *pb, const cJSON *mem, remat_error *err) {
+  int rc;
+  if (!cJSON_IsArray(mem)) {
+    size_t b;
+    if ((rc = json_bytes(mem, "", "memory", &b, err))) return rc;
+    remat_plan_problem_set_memory(pb, b);
+    return 0;
+  }
+  if (cJSON_GetArraySize(mem) != pb->stages)
+    return remat__errorf(err, REMAT_EFORMAT,
                          "\"memory\" has %d budgets but there are %lld stages; give one number "
                          "for all stages or exactly one per stage",
-                         cJSON_GetArraySize(mem), (long long)stages);
-      goto done;
-    }
-    int64_t s = 0;
-    cJSON_ArrayForEach(it, mem) {
-      char key[32];
-      snprintf(key, sizeof key, "memory[%lld]", (long long)s);
-      if ((rc = json_bytes(it, "", key, &pb->memory[s], err))) goto done;
-      s++;
-    }
-    pb->uniform_memory = 0;
-  } else {
-    size_t b;
-    if ((rc = json_bytes(mem, top, "memory", &b, err))) goto done;
-    remat_plan_problem_set_memory(pb, b);
+                         cJSON_GetArraySize(mem), (long long)pb->stages);
+  int64_t s = 0;
+  const cJSON *it;
+  cJSON_ArrayForEach(it, mem) {
+    char key[32];
+    snprintf(key, sizeof key, "memory[%lld]", (long long)s);
+    if ((rc = json_bytes(it, "", key, &pb->memory[s], err))) return rc;
+    s++;
   }
+  pb->uniform_memory = 0;
+  return 0;
+}
+
+/* A group's middle policy: middle_bytes turns it on, and needs its time. */
+static int parse_group_middle(remat_plan_group *G, const cJSON *it, const char *where,
+                              remat_error *err) {
+  const cJSON *v = get(it, "middle_bytes");
+  int rc;
+  if (!v) {
+    if (get(it, "middle_recompute") || get(it, "middle_recompute_bytes"))
+      return remat__errorf(err, REMAT_EFORMAT,
+                           "%smiddle_recompute and middle_recompute_bytes need middle_bytes (the "
+                           "bytes the layer stores under the middle policy)", where);
+    return 0;
+  }
+  G->middle = 1;
+  if ((rc = json_bytes(v, where, "middle_bytes", &G->middle_bytes, err))) return rc;
+  if (!get(it, "middle_recompute"))
+    return remat__errorf(err, REMAT_EFORMAT, "%smiddle_recompute is missing (it goes with "
+                         "middle_bytes)", where);
+  if ((rc = json_number(get(it, "middle_recompute"), where, "middle_recompute",
+                        &G->middle_recompute, err)))
+    return rc;
+  if ((v = get(it, "middle_recompute_bytes")) &&
+      (rc = json_bytes(v, where, "middle_recompute_bytes", &G->middle_recompute_bytes, err)))
+    return rc;
+  return 0;
+}
+
+/* The costs of one group (its count is read already). */
+static int parse_group_costs(remat_plan_group *G, const cJSON *it, const char *where,
+                             remat_error *err) {
+  static const char *const need[] = {"fwd", "bwd", "act_bytes", "ckpt_bytes", "state_bytes"};
+  for (size_t k = 0; k < sizeof need / sizeof need[0]; k++)
+    if (!get(it, need[k]))
+      return remat__errorf(err, REMAT_EFORMAT, "%s%s is missing", where, need[k]);
+  if (G->recomputable && !get(it, "recompute"))
+    return remat__errorf(err, REMAT_EFORMAT,
+                         "%srecompute is missing (it may be left out only with "
+                         "\"recomputable\": false)",
+                         where);
+  const cJSON *v;
+  int rc;
+  if ((rc = json_number(get(it, "fwd"), where, "fwd", &G->fwd, err))) return rc;
+  if ((rc = json_number(get(it, "bwd"), where, "bwd", &G->bwd, err))) return rc;
+  if ((v = get(it, "recompute")) &&
+      (rc = json_number(v, where, "recompute", &G->recompute, err)))
+    return rc;
+  if ((rc = json_bytes(get(it, "act_bytes"), where, "act_bytes", &G->act_bytes, err)))
+    return rc;
+  if ((rc = json_bytes(get(it, "ckpt_bytes"), where, "ckpt_bytes", &G->ckpt_bytes, err)))
+    return rc;
+  if ((rc = json_bytes(get(it, "state_bytes"), where, "state_bytes", &G->state_bytes, err)))
+    return rc;
+  if ((v = get(it, "recompute_bytes")) &&
+      (rc = json_bytes(v, where, "recompute_bytes", &G->recompute_bytes, err)))
+    return rc;
+  if ((v = get(it, "work_bytes")) &&
+      (rc = json_bytes(v, where, "work_bytes", &G->work_bytes, err)))
+    return rc;
+  return parse_group_middle(G, it, where, err);
+}
+
+/* layers[g]; *total counts the layers of the groups before it. */
+static int parse_group(remat_plan_group *G, const cJSON *it, int64_t g, int64_t *total,
+                       remat_error *err) {
   static const char *const gknown[] = {"name", "count", "fwd", "bwd", "recompute",
                                        "act_bytes", "ckpt_bytes", "state_bytes",
                                        "recompute_bytes", "work_bytes", "recomputable",
                                        "middle_bytes", "middle_recompute",
                                        "middle_recompute_bytes", "comment", NULL};
-  int64_t g = 0, total = 0;
-  cJSON_ArrayForEach(it, layers) {
-    char where[48];
-    snprintf(where, sizeof where, "layers[%lld].", (long long)g);
-    remat_plan_group *G = &pb->groups[g];
-    if (!cJSON_IsObject(it)) {
-      rc = remat__errorf(err, REMAT_EFORMAT, "layers[%lld] must be an object", (long long)g);
-      goto done;
-    }
-    if ((rc = check_keys(it, where, gknown, err))) goto done;
-    const cJSON *v;
-    if ((v = get(it, "name"))) {
-      if (!cJSON_IsString(v)) {
-        rc = remat__errorf(err, REMAT_EFORMAT, "%sname must be a string", where);
-        goto done;
-      }
-      snprintf(G->name, sizeof G->name, "%s", v->valuestring);
-    }
-    if ((v = get(it, "recomputable"))) {
-      if (!cJSON_IsBool(v)) {
-        rc = remat__errorf(err, REMAT_EFORMAT, "%srecomputable must be true or false", where);
-        goto done;
-      }
-      G->recomputable = cJSON_IsTrue(v);
-    }
-    if ((v = get(it, "count")) &&
-        (rc = json_int(v, where, "count", 1, REMAT_PLAN_MAX_LAYERS, &G->count, err)))
-      goto done;
-    if (G->count > REMAT_PLAN_MAX_LAYERS - total) {
-      rc = remat__errorf(err, REMAT_ERANGE,
+  char where[48];
+  snprintf(where, sizeof where, "layers[%lld].", (long long)g);
+  if (!cJSON_IsObject(it))
+    return remat__errorf(err, REMAT_EFORMAT, "layers[%lld] must be an object", (long long)g);
+  int rc = check_keys(it, where, gknown, err);
+  if (rc) return rc;
+  const cJSON *v;
+  if ((v = get(it, "name"))) {
+    if (!cJSON_IsString(v))
+      return remat__errorf(err, REMAT_EFORMAT, "%sname must be a string", where);
+    snprintf(G->name, sizeof G->name, "%s", v->valuestring);
+  }
+  if ((v = get(it, "recomputable"))) {
+    if (!cJSON_IsBool(v))
+      return remat__errorf(err, REMAT_EFORMAT, "%srecomputable must be true or false", where);
+    G->recomputable = cJSON_IsTrue(v);
+  }
+  if ((v = get(it, "count")) &&
+      (rc = json_int(v, where, "count", 1, REMAT_PLAN_MAX_LAYERS, &G->count, err)))
+    return rc;
+  if (G->count > REMAT_PLAN_MAX_LAYERS - *total)
+    return remat__errorf(err, REMAT_ERANGE,
                          "the layer counts add up to more than %d, the planner's limit; group "
                          "layers into coarser units",
                          REMAT_PLAN_MAX_LAYERS);
-      goto done;
-    }
-    total += G->count;
-    static const char *const need[] = {"fwd", "bwd", "act_bytes", "ckpt_bytes", "state_bytes"};
-    for (size_t k = 0; k < sizeof need / sizeof need[0]; k++)
-      if (!get(it, need[k])) {
-        rc = remat__errorf(err, REMAT_EFORMAT, "%s%s is missing", where, need[k]);
-        goto done;
-      }
-    if (G->recomputable && !get(it, "recompute")) {
-      rc = remat__errorf(err, REMAT_EFORMAT,
-                         "%srecompute is missing (it may be left out only with "
-                         "\"recomputable\": false)",
-                         where);
-      goto done;
-    }
-    if ((rc = json_number(get(it, "fwd"), where, "fwd", &G->fwd, err))) goto done;
-    if ((rc = json_number(get(it, "bwd"), where, "bwd", &G->bwd, err))) goto done;
-    if ((v = get(it, "recompute")) &&
-        (rc = json_number(v, where, "recompute", &G->recompute, err)))
-      goto done;
-    if ((rc = json_bytes(get(it, "act_bytes"), where, "act_bytes", &G->act_bytes, err)))
-      goto done;
-    if ((rc = json_bytes(get(it, "ckpt_bytes"), where, "ckpt_bytes", &G->ckpt_bytes, err)))
-      goto done;
-    if ((rc = json_bytes(get(it, "state_bytes"), where, "state_bytes", &G->state_bytes, err)))
-      goto done;
-    if ((v = get(it, "recompute_bytes")) &&
-        (rc = json_bytes(v, where, "recompute_bytes", &G->recompute_bytes, err)))
-      goto done;
-    if ((v = get(it, "work_bytes")) &&
-        (rc = json_bytes(v, where, "work_bytes", &G->work_bytes, err)))
-      goto done;
-    /* the middle policy: middle_bytes turns it on, and needs its time */
-    if ((v = get(it, "middle_bytes"))) {
-      G->middle = 1;
-      if ((rc = json_bytes(v, where, "middle_bytes", &G->middle_bytes, err))) goto done;
-      if (!get(it, "middle_recompute")) {
-        rc = remat__errorf(err, REMAT_EFORMAT, "%smiddle_recompute is missing (it goes with "
-                           "middle_bytes)", where);
-        goto done;
-      }
-      if ((rc = json_number(get(it, "middle_recompute"), where, "middle_recompute",
-                            &G->middle_recompute, err)))
-        goto done;
-      if ((v = get(it, "middle_recompute_bytes")) &&
-          (rc = json_bytes(v, where, "middle_recompute_bytes", &G->middle_recompute_bytes, err)))
-        goto done;
-    } else if (get(it, "middle_recompute") || get(it, "middle_recompute_bytes")) {
-      rc = remat__errorf(err, REMAT_EFORMAT,
-                         "%smiddle_recompute and middle_recompute_bytes need middle_bytes (the "
-                         "bytes the layer stores under the middle policy)", where);
-      goto done;
-    }
+  *total += G->count;
+  return parse_group_costs(G, it, where, err);
+}
+
+static int parse_json(remat_plan_problem *pb, const char *text, size_t len, remat_error *err) {
+  memset(pb, 0, sizeof *pb);
+  int rc = check_text(text, len, err);
+  if (rc) return rc;
+  cJSON *root;
+  if ((rc = parse_root(text, len, &root, err))) return rc;
+  if ((rc = parse_settings(pb, root, err))) goto done;
+  if ((rc = parse_memory(pb, get(root, "memory"), err))) goto done;
+  int64_t g = 0, total = 0;
+  const cJSON *it;
+  cJSON_ArrayForEach(it, get(root, "layers")) {
+    if ((rc = parse_group(&pb->groups[g], it, g, &total, err))) goto done;
     g++;
   }
   rc = remat_plan_problem_check(pb, err);

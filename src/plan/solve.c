@@ -25,6 +25,109 @@
  * at most half the limit. */
 #define BOUND_SECONDS_PER_EVAL 100e-9
 
+/* The arrays a search fills and borrows. */
+typedef struct {
+  int64_t *bounds; /* (p + 1) stage boundaries */
+  uint8_t *rec;    /* (L) 1: layer recomputed (or its policy) */
+  int64_t *items;  /* (L) scratch of the per-stage sets */
+} found;
+
+/* The first window; if nothing fits there, whether anything fits at all.
+ * Returns 0 with *fits set and S->Tcap the window, REMAT_EINFEASIBLE with the
+ * least-memory arrangement and the smallest delta, or an error. */
+static int first_window(remat__plan_solver *S, const found *f, int64_t *delta_out, int *fits,
+                        remat_error *err) {
+  const remat__plan_inst *in = S->in;
+  int64_t TF = remat__plan_minmax_F(in);
+  S->delta = 0;
+  S->Tcap = in->objective == REMAT_OBJ_1F1B && in->m == 1 ? INF : TF + TF / 4 + 1;
+  if (S->Tcap != INF && S->Tcap >= in->pF[in->L]) S->Tcap = INF;
+  *fits = remat__plan_reach(S);
+  if (*fits) return 0;
+  int64_t first = S->Tcap;
+  S->Tcap = INF;
+  if (first == INF || !remat__plan_reach(S)) {
+    if (remat__plan_min_delta(S, delta_out))
+      return remat__errorf(err, REMAT_ERANGE,
+                           "the time limit ran out while finding the smallest budget that fits "
+                           "(no arrangement fits the budgets given); raise the time limit");
+    remat__plan_least_memory(S, f->bounds, f->rec);
+    return REMAT_EINFEASIBLE;
+  }
+  S->Tcap = first;
+  return 0;
+}
+
+/* Each chosen stage's recomputed layers, rebuilt with set tracking. */
+static int stage_sets(const remat__plan_solver *S, const found *f, int mode, int64_t cap,
+                      remat_error *err) {
+  const remat__plan_inst *in = S->in;
+  for (int64_t s = 0; s < in->p; s++) {
+    int rc = remat__plan_stage_set(in, f->bounds[s], f->bounds[s + 1], s, mode, cap, f->rec,
+                                   f->items, S->deadline, err);
+    if (rc) return rc;
+  }
+  return 0;
+}
+
+/* One round of the bottleneck objective in a window where a plan fits: 1 and
+ * the plan when the window's optimum is the optimum, else 0 and *next a
+ * window sure to hold it (INF: none known), or an error below 0. */
+static int round_bottleneck(remat__plan_solver *S, const found *f, int64_t *next,
+                            remat_error *err) {
+  int64_t Tb = INF;
+  int rc = remat__plan_pass_minmax(S, &Tb);
+  if (rc) return rc;
+  if (Tb != INF && (Tb <= S->Tcap || S->Tcap == INF)) {
+    int got = remat__plan_pass_fewest(S, Tb, f->bounds);
+    if (got < 0) return got;
+    REMAT_ASSERT(got == 1);
+    if ((rc = stage_sets(S, f, REMAT__PLAN_FEWEST, Tb, err))) return rc;
+    return 1;
+  }
+  if (Tb != INF) *next = Tb;
+  return 0;
+}
+
+/* The same for the 1F1B iteration time. */
+static int round_iteration(remat__plan_solver *S, const found *f, int64_t *next,
+                           remat_error *err) {
+  const remat__plan_inst *in = S->in;
+  remat__plan_result res = {INF, 0, 0, 0, 0};
+  int got = remat__plan_pass_iteration(S, f->bounds, &res);
+  if (got < 0) return got;
+  int64_t m1 = in->m - 1, sumF = in->pF[in->L];
+  /* a plan with a stage outside has obj >= sum F + (m - 1) (Tcap + 1) */
+  if (got && (S->Tcap == INF || res.obj < sumF + m1 * (S->Tcap + 1))) {
+    int rc = stage_sets(S, f, REMAT__PLAN_LEAST_TIME, 0, err);
+    return rc ? rc : 1;
+  }
+  if (got) *next = (res.obj - sumF) / m1;
+  return 0;
+}
+
+/* The passes of one round in a window where a plan fits, after checking
+ * their work and, under a time limit, keeping time for the bounds: 1 when
+ * the plan is found, 0 with *next, or an error below 0. */
+static int round_fits(remat__plan_solver *S, const found *f, double start, double end,
+                      int64_t *next, remat_error *err) {
+  const remat__plan_inst *in = S->in;
+  double work = remat__plan_window_work(S);
+  if (work > MAX_WORK)
+    return remat__errorf(err, REMAT_ERANGE,
+                         "this problem needs about %.2g stage evaluations (%lld layers, up to "
+                         "%lld per stage, %lld stages), beyond the planner's limit of %.0g; "
+                         "use coarser layers",
+                         work, (long long)in->L, (long long)(in->L - in->p + 1), (long long)in->p,
+                         MAX_WORK);
+  if (end > 0) {
+    double keep = BOUND_SECONDS_PER_EVAL * work;
+    S->deadline = end - (keep < (end - start) / 2 ? keep : (end - start) / 2);
+  }
+  if (in->objective == REMAT_OBJ_BOTTLENECK) return round_bottleneck(S, f, next, err);
+  return round_iteration(S, f, next, err);
+}
+
 /* The exact search, within [start, end] when end > 0: 0 with the optimal
  * arrangement, REMAT_EINFEASIBLE with the least-memory arrangement and the
  * smallest delta, or an error. When time runs out where a plan fits, the
@@ -40,94 +143,24 @@ static int solve_core(const remat__plan_inst *in, int64_t *bounds, uint8_t *rec,
                          "(stage, boundary) pairs; use fewer stages or coarser layers",
                          (long long)L, (long long)p, (long long)REMAT__PLAN_MAX_CELLS);
   remat__plan_solver Sv, *S = &Sv;
-  int64_t *items = remat__malloc((size_t)L * sizeof *items);
+  found f = {bounds, rec, remat__malloc((size_t)L * sizeof *f.items)};
   int rc = remat__plan_fit_init(S, in, err);
-  if (!rc && !items)
+  if (!rc && !f.items)
     rc = remat__errorf(err, REMAT_ENOMEM, "out of memory planning %lld layers", (long long)L);
   if (rc) goto out;
   memset(rec, 0, (size_t)L);
   *rounds = 0;
   *delta_out = 0;
   S->deadline = end;
-
-  /* The first window; if nothing fits there, does anything fit at all? */
-  int64_t TF = remat__plan_minmax_F(in);
-  S->delta = 0;
-  S->Tcap = in->objective == REMAT_OBJ_1F1B && in->m == 1 ? INF : TF + TF / 4 + 1;
-  if (S->Tcap != INF && S->Tcap >= in->pF[L]) S->Tcap = INF;
-  int fits = remat__plan_reach(S);
-  if (!fits) {
-    int64_t first = S->Tcap;
-    S->Tcap = INF;
-    if (first == INF || !remat__plan_reach(S)) {
-      if ((rc = remat__plan_min_delta(S, delta_out))) {
-        rc = remat__errorf(err, REMAT_ERANGE,
-                           "the time limit ran out while finding the smallest budget that fits "
-                           "(no arrangement fits the budgets given); raise the time limit");
-        goto out;
-      }
-      remat__plan_least_memory(S, bounds, rec);
-      rc = REMAT_EINFEASIBLE;
-      goto out;
-    }
-    S->Tcap = first;
-  }
+  int fits;
+  if ((rc = first_window(S, &f, delta_out, &fits, err))) goto out;
   for (;;) {
     (*rounds)++;
     REMAT_ASSERT(fits || S->Tcap != INF);
     int64_t next = INF; /* a window sure to hold the optimum, once a plan fits */
-    if (fits) {
-      double work = remat__plan_window_work(S);
-      if (work > MAX_WORK) {
-        rc = remat__errorf(err, REMAT_ERANGE,
-                           "this problem needs about %.2g stage evaluations (%lld layers, up to "
-                           "%lld per stage, %lld stages), beyond the planner's limit of %.0g; "
-                           "use coarser layers",
-                           work, (long long)L, (long long)(L - p + 1), (long long)p, MAX_WORK);
-        goto out;
-      }
-      if (end > 0) {
-        double keep = BOUND_SECONDS_PER_EVAL * work;
-        S->deadline = end - (keep < (end - start) / 2 ? keep : (end - start) / 2);
-      }
-      if (in->objective == REMAT_OBJ_BOTTLENECK) {
-        int64_t Tb = INF;
-        if ((rc = remat__plan_pass_minmax(S, &Tb))) goto out;
-        if (Tb != INF && (Tb <= S->Tcap || S->Tcap == INF)) {
-          int got = remat__plan_pass_fewest(S, Tb, bounds);
-          if (got < 0) {
-            rc = got;
-            goto out;
-          }
-          REMAT_ASSERT(got == 1);
-          for (int64_t s = 0; s < p; s++)
-            if ((rc = remat__plan_stage_set(in, bounds[s], bounds[s + 1], s, REMAT__PLAN_FEWEST,
-                                            Tb, rec, items, S->deadline, err)))
-              goto out;
-          rc = 0;
-          goto out;
-        }
-        if (Tb != INF) next = Tb;
-      } else {
-        remat__plan_result res = {INF, 0, 0, 0, 0};
-        int got = remat__plan_pass_iteration(S, bounds, &res);
-        if (got < 0) {
-          rc = got;
-          goto out;
-        }
-        int64_t m1 = in->m - 1;
-        /* a plan with a stage outside has obj >= sum F + (m - 1) (Tcap + 1) */
-        if (got && (S->Tcap == INF || res.obj < in->pF[L] + m1 * (S->Tcap + 1))) {
-          for (int64_t s = 0; s < p; s++)
-            if ((rc = remat__plan_stage_set(in, bounds[s], bounds[s + 1], s,
-                                            REMAT__PLAN_LEAST_TIME, 0, rec, items,
-                                            S->deadline, err)))
-              goto out;
-          rc = 0;
-          goto out;
-        }
-        if (got) next = (res.obj - in->pF[L]) / m1;
-      }
+    if (fits && (rc = round_fits(S, &f, start, end, &next, err))) {
+      if (rc == 1) rc = 0;
+      goto out;
     }
     REMAT_ASSERT(S->Tcap != INF);
     if (next != INF && next > S->Tcap) S->Tcap = next; /* sure to hold the optimum */
@@ -141,7 +174,7 @@ out:
     if (arc) rc = arc;
   }
   remat__plan_fit_free(S);
-  remat__free(items);
+  remat__free(f.items);
   return rc;
 }
 

@@ -3,7 +3,7 @@
 # exits 0 without running anything; an unknown flag exits 2 with the usage.
 set -u
 BENCH=$1
-fails=0
+. "$(dirname "$0")/lib.sh"
 out=$("$BENCH" --help 2>&1)
 rc=$?
 if [ "$rc" -ne 0 ] || ! printf '%s\n' "$out" | grep -q '^usage: bench_plan' ||
@@ -20,5 +20,4 @@ if [ "$rc" -ne 2 ] || ! grep -q "unknown option '--frobnicate'" "${TMPDIR:-/tmp}
   fails=$((fails + 1))
 fi
 rm -f "${TMPDIR:-/tmp}/bench_usage.$$"
-echo "bench_usage: 2 cases, $fails failed"
-[ "$fails" -eq 0 ]
+summary bench_usage 2

@@ -13,16 +13,9 @@
 set -u
 remat=$1
 tmp=$2
-rm -rf "$tmp"
-mkdir -p "$tmp"
+. "$(dirname "$0")/lib.sh"
+fresh_dir "$tmp"
 cd "$tmp" || exit 1
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_rmaps_base_oversubscribe=1
-mpi() { mpirun --oversubscribe -np "$@"; }
-fails=0
-n=0
-ok() { n=$((n + 1)); echo "ok   [$1]"; }
-bad() { n=$((n + 1)); fails=$((fails + 1)); echo "FAIL [$1]"; }
 
 shape=(--config 4,64,4,256,64 --batch 2 --seq 32)
 common=("${shape[@]}" --steps 3 --dropout 0.1 --warmup 1 --cosine --threads 1
@@ -162,14 +155,7 @@ PY
 then ok "per rank: planned = measured = remat plan; persistent bytes = the ZeRO table"
 else bad "memory figures"; fi
 
-expect_fail() { # expect_fail NAME PATTERN NP args...
-  local name=$1 pattern=$2 np=$3
-  shift 3
-  mpi "$np" "$remat" train "$@" >err.out 2>&1
-  local rc=$?
-  if [[ $rc -ne 0 ]] && grep -q -- "$pattern" err.out; then ok "$name"
-  else bad "$name (rc $rc)"; head -3 err.out; fi
-}
+expect_fail() { expect_fail_mpi "$@"; } # NAME PATTERN NP args...
 expect_fail "wrong rank count" "started on 3 ranks but --data-parallel is 2" 3 --config tiny --data-parallel 2
 expect_fail "a grid on too few ranks" "started on 3 ranks but --stages 2 x --data-parallel 2 is a grid of 4 ranks" \
   3 --config tiny --stages 2 --data-parallel 2
@@ -189,7 +175,6 @@ job=$!
 sleep 3
 # a rank of this job: a descendant of $job running remat (not mpirun, and
 # no other job's process that happens to match the command line)
-below() { local p; for p in $(pgrep -P "$1"); do echo "$p"; below "$p"; done; }
 victim=$(for p in $(below "$job"); do
   [[ $(ps -o comm= -p "$p") == remat ]] && echo "$p"; done | tail -1)
 [[ -n $victim ]] && kill -9 "$victim"
@@ -332,5 +317,4 @@ mpi 2 "$remat" train --config 4,64,4,256,64 --batch 2 --seq 32 --steps 6 --dropo
 if grep -q "\-\-zero 3 differs from the saved run's 2" err.out; then ok "resume under another ZeRO stage refused"
 else bad "resume under another ZeRO stage: $(head -c 200 err.out)"; fi
 
-echo "$((n - fails)) passed, $fails failed"
-[[ $fails -eq 0 ]]
+summary

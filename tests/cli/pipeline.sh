@@ -10,16 +10,9 @@
 set -u
 remat=$1
 tmp=$2
-rm -rf "$tmp"
-mkdir -p "$tmp"
+. "$(dirname "$0")/lib.sh"
+fresh_dir "$tmp"
 cd "$tmp" || exit 1
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_rmaps_base_oversubscribe=1
-mpi() { mpirun --oversubscribe -np "$@"; }
-fails=0
-n=0
-ok() { n=$((n + 1)); echo "ok   [$1]"; }
-bad() { n=$((n + 1)); fails=$((fails + 1)); echo "FAIL [$1]"; }
 
 # one model, small enough to run many times: 6 blocks, B=4, T=32, 5 micro-batches
 common=(--config 6,64,4,256,64 --batch 4 --seq 32 --grad-accum 5 --steps 3 --dropout 0.1
@@ -86,14 +79,7 @@ if cmp -s <(python3 -c 'import json;[print(json.loads(l)["loss"]) for l in open(
   ok "--plan runs the planner's plan"
 else bad "--plan"; tail -5 file.out; fi
 
-expect_fail() { # expect_fail NAME PATTERN NP args...
-  local name=$1 pattern=$2 np=$3
-  shift 3
-  mpi "$np" "$remat" train "$@" >err.out 2>&1
-  local rc=$?
-  if [[ $rc -ne 0 ]] && grep -q -- "$pattern" err.out; then ok "$name"
-  else bad "$name (rc $rc)"; head -3 err.out; fi
-}
+expect_fail() { expect_fail_mpi "$@"; } # NAME PATTERN NP args...
 expect_fail "a plan for another shape" "was made for" 3 "${common[@]}" --seq 16 --stages 3 --plan plan.json
 expect_fail "a plan for another stage count" "is for 3 stages" 2 "${common[@]}" --stages 2 --plan plan.json
 expect_fail "wrong rank count" "started on 2 ranks but --stages is 3" 2 --config tiny --stages 3
@@ -145,7 +131,6 @@ job=$!
 sleep 3
 # a rank of this job: a descendant of $job running remat (not mpirun, and
 # no other job's process that happens to match the command line)
-below() { local p; for p in $(pgrep -P "$1"); do echo "$p"; below "$p"; done; }
 victim=$(for p in $(below "$job"); do
   [[ $(ps -o comm= -p "$p") == remat ]] && echo "$p"; done | tail -1)
 [[ -n $victim ]] && kill -9 "$victim"
@@ -206,5 +191,4 @@ mpi 2 "$remat" train --resume eck --lr 0.01 >err.out 2>&1
 grep -q "\-\-lr 0.01 differs from the saved run's 0.001" err.out && ok "pipeline: a changed flag refused" \
   || bad "pipeline resume refusal: $(head -c 200 err.out)"
 
-echo "$((n - fails)) passed, $fails failed"
-[[ $fails -eq 0 ]]
+summary

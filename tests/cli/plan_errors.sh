@@ -7,8 +7,7 @@ REMAT=$1
 TMP=$2
 DATA=$(cd "$(dirname "$0")/../data/plan" && pwd)
 mkdir -p "$TMP"
-fails=0
-n=0
+. "$(dirname "$0")/lib.sh"
 
 OUT="$TMP/out" # where expect sends standard output
 
@@ -263,5 +262,4 @@ if [ "$rc" -ne 0 ] || ! grep -q '"optimal":.*false' "$TMP/out" || ! grep -q '"ga
   fails=$((fails + 1))
 fi
 
-echo "plan_errors: $n cases, $fails failed"
-[ "$fails" -eq 0 ]
+summary plan_errors "$n"

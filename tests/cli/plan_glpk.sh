@@ -15,7 +15,7 @@ if ! command -v glpsol >/dev/null 2>&1; then
   exit 1
 fi
 
-fails=0
+. "$(dirname "$0")/lib.sh"
 runs=0
 
 # value of "objective_value" in remat's JSON on stdin
@@ -95,5 +95,4 @@ check "$DATA/work.json" --mem 700
 check "$DATA/middle.json" --mem 779
 check --config 4,64,4,256,64 --batch 4 --seq 32 --stages 2 --microbatches 4 --mem 3150079
 
-echo "plan_glpk: $runs cases, $fails failed"
-[ "$fails" -eq 0 ]
+summary plan_glpk "$runs"

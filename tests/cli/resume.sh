@@ -11,13 +11,9 @@
 set -u
 remat=$1
 tmp=$2
-rm -rf "$tmp"
-mkdir -p "$tmp"
+. "$(dirname "$0")/lib.sh"
+fresh_dir "$tmp"
 cd "$tmp" || exit 1
-fails=0
-n=0
-ok() { n=$((n + 1)); echo "ok   [$1]"; }
-bad() { n=$((n + 1)); fails=$((fails + 1)); echo "FAIL [$1]"; }
 losses() { python3 -c 'import json,sys;[print(json.loads(l)["step"],json.loads(l)["loss"],json.loads(l)["grad_norm"]) for l in open(sys.argv[1])]' "$1"; }
 
 F=(--config tiny --batch 4 --seq 32 --steps 12 --dropout 0.1 --grad-accum 2 --warmup 3 --cosine
@@ -151,5 +147,4 @@ expect_fail "steps before the checkpoint's" "it is at step 16 already" --resume 
   --quiet --peak-gflops 10 --threads 1 --save again.bin >/dev/null 2>&1
 cmp -s h16.bin again.bin && ok "flags with the saved values are accepted" || bad "same values again"
 
-echo "$((n - fails)) passed, $fails failed"
-[[ $fails -eq 0 ]]
+summary

@@ -7,28 +7,12 @@
 set -u
 remat=$1
 tmp=$2
-rm -rf "$tmp"
-mkdir -p "$tmp"
-fails=0
+. "$(dirname "$0")/lib.sh"
+fresh_dir "$tmp"
 
-check() { # check "description" COMMAND...: the command must succeed
-  local what=$1
-  shift
-  if "$@"; then echo "ok   $what"; else echo "FAIL $what"; fails=$((fails + 1)); fi
-}
-
-expect_fail() { # expect_fail "description" PATTERN args...: exit 1 or 2, one line naming PATTERN
-  local what=$1 pattern=$2
-  shift 2
-  "$remat" sample "$@" >"$tmp/out" 2>"$tmp/err"
-  local rc=$?
-  if [[ ($rc -eq 1 || $rc -eq 2) && $(grep -c . "$tmp/err") -eq 1 ]] && grep -qi -- "$pattern" "$tmp/err"; then
-    echo "ok   [$what] -> $(cat "$tmp/err")"
-  else
-    echo "FAIL [$what]: exit $rc, stderr: $(head -c 400 "$tmp/err")"
-    fails=$((fails + 1))
-  fi
-}
+# expect_fail "description" PATTERN args...: `remat sample args...` exits 1 or 2
+# with one line on stderr naming PATTERN.
+expect_fail() { expect_error "$1" "$2" sample "${@:3}"; }
 
 "$remat" train --config tiny --steps 40 --threads 1 --quiet --peak-gflops 100 --save "$tmp/byte.bin" >"$tmp/train" 2>&1
 check "a byte model trained 40 steps and saved: $(grep '^done' "$tmp/train")" test -s "$tmp/byte.bin"
@@ -76,5 +60,4 @@ expect_fail "an unknown option" "unknown option" --model "$tmp/byte.bin" --beam 
 for flag in --model --prompt --tokens --temperature --top-k --seed --vocab --bytes --threads --help; do
   grep -q -- "$flag" "$tmp/help" || { echo "FAIL --help does not mention $flag"; fails=$((fails + 1)); }
 done
-echo "sample: $fails failed"
-[[ $fails -eq 0 ]]
+summary sample

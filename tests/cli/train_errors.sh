@@ -5,36 +5,12 @@
 set -u
 remat=$1
 tmp=$2
-rm -rf "$tmp"
-mkdir -p "$tmp"
-fails=0
-n=0
+. "$(dirname "$0")/lib.sh"
+fresh_dir "$tmp"
 
-# expect_fail "description" PATTERN args...: exit 1 or 2, one line on stderr
-# that matches PATTERN (case-insensitive).
-expect_fail() {
-  local what=$1 pattern=$2
-  shift 2
-  n=$((n + 1))
-  # a run that blocks (on a FIFO) fails here instead of hanging the suite
-  timeout -k 5 120 "$remat" train --quiet "$@" >"$tmp/out" 2>"$tmp/err" </dev/null
-  local rc=$?
-  local lines
-  lines=$(grep -c . "$tmp/err")
-  if [[ $rc -ne 1 && $rc -ne 2 ]]; then
-    echo "FAIL [$what]: exit code $rc (want 1 or 2): $(head -c 300 "$tmp/err")"
-    fails=$((fails + 1))
-  elif [[ $lines -ne 1 ]]; then
-    echo "FAIL [$what]: $lines lines on stderr (want 1):"
-    sed 's/^/    /' "$tmp/err" | head -5
-    fails=$((fails + 1))
-  elif ! grep -qi -- "$pattern" "$tmp/err"; then
-    echo "FAIL [$what]: message does not mention '$pattern': $(cat "$tmp/err")"
-    fails=$((fails + 1))
-  else
-    echo "ok   [$what] -> $(cat "$tmp/err")"
-  fi
-}
+# expect_fail "description" PATTERN args...: `remat train --quiet args...`
+# exits 1 or 2 with one line on stderr that matches PATTERN.
+expect_fail() { expect_error "$1" "$2" train --quiet "${@:3}"; }
 
 # Files: little-endian int32 headers written with perl (always on Debian).
 shard() { # shard FILE MAGIC VERSION COUNT NTOKENS_WRITTEN MAXID
@@ -236,5 +212,4 @@ else
   else echo "FAIL [SIGTERM during set-up]: rc $rc: $(head -c 300 "$tmp/err")"; fails=$((fails + 1)); fi
 fi
 
-echo "$((n - fails)) passed, $fails failed"
-[[ $fails -eq 0 ]]
+summary

@@ -8,14 +8,8 @@
 set -u
 remat=$1
 tmp=$2
-rm -rf "$tmp"
-mkdir -p "$tmp"
-fails=0
-n=0
-check() { # check "description" command...
-  n=$((n + 1))
-  if "${@:2}"; then echo "ok   [$1]"; else echo "FAIL [$1]"; fails=$((fails + 1)); fi
-}
+. "$(dirname "$0")/lib.sh"
+fresh_dir "$tmp"
 field() { # field FILE KEY LINE: the numeric value of KEY on line LINE (or "last")
   perl -ne 'BEGIN{($k,$l)=@ARGV[1,2]; @ARGV=($ARGV[0])} push @v, /"\Q$k\E": ([-0-9.e+]+)/ ? $1 : "NA";
     END{ print $l eq "last" ? $v[-1] : $v[$l-1] }' "$@"
@@ -167,5 +161,4 @@ check "a BPE model's sample is decoded text (one line of GPT-2 tokens)" \
 "$remat" train "${S[@]}" --sample-every 5 --stages 2 >"$tmp/s2.out" 2>&1
 check "--sample-every refused on several ranks" grep -q "sample-every runs on one process only" "$tmp/s2.out"
 
-echo "$((n - fails)) passed, $fails failed"
-[[ $fails -eq 0 ]]
+summary

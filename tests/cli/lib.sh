@@ -1,0 +1,80 @@
+# lib.sh: the helpers every script under tests/cli/ shares, as libuv's tests
+# share test/task.h. A script sources it before its cases:
+#   . "$(dirname "$0")/lib.sh"
+# It counts cases in n and failures in fails; ok and bad report one case,
+# summary prints the closing line and gives the script's exit status. The
+# helpers that run remat use $remat (the binary) and $tmp (the scratch
+# directory), which the script sets.
+
+fails=0
+n=0
+
+# Open MPI refuses to start as root (as in a container) without the first
+# two, and to start more ranks than cores without the third.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_rmaps_base_oversubscribe=1
+
+# mpi NP COMMAND...: COMMAND on NP ranks.
+mpi() { mpirun --oversubscribe -np "$@"; }
+
+# fresh_dir DIR: DIR, empty.
+fresh_dir() { rm -rf "$1" && mkdir -p "$1"; }
+
+# ok TEXT, bad TEXT: one case passed ("ok   [TEXT]") or failed ("FAIL [TEXT]").
+ok() { n=$((n + 1)); echo "ok   [$1]"; }
+bad() { n=$((n + 1)); fails=$((fails + 1)); echo "FAIL [$1]"; }
+
+# check "description" COMMAND...: one case, passed when COMMAND succeeds.
+check() { if "${@:2}"; then ok "$1"; else bad "$1"; fi; }
+
+# expect_error "description" PATTERN ARGS...: `remat ARGS...` must exit 1 or
+# 2 with one line on stderr that matches PATTERN (case-insensitive); the line
+# is shown. A run that blocks (on a FIFO) fails here instead of hanging the
+# suite.
+expect_error() {
+  local what=$1 pattern=$2
+  shift 2
+  n=$((n + 1))
+  timeout -k 5 120 "$remat" "$@" >"$tmp/out" 2>"$tmp/err" </dev/null
+  local rc=$?
+  local lines
+  lines=$(grep -c . "$tmp/err")
+  if [[ $rc -ne 1 && $rc -ne 2 ]]; then
+    echo "FAIL [$what]: exit code $rc (want 1 or 2): $(head -c 300 "$tmp/err")"
+    fails=$((fails + 1))
+  elif [[ $lines -ne 1 ]]; then
+    echo "FAIL [$what]: $lines lines on stderr (want 1):"
+    sed 's/^/    /' "$tmp/err" | head -5
+    fails=$((fails + 1))
+  elif ! grep -qi -- "$pattern" "$tmp/err"; then
+    echo "FAIL [$what]: message does not mention '$pattern': $(cat "$tmp/err")"
+    fails=$((fails + 1))
+  else
+    echo "ok   [$what] -> $(cat "$tmp/err")"
+  fi
+}
+
+# expect_fail_mpi NAME PATTERN NP ARGS...: `remat train ARGS...` on NP ranks
+# must fail with PATTERN in its output (err.out in the current directory).
+expect_fail_mpi() {
+  local name=$1 pattern=$2 np=$3
+  shift 3
+  mpi "$np" "$remat" train "$@" >err.out 2>&1
+  local rc=$?
+  if [[ $rc -ne 0 ]] && grep -q -- "$pattern" err.out; then ok "$name"
+  else bad "$name (rc $rc)"; head -3 err.out; fi
+}
+
+# below PID: every descendant of PID (a job's ranks, not another job's
+# processes that happen to match its command line).
+below() { local p; for p in $(pgrep -P "$1"); do echo "$p"; below "$p"; done; }
+
+# summary [NAME [CASES]]: the closing line, "N passed, F failed" (or
+# "NAME: F failed", or "NAME: CASES cases, F failed"); the status is 0 when
+# nothing failed.
+summary() {
+  if [[ $# -eq 0 ]]; then echo "$((n - fails)) passed, $fails failed"
+  elif [[ $# -eq 1 ]]; then echo "$1: $fails failed"
+  else echo "$1: $2 cases, $fails failed"; fi
+  [[ $fails -eq 0 ]]
+}
