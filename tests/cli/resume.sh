@@ -28,17 +28,17 @@ else bad "resume at step 6"; fi
 
 # Killed at random moments, resumed each time: the newest complete
 # checkpoint always loads, and the end is the uninterrupted run's.
-G=(--config tiny --batch 4 --seq 32 --steps 60 --dropout 0.1 --grad-accum 2 --warmup 5 --cosine
+G=(--config tiny --batch 4 --seq 32 --steps 600 --dropout 0.1 --grad-accum 2 --warmup 5 --cosine
    --quiet --peak-gflops 10 --threads 1 --checkpoint-dir kill --checkpoint-every 1)
 "$remat" train "${G[@]/kill/ref}" --save ref.bin >/dev/null
 RANDOM=7
 kills=0
-for round in 1 2 3 4 5 6; do
+for round in $(seq 20); do
   args=("${G[@]}")
   [[ -d kill ]] && args+=(--resume kill)
   "$remat" train "${args[@]}" --save killed.bin >/dev/null 2>&1 &
   pid=$!
-  sleep "0.$((RANDOM % 9 + 1))"
+  sleep "$(printf '0.%03d' $((RANDOM % 181 + 20)))" # 20 to 200 ms, at any point of a step
   if kill -9 "$pid" 2>/dev/null; then kills=$((kills + 1)); fi
   wait "$pid" 2>/dev/null
   if [[ -d kill ]] && ! "$remat" train "${G[@]}" --resume kill --plan-only >/dev/null 2>&1; then
@@ -55,6 +55,7 @@ done
 if cmp -s ref.bin killed.bin; then ok "killed $kills times at random, resumed (one checkpoint damaged: ${corrupted:-none}): same bytes as one run"
 else bad "killed and resumed runs differ from one run"; fi
 [[ -n ${corrupted:-} ]] || bad "no checkpoint to damage after round 3"
+[[ $kills -ge 15 ]] || bad "only $kills of 20 runs were killed while training"
 
 # Self-checking checkpoints: a damaged or mixed step directory is refused
 # by name; resuming from the parent falls back to the newest that verifies
