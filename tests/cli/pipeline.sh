@@ -191,4 +191,13 @@ mpi 2 "$remat" train --resume eck --lr 0.01 >err.out 2>&1
 grep -q "\-\-lr 0.01 differs from the saved run's 0.001" err.out && ok "pipeline: a changed flag refused" \
   || bad "pipeline resume refusal: $(head -c 200 err.out)"
 
+# A plan file that is a FIFO is refused by every rank at once, never opened.
+rm -f pfifo && mkfifo pfifo
+timeout -k 5 60 mpirun --oversubscribe -np 2 "$remat" train --config tiny --stages 2 --plan pfifo \
+  >err.out 2>&1 </dev/null
+rc=$?
+if [[ $rc -ne 0 && $rc -ne 124 && $rc -ne 137 ]] && grep -q "FIFO" err.out && [[ -p pfifo ]]; then
+  ok "--plan FIFO under mpirun: refused (exit $rc), the FIFO left as it was"
+else bad "--plan FIFO under mpirun: exit $rc: $(head -c 200 err.out)"; fi
+
 summary

@@ -108,6 +108,23 @@ else
   fails=$((fails + 1))
 fi
 
+# Outputs that are FIFOs (or links to one) are refused before anything is
+# loaded, without being opened; a checkpoint directory that cannot be made
+# is refused before the first step, not when the first checkpoint is due.
+expect_fail "log is a FIFO" "FIFO" --config tiny --steps 1 --log "$tmp/fifo"
+expect_fail "log links to a FIFO" "FIFO" --config tiny --steps 1 --log "$tmp/fifo-link"
+: >"$tmp/plainfile"
+for ck in "$tmp/plainfile" "$tmp/plainfile/sub" "$tmp/nodir/sub" "$tmp/fifo"; do
+  expect_fail "--checkpoint-dir $(basename "$(dirname "$ck")")/$(basename "$ck") refused" \
+    "$(basename "$ck")" --config tiny --steps 2 --checkpoint-dir "$ck" --checkpoint-every 1
+  n=$((n + 1))
+  # refused in the job's set-up: before the plan is shown (and so before
+  # the arena, the weights and any step)
+  if grep -q '^\(memory\|threads\|peak\) ' "$tmp/out"; then
+    echo "FAIL [--checkpoint-dir $ck: refused only after set-up]"; fails=$((fails + 1))
+  else echo "ok   [--checkpoint-dir $(basename "$ck"): refused before the plan, the arena or a step]"; fi
+done
+
 # Outputs never overwrite inputs.
 cp "$tmp/tiny.bin" "$tmp/in.bin"
 expect_fail "log over the model" "overwrite an input" --model "$tmp/in.bin" --steps 1 --log "$tmp/in.bin"
