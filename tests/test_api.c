@@ -2,11 +2,13 @@
  * promises: the version string, the error table's names and messages, the
  * built-in shapes, the learning-rate schedule, the MFU formula, the heap
  * counters, the recompute-list parser, the sampler's greedy and top-1
- * draws, and a one-process job's placement. */
+ * draws, a one-process job's placement, and a job run through the public
+ * API against a bare trainer. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "test_util.h"
 
@@ -158,6 +160,80 @@ static void test_job_placement(void) {
   remat_job_destroy(job, 0);
 }
 
+/* Bytes of a file (NULL when it cannot be read); *n its size. */
+static unsigned char *slurp(const char *path, long *n) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END);
+  *n = ftell(f);
+  rewind(f);
+  unsigned char *b = malloc((size_t)*n + 1);
+  if (b && fread(b, 1, (size_t)*n, f) != (size_t)*n) {
+    free(b);
+    b = NULL;
+  }
+  fclose(f);
+  return b;
+}
+
+/* A job run through the public API, as job.h's tour does it (create,
+ * prepare, start, step until done, save), trains what a bare trainer with
+ * the same settings trains: the same saved bytes; and it holds the bytes it
+ * planned. */
+static void test_job_run(void) {
+  remat_job_desc d;
+  remat_job_desc_default(&d);
+  d.config = "2,32,2,256,16";
+  d.train.B = 2;
+  d.train.T = 16;
+  d.train.steps = 3;
+  d.train.hp.dropout = 0.1f;
+  d.ckpt_layers = "middle:1";
+  char a[64], b[64];
+  snprintf(a, sizeof a, "test_api_job_%ld.bin", (long)getpid());
+  snprintf(b, sizeof b, "test_api_trainer_%ld.bin", (long)getpid());
+  remat_job *job;
+  remat_error err;
+  remat_job_step_info in = {0};
+  CHECK(remat_job_create(&job, &d, &err) == 0);
+  CHECK(remat_job_prepare(job, &err) == 0);
+  CHECK(remat_job_start(job, &err) == 0);
+  int steps = 0;
+  while (!remat_job_done(job) && steps < 10) {
+    CHECK(remat_job_step(job, 0, &in, &err) == 0);
+    steps++;
+  }
+  CHECK(steps == 3 && in.stats.step == 3 && isfinite(in.stats.loss));
+  CHECK(in.measured == remat_job_planned_bytes(job));
+  CHECK(remat_job_save(job, a, &err) == 0);
+  remat_job_destroy(job, 0);
+
+  remat_config cfg;
+  remat_tokens tok = {0};
+  remat_trainer *tr;
+  uint8_t policy[2] = {REMAT_KEEP, REMAT_MIDDLE};
+  CHECK(remat_config_parse(d.config, &cfg, &err) == 0);
+  CHECK(remat_corpus_tokens(&tok, 0, &err) == 0);
+  CHECK(remat_trainer_create(&tr, &cfg, policy, &tok, &d.train, &err) == 0);
+  CHECK(remat_trainer_allocate(tr, &err) == 0);
+  remat_model_init_weights(remat_trainer_model(tr), d.train.hp.seed);
+  for (int k = 0; k < 3; k++) {
+    remat_step_stats st;
+    CHECK(remat_trainer_step(tr, &st, &err) == 0);
+  }
+  CHECK(remat_checkpoint_save(b, &cfg, remat_model_params(remat_trainer_model(tr)), &err) == 0);
+  remat_trainer_destroy(tr);
+  remat_tokens_free(&tok);
+
+  long na = 0, nb = 0;
+  unsigned char *ba = slurp(a, &na), *bb = slurp(b, &nb);
+  CHECK(ba && bb && na == nb && na > 0 && memcmp(ba, bb, (size_t)na) == 0);
+  free(ba);
+  free(bb);
+  remove(a);
+  remove(b);
+}
+
 int main(void) {
   test_version();
   test_errors();
@@ -168,5 +244,6 @@ int main(void) {
   test_policy_list();
   test_sample();
   test_job_placement();
+  test_job_run();
   return test_summary("test_api");
 }
