@@ -53,16 +53,11 @@ static void check_layout(const remat_memplan *mp) {
   if (mp->has_head) CHECK(work >= mm->head_bytes + mm->logits_bytes);
 }
 
-int main(void) {
+/* Layer terms: a kept block stores its input plus exactly the internals. */
+static void test_layer_terms(const remat_config *cfg) {
   remat_error err;
-  remat_config cfg;
-  CHECK(remat_config_parse("gpt2-124m", &cfg, &err) == 0);
-  CHECK(cfg.padded_vocab_size == 50304 && cfg.num_layers == 12 && cfg.channels == 768);
-  CHECK(remat_param_count(&cfg) == 124475904); /* llm.c's count for padded GPT-2 small */
-
-  /* Layer terms: a kept block stores its input plus exactly the internals. */
   remat_memory_model mm;
-  CHECK(remat_memory_model_get(&cfg, 4, 64, &mm, &err) == 0);
+  CHECK(remat_memory_model_get(cfg, 4, 64, &mm, &err) == 0);
   const remat_layer_bytes *blk = &mm.layer[REMAT_LAYER_BLOCK];
   size_t BTC = 4 * 64 * 768;
   CHECK(blk->ckpt == BTC * 4);
@@ -76,7 +71,7 @@ int main(void) {
    * sums */
   for (int64_t T = 1; T <= 1024; T = T < 64 ? T + 21 : T * 2) {
     remat_memory_model mt;
-    CHECK(remat_memory_model_get(&cfg, 4, T, &mt, &err) == 0);
+    CHECK(remat_memory_model_get(cfg, 4, T, &mt, &err) == 0);
     size_t bt = 4 * (size_t)T, btc = bt * 768;
     size_t wi = 4 * (15 * btc + 4 * bt + 12 * bt), wd = 4 * (10 * btc + 12 * bt);
     CHECK(mt.block_internal_bytes >= wi && mt.block_internal_bytes < wi + 12 * REMAT_ALIGN);
@@ -90,29 +85,33 @@ int main(void) {
   CHECK(mm.block_stored_bytes + mm.block_cheap_bytes == mm.block_internal_bytes);
   CHECK(blk->mid == blk->ckpt + mm.block_stored_bytes);
   CHECK(blk->mid_scratch == blk->work + mm.block_cheap_bytes);
-  CHECK(blk->state == 16 * remat_block_param_count(&cfg));
+  CHECK(blk->state == 16 * remat_block_param_count(cfg));
   CHECK(mm.layer[REMAT_LAYER_HEAD].work == mm.head_bytes + mm.logits_bytes);
   CHECK(mm.logits_bytes == 4 * 64 * 50304 * 4);
 
-  /* Every policy count: the regions tile the arena; the slot shrinks by one
-   * block's internals per recomputed block. */
+}
+
+/* Every policy count: the regions tile the arena; the slot shrinks by one
+ * block's internals per recomputed block. */
+static void test_recompute_counts(const remat_config *cfg) {
+  remat_error err;
   uint8_t pol[12];
   size_t prev = 0;
   for (int n = 0; n <= 12; n++) {
     remat_policy_first_n(pol, 12, n);
     remat_memplan *mp;
-    CHECK(remat_memplan_create(&mp, &cfg, 4, 64, pol, &err) == 0);
+    CHECK(remat_memplan_create(&mp, cfg, 4, 64, pol, &err) == 0);
     check_layout(mp);
     CHECK(mp->num_recomputed == n && mp->num_kept == 12 - n);
     /* all persistent state is in the arena; one micro-batch per step needs
      * no tied gradient apart */
-    CHECK(mp->persistent_bytes == 4 * remat_param_count(&cfg) * 4 &&
+    CHECK(mp->persistent_bytes == 4 * remat_param_count(cfg) * 4 &&
           mp->buf[REMAT_BUF_TIED_GRAD].bytes == 0);
     /* accumulating, the head's tied gradient is summed apart */
-    remat_stage acc = remat_stage_whole(&cfg, pol);
+    remat_stage acc = remat_stage_whole(cfg, pol);
     acc.accumulate = 1;
     remat_memplan *mpa;
-    CHECK(remat_memplan_create_stage(&mpa, &cfg, 4, 64, &acc, &err) == 0);
+    CHECK(remat_memplan_create_stage(&mpa, cfg, 4, 64, &acc, &err) == 0);
     CHECK(mpa->persistent_bytes == mp->persistent_bytes + mp->mm.tied_grad_bytes &&
           mpa->buf[REMAT_BUF_TIED_GRAD].bytes == mp->mm.tied_grad_bytes);
     remat_memplan_destroy(mpa);
@@ -121,19 +120,31 @@ int main(void) {
     remat_memplan_destroy(mp);
   }
 
-  /* Middle blocks: the slot shrinks by the cheap internals per block, and
-   * the workspace holds them once. */
+}
+
+/* Middle blocks: the slot shrinks by the cheap internals per block, and
+ * the workspace holds them once. */
+static void test_middle_counts(const remat_config *cfg) {
+  remat_error err;
+  uint8_t pol[12];
   for (int n = 0; n <= 12; n++) {
     for (int l = 0; l < 12; l++) pol[l] = l < n ? REMAT_MIDDLE : REMAT_KEEP;
     remat_memplan *mp;
-    CHECK(remat_memplan_create(&mp, &cfg, 4, 64, pol, &err) == 0);
+    CHECK(remat_memplan_create(&mp, cfg, 4, 64, pol, &err) == 0);
     check_layout(mp);
     CHECK(mp->num_middle == n && mp->num_kept == 12 - n && mp->num_recomputed == 0);
     remat_memplan_destroy(mp);
   }
 
-  /* Stages of a pipeline: any slice, any policy, several in flight; and the
-   * stages of a split add up to one process's state. */
+}
+
+/* Stages of a pipeline: any slice, any policy, several in flight; and a
+ * stage beyond the model is refused. */
+static void test_stages(const remat_config *cfg) {
+  remat_error err;
+  uint8_t pol[12];
+  remat_memory_model mm;
+  CHECK(remat_memory_model_get(cfg, 4, 64, &mm, &err) == 0);
   for (int64_t first = 0; first <= 12; first += 3)
     for (int64_t nb = 0; first + nb <= 12; nb += 2)
       for (int64_t n = 1; n <= 3; n++)
@@ -142,7 +153,7 @@ int main(void) {
                             .inflight = n, .has_embedding = ends & 1, .has_head = ends >> 1};
           for (int64_t i = 0; i < nb; i++) pol[i] = (uint8_t)((i * 7 + n + ends) % 3);
           remat_memplan *mp;
-          int rc = remat_memplan_create_stage(&mp, &cfg, 2, 32, &st, &err);
+          int rc = remat_memplan_create_stage(&mp, cfg, 2, 32, &st, &err);
           if (nb == 0 && ends == 0) {
             CHECK(rc == REMAT_EINVAL);
             continue;
@@ -153,28 +164,33 @@ int main(void) {
         }
   remat_stage bad = {.first_block = 10, .num_blocks = 3, .inflight = 1};
   remat_stage_bytes sb;
-  CHECK(remat_stage_bytes_get(&cfg, &mm, &bad, &sb, &err) == REMAT_EINVAL);
+  CHECK(remat_stage_bytes_get(cfg, &mm, &bad, &sb, &err) == REMAT_EINVAL);
 
-  /* Fewest recompute agrees with trying every count. */
+}
+
+/* Fewest recompute agrees with trying every count. */
+static void test_fewest(const remat_config *cfg) {
+  remat_error err;
+  uint8_t pol[12];
   for (int trial = 0; trial < 40; trial++) {
     size_t lo, hi;
     remat_policy_first_n(pol, 12, 12);
     remat_memplan *mp;
-    remat_memplan_create(&mp, &cfg, 4, 64, pol, &err);
+    remat_memplan_create(&mp, cfg, 4, 64, pol, &err);
     lo = mp->peak_bytes;
     remat_memplan_destroy(mp);
     remat_policy_first_n(pol, 12, 0);
-    remat_memplan_create(&mp, &cfg, 4, 64, pol, &err);
+    remat_memplan_create(&mp, cfg, 4, 64, pol, &err);
     hi = mp->peak_bytes;
     remat_memplan_destroy(mp);
     size_t budget = lo - 1000 + (hi - lo + 2000) / 40 * (size_t)trial;
     int64_t n;
     size_t need;
-    int rc = remat_fewest_recompute(&cfg, 4, 64, NULL, budget, &n, &need, &err);
+    int rc = remat_fewest_recompute(cfg, 4, 64, NULL, budget, &n, &need, &err);
     int expect = -1;
     for (int k = 0; k <= 12 && expect < 0; k++) {
       remat_policy_first_n(pol, 12, k);
-      remat_memplan_create(&mp, &cfg, 4, 64, pol, &err);
+      remat_memplan_create(&mp, cfg, 4, 64, pol, &err);
       if (mp->peak_bytes <= budget) expect = k;
       remat_memplan_destroy(mp);
     }
@@ -187,7 +203,12 @@ int main(void) {
     }
   }
 
-  /* Bad shapes and sizes fail with a message, never a crash. */
+}
+
+/* Bad shapes and sizes fail with a message, never a crash. */
+static void test_bad_shapes(void) {
+  remat_error err;
+  remat_config cfg;
   const char *bad_cfg[] = {"", "nope", "4,128,3,256,64", "0,128,4,256,64", "4,128,4",
                            "4,128,4,256,64,1", "4,-128,4,256,64", "4,x,4,256,64",
                            "99999999999,1,1,2,2"};
@@ -201,6 +222,10 @@ int main(void) {
   CHECK(remat_memplan_create(&mp, &cfg, 4, 65, NULL, &err) == REMAT_ESHAPE);
   CHECK(remat_memplan_create(&mp, &cfg, 0, 64, NULL, &err) == REMAT_EINVAL);
 
+}
+
+static void test_sizes(void) {
+  remat_error err;
   size_t s;
   CHECK(remat_parse_size("1.5GiB", &s, &err) == 0 && s == 1610612736);
   CHECK(remat_parse_size("800MB", &s, &err) == 0 && s == 800000000);
@@ -210,5 +235,20 @@ int main(void) {
   const char *bad_size[] = {"", "abc", "-1GB", "1.5XB", "nan", "inf", "1e400", "GB"};
   for (size_t i = 0; i < sizeof bad_size / sizeof bad_size[0]; i++)
     CHECK(remat_parse_size(bad_size[i], &s, &err) < 0);
+}
+
+int main(void) {
+  remat_error err;
+  remat_config cfg;
+  CHECK(remat_config_parse("gpt2-124m", &cfg, &err) == 0);
+  CHECK(cfg.padded_vocab_size == 50304 && cfg.num_layers == 12 && cfg.channels == 768);
+  CHECK(remat_param_count(&cfg) == 124475904); /* llm.c's count for padded GPT-2 small */
+  test_layer_terms(&cfg);
+  test_recompute_counts(&cfg);
+  test_middle_counts(&cfg);
+  test_stages(&cfg);
+  test_fewest(&cfg);
+  test_bad_shapes();
+  test_sizes();
   return test_summary("memplan");
 }
