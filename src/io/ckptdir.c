@@ -423,15 +423,12 @@ int remat_write_marker(const char *path, remat_error *err) {
   return remat_save_bytes(path, "marker", LEGACY_DONE, strlen(LEGACY_DONE), err);
 }
 
-/* Before a checkpoint is written into step_dir again: its DONE goes first
- * (the directory stops being a checkpoint), then every file remat would
- * read there, so no state of an earlier attempt with another number of
- * ranks stays beside the new files. */
-int remat__checkpoint_dir_clear(const char *step_dir, remat_error *err) {
-  char path[DIR_PATH_MAX];
-  if (join_path(path, sizeof path, step_dir, "DONE")) return too_long(step_dir, err);
-  if (remove(path) != 0 && errno != ENOENT)
-    return remat__errorf(err, REMAT_EIO, "cannot remove '%s': %s", path, strerror(errno));
+/* Calls fn with every file of step_dir that remat reads from a checkpoint
+ * (model.bin and the state files), until one returns non-zero. */
+static int each_ckpt_file(const char *step_dir,
+                          int (*fn)(const char *step_dir, const char *name, void *ctx,
+                                    remat_error *err),
+                          void *ctx, remat_error *err) {
   int dfd, rc = remat__open(step_dir, O_RDONLY, REMAT__OPEN_DIR, "checkpoint", &dfd, NULL, err);
   if (rc) return rc;
   DIR *d = fdopendir(dfd);
@@ -442,13 +439,28 @@ int remat__checkpoint_dir_clear(const char *step_dir, remat_error *err) {
   struct dirent *e;
   while (!rc && (e = readdir(d))) {
     int64_t r;
-    if (!is_ckpt_file(e->d_name, &r)) continue;
-    if (join_path(path, sizeof path, step_dir, e->d_name)) rc = too_long(step_dir, err);
-    else if (remove(path) != 0 && errno != ENOENT)
-      rc = remat__errorf(err, REMAT_EIO, "cannot remove '%s': %s", path, strerror(errno));
+    if (is_ckpt_file(e->d_name, &r)) rc = fn(step_dir, e->d_name, ctx, err);
   }
   closedir(d);
   return rc;
+}
+
+static int remove_file(const char *step_dir, const char *name, void *ctx, remat_error *err) {
+  (void)ctx;
+  char path[DIR_PATH_MAX];
+  if (join_path(path, sizeof path, step_dir, name)) return too_long(step_dir, err);
+  if (remove(path) != 0 && errno != ENOENT)
+    return remat__errorf(err, REMAT_EIO, "cannot remove '%s': %s", path, strerror(errno));
+  return 0;
+}
+
+/* Before a checkpoint is written into step_dir again: its DONE goes first
+ * (the directory stops being a checkpoint), then every file remat would
+ * read there, so no state of an earlier attempt with another number of
+ * ranks stays beside the new files. */
+int remat__checkpoint_dir_clear(const char *step_dir, remat_error *err) {
+  int rc = remove_file(step_dir, "DONE", NULL, err);
+  return rc ? rc : each_ckpt_file(step_dir, remove_file, NULL, err);
 }
 
 /* ----------------------------------------------------------- verifying */
@@ -536,31 +548,20 @@ static int verify_file(const remat__manifest *m, const remat__manifest_file *f,
   return 0;
 }
 
+static int check_listed(const char *step_dir, const char *name, void *ctx, remat_error *err) {
+  const remat__manifest *m = ctx;
+  for (size_t i = 0; i < m->nfiles; i++)
+    if (!strcmp(m->files[i].name, name)) return 0;
+  return remat__errorf(err, REMAT_EFORMAT,
+                       "%.64s is not listed in DONE in '%s': it does not belong to this "
+                       "checkpoint; remove it",
+                       name, step_dir);
+}
+
 /* No file remat would read sits there unlisted (a state from elsewhere). */
 static int verify_none_unlisted(const remat__manifest *m, const char *step_dir,
                                 remat_error *err) {
-  int dfd;
-  int rc = remat__open(step_dir, O_RDONLY, REMAT__OPEN_DIR, "checkpoint", &dfd, NULL, err);
-  if (rc) return rc;
-  DIR *d = fdopendir(dfd);
-  if (!d) {
-    close(dfd);
-    return remat__errorf(err, REMAT_EIO, "cannot list '%s': %s", step_dir, strerror(errno));
-  }
-  struct dirent *e;
-  while (!rc && (e = readdir(d))) {
-    int64_t r;
-    if (!is_ckpt_file(e->d_name, &r)) continue;
-    int listed = 0;
-    for (size_t i = 0; i < m->nfiles; i++) listed |= !strcmp(m->files[i].name, e->d_name);
-    if (!listed)
-      rc = remat__errorf(err, REMAT_EFORMAT,
-                         "%.64s is not listed in DONE in '%s': it does not belong to this "
-                         "checkpoint; remove it",
-                         e->d_name, step_dir);
-  }
-  closedir(d);
-  return rc;
+  return each_ckpt_file(step_dir, check_listed, (void *)m, err);
 }
 
 int remat_checkpoint_verify(const char *step_dir, int64_t step, remat_checkpoint_info *info,
