@@ -80,6 +80,7 @@ static int set_flag(const cli_flag *f, const char *name, const char *v) {
   double dv;
   switch (f->kind) {
   case CLI_STR:
+  case CLI_RAW:
     *(const char **)f->dst = v;
     return 0;
   case CLI_ARG:
@@ -132,6 +133,10 @@ int cli_parse_flags(int argc, char **argv, const cli_flag *flags, const char *us
       if (a[n] == '=')
         return cli_fail(-1, "%s is a switch and takes no value", f->name);
       *(int *)f->dst = 1;
+      continue;
+    }
+    if (f->kind == CLI_RAW && a[n] != '=' && i + 1 < argc) {
+      set_flag(f, f->name, argv[++i]);
       continue;
     }
     char name[64];

@@ -38,7 +38,11 @@ const char *cli_flag_value(int argc, char **argv, int *i, char *name, size_t cap
  * not start with '-', or "-"); what names it in the refusal of a second
  * ("more than one problem file given"). Without a CLI_ARG flag, operands
  * are refused. Names may be short ("-o"). */
-typedef enum { CLI_STR, CLI_I64, CLI_INT, CLI_U64, CLI_F64, CLI_F32, CLI_SWITCH, CLI_ARG } cli_kind;
+/* A CLI_RAW flag's value is the next argument as it is, even one that starts
+ * with "--" (a prompt). */
+typedef enum {
+  CLI_STR, CLI_I64, CLI_INT, CLI_U64, CLI_F64, CLI_F32, CLI_SWITCH, CLI_ARG, CLI_RAW
+} cli_kind;
 typedef struct cli_flag {
   const char *name;
   cli_kind kind;

@@ -8,8 +8,7 @@
 #include "cli.h"
 #include "remat.h"
 
-static void usage(FILE *f) {
-  fprintf(f,
+static const char *usage_text =
           "usage: remat sample --model FILE [options]\n"
           "\n"
           "Writes the prompt, then text the model continues it with, on standard\n"
@@ -43,8 +42,8 @@ static void usage(FILE *f) {
           "  -h, --help          this help\n"
           "\n"
           "Exit status: 0 done; 1 the model or vocabulary could not be read, or the\n"
-          "prompt does not fit the model; 2 bad usage.\n");
-}
+          "prompt does not fit the model; 2 bad usage.\n";
+
 
 typedef struct {
   const char *model, *prompt, *vocab;
@@ -54,41 +53,21 @@ typedef struct {
 } opts;
 
 static int parse(int argc, char **argv, opts *o) {
-  o->tokens = 128;
-  o->temperature = 1.0;
-  o->seed = 1337;
-  o->threads = 1;
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    if (!strcmp(a, "--bytes")) {
-      o->bytes = 1;
-      continue;
-    }
-    if (strncmp(a, "--", 2) != 0)
-      return cli_fail(-1, "unexpected argument '%s'; see remat sample --help", a);
-    char name[64];
-    /* A prompt may start with "--": take --prompt's next argument as it is. */
-    if (!strcmp(a, "--prompt") && i + 1 < argc) {
-      o->prompt = argv[++i];
-      continue;
-    }
-    const char *v = cli_flag_value(argc, argv, &i, name, sizeof name);
-    if (!v) return -1;
-    int rc = 0;
-    if (!strcmp(name, "--model")) o->model = v;
-    else if (!strcmp(name, "--prompt")) o->prompt = v;
-    else if (!strcmp(name, "--vocab")) o->vocab = v;
-    else if (!strcmp(name, "--tokens")) rc = cli_parse_i64(name, v, 0, 1 << 24, &o->tokens);
-    else if (!strcmp(name, "--top-k")) rc = cli_parse_i64(name, v, 0, 1 << 30, &o->top_k);
-    else if (!strcmp(name, "--seed")) rc = cli_parse_i64(name, v, 0, INT64_MAX, &o->seed);
-    else if (!strcmp(name, "--threads")) rc = cli_parse_i64(name, v, 0, 1024, &o->threads);
-    else if (!strcmp(name, "--temperature"))
-      rc = cli_parse_f64(name, v, 0, 100, 0, &o->temperature);
-    else
-      return cli_fail(-1, "unknown option '%s'; see remat sample --help", name);
-    if (rc) return -1;
-  }
-  if (!o->model) return cli_fail(-1, "--model FILE is needed: a checkpoint from remat train --save");
+  *o = (opts){.tokens = 128, .temperature = 1.0, .seed = 1337, .threads = 1};
+  const cli_flag flags[] = {
+      {.name = "--model", .kind = CLI_STR, .dst = &o->model},
+      {.name = "--prompt", .kind = CLI_RAW, .dst = &o->prompt},
+      {.name = "--vocab", .kind = CLI_STR, .dst = &o->vocab},
+      {.name = "--tokens", .kind = CLI_I64, .dst = &o->tokens, .lo = 0, .hi = 1 << 24},
+      {.name = "--top-k", .kind = CLI_I64, .dst = &o->top_k, .lo = 0, .hi = 1 << 30},
+      {.name = "--seed", .kind = CLI_I64, .dst = &o->seed, .lo = 0, .hi = 9e18},
+      {.name = "--threads", .kind = CLI_I64, .dst = &o->threads, .lo = 0, .hi = 1024},
+      {.name = "--temperature", .kind = CLI_F64, .dst = &o->temperature, .lo = 0, .hi = 100},
+      {.name = "--bytes", .kind = CLI_SWITCH, .dst = &o->bytes},
+      {NULL}};
+  if (cli_parse_flags(argc, argv, flags, usage_text)) return -1;
+  if (!o->model)
+    return cli_fail(-1, "--model FILE is needed: a checkpoint from remat train --save");
   return 0;
 }
 
@@ -115,12 +94,7 @@ static int put_token(void *ctx, int32_t tok) {
 
 int remat_cmd_sample(int argc, char **argv) {
   cli_name = "remat sample";
-  for (int i = 1; i < argc; i++)
-    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-      usage(stdout);
-      return 0;
-    }
-  opts o = {0};
+  opts o;
   if (parse(argc, argv, &o)) return CLI_EXIT_USAGE;
 
   remat_set_threads((int)o.threads);

@@ -10,8 +10,7 @@
 #include "cli.h"
 #include "remat.h"
 
-static void usage(FILE *f) {
-  fprintf(f,
+static const char *usage_text =
           "usage: remat tokenize TEXT_FILE --out PREFIX [options]\n"
           "       remat tokenize --decode SHARD [--out FILE] [options]\n"
           "\n"
@@ -40,8 +39,8 @@ static void usage(FILE *f) {
           "  -h, --help          this help\n"
           "\n"
           "Exit status: 0 done; 1 a file could not be read, written or decoded;\n"
-          "2 bad usage.\n");
-}
+          "2 bad usage.\n";
+
 
 typedef struct {
   const char *input, *out, *vocab, *decode;
@@ -50,39 +49,24 @@ typedef struct {
 } opts;
 
 static int parse(int argc, char **argv, opts *o) {
-  o->val_frac = 0.1;
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    if (!strcmp(a, "--bytes")) {
-      o->bytes = 1;
-      continue;
-    }
-    if (!strcmp(a, "--quiet")) {
-      o->quiet = 1;
-      continue;
-    }
-    if (strncmp(a, "--", 2) != 0) {
-      if (o->input) return cli_fail(-1, "one text file at a time: '%s' and '%s'", o->input, a);
-      o->input = a;
-      continue;
-    }
-    char name[64];
-    const char *v = cli_flag_value(argc, argv, &i, name, sizeof name);
-    if (!v) return -1;
-    if (!strcmp(name, "--out")) o->out = v;
-    else if (!strcmp(name, "--vocab")) o->vocab = v;
-    else if (!strcmp(name, "--decode")) o->decode = v;
-    else if (!strcmp(name, "--val-frac")) {
-      if (cli_parse_f64(name, v, 0, 0.9, 0, &o->val_frac)) return -1;
-    } else
-      return cli_fail(-1, "unknown option '%s'; see remat tokenize --help", name);
-  }
+  *o = (opts){.val_frac = 0.1};
+  const cli_flag flags[] = {
+      {.name = "--out", .kind = CLI_STR, .dst = &o->out},
+      {.name = "--vocab", .kind = CLI_STR, .dst = &o->vocab},
+      {.name = "--decode", .kind = CLI_STR, .dst = &o->decode},
+      {.name = "--val-frac", .kind = CLI_F64, .dst = &o->val_frac, .lo = 0, .hi = 0.9},
+      {.name = "--bytes", .kind = CLI_SWITCH, .dst = &o->bytes},
+      {.name = "--quiet", .kind = CLI_SWITCH, .dst = &o->quiet},
+      {.name = "TEXT_FILE", .kind = CLI_ARG, .dst = &o->input, .what = "text file"},
+      {NULL}};
+  if (cli_parse_flags(argc, argv, flags, usage_text)) return -1;
   if (o->decode && o->input)
     return cli_fail(-1, "--decode reads a shard, not the text file '%s'", o->input);
   if (!o->decode && !o->input)
     return cli_fail(-1, "no text file given; see remat tokenize --help");
   if (!o->decode && !o->out)
-    return cli_fail(-1, "--out PREFIX is needed: the shards are PREFIX_train.bin and PREFIX_val.bin");
+    return cli_fail(-1, "--out PREFIX is needed: the shards are PREFIX_train.bin and "
+                        "PREFIX_val.bin");
   return 0;
 }
 
@@ -265,12 +249,7 @@ done:
 
 int remat_cmd_tokenize(int argc, char **argv) {
   cli_name = "remat tokenize";
-  for (int i = 1; i < argc; i++)
-    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-      usage(stdout);
-      return 0;
-    }
-  opts o = {0};
+  opts o;
   if (parse(argc, argv, &o)) return CLI_EXIT_USAGE;
   return o.decode ? decode(&o) : encode(&o);
 }
