@@ -19,7 +19,7 @@ extern const char *const remat_train_usage; /* train_help.c */
 
 typedef struct {
   remat_job_desc d; /* most flags go straight into the job's description */
-  const char *save, *log, *trace, *schedule_name;
+  const char *save, *log, *trace, *schedule_name, *precision_name;
   int64_t B, T, K, steps, eval_every, stages, replicas;
   int zero;
   double peak_gflops;
@@ -64,6 +64,7 @@ static int parse_args(int argc, char **argv, opts *o, const remat_job_desc *base
       {.name = "--checkpoint-dir", .kind = CLI_STR, .dst = &d->checkpoint_dir},
       {.name = "--resume", .kind = CLI_STR, .dst = &d->resume},
       {.name = "--schedule", .kind = CLI_STR, .dst = &o->schedule_name},
+      {.name = "--precision", .kind = CLI_STR, .dst = &o->precision_name},
       {.name = "--checkpoint-every", .kind = CLI_I64, .dst = &d->checkpoint_every,
         .lo = 1, .hi = 1 << 30},
       {.name = "--stages", .kind = CLI_I64, .dst = &d->stages, .lo = 1, .hi = REMAT_MAX_STAGES},
@@ -101,6 +102,12 @@ static int parse_args(int argc, char **argv, opts *o, const remat_job_desc *base
   o->zero = d->zero;
   if (o->schedule_name && remat_plan_schedule_parse(o->schedule_name, &d->schedule))
     return cli_fail(-1, "--schedule %s is not a schedule; use 1f1b or gpipe", o->schedule_name);
+  if (o->precision_name && remat_precision_parse(o->precision_name, &d->precision))
+    return cli_fail(-1, "--precision %s is not a precision; use fp32 or bf16", o->precision_name);
+  const char *why;
+  if (!remat_precision_available(d->precision, &why))
+    return cli_fail(-1, "--precision bf16 needs AVX512-BF16 or AMX, and this CPU has neither "
+                        "(%s); use --precision fp32", why);
   return 0;
 }
 
@@ -204,6 +211,12 @@ static void print_model(const remat_config *cfg) {
          (long long)cfg->num_layers, (long long)cfg->channels, (long long)cfg->num_heads,
          (long long)cfg->vocab_size, (long long)cfg->padded_vocab_size,
          (long long)cfg->max_seq_len, remat_param_count(cfg));
+  if (cfg->precision == REMAT_PRECISION_BF16) {
+    const char *why;
+    remat_precision_available(REMAT_PRECISION_BF16, &why);
+    printf("precision bf16 products and activations, fp32 master weights, gradients and "
+           "moments (%s)\n", why);
+  }
 }
 
 /* The blocks of one policy, "0,1,2" (at most 24, then ",..."). */

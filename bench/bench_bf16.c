@@ -125,7 +125,8 @@ int main(int argc, char **argv) {
   for (int t_ = 0; t_ < (short_only ? 1 : 2); t_++)
     for (int s = 0; s < 5; s++) {
       const int64_t M = B * T[t_], K = shapes[s][0], N = shapes[s][1];
-      remat__mm_shape sh[2] = {{M, K, N, true}, {M, K, N, false}};
+      remat__mm_shape sh[2] = {{.N = M, .C = K, .OC = N, .out_bf16 = true},
+                            {.N = M, .C = K, .OC = N, .out_bf16 = false}};
       remat__dnnl *d = NULL;
       remat_error err = {0};
       if (remat__dnnl_create(&d, sh, 2, &err)) {

@@ -319,8 +319,8 @@ static void test_products(void) {
     } else {
       N = irand(1, 300), C = irand(1, 300), OC = irand(1, 300);
     }
-    s[n++] = (remat__mm_shape){N, C, OC, false};
-    s[n++] = (remat__mm_shape){N, C, OC, true};
+    s[n++] = (remat__mm_shape){.N = N, .C = C, .OC = OC, .out_bf16 = false};
+    s[n++] = (remat__mm_shape){.N = N, .C = C, .OC = OC, .out_bf16 = true};
   }
   remat__dnnl *d = NULL;
   remat_error err = {0};

@@ -26,7 +26,29 @@ typedef struct remat_config {
   int64_t num_layers;        /* L */
   int64_t num_heads;         /* NH, divides C */
   int64_t channels;          /* C */
+  /* remat_precision: how a step computes and what its activations are
+   * stored in (0, the zero value: fp32). Not part of the shape a
+   * checkpoint holds: a model file loads into either. */
+  int64_t precision;
 } remat_config;
+
+/* Precisions; append only.
+ *   fp32  everything in fp32 (OpenBLAS products).
+ *   bf16  mixed precision as PyTorch's autocast: fp32 master weights,
+ *         gradients and AdamW moments; bf16 copies of the matrices feed the
+ *         products (oneDNN, fp32 accumulation), refreshed after each update;
+ *         the inputs and outputs of the products (the layernorm and GELU
+ *         outputs, qkv, the attention output, the MLP pre-activation, the
+ *         logits) stored in bf16; layernorm statistics, softmax,
+ *         log-sum-exp, the residual stream, the loss and every reduction in
+ *         fp32. Needs AVX512-BF16 (or AMX). */
+typedef enum {
+  REMAT_PRECISION_FP32 = 0,
+  REMAT_PRECISION_BF16 = 1,
+  REMAT_PRECISION_COUNT
+} remat_precision;
+REMAT_API const char *remat_precision_name(int precision); /* "fp32", "bf16" */
+REMAT_API int remat_precision_parse(const char *s, int *out); /* -1 if unknown */
 
 /* Parses a built-in name ("tiny", "small", "gpt2-124m", "gpt2-350m", ...) or a
  * spec "L,C,NH,V,T". */

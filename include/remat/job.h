@@ -51,6 +51,10 @@ typedef struct remat_job_desc {
    * file's shape, else "small"), and an llm.c checkpoint to start from
    * (NULL: initialised from train.hp.seed). */
   const char *config, *model;
+  /* remat_precision of the step (remat/config.h): fp32 (the default) or
+   * bf16, which needs a CPU with the instructions
+   * (remat_precision_available). */
+  int precision;
   /* The data: a token shard, a text file read as bytes, or neither: the
    * embedded corpus. */
   const char *data, *text;

@@ -110,7 +110,11 @@ typedef struct remat_memory_model {
                                   recomputes (ln1, ln2, fch_gelu) */
   size_t block_dgrad_bytes;    /* a block backward's temporaries */
   size_t head_bytes;           /* the head's activations and their gradient */
-  size_t logits_bytes;         /* (B, T, Vp) logits, probabilities, their gradient */
+  size_t logits_bytes;         /* (B, T, Vp) logits, probabilities, their gradient
+                                  (bf16 in bf16) */
+  /* bf16: the bf16 copies of a block's four matrices, and of the tied
+   * matrix for the head's product (in their w); 0 in fp32 */
+  size_t block_bf16_bytes, head_bf16_bytes;
 } remat_memory_model;
 
 /* The terms for micro-batches of B x T. Checks the shape. */
@@ -285,6 +289,11 @@ typedef enum {
                           reduce-scatter: two blocks', then the head's and
                           the embedding's (at the top: every micro-batch
                           writes it whole) */
+  REMAT_BUF_PARAMS_BF16, /* bf16: the bf16 copies of the stage's blocks'
+                            matrices (qkvw, attprojw, fcw, fcprojw of each
+                            block in turn) and, with the head, of the tied
+                            matrix (persistent; written whole at each
+                            refresh) */
   REMAT_BUF_COUNT
 } remat_buf;
 

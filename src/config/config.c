@@ -37,6 +37,17 @@ const char *remat_config_describe(const char *name) {
   return NULL;
 }
 
+const char *remat_precision_name(int p) {
+  static const char *const names[REMAT_PRECISION_COUNT] = {"fp32", "bf16"};
+  return p >= 0 && p < REMAT_PRECISION_COUNT ? names[p] : "?";
+}
+
+int remat_precision_parse(const char *s, int *out) {
+  for (int p = 0; p < REMAT_PRECISION_COUNT; p++)
+    if (s && strcmp(s, remat_precision_name(p)) == 0) return *out = p, 0;
+  return -1;
+}
+
 int64_t remat_padded_vocab(int64_t V) {
   if (V < 128) return V;
   return (V + 127) / 128 * 128;
@@ -62,6 +73,8 @@ int remat_config_check(const remat_config *c, remat_error *err) {
                          (long long)c->num_layers, (long long)c->channels,
                          (long long)c->num_heads, (long long)c->vocab_size,
                          (long long)c->max_seq_len, (long long)MAX_DIM);
+  if (c->precision < 0 || c->precision >= REMAT_PRECISION_COUNT)
+    return remat__errorf(err, REMAT_EINVAL, "unknown precision %lld: fp32 or bf16", (long long)c->precision);
   if (c->channels % c->num_heads != 0)
     return remat__errorf(err, REMAT_EINVAL,
                          "channels C=%lld must be divisible by heads NH=%lld",

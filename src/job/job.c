@@ -281,7 +281,11 @@ static int load_shape(remat_job *job, remat_error *err) {
   remat_config want;
   int rc;
   if (d->config && (rc = remat_config_parse(d->config, &want, err))) return rc;
-  if (!d->model) return remat_config_parse(d->config ? d->config : "small", &job->cfg, err);
+  if (!d->model) {
+    rc = remat_config_parse(d->config ? d->config : "small", &job->cfg, err);
+    job->cfg.precision = d->precision;
+    return rc;
+  }
   if ((rc = remat_checkpoint_reader_open(&job->rd, d->model, &job->cfg, err))) return rc;
   const remat_config *c = &job->cfg;
   if (d->config && memcmp(c, &want, sizeof want) != 0)
@@ -294,6 +298,7 @@ static int load_shape(remat_job *job, remat_error *err) {
                          (long long)c->max_seq_len, (long long)want.num_layers,
                          (long long)want.channels, (long long)want.num_heads,
                          (long long)want.vocab_size, (long long)want.max_seq_len);
+  job->cfg.precision = d->precision; /* a model file loads into either */
   return 0;
 }
 

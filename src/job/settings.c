@@ -18,7 +18,7 @@
 #include "base/base.h"
 #include "job/job_internal.h"
 
-enum { K_STR, K_PATH, K_CONFIG, K_I64, K_INT, K_U64, K_F64, K_F32, K_SCHED };
+enum { K_STR, K_PATH, K_CONFIG, K_I64, K_INT, K_U64, K_F64, K_F32, K_SCHED, K_PREC };
 
 /* What a resume may change: nothing (0), the step count (only to extend a
  * constant learning rate, the trainer checks), the evaluation interval (not
@@ -59,6 +59,7 @@ static const struct key {
     {"data-parallel", K_I64, offsetof(remat_job_desc, replicas), FIXED},
     {"zero", K_INT, offsetof(remat_job_desc, zero), FIXED},
     {"schedule", K_SCHED, offsetof(remat_job_desc, schedule), FIXED},
+    {"precision", K_PREC, offsetof(remat_job_desc, precision), FIXED},
     {"layers", K_STR, offsetof(remat_job_desc, layers), FIXED},
     {"plan", K_PATH, offsetof(remat_job_desc, plan), FIXED},
     {"checkpoint-dir", K_PATH, offsetof(remat_job_desc, checkpoint_dir), FIXED},
@@ -92,6 +93,7 @@ static void format_value(const remat_job_desc *d, const struct key *k, char *buf
   case K_U64: snprintf(buf, cap, "%llu", (unsigned long long)*CAT(d, k, uint64_t)); break;
   case K_F64: snprintf(buf, cap, "%.17g", *CAT(d, k, double)); break;
   case K_F32: snprintf(buf, cap, "%.9g", (double)*CAT(d, k, float)); break;
+  case K_PREC: snprintf(buf, cap, "%s", remat_precision_name(*CAT(d, k, int))); break;
   default: snprintf(buf, cap, "%s", remat_plan_schedule_name(*CAT(d, k, int))); break;
   }
 }
@@ -177,6 +179,7 @@ static int parse_value(remat_job_desc *d, const struct key *k, char *v) {
   case K_U64: *AT(d, k, uint64_t) = strtoull(v, &end, 10); break;
   case K_F64: *AT(d, k, double) = strtod(v, &end); break;
   case K_F32: *AT(d, k, float) = strtof(v, &end); break;
+  case K_PREC: return remat_precision_parse(v, AT(d, k, int)) ? -1 : 0;
   default: return remat_plan_schedule_parse(v, AT(d, k, int)) ? -1 : 0;
   }
   return *v && !*end ? 0 : -1;

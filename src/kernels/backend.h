@@ -28,6 +28,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels/bf16.h"
 #include "memory/layout.h"
 
 /* ------------------------------------------------------ op arguments */
@@ -160,6 +161,32 @@ typedef struct remat__backend {
   double (*sumsq)(const float *x, size_t n);
   void (*init_normal)(float *x, size_t first, size_t n, float std, uint64_t seed,
                       uint32_t tensor);
+
+  /* bf16 (kernels/bf16.h): the conversions, the layers with bf16 operands,
+   * and the matrix products, whose primitives a model makes once for its
+   * shapes (products_create, at set-up: the only time they allocate) and
+   * whose scratchpad (products_scratch bytes) it places in its workspace. */
+  void (*to_bf16)(uint16_t *dst, const float *src, size_t n);
+  void (*from_bf16)(float *dst, const uint16_t *src, size_t n);
+  void (*layernorm_forward_bf16)(uint16_t *out, float *mean, float *rstd, const float *inp,
+                                 const float *weight, const float *bias, int64_t N, int64_t C);
+  void (*gelu_forward_bf16)(uint16_t *out, const uint16_t *inp, size_t n);
+  void (*gelu_backward_bf16)(uint16_t *dinp, const uint16_t *inp, const float *dout, size_t n);
+  double (*crossentropy_forward_bf16)(uint16_t *logits, float *losses, const int32_t *targets,
+                                      int64_t N, int64_t V, int64_t Vp);
+  double (*crossentropy_forward_backward_bf16)(uint16_t *logits, float *losses,
+                                               const int32_t *targets, float dloss, int64_t N,
+                                               int64_t V, int64_t Vp);
+  int (*products_create)(remat__dnnl **out, const remat__mm_shape *shapes, int n,
+                         remat_error *err);
+  void (*products_destroy)(remat__dnnl *d);
+  size_t (*products_scratch)(const remat__dnnl *d);
+  void (*bf16_matmul_forward)(remat__dnnl *d, void *out, const uint16_t *inp,
+                              const uint16_t *weight, const float *bias, int64_t N, int64_t C,
+                              int64_t OC, bool out_bf16, void *scratch);
+  void (*bf16_matmul_backward)(remat__dnnl *d, void *dinp, float *dweight, float *dbias,
+                               const uint16_t *dout, const uint16_t *inp, const uint16_t *weight,
+                               int64_t N, int64_t C, int64_t OC, bool dinp_bf16, void *scratch);
 } remat__backend;
 
 /* The CPU backend: today's kernels (OpenBLAS, OpenMP), the reference. */

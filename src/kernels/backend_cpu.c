@@ -97,6 +97,8 @@ static void cpu_workspace(remat__kernel_ws *ws, int64_t B, int64_t T, int64_t C,
   ws->attention_stats = rows;
   ws->attention_scratch = rows;
   ws->encoder_tied = remat__encoder_backward_tied_bytes(B, T, C, V);
+  ws->precision = REMAT_PRECISION_FP32; /* the model sets bf16 and the products' scratch */
+  ws->product_scratch = 0;
 }
 
 static const remat__backend cpu = {
@@ -135,6 +137,18 @@ static const remat__backend cpu = {
     .adamw_update = remat__adamw_update,
     .sumsq = remat__sumsq,
     .init_normal = remat__init_normal,
+    .to_bf16 = remat__bf16_from_f32,
+    .from_bf16 = remat__bf16_to_f32,
+    .layernorm_forward_bf16 = remat__layernorm_forward_bf16,
+    .gelu_forward_bf16 = remat__gelu_forward_bf16,
+    .gelu_backward_bf16 = remat__gelu_backward_bf16,
+    .crossentropy_forward_bf16 = remat__crossentropy_forward_bf16,
+    .crossentropy_forward_backward_bf16 = remat__crossentropy_forward_backward_bf16,
+    .products_create = remat__dnnl_create,
+    .products_destroy = remat__dnnl_destroy,
+    .products_scratch = remat__dnnl_scratchpad_bytes,
+    .bf16_matmul_forward = remat__bf16_matmul_forward,
+    .bf16_matmul_backward = remat__bf16_matmul_backward,
 };
 
 const remat__backend *remat__backend_cpu(void) { return &cpu; }

@@ -72,10 +72,12 @@ static inline float remat__bf16_float(uint16_t h) {
 
 /* A linear layer's shapes, as the matmul kernels of kernels.h name them:
  * inp (N,C), weight (OC,C), out (N,OC). out_bf16: the forward's out and
- * the backward's dinp are bf16 (else fp32). */
+ * the backward's dinp are bf16 (else fp32); dinp_fp32: the backward's dinp
+ * is fp32 all the same; no_bias: the forward adds no bias (the LM head). */
 typedef struct remat__mm_shape {
   int64_t N, C, OC;
   bool out_bf16;
+  bool dinp_fp32, no_bias;
 } remat__mm_shape;
 
 typedef struct remat__dnnl remat__dnnl;
@@ -93,7 +95,8 @@ size_t remat__dnnl_scratchpad_bytes(const remat__dnnl *d);
  * ("brg:avx512_core_amx", say). */
 const char *remat__dnnl_impl(const remat__dnnl *d, int i);
 
-/* out (N,OC) = inp (N,C) weight (OC,C)^T + bias (OC, fp32, not NULL), fp32
+/* out (N,OC) = inp (N,C) weight (OC,C)^T + bias (OC, fp32; NULL for a
+ * no_bias shape), fp32
  * accumulation; out is uint16_t (bf16) or float as the shape's out_bf16
  * says. Overwrites out. scratch: scratchpad_bytes of the caller's memory. */
 void remat__bf16_matmul_forward(remat__dnnl *d, void *out, const uint16_t *inp,
@@ -107,5 +110,27 @@ void remat__bf16_matmul_backward(remat__dnnl *d, void *dinp, float *dweight, flo
                                  const uint16_t *dout, const uint16_t *inp,
                                  const uint16_t *weight, int64_t N, int64_t C, int64_t OC,
                                  bool dinp_bf16, void *scratch);
+
+/* ------------------------------------------------------ bf16 layers */
+
+/* The layers around the products with bf16 operands, fp32 arithmetic
+ * inside (kernels/layers.c); each has the contract of the fp32 kernel of
+ * the same name in kernels.h, with the bf16 tensors rounded once:
+ *   layernorm_forward_bf16   out (N,C) bf16; mean, rstd fp32 as the fp32 one
+ *   gelu_forward_bf16        out = gelu(inp), both bf16
+ *   gelu_backward_bf16       dinp (bf16, overwritten) = gelu'(inp) * dout (fp32)
+ *   crossentropy_*_bf16      logits (N,Vp) bf16, read; with backward
+ *                            overwritten by their gradient, rounded to bf16 */
+void remat__layernorm_forward_bf16(uint16_t *out, float *mean, float *rstd, const float *inp,
+                                   const float *weight, const float *bias, int64_t N,
+                                   int64_t C);
+void remat__gelu_forward_bf16(uint16_t *out, const uint16_t *inp, size_t n);
+void remat__gelu_backward_bf16(uint16_t *dinp, const uint16_t *inp, const float *dout,
+                               size_t n);
+double remat__crossentropy_forward_bf16(uint16_t *logits, float *losses, const int32_t *targets,
+                                        int64_t N, int64_t V, int64_t Vp);
+double remat__crossentropy_forward_backward_bf16(uint16_t *logits, float *losses,
+                                                 const int32_t *targets, float dloss, int64_t N,
+                                                 int64_t V, int64_t Vp);
 
 #endif

@@ -110,15 +110,17 @@ static int make_entry(remat__dnnl *d, entry *e, const char **why) {
   const int64_t N = e->s.N, C = e->s.C, OC = e->s.OC;
   const dnnl_data_type_t bf = dnnl_bf16, f = dnnl_f32;
   const dnnl_data_type_t ot = e->s.out_bf16 ? bf : f;
+  const dnnl_data_type_t dt = e->s.out_bf16 && !e->s.dinp_fp32 ? bf : f;
   dnnl_memory_desc_t inp, wt_t, bias, out, dout, wt, dinp, dout_t, dw;
   if (md2(&inp, N, C, C, 1, bf) || md2(&wt_t, C, OC, 1, C, bf) || md2(&bias, 1, OC, OC, 1, f) ||
       md2(&out, N, OC, OC, 1, ot) || md2(&dout, N, OC, OC, 1, bf) ||
-      md2(&wt, OC, C, C, 1, bf) || md2(&dinp, N, C, C, 1, ot) ||
+      md2(&wt, OC, C, C, 1, bf) || md2(&dinp, N, C, C, 1, dt) ||
       md2(&dout_t, OC, N, 1, OC, bf) || md2(&dw, OC, C, C, 1, f)) {
     *why = "oneDNN could not describe its tensors";
     return REMAT_EINVAL;
   }
-  int rc = make(d, &e->k[FWD], &inp, &wt_t, &bias, &out, false, e->impl, sizeof e->impl, why);
+  int rc = make(d, &e->k[FWD], &inp, &wt_t, e->s.no_bias ? NULL : &bias, &out, false, e->impl,
+                sizeof e->impl, why);
   if (!rc) rc = make(d, &e->k[BWD_DATA], &dout, &wt, NULL, &dinp, false, NULL, 0, why);
   if (!rc) rc = make(d, &e->k[BWD_WEIGHT], &dout_t, &inp, NULL, &dw, true, NULL, 0, why);
   return rc;
@@ -178,10 +180,17 @@ const char *remat__dnnl_impl(const remat__dnnl *d, int i) {
   return i >= 0 && i < d->n ? d->e[i].impl : "";
 }
 
-static const entry *find(const remat__dnnl *d, int64_t N, int64_t C, int64_t OC, bool ob) {
-  for (int i = 0; i < d->n; i++)
-    if (d->e[i].s.N == N && d->e[i].s.C == C && d->e[i].s.OC == OC && d->e[i].s.out_bf16 == ob)
+/* The entry of a product: its shape, and the type of its output (the
+ * forward's out, ob, and whether it adds a bias; or, with bwd, the
+ * backward's dinp). */
+static const entry *find(const remat__dnnl *d, int64_t N, int64_t C, int64_t OC, bool ob,
+                         bool bwd, bool bias) {
+  for (int i = 0; i < d->n; i++) {
+    const remat__mm_shape *s = &d->e[i].s;
+    bool t = bwd ? s->out_bf16 && !s->dinp_fp32 : s->out_bf16;
+    if (s->N == N && s->C == C && s->OC == OC && t == ob && (bwd || bias == !s->no_bias))
       return &d->e[i];
+  }
   return NULL;
 }
 
@@ -203,9 +212,8 @@ static void run(remat__dnnl *d, const prim *k, const void *src, const void *wei,
 void remat__bf16_matmul_forward(remat__dnnl *d, void *out, const uint16_t *inp,
                                 const uint16_t *weight, const float *bias, int64_t N,
                                 int64_t C, int64_t OC, bool out_bf16, void *scratch) {
-  const entry *e = find(d, N, C, OC, out_bf16);
-  REMAT_ASSERT(e);    /* every shape is made at set-up */
-  REMAT_ASSERT(bias); /* every GPT-2 linear layer has one */
+  const entry *e = find(d, N, C, OC, out_bf16, false, bias != NULL);
+  REMAT_ASSERT(e); /* every shape is made at set-up */
   run(d, &e->k[FWD], inp, weight, bias, out, scratch);
 }
 
@@ -229,7 +237,7 @@ void remat__bf16_matmul_backward(remat__dnnl *d, void *dinp, float *dweight, flo
                                  const uint16_t *dout, const uint16_t *inp,
                                  const uint16_t *weight, int64_t N, int64_t C, int64_t OC,
                                  bool dinp_bf16, void *scratch) {
-  const entry *e = find(d, N, C, OC, dinp_bf16);
+  const entry *e = find(d, N, C, OC, dinp_bf16, true, false);
   REMAT_ASSERT(e); /* every shape is made at set-up */
   if (dinp) run(d, &e->k[BWD_DATA], dout, weight, NULL, dinp, scratch);
   run(d, &e->k[BWD_WEIGHT], dout, inp, NULL, dweight, scratch);

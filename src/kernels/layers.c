@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "base/base.h"
+#include "kernels/bf16.h"
 #include "kernels/kernels.h"
 #include "kernels/philox_rng.h"
 #include "kernels/vec_math.h"
@@ -134,6 +135,22 @@ void remat__layernorm_forward(float *out, float *mean, float *rstd, const float 
   }
 }
 
+/* The same statistics and values, each output rounded to bf16 once. */
+void remat__layernorm_forward_bf16(uint16_t *out, float *mean, float *rstd, const float *inp,
+                                   const float *weight, const float *bias, int64_t N,
+                                   int64_t C) {
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; n++) {
+    const float *x = inp + n * C;
+    double m = sum_lanes(x, C) / (double)C, v = sumsq_dev_lanes(x, C, m);
+    float mf = (float)m, rf = (float)(1.0 / sqrt(v / (double)C + LN_EPS));
+    uint16_t *o = out + n * C;
+    for (int64_t c = 0; c < C; c++) o[c] = remat__bf16_round((x[c] - mf) * rf * weight[c] + bias[c]);
+    mean[n] = mf;
+    rstd[n] = rf;
+  }
+}
+
 /* With xhat = (x - mean) rstd and g = dout * weight:
  *   dx = rstd (g - mean(g) - xhat mean(g xhat))   (accumulated into dinp)
  *   dweight += sum_n dout xhat,  dbias += sum_n dout  (column sums). */
@@ -215,6 +232,18 @@ void remat__gelu_forward(float *out, const float *inp, size_t n) {
 void remat__gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
 #pragma omp parallel for simd schedule(static)
   for (size_t i = 0; i < n; i++) dinp[i] = gelu_grad(inp[i], dout[i]);
+}
+
+void remat__gelu_forward_bf16(uint16_t *out, const uint16_t *inp, size_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (size_t i = 0; i < n; i++) out[i] = remat__bf16_round(gelu(remat__bf16_float(inp[i])));
+}
+
+void remat__gelu_backward_bf16(uint16_t *dinp, const uint16_t *inp, const float *dout,
+                               size_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (size_t i = 0; i < n; i++)
+    dinp[i] = remat__bf16_round(gelu_grad(remat__bf16_float(inp[i]), dout[i]));
 }
 
 /* ------------------------------------------------------------- matmul */
@@ -400,6 +429,59 @@ double remat__crossentropy_forward(float *logits, float *losses, const int32_t *
 double remat__crossentropy_forward_backward(float *logits, float *losses, const int32_t *targets,
                                             float dloss, int64_t N, int64_t V, int64_t Vp) {
   return crossentropy(logits, losses, targets, N, V, Vp, true, dloss);
+}
+
+/* bf16 logits: crossentropy's arithmetic on the widened values, with no
+ * buffer: one pass for the max, one for the sum of exponentials (lanes in
+ * double, as sum_lanes), and with backward a third that recomputes each
+ * exponential and writes the gradient in place, rounded to bf16. */
+static double exp_sum_lanes(const uint16_t *x, int64_t n, float mx) {
+  double lane[LANES] = {0};
+  int64_t c = 0;
+  for (; c + LANES <= n; c += LANES)
+    for (int l = 0; l < LANES; l++) lane[l] += remat__exp(remat__bf16_float(x[c + l]) - mx);
+  for (; c < n; c++) lane[c % LANES] += remat__exp(remat__bf16_float(x[c]) - mx);
+  double s = 0.0;
+  for (int l = 0; l < LANES; l++) s += lane[l];
+  return s;
+}
+
+static double crossentropy_bf16(uint16_t *logits, float *losses, const int32_t *targets,
+                                int64_t N, int64_t V, int64_t Vp, bool backward, float dloss) {
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; n++) {
+    uint16_t *x = logits + n * Vp;
+    float mx = -INFINITY;
+    for (int64_t j = 0; j < V; j++) {
+      float v = remat__bf16_float(x[j]);
+      mx = v > mx ? v : mx;
+    }
+    const float xt = remat__bf16_float(x[targets[n]]);
+    const double sum = exp_sum_lanes(x, V, mx);
+    const float inv = (float)(1.0 / sum);
+    if (backward) {
+      for (int64_t j = 0; j < V; j++) {
+        float g = remat__exp(remat__bf16_float(x[j]) - mx) * inv * dloss;
+        x[j] = remat__bf16_round(j == targets[n] ? g - dloss : g);
+      }
+      for (int64_t j = V; j < Vp; j++) x[j] = 0;
+    }
+    losses[n] = (float)(log(sum) - (double)(xt - mx));
+  }
+  double total = 0.0; /* in row order: deterministic */
+  for (int64_t n = 0; n < N; n++) total += losses[n];
+  return total;
+}
+
+double remat__crossentropy_forward_bf16(uint16_t *logits, float *losses, const int32_t *targets,
+                                        int64_t N, int64_t V, int64_t Vp) {
+  return crossentropy_bf16(logits, losses, targets, N, V, Vp, false, 0.0f);
+}
+
+double remat__crossentropy_forward_backward_bf16(uint16_t *logits, float *losses,
+                                                 const int32_t *targets, float dloss, int64_t N,
+                                                 int64_t V, int64_t Vp) {
+  return crossentropy_bf16(logits, losses, targets, N, V, Vp, true, dloss);
 }
 
 void remat__crossentropy_backward(float *logits, const int32_t *targets, float dloss, int64_t N,

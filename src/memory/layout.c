@@ -3,19 +3,23 @@
 #include "memory/layout.h"
 #include "base/base.h"
 
+/* One field: its element count and size; carve lays fields end to end,
+ * each aligned, and returns their bytes; with base it writes each field's
+ * address to at[i]. */
 typedef struct {
-  float **field;
-  size_t floats;
-} slot;
+  size_t count, elem;
+} field;
 
-static size_t carve(slot *s, int n, float *base) {
-  size_t off = 0; /* bytes */
+static size_t carve(const field *f, int n, void *base, char **at) {
+  size_t off = 0;
   for (int i = 0; i < n; i++) {
-    if (base) *s[i].field = (float *)((char *)base + off);
-    off += remat__align(s[i].floats * sizeof(float));
+    if (base) at[i] = (char *)base + off;
+    off += remat__align(f[i].count * f[i].elem);
   }
-  return off / sizeof(float);
+  return off;
 }
+
+#define NFIELDS(f) ((int)(sizeof(f) / sizeof((f)[0])))
 
 void remat__kernel_ws_reference(remat__kernel_ws *ws, int64_t B, int64_t T, int64_t C,
                                 int64_t NH, int64_t V) {
@@ -23,57 +27,94 @@ void remat__kernel_ws_reference(remat__kernel_ws *ws, int64_t B, int64_t T, int6
   ws->attention_stats = BT * (size_t)NH;
   ws->attention_scratch = BT * (size_t)NH;
   ws->encoder_tied = BT * (size_t)C * sizeof(float) + ((size_t)V + BT) * sizeof(int32_t);
+  ws->precision = REMAT_PRECISION_FP32;
+  ws->product_scratch = 0;
 }
 
-size_t remat__block_stored_view(remat__block_acts *a, float *base, int64_t B, int64_t T,
+size_t remat__block_stored_view(remat__block_acts *a, void *base, int64_t B, int64_t T,
                                 int64_t C, const remat__kernel_ws *ws) {
-  remat__block_acts dummy;
-  if (!a) a = &dummy;
-  size_t BT = (size_t)B * (size_t)T, BTC = BT * (size_t)C;
-  slot s[] = {
-      {&a->ln1_mean, BT}, {&a->ln1_rstd, BT}, {&a->qkv, 3 * BTC},
-      {&a->att_lse, ws->attention_stats}, {&a->atty, BTC}, {&a->res2, BTC},
-      {&a->ln2_mean, BT}, {&a->ln2_rstd, BT}, {&a->fch, 4 * BTC},
-  };
-  return carve(s, (int)(sizeof s / sizeof s[0]), base);
+  size_t BT = (size_t)B * (size_t)T, BTC = BT * (size_t)C, h = remat__act_elem(ws), f = 4;
+  const field fl[] = {{BT, f},       {BT, f},  {3 * BTC, h}, {ws->attention_stats, f},
+                      {BTC, h},      {BTC, f}, {BT, f},      {BT, f},
+                      {4 * BTC, h}};
+  char *at[NFIELDS(fl)];
+  size_t n = carve(fl, NFIELDS(fl), base, at);
+  if (base && a) {
+    a->ln1_mean = (float *)at[0];
+    a->ln1_rstd = (float *)at[1];
+    a->qkv = at[2];
+    a->att_lse = (float *)at[3];
+    a->atty = at[4];
+    a->res2 = (float *)at[5];
+    a->ln2_mean = (float *)at[6];
+    a->ln2_rstd = (float *)at[7];
+    a->fch = at[8];
+  }
+  return n;
 }
 
-size_t remat__block_cheap_view(remat__block_acts *a, float *base, int64_t B, int64_t T,
-                               int64_t C) {
-  remat__block_acts dummy;
-  if (!a) a = &dummy;
-  size_t BTC = (size_t)B * (size_t)T * (size_t)C;
-  slot s[] = {{&a->ln1, BTC}, {&a->ln2, BTC}, {&a->fch_gelu, 4 * BTC}};
-  return carve(s, (int)(sizeof s / sizeof s[0]), base);
+size_t remat__block_cheap_view(remat__block_acts *a, void *base, int64_t B, int64_t T,
+                               int64_t C, const remat__kernel_ws *ws) {
+  size_t BTC = (size_t)B * (size_t)T * (size_t)C, h = remat__act_elem(ws);
+  const field fl[] = {{BTC, h}, {BTC, h}, {4 * BTC, h}};
+  char *at[NFIELDS(fl)];
+  size_t n = carve(fl, NFIELDS(fl), base, at);
+  if (base && a) {
+    a->ln1 = at[0];
+    a->ln2 = at[1];
+    a->fch_gelu = at[2];
+  }
+  return n;
 }
 
-size_t remat__block_acts_view(remat__block_acts *a, float *base, int64_t B, int64_t T,
+size_t remat__block_acts_view(remat__block_acts *a, void *base, int64_t B, int64_t T,
                               int64_t C, const remat__kernel_ws *ws) {
   size_t n = remat__block_stored_view(a, base, B, T, C, ws);
-  return n + remat__block_cheap_view(a, base ? base + n : NULL, B, T, C);
+  return n + remat__block_cheap_view(a, base ? (char *)base + n : NULL, B, T, C, ws);
 }
 
-size_t remat__block_dgrads_view(remat__block_dgrads *d, float *base, int64_t B, int64_t T,
+size_t remat__block_dgrads_view(remat__block_dgrads *d, void *base, int64_t B, int64_t T,
                                 int64_t C, const remat__kernel_ws *ws) {
-  remat__block_dgrads dummy;
-  if (!d) d = &dummy;
-  size_t BT = (size_t)B * (size_t)T, BTC = BT * (size_t)C;
-  slot s[] = {
-      {&d->dbranch, BTC}, {&d->d4, 4 * BTC},   {&d->dln, BTC},
-      {&d->datty, BTC},   {&d->dqkv, 3 * BTC}, {&d->att_delta, ws->attention_scratch},
+  size_t BT = (size_t)B * (size_t)T, BTC = BT * (size_t)C, f = 4;
+  int bf = ws->precision == REMAT_PRECISION_BF16;
+  const field fl[] = {
+      {BTC, f},      {4 * BTC, f},           {BTC, f}, {BTC, f}, {3 * BTC, f},
+      {ws->attention_scratch, f},
+      {bf ? 4 * BTC : 0, 2}, {bf ? 3 * BTC : 0, f}, {bf ? BTC : 0, f},
+      {ws->product_scratch, 1},
   };
-  return carve(s, (int)(sizeof s / sizeof s[0]), base);
+  char *at[NFIELDS(fl)];
+  size_t n = carve(fl, NFIELDS(fl), base, at);
+  if (base && d) {
+    d->dbranch = (float *)at[0];
+    d->d4 = (float *)at[1];
+    d->dln = (float *)at[2];
+    d->datty = (float *)at[3];
+    d->dqkv = (float *)at[4];
+    d->att_delta = (float *)at[5];
+    d->dout_h = bf ? (uint16_t *)at[6] : NULL;
+    d->qkv_f = bf ? (float *)at[7] : NULL;
+    d->atty_f = bf ? (float *)at[8] : NULL;
+    d->scratch = ws->product_scratch ? at[9] : NULL;
+  }
+  return n;
 }
 
-size_t remat__head_acts_view(remat__head_acts *h, float *base, int64_t B, int64_t T,
-                             int64_t C) {
-  remat__head_acts dummy;
-  if (!h) h = &dummy;
-  size_t BT = (size_t)B * (size_t)T, BTC = BT * (size_t)C;
-  slot s[] = {
-      {&h->lnf, BTC}, {&h->lnf_mean, BT}, {&h->lnf_rstd, BT}, {&h->losses, BT}, {&h->dlnf, BTC},
-  };
-  return carve(s, (int)(sizeof s / sizeof s[0]), base);
+size_t remat__head_acts_view(remat__head_acts *hd, void *base, int64_t B, int64_t T,
+                             int64_t C, const remat__kernel_ws *ws) {
+  size_t BT = (size_t)B * (size_t)T, BTC = BT * (size_t)C, h = remat__act_elem(ws), f = 4;
+  const field fl[] = {{BTC, h}, {BT, f}, {BT, f}, {BT, f}, {BTC, f}, {ws->product_scratch, 1}};
+  char *at[NFIELDS(fl)];
+  size_t n = carve(fl, NFIELDS(fl), base, at);
+  if (base && hd) {
+    hd->lnf = at[0];
+    hd->lnf_mean = (float *)at[1];
+    hd->lnf_rstd = (float *)at[2];
+    hd->losses = (float *)at[3];
+    hd->dlnf = (float *)at[4];
+    hd->scratch = ws->product_scratch ? at[5] : NULL;
+  }
+  return n;
 }
 
 void remat__stage_param_sizes(const remat_config *cfg, const remat_stage *st,

@@ -21,8 +21,15 @@ typedef struct remat__kernel_ws {
   size_t encoder_tied;      /* bytes of the tied embedding backward's work (CPU:
                                B*T*C floats and V + B*T int32), in the workspace
                                after the head's backward */
+  int precision;            /* remat_precision of the step (the config's) */
+  size_t product_scratch;   /* bf16: bytes of the matrix products' scratchpad
+                               (oneDNN's, which depends on the CPU and the thread
+                               count: the backend asks it), in the workspace of
+                               every layer that runs a product; 0 in fp32 */
 } remat__kernel_ws;
-/* The CPU kernels' workspace at this shape (V: the padded vocabulary). */
+/* The CPU kernels' workspace at this shape (V: the padded vocabulary), in
+ * fp32; the public memory functions set precision from the config and leave
+ * product_scratch 0 (a model's plan takes the backend's figure). */
 void remat__kernel_ws_reference(remat__kernel_ws *ws, int64_t B, int64_t T, int64_t C,
                                 int64_t NH, int64_t V);
 
@@ -32,26 +39,34 @@ void remat__kernel_ws_reference(remat__kernel_ws *ws, int64_t B, int64_t T, int6
  * masks are regenerated from the RNG, never stored. Nothing here grows
  * faster than linearly in T. The fields come in two groups: the stored
  * ones, which a middle block keeps, and the cheap ones (the layernorm and
- * GELU outputs), which it recomputes from them in its backward. */
+ * GELU outputs), which it recomputes from them in its backward.
+ *
+ * Types: the fields declared void * are the inputs and outputs of the
+ * matrix products, float in fp32 and bf16 (uint16_t) in bf16; the others
+ * are float in both. */
 typedef struct remat__block_acts {
   /* stored */
   float *ln1_mean; /* (B, T) */
   float *ln1_rstd; /* (B, T) */
-  float *qkv;      /* (B, T, 3C) */
+  void *qkv;       /* (B, T, 3C) */
   float *att_lse;  /* ws.attention_stats floats (CPU: (B, NH, T) log-sum-exp of
                       each attention row's scaled scores) */
-  float *atty;     /* (B, T, C) attention output, before the projection */
+  void *atty;      /* (B, T, C) attention output, before the projection */
   float *res2;     /* (B, T, C) input + dropout(attention branch) */
   float *ln2_mean; /* (B, T) */
   float *ln2_rstd; /* (B, T) */
-  float *fch;      /* (B, T, 4C) MLP pre-activation */
+  void *fch;       /* (B, T, 4C) MLP pre-activation */
   /* cheap */
-  float *ln1;      /* (B, T, C) */
-  float *ln2;      /* (B, T, C) */
-  float *fch_gelu; /* (B, T, 4C) */
+  void *ln1;       /* (B, T, C) */
+  void *ln2;       /* (B, T, C) */
+  void *fch_gelu;  /* (B, T, 4C) */
 } remat__block_acts;
 
-/* Activation-gradient temporaries of one block's backward. */
+/* Activation-gradient temporaries of one block's backward (float). In
+ * bf16 three more: the gradient entering a product rounded to bf16 (the
+ * products take bf16 operands), and the attention's operands widened to
+ * fp32 for its kernels; the forward uses those two as well, and all of the
+ * products' scratchpad. NULL where the precision has none. */
 typedef struct remat__block_dgrads {
   float *dbranch;   /* (B, T, C) gradient entering a residual branch */
   float *d4;        /* (B, T, 4C) d fch_gelu, then d fch (in place) */
@@ -60,32 +75,45 @@ typedef struct remat__block_dgrads {
   float *dqkv;      /* (B, T, 3C) */
   float *att_delta; /* ws.attention_scratch floats (CPU: (B, NH, T)
                        rowsum(datty * atty) per attention row) */
+  uint16_t *dout_h; /* bf16 (B, T, 4C): a product's dout in bf16 */
+  float *qkv_f;     /* bf16: (B, T, 3C) qkv widened */
+  float *atty_f;    /* bf16: (B, T, C) the attention output in fp32 */
+  void *scratch;    /* ws.product_scratch bytes */
 } remat__block_dgrads;
 
-/* The head: final layernorm, losses, and the gradient into it. */
+/* The head: final layernorm, losses, and the gradient into it; then, in
+ * the workspace after head_bytes, the logits (B, T, Vp) (float, or bf16 in
+ * bf16: the product's output, which the loss reads and overwrites with its
+ * gradient). */
 typedef struct remat__head_acts {
-  float *lnf;      /* (B, T, C) */
+  void *lnf;       /* (B, T, C) float, bf16 in bf16 */
   float *lnf_mean; /* (B, T) */
   float *lnf_rstd; /* (B, T) */
   float *losses;   /* (B, T) per-token loss */
   float *dlnf;     /* (B, T, C) */
+  void *scratch;   /* ws.product_scratch bytes */
 } remat__head_acts;
 
-/* Each view function, with base == NULL, only returns the floats needed;
+/* Each view function, with base == NULL, only returns the bytes needed;
  * with base != NULL it also points every field into base. Fields start on
- * REMAT_ALIGN boundaries. ws: the backend's kernel terms at this shape. */
-size_t remat__block_acts_view(remat__block_acts *a, float *base, int64_t B, int64_t T,
+ * REMAT_ALIGN boundaries. ws: the backend's kernel terms at this shape,
+ * the precision among them. */
+size_t remat__block_acts_view(remat__block_acts *a, void *base, int64_t B, int64_t T,
                               int64_t C, const remat__kernel_ws *ws);
 /* The two groups apart: the stored fields at base, and the cheap ones at
  * base; remat__block_acts_view is the stored group followed by the cheap. */
-size_t remat__block_stored_view(remat__block_acts *a, float *base, int64_t B, int64_t T,
+size_t remat__block_stored_view(remat__block_acts *a, void *base, int64_t B, int64_t T,
                                 int64_t C, const remat__kernel_ws *ws);
-size_t remat__block_cheap_view(remat__block_acts *a, float *base, int64_t B, int64_t T,
-                               int64_t C);
-size_t remat__block_dgrads_view(remat__block_dgrads *d, float *base, int64_t B, int64_t T,
+size_t remat__block_cheap_view(remat__block_acts *a, void *base, int64_t B, int64_t T,
+                               int64_t C, const remat__kernel_ws *ws);
+size_t remat__block_dgrads_view(remat__block_dgrads *d, void *base, int64_t B, int64_t T,
                                 int64_t C, const remat__kernel_ws *ws);
-size_t remat__head_acts_view(remat__head_acts *h, float *base, int64_t B, int64_t T,
-                             int64_t C);
+size_t remat__head_acts_view(remat__head_acts *h, void *base, int64_t B, int64_t T,
+                             int64_t C, const remat__kernel_ws *ws);
+/* Bytes of one element of a product's operand in this precision (4 or 2). */
+static inline size_t remat__act_elem(const remat__kernel_ws *ws) {
+  return ws->precision == REMAT_PRECISION_BF16 ? 2 : 4;
+}
 
 /* Points params[i] at each parameter tensor inside one flat buffer (llm.c's
  * order, no padding between tensors, so the buffer is the checkpoint body). */

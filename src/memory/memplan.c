@@ -68,6 +68,7 @@ int remat_memory_model_get(const remat_config *cfg, int64_t B, int64_t T, remat_
                            remat_error *err) {
   remat__kernel_ws ws;
   remat__kernel_ws_reference(&ws, B, T, cfg->channels, cfg->num_heads, cfg->padded_vocab_size);
+  ws.precision = (int)cfg->precision;
   return remat__memory_model_get_ws(cfg, B, T, &ws, mm, err);
 }
 
@@ -83,23 +84,31 @@ int remat__memory_model_get_ws(const remat_config *cfg, int64_t B, int64_t T,
   mm->T = T;
   mm->tokens_bytes = remat__align(BT * sizeof(int32_t));
   mm->residual_bytes = remat__align(BT * (size_t)C * sizeof(float));
-  mm->block_stored_bytes = remat__block_stored_view(NULL, NULL, B, T, C, ws) * sizeof(float);
-  mm->block_cheap_bytes = remat__block_cheap_view(NULL, NULL, B, T, C) * sizeof(float);
+  if (ws->precision != cfg->precision)
+    return remat__errorf(err, REMAT_EINVAL, "the kernels' precision is not the config's");
+  mm->block_stored_bytes = remat__block_stored_view(NULL, NULL, B, T, C, ws);
+  mm->block_cheap_bytes = remat__block_cheap_view(NULL, NULL, B, T, C, ws);
   mm->block_internal_bytes = mm->block_stored_bytes + mm->block_cheap_bytes;
-  mm->block_dgrad_bytes = remat__block_dgrads_view(NULL, NULL, B, T, C, ws) * sizeof(float);
-  mm->head_bytes = remat__head_acts_view(NULL, NULL, B, T, C) * sizeof(float);
-  mm->logits_bytes = remat__align(BT * (size_t)cfg->padded_vocab_size * sizeof(float));
+  mm->block_dgrad_bytes = remat__block_dgrads_view(NULL, NULL, B, T, C, ws);
+  mm->head_bytes = remat__head_acts_view(NULL, NULL, B, T, C, ws);
+  mm->logits_bytes = remat__align(BT * (size_t)cfg->padded_vocab_size * remat__act_elem(ws));
   mm->stage_bytes = mm->residual_bytes;
 
   size_t np[REMAT_LAYER_KIND_COUNT];
   layer_params(cfg, np);
-  for (int k = 0; k < REMAT_LAYER_KIND_COUNT; k++)
-    mm->layer[k].state = 4 * remat__align(np[k] * sizeof(float));
   size_t ps[REMAT_P_COUNT];
   remat_param_sizes(cfg, ps);
+  if (cfg->precision == REMAT_PRECISION_BF16) { /* the products' bf16 weights */
+    mm->block_bf16_bytes = remat__align(12 * (size_t)C * (size_t)C * 2);
+    mm->head_bf16_bytes = remat__align(ps[REMAT_P_WTE] * 2);
+  }
+  for (int k = 0; k < REMAT_LAYER_KIND_COUNT; k++)
+    mm->layer[k].state = 4 * remat__align(np[k] * sizeof(float));
+  mm->layer[REMAT_LAYER_BLOCK].state += mm->block_bf16_bytes;
+  mm->layer[REMAT_LAYER_HEAD].state += mm->head_bf16_bytes;
   mm->tied_grad_bytes = remat__align(ps[REMAT_P_WTE] * sizeof(float));
   mm->head_joint_state = 4 * remat__align((ps[REMAT_P_LNFW] + ps[REMAT_P_LNFB]) * sizeof(float)) +
-                         mm->tied_grad_bytes;
+                         mm->tied_grad_bytes + mm->head_bf16_bytes;
   mm->boundary_bytes = mm->residual_bytes;
 
   remat_layer_bytes *e = &mm->layer[REMAT_LAYER_EMBEDDING];
@@ -156,6 +165,10 @@ static int check_stage(const remat_config *cfg, const remat_stage *st, remat_err
                            (long long)st->replica, (long long)st->replicas);
     if (!st->accumulate)
       return remat__errorf(err, REMAT_EINVAL, "a replica computes its gradients apart");
+    if (cfg->precision != REMAT_PRECISION_FP32)
+      return remat__errorf(err, REMAT_EINVAL,
+                           "data-parallel replicas train in fp32 only for now: give "
+                           "--precision fp32, or train in bf16 on one process or a pipeline");
   }
   return 0;
 }
@@ -285,7 +298,9 @@ static int lay_out_regions(remat_memplan *mp, const remat_config *cfg, const rem
   int joint = st->has_embedding && st->has_head;
   size_t tied = joint && st->accumulate ? mm->tied_grad_bytes : 0;
   size_t send = st->has_head ? 0 : mm->boundary_bytes;
-  size_t state = (mp->bytes.state - tied) / 4;
+  size_t bf16 = (size_t)st->num_blocks * mm->block_bf16_bytes +
+                (st->has_head ? mm->head_bf16_bytes : 0);
+  size_t state = (mp->bytes.state - tied - bf16) / 4;
   size_t params = state, grads = state, moment = state;
   remat_replica_bytes rb = {0};
   mp->replicas = st->replicas > 1 ? st->replicas : 1;
@@ -316,6 +331,7 @@ static int lay_out_regions(remat_memplan *mp, const remat_config *cfg, const rem
       [REMAT_BUF_NORM] = rb.norm,
       [REMAT_BUF_RECV] = rb.recv,
       [REMAT_BUF_REDUCE] = rb.reduce,
+      [REMAT_BUF_PARAMS_BF16] = bf16,
   };
   size_t at = 0;
   for (int i = 0; i < REMAT_BUF_COUNT; i++) {
@@ -323,7 +339,7 @@ static int lay_out_regions(remat_memplan *mp, const remat_config *cfg, const rem
     mp->buf[i].bytes = sizes[i];
     at += sizes[i];
   }
-  mp->persistent_bytes = params + grads + 2 * moment + tied;
+  mp->persistent_bytes = params + grads + 2 * moment + tied + bf16;
   mp->peak_bytes = at;
   /* The layout and the formula are one model: they cannot differ. */
   REMAT_ASSERT(mp->bytes.state == mp->persistent_bytes &&

@@ -28,9 +28,41 @@
 #include "base/base.h"
 #include "model/model.h"
 
+int remat_precision_available(int precision, const char **why) {
+  if (precision != REMAT_PRECISION_BF16) {
+    if (why) *why = "fp32 runs on every CPU";
+    return precision == REMAT_PRECISION_FP32;
+  }
+  remat__cpu_bf16 cpu = remat__cpu_bf16_get();
+  if (why) *why = cpu.reason;
+  return cpu.avx512_bf16;
+}
+
 void remat_hparams_default(remat_hparams *hp) {
   *hp = (remat_hparams){.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
                         .weight_decay = 0.1f, .grad_clip = 1.0f, .dropout = 0.0f, .seed = 1337};
+}
+
+/* bf16: the primitives of the stage's products (a block's four, the
+ * head's), and their scratchpad in the workspace. */
+static int make_products(remat_model *m, const remat_config *cfg, int64_t B, int64_t T,
+                         const remat_stage *st, remat__kernel_ws *ws, remat_error *err) {
+  int64_t N = B * T, C = cfg->channels;
+  remat__mm_shape s[5] = {
+      {.N = N, .C = C, .OC = 3 * C, .out_bf16 = true, .dinp_fp32 = true},
+      {.N = N, .C = C, .OC = C},
+      {.N = N, .C = C, .OC = 4 * C, .out_bf16 = true, .dinp_fp32 = true},
+      {.N = N, .C = 4 * C, .OC = C},
+      {.N = N, .C = C, .OC = cfg->padded_vocab_size, .out_bf16 = true, .dinp_fp32 = true,
+       .no_bias = true},
+  };
+  int n = st->num_blocks ? 4 : 0;
+  if (st->has_head) s[n++] = s[4];
+  if (n == 0) return 0;
+  int rc = m->be->products_create(&m->products, s, n, err);
+  if (rc) return rc;
+  ws->product_scratch = remat__align(m->be->products_scratch(m->products));
+  return 0;
 }
 
 int remat__model_plan_on(remat_model **out, const remat_config *cfg, int64_t B, int64_t T,
@@ -39,13 +71,20 @@ int remat__model_plan_on(remat_model **out, const remat_config *cfg, int64_t B, 
   remat_model *m = remat__calloc(1, sizeof *m);
   if (!m) return remat__errorf(err, REMAT_ENOMEM, "out of memory");
   m->be = be ? be : remat__backend_cpu();
-  remat__kernel_ws ws;
+  remat__kernel_ws ws = {0};
   m->be->workspace(&ws, B, T, cfg->channels, cfg->num_heads, cfg->padded_vocab_size);
-  int rc = remat__memplan_build_stage_ws(&m->mp, cfg, B, T, st, &ws, err);
-  if (rc) {
+  ws.precision = (int)cfg->precision;
+  int rc = 0;
+  if (cfg->precision == REMAT_PRECISION_BF16 && (rc = make_products(m, cfg, B, T, st, &ws, err))) {
     remat__free(m);
     return rc;
   }
+  if ((rc = remat__memplan_build_stage_ws(&m->mp, cfg, B, T, st, &ws, err))) {
+    if (m->products) m->be->products_destroy(m->products);
+    remat__free(m);
+    return rc;
+  }
+  m->ws = ws;
   m->cfg = *cfg;
   m->B = B;
   m->T = T;
@@ -104,6 +143,7 @@ int remat__model_allocate(remat_model *m, remat_error *err) {
   m->work = AT(REMAT_BUF_WORK);
   m->tied_grad = AT(REMAT_BUF_TIED_GRAD);
   m->send = AT(REMAT_BUF_SEND);
+  m->wbf = AT(REMAT_BUF_PARAMS_BF16);
 #undef AT
   /* tensor views of the whole (flat) buffers; a replica's sharded ones have none */
   if (!remat__model_buf_sharded(m, REMAT_BUF_PARAMS))
@@ -117,6 +157,7 @@ int remat__model_allocate(remat_model *m, remat_error *err) {
     if (r->bytes) m->be->clear(m->arena + r->offset, r->bytes);
   }
   m->grads_fresh = 1;
+  m->bf16_stale = 1;
   return 0;
 }
 
@@ -145,6 +186,7 @@ int remat_model_create(remat_model **out, const remat_config *cfg, int64_t B, in
 void remat_model_destroy(remat_model *m) {
   if (!m) return;
   if (m->arena) m->be->buffer_free(m->arena);
+  if (m->products) m->be->products_destroy(m->products);
   remat__memplan_free(&m->mp);
   remat__free(m);
 }
@@ -355,12 +397,7 @@ void remat__stage_params_from_full(const remat_config *cfg, const remat_stage *s
 /* What the backend's kernels need at the model's shape: the terms its plan
  * was made with (asked again rather than kept: the model's own size is
  * counted in the bytes the plan says are held outside the arena). */
-static remat__kernel_ws kernel_ws(const remat_model *m) {
-  remat__kernel_ws ws;
-  m->be->workspace(&ws, m->B, m->T, m->cfg.channels, m->cfg.num_heads,
-                   m->cfg.padded_vocab_size);
-  return ws;
-}
+static remat__kernel_ws kernel_ws(const remat_model *m) { return m->ws; }
 
 static char *slot_at(remat_model *m, int64_t slot) {
   REMAT_ASSERT(slot >= 0 && slot < m->stage.inflight);
@@ -553,13 +590,12 @@ static remat__block_acts block_acts(remat_model *m, char *slot, int64_t i) {
   int64_t B = m->B, T = m->T, C = m->cfg.channels;
   size_t off = m->mp.block_internal_offset[i];
   remat__kernel_ws ws = kernel_ws(m);
-  float *scratch = (float *)(m->work + m->mp.mm.block_dgrad_bytes);
+  char *scratch = m->work + m->mp.mm.block_dgrad_bytes;
   if (m->mp.policy[i] == REMAT_MIDDLE) {
-    remat__block_stored_view(&a, (float *)(slot + off), B, T, C, &ws);
-    remat__block_cheap_view(&a, scratch, B, T, C);
+    remat__block_stored_view(&a, slot + off, B, T, C, &ws);
+    remat__block_cheap_view(&a, scratch, B, T, C, &ws);
   } else {
-    remat__block_acts_view(&a, off != REMAT_NO_OFFSET ? (float *)(slot + off) : scratch, B, T, C,
-                           &ws);
+    remat__block_acts_view(&a, off != REMAT_NO_OFFSET ? slot + off : scratch, B, T, C, &ws);
   }
   return a;
 }
@@ -569,6 +605,129 @@ static remat__dropout drop_at(const remat_hparams *hp, int64_t step, uint32_t mi
   return (remat__dropout){.p = hp ? hp->dropout : 0.0f, .seed = hp ? hp->seed : 0,
                           .step = (uint32_t)step, .micro = micro, .layer = (uint32_t)l,
                           .site = site};
+}
+
+/* ------------------------------------------------------------ bf16 */
+
+/* The gradient entering a residual branch: dropout(dresid) into buf, or
+ * dresid itself when the site does not drop (no copy). */
+static const float *branch_grad(const remat_model *m, float *buf, const float *dresid, size_t n,
+                                const remat__dropout *d) {
+  if (d->p <= 0.0f) return dresid;
+  m->be->dropout_apply(buf, dresid, n, d);
+  return buf;
+}
+
+/* Block i's bf16 matrices in REMAT_BUF_PARAMS_BF16: qkvw (3C,C), attprojw
+ * (C,C), fcw (4C,C), fcprojw (C,4C); the head's tied matrix (Vp,C) after
+ * the stage's blocks. */
+typedef struct {
+  const uint16_t *qkvw, *projw, *fcw, *fcprojw;
+} block_wbf;
+
+static block_wbf block_wbf_of(const remat_model *m, int64_t i) {
+  size_t C = (size_t)m->cfg.channels;
+  const uint16_t *w = (const uint16_t *)((const char *)m->wbf + (size_t)i * m->mp.mm.block_bf16_bytes);
+  return (block_wbf){w, w + 3 * C * C, w + 4 * C * C, w + 8 * C * C};
+}
+
+static uint16_t *head_wbf(const remat_model *m) {
+  return (uint16_t *)((char *)m->wbf + (size_t)m->stage.num_blocks * m->mp.mm.block_bf16_bytes);
+}
+
+/* The bf16 copies from the fp32 master weights, once after each update or
+ * load, before the next forward. */
+static void bf16_refresh(remat_model *m) {
+  if (!m->bf16_stale || !m->wbf) return;
+  int64_t C = m->cfg.channels;
+  size_t CC = (size_t)C * (size_t)C;
+  for (int64_t i = 0; i < m->stage.num_blocks; i++) {
+    block_params w = BLOCK_VIEW(block_params, m->p, i, C);
+    block_wbf h = block_wbf_of(m, i);
+    m->be->to_bf16((uint16_t *)h.qkvw, w.qkvw, 3 * CC);
+    m->be->to_bf16((uint16_t *)h.projw, w.projw, CC);
+    m->be->to_bf16((uint16_t *)h.fcw, w.fcw, 4 * CC);
+    m->be->to_bf16((uint16_t *)h.fcprojw, w.fcprojw, 4 * CC);
+  }
+  if (m->stage.has_head)
+    m->be->to_bf16(head_wbf(m), m->p[REMAT_P_WTE],
+                   (size_t)m->cfg.padded_vocab_size * (size_t)C);
+  m->bf16_stale = 0;
+}
+
+/* out = resid + dropout(out), as matmul_forward_residual ends. */
+static void residual_dropout(const remat_model *m, float *out, const float *resid, size_t n,
+                             const remat__dropout *d) {
+  if (d->p > 0.0f) m->be->dropout_apply(out, out, n, d);
+  m->be->residual_forward(out, out, resid, n);
+}
+
+/* block_forward in bf16: the products through the model's primitives, the
+ * attention on its operands widened to fp32 in the workspace. */
+static void block_forward_bf16(remat_model *m, int64_t i, const block_params *wp, const float *x,
+                               remat__block_acts *a, float *out, const remat__dropout drop[3]) {
+  int64_t B = m->B, T = m->T, C = m->cfg.channels, NH = m->cfg.num_heads, N = B * T;
+  size_t BTC = (size_t)N * (size_t)C;
+  const block_params w = *wp;
+  const block_wbf h = block_wbf_of(m, i);
+  const remat__backend *be = m->be;
+  remat__block_dgrads d;
+  remat__block_dgrads_view(&d, m->work, B, T, C, &m->ws);
+  be->layernorm_forward_bf16(a->ln1, a->ln1_mean, a->ln1_rstd, x, w.ln1w, w.ln1b, N, C);
+  be->bf16_matmul_forward(m->products, a->qkv, a->ln1, h.qkvw, w.qkvb, N, C, 3 * C, true,
+                          d.scratch);
+  be->from_bf16(d.qkv_f, a->qkv, 3 * BTC);
+  be->attention_forward(d.atty_f, a->att_lse, d.qkv_f, B, T, C, NH, &drop[REMAT_DROP_ATTN]);
+  be->to_bf16(a->atty, d.atty_f, BTC);
+  be->bf16_matmul_forward(m->products, a->res2, a->atty, h.projw, w.projb, N, C, C, false,
+                          d.scratch);
+  residual_dropout(m, a->res2, x, BTC, &drop[REMAT_DROP_RESID1]);
+  be->layernorm_forward_bf16(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w.ln2w, w.ln2b, N, C);
+  be->bf16_matmul_forward(m->products, a->fch, a->ln2, h.fcw, w.fcb, N, C, 4 * C, true,
+                          d.scratch);
+  be->gelu_forward_bf16(a->fch_gelu, a->fch, 4 * BTC);
+  if (!out) return;
+  be->bf16_matmul_forward(m->products, out, a->fch_gelu, h.fcprojw, w.fcprojb, N, 4 * C, C,
+                          false, d.scratch);
+  residual_dropout(m, out, a->res2, BTC, &drop[REMAT_DROP_RESID2]);
+}
+
+/* block_backward in bf16: each product's dout rounded to bf16 (dout_h),
+ * its dinp in fp32; the attention backward on widened operands. */
+static void block_backward_bf16(remat_model *m, int64_t i, const block_params *wp,
+                                const block_grads *gp, const float *x,
+                                const remat__block_acts *a, const remat__dropout drop[3]) {
+  int64_t B = m->B, T = m->T, C = m->cfg.channels, NH = m->cfg.num_heads, N = B * T;
+  size_t BTC = (size_t)N * (size_t)C;
+  const block_params w = *wp;
+  const block_grads g = *gp;
+  const block_wbf h = block_wbf_of(m, i);
+  const remat__backend *be = m->be;
+  remat__block_dgrads dg, *d = &dg;
+  remat__block_dgrads_view(d, m->work, B, T, C, &m->ws);
+
+  const float *dbranch = branch_grad(m, d->dbranch, m->dresid, BTC, &drop[REMAT_DROP_RESID2]);
+  be->to_bf16(d->dout_h, dbranch, BTC);
+  be->bf16_matmul_backward(m->products, d->d4, g.fcprojw, g.fcprojb, d->dout_h, a->fch_gelu,
+                           h.fcprojw, N, 4 * C, C, false, d->scratch);
+  be->gelu_backward_bf16(d->dout_h, a->fch, d->d4, 4 * BTC);
+  be->bf16_matmul_backward(m->products, d->dln, g.fcw, g.fcb, d->dout_h, a->ln2, h.fcw, N, C,
+                           4 * C, false, d->scratch);
+  be->layernorm_backward(m->dresid, g.ln2w, g.ln2b, d->dln, a->res2, w.ln2w, a->ln2_mean,
+                         a->ln2_rstd, N, C);
+  dbranch = branch_grad(m, d->dbranch, m->dresid, BTC, &drop[REMAT_DROP_RESID1]);
+  be->to_bf16(d->dout_h, dbranch, BTC);
+  be->bf16_matmul_backward(m->products, d->datty, g.projw, g.projb, d->dout_h, a->atty, h.projw,
+                           N, C, C, false, d->scratch);
+  be->from_bf16(d->qkv_f, a->qkv, 3 * BTC);
+  be->from_bf16(d->atty_f, a->atty, BTC);
+  be->attention_backward(d->dqkv, d->att_delta, d->datty, d->qkv_f, d->atty_f, a->att_lse, B, T,
+                         C, NH, &drop[REMAT_DROP_ATTN]);
+  be->to_bf16(d->dout_h, d->dqkv, 3 * BTC);
+  be->bf16_matmul_backward(m->products, d->dln, g.qkvw, g.qkvb, d->dout_h, a->ln1, h.qkvw, N, C,
+                           3 * C, false, d->scratch);
+  be->layernorm_backward(m->dresid, g.ln1w, g.ln1b, d->dln, x, w.ln1w, a->ln1_mean, a->ln1_rstd,
+                         N, C);
 }
 
 /* One block (index i within the stage) forward from x (B,T,C) into a's internals and out (B,T,C). With
@@ -583,6 +742,10 @@ static void block_forward(remat_model *m, int64_t i, const block_params *wp, con
   remat__dropout d_att = drop_at(hp, m->step, micro, l, REMAT_DROP_ATTN);
   remat__dropout d_r1 = drop_at(hp, m->step, micro, l, REMAT_DROP_RESID1);
   remat__dropout d_r2 = drop_at(hp, m->step, micro, l, REMAT_DROP_RESID2);
+  if (m->cfg.precision == REMAT_PRECISION_BF16) {
+    block_forward_bf16(m, i, wp, x, a, out, (remat__dropout[3]){d_att, d_r1, d_r2});
+    return;
+  }
 
   m->be->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, w.ln1w, w.ln1b, N, C);
   m->be->matmul_forward(a->qkv, a->ln1, w.qkvw, w.qkvb, N, C, 3 * C);
@@ -608,18 +771,16 @@ static void block_recompute_cheap(remat_model *m, const block_params *wp, const 
                                   remat__block_acts *a) {
   int64_t N = m->B * m->T, C = m->cfg.channels;
   const block_params w = *wp;
+  if (m->cfg.precision == REMAT_PRECISION_BF16) {
+    m->be->layernorm_forward_bf16(a->ln1, a->ln1_mean, a->ln1_rstd, x, w.ln1w, w.ln1b, N, C);
+    m->be->layernorm_forward_bf16(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w.ln2w, w.ln2b, N,
+                                  C);
+    m->be->gelu_forward_bf16(a->fch_gelu, a->fch, 4 * (size_t)N * (size_t)C);
+    return;
+  }
   m->be->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, w.ln1w, w.ln1b, N, C);
   m->be->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w.ln2w, w.ln2b, N, C);
   m->be->gelu_forward(a->fch_gelu, a->fch, 4 * (size_t)N * (size_t)C);
-}
-
-/* The gradient entering a residual branch: dropout(dresid) into buf, or
- * dresid itself when the site does not drop (no copy). */
-static const float *branch_grad(const remat_model *m, float *buf, const float *dresid, size_t n,
-                                const remat__dropout *d) {
-  if (d->p <= 0.0f) return dresid;
-  m->be->dropout_apply(buf, dresid, n, d);
-  return buf;
 }
 
 /* On entry m->dresid holds dL/d(block output); on exit dL/d(block input).
@@ -634,10 +795,14 @@ static void block_backward(remat_model *m, int64_t i, const block_params *wp,
   const block_grads g = *gp;
   remat__block_dgrads dgrads, *d = &dgrads;
   remat__kernel_ws ws = kernel_ws(m);
-  remat__block_dgrads_view(d, (float *)m->work, B, T, C, &ws);
+  remat__block_dgrads_view(d, m->work, B, T, C, &ws);
   remat__dropout d_att = drop_at(hp, m->step, micro, l, REMAT_DROP_ATTN);
   remat__dropout d_r1 = drop_at(hp, m->step, micro, l, REMAT_DROP_RESID1);
   remat__dropout d_r2 = drop_at(hp, m->step, micro, l, REMAT_DROP_RESID2);
+  if (m->cfg.precision == REMAT_PRECISION_BF16) {
+    block_backward_bf16(m, i, wp, gp, x, a, (remat__dropout[3]){d_att, d_r1, d_r2});
+    return;
+  }
 
   /* MLP branch: out = res2 + dropout(fcproj(gelu(fc(ln2(res2))))). Without
    * dropout the branch's gradient is dresid itself, read before the
@@ -686,13 +851,26 @@ static double head_forward(remat_model *m, const head_params *w, char *slot,
                            remat__head_acts *h, bool backward, float dloss) {
   const remat_config *c = &m->cfg;
   int64_t N = m->B * m->T, C = c->channels;
-  remat__head_acts_view(h, (float *)m->work, m->B, m->T, C);
-  m->be->layernorm_forward(h->lnf, h->lnf_mean, h->lnf_rstd, resid_at(m, slot, m->stage.num_blocks),
-                           w->lnfw, w->lnfb, N, C);
+  remat__kernel_ws ws = kernel_ws(m);
+  remat__head_acts_view(h, m->work, m->B, m->T, C, &ws);
+  const int32_t *targets = (const int32_t *)(slot + m->mp.targets_offset);
+  const float *x = resid_at(m, slot, m->stage.num_blocks);
+  if (c->precision == REMAT_PRECISION_BF16) {
+    uint16_t *lg = (uint16_t *)(m->work + m->mp.mm.head_bytes);
+    m->be->layernorm_forward_bf16(h->lnf, h->lnf_mean, h->lnf_rstd, x, w->lnfw, w->lnfb, N, C);
+    m->be->bf16_matmul_forward(m->products, lg, h->lnf, head_wbf(m), NULL, N, C,
+                               c->padded_vocab_size, true, h->scratch);
+    progress(m);
+    if (backward)
+      return m->be->crossentropy_forward_backward_bf16(lg, h->losses, targets, dloss, N,
+                                                       c->vocab_size, c->padded_vocab_size);
+    return m->be->crossentropy_forward_bf16(lg, h->losses, targets, N, c->vocab_size,
+                                            c->padded_vocab_size);
+  }
+  m->be->layernorm_forward(h->lnf, h->lnf_mean, h->lnf_rstd, x, w->lnfw, w->lnfb, N, C);
   float *logits = (float *)(m->work + m->mp.mm.head_bytes);
   m->be->matmul_forward(logits, h->lnf, w->wte, NULL, N, C, c->padded_vocab_size);
   progress(m);
-  const int32_t *targets = (const int32_t *)(slot + m->mp.targets_offset);
   if (backward)
     return m->be->crossentropy_forward_backward(logits, h->losses, targets, dloss, N,
                                                 c->vocab_size, c->padded_vocab_size);
@@ -704,6 +882,7 @@ void remat__model_stage_forward(remat_model *m, int64_t slot_index, uint32_t mic
                                 const remat_hparams *hp) {
   char *slot = slot_at(m, slot_index);
   int64_t nb = m->stage.num_blocks, C = m->cfg.channels;
+  bf16_refresh(m);
   if (m->stage.has_embedding) {
     float *out = nb || m->stage.has_head ? resid_at(m, slot, 0) : m->send;
     const float *e = unit_params(m, 0, 0);
@@ -739,8 +918,13 @@ double remat__model_stage_backward(remat_model *m, int64_t slot_index, uint32_t 
     float *gwte = gb ? gb : m->tied_grad ? m->tied_grad : m->g[REMAT_P_WTE];
     float *glnf = gb ? gb + m->head_grad_split : m->g[REMAT_P_LNFW];
     float *glnfb = gb ? gb + m->head_grad_split + C : m->g[REMAT_P_LNFB];
-    m->be->matmul_backward(h.dlnf, gwte, NULL, logits, h.lnf, w.wte, N, C,
-                           c->padded_vocab_size);
+    if (c->precision == REMAT_PRECISION_BF16)
+      m->be->bf16_matmul_backward(m->products, h.dlnf, gwte, NULL, (const uint16_t *)logits,
+                                  h.lnf, head_wbf(m), N, C, c->padded_vocab_size, false,
+                                  h.scratch);
+    else
+      m->be->matmul_backward(h.dlnf, gwte, NULL, logits, h.lnf, w.wte, N, C,
+                             c->padded_vocab_size);
     progress(m);
     m->be->clear(m->dresid, (size_t)N * (size_t)C * sizeof(float));
     m->be->layernorm_backward(m->dresid, glnf, glnfb, h.dlnf, resid_at(m, slot, nb), w.lnfw,
@@ -806,7 +990,7 @@ float remat_model_forward_backward(remat_model *m, uint32_t micro, float dloss,
 
 float remat_model_eval(remat_model *m) {
   REMAT_ASSERT(m->stage.has_embedding && m->stage.has_head);
-  remat__model_stage_forward(m, 0, 0, NULL);
+  remat__model_stage_forward(m, 0, 0, NULL); /* refreshes the bf16 weights */
   remat__head_acts h;
   head_params w = head_params_of(m);
   return (float)(head_forward(m, &w, slot_at(m, 0), &h, false, 0.0f) / (double)(m->B * m->T));
@@ -818,6 +1002,7 @@ void remat_model_zero_grad(remat_model *m) {
   if (m->tied_grad) m->be->clear(m->tied_grad, b[REMAT_BUF_TIED_GRAD].bytes);
   m->tied_summed = 0;
   m->grads_fresh = 1;
+  m->bf16_stale = 1;
 }
 
 /* g[i] = g[i] + t[i] over [first, first + count) of the tied matrix. */
@@ -942,6 +1127,7 @@ void remat_model_update(remat_model *m, const remat_hparams *hp, float lr, float
     if (coef < 1.0f) scale = coef;
   }
   m->step++;
+  m->bf16_stale = 1;
   remat__adamw opt = {.lr = lr, .beta1 = hp->beta1, .beta2 = hp->beta2, .eps = hp->eps,
                       .step = (int)m->step};
   if (m->D > 1 && m->zero >= 1) { /* the shards this replica owns */

@@ -14,6 +14,7 @@ struct remat_model {
                                workspace at (B, T) gave the plan's kernel terms */
   remat_config cfg;
   remat_memplan mp; /* of this model's stage (the whole model in one process) */
+  remat__kernel_ws ws; /* the kernels' terms at (B, T) that mp was planned with */
   remat_stage stage; /* policy points into mp */
   int64_t B, T;
 
@@ -46,6 +47,13 @@ struct remat_model {
   size_t shard_emb, shard_blk, shard_head;
   size_t head_grad_split; /* floats before the head's own unit in its gradient buffer */
   remat__layer_ops lops;   /* a replica's parameter gathers and gradient reductions */
+
+  /* bf16: the products' primitives, made for this stage's shapes; the bf16
+   * copies of the matrices (REMAT_BUF_PARAMS_BF16), stale after an update
+   * or a load until the next forward refreshes them */
+  remat__dnnl *products;
+  uint16_t *wbf;
+  int bf16_stale;
 
   size_t high_water;  /* cache for remat_model_arena_high_water */
   int64_t step;       /* optimizer steps taken */
