@@ -554,7 +554,8 @@ static int peak_rate(const opts *o, run_state *r) {
   if (remat_measure_peak(&r->peak, r->cfg, o->B, o->T, 0.5, &err))
     return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
   const remat_peak *p = &r->peak;
-  printf("peak    sgemm %.1f GFLOP/s measured on %d threads (MFU is against this)\n",
+  printf("peak    %s %.1f GFLOP/s measured on %d threads (MFU is against this)\n",
+         r->cfg->precision == REMAT_PRECISION_BF16 ? "bf16 products (oneDNN)" : "sgemm",
          p->flops / 1e9, omp_get_max_threads());
   printf("peak    the median of %d trials of the model's %d matrix-product shapes, spread "
          "+-%.1f%%; best %.1f, slowest %.1f, %.2f s\n",

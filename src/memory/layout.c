@@ -80,8 +80,7 @@ size_t remat__block_dgrads_view(remat__block_dgrads *d, void *base, int64_t B, i
   const field fl[] = {
       {BTC, f},      {4 * BTC, f},           {BTC, f}, {BTC, f}, {3 * BTC, f},
       {ws->attention_scratch, f},
-      {bf ? 4 * BTC : 0, 2}, {bf ? 3 * BTC : 0, f}, {bf ? BTC : 0, f},
-      {ws->product_scratch, 1},
+      {bf ? 4 * BTC : 0, 2}, {ws->product_scratch, 1},
   };
   char *at[NFIELDS(fl)];
   size_t n = carve(fl, NFIELDS(fl), base, at);
@@ -93,9 +92,11 @@ size_t remat__block_dgrads_view(remat__block_dgrads *d, void *base, int64_t B, i
     d->dqkv = (float *)at[4];
     d->att_delta = (float *)at[5];
     d->dout_h = bf ? (uint16_t *)at[6] : NULL;
-    d->qkv_f = bf ? (float *)at[7] : NULL;
-    d->atty_f = bf ? (float *)at[8] : NULL;
-    d->scratch = ws->product_scratch ? at[9] : NULL;
+    /* in d4, which is free whenever they are in use (the forward; the
+     * backward after the GELU's) */
+    d->qkv_f = bf ? d->d4 : NULL;
+    d->atty_f = bf ? d->d4 + 3 * BTC : NULL;
+    d->scratch = ws->product_scratch ? at[7] : NULL;
   }
   return n;
 }

@@ -76,8 +76,8 @@ typedef struct remat__block_dgrads {
   float *att_delta; /* ws.attention_scratch floats (CPU: (B, NH, T)
                        rowsum(datty * atty) per attention row) */
   uint16_t *dout_h; /* bf16 (B, T, 4C): a product's dout in bf16 */
-  float *qkv_f;     /* bf16: (B, T, 3C) qkv widened */
-  float *atty_f;    /* bf16: (B, T, C) the attention output in fp32 */
+  float *qkv_f;     /* bf16: (B, T, 3C) qkv widened (in d4) */
+  float *atty_f;    /* bf16: (B, T, C) the attention output in fp32 (in d4) */
   void *scratch;    /* ws.product_scratch bytes */
 } remat__block_dgrads;
 

@@ -25,6 +25,7 @@
 
 #include "base/base.h"
 #include "remat/report.h"
+#include "kernels/bf16.h"
 #include "kernels/kernels.h"
 
 enum { MAX_SHAPES = 15 };
@@ -102,8 +103,111 @@ static size_t largest_operand(const shape *s, int n) {
   return most;
 }
 
+/* bf16 (remat_precision): the model's products as the bf16 model runs
+ * them (kernels/bf16.h: bf16 operands, fp32 accumulation): per layer kind
+ * the forward and the backward (input and weight gradients together), at
+ * up to 2048 rows of tokens and, for the head, up to 8192 rows of the
+ * vocabulary; a step's time is each product's full FLOPs at its measured
+ * rate, as above. */
+typedef struct {
+  remat__dnnl *d;
+  remat__mm_shape s[5];
+  double weight[5], full[5]; /* times a step runs it; FLOPs of one full forward */
+  uint16_t *inp, *w, *out;
+  float *dinp, *dw, *bias;
+  void *scratch;
+} bf16_bench;
+
+static void bf16_bench_free(bf16_bench *b) {
+  if (b->d) remat__dnnl_destroy(b->d);
+  remat__free(b->inp);
+  remat__free(b->w);
+  remat__free(b->out);
+  remat__free(b->dinp);
+  remat__free(b->dw);
+  remat__free(b->bias);
+  remat__free(b->scratch);
+}
+
+static int bf16_bench_make(bf16_bench *b, const remat_config *cfg, int64_t rows,
+                           remat_error *err) {
+  const int64_t C = cfg->channels, Vp = cfg->padded_vocab_size;
+  const int64_t N = rows < 2048 ? rows : 2048, V = Vp < 8192 ? Vp : 8192;
+  const int64_t in[5] = {C, C, C, 4 * C, C}, out[5] = {3 * C, C, 4 * C, C, V},
+                fout[5] = {3 * C, C, 4 * C, C, Vp};
+  size_t most_in = 0, most_w = 0, most_out = 0;
+  for (int k = 0; k < 5; k++) {
+    b->s[k] = (remat__mm_shape){.N = N, .C = in[k], .OC = out[k], .out_bf16 = true,
+                                .dinp_fp32 = true, .no_bias = k == 4};
+    b->weight[k] = k == 4 ? 1.0 : (double)cfg->num_layers;
+    b->full[k] = 2.0 * (double)rows * (double)in[k] * (double)fout[k];
+    if ((size_t)(N * in[k]) > most_in) most_in = (size_t)(N * in[k]);
+    if ((size_t)(in[k] * out[k]) > most_w) most_w = (size_t)(in[k] * out[k]);
+    if ((size_t)(N * out[k]) > most_out) most_out = (size_t)(N * out[k]);
+  }
+  int rc = remat__dnnl_create(&b->d, b->s, 5, err);
+  if (rc) return rc;
+  b->inp = remat__calloc(most_in, 2);
+  b->w = remat__calloc(most_w, 2);
+  b->out = remat__calloc(most_out, 2);
+  b->dinp = remat__calloc(most_in, 4);
+  b->dw = remat__calloc(most_w, 4);
+  b->bias = remat__calloc((size_t)(4 * C), 4);
+  b->scratch = remat__malloc(remat__dnnl_scratchpad_bytes(b->d) + 64);
+  if (!b->inp || !b->w || !b->out || !b->dinp || !b->dw || !b->bias || !b->scratch)
+    return remat__errorf(err, REMAT_ENOMEM, "out of memory measuring the bf16 product rate");
+  for (size_t i = 0; i < most_in; i++) b->inp[i] = remat__bf16_round((float)(i % 13) * 0.01f);
+  for (size_t i = 0; i < most_w; i++) b->w[i] = remat__bf16_round((float)(i % 7) * 0.01f);
+  for (size_t i = 0; i < most_out; i++) b->out[i] = remat__bf16_round((float)(i % 5) * 0.01f);
+  return 0;
+}
+
+/* Seconds a step's products take at this trial's rates. */
+static double bf16_trial(bf16_bench *b) {
+  double t_step = 0.0;
+  for (int k = 0; k < 5; k++) {
+    const remat__mm_shape *s = &b->s[k];
+    double cut = 2.0 * (double)s->N * (double)s->C * (double)s->OC;
+    double t0 = remat__now();
+    remat__bf16_matmul_forward(b->d, b->out, b->inp, b->w, s->no_bias ? NULL : b->bias, s->N,
+                               s->C, s->OC, true, b->scratch);
+    remat__bf16_matmul_backward(b->d, b->dinp, b->dw, NULL, b->out, b->inp, b->w, s->N, s->C,
+                                s->OC, false, b->scratch);
+    double t2 = remat__now();
+    t_step += b->weight[k] * b->full[k] * (t2 - t0) / cut; /* 1 + 2 products, each cut */
+  }
+  return t_step;
+}
+
+static void peak_summary(remat_peak *p, int shapes, double t0);
+
+static int measure_peak_bf16(remat_peak *p, const remat_config *cfg, int64_t B, int64_t T,
+                             double seconds, remat_error *err) {
+  bf16_bench b = {0};
+  int rc = bf16_bench_make(&b, cfg, B * T, err);
+  if (rc) {
+    bf16_bench_free(&b);
+    return rc;
+  }
+  double step_flops = 0.0; /* forward, and the backward's two products */
+  for (int k = 0; k < 5; k++) step_flops += 3.0 * b.weight[k] * b.full[k];
+  const double t0 = remat__now();
+  bf16_trial(&b); /* warms the team and the primitives */
+  int added = 0;
+  while (p->trials < REMAT_PEAK_TRIALS &&
+         (added == 0 || p->trials < 3 || remat__now() - t0 < seconds)) {
+    p->rate[p->trials++] = step_flops / bf16_trial(&b);
+    added++;
+  }
+  bf16_bench_free(&b);
+  peak_summary(p, 15, t0);
+  return 0;
+}
+
 int remat_measure_peak(remat_peak *p, const remat_config *cfg, int64_t B, int64_t T,
                        double seconds, remat_error *err) {
+  if (cfg->precision == REMAT_PRECISION_BF16)
+    return measure_peak_bf16(p, cfg, B, T, seconds, err);
   shape full[MAX_SHAPES], cut[MAX_SHAPES];
   const int n = step_shapes(cfg, B * T, full);
   double step_flops = 0.0; /* a step's products */
@@ -148,6 +252,12 @@ int remat_measure_peak(remat_peak *p, const remat_config *cfg, int64_t B, int64_
     added++;
   }
   remat__free(buf);
+  peak_summary(p, n, t0);
+  return 0;
+}
+
+/* The figures over every trial so far. */
+static void peak_summary(remat_peak *p, int shapes, double t0) {
   double sorted[REMAT_PEAK_TRIALS];
   memcpy(sorted, p->rate, (size_t)p->trials * sizeof(double));
   qsort(sorted, (size_t)p->trials, sizeof(double), cmp_double);
@@ -158,9 +268,8 @@ int remat_measure_peak(remat_peak *p, const remat_config *cfg, int64_t B, int64_
   /* half the interquartile range: one trial a burst of other work slowed
    * does not move it */
   p->spread = (sorted[3 * p->trials / 4] - sorted[p->trials / 4]) / (2.0 * p->median);
-  p->shapes = n;
+  p->shapes = shapes;
   p->seconds += remat__now() - t0;
-  return 0;
 }
 
 double remat_peak_mfu(remat_peak *p, const remat_config *cfg, int64_t T, double tokens_per_s) {
