@@ -34,6 +34,8 @@ if(MPIRUN)
   remat_cli_test(pipeline pipeline.sh LABELS mpi TIMEOUT 600)
   # Data-parallel replicas under ZeRO 0-3 against one process.
   remat_cli_test(data_parallel data_parallel.sh LABELS mpi TIMEOUT 600)
+  # Mixed precision: bf16 pipelines = one process, threads, resume, refusals.
+  remat_cli_test(bf16 bf16.sh LABELS mpi TIMEOUT 600)
   # What the summary prints is true: MFU <= 100% on every line, labels, budgets.
   remat_cli_test(summary summary.sh LABELS mpi TIMEOUT 300)
 else()

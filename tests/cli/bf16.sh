@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# Mixed precision (--precision bf16) through the CLI: pipeline stages over
+# MPI against one process, bit for bit (P in {2, 3}, both schedules, dropout
+# on, heterogeneous layers, keep, middle and full); the thread count does not
+# change the bits; resume equals an uninterrupted run; every rank's arena
+# planned = measured; the run says which precision it chose and why; bad
+# requests are one-line errors. On a CPU without bf16 instructions only the
+# refusal is checked.
+# usage: bf16.sh REMAT TMPDIR
+set -u
+remat=$1
+tmp=$2
+. "$(dirname "$0")/lib.sh"
+fresh_dir "$tmp"
+cd "$tmp" || exit 1
+
+expect_error "an unknown precision" "not a precision" train --precision fp16 --steps 1
+
+if ! "$remat" train --config tiny --steps 1 --precision bf16 --quiet --peak-gflops 10 \
+    >probe.out 2>&1; then
+  if grep -q "needs AVX512-BF16" probe.out; then
+    echo "skip: $(cat probe.out)"
+    summary bf16
+    exit $?
+  fi
+  bad "a bf16 run on a CPU with the instructions"
+  cat probe.out
+fi
+check "the run says it is bf16 and why" grep -q "^precision bf16 .*(bf16: AVX512-BF16" probe.out
+
+same_run() { # same_run ONE.jsonl ONE.bin TWO.jsonl TWO.bin STEPS
+  python3 - "$1" "$3" "$5" <<'PY' && cmp -s "$2" "$4"
+import json, sys
+a = [json.loads(l) for l in open(sys.argv[1])]
+b = [json.loads(l) for l in open(sys.argv[2])]
+same = [(x["loss"], x["grad_norm"]) for x in a] == [(x["loss"], x["grad_norm"]) for x in b]
+mem = all(x["rank_planned_peak_bytes"] == x["rank_measured_peak_bytes"] for x in a + b)
+sys.exit(0 if same and mem and len(a) == len(b) == int(sys.argv[3]) else 1)
+PY
+}
+
+model=(--config 6,64,4,256,64 --batch 4 --seq 32 --grad-accum 4 --steps 3 --dropout 0.1
+       --warmup 1 --peak-gflops 10 --quiet)
+common=("${model[@]}" --threads 1 --precision bf16)
+
+# P, schedule, blocks per stage, recomputed blocks
+cases=("2 1f1b 3,3 middle:1,full:4" "3 gpipe 1,3,2 0,middle:2-3,full:5" "2 1f1b 2,4 -")
+for c in "${cases[@]}"; do
+  read -r P sched layers ck <<<"$c"
+  ckpt=()
+  [[ $ck != - ]] && ckpt=(--ckpt-layers "$ck")
+  tag="bf16 P=$P $sched layers $layers recompute $ck"
+  "$remat" train "${common[@]}" "${ckpt[@]}" --log one.jsonl --save one.bin >one.out 2>&1
+  mpi "$P" "$remat" train "${common[@]}" "${ckpt[@]}" --stages "$P" --schedule "$sched" \
+    --layers "$layers" --log two.jsonl --save two.bin >two.out 2>&1
+  if same_run one.jsonl one.bin two.jsonl two.bin 3; then ok "bit-identical: $tag"
+  else bad "bit-identical: $tag"; tail -5 two.out; fi
+done
+
+# bf16 differs from fp32 (the products did run in bf16) and stays near it
+"$remat" train "${model[@]}" --threads 1 --precision fp32 --log f32.jsonl >f32.out 2>&1
+check "bf16 is not fp32, and near it" python3 - one.jsonl f32.jsonl <<'PY'
+import json, sys
+a = [json.loads(l)["loss"] for l in open(sys.argv[1])]
+b = [json.loads(l)["loss"] for l in open(sys.argv[2])]
+sys.exit(0 if a != b and max(abs(x - y) for x, y in zip(a, b)) < 0.05 else 1)
+PY
+
+# the thread count does not change the bits
+for t in 1 2; do
+  "$remat" train "${model[@]}" --precision bf16 --threads $t --log t$t.jsonl --save t$t.bin \
+    >t$t.out 2>&1
+done
+check "bf16: 1 thread and 2 threads give the same bits" same_run t1.jsonl t1.bin t2.jsonl t2.bin 3
+
+# resume: checkpoints every 2 steps of 4, the last one removed, resumed
+res=(--config 6,64,4,256,64 --batch 4 --seq 32 --steps 4 --dropout 0.1 --threads 1
+     --peak-gflops 10 --quiet --precision bf16 --checkpoint-every 2)
+"$remat" train "${res[@]}" --checkpoint-dir full --save full.bin >full.out 2>&1
+"$remat" train "${res[@]}" --checkpoint-dir cut --save cut.bin >cut.out 2>&1
+rm -rf cut/step_00000004
+"$remat" train --resume cut --save cut.bin >resumed.out 2>&1
+check "bf16: resumed from step 2 = uninterrupted" cmp -s full.bin cut.bin
+check "bf16: the resumed run keeps its precision" grep -q "^precision bf16" resumed.out
+expect_error "bf16: a resume may not change the precision" "precision" \
+  train --resume cut --precision fp32
+
+# replicas are fp32 only, said before any rank starts work
+expect_fail_mpi "bf16 replicas refused, naming the way out" "give --precision fp32" 2 \
+  --config tiny --steps 1 --precision bf16 --data-parallel 2 --grad-accum 2
+summary bf16
