@@ -21,6 +21,9 @@ enum { FORMAT_LP = -1 };        /* beside REMAT_PLAN_FORMAT_* */
 #define SOURCE_NOTE                                                        \
   "bytes and FLOP times of remat's own fp32 GPT-2 engine; for other frameworks' models, " \
   "see python/remat (docs/profile.md)"
+#define SOURCE_NOTE_BF16                                                   \
+  "bytes and FLOP times of remat's own bf16 GPT-2 engine (oneDNN's scratchpad as on this " \
+  "CPU and thread count); for other frameworks' models, see python/remat (docs/profile.md)"
 
 static const char usage_text[] =
     "usage: remat plan PROBLEM.json [options]\n"
@@ -63,6 +66,9 @@ static const char usage_text[] =
     "                                 communication buffers counted (on a grid, the\n"
     "                                 whole model's: a bound on each stage's)\n"
     "  --zero 0|1|2|3                 ZeRO stage with --data-parallel (default 0)\n"
+    "  --precision fp32|bf16          with --config: the bytes of a run in this\n"
+    "                                 precision, as remat train --precision (default\n"
+    "                                 fp32; bf16 needs a CPU with the instructions)\n"
     "  --schedule 1f1b|gpipe          default 1f1b\n"
     "  --objective bottleneck|1f1b    max stage time (default), or the 1F1B\n"
     "                                 iteration time sum t + (M - 1) max t\n"
@@ -90,11 +96,11 @@ static const char usage_text[] =
 /* The command line: flags as given, then format, schedule and objective
  * resolved (-1 for schedule and objective: the problem's own). */
 typedef struct plan_args {
-  const char *problem, *config, *mem, *format, *output, *schedule, *objective;
+  const char *problem, *config, *mem, *format, *output, *schedule, *objective, *precision;
   int64_t B, T, P, M, D, Z, points;
   double time_limit;
   int sweep, no_middle;
-  int fmt, sched, obj;
+  int fmt, sched, obj, prec;
 } plan_args;
 
 static int resolve_names(plan_args *a) {
@@ -109,6 +115,10 @@ static int resolve_names(plan_args *a) {
     return cli_fail(-1, "--sweep writes a table or json, not '%s'", f);
   if (a->schedule && remat_plan_schedule_parse(a->schedule, &a->sched))
     return cli_fail(-1, "unknown schedule '%s'; use 1f1b or gpipe", a->schedule);
+  if (a->precision && remat_precision_parse(a->precision, &a->prec))
+    return cli_fail(-1, "unknown precision '%s'; use fp32 or bf16", a->precision);
+  if (a->precision && !a->config)
+    return cli_fail(-1, "--precision goes with --config; a problem file has its own bytes");
   if (a->objective && remat_plan_objective_parse(a->objective, &a->obj))
     return cli_fail(-1, "unknown objective '%s'; use bottleneck or 1f1b", a->objective);
   return 0;
@@ -163,6 +173,7 @@ static int parse_args(int argc, char **argv, plan_args *a) {
       {.name = "--points", .kind = CLI_I64, .dst = &a->points, .lo = 2, .hi = 1000},
       {.name = "--data-parallel", .kind = CLI_I64, .dst = &a->D, .lo = 1, .hi = 4096},
       {.name = "--zero", .kind = CLI_I64, .dst = &a->Z, .lo = 0, .hi = 3},
+      {.name = "--precision", .kind = CLI_STR, .dst = &a->precision},
       {.name = "--sweep", .kind = CLI_SWITCH, .dst = &a->sweep},
       {.name = "--no-middle", .kind = CLI_SWITCH, .dst = &a->no_middle},
       {.name = NULL},
@@ -205,6 +216,7 @@ static int load_problem(const plan_args *a, const size_t *budgets, remat_plan_pr
   remat_config cfg;
   if (remat_config_parse(a->config, &cfg, &err))
     return cli_fail(CLI_EXIT_USAGE, "--config: %s", err.msg);
+  cfg.precision = a->prec;
   if (remat_plan_problem_from_replicas(pb, &cfg, a->B, a->T, a->P, a->M, a->D > 1 ? a->D : 1,
                                        a->Z > 0 ? (int)a->Z : 0, budgets[0], &err))
     return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
@@ -246,16 +258,19 @@ static int apply_settings(const plan_args *a, const size_t *budgets, int64_t nb,
 /* text with SOURCE_NOTE added (owned; NULL when out of memory): in a
  * table, after its "problem: " line (else at its end); in JSON, as the
  * top-level object's last field. */
-static char *with_note(const char *text, int json) {
+static char *with_note(const char *text, int json, int bf16) {
   size_t n = strlen(text), at = n;
-  const char *add = "note: " SOURCE_NOTE "\n";
+  const char *note = bf16 ? SOURCE_NOTE_BF16 : SOURCE_NOTE;
+  char line[sizeof SOURCE_NOTE_BF16 + 16];
+  snprintf(line, sizeof line, "note: %s\n", note);
+  const char *add = line;
   const char *p = strstr(text, "\nproblem: ");
   const char *close = json ? strstr(text, "\n}") : NULL;
-  char field[sizeof SOURCE_NOTE + 32];
+  char field[sizeof SOURCE_NOTE_BF16 + 32];
   if (json) {
     field[0] = 0; /* not an object: left as it is */
     while (close && strstr(close + 1, "\n}")) close = strstr(close + 1, "\n}");
-    if (close) snprintf(field, sizeof field, ",\n\t\"source_note\":\t\"%s\"", SOURCE_NOTE);
+    if (close) snprintf(field, sizeof field, ",\n\t\"source_note\":\t\"%s\"", note);
     add = field;
     at = close ? (size_t)(close - text) : n;
   } else if (p && strchr(p + 1, '\n')) {
@@ -276,7 +291,8 @@ static int write_out(const plan_args *a, const char *text) {
   remat_error err;
   int status = 0;
   int note = a->config && (a->fmt == REMAT_PLAN_FORMAT_TABLE || a->fmt == REMAT_PLAN_FORMAT_JSON);
-  char *noted = note ? with_note(text, a->fmt == REMAT_PLAN_FORMAT_JSON) : NULL;
+  int bf16 = a->prec == REMAT_PRECISION_BF16;
+  char *noted = note ? with_note(text, a->fmt == REMAT_PLAN_FORMAT_JSON, bf16) : NULL;
   if (note && !noted) return cli_fail(CLI_EXIT_RUN, "out of memory formatting the plan");
   const char *out = noted ? noted : text;
   if (a->output) {

@@ -7,7 +7,7 @@
  * stage at every policy, and for the stages of pipeline splits with their
  * micro-batches in flight. And the planner's optimum for a budget is the
  * fastest of every count of recomputed and middle blocks whose engine arena
- * fits. */
+ * fits. In fp32 and, where the CPU can, in bf16. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -236,6 +236,24 @@ int main(void) {
     CHECK(remat_config_parse(spec, &cfg, &err) == 0);
     one_stage(&cfg, B, T, &cases);
     if (L >= 3) stages(&cfg, B, T, 2, 1 + (int64_t)(next() % 3), REMAT_SCHED_1F1B, &cases);
+  }
+  /* bf16 (where the CPU can): the planner's stages in bf16 bytes are the
+   * arena too, at a few shapes */
+  if (remat_precision_available(REMAT_PRECISION_BF16, NULL)) {
+    const char *bcfgs[] = {"tiny", "small", "3,40,5,100,48", "gpt2-124m"};
+    for (size_t c = 0; c < sizeof bcfgs / sizeof bcfgs[0]; c++) {
+      remat_config cfg;
+      remat_error err;
+      CHECK(remat_config_parse(bcfgs[c], &cfg, &err) == 0);
+      cfg.precision = REMAT_PRECISION_BF16;
+      one_stage(&cfg, 4, 16, &cases);
+      if (cfg.num_layers >= 3) {
+        stages(&cfg, 4, 16, 2, 4, REMAT_SCHED_1F1B, &cases);
+        stages(&cfg, 3, 16, 3, 3, REMAT_SCHED_GPIPE, &cases);
+      }
+    }
+  } else {
+    printf("bf16 not compared: this CPU has no bf16 products\n");
   }
   /* the shape the planner was most off on: gpt2-124m, B=4, T=512 */
   remat_config g;

@@ -4,7 +4,10 @@
  * block kept, middle or recomputed at random, 1 to 3 micro-batches
  * accumulating, dropout on or off): after two optimizer steps the arena's
  * measured high-water mark (remat_model_arena_high_water) is the planned
- * arena, byte for byte, and the trainer's measured peak its planned bytes. */
+ * arena, byte for byte, and the trainer's measured peak its planned bytes.
+ * Every other model trains in bf16 where the CPU can: its arena is also the
+ * public memory model's figure for its stage (remat_memplan_create_stage,
+ * which asks oneDNN for the products' scratchpad without making them). */
 #include <stdio.h>
 #include <string.h>
 
@@ -39,7 +42,8 @@ static int batch(void *ctx, int64_t step, int64_t micro, int32_t *inputs, int32_
 }
 
 int main(void) {
-  int shapes = 0, policies[3] = {0, 0, 0};
+  int shapes = 0, policies[3] = {0, 0, 0}, bf16 = 0;
+  int can_bf16 = remat_precision_available(REMAT_PRECISION_BF16, NULL);
   for (int k = 0; k < 40; k++) {
     int64_t NH = pick(1, 4), hs = pick(3, 24), C = NH * hs;
     if (C % 64 == 0) C += NH; /* NH still divides C */
@@ -52,6 +56,7 @@ int main(void) {
     remat_config cfg;
     remat_error err;
     CHECK(remat_config_parse(spec, &cfg, &err) == 0);
+    if (can_bf16 && k % 2) cfg.precision = REMAT_PRECISION_BF16;
     uint8_t pol[8];
     char pols[8] = {0};
     for (int64_t l = 0; l < L; l++) {
@@ -84,16 +89,25 @@ int main(void) {
     CHECK(remat_trainer_step(t, &st, &err) == 0);
     size_t hw = remat_model_arena_high_water(m), arena = remat_memplan_peak_bytes(remat_model_memplan(m));
     size_t measured = remat_trainer_measured_peak_bytes(t);
-    printf("%-20s B=%lld T=%-2lld K=%lld %-5s dropout %.1f: arena planned %zu, measured %zu%s\n",
-           spec, (long long)B, (long long)T, (long long)o.grad_accum, pols, o.hp.dropout, arena,
-           hw, hw == arena && measured == planned ? "" : "  <- differs");
+    remat_memplan *pub = NULL;
+    CHECK(remat_memplan_create_stage(&pub, &cfg, B, T, remat_model_stage(m), &err) == 0);
+    size_t model = pub ? remat_memplan_peak_bytes(pub) : 0;
+    remat_memplan_destroy(pub);
+    printf("%-20s %s B=%lld T=%-2lld K=%lld %-5s dropout %.1f: arena planned %zu, measured %zu%s\n",
+           spec, remat_precision_name((int)cfg.precision), (long long)B, (long long)T,
+           (long long)o.grad_accum, pols, o.hp.dropout, arena, hw,
+           hw == arena && measured == planned && model == arena ? "" : "  <- differs");
     CHECK(hw == arena);
     CHECK(measured == planned);
+    CHECK(model == arena);
+    bf16 += cfg.precision == REMAT_PRECISION_BF16;
     remat_trainer_destroy(t);
     shapes++;
   }
-  printf("%d shapes; blocks kept %d, middle %d, recomputed %d\n", shapes, policies[REMAT_KEEP],
+  printf("%d shapes (%d in bf16%s); blocks kept %d, middle %d, recomputed %d\n", shapes, bf16,
+         can_bf16 ? "" : ": this CPU has no bf16 products", policies[REMAT_KEEP],
          policies[REMAT_MIDDLE], policies[REMAT_RECOMPUTE]);
+  CHECK(!can_bf16 || bf16 == 20);
   CHECK(shapes == 40 && policies[0] > 10 && policies[1] > 10 && policies[2] > 10);
   return test_summary("memory_sweep");
 }

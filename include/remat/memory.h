@@ -12,6 +12,17 @@
 extern "C" {
 #endif
 
+/* ------------------------------------------------------- precision */
+
+/* Whether this CPU can train in bf16 (remat_precision): AVX512-BF16 or AMX,
+ * with the OS saving their state, read with cpuid at run time. *why (may be
+ * NULL) gets one line saying which instructions were found or missing
+ * (static storage). */
+REMAT_API int remat_precision_available(int precision, const char **why);
+/* (The bytes of a bf16 model depend on the CPU too: its products'
+ * scratchpad is oneDNN's figure for this CPU and thread count, which the
+ * memory model asks for.) */
+
 /* ------------------------------------------------------- memory model */
 
 /* Per-block activation policy. */

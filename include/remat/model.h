@@ -43,12 +43,6 @@ typedef struct remat_hparams {
   uint64_t seed;      /* dropout stream */
 } remat_hparams;
 
-/* Whether this CPU can train in bf16 (remat_precision): AVX512-BF16 or AMX,
- * with the OS saving their state, read with cpuid at run time. *why (may be
- * NULL) gets one line saying which instructions were found or missing
- * (static storage). */
-REMAT_API int remat_precision_available(int precision, const char **why);
-
 REMAT_API void remat_hparams_default(remat_hparams *hp);
 
 typedef struct remat_model remat_model; /* opaque */

@@ -1,99 +1,17 @@
-/* bf16.h: bf16 matrix products on the CPU through oneDNN, the conversions
- * between fp32 and bf16, and whether this CPU has the instructions for
- * them (read with cpuid at run time, never assumed from the build).
- *
- * A bf16 value is the upper half of an fp32 one (1 sign, 8 exponent, 7
- * mantissa bits), held as uint16_t. Products take bf16 inputs and
- * accumulate in fp32, as PyTorch's autocast does on the CPU; their
- * outputs are fp32 or bf16 (rounded to nearest, ties to even, once, from
- * the fp32 result).
- *
- * oneDNN primitives are made once, at set-up, for a list of shapes
- * (remat__dnnl_create); a product then only looks its primitive up and
- * runs it, with oneDNN's scratchpad in memory the caller provides (at
- * least remat__dnnl_scratchpad_bytes). Every product is deterministic: the
- * same inputs and thread count give the same bits. */
+/* bf16.h: the kernels' side of bf16 (remat_precision): the conversions
+ * between fp32 and bf16 arrays, a linear layer's products with the bias's
+ * gradient (over products/products.h's oneDNN primitives), and the layers
+ * around the products with bf16 operands. */
 #ifndef REMAT_BF16_H
 #define REMAT_BF16_H
 
-#include <stdbool.h>
-#include <stddef.h>
-#include <stdint.h>
-
-#include "remat/base.h"
-
-/* ------------------------------------------------------ the CPU */
-
-/* What cpuid and XCR0 say about bf16 (the registers, so a test can feed
- * any CPU's): leaf 7 sub-leaf 0 EBX and EDX, leaf 7 sub-leaf 1 EAX, leaf 1
- * ECX, and XCR0 (0 when the OS has not enabled XSAVE). */
-typedef struct remat__cpuid_regs {
-  uint32_t l7_ebx, l7_edx, l7s1_eax, l1_ecx;
-  uint64_t xcr0;
-} remat__cpuid_regs;
-
-typedef struct remat__cpu_bf16 {
-  bool avx512_bf16; /* AVX512F and AVX512-BF16, with the OS saving ZMM state */
-  bool amx_bf16;    /* AMX tiles with bf16, with the OS saving tile state */
-  /* One line: "bf16: AVX512-BF16 and AMX present" or "fp32: this CPU has
-   * no bf16 instructions", and the like. Static storage. */
-  const char *reason;
-} remat__cpu_bf16;
-
-/* What regs say. */
-remat__cpu_bf16 remat__cpu_bf16_from(const remat__cpuid_regs *regs);
-/* This CPU, read once. */
-remat__cpu_bf16 remat__cpu_bf16_get(void);
-
-/* ------------------------------------------------------ conversions */
+#include "products/products.h"
 
 /* dst[i] = src[i] rounded to bf16 (nearest, ties to even; a NaN stays a
  * quiet NaN), i < n. */
 void remat__bf16_from_f32(uint16_t *dst, const float *src, size_t n);
 /* dst[i] = src[i] exactly, i < n. */
 void remat__bf16_to_f32(float *dst, const uint16_t *src, size_t n);
-static inline uint16_t remat__bf16_round(float x) {
-  union {
-    float f;
-    uint32_t u;
-  } v = {x};
-  if ((v.u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((v.u >> 16) | 0x40u); /* NaN */
-  return (uint16_t)((v.u + 0x7fffu + ((v.u >> 16) & 1u)) >> 16);
-}
-static inline float remat__bf16_float(uint16_t h) {
-  union {
-    uint32_t u;
-    float f;
-  } v = {(uint32_t)h << 16};
-  return v.f;
-}
-
-/* ------------------------------------------------------ products */
-
-/* A linear layer's shapes, as the matmul kernels of kernels.h name them:
- * inp (N,C), weight (OC,C), out (N,OC). out_bf16: the forward's out and
- * the backward's dinp are bf16 (else fp32); dinp_fp32: the backward's dinp
- * is fp32 all the same; no_bias: the forward adds no bias (the LM head). */
-typedef struct remat__mm_shape {
-  int64_t N, C, OC;
-  bool out_bf16;
-  bool dinp_fp32, no_bias;
-} remat__mm_shape;
-
-typedef struct remat__dnnl remat__dnnl;
-
-/* The primitives for n shapes (duplicates allowed): for each, the forward,
- * the backward to the input and the backward to the weight. REMAT_EINVAL
- * when oneDNN has no bf16 product on this CPU (err says which shape and
- * why), REMAT_ENOMEM. */
-int remat__dnnl_create(remat__dnnl **out, const remat__mm_shape *shapes, int n,
-                       remat_error *err);
-void remat__dnnl_destroy(remat__dnnl *d);
-/* The scratchpad every product of d needs at most, bytes. */
-size_t remat__dnnl_scratchpad_bytes(const remat__dnnl *d);
-/* oneDNN's name for the implementation of shape i's forward product
- * ("brg:avx512_core_amx", say). */
-const char *remat__dnnl_impl(const remat__dnnl *d, int i);
 
 /* out (N,OC) = inp (N,C) weight (OC,C)^T + bias (OC, fp32; NULL for a
  * no_bias shape), fp32

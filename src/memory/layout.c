@@ -31,6 +31,26 @@ void remat__kernel_ws_reference(remat__kernel_ws *ws, int64_t B, int64_t T, int6
   ws->product_scratch = 0;
 }
 
+void remat__product_shapes(const remat_config *cfg, int64_t B, int64_t T,
+                           remat__mm_shape s[REMAT__PRODUCTS]) {
+  int64_t N = B * T, C = cfg->channels;
+  s[0] = (remat__mm_shape){.N = N, .C = C, .OC = 3 * C, .out_bf16 = true, .dinp_fp32 = true};
+  s[1] = (remat__mm_shape){.N = N, .C = C, .OC = C};
+  s[2] = (remat__mm_shape){.N = N, .C = C, .OC = 4 * C, .out_bf16 = true, .dinp_fp32 = true};
+  s[3] = (remat__mm_shape){.N = N, .C = 4 * C, .OC = C};
+  s[4] = (remat__mm_shape){.N = N, .C = C, .OC = cfg->padded_vocab_size, .out_bf16 = true,
+                           .dinp_fp32 = true, .no_bias = true};
+}
+
+int remat__product_scratch(const remat_config *cfg, int64_t B, int64_t T, size_t *bytes,
+                           remat_error *err) {
+  remat__mm_shape s[REMAT__PRODUCTS];
+  remat__product_shapes(cfg, B, T, s);
+  int rc = remat__dnnl_scratch(s, REMAT__PRODUCTS, bytes, err);
+  *bytes = remat__align(*bytes);
+  return rc;
+}
+
 size_t remat__block_stored_view(remat__block_acts *a, void *base, int64_t B, int64_t T,
                                 int64_t C, const remat__kernel_ws *ws) {
   size_t BT = (size_t)B * (size_t)T, BTC = BT * (size_t)C, h = remat__act_elem(ws), f = 4;

@@ -4,6 +4,7 @@
 #ifndef REMAT_LAYOUT_INTERNAL_H
 #define REMAT_LAYOUT_INTERNAL_H
 
+#include "products/products.h"
 #include "remat/memory.h"
 
 /* What a backend's kernels need besides the named tensors of the layout
@@ -141,6 +142,17 @@ int remat__memory_model_get_ws(const remat_config *cfg, int64_t B, int64_t T,
 int remat__memplan_build_stage_ws(remat_memplan *mp, const remat_config *cfg, int64_t B,
                                   int64_t T, const remat_stage *st, const remat__kernel_ws *ws,
                                   remat_error *err);
+
+/* bf16: the five products of a GPT-2 step at micro-batches of B x T (a
+ * block's qkv, projection, fc and fc projection; the LM head), as the model
+ * makes their primitives; and the scratchpad they need at most (oneDNN's,
+ * for this CPU and thread count; REMAT_EINVAL where the CPU has no bf16
+ * products), which ws->product_scratch holds in bf16. */
+enum { REMAT__PRODUCTS = 5 };
+void remat__product_shapes(const remat_config *cfg, int64_t B, int64_t T,
+                           remat__mm_shape s[REMAT__PRODUCTS]);
+int remat__product_scratch(const remat_config *cfg, int64_t B, int64_t T, size_t *bytes,
+                           remat_error *err);
 
 /* Rounds a byte count up to REMAT_ALIGN. */
 static inline size_t remat__align(size_t n) {

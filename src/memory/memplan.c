@@ -19,6 +19,16 @@
 #include "base/base.h"
 #include "memory/memplan.h"
 
+int remat_precision_available(int precision, const char **why) {
+  if (precision != REMAT_PRECISION_BF16) {
+    if (why) *why = "fp32 runs on every CPU";
+    return precision == REMAT_PRECISION_FP32;
+  }
+  remat__cpu_bf16 cpu = remat__cpu_bf16_get();
+  if (why) *why = cpu.reason;
+  return cpu.avx512_bf16;
+}
+
 void remat_policy_first_n(uint8_t *policy, int64_t L, int64_t n) {
   for (int64_t l = 0; l < L; l++) policy[l] = l < n ? REMAT_RECOMPUTE : REMAT_KEEP;
 }
@@ -64,12 +74,25 @@ int remat__check_shape(const remat_config *cfg, int64_t B, int64_t T, remat_erro
   return 0;
 }
 
+/* The CPU kernels' terms in the config's precision: in bf16 with the
+ * scratchpad of the products' primitives, as the model makes them. */
+static int reference_ws(const remat_config *cfg, int64_t B, int64_t T, remat__kernel_ws *ws,
+                        remat_error *err) {
+  memset(ws, 0, sizeof *ws);
+  int rc = remat__check_shape(cfg, B, T, err);
+  if (rc) return rc;
+  remat__kernel_ws_reference(ws, B, T, cfg->channels, cfg->num_heads, cfg->padded_vocab_size);
+  ws->precision = (int)cfg->precision;
+  if (ws->precision == REMAT_PRECISION_BF16)
+    rc = remat__product_scratch(cfg, B, T, &ws->product_scratch, err);
+  return rc;
+}
+
 int remat_memory_model_get(const remat_config *cfg, int64_t B, int64_t T, remat_memory_model *mm,
                            remat_error *err) {
   remat__kernel_ws ws;
-  remat__kernel_ws_reference(&ws, B, T, cfg->channels, cfg->num_heads, cfg->padded_vocab_size);
-  ws.precision = (int)cfg->precision;
-  return remat__memory_model_get_ws(cfg, B, T, &ws, mm, err);
+  int rc = reference_ws(cfg, B, T, &ws, err);
+  return rc ? rc : remat__memory_model_get_ws(cfg, B, T, &ws, mm, err);
 }
 
 int remat__memory_model_get_ws(const remat_config *cfg, int64_t B, int64_t T,
@@ -224,8 +247,8 @@ int remat_stage_bytes_get(const remat_config *cfg, const remat_memory_model *mm,
 static int build_stage(remat_memplan *mp, const remat_config *cfg, int64_t B, int64_t T,
                        const remat_stage *st, remat_error *err) {
   remat__kernel_ws ws;
-  remat__kernel_ws_reference(&ws, B, T, cfg->channels, cfg->num_heads, cfg->padded_vocab_size);
-  return remat__memplan_build_stage_ws(mp, cfg, B, T, st, &ws, err);
+  int rc = reference_ws(cfg, B, T, &ws, err);
+  return rc ? rc : remat__memplan_build_stage_ws(mp, cfg, B, T, st, &ws, err);
 }
 
 /* The plan's header and its per-block tables. */

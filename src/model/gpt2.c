@@ -28,38 +28,19 @@
 #include "base/base.h"
 #include "model/model.h"
 
-int remat_precision_available(int precision, const char **why) {
-  if (precision != REMAT_PRECISION_BF16) {
-    if (why) *why = "fp32 runs on every CPU";
-    return precision == REMAT_PRECISION_FP32;
-  }
-  remat__cpu_bf16 cpu = remat__cpu_bf16_get();
-  if (why) *why = cpu.reason;
-  return cpu.avx512_bf16;
-}
-
 void remat_hparams_default(remat_hparams *hp) {
   *hp = (remat_hparams){.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
                         .weight_decay = 0.1f, .grad_clip = 1.0f, .dropout = 0.0f, .seed = 1337};
 }
 
-/* bf16: the primitives of the stage's products (a block's four, the
- * head's), and their scratchpad in the workspace. */
+/* bf16: the primitives of the model's products (all five on every stage,
+ * so that their scratchpad, in the workspace, is the memory model's
+ * figure: remat__product_scratch asks oneDNN about the same shapes). */
 static int make_products(remat_model *m, const remat_config *cfg, int64_t B, int64_t T,
-                         const remat_stage *st, remat__kernel_ws *ws, remat_error *err) {
-  int64_t N = B * T, C = cfg->channels;
-  remat__mm_shape s[5] = {
-      {.N = N, .C = C, .OC = 3 * C, .out_bf16 = true, .dinp_fp32 = true},
-      {.N = N, .C = C, .OC = C},
-      {.N = N, .C = C, .OC = 4 * C, .out_bf16 = true, .dinp_fp32 = true},
-      {.N = N, .C = 4 * C, .OC = C},
-      {.N = N, .C = C, .OC = cfg->padded_vocab_size, .out_bf16 = true, .dinp_fp32 = true,
-       .no_bias = true},
-  };
-  int n = st->num_blocks ? 4 : 0;
-  if (st->has_head) s[n++] = s[4];
-  if (n == 0) return 0;
-  int rc = m->be->products_create(&m->products, s, n, err);
+                         remat__kernel_ws *ws, remat_error *err) {
+  remat__mm_shape s[REMAT__PRODUCTS];
+  remat__product_shapes(cfg, B, T, s);
+  int rc = m->be->products_create(&m->products, s, REMAT__PRODUCTS, err);
   if (rc) return rc;
   ws->product_scratch = remat__align(m->be->products_scratch(m->products));
   return 0;
@@ -75,7 +56,7 @@ int remat__model_plan_on(remat_model **out, const remat_config *cfg, int64_t B, 
   m->be->workspace(&ws, B, T, cfg->channels, cfg->num_heads, cfg->padded_vocab_size);
   ws.precision = (int)cfg->precision;
   int rc = 0;
-  if (cfg->precision == REMAT_PRECISION_BF16 && (rc = make_products(m, cfg, B, T, st, &ws, err))) {
+  if (cfg->precision == REMAT_PRECISION_BF16 && (rc = make_products(m, cfg, B, T, &ws, err))) {
     remat__free(m);
     return rc;
   }

@@ -25,7 +25,7 @@
 
 #include "base/base.h"
 #include "remat/report.h"
-#include "kernels/bf16.h"
+#include "products/products.h"
 #include "kernels/kernels.h"
 
 enum { MAX_SHAPES = 15 };
@@ -104,7 +104,7 @@ static size_t largest_operand(const shape *s, int n) {
 }
 
 /* bf16 (remat_precision): the model's products as the bf16 model runs
- * them (kernels/bf16.h: bf16 operands, fp32 accumulation): per layer kind
+ * them (products/products.h: bf16 operands, fp32 accumulation): per layer kind
  * the forward and the backward (input and weight gradients together), at
  * up to 2048 rows of tokens and, for the head, up to 8192 rows of the
  * vocabulary; a step's time is each product's full FLOPs at its measured
@@ -169,10 +169,10 @@ static double bf16_trial(bf16_bench *b) {
     const remat__mm_shape *s = &b->s[k];
     double cut = 2.0 * (double)s->N * (double)s->C * (double)s->OC;
     double t0 = remat__now();
-    remat__bf16_matmul_forward(b->d, b->out, b->inp, b->w, s->no_bias ? NULL : b->bias, s->N,
-                               s->C, s->OC, true, b->scratch);
-    remat__bf16_matmul_backward(b->d, b->dinp, b->dw, NULL, b->out, b->inp, b->w, s->N, s->C,
-                                s->OC, false, b->scratch);
+    remat__dnnl_forward(b->d, b->out, b->inp, b->w, s->no_bias ? NULL : b->bias, s->N, s->C,
+                        s->OC, true, b->scratch);
+    remat__dnnl_backward(b->d, b->dinp, b->dw, b->out, b->inp, b->w, s->N, s->C, s->OC, false,
+                         b->scratch);
     double t2 = remat__now();
     t_step += b->weight[k] * b->full[k] * (t2 - t0) / cut; /* 1 + 2 products, each cut */
   }

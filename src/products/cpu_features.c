@@ -6,7 +6,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "kernels/bf16.h"
+#include "products/products.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
