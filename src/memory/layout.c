@@ -42,6 +42,12 @@ void remat__product_shapes(const remat_config *cfg, int64_t B, int64_t T,
                            .dinp_fp32 = true, .no_bias = true};
 }
 
+void remat__bf16_copy_bytes(const remat_config *cfg, size_t *block, size_t *head) {
+  size_t C = (size_t)cfg->channels, bf = cfg->precision == REMAT_PRECISION_BF16;
+  *block = bf * remat__align(12 * C * C * 2);
+  *head = bf * remat__align((size_t)cfg->padded_vocab_size * C * 2);
+}
+
 int remat__product_scratch(const remat_config *cfg, int64_t B, int64_t T, size_t *bytes,
                            remat_error *err) {
   remat__mm_shape s[REMAT__PRODUCTS];

@@ -154,6 +154,12 @@ void remat__product_shapes(const remat_config *cfg, int64_t B, int64_t T,
 int remat__product_scratch(const remat_config *cfg, int64_t B, int64_t T, size_t *bytes,
                            remat_error *err);
 
+/* bf16: the bytes of the bf16 copies of a block's four matrices and of the
+ * tied matrix the head's product reads (remat_memory_model's
+ * block_bf16_bytes and head_bf16_bytes; a replica holds them whole under
+ * ZeRO 0 to 2); 0 in fp32. */
+void remat__bf16_copy_bytes(const remat_config *cfg, size_t *block, size_t *head);
+
 /* Rounds a byte count up to REMAT_ALIGN. */
 static inline size_t remat__align(size_t n) {
   return (n + REMAT_ALIGN - 1) / REMAT_ALIGN * REMAT_ALIGN;

@@ -121,10 +121,7 @@ int remat__memory_model_get_ws(const remat_config *cfg, int64_t B, int64_t T,
   layer_params(cfg, np);
   size_t ps[REMAT_P_COUNT];
   remat_param_sizes(cfg, ps);
-  if (cfg->precision == REMAT_PRECISION_BF16) { /* the products' bf16 weights */
-    mm->block_bf16_bytes = remat__align(12 * (size_t)C * (size_t)C * 2);
-    mm->head_bf16_bytes = remat__align(ps[REMAT_P_WTE] * 2);
-  }
+  remat__bf16_copy_bytes(cfg, &mm->block_bf16_bytes, &mm->head_bf16_bytes);
   for (int k = 0; k < REMAT_LAYER_KIND_COUNT; k++)
     mm->layer[k].state = 4 * remat__align(np[k] * sizeof(float));
   mm->layer[REMAT_LAYER_BLOCK].state += mm->block_bf16_bytes;
@@ -188,10 +185,10 @@ static int check_stage(const remat_config *cfg, const remat_stage *st, remat_err
                            (long long)st->replica, (long long)st->replicas);
     if (!st->accumulate)
       return remat__errorf(err, REMAT_EINVAL, "a replica computes its gradients apart");
-    if (cfg->precision != REMAT_PRECISION_FP32)
+    if (cfg->precision != REMAT_PRECISION_FP32 && st->zero == 3)
       return remat__errorf(err, REMAT_EINVAL,
-                           "data-parallel replicas train in fp32 only for now: give "
-                           "--precision fp32, or train in bf16 on one process or a pipeline");
+                           "ZeRO 3 trains in fp32 only for now (its bf16 weights would be "
+                           "gathered per layer): give --zero 2 or less, or --precision fp32");
   }
   return 0;
 }

@@ -137,8 +137,12 @@ int remat_replica_stage_bytes_get(const remat_config *cfg, const remat_stage *st
   size_t tied_full = remat__align(remat_unit_floats(cfg, L + 2) * sizeof(float));
   size_t tied_shard = remat_unit_shard(cfg, L + 2, D) * sizeof(float);
   size_t tied_grad = zero <= 1 ? tied_full : tied_shard;
-  out->head_joint_state = out->state[REMAT_LAYER_HEAD] + tied_grad;
-  out->head_alone_state = out->state[REMAT_LAYER_HEAD];
+  /* bf16: the products' copies of the matrices, whole (ZeRO 3 is fp32) */
+  size_t bf_block, bf_head;
+  remat__bf16_copy_bytes(cfg, &bf_block, &bf_head);
+  out->state[REMAT_LAYER_BLOCK] += bf_block;
+  out->head_joint_state = out->state[REMAT_LAYER_HEAD] + tied_grad + bf_head;
+  out->head_alone_state = out->state[REMAT_LAYER_HEAD] + bf_head;
   for (int b = 0; b < 4; b++) out->head_alone_state += whole[b] ? tied_full : tied_shard;
   /* the head computes its gradient of the tied matrix beside its own */
   out->grad[REMAT_LAYER_HEAD] += d * tied_shard;
