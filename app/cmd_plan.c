@@ -68,7 +68,8 @@ static const char usage_text[] =
     "  --zero 0|1|2|3                 ZeRO stage with --data-parallel (default 0)\n"
     "  --precision fp32|bf16          with --config: the bytes of a run in this\n"
     "                                 precision, as remat train --precision (default\n"
-    "                                 fp32; bf16 needs a CPU with the instructions)\n"
+    "                                 as remat train's: bf16 where the CPU has the\n"
+    "                                 instructions, else fp32; fp32 under --zero 3)\n"
     "  --schedule 1f1b|gpipe          default 1f1b\n"
     "  --objective bottleneck|1f1b    max stage time (default), or the 1F1B\n"
     "                                 iteration time sum t + (M - 1) max t\n"
@@ -119,6 +120,14 @@ static int resolve_names(plan_args *a) {
     return cli_fail(-1, "unknown precision '%s'; use fp32 or bf16", a->precision);
   if (a->precision && !a->config)
     return cli_fail(-1, "--precision goes with --config; a problem file has its own bytes");
+  const char *why;
+  if (a->precision && !remat_precision_available(a->prec, &why))
+    return cli_fail(-1, "--precision bf16 needs AVX512-BF16 or AMX, and this CPU has neither "
+                        "(%s); use --precision fp32", why);
+  if (!a->precision) /* as remat train: bf16 where the CPU has it (ZeRO 3: fp32) */
+    a->prec = remat_precision_available(REMAT_PRECISION_BF16, NULL) && a->Z != 3
+                  ? REMAT_PRECISION_BF16
+                  : REMAT_PRECISION_FP32;
   if (a->objective && remat_plan_objective_parse(a->objective, &a->obj))
     return cli_fail(-1, "unknown objective '%s'; use bottleneck or 1f1b", a->objective);
   return 0;

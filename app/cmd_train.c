@@ -37,6 +37,24 @@ static void on_signal(int sig) {
   interrupted = 1;
 }
 
+/* What the run's header says of its precision: why it was chosen. */
+static char precision_note[192] = "as asked";
+
+/* Without --precision: bf16 where the CPU has the instructions and the job
+ * can run it (ZeRO 3 is fp32 only), else fp32. */
+static void default_precision(opts *o) {
+  const char *why;
+  int bf16 = remat_precision_available(REMAT_PRECISION_BF16, &why);
+  int zero3 = o->d.replicas > 1 && o->d.zero == 3;
+  o->d.precision = bf16 && !zero3 ? REMAT_PRECISION_BF16 : REMAT_PRECISION_FP32;
+  if (bf16 && zero3)
+    snprintf(precision_note, sizeof precision_note,
+             "the default under ZeRO 3, which trains in fp32 only");
+  else
+    snprintf(precision_note, sizeof precision_note, "the default here, %s%s", why,
+             bf16 ? "; --precision fp32 for fp32" : "");
+}
+
 /* The flags over base: the defaults, or a resumed run's saved settings. */
 static int parse_args(int argc, char **argv, opts *o, const remat_job_desc *base) {
   *o = (opts){0};
@@ -108,6 +126,8 @@ static int parse_args(int argc, char **argv, opts *o, const remat_job_desc *base
   if (!remat_precision_available(d->precision, &why))
     return cli_fail(-1, "--precision bf16 needs AVX512-BF16 or AMX, and this CPU has neither "
                         "(%s); use --precision fp32", why);
+  if (!o->precision_name && !base) /* a resume keeps its run's */
+    default_precision(o);
   return 0;
 }
 
@@ -154,6 +174,8 @@ static int resume_args(int argc, char **argv, opts *o, remat_job_saved *saved) {
   if (remat_job_saved_load(saved, o->d.resume, &err)) return cli_fail(-1, "%s", err.msg);
   if (!saved->found) return 0; /* an older checkpoint: the flags as given */
   if (parse_args(argc, argv, o, &saved->desc)) return -1;
+  if (!o->precision_name)
+    snprintf(precision_note, sizeof precision_note, "the resumed run's");
   if (remat_job_saved_conflict(saved, &o->d, &c))
     return cli_fail(-1, "--%s %s differs from the saved run's %s; a resume keeps the run's "
                     "settings: drop --%s", c.key, c.given, c.saved, c.key);
@@ -211,12 +233,11 @@ static void print_model(const remat_config *cfg) {
          (long long)cfg->num_layers, (long long)cfg->channels, (long long)cfg->num_heads,
          (long long)cfg->vocab_size, (long long)cfg->padded_vocab_size,
          (long long)cfg->max_seq_len, remat_param_count(cfg));
-  if (cfg->precision == REMAT_PRECISION_BF16) {
-    const char *why;
-    remat_precision_available(REMAT_PRECISION_BF16, &why);
+  if (cfg->precision == REMAT_PRECISION_BF16)
     printf("precision bf16 products and activations, fp32 master weights, gradients and "
-           "moments (%s)\n", why);
-  }
+           "moments (%s)\n", precision_note);
+  else
+    printf("precision fp32 (%s)\n", precision_note);
 }
 
 /* The blocks of one policy, "0,1,2" (at most 24, then ",..."). */

@@ -17,7 +17,7 @@ tmp=$2
 fresh_dir "$tmp"
 cd "$tmp" || exit 1
 
-shape=(--config 4,64,4,256,64 --batch 2 --seq 32)
+shape=(--config 4,64,4,256,64 --batch 2 --seq 32 --precision fp32) # bf16 replicas: bf16.sh
 common=("${shape[@]}" --steps 3 --dropout 0.1 --warmup 1 --cosine --threads 1
         --peak-gflops 10 --quiet)
 

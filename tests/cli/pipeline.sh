@@ -15,8 +15,9 @@ fresh_dir "$tmp"
 cd "$tmp" || exit 1
 
 # one model, small enough to run many times: 6 blocks, B=4, T=32, 5 micro-batches
+# fp32 here (bf16 pipelines: bf16.sh)
 common=(--config 6,64,4,256,64 --batch 4 --seq 32 --grad-accum 5 --steps 3 --dropout 0.1
-        --warmup 1 --cosine --threads 1 --peak-gflops 10 --quiet)
+        --warmup 1 --cosine --threads 1 --peak-gflops 10 --quiet --precision fp32)
 
 same_run() { # same_run NAME ONE.jsonl ONE.bin TWO.jsonl TWO.bin
   python3 - "$2" "$4" <<'PY' && cmp -s "$3" "$5"
@@ -49,7 +50,7 @@ done
 # onto the head's (no buffer apart), a pipeline sums them on two stages and
 # then adds; the bits are the same.
 single=(--config 6,64,4,256,64 --batch 4 --seq 32 --steps 3 --dropout 0.1 --warmup 1 --cosine
-        --threads 1 --peak-gflops 10 --quiet)
+        --threads 1 --peak-gflops 10 --quiet --precision fp32)
 "$remat" train "${single[@]}" --log one.jsonl --save one.bin >one.out 2>&1
 mpi 2 "$remat" train "${single[@]}" --stages 2 --log two.jsonl --save two.bin >two.out 2>&1
 if same_run "one micro-batch" one.jsonl one.bin two.jsonl two.bin; then
@@ -58,7 +59,7 @@ else bad "bit-identical: P=2, one micro-batch"; tail -5 two.out; fi
 
 # The planner places the stages under a budget; each rank's arena is the
 # plan's figure, planned and measured.
-"$remat" plan --config 6,64,4,256,64 --batch 4 --seq 32 --stages 3 --microbatches 5 \
+"$remat" plan --config 6,64,4,256,64 --precision fp32 --batch 4 --seq 32 --stages 3 --microbatches 5 \
   --mem 5MiB --format json -o plan.json >/dev/null 2>&1
 mpi 3 "$remat" train "${common[@]}" --stages 3 --mem 5MiB --log mem.jsonl >mem.out 2>&1
 if python3 - <<'PY'
