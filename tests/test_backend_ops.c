@@ -737,13 +737,92 @@ static void check_optimizer(size_t n) {
   release();
 }
 
+/* ------------------------------------------------------------ bf16 */
+
+/* The bf16 layers: each the fp32 op of the same name on the widened
+ * inputs, its outputs rounded to bf16 once, exactly (layernorm, GELU and
+ * its backward, the conversions); the loss against double on the widened
+ * logits, its gradient within bf16's rounding. */
+static void check_bf16(void) {
+  int64_t N = sh.B * sh.T, C = sh.C, V = sh.V, Vp = sh.Vp;
+  size_t n = (size_t)(N * C);
+  float *x = frand(n, -3, 3), *w = frand((size_t)C, 0.5f, 1.5f), *b = frand((size_t)C, -1, 1);
+  x[0] = NAN; /* a NaN stays a NaN */
+  uint16_t *h = balloc(n * 2), *h2 = balloc(n * 2);
+  float *back = fbuf(n), *f = fbuf(n), *m = fbuf((size_t)N), *r = fbuf((size_t)N);
+  float *m2 = fbuf((size_t)N), *r2 = fbuf((size_t)N);
+  be->to_bf16(h, x, n);
+  be->from_bf16(back, h, n);
+  bool conv = isnan(back[0]);
+  for (size_t i = 1; i < n; i++)
+    conv &= h[i] == remat__bf16_round(x[i]) && back[i] == remat__bf16_float(h[i]) &&
+            fabsf(back[i] - x[i]) <= fabsf(x[i]) * 0x1p-8f;
+  x[0] = 1.0f;
+  be->layernorm_forward(f, m, r, x, w, b, N, C);
+  be->layernorm_forward_bf16(h, m2, r2, x, w, b, N, C);
+  bool ln = same(m, m2, (size_t)N * 4) && same(r, r2, (size_t)N * 4);
+  for (size_t i = 0; i < n; i++) ln &= h[i] == remat__bf16_round(f[i]);
+  /* GELU on bf16 input h (the layernorm's output) */
+  float *hin = fbuf(n), *dout = frand(n, -1, 1);
+  be->from_bf16(hin, h, n);
+  be->gelu_forward(f, hin, n);
+  be->gelu_forward_bf16(h2, h, n);
+  bool gf = true;
+  for (size_t i = 0; i < n; i++) gf &= h2[i] == remat__bf16_round(f[i]);
+  be->gelu_backward(f, hin, dout, n);
+  be->gelu_backward_bf16(h2, h, dout, n);
+  bool gb = true;
+  for (size_t i = 0; i < n; i++) gb &= h2[i] == remat__bf16_round(f[i]);
+  CHECKF(conv && ln && gf && gb, "%s: bf16 conversions, layernorm, GELU forward and backward: "
+         "the fp32 ops rounded once, exact, " SHAPE_FMT, be->name, SHAPE_ARGS);
+
+  size_t nl = (size_t)(N * Vp);
+  float *lf = frand(nl, -4, 4), *losses = fbuf((size_t)N), *l2 = fbuf((size_t)N);
+  uint16_t *lg = balloc(nl * 2), *lg2 = balloc(nl * 2), *orig = balloc(nl * 2);
+  be->to_bf16(lg, lf, nl);
+  memcpy(lg2, lg, nl * 2);
+  memcpy(orig, lg, nl * 2);
+  be->from_bf16(lf, lg, nl); /* the logits the loss sees */
+  int32_t *tg = balloc((size_t)N * sizeof(int32_t));
+  for (int64_t i = 0; i < N; i++) tg[i] = (int32_t)irand(0, V - 1);
+  const float dloss = 1.0f / (float)N;
+  double sum = be->crossentropy_forward_backward_bf16(lg, losses, tg, dloss, N, V, Vp);
+  double sum2 = be->crossentropy_forward_bf16(lg2, l2, tg, N, V, Vp);
+  double el = 0, eg = 0, rs = 0;
+  bool pad = true;
+  for (int64_t i = 0; i < N; i++) {
+    const float *z = lf + i * Vp;
+    double mx = -INFINITY, s = 0;
+    for (int64_t v = 0; v < V; v++) mx = fmax(mx, z[v]);
+    for (int64_t v = 0; v < V; v++) s += exp(z[v] - mx);
+    double li = log(s) - (z[tg[i]] - mx);
+    rs += li;
+    el = fmax(el, fabs(losses[i] - li) / li);
+    for (int64_t v = 0; v < V; v++) {
+      double g = (exp(z[v] - mx) / s - (v == tg[i])) * dloss;
+      eg = fmax(eg, fabs(remat__bf16_float(lg[i * Vp + v]) - g) / dloss);
+    }
+    for (int64_t v = V; v < Vp; v++) pad &= lg[i * Vp + v] == 0;
+  }
+  /* the gradient is rounded to bf16 once: |g| <= dloss, so within 2^-8 dloss */
+  CHECKF(el < 1e-5 && fabs(sum - rs) / rs < 1e-6 && eg <= 0x1p-8 * 1.01 && pad && sum2 == sum &&
+             same(l2, losses, (size_t)N * 4) && same(lg2, orig, nl * 2),
+         "%s: bf16 cross-entropy vs double on the widened logits: losses %.1e (tol 1e-5), "
+         "gradient %.2e of dloss (bf16 rounding, tol 2^-8); the forward alone leaves the "
+         "logits and gives the same losses; padding 0, " SHAPE_FMT, be->name, el, eg, SHAPE_ARGS);
+  release();
+}
+
 /* ------------------------------------------------------------ the seam */
 
 /* The CPU table with every op the model uses counting its calls. */
 enum {
   C_ALLOC, C_FREE, C_HIGH, C_CLEAR, C_FILL, C_ADD, C_CHUNKS, C_WS, C_DROP, C_ENC_F, C_ENC_B,
   C_ENC_TIED, C_LN_F, C_LN_B, C_MM_F, C_MM_B, C_MM_GELU, C_MM_RES, C_MM_B_GELU, C_ATT_F,
-  C_ATT_B, C_GELU_F, C_CE, C_ADAMW, C_INIT, C_COUNT
+  C_ATT_B, C_GELU_F, C_CE, C_ADAMW, C_INIT,
+  /* bf16 */
+  C_TO_BF16, C_FROM_BF16, C_LN_F16, C_GELU_F16, C_GELU_B16, C_CE16, C_PROD_MAKE, C_PROD_F,
+  C_PROD_B, C_COUNT
 };
 static const char *const count_names[C_COUNT] = {
     "buffer_alloc", "buffer_free", "high_water", "clear", "fill", "add", "sumsq_chunks",
@@ -751,7 +830,10 @@ static const char *const count_names[C_COUNT] = {
     "encoder_backward_tied", "layernorm_forward", "layernorm_backward", "matmul_forward",
     "matmul_backward", "matmul_forward_gelu", "matmul_forward_residual",
     "matmul_backward_gelu", "attention_forward", "attention_backward", "gelu_forward",
-    "crossentropy_forward_backward", "adamw_update", "init_normal"};
+    "crossentropy_forward_backward", "adamw_update", "init_normal", "to_bf16", "from_bf16",
+    "layernorm_forward_bf16", "gelu_forward_bf16", "gelu_backward_bf16",
+    "crossentropy_forward_backward_bf16", "products_create", "bf16_matmul_forward",
+    "bf16_matmul_backward"};
 static long counts[C_COUNT];
 #define COUNTED(k, op, params, args)                                                       \
   static void c_##op params {                                                              \
@@ -835,14 +917,43 @@ COUNTED(C_ADAMW, adamw_update,
         (float *p, const float *g, float *m, float *v, size_t n, const remat__adamw *o,
          float wd, float gs),
         (p, g, m, v, n, o, wd, gs))
+COUNTED(C_TO_BF16, to_bf16, (uint16_t *d, const float *x, size_t n), (d, x, n))
+COUNTED(C_FROM_BF16, from_bf16, (float *d, const uint16_t *x, size_t n), (d, x, n))
+COUNTED(C_LN_F16, layernorm_forward_bf16,
+        (uint16_t *o, float *m, float *r, const float *i, const float *w, const float *b,
+         int64_t N, int64_t C),
+        (o, m, r, i, w, b, N, C))
+COUNTED(C_GELU_F16, gelu_forward_bf16, (uint16_t *o, const uint16_t *i, size_t n), (o, i, n))
+COUNTED(C_GELU_B16, gelu_backward_bf16,
+        (uint16_t *di, const uint16_t *i, const float *d, size_t n), (di, i, d, n))
+COUNTED(C_PROD_F, bf16_matmul_forward,
+        (remat__dnnl *h, void *o, const uint16_t *i, const uint16_t *w, const float *b,
+         int64_t N, int64_t C, int64_t OC, bool ob, void *sc),
+        (h, o, i, w, b, N, C, OC, ob, sc))
+COUNTED(C_PROD_B, bf16_matmul_backward,
+        (remat__dnnl *h, void *di, float *dw, float *db, const uint16_t *d, const uint16_t *i,
+         const uint16_t *w, int64_t N, int64_t C, int64_t OC, bool ib, void *sc),
+        (h, di, dw, db, d, i, w, N, C, OC, ib, sc))
+static double c_crossentropy_forward_backward_bf16(uint16_t *l, float *losses,
+                                                   const int32_t *t, float dloss, int64_t N,
+                                                   int64_t V, int64_t Vp) {
+  counts[C_CE16]++;
+  return cpu->crossentropy_forward_backward_bf16(l, losses, t, dloss, N, V, Vp);
+}
+static int c_products_create(remat__dnnl **out, const remat__mm_shape *s, int n,
+                             remat_error *err) {
+  counts[C_PROD_MAKE]++;
+  return cpu->products_create(out, s, n, err);
+}
 COUNTED(C_INIT, init_normal,
         (float *x, size_t f, size_t n, float sd, uint64_t seed, uint32_t t),
         (x, f, n, sd, seed, t))
 
 /* Two steps of a small model (a kept, a middle and a recomputed block, with
  * dropout) on the default backend and on the counting one; accumulate:
- * two micro-batches a step through the layers' gradient buffers. */
-static void check_seam(int accumulate) {
+ * two micro-batches a step through the layers' gradient buffers; in fp32 or
+ * in bf16 (remat_precision). */
+static void check_seam(int accumulate, int precision) {
   remat__backend counting = *cpu;
   counting.name = "cpu, counted";
 #define SET(op) counting.op = c_##op
@@ -852,12 +963,17 @@ static void check_seam(int accumulate) {
   SET(layernorm_backward), SET(matmul_forward), SET(matmul_backward), SET(matmul_forward_gelu);
   SET(matmul_forward_residual), SET(matmul_backward_gelu), SET(attention_forward);
   SET(attention_backward), SET(gelu_forward), SET(crossentropy_forward_backward);
-  SET(adamw_update), SET(init_normal);
+  SET(adamw_update), SET(init_normal), SET(to_bf16), SET(from_bf16);
+  SET(layernorm_forward_bf16), SET(gelu_forward_bf16), SET(gelu_backward_bf16);
+  SET(crossentropy_forward_backward_bf16), SET(products_create), SET(bf16_matmul_forward);
+  SET(bf16_matmul_backward);
 #undef SET
   memset(counts, 0, sizeof counts);
   remat_config cfg;
   remat_error err;
   if (remat_config_parse("3,20,4,61,16", &cfg, &err)) abort();
+  cfg.precision = precision;
+  const int bf16 = precision == REMAT_PRECISION_BF16;
   const uint8_t policy[3] = {REMAT_KEEP, REMAT_MIDDLE, REMAT_RECOMPUTE};
   remat_stage st = remat_stage_whole(&cfg, policy);
   st.accumulate = accumulate;
@@ -890,24 +1006,34 @@ static void check_seam(int accumulate) {
   CHECKF(remat__model_backend(m[0]) == cpu && remat__model_backend(m[1]) == &counting &&
              same(remat_model_params(m[0]), remat_model_params(m[1]), n * sizeof(float)) &&
              same(remat_model_adam_v(m[0]), remat_model_adam_v(m[1]), n * sizeof(float)),
-         "a model holds the backend it was created on; two steps%s on the counted CPU table "
-         "give the default model's parameters and moments, exact",
-         accumulate ? " of two micro-batches" : "");
+         "a model holds the backend it was created on; two %s steps%s on the counted CPU "
+         "table give the default model's parameters and moments, exact",
+         remat_precision_name(precision), accumulate ? " of two micro-batches" : "");
   remat_model_destroy(m[0]);
   remat_model_destroy(m[1]);
   /* what this step must have used; the tied encoder backward with one
    * micro-batch, the plain one with two */
-  int missing = 0;
+  int missing = 0, strays = 0;
   for (int c = 0; c < C_COUNT; c++) {
+    /* the fp32 ops that bf16 replaces, and the bf16 ones */
+    int f32_only = c == C_LN_F || c == C_MM_F || c == C_MM_B || c == C_MM_GELU ||
+                   c == C_MM_RES || c == C_MM_B_GELU || c == C_GELU_F || c == C_CE;
+    int b16_only = c >= C_TO_BF16;
     int want = c == C_ENC_B ? accumulate : c == C_ENC_TIED ? !accumulate
-               : c == C_ADD ? accumulate : 1;
+               : c == C_ADD ? accumulate : bf16 ? !f32_only : !b16_only;
+    if (!want && counts[c] && (bf16 ? f32_only : b16_only)) {
+      strays++;
+      printf("     %s was called in %s\n", count_names[c], remat_precision_name(precision));
+    }
     if (want && !counts[c]) {
       missing++;
       printf("     %s was not called through the model's table\n", count_names[c]);
     }
   }
-  CHECKF(!missing, "every op the step uses went through the model's table (%d missing)%s",
-         missing, accumulate ? ", accumulating" : "");
+  CHECKF(!missing && !strays,
+         "every op the %s step uses went through the model's table (%d missing), and no "
+         "op of the other precision (%d)%s",
+         remat_precision_name(precision), missing, strays, accumulate ? ", accumulating" : "");
 }
 
 /* ------------------------------------------------------------ driver */
@@ -922,6 +1048,7 @@ static void check_shape(void) {
   check_matmul(N, sh.C, 3 * sh.C);
   check_matmul(N, 4 * sh.C, sh.C);
   check_pointwise((size_t)(N * sh.C));
+  check_bf16();
 }
 
 int main(void) {
@@ -956,7 +1083,13 @@ int main(void) {
   }
   be = cpu;
   printf("-- the seam\n");
-  check_seam(0);
-  check_seam(1);
+  check_seam(0, REMAT_PRECISION_FP32);
+  check_seam(1, REMAT_PRECISION_FP32);
+  if (remat_precision_available(REMAT_PRECISION_BF16, NULL)) {
+    check_seam(0, REMAT_PRECISION_BF16);
+    check_seam(1, REMAT_PRECISION_BF16);
+  } else {
+    printf("     bf16 steps not checked: this CPU has no bf16 products\n");
+  }
   return test_summary("test_backend_ops");
 }
