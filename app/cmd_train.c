@@ -101,6 +101,10 @@ static int parse_args(int argc, char **argv, opts *o, const remat_job_desc *base
   o->zero = d->zero;
   if (o->schedule_name && remat_plan_schedule_parse(o->schedule_name, &d->schedule))
     return cli_fail(-1, "--schedule %s is not a schedule; use 1f1b or gpipe", o->schedule_name);
+  if (d->schedule != REMAT_SCHED_1F1B && d->schedule != REMAT_SCHED_GPIPE)
+    return cli_fail(-1, "--schedule %s can be planned and exported (remat plan --schedule %s) "
+                    "but remat train runs 1f1b and gpipe only", o->schedule_name,
+                    o->schedule_name);
   return 0;
 }
 
