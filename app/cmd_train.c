@@ -120,6 +120,10 @@ static int parse_args(int argc, char **argv, opts *o, const remat_job_desc *base
   o->zero = d->zero;
   if (o->schedule_name && remat_plan_schedule_parse(o->schedule_name, &d->schedule))
     return cli_fail(-1, "--schedule %s is not a schedule; use 1f1b or gpipe", o->schedule_name);
+  if (d->schedule != REMAT_SCHED_1F1B && d->schedule != REMAT_SCHED_GPIPE)
+    return cli_fail(-1, "--schedule %s can be planned and exported (remat plan --schedule %s) "
+                    "but remat train runs 1f1b and gpipe only", o->schedule_name,
+                    o->schedule_name);
   if (o->precision_name && remat_precision_parse(o->precision_name, &d->precision))
     return cli_fail(-1, "--precision %s is not a precision; use fp32 or bf16", o->precision_name);
   const char *why;

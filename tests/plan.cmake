@@ -8,3 +8,5 @@ remat_cli_test(plan_glpk plan_glpk.sh LABELS glpk)
 add_test(NAME bench_plan_usage
          COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/bench_usage.sh $<TARGET_FILE:bench_plan>)
 set_tests_properties(bench_plan_usage PROPERTIES LABELS "cli;unit" TIMEOUT 30)
+# the schedules' instruction streams and the simulator over them
+remat_test(test_schedule SOURCES test_schedule.c LIBS remat_plan LABELS unit TIMEOUT 120)

@@ -282,6 +282,15 @@ REMAT_API void remat_plan_free(remat_plan *plan);
  * follows its instruction stream (remat_schedule_op, remat/schedule.h). */
 REMAT_API int remat_plan_simulate(int schedule, int64_t p, int64_t m, const double *fwd,
                                   const double *bwd, double *makespan, remat_error *err);
+/* The same for any schedule's streams (remat_schedule_streams_build), with
+ * times per virtual stage ((p v) arrays, model order): fwd, bwd the whole
+ * backward, and wgrad its weight-gradient part (NULL: 0), which zb-h1 and
+ * zbv run as W apart from B (bwd - wgrad); the others run bwd as one B.
+ * REMAT_EINVAL if the streams deadlock. With one chunk, 1f1b and gpipe it
+ * gives remat_plan_simulate's makespan. */
+REMAT_API int remat_plan_simulate_streams(const remat_schedule_streams *st, const double *fwd,
+                                          const double *bwd, const double *wgrad,
+                                          double *makespan, remat_error *err);
 
 /* A plan read back from remat_plan_format's JSON, to be run. Layers are in
  * the planner's numbering (for a GPT-2: 0 the embedding, 1..L the blocks,

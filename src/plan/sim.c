@@ -73,3 +73,87 @@ int remat_plan_simulate(int schedule, int64_t p, int64_t m, const double *fwd, c
   remat__free(next);
   return 0;
 }
+
+/* ------------------------------------------------ streams of F, B and W */
+
+/* The same rounds over any schedule's streams (remat/schedule.h), with
+ * times per virtual stage. State: when each (virtual stage, micro-batch)'s
+ * F and B finished (NAN: not yet). */
+typedef struct {
+  const remat_schedule_streams *st;
+  const double *fwd, *bwd, *wgrad;
+  double *fdone, *bdone, *free_at;
+  int64_t *next, nv;
+} sim_state;
+
+#define SD(arr, vs, k) (z->arr[(size_t)(vs) * (size_t)z->st->m + (size_t)(k)])
+
+/* When operation o of rank r may start, or NAN while its input is missing. */
+static double ready_at(const sim_state *z, int64_t r, const remat_schedule_step *o) {
+  int64_t vs = remat_schedule_virtual_stage(z->st->schedule, z->st->p, r, o->chunk);
+  if (o->kind == REMAT_OP_F) return vs == 0 ? 0 : SD(fdone, vs - 1, o->mb);
+  if (o->kind == REMAT_OP_W) return SD(bdone, vs, o->mb);
+  return vs == z->nv - 1 ? SD(fdone, vs, o->mb) : SD(bdone, vs + 1, o->mb);
+}
+
+/* Runs rank r as far as its inputs allow; returns the operations run. */
+static int64_t advance(sim_state *z, int64_t r, int split, double *end) {
+  const remat_schedule_streams *st = z->st;
+  int64_t ran = 0;
+  while (z->next[r] < st->len) {
+    const remat_schedule_step *o = &st->ops[r * st->len + z->next[r]];
+    double ready = ready_at(z, r, o);
+    if (isnan(ready)) break;
+    int64_t vs = remat_schedule_virtual_stage(st->schedule, st->p, r, o->chunk);
+    double w = split && z->wgrad ? z->wgrad[vs] : 0, d;
+    if (o->kind == REMAT_OP_F) d = z->fwd[vs];
+    else if (o->kind == REMAT_OP_B) d = z->bwd[vs] - w;
+    else d = w;
+    double start = ready > z->free_at[r] ? ready : z->free_at[r], fin = start + d;
+    if (o->kind == REMAT_OP_F) SD(fdone, vs, o->mb) = fin;
+    else if (o->kind == REMAT_OP_B) SD(bdone, vs, o->mb) = fin;
+    z->free_at[r] = fin;
+    if (fin > *end) *end = fin;
+    z->next[r]++;
+    ran++;
+  }
+  return ran;
+}
+
+int remat_plan_simulate_streams(const remat_schedule_streams *st, const double *fwd,
+                                const double *bwd, const double *wgrad, double *makespan,
+                                remat_error *err) {
+  int split = st->schedule == REMAT_SCHED_ZBH1 || st->schedule == REMAT_SCHED_ZBV;
+  sim_state z = {st, fwd, bwd, wgrad, NULL, NULL, NULL, NULL, st->p * st->v};
+  size_t cells = (size_t)z.nv * (size_t)st->m;
+  z.fdone = remat__malloc(cells * sizeof(double));
+  z.bdone = remat__malloc(cells * sizeof(double));
+  z.free_at = remat__calloc((size_t)st->p, sizeof(double));
+  z.next = remat__calloc((size_t)st->p, sizeof(int64_t));
+  int rc = 0;
+  if (!z.fdone || !z.bdone || !z.free_at || !z.next) {
+    rc = remat__errorf(err, REMAT_ENOMEM, "out of memory in the schedule simulation");
+    goto out;
+  }
+  for (size_t i = 0; i < cells; i++) z.fdone[i] = z.bdone[i] = NAN;
+  int64_t left = st->p * st->len;
+  double end = 0;
+  while (left > 0) {
+    int64_t progress = 0;
+    for (int64_t r = 0; r < st->p; r++) progress += advance(&z, r, split, &end);
+    if (!progress) {
+      rc = remat__errorf(err, REMAT_EINVAL, "the %s streams deadlock with %lld operations left",
+                         remat_plan_schedule_name(st->schedule), (long long)left);
+      goto out;
+    }
+    left -= progress;
+  }
+  *makespan = end;
+out:
+  remat__free(z.fdone);
+  remat__free(z.bdone);
+  remat__free(z.free_at);
+  remat__free(z.next);
+  return rc;
+}
+#undef SD

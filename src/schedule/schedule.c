@@ -4,7 +4,8 @@
 
 #include "remat/schedule.h"
 
-static const char *const sched_names[REMAT_SCHED_COUNT] = {"1f1b", "gpipe"};
+static const char *const sched_names[REMAT_SCHED_COUNT] = {"1f1b", "gpipe", "interleaved", "zb-h1",
+                                                            "zbv"};
 
 const char *remat_plan_schedule_name(int s) {
   return s >= 0 && s < REMAT_SCHED_COUNT ? sched_names[s] : "?";

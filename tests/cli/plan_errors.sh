@@ -240,11 +240,11 @@ check "--mem 1GiB,2GiB for 2 stages gives each stage its budget (rc $rc)" \
   '[ "$rc" -eq 0 ] && [ "$(grep -o "\"budget_bytes\":[^,]*" "$TMP/out" | tr -d "\t" |
    tr "\n" " ")" = "\"budget_bytes\":1073741824 \"budget_bytes\":2147483648 " ]'
 check "--config's JSON says what its figures describe" \
-  'grep -q "\"source_note\":.*fp32 GPT-2 engine.*python/remat" "$TMP/out"'
+  'grep -q "\"source_note\":.*\(fp32\|bf16\) GPT-2 engine.*python/remat" "$TMP/out"'
 "$REMAT" plan --config tiny --batch 4 --seq 64 --stages 2 --microbatches 2 --mem 1GiB \
   >"$TMP/out" 2>"$TMP/err"
 check "--config's table says what its figures describe, once" \
-  '[ "$(grep -c "^note: .*fp32 GPT-2 engine.*docs/profile.md" "$TMP/out")" -eq 1 ]'
+  '[ "$(grep -c "^note: .*\(fp32\|bf16\) GPT-2 engine.*docs/profile.md" "$TMP/out")" -eq 1 ]'
 
 # help works and a good run exits 0
 "$REMAT" plan --help >"$TMP/out" 2>&1 || { echo "FAIL: --help" >&2; fails=$((fails + 1)); }
