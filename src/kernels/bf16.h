@@ -22,8 +22,8 @@ void remat__bf16_matmul_forward(remat__dnnl *d, void *out, const uint16_t *inp,
                                 int64_t C, int64_t OC, bool out_bf16, void *scratch);
 /* From dout (N,OC): dinp (N,C) = dout weight (overwrites; skipped when
  * NULL; bf16 or fp32 as dinp_bf16 says), dweight (OC,C) += dout^T inp and
- * dbias (OC) += the column sums of dout (both fp32, accumulate; dbias may
- * be NULL). */
+ * dbias (OC) += the column sums of dout (both fp32, accumulate; each
+ * skipped when NULL). */
 void remat__bf16_matmul_backward(remat__dnnl *d, void *dinp, float *dweight, float *dbias,
                                  const uint16_t *dout, const uint16_t *inp,
                                  const uint16_t *weight, int64_t N, int64_t C, int64_t OC,

@@ -108,7 +108,9 @@ void remat__encoder_backward_tied(float *dwte, float *dwpe, const float *dout,
 void remat__layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
                               const float *weight, const float *bias, int64_t N, int64_t C);
 /* dinp ACCUMULATES (it is the residual stream's gradient); dweight, dbias
- * accumulate. */
+ * accumulate. Either part may be skipped: dinp NULL, or dweight and dbias
+ * both NULL (a zero-bubble schedule's B and W run them apart; each part's
+ * bits are the same as together). */
 void remat__layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                                const float *inp, const float *weight, const float *mean,
                                const float *rstd, int64_t N, int64_t C);
@@ -117,7 +119,8 @@ void remat__layernorm_backward(float *dinp, float *dweight, float *dbias, const 
 void remat__matmul_forward(float *out, const float *inp, const float *weight, const float *bias,
                            int64_t N, int64_t C, int64_t OC);
 /* dinp (N,C) overwritten (skipped if NULL); dweight (OC,C) and dbias (OC)
- * accumulate (dbias skipped if NULL). The three are one parallel region. */
+ * accumulate (each skipped if NULL). The three are one parallel region; each
+ * output's bits do not depend on which others are computed. */
 void remat__matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                             const float *inp, const float *weight, int64_t N, int64_t C,
                             int64_t OC);

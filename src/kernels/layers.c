@@ -157,13 +157,14 @@ void remat__layernorm_forward_bf16(uint16_t *out, float *mean, float *rstd, cons
 void remat__layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                                const float *inp, const float *weight, const float *mean,
                                const float *rstd, int64_t N, int64_t C) {
-  const int64_t nblk = (C + COLBLK - 1) / COLBLK;
+  REMAT_ASSERT(!dweight == !dbias);
+  const int64_t nblk = dweight ? (C + COLBLK - 1) / COLBLK : 0, rows = dinp ? N : 0;
   /* rows (dinp) and column blocks (dweight, dbias) write different
    * outputs: one parallel region, no barrier between the two loops */
 #pragma omp parallel
   {
 #pragma omp for schedule(static) nowait
-    for (int64_t n = 0; n < N; n++) {
+    for (int64_t n = 0; n < rows; n++) {
       const float *x = inp + n * C, *d = dout + n * C;
       const float m = mean[n], r = rstd[n];
       double sg = 0.0, sgx = 0.0;
@@ -350,7 +351,7 @@ static void matmul_backward(float *dinp, float *dweight, float *dbias, const flo
   {
     const int t = omp_get_thread_num(), nt = omp_get_num_threads();
     if (dinp) remat__gemm_slab(t, nt, &din);
-    remat__gemm_slab(t, nt, &dw);
+    if (dweight) remat__gemm_slab(t, nt, &dw);
 #pragma omp for schedule(static) nowait
     for (int64_t blk = 0; blk < nblk; blk++) {
       int64_t o0 = blk * COLBLK, o1 = o0 + COLBLK < OC ? o0 + COLBLK : OC;

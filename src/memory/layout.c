@@ -144,6 +144,23 @@ size_t remat__head_acts_view(remat__head_acts *hd, void *base, int64_t B, int64_
   return n;
 }
 
+size_t remat__block_wrec_view(remat__block_wrec *w, void *base, int64_t B, int64_t T, int64_t C,
+                              const remat__kernel_ws *ws) {
+  size_t BTC = (size_t)B * (size_t)T * (size_t)C, h = remat__act_elem(ws), f = 4;
+  const field fl[] = {{3 * BTC, h}, {BTC, h}, {4 * BTC, h}, {BTC, h}, {BTC, f}, {BTC, f}};
+  char *at[NFIELDS(fl)];
+  size_t n = carve(fl, NFIELDS(fl), base, at);
+  if (base && w) {
+    w->dqkv = at[0];
+    w->dproj = at[1];
+    w->dfc = at[2];
+    w->dfcproj = at[3];
+    w->dln1 = (float *)at[4];
+    w->dln2 = (float *)at[5];
+  }
+  return n;
+}
+
 void remat__stage_param_sizes(const remat_config *cfg, const remat_stage *st,
                               size_t sizes[REMAT_P_COUNT]) {
   size_t sz[REMAT_P_COUNT];

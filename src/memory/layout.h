@@ -82,6 +82,21 @@ typedef struct remat__block_dgrads {
   void *scratch;    /* ws.product_scratch bytes */
 } remat__block_dgrads;
 
+/* What a block's deferred weight gradient (a zero-bubble schedule's W)
+ * needs from its B, per micro-batch: the gradients entering its four
+ * products (after the branches' dropout; void *: float in fp32, bf16 in
+ * bf16, as the products take them) and its two layernorms (float). With
+ * the block's activations, which its slot keeps until W (or W recomputes,
+ * as B did), they are all W reads. */
+typedef struct remat__block_wrec {
+  void *dqkv;    /* (B, T, 3C) */
+  void *dproj;   /* (B, T, C) the attention branch's gradient */
+  void *dfc;     /* (B, T, 4C) d fch, after the GELU's backward */
+  void *dfcproj; /* (B, T, C) the MLP branch's gradient */
+  float *dln1;   /* (B, T, C) */
+  float *dln2;   /* (B, T, C) */
+} remat__block_wrec;
+
 /* The head: final layernorm, losses, and the gradient into it; then, in
  * the workspace after head_bytes, the logits (B, T, Vp) (float, or bf16 in
  * bf16: the product's output, which the loss reads and overwrites with its
@@ -111,6 +126,8 @@ size_t remat__block_dgrads_view(remat__block_dgrads *d, void *base, int64_t B, i
                                 int64_t C, const remat__kernel_ws *ws);
 size_t remat__head_acts_view(remat__head_acts *h, void *base, int64_t B, int64_t T,
                              int64_t C, const remat__kernel_ws *ws);
+size_t remat__block_wrec_view(remat__block_wrec *w, void *base, int64_t B, int64_t T, int64_t C,
+                              const remat__kernel_ws *ws);
 /* Bytes of one element of a product's operand in this precision (4 or 2). */
 static inline size_t remat__act_elem(const remat__kernel_ws *ws) {
   return ws->precision == REMAT_PRECISION_BF16 ? 2 : 4;

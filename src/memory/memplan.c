@@ -113,6 +113,7 @@ int remat__memory_model_get_ws(const remat_config *cfg, int64_t B, int64_t T,
   mm->block_cheap_bytes = remat__block_cheap_view(NULL, NULL, B, T, C, ws);
   mm->block_internal_bytes = mm->block_stored_bytes + mm->block_cheap_bytes;
   mm->block_dgrad_bytes = remat__block_dgrads_view(NULL, NULL, B, T, C, ws);
+  mm->block_wrec_bytes = remat__block_wrec_view(NULL, NULL, B, T, C, ws);
   mm->head_bytes = remat__head_acts_view(NULL, NULL, B, T, C, ws);
   mm->logits_bytes = remat__align(BT * (size_t)cfg->padded_vocab_size * remat__act_elem(ws));
   mm->stage_bytes = mm->residual_bytes;
@@ -175,6 +176,10 @@ static int check_stage(const remat_config *cfg, const remat_stage *st, remat_err
     return remat__errorf(err, REMAT_EINVAL,
                          "a stage holds %lld micro-batches in flight; it must be 1 to 2^20",
                          (long long)st->inflight);
+  if (st->wdeferred < 0 || st->wdeferred > st->inflight)
+    return remat__errorf(err, REMAT_EINVAL,
+                         "a stage defers %lld weight gradients but holds %lld micro-batches",
+                         (long long)st->wdeferred, (long long)st->inflight);
   for (int64_t i = 0; st->policy && i < st->num_blocks; i++)
     if (st->policy[i] >= REMAT_POLICY_COUNT)
       return remat__errorf(err, REMAT_EINVAL, "block %lld has unknown policy %u",
@@ -235,7 +240,8 @@ int remat_stage_bytes_get(const remat_config *cfg, const remat_memory_model *mm,
     if (h.work + h.grad > transient) transient = h.work + h.grad;
   }
   out->state = state;
-  out->activations = (size_t)st->inflight * slot;
+  out->activations = (size_t)st->inflight * slot +
+                     (size_t)st->wdeferred * (size_t)st->num_blocks * mm->block_wrec_bytes;
   out->workspace = mm->stage_bytes + (st->has_head ? 0 : mm->boundary_bytes) + transient;
   out->total = out->state + out->activations + out->workspace + out->comm;
   return 0;
@@ -258,6 +264,7 @@ static int memplan_start(remat_memplan *mp, const remat_config *cfg, int64_t B, 
   mp->first_block = st->first_block;
   mp->num_blocks = nb;
   mp->inflight = st->inflight;
+  mp->wdeferred = st->wdeferred;
   mp->has_embedding = st->has_embedding;
   mp->has_head = st->has_head;
   size_t nb1 = (size_t)(nb > 0 ? nb : 1);
@@ -351,6 +358,7 @@ static int lay_out_regions(remat_memplan *mp, const remat_config *cfg, const rem
       [REMAT_BUF_NORM] = rb.norm,
       [REMAT_BUF_RECV] = rb.recv,
       [REMAT_BUF_REDUCE] = rb.reduce,
+      [REMAT_BUF_WREC] = (size_t)st->wdeferred * (size_t)st->num_blocks * mm->block_wrec_bytes,
       [REMAT_BUF_PARAMS_BF16] = bf16,
   };
   size_t at = 0;
@@ -363,7 +371,7 @@ static int lay_out_regions(remat_memplan *mp, const remat_config *cfg, const rem
   mp->peak_bytes = at;
   /* The layout and the formula are one model: they cannot differ. */
   REMAT_ASSERT(mp->bytes.state == mp->persistent_bytes &&
-               mp->bytes.activations == sizes[REMAT_BUF_SLOTS] &&
+               mp->bytes.activations == sizes[REMAT_BUF_SLOTS] + sizes[REMAT_BUF_WREC] &&
                mp->bytes.comm == rb.comm);
   REMAT_ASSERT(mp->peak_bytes == mp->bytes.total);
   return 0;

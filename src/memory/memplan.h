@@ -14,7 +14,7 @@ struct remat_memplan {
   remat_config cfg;
   int64_t B, T;
   remat_memory_model mm;
-  int64_t first_block, num_blocks, inflight;
+  int64_t first_block, num_blocks, inflight, wdeferred;
   int has_embedding, has_head;
   int64_t num_kept, num_recomputed, num_middle;
   uint8_t *policy; /* (num_blocks) remat_policy of each block, owned */

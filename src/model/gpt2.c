@@ -137,7 +137,7 @@ int remat__model_allocate(remat_model *m, remat_error *err) {
     const remat_membuf *r = &b[persistent[i]];
     if (r->bytes) m->be->clear(m->arena + r->offset, r->bytes);
   }
-  m->grads_fresh = 1;
+  m->grads_fresh = m->wgrads_fresh = 1;
   m->bf16_stale = 1;
   return 0;
 }
@@ -673,11 +673,13 @@ static void block_forward_bf16(remat_model *m, int64_t i, const block_params *wp
   residual_dropout(m, out, a->res2, BTC, &drop[REMAT_DROP_RESID2]);
 }
 
-/* block_backward in bf16: each product's dout rounded to bf16 (dout_h),
- * its dinp in fp32; the attention backward on widened operands. */
+/* block_backward in bf16: each product's dout rounded to bf16 (dout_h, or
+ * the W record's), its dinp in fp32; the attention backward on widened
+ * operands. part, wr: as block_backward. */
 static void block_backward_bf16(remat_model *m, int64_t i, const block_params *wp,
                                 const block_grads *gp, const float *x,
-                                const remat__block_acts *a, const remat__dropout drop[3]) {
+                                const remat__block_acts *a, const remat__dropout drop[3],
+                                int part, const remat__block_wrec *wr) {
   int64_t B = m->B, T = m->T, C = m->cfg.channels, NH = m->cfg.num_heads, N = B * T;
   size_t BTC = (size_t)N * (size_t)C;
   const block_params w = *wp;
@@ -686,29 +688,36 @@ static void block_backward_bf16(remat_model *m, int64_t i, const block_params *w
   const remat__backend *be = m->be;
   remat__block_dgrads dg, *d = &dg;
   remat__block_dgrads_view(d, m->work, B, T, C, &m->ws);
+  const int in = part & 1, wt = part & 2; /* PART_INPUT, PART_WEIGHT */
+  float *dresid = in ? m->dresid : NULL;
+  uint16_t *h_fcproj = wr ? wr->dfcproj : d->dout_h, *h_fc = wr ? wr->dfc : d->dout_h;
+  uint16_t *h_proj = wr ? wr->dproj : d->dout_h, *h_qkv = wr ? wr->dqkv : d->dout_h;
+  float *dln2 = wr ? wr->dln2 : d->dln, *dln1 = wr ? wr->dln1 : d->dln;
 
-  const float *dbranch = branch_grad(m, d->dbranch, m->dresid, BTC, &drop[REMAT_DROP_RESID2]);
-  be->to_bf16(d->dout_h, dbranch, BTC);
-  be->bf16_matmul_backward(m->products, d->d4, g.fcprojw, g.fcprojb, d->dout_h, a->fch_gelu,
-                           h.fcprojw, N, 4 * C, C, false, d->scratch);
-  be->gelu_backward_bf16(d->dout_h, a->fch, d->d4, 4 * BTC);
-  be->bf16_matmul_backward(m->products, d->dln, g.fcw, g.fcb, d->dout_h, a->ln2, h.fcw, N, C,
-                           4 * C, false, d->scratch);
-  be->layernorm_backward(m->dresid, g.ln2w, g.ln2b, d->dln, a->res2, w.ln2w, a->ln2_mean,
-                         a->ln2_rstd, N, C);
-  dbranch = branch_grad(m, d->dbranch, m->dresid, BTC, &drop[REMAT_DROP_RESID1]);
-  be->to_bf16(d->dout_h, dbranch, BTC);
-  be->bf16_matmul_backward(m->products, d->datty, g.projw, g.projb, d->dout_h, a->atty, h.projw,
-                           N, C, C, false, d->scratch);
-  be->from_bf16(d->qkv_f, a->qkv, 3 * BTC);
-  be->from_bf16(d->atty_f, a->atty, BTC);
-  be->attention_backward(d->dqkv, d->att_delta, d->datty, d->qkv_f, d->atty_f, a->att_lse, B, T,
-                         C, NH, &drop[REMAT_DROP_ATTN]);
-  be->to_bf16(d->dout_h, d->dqkv, 3 * BTC);
-  be->bf16_matmul_backward(m->products, d->dln, g.qkvw, g.qkvb, d->dout_h, a->ln1, h.qkvw, N, C,
-                           3 * C, false, d->scratch);
-  be->layernorm_backward(m->dresid, g.ln1w, g.ln1b, d->dln, x, w.ln1w, a->ln1_mean, a->ln1_rstd,
-                         N, C);
+  if (in) be->to_bf16(h_fcproj, branch_grad(m, d->dbranch, m->dresid, BTC, &drop[2]), BTC);
+  be->bf16_matmul_backward(m->products, in ? d->d4 : NULL, wt ? g.fcprojw : NULL,
+                           wt ? g.fcprojb : NULL, h_fcproj, a->fch_gelu, h.fcprojw, N, 4 * C, C,
+                           false, d->scratch);
+  if (in) be->gelu_backward_bf16(h_fc, a->fch, d->d4, 4 * BTC);
+  be->bf16_matmul_backward(m->products, in ? dln2 : NULL, wt ? g.fcw : NULL, wt ? g.fcb : NULL,
+                           h_fc, a->ln2, h.fcw, N, C, 4 * C, false, d->scratch);
+  be->layernorm_backward(dresid, wt ? g.ln2w : NULL, wt ? g.ln2b : NULL, dln2, a->res2, w.ln2w,
+                         a->ln2_mean, a->ln2_rstd, N, C);
+  if (in) be->to_bf16(h_proj, branch_grad(m, d->dbranch, m->dresid, BTC, &drop[1]), BTC);
+  be->bf16_matmul_backward(m->products, in ? d->datty : NULL, wt ? g.projw : NULL,
+                           wt ? g.projb : NULL, h_proj, a->atty, h.projw, N, C, C, false,
+                           d->scratch);
+  if (in) {
+    be->from_bf16(d->qkv_f, a->qkv, 3 * BTC);
+    be->from_bf16(d->atty_f, a->atty, BTC);
+    be->attention_backward(d->dqkv, d->att_delta, d->datty, d->qkv_f, d->atty_f, a->att_lse, B,
+                           T, C, NH, &drop[0]);
+    be->to_bf16(h_qkv, d->dqkv, 3 * BTC);
+  }
+  be->bf16_matmul_backward(m->products, in ? dln1 : NULL, wt ? g.qkvw : NULL, wt ? g.qkvb : NULL,
+                           h_qkv, a->ln1, h.qkvw, N, C, 3 * C, false, d->scratch);
+  be->layernorm_backward(dresid, wt ? g.ln1w : NULL, wt ? g.ln1b : NULL, dln1, x, w.ln1w,
+                         a->ln1_mean, a->ln1_rstd, N, C);
 }
 
 /* One block (index i within the stage) forward from x (B,T,C) into a's internals and out (B,T,C). With
@@ -764,11 +773,27 @@ static void block_recompute_cheap(remat_model *m, const block_params *wp, const 
   m->be->gelu_forward(a->fch_gelu, a->fch, 4 * (size_t)N * (size_t)C);
 }
 
-/* On entry m->dresid holds dL/d(block output); on exit dL/d(block input).
- * The parameter gradients accumulate into g. */
+/* A block's backward runs whole, or in a zero-bubble schedule's two parts:
+ * B, the input gradient (dresid), which fills the block's W record, and W,
+ * the weight gradients, which reads it. Each part runs the same kernels as
+ * the whole on the same values, so B then W gives the bits of the whole. */
+enum { PART_INPUT = 1, PART_WEIGHT = 2, PART_ALL = 3 };
+
+/* The gradient entering a residual branch into out: dropout(dresid), or
+ * dresid itself, copied (a W record must keep it: dresid moves on). */
+static void branch_keep(const remat_model *m, float *out, const float *dresid, size_t n,
+                        const remat__dropout *d) {
+  if (d->p > 0.0f) m->be->dropout_apply(out, dresid, n, d);
+  else m->be->copy(out, dresid, n * sizeof(float));
+}
+
+/* On entry m->dresid holds dL/d(block output); on exit (with PART_INPUT)
+ * dL/d(block input). With PART_WEIGHT the parameter gradients accumulate
+ * into g. wr: the block's W record when the parts run apart, else NULL. */
 static void block_backward(remat_model *m, int64_t i, const block_params *wp,
                            const block_grads *gp, const float *x, const remat__block_acts *a,
-                           const remat_hparams *hp, uint32_t micro) {
+                           const remat_hparams *hp, uint32_t micro, int part,
+                           const remat__block_wrec *wr) {
   int64_t B = m->B, T = m->T, C = m->cfg.channels, NH = m->cfg.num_heads, N = B * T;
   int64_t l = m->stage.first_block + i;
   size_t BTC = (size_t)N * (size_t)C;
@@ -780,33 +805,50 @@ static void block_backward(remat_model *m, int64_t i, const block_params *wp,
   remat__dropout d_att = drop_at(hp, m->step, micro, l, REMAT_DROP_ATTN);
   remat__dropout d_r1 = drop_at(hp, m->step, micro, l, REMAT_DROP_RESID1);
   remat__dropout d_r2 = drop_at(hp, m->step, micro, l, REMAT_DROP_RESID2);
+  REMAT_ASSERT(part == PART_ALL || wr);
   if (m->cfg.precision == REMAT_PRECISION_BF16) {
-    block_backward_bf16(m, i, wp, gp, x, a, (remat__dropout[3]){d_att, d_r1, d_r2});
+    block_backward_bf16(m, i, wp, gp, x, a, (remat__dropout[3]){d_att, d_r1, d_r2}, part, wr);
     return;
   }
+  const int in = part & PART_INPUT, wt = part & PART_WEIGHT;
+  float *dresid = in ? m->dresid : NULL;
+  float *d4 = wr ? wr->dfc : d->d4, *dln2 = wr ? wr->dln2 : d->dln;
+  float *dln1 = wr ? wr->dln1 : d->dln, *dqkv = wr ? wr->dqkv : d->dqkv;
 
   /* MLP branch: out = res2 + dropout(fcproj(gelu(fc(ln2(res2))))). Without
    * dropout the branch's gradient is dresid itself, read before the
    * layernorm backward adds to dresid. */
-  const float *dbranch = branch_grad(m, d->dbranch, m->dresid, BTC, &d_r2);
-  m->be->matmul_backward_gelu(d->d4, g.fcprojw, g.fcprojb, dbranch, a->fch_gelu, w.fcprojw,
-                              a->fch, N, 4 * C, C);
+  const float *dbranch = wr ? wr->dfcproj : NULL;
+  if (in && wr) branch_keep(m, wr->dfcproj, m->dresid, BTC, &d_r2);
+  else if (in) dbranch = branch_grad(m, d->dbranch, m->dresid, BTC, &d_r2);
+  if (in)
+    m->be->matmul_backward_gelu(d4, wt ? g.fcprojw : NULL, wt ? g.fcprojb : NULL, dbranch,
+                                a->fch_gelu, w.fcprojw, a->fch, N, 4 * C, C);
+  else
+    m->be->matmul_backward(NULL, g.fcprojw, g.fcprojb, dbranch, a->fch_gelu, w.fcprojw, N,
+                           4 * C, C);
   progress(m);
-  m->be->matmul_backward(d->dln, g.fcw, g.fcb, d->d4, a->ln2, w.fcw, N, C, 4 * C);
+  m->be->matmul_backward(in ? dln2 : NULL, wt ? g.fcw : NULL, wt ? g.fcb : NULL, d4, a->ln2,
+                         w.fcw, N, C, 4 * C);
   progress(m);
-  m->be->layernorm_backward(m->dresid, g.ln2w, g.ln2b, d->dln, a->res2, w.ln2w, a->ln2_mean,
-                            a->ln2_rstd, N, C);
+  m->be->layernorm_backward(dresid, wt ? g.ln2w : NULL, wt ? g.ln2b : NULL, dln2, a->res2,
+                            w.ln2w, a->ln2_mean, a->ln2_rstd, N, C);
   /* attention branch: res2 = x + dropout(proj(attn(qkv(ln1(x))))) */
-  dbranch = branch_grad(m, d->dbranch, m->dresid, BTC, &d_r1);
-  m->be->matmul_backward(d->datty, g.projw, g.projb, dbranch, a->atty, w.projw, N, C, C);
+  dbranch = wr ? wr->dproj : NULL;
+  if (in && wr) branch_keep(m, wr->dproj, m->dresid, BTC, &d_r1);
+  else if (in) dbranch = branch_grad(m, d->dbranch, m->dresid, BTC, &d_r1);
+  m->be->matmul_backward(in ? d->datty : NULL, wt ? g.projw : NULL, wt ? g.projb : NULL,
+                         dbranch, a->atty, w.projw, N, C, C);
   progress(m);
-  m->be->attention_backward(d->dqkv, d->att_delta, d->datty, a->qkv, a->atty, a->att_lse, B, T,
-                            C, NH, &d_att);
+  if (in)
+    m->be->attention_backward(dqkv, d->att_delta, d->datty, a->qkv, a->atty, a->att_lse, B, T,
+                              C, NH, &d_att);
   progress(m);
-  m->be->matmul_backward(d->dln, g.qkvw, g.qkvb, d->dqkv, a->ln1, w.qkvw, N, C, 3 * C);
+  m->be->matmul_backward(in ? dln1 : NULL, wt ? g.qkvw : NULL, wt ? g.qkvb : NULL, dqkv, a->ln1,
+                         w.qkvw, N, C, 3 * C);
   progress(m);
-  m->be->layernorm_backward(m->dresid, g.ln1w, g.ln1b, d->dln, x, w.ln1w, a->ln1_mean,
-                            a->ln1_rstd, N, C);
+  m->be->layernorm_backward(dresid, wt ? g.ln1w : NULL, wt ? g.ln1b : NULL, dln1, x, w.ln1w,
+                            a->ln1_mean, a->ln1_rstd, N, C);
 }
 
 /* The head's parameters: the tied matrix (from the embedding's unit) and
@@ -880,40 +922,77 @@ void remat__model_stage_forward(remat_model *m, int64_t slot_index, uint32_t mic
   }
 }
 
-double remat__model_stage_backward(remat_model *m, int64_t slot_index, uint32_t micro, float dloss,
-                                   const remat_hparams *hp) {
+/* The head's backward from its forward in this pass: its loss, its
+ * gradients, and dresid = dL/d(its input). */
+static double head_backward(remat_model *m, char *slot, float dloss) {
   const remat_config *c = &m->cfg;
   const remat_memory_model *mm = &m->mp.mm;
-  char *slot = slot_at(m, slot_index);
-  int64_t N = m->B * m->T, C = c->channels, nb = m->stage.num_blocks, L = c->num_layers;
-  double loss = 0;
-  if (m->stage.has_head) {
-    remat__head_acts h;
-    head_params w = head_params_of(m);
-    loss = head_forward(m, &w, slot, &h, true, dloss);
-    float *logits = (float *)(m->work + mm->head_bytes);
-    /* the head's share of the tied matrix's gradient, summed on its own;
-     * the buffer holds it, then the head's own unit */
-    progress(m);
-    float *gb = grad_buffer(m, REMAT_LAYER_HEAD, mm->head_bytes + mm->logits_bytes, L + 2);
-    float *gwte = gb ? gb : m->tied_grad ? m->tied_grad : m->g[REMAT_P_WTE];
-    float *glnf = gb ? gb + m->head_grad_split : m->g[REMAT_P_LNFW];
-    float *glnfb = gb ? gb + m->head_grad_split + C : m->g[REMAT_P_LNFB];
-    if (c->precision == REMAT_PRECISION_BF16)
-      m->be->bf16_matmul_backward(m->products, h.dlnf, gwte, NULL, (const uint16_t *)logits,
-                                  h.lnf, head_wbf(m), N, C, c->padded_vocab_size, false,
-                                  h.scratch);
-    else
-      m->be->matmul_backward(h.dlnf, gwte, NULL, logits, h.lnf, w.wte, N, C,
-                             c->padded_vocab_size);
-    progress(m);
-    m->be->clear(m->dresid, (size_t)N * (size_t)C * sizeof(float));
-    m->be->layernorm_backward(m->dresid, glnf, glnfb, h.dlnf, resid_at(m, slot, nb), w.lnfw,
-                              h.lnf_mean, h.lnf_rstd, N, C);
-    grad_done(m, L + 2, gb);
-    grad_done(m, L + 1, gb ? gb + m->head_grad_split : NULL);
+  int64_t N = m->B * m->T, C = c->channels, L = c->num_layers;
+  remat__head_acts h;
+  head_params w = head_params_of(m);
+  double loss = head_forward(m, &w, slot, &h, true, dloss);
+  float *logits = (float *)(m->work + mm->head_bytes);
+  /* the head's share of the tied matrix's gradient, summed on its own;
+   * the buffer holds it, then the head's own unit */
+  progress(m);
+  float *gb = grad_buffer(m, REMAT_LAYER_HEAD, mm->head_bytes + mm->logits_bytes, L + 2);
+  float *gwte = gb ? gb : m->tied_grad ? m->tied_grad : m->g[REMAT_P_WTE];
+  float *glnf = gb ? gb + m->head_grad_split : m->g[REMAT_P_LNFW];
+  float *glnfb = gb ? gb + m->head_grad_split + C : m->g[REMAT_P_LNFB];
+  if (c->precision == REMAT_PRECISION_BF16)
+    m->be->bf16_matmul_backward(m->products, h.dlnf, gwte, NULL, (const uint16_t *)logits,
+                                h.lnf, head_wbf(m), N, C, c->padded_vocab_size, false,
+                                h.scratch);
+  else
+    m->be->matmul_backward(h.dlnf, gwte, NULL, logits, h.lnf, w.wte, N, C,
+                           c->padded_vocab_size);
+  progress(m);
+  m->be->clear(m->dresid, (size_t)N * (size_t)C * sizeof(float));
+  m->be->layernorm_backward(m->dresid, glnf, glnfb, h.dlnf, resid_at(m, slot, m->stage.num_blocks),
+                            w.lnfw, h.lnf_mean, h.lnf_rstd, N, C);
+  grad_done(m, L + 2, gb);
+  grad_done(m, L + 1, gb ? gb + m->head_grad_split : NULL);
+  return loss;
+}
+
+/* The embedding's gradient from dresid = dL/d(its output). */
+static void embedding_backward(remat_model *m, char *slot) {
+  const remat_config *c = &m->cfg;
+  int64_t C = c->channels;
+  float *gb = grad_buffer(m, REMAT_LAYER_EMBEDDING, 0, 0);
+  size_t wte = (size_t)c->padded_vocab_size * (size_t)C;
+  const int32_t *ids = (const int32_t *)(slot + m->mp.inputs_offset);
+  if (!gb && m->stage.has_head && !m->tied_grad) {
+    /* one micro-batch, one process: the head's share is in g[WTE]
+     * already; the embedding's is summed apart in the workspace */
+    REMAT_ASSERT(m->D <= 1 && kernel_ws(m).encoder_tied <= m->mp.buf[REMAT_BUF_WORK].bytes);
+    m->be->encoder_backward_tied(m->g[REMAT_P_WTE], m->g[REMAT_P_WPE], m->dresid, ids, m->B,
+                                 m->T, C, c->padded_vocab_size, m->work);
+  } else {
+    m->be->encoder_backward(gb ? gb : m->g[REMAT_P_WTE], gb ? gb + wte : m->g[REMAT_P_WPE],
+                            m->dresid, ids, m->B, m->T, C);
   }
-  for (int64_t i = nb - 1; i >= 0; i--) {
+  grad_done(m, 0, gb);
+}
+
+/* Block i's W record of deferred micro-batch w (REMAT_BUF_WREC). */
+static remat__block_wrec wrec_at(remat_model *m, int64_t w, int64_t i) {
+  remat__block_wrec r;
+  REMAT_ASSERT(w >= 0 && w < m->stage.wdeferred);
+  size_t at = ((size_t)w * (size_t)m->stage.num_blocks + (size_t)i) * m->mp.mm.block_wrec_bytes;
+  remat__block_wrec_view(&r, m->arena + m->mp.buf[REMAT_BUF_WREC].offset + at, m->B, m->T,
+                         m->cfg.channels, &m->ws);
+  return r;
+}
+
+/* The stage's blocks' backward, last to first: whole, B or W (part; W
+ * records of deferred micro-batch wslot when apart). A block that does not
+ * keep its internals rebuilds them first, for B and again for W. */
+static void blocks_backward(remat_model *m, char *slot, uint32_t micro, const remat_hparams *hp,
+                            int part, int64_t wslot) {
+  const remat_memory_model *mm = &m->mp.mm;
+  int64_t C = m->cfg.channels;
+  for (int64_t i = m->stage.num_blocks - 1; i >= 0; i--) {
     remat__block_acts a = block_acts(m, slot, i);
     int pol = m->mp.policy[i];
     int64_t u = 1 + m->stage.first_block + i;
@@ -929,36 +1008,55 @@ double remat__model_stage_backward(remat_model *m, int64_t slot_index, uint32_t 
     size_t scratch = pol == REMAT_RECOMPUTE ? mm->block_internal_bytes
                      : pol == REMAT_MIDDLE  ? mm->block_cheap_bytes
                                             : 0;
-    float *gb = grad_buffer(m, REMAT_LAYER_BLOCK, mm->block_dgrad_bytes + scratch, u);
-    block_grads g;
+    float *gb = part & PART_WEIGHT
+                    ? grad_buffer(m, REMAT_LAYER_BLOCK, mm->block_dgrad_bytes + scratch, u)
+                    : NULL;
+    block_grads g = {0};
     if (gb) {
       float *v[12];
       unit_block_views(gb, (size_t)C, v);
       g = UNIT_VIEW(block_grads, v);
-    } else {
+    } else if (part & PART_WEIGHT) {
       g = BLOCK_VIEW(block_grads, m->g, i, C);
     }
-    block_backward(m, i, &w, &g, resid_at(m, slot, i), &a, hp, micro);
-    grad_done(m, u, gb);
+    remat__block_wrec wr;
+    if (part != PART_ALL) wr = wrec_at(m, wslot, i);
+    block_backward(m, i, &w, &g, resid_at(m, slot, i), &a, hp, micro, part,
+                   part != PART_ALL ? &wr : NULL);
+    if (part & PART_WEIGHT) grad_done(m, u, gb);
   }
-  if (m->stage.has_embedding) {
-    float *gb = grad_buffer(m, REMAT_LAYER_EMBEDDING, 0, 0);
-    size_t wte = (size_t)c->padded_vocab_size * (size_t)C;
-    const int32_t *ids = (const int32_t *)(slot + m->mp.inputs_offset);
-    if (!gb && m->stage.has_head && !m->tied_grad) {
-      /* one micro-batch, one process: the head's share is in g[WTE]
-       * already; the embedding's is summed apart in the workspace */
-      REMAT_ASSERT(m->D <= 1 && kernel_ws(m).encoder_tied <= m->mp.buf[REMAT_BUF_WORK].bytes);
-      m->be->encoder_backward_tied(m->g[REMAT_P_WTE], m->g[REMAT_P_WPE], m->dresid, ids, m->B,
-                                   m->T, C, c->padded_vocab_size, m->work);
-    } else {
-      m->be->encoder_backward(gb ? gb : m->g[REMAT_P_WTE], gb ? gb + wte : m->g[REMAT_P_WPE],
-                              m->dresid, ids, m->B, m->T, C);
-    }
-    grad_done(m, 0, gb);
-  }
+}
+
+double remat__model_stage_backward(remat_model *m, int64_t slot_index, uint32_t micro, float dloss,
+                                   const remat_hparams *hp) {
+  char *slot = slot_at(m, slot_index);
+  double loss = m->stage.has_head ? head_backward(m, slot, dloss) : 0;
+  blocks_backward(m, slot, micro, hp, PART_ALL, 0);
+  if (m->stage.has_embedding) embedding_backward(m, slot);
+  m->grads_fresh = 0;
+  m->wgrads_fresh = 0;
+  return loss;
+}
+
+double remat__model_stage_backward_input(remat_model *m, int64_t slot_index, int64_t wslot,
+                                         uint32_t micro, float dloss, const remat_hparams *hp) {
+  char *slot = slot_at(m, slot_index);
+  double loss = m->stage.has_head ? head_backward(m, slot, dloss) : 0;
+  blocks_backward(m, slot, micro, hp, PART_INPUT, wslot);
+  if (m->stage.has_embedding) embedding_backward(m, slot);
   m->grads_fresh = 0;
   return loss;
+}
+
+void remat__model_stage_backward_weight(remat_model *m, int64_t slot_index, int64_t wslot,
+                                        uint32_t micro, const remat_hparams *hp) {
+  /* the blocks' gradients go straight into the step's at the step's first
+   * W, as a whole backward's do at its first micro-batch */
+  int fresh = m->grads_fresh;
+  m->grads_fresh = m->wgrads_fresh;
+  blocks_backward(m, slot_at(m, slot_index), micro, hp, PART_WEIGHT, wslot);
+  m->grads_fresh = fresh;
+  m->wgrads_fresh = 0;
 }
 
 float remat_model_forward_backward(remat_model *m, uint32_t micro, float dloss,
@@ -982,7 +1080,7 @@ void remat_model_zero_grad(remat_model *m) {
   m->be->clear(m->grads, b[REMAT_BUF_GRADS].bytes);
   if (m->tied_grad) m->be->clear(m->tied_grad, b[REMAT_BUF_TIED_GRAD].bytes);
   m->tied_summed = 0;
-  m->grads_fresh = 1;
+  m->grads_fresh = m->wgrads_fresh = 1;
   m->bf16_stale = 1;
 }
 

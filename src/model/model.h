@@ -44,6 +44,7 @@ struct remat_model {
   int tied_summed;        /* tied_grad already added this step */
   int grads_fresh;        /* no backward since zero_grad: the first writes straight into
                              the step's gradients */
+  int wgrads_fresh;       /* the same for the blocks' deferred weight gradients (zb-h1) */
   size_t shard_emb, shard_blk, shard_head;
   size_t head_grad_split; /* floats before the head's own unit in its gradient buffer */
   remat__layer_ops lops;   /* a replica's parameter gathers and gradient reductions */

@@ -233,5 +233,5 @@ void remat__dnnl_backward(remat__dnnl *d, void *dinp, float *dweight, const uint
   const entry *e = find(d, N, C, OC, dinp_bf16, true, false);
   REMAT_ASSERT(e); /* every shape is made at set-up */
   if (dinp) run(d, &e->k[BWD_DATA], dout, weight, NULL, dinp, scratch);
-  run(d, &e->k[BWD_WEIGHT], dout, inp, NULL, dweight, scratch);
+  if (dweight) run(d, &e->k[BWD_WEIGHT], dout, inp, NULL, dweight, scratch);
 }

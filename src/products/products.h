@@ -105,7 +105,7 @@ int remat__dnnl_scratch(const remat__mm_shape *shapes, int n, size_t *bytes, rem
  *             for a no_bias shape), out bf16 or fp32 as out_bf16 says
  *   backward  dinp (N,C) = dout weight (overwrites; skipped when NULL; bf16
  *             or fp32 as dinp_bf16 says), dweight (OC,C) += dout^T inp
- *             (fp32, accumulates)
+ *             (fp32, accumulates; skipped when NULL)
  * with scratch: scratchpad_bytes of the caller's memory. */
 void remat__dnnl_forward(remat__dnnl *d, void *out, const uint16_t *inp, const uint16_t *weight,
                          const float *bias, int64_t N, int64_t C, int64_t OC, bool out_bf16,
