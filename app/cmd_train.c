@@ -119,10 +119,11 @@ static int parse_args(int argc, char **argv, opts *o, const remat_job_desc *base
   o->eval_every = d->eval_every, o->stages = d->stages, o->replicas = d->replicas;
   o->zero = d->zero;
   if (o->schedule_name && remat_plan_schedule_parse(o->schedule_name, &d->schedule))
-    return cli_fail(-1, "--schedule %s is not a schedule; use 1f1b or gpipe", o->schedule_name);
-  if (d->schedule != REMAT_SCHED_1F1B && d->schedule != REMAT_SCHED_GPIPE)
+    return cli_fail(-1, "--schedule %s is not a schedule; use 1f1b, gpipe or zb-h1",
+                    o->schedule_name);
+  if (d->schedule == REMAT_SCHED_INTERLEAVED || d->schedule == REMAT_SCHED_ZBV)
     return cli_fail(-1, "--schedule %s can be planned and exported (remat plan --schedule %s) "
-                    "but remat train runs 1f1b and gpipe only", o->schedule_name,
+                    "but remat train runs 1f1b, gpipe and zb-h1", o->schedule_name,
                     o->schedule_name);
   if (o->precision_name && remat_precision_parse(o->precision_name, &d->precision))
     return cli_fail(-1, "--precision %s is not a precision; use fp32 or bf16", o->precision_name);
@@ -342,13 +343,17 @@ static void print_ranks(remat_job *job, const opts *o) {
     for (int i = 0; i < REMAT_BUF_COUNT; i++) m[i] = remat_memplan_buf(mp, i);
     remat_stage_bytes sb = remat_memplan_bytes(mp);
     size_t peak = remat_memplan_peak_bytes(mp), slot = remat_memplan_slot_bytes(mp);
-    if (kind == REMAT_RUN_PIPELINE)
-      printf("stage %d arena %s (%zu bytes) = state %s + %lld in flight x %s + workspace %s; ", k,
+    if (kind == REMAT_RUN_PIPELINE) {
+      printf("stage %d arena %s (%zu bytes) = state %s + %lld in flight x %s + ", k,
              remat_format_bytes(peak, b[0], sizeof b[0]), peak,
              remat_format_bytes(sb.state, b[1], sizeof b[1]), (long long)st.inflight,
-             remat_format_bytes(slot, b[2], sizeof b[2]),
-             remat_format_bytes(sb.workspace, b[3], sizeof b[3]));
-    else {
+             remat_format_bytes(slot, b[2], sizeof b[2]));
+      if (st.wdeferred) /* zb-h1: the W records of its blocks */
+        printf("%lld deferred W x %s + ", (long long)st.wdeferred,
+               remat_format_bytes(m[REMAT_BUF_WREC].bytes / (size_t)st.wdeferred, b[4],
+                                  sizeof b[4]));
+      printf("workspace %s; ", remat_format_bytes(sb.workspace, b[3], sizeof b[3]));
+    } else {
       printf("rank %d ", k);
       if (kind == REMAT_RUN_GRID)
         printf("stage %lld replica %lld ", (long long)(k / o->replicas),

@@ -103,6 +103,10 @@ REMAT_API void remat_schedule_streams_free(remat_schedule_streams *st);
  * deferred W keeps alive; 0 without W). NULL skips one. */
 REMAT_API void remat_schedule_streams_peaks(const remat_schedule_streams *st, int64_t *in_flight,
                                             int64_t *w_pending);
+/* Per rank and chunk ((p, v) array): the most micro-batches whose F has run
+ * and whose last operation (W where the schedule has it, else B) has not:
+ * the activations a runtime that frees them at W holds at once. */
+REMAT_API void remat_schedule_streams_alive(const remat_schedule_streams *st, int64_t *alive);
 
 #ifdef __cplusplus
 }

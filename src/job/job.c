@@ -46,6 +46,12 @@ struct remat_job {
 
 /* Every rank's status: the lowest failing rank's, on every rank, with its
  * message. One process: rc. */
+/* The schedules the pipeline runtime executes. */
+static int runs_schedule(int schedule) {
+  return schedule == REMAT_SCHED_1F1B || schedule == REMAT_SCHED_GPIPE ||
+         schedule == REMAT_SCHED_ZBH1;
+}
+
 static int agree(remat_job *job, int rc, remat_error *err) {
   if (!job->dist) return rc;
   if (job->other_flags >= 0) /* known alike on every rank: no rank goes on */
@@ -110,11 +116,14 @@ int remat_job_create(remat_job **out, const remat_job_desc *desc, remat_error *e
   if ((d->ckpt_ratio >= 0) + !!d->ckpt_layers + !!d->memory + !!d->plan > 1)
     return remat__errorf(err, REMAT_EINVAL, "a recompute ratio, a block list, a memory budget "
                          "and a plan file each choose the recomputed blocks; give at most one");
-  if (d->schedule != REMAT_SCHED_1F1B && d->schedule != REMAT_SCHED_GPIPE)
+  if (!runs_schedule(d->schedule))
     return remat__errorf(err, REMAT_EINVAL, "the %s schedule can be planned and exported (remat "
-                         "plan --schedule %s) but not yet run: training runs 1f1b and gpipe",
-                         remat_plan_schedule_name(d->schedule),
+                         "plan --schedule %s) but not yet run: training runs 1f1b, gpipe and "
+                         "zb-h1", remat_plan_schedule_name(d->schedule),
                          remat_plan_schedule_name(d->schedule));
+  if (d->schedule == REMAT_SCHED_ZBH1 && (d->stages < 2 || d->replicas > 1))
+    return remat__errorf(err, REMAT_EINVAL, "zb-h1 runs a pipeline of 2 or more stages without "
+                         "replicas; use 1f1b with --data-parallel");
   if (d->data && d->text)
     return remat__errorf(err, REMAT_EINVAL, "give a token shard or a text file, not both");
   if (!!d->checkpoint_dir != (d->checkpoint_every > 0))
@@ -401,10 +410,10 @@ static int layout_from_file(remat_job *job, int64_t *lps, uint8_t *layer_policy,
   remat_plan_layout lo;
   int rc = remat_plan_layout_load(&lo, d->plan, err);
   if (rc) return rc;
-  if (lo.schedule != REMAT_SCHED_1F1B && lo.schedule != REMAT_SCHED_GPIPE)
+  if (!runs_schedule(lo.schedule))
     rc = remat__errorf(err, REMAT_EINVAL, "the plan %s is for the %s schedule, which can be "
-                       "planned and exported but not yet run by remat train (it runs 1f1b and "
-                       "gpipe); plan again with --schedule 1f1b or gpipe", d->plan,
+                       "planned and exported but not yet run by remat train (it runs 1f1b, "
+                       "gpipe and zb-h1); plan again with one of them", d->plan,
                        remat_plan_schedule_name(lo.schedule));
   else if (strcmp(lo.source, pb->source) != 0)
     rc = remat__errorf(err, REMAT_EINVAL, "the plan %s was made for '%s', not for this job "

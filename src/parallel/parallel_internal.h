@@ -22,7 +22,8 @@ struct remat_dist {
 
 enum { REMAT__EV_FORWARD, REMAT__EV_BACKWARD, REMAT__EV_RECOMPUTE, REMAT__EV_RECV_ACT,
        REMAT__EV_SEND_ACT, REMAT__EV_RECV_GRAD, REMAT__EV_SEND_GRAD, REMAT__EV_REDUCE,
-       REMAT__EV_UPDATE, REMAT__EV_ARENA, REMAT__EV_WAIT, REMAT__EV_GATHER, REMAT__EV_COUNT };
+       REMAT__EV_UPDATE, REMAT__EV_ARENA, REMAT__EV_WAIT, REMAT__EV_GATHER,
+       REMAT__EV_INPUT_GRAD, REMAT__EV_WEIGHT_GRAD, REMAT__EV_COUNT };
 /* A rank's tracks: its computation (and its waits), recompute drawn apart,
  * and a replica's collectives in flight, from post to completion. */
 enum { REMAT__TRACK_MAIN, REMAT__TRACK_RECOMPUTE, REMAT__TRACK_REDUCE, REMAT__TRACK_GATHER,

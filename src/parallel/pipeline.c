@@ -10,6 +10,11 @@
  *   backward k: a stage before the last receives the gradient of its output
  *               into the residual gradient; a stage after the first sends
  *               the gradient of its input to stage s - 1 from there.
+ * Under zb-h1 the stream also holds W k, the weight gradients of
+ * micro-batch k, which its B put off (remat__model_stage_backward_input and
+ * _weight): a slot lives from its forward to its W, and W runs in
+ * micro-batch order, so the gradients are the whole backward's, bit for
+ * bit; B and W are apart in the trace.
  * Sends are non-blocking. A send buffer (the output, the residual gradient)
  * is reused only after its previous send completed; since every stream
  * consumes messages in the order its neighbour produces them, no stream can
@@ -36,6 +41,7 @@
 #include "parallel/parallel_internal.h"
 
 enum { EV_FORWARD = REMAT__EV_FORWARD, EV_BACKWARD = REMAT__EV_BACKWARD,
+       EV_INPUT_GRAD = REMAT__EV_INPUT_GRAD, EV_WEIGHT_GRAD = REMAT__EV_WEIGHT_GRAD,
        EV_RECOMPUTE = REMAT__EV_RECOMPUTE, EV_RECV_ACT = REMAT__EV_RECV_ACT,
        EV_SEND_ACT = REMAT__EV_SEND_ACT, EV_RECV_GRAD = REMAT__EV_RECV_GRAD,
        EV_SEND_GRAD = REMAT__EV_SEND_GRAD, EV_REDUCE = REMAT__EV_REDUCE,
@@ -55,6 +61,8 @@ struct remat_pipeline {
   float *losses; /* (R, M) the last stages' micro-batch losses */
   int act_count; /* floats of one (B, T, C) message */
   MPI_Request send_act, send_grad;
+  remat_schedule_streams zb; /* zb-h1: every rank's stream of F, B and W (len 0 otherwise) */
+  int64_t wdeferred;         /* zb-h1: W records of the stage */
   double wait_s;
   /* trace */
   remat__trace trace; /* on a grid the stage's replica runtime records here too */
@@ -129,6 +137,18 @@ static int send_to(remat_pipeline *pl, const float *buf, int peer, int tag, MPI_
 
 /* ------------------------------------------------------- the step's ops */
 
+/* The stage's q-th operation: its micro-batch and its kind (remat_op_kind). */
+static int op_at(const remat_pipeline *pl, int64_t q, int64_t *k) {
+  if (pl->zb.len) {
+    const remat_schedule_step *o = &pl->zb.ops[(int64_t)pl->s * pl->zb.len + q];
+    *k = o->mb;
+    return o->kind;
+  }
+  int bwd;
+  remat_schedule_op(pl->sp->schedule, pl->P, pl->M, pl->s, q, k, &bwd);
+  return bwd ? REMAT_OP_B : REMAT_OP_F;
+}
+
 static int run_microbatches(void *ctx, remat_trainer *tr, double *loss_sum, remat_error *err) {
   remat_pipeline *pl = ctx;
   remat_model *m = pl->m;
@@ -138,12 +158,21 @@ static int run_microbatches(void *ctx, remat_trainer *tr, double *loss_sum, rema
   double t_step = remat__now();
   if (pl->norm_end > 0) record(pl, EV_UPDATE, pl->norm_end, t_step, -1, 0);
   pl->wait_s = 0;
-  for (int64_t q = 0; q < 2 * pl->M; q++) {
+  const int64_t nops = pl->zb.len ? pl->zb.len : 2 * pl->M;
+  for (int64_t q = 0; q < nops; q++) {
     int64_t k;
-    int bwd;
-    remat_schedule_op(pl->sp->schedule, P, pl->M, s, q, &k, &bwd);
+    int kind = op_at(pl, q, &k);
     int64_t slot = k % pl->slots, micro = k * pl->R + pl->rep; /* in the step */
-    if (!bwd) {
+    if (kind == REMAT_OP_W) {
+      double t = remat__now(), rs0 = remat__model_recompute_seconds(m);
+      remat__model_stage_backward_weight(m, slot, k % pl->wdeferred, (uint32_t)micro, &o->hp);
+      double e = remat__now(), rs = remat__model_recompute_seconds(m) - rs0;
+      record(pl, EV_WEIGHT_GRAD, t, e, micro, 0);
+      if (rs > 0) record(pl, EV_RECOMPUTE, t, t + rs, micro, 0);
+      arena_counter(pl, e, -1);
+      continue;
+    }
+    if (kind == REMAT_OP_F) {
       for (int64_t x = 0; x < pl->R; x++) { /* every replica's, to keep the loaders in step */
         int mine = x == pl->rep;
         if ((rc = remat__trainer_next_batch(tr, k * pl->R + x,
@@ -170,14 +199,17 @@ static int run_microbatches(void *ctx, remat_trainer *tr, double *loss_sum, rema
                                        EV_RECV_GRAD, micro, err)))
         return rc;
       double t = remat__now(), rs0 = remat__model_recompute_seconds(m);
-      double loss = remat__model_stage_backward(m, slot, (uint32_t)micro, remat__trainer_dloss(tr),
-                                                &o->hp);
+      float dloss = remat__trainer_dloss(tr);
+      double loss = pl->zb.len ? remat__model_stage_backward_input(m, slot, k % pl->wdeferred,
+                                                                   (uint32_t)micro, dloss, &o->hp)
+                               : remat__model_stage_backward(m, slot, (uint32_t)micro, dloss,
+                                                             &o->hp);
       double e = remat__now(), rs = remat__model_recompute_seconds(m) - rs0;
-      record(pl, EV_BACKWARD, t, e, micro, 0);
+      record(pl, pl->zb.len ? EV_INPUT_GRAD : EV_BACKWARD, t, e, micro, 0);
       /* recompute is interleaved with the blocks' backwards; drawn as one
        * span of its total at the backward's start */
       if (rs > 0) record(pl, EV_RECOMPUTE, t, t + rs, micro, 0);
-      arena_counter(pl, e, -1);
+      if (!pl->zb.len) arena_counter(pl, e, -1); /* under zb-h1, at its W */
       if (s == P - 1 && pl->R > 1) pl->losses[pl->rep * pl->M + k] = (float)(loss / N);
       else if (s == P - 1) *loss_sum += (float)(loss / N); /* as one process rounds it */
       if (s > 0 && (rc = send_to(pl, remat__model_dresid(m), s - 1, (int)(2 * k + 1),
@@ -296,7 +328,7 @@ int remat_pipeline_create(remat_pipeline **out, remat_dist *d, remat_trainer *tr
   remat_stage want = whole_stage(sp, d->rank);
   if (st->first_block != want.first_block || st->num_blocks != want.num_blocks ||
       st->has_embedding != want.has_embedding || st->has_head != want.has_head ||
-      st->inflight != want.inflight)
+      st->inflight != want.inflight || st->wdeferred != want.wdeferred)
     return remat__errorf(err, REMAT_EINVAL, "rank %d's trainer is not stage %d of the split",
                          d->rank, d->rank);
   double count = (double)o->B * (double)o->T * (double)remat_model_config(m)->channels;
@@ -316,6 +348,19 @@ int remat_pipeline_create(remat_pipeline **out, remat_dist *d, remat_trainer *tr
   pl->slots = st->inflight;
   pl->act_count = (int)count;
   pl->send_act = pl->send_grad = MPI_REQUEST_NULL;
+  pl->wdeferred = st->wdeferred;
+  if (sp->schedule == REMAT_SCHED_ZBH1) {
+    int rc = R > 1 ? remat__errorf(err, REMAT_EINVAL, "zb-h1 runs a pipeline without replicas")
+                   : remat_schedule_streams_build(&pl->zb, REMAT_SCHED_ZBH1, pl->P, pl->M, 1,
+                                                  err);
+    if (!rc && pl->wdeferred < 1)
+      rc = remat__errorf(err, REMAT_EINVAL, "rank %d's stage defers no W under zb-h1", pl->s);
+    if (rc) {
+      remat_schedule_streams_free(&pl->zb);
+      remat__free(pl);
+      return rc;
+    }
+  }
   pl->R = R;
   pl->rep = R > 1 ? st->replica : 0;
   pl->world = d;
@@ -340,6 +385,7 @@ void remat_pipeline_destroy(remat_pipeline *pl) {
   if (pl->send_grad != MPI_REQUEST_NULL) MPI_Cancel(&pl->send_grad);
   remat__trainer_set_ops(pl->tr, &(remat__trainer_ops){0});
   remat__trace_free(&pl->trace);
+  remat_schedule_streams_free(&pl->zb);
   remat__free(pl->losses);
   remat__free(pl);
 }
@@ -392,7 +438,7 @@ int remat__pipeline_gather_flat(remat_pipeline *pl, const float *p, float *full,
 /* ------------------------------------------------------------- trace */
 
 int remat_pipeline_trace_start(remat_pipeline *pl, int64_t max_steps, remat_error *err) {
-  size_t per_step = (size_t)pl->M * 8 + 8;
+  size_t per_step = (size_t)pl->M * 10 + 8; /* zb-h1's W and its recompute too */
   if (pl->R > 1) { /* a grid: the replica runtime's spans too (remat_replicas_trace_start) */
     size_t L = (size_t)pl->sp->num_blocks[pl->s] + 2;
     per_step += (size_t)pl->M * (8 * L + 24) + 4 * L + 24;

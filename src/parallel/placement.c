@@ -53,12 +53,29 @@ void remat_placement_whole(remat_placement *pl, const remat_config *cfg, const u
   if (policy) memcpy(pl->policy, policy, (size_t)cfg->num_layers);
 }
 
+/* zb-h1: stage s's micro-batches alive (forward run, W not) and deferred
+ * Ws at most, walking its stream. */
+static void zb_counts(int64_t P, int64_t M, int64_t s, int64_t *alive, int64_t *deferred) {
+  remat_schedule_streams ss;
+  int64_t a[REMAT_MAX_STAGES], w[REMAT_MAX_STAGES];
+  remat_error err;
+  /* the placement was checked against the schedule when it was made */
+  REMAT_ASSERT(remat_schedule_streams_build(&ss, REMAT_SCHED_ZBH1, P, M, 1, &err) == 0);
+  remat_schedule_streams_alive(&ss, a);
+  remat_schedule_streams_peaks(&ss, NULL, w);
+  remat_schedule_streams_free(&ss);
+  *alive = a[s];
+  *deferred = w[s];
+}
+
 remat_stage remat_placement_stage(const remat_placement *pl, int64_t s, int64_t replica) {
-  int64_t P = pl->stages, M = pl->microbatches;
+  int64_t P = pl->stages, M = pl->microbatches, deferred = 0;
   int64_t n = pl->schedule == REMAT_SCHED_GPIPE ? M : (P - s < M ? P - s : M);
+  if (pl->schedule == REMAT_SCHED_ZBH1 && P > 1) zb_counts(P, M, s, &n, &deferred);
   remat_stage st = {.first_block = pl->first_block[s], .num_blocks = pl->num_blocks[s],
                     .policy = pl->policy + pl->first_block[s], .inflight = n,
-                    .has_embedding = s == 0, .has_head = s == P - 1, .accumulate = M > 1};
+                    .wdeferred = deferred, .has_embedding = s == 0, .has_head = s == P - 1,
+                    .accumulate = M > 1};
   if (pl->replicas > 1) {
     st.replicas = pl->replicas;
     st.replica = replica;

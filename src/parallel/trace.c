@@ -23,6 +23,8 @@ static const char *const ev_names[REMAT__EV_COUNT] = {
     [REMAT__EV_ARENA] = "arena bytes",
     [REMAT__EV_WAIT] = "wait",
     [REMAT__EV_GATHER] = "gather",
+    [REMAT__EV_INPUT_GRAD] = "input gradient (B)",
+    [REMAT__EV_WEIGHT_GRAD] = "weight gradient (W)",
 };
 static const char *const track_names[REMAT__TRACKS] = {
     [REMAT__TRACK_MAIN] = "compute",

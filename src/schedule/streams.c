@@ -286,3 +286,19 @@ void remat_schedule_streams_peaks(const remat_schedule_streams *st, int64_t *in_
       if (w_pending) w_pending[r * st->v + c] = pw;
     }
 }
+
+void remat_schedule_streams_alive(const remat_schedule_streams *st, int64_t *alive) {
+  int split = st->schedule == REMAT_SCHED_ZBH1 || st->schedule == REMAT_SCHED_ZBV;
+  for (int64_t r = 0; r < st->p; r++)
+    for (int64_t c = 0; c < st->v; c++) {
+      int64_t f = 0, done = 0, most = 0;
+      for (int64_t q = 0; q < st->len; q++) {
+        const remat_schedule_step *o = &st->ops[r * st->len + q];
+        if (o->chunk != c) continue;
+        f += o->kind == REMAT_OP_F;
+        done += o->kind == (split ? REMAT_OP_W : REMAT_OP_B);
+        if (f - done > most) most = f - done;
+      }
+      alive[r * st->v + c] = most;
+    }
+}

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Pipeline stages over MPI against one process: bit-identical losses,
-# gradient norms and saved checkpoints for P in {2, 3, 4}, both schedules,
-# dropout on, heterogeneous layers and recompute (full and middle) per stage;
-# every rank's arena
+# gradient norms and saved checkpoints for P in {2, 3, 4}, under 1F1B, GPipe
+# and ZB-H1 (B and W apart, W deferred), dropout on, heterogeneous layers and
+# recompute (full and middle) per stage; every rank's arena
 # planned = measured = what `remat plan` prints; a plan file is checked
 # against the job; bad starts fail clearly; a killed rank ends the job; the
 # trace is valid JSON with the expected events.
@@ -33,7 +33,8 @@ PY
 # P, schedule, blocks per stage, recomputed blocks
 cases=("2 1f1b 3,3 1,4" "3 1f1b 1,3,2 0,middle:2-3,full:5" "4 1f1b 1,1,1,3 0,1,2,3,4,5"
        "4 gpipe 2,1,2,1 middle:1,3"
-       "3 gpipe 0,5,1 4" "2 gpipe 6,0 -")
+       "3 gpipe 0,5,1 4" "2 gpipe 6,0 -"
+       "2 zb-h1 3,3 1,4" "3 zb-h1 1,3,2 0,middle:2-3,full:5" "4 zb-h1 1,1,1,3 middle:0-1,full:4")
 for c in "${cases[@]}"; do
   read -r P sched layers ck <<<"$c"
   ckpt=()
@@ -176,6 +177,26 @@ print("  %d events; forward spans %d" % (len(ev), fwd))
 raise SystemExit(0 if ok else 1)
 PY
 then ok "trace"; else bad "trace"; fi
+
+# Under zb-h1 the trace draws each micro-batch's B and W apart on every rank,
+# and the recompute of a block that does not keep its internals in both.
+mpi 2 "$remat" train "${common[@]}" --stages 2 --layers 3,3 --ckpt-layers 4 --schedule zb-h1 \
+  --trace zb.json >zb.out 2>&1
+if python3 - <<'PY'
+import json
+ev = json.load(open("zb.json"))["traceEvents"]
+kinds = {}
+for e in ev:
+    if e["ph"] == "X":
+        kinds.setdefault(e["cat"], set()).add(e["pid"])
+b = sum(1 for e in ev if e.get("cat") == "input gradient (B)")
+w = sum(1 for e in ev if e.get("cat") == "weight gradient (W)")
+ok = (kinds.get("input gradient (B)") == {0, 1} and kinds.get("weight gradient (W)") == {0, 1}
+      and "backward" not in kinds and b == w == 2 * 3 * 5 and 1 in kinds.get("recompute", ()))
+print("  B spans %d, W spans %d" % (b, w))
+raise SystemExit(0 if ok else 1)
+PY
+then ok "zb-h1 trace: B and W apart on every rank"; else bad "zb-h1 trace"; tail -3 zb.out; fi
 
 # Resume and extend on a pipeline: --resume DIR alone takes the stages, the
 # blocks per stage and the checkpointing from the checkpoint; a constant
