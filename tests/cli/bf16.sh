@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Mixed precision (--precision bf16) through the CLI: pipeline stages over
-# MPI against one process, bit for bit (P in {2, 3}, both schedules, dropout
+# MPI against one process, bit for bit (P in {2, 3}, 1F1B, GPipe and ZB-H1, dropout
 # on, heterogeneous layers, keep, middle and full); the thread count does not
 # change the bits; resume equals an uninterrupted run; every rank's arena
 # planned = measured; replicas under ZeRO 0 to 2 and the 2 x 2 grid equal one
@@ -47,7 +47,8 @@ model=(--config 6,64,4,256,64 --batch 4 --seq 32 --grad-accum 4 --steps 3 --drop
 common=("${model[@]}" --threads 1 --precision bf16)
 
 # P, schedule, blocks per stage, recomputed blocks
-cases=("2 1f1b 3,3 middle:1,full:4" "3 gpipe 1,3,2 0,middle:2-3,full:5" "2 1f1b 2,4 -")
+cases=("2 1f1b 3,3 middle:1,full:4" "3 gpipe 1,3,2 0,middle:2-3,full:5" "2 1f1b 2,4 -"
+       "3 zb-h1 2,2,2 middle:1,full:4")
 for c in "${cases[@]}"; do
   read -r P sched layers ck <<<"$c"
   ckpt=()
