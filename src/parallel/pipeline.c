@@ -438,7 +438,7 @@ int remat__pipeline_gather_flat(remat_pipeline *pl, const float *p, float *full,
 /* ------------------------------------------------------------- trace */
 
 int remat_pipeline_trace_start(remat_pipeline *pl, int64_t max_steps, remat_error *err) {
-  size_t per_step = (size_t)pl->M * 10 + 8; /* zb-h1's W and its recompute too */
+  size_t per_step = (size_t)pl->M * (pl->zb.len ? 10 : 8) + 8; /* zb-h1: W and its recompute */
   if (pl->R > 1) { /* a grid: the replica runtime's spans too (remat_replicas_trace_start) */
     size_t L = (size_t)pl->sp->num_blocks[pl->s] + 2;
     per_step += (size_t)pl->M * (8 * L + 24) + 4 * L + 24;
