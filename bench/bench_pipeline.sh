@@ -8,6 +8,10 @@
 #    recomputed blocks per stage) against an even split that recomputes the
 #    same number of blocks on every stage (all Megatron's
 #    --recompute-num-layers can express), the fewest that fit.
+# 3. Schedules: the same placement on P=2 ranks of one thread each (no more
+#    ranks than this machine's cores, so the times are real) under 1F1B and
+#    ZB-H1, alternated; each one's measured and predicted iteration time and
+#    bubble, and every rank's arena (ZB-H1 holds a micro-batch until its W).
 #
 # P ranks on a 2-core machine are oversubscribed: times are for comparing
 # the two placements and the prediction, run alternately, not for speed.
@@ -21,7 +25,8 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 cfg="12,256,8,8192,256"
 P=4
 M=8
-common=(--config "$cfg" --batch 4 --seq 128 --grad-accum "$M" --steps "$steps" --threads 1 --quiet)
+common=(--config "$cfg" --batch 4 --seq 128 --grad-accum "$M" --steps "$steps" --threads 1 --quiet
+        --precision fp32)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
@@ -79,11 +84,20 @@ PY
 }
 
 # One sgemm rate for both, measured once, so predictions compare.
-peak_gflops=$("$remat" train --config tiny --steps 1 --quiet --threads 1 2>/dev/null |
+peak_gflops=$("$remat" train --config tiny --steps 1 --quiet --threads 1 --precision fp32 2>/dev/null |
               sed -n 's/^peak *sgemm \([0-9.]*\) GFLOP.*/\1/p')
 echo "bench=pipeline_sgemm threads=1 gflops=$peak_gflops"
 for round in 1 2; do
   run "remat_plan_at_least_budget_$round" --stages $P --mem "$budget"
   run "remat_plan_at_even_budget_$round" --stages $P --mem "$even_budget"
   run "even_split_k${even}_$round" "${even_args[@]}"
+done
+
+# 3. Schedules on 2 ranks of one thread: 1F1B against ZB-H1 at one placement.
+P=2
+common=(--config 8,256,8,8192,256 --batch 4 --seq 128 --grad-accum 8 --steps "$steps" --threads 1
+        --quiet --precision fp32)
+for round in 1 2 3; do
+  run "sched_1f1b_$round" --stages 2 --layers 4,4 --schedule 1f1b
+  run "sched_zbh1_$round" --stages 2 --layers 4,4 --schedule zb-h1
 done
