@@ -106,6 +106,22 @@ static void test_seed(void) {
  * middle, most recomputable groups also get the middle policy: stored bytes
  * between c and a (sometimes at or above a: useless), cheaper or dearer than
  * recomputing, with scratch below, equal to or above the recompute's. */
+/* With random_schedules, the schedule is 1f1b, zb-h1, interleaved (2 or 3
+ * chunks, m a multiple of p) or zbv, and layers get weight-gradient times
+ * and bytes kept for a deferred W. */
+static int random_schedules;
+
+static void random_schedule(remat_plan_problem *pb, int64_t L, int64_t *p) {
+  static const int scheds[] = {REMAT_SCHED_1F1B, REMAT_SCHED_ZBH1, REMAT_SCHED_INTERLEAVED,
+                               REMAT_SCHED_ZBV};
+  int sch = scheds[rnd(0, 3)];
+  int64_t v = sch == REMAT_SCHED_INTERLEAVED ? rnd(2, 3) : sch == REMAT_SCHED_ZBV ? 2 : 1;
+  if (L / v < 1) sch = REMAT_SCHED_ZBH1, v = 1;
+  *p = rnd(1, L / v < 4 ? L / v : 4);
+  pb->schedule = sch;
+  pb->chunks = v;
+}
+
 static void random_problem(remat_plan_problem *pb, int maxL, int work, int middle) {
   int64_t L = rnd(1, maxL);
   int64_t ng = 0, left = L, counts[32];
@@ -115,10 +131,17 @@ static void random_problem(remat_plan_problem *pb, int maxL, int work, int middl
     left -= c;
   }
   int64_t p = rnd(1, L < 4 ? L : 4);
+  remat_plan_problem sp = {0};
+  if (random_schedules) random_schedule(&sp, L, &p);
   remat_error err;
   if (remat_plan_problem_init(pb, p, ng, &err)) abort();
   pb->microbatches = rnd(1, 6);
   pb->schedule = rnd(0, 3) == 0 ? REMAT_SCHED_GPIPE : REMAT_SCHED_1F1B;
+  if (random_schedules) {
+    pb->schedule = sp.schedule;
+    pb->chunks = sp.chunks;
+    if (pb->schedule == REMAT_SCHED_INTERLEAVED) pb->microbatches = p * rnd(1, 2);
+  }
   pb->objective = rnd(0, 1) ? REMAT_OBJ_1F1B : REMAT_OBJ_BOTTLENECK;
   int kinds = (int)rnd(1, 3); /* how varied the layers are */
   const int64_t unit = 1000;
@@ -136,7 +159,11 @@ static void random_problem(remat_plan_problem *pb, int maxL, int work, int middl
     G->state_bytes = (size_t)(rnd(0, 3) * unit);
     G->recompute_bytes = rnd(0, 2) ? 0 : (size_t)(rnd(1, 6) * unit);
     G->recomputable = rnd(0, 7) != 0;
-    maxkept += (double)G->count * (double)(G->state_bytes + G->act_bytes * 3);
+    if (random_schedules) {
+      G->wgrad = G->bwd * (double)rnd(0, 2) / 2;
+      G->wgrad_bytes = (size_t)(rnd(0, 3) * unit);
+    }
+    maxkept += (double)G->count * (double)(G->state_bytes + G->act_bytes * 3 + G->wgrad_bytes);
   }
   if (work) {
     int mode = (int)rnd(0, 3); /* 0: y = 0, 1: y among the x, 2: y above all x, 3: mixed */
@@ -219,7 +246,7 @@ static void test_random(int count, int maxL, int work, int middle) {
     }
     int64_t bo = 0, bc = 0, bm = 0, so = 0, sc = 0, sm = 0;
     int brc = plan_brute(&in, &bo, &bc, &bm);
-    int64_t bounds[8];
+    int64_t bounds[16];
     uint8_t rec[32];
     int src = remat__plan_solve_inst(&in, &so, &sc, &sm, bounds, rec, &err);
     CHECK(brc == src);
@@ -238,12 +265,14 @@ static void test_random(int count, int maxL, int work, int middle) {
                 remat_plan_schedule_name(in.schedule), remat_plan_objective_name(in.objective),
                 (long long)bo, (long long)bc, (long long)bm, (long long)so, (long long)sc,
                 (long long)sm);
-      /* the arrangement it returns really fits */
-      for (int64_t s = 0; s < in.p; s++) {
+      /* the arrangement it returns really fits (one chunk per stage) */
+      for (int64_t s = 0; s < in.nv; s++) CHECK(bounds[s + 1] > bounds[s]);
+      for (int64_t s = 0; in.v == 1 && s < in.p; s++) {
         int64_t mem = in.stage_bytes + (s < in.p - 1 ? in.boundary_bytes : 0), X = 0;
         for (int64_t l = bounds[s]; l < bounds[s + 1]; l++) {
           int full = rec[l] == REMAT_RECOMPUTE, mid = rec[l] == REMAT_MIDDLE;
-          mem += in.w[l] + in.n[s] * (full ? in.c[l] : mid ? in.mb[l] : in.a[l]);
+          mem += in.w[l] + in.n[s] * (full ? in.c[l] : mid ? in.mb[l] : in.a[l]) +
+                 in.kw[s] * in.u[l];
           if (in.y[l] > X) X = in.y[l];
           if (full && in.x[l] > X) X = in.x[l];
           if (mid && in.xm[l] > X) X = in.xm[l];
@@ -267,7 +296,7 @@ static void test_random(int count, int maxL, int work, int middle) {
         CHECK(plan_brute(&in, &bo, &bc, &bm) == REMAT_EINFEASIBLE);
         for (int64_t s = 0; s < in.p; s++) {
           CHECK(plan.stages[s].memory_bytes <= pb.memory[s] + (size_t)delta);
-          CHECK(plan.stages[s].num_layers >= 1);
+          CHECK(plan.stages[s].num_layers >= in.v);
         }
         remat_plan_free(&plan);
       }
@@ -277,9 +306,10 @@ static void test_random(int count, int maxL, int work, int middle) {
     remat__plan_inst_free(&in);
     remat_plan_problem_free(&pb);
   }
-  printf("random (L <= %d%s%s): %d instances (%d with work bytes), %d feasible (%d of them "
+  printf("random (L <= %d%s%s%s): %d instances (%d with work bytes), %d feasible (%d of them "
          "recomputing, %d with middle layers), %d infeasible, %d failed checks\n",
-         maxL, work ? ", work bytes" : "", middle ? ", middle policies" : "", count, with_work,
+         maxL, work ? ", work bytes" : "", middle ? ", middle policies" : "",
+         random_schedules ? ", 1f1b/zb-h1/interleaved/zbv" : "", count, with_work,
          feasible, recomputing, with_middle, infeasible, test_failures - failures0);
 }
 
@@ -796,6 +826,10 @@ int main(int argc, char **argv) {
   test_random(n, 7, 0, 1);
   test_random(n, 7, 1, 1);
   test_random(n / 4, 9, 1, 1);
+  random_schedules = 1;
+  test_random(n, 7, 0, 0);
+  test_random(n / 2, 9, 1, 1);
+  random_schedules = 0;
   test_bounds(n);
   test_time_limit();
   return test_summary("test_plan");

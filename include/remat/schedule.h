@@ -85,7 +85,8 @@ REMAT_API int remat_schedule_check(int schedule, int64_t p, int64_t m, int64_t v
 REMAT_API int64_t remat_schedule_virtual_stage(int schedule, int64_t p, int64_t r, int64_t c);
 REMAT_API void remat_schedule_rank_of(int schedule, int64_t p, int64_t vs, int64_t *r,
                                       int64_t *c);
-/* Builds every rank's stream (p * len at most 2^26 operations). 1f1b and
+/* Builds every rank's stream (p * len at most 2^24 operations; chunked
+ * schedules are checked for it by remat_schedule_check too). 1f1b and
  * gpipe follow remat_schedule_op; interleaved is Megatron's order; zb-h1
  * is 1F1B's order of F and B with stage s putting off its weight gradients
  * by s micro-batches (W(k) after B(k + s)), into the drain that 1F1B leaves

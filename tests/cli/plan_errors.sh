@@ -128,7 +128,7 @@ problem infmem "{\"stages\":2,\"microbatches\":2,\"memory\":1e999,\"layers\":[$L
 expect "finite" "$TMP/infmem.json"
 problem memlen "{\"stages\":2,\"microbatches\":2,\"memory\":[1,2,3],\"layers\":[$L]}"
 expect "one per stage" "$TMP/memlen.json"
-problem sched "{\"stages\":2,\"microbatches\":2,\"memory\":1000,\"schedule\":\"interleaved\",\"layers\":[$L]}"
+problem sched "{\"stages\":2,\"microbatches\":2,\"memory\":1000,\"schedule\":\"zb-h2\",\"layers\":[$L]}"
 expect "schedule" "$TMP/sched.json"
 problem obj "{\"stages\":2,\"microbatches\":2,\"memory\":1000,\"objective\":3,\"layers\":[$L]}"
 expect "objective" "$TMP/obj.json"
