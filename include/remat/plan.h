@@ -334,7 +334,8 @@ REMAT_API int remat_plan_simulate_streams(const remat_schedule_streams *st, cons
                                           const double *bwd, const double *wgrad,
                                           double *makespan, remat_error *err);
 
-/* A plan read back from remat_plan_format's JSON, to be run. Layers are in
+/* A plan read back from remat_plan_format's JSON, to be run: 1f1b and gpipe
+ * plans only (another schedule's is refused, REMAT_EINVAL, by name). Layers are in
  * the planner's numbering (for a GPT-2: 0 the embedding, 1..L the blocks,
  * L+1 the head). */
 typedef struct remat_plan_layout {
@@ -365,6 +366,7 @@ typedef enum {
   REMAT_PLAN_FORMAT_JSON,
   REMAT_PLAN_FORMAT_COLOSSALAI,
   REMAT_PLAN_FORMAT_MEGATRON,
+  REMAT_PLAN_FORMAT_TORCH, /* torch.distributed.pipelining: schedule class, stage split */
   REMAT_PLAN_FORMAT_COUNT
 } remat_plan_format_kind;
 

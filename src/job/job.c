@@ -123,6 +123,12 @@ int remat_job_create(remat_job **out, const remat_job_desc *desc, remat_error *e
   if (d->resume && d->model)
     return remat__errorf(err, REMAT_EINVAL, "a resume takes the weights from its checkpoint; "
                          "give no model file");
+  if (d->plan) { /* read now: a plan the runtime cannot run is refused by its schedule first */
+    remat_plan_layout lo;
+    int rc = remat_plan_layout_load(&lo, d->plan, err);
+    if (rc) return rc;
+    remat_plan_layout_free(&lo);
+  }
   /* The job's own bookkeeping, like a front end's, is not the trainer's
    * (plain calloc, outside the library's count): a job plans the bytes a
    * bare trainer would. */
@@ -396,12 +402,7 @@ static int layout_from_file(remat_job *job, int64_t *lps, uint8_t *layer_policy,
   remat_plan_layout lo;
   int rc = remat_plan_layout_load(&lo, d->plan, err);
   if (rc) return rc;
-  if (lo.schedule != REMAT_SCHED_1F1B && lo.schedule != REMAT_SCHED_GPIPE)
-    rc = remat__errorf(err, REMAT_EINVAL, "the plan %s is for the %s schedule, which can be "
-                       "planned and exported but not yet run by remat train (it runs 1f1b and "
-                       "gpipe); plan again with --schedule 1f1b or gpipe", d->plan,
-                       remat_plan_schedule_name(lo.schedule));
-  else if (strcmp(lo.source, pb->source) != 0)
+  if (strcmp(lo.source, pb->source) != 0)
     rc = remat__errorf(err, REMAT_EINVAL, "the plan %s was made for '%s', not for this job "
                        "('%s'); make it with remat plan --config and the same batch and "
                        "sequence length", d->plan, lo.source, pb->source);
