@@ -76,8 +76,11 @@ static const char usage_text[] =
     "                                 and exported, not run by remat train\n"
     "  --chunks V                     model chunks per stage with interleaved\n"
     "                                 (default 2; zbv takes 2)\n"
-    "  --objective bottleneck|1f1b    max stage time (default), or the 1F1B\n"
-    "                                 iteration time sum t + (M - 1) max t\n"
+    "  --objective NAME               bottleneck: max stage time (default); 1f1b:\n"
+    "                                 the 1F1B iteration time sum t + (M - 1) max t;\n"
+    "                                 simulated: the schedule's simulated makespan\n"
+    "                                 (every partition searched, each stage taking\n"
+    "                                 its least-time choice)\n"
     "  --no-middle                    layers keep or recompute only (no middle policy),\n"
     "                                 as frameworks without it do\n"
     "  --time-limit SECONDS           stop the exact search after this long (default\n"
@@ -126,7 +129,8 @@ static int resolve_names(plan_args *a) {
     return cli_fail(-1, "unknown schedule '%s'; use 1f1b, gpipe, interleaved, zb-h1 or zbv",
                     a->schedule);
   if (a->objective && remat_plan_objective_parse(a->objective, &a->obj))
-    return cli_fail(-1, "unknown objective '%s'; use bottleneck or 1f1b", a->objective);
+    return cli_fail(-1, "unknown objective '%s'; use bottleneck, 1f1b or simulated",
+                    a->objective);
   return 0;
 }
 

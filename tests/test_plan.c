@@ -313,6 +313,40 @@ static void test_random(int count, int maxL, int work, int middle) {
          feasible, recomputing, with_middle, infeasible, test_failures - failures0);
 }
 
+/* The simulated objective on random problems of every schedule: the plan's
+ * objective is its simulated makespan, and no larger than the makespan of
+ * the 1f1b objective's plan (whose partition, with each stage's least-time
+ * choice, the simulated search also weighs). */
+static void test_simulated(int count) {
+  int compared = 0, shorter = 0, failures0 = test_failures;
+  random_schedules = 1;
+  for (int it = 0; it < count; it++) {
+    remat_plan_problem pb;
+    random_problem(&pb, 7, it % 2, it % 3 == 0);
+    remat_plan a, b;
+    remat_error err;
+    pb.objective = REMAT_OBJ_SIMULATED;
+    int ra = remat_plan_solve(&pb, &a, &err);
+    pb.objective = REMAT_OBJ_1F1B;
+    int rb = remat_plan_solve(&pb, &b, &err);
+    CHECK((ra == 0) == (rb == 0));
+    if (ra == 0 && rb == 0) {
+      compared++;
+      CHECK(a.objective_value == a.simulated_time && a.simulated_time >= 0);
+      CHECK(a.simulated_time <= b.simulated_time * (1 + 1e-12));
+      shorter += a.simulated_time < b.simulated_time * (1 - 1e-12);
+      if (a.simulated_time > b.simulated_time * (1 + 1e-12)) dump(&pb, it);
+    }
+    if (ra == 0 || ra == REMAT_EINFEASIBLE) remat_plan_free(&a);
+    if (rb == 0 || rb == REMAT_EINFEASIBLE) remat_plan_free(&b);
+    remat_plan_problem_free(&pb);
+  }
+  random_schedules = 0;
+  printf("simulated objective: %d random problems, %d feasible, %d shorter than the 1f1b "
+         "objective's plan, %d failed checks\n", count, compared, shorter,
+         test_failures - failures0);
+}
+
 /* ------------------------------------------------------------ time limits */
 
 /* What a time limit falls back to: on small random problems (with work bytes
@@ -830,6 +864,7 @@ int main(int argc, char **argv) {
   test_random(n, 7, 0, 0);
   test_random(n / 2, 9, 1, 1);
   random_schedules = 0;
+  test_simulated(n / 2);
   test_bounds(n);
   test_time_limit();
   return test_summary("test_plan");

@@ -76,6 +76,12 @@ extern "C" {
  * plan is exact for them, and the schedule's simulated makespan of the plan
  * (remat_plan_simulate_streams, per virtual stage, with B and W apart under
  * zb-h1 and zbv) is reported beside them, not optimised.
+ *   simulated    that makespan, under any schedule, by the enumeration of
+ *                partitions (at most REMAT_PLAN_MAX_PARTITIONS): exact over
+ *                the partitions when every stage takes its least-time choice
+ *                (then fewest layers, least memory); a stage taking a slower
+ *                choice that shortens the makespan (moving recomputation
+ *                off the critical path) is not searched.
  * Ties break toward fewer recomputed layers in total (a middle layer counts
  * as recomputed: it is not kept), then a lower maximum stage memory.
  *
@@ -99,6 +105,7 @@ extern "C" {
 typedef enum {
   REMAT_OBJ_BOTTLENECK = 0, /* max_s t_s */
   REMAT_OBJ_1F1B = 1,       /* sum_s t_s + (m - 1) max_s t_s */
+  REMAT_OBJ_SIMULATED = 2,  /* the schedule's simulated makespan (see above) */
   REMAT_OBJ_COUNT
 } remat_plan_objective;
 
@@ -233,7 +240,8 @@ REMAT_API int remat_plan_problem_from_replicas(remat_plan_problem *pb, const rem
                                                int64_t microbatches, int64_t replicas, int zero,
                                                size_t memory, remat_error *err);
 
-REMAT_API const char *remat_plan_objective_name(int objective); /* "bottleneck", "1f1b" */
+/* "bottleneck", "1f1b", "simulated" */
+REMAT_API const char *remat_plan_objective_name(int objective);
 REMAT_API int remat_plan_objective_parse(const char *s, int *out); /* -1 if unknown */
 
 /* ------------------------------------------------------------ plan */

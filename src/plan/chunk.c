@@ -13,10 +13,15 @@
  *   bottleneck  first the least max time T over partitions, then on each
  *               partition each stage its fewest layers not kept (then least
  *               memory) within T
+ *   simulated   each stage its least time; the partition whose schedule
+ *               simulates shortest (remat__plan_sim_arrangement)
  * and ties between partitions break as everywhere: fewer layers not kept,
- * then a lower peak, and then (for streams of at most 4096 operations per
- * chunk) a shorter simulated makespan of the schedule. When no partition fits, the one that needs the fewest
+ * then a lower peak, and then (when p m v is at most 4096) a shorter
+ * simulated makespan of the schedule. It also serves the
+ * simulated objective under one chunk per stage, which the partition
+ * programs of dp.c cannot express. When no partition fits, the one that needs the fewest
  * extra bytes on every budget, with each stage's least-memory choice. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -154,20 +159,30 @@ static int lex_better(lex a, lex b) {
 int64_t remat__plan_chunk_baseline(const remat__plan_inst *in) {
   int64_t nv = in->nv, best = INF;
   int64_t *b = remat__malloc((size_t)(nv + 1) * sizeof *b);
-  if (!b) return 0;
-  first_partition(b, nv, in->L);
-  do {
-    int64_t sum = 0, tmax = 0;
+  uint8_t *rec = remat__calloc((size_t)in->L, 1);
+  double *times = remat__malloc((size_t)(3 * nv) * sizeof *times);
+  remat_schedule_streams st = {0};
+  int sim = in->objective == REMAT_OBJ_SIMULATED;
+  if (!b || !rec || !times || (sim && remat__plan_sim_streams(in, &st, NULL))) best = 0;
+  for (int go = best != 0 && (first_partition(b, nv, in->L), 1); go;
+       go = next_partition(b, nv, in->L)) {
+    int64_t sum = 0, tmax = 0, obj;
     for (int64_t r = 0; r < in->p; r++) {
       int64_t F, base, Y;
       rank_kept(in, b, r, &F, &base, &Y);
       sum += F;
       tmax = remat__max64(tmax, F);
     }
-    int64_t obj = in->objective == REMAT_OBJ_BOTTLENECK ? tmax : sum + (in->m - 1) * tmax;
+    obj = in->objective == REMAT_OBJ_BOTTLENECK ? tmax : sum + (in->m - 1) * tmax;
+    double ms;
+    if (sim && !remat__plan_sim_arrangement(in, st.ops ? &st : NULL, b, rec, times, &ms))
+      obj = (int64_t)llround(ms);
     if (obj < best) best = obj;
-  } while (next_partition(b, nv, in->L));
+  }
+  remat_schedule_streams_free(&st);
   remat__free(b);
+  remat__free(rec);
+  remat__free(times);
   return best;
 }
 
@@ -178,35 +193,26 @@ typedef struct {
   int64_t *b, *best_b, *items;
   double deadline;
   remat_error *err;
-  remat_schedule_streams st; /* ops NULL: too large to simulate */
+  remat_schedule_streams st; /* for simulations (ops NULL: none needed, or none) */
+  int sim;                   /* 0: no simulation, 1: ties only, 2: the objective */
   uint8_t *rec;              /* (L) a partition's choices, for its simulation */
   double *times;             /* (3 nv) forward, backward, weight gradient */
   double best_sim;
 } chunk_search;
 
 /* The schedule's makespan on partition b with each stage's best choice
- * within cap (the tie-break between partitions of equal figures; 0 when
- * not simulated). */
+ * within cap (0 when not simulated). */
 static int partition_sim(chunk_search *s, const int64_t *b, int64_t cap, double *ms) {
   const remat__plan_inst *in = s->in;
   *ms = 0;
-  if (!s->st.ops) return 0;
+  if (!s->sim) return 0;
   for (int64_t r = 0; r < in->p; r++) {
     rank_ans a;
     int rc = rank_best(in, &s->kn, b, r, cap, &a, s->rec, s->items);
     if (rc < 0) return rc;
   }
-  double *f = s->times, *bw = f + in->nv, *w = f + 2 * in->nv;
-  for (int64_t vs = 0; vs < in->nv; vs++) {
-    f[vs] = bw[vs] = w[vs] = 0;
-    for (int64_t l = b[vs]; l < b[vs + 1]; l++) {
-      f[vs] += (double)in->fwd[l];
-      w[vs] += (double)in->wg[l];
-      bw[vs] += (double)(in->fb[l] - in->fwd[l]) +
-                (double)(s->rec[l] == REMAT_MIDDLE ? in->rm[l] : s->rec[l] ? in->r[l] : 0);
-    }
-  }
-  if (remat_plan_simulate_streams(&s->st, f, bw, w, ms, NULL)) *ms = 0;
+  if (remat__plan_sim_arrangement(in, s->st.ops ? &s->st : NULL, b, s->rec, s->times, ms))
+    *ms = 0;
   return 0;
 }
 
@@ -251,9 +257,13 @@ static int pass(chunk_search *s, int64_t T, lex *out) {
     }
     if (r == in->p) {
       lex l = {in->objective == REMAT_OBJ_BOTTLENECK ? tmax : sum + (in->m - 1) * tmax, cnt, mem};
-      int better = out->obj == INF || lex_better(l, *out), tie = !better && !lex_better(*out, l);
       double ms = 0;
-      if ((better || tie) && (rc = partition_sim(s, s->b, T, &ms))) return rc;
+      if (s->sim == 2) { /* the makespan is the objective */
+        if ((rc = partition_sim(s, s->b, T, &ms))) return rc;
+        l.obj = (int64_t)llround(ms);
+      }
+      int better = out->obj == INF || lex_better(l, *out), tie = !better && !lex_better(*out, l);
+      if (s->sim == 1 && (better || tie) && (rc = partition_sim(s, s->b, T, &ms))) return rc;
       if (better || (tie && ms < s->best_sim)) {
         *out = l;
         s->best_sim = ms;
@@ -308,16 +318,26 @@ int remat__plan_chunk_solve(const remat__plan_inst *in, int64_t *bounds, uint8_t
                          "layers into coarser units or use fewer stages or chunks",
                          remat_plan_schedule_name(in->schedule), (long long)in->L,
                          (long long)in->nv, count, REMAT_PLAN_MAX_PARTITIONS);
-  chunk_search s = {in, {0}, NULL, NULL, NULL, deadline, err, {0}, NULL, NULL, 0};
+  int sim_obj = in->objective == REMAT_OBJ_SIMULATED;
+  double ops = (double)in->p * (double)in->m * (double)in->v * 3;
+  if (sim_obj && count * ops > 2e10)
+    return remat__errorf(err, REMAT_ERANGE, "the simulated objective would simulate %.3g "
+                         "partitions of %.3g operations each; the limit is 2e10 operations in "
+                         "all: use fewer layers, stages or micro-batches, or the 1f1b objective",
+                         count, ops);
+  chunk_search s = {in, {0}, NULL, NULL, NULL, deadline, err, {0}, 0, NULL, NULL, 0};
   remat__knap_init(&s.kn, 1, 1, REMAT__PLAN_KNAP_LIMIT);
   s.b = remat__malloc((size_t)(2 * (in->nv + 1)) * sizeof *s.b);
   s.items = remat__malloc((size_t)in->L * sizeof *s.items);
   s.rec = remat__malloc((size_t)in->L);
   s.times = remat__malloc((size_t)(3 * in->nv) * sizeof *s.times);
   /* ties are broken by simulation when the streams are short */
-  if ((double)in->p * (double)in->m * (double)in->v <= 4096)
-    remat_schedule_streams_build(&s.st, in->schedule, in->p, in->m, in->v, NULL);
-  int rc;
+  int rc = 0;
+  if (sim_obj || ops <= 3 * 4096) {
+    rc = remat__plan_sim_streams(in, &s.st, err);
+    s.sim = rc ? 0 : sim_obj ? 2 : 1;
+    if (sim_obj && rc) goto out;
+  }
   if (!s.b || !s.items || !s.rec || !s.times) {
     rc = remat__errorf(err, REMAT_ENOMEM, "out of memory");
   } else {
@@ -331,6 +351,7 @@ int remat__plan_chunk_solve(const remat__plan_inst *in, int64_t *bounds, uint8_t
     else if (rc < 0 && rc != REMAT_EINFEASIBLE)
       rc = remat__plan_knap_error(err, rc, 0);
   }
+out:
   remat__knap_free(&s.kn);
   remat_schedule_streams_free(&s.st);
   remat__free(s.b);

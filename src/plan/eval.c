@@ -3,6 +3,7 @@
  * time, the objective, the baseline and slowdown, the schedule's simulated
  * makespan. The solver's answers and remat_plan_evaluate (for arrangements a
  * framework can express, and for tests) both become a remat_plan here. */
+#include <math.h>
 #include <string.h>
 
 #include "base/base.h"
@@ -56,6 +57,22 @@ static stage_fig stage_figures(const remat__plan_inst *in, const int64_t *bounds
   return f;
 }
 
+/* The makespan of an arrangement in quanta (INT64_MAX if it cannot be
+ * simulated). */
+static int64_t simulated_quanta(const remat__plan_inst *in, const int64_t *bounds,
+                                const uint8_t *rec) {
+  remat_schedule_streams st;
+  double *times = remat__malloc((size_t)(3 * in->nv) * sizeof *times), ms;
+  int64_t out = INT64_MAX;
+  if (times && !remat__plan_sim_streams(in, &st, NULL)) {
+    if (!remat__plan_sim_arrangement(in, st.ops ? &st : NULL, bounds, rec, times, &ms))
+      out = (int64_t)llround(ms);
+    remat_schedule_streams_free(&st);
+  }
+  remat__free(times);
+  return out;
+}
+
 void remat__plan_measure(const remat__plan_inst *in, const int64_t *bounds, const uint8_t *rec,
                          int64_t *obj, int64_t *cnt, int64_t *maxmem) {
   int64_t sum = 0, tmax = 0, c = 0, mm = 0;
@@ -67,6 +84,7 @@ void remat__plan_measure(const remat__plan_inst *in, const int64_t *bounds, cons
     c += f.cnt;
   }
   if (obj) *obj = in->objective == REMAT_OBJ_BOTTLENECK ? tmax : sum + (in->m - 1) * tmax;
+  if (obj && in->objective == REMAT_OBJ_SIMULATED) *obj = simulated_quanta(in, bounds, rec);
   if (cnt) *cnt = c;
   if (maxmem) *maxmem = mm;
 }
@@ -175,13 +193,17 @@ int remat__plan_fill(const remat__plan_inst *in, const int64_t *bounds, const ui
   plan->total_recomputed = total;
   plan->bottleneck_time = (double)tmax * in->q;
   plan->iteration_time = (double)(sum + (in->m - 1) * tmax) * in->q;
+  plan->simulated_time = simulated(in, fw, bw, wg);
   plan->objective_value =
-      in->objective == REMAT_OBJ_BOTTLENECK ? plan->bottleneck_time : plan->iteration_time;
-  int64_t base = in->v > 1 ? remat__plan_chunk_baseline(in) : remat__plan_baseline(in);
+      in->objective == REMAT_OBJ_BOTTLENECK ? plan->bottleneck_time
+      : in->objective == REMAT_OBJ_1F1B     ? plan->iteration_time
+                                            : plan->simulated_time;
+  int64_t base = in->v > 1 || in->objective == REMAT_OBJ_SIMULATED
+                     ? remat__plan_chunk_baseline(in)
+                     : remat__plan_baseline(in);
   plan->baseline_objective = (double)base * in->q;
   plan->slowdown = base > 0 ? plan->objective_value / plan->baseline_objective : 1.0;
   plan->lower_bound = plan->objective_value;
-  plan->simulated_time = simulated(in, fw, bw, wg);
   remat__free(fw);
   return 0;
 }

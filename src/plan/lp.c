@@ -287,6 +287,9 @@ int remat_plan_format_lp(const remat_plan_problem *pb, char **out, remat_error *
   *out = NULL;
   int rc = remat_plan_problem_check(pb, err);
   if (rc) return rc;
+  if (pb->objective == REMAT_OBJ_SIMULATED)
+    return remat__errorf(err, REMAT_EINVAL, "the simulated objective has no MIP form; export "
+                         "with objective bottleneck or 1f1b");
   lp x = {.pb = pb, .L = remat_plan_problem_layers(pb), .p = pb->stages, .m = pb->microbatches};
   x.v = remat_schedule_chunks(pb->schedule, pb->chunks);
   x.nv = x.p * x.v;

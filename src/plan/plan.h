@@ -7,9 +7,10 @@
  *   knap.c     Pareto sets of recompute subsets (the per-stage knapsack)
  *   stage.c    one stage: its memory, and its best set of recomputed layers
  *   fit.c      which stages fit at all; the smallest budget when none do
- *   chunk.c    chunked schedules: every partition into virtual stages
  *   dp.c       the partition dynamic programs over (stage, boundary)
  *   sim.c      the schedule simulator
+ *   chunk.c    chunked schedules and the simulated objective: every
+ *              partition into virtual stages
  *   eval.c     figures of a given arrangement; the remat_plan it fills
  *   bound.c    a plan and a lower bound in polynomial time, for time limits
  *   text.c     the text buffer and the units byte counts are shown in
@@ -347,6 +348,20 @@ typedef struct remat__plan_result {
 /* The 1f1b objective within the window; fills bounds and the result. Returns
  * 1 if a plan fits, 0 if not, negative on error. */
 int remat__plan_pass_iteration(remat__plan_solver *S, int64_t *bounds, remat__plan_result *out);
+
+/* ------------------------------------------------------------ simulation (sim.c) */
+
+/* The makespan, in quanta, of an arrangement (bounds: nv + 1) under the
+ * instance's schedule: through st (from remat__plan_sim_streams), or
+ * remat_plan_simulate when st is NULL (one chunk, 1f1b or gpipe). times:
+ * room for 3 nv. 0 or an error. */
+int remat__plan_sim_arrangement(const remat__plan_inst *in, const remat_schedule_streams *st,
+                                const int64_t *bounds, const uint8_t *rec, double *times,
+                                double *ms);
+/* The streams a simulation of the instance needs (none, ops NULL, for one
+ * chunk under 1f1b or gpipe). */
+int remat__plan_sim_streams(const remat__plan_inst *in, remat_schedule_streams *st,
+                            remat_error *err);
 
 /* ------------------------------------------------------------ chunks (chunk.c) */
 

@@ -17,7 +17,7 @@
 /* ------------------------------------------------------------ names
  * (the schedules' are src/schedule's) */
 
-static const char *const obj_names[REMAT_OBJ_COUNT] = {"bottleneck", "1f1b"};
+static const char *const obj_names[REMAT_OBJ_COUNT] = {"bottleneck", "1f1b", "simulated"};
 
 const char *remat_plan_objective_name(int o) {
   return o >= 0 && o < REMAT_OBJ_COUNT ? obj_names[o] : "?";
@@ -145,8 +145,8 @@ int remat_plan_problem_check(const remat_plan_problem *pb, remat_error *err) {
     return remat__errorf(err, REMAT_EINVAL, "unknown schedule %d; use 1f1b, gpipe, "
                          "interleaved, zb-h1 or zbv", pb->schedule);
   if (pb->objective < 0 || pb->objective >= REMAT_OBJ_COUNT)
-    return remat__errorf(err, REMAT_EINVAL, "unknown objective %d; use bottleneck or 1f1b",
-                         pb->objective);
+    return remat__errorf(err, REMAT_EINVAL, "unknown objective %d; use bottleneck, 1f1b or "
+                         "simulated", pb->objective);
   if (pb->num_groups < 1 || !pb->groups)
     return remat__errorf(err, REMAT_EINVAL, "the problem has no layers");
   if (pb->stage_bytes > REMAT_PLAN_MAX_BYTES)
@@ -473,7 +473,8 @@ static int parse_settings(remat_plan_problem *pb, const cJSON *root, remat_error
     return rc;
   if ((it = get(root, "objective")) &&
       (!cJSON_IsString(it) || remat_plan_objective_parse(it->valuestring, &pb->objective)))
-    return remat__errorf(err, REMAT_EFORMAT, "\"objective\" must be \"bottleneck\" or \"1f1b\"");
+    return remat__errorf(err, REMAT_EFORMAT, "\"objective\" must be \"bottleneck\", \"1f1b\" "
+                         "or \"simulated\"");
   if ((it = get(root, "comment")) && !cJSON_IsString(it))
     return remat__errorf(err, REMAT_EFORMAT, "\"comment\" must be a string");
   if ((it = get(root, "boundary_bytes")) &&

@@ -188,7 +188,8 @@ int remat__plan_solve_inst(const remat__plan_inst *in, int64_t *obj, int64_t *cn
     rc = remat__errorf(err, REMAT_ENOMEM, "out of memory");
   } else {
     int64_t delta, rounds, lower;
-    rc = in->v > 1 ? remat__plan_chunk_solve(in, b, r, &delta, 0, err)
+    rc = in->v > 1 || in->objective == REMAT_OBJ_SIMULATED
+             ? remat__plan_chunk_solve(in, b, r, &delta, 0, err)
                    : solve_core(in, b, r, &delta, &rounds, &lower, 0, 0, err);
     REMAT_ASSERT(rc != REMAT__PLAN_ETIME);
     if (rc == 0) remat__plan_measure(in, b, r, obj, cnt, maxmem);
@@ -256,7 +257,8 @@ int remat_plan_solve(const remat_plan_problem *pb, remat_plan *plan, remat_error
     goto out;
   }
   double limit = pb->time_limit, end = limit > 0 ? start + limit : 0;
-  rc = in.v > 1 ? remat__plan_chunk_solve(&in, bounds, rec, &delta, end, err)
+  rc = in.v > 1 || in.objective == REMAT_OBJ_SIMULATED
+           ? remat__plan_chunk_solve(&in, bounds, rec, &delta, end, err)
                : solve_core(&in, bounds, rec, &delta, &rounds, &lower, start, end, err);
   int optimal = rc != REMAT__PLAN_ETIME;
   if (rc == REMAT__PLAN_ETIME) rc = 0;

@@ -107,7 +107,7 @@ static const char *unit_of(const remat_plan_problem *pb) {
  * ranges, model order), the micro-batches it keeps for deferred weight
  * gradients, and what the plan is exact for. */
 static void chunk_lines(remat__plan_buf *b, const remat_plan *pl) {
-  if (pl->schedule < REMAT_SCHED_INTERLEAVED) return;
+  if (pl->schedule < REMAT_SCHED_INTERLEAVED && pl->objective != REMAT_OBJ_SIMULATED) return;
   int64_t p = pl->num_stages, v = pl->chunks > 1 ? pl->chunks : 1;
   if (v > 1) {
     remat__plan_printf(b, "chunks (layers of each, by stage):");
@@ -128,9 +128,14 @@ static void chunk_lines(remat__plan_buf *b, const remat_plan *pl) {
       remat__plan_printf(b, " %lld", (long long)pl->stages[s].wgrad_held);
     remat__plan_printf(b, "\n");
   }
-  remat__plan_printf(b, "exact for the objective over stage times; the %s simulation below is "
-                     "this plan's makespan, not optimised\n",
-                     remat_plan_schedule_name(pl->schedule));
+  if (pl->objective == REMAT_OBJ_SIMULATED)
+    remat__plan_printf(b, "the objective is the %s simulation: exact over the partitions, each "
+                       "stage taking its least-time choice\n",
+                       remat_plan_schedule_name(pl->schedule));
+  else
+    remat__plan_printf(b, "exact for the objective over stage times; the %s simulation below is "
+                       "this plan's makespan, not optimised\n",
+                       remat_plan_schedule_name(pl->schedule));
 }
 
 static void table(remat__plan_buf *b, const remat_plan_problem *pb, const remat_plan *pl) {
@@ -389,7 +394,7 @@ static void chunk_note(remat__plan_buf *b, const remat_plan *pl, const char *c) 
   remat__plan_printf(b, "%s The lists have one entry per virtual stage (%lld stages x %lld chunks) "
                      "in model order; rank r holds virtual stages %s.\n",
                      c, (long long)p, (long long)pl->chunks,
-                     pl->schedule == REMAT_SCHED_ZBV ? "r and 2P-1-r (a V)" : "r, r+P, r+2P, ...");
+                     pl->schedule == REMAT_SCHED_ZBV ? "r and 2P-1-r (a V)" : "r, r+P, r+2P and so on");
 }
 
 static void colossalai(remat__plan_buf *b, const remat_plan_problem *pb, const remat_plan *pl,
