@@ -260,6 +260,11 @@ typedef struct remat_plan_stage {
   int64_t num_middle;     /* of num_recomputed, those under the middle policy */
   int64_t wgrad_held;     /* k_s: micro-batches kept for a deferred W (summed
                              over its chunks, as microbatches_held is) */
+  /* interleaved, zb-h1, zbv: the stage's memory at the worst point of its
+   * stream (activations and kept-for-W bytes of the micro-batches in
+   * flight there, chunk by chunk), which memory_bytes, adding each
+   * chunk's peaks, bounds from above; 0 when not computed */
+  size_t stream_peak_bytes;
 } remat_plan_stage;
 
 typedef struct remat_plan {

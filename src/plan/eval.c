@@ -119,6 +119,45 @@ static double simulated(const remat__plan_inst *in, const double *fw, const doub
   return ms;
 }
 
+/* Each stage's memory at the worst point of its stream: the formula's
+ * memory less its in-flight terms (n S + k U per chunk), plus the largest
+ * sum over the stream of each chunk's micro-batches between F and B times
+ * its stored bytes S and between B and W times its kept-for-W bytes U. */
+static void stream_peaks(const remat__plan_inst *in, const int64_t *bounds, const uint8_t *rec,
+                         remat_plan *plan) {
+  remat_schedule_streams st;
+  int64_t v = in->v;
+  if (in->schedule < REMAT_SCHED_INTERLEAVED || (double)in->nv * (double)in->m > 1e6) return;
+  if (remat_schedule_streams_build(&st, in->schedule, in->p, in->m, v, NULL)) return;
+  int64_t *S = remat__calloc((size_t)(4 * v), sizeof *S), *U = S + v, *nf = S + 2 * v,
+          *nw = S + 3 * v;
+  for (int64_t r = 0; S && r < in->p; r++) {
+    int64_t fixed = (int64_t)plan->stages[r].memory_bytes, peak = 0;
+    for (int64_t c = 0; c < v; c++) {
+      int64_t vs = remat_schedule_virtual_stage(in->schedule, in->p, r, c);
+      S[c] = U[c] = nf[c] = nw[c] = 0;
+      for (int64_t l = bounds[vs]; l < bounds[vs + 1]; l++) {
+        S[c] += rec[l] == REMAT_MIDDLE ? in->mb[l] : rec[l] ? in->c[l] : in->a[l];
+        U[c] += in->u[l];
+      }
+      fixed -= in->n[vs] * S[c] + in->kw[vs] * U[c];
+    }
+    for (int64_t q = 0; q < st.len; q++) {
+      const remat_schedule_step *o = &st.ops[r * st.len + q];
+      int split = st.schedule == REMAT_SCHED_ZBH1 || st.schedule == REMAT_SCHED_ZBV;
+      if (o->kind == REMAT_OP_F) nf[o->chunk]++;
+      if (o->kind == REMAT_OP_B) nf[o->chunk]--, nw[o->chunk] += split;
+      if (o->kind == REMAT_OP_W) nw[o->chunk]--;
+      int64_t mem = 0;
+      for (int64_t c = 0; c < v; c++) mem += nf[c] * S[c] + nw[c] * U[c];
+      peak = remat__max64(peak, mem);
+    }
+    plan->stages[r].stream_peak_bytes = (size_t)(fixed + peak);
+  }
+  remat__free(S);
+  remat_schedule_streams_free(&st);
+}
+
 /* Stage s of the plan from its figures; its recomputed layers from *k on.
  * Returns its time in quanta. */
 static int64_t fill_stage(const remat__plan_inst *in, const int64_t *bounds, const uint8_t *rec,
@@ -194,6 +233,7 @@ int remat__plan_fill(const remat__plan_inst *in, const int64_t *bounds, const ui
   plan->bottleneck_time = (double)tmax * in->q;
   plan->iteration_time = (double)(sum + (in->m - 1) * tmax) * in->q;
   plan->simulated_time = simulated(in, fw, bw, wg);
+  stream_peaks(in, bounds, rec, plan);
   plan->objective_value =
       in->objective == REMAT_OBJ_BOTTLENECK ? plan->bottleneck_time
       : in->objective == REMAT_OBJ_1F1B     ? plan->iteration_time

@@ -106,8 +106,9 @@ static const char *unit_of(const remat_plan_problem *pb) {
 /* Under the schedules beyond 1f1b and gpipe: each stage's chunks (layer
  * ranges, model order), the micro-batches it keeps for deferred weight
  * gradients, and what the plan is exact for. */
-static void chunk_lines(remat__plan_buf *b, const remat_plan *pl) {
+static void chunk_lines(remat__plan_buf *b, const remat_plan *pl, int units) {
   if (pl->schedule < REMAT_SCHED_INTERLEAVED && pl->objective != REMAT_OBJ_SIMULATED) return;
+  char t[48];
   int64_t p = pl->num_stages, v = pl->chunks > 1 ? pl->chunks : 1;
   if (v > 1) {
     remat__plan_printf(b, "chunks (layers of each, by stage):");
@@ -126,6 +127,13 @@ static void chunk_lines(remat__plan_buf *b, const remat_plan *pl) {
     remat__plan_printf(b, "micro-batches kept for a deferred W, by stage:");
     for (int64_t s = 0; s < p; s++)
       remat__plan_printf(b, " %lld", (long long)pl->stages[s].wgrad_held);
+    remat__plan_printf(b, "\n");
+  }
+  if (pl->stages[0].stream_peak_bytes) {
+    remat__plan_printf(b, "memory at the streams' own peak, by stage (memory above bounds it):");
+    for (int64_t s = 0; s < p; s++)
+      remat__plan_printf(b, " %s",
+                         remat_format_bytes_in(pl->stages[s].stream_peak_bytes, units, t, sizeof t));
     remat__plan_printf(b, "\n");
   }
   if (pl->objective == REMAT_OBJ_SIMULATED)
@@ -164,7 +172,7 @@ static void table(remat__plan_buf *b, const remat_plan_problem *pb, const remat_
                        fmt_time(st->time, t3, sizeof t3), rl,
                        st->memory_bytes > st->budget_bytes ? "  OVER BUDGET" : "");
   }
-  chunk_lines(b, pl);
+  chunk_lines(b, pl, units);
   const char *u = unit_of(pb);
   remat__plan_printf(b, "bottleneck time %s%s%s, iteration time %s%s%s", fmt_time(pl->bottleneck_time, t1, sizeof t1),
                      u[0] ? " " : "", u, fmt_time(pl->iteration_time, t2, sizeof t2), u[0] ? " " : "", u);
@@ -230,6 +238,8 @@ static int json(const remat_plan_problem *pb, const remat_plan *pl, char **out, 
     cJSON_AddNumberToObject(o, "bwd_time", st->bwd_time);
     if (pl->schedule == REMAT_SCHED_ZBH1 || pl->schedule == REMAT_SCHED_ZBV)
       cJSON_AddNumberToObject(o, "wgrad_held", (double)st->wgrad_held);
+    if (st->stream_peak_bytes)
+      cJSON_AddNumberToObject(o, "stream_peak_bytes", (double)st->stream_peak_bytes);
     if (pl->chunks > 1) {
       cJSON *ch = cJSON_AddArrayToObject(o, "chunks");
       for (int64_t c = 0; c < pl->chunks; c++) {
