@@ -844,6 +844,76 @@ static void test_model(void) {
   remat_plan_problem_free(&pb);
 }
 
+/* A GPT-2 problem under each new schedule: the memory terms from the
+ * model, the plan's chunks and figures, remat_plan_evaluate agreeing with
+ * the solver, and every output format naming what its framework runs. */
+static int has(const char *text, const char *word) { return text && strstr(text, word) != NULL; }
+
+static void test_schedules_model(void) {
+  remat_config cfg;
+  remat_error err;
+  remat_plan_problem pb;
+  CHECK(remat_config_parse("gpt2-124m", &cfg, &err) == 0);
+  CHECK(remat_plan_problem_from_model(&pb, &cfg, 4, 1024, 2, 4, (size_t)8 << 30, &err) == 0);
+  remat_memory_model mm;
+  CHECK(remat_memory_model_get(&cfg, 4, 1024, &mm, &err) == 0);
+  CHECK(pb.groups[1].wgrad_bytes == 16 * mm.residual_bytes);
+  CHECK(pb.groups[1].wgrad > 0 && pb.groups[1].wgrad < pb.groups[1].bwd);
+  CHECK(pb.groups[0].wgrad == 0 && pb.groups[2].wgrad_bytes == 0);
+  static const struct {
+    int sched;
+    const char *colossal, *torch, *megatron;
+  } want[] = {{REMAT_SCHED_INTERLEAVED, "pp_style=\"interleaved\"", "ScheduleInterleaved1F1B",
+               "--num-virtual-stages-per-pipeline-rank 2"},
+              {REMAT_SCHED_ZBH1, "has no ZB-H1", "ScheduleInterleavedZeroBubble", "no ZB-H1"},
+              {REMAT_SCHED_ZBV, "pp_style=\"zbv\"", "ScheduleZBVZeroBubble", "cannot express"}};
+  for (size_t k = 0; k < sizeof want / sizeof want[0]; k++) {
+    pb.schedule = want[k].sched;
+    pb.chunks = 0;
+    remat_plan plan;
+    int rc = remat_plan_solve(&pb, &plan, &err);
+    CHECK(rc == 0);
+    if (rc) continue;
+    int64_t v = plan.chunks, nv = 2 * v, sum = 0;
+    CHECK(v == (want[k].sched == REMAT_SCHED_ZBH1 ? 1 : 2));
+    for (int64_t c = 0; c < nv; c++) {
+      CHECK(plan.chunk_layers[c] >= 1 && plan.chunk_first[c] == sum);
+      sum += plan.chunk_layers[c];
+    }
+    CHECK(sum == 14 && plan.simulated_time > 0);
+    for (int s = 0; s < 2; s++)
+      CHECK(plan.stages[s].stream_peak_bytes > 0 &&
+            plan.stages[s].stream_peak_bytes <= plan.stages[s].memory_bytes);
+    remat_plan ev;
+    CHECK(remat_plan_evaluate(&pb, plan.chunk_layers, plan.policy, &ev, &err) == 0);
+    CHECK(ev.objective_value == plan.objective_value &&
+          ev.max_memory_bytes == plan.max_memory_bytes && ev.simulated_time == plan.simulated_time);
+    remat_plan_free(&ev);
+    char *t[REMAT_PLAN_FORMAT_COUNT] = {NULL};
+    for (int f = 0; f < REMAT_PLAN_FORMAT_COUNT; f++)
+      CHECK(remat_plan_format(&pb, &plan, f, &t[f], &err) == 0);
+    const char *name = remat_plan_schedule_name(want[k].sched);
+    CHECK(has(t[REMAT_PLAN_FORMAT_TABLE], name));
+    CHECK(has(t[REMAT_PLAN_FORMAT_JSON], "\"stream_peak_bytes\""));
+    CHECK(has(t[REMAT_PLAN_FORMAT_JSON], "\"chunks\"") == (v > 1));
+    CHECK(has(t[REMAT_PLAN_FORMAT_COLOSSALAI], want[k].colossal));
+    CHECK(has(t[REMAT_PLAN_FORMAT_TORCH], want[k].torch));
+    CHECK(has(t[REMAT_PLAN_FORMAT_MEGATRON], want[k].megatron));
+    if (v > 1) CHECK(has(t[REMAT_PLAN_FORMAT_COLOSSALAI], "num_model_chunks=2"));
+    for (int f = 0; f < REMAT_PLAN_FORMAT_COUNT; f++) remat_plan_text_free(t[f]);
+    remat_plan_free(&plan);
+  }
+  /* the LP refuses the simulated objective; the sweep refuses chunks */
+  pb.objective = REMAT_OBJ_SIMULATED;
+  char *lp = NULL;
+  CHECK_ERR(remat_plan_format_lp(&pb, &lp, &err), err, REMAT_EINVAL, "MIP");
+  pb.objective = REMAT_OBJ_BOTTLENECK;
+  remat_plan_sweep sw;
+  CHECK_ERR(remat_plan_sweep_run(&pb, 3, &sw, &err), err, REMAT_EINVAL, "sweep");
+  remat_plan_problem_free(&pb);
+  printf("schedules on GPT-2 124M: %d checks so far\n", test_checks);
+}
+
 int main(int argc, char **argv) {
   int n = argc > 1 ? atoi(argv[1]) : 600;
   test_seed();
@@ -851,6 +921,7 @@ int main(int argc, char **argv) {
   test_sim();
   test_parse();
   test_model();
+  test_schedules_model();
   test_work_bytes();
   test_middle();
   test_random(n, 7, 0, 0);
