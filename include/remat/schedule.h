@@ -35,7 +35,8 @@ REMAT_API int remat_plan_schedule_parse(const char *s, int *out); /* -1 if unkno
  * every forward, then every backward, both in micro-batch order. The
  * pipeline runtime executes these streams (with the receives and sends
  * around each operation) and the planner's simulator (remat_plan_simulate)
- * times them. */
+ * times them. For 1f1b and gpipe only (any other schedule gets 1F1B's
+ * order here); every schedule's streams: remat_schedule_streams_build. */
 REMAT_API void remat_schedule_op(int schedule, int64_t p, int64_t m, int64_t s, int64_t q,
                                  int64_t *k, int *bwd);
 
