@@ -17,10 +17,11 @@
  *               simulates shortest (remat__plan_sim_arrangement)
  * and ties between partitions break as everywhere: fewer layers not kept,
  * then a lower peak, and then (when p m v is at most 4096) a shorter
- * simulated makespan of the schedule. It also serves the
- * simulated objective under one chunk per stage, which the partition
- * programs of dp.c cannot express. When no partition fits, the one that needs the fewest
- * extra bytes on every budget, with each stage's least-memory choice. */
+ * simulated makespan of the schedule. It also serves the simulated
+ * objective under one chunk per stage, which the partition programs of
+ * dp.c cannot express. When no partition fits, the answer is the one that
+ * needs the fewest extra bytes on every budget, with each stage's
+ * least-memory choice. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

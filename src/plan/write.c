@@ -510,7 +510,7 @@ static int megatron_alt(remat__plan_buf *b, const remat_plan_problem *pb, const 
 /* Megatron's layer split: even, first and last apart, or the layout string
  * (one entry per virtual stage, in model order). */
 static void megatron_split(remat__plan_buf *b, const remat_plan *pl, const fw_view *v) {
-  int64_t n = v->n, p = pl->num_stages;
+  int64_t n = v->n;
   int even_mid = 1, all_even = 1;
   for (int64_t s = 2; s < n - 1; s++) even_mid &= v->blocks[s] == v->blocks[1];
   for (int64_t s = 1; s < n; s++) all_even &= v->blocks[s] == v->blocks[0];
@@ -536,7 +536,6 @@ static void megatron_split(remat__plan_buf *b, const remat_plan *pl, const fw_vi
     remat__plan_printf(b, "%s%st*%lld%s", s ? "|" : "", s == 0 ? "E" : "", (long long)v->blocks[s],
                        s == n - 1 ? "L" : "");
   remat__plan_printf(b, "\"\n");
-  (void)p;
 }
 
 /* Megatron-LM arguments. It sets the layers of the first and last stages and
