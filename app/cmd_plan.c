@@ -40,7 +40,11 @@ static const char usage_text[] =
     "  + sum mb over middle) + the largest of its layers' work bytes y, its\n"
     "  recomputed layers' scratch x and its middle layers' scratch xm\n"
     "and its time per micro-batch t_s = sum (f + b) + sum r over recomputed\n"
-    "+ sum rm over middle.\n"
+    "+ sum rm over middle. Under zb-h1 and zbv a stage also keeps, for each\n"
+    "micro-batch whose weight gradient W is deferred, its layers' wgrad_bytes;\n"
+    "under interleaved and zbv the model is cut into P V chunks, a stage adds\n"
+    "up its chunks, and every partition is searched. The plan is exact for the\n"
+    "objective over the stage times; the schedule's simulated time is shown.\n"
     "\n"
     "problem:\n"
     "  PROBLEM.json, --problem FILE   layers, stages, budgets (see docs/plan.md);\n"
@@ -70,17 +74,29 @@ static const char usage_text[] =
     "                                 precision, as remat train --precision (default\n"
     "                                 as remat train's: bf16 where the CPU has the\n"
     "                                 instructions, else fp32; fp32 under --zero 3)\n"
-    "  --schedule 1f1b|gpipe          default 1f1b\n"
-    "  --objective bottleneck|1f1b    max stage time (default), or the 1F1B\n"
-    "                                 iteration time sum t + (M - 1) max t\n"
+    "  --schedule NAME                1f1b (default), gpipe, interleaved (Megatron's\n"
+    "                                 interleaved 1F1B: --chunks v model chunks per\n"
+    "                                 stage, M a multiple of P), zb-h1 (zero bubble:\n"
+    "                                 weight gradients W deferred into the bubbles,\n"
+    "                                 1F1B's activations) or zbv (zero bubble V: two\n"
+    "                                 chunks per stage); remat train runs 1f1b, gpipe\n"
+    "                                 and zb-h1; the others are planned and exported\n"
+    "  --chunks V                     model chunks per stage with interleaved\n"
+    "                                 (default 2; zbv takes 2)\n"
+    "  --objective NAME               bottleneck: max stage time (default); 1f1b:\n"
+    "                                 the 1F1B iteration time sum t + (M - 1) max t;\n"
+    "                                 simulated: the schedule's simulated makespan\n"
+    "                                 (every partition searched, each stage taking\n"
+    "                                 its least-time choice)\n"
     "  --no-middle                    layers keep or recompute only (no middle policy),\n"
     "                                 as frameworks without it do\n"
     "  --time-limit SECONDS           stop the exact search after this long (default\n"
     "                                 60, 0 for none) and print the best plan found,\n"
     "                                 a proven lower bound and the gap\n"
     "output:\n"
-    "  --format table|json|colossalai|megatron|lp   default table; lp writes the\n"
-    "                                 problem as a MIP for glpsol or cbc\n"
+    "  --format table|json|colossalai|megatron|torch|lp   default table; torch\n"
+    "                                 writes torch.distributed.pipelining settings,\n"
+    "                                 lp the problem as a MIP for glpsol or cbc\n"
     "  --sweep                        objective against budget, from the smallest\n"
     "                                 budget that fits to the one needing no\n"
     "                                 recomputation (table or json)\n"
@@ -98,7 +114,7 @@ static const char usage_text[] =
  * resolved (-1 for schedule and objective: the problem's own). */
 typedef struct plan_args {
   const char *problem, *config, *mem, *format, *output, *schedule, *objective, *precision;
-  int64_t B, T, P, M, D, Z, points;
+  int64_t B, T, P, M, D, Z, points, chunks;
   double time_limit;
   int sweep, no_middle;
   int fmt, sched, obj, prec;
@@ -110,12 +126,15 @@ static int resolve_names(plan_args *a) {
   else if (strcmp(f, "json") == 0) a->fmt = REMAT_PLAN_FORMAT_JSON;
   else if (strcmp(f, "colossalai") == 0) a->fmt = REMAT_PLAN_FORMAT_COLOSSALAI;
   else if (strcmp(f, "megatron") == 0) a->fmt = REMAT_PLAN_FORMAT_MEGATRON;
+  else if (strcmp(f, "torch") == 0) a->fmt = REMAT_PLAN_FORMAT_TORCH;
   else if (strcmp(f, "lp") == 0) a->fmt = FORMAT_LP;
-  else return cli_fail(-1, "unknown format '%s'; use table, json, colossalai, megatron or lp", f);
+  else return cli_fail(-1, "unknown format '%s'; use table, json, colossalai, megatron, torch "
+                       "or lp", f);
   if (a->sweep && a->fmt != REMAT_PLAN_FORMAT_TABLE && a->fmt != REMAT_PLAN_FORMAT_JSON)
     return cli_fail(-1, "--sweep writes a table or json, not '%s'", f);
   if (a->schedule && remat_plan_schedule_parse(a->schedule, &a->sched))
-    return cli_fail(-1, "unknown schedule '%s'; use 1f1b or gpipe", a->schedule);
+    return cli_fail(-1, "unknown schedule '%s'; use 1f1b, gpipe, interleaved, zb-h1 or zbv",
+                    a->schedule);
   if (a->precision && remat_precision_parse(a->precision, &a->prec))
     return cli_fail(-1, "unknown precision '%s'; use fp32 or bf16", a->precision);
   if (a->precision && !a->config)
@@ -129,7 +148,8 @@ static int resolve_names(plan_args *a) {
                   ? REMAT_PRECISION_BF16
                   : REMAT_PRECISION_FP32;
   if (a->objective && remat_plan_objective_parse(a->objective, &a->obj))
-    return cli_fail(-1, "unknown objective '%s'; use bottleneck or 1f1b", a->objective);
+    return cli_fail(-1, "unknown objective '%s'; use bottleneck, 1f1b or simulated",
+                    a->objective);
   return 0;
 }
 
@@ -163,7 +183,8 @@ static int check_combination(plan_args *a) {
 /* 0, or -1 after saying what was wrong (a usage error). */
 static int parse_args(int argc, char **argv, plan_args *a) {
   *a = (plan_args){.format = "table", .B = -1, .T = -1, .P = -1, .M = -1, .D = -1, .Z = -1,
-                   .points = 11, .time_limit = DEFAULT_TIME_LIMIT, .sched = -1, .obj = -1};
+                   .points = 11, .time_limit = DEFAULT_TIME_LIMIT, .sched = -1, .obj = -1,
+                   .chunks = -1};
   const cli_flag flags[] = {
       {.name = "--problem", .kind = CLI_ARG, .dst = &a->problem, .what = "problem file"},
       {.name = "--config", .kind = CLI_STR, .dst = &a->config},
@@ -180,6 +201,7 @@ static int parse_args(int argc, char **argv, plan_args *a) {
       {.name = "--microbatches", .kind = CLI_I64, .dst = &a->M, .lo = 1,
        .hi = REMAT_PLAN_MAX_MICROBATCHES},
       {.name = "--points", .kind = CLI_I64, .dst = &a->points, .lo = 2, .hi = 1000},
+      {.name = "--chunks", .kind = CLI_I64, .dst = &a->chunks, .lo = 1, .hi = 1024},
       {.name = "--data-parallel", .kind = CLI_I64, .dst = &a->D, .lo = 1, .hi = 4096},
       {.name = "--zero", .kind = CLI_I64, .dst = &a->Z, .lo = 0, .hi = 3},
       {.name = "--precision", .kind = CLI_STR, .dst = &a->precision},
@@ -258,7 +280,11 @@ static int apply_settings(const plan_args *a, const size_t *budgets, int64_t nb,
   }
   if (a->M > 0) pb->microbatches = a->M;
   pb->time_limit = a->time_limit;
-  if (a->sched >= 0) pb->schedule = a->sched;
+  if (a->sched >= 0 && a->sched != pb->schedule) {
+    pb->schedule = a->sched;
+    pb->chunks = 0; /* the file's chunks were for its own schedule */
+  }
+  if (a->chunks > 0) pb->chunks = a->chunks;
   if (a->obj >= 0) pb->objective = a->obj;
   if (remat_plan_problem_check(pb, &err)) return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
   return 0;

@@ -10,6 +10,11 @@
  *   limit     5000 different layers with scratch on 128 stages (256
  *             micro-batches), far beyond what the exact search does in the
  *             time limit given: the wall time, the gap and the bound
+ *   sched     GPT-2 124M (14 layers) and 350M (26 layers) at B=4 T=1024 on 4
+ *             stages with 8 micro-batches under 1f1b, zb-h1, interleaved
+ *             (2 chunks) and zbv, the budget a quarter above the least that
+ *             fits under all four, objectives bottleneck and simulated: solve
+ *             time, partitions searched, the plan's simulated makespan
  *   glpk      small heterogeneous instances (10 to 48 layers) and the seed's,
  *             solved by remat and by glpsol on remat's LP export, timed side
  *             by side, with the ratio; skipped when glpsol is not installed
@@ -185,7 +190,8 @@ static void usage(FILE *f) {
           "Times the exact pipeline planner, one line per case: the seed example (32\n"
           "layers, 4 stages), 1024 different layers on 64 stages (with two and three\n"
           "choices per layer), GPT-2 1558M on 8 stages, 5000 different layers on 128\n"
-          "stages under a time limit, and small problems solved side by side by remat\n"
+          "stages under a time limit, GPT-2 124M and 350M under every schedule (1f1b,\n"
+          "zb-h1, interleaved, zbv), and small problems solved side by side by remat\n"
           "and by glpsol on remat's LP export (when glpsol is installed).\n"
           "\n"
           "  --quick      fewer repetitions, only the small glpsol cases\n"
@@ -281,6 +287,57 @@ static int bench_gpt2(int quick) {
   return 0;
 }
 
+/* The schedules: GPT-2 124M and 350M on 4 stages, 8 micro-batches, under
+ * each schedule and two objectives, at one budget (a quarter above the least
+ * that fits under every schedule; budget 1 byte to find those). */
+static int bench_sched(int quick) {
+  static const char *const models[] = {"gpt2-124m", "gpt2-350m"};
+  static const int scheds[] = {REMAT_SCHED_1F1B, REMAT_SCHED_ZBH1, REMAT_SCHED_INTERLEAVED,
+                               REMAT_SCHED_ZBV};
+  for (int mi = 0; mi < (quick ? 1 : 2); mi++) {
+    remat_config cfg;
+    remat_plan_problem g;
+    remat_plan plan;
+    remat_error err;
+    if (remat_config_parse(models[mi], &cfg, &err) ||
+        remat_plan_problem_from_model(&g, &cfg, 4, 1024, 4, 8, 1, &err)) {
+      fprintf(stderr, "bench_plan: %s\n", err.msg);
+      return 1;
+    }
+    size_t least = 0; /* the most any schedule needs at least */
+    int rc;
+    for (size_t k = 0; k < sizeof scheds / sizeof scheds[0]; k++) {
+      g.schedule = scheds[k];
+      rc = remat_plan_solve(&g, &plan, &err);
+      if (rc == REMAT_EINFEASIBLE && plan.min_budget_bytes > least) least = plan.min_budget_bytes;
+      if (rc == 0 || rc == REMAT_EINFEASIBLE) remat_plan_free(&plan);
+    }
+    remat_plan_problem_set_memory(&g, least + least / 4);
+    for (size_t k = 0; k < sizeof scheds / sizeof scheds[0]; k++)
+      for (int obj = 0; obj < 2; obj++) {
+        g.schedule = scheds[k];
+        g.chunks = 0;
+        g.objective = obj ? REMAT_OBJ_SIMULATED : REMAT_OBJ_BOTTLENECK;
+        int64_t L = remat_plan_problem_layers(&g), nv = 4 * remat_schedule_chunks(g.schedule, 0);
+        double parts = 1;
+        for (int64_t i = 1; i < nv; i++) parts = parts * (double)(L - i) / (double)i;
+        int reps = quick ? 1 : 3;
+        double min_ms, med = time_solve(&g, reps, &min_ms, &plan, &rc);
+        printf("bench=plan case=sched model=%s B=4 T=1024 layers=%lld stages=4 microbatches=8 "
+               "schedule=%s objective=%s reps=%d solve_ms=%.3f solve_ms_min=%.3f "
+               "partitions=%.0f feasible=%d objective_value=%.6g simulated=%.6g "
+               "recomputed=%lld max_memory_bytes=%zu\n",
+               models[mi], (long long)L, remat_plan_schedule_name(g.schedule),
+               remat_plan_objective_name(g.objective), reps, med, min_ms,
+               nv > 4 || obj ? parts : 0, rc == 0, plan.objective_value, plan.simulated_time,
+               (long long)plan.total_recomputed, plan.max_memory_bytes);
+        if (rc == 0 || rc == REMAT_EINFEASIBLE) remat_plan_free(&plan);
+      }
+    remat_plan_problem_free(&g);
+  }
+  return 0;
+}
+
 /* Far beyond the exact search under its time limit: the exact search takes
  * tens of seconds here (30-40 s on a 2-core machine). */
 static int bench_limit(int quick) {
@@ -361,7 +418,7 @@ int main(int argc, char **argv) {
   }
   bench_seed(&pb, quick);
   bench_hetero(quick);
-  if (bench_gpt2(quick) || bench_limit(quick)) return 1;
+  if (bench_gpt2(quick) || bench_sched(quick) || bench_limit(quick)) return 1;
   bench_glpk(&pb, quick);
   remat_plan_problem_free(&pb);
   return 0;

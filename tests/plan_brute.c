@@ -2,7 +2,10 @@
  * recursion on the next boundary) and every choice for every layer (keep;
  * recompute, if recomputable; the middle policy, if it has one), counted
  * through in mixed radix; each stage's memory and time straight from the
- * formula in include/remat/plan.h, sharing nothing with the solver. */
+ * formula in include/remat/plan.h, sharing nothing with the solver. Under a
+ * chunked schedule the partition is into p v virtual stages, and a stage
+ * adds up its chunks (which it finds by its own reading of the layouts of
+ * remat/schedule.h). */
 #include "plan_brute.h"
 
 #include <stdlib.h>
@@ -14,27 +17,36 @@ typedef struct {
   int64_t best[3];
 } brute;
 
+/* The virtual stage of chunk c of stage s. */
+static int64_t vstage(const remat__plan_inst *in, int64_t s, int64_t c) {
+  if (in->schedule == REMAT_SCHED_ZBV) return c ? 2 * in->p - 1 - s : s;
+  return c * in->p + s;
+}
+
 /* Objective, layers not kept and peak of one arrangement (ch[l]: 0 keep, 1
  * recompute, 2 middle); 0 if a stage is over its budget. */
 static int arrangement(const remat__plan_inst *in, const int64_t *bounds, const uint8_t *ch,
                        int64_t out[3]) {
   int64_t sum = 0, tmax = 0, cnt = 0, peak = 0;
   for (int64_t s = 0; s < in->p; s++) {
-    int64_t mem = in->stage_bytes + (s < in->p - 1 ? in->boundary_bytes : 0), X = 0, t = 0;
-    /* X: max of y, recomputed x and middle xm */
-    for (int64_t l = bounds[s]; l < bounds[s + 1]; l++) {
-      int64_t stored = ch[l] == 1 ? in->c[l] : ch[l] == 2 ? in->mb[l] : in->a[l];
-      mem += in->w[l] + in->n[s] * stored;
-      if (in->y[l] > X) X = in->y[l];
-      t += in->fb[l];
-      if (ch[l] == 1) {
-        t += in->r[l];
-        if (in->x[l] > X) X = in->x[l];
-      } else if (ch[l] == 2) {
-        t += in->rm[l];
-        if (in->xm[l] > X) X = in->xm[l];
+    int64_t mem = in->stage_bytes, X = 0, t = 0; /* X: max of y, recomputed x, middle xm */
+    for (int64_t c = 0; c < in->v; c++) {
+      int64_t vs = vstage(in, s, c);
+      mem += vs < in->nv - 1 ? in->boundary_bytes : 0;
+      for (int64_t l = bounds[vs]; l < bounds[vs + 1]; l++) {
+        int64_t stored = ch[l] == 1 ? in->c[l] : ch[l] == 2 ? in->mb[l] : in->a[l];
+        mem += in->w[l] + in->n[vs] * stored + in->kw[vs] * in->u[l];
+        if (in->y[l] > X) X = in->y[l];
+        t += in->fb[l];
+        if (ch[l] == 1) {
+          t += in->r[l];
+          if (in->x[l] > X) X = in->x[l];
+        } else if (ch[l] == 2) {
+          t += in->rm[l];
+          if (in->xm[l] > X) X = in->xm[l];
+        }
+        cnt += ch[l] != 0;
       }
-      cnt += ch[l] != 0;
     }
     mem += X;
     if (mem > in->budget[s]) return 0;
@@ -74,7 +86,7 @@ static void all_choices(brute *b) {
 }
 
 static void partitions(brute *b, int64_t s) {
-  int64_t L = b->in->L, p = b->in->p;
+  int64_t L = b->in->L, p = b->in->nv; /* virtual stages */
   if (s == p - 1) {
     b->bounds[p] = L;
     all_choices(b);

@@ -106,6 +106,22 @@ static void test_seed(void) {
  * middle, most recomputable groups also get the middle policy: stored bytes
  * between c and a (sometimes at or above a: useless), cheaper or dearer than
  * recomputing, with scratch below, equal to or above the recompute's. */
+/* With random_schedules, the schedule is 1f1b, zb-h1, interleaved (2 or 3
+ * chunks, m a multiple of p) or zbv, and layers get weight-gradient times
+ * and bytes kept for a deferred W. */
+static int random_schedules;
+
+static void random_schedule(remat_plan_problem *pb, int64_t L, int64_t *p) {
+  static const int scheds[] = {REMAT_SCHED_1F1B, REMAT_SCHED_ZBH1, REMAT_SCHED_INTERLEAVED,
+                               REMAT_SCHED_ZBV};
+  int sch = scheds[rnd(0, 3)];
+  int64_t v = sch == REMAT_SCHED_INTERLEAVED ? rnd(2, 3) : sch == REMAT_SCHED_ZBV ? 2 : 1;
+  if (L / v < 1) sch = REMAT_SCHED_ZBH1, v = 1;
+  *p = rnd(1, L / v < 4 ? L / v : 4);
+  pb->schedule = sch;
+  pb->chunks = v;
+}
+
 static void random_problem(remat_plan_problem *pb, int maxL, int work, int middle) {
   int64_t L = rnd(1, maxL);
   int64_t ng = 0, left = L, counts[32];
@@ -115,10 +131,17 @@ static void random_problem(remat_plan_problem *pb, int maxL, int work, int middl
     left -= c;
   }
   int64_t p = rnd(1, L < 4 ? L : 4);
+  remat_plan_problem sp = {0};
+  if (random_schedules) random_schedule(&sp, L, &p);
   remat_error err;
   if (remat_plan_problem_init(pb, p, ng, &err)) abort();
   pb->microbatches = rnd(1, 6);
   pb->schedule = rnd(0, 3) == 0 ? REMAT_SCHED_GPIPE : REMAT_SCHED_1F1B;
+  if (random_schedules) {
+    pb->schedule = sp.schedule;
+    pb->chunks = sp.chunks;
+    if (pb->schedule == REMAT_SCHED_INTERLEAVED) pb->microbatches = p * rnd(1, 2);
+  }
   pb->objective = rnd(0, 1) ? REMAT_OBJ_1F1B : REMAT_OBJ_BOTTLENECK;
   int kinds = (int)rnd(1, 3); /* how varied the layers are */
   const int64_t unit = 1000;
@@ -136,7 +159,11 @@ static void random_problem(remat_plan_problem *pb, int maxL, int work, int middl
     G->state_bytes = (size_t)(rnd(0, 3) * unit);
     G->recompute_bytes = rnd(0, 2) ? 0 : (size_t)(rnd(1, 6) * unit);
     G->recomputable = rnd(0, 7) != 0;
-    maxkept += (double)G->count * (double)(G->state_bytes + G->act_bytes * 3);
+    if (random_schedules) {
+      G->wgrad = G->bwd * (double)rnd(0, 2) / 2;
+      G->wgrad_bytes = (size_t)(rnd(0, 3) * unit);
+    }
+    maxkept += (double)G->count * (double)(G->state_bytes + G->act_bytes * 3 + G->wgrad_bytes);
   }
   if (work) {
     int mode = (int)rnd(0, 3); /* 0: y = 0, 1: y among the x, 2: y above all x, 3: mixed */
@@ -219,7 +246,7 @@ static void test_random(int count, int maxL, int work, int middle) {
     }
     int64_t bo = 0, bc = 0, bm = 0, so = 0, sc = 0, sm = 0;
     int brc = plan_brute(&in, &bo, &bc, &bm);
-    int64_t bounds[8];
+    int64_t bounds[16];
     uint8_t rec[32];
     int src = remat__plan_solve_inst(&in, &so, &sc, &sm, bounds, rec, &err);
     CHECK(brc == src);
@@ -238,12 +265,14 @@ static void test_random(int count, int maxL, int work, int middle) {
                 remat_plan_schedule_name(in.schedule), remat_plan_objective_name(in.objective),
                 (long long)bo, (long long)bc, (long long)bm, (long long)so, (long long)sc,
                 (long long)sm);
-      /* the arrangement it returns really fits */
-      for (int64_t s = 0; s < in.p; s++) {
+      /* the arrangement it returns really fits (one chunk per stage) */
+      for (int64_t s = 0; s < in.nv; s++) CHECK(bounds[s + 1] > bounds[s]);
+      for (int64_t s = 0; in.v == 1 && s < in.p; s++) {
         int64_t mem = in.stage_bytes + (s < in.p - 1 ? in.boundary_bytes : 0), X = 0;
         for (int64_t l = bounds[s]; l < bounds[s + 1]; l++) {
           int full = rec[l] == REMAT_RECOMPUTE, mid = rec[l] == REMAT_MIDDLE;
-          mem += in.w[l] + in.n[s] * (full ? in.c[l] : mid ? in.mb[l] : in.a[l]);
+          mem += in.w[l] + in.n[s] * (full ? in.c[l] : mid ? in.mb[l] : in.a[l]) +
+                 in.kw[s] * in.u[l];
           if (in.y[l] > X) X = in.y[l];
           if (full && in.x[l] > X) X = in.x[l];
           if (mid && in.xm[l] > X) X = in.xm[l];
@@ -267,7 +296,7 @@ static void test_random(int count, int maxL, int work, int middle) {
         CHECK(plan_brute(&in, &bo, &bc, &bm) == REMAT_EINFEASIBLE);
         for (int64_t s = 0; s < in.p; s++) {
           CHECK(plan.stages[s].memory_bytes <= pb.memory[s] + (size_t)delta);
-          CHECK(plan.stages[s].num_layers >= 1);
+          CHECK(plan.stages[s].num_layers >= in.v);
         }
         remat_plan_free(&plan);
       }
@@ -277,10 +306,45 @@ static void test_random(int count, int maxL, int work, int middle) {
     remat__plan_inst_free(&in);
     remat_plan_problem_free(&pb);
   }
-  printf("random (L <= %d%s%s): %d instances (%d with work bytes), %d feasible (%d of them "
+  printf("random (L <= %d%s%s%s): %d instances (%d with work bytes), %d feasible (%d of them "
          "recomputing, %d with middle layers), %d infeasible, %d failed checks\n",
-         maxL, work ? ", work bytes" : "", middle ? ", middle policies" : "", count, with_work,
+         maxL, work ? ", work bytes" : "", middle ? ", middle policies" : "",
+         random_schedules ? ", 1f1b/zb-h1/interleaved/zbv" : "", count, with_work,
          feasible, recomputing, with_middle, infeasible, test_failures - failures0);
+}
+
+/* The simulated objective on random problems of every schedule: the plan's
+ * objective is its simulated makespan, and no larger than the makespan of
+ * the 1f1b objective's plan (whose partition, with each stage's least-time
+ * choice, the simulated search also weighs). */
+static void test_simulated(int count) {
+  int compared = 0, shorter = 0, failures0 = test_failures;
+  random_schedules = 1;
+  for (int it = 0; it < count; it++) {
+    remat_plan_problem pb;
+    random_problem(&pb, 7, it % 2, it % 3 == 0);
+    remat_plan a, b;
+    remat_error err;
+    pb.objective = REMAT_OBJ_SIMULATED;
+    int ra = remat_plan_solve(&pb, &a, &err);
+    pb.objective = REMAT_OBJ_1F1B;
+    int rb = remat_plan_solve(&pb, &b, &err);
+    CHECK((ra == 0) == (rb == 0));
+    if (ra == 0 && rb == 0) {
+      compared++;
+      CHECK(a.objective_value == a.simulated_time && a.simulated_time >= 0);
+      CHECK(a.simulated_time <= b.simulated_time * (1 + 1e-12));
+      shorter += a.simulated_time < b.simulated_time * (1 - 1e-12);
+      if (a.simulated_time > b.simulated_time * (1 + 1e-12)) dump(&pb, it);
+    }
+    if (ra == 0 || ra == REMAT_EINFEASIBLE) remat_plan_free(&a);
+    if (rb == 0 || rb == REMAT_EINFEASIBLE) remat_plan_free(&b);
+    remat_plan_problem_free(&pb);
+  }
+  random_schedules = 0;
+  printf("simulated objective: %d random problems, %d feasible, %d shorter than the 1f1b "
+         "objective's plan, %d failed checks\n", count, compared, shorter,
+         test_failures - failures0);
 }
 
 /* ------------------------------------------------------------ time limits */
@@ -780,6 +844,77 @@ static void test_model(void) {
   remat_plan_problem_free(&pb);
 }
 
+/* A GPT-2 problem under each new schedule: the memory terms from the
+ * model, the plan's chunks and figures, remat_plan_evaluate agreeing with
+ * the solver, and every output format naming what its framework runs. */
+static int has(const char *text, const char *word) { return text && strstr(text, word) != NULL; }
+
+static void test_schedules_model(void) {
+  remat_config cfg;
+  remat_error err;
+  remat_plan_problem pb;
+  CHECK(remat_config_parse("gpt2-124m", &cfg, &err) == 0);
+  CHECK(remat_plan_problem_from_model(&pb, &cfg, 4, 1024, 2, 4, (size_t)8 << 30, &err) == 0);
+  remat_memory_model mm;
+  CHECK(remat_memory_model_get(&cfg, 4, 1024, &mm, &err) == 0);
+  CHECK(pb.groups[1].wgrad_bytes == mm.block_wrec_bytes); /* the W record: 11 (B, T, C) floats */
+  CHECK(mm.block_wrec_bytes == 11 * mm.residual_bytes);
+  CHECK(pb.groups[1].wgrad > 0 && pb.groups[1].wgrad < pb.groups[1].bwd);
+  CHECK(pb.groups[0].wgrad == 0 && pb.groups[2].wgrad_bytes == 0);
+  static const struct {
+    int sched;
+    const char *colossal, *torch, *megatron;
+  } want[] = {{REMAT_SCHED_INTERLEAVED, "pp_style=\"interleaved\"", "ScheduleInterleaved1F1B",
+               "--num-virtual-stages-per-pipeline-rank 2"},
+              {REMAT_SCHED_ZBH1, "has no ZB-H1", "ScheduleInterleavedZeroBubble", "no ZB-H1"},
+              {REMAT_SCHED_ZBV, "pp_style=\"zbv\"", "ScheduleZBVZeroBubble", "cannot express"}};
+  for (size_t k = 0; k < sizeof want / sizeof want[0]; k++) {
+    pb.schedule = want[k].sched;
+    pb.chunks = 0;
+    remat_plan plan;
+    int rc = remat_plan_solve(&pb, &plan, &err);
+    CHECK(rc == 0);
+    if (rc) continue;
+    int64_t v = plan.chunks, nv = 2 * v, sum = 0;
+    CHECK(v == (want[k].sched == REMAT_SCHED_ZBH1 ? 1 : 2));
+    for (int64_t c = 0; c < nv; c++) {
+      CHECK(plan.chunk_layers[c] >= 1 && plan.chunk_first[c] == sum);
+      sum += plan.chunk_layers[c];
+    }
+    CHECK(sum == 14 && plan.simulated_time > 0);
+    for (int s = 0; s < 2; s++)
+      CHECK(plan.stages[s].stream_peak_bytes > 0 &&
+            plan.stages[s].stream_peak_bytes <= plan.stages[s].memory_bytes);
+    remat_plan ev;
+    CHECK(remat_plan_evaluate(&pb, plan.chunk_layers, plan.policy, &ev, &err) == 0);
+    CHECK(ev.objective_value == plan.objective_value &&
+          ev.max_memory_bytes == plan.max_memory_bytes && ev.simulated_time == plan.simulated_time);
+    remat_plan_free(&ev);
+    char *t[REMAT_PLAN_FORMAT_COUNT] = {NULL};
+    for (int f = 0; f < REMAT_PLAN_FORMAT_COUNT; f++)
+      CHECK(remat_plan_format(&pb, &plan, f, &t[f], &err) == 0);
+    const char *name = remat_plan_schedule_name(want[k].sched);
+    CHECK(has(t[REMAT_PLAN_FORMAT_TABLE], name));
+    CHECK(has(t[REMAT_PLAN_FORMAT_JSON], "\"stream_peak_bytes\""));
+    CHECK(has(t[REMAT_PLAN_FORMAT_JSON], "\"chunks\"") == (v > 1));
+    CHECK(has(t[REMAT_PLAN_FORMAT_COLOSSALAI], want[k].colossal));
+    CHECK(has(t[REMAT_PLAN_FORMAT_TORCH], want[k].torch));
+    CHECK(has(t[REMAT_PLAN_FORMAT_MEGATRON], want[k].megatron));
+    if (v > 1) CHECK(has(t[REMAT_PLAN_FORMAT_COLOSSALAI], "num_model_chunks=2"));
+    for (int f = 0; f < REMAT_PLAN_FORMAT_COUNT; f++) remat_plan_text_free(t[f]);
+    remat_plan_free(&plan);
+  }
+  /* the LP refuses the simulated objective; the sweep refuses chunks */
+  pb.objective = REMAT_OBJ_SIMULATED;
+  char *lp = NULL;
+  CHECK_ERR(remat_plan_format_lp(&pb, &lp, &err), err, REMAT_EINVAL, "MIP");
+  pb.objective = REMAT_OBJ_BOTTLENECK;
+  remat_plan_sweep sw;
+  CHECK_ERR(remat_plan_sweep_run(&pb, 3, &sw, &err), err, REMAT_EINVAL, "sweep");
+  remat_plan_problem_free(&pb);
+  printf("schedules on GPT-2 124M: %d checks so far\n", test_checks);
+}
+
 int main(int argc, char **argv) {
   int n = argc > 1 ? atoi(argv[1]) : 600;
   test_seed();
@@ -787,6 +922,7 @@ int main(int argc, char **argv) {
   test_sim();
   test_parse();
   test_model();
+  test_schedules_model();
   test_work_bytes();
   test_middle();
   test_random(n, 7, 0, 0);
@@ -796,6 +932,11 @@ int main(int argc, char **argv) {
   test_random(n, 7, 0, 1);
   test_random(n, 7, 1, 1);
   test_random(n / 4, 9, 1, 1);
+  random_schedules = 1;
+  test_random(n, 7, 0, 0);
+  test_random(n / 2, 9, 1, 1);
+  random_schedules = 0;
+  test_simulated(n / 2);
   test_bounds(n);
   test_time_limit();
   return test_summary("test_plan");

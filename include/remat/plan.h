@@ -44,9 +44,25 @@ extern "C" {
  *            + n_s * ( sum_{l kept} a_l + sum_{l in R} c_l + sum_{l in M} mb_l )
  *            + max( max_{l in [i,j)} y_l, max_{l in R} x_l, max_{l in M} xm_l )
  *              (0 for an empty max)
- *   n_s      = min(p - s, m) under 1F1B (stage s holds that many micro-batches
- *              of activations at its peak), m under GPipe
+ *            + k_s * sum_{l in [i,j)} u_l
+ *   n_s      = min(p - s, m) under 1F1B and ZB-H1 (stage s holds that many
+ *              micro-batches of activations at its peak), m under GPipe
+ *   k_s      = micro-batches whose deferred W keeps u_l alive: min(s + 1, m)
+ *              under ZB-H1 (stage s puts off its W by s micro-batches), 0
+ *              under the schedules without W
  *   t_s      = sum_{l in [i,j)} (f_l + b_l) + sum_{l in R} r_l + sum_{l in M} rm_l
+ *
+ * Chunked schedules (interleaved: v chunks per stage, zbv: 2) cut the model
+ * into p v consecutive virtual stages; stage s holds v of them
+ * (remat_schedule_virtual_stage) and needs stage_bytes once, a chunk's
+ * terms above (w, boundary_bytes but on the last virtual stage, n and k
+ * times its stored and kept-for-W bytes) for each of its chunks, and the
+ * largest transient term over all its layers; n and k of each chunk are
+ * the peaks its stream reaches (remat_schedule_streams_peaks; their sum over
+ * a stage's chunks bounds the stage's peak from above). t_s sums its
+ * chunks' layers. The planner enumerates every partition into virtual
+ * stages (at most REMAT_PLAN_MAX_PARTITIONS) and solves each stage's
+ * knapsack over all its chunks' layers exactly.
  *
  * Each layer thus has up to three choices (keep, recompute, middle), each
  * with its bytes and its time: the choice within a stage is a
@@ -56,6 +72,16 @@ extern "C" {
  *   1f1b         sum_s t_s + (m - 1) * max_s t_s    (1F1B iteration time
  *                without communication; remat_plan_simulate gives the exact
  *                schedule makespan for the chosen stage times)
+ * Both are functions of the per-stage times t_s, under every schedule: the
+ * plan is exact for them, and the schedule's simulated makespan of the plan
+ * (remat_plan_simulate_streams, per virtual stage, with B and W apart under
+ * zb-h1 and zbv) is reported beside them, not optimised.
+ *   simulated    that makespan, under any schedule, by the enumeration of
+ *                partitions (at most REMAT_PLAN_MAX_PARTITIONS): exact over
+ *                the partitions when every stage takes its least-time choice
+ *                (then fewest layers, least memory); a stage taking a slower
+ *                choice that shortens the makespan (moving recomputation
+ *                off the critical path) is not searched.
  * Ties break toward fewer recomputed layers in total (a middle layer counts
  * as recomputed: it is not kept), then a lower maximum stage memory.
  *
@@ -79,6 +105,7 @@ extern "C" {
 typedef enum {
   REMAT_OBJ_BOTTLENECK = 0, /* max_s t_s */
   REMAT_OBJ_1F1B = 1,       /* sum_s t_s + (m - 1) max_s t_s */
+  REMAT_OBJ_SIMULATED = 2,  /* the schedule's simulated makespan (see above) */
   REMAT_OBJ_COUNT
 } remat_plan_objective;
 
@@ -88,6 +115,7 @@ typedef enum {
 #define REMAT_PLAN_MAX_MICROBATCHES 1000000
 #define REMAT_PLAN_MAX_BYTES ((size_t)1 << 60) /* any single byte count or budget */
 #define REMAT_PLAN_MAX_PROBLEM_BYTES ((size_t)16 << 20) /* a JSON problem's text, 16 MiB */
+#define REMAT_PLAN_MAX_PARTITIONS 2000000 /* chunked schedules: partitions enumerated */
 
 /* A run of `count` identical consecutive layers. */
 typedef struct remat_plan_group {
@@ -105,6 +133,13 @@ typedef struct remat_plan_group {
   double middle_recompute; /* rm: recompute time under it, >= 0 */
   size_t middle_bytes;     /* mb: stored per micro-batch under it */
   size_t middle_recompute_bytes; /* xm: scratch while it recomputes under it */
+  /* Zero-bubble schedules (zb-h1, zbv) split the backward b into B, the
+   * input gradient, and W, the weight gradient, run later: */
+  double wgrad;            /* W's share of bwd (0 <= wgrad <= bwd); B is the rest */
+  size_t wgrad_bytes;      /* u: what a deferred W keeps alive per micro-batch
+                              between its B and its W (the inputs of the
+                              layer's weight products and their output
+                              gradients), whatever the layer's policy */
 } remat_plan_group;
 
 typedef struct remat_plan_problem {
@@ -122,6 +157,9 @@ typedef struct remat_plan_problem {
   char time_unit[16];   /* label of the time unit for output ("" = none) */
   char source[128];     /* what the problem was built from, for output */
   double time_limit;    /* seconds remat_plan_solve may take (0: no limit), see there */
+  int64_t chunks;       /* v, model chunks per stage (0: the schedule's default,
+                           remat_schedule_chunks); more than 1 under interleaved
+                           and zbv only */
 } remat_plan_problem;
 
 /* Allocates a problem with `stages` budgets and `num_groups` groups, all
@@ -146,7 +184,9 @@ REMAT_API void remat_plan_problem_set_memory(remat_plan_problem *pb, size_t byte
  *                  "act_bytes": 1.25e9, "ckpt_bytes": 0.125e9, "state_bytes": 0,
  *                  "recompute_bytes": 0, "work_bytes": 0, "recomputable": true,
  *                  "middle_bytes": 0.5e9, "middle_recompute": 0.05,
- *                  "middle_recompute_bytes": 0} ] }
+ *                  "middle_recompute_bytes": 0, "wgrad": 1, "wgrad_bytes": 0.2e9} ] }
+ * with "chunks": v beside "schedule" for interleaved (default 2) and zbv (2).
+ * chunks, wgrad and wgrad_bytes (default 0) are optional;
  * schedule (default 1f1b), objective (default bottleneck), stage_bytes,
  * name, count (default 1), recompute_bytes and work_bytes (default 0) and
  * recomputable (default true) are optional; recompute may be left out when
@@ -200,7 +240,8 @@ REMAT_API int remat_plan_problem_from_replicas(remat_plan_problem *pb, const rem
                                                int64_t microbatches, int64_t replicas, int zero,
                                                size_t memory, remat_error *err);
 
-REMAT_API const char *remat_plan_objective_name(int objective); /* "bottleneck", "1f1b" */
+/* "bottleneck", "1f1b", "simulated" */
+REMAT_API const char *remat_plan_objective_name(int objective);
 REMAT_API int remat_plan_objective_parse(const char *s, int *out); /* -1 if unknown */
 
 /* ------------------------------------------------------------ plan */
@@ -217,6 +258,13 @@ typedef struct remat_plan_stage {
   double fwd_time;        /* sum f */
   double bwd_time;        /* sum b + sum r over recomputed + sum rm over middle */
   int64_t num_middle;     /* of num_recomputed, those under the middle policy */
+  int64_t wgrad_held;     /* k_s: micro-batches kept for a deferred W (summed
+                             over its chunks, as microbatches_held is) */
+  /* interleaved, zb-h1, zbv: the stage's memory at the worst point of its
+   * stream (activations and kept-for-W bytes of the micro-batches in
+   * flight there, chunk by chunk), which memory_bytes, adding each
+   * chunk's peaks, bounds from above; 0 when not computed */
+  size_t stream_peak_bytes;
 } remat_plan_stage;
 
 typedef struct remat_plan {
@@ -250,6 +298,13 @@ typedef struct remat_plan {
    * REMAT_RECOMPUTE (1) or REMAT_MIDDLE (2) */
   uint8_t *policy;
   int64_t total_middle;        /* of total_recomputed, the middle layers */
+  /* Chunked schedules: v chunks per stage and the p v virtual stages in
+   * model order, each one's first layer and layer count (owned; v = 1
+   * gives one per stage, the stages' own). A stage's first_layer and
+   * num_layers are then its first chunk's first layer and its layers in
+   * all; its recomputed list covers all its chunks. */
+  int64_t chunks;
+  int64_t *chunk_first, *chunk_layers; /* (p v) */
 } remat_plan;
 
 /* Solves the problem exactly. Returns 0 with a feasible plan, or
@@ -292,7 +347,8 @@ REMAT_API int remat_plan_simulate_streams(const remat_schedule_streams *st, cons
                                           const double *bwd, const double *wgrad,
                                           double *makespan, remat_error *err);
 
-/* A plan read back from remat_plan_format's JSON, to be run. Layers are in
+/* A plan read back from remat_plan_format's JSON, to be run: 1f1b and gpipe
+ * plans only (another schedule's is refused, REMAT_EINVAL, by name). Layers are in
  * the planner's numbering (for a GPT-2: 0 the embedding, 1..L the blocks,
  * L+1 the head). */
 typedef struct remat_plan_layout {
@@ -308,7 +364,8 @@ REMAT_API int remat_plan_layout_load(remat_plan_layout *lo, const char *path, re
 REMAT_API void remat_plan_layout_free(remat_plan_layout *lo);
 
 /* Memory and time of a given arrangement under the problem's formula: layers
- * per stage and, per layer, its remat_policy (0 keeps, 1 recomputes, 2 the
+ * per stage (per virtual stage, p v of them in model order, under a
+ * chunked schedule) and, per layer, its remat_policy (0 keeps, 1 recomputes, 2 the
  * middle policy; NULL keeps all). For outputs that cannot express the plan
  * exactly (Megatron's one recompute count), for runs placed by hand, and
  * for tests. */
@@ -322,6 +379,7 @@ typedef enum {
   REMAT_PLAN_FORMAT_JSON,
   REMAT_PLAN_FORMAT_COLOSSALAI,
   REMAT_PLAN_FORMAT_MEGATRON,
+  REMAT_PLAN_FORMAT_TORCH, /* torch.distributed.pipelining: schedule class, stage split */
   REMAT_PLAN_FORMAT_COUNT
 } remat_plan_format_kind;
 

@@ -35,7 +35,8 @@ REMAT_API int remat_plan_schedule_parse(const char *s, int *out); /* -1 if unkno
  * every forward, then every backward, both in micro-batch order. The
  * pipeline runtime executes these streams (with the receives and sends
  * around each operation) and the planner's simulator (remat_plan_simulate)
- * times them. */
+ * times them. For 1f1b and gpipe only (any other schedule gets 1F1B's
+ * order here); every schedule's streams: remat_schedule_streams_build. */
 REMAT_API void remat_schedule_op(int schedule, int64_t p, int64_t m, int64_t s, int64_t q,
                                  int64_t *k, int *bwd);
 
@@ -85,7 +86,8 @@ REMAT_API int remat_schedule_check(int schedule, int64_t p, int64_t m, int64_t v
 REMAT_API int64_t remat_schedule_virtual_stage(int schedule, int64_t p, int64_t r, int64_t c);
 REMAT_API void remat_schedule_rank_of(int schedule, int64_t p, int64_t vs, int64_t *r,
                                       int64_t *c);
-/* Builds every rank's stream (p * len at most 2^26 operations). 1f1b and
+/* Builds every rank's stream (p * len at most 2^24 operations; chunked
+ * schedules are checked for it by remat_schedule_check too). 1f1b and
  * gpipe follow remat_schedule_op; interleaved is Megatron's order; zb-h1
  * is 1F1B's order of F and B with stage s putting off its weight gradients
  * by s micro-batches (W(k) after B(k + s)), into the drain that 1F1B leaves

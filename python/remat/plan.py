@@ -126,8 +126,17 @@ class Plan:
     def __str__(self):
         return self.texts.get("table", "")
 
+    def _contiguous(self, what):
+        """The stage views below assume one run of layers per stage and
+        1F1B's or GPipe's micro-batches in flight; the chunked and
+        zero-bubble schedules are planned and exported by `remat plan`."""
+        if self.schedule not in ("1f1b", "gpipe"):
+            raise PlanError(f"{what} handles 1f1b and gpipe plans, not {self.schedule}; "
+                            f"use remat plan --format colossalai, megatron or torch")
+
     def _blocks(self):
         """Transformer layers (recomputable groups) and those not kept, per stage."""
+        self._contiguous("this view")
         blocks, ckpt = [], []
         for st in self.stages:
             ls = range(st["first_layer"], st["first_layer"] + st["layers"])
@@ -174,6 +183,7 @@ class Plan:
         checkpointed). The modules are the model's own (parameters shared);
         for torch.distributed.pipelining give stage s's Sequential to
         PipelineStage(..., stage_index=s, num_stages=P, device=...)."""
+        self._contiguous("stage_modules")
         if layers is None:
             if self.profile is None:
                 raise ValueError("stage_modules needs the layers (the plan has no profile)")
@@ -193,5 +203,6 @@ class Plan:
     def held(self, s):
         """Micro-batches stage s holds at its peak: min(P - s, M) under 1F1B,
         M under GPipe."""
+        self._contiguous("held")
         P, M = len(self.stages), self.microbatches
         return M if self.schedule == "gpipe" else min(P - s, M)

@@ -132,6 +132,12 @@ int remat_job_create(remat_job **out, const remat_job_desc *desc, remat_error *e
   if (d->resume && d->model)
     return remat__errorf(err, REMAT_EINVAL, "a resume takes the weights from its checkpoint; "
                          "give no model file");
+  if (d->plan) { /* read now: a plan the runtime cannot run is refused by its schedule first */
+    remat_plan_layout lo;
+    int rc = remat_plan_layout_load(&lo, d->plan, err);
+    if (rc) return rc;
+    remat_plan_layout_free(&lo);
+  }
   /* The job's own bookkeeping, like a front end's, is not the trainer's
    * (plain calloc, outside the library's count): a job plans the bytes a
    * bare trainer would. */

@@ -3,34 +3,74 @@
  * time, the objective, the baseline and slowdown, the schedule's simulated
  * makespan. The solver's answers and remat_plan_evaluate (for arrangements a
  * framework can express, and for tests) both become a remat_plan here. */
+#include <math.h>
 #include <string.h>
 
 #include "base/base.h"
 #include "plan/plan.h"
 
 /* One stage's figures under the formula: time and forward time in quanta,
- * memory in bytes, layers not kept, middle layers. */
+ * the weight gradients' time (W), memory in bytes, layers not kept, middle
+ * layers. */
 typedef struct {
-  int64_t t, fwd, mem, cnt, mid;
+  int64_t t, fwd, wg, mem, cnt, mid;
 } stage_fig;
 
-static stage_fig stage_figures(const remat__plan_inst *in, const int64_t *bounds,
-                               const uint8_t *rec, int64_t s) {
-  int64_t i = bounds[s], j = bounds[s + 1];
-  stage_fig f = {in->pF[j] - in->pF[i], 0, remat__plan_base_memory(in, i, j, s), 0, 0};
-  int64_t X = remat__plan_work_max(in, i, j); /* max(Y, X) */
+/* Virtual stage vs on [i, j): everything but the transient term, which it
+ * leaves in *X (max(Y, X) over its layers). */
+static stage_fig chunk_figures(const remat__plan_inst *in, int64_t i, int64_t j, int64_t vs,
+                               const uint8_t *rec, int64_t *X) {
+  stage_fig f = {in->pF[j] - in->pF[i], 0, 0, remat__plan_base_memory(in, i, j, vs), 0, 0};
+  *X = remat__plan_work_max(in, i, j);
   for (int64_t l = i; l < j; l++) {
     f.fwd += in->fwd[l];
+    f.wg += in->wg[l];
     if (!rec[l]) continue;
     int mid = rec[l] == REMAT_MIDDLE;
     f.t += mid ? in->rm[l] : in->r[l];
-    f.mem -= in->n[s] * (in->a[l] - (mid ? in->mb[l] : in->c[l]));
-    X = remat__max64(X, mid ? in->xm[l] : in->x[l]);
+    f.mem -= in->n[vs] * (in->a[l] - (mid ? in->mb[l] : in->c[l]));
+    *X = remat__max64(*X, mid ? in->xm[l] : in->x[l]);
     f.cnt++;
     f.mid += mid;
   }
+  return f;
+}
+
+/* Stage s: its chunks' figures added, stage_bytes once, the largest
+ * transient term of them all. bounds: (nv + 1) virtual stage boundaries. */
+static stage_fig stage_figures(const remat__plan_inst *in, const int64_t *bounds,
+                               const uint8_t *rec, int64_t s) {
+  stage_fig f = {0, 0, 0, 0, 0, 0};
+  int64_t X = 0;
+  for (int64_t c = 0; c < in->v; c++) {
+    int64_t vs = remat_schedule_virtual_stage(in->schedule, in->p, s, c), x;
+    stage_fig g = chunk_figures(in, bounds[vs], bounds[vs + 1], vs, rec, &x);
+    f.t += g.t;
+    f.fwd += g.fwd;
+    f.wg += g.wg;
+    f.mem += g.mem - (c ? in->stage_bytes : 0);
+    f.cnt += g.cnt;
+    f.mid += g.mid;
+    X = remat__max64(X, x);
+  }
   f.mem += X;
   return f;
+}
+
+/* The makespan of an arrangement in quanta (INT64_MAX if it cannot be
+ * simulated). */
+static int64_t simulated_quanta(const remat__plan_inst *in, const int64_t *bounds,
+                                const uint8_t *rec) {
+  remat_schedule_streams st;
+  double *times = remat__malloc((size_t)(3 * in->nv) * sizeof *times), ms;
+  int64_t out = INT64_MAX;
+  if (times && !remat__plan_sim_streams(in, &st, NULL)) {
+    if (!remat__plan_sim_arrangement(in, st.ops ? &st : NULL, bounds, rec, times, &ms))
+      out = (int64_t)llround(ms);
+    remat_schedule_streams_free(&st);
+  }
+  remat__free(times);
+  return out;
 }
 
 void remat__plan_measure(const remat__plan_inst *in, const int64_t *bounds, const uint8_t *rec,
@@ -44,11 +84,14 @@ void remat__plan_measure(const remat__plan_inst *in, const int64_t *bounds, cons
     c += f.cnt;
   }
   if (obj) *obj = in->objective == REMAT_OBJ_BOTTLENECK ? tmax : sum + (in->m - 1) * tmax;
+  if (obj && in->objective == REMAT_OBJ_SIMULATED) *obj = simulated_quanta(in, bounds, rec);
   if (cnt) *cnt = c;
   if (maxmem) *maxmem = mm;
 }
 
 void remat_plan_free(remat_plan *plan) {
+  remat__free(plan->chunk_first);
+  plan->chunk_first = plan->chunk_layers = NULL;
   remat__free(plan->stages);
   remat__free(plan->recomputed_all);
   remat__free(plan->policy);
@@ -57,70 +100,154 @@ void remat_plan_free(remat_plan *plan) {
   plan->policy = NULL;
 }
 
+/* The schedule's makespan for the plan's times per virtual stage (-1 when
+ * too large to simulate): remat_plan_simulate for 1f1b and gpipe, the
+ * streams otherwise. fw, bw, wg: (nv) forward, whole backward (with
+ * recomputation), weight gradient. */
+static double simulated(const remat__plan_inst *in, const double *fw, const double *bw,
+                        const double *wg) {
+  double ms = -1;
+  if ((double)in->nv * (double)in->m > 2e7) return -1;
+  if (in->schedule == REMAT_SCHED_1F1B || in->schedule == REMAT_SCHED_GPIPE) {
+    if (remat_plan_simulate(in->schedule, in->p, in->m, fw, bw, &ms, NULL)) return -1;
+    return ms;
+  }
+  remat_schedule_streams st;
+  if (remat_schedule_streams_build(&st, in->schedule, in->p, in->m, in->v, NULL)) return -1;
+  if (remat_plan_simulate_streams(&st, fw, bw, wg, &ms, NULL)) ms = -1;
+  remat_schedule_streams_free(&st);
+  return ms;
+}
+
+/* Each stage's memory at the worst point of its stream: the formula's
+ * memory less its in-flight terms (n S + k U per chunk), plus the largest
+ * sum over the stream of each chunk's micro-batches between F and B
+ * (zb-h1: F and W, as the runtime keeps them) times its stored bytes S and
+ * between B and W times its kept-for-W bytes U. */
+static void stream_peaks(const remat__plan_inst *in, const int64_t *bounds, const uint8_t *rec,
+                         remat_plan *plan) {
+  remat_schedule_streams st;
+  int64_t v = in->v;
+  if (in->schedule < REMAT_SCHED_INTERLEAVED || (double)in->nv * (double)in->m > 1e6) return;
+  if (remat_schedule_streams_build(&st, in->schedule, in->p, in->m, v, NULL)) return;
+  int64_t *S = remat__calloc((size_t)(4 * v), sizeof *S), *U = S + v, *nf = S + 2 * v,
+          *nw = S + 3 * v;
+  for (int64_t r = 0; S && r < in->p; r++) {
+    int64_t fixed = (int64_t)plan->stages[r].memory_bytes, peak = 0;
+    for (int64_t c = 0; c < v; c++) {
+      int64_t vs = remat_schedule_virtual_stage(in->schedule, in->p, r, c);
+      S[c] = U[c] = nf[c] = nw[c] = 0;
+      for (int64_t l = bounds[vs]; l < bounds[vs + 1]; l++) {
+        S[c] += rec[l] == REMAT_MIDDLE ? in->mb[l] : rec[l] ? in->c[l] : in->a[l];
+        U[c] += in->u[l];
+      }
+      fixed -= in->n[vs] * S[c] + in->kw[vs] * U[c];
+    }
+    for (int64_t q = 0; q < st.len; q++) {
+      const remat_schedule_step *o = &st.ops[r * st.len + q];
+      int split = st.schedule == REMAT_SCHED_ZBH1 || st.schedule == REMAT_SCHED_ZBV;
+      /* the runtime keeps a zb-h1 micro-batch's activations until its W */
+      int until_w = st.schedule == REMAT_SCHED_ZBH1;
+      if (o->kind == REMAT_OP_F) nf[o->chunk]++;
+      if (o->kind == REMAT_OP_B) nf[o->chunk] -= !until_w, nw[o->chunk] += split;
+      if (o->kind == REMAT_OP_W) nw[o->chunk]--, nf[o->chunk] -= until_w;
+      int64_t mem = 0;
+      for (int64_t c = 0; c < v; c++) mem += nf[c] * S[c] + nw[c] * U[c];
+      peak = remat__max64(peak, mem);
+    }
+    plan->stages[r].stream_peak_bytes = (size_t)(fixed + peak);
+  }
+  remat__free(S);
+  remat_schedule_streams_free(&st);
+}
+
+/* Stage s of the plan from its figures; its recomputed layers from *k on.
+ * Returns its time in quanta. */
+static int64_t fill_stage(const remat__plan_inst *in, const int64_t *bounds, const uint8_t *rec,
+                       remat_plan *plan, int64_t s, int64_t *k) {
+  remat_plan_stage *st = &plan->stages[s];
+  stage_fig f = stage_figures(in, bounds, rec, s);
+  st->recomputed = plan->recomputed_all + *k;
+  st->num_recomputed = f.cnt;
+  st->num_middle = f.mid;
+  plan->total_middle += f.mid;
+  for (int64_t c = 0; c < in->v; c++) {
+    int64_t vs = remat_schedule_virtual_stage(in->schedule, in->p, s, c);
+    if (c == 0) st->first_layer = bounds[vs];
+    st->num_layers += bounds[vs + 1] - bounds[vs];
+    st->microbatches_held += in->n[vs];
+    st->wgrad_held += in->kw[vs];
+    for (int64_t l = bounds[vs]; l < bounds[vs + 1]; l++)
+      if (rec[l]) plan->recomputed_all[(*k)++] = l;
+  }
+  st->memory_bytes = (size_t)f.mem;
+  st->budget_bytes = (size_t)in->budget[s];
+  if (f.mem > in->budget[s]) plan->feasible = 0;
+  st->time = (double)f.t * in->q;
+  st->fwd_time = (double)f.fwd * in->q;
+  st->bwd_time = (double)(f.t - f.fwd) * in->q;
+  if (st->memory_bytes > plan->max_memory_bytes) plan->max_memory_bytes = st->memory_bytes;
+  return f.t;
+}
+
 int remat__plan_fill(const remat__plan_inst *in, const int64_t *bounds, const uint8_t *rec,
                      remat_plan *plan, remat_error *err) {
   memset(plan, 0, sizeof *plan);
-  int64_t p = in->p, L = in->L, total = 0;
+  int64_t p = in->p, L = in->L, nv = in->nv, total = 0;
   for (int64_t l = 0; l < L; l++) total += rec[l] != 0;
   plan->stages = remat__calloc((size_t)p, sizeof *plan->stages);
   plan->recomputed_all = remat__malloc((size_t)(total ? total : 1) * sizeof(int64_t));
   plan->policy = remat__malloc((size_t)L);
-  double *fw = remat__malloc((size_t)p * sizeof *fw), *bw = remat__malloc((size_t)p * sizeof *bw);
-  if (!plan->stages || !plan->recomputed_all || !plan->policy || !fw || !bw) {
+  plan->chunk_first = remat__malloc((size_t)(2 * nv) * sizeof(int64_t));
+  double *fw = remat__malloc((size_t)(3 * nv) * sizeof *fw);
+  if (!plan->stages || !plan->recomputed_all || !plan->policy || !plan->chunk_first || !fw) {
     remat__free(fw);
-    remat__free(bw);
     remat_plan_free(plan);
     return remat__errorf(err, REMAT_ENOMEM, "out of memory");
   }
+  double *bw = fw + nv, *wg = fw + 2 * nv;
+  plan->chunk_layers = plan->chunk_first + nv;
   plan->num_stages = p;
   plan->num_layers = L;
   plan->microbatches = in->m;
   plan->schedule = in->schedule;
   plan->objective = in->objective;
   plan->time_quantum = in->q;
+  plan->chunks = in->v;
   plan->feasible = 1;
   plan->optimal = 1;
+  memcpy(plan->policy, rec, (size_t)L);
+  for (int64_t vs = 0; vs < nv; vs++) {
+    int64_t X;
+    stage_fig g = chunk_figures(in, bounds[vs], bounds[vs + 1], vs, rec, &X);
+    plan->chunk_first[vs] = bounds[vs];
+    plan->chunk_layers[vs] = bounds[vs + 1] - bounds[vs];
+    fw[vs] = (double)g.fwd * in->q;
+    bw[vs] = (double)(g.t - g.fwd) * in->q;
+    wg[vs] = (double)g.wg * in->q;
+  }
   int64_t k = 0, sum = 0, tmax = 0;
   for (int64_t s = 0; s < p; s++) {
-    remat_plan_stage *st = &plan->stages[s];
-    stage_fig f = stage_figures(in, bounds, rec, s);
-    st->first_layer = bounds[s];
-    st->num_layers = bounds[s + 1] - bounds[s];
-    st->recomputed = plan->recomputed_all + k;
-    st->num_recomputed = f.cnt;
-    st->num_middle = f.mid;
-    plan->total_middle += f.mid;
-    for (int64_t l = bounds[s]; l < bounds[s + 1]; l++) {
-      plan->policy[l] = rec[l];
-      if (rec[l]) plan->recomputed_all[k++] = l;
-    }
-    st->microbatches_held = in->n[s];
-    st->memory_bytes = (size_t)f.mem;
-    st->budget_bytes = (size_t)in->budget[s];
-    if (f.mem > in->budget[s]) plan->feasible = 0;
-    st->time = (double)f.t * in->q;
-    st->fwd_time = (double)f.fwd * in->q;
-    st->bwd_time = (double)(f.t - f.fwd) * in->q;
-    fw[s] = st->fwd_time;
-    bw[s] = st->bwd_time;
-    sum += f.t;
-    tmax = remat__max64(tmax, f.t);
-    if (st->memory_bytes > plan->max_memory_bytes) plan->max_memory_bytes = st->memory_bytes;
+    int64_t t = fill_stage(in, bounds, rec, plan, s, &k);
+    sum += t;
+    tmax = remat__max64(tmax, t);
   }
   plan->total_recomputed = total;
   plan->bottleneck_time = (double)tmax * in->q;
   plan->iteration_time = (double)(sum + (in->m - 1) * tmax) * in->q;
+  plan->simulated_time = simulated(in, fw, bw, wg);
+  stream_peaks(in, bounds, rec, plan);
   plan->objective_value =
-      in->objective == REMAT_OBJ_BOTTLENECK ? plan->bottleneck_time : plan->iteration_time;
-  int64_t base = remat__plan_baseline(in);
+      in->objective == REMAT_OBJ_BOTTLENECK ? plan->bottleneck_time
+      : in->objective == REMAT_OBJ_1F1B     ? plan->iteration_time
+                                            : plan->simulated_time;
+  int64_t base = in->v > 1 || in->objective == REMAT_OBJ_SIMULATED
+                     ? remat__plan_chunk_baseline(in)
+                     : remat__plan_baseline(in);
   plan->baseline_objective = (double)base * in->q;
   plan->slowdown = base > 0 ? plan->objective_value / plan->baseline_objective : 1.0;
   plan->lower_bound = plan->objective_value;
-  plan->simulated_time = -1;
-  if ((double)p * (double)in->m <= 2e7)
-    remat_plan_simulate(in->schedule, p, in->m, fw, bw, &plan->simulated_time, NULL);
   remat__free(fw);
-  remat__free(bw);
   return 0;
 }
 
@@ -130,14 +257,14 @@ int remat_plan_evaluate(const remat_plan_problem *pb, const int64_t *layers_per_
   remat__plan_inst in;
   int rc = remat__plan_inst_build(pb, &in, err);
   if (rc) return rc;
-  int64_t *bounds = remat__malloc((size_t)(in.p + 1) * sizeof *bounds);
+  int64_t *bounds = remat__malloc((size_t)(in.nv + 1) * sizeof *bounds);
   uint8_t *rec = remat__malloc((size_t)in.L);
   if (!bounds || !rec) {
     rc = remat__errorf(err, REMAT_ENOMEM, "out of memory");
     goto out;
   }
   bounds[0] = 0;
-  for (int64_t s = 0; s < in.p; s++) {
+  for (int64_t s = 0; s < in.nv; s++) {
     if (layers_per_stage[s] < 1 || layers_per_stage[s] > in.L - bounds[s]) {
       rc = remat__errorf(err, REMAT_EINVAL,
                          "stage %lld has %lld layers: each stage needs at least one and all "
@@ -147,9 +274,9 @@ int remat_plan_evaluate(const remat_plan_problem *pb, const int64_t *layers_per_
     }
     bounds[s + 1] = bounds[s] + layers_per_stage[s];
   }
-  if (bounds[in.p] != in.L) {
+  if (bounds[in.nv] != in.L) {
     rc = remat__errorf(err, REMAT_EINVAL, "the stages hold %lld layers, the model has %lld",
-                       (long long)bounds[in.p], (long long)in.L);
+                       (long long)bounds[in.nv], (long long)in.L);
     goto out;
   }
   for (int64_t l = 0; l < in.L; l++) {

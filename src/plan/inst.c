@@ -16,7 +16,8 @@ void remat__plan_inst_free(remat__plan_inst *in) {
                       &in->y,    &in->w,     &in->rm,    &in->mb,    &in->xm, &in->xlo,
                       &in->xhi,  &in->dlo,   &in->dmax,  &in->ytree, &in->n,  &in->budget,
                       &in->pF,   &in->pA,    &in->pW,    &in->pD,    &in->pDlo, &in->pCand,
-                      &in->first_cand, &in->kind_end, &in->x_end, &in->cls};
+                      &in->first_cand, &in->kind_end, &in->x_end, &in->cls, &in->wg,
+                      &in->u,    &in->kw,    &in->pU};
   for (size_t i = 0; i < sizeof arrs / sizeof arrs[0]; i++) {
     remat__free(*arrs[i]);
     *arrs[i] = NULL;
@@ -101,27 +102,28 @@ int64_t remat__plan_work_max(const remat__plan_inst *in, int64_t i, int64_t j) {
 /* ------------------------------------------------------------ expansion */
 
 typedef struct {
-  int64_t n, b, s;
+  int64_t n, k, b, s;
 } clskey;
 
 static int clskey_cmp(const void *x, const void *y) {
   const clskey *a = x, *b = y;
   if (a->n != b->n) return a->n < b->n ? -1 : 1;
+  if (a->k != b->k) return a->k < b->k ? -1 : 1;
   if (a->b != b->b) return a->b < b->b ? -1 : 1;
   return a->s < b->s ? -1 : a->s > b->s;
 }
 
 /* Every array of the expansion, for L layers and p stages (0, or REMAT_ENOMEM
  * with what was allocated left for remat__plan_inst_free). */
-static int inst_alloc(remat__plan_inst *in, int64_t L, int64_t p) {
+static int inst_alloc(remat__plan_inst *in, int64_t L, int64_t p, int64_t nv) {
   size_t L1 = (size_t)L + 1;
   int64_t **perL[] = {&in->fb, &in->fwd, &in->r,  &in->a,   &in->c,   &in->x,  &in->y,
                        &in->w,  &in->rm,  &in->mb, &in->xm, &in->xlo, &in->xhi, &in->dlo,
-                       &in->dmax};
+                       &in->dmax, &in->wg, &in->u};
   for (size_t i = 0; i < sizeof perL / sizeof perL[0]; i++)
     *perL[i] = remat__malloc((size_t)L * sizeof(int64_t));
   int64_t **perL1[] = {&in->pF,   &in->pA,         &in->pW,       &in->pD,   &in->pDlo,
-                       &in->pCand, &in->first_cand, &in->kind_end, &in->x_end};
+                       &in->pCand, &in->first_cand, &in->kind_end, &in->x_end, &in->pU};
   for (size_t i = 0; i < sizeof perL1 / sizeof perL1[0]; i++)
     *perL1[i] = remat__malloc(L1 * sizeof(int64_t));
   in->cand = remat__malloc((size_t)L);
@@ -129,11 +131,12 @@ static int inst_alloc(remat__plan_inst *in, int64_t L, int64_t p) {
   in->mid = remat__malloc((size_t)L);
   in->nopt = remat__malloc((size_t)L);
   in->opt = remat__malloc((size_t)L * REMAT__PLAN_OPTS * sizeof *in->opt);
-  in->n = remat__malloc((size_t)p * sizeof(int64_t));
+  in->n = remat__malloc((size_t)nv * sizeof(int64_t));
+  in->kw = remat__malloc((size_t)nv * sizeof(int64_t));
   in->budget = remat__malloc((size_t)p * sizeof(int64_t));
   in->cls = remat__malloc((size_t)p * sizeof(int64_t));
-  int ok = in->cand && in->recomp && in->mid && in->nopt && in->opt && in->n && in->budget &&
-           in->cls;
+  int ok = in->cand && in->recomp && in->mid && in->nopt && in->opt && in->n && in->kw &&
+           in->budget && in->cls;
   for (size_t i = 0; i < sizeof perL / sizeof perL[0]; i++) ok = ok && *perL[i];
   for (size_t i = 0; i < sizeof perL1 / sizeof perL1[0]; i++) ok = ok && *perL1[i];
   return ok ? 0 : REMAT_ENOMEM;
@@ -165,6 +168,7 @@ static void expand_layers(remat__plan_inst *in, const remat_plan_problem *pb, in
     int64_t rq = (int64_t)llround(ldexp(G->recompute, -e));
     int middle = G->recomputable && G->middle;
     int64_t rmq = middle ? (int64_t)llround(ldexp(G->middle_recompute, -e)) : 0;
+    int64_t wq = (int64_t)llround(ldexp(G->wgrad, -e));
     for (int64_t k = 0; k < G->count; k++, l++) {
       in->fwd[l] = fq;
       in->fb[l] = fq + bq;
@@ -174,6 +178,8 @@ static void expand_layers(remat__plan_inst *in, const remat_plan_problem *pb, in
       in->x[l] = (int64_t)G->recompute_bytes;
       in->y[l] = (int64_t)G->work_bytes;
       in->w[l] = (int64_t)G->state_bytes;
+      in->wg[l] = wq < bq ? wq : bq;
+      in->u[l] = (int64_t)G->wgrad_bytes;
       in->recomp[l] = G->recomputable != 0;
       in->mid[l] = (uint8_t)middle;
       in->rm[l] = rmq;
@@ -185,7 +191,7 @@ static void expand_layers(remat__plan_inst *in, const remat_plan_problem *pb, in
 }
 
 static void prefix_sums(remat__plan_inst *in) {
-  in->pF[0] = in->pA[0] = in->pW[0] = in->pD[0] = in->pDlo[0] = in->pCand[0] = 0;
+  in->pF[0] = in->pA[0] = in->pW[0] = in->pD[0] = in->pDlo[0] = in->pCand[0] = in->pU[0] = 0;
   for (int64_t l = 0; l < in->L; l++) {
     in->pF[l + 1] = in->pF[l] + in->fb[l];
     in->pA[l + 1] = in->pA[l] + in->a[l];
@@ -193,6 +199,7 @@ static void prefix_sums(remat__plan_inst *in) {
     in->pD[l + 1] = in->pD[l] + in->dmax[l];
     in->pDlo[l + 1] = in->pDlo[l] + in->dlo[l];
     in->pCand[l + 1] = in->pCand[l] + in->cand[l];
+    in->pU[l + 1] = in->pU[l] + in->u[l];
   }
 }
 
@@ -218,23 +225,59 @@ static void candidate_runs(remat__plan_inst *in) {
   }
 }
 
-/* Each stage's micro-batches in flight and budget, and its class: stages with
- * the same n and the same room left after the boundary buffer share every
- * answer. */
-static int stage_classes(remat__plan_inst *in, const remat_plan_problem *pb) {
+/* Micro-batches in flight (n) and kept for a deferred W (k) per virtual
+ * stage: closed forms with one chunk (test_schedule checks them against
+ * the streams), the streams' peaks with several and under zb-h1, whose n
+ * counts a micro-batch from its F to its W (the runtime keeps its
+ * activations for W: remat_schedule_streams_alive, as remat train's
+ * placement counts them). */
+static int held(remat__plan_inst *in, remat_error *err) {
   int64_t p = in->p, m = in->m;
+  if (in->v == 1 && in->schedule != REMAT_SCHED_ZBH1) {
+    for (int64_t s = 0; s < p; s++) {
+      in->n[s] = in->schedule == REMAT_SCHED_GPIPE ? m : (p - s < m ? p - s : m);
+      in->kw[s] = 0;
+    }
+    return 0;
+  }
+  remat_schedule_streams st;
+  int rc = remat_schedule_streams_build(&st, in->schedule, p, m, in->v, err);
+  if (rc) return rc;
+  int64_t *nk = remat__malloc((size_t)(2 * in->nv) * sizeof *nk);
+  if (!nk) {
+    remat_schedule_streams_free(&st);
+    return remat__errorf(err, REMAT_ENOMEM, "out of memory");
+  }
+  remat_schedule_streams_peaks(&st, nk, nk + in->nv);
+  if (in->schedule == REMAT_SCHED_ZBH1) remat_schedule_streams_alive(&st, nk);
+  for (int64_t r = 0; r < p; r++)
+    for (int64_t c = 0; c < in->v; c++) {
+      int64_t vs = remat_schedule_virtual_stage(in->schedule, p, r, c);
+      in->n[vs] = nk[r * in->v + c];
+      in->kw[vs] = nk[in->nv + r * in->v + c];
+    }
+  remat__free(nk);
+  remat_schedule_streams_free(&st);
+  return 0;
+}
+
+/* Each stage's budget and its class: stages with the same n, k and room
+ * left after the boundary buffer share every answer (one chunk). */
+static int stage_classes(remat__plan_inst *in, const remat_plan_problem *pb) {
+  int64_t p = in->p;
   clskey *keys = remat__malloc((size_t)p * sizeof *keys);
   if (!keys) return REMAT_ENOMEM;
   for (int64_t s = 0; s < p; s++) {
-    int64_t ns = pb->schedule == REMAT_SCHED_GPIPE ? m : (p - s < m ? p - s : m);
-    in->n[s] = ns;
     in->budget[s] = (int64_t)pb->memory[s];
-    keys[s] = (clskey){ns, in->budget[s] - (s < p - 1 ? in->boundary_bytes : 0), s};
+    keys[s] = (clskey){in->n[s], in->kw[s],
+                       in->budget[s] - (s < p - 1 ? in->boundary_bytes : 0), s};
   }
   qsort(keys, (size_t)p, sizeof *keys, clskey_cmp);
   in->ncls = 0;
   for (int64_t k = 0; k < p; k++) {
-    if (k > 0 && (keys[k].n != keys[k - 1].n || keys[k].b != keys[k - 1].b)) in->ncls++;
+    if (k > 0 && (keys[k].n != keys[k - 1].n || keys[k].k != keys[k - 1].k ||
+                  keys[k].b != keys[k - 1].b))
+      in->ncls++;
     in->cls[keys[k].s] = in->ncls;
   }
   in->ncls++;
@@ -254,13 +297,19 @@ int remat__plan_inst_build(const remat_plan_problem *pb, remat__plan_inst *in, r
   in->objective = pb->objective;
   in->stage_bytes = (int64_t)pb->stage_bytes;
   in->boundary_bytes = (int64_t)pb->boundary_bytes;
-  if ((rc = inst_alloc(in, L, in->p))) goto fail;
+  in->v = remat_schedule_chunks(pb->schedule, pb->chunks);
+  in->nv = in->p * in->v;
+  if ((rc = inst_alloc(in, L, in->p, in->nv))) goto fail;
   int e = time_exponent(pb);
   in->q = ldexp(1.0, e);
   expand_layers(in, pb, e);
   if ((rc = work_tree(in))) goto fail;
   prefix_sums(in);
   candidate_runs(in);
+  if ((rc = held(in, err))) {
+    remat__plan_inst_free(in);
+    return rc;
+  }
   if ((rc = stage_classes(in, pb))) goto fail;
   return 0;
 fail:

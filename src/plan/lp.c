@@ -15,8 +15,12 @@
  *   0 <= sum_s s y_{l+1}_s - sum_s s y_l_s <= 1   (contiguous, none empty)
  *   z_l_s + u_l_s <= y_l_s   (one choice per layer)
  *   x_l z_l_s <= X_s;   xm_l u_l_s <= X_s;   y_l y_l_s <= X_s (y_l: work bytes)
- *   sum_l (w_l + n_s a_l) y_l_s - n_s (a_l - c_l) z_l_s - n_s (a_l - mb_l) u_l_s + X_s
- *       <= budget_s - stage_bytes
+ *   sum_l (w_l + n_s a_l + k_s u_l) y_l_s - n_s (a_l - c_l) z_l_s
+ *       - n_s (a_l - mb_l) u_l_s + X_s <= budget_s - stage_bytes
+ * Under a chunked schedule s runs over the p v virtual stages: placement,
+ * contiguity and the y, z, u variables are per virtual stage, and each
+ * stage's memory and time rows add up its chunks' terms (with each chunk's
+ * n and k), with one X per stage.
  *   sum_l (f_l + b_l) y_l_s + r_l z_l_s + rm_l u_l_s <= T
  *   minimise T (bottleneck) or sum_s t_s + (m - 1) T (1f1b)
  *
@@ -65,6 +69,8 @@ typedef struct {
   const remat_plan_problem *pb;
   const remat_plan_group **of; /* (L) the group of each layer */
   int64_t L, p, m;
+  int64_t v, nv;               /* chunks per stage; virtual stages p v */
+  const int64_t *n, *kw;       /* (nv) micro-batches in flight, kept for W */
   uint64_t g;
   int k;
   remat__plan_buf b;
@@ -74,10 +80,16 @@ typedef struct {
 static double mem(const lp *x, uint64_t bytes) { return ldexp((double)(bytes / x->g), -x->k); }
 /* Layer l has the middle policy as a third choice. */
 static int mid(const lp *x, int64_t l) { return x->of[l]->recomputable && x->of[l]->middle; }
-/* The stages layer l can run on: every stage before it holds a layer, and so
- * does every stage after it. */
-static int64_t lo(const lp *x, int64_t l) { return l - (x->L - x->p) > 0 ? l - (x->L - x->p) : 0; }
-static int64_t hi(const lp *x, int64_t l) { return l < x->p - 1 ? l : x->p - 1; }
+/* The (virtual) stages layer l can run on: every stage before it holds a
+ * layer, and so does every stage after it. */
+static int64_t lo(const lp *x, int64_t l) { return l - (x->L - x->nv) > 0 ? l - (x->L - x->nv) : 0; }
+static int64_t hi(const lp *x, int64_t l) { return l < x->nv - 1 ? l : x->nv - 1; }
+/* The stage that holds virtual stage vs. */
+static int64_t rank_of(const lp *x, int64_t vs) {
+  int64_t r, c;
+  remat_schedule_rank_of(x->pb->schedule, x->p, vs, &r, &c);
+  return r;
+}
 
 /* Each layer's group, and the gcd g of every byte count (1 when all are 0). */
 static int lp_layers(lp *x, remat_error *err) {
@@ -93,6 +105,7 @@ static int lp_layers(lp *x, remat_error *err) {
     g = gcd(g, G->state_bytes);
     g = gcd(g, G->recompute_bytes);
     g = gcd(g, G->work_bytes);
+    g = gcd(g, G->wgrad_bytes);
     if (G->recomputable && G->middle) {
       g = gcd(g, G->middle_bytes);
       g = gcd(g, G->middle_recompute_bytes);
@@ -149,7 +162,7 @@ static void lp_objective(lp *x) {
 /* Every layer on one stage, the first and last layers on the first and last
  * stages, and consecutive layers on the same or the next stage. */
 static void lp_placement_rows(lp *x) {
-  int64_t L = x->L, p = x->p;
+  int64_t L = x->L, p = x->nv;
   char v[64];
   terms t;
   for (int64_t l = 0; l < L; l++) {
@@ -194,11 +207,11 @@ static void lp_choice_rows(lp *x) {
       if (G->recompute_bytes)
         remat__plan_printf(&x->b, " zx_%lld_%lld: %.17g z_%lld_%lld - X_%lld <= 0\n",
                            (long long)l, (long long)s, mem(x, G->recompute_bytes),
-                           (long long)l, (long long)s, (long long)s);
+                           (long long)l, (long long)s, (long long)rank_of(x, s));
       if (mid(x, l) && G->middle_recompute_bytes)
         remat__plan_printf(&x->b, " ux_%lld_%lld: %.17g u_%lld_%lld - X_%lld <= 0\n",
                            (long long)l, (long long)s, mem(x, G->middle_recompute_bytes),
-                           (long long)l, (long long)s, (long long)s);
+                           (long long)l, (long long)s, (long long)rank_of(x, s));
     }
   }
   for (int64_t l = 0; l < x->L; l++) {
@@ -206,39 +219,53 @@ static void lp_choice_rows(lp *x) {
     for (int64_t s = lo(x, l); s <= hi(x, l); s++)
       remat__plan_printf(&x->b, " wy_%lld_%lld: %.17g y_%lld_%lld - X_%lld <= 0\n",
                          (long long)l, (long long)s, mem(x, x->of[l]->work_bytes),
-                         (long long)l, (long long)s, (long long)s);
+                         (long long)l, (long long)s, (long long)rank_of(x, s));
   }
 }
 
-/* Stage s's memory row (n_s micro-batches in flight) and time row. */
+/* The memory terms of virtual stage vs's candidate layers: n micro-batches
+ * in flight, kw kept for a deferred W. */
+static void lp_chunk_memory(lp *x, terms *t, int64_t vs) {
+  int64_t n = x->n[vs], kw = x->kw[vs];
+  char v[64];
+  for (int64_t l = vs; l <= vs + x->L - x->nv; l++) {
+    const remat_plan_group *G = x->of[l];
+    snprintf(v, sizeof v, "y_%lld_%lld", (long long)l, (long long)vs);
+    term(t, mem(x, G->state_bytes) + (double)n * mem(x, G->act_bytes) +
+                (double)kw * mem(x, G->wgrad_bytes), v);
+    if (G->recomputable) {
+      snprintf(v, sizeof v, "z_%lld_%lld", (long long)l, (long long)vs);
+      term(t, -(double)n * (mem(x, G->act_bytes) - mem(x, G->ckpt_bytes)), v);
+    }
+    if (mid(x, l)) {
+      snprintf(v, sizeof v, "u_%lld_%lld", (long long)l, (long long)vs);
+      term(t, -(double)n * (mem(x, G->act_bytes) - mem(x, G->middle_bytes)), v);
+    }
+  }
+}
+
+/* Stage s's memory row (its chunks' terms) and time row. */
 static void lp_stage_rows(lp *x, int64_t s) {
   const remat_plan_problem *pb = x->pb;
-  int64_t L = x->L, p = x->p, m = x->m;
-  int64_t n = pb->schedule == REMAT_SCHED_GPIPE ? m : (p - s < m ? p - s : m);
   char v[64];
   remat__plan_printf(&x->b, " mem_%lld:", (long long)s);
   terms t = {&x->b, 0, 0};
-  for (int64_t l = s; l <= s + L - p; l++) {
-    const remat_plan_group *G = x->of[l];
-    snprintf(v, sizeof v, "y_%lld_%lld", (long long)l, (long long)s);
-    term(&t, mem(x, G->state_bytes) + (double)n * mem(x, G->act_bytes), v);
-    if (G->recomputable) {
-      snprintf(v, sizeof v, "z_%lld_%lld", (long long)l, (long long)s);
-      term(&t, -(double)n * (mem(x, G->act_bytes) - mem(x, G->ckpt_bytes)), v);
-    }
-    if (mid(x, l)) {
-      snprintf(v, sizeof v, "u_%lld_%lld", (long long)l, (long long)s);
-      term(&t, -(double)n * (mem(x, G->act_bytes) - mem(x, G->middle_bytes)), v);
-    }
+  size_t fixed = pb->stage_bytes;
+  for (int64_t c = 0; c < x->v; c++) {
+    int64_t vs = remat_schedule_virtual_stage(pb->schedule, x->p, s, c);
+    lp_chunk_memory(x, &t, vs);
+    fixed += vs < x->nv - 1 ? pb->boundary_bytes : 0;
   }
   snprintf(v, sizeof v, "X_%lld", (long long)s);
   term(&t, 1, v);
-  size_t fixed = pb->stage_bytes + (s < p - 1 ? pb->boundary_bytes : 0);
   double rhs = pb->memory[s] >= fixed ? mem(x, pb->memory[s] - fixed) : -1.0;
   remat__plan_printf(&x->b, " <= %.17g\n", rhs);
   remat__plan_printf(&x->b, " time_%lld:", (long long)s);
   t = (terms){&x->b, 0, 0};
-  for (int64_t l = s; l <= s + L - p; l++) time_terms(x, &t, l, s);
+  for (int64_t c = 0; c < x->v; c++) {
+    int64_t vs = remat_schedule_virtual_stage(pb->schedule, x->p, s, c);
+    for (int64_t l = vs; l <= vs + x->L - x->nv; l++) time_terms(x, &t, l, vs);
+  }
   term(&t, -1, "T");
   remat__plan_printf(&x->b, " <= 0\n");
 }
@@ -260,13 +287,25 @@ int remat_plan_format_lp(const remat_plan_problem *pb, char **out, remat_error *
   *out = NULL;
   int rc = remat_plan_problem_check(pb, err);
   if (rc) return rc;
+  if (pb->objective == REMAT_OBJ_SIMULATED)
+    return remat__errorf(err, REMAT_EINVAL, "the simulated objective has no MIP form; export "
+                         "with objective bottleneck or 1f1b");
   lp x = {.pb = pb, .L = remat_plan_problem_layers(pb), .p = pb->stages, .m = pb->microbatches};
-  if ((double)x.L * (double)x.p > 4e6)
+  x.v = remat_schedule_chunks(pb->schedule, pb->chunks);
+  x.nv = x.p * x.v;
+  if ((double)x.L * (double)x.nv > 4e6)
     return remat__errorf(err, REMAT_ERANGE,
                          "the LP for %lld layers on %lld stages would have %.3g binaries; the "
                          "export is meant for small instances",
-                         (long long)x.L, (long long)x.p, 2.0 * (double)x.L * (double)x.p);
-  if ((rc = lp_layers(&x, err))) return rc;
+                         (long long)x.L, (long long)x.nv, 2.0 * (double)x.L * (double)x.nv);
+  remat__plan_inst in; /* the micro-batches each virtual stage holds */
+  if ((rc = remat__plan_inst_build(pb, &in, err))) return rc;
+  x.n = in.n;
+  x.kw = in.kw;
+  if ((rc = lp_layers(&x, err))) {
+    remat__plan_inst_free(&in);
+    return rc;
+  }
   lp_scale(&x);
   remat__plan_printf(&x.b,
                      "\\ remat plan as a MIP: %lld layers, %lld stages, %lld micro-batches, "
@@ -282,6 +321,7 @@ int remat_plan_format_lp(const remat_plan_problem *pb, char **out, remat_error *
   for (int64_t s = 0; s < x.p; s++) lp_stage_rows(&x, s);
   lp_binaries(&x);
   remat__free(x.of);
+  remat__plan_inst_free(&in);
   if (x.b.oom || !x.b.s) {
     remat__free(x.b.s);
     return remat__errorf(err, REMAT_ENOMEM, "out of memory writing the LP");

@@ -9,6 +9,8 @@
  *   fit.c      which stages fit at all; the smallest budget when none do
  *   dp.c       the partition dynamic programs over (stage, boundary)
  *   sim.c      the schedule simulator
+ *   chunk.c    chunked schedules and the simulated objective: every
+ *              partition into virtual stages
  *   eval.c     figures of a given arrangement; the remat_plan it fills
  *   bound.c    a plan and a lower bound in polynomial time, for time limits
  *   text.c     the text buffer and the units byte counts are shown in
@@ -70,12 +72,16 @@ typedef struct remat__plan_inst {
   remat__plan_opt *opt;  /* (REMAT__PLAN_OPTS L) */
   int64_t *xlo, *xhi, *dlo, *dmax; /* (L) */
   uint8_t *cand;     /* (L) 1 if some option lowers its memory: nopt > 0 */
-  int64_t *n;        /* (p) micro-batches held */
+  int64_t *wg;       /* (L) the weight gradient's part of b, quanta (W of zb-h1, zbv) */
+  int64_t *u;        /* (L) bytes a deferred W keeps alive */
+  int64_t v, nv;     /* chunks per stage, virtual stages p v (v = 1: nv = p) */
+  int64_t *n;        /* (nv) micro-batches held, per virtual stage */
+  int64_t *kw;       /* (nv) micro-batches kept for a deferred W */
   int64_t *budget;   /* (p) */
   int64_t stage_bytes;
   int64_t boundary_bytes; /* every stage but the last */
   /* prefix sums over layers, (L + 1) each: pD of dmax, pDlo of dlo */
-  int64_t *pF, *pA, *pW, *pD, *pDlo, *pCand;
+  int64_t *pF, *pA, *pW, *pD, *pDlo, *pCand, *pU;
   /* candidates only: first candidate at or after l; for a candidate, the
    * first later candidate of a different kind (other options), and the
    * first later candidate with a different (xlo, xhi) */
@@ -175,14 +181,15 @@ int64_t remat__knap_items(const remat__knap *k, int32_t node, int64_t *items);
 
 #define REMAT__PLAN_KNAP_LIMIT ((int64_t)1 << 25) /* Pareto points held at once */
 
-/* Bytes stage s needs on layers [i, j) with every layer kept, less the
- * transient term max(Y, X): stage_bytes (+ boundary_bytes but on the last
- * stage) + sum w + n sum a. With every layer
- * kept the stage needs this + Y, Y = remat__plan_work_max(in, i, j). */
+/* Bytes (virtual) stage s needs on layers [i, j) with every layer kept,
+ * less the transient term max(Y, X): stage_bytes (+ boundary_bytes but on
+ * the last stage) + sum w + n sum a + k sum u. With every layer
+ * kept the stage needs this + Y, Y = remat__plan_work_max(in, i, j). A
+ * stage of several chunks counts stage_bytes once. */
 static inline int64_t remat__plan_base_memory(const remat__plan_inst *in, int64_t i, int64_t j,
                                               int64_t s) {
-  return in->stage_bytes + (s < in->p - 1 ? in->boundary_bytes : 0) + (in->pW[j] - in->pW[i]) +
-         in->n[s] * (in->pA[j] - in->pA[i]);
+  return in->stage_bytes + (s < in->nv - 1 ? in->boundary_bytes : 0) + (in->pW[j] - in->pW[i]) +
+         in->n[s] * (in->pA[j] - in->pA[i]) + in->kw[s] * (in->pU[j] - in->pU[i]);
 }
 
 /* A candidate's scratch and saving per micro-batch, for sorting by scratch. */
@@ -342,10 +349,36 @@ typedef struct remat__plan_result {
  * 1 if a plan fits, 0 if not, negative on error. */
 int remat__plan_pass_iteration(remat__plan_solver *S, int64_t *bounds, remat__plan_result *out);
 
+/* ------------------------------------------------------------ simulation (sim.c) */
+
+/* The makespan, in quanta, of an arrangement (bounds: nv + 1) under the
+ * instance's schedule: through st (from remat__plan_sim_streams), or
+ * remat_plan_simulate when st is NULL (one chunk, 1f1b or gpipe). times:
+ * room for 3 nv. 0 or an error. */
+int remat__plan_sim_arrangement(const remat__plan_inst *in, const remat_schedule_streams *st,
+                                const int64_t *bounds, const uint8_t *rec, double *times,
+                                double *ms);
+/* The streams a simulation of the instance needs (none, ops NULL, for one
+ * chunk under 1f1b or gpipe). */
+int remat__plan_sim_streams(const remat__plan_inst *in, remat_schedule_streams *st,
+                            remat_error *err);
+
+/* ------------------------------------------------------------ chunks (chunk.c) */
+
+/* The exact plan of a chunked schedule (in->v > 1) into bounds (nv + 1) and
+ * rec: 0, or REMAT_EINFEASIBLE with the least-memory arrangement and the
+ * smallest extra bytes *delta on every budget, or an error (REMAT_ERANGE
+ * when the partitions are too many or the deadline passes). */
+int remat__plan_chunk_solve(const remat__plan_inst *in, int64_t *bounds, uint8_t *rec,
+                            int64_t *delta, double deadline, remat_error *err);
+/* The baseline objective of a chunked schedule (best partition without
+ * recomputation, memory ignored), in quanta. */
+int64_t remat__plan_chunk_baseline(const remat__plan_inst *in);
+
 /* ------------------------------------------------------------ arrangements (eval.c) */
 
 /* Objective (quanta), layers not kept and peak bytes of an arrangement:
- * bounds (p + 1) and one remat_policy per layer. */
+ * bounds (nv + 1, virtual stages) and one remat_policy per layer. */
 void remat__plan_measure(const remat__plan_inst *in, const int64_t *bounds, const uint8_t *rec,
                          int64_t *obj, int64_t *cnt, int64_t *maxmem);
 /* Fills a plan from an arrangement (feasible = every stage within budget). */

@@ -17,7 +17,7 @@
 /* ------------------------------------------------------------ names
  * (the schedules' are src/schedule's) */
 
-static const char *const obj_names[REMAT_OBJ_COUNT] = {"bottleneck", "1f1b"};
+static const char *const obj_names[REMAT_OBJ_COUNT] = {"bottleneck", "1f1b", "simulated"};
 
 const char *remat_plan_objective_name(int o) {
   return o >= 0 && o < REMAT_OBJ_COUNT ? obj_names[o] : "?";
@@ -99,6 +99,41 @@ int remat_plan_problem_set_stages(remat_plan_problem *pb, int64_t stages, remat_
 
 static int bad_time(double v) { return !isfinite(v) || v < 0; }
 
+/* One group's times and byte counts, and its policies' consistency. */
+static int check_group(const remat_plan_group *G, int64_t g, remat_error *err) {
+  const char *tf = bad_time(G->fwd)                ? "fwd"
+                   : bad_time(G->bwd)              ? "bwd"
+                   : bad_time(G->recompute)        ? "recompute"
+                   : bad_time(G->middle_recompute) ? "middle_recompute"
+                   : bad_time(G->wgrad)            ? "wgrad"
+                                                   : NULL;
+  if (tf)
+    return remat__errorf(err, REMAT_EINVAL,
+                         "layers[%lld].%s must be a finite number >= 0", (long long)g, tf);
+  const char *bf = G->act_bytes > REMAT_PLAN_MAX_BYTES     ? "act_bytes"
+                   : G->ckpt_bytes > REMAT_PLAN_MAX_BYTES  ? "ckpt_bytes"
+                   : G->state_bytes > REMAT_PLAN_MAX_BYTES ? "state_bytes"
+                   : G->recompute_bytes > REMAT_PLAN_MAX_BYTES ? "recompute_bytes"
+                   : G->work_bytes > REMAT_PLAN_MAX_BYTES      ? "work_bytes"
+                   : G->middle_bytes > REMAT_PLAN_MAX_BYTES    ? "middle_bytes"
+                   : G->middle_recompute_bytes > REMAT_PLAN_MAX_BYTES ? "middle_recompute_bytes"
+                   : G->wgrad_bytes > REMAT_PLAN_MAX_BYTES            ? "wgrad_bytes"
+                                                                      : NULL;
+  if (bf)
+    return remat__errorf(err, REMAT_ERANGE, "layers[%lld].%s is above the limit of 2^60 bytes",
+                         (long long)g, bf);
+  if (G->wgrad > G->bwd)
+    return remat__errorf(err, REMAT_EINVAL, "layers[%lld].wgrad %g is more than its bwd %g: "
+                         "the weight gradient is a part of the backward", (long long)g,
+                         G->wgrad, G->bwd);
+  if (G->middle && !G->recomputable)
+    return remat__errorf(err, REMAT_EINVAL,
+                         "layers[%lld] has a middle policy but is not recomputable; drop "
+                         "middle_bytes or make it recomputable",
+                         (long long)g);
+  return 0;
+}
+
 int remat_plan_problem_check(const remat_plan_problem *pb, remat_error *err) {
   if (pb->stages < 1 || pb->stages > REMAT_PLAN_MAX_STAGES)
     return remat__errorf(err, REMAT_ERANGE, "stages must be between 1 and %d, not %lld",
@@ -107,11 +142,11 @@ int remat_plan_problem_check(const remat_plan_problem *pb, remat_error *err) {
     return remat__errorf(err, REMAT_ERANGE, "microbatches must be between 1 and %d, not %lld",
                          REMAT_PLAN_MAX_MICROBATCHES, (long long)pb->microbatches);
   if (pb->schedule < 0 || pb->schedule >= REMAT_SCHED_COUNT)
-    return remat__errorf(err, REMAT_EINVAL, "unknown schedule %d; use 1f1b or gpipe",
-                         pb->schedule);
+    return remat__errorf(err, REMAT_EINVAL, "unknown schedule %d; use 1f1b, gpipe, "
+                         "interleaved, zb-h1 or zbv", pb->schedule);
   if (pb->objective < 0 || pb->objective >= REMAT_OBJ_COUNT)
-    return remat__errorf(err, REMAT_EINVAL, "unknown objective %d; use bottleneck or 1f1b",
-                         pb->objective);
+    return remat__errorf(err, REMAT_EINVAL, "unknown objective %d; use bottleneck, 1f1b or "
+                         "simulated", pb->objective);
   if (pb->num_groups < 1 || !pb->groups)
     return remat__errorf(err, REMAT_EINVAL, "the problem has no layers");
   if (pb->stage_bytes > REMAT_PLAN_MAX_BYTES)
@@ -121,6 +156,7 @@ int remat_plan_problem_check(const remat_plan_problem *pb, remat_error *err) {
     return remat__errorf(err, REMAT_ERANGE, "boundary_bytes %zu is above the limit of 2^60 bytes",
                          pb->boundary_bytes);
   int64_t L = 0;
+  int rc;
   for (int64_t g = 0; g < pb->num_groups; g++) {
     const remat_plan_group *G = &pb->groups[g];
     if (G->count < 1)
@@ -132,36 +168,17 @@ int remat_plan_problem_check(const remat_plan_problem *pb, remat_error *err) {
                            "%d (group layers into coarser units)",
                            REMAT_PLAN_MAX_LAYERS, REMAT_PLAN_MAX_LAYERS);
     L += G->count;
-    const char *tf = bad_time(G->fwd)                ? "fwd"
-                     : bad_time(G->bwd)              ? "bwd"
-                     : bad_time(G->recompute)        ? "recompute"
-                     : bad_time(G->middle_recompute) ? "middle_recompute"
-                                                     : NULL;
-    if (tf)
-      return remat__errorf(err, REMAT_EINVAL,
-                           "layers[%lld].%s must be a finite number >= 0", (long long)g, tf);
-    const char *bf = G->act_bytes > REMAT_PLAN_MAX_BYTES     ? "act_bytes"
-                     : G->ckpt_bytes > REMAT_PLAN_MAX_BYTES  ? "ckpt_bytes"
-                     : G->state_bytes > REMAT_PLAN_MAX_BYTES ? "state_bytes"
-                     : G->recompute_bytes > REMAT_PLAN_MAX_BYTES ? "recompute_bytes"
-                     : G->work_bytes > REMAT_PLAN_MAX_BYTES      ? "work_bytes"
-                     : G->middle_bytes > REMAT_PLAN_MAX_BYTES    ? "middle_bytes"
-                     : G->middle_recompute_bytes > REMAT_PLAN_MAX_BYTES ? "middle_recompute_bytes"
-                                                                        : NULL;
-    if (bf)
-      return remat__errorf(err, REMAT_ERANGE, "layers[%lld].%s is above the limit of 2^60 bytes",
-                           (long long)g, bf);
-    if (G->middle && !G->recomputable)
-      return remat__errorf(err, REMAT_EINVAL,
-                           "layers[%lld] has a middle policy but is not recomputable; drop "
-                           "middle_bytes or make it recomputable",
-                           (long long)g);
+    if ((rc = check_group(G, g, err))) return rc;
   }
   if (pb->stages > L)
     return remat__errorf(err, REMAT_EINVAL,
                          "%lld stages but only %lld layers: every stage needs at least one "
                          "layer, so at most %lld stages",
                          (long long)pb->stages, (long long)L, (long long)L);
+  int64_t v = remat_schedule_chunks(pb->schedule, pb->chunks);
+  if (pb->chunks < 0) return remat__errorf(err, REMAT_EINVAL, "chunks must be at least 1");
+  rc = remat_schedule_check(pb->schedule, pb->stages, pb->microbatches, v, L, err);
+  if (rc) return rc;
   if (!pb->memory) return remat__errorf(err, REMAT_EINVAL, "the problem has no memory budget");
   for (int64_t s = 0; s < pb->stages; s++)
     if (pb->memory[s] > REMAT_PLAN_MAX_BYTES)
@@ -170,15 +187,16 @@ int remat_plan_problem_check(const remat_plan_problem *pb, remat_error *err) {
                            (long long)s);
   /* Every memory expression must stay far from int64 overflow: bound the
    * largest one a stage could ever have. */
-  int64_t nmax = pb->schedule == REMAT_SCHED_GPIPE
-                     ? pb->microbatches
+  int64_t nmax = pb->schedule == REMAT_SCHED_GPIPE || v > 1
+                     ? pb->microbatches * v
                      : (pb->microbatches < pb->stages ? pb->microbatches : pb->stages);
   double tot = (double)pb->stage_bytes + (double)pb->boundary_bytes, ttot = 0;
   for (int64_t g = 0; g < pb->num_groups; g++) {
     const remat_plan_group *G = &pb->groups[g];
     double big = (double)(G->act_bytes > G->ckpt_bytes ? G->act_bytes : G->ckpt_bytes);
     if ((double)G->middle_bytes > big) big = (double)G->middle_bytes;
-    tot += (double)G->count * ((double)G->state_bytes + (double)nmax * big) +
+    tot += (double)G->count * ((double)G->state_bytes + (double)nmax * big +
+                               (double)nmax * (double)G->wgrad_bytes) +
            (double)G->recompute_bytes + (double)G->work_bytes + (double)G->middle_recompute_bytes;
     ttot += (double)G->count * (G->fwd + G->bwd + G->recompute + G->middle_recompute);
   }
@@ -426,7 +444,7 @@ static int parse_settings(remat_plan_problem *pb, const cJSON *root, remat_error
   const char *top = "";
   static const char *const known[] = {"stages", "microbatches", "schedule", "objective",
                                       "memory", "layers", "stage_bytes", "boundary_bytes",
-                                      "comment", NULL};
+                                      "chunks", "comment", NULL};
   int rc = check_keys(root, top, known, err);
   if (rc) return rc;
   static const char *const required[] = {"stages", "microbatches", "memory", "layers"};
@@ -448,10 +466,15 @@ static int parse_settings(remat_plan_problem *pb, const cJSON *root, remat_error
   const cJSON *it;
   if ((it = get(root, "schedule")) &&
       (!cJSON_IsString(it) || remat_plan_schedule_parse(it->valuestring, &pb->schedule)))
-    return remat__errorf(err, REMAT_EFORMAT, "\"schedule\" must be \"1f1b\" or \"gpipe\"");
+    return remat__errorf(err, REMAT_EFORMAT, "\"schedule\" must be \"1f1b\", \"gpipe\", "
+                         "\"interleaved\", \"zb-h1\" or \"zbv\"");
+  if ((it = get(root, "chunks")) &&
+      (rc = json_int(it, top, "chunks", 1, REMAT_PLAN_MAX_LAYERS, &pb->chunks, err)))
+    return rc;
   if ((it = get(root, "objective")) &&
       (!cJSON_IsString(it) || remat_plan_objective_parse(it->valuestring, &pb->objective)))
-    return remat__errorf(err, REMAT_EFORMAT, "\"objective\" must be \"bottleneck\" or \"1f1b\"");
+    return remat__errorf(err, REMAT_EFORMAT, "\"objective\" must be \"bottleneck\", \"1f1b\" "
+                         "or \"simulated\"");
   if ((it = get(root, "comment")) && !cJSON_IsString(it))
     return remat__errorf(err, REMAT_EFORMAT, "\"comment\" must be a string");
   if ((it = get(root, "boundary_bytes")) &&
@@ -546,6 +569,10 @@ static int parse_group_costs(remat_plan_group *G, const cJSON *it, const char *w
   if ((v = get(it, "work_bytes")) &&
       (rc = json_bytes(v, where, "work_bytes", &G->work_bytes, err)))
     return rc;
+  if ((v = get(it, "wgrad")) && (rc = json_number(v, where, "wgrad", &G->wgrad, err))) return rc;
+  if ((v = get(it, "wgrad_bytes")) &&
+      (rc = json_bytes(v, where, "wgrad_bytes", &G->wgrad_bytes, err)))
+    return rc;
   return parse_group_middle(G, it, where, err);
 }
 
@@ -556,7 +583,8 @@ static int parse_group(remat_plan_group *G, const cJSON *it, int64_t g, int64_t 
                                        "act_bytes", "ckpt_bytes", "state_bytes",
                                        "recompute_bytes", "work_bytes", "recomputable",
                                        "middle_bytes", "middle_recompute",
-                                       "middle_recompute_bytes", "comment", NULL};
+                                       "middle_recompute_bytes", "wgrad", "wgrad_bytes",
+                                       "comment", NULL};
   char where[48];
   snprintf(where, sizeof where, "layers[%lld].", (long long)g);
   if (!cJSON_IsObject(it))
@@ -754,6 +782,15 @@ int remat_plan_problem_from_replicas(remat_plan_problem *pb, const remat_config 
   blk->middle_recompute = REMAT_PLAN_MIDDLE_FLOP_PER_ELEMENT * Bd * Td * C / G;
   h->fwd = (2.0 * Bd * Td * C * Vp + 5.0 * Bd * Td * Vp) / G;
   h->bwd = 2 * h->fwd;
+  /* A block's weight gradient (W) is its four products' weight products,
+   * as many FLOP as their forward (its layernorms' small ones run in W too;
+   * the embedding's and the head's run with B). From its B to its W it
+   * keeps its W record: the gradients entering its products (3C, C, 4C, C)
+   * and its layernorms (C, C), bf16 where the products take bf16; its
+   * activations stay in its micro-batch's slot until W, which the schedule's
+   * in-flight count n holds. */
+  blk->wgrad = 24.0 * Bd * Td * C * C / G;
+  blk->wgrad_bytes = mm.block_wrec_bytes; /* its W record (remat_stage.wdeferred) */
   pb->stage_bytes = mm.stage_bytes + rb.comm;
   pb->boundary_bytes = mm.boundary_bytes;
   snprintf(pb->time_unit, sizeof pb->time_unit, "GFLOP");

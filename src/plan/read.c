@@ -1,7 +1,8 @@
 /* read.c: a plan written by remat_plan_format(..., REMAT_PLAN_FORMAT_JSON),
  * read back so a training run can follow it: stages, layers per stage, the
  * recomputed layers and which of them take the middle policy, budgets and
- * the figures it was made with. */
+ * the figures it was made with. Only plans of the schedules the runtime
+ * runs (1f1b, gpipe, zb-h1) are read; the others are refused by name. */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
@@ -56,7 +57,12 @@ int remat_plan_layout_load(remat_plan_layout *lo, const char *path, remat_error 
                  REMAT_PLAN_MAX_MICROBATCHES, &m))
     rc = bad(err, path, "\"microbatches\" must be a positive whole number");
   else if (!cJSON_IsString(sched) || remat_plan_schedule_parse(sched->valuestring, &lo->schedule))
-    rc = bad(err, path, "\"schedule\" must be 1f1b or gpipe");
+    rc = bad(err, path, "\"schedule\" must be 1f1b, gpipe, interleaved, zb-h1 or zbv");
+  else if (lo->schedule == REMAT_SCHED_INTERLEAVED || lo->schedule == REMAT_SCHED_ZBV)
+    rc = remat__errorf(err, REMAT_EINVAL, "plan '%s' is for the %s schedule, which remat plan "
+                       "can plan and export but remat train cannot run yet (it runs 1f1b, "
+                       "gpipe and zb-h1); plan again with one of them", path,
+                       remat_plan_schedule_name(lo->schedule));
   if (rc) {
     cJSON_Delete(root);
     return rc;

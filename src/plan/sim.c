@@ -157,3 +157,30 @@ out:
   return rc;
 }
 #undef SD
+
+/* ------------------------------------------------ an arrangement's makespan */
+
+int remat__plan_sim_arrangement(const remat__plan_inst *in, const remat_schedule_streams *st,
+                                const int64_t *bounds, const uint8_t *rec, double *times,
+                                double *ms) {
+  double *f = times, *bw = times + in->nv, *w = times + 2 * in->nv;
+  for (int64_t vs = 0; vs < in->nv; vs++) {
+    f[vs] = bw[vs] = w[vs] = 0;
+    for (int64_t l = bounds[vs]; l < bounds[vs + 1]; l++) {
+      f[vs] += (double)in->fwd[l];
+      w[vs] += (double)in->wg[l];
+      bw[vs] += (double)(in->fb[l] - in->fwd[l]) +
+                (double)(rec[l] == REMAT_MIDDLE ? in->rm[l] : rec[l] ? in->r[l] : 0);
+    }
+  }
+  if (st) return remat_plan_simulate_streams(st, f, bw, w, ms, NULL);
+  return remat_plan_simulate(in->schedule, in->p, in->m, f, bw, ms, NULL);
+}
+
+int remat__plan_sim_streams(const remat__plan_inst *in, remat_schedule_streams *st,
+                            remat_error *err) {
+  memset(st, 0, sizeof *st);
+  if (in->v == 1 && (in->schedule == REMAT_SCHED_1F1B || in->schedule == REMAT_SCHED_GPIPE))
+    return 0;
+  return remat_schedule_streams_build(st, in->schedule, in->p, in->m, in->v, err);
+}

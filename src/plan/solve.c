@@ -181,14 +181,16 @@ out:
 int remat__plan_solve_inst(const remat__plan_inst *in, int64_t *obj, int64_t *cnt,
                            int64_t *maxmem, int64_t *bounds, uint8_t *recompute,
                            remat_error *err) {
-  int64_t *b = bounds ? bounds : remat__malloc((size_t)(in->p + 1) * sizeof *b);
+  int64_t *b = bounds ? bounds : remat__malloc((size_t)(in->nv + 1) * sizeof *b);
   uint8_t *r = recompute ? recompute : remat__malloc((size_t)in->L);
   int rc;
   if (!b || !r) {
     rc = remat__errorf(err, REMAT_ENOMEM, "out of memory");
   } else {
     int64_t delta, rounds, lower;
-    rc = solve_core(in, b, r, &delta, &rounds, &lower, 0, 0, err);
+    rc = in->v > 1 || in->objective == REMAT_OBJ_SIMULATED
+             ? remat__plan_chunk_solve(in, b, r, &delta, 0, err)
+                   : solve_core(in, b, r, &delta, &rounds, &lower, 0, 0, err);
     REMAT_ASSERT(rc != REMAT__PLAN_ETIME);
     if (rc == 0) remat__plan_measure(in, b, r, obj, cnt, maxmem);
   }
@@ -247,7 +249,7 @@ int remat_plan_solve(const remat_plan_problem *pb, remat_plan *plan, remat_error
   remat__plan_inst in;
   int rc = remat__plan_inst_build(pb, &in, err);
   if (rc) return rc;
-  int64_t *bounds = remat__malloc((size_t)(in.p + 1) * sizeof *bounds);
+  int64_t *bounds = remat__malloc((size_t)(in.nv + 1) * sizeof *bounds);
   uint8_t *rec = remat__malloc((size_t)in.L);
   int64_t delta = 0, rounds = 0, lower = 0;
   if (!bounds || !rec) {
@@ -255,7 +257,9 @@ int remat_plan_solve(const remat_plan_problem *pb, remat_plan *plan, remat_error
     goto out;
   }
   double limit = pb->time_limit, end = limit > 0 ? start + limit : 0;
-  rc = solve_core(&in, bounds, rec, &delta, &rounds, &lower, start, end, err);
+  rc = in.v > 1 || in.objective == REMAT_OBJ_SIMULATED
+           ? remat__plan_chunk_solve(&in, bounds, rec, &delta, end, err)
+               : solve_core(&in, bounds, rec, &delta, &rounds, &lower, start, end, err);
   int optimal = rc != REMAT__PLAN_ETIME;
   if (rc == REMAT__PLAN_ETIME) rc = 0;
   if (rc && rc != REMAT_EINFEASIBLE) goto out;

@@ -64,6 +64,12 @@ int remat_plan_sweep_run(const remat_plan_problem *pb, int64_t points, remat_pla
   memset(sw, 0, sizeof *sw);
   int rc = remat_plan_problem_check(pb, err);
   if (rc) return rc;
+  if (remat_schedule_chunks(pb->schedule, pb->chunks) > 1)
+    return remat__errorf(err, REMAT_EINVAL, "a sweep runs under 1f1b, gpipe and zb-h1; plan %s "
+                         "one budget at a time", remat_plan_schedule_name(pb->schedule));
+  if (pb->objective == REMAT_OBJ_SIMULATED)
+    return remat__errorf(err, REMAT_EINVAL, "a sweep runs the bottleneck and 1f1b objectives; "
+                         "plan the simulated one a budget at a time");
   for (int64_t s = 1; s < pb->stages; s++)
     if (pb->memory[s] != pb->memory[0])
       return remat__errorf(err, REMAT_EINVAL,

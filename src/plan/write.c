@@ -1,6 +1,6 @@
 /* write.c: a plan as text: a table like ColossalAI #5509's, JSON, a
- * ColossalAI snippet and Megatron-LM arguments. Each says plainly what the
- * target framework cannot express. */
+ * ColossalAI snippet, Megatron-LM arguments and torch.distributed.pipelining
+ * settings. Each says plainly what the target framework cannot express. */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
@@ -103,6 +103,49 @@ static const char *unit_of(const remat_plan_problem *pb) {
  * ignored: 2^60 bytes); the table says "none" rather than 1024.00 PiB. */
 #define NO_BUDGET ((size_t)1 << 60)
 
+/* Under the schedules beyond 1f1b and gpipe: each stage's chunks (layer
+ * ranges, model order), the micro-batches it keeps for deferred weight
+ * gradients, and what the plan is exact for. */
+static void chunk_lines(remat__plan_buf *b, const remat_plan *pl, int units) {
+  if (pl->schedule < REMAT_SCHED_INTERLEAVED && pl->objective != REMAT_OBJ_SIMULATED) return;
+  char t[48];
+  int64_t p = pl->num_stages, v = pl->chunks > 1 ? pl->chunks : 1;
+  if (v > 1) {
+    remat__plan_printf(b, "chunks (layers of each, by stage):");
+    for (int64_t s = 0; s < p; s++) {
+      remat__plan_printf(b, "%s %lld:", s ? ";" : "", (long long)s);
+      for (int64_t c = 0; c < v; c++) {
+        int64_t vs = remat_schedule_virtual_stage(pl->schedule, p, s, c);
+        int64_t f = pl->chunk_first[vs], e = f + pl->chunk_layers[vs] - 1;
+        if (e > f) remat__plan_printf(b, " %lld-%lld", (long long)f, (long long)e);
+        else remat__plan_printf(b, " %lld", (long long)f);
+      }
+    }
+    remat__plan_printf(b, "\n");
+  }
+  if (pl->schedule == REMAT_SCHED_ZBH1 || pl->schedule == REMAT_SCHED_ZBV) {
+    remat__plan_printf(b, "micro-batches kept for a deferred W, by stage:");
+    for (int64_t s = 0; s < p; s++)
+      remat__plan_printf(b, " %lld", (long long)pl->stages[s].wgrad_held);
+    remat__plan_printf(b, "\n");
+  }
+  if (pl->stages[0].stream_peak_bytes) {
+    remat__plan_printf(b, "memory at the streams' own peak, by stage (memory above bounds it):");
+    for (int64_t s = 0; s < p; s++)
+      remat__plan_printf(b, " %s",
+                         remat_format_bytes_in(pl->stages[s].stream_peak_bytes, units, t, sizeof t));
+    remat__plan_printf(b, "\n");
+  }
+  if (pl->objective == REMAT_OBJ_SIMULATED)
+    remat__plan_printf(b, "the objective is the %s simulation: exact over the partitions, each "
+                       "stage taking its least-time choice\n",
+                       remat_plan_schedule_name(pl->schedule));
+  else
+    remat__plan_printf(b, "exact for the objective over stage times; the %s simulation below is "
+                       "this plan's makespan, not optimised\n",
+                       remat_plan_schedule_name(pl->schedule));
+}
+
 static void table(remat__plan_buf *b, const remat_plan_problem *pb, const remat_plan *pl) {
   int units = remat__plan_units(pb);
   char t1[48], t2[48], t3[48], t4[48];
@@ -129,6 +172,7 @@ static void table(remat__plan_buf *b, const remat_plan_problem *pb, const remat_
                        fmt_time(st->time, t3, sizeof t3), rl,
                        st->memory_bytes > st->budget_bytes ? "  OVER BUDGET" : "");
   }
+  chunk_lines(b, pl, units);
   const char *u = unit_of(pb);
   remat__plan_printf(b, "bottleneck time %s%s%s, iteration time %s%s%s", fmt_time(pl->bottleneck_time, t1, sizeof t1),
                      u[0] ? " " : "", u, fmt_time(pl->iteration_time, t2, sizeof t2), u[0] ? " " : "", u);
@@ -192,10 +236,26 @@ static int json(const remat_plan_problem *pb, const remat_plan *pl, char **out, 
     cJSON_AddNumberToObject(o, "time", st->time);
     cJSON_AddNumberToObject(o, "fwd_time", st->fwd_time);
     cJSON_AddNumberToObject(o, "bwd_time", st->bwd_time);
+    if (pl->schedule == REMAT_SCHED_ZBH1 || pl->schedule == REMAT_SCHED_ZBV)
+      cJSON_AddNumberToObject(o, "wgrad_held", (double)st->wgrad_held);
+    if (st->stream_peak_bytes)
+      cJSON_AddNumberToObject(o, "stream_peak_bytes", (double)st->stream_peak_bytes);
+    if (pl->chunks > 1) {
+      cJSON *ch = cJSON_AddArrayToObject(o, "chunks");
+      for (int64_t c = 0; c < pl->chunks; c++) {
+        int64_t vs = remat_schedule_virtual_stage(pl->schedule, pl->num_stages, s, c);
+        cJSON *co = cJSON_CreateObject();
+        cJSON_AddNumberToObject(co, "virtual_stage", (double)vs);
+        cJSON_AddNumberToObject(co, "first_layer", (double)pl->chunk_first[vs]);
+        cJSON_AddNumberToObject(co, "layers", (double)pl->chunk_layers[vs]);
+        cJSON_AddItemToArray(ch, co);
+      }
+    }
     cJSON_AddItemToArray(stages, o);
   }
   cJSON_AddBoolToObject(root, "feasible", pl->feasible);
   cJSON_AddStringToObject(root, "schedule", remat_plan_schedule_name(pl->schedule));
+  if (pl->chunks > 1) cJSON_AddNumberToObject(root, "chunks", (double)pl->chunks);
   cJSON_AddStringToObject(root, "objective", remat_plan_objective_name(pl->objective));
   cJSON_AddNumberToObject(root, "microbatches", (double)pl->microbatches);
   cJSON_AddNumberToObject(root, "num_layers", (double)pl->num_layers);
@@ -238,7 +298,8 @@ static int json(const remat_plan_problem *pb, const remat_plan *pl, char **out, 
  * middle layer is counted as recomputed (it then saves more memory and
  * takes more time than the plan says). */
 typedef struct {
-  int64_t *blocks, *ckpt;
+  int64_t n;      /* virtual stages (the stages with one chunk each) */
+  int64_t *blocks, *ckpt; /* (n) in model order */
   int64_t middle; /* middle layers, counted in ckpt */
   int64_t others; /* layers not counted (embedding, head, ...) */
   int first_k;    /* every stage recomputes its first blocks */
@@ -246,7 +307,8 @@ typedef struct {
 } fw_view;
 
 static int fw_view_get(const remat_plan_problem *pb, const remat_plan *pl, fw_view *v) {
-  int64_t p = pl->num_stages, L = pl->num_layers;
+  int64_t p = pl->num_stages * (pl->chunks > 1 ? pl->chunks : 1), L = pl->num_layers;
+  v->n = p;
   v->blocks = remat__calloc((size_t)p, sizeof *v->blocks);
   v->ckpt = remat__calloc((size_t)p, sizeof *v->ckpt);
   uint8_t *isblk = remat__malloc((size_t)L), *rec = remat__calloc((size_t)L, 1);
@@ -267,9 +329,10 @@ static int fw_view_get(const remat_plan_problem *pb, const remat_plan *pl, fw_vi
   v->first_k = 1;
   v->empty = 0;
   for (int64_t s = 0; s < p; s++) {
-    const remat_plan_stage *st = &pl->stages[s];
+    int64_t first = pl->chunk_first ? pl->chunk_first[s] : pl->stages[s].first_layer;
+    int64_t num = pl->chunk_first ? pl->chunk_layers[s] : pl->stages[s].num_layers;
     int64_t seen = 0;
-    for (l = st->first_layer; l < st->first_layer + st->num_layers; l++) {
+    for (l = first; l < first + num; l++) {
       if (!isblk[l]) continue;
       if (rec[l] && seen != v->ckpt[s]) v->first_k = 0;
       v->blocks[s]++;
@@ -324,105 +387,88 @@ static void mapping_note(remat__plan_buf *b, const remat_plan_problem *pb, const
   (void)pb;
 }
 
+/* ColossalAI's pp_style for a schedule, and its model chunks. */
+static const char *colossal_style(const remat_plan *pl) {
+  switch (pl->schedule) {
+  case REMAT_SCHED_INTERLEAVED: return "interleaved";
+  case REMAT_SCHED_ZBV: return "zbv";
+  default: return "1f1b";
+  }
+}
+
+/* How a chunked plan's lists read: virtual stages in model order, and
+ * which of them each rank holds. */
+static void chunk_note(remat__plan_buf *b, const remat_plan *pl, const char *c) {
+  if (pl->chunks <= 1) return;
+  int64_t p = pl->num_stages;
+  remat__plan_printf(b, "%s The lists have one entry per virtual stage (%lld stages x %lld chunks) "
+                     "in model order; rank r holds virtual stages %s.\n",
+                     c, (long long)p, (long long)pl->chunks,
+                     pl->schedule == REMAT_SCHED_ZBV ? "r and 2P-1-r (a V)" : "r, r+P, r+2P and so on");
+}
+
 static void colossalai(remat__plan_buf *b, const remat_plan_problem *pb, const remat_plan *pl,
                        const fw_view *v) {
-  int64_t p = pl->num_stages, tot = 0;
-  for (int64_t s = 0; s < p; s++) tot += v->blocks[s];
+  int64_t p = pl->num_stages, n = v->n, tot = 0, chunks = pl->chunks > 1 ? pl->chunks : 1;
+  for (int64_t s = 0; s < n; s++) tot += v->blocks[s];
   char t1[48];
   remat__plan_printf(b, "# remat plan for ColossalAI: %lld pipeline stages, objective %s = %s, slowdown %.4g\n",
                      (long long)p, remat_plan_objective_name(pl->objective),
                      fmt_time(pl->objective_value, t1, sizeof t1), pl->slowdown);
   mapping_note(b, pb, v, "#");
+  chunk_note(b, pl, "#");
   if (!pl->feasible)
     remat__plan_printf(b, "# WARNING: this arrangement does not fit the memory budget.\n");
   remat__plan_printf(b,
                      "from colossalai.booster.plugin import HybridParallelPlugin\n"
                      "from colossalai.shardformer import PipelineGradientCheckpointConfig\n\n");
   remat__plan_printf(b, "num_layers_per_stage = ");
-  list(b, v->blocks, p);
+  list(b, v->blocks, n);
   remat__plan_printf(b, "  # %lld transformer layers\nnum_ckpt_layers_per_stage = ", (long long)tot);
-  list(b, v->ckpt, p);
+  list(b, v->ckpt, n);
   remat__plan_printf(b,
                      "\nplugin = HybridParallelPlugin(\n"
                      "    tp_size=1,\n"
                      "    pp_size=%lld,\n"
                      "    num_microbatches=%lld,\n"
-                     "    pp_style=\"%s\",\n"
+                     "    pp_style=\"%s\",\n",
+                     (long long)p, (long long)pl->microbatches, colossal_style(pl));
+  if (chunks > 1) remat__plan_printf(b, "    num_model_chunks=%lld,\n", (long long)chunks);
+  remat__plan_printf(b,
                      "    num_layers_per_stage=num_layers_per_stage,\n"
                      "    gradient_checkpoint_config=PipelineGradientCheckpointConfig(\n"
                      "        num_ckpt_layers_per_stage=num_ckpt_layers_per_stage,\n"
                      "    ),\n"
-                     ")\n",
-                     (long long)p, (long long)pl->microbatches, "1f1b");
+                     ")\n");
   if (pl->schedule == REMAT_SCHED_GPIPE)
     remat__plan_printf(b,
                        "# NOTE: ColossalAI has no GPipe schedule; this plan assumed all %lld "
                        "micro-batches in flight on every stage, more than 1f1b holds, so it "
                        "also fits under 1f1b (plan with --schedule 1f1b for a tighter one).\n",
                        (long long)pl->microbatches);
+  if (pl->schedule == REMAT_SCHED_ZBH1)
+    remat__plan_printf(b,
+                       "# NOTE: ColossalAI's zero-bubble schedule is the V (pp_style=\"zbv\"); it "
+                       "has no ZB-H1. Under 1f1b this split holds the same activations and no "
+                       "deferred weight gradients, so it fits; it does not get ZB-H1's time.\n");
+  if (pl->schedule == REMAT_SCHED_ZBV)
+    remat__plan_printf(b,
+                       "# NOTE: ColossalAI's zbv also takes scheduler_nodes (its own zero-bubble "
+                       "graph); remat's stream is a greedy one of its own, so the simulated time "
+                       "is an estimate for ColossalAI's order.\n");
   remat__plan_printf(b,
-                     "# Older ColossalAI releases also need num_stages=%lld, num_model_chunks=1 "
+                     "# Older ColossalAI releases also need num_stages=%lld, num_model_chunks=%lld "
                      "and num_model_layers=%lld in PipelineGradientCheckpointConfig.\n",
-                     (long long)p, (long long)tot);
+                     (long long)p, (long long)chunks, (long long)tot);
 }
 
-/* Megatron-LM arguments. It sets the layers of the first and last stages and
- * divides the rest evenly (or takes a full layout string), and recomputes the
- * same number of layers, the first N, on every stage. */
-static int megatron(remat__plan_buf *b, const remat_plan_problem *pb, const remat_plan *pl,
-                    const fw_view *v, remat_error *err) {
-  int64_t p = pl->num_stages, tot = 0, most = 0;
-  for (int64_t s = 0; s < p; s++) {
-    tot += v->blocks[s];
-    if (v->ckpt[s] > most) most = v->ckpt[s];
-  }
+/* Megatron-LM's recompute of the first `most` transformer layers of every
+ * virtual stage, evaluated under the plan's formula, as a note. */
+static int megatron_alt(remat__plan_buf *b, const remat_plan_problem *pb, const remat_plan *pl,
+                        const fw_view *v, int64_t most, remat_error *err) {
   char t1[48], t2[48];
-  remat__plan_printf(b, "# remat plan for Megatron-LM: %lld pipeline stages, layers ", (long long)p);
-  for (int64_t s = 0; s < p; s++) remat__plan_printf(b, "%s%lld", s ? "/" : "", (long long)v->blocks[s]);
-  remat__plan_printf(b, ", recomputed ");
-  for (int64_t s = 0; s < p; s++) remat__plan_printf(b, "%s%lld", s ? "/" : "", (long long)v->ckpt[s]);
-  remat__plan_printf(b, "\n");
-  mapping_note(b, pb, v, "#");
-  if (!pl->feasible)
-    remat__plan_printf(b, "# WARNING: this arrangement does not fit the memory budget.\n");
-  int even_mid = 1;
-  for (int64_t s = 2; s < p - 1; s++) even_mid &= v->blocks[s] == v->blocks[1];
-  int all_even = 1;
-  for (int64_t s = 1; s < p; s++) all_even &= v->blocks[s] == v->blocks[0];
-  remat__plan_printf(b, "--num-layers %lld\n--pipeline-model-parallel-size %lld\n", (long long)tot,
-                     (long long)p);
-  if (p > 1 && !all_even) {
-    if (even_mid) {
-      remat__plan_printf(b, "--decoder-first-pipeline-num-layers %lld\n", (long long)v->blocks[0]);
-      remat__plan_printf(b, "--decoder-last-pipeline-num-layers %lld\n", (long long)v->blocks[p - 1]);
-    } else {
-      remat__plan_printf(b,
-                         "# The middle stages differ, which first/last layer counts cannot "
-                         "express; Megatron-Core's (experimental) layout string can:\n"
-                         "--pipeline-model-parallel-layout \"");
-      for (int64_t s = 0; s < p; s++) {
-        remat__plan_printf(b, "%s%st*%lld%s", s ? "|" : "", s == 0 ? "E" : "", (long long)v->blocks[s],
-                           s == p - 1 ? "L" : "");
-      }
-      remat__plan_printf(b, "\"\n");
-    }
-  }
-  if (pl->schedule == REMAT_SCHED_GPIPE)
-    remat__plan_printf(b, "# NOTE: Megatron-LM runs 1F1B; this plan assumed GPipe's %lld micro-batches "
-                          "in flight per stage, which also fits under 1F1B.\n",
-                       (long long)pl->microbatches);
-  if (most == 0) {
-    remat__plan_printf(b, "# no recomputation needed\n");
-    return 0;
-  }
-  remat__plan_printf(b, "--recompute-granularity full\n--recompute-method block\n--recompute-num-layers %lld\n",
-                     (long long)most);
-  int same = 1;
-  for (int64_t s = 0; s < p; s++) same &= v->ckpt[s] == most;
-  if (same && v->first_k && !v->middle) return 0;
-  /* What Megatron would actually run: the first `most` transformer layers of
-   * every stage recomputed. */
-  int64_t *lps = remat__malloc((size_t)p * sizeof *lps);
+  int64_t n = v->n;
+  int64_t *lps = remat__malloc((size_t)n * sizeof *lps);
   uint8_t *rec = remat__calloc((size_t)pl->num_layers, 1);
   uint8_t *recomputable = remat__malloc((size_t)pl->num_layers);
   if (!lps || !rec || !recomputable) {
@@ -435,11 +481,10 @@ static int megatron(remat__plan_buf *b, const remat_plan_problem *pb, const rema
   for (int64_t g = 0; g < pb->num_groups; g++)
     for (int64_t k = 0; k < pb->groups[g].count; k++)
       recomputable[gl++] = pb->groups[g].recomputable != 0;
-  for (int64_t s = 0; s < p; s++) {
-    const remat_plan_stage *st = &pl->stages[s];
-    lps[s] = st->num_layers;
+  for (int64_t s = 0; s < n; s++) {
+    lps[s] = pl->chunk_layers[s];
     int64_t k = most;
-    for (int64_t l = st->first_layer; l < st->first_layer + st->num_layers && k > 0; l++)
+    for (int64_t l = pl->chunk_first[s]; l < pl->chunk_first[s] + lps[s] && k > 0; l++)
       if (recomputable[l]) rec[l] = 1, k--;
   }
   remat_plan alt;
@@ -462,6 +507,164 @@ static int megatron(remat__plan_buf *b, const remat_plan_problem *pb, const rema
   return 0;
 }
 
+/* Megatron's layer split: even, first and last apart, or the layout string
+ * (one entry per virtual stage, in model order). */
+static void megatron_split(remat__plan_buf *b, const remat_plan *pl, const fw_view *v) {
+  int64_t n = v->n;
+  int even_mid = 1, all_even = 1;
+  for (int64_t s = 2; s < n - 1; s++) even_mid &= v->blocks[s] == v->blocks[1];
+  for (int64_t s = 1; s < n; s++) all_even &= v->blocks[s] == v->blocks[0];
+  if (pl->chunks > 1) {
+    remat__plan_printf(b, "--num-virtual-stages-per-pipeline-rank %lld\n", (long long)pl->chunks);
+    if (all_even)
+      remat__plan_printf(b, "# (older releases: --num-layers-per-virtual-pipeline-stage %lld)\n",
+                         (long long)v->blocks[0]);
+    even_mid = 0; /* first/last counts do not go with virtual stages */
+  }
+  if (n == 1 || all_even) return;
+  if (even_mid) {
+    remat__plan_printf(b, "--decoder-first-pipeline-num-layers %lld\n", (long long)v->blocks[0]);
+    remat__plan_printf(b, "--decoder-last-pipeline-num-layers %lld\n", (long long)v->blocks[n - 1]);
+    return;
+  }
+  remat__plan_printf(b,
+                     "# The %s differ, which first/last layer counts cannot express; "
+                     "Megatron-Core's (experimental) layout string can:\n"
+                     "--pipeline-model-parallel-layout \"",
+                     pl->chunks > 1 ? "virtual stages" : "middle stages");
+  for (int64_t s = 0; s < n; s++)
+    remat__plan_printf(b, "%s%st*%lld%s", s ? "|" : "", s == 0 ? "E" : "", (long long)v->blocks[s],
+                       s == n - 1 ? "L" : "");
+  remat__plan_printf(b, "\"\n");
+}
+
+/* Megatron-LM arguments. It sets the layers of the first and last stages and
+ * divides the rest evenly (or takes a full layout string), and recomputes the
+ * same number of layers, the first N, on every (virtual) stage. It has
+ * interleaved 1F1B but no zero-bubble schedule. */
+static int megatron(remat__plan_buf *b, const remat_plan_problem *pb, const remat_plan *pl,
+                    const fw_view *v, remat_error *err) {
+  int64_t p = pl->num_stages, n = v->n, tot = 0, most = 0;
+  for (int64_t s = 0; s < n; s++) {
+    tot += v->blocks[s];
+    if (v->ckpt[s] > most) most = v->ckpt[s];
+  }
+  remat__plan_printf(b, "# remat plan for Megatron-LM: %lld pipeline stages, layers ", (long long)p);
+  for (int64_t s = 0; s < n; s++) remat__plan_printf(b, "%s%lld", s ? "/" : "", (long long)v->blocks[s]);
+  remat__plan_printf(b, ", recomputed ");
+  for (int64_t s = 0; s < n; s++) remat__plan_printf(b, "%s%lld", s ? "/" : "", (long long)v->ckpt[s]);
+  remat__plan_printf(b, "\n");
+  mapping_note(b, pb, v, "#");
+  chunk_note(b, pl, "#");
+  if (!pl->feasible)
+    remat__plan_printf(b, "# WARNING: this arrangement does not fit the memory budget.\n");
+  if (pl->schedule == REMAT_SCHED_ZBV) {
+    remat__plan_printf(b, "# Megatron-LM cannot express this plan: it has no zero-bubble V "
+                          "schedule, and its virtual stages go round the ranks (r, r+P), not "
+                          "in a V (r, 2P-1-r). Use --format torch (ScheduleZBVZeroBubble) or "
+                          "colossalai (pp_style=\"zbv\").\n");
+    return 0;
+  }
+  remat__plan_printf(b, "--num-layers %lld\n--pipeline-model-parallel-size %lld\n", (long long)tot,
+                     (long long)p);
+  megatron_split(b, pl, v);
+  if (pl->schedule == REMAT_SCHED_GPIPE)
+    remat__plan_printf(b, "# NOTE: Megatron-LM runs 1F1B; this plan assumed GPipe's %lld micro-batches "
+                          "in flight per stage, which also fits under 1F1B.\n",
+                       (long long)pl->microbatches);
+  if (pl->schedule == REMAT_SCHED_ZBH1)
+    remat__plan_printf(b, "# NOTE: Megatron-LM has no ZB-H1 schedule; these arguments run the "
+                          "split as 1F1B, which holds the same activations and no deferred "
+                          "weight gradients (so it fits), without ZB-H1's shorter time.\n");
+  if (most == 0) {
+    remat__plan_printf(b, "# no recomputation needed\n");
+    return 0;
+  }
+  remat__plan_printf(b, "--recompute-granularity full\n--recompute-method block\n--recompute-num-layers %lld\n",
+                     (long long)most);
+  int same = 1;
+  for (int64_t s = 0; s < n; s++) same &= v->ckpt[s] == most;
+  if (same && v->first_k && !v->middle) return 0;
+  return megatron_alt(b, pb, pl, v, most, err);
+}
+
+/* ------------------------------------------------------------ torch */
+
+static const char *torch_class(int schedule) {
+  switch (schedule) {
+  case REMAT_SCHED_GPIPE: return "ScheduleGPipe";
+  case REMAT_SCHED_INTERLEAVED: return "ScheduleInterleaved1F1B";
+  case REMAT_SCHED_ZBH1: return "ScheduleInterleavedZeroBubble";
+  case REMAT_SCHED_ZBV: return "ScheduleZBVZeroBubble";
+  default: return "Schedule1F1B";
+  }
+}
+
+/* torch.distributed.pipelining: the schedule class, every virtual stage's
+ * layers (all of them, in the planner's numbering), the stages each rank
+ * builds, and the layers to wrap in activation checkpointing. */
+static void torch_pp(remat__plan_buf *b, const remat_plan_problem *pb, const remat_plan *pl) {
+  int64_t p = pl->num_stages, v = pl->chunks > 1 ? pl->chunks : 1, n = p * v;
+  int multi = pl->schedule >= REMAT_SCHED_INTERLEAVED;
+  char t1[48];
+  remat__plan_printf(b, "# remat plan for torch.distributed.pipelining: %lld ranks, %s, objective "
+                     "%s = %s, slowdown %.4g\n", (long long)p,
+                     remat_plan_schedule_name(pl->schedule), remat_plan_objective_name(pl->objective),
+                     fmt_time(pl->objective_value, t1, sizeof t1), pl->slowdown);
+  remat__plan_printf(b, "# Layers in the planner's numbering (");
+  int64_t l = 0;
+  for (int64_t g = 0; g < pb->num_groups && g < 6; g++) {
+    const remat_plan_group *G = &pb->groups[g];
+    remat__plan_printf(b, "%s%lld-%lld %s", g ? ", " : "", (long long)l,
+                       (long long)(l + G->count - 1), G->name[0] ? G->name : "layer");
+    l += G->count;
+  }
+  remat__plan_printf(b, "%s).\n", pb->num_groups > 6 ? ", ..." : "");
+  if (!pl->feasible)
+    remat__plan_printf(b, "# WARNING: this arrangement does not fit the memory budget.\n");
+  remat__plan_printf(b, "from torch.distributed.pipelining import PipelineStage, %s\n\n",
+                     torch_class(pl->schedule));
+  remat__plan_printf(b, "num_stages = %lld  # virtual stages: %lld ranks x %lld chunks\n",
+                     (long long)n, (long long)p, (long long)v);
+  remat__plan_printf(b, "layers_of_stage = [");
+  for (int64_t s = 0; s < n; s++)
+    remat__plan_printf(b, "%s(%lld, %lld)", s ? ", " : "", (long long)pl->chunk_first[s],
+                       (long long)(pl->chunk_first[s] + pl->chunk_layers[s]));
+  remat__plan_printf(b, "]  # [first, end) of each stage, model order\nstages_of_rank = [");
+  for (int64_t r = 0; r < p; r++) {
+    remat__plan_printf(b, "%s[", r ? ", " : "");
+    for (int64_t c = 0; c < v; c++)
+      remat__plan_printf(b, "%s%lld", c ? ", " : "",
+                         (long long)remat_schedule_virtual_stage(pl->schedule, p, r, c));
+    remat__plan_printf(b, "]");
+  }
+  remat__plan_printf(b, "]\ncheckpointed_layers = [");
+  int64_t k = 0;
+  for (l = 0; l < pl->num_layers; l++)
+    if (pl->policy[l]) remat__plan_printf(b, "%s%lld", k++ ? ", " : "", (long long)l);
+  remat__plan_printf(b, "]  # wrap each in torch.utils.checkpoint\nn_microbatches = %lld\n\n",
+                     (long long)pl->microbatches);
+  remat__plan_printf(b,
+                     "# On rank r: for each i in stages_of_rank[r], build the module of layers "
+                     "layers_of_stage[i] and\n#   PipelineStage(module, i, num_stages, device)\n");
+  if (multi)
+    remat__plan_printf(b, "schedule = %s(stages, n_microbatches=n_microbatches, loss_fn=loss_fn)\n",
+                       torch_class(pl->schedule));
+  else
+    remat__plan_printf(b, "schedule = %s(stage, n_microbatches=n_microbatches, loss_fn=loss_fn)\n",
+                       torch_class(pl->schedule));
+  if (pl->total_middle)
+    remat__plan_printf(b, "# NOTE: %lld layer(s) take remat's middle policy, which torch does not "
+                          "have; they are listed as checkpointed, which saves more memory and "
+                          "takes more time than the plan.\n", (long long)pl->total_middle);
+  if (pl->schedule == REMAT_SCHED_INTERLEAVED)
+    remat__plan_printf(b, "# NOTE: remat's times follow Megatron's interleaved order; torch's "
+                          "ScheduleInterleaved1F1B warms up in its own, so its time may differ.\n");
+  if (pl->schedule == REMAT_SCHED_ZBH1 || pl->schedule == REMAT_SCHED_ZBV)
+    remat__plan_printf(b, "# NOTE: torch orders B and W by its own zero-bubble schedule; the "
+                          "memory and times here follow remat's streams (docs/plan.md).\n");
+}
+
 int remat_plan_format(const remat_plan_problem *pb, const remat_plan *plan, int format, char **out,
                       remat_error *err) {
   *out = NULL;
@@ -469,6 +672,10 @@ int remat_plan_format(const remat_plan_problem *pb, const remat_plan *plan, int 
   remat__plan_buf b = {0};
   if (format == REMAT_PLAN_FORMAT_TABLE) {
     table(&b, pb, plan);
+    return finish(&b, out, err);
+  }
+  if (format == REMAT_PLAN_FORMAT_TORCH) {
+    torch_pp(&b, pb, plan);
     return finish(&b, out, err);
   }
   if (format != REMAT_PLAN_FORMAT_COLOSSALAI && format != REMAT_PLAN_FORMAT_MEGATRON)

@@ -9,7 +9,7 @@
 #include "base/base.h"
 #include "remat/schedule.h"
 
-#define MAX_OPS ((int64_t)1 << 26)
+#define MAX_OPS ((int64_t)1 << 24)
 
 int64_t remat_schedule_chunks(int schedule, int64_t chunks) {
   if (schedule == REMAT_SCHED_INTERLEAVED) return chunks > 0 ? chunks : 2;
@@ -17,9 +17,18 @@ int64_t remat_schedule_chunks(int schedule, int64_t chunks) {
   return chunks > 0 ? chunks : 1;
 }
 
+static int too_long(int schedule, int64_t p, int64_t m, int64_t v, remat_error *err) {
+  if ((double)p * (double)m * (double)v * 3 <= (double)MAX_OPS) return 0;
+  return remat__errorf(err, REMAT_ERANGE, "%s over %lld stages, %lld micro-batches and %lld "
+                       "chunks makes streams of more than %lld operations",
+                       remat_plan_schedule_name(schedule), (long long)p, (long long)m,
+                       (long long)v, (long long)MAX_OPS);
+}
+
 int remat_schedule_check(int schedule, int64_t p, int64_t m, int64_t v, int64_t layers,
                          remat_error *err) {
   const char *name = remat_plan_schedule_name(schedule);
+  int rc;
   if (schedule < 0 || schedule >= REMAT_SCHED_COUNT)
     return remat__errorf(err, REMAT_EINVAL, "schedule %d is not a schedule", schedule);
   if (p < 1 || m < 1)
@@ -39,10 +48,8 @@ int remat_schedule_check(int schedule, int64_t p, int64_t m, int64_t v, int64_t 
   if (schedule != REMAT_SCHED_INTERLEAVED && schedule != REMAT_SCHED_ZBV && v != 1)
     return remat__errorf(err, REMAT_EINVAL, "%s runs one chunk per rank (%lld given); chunks "
                          "go with interleaved or zbv", name, (long long)v);
-  if ((double)p * (double)m * (double)v * 3 > (double)MAX_OPS)
-    return remat__errorf(err, REMAT_ERANGE, "%s over %lld stages, %lld micro-batches and %lld "
-                         "chunks is too long a stream", name, (long long)p, (long long)m,
-                         (long long)v);
+  /* the chunked schedules' memory comes from their streams */
+  if (v > 1 && (rc = too_long(schedule, p, m, v, err))) return rc;
   if (layers > 0 && p * v > layers)
     return remat__errorf(err, REMAT_EINVAL, "%s with %lld stages of %lld chunks needs %lld "
                          "layers, the model has %lld", name, (long long)p, (long long)v,
@@ -247,6 +254,7 @@ int remat_schedule_streams_build(remat_schedule_streams *st, int schedule, int64
                                  int64_t v, remat_error *err) {
   memset(st, 0, sizeof *st);
   int rc = remat_schedule_check(schedule, p, m, v, 0, err);
+  if (!rc) rc = too_long(schedule, p, m, v, err);
   if (rc) return rc;
   int split = schedule == REMAT_SCHED_ZBH1 || schedule == REMAT_SCHED_ZBV;
   st->schedule = schedule;

@@ -74,6 +74,29 @@ raise SystemExit(0 if ok else 1)
 PY
 then ok "--mem: planned = measured = remat plan, per rank"; else bad "--mem figures"; tail -5 mem.out; fi
 
+# The same under zb-h1: the plan counts a micro-batch until its W and each
+# block's W records; every rank's arena is the plan's figure, and the plan
+# file runs.
+"$remat" plan --config 6,64,4,256,64 --precision fp32 --batch 4 --seq 32 --stages 3 \
+  --microbatches 5 --mem 7MiB --schedule zb-h1 --format json -o zbplan.json >/dev/null 2>&1
+mpi 3 "$remat" train "${common[@]}" --stages 3 --mem 7MiB --schedule zb-h1 --log zbmem.jsonl \
+  >zbmem.out 2>&1
+mpi 3 "$remat" train "${common[@]}" --stages 3 --plan zbplan.json --schedule zb-h1 \
+  --log zbfile.jsonl >zbfile.out 2>&1
+if python3 - <<'PY'
+import json
+plan = [s["memory_bytes"] for s in json.load(open("zbplan.json"))["stages"]]
+rec = sum(len(s["recomputed"]) for s in json.load(open("zbplan.json"))["stages"])
+logs = [[json.loads(l) for l in open(f)] for f in ("zbmem.jsonl", "zbfile.jsonl")]
+ok = rec > 0 and all(x["rank_planned_peak_bytes"] == plan == x["rank_measured_peak_bytes"]
+                     for log in logs for x in log) and len(logs[0]) == len(logs[1]) == 3
+ok = ok and [x["loss"] for x in logs[0]] == [x["loss"] for x in logs[1]]
+print("  remat plan (zb-h1):", plan, "recomputed", rec)
+raise SystemExit(0 if ok else 1)
+PY
+then ok "zb-h1 --mem and --plan: planned = measured = remat plan, per rank"
+else bad "zb-h1 --mem figures"; tail -5 zbmem.out zbfile.out; fi
+
 # The same plan from its file, and checked against the job.
 mpi 3 "$remat" train "${common[@]}" --stages 3 --plan plan.json --log file.jsonl >file.out 2>&1
 if cmp -s <(python3 -c 'import json;[print(json.loads(l)["loss"]) for l in open("mem.jsonl")]') \

@@ -128,7 +128,7 @@ problem infmem "{\"stages\":2,\"microbatches\":2,\"memory\":1e999,\"layers\":[$L
 expect "finite" "$TMP/infmem.json"
 problem memlen "{\"stages\":2,\"microbatches\":2,\"memory\":[1,2,3],\"layers\":[$L]}"
 expect "one per stage" "$TMP/memlen.json"
-problem sched "{\"stages\":2,\"microbatches\":2,\"memory\":1000,\"schedule\":\"interleaved\",\"layers\":[$L]}"
+problem sched "{\"stages\":2,\"microbatches\":2,\"memory\":1000,\"schedule\":\"zb-h2\",\"layers\":[$L]}"
 expect "schedule" "$TMP/sched.json"
 problem obj "{\"stages\":2,\"microbatches\":2,\"memory\":1000,\"objective\":3,\"layers\":[$L]}"
 expect "objective" "$TMP/obj.json"
@@ -152,6 +152,22 @@ if ! grep -q "does not fit" "$TMP/out"; then
 fi
 expect "more" "$DATA/hetero.json" --mem 300,300,300
 expect "smallest budget" --config gpt2-124m --batch 8 --seq 1024 --stages 4 --microbatches 8 --mem 1GiB
+# schedules that do not fit the stages, micro-batches, chunks or layers
+T="--config tiny --batch 4 --seq 64 --mem 1GB"
+expect "multiple of the stages" $T --stages 2 --microbatches 3 --schedule interleaved
+expect "needs 8 layers" $T --stages 2 --microbatches 4 --schedule interleaved --chunks 4
+expect "exactly 2 chunks" $T --stages 2 --microbatches 4 --schedule zbv --chunks 3
+expect "at least 2 chunks" $T --stages 2 --microbatches 4 --schedule interleaved --chunks 1
+expect "one chunk" $T --stages 2 --microbatches 4 --chunks 2
+expect "one chunk" $T --stages 2 --microbatches 4 --schedule zb-h1 --chunks 2
+expect "needs 6 layers" $T --stages 3 --microbatches 3 --schedule zbv
+expect "sweep runs under" $T --stages 2 --microbatches 4 --schedule zbv --sweep
+expect "schedule" $T --stages 2 --microbatches 4 --schedule zb-h2
+expect "--chunks" $T --stages 2 --microbatches 4 --schedule zbv --chunks 0
+problem wgrad '{"stages":1,"microbatches":2,"memory":1000,"layers":[{"fwd":1,"bwd":2,"wgrad":3,"recompute":1,"act_bytes":1,"ckpt_bytes":1,"state_bytes":0}]}'
+expect "wgrad" "$TMP/wgrad.json"
+problem chunks '{"stages":1,"microbatches":2,"memory":1000,"schedule":"interleaved","chunks":0,"layers":[{"count":4,"fwd":1,"bwd":2,"recompute":1,"act_bytes":1,"ckpt_bytes":1,"state_bytes":0}]}'
+expect "chunks" "$TMP/chunks.json"
 
 # writing: standard output full; -o replaces the file atomically or leaves it
 OUT=/dev/full

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # plan_glpk.sh REMAT TMPDIR: the planner's optimum against GLPK. For small
 # problems (with and without the middle policy, a third choice per layer)
-# under several budgets, objectives and schedules, exports the MIP
+# under several budgets, objectives and schedules (chunked and zero-bubble
+# ones too), exports the MIP
 # with `remat plan --format lp`, solves it with glpsol, and compares the
 # optimum with remat's objective_value; an infeasible budget must be
 # infeasible for both. glpsol is required (glpk-utils), not optional.
@@ -88,11 +89,30 @@ for obj in bottleneck 1f1b; do
     done
   done
 done
+# the chunked and zero-bubble schedules: interleaved (2 and 3 chunks), zb-h1
+# (bytes kept for deferred weight gradients), zbv (a V of two chunks)
+for obj in bottleneck 1f1b; do
+  for mem in 900 1000 1200 1500 2500; do
+    check "$DATA/zb.json" --objective $obj --schedule zb-h1 --mem $mem
+    check "$DATA/zb.json" --objective $obj --schedule interleaved --mem $mem
+    check "$DATA/zb.json" --objective $obj --schedule zbv --mem $mem
+  done
+  check "$DATA/zb.json" --objective $obj --schedule interleaved --chunks 3 --stages 2 --mem 1500
+  check "$DATA/middle.json" --objective $obj --schedule zbv --stages 2 --mem 1400
+  check "$DATA/work.json" --objective $obj --schedule interleaved --stages 2 --mem 1500
+  for mem in 5117696 5479168 5800000 6200000; do
+    check --config 4,64,4,256,64 --batch 4 --seq 32 --stages 2 --microbatches 4 \
+      --objective $obj --schedule zbv --mem $mem
+    check --config 4,64,4,256,64 --batch 4 --seq 32 --stages 2 --microbatches 4 \
+      --objective $obj --schedule zb-h1 --mem $mem
+  done
+done
 # budgets too small for any arrangement
 check "$DATA/small.json" --mem 2000
 check "$DATA/hetero.json" --mem 300,300,300
 check "$DATA/work.json" --mem 700
 check "$DATA/middle.json" --mem 779
 check --config 4,64,4,256,64 --batch 4 --seq 32 --stages 2 --microbatches 4 --mem 3150079
+check "$DATA/zb.json" --schedule zbv --mem 939
 
 summary plan_glpk "$runs"
