@@ -20,7 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "remat/base.h"
+#include "base/base.h"
 
 /* ------------------------------------------------------ the CPU */
 
@@ -52,21 +52,7 @@ remat__cpu_bf16 remat__cpu_bf16_get(void);
 void remat__bf16_from_f32(uint16_t *dst, const float *src, size_t n);
 /* dst[i] = src[i] exactly, i < n. */
 void remat__bf16_to_f32(float *dst, const uint16_t *src, size_t n);
-static inline uint16_t remat__bf16_round(float x) {
-  union {
-    float f;
-    uint32_t u;
-  } v = {x};
-  if ((v.u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((v.u >> 16) | 0x40u); /* NaN */
-  return (uint16_t)((v.u + 0x7fffu + ((v.u >> 16) & 1u)) >> 16);
-}
-static inline float remat__bf16_float(uint16_t h) {
-  union {
-    uint32_t u;
-    float f;
-  } v = {(uint32_t)h << 16};
-  return v.f;
-}
+/* remat__bf16_round and remat__bf16_float, one value at a time: base/base.h. */
 
 /* ------------------------------------------------------ products */
 
