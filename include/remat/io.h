@@ -19,9 +19,9 @@ extern "C" {
  *   token shard: int32 header[256] = {20240520, 1, ntok, 0...}, then ntok uint16
  *   checkpoint:  int32 header[256] = {20240326, 3, maxT, V, L, NH, C, Vp, 0...},
  *                then remat_param_count(cfg) float32 in REMAT_P_* order
- *   bf16 checkpoint (llm.c's train_gpt2.cu and train_gpt2.py --dtype
- *                bfloat16): the same with version 5 and the parameters as
- *                bf16 (the upper 16 bits of each float32), in the same order
+ *   bf16 checkpoint (llm.c's train_gpt2.cu in its bf16 build, the _bf16.bin
+ *                of train_gpt2.py): the same with version 5 and the parameters
+ *                as bf16 (the upper 16 bits of a float32), in the same order
  *
  * Every save (remat_tokens_save, remat_checkpoint_save) is atomic:
  *   - path may be a new name or an existing regular file. Anything else that
