@@ -1,10 +1,10 @@
 /* format.c: llm.c's on-disk formats. Token shards and GPT-2 checkpoints
  * (fp32, version 3, and bf16, version 5: read as fp32, each value widened
- * exactly; written either way) are read whole and validated against their headers before anything is
- * trusted; saves go through output.c's wfile (a private temporary renamed
- * into place), so a crash mid-save leaves the previous file (or none), never
- * a truncated one. Plain text files become byte tokens. Everything on disk is
- * little endian. */
+ * exactly; written either way) are read whole and validated against their
+ * headers before anything is trusted; saves go through output.c's wfile (a
+ * private temporary renamed into place), so a crash mid-save leaves the
+ * previous file (or none), never a truncated one. Plain text files become
+ * byte tokens. Everything on disk is little endian. */
 #include <errno.h>
 #include <fcntl.h>
 #include <float.h>
