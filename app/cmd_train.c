@@ -24,6 +24,7 @@ typedef struct {
   int zero;
   double peak_gflops;
   int64_t sample_every;
+  const char *save_precision; /* --save-precision: fp32 or bf16 */
   int threads, quiet, plan_only;
 } opts;
 
@@ -73,6 +74,7 @@ static int parse_args(int argc, char **argv, opts *o, const remat_job_desc *base
       {.name = "--data", .kind = CLI_STR, .dst = &d->data},
       {.name = "--text", .kind = CLI_STR, .dst = &d->text},
       {.name = "--save", .kind = CLI_STR, .dst = &o->save},
+      {.name = "--save-precision", .kind = CLI_STR, .dst = &o->save_precision},
       {.name = "--log", .kind = CLI_STR, .dst = &o->log},
       {.name = "--ckpt-layers", .kind = CLI_STR, .dst = &d->ckpt_layers},
       {.name = "--mem", .kind = CLI_STR, .dst = &d->memory},
@@ -136,6 +138,20 @@ static int parse_args(int argc, char **argv, opts *o, const remat_job_desc *base
   return 0;
 }
 
+/* --save-precision: the version of the file --save writes. A resume may
+ * change it, as it may --save: neither is a setting of the run. */
+static int check_save_precision(opts *o) {
+  const char *p = o->save_precision;
+  if (!p) return 0;
+  if (!strcmp(p, "fp32")) o->d.save_version = REMAT_CKPT_VERSION;
+  else if (!strcmp(p, "bf16")) o->d.save_version = REMAT_CKPT_VERSION_BF16;
+  else return cli_fail(-1, "--save-precision %s is not a precision; use fp32 or bf16", p);
+  if (!o->save)
+    return cli_fail(-1, "--save-precision %s chooses the format of --save FILE: give --save too "
+                    "(--checkpoint-dir always keeps fp32)", p);
+  return 0;
+}
+
 /* What the flags (over a resume's settings) ask must make sense together. */
 static int check_args(opts *o) {
   if ((o->d.ckpt_ratio >= 0) + !!o->d.ckpt_layers + !!o->d.memory + !!o->d.plan > 1)
@@ -168,7 +184,7 @@ static int check_args(opts *o) {
   if (o->sample_every && o->stages * o->replicas > 1)
     return cli_fail(-1, "--sample-every runs on one process only; drop it with %s",
                     o->stages > 1 ? "--stages" : "--data-parallel");
-  return 0;
+  return check_save_precision(o);
 }
 
 /* A resume: the saved run's settings, with the flags given over them; a
@@ -789,7 +805,8 @@ static int train_job(opts *o, run_state *r) {
            "to keep it\n");
   if (o->save) {
     if (remat_job_save(job, o->save, &err)) return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
-    printf("saved   %s\n", o->save);
+    printf("saved   %s%s\n", o->save,
+           o->d.save_version == REMAT_CKPT_VERSION_BF16 ? " (bf16, version 5)" : "");
   }
   if (o->trace) {
     if (remat_job_trace_write(job, o->trace, &err)) return cli_fail(CLI_EXIT_RUN, "%s", err.msg);

@@ -25,6 +25,8 @@ else()
 endif()
 
 remat_cli_test(train_errors train_errors.sh LABELS unit)
+# --save-precision bf16: llm.c's version 5 written, trained on, sampled, resumed.
+remat_cli_test(save_bf16 save_bf16.sh LABELS unit)
 remat_cli_test(train_runs train_runs.sh TIMEOUT 900)
 # One memory model: the planner's figure for a stage is the engine's arena.
 remat_test(test_memory_model SOURCES test_memory_model.c LIBS remat_plan LABELS unit)

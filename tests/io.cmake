@@ -1,5 +1,8 @@
 # I/O tests: token shards, checkpoints, text, the default corpus, the loader.
 remat_test(test_io SOURCES test_io.c LIBS remat_io m LABELS unit TIMEOUT 60)
+# llm.c's bf16 checkpoint (version 5): exact rounding and widening, a file
+# written as llm.c writes one, refusals, a job saving either version.
+remat_test(test_ckpt5 SOURCES test_ckpt5.c LIBS remat_job m LABELS unit TIMEOUT 60)
 # Checkpoint directories (DONE manifests, verification, fallback) and the one
 # rule for opening paths (FIFOs, directories, symlinks, long names, ulimit -f).
 # alarm() inside and the timeout here turn a blocked open into a failure.

@@ -347,7 +347,7 @@ static void test_checkpoints(void) {
     const char *word;
   } bad[] = {
       {0, 20240520, 0, REMAT_EFORMAT, "magic"},
-      {1, 5, 0, REMAT_EFORMAT, "bf16"},
+      {1, 5, 0, REMAT_EFORMAT, "bf16 parameters"}, /* read as bf16: twice too long */
       {1, 2, 0, REMAT_EFORMAT, "version 2"},
       {-1, 0, -1, REMAT_EFORMAT, "truncated"},
       {-1, 0, -(long)(4 * np), REMAT_EFORMAT, "truncated"},

@@ -19,6 +19,9 @@ extern "C" {
  *   token shard: int32 header[256] = {20240520, 1, ntok, 0...}, then ntok uint16
  *   checkpoint:  int32 header[256] = {20240326, 3, maxT, V, L, NH, C, Vp, 0...},
  *                then remat_param_count(cfg) float32 in REMAT_P_* order
+ *   bf16 checkpoint (llm.c's train_gpt2.cu in its bf16 build, the _bf16.bin
+ *                of train_gpt2.py): the same with version 5 and the parameters
+ *                as bf16 (the upper 16 bits of a float32), in the same order
  *
  * Every save (remat_tokens_save, remat_checkpoint_save) is atomic:
  *   - path may be a new name or an existing regular file. Anything else that
@@ -44,7 +47,8 @@ extern "C" {
 #define REMAT_SHARD_MAGIC 20240520
 #define REMAT_SHARD_VERSION 1
 #define REMAT_CKPT_MAGIC 20240326
-#define REMAT_CKPT_VERSION 3
+#define REMAT_CKPT_VERSION 3      /* fp32 parameters */
+#define REMAT_CKPT_VERSION_BF16 5 /* bf16 parameters */
 #define REMAT_HEADER_INTS 256
 #define REMAT_HEADER_BYTES (REMAT_HEADER_INTS * 4)
 
@@ -90,16 +94,17 @@ typedef struct remat_checkpoint_reader {
   const unsigned char *mem; /* the bytes when reading from memory (tests, fuzzing) */
   char *path;               /* for messages, owned; NULL once closed */
   int is_open;              /* 1 from a successful open until close */
+  int version;              /* REMAT_CKPT_VERSION or REMAT_CKPT_VERSION_BF16, once open */
 } remat_checkpoint_reader;
 
-/* Opens a checkpoint and validates its header: magic, version 3, the shape
- * (via remat_config_check), Vp >= V, and a file size of exactly header +
- * params. cfg (may be NULL) receives the shape, as does rd->cfg. On failure
+/* Opens a checkpoint and validates its header: magic, version 3 or 5, the
+ * shape (via remat_config_check), Vp >= V, and a file size of exactly
+ * header + params (4 bytes each in version 3, 2 in version 5). cfg (may be NULL) receives the shape, as does rd->cfg. On failure
  * rd holds nothing (closing it is harmless). */
 REMAT_API int remat_checkpoint_reader_open(remat_checkpoint_reader *rd, const char *path,
                                            remat_config *cfg, remat_error *err);
 /* Reads the parameters into params, a buffer of remat_param_count(&rd->cfg)
- * floats. If expect is non-NULL the file's shape must equal it (REMAT_ESHAPE
+ * floats (a version 5 file's bf16 values widened exactly). If expect is non-NULL the file's shape must equal it (REMAT_ESHAPE
  * names the first dimension that differs). The file's size is checked again
  * first: a file changed in place since open is REMAT_EIO. Non-finite values
  * are rejected (REMAT_ENUMERIC names the tensor and index); finite values
@@ -120,6 +125,13 @@ REMAT_API int remat_checkpoint_load(const char *path, const remat_config *expect
  * the rules at the top). Non-finite values are refused. */
 REMAT_API int remat_checkpoint_save(const char *path, const remat_config *cfg, const float *params,
                                     remat_error *err);
+/* The same in a chosen version: REMAT_CKPT_VERSION (fp32, what
+ * remat_checkpoint_save writes) or REMAT_CKPT_VERSION_BF16 (each parameter
+ * rounded to the nearest bf16, ties to even); any other is REMAT_EINVAL. A
+ * finite value that rounds to a bf16 infinity (3.39e38 or more in
+ * magnitude) is refused with REMAT_ENUMERIC. */
+REMAT_API int remat_checkpoint_save_as(const char *path, const remat_config *cfg,
+                                       const float *params, int version, remat_error *err);
 
 /* Weights beyond this magnitude overflow float arithmetic: the square of
  * 1e18 is 1e36, and a LayerNorm or gradient norm sums hundreds of such

@@ -83,6 +83,11 @@ typedef struct remat_job_desc {
   int64_t checkpoint_every;
   const char *resume;
   int trace; /* record every rank's timeline (several ranks only) */
+  /* The version of the model file remat_job_save writes: 0 or
+   * REMAT_CKPT_VERSION (fp32), or REMAT_CKPT_VERSION_BF16 (each weight
+   * rounded to bf16, half the bytes). A checkpoint directory's model.bin is
+   * fp32 whatever this says, so a resume goes on exactly. */
+  int save_version;
   /* Files the front end will write (its weights, its log, its trace; up to
    * 4, NULL where none): before anything is loaded each is checked to name
    * no input and no other output, and to be writable (remat_output_check);
@@ -155,8 +160,9 @@ REMAT_API int remat_job_done(const remat_job *job);
  * its step, or 0 when none was written. */
 REMAT_API int remat_job_checkpoint_now(remat_job *job, int64_t *step, remat_error *err);
 
-/* The whole model's weights in llm.c's format at path, gathered from every
- * rank and written by rank 0. Every rank calls it. */
+/* The whole model's weights in llm.c's format at path (the version
+ * desc.save_version names), gathered from every rank and written by rank
+ * 0. Every rank calls it. */
 REMAT_API int remat_job_save(remat_job *job, const char *path, remat_error *err);
 /* The ranks' timeline (desc.trace) as Chrome trace-event JSON at path,
  * written by rank 0. Every rank calls it. */

@@ -1,5 +1,6 @@
 /* base.h: internal helpers every module uses: error reporting, tracked heap
- * allocation, assertions for programming bugs, a monotonic clock. */
+ * allocation, assertions for programming bugs, the bf16 number format, a
+ * monotonic clock. */
 #ifndef REMAT_BASE_INTERNAL_H
 #define REMAT_BASE_INTERNAL_H
 
@@ -40,6 +41,30 @@ static inline uint64_t remat__splitmix64(uint64_t *s) {
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   return z ^ (z >> 31);
+}
+
+/* ------------------------------------------------------------------ bf16 */
+
+/* A bf16 value is the upper half of an fp32 one (1 sign, 8 exponent, 7
+ * mantissa bits), held as uint16_t. Here, below every library, because the
+ * kernels compute in it and llm.c's version 5 checkpoints store it.
+ * remat__bf16_round: x rounded to nearest, ties to even (a NaN stays a quiet
+ * NaN; finite values from 0x1.fefp127 up in magnitude round to infinity).
+ * remat__bf16_float: h widened exactly. */
+static inline uint16_t remat__bf16_round(float x) {
+  union {
+    float f;
+    uint32_t u;
+  } v = {x};
+  if ((v.u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((v.u >> 16) | 0x40u); /* NaN */
+  return (uint16_t)((v.u + 0x7fffu + ((v.u >> 16) & 1u)) >> 16);
+}
+static inline float remat__bf16_float(uint16_t h) {
+  union {
+    uint32_t u;
+    float f;
+  } v = {(uint32_t)h << 16};
+  return v.f;
 }
 
 /* ---------------------------------------------------------- opening files */

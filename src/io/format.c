@@ -1,9 +1,10 @@
-/* format.c: llm.c's on-disk formats. Token shards and fp32 GPT-2 checkpoints
- * are read whole and validated against their headers before anything is
- * trusted; saves go through output.c's wfile (a private temporary renamed
- * into place), so a crash mid-save leaves the previous file (or none), never
- * a truncated one. Plain text files become byte tokens. Everything on disk is
- * little endian. */
+/* format.c: llm.c's on-disk formats. Token shards and GPT-2 checkpoints
+ * (fp32, version 3, and bf16, version 5: read as fp32, each value widened
+ * exactly; written either way) are read whole and validated against their
+ * headers before anything is trusted; saves go through output.c's wfile (a
+ * private temporary renamed into place), so a crash mid-save leaves the
+ * previous file (or none), never a truncated one. Plain text files become
+ * byte tokens. Everything on disk is little endian. */
 #include <errno.h>
 #include <fcntl.h>
 #include <float.h>
@@ -382,20 +383,26 @@ int remat_params_overflow(const remat_config *cfg, const float *params, remat_er
   return 0;
 }
 
-/* Validates the header in hdr and the file size; fills cfg. */
+/* Bytes of one parameter in a checkpoint of this version. */
+static size_t param_bytes(int version) {
+  return version == REMAT_CKPT_VERSION_BF16 ? sizeof(uint16_t) : sizeof(float);
+}
+
+/* Validates the header in hdr and the file size; fills cfg and version. */
 static int parse_ckpt_header(const int32_t hdr[REMAT_HEADER_INTS], size_t size, const char *path,
-                             remat_config *cfg, remat_error *err) {
+                             remat_config *cfg, int *version, remat_error *err) {
   static const char what[] = "checkpoint";
   if (hdr[0] != REMAT_CKPT_MAGIC)
     return remat__errorf(err, REMAT_EFORMAT,
                          "'%s' is not an llm.c GPT-2 checkpoint: magic number is %d, expected "
                          "%d; give a file written by llm.c or remat",
                          path, hdr[0], REMAT_CKPT_MAGIC);
-  if (hdr[1] != REMAT_CKPT_VERSION)
+  if (hdr[1] != REMAT_CKPT_VERSION && hdr[1] != REMAT_CKPT_VERSION_BF16)
     return remat__errorf(err, REMAT_EFORMAT,
-                         "checkpoint '%s' has version %d; only version %d (fp32) is supported "
-                         "(version 5 is llm.c's bf16 format): export the model as fp32",
-                         path, hdr[1], REMAT_CKPT_VERSION);
+                         "checkpoint '%s' has version %d; remat reads version %d (fp32) and %d "
+                         "(bf16): export the model in one of them",
+                         path, hdr[1], REMAT_CKPT_VERSION, REMAT_CKPT_VERSION_BF16);
+  *version = hdr[1];
   *cfg = (remat_config){.max_seq_len = hdr[2], .vocab_size = hdr[3], .num_layers = hdr[4],
                         .num_heads = hdr[5], .channels = hdr[6], .padded_vocab_size = hdr[7]};
   remat_error sub = {0};
@@ -403,10 +410,12 @@ static int parse_ckpt_header(const int32_t hdr[REMAT_HEADER_INTS], size_t size, 
     return remat__errorf(err, REMAT_EFORMAT, "checkpoint '%s' has a bad header: %s", path,
                          sub.msg);
   size_t nparams = remat_param_count(cfg), body;
-  if (remat__mul_size(nparams, sizeof(float), &body) || body > SIZE_MAX - REMAT_HEADER_BYTES)
+  if (remat__mul_size(nparams, param_bytes(*version), &body) ||
+      body > SIZE_MAX - REMAT_HEADER_BYTES)
     return remat__errorf(err, REMAT_EFORMAT, "checkpoint '%s' announces too many parameters",
                          path);
-  return check_size(size, body, path, what, "parameters", (long long)nparams, err);
+  const char *unit = *version == REMAT_CKPT_VERSION_BF16 ? "bf16 parameters" : "fp32 parameters";
+  return check_size(size, body, path, what, unit, (long long)nparams, err);
 }
 
 /* The first dimension where the checkpoint differs from what was asked. */
@@ -441,7 +450,7 @@ static int reader_start(remat_checkpoint_reader *rd, remat_config *cfg, remat_er
   source s = reader_source(rd);
   int32_t hdr[REMAT_HEADER_INTS];
   int rc = read_header(&s, "checkpoint", hdr, err);
-  if (!rc) rc = parse_ckpt_header(hdr, rd->size, rd->path, &rd->cfg, err);
+  if (!rc) rc = parse_ckpt_header(hdr, rd->size, rd->path, &rd->cfg, &rd->version, err);
   if (rc) {
     remat_checkpoint_reader_free(rd);
     return rc;
@@ -483,6 +492,30 @@ int remat__checkpoint_open_mem(remat_checkpoint_reader *rd, const void *bytes, s
   return reader_start(rd, cfg, err);
 }
 
+/* n fp32 parameters after the header. */
+static int read_f32(const source *s, size_t n, float *params, remat_error *err) {
+  int rc = src_read(s, REMAT_HEADER_BYTES, params, n * sizeof(float), err);
+  if (!rc && !host_is_le()) swap4(params, n);
+  return rc;
+}
+
+/* n bf16 parameters (little endian) after the header, widened exactly, in
+ * stack-sized chunks. */
+static int read_bf16(const source *s, size_t n, float *params, remat_error *err) {
+  uint8_t chunk[16384];
+  const size_t per = sizeof chunk / 2;
+  for (size_t done = 0; done < n;) {
+    size_t k = n - done < per ? n - done : per;
+    int rc = src_read(s, REMAT_HEADER_BYTES + done * 2, chunk, k * 2, err);
+    if (rc) return rc;
+    for (size_t i = 0; i < k; i++)
+      params[done + i] =
+          remat__bf16_float((uint16_t)((uint32_t)chunk[2 * i] | (uint32_t)chunk[2 * i + 1] << 8));
+    done += k;
+  }
+  return 0;
+}
+
 int remat_checkpoint_read_params(remat_checkpoint_reader *rd, const remat_config *expect,
                                  float *params, remat_error *err) {
   if (!rd || !rd->is_open)
@@ -505,9 +538,9 @@ int remat_checkpoint_read_params(remat_checkpoint_reader *rd, const remat_config
                          rd->path, rd->size, (long long)st.st_size);
   size_t n = remat_param_count(&rd->cfg);
   source s = reader_source(rd);
-  if ((rc = src_read(&s, REMAT_HEADER_BYTES, params, n * sizeof(float), err))) return rc;
-  if (!host_is_le()) swap4(params, n);
-  return check_finite(&rd->cfg, params, rd->path, "load", err);
+  rc = rd->version == REMAT_CKPT_VERSION_BF16 ? read_bf16(&s, n, params, err)
+                                              : read_f32(&s, n, params, err);
+  return rc ? rc : check_finite(&rd->cfg, params, rd->path, "load", err);
 }
 
 void remat_checkpoint_reader_free(remat_checkpoint_reader *rd) {
@@ -533,41 +566,93 @@ int remat_checkpoint_load(const char *path, const remat_config *expect, float *p
   return rc;
 }
 
-int remat_checkpoint_save(const char *path, const remat_config *cfg, const float *params,
-                          remat_error *err) {
+/* n fp32 parameters, little endian. */
+static int write_f32(remat__wfile *w, const float *params, size_t n, remat_error *err) {
+  if (host_is_le()) return remat__wfile_write(w, params, n * sizeof(float), err);
+  float chunk[2048];
+  for (size_t done = 0; done < n;) {
+    size_t k = n - done < 2048 ? n - done : 2048;
+    memcpy(chunk, params + done, k * sizeof(float));
+    swap4(chunk, k);
+    int rc = remat__wfile_write(w, chunk, k * sizeof(float), err);
+    if (rc) return rc;
+    done += k;
+  }
+  return 0;
+}
+
+/* n parameters rounded to bf16 (nearest, ties to even), little endian. */
+static int write_bf16(remat__wfile *w, const float *params, size_t n, remat_error *err) {
+  uint8_t chunk[16384];
+  const size_t per = sizeof chunk / 2;
+  for (size_t done = 0; done < n;) {
+    size_t k = n - done < per ? n - done : per;
+    for (size_t i = 0; i < k; i++) {
+      uint16_t h = remat__bf16_round(params[done + i]);
+      chunk[2 * i] = (uint8_t)h;
+      chunk[2 * i + 1] = (uint8_t)(h >> 8);
+    }
+    int rc = remat__wfile_write(w, chunk, k * 2, err);
+    if (rc) return rc;
+    done += k;
+  }
+  return 0;
+}
+
+/* A finite fp32 value from 0x1.fefp127 up in magnitude rounds to a bf16
+ * infinity, which no reader would load back. */
+static int check_bf16_finite(const remat_config *cfg, const float *p, const char *path,
+                             remat_error *err) {
+  size_t n = remat_param_count(cfg);
+  for (size_t i = 0; i < n; i++) {
+    if (isfinite(remat__bf16_float(remat__bf16_round(p[i])))) continue;
+    size_t off;
+    int k = locate(cfg, i, &off);
+    return remat__errorf(err, REMAT_ENUMERIC,
+                         "parameter %zu (%s[%zu]) is %g, which rounds to infinity in bf16 (its "
+                         "largest value is 3.39e38); refusing to save '%s' as bf16: save it as "
+                         "fp32",
+                         i, tensor_names[k], off, (double)p[i], path);
+  }
+  return 0;
+}
+
+int remat_checkpoint_save_as(const char *path, const remat_config *cfg, const float *params,
+                             int version, remat_error *err) {
+  const char *name = path ? path : "";
+  if (version != REMAT_CKPT_VERSION && version != REMAT_CKPT_VERSION_BF16)
+    return remat__errorf(err, REMAT_EINVAL,
+                         "cannot save checkpoint '%s' in version %d: remat writes version %d "
+                         "(fp32) and %d (bf16)",
+                         name, version, REMAT_CKPT_VERSION, REMAT_CKPT_VERSION_BF16);
   remat_error sub = {0};
   if (remat_config_check(cfg, &sub))
-    return remat__errorf(err, REMAT_EINVAL, "cannot save checkpoint '%s': %s", path ? path : "",
-                         sub.msg);
-  int rc = check_finite(cfg, params, path ? path : "", "save", err);
+    return remat__errorf(err, REMAT_EINVAL, "cannot save checkpoint '%s': %s", name, sub.msg);
+  int rc = check_finite(cfg, params, name, "save", err);
+  if (!rc && version == REMAT_CKPT_VERSION_BF16) rc = check_bf16_finite(cfg, params, name, err);
   if (rc) return rc;
   remat__wfile w;
   if ((rc = remat__wfile_open(&w, path, "checkpoint", err))) return rc;
   int32_t hdr[REMAT_HEADER_INTS] = {REMAT_CKPT_MAGIC,
-                                    REMAT_CKPT_VERSION,
+                                    version,
                                     (int32_t)cfg->max_seq_len,
                                     (int32_t)cfg->vocab_size,
                                     (int32_t)cfg->num_layers,
                                     (int32_t)cfg->num_heads,
                                     (int32_t)cfg->channels,
                                     (int32_t)cfg->padded_vocab_size};
-  if ((rc = write_header(&w, hdr, err))) goto fail;
   size_t n = remat_param_count(cfg);
-  if (host_is_le()) {
-    if ((rc = remat__wfile_write(&w, params, n * sizeof(float), err))) goto fail;
-  } else {
-    float chunk[2048];
-    for (size_t done = 0; done < n;) {
-      size_t k = n - done < 2048 ? n - done : 2048;
-      memcpy(chunk, params + done, k * sizeof(float));
-      swap4(chunk, k);
-      if ((rc = remat__wfile_write(&w, chunk, k * sizeof(float), err))) goto fail;
-      done += k;
-    }
+  if (!(rc = write_header(&w, hdr, err)))
+    rc = version == REMAT_CKPT_VERSION_BF16 ? write_bf16(&w, params, n, err)
+                                            : write_f32(&w, params, n, err);
+  if (rc) {
+    remat__wfile_abort(&w);
+    return rc;
   }
   return remat__wfile_commit(&w, err);
+}
 
-fail:
-  remat__wfile_abort(&w);
-  return rc;
+int remat_checkpoint_save(const char *path, const remat_config *cfg, const float *params,
+                          remat_error *err) {
+  return remat_checkpoint_save_as(path, cfg, params, REMAT_CKPT_VERSION, err);
 }

@@ -138,6 +138,11 @@ int remat_job_create(remat_job **out, const remat_job_desc *desc, remat_error *e
     if (rc) return rc;
     remat_plan_layout_free(&lo);
   }
+  if (d->save_version && d->save_version != REMAT_CKPT_VERSION &&
+      d->save_version != REMAT_CKPT_VERSION_BF16)
+    return remat__errorf(err, REMAT_EINVAL, "a model file is saved in version %d (fp32) or %d "
+                         "(bf16), not %d", REMAT_CKPT_VERSION, REMAT_CKPT_VERSION_BF16,
+                         d->save_version);
   /* The job's own bookkeeping, like a front end's, is not the trainer's
    * (plain calloc, outside the library's count): a job plans the bytes a
    * bare trainer would. */
@@ -696,10 +701,12 @@ int remat_job_start(remat_job *job, remat_error *err) {
 
 /* ------------------------------------------------------------ weights */
 
-int remat_job_save(remat_job *job, const char *path, remat_error *err) {
+/* The whole model's weights at path in the given checkpoint version. */
+static int save_weights(remat_job *job, const char *path, int version, remat_error *err) {
   const remat_config *cfg = &job->cfg;
   remat_model *m = remat_trainer_model(job->tr);
-  if (!job->pipe && !job->dp) return remat_checkpoint_save(path, cfg, remat_model_params(m), err);
+  if (!job->pipe && !job->dp)
+    return remat_checkpoint_save_as(path, cfg, remat_model_params(m), version, err);
   float *full = job->rank == 0 ? malloc(remat_param_count(cfg) * sizeof(float)) : NULL;
   int rc = job->rank == 0 && !full
                ? remat__errorf(err, REMAT_ENOMEM, "out of memory gathering the model to save it")
@@ -708,9 +715,14 @@ int remat_job_save(remat_job *job, const char *path, remat_error *err) {
   rc = job->grid   ? remat_grid_gather_params(job->grid, full, err)
        : job->pipe ? remat_pipeline_gather_params(job->pipe, full, err)
                    : remat_replicas_gather_params(job->dp, full, err);
-  if (!rc && job->rank == 0) rc = remat_checkpoint_save(path, cfg, full, err);
+  if (!rc && job->rank == 0) rc = remat_checkpoint_save_as(path, cfg, full, version, err);
   free(full);
   return agree(job, rc, err);
+}
+
+int remat_job_save(remat_job *job, const char *path, remat_error *err) {
+  return save_weights(job, path, job->d.save_version ? job->d.save_version : REMAT_CKPT_VERSION,
+                      err);
 }
 
 /* A checkpoint directory for the step just taken: the weights (rank 0),
@@ -723,7 +735,7 @@ static int write_checkpoint(remat_job *job, remat_error *err) {
   if ((rc = agree(job, rc, err))) return rc;
   if (remat_checkpoint_dir_path(path, sizeof path, dir, step, "model.bin"))
     return remat__errorf(err, REMAT_EINVAL, "the checkpoint directory's path is too long");
-  if ((rc = remat_job_save(job, path, err))) return rc;
+  if ((rc = save_weights(job, path, REMAT_CKPT_VERSION, err))) return rc; /* fp32: exact */
   remat_checkpoint_dir_path(path, sizeof path, dir, step, state_name(job, name, sizeof name));
   rc = remat_trainer_save_state(job->tr, path, job->rank, job->ranks, err);
   if (!rc && job->rank == 0) { /* the run's settings, for a resume that names only the dir */

@@ -6,7 +6,9 @@
  * string not given; val-frac is the share held out (0: none). A resume reads it into a description
  * (remat_job_saved_load); a front end lays the settings it was given over
  * that and asks which one a resume may not change
- * (remat_job_saved_conflict). */
+ * (remat_job_saved_conflict). save_version is not among them: like the
+ * front end's output files, the format of the saved model may change on a
+ * resume. */
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -24,7 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "remat/base.h"
+#include "base/base.h"
 
 /* ------------------------------------------------------ the CPU */
 
@@ -49,23 +49,8 @@ remat__cpu_bf16 remat__cpu_bf16_from(const remat__cpuid_regs *regs);
 /* This CPU, read once. */
 remat__cpu_bf16 remat__cpu_bf16_get(void);
 
-/* ------------------------------------------------------ conversions */
-
-static inline uint16_t remat__bf16_round(float x) {
-  union {
-    float f;
-    uint32_t u;
-  } v = {x};
-  if ((v.u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((v.u >> 16) | 0x40u); /* NaN */
-  return (uint16_t)((v.u + 0x7fffu + ((v.u >> 16) & 1u)) >> 16);
-}
-static inline float remat__bf16_float(uint16_t h) {
-  union {
-    uint32_t u;
-    float f;
-  } v = {(uint32_t)h << 16};
-  return v.f;
-}
+/* (The bf16 number format, remat__bf16_round and remat__bf16_float, is
+ * base/base.h's: the I/O formats use it too.) */
 
 /* ------------------------------------------------------ products */
 

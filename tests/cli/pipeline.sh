@@ -57,6 +57,13 @@ mpi 2 "$remat" train "${single[@]}" --stages 2 --log two.jsonl --save two.bin >t
 if same_run "one micro-batch" one.jsonl one.bin two.jsonl two.bin; then
   ok "bit-identical: P=2, one micro-batch (one process adds onto the head's tied gradient)"
 else bad "bit-identical: P=2, one micro-batch"; tail -5 two.out; fi
+# --save-precision bf16: the stages' weights gathered and rounded as one process rounds its own.
+"$remat" train "${single[@]}" --save one5.bin --save-precision bf16 >/dev/null 2>&1
+mpi 2 "$remat" train "${single[@]}" --stages 2 --save two5.bin --save-precision bf16 >two5.out 2>&1
+if [[ -s two5.bin ]] && cmp -s one5.bin two5.bin &&
+   [[ $(($(stat -c %s two5.bin) * 2 - 1024)) -eq $(stat -c %s two.bin) ]]; then
+  ok "P=2 saves the same bf16 file (version 5) as one process"
+else bad "P=2 bf16 save"; tail -3 two5.out; fi
 
 # The planner places the stages under a budget; each rank's arena is the
 # plan's figure, planned and measured.

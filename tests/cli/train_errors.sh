@@ -156,6 +156,27 @@ expect_fail "save with no value" "--save needs a value" --config tiny --save --q
 expect_fail "unknown last flag" "unknown option '--bogus'" --config tiny --bogus
 expect_fail "unknown flag with value" "unknown option '--bogus'" --config tiny --bogus=3
 
+# --save-precision: fp32 or bf16, for --save; a bf16 file (version 5) that is
+# cut, of another version, or sized for fp32 is refused in one line.
+expect_fail "save precision unknown" "--save-precision fp16 is not a precision; use fp32 or bf16" \
+  --config tiny --steps 1 --save "$tmp/p.bin" --save-precision fp16
+expect_fail "save precision without --save" "give --save too" --config tiny --steps 1 --save-precision bf16
+expect_fail "save precision with no value" "--save-precision needs a value" --config tiny --save-precision
+"$remat" train --config tiny --steps 1 --quiet --save "$tmp/tiny5.bin" --save-precision bf16 >/dev/null 2>&1 ||
+  { echo "FAIL: could not write a bf16 checkpoint"; exit 1; }
+head -c 5000 "$tmp/tiny5.bin" >"$tmp/tiny5_trunc.bin"
+perl -e 'open(my $h,"+<",$ARGV[0]) or die; binmode $h; seek($h,4,0); print $h pack("l<",4);' \
+  "$(cp "$tmp/tiny5.bin" "$tmp/tiny5_v4.bin" && echo "$tmp/tiny5_v4.bin")"
+perl -e 'open(my $h,"+<",$ARGV[0]) or die; binmode $h; seek($h,4,0); print $h pack("l<",5);' \
+  "$(cp "$tmp/tiny.bin" "$tmp/tiny3_as5.bin" && echo "$tmp/tiny3_as5.bin")"
+expect_fail "bf16 checkpoint truncated" "truncated: its header announces 120576 bf16 parameters" \
+  --model "$tmp/tiny5_trunc.bin" --steps 1
+expect_fail "checkpoint version 4" "has version 4; remat reads version 3 (fp32) and 5 (bf16)" \
+  --model "$tmp/tiny5_v4.bin" --steps 1
+expect_fail "fp32 body under a version 5 header" "241152 trailing bytes" --model "$tmp/tiny3_as5.bin" --steps 1
+expect_fail "bf16 checkpoint vs config" "asks for" --model "$tmp/tiny5.bin" --config small --steps 1
+expect_error "sample: bf16 checkpoint truncated" "bf16 parameters" sample --model "$tmp/tiny5_trunc.bin"
+
 # Weights that are finite but overflow float arithmetic: said so, not "lower --lr".
 perl -e 'open(my $i,"<",$ARGV[0]) or die; binmode $i; local $/; my $d=<$i>;
   my $n=(length($d)-1024)/4; substr($d,1024,$n*4)=pack("f<",1e30) x $n;
