@@ -8,10 +8,12 @@
 #    recomputed blocks per stage) against an even split that recomputes the
 #    same number of blocks on every stage (all Megatron's
 #    --recompute-num-layers can express), the fewest that fit.
-# 3. Schedules: the same placement on P=2 ranks of one thread each (no more
-#    ranks than this machine's cores, so the times are real) under 1F1B and
-#    ZB-H1, alternated; each one's measured and predicted iteration time and
-#    bubble, and every rank's arena (ZB-H1 holds a micro-batch until its W).
+# 3. Schedules: on P=2 ranks of one thread each (no more ranks than this
+#    machine's cores, so the times are real), the best plan under 1F1B and
+#    under ZB-H1 at one budget, alternated; each one's measured and predicted
+#    iteration time and bubble, and every rank's arena (ZB-H1 holds a
+#    micro-batch until its W). Interleaved 1F1B and ZB-V are planned but not
+#    run by remat train.
 #
 # P ranks on a 2-core machine are oversubscribed: times are for comparing
 # the two placements and the prediction, run alternately, not for speed.
@@ -93,11 +95,19 @@ for round in 1 2; do
   run "even_split_k${even}_$round" "${even_args[@]}"
 done
 
-# 3. Schedules on 2 ranks of one thread: 1F1B against ZB-H1 at one placement.
+# 3. Schedules on 2 ranks of one thread: the best plan under 1F1B and under
+#    ZB-H1 at one budget (5% above the least zb-h1 needs: it holds more),
+#    alternated; each one's measured and predicted time and bubble.
 P=2
-common=(--config 8,256,8,8192,256 --batch 4 --seq 128 --grad-accum 8 --steps "$steps" --threads 1
+cfg3="8,256,8,8192,256"
+common=(--config "$cfg3" --batch 4 --seq 128 --grad-accum 8 --steps "$steps" --threads 1
         --quiet --precision fp32)
+least3=$( ("$remat" plan --config "$cfg3" --batch 4 --seq 128 --stages 2 --microbatches 8 \
+  --schedule zb-h1 --precision fp32 --mem 1 --format json 2>/dev/null || true) |
+  python3 -c 'import json,sys; print(json.load(sys.stdin)["min_budget_bytes"])')
+budget3=$((least3 * 105 / 100))
+echo "bench=pipeline_schedules config=$cfg3 B=4 T=128 stages=2 microbatches=8 budget_bytes=$budget3"
 for round in 1 2 3; do
-  run "sched_1f1b_$round" --stages 2 --layers 4,4 --schedule 1f1b
-  run "sched_zbh1_$round" --stages 2 --layers 4,4 --schedule zb-h1
+  run "sched_1f1b_$round" --stages 2 --mem "$budget3" --schedule 1f1b
+  run "sched_zbh1_$round" --stages 2 --mem "$budget3" --schedule zb-h1
 done
