@@ -149,7 +149,9 @@ static int time_exponent(const remat_plan_problem *pb) {
   double ttot = 0;
   for (int64_t g = 0; g < pb->num_groups; g++) {
     const remat_plan_group *G = &pb->groups[g];
-    ttot += (double)G->count * (G->fwd + G->bwd + G->recompute + G->middle_recompute);
+    /* zb-h1 reruns a rebuilt block's forward for its W too (see expand_layers) */
+    double again = pb->schedule == REMAT_SCHED_ZBH1 && G->wgrad > 0 ? 2 : 1;
+    ttot += (double)G->count * (G->fwd + G->bwd + again * (G->recompute + G->middle_recompute));
   }
   double span = ttot * (double)pb->microbatches;
   if (!(span > 0)) return 0;
@@ -165,9 +167,12 @@ static void expand_layers(remat__plan_inst *in, const remat_plan_problem *pb, in
     const remat_plan_group *G = &pb->groups[g];
     int64_t fq = (int64_t)llround(ldexp(G->fwd, -e));
     int64_t bq = (int64_t)llround(ldexp(G->bwd, -e));
-    int64_t rq = (int64_t)llround(ldexp(G->recompute, -e));
+    /* zb-h1: a layer that does not keep its activations rebuilds them for
+     * its B and again for its deferred W (remat train's runtime does) */
+    double again = pb->schedule == REMAT_SCHED_ZBH1 && G->wgrad > 0 ? 2 : 1;
+    int64_t rq = (int64_t)llround(ldexp(again * G->recompute, -e));
     int middle = G->recomputable && G->middle;
-    int64_t rmq = middle ? (int64_t)llround(ldexp(G->middle_recompute, -e)) : 0;
+    int64_t rmq = middle ? (int64_t)llround(ldexp(again * G->middle_recompute, -e)) : 0;
     int64_t wq = (int64_t)llround(ldexp(G->wgrad, -e));
     for (int64_t k = 0; k < G->count; k++, l++) {
       in->fwd[l] = fq;

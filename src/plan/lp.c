@@ -131,18 +131,20 @@ static void lp_scale(lp *x) {
 }
 
 /* The time of layer l on stage s: f + b when placed, r when recomputed, rm
- * under the middle policy. */
+ * under the middle policy (twice under zb-h1 for a layer with a deferred W,
+ * whose W rebuilds its activations again). */
 static void time_terms(lp *x, terms *t, int64_t l, int64_t s) {
   char v[64];
+  double again = x->pb->schedule == REMAT_SCHED_ZBH1 && x->of[l]->wgrad > 0 ? 2 : 1;
   snprintf(v, sizeof v, "y_%lld_%lld", (long long)l, (long long)s);
   term(t, x->of[l]->fwd + x->of[l]->bwd, v);
   if (x->of[l]->recomputable) {
     snprintf(v, sizeof v, "z_%lld_%lld", (long long)l, (long long)s);
-    term(t, x->of[l]->recompute, v);
+    term(t, again * x->of[l]->recompute, v);
   }
   if (mid(x, l)) {
     snprintf(v, sizeof v, "u_%lld_%lld", (long long)l, (long long)s);
-    term(t, x->of[l]->middle_recompute, v);
+    term(t, again * x->of[l]->middle_recompute, v);
   }
 }
 
