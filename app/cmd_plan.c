@@ -17,13 +17,15 @@
 enum { FORMAT_LP = -1 };        /* beside REMAT_PLAN_FORMAT_* */
 
 /* What --config's figures describe: one line under the table's problem
- * line ("note: " SOURCE_NOTE), and "source_note" in JSON. */
-#define SOURCE_NOTE                                                        \
-  "bytes and FLOP times of remat's own fp32 GPT-2 engine; for other frameworks' models, " \
-  "see python/remat (docs/profile.md)"
-#define SOURCE_NOTE_BF16                                                   \
-  "bytes and FLOP times of remat's own bf16 GPT-2 engine (oneDNN's scratchpad as on this " \
-  "CPU and thread count); for other frameworks' models, see python/remat (docs/profile.md)"
+ * line ("note: " and the note), and "source_note" in JSON: the bytes of
+ * remat's engine in its precision, its FLOP or measured times. */
+static void source_note(char *buf, size_t cap, int bf16, int measured) {
+  snprintf(buf, cap, "bytes and %s of remat's own %s GPT-2 engine%s; for other frameworks' "
+           "models, see python/remat (docs/profile.md)",
+           measured ? "times measured on this machine (--calibrate)" : "FLOP times",
+           bf16 ? "bf16" : "fp32",
+           bf16 ? " (oneDNN's scratchpad as on this CPU and thread count)" : "");
+}
 
 static const char usage_text[] =
     "usage: remat plan PROBLEM.json [options]\n"
@@ -88,6 +90,10 @@ static const char usage_text[] =
     "                                 simulated: the schedule's simulated makespan\n"
     "                                 (every partition searched, each stage taking\n"
     "                                 its least-time choice)\n"
+    "  --calibrate N                  with --config: time the model's layers on this\n"
+    "                                 machine (N rounds of a three-block model of its\n"
+    "                                 width, medians) and plan with those seconds\n"
+    "                                 instead of FLOP counts\n"
     "  --no-middle                    layers keep or recompute only (no middle policy),\n"
     "                                 as frameworks without it do\n"
     "  --time-limit SECONDS           stop the exact search after this long (default\n"
@@ -117,6 +123,7 @@ typedef struct plan_args {
   int64_t B, T, P, M, D, Z, points, chunks;
   double time_limit;
   int sweep, no_middle;
+  int64_t calibrate; /* rounds of remat_calibrate (0: FLOP-based times) */
   int fmt, sched, obj, prec;
 } plan_args;
 
@@ -139,6 +146,8 @@ static int resolve_names(plan_args *a) {
     return cli_fail(-1, "unknown precision '%s'; use fp32 or bf16", a->precision);
   if (a->precision && !a->config)
     return cli_fail(-1, "--precision goes with --config; a problem file has its own bytes");
+  if (a->calibrate && !a->config)
+    return cli_fail(-1, "--calibrate goes with --config; a problem file has its own times");
   const char *why;
   if (a->precision && !remat_precision_available(a->prec, &why))
     return cli_fail(-1, "--precision bf16 needs AVX512-BF16 or AMX, and this CPU has neither "
@@ -207,6 +216,7 @@ static int parse_args(int argc, char **argv, plan_args *a) {
       {.name = "--precision", .kind = CLI_STR, .dst = &a->precision},
       {.name = "--sweep", .kind = CLI_SWITCH, .dst = &a->sweep},
       {.name = "--no-middle", .kind = CLI_SWITCH, .dst = &a->no_middle},
+      {.name = "--calibrate", .kind = CLI_I64, .dst = &a->calibrate, .lo = 1, .hi = 1000},
       {.name = NULL},
   };
   if (cli_parse_flags(argc, argv, flags, usage_text)) return -1;
@@ -251,6 +261,14 @@ static int load_problem(const plan_args *a, const size_t *budgets, remat_plan_pr
   if (remat_plan_problem_from_replicas(pb, &cfg, a->B, a->T, a->P, a->M, a->D > 1 ? a->D : 1,
                                        a->Z > 0 ? (int)a->Z : 0, budgets[0], &err))
     return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
+  if (a->calibrate) { /* this machine's layer times, not FLOP counts */
+    remat_layer_times t;
+    if (remat_calibrate(&cfg, a->B, a->T, (int)a->calibrate, &t, &err)) {
+      remat_plan_problem_free(pb);
+      return cli_fail(CLI_EXIT_RUN, "calibrating: %s", err.msg);
+    }
+    remat_plan_problem_set_times(pb, &t);
+  }
   return 0;
 }
 
@@ -290,18 +308,17 @@ static int apply_settings(const plan_args *a, const size_t *budgets, int64_t nb,
   return 0;
 }
 
-/* text with SOURCE_NOTE added (owned; NULL when out of memory): in a
- * table, after its "problem: " line (else at its end); in JSON, as the
- * top-level object's last field. */
-static char *with_note(const char *text, int json, int bf16) {
+/* text with the note added (owned; NULL when out of memory): in a table,
+ * after its "problem: " line (else at its end); in JSON, as the top-level
+ * object's last field. */
+static char *with_note(const char *text, int json, const char *note) {
   size_t n = strlen(text), at = n;
-  const char *note = bf16 ? SOURCE_NOTE_BF16 : SOURCE_NOTE;
-  char line[sizeof SOURCE_NOTE_BF16 + 16];
+  char line[320];
   snprintf(line, sizeof line, "note: %s\n", note);
   const char *add = line;
   const char *p = strstr(text, "\nproblem: ");
   const char *close = json ? strstr(text, "\n}") : NULL;
-  char field[sizeof SOURCE_NOTE_BF16 + 32];
+  char field[352];
   if (json) {
     field[0] = 0; /* not an object: left as it is */
     while (close && strstr(close + 1, "\n}")) close = strstr(close + 1, "\n}");
@@ -321,13 +338,15 @@ static char *with_note(const char *text, int json, int bf16) {
 }
 
 /* Writes text to -o through the library's atomic save, or to standard
- * output; --config's tables and JSON carry SOURCE_NOTE. 0 or CLI_EXIT_RUN. */
+ * output; --config's tables and JSON carry the source note. 0 or CLI_EXIT_RUN. */
 static int write_out(const plan_args *a, const char *text) {
   remat_error err;
   int status = 0;
   int note = a->config && (a->fmt == REMAT_PLAN_FORMAT_TABLE || a->fmt == REMAT_PLAN_FORMAT_JSON);
   int bf16 = a->prec == REMAT_PRECISION_BF16;
-  char *noted = note ? with_note(text, a->fmt == REMAT_PLAN_FORMAT_JSON, bf16) : NULL;
+  char what[288];
+  source_note(what, sizeof what, bf16, a->calibrate > 0);
+  char *noted = note ? with_note(text, a->fmt == REMAT_PLAN_FORMAT_JSON, what) : NULL;
   if (note && !noted) return cli_fail(CLI_EXIT_RUN, "out of memory formatting the plan");
   const char *out = noted ? noted : text;
   if (a->output) {

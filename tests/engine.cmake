@@ -4,6 +4,8 @@ remat_test(test_memplan SOURCES test_memplan.c LIBS remat_memory LABELS unit)
 remat_test(test_checkpointing SOURCES test_checkpointing.c LIBS remat_train LABELS slow)
 # A zero-bubble schedule's B and W apart = the whole backward, bit for bit.
 remat_test(test_zb SOURCES test_zb.c LIBS remat_model LABELS unit)
+# The calibration's layer times, and a plan on them.
+remat_test(test_calibrate SOURCES test_calibrate.c LIBS remat_job LABELS unit)
 remat_test(test_noalloc SOURCES test_noalloc.c LIBS remat_train LABELS unit)
 # Planned == measured after real steps, on a seeded sweep of random odd shapes.
 remat_test(test_memory_sweep SOURCES test_memory_sweep.c LIBS remat_train LABELS unit)

@@ -22,7 +22,6 @@
 
 static atomic_long n_alloc, live_bytes, largest, outside_dnnl;
 static atomic_int counting, blame; /* blame: find each allocation's library */
-static _Thread_local int in_hook;
 
 /* Under AddressSanitizer, malloc belongs to the sanitizer: the count is then
  * skipped and only the library's own counter is checked. */
@@ -35,6 +34,7 @@ extern void *__libc_calloc(size_t, size_t);
 extern void *__libc_realloc(void *, size_t);
 extern void *__libc_memalign(size_t, size_t);
 extern void __libc_free(void *);
+static _Thread_local int in_hook;
 
 /* Whether one of the calls below this one is in oneDNN's library. */
 static int from_dnnl(void) {

@@ -260,6 +260,32 @@ typedef struct remat_job_conflict {
 REMAT_API int remat_job_saved_conflict(const remat_job_saved *s, const remat_job_desc *d,
                                        remat_job_conflict *c);
 
+/* ----------------------------------------------------------- calibration */
+
+/* A GPT-2's layer times on this machine, in seconds per micro-batch of
+ * B x T, measured (remat_calibrate): what the planner's FLOP-based times
+ * stand in for. bwd is a block's whole backward, wgrad its weight part (a
+ * zero-bubble schedule's W); recompute and middle the rebuild of its
+ * activations under the full and the middle policy. */
+typedef struct remat_layer_times {
+  double embed_fwd, embed_bwd;
+  double block_fwd, block_bwd, block_wgrad, block_recompute, block_middle;
+  double head_fwd, head_bwd;
+  int rounds; /* the medians of this many measured rounds */
+} remat_layer_times;
+
+/* Builds a three-block model of cfg's width (a block kept, one middle, one
+ * recomputed; cfg's precision) and times `rounds` steps of one
+ * micro-batch of B x T, its backward in B and W, after one to warm up;
+ * each figure is its median over the rounds. Allocates the model's arena
+ * for the time it runs. */
+REMAT_API int remat_calibrate(const remat_config *cfg, int64_t B, int64_t T, int rounds,
+                              remat_layer_times *t, remat_error *err);
+/* A GPT-2 problem (remat_plan_problem_from_model or _from_replicas: the
+ * embedding, L blocks, the head) with t's times for its FLOP-based ones;
+ * its time unit becomes seconds. */
+REMAT_API void remat_plan_problem_set_times(remat_plan_problem *pb, const remat_layer_times *t);
+
 /* ------------------------------------------------------------- parsing */
 
 /* "0,2,5", "0-3": blocks recomputed in full; "middle:" before an item gives

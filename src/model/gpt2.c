@@ -201,6 +201,19 @@ size_t remat__stage_num_params(const remat_config *cfg, const remat_stage *st) {
   for (int i = 0; i < REMAT_P_COUNT; i++) n += sz[i];
   return n;
 }
+void remat__model_timers(const remat_model *m, double seconds[REMAT__T_COUNT],
+                         int64_t count[REMAT__T_COUNT]) {
+  for (int k = 0; k < REMAT__T_COUNT; k++) seconds[k] = m->timer_s[k], count[k] = m->timer_n[k];
+}
+
+/* Adds the time since t0 to timer k; returns now. */
+static double lap(remat_model *m, int k, double t0) {
+  double t = remat__now();
+  m->timer_s[k] += t - t0;
+  m->timer_n[k]++;
+  return t;
+}
+
 double remat__model_take_recompute_seconds(remat_model *m) {
   double s = m->recompute_s;
   m->recompute_s = 0;
@@ -906,6 +919,7 @@ void remat__model_stage_forward(remat_model *m, int64_t slot_index, uint32_t mic
   char *slot = slot_at(m, slot_index);
   int64_t nb = m->stage.num_blocks, C = m->cfg.channels;
   bf16_refresh(m);
+  double t = remat__now();
   if (m->stage.has_embedding) {
     float *out = nb || m->stage.has_head ? resid_at(m, slot, 0) : m->send;
     const float *e = unit_params(m, 0, 0);
@@ -913,12 +927,14 @@ void remat__model_stage_forward(remat_model *m, int64_t slot_index, uint32_t mic
                            e ? e : m->p[REMAT_P_WTE],
                            e ? e + (size_t)m->cfg.padded_vocab_size * (size_t)C : m->p[REMAT_P_WPE],
                            m->B, m->T, C);
+    t = lap(m, REMAT__T_EMBED_F, t);
   }
   for (int64_t i = 0; i < nb; i++) {
     remat__block_acts a = block_acts(m, slot, i);
     float *out = i + 1 < nb || m->stage.has_head ? resid_at(m, slot, i + 1) : m->send;
     block_params w = block_params_of(m, i, unit_params(m, 1 + m->stage.first_block + i, 0));
     block_forward(m, i, &w, resid_at(m, slot, i), &a, out, hp, micro);
+    t = lap(m, REMAT__T_BLOCK_F, t);
   }
 }
 
@@ -930,7 +946,9 @@ static double head_backward(remat_model *m, char *slot, float dloss) {
   int64_t N = m->B * m->T, C = c->channels, L = c->num_layers;
   remat__head_acts h;
   head_params w = head_params_of(m);
+  double t = remat__now();
   double loss = head_forward(m, &w, slot, &h, true, dloss);
+  t = lap(m, REMAT__T_HEAD_F, t);
   float *logits = (float *)(m->work + mm->head_bytes);
   /* the head's share of the tied matrix's gradient, summed on its own;
    * the buffer holds it, then the head's own unit */
@@ -952,11 +970,13 @@ static double head_backward(remat_model *m, char *slot, float dloss) {
                             w.lnfw, h.lnf_mean, h.lnf_rstd, N, C);
   grad_done(m, L + 2, gb);
   grad_done(m, L + 1, gb ? gb + m->head_grad_split : NULL);
+  lap(m, REMAT__T_HEAD_B, t);
   return loss;
 }
 
 /* The embedding's gradient from dresid = dL/d(its output). */
 static void embedding_backward(remat_model *m, char *slot) {
+  double t = remat__now();
   const remat_config *c = &m->cfg;
   int64_t C = c->channels;
   float *gb = grad_buffer(m, REMAT_LAYER_EMBEDDING, 0, 0);
@@ -973,6 +993,7 @@ static void embedding_backward(remat_model *m, char *slot) {
                             m->dresid, ids, m->B, m->T, C);
   }
   grad_done(m, 0, gb);
+  lap(m, REMAT__T_EMBED_B, t);
 }
 
 /* Block i's W record of deferred micro-batch w (REMAT_BUF_WREC). */
@@ -1003,8 +1024,9 @@ static void blocks_backward(remat_model *m, char *slot, uint32_t micro, const re
         block_forward(m, i, &w, resid_at(m, slot, i), &a, NULL, hp, micro);
       else
         block_recompute_cheap(m, &w, resid_at(m, slot, i), &a);
-      m->recompute_s += remat__now() - t0;
+      m->recompute_s += lap(m, pol == REMAT_RECOMPUTE ? REMAT__T_RECOMPUTE : REMAT__T_MIDDLE, t0) - t0;
     }
+    double t0 = remat__now();
     size_t scratch = pol == REMAT_RECOMPUTE ? mm->block_internal_bytes
                      : pol == REMAT_MIDDLE  ? mm->block_cheap_bytes
                                             : 0;
@@ -1024,6 +1046,7 @@ static void blocks_backward(remat_model *m, char *slot, uint32_t micro, const re
     block_backward(m, i, &w, &g, resid_at(m, slot, i), &a, hp, micro, part,
                    part != PART_ALL ? &wr : NULL);
     if (part & PART_WEIGHT) grad_done(m, u, gb);
+    lap(m, part == PART_WEIGHT ? REMAT__T_BLOCK_W : REMAT__T_BLOCK_B, t0);
   }
 }
 

@@ -59,6 +59,8 @@ struct remat_model {
   size_t high_water;  /* cache for remat_model_arena_high_water */
   int64_t step;       /* optimizer steps taken */
   double recompute_s; /* seconds spent recomputing, since last taken */
+  double timer_s[REMAT__T_COUNT]; /* seconds in each kind of layer work */
+  int64_t timer_n[REMAT__T_COUNT];
 };
 
 /* remat_model_create in two steps: model/model_runtime.h. The same on backend be

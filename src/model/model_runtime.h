@@ -25,6 +25,18 @@ const remat__backend *remat__model_backend(const remat_model *m);
 void remat__model_set_step(remat_model *m, int64_t step);
 /* Seconds spent recomputing since the last take; take resets the count. */
 double remat__model_take_recompute_seconds(remat_model *m);
+/* Seconds the model has spent in each kind of layer work since it was made
+ * (the calibration's figures: remat_calibrate), and how many times. */
+enum {
+  REMAT__T_EMBED_F, REMAT__T_EMBED_B, /* the embedding's forward, backward */
+  REMAT__T_BLOCK_F,                   /* a block's forward (not a rebuild) */
+  REMAT__T_BLOCK_B, REMAT__T_BLOCK_W, /* a block's backward: whole or B; W */
+  REMAT__T_RECOMPUTE, REMAT__T_MIDDLE, /* a rebuild: full, middle */
+  REMAT__T_HEAD_F, REMAT__T_HEAD_B,   /* the head's forward and loss; its backward */
+  REMAT__T_COUNT
+};
+void remat__model_timers(const remat_model *m, double seconds[REMAT__T_COUNT],
+                         int64_t count[REMAT__T_COUNT]);
 double remat__model_recompute_seconds(const remat_model *m);
 /* Sums of squared gradients, one per layer the model holds, in model order
  * (embedding, blocks, head; the tied matrix counted on the embedding), each

@@ -47,6 +47,8 @@ expect "needs a value" "$DATA/seed.json" --mem
 expect "unknown format" "$DATA/seed.json" --format yaml
 expect "unknown schedule" "$DATA/seed.json" --schedule zb-v
 expect "unknown objective" "$DATA/seed.json" --objective speed
+expect "calibrate goes with --config" "$DATA/seed.json" --calibrate 3
+expect "out of range" --config tiny --batch 2 --seq 16 --stages 1 --microbatches 1 --calibrate 0
 expect "stages" "$DATA/seed.json" --stages 0
 expect "stages" "$DATA/seed.json" --stages abc
 expect "stages" "$DATA/seed.json" --stages 1e999
