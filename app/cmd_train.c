@@ -85,6 +85,7 @@ static int parse_args(int argc, char **argv, opts *o, const remat_job_desc *base
       {.name = "--resume", .kind = CLI_STR, .dst = &d->resume},
       {.name = "--schedule", .kind = CLI_STR, .dst = &o->schedule_name},
       {.name = "--precision", .kind = CLI_STR, .dst = &o->precision_name},
+      {.name = "--calibrate", .kind = CLI_INT, .dst = &d->calibrate, .lo = 1, .hi = 1000},
       {.name = "--checkpoint-every", .kind = CLI_I64, .dst = &d->checkpoint_every,
         .lo = 1, .hi = 1 << 30},
       {.name = "--stages", .kind = CLI_I64, .dst = &d->stages, .lo = 1, .hi = REMAT_MAX_STAGES},
@@ -157,6 +158,9 @@ static int check_args(opts *o) {
   if ((o->d.ckpt_ratio >= 0) + !!o->d.ckpt_layers + !!o->d.memory + !!o->d.plan > 1)
     return cli_fail(-1, "--ckpt-ratio, --ckpt-layers, --mem and --plan each choose the "
                         "recomputed blocks; give at most one");
+  if (o->stages == 1 && o->d.calibrate)
+    return cli_fail(-1, "--calibrate times the layers to place a pipeline's stages: give "
+                        "--stages P too (remat plan --calibrate plans one process)");
   if (o->stages == 1 && (o->d.layers || o->d.plan))
     return cli_fail(-1, "--layers and --plan place a pipeline: give --stages P too (and "
                         "start P ranks with mpirun -np P)");

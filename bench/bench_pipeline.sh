@@ -11,8 +11,9 @@
 # 3. Schedules: on P=2 ranks of one thread each (no more ranks than this
 #    machine's cores, so the times are real), the best plan under 1F1B and
 #    under ZB-H1 at one budget, alternated; each one's measured and predicted
-#    iteration time and bubble, and every rank's arena (ZB-H1 holds a
-#    micro-batch until its W). Interleaved 1F1B and ZB-V are planned but not
+#    iteration time (placed and predicted by --calibrate's measured layer
+#    times) and bubble, and every rank's arena (ZB-H1 holds a micro-batch
+#    until its W). Interleaved 1F1B and ZB-V are planned but not
 #    run by remat train.
 #
 # P ranks on a 2-core machine are oversubscribed: times are for comparing
@@ -108,6 +109,6 @@ least3=$( ("$remat" plan --config "$cfg3" --batch 4 --seq 128 --stages 2 --micro
 budget3=$((least3 * 105 / 100))
 echo "bench=pipeline_schedules config=$cfg3 B=4 T=128 stages=2 microbatches=8 budget_bytes=$budget3"
 for round in 1 2 3; do
-  run "sched_1f1b_$round" --stages 2 --mem "$budget3" --schedule 1f1b
-  run "sched_zbh1_$round" --stages 2 --mem "$budget3" --schedule zb-h1
+  run "sched_1f1b_$round" --stages 2 --mem "$budget3" --schedule 1f1b --calibrate 3
+  run "sched_zbh1_$round" --stages 2 --mem "$budget3" --schedule zb-h1 --calibrate 3
 done

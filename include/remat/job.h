@@ -74,6 +74,10 @@ typedef struct remat_job_desc {
   int64_t stages, replicas;
   int zero;     /* ZeRO stage of the replicas, 0 to 3 */
   int schedule; /* remat_plan_schedule */
+  /* The planner's times: 0 FLOP-based, at the measured product rate; N >
+   * 0: this machine's, measured by rank 0 over N rounds (remat_calibrate)
+   * before the stages are placed, and the run's prediction in them. */
+  int calibrate;
   const char *layers; /* blocks per stage by hand, "N0,N1,..." */
   const char *plan;   /* a plan file of `remat plan` places the stages */
   /* State: a checkpoint every checkpoint_every steps (and at the end) in

@@ -53,6 +53,9 @@ REMAT_API int remat_dist_size(const remat_dist *d);
 REMAT_API int remat_dist_all_same(remat_dist *d, const void *bytes, size_t n, int *same,
                                   int *first_diff, remat_error *err);
 /* Rank 0 receives one value from every rank, in rank order (others: NULL). */
+/* Every rank's n bytes at `bytes` become rank root's. */
+REMAT_API int remat_dist_broadcast(remat_dist *d, void *bytes, size_t n, int root,
+                                   remat_error *err);
 REMAT_API int remat_dist_gather_sizes(remat_dist *d, size_t value, size_t *all, remat_error *err);
 /* Every rank passes its own status (0 or a remat_errno, with err filled when
  * not 0): returns the status of the lowest failing rank on every rank, with

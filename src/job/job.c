@@ -449,6 +449,21 @@ static int layout_from_file(remat_job *job, int64_t *lps, uint8_t *layer_policy,
   return rc;
 }
 
+/* --calibrate: rank 0 times the model's layers on this machine and every
+ * rank plans with its figures (they must place the stages alike). */
+static int calibrated_times(remat_job *job, remat_error *err) {
+  const remat_job_desc *d = &job->d;
+  if (d->calibrate <= 0) return 0;
+  remat_layer_times t = {0};
+  int rc = job->rank == 0
+               ? remat_calibrate(&job->cfg, d->train.B, d->train.T, d->calibrate, &t, err)
+               : 0;
+  if ((rc = agree(job, rc, err))) return rc;
+  if (job->dist && (rc = remat_dist_broadcast(job->dist, &t, sizeof t, 0, err))) return rc;
+  remat_plan_problem_set_times(&job->pb, &t);
+  return 0;
+}
+
 /* The pipeline's placement, chosen the way the description says: blocks
  * per stage by hand (with the block policies), a plan file, else the
  * planner's exact optimum under the budgets (or, without any, memory
@@ -465,6 +480,7 @@ static int place_pipeline(remat_job *job, const uint8_t *block_policy, remat_err
                                             (size_t)1 << 60, err);
   if (rc) return rc;
   job->have_pb = 1;
+  if ((rc = calibrated_times(job, err))) return rc;
   job->pb.schedule = d->schedule;
   if ((rc = stage_budgets(d, &job->pb, err))) return rc;
   uint8_t *layer_policy = calloc((size_t)L + 2, 1);
@@ -868,12 +884,13 @@ int remat_job_rank_memplan(const remat_job *job, int k, remat_stage *st, remat_m
 void remat_job_predict(const remat_job *job, double rank_flops, double *seconds,
                        double *bubble) {
   *seconds = *bubble = 0;
-  if (!job->have_plan || rank_flops <= 0) return;
+  if (!job->have_plan || (rank_flops <= 0 && job->d.calibrate <= 0)) return;
   const remat_plan *p = &job->plan;
   double busy = 0;
   for (int64_t s = 0; s < p->num_stages; s++) busy += p->stages[s].time * (double)p->microbatches;
   double sim = p->simulated_time > 0 ? p->simulated_time : p->iteration_time;
-  *seconds = sim * 1e9 / rank_flops;
+  /* calibrated times are seconds already; else GFLOP at the rank's rate */
+  *seconds = job->d.calibrate > 0 ? sim : sim * 1e9 / rank_flops;
   *bubble = sim > 0 ? 1 - busy / ((double)p->num_stages * sim) : 0;
 }
 

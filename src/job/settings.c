@@ -62,6 +62,7 @@ static const struct key {
     {"zero", K_INT, offsetof(remat_job_desc, zero), FIXED},
     {"schedule", K_SCHED, offsetof(remat_job_desc, schedule), FIXED},
     {"precision", K_PREC, offsetof(remat_job_desc, precision), FIXED},
+    {"calibrate", K_INT, offsetof(remat_job_desc, calibrate), FIXED},
     {"layers", K_STR, offsetof(remat_job_desc, layers), FIXED},
     {"plan", K_PATH, offsetof(remat_job_desc, plan), FIXED},
     {"checkpoint-dir", K_PATH, offsetof(remat_job_desc, checkpoint_dir), FIXED},

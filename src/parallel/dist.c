@@ -4,6 +4,7 @@
  * pipeline.c, the data-parallel one in replicas.c, the two together on a
  * grid in grid.c. */
 #include <mpi.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -114,6 +115,12 @@ static uint64_t digest(const void *bytes, size_t n) {
   uint64_t h = 1469598103934665603ull;
   for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ull;
   return h ^ (uint64_t)n;
+}
+
+int remat_dist_broadcast(remat_dist *d, void *bytes, size_t n, int root, remat_error *err) {
+  if (n > (size_t)INT_MAX) return remat__errorf(err, REMAT_ERANGE, "a broadcast of %zu bytes", n);
+  int rc = MPI_Bcast(bytes, (int)n, MPI_BYTE, root, d->comm);
+  return rc == MPI_SUCCESS ? 0 : remat__mpi_error(err, rc, "sharing rank 0's figures");
 }
 
 int remat_dist_all_same(remat_dist *d, const void *bytes, size_t n, int *same, int *first_diff,

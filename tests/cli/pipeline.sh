@@ -104,6 +104,24 @@ PY
 then ok "zb-h1 --mem and --plan: planned = measured = remat plan, per rank"
 else bad "zb-h1 --mem figures"; tail -5 zbmem.out zbfile.out; fi
 
+# --calibrate: rank 0 times the layers, every rank places the stages by its
+# figures (the same placement on every rank, or the run would hang or
+# differ), and the prediction is in those seconds.
+mpi 2 "$remat" train "${common[@]}" --stages 2 --mem 8MiB --schedule zb-h1 --calibrate 2 \
+  --log cal.jsonl >cal.out 2>&1
+if python3 - <<'PY'
+import json, re
+log = [json.loads(l) for l in open("cal.jsonl")]
+text = open("cal.out").read()
+m = re.search(r"iteration ([0-9.]+) s measured, ([0-9.]+) s predicted", text)
+ok = m and float(m.group(2)) > 0 and len(log) == 3 and all(
+    x["rank_planned_peak_bytes"] == x["rank_measured_peak_bytes"] for x in log)
+print("  measured %s s, predicted %s s" % (m.group(1), m.group(2)) if m else "  no prediction")
+raise SystemExit(0 if ok else 1)
+PY
+then ok "--calibrate: stages placed by measured layer times, a prediction in seconds"
+else bad "--calibrate"; tail -5 cal.out; fi
+
 # The same plan from its file, and checked against the job.
 mpi 3 "$remat" train "${common[@]}" --stages 3 --plan plan.json --log file.jsonl >file.out 2>&1
 if cmp -s <(python3 -c 'import json;[print(json.loads(l)["loss"]) for l in open("mem.jsonl")]') \
