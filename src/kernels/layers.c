@@ -121,13 +121,20 @@ static double sumsq_dev_lanes(const float *x, int64_t n, double m) {
 /* Mean and biased variance of each row are accumulated in double (two
  * passes), then rounded to float: closer to PyTorch's float32 result than a
  * float accumulation for wide rows. rstd = 1 / sqrt(var + 1e-5). */
+/* A row's mean and 1 / sqrt(variance + eps), each rounded to float. */
+static inline void row_stats(const float *x, int64_t C, float *mf, float *rf) {
+  double m = sum_lanes(x, C) / (double)C, v = sumsq_dev_lanes(x, C, m);
+  *mf = (float)m;
+  *rf = (float)(1.0 / sqrt(v / (double)C + LN_EPS));
+}
+
 void remat__layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
                               const float *weight, const float *bias, int64_t N, int64_t C) {
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; n++) {
     const float *x = inp + n * C;
-    double m = sum_lanes(x, C) / (double)C, v = sumsq_dev_lanes(x, C, m);
-    float mf = (float)m, rf = (float)(1.0 / sqrt(v / (double)C + LN_EPS));
+    float mf, rf;
+    row_stats(x, C, &mf, &rf);
     float *o = out + n * C;
     for (int64_t c = 0; c < C; c++) o[c] = (x[c] - mf) * rf * weight[c] + bias[c];
     mean[n] = mf;
@@ -142,8 +149,8 @@ void remat__layernorm_forward_bf16(uint16_t *out, float *mean, float *rstd, cons
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; n++) {
     const float *x = inp + n * C;
-    double m = sum_lanes(x, C) / (double)C, v = sumsq_dev_lanes(x, C, m);
-    float mf = (float)m, rf = (float)(1.0 / sqrt(v / (double)C + LN_EPS));
+    float mf, rf;
+    row_stats(x, C, &mf, &rf);
     uint16_t *o = out + n * C;
     for (int64_t c = 0; c < C; c++) o[c] = remat__bf16_round((x[c] - mf) * rf * weight[c] + bias[c]);
     mean[n] = mf;
