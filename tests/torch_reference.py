@@ -4,6 +4,23 @@ torch.optim.AdamW (decay on matrices and embeddings only), global-norm
 clipping. Checks the loss, every gradient, and the parameters after three
 optimizer steps, to float32 rounding.
 
+Then, where the CPU has bf16 products, remat's mixed precision over 10
+steps (lr 1e-3, from the same weights and tokens) against PyTorch run two
+ways: under torch.autocast("cpu", dtype=torch.bfloat16), and as an fp32
+model that rounds where remat's policy rounds (bf16 operands and fp32
+accumulation in every product, the product's incoming gradient rounded to
+bf16; ln, qkv, attention output, fc, GELU output and logits stored in bf16;
+the residual stream, statistics, softmax and loss in fp32). The tolerance
+is measured, not chosen: the spread s between two runs of the same PyTorch
+model that differ only in summation order (the batch's two sequences
+swapped, which reorders every weight gradient's sum). remat must be within
+3 s of the policy's model at every step, and no farther from autocast than
+that model is (plus s): two bf16 policies differ by that much. And the
+first step's loss (forward only, before training can diverge) must sit at
+least 10 times closer to the policy's model than to fp32's: it fails if
+remat's products silently ran in fp32 (remat's fp32 run there is 8e-5 from
+the policy's model and 5e-7 from PyTorch fp32).
+
 usage: torch_reference.py REF_DUMP WORKDIR
 """
 import math
@@ -18,6 +35,7 @@ import torch.nn.functional as F
 
 B, T, STEPS = 2, 16, 3
 LR, WD, CLIP, BETAS, EPS = 1e-2, 0.1, 1.0, (0.9, 0.95), 1e-8
+BF16_STEPS, BF16_LR = 10, 1e-3  # as ref_dump's BF16_STEPS and BF16_LR
 
 
 class Block(nn.Module):
@@ -107,6 +125,125 @@ def flatten(order, attr):
     return torch.cat(out).numpy()
 
 
+class RoundForward(torch.autograd.Function):
+    """Rounds to bf16 (a stored bf16 tensor); its gradient passes as is."""
+    @staticmethod
+    def forward(ctx, x):
+        return x.to(torch.bfloat16).to(torch.float32)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g
+
+
+class RoundBackward(torch.autograd.Function):
+    """The identity; the gradient through it is rounded to bf16 (a
+    product's incoming gradient, which it takes as a bf16 operand)."""
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, g):
+        return g.to(torch.bfloat16).to(torch.float32)
+
+
+def policy_linear(x, m, out_bf16):
+    """A product under remat's bf16 policy: bf16 operands (x is stored in
+    bf16 already), fp32 accumulation and bias, the output fp32 or bf16."""
+    y = RoundBackward.apply(x @ RoundForward.apply(m.weight).t() + m.bias)
+    return RoundForward.apply(y) if out_bf16 else y
+
+
+def policy_block(b, x):
+    Bb, Tt, C = x.shape
+    rf = RoundForward.apply
+    qkv = policy_linear(rf(b.ln_1(x)), b.c_attn, True)
+    q, k, v = qkv.split(C, dim=2)
+    hs = C // b.NH
+    q, k, v = [t.view(Bb, Tt, b.NH, hs).transpose(1, 2) for t in (q, k, v)]
+    att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
+    mask = torch.tril(torch.ones(Tt, Tt, dtype=torch.bool))
+    att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+    y = rf((att @ v).transpose(1, 2).contiguous().view(Bb, Tt, C))
+    x = x + policy_linear(y, b.c_proj, False)
+    h = policy_linear(rf(b.ln_2(x)), b.c_fc, True)
+    return x + policy_linear(rf(F.gelu(h, approximate="tanh")), b.c_fcproj, False)
+
+
+def policy_loss(model, idx, targets):
+    x = model.wte(idx) + model.wpe(torch.arange(idx.shape[1]))
+    for blk in model.h:
+        x = policy_block(blk, x)
+    lnf = RoundForward.apply(model.ln_f(x))
+    wte = RoundForward.apply(model.wte.weight)
+    logits = RoundForward.apply(RoundBackward.apply(lnf @ wte.t()))[:, :, : model.V]
+    return F.cross_entropy(logits.reshape(-1, model.V), targets.reshape(-1))
+
+
+def train_losses(work, mode, swap=False):
+    """BF16_STEPS losses of PyTorch from the checkpoint: mode "fp32",
+    "autocast" or "policy"; swap exchanges the batch's two sequences."""
+    model, _ = load(os.path.join(work, "model.bin"))
+    tok = np.fromfile(os.path.join(work, "tokens.bin"), dtype=np.int32).astype(np.int64)
+    idx = torch.from_numpy(tok[: B * T].reshape(B, T))
+    tgt = torch.from_numpy(tok[B * T:].reshape(B, T))
+    if swap:
+        idx, tgt = idx.flip(0), tgt.flip(0)
+    decay = [model.wte.weight, model.wpe.weight] + [
+        p for b in model.h for p in (b.c_attn.weight, b.c_proj.weight, b.c_fc.weight, b.c_fcproj.weight)]
+    ids = {id(p) for p in decay}
+    no_decay = [p for p in model.parameters() if id(p) not in ids]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": WD},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=BF16_LR, betas=BETAS, eps=EPS, foreach=False)
+    out = []
+    for _ in range(BF16_STEPS):
+        opt.zero_grad(set_to_none=False)
+        if mode == "policy":
+            loss = policy_loss(model, idx, tgt)
+        else:
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=mode == "autocast"):
+                loss = model(idx, tgt)
+        loss.backward()
+        out.append(loss.item())
+        torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)
+        opt.step()
+    return np.array(out)
+
+
+def check_bf16(ref_dump, work):
+    """The bf16 comparisons (see the top); returns the failures."""
+    r = subprocess.run([ref_dump, work, "bf16"])
+    if r.returncode == 3:
+        print("bf16: not checked, this CPU has no bf16 products")
+        return 0
+    if r.returncode != 0:
+        print("bf16: ref_dump failed")
+        return 1
+    remat16 = np.fromfile(os.path.join(work, "losses_bf16.bin"), dtype=np.float32)
+    remat32 = np.fromfile(os.path.join(work, "losses_fp32_long.bin"), dtype=np.float32)
+    fp32, auto, pol = (train_losses(work, m) for m in ("fp32", "autocast", "policy"))
+    spread = max(np.abs(auto - train_losses(work, "autocast", True)).max(),
+                 np.abs(pol - train_losses(work, "policy", True)).max())
+    d_pol, d_auto, d_between = (float(np.abs(a - b).max()) for a, b in
+                                ((remat16, pol), (remat16, auto), (pol, auto)))
+    first_pol, first_fp32 = abs(remat16[0] - pol[0]), abs(remat16[0] - fp32[0])
+    for s in range(BF16_STEPS):
+        print(f"bf16 step {s + 1}: remat {remat16[s]:.6f} policy {pol[s]:.6f} "
+              f"autocast {auto[s]:.6f} fp32 {fp32[s]:.6f} (remat fp32 {remat32[s]:.6f})")
+    print(f"bf16: summation-order spread s = {spread:.2e}; |remat - policy| {d_pol:.2e} "
+          f"(tol 3 s = {3 * spread:.2e}); |remat - autocast| {d_auto:.2e} (tol |policy - "
+          f"autocast| + s = {d_between + spread:.2e}); step 1: {first_pol:.1e} from the "
+          f"policy, {first_fp32:.1e} from fp32")
+    failures = 0
+    failures += not (spread > 0 and d_pol <= 3 * spread)
+    failures += not d_auto <= d_between + spread
+    failures += not first_pol * 10 <= first_fp32
+    failures += not abs(remat32[0] - fp32[0]) < 1e-5 * abs(fp32[0])  # the fp32 twin is fp32's
+    return failures
+
+
 def main():
     ref_dump, work = sys.argv[1], sys.argv[2]
     os.makedirs(work, exist_ok=True)
@@ -160,6 +297,7 @@ def main():
           f"max {diff.max():.3e} (lr {LR})")
     if not (med < 1e-7 and p99 < 1e-5 and diff.max() < 2 * LR * STEPS):
         failures += 1
+    failures += check_bf16(ref_dump, work)
     print("torch_reference:", "ok" if failures == 0 else f"{failures} FAILED")
     return 1 if failures else 0
 
