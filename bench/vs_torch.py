@@ -4,7 +4,7 @@
 Two roles in one file:
 
   vs_torch.py compare REMAT [--reps N] [--steps N] [--threads N] [--shapes a,b]
-                      [--quiet-cpus X [--patience S]]
+                      [--quiet-cpus X [--patience S]] [--precision fp32|bf16]
       --reps times: for each shape, for no recompute (ratio 0) and full
       recompute (ratio 1), runs `REMAT train` and this file's PyTorch GPT-2,
       one process each, alternating which goes first. Each run's
@@ -20,10 +20,15 @@ Two roles in one file:
       chose and the CPUs it found idle at start, a measure of the load.
       With --quiet-cpus X each run first waits (up to --patience seconds)
       until X CPUs are idle over 2 s, and its line says how many were.
+      --precision bf16: remat --precision bf16 against PyTorch under
+      torch.autocast("cpu", dtype=torch.bfloat16), PyTorch's mixed precision
+      on the CPU; remat in fp32 joins the alternation (system remat_fp32),
+      for remat's bf16 speed over its own fp32.
 
   vs_torch.py torch --config L,C,NH,V,T --batch B --seq T --steps N
-                    [--threads N] [--ckpt-ratio R]
-      Trains a PyTorch GPT-2 of that shape in fp32 on synthetic tokens:
+                    [--threads N] [--ckpt-ratio R] [--precision fp32|bf16]
+      Trains a PyTorch GPT-2 of that shape in fp32 (or with the forward and
+      the loss under autocast to bf16) on synthetic tokens:
       forward, cross-entropy, backward, global-norm clipping at 1.0, AdamW
       (lr 1e-4, betas 0.9/0.95, eps 1e-8, weight decay 0.1 on matrices and
       embeddings; foreach=True, PyTorch's faster multi-tensor CPU path), as
@@ -134,7 +139,8 @@ def torch_train(a):
         tgt = torch.randint(0, V, (B, T), generator=g)
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        loss = model(idx, tgt)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.precision == "bf16"):
+            loss = model(idx, tgt)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
@@ -143,6 +149,7 @@ def torch_train(a):
     med = statistics.median(timed)
     print(f"torch version={torch.__version__} threads={torch.get_num_threads()} "
           f"attention={'sdpa' if sdpa else 'matmul-softmax'} config={a.config} B={B} T={T} "
+          f"precision={a.precision} "
           f"ratio={a.ckpt_ratio} recomputed={n_ckpt} steps={a.steps} step_s_median={med:.4f} "
           f"step_s_min={min(timed):.4f} tokens_per_s={B * T / med:.1f} loss={loss.item():.4f}",
           flush=True)
@@ -187,12 +194,13 @@ def run_measured(cmd, env):
     return out, ru.ru_maxrss * 1024, time.perf_counter() - t0
 
 
-def remat_run(a, cfg, B, T, ratio, env):
+def remat_run(a, cfg, B, T, ratio, env, precision=None):
     with tempfile.TemporaryDirectory() as d:
         log = os.path.join(d, "log.jsonl")
         cmd = [a.remat, "train", "--config", cfg, "--batch", str(B), "--seq", str(T),
                "--steps", str(a.steps), "--threads", str(a.threads), "--ckpt-ratio",
-               str(ratio), "--quiet", "--peak-gflops", "1", "--log", log]
+               str(ratio), "--quiet", "--peak-gflops", "1", "--log", log,
+               "--precision", precision or a.precision]
         out, rss, _ = run_measured(cmd, env)
         steps = [json.loads(line)["step_s"] for line in open(log)]
     timed = steps[1:] if len(steps) > 1 else steps
@@ -201,10 +209,14 @@ def remat_run(a, cfg, B, T, ratio, env):
             "threads": policy[0] if policy else "?"}
 
 
+def remat_fp32_run(a, cfg, B, T, ratio, env):
+    return remat_run(a, cfg, B, T, ratio, env, "fp32")
+
+
 def torch_run(a, cfg, B, T, ratio, env):
     cmd = [sys.executable, os.path.abspath(__file__), "torch", "--config", cfg, "--batch",
            str(B), "--seq", str(T), "--steps", str(a.steps), "--threads", str(a.threads),
-           "--ckpt-ratio", str(ratio)]
+           "--ckpt-ratio", str(ratio), "--precision", a.precision]
     out, rss, _ = run_measured(cmd, env)
     line = [x for x in out.splitlines() if x.startswith("torch ")][-1]
     kv = dict(f.split("=", 1) for f in line.split()[1:])
@@ -222,6 +234,8 @@ def compare(a):
             cfg, B, T = SHAPES[shape]
             for ratio in (0.0, 1.0):
                 order = [("remat", remat_run), ("torch", torch_run)]
+                if a.precision == "bf16":
+                    order.append(("remat_fp32", remat_fp32_run))
                 if (rep + int(ratio)) % 2:
                     order.reverse()
                 for name, fn in order:
@@ -248,6 +262,8 @@ def compare(a):
         return statistics.median(r["rss"] for r in res[(shape, ratio, name)])
 
     print()
+    print(f"precision {a.precision}: remat --precision {a.precision}, PyTorch "
+          f"{'under autocast to bf16' if a.precision == 'bf16' else 'in fp32'}")
     print(f"{a.reps} alternated runs of {a.steps} steps each (the first step of a run excluded), "
           f"{a.threads} threads; tokens/s from the median step, and in brackets from the fastest "
           f"step; RSS medians")
@@ -271,6 +287,16 @@ def compare(a):
                   f"remat_best_tokens_per_s={rb:.1f} torch_best_tokens_per_s={tb:.1f} "
                   f"best_tokens_ratio={rb / tb:.3f} remat_peak_rss_bytes={rr:.0f} "
                   f"torch_peak_rss_bytes={tr:.0f} rss_ratio={rr / tr:.3f}")
+    for shape in shapes:
+        for ratio in (0.0, 1.0):
+            if a.precision != "bf16":
+                break
+            # remat bf16 over remat fp32, from runs of one rep side by side
+            runs = zip(res[(shape, ratio, "remat")], res[(shape, ratio, "remat_fp32")])
+            x = statistics.median(f["step"] / b["step"] for b, f in runs)
+            print(f"summary shape={shape} ratio={ratio:.0f} remat_bf16_over_fp32={x:.3f} "
+                  f"(remat fp32 step time / bf16 step time, median over reps) "
+                  f"rss_bf16_over_fp32={rss(shape, ratio, 'remat') / rss(shape, ratio, 'remat_fp32'):.3f}")
     # a rep's ratio-0 and ratio-1 runs of one system are adjacent in time
     for shape in shapes:
         for name in ("remat", "torch"):
@@ -295,6 +321,7 @@ def main():
                    help="before each run, wait until this many CPUs are idle (0: never wait)")
     c.add_argument("--patience", type=float, default=600.0,
                    help="the longest wait for --quiet-cpus, seconds")
+    c.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
     t = sub.add_parser("torch")
     t.add_argument("--config", required=True)
     t.add_argument("--batch", type=int, required=True)
@@ -302,6 +329,7 @@ def main():
     t.add_argument("--steps", type=int, default=5)
     t.add_argument("--threads", type=int, default=os.cpu_count())
     t.add_argument("--ckpt-ratio", type=float, default=0.0)
+    t.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
     a = ap.parse_args()
     if a.cmd == "torch":
         torch_train(a)

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # vs_torch.sh: remat against PyTorch (Debian's python3-torch) on the same
-# GPT-2 training step, fp32, AdamW: gpt2-124m at B=4 T=64 and L6 C256 NH8
-# V8192 at B=4 T=1024, each with no recompute and full recompute, alternating
-# the two systems REPS times. Names the BLAS each one loads and the thread
+# GPT-2 training step, fp32 or bf16 mixed precision, AdamW: gpt2-124m at B=4
+# T=64 and L6 C256 NH8 V8192 at B=4 T=1024, each with no recompute and full
+# recompute, alternating the systems REPS times. Names the BLAS each one loads and the thread
 # settings, then prints every run and the medians and ratios
 # (bench/vs_torch.py does the runs).
 #
 # usage: bench/vs_torch.sh [BUILD_DIR]     (default: build)
-#   env: REPS (3), STEPS (5 per run, the first a warm-up), THREADS (all
+#   env: PRECISION (fp32; bf16: remat bf16 against PyTorch's autocast to
+#        bf16, and remat fp32 beside them), REPS (3), STEPS (5 per run, the
+#        first a warm-up), THREADS (all
 #        cores), SHAPES (gpt2-124m,seq-long), QUIET_CPUS (0: start each run
 #        at once; X: wait until X CPUs are idle, for a shared machine)
 set -euo pipefail
@@ -37,5 +39,20 @@ $py -c 'import re, torch; c = torch.__config__.show()
 print("  build: ", ", ".join(re.findall(r"(BLAS_INFO=\w+|USE_MKLDNN=\w+|CPU capability usage: \w+)", c)))'
 echo "  threads: torch.set_num_threads($threads), OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-$threads}, OMP_NUM_THREADS=${OMP_NUM_THREADS:-$threads}"
 echo
+precision=${PRECISION:-fp32}
+if [[ $precision == bf16 ]]; then # which code oneDNN runs for each side's bf16 products
+  echo "bf16:    remat: $("$remat" train --config tiny --steps 1 --quiet 2>&1 |
+                          sed -n 's/^precision [^(]*(\(.*\))$/\1/p')"
+  probe=$(ONEDNN_VERBOSE=1 "$remat" train --config tiny --steps 1 --quiet --precision bf16 2>&1)
+  echo "  oneDNN (remat): $(grep -m1 ',info,cpu,isa:' <<<"$probe" | cut -d, -f4-);" \
+       "matmul $(grep -m1 ',exec,cpu,matmul,' <<<"$probe" | cut -d, -f5)"
+  echo "  oneDNN (PyTorch autocast): $(ONEDNN_VERBOSE=1 DNNL_VERBOSE=1 $py -c '
+import torch
+a = torch.randn(64, 64)
+with torch.autocast("cpu", dtype=torch.bfloat16):
+    (a @ a).sum()' 2>&1 | grep -m1 ',exec,cpu,' | cut -d, -f4-6)"
+  echo
+fi
 exec $py "$here/vs_torch.py" compare "$remat" --reps "${REPS:-3}" --steps "${STEPS:-5}" \
-  --threads "$threads" --shapes "${SHAPES:-gpt2-124m,seq-long}" --quiet-cpus "${QUIET_CPUS:-0}"
+  --threads "$threads" --shapes "${SHAPES:-gpt2-124m,seq-long}" --quiet-cpus "${QUIET_CPUS:-0}" \
+  --precision "$precision"
