@@ -112,3 +112,23 @@ for round in 1 2 3; do
   run "sched_1f1b_$round" --stages 2 --mem "$budget3" --schedule 1f1b --calibrate 3
   run "sched_zbh1_$round" --stages 2 --mem "$budget3" --schedule zb-h1 --calibrate 3
 done
+
+# 4. Against the even split on 2 ranks of one thread, calibrated.
+even2_peak=()
+for k in 0 1 2 3 4; do
+  ck=""
+  for s in 0 1; do for i in $(seq 0 $((k - 1))); do ck+="${ck:+,}$((s * 4 + i))"; done; done
+  args=(--stages 2 --layers 4,4)
+  [[ -n $ck ]] && args+=(--ckpt-layers "$ck")
+  even2_ck[$k]=$ck
+  even2_peak[$k]=$( (mpirun --oversubscribe -np 2 "$remat" train "${common[@]}" "${args[@]}" \
+    --plan-only 2>/dev/null || true) |
+    sed -n 's/^stage [0-9]* arena [^(]*(\([0-9]*\) bytes).*/\1/p' | sort -n | tail -1)
+done
+k=2 # the even split that recomputes 2 blocks a stage; its least budget
+budget4=${even2_peak[$k]}
+echo "bench=pipeline_even2 k=$k budget_bytes=$budget4 recomputed=${even2_ck[$k]}"
+for round in 1 2 3; do
+  run "even2_remat_$round" --stages 2 --mem "$budget4" --calibrate 3
+  run "even2_split_$round" --stages 2 --layers 4,4 --ckpt-layers "${even2_ck[$k]}" --calibrate 3
+done
