@@ -29,8 +29,9 @@ typedef struct remat__kernel_ws {
                                every layer that runs a product; 0 in fp32 */
 } remat__kernel_ws;
 /* The CPU kernels' workspace at this shape (V: the padded vocabulary), in
- * fp32; the public memory functions set precision from the config and leave
- * product_scratch 0 (a model's plan takes the backend's figure). */
+ * fp32; the public memory functions set precision from the config and, in
+ * bf16, the products' scratchpad (remat__product_scratch), the figure a
+ * model's own primitives report. */
 void remat__kernel_ws_reference(remat__kernel_ws *ws, int64_t B, int64_t T, int64_t C,
                                 int64_t NH, int64_t V);
 
