@@ -75,7 +75,7 @@ static const char usage_text[] =
     "  --precision fp32|bf16          with --config: the bytes of a run in this\n"
     "                                 precision, as remat train --precision (default\n"
     "                                 as remat train's: bf16 where the CPU has the\n"
-    "                                 instructions, else fp32; fp32 under --zero 3)\n"
+    "                                 instructions, else fp32)\n"
     "  --schedule NAME                1f1b (default), gpipe, interleaved (Megatron's\n"
     "                                 interleaved 1F1B: --chunks v model chunks per\n"
     "                                 stage, M a multiple of P), zb-h1 (zero bubble:\n"
@@ -152,10 +152,9 @@ static int resolve_names(plan_args *a) {
   if (a->precision && !remat_precision_available(a->prec, &why))
     return cli_fail(-1, "--precision bf16 needs AVX512-BF16 or AMX, and this CPU has neither "
                         "(%s); use --precision fp32", why);
-  if (!a->precision) /* as remat train: bf16 where the CPU has it (ZeRO 3: fp32) */
-    a->prec = remat_precision_available(REMAT_PRECISION_BF16, NULL) && a->Z != 3
-                  ? REMAT_PRECISION_BF16
-                  : REMAT_PRECISION_FP32;
+  if (!a->precision) /* as remat train: bf16 where the CPU has it */
+    a->prec = remat_precision_available(REMAT_PRECISION_BF16, NULL) ? REMAT_PRECISION_BF16
+                                                                     : REMAT_PRECISION_FP32;
   if (a->objective && remat_plan_objective_parse(a->objective, &a->obj))
     return cli_fail(-1, "unknown objective '%s'; use bottleneck, 1f1b or simulated",
                     a->objective);

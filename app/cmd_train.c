@@ -41,19 +41,13 @@ static void on_signal(int sig) {
 /* What the run's header says of its precision: why it was chosen. */
 static char precision_note[192] = "as asked";
 
-/* Without --precision: bf16 where the CPU has the instructions and the job
- * can run it (ZeRO 3 is fp32 only), else fp32. */
+/* Without --precision: bf16 where the CPU has the instructions, else fp32. */
 static void default_precision(opts *o) {
   const char *why;
   int bf16 = remat_precision_available(REMAT_PRECISION_BF16, &why);
-  int zero3 = o->d.replicas > 1 && o->d.zero == 3;
-  o->d.precision = bf16 && !zero3 ? REMAT_PRECISION_BF16 : REMAT_PRECISION_FP32;
-  if (bf16 && zero3)
-    snprintf(precision_note, sizeof precision_note,
-             "the default under ZeRO 3, which trains in fp32 only");
-  else
-    snprintf(precision_note, sizeof precision_note, "the default here, %s%s", why,
-             bf16 ? "; --precision fp32 for fp32" : "");
+  o->d.precision = bf16 ? REMAT_PRECISION_BF16 : REMAT_PRECISION_FP32;
+  snprintf(precision_note, sizeof precision_note, "the default here, %s%s", why,
+           bf16 ? "; --precision fp32 for fp32" : "");
 }
 
 /* The flags over base: the defaults, or a resumed run's saved settings. */

@@ -266,7 +266,10 @@ typedef struct remat_replica_bytes {
   size_t grad[REMAT_LAYER_KIND_COUNT];  /* the layer's gradient, D shards (in reduce) */
   size_t params, grads, moment, tied;   /* regions: parameters, gradients, m (= v), tied */
   size_t recv, gather, norm, reduce;    /* communication buffers */
-  size_t comm;                          /* recv + gather + norm + reduce */
+  size_t gather_bf16;                   /* bf16 under ZeRO 3: the gathered unit's
+                                           matrices rounded for the products (a
+                                           block's, or the head's tied matrix) */
+  size_t comm;                          /* recv + gather + norm + reduce + gather_bf16 */
 } remat_replica_bytes;
 REMAT_API int remat_replica_bytes_get(const remat_config *cfg, int64_t D, int zero,
                                       remat_replica_bytes *out, remat_error *err);
@@ -315,7 +318,9 @@ typedef enum {
                             matrices (qkvw, attprojw, fcw, fcprojw of each
                             block in turn) and, with the head, of the tied
                             matrix (persistent; written whole at each
-                            refresh) */
+                            refresh); a replica under ZeRO 3: the gathered
+                            unit's matrices, rounded as they are used
+                            (gather_bf16) */
   REMAT_BUF_COUNT
 } remat_buf;
 

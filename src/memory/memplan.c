@@ -190,10 +190,6 @@ static int check_stage(const remat_config *cfg, const remat_stage *st, remat_err
                            (long long)st->replica, (long long)st->replicas);
     if (!st->accumulate)
       return remat__errorf(err, REMAT_EINVAL, "a replica computes its gradients apart");
-    if (cfg->precision != REMAT_PRECISION_FP32 && st->zero == 3)
-      return remat__errorf(err, REMAT_EINVAL,
-                           "ZeRO 3 trains in fp32 only for now (its bf16 weights would be "
-                           "gathered per layer): give --zero 2 or less, or --precision fp32");
   }
   return 0;
 }
@@ -327,6 +323,7 @@ static int lay_out_regions(remat_memplan *mp, const remat_config *cfg, const rem
   size_t send = st->has_head ? 0 : mm->boundary_bytes;
   size_t bf16 = (size_t)st->num_blocks * mm->block_bf16_bytes +
                 (st->has_head ? mm->head_bf16_bytes : 0);
+  if (st->replicas > 1 && st->zero == 3) bf16 = 0; /* its bf16 buffer is communication's */
   size_t state = (mp->bytes.state - tied - bf16) / 4;
   size_t params = state, grads = state, moment = state;
   remat_replica_bytes rb = {0};
@@ -359,7 +356,7 @@ static int lay_out_regions(remat_memplan *mp, const remat_config *cfg, const rem
       [REMAT_BUF_RECV] = rb.recv,
       [REMAT_BUF_REDUCE] = rb.reduce,
       [REMAT_BUF_WREC] = (size_t)st->wdeferred * (size_t)st->num_blocks * mm->block_wrec_bytes,
-      [REMAT_BUF_PARAMS_BF16] = bf16,
+      [REMAT_BUF_PARAMS_BF16] = bf16 + rb.gather_bf16,
   };
   size_t at = 0;
   for (int i = 0; i < REMAT_BUF_COUNT; i++) {
@@ -367,7 +364,7 @@ static int lay_out_regions(remat_memplan *mp, const remat_config *cfg, const rem
     mp->buf[i].bytes = sizes[i];
     at += sizes[i];
   }
-  mp->persistent_bytes = params + grads + 2 * moment + tied + bf16;
+  mp->persistent_bytes = params + grads + 2 * moment + tied + bf16; /* not gather_bf16 */
   mp->peak_bytes = at;
   /* The layout and the formula are one model: they cannot differ. */
   REMAT_ASSERT(mp->bytes.state == mp->persistent_bytes &&

@@ -137,9 +137,13 @@ int remat_replica_stage_bytes_get(const remat_config *cfg, const remat_stage *st
   size_t tied_full = remat__align(remat_unit_floats(cfg, L + 2) * sizeof(float));
   size_t tied_shard = remat_unit_shard(cfg, L + 2, D) * sizeof(float);
   size_t tied_grad = zero <= 1 ? tied_full : tied_shard;
-  /* bf16: the products' copies of the matrices, whole (ZeRO 3 is fp32) */
-  size_t bf_block, bf_head;
-  remat__bf16_copy_bytes(cfg, &bf_block, &bf_head);
+  /* bf16: the products' copies of the matrices, whole under ZeRO 0 to 2;
+   * under ZeRO 3 the unit in use is rounded from its gathered parameters
+   * into one buffer (gather_bf16, below) instead */
+  size_t bf_block, bf_head, bf_block_whole, bf_head_whole;
+  remat__bf16_copy_bytes(cfg, &bf_block_whole, &bf_head_whole);
+  bf_block = zero == 3 ? 0 : bf_block_whole;
+  bf_head = zero == 3 ? 0 : bf_head_whole;
   out->state[REMAT_LAYER_BLOCK] += bf_block;
   out->head_joint_state = out->state[REMAT_LAYER_HEAD] + tied_grad + bf_head;
   out->head_alone_state = out->state[REMAT_LAYER_HEAD] + bf_head;
@@ -190,6 +194,10 @@ int remat_replica_stage_bytes_get(const remat_config *cfg, const remat_stage *st
   if (zero == 3)
     out->gather = d * (gather0 + (block_slot(st) ? b : 0) + h) * sizeof(float);
   out->norm = remat__align(d * chunks * sizeof(double));
-  out->comm = out->recv + out->gather + out->norm + out->reduce;
+  if (zero == 3) { /* the bf16 buffer holds a block's matrices or the head's */
+    out->gather_bf16 = nb ? bf_block_whole : 0;
+    if (st->has_head && bf_head_whole > out->gather_bf16) out->gather_bf16 = bf_head_whole;
+  }
+  out->comm = out->recv + out->gather + out->norm + out->reduce + out->gather_bf16;
   return 0;
 }

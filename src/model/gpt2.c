@@ -619,32 +619,48 @@ typedef struct {
   const uint16_t *qkvw, *projw, *fcw, *fcprojw;
 } block_wbf;
 
-static block_wbf block_wbf_of(const remat_model *m, int64_t i) {
-  size_t C = (size_t)m->cfg.channels;
-  const uint16_t *w = (const uint16_t *)((const char *)m->wbf + (size_t)i * m->mp.mm.block_bf16_bytes);
-  return (block_wbf){w, w + 3 * C * C, w + 4 * C * C, w + 8 * C * C};
+/* ZeRO 3 in bf16: the unit in use is gathered in fp32, and rounded here into
+ * the bf16 buffer (REMAT_BUF_PARAMS_BF16) just before its products run. */
+static int gathered_bf16(const remat_model *m) { return m->D > 1 && m->zero == 3; }
+
+static block_wbf block_wbf_of(const remat_model *m, int64_t i, const block_params *w) {
+  size_t C = (size_t)m->cfg.channels, CC = C * C;
+  if (gathered_bf16(m)) {
+    uint16_t *h = m->wbf;
+    m->be->to_bf16(h, w->qkvw, 3 * CC);
+    m->be->to_bf16(h + 3 * CC, w->projw, CC);
+    m->be->to_bf16(h + 4 * CC, w->fcw, 4 * CC);
+    m->be->to_bf16(h + 8 * CC, w->fcprojw, 4 * CC);
+    return (block_wbf){h, h + 3 * CC, h + 4 * CC, h + 8 * CC};
+  }
+  const uint16_t *h = (const uint16_t *)((const char *)m->wbf + (size_t)i * m->mp.mm.block_bf16_bytes);
+  return (block_wbf){h, h + 3 * CC, h + 4 * CC, h + 8 * CC};
 }
 
-static uint16_t *head_wbf(const remat_model *m) {
+static uint16_t *head_wbf(const remat_model *m, const float *wte) {
+  if (gathered_bf16(m)) {
+    m->be->to_bf16(m->wbf, wte, (size_t)m->cfg.padded_vocab_size * (size_t)m->cfg.channels);
+    return m->wbf;
+  }
   return (uint16_t *)((char *)m->wbf + (size_t)m->stage.num_blocks * m->mp.mm.block_bf16_bytes);
 }
 
 /* The bf16 copies from the fp32 master weights, once after each update or
  * load, before the next forward. */
 static void bf16_refresh(remat_model *m) {
-  if (!m->bf16_stale || !m->wbf) return;
+  if (!m->bf16_stale || !m->wbf || gathered_bf16(m)) return;
   int64_t C = m->cfg.channels;
   size_t CC = (size_t)C * (size_t)C;
   for (int64_t i = 0; i < m->stage.num_blocks; i++) {
     block_params w = BLOCK_VIEW(block_params, m->p, i, C);
-    block_wbf h = block_wbf_of(m, i);
+    block_wbf h = block_wbf_of(m, i, &w);
     m->be->to_bf16((uint16_t *)h.qkvw, w.qkvw, 3 * CC);
     m->be->to_bf16((uint16_t *)h.projw, w.projw, CC);
     m->be->to_bf16((uint16_t *)h.fcw, w.fcw, 4 * CC);
     m->be->to_bf16((uint16_t *)h.fcprojw, w.fcprojw, 4 * CC);
   }
   if (m->stage.has_head)
-    m->be->to_bf16(head_wbf(m), m->p[REMAT_P_WTE],
+    m->be->to_bf16(head_wbf(m, NULL), m->p[REMAT_P_WTE],
                    (size_t)m->cfg.padded_vocab_size * (size_t)C);
   m->bf16_stale = 0;
 }
@@ -663,7 +679,7 @@ static void block_forward_bf16(remat_model *m, int64_t i, const block_params *wp
   int64_t B = m->B, T = m->T, C = m->cfg.channels, NH = m->cfg.num_heads, N = B * T;
   size_t BTC = (size_t)N * (size_t)C;
   const block_params w = *wp;
-  const block_wbf h = block_wbf_of(m, i);
+  const block_wbf h = block_wbf_of(m, i, wp);
   const remat__backend *be = m->be;
   remat__block_dgrads d;
   remat__block_dgrads_view(&d, m->work, B, T, C, &m->ws);
@@ -697,7 +713,7 @@ static void block_backward_bf16(remat_model *m, int64_t i, const block_params *w
   size_t BTC = (size_t)N * (size_t)C;
   const block_params w = *wp;
   const block_grads g = *gp;
-  const block_wbf h = block_wbf_of(m, i);
+  const block_wbf h = block_wbf_of(m, i, wp);
   const remat__backend *be = m->be;
   remat__block_dgrads dg, *d = &dg;
   remat__block_dgrads_view(d, m->work, B, T, C, &m->ws);
@@ -894,7 +910,7 @@ static double head_forward(remat_model *m, const head_params *w, char *slot,
   if (c->precision == REMAT_PRECISION_BF16) {
     uint16_t *lg = (uint16_t *)(m->work + m->mp.mm.head_bytes);
     m->be->layernorm_forward_bf16(h->lnf, h->lnf_mean, h->lnf_rstd, x, w->lnfw, w->lnfb, N, C);
-    m->be->bf16_matmul_forward(m->products, lg, h->lnf, head_wbf(m), NULL, N, C,
+    m->be->bf16_matmul_forward(m->products, lg, h->lnf, head_wbf(m, w->wte), NULL, N, C,
                                c->padded_vocab_size, true, h->scratch);
     progress(m);
     if (backward)
@@ -959,7 +975,7 @@ static double head_backward(remat_model *m, char *slot, float dloss) {
   float *glnfb = gb ? gb + m->head_grad_split + C : m->g[REMAT_P_LNFB];
   if (c->precision == REMAT_PRECISION_BF16)
     m->be->bf16_matmul_backward(m->products, h.dlnf, gwte, NULL, (const uint16_t *)logits,
-                                h.lnf, head_wbf(m), N, C, c->padded_vocab_size, false,
+                                h.lnf, head_wbf(m, w.wte), N, C, c->padded_vocab_size, false,
                                 h.scratch);
   else
     m->be->matmul_backward(h.dlnf, gwte, NULL, logits, h.lnf, w.wte, N, C,
