@@ -116,6 +116,17 @@ def load(path):
     return model, order
 
 
+def adamw(model, lr):
+    """remat's AdamW: weight decay on the matrices and embeddings only."""
+    decay = [model.wte.weight, model.wpe.weight] + [
+        p for b in model.h for p in (b.c_attn.weight, b.c_proj.weight, b.c_fc.weight, b.c_fcproj.weight)]
+    ids = {id(p) for p in decay}
+    no_decay = [p for p in model.parameters() if id(p) not in ids]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": WD},
+                              {"params": no_decay, "weight_decay": 0.0}],
+                             lr=lr, betas=BETAS, eps=EPS, foreach=False)
+
+
 def flatten(order, attr):
     out = []
     for get, _ in order:
@@ -190,13 +201,7 @@ def train_losses(work, mode, swap=False):
     tgt = torch.from_numpy(tok[B * T:].reshape(B, T))
     if swap:
         idx, tgt = idx.flip(0), tgt.flip(0)
-    decay = [model.wte.weight, model.wpe.weight] + [
-        p for b in model.h for p in (b.c_attn.weight, b.c_proj.weight, b.c_fc.weight, b.c_fcproj.weight)]
-    ids = {id(p) for p in decay}
-    no_decay = [p for p in model.parameters() if id(p) not in ids]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": WD},
-                             {"params": no_decay, "weight_decay": 0.0}],
-                            lr=BF16_LR, betas=BETAS, eps=EPS, foreach=False)
+    opt = adamw(model, BF16_LR)
     out = []
     for _ in range(BF16_STEPS):
         opt.zero_grad(set_to_none=False)
@@ -258,13 +263,7 @@ def main():
     remat_losses = np.fromfile(os.path.join(work, "losses.bin"), dtype=np.float32)
     remat_after = np.fromfile(os.path.join(work, "params_after.bin"), dtype=np.float32)
 
-    decay = [model.wte.weight, model.wpe.weight] + [
-        p for b in model.h for p in (b.c_attn.weight, b.c_proj.weight, b.c_fc.weight, b.c_fcproj.weight)]
-    ids = {id(p) for p in decay}
-    no_decay = [p for p in model.parameters() if id(p) not in ids]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": WD},
-                             {"params": no_decay, "weight_decay": 0.0}],
-                            lr=LR, betas=BETAS, eps=EPS, foreach=False)
+    opt = adamw(model, LR)
     failures = 0
     torch_losses = []
     for step in range(STEPS):
