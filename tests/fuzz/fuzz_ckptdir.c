@@ -24,7 +24,7 @@ static void check_manifest(const uint8_t *data, size_t size) {
       const char *n = m.files[i].name;
       FUZZ_ASSERT(memchr(n, 0, sizeof m.files[i].name) != NULL);
       FUZZ_ASSERT(strchr(n, '/') == NULL);
-      FUZZ_ASSERT(!strcmp(n, "model.bin") || !strncmp(n, "state", 5));
+      FUZZ_ASSERT(!strcmp(n, "model.bin") || !strcmp(n, "settings") || !strncmp(n, "state", 5));
       for (size_t j = 0; j < i; j++) FUZZ_ASSERT(strcmp(n, m.files[j].name) != 0);
     }
   } else {
