@@ -121,7 +121,18 @@ static void usage(FILE *f) {
           "Run 'remat <command> --help' for a command's options.\n");
 }
 
+/* Kernels OpenBLAS chose by mistake (remat_blas_prepare): the process runs
+ * itself again with the CPU's own. */
+static void prepare_blas(char **argv) {
+  const char *detected, *chosen;
+  if (!remat_blas_prepare(&detected, &chosen)) return;
+  fflush(NULL);
+  execv("/proc/self/exe", argv);
+  unsetenv("OPENBLAS_CORETYPE"); /* could not run again: go on with what loaded */
+}
+
 int main(int argc, char **argv) {
+  prepare_blas(argv);
   if (argc < 2) {
     usage(stderr);
     return 2;

@@ -145,6 +145,16 @@ REMAT_API int remat_set_threads(int threads);
  * file it came from and the package to install. Call it once at start-up. */
 REMAT_API int remat_blas_check(remat_error *err);
 
+/* OpenBLAS picks its kernels by the CPU's model number when it loads, and
+ * falls back to its oldest x86-64 ones (Prescott: SSE3, a third of the
+ * speed, and other bits) on a model newer than its tables. Where that
+ * happened on a CPU with AVX2 and FMA and OPENBLAS_CORETYPE is unset, this
+ * sets OPENBLAS_CORETYPE to the kernels the CPU's instructions allow
+ * (SkylakeX with AVX-512 F, CD, BW, DQ and VL, else Haswell) and returns 1:
+ * the process must run itself again for OpenBLAS to read it. *detected
+ * and *chosen: the names (chosen NULL where nothing was set). */
+REMAT_API int remat_blas_prepare(const char **detected, const char **chosen);
+
 /* OpenBLAS's buffer (BUFFER_SIZE of Debian's 0.3 OpenMP build, measured:
  * one mmap each): one for each thread of its team, mapped when the library
  * is loaded, and one for each thread inside a product. An allocation the

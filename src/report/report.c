@@ -10,6 +10,7 @@
 #include <unistd.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 #include "base/base.h"
 #include "remat/report.h"
@@ -123,6 +124,27 @@ int remat_blas_check(remat_error *err) {
                        par == 1   ? "pthreads"
                        : par == 0 ? "single-threaded"
                                   : "unknown");
+}
+
+int remat_blas_prepare(const char **detected, const char **chosen) {
+  const char *core = openblas_get_corename();
+  *detected = core ? core : "unknown";
+  *chosen = NULL;
+  if (getenv("OPENBLAS_CORETYPE")) return 0; /* the user's choice */
+  __builtin_cpu_init();
+  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) return 0;
+  /* OpenBLAS 0.3's names of kernels that use AVX2 or AVX-512 */
+  static const char *const modern[] = {"Haswell", "Zen", "SkylakeX", "Cooperlake",
+                                       "SapphireRapids"};
+  for (size_t i = 0; i < sizeof modern / sizeof modern[0]; i++)
+    if (core && strcasecmp(core, modern[i]) == 0) return 0;
+  int avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512cd") &&
+               __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+               __builtin_cpu_supports("avx512vl");
+  const char *want = avx512 ? "SkylakeX" : "Haswell";
+  if (setenv("OPENBLAS_CORETYPE", want, 1)) return 0;
+  *chosen = want;
+  return 1;
 }
 
 /* The bytes mapped now (VmSize), from /proc/self/statm with plain system
