@@ -29,10 +29,10 @@ static int arrangement(const remat__plan_inst *in, const int64_t *bounds, const 
                        int64_t out[3]) {
   int64_t sum = 0, tmax = 0, cnt = 0, peak = 0;
   for (int64_t s = 0; s < in->p; s++) {
-    int64_t mem = in->stage_bytes, X = 0, t = 0; /* X: max of y, recomputed x, middle xm */
+    int64_t mem = 0, X = 0, t = 0; /* X: max of y, recomputed x, middle xm */
     for (int64_t c = 0; c < in->v; c++) {
       int64_t vs = vstage(in, s, c);
-      mem += vs < in->nv - 1 ? in->boundary_bytes : 0;
+      mem += in->stage_bytes + (vs < in->nv - 1 ? in->boundary_bytes : 0);
       for (int64_t l = bounds[vs]; l < bounds[vs + 1]; l++) {
         int64_t stored = ch[l] == 1 ? in->c[l] : ch[l] == 2 ? in->mb[l] : in->a[l];
         mem += in->w[l] + in->n[vs] * stored + in->kw[vs] * in->u[l];

@@ -54,8 +54,9 @@ extern "C" {
  *
  * Chunked schedules (interleaved: v chunks per stage, zbv: 2) cut the model
  * into p v consecutive virtual stages; stage s holds v of them
- * (remat_schedule_virtual_stage) and needs stage_bytes once, a chunk's
- * terms above (w, boundary_bytes but on the last virtual stage, n and k
+ * (remat_schedule_virtual_stage) and needs, for each of its chunks, the
+ * chunk's terms above (stage_bytes, w, boundary_bytes but on the last
+ * virtual stage, n and k
  * times its stored and kept-for-W bytes) for each of its chunks, and the
  * largest transient term over all its layers; n and k of each chunk are
  * the peaks its stream reaches (remat_schedule_streams_peaks; their sum over

@@ -44,7 +44,7 @@ static void rank_kept(const remat__plan_inst *in, const int64_t *b, int64_t r, i
   for (int64_t c = 0; c < in->v; c++) {
     int64_t vs = remat_schedule_virtual_stage(in->schedule, in->p, r, c);
     *F += in->pF[b[vs + 1]] - in->pF[b[vs]];
-    *base += remat__plan_base_memory(in, b[vs], b[vs + 1], vs) - (c ? in->stage_bytes : 0);
+    *base += remat__plan_base_memory(in, b[vs], b[vs + 1], vs);
     *Y = remat__max64(*Y, remat__plan_work_max(in, b[vs], b[vs + 1]));
   }
 }

@@ -39,7 +39,7 @@ static stage_fig chunk_figures(const remat__plan_inst *in, int64_t i, int64_t j,
   return f;
 }
 
-/* Stage s: its chunks' figures added, stage_bytes once, the largest
+/* Stage s: its chunks' figures added (stage_bytes each), the largest
  * transient term of them all. bounds: (nv + 1) virtual stage boundaries. */
 static stage_fig stage_figures(const remat__plan_inst *in, const int64_t *bounds,
                                const uint8_t *rec, int64_t s) {
@@ -51,7 +51,7 @@ static stage_fig stage_figures(const remat__plan_inst *in, const int64_t *bounds
     f.t += g.t;
     f.fwd += g.fwd;
     f.wg += g.wg;
-    f.mem += g.mem - (c ? in->stage_bytes : 0);
+    f.mem += g.mem;
     f.cnt += g.cnt;
     f.mid += g.mid;
     X = remat__max64(X, x);

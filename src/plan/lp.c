@@ -252,11 +252,11 @@ static void lp_stage_rows(lp *x, int64_t s) {
   char v[64];
   remat__plan_printf(&x->b, " mem_%lld:", (long long)s);
   terms t = {&x->b, 0, 0};
-  size_t fixed = pb->stage_bytes;
+  size_t fixed = 0;
   for (int64_t c = 0; c < x->v; c++) {
     int64_t vs = remat_schedule_virtual_stage(pb->schedule, x->p, s, c);
     lp_chunk_memory(x, &t, vs);
-    fixed += vs < x->nv - 1 ? pb->boundary_bytes : 0;
+    fixed += pb->stage_bytes + (vs < x->nv - 1 ? pb->boundary_bytes : 0);
   }
   snprintf(v, sizeof v, "X_%lld", (long long)s);
   term(&t, 1, v);
