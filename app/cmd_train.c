@@ -80,6 +80,7 @@ static int parse_args(int argc, char **argv, opts *o, const remat_job_desc *base
       {.name = "--schedule", .kind = CLI_STR, .dst = &o->schedule_name},
       {.name = "--precision", .kind = CLI_STR, .dst = &o->precision_name},
       {.name = "--calibrate", .kind = CLI_INT, .dst = &d->calibrate, .lo = 1, .hi = 1000},
+      {.name = "--chunks", .kind = CLI_I64, .dst = &d->chunks, .lo = 1, .hi = 64},
       {.name = "--checkpoint-every", .kind = CLI_I64, .dst = &d->checkpoint_every,
         .lo = 1, .hi = 1 << 30},
       {.name = "--stages", .kind = CLI_I64, .dst = &d->stages, .lo = 1, .hi = REMAT_MAX_STAGES},
@@ -116,11 +117,11 @@ static int parse_args(int argc, char **argv, opts *o, const remat_job_desc *base
   o->eval_every = d->eval_every, o->stages = d->stages, o->replicas = d->replicas;
   o->zero = d->zero;
   if (o->schedule_name && remat_plan_schedule_parse(o->schedule_name, &d->schedule))
-    return cli_fail(-1, "--schedule %s is not a schedule; use 1f1b, gpipe or zb-h1",
-                    o->schedule_name);
-  if (d->schedule == REMAT_SCHED_INTERLEAVED || d->schedule == REMAT_SCHED_ZBV)
+    return cli_fail(-1, "--schedule %s is not a schedule; use 1f1b, gpipe, zb-h1 or "
+                    "interleaved", o->schedule_name);
+  if (d->schedule == REMAT_SCHED_ZBV)
     return cli_fail(-1, "--schedule %s can be planned and exported (remat plan --schedule %s) "
-                    "but remat train runs 1f1b, gpipe and zb-h1", o->schedule_name,
+                    "but remat train runs 1f1b, gpipe, zb-h1 and interleaved", o->schedule_name,
                     o->schedule_name);
   if (o->precision_name && remat_precision_parse(o->precision_name, &d->precision))
     return cli_fail(-1, "--precision %s is not a precision; use fp32 or bf16", o->precision_name);
@@ -349,16 +350,20 @@ static void print_ranks(remat_job *job, const opts *o) {
   remat_error err;
   char b[8][32];
   remat_run_kind kind = remat_job_kind(job);
-  for (int k = 0; k < remat_job_ranks(job); k++) {
+  int64_t v = remat_job_chunks(job);
+  for (int q = 0; q < remat_job_ranks(job) * v; q++) {
+    int k = (int)(q / v);
+    int64_t c = q % v;
     remat_stage st;
     remat_memplan *mp;
-    if (remat_job_rank_memplan(job, k, &st, &mp, &err)) continue;
+    if (remat_job_chunk_memplan(job, k, c, &st, &mp, &err)) continue;
     remat_membuf m[REMAT_BUF_COUNT];
     for (int i = 0; i < REMAT_BUF_COUNT; i++) m[i] = remat_memplan_buf(mp, i);
     remat_stage_bytes sb = remat_memplan_bytes(mp);
     size_t peak = remat_memplan_peak_bytes(mp), slot = remat_memplan_slot_bytes(mp);
     if (kind == REMAT_RUN_PIPELINE) {
-      printf("stage %d arena %s (%zu bytes) = state %s + %lld in flight x %s + ", k,
+      printf(v > 1 ? "stage %d chunk %lld " : "stage %d ", k, (long long)c);
+      printf("arena %s (%zu bytes) = state %s + %lld in flight x %s + ",
              remat_format_bytes(peak, b[0], sizeof b[0]), peak,
              remat_format_bytes(sb.state, b[1], sizeof b[1]), (long long)st.inflight,
              remat_format_bytes(slot, b[2], sizeof b[2]));
@@ -366,7 +371,8 @@ static void print_ranks(remat_job *job, const opts *o) {
         printf("%lld deferred W x %s + ", (long long)st.wdeferred,
                remat_format_bytes(m[REMAT_BUF_WREC].bytes / (size_t)st.wdeferred, b[4],
                                   sizeof b[4]));
-      printf("workspace %s; ", remat_format_bytes(sb.workspace, b[3], sizeof b[3]));
+      printf("workspace %s%s; ", remat_format_bytes(sb.workspace, b[3], sizeof b[3]),
+             st.work_borrowed ? " (the transient part is chunk 0's)" : "");
     } else {
       printf("rank %d ", k);
       if (kind == REMAT_RUN_GRID)
@@ -390,7 +396,9 @@ static void print_ranks(remat_job *job, const opts *o) {
              remat_format_bytes(sb.comm, b[7], sizeof b[7]),
              kind == REMAT_RUN_GRID ? "; " : "\n");
     }
-    if (kind != REMAT_RUN_REPLICAS)
+    if (kind != REMAT_RUN_REPLICAS && st.num_blocks == 0)
+      printf("no blocks%s%s\n", st.has_embedding ? ", embedding" : "", st.has_head ? ", head" : "");
+    else if (kind != REMAT_RUN_REPLICAS)
       printf("blocks %lld..%lld%s%s\n", (long long)st.first_block,
              (long long)(st.first_block + st.num_blocks - 1), st.has_embedding ? ", embedding" : "",
              st.has_head ? ", head" : "");

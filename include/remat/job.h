@@ -74,6 +74,7 @@ typedef struct remat_job_desc {
   int64_t stages, replicas;
   int zero;     /* ZeRO stage of the replicas, 0 to 3 */
   int schedule; /* remat_plan_schedule */
+  int64_t chunks; /* interleaved: v model chunks per stage (0: the default, 2) */
   /* The planner's times: 0 FLOP-based, at the measured product rate; N >
    * 0: this machine's, measured by rank 0 over N rounds (remat_calibrate)
    * before the stages are placed, and the run's prediction in them. */
@@ -203,6 +204,12 @@ REMAT_API size_t remat_job_planned_bytes(const remat_job *job);
 /* Rank k's stage and arena from the memory model, as it plans them: for
  * showing every rank's arena before any exists. mp is the caller's
  * (remat_memplan_destroy). */
+/* Interleaved 1F1B: v model chunks per stage (1 otherwise), and chunk c
+ * of rank k's stage and arena as remat_job_rank_memplan gives a rank's
+ * (with one chunk, that). */
+REMAT_API int64_t remat_job_chunks(const remat_job *job);
+REMAT_API int remat_job_chunk_memplan(const remat_job *job, int k, int64_t c, remat_stage *st,
+                                      remat_memplan **mp, remat_error *err);
 REMAT_API int remat_job_rank_memplan(const remat_job *job, int k, remat_stage *st,
                                      remat_memplan **mp, remat_error *err);
 /* A resume: the step directory and step resumed from (NULL and 0 if none);

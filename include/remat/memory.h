@@ -160,6 +160,13 @@ typedef struct remat_stage {
    * grid, under ZeRO stage `zero` (0 to 3). */
   int64_t replicas, replica;
   int zero;
+  /* A rank that runs several model chunks (interleaved 1F1B) runs one
+   * operation at a time, so its chunks share one transient workspace: the
+   * chunk that holds it sizes it to at least work_min bytes (the largest of
+   * the rank's chunks'), the others (work_borrowed) have none and use that
+   * chunk's. Each keeps its own residual gradient (a backward's send buffer). */
+  size_t work_min;
+  int work_borrowed;
 } remat_stage;
 
 /* The whole model as one stage with one micro-batch in flight. */

@@ -96,7 +96,10 @@ REMAT_API int64_t remat_dist_replica(const remat_dist *d);
 #define REMAT_MAX_STAGES 64
 typedef struct remat_placement {
   int64_t stages; /* P */
+  /* Under a chunked schedule (interleaved 1F1B: chunks = v >= 2) the P v
+   * virtual stages in model order, else the P stages */
   int64_t first_block[REMAT_MAX_STAGES], num_blocks[REMAT_MAX_STAGES];
+  int64_t chunks; /* v model chunks per stage (0 or 1: one) */
   int schedule;         /* remat_plan_schedule */
   int64_t microbatches; /* M per optimizer step and pipeline */
   int64_t replicas;     /* D copies of each stage (1: none) */
@@ -112,6 +115,13 @@ REMAT_API int remat_placement_from_layers(remat_placement *pl, const remat_confi
                                           int64_t stages, const int64_t *layers_per_stage,
                                           const uint8_t *layer_policy, int schedule,
                                           int64_t microbatches, remat_error *err);
+/* The same under a chunked schedule: layers_per_chunk[vs] planner layers
+ * on each of the stages x chunks virtual stages, in model order. */
+REMAT_API int remat_placement_from_chunks(remat_placement *pl, const remat_config *cfg,
+                                          int64_t stages, int64_t chunks,
+                                          const int64_t *layers_per_chunk,
+                                          const uint8_t *layer_policy, int schedule,
+                                          int64_t microbatches, remat_error *err);
 /* The whole model as one stage, with each block's policy (NULL: keep all). */
 REMAT_API void remat_placement_whole(remat_placement *pl, const remat_config *cfg,
                                      const uint8_t *policy, int64_t microbatches);
@@ -122,6 +132,13 @@ REMAT_API void remat_placement_whole(remat_placement *pl, const remat_config *cf
  * copies, the replica fields (remat_stage_replica). */
 REMAT_API remat_stage remat_placement_stage(const remat_placement *pl, int64_t s,
                                             int64_t replica);
+/* Chunk c of stage s under a chunked schedule: the blocks of its virtual
+ * stage (remat_schedule_virtual_stage), the most micro-batches its stream
+ * holds in flight (remat_schedule_streams_peaks), the embedding on the first
+ * virtual stage and the head on the last; chunks after the first borrow
+ * the first's workspace (remat_stage.work_borrowed; the first's work_min
+ * is the caller's to set). */
+REMAT_API remat_stage remat_placement_chunk(const remat_placement *pl, int64_t s, int64_t c);
 
 typedef struct remat_pipeline remat_pipeline; /* opaque */
 
@@ -151,6 +168,16 @@ REMAT_API int remat_pipeline_trace_write(remat_pipeline *pl, const char *path, r
 
 /* Seconds the last step spent waiting on receives and sends, on this rank. */
 REMAT_API double remat_pipeline_wait_seconds(const remat_pipeline *pl);
+/* Interleaved 1F1B: the rank's chunks after the first are the pipeline's
+ * own models. remat_pipeline_allocate gives them their arenas once the
+ * trainer has its (they borrow its workspace); remat_pipeline_load fills
+ * their weights from a whole model's (full), or initialises them from the
+ * seed (full NULL); chunk_bytes is their arenas' planned bytes and
+ * chunk_high_water what they used. All nothing under one chunk. */
+REMAT_API int remat_pipeline_allocate(remat_pipeline *pl, remat_error *err);
+REMAT_API int remat_pipeline_load(remat_pipeline *pl, const float *full, uint64_t seed);
+REMAT_API size_t remat_pipeline_chunk_bytes(const remat_pipeline *pl);
+REMAT_API size_t remat_pipeline_chunk_high_water(const remat_pipeline *pl);
 
 /* ----------------------------------------------------- data parallelism */
 

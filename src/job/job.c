@@ -49,7 +49,13 @@ struct remat_job {
 /* The schedules the pipeline runtime executes. */
 static int runs_schedule(int schedule) {
   return schedule == REMAT_SCHED_1F1B || schedule == REMAT_SCHED_GPIPE ||
-         schedule == REMAT_SCHED_ZBH1;
+         schedule == REMAT_SCHED_ZBH1 || schedule == REMAT_SCHED_INTERLEAVED;
+}
+
+/* v: the model chunks each stage runs. */
+static int64_t job_chunks(const remat_job_desc *d) {
+  return d->schedule == REMAT_SCHED_INTERLEAVED ? remat_schedule_chunks(d->schedule, d->chunks)
+                                                 : 1;
 }
 
 static int agree(remat_job *job, int rc, remat_error *err) {
@@ -92,7 +98,8 @@ static uint64_t desc_digest(const remat_job_desc *d) {
   for (size_t i = 0; i < sizeof s / sizeof s[0]; i++) h = fnv_str(h, s[i]);
   int64_t v[] = {d->train.B, d->train.T, d->train.grad_accum, d->train.steps, d->train.warmup,
                  d->train.cosine, d->train.shuffle, d->train.eval_batches, d->eval_every,
-                 d->stages, d->replicas, d->zero, d->schedule, d->checkpoint_every, d->trace,
+                 d->stages, d->replicas, d->zero, d->schedule, d->chunks, d->checkpoint_every,
+                 d->trace,
                  (int64_t)d->train.hp.seed};
   double f[] = {d->train.lr, d->train.val_frac, d->ckpt_ratio, d->train.hp.weight_decay,
                 d->train.hp.grad_clip, d->train.hp.dropout};
@@ -118,12 +125,30 @@ int remat_job_create(remat_job **out, const remat_job_desc *desc, remat_error *e
                          "and a plan file each choose the recomputed blocks; give at most one");
   if (!runs_schedule(d->schedule))
     return remat__errorf(err, REMAT_EINVAL, "the %s schedule can be planned and exported (remat "
-                         "plan --schedule %s) but not yet run: training runs 1f1b, gpipe and "
-                         "zb-h1", remat_plan_schedule_name(d->schedule),
+                         "plan --schedule %s) but not yet run: training runs 1f1b, gpipe, "
+                         "zb-h1 and interleaved", remat_plan_schedule_name(d->schedule),
                          remat_plan_schedule_name(d->schedule));
-  if (d->schedule == REMAT_SCHED_ZBH1 && (d->stages < 2 || d->replicas > 1))
-    return remat__errorf(err, REMAT_EINVAL, "zb-h1 runs a pipeline of 2 or more stages without "
-                         "replicas; use 1f1b with --data-parallel");
+  if ((d->schedule == REMAT_SCHED_ZBH1 || d->schedule == REMAT_SCHED_INTERLEAVED) &&
+      (d->stages < 2 || d->replicas > 1))
+    return remat__errorf(err, REMAT_EINVAL, "%s runs a pipeline of 2 or more stages without "
+                         "replicas; use 1f1b with --data-parallel",
+                         remat_plan_schedule_name(d->schedule));
+  if (d->chunks && d->schedule != REMAT_SCHED_INTERLEAVED)
+    return remat__errorf(err, REMAT_EINVAL, "--chunks goes with --schedule interleaved");
+  if (d->schedule == REMAT_SCHED_INTERLEAVED) {
+    int64_t v = job_chunks(d);
+    if (v < 2 || d->stages * v > REMAT_MAX_STAGES)
+      return remat__errorf(err, REMAT_EINVAL, "interleaved runs 2 or more chunks per stage and "
+                           "at most %d chunks in all, not %lld x %lld", REMAT_MAX_STAGES,
+                           (long long)d->stages, (long long)v);
+    if (d->train.grad_accum % d->stages)
+      return remat__errorf(err, REMAT_EINVAL, "interleaved 1F1B runs micro-batches in groups of "
+                           "the stages: --grad-accum %lld is not a multiple of %lld",
+                           (long long)d->train.grad_accum, (long long)d->stages);
+    if (d->checkpoint_dir || d->resume || d->plan)
+      return remat__errorf(err, REMAT_EINVAL, "interleaved 1F1B does not yet write or resume "
+                           "checkpoints or read plan files; train with --save, or under 1f1b");
+  }
   if (d->data && d->text)
     return remat__errorf(err, REMAT_EINVAL, "give a token shard or a text file, not both");
   if (!!d->checkpoint_dir != (d->checkpoint_every > 0))
@@ -472,9 +497,12 @@ static int calibrated_times(remat_job *job, remat_error *err) {
 static int place_pipeline(remat_job *job, const uint8_t *block_policy, remat_error *err) {
   const remat_job_desc *d = &job->d;
   int64_t P = d->stages, L = job->cfg.num_layers, lps[REMAT_MAX_STAGES];
+  int64_t v = job_chunks(d), nv = P * v; /* nv virtual stages: lps has one each */
   if (P > L + 2)
     return remat__errorf(err, REMAT_EINVAL, "%lld stages: more stages than the model has layers "
                          "(%lld blocks, the embedding and the head)", (long long)P, (long long)L);
+  if (v > 1 && remat_schedule_check(d->schedule, P, d->train.grad_accum, v, L + 2, err))
+    return REMAT_EINVAL;
   int rc = remat_plan_problem_from_replicas(&job->pb, &job->cfg, d->train.B, d->train.T, P,
                                             d->train.grad_accum, d->replicas, d->zero,
                                             (size_t)1 << 60, err);
@@ -482,6 +510,7 @@ static int place_pipeline(remat_job *job, const uint8_t *block_policy, remat_err
   job->have_pb = 1;
   if ((rc = calibrated_times(job, err))) return rc;
   job->pb.schedule = d->schedule;
+  job->pb.chunks = v > 1 ? v : 0;
   if ((rc = stage_budgets(d, &job->pb, err))) return rc;
   uint8_t *layer_policy = calloc((size_t)L + 2, 1);
   if (!layer_policy) return remat__errorf(err, REMAT_ENOMEM, "out of memory");
@@ -491,7 +520,11 @@ static int place_pipeline(remat_job *job, const uint8_t *block_policy, remat_err
     int64_t n, sum = 0;
     rc = remat_parse_counts(d->layers, lps, REMAT_MAX_STAGES, &n, err);
     for (int64_t s = 0; !rc && s < n; s++) sum += lps[s];
-    if (!rc && n != P)
+    if (!rc && n != nv && v > 1)
+      rc = remat__errorf(err, REMAT_EINVAL, "%lld block counts for %lld stages of %lld chunks: "
+                         "give one per chunk, %lld in model order", (long long)n, (long long)P,
+                         (long long)v, (long long)nv);
+    else if (!rc && v == 1 && n != P)
       rc = remat__errorf(err, REMAT_EINVAL, "%lld block counts for %lld stages: give one per "
                          "stage, like 2,2", (long long)n, (long long)P);
     else if (!rc && sum != L)
@@ -499,7 +532,7 @@ static int place_pipeline(remat_job *job, const uint8_t *block_policy, remat_err
                          "has %lld", d->layers, (long long)sum, (long long)L);
     if (!rc) { /* planner numbering: the embedding joins stage 0, the head the last */
       lps[0] += 1;
-      lps[P - 1] += 1;
+      lps[nv - 1] += 1;
       for (int64_t l = 0; l < L; l++) layer_policy[l + 1] = block_policy[l];
     }
   } else {
@@ -511,14 +544,15 @@ static int place_pipeline(remat_job *job, const uint8_t *block_policy, remat_err
       remat__errorf(err, rc, "memory budget %s: %.*s", d->memory, (int)sizeof msg - 64, msg);
     }
     if (!rc) {
-      for (int64_t s = 0; s < P; s++) lps[s] = job->plan.stages[s].num_layers;
+      for (int64_t s = 0; s < nv; s++)
+        lps[s] = v > 1 ? job->plan.chunk_layers[s] : job->plan.stages[s].num_layers;
       memcpy(layer_policy, job->plan.policy, (size_t)L + 2);
     }
   }
   if (!rc && !job->have_plan) {
-    for (int64_t s = 0; s < P && !rc; s++)
-      if (lps[s] < 1) rc = remat__errorf(err, REMAT_EINVAL, "stage %lld would hold no layer",
-                                         (long long)s);
+    for (int64_t s = 0; s < nv && !rc; s++)
+      if (lps[s] < 1) rc = remat__errorf(err, REMAT_EINVAL, "%s %lld would hold no layer",
+                                         v > 1 ? "chunk" : "stage", (long long)s);
     if (!rc) rc = remat_plan_evaluate(&job->pb, lps, layer_policy, &job->plan, err);
     if (!rc) job->have_plan = 1;
     for (int64_t s = 0; s < P && !rc; s++) {
@@ -533,8 +567,8 @@ static int place_pipeline(remat_job *job, const uint8_t *block_policy, remat_err
     }
   }
   if (!rc)
-    rc = remat_placement_from_layers(&job->place, &job->cfg, P, lps, layer_policy, d->schedule,
-                                     d->train.grad_accum, err);
+    rc = remat_placement_from_chunks(&job->place, &job->cfg, P, v, lps, layer_policy,
+                                     d->schedule, d->train.grad_accum, err);
   job->place.replicas = d->replicas;
   job->place.zero = d->zero;
   free(layer_policy);
@@ -583,6 +617,25 @@ static int resume_state_path(const remat_job *job, char *path, size_t cap, remat
              : 0;
 }
 
+/* Interleaved: the workspace the rank's chunks share, the largest of
+ * theirs (transient terms, without the residual gradient and the send
+ * buffer each has). */
+static int chunks_workspace(const remat_job *job, int rank, size_t *work, remat_error *err) {
+  const remat_placement *pl = &job->place;
+  remat_memory_model mm;
+  int rc = remat_memory_model_get(&job->cfg, job->d.train.B, job->d.train.T, &mm, err);
+  *work = 0;
+  for (int64_t c = 0; !rc && c < pl->chunks; c++) {
+    remat_stage st = remat_placement_chunk(pl, rank, c);
+    st.work_borrowed = 0;
+    remat_stage_bytes sb;
+    if ((rc = remat_stage_bytes_get(&job->cfg, &mm, &st, &sb, err))) break;
+    size_t t = sb.workspace - mm.stage_bytes - (st.has_head ? 0 : mm.boundary_bytes);
+    if (t > *work) *work = t;
+  }
+  return rc;
+}
+
 /* The trainer of this rank's stage and the runtime around it. */
 static int make_runtime(remat_job *job, remat_error *err) {
   const remat_job_desc *d = &job->d;
@@ -602,6 +655,10 @@ static int make_runtime(remat_job *job, remat_error *err) {
   }
   case REMAT_RUN_PIPELINE: {
     remat_stage st = remat_placement_stage(pl, job->rank, 0);
+    if (pl->chunks > 1) {
+      st = remat_placement_chunk(pl, job->rank, 0);
+      if ((rc = chunks_workspace(job, job->rank, &st.work_min, err))) return rc;
+    }
     if ((rc = remat_trainer_create_stage(&job->tr, &job->cfg, &st, &job->tok, &to, err)))
       return rc;
     rc = remat_pipeline_create(&job->pipe, job->dist, job->tr, pl, err);
@@ -647,6 +704,7 @@ int remat_job_prepare(remat_job *job, remat_error *err) {
   }
   if ((rc = agree(job, rc, err))) return rc;
   job->planned = remat_trainer_planned_bytes(job->tr);
+  if (job->pipe) job->planned += remat_pipeline_chunk_bytes(job->pipe);
   /* the planner's figure for a replica's arena is the arena itself (the
    * memory model is one); a difference would be a bug, said as such */
   size_t budget, arena = remat_memplan_peak_bytes(remat_trainer_memplan(job->tr));
@@ -677,6 +735,7 @@ static int load_weights(remat_job *job, remat_error *err) {
   int rc = remat_checkpoint_read_params(&job->rd, cfg, full, err);
   if (!rc) rc = remat_params_overflow(cfg, full, err);
   if (!rc) remat__stage_params_from_full(cfg, st, full, remat_model_params(m));
+  if (!rc && job->pipe) remat_pipeline_load(job->pipe, full, 0);
   free(full);
   remat_heap_reset_peak();
   return rc;
@@ -701,10 +760,13 @@ static int check_fits_machine(size_t planned, remat_error *err) {
 int remat_job_start(remat_job *job, remat_error *err) {
   int rc = check_fits_machine(job->planned, err);
   if (!rc) rc = remat_trainer_allocate(job->tr, err);
+  if (!rc && job->pipe) rc = remat_pipeline_allocate(job->pipe, err);
   REMAT_ASSERT(rc || remat_trainer_planned_bytes(job->tr) == job->planned);
-  if (!rc) {
-    if (!job->d.model) remat_model_init_weights(remat_trainer_model(job->tr), job->d.train.hp.seed);
-    else rc = load_weights(job, err);
+  if (!rc && !job->d.model) {
+    remat_model_init_weights(remat_trainer_model(job->tr), job->d.train.hp.seed);
+    if (job->pipe) remat_pipeline_load(job->pipe, NULL, job->d.train.hp.seed);
+  } else if (!rc) {
+    rc = load_weights(job, err);
   }
   if (!rc && job->resumed) {
     char path[4096];
@@ -791,6 +853,10 @@ int remat_job_done(const remat_job *job) {
 static int gather_ranks(remat_job *job, remat_job_step_info *in, remat_error *err) {
   size_t planned = remat_memplan_peak_bytes(remat_trainer_memplan(job->tr));
   size_t hw = remat_model_arena_high_water(remat_trainer_model(job->tr));
+  if (job->pipe) { /* interleaved: the rank's other chunks' arenas too */
+    planned += remat_pipeline_chunk_bytes(job->pipe);
+    hw += remat_pipeline_chunk_high_water(job->pipe);
+  }
   if (!job->dist) {
     in->rank_planned[0] = planned;
     in->rank_measured[0] = hw;
@@ -814,6 +880,9 @@ int remat_job_step(remat_job *job, int stop, remat_job_step_info *in, remat_erro
   if (rc) return rc;
   int64_t step = in->stats.step;
   in->measured = remat_trainer_measured_peak_bytes(job->tr);
+  if (job->pipe) /* the other chunks' arenas count as they were used, not as allocated */
+    in->measured -= remat_pipeline_chunk_bytes(job->pipe) -
+                    remat_pipeline_chunk_high_water(job->pipe);
   if ((rc = gather_ranks(job, in, err))) return rc;
   if (job->pipe) in->wait_seconds = remat_pipeline_wait_seconds(job->pipe);
   if (job->dp) {
@@ -879,6 +948,23 @@ int remat_job_rank_memplan(const remat_job *job, int k, remat_stage *st, remat_m
   if (pl->stages == 1 && D == 1) *st = remat_stage_whole(&job->cfg, pl->policy);
   else *st = remat_placement_stage(pl, k / D, k % D);
   return remat_memplan_create_stage(mp, &job->cfg, job->d.train.B, job->d.train.T, st, err);
+}
+
+int64_t remat_job_chunks(const remat_job *job) {
+  return job->place.chunks > 1 ? job->place.chunks : 1;
+}
+
+int remat_job_chunk_memplan(const remat_job *job, int k, int64_t c, remat_stage *st,
+                            remat_memplan **mp, remat_error *err) {
+  const remat_placement *pl = &job->place;
+  if (pl->chunks < 2) return remat_job_rank_memplan(job, k, st, mp, err);
+  if (k < 0 || k >= pl->stages || c < 0 || c >= pl->chunks)
+    return remat__errorf(err, REMAT_EINVAL, "rank %d's chunk %lld is not one of the job's", k,
+                         (long long)c);
+  *st = remat_placement_chunk(pl, k, c);
+  int rc = c == 0 ? chunks_workspace(job, k, &st->work_min, err) : 0;
+  return rc ? rc : remat_memplan_create_stage(mp, &job->cfg, job->d.train.B, job->d.train.T, st,
+                                              err);
 }
 
 void remat_job_predict(const remat_job *job, double rank_flops, double *seconds,

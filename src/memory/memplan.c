@@ -191,6 +191,11 @@ static int check_stage(const remat_config *cfg, const remat_stage *st, remat_err
     if (!st->accumulate)
       return remat__errorf(err, REMAT_EINVAL, "a replica computes its gradients apart");
   }
+  if ((st->work_borrowed || st->work_min) && st->replicas > 1)
+    return remat__errorf(err, REMAT_EINVAL, "a replica's chunks do not share a workspace");
+  if (st->work_min > ((size_t)1 << 50))
+    return remat__errorf(err, REMAT_ERANGE, "a workspace of %zu bytes is above 2^50",
+                         st->work_min);
   return 0;
 }
 
@@ -238,7 +243,9 @@ int remat_stage_bytes_get(const remat_config *cfg, const remat_memory_model *mm,
   out->state = state;
   out->activations = (size_t)st->inflight * slot +
                      (size_t)st->wdeferred * (size_t)st->num_blocks * mm->block_wrec_bytes;
-  out->workspace = mm->stage_bytes + (st->has_head ? 0 : mm->boundary_bytes) + transient;
+  if (transient < st->work_min) transient = st->work_min;
+  out->workspace = mm->stage_bytes + (st->has_head ? 0 : mm->boundary_bytes) +
+                   (st->work_borrowed ? 0 : transient);
   out->total = out->state + out->activations + out->workspace + out->comm;
   return 0;
 }
@@ -348,7 +355,7 @@ static int lay_out_regions(remat_memplan *mp, const remat_config *cfg, const rem
       [REMAT_BUF_ADAM_V] = moment,
       [REMAT_BUF_SLOTS] = (size_t)st->inflight * mp->slot_bytes,
       [REMAT_BUF_DRESID] = mm->stage_bytes,
-      [REMAT_BUF_WORK] = mp->bytes.workspace - mm->stage_bytes - send,
+      [REMAT_BUF_WORK] = st->work_borrowed ? 0 : mp->bytes.workspace - mm->stage_bytes - send,
       [REMAT_BUF_TIED_GRAD] = tied,
       [REMAT_BUF_SEND] = send,
       [REMAT_BUF_GATHER] = rb.gather,

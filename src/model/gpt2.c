@@ -125,6 +125,7 @@ int remat__model_allocate(remat_model *m, remat_error *err) {
   m->tied_grad = AT(REMAT_BUF_TIED_GRAD);
   m->send = AT(REMAT_BUF_SEND);
   m->wbf = AT(REMAT_BUF_PARAMS_BF16);
+  m->work_bytes = b[REMAT_BUF_WORK].bytes;
 #undef AT
   /* tensor views of the whole (flat) buffers; a replica's sharded ones have none */
   if (!remat__model_buf_sharded(m, REMAT_BUF_PARAMS))
@@ -140,6 +141,14 @@ int remat__model_allocate(remat_model *m, remat_error *err) {
   m->grads_fresh = m->wgrads_fresh = 1;
   m->bf16_stale = 1;
   return 0;
+}
+
+void remat__model_borrow_workspace(remat_model *m, const remat_model *lender) {
+  REMAT_ASSERT(m->arena && lender->arena && m->stage.work_borrowed &&
+               !lender->stage.work_borrowed && lender->work_bytes >= m->stage.work_min &&
+               lender->B == m->B && lender->T == m->T);
+  m->work = lender->work;
+  m->work_bytes = lender->work_bytes;
 }
 
 int remat__model_create_on(remat_model **out, const remat_config *cfg, int64_t B, int64_t T,
@@ -315,7 +324,7 @@ float *remat__model_unit_at(remat_model *m, int buf, int64_t u, size_t i, size_t
 float *remat__model_workspace(remat_model *m, size_t *bytes) {
   /* the larger of the transient workspace and the send buffer: both are
    * free between steps (a stage of the embedding alone has no workspace) */
-  size_t work = m->mp.buf[REMAT_BUF_WORK].bytes, send = m->mp.buf[REMAT_BUF_SEND].bytes;
+  size_t work = m->work_bytes, send = m->mp.buf[REMAT_BUF_SEND].bytes;
   *bytes = work >= send ? work : send;
   return work >= send ? (float *)m->work : m->send;
 }
@@ -1001,7 +1010,7 @@ static void embedding_backward(remat_model *m, char *slot) {
   if (!gb && m->stage.has_head && !m->tied_grad) {
     /* one micro-batch, one process: the head's share is in g[WTE]
      * already; the embedding's is summed apart in the workspace */
-    REMAT_ASSERT(m->D <= 1 && kernel_ws(m).encoder_tied <= m->mp.buf[REMAT_BUF_WORK].bytes);
+    REMAT_ASSERT(m->D <= 1 && kernel_ws(m).encoder_tied <= m->work_bytes);
     m->be->encoder_backward_tied(m->g[REMAT_P_WTE], m->g[REMAT_P_WPE], m->dresid, ids, m->B,
                                  m->T, C, c->padded_vocab_size, m->work);
   } else {

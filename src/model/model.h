@@ -31,7 +31,8 @@ struct remat_model {
                          the embedding; else NULL */
   float *dresid;      /* (B, T, C) */
   float *send;        /* (B, T, C) output of a stage without the head */
-  char *work;         /* the transient workspace */
+  char *work;         /* the transient workspace (a chunk's may be another's) */
+  size_t work_bytes;  /* its size */
 
   /* Each tensor's first float in the stage's flat buffers, and the first
    * element of the whole tensor that the stage holds (a block tensor starts

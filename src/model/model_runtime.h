@@ -16,6 +16,12 @@
 int remat__model_plan(remat_model **out, const remat_config *cfg, int64_t B, int64_t T,
                       const remat_stage *st, remat_error *err);
 int remat__model_allocate(remat_model *m, remat_error *err);
+/* remat__model_plan on the given backend. */
+int remat__model_plan_on(remat_model **out, const remat_config *cfg, int64_t B, int64_t T,
+                         const remat_stage *st, const remat__backend *be, remat_error *err);
+/* A chunk that borrows its rank's workspace (remat_stage.work_borrowed):
+ * points its workspace at the lender's, once both are allocated. */
+void remat__model_borrow_workspace(remat_model *m, const remat_model *lender);
 /* The backend the model holds. */
 const remat__backend *remat__model_backend(const remat_model *m);
 

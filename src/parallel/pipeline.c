@@ -60,15 +60,28 @@ struct remat_pipeline {
   remat_dist *reps, *world;
   float *losses; /* (R, M) the last stages' micro-batch losses */
   int act_count; /* floats of one (B, T, C) message */
-  MPI_Request send_act, send_grad;
-  remat_schedule_streams zb; /* zb-h1: every rank's stream of F, B and W (len 0 otherwise) */
+  /* zb-h1 and interleaved: every rank's stream of F, B and W (len 0 under
+   * 1f1b and gpipe, which remat_schedule_op gives) */
+  remat_schedule_streams zb;
   int64_t wdeferred;         /* zb-h1: W records of the stage */
+  /* The rank's chunks (interleaved: v of them, virtual stages s, s + P, ...;
+   * else one): cm[0] is the trainer's model, the others the pipeline's own,
+   * each with its arena, borrowing cm[0]'s residual gradient and workspace.
+   * slots[c]: chunk c's micro-batches in flight; send_chunk[c] and
+   * send_grad[c]: the last sends of its output and of its residual gradient
+   * (each chunk has both buffers: with one for all, two ranks could each
+   * wait for the other to take a gradient before taking the other's). */
+  int64_t v, nv;
+  remat_model *cm[REMAT_MAX_STAGES];
+  int64_t slots_of[REMAT_MAX_STAGES];
+  MPI_Request send_chunk[REMAT_MAX_STAGES], send_grad[REMAT_MAX_STAGES];
+  int emb_chunk, head_chunk; /* the rank's chunk with the embedding, the head; -1: none */
   double wait_s;
   /* trace */
   remat__trace trace; /* on a grid the stage's replica runtime records here too */
   double norm_end;
-  size_t fixed_bytes, slot_bytes;
-  int64_t live;
+  size_t fixed_bytes, slot_bytes[REMAT_MAX_STAGES];
+  uint64_t live; /* bytes of the slots in use */
 };
 
 /* Stage s of the placement with whole tensors: on a grid the replica
@@ -96,9 +109,10 @@ static void record(remat_pipeline *pl, int kind, double t_start, double t_end, i
                                   .layer = -1});
 }
 
-static void arena_counter(remat_pipeline *pl, double t, int64_t delta) {
-  pl->live += delta;
-  record(pl, EV_ARENA, t, t, -1, pl->fixed_bytes + (uint64_t)pl->live * pl->slot_bytes);
+/* Chunk c takes (+1) or frees (-1) a slot. */
+static void arena_counter(remat_pipeline *pl, double t, int c, int64_t delta) {
+  pl->live += (uint64_t)delta * pl->slot_bytes[c];
+  record(pl, EV_ARENA, t, t, -1, pl->fixed_bytes + pl->live);
 }
 
 /* ------------------------------------------------------- point to point */
@@ -111,6 +125,12 @@ static int wait_req(remat_pipeline *pl, MPI_Request *r, int kind, int64_t micro,
   pl->wait_s += e - t;
   record(pl, kind, t, e, micro, 0);
   return rc == MPI_SUCCESS ? 0 : remat__mpi_error(err, rc, "waiting for a send to finish");
+}
+
+/* A message's tag: its receiving virtual stage, micro-batch and direction
+ * (micro-batches far apart never meet between two ranks). */
+static int tag_of(const remat_pipeline *pl, int64_t k, int64_t vs, int backward) {
+  return (int)(2 * ((k % 4096) * pl->nv + vs) + backward);
 }
 
 static int recv_from(remat_pipeline *pl, float *buf, int peer, int tag, int kind, int64_t micro,
@@ -137,11 +157,14 @@ static int send_to(remat_pipeline *pl, const float *buf, int peer, int tag, MPI_
 
 /* ------------------------------------------------------- the step's ops */
 
-/* The stage's q-th operation: its micro-batch and its kind (remat_op_kind). */
-static int op_at(const remat_pipeline *pl, int64_t q, int64_t *k) {
+/* The stage's q-th operation: its micro-batch, its chunk and its kind
+ * (remat_op_kind). */
+static int op_at(const remat_pipeline *pl, int64_t q, int64_t *k, int *c) {
+  *c = 0;
   if (pl->zb.len) {
     const remat_schedule_step *o = &pl->zb.ops[(int64_t)pl->s * pl->zb.len + q];
     *k = o->mb;
+    *c = o->chunk;
     return o->kind;
   }
   int bwd;
@@ -149,78 +172,119 @@ static int op_at(const remat_pipeline *pl, int64_t q, int64_t *k) {
   return bwd ? REMAT_OP_B : REMAT_OP_F;
 }
 
+/* The rank of virtual stage vs. */
+static int rank_of(const remat_pipeline *pl, int64_t vs) {
+  int64_t r, c;
+  remat_schedule_rank_of(pl->sp->schedule, pl->P, vs, &r, &c);
+  return (int)r;
+}
+
+/* Forward k of chunk c: its data, its input, the forward, its output on
+ * its way. Every rank draws every micro-batch once, at the forward of the
+ * chunk that takes data (the first's, where none does), so all loaders
+ * stay in step. */
+static int forward_op(remat_pipeline *pl, const remat_train_opts *o, int64_t k, int c,
+                      remat_error *err) {
+  remat_model *m = pl->cm[c];
+  int64_t vs = remat_schedule_virtual_stage(pl->sp->schedule, pl->P, pl->s, c);
+  int64_t slot = k % pl->slots_of[c], micro = k * pl->R + pl->rep; /* in the step */
+  int draws = c == (pl->emb_chunk >= 0 ? pl->emb_chunk : pl->head_chunk >= 0 ? pl->head_chunk : 0);
+  int rc;
+  for (int64_t x = 0; draws && x < pl->R; x++) { /* every replica's */
+    int mine = x == pl->rep;
+    if ((rc = remat__trainer_next_batch(pl->tr, k * pl->R + x,
+                                        mine ? remat__model_slot_inputs(m, slot) : NULL,
+                                        mine ? remat__model_slot_targets(m, slot) : NULL, err)))
+      return rc;
+  }
+  if (vs > 0 && (rc = recv_from(pl, remat__model_stage_input(m, slot), rank_of(pl, vs - 1),
+                                tag_of(pl, k, vs, 0), EV_RECV_ACT, micro, err)))
+    return rc;
+  /* the forward writes the output buffer: its last send must be done */
+  int last = vs == pl->nv - 1;
+  if (!last && (rc = wait_req(pl, &pl->send_chunk[c], EV_SEND_ACT, micro, err))) return rc;
+  double t = remat__now();
+  arena_counter(pl, t, c, 1);
+  remat__model_stage_forward(m, slot, (uint32_t)micro, &o->hp);
+  record(pl, EV_FORWARD, t, remat__now(), micro, 0);
+  if (!last && (rc = send_to(pl, remat__model_stage_output(m), rank_of(pl, vs + 1),
+                             tag_of(pl, k, vs + 1, 0), &pl->send_chunk[c], err)))
+    return rc;
+  return 0;
+}
+
+/* Backward k of chunk c (B alone under zb-h1): the gradient of its output
+ * in, the backward, the gradient of its input on its way from the chunk's
+ * residual gradient. */
+static int backward_op(remat_pipeline *pl, const remat_train_opts *o, int64_t k, int c,
+                       double *loss_sum, remat_error *err) {
+  remat_model *m = pl->cm[c];
+  int64_t vs = remat_schedule_virtual_stage(pl->sp->schedule, pl->P, pl->s, c);
+  int64_t slot = k % pl->slots_of[c], micro = k * pl->R + pl->rep;
+  int rc;
+  if ((rc = wait_req(pl, &pl->send_grad[c], EV_SEND_GRAD, micro, err))) return rc;
+  if (vs < pl->nv - 1 &&
+      (rc = recv_from(pl, remat__model_dresid(m), rank_of(pl, vs + 1), tag_of(pl, k, vs, 1),
+                      EV_RECV_GRAD, micro, err)))
+    return rc;
+  double t = remat__now(), rs0 = remat__model_recompute_seconds(m);
+  float dloss = remat__trainer_dloss(pl->tr);
+  double loss = pl->wdeferred ? remat__model_stage_backward_input(m, slot, k % pl->wdeferred,
+                                                                  (uint32_t)micro, dloss, &o->hp)
+                              : remat__model_stage_backward(m, slot, (uint32_t)micro, dloss,
+                                                            &o->hp);
+  double e = remat__now(), rs = remat__model_recompute_seconds(m) - rs0;
+  record(pl, pl->wdeferred ? EV_INPUT_GRAD : EV_BACKWARD, t, e, micro, 0);
+  /* recompute is interleaved with the blocks' backwards; drawn as one
+   * span of its total at the backward's start */
+  if (rs > 0) record(pl, EV_RECOMPUTE, t, t + rs, micro, 0);
+  if (!pl->wdeferred) arena_counter(pl, e, c, -1); /* under zb-h1, at its W */
+  const double N = (double)(o->B * o->T);
+  if (vs == pl->nv - 1 && pl->R > 1) pl->losses[pl->rep * pl->M + k] = (float)(loss / N);
+  else if (vs == pl->nv - 1) *loss_sum += (float)(loss / N); /* as one process rounds it */
+  if (vs > 0 && (rc = send_to(pl, remat__model_dresid(m), rank_of(pl, vs - 1),
+                              tag_of(pl, k, vs - 1, 1), &pl->send_grad[c], err)))
+    return rc;
+  return 0;
+}
+
 static int run_microbatches(void *ctx, remat_trainer *tr, double *loss_sum, remat_error *err) {
   remat_pipeline *pl = ctx;
-  remat_model *m = pl->m;
   const remat_train_opts *o = remat_trainer_opts(tr);
-  const double N = (double)(o->B * o->T);
-  int s = pl->s, P = pl->P, rc;
+  int P = pl->P, rc;
   double t_step = remat__now();
   if (pl->norm_end > 0) record(pl, EV_UPDATE, pl->norm_end, t_step, -1, 0);
   pl->wait_s = 0;
+  for (int64_t c = 1; c < pl->v; c++) { /* the trainer does its own model's */
+    remat__model_take_recompute_seconds(pl->cm[c]);
+    remat_model_zero_grad(pl->cm[c]);
+  }
   const int64_t nops = pl->zb.len ? pl->zb.len : 2 * pl->M;
   for (int64_t q = 0; q < nops; q++) {
     int64_t k;
-    int kind = op_at(pl, q, &k);
-    int64_t slot = k % pl->slots, micro = k * pl->R + pl->rep; /* in the step */
+    int c, kind = op_at(pl, q, &k, &c);
     if (kind == REMAT_OP_W) {
+      remat_model *m = pl->cm[c];
+      int64_t micro = k * pl->R + pl->rep;
       double t = remat__now(), rs0 = remat__model_recompute_seconds(m);
-      remat__model_stage_backward_weight(m, slot, k % pl->wdeferred, (uint32_t)micro, &o->hp);
+      remat__model_stage_backward_weight(m, k % pl->slots_of[c], k % pl->wdeferred,
+                                         (uint32_t)micro, &o->hp);
       double e = remat__now(), rs = remat__model_recompute_seconds(m) - rs0;
       record(pl, EV_WEIGHT_GRAD, t, e, micro, 0);
       if (rs > 0) record(pl, EV_RECOMPUTE, t, t + rs, micro, 0);
-      arena_counter(pl, e, -1);
-      continue;
-    }
-    if (kind == REMAT_OP_F) {
-      for (int64_t x = 0; x < pl->R; x++) { /* every replica's, to keep the loaders in step */
-        int mine = x == pl->rep;
-        if ((rc = remat__trainer_next_batch(tr, k * pl->R + x,
-                                            mine ? remat__model_slot_inputs(m, slot) : NULL,
-                                            mine ? remat__model_slot_targets(m, slot) : NULL, err)))
-          return rc;
-      }
-      if (s > 0 &&
-          (rc = recv_from(pl, remat__model_stage_input(m, slot), s - 1, (int)(2 * k), EV_RECV_ACT,
-                          micro, err)))
-        return rc;
-      /* the forward writes the output buffer: its last send must be done */
-      if (s < P - 1 && (rc = wait_req(pl, &pl->send_act, EV_SEND_ACT, micro, err))) return rc;
-      double t = remat__now();
-      arena_counter(pl, t, 1);
-      remat__model_stage_forward(m, slot, (uint32_t)micro, &o->hp);
-      record(pl, EV_FORWARD, t, remat__now(), micro, 0);
-      if (s < P - 1 && (rc = send_to(pl, remat__model_stage_output(m), s + 1, (int)(2 * k),
-                                     &pl->send_act, err)))
-        return rc;
-    } else {
-      if ((rc = wait_req(pl, &pl->send_grad, EV_SEND_GRAD, micro, err))) return rc;
-      if (s < P - 1 && (rc = recv_from(pl, remat__model_dresid(m), s + 1, (int)(2 * k + 1),
-                                       EV_RECV_GRAD, micro, err)))
-        return rc;
-      double t = remat__now(), rs0 = remat__model_recompute_seconds(m);
-      float dloss = remat__trainer_dloss(tr);
-      double loss = pl->zb.len ? remat__model_stage_backward_input(m, slot, k % pl->wdeferred,
-                                                                   (uint32_t)micro, dloss, &o->hp)
-                               : remat__model_stage_backward(m, slot, (uint32_t)micro, dloss,
-                                                             &o->hp);
-      double e = remat__now(), rs = remat__model_recompute_seconds(m) - rs0;
-      record(pl, pl->zb.len ? EV_INPUT_GRAD : EV_BACKWARD, t, e, micro, 0);
-      /* recompute is interleaved with the blocks' backwards; drawn as one
-       * span of its total at the backward's start */
-      if (rs > 0) record(pl, EV_RECOMPUTE, t, t + rs, micro, 0);
-      if (!pl->zb.len) arena_counter(pl, e, -1); /* under zb-h1, at its W */
-      if (s == P - 1 && pl->R > 1) pl->losses[pl->rep * pl->M + k] = (float)(loss / N);
-      else if (s == P - 1) *loss_sum += (float)(loss / N); /* as one process rounds it */
-      if (s > 0 && (rc = send_to(pl, remat__model_dresid(m), s - 1, (int)(2 * k + 1),
-                                 &pl->send_grad, err)))
-        return rc;
+      arena_counter(pl, e, c, -1);
+    } else if (kind == REMAT_OP_F) {
+      if ((rc = forward_op(pl, o, k, c, err))) return rc;
+    } else if ((rc = backward_op(pl, o, k, c, loss_sum, err))) {
+      return rc;
     }
   }
-  if ((rc = wait_req(pl, &pl->send_act, EV_SEND_ACT, -1, err)) ||
-      (rc = wait_req(pl, &pl->send_grad, EV_SEND_GRAD, -1, err)))
-    return rc;
-  if (s == P - 1 && pl->R > 1) { /* every replica's, in micro-batch order */
+  for (int64_t c = 0; c < pl->v; c++)
+    if ((rc = wait_req(pl, &pl->send_chunk[c], EV_SEND_ACT, -1, err)) ||
+        (rc = wait_req(pl, &pl->send_grad[c], EV_SEND_GRAD, -1, err)))
+      return rc;
+  int last = rank_of(pl, pl->nv - 1);
+  if (pl->s == last && pl->R > 1) { /* every replica's, in micro-batch order */
     REMAT_ASSERT(pl->reps);
     rc = MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, pl->losses, (int)pl->M, MPI_FLOAT,
                        pl->reps->comm);
@@ -228,19 +292,22 @@ static int run_microbatches(void *ctx, remat_trainer *tr, double *loss_sum, rema
     for (int64_t k = 0; k < pl->M; k++)
       for (int64_t x = 0; x < pl->R; x++) *loss_sum += pl->losses[x * pl->M + k];
   }
+  (void)P;
   /* every rank reports the whole model's loss */
-  rc = MPI_Bcast(loss_sum, 1, MPI_DOUBLE, P - 1, pl->d->comm);
+  rc = MPI_Bcast(loss_sum, 1, MPI_DOUBLE, last, pl->d->comm);
   return rc == MPI_SUCCESS ? 0 : remat__mpi_error(err, rc, "sharing the loss");
 }
 
-/* The tied embedding: stage 0 holds the embedding's gradient sum, the last
- * stage the head's; each sends its own and adds the other's, chunk by chunk
- * through the workspace (free between steps). g: n floats of it, the same
- * elements on both sides. */
+/* The tied embedding: the first virtual stage's rank holds the embedding's
+ * gradient sum, the last one's the head's; each sends its own and adds the
+ * other's, piece by piece through the workspace (free between steps). g:
+ * n floats of it, the same elements on both sides. */
 int remat__pipeline_exchange_tied(remat_pipeline *pl, float *g, size_t n, remat_error *err) {
-  if (pl->s != 0 && pl->s != pl->P - 1) return 0;
+  int first = rank_of(pl, 0), last = rank_of(pl, pl->nv - 1);
+  if (pl->s != first && pl->s != last) return 0;
+  REMAT_ASSERT(first != last);
   double t = remat__now();
-  int peer = pl->s == 0 ? pl->P - 1 : 0;
+  int peer = pl->s == first ? last : first;
   size_t room;
   float *buf = remat__model_workspace(pl->m, &room);
   /* both sides move pieces of the smaller of their two rooms */
@@ -257,7 +324,7 @@ int remat__pipeline_exchange_tied(remat_pipeline *pl, float *g, size_t n, remat_
                           pl->d->comm, MPI_STATUS_IGNORE);
     if (rc != MPI_SUCCESS) return remat__mpi_error(err, rc, "exchanging the tied embedding's gradient");
     float *gg = g + off;
-    if (pl->s == 0)
+    if (pl->s == first)
       for (int i = 0; i < c; i++) gg[i] = gg[i] + buf[i]; /* embedding + head */
     else
       for (int i = 0; i < c; i++) gg[i] = buf[i] + gg[i];
@@ -266,32 +333,58 @@ int remat__pipeline_exchange_tied(remat_pipeline *pl, float *g, size_t n, remat_
   return 0;
 }
 
+/* After the backwards: the tied gradient's exchange (by the chunk with the
+ * embedding or the head), then what the trainer does for its own model
+ * done for the rank's other chunks. */
 static int exchange_tied(void *ctx, remat_trainer *tr, remat_error *err) {
   (void)tr;
   remat_pipeline *pl = ctx;
-  if (pl->s != 0 && pl->s != pl->P - 1) return 0;
-  size_t n;
-  remat__model_tensor(pl->m, REMAT_P_WTE, &n);
-  return remat__pipeline_exchange_tied(pl, remat__model_tensor_grad(pl->m, REMAT_P_WTE), n, err);
+  int c = pl->emb_chunk >= 0 ? pl->emb_chunk : pl->head_chunk;
+  if (c >= 0) {
+    size_t n;
+    remat__model_tensor(pl->cm[c], REMAT_P_WTE, &n);
+    int rc = remat__pipeline_exchange_tied(pl, remat__model_tensor_grad(pl->cm[c], REMAT_P_WTE),
+                                           n, err);
+    if (rc) return rc;
+  }
+  for (int64_t x = 1; x < pl->v; x++) remat_model_sum_tied(pl->cm[x]);
+  return 0;
 }
 
-/* The squared norm: every stage's per-layer sums, added in model order. */
+/* Virtual stage vs's per-layer sums: its blocks, the embedding, the head. */
+static int layers_of(const remat_pipeline *pl, int64_t vs) {
+  return (int)(pl->sp->num_blocks[vs] + (vs == 0) + (vs == pl->nv - 1));
+}
+
+/* The squared norm: every stage's per-layer sums (its chunks' in chunk
+ * order), added in model order. */
 int remat__pipeline_norm(remat_pipeline *pl, const double *layers, int64_t n, double *total,
                          remat_error *err) {
   double t = remat__now();
   int counts[REMAT_MAX_STAGES], displs[REMAT_MAX_STAGES], all_n = 0;
+  int64_t at[REMAT_MAX_STAGES]; /* each virtual stage's first sum in all */
   for (int r = 0; r < pl->P; r++) {
-    counts[r] = (int)(pl->sp->num_blocks[r] + (r == 0) + (r == pl->P - 1));
     displs[r] = all_n;
+    counts[r] = 0;
+    for (int64_t c = 0; c < pl->v; c++) {
+      int64_t vs = remat_schedule_virtual_stage(pl->sp->schedule, pl->P, r, c);
+      at[vs] = all_n + counts[r];
+      counts[r] += layers_of(pl, vs);
+    }
     all_n += counts[r];
   }
-  REMAT_ASSERT(counts[pl->s] == n && all_n <= 4096 + 2);
-  double all[4096 + 2];
-  int rc = MPI_Allgatherv(layers, (int)n, MPI_DOUBLE, all, counts, displs, MPI_DOUBLE,
+  REMAT_ASSERT(all_n <= 4096 + 2);
+  double mine[4096 + 2], all[4096 + 2];
+  REMAT_ASSERT(n <= counts[pl->s]);
+  memcpy(mine, layers, (size_t)n * sizeof(double));
+  for (int64_t c = 1; c < pl->v; c++) n += remat__model_grad_sumsq_layers(pl->cm[c], mine + n);
+  REMAT_ASSERT(counts[pl->s] == n);
+  int rc = MPI_Allgatherv(mine, (int)n, MPI_DOUBLE, all, counts, displs, MPI_DOUBLE,
                           pl->d->comm);
   if (rc != MPI_SUCCESS) return remat__mpi_error(err, rc, "summing the gradient norm");
   double sum = 0;
-  for (int k = 0; k < all_n; k++) sum += all[k];
+  for (int64_t vs = 0; vs < pl->nv; vs++)
+    for (int k = 0; k < layers_of(pl, vs); k++) sum += all[at[vs] + k];
   *total = sum;
   pl->norm_end = remat__now();
   record(pl, EV_REDUCE, t, pl->norm_end, -1, 0);
@@ -304,7 +397,36 @@ static int norm_sumsq(void *ctx, remat_trainer *tr, const double *layers, int64_
   return remat__pipeline_norm(ctx, layers, n, total, err);
 }
 
+/* Interleaved: the update of every chunk, with the step's one norm. */
+static int update_chunks(void *ctx, remat_trainer *tr, float lr, float norm, remat_error *err) {
+  (void)err;
+  remat_pipeline *pl = ctx;
+  const remat_train_opts *o = remat_trainer_opts(tr);
+  for (int64_t c = 0; c < pl->v; c++) remat_model_update(pl->cm[c], &o->hp, lr, norm);
+  return 0;
+}
+
 /* ------------------------------------------------------------ lifetime */
+
+/* Stage s's chunk c as the placement has it (v = 1: the stage itself). */
+static remat_stage chunk_stage(const remat_placement *sp, int64_t s, int64_t c) {
+  return sp->chunks > 1 ? remat_placement_chunk(sp, s, c) : whole_stage(sp, s);
+}
+
+/* Interleaved: the streams, and the rank's other chunks planned (their
+ * arenas come with remat_pipeline_allocate). */
+static int make_chunks(remat_pipeline *pl, remat_error *err) {
+  const remat_placement *sp = pl->sp;
+  const remat_train_opts *o = remat_trainer_opts(pl->tr);
+  int rc = remat_schedule_streams_build(&pl->zb, sp->schedule, pl->P, pl->M, pl->v, err);
+  for (int64_t c = 1; !rc && c < pl->v; c++) {
+    remat_stage st = chunk_stage(sp, pl->s, c);
+    st.work_min = remat_model_stage(pl->m)->work_min;
+    rc = remat__model_plan_on(&pl->cm[c], remat_model_config(pl->m), o->B, o->T, &st,
+                              remat__model_backend(pl->m), err);
+  }
+  return rc;
+}
 
 int remat_pipeline_create(remat_pipeline **out, remat_dist *d, remat_trainer *tr,
                           const remat_placement *sp, remat_error *err) {
@@ -315,9 +437,14 @@ int remat_pipeline_create(remat_pipeline **out, remat_dist *d, remat_trainer *tr
   if (sp->stages != d->size)
     return remat__errorf(err, REMAT_EINVAL, "a split of %lld stages needs %lld ranks, not %d",
                          (long long)sp->stages, (long long)sp->stages, d->size);
-  if (sp->stages < 2 || sp->stages > REMAT_MAX_STAGES)
+  int64_t v = sp->chunks > 1 ? sp->chunks : 1;
+  if (sp->stages < 2 || sp->stages * v > REMAT_MAX_STAGES)
     return remat__errorf(err, REMAT_EINVAL, "a pipeline has 2 to %d stages, not %lld",
                          REMAT_MAX_STAGES, (long long)sp->stages);
+  if ((v > 1) != (sp->schedule == REMAT_SCHED_INTERLEAVED))
+    return remat__errorf(err, REMAT_EINVAL, "the pipeline runs model chunks under interleaved "
+                         "1F1B only (%lld chunks under %s)", (long long)v,
+                         remat_plan_schedule_name(sp->schedule));
   /* on a grid the trainer's step holds every replica's micro-batches */
   int64_t R = st->replicas > 1 ? st->replicas : 1;
   if (o->grad_accum != sp->microbatches * R)
@@ -325,10 +452,12 @@ int remat_pipeline_create(remat_pipeline **out, remat_dist *d, remat_trainer *tr
                          "the trainer runs %lld micro-batches per step but the split %lld on "
                          "each of %lld replicas",
                          (long long)o->grad_accum, (long long)sp->microbatches, (long long)R);
-  remat_stage want = whole_stage(sp, d->rank);
+  if (v > 1 && R > 1)
+    return remat__errorf(err, REMAT_EINVAL, "interleaved 1F1B runs a pipeline without replicas");
+  remat_stage want = chunk_stage(sp, d->rank, 0);
   if (st->first_block != want.first_block || st->num_blocks != want.num_blocks ||
       st->has_embedding != want.has_embedding || st->has_head != want.has_head ||
-      st->inflight != want.inflight || st->wdeferred != want.wdeferred)
+      st->inflight != want.inflight || st->wdeferred != want.wdeferred || st->work_borrowed)
     return remat__errorf(err, REMAT_EINVAL, "rank %d's trainer is not stage %d of the split",
                          d->rank, d->rank);
   double count = (double)o->B * (double)o->T * (double)remat_model_config(m)->channels;
@@ -345,45 +474,87 @@ int remat_pipeline_create(remat_pipeline **out, remat_dist *d, remat_trainer *tr
   pl->s = d->rank;
   pl->P = d->size;
   pl->M = sp->microbatches;
-  pl->slots = st->inflight;
+  pl->v = v;
+  pl->nv = pl->P * v;
+  pl->cm[0] = m;
   pl->act_count = (int)count;
-  pl->send_act = pl->send_grad = MPI_REQUEST_NULL;
+  for (int64_t c = 0; c < v; c++) pl->send_chunk[c] = pl->send_grad[c] = MPI_REQUEST_NULL;
   pl->wdeferred = st->wdeferred;
-  if (sp->schedule == REMAT_SCHED_ZBH1) {
-    int rc = R > 1 ? remat__errorf(err, REMAT_EINVAL, "zb-h1 runs a pipeline without replicas")
-                   : remat_schedule_streams_build(&pl->zb, REMAT_SCHED_ZBH1, pl->P, pl->M, 1,
-                                                  err);
-    if (!rc && pl->wdeferred < 1)
-      rc = remat__errorf(err, REMAT_EINVAL, "rank %d's stage defers no W under zb-h1", pl->s);
-    if (rc) {
-      remat_schedule_streams_free(&pl->zb);
-      remat__free(pl);
-      return rc;
-    }
-  }
   pl->R = R;
   pl->rep = R > 1 ? st->replica : 0;
   pl->world = d;
-  if (R > 1 && !(pl->losses = remat__calloc((size_t)(R * pl->M), sizeof(float)))) {
-    remat__free(pl);
-    return remat__errorf(err, REMAT_ENOMEM, "out of memory");
+  int rc = 0;
+  if (sp->schedule == REMAT_SCHED_ZBH1) {
+    rc = R > 1 ? remat__errorf(err, REMAT_EINVAL, "zb-h1 runs a pipeline without replicas")
+               : remat_schedule_streams_build(&pl->zb, REMAT_SCHED_ZBH1, pl->P, pl->M, 1, err);
+    if (!rc && pl->wdeferred < 1)
+      rc = remat__errorf(err, REMAT_EINVAL, "rank %d's stage defers no W under zb-h1", pl->s);
+  } else if (v > 1) {
+    rc = make_chunks(pl, err);
   }
-  const remat_memplan *mp = remat_model_memplan(m);
-  pl->slot_bytes = remat_memplan_slot_bytes(mp);
-  pl->fixed_bytes = remat_memplan_peak_bytes(mp) -
-                    remat_memplan_buf(mp, REMAT_BUF_SLOTS).bytes;
+  if (!rc && R > 1 && !(pl->losses = remat__calloc((size_t)(R * pl->M), sizeof(float))))
+    rc = remat__errorf(err, REMAT_ENOMEM, "out of memory");
+  if (rc) {
+    remat_pipeline_destroy(pl);
+    return rc;
+  }
+  pl->emb_chunk = pl->head_chunk = -1;
+  for (int64_t c = 0; c < v; c++) {
+    const remat_memplan *mp = remat_model_memplan(pl->cm[c]);
+    pl->slots_of[c] = remat_model_stage(pl->cm[c])->inflight;
+    pl->slot_bytes[c] = remat_memplan_slot_bytes(mp);
+    pl->fixed_bytes += remat_memplan_peak_bytes(mp) - remat_memplan_buf(mp, REMAT_BUF_SLOTS).bytes;
+    if (remat_model_stage(pl->cm[c])->has_embedding) pl->emb_chunk = (int)c;
+    if (remat_model_stage(pl->cm[c])->has_head) pl->head_chunk = (int)c;
+  }
+  REMAT_ASSERT(pl->emb_chunk < 0 || pl->head_chunk < 0); /* both: one process's model */
   remat__trainer_ops ops = {.micro_batches = run_microbatches, .after_backward = exchange_tied,
-                           .norm_sumsq = norm_sumsq, .ctx = pl};
+                           .norm_sumsq = norm_sumsq, .update = v > 1 ? update_chunks : NULL,
+                           .ctx = pl};
   remat__trainer_set_ops(tr, &ops);
   *out = pl;
   return 0;
 }
 
+size_t remat_pipeline_chunk_bytes(const remat_pipeline *pl) {
+  size_t n = 0;
+  for (int64_t c = 1; c < pl->v; c++) n += remat_memplan_peak_bytes(remat_model_memplan(pl->cm[c]));
+  return n;
+}
+
+size_t remat_pipeline_chunk_high_water(const remat_pipeline *pl) {
+  size_t n = 0;
+  for (int64_t c = 1; c < pl->v; c++) n += remat_model_arena_high_water(pl->cm[c]);
+  return n;
+}
+
+int remat_pipeline_allocate(remat_pipeline *pl, remat_error *err) {
+  for (int64_t c = 1; c < pl->v; c++) {
+    int rc = remat__model_allocate(pl->cm[c], err);
+    if (rc) return rc;
+    remat__model_borrow_workspace(pl->cm[c], pl->m);
+  }
+  return 0;
+}
+
+int remat_pipeline_load(remat_pipeline *pl, const float *full, uint64_t seed) {
+  const remat_config *cfg = remat_model_config(pl->m);
+  for (int64_t c = 1; c < pl->v; c++) {
+    remat_model *m = pl->cm[c];
+    if (full) remat__stage_params_from_full(cfg, remat_model_stage(m), full, remat_model_params(m));
+    else remat_model_init_weights(m, seed);
+  }
+  return 0;
+}
+
 void remat_pipeline_destroy(remat_pipeline *pl) {
   if (!pl) return;
-  if (pl->send_act != MPI_REQUEST_NULL) MPI_Cancel(&pl->send_act);
-  if (pl->send_grad != MPI_REQUEST_NULL) MPI_Cancel(&pl->send_grad);
+  for (int64_t c = 0; c < pl->v; c++) {
+    if (pl->send_chunk[c] != MPI_REQUEST_NULL) MPI_Cancel(&pl->send_chunk[c]);
+    if (pl->send_grad[c] != MPI_REQUEST_NULL) MPI_Cancel(&pl->send_grad[c]);
+  }
   remat__trainer_set_ops(pl->tr, &(remat__trainer_ops){0});
+  for (int64_t c = 1; c < pl->v; c++) remat_model_destroy(pl->cm[c]);
   remat__trace_free(&pl->trace);
   remat_schedule_streams_free(&pl->zb);
   remat__free(pl->losses);
@@ -395,7 +566,35 @@ double remat_pipeline_wait_seconds(const remat_pipeline *pl) { return pl->wait_s
 /* Big buffers move in pieces an int can count. */
 #define PIECE ((size_t)1 << 28)
 
+/* Interleaved: every rank's chunks in chunk order to rank 0, its own last
+ * with chunk 0 (the embedding's) the very last, so that its tied matrix is
+ * the one written (the head's copy is equal, bit for bit). */
+static int gather_chunks(remat_pipeline *pl, float *full, remat_error *err) {
+  const remat_config *cfg = remat_model_config(pl->m);
+  for (int r = pl->s == 0 ? 1 : pl->s; r < (pl->s == 0 ? pl->P : pl->s + 1); r++)
+    for (int64_t c = 0; c < pl->v; c++) {
+      remat_stage st = chunk_stage(pl->sp, r, c);
+      size_t n = remat__stage_num_params(cfg, &st);
+      float *p = pl->s == 0 ? remat__malloc(n * sizeof(float)) : remat_model_params(pl->cm[c]);
+      if (!p) return remat__errorf(err, REMAT_ENOMEM, "out of memory gathering the parameters");
+      int rc = 0;
+      for (size_t off = 0; off < n && !rc; off += PIECE) {
+        int k = (int)(n - off < PIECE ? n - off : PIECE);
+        rc = pl->s == 0 ? MPI_Recv(p + off, k, MPI_FLOAT, r, 11, pl->d->comm, MPI_STATUS_IGNORE)
+                        : MPI_Send(p + off, k, MPI_FLOAT, 0, 11, pl->d->comm);
+      }
+      if (pl->s == 0 && rc == MPI_SUCCESS) remat__stage_params_to_full(cfg, &st, p, full);
+      if (pl->s == 0) remat__free(p);
+      if (rc != MPI_SUCCESS) return remat__mpi_error(err, rc, "gathering the parameters");
+    }
+  for (int64_t c = pl->v - 1; pl->s == 0 && c >= 0; c--)
+    remat__stage_params_to_full(cfg, remat_model_stage(pl->cm[c]),
+                                remat_model_params(pl->cm[c]), full);
+  return 0;
+}
+
 int remat_pipeline_gather_params(remat_pipeline *pl, float *full, remat_error *err) {
+  if (pl->v > 1) return gather_chunks(pl, full, err);
   return remat__pipeline_gather_flat(pl, remat_model_params(pl->m), full, err);
 }
 
@@ -445,7 +644,7 @@ int remat_pipeline_trace_start(remat_pipeline *pl, int64_t max_steps, remat_erro
   }
   int rc = remat__trace_start(&pl->trace, pl->world->comm, (size_t)max_steps * per_step + 16, err);
   if (rc) return rc;
-  arena_counter(pl, pl->trace.t0, 0);
+  arena_counter(pl, pl->trace.t0, 0, 0);
   return 0;
 }
 

@@ -43,6 +43,22 @@ int remat_placement_from_layers(remat_placement *pl, const remat_config *cfg, in
   return 0;
 }
 
+int remat_placement_from_chunks(remat_placement *pl, const remat_config *cfg, int64_t stages,
+                                int64_t chunks, const int64_t *layers_per_chunk,
+                                const uint8_t *layer_policy, int schedule, int64_t microbatches,
+                                remat_error *err) {
+  if (chunks < 1 || stages < 1 || stages * chunks > REMAT_MAX_STAGES)
+    return remat__errorf(err, REMAT_EINVAL, "%lld stages of %lld chunks: a placement has 1 to %d "
+                         "virtual stages", (long long)stages, (long long)chunks,
+                         REMAT_MAX_STAGES);
+  int rc = remat_placement_from_layers(pl, cfg, stages * chunks, layers_per_chunk, layer_policy,
+                                       schedule, microbatches, err);
+  if (rc) return rc;
+  pl->stages = stages;
+  pl->chunks = chunks;
+  return 0;
+}
+
 void remat_placement_whole(remat_placement *pl, const remat_config *cfg, const uint8_t *policy,
                            int64_t microbatches) {
   memset(pl, 0, sizeof *pl);
@@ -66,6 +82,23 @@ static void zb_counts(int64_t P, int64_t M, int64_t s, int64_t *alive, int64_t *
   remat_schedule_streams_free(&ss);
   *alive = a[s];
   *deferred = w[s];
+}
+
+remat_stage remat_placement_chunk(const remat_placement *pl, int64_t s, int64_t c) {
+  int64_t P = pl->stages, M = pl->microbatches, v = pl->chunks > 1 ? pl->chunks : 1;
+  int64_t vs = remat_schedule_virtual_stage(pl->schedule, P, s, c);
+  int64_t in_flight[REMAT_MAX_STAGES];
+  remat_schedule_streams ss;
+  remat_error err;
+  /* the placement was checked against the schedule when it was made */
+  REMAT_ASSERT(remat_schedule_streams_build(&ss, pl->schedule, P, M, v, &err) == 0);
+  remat_schedule_streams_peaks(&ss, in_flight, NULL);
+  remat_schedule_streams_free(&ss);
+  return (remat_stage){.first_block = pl->first_block[vs], .num_blocks = pl->num_blocks[vs],
+                       .policy = pl->policy + pl->first_block[vs],
+                       .inflight = in_flight[s * v + c] > 0 ? in_flight[s * v + c] : 1,
+                       .has_embedding = vs == 0, .has_head = vs == P * v - 1,
+                       .accumulate = M > 1, .work_borrowed = c > 0};
 }
 
 remat_stage remat_placement_stage(const remat_placement *pl, int64_t s, int64_t replica) {
