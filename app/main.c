@@ -9,6 +9,17 @@
 
 #include "remat.h"
 
+/* The process runs itself again with argv (returns only if it could not),
+ * by the executable's own path, so that it keeps its name. */
+static void run_again(char **argv) {
+  char self[4096];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0) return;
+  self[n] = 0;
+  fflush(NULL);
+  execv(self, argv);
+}
+
 /* A training run chooses how its threads wait from how busy the CPUs are,
  * before OpenMP starts; one on a single thread (--threads 1) has nothing to
  * choose. libgomp reads its settings only when loaded: to change them the
@@ -19,8 +30,7 @@ static void prepare_threads(int argc, char **argv) {
     if (!strcmp(argv[i], "--threads") && i + 1 < argc && atoi(argv[i + 1]) == 1) return;
   }
   if (remat_threads_prepare()) {
-    fflush(NULL);
-    execv("/proc/self/exe", argv);
+    run_again(argv);
     remat_threads_prepare_failed();
   }
 }
@@ -126,8 +136,7 @@ static void usage(FILE *f) {
 static void prepare_blas(char **argv) {
   const char *detected, *chosen;
   if (!remat_blas_prepare(&detected, &chosen)) return;
-  fflush(NULL);
-  execv("/proc/self/exe", argv);
+  run_again(argv);
   unsetenv("OPENBLAS_CORETYPE"); /* could not run again: go on with what loaded */
 }
 
