@@ -107,7 +107,9 @@ REMAT_API void remat_schedule_streams_peaks(const remat_schedule_streams *st, in
                                             int64_t *w_pending);
 /* Per rank and chunk ((p, v) array): the most micro-batches whose F has run
  * and whose last operation (W where the schedule has it, else B) has not:
- * the activations a runtime that frees them at W holds at once. */
+ * the activations a runtime that frees them at W holds at once. Under zbv
+ * rank 0's chunk 1 (the head) counts a micro-batch from the F of its
+ * chunk 0, when its targets arrive with its tokens. */
 REMAT_API void remat_schedule_streams_alive(const remat_schedule_streams *st, int64_t *alive);
 
 #ifdef __cplusplus

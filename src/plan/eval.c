@@ -125,7 +125,7 @@ static double simulated(const remat__plan_inst *in, const double *fw, const doub
 /* Each stage's memory at the worst point of its stream: the formula's
  * memory less its in-flight terms (n S + k U per chunk), plus the largest
  * sum over the stream of each chunk's micro-batches between F and B
- * (zb-h1: F and W, as the runtime keeps them) times its stored bytes S and
+ * (zb-h1 and zbv: F and W, as the runtime keeps them) times its stored bytes S and
  * between B and W times its kept-for-W bytes U. */
 static void stream_peaks(const remat__plan_inst *in, const int64_t *bounds, const uint8_t *rec,
                          remat_plan *plan) {
@@ -150,8 +150,12 @@ static void stream_peaks(const remat__plan_inst *in, const int64_t *bounds, cons
       const remat_schedule_step *o = &st.ops[r * st.len + q];
       int split = st.schedule == REMAT_SCHED_ZBH1 || st.schedule == REMAT_SCHED_ZBV;
       /* the runtime keeps a zb-h1 micro-batch's activations until its W */
-      int until_w = st.schedule == REMAT_SCHED_ZBH1;
-      if (o->kind == REMAT_OP_F) nf[o->chunk]++;
+      int until_w = split;
+      /* zbv: rank 0's head chunk holds a micro-batch's targets from its F
+       * of chunk 0 (remat_schedule_streams_alive) */
+      int zv = st.schedule == REMAT_SCHED_ZBV && r == 0;
+      if (o->kind == REMAT_OP_F) nf[o->chunk]++, nf[1] += zv && o->chunk == 0,
+                                  nf[1] -= zv && o->chunk == 1;
       if (o->kind == REMAT_OP_B) nf[o->chunk] -= !until_w, nw[o->chunk] += split;
       if (o->kind == REMAT_OP_W) nw[o->chunk]--, nf[o->chunk] -= until_w;
       int64_t mem = 0;

@@ -232,8 +232,8 @@ static void candidate_runs(remat__plan_inst *in) {
 
 /* Micro-batches in flight (n) and kept for a deferred W (k) per virtual
  * stage: closed forms with one chunk (test_schedule checks them against
- * the streams), the streams' peaks with several and under zb-h1, whose n
- * counts a micro-batch from its F to its W (the runtime keeps its
+ * the streams), the streams' peaks with several and under zb-h1 and zbv,
+ * whose n counts a micro-batch from its F to its W (the runtime keeps its
  * activations for W: remat_schedule_streams_alive, as remat train's
  * placement counts them). */
 static int held(remat__plan_inst *in, remat_error *err) {
@@ -254,7 +254,8 @@ static int held(remat__plan_inst *in, remat_error *err) {
     return remat__errorf(err, REMAT_ENOMEM, "out of memory");
   }
   remat_schedule_streams_peaks(&st, nk, nk + in->nv);
-  if (in->schedule == REMAT_SCHED_ZBH1) remat_schedule_streams_alive(&st, nk);
+  if (in->schedule == REMAT_SCHED_ZBH1 || in->schedule == REMAT_SCHED_ZBV)
+    remat_schedule_streams_alive(&st, nk);
   for (int64_t r = 0; r < p; r++)
     for (int64_t c = 0; c < in->v; c++) {
       int64_t vs = remat_schedule_virtual_stage(in->schedule, p, r, c);

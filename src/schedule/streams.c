@@ -300,10 +300,13 @@ void remat_schedule_streams_alive(const remat_schedule_streams *st, int64_t *ali
   for (int64_t r = 0; r < st->p; r++)
     for (int64_t c = 0; c < st->v; c++) {
       int64_t f = 0, done = 0, most = 0;
+      /* ZB-V's rank 0 holds the first and the last virtual stage: a
+       * micro-batch's targets reach the last when it enters the rank */
+      int64_t starts = st->schedule == REMAT_SCHED_ZBV && r == 0 && c == 1 ? 0 : c;
       for (int64_t q = 0; q < st->len; q++) {
         const remat_schedule_step *o = &st->ops[r * st->len + q];
+        f += o->chunk == starts && o->kind == REMAT_OP_F;
         if (o->chunk != c) continue;
-        f += o->kind == REMAT_OP_F;
         done += o->kind == (split ? REMAT_OP_W : REMAT_OP_B);
         if (f - done > most) most = f - done;
       }
