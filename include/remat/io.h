@@ -209,6 +209,15 @@ REMAT_API int remat_state_save(const char *path, const remat_state_header *h, co
  * checksum. */
 REMAT_API int remat_state_load(const char *path, remat_state_header *h, float *m, float *v,
                                size_t num_params, remat_error *err);
+/* The same with the moments in pieces: m[i] and v[i] of n[i] floats each,
+ * i < parts (n summing to h->num_params), stored as if one after another
+ * (the file is the one remat_state_save writes for their concatenation). */
+REMAT_API int remat_state_save_parts(const char *path, const remat_state_header *h, int parts,
+                                     const float *const *m, const float *const *v,
+                                     const size_t *n, remat_error *err);
+REMAT_API int remat_state_load_parts(const char *path, remat_state_header *h, int parts,
+                                     float *const *m, float *const *v, const size_t *n,
+                                     remat_error *err);
 /* The header alone. */
 REMAT_API int remat_state_peek(const char *path, remat_state_header *h, remat_error *err);
 /* Which run a state belongs to: its seed and a digest of every setting a

@@ -52,17 +52,29 @@ static void from_words(const int64_t *w, remat_state_header *h) {
 
 int remat_state_save(const char *path, const remat_state_header *h, const float *m,
                      const float *v, remat_error *err) {
+  size_t n = (size_t)h->num_params;
+  return remat_state_save_parts(path, h, 1, &m, &v, &n, err);
+}
+
+int remat_state_save_parts(const char *path, const remat_state_header *h, int parts,
+                           const float *const *m, const float *const *v, const size_t *n,
+                           remat_error *err) {
   int64_t words[REMAT_STATE_FIELDS];
   to_words(h, words);
+  size_t total = 0;
+  for (int i = 0; i < parts; i++) total += n[i];
+  REMAT_ASSERT(total == (size_t)h->num_params);
   uint64_t sum = fnv(1469598103934665603ull, words, sizeof words);
-  size_t bytes = (size_t)h->num_params * sizeof(float);
-  sum = fnv(fnv(sum, m, bytes), v, bytes);
+  for (int i = 0; i < parts; i++) sum = fnv(sum, m[i], n[i] * sizeof(float));
+  for (int i = 0; i < parts; i++) sum = fnv(sum, v[i], n[i] * sizeof(float));
   remat__wfile w;
   int rc = remat__wfile_open(&w, path, "training state", err);
   if (rc) return rc;
-  if ((rc = remat__wfile_write(&w, words, sizeof words, err)) ||
-      (rc = remat__wfile_write(&w, m, bytes, err)) || (rc = remat__wfile_write(&w, v, bytes, err)) ||
-      (rc = remat__wfile_write(&w, &sum, sizeof sum, err))) {
+  rc = remat__wfile_write(&w, words, sizeof words, err);
+  for (int i = 0; i < parts && !rc; i++) rc = remat__wfile_write(&w, m[i], n[i] * sizeof(float), err);
+  for (int i = 0; i < parts && !rc; i++) rc = remat__wfile_write(&w, v[i], n[i] * sizeof(float), err);
+  if (!rc) rc = remat__wfile_write(&w, &sum, sizeof sum, err);
+  if (rc) {
     remat__wfile_abort(&w);
     return rc;
   }
@@ -139,10 +151,16 @@ static int open_state(const char *path, int *fd, int64_t *words, remat_state_hea
 
 int remat_state_load(const char *path, remat_state_header *h, float *m, float *v,
                      size_t num_params, remat_error *err) {
+  return remat_state_load_parts(path, h, 1, &m, &v, &num_params, err);
+}
+
+int remat_state_load_parts(const char *path, remat_state_header *h, int parts, float *const *m,
+                           float *const *v, const size_t *n, remat_error *err) {
   int64_t words[REMAT_STATE_FIELDS];
   int fd, rc = open_state(path, &fd, words, h, err);
   if (rc) return rc;
-  size_t bytes = (size_t)h->num_params * sizeof(float);
+  size_t num_params = 0;
+  for (int i = 0; i < parts; i++) num_params += n[i];
   if ((size_t)h->num_params != num_params) {
     rc = remat__errorf(err, REMAT_ESHAPE,
                        "training state '%s' holds %lld parameters' moments; this model (or "
@@ -151,11 +169,15 @@ int remat_state_load(const char *path, remat_state_header *h, float *m, float *v
     goto out;
   }
   uint64_t sum, want = fnv(1469598103934665603ull, words, sizeof words);
-  if (read_all(fd, m, bytes) || read_all(fd, v, bytes) || read_all(fd, &sum, sizeof sum)) {
+  int bad = 0;
+  for (int i = 0; i < parts && !bad; i++) bad = read_all(fd, m[i], n[i] * sizeof(float));
+  for (int i = 0; i < parts && !bad; i++) bad = read_all(fd, v[i], n[i] * sizeof(float));
+  if (bad || read_all(fd, &sum, sizeof sum)) {
     rc = remat__errorf(err, REMAT_EIO, "cannot read training state '%s'", path);
     goto out;
   }
-  want = fnv(fnv(want, m, bytes), v, bytes);
+  for (int i = 0; i < parts; i++) want = fnv(want, m[i], n[i] * sizeof(float));
+  for (int i = 0; i < parts; i++) want = fnv(want, v[i], n[i] * sizeof(float));
   if (sum != want)
     rc = remat__errorf(err, REMAT_EFORMAT, "training state '%s' is corrupt (checksum)", path);
 out:

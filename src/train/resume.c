@@ -23,11 +23,29 @@ static double real(uint64_t u) {
   return x;
 }
 
-/* Floats in this rank's moment buffers as they are laid out: the whole
+/* Floats in a model's moment buffers as they are laid out: the whole
  * stage's, or a replica's shards under ZeRO 1 to 3. */
+static size_t model_moments(const remat_model *m) {
+  return remat_memplan_buf(remat_model_memplan(m), REMAT_BUF_ADAM_M).bytes / sizeof(float);
+}
+
+/* The state's moments in pieces: the trainer's model's, then each
+ * companion chunk's. Returns the pieces. */
+static int moment_parts(const remat_trainer *tr, float **m, float **v, size_t *n) {
+  int k = 0;
+  for (int i = 0; i <= tr->num_companions; i++, k++) {
+    remat_model *x = i ? tr->companions[i - 1] : tr->model;
+    m[k] = remat_model_adam_m(x);
+    v[k] = remat_model_adam_v(x);
+    n[k] = model_moments(x);
+  }
+  return k;
+}
+
 static size_t moment_floats(const remat_trainer *tr) {
-  const remat_memplan *mp = remat_model_memplan(tr->model);
-  return remat_memplan_buf(mp, REMAT_BUF_ADAM_M).bytes / sizeof(float);
+  size_t n = model_moments(tr->model);
+  for (int i = 0; i < tr->num_companions; i++) n += model_moments(tr->companions[i]);
+  return n;
 }
 
 static void fill_header(remat_trainer *tr, int rank, int ranks, remat_state_header *h) {
@@ -55,8 +73,11 @@ int remat_trainer_save_state(remat_trainer *tr, const char *path, int rank, int 
                              remat_error *err) {
   remat_state_header h;
   fill_header(tr, rank, ranks, &h);
-  return remat_state_save(path, &h, remat_model_adam_m(tr->model), remat_model_adam_v(tr->model),
-                          err);
+  float *m[REMAT__MAX_COMPANIONS + 1], *v[REMAT__MAX_COMPANIONS + 1];
+  size_t n[REMAT__MAX_COMPANIONS + 1];
+  int k = moment_parts(tr, m, v, n);
+  return remat_state_save_parts(path, &h, k, (const float *const *)m, (const float *const *)v, n,
+                                err);
 }
 
 /* The settings a resumed run must share, by name, for the message. */
@@ -139,14 +160,16 @@ int remat_trainer_load_state(remat_trainer *tr, const char *path, int rank, int 
                              remat_error *err) {
   remat_state_header have;
   int rc = remat_trainer_check_state(tr, path, rank, ranks, err);
-  if (!rc)
-    rc = remat_state_load(path, &have, remat_model_adam_m(tr->model), remat_model_adam_v(tr->model),
-                          moment_floats(tr), err);
+  float *m[REMAT__MAX_COMPANIONS + 1], *v[REMAT__MAX_COMPANIONS + 1];
+  size_t n[REMAT__MAX_COMPANIONS + 1];
+  int k = moment_parts(tr, m, v, n);
+  if (!rc) rc = remat_state_load_parts(path, &have, k, m, v, n, err);
   if (rc) return rc;
   if (have.step < 0 || have.step > have.steps)
     return remat__errorf(err, REMAT_EFORMAT, "training state '%s' is at step %lld of %lld", path,
                          (long long)have.step, (long long)have.steps);
   remat__model_set_step(tr->model, have.step);
+  for (int i = 0; i < tr->num_companions; i++) remat__model_set_step(tr->companions[i], have.step);
   if (tr->have_train) {
     remat_loader_pos pos = {.epoch = have.loader_epoch, .cursor = have.loader_cursor,
                             .epoch_rng = have.loader_rng};

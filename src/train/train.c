@@ -130,6 +130,12 @@ void remat_trainer_set_hook(remat_trainer *tr, remat_grad_hook fn, void *ctx) {
 
 void remat__trainer_set_ops(remat_trainer *tr, const remat__trainer_ops *ops) { tr->ops = *ops; }
 
+void remat__trainer_set_companions(remat_trainer *tr, remat_model *const *m, int n) {
+  REMAT_ASSERT(n >= 0 && n <= REMAT__MAX_COMPANIONS);
+  for (int i = 0; i < n; i++) tr->companions[i] = m[i];
+  tr->num_companions = n;
+}
+
 const remat_train_opts *remat_trainer_opts(const remat_trainer *tr) { return &tr->o; }
 
 int remat__trainer_next_batch(remat_trainer *tr, int64_t micro, int32_t *inputs, int32_t *targets,
@@ -174,6 +180,8 @@ int remat_trainer_step(remat_trainer *tr, remat_step_stats *st, remat_error *err
   int64_t step = remat_model_step(m); /* 0-based number of this step */
   double t0 = remat__now();
   remat__model_take_recompute_seconds(m);
+  for (int i = 0; i < tr->num_companions; i++)
+    remat__model_take_recompute_seconds(tr->companions[i]);
   remat_model_zero_grad(m);
   double loss = 0;
   int rc;
@@ -212,6 +220,8 @@ int remat_trainer_step(remat_trainer *tr, remat_step_stats *st, remat_error *err
   st->grad_norm = norm;
   st->seconds = remat__now() - t0;
   st->recompute_seconds = remat__model_take_recompute_seconds(m);
+  for (int i = 0; i < tr->num_companions; i++)
+    st->recompute_seconds += remat__model_take_recompute_seconds(tr->companions[i]);
   if (!isfinite(loss) || !isfinite(norm)) return diverged(tr, loss, remat_model_step(m), err);
   return 0;
 }

@@ -17,6 +17,9 @@ struct remat_trainer {
   remat__trainer_ops ops;
   float dloss; /* 1 / (B T K): the mean over the step's tokens */
   int allocated; /* remat_trainer_allocate has made the model's arena */
+  /* the rank's other model chunks (remat__trainer_set_companions) */
+  remat_model *companions[REMAT__MAX_COMPANIONS];
+  int num_companions;
 };
 
 #endif

@@ -28,6 +28,13 @@ typedef struct remat__trainer_ops {
 } remat__trainer_ops;
 void remat__trainer_set_ops(remat_trainer *tr, const remat__trainer_ops *ops);
 
+/* A pipeline rank that runs several model chunks (interleaved, zbv) steps
+ * the others itself (its ops), but their AdamW moments travel in the
+ * trainer's state file, after its own model's, chunk by chunk in order, and
+ * a loaded state sets their step too. At most REMAT__MAX_COMPANIONS. */
+#define REMAT__MAX_COMPANIONS 63
+void remat__trainer_set_companions(remat_trainer *tr, remat_model *const *m, int n);
+
 /* The next micro-batch of this step (micro = 0..K-1) from the loader or the
  * caller's batches; inputs or targets may be NULL when not needed. */
 int remat__trainer_next_batch(remat_trainer *tr, int64_t micro, int32_t *inputs,
