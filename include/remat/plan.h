@@ -360,6 +360,11 @@ typedef struct remat_plan_layout {
   size_t *budget_bytes;      /* (stages) */
   size_t *memory_bytes;      /* (stages) as the plan computed them */
   char source[128];          /* what the problem was built from */
+  /* interleaved and zbv: v chunks per stage and the layers of each of the
+   * stages x v virtual stages, model order (layers_per_stage sums a
+   * stage's); chunks 1 and chunk_layers NULL otherwise */
+  int64_t chunks;
+  int64_t *chunk_layers;
 } remat_plan_layout;
 REMAT_API int remat_plan_layout_load(remat_plan_layout *lo, const char *path, remat_error *err);
 REMAT_API void remat_plan_layout_free(remat_plan_layout *lo);

@@ -16,6 +16,7 @@ void remat_plan_layout_free(remat_plan_layout *lo) {
   remat__free(lo->recompute);
   remat__free(lo->budget_bytes);
   remat__free(lo->memory_bytes);
+  remat__free(lo->chunk_layers);
   memset(lo, 0, sizeof *lo);
 }
 
@@ -33,54 +34,86 @@ static int bad(remat_error *err, const char *path, const char *what) {
                        path, what);
 }
 
-int remat_plan_layout_load(remat_plan_layout *lo, const char *path, remat_error *err) {
-  memset(lo, 0, sizeof *lo);
-  char *buf;
-  size_t len;
-  int rc = remat__plan_read_bounded(path, &buf, &len, err);
-  if (rc) return rc;
-  cJSON *root = cJSON_ParseWithLength(buf, len);
-  remat__free(buf);
-  if (!cJSON_IsObject(root)) {
-    cJSON_Delete(root);
-    return bad(err, path, "not a JSON object");
-  }
-  const cJSON *stages = cJSON_GetObjectItemCaseSensitive(root, "stages");
-  const cJSON *sched = cJSON_GetObjectItemCaseSensitive(root, "schedule");
-  const cJSON *src = cJSON_GetObjectItemCaseSensitive(root, "source");
-  int64_t p = 0, L = 0, m = 0;
-  if (!cJSON_IsArray(stages) || (p = cJSON_GetArraySize(stages)) < 1 || p > REMAT_PLAN_MAX_STAGES)
-    rc = bad(err, path, "\"stages\" must be a non-empty array");
-  else if (whole(cJSON_GetObjectItemCaseSensitive(root, "num_layers"), 1, REMAT_PLAN_MAX_LAYERS, &L))
-    rc = bad(err, path, "\"num_layers\" must be a positive whole number");
-  else if (whole(cJSON_GetObjectItemCaseSensitive(root, "microbatches"), 1,
-                 REMAT_PLAN_MAX_MICROBATCHES, &m))
-    rc = bad(err, path, "\"microbatches\" must be a positive whole number");
-  else if (!cJSON_IsString(sched) || remat_plan_schedule_parse(sched->valuestring, &lo->schedule))
-    rc = bad(err, path, "\"schedule\" must be 1f1b, gpipe, interleaved, zb-h1 or zbv");
-  else if (lo->schedule == REMAT_SCHED_INTERLEAVED || lo->schedule == REMAT_SCHED_ZBV)
-    rc = remat__errorf(err, REMAT_EINVAL, "plan '%s' is for the %s schedule, which remat plan "
-                       "can plan and export but remat train cannot run yet (it runs 1f1b, "
-                       "gpipe and zb-h1); plan again with one of them", path,
-                       remat_plan_schedule_name(lo->schedule));
-  if (rc) {
-    cJSON_Delete(root);
-    return rc;
-  }
-  lo->stages = p;
-  lo->num_layers = L;
-  lo->microbatches = m;
-  if (cJSON_IsString(src)) snprintf(lo->source, sizeof lo->source, "%s", src->valuestring);
-  lo->layers_per_stage = remat__calloc((size_t)p, sizeof(int64_t));
-  lo->budget_bytes = remat__calloc((size_t)p, sizeof(size_t));
-  lo->memory_bytes = remat__calloc((size_t)p, sizeof(size_t));
-  lo->recompute = remat__calloc((size_t)L, 1);
-  if (!lo->layers_per_stage || !lo->budget_bytes || !lo->memory_bytes || !lo->recompute) {
-    cJSON_Delete(root);
-    remat_plan_layout_free(lo);
-    return remat__errorf(err, REMAT_ENOMEM, "out of memory reading plan '%s'", path);
+/* A chunked plan's stages: each one's chunks (virtual stage, first layer,
+ * layers) in the schedule's places, the virtual stages covering the layers
+ * in order; recomputed and middle layers within the stage's chunks. */
+static int read_chunked(remat_plan_layout *lo, const cJSON *stages, const char *path,
+                        remat_error *err) {
+  int64_t p = lo->stages, v = lo->chunks, nv = p * v, L = lo->num_layers;
+  int64_t *first = remat__calloc((size_t)nv, sizeof *first);
+  int64_t *mine = remat__calloc((size_t)L, sizeof *mine); /* 1 + the stage of each layer */
+  int rc = first && mine ? 0 : remat__errorf(err, REMAT_ENOMEM, "out of memory");
+  for (int64_t s = 0; s < p && !rc; s++) {
+    const cJSON *o = cJSON_GetArrayItem(stages, (int)s);
+    const cJSON *ch = cJSON_GetObjectItemCaseSensitive(o, "chunks");
+    int64_t mem, bud;
+    if (!cJSON_IsArray(ch) || cJSON_GetArraySize(ch) != v ||
+        whole(cJSON_GetObjectItemCaseSensitive(o, "memory_bytes"), 0, 0x1p60, &mem) ||
+        whole(cJSON_GetObjectItemCaseSensitive(o, "budget_bytes"), 0, 0x1p60, &bud)) {
+      rc = bad(err, path, "each stage needs its chunks, memory_bytes and budget_bytes");
+      break;
+    }
+    lo->memory_bytes[s] = (size_t)mem;
+    lo->budget_bytes[s] = (size_t)bud;
+    for (int64_t c = 0; c < v && !rc; c++) {
+      const cJSON *x = cJSON_GetArrayItem(ch, (int)c);
+      int64_t vs, f, n;
+      if (whole(cJSON_GetObjectItemCaseSensitive(x, "virtual_stage"), 0, (double)(nv - 1), &vs) ||
+          vs != remat_schedule_virtual_stage(lo->schedule, p, s, c) ||
+          whole(cJSON_GetObjectItemCaseSensitive(x, "first_layer"), 0, (double)(L - 1), &f) ||
+          whole(cJSON_GetObjectItemCaseSensitive(x, "layers"), 1, (double)(L - f), &n)) {
+        rc = bad(err, path, "a chunk needs its virtual stage (the schedule's), first layer and "
+                 "layers");
+        break;
+      }
+      first[vs] = f;
+      lo->chunk_layers[vs] = n;
+      lo->layers_per_stage[s] += n;
+      for (int64_t l = f; l < f + n; l++) mine[l] = s + 1;
+    }
   }
   int64_t next = 0;
+  for (int64_t vs = 0; vs < nv && !rc; vs++) {
+    if (first[vs] != next) rc = bad(err, path, "the chunks must cover the layers in order");
+    next += lo->chunk_layers[vs];
+  }
+  if (!rc && next != L) rc = bad(err, path, "the chunks do not cover every layer");
+  for (int64_t s = 0; s < p && !rc; s++) {
+    const cJSON *o = cJSON_GetArrayItem(stages, (int)s), *it;
+    const cJSON *rec = cJSON_GetObjectItemCaseSensitive(o, "recomputed");
+    const cJSON *mid = cJSON_GetObjectItemCaseSensitive(o, "middle"); /* optional */
+    if (!cJSON_IsArray(rec) || (mid && !cJSON_IsArray(mid))) {
+      rc = bad(err, path, "each stage needs its recomputed (and middle) layers as arrays");
+      break;
+    }
+    cJSON_ArrayForEach(it, rec) {
+      int64_t l;
+      if (whole(it, 0, (double)(L - 1), &l) || mine[l] != s + 1) {
+        rc = bad(err, path, "a recomputed layer lies outside its stage's chunks");
+        break;
+      }
+      lo->recompute[l] = REMAT_RECOMPUTE;
+    }
+    cJSON_ArrayForEach(it, mid) {
+      int64_t l;
+      if (rc) break;
+      if (whole(it, 0, (double)(L - 1), &l) || mine[l] != s + 1 || !lo->recompute[l]) {
+        rc = bad(err, path, "a middle layer lies outside its stage or is not among its recomputed");
+        break;
+      }
+      lo->recompute[l] = REMAT_MIDDLE;
+    }
+  }
+  remat__free(mine);
+  remat__free(first);
+  return rc;
+}
+
+/* A plan's stages, one run of layers each, in order. */
+static int read_stages(remat_plan_layout *lo, const cJSON *stages, const char *path,
+                       remat_error *err) {
+  int64_t p = lo->stages, L = lo->num_layers, next = 0;
+  int rc = 0;
   for (int64_t s = 0; s < p && !rc; s++) {
     const cJSON *o = cJSON_GetArrayItem(stages, (int)s);
     int64_t first, n, mem, bud;
@@ -127,6 +160,61 @@ int remat_plan_layout_load(remat_plan_layout *lo, const char *path, remat_error 
     next = first + n;
   }
   if (!rc && next != L) rc = bad(err, path, "the stages do not cover every layer");
+  return rc;
+}
+
+int remat_plan_layout_load(remat_plan_layout *lo, const char *path, remat_error *err) {
+  memset(lo, 0, sizeof *lo);
+  char *buf;
+  size_t len;
+  int rc = remat__plan_read_bounded(path, &buf, &len, err);
+  if (rc) return rc;
+  cJSON *root = cJSON_ParseWithLength(buf, len);
+  remat__free(buf);
+  if (!cJSON_IsObject(root)) {
+    cJSON_Delete(root);
+    return bad(err, path, "not a JSON object");
+  }
+  const cJSON *stages = cJSON_GetObjectItemCaseSensitive(root, "stages");
+  const cJSON *sched = cJSON_GetObjectItemCaseSensitive(root, "schedule");
+  const cJSON *src = cJSON_GetObjectItemCaseSensitive(root, "source");
+  int64_t p = 0, L = 0, m = 0;
+  if (!cJSON_IsArray(stages) || (p = cJSON_GetArraySize(stages)) < 1 || p > REMAT_PLAN_MAX_STAGES)
+    rc = bad(err, path, "\"stages\" must be a non-empty array");
+  else if (whole(cJSON_GetObjectItemCaseSensitive(root, "num_layers"), 1, REMAT_PLAN_MAX_LAYERS, &L))
+    rc = bad(err, path, "\"num_layers\" must be a positive whole number");
+  else if (whole(cJSON_GetObjectItemCaseSensitive(root, "microbatches"), 1,
+                 REMAT_PLAN_MAX_MICROBATCHES, &m))
+    rc = bad(err, path, "\"microbatches\" must be a positive whole number");
+  else if (!cJSON_IsString(sched) || remat_plan_schedule_parse(sched->valuestring, &lo->schedule))
+    rc = bad(err, path, "\"schedule\" must be 1f1b, gpipe, interleaved, zb-h1 or zbv");
+  else if ((lo->schedule == REMAT_SCHED_INTERLEAVED || lo->schedule == REMAT_SCHED_ZBV) &&
+           (whole(cJSON_GetObjectItemCaseSensitive(root, "chunks"), 2, REMAT_PLAN_MAX_LAYERS,
+                  &lo->chunks) ||
+            remat_schedule_check(lo->schedule, p, m, lo->chunks, L, NULL)))
+    rc = bad(err, path, "\"chunks\" must be the schedule's chunks per stage, every chunk "
+             "with a layer");
+  if (rc) {
+    cJSON_Delete(root);
+    return rc;
+  }
+  lo->stages = p;
+  lo->num_layers = L;
+  lo->microbatches = m;
+  if (cJSON_IsString(src)) snprintf(lo->source, sizeof lo->source, "%s", src->valuestring);
+  lo->layers_per_stage = remat__calloc((size_t)p, sizeof(int64_t));
+  lo->budget_bytes = remat__calloc((size_t)p, sizeof(size_t));
+  lo->memory_bytes = remat__calloc((size_t)p, sizeof(size_t));
+  lo->recompute = remat__calloc((size_t)L, 1);
+  if (lo->chunks > 1) lo->chunk_layers = remat__calloc((size_t)(p * lo->chunks), sizeof(int64_t));
+  else lo->chunks = 1;
+  if (!lo->layers_per_stage || !lo->budget_bytes || !lo->memory_bytes || !lo->recompute ||
+      (lo->chunks > 1 && !lo->chunk_layers)) {
+    cJSON_Delete(root);
+    remat_plan_layout_free(lo);
+    return remat__errorf(err, REMAT_ENOMEM, "out of memory reading plan '%s'", path);
+  }
+  rc = lo->chunks > 1 ? read_chunked(lo, stages, path, err) : read_stages(lo, stages, path, err);
   cJSON_Delete(root);
   if (rc) remat_plan_layout_free(lo);
   return rc;
