@@ -117,12 +117,8 @@ static int parse_args(int argc, char **argv, opts *o, const remat_job_desc *base
   o->eval_every = d->eval_every, o->stages = d->stages, o->replicas = d->replicas;
   o->zero = d->zero;
   if (o->schedule_name && remat_plan_schedule_parse(o->schedule_name, &d->schedule))
-    return cli_fail(-1, "--schedule %s is not a schedule; use 1f1b, gpipe, zb-h1 or "
-                    "interleaved", o->schedule_name);
-  if (d->schedule == REMAT_SCHED_ZBV)
-    return cli_fail(-1, "--schedule %s can be planned and exported (remat plan --schedule %s) "
-                    "but remat train runs 1f1b, gpipe, zb-h1 and interleaved", o->schedule_name,
-                    o->schedule_name);
+    return cli_fail(-1, "--schedule %s is not a schedule; use 1f1b, gpipe, zb-h1, interleaved "
+                    "or zbv", o->schedule_name);
   if (o->precision_name && remat_precision_parse(o->precision_name, &d->precision))
     return cli_fail(-1, "--precision %s is not a precision; use fp32 or bf16", o->precision_name);
   const char *why;
@@ -367,7 +363,7 @@ static void print_ranks(remat_job *job, const opts *o) {
              remat_format_bytes(peak, b[0], sizeof b[0]), peak,
              remat_format_bytes(sb.state, b[1], sizeof b[1]), (long long)st.inflight,
              remat_format_bytes(slot, b[2], sizeof b[2]));
-      if (st.wdeferred) /* zb-h1: the W records of its blocks */
+      if (st.wdeferred && st.num_blocks) /* zb-h1, zbv: the W records of its blocks */
         printf("%lld deferred W x %s + ", (long long)st.wdeferred,
                remat_format_bytes(m[REMAT_BUF_WREC].bytes / (size_t)st.wdeferred, b[4],
                                   sizeof b[4]));

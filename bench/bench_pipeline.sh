@@ -9,18 +9,20 @@
 #    same number of blocks on every stage (all Megatron's
 #    --recompute-num-layers can express), the fewest that fit.
 # 3. Schedules: on P=2 ranks of one thread each (no more ranks than this
-#    machine's cores, so the times are real), the best plan under 1F1B and
-#    under ZB-H1 at one budget, alternated; each one's measured and predicted
-#    iteration time (placed and predicted by --calibrate's measured layer
-#    times) and bubble, and every rank's arena (ZB-H1 holds a micro-batch
-#    until its W). Interleaved 1F1B and ZB-V are planned but not
-#    run by remat train.
+#    machine's cores, so the times are real), the best plan under 1F1B,
+#    ZB-H1 and interleaved 1F1B (2 chunks per rank) at one budget,
+#    alternated; each one's measured and predicted iteration time (placed
+#    and predicted by --calibrate's measured layer times) and bubble, and
+#    every rank's arena (ZB-H1 holds a micro-batch until its W; interleaved
+#    more micro-batches of smaller chunks). ZB-V is planned but not run by
+#    remat train.
 #
 # P ranks on a 2-core machine are oversubscribed: times are for comparing
 # the two placements and the prediction, run alternately, not for speed.
 # One line per case, key=value.
 #
 # usage: bench/bench_pipeline.sh [REMAT] [STEPS]   (default ./build/app/remat, 6)
+#        SECTIONS="3 4" bench/bench_pipeline.sh ...   only those sections
 set -euo pipefail
 remat=${1:-./build/app/remat}
 steps=${2:-6}
@@ -32,7 +34,35 @@ common=(--config "$cfg" --batch 4 --seq 128 --grad-accum "$M" --steps "$steps" -
         --precision fp32)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+sections=" ${SECTIONS:-1 2 3 4} "
+want() { [[ $sections == *" $1 "* ]]; }
 
+run() { # run NAME args... : prints one line from the run's summary and log
+  local name=$1
+  shift
+  mpirun --oversubscribe -np $P "$remat" train "${common[@]}" "$@" --log "$tmp/$name.jsonl" \
+    --peak-gflops "$peak_gflops" >"$tmp/$name.out" 2>&1
+  python3 - "$name" "$tmp/$name.out" "$tmp/$name.jsonl" <<'PY'
+import json, re, sys
+name, out, log = sys.argv[1:4]
+text = open(out).read()
+m = re.search(r"iteration ([0-9.]+) s measured, ([0-9.]+) s predicted .*bubble ([0-9.]+)%", text)
+rows = [json.loads(l) for l in open(log)]
+steps = sorted(r["step_s"] for r in rows[1:]) or [rows[-1]["step_s"]]
+planned, measured = rows[-1]["rank_planned_peak_bytes"], rows[-1]["rank_measured_peak_bytes"]
+rec = re.findall(r"^ +\d+ +\d+ +\d+ +(\d+) ", text, re.M)
+print("bench=pipeline case=%s step_s_median=%.4f predicted_s=%s predicted_bubble_pct=%s "
+      "recomputed_per_stage=%s max_rank_arena_bytes=%d planned_eq_measured=%s loss_last=%.6f"
+      % (name, steps[len(steps) // 2], m.group(2) if m else "?", m.group(3) if m else "?",
+         ",".join(rec), max(measured), planned == measured, rows[-1]["loss"]))
+PY
+}
+
+# One sgemm rate for both, measured once, so predictions compare.
+peak_gflops=$("$remat" train --config tiny --steps 1 --quiet --threads 1 --precision fp32 2>/dev/null |
+              sed -n 's/^peak *sgemm \([0-9.]*\) GFLOP.*/\1/p')
+echo "bench=pipeline_sgemm threads=1 gflops=$peak_gflops"
+if want 1 || want 2; then
 # The budget: 5% above the least any placement needs.
 least=$( ("$remat" plan --config "$cfg" --batch 4 --seq 128 --stages $P --microbatches $M \
   --mem 1 --format json 2>/dev/null || true) | python3 -c 'import json,sys; print(json.load(sys.stdin)["min_budget_bytes"])')
@@ -65,54 +95,40 @@ even_args=(--stages $P --layers "$layers")
 [[ -n ${even_ck[$even]} ]] && even_args+=(--ckpt-layers "${even_ck[$even]}")
 echo "bench=pipeline_budget2 budget_bytes=$even_budget (the least an even split needs, k=$even)"
 
-run() { # run NAME args... : prints one line from the run's summary and log
-  local name=$1
-  shift
-  mpirun --oversubscribe -np $P "$remat" train "${common[@]}" "$@" --log "$tmp/$name.jsonl" \
-    --peak-gflops "$peak_gflops" >"$tmp/$name.out" 2>&1
-  python3 - "$name" "$tmp/$name.out" "$tmp/$name.jsonl" <<'PY'
-import json, re, sys
-name, out, log = sys.argv[1:4]
-text = open(out).read()
-m = re.search(r"iteration ([0-9.]+) s measured, ([0-9.]+) s predicted .*bubble ([0-9.]+)%", text)
-rows = [json.loads(l) for l in open(log)]
-steps = sorted(r["step_s"] for r in rows[1:]) or [rows[-1]["step_s"]]
-planned, measured = rows[-1]["rank_planned_peak_bytes"], rows[-1]["rank_measured_peak_bytes"]
-rec = re.findall(r"^ +\d+ +\d+ +\d+ +(\d+) ", text, re.M)
-print("bench=pipeline case=%s step_s_median=%.4f predicted_s=%s predicted_bubble_pct=%s "
-      "recomputed_per_stage=%s max_rank_arena_bytes=%d planned_eq_measured=%s loss_last=%.6f"
-      % (name, steps[len(steps) // 2], m.group(2) if m else "?", m.group(3) if m else "?",
-         ",".join(rec), max(measured), planned == measured, rows[-1]["loss"]))
-PY
-}
-
-# One sgemm rate for both, measured once, so predictions compare.
-peak_gflops=$("$remat" train --config tiny --steps 1 --quiet --threads 1 --precision fp32 2>/dev/null |
-              sed -n 's/^peak *sgemm \([0-9.]*\) GFLOP.*/\1/p')
-echo "bench=pipeline_sgemm threads=1 gflops=$peak_gflops"
 for round in 1 2; do
   run "remat_plan_at_least_budget_$round" --stages $P --mem "$budget"
   run "remat_plan_at_even_budget_$round" --stages $P --mem "$even_budget"
   run "even_split_k${even}_$round" "${even_args[@]}"
 done
 
-# 3. Schedules on 2 ranks of one thread: the best plan under 1F1B and under
-#    ZB-H1 at one budget (5% above the least zb-h1 needs: it holds more),
-#    alternated; each one's measured and predicted time and bubble.
+fi
+
+# 3. Schedules on 2 ranks of one thread: the best plan under 1F1B, ZB-H1
+#    and interleaved at one budget (5% above the most that zb-h1 and
+#    interleaved least need: they hold more), alternated; each one's
+#    measured and predicted time and bubble.
 P=2
 cfg3="8,256,8,8192,256"
 common=(--config "$cfg3" --batch 4 --seq 128 --grad-accum 8 --steps "$steps" --threads 1
         --quiet --precision fp32)
-least3=$( ("$remat" plan --config "$cfg3" --batch 4 --seq 128 --stages 2 --microbatches 8 \
-  --schedule zb-h1 --precision fp32 --mem 1 --format json 2>/dev/null || true) |
-  python3 -c 'import json,sys; print(json.load(sys.stdin)["min_budget_bytes"])')
+least3=0
+for sched in zb-h1 interleaved; do
+  l=$( ("$remat" plan --config "$cfg3" --batch 4 --seq 128 --stages 2 --microbatches 8 \
+    --schedule $sched --precision fp32 --mem 1 --format json 2>/dev/null || true) |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["min_budget_bytes"])')
+  ((l > least3)) && least3=$l
+done
 budget3=$((least3 * 105 / 100))
+if want 3; then
 echo "bench=pipeline_schedules config=$cfg3 B=4 T=128 stages=2 microbatches=8 budget_bytes=$budget3"
 for round in 1 2 3; do
   run "sched_1f1b_$round" --stages 2 --mem "$budget3" --schedule 1f1b --calibrate 3
   run "sched_zbh1_$round" --stages 2 --mem "$budget3" --schedule zb-h1 --calibrate 3
+  run "sched_interleaved_$round" --stages 2 --mem "$budget3" --schedule interleaved --calibrate 3
 done
+fi
 
+want 4 || exit 0
 # 4. Against the even split on 2 ranks of one thread, calibrated.
 even2_peak=()
 for k in 0 1 2 3 4; do

@@ -38,7 +38,7 @@ remat_test(test_replicas SOURCES test_replicas.c LIBS remat_plan LABELS unit)
 find_program(MPIRUN mpirun)
 if(MPIRUN)
   remat_cli_test(pipeline pipeline.sh LABELS mpi TIMEOUT 600)
-  remat_cli_test(interleaved interleaved.sh LABELS mpi TIMEOUT 600)
+  remat_cli_test(chunked chunked.sh LABELS mpi TIMEOUT 600)
   # Data-parallel replicas under ZeRO 0-3 against one process.
   remat_cli_test(data_parallel data_parallel.sh LABELS mpi TIMEOUT 600)
   # Mixed precision: bf16 pipelines = one process, threads, resume, refusals.

@@ -49,13 +49,13 @@ struct remat_job {
 /* The schedules the pipeline runtime executes. */
 static int runs_schedule(int schedule) {
   return schedule == REMAT_SCHED_1F1B || schedule == REMAT_SCHED_GPIPE ||
-         schedule == REMAT_SCHED_ZBH1 || schedule == REMAT_SCHED_INTERLEAVED;
+         schedule == REMAT_SCHED_ZBH1 || schedule == REMAT_SCHED_INTERLEAVED ||
+         schedule == REMAT_SCHED_ZBV;
 }
 
 /* v: the model chunks each stage runs. */
 static int64_t job_chunks(const remat_job_desc *d) {
-  return d->schedule == REMAT_SCHED_INTERLEAVED ? remat_schedule_chunks(d->schedule, d->chunks)
-                                                 : 1;
+  return remat_schedule_chunks(d->schedule, d->chunks);
 }
 
 static int agree(remat_job *job, int rc, remat_error *err) {
@@ -124,30 +124,28 @@ int remat_job_create(remat_job **out, const remat_job_desc *desc, remat_error *e
     return remat__errorf(err, REMAT_EINVAL, "a recompute ratio, a block list, a memory budget "
                          "and a plan file each choose the recomputed blocks; give at most one");
   if (!runs_schedule(d->schedule))
-    return remat__errorf(err, REMAT_EINVAL, "the %s schedule can be planned and exported (remat "
-                         "plan --schedule %s) but not yet run: training runs 1f1b, gpipe, "
-                         "zb-h1 and interleaved", remat_plan_schedule_name(d->schedule),
-                         remat_plan_schedule_name(d->schedule));
-  if ((d->schedule == REMAT_SCHED_ZBH1 || d->schedule == REMAT_SCHED_INTERLEAVED) &&
-      (d->stages < 2 || d->replicas > 1))
+    return remat__errorf(err, REMAT_EINVAL, "schedule %d is not one of 1f1b, gpipe, zb-h1, "
+                         "interleaved and zbv", d->schedule);
+  int chunked = d->schedule == REMAT_SCHED_INTERLEAVED || d->schedule == REMAT_SCHED_ZBV;
+  if ((d->schedule == REMAT_SCHED_ZBH1 || chunked) && (d->stages < 2 || d->replicas > 1))
     return remat__errorf(err, REMAT_EINVAL, "%s runs a pipeline of 2 or more stages without "
                          "replicas; use 1f1b with --data-parallel",
                          remat_plan_schedule_name(d->schedule));
-  if (d->chunks && d->schedule != REMAT_SCHED_INTERLEAVED)
-    return remat__errorf(err, REMAT_EINVAL, "--chunks goes with --schedule interleaved");
-  if (d->schedule == REMAT_SCHED_INTERLEAVED) {
+  if (d->chunks && !chunked)
+    return remat__errorf(err, REMAT_EINVAL, "--chunks goes with --schedule interleaved or zbv");
+  if (chunked) {
     int64_t v = job_chunks(d);
-    if (v < 2 || d->stages * v > REMAT_MAX_STAGES)
-      return remat__errorf(err, REMAT_EINVAL, "interleaved runs 2 or more chunks per stage and "
-                           "at most %d chunks in all, not %lld x %lld", REMAT_MAX_STAGES,
-                           (long long)d->stages, (long long)v);
-    if (d->train.grad_accum % d->stages)
+    if (v < 2 || d->stages * v > REMAT_MAX_STAGES ||
+        (d->schedule == REMAT_SCHED_ZBV && v != 2))
+      return remat__errorf(err, REMAT_EINVAL, "%s runs %s chunks per stage and at most %d "
+                           "chunks in all, not %lld x %lld",
+                           remat_plan_schedule_name(d->schedule),
+                           d->schedule == REMAT_SCHED_ZBV ? "exactly 2" : "2 or more",
+                           REMAT_MAX_STAGES, (long long)d->stages, (long long)v);
+    if (d->schedule == REMAT_SCHED_INTERLEAVED && d->train.grad_accum % d->stages)
       return remat__errorf(err, REMAT_EINVAL, "interleaved 1F1B runs micro-batches in groups of "
                            "the stages: --grad-accum %lld is not a multiple of %lld",
                            (long long)d->train.grad_accum, (long long)d->stages);
-    if (d->checkpoint_dir || d->resume || d->plan)
-      return remat__errorf(err, REMAT_EINVAL, "interleaved 1F1B does not yet write or resume "
-                           "checkpoints or read plan files; train with --save, or under 1f1b");
   }
   if (d->data && d->text)
     return remat__errorf(err, REMAT_EINVAL, "give a token shard or a text file, not both");
@@ -446,27 +444,24 @@ static int layout_from_file(remat_job *job, int64_t *lps, uint8_t *layer_policy,
   remat_plan_layout lo;
   int rc = remat_plan_layout_load(&lo, d->plan, err);
   if (rc) return rc;
-  if (!runs_schedule(lo.schedule))
-    rc = remat__errorf(err, REMAT_EINVAL, "the plan %s is for the %s schedule, which can be "
-                       "planned and exported but not yet run by remat train (it runs 1f1b, "
-                       "gpipe and zb-h1); plan again with one of them", d->plan,
-                       remat_plan_schedule_name(lo.schedule));
-  else if (strcmp(lo.source, pb->source) != 0)
+  if (strcmp(lo.source, pb->source) != 0)
     rc = remat__errorf(err, REMAT_EINVAL, "the plan %s was made for '%s', not for this job "
                        "('%s'); make it with remat plan --config and the same batch and "
                        "sequence length", d->plan, lo.source, pb->source);
   else if (lo.stages != P || lo.microbatches != d->train.grad_accum ||
-           lo.schedule != d->schedule)
+           lo.schedule != d->schedule || lo.chunks != job_chunks(d))
     rc = remat__errorf(err, REMAT_EINVAL, "the plan %s is for %lld stages, %lld micro-batches "
-                       "and %s; this job has %lld stages, %lld micro-batches and %s", d->plan,
-                       (long long)lo.stages, (long long)lo.microbatches,
-                       remat_plan_schedule_name(lo.schedule), (long long)P,
-                       (long long)d->train.grad_accum, remat_plan_schedule_name(d->schedule));
+                       "and %s of %lld chunks; this job has %lld stages, %lld micro-batches and "
+                       "%s of %lld", d->plan, (long long)lo.stages, (long long)lo.microbatches,
+                       remat_plan_schedule_name(lo.schedule), (long long)lo.chunks, (long long)P,
+                       (long long)d->train.grad_accum, remat_plan_schedule_name(d->schedule),
+                       (long long)job_chunks(d));
   if (!rc) {
     for (int64_t s = 0; s < P; s++) {
-      lps[s] = lo.layers_per_stage[s];
       if (!d->memory) pb->memory[s] = lo.budget_bytes[s];
+      lps[s] = lo.layers_per_stage[s];
     }
+    for (int64_t vs = 0; lo.chunks > 1 && vs < P * lo.chunks; vs++) lps[vs] = lo.chunk_layers[vs];
     if (!d->memory) pb->uniform_memory = 0;
     memcpy(layer_policy, lo.recompute, (size_t)job->cfg.num_layers + 2);
   }

@@ -61,6 +61,7 @@ static const struct key {
     {"data-parallel", K_I64, offsetof(remat_job_desc, replicas), FIXED},
     {"zero", K_INT, offsetof(remat_job_desc, zero), FIXED},
     {"schedule", K_SCHED, offsetof(remat_job_desc, schedule), FIXED},
+    {"chunks", K_I64, offsetof(remat_job_desc, chunks), FIXED},
     {"precision", K_PREC, offsetof(remat_job_desc, precision), FIXED},
     {"calibrate", K_INT, offsetof(remat_job_desc, calibrate), FIXED},
     {"layers", K_STR, offsetof(remat_job_desc, layers), FIXED},

@@ -63,7 +63,8 @@ struct remat_pipeline {
   /* zb-h1 and interleaved: every rank's stream of F, B and W (len 0 under
    * 1f1b and gpipe, which remat_schedule_op gives) */
   remat_schedule_streams zb;
-  int64_t wdeferred;         /* zb-h1: W records of the stage */
+  int split;                 /* the stream has W: zb-h1, zbv */
+  int64_t wdef[REMAT_MAX_STAGES]; /* each chunk's W records (0: W runs with B) */
   /* The rank's chunks (interleaved: v of them, virtual stages s, s + P, ...;
    * else one): cm[0] is the trainer's model, the others the pipeline's own,
    * each with its arena, borrowing cm[0]'s residual gradient and workspace.
@@ -172,36 +173,60 @@ static int op_at(const remat_pipeline *pl, int64_t q, int64_t *k, int *c) {
   return bwd ? REMAT_OP_B : REMAT_OP_F;
 }
 
-/* The rank of virtual stage vs. */
+/* The rank of virtual stage vs, and its chunk there. */
 static int rank_of(const remat_pipeline *pl, int64_t vs) {
   int64_t r, c;
   remat_schedule_rank_of(pl->sp->schedule, pl->P, vs, &r, &c);
   return (int)r;
 }
+static int chunk_of(const remat_pipeline *pl, int64_t vs) {
+  int64_t r, c;
+  remat_schedule_rank_of(pl->sp->schedule, pl->P, vs, &r, &c);
+  return (int)c;
+}
+
+/* Bytes of one boundary message (fp32 in either precision). */
+static size_t act_bytes(const remat_pipeline *pl) { return (size_t)pl->act_count * sizeof(float); }
+
+/* This micro-batch's tokens: every rank draws every micro-batch once, at
+ * the forward of the chunk that takes data (the embedding's, else the
+ * head's, else the first), so all loaders stay in step. The inputs go to
+ * the embedding's slot, the targets to the head's (under zbv rank 0 holds
+ * both: the head's slot is the micro-batch's from here, as
+ * remat_schedule_streams_alive counts it). */
+static int draw(remat_pipeline *pl, int64_t k, int c, remat_error *err) {
+  int e = pl->emb_chunk, h = pl->head_chunk;
+  if (c != (e >= 0 ? e : h >= 0 ? h : 0)) return 0;
+  for (int64_t x = 0; x < pl->R; x++) { /* every replica's */
+    int mine = x == pl->rep;
+    int32_t *in = mine && e >= 0 ? remat__model_slot_inputs(pl->cm[e], k % pl->slots_of[e]) : NULL;
+    int32_t *tg = mine && h >= 0 ? remat__model_slot_targets(pl->cm[h], k % pl->slots_of[h]) : NULL;
+    int rc = remat__trainer_next_batch(pl->tr, k * pl->R + x, in, tg, err);
+    if (rc) return rc;
+  }
+  return 0;
+}
 
 /* Forward k of chunk c: its data, its input, the forward, its output on
- * its way. Every rank draws every micro-batch once, at the forward of the
- * chunk that takes data (the first's, where none does), so all loaders
- * stay in step. */
+ * its way. An input from the rank's own other chunk (zbv's turn) is copied
+ * from that chunk's output, which no forward of it has overwritten since
+ * (check_local). */
 static int forward_op(remat_pipeline *pl, const remat_train_opts *o, int64_t k, int c,
                       remat_error *err) {
   remat_model *m = pl->cm[c];
   int64_t vs = remat_schedule_virtual_stage(pl->sp->schedule, pl->P, pl->s, c);
   int64_t slot = k % pl->slots_of[c], micro = k * pl->R + pl->rep; /* in the step */
-  int draws = c == (pl->emb_chunk >= 0 ? pl->emb_chunk : pl->head_chunk >= 0 ? pl->head_chunk : 0);
-  int rc;
-  for (int64_t x = 0; draws && x < pl->R; x++) { /* every replica's */
-    int mine = x == pl->rep;
-    if ((rc = remat__trainer_next_batch(pl->tr, k * pl->R + x,
-                                        mine ? remat__model_slot_inputs(m, slot) : NULL,
-                                        mine ? remat__model_slot_targets(m, slot) : NULL, err)))
-      return rc;
-  }
-  if (vs > 0 && (rc = recv_from(pl, remat__model_stage_input(m, slot), rank_of(pl, vs - 1),
-                                tag_of(pl, k, vs, 0), EV_RECV_ACT, micro, err)))
+  int rc = draw(pl, k, c, err);
+  if (rc) return rc;
+  if (vs > 0 && rank_of(pl, vs - 1) == pl->s)
+    remat__model_backend(m)->copy(remat__model_stage_input(m, slot),
+                                  remat__model_stage_output(pl->cm[chunk_of(pl, vs - 1)]),
+                                  act_bytes(pl));
+  else if (vs > 0 && (rc = recv_from(pl, remat__model_stage_input(m, slot), rank_of(pl, vs - 1),
+                                     tag_of(pl, k, vs, 0), EV_RECV_ACT, micro, err)))
     return rc;
   /* the forward writes the output buffer: its last send must be done */
-  int last = vs == pl->nv - 1;
+  int last = vs == pl->nv - 1 || rank_of(pl, vs + 1) == pl->s;
   if (!last && (rc = wait_req(pl, &pl->send_chunk[c], EV_SEND_ACT, micro, err))) return rc;
   double t = remat__now();
   arena_counter(pl, t, c, 1);
@@ -223,27 +248,32 @@ static int backward_op(remat_pipeline *pl, const remat_train_opts *o, int64_t k,
   int64_t slot = k % pl->slots_of[c], micro = k * pl->R + pl->rep;
   int rc;
   if ((rc = wait_req(pl, &pl->send_grad[c], EV_SEND_GRAD, micro, err))) return rc;
-  if (vs < pl->nv - 1 &&
-      (rc = recv_from(pl, remat__model_dresid(m), rank_of(pl, vs + 1), tag_of(pl, k, vs, 1),
-                      EV_RECV_GRAD, micro, err)))
+  if (vs < pl->nv - 1 && rank_of(pl, vs + 1) == pl->s)
+    remat__model_backend(m)->copy(remat__model_dresid(m),
+                                  remat__model_dresid(pl->cm[chunk_of(pl, vs + 1)]),
+                                  act_bytes(pl));
+  else if (vs < pl->nv - 1 &&
+           (rc = recv_from(pl, remat__model_dresid(m), rank_of(pl, vs + 1), tag_of(pl, k, vs, 1),
+                           EV_RECV_GRAD, micro, err)))
     return rc;
   double t = remat__now(), rs0 = remat__model_recompute_seconds(m);
   float dloss = remat__trainer_dloss(pl->tr);
-  double loss = pl->wdeferred ? remat__model_stage_backward_input(m, slot, k % pl->wdeferred,
-                                                                  (uint32_t)micro, dloss, &o->hp)
-                              : remat__model_stage_backward(m, slot, (uint32_t)micro, dloss,
-                                                            &o->hp);
+  int64_t wd = pl->wdef[c]; /* 0: this chunk's W runs with its B */
+  double loss = wd ? remat__model_stage_backward_input(m, slot, k % wd, (uint32_t)micro, dloss,
+                                                       &o->hp)
+                   : remat__model_stage_backward(m, slot, (uint32_t)micro, dloss, &o->hp);
   double e = remat__now(), rs = remat__model_recompute_seconds(m) - rs0;
-  record(pl, pl->wdeferred ? EV_INPUT_GRAD : EV_BACKWARD, t, e, micro, 0);
+  record(pl, wd ? EV_INPUT_GRAD : EV_BACKWARD, t, e, micro, 0);
   /* recompute is interleaved with the blocks' backwards; drawn as one
    * span of its total at the backward's start */
   if (rs > 0) record(pl, EV_RECOMPUTE, t, t + rs, micro, 0);
-  if (!pl->wdeferred) arena_counter(pl, e, c, -1); /* under zb-h1, at its W */
+  if (!pl->split) arena_counter(pl, e, c, -1); /* under zb-h1 and zbv, at its W */
   const double N = (double)(o->B * o->T);
   if (vs == pl->nv - 1 && pl->R > 1) pl->losses[pl->rep * pl->M + k] = (float)(loss / N);
   else if (vs == pl->nv - 1) *loss_sum += (float)(loss / N); /* as one process rounds it */
-  if (vs > 0 && (rc = send_to(pl, remat__model_dresid(m), rank_of(pl, vs - 1),
-                              tag_of(pl, k, vs - 1, 1), &pl->send_grad[c], err)))
+  if (vs > 0 && rank_of(pl, vs - 1) != pl->s &&
+      (rc = send_to(pl, remat__model_dresid(m), rank_of(pl, vs - 1), tag_of(pl, k, vs - 1, 1),
+                    &pl->send_grad[c], err)))
     return rc;
   return 0;
 }
@@ -255,10 +285,7 @@ static int run_microbatches(void *ctx, remat_trainer *tr, double *loss_sum, rema
   double t_step = remat__now();
   if (pl->norm_end > 0) record(pl, EV_UPDATE, pl->norm_end, t_step, -1, 0);
   pl->wait_s = 0;
-  for (int64_t c = 1; c < pl->v; c++) { /* the trainer does its own model's */
-    remat__model_take_recompute_seconds(pl->cm[c]);
-    remat_model_zero_grad(pl->cm[c]);
-  }
+  for (int64_t c = 1; c < pl->v; c++) remat_model_zero_grad(pl->cm[c]); /* the trainer: its own */
   const int64_t nops = pl->zb.len ? pl->zb.len : 2 * pl->M;
   for (int64_t q = 0; q < nops; q++) {
     int64_t k;
@@ -267,10 +294,11 @@ static int run_microbatches(void *ctx, remat_trainer *tr, double *loss_sum, rema
       remat_model *m = pl->cm[c];
       int64_t micro = k * pl->R + pl->rep;
       double t = remat__now(), rs0 = remat__model_recompute_seconds(m);
-      remat__model_stage_backward_weight(m, k % pl->slots_of[c], k % pl->wdeferred,
-                                         (uint32_t)micro, &o->hp);
+      if (pl->wdef[c]) /* else its B ran the whole backward */
+        remat__model_stage_backward_weight(m, k % pl->slots_of[c], k % pl->wdef[c],
+                                           (uint32_t)micro, &o->hp);
       double e = remat__now(), rs = remat__model_recompute_seconds(m) - rs0;
-      record(pl, EV_WEIGHT_GRAD, t, e, micro, 0);
+      if (pl->wdef[c]) record(pl, EV_WEIGHT_GRAD, t, e, micro, 0);
       if (rs > 0) record(pl, EV_RECOMPUTE, t, t + rs, micro, 0);
       arena_counter(pl, e, c, -1);
     } else if (kind == REMAT_OP_F) {
@@ -340,7 +368,13 @@ static int exchange_tied(void *ctx, remat_trainer *tr, remat_error *err) {
   (void)tr;
   remat_pipeline *pl = ctx;
   int c = pl->emb_chunk >= 0 ? pl->emb_chunk : pl->head_chunk;
-  if (c >= 0) {
+  if (pl->emb_chunk >= 0 && pl->head_chunk >= 0) { /* zbv: both sums here */
+    size_t n;
+    remat__model_tensor(pl->cm[pl->emb_chunk], REMAT_P_WTE, &n);
+    float *ge = remat__model_tensor_grad(pl->cm[pl->emb_chunk], REMAT_P_WTE);
+    float *gh = remat__model_tensor_grad(pl->cm[pl->head_chunk], REMAT_P_WTE);
+    for (size_t i = 0; i < n; i++) ge[i] = gh[i] = ge[i] + gh[i]; /* embedding + head */
+  } else if (c >= 0) {
     size_t n;
     remat__model_tensor(pl->cm[c], REMAT_P_WTE, &n);
     int rc = remat__pipeline_exchange_tied(pl, remat__model_tensor_grad(pl->cm[c], REMAT_P_WTE),
@@ -428,9 +462,9 @@ static int make_chunks(remat_pipeline *pl, remat_error *err) {
   return rc;
 }
 
-int remat_pipeline_create(remat_pipeline **out, remat_dist *d, remat_trainer *tr,
-                          const remat_placement *sp, remat_error *err) {
-  *out = NULL;
+/* Whether the trainer and the placement make a pipeline on these ranks. */
+static int check_create(remat_dist *d, remat_trainer *tr, const remat_placement *sp,
+                        remat_error *err) {
   remat_model *m = remat_trainer_model(tr);
   const remat_train_opts *o = remat_trainer_opts(tr);
   const remat_stage *st = remat_model_stage(m);
@@ -441,9 +475,10 @@ int remat_pipeline_create(remat_pipeline **out, remat_dist *d, remat_trainer *tr
   if (sp->stages < 2 || sp->stages * v > REMAT_MAX_STAGES)
     return remat__errorf(err, REMAT_EINVAL, "a pipeline has 2 to %d stages, not %lld",
                          REMAT_MAX_STAGES, (long long)sp->stages);
-  if ((v > 1) != (sp->schedule == REMAT_SCHED_INTERLEAVED))
+  int chunked = sp->schedule == REMAT_SCHED_INTERLEAVED || sp->schedule == REMAT_SCHED_ZBV;
+  if ((v > 1) != chunked)
     return remat__errorf(err, REMAT_EINVAL, "the pipeline runs model chunks under interleaved "
-                         "1F1B only (%lld chunks under %s)", (long long)v,
+                         "and zbv only (%lld chunks under %s)", (long long)v,
                          remat_plan_schedule_name(sp->schedule));
   /* on a grid the trainer's step holds every replica's micro-batches */
   int64_t R = st->replicas > 1 ? st->replicas : 1;
@@ -452,8 +487,9 @@ int remat_pipeline_create(remat_pipeline **out, remat_dist *d, remat_trainer *tr
                          "the trainer runs %lld micro-batches per step but the split %lld on "
                          "each of %lld replicas",
                          (long long)o->grad_accum, (long long)sp->microbatches, (long long)R);
-  if (v > 1 && R > 1)
-    return remat__errorf(err, REMAT_EINVAL, "interleaved 1F1B runs a pipeline without replicas");
+  if ((v > 1 || sp->schedule == REMAT_SCHED_ZBH1) && R > 1)
+    return remat__errorf(err, REMAT_EINVAL, "%s runs a pipeline without replicas",
+                         remat_plan_schedule_name(sp->schedule));
   remat_stage want = chunk_stage(sp, d->rank, 0);
   if (st->first_block != want.first_block || st->num_blocks != want.num_blocks ||
       st->has_embedding != want.has_embedding || st->has_head != want.has_head ||
@@ -465,6 +501,57 @@ int remat_pipeline_create(remat_pipeline **out, remat_dist *d, remat_trainer *tr
     return remat__errorf(err, REMAT_ERANGE,
                          "a micro-batch's activations (%.0f floats) exceed one MPI message",
                          count);
+  return 0;
+}
+
+/* A hand-over between two chunks of one rank (zbv's turn) is a copy at the
+ * consumer's operation from the producer's buffer, which must hold it
+ * still: between F(k) of the producer and F(k) of the consumer no other
+ * forward of the producer, between B(k) of the producer of a gradient and
+ * B(k) of its consumer no other backward of it. */
+static int check_local(const remat_pipeline *pl, remat_error *err) {
+  for (int64_t vs = 0; vs + 1 < pl->nv; vs++) {
+    if (rank_of(pl, vs) != pl->s || rank_of(pl, vs + 1) != pl->s) continue;
+    int lo = chunk_of(pl, vs), hi = chunk_of(pl, vs + 1);
+    int64_t pend_f = -1, pend_b = -1; /* a hand-over not yet taken */
+    for (int64_t q = 0; q < pl->zb.len; q++) {
+      const remat_schedule_step *o = &pl->zb.ops[(int64_t)pl->s * pl->zb.len + q];
+      int bad = 0;
+      if (o->kind == REMAT_OP_F && o->chunk == lo) bad = pend_f >= 0, pend_f = o->mb;
+      if (o->kind == REMAT_OP_F && o->chunk == hi) bad = pend_f != o->mb, pend_f = -1;
+      if (o->kind == REMAT_OP_B && o->chunk == hi) bad = pend_b >= 0, pend_b = o->mb;
+      if (o->kind == REMAT_OP_B && o->chunk == lo) bad = pend_b != o->mb, pend_b = -1;
+      if (bad)
+        return remat__errorf(err, REMAT_EINVAL, "rank %d's stream overwrites a hand-over between "
+                             "its chunks %d and %d before it is taken", pl->s, lo, hi);
+    }
+  }
+  return 0;
+}
+
+/* The rank's chunks: slots, bytes, the data's and the tied matrix's. */
+static void chunk_tables(remat_pipeline *pl) {
+  pl->emb_chunk = pl->head_chunk = -1;
+  for (int64_t c = 0; c < pl->v; c++) {
+    const remat_memplan *mp = remat_model_memplan(pl->cm[c]);
+    const remat_stage *st = remat_model_stage(pl->cm[c]);
+    pl->slots_of[c] = st->inflight;
+    pl->wdef[c] = st->wdeferred;
+    pl->slot_bytes[c] = remat_memplan_slot_bytes(mp);
+    pl->fixed_bytes += remat_memplan_peak_bytes(mp) - remat_memplan_buf(mp, REMAT_BUF_SLOTS).bytes;
+    if (st->has_embedding) pl->emb_chunk = (int)c;
+    if (st->has_head) pl->head_chunk = (int)c;
+  }
+}
+
+int remat_pipeline_create(remat_pipeline **out, remat_dist *d, remat_trainer *tr,
+                          const remat_placement *sp, remat_error *err) {
+  *out = NULL;
+  int rc = check_create(d, tr, sp, err);
+  if (rc) return rc;
+  remat_model *m = remat_trainer_model(tr);
+  const remat_train_opts *o = remat_trainer_opts(tr);
+  const remat_stage *st = remat_model_stage(m);
   remat_pipeline *pl = remat__calloc(1, sizeof *pl);
   if (!pl) return remat__errorf(err, REMAT_ENOMEM, "out of memory");
   pl->d = d;
@@ -474,43 +561,34 @@ int remat_pipeline_create(remat_pipeline **out, remat_dist *d, remat_trainer *tr
   pl->s = d->rank;
   pl->P = d->size;
   pl->M = sp->microbatches;
-  pl->v = v;
-  pl->nv = pl->P * v;
+  pl->v = sp->chunks > 1 ? sp->chunks : 1;
+  pl->nv = pl->P * pl->v;
   pl->cm[0] = m;
-  pl->act_count = (int)count;
-  for (int64_t c = 0; c < v; c++) pl->send_chunk[c] = pl->send_grad[c] = MPI_REQUEST_NULL;
-  pl->wdeferred = st->wdeferred;
-  pl->R = R;
-  pl->rep = R > 1 ? st->replica : 0;
+  pl->act_count = (int)(o->B * o->T * remat_model_config(m)->channels);
+  for (int64_t c = 0; c < pl->v; c++) pl->send_chunk[c] = pl->send_grad[c] = MPI_REQUEST_NULL;
+  pl->split = sp->schedule == REMAT_SCHED_ZBH1 || sp->schedule == REMAT_SCHED_ZBV;
+  pl->R = st->replicas > 1 ? st->replicas : 1;
+  pl->rep = pl->R > 1 ? st->replica : 0;
   pl->world = d;
-  int rc = 0;
   if (sp->schedule == REMAT_SCHED_ZBH1) {
-    rc = R > 1 ? remat__errorf(err, REMAT_EINVAL, "zb-h1 runs a pipeline without replicas")
-               : remat_schedule_streams_build(&pl->zb, REMAT_SCHED_ZBH1, pl->P, pl->M, 1, err);
-    if (!rc && pl->wdeferred < 1)
+    rc = remat_schedule_streams_build(&pl->zb, REMAT_SCHED_ZBH1, pl->P, pl->M, 1, err);
+    if (!rc && st->wdeferred < 1)
       rc = remat__errorf(err, REMAT_EINVAL, "rank %d's stage defers no W under zb-h1", pl->s);
-  } else if (v > 1) {
+  } else if (pl->v > 1) {
     rc = make_chunks(pl, err);
+    if (!rc) rc = check_local(pl, err);
+    if (!rc) remat__trainer_set_companions(tr, pl->cm + 1, (int)pl->v - 1);
   }
-  if (!rc && R > 1 && !(pl->losses = remat__calloc((size_t)(R * pl->M), sizeof(float))))
+  if (!rc && pl->R > 1 && !(pl->losses = remat__calloc((size_t)(pl->R * pl->M), sizeof(float))))
     rc = remat__errorf(err, REMAT_ENOMEM, "out of memory");
   if (rc) {
     remat_pipeline_destroy(pl);
     return rc;
   }
-  pl->emb_chunk = pl->head_chunk = -1;
-  for (int64_t c = 0; c < v; c++) {
-    const remat_memplan *mp = remat_model_memplan(pl->cm[c]);
-    pl->slots_of[c] = remat_model_stage(pl->cm[c])->inflight;
-    pl->slot_bytes[c] = remat_memplan_slot_bytes(mp);
-    pl->fixed_bytes += remat_memplan_peak_bytes(mp) - remat_memplan_buf(mp, REMAT_BUF_SLOTS).bytes;
-    if (remat_model_stage(pl->cm[c])->has_embedding) pl->emb_chunk = (int)c;
-    if (remat_model_stage(pl->cm[c])->has_head) pl->head_chunk = (int)c;
-  }
-  REMAT_ASSERT(pl->emb_chunk < 0 || pl->head_chunk < 0); /* both: one process's model */
+  chunk_tables(pl);
   remat__trainer_ops ops = {.micro_batches = run_microbatches, .after_backward = exchange_tied,
-                           .norm_sumsq = norm_sumsq, .update = v > 1 ? update_chunks : NULL,
-                           .ctx = pl};
+                           .norm_sumsq = norm_sumsq,
+                           .update = pl->v > 1 ? update_chunks : NULL, .ctx = pl};
   remat__trainer_set_ops(tr, &ops);
   *out = pl;
   return 0;
@@ -554,6 +632,7 @@ void remat_pipeline_destroy(remat_pipeline *pl) {
     if (pl->send_grad[c] != MPI_REQUEST_NULL) MPI_Cancel(&pl->send_grad[c]);
   }
   remat__trainer_set_ops(pl->tr, &(remat__trainer_ops){0});
+  remat__trainer_set_companions(pl->tr, NULL, 0);
   for (int64_t c = 1; c < pl->v; c++) remat_model_destroy(pl->cm[c]);
   remat__trace_free(&pl->trace);
   remat_schedule_streams_free(&pl->zb);
@@ -637,7 +716,8 @@ int remat__pipeline_gather_flat(remat_pipeline *pl, const float *p, float *full,
 /* ------------------------------------------------------------- trace */
 
 int remat_pipeline_trace_start(remat_pipeline *pl, int64_t max_steps, remat_error *err) {
-  size_t per_step = (size_t)pl->M * (pl->zb.len ? 10 : 8) + 8; /* zb-h1: W and its recompute */
+  /* each operation: its span, waits, recompute and the arena counter */
+  size_t per_step = (pl->zb.len ? (size_t)pl->zb.len * 5 : (size_t)pl->M * 8) + 8;
   if (pl->R > 1) { /* a grid: the replica runtime's spans too (remat_replicas_trace_start) */
     size_t L = (size_t)pl->sp->num_blocks[pl->s] + 2;
     per_step += (size_t)pl->M * (8 * L + 24) + 4 * L + 24;

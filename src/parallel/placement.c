@@ -87,16 +87,19 @@ static void zb_counts(int64_t P, int64_t M, int64_t s, int64_t *alive, int64_t *
 remat_stage remat_placement_chunk(const remat_placement *pl, int64_t s, int64_t c) {
   int64_t P = pl->stages, M = pl->microbatches, v = pl->chunks > 1 ? pl->chunks : 1;
   int64_t vs = remat_schedule_virtual_stage(pl->schedule, P, s, c);
-  int64_t in_flight[REMAT_MAX_STAGES];
+  int64_t in_flight[REMAT_MAX_STAGES], deferred[REMAT_MAX_STAGES];
   remat_schedule_streams ss;
   remat_error err;
   /* the placement was checked against the schedule when it was made */
   REMAT_ASSERT(remat_schedule_streams_build(&ss, pl->schedule, P, M, v, &err) == 0);
-  remat_schedule_streams_peaks(&ss, in_flight, NULL);
+  remat_schedule_streams_peaks(&ss, in_flight, deferred);
+  /* zbv: a micro-batch's activations stay until its W */
+  if (pl->schedule == REMAT_SCHED_ZBV) remat_schedule_streams_alive(&ss, in_flight);
   remat_schedule_streams_free(&ss);
   return (remat_stage){.first_block = pl->first_block[vs], .num_blocks = pl->num_blocks[vs],
                        .policy = pl->policy + pl->first_block[vs],
                        .inflight = in_flight[s * v + c] > 0 ? in_flight[s * v + c] : 1,
+                       .wdeferred = deferred[s * v + c],
                        .has_embedding = vs == 0, .has_head = vs == P * v - 1,
                        .accumulate = M > 1, .work_borrowed = c > 0};
 }

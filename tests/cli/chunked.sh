@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# Interleaved 1F1B over MPI against one process: each rank runs v model
-# chunks (virtual stages r, r + P, ...) in Megatron's order, each chunk with
-# its own arena and the rank's one transient workspace. Bit-identical
-# losses, gradient norms and saved models for P in {2, 3, 4} and v in
-# {2, 3}, dropout on, heterogeneous blocks and recompute (full and middle)
-# per chunk, fp32 and bf16; every rank's arenas planned = measured = the
+# Chunked schedules over MPI against one process: under interleaved 1F1B
+# each rank runs v model chunks (virtual stages r, r + P, ...) in Megatron's
+# order; under zbv two (r and 2P - 1 - r, a V), with each backward as B and
+# a deferred W, the last rank handing its chunk 0's output to its chunk 1
+# and rank 0 holding both the embedding and the head. Each chunk has its
+# own arena and the rank's one transient workspace. Bit-identical losses,
+# gradient norms and saved models for P in {2, 3, 4} (and v in {2, 3}),
+# dropout on, heterogeneous blocks and recompute (full and middle) per
+# chunk, fp32 and bf16; every rank's arenas planned = measured = the
 # planner's memory for that stage; bad starts fail before any rank works.
-# usage: interleaved.sh REMAT TMPDIR
+# usage: chunked.sh REMAT TMPDIR
 set -u
 remat=$1
 tmp=$2
@@ -28,25 +31,30 @@ sys.exit(0 if same and mem and len(a) == len(b) == 3 else 1)
 PY
 }
 
-# P, chunks, micro-batches, blocks per chunk (P v of them, model order),
-# recomputed blocks, precision
-cases=("2 2 4 1,2,2,1 1,4 fp32" "3 2 6 1,1,1,1,1,1 0,middle:2-3,full:5 fp32"
-       "4 2 4 0,1,1,1,1,1,1,0 middle:0-1,full:4 fp32" "2 3 4 1,1,1,1,1,1 middle:0-1,full:4 fp32"
-       "2 2 2 2,1,1,2 - fp32" "2 2 4 1,2,2,1 1,middle:4 bf16")
+# schedule, P, chunks, micro-batches, blocks per chunk (P v of them, model
+# order), recomputed blocks, precision
+cases=("interleaved 2 2 4 1,2,2,1 1,4 fp32"
+       "interleaved 3 2 6 1,1,1,1,1,1 0,middle:2-3,full:5 fp32"
+       "interleaved 4 2 4 0,1,1,1,1,1,1,0 middle:0-1,full:4 fp32"
+       "interleaved 2 3 4 1,1,1,1,1,1 middle:0-1,full:4 fp32"
+       "interleaved 2 2 2 2,1,1,2 - fp32" "interleaved 2 2 4 1,2,2,1 1,middle:4 bf16"
+       "zbv 2 2 4 1,2,2,1 1,middle:4 fp32" "zbv 3 2 6 1,1,1,1,1,1 0,middle:2-3,full:5 fp32"
+       "zbv 4 2 8 0,1,1,1,1,1,1,0 middle:0-1,full:4 fp32" "zbv 2 2 3 2,1,1,2 - fp32"
+       "zbv 2 2 4 1,2,2,1 full:1,middle:4 bf16")
 for c in "${cases[@]}"; do
-  read -r P v M layers ck prec <<<"$c"
+  read -r sched P v M layers ck prec <<<"$c"
   if [[ $prec == bf16 ]] && ! "$remat" train --config tiny --steps 0 --precision bf16 --quiet \
        >/dev/null 2>&1; then
-    ok "P=$P v=$v bf16: skipped, this CPU has no bf16 instructions"
+    ok "$sched P=$P v=$v bf16: skipped, this CPU has no bf16 instructions"
     continue
   fi
   ckpt=()
   [[ $ck != - ]] && ckpt=(--ckpt-layers "$ck")
-  tag="P=$P v=$v M=$M $prec blocks $layers recompute $ck"
+  tag="$sched P=$P v=$v M=$M $prec blocks $layers recompute $ck"
   "$remat" train "${common[@]}" "${ckpt[@]}" --grad-accum "$M" --precision "$prec" \
     --log one.jsonl --save one.bin >one.out 2>&1
   mpi "$P" "$remat" train "${common[@]}" "${ckpt[@]}" --grad-accum "$M" --precision "$prec" \
-    --stages "$P" --schedule interleaved --chunks "$v" --layers "$layers" \
+    --stages "$P" --schedule "$sched" --chunks "$v" --layers "$layers" \
     --log two.jsonl --save two.bin >two.out 2>&1
   if same_run one.jsonl one.bin two.jsonl two.bin; then ok "bit-identical: $tag"
   else bad "bit-identical: $tag"; tail -5 two.out; fi
@@ -57,12 +65,17 @@ done
 # process's (keep, middle and full give the same bits).
 B=(--config 6,64,4,256,64 --batch 4 --seq 32 --grad-accum 4 --steps 3 --threads 1
    --peak-gflops 10 --precision fp32)
-"$remat" plan --config 6,64,4,256,64 --batch 4 --seq 32 --stages 2 --microbatches 4 \
-  --schedule interleaved --mem 5MiB --precision fp32 --format json -o plan.json >/dev/null 2>&1
 "$remat" train "${B[@]}" --quiet --log one.jsonl --save one.bin >/dev/null 2>&1
-mpi 2 "$remat" train "${B[@]}" --stages 2 --schedule interleaved --mem 5MiB --log two.jsonl \
-  --save two.bin >two.out 2>&1
-if python3 - plan.json two.jsonl <<'PY'
+for sched in interleaved zbv; do
+  least=$( ("$remat" plan --config 6,64,4,256,64 --batch 4 --seq 32 --stages 2 --microbatches 4 \
+    --schedule $sched --mem 1 --precision fp32 --format json 2>/dev/null || true) |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["min_budget_bytes"])')
+  mem=$((least * 105 / 100)) # recomputes: the least is where everything is recomputed
+  "$remat" plan --config 6,64,4,256,64 --batch 4 --seq 32 --stages 2 --microbatches 4 \
+    --schedule $sched --mem $mem --precision fp32 --format json -o plan.json >/dev/null 2>&1
+  mpi 2 "$remat" train "${B[@]}" --stages 2 --schedule $sched --mem $mem --log two.jsonl \
+    --save two.bin >two.out 2>&1
+  if python3 - plan.json two.jsonl <<'PY'
 import json, sys
 plan = json.load(open(sys.argv[1]))
 want = [s["memory_bytes"] for s in plan["stages"]]
@@ -72,13 +85,43 @@ meas = rows[-1]["rank_measured_peak_bytes"]
 rec = sum(len(s["recomputed"]) for s in plan["stages"])
 sys.exit(0 if want == got == meas and rec > 0 else 1)
 PY
-then ok "planned under --mem 5MiB: every rank's arenas = the planner's stage memory = measured"
-else bad "planner's memory against the ranks' arenas: $(grep -m3 'arena\|error' two.out)"; fi
-if same_run one.jsonl one.bin two.jsonl two.bin; then ok "planned placement: bit-identical"
-else bad "planned placement: bit-identical"; fi
-grep -q "stage 1 chunk 1 arena" two.out && grep -q "interleaved simulation" two.out \
-  && ok "the run shows each chunk's arena and the plan's simulation" \
-  || bad "chunk arenas in the header: $(head -c 300 two.out)"
+  then ok "$sched planned under --mem $mem: every rank's arenas = the planner's stage memory = measured"
+  else bad "$sched: planner's memory against the ranks' arenas: $(grep -m3 'arena\|error' two.out)"; fi
+  if same_run one.jsonl one.bin two.jsonl two.bin; then ok "$sched planned placement: bit-identical"
+  else bad "$sched planned placement: bit-identical"; fi
+  grep -q "stage 1 chunk 1 arena" two.out && grep -q "$sched simulation" two.out \
+    && ok "$sched: the run shows each chunk's arena and the plan's simulation" \
+    || bad "$sched: chunk arenas in the header: $(head -c 300 two.out)"
+  # the plan file places the same chunks and policies: the same run
+  mpi 2 "$remat" train "${B[@]}" --stages 2 --schedule $sched --plan plan.json --log three.jsonl \
+    --save three.bin >three.out 2>&1
+  if same_run two.jsonl two.bin three.jsonl three.bin && grep -q "stage 1 chunk 1 arena" three.out
+  then ok "$sched: --plan FILE runs the plan's chunks"
+  else bad "$sched --plan: $(grep -m2 'error\|arena' three.out)"; fi
+  cp plan.json "plan-$sched.json"
+done
+expect_fail_mpi "a zbv plan for an interleaved job" "is for 2 stages, 4 micro-batches and zbv" 2 \
+  "${B[@]}" --stages 2 --schedule interleaved --plan plan-zbv.json
+expect_fail_mpi "an interleaved plan for a 1f1b job" "and interleaved of 2 chunks" 2 \
+  "${B[@]}" --stages 2 --plan plan-interleaved.json
+
+# Checkpoints: each rank's state file holds every chunk's moments; 4 steps,
+# then --resume DIR --steps 8 alone, equal 8 steps at once, byte for byte.
+for sched in interleaved zbv; do
+  E=(--config 6,64,4,256,64 --batch 4 --seq 32 --grad-accum 4 --threads 1 --stages 2
+     --schedule $sched --layers 1,2,2,1 --ckpt-layers 1,middle:4 --dropout 0.1 --precision fp32
+     --quiet)
+  rm -rf eck
+  mpi 2 "$remat" train "${E[@]}" --steps 8 --save e8.bin >/dev/null 2>&1
+  mpi 2 "$remat" train "${E[@]}" --steps 4 --checkpoint-dir eck --checkpoint-every 2 >/dev/null 2>&1
+  mpi 2 "$remat" train --resume eck --steps 8 --save e4to8.bin --quiet >res.out 2>&1
+  if [[ -s e8.bin ]] && cmp -s e8.bin e4to8.bin && [[ -f eck/step_00000008/state_rank_1.bin ]]; then
+    ok "$sched: 4 steps, then --resume DIR --steps 8 alone = 8 steps, every chunk's moments kept"
+  else bad "$sched resume: $(head -c 300 res.out)"; fi
+  mpi 2 "$remat" train --resume eck --chunks 3 >err.out 2>&1
+  grep -q "chunks" err.out && ok "$sched: a changed --chunks refused on resume" \
+    || bad "$sched resume refusal: $(head -c 200 err.out)"
+done
 
 # Bad starts: one line, every rank, before any step.
 T=(--config 6,64,4,256,64 --batch 4 --seq 32 --steps 1 --threads 1 --stages 2)
@@ -88,9 +131,7 @@ expect_fail_mpi "more chunks than layers" "needs 8 layers\|layers" 2 --config ti
   --schedule interleaved --chunks 4 --grad-accum 2 --steps 1 --threads 1
 expect_fail_mpi "--chunks without interleaved" "goes with --schedule interleaved" 2 "${T[@]}" \
   --grad-accum 2 --chunks 2
+expect_fail_mpi "zbv of 3 chunks" "exactly 2" 2 "${T[@]}" --schedule zbv --grad-accum 2 --chunks 3
 expect_fail_mpi "blocks per stage, not per chunk" "one per chunk" 2 "${T[@]}" \
   --schedule interleaved --grad-accum 2 --layers 3,3
-expect_fail_mpi "checkpoints" "does not yet write or resume" 2 "${T[@]}" \
-  --schedule interleaved --grad-accum 2 --checkpoint-dir ck --checkpoint-every 1
-expect_fail_mpi "zbv" "can be planned and exported" 2 "${T[@]}" --schedule zbv --grad-accum 2
 summary
