@@ -10,12 +10,11 @@
 #    --recompute-num-layers can express), the fewest that fit.
 # 3. Schedules: on P=2 ranks of one thread each (no more ranks than this
 #    machine's cores, so the times are real), the best plan under 1F1B,
-#    ZB-H1 and interleaved 1F1B (2 chunks per rank) at one budget,
+#    ZB-H1, interleaved 1F1B (2 chunks per rank) and ZB-V at one budget,
 #    alternated; each one's measured and predicted iteration time (placed
 #    and predicted by --calibrate's measured layer times) and bubble, and
 #    every rank's arena (ZB-H1 holds a micro-batch until its W; interleaved
-#    more micro-batches of smaller chunks). ZB-V is planned but not run by
-#    remat train.
+#    more micro-batches of smaller chunks) and ZB-V.
 #
 # P ranks on a 2-core machine are oversubscribed: times are for comparing
 # the two placements and the prediction, run alternately, not for speed.
@@ -103,16 +102,16 @@ done
 
 fi
 
-# 3. Schedules on 2 ranks of one thread: the best plan under 1F1B, ZB-H1
-#    and interleaved at one budget (5% above the most that zb-h1 and
-#    interleaved least need: they hold more), alternated; each one's
+# 3. Schedules on 2 ranks of one thread: the best plan under 1F1B, ZB-H1,
+#    interleaved and zbv at one budget (5% above the most that any of the
+#    last three least needs: they hold more), alternated; each one's
 #    measured and predicted time and bubble.
 P=2
 cfg3="8,256,8,8192,256"
 common=(--config "$cfg3" --batch 4 --seq 128 --grad-accum 8 --steps "$steps" --threads 1
         --quiet --precision fp32)
 least3=0
-for sched in zb-h1 interleaved; do
+for sched in zb-h1 interleaved zbv; do
   l=$( ("$remat" plan --config "$cfg3" --batch 4 --seq 128 --stages 2 --microbatches 8 \
     --schedule $sched --precision fp32 --mem 1 --format json 2>/dev/null || true) |
     python3 -c 'import json,sys; print(json.load(sys.stdin)["min_budget_bytes"])')
@@ -125,6 +124,7 @@ for round in 1 2 3; do
   run "sched_1f1b_$round" --stages 2 --mem "$budget3" --schedule 1f1b --calibrate 3
   run "sched_zbh1_$round" --stages 2 --mem "$budget3" --schedule zb-h1 --calibrate 3
   run "sched_interleaved_$round" --stages 2 --mem "$budget3" --schedule interleaved --calibrate 3
+  run "sched_zbv_$round" --stages 2 --mem "$budget3" --schedule zbv --calibrate 3
 done
 fi
 

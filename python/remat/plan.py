@@ -129,7 +129,7 @@ class Plan:
     def _contiguous(self, what):
         """The stage views below assume one run of layers per stage and
         1F1B's or GPipe's micro-batches in flight; the chunked and
-        zero-bubble schedules are planned and exported by `remat plan`."""
+        zero-bubble schedules are planned, exported and run by remat itself."""
         if self.schedule not in ("1f1b", "gpipe"):
             raise PlanError(f"{what} handles 1f1b and gpipe plans, not {self.schedule}; "
                             f"use remat plan --format colossalai, megatron or torch")
