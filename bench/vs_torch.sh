@@ -27,6 +27,21 @@ blas_of() { # the libopenblas or libblas a binary or library resolves to
 }
 
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
+# OpenBLAS falls back to its SSE3 kernels (Prescott) on a CPU model newer
+# than its tables; remat then picks the kernels the CPU's instructions allow
+# (remat_blas_prepare). PyTorch gets the same, its best settings too.
+if [[ -z ${OPENBLAS_CORETYPE:-} ]]; then
+  detected=$(OPENBLAS_VERBOSE=2 $py -c 'import torch; torch.ones(64, 64) @ torch.ones(64, 64)' 2>&1 |
+             sed -n 's/^Core: //p' | head -1)
+  case $detected in
+    Haswell|Zen|SkylakeX|Cooperlake|SapphireRapids|"") ;;
+    *) if grep -qw avx512bw /proc/cpuinfo && grep -qw avx512vl /proc/cpuinfo; then
+         export OPENBLAS_CORETYPE=SkylakeX
+       elif grep -qw avx2 /proc/cpuinfo; then export OPENBLAS_CORETYPE=Haswell; fi
+       echo "OpenBLAS: detected $detected kernels on this CPU; both run with" \
+            "OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}" ;;
+  esac
+fi
 echo "remat:   $remat"
 echo "  BLAS:  $(blas_of "$remat" | tr '\n' ' ')"
 echo "  threads: --threads $threads (OpenMP; single-threaded OpenBLAS inside parallel regions;"
