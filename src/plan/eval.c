@@ -28,9 +28,10 @@ static stage_fig chunk_figures(const remat__plan_inst *in, int64_t i, int64_t j,
     if (!rec[l]) continue;
     int mid = rec[l] == REMAT_MIDDLE;
     f.t += mid ? in->rm[l] : in->r[l];
-    /* zb-h1: r holds both rebuilds of a layer with a deferred W; its W's
+    /* zb-h1, zbv: r holds both rebuilds of a layer with a deferred W; its W's
      * half runs in W */
-    if (in->schedule == REMAT_SCHED_ZBH1 && in->wg[l] > 0) f.wg += (mid ? in->rm[l] : in->r[l]) / 2;
+    if ((in->schedule == REMAT_SCHED_ZBH1 || in->schedule == REMAT_SCHED_ZBV) && in->wg[l] > 0)
+      f.wg += (mid ? in->rm[l] : in->r[l]) / 2;
     f.mem -= in->n[vs] * (in->a[l] - (mid ? in->mb[l] : in->c[l]));
     *X = remat__max64(*X, mid ? in->xm[l] : in->x[l]);
     f.cnt++;

@@ -149,8 +149,9 @@ static int time_exponent(const remat_plan_problem *pb) {
   double ttot = 0;
   for (int64_t g = 0; g < pb->num_groups; g++) {
     const remat_plan_group *G = &pb->groups[g];
-    /* zb-h1 reruns a rebuilt block's forward for its W too (see expand_layers) */
-    double again = pb->schedule == REMAT_SCHED_ZBH1 && G->wgrad > 0 ? 2 : 1;
+    /* zb-h1 and zbv rerun a rebuilt block's forward for its W too (see expand_layers) */
+    int split = pb->schedule == REMAT_SCHED_ZBH1 || pb->schedule == REMAT_SCHED_ZBV;
+    double again = split && G->wgrad > 0 ? 2 : 1;
     ttot += (double)G->count * (G->fwd + G->bwd + again * (G->recompute + G->middle_recompute));
   }
   double span = ttot * (double)pb->microbatches;
@@ -167,9 +168,10 @@ static void expand_layers(remat__plan_inst *in, const remat_plan_problem *pb, in
     const remat_plan_group *G = &pb->groups[g];
     int64_t fq = (int64_t)llround(ldexp(G->fwd, -e));
     int64_t bq = (int64_t)llround(ldexp(G->bwd, -e));
-    /* zb-h1: a layer that does not keep its activations rebuilds them for
+    /* zb-h1, zbv: a layer that does not keep its activations rebuilds them for
      * its B and again for its deferred W (remat train's runtime does) */
-    double again = pb->schedule == REMAT_SCHED_ZBH1 && G->wgrad > 0 ? 2 : 1;
+    int split = pb->schedule == REMAT_SCHED_ZBH1 || pb->schedule == REMAT_SCHED_ZBV;
+    double again = split && G->wgrad > 0 ? 2 : 1;
     int64_t rq = (int64_t)llround(ldexp(again * G->recompute, -e));
     int middle = G->recomputable && G->middle;
     int64_t rmq = middle ? (int64_t)llround(ldexp(again * G->middle_recompute, -e)) : 0;

@@ -131,11 +131,12 @@ static void lp_scale(lp *x) {
 }
 
 /* The time of layer l on stage s: f + b when placed, r when recomputed, rm
- * under the middle policy (twice under zb-h1 for a layer with a deferred W,
- * whose W rebuilds its activations again). */
+ * under the middle policy (twice under zb-h1 and zbv for a layer with a
+ * deferred W, whose W rebuilds its activations again). */
 static void time_terms(lp *x, terms *t, int64_t l, int64_t s) {
   char v[64];
-  double again = x->pb->schedule == REMAT_SCHED_ZBH1 && x->of[l]->wgrad > 0 ? 2 : 1;
+  int split = x->pb->schedule == REMAT_SCHED_ZBH1 || x->pb->schedule == REMAT_SCHED_ZBV;
+  double again = split && x->of[l]->wgrad > 0 ? 2 : 1;
   snprintf(v, sizeof v, "y_%lld_%lld", (long long)l, (long long)s);
   term(t, x->of[l]->fwd + x->of[l]->bwd, v);
   if (x->of[l]->recomputable) {
