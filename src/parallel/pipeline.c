@@ -15,6 +15,15 @@
  * _weight): a slot lives from its forward to its W, and W runs in
  * micro-batch order, so the gradients are the whole backward's, bit for
  * bit; B and W are apart in the trace.
+ *
+ * Under interleaved 1F1B and zbv a rank runs several model chunks, virtual
+ * stages (remat_schedule_virtual_stage): chunk 0 is the trainer's model,
+ * the others are the pipeline's, each with its own arena and all borrowing
+ * chunk 0's transient workspace. "Stage s - 1" and "s + 1" above are then
+ * the neighbouring virtual stages, wherever they run; between two chunks
+ * of one rank (zbv's turn) the hand-over is a copy. Each chunk has its own
+ * send buffers and residual gradient, the norm takes every chunk's layers
+ * in model order, and every chunk is updated with it.
  * Sends are non-blocking. A send buffer (the output, the residual gradient)
  * is reused only after its previous send completed; since every stream
  * consumes messages in the order its neighbour produces them, no stream can
@@ -281,7 +290,7 @@ static int backward_op(remat_pipeline *pl, const remat_train_opts *o, int64_t k,
 static int run_microbatches(void *ctx, remat_trainer *tr, double *loss_sum, remat_error *err) {
   remat_pipeline *pl = ctx;
   const remat_train_opts *o = remat_trainer_opts(tr);
-  int P = pl->P, rc;
+  int rc;
   double t_step = remat__now();
   if (pl->norm_end > 0) record(pl, EV_UPDATE, pl->norm_end, t_step, -1, 0);
   pl->wait_s = 0;
@@ -320,7 +329,6 @@ static int run_microbatches(void *ctx, remat_trainer *tr, double *loss_sum, rema
     for (int64_t k = 0; k < pl->M; k++)
       for (int64_t x = 0; x < pl->R; x++) *loss_sum += pl->losses[x * pl->M + k];
   }
-  (void)P;
   /* every rank reports the whole model's loss */
   rc = MPI_Bcast(loss_sum, 1, MPI_DOUBLE, last, pl->d->comm);
   return rc == MPI_SUCCESS ? 0 : remat__mpi_error(err, rc, "sharing the loss");
