@@ -31,17 +31,6 @@ fi
 check "bf16 is the default here, and the run says why" \
   grep -q "^precision bf16 .*(the default here, bf16: AVX512-BF16" probe.out
 
-same_run() { # same_run ONE.jsonl ONE.bin TWO.jsonl TWO.bin STEPS
-  python3 - "$1" "$3" "$5" <<'PY' && cmp -s "$2" "$4"
-import json, sys
-a = [json.loads(l) for l in open(sys.argv[1])]
-b = [json.loads(l) for l in open(sys.argv[2])]
-same = [(x["loss"], x["grad_norm"]) for x in a] == [(x["loss"], x["grad_norm"]) for x in b]
-mem = all(x["rank_planned_peak_bytes"] == x["rank_measured_peak_bytes"] for x in a + b)
-sys.exit(0 if same and mem and len(a) == len(b) == int(sys.argv[3]) else 1)
-PY
-}
-
 model=(--config 6,64,4,256,64 --batch 4 --seq 32 --grad-accum 4 --steps 3 --dropout 0.1
        --warmup 1 --peak-gflops 10 --quiet)
 common=("${model[@]}" --threads 1 --precision bf16)

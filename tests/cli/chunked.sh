@@ -20,17 +20,6 @@ cd "$tmp" || exit 1
 common=(--config 6,64,4,256,64 --batch 4 --seq 32 --steps 3 --dropout 0.1 --warmup 1 --cosine
         --threads 1 --peak-gflops 10 --quiet)
 
-same_run() { # same_run ONE.jsonl ONE.bin TWO.jsonl TWO.bin
-  python3 - "$1" "$3" <<'PY' && cmp -s "$2" "$4"
-import json, sys
-a = [json.loads(l) for l in open(sys.argv[1])]
-b = [json.loads(l) for l in open(sys.argv[2])]
-same = [(x["loss"], x["grad_norm"]) for x in a] == [(x["loss"], x["grad_norm"]) for x in b]
-mem = all(x["rank_planned_peak_bytes"] == x["rank_measured_peak_bytes"] for x in b)
-sys.exit(0 if same and mem and len(a) == len(b) == 3 else 1)
-PY
-}
-
 # schedule, P, chunks, micro-batches, blocks per chunk (P v of them, model
 # order), recomputed blocks, precision
 cases=("interleaved 2 2 4 1,2,2,1 1,4 fp32"
@@ -56,7 +45,7 @@ for c in "${cases[@]}"; do
   mpi "$P" "$remat" train "${common[@]}" "${ckpt[@]}" --grad-accum "$M" --precision "$prec" \
     --stages "$P" --schedule "$sched" --chunks "$v" --layers "$layers" \
     --log two.jsonl --save two.bin >two.out 2>&1
-  if same_run one.jsonl one.bin two.jsonl two.bin; then ok "bit-identical: $tag"
+  if same_run one.jsonl one.bin two.jsonl two.bin 3; then ok "bit-identical: $tag"
   else bad "bit-identical: $tag"; tail -5 two.out; fi
 done
 
@@ -87,7 +76,7 @@ sys.exit(0 if want == got == meas and rec > 0 else 1)
 PY
   then ok "$sched planned under --mem $mem: every rank's arenas = the planner's stage memory = measured"
   else bad "$sched: planner's memory against the ranks' arenas: $(grep -m3 'arena\|error' two.out)"; fi
-  if same_run one.jsonl one.bin two.jsonl two.bin; then ok "$sched planned placement: bit-identical"
+  if same_run one.jsonl one.bin two.jsonl two.bin 3; then ok "$sched planned placement: bit-identical"
   else bad "$sched planned placement: bit-identical"; fi
   grep -q "stage 1 chunk 1 arena" two.out && grep -q "$sched simulation" two.out \
     && ok "$sched: the run shows each chunk's arena and the plan's simulation" \
@@ -95,7 +84,7 @@ PY
   # the plan file places the same chunks and policies: the same run
   mpi 2 "$remat" train "${B[@]}" --stages 2 --schedule $sched --plan plan.json --log three.jsonl \
     --save three.bin >three.out 2>&1
-  if same_run two.jsonl two.bin three.jsonl three.bin && grep -q "stage 1 chunk 1 arena" three.out
+  if same_run two.jsonl two.bin three.jsonl three.bin 3 && grep -q "stage 1 chunk 1 arena" three.out
   then ok "$sched: --plan FILE runs the plan's chunks"
   else bad "$sched --plan: $(grep -m2 'error\|arena' three.out)"; fi
   cp plan.json "plan-$sched.json"

@@ -65,6 +65,20 @@ expect_fail_mpi() {
   else bad "$name (rc $rc)"; head -3 err.out; fi
 }
 
+# same_run ONE.jsonl ONE.bin TWO.jsonl TWO.bin STEPS: two runs' logs hold
+# the same losses and gradient norms over STEPS steps, every rank's arena
+# planned = measured in both, and their saved models are the same bytes.
+same_run() { # same_run ONE.jsonl ONE.bin TWO.jsonl TWO.bin STEPS
+  python3 - "$1" "$3" "$5" <<'PY' && cmp -s "$2" "$4"
+import json, sys
+a = [json.loads(l) for l in open(sys.argv[1])]
+b = [json.loads(l) for l in open(sys.argv[2])]
+same = [(x["loss"], x["grad_norm"]) for x in a] == [(x["loss"], x["grad_norm"]) for x in b]
+mem = all(x["rank_planned_peak_bytes"] == x["rank_measured_peak_bytes"] for x in a + b)
+sys.exit(0 if same and mem and len(a) == len(b) == int(sys.argv[3]) else 1)
+PY
+}
+
 # below PID: every descendant of PID (a job's ranks, not another job's
 # processes that happen to match its command line).
 below() { local p; for p in $(pgrep -P "$1"); do echo "$p"; below "$p"; done; }
