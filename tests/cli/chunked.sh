@@ -112,6 +112,24 @@ for sched in interleaved zbv; do
     || bad "$sched resume refusal: $(head -c 200 err.out)"
 done
 
+# The trace under zbv: B and W apart on every rank.
+mpi 2 "$remat" train --config 6,64,4,256,64 --batch 4 --seq 32 --grad-accum 4 --steps 2 \
+  --threads 1 --stages 2 --schedule zbv --precision fp32 --quiet --trace t.json >t.out 2>&1
+if python3 - <<'PY'
+import json, sys
+t = json.load(open("t.json"))
+ev = t["traceEvents"] if isinstance(t, dict) else t
+ranks = {e.get("pid") for e in ev if e.get("ph") == "X"}
+for r in ranks:
+    names = [e["name"] for e in ev if e.get("pid") == r and e.get("ph") == "X"]
+    if not any(n.startswith("input gradient (B)") for n in names) or \
+       not any(n.startswith("weight gradient (W)") for n in names):
+        sys.exit(1)
+sys.exit(0 if len(ranks) == 2 else 1)
+PY
+then ok "zbv trace: B and W apart on both ranks"
+else bad "zbv trace: $(head -c 200 t.out)"; fi
+
 # Bad starts: one line, every rank, before any step.
 T=(--config 6,64,4,256,64 --batch 4 --seq 32 --steps 1 --threads 1 --stages 2)
 expect_fail_mpi "M not a multiple of P" "not a multiple of 2" 2 "${T[@]}" --schedule interleaved \
