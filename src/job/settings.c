@@ -130,8 +130,9 @@ int remat__job_settings_save(const char *path, const remat_job_desc *desc,
   return rc;
 }
 
-/* The step directory a resume of dir takes: dir itself when it holds DONE,
- * else the newest checkpoint under it that verifies. */
+/* The step directory a resume of dir takes: dir itself when it holds DONE
+ * and verifies, else the newest checkpoint under it that verifies. Nothing
+ * of a directory is read before its manifest vouches for it. */
 static int step_dir_of(const char *dir, char *out, size_t cap, int64_t *step, remat_error *err) {
   char done[4200];
   struct stat st;
@@ -139,6 +140,8 @@ static int step_dir_of(const char *dir, char *out, size_t cap, int64_t *step, re
   if (stat(done, &st) == 0) {
     if (remat_checkpoint_step_of(dir, step))
       return remat__errorf(err, REMAT_EINVAL, "%s: a checkpoint directory is named step_N", dir);
+    int rc = remat_checkpoint_verify(dir, *step, NULL, err);
+    if (rc) return rc;
     snprintf(out, cap, "%s", dir);
     return 0;
   }
@@ -201,7 +204,7 @@ int remat_job_saved_load(remat_job_saved *s, const char *dir, remat_error *err) 
   if (stat(path, &st) != 0) return 0; /* older: the caller gives the settings */
   if ((rc = read_text(path, &s->text, err))) return rc;
   char *line = s->text, *next;
-  int first = 1;
+  int first = 1, nset = 0;
   for (; *line; line = next) {
     next = strchr(line, '\n');
     if (!next) break;
@@ -217,15 +220,23 @@ int remat_job_saved_load(remat_job_saved *s, const char *dir, remat_error *err) 
     size_t i = 0;
     while (i < NKEYS && strcmp(keys[i].name, line)) i++;
     if (i == NKEYS) goto bad; /* a newer remat's setting: refuse rather than drop it */
+    *sp = ' ';                /* the whole line, should the message quote it */
     if (parse_value(&s->desc, &keys[i], sp + 1)) goto bad;
+    nset++;
   }
   if (first || *line) goto bad;
+  if (!nset) { /* every remat that writes the file writes its settings */
+    rc = remat__errorf(err, REMAT_EFORMAT, "the settings of %s hold no setting after their "
+                       "header; the file was cut or emptied", path);
+    remat_job_saved_free(s);
+    return rc;
+  }
   s->found = 1;
   return 0;
-bad:
+bad: /* the message quotes the line, which lives in the text: formed before it is freed */
+  rc = remat__errorf(err, REMAT_EFORMAT, "the settings of %s are damaged at '%.60s'", path, line);
   remat_job_saved_free(s);
-  return remat__errorf(err, REMAT_EFORMAT, "the settings of %s are damaged at '%.60s'", path,
-                       line);
+  return rc;
 }
 
 void remat_job_saved_free(remat_job_saved *s) {

@@ -79,6 +79,29 @@ sys.exit(0 if same and mem and len(a) == len(b) == int(sys.argv[3]) else 1)
 PY
 }
 
+# reseal STEP_DIR: DONE of a checkpoint made to vouch for its settings file
+# as it is now (its size and CRC32C, and the manifest's own crc), as one who
+# edits the settings on purpose would: what a resume must then check itself.
+reseal() {
+  python3 - "$1" <<'PY'
+import sys
+def crc32c(data, crc=0):
+    crc ^= 0xFFFFFFFF
+    for b in data:
+        crc ^= b
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
+    return crc ^ 0xFFFFFFFF
+d = sys.argv[1]
+settings = open(d + "/settings", "rb").read()
+lines = [l for l in open(d + "/DONE").read().splitlines() if not l.startswith("crc ")]
+lines = ["file settings %d %08x" % (len(settings), crc32c(settings))
+         if l.startswith("file settings ") else l for l in lines]
+text = "".join(l + "\n" for l in lines)
+open(d + "/DONE", "w").write(text + "crc %08x\n" % crc32c(text.encode()))
+PY
+}
+
 # below PID: every descendant of PID (a job's ranks, not another job's
 # processes that happen to match its command line).
 below() { local p; for p in $(pgrep -P "$1"); do echo "$p"; below "$p"; done; }

@@ -5,8 +5,9 @@
 # random moments always leave a loadable newest checkpoint, and resuming them
 # to the end gives the uninterrupted run's bytes, also when one checkpoint
 # was damaged on the way (the resume falls back past it); a damaged or
-# mixed step directory is refused naming the file; a resume with other
-# settings is refused with one line.
+# mixed step directory is refused naming the file; a settings file edited
+# by hand is refused by its checksum, or when resealed, quoting the line it
+# cannot read; a resume with other settings is refused with one line.
 # usage: resume.sh REMAT TMPDIR
 set -u
 remat=$1
@@ -107,6 +108,26 @@ truncate -s 100 dmg2/step_00000006/state.bin
 expect_fail "no checkpoint verifies" "no checkpoint in" "${F[@]}" --resume dmg2
 expect_fail "resume and --model" "drop --model" "${F[@]}" --resume full --model full.bin
 expect_fail "every without dir" "go together" "${F[@]}" --checkpoint-every 3
+# A settings file edited by hand: refused by its checksum before it is read;
+# resealed on purpose, refused quoting the line it cannot read.
+hand() { # hand NAME TEXT [reseal]: full's step 6 with TEXT as its settings
+  rm -rf "$1" && cp -r full "$1" && printf "$2" >"$1/step_00000006/settings"
+  [[ -z ${3:-} ]] || reseal "$1/step_00000006"
+}
+hand edited 'bogus 1\n'
+expect_fail "an edited settings file: the manifest's checksum first" "settings size differs" \
+  --resume edited/step_00000006
+hand bogus 'bogus 1\n' reseal
+expect_fail "resealed settings without their header, quoted" "damaged at 'bogus 1'" \
+  --resume bogus/step_00000006
+hand header 'remat settings 1' reseal
+expect_fail "resealed settings cut inside their header, quoted" "damaged at 'remat settings 1'" \
+  --resume header/step_00000006
+hand nothing 'remat settings 1\n' reseal
+expect_fail "resealed settings with no setting" "hold no setting" --resume nothing/step_00000006
+hand badvalue "$(sed 's/^lr .*/lr fast/' full/step_00000006/settings)\n" reseal
+expect_fail "resealed settings with a value that is no number, quoted" "damaged at 'lr fast'" \
+  --resume badvalue/step_00000006
 
 # Resume and extend: the checkpoint's settings are the run's; --resume DIR
 # alone continues it, checkpointing included.
