@@ -111,6 +111,17 @@ static int set_flag(const cli_flag *f, const char *name, const char *v) {
   return -1;
 }
 
+const cli_flag *cli_find_flag(const cli_flag *flags, const char *name) {
+  for (const cli_flag *f = flags; f->name; f++)
+    if (!strcmp(f->name, name)) return f;
+  return NULL;
+}
+
+int cli_set_flag(const cli_flag *f, const char *v) {
+  return f->kind == CLI_SWITCH ? cli_fail(-1, "%s is a switch and takes no value", f->name)
+                               : set_flag(f, f->name, v);
+}
+
 int cli_parse_flags(int argc, char **argv, const cli_flag *flags, const char *usage) {
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];

@@ -56,6 +56,12 @@ typedef struct cli_flag {
  * Returns 0, or -1 after printing what was wrong. */
 int cli_parse_flags(int argc, char **argv, const cli_flag *flags, const char *usage);
 
+/* The flag of flags named name ("--steps"), or NULL. */
+const cli_flag *cli_find_flag(const cli_flag *flags, const char *name);
+/* f's value from the text v, checked as on the command line (not a
+ * switch's); -1 after cli_fail said why. */
+int cli_set_flag(const cli_flag *f, const char *v);
+
 /* A digest of the command line, for ranks to agree they run the same one. */
 uint64_t cli_argv_digest(int argc, char **argv);
 

@@ -50,19 +50,12 @@ static void default_precision(opts *o) {
            bf16 ? "; --precision fp32 for fp32" : "");
 }
 
-/* The flags over base: the defaults, or a resumed run's saved settings. */
-static int parse_args(int argc, char **argv, opts *o, const remat_job_desc *base) {
-  *o = (opts){0};
-  if (base) {
-    o->d = *base;
-  } else {
-    remat_job_desc_default(&o->d);
-    o->d.train.lr = 1e-3;
-    o->d.train.val_frac = 0.1;
-  }
+/* remat train's flags, each with where its value goes in o and its range. */
+enum { TRAIN_FLAGS = 64 };
+static void train_flags(opts *o, cli_flag flags[TRAIN_FLAGS]) {
   remat_job_desc *d = &o->d;
   remat_train_opts *t = &d->train;
-  const cli_flag flags[] = {
+  const cli_flag f[] = {
       {.name = "--config", .kind = CLI_STR, .dst = &d->config},
       {.name = "--model", .kind = CLI_STR, .dst = &d->model},
       {.name = "--data", .kind = CLI_STR, .dst = &d->data},
@@ -112,6 +105,24 @@ static int parse_args(int argc, char **argv, opts *o, const remat_job_desc *base
       {.name = "--quiet", .kind = CLI_SWITCH, .dst = &o->quiet},
       {.name = "--plan-only", .kind = CLI_SWITCH, .dst = &o->plan_only},
       {NULL}};
+  _Static_assert(sizeof f <= TRAIN_FLAGS * sizeof f[0], "raise TRAIN_FLAGS");
+  memcpy(flags, f, sizeof f);
+}
+
+/* The flags over base: the defaults, or a resumed run's saved settings. */
+static int parse_args(int argc, char **argv, opts *o, const remat_job_desc *base) {
+  *o = (opts){0};
+  if (base) {
+    o->d = *base;
+  } else {
+    remat_job_desc_default(&o->d);
+    o->d.train.lr = 1e-3;
+    o->d.train.val_frac = 0.1;
+  }
+  remat_job_desc *d = &o->d;
+  remat_train_opts *t = &d->train;
+  cli_flag flags[TRAIN_FLAGS];
+  train_flags(o, flags);
   if (cli_parse_flags(argc, argv, flags, remat_train_usage)) return -1;
   o->B = t->B, o->T = t->T, o->K = t->grad_accum, o->steps = t->steps;
   o->eval_every = d->eval_every, o->stages = d->stages, o->replicas = d->replicas;
@@ -182,6 +193,37 @@ static int check_args(opts *o) {
   return check_save_precision(o);
 }
 
+/* A saved run's settings pass the checks of the flags that would give them
+ * (a settings file resealed by hand is read as it is). A setting at the
+ * description's default was not given: its value ("none") is no flag's. */
+static int check_saved(const remat_job_saved *saved) {
+  opts scratch = {0};
+  cli_flag flags[TRAIN_FLAGS];
+  train_flags(&scratch, flags);
+  remat_job_desc none;
+  remat_job_desc_default(&none);
+  char v[4096], unset[4096], name[64];
+  const char *key;
+  for (int i = 0; (key = remat_job_setting(&saved->desc, i, v, sizeof v)); i++) {
+    remat_job_setting(&none, i, unset, sizeof unset);
+    snprintf(name, sizeof name, "--%s", key);
+    const cli_flag *f = cli_find_flag(flags, name);
+    if (!f || f->kind == CLI_STR || f->kind == CLI_SWITCH || !strcmp(v, unset)) continue;
+    int silent = cli_silent, bad;
+    cli_silent = 1;
+    bad = cli_set_flag(f, v);
+    cli_silent = silent;
+    if (bad) { /* cli_last_message is where the next message is formed: copied first */
+      char why[sizeof cli_last_message];
+      snprintf(why, sizeof why, "%s", cli_last_message);
+      return cli_fail(-1, "the settings of %s/settings: %s; the file was changed after its run "
+                      "saved it: restore it, or resume from another checkpoint", saved->dir,
+                      why);
+    }
+  }
+  return 0;
+}
+
 /* A resume: the saved run's settings, with the flags given over them; a
  * flag that would change what a resume keeps is refused. */
 static int resume_args(int argc, char **argv, opts *o, remat_job_saved *saved) {
@@ -189,6 +231,7 @@ static int resume_args(int argc, char **argv, opts *o, remat_job_saved *saved) {
   remat_job_conflict c;
   if (remat_job_saved_load(saved, o->d.resume, &err)) return cli_fail(-1, "%s", err.msg);
   if (!saved->found) return 0; /* an older checkpoint: the flags as given */
+  if (check_saved(saved)) return -1;
   if (parse_args(argc, argv, o, &saved->desc)) return -1;
   if (!o->precision_name)
     snprintf(precision_note, sizeof precision_note, "the resumed run's");

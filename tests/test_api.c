@@ -63,6 +63,34 @@ static void test_lr(void) {
   CHECK(remat_train_lr(&o, 30) > remat_train_lr(&o, 31));
 }
 
+/* The trainer's checks, by the names a checkpoint's settings use; and the
+ * settings a checkpoint saves, enumerated with their values. */
+static void test_opts_check(void) {
+  remat_train_opts o;
+  remat_error err;
+  remat_train_opts_default(&o);
+  CHECK(remat_train_opts_check(&o, &err) == 0);
+  o.hp.eps = -1;
+  CHECK(remat_train_opts_check(&o, &err) == REMAT_EINVAL && strstr(err.msg, "eps -1"));
+  remat_train_opts_default(&o);
+  o.hp.beta2 = NAN;
+  CHECK(remat_train_opts_check(&o, &err) == REMAT_EINVAL && strstr(err.msg, "beta2 nan"));
+  remat_train_opts_default(&o);
+  o.lr = INFINITY;
+  CHECK(remat_train_opts_check(&o, &err) == REMAT_EINVAL && strstr(err.msg, "lr inf"));
+  remat_train_opts_default(&o);
+  o.steps = -1;
+  CHECK(remat_train_opts_check(&o, &err) == REMAT_EINVAL && strstr(err.msg, "steps -1"));
+  remat_job_desc d;
+  remat_job_desc_default(&d);
+  d.train.hp.eps = 2e-8f;
+  char v[64];
+  int n = 0, eps = 0;
+  for (const char *k; (k = remat_job_setting(&d, n, v, sizeof v)); n++)
+    eps += !strcmp(k, "eps") && !strcmp(v, "1.99999999e-08");
+  CHECK(n > 30 && eps == 1 && remat_job_setting(&d, -1, v, sizeof v) == NULL);
+}
+
 static void test_mfu(void) {
   remat_config cfg;
   remat_error err;
@@ -239,6 +267,7 @@ int main(void) {
   test_errors();
   test_configs();
   test_lr();
+  test_opts_check();
   test_mfu();
   test_heap();
   test_policy_list();

@@ -257,6 +257,14 @@ typedef struct remat_job_saved {
 REMAT_API int remat_job_saved_load(remat_job_saved *s, const char *dir, remat_error *err);
 REMAT_API void remat_job_saved_free(remat_job_saved *s);
 
+/* The settings a checkpoint saves, one by one (i from 0): setting i's key,
+ * named as remat train's flag is without "--", and its value in d as the
+ * settings file spells it (value may be NULL); NULL past the last. A front
+ * end checks a saved run's values by the rules of its own flags. A
+ * resealed settings file is read as it is: remat_job_saved_load checks its
+ * values as the trainer does (remat_train_opts_check), no further. */
+REMAT_API const char *remat_job_setting(const remat_job_desc *d, int i, char *value, size_t cap);
+
 /* A setting that differs from the saved run's where a resume may not
  * change it: its key (named as remat train's flag is, without "--") and
  * both values as text. */

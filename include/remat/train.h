@@ -44,6 +44,13 @@ typedef struct remat_train_opts {
  * shuffled, no held-out split, 8 evaluation batches. */
 REMAT_API void remat_train_opts_default(remat_train_opts *o);
 
+/* 0 when the trainer accepts o (what remat_trainer_create checks first),
+ * else REMAT_EINVAL with the first value out of its range, named as remat
+ * train's flags and a checkpoint's settings name it: positive shapes and
+ * micro-batches, step counts not negative, finite rates, AdamW's betas in
+ * [0, 1) and its eps above 0, dropout and the held-out share in [0, 1). */
+REMAT_API int remat_train_opts_check(const remat_train_opts *o, remat_error *err);
+
 /* The learning rate of optimizer step `step` (0-based): linear warmup to
  * lr over `warmup` steps, then constant or cosine to 10% at `steps`. */
 REMAT_API float remat_train_lr(const remat_train_opts *o, int64_t step);

@@ -231,12 +231,25 @@ int remat_job_saved_load(remat_job_saved *s, const char *dir, remat_error *err) 
     remat_job_saved_free(s);
     return rc;
   }
+  remat_error e; /* a resealed file is read as it is: its values get the trainer's checks */
+  if (remat_train_opts_check(&s->desc.train, &e)) {
+    remat_job_saved_free(s);
+    return remat__errorf(err, REMAT_EFORMAT, "the settings of %s: %s; the file was changed "
+                         "after its run saved it: restore it, or resume from another "
+                         "checkpoint", path, e.msg);
+  }
   s->found = 1;
   return 0;
 bad: /* the message quotes the line, which lives in the text: formed before it is freed */
   rc = remat__errorf(err, REMAT_EFORMAT, "the settings of %s are damaged at '%.60s'", path, line);
   remat_job_saved_free(s);
   return rc;
+}
+
+const char *remat_job_setting(const remat_job_desc *d, int i, char *value, size_t cap) {
+  if (i < 0 || (size_t)i >= NKEYS) return NULL;
+  if (value && cap) format_value(d, &keys[i], value, cap);
+  return keys[i].name;
 }
 
 void remat_job_saved_free(remat_job_saved *s) {

@@ -36,19 +36,39 @@ float remat_train_lr(const remat_train_opts *o, int64_t step) {
   return (float)lr;
 }
 
-static int check_opts(const remat_train_opts *o, remat_error *err) {
+/* Each value is named as remat train's flag and a checkpoint's settings
+ * name it, for the message. A float's limits are stated as comparisons that
+ * NaN fails. */
+int remat_train_opts_check(const remat_train_opts *o, remat_error *err) {
+  const remat_hparams *hp = &o->hp;
+  if (o->B < 1 || o->T < 1)
+    return remat__errorf(err, REMAT_EINVAL, "batch %lld, seq %lld: a micro-batch needs at least "
+                         "one sequence of one token", (long long)o->B, (long long)o->T);
   if (o->grad_accum < 1 || o->grad_accum > (1 << 20))
-    return remat__errorf(err, REMAT_EINVAL, "%lld micro-batches per step; it must be 1 to 2^20",
-                         (long long)o->grad_accum);
+    return remat__errorf(err, REMAT_EINVAL, "grad-accum %lld micro-batches per step; it must be "
+                         "1 to 2^20", (long long)o->grad_accum);
   if (o->steps < 0 || o->warmup < 0)
-    return remat__errorf(err, REMAT_EINVAL, "step counts must not be negative");
+    return remat__errorf(err, REMAT_EINVAL, "steps %lld, warmup %lld: step counts must not be "
+                         "negative", (long long)o->steps, (long long)o->warmup);
+  if (!(o->lr >= 0 && isfinite(o->lr)))
+    return remat__errorf(err, REMAT_EINVAL, "lr %g must be a number, 0 or more", o->lr);
   if (!(o->val_frac >= 0 && o->val_frac < 1))
-    return remat__errorf(err, REMAT_EINVAL, "held-out fraction %g must lie in [0, 1)",
-                         o->val_frac);
+    return remat__errorf(err, REMAT_EINVAL, "val-frac %g (the held-out fraction) must lie in "
+                         "[0, 1)", o->val_frac);
   if (o->val_frac > 0 && o->eval_batches < 1)
-    return remat__errorf(err, REMAT_EINVAL, "an evaluation needs at least one batch");
-  if (!(o->hp.dropout >= 0 && o->hp.dropout < 1))
-    return remat__errorf(err, REMAT_EINVAL, "dropout %g must lie in [0, 1)", o->hp.dropout);
+    return remat__errorf(err, REMAT_EINVAL, "eval-batches %lld: an evaluation needs at least one "
+                         "batch", (long long)o->eval_batches);
+  if (!(hp->dropout >= 0 && hp->dropout < 1))
+    return remat__errorf(err, REMAT_EINVAL, "dropout %g must lie in [0, 1)", hp->dropout);
+  if (!(hp->beta1 >= 0 && hp->beta1 < 1) || !(hp->beta2 >= 0 && hp->beta2 < 1))
+    return remat__errorf(err, REMAT_EINVAL, "AdamW's beta1 %g and beta2 %g must lie in [0, 1)",
+                         hp->beta1, hp->beta2);
+  if (!(hp->eps > 0 && isfinite(hp->eps)))
+    return remat__errorf(err, REMAT_EINVAL, "AdamW's eps %g must be a number above 0", hp->eps);
+  if (!(hp->weight_decay >= 0 && isfinite(hp->weight_decay)) ||
+      !(hp->grad_clip >= 0 && isfinite(hp->grad_clip)))
+    return remat__errorf(err, REMAT_EINVAL, "weight-decay %g and grad-clip %g must be numbers, "
+                         "0 or more", hp->weight_decay, hp->grad_clip);
   return 0;
 }
 
@@ -62,7 +82,7 @@ int remat_trainer_create_stage(remat_trainer **out, const remat_config *cfg,
                                const remat_stage *st, const remat_tokens *tok,
                                const remat_train_opts *o, remat_error *err) {
   *out = NULL;
-  int rc = check_opts(o, err);
+  int rc = remat_train_opts_check(o, err);
   if (rc) return rc;
   remat_trainer *tr = remat__calloc(1, sizeof *tr);
   if (!tr) return remat__errorf(err, REMAT_ENOMEM, "out of memory");

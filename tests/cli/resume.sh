@@ -7,7 +7,8 @@
 # was damaged on the way (the resume falls back past it); a damaged or
 # mixed step directory is refused naming the file; a settings file edited
 # by hand is refused by its checksum, or when resealed, quoting the line it
-# cannot read; a resume with other settings is refused with one line.
+# cannot read or a value out of its flag's or the trainer's range; a
+# resume with other settings is refused with one line.
 # usage: resume.sh REMAT TMPDIR
 set -u
 remat=$1
@@ -128,6 +129,16 @@ expect_fail "resealed settings with no setting" "hold no setting" --resume nothi
 hand badvalue "$(sed 's/^lr .*/lr fast/' full/step_00000006/settings)\n" reseal
 expect_fail "resealed settings with a value that is no number, quoted" "damaged at 'lr fast'" \
   --resume badvalue/step_00000006
+# Resealed values out of range: refused by the trainer's checks or the
+# checks of the flag that gives the setting, naming both and the file.
+for kv in "eps -1|eps -1 must" "lr 1e400|lr inf must" "ckpt-ratio nan|--ckpt-ratio expects a number" \
+  "steps -1|steps -1, warmup 3" "beta1 1.5|beta1 1.5 and beta2" "beta2 -0.5|beta2 -0.5 must" \
+  "batch 0|batch 0, seq 32" "zero 4|--zero 4 is out of range" "val-frac 0.95|--val-frac 0.95 is out"; do
+  set -- ${kv%%|*}
+  hand range "$(sed "s/^$1 .*/$1 $2/" full/step_00000006/settings)\n" reseal
+  expect_fail "resealed settings with $1 $2" \
+    "the settings of range/step_00000006/settings: .*${kv#*|}.*restore it" --resume range/step_00000006
+done
 
 # Resume and extend: the checkpoint's settings are the run's; --resume DIR
 # alone continues it, checkpointing included.
