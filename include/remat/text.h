@@ -50,6 +50,9 @@ extern "C" {
 
 /* GPT-2's vocabulary: 50256 ordinary tokens, then <|endoftext|>. */
 #define REMAT_BPE_VOCAB 50257
+/* Merges in GPT-2's vocab.bpe: one for each token that is neither a byte nor
+ * "<|endoftext|>". */
+#define REMAT_BPE_MERGES 50000
 #define REMAT_BPE_EOT 50256
 
 /* A growing array of token ids, owned by the caller: zero it before first
@@ -67,9 +70,10 @@ REMAT_API void remat_ids_free(remat_ids *a);
 typedef struct remat_bpe remat_bpe; /* opaque */
 
 /* Reads dir/encoder.json and dir/vocab.bpe and checks them: 50257 distinct
- * ids 0..50256, every byte a token of its own, every merge's two halves and
- * their concatenation tokens, merges ranked in the order of the ids they
- * make. A missing or malformed file is REMAT_EIO or REMAT_EFORMAT naming it
+ * ids 0..50256, every byte a token of its own, 50000 merges, every merge's
+ * two halves and their concatenation tokens, merges ranked in the order of
+ * the ids they make (a vocab.bpe cut short would merge less, and encode
+ * text into other tokens). A missing or malformed file is REMAT_EIO or REMAT_EFORMAT naming it
  * and saying where the files come from. */
 REMAT_API int remat_bpe_create(remat_bpe **out, const char *dir, remat_error *err);
 REMAT_API void remat_bpe_destroy(remat_bpe *bpe);

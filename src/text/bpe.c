@@ -372,7 +372,13 @@ static int load_merges(remat_bpe *b, const char *path, remat_error *err) {
     line = stop + 1;
   }
   free(text);
-  if (!rc && merges == 0) rc = remat__errorf(err, REMAT_EFORMAT, "%s holds no merges", path);
+  /* A file cut short still reads well up to its end, and would encode text
+   * into other (more, shorter) tokens without a word. */
+  if (!rc && merges != REMAT_BPE_MERGES)
+    rc = remat__errorf(err, REMAT_EFORMAT, "%s holds %lld merges, GPT-2's vocab.bpe %d: it was "
+                       "cut short or is not GPT-2's; fetch it again with scripts/fetch-vocab.sh "
+                       "(it checks the files' SHA-256)", path, (long long)merges,
+                       REMAT_BPE_MERGES);
   return rc;
 }
 

@@ -2,7 +2,8 @@
 # `remat tokenize`: a text (several scripts, emoji, white space runs, bytes
 # that are not UTF-8) to a training and a validation shard and back, byte
 # for byte, with GPT-2's BPE and as bytes; the BPE training shard trains a
-# model with a vocabulary of 50257; bad inputs get one-line errors.
+# model with a vocabulary of 50257; bad inputs (a vocab.bpe cut short among
+# them) get one-line errors.
 # usage: tokenize.sh REMAT TMPDIR
 set -u
 remat=$1
@@ -57,6 +58,17 @@ expect_fail "two inputs" "one text file" "$text" "$text" --out "$tmp/x"
 expect_fail "an unknown option" "unknown option" "$text" --out "$tmp/x" --frobnicate 1
 expect_fail "--val-frac out of range" "out of range" "$text" --out "$tmp/x" --val-frac 0.95
 expect_fail "a vocabulary directory without the files" "fetch-vocab.sh" "$text" --out "$tmp/x" --vocab "$tmp"
+# vocab.bpe cut short reads well up to its end: its count of merges tells
+vocab=$(dirname "$0")/../../third_party/gpt2-vocab
+mkdir -p "$tmp/cut2" "$tmp/cut_half"
+cp "$vocab/encoder.json" "$tmp/cut2/" && head -2 "$vocab/vocab.bpe" >"$tmp/cut2/vocab.bpe"
+cp "$vocab/encoder.json" "$tmp/cut_half/" && head -c "$(($(stat -c %s "$vocab/vocab.bpe") / 2))" \
+  "$vocab/vocab.bpe" | sed '$d' >"$tmp/cut_half/vocab.bpe"
+expect_fail "vocab.bpe cut to 2 lines" "holds 1 merges, GPT-2's vocab.bpe 50000.*fetch-vocab.sh" \
+  "$text" --out "$tmp/x" --vocab "$tmp/cut2"
+expect_fail "vocab.bpe cut in half" "holds 2[0-9]* merges, GPT-2's vocab.bpe 50000.*fetch-vocab.sh" \
+  "$text" --out "$tmp/x" --vocab "$tmp/cut_half"
+check "no shard written from a cut vocabulary" test ! -e "$tmp/x_train.bin"
 printf 'hi' >"$tmp/short.txt"
 expect_fail "too short for two shards" "too few" "$tmp/short.txt" --out "$tmp/s"
 mkfifo "$tmp/fifo_train.bin"
