@@ -270,6 +270,7 @@ typedef struct {
   remat_pipeline *pipe;
   remat_replicas *dp;
   int grid, abort_others;
+  int checkpoint_failed; /* the run stopped on a checkpoint it could not write */
   int ranks, rank;
   remat_comm_stats comm; /* rank 0's, of the last step */
   remat_comm_stats rank_comm[REMAT_MAX_STAGES]; /* every replica's, of the last step */
@@ -687,6 +688,7 @@ static int train_loop(run_state *r) {
     remat_job_step_info in;
     int rc = remat_job_step(r->job, interrupted, &in, &err);
     if (rc) {
+      r->checkpoint_failed = in.checkpoint_failed;
       if (r->tty) fputc('\n', stderr);
       if (err.code == REMAT_ENUMERIC && !strstr(err.msg, "overflow"))
         return cli_fail(CLI_EXIT_RUN, "%s; lower --lr or raise --grad-clip", err.msg);
@@ -735,7 +737,10 @@ static int train_loop(run_state *r) {
   }
   if (interrupted) { /* stopped by a signal: keep what was done */
     int64_t step;
-    if (remat_job_checkpoint_now(r->job, &step, &err)) return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
+    if (remat_job_checkpoint_now(r->job, &step, &err)) {
+      r->checkpoint_failed = 1;
+      return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
+    }
     if (step && !o->quiet)
       printf("checkpoint %s/step_%08lld\n", o->d.checkpoint_dir, (long long)step);
   }
@@ -805,6 +810,15 @@ static int start(run_state *r) {
   return 0;
 }
 
+/* --save: the weights as they are now. */
+static int save_model(const opts *o, remat_job *job) {
+  remat_error err;
+  if (remat_job_save(job, o->save, &err)) return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
+  printf("saved   %s%s\n", o->save,
+         o->d.save_version == REMAT_CKPT_VERSION_BF16 ? " (bf16, version 5)" : "");
+  return 0;
+}
+
 static int train_job(opts *o, run_state *r) {
   remat_error err = {0};
   remat_job *job = r->job;
@@ -841,6 +855,9 @@ static int train_job(opts *o, run_state *r) {
   stepping = 1;
   r->tty = isatty(STDERR_FILENO) && !o->quiet;
   if ((rc = train_loop(r))) {
+    /* a checkpoint that could not be written leaves whole weights, on every
+     * rank alike: --save keeps them, as asked */
+    if (r->checkpoint_failed && o->save) save_model(o, job);
     r->abort_others = 1; /* the other ranks may be waiting on this one */
     return rc;
   }
@@ -848,11 +865,7 @@ static int train_job(opts *o, run_state *r) {
   if (!o->save && !o->d.checkpoint_dir && r->steps_done > r->start_step)
     printf("note    the trained model is discarded: give --save FILE (or --checkpoint-dir DIR) "
            "to keep it\n");
-  if (o->save) {
-    if (remat_job_save(job, o->save, &err)) return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
-    printf("saved   %s%s\n", o->save,
-           o->d.save_version == REMAT_CKPT_VERSION_BF16 ? " (bf16, version 5)" : "");
-  }
+  if (o->save && save_model(o, job)) return CLI_EXIT_RUN;
   if (o->trace) {
     if (remat_job_trace_write(job, o->trace, &err)) return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
     printf("trace   %s (open it in Perfetto or chrome://tracing)\n", o->trace);

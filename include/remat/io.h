@@ -306,6 +306,13 @@ REMAT_API int remat_checkpoint_dir_path(char *out, size_t cap, const char *dir, 
                                         const char *file);
 REMAT_API int remat_checkpoint_dir_make(const char *dir, int64_t step, remat_error *err);
 REMAT_API int remat_checkpoint_dir_latest(const char *dir, int64_t *step, remat_error *err);
+/* Before a run's first step: the step directories it will write under dir
+ * (after step `from`, every `every` steps up to `to`, and `to`) can be made
+ * there: no file or unwritable directory stands where one goes, and the
+ * longest path fits. So an obstacle is found at the start, not after the
+ * steps before it. dir itself must exist (remat_output_dir_check). */
+REMAT_API int remat_checkpoint_dir_check(const char *dir, int64_t from, int64_t to,
+                                         int64_t every, remat_error *err);
 /* Deprecated: remat_checkpoint_seal. A path named DONE in a step_N
  * directory seals that directory (step from its name, run from its state
  * files); any other path gets a one-line marker, atomically. */

@@ -151,6 +151,8 @@ typedef struct remat_job_step_info {
   double wait_seconds;        /* a pipeline: this rank's waiting in the step */
   remat_comm_stats comm;      /* replicas: this rank's communication */
   remat_comm_stats rank_comm[REMAT_MAX_STAGES]; /* rank 0: every replica's */
+  int checkpoint_failed; /* the step was taken (its weights are whole, on every rank) but
+                            its checkpoint could not be written: the error says why */
 } remat_job_step_info;
 
 /* One optimizer step on every rank. stop: this rank wants to stop (a

@@ -693,6 +693,40 @@ int remat_checkpoint_dir_latest(const char *dir, int64_t *step, remat_error *err
   return rc;
 }
 
+int remat_checkpoint_dir_check(const char *dir, int64_t from, int64_t to, int64_t every,
+                               remat_error *err) {
+  char path[4096], want[64];
+  if (to > from && remat_checkpoint_dir_path(path, sizeof path, dir, to, "state_rank_0000.bin"))
+    return remat__errorf(err, REMAT_EINVAL, "checkpoint directory path '%.200s' is too long", dir);
+  int dfd, rc = remat__open(dir, O_RDONLY, REMAT__OPEN_DIR, "checkpoints", &dfd, NULL, err);
+  if (rc) return rc;
+  DIR *d = fdopendir(dfd);
+  if (!d) {
+    close(dfd);
+    return remat__errorf(err, REMAT_EIO, "cannot list '%s': %s", dir, strerror(errno));
+  }
+  /* the entries there, not the steps: a run may have 2^30 of them */
+  struct dirent *e;
+  while (!rc && (e = readdir(d))) {
+    int64_t s = parse_step_name(e->d_name, strlen(e->d_name));
+    if (s <= from || s > to || (s % every && s != to)) continue;
+    snprintf(want, sizeof want, "step_%08lld", (long long)s);
+    if (strcmp(e->d_name, want)) continue; /* another spelling: not the path written */
+    struct stat st;
+    if (join_path(path, sizeof path, dir, e->d_name)) rc = too_long(dir, err);
+    else if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
+      rc = remat__errorf(err, REMAT_EIO, "'%s' stands where the checkpoint of step %lld goes and "
+                         "is not a directory: remove it, or choose another checkpoint "
+                         "directory", path, (long long)s);
+    else if (access(path, W_OK | X_OK) != 0)
+      rc = remat__errorf(err, REMAT_EIO, "cannot write the checkpoint of step %lld in '%s': %s; "
+                         "make it writable, or choose another checkpoint directory", (long long)s,
+                         path, strerror(errno));
+  }
+  closedir(d);
+  return rc;
+}
+
 int remat_checkpoint_dir_make(const char *dir, int64_t step, remat_error *err) {
   char path[4096];
   if (mkdir(dir, 0777) && errno != EEXIST)

@@ -317,8 +317,12 @@ static int check_outputs(const remat_job *job, remat_error *err) {
     int rc = remat_output_check(out, err);
     if (rc) return rc;
   }
-  /* created now (by rank 0), or why it cannot be */
-  return d->checkpoint_dir && job->rank == 0 ? remat_output_dir_check(d->checkpoint_dir, err) : 0;
+  /* created now (by rank 0), or why it cannot be; and nothing in the way of
+   * the step directories the run will write */
+  if (!d->checkpoint_dir || job->rank != 0) return 0;
+  int rc = remat_output_dir_check(d->checkpoint_dir, err);
+  return rc ? rc : remat_checkpoint_dir_check(d->checkpoint_dir, job->resume_step,
+                                              d->train.steps, d->checkpoint_every, err);
 }
 
 /* The model's shape: from the model file's header, else the config, else
@@ -888,7 +892,10 @@ int remat_job_step(remat_job *job, int stop, remat_job_step_info *in, remat_erro
       (rc = remat_trainer_evaluate(job->tr, &in->val_loss, err)))
     return rc;
   if (d->checkpoint_dir && (step % d->checkpoint_every == 0 || step == d->train.steps)) {
-    if ((rc = write_checkpoint(job, err))) return rc;
+    if ((rc = write_checkpoint(job, err))) { /* agreed: every rank knows */
+      in->checkpoint_failed = 1;
+      return rc;
+    }
     in->checkpoint_step = step;
   }
   return 0;

@@ -133,6 +133,32 @@ for ck in "$tmp/plainfile" "$tmp/plainfile/sub" "$tmp/nodir/sub" "$tmp/fifo"; do
   else echo "ok   [--checkpoint-dir $(basename "$ck"): refused before the plan, the arena or a step]"; fi
 done
 
+# A file where a later step's checkpoint goes is found before step 1 (a
+# step_N of another spelling, or of a step the run does not save, is no
+# obstacle); an obstacle only the step itself meets (its model.bin a full
+# directory) stops the run there, and --save still keeps the weights.
+mkdir -p "$tmp/late" && : >"$tmp/late/step_00000010" && : >"$tmp/late/step_10" && : >"$tmp/late/step_00000007"
+expect_fail "a file in the way of step 10's checkpoint, found before step 1" \
+  "late/step_00000010' stands where the checkpoint of step 10 goes and is not a directory" \
+  --config tiny --batch 2 --seq 16 --steps 20 --checkpoint-dir "$tmp/late" --checkpoint-every 5 \
+  --save "$tmp/late.bin"
+n=$((n + 1))
+if grep -q '^\(memory\|saved\) ' "$tmp/out" || [[ -e $tmp/late/step_00000005 || -e $tmp/late.bin ]]; then
+  echo "FAIL [the obstacle at step 10 was found only after steps]"; fails=$((fails + 1))
+else echo "ok   [the obstacle at step 10 was found before the plan and any step]"; fi
+rm "$tmp/late/step_00000010"
+"$remat" train --config tiny --batch 2 --seq 16 --steps 10 --checkpoint-dir "$tmp/late" \
+  --checkpoint-every 5 --quiet >/dev/null 2>&1
+check "no obstacle in step_10 or step_00000007: the run checkpoints at 5 and 10" \
+  test -f "$tmp/late/step_00000005/DONE" -a -f "$tmp/late/step_00000010/DONE"
+mkdir -p "$tmp/deep/step_00000010/model.bin/x"
+expect_fail "a checkpoint that cannot be written at step 10" "cannot remove.*model.bin" \
+  --config tiny --batch 2 --seq 16 --steps 20 --checkpoint-dir "$tmp/deep" --checkpoint-every 5 \
+  --save "$tmp/deep.bin"
+"$remat" train --config tiny --batch 2 --seq 16 --steps 10 --quiet --save "$tmp/ten.bin" >/dev/null
+check "--save keeps the weights of the 10 steps taken before the checkpoint failed" \
+  cmp -s "$tmp/deep.bin" "$tmp/ten.bin"
+
 # Outputs never overwrite inputs.
 cp "$tmp/tiny.bin" "$tmp/in.bin"
 expect_fail "log over the model" "overwrite an input" --model "$tmp/in.bin" --steps 1 --log "$tmp/in.bin"
