@@ -879,10 +879,40 @@ static int train_job(opts *o, run_state *r) {
   return cli_stdout_ok() ? CLI_EXIT_RUN : interrupted ? 130 : 0;
 }
 
+/* --help on a rank of an MPI launch (an MPMD mpirun gives each rank its own
+ * command): the other ranks wait in MPI_Init for every rank, forever if
+ * this one printed the usage and left. So it takes part in their first
+ * agreement, the comparison of the ranks' commands, as a rank with other
+ * flags: every rank ends within seconds unless all asked for help (then
+ * rank 0 prints it). -1 when not launched so: the usage as always. */
+static int help_among_ranks(int argc, char **argv) {
+  int help = 0;
+  for (int i = 1; i < argc; i++) help |= !strcmp(argv[i], "--help") || !strcmp(argv[i], "-h");
+  if (!help || !remat_dist_launched()) return -1;
+  remat_dist *dist;
+  remat_error err;
+  if (remat_dist_create(&dist, NULL, NULL, &err)) return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
+  const uint64_t asks_help = 0x68656c7020726d74ull; /* no job's description digest */
+  int same = 1, other = -1, rank = remat_dist_rank(dist), rc = 0;
+  if (remat_dist_all_same(dist, &asks_help, sizeof asks_help, &same, &other, &err))
+    rc = cli_fail(CLI_EXIT_RUN, "%s", err.msg);
+  else if (!same && rank == 0) /* the others' rank 0 says it when rank 0 did not ask */
+    rc = cli_fail(CLI_EXIT_USAGE, "rank %d was started with other flags than rank 0 (--help "
+                  "on some ranks only); every rank must run the same command", other);
+  else if (!same)
+    rc = CLI_EXIT_USAGE;
+  else if (rank == 0 && (fputs(remat_train_usage, stdout), cli_stdout_ok()))
+    rc = CLI_EXIT_RUN;
+  remat_dist_destroy(dist, 0);
+  return rc;
+}
+
 int remat_cmd_train(int argc, char **argv) {
   cli_name = "remat train";
   opts o;
   remat_job_saved saved = {0};
+  int help = help_among_ranks(argc, argv);
+  if (help >= 0) return help;
   if (parse_args(argc, argv, &o, NULL)) return CLI_EXIT_USAGE;
   if ((o.d.resume && resume_args(argc, argv, &o, &saved)) || check_args(&o)) {
     remat_job_saved_free(&saved);

@@ -127,7 +127,8 @@ expect_fail "a budget that does not fit" "smallest budget that fits" 2 --config 
 expect_fail "layers that do not add up" "places 5 blocks" 2 "${common[@]}" --stages 2 --layers 2,3
 # An MPMD launch whose ranks differ in their flags, one of them perhaps not
 # given the MPI flags at all (a job of its own): every rank takes part in
-# the agreement, and the job ends within 30 s naming the rank.
+# the agreement, and the job ends within 30 s naming the rank (the cases
+# above take seconds; 30 leaves a loaded machine room).
 mpmd() { # mpmd NAME NP "RANK 0 FLAGS" "THE OTHERS' FLAGS"
   local t0=$SECONDS
   # shellcheck disable=SC2086
@@ -145,6 +146,16 @@ mpmd "one rank without --data-parallel" 1 "--data-parallel 2" ""
 mpmd "another --seed" 1 "--stages 2 --seed 1" "--stages 2 --seed 2"
 mpmd "another --steps" 1 "--stages 2 --steps 2" "--stages 2"
 mpmd "grid flags on two ranks only" 2 "--stages 2 --data-parallel 2" ""
+# --help on some ranks: such a rank used to print the usage and leave, the
+# others waiting in MPI_Init for it forever; it takes part instead.
+mpmd "--help on rank 1 only" 1 "--stages 2" "--stages 2 --help"
+mpmd "--help on rank 0 only" 1 "--stages 2 --help" "--stages 2"
+t0=$SECONDS
+timeout -k 5 30 mpirun --oversubscribe -np 2 "$remat" train --stages 2 --help >help.out 2>err.out
+rc=$? took=$((SECONDS - t0))
+if [[ $rc -eq 0 && $(grep -c '^usage: remat train' help.out) -eq 1 ]]; then
+  ok "--help on every rank: the usage once, exit 0, in ${took} s"
+else bad "--help on every rank (rc $rc after ${took} s)"; grep -m2 . err.out; fi
 
 # A trace that cannot be written, on any rank's account, ends every rank
 # within seconds with the reason (no rank waits for another).
