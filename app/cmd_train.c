@@ -6,6 +6,7 @@
 #include <math.h>
 #include <omp.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -464,57 +465,96 @@ static void print_zero(const remat_config *cfg, const remat_memplan *mine, const
          remat_format_bytes((size_t)bytes, b[0], sizeof b[0]), (unsigned long long)bytes);
 }
 
+/* One line of the log, formed whole before it is written. */
+typedef struct {
+  char text[1 << 16]; /* a line of 64 ranks' figures takes about 10 KiB */
+  size_t n;
+} log_line;
+
+static void put(log_line *l, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(log_line *l, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int k = vsnprintf(l->text + l->n, sizeof l->text - l->n, fmt, ap);
+  va_end(ap);
+  if (k > 0) l->n = l->n + (size_t)k < sizeof l->text ? l->n + (size_t)k : sizeof l->text;
+}
+
+/* The line at the log's end in one write; a write cut short (a full disk, a
+ * file size limit) is taken back to the line's start, so the log stays
+ * whole lines (JSONL) whatever stopped it. */
+static int write_line(int fd, const log_line *l) {
+  off_t at = lseek(fd, 0, SEEK_END);
+  size_t done = 0;
+  while (done < l->n) {
+    ssize_t w = write(fd, l->text + done, l->n - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) break;
+    done += (size_t)w;
+  }
+  if (done == l->n) return 0;
+  int e = errno ? errno : EIO;
+  if (at >= 0 && ftruncate(fd, at) != 0) e = errno;
+  errno = e;
+  return -1;
+}
+
 static int log_step(run_state *r, const remat_step_stats *st, double tps, double mfu,
                     double val_loss) {
-  FILE *f = r->logf;
+  static log_line line; /* 64 KiB: not on the stack */
+  log_line *l = &line;
+  l->n = 0;
   const remat_memplan *mp = remat_trainer_memplan(r->tr);
-  fprintf(f,
-          "{\"step\": %lld, \"loss\": %.17g, \"lr\": %.9g, \"grad_norm\": %.9g, "
-          "\"step_s\": %.6f, \"recompute_s\": %.6f, \"tokens_per_s\": %.2f, \"mfu\": %.6f, "
-          "\"recomputed_blocks\": %lld, \"middle_blocks\": %lld, \"planned_peak_bytes\": %zu, "
-          "\"measured_peak_bytes\": %zu, \"rss_peak_bytes\": %zu",
-          (long long)st->step, st->loss, st->lr, st->grad_norm, st->seconds,
-          st->recompute_seconds, tps, mfu, (long long)remat_memplan_num_recomputed(mp),
-          (long long)remat_memplan_num_middle(mp), r->planned, r->measured,
-          remat_rss_peak_bytes());
-  if (!isnan(val_loss)) fprintf(f, ", \"val_loss\": %.6f", val_loss);
+  put(l,
+      "{\"step\": %lld, \"loss\": %.17g, \"lr\": %.9g, \"grad_norm\": %.9g, "
+      "\"step_s\": %.6f, \"recompute_s\": %.6f, \"tokens_per_s\": %.2f, \"mfu\": %.6f, "
+      "\"recomputed_blocks\": %lld, \"middle_blocks\": %lld, \"planned_peak_bytes\": %zu, "
+      "\"measured_peak_bytes\": %zu, \"rss_peak_bytes\": %zu",
+      (long long)st->step, st->loss, st->lr, st->grad_norm, st->seconds,
+      st->recompute_seconds, tps, mfu, (long long)remat_memplan_num_recomputed(mp),
+      (long long)remat_memplan_num_middle(mp), r->planned, r->measured,
+      remat_rss_peak_bytes());
+  if (!isnan(val_loss)) put(l, ", \"val_loss\": %.6f", val_loss);
   if (r->dp) { /* rank 0's communication in this step (a grid's: among its stage's replicas) */
     const remat_comm_stats *c = &r->comm;
-    if (r->grid) fprintf(f, ", \"stages\": %lld", (long long)r->o->stages);
-    fprintf(f,
-            ", \"replicas\": %lld, \"zero\": %d, \"comm_s\": %.6f, \"comm_exposed_s\": %.6f, "
-            "\"comm_overlap\": %.4f, \"layer_comm_s\": %.6f, \"layer_comm_exposed_s\": %.6f, "
-            "\"layer_comm_overlap\": %.4f, \"comm_bytes\": %llu, \"collectives\": %llu",
-            (long long)r->o->replicas, r->o->zero, c->seconds, c->exposed_seconds,
-            remat_comm_overlap(c->seconds, c->exposed_seconds), c->layer_seconds,
-            c->layer_exposed_seconds,
-            remat_comm_overlap(c->layer_seconds, c->layer_exposed_seconds),
-            (unsigned long long)c->bytes_sent, (unsigned long long)c->collectives);
+    if (r->grid) put(l, ", \"stages\": %lld", (long long)r->o->stages);
+    put(l,
+        ", \"replicas\": %lld, \"zero\": %d, \"comm_s\": %.6f, \"comm_exposed_s\": %.6f, "
+        "\"comm_overlap\": %.4f, \"layer_comm_s\": %.6f, \"layer_comm_exposed_s\": %.6f, "
+        "\"layer_comm_overlap\": %.4f, \"comm_bytes\": %llu, \"collectives\": %llu",
+        (long long)r->o->replicas, r->o->zero, c->seconds, c->exposed_seconds,
+        remat_comm_overlap(c->seconds, c->exposed_seconds), c->layer_seconds,
+        c->layer_exposed_seconds,
+        remat_comm_overlap(c->layer_seconds, c->layer_exposed_seconds),
+        (unsigned long long)c->bytes_sent, (unsigned long long)c->collectives);
   }
   if (r->dp && !r->grid) { /* from the shapes; every replica's time, exposed, overlapped share */
-    fprintf(f, ", \"comm_bytes_theory\": %llu",
-            (unsigned long long)remat_replicas_step_bytes(r->cfg, r->ranks, r->o->zero, r->o->K));
+    put(l, ", \"comm_bytes_theory\": %llu",
+        (unsigned long long)remat_replicas_step_bytes(r->cfg, r->ranks, r->o->zero, r->o->K));
     for (int a = 0; a < 3; a++) {
       static const char *const key[3] = {"rank_comm_s", "rank_comm_exposed_s",
                                          "rank_comm_overlap"};
-      fprintf(f, ", \"%s\": [", key[a]);
+      put(l, ", \"%s\": [", key[a]);
       for (int k = 0; k < r->ranks; k++) {
         const remat_comm_stats *q = &r->rank_comm[k];
         double v = a == 0 ? q->seconds : a == 1 ? q->exposed_seconds
                                        : remat_comm_overlap(q->seconds, q->exposed_seconds);
-        fprintf(f, a == 2 ? "%s%.4f" : "%s%.6f", k ? ", " : "", v);
+        put(l, a == 2 ? "%s%.4f" : "%s%.6f", k ? ", " : "", v);
       }
-      fputc(']', f);
+      put(l, "]");
     }
   }
   for (int a = 0; a < 2; a++) {
-    fprintf(f, a ? ", \"rank_measured_peak_bytes\": [" : ", \"rank_planned_peak_bytes\": [");
+    put(l, a ? ", \"rank_measured_peak_bytes\": [" : ", \"rank_planned_peak_bytes\": [");
     for (int k = 0; k < r->ranks; k++)
-      fprintf(f, "%s%zu", k ? ", " : "", a ? r->rank_measured[k] : r->rank_planned[k]);
-    fputc(']', f);
+      put(l, "%s%zu", k ? ", " : "", a ? r->rank_measured[k] : r->rank_planned[k]);
+    put(l, "]");
   }
-  fputs("}\n", f);
-  if (fflush(f) || ferror(f))
+  put(l, "}\n");
+  if (l->n == sizeof l->text || l->text[l->n - 1] != '\n')
+    return cli_fail(CLI_EXIT_RUN, "a line of the log '%s' is longer than %zu bytes", r->o->log,
+                    sizeof l->text - 1);
+  if (write_line(fileno(r->logf), l))
     return cli_fail(CLI_EXIT_RUN, "cannot write log file '%s': %s", r->o->log, strerror(errno));
   return 0;
 }

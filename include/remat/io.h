@@ -165,8 +165,10 @@ REMAT_API int remat_save_bytes(const char *path, const char *what, const void *b
 /* Opens path for writing in place, for outputs appended as they go (a log,
  * a trace): refused like a save when path is, or links to, anything but a
  * regular file (never opening a FIFO or device, so nothing blocks);
- * created (0666 less the umask) or truncated. Close with fclose. NULL on
- * failure, with err set. */
+ * created (0666 less the umask) or truncated. It holds an exclusive
+ * advisory lock (flock) on the file until closed: a path another process
+ * writes so is refused, untouched, rather than written by two at once.
+ * Close with fclose. NULL on failure, with err set. */
 REMAT_API FILE *remat_output_stream_open(const char *path, const char *what, remat_error *err);
 /* A file size limit (ulimit -f) kills a process with SIGXFSZ at the write
  * that crosses it, before the save can remove its temporary or say why.

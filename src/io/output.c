@@ -327,6 +327,25 @@ fail:
 
 /* ------------------------------------------------------- public checks */
 
+/* 1 when another process holds the lock of the regular file at path (a
+ * log or trace remat_output_stream_open keeps open). */
+static int locked_elsewhere(const char *path) {
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC), busy = 0;
+  if (fd < 0) return 0;
+  while (flock(fd, LOCK_SH | LOCK_NB) != 0) {
+    if (errno == EINTR) continue;
+    busy = errno == EWOULDBLOCK;
+    break;
+  }
+  close(fd); /* and its lock */
+  return busy;
+}
+
+static int busy_error(const char *what, const char *path, remat_error *err) {
+  return remat__errorf(err, REMAT_EIO, "the %s '%s' is being written by another run (it holds "
+                       "the file's lock): give this run another path", what, path);
+}
+
 int remat_output_check(const char *path, remat_error *err) {
   static const char what[] = "output";
   char *target, *tmp;
@@ -334,6 +353,10 @@ int remat_output_check(const char *path, remat_error *err) {
   int exists, fd;
   int rc = resolve(path, what, &target, &st, &exists, err);
   if (rc) return rc;
+  if (exists && locked_elsewhere(target)) {
+    rc = busy_error(what, path, err);
+    goto done;
+  }
   if ((rc = make_temp(path, target, what, &fd, &tmp, err))) goto done;
   close(fd);
   unlink(tmp);
@@ -441,8 +464,22 @@ FILE *remat_output_stream_open(const char *path, const char *what, remat_error *
    * directory; then remat__open checks the descriptor itself */
   if (resolve(path, what, &target, &st, &exists, err)) return NULL;
   free(target);
-  if (remat__open(path, O_WRONLY | O_CREAT | O_TRUNC, REMAT__OPEN_FILE, what, &fd, NULL, err))
+  /* truncated only once it is this process's: a second run given the same
+   * path is refused, and the first one's lines stay whole */
+  if (remat__open(path, O_WRONLY | O_CREAT, REMAT__OPEN_FILE, what, &fd, NULL, err)) return NULL;
+  int locked;
+  while ((locked = flock(fd, LOCK_EX | LOCK_NB)) != 0 && errno == EINTR) {
+  }
+  if (locked != 0 && errno == EWOULDBLOCK) {
+    busy_error(what, path, err);
+    close(fd);
     return NULL;
+  }
+  if (ftruncate(fd, 0) != 0) {
+    remat__errorf(err, REMAT_EIO, "cannot write %s '%s': %s", what, path, strerror(errno));
+    close(fd);
+    return NULL;
+  }
   FILE *f = fdopen(fd, "w");
   if (!f) {
     remat__errorf(err, REMAT_EIO, "cannot write %s '%s': %s", what, path, strerror(errno));

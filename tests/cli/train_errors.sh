@@ -159,6 +159,33 @@ expect_fail "a checkpoint that cannot be written at step 10" "cannot remove.*mod
 check "--save keeps the weights of the 10 steps taken before the checkpoint failed" \
   cmp -s "$tmp/deep.bin" "$tmp/ten.bin"
 
+# A log is one run's: a second run given it (or given it to --save) is
+# refused while the first writes it, and the first one's lines stay whole.
+jsonl_ok() { # jsonl_ok FILE MIN_LINES: whole JSON lines, at least MIN_LINES
+  python3 -c 'import json,sys
+t = open(sys.argv[1]).read()
+ls = t.splitlines()
+[json.loads(l) for l in ls]
+sys.exit(0 if t.endswith("\n") and len(ls) >= int(sys.argv[2]) else 1)' "$1" "$2" 2>/dev/null
+}
+"$remat" train --config tiny --batch 2 --seq 16 --steps 1000000 --threads 1 --quiet \
+  --peak-gflops 10 --log "$tmp/shared.jsonl" >/dev/null 2>&1 &
+first=$!
+for _ in $(seq 100); do [[ -s $tmp/shared.jsonl ]] && break; sleep 0.1; done
+expect_fail "a second run's --log that a first run writes" \
+  "the output '$tmp/shared.jsonl' is being written by another run" \
+  --config tiny --steps 2 --log "$tmp/shared.jsonl"
+expect_fail "a --save onto another run's log" "being written by another run" \
+  --config tiny --steps 2 --save "$tmp/shared.jsonl"
+kill -TERM "$first"; wait "$first"
+check "the first run's log: whole JSON lines, untouched by the second" jsonl_ok "$tmp/shared.jsonl" 1
+# A log cut by a write error (a file size limit) ends with a whole line.
+(trap '' XFSZ; ulimit -f 4; "$remat" train --config tiny --batch 2 --seq 16 --steps 100 --threads 1 \
+  --quiet --peak-gflops 10 --log "$tmp/cut.jsonl" >/dev/null 2>"$tmp/err")
+rc=$?
+check "a log cut at 4 KiB: exit $rc, '$(cat "$tmp/err")', whole lines before the cut" \
+  eval '[[ $rc -eq 1 ]] && grep -q "File too large" "$tmp/err" && jsonl_ok "$tmp/cut.jsonl" 2'
+
 # Outputs never overwrite inputs.
 cp "$tmp/tiny.bin" "$tmp/in.bin"
 expect_fail "log over the model" "overwrite an input" --model "$tmp/in.bin" --steps 1 --log "$tmp/in.bin"
