@@ -57,6 +57,20 @@ static void check_stack(char **argv, char **envp) {
   _exit(1);
 }
 
+/* Whether the command runs matrix products, OpenBLAS's work beyond loading:
+ * train and sample do, plan with --calibrate (it times the layers) does;
+ * help (a command's too), the version, plan and tokenize do not. Only
+ * string compares: it runs before the C library's set-up too. */
+static int needs_blas(int argc, char **argv) {
+  if (argc < 2) return 0;
+  int plan = !strcmp(argv[1], "plan"), calibrate = 0;
+  for (int i = 2; i < argc; i++) {
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return 0;
+    calibrate |= !strncmp(argv[i], "--calibrate", 11);
+  }
+  return !strcmp(argv[1], "train") || !strcmp(argv[1], "sample") || (plan && calibrate);
+}
+
 /* Before main, before any library's constructor: OpenBLAS maps its buffers
  * (remat_blas_fits) in its own and retries for ever when the address-space
  * limit refuses them. Where the limit leaves room for fewer threads than
@@ -68,7 +82,7 @@ static char *capped_env[4096];
 static void check_limits(int argc, char **argv, char **envp) {
   check_stack(argv, envp);
   const char *omp = NULL, *capped = NULL;
-  int n = 0, threads = 0, loaded;
+  int n = 0, threads = 0, loaded, products = needs_blas(argc, argv);
   for (; envp[n]; n++) {
     if (!strncmp(envp[n], "OMP_NUM_THREADS=", 16)) omp = envp[n] + 16;
     if (!strncmp(envp[n], "REMAT_BLAS_THREADS=", 19)) capped = envp[n] + 19;
@@ -81,10 +95,11 @@ static void check_limits(int argc, char **argv, char **envp) {
   if (loaded < 1) loaded = 1;
   if (threads < 1) threads = loaded;
   if (capped && atoi(capped) >= 1 && atoi(capped) < threads) threads = atoi(capped);
+  /* a command without products needs room for OpenBLAS's load alone */
   size_t need, limit;
-  if (remat_blas_fits(loaded, threads, &need, &limit)) return;
+  if (remat_blas_fits(loaded, products ? threads : 0, &need, &limit)) return;
   int k = threads < loaded ? threads : loaded; /* the most threads that fit */
-  while (k >= 1 && !remat_blas_fits(k, k, &need, &limit)) k--;
+  while (k >= 1 && !remat_blas_fits(k, products ? k : 0, &need, &limit)) k--;
   char msg[512];
   if (k >= 1 && !capped && n + 3 <= (int)(sizeof capped_env / sizeof capped_env[0])) {
     static char omp_var[32], cap_var[40];
@@ -99,10 +114,10 @@ static void check_limits(int argc, char **argv, char **envp) {
     int len = snprintf(msg, sizeof msg, "remat: warning: the address-space limit (ulimit -v "
                        "%zu) leaves room for OpenBLAS's buffers on %d thread%s, not %d: running "
                        "%d\n", limit >> 10, k, k > 1 ? "s" : "", threads, k);
-    if (k < threads) (void)!write(STDERR_FILENO, msg, (size_t)len);
+    if (k < threads && products) (void)!write(STDERR_FILENO, msg, (size_t)len);
     execve("/proc/self/exe", argv, capped_env);
   }
-  remat_blas_fits(1, 1, &need, &limit);
+  remat_blas_fits(1, products, &need, &limit);
   int len = snprintf(msg, sizeof msg, "remat: the address-space limit (ulimit -v %zu) leaves no "
                      "room for OpenBLAS, which maps %zu MiB a thread when it loads and again for "
                      "each thread in a product; one thread needs ulimit -v %zu or more\n",
@@ -141,7 +156,7 @@ static void prepare_blas(char **argv) {
 }
 
 int main(int argc, char **argv) {
-  prepare_blas(argv);
+  if (needs_blas(argc, argv)) prepare_blas(argv); /* the others never call it */
   if (argc < 2) {
     usage(stderr);
     return 2;
