@@ -12,6 +12,8 @@
 
 typedef struct {
   const remat__plan_inst *in;
+  int min_blocks;       /* blocks (recomputable layers) each virtual stage holds at least */
+  const int64_t *fixed; /* NULL, or the blocks of each virtual stage */
   int64_t bounds[24];
   int have;
   int64_t best[3];
@@ -89,6 +91,11 @@ static void partitions(brute *b, int64_t s) {
   int64_t L = b->in->L, p = b->in->nv; /* virtual stages */
   if (s == p - 1) {
     b->bounds[p] = L;
+    for (int64_t vs = 0; vs < p; vs++) {
+      int64_t blocks = 0;
+      for (int64_t l = b->bounds[vs]; l < b->bounds[vs + 1]; l++) blocks += b->in->recomp[l];
+      if (blocks < b->min_blocks || (b->fixed && blocks != b->fixed[vs])) return;
+    }
     all_choices(b);
     return;
   }
@@ -99,8 +106,13 @@ static void partitions(brute *b, int64_t s) {
 }
 
 int plan_brute(const remat__plan_inst *in, int64_t *obj, int64_t *cnt, int64_t *maxmem) {
+  return plan_brute_blocks(in, 0, NULL, obj, cnt, maxmem);
+}
+
+int plan_brute_blocks(const remat__plan_inst *in, int min_blocks, const int64_t *fixed,
+                      int64_t *obj, int64_t *cnt, int64_t *maxmem) {
   if (in->L > 20) abort();
-  brute b = {in, {0}, 0, {0, 0, 0}};
+  brute b = {in, min_blocks, fixed, {0}, 0, {0, 0, 0}};
   partitions(&b, 0);
   if (!b.have) return REMAT_EINFEASIBLE;
   *obj = b.best[0];

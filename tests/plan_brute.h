@@ -13,5 +13,10 @@
  * quanta, layers not kept, max stage memory), lexicographically least, or
  * REMAT_EINFEASIBLE when no arrangement fits. */
 int plan_brute(const remat__plan_inst *in, int64_t *obj, int64_t *cnt, int64_t *maxmem);
+/* The same over the partitions whose every virtual stage holds at least
+ * min_blocks blocks (layers that may recompute) and, with fixed, exactly
+ * fixed[vs] of them. */
+int plan_brute_blocks(const remat__plan_inst *in, int min_blocks, const int64_t *fixed,
+                      int64_t *obj, int64_t *cnt, int64_t *maxmem);
 
 #endif

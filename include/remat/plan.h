@@ -143,6 +143,19 @@ typedef struct remat_plan_group {
                               gradients), whatever the layer's policy */
 } remat_plan_group;
 
+/* What the framework exports need of the job beyond the planner's formula;
+ * each field is optional (0 or "": unknown). */
+typedef struct remat_plan_job {
+  char family[32];         /* the model family ("gpt2", "llama", ...): which of a
+                              framework's policies runs it */
+  int64_t micro_batch;     /* sequences per micro-batch */
+  int64_t seq_len;         /* tokens per sequence */
+  int64_t data_parallel;   /* replicas of the pipeline */
+  int64_t tensor_parallel; /* tensor-parallel degree */
+  int engine;              /* 1: the bytes are remat's own engine's (a --config
+                              problem), not measured on the user's model */
+} remat_plan_job;
+
 typedef struct remat_plan_problem {
   int64_t stages;       /* p */
   int64_t microbatches; /* m */
@@ -161,6 +174,19 @@ typedef struct remat_plan_problem {
   int64_t chunks;       /* v, model chunks per stage (0: the schedule's default,
                            remat_schedule_chunks); more than 1 under interleaved
                            and zbv only */
+  /* Blocks (layers of recomputable groups: the transformer layers a
+   * framework counts) every stage, and every chunk, must hold: 0 or 1.
+   * With 1 the layers that cannot recompute (an embedding, a head) go with
+   * the block beside them, so no stage holds them alone; they must then lie
+   * before the first block or after the last (remat_plan_solve refuses
+   * others, REMAT_EINVAL). */
+  int64_t min_blocks;
+  /* NULL, or (stages x v) blocks of each virtual stage in model order, owned:
+   * the split is then fixed and only the recompute is chosen (a framework
+   * that runs only its own split: ColossalAI's chunked schedules). Needs
+   * min_blocks 1 and a chunked schedule (v > 1). */
+  int64_t *fixed_blocks;
+  remat_plan_job job;
 } remat_plan_problem;
 
 /* Allocates a problem with `stages` budgets and `num_groups` groups, all
@@ -168,6 +194,9 @@ typedef struct remat_plan_problem {
 REMAT_API int remat_plan_problem_init(remat_plan_problem *pb, int64_t stages, int64_t num_groups,
                                       remat_error *err);
 REMAT_API void remat_plan_problem_free(remat_plan_problem *pb);
+/* dst: a deep copy of src (free it with remat_plan_problem_free). */
+REMAT_API int remat_plan_problem_copy(remat_plan_problem *dst, const remat_plan_problem *src,
+                                      remat_error *err);
 /* Checks every field; the message names the offending one. */
 REMAT_API int remat_plan_problem_check(const remat_plan_problem *pb, remat_error *err);
 /* Total number of layers (sum of counts; saturates at INT64_MAX). */

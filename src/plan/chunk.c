@@ -132,8 +132,9 @@ static int rank_best(const remat__plan_inst *in, remat__knap *kn, const int64_t 
 
 /* The next partition: cuts b[1..nv-1] strictly increasing in [1, L - 1]
  * (b[0] = 0, b[nv] = L), in lexicographic order; 0 after the last. */
-static int next_partition(int64_t *b, int64_t nv, int64_t L) {
-  int64_t k = nv - 1;
+static int next_partition(const remat__plan_inst *in, int64_t *b) {
+  int64_t nv = in->nv, L = in->L, k = nv - 1;
+  if (in->fixed) return 0; /* the one split there is */
   while (k >= 1 && b[k] == L - (nv - k)) k--;
   if (k < 1) return 0;
   b[k]++;
@@ -141,9 +142,13 @@ static int next_partition(int64_t *b, int64_t nv, int64_t L) {
   return 1;
 }
 
-static void first_partition(int64_t *b, int64_t nv, int64_t L) {
-  for (int64_t i = 0; i < nv; i++) b[i] = i;
-  b[nv] = L;
+static void first_partition(const remat__plan_inst *in, int64_t *b) {
+  if (in->fixed) {
+    memcpy(b, in->fixed, (size_t)(in->nv + 1) * sizeof *b);
+    return;
+  }
+  for (int64_t i = 0; i < in->nv; i++) b[i] = i;
+  b[in->nv] = in->L;
 }
 
 /* A partition's lexicographic figures. */
@@ -165,8 +170,8 @@ int64_t remat__plan_chunk_baseline(const remat__plan_inst *in) {
   remat_schedule_streams st = {0};
   int sim = in->objective == REMAT_OBJ_SIMULATED;
   if (!b || !rec || !times || (sim && remat__plan_sim_streams(in, &st, NULL))) best = 0;
-  for (int go = best != 0 && (first_partition(b, nv, in->L), 1); go;
-       go = next_partition(b, nv, in->L)) {
+  for (int go = best != 0 && (first_partition(in, b), 1); go;
+       go = next_partition(in, b)) {
     int64_t sum = 0, tmax = 0, obj;
     for (int64_t r = 0; r < in->p; r++) {
       int64_t F, base, Y;
@@ -222,7 +227,7 @@ static int partition_sim(chunk_search *s, const int64_t *b, int64_t cap, double 
 static int least_need(chunk_search *s, int64_t *need) {
   const remat__plan_inst *in = s->in;
   *need = INF;
-  first_partition(s->b, in->nv, in->L);
+  first_partition(in, s->b);
   do {
     int64_t worst = -INF, v;
     for (int64_t r = 0; r < in->p; r++)
@@ -232,7 +237,7 @@ static int least_need(chunk_search *s, int64_t *need) {
       memcpy(s->best_b, s->b, (size_t)(in->nv + 1) * sizeof *s->b);
     }
     if (remat__plan_late(s->deadline)) return REMAT__PLAN_ETIME;
-  } while (next_partition(s->b, in->nv, in->L));
+  } while (next_partition(in, s->b));
   return 0;
 }
 
@@ -242,7 +247,7 @@ static int least_need(chunk_search *s, int64_t *need) {
 static int pass(chunk_search *s, int64_t T, lex *out) {
   const remat__plan_inst *in = s->in;
   out->obj = INF;
-  first_partition(s->b, in->nv, in->L);
+  first_partition(in, s->b);
   do {
     int64_t sum = 0, tmax = 0, cnt = 0, mem = 0, r;
     int rc = 0;
@@ -272,7 +277,7 @@ static int pass(chunk_search *s, int64_t T, lex *out) {
       }
     }
     if (remat__plan_late(s->deadline)) return REMAT__PLAN_ETIME;
-  } while (next_partition(s->b, in->nv, in->L));
+  } while (next_partition(in, s->b));
   return 0;
 }
 
@@ -312,7 +317,8 @@ static int search(chunk_search *s, int64_t *bounds, uint8_t *rec, int64_t *delta
 int remat__plan_chunk_solve(const remat__plan_inst *in, int64_t *bounds, uint8_t *rec,
                             int64_t *delta, double deadline, remat_error *err) {
   double count = 1;
-  for (int64_t k = 1; k < in->nv; k++) count = count * (double)(in->L - k) / (double)k;
+  for (int64_t k = 1; !in->fixed && k < in->nv; k++)
+    count = count * (double)(in->L - k) / (double)k;
   if (count > REMAT_PLAN_MAX_PARTITIONS)
     return remat__errorf(err, REMAT_ERANGE, "%s over %lld layers in %lld virtual stages has "
                          "%.3g partitions; the exact search enumerates at most %d: group "

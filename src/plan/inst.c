@@ -17,7 +17,7 @@ void remat__plan_inst_free(remat__plan_inst *in) {
                       &in->xhi,  &in->dlo,   &in->dmax,  &in->ytree, &in->n,  &in->budget,
                       &in->pF,   &in->pA,    &in->pW,    &in->pD,    &in->pDlo, &in->pCand,
                       &in->first_cand, &in->kind_end, &in->x_end, &in->cls, &in->wg,
-                      &in->u,    &in->kw,    &in->pU};
+                      &in->u,    &in->kw,    &in->pU,    &in->fixed};
   for (size_t i = 0; i < sizeof arrs / sizeof arrs[0]; i++) {
     remat__free(*arrs[i]);
     *arrs[i] = NULL;
@@ -293,6 +293,20 @@ static int stage_classes(remat__plan_inst *in, const remat_plan_problem *pb) {
   return 0;
 }
 
+/* A fixed split's boundaries, for a problem whose layers are all blocks
+ * (remat_plan_solve fuses the others into them first). */
+static int fixed_split(remat__plan_inst *in, const remat_plan_problem *pb, remat_error *err) {
+  for (int64_t l = 0; l < in->L; l++)
+    if (!in->recomp[l])
+      return remat__errorf(err, REMAT_EINVAL, "a fixed split of blocks needs every layer a "
+                           "block; solve with min_blocks 1, which fuses the others into them");
+  in->fixed = remat__malloc((size_t)(in->nv + 1) * sizeof *in->fixed);
+  if (!in->fixed) return remat__errorf(err, REMAT_ENOMEM, "out of memory");
+  in->fixed[0] = 0;
+  for (int64_t k = 0; k < in->nv; k++) in->fixed[k + 1] = in->fixed[k] + pb->fixed_blocks[k];
+  return 0;
+}
+
 int remat__plan_inst_build(const remat_plan_problem *pb, remat__plan_inst *in, remat_error *err) {
   memset(in, 0, sizeof *in);
   int rc = remat_plan_problem_check(pb, err);
@@ -319,6 +333,10 @@ int remat__plan_inst_build(const remat_plan_problem *pb, remat__plan_inst *in, r
     return rc;
   }
   if ((rc = stage_classes(in, pb))) goto fail;
+  if (pb->fixed_blocks && (rc = fixed_split(in, pb, err))) {
+    remat__plan_inst_free(in);
+    return rc;
+  }
   return 0;
 fail:
   remat__plan_inst_free(in);

@@ -293,6 +293,9 @@ int remat_plan_format_lp(const remat_plan_problem *pb, char **out, remat_error *
   if (pb->objective == REMAT_OBJ_SIMULATED)
     return remat__errorf(err, REMAT_EINVAL, "the simulated objective has no MIP form; export "
                          "with objective bottleneck or 1f1b");
+  if (pb->min_blocks || pb->fixed_blocks)
+    return remat__errorf(err, REMAT_EINVAL, "the MIP has no rows for min_blocks or a fixed "
+                         "split; export it with min_blocks 0");
   lp x = {.pb = pb, .L = remat_plan_problem_layers(pb), .p = pb->stages, .m = pb->microbatches};
   x.v = remat_schedule_chunks(pb->schedule, pb->chunks);
   x.nv = x.p * x.v;

@@ -78,6 +78,8 @@ typedef struct remat__plan_inst {
   int64_t *n;        /* (nv) micro-batches held, per virtual stage */
   int64_t *kw;       /* (nv) micro-batches kept for a deferred W */
   int64_t *budget;   /* (p) */
+  int64_t *fixed;    /* (nv + 1) boundaries of a fixed split (chunked
+                        schedules, every layer a block), or NULL */
   int64_t stage_bytes;
   int64_t boundary_bytes; /* every stage but the last */
   /* prefix sums over layers, (L + 1) each: pD of dmax, pDlo of dlo */
@@ -374,6 +376,10 @@ int remat__plan_chunk_solve(const remat__plan_inst *in, int64_t *bounds, uint8_t
 /* The baseline objective of a chunked schedule (best partition without
  * recomputation, memory ignored), in quanta. */
 int64_t remat__plan_chunk_baseline(const remat__plan_inst *in);
+/* remat_plan_solve but for min_blocks, which it leaves to its caller
+ * (blocks.c's remat_plan_solve fuses the layers that cannot recompute into
+ * the blocks first where min_blocks asks for it). */
+int remat__plan_solve_exact(const remat_plan_problem *pb, remat_plan *plan, remat_error *err);
 
 /* ------------------------------------------------------------ arrangements (eval.c) */
 

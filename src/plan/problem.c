@@ -60,8 +60,32 @@ int remat_plan_problem_init(remat_plan_problem *pb, int64_t stages, int64_t num_
 void remat_plan_problem_free(remat_plan_problem *pb) {
   remat__free(pb->memory);
   remat__free(pb->groups);
+  remat__free(pb->fixed_blocks);
   pb->memory = NULL;
   pb->groups = NULL;
+  pb->fixed_blocks = NULL;
+}
+
+int remat_plan_problem_copy(remat_plan_problem *dst, const remat_plan_problem *src,
+                            remat_error *err) {
+  int rc = remat_plan_problem_init(dst, src->stages, src->num_groups, err);
+  if (rc) return rc;
+  size_t *mem = dst->memory;
+  remat_plan_group *grp = dst->groups;
+  int64_t nv = src->stages * remat_schedule_chunks(src->schedule, src->chunks);
+  int64_t *fixed = src->fixed_blocks ? remat__malloc((size_t)nv * sizeof *fixed) : NULL;
+  if (src->fixed_blocks && !fixed) {
+    remat_plan_problem_free(dst);
+    return remat__errorf(err, REMAT_ENOMEM, "out of memory copying a problem");
+  }
+  *dst = *src;
+  dst->memory = mem;
+  dst->groups = grp;
+  dst->fixed_blocks = fixed;
+  memcpy(mem, src->memory, (size_t)src->stages * sizeof *mem);
+  memcpy(grp, src->groups, (size_t)src->num_groups * sizeof *grp);
+  if (fixed) memcpy(fixed, src->fixed_blocks, (size_t)nv * sizeof *fixed);
+  return 0;
 }
 
 int64_t remat_plan_problem_layers(const remat_plan_problem *pb) {
@@ -94,6 +118,8 @@ int remat_plan_problem_set_stages(remat_plan_problem *pb, int64_t stages, remat_
   remat__free(pb->memory);
   pb->memory = m;
   pb->stages = stages;
+  remat__free(pb->fixed_blocks); /* a split of the old stages */
+  pb->fixed_blocks = NULL;
   return 0;
 }
 
@@ -131,6 +157,48 @@ static int check_group(const remat_plan_group *G, int64_t g, remat_error *err) {
                          "layers[%lld] has a middle policy but is not recomputable; drop "
                          "middle_bytes or make it recomputable",
                          (long long)g);
+  return 0;
+}
+
+/* min_blocks and a fixed split: each virtual stage at least one block, all
+ * of them the model's blocks. */
+static int check_blocks(const remat_plan_problem *pb, int64_t v, remat_error *err) {
+  if (pb->min_blocks < 0 || pb->min_blocks > 1)
+    return remat__errorf(err, REMAT_EINVAL,
+                         "min_blocks must be 0 or 1 (blocks each stage and chunk must hold), "
+                         "not %lld", (long long)pb->min_blocks);
+  if (!pb->fixed_blocks) return 0;
+  if (pb->min_blocks != 1 || v < 2)
+    return remat__errorf(err, REMAT_EINVAL, "a fixed split of blocks needs min_blocks 1 and a "
+                         "schedule of several chunks (interleaved, zbv)");
+  int64_t blocks = 0, sum = 0;
+  for (int64_t g = 0; g < pb->num_groups; g++)
+    if (pb->groups[g].recomputable) blocks += pb->groups[g].count;
+  for (int64_t k = 0; k < pb->stages * v; k++) {
+    if (pb->fixed_blocks[k] < 1 || pb->fixed_blocks[k] > blocks)
+      return remat__errorf(err, REMAT_EINVAL, "the fixed split gives virtual stage %lld %lld "
+                           "blocks; each needs at least one", (long long)k,
+                           (long long)pb->fixed_blocks[k]);
+    sum += pb->fixed_blocks[k];
+  }
+  if (sum != blocks)
+    return remat__errorf(err, REMAT_EINVAL, "the fixed split holds %lld blocks, the model has "
+                         "%lld", (long long)sum, (long long)blocks);
+  return 0;
+}
+
+static int check_job(const remat_plan_job *j, remat_error *err) {
+  if (j->micro_batch < 0 || j->seq_len < 0 || j->data_parallel < 0 || j->tensor_parallel < 0 ||
+      j->micro_batch > (1 << 30) || j->seq_len > (1 << 30) || j->data_parallel > (1 << 20) ||
+      j->tensor_parallel > (1 << 20))
+    return remat__errorf(err, REMAT_ERANGE, "the job's micro-batch, sequence length and "
+                         "parallel degrees must be between 0 (unknown) and 2^30");
+  if (memchr(j->family, 0, sizeof j->family) == NULL)
+    return remat__errorf(err, REMAT_EINVAL, "the model family's name is not terminated");
+  for (const char *c = j->family; *c; c++)
+    if (!((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '_' || *c == '-'))
+      return remat__errorf(err, REMAT_EINVAL, "the model family '%s' may hold only lower-case "
+                           "letters, digits, '_' and '-'", j->family);
   return 0;
 }
 
@@ -180,6 +248,8 @@ int remat_plan_problem_check(const remat_plan_problem *pb, remat_error *err) {
   rc = remat_schedule_check(pb->schedule, pb->stages, pb->microbatches, v, L, err);
   if (rc) return rc;
   if (!pb->memory) return remat__errorf(err, REMAT_EINVAL, "the problem has no memory budget");
+  if ((rc = check_blocks(pb, v, err))) return rc;
+  if ((rc = check_job(&pb->job, err))) return rc;
   for (int64_t s = 0; s < pb->stages; s++)
     if (pb->memory[s] > REMAT_PLAN_MAX_BYTES)
       return remat__errorf(err, REMAT_ERANGE,
@@ -444,7 +514,9 @@ static int parse_settings(remat_plan_problem *pb, const cJSON *root, remat_error
   const char *top = "";
   static const char *const known[] = {"stages", "microbatches", "schedule", "objective",
                                       "memory", "layers", "stage_bytes", "boundary_bytes",
-                                      "chunks", "comment", NULL};
+                                      "chunks", "comment", "min_blocks", "family",
+                                      "micro_batch_size", "seq_length", "data_parallel",
+                                      "tensor_parallel", NULL};
   int rc = check_keys(root, top, known, err);
   if (rc) return rc;
   static const char *const required[] = {"stages", "microbatches", "memory", "layers"};
@@ -477,6 +549,25 @@ static int parse_settings(remat_plan_problem *pb, const cJSON *root, remat_error
                          "or \"simulated\"");
   if ((it = get(root, "comment")) && !cJSON_IsString(it))
     return remat__errorf(err, REMAT_EFORMAT, "\"comment\" must be a string");
+  if ((it = get(root, "family")) &&
+      (!cJSON_IsString(it) || strlen(it->valuestring) >= sizeof pb->job.family))
+    return remat__errorf(err, REMAT_EFORMAT, "\"family\" must be a model family's name (\"llama\", "
+                         "\"gpt2\", ...) of at most %d characters",
+                         (int)sizeof pb->job.family - 1);
+  if (it) snprintf(pb->job.family, sizeof pb->job.family, "%s", it->valuestring);
+  const struct {
+    const char *key;
+    int64_t hi;
+    int64_t *dst;
+  } ints[] = {{"min_blocks", 1, &pb->min_blocks},
+              {"micro_batch_size", 1 << 30, &pb->job.micro_batch},
+              {"seq_length", 1 << 30, &pb->job.seq_len},
+              {"data_parallel", 1 << 20, &pb->job.data_parallel},
+              {"tensor_parallel", 1 << 20, &pb->job.tensor_parallel}};
+  for (size_t k = 0; k < sizeof ints / sizeof ints[0]; k++)
+    if ((it = get(root, ints[k].key)) &&
+        (rc = json_int(it, top, ints[k].key, 0, ints[k].hi, ints[k].dst, err)))
+      return rc;
   if ((it = get(root, "boundary_bytes")) &&
       (rc = json_bytes(it, top, "boundary_bytes", &pb->boundary_bytes, err)))
     return rc;
@@ -794,6 +885,12 @@ int remat_plan_problem_from_replicas(remat_plan_problem *pb, const remat_config 
   pb->stage_bytes = mm.stage_bytes + rb.comm;
   pb->boundary_bytes = mm.boundary_bytes;
   snprintf(pb->time_unit, sizeof pb->time_unit, "GFLOP");
+  snprintf(pb->job.family, sizeof pb->job.family, "gpt2");
+  pb->job.micro_batch = B;
+  pb->job.seq_len = T;
+  pb->job.data_parallel = replicas;
+  pb->job.tensor_parallel = 1;
+  pb->job.engine = 1;
   snprintf(pb->source, sizeof pb->source,
            "GPT-2 L=%lld C=%lld NH=%lld V=%lld, B=%lld, T=%lld", (long long)cfg->num_layers,
            (long long)cfg->channels, (long long)cfg->num_heads, (long long)cfg->vocab_size,

@@ -239,7 +239,7 @@ static void infeasible_message(const remat_plan_problem *pb, const remat_plan *p
   }
 }
 
-int remat_plan_solve(const remat_plan_problem *pb, remat_plan *plan, remat_error *err) {
+int remat__plan_solve_exact(const remat_plan_problem *pb, remat_plan *plan, remat_error *err) {
   double start = remat__now();
   memset(plan, 0, sizeof *plan);
   if (!(pb->time_limit >= 0) || pb->time_limit > 1e9)

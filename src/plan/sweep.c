@@ -11,19 +11,6 @@
 
 #define INF REMAT__PLAN_INF
 
-static int copy_problem(const remat_plan_problem *src, remat_plan_problem *dst, remat_error *err) {
-  int rc = remat_plan_problem_init(dst, src->stages, src->num_groups, err);
-  if (rc) return rc;
-  size_t *mem = dst->memory;
-  remat_plan_group *grp = dst->groups;
-  *dst = *src;
-  dst->memory = mem;
-  dst->groups = grp;
-  memcpy(mem, src->memory, (size_t)src->stages * sizeof *mem);
-  memcpy(grp, src->groups, (size_t)src->num_groups * sizeof *grp);
-  return 0;
-}
-
 /* The smallest budget (one for all stages) at which a plan without any
  * recomputation reaches the baseline objective: a DP over (stage, boundary)
  * for the least peak among partitions within the baseline's stage time. */
@@ -79,7 +66,7 @@ int remat_plan_sweep_run(const remat_plan_problem *pb, int64_t points, remat_pla
     return remat__errorf(err, REMAT_ERANGE, "a sweep takes between 2 and 1000 points, not %lld",
                          (long long)points);
   remat_plan_problem q;
-  if ((rc = copy_problem(pb, &q, err))) return rc;
+  if ((rc = remat_plan_problem_copy(&q, pb, err))) return rc;
   remat_plan plan;
 
   /* Smallest budget that fits: solve with nothing and read the answer. */
