@@ -95,13 +95,25 @@ static const char usage_text[] =
     "                                 instead of FLOP counts\n"
     "  --no-middle                    layers keep or recompute only (no middle policy),\n"
     "                                 as frameworks without it do\n"
+    "  --min-blocks 0|1               blocks (transformer layers) every stage and\n"
+    "                                 chunk must hold: 1 keeps the embedding and the\n"
+    "                                 head from a stage of their own (default 1 for\n"
+    "                                 --format colossalai and megatron, whose stages\n"
+    "                                 run transformer layers, else 0)\n"
+    "  --family NAME                  the model family (llama, mistral, qwen2, gpt2,\n"
+    "                                 ...), which says which of ColossalAI's policies\n"
+    "                                 runs the export (--config: gpt2)\n"
     "  --time-limit SECONDS           stop the exact search after this long (default\n"
     "                                 60, 0 for none) and print the best plan found,\n"
     "                                 a proven lower bound and the gap\n"
     "output:\n"
-    "  --format table|json|colossalai|megatron|torch|lp   default table; torch\n"
-    "                                 writes torch.distributed.pipelining settings,\n"
-    "                                 lp the problem as a MIP for glpsol or cbc\n"
+    "  --format table|json|colossalai|megatron|torch|lp   default table;\n"
+    "                                 colossalai a HybridParallelPlugin snippet,\n"
+    "                                 megatron Megatron-LM's flags, each saying what\n"
+    "                                 the framework cannot express and what it runs\n"
+    "                                 instead (docs/plan.md); torch\n"
+    "                                 torch.distributed.pipelining settings; lp the\n"
+    "                                 problem as a MIP for glpsol or cbc\n"
     "  --sweep                        objective against budget, from the smallest\n"
     "                                 budget that fits to the one needing no\n"
     "                                 recomputation (table or json)\n"
@@ -119,7 +131,8 @@ static const char usage_text[] =
  * resolved (-1 for schedule and objective: the problem's own). */
 typedef struct plan_args {
   const char *problem, *config, *mem, *format, *output, *schedule, *objective, *precision;
-  int64_t B, T, P, M, D, Z, points, chunks;
+  const char *family;
+  int64_t B, T, P, M, D, Z, points, chunks, min_blocks;
   double time_limit;
   int sweep, no_middle;
   int64_t calibrate; /* rounds of remat_calibrate (0: FLOP-based times) */
@@ -191,7 +204,7 @@ static int check_combination(plan_args *a) {
 static int parse_args(int argc, char **argv, plan_args *a) {
   *a = (plan_args){.format = "table", .B = -1, .T = -1, .P = -1, .M = -1, .D = -1, .Z = -1,
                    .points = 11, .time_limit = DEFAULT_TIME_LIMIT, .sched = -1, .obj = -1,
-                   .chunks = -1};
+                   .chunks = -1, .min_blocks = -1};
   const cli_flag flags[] = {
       {.name = "--problem", .kind = CLI_ARG, .dst = &a->problem, .what = "problem file"},
       {.name = "--config", .kind = CLI_STR, .dst = &a->config},
@@ -214,6 +227,8 @@ static int parse_args(int argc, char **argv, plan_args *a) {
       {.name = "--precision", .kind = CLI_STR, .dst = &a->precision},
       {.name = "--sweep", .kind = CLI_SWITCH, .dst = &a->sweep},
       {.name = "--no-middle", .kind = CLI_SWITCH, .dst = &a->no_middle},
+      {.name = "--min-blocks", .kind = CLI_I64, .dst = &a->min_blocks, .lo = 0, .hi = 1},
+      {.name = "--family", .kind = CLI_STR, .dst = &a->family},
       {.name = "--calibrate", .kind = CLI_I64, .dst = &a->calibrate, .lo = 1, .hi = 1000},
       {.name = NULL},
   };
@@ -301,6 +316,14 @@ static int apply_settings(const plan_args *a, const size_t *budgets, int64_t nb,
     pb->chunks = 0; /* the file's chunks were for its own schedule */
   }
   if (a->chunks > 0) pb->chunks = a->chunks;
+  int framework = a->fmt == REMAT_PLAN_FORMAT_COLOSSALAI || a->fmt == REMAT_PLAN_FORMAT_MEGATRON;
+  if (a->min_blocks >= 0) pb->min_blocks = a->min_blocks;
+  else if (framework) pb->min_blocks = 1;
+  if (a->family) {
+    if (strlen(a->family) >= sizeof pb->job.family)
+      return cli_fail(CLI_EXIT_USAGE, "--family '%s' is too long", a->family);
+    snprintf(pb->job.family, sizeof pb->job.family, "%s", a->family);
+  }
   if (a->obj >= 0) pb->objective = a->obj;
   if (remat_plan_problem_check(pb, &err)) return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
   return 0;
@@ -308,12 +331,14 @@ static int apply_settings(const plan_args *a, const size_t *budgets, int64_t nb,
 
 /* text with the note added (owned; NULL when out of memory): in a table,
  * after its "problem: " line (else at its end); in JSON, as the top-level
- * object's last field. */
-static char *with_note(const char *text, int json, const char *note) {
+ * object's last field; in an export (comment), as a comment after its first
+ * line. */
+static char *with_note(const char *text, int json, int comment, const char *note) {
   size_t n = strlen(text), at = n;
   char line[320];
-  snprintf(line, sizeof line, "note: %s\n", note);
+  snprintf(line, sizeof line, "%snote: %s\n", comment ? "# " : "", note);
   const char *add = line;
+  if (comment && strchr(text, '\n')) at = (size_t)(strchr(text, '\n') - text) + 1;
   const char *p = strstr(text, "\nproblem: ");
   const char *close = json ? strstr(text, "\n}") : NULL;
   char field[352];
@@ -340,11 +365,14 @@ static char *with_note(const char *text, int json, const char *note) {
 static int write_out(const plan_args *a, const char *text) {
   remat_error err;
   int status = 0;
-  int note = a->config && (a->fmt == REMAT_PLAN_FORMAT_TABLE || a->fmt == REMAT_PLAN_FORMAT_JSON);
+  /* the frameworks' exports carry a caveat of their own */
+  int note = a->config && (a->fmt == REMAT_PLAN_FORMAT_TABLE || a->fmt == REMAT_PLAN_FORMAT_JSON ||
+                           a->fmt == REMAT_PLAN_FORMAT_TORCH);
   int bf16 = a->prec == REMAT_PRECISION_BF16;
   char what[288];
   source_note(what, sizeof what, bf16, a->calibrate > 0);
-  char *noted = note ? with_note(text, a->fmt == REMAT_PLAN_FORMAT_JSON, what) : NULL;
+  int comment = a->fmt != REMAT_PLAN_FORMAT_TABLE && a->fmt != REMAT_PLAN_FORMAT_JSON;
+  char *noted = note ? with_note(text, a->fmt == REMAT_PLAN_FORMAT_JSON, comment, what) : NULL;
   if (note && !noted) return cli_fail(CLI_EXIT_RUN, "out of memory formatting the plan");
   const char *out = noted ? noted : text;
   if (a->output) {

@@ -11,7 +11,7 @@ foreach(py /usr/bin/python3 python3)
   endif()
 endforeach()
 if(remat_torch_python)
-  foreach(t test_profile_bytes test_plan test_verify)
+  foreach(t test_profile_bytes test_plan test_verify test_exports)
     add_test(NAME python_${t}
              COMMAND ${remat_torch_python} ${CMAKE_CURRENT_SOURCE_DIR}/python/${t}.py)
     set_tests_properties(python_${t} PROPERTIES LABELS "python" TIMEOUT 300

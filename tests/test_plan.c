@@ -223,6 +223,71 @@ static void dump(const remat_plan_problem *pb, int it) {
   }
 }
 
+/* min_blocks 1 and a fixed split of blocks: the solver (through the fused
+ * problem of blocks.c) against brute force over the partitions whose every
+ * virtual stage holds a block (and, fixed, exactly the given blocks). The
+ * layers that cannot recompute lie at the ends, as an embedding and a head. */
+static void test_min_blocks(int count, int fixed_split) {
+  int solved = 0, infeasible = 0, binding = 0, failures0 = test_failures;
+  for (int it = 0; it < count; it++) {
+    remat_plan_problem pb;
+    random_problem(&pb, 9, it % 2, it % 3 == 0);
+    int64_t ng = pb.num_groups, blocks = 0, v = remat_schedule_chunks(pb.schedule, pb.chunks);
+    for (int64_t g = 0; g < ng; g++) {
+      pb.groups[g].recomputable = g > 0 && g < ng - 1;
+      if (!pb.groups[g].recomputable) pb.groups[g].middle = 0;
+      blocks += pb.groups[g].recomputable ? pb.groups[g].count : 0;
+    }
+    int64_t nv = pb.stages * v, fixed[24];
+    if (blocks < nv || (fixed_split && v < 2)) {
+      remat_plan_problem_free(&pb);
+      continue;
+    }
+    remat__plan_inst in;
+    remat_error err;
+    CHECK(remat__plan_inst_build(&pb, &in, &err) == 0);
+    int64_t bo = 0, bc = 0, bm = 0, uo = 0, uc = 0, um = 0;
+    int free_rc = plan_brute(&in, &uo, &uc, &um); /* with no blocks asked for */
+    if (fixed_split) { /* a random split of the blocks, each stage one at least */
+      int64_t left = blocks - nv;
+      for (int64_t s = 0; s < nv; s++) {
+        int64_t extra = s == nv - 1 ? left : rnd(0, left);
+        fixed[s] = 1 + extra;
+        left -= extra;
+      }
+      pb.fixed_blocks = remat__malloc((size_t)nv * sizeof *pb.fixed_blocks);
+      memcpy(pb.fixed_blocks, fixed, (size_t)nv * sizeof *fixed);
+    }
+    pb.min_blocks = 1;
+    int brc = plan_brute_blocks(&in, 1, fixed_split ? fixed : NULL, &bo, &bc, &bm);
+    remat_plan plan;
+    int rc = remat_plan_solve(&pb, &plan, &err);
+    CHECK(rc == brc);
+    if (rc == 0 && brc == 0) {
+      solved++;
+      CHECK((int64_t)llround(plan.objective_value / in.q) == bo);
+      CHECK(plan.total_recomputed == bc && (int64_t)plan.max_memory_bytes == bm);
+      for (int64_t s = 0; s < nv; s++) {
+        int64_t b = 0;
+        for (int64_t l = plan.chunk_first[s]; l < plan.chunk_first[s] + plan.chunk_layers[s]; l++)
+          b += in.recomp[l];
+        CHECK(b >= 1 && (!fixed_split || b == fixed[s]));
+      }
+      binding += free_rc != 0 || uo != bo || uc != bc || um != bm;
+    } else if (rc == REMAT_EINFEASIBLE && brc == REMAT_EINFEASIBLE) {
+      infeasible++;
+    }
+    if (rc == 0 || rc == REMAT_EINFEASIBLE) remat_plan_free(&plan);
+    if (rc != brc) dump(&pb, it);
+    remat__plan_inst_free(&in);
+    remat_plan_problem_free(&pb);
+  }
+  printf("min_blocks 1%s: %d solved (%d of them other than with no blocks asked for), %d "
+         "infeasible, %d failed checks\n", fixed_split ? " on fixed splits" : "", solved, binding,
+         infeasible, test_failures - failures0);
+  CHECK(solved > 0 && infeasible > 0 && binding > 0);
+}
+
 static void test_random(int count, int maxL, int work, int middle) {
   int feasible = 0, infeasible = 0, with_work = 0, with_middle = 0, recomputing = 0;
   int failures0 = test_failures;
@@ -865,9 +930,9 @@ static void test_schedules_model(void) {
     int sched;
     const char *colossal, *torch, *megatron;
   } want[] = {{REMAT_SCHED_INTERLEAVED, "pp_style=\"interleaved\"", "ScheduleInterleaved1F1B",
-               "--num-virtual-stages-per-pipeline-rank 2"},
+               "virtual stages in model order"},
               {REMAT_SCHED_ZBH1, "has no ZB-H1", "ScheduleInterleavedZeroBubble", "no ZB-H1"},
-              {REMAT_SCHED_ZBV, "pp_style=\"zbv\"", "ScheduleZBVZeroBubble", "cannot express"}};
+              {REMAT_SCHED_ZBV, "pp_style=\"zbv\"", "ScheduleZBVZeroBubble", "cannot run this plan"}};
   for (size_t k = 0; k < sizeof want / sizeof want[0]; k++) {
     pb.schedule = want[k].sched;
     pb.chunks = 0;
@@ -932,9 +997,12 @@ int main(int argc, char **argv) {
   test_random(n, 7, 0, 1);
   test_random(n, 7, 1, 1);
   test_random(n / 4, 9, 1, 1);
+  test_min_blocks(n / 2, 0);
   random_schedules = 1;
   test_random(n, 7, 0, 0);
   test_random(n / 2, 9, 1, 1);
+  test_min_blocks(n / 2, 0);
+  test_min_blocks(n / 2, 1);
   random_schedules = 0;
   test_simulated(n / 2);
   test_bounds(n);

@@ -27,6 +27,10 @@ def find_cli(cli=None):
 
 
 def _mem_arg(memory):
+    for m in memory if isinstance(memory, (list, tuple)) else [memory]:
+        if isinstance(m, (int, float)) and not (m == m and 0 < m < float("inf")):
+            raise ValueError(f"memory must be a positive number of bytes or a size such as "
+                             f"'80GB', not {m!r}")
     if isinstance(memory, (list, tuple)):
         return ",".join(str(int(m)) if isinstance(m, (int, float)) else str(m) for m in memory)
     return str(int(memory)) if isinstance(memory, (int, float)) else str(memory)
@@ -38,12 +42,16 @@ def _run(cli, args):
 
 
 def plan(problem, stages=None, microbatches=None, memory=None, schedule=None, objective=None,
-         middle=True, tp=None, cli=None, time_limit=None):
+         middle=True, tp=None, cli=None, time_limit=None, min_blocks=1, family=None):
     """Plans a problem: a Profile (stages, microbatches and memory are then
     needed), a problem dict, or the path of a problem JSON file. Settings
-    given here override the problem's. Returns a Plan; a budget too small
-    for any arrangement gives a Plan with feasible False, the least-memory
-    arrangement and the planner's message."""
+    given here override the problem's. min_blocks 1 (the default) keeps
+    every stage and chunk holding a transformer layer, as ColossalAI's and
+    Megatron-LM's stages do; 0 lets the embedding or the head take a stage
+    alone. family names the model family ("llama", "gpt2", ...) for the
+    exports. Returns a Plan; a budget too small for any arrangement gives a
+    Plan with feasible False, the least-memory arrangement and the planner's
+    message."""
     cli = find_cli(cli)
     prof = problem if isinstance(problem, Profile) else None
     if prof is not None:
@@ -78,12 +86,15 @@ def plan(problem, stages=None, microbatches=None, memory=None, schedule=None, ob
             args += ["--no-middle"]
         if time_limit is not None:
             args += ["--time-limit", str(time_limit)]
+        if family is not None:
+            args += ["--family", str(family)]
+        args += ["--min-blocks", str(int(min_blocks))]
         rc, out, err = _run(cli, args + ["--format", "json"])
         if rc not in (0, 1) or not out.strip():
             raise PlanError(err or f"remat plan exited with status {rc}")
         data = json.loads(out)
         texts = {}
-        for fmt in ("table", "colossalai", "megatron"):
+        for fmt in ("table", "colossalai", "megatron", "torch"):
             _, texts[fmt], _ = _run(cli, args + ["--format", fmt])
     finally:
         if tmp:
@@ -134,55 +145,84 @@ class Plan:
             raise PlanError(f"{what} handles 1f1b and gpipe plans, not {self.schedule}; "
                             f"use remat plan --format colossalai, megatron or torch")
 
-    def _blocks(self):
-        """Transformer layers (recomputable groups) and those not kept, per stage."""
-        self._contiguous("this view")
-        blocks, ckpt = [], []
-        for st in self.stages:
-            ls = range(st["first_layer"], st["first_layer"] + st["layers"])
-            blocks.append(sum(1 for l in ls if self.recomputable[l]))
-            ckpt.append(sum(1 for l in ls if self.recomputable[l] and self.policies[l] != "keep"))
-        return blocks, ckpt
-
     # ------------------------------------------------------------ exports
-    def colossalai(self, tp=None):
-        """HybridParallelPlugin keyword arguments (gradient_checkpoint_config
-        as the keyword arguments of PipelineGradientCheckpointConfig) and the
-        snippet `remat plan --format colossalai` prints, with this job's tp.
-        ColossalAI counts transformer layers only (the embedding goes to the
-        first stage, the head to the last) and recomputes the first k layers
-        of a stage; middle layers count as recomputed."""
+    def _export(self, name):
+        if not self.feasible:
+            raise PlanError(f"the plan does not fit its memory budget, so there is nothing to "
+                            f"run in {name}: {self.message or 'raise the budget'}")
+        ex = self.data.get("exports", {}).get(name)
+        if ex is None:
+            raise PlanError(f"the planner gave no {name} export (an older remat?)")
+        return ex
+
+    def colossalai(self, tp=None, model=None):
+        """(kwargs, code): keyword arguments for ColossalAI's
+        HybridParallelPlugin(**kwargs) with the plan's schedule, as objects
+        (PipelineGradientCheckpointConfig, and for zbv the scheduler_nodes
+        of PipelineGraph), and the snippet of `remat plan --format
+        colossalai`. ColossalAI must be importable. With `model`, its
+        gradient checkpointing is turned on as the plan needs (without it,
+        ColossalAI's policies recompute nothing); otherwise do that yourself
+        before booster.boost, as the snippet says. What ColossalAI cannot
+        express (an uneven chunked split, per-stage counts under gpt2's
+        policy, the middle policy) is in the snippet's comments and
+        ``self.colossalai_notes``; an infeasible plan raises PlanError."""
+        ex = self._export("colossalai")
+        try:
+            from colossalai.shardformer import PipelineGradientCheckpointConfig
+        except ImportError as e:
+            raise PlanError("plan.colossalai() builds ColossalAI's objects and needs colossalai "
+                            "importable; without it, use plan.texts['colossalai'] (the snippet) "
+                            f"({e})") from e
         tp = self.tp if tp is None else tp
-        blocks, ckpt = self._blocks()
-        kwargs = {"tp_size": tp, "pp_size": len(self.stages), "num_microbatches": self.microbatches,
-                  "pp_style": "1f1b", "num_layers_per_stage": blocks,
-                  "gradient_checkpoint_config": {"num_ckpt_layers_per_stage": ckpt}}
+        kwargs = {"tp_size": tp, "pp_size": ex["pp_size"], "num_microbatches": ex["num_microbatches"],
+                  "pp_style": ex["pp_style"]}
+        if ex["num_model_chunks"] > 1:
+            kwargs["num_model_chunks"] = ex["num_model_chunks"]
+        if ex["num_layers_per_stage"] is not None:
+            kwargs["num_layers_per_stage"] = list(ex["num_layers_per_stage"])
+        if ex["num_ckpt_layers_per_stage"] is not None:
+            kwargs["gradient_checkpoint_config"] = PipelineGradientCheckpointConfig(
+                num_ckpt_layers_per_stage=list(ex["num_ckpt_layers_per_stage"]))
+        if ex["scheduler_graph"] is not None:
+            from colossalai.pipeline.schedule.v_schedule import PipelineGraph
+            kwargs["scheduler_nodes"] = PipelineGraph(**ex["scheduler_graph"]).get_v_schedule()
+        if model is not None and ex["gradient_checkpointing"]:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         code = self.texts.get("colossalai", "").replace("    tp_size=1,\n", f"    tp_size={tp},\n")
         return kwargs, code
 
-    def megatron(self, tp=None):
-        """(flags, notes): Megatron-LM's arguments from `remat plan --format
-        megatron`, with --tensor-model-parallel-size; the notes say what
-        Megatron cannot express (it recomputes the same number of layers,
-        the first N, on every stage; uneven stages only as first/last counts
-        or the experimental layout string) and what it would then run."""
-        tp = self.tp if tp is None else tp
-        flags, notes = ["--tensor-model-parallel-size", str(tp)], []
-        for line in self.texts.get("megatron", "").splitlines():
-            if line.startswith("--"):
-                flags += line.split(" ", 1)
-            elif line.startswith("#"):
-                notes.append(line.lstrip("# ").rstrip())
-        return [f.strip('"') for f in flags], notes
+    @property
+    def colossalai_notes(self):
+        return list(self.data.get("exports", {}).get("colossalai", {}).get("notes", []))
 
-    def stage_modules(self, layers=None, selective=None, preserve_rng_state=True):
+    def megatron(self, tp=None):
+        """(flags, notes): Megatron-LM's full argument list for the plan
+        (layers, pipeline split, recompute, micro- and global-batch and
+        sequence length where the problem knows them, tensor-parallel size
+        tp), and the notes: what Megatron cannot express (it recomputes the
+        same first N layers on every stage) and what it runs instead. A plan
+        Megatron cannot run (zbv) or an infeasible one raises PlanError."""
+        ex = self._export("megatron")
+        if not ex.get("expressible", True):
+            raise PlanError(" ".join(ex["notes"]))
+        tp = self.tp if tp is None else tp
+        flags = list(ex["flags"])
+        k = flags.index("--tensor-model-parallel-size")
+        flags[k + 1] = str(tp)
+        return flags, list(ex["notes"])
+
+    def stage_modules(self, layers=None, selective=None, preserve_rng_state=True, reentrant=False):
         """One nn.Sequential per stage over the chain's layers (the
         profile's, or `layers`: embedding, blocks, head in the plan's order),
         each layer wrapped as the plan says: kept as it is, Checkpointed
         (torch.utils.checkpoint) or Selective (its `selective` submodules
         checkpointed). The modules are the model's own (parameters shared);
         for torch.distributed.pipelining give stage s's Sequential to
-        PipelineStage(..., stage_index=s, num_stages=P, device=...)."""
+        PipelineStage(..., stage_index=s, num_stages=P, device=...). The
+        checkpoint is non-reentrant unless reentrant=True: torch's
+        zero-bubble schedules call autograd.grad(inputs=...), which the
+        reentrant form refuses."""
         self._contiguous("stage_modules")
         if layers is None:
             if self.profile is None:
@@ -196,8 +236,8 @@ class Plan:
         out = []
         for st in self.stages:
             ls = range(st["first_layer"], st["first_layer"] + st["layers"])
-            out.append(nn.Sequential(*[wrap(layers[l], self.policies[l], selective, preserve_rng_state)
-                                       for l in ls]))
+            out.append(nn.Sequential(*[wrap(layers[l], self.policies[l], selective, preserve_rng_state,
+                                            reentrant) for l in ls]))
         return out
 
     def held(self, s):

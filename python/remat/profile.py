@@ -177,7 +177,19 @@ class Profile:
             "stage_bytes": self.stage_bytes,
             "boundary_bytes": self.boundary_bytes,
             "layers": self.groups(middle),
+            **self._job(),
         }
+
+    def _job(self):
+        """The job's fields the exports use, where known."""
+        inf, out = self.info, {"data_parallel": self.info["dp"], "tensor_parallel": self.info["tp"]}
+        fam = inf.get("family")
+        if isinstance(fam, str) and fam and all(c.isalnum() or c in "_-" for c in fam):
+            out["family"] = fam.lower()
+        for k in ("micro_batch_size", "seq_length"):
+            if isinstance(inf.get(k), int) and inf[k] > 0:
+                out[k] = inf[k]
+        return out
 
     def write(self, path, stages, microbatches, memory, **kw):
         with open(path, "w") as f:
@@ -312,7 +324,7 @@ class _LayerRun:
 
 def profile(model, sample_batch, layers, embedding=None, head=None, loss_fn=None, selective=None,
             precision="fp32", optimizer="adamw", zero=0, dp=1, tp=1, device=None, repeats=3,
-            preserve_rng_state=True):
+            preserve_rng_state=True, family=None):
     """Measures every layer of the chain on one micro-batch (sample_batch:
     inputs, or (inputs, targets)) and returns a Profile.
 
@@ -325,7 +337,9 @@ def profile(model, sample_batch, layers, embedding=None, head=None, loss_fn=None
     zero (0-3) over dp replicas and tp give the state bytes; the activations
     are those of the modules as they run here (cast the model and use the
     dtype you train with). Times are medians of `repeats` runs on `device`
-    (default: the device of the model's first parameter)."""
+    (default: the device of the model's first parameter). family: the model
+    family for the exports ("llama", "gpt2", ...; default: a Hugging Face
+    model's config.model_type, if it has one)."""
     blocks = list(_resolve(model, layers, "layers"))
     if not blocks:
         raise ValueError("layers: no blocks")
@@ -405,7 +419,12 @@ def profile(model, sample_batch, layers, embedding=None, head=None, loss_fn=None
             "batch": "x".join(str(s) for s in inputs.shape),
             "dtype": str(next((r for r in xs if r.is_floating_point()), xs[-1]).dtype).replace("torch.", ""),
             "precision": precision, "optimizer": optimizer, "zero": zero, "dp": dp, "tp": tp,
-            "repeats": repeats}
+            "repeats": repeats,
+            "family": family or getattr(getattr(model, "config", None), "model_type", None),
+            "micro_batch_size": int(inputs.shape[0]) if inputs.dim() >= 1 else None,
+            # token ids (batch, sequence): a language model's sequence length
+            "seq_length": (int(inputs.shape[1]) if inputs.dim() == 2 and not inputs.is_floating_point()
+                           else None)}
     # every stage holds one incoming gradient of a layer's output while its
     # layers run backward, and every stage but the last the output it sends
     return Profile(chain, rows, max(outs), max(outs), info, notes)

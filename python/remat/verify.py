@@ -82,7 +82,7 @@ def verify(model, plan, sample_batch, device=None):
     exclude = state_keys(model)
     for m in chain.modules():
         exclude |= state_keys(m)
-    mods = plan.stage_modules()
+    mods = plan.stage_modules(reentrant=True)  # the profiler counts under the reentrant form
     was_training = model.training
     model.train()
     try:

@@ -11,9 +11,12 @@
   which submodules to name is the user's choice. Checkpointing the attention
   core (scores, softmax, weighted sum) is Megatron's selective recomputation.
 
-The reentrant checkpoint is used because its saved inputs pass through
-``save_for_backward`` and so are counted by ``saved_tensors_hooks``; it works
-in torch 1.13 and 2.x alike.
+The profiler measures under the reentrant checkpoint, whose saved inputs pass
+through ``save_for_backward`` and so are counted by ``saved_tensors_hooks``
+(torch 1.13 and 2.x alike). The modules a plan hands to training
+(``Plan.stage_modules``) use the non-reentrant one by default: it saves the
+same inputs, and it works with ``torch.autograd.grad(inputs=...)``, which
+torch's zero-bubble pipeline schedules call and the reentrant form refuses.
 """
 import torch
 import torch.nn as nn
@@ -22,10 +25,12 @@ import torch.utils.checkpoint as _cp
 from ._saved import active_counter
 
 
-def checkpoint_call(fn, *args, preserve_rng_state=True):
-    """Runs fn(*args) under torch.utils.checkpoint (reentrant), and reports
-    the RNG state its context keeps to an active counter."""
-    out = _cp.checkpoint(fn, *args, use_reentrant=True, preserve_rng_state=preserve_rng_state)
+def checkpoint_call(fn, *args, preserve_rng_state=True, reentrant=True):
+    """Runs fn(*args) under torch.utils.checkpoint (reentrant or not), and
+    reports the RNG state a reentrant context keeps to an active counter."""
+    out = _cp.checkpoint(fn, *args, use_reentrant=reentrant, preserve_rng_state=preserve_rng_state)
+    if not reentrant:
+        return out
     counter = active_counter()
     if counter is not None:
         first = out[0] if isinstance(out, (tuple, list)) else out
@@ -46,13 +51,15 @@ def checkpoint_call(fn, *args, preserve_rng_state=True):
 class Checkpointed(nn.Module):
     """A layer whose forward is rerun in the backward pass (full recompute)."""
 
-    def __init__(self, module, preserve_rng_state=True):
+    def __init__(self, module, preserve_rng_state=True, reentrant=True):
         super().__init__()
         self.module = module
         self.preserve_rng_state = preserve_rng_state
+        self.reentrant = reentrant
 
     def forward(self, *args):
-        return checkpoint_call(self.module, *args, preserve_rng_state=self.preserve_rng_state)
+        return checkpoint_call(self.module, *args, preserve_rng_state=self.preserve_rng_state,
+                               reentrant=self.reentrant)
 
 
 class Selective(nn.Module):
@@ -62,11 +69,12 @@ class Selective(nn.Module):
     itself is not changed), so the same layer can be profiled under every
     policy."""
 
-    def __init__(self, module, names, preserve_rng_state=True):
+    def __init__(self, module, names, preserve_rng_state=True, reentrant=True):
         super().__init__()
         self.module = module
         self.names = list(names)
         self.preserve_rng_state = preserve_rng_state
+        self.reentrant = reentrant
         for n in self.names:
             module.get_submodule(n)  # fails early on a wrong name
 
@@ -77,7 +85,7 @@ class Selective(nn.Module):
             for sub in subs:
                 orig = sub.forward
                 saved.append((sub, "forward" in sub.__dict__, sub.__dict__.get("forward")))
-                sub.forward = _patched(orig, self.preserve_rng_state)
+                sub.forward = _patched(orig, self.preserve_rng_state, self.reentrant)
             return self.module(*args)
         finally:
             for sub, had, old in reversed(saved):
@@ -87,23 +95,23 @@ class Selective(nn.Module):
                     del sub.forward
 
 
-def _patched(orig, preserve):
+def _patched(orig, preserve, reentrant):
     def forward(*args):
         if not any(isinstance(a, torch.Tensor) and a.requires_grad for a in args):
             return orig(*args)  # nothing to save for: run as it is
-        return checkpoint_call(orig, *args, preserve_rng_state=preserve)
+        return checkpoint_call(orig, *args, preserve_rng_state=preserve, reentrant=reentrant)
 
     return forward
 
 
-def wrap(module, policy, selective=None, preserve_rng_state=True):
+def wrap(module, policy, selective=None, preserve_rng_state=True, reentrant=True):
     """The module under a policy: 'keep', 'full' or 'selective'."""
     if policy == "keep":
         return module
     if policy == "full":
-        return Checkpointed(module, preserve_rng_state)
+        return Checkpointed(module, preserve_rng_state, reentrant)
     if policy == "selective":
         if not selective:
             raise ValueError("the selective policy needs the names of the submodules to checkpoint")
-        return Selective(module, selective, preserve_rng_state)
+        return Selective(module, selective, preserve_rng_state, reentrant)
     raise ValueError(f"unknown policy {policy!r} (keep, full or selective)")

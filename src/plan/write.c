@@ -1,6 +1,6 @@
-/* write.c: a plan as text: a table like ColossalAI #5509's, JSON, a
- * ColossalAI snippet, Megatron-LM arguments and torch.distributed.pipelining
- * settings. Each says plainly what the target framework cannot express. */
+/* write.c: a plan as text: a table like ColossalAI #5509's, JSON (with the
+ * frameworks' exports), and torch.distributed.pipelining settings; the
+ * ColossalAI and Megatron-LM exports are export.c's. */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "base/base.h"
+#include "plan/export.h"
 #include "plan/plan.h"
 
 static int finish(remat__plan_buf *b, char **out, remat_error *err) {
@@ -208,6 +209,39 @@ static void table(remat__plan_buf *b, const remat_plan_problem *pb, const remat_
   }
 }
 
+/* ------------------------------------------------------------ the frameworks' exports */
+
+/* --format colossalai or megatron (colossalai.c, megatron.c). */
+
+static int export_text(const remat_plan_problem *pb, const remat_plan *pl, int format,
+                            remat__plan_buf *b, remat_error *err) {
+  remat__fw_export ex;
+  int rc = format == REMAT_PLAN_FORMAT_COLOSSALAI ? remat__colossalai_export(pb, pl, &ex, err)
+                                                   : remat__megatron_export(pb, pl, &ex, err);
+  if (rc) return rc;
+  remat__plan_printf(b, "%s", ex.text.s ? ex.text.s : "");
+  if (ex.text.oom) rc = remat__errorf(err, REMAT_ENOMEM, "out of memory writing the export");
+  remat__fw_export_free(&ex);
+  return rc;
+}
+
+/* The JSON's "exports": both frameworks'. */
+static int export_json(const remat_plan_problem *pb, const remat_plan *pl, cJSON *root,
+                            remat_error *err) {
+  cJSON *o = cJSON_AddObjectToObject(root, "exports");
+  if (!o) return remat__errorf(err, REMAT_ENOMEM, "out of memory writing JSON");
+  for (int k = 0; k < 2; k++) {
+    remat__fw_export ex;
+    int rc = k == 0 ? remat__colossalai_export(pb, pl, &ex, err)
+                    : remat__megatron_export(pb, pl, &ex, err);
+    if (rc) return rc;
+    cJSON_AddItemToObject(o, k == 0 ? "colossalai" : "megatron", ex.json);
+    ex.json = NULL;
+    remat__fw_export_free(&ex);
+  }
+  return 0;
+}
+
 /* ------------------------------------------------------------ json */
 
 static int json(const remat_plan_problem *pb, const remat_plan *pl, char **out, remat_error *err) {
@@ -281,6 +315,11 @@ static int json(const remat_plan_problem *pb, const remat_plan *pl, char **out, 
       cJSON_AddNumberToObject(root, "min_budget_bytes", (double)pl->min_budget_bytes);
     cJSON_AddNumberToObject(root, "min_extra_bytes", (double)pl->min_extra_bytes);
   }
+  int rc = export_json(pb, pl, root, err);
+  if (rc) {
+    cJSON_Delete(root);
+    return rc;
+  }
   char *s = cJSON_Print(root);
   cJSON_Delete(root);
   if (!s) return remat__errorf(err, REMAT_ENOMEM, "out of memory writing JSON");
@@ -288,304 +327,6 @@ static int json(const remat_plan_problem *pb, const remat_plan *pl, char **out, 
   remat__plan_printf(&b, "%s\n", s);
   free(s);
   return finish(&b, out, err);
-}
-
-/* ------------------------------------------------------------ frameworks */
-
-/* Transformer layers per stage as the frameworks count them: layers of
- * recomputable groups. Also whether each stage recomputes exactly its first
- * k of them (what both frameworks do). Neither has remat's middle policy: a
- * middle layer is counted as recomputed (it then saves more memory and
- * takes more time than the plan says). */
-typedef struct {
-  int64_t n;      /* virtual stages (the stages with one chunk each) */
-  int64_t *blocks, *ckpt; /* (n) in model order */
-  int64_t middle; /* middle layers, counted in ckpt */
-  int64_t others; /* layers not counted (embedding, head, ...) */
-  int first_k;    /* every stage recomputes its first blocks */
-  int empty;      /* some stage has no transformer layer */
-} fw_view;
-
-static int fw_view_get(const remat_plan_problem *pb, const remat_plan *pl, fw_view *v) {
-  int64_t p = pl->num_stages * (pl->chunks > 1 ? pl->chunks : 1), L = pl->num_layers;
-  v->n = p;
-  v->blocks = remat__calloc((size_t)p, sizeof *v->blocks);
-  v->ckpt = remat__calloc((size_t)p, sizeof *v->ckpt);
-  uint8_t *isblk = remat__malloc((size_t)L), *rec = remat__calloc((size_t)L, 1);
-  if (!v->blocks || !v->ckpt || !isblk || !rec) {
-    remat__free(isblk);
-    remat__free(rec);
-    return REMAT_ENOMEM;
-  }
-  int64_t l = 0;
-  v->others = 0;
-  for (int64_t g = 0; g < pb->num_groups; g++)
-    for (int64_t k = 0; k < pb->groups[g].count; k++, l++) {
-      isblk[l] = pb->groups[g].recomputable != 0;
-      v->others += !isblk[l];
-    }
-  for (int64_t k = 0; k < pl->total_recomputed; k++) rec[pl->recomputed_all[k]] = 1;
-  v->middle = pl->total_middle;
-  v->first_k = 1;
-  v->empty = 0;
-  for (int64_t s = 0; s < p; s++) {
-    int64_t first = pl->chunk_first ? pl->chunk_first[s] : pl->stages[s].first_layer;
-    int64_t num = pl->chunk_first ? pl->chunk_layers[s] : pl->stages[s].num_layers;
-    int64_t seen = 0;
-    for (l = first; l < first + num; l++) {
-      if (!isblk[l]) continue;
-      if (rec[l] && seen != v->ckpt[s]) v->first_k = 0;
-      v->blocks[s]++;
-      v->ckpt[s] += rec[l];
-      seen++;
-    }
-    if (!v->blocks[s]) v->empty = 1;
-  }
-  remat__free(isblk);
-  remat__free(rec);
-  return 0;
-}
-
-static void fw_view_free(fw_view *v) {
-  remat__free(v->blocks);
-  remat__free(v->ckpt);
-}
-
-static void list(remat__plan_buf *b, const int64_t *v, int64_t n) {
-  remat__plan_printf(b, "[");
-  for (int64_t k = 0; k < n; k++) remat__plan_printf(b, "%s%lld", k ? ", " : "", (long long)v[k]);
-  remat__plan_printf(b, "]");
-}
-
-static void mapping_note(remat__plan_buf *b, const remat_plan_problem *pb, const fw_view *v,
-                         const char *c) {
-  if (v->others)
-    remat__plan_printf(b,
-                       "%s counts only transformer layers: the %lld layer(s) of non-recomputable "
-                       "groups (embedding, head) are left out of the counts below; the first "
-                       "stage holds the embedding and the last the head, as the framework "
-                       "places them.\n",
-                       c, (long long)v->others);
-  if (v->empty)
-    remat__plan_printf(b,
-                       "%s WARNING: a stage has no transformer layer in this plan, which the "
-                       "framework does not allow; plan with fewer stages.\n",
-                       c);
-  if (!v->first_k)
-    remat__plan_printf(b,
-                       "%s WARNING: the plan recomputes layers that are not the first ones of "
-                       "their stage; the framework recomputes the first k, which for these "
-                       "different layers changes time and memory (see --format table).\n",
-                       c);
-  if (v->middle)
-    remat__plan_printf(b,
-                       "%s NOTE: %lld layer(s) of the plan take remat's middle policy "
-                       "(layernorm and GELU outputs recomputed), which the framework does not "
-                       "have; they are counted as recomputed below, which saves more memory and "
-                       "takes more time than the plan.\n",
-                       c, (long long)v->middle);
-  (void)pb;
-}
-
-/* ColossalAI's pp_style for a schedule, and its model chunks. */
-static const char *colossal_style(const remat_plan *pl) {
-  switch (pl->schedule) {
-  case REMAT_SCHED_INTERLEAVED: return "interleaved";
-  case REMAT_SCHED_ZBV: return "zbv";
-  default: return "1f1b";
-  }
-}
-
-/* How a chunked plan's lists read: virtual stages in model order, and
- * which of them each rank holds. */
-static void chunk_note(remat__plan_buf *b, const remat_plan *pl, const char *c) {
-  if (pl->chunks <= 1) return;
-  int64_t p = pl->num_stages;
-  remat__plan_printf(b, "%s The lists have one entry per virtual stage (%lld stages x %lld chunks) "
-                     "in model order; rank r holds virtual stages %s.\n",
-                     c, (long long)p, (long long)pl->chunks,
-                     pl->schedule == REMAT_SCHED_ZBV ? "r and 2P-1-r (a V)" : "r, r+P, r+2P and so on");
-}
-
-static void colossalai(remat__plan_buf *b, const remat_plan_problem *pb, const remat_plan *pl,
-                       const fw_view *v) {
-  int64_t p = pl->num_stages, n = v->n, tot = 0, chunks = pl->chunks > 1 ? pl->chunks : 1;
-  for (int64_t s = 0; s < n; s++) tot += v->blocks[s];
-  char t1[48];
-  remat__plan_printf(b, "# remat plan for ColossalAI: %lld pipeline stages, objective %s = %s, slowdown %.4g\n",
-                     (long long)p, remat_plan_objective_name(pl->objective),
-                     fmt_time(pl->objective_value, t1, sizeof t1), pl->slowdown);
-  mapping_note(b, pb, v, "#");
-  chunk_note(b, pl, "#");
-  if (!pl->feasible)
-    remat__plan_printf(b, "# WARNING: this arrangement does not fit the memory budget.\n");
-  remat__plan_printf(b,
-                     "from colossalai.booster.plugin import HybridParallelPlugin\n"
-                     "from colossalai.shardformer import PipelineGradientCheckpointConfig\n\n");
-  remat__plan_printf(b, "num_layers_per_stage = ");
-  list(b, v->blocks, n);
-  remat__plan_printf(b, "  # %lld transformer layers\nnum_ckpt_layers_per_stage = ", (long long)tot);
-  list(b, v->ckpt, n);
-  remat__plan_printf(b,
-                     "\nplugin = HybridParallelPlugin(\n"
-                     "    tp_size=1,\n"
-                     "    pp_size=%lld,\n"
-                     "    num_microbatches=%lld,\n"
-                     "    pp_style=\"%s\",\n",
-                     (long long)p, (long long)pl->microbatches, colossal_style(pl));
-  if (chunks > 1) remat__plan_printf(b, "    num_model_chunks=%lld,\n", (long long)chunks);
-  remat__plan_printf(b,
-                     "    num_layers_per_stage=num_layers_per_stage,\n"
-                     "    gradient_checkpoint_config=PipelineGradientCheckpointConfig(\n"
-                     "        num_ckpt_layers_per_stage=num_ckpt_layers_per_stage,\n"
-                     "    ),\n"
-                     ")\n");
-  if (pl->schedule == REMAT_SCHED_GPIPE)
-    remat__plan_printf(b,
-                       "# NOTE: ColossalAI has no GPipe schedule; this plan assumed all %lld "
-                       "micro-batches in flight on every stage, more than 1f1b holds, so it "
-                       "also fits under 1f1b (plan with --schedule 1f1b for a tighter one).\n",
-                       (long long)pl->microbatches);
-  if (pl->schedule == REMAT_SCHED_ZBH1)
-    remat__plan_printf(b,
-                       "# NOTE: ColossalAI's zero-bubble schedule is the V (pp_style=\"zbv\"); it "
-                       "has no ZB-H1. Under 1f1b this split holds the same activations and no "
-                       "deferred weight gradients, so it fits; it does not get ZB-H1's time.\n");
-  if (pl->schedule == REMAT_SCHED_ZBV)
-    remat__plan_printf(b,
-                       "# NOTE: ColossalAI's zbv also takes scheduler_nodes (its own zero-bubble "
-                       "graph); remat's stream is a greedy one of its own, so the simulated time "
-                       "is an estimate for ColossalAI's order.\n");
-  remat__plan_printf(b,
-                     "# Older ColossalAI releases also need num_stages=%lld, num_model_chunks=%lld "
-                     "and num_model_layers=%lld in PipelineGradientCheckpointConfig.\n",
-                     (long long)p, (long long)chunks, (long long)tot);
-}
-
-/* Megatron-LM's recompute of the first `most` transformer layers of every
- * virtual stage, evaluated under the plan's formula, as a note. */
-static int megatron_alt(remat__plan_buf *b, const remat_plan_problem *pb, const remat_plan *pl,
-                        const fw_view *v, int64_t most, remat_error *err) {
-  char t1[48], t2[48];
-  int64_t n = v->n;
-  int64_t *lps = remat__malloc((size_t)n * sizeof *lps);
-  uint8_t *rec = remat__calloc((size_t)pl->num_layers, 1);
-  uint8_t *recomputable = remat__malloc((size_t)pl->num_layers);
-  if (!lps || !rec || !recomputable) {
-    remat__free(lps);
-    remat__free(rec);
-    remat__free(recomputable);
-    return remat__errorf(err, REMAT_ENOMEM, "out of memory");
-  }
-  int64_t gl = 0;
-  for (int64_t g = 0; g < pb->num_groups; g++)
-    for (int64_t k = 0; k < pb->groups[g].count; k++)
-      recomputable[gl++] = pb->groups[g].recomputable != 0;
-  for (int64_t s = 0; s < n; s++) {
-    lps[s] = pl->chunk_layers[s];
-    int64_t k = most;
-    for (int64_t l = pl->chunk_first[s]; l < pl->chunk_first[s] + lps[s] && k > 0; l++)
-      if (recomputable[l]) rec[l] = 1, k--;
-  }
-  remat_plan alt;
-  remat_error e2;
-  int rc = remat_plan_evaluate(pb, lps, rec, &alt, &e2);
-  remat__free(lps);
-  remat__free(rec);
-  remat__free(recomputable);
-  if (rc) return remat__errorf(err, rc, "%s", e2.msg);
-  remat__plan_printf(b,
-                     "# Megatron recomputes the same number of layers on every stage, the first "
-                     "N; the plan's per-stage counts%s cannot be expressed. With N=%lld "
-                     "everywhere (the plan's largest): %s %s (plan: %s), memory %s.\n",
-                     v->middle ? " and middle layers" : "", (long long)most,
-                     remat_plan_objective_name(pl->objective),
-                     fmt_time(alt.objective_value, t1, sizeof t1),
-                     fmt_time(pl->objective_value, t2, sizeof t2),
-                     alt.feasible ? "fits every stage" : "does NOT fit every stage");
-  remat_plan_free(&alt);
-  return 0;
-}
-
-/* Megatron's layer split: even, first and last apart, or the layout string
- * (one entry per virtual stage, in model order). */
-static void megatron_split(remat__plan_buf *b, const remat_plan *pl, const fw_view *v) {
-  int64_t n = v->n;
-  int even_mid = 1, all_even = 1;
-  for (int64_t s = 2; s < n - 1; s++) even_mid &= v->blocks[s] == v->blocks[1];
-  for (int64_t s = 1; s < n; s++) all_even &= v->blocks[s] == v->blocks[0];
-  if (pl->chunks > 1) {
-    remat__plan_printf(b, "--num-virtual-stages-per-pipeline-rank %lld\n", (long long)pl->chunks);
-    if (all_even)
-      remat__plan_printf(b, "# (older releases: --num-layers-per-virtual-pipeline-stage %lld)\n",
-                         (long long)v->blocks[0]);
-    even_mid = 0; /* first/last counts do not go with virtual stages */
-  }
-  if (n == 1 || all_even) return;
-  if (even_mid) {
-    remat__plan_printf(b, "--decoder-first-pipeline-num-layers %lld\n", (long long)v->blocks[0]);
-    remat__plan_printf(b, "--decoder-last-pipeline-num-layers %lld\n", (long long)v->blocks[n - 1]);
-    return;
-  }
-  remat__plan_printf(b,
-                     "# The %s differ, which first/last layer counts cannot express; "
-                     "Megatron-Core's (experimental) layout string can:\n"
-                     "--pipeline-model-parallel-layout \"",
-                     pl->chunks > 1 ? "virtual stages" : "middle stages");
-  for (int64_t s = 0; s < n; s++)
-    remat__plan_printf(b, "%s%st*%lld%s", s ? "|" : "", s == 0 ? "E" : "", (long long)v->blocks[s],
-                       s == n - 1 ? "L" : "");
-  remat__plan_printf(b, "\"\n");
-}
-
-/* Megatron-LM arguments. It sets the layers of the first and last stages and
- * divides the rest evenly (or takes a full layout string), and recomputes the
- * same number of layers, the first N, on every (virtual) stage. It has
- * interleaved 1F1B but no zero-bubble schedule. */
-static int megatron(remat__plan_buf *b, const remat_plan_problem *pb, const remat_plan *pl,
-                    const fw_view *v, remat_error *err) {
-  int64_t p = pl->num_stages, n = v->n, tot = 0, most = 0;
-  for (int64_t s = 0; s < n; s++) {
-    tot += v->blocks[s];
-    if (v->ckpt[s] > most) most = v->ckpt[s];
-  }
-  remat__plan_printf(b, "# remat plan for Megatron-LM: %lld pipeline stages, layers ", (long long)p);
-  for (int64_t s = 0; s < n; s++) remat__plan_printf(b, "%s%lld", s ? "/" : "", (long long)v->blocks[s]);
-  remat__plan_printf(b, ", recomputed ");
-  for (int64_t s = 0; s < n; s++) remat__plan_printf(b, "%s%lld", s ? "/" : "", (long long)v->ckpt[s]);
-  remat__plan_printf(b, "\n");
-  mapping_note(b, pb, v, "#");
-  chunk_note(b, pl, "#");
-  if (!pl->feasible)
-    remat__plan_printf(b, "# WARNING: this arrangement does not fit the memory budget.\n");
-  if (pl->schedule == REMAT_SCHED_ZBV) {
-    remat__plan_printf(b, "# Megatron-LM cannot express this plan: it has no zero-bubble V "
-                          "schedule, and its virtual stages go round the ranks (r, r+P), not "
-                          "in a V (r, 2P-1-r). Use --format torch (ScheduleZBVZeroBubble) or "
-                          "colossalai (pp_style=\"zbv\").\n");
-    return 0;
-  }
-  remat__plan_printf(b, "--num-layers %lld\n--pipeline-model-parallel-size %lld\n", (long long)tot,
-                     (long long)p);
-  megatron_split(b, pl, v);
-  if (pl->schedule == REMAT_SCHED_GPIPE)
-    remat__plan_printf(b, "# NOTE: Megatron-LM runs 1F1B; this plan assumed GPipe's %lld micro-batches "
-                          "in flight per stage, which also fits under 1F1B.\n",
-                       (long long)pl->microbatches);
-  if (pl->schedule == REMAT_SCHED_ZBH1)
-    remat__plan_printf(b, "# NOTE: Megatron-LM has no ZB-H1 schedule; these arguments run the "
-                          "split as 1F1B, which holds the same activations and no deferred "
-                          "weight gradients (so it fits), without ZB-H1's shorter time.\n");
-  if (most == 0) {
-    remat__plan_printf(b, "# no recomputation needed\n");
-    return 0;
-  }
-  remat__plan_printf(b, "--recompute-granularity full\n--recompute-method block\n--recompute-num-layers %lld\n",
-                     (long long)most);
-  int same = 1;
-  for (int64_t s = 0; s < n; s++) same &= v->ckpt[s] == most;
-  if (same && v->first_k && !v->middle) return 0;
-  return megatron_alt(b, pb, pl, v, most, err);
 }
 
 /* ------------------------------------------------------------ torch */
@@ -642,8 +383,12 @@ static void torch_pp(remat__plan_buf *b, const remat_plan_problem *pb, const rem
   int64_t k = 0;
   for (l = 0; l < pl->num_layers; l++)
     if (pl->policy[l]) remat__plan_printf(b, "%s%lld", k++ ? ", " : "", (long long)l);
-  remat__plan_printf(b, "]  # wrap each in torch.utils.checkpoint\nn_microbatches = %lld\n\n",
-                     (long long)pl->microbatches);
+  remat__plan_printf(b, "]\nn_microbatches = %lld\n\n", (long long)pl->microbatches);
+  remat__plan_printf(b,
+                     "# Wrap each checkpointed layer non-reentrantly: torch's zero-bubble "
+                     "schedules call\n# torch.autograd.grad(inputs=...), which the reentrant "
+                     "checkpoint refuses:\n#   out = torch.utils.checkpoint.checkpoint(layer, x, "
+                     "use_reentrant=False)\n");
   remat__plan_printf(b,
                      "# On rank r: for each i in stages_of_rank[r], build the module of layers "
                      "layers_of_stage[i] and\n#   PipelineStage(module, i, num_stages, device)\n");
@@ -680,15 +425,7 @@ int remat_plan_format(const remat_plan_problem *pb, const remat_plan *plan, int 
   }
   if (format != REMAT_PLAN_FORMAT_COLOSSALAI && format != REMAT_PLAN_FORMAT_MEGATRON)
     return remat__errorf(err, REMAT_EINVAL, "unknown output format %d", format);
-  fw_view v;
-  if (fw_view_get(pb, plan, &v)) {
-    fw_view_free(&v);
-    return remat__errorf(err, REMAT_ENOMEM, "out of memory");
-  }
-  int rc = 0;
-  if (format == REMAT_PLAN_FORMAT_COLOSSALAI) colossalai(&b, pb, plan, &v);
-  else rc = megatron(&b, pb, plan, &v, err);
-  fw_view_free(&v);
+  int rc = export_text(pb, plan, format, &b, err);
   if (rc) {
     remat__free(b.s);
     return rc;

@@ -3,11 +3,14 @@
 ColossalAI, Megatron and torch stage-split exports."""
 import json
 import os
+import sys
 import tempfile
 import unittest
 
 import common
 import torch.nn as nn
+
+sys.path.insert(0, os.path.join(common.HERE, "frameworks"))  # ColossalAI's rules, stood in
 
 import remat
 
@@ -32,8 +35,10 @@ class Seed(unittest.TestCase):
         self.assertEqual(kw["tp_size"], 2)
         self.assertEqual(kw["pp_size"], 4)
         self.assertEqual(kw["num_microbatches"], 8)
+        self.assertEqual(kw["pp_style"], "1f1b")
         self.assertEqual(kw["num_layers_per_stage"], [7, 8, 8, 9])
-        self.assertEqual(kw["gradient_checkpoint_config"]["num_ckpt_layers_per_stage"], [4, 3, 0, 0])
+        self.assertEqual(kw["gradient_checkpoint_config"].num_ckpt_layers_per_stage, [4, 3, 0, 0])
+        self.assertIn("model.gradient_checkpointing_enable(", code)
         self.assertIn("    tp_size=2,\n", code)
         self.assertIn("num_ckpt_layers_per_stage = [4, 3, 0, 0]", code)
         self.assertEqual(self.plan.colossalai(tp=8)[0]["tp_size"], 8)
@@ -49,7 +54,7 @@ class Seed(unittest.TestCase):
         self.assertEqual(pairs["--recompute-num-layers"], "4")
         said = " ".join(notes)
         self.assertIn("cannot be expressed", said)
-        self.assertIn("bottleneck 31 (plan: 27)", said)
+        self.assertIn("bottleneck 31 (plan: 27, +14.8%)", said)
 
     def test_stage_modules(self):
         layers = [nn.Linear(4, 4) for _ in range(32)]
