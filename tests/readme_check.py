@@ -19,7 +19,11 @@ CPU of another kind), the command is only checked to run, and the check says
 so; pass --precision fp32 to quote figures that hold on every CPU.
 A block right after a line "<!-- not run: REASON -->" is shown but not run
 (a command that takes minutes, or more MPI ranks than a test machine has);
-the check lists it as skipped with the reason.
+the check lists it as skipped with the reason. A block right after
+"<!-- recorded on VENDOR: REASON -->" (VENDOR as /proc/cpuinfo's vendor_id
+names it: GenuineIntel, AuthenticAMD) quotes bits that depend on the CPU's
+kernels: it is compared on a CPU of that vendor and only run on another, and
+the check says so.
 
 usage: readme_check.py [--none-ok] FILE.md REMAT_BINARY REPO_ROOT
   --none-ok   a file without commands passes (README must have some)
@@ -56,6 +60,18 @@ def mask(line):
 
 
 NOT_RUN = re.compile(r"^<!-- not run: (.*) -->$")
+RECORDED = re.compile(r"^<!-- recorded on (\w+): (.*) -->$")
+
+
+def cpu_vendor():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("vendor_id"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown"
 
 
 def examples(readme):
@@ -68,6 +84,10 @@ def examples(readme):
             in_block = not in_block
             m = NOT_RUN.match(prev.strip())
             skip = m.group(1) if in_block and m else None
+            rec = RECORDED.match(prev.strip())
+            if in_block and rec and rec.group(1) != cpu_vendor():
+                skip = ("ran only", f"recorded on {rec.group(1)}, this CPU is {cpu_vendor()}: "
+                        f"{rec.group(2)}")
             cur = None
             prev = line
             continue
@@ -98,7 +118,8 @@ def main():
     cases = examples(readme)
     passed = failed = skipped = 0
     for cmd, quoted, skip in cases:
-        if skip is not None:
+        run_only = skip[1] if isinstance(skip, tuple) else None
+        if skip is not None and run_only is None:
             print(f"skip [{cmd}] (not run: {skip})")
             skipped += 1
             continue
@@ -113,7 +134,7 @@ def main():
         r = subprocess.run(argv, cwd=root, capture_output=True, text=True, timeout=600, env=env)
         got = [mask(l) for l in (r.stdout + r.stderr).splitlines()]
         want = [mask(l) for l in quoted if l.strip()]
-        other = other_cpu(want, got)
+        other = other_cpu(want, got) or run_only
         if other is not None:
             if r.returncode == 0:
                 print(f"ok   [{cmd}] (quoted on another CPU: {other}; ran, not compared)")
