@@ -104,11 +104,12 @@ static const char *unit_of(const remat_plan_problem *pb) {
  * ignored: 2^60 bytes); the table says "none" rather than 1024.00 PiB. */
 #define NO_BUDGET ((size_t)1 << 60)
 
-/* Under the schedules beyond 1f1b and gpipe: each stage's chunks (layer
+/* Under the schedules without a closed-form order: each stage's chunks (layer
  * ranges, model order), the micro-batches it keeps for deferred weight
  * gradients, and what the plan is exact for. */
 static void chunk_lines(remat__plan_buf *b, const remat_plan *pl, int units) {
-  if (pl->schedule < REMAT_SCHED_INTERLEAVED && pl->objective != REMAT_OBJ_SIMULATED) return;
+  const remat_schedule_info *row = remat_schedule_get(pl->schedule);
+  if (row->op && pl->objective != REMAT_OBJ_SIMULATED) return;
   char t[48];
   int64_t p = pl->num_stages, v = pl->chunks > 1 ? pl->chunks : 1;
   if (v > 1) {
@@ -124,7 +125,7 @@ static void chunk_lines(remat__plan_buf *b, const remat_plan *pl, int units) {
     }
     remat__plan_printf(b, "\n");
   }
-  if (pl->schedule == REMAT_SCHED_ZBH1 || pl->schedule == REMAT_SCHED_ZBV) {
+  if (row->split) {
     remat__plan_printf(b, "micro-batches kept for a deferred W, by stage:");
     for (int64_t s = 0; s < p; s++)
       remat__plan_printf(b, " %lld", (long long)pl->stages[s].wgrad_held);
@@ -270,7 +271,7 @@ static int json(const remat_plan_problem *pb, const remat_plan *pl, char **out, 
     cJSON_AddNumberToObject(o, "time", st->time);
     cJSON_AddNumberToObject(o, "fwd_time", st->fwd_time);
     cJSON_AddNumberToObject(o, "bwd_time", st->bwd_time);
-    if (pl->schedule == REMAT_SCHED_ZBH1 || pl->schedule == REMAT_SCHED_ZBV)
+    if (remat_schedule_get(pl->schedule)->split)
       cJSON_AddNumberToObject(o, "wgrad_held", (double)st->wgrad_held);
     if (st->stream_peak_bytes)
       cJSON_AddNumberToObject(o, "stream_peak_bytes", (double)st->stream_peak_bytes);
@@ -331,14 +332,25 @@ static int json(const remat_plan_problem *pb, const remat_plan *pl, char **out, 
 
 /* ------------------------------------------------------------ torch */
 
+/* torch.distributed.pipelining's class for each schedule, whether it takes
+ * a list of stages, and what its order does that remat's does not. */
+static const struct {
+  const char *cls;
+  int multi;
+  const char *note;
+} torch_schedules[REMAT_SCHED_COUNT] = {
+    [REMAT_SCHED_1F1B] = {"Schedule1F1B", 0, NULL},
+    [REMAT_SCHED_GPIPE] = {"ScheduleGPipe", 0, NULL},
+    [REMAT_SCHED_INTERLEAVED] = {"ScheduleInterleaved1F1B", 1,
+                                 "# NOTE: remat's times follow Megatron's interleaved order; "
+                                 "torch's ScheduleInterleaved1F1B warms up in its own, so its "
+                                 "time may differ.\n"},
+    [REMAT_SCHED_ZBH1] = {"ScheduleInterleavedZeroBubble", 1, NULL},
+    [REMAT_SCHED_ZBV] = {"ScheduleZBVZeroBubble", 1, NULL},
+};
+
 static const char *torch_class(int schedule) {
-  switch (schedule) {
-  case REMAT_SCHED_GPIPE: return "ScheduleGPipe";
-  case REMAT_SCHED_INTERLEAVED: return "ScheduleInterleaved1F1B";
-  case REMAT_SCHED_ZBH1: return "ScheduleInterleavedZeroBubble";
-  case REMAT_SCHED_ZBV: return "ScheduleZBVZeroBubble";
-  default: return "Schedule1F1B";
-  }
+  return torch_schedules[schedule].cls ? torch_schedules[schedule].cls : "Schedule1F1B";
 }
 
 /* torch.distributed.pipelining: the schedule class, every virtual stage's
@@ -346,9 +358,10 @@ static const char *torch_class(int schedule) {
  * builds, and the layers to wrap in activation checkpointing. */
 static void torch_pp(remat__plan_buf *b, const remat_plan_problem *pb, const remat_plan *pl) {
   int64_t p = pl->num_stages, v = pl->chunks > 1 ? pl->chunks : 1, n = p * v;
-  int multi = pl->schedule >= REMAT_SCHED_INTERLEAVED;
+  int multi = torch_schedules[pl->schedule].multi;
   char t1[48];
-  remat__plan_printf(b, "# remat plan for torch.distributed.pipelining: %lld ranks, %s, objective "
+  remat__plan_printf(b, "# remat plan for torch.distributed.pipelining (torch 2.4 and later; the "
+                     "zero-bubble classes only in later releases): %lld ranks, %s, objective "
                      "%s = %s, slowdown %.4g\n", (long long)p,
                      remat_plan_schedule_name(pl->schedule), remat_plan_objective_name(pl->objective),
                      fmt_time(pl->objective_value, t1, sizeof t1), pl->slowdown);
@@ -402,10 +415,9 @@ static void torch_pp(remat__plan_buf *b, const remat_plan_problem *pb, const rem
     remat__plan_printf(b, "# NOTE: %lld layer(s) take remat's middle policy, which torch does not "
                           "have; they are listed as checkpointed, which saves more memory and "
                           "takes more time than the plan.\n", (long long)pl->total_middle);
-  if (pl->schedule == REMAT_SCHED_INTERLEAVED)
-    remat__plan_printf(b, "# NOTE: remat's times follow Megatron's interleaved order; torch's "
-                          "ScheduleInterleaved1F1B warms up in its own, so its time may differ.\n");
-  if (pl->schedule == REMAT_SCHED_ZBH1 || pl->schedule == REMAT_SCHED_ZBV)
+  if (torch_schedules[pl->schedule].note)
+    remat__plan_printf(b, "%s", torch_schedules[pl->schedule].note);
+  if (remat_schedule_get(pl->schedule)->split)
     remat__plan_printf(b, "# NOTE: torch orders B and W by its own zero-bubble schedule; the "
                           "memory and times here follow remat's streams (docs/plan.md).\n");
 }
