@@ -5,6 +5,7 @@
 #ifndef REMAT_SCHEDULE_H
 #define REMAT_SCHEDULE_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "remat/base.h"
@@ -13,8 +14,10 @@
 extern "C" {
 #endif
 
-/* The schedules; append only. The last three are planned, simulated and
- * exported; the pipeline runtime runs 1f1b and gpipe only. */
+/* The schedules; append only. Each is one row of the schedule table
+ * (remat_schedule_get, src/schedule/schedule.c) and its stream generator
+ * (src/schedule/streams.c): the planner, the pipeline runtime, the
+ * placement, the plan files and every message ask the row. */
 typedef enum {
   REMAT_SCHED_1F1B = 0,
   REMAT_SCHED_GPIPE = 1,
@@ -24,9 +27,67 @@ typedef enum {
   REMAT_SCHED_COUNT
 } remat_plan_schedule;
 
-/* "1f1b", "gpipe", "interleaved", "zb-h1", "zbv" */
+/* Where chunk c of rank r (of p) sits in model order: its virtual stage. */
+typedef enum {
+  REMAT_LAYOUT_LOOP = 0, /* c p + r: the chunks go round the ranks */
+  REMAT_LAYOUT_V = 1,    /* two chunks, r and 2p - 1 - r: the last rank holds the middle two */
+} remat_schedule_layout;
+
+/* Micro-batches stage s of p holds between F and B with one chunk, of m. */
+typedef enum {
+  REMAT_FLIGHT_DEPTH = 0, /* min(p - s, m): 1F1B's warm-up forwards and one more */
+  REMAT_FLIGHT_ALL = 1,   /* m: every forward before the first backward */
+} remat_schedule_flight;
+
+/* Where the pipeline runtime runs a schedule. */
+typedef enum {
+  REMAT_RUNS_PIPELINE = 1, /* a pipeline of 2 or more stages without replicas */
+  REMAT_RUNS_ANY = 2,      /* also one stage and beside replicas (the grid) */
+} remat_schedule_runs;
+
+typedef struct remat_schedule_streams remat_schedule_streams;
+
+/* One schedule: everything the code asks of it. */
+typedef struct remat_schedule_info {
+  const char *name;        /* as --schedule, plan files and messages spell it */
+  int split;               /* the backward runs as B (input gradient) and W (weights') */
+  int64_t chunks_default;  /* model chunks per rank when none are asked for */
+  int64_t chunks_min;      /* the chunks per rank it runs: chunks_min .. chunks_max */
+  int64_t chunks_max;      /*   (0: no bound) */
+  int one_chunk;           /* the schedule it is with one chunk per rank, -1 none */
+  int layout;              /* remat_schedule_layout */
+  int groups_of_p;         /* runs micro-batches in groups of the ranks: m a multiple of p */
+  int head_from_entry;     /* the rank holding the first and the last virtual stage counts a
+                            * micro-batch on the last from the first's F (its targets arrive
+                            * with its tokens) */
+  int flight;              /* remat_schedule_flight: with one chunk, between F and B */
+  int runs;                /* remat_schedule_runs */
+  /* its order in closed form (remat_schedule_op), NULL where only its
+   * streams give it */
+  void (*op)(int64_t p, int64_t m, int64_t s, int64_t q, int64_t *k, int *bwd);
+  /* its stream generator: fills st->ops (st->p, m, v, len set); 0 or
+   * REMAT_ENOMEM */
+  int (*streams)(remat_schedule_streams *st);
+} remat_schedule_info;
+
+/* The schedule's row, NULL if it is none. */
+REMAT_API const remat_schedule_info *remat_schedule_get(int schedule);
+
+/* "1f1b", "gpipe", "interleaved", "zb-h1", "zbv" ("?" if none) */
 REMAT_API const char *remat_plan_schedule_name(int schedule);
 REMAT_API int remat_plan_schedule_parse(const char *s, int *out); /* -1 if unknown */
+
+/* Which schedules remat_schedule_names lists. */
+typedef enum {
+  REMAT_SCHEDULES_ALL = 0,
+  REMAT_SCHEDULES_CHUNKED = 1, /* those that run several chunks per rank */
+  REMAT_SCHEDULES_ONE_CHUNK = 2,
+} remat_schedule_set;
+
+/* The names of a set of schedules for a message, in table order, the last
+ * two joined by `last` ("or", "and"): "1f1b, gpipe, interleaved, zb-h1 or
+ * zbv". Written to buf (cap bytes, cut short if smaller); returns buf. */
+REMAT_API const char *remat_schedule_names(char *buf, size_t cap, int set, const char *last);
 
 /* The instruction stream of stage s of p with m micro-batches: its q-th
  * operation (q = 0 .. 2m-1) is the forward (*bwd = 0) or backward (*bwd = 1)
@@ -35,8 +96,9 @@ REMAT_API int remat_plan_schedule_parse(const char *s, int *out); /* -1 if unkno
  * every forward, then every backward, both in micro-batch order. The
  * pipeline runtime executes these streams (with the receives and sends
  * around each operation) and the planner's simulator (remat_plan_simulate)
- * times them. For 1f1b and gpipe only (any other schedule gets 1F1B's
- * order here); every schedule's streams: remat_schedule_streams_build. */
+ * times them. For the schedules whose row has an order in closed form (op;
+ * any other gets 1F1B's order here); every schedule's streams:
+ * remat_schedule_streams_build. */
 REMAT_API void remat_schedule_op(int schedule, int64_t p, int64_t m, int64_t s, int64_t q,
                                  int64_t *k, int *bwd);
 
@@ -65,29 +127,31 @@ typedef struct remat_schedule_step {
   int32_t kind;  /* remat_op_kind */
 } remat_schedule_step;
 
-typedef struct remat_schedule_streams {
+struct remat_schedule_streams {
   int schedule;
   int64_t p, m, v;             /* ranks, micro-batches, chunks per rank */
   int64_t len;                 /* operations per rank: m v (2 or 3) */
   remat_schedule_step *ops;    /* (p, len) rank r's stream at ops + r len, owned */
-} remat_schedule_streams;
+};
 
-/* Chunks per rank the schedule takes with `chunks` asked for (0: its
- * default): 1 for 1f1b, gpipe and zb-h1, 2 for zbv, `chunks` (default 2)
- * for interleaved. */
+/* Chunks per rank the schedule takes with `chunks` asked for: `chunks`, or
+ * with 0 its row's default (2 for interleaved and zbv, 1 for the others). */
 REMAT_API int64_t remat_schedule_chunks(int schedule, int64_t chunks);
 /* Whether the schedule can run p ranks, m micro-batches and v chunks per
  * rank on a model of `layers` layers (0: not checked); one line otherwise:
- * interleaved needs v >= 2 and m a multiple of p (Megatron's order), zbv
- * v = 2, the others v = 1, and no virtual stage may be empty. */
+ * v within its row's chunks (interleaved 2 or more, zbv 2, the others 1),
+ * m a multiple of p where it runs groups of p (interleaved: Megatron's
+ * order), and no virtual stage empty. */
 REMAT_API int remat_schedule_check(int schedule, int64_t p, int64_t m, int64_t v, int64_t layers,
                                    remat_error *err);
-/* The virtual stage (model order) of chunk c of rank r, and back. */
+/* The virtual stage (model order) of chunk c of rank r, and back, by the
+ * row's layout. */
 REMAT_API int64_t remat_schedule_virtual_stage(int schedule, int64_t p, int64_t r, int64_t c);
 REMAT_API void remat_schedule_rank_of(int schedule, int64_t p, int64_t vs, int64_t *r,
                                       int64_t *c);
-/* Builds every rank's stream (p * len at most 2^24 operations; chunked
- * schedules are checked for it by remat_schedule_check too). 1f1b and
+/* Builds every rank's stream with the row's generator (p * len at most
+ * 2^24 operations; chunked schedules are checked for it by
+ * remat_schedule_check too). 1f1b and
  * gpipe follow remat_schedule_op; interleaved is Megatron's order; zb-h1
  * is 1F1B's order of F and B with stage s putting off its weight gradients
  * by s micro-batches (W(k) after B(k + s)), into the drain that 1F1B leaves
@@ -107,10 +171,27 @@ REMAT_API void remat_schedule_streams_peaks(const remat_schedule_streams *st, in
                                             int64_t *w_pending);
 /* Per rank and chunk ((p, v) array): the most micro-batches whose F has run
  * and whose last operation (W where the schedule has it, else B) has not:
- * the activations a runtime that frees them at W holds at once. Under zbv
- * rank 0's chunk 1 (the head) counts a micro-batch from the F of its
- * chunk 0, when its targets arrive with its tokens. */
+ * the activations a runtime that frees them at W holds at once. A chunk
+ * counts from the F of remat_schedule_counts_from's chunk. */
 REMAT_API void remat_schedule_streams_alive(const remat_schedule_streams *st, int64_t *alive);
+/* The chunk of rank r (of p, v chunks each) whose F brings a micro-batch to
+ * chunk c: c, but where the row says head_from_entry (zbv), the rank that
+ * holds the first and the last virtual stage counts the last (the head)
+ * from the first's F, when the micro-batch's targets arrive with its
+ * tokens. */
+REMAT_API int64_t remat_schedule_counts_from(int schedule, int64_t p, int64_t v, int64_t r,
+                                             int64_t c);
+/* Micro-batches each virtual stage (model order, p v of them) holds at
+ * once, n, and keeps for a deferred W, kw: with one chunk and an order in
+ * closed form, the row's flight (kw 0); otherwise from the streams
+ * (remat_schedule_streams_peaks; under a split backward n counts from F to
+ * W: remat_schedule_streams_alive, as the runtime frees activations at W).
+ * The one place the planner and the placement take them from. */
+REMAT_API int remat_schedule_held(int schedule, int64_t p, int64_t m, int64_t v, int64_t *n,
+                                  int64_t *kw, remat_error *err);
+/* The most micro-batches (of chunks) a stage can hold, for bounds: m v with
+ * several chunks, else the row's flight over every stage (m, or min(m, p)). */
+REMAT_API int64_t remat_schedule_held_bound(int schedule, int64_t p, int64_t m, int64_t v);
 
 #ifdef __cplusplus
 }

@@ -1,95 +1,59 @@
-/* streams.c: every schedule as per-rank streams of F, B and W operations on
- * model chunks (include/remat/schedule.h): 1F1B and GPipe from
- * remat_schedule_op, interleaved 1F1B in Megatron's order, ZB-H1 as 1F1B
- * with deferred weight gradients, ZB-V from a greedy unit-time run. The
- * planner's simulator and memory terms read these streams; so will the
- * runtime when it runs the new schedules. */
-#include <string.h>
-
+/* streams.c: each schedule's stream generator, one per row of the
+ * schedule table (schedule.c, through streams.h): 1F1B and GPipe from
+ * their closed forms, interleaved 1F1B in Megatron's order, ZB-H1 as 1F1B
+ * with deferred weight gradients, ZB-V from a greedy unit-time run
+ * (include/remat/schedule.h). The planner's simulator and memory terms and
+ * the pipeline runtime read these streams. */
 #include "base/base.h"
-#include "remat/schedule.h"
+#include "schedule/streams.h"
 
-#define MAX_OPS ((int64_t)1 << 24)
-
-int64_t remat_schedule_chunks(int schedule, int64_t chunks) {
-  if (schedule == REMAT_SCHED_INTERLEAVED) return chunks > 0 ? chunks : 2;
-  if (schedule == REMAT_SCHED_ZBV) return chunks > 0 ? chunks : 2;
-  return chunks > 0 ? chunks : 1;
-}
-
-static int too_long(int schedule, int64_t p, int64_t m, int64_t v, remat_error *err) {
-  if ((double)p * (double)m * (double)v * 3 <= (double)MAX_OPS) return 0;
-  return remat__errorf(err, REMAT_ERANGE, "%s over %lld stages, %lld micro-batches and %lld "
-                       "chunks makes streams of more than %lld operations",
-                       remat_plan_schedule_name(schedule), (long long)p, (long long)m,
-                       (long long)v, (long long)MAX_OPS);
-}
-
-int remat_schedule_check(int schedule, int64_t p, int64_t m, int64_t v, int64_t layers,
-                         remat_error *err) {
-  const char *name = remat_plan_schedule_name(schedule);
-  int rc;
-  if (schedule < 0 || schedule >= REMAT_SCHED_COUNT)
-    return remat__errorf(err, REMAT_EINVAL, "schedule %d is not a schedule", schedule);
-  if (p < 1 || m < 1)
-    return remat__errorf(err, REMAT_EINVAL, "a schedule needs at least one stage and one "
-                         "micro-batch (stages %lld, micro-batches %lld)", (long long)p,
-                         (long long)m);
-  if (schedule == REMAT_SCHED_INTERLEAVED && v < 2)
-    return remat__errorf(err, REMAT_EINVAL, "interleaved needs at least 2 chunks per rank "
-                         "(%lld given); with one chunk it is 1f1b", (long long)v);
-  if (schedule == REMAT_SCHED_INTERLEAVED && m % p != 0)
-    return remat__errorf(err, REMAT_EINVAL, "interleaved needs the micro-batches to be a "
-                         "multiple of the stages in Megatron's order: %lld micro-batches, "
-                         "%lld stages", (long long)m, (long long)p);
-  if (schedule == REMAT_SCHED_ZBV && v != 2)
-    return remat__errorf(err, REMAT_EINVAL, "zbv needs exactly 2 chunks per rank (%lld given)",
-                         (long long)v);
-  if (schedule != REMAT_SCHED_INTERLEAVED && schedule != REMAT_SCHED_ZBV && v != 1)
-    return remat__errorf(err, REMAT_EINVAL, "%s runs one chunk per rank (%lld given); chunks "
-                         "go with interleaved or zbv", name, (long long)v);
-  /* the chunked schedules' memory comes from their streams */
-  if (v > 1 && (rc = too_long(schedule, p, m, v, err))) return rc;
-  if (layers > 0 && p * v > layers)
-    return remat__errorf(err, REMAT_EINVAL, "%s with %lld stages of %lld chunks needs %lld "
-                         "layers, the model has %lld", name, (long long)p, (long long)v,
-                         (long long)(p * v), (long long)layers);
-  return 0;
-}
-
-int64_t remat_schedule_virtual_stage(int schedule, int64_t p, int64_t r, int64_t c) {
-  if (schedule == REMAT_SCHED_ZBV) return c == 0 ? r : 2 * p - 1 - r;
-  return c * p + r;
-}
-
-void remat_schedule_rank_of(int schedule, int64_t p, int64_t vs, int64_t *r, int64_t *c) {
-  if (schedule == REMAT_SCHED_ZBV) {
-    *c = vs >= p;
-    *r = vs < p ? vs : 2 * p - 1 - vs;
-    return;
+/* 1F1B: min(p - s - 1, m) warm-up forwards, then one forward and one
+ * backward in turn, then the remaining backwards. */
+void remat__sched_op_1f1b(int64_t p, int64_t m, int64_t s, int64_t q, int64_t *k, int *bwd) {
+  int64_t w = p - s - 1 < m ? p - s - 1 : m; /* warm-up forwards */
+  if (q < w) {
+    *bwd = 0;
+    *k = q;
+  } else if (q < w + 2 * (m - w)) {
+    int64_t u = q - w; /* steady state: forward w + u/2, then backward u/2 */
+    *bwd = u % 2;
+    *k = *bwd ? u / 2 : w + u / 2;
+  } else {
+    *bwd = 1;
+    *k = q - w - (m - w); /* drain: the remaining backwards */
   }
-  *c = vs / p;
-  *r = vs % p;
 }
 
-void remat_schedule_streams_free(remat_schedule_streams *st) {
-  remat__free(st->ops);
-  st->ops = NULL;
+/* GPipe: every forward, then every backward, both in micro-batch order. */
+void remat__sched_op_gpipe(int64_t p, int64_t m, int64_t s, int64_t q, int64_t *k, int *bwd) {
+  (void)p, (void)s;
+  *bwd = q >= m;
+  *k = q < m ? q : q - m;
 }
 
 static remat_schedule_step step(int64_t mb, int64_t chunk, int kind) {
   return (remat_schedule_step){mb, (int32_t)chunk, (int32_t)kind};
 }
 
-/* 1F1B and GPipe: remat_schedule_op's order, whole backwards. */
-static void plain(remat_schedule_streams *st) {
+/* A closed-form order as streams, whole backwards. */
+static int from_op(remat_schedule_streams *st,
+                   void (*op)(int64_t, int64_t, int64_t, int64_t, int64_t *, int *)) {
   for (int64_t r = 0; r < st->p; r++)
     for (int64_t q = 0; q < st->len; q++) {
       int64_t k;
       int b;
-      remat_schedule_op(st->schedule, st->p, st->m, r, q, &k, &b);
+      op(st->p, st->m, r, q, &k, &b);
       st->ops[r * st->len + q] = step(k, 0, b ? REMAT_OP_B : REMAT_OP_F);
     }
+  return 0;
+}
+
+int remat__sched_streams_1f1b(remat_schedule_streams *st) {
+  return from_op(st, remat__sched_op_1f1b);
+}
+
+int remat__sched_streams_gpipe(remat_schedule_streams *st) {
+  return from_op(st, remat__sched_op_gpipe);
 }
 
 /* Megatron's interleaved order (forward_backward_pipelining_with_interleaving):
@@ -105,7 +69,7 @@ static void interleaved_op(int64_t p, int64_t v, int64_t i, int fwd, int64_t *mb
   *mb = i / (p * v) * p + in_group % p;
 }
 
-static void interleaved(remat_schedule_streams *st) {
+int remat__sched_streams_interleaved(remat_schedule_streams *st) {
   int64_t p = st->p, v = st->v, total = st->m * v;
   for (int64_t r = 0; r < p; r++) {
     remat_schedule_step *o = st->ops + r * st->len;
@@ -126,12 +90,13 @@ static void interleaved(remat_schedule_streams *st) {
       o[q++] = step(mb, c, REMAT_OP_B);
     }
   }
+  return 0;
 }
 
 /* ZB-H1: 1F1B's F and B; stage s runs W(k) right after B(k + s), and the
  * W it still owes after its last B. The last stage, idle longest in 1F1B's
  * drain, puts off the most. */
-static void zbh1(remat_schedule_streams *st) {
+int remat__sched_streams_zbh1(remat_schedule_streams *st) {
   int64_t p = st->p, m = st->m;
   for (int64_t r = 0; r < p; r++) {
     remat_schedule_step *o = st->ops + r * st->len;
@@ -139,12 +104,13 @@ static void zbh1(remat_schedule_streams *st) {
     for (int64_t u = 0; u < 2 * m; u++) {
       int64_t k;
       int b;
-      remat_schedule_op(REMAT_SCHED_1F1B, p, m, r, u, &k, &b);
+      remat__sched_op_1f1b(p, m, r, u, &k, &b);
       o[q++] = step(k, 0, b ? REMAT_OP_B : REMAT_OP_F);
       if (b && k >= r) o[q++] = step(wnext++, 0, REMAT_OP_W);
     }
     while (wnext < m) o[q++] = step(wnext++, 0, REMAT_OP_W);
   }
+  return 0;
 }
 
 /* ZB-V's greedy unit-time run (see the header). State per virtual stage:
@@ -224,7 +190,7 @@ static void zbv_run(remat_schedule_streams *st, zbv_state *z) {
   }
 }
 
-static int zbv(remat_schedule_streams *st) {
+int remat__sched_streams_zbv(remat_schedule_streams *st) {
   int64_t p = st->p, m = st->m;
   zbv_state z = {p, m, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
   size_t cells = (size_t)(2 * p) * (size_t)m;
@@ -249,67 +215,3 @@ static int zbv(remat_schedule_streams *st) {
 }
 
 #undef ZD
-
-int remat_schedule_streams_build(remat_schedule_streams *st, int schedule, int64_t p, int64_t m,
-                                 int64_t v, remat_error *err) {
-  memset(st, 0, sizeof *st);
-  int rc = remat_schedule_check(schedule, p, m, v, 0, err);
-  if (!rc) rc = too_long(schedule, p, m, v, err);
-  if (rc) return rc;
-  int split = schedule == REMAT_SCHED_ZBH1 || schedule == REMAT_SCHED_ZBV;
-  st->schedule = schedule;
-  st->p = p;
-  st->m = m;
-  st->v = v;
-  st->len = m * v * (split ? 3 : 2);
-  st->ops = remat__malloc((size_t)(p * st->len) * sizeof *st->ops);
-  if (!st->ops) return remat__errorf(err, REMAT_ENOMEM, "out of memory for the schedule's streams");
-  if (schedule == REMAT_SCHED_INTERLEAVED) interleaved(st);
-  else if (schedule == REMAT_SCHED_ZBH1) zbh1(st);
-  else if (schedule == REMAT_SCHED_ZBV) rc = zbv(st);
-  else plain(st);
-  if (rc) {
-    remat_schedule_streams_free(st);
-    return remat__errorf(err, rc, "out of memory building the zbv streams");
-  }
-  return 0;
-}
-
-void remat_schedule_streams_peaks(const remat_schedule_streams *st, int64_t *in_flight,
-                                  int64_t *w_pending) {
-  int split = st->schedule == REMAT_SCHED_ZBH1 || st->schedule == REMAT_SCHED_ZBV;
-  for (int64_t r = 0; r < st->p; r++)
-    for (int64_t c = 0; c < st->v; c++) {
-      int64_t f = 0, b = 0, w = 0, pf = 0, pw = 0;
-      for (int64_t q = 0; q < st->len; q++) {
-        const remat_schedule_step *o = &st->ops[r * st->len + q];
-        if (o->chunk != c) continue;
-        f += o->kind == REMAT_OP_F;
-        b += o->kind == REMAT_OP_B;
-        w += o->kind == REMAT_OP_W;
-        if (f - b > pf) pf = f - b;
-        if (split && b - w > pw) pw = b - w;
-      }
-      if (in_flight) in_flight[r * st->v + c] = pf;
-      if (w_pending) w_pending[r * st->v + c] = pw;
-    }
-}
-
-void remat_schedule_streams_alive(const remat_schedule_streams *st, int64_t *alive) {
-  int split = st->schedule == REMAT_SCHED_ZBH1 || st->schedule == REMAT_SCHED_ZBV;
-  for (int64_t r = 0; r < st->p; r++)
-    for (int64_t c = 0; c < st->v; c++) {
-      int64_t f = 0, done = 0, most = 0;
-      /* ZB-V's rank 0 holds the first and the last virtual stage: a
-       * micro-batch's targets reach the last when it enters the rank */
-      int64_t starts = st->schedule == REMAT_SCHED_ZBV && r == 0 && c == 1 ? 0 : c;
-      for (int64_t q = 0; q < st->len; q++) {
-        const remat_schedule_step *o = &st->ops[r * st->len + q];
-        f += o->chunk == starts && o->kind == REMAT_OP_F;
-        if (o->chunk != c) continue;
-        done += o->kind == (split ? REMAT_OP_W : REMAT_OP_B);
-        if (f - done > most) most = f - done;
-      }
-      alive[r * st->v + c] = most;
-    }
-}
