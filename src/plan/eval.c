@@ -30,7 +30,7 @@ static stage_fig chunk_figures(const remat__plan_inst *in, int64_t i, int64_t j,
     f.t += mid ? in->rm[l] : in->r[l];
     /* zb-h1, zbv: r holds both rebuilds of a layer with a deferred W; its W's
      * half runs in W */
-    if ((in->schedule == REMAT_SCHED_ZBH1 || in->schedule == REMAT_SCHED_ZBV) && in->wg[l] > 0)
+    if (remat_schedule_get(in->schedule)->split && in->wg[l] > 0)
       f.wg += (mid ? in->rm[l] : in->r[l]) / 2;
     f.mem -= in->n[vs] * (in->a[l] - (mid ? in->mb[l] : in->c[l]));
     *X = remat__max64(*X, mid ? in->xm[l] : in->x[l]);
@@ -105,14 +105,14 @@ void remat_plan_free(remat_plan *plan) {
 }
 
 /* The schedule's makespan for the plan's times per virtual stage (-1 when
- * too large to simulate): remat_plan_simulate for 1f1b and gpipe, the
- * streams otherwise. fw, bw, wg: (nv) forward, whole backward (with
+ * too large to simulate): remat_plan_simulate for an order in closed form
+ * (1f1b, gpipe), the streams otherwise. fw, bw, wg: (nv) forward, whole backward (with
  * recomputation), weight gradient. */
 static double simulated(const remat__plan_inst *in, const double *fw, const double *bw,
                         const double *wg) {
   double ms = -1;
   if ((double)in->nv * (double)in->m > 2e7) return -1;
-  if (in->schedule == REMAT_SCHED_1F1B || in->schedule == REMAT_SCHED_GPIPE) {
+  if (remat_schedule_get(in->schedule)->op) {
     if (remat_plan_simulate(in->schedule, in->p, in->m, fw, bw, &ms, NULL)) return -1;
     return ms;
   }
@@ -126,21 +126,25 @@ static double simulated(const remat__plan_inst *in, const double *fw, const doub
 /* Each stage's memory at the worst point of its stream: the formula's
  * memory less its in-flight terms (n S + k U per chunk), plus the largest
  * sum over the stream of each chunk's micro-batches between F and B
- * (zb-h1 and zbv: F and W, as the runtime keeps them) times its stored bytes S and
- * between B and W times its kept-for-W bytes U. */
+ * (F and W under a split backward, as the runtime keeps them) times its
+ * stored bytes S and between B and W times its kept-for-W bytes U. */
 static void stream_peaks(const remat__plan_inst *in, const int64_t *bounds, const uint8_t *rec,
                          remat_plan *plan) {
   remat_schedule_streams st;
   int64_t v = in->v;
-  if (in->schedule < REMAT_SCHED_INTERLEAVED || (double)in->nv * (double)in->m > 1e6) return;
+  const remat_schedule_info *row = remat_schedule_get(in->schedule);
+  if (row->op || (double)in->nv * (double)in->m > 1e6) return;
   if (remat_schedule_streams_build(&st, in->schedule, in->p, in->m, v, NULL)) return;
-  int64_t *S = remat__calloc((size_t)(4 * v), sizeof *S), *U = S + v, *nf = S + 2 * v,
-          *nw = S + 3 * v;
+  int64_t *S = remat__calloc((size_t)(5 * v), sizeof *S), *U = S + v, *nf = S + 2 * v,
+          *nw = S + 3 * v, *from = S + 4 * v;
   for (int64_t r = 0; S && r < in->p; r++) {
     int64_t fixed = (int64_t)plan->stages[r].memory_bytes, peak = 0;
     for (int64_t c = 0; c < v; c++) {
       int64_t vs = remat_schedule_virtual_stage(in->schedule, in->p, r, c);
       S[c] = U[c] = nf[c] = nw[c] = 0;
+      /* zbv: rank 0's head chunk holds a micro-batch's targets from its F
+       * of chunk 0 (remat_schedule_counts_from) */
+      from[c] = remat_schedule_counts_from(in->schedule, in->p, v, r, c);
       for (int64_t l = bounds[vs]; l < bounds[vs + 1]; l++) {
         S[c] += rec[l] == REMAT_MIDDLE ? in->mb[l] : rec[l] ? in->c[l] : in->a[l];
         U[c] += in->u[l];
@@ -149,16 +153,11 @@ static void stream_peaks(const remat__plan_inst *in, const int64_t *bounds, cons
     }
     for (int64_t q = 0; q < st.len; q++) {
       const remat_schedule_step *o = &st.ops[r * st.len + q];
-      int split = st.schedule == REMAT_SCHED_ZBH1 || st.schedule == REMAT_SCHED_ZBV;
-      /* the runtime keeps a zb-h1 micro-batch's activations until its W */
-      int until_w = split;
-      /* zbv: rank 0's head chunk holds a micro-batch's targets from its F
-       * of chunk 0 (remat_schedule_streams_alive) */
-      int zv = st.schedule == REMAT_SCHED_ZBV && r == 0;
-      if (o->kind == REMAT_OP_F) nf[o->chunk]++, nf[1] += zv && o->chunk == 0,
-                                  nf[1] -= zv && o->chunk == 1;
-      if (o->kind == REMAT_OP_B) nf[o->chunk] -= !until_w, nw[o->chunk] += split;
-      if (o->kind == REMAT_OP_W) nw[o->chunk]--, nf[o->chunk] -= until_w;
+      int split = row->split; /* then activations stay until W */
+      if (o->kind == REMAT_OP_F)
+        for (int64_t c = 0; c < v; c++) nf[c] += from[c] == o->chunk;
+      if (o->kind == REMAT_OP_B) nf[o->chunk] -= !split, nw[o->chunk] += split;
+      if (o->kind == REMAT_OP_W) nw[o->chunk]--, nf[o->chunk] -= split;
       int64_t mem = 0;
       for (int64_t c = 0; c < v; c++) mem += nf[c] * S[c] + nw[c] * U[c];
       peak = remat__max64(peak, mem);

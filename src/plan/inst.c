@@ -150,7 +150,7 @@ static int time_exponent(const remat_plan_problem *pb) {
   for (int64_t g = 0; g < pb->num_groups; g++) {
     const remat_plan_group *G = &pb->groups[g];
     /* zb-h1 and zbv rerun a rebuilt block's forward for its W too (see expand_layers) */
-    int split = pb->schedule == REMAT_SCHED_ZBH1 || pb->schedule == REMAT_SCHED_ZBV;
+    int split = remat_schedule_get(pb->schedule)->split;
     double again = split && G->wgrad > 0 ? 2 : 1;
     ttot += (double)G->count * (G->fwd + G->bwd + again * (G->recompute + G->middle_recompute));
   }
@@ -170,7 +170,7 @@ static void expand_layers(remat__plan_inst *in, const remat_plan_problem *pb, in
     int64_t bq = (int64_t)llround(ldexp(G->bwd, -e));
     /* zb-h1, zbv: a layer that does not keep its activations rebuilds them for
      * its B and again for its deferred W (remat train's runtime does) */
-    int split = pb->schedule == REMAT_SCHED_ZBH1 || pb->schedule == REMAT_SCHED_ZBV;
+    int split = remat_schedule_get(pb->schedule)->split;
     double again = split && G->wgrad > 0 ? 2 : 1;
     int64_t rq = (int64_t)llround(ldexp(again * G->recompute, -e));
     int middle = G->recomputable && G->middle;
@@ -232,43 +232,6 @@ static void candidate_runs(remat__plan_inst *in) {
   }
 }
 
-/* Micro-batches in flight (n) and kept for a deferred W (k) per virtual
- * stage: closed forms with one chunk (test_schedule checks them against
- * the streams), the streams' peaks with several and under zb-h1 and zbv,
- * whose n counts a micro-batch from its F to its W (the runtime keeps its
- * activations for W: remat_schedule_streams_alive, as remat train's
- * placement counts them). */
-static int held(remat__plan_inst *in, remat_error *err) {
-  int64_t p = in->p, m = in->m;
-  if (in->v == 1 && in->schedule != REMAT_SCHED_ZBH1) {
-    for (int64_t s = 0; s < p; s++) {
-      in->n[s] = in->schedule == REMAT_SCHED_GPIPE ? m : (p - s < m ? p - s : m);
-      in->kw[s] = 0;
-    }
-    return 0;
-  }
-  remat_schedule_streams st;
-  int rc = remat_schedule_streams_build(&st, in->schedule, p, m, in->v, err);
-  if (rc) return rc;
-  int64_t *nk = remat__malloc((size_t)(2 * in->nv) * sizeof *nk);
-  if (!nk) {
-    remat_schedule_streams_free(&st);
-    return remat__errorf(err, REMAT_ENOMEM, "out of memory");
-  }
-  remat_schedule_streams_peaks(&st, nk, nk + in->nv);
-  if (in->schedule == REMAT_SCHED_ZBH1 || in->schedule == REMAT_SCHED_ZBV)
-    remat_schedule_streams_alive(&st, nk);
-  for (int64_t r = 0; r < p; r++)
-    for (int64_t c = 0; c < in->v; c++) {
-      int64_t vs = remat_schedule_virtual_stage(in->schedule, p, r, c);
-      in->n[vs] = nk[r * in->v + c];
-      in->kw[vs] = nk[in->nv + r * in->v + c];
-    }
-  remat__free(nk);
-  remat_schedule_streams_free(&st);
-  return 0;
-}
-
 /* Each stage's budget and its class: stages with the same n, k and room
  * left after the boundary buffer share every answer (one chunk). */
 static int stage_classes(remat__plan_inst *in, const remat_plan_problem *pb) {
@@ -328,7 +291,9 @@ int remat__plan_inst_build(const remat_plan_problem *pb, remat__plan_inst *in, r
   if ((rc = work_tree(in))) goto fail;
   prefix_sums(in);
   candidate_runs(in);
-  if ((rc = held(in, err))) {
+  /* micro-batches in flight and kept for a deferred W per virtual stage,
+   * as remat train's placement takes them */
+  if ((rc = remat_schedule_held(in->schedule, in->p, in->m, in->v, in->n, in->kw, err))) {
     remat__plan_inst_free(in);
     return rc;
   }

@@ -135,7 +135,7 @@ static void lp_scale(lp *x) {
  * deferred W, whose W rebuilds its activations again). */
 static void time_terms(lp *x, terms *t, int64_t l, int64_t s) {
   char v[64];
-  int split = x->pb->schedule == REMAT_SCHED_ZBH1 || x->pb->schedule == REMAT_SCHED_ZBV;
+  int split = remat_schedule_get(x->pb->schedule)->split;
   double again = split && x->of[l]->wgrad > 0 ? 2 : 1;
   snprintf(v, sizeof v, "y_%lld_%lld", (long long)l, (long long)s);
   term(t, x->of[l]->fwd + x->of[l]->bwd, v);

@@ -168,9 +168,11 @@ static int check_blocks(const remat_plan_problem *pb, int64_t v, remat_error *er
                          "min_blocks must be 0 or 1 (blocks each stage and chunk must hold), "
                          "not %lld", (long long)pb->min_blocks);
   if (!pb->fixed_blocks) return 0;
+  char names[96];
   if (pb->min_blocks != 1 || v < 2)
     return remat__errorf(err, REMAT_EINVAL, "a fixed split of blocks needs min_blocks 1 and a "
-                         "schedule of several chunks (interleaved, zbv)");
+                         "schedule of several chunks (%s)",
+                         remat_schedule_names(names, sizeof names, REMAT_SCHEDULES_CHUNKED, "or"));
   int64_t blocks = 0, sum = 0;
   for (int64_t g = 0; g < pb->num_groups; g++)
     if (pb->groups[g].recomputable) blocks += pb->groups[g].count;
@@ -209,9 +211,10 @@ int remat_plan_problem_check(const remat_plan_problem *pb, remat_error *err) {
   if (pb->microbatches < 1 || pb->microbatches > REMAT_PLAN_MAX_MICROBATCHES)
     return remat__errorf(err, REMAT_ERANGE, "microbatches must be between 1 and %d, not %lld",
                          REMAT_PLAN_MAX_MICROBATCHES, (long long)pb->microbatches);
-  if (pb->schedule < 0 || pb->schedule >= REMAT_SCHED_COUNT)
-    return remat__errorf(err, REMAT_EINVAL, "unknown schedule %d; use 1f1b, gpipe, "
-                         "interleaved, zb-h1 or zbv", pb->schedule);
+  char names[96];
+  if (!remat_schedule_get(pb->schedule))
+    return remat__errorf(err, REMAT_EINVAL, "unknown schedule %d; use %s", pb->schedule,
+                         remat_schedule_names(names, sizeof names, REMAT_SCHEDULES_ALL, "or"));
   if (pb->objective < 0 || pb->objective >= REMAT_OBJ_COUNT)
     return remat__errorf(err, REMAT_EINVAL, "unknown objective %d; use bottleneck, 1f1b or "
                          "simulated", pb->objective);
@@ -257,9 +260,7 @@ int remat_plan_problem_check(const remat_plan_problem *pb, remat_error *err) {
                            (long long)s);
   /* Every memory expression must stay far from int64 overflow: bound the
    * largest one a stage could ever have. */
-  int64_t nmax = pb->schedule == REMAT_SCHED_GPIPE || v > 1
-                     ? pb->microbatches * v
-                     : (pb->microbatches < pb->stages ? pb->microbatches : pb->stages);
+  int64_t nmax = remat_schedule_held_bound(pb->schedule, pb->stages, pb->microbatches, v);
   double tot = (double)pb->stage_bytes + (double)pb->boundary_bytes, ttot = 0;
   for (int64_t g = 0; g < pb->num_groups; g++) {
     const remat_plan_group *G = &pb->groups[g];
@@ -536,10 +537,11 @@ static int parse_settings(remat_plan_problem *pb, const cJSON *root, remat_error
   if ((rc = remat_plan_problem_init(pb, stages, cJSON_GetArraySize(layers), err))) return rc;
   pb->microbatches = mb;
   const cJSON *it;
+  char names[96];
   if ((it = get(root, "schedule")) &&
       (!cJSON_IsString(it) || remat_plan_schedule_parse(it->valuestring, &pb->schedule)))
-    return remat__errorf(err, REMAT_EFORMAT, "\"schedule\" must be \"1f1b\", \"gpipe\", "
-                         "\"interleaved\", \"zb-h1\" or \"zbv\"");
+    return remat__errorf(err, REMAT_EFORMAT, "\"schedule\" must be %s",
+                         remat_schedule_names(names, sizeof names, REMAT_SCHEDULES_ALL, "or"));
   if ((it = get(root, "chunks")) &&
       (rc = json_int(it, top, "chunks", 1, REMAT_PLAN_MAX_LAYERS, &pb->chunks, err)))
     return rc;

@@ -179,6 +179,9 @@ int remat_plan_layout_load(remat_plan_layout *lo, const char *path, remat_error 
   const cJSON *sched = cJSON_GetObjectItemCaseSensitive(root, "schedule");
   const cJSON *src = cJSON_GetObjectItemCaseSensitive(root, "source");
   int64_t p = 0, L = 0, m = 0;
+  char names[96], bad_schedule[128];
+  snprintf(bad_schedule, sizeof bad_schedule, "\"schedule\" must be %s",
+           remat_schedule_names(names, sizeof names, REMAT_SCHEDULES_ALL, "or"));
   if (!cJSON_IsArray(stages) || (p = cJSON_GetArraySize(stages)) < 1 || p > REMAT_PLAN_MAX_STAGES)
     rc = bad(err, path, "\"stages\" must be a non-empty array");
   else if (whole(cJSON_GetObjectItemCaseSensitive(root, "num_layers"), 1, REMAT_PLAN_MAX_LAYERS, &L))
@@ -187,9 +190,10 @@ int remat_plan_layout_load(remat_plan_layout *lo, const char *path, remat_error 
                  REMAT_PLAN_MAX_MICROBATCHES, &m))
     rc = bad(err, path, "\"microbatches\" must be a positive whole number");
   else if (!cJSON_IsString(sched) || remat_plan_schedule_parse(sched->valuestring, &lo->schedule))
-    rc = bad(err, path, "\"schedule\" must be 1f1b, gpipe, interleaved, zb-h1 or zbv");
-  else if ((lo->schedule == REMAT_SCHED_INTERLEAVED || lo->schedule == REMAT_SCHED_ZBV) &&
-           (whole(cJSON_GetObjectItemCaseSensitive(root, "chunks"), 2, REMAT_PLAN_MAX_LAYERS,
+    rc = bad(err, path, bad_schedule);
+  else if (remat_schedule_get(lo->schedule)->chunks_max != 1 &&
+           (whole(cJSON_GetObjectItemCaseSensitive(root, "chunks"),
+                  remat_schedule_get(lo->schedule)->chunks_min, REMAT_PLAN_MAX_LAYERS,
                   &lo->chunks) ||
             remat_schedule_check(lo->schedule, p, m, lo->chunks, L, NULL)))
     rc = bad(err, path, "\"chunks\" must be the schedule's chunks per stage, every chunk "

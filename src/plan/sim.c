@@ -19,7 +19,8 @@
 
 int remat_plan_simulate(int schedule, int64_t p, int64_t m, const double *fwd, const double *bwd,
                         double *makespan, remat_error *err) {
-  if (p < 1 || m < 1 || (schedule != REMAT_SCHED_1F1B && schedule != REMAT_SCHED_GPIPE))
+  const remat_schedule_info *row = remat_schedule_get(schedule);
+  if (p < 1 || m < 1 || !row || !row->op)
     return remat__errorf(err, REMAT_EINVAL, "simulation needs p >= 1, m >= 1 and a schedule");
   if ((double)p * (double)m > 1e8)
     return remat__errorf(err, REMAT_ERANGE, "simulation of %lld stages x %lld micro-batches is "
@@ -123,7 +124,7 @@ static int64_t advance(sim_state *z, int64_t r, int split, double *end) {
 int remat_plan_simulate_streams(const remat_schedule_streams *st, const double *fwd,
                                 const double *bwd, const double *wgrad, double *makespan,
                                 remat_error *err) {
-  int split = st->schedule == REMAT_SCHED_ZBH1 || st->schedule == REMAT_SCHED_ZBV;
+  int split = remat_schedule_get(st->schedule)->split;
   sim_state z = {st, fwd, bwd, wgrad, NULL, NULL, NULL, NULL, st->p * st->v};
   size_t cells = (size_t)z.nv * (size_t)st->m;
   z.fdone = remat__malloc(cells * sizeof(double));
@@ -180,7 +181,6 @@ int remat__plan_sim_arrangement(const remat__plan_inst *in, const remat_schedule
 int remat__plan_sim_streams(const remat__plan_inst *in, remat_schedule_streams *st,
                             remat_error *err) {
   memset(st, 0, sizeof *st);
-  if (in->v == 1 && (in->schedule == REMAT_SCHED_1F1B || in->schedule == REMAT_SCHED_GPIPE))
-    return 0;
+  if (in->v == 1 && remat_schedule_get(in->schedule)->op) return 0;
   return remat_schedule_streams_build(st, in->schedule, in->p, in->m, in->v, err);
 }

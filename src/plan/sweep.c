@@ -51,9 +51,12 @@ int remat_plan_sweep_run(const remat_plan_problem *pb, int64_t points, remat_pla
   memset(sw, 0, sizeof *sw);
   int rc = remat_plan_problem_check(pb, err);
   if (rc) return rc;
+  char names[96];
   if (remat_schedule_chunks(pb->schedule, pb->chunks) > 1)
-    return remat__errorf(err, REMAT_EINVAL, "a sweep runs under 1f1b, gpipe and zb-h1; plan %s "
-                         "one budget at a time", remat_plan_schedule_name(pb->schedule));
+    return remat__errorf(err, REMAT_EINVAL, "a sweep runs under %s; plan %s one budget at a time",
+                         remat_schedule_names(names, sizeof names, REMAT_SCHEDULES_ONE_CHUNK,
+                                              "and"),
+                         remat_plan_schedule_name(pb->schedule));
   if (pb->objective == REMAT_OBJ_SIMULATED)
     return remat__errorf(err, REMAT_EINVAL, "a sweep runs the bottleneck and 1f1b objectives; "
                          "plan the simulated one a budget at a time");
