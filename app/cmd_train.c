@@ -448,18 +448,24 @@ static void print_ranks(remat_job *job, const opts *o) {
 }
 
 /* The ZeRO table the replicas follow (Psi parameters, persistent bytes per
- * rank) and the bytes each sends a step. */
+ * rank: remat_state_bytes' fp32 AdamW row) and the bytes each sends a step. */
 static void print_zero(const remat_config *cfg, const remat_memplan *mine, const opts *o) {
   int64_t D = o->replicas;
-  char b[1][32];
-  static const char *const table[4] = {"16 Psi", "8 Psi + 8 Psi/D", "4 Psi + 12 Psi/D",
-                                       "16 Psi/D"};
-  double psi = (double)remat_param_count(cfg), d = (double)D;
-  double ideal[4] = {16 * psi, 8 * psi + 8 * psi / d, 4 * psi + 12 * psi / d, 16 * psi / d};
-  printf("zero    stage %d on %lld replicas: persistent %zu bytes per rank; %s = %.0f bytes "
+  char b[1][32], table[48];
+  size_t psi = remat_param_count(cfg);
+  uint64_t per[REMAT_STATE_PART_COUNT], one, ideal;
+  remat_error err; /* cannot fail: the table's names, ZeRO 0-3, D >= 1 */
+  remat_state_bytes(1, "fp32", "adamw", 0, 1, 1, per, &one, &err);
+  remat_state_bytes(psi, "fp32", "adamw", o->zero, D, 1, NULL, &ideal, &err);
+  unsigned whole = 0, shard = 0; /* bytes per parameter: "8 Psi + 8 Psi/D" */
+  for (int k = 0; k < REMAT_STATE_PART_COUNT; k++)
+    *(remat_zero_shards(o->zero, k) ? &shard : &whole) += (unsigned)per[k];
+  int n = whole ? snprintf(table, sizeof table, "%u Psi", whole) : 0;
+  if (shard) snprintf(table + n, sizeof table - (size_t)n, "%s%u Psi/D", n ? " + " : "", shard);
+  printf("zero    stage %d on %lld replicas: persistent %zu bytes per rank; %s = %llu bytes "
          "(Psi = %zu; the rest is shard padding, alignment and the tied gradient)\n",
-         o->zero, (long long)D, remat_memplan_persistent_bytes(mine), table[o->zero],
-         ideal[o->zero], remat_param_count(cfg));
+         o->zero, (long long)D, remat_memplan_persistent_bytes(mine), table,
+         (unsigned long long)ideal, psi);
   uint64_t bytes = remat_replicas_step_bytes(cfg, D, o->zero, o->K);
   printf("comm    %s (%llu bytes) sent per rank per step, from the shapes\n",
          remat_format_bytes((size_t)bytes, b[0], sizeof b[0]), (unsigned long long)bytes);

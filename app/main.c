@@ -132,6 +132,7 @@ int remat_cmd_train(int argc, char **argv);
 int remat_cmd_plan(int argc, char **argv);
 int remat_cmd_tokenize(int argc, char **argv);
 int remat_cmd_sample(int argc, char **argv);
+int remat_cmd_state(int argc, char **argv);
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -142,6 +143,7 @@ static void usage(FILE *f) {
           "  plan      plan pipeline stages: layers and checkpointed layers per stage\n"
           "  tokenize  text to llm.c token shards with GPT-2's BPE (and --decode back)\n"
           "  sample    text from a trained model (KV cache; temperature, top-k, seed)\n"
+          "  state     bytes of weights, gradients and optimizer state per rank (ZeRO)\n"
           "\n"
           "Run 'remat <command> --help' for a command's options.\n");
 }
@@ -171,6 +173,7 @@ int main(int argc, char **argv) {
   if (strcmp(cmd, "plan") == 0) return remat_cmd_plan(argc - 1, argv + 1);
   if (strcmp(cmd, "tokenize") == 0) return remat_cmd_tokenize(argc - 1, argv + 1);
   if (strcmp(cmd, "sample") == 0) return remat_cmd_sample(argc - 1, argv + 1);
+  if (strcmp(cmd, "state") == 0) return remat_cmd_state(argc - 1, argv + 1);
   if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
     usage(stdout);
     return 0;

@@ -9,7 +9,8 @@
  * planner's figure for a replica (remat_plan_problem_from_replicas) is the
  * engine's arena, byte for byte; on a P x D grid the stages' units cover the
  * model and the planner's figure is the engine's with the whole model's
- * communication buffers, which bound every stage's. */
+ * communication buffers, which bound every stage's. The ZeRO paper's state
+ * bytes per parameter (remat_state_bytes) against figures by hand. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -220,7 +221,55 @@ static void grid(const remat_config *cfg, int64_t B, int64_t T, int64_t D, int z
   }
 }
 
+/* The ZeRO paper's table (remat_state_bytes) against figures by hand, the
+ * same ones tests/python/test_profile_bytes.py asks `remat state` for. */
+static void state_table(void) {
+  uint64_t n = 1000, parts[REMAT_STATE_PART_COUNT], got;
+  remat_error err;
+  struct {
+    const char *prec, *opt;
+    int zero;
+    int64_t dp, tp;
+    uint64_t want;
+  } rows[] = {
+      {"fp32", "adamw", 0, 1, 1, 16 * n},
+      {"bf16", "adamw", 0, 1, 1, 16 * n},
+      {"bf16", "adamw", 1, 4, 1, 4 * n + 3 * n},
+      {"bf16", "adamw", 2, 4, 1, 2 * n + n / 2 + 3 * n},
+      {"bf16", "adamw", 3, 4, 1, 4 * n},
+      {"fp32", "sgd", 0, 1, 1, 8 * n},
+      {"fp32", "adamw", 0, 1, 2, 8 * n},
+      {"fp16", "sgd-momentum", 1, 8, 1, 4 * n + n},
+      {"bf16", "none", 3, 3, 1, 667 + 667}, /* ceil(2000 / 3) twice */
+      /* ceil(1000 / 7) = 143: ceil(4 * 143 / 3) twice, ceil(8 * 143 / 3) */
+      {"fp32", "adamw", 3, 3, 7, 191 + 191 + 382},
+  };
+  for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+    int rc = remat_state_bytes(n, rows[i].prec, rows[i].opt, rows[i].zero, rows[i].dp,
+                               rows[i].tp, parts, &got, &err);
+    CHECKF(rc == 0 && got == rows[i].want && got == parts[0] + parts[1] + parts[2],
+           "state %s %s ZeRO %d dp %lld tp %lld: %llu bytes (by hand %llu)", rows[i].prec,
+           rows[i].opt, rows[i].zero, (long long)rows[i].dp, (long long)rows[i].tp,
+           (unsigned long long)got, (unsigned long long)rows[i].want);
+  }
+  CHECK_ERR(remat_state_bytes(n, "int3", "adamw", 0, 1, 1, NULL, &got, &err), err, REMAT_EINVAL,
+            "fp32, bf16, fp16");
+  CHECK_ERR(remat_state_bytes(n, "fp32", "lion", 0, 1, 1, NULL, &got, &err), err, REMAT_EINVAL,
+            "sgd-momentum");
+  CHECK_ERR(remat_state_bytes(n, "fp32", "adamw", 4, 1, 1, NULL, &got, &err), err, REMAT_EINVAL,
+            "ZeRO stage 4");
+  CHECK_ERR(remat_state_bytes(n, "fp32", "adamw", 1, 0, 1, NULL, &got, &err), err, REMAT_EINVAL,
+            "data parallelism");
+  /* the engine's replicas follow the same rule for m and v (the optimizer
+   * state), gradients and parameters */
+  for (int z = 0; z <= 3; z++)
+    CHECK(remat_zero_shards(z, REMAT_STATE_OPTIMIZER) == (z >= 1) &&
+          remat_zero_shards(z, REMAT_STATE_GRADS) == (z >= 2) &&
+          remat_zero_shards(z, REMAT_STATE_WEIGHTS) == (z >= 3));
+}
+
 int main(void) {
+  state_table();
   const char *cfgs[] = {"4,64,4,256,64", "tiny", "gpt2-124m", "3,40,5,100,48"};
   int cases = 0;
   for (size_t c = 0; c < sizeof cfgs / sizeof cfgs[0]; c++) {
@@ -248,9 +297,13 @@ int main(void) {
     CHECK(remat_replica_bytes_get(&cfg, 4, z, &rb, &err) == 0);
     double per = (double)(rb.params + rb.grads + 2 * rb.moment);
     double ideal[4] = {16 * psi, 8 * psi + 2 * psi, 4 * psi + 3 * psi, 4 * psi};
+    uint64_t table;
+    CHECK(remat_state_bytes(remat_param_count(&cfg), "fp32", "adamw", z, 4, 1, NULL, &table,
+                            &err) == 0);
     printf("  gpt2-124m D=4 ZeRO %d: %.0f bytes of state, %.4f of the table\n", z, per,
            per / ideal[z]);
     CHECK(per >= ideal[z] && per < ideal[z] * 1.001);
+    CHECK((double)table == ideal[z]); /* Psi = 124475904 is a multiple of 4 */
   }
   CHECK(remat_replica_bytes_get(&cfg, 4, 4, &(remat_replica_bytes){0}, &err) == REMAT_EINVAL);
   printf("%d planner cases\n", cases);

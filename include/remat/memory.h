@@ -293,6 +293,52 @@ REMAT_API int remat_replica_bytes_get(const remat_config *cfg, int64_t D, int ze
 REMAT_API int remat_replica_stage_bytes_get(const remat_config *cfg, const remat_stage *st,
                                             remat_replica_bytes *out, remat_error *err);
 
+/* ------------------------------------------ state bytes per parameter */
+
+/* The persistent bytes of a parameter as the ZeRO paper counts them, for a
+ * model trained by any framework: the Python profiler writes these into its
+ * problem files (it asks `remat state`), and remat train compares its own
+ * replica's bytes with the fp32 AdamW row. Three parts: the weights, their
+ * gradients, and the optimizer state, which holds a mixed-precision run's
+ * fp32 master copy of the weights (so ZeRO 1 shards it with the moments).
+ * ZeRO over D replicas shards the optimizer state (stage >= 1), the
+ * gradients (>= 2) and the weights (3); remat_replica_bytes follows the same
+ * rule for remat's own layout. Tables append only. */
+typedef enum {
+  REMAT_STATE_WEIGHTS,
+  REMAT_STATE_GRADS,
+  REMAT_STATE_OPTIMIZER, /* the moments, and a master copy */
+  REMAT_STATE_PART_COUNT
+} remat_state_part;
+
+typedef struct remat_state_precision {
+  const char *name;            /* "fp32", "bf16", "fp16" */
+  size_t weight, grad, master; /* bytes per parameter; master 0: none */
+} remat_state_precision;
+
+typedef struct remat_state_optimizer {
+  const char *name; /* "adamw", "adam", "sgd", "sgd-momentum", "none" */
+  size_t moments;   /* fp32 bytes of optimizer state per parameter */
+  int trains;       /* 0 for "none": no update, so no master copy either */
+} remat_state_optimizer;
+
+/* Row i of each table; NULL past the last. */
+REMAT_API const remat_state_precision *remat_state_precision_at(int i);
+REMAT_API const remat_state_optimizer *remat_state_optimizer_at(int i);
+/* Whether ZeRO stage zero (0 to 3) shards part (remat_state_part). */
+REMAT_API int remat_zero_shards(int zero, int part);
+
+/* The whole bytes one rank holds for num_params parameters: tensor
+ * parallelism of degree tp divides the count (ceil(num_params / tp) = n),
+ * and each part of b bytes a parameter takes ceil(b n / dp) bytes where
+ * ZeRO stage zero shards it over dp replicas, else b n. parts (may be NULL)
+ * gets each part's bytes. REMAT_EINVAL for a name not in the tables, a ZeRO
+ * stage not in 0..3, or dp or tp below 1. */
+REMAT_API int remat_state_bytes(uint64_t num_params, const char *precision,
+                                const char *optimizer, int zero, int64_t dp, int64_t tp,
+                                uint64_t parts[REMAT_STATE_PART_COUNT], uint64_t *total,
+                                remat_error *err);
+
 /* ---------------------------------------------------------- memory plan */
 
 /* The arena of one stage, region by region. Append-only. */

@@ -1,8 +1,11 @@
 /* units.c: the stages of the whole model and of a replica; the model's
  * parameters cut into units (one layer's tensors as one vector) and units
- * cut into shards, for data parallelism; and the bytes of one replica under
- * each ZeRO stage. See include/remat/memory.h. The memory model and the
- * arena (memplan.c) build on these; nothing here calls memplan.c. */
+ * cut into shards, for data parallelism; the bytes of one replica under
+ * each ZeRO stage; and the ZeRO paper's state bytes per parameter, the one
+ * table of them (the Python profiler asks `remat state`). See
+ * include/remat/memory.h. The memory model and the arena (memplan.c) build
+ * on these; nothing here calls memplan.c. */
+#include <stdio.h>
 #include <string.h>
 
 #include "base/base.h"
@@ -123,7 +126,10 @@ int remat_replica_stage_bytes_get(const remat_config *cfg, const remat_stage *st
   const int64_t kind_unit[REMAT_LAYER_KIND_COUNT] = {
       [REMAT_LAYER_EMBEDDING] = 0, [REMAT_LAYER_BLOCK] = 1, [REMAT_LAYER_HEAD] = L + 1};
   /* which of parameters, gradients, m, v are whole */
-  int whole[4] = {zero <= 2, zero <= 1, zero == 0, zero == 0};
+  int whole[4] = {!remat_zero_shards(zero, REMAT_STATE_WEIGHTS),
+                  !remat_zero_shards(zero, REMAT_STATE_GRADS),
+                  !remat_zero_shards(zero, REMAT_STATE_OPTIMIZER),
+                  !remat_zero_shards(zero, REMAT_STATE_OPTIMIZER)};
   size_t d = (size_t)D;
   out->replicas = D;
   out->zero = zero;
@@ -199,5 +205,88 @@ int remat_replica_stage_bytes_get(const remat_config *cfg, const remat_stage *st
     if (st->has_head && bf_head_whole > out->gather_bf16) out->gather_bf16 = bf_head_whole;
   }
   out->comm = out->recv + out->gather + out->norm + out->reduce + out->gather_bf16;
+  return 0;
+}
+
+/* Bytes per parameter (the ZeRO paper's accounting); append only. */
+static const remat_state_precision precisions[] = {
+    {"fp32", 4, 4, 0},
+    {"bf16", 2, 2, 4}, /* fp32 master weights */
+    {"fp16", 2, 2, 4},
+};
+static const remat_state_optimizer optimizers[] = {
+    {"adamw", 8, 1}, /* m and v */
+    {"adam", 8, 1},
+    {"sgd", 0, 1},
+    {"sgd-momentum", 4, 1},
+    {"none", 0, 0},
+};
+#define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+const remat_state_precision *remat_state_precision_at(int i) {
+  return i >= 0 && i < COUNT(precisions) ? &precisions[i] : NULL;
+}
+
+const remat_state_optimizer *remat_state_optimizer_at(int i) {
+  return i >= 0 && i < COUNT(optimizers) ? &optimizers[i] : NULL;
+}
+
+int remat_zero_shards(int zero, int part) {
+  REMAT_ASSERT(part >= 0 && part < REMAT_STATE_PART_COUNT);
+  /* ZeRO 1 shards the optimizer state, 2 the gradients too, 3 the weights too */
+  static const int from[REMAT_STATE_PART_COUNT] = {
+      [REMAT_STATE_WEIGHTS] = 3, [REMAT_STATE_GRADS] = 2, [REMAT_STATE_OPTIMIZER] = 1};
+  return zero >= from[part];
+}
+
+/* "fp32, bf16, fp16": the names of a table, for a refusal. */
+#define NAMES(buf, table)                                                            \
+  do {                                                                               \
+    size_t at_ = 0;                                                                  \
+    buf[0] = 0;                                                                      \
+    for (int i_ = 0; i_ < COUNT(table); i_++)                                        \
+      at_ += (size_t)snprintf(buf + at_, sizeof buf - at_, "%s%s", i_ ? ", " : "",   \
+                              table[i_].name);                                       \
+  } while (0)
+
+int remat_state_bytes(uint64_t num_params, const char *precision, const char *optimizer,
+                      int zero, int64_t dp, int64_t tp, uint64_t parts[REMAT_STATE_PART_COUNT],
+                      uint64_t *total, remat_error *err) {
+  const remat_state_precision *p = NULL;
+  const remat_state_optimizer *o = NULL;
+  char names[128];
+  for (int i = 0; i < COUNT(precisions); i++)
+    if (!strcmp(precisions[i].name, precision)) p = &precisions[i];
+  for (int i = 0; i < COUNT(optimizers); i++)
+    if (!strcmp(optimizers[i].name, optimizer)) o = &optimizers[i];
+  if (!p) {
+    NAMES(names, precisions);
+    return remat__errorf(err, REMAT_EINVAL, "precision '%s': use one of %s", precision, names);
+  }
+  if (!o) {
+    NAMES(names, optimizers);
+    return remat__errorf(err, REMAT_EINVAL, "optimizer '%s': use one of %s", optimizer, names);
+  }
+  if (zero < 0 || zero > 3)
+    return remat__errorf(err, REMAT_EINVAL, "ZeRO stage %d does not exist; use 0, 1, 2 or 3",
+                         zero);
+  if (dp < 1 || tp < 1)
+    return remat__errorf(err, REMAT_EINVAL, "%s %lld: the degree must be 1 or more",
+                         dp < 1 ? "data parallelism" : "tensor parallelism",
+                         (long long)(dp < 1 ? dp : tp));
+  if (num_params > UINT64_MAX / 32)
+    return remat__errorf(err, REMAT_EINVAL, "%llu parameters: too many to count in bytes",
+                         (unsigned long long)num_params);
+  uint64_t n = (num_params + (uint64_t)tp - 1) / (uint64_t)tp, d = (uint64_t)dp, sum = 0;
+  uint64_t per[REMAT_STATE_PART_COUNT] = {
+      [REMAT_STATE_WEIGHTS] = p->weight, [REMAT_STATE_GRADS] = p->grad,
+      [REMAT_STATE_OPTIMIZER] = o->trains ? p->master + o->moments : 0};
+  for (int k = 0; k < REMAT_STATE_PART_COUNT; k++) {
+    uint64_t b = per[k] * n;
+    if (remat_zero_shards(zero, k)) b = (b + d - 1) / d;
+    if (parts) parts[k] = b;
+    sum += b;
+  }
+  *total = sum;
   return 0;
 }

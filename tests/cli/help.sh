@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every flag README.md and docs/*.md show on a `remat train`, `remat plan`,
-# `remat tokenize` or `remat sample` command line (in a fenced block or an
+# `remat tokenize`, `remat sample` or `remat state` command line (in a fenced block or an
 # inline `remat ...` span) appears in that command's --help; and README
 # tells, once, what Open MPI needs to run as root.
 # usage: help.sh REMAT SOURCE_DIR
@@ -8,13 +8,13 @@ set -u
 remat=$1
 src=$2
 fails=0
-for cmd in train plan tokenize sample; do
+for cmd in train plan tokenize sample state; do
   "$remat" "$cmd" --help >"/tmp/remat-help-$$-$cmd" 2>&1 || { echo "FAIL [remat $cmd --help exits non-zero]"; fails=$((fails + 1)); }
 done
 python3 - "$src" "/tmp/remat-help-$$" <<'PY' || fails=$((fails + 1))
 import glob, re, sys
 src, helps = sys.argv[1], sys.argv[2]
-cmds = ("train", "plan", "tokenize", "sample")
+cmds = ("train", "plan", "tokenize", "sample", "state")
 help_flags = {c: set(re.findall(r"--[a-z][a-z0-9-]*", open(f"{helps}-{c}").read())) for c in cmds}
 files = [f"{src}/README.md"] + sorted(glob.glob(f"{src}/docs/*.md"))
 shown = {c: {} for c in cmds}
