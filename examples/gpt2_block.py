@@ -7,7 +7,7 @@ selective policy (remat's middle) that Megatron calls selective
 recomputation. The causal mask is a buffer added to the scores by baddbmm,
 which also scales them, so the block saves only what its backward needs.
 
-    PYTHONPATH=python REMAT_CLI=build/app/remat python3 examples/gpt2_block.py
+    REMAT_CLI=build/app/remat ~/.venvs/remat/bin/python examples/gpt2_block.py
 """
 import math
 
@@ -132,7 +132,8 @@ def block_bytes(B, T, C, H, elem=4):
 
 if __name__ == "__main__":
     # Profile, plan and verify a small GPT-2 on this machine. Needs the remat
-    # command: on PATH, or REMAT_CLI=build/app/remat; and PYTHONPATH=python.
+    # command: on PATH, or REMAT_CLI=build/app/remat; and the package
+    # installed (pip install ./python, docs/profile.md).
     import remat
 
     torch.manual_seed(0)

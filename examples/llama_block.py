@@ -7,7 +7,7 @@ The attention core (scores, causal mask, softmax, weighted sum, after the
 rotary embedding and the repetition of the key/value heads) is the
 submodule ``attn.core``, which the selective policy checkpoints.
 
-    PYTHONPATH=python REMAT_CLI=build/app/remat python3 examples/llama_block.py
+    REMAT_CLI=build/app/remat ~/.venvs/remat/bin/python examples/llama_block.py
 """
 import math
 
@@ -161,7 +161,7 @@ def block_bytes(B, T, C, H, Hkv, F_, elem=4):
 if __name__ == "__main__":
     # Profile, plan and verify a small Llama-style model on this machine.
     # Needs the remat command: on PATH, or REMAT_CLI=build/app/remat; and
-    # PYTHONPATH=python.
+    # the package installed (pip install ./python, docs/profile.md).
     import remat
 
     torch.manual_seed(0)

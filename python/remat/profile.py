@@ -324,7 +324,7 @@ class _LayerRun:
 
 def profile(model, sample_batch, layers, embedding=None, head=None, loss_fn=None, selective=None,
             precision="fp32", optimizer="adamw", zero=0, dp=1, tp=1, device=None, repeats=3,
-            preserve_rng_state=True, family=None):
+            preserve_rng_state=True, family=None, cli=None):
     """Measures every layer of the chain on one micro-batch (sample_batch:
     inputs, or (inputs, targets)) and returns a Profile.
 
@@ -339,7 +339,9 @@ def profile(model, sample_batch, layers, embedding=None, head=None, loss_fn=None
     dtype you train with). Times are medians of `repeats` runs on `device`
     (default: the device of the model's first parameter). family: the model
     family for the exports ("llama", "gpt2", ...; default: a Hugging Face
-    model's config.model_type, if it has one)."""
+    model's config.model_type, if it has one). cli: the remat command, which
+    gives the state bytes (remat.state; default: as remat.config says)."""
+    state_bytes(0, precision, optimizer, zero, dp, tp, cli)  # refuse bad values before measuring
     blocks = list(_resolve(model, layers, "layers"))
     if not blocks:
         raise ValueError("layers: no blocks")
@@ -381,7 +383,7 @@ def profile(model, sample_batch, layers, embedding=None, head=None, loss_fn=None
             buf = sum(_out_bytes(b) for b in mod.buffers())
             row = {"name": name, "kind": kind, "type": type(mod).__name__, "params": params,
                    "recomputable": kind == "block", "out_bytes": run.out_bytes,
-                   "state_bytes": state_bytes(params, precision, optimizer, zero, dp, tp) + buf,
+                   "state_bytes": state_bytes(params, precision, optimizer, zero, dp, tp, cli) + buf,
                    "buffer_bytes": buf}
             if kind == "block":
                 row["act_bytes"] = saved["keep"][i]
@@ -407,7 +409,7 @@ def profile(model, sample_batch, layers, embedding=None, head=None, loss_fn=None
 
         other = sum(p.numel() for p in model.parameters() if storage_of(p)[0] not in seen_params)
         if other:
-            rows[0]["state_bytes"] += state_bytes(other, precision, optimizer, zero, dp, tp)
+            rows[0]["state_bytes"] += state_bytes(other, precision, optimizer, zero, dp, tp, cli)
             rows[0]["params"] += other
             notes.append(f"{other} parameters of the model are in no layer of the chain; "
                          f"their state is counted with {rows[0]['name']}")

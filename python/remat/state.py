@@ -7,45 +7,40 @@ replicas shards the optimizer state (stage >= 1), the gradients (>= 2) and
 the weights (3); tensor parallelism of degree tp divides a layer's parameter
 count (norms replicated by tp are counted divided too: a slight
 underestimate for them).
+
+The table is remat's own (remat_state_bytes in the library, the one remat
+train's ZeRO figures come from too): this module asks the remat command
+(`remat state`, found as remat.config says) and keeps its answers.
 """
+import functools
+import json
+import operator
+import subprocess
 
-PRECISIONS = {  # weight bytes, gradient bytes, master-copy bytes
-    "fp32": (4, 4, 0),
-    "bf16": (2, 2, 4),
-    "fp16": (2, 2, 4),
-}
-OPTIMIZERS = {  # fp32 bytes of optimizer state per parameter
-    "adamw": 8,
-    "adam": 8,
-    "sgd": 0,
-    "sgd-momentum": 4,
-    "none": 0,
-}
+from .config import PlanError, find_cli
 
 
-def _ceil_div(a, b):
-    return -(-a // b)
+@functools.lru_cache(maxsize=None)
+def _ask(cli, num_params, precision, optimizer, zero, dp, tp):
+    r = subprocess.run([cli, "state", "--params", str(num_params), "--precision", precision,
+                        "--optimizer", optimizer, "--zero", str(zero), "--dp", str(dp),
+                        "--tp", str(tp)], capture_output=True, text=True)
+    msg = r.stderr.strip()
+    if r.returncode == 2:  # a value remat refuses: say which, in its words
+        raise ValueError(msg.removeprefix("remat state: "))
+    if r.returncode:
+        raise PlanError(f"{cli} state failed ({r.returncode}): {msg}")
+    return json.loads(r.stdout)
 
 
-def bytes_per_param(precision="fp32", optimizer="adamw", zero=0, dp=1):
-    """(weights, grads, optimizer incl. master) bytes per parameter, each
-    before sharding, and the divisor that applies to each."""
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision {precision!r}: one of {', '.join(PRECISIONS)}")
-    if optimizer not in OPTIMIZERS:
-        raise ValueError(f"optimizer {optimizer!r}: one of {', '.join(OPTIMIZERS)}")
-    if zero not in (0, 1, 2, 3):
-        raise ValueError("zero must be 0, 1, 2 or 3")
-    if dp < 1:
-        raise ValueError("dp must be >= 1")
-    w, g, master = PRECISIONS[precision]
-    k = master + OPTIMIZERS[optimizer] if optimizer != "none" else 0
-    return (w, 1 if zero < 3 else dp), (g, 1 if zero < 2 else dp), (k, 1 if zero < 1 else dp)
+def state(num_params, precision="fp32", optimizer="adamw", zero=0, dp=1, tp=1, cli=None):
+    """remat's figures for num_params parameters on one rank, a dict:
+    weights, grads, optimizer_state (bytes of each) and bytes (their sum),
+    with the arguments."""
+    ints = [operator.index(v) for v in (num_params, zero, dp, tp)]
+    return dict(_ask(find_cli(cli), ints[0], str(precision), str(optimizer), *ints[1:]))
 
 
-def state_bytes(num_params, precision="fp32", optimizer="adamw", zero=0, dp=1, tp=1):
+def state_bytes(num_params, precision="fp32", optimizer="adamw", zero=0, dp=1, tp=1, cli=None):
     """Whole bytes of persistent state for num_params parameters on one rank."""
-    if tp < 1:
-        raise ValueError("tp must be >= 1")
-    n = _ceil_div(num_params, tp)
-    return sum(_ceil_div(b * n, d) for b, d in bytes_per_param(precision, optimizer, zero, dp))
+    return state(num_params, precision, optimizer, zero, dp, tp, cli)["bytes"]

@@ -1,12 +1,13 @@
 """Shared setup for the Python tests: the examples on sys.path, the remat
-command (REMAT_CLI, set by CTest to the built one), small model sizes."""
+command (REMAT_CLI, set by CTest to the built one), small model sizes. The
+package itself is the installed one (tests/python/install.sh), not
+python/ of the source tree."""
 import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "examples"))
-sys.path.insert(0, os.path.join(ROOT, "python"))
 
 import torch  # noqa: E402
 

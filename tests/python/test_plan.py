@@ -1,6 +1,7 @@
 """remat.plan through the built `remat plan`: the seed example (ColossalAI
 #5509) comes out as 7/8/8/9 layers with 4/3/0/0 recomputed, and its
-ColossalAI, Megatron and torch stage-split exports."""
+ColossalAI, Megatron and torch stage-split exports; the remat command
+found from cli=, remat.config.cli, REMAT_CLI and PATH."""
 import json
 import os
 import sys
@@ -99,6 +100,26 @@ class Settings(unittest.TestCase):
                 del os.environ["REMAT_CLI"]
             else:
                 os.environ["REMAT_CLI"] = old
+
+    def test_cli_from_config_and_path(self):
+        # remat.config.cli before $REMAT_CLI, and `remat` on PATH after both
+        old_env, old_path = os.environ.pop("REMAT_CLI", None), os.environ["PATH"]
+        try:
+            remat.config.cli = common.CLI
+            os.environ["REMAT_CLI"] = os.path.join(tempfile.gettempdir(), "no-such-remat")
+            self.assertEqual(remat.plan(common.SEED).layers_per_stage, [7, 8, 8, 9])
+            remat.config.cli = None
+            del os.environ["REMAT_CLI"]
+            os.environ["PATH"] = os.path.dirname(os.path.abspath(common.CLI)) + os.pathsep + old_path
+            self.assertEqual(remat.plan(common.SEED).layers_per_stage, [7, 8, 8, 9])
+            os.environ["PATH"] = tempfile.gettempdir()
+            with self.assertRaisesRegex(remat.PlanError, "remat.config.cli"):
+                remat.plan(common.SEED)
+        finally:
+            remat.config.cli = None
+            os.environ["PATH"] = old_path
+            if old_env is not None:
+                os.environ["REMAT_CLI"] = old_env
 
 
 if __name__ == "__main__":

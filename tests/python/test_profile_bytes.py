@@ -1,14 +1,15 @@
 """remat.profile's saved bytes against bytes computed by hand from the
 blocks' shapes (fp32), for the GPT-2 and the Llama-style example; the
-embedding and head of GPT-2 by hand; state bytes; and the problem JSON it
-writes, read by the real `remat plan`."""
+embedding and head of GPT-2 by hand; state bytes, by hand and as the C
+library's `remat state` gives them; and the problem JSON it writes, read by
+the real `remat plan`."""
 import json
 import os
 import subprocess
 import tempfile
 import unittest
 
-import common  # noqa: F401  (paths)
+import common
 import torch
 
 import gpt2_block
@@ -153,6 +154,35 @@ class StateBytes(unittest.TestCase):
         self.assertEqual(remat.state_bytes(n, tp=2), 8 * n)
         with self.assertRaises(ValueError):
             remat.state_bytes(n, "int3")
+        with self.assertRaisesRegex(ValueError, "ZeRO stage 4"):
+            remat.state_bytes(n, zero=4)
+
+    def test_equals_the_library(self):
+        # remat.state_bytes is the C library's figure (remat_state_bytes,
+        # whose table test_replicas checks by hand), as `remat state` prints it
+        for args in [("fp32", "adamw", 0, 1, 1), ("bf16", "adamw", 1, 8, 2),
+                     ("fp16", "sgd-momentum", 2, 3, 1), ("bf16", "none", 3, 5, 4),
+                     ("fp32", "adam", 3, 7, 3), ("bf16", "sgd", 2, 6, 1)]:
+            for n in (0, 1, 999, 124475904):
+                out = subprocess.run([common.CLI, "state", "--params", str(n), "--precision",
+                                      args[0], "--optimizer", args[1], "--zero", str(args[2]),
+                                      "--dp", str(args[3]), "--tp", str(args[4])],
+                                     capture_output=True, text=True, check=True).stdout
+                c = json.loads(out)
+                self.assertEqual(remat.state_bytes(n, *args), c["bytes"])
+                self.assertEqual(c["bytes"], c["weights"] + c["grads"] + c["optimizer_state"])
+
+    def test_no_table_of_its_own(self):
+        # a remat command that answers otherwise changes the figure: Python
+        # only asks
+        with tempfile.TemporaryDirectory() as d:
+            fake = os.path.join(d, "remat")
+            with open(fake, "w") as f:
+                f.write('#!/bin/sh\necho \'{"weights": 1, "grads": 2, "optimizer_state": 3, '
+                        '"bytes": 6}\'\n')
+            os.chmod(fake, 0o755)
+            self.assertEqual(remat.state_bytes(1000, cli=fake), 6)
+            self.assertEqual(remat.state(1000, cli=fake)["grads"], 2)
 
 
 class ProblemFile(unittest.TestCase):
