@@ -46,13 +46,6 @@ struct remat_job {
 
 /* Every rank's status: the lowest failing rank's, on every rank, with its
  * message. One process: rc. */
-/* The schedules the pipeline runtime executes. */
-static int runs_schedule(int schedule) {
-  return schedule == REMAT_SCHED_1F1B || schedule == REMAT_SCHED_GPIPE ||
-         schedule == REMAT_SCHED_ZBH1 || schedule == REMAT_SCHED_INTERLEAVED ||
-         schedule == REMAT_SCHED_ZBV;
-}
-
 /* v: the model chunks each stage runs. */
 static int64_t job_chunks(const remat_job_desc *d) {
   return remat_schedule_chunks(d->schedule, d->chunks);
@@ -123,28 +116,38 @@ int remat_job_create(remat_job **out, const remat_job_desc *desc, remat_error *e
   if ((d->ckpt_ratio >= 0) + !!d->ckpt_layers + !!d->memory + !!d->plan > 1)
     return remat__errorf(err, REMAT_EINVAL, "a recompute ratio, a block list, a memory budget "
                          "and a plan file each choose the recomputed blocks; give at most one");
-  if (!runs_schedule(d->schedule))
-    return remat__errorf(err, REMAT_EINVAL, "schedule %d is not one of 1f1b, gpipe, zb-h1, "
-                         "interleaved and zbv", d->schedule);
-  int chunked = d->schedule == REMAT_SCHED_INTERLEAVED || d->schedule == REMAT_SCHED_ZBV;
-  if ((d->schedule == REMAT_SCHED_ZBH1 || chunked) && (d->stages < 2 || d->replicas > 1))
+  const remat_schedule_info *row = remat_schedule_get(d->schedule);
+  char names[96];
+  if (!row || !row->runs)
+    return remat__errorf(err, REMAT_EINVAL, "schedule %d is not one of %s", d->schedule,
+                         remat_schedule_names(names, sizeof names, REMAT_SCHEDULES_ALL, "or"));
+  int chunked = row->chunks_max != 1;
+  if (row->runs != REMAT_RUNS_ANY && (d->stages < 2 || d->replicas > 1))
     return remat__errorf(err, REMAT_EINVAL, "%s runs a pipeline of 2 or more stages without "
-                         "replicas; use 1f1b with --data-parallel",
-                         remat_plan_schedule_name(d->schedule));
+                         "replicas; use %s with --data-parallel", row->name,
+                         remat_plan_schedule_name(REMAT_SCHED_1F1B));
   if (d->chunks && !chunked)
-    return remat__errorf(err, REMAT_EINVAL, "--chunks goes with --schedule interleaved or zbv");
+    return remat__errorf(err, REMAT_EINVAL, "--chunks goes with --schedule %s",
+                         remat_schedule_names(names, sizeof names, REMAT_SCHEDULES_CHUNKED, "or"));
   if (chunked) {
     int64_t v = job_chunks(d);
-    if (v < 2 || d->stages * v > REMAT_MAX_STAGES ||
-        (d->schedule == REMAT_SCHED_ZBV && v != 2))
+    if (v < row->chunks_min || (row->chunks_max && v > row->chunks_max) ||
+        d->stages * v > REMAT_MAX_STAGES) {
+      char rule[48];
+      if (row->chunks_min == row->chunks_max)
+        snprintf(rule, sizeof rule, "exactly %lld", (long long)row->chunks_min);
+      else if (!row->chunks_max)
+        snprintf(rule, sizeof rule, "%lld or more", (long long)row->chunks_min);
+      else
+        snprintf(rule, sizeof rule, "%lld to %lld", (long long)row->chunks_min,
+                 (long long)row->chunks_max);
       return remat__errorf(err, REMAT_EINVAL, "%s runs %s chunks per stage and at most %d "
-                           "chunks in all, not %lld x %lld",
-                           remat_plan_schedule_name(d->schedule),
-                           d->schedule == REMAT_SCHED_ZBV ? "exactly 2" : "2 or more",
-                           REMAT_MAX_STAGES, (long long)d->stages, (long long)v);
-    if (d->schedule == REMAT_SCHED_INTERLEAVED && d->train.grad_accum % d->stages)
-      return remat__errorf(err, REMAT_EINVAL, "interleaved 1F1B runs micro-batches in groups of "
-                           "the stages: --grad-accum %lld is not a multiple of %lld",
+                           "chunks in all, not %lld x %lld", row->name, rule, REMAT_MAX_STAGES,
+                           (long long)d->stages, (long long)v);
+    }
+    if (row->groups_of_p && d->train.grad_accum % d->stages)
+      return remat__errorf(err, REMAT_EINVAL, "%s runs micro-batches in groups of the stages: "
+                           "--grad-accum %lld is not a multiple of %lld", row->name,
                            (long long)d->train.grad_accum, (long long)d->stages);
   }
   if (d->data && d->text)

@@ -69,10 +69,10 @@ struct remat_pipeline {
   remat_dist *reps, *world;
   float *losses; /* (R, M) the last stages' micro-batch losses */
   int act_count; /* floats of one (B, T, C) message */
-  /* zb-h1 and interleaved: every rank's stream of F, B and W (len 0 under
-   * 1f1b and gpipe, which remat_schedule_op gives) */
+  /* every rank's stream of F, B and W (len 0 under an order in closed
+   * form, 1f1b and gpipe, which remat_schedule_op gives) */
   remat_schedule_streams zb;
-  int split;                 /* the stream has W: zb-h1, zbv */
+  int split;                 /* the stream has W (the schedule's row: zb-h1, zbv) */
   int64_t wdef[REMAT_MAX_STAGES]; /* each chunk's W records (0: W runs with B) */
   /* The rank's chunks (interleaved: v of them, virtual stages s, s + P, ...;
    * else one): cm[0] is the trainer's model, the others the pipeline's own,
@@ -483,11 +483,13 @@ static int check_create(remat_dist *d, remat_trainer *tr, const remat_placement 
   if (sp->stages < 2 || sp->stages * v > REMAT_MAX_STAGES)
     return remat__errorf(err, REMAT_EINVAL, "a pipeline has 2 to %d stages, not %lld",
                          REMAT_MAX_STAGES, (long long)sp->stages);
-  int chunked = sp->schedule == REMAT_SCHED_INTERLEAVED || sp->schedule == REMAT_SCHED_ZBV;
-  if ((v > 1) != chunked)
-    return remat__errorf(err, REMAT_EINVAL, "the pipeline runs model chunks under interleaved "
-                         "and zbv only (%lld chunks under %s)", (long long)v,
-                         remat_plan_schedule_name(sp->schedule));
+  const remat_schedule_info *row = remat_schedule_get(sp->schedule);
+  char names[96];
+  if (!row || (v > 1) != (row->chunks_max != 1))
+    return remat__errorf(err, REMAT_EINVAL, "the pipeline runs model chunks under %s only (%lld "
+                         "chunks under %s)",
+                         remat_schedule_names(names, sizeof names, REMAT_SCHEDULES_CHUNKED, "and"),
+                         (long long)v, remat_plan_schedule_name(sp->schedule));
   /* on a grid the trainer's step holds every replica's micro-batches */
   int64_t R = st->replicas > 1 ? st->replicas : 1;
   if (o->grad_accum != sp->microbatches * R)
@@ -495,7 +497,7 @@ static int check_create(remat_dist *d, remat_trainer *tr, const remat_placement 
                          "the trainer runs %lld micro-batches per step but the split %lld on "
                          "each of %lld replicas",
                          (long long)o->grad_accum, (long long)sp->microbatches, (long long)R);
-  if ((v > 1 || sp->schedule == REMAT_SCHED_ZBH1) && R > 1)
+  if (row->runs != REMAT_RUNS_ANY && R > 1)
     return remat__errorf(err, REMAT_EINVAL, "%s runs a pipeline without replicas",
                          remat_plan_schedule_name(sp->schedule));
   remat_stage want = chunk_stage(sp, d->rank, 0);
@@ -574,18 +576,20 @@ int remat_pipeline_create(remat_pipeline **out, remat_dist *d, remat_trainer *tr
   pl->cm[0] = m;
   pl->act_count = (int)(o->B * o->T * remat_model_config(m)->channels);
   for (int64_t c = 0; c < pl->v; c++) pl->send_chunk[c] = pl->send_grad[c] = MPI_REQUEST_NULL;
-  pl->split = sp->schedule == REMAT_SCHED_ZBH1 || sp->schedule == REMAT_SCHED_ZBV;
+  const remat_schedule_info *row = remat_schedule_get(sp->schedule);
+  pl->split = row->split;
   pl->R = st->replicas > 1 ? st->replicas : 1;
   pl->rep = pl->R > 1 ? st->replica : 0;
   pl->world = d;
-  if (sp->schedule == REMAT_SCHED_ZBH1) {
-    rc = remat_schedule_streams_build(&pl->zb, REMAT_SCHED_ZBH1, pl->P, pl->M, 1, err);
-    if (!rc && st->wdeferred < 1)
-      rc = remat__errorf(err, REMAT_EINVAL, "rank %d's stage defers no W under zb-h1", pl->s);
-  } else if (pl->v > 1) {
+  if (pl->v > 1) {
     rc = make_chunks(pl, err);
     if (!rc) rc = check_local(pl, err);
     if (!rc) remat__trainer_set_companions(tr, pl->cm + 1, (int)pl->v - 1);
+  } else if (!row->op) { /* one chunk, an order only its streams give (zb-h1) */
+    rc = remat_schedule_streams_build(&pl->zb, sp->schedule, pl->P, pl->M, 1, err);
+    if (!rc && row->split && st->wdeferred < 1)
+      rc = remat__errorf(err, REMAT_EINVAL, "rank %d's stage defers no W under %s", pl->s,
+                         row->name);
   }
   if (!rc && pl->R > 1 && !(pl->losses = remat__calloc((size_t)(pl->R * pl->M), sizeof(float))))
     rc = remat__errorf(err, REMAT_ENOMEM, "out of memory");

@@ -69,48 +69,32 @@ void remat_placement_whole(remat_placement *pl, const remat_config *cfg, const u
   if (policy) memcpy(pl->policy, policy, (size_t)cfg->num_layers);
 }
 
-/* zb-h1: stage s's micro-batches alive (forward run, W not) and deferred
- * Ws at most, walking its stream. */
-static void zb_counts(int64_t P, int64_t M, int64_t s, int64_t *alive, int64_t *deferred) {
-  remat_schedule_streams ss;
-  int64_t a[REMAT_MAX_STAGES], w[REMAT_MAX_STAGES];
-  remat_error err;
-  /* the placement was checked against the schedule when it was made */
-  REMAT_ASSERT(remat_schedule_streams_build(&ss, REMAT_SCHED_ZBH1, P, M, 1, &err) == 0);
-  remat_schedule_streams_alive(&ss, a);
-  remat_schedule_streams_peaks(&ss, NULL, w);
-  remat_schedule_streams_free(&ss);
-  *alive = a[s];
-  *deferred = w[s];
-}
-
 remat_stage remat_placement_chunk(const remat_placement *pl, int64_t s, int64_t c) {
   int64_t P = pl->stages, M = pl->microbatches, v = pl->chunks > 1 ? pl->chunks : 1;
   int64_t vs = remat_schedule_virtual_stage(pl->schedule, P, s, c);
-  int64_t in_flight[REMAT_MAX_STAGES], deferred[REMAT_MAX_STAGES];
-  remat_schedule_streams ss;
+  int64_t n[REMAT_MAX_STAGES], kw[REMAT_MAX_STAGES];
   remat_error err;
   /* the placement was checked against the schedule when it was made */
-  REMAT_ASSERT(remat_schedule_streams_build(&ss, pl->schedule, P, M, v, &err) == 0);
-  remat_schedule_streams_peaks(&ss, in_flight, deferred);
-  /* zbv: a micro-batch's activations stay until its W */
-  if (pl->schedule == REMAT_SCHED_ZBV) remat_schedule_streams_alive(&ss, in_flight);
-  remat_schedule_streams_free(&ss);
+  REMAT_ASSERT(remat_schedule_held(pl->schedule, P, M, v, n, kw, &err) == 0);
   return (remat_stage){.first_block = pl->first_block[vs], .num_blocks = pl->num_blocks[vs],
                        .policy = pl->policy + pl->first_block[vs],
-                       .inflight = in_flight[s * v + c] > 0 ? in_flight[s * v + c] : 1,
-                       .wdeferred = deferred[s * v + c],
+                       .inflight = n[vs] > 0 ? n[vs] : 1, .wdeferred = kw[vs],
                        .has_embedding = vs == 0, .has_head = vs == P * v - 1,
                        .accumulate = M > 1, .work_borrowed = c > 0};
 }
 
 remat_stage remat_placement_stage(const remat_placement *pl, int64_t s, int64_t replica) {
-  int64_t P = pl->stages, M = pl->microbatches, deferred = 0;
-  int64_t n = pl->schedule == REMAT_SCHED_GPIPE ? M : (P - s < M ? P - s : M);
-  if (pl->schedule == REMAT_SCHED_ZBH1 && P > 1) zb_counts(P, M, s, &n, &deferred);
+  int64_t P = pl->stages, M = pl->microbatches;
+  int64_t n[REMAT_MAX_STAGES], kw[REMAT_MAX_STAGES];
+  remat_error err;
+  /* the stages of a chunked schedule are their chunks (remat_placement_chunk);
+   * whole, a stage counts as under 1F1B */
+  const remat_schedule_info *row = remat_schedule_get(pl->schedule);
+  int schedule = row && row->chunks_min == 1 ? pl->schedule : REMAT_SCHED_1F1B;
+  REMAT_ASSERT(remat_schedule_held(schedule, P, M, 1, n, kw, &err) == 0);
   remat_stage st = {.first_block = pl->first_block[s], .num_blocks = pl->num_blocks[s],
-                    .policy = pl->policy + pl->first_block[s], .inflight = n,
-                    .wdeferred = deferred, .has_embedding = s == 0, .has_head = s == P - 1,
+                    .policy = pl->policy + pl->first_block[s], .inflight = n[s],
+                    .wdeferred = kw[s], .has_embedding = s == 0, .has_head = s == P - 1,
                     .accumulate = M > 1};
   if (pl->replicas > 1) {
     st.replicas = pl->replicas;
