@@ -17,6 +17,7 @@
  *
  * Usage: test_ckpt   (works in a fresh directory under /tmp, removed at the end) */
 #define _DEFAULT_SOURCE /* mkdtemp, symlink */
+#define REMAT_TEST_FILES
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -34,60 +35,7 @@
 #include "io/io_internal.h"
 #include "test_util.h"
 
-static char dir[256];
-
-/* A path under the scratch directory; kept until the end (at_free). */
-static char *paths[4096];
-static int npaths;
-static const char *at(const char *fmt, const char *a, const char *b) {
-  char rel[512];
-  snprintf(rel, sizeof rel, fmt, a, b);
-  char *p = malloc(1024);
-  snprintf(p, 1024, "%s/%s", dir, rel);
-  if (npaths < 4096) paths[npaths++] = p;
-  return p;
-}
-
-static void at_free(void) {
-  for (int i = 0; i < npaths; i++) free(paths[i]);
-}
-
-static uint8_t *slurp(const char *path, size_t *n) {
-  *n = 0;
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  *n = (size_t)ftell(f);
-  fseek(f, 0, SEEK_SET);
-  uint8_t *b = malloc(*n ? *n : 1);
-  if (fread(b, 1, *n, f) != *n) *n = 0;
-  fclose(f);
-  return b;
-}
-
-static void spit(const char *path, const void *b, size_t n) {
-  FILE *f = fopen(path, "wb");
-  if (!f || fwrite(b, 1, n, f) != n || fclose(f) != 0) {
-    fprintf(stderr, "cannot write scratch file %s\n", path);
-    exit(2);
-  }
-}
-
-static void copy(const char *from, const char *to) {
-  size_t n;
-  uint8_t *b = slurp(from, &n);
-  spit(to, b, n);
-  free(b);
-}
-
-static int count_temps(const char *d) {
-  DIR *dd = opendir(d);
-  if (!dd) return -1;
-  int n = 0;
-  for (struct dirent *e; (e = readdir(dd));) n += strstr(e->d_name, ".tmp.") != NULL;
-  closedir(dd);
-  return n;
-}
+static const char *dir; /* the scratch directory */
 
 /* ---------------------------------------------------------- checksum */
 
@@ -166,7 +114,7 @@ static void verify_sealed(const char *a4, remat_checkpoint_info *info) {
          "a sealed checkpoint verifies (step 4, 1 rank, seed 1)");
   if (rc) fprintf(stderr, "  %s\n", err.msg);
   size_t n;
-  uint8_t *done = slurp(at("runA/step_00000004/DONE", "", ""), &n);
+  uint8_t *done = test_read_file(test_path("runA/step_00000004/DONE"), &n);
   CHECK(done && n > 20 && !memcmp(done, "remat checkpoint 1\nstep 4\n", 26));
   CHECK(done && strstr((char *)done, "file model.bin ") && strstr((char *)done, "file state.bin "));
   free(done);
@@ -176,23 +124,23 @@ static void verify_sealed(const char *a4, remat_checkpoint_info *info) {
  * the middle, the last byte; then truncated. It is kept in model.keep. */
 static void verify_model_damage(const char *a4) {
   remat_error err = {0};
-  const char *model = at("runA/step_00000004/model.bin", "", "");
-  const char *keep = at("model.keep", "", "");
+  const char *model = test_path("runA/step_00000004/model.bin");
+  const char *keep = test_path("model.keep");
   size_t n;
-  copy(model, keep);
-  uint8_t *m = slurp(model, &n);
+  test_copy_file(model, keep);
+  uint8_t *m = test_read_file(model, &n);
   size_t offs[] = {0, 8, REMAT_HEADER_BYTES, REMAT_HEADER_BYTES + 3, n / 2, n - 1};
   for (size_t i = 0; i < sizeof offs / sizeof *offs; i++) {
     m[offs[i]] ^= 0x40;
-    spit(model, m, n);
+    test_write_file(model, m, n);
     m[offs[i]] ^= 0x40;
     char what[64];
     snprintf(what, sizeof what, "model.bin with byte %zu flipped", offs[i]);
     EXPECT_BAD(a4, 4, "model.bin", "checksum differs", what);
   }
-  spit(model, m, n - 1);
+  test_write_file(model, m, n - 1);
   EXPECT_BAD(a4, 4, "model.bin", "size differs", "model.bin truncated by one byte");
-  spit(model, m, n);
+  test_write_file(model, m, n);
   CHECK(verify(a4, 4, &err) == 0);
   free(m);
 }
@@ -201,40 +149,40 @@ static void verify_model_damage(const char *a4) {
  * is kept in state.keep. */
 static void verify_state_damage(const char *a4) {
   remat_error err = {0};
-  const char *model = at("runA/step_00000004/model.bin", "", "");
-  const char *state = at("runA/step_00000004/state.bin", "", "");
-  const char *keep = at("model.keep", "", "");
-  const char *skeep = at("state.keep", "", "");
+  const char *model = test_path("runA/step_00000004/model.bin");
+  const char *state = test_path("runA/step_00000004/state.bin");
+  const char *keep = test_path("model.keep");
+  const char *skeep = test_path("state.keep");
   size_t n;
-  copy(state, skeep);
-  uint8_t *s = slurp(state, &n);
+  test_copy_file(state, skeep);
+  uint8_t *s = test_read_file(state, &n);
   s[n - 20] ^= 1;
-  spit(state, s, n);
+  test_write_file(state, s, n);
   EXPECT_BAD(a4, 4, "state.bin", "checksum differs", "state.bin with a moment flipped");
-  spit(state, s, n / 2);
+  test_write_file(state, s, n / 2);
   EXPECT_BAD(a4, 4, "state.bin", "size differs", "state.bin truncated to half");
   free(s);
   remove(state);
   EXPECT_BAD(a4, 4, "state.bin", "missing", "state.bin missing");
-  copy(skeep, state);
+  test_copy_file(skeep, state);
   remove(model);
   EXPECT_BAD(a4, 4, "model.bin", "missing", "model.bin missing");
-  copy(keep, model);
+  test_copy_file(keep, model);
   CHECK(verify(a4, 4, &err) == 0);
 }
 
 /* A state file that DONE does not list, and a file remat does not read. */
 static void verify_unlisted(const char *a4) {
   remat_error err = {0};
-  const char *skeep = at("state.keep", "", "");
-  const char *extra = at("runA/step_00000004/state_rank_1.bin", "", "");
-  copy(skeep, extra);
+  const char *skeep = test_path("state.keep");
+  const char *extra = test_path("runA/step_00000004/state_rank_1.bin");
+  test_copy_file(skeep, extra);
   EXPECT_BAD(a4, 4, "state_rank_1.bin", "not listed", "an unlisted state_rank_1.bin beside them");
   remove(extra);
   /* files remat does not read are left alone */
-  spit(at("runA/step_00000004/notes.txt", "", ""), "hi\n", 3);
+  test_write_file(test_path("runA/step_00000004/notes.txt"), "hi\n", 3);
   CHECKF(verify(a4, 4, &err) == 0, "an unrelated file in the directory is ignored");
-  remove(at("runA/step_00000004/notes.txt", "", ""));
+  remove(test_path("runA/step_00000004/notes.txt"));
 }
 
 /* Every file from step 2 of this run, and from step 4 of another; then
@@ -255,10 +203,10 @@ static void verify_mixed(const char *a2, const char *a4, const char *b4) {
   for (size_t i = 0; i < sizeof mix / sizeof *mix; i++) {
     snprintf(from, sizeof from, "%s/%s", mix[i].from, mix[i].file);
     snprintf(to, sizeof to, "%s/%s", a4, mix[i].file);
-    copy(to, at("mix.keep", "", ""));
-    copy(from, to);
+    test_copy_file(to, test_path("mix.keep"));
+    test_copy_file(from, to);
     EXPECT_BAD(a4, 4, mix[i].word1, mix[i].word2, mix[i].what);
-    copy(at("mix.keep", "", ""), to);
+    test_copy_file(test_path("mix.keep"), to);
   }
   /* two files (DONE and one other) from step 2: the third does not match */
   const char *pairs[][2] = {{"DONE", "model.bin"}, {"DONE", "state.bin"}};
@@ -266,9 +214,9 @@ static void verify_mixed(const char *a2, const char *a4, const char *b4) {
     for (int k = 0; k < 2; k++) {
       snprintf(to, sizeof to, "%s/%s", a4, pairs[i][k]);
       snprintf(from, sizeof from, "%s.keep%d", to, k);
-      copy(to, from);
+      test_copy_file(to, from);
       snprintf(from, sizeof from, "%s/%s", a2, pairs[i][k]);
-      copy(from, to);
+      test_copy_file(from, to);
     }
     const char *other = i == 0 ? "state.bin" : "model.bin";
     char what[96];
@@ -277,7 +225,7 @@ static void verify_mixed(const char *a2, const char *a4, const char *b4) {
     for (int k = 0; k < 2; k++) {
       snprintf(to, sizeof to, "%s/%s", a4, pairs[i][k]);
       snprintf(from, sizeof from, "%s.keep%d", to, k);
-      copy(from, to);
+      test_copy_file(from, to);
       remove(from);
     }
   }
@@ -288,10 +236,10 @@ static void verify_mixed(const char *a2, const char *a4, const char *b4) {
  * step or run is not the state's (what a hand-made or buggy DONE says).
  * DONE is kept in done.keep. */
 static void verify_state_headers(const char *a4, uint64_t settings) {
-  const char *model = at("runA/step_00000004/model.bin", "", "");
-  const char *state = at("runA/step_00000004/state.bin", "", "");
+  const char *model = test_path("runA/step_00000004/model.bin");
+  const char *state = test_path("runA/step_00000004/state.bin");
   size_t mn, sn;
-  uint8_t *mb = slurp(model, &mn), *sb = slurp(state, &sn);
+  uint8_t *mb = test_read_file(model, &mn), *sb = test_read_file(state, &sn);
   char text[1024];
   const char *cases[][3] = {{"4", "2", "is from another run"}, {"6", "1", "is from step 4"}};
   for (int i = 0; i < 2; i++) {
@@ -302,10 +250,10 @@ static void verify_state_headers(const char *a4, uint64_t settings) {
                        (unsigned)remat_crc32c(0, mb, mn), sn, (unsigned)remat_crc32c(0, sb, sn));
     len += snprintf(text + len, sizeof text - (size_t)len, "crc %08x\n",
                     (unsigned)remat_crc32c(0, text, (size_t)len));
-    copy(at("runA/step_00000004/DONE", "", ""), at("done.keep", "", ""));
-    spit(at("runA/step_00000004/DONE", "", ""), text, (size_t)len);
+    test_copy_file(test_path("runA/step_00000004/DONE"), test_path("done.keep"));
+    test_write_file(test_path("runA/step_00000004/DONE"), text, (size_t)len);
     EXPECT_BAD(a4, -1, "state.bin", cases[i][2], cases[i][2]);
-    copy(at("done.keep", "", ""), at("runA/step_00000004/DONE", "", ""));
+    test_copy_file(test_path("done.keep"), test_path("runA/step_00000004/DONE"));
   }
   free(mb);
   free(sb);
@@ -316,15 +264,15 @@ static void verify_state_headers(const char *a4, uint64_t settings) {
 static void verify_done_damage(const char *a4) {
   remat_error err = {0};
   size_t n;
-  const char *dp = at("runA/step_00000004/DONE", "", "");
-  uint8_t *d = slurp(dp, &n);
+  const char *dp = test_path("runA/step_00000004/DONE");
+  uint8_t *d = test_read_file(dp, &n);
   char *f = strstr((char *)d, "file model.bin ");
   f[strlen("file model.bin ")] ^= 1; /* a digit of the size */
-  spit(dp, d, n);
+  test_write_file(dp, d, n);
   EXPECT_BAD(a4, 4, "DONE", "damaged", "DONE with one byte changed");
-  spit(dp, d, n - 5);
+  test_write_file(dp, d, n - 5);
   EXPECT_BAD(a4, 4, "DONE", "crc line", "DONE cut short");
-  copy(at("done.keep", "", ""), dp);
+  test_copy_file(test_path("done.keep"), dp);
   free(d);
   CHECK(verify(a4, 4, &err) == 0);
 }
@@ -332,19 +280,19 @@ static void verify_done_damage(const char *a4) {
 /* Sealing refuses a directory whose states are not one run at one step. */
 static void verify_seal_refusals(const char *a4, remat_run_id runA) {
   remat_error err = {0};
-  const char *state = at("runA/step_00000004/state.bin", "", "");
-  const char *skeep = at("state.keep", "", "");
+  const char *state = test_path("runA/step_00000004/state.bin");
+  const char *skeep = test_path("state.keep");
   int rc;
-  copy(at("runB/step_00000004/state.bin", "", ""), state);
+  test_copy_file(test_path("runB/step_00000004/state.bin"), state);
   rc = remat_checkpoint_seal(a4, 4, &runA, &err);
   CHECK_ERR(rc, err, REMAT_EINVAL, "seed 2");
   rc = remat_checkpoint_seal(a4, 6, NULL, &err);
   CHECK_ERR(rc, err, REMAT_EINVAL, "at step 4");
-  copy(skeep, state);
+  test_copy_file(skeep, state);
   remove(state);
   rc = remat_checkpoint_seal(a4, 4, NULL, &err);
   CHECK_ERR(rc, err, REMAT_EINVAL, "state.bin");
-  copy(skeep, state);
+  test_copy_file(skeep, state);
   CHECK(verify(a4, 4, &err) == 0);
 }
 
@@ -359,31 +307,31 @@ static void verify_ranks_and_markers(void) {
   int rc;
   uint8_t *done;
   /* several ranks */
-  const char *C = at("runC", "", "");
+  const char *C = test_path("runC");
   make_ckpt(C, 3, 5, 3, 1);
-  const char *c3 = at("runC/step_00000003", "", "");
+  const char *c3 = test_path("runC/step_00000003");
   rc = remat_checkpoint_verify(c3, 3, &info, &err);
   CHECKF(rc == 0 && info.ranks == 3, "three ranks' states sealed and verified");
-  copy(at("runC/step_00000003/state_rank_0.bin", "", ""),
-       at("runC/step_00000003/state_rank_1.bin", "", ""));
+  test_copy_file(test_path("runC/step_00000003/state_rank_0.bin"),
+       test_path("runC/step_00000003/state_rank_1.bin"));
   EXPECT_BAD(c3, 3, "state_rank_1.bin", "checksum differs", "rank 0's state as rank 1's");
 
   /* the old marker: accepted, marked unverified; remat_write_marker on a
    * checkpoint's DONE writes the manifest */
-  const char *D = at("runD", "", "");
+  const char *D = test_path("runD");
   make_ckpt(D, 1, 9, 1, 0);
-  spit(at("runD/step_00000001/DONE", "", ""), "done\n", 5);
-  rc = remat_checkpoint_verify(at("runD/step_00000001", "", ""), 1, &info, &err);
+  test_write_file(test_path("runD/step_00000001/DONE"), "done\n", 5);
+  rc = remat_checkpoint_verify(test_path("runD/step_00000001"), 1, &info, &err);
   CHECKF(rc == 0 && info.verified == 0 && info.step == 1,
          "an old one-line DONE is accepted with verified = 0");
-  rc = remat_write_marker(at("runD/step_00000001/DONE", "", ""), &err);
+  rc = remat_write_marker(test_path("runD/step_00000001/DONE"), &err);
   CHECK(rc == 0);
-  rc = remat_checkpoint_verify(at("runD/step_00000001", "", ""), 1, &info, &err);
+  rc = remat_checkpoint_verify(test_path("runD/step_00000001"), 1, &info, &err);
   CHECKF(rc == 0 && info.verified == 1 && info.run.seed == 9,
          "remat_write_marker on step_N/DONE seals the directory");
-  rc = remat_write_marker(at("marker", "", ""), &err);
+  rc = remat_write_marker(test_path("marker"), &err);
   CHECK(rc == 0);
-  done = slurp(at("marker", "", ""), &n);
+  done = test_read_file(test_path("marker"), &n);
   CHECK(n == 5 && !memcmp(done, "done\n", 5));
   free(done);
 
@@ -391,8 +339,8 @@ static void verify_ranks_and_markers(void) {
    * left (here three ranks' states, now one process) */
   rc = remat_checkpoint_dir_make(C, 3, &err);
   CHECK(rc == 0);
-  CHECKF(access(at("runC/step_00000003/state_rank_2.bin", "", ""), F_OK) != 0 &&
-             access(at("runC/step_00000003/DONE", "", ""), F_OK) != 0,
+  CHECKF(access(test_path("runC/step_00000003/state_rank_2.bin"), F_OK) != 0 &&
+             access(test_path("runC/step_00000003/DONE"), F_OK) != 0,
          "dir_make removes DONE and the states of an earlier attempt");
   make_ckpt(C, 3, 5, 1, 1);
   CHECKF(remat_checkpoint_verify(c3, 3, &info, &err) == 0 && info.ranks == 1,
@@ -401,12 +349,12 @@ static void verify_ranks_and_markers(void) {
 
 static void test_verify(void) {
   remat_checkpoint_info info;
-  const char *A = at("runA", "", ""), *B = at("runB", "", "");
+  const char *A = test_path("runA"), *B = test_path("runB");
   make_ckpt(A, 2, 1, 1, 1);
   make_ckpt(A, 4, 1, 1, 1);
   make_ckpt(B, 4, 2, 1, 1);
-  const char *a2 = at("runA/step_00000002", "", ""), *a4 = at("runA/step_00000004", "", "");
-  const char *b4 = at("runB/step_00000004", "", "");
+  const char *a2 = test_path("runA/step_00000002"), *a4 = test_path("runA/step_00000004");
+  const char *b4 = test_path("runB/step_00000004");
   verify_sealed(a4, &info);
   verify_model_damage(a4);
   verify_state_damage(a4);
@@ -422,15 +370,15 @@ static void test_verify(void) {
   CHECK(remat_checkpoint_step_of("step_12", &step) == 0 && step == 12);
   CHECK(remat_checkpoint_step_of("a/step_x", &step) == REMAT_EINVAL);
   CHECK(remat_checkpoint_step_of("a/step_", &step) == REMAT_EINVAL);
-  remove(at("model.keep", "", ""));
-  remove(at("state.keep", "", ""));
+  remove(test_path("model.keep"));
+  remove(test_path("state.keep"));
 }
 
 static void test_find(void) {
   remat_error err = {0};
   remat_checkpoint_info info;
   char skipped[1024];
-  const char *R = at("fall", "", "");
+  const char *R = test_path("fall");
   make_ckpt(R, 2, 3, 1, 1);
   make_ckpt(R, 4, 3, 1, 1);
   make_ckpt(R, 6, 3, 1, 1);
@@ -439,13 +387,13 @@ static void test_find(void) {
   CHECKF(rc == 0 && info.step == 6 && info.skipped == 0 && skipped[0] == 0,
          "find: the newest complete checkpoint (6; 8 has no DONE)");
   /* corrupt 6's weights and 4's state: back to 2, saying why */
-  const char *m6 = at("fall/step_00000006/model.bin", "", "");
+  const char *m6 = test_path("fall/step_00000006/model.bin");
   size_t n;
-  uint8_t *b = slurp(m6, &n);
+  uint8_t *b = test_read_file(m6, &n);
   b[n / 3] ^= 0x10;
-  spit(m6, b, n);
+  test_write_file(m6, b, n);
   free(b);
-  remove(at("fall/step_00000004/state.bin", "", ""));
+  remove(test_path("fall/step_00000004/state.bin"));
   rc = remat_checkpoint_find(R, &info, skipped, sizeof skipped, &err);
   CHECKF(rc == 0 && info.step == 2 && info.skipped == 2,
          "find falls back from 6 and 4 to 2, the newest that verifies");
@@ -455,16 +403,16 @@ static void test_find(void) {
   int64_t step = -1;
   CHECK(remat_checkpoint_dir_latest(R, &step, &err) == 0 && step == 2);
   /* nothing verifies */
-  remove(at("fall/step_00000002/model.bin", "", ""));
+  remove(test_path("fall/step_00000002/model.bin"));
   rc = remat_checkpoint_find(R, &info, NULL, 0, &err);
   CHECK_ERR(rc, err, REMAT_EFORMAT, "no checkpoint in");
   CHECK(strstr(err.msg, "step_00000006: model.bin checksum differs") != NULL);
   /* nothing complete */
-  const char *E = at("empty", "", "");
+  const char *E = test_path("empty");
   mkdir(E, 0777);
   rc = remat_checkpoint_find(E, &info, NULL, 0, &err);
   CHECK_ERR(rc, err, REMAT_EINVAL, "no complete checkpoint");
-  rc = remat_checkpoint_find(at("missing", "", ""), &info, NULL, 0, &err);
+  rc = remat_checkpoint_find(test_path("missing"), &info, NULL, 0, &err);
   CHECK_ERR(rc, err, REMAT_EIO, "missing");
 }
 
@@ -472,12 +420,12 @@ static void test_find(void) {
 
 static void test_special(void) {
   remat_error err = {0};
-  const char *fifo = at("fifo", "", ""), *lfifo = at("link-to-fifo", "", "");
-  const char *sub = at("subdir", "", ""), *file = at("plain", "", "");
+  const char *fifo = test_path("fifo"), *lfifo = test_path("link-to-fifo");
+  const char *sub = test_path("subdir"), *file = test_path("plain");
   CHECK(mkfifo(fifo, 0666) == 0);
   CHECK(symlink(fifo, lfifo) == 0);
   mkdir(sub, 0777);
-  spit(file, "x", 1);
+  test_write_file(file, "x", 1);
   const char *bad[] = {fifo, lfifo, sub};
   const char *kind[] = {"FIFO", "FIFO", "directory"};
   for (int i = 0; i < 3; i++) {
@@ -522,18 +470,18 @@ static void test_special(void) {
   struct stat st;
   CHECK(lstat(fifo, &st) == 0 && S_ISFIFO(st.st_mode));
   CHECK(lstat(lfifo, &st) == 0 && S_ISLNK(st.st_mode));
-  CHECK(count_temps(dir) == 0);
+  CHECK(test_count_temps(dir) == 0);
 
   /* a checkpoint directory whose files are FIFOs */
-  const char *F = at("fifock", "", "");
+  const char *F = test_path("fifock");
   make_ckpt(F, 1, 4, 1, 1);
-  const char *sd = at("fifock/step_00000001", "", "");
-  remove(at("fifock/step_00000001/model.bin", "", ""));
-  CHECK(mkfifo(at("fifock/step_00000001/model.bin", "", ""), 0666) == 0);
+  const char *sd = test_path("fifock/step_00000001");
+  remove(test_path("fifock/step_00000001/model.bin"));
+  CHECK(mkfifo(test_path("fifock/step_00000001/model.bin"), 0666) == 0);
   int rc = verify(sd, 1, &err);
   CHECKF(rc == REMAT_EIO && strstr(err.msg, "FIFO"), "verify refuses a model.bin that is a FIFO");
-  remove(at("fifock/step_00000001/DONE", "", ""));
-  CHECK(mkfifo(at("fifock/step_00000001/DONE", "", ""), 0666) == 0);
+  remove(test_path("fifock/step_00000001/DONE"));
+  CHECK(mkfifo(test_path("fifock/step_00000001/DONE"), 0666) == 0);
   rc = verify(sd, 1, &err);
   CHECKF(rc == REMAT_EIO && strstr(err.msg, "FIFO"), "verify refuses a DONE that is a FIFO");
   remat_checkpoint_info info;
@@ -547,9 +495,9 @@ static void test_special(void) {
   CHECK_ERR(rc, err, REMAT_EIO, "not a directory");
   rc = remat_output_dir_check(file, &err);
   CHECK_ERR(rc, err, REMAT_EIO, "not a directory");
-  rc = remat_output_dir_check(at("no/such/parent", "", ""), &err);
+  rc = remat_output_dir_check(test_path("no/such/parent"), &err);
   CHECK_ERR(rc, err, REMAT_EIO, "cannot create");
-  const char *nd = at("newdir", "", "");
+  const char *nd = test_path("newdir");
   rc = remat_output_dir_check(nd, &err);
   CHECKF(rc == 0 && stat(nd, &st) == 0 && S_ISDIR(st.st_mode),
          "a missing checkpoint directory is created by the check");
@@ -561,7 +509,7 @@ static void test_special(void) {
   if (dd) closedir(dd);
   CHECKF(entries == 0, "the check leaves nothing in the directory");
   if (geteuid() != 0) {
-    const char *ro = at("readonly", "", "");
+    const char *ro = test_path("readonly");
     mkdir(ro, 0555);
     rc = remat_output_dir_check(ro, &err);
     CHECK_ERR(rc, err, REMAT_EIO, "writable");
@@ -574,11 +522,11 @@ static void test_writer(void) {
   char name[NAME_MAX + 1];
   memset(name, 'n', NAME_MAX);
   name[NAME_MAX] = 0;
-  const char *longp = at("%s", name, "");
+  const char *longp = test_path("%s", name);
   int rc = remat_save_bytes(longp, "plan", "abc\n", 4, &err);
   size_t n;
-  uint8_t *b = slurp(longp, &n);
-  CHECKF(rc == 0 && n == 4 && !memcmp(b, "abc\n", 4) && count_temps(dir) == 0,
+  uint8_t *b = test_read_file(longp, &n);
+  CHECKF(rc == 0 && n == 4 && !memcmp(b, "abc\n", 4) && test_count_temps(dir) == 0,
          "a save to a %d-byte name succeeds and leaves no temporary", NAME_MAX);
   if (rc) fprintf(stderr, "  %s\n", err.msg);
   free(b);
@@ -588,12 +536,12 @@ static void test_writer(void) {
   remove(longp);
 
   /* symlinks are written through: the link stays, its target is replaced */
-  const char *target = at("real.json", "", ""), *link = at("link.json", "", "");
-  spit(target, "old\n", 4);
+  const char *target = test_path("real.json"), *link = test_path("link.json");
+  test_write_file(target, "old\n", 4);
   CHECK(symlink("real.json", link) == 0);
   rc = remat_save_bytes(link, "plan", "new\n", 4, &err);
   struct stat st;
-  b = slurp(target, &n);
+  b = test_read_file(target, &n);
   CHECKF(rc == 0 && lstat(link, &st) == 0 && S_ISLNK(st.st_mode) && n == 4 &&
              !memcmp(b, "new\n", 4),
          "a save through a symlink replaces its target and keeps the link");
@@ -604,15 +552,15 @@ static void test_writer(void) {
     fputs("log\n", f);
     fclose(f);
   }
-  b = slurp(target, &n);
+  b = test_read_file(target, &n);
   CHECKF(lstat(link, &st) == 0 && S_ISLNK(st.st_mode) && n == 4 && !memcmp(b, "log\n", 4),
          "a log opened through a symlink writes its target");
   free(b);
   /* a dangling link gets its target created */
-  const char *dang = at("dangling", "", "");
+  const char *dang = test_path("dangling");
   CHECK(symlink("created.txt", dang) == 0);
   CHECK(remat_save_bytes(dang, "plan", "x", 1, &err) == 0);
-  CHECK(stat(at("created.txt", "", ""), &st) == 0 && S_ISREG(st.st_mode));
+  CHECK(stat(test_path("created.txt"), &st) == 0 && S_ISREG(st.st_mode));
 
   /* a file size limit: with SIGXFSZ ignored the save fails with a message
    * and removes its temporary (in a child: the limit is the process's) */
@@ -623,9 +571,9 @@ static void test_writer(void) {
     if (setrlimit(RLIMIT_FSIZE, &rl) != 0) _exit(3);
     static char big[5000];
     remat_error e = {0};
-    int r = remat_save_bytes(at("big.bin", "", ""), "checkpoint", big, sizeof big, &e);
-    int ok = r == REMAT_EIO && strstr(e.msg, "ulimit -f") && count_temps(dir) == 0 &&
-             access(at("big.bin", "", ""), F_OK) != 0;
+    int r = remat_save_bytes(test_path("big.bin"), "checkpoint", big, sizeof big, &e);
+    int ok = r == REMAT_EIO && strstr(e.msg, "ulimit -f") && test_count_temps(dir) == 0 &&
+             access(test_path("big.bin"), F_OK) != 0;
     if (!ok) fprintf(stderr, "  child: %s\n", e.msg);
     _exit(ok ? 0 : 1);
   }
@@ -640,19 +588,13 @@ static void test_writer(void) {
 int main(void) {
   /* a reader or writer that blocks on a FIFO must fail the test, not hang it */
   alarm(50);
-  snprintf(dir, sizeof dir, "/tmp/remat_test_ckpt_XXXXXX");
-  if (!mkdtemp(dir)) {
-    perror("mkdtemp");
-    return 2;
-  }
+  dir = test_scratch_begin("test_ckpt", NULL);
+  if (!dir) return 2;
   test_crc();
   test_verify();
   test_find();
   test_special();
   test_writer();
-  char cmd[300];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-  if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
-  at_free();
+  if (test_scratch_end() != 0) fprintf(stderr, "could not remove %s\n", dir);
   return test_summary("test_ckpt");
 }

@@ -9,55 +9,18 @@
  *
  * Usage: test_ckpt5 [scratch-dir]   (default: a fresh directory under /tmp,
  * removed at the end) */
-#define _DEFAULT_SOURCE
+#define _DEFAULT_SOURCE /* mkdtemp */
+#define REMAT_TEST_FILES
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/base.h"
 #include "io/io_internal.h"
 #include "test_util.h"
 
-static char dir[512];
-static char made[64][600];
-static int nmade;
-
-/* A scratch path, remembered for cleanup. */
-static const char *path_of(const char *name) {
-  snprintf(made[nmade], sizeof made[0], "%s/%s", dir, name);
-  return made[nmade++];
-}
-
-static void write_file(const char *path, const void *bytes, size_t n) {
-  FILE *f = fopen(path, "wb");
-  if (!f || fwrite(bytes, 1, n, f) != n || fclose(f) != 0) {
-    fprintf(stderr, "cannot write scratch file %s\n", path);
-    exit(2);
-  }
-}
-
-static uint8_t *read_file(const char *path, size_t *n) {
-  *n = 0;
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  *n = (size_t)ftell(f);
-  fseek(f, 0, SEEK_SET);
-  uint8_t *b = malloc(*n ? *n : 1);
-  if (fread(b, 1, *n, f) != *n) *n = 0;
-  fclose(f);
-  return b;
-}
-
-static void put32(uint8_t *p, uint32_t v) {
-  for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-static uint32_t get32(const uint8_t *p) {
-  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
 static uint16_t get16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
 
 static uint32_t bits_of(float x) {
@@ -120,16 +83,17 @@ static void test_round_trip(void) {
   const remat_config *c = &shape;
   size_t np = remat_param_count(c);
   float *w = test_weights(c, 5);
-  const char *p = path_of("w5.bin");
+  const char *p = test_path("w5.bin");
   CHECK(remat_checkpoint_save_as(p, c, w, REMAT_CKPT_VERSION_BF16, &err) == 0);
 
   size_t n = 0;
-  uint8_t *b = read_file(p, &n);
+  uint8_t *b = test_read_file(p, &n);
   CHECK(b && n == REMAT_HEADER_BYTES + 2 * np);
   if (b && n == REMAT_HEADER_BYTES + 2 * np) {
     const uint32_t want[8] = {20240326, 5, 16, 200, 2, 2, 8, 256};
     int head_ok = 1, body_ok = 1;
-    for (int i = 0; i < REMAT_HEADER_INTS; i++) head_ok &= get32(b + 4 * i) == (i < 8 ? want[i] : 0);
+    for (int i = 0; i < REMAT_HEADER_INTS; i++)
+      head_ok &= test_get32(b + 4 * i) == (i < 8 ? want[i] : 0);
     for (size_t i = 0; i < np; i++) body_ok &= get16(b + REMAT_HEADER_BYTES + 2 * i) == ref_bf16(w[i]);
     CHECKF(head_ok, "version 5 header: magic, 5, maxT, V, L, NH, C, Vp, then zeros");
     CHECKF(body_ok, "%zu weights stored as their nearest-even bf16 (ties, subnormals, +-0)", np);
@@ -149,10 +113,10 @@ static void test_round_trip(void) {
 
   /* the loaded weights are bf16 already: saved again, the same bytes;
    * saved as fp32, the same values */
-  const char *q = path_of("again5.bin"), *r = path_of("as3.bin");
+  const char *q = test_path("again5.bin"), *r = test_path("as3.bin");
   CHECK(remat_checkpoint_save_as(q, c, v, REMAT_CKPT_VERSION_BF16, &err) == 0);
   size_t m = 0;
-  uint8_t *bq = read_file(q, &m);
+  uint8_t *bq = test_read_file(q, &m);
   CHECK(bq && m == n && memcmp(b, bq, n) == 0);
   CHECK(remat_checkpoint_save_as(r, c, v, REMAT_CKPT_VERSION, &err) == 0);
   float *v3 = malloc(np * sizeof(float));
@@ -170,26 +134,12 @@ static void test_round_trip(void) {
 
 /* ------------------------------------------------------ refusals */
 
-/* Rewrites one header int of a copy of src into dst, resized by resize. */
-static void patched_copy(const char *src, const char *dst, int field, uint32_t value,
-                         long resize) {
-  size_t n = 0;
-  uint8_t *b = read_file(src, &n);
-  if (field >= 0) put32(b + 4 * field, value);
-  size_t m = (size_t)((long)n + resize);
-  uint8_t *c = calloc(1, m);
-  memcpy(c, b, m < n ? m : n);
-  write_file(dst, c, m);
-  free(b);
-  free(c);
-}
-
 static void test_bad_files(void) {
   remat_error err = {0};
   const remat_config *c = &shape;
   size_t np = remat_param_count(c);
   float *w = test_weights(c, 7), *v = malloc(np * sizeof(float));
-  const char *p = path_of("good5.bin"), *q = path_of("bad5.bin");
+  const char *p = test_path("good5.bin"), *q = test_path("bad5.bin");
   CHECK(remat_checkpoint_save_as(p, c, w, REMAT_CKPT_VERSION_BF16, &err) == 0);
   const long body = (long)(2 * np);
   struct {
@@ -217,7 +167,7 @@ static void test_bad_files(void) {
   remat_config r;
   int rc;
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-    patched_copy(p, q, bad[i].field, bad[i].value, bad[i].resize);
+    test_patched_copy(p, q, bad[i].field, bad[i].value, bad[i].resize);
     rc = remat_checkpoint_read_config(q, &r, &err);
     CHECK_LINE(rc, err, bad[i].code, bad[i].word);
     rc = remat_checkpoint_load(q, NULL, v, &err);
@@ -225,7 +175,7 @@ static void test_bad_files(void) {
   }
   CHECKF(1, "%zu corrupt version 5 headers and sizes refused in one line each",
          sizeof bad / sizeof bad[0]);
-  write_file(q, "\xc6\x7c\x4d\x01\x05\x00\x00\x00", 8); /* a cut header: 20240326, 5 */
+  test_write_file(q, "\xc6\x7c\x4d\x01\x05\x00\x00\x00", 8); /* a cut header: 20240326, 5 */
   rc = remat_checkpoint_read_config(q, &r, &err);
   CHECK_LINE(rc, err, REMAT_EFORMAT, "the header alone needs 1024");
 
@@ -237,28 +187,28 @@ static void test_bad_files(void) {
 
   /* a bf16 NaN or infinity in the file names the tensor and index */
   size_t n = 0, k = np - 3; /* lnfb[5] */
-  uint8_t *b = read_file(p, &n);
+  uint8_t *b = test_read_file(p, &n);
   b[REMAT_HEADER_BYTES + 2 * k] = 0xc0, b[REMAT_HEADER_BYTES + 2 * k + 1] = 0x7f;
-  write_file(q, b, n);
+  test_write_file(q, b, n);
   rc = remat_checkpoint_load(q, NULL, v, &err);
   char want[64];
   snprintf(want, sizeof want, "parameter %zu (lnfb[5]) is NaN", k);
   CHECK_LINE(rc, err, REMAT_ENUMERIC, want);
   b[REMAT_HEADER_BYTES + 2 * k] = 0, b[REMAT_HEADER_BYTES + 2 * k + 1] = 0;
   b[REMAT_HEADER_BYTES] = 0x80, b[REMAT_HEADER_BYTES + 1] = 0xff; /* -inf in wte[0] */
-  write_file(q, b, n);
+  test_write_file(q, b, n);
   rc = remat_checkpoint_load(q, NULL, v, &err);
   CHECK_LINE(rc, err, REMAT_ENUMERIC, "parameter 0 (wte[0]) is infinite");
 
   /* from memory, the same parser; changed in place between open and read */
   remat_checkpoint_reader rd;
-  uint8_t *good = read_file(p, &n);
+  uint8_t *good = test_read_file(p, &n);
   CHECK(remat__checkpoint_open_mem(&rd, good, n, "mem", &r, &err) == 0);
   CHECK(rd.version == REMAT_CKPT_VERSION_BF16 && remat_checkpoint_read_params(&rd, c, v, &err) == 0);
   remat_checkpoint_reader_free(&rd);
   rc = remat__checkpoint_open_mem(&rd, good, n - 2, "mem", &r, &err);
   CHECK_LINE(rc, err, REMAT_EFORMAT, "'mem' is truncated");
-  write_file(q, good, n);
+  test_write_file(q, good, n);
   CHECK(remat_checkpoint_reader_open(&rd, q, NULL, &err) == 0);
   CHECK(truncate(q, (off_t)n - 2) == 0);
   rc = remat_checkpoint_read_params(&rd, NULL, v, &err);
@@ -276,7 +226,7 @@ static void test_bad_files(void) {
   rc = remat_checkpoint_save_as(p, c, w, REMAT_CKPT_VERSION_BF16, &err);
   CHECK_LINE(rc, err, REMAT_ENUMERIC, "NaN");
   size_t m = 0;
-  uint8_t *after = read_file(p, &m);
+  uint8_t *after = test_read_file(p, &m);
   CHECK(after && m == n && memcmp(after, good, n) == 0);
   free(after);
   free(good);
@@ -320,12 +270,12 @@ static void llmc_write(const char *path, const remat_config *c, uint16_t *h, siz
                            (int32_t)c->max_seq_len, (int32_t)c->vocab_size,
                            (int32_t)c->num_layers, (int32_t)c->num_heads,
                            (int32_t)c->channels, (int32_t)c->padded_vocab_size};
-  for (int i = 0; i < 8; i++) put32(b + 4 * i, (uint32_t)head[i]);
+  for (int i = 0; i < 8; i++) test_put32(b + 4 * i, (uint32_t)head[i]);
   for (size_t i = 0; i < np; i++) {
     b[REMAT_HEADER_BYTES + 2 * i] = (uint8_t)(h[i] & 0xff);
     b[REMAT_HEADER_BYTES + 2 * i + 1] = (uint8_t)(h[i] >> 8);
   }
-  write_file(path, b, REMAT_HEADER_BYTES + 2 * np);
+  test_write_file(path, b, REMAT_HEADER_BYTES + 2 * np);
   free(b);
 }
 
@@ -338,7 +288,7 @@ static void test_llmc_file(void) {
   CHECK(REMAT_P_COUNT == 16 && np == remat_param_count(c));
   CHECK(memcmp(sizes, mine, sizeof sizes) == 0);
   uint16_t *h = malloc(np * sizeof *h);
-  const char *p = path_of("llmc5.bin");
+  const char *p = test_path("llmc5.bin");
   llmc_write(p, c, h, np);
   remat_config got;
   float *v = malloc(np * sizeof(float));
@@ -386,13 +336,13 @@ static void test_job(void) {
   d.train.T = 16;
   d.train.steps = 2;
   d.save_version = REMAT_CKPT_VERSION_BF16;
-  d.checkpoint_dir = path_of("ckdir");
+  d.checkpoint_dir = test_path("ckdir");
   d.checkpoint_every = 2;
   remat_job *job = run_job(&d);
   const remat_config *cfg = remat_job_config(job);
   size_t np = remat_param_count(cfg);
   const float *w = remat_model_params(remat_trainer_model(remat_job_trainer(job)));
-  const char *p = path_of("job5.bin");
+  const char *p = test_path("job5.bin");
   CHECK(remat_job_save(job, p, &err) == 0);
   float *v = malloc(np * sizeof(float));
   remat_checkpoint_reader rd;
@@ -431,25 +381,11 @@ static void test_job(void) {
 }
 
 int main(int argc, char **argv) {
-  int own_dir = argc < 2;
-  if (own_dir) {
-    strcpy(dir, "/tmp/remat_test_ckpt5_XXXXXX");
-    if (!mkdtemp(dir)) {
-      perror("mkdtemp");
-      return 2;
-    }
-  } else {
-    snprintf(dir, sizeof dir, "%s", argv[1]);
-    mkdir(dir, 0700);
-  }
+  if (!test_scratch_begin("test_ckpt5", argc < 2 ? NULL : argv[1])) return 2;
   test_round_trip();
   test_bad_files();
   test_llmc_file();
   test_job();
-  if (own_dir) {
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    CHECK(system(cmd) == 0);
-  }
+  CHECK(test_scratch_end() == 0);
   return test_summary("test_ckpt5");
 }

@@ -9,8 +9,8 @@
  *
  * Usage: test_io [scratch-dir]   (default: a fresh directory under /tmp,
  * removed at the end) */
-#define _DEFAULT_SOURCE /* mknod, makedev */
-#include <dirent.h>
+#define _DEFAULT_SOURCE /* mknod, makedev, mkdtemp */
+#define REMAT_TEST_FILES
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -31,61 +31,7 @@
 #include "io/loader.h"
 #include "test_util.h"
 
-static char dir[512];
-static char made[256][600];
-static int nmade;
-
-/* A scratch path, remembered for cleanup. */
-static const char *path_of(const char *name) {
-  snprintf(made[nmade], sizeof made[0], "%s/%s", dir, name);
-  return made[nmade++];
-}
-
-static void write_file(const char *path, const void *bytes, size_t n) {
-  FILE *f = fopen(path, "wb");
-  if (!f || fwrite(bytes, 1, n, f) != n || fclose(f) != 0) {
-    fprintf(stderr, "cannot write scratch file %s\n", path);
-    exit(2);
-  }
-}
-
-static uint8_t *read_file(const char *path, size_t *n) {
-  *n = 0;
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  *n = (size_t)ftell(f);
-  fseek(f, 0, SEEK_SET);
-  uint8_t *b = malloc(*n ? *n : 1);
-  if (fread(b, 1, *n, f) != *n) *n = 0;
-  fclose(f);
-  return b;
-}
-
-static int exists(const char *path) {
-  struct stat st;
-  return stat(path, &st) == 0;
-}
-
-/* Temporaries a save left in d ("NAME.tmp.XXXXXX"). */
-static int count_temps(const char *d) {
-  DIR *dd = opendir(d);
-  if (!dd) return -1;
-  int n = 0;
-  for (struct dirent *e; (e = readdir(dd));) n += strstr(e->d_name, ".tmp.") != NULL;
-  closedir(dd);
-  return n;
-}
-
-static void put32(uint8_t *p, int32_t v) {
-  uint32_t u = (uint32_t)v;
-  for (int i = 0; i < 4; i++) p[i] = (uint8_t)(u >> (8 * i));
-}
-
-static int32_t get32(const uint8_t *p) {
-  return (int32_t)((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
-                   (uint32_t)p[3] << 24);
-}
+static const char *dir; /* the scratch directory */
 
 /* ------------------------------------------------------------- shards */
 
@@ -94,11 +40,11 @@ static void write_shard(const char *path, int32_t magic, int32_t version, int32_
                         int have, size_t extra) {
   size_t n = REMAT_HEADER_BYTES + 2 * (size_t)have + extra;
   uint8_t *b = calloc(1, n);
-  put32(b, magic);
-  put32(b + 4, version);
-  put32(b + 8, count);
+  test_put32(b, magic);
+  test_put32(b + 4, version);
+  test_put32(b + 8, count);
   for (int i = 0; i < have; i++) b[REMAT_HEADER_BYTES + 2 * i] = (uint8_t)(i % 200);
-  write_file(path, b, n);
+  test_write_file(path, b, n);
   free(b);
 }
 
@@ -109,23 +55,23 @@ static void test_shards(void) {
   for (int i = 0; i < N; i++) ids[i] = (int32_t)((i * 7919) % 65536);
   ids[17] = 65535;
   remat_tokens t = {.tok = ids, .n = N};
-  const char *p = path_of("a.bin");
+  const char *p = test_path("a.bin");
   CHECK(remat_tokens_save(&t, p, &err) == 0);
 
   size_t n = 0;
-  uint8_t *b = read_file(p, &n);
+  uint8_t *b = test_read_file(p, &n);
   CHECK(b && n == REMAT_HEADER_BYTES + 2 * (size_t)N);
   if (b && n >= REMAT_HEADER_BYTES + 2 * (size_t)N) {
-    CHECK(get32(b) == 20240520);
-    CHECK(get32(b + 4) == 1);
-    CHECK(get32(b + 8) == N);
-    CHECK(get32(b + 12) == 0 && get32(b + 1020) == 0);
+    CHECK(test_get32(b) == 20240520);
+    CHECK(test_get32(b + 4) == 1);
+    CHECK(test_get32(b + 8) == N);
+    CHECK(test_get32(b + 12) == 0 && test_get32(b + 1020) == 0);
     /* token i as uint16 little endian at 1024 + 2i */
     CHECK(b[1024 + 2 * 17] == 0xff && b[1024 + 2 * 17 + 1] == 0xff);
     CHECK(b[1024 + 2 * 1] == (7919 & 0xff) && b[1024 + 2 * 1 + 1] == (7919 >> 8));
   }
   free(b);
-  CHECK(!exists(path_of("a.bin.tmp")));
+  CHECK(!test_exists(test_path("a.bin.tmp")));
 
   remat_tokens u;
   CHECK(remat_tokens_load(&u, p, &err) == 0);
@@ -158,45 +104,45 @@ static void test_shards(void) {
   ids[3] = 0;
 
   /* malformed shards */
-  p = path_of("magic.bin");
+  p = test_path("magic.bin");
   write_shard(p, 20240326, 1, 10, 10, 0);
   rc = remat_tokens_load(&u, p, &err);
   CHECK_ERR(rc, err, REMAT_EFORMAT, "magic");
   CHECK(u.tok == NULL);
-  p = path_of("version.bin");
+  p = test_path("version.bin");
   write_shard(p, 20240520, 2, 10, 10, 0);
   rc = remat_tokens_load(&u, p, &err);
   CHECK_ERR(rc, err, REMAT_EFORMAT, "version 2");
-  p = path_of("shorthdr.bin");
-  write_file(p, "\x18\xd7\x34\x01", 4);
+  p = test_path("shorthdr.bin");
+  test_write_file(p, "\x18\xd7\x34\x01", 4);
   rc = remat_tokens_load(&u, p, &err);
   CHECK_ERR(rc, err, REMAT_EFORMAT, "truncated");
-  p = path_of("empty.bin");
-  write_file(p, "", 0);
+  p = test_path("empty.bin");
+  test_write_file(p, "", 0);
   rc = remat_tokens_load(&u, p, &err);
   CHECK_ERR(rc, err, REMAT_EFORMAT, "truncated");
-  p = path_of("shortbody.bin");
+  p = test_path("shortbody.bin");
   write_shard(p, 20240520, 1, 10, 5, 0);
   rc = remat_tokens_load(&u, p, &err);
   CHECK_ERR(rc, err, REMAT_EFORMAT, "truncated");
   CHECK(strstr(err.msg, "10 tokens") && strstr(err.msg, "1034 bytes"));
-  p = path_of("trailing.bin");
+  p = test_path("trailing.bin");
   write_shard(p, 20240520, 1, 10, 10, 3);
   rc = remat_tokens_load(&u, p, &err);
   CHECK_ERR(rc, err, REMAT_EFORMAT, "3 trailing bytes");
-  p = path_of("zero.bin");
+  p = test_path("zero.bin");
   write_shard(p, 20240520, 1, 0, 0, 0);
   rc = remat_tokens_load(&u, p, &err);
   CHECK_ERR(rc, err, REMAT_EFORMAT, "at least 2");
-  p = path_of("one.bin");
+  p = test_path("one.bin");
   write_shard(p, 20240520, 1, 1, 1, 0);
   rc = remat_tokens_load(&u, p, &err);
   CHECK_ERR(rc, err, REMAT_EFORMAT, "at least 2");
-  p = path_of("negative.bin");
+  p = test_path("negative.bin");
   write_shard(p, 20240520, 1, -4, 0, 0);
   rc = remat_tokens_load(&u, p, &err);
   CHECK_ERR(rc, err, REMAT_EFORMAT, "negative");
-  rc = remat_tokens_load(&u, path_of("missing.bin"), &err);
+  rc = remat_tokens_load(&u, test_path("missing.bin"), &err);
   CHECK_ERR(rc, err, REMAT_EIO, "missing.bin");
   rc = remat_tokens_load(&u, dir, &err);
   CHECK_ERR(rc, err, REMAT_EIO, "directory");
@@ -204,23 +150,23 @@ static void test_shards(void) {
   CHECK(rc == REMAT_EINVAL && err.msg[0]);
 
   /* writing into a directory that does not exist */
-  rc = remat_tokens_save(&t, path_of("no/such/dir/x.bin"), &err);
+  rc = remat_tokens_save(&t, test_path("no/such/dir/x.bin"), &err);
   CHECK_ERR(rc, err, REMAT_EIO, "no/such/dir");
   CHECK(strstr(err.msg, "x.bin") != NULL);
   /* a directory in the way of the final name: refused before anything is written */
-  const char *d = path_of("adir.bin");
+  const char *d = test_path("adir.bin");
   mkdir(d, 0700);
   rc = remat_tokens_save(&t, d, &err);
   CHECK_ERR(rc, err, REMAT_EIO, "directory");
-  CHECK(count_temps(dir) == 0);
+  CHECK(test_count_temps(dir) == 0);
   rmdir(d);
 }
 
 static void test_text(void) {
   remat_error err = {0};
-  const char *p = path_of("t.txt");
+  const char *p = test_path("t.txt");
   const char text[] = "Hi!\n\x01\xff z";
-  write_file(p, text, sizeof text - 1);
+  test_write_file(p, text, sizeof text - 1);
   remat_tokens t;
   CHECK(remat_tokens_from_text(&t, p, &err) == 0);
   CHECK(t.n == (int64_t)sizeof text - 1);
@@ -230,17 +176,17 @@ static void test_text(void) {
   CHECK(remat_tokens_check_vocab(&t, 256, &err) == 0);
   remat_tokens_free(&t);
 
-  write_file(p, "x", 1);
+  test_write_file(p, "x", 1);
   int rc = remat_tokens_from_text(&t, p, &err);
   CHECK_ERR(rc, err, REMAT_EFORMAT, "1 bytes");
-  write_file(p, "", 0);
+  test_write_file(p, "", 0);
   rc = remat_tokens_from_text(&t, p, &err);
   CHECK_ERR(rc, err, REMAT_EFORMAT, "0 bytes");
-  rc = remat_tokens_from_text(&t, path_of("nope.txt"), &err);
+  rc = remat_tokens_from_text(&t, test_path("nope.txt"), &err);
   CHECK_ERR(rc, err, REMAT_EIO, "nope.txt");
   rc = remat_tokens_from_text(&t, dir, &err);
   CHECK_ERR(rc, err, REMAT_EIO, "directory");
-  const char *fifo = path_of("text.fifo");
+  const char *fifo = test_path("text.fifo");
   CHECK(mkfifo(fifo, 0600) == 0);
   rc = remat_tokens_from_text(&t, fifo, &err);
   CHECK_ERR(rc, err, REMAT_EIO, "a text file stored on disk");
@@ -259,20 +205,6 @@ static float *random_params(const remat_config *c, uint32_t seed) {
   return p;
 }
 
-/* Rewrites one header int of a copy of `src` into `dst`; optionally resizes. */
-static void patched_copy(const char *src, const char *dst, int field, int32_t value,
-                         long resize) {
-  size_t n = 0;
-  uint8_t *b = read_file(src, &n);
-  if (field >= 0) put32(b + 4 * field, value);
-  size_t m = resize ? (size_t)((long)n + resize) : n;
-  uint8_t *c = calloc(1, m);
-  memcpy(c, b, m < n ? m : n);
-  write_file(dst, c, m);
-  free(b);
-  free(c);
-}
-
 static void test_checkpoints(void) {
   remat_error err = {0};
   /* V=200 pads to Vp=256: the padded rows are stored too */
@@ -281,23 +213,23 @@ static void test_checkpoints(void) {
   CHECK(remat_padded_vocab(200) == 256);
   size_t np = remat_param_count(&c);
   float *w = random_params(&c, 1);
-  const char *p = path_of("m.ckpt");
+  const char *p = test_path("m.ckpt");
   CHECK(remat_checkpoint_save(p, &c, w, &err) == 0);
-  CHECK(!exists(path_of("m.ckpt.tmp")));
+  CHECK(!test_exists(test_path("m.ckpt.tmp")));
 
   size_t n = 0;
-  uint8_t *b = read_file(p, &n);
+  uint8_t *b = test_read_file(p, &n);
   CHECK(b && n == REMAT_HEADER_BYTES + 4 * np);
   if (b && n == REMAT_HEADER_BYTES + 4 * np) {
-    const int32_t want[8] = {20240326, 3, 16, 200, 2, 2, 8, 256};
-    for (int i = 0; i < 8; i++) CHECK(get32(b + 4 * i) == want[i]);
-    CHECK(get32(b + 32) == 0 && get32(b + 1020) == 0);
+    const uint32_t want[8] = {20240326, 3, 16, 200, 2, 2, 8, 256};
+    for (int i = 0; i < 8; i++) CHECK(test_get32(b + 4 * i) == want[i]);
+    CHECK(test_get32(b + 32) == 0 && test_get32(b + 1020) == 0);
     /* first float (wte[0]) at 1024, last (lnfb[C-1]) at the end */
     uint32_t u0, u1;
     memcpy(&u0, &w[0], 4);
     memcpy(&u1, &w[np - 1], 4);
-    CHECK((uint32_t)get32(b + 1024) == u0);
-    CHECK((uint32_t)get32(b + n - 4) == u1);
+    CHECK(test_get32(b + 1024) == u0);
+    CHECK(test_get32(b + n - 4) == u1);
   }
 
   remat_config r;
@@ -314,7 +246,7 @@ static void test_checkpoints(void) {
   remat_config s = {.max_seq_len = 4, .vocab_size = 11, .padded_vocab_size = 11,
                     .num_layers = 1, .num_heads = 1, .channels = 4};
   float *ws = random_params(&s, 2);
-  const char *ps = path_of("s.ckpt");
+  const char *ps = test_path("s.ckpt");
   CHECK(remat_checkpoint_save(ps, &s, ws, &err) == 0);
   CHECK(remat_checkpoint_read_config(ps, &r, &err) == 0 && memcmp(&r, &s, sizeof s) == 0);
   free(ws);
@@ -338,7 +270,7 @@ static void test_checkpoints(void) {
   CHECK_ERR(rc, err, REMAT_ESHAPE, "maxT=1024");
 
   /* malformed headers and sizes */
-  const char *q = path_of("bad.ckpt");
+  const char *q = test_path("bad.ckpt");
   struct {
     int field;
     int32_t value;
@@ -361,17 +293,17 @@ static void test_checkpoints(void) {
       {4, 1, 0, REMAT_EFORMAT, "trailing"},  /* fewer layers: the body is too long */
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-    patched_copy(p, q, bad[i].field, bad[i].value, bad[i].resize);
+    test_patched_copy(p, q, bad[i].field, bad[i].value, bad[i].resize);
     rc = remat_checkpoint_read_config(q, &r, &err);
     CHECK_ERR(rc, err, bad[i].code, bad[i].word);
     rc = remat_checkpoint_load(q, NULL, v, &err);
     CHECK_ERR(rc, err, bad[i].code, bad[i].word);
   }
   /* a cut header */
-  write_file(q, "\x3e\xd6\x34\x01\x03\x00\x00\x00", 8);
+  test_write_file(q, "\x3e\xd6\x34\x01\x03\x00\x00\x00", 8);
   rc = remat_checkpoint_read_config(q, &r, &err);
   CHECK_ERR(rc, err, REMAT_EFORMAT, "truncated");
-  rc = remat_checkpoint_read_config(path_of("missing.ckpt"), &r, &err);
+  rc = remat_checkpoint_read_config(test_path("missing.ckpt"), &r, &err);
   CHECK_ERR(rc, err, REMAT_EIO, "missing.ckpt");
   rc = remat_checkpoint_load(dir, NULL, v, &err);
   CHECK_ERR(rc, err, REMAT_EIO, "directory");
@@ -382,17 +314,17 @@ static void test_checkpoints(void) {
   rc = remat_checkpoint_save(q, &c, w, &err);
   CHECK_ERR(rc, err, REMAT_ENUMERIC, "NaN");
   size_t cn = 0;
-  uint8_t *cb = read_file(p, &cn);
+  uint8_t *cb = test_read_file(p, &cn);
   uint32_t nan_bits = 0x7fc00000u;
-  put32(cb + 1024 + 4 * k, (int32_t)nan_bits);
-  write_file(q, cb, cn);
+  test_put32(cb + 1024 + 4 * k, (int32_t)nan_bits);
+  test_write_file(q, cb, cn);
   rc = remat_checkpoint_load(q, NULL, v, &err);
   char want[64];
   snprintf(want, sizeof want, "parameter %zu (lnfb[5])", k);
   CHECK_ERR(rc, err, REMAT_ENUMERIC, want);
-  put32(cb + 1024 + 4 * k, 0);
-  put32(cb + 1024, (int32_t)0x7f800000u); /* +inf in wte[0] */
-  write_file(q, cb, cn);
+  test_put32(cb + 1024 + 4 * k, 0);
+  test_put32(cb + 1024, (int32_t)0x7f800000u); /* +inf in wte[0] */
+  test_write_file(q, cb, cn);
   rc = remat_checkpoint_load(q, NULL, v, &err);
   CHECK_ERR(rc, err, REMAT_ENUMERIC, "parameter 0 (wte[0]) is infinite");
   free(cb);
@@ -425,7 +357,7 @@ static void test_checkpoint_reader(void) {
                       .num_layers = 3, .num_heads = 2, .channels = 16};
   size_t np = remat_param_count(&c);
   float *w = random_params(&c, 21), *wb = random_params(&big, 22);
-  const char *p = path_of("swap.ckpt");
+  const char *p = test_path("swap.ckpt");
   CHECK(remat_checkpoint_save(p, &c, w, &err) == 0);
 
   remat_checkpoint_reader rd;
@@ -466,11 +398,11 @@ static void test_checkpoint_reader(void) {
   rc = remat_checkpoint_reader_open(&rd, p, NULL, &err);
   CHECK_ERR(rc, err, REMAT_EFORMAT, "truncated");
   remat_checkpoint_reader_free(&rd);
-  rc = remat_checkpoint_reader_open(&rd, path_of("none.ckpt"), NULL, &err);
+  rc = remat_checkpoint_reader_open(&rd, test_path("none.ckpt"), NULL, &err);
   CHECK_ERR(rc, err, REMAT_EIO, "none.ckpt");
 
   /* a FIFO is refused without blocking */
-  const char *fifo = path_of("reader.fifo");
+  const char *fifo = test_path("reader.fifo");
   CHECK(mkfifo(fifo, 0600) == 0);
   rc = remat_checkpoint_reader_open(&rd, fifo, NULL, &err);
   CHECK_ERR(rc, err, REMAT_EIO, "not a regular file");
@@ -496,7 +428,7 @@ static void test_checkpoint_reader(void) {
   w[5] = 0.5f;
   CHECK(remat_checkpoint_save(p, &c, w, &err) == 0);
   size_t n = 0;
-  uint8_t *bytes = read_file(p, &n);
+  uint8_t *bytes = test_read_file(p, &n);
   CHECK(remat__checkpoint_open_mem(&rd, bytes, n, "mem", &got, &err) == 0);
   CHECK(remat_checkpoint_read_params(&rd, &c, v, &err) == 0);
   CHECK(memcmp(v, w, np * sizeof(float)) == 0);
@@ -510,9 +442,9 @@ static void test_checkpoint_reader(void) {
   remat_tokens t;
   int32_t ids[3] = {7, 8, 65535};
   remat_tokens src = {.tok = ids, .n = 3, .max_id = 65535};
-  const char *sp = path_of("mem.bin");
+  const char *sp = test_path("mem.bin");
   CHECK(remat_tokens_save(&src, sp, &err) == 0);
-  bytes = read_file(sp, &n);
+  bytes = test_read_file(sp, &n);
   CHECK(remat__tokens_load_mem(&t, bytes, n, "mem", &err) == 0);
   CHECK(t.n == 3 && t.tok[2] == 65535 && t.max_id == 65535);
   remat_tokens_free(&t);
@@ -534,7 +466,7 @@ static void test_checkpoint_reader(void) {
 
 static int same_bytes(const char *path, const uint8_t *want, size_t n) {
   size_t m = 0;
-  uint8_t *b = read_file(path, &m);
+  uint8_t *b = test_read_file(path, &m);
   int same = b && m == n && memcmp(b, want, n) == 0;
   free(b);
   return same;
@@ -548,7 +480,7 @@ static void test_save_special(const remat_config *c, const float *w) {
   struct stat st;
   int refused_all = 1;
 
-  const char *fifo = path_of("fifo");
+  const char *fifo = test_path("fifo");
   CHECK(mkfifo(fifo, 0600) == 0);
   int rc = remat_checkpoint_save(fifo, c, w, &err);
   CHECK_ERR(rc, err, REMAT_EIO, "FIFO");
@@ -563,7 +495,7 @@ static void test_save_special(const remat_config *c, const float *w) {
   refused_all &= S_ISFIFO(st.st_mode);
 
   /* a symlink to the FIFO: the link and the FIFO both stay */
-  const char *lf = path_of("fifo.link");
+  const char *lf = test_path("fifo.link");
   CHECK(symlink("fifo", lf) == 0);
   rc = remat_checkpoint_save(lf, c, w, &err);
   CHECK_ERR(rc, err, REMAT_EIO, "links to");
@@ -571,7 +503,7 @@ static void test_save_special(const remat_config *c, const float *w) {
   CHECK(lstat(fifo, &st) == 0 && S_ISFIFO(st.st_mode));
 
   /* a socket */
-  const char *sp = path_of("sock");
+  const char *sp = test_path("sock");
   int sfd = socket(AF_UNIX, SOCK_STREAM, 0);
   struct sockaddr_un sa = {.sun_family = AF_UNIX};
   if (sfd >= 0 && strlen(sp) < sizeof sa.sun_path) {
@@ -585,35 +517,35 @@ static void test_save_special(const remat_config *c, const float *w) {
   if (sfd >= 0) close(sfd);
 
   /* a directory, also through a symlink */
-  const char *dd = path_of("somedir");
+  const char *dd = test_path("somedir");
   CHECK(mkdir(dd, 0700) == 0);
   rc = remat_checkpoint_save(dd, c, w, &err);
   CHECK_ERR(rc, err, REMAT_EIO, "directory");
   rc = remat_output_check(dd, &err);
   CHECK_ERR(rc, err, REMAT_EIO, "directory");
-  const char *ld = path_of("somedir.link");
+  const char *ld = test_path("somedir.link");
   CHECK(symlink("somedir", ld) == 0);
   rc = remat_checkpoint_save(ld, c, w, &err);
   CHECK_ERR(rc, err, REMAT_EIO, "directory");
   CHECK(lstat(dd, &st) == 0 && S_ISDIR(st.st_mode));
-  CHECK(count_temps(dd) == 0);
+  CHECK(test_count_temps(dd) == 0);
 
   /* a character device: our own copy of /dev/null first (needs root), then
    * /dev/null itself, but only once the refusals above held, so a broken
    * build cannot replace the machine's /dev/null */
   if (geteuid() == 0) {
-    const char *cd = path_of("null");
+    const char *cd = test_path("null");
     CHECK(mknod(cd, S_IFCHR | 0666, makedev(1, 3)) == 0);
     rc = remat_checkpoint_save(cd, c, w, &err);
     CHECK_ERR(rc, err, REMAT_EIO, "character device");
     CHECK(lstat(cd, &st) == 0 && S_ISCHR(st.st_mode) && st.st_rdev == makedev(1, 3));
     refused_all &= rc == REMAT_EIO && S_ISCHR(st.st_mode);
   }
-  CHECK(count_temps(dir) == 0);
+  CHECK(test_count_temps(dir) == 0);
   if (refused_all) {
     struct stat before, after;
     CHECK(lstat("/dev/null", &before) == 0 && S_ISCHR(before.st_mode));
-    int dev_temps = count_temps("/dev");
+    int dev_temps = test_count_temps("/dev");
     rc = remat_checkpoint_save("/dev/null", c, w, &err);
     CHECK_ERR(rc, err, REMAT_EIO, "character device");
     rc = remat_tokens_save(&t, "/dev/null", &err);
@@ -622,7 +554,7 @@ static void test_save_special(const remat_config *c, const float *w) {
     CHECK_ERR(rc, err, REMAT_EIO, "not a regular file");
     CHECK(lstat("/dev/null", &after) == 0 && S_ISCHR(after.st_mode));
     CHECK(after.st_ino == before.st_ino && after.st_rdev == before.st_rdev);
-    CHECK(count_temps("/dev") == dev_temps);
+    CHECK(test_count_temps("/dev") == dev_temps);
   } else {
     fprintf(stderr, "  special files in the scratch directory were not refused; "
                     "/dev/null not tried\n");
@@ -635,13 +567,13 @@ static void test_save_symlinks(const remat_config *c, const float *w1, const flo
   remat_error err = {0};
   size_t np = remat_param_count(c);
   float *v = calloc(np, sizeof(float));
-  const char *sub = path_of("linkdir");
+  const char *sub = test_path("linkdir");
   CHECK(mkdir(sub, 0700) == 0);
-  const char *real = path_of("linkdir/real.ckpt");
+  const char *real = test_path("linkdir/real.ckpt");
   CHECK(remat_checkpoint_save(real, c, w1, &err) == 0);
   CHECK(chmod(real, 0640) == 0);
   /* link -> linkdir/real.ckpt, chain -> link (both relative) */
-  const char *link = path_of("real.link"), *chain = path_of("chain.link");
+  const char *link = test_path("real.link"), *chain = test_path("chain.link");
   CHECK(symlink("linkdir/real.ckpt", link) == 0);
   CHECK(symlink("real.link", chain) == 0);
   CHECK(remat_same_file(chain, real) == 1);
@@ -667,10 +599,10 @@ static void test_save_symlinks(const remat_config *c, const float *w1, const flo
   }
   CHECK(remat_checkpoint_load(real, NULL, v, &err) == 0);
   CHECK(memcmp(v, w2, np * sizeof(float)) == 0);
-  CHECK(count_temps(dir) == 0 && count_temps(sub) == 0);
+  CHECK(test_count_temps(dir) == 0 && test_count_temps(sub) == 0);
 
   /* a dangling link: its target is created, the link now resolves */
-  const char *dangling = path_of("dangling.link"), *made_by = path_of("linkdir/new.ckpt");
+  const char *dangling = test_path("dangling.link"), *made_by = test_path("linkdir/new.ckpt");
   CHECK(symlink("linkdir/new.ckpt", dangling) == 0);
   CHECK(remat_same_file(dangling, made_by) == 1);
   CHECK(remat_checkpoint_save(dangling, c, w1, &err) == 0);
@@ -679,12 +611,12 @@ static void test_save_symlinks(const remat_config *c, const float *w1, const flo
   CHECK(memcmp(v, w1, np * sizeof(float)) == 0);
 
   /* a loop is refused */
-  const char *l1 = path_of("loop1"), *l2 = path_of("loop2");
+  const char *l1 = test_path("loop1"), *l2 = test_path("loop2");
   CHECK(symlink("loop2", l1) == 0 && symlink("loop1", l2) == 0);
   int rc = remat_checkpoint_save(l1, c, w1, &err);
   CHECK_ERR(rc, err, REMAT_EIO, "symbolic link");
   CHECK(lstat(l1, &st) == 0 && S_ISLNK(st.st_mode));
-  CHECK(count_temps(dir) == 0 && count_temps(sub) == 0);
+  CHECK(test_count_temps(dir) == 0 && test_count_temps(sub) == 0);
   free(v);
 }
 
@@ -692,10 +624,10 @@ static void test_save_symlinks(const remat_config *c, const float *w1, const flo
  * would) leaves the previous file and no temporary. */
 static void test_save_failure(const remat_config *c, const float *w1, const float *w2) {
   remat_error err = {0};
-  const char *p = path_of("limited.ckpt");
+  const char *p = test_path("limited.ckpt");
   CHECK(remat_checkpoint_save(p, c, w1, &err) == 0);
   size_t n0 = 0;
-  uint8_t *before = read_file(p, &n0);
+  uint8_t *before = test_read_file(p, &n0);
   fflush(NULL);
   pid_t pid = fork();
   if (pid == 0) {
@@ -711,7 +643,7 @@ static void test_save_failure(const remat_config *c, const float *w1, const floa
   CHECK(pid > 0 && waitpid(pid, &status, 0) == pid);
   CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   CHECK(same_bytes(p, before, n0));
-  CHECK(count_temps(dir) == 0);
+  CHECK(test_count_temps(dir) == 0);
   free(before);
 }
 
@@ -724,11 +656,12 @@ static void test_save_concurrent(void) {
   remat_config c2 = {.max_seq_len = 8, .vocab_size = 100, .padded_vocab_size = 128,
                      .num_layers = 1, .num_heads = 1, .channels = 8};
   float *w1 = random_params(&c1, 11), *w2 = random_params(&c2, 12);
-  const char *i1 = path_of("img1.ckpt"), *i2 = path_of("img2.ckpt"), *p = path_of("race.ckpt");
+  const char *i1 = test_path("img1.ckpt"), *i2 = test_path("img2.ckpt");
+  const char *p = test_path("race.ckpt");
   CHECK(remat_checkpoint_save(i1, &c1, w1, &err) == 0);
   CHECK(remat_checkpoint_save(i2, &c2, w2, &err) == 0);
   size_t n1, n2;
-  uint8_t *b1 = read_file(i1, &n1), *b2 = read_file(i2, &n2);
+  uint8_t *b1 = test_read_file(i1, &n1), *b2 = test_read_file(i2, &n2);
   CHECK(remat_checkpoint_save(p, &c1, w1, &err) == 0);
   enum { SAVES = 40 };
   pid_t kids[2];
@@ -745,7 +678,7 @@ static void test_save_concurrent(void) {
   int reads = 0, whole = 1, seen1 = 0, seen2 = 0, running = 2;
   while (running > 0) {
     size_t m = 0;
-    uint8_t *b = read_file(p, &m);
+    uint8_t *b = test_read_file(p, &m);
     int is1 = b && m == n1 && memcmp(b, b1, m) == 0, is2 = b && m == n2 && memcmp(b, b2, m) == 0;
     whole &= is1 || is2;
     seen1 |= is1;
@@ -774,7 +707,7 @@ static void test_save_concurrent(void) {
   CHECK(memcmp(v, is1 ? w1 : w2, remat_param_count(&got) * sizeof(float)) == 0);
   remat_checkpoint_reader_free(&rd);
   free(v);
-  CHECK(count_temps(dir) == 0);
+  CHECK(test_count_temps(dir) == 0);
   printf("concurrent saves: %d reads, each a whole file (first seen %d, second %d)\n", reads,
          seen1, seen2);
   free(b1);
@@ -785,24 +718,24 @@ static void test_save_concurrent(void) {
 
 static void test_output_checks(void) {
   remat_error err = {0};
-  const char *fresh = path_of("fresh.bin");
+  const char *fresh = test_path("fresh.bin");
   CHECK(remat_output_check(fresh, &err) == 0);
-  CHECK(!exists(fresh) && count_temps(dir) == 0);
-  const char *have = path_of("have.bin");
-  write_file(have, "x", 1);
+  CHECK(!test_exists(fresh) && test_count_temps(dir) == 0);
+  const char *have = test_path("have.bin");
+  test_write_file(have, "x", 1);
   CHECK(remat_output_check(have, &err) == 0);
   CHECK(same_bytes(have, (const uint8_t *)"x", 1));
-  int rc = remat_output_check(path_of("nodir/x.bin"), &err);
+  int rc = remat_output_check(test_path("nodir/x.bin"), &err);
   CHECK_ERR(rc, err, REMAT_EIO, "nodir");
   CHECK(strstr(err.msg, "create the directory") != NULL);
   rc = remat_output_check("", &err);
   CHECK(rc == REMAT_EINVAL && err.msg[0]);
-  rc = remat_output_check(path_of("x/"), &err);
+  rc = remat_output_check(test_path("x/"), &err);
   CHECK(rc != 0 && err.msg[0]);
   if (geteuid() != 0) { /* root may write anywhere */
-    const char *ro = path_of("readonly");
+    const char *ro = test_path("readonly");
     CHECK(mkdir(ro, 0500) == 0);
-    rc = remat_output_check(path_of("readonly/x.bin"), &err);
+    rc = remat_output_check(test_path("readonly/x.bin"), &err);
     CHECK_ERR(rc, err, REMAT_EIO, "writable");
   }
 
@@ -811,16 +744,16 @@ static void test_output_checks(void) {
   char spelled[700];
   snprintf(spelled, sizeof spelled, "%s/./linkdir/../have.bin", dir);
   CHECK(remat_same_file(have, spelled) == 1);
-  const char *hard = path_of("hard.bin");
+  const char *hard = test_path("hard.bin");
   CHECK(link(have, hard) == 0);
   CHECK(remat_same_file(have, hard) == 1);
-  const char *other = path_of("other.bin");
-  write_file(other, "x", 1);
+  const char *other = test_path("other.bin");
+  test_write_file(other, "x", 1);
   CHECK(remat_same_file(have, other) == 0);
   CHECK(remat_same_file(have, fresh) == 0); /* one exists, one does not */
   snprintf(spelled, sizeof spelled, "%s/linkdir/../fresh.bin", dir);
   CHECK(remat_same_file(fresh, spelled) == 1); /* neither exists */
-  CHECK(remat_same_file(fresh, path_of("fresh2.bin")) == 0);
+  CHECK(remat_same_file(fresh, test_path("fresh2.bin")) == 0);
   CHECK(remat_same_file(NULL, have) == 0 && remat_same_file("", "") == 0);
 }
 
@@ -1114,17 +1047,8 @@ static void test_loader(void) {
 }
 
 int main(int argc, char **argv) {
-  int own_dir = argc < 2;
-  if (own_dir) {
-    strcpy(dir, "/tmp/remat_test_io_XXXXXX");
-    if (!mkdtemp(dir)) {
-      perror("mkdtemp");
-      return 2;
-    }
-  } else {
-    snprintf(dir, sizeof dir, "%s", argv[1]);
-    mkdir(dir, 0700);
-  }
+  dir = test_scratch_begin("test_io", argc < 2 ? NULL : argv[1]);
+  if (!dir) return 2;
   size_t live = remat__heap_live();
   test_shards();
   test_text();
@@ -1134,7 +1058,6 @@ int main(int argc, char **argv) {
   test_corpus();
   test_loader();
   CHECK(remat__heap_live() == live); /* every library allocation was released */
-  for (int i = nmade - 1; i >= 0; i--) remove(made[i]); /* files before their directories */
-  if (own_dir) rmdir(dir);
+  test_scratch_end();
   return test_summary("test_io");
 }
