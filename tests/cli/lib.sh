@@ -106,6 +106,35 @@ PY
 # processes that happen to match its command line).
 below() { local p; for p in $(pgrep -P "$1"); do echo "$p"; below "$p"; done; }
 
+# kill_a_rank ARGS...: `remat train ARGS...` on 2 ranks for ever (on one
+# thread each, --quiet), and after 3 s one of its ranks killed with SIGKILL:
+# one case, passed when the job ends within 30 s with a message (its output
+# in kill.out in the current directory); a job still running is killed.
+kill_a_rank() {
+  local start job victim rc took
+  start=$(date +%s)
+  mpi 2 "$remat" train "$@" --steps 1000000 --threads 1 --quiet --peak-gflops 1 >kill.out 2>&1 &
+  job=$!
+  sleep 3
+  # a rank of this job: a descendant of $job running remat (not mpirun, and
+  # no other job's process that happens to match the command line)
+  victim=$(for p in $(below "$job"); do
+    [[ $(ps -o comm= -p "$p") == remat ]] && echo "$p"; done | tail -1)
+  [[ -n $victim ]] && kill -9 "$victim"
+  for _ in $(seq 60); do kill -0 "$job" 2>/dev/null || break; sleep 0.5; done
+  if kill -0 "$job" 2>/dev/null; then
+    kill -9 $(below "$job") "$job" 2>/dev/null
+    bad "a killed rank ends the job (still running after 30 s)"
+  else
+    wait "$job"
+    rc=$?
+    took=$(($(date +%s) - start - 3))
+    if [[ $rc -ne 0 && -n $victim ]] && grep -q "signal 9" kill.out; then
+      ok "a killed rank ends the job in ${took} s (exit $rc)"
+    else bad "a killed rank (rc $rc)"; tail -3 kill.out; fi
+  fi
+}
+
 # summary [NAME [CASES]]: the closing line, "N passed, F failed" (or
 # "NAME: F failed", or "NAME: CASES cases, F failed"); the status is 0 when
 # nothing failed.

@@ -174,27 +174,7 @@ for t in "nodir/t.json:create the directory" "afile/t.json:Not a directory" \
 done
 
 # A rank killed with SIGKILL ends the job within 30 s, with a message.
-start=$(date +%s)
-mpi 2 "$remat" train --config tiny --stages 2 --grad-accum 2 --steps 1000000 --threads 1 \
-  --quiet --peak-gflops 1 >kill.out 2>&1 &
-job=$!
-sleep 3
-# a rank of this job: a descendant of $job running remat (not mpirun, and
-# no other job's process that happens to match the command line)
-victim=$(for p in $(below "$job"); do
-  [[ $(ps -o comm= -p "$p") == remat ]] && echo "$p"; done | tail -1)
-[[ -n $victim ]] && kill -9 "$victim"
-for _ in $(seq 60); do kill -0 "$job" 2>/dev/null || break; sleep 0.5; done
-if kill -0 "$job" 2>/dev/null; then
-  kill -9 $(below "$job") "$job" 2>/dev/null
-  bad "a killed rank ends the job (still running after 30 s)"
-else
-  wait "$job"
-  rc=$?
-  took=$(($(date +%s) - start - 3))
-  if [[ $rc -ne 0 && -n $victim ]] && grep -q "signal 9" kill.out; then ok "a killed rank ends the job in ${took} s (exit $rc)"
-  else bad "a killed rank (rc $rc)"; tail -3 kill.out; fi
-fi
+kill_a_rank --config tiny --stages 2 --grad-accum 2
 
 # The log failing mid-run on rank 0 (a file size limit: write fails with
 # EFBIG) ends every rank within seconds with its message.
