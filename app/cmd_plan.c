@@ -151,9 +151,10 @@ static int resolve_names(plan_args *a) {
                        "or lp", f);
   if (a->sweep && a->fmt != REMAT_PLAN_FORMAT_TABLE && a->fmt != REMAT_PLAN_FORMAT_JSON)
     return cli_fail(-1, "--sweep writes a table or json, not '%s'", f);
+  char names[96];
   if (a->schedule && remat_plan_schedule_parse(a->schedule, &a->sched))
-    return cli_fail(-1, "unknown schedule '%s'; use 1f1b, gpipe, interleaved, zb-h1 or zbv",
-                    a->schedule);
+    return cli_fail(-1, "unknown schedule '%s'; use %s", a->schedule,
+                    remat_schedule_names(names, sizeof names, REMAT_SCHEDULES_ALL, "or"));
   if (a->precision && remat_precision_parse(a->precision, &a->prec))
     return cli_fail(-1, "unknown precision '%s'; use fp32 or bf16", a->precision);
   if (a->precision && !a->config)

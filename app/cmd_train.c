@@ -128,9 +128,10 @@ static int parse_args(int argc, char **argv, opts *o, const remat_job_desc *base
   o->B = t->B, o->T = t->T, o->K = t->grad_accum, o->steps = t->steps;
   o->eval_every = d->eval_every, o->stages = d->stages, o->replicas = d->replicas;
   o->zero = d->zero;
+  char names[96];
   if (o->schedule_name && remat_plan_schedule_parse(o->schedule_name, &d->schedule))
-    return cli_fail(-1, "--schedule %s is not a schedule; use 1f1b, gpipe, zb-h1, interleaved "
-                    "or zbv", o->schedule_name);
+    return cli_fail(-1, "--schedule %s is not a schedule; use %s", o->schedule_name,
+                    remat_schedule_names(names, sizeof names, REMAT_SCHEDULES_ALL, "or"));
   if (o->precision_name && remat_precision_parse(o->precision_name, &d->precision))
     return cli_fail(-1, "--precision %s is not a precision; use fp32 or bf16", o->precision_name);
   const char *why;

@@ -1,5 +1,7 @@
-/* test_schedule.c: the instruction streams of every schedule (1f1b, gpipe,
- * interleaved, zb-h1, zbv) and the simulator over them: each stream holds
+/* test_schedule.c: the schedule table and the instruction streams of every
+ * schedule (1f1b, gpipe, interleaved, zb-h1, zbv) and the simulator over
+ * them: each row's rules hold together and remat_schedule_held gives what
+ * its streams hold (with one chunk in closed form); each stream holds
  * every operation once, in an order that respects every dependency on its
  * rank, and the ranks together never deadlock (random times); the peak
  * activations in flight equal their closed forms (zb-h1's equal 1F1B's);
@@ -25,7 +27,7 @@ static double urand(void) {
 /* Every (chunk, micro-batch, kind) once per rank; on a rank B after F and
  * W after B of the same chunk and micro-batch. */
 static int stream_ok(const remat_schedule_streams *st) {
-  int split = st->schedule == REMAT_SCHED_ZBH1 || st->schedule == REMAT_SCHED_ZBV;
+  int split = remat_schedule_get(st->schedule)->split;
   int64_t cells = st->v * st->m;
   int64_t *pos = malloc((size_t)(3 * cells) * sizeof *pos);
   int ok = pos != NULL && st->len == cells * (split ? 3 : 2);
@@ -50,7 +52,7 @@ static int stream_ok(const remat_schedule_streams *st) {
 /* Most chunk activations a rank holds at once: F run and W (B without W)
  * not yet. */
 static int64_t rank_units(const remat_schedule_streams *st, int64_t r) {
-  int split = st->schedule == REMAT_SCHED_ZBH1 || st->schedule == REMAT_SCHED_ZBV;
+  int split = remat_schedule_get(st->schedule)->split;
   int64_t u = 0, peak = 0;
   for (int64_t q = 0; q < st->len; q++) {
     int k = st->ops[r * st->len + q].kind;
@@ -91,6 +93,20 @@ static void one(int sched, int64_t p, int64_t m, int64_t v) {
       CHECK(rank_units(&st, r) == min64(2 * (p - r - 1) + (v - 1) * p + 1, m * v));
     if (sched == REMAT_SCHED_ZBV) CHECK(rank_units(&st, r) <= 2 * p);
   }
+  /* remat_schedule_held: the streams' figures by virtual stage, from F to
+   * W under a split backward, within remat_schedule_held_bound */
+  int64_t *n = malloc((size_t)nv * sizeof *n), *kw = malloc((size_t)nv * sizeof *kw);
+  const remat_schedule_info *row = remat_schedule_get(sched);
+  CHECK(remat_schedule_held(sched, p, m, v, n, kw, &err) == 0);
+  if (row->split) remat_schedule_streams_alive(&st, inf);
+  for (int64_t r = 0; r < p; r++)
+    for (int64_t c = 0; c < v; c++) {
+      int64_t vs = remat_schedule_virtual_stage(sched, p, r, c);
+      CHECK(n[vs] == inf[r * v + c] && kw[vs] == wp[r * v + c]);
+      CHECK(n[vs] <= remat_schedule_held_bound(sched, p, m, v));
+    }
+  free(n);
+  free(kw);
   free(inf);
   free(wp);
   free(f);
@@ -201,7 +217,36 @@ static void test_errors(void) {
     }
 }
 
+/* Each row's rules agree with each other and with the checks and the
+ * names that come from them. */
+static void test_table(void) {
+  char names[96];
+  CHECK(remat_schedule_get(-1) == NULL && remat_schedule_get(REMAT_SCHED_COUNT) == NULL);
+  for (int s = 0; s < REMAT_SCHED_COUNT; s++) {
+    const remat_schedule_info *row = remat_schedule_get(s);
+    CHECK(row && row->name && row->streams && row->runs);
+    CHECK(row->chunks_default >= row->chunks_min);
+    CHECK(!row->chunks_max || row->chunks_default <= row->chunks_max);
+    CHECK(remat_schedule_chunks(s, 0) == row->chunks_default);
+    CHECK(remat_schedule_check(s, 4, 8, row->chunks_default, 0, NULL) == 0);
+    CHECK(!row->op || row->chunks_max == 1); /* a closed form is of one chunk */
+    CHECK(row->layout != REMAT_LAYOUT_V || row->chunks_max == 2);
+  }
+  CHECK(strcmp(remat_schedule_names(names, sizeof names, REMAT_SCHEDULES_ALL, "or"),
+               "1f1b, gpipe, interleaved, zb-h1 or zbv") == 0);
+  CHECK(strcmp(remat_schedule_names(names, sizeof names, REMAT_SCHEDULES_CHUNKED, "and"),
+               "interleaved and zbv") == 0);
+  CHECK(strcmp(remat_schedule_names(names, sizeof names, REMAT_SCHEDULES_ONE_CHUNK, "and"),
+               "1f1b, gpipe and zb-h1") == 0);
+  CHECK(strcmp(remat_schedule_names(names, 8, REMAT_SCHEDULES_ALL, "or"), "1f1b, g") == 0);
+  /* zbv's head, on rank 0 with the entry, counts from chunk 0's F */
+  CHECK(remat_schedule_counts_from(REMAT_SCHED_ZBV, 4, 2, 0, 1) == 0);
+  CHECK(remat_schedule_counts_from(REMAT_SCHED_ZBV, 4, 2, 1, 1) == 1);
+  CHECK(remat_schedule_counts_from(REMAT_SCHED_INTERLEAVED, 1, 2, 0, 1) == 1);
+}
+
 int main(void) {
+  test_table();
   test_streams();
   test_against_plain();
   test_bubbles();
