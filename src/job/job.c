@@ -103,19 +103,9 @@ static uint64_t desc_digest(const remat_job_desc *d) {
 
 /* ------------------------------------------------------------- lifetime */
 
-int remat_job_create(remat_job **out, const remat_job_desc *desc, remat_error *err) {
-  *out = NULL;
-  const remat_job_desc *d = desc;
-  if (d->stages < 1 || d->replicas < 1 || d->stages * d->replicas > REMAT_MAX_STAGES)
-    return remat__errorf(err, REMAT_EINVAL,
-                         "%lld stages x %lld replicas: a job runs 1 to %d ranks",
-                         (long long)d->stages, (long long)d->replicas, REMAT_MAX_STAGES);
-  if (d->zero < 0 || d->zero > 3 || (d->zero && d->replicas == 1))
-    return remat__errorf(err, REMAT_EINVAL, "ZeRO stage %d needs 0 to 3 and replicas to shard "
-                         "across", d->zero);
-  if ((d->ckpt_ratio >= 0) + !!d->ckpt_layers + !!d->memory + !!d->plan > 1)
-    return remat__errorf(err, REMAT_EINVAL, "a recompute ratio, a block list, a memory budget "
-                         "and a plan file each choose the recomputed blocks; give at most one");
+/* Whether the runtime runs the description's schedule on its stages,
+ * replicas, chunks and micro-batches, by the schedule's row. */
+static int check_schedule(const remat_job_desc *d, remat_error *err) {
   const remat_schedule_info *row = remat_schedule_get(d->schedule);
   char names[96];
   if (!row || !row->runs)
@@ -150,6 +140,24 @@ int remat_job_create(remat_job **out, const remat_job_desc *desc, remat_error *e
                            "--grad-accum %lld is not a multiple of %lld", row->name,
                            (long long)d->train.grad_accum, (long long)d->stages);
   }
+  return 0;
+}
+
+int remat_job_create(remat_job **out, const remat_job_desc *desc, remat_error *err) {
+  *out = NULL;
+  const remat_job_desc *d = desc;
+  if (d->stages < 1 || d->replicas < 1 || d->stages * d->replicas > REMAT_MAX_STAGES)
+    return remat__errorf(err, REMAT_EINVAL,
+                         "%lld stages x %lld replicas: a job runs 1 to %d ranks",
+                         (long long)d->stages, (long long)d->replicas, REMAT_MAX_STAGES);
+  if (d->zero < 0 || d->zero > 3 || (d->zero && d->replicas == 1))
+    return remat__errorf(err, REMAT_EINVAL, "ZeRO stage %d needs 0 to 3 and replicas to shard "
+                         "across", d->zero);
+  if ((d->ckpt_ratio >= 0) + !!d->ckpt_layers + !!d->memory + !!d->plan > 1)
+    return remat__errorf(err, REMAT_EINVAL, "a recompute ratio, a block list, a memory budget "
+                         "and a plan file each choose the recomputed blocks; give at most one");
+  int bad_schedule = check_schedule(d, err);
+  if (bad_schedule) return bad_schedule;
   if (d->data && d->text)
     return remat__errorf(err, REMAT_EINVAL, "give a token shard or a text file, not both");
   if (!!d->checkpoint_dir != (d->checkpoint_every > 0))
