@@ -48,14 +48,12 @@ static void write_shard(const char *path, int32_t magic, int32_t version, int32_
   free(b);
 }
 
-static void test_shards(void) {
+/* A shard saved and read back: llm.c's header and little-endian uint16
+ * tokens, no temporary left; its vocabulary check names the first token out
+ * of range. */
+static void shard_round_trip(int32_t *ids, int N, const char *p) {
   remat_error err = {0};
-  enum { N = 5000 };
-  int32_t ids[N];
-  for (int i = 0; i < N; i++) ids[i] = (int32_t)((i * 7919) % 65536);
-  ids[17] = 65535;
   remat_tokens t = {.tok = ids, .n = N};
-  const char *p = test_path("a.bin");
   CHECK(remat_tokens_save(&t, p, &err) == 0);
 
   size_t n = 0;
@@ -64,7 +62,7 @@ static void test_shards(void) {
   if (b && n >= REMAT_HEADER_BYTES + 2 * (size_t)N) {
     CHECK(test_get32(b) == 20240520);
     CHECK(test_get32(b + 4) == 1);
-    CHECK(test_get32(b + 8) == N);
+    CHECK(test_get32(b + 8) == (uint32_t)N);
     CHECK(test_get32(b + 12) == 0 && test_get32(b + 1020) == 0);
     /* token i as uint16 little endian at 1024 + 2i */
     CHECK(b[1024 + 2 * 17] == 0xff && b[1024 + 2 * 17 + 1] == 0xff);
@@ -75,7 +73,7 @@ static void test_shards(void) {
 
   remat_tokens u;
   CHECK(remat_tokens_load(&u, p, &err) == 0);
-  CHECK(u.n == N && memcmp(u.tok, ids, sizeof ids) == 0);
+  CHECK(u.n == N && memcmp(u.tok, ids, (size_t)N * sizeof *ids) == 0);
   CHECK(u.max_id == 65535);
   CHECK(remat_tokens_check_vocab(&u, 65536, &err) == 0);
   int rc = remat_tokens_check_vocab(&u, 50257, &err);
@@ -91,10 +89,15 @@ static void test_shards(void) {
   remat_tokens_free(&u);
   CHECK(u.tok == NULL && u.n == 0);
   remat_tokens_free(&u); /* twice is harmless */
+}
 
-  /* uint16 overflow: refused, and the existing file is left untouched */
+/* An id beyond uint16 (or negative) is refused, and the file already there
+ * is left untouched. */
+static void shard_overflow(int32_t *ids, int N, const char *p) {
+  remat_error err = {0};
+  remat_tokens t = {.tok = ids, .n = N}, u;
   ids[3] = 70000;
-  rc = remat_tokens_save(&t, p, &err);
+  int rc = remat_tokens_save(&t, p, &err);
   CHECK_ERR(rc, err, REMAT_ERANGE, "uint16");
   CHECK(strstr(err.msg, "70000") != NULL);
   CHECK(remat_tokens_load(&u, p, &err) == 0 && u.n == N && u.tok[3] == (3 * 7919) % 65536);
@@ -102,9 +105,14 @@ static void test_shards(void) {
   ids[3] = -1;
   CHECK(remat_tokens_save(&t, p, &err) == REMAT_ERANGE);
   ids[3] = 0;
+}
 
-  /* malformed shards */
-  p = test_path("magic.bin");
+/* Malformed shards and paths that are no shard: refused, naming why. */
+static void shard_refusals(void) {
+  remat_error err = {0};
+  remat_tokens u;
+  int rc;
+  const char *p = test_path("magic.bin");
   write_shard(p, 20240326, 1, 10, 10, 0);
   rc = remat_tokens_load(&u, p, &err);
   CHECK_ERR(rc, err, REMAT_EFORMAT, "magic");
@@ -148,9 +156,14 @@ static void test_shards(void) {
   CHECK_ERR(rc, err, REMAT_EIO, "directory");
   rc = remat_tokens_load(&u, "", &err);
   CHECK(rc == REMAT_EINVAL && err.msg[0]);
+}
 
-  /* writing into a directory that does not exist */
-  rc = remat_tokens_save(&t, test_path("no/such/dir/x.bin"), &err);
+/* Saves into a directory that does not exist, or onto a directory: refused
+ * before anything is written. */
+static void shard_bad_targets(int32_t *ids, int N) {
+  remat_error err = {0};
+  remat_tokens t = {.tok = ids, .n = N};
+  int rc = remat_tokens_save(&t, test_path("no/such/dir/x.bin"), &err);
   CHECK_ERR(rc, err, REMAT_EIO, "no/such/dir");
   CHECK(strstr(err.msg, "x.bin") != NULL);
   /* a directory in the way of the final name: refused before anything is written */
@@ -160,6 +173,18 @@ static void test_shards(void) {
   CHECK_ERR(rc, err, REMAT_EIO, "directory");
   CHECK(test_count_temps(dir) == 0);
   rmdir(d);
+}
+
+static void test_shards(void) {
+  enum { N = 5000 };
+  int32_t ids[N];
+  for (int i = 0; i < N; i++) ids[i] = (int32_t)((i * 7919) % 65536);
+  ids[17] = 65535;
+  const char *p = test_path("a.bin");
+  shard_round_trip(ids, N, p);
+  shard_overflow(ids, N, p);
+  shard_refusals();
+  shard_bad_targets(ids, N);
 }
 
 static void test_text(void) {
@@ -205,16 +230,12 @@ static float *random_params(const remat_config *c, uint32_t seed) {
   return p;
 }
 
-static void test_checkpoints(void) {
+/* A checkpoint holds llm.c's header (V=200 padded to Vp=256: the padded rows
+ * are stored too) and the parameters as they are, and leaves no temporary. */
+static void ckpt_layout(const remat_config *c, const float *w, const char *p) {
   remat_error err = {0};
-  /* V=200 pads to Vp=256: the padded rows are stored too */
-  remat_config c = {.max_seq_len = 16, .vocab_size = 200, .padded_vocab_size = 256,
-                    .num_layers = 2, .num_heads = 2, .channels = 8};
-  CHECK(remat_padded_vocab(200) == 256);
-  size_t np = remat_param_count(&c);
-  float *w = random_params(&c, 1);
-  const char *p = test_path("m.ckpt");
-  CHECK(remat_checkpoint_save(p, &c, w, &err) == 0);
+  size_t np = remat_param_count(c);
+  CHECK(remat_checkpoint_save(p, c, w, &err) == 0);
   CHECK(!test_exists(test_path("m.ckpt.tmp")));
 
   size_t n = 0;
@@ -231,15 +252,21 @@ static void test_checkpoints(void) {
     CHECK(test_get32(b + 1024) == u0);
     CHECK(test_get32(b + n - 4) == u1);
   }
+  free(b);
+}
 
+/* It reads back as the same config and parameters, with and without an
+ * expected shape; a small V (< 128) is not padded. */
+static void ckpt_round_trip(const remat_config *c, const float *w, const char *p, float *v) {
+  remat_error err = {0};
+  size_t np = remat_param_count(c);
   remat_config r;
   CHECK(remat_checkpoint_read_config(p, &r, &err) == 0);
-  CHECK(memcmp(&r, &c, sizeof c) == 0);
-  float *v = calloc(np, sizeof(float));
+  CHECK(memcmp(&r, c, sizeof *c) == 0);
   CHECK(remat_checkpoint_load(p, NULL, v, &err) == 0);
   CHECK(memcmp(v, w, np * sizeof(float)) == 0);
   memset(v, 0, np * sizeof(float));
-  CHECK(remat_checkpoint_load(p, &c, v, &err) == 0);
+  CHECK(remat_checkpoint_load(p, c, v, &err) == 0);
   CHECK(memcmp(v, w, np * sizeof(float)) == 0);
 
   /* a small V (< 128) is not padded */
@@ -250,27 +277,36 @@ static void test_checkpoints(void) {
   CHECK(remat_checkpoint_save(ps, &s, ws, &err) == 0);
   CHECK(remat_checkpoint_read_config(ps, &r, &err) == 0 && memcmp(&r, &s, sizeof s) == 0);
   free(ws);
+}
 
-  /* shape mismatch against the expected config names the dimension */
-  remat_config e = c;
+/* A shape mismatch against the expected config names the dimension. */
+static void ckpt_shape_mismatch(const remat_config *c, const char *p, float *v) {
+  remat_error err = {0};
+  remat_config e = *c;
   e.channels = 16;
   int rc = remat_checkpoint_load(p, &e, v, &err);
   CHECK_ERR(rc, err, REMAT_ESHAPE, "has C=8 but the expected shape has C=16");
-  e = c;
+  e = *c;
   e.num_layers = 4;
   rc = remat_checkpoint_load(p, &e, v, &err);
   CHECK_ERR(rc, err, REMAT_ESHAPE, "L=2");
-  e = c;
+  e = *c;
   e.vocab_size = 256;
   rc = remat_checkpoint_load(p, &e, v, &err);
   CHECK_ERR(rc, err, REMAT_ESHAPE, "V=200");
-  e = c;
+  e = *c;
   e.max_seq_len = 1024;
   rc = remat_checkpoint_load(p, &e, v, &err);
   CHECK_ERR(rc, err, REMAT_ESHAPE, "maxT=1024");
+}
 
-  /* malformed headers and sizes */
-  const char *q = test_path("bad.ckpt");
+/* Malformed headers and sizes, a cut header, a missing file and a
+ * directory are refused, naming what is wrong. */
+static void ckpt_bad_headers(const remat_config *c, const char *p, const char *q, float *v) {
+  remat_error err = {0};
+  size_t np = remat_param_count(c);
+  remat_config r;
+  int rc;
   struct {
     int field;
     int32_t value;
@@ -307,41 +343,60 @@ static void test_checkpoints(void) {
   CHECK_ERR(rc, err, REMAT_EIO, "missing.ckpt");
   rc = remat_checkpoint_load(dir, NULL, v, &err);
   CHECK_ERR(rc, err, REMAT_EIO, "directory");
+}
 
-  /* NaN and inf in the parameters */
+/* NaN and inf in the parameters: not saved (the previous file is kept), and
+ * not loaded, naming the parameter; an invalid shape is not saved. */
+static void ckpt_non_finite(const remat_config *c, float *w, const char *p, const char *q,
+                            float *v) {
+  remat_error err = {0};
+  size_t np = remat_param_count(c);
+  int rc;
   size_t k = np - 3; /* in lnfb: the last tensor has C = 8 entries */
   w[k] = NAN;
-  rc = remat_checkpoint_save(q, &c, w, &err);
+  rc = remat_checkpoint_save(q, c, w, &err);
   CHECK_ERR(rc, err, REMAT_ENUMERIC, "NaN");
   size_t cn = 0;
   uint8_t *cb = test_read_file(p, &cn);
   uint32_t nan_bits = 0x7fc00000u;
-  test_put32(cb + 1024 + 4 * k, (int32_t)nan_bits);
+  test_put32(cb + 1024 + 4 * k, nan_bits);
   test_write_file(q, cb, cn);
   rc = remat_checkpoint_load(q, NULL, v, &err);
   char want[64];
   snprintf(want, sizeof want, "parameter %zu (lnfb[5])", k);
   CHECK_ERR(rc, err, REMAT_ENUMERIC, want);
   test_put32(cb + 1024 + 4 * k, 0);
-  test_put32(cb + 1024, (int32_t)0x7f800000u); /* +inf in wte[0] */
+  test_put32(cb + 1024, 0x7f800000u); /* +inf in wte[0] */
   test_write_file(q, cb, cn);
   rc = remat_checkpoint_load(q, NULL, v, &err);
   CHECK_ERR(rc, err, REMAT_ENUMERIC, "parameter 0 (wte[0]) is infinite");
   free(cb);
 
   /* a failed save keeps the previous file */
-  rc = remat_checkpoint_save(p, &c, w, &err);
+  rc = remat_checkpoint_save(p, c, w, &err);
   CHECK(rc == REMAT_ENUMERIC);
   CHECK(remat_checkpoint_load(p, NULL, v, &err) == 0);
   w[k] = v[k];
   CHECK(memcmp(v, w, np * sizeof(float)) == 0);
   /* an invalid shape is refused before anything is written */
-  e = c;
+  remat_config e = *c;
   e.num_heads = 3;
   rc = remat_checkpoint_save(q, &e, w, &err);
   CHECK_ERR(rc, err, REMAT_EINVAL, "divisible");
+}
 
-  free(b);
+static void test_checkpoints(void) {
+  remat_config c = {.max_seq_len = 16, .vocab_size = 200, .padded_vocab_size = 256,
+                    .num_layers = 2, .num_heads = 2, .channels = 8};
+  CHECK(remat_padded_vocab(200) == 256);
+  size_t np = remat_param_count(&c);
+  float *w = random_params(&c, 1), *v = calloc(np, sizeof(float));
+  const char *p = test_path("m.ckpt"), *q = test_path("bad.ckpt");
+  ckpt_layout(&c, w, p);
+  ckpt_round_trip(&c, w, p, v);
+  ckpt_shape_mismatch(&c, p, v);
+  ckpt_bad_headers(&c, p, q, v);
+  ckpt_non_finite(&c, w, p, q, v);
   free(v);
   free(w);
 }
@@ -349,24 +404,20 @@ static void test_checkpoints(void) {
 /* The reader opens once: a checkpoint of another shape renamed over the
  * path between the header and the weights does not reach the buffer sized
  * for the first; a change in place is caught by the size check. */
-static void test_checkpoint_reader(void) {
+/* A reader keeps the file it opened: a save that replaces it (by rename)
+ * between open and read changes nothing it reads; freeing it twice, or a
+ * zeroed one, is harmless. */
+static void reader_keeps_file(const remat_config *c, const remat_config *big, const float *w,
+                              const float *wb, const char *p, float *v) {
   remat_error err = {0};
-  remat_config c = {.max_seq_len = 16, .vocab_size = 200, .padded_vocab_size = 256,
-                    .num_layers = 2, .num_heads = 2, .channels = 8};
-  remat_config big = {.max_seq_len = 32, .vocab_size = 300, .padded_vocab_size = 384,
-                      .num_layers = 3, .num_heads = 2, .channels = 16};
-  size_t np = remat_param_count(&c);
-  float *w = random_params(&c, 21), *wb = random_params(&big, 22);
-  const char *p = test_path("swap.ckpt");
-  CHECK(remat_checkpoint_save(p, &c, w, &err) == 0);
-
+  size_t np = remat_param_count(c);
+  CHECK(remat_checkpoint_save(p, c, w, &err) == 0);
   remat_checkpoint_reader rd;
   remat_config got;
   CHECK(remat_checkpoint_reader_open(&rd, p, &got, &err) == 0);
-  CHECK(memcmp(&got, &c, sizeof c) == 0 && memcmp(&rd.cfg, &c, sizeof c) == 0);
-  CHECK(remat_checkpoint_save(p, &big, wb, &err) == 0); /* replaced by rename */
-  float *v = malloc(np * sizeof(float)); /* exactly the first shape: ASan sees any overflow */
-  CHECK(remat_checkpoint_read_params(&rd, &c, v, &err) == 0);
+  CHECK(memcmp(&got, c, sizeof *c) == 0 && memcmp(&rd.cfg, c, sizeof *c) == 0);
+  CHECK(remat_checkpoint_save(p, big, wb, &err) == 0); /* replaced by rename */
+  CHECK(remat_checkpoint_read_params(&rd, c, v, &err) == 0);
   CHECK(memcmp(v, w, np * sizeof(float)) == 0);
   memset(v, 0, np * sizeof(float));
   CHECK(remat_checkpoint_read_params(&rd, NULL, v, &err) == 0); /* twice is fine */
@@ -379,16 +430,28 @@ static void test_checkpoint_reader(void) {
   int fd0_open = fcntl(0, F_GETFD) != -1;
   remat_checkpoint_reader_free(&zero); /* a zeroed reader holds nothing, fd 0 included */
   CHECK((fcntl(0, F_GETFD) != -1) == fd0_open);
+}
 
-  /* the two-call way: config, then a load that checks the shape it sized for */
-  CHECK(remat_checkpoint_save(p, &c, w, &err) == 0);
+/* The two-call way: config, then a load that checks the shape it sized for. */
+static void reader_two_calls(const remat_config *c, const remat_config *big, const float *w,
+                             const float *wb, const char *p, float *v) {
+  remat_error err = {0};
+  remat_config got;
+  CHECK(remat_checkpoint_save(p, c, w, &err) == 0);
   CHECK(remat_checkpoint_read_config(p, &got, &err) == 0);
-  CHECK(remat_checkpoint_save(p, &big, wb, &err) == 0);
-  rc = remat_checkpoint_load(p, &got, v, &err);
+  CHECK(remat_checkpoint_save(p, big, wb, &err) == 0);
+  int rc = remat_checkpoint_load(p, &got, v, &err);
   CHECK_ERR(rc, err, REMAT_ESHAPE, "L=3");
+}
 
+/* A file changed in place between open and read, a truncated, missing or
+ * FIFO file: refused, without blocking, and a failed open holds nothing. */
+static void reader_refusals(const remat_config *c, const float *w, const char *p, float *v) {
+  remat_error err = {0};
+  remat_checkpoint_reader rd;
+  int rc;
   /* changed in place between open and read: refused, nothing overflows */
-  CHECK(remat_checkpoint_save(p, &c, w, &err) == 0);
+  CHECK(remat_checkpoint_save(p, c, w, &err) == 0);
   CHECK(remat_checkpoint_reader_open(&rd, p, NULL, &err) == 0);
   CHECK(truncate(p, 3000) == 0);
   rc = remat_checkpoint_read_params(&rd, NULL, v, &err);
@@ -406,31 +469,43 @@ static void test_checkpoint_reader(void) {
   CHECK(mkfifo(fifo, 0600) == 0);
   rc = remat_checkpoint_reader_open(&rd, fifo, NULL, &err);
   CHECK_ERR(rc, err, REMAT_EIO, "not a regular file");
+}
 
-  /* huge but finite weights load and save; the overflow check names them */
-  CHECK(remat_params_overflow(&c, w, &err) == 0);
+/* Huge but finite weights load and save; the overflow check names them. */
+static void params_overflow(const remat_config *c, float *w, const char *p, float *v) {
+  remat_error err = {0};
+  size_t np = remat_param_count(c);
+  int rc;
+  CHECK(remat_params_overflow(c, w, &err) == 0);
   w[5] = 1e30f;
-  CHECK(remat_checkpoint_save(p, &c, w, &err) == 0);
-  CHECK(remat_checkpoint_load(p, &c, v, &err) == 0 && v[5] == 1e30f);
-  rc = remat_params_overflow(&c, v, &err);
+  CHECK(remat_checkpoint_save(p, c, w, &err) == 0);
+  CHECK(remat_checkpoint_load(p, c, v, &err) == 0 && v[5] == 1e30f);
+  rc = remat_params_overflow(c, v, &err);
   CHECK_ERR(rc, err, REMAT_ENUMERIC, "wte[5]");
   CHECK(strstr(err.msg, "1e+30") && strstr(err.msg, "overflow"));
   v[5] = -REMAT_PARAM_OVERFLOW_LIMIT;
-  CHECK(remat_params_overflow(&c, v, &err) == 0);
+  CHECK(remat_params_overflow(c, v, &err) == 0);
   v[5] = -2e18f;
-  CHECK(remat_params_overflow(&c, v, &err) == REMAT_ENUMERIC);
+  CHECK(remat_params_overflow(c, v, &err) == REMAT_ENUMERIC);
   v[5] = 0;
   v[np - 1] = NAN;
-  rc = remat_params_overflow(&c, v, &err);
+  rc = remat_params_overflow(c, v, &err);
   CHECK_ERR(rc, err, REMAT_ENUMERIC, "lnfb[7]");
+}
 
-  /* from memory: the same parser over bytes */
+/* From memory: the same parsers over bytes, for checkpoints, shards and text. */
+static void from_memory(const remat_config *c, float *w, const char *p, float *v) {
+  remat_error err = {0};
+  size_t np = remat_param_count(c);
+  remat_checkpoint_reader rd;
+  remat_config got;
+  int rc;
   w[5] = 0.5f;
-  CHECK(remat_checkpoint_save(p, &c, w, &err) == 0);
+  CHECK(remat_checkpoint_save(p, c, w, &err) == 0);
   size_t n = 0;
   uint8_t *bytes = test_read_file(p, &n);
   CHECK(remat__checkpoint_open_mem(&rd, bytes, n, "mem", &got, &err) == 0);
-  CHECK(remat_checkpoint_read_params(&rd, &c, v, &err) == 0);
+  CHECK(remat_checkpoint_read_params(&rd, c, v, &err) == 0);
   CHECK(memcmp(v, w, np * sizeof(float)) == 0);
   remat_checkpoint_reader_free(&rd);
   rc = remat__checkpoint_open_mem(&rd, bytes, n - 4, "mem", &got, &err);
@@ -456,7 +531,22 @@ static void test_checkpoint_reader(void) {
   remat_tokens_free(&t);
   rc = remat__tokens_from_text_mem(&t, NULL, 0, "mem", &err);
   CHECK_ERR(rc, err, REMAT_EFORMAT, "0 bytes");
+}
 
+static void test_checkpoint_reader(void) {
+  remat_config c = {.max_seq_len = 16, .vocab_size = 200, .padded_vocab_size = 256,
+                    .num_layers = 2, .num_heads = 2, .channels = 8};
+  remat_config big = {.max_seq_len = 32, .vocab_size = 300, .padded_vocab_size = 384,
+                      .num_layers = 3, .num_heads = 2, .channels = 16};
+  size_t np = remat_param_count(&c);
+  float *w = random_params(&c, 21), *wb = random_params(&big, 22);
+  float *v = malloc(np * sizeof(float)); /* exactly the first shape: ASan sees any overflow */
+  const char *p = test_path("swap.ckpt");
+  reader_keeps_file(&c, &big, w, wb, p, v);
+  reader_two_calls(&c, &big, w, wb, p, v);
+  reader_refusals(&c, w, p, v);
+  params_overflow(&c, w, p, v);
+  from_memory(&c, w, p, v);
   free(v);
   free(w);
   free(wb);
@@ -910,22 +1000,21 @@ static void test_corpus(void) {
 
 /* -------------------------------------------------------------- loader */
 
-static void test_loader(void) {
-  remat_error err = {0};
-  enum { N = 10007, B = 4, T = 16 };
-  remat_tokens t = {.n = N, .max_id = N - 1};
-  t.tok = malloc(N * sizeof(int32_t));
-  for (int i = 0; i < N; i++) t.tok[i] = i; /* a token is its own position */
-  int32_t in[B * T], tg[B * T], in2[B * T], tg2[B * T];
-  const int64_t n_val = (int64_t)floor(0.1 * N), n_train = N - n_val;
+/* The loader's corpus: N tokens, each its own position; batches B x T. */
+enum { N = 10007, B = 4, T = 16 };
 
-  /* sequential: windows 0, T, 2T, ... */
+/* Sequential windows 0, T, 2T, ...: targets shifted by one, B*T+1 tokens
+ * make exactly B windows (one token fewer: B-1, so rows repeat), and the
+ * epoch's end wraps to window 0. */
+static void loader_sequential(remat_tokens *t, int64_t n_train) {
+  remat_error err = {0};
+  int32_t in[B * T], tg[B * T];
   remat_loader *L;
-  CHECK(remat_loader_create(&L, &t, B, T, REMAT_SPLIT_TRAIN, 0.1, 0, 0, &err) == 0);
+  CHECK(remat_loader_create(&L, t, B, T, REMAT_SPLIT_TRAIN, 0.1, 0, 0, &err) == 0);
   CHECK(L->num_windows == (n_train - 1) / T);
   CHECK(remat_loader_windows(L) == (n_train - 1) / T && remat_loader_windows(L) >= B);
   /* B*T+1 tokens: exactly B windows; one token fewer: B-1, so rows repeat */
-  remat_tokens edge = {.tok = t.tok, .n = B * T + 1, .max_id = B * T};
+  remat_tokens edge = {.tok = t->tok, .n = B * T + 1, .max_id = B * T};
   remat_loader *E;
   CHECK(remat_loader_create(&E, &edge, B, T, REMAT_SPLIT_TRAIN, 0.0, 0, 0, &err) == 0);
   CHECK(remat_loader_windows(E) == B);
@@ -949,13 +1038,14 @@ static void test_loader(void) {
   CHECK(in[0] == (int32_t)(served * T));
   CHECK(in[left * T] == 0 && L->epoch == 1);
   remat_loader_destroy(L);
+}
 
-  /* shuffled: deterministic per seed, targets shifted, only train tokens,
-   * and every epoch serves every window exactly once */
-  remat_loader *S1, *S2, *S3;
-  CHECK(remat_loader_create(&S1, &t, B, T, REMAT_SPLIT_TRAIN, 0.1, 1, 42, &err) == 0);
-  CHECK(remat_loader_create(&S2, &t, B, T, REMAT_SPLIT_TRAIN, 0.1, 1, 42, &err) == 0);
-  CHECK(remat_loader_create(&S3, &t, B, T, REMAT_SPLIT_TRAIN, 0.1, 1, 43, &err) == 0);
+/* Shuffled streams over 3000 batches: deterministic per seed, targets
+ * shifted, only training tokens, the offset varying by epoch, and nothing
+ * allocated per batch. */
+static void loader_stream(remat_loader *S1, remat_loader *S2, remat_loader *S3,
+                          int64_t n_train) {
+  int32_t in[B * T], tg[B * T], in2[B * T], tg2[B * T];
   int same = 1, differ = 0, shifted = 1, in_train = 1, offsets_vary = 0;
   int64_t first_offset = S1->offset;
   size_t live = remat__heap_live();
@@ -977,8 +1067,11 @@ static void test_loader(void) {
   CHECK(remat__heap_live() == live); /* next() never allocates */
   CHECK(same && differ && shifted && in_train);
   CHECK(S1->epoch > 5 && offsets_vary);
+}
 
-  /* one epoch: every window once */
+/* One epoch serves every window once; reset replays from the first batch. */
+static void loader_epoch(remat_loader *S1, remat_loader *S2) {
+  int32_t in[B * T], tg[B * T], in2[B * T], tg2[B * T];
   remat_loader_reset(S1);
   int64_t W1 = S1->num_windows, off = S1->offset;
   char *seen = calloc((size_t)W1, 1);
@@ -999,13 +1092,29 @@ static void test_loader(void) {
   remat_loader_next(S1, in, tg);
   remat_loader_next(S2, in2, tg2);
   CHECK(memcmp(in, in2, sizeof in) == 0);
+}
+
+/* Three shuffled loaders over the training split, two with the same seed. */
+static void loader_shuffled(remat_tokens *t, int64_t n_train) {
+  remat_error err = {0};
+  remat_loader *S1, *S2, *S3;
+  CHECK(remat_loader_create(&S1, t, B, T, REMAT_SPLIT_TRAIN, 0.1, 1, 42, &err) == 0);
+  CHECK(remat_loader_create(&S2, t, B, T, REMAT_SPLIT_TRAIN, 0.1, 1, 42, &err) == 0);
+  CHECK(remat_loader_create(&S3, t, B, T, REMAT_SPLIT_TRAIN, 0.1, 1, 43, &err) == 0);
+  loader_stream(S1, S2, S3, n_train);
+  loader_epoch(S1, S2);
   remat_loader_destroy(S1);
   remat_loader_destroy(S2);
   remat_loader_destroy(S3);
+}
 
-  /* validation: only the last 10%, disjoint from training */
+/* Validation: only the last 10%, disjoint from training, in order and
+ * shuffled. */
+static void loader_validation(remat_tokens *t, int64_t n_val, int64_t n_train) {
+  remat_error err = {0};
+  int32_t in[B * T], tg[B * T];
   remat_loader *V;
-  CHECK(remat_loader_create(&V, &t, B, T, REMAT_SPLIT_VAL, 0.1, 0, 0, &err) == 0);
+  CHECK(remat_loader_create(&V, t, B, T, REMAT_SPLIT_VAL, 0.1, 0, 0, &err) == 0);
   CHECK(V->n == n_val);
   int in_val = 1;
   for (int step = 0; step < 50; step++) {
@@ -1014,7 +1123,7 @@ static void test_loader(void) {
   }
   CHECK(in_val);
   remat_loader_destroy(V);
-  CHECK(remat_loader_create(&V, &t, B, T, REMAT_SPLIT_VAL, 0.1, 1, 9, &err) == 0);
+  CHECK(remat_loader_create(&V, t, B, T, REMAT_SPLIT_VAL, 0.1, 1, 9, &err) == 0);
   in_val = 1;
   for (int step = 0; step < 50; step++) {
     remat_loader_next(V, in, tg);
@@ -1022,27 +1131,45 @@ static void test_loader(void) {
   }
   CHECK(in_val);
   remat_loader_destroy(V);
+}
 
-  /* a split of exactly T+1 tokens works; one fewer is refused */
-  remat_tokens small = {.tok = t.tok, .n = T + 1, .max_id = T};
+/* A split of exactly T+1 tokens works (one window: rows repeat within a
+ * batch); one fewer, an empty or whole validation split, B = 0 and an
+ * unknown split are refused. */
+static void loader_limits(remat_tokens *t) {
+  remat_error err = {0};
+  int32_t in[B * T], tg[B * T];
+  remat_loader *V;
+  remat_tokens small = {.tok = t->tok, .n = T + 1, .max_id = T};
   CHECK(remat_loader_create(&V, &small, B, T, REMAT_SPLIT_TRAIN, 0.0, 1, 5, &err) == 0);
   CHECK(remat_loader_windows(V) == 1); /* < B: rows repeat within a batch */
   remat_loader_next(V, in, tg);
-  ok = 1;
+  int ok = 1;
   for (int i = 0; i < B * T; i++) ok &= in[i] == i % T && tg[i] == i % T + 1;
   CHECK(ok);
   remat_loader_destroy(V);
   small.n = T;
   int rc = remat_loader_create(&V, &small, B, T, REMAT_SPLIT_TRAIN, 0.0, 0, 0, &err);
   CHECK_ERR(rc, err, REMAT_EINVAL, "needs 17");
-  rc = remat_loader_create(&V, &t, B, T, REMAT_SPLIT_VAL, 0.0, 0, 0, &err);
+  rc = remat_loader_create(&V, t, B, T, REMAT_SPLIT_VAL, 0.0, 0, 0, &err);
   CHECK_ERR(rc, err, REMAT_EINVAL, "validation split has 0 tokens");
-  rc = remat_loader_create(&V, &t, B, T, REMAT_SPLIT_VAL, 1.0, 0, 0, &err);
+  rc = remat_loader_create(&V, t, B, T, REMAT_SPLIT_VAL, 1.0, 0, 0, &err);
   CHECK_ERR(rc, err, REMAT_EINVAL, "[0, 1)");
-  rc = remat_loader_create(&V, &t, 0, T, REMAT_SPLIT_TRAIN, 0.1, 0, 0, &err);
+  rc = remat_loader_create(&V, t, 0, T, REMAT_SPLIT_TRAIN, 0.1, 0, 0, &err);
   CHECK_ERR(rc, err, REMAT_EINVAL, "B=0");
-  rc = remat_loader_create(&V, &t, B, T, 2, 0.1, 0, 0, &err);
+  rc = remat_loader_create(&V, t, B, T, 2, 0.1, 0, 0, &err);
   CHECK_ERR(rc, err, REMAT_EINVAL, "split 2");
+}
+
+static void test_loader(void) {
+  remat_tokens t = {.n = N, .max_id = N - 1};
+  t.tok = malloc(N * sizeof(int32_t));
+  for (int i = 0; i < N; i++) t.tok[i] = i; /* a token is its own position */
+  const int64_t n_val = (int64_t)floor(0.1 * N), n_train = N - n_val;
+  loader_sequential(&t, n_train);
+  loader_shuffled(&t, n_train);
+  loader_validation(&t, n_val, n_train);
+  loader_limits(&t);
   free(t.tok);
 }
 
