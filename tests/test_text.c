@@ -2,7 +2,9 @@
  * tests/node/bpe_cases.mjs under node (random text of many scripts, emoji,
  * white space, digits and contractions, and adversarial strings), encodes
  * each text with remat and compares the ids one by one, and decodes the
- * reference ids back to the text's bytes. Then what no JavaScript string can
+ * reference ids back to the text's bytes; once as ordinary text
+ * (remat_bpe_encode) and once with "<|endoftext|>" as the token 50256
+ * (remat_bpe_encode_special against allowedSpecial "all"). Then what no JavaScript string can
  * hold: bytes that are not UTF-8 must come back byte for byte. Fails (never
  * skips) when node, js-tiktoken or the vocabulary is missing: scripts/
  * fetch-vocab.sh --test installs them.
@@ -28,11 +30,12 @@ static void show(const char *what, const unsigned char *s, size_t n) {
   fprintf(stderr, "%s\"\n", n > 120 ? "..." : "");
 }
 
-/* Every case of the reference against remat; returns how many cases ran. */
-static int64_t against_reference(remat_bpe *bpe, const char *script, int count, int64_t *tokens,
-                                 int64_t *bytes) {
+/* Every case of the reference against remat, as ordinary text or with the
+ * special token (special); returns how many cases ran. */
+static int64_t against_reference(remat_bpe *bpe, const char *script, int count, int special,
+                                 int64_t *tokens, int64_t *bytes) {
   char cmd[4096];
-  snprintf(cmd, sizeof cmd, "node '%s' 20240520 %d", script, count);
+  snprintf(cmd, sizeof cmd, "node '%s' 20240520 %d%s", script, count, special ? " special" : "");
   FILE *f = popen(cmd, "r");
   CHECKF(f != NULL, "started %s", cmd);
   if (!f) return 0;
@@ -57,7 +60,8 @@ static int64_t against_reference(remat_bpe *bpe, const char *script, int count, 
     if (short_read) break;
     cases++;
     got.n = 0;
-    int rc = remat_bpe_encode(bpe, (const char *)text, n, &got, &err);
+    int rc = special ? remat_bpe_encode_special(bpe, (const char *)text, n, &got, &err)
+                     : remat_bpe_encode(bpe, (const char *)text, n, &got, &err);
     int same = rc == 0 && got.n == (int64_t)k && (k == 0 || memcmp(got.ids, want, k * sizeof *want) == 0);
     dec = realloc(dec, n + 1);
     size_t dn = remat_bpe_decode(bpe, want, k, dec, n, &err);
@@ -79,8 +83,9 @@ static int64_t against_reference(remat_bpe *bpe, const char *script, int count, 
   CHECKF(status == 0, "node bpe_cases.mjs exited with status %d (0 wanted: node and "
          "tests/node/node_modules/js-tiktoken installed by scripts/fetch-vocab.sh --test)", status);
   CHECKF(bad == 0, "%lld of %lld texts (%lld bytes, %lld tokens) encode to js-tiktoken's "
-         "r50k_base ids and decode back: %lld differ", (long long)(cases - bad), (long long)cases,
-         (long long)*bytes, (long long)*tokens, (long long)bad);
+         "r50k_base ids%s and decode back: %lld differ", (long long)(cases - bad),
+         (long long)cases, (long long)*bytes, (long long)*tokens,
+         special ? " (<|endoftext|> allowed as 50256)" : "", (long long)bad);
   free(text);
   free(want);
   free(dec);
@@ -232,6 +237,18 @@ static void known_and_errors(remat_bpe *bpe, const char *vocab) {
   const char *eot = remat_bpe_token(bpe, REMAT_BPE_EOT, &len);
   CHECKF(eot && len == 13 && memcmp(eot, "<|endoftext|>", 13) == 0, "token 50256 is <|endoftext|>");
   CHECK(remat_bpe_token(bpe, REMAT_BPE_VOCAB, &len) == NULL && len == 0);
+  /* The separator in the text: 7 ordinary tokens, or 50256 when allowed. */
+  static const int32_t eot7[7] = {27, 91, 437, 1659, 5239, 91, 29};
+  ids.n = 0;
+  CHECK(remat_bpe_encode(bpe, "<|endoftext|>", 13, &ids, &err) == 0);
+  CHECKF(ids.n == 7 && memcmp(ids.ids, eot7, sizeof eot7) == 0,
+         "\"<|endoftext|>\" as ordinary text is 7 tokens (27 91 437 1659 5239 91 29)");
+  ids.n = 0;
+  CHECK(remat_bpe_encode_special(bpe, "a<|endoftext|>b", 15, &ids, &err) == 0);
+  CHECKF(ids.n == 3 && ids.ids[0] == 64 && ids.ids[1] == REMAT_BPE_EOT && ids.ids[2] == 65,
+         "\"a<|endoftext|>b\" with the special token allowed is 64 50256 65");
+  ids.n = 0;
+  CHECK(remat_bpe_encode(bpe, "Hello world", 11, &ids, &err) == 0);
   int32_t bad[2] = {995, 50257};
   size_t dn = remat_bpe_decode(bpe, bad, 2, NULL, 0, &err);
   CHECK(dn == (size_t)-1);
@@ -307,7 +324,9 @@ int main(int argc, char **argv) {
   CHECKF(rc == 0, "GPT-2's vocabulary loads from %s%s%s", argv[1], rc ? ": " : "", rc ? err.msg : "");
   if (rc) return test_summary("test_text");
   int64_t tokens = 0, bytes = 0;
-  against_reference(bpe, argv[2], count, &tokens, &bytes);
+  against_reference(bpe, argv[2], count, 0, &tokens, &bytes);
+  tokens = bytes = 0;
+  against_reference(bpe, argv[2], count, 1, &tokens, &bytes);
   any_bytes(bpe);
   long_pieces(bpe);
   known_and_errors(bpe, argv[1]);

@@ -15,9 +15,11 @@
  * GPT-2's byte-to-unicode alphabet) and vocab.bpe (the 50000 merges in rank
  * order); scripts/fetch-vocab.sh puts them in third_party/gpt2-vocab.
  *
- * Encoding works on bytes and matches js-tiktoken's r50k_base on every valid
- * UTF-8 text (ordinary text only: "<|endoftext|>" in the input is encoded as
- * the characters it is made of, never as the special token 50256):
+ * remat_bpe_encode takes ordinary text only: "<|endoftext|>" in the input
+ * is encoded as the characters it is made of (7 tokens), never as the
+ * special token 50256 (tiktoken's encode_ordinary); remat_bpe_encode_special
+ * reads it as 50256 (tiktoken's encode with allowed_special="all"). Both
+ * work on bytes and match js-tiktoken's r50k_base on every valid UTF-8 text:
  *   1. The pre-tokenizer splits the text with GPT-2's pattern
  *        's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
  *      (PCRE2, UTF and UCP) where \s is JavaScript's white space: tab, LF,
@@ -84,6 +86,13 @@ REMAT_API int64_t remat_bpe_vocab_size(const remat_bpe *bpe);
 /* Appends the ids of text[0..len) to out (any bytes: see the top). */
 REMAT_API int remat_bpe_encode(remat_bpe *bpe, const char *text, size_t len, remat_ids *out,
                                remat_error *err);
+
+/* As remat_bpe_encode, but each "<|endoftext|>" in the text is the token
+ * REMAT_BPE_EOT, the text between them encoded as ordinary text (a text
+ * that does not hold it gives what remat_bpe_encode gives). For text whose
+ * documents are already joined by the literal separator. */
+REMAT_API int remat_bpe_encode_special(remat_bpe *bpe, const char *text, size_t len,
+                                       remat_ids *out, remat_error *err);
 
 /* The bytes of token id (not NUL-terminated; "<|endoftext|>" for the end
  * token) and their count in *len; NULL when id is not a token. */

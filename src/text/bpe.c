@@ -634,6 +634,28 @@ int remat_bpe_encode(remat_bpe *b, const char *text, size_t len, remat_ids *out,
   return 0;
 }
 
+int remat_bpe_encode_special(remat_bpe *b, const char *text, size_t len, remat_ids *out,
+                             remat_error *err) {
+  static const char EOT[] = "<|endoftext|>";
+  const size_t n_eot = sizeof EOT - 1;
+  size_t start = 0; /* the ordinary text not yet encoded begins here */
+  for (size_t i = 0; i + n_eot <= len;) {
+    const char *lt = memchr(text + i, '<', len - n_eot + 1 - i);
+    if (!lt) break;
+    i = (size_t)(lt - text);
+    if (memcmp(lt, EOT, n_eot) != 0) {
+      i++;
+      continue;
+    }
+    int rc = remat_bpe_encode(b, text + start, i - start, out, err);
+    if (!rc) rc = remat_ids_push(out, REMAT_BPE_EOT, err);
+    if (rc) return rc;
+    i += n_eot;
+    start = i;
+  }
+  return remat_bpe_encode(b, text + start, len - start, out, err);
+}
+
 /* ------------------------------------------------------------- decoding */
 
 const char *remat_bpe_token(const remat_bpe *b, int32_t id, size_t *len) {

@@ -1,13 +1,16 @@
 // bpe_cases.mjs: the reference side of test_text. Writes to stdout, for
 // random and adversarial texts, each text's UTF-8 bytes and the ids
-// js-tiktoken's r50k_base (GPT-2's encoding) gives them, as ordinary text.
-// Usage: node bpe_cases.mjs SEED COUNT
+// js-tiktoken's r50k_base (GPT-2's encoding) gives them, as ordinary text;
+// with "special", "<|endoftext|>" in the text is the token 50256
+// (allowedSpecial "all").
+// Usage: node bpe_cases.mjs SEED COUNT [special]
 // Output, little endian, per case: uint32 bytes, the bytes, uint32 ids, the
 // int32 ids; the stream ends with a uint32 0xFFFFFFFF.
 import { getEncoding } from "js-tiktoken";
 
 const seed = Number(process.argv[2] ?? 1);
 const count = Number(process.argv[3] ?? 1000);
+const special = process.argv[4] === "special";
 const enc = getEncoding("r50k_base");
 
 // mulberry32: a seeded generator, so a failure replays.
@@ -91,7 +94,9 @@ const adversarial = [
   "", " ", "  ", "\n", "\n\n\n", " \n", "\n ", " \n ", "a", "'", "'s", "''s", "'''", "'s's",
   "it's", "IT'S", " 's", "'s ", "x's y'll z'd", "'ve'", "a   b", "a \t\nb", "hello  world",
   "hello ", "hello  ", "hello\n\n", "   hello", "123456789012345678901234567890", " 1 2 3",
-  "abc123def456", "ab<|endoftext|>cd", "<|endoftext|>", "$$$$$$$$", "....", "!".repeat(300),
+  "abc123def456", "ab<|endoftext|>cd", "<|endoftext|>", "<|endoftext|><|endoftext|>",
+  "<|endoftext|> x<|endoftext|>", " <|endoftext|>\n", "<<|endoftext|>>", "<|endoftext|<|endoftext|>",
+  "<|endof", "$$$$$$$$", "....", "!".repeat(300),
   " ".repeat(1), " ".repeat(2), " ".repeat(3), " ".repeat(7), " ".repeat(64), " ".repeat(1000),
   " ".repeat(1500) + "x", "x" + " ".repeat(999) + "\n", "\n".repeat(500), "\t".repeat(300),
   " \t".repeat(200), "\r\n".repeat(200), "x".repeat(1500), "ab".repeat(700),
@@ -107,7 +112,7 @@ const adversarial = [
 const chunks = [];
 function emit(text) {
   const bytes = new TextEncoder().encode(text);
-  const ids = enc.encode(text, [], []);
+  const ids = special ? enc.encode(text, "all") : enc.encode(text, [], []);
   const head = Buffer.alloc(4);
   head.writeUInt32LE(bytes.length);
   chunks.push(head, Buffer.from(bytes));
