@@ -89,6 +89,14 @@ static int set_flag(const cli_flag *f, const char *name, const char *v) {
                       *(const char **)f->dst, v);
     *(const char **)f->dst = v;
     return 0;
+  case CLI_ARGS: {
+    cli_operands *ops = f->dst;
+    const char **p = realloc(ops->v, (size_t)(ops->n + 1) * sizeof *p);
+    if (!p) return cli_fail(-1, "out of memory for the arguments");
+    ops->v = p;
+    ops->v[ops->n++] = v;
+    return 0;
+  }
   case CLI_I64:
     return cli_parse_i64(name, v, (int64_t)f->lo, (int64_t)f->hi, (int64_t *)f->dst);
   case CLI_INT:
@@ -131,7 +139,7 @@ int cli_parse_flags(int argc, char **argv, const cli_flag *flags, const char *us
     }
     const cli_flag *f = flags;
     if (a[0] != '-' || a[1] == 0) { /* an operand */
-      while (f->name && f->kind != CLI_ARG) f++;
+      while (f->name && f->kind != CLI_ARG && f->kind != CLI_ARGS) f++;
       if (!f->name) return cli_fail(-1, "unexpected argument '%s'; see %s --help", a, cli_name);
       if (set_flag(f, f->name, a)) return -1;
       continue;

@@ -39,10 +39,15 @@ const char *cli_flag_value(int argc, char **argv, int *i, char *name, size_t cap
  * ("more than one problem file given"). Without a CLI_ARG flag, operands
  * are refused. Names may be short ("-o"). */
 /* A CLI_RAW flag's value is the next argument as it is, even one that starts
- * with "--" (a prompt). */
+ * with "--" (a prompt). A CLI_ARGS flag takes every operand, in order, into
+ * a cli_operands (dst; its array is the caller's to free). */
 typedef enum {
-  CLI_STR, CLI_I64, CLI_INT, CLI_U64, CLI_F64, CLI_F32, CLI_SWITCH, CLI_ARG, CLI_RAW
+  CLI_STR, CLI_I64, CLI_INT, CLI_U64, CLI_F64, CLI_F32, CLI_SWITCH, CLI_ARG, CLI_RAW, CLI_ARGS
 } cli_kind;
+typedef struct cli_operands {
+  const char **v; /* (n) */
+  int n;
+} cli_operands;
 typedef struct cli_flag {
   const char *name;
   cli_kind kind;

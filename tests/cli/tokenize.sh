@@ -2,8 +2,11 @@
 # `remat tokenize`: a text (several scripts, emoji, white space runs, bytes
 # that are not UTF-8) to a training and a validation shard and back, byte
 # for byte, with GPT-2's BPE and as bytes; the BPE training shard trains a
-# model with a vocabulary of 50257; bad inputs (a vocab.bpe cut short among
-# them) get one-line errors.
+# model with a vocabulary of 50257; several inputs (files, a directory's
+# files in sorted order, a .jsonl file's "text" per line, standard input)
+# joined by <|endoftext|> (50256), the literal text of it ordinary unless
+# --allow-special; bad inputs (a vocab.bpe cut short, a malformed .jsonl
+# line among them) get one-line errors and write nothing.
 # usage: tokenize.sh REMAT TMPDIR
 set -u
 remat=$1
@@ -50,11 +53,9 @@ check "a vocabulary of 256 refuses the BPE shard: $(tail -1 "$tmp/train")" test 
 
 cp "$text" "$tmp/in_train.bin"
 expect_fail "the training shard would overwrite the input" "overwrite the input" "$tmp/in_train.bin" --out "$tmp/in"
-expect_fail "a directory as input" "not a regular file" "$tmp" --out "$tmp/d"
 expect_fail "a missing input" "cannot read" "$tmp/none.txt" --out "$tmp/n"
 expect_fail "no --out" "--out PREFIX" "$text"
-expect_fail "no input" "no text file" --out "$tmp/x"
-expect_fail "two inputs" "one text file" "$text" "$text" --out "$tmp/x"
+expect_fail "no input" "no input given" --out "$tmp/x"
 expect_fail "an unknown option" "unknown option" "$text" --out "$tmp/x" --frobnicate 1
 expect_fail "--val-frac out of range" "out of range" "$text" --out "$tmp/x" --val-frac 0.95
 expect_fail "a vocabulary directory without the files" "fetch-vocab.sh" "$text" --out "$tmp/x" --vocab "$tmp"
@@ -77,8 +78,60 @@ expect_fail "decoding a text file" "magic" --decode "$text"
 expect_fail "decoding a BPE shard as bytes" "not a byte shard" --decode "$tmp/bpe_train.bin" --bytes
 expect_fail "decoding onto the shard itself" "being decoded" --decode "$tmp/bpe_val.bin" --out "$tmp/bpe_val.bin"
 
+# Several inputs: documents joined by <|endoftext|>, one between each two.
+# ids FILE: a shard's tokens, one line of ids.
+ids() { python3 -c 'import sys, array; a = array.array("H"); a.frombytes(open(sys.argv[1], "rb").read()[1024:]); print(*a)' "$1"; }
+# eots FILE: how many 50256 a shard holds.
+eots() { ids "$1" | tr ' ' '\n' | grep -cx 50256; }
+c=$tmp/corpus
+mkdir -p "$c/dir/sub" "$c/dir/.git"
+printf 'First file.\n' >"$c/one.txt"
+printf 'It holds\n<|endoftext|>\nas text.\n' >"$c/two.txt"
+printf 'b in dir\n' >"$c/dir/b.txt"
+printf 'a in dir/sub\n' >"$c/dir/sub/a.txt"
+printf 'c in dir\n' >"$c/dir/c"
+printf 'hidden\n' >"$c/dir/.git/HEAD"
+printf 'hidden too\n' >"$c/dir/.hidden.txt"
+printf '{"text": "json one", "id": 1}\n\n{"text": "json \\u00e9 two\\n"}\r\n' >"$c/docs.jsonl"
+printf 'from standard input\n' | "$remat" tokenize "$c/one.txt" "$c/two.txt" "$c/dir" "$c/docs.jsonl" - \
+  --out "$tmp/multi" --val-frac 0 >"$tmp/log" 2>&1
+check "files, a directory, a .jsonl file and - in one run: $(head -1 "$tmp/log")" \
+  grep -q "^tokenize  7 inputs (8 documents): " "$tmp/log"
+e='<|endoftext|>'
+printf "First file.\n${e}It holds\n${e}\nas text.\n${e}b in dir\n${e}c in dir\n${e}a in dir/sub\n${e}json one${e}json \xc3\xa9 two\n${e}from standard input\n" >"$tmp/multi_want"
+"$remat" tokenize --decode "$tmp/multi_train.bin" >"$tmp/multi_dec"
+check "in the order given, a directory's files sorted and its subdirectories in place, hidden names skipped, each .jsonl line's text a document" \
+  cmp -s "$tmp/multi_dec" "$tmp/multi_want"
+check "7 separators (50256) between 8 documents; the literal text in two.txt is ordinary text" \
+  test "$(eots "$tmp/multi_train.bin")" -eq 7
+"$remat" tokenize "$c/two.txt" --out "$tmp/lit" --val-frac 0 --quiet
+"$remat" tokenize "$c/two.txt" --out "$tmp/spec" --val-frac 0 --quiet --allow-special
+check "without --allow-special the literal <|endoftext|> is 7 tokens (27 91 437 1659 5239 91 29): $(ids "$tmp/lit_train.bin")" \
+  bash -c "[[ '$(ids "$tmp/lit_train.bin")' == *' 27 91 437 1659 5239 91 29 '* && $(eots "$tmp/lit_train.bin") -eq 0 ]]"
+check "with --allow-special it is 50256, 6 tokens fewer: $(ids "$tmp/spec_train.bin")" \
+  bash -c "[[ $(eots "$tmp/spec_train.bin") -eq 1 && \$(wc -w <<< '$(ids "$tmp/spec_train.bin")') -eq \$(( $(ids "$tmp/lit_train.bin" | wc -w) - 6 )) ]]"
+"$remat" tokenize "$c/one.txt" "$c/dir" --out "$tmp/mb" --bytes --val-frac 0 --quiet
+"$remat" tokenize --decode "$tmp/mb_train.bin" --bytes >"$tmp/mb_dec"
+cat "$c/one.txt" "$c/dir/b.txt" "$c/dir/c" "$c/dir/sub/a.txt" >"$tmp/mb_want"
+check "--bytes joins the documents by nothing" cmp -s "$tmp/mb_dec" "$tmp/mb_want"
+printf '{"text": "fine"}\n{"text": "cut\n' >"$c/bad.jsonl"
+expect_fail "a malformed .jsonl line names the file and line" "bad.jsonl' line 2 is not JSON" \
+  "$text" "$c/bad.jsonl" --out "$tmp/j"
+printf '{"text": "fine"}\n\n["a list"]\n' >"$c/notext.jsonl"
+expect_fail "a .jsonl line without a \"text\" string" "notext.jsonl' line 3 has no \"text\" string" \
+  "$text" "$c/notext.jsonl" --out "$tmp/j"
+check "nothing written when an input is refused" test ! -e "$tmp/j_train.bin" -a ! -e "$tmp/j_val.bin"
+mkdir -p "$tmp/empty/.only_hidden"
+expect_fail "a directory with no file to read" "holds no file" "$tmp/empty" --out "$tmp/j"
+expect_fail "- twice" "given twice" - - --out "$tmp/j"
+expect_fail "--allow-special with --bytes" "needs GPT-2's BPE" "$text" --bytes --allow-special --out "$tmp/j"
+expect_fail "a FIFO as input" "not a regular file or a directory" "$tmp/fifo_train.bin" --out "$tmp/j"
+"$remat" tokenize "$c/dir" --out "$c/dir/shards" --val-frac 0 --quiet
+expect_fail "a shard inside an input directory, run again" "overwrite the input" "$c/dir" --out "$c/dir/shards" --val-frac 0
+
 "$remat" tokenize --help >"$tmp/help"
-for flag in --out --val-frac --vocab --bytes --decode --quiet --help; do
+for flag in --out --val-frac --vocab --bytes --decode --quiet --help --allow-special '<|endoftext|>' \
+  '50256' '.jsonl' 'standard input' 'sorted order'; do
   grep -q -- "$flag" "$tmp/help" || { echo "FAIL --help does not mention $flag"; fails=$((fails + 1)); }
 done
 summary tokenize
