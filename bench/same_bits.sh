@@ -60,11 +60,10 @@ run one 1
 run accum 1 --grad-accum 3 --seq 32
 run ratio 1 --ckpt-ratio 0.5
 run layers 1 --ckpt-layers full:0,middle:1-2
-# --mem: the same arena budget (OLD_EXTRA / NEW_EXTRA give each binary its
-# own flags, for a flag whose meaning changed: before, one process's --mem
-# also counted the training data, 4458664 bytes here, that this binary's
-# --mem leaves out, as remat plan and a pipeline's stages do)
-OLD_EXTRA="--mem 25165824" NEW_EXTRA="--mem $((25165824 - 4458664))" run mem 1
+# --mem: the same arena budget. OLD_EXTRA / NEW_EXTRA give each binary its
+# own flags where a flag's meaning changed between them (set them in the
+# environment for such a pair); both binaries here take --mem as the arena.
+run mem 1 --mem $((25165824 - 4458664))
 run eval 1 --eval-every 2
 run pipe2 2 --stages 2 --grad-accum 3
 run pipe3_gpipe 3 --stages 3 --grad-accum 4 --schedule gpipe
