@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 const char *cli_name = "remat";
 char cli_last_message[1024];
@@ -178,9 +179,41 @@ uint64_t cli_argv_digest(int argc, char **argv) {
 #ifndef REMAT_VOCAB_DIR
 #define REMAT_VOCAB_DIR "third_party/gpt2-vocab"
 #endif
+/* The installed vocabulary's directory relative to the installed remat's
+ * (app/CMakeLists.txt derives it from the install directories). */
+#ifndef REMAT_VOCAB_FROM_BIN
+#define REMAT_VOCAB_FROM_BIN "../share/remat/gpt2-vocab"
+#endif
+
+/* REMAT_VOCAB_FROM_BIN from the directory of the running executable, into
+ * buf, when it holds encoder.json: a remat installed with its vocabulary,
+ * wherever its prefix was moved. */
+static int vocab_beside_self(char *buf, size_t cap) {
+  char self[4096];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0) return 0;
+  self[n] = 0;
+  char *slash = strrchr(self, '/');
+  if (!slash) return 0;
+  *slash = 0;
+  /* The executable's path has no links and no "..": each leading "../"
+   * drops its last directory, so messages name the files plainly. */
+  const char *rel = REMAT_VOCAB_FROM_BIN;
+  while (!strncmp(rel, "../", 3) && (slash = strrchr(self, '/')) && slash != self) {
+    *slash = 0;
+    rel += 3;
+  }
+  char probe[4096 + 128];
+  int len = snprintf(buf, cap, "%s/%s", self, rel);
+  if (len < 0 || (size_t)len >= cap) return 0;
+  snprintf(probe, sizeof probe, "%s/encoder.json", buf);
+  return access(probe, R_OK) == 0;
+}
 
 const char *cli_vocab_dir(const char *flag) {
   if (flag) return flag;
   const char *env = getenv("REMAT_VOCAB");
-  return env && *env ? env : REMAT_VOCAB_DIR;
+  if (env && *env) return env;
+  static char beside[4096 + 64];
+  return vocab_beside_self(beside, sizeof beside) ? beside : REMAT_VOCAB_DIR;
 }

@@ -75,8 +75,11 @@ uint64_t cli_argv_digest(int argc, char **argv);
 int cli_stdout_ok(void);
 
 /* The directory of GPT-2's encoder.json and vocab.bpe: flag (--vocab) when
- * given, else $REMAT_VOCAB, else where scripts/fetch-vocab.sh puts them
- * (third_party/gpt2-vocab in the source tree remat was built from). */
+ * given, else $REMAT_VOCAB, else the copy `cmake --install` puts beside an
+ * installed remat (../share/remat/gpt2-vocab from the executable's own
+ * directory) when it holds encoder.json, else where scripts/fetch-vocab.sh
+ * puts them (third_party/gpt2-vocab in the source tree remat was built
+ * from). */
 const char *cli_vocab_dir(const char *flag);
 
 #endif
