@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 const char *cli_name = "remat";
@@ -68,6 +69,31 @@ const char *cli_flag_value(int argc, char **argv, int *i, char *name, size_t cap
     return NULL;
   }
   return argv[++*i];
+}
+
+int cli_read_file(const char *path, char **data, size_t *size) {
+  struct stat st;
+  if (stat(path, &st) != 0) return cli_fail(1, "cannot read '%s': %s", path, strerror(errno));
+  if (!S_ISREG(st.st_mode))
+    return cli_fail(1, "'%s' is not a regular file: give a text file", path);
+  FILE *f = fopen(path, "rb");
+  if (!f) return cli_fail(1, "cannot read '%s': %s", path, strerror(errno));
+  size_t cap = (size_t)st.st_size + 1, n = 0;
+  char *buf = malloc(cap);
+  if (!buf) {
+    fclose(f);
+    return cli_fail(1, "'%s' (%lld bytes) does not fit in memory", path, (long long)st.st_size);
+  }
+  n = fread(buf, 1, cap, f);
+  int bad = ferror(f) || n == cap; /* grown since stat: read again */
+  fclose(f);
+  if (bad) {
+    free(buf);
+    return cli_fail(1, "cannot read '%s' whole (an error, or it grew while read)", path);
+  }
+  *data = buf;
+  *size = n;
+  return 0;
 }
 
 int cli_stdout_ok(void) {

@@ -70,6 +70,11 @@ int cli_set_flag(const cli_flag *f, const char *v);
 /* A digest of the command line, for ranks to agree they run the same one. */
 uint64_t cli_argv_digest(int argc, char **argv);
 
+/* The whole of path, which must be a regular file, in *data (malloc'd, one
+ * byte more than *size: room for a NUL); else prints why (cannot read, not
+ * a regular file, too large, grew while read) and returns 1. */
+int cli_read_file(const char *path, char **data, size_t *size);
+
 /* Writes to stdout went through (stdout flushed, no error); else prints why
  * and returns -1. */
 int cli_stdout_ok(void);

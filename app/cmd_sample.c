@@ -21,64 +21,109 @@ static const char *usage_text =
           "\n"
           "Tokens: a model with a vocabulary of 256 reads and writes bytes (what\n"
           "`remat train` trains on by default); one of 50257 (padded 50304) GPT-2's BPE\n"
-          "(shards from `remat tokenize`). Other vocabularies need --bytes.\n"
+          "(shards from `remat tokenize`). Other vocabularies need --bytes. A BPE model\n"
+          "stops at <|endoftext|> (token 50256, the end of a document), not written,\n"
+          "or after --tokens, whichever comes first; --ignore-eot goes on past it.\n"
           "\n"
           "options:\n"
           "  --model FILE        the checkpoint (required)\n"
           "  --prompt TEXT       text to continue (default: a newline for byte models,\n"
           "                      <|endoftext|> for BPE models)\n"
+          "  --prompt-file FILE  the prompt is FILE's bytes (instead of --prompt)\n"
           "  --tokens N          tokens to generate (default 128)\n"
           "  --temperature X     divide the logits by X before the softmax (default 1.0);\n"
           "                      0 always takes the most likely token\n"
           "  --top-k K           draw among the K most likely tokens (default 0: all)\n"
+          "  --top-p P           nucleus sampling: draw among the fewest most likely tokens\n"
+          "                      whose probabilities sum to at least P, in (0, 1], after\n"
+          "                      --temperature and --top-k (default 1: all)\n"
           "  --seed N            the draws' seed (default 1337)\n"
           "  --vocab DIR         directory holding encoder.json and vocab.bpe for BPE models\n"
-          "                      (default $REMAT_VOCAB, else third_party/gpt2-vocab of\n"
-          "                      remat's source tree, where scripts/fetch-vocab.sh puts them)\n"
+          "                      (default $REMAT_VOCAB, else share/remat/gpt2-vocab beside\n"
+          "                      an installed remat, else third_party/gpt2-vocab of remat's\n"
+          "                      source tree, where scripts/fetch-vocab.sh puts them)\n"
           "  --bytes             tokens are bytes whatever the vocabulary (ids from 256 on\n"
           "                      are written as U+FFFD)\n"
+          "  --ignore-eot        a BPE model goes on past <|endoftext|>, writing it as that\n"
+          "                      text, until --tokens\n"
           "  --threads N         threads for the matrix products (default 1: a token at a\n"
           "                      time reads every weight once and is bound by memory, not\n"
           "                      arithmetic; 0 one per CPU)\n"
           "  -h, --help          this help\n"
           "\n"
-          "Exit status: 0 done; 1 the model or vocabulary could not be read, or the\n"
-          "prompt does not fit the model; 2 bad usage.\n";
+          "Exit status: 0 done; 1 the model, vocabulary or prompt file could not be\n"
+          "read; 2 bad usage.\n";
 
 
 typedef struct {
-  const char *model, *prompt, *vocab;
+  const char *model, *prompt, *prompt_file, *vocab;
   int64_t tokens, top_k, seed, threads;
-  double temperature;
-  int bytes;
+  double temperature, top_p;
+  int bytes, ignore_eot;
 } opts;
 
 static int parse(int argc, char **argv, opts *o) {
-  *o = (opts){.tokens = 128, .temperature = 1.0, .seed = 1337, .threads = 1};
+  *o = (opts){.tokens = 128, .temperature = 1.0, .top_p = 1.0, .seed = 1337, .threads = 1};
   const cli_flag flags[] = {
       {.name = "--model", .kind = CLI_STR, .dst = &o->model},
       {.name = "--prompt", .kind = CLI_RAW, .dst = &o->prompt},
+      {.name = "--prompt-file", .kind = CLI_STR, .dst = &o->prompt_file},
       {.name = "--vocab", .kind = CLI_STR, .dst = &o->vocab},
       {.name = "--tokens", .kind = CLI_I64, .dst = &o->tokens, .lo = 0, .hi = 1 << 24},
       {.name = "--top-k", .kind = CLI_I64, .dst = &o->top_k, .lo = 0, .hi = 1 << 30},
       {.name = "--seed", .kind = CLI_I64, .dst = &o->seed, .lo = 0, .hi = 9e18},
       {.name = "--threads", .kind = CLI_I64, .dst = &o->threads, .lo = 0, .hi = 1024},
       {.name = "--temperature", .kind = CLI_F64, .dst = &o->temperature, .lo = 0, .hi = 100},
+      {.name = "--top-p", .kind = CLI_F64, .dst = &o->top_p, .lo = 0, .hi = 1},
       {.name = "--bytes", .kind = CLI_SWITCH, .dst = &o->bytes},
+      {.name = "--ignore-eot", .kind = CLI_SWITCH, .dst = &o->ignore_eot},
       {NULL}};
   if (cli_parse_flags(argc, argv, flags, usage_text)) return -1;
   if (!o->model)
     return cli_fail(-1, "--model FILE is needed: a checkpoint from remat train --save");
+  if (o->top_p <= 0)
+    return cli_fail(-1, "--top-p 0 keeps no token: give P in (0, 1] (1 keeps them all; "
+                        "--temperature 0 takes the most likely)");
+  if (o->prompt && o->prompt_file)
+    return cli_fail(-1, "--prompt and --prompt-file both give the prompt: choose one");
+  return 0;
+}
+
+/* The prompt's text (--prompt, --prompt-file's bytes, or none: *text "")
+ * and its tokens; a prompt without text is a newline (bytes) or
+ * <|endoftext|> (BPE). *buf holds a file's bytes, for the caller to free. */
+static int make_prompt(const opts *o, remat_bpe *bpe, const char **text, size_t *len, char **buf,
+                       remat_ids *prompt) {
+  remat_error err;
+  *buf = NULL;
+  *text = o->prompt ? o->prompt : "";
+  *len = strlen(*text);
+  if (o->prompt_file) {
+    if (cli_read_file(o->prompt_file, buf, len)) return 1;
+    *text = *buf;
+  }
+  int rc = 0;
+  if (!bpe) {
+    for (size_t i = 0; i < *len && !rc; i++)
+      rc = remat_ids_push(prompt, (unsigned char)(*text)[i], &err);
+    if (!*len && !rc) rc = remat_ids_push(prompt, '\n', &err);
+  } else {
+    rc = remat_bpe_encode(bpe, *text, *len, prompt, &err);
+    if (!*len && !rc) rc = remat_ids_push(prompt, REMAT_BPE_EOT, &err);
+  }
+  if (rc) return cli_fail(1, "the prompt: %s", err.msg);
   return 0;
 }
 
 typedef struct {
   const remat_bpe *bpe; /* NULL: bytes */
+  int stop_at_eot;      /* a BPE model's <|endoftext|> ends the text, unwritten */
   int failed;
 } writer;
 
 static int put_token(void *ctx, int32_t tok) {
   writer *w = ctx;
+  if (w->bpe && w->stop_at_eot && tok == REMAT_BPE_EOT) return 1;
   if (!w->bpe) {
     if (tok < 256) putchar(tok);
     else fputs("\xef\xbf\xbd", stdout);
@@ -119,6 +164,7 @@ int remat_cmd_sample(int argc, char **argv) {
   remat_checkpoint_reader_free(&rd);
   remat_bpe *bpe = NULL;
   remat_ids prompt = {0};
+  char *file_text = NULL;
   remat_generator *g = NULL;
   int status = 1;
   if (rc) {
@@ -129,22 +175,9 @@ int remat_cmd_sample(int argc, char **argv) {
     cli_fail(1, "%s", err.msg);
     goto done;
   }
-  const char *text = o.prompt ? o.prompt : "";
-  size_t len = strlen(text);
-  if (bytes) {
-    for (size_t i = 0; i < len; i++) remat_ids_push(&prompt, (unsigned char)text[i], &err);
-    if (!len) remat_ids_push(&prompt, '\n', &err);
-  } else {
-    if (remat_bpe_encode(bpe, text, len, &prompt, &err)) {
-      cli_fail(1, "the prompt: %s", err.msg);
-      goto done;
-    }
-    if (!len) remat_ids_push(&prompt, REMAT_BPE_EOT, &err);
-  }
-  if (prompt.n == 0 || (bytes && len && prompt.n != (int64_t)len)) {
-    cli_fail(1, "out of memory for the prompt");
-    goto done;
-  }
+  const char *text;
+  size_t len;
+  if (make_prompt(&o, bpe, &text, &len, &file_text, &prompt)) goto done;
   if (remat_generator_create(&g, &cfg, params, 0, &err)) {
     cli_fail(1, "%s", err.msg);
     goto done;
@@ -154,9 +187,9 @@ int remat_cmd_sample(int argc, char **argv) {
             "it continues the last %lld\n", (long long)prompt.n,
             (long long)remat_generator_capacity(g), (long long)remat_generator_capacity(g) - 1);
   remat_sample_opts so = {.tokens = o.tokens, .temperature = o.temperature, .top_k = o.top_k,
-                          .seed = (uint64_t)o.seed};
+                          .seed = (uint64_t)o.seed, .top_p = o.top_p};
   fwrite(text, 1, len, stdout);
-  writer w = {.bpe = bpe, .failed = 0};
+  writer w = {.bpe = bpe, .stop_at_eot = !o.ignore_eot, .failed = 0};
   rc = remat_generate(g, prompt.ids, prompt.n, &so, NULL, NULL, put_token, &w, &err);
   if (rc) {
     cli_fail(1, "%s", err.msg);
@@ -169,6 +202,7 @@ done:
   remat_generator_destroy(g);
   remat_ids_free(&prompt);
   remat_bpe_destroy(bpe);
+  free(file_text);
   free(params);
   return status;
 }

@@ -191,32 +191,6 @@ static int list_inputs(const opts *o, file_list *l) {
   return 0;
 }
 
-/* The whole file, which must be a regular file. */
-static int read_text(const char *path, char **data, size_t *size) {
-  struct stat st;
-  if (stat(path, &st) != 0) return cli_fail(1, "cannot read '%s': %s", path, strerror(errno));
-  if (!S_ISREG(st.st_mode))
-    return cli_fail(1, "'%s' is not a regular file: give a text file", path);
-  FILE *f = fopen(path, "rb");
-  if (!f) return cli_fail(1, "cannot read '%s': %s", path, strerror(errno));
-  size_t cap = (size_t)st.st_size + 1, n = 0;
-  char *buf = malloc(cap);
-  if (!buf) {
-    fclose(f);
-    return cli_fail(1, "'%s' (%lld bytes) does not fit in memory", path, (long long)st.st_size);
-  }
-  n = fread(buf, 1, cap, f);
-  int bad = ferror(f) || n == cap; /* grown since stat: read again */
-  fclose(f);
-  if (bad) {
-    free(buf);
-    return cli_fail(1, "cannot read '%s' whole (an error, or it grew while read)", path);
-  }
-  *data = buf;
-  *size = n;
-  return 0;
-}
-
 /* All of standard input. */
 static int read_stdin(char **data, size_t *size) {
   size_t cap = 1 << 20, n = 0;
@@ -277,7 +251,7 @@ static int add_document(corpus *c, const char *text, size_t n, const char *where
 }
 
 /* A .jsonl file's documents: each line's "text". text is the file's bytes,
- * NUL-terminated (read_text leaves room); lines are cut in place. */
+ * NUL-terminated (cli_read_file leaves room); lines are cut in place. */
 static int add_jsonl(corpus *c, const char *path, char *text, size_t size) {
   char *line = text, *end = text + size;
   if (size >= 3 && !memcmp(text, "\xef\xbb\xbf", 3)) line += 3; /* a UTF-8 byte order mark */
@@ -324,7 +298,7 @@ static int read_corpus(corpus *c, const file_list *files) {
     int in = !strcmp(path, "-");
     char *text = NULL;
     size_t n = 0;
-    if (in ? read_stdin(&text, &n) : read_text(path, &text, &n)) return 1;
+    if (in ? read_stdin(&text, &n) : cli_read_file(path, &text, &n)) return 1;
     char where[4200];
     snprintf(where, sizeof where, "%s%s%s", in ? "" : "'", in ? "standard input" : path,
              in ? "" : "'");

@@ -3,7 +3,8 @@
  * over the whole prefix written here without a cache, and a feed of the
  * whole prefix at once; the mean loss from them must equal the training
  * model's own forward (remat_model_eval) on the same weights; sampling must
- * be deterministic for a seed. The vocabulary (300, padded to 384) checks
+ * be deterministic for a seed, and top-p must draw from the nucleus a plain
+ * reference computes, each token as often as its share. The vocabulary (300, padded to 384) checks
  * that the padded rows never reach the logits. */
 #include <math.h>
 #include <stdlib.h>
@@ -205,6 +206,83 @@ static void test_sampling(remat_generator *g, const remat_config *cfg, const flo
 
 }
 
+/* Top-p against a plain reference: the nucleus from the logits in double
+ * (softmax at temperature T of the k most likely, sorted, the fewest whose
+ * share reaches P); every draw falls in it, each token about as often as
+ * its share of the nucleus; P = 1 (or 0) draws what remat_generator_sample
+ * draws, a tiny P the most likely token. */
+static void test_top_p(remat_generator *g, const int32_t *tok, int64_t V) {
+  remat_error err;
+  remat_generator_reset(g);
+  CHECK(remat_generator_feed(g, tok, 5, &err) == 0);
+  const float *lg = remat_generator_logits(g);
+  int32_t *ord = malloc((size_t)V * sizeof *ord);
+  double *p = malloc((size_t)V * sizeof *p);
+  int64_t *count = malloc((size_t)V * sizeof *count);
+  const struct {
+    double T, P;
+    int64_t k;
+  } cases[] = {{1.0, 0.5, 0}, {0.7, 0.9, 0}, {0.2, 0.6, 0}, {1.0, 0.8, 40}};
+  for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+    double T = cases[c].T, P = cases[c].P;
+    int64_t k = cases[c].k ? cases[c].k : V;
+    for (int64_t i = 0; i < V; i++) ord[i] = (int32_t)i;
+    for (int64_t i = 1; i < V; i++) /* insertion sort: larger logit first, lower id on ties */
+      for (int64_t j = i; j > 0 && (lg[ord[j]] > lg[ord[j - 1]] ||
+                                    (lg[ord[j]] == lg[ord[j - 1]] && ord[j] < ord[j - 1])); j--) {
+        int32_t t = ord[j];
+        ord[j] = ord[j - 1];
+        ord[j - 1] = t;
+      }
+    double z = 0, acc = 0, near = 1;
+    for (int64_t j = 0; j < k; j++) z += p[j] = exp((lg[ord[j]] - lg[ord[0]]) / T);
+    int64_t m = 0;
+    while (m < k && (m == 0 || acc < P * z)) {
+      near = fmin(near, fabs(acc / z - P));
+      acc += p[m++];
+    }
+    near = fmin(near, fabs(acc / z - P));
+    const int64_t N = 20000;
+    memset(count, 0, (size_t)V * sizeof *count);
+    remat_sample_opts o = {.temperature = T, .top_k = cases[c].k, .top_p = P};
+    uint64_t rng = 99;
+    for (int64_t i = 0; i < N; i++) count[remat_generator_draw(g, &o, &rng)]++;
+    int64_t inside = 0;
+    double worst = 0; /* the largest gap between a share and its frequency, in sigmas */
+    for (int64_t j = 0; j < m; j++) {
+      double q = p[j] / acc, f = (double)count[ord[j]] / (double)N;
+      inside += count[ord[j]];
+      worst = fmax(worst, fabs(f - q) / sqrt(q * (1 - q) / (double)N + 1e-12));
+    }
+    CHECKF(near > 1e-6 && inside == N && worst < 5,
+           "top-p %.2f at temperature %.1f, top-k %lld: %lld of %lld draws in the reference's "
+           "nucleus of %lld tokens, frequencies within %.1f sigma of their shares",
+           P, T, (long long)cases[c].k, (long long)inside, (long long)N, (long long)m, worst);
+  }
+  uint64_t r1 = 7, r2 = 7, r3 = 7, r4 = 7;
+  int same = 1, greedy = 1;
+  int32_t best = ord[0]; /* the last case sorted every token */
+  for (int i = 0; i < 200; i++) {
+    remat_sample_opts one = {.temperature = 0.8, .top_k = 0, .top_p = 1};
+    remat_sample_opts zero = {.temperature = 0.8, .top_k = 0, .top_p = 0};
+    int32_t a = remat_generator_sample(g, 0.8, 0, &r1);
+    same &= a == remat_generator_draw(g, &one, &r2) && a == remat_generator_draw(g, &zero, &r3);
+    remat_sample_opts tiny = {.temperature = 1, .top_p = 1e-9};
+    greedy &= remat_generator_draw(g, &tiny, &r4) == best;
+  }
+  CHECKF(same, "top-p 1 and 0 draw what remat_generator_sample draws (200 draws)");
+  CHECKF(greedy, "top-p 1e-9 always takes the most likely token");
+  remat_sample_opts bad;
+  remat_sample_opts_default(&bad);
+  CHECK(bad.top_p == 1.0);
+  bad.top_p = 1.5;
+  int rc = remat_generate(g, tok, 5, &bad, NULL, NULL, NULL, NULL, &err);
+  CHECK_ERR(rc, err, REMAT_EINVAL, "top-p");
+  free(ord);
+  free(p);
+  free(count);
+}
+
 int main(void) {
   remat_config cfg;
   remat_error err;
@@ -233,6 +311,7 @@ int main(void) {
   test_loss(m, tok, tgt, T, V, inc);
   test_errors(g, tok, T, V);
   test_sampling(g, &cfg, P, tok, V);
+  test_top_p(g, tok, V);
 
   remat_generator_destroy(g);
   remat_model_destroy(m);

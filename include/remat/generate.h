@@ -57,20 +57,32 @@ REMAT_API int remat_generator_feed(remat_generator *g, const int32_t *tokens, in
 /* (V) logits after the last fed token; valid until the next feed. */
 REMAT_API const float *remat_generator_logits(const remat_generator *g);
 
-/* How the next token is drawn from the logits. */
+/* How the next token is drawn from the logits: temperature, then top-k,
+ * then top-p (nucleus sampling, Holtzman et al. 2019), as Hugging Face's
+ * generate applies them. */
 typedef struct remat_sample_opts {
   int64_t tokens;     /* tokens to generate */
   double temperature; /* logits / temperature; 0: always the most likely token */
   int64_t top_k;      /* draw among the k most likely; 0: all V */
   uint64_t seed;      /* the draws' generator (splitmix64) starts here */
+  double top_p;       /* draw among the fewest most likely tokens (of the top k) whose
+                         probabilities at this temperature sum to at least top_p of
+                         theirs, in [0, 1]; 1 or 0: all of them (0, so that a zeroed
+                         field changes nothing) */
 } remat_sample_opts;
 
-/* 64 tokens, temperature 1, top-k 0 (all), seed 1337. */
+/* 64 tokens, temperature 1, top-k 0 (all), seed 1337, top-p 1 (all). */
 REMAT_API void remat_sample_opts_default(remat_sample_opts *o);
 
 /* One draw from the current logits (deterministic for *rng, which it
- * advances): softmax of logits / temperature over the top_k most likely
- * (ties broken toward the lower id), or the most likely at temperature 0. */
+ * advances) with o's temperature, top_k and top_p (its tokens and seed
+ * unused): softmax of logits / temperature over the top_k most likely (ties
+ * broken toward the lower id), cut to the top_p nucleus, or the most likely
+ * at temperature 0. Without a nucleus (top_p 0 or 1) the draw walks the
+ * tokens in the order of remat_generator_sample's, so the two agree. */
+REMAT_API int32_t remat_generator_draw(remat_generator *g, const remat_sample_opts *o,
+                                       uint64_t *rng);
+/* remat_generator_draw with top_p 1. */
 REMAT_API int32_t remat_generator_sample(remat_generator *g, double temperature, int64_t top_k,
                                          uint64_t *rng);
 

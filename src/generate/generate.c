@@ -18,6 +18,12 @@
 
 #define ROWS 64
 
+/* A token and its logit, sorted most likely first. */
+struct cand {
+  float logit;
+  int32_t id;
+};
+
 struct remat_generator {
   remat_config cfg;
   const float *params;          /* borrowed, llm.c order */
@@ -29,6 +35,7 @@ struct remat_generator {
   float *logits;                /* (V) after the last fed token */
   float *probs;                 /* (V) sampling scratch */
   int32_t *order;               /* (V) sampling scratch */
+  struct cand *cands;           /* (V) sampling scratch: the nucleus's sort */
   int32_t *hist;                /* (cap) tokens in the cache, for sliding */
 };
 
@@ -37,6 +44,7 @@ void remat_sample_opts_default(remat_sample_opts *o) {
   o->temperature = 1.0;
   o->top_k = 0;
   o->seed = 1337;
+  o->top_p = 1.0;
 }
 
 int remat_generator_create(remat_generator **out, const remat_config *cfg, const float *params,
@@ -75,9 +83,10 @@ int remat_generator_create(remat_generator **out, const remat_config *cfg, const
   g->logits = calloc(V, sizeof(float));
   g->probs = malloc(V * sizeof(float));
   g->order = malloc(V * sizeof(int32_t));
+  g->cands = malloc(V * sizeof *g->cands);
   g->hist = malloc((size_t)g->cap * sizeof(int32_t));
   if (!g->k_cache || !g->v_cache || !g->x || !g->ln || !g->qkv || !g->att || !g->fc || !g->tmp ||
-      !g->scores || !g->logits || !g->probs || !g->order || !g->hist) {
+      !g->scores || !g->logits || !g->probs || !g->order || !g->cands || !g->hist) {
     char b[32];
     remat_generator_destroy(g);
     return remat__errorf(err, REMAT_ENOMEM, "out of memory for the generator's cache of %s",
@@ -101,6 +110,7 @@ void remat_generator_destroy(remat_generator *g) {
   free(g->logits);
   free(g->probs);
   free(g->order);
+  free(g->cands);
   free(g->hist);
   free(g);
 }
@@ -237,22 +247,25 @@ static int before(const float *lg, int32_t a, int32_t b) {
   return lg[a] > lg[b] || (lg[a] == lg[b] && a < b);
 }
 
-int32_t remat_generator_sample(remat_generator *g, double temperature, int64_t top_k,
-                               uint64_t *rng) {
+static int cand_before(const void *a, const void *b) {
+  const struct cand *x = a, *y = b;
+  if (x->logit != y->logit) return x->logit > y->logit ? -1 : 1;
+  return (x->id > y->id) - (x->id < y->id);
+}
+
+/* The candidates' ids into ord: the k most likely, most likely first (ties
+ * toward the lower id); all V in id order when k is V and no nucleus needs
+ * them sorted. Returns how many. */
+static int64_t candidates(remat_generator *g, int64_t k, int sorted) {
   const float *lg = g->logits;
-  int64_t V = g->cfg.vocab_size;
-  double u = (double)(remat__splitmix64(rng) >> 11) * 0x1.0p-53; /* [0, 1) */
-  if (temperature <= 0) {
-    int32_t best = 0;
-    for (int32_t i = 1; i < V; i++)
-      if (before(lg, i, best)) best = i;
-    return best;
-  }
-  int64_t k = top_k <= 0 || top_k > V ? V : top_k;
+  int64_t V = g->cfg.vocab_size, n = 0;
   int32_t *ord = g->order;
-  int64_t n = 0;
-  if (k == V) {
+  if (k == V && !sorted) {
     for (int32_t i = 0; i < V; i++) ord[n++] = i;
+  } else if (k == V || k > 64) {
+    for (int32_t i = 0; i < V; i++) g->cands[i] = (struct cand){lg[i], i};
+    qsort(g->cands, (size_t)V, sizeof *g->cands, cand_before);
+    for (n = 0; n < k; n++) ord[n] = g->cands[n].id;
   } else {
     /* The k best by insertion into a sorted prefix: k is small. */
     for (int32_t i = 0; i < V; i++) {
@@ -265,13 +278,37 @@ int32_t remat_generator_sample(remat_generator *g, double temperature, int64_t t
       ord[j] = i;
     }
   }
+  return n;
+}
+
+int32_t remat_generator_draw(remat_generator *g, const remat_sample_opts *o, uint64_t *rng) {
+  const float *lg = g->logits;
+  int64_t V = g->cfg.vocab_size;
+  double u = (double)(remat__splitmix64(rng) >> 11) * 0x1.0p-53; /* [0, 1) */
+  if (o->temperature <= 0) {
+    int32_t best = 0;
+    for (int32_t i = 1; i < V; i++)
+      if (before(lg, i, best)) best = i;
+    return best;
+  }
+  int nucleus = o->top_p > 0 && o->top_p < 1;
+  int64_t k = o->top_k <= 0 || o->top_k > V ? V : o->top_k;
+  int64_t n = candidates(g, k, nucleus);
+  const int32_t *ord = g->order;
   float mx = -INFINITY;
   for (int64_t j = 0; j < n; j++)
     if (lg[ord[j]] > mx) mx = lg[ord[j]];
   double sum = 0;
   for (int64_t j = 0; j < n; j++) {
-    g->probs[j] = (float)exp((lg[ord[j]] - mx) / temperature);
+    g->probs[j] = (float)exp((lg[ord[j]] - mx) / o->temperature);
     sum += g->probs[j];
+  }
+  if (nucleus) { /* the fewest most likely whose share reaches top_p */
+    double want = o->top_p * sum, acc = 0;
+    int64_t m = 0;
+    while (m < n && (m == 0 || acc < want)) acc += g->probs[m++];
+    n = m;
+    sum = acc;
   }
   double target = u * sum, acc = 0;
   for (int64_t j = 0; j < n; j++) {
@@ -281,21 +318,28 @@ int32_t remat_generator_sample(remat_generator *g, double temperature, int64_t t
   return ord[n - 1];
 }
 
+int32_t remat_generator_sample(remat_generator *g, double temperature, int64_t top_k,
+                               uint64_t *rng) {
+  remat_sample_opts o = {.temperature = temperature, .top_k = top_k, .top_p = 1};
+  return remat_generator_draw(g, &o, rng);
+}
+
 int remat_generate(remat_generator *g, const int32_t *prompt, int64_t n_prompt,
                    const remat_sample_opts *o, int32_t *out, int64_t *n_out, remat_token_cb cb,
                    void *ctx, remat_error *err) {
   if (n_out) *n_out = 0;
   if (n_prompt < 1) return remat__errorf(err, REMAT_EINVAL, "generation needs a prompt of at least one token");
-  if (o->tokens < 0 || !(o->temperature >= 0) || o->top_k < 0)
-    return remat__errorf(err, REMAT_EINVAL, "sampling options out of range (tokens %lld, temperature %g, top-k %lld)",
-                         (long long)o->tokens, o->temperature, (long long)o->top_k);
+  if (o->tokens < 0 || !(o->temperature >= 0) || o->top_k < 0 || !(o->top_p >= 0 && o->top_p <= 1))
+    return remat__errorf(err, REMAT_EINVAL, "sampling options out of range (tokens %lld, "
+                         "temperature %g, top-k %lld, top-p %g in [0, 1])", (long long)o->tokens,
+                         o->temperature, (long long)o->top_k, o->top_p);
   remat_generator_reset(g);
   int64_t skip = n_prompt > g->cap - 1 ? n_prompt - (g->cap - 1) : 0;
   int rc = remat_generator_feed(g, prompt + skip, n_prompt - skip, err);
   if (rc) return rc;
   uint64_t rng = o->seed;
   for (int64_t i = 0; i < o->tokens; i++) {
-    int32_t t = remat_generator_sample(g, o->temperature, o->top_k, &rng);
+    int32_t t = remat_generator_draw(g, o, &rng);
     if (out) out[i] = t;
     if (n_out) *n_out = i + 1;
     if (cb && cb(ctx, t)) break;
