@@ -239,12 +239,11 @@ static int parse_args(int argc, char **argv, plan_args *a) {
 }
 
 /* --mem: one budget, or one per stage; the library's parser, as train's. */
-static int parse_budgets(const char *mem, size_t **budgets, int64_t *nb) {
+static int parse_budgets(const char *mem, remat_budgets *budgets) {
   remat_error err;
-  *budgets = malloc(REMAT_PLAN_MAX_STAGES * sizeof **budgets);
-  if (!*budgets) return cli_fail(CLI_EXIT_RUN, "out of memory reading --mem");
-  if (remat_parse_sizes(mem, *budgets, REMAT_PLAN_MAX_STAGES, nb, &err))
-    return cli_fail(CLI_EXIT_USAGE, "--mem: %s", err.msg);
+  if (remat_budgets_parse(budgets, mem, &err))
+    return cli_fail(err.code == REMAT_ENOMEM ? CLI_EXIT_RUN : CLI_EXIT_USAGE, "--mem: %s",
+                    err.msg);
   return 0;
 }
 
@@ -261,8 +260,9 @@ static int check_output(const plan_args *a) {
   return 0;
 }
 
-/* The problem: the file's, or --config's GPT-2 shape under budgets[0]. */
-static int load_problem(const plan_args *a, const size_t *budgets, remat_plan_problem *pb) {
+/* The problem: the file's, or --config's GPT-2 shape under the first budget. */
+static int load_problem(const plan_args *a, const remat_budgets *budgets,
+                        remat_plan_problem *pb) {
   remat_error err;
   if (!a->config) {
     if (remat_plan_problem_load(pb, a->problem, &err)) return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
@@ -273,7 +273,7 @@ static int load_problem(const plan_args *a, const size_t *budgets, remat_plan_pr
     return cli_fail(CLI_EXIT_USAGE, "--config: %s", err.msg);
   cfg.precision = a->prec;
   if (remat_plan_problem_from_replicas(pb, &cfg, a->B, a->T, a->P, a->M, a->D > 1 ? a->D : 1,
-                                       a->Z > 0 ? (int)a->Z : 0, budgets[0], &err))
+                                       a->Z > 0 ? (int)a->Z : 0, budgets->bytes[0], &err))
     return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
   if (a->calibrate) { /* this machine's layer times, not FLOP counts */
     remat_layer_times t;
@@ -289,7 +289,7 @@ static int load_problem(const plan_args *a, const size_t *budgets, remat_plan_pr
 /* The flags' settings over the problem's: stages, budgets (--mem replaces
  * the file's), micro-batches, schedule, objective, time limit; then the
  * problem is checked whole. */
-static int apply_settings(const plan_args *a, const size_t *budgets, int64_t nb,
+static int apply_settings(const plan_args *a, const remat_budgets *budgets,
                           remat_plan_problem *pb) {
   remat_error err;
   for (int64_t g = 0; a->no_middle && g < pb->num_groups; g++) pb->groups[g].middle = 0;
@@ -301,15 +301,8 @@ static int apply_settings(const plan_args *a, const size_t *budgets, int64_t nb,
     if (remat_plan_problem_set_stages(pb, a->P, &err))
       return cli_fail(CLI_EXIT_USAGE, "%s", err.msg);
   }
-  if (a->mem && nb == 1) {
-    remat_plan_problem_set_memory(pb, budgets[0]);
-  } else if (a->mem && nb == pb->stages) {
-    for (int64_t s = 0; s < nb; s++) pb->memory[s] = budgets[s];
-    pb->uniform_memory = 0;
-  } else if (a->mem) {
-    return cli_fail(CLI_EXIT_USAGE, "--mem gives %lld budgets for %lld stages; give one for all "
-                    "or one per stage", (long long)nb, (long long)pb->stages);
-  }
+  if (remat_plan_problem_set_budgets(pb, budgets, &err))
+    return cli_fail(CLI_EXIT_USAGE, "--mem: %s", err.msg);
   if (a->M > 0) pb->microbatches = a->M;
   pb->time_limit = a->time_limit;
   if (a->sched >= 0 && a->sched != pb->schedule) {
@@ -447,21 +440,20 @@ fail_format:
 int remat_cmd_plan(int argc, char **argv) {
   cli_name = "remat plan";
   plan_args a;
-  size_t *budgets = NULL;
-  int64_t nb = 0;
+  remat_budgets budgets = {0};
   remat_plan_problem pb;
   int status;
   if (parse_args(argc, argv, &a)) return CLI_EXIT_USAGE;
-  if (a.mem && (status = parse_budgets(a.mem, &budgets, &nb))) goto fail_budgets;
+  if (a.mem && (status = parse_budgets(a.mem, &budgets))) goto fail_budgets;
   if ((status = check_output(&a))) goto fail_budgets;
-  if ((status = load_problem(&a, budgets, &pb))) goto fail_budgets;
-  if ((status = apply_settings(&a, budgets, nb, &pb))) goto fail_problem;
+  if ((status = load_problem(&a, &budgets, &pb))) goto fail_budgets;
+  if ((status = apply_settings(&a, &budgets, &pb))) goto fail_problem;
   if (a.fmt == FORMAT_LP) status = write_lp(&a, &pb);
   else if (a.sweep) status = run_sweep(&a, &pb);
   else status = run_plan(&a, &pb);
 fail_problem:
   remat_plan_problem_free(&pb);
 fail_budgets:
-  free(budgets);
+  remat_budgets_free(&budgets);
   return status;
 }

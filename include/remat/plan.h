@@ -207,6 +207,21 @@ REMAT_API int remat_plan_problem_set_stages(remat_plan_problem *pb, int64_t stag
 /* Sets one budget for every stage. */
 REMAT_API void remat_plan_problem_set_memory(remat_plan_problem *pb, size_t bytes);
 
+/* Memory budgets as a front end gives them, one size for every stage or one
+ * per stage ("2GiB" or "2GiB,3GiB"; remat_parse_size's units), parsed once:
+ * remat train's and remat plan's --mem alike. */
+typedef struct remat_budgets {
+  int64_t n;    /* how many were given (0: none) */
+  size_t *bytes; /* (n) */
+} remat_budgets;
+/* Fills b from s (free it with remat_budgets_free). */
+REMAT_API int remat_budgets_parse(remat_budgets *b, const char *s, remat_error *err);
+REMAT_API void remat_budgets_free(remat_budgets *b);
+/* The one way budgets enter a problem: one for every stage, or one per
+ * stage (refused for another count); none given leaves the problem's. */
+REMAT_API int remat_plan_problem_set_budgets(remat_plan_problem *pb, const remat_budgets *b,
+                                             remat_error *err);
+
 /* JSON problem:
  *   { "stages": 4, "microbatches": 8, "schedule": "1f1b", "objective": "bottleneck",
  *     "memory": 20e9 | "20GB" | [b0, b1, ...], "stage_bytes": 0,
