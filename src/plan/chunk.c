@@ -51,10 +51,16 @@ static void rank_kept(const remat__plan_inst *in, const int64_t *b, int64_t r, i
 
 /* Stage r's least memory on the partition: for each threshold v on scratch,
  * every candidate takes its option of largest saving n d with x <= v; the
- * best threshold goes to *vbest (-1: keep all) for rank_least_set. */
+ * best threshold goes to *vbest (-1: keep all) for rank_least_set. A
+ * threshold met before gives the same saving, which cannot beat the best:
+ * the recent ones are remembered and skipped (a run of equal layers then
+ * costs one pass per distinct scratch size, not one per layer). Past the
+ * deadline it stops with *late set. */
+#define SEEN 16
 static int64_t rank_least(const remat__plan_inst *in, const int64_t *b, int64_t r,
-                          int64_t *vbest) {
-  int64_t F, base, Y, best = 0;
+                          int64_t *vbest, double deadline, int *late) {
+  int64_t F, base, Y, best = 0, seen[SEEN];
+  int nseen = 0, next = 0;
   rank_kept(in, b, r, &F, &base, &Y);
   *vbest = -1;
   for (int64_t c = 0; c < in->v; c++) {
@@ -62,6 +68,16 @@ static int64_t rank_least(const remat__plan_inst *in, const int64_t *b, int64_t 
     for (int64_t l0 = b[vs0]; l0 < b[vs0 + 1]; l0++)
       for (int q = 0; q < in->nopt[l0]; q++) {
         int64_t thr = in->opt[REMAT__PLAN_OPTS * l0 + q].x, save = 0;
+        int met = 0;
+        for (int k = 0; k < nseen && !met; k++) met = seen[k] == thr;
+        if (met) continue;
+        seen[next] = thr;
+        next = (next + 1) % SEEN;
+        nseen += nseen < SEEN;
+        if (remat__plan_late(deadline)) {
+          *late = 1;
+          return base + Y - best;
+        }
         for (int64_t c2 = 0; c2 < in->v; c2++) {
           int64_t vs = remat_schedule_virtual_stage(in->schedule, in->p, r, c2);
           for (int64_t l = b[vs]; l < b[vs + 1]; l++) {
@@ -230,8 +246,10 @@ static int least_need(chunk_search *s, int64_t *need) {
   first_partition(in, s->b);
   do {
     int64_t worst = -INF, v;
-    for (int64_t r = 0; r < in->p; r++)
-      worst = remat__max64(worst, rank_least(in, s->b, r, &v) - in->budget[r]);
+    int late = 0;
+    for (int64_t r = 0; r < in->p && !late; r++)
+      worst = remat__max64(worst, rank_least(in, s->b, r, &v, s->deadline, &late) - in->budget[r]);
+    if (late) return REMAT__PLAN_ETIME;
     if (worst < *need) {
       *need = worst;
       memcpy(s->best_b, s->b, (size_t)(in->nv + 1) * sizeof *s->b);
@@ -291,7 +309,8 @@ static int search(chunk_search *s, int64_t *bounds, uint8_t *rec, int64_t *delta
     memcpy(bounds, s->best_b, (size_t)(in->nv + 1) * sizeof *bounds);
     for (int64_t r = 0; r < in->p; r++) {
       int64_t v;
-      rank_least(in, bounds, r, &v);
+      int late = 0; /* one partition: no deadline */
+      rank_least(in, bounds, r, &v, 0, &late);
       rank_least_set(in, bounds, r, v, rec);
     }
     return REMAT_EINFEASIBLE;

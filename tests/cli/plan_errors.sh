@@ -280,4 +280,26 @@ if [ "$rc" -ne 0 ] || ! grep -q '"optimal":.*false' "$TMP/out" || ! grep -q '"ga
   fails=$((fails + 1))
 fi
 
+# the time limit holds while the chunked search enumerates its partitions:
+# zbv on one stage of 100000 equal layers (1e5 partitions, each stage's
+# least memory once a pass over the layers) ends within the limit and names it
+python3 - "$TMP/zbv.json" <<'PY'
+import json, sys
+g = lambda name, **kw: dict(name=name, count=1, fwd=1, bwd=1, recomputable=False, act_bytes=1,
+                            ckpt_bytes=1, state_bytes=0, **kw)
+json.dump({"stages": 1, "microbatches": 8, "memory": "20GB", "schedule": "zbv",
+           "layers": [g("embedding"), dict(name="block", count=100000, fwd=1, bwd=2, recompute=1,
+                                            act_bytes=10000, ckpt_bytes=1000, state_bytes=0),
+                      g("head")]}, open(sys.argv[1], "w"))
+PY
+start=$(date +%s)
+timeout 60 "$REMAT" plan "$TMP/zbv.json" --time-limit 2 >"$TMP/out" 2>"$TMP/err"
+rc=$? took=$(($(date +%s) - start))
+n=$((n + 1))
+if [ "$rc" -ne 1 ] || [ "$took" -gt 8 ] || ! grep -q 'time limit ran out while enumerating' "$TMP/err"; then
+  echo "FAIL: zbv over 100000 layers at --time-limit 2: rc $rc after $took s" >&2
+  cat "$TMP/err" >&2
+  fails=$((fails + 1))
+fi
+
 summary plan_errors "$n"
