@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <omp.h>
+
 #include "cli.h"
 #include "remat.h"
 
@@ -20,11 +22,14 @@ enum { FORMAT_LP = -1 };        /* beside REMAT_PLAN_FORMAT_* */
  * line ("note: " and the note), and "source_note" in JSON: the bytes of
  * remat's engine in its precision, its FLOP or measured times. */
 static void source_note(char *buf, size_t cap, int bf16, int measured) {
+  char threads[96];
+  snprintf(threads, sizeof threads, " (oneDNN's scratchpad as on this CPU, for %d thread%s a rank)",
+           omp_get_max_threads(), omp_get_max_threads() > 1 ? "s" : "");
   snprintf(buf, cap, "bytes and %s of remat's own %s GPT-2 engine%s; for other frameworks' "
            "models, see python/remat (docs/profile.md)",
            measured ? "times measured on this machine (--calibrate)" : "FLOP times",
            bf16 ? "bf16" : "fp32",
-           bf16 ? " (oneDNN's scratchpad as on this CPU and thread count)" : "");
+           bf16 ? threads : "");
 }
 
 static const char usage_text[] =
@@ -93,6 +98,12 @@ static const char usage_text[] =
     "                                 machine (N rounds of a three-block model of its\n"
     "                                 width, medians) and plan with those seconds\n"
     "                                 instead of FLOP counts\n"
+    "  --threads N                    with --config: the threads each rank of the run\n"
+    "                                 uses, which bf16's product scratchpad depends on\n"
+    "                                 (default: this machine's CPUs shared by the\n"
+    "                                 plan's stages x replicas ranks, at least 1; all\n"
+    "                                 of them for one rank, or for more ranks than\n"
+    "                                 CPUs, as an unbound, oversubscribed launch runs)\n"
     "  --no-middle                    layers keep or recompute only (no middle policy),\n"
     "                                 as frameworks without it do\n"
     "  --min-blocks 0|1               blocks (transformer layers) every stage and\n"
@@ -132,7 +143,7 @@ static const char usage_text[] =
 typedef struct plan_args {
   const char *problem, *config, *mem, *format, *output, *schedule, *objective, *precision;
   const char *family;
-  int64_t B, T, P, M, D, Z, points, chunks, min_blocks;
+  int64_t B, T, P, M, D, Z, points, chunks, min_blocks, threads;
   double time_limit;
   int sweep, no_middle;
   int64_t calibrate; /* rounds of remat_calibrate (0: FLOP-based times) */
@@ -159,6 +170,8 @@ static int resolve_names(plan_args *a) {
     return cli_fail(-1, "unknown precision '%s'; use fp32 or bf16", a->precision);
   if (a->precision && !a->config)
     return cli_fail(-1, "--precision goes with --config; a problem file has its own bytes");
+  if (a->threads > 0 && !a->config)
+    return cli_fail(-1, "--threads goes with --config; a problem file has its own bytes");
   if (a->calibrate && !a->config)
     return cli_fail(-1, "--calibrate goes with --config; a problem file has its own times");
   const char *why;
@@ -205,7 +218,7 @@ static int check_combination(plan_args *a) {
 static int parse_args(int argc, char **argv, plan_args *a) {
   *a = (plan_args){.format = "table", .B = -1, .T = -1, .P = -1, .M = -1, .D = -1, .Z = -1,
                    .points = 11, .time_limit = DEFAULT_TIME_LIMIT, .sched = -1, .obj = -1,
-                   .chunks = -1, .min_blocks = -1};
+                   .chunks = -1, .min_blocks = -1, .threads = -1};
   const cli_flag flags[] = {
       {.name = "--problem", .kind = CLI_ARG, .dst = &a->problem, .what = "problem file"},
       {.name = "--config", .kind = CLI_STR, .dst = &a->config},
@@ -229,6 +242,7 @@ static int parse_args(int argc, char **argv, plan_args *a) {
       {.name = "--sweep", .kind = CLI_SWITCH, .dst = &a->sweep},
       {.name = "--no-middle", .kind = CLI_SWITCH, .dst = &a->no_middle},
       {.name = "--min-blocks", .kind = CLI_I64, .dst = &a->min_blocks, .lo = 0, .hi = 1},
+      {.name = "--threads", .kind = CLI_I64, .dst = &a->threads, .lo = 1, .hi = 1024},
       {.name = "--family", .kind = CLI_STR, .dst = &a->family},
       {.name = "--calibrate", .kind = CLI_I64, .dst = &a->calibrate, .lo = 1, .hi = 1000},
       {.name = NULL},
@@ -260,7 +274,19 @@ static int check_output(const plan_args *a) {
   return 0;
 }
 
-/* The problem: the file's, or --config's GPT-2 shape under the first budget. */
+/* The problem: the file's, or --config's GPT-2 shape under the first budget,
+ * for the threads each rank of the run will use. */
+/* The threads of each of the run's ranks: --threads, else this machine's
+ * CPUs shared by stages x replicas ranks (all of them for one rank, or for
+ * more ranks than CPUs: an oversubscribed launch leaves them unbound). */
+static int run_threads(const plan_args *a) {
+  int cpus = omp_get_num_procs();
+  int64_t ranks = (a->P > 0 ? a->P : 1) * (a->D > 1 ? a->D : 1);
+  if (a->threads > 0) return (int)a->threads;
+  if (ranks <= 1 || ranks > cpus) return cpus;
+  return (int)(cpus / ranks);
+}
+
 static int load_problem(const plan_args *a, const remat_budgets *budgets,
                         remat_plan_problem *pb) {
   remat_error err;
@@ -272,6 +298,7 @@ static int load_problem(const plan_args *a, const remat_budgets *budgets,
   if (remat_config_parse(a->config, &cfg, &err))
     return cli_fail(CLI_EXIT_USAGE, "--config: %s", err.msg);
   cfg.precision = a->prec;
+  omp_set_num_threads(run_threads(a)); /* oneDNN sizes bf16's scratchpad for them */
   if (remat_plan_problem_from_replicas(pb, &cfg, a->B, a->T, a->P, a->M, a->D > 1 ? a->D : 1,
                                        a->Z > 0 ? (int)a->Z : 0, budgets->bytes[0], &err))
     return cli_fail(CLI_EXIT_RUN, "%s", err.msg);

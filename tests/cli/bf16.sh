@@ -94,4 +94,23 @@ mpi 4 "$remat" train "${common[@]}" --grad-accum 2 --stages 2 --data-parallel 2 
   >one.out 2>&1
 if same_run one.jsonl one.bin grid.jsonl grid.bin 3; then ok "bit-identical: bf16 2 x 2 grid, ZeRO 3"
 else bad "bit-identical: bf16 2 x 2 grid, ZeRO 3"; tail -5 grid.out; fi
+# remat plan sizes bf16's product scratchpad for the threads each rank runs:
+# --threads 1 plans the bytes 4 ranks of --threads 1 plan and measure, and
+# its default for 2 stages on this machine is what 2 ranks get.
+shape=(--config 8,128,4,512,128 --batch 2 --seq 128 --precision bf16)
+plan_bytes() { "$remat" plan "${shape[@]}" --microbatches 4 --mem 1GiB --format json "$@" |
+  python3 -c 'import json, sys; print(*[s["memory_bytes"] for s in json.load(sys.stdin)["stages"]])'; }
+run_bytes() { mpi "$1" "$remat" train "${shape[@]}" --stages "$1" --grad-accum 4 --plan-only "${@:2}" |
+  sed -n 's/^ranks   arena planned = measured on every rank: //p; s/^stage [0-9]* arena [^(]*(\([0-9]*\) bytes).*/\1/p' |
+  tr '\n' ' ' | sed 's/ $//'; }
+p1=$(plan_bytes --stages 4 --threads 1)
+r1=$(run_bytes 4 --threads 1)
+check "bf16: remat plan --threads 1 gives 4 ranks' arenas at --threads 1: $p1" test "$p1" = "$r1"
+cpus=$(nproc)
+if [ "$cpus" -ge 2 ]; then
+  want=$((cpus / 2))
+  p2=$(plan_bytes --stages 2)
+  r2=$(plan_bytes --stages 2 --threads "$want")
+  check "bf16: remat plan's default for 2 stages is $want thread(s) a rank, CPUs / ranks" test "$p2" = "$r2"
+fi
 summary bf16
