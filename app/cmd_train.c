@@ -14,20 +14,11 @@
 
 #include "cli.h"
 #include "remat.h"
+#include "train.h"
 #include "train_sample.h"
 
 extern const char *const remat_train_usage; /* train_help.c */
 
-typedef struct {
-  remat_job_desc d; /* most flags go straight into the job's description */
-  const char *save, *log, *trace, *schedule_name, *precision_name;
-  int64_t B, T, K, steps, eval_every, stages, replicas;
-  int zero;
-  double peak_gflops;
-  int64_t sample_every;
-  const char *save_precision; /* --save-precision: fp32 or bf16 */
-  int threads, quiet, plan_only;
-} opts;
 
 /* Before the first step SIGINT or SIGTERM ends set-up at once (130, 143); while steps
  * run the first asks the step to finish and save, a second quits saving nothing. */
@@ -39,15 +30,12 @@ static void on_signal(int sig) {
   interrupted = 1;
 }
 
-/* What the run's header says of its precision: why it was chosen. */
-static char precision_note[192] = "as asked";
-
 /* Without --precision: bf16 where the CPU has the instructions, else fp32. */
 static void default_precision(opts *o) {
   const char *why;
   int bf16 = remat_precision_available(REMAT_PRECISION_BF16, &why);
   o->d.precision = bf16 ? REMAT_PRECISION_BF16 : REMAT_PRECISION_FP32;
-  snprintf(precision_note, sizeof precision_note, "the default here, %s%s", why,
+  snprintf(o->precision_note, sizeof o->precision_note, "the default here, %s%s", why,
            bf16 ? "; --precision fp32 for fp32" : "");
 }
 
@@ -121,13 +109,10 @@ static int parse_args(int argc, char **argv, opts *o, const remat_job_desc *base
     o->d.train.val_frac = 0.1;
   }
   remat_job_desc *d = &o->d;
-  remat_train_opts *t = &d->train;
   cli_flag flags[TRAIN_FLAGS];
   train_flags(o, flags);
   if (cli_parse_flags(argc, argv, flags, remat_train_usage)) return -1;
-  o->B = t->B, o->T = t->T, o->K = t->grad_accum, o->steps = t->steps;
-  o->eval_every = d->eval_every, o->stages = d->stages, o->replicas = d->replicas;
-  o->zero = d->zero;
+  snprintf(o->precision_note, sizeof o->precision_note, "as asked");
   char names[96];
   if (o->schedule_name && remat_plan_schedule_parse(o->schedule_name, &d->schedule))
     return cli_fail(-1, "--schedule %s is not a schedule; use %s", o->schedule_name,
@@ -157,41 +142,29 @@ static int check_save_precision(opts *o) {
   return 0;
 }
 
-/* What the flags (over a resume's settings) ask must make sense together. */
+/* How the job's messages name a setting: as the flag that gives it
+ * ("mem" is --mem). */
+static const char *flag_name(const char *key) {
+  static opts scratch;
+  static cli_flag flags[TRAIN_FLAGS];
+  char name[64];
+  if (!flags[0].name) train_flags(&scratch, flags);
+  snprintf(name, sizeof name, "--%s", key);
+  const cli_flag *f = cli_find_flag(flags, name);
+  return f ? f->name : NULL;
+}
+
+/* What the flags (over a resume's settings) ask must make sense together:
+ * the job's rules (remat_job_desc_check, in flags' names), then the front
+ * end's own flags. */
 static int check_args(opts *o) {
-  if ((o->d.ckpt_ratio >= 0) + !!o->d.ckpt_layers + !!o->d.memory + !!o->d.plan > 1)
-    return cli_fail(-1, "--ckpt-ratio, --ckpt-layers, --mem and --plan each choose the "
-                        "recomputed blocks; give at most one");
-  if (o->stages == 1 && o->d.calibrate)
-    return cli_fail(-1, "--calibrate times the layers to place a pipeline's stages: give "
-                        "--stages P too (remat plan --calibrate plans one process)");
-  if (o->stages == 1 && (o->d.layers || o->d.plan))
-    return cli_fail(-1, "--layers and --plan place a pipeline: give --stages P too (and "
-                        "start P ranks with mpirun -np P)");
-  if (o->stages == 1 && o->replicas == 1 && o->trace)
-    return cli_fail(-1, "--trace draws the timeline of several ranks: give --stages P or "
-                        "--data-parallel D too (and start that many with mpirun -np)");
-  if (o->d.layers && o->d.memory)
-    return cli_fail(-1, "--layers places the blocks by hand and --mem lets remat place them; "
-                        "give one");
-  if ((o->stages > 1 || o->replicas > 1) && o->eval_every > 0)
-    return cli_fail(-1, "--eval-every runs on one process only; drop it with %s",
-                    o->stages > 1 ? "--stages" : "--data-parallel");
-  if (o->stages * o->replicas > REMAT_MAX_STAGES)
-    return cli_fail(-1, "--stages %lld x --data-parallel %lld is %lld ranks; remat runs at most %d",
-                    (long long)o->stages, (long long)o->replicas,
-                    (long long)(o->stages * o->replicas), REMAT_MAX_STAGES);
-  if (o->replicas == 1 && o->zero)
-    return cli_fail(-1, "--zero %d shards across replicas: give --data-parallel D too (and start "
-                    "D ranks with mpirun -np D)", o->zero);
-  if (o->d.data && o->d.text) return cli_fail(-1, "give --data or --text, not both");
-  if (!!o->d.checkpoint_dir != !!o->d.checkpoint_every)
-    return cli_fail(-1, "--checkpoint-dir DIR and --checkpoint-every N go together");
-  if (o->d.resume && o->d.model)
-    return cli_fail(-1, "--resume takes the weights from its checkpoint; drop --model");
-  if (o->sample_every && o->stages * o->replicas > 1)
+  remat_error err;
+  o->d.trace = o->trace != NULL;
+  o->d.setting_name = flag_name;
+  if (remat_job_desc_check(&o->d, &err)) return cli_fail(-1, "%s", err.msg);
+  if (o->sample_every && o->d.stages * o->d.replicas > 1)
     return cli_fail(-1, "--sample-every runs on one process only; drop it with %s",
-                    o->stages > 1 ? "--stages" : "--data-parallel");
+                    o->d.stages > 1 ? "--stages" : "--data-parallel");
   return check_save_precision(o);
 }
 
@@ -236,10 +209,10 @@ static int resume_args(int argc, char **argv, opts *o, remat_job_saved *saved) {
   if (check_saved(saved)) return -1;
   if (parse_args(argc, argv, o, &saved->desc)) return -1;
   if (!o->precision_name)
-    snprintf(precision_note, sizeof precision_note, "the resumed run's");
+    snprintf(o->precision_note, sizeof o->precision_note, "the resumed run's");
   if (remat_job_saved_conflict(saved, &o->d, &c))
-    return cli_fail(-1, "--%s %s differs from the saved run's %s; a resume keeps the run's "
-                    "settings: drop --%s", c.key, c.given, c.saved, c.key);
+    return cli_fail(-1, "%s %s differs from the saved run's %s; a resume keeps the run's "
+                    "settings: drop %s", flag_name(c.key), c.given, c.saved, flag_name(c.key));
   return 0;
 }
 
@@ -252,224 +225,12 @@ static void job_desc_from(const opts *o, remat_job_desc *d) {
   d->outputs[2] = o->trace;
 }
 
-typedef struct {
-  const opts *o;
-  remat_job *job;
-  const remat_config *cfg;
-  remat_trainer *tr;
-  FILE *logf;
-  train_sampler *sampler; /* --sample-every */
-  remat_peak peak; /* MFU is against peak.flops (raised by any faster step) */
-  remat_thread_policy threads;
-  int64_t moved_at; /* the last step after which the threads were re-placed */
-  size_t planned;
-  int tty;
-  /* results */
-  int64_t steps_done, timed_steps, start_step;
-  double first_loss, last_loss, last_val, t_train, t_recompute, wall;
-  int64_t val_step; /* the step of last_val */
-  size_t measured;
-  remat_pipeline *pipe;
-  remat_replicas *dp;
-  int grid, abort_others;
-  int checkpoint_failed; /* the run stopped on a checkpoint it could not write */
-  int ranks, rank;
-  remat_comm_stats comm; /* rank 0's, of the last step */
-  remat_comm_stats rank_comm[REMAT_MAX_STAGES]; /* every replica's, of the last step */
-  remat_comm_stats comm_sum[REMAT_MAX_STAGES];  /* and over the timed steps */
-  size_t rank_planned[REMAT_MAX_STAGES], rank_measured[REMAT_MAX_STAGES];
-  double wait_s;      /* this rank's waiting, over the timed steps */
-  double predicted_s; /* the plan's simulated iteration time, in seconds */
-  double predicted_bubble;
-} run_state;
 
 static void fmt_eta(double s, char *buf, size_t cap) {
   if (s < 0 || !isfinite(s)) s = 0;
   long t = (long)(s + 0.5);
   if (t >= 3600) snprintf(buf, cap, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
   else snprintf(buf, cap, "%ld:%02ld", t / 60, t % 60);
-}
-
-static void print_model(const remat_config *cfg) {
-  printf("model   L=%lld C=%lld NH=%lld V=%lld (padded %lld) maxT=%lld, %zu parameters\n",
-         (long long)cfg->num_layers, (long long)cfg->channels, (long long)cfg->num_heads,
-         (long long)cfg->vocab_size, (long long)cfg->padded_vocab_size,
-         (long long)cfg->max_seq_len, remat_param_count(cfg));
-  if (cfg->precision == REMAT_PRECISION_BF16)
-    printf("precision bf16 products and activations, fp32 master weights, gradients and "
-           "moments (%s)\n", precision_note);
-  else
-    printf("precision fp32 (%s)\n", precision_note);
-}
-
-/* The blocks of one policy, "0,1,2" (at most 24, then ",..."). */
-static void block_list(const remat_memplan *mp, int policy, char *buf, size_t cap) {
-  int64_t shown = 0, all = 0;
-  buf[0] = 0;
-  const uint8_t *pol = remat_memplan_policy(mp);
-  for (int64_t l = 0; l < remat_memplan_num_blocks(mp); l++) {
-    if (pol[l] != policy) continue;
-    all++;
-    if (shown < 24) {
-      snprintf(buf + strlen(buf), cap - strlen(buf), "%s%lld", shown ? "," : "", (long long)l);
-      shown++;
-    }
-  }
-  if (all > shown) strncat(buf, ",...", cap - strlen(buf) - 1);
-}
-
-/* --plan-only: each policy's bytes per block and micro-batch (what it
- * stores, and the workspace its backward needs) and its recompute time, as
- * the planner has them (the memory model's bytes; GFLOP of one
- * micro-batch). */
-static void print_policies(const remat_config *cfg, const opts *o) {
-  remat_plan_problem pb;
-  remat_error err;
-  if (remat_plan_problem_from_replicas(&pb, cfg, o->B, o->T, 1, o->K, o->replicas, o->zero,
-                                       (size_t)1 << 60, &err))
-    return;
-  const remat_plan_group *g = &pb.groups[REMAT_LAYER_BLOCK];
-  double fb = g->fwd + g->bwd;
-  struct {
-    int pol;
-    size_t stores, work;
-    double t;
-    const char *what;
-  } row[3] = {{REMAT_KEEP, g->act_bytes, g->work_bytes, 0, ""},
-              {REMAT_MIDDLE, g->middle_bytes, g->middle_recompute_bytes, g->middle_recompute,
-               "its layernorms and GELU"},
-              {REMAT_RECOMPUTE, g->ckpt_bytes, g->recompute_bytes, g->recompute, "its forward"}};
-  for (int k = 0; k < 3; k++) {
-    char b1[32], b2[32];
-    printf("blocks  %-6s stores %s per block and micro-batch; backward workspace %s; ",
-           remat_policy_name(row[k].pol), remat_format_bytes(row[k].stores, b1, sizeof b1),
-           remat_format_bytes(row[k].work, b2, sizeof b2));
-    if (row[k].pol == REMAT_KEEP)
-      printf("no rerun\n");
-    else
-      printf("reruns %s, %.4g GFLOP (%.1f%% of its forward and backward)\n", row[k].what,
-             row[k].t, fb > 0 ? 100 * row[k].t / fb : 0.0);
-  }
-  remat_plan_problem_free(&pb);
-}
-
-static void print_plan(const remat_config *cfg, const remat_memplan *mp, size_t planned,
-                       const char *source, const remat_tokens *tok, const opts *o) {
-  char rec[256], mid[256], b1[32], b2[32], b3[32], b4[32], b5[32];
-  int64_t L = cfg->num_layers, nrec = remat_memplan_num_recomputed(mp);
-  int64_t nmid = remat_memplan_num_middle(mp);
-  size_t peak = remat_memplan_peak_bytes(mp), persistent = remat_memplan_persistent_bytes(mp);
-  size_t comm = remat_memplan_bytes(mp).comm;
-  block_list(mp, REMAT_RECOMPUTE, rec, sizeof rec);
-  block_list(mp, REMAT_MIDDLE, mid, sizeof mid);
-  print_model(cfg);
-  printf("data    %s: %lld tokens; batch %lld x %lld, grad-accum %lld", source,
-         (long long)tok->n, (long long)o->B, (long long)o->T, (long long)o->K);
-  if (o->replicas > 1)
-    printf(" per replica: %lld micro-batches a step on %lld replicas",
-           (long long)(o->K * o->replicas), (long long)o->replicas);
-  printf("\n");
-  printf("policy  %lld of %lld blocks recomputed%s%s%s", (long long)nrec, (long long)L,
-         nrec ? " (" : "", rec, nrec ? ")" : "");
-  if (nmid) printf(", %lld middle (%s)", (long long)nmid, mid);
-  printf("\n");
-  if (o->plan_only) print_policies(cfg, o);
-  printf("memory  planned peak %s (%zu bytes) = arena %s (state %s, activations%s "
-         "workspace%s %s) + data %s\n",
-         remat_format_bytes(planned, b1, sizeof b1), planned,
-         remat_format_bytes(peak, b2, sizeof b2), remat_format_bytes(persistent, b3, sizeof b3),
-         comm ? "," : " and", comm ? " and communication" : "",
-         remat_format_bytes(peak - persistent, b4, sizeof b4),
-         remat_format_bytes(planned - peak, b5, sizeof b5));
-  if (o->plan_only) printf("arena   %zu bytes: what --mem bounds\n", peak);
-  if (o->d.memory) /* one meaning of a budget: the arena, as remat plan has it */
-    printf("budget  --mem %s bounds the arena; the data is held beside it\n", o->d.memory);
-}
-
-/* Every rank's arena, from the memory model, before any exists: replicas
- * (rank k), a pipeline's stages, or the grid's ranks (rank s D + r). */
-static void print_ranks(remat_job *job, const opts *o) {
-  remat_error err;
-  char b[8][32];
-  remat_run_kind kind = remat_job_kind(job);
-  int64_t v = remat_job_chunks(job);
-  for (int q = 0; q < remat_job_ranks(job) * v; q++) {
-    int k = (int)(q / v);
-    int64_t c = q % v;
-    remat_stage st;
-    remat_memplan *mp;
-    if (remat_job_chunk_memplan(job, k, c, &st, &mp, &err)) continue;
-    remat_membuf m[REMAT_BUF_COUNT];
-    for (int i = 0; i < REMAT_BUF_COUNT; i++) m[i] = remat_memplan_buf(mp, i);
-    remat_stage_bytes sb = remat_memplan_bytes(mp);
-    size_t peak = remat_memplan_peak_bytes(mp), slot = remat_memplan_slot_bytes(mp);
-    if (kind == REMAT_RUN_PIPELINE) {
-      printf(v > 1 ? "stage %d chunk %lld " : "stage %d ", k, (long long)c);
-      printf("arena %s (%zu bytes) = state %s + %lld in flight x %s + ",
-             remat_format_bytes(peak, b[0], sizeof b[0]), peak,
-             remat_format_bytes(sb.state, b[1], sizeof b[1]), (long long)st.inflight,
-             remat_format_bytes(slot, b[2], sizeof b[2]));
-      if (st.wdeferred && st.num_blocks) /* zb-h1, zbv: the W records of its blocks */
-        printf("%lld deferred W x %s + ", (long long)st.wdeferred,
-               remat_format_bytes(m[REMAT_BUF_WREC].bytes / (size_t)st.wdeferred, b[4],
-                                  sizeof b[4]));
-      printf("workspace %s%s; ", remat_format_bytes(sb.workspace, b[3], sizeof b[3]),
-             st.work_borrowed ? " (the transient part is chunk 0's)" : "");
-    } else {
-      printf("rank %d ", k);
-      if (kind == REMAT_RUN_GRID)
-        printf("stage %lld replica %lld ", (long long)(k / o->replicas),
-               (long long)(k % o->replicas));
-      printf("arena %s (%zu bytes) = state %s (parameters %s, gradients %s, AdamW %s) + ",
-             remat_format_bytes(peak, b[0], sizeof b[0]), peak,
-             remat_format_bytes(remat_memplan_persistent_bytes(mp), b[1], sizeof b[1]),
-             remat_format_bytes(m[REMAT_BUF_PARAMS].bytes, b[2], sizeof b[2]),
-             remat_format_bytes(m[REMAT_BUF_GRADS].bytes + m[REMAT_BUF_TIED_GRAD].bytes, b[3],
-                                sizeof b[3]),
-             remat_format_bytes(m[REMAT_BUF_ADAM_M].bytes + m[REMAT_BUF_ADAM_V].bytes, b[4],
-                                sizeof b[4]));
-      if (kind == REMAT_RUN_GRID)
-        printf("%lld in flight x %s", (long long)st.inflight,
-               remat_format_bytes(slot, b[5], sizeof b[5]));
-      else
-        printf("activations %s", remat_format_bytes(sb.activations, b[5], sizeof b[5]));
-      printf(" + workspace %s + communication %s%s",
-             remat_format_bytes(sb.workspace, b[6], sizeof b[6]),
-             remat_format_bytes(sb.comm, b[7], sizeof b[7]),
-             kind == REMAT_RUN_GRID ? "; " : "\n");
-    }
-    if (kind != REMAT_RUN_REPLICAS && st.num_blocks == 0)
-      printf("no blocks%s%s\n", st.has_embedding ? ", embedding" : "", st.has_head ? ", head" : "");
-    else if (kind != REMAT_RUN_REPLICAS)
-      printf("blocks %lld..%lld%s%s\n", (long long)st.first_block,
-             (long long)(st.first_block + st.num_blocks - 1), st.has_embedding ? ", embedding" : "",
-             st.has_head ? ", head" : "");
-    remat_memplan_destroy(mp);
-  }
-}
-
-/* The ZeRO table the replicas follow (Psi parameters, persistent bytes per
- * rank: remat_state_bytes' fp32 AdamW row) and the bytes each sends a step. */
-static void print_zero(const remat_config *cfg, const remat_memplan *mine, const opts *o) {
-  int64_t D = o->replicas;
-  char b[1][32], table[48];
-  size_t psi = remat_param_count(cfg);
-  uint64_t per[REMAT_STATE_PART_COUNT], one, ideal;
-  remat_error err; /* cannot fail: the table's names, ZeRO 0-3, D >= 1 */
-  remat_state_bytes(1, "fp32", "adamw", 0, 1, 1, per, &one, &err);
-  remat_state_bytes(psi, "fp32", "adamw", o->zero, D, 1, NULL, &ideal, &err);
-  unsigned whole = 0, shard = 0; /* bytes per parameter: "8 Psi + 8 Psi/D" */
-  for (int k = 0; k < REMAT_STATE_PART_COUNT; k++)
-    *(remat_zero_shards(o->zero, k) ? &shard : &whole) += (unsigned)per[k];
-  int n = whole ? snprintf(table, sizeof table, "%u Psi", whole) : 0;
-  if (shard) snprintf(table + n, sizeof table - (size_t)n, "%s%u Psi/D", n ? " + " : "", shard);
-  printf("zero    stage %d on %lld replicas: persistent %zu bytes per rank; %s = %llu bytes "
-         "(Psi = %zu; the rest is shard padding, alignment and the tied gradient)\n",
-         o->zero, (long long)D, remat_memplan_persistent_bytes(mine), table,
-         (unsigned long long)ideal, psi);
-  uint64_t bytes = remat_replicas_step_bytes(cfg, D, o->zero, o->K);
-  printf("comm    %s (%llu bytes) sent per rank per step, from the shapes\n",
-         remat_format_bytes((size_t)bytes, b[0], sizeof b[0]), (unsigned long long)bytes);
 }
 
 /* One line of the log, formed whole before it is written. */
@@ -524,12 +285,12 @@ static int log_step(run_state *r, const remat_step_stats *st, double tps, double
   if (!isnan(val_loss)) put(l, ", \"val_loss\": %.6f", val_loss);
   if (r->dp) { /* rank 0's communication in this step (a grid's: among its stage's replicas) */
     const remat_comm_stats *c = &r->comm;
-    if (r->grid) put(l, ", \"stages\": %lld", (long long)r->o->stages);
+    if (r->grid) put(l, ", \"stages\": %lld", (long long)r->o->d.stages);
     put(l,
         ", \"replicas\": %lld, \"zero\": %d, \"comm_s\": %.6f, \"comm_exposed_s\": %.6f, "
         "\"comm_overlap\": %.4f, \"layer_comm_s\": %.6f, \"layer_comm_exposed_s\": %.6f, "
         "\"layer_comm_overlap\": %.4f, \"comm_bytes\": %llu, \"collectives\": %llu",
-        (long long)r->o->replicas, r->o->zero, c->seconds, c->exposed_seconds,
+        (long long)r->o->d.replicas, r->o->d.zero, c->seconds, c->exposed_seconds,
         remat_comm_overlap(c->seconds, c->exposed_seconds), c->layer_seconds,
         c->layer_exposed_seconds,
         remat_comm_overlap(c->layer_seconds, c->layer_exposed_seconds),
@@ -537,7 +298,8 @@ static int log_step(run_state *r, const remat_step_stats *st, double tps, double
   }
   if (r->dp && !r->grid) { /* from the shapes; every replica's time, exposed, overlapped share */
     put(l, ", \"comm_bytes_theory\": %llu",
-        (unsigned long long)remat_replicas_step_bytes(r->cfg, r->ranks, r->o->zero, r->o->K));
+        (unsigned long long)remat_replicas_step_bytes(r->cfg, r->ranks, r->o->d.zero,
+                                                      r->o->d.train.grad_accum));
     for (int a = 0; a < 3; a++) {
       static const char *const key[3] = {"rank_comm_s", "rank_comm_exposed_s",
                                          "rank_comm_overlap"};
@@ -569,51 +331,28 @@ static int log_step(run_state *r, const remat_step_stats *st, double tps, double
 static void show_progress(run_state *r, const remat_step_stats *st, double tps, double mfu,
                           double val_loss) {
   const opts *o = r->o;
-  int64_t every = o->steps >= 20 ? o->steps / 20 : 1, step = st->step;
+  int64_t every = o->d.train.steps >= 20 ? o->d.train.steps / 20 : 1, step = st->step;
   double avg = r->timed_steps ? r->t_train / (double)r->timed_steps : st->seconds;
   char eta[32];
-  fmt_eta(avg * (double)(o->steps - step), eta, sizeof eta);
+  fmt_eta(avg * (double)(o->d.train.steps - step), eta, sizeof eta);
   if (r->tty) {
     fprintf(stderr, "\rstep %lld/%lld | loss %.4f | %.0f tok/s | MFU %.1f%% | ETA %s   ",
-            (long long)step, (long long)o->steps, st->loss, tps, 100 * mfu, eta);
+            (long long)step, (long long)o->d.train.steps, st->loss, tps, 100 * mfu, eta);
     if (!isnan(val_loss)) fprintf(stderr, "| held-out %.4f\n", val_loss); /* keep it */
-  } else if (step % every == 0 || step == 1 || step == o->steps || !isnan(val_loss)) {
+  } else if (step % every == 0 || step == 1 || step == o->d.train.steps || !isnan(val_loss)) {
     printf("step %lld/%lld | loss %.4f | %.0f tok/s | MFU %.1f%% | ETA %s", (long long)step,
-           (long long)o->steps, st->loss, tps, 100 * mfu, eta);
+           (long long)o->d.train.steps, st->loss, tps, 100 * mfu, eta);
     if (!isnan(val_loss)) printf(" | held-out %.4f", val_loss);
     printf("\n");
     fflush(stdout);
   }
 }
 
-/* Rank 0's bytes, every replica's communication time over the timed steps
- * (on a grid, stage 0's): how much of it was exposed (spent inside MPI
- * calls) and overlapped. */
-static void print_comm(const run_state *r, char *b, size_t n) {
-  const remat_comm_stats *c = &r->comm_sum[0];
-  double steps = r->timed_steps ? (double)r->timed_steps : 1.0;
-  printf("comm    rank 0 sent %s (%llu bytes) a step in %llu collectives; %.2f ms of "
-         "communication a step, %.2f ms exposed (%.1f%% of its step time)\n",
-         remat_format_bytes((size_t)r->comm.bytes_sent, b, n),
-         (unsigned long long)r->comm.bytes_sent, (unsigned long long)r->comm.collectives,
-         1e3 * c->seconds / steps, 1e3 * c->exposed_seconds / steps,
-         r->t_train > 0 ? 100 * c->exposed_seconds / r->t_train : 0.0);
-  printf("overlap communication overlapped with computation, %s: all",
-         r->grid ? "stage 0's replicas" : "rank by rank");
-  for (int k = 0; k < r->o->replicas; k++)
-    printf(" %.0f%%", 100 * remat_comm_overlap(r->comm_sum[k].seconds,
-                                                r->comm_sum[k].exposed_seconds));
-  printf("; the layers' reduce-scatters and gathers");
-  for (int k = 0; k < r->o->replicas; k++)
-    printf(" %.0f%%", 100 * remat_comm_overlap(r->comm_sum[k].layer_seconds,
-                                                r->comm_sum[k].layer_exposed_seconds));
-  printf("\n");
-}
-
 static void print_summary(run_state *r) {
   const opts *o = r->o;
   char b1[32];
-  double tokens_per_step = (double)(o->B * o->T * o->K * o->replicas);
+  double tokens_per_step =
+      (double)(o->d.train.B * o->d.train.T * o->d.train.grad_accum * o->d.replicas);
   int64_t ran = r->steps_done - r->start_step;
   if (interrupted) printf("interrupted after step %lld\n", (long long)r->steps_done);
   if (ran == 0) return;
@@ -628,7 +367,7 @@ static void print_summary(run_state *r) {
                                   (long long)r->val_step);
   printf("\n");
   remat_peak *pk = &r->peak;
-  double mfu = remat_peak_mfu(pk, r->cfg, o->T, tps);
+  double mfu = remat_peak_mfu(pk, r->cfg, o->d.train.T, tps);
   printf("speed   %.0f tokens/s, MFU (model FLOPs utilisation) %.1f%% of %.1f GFLOP/s; "
          "recompute %.1f%% of step time\n",
          tps, 100 * mfu, pk->flops / 1e9,
@@ -675,7 +414,7 @@ static void print_summary(run_state *r) {
              "simulation (bubble %.1f%%); rank 0 waited %.1f%% of its steps\n",
              step, r->predicted_s, 100 * r->predicted_bubble,
              r->t_train > 0 ? 100 * r->wait_s / r->t_train : 0.0);
-    if (r->dp) print_comm(r, b2, sizeof b2);
+    if (r->dp) train_show_comm(r, b2, sizeof b2);
   }
 }
 
@@ -690,8 +429,9 @@ static int peak_rate(const opts *o, run_state *r) {
     return 0;
   }
   remat_error err;
-  if (remat_measure_peak(&r->peak, r->cfg, o->B, o->T, 0.5, &err))
-    return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
+  if (remat_measure_peak(&r->peak, r->cfg, o->d.train.B, o->d.train.T, 0.5, &err))
+    return cli_fail(CLI_EXIT_RUN, "%s%s", err.msg,
+                    err.code == REMAT_ENOMEM ? " (--peak-gflops gives the rate)" : "");
   const remat_peak *p = &r->peak;
   printf("peak    %s %.1f GFLOP/s measured on %d threads (MFU is against this)\n",
          r->cfg->precision == REMAT_PRECISION_BF16 ? "bf16 products (oneDNN)" : "sgemm",
@@ -702,32 +442,11 @@ static int peak_rate(const opts *o, run_state *r) {
   return 0;
 }
 
-/* A pipeline's plan: the planner's table and every stage's arena. */
-static void print_pipeline(run_state *r) {
-  const opts *o = r->o;
-  remat_error err;
-  char *text = NULL;
-  const remat_tokens *tok = remat_job_tokens(r->job);
-  print_model(r->cfg);
-  printf("data    %s: %lld tokens; batch %lld x %lld, %lld micro-batches per step",
-         remat_job_data_source(r->job), (long long)tok->n, (long long)o->B, (long long)o->T,
-         (long long)o->K);
-  if (o->replicas > 1)
-    printf(" per pipeline: %lld micro-batches a step on %lld pipelines",
-           (long long)(o->K * o->replicas), (long long)o->replicas);
-  printf("\n");
-  if (remat_plan_format(remat_job_problem(r->job), remat_job_plan(r->job),
-                        REMAT_PLAN_FORMAT_TABLE, &text, &err) == 0) {
-    fputs(text, stdout);
-    remat_plan_text_free(text);
-  }
-  print_ranks(r->job, o);
-}
-
 static int train_loop(run_state *r) {
   const opts *o = r->o;
   remat_error err;
-  double tokens_per_step = (double)(o->B * o->T * o->K * o->replicas);
+  double tokens_per_step =
+      (double)(o->d.train.B * o->d.train.T * o->d.train.grad_accum * o->d.replicas);
   r->first_loss = r->last_loss = r->last_val = NAN;
   r->start_step = r->steps_done = remat_trainer_steps_done(r->tr);
   double t_start = remat_now();
@@ -746,7 +465,7 @@ static int train_loop(run_state *r) {
       break;
     }
     const remat_step_stats *st = &in.stats;
-    int timed = st->step > 1 || o->steps == 1; /* the first step warms caches and threads */
+    int timed = st->step > 1 || o->d.train.steps == 1; /* the first step warms caches and threads */
     r->steps_done = st->step;
     if (remat_threads_adapt(&r->threads)) r->moved_at = st->step;
     r->measured = in.measured;
@@ -756,7 +475,7 @@ static int train_loop(run_state *r) {
     if (r->dp) {
       r->comm = in.comm;
       memcpy(r->rank_comm, in.rank_comm, sizeof r->rank_comm);
-      for (int k = 0; r->rank == 0 && timed && k < o->replicas; k++) {
+      for (int k = 0; r->rank == 0 && timed && k < o->d.replicas; k++) {
         remat_comm_stats *sum = &r->comm_sum[k], *q = &r->rank_comm[k];
         sum->seconds += q->seconds;
         sum->exposed_seconds += q->exposed_seconds;
@@ -772,7 +491,7 @@ static int train_loop(run_state *r) {
       r->timed_steps++;
     }
     double tps = tokens_per_step / st->seconds;
-    double mfu = remat_peak_mfu(&r->peak, r->cfg, o->T, tps);
+    double mfu = remat_peak_mfu(&r->peak, r->cfg, o->d.train.T, tps);
     if (!isnan(in.val_loss)) r->last_val = in.val_loss, r->val_step = st->step;
     if (r->logf && log_step(r, st, tps, mfu, in.val_loss)) return CLI_EXIT_RUN;
     if (!o->quiet) show_progress(r, st, tps, mfu, in.val_loss);
@@ -796,24 +515,6 @@ static int train_loop(run_state *r) {
   return 0;
 }
 
-/* The plan as the job made it; 1 to stop after it (--plan-only, or
- * stdout failed), else 0. */
-static int show_plan(run_state *r) {
-  const opts *o = r->o;
-  remat_job *job = r->job;
-  const remat_memplan *mp = remat_trainer_memplan(r->tr);
-  if (o->stages > 1)
-    print_pipeline(r);
-  else
-    print_plan(r->cfg, mp, r->planned, remat_job_data_source(job), remat_job_tokens(job), o);
-  if (o->replicas > 1 && o->stages == 1) {
-    print_ranks(job, o);
-    print_zero(r->cfg, mp, o);
-  }
-  if (cli_stdout_ok()) return CLI_EXIT_RUN;
-  return 0;
-}
-
 /* Before the first step: the peak rate (before the arena exists, so that
  * filling it cannot disturb the measurement), the machine check, the arena,
  * the weights and a resume's state, the log. */
@@ -829,12 +530,12 @@ static int start(run_state *r) {
     printf("peak    %d ranks: MFU is against %d times that\n", r->ranks, r->ranks);
   }
   fflush(stdout);
-  if (remat_trainer_train_windows(r->tr) < o->B)
+  if (remat_trainer_train_windows(r->tr) < o->d.train.B)
     fprintf(stderr,
             "remat train: warning: %s has only %lld windows of %lld tokens for a batch of %lld "
             "rows; rows repeat within a batch\n",
             remat_job_data_source(r->job), (long long)remat_trainer_train_windows(r->tr),
-            (long long)o->T + 1, (long long)o->B);
+            (long long)o->d.train.T + 1, (long long)o->d.train.B);
   rc = remat_job_start(r->job, &err);
   if (rc) return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
   if (o->sample_every) { /* its memory now, outside the trainer's: no step allocates */
@@ -869,35 +570,25 @@ static int save_model(const opts *o, remat_job *job) {
 static int train_job(opts *o, run_state *r) {
   remat_error err = {0};
   remat_job *job = r->job;
-  int rc = 0, ranks = remat_job_ranks(job);
-  if (ranks != o->stages * o->replicas) { /* the job checks it too; this names the flags */
-    char what[128];
-    if (o->stages > 1 && o->replicas > 1)
-      snprintf(what, sizeof what, "--stages %lld x --data-parallel %lld is a grid of %lld ranks",
-               (long long)o->stages, (long long)o->replicas, (long long)(o->stages * o->replicas));
-    else
-      snprintf(what, sizeof what, "%s is %lld", o->stages > 1 ? "--stages" : "--data-parallel",
-               (long long)(o->stages * o->replicas));
-    rc = err.code = REMAT_EINVAL;
-    snprintf(err.msg, sizeof err.msg, "started on %d ranks but %s: start exactly that many, "
-             "mpirun -np %lld remat train ...", ranks, what, (long long)(o->stages * o->replicas));
-  }
-  if (remat_job_agree(job, rc, &err)) return cli_fail(CLI_EXIT_USAGE, "%s", err.msg);
+  int rc;
+  /* the first agreement: every rank started with this command, as many as
+   * the job has (the job's messages name the flags) */
+  if (remat_job_agree(job, 0, &err)) return cli_fail(CLI_EXIT_USAGE, "%s", err.msg);
   if (remat_job_prepare(job, &err)) return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
   int64_t at;
-  if (remat_job_resumed_from(job, &at, NULL) && at >= o->steps) { /* nothing to do */
+  if (remat_job_resumed_from(job, &at, NULL) && at >= o->d.train.steps) { /* nothing to do */
     printf("the run in %s finished at step %lld; give --steps N > %lld to extend it\n",
            o->d.resume, (long long)at, (long long)at);
     return cli_stdout_ok() ? CLI_EXIT_RUN : 0;
   }
-  o->T = remat_job_description(job)->train.T;
+  o->d.train.T = remat_job_description(job)->train.T;
   r->cfg = remat_job_config(job);
   r->tr = remat_job_trainer(job);
   r->pipe = remat_job_pipeline(job);
   r->dp = remat_job_replicas(job);
   r->grid = remat_job_kind(job) == REMAT_RUN_GRID;
   r->planned = remat_job_planned_bytes(job);
-  if ((rc = show_plan(r)) || o->plan_only) return rc;
+  if ((rc = train_show_plan(r)) || o->plan_only) return rc;
   if ((rc = start(r))) return rc;
   stepping = 1;
   r->tty = isatty(STDERR_FILENO) && !o->quiet;

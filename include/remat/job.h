@@ -101,11 +101,27 @@ typedef struct remat_job_desc {
   /* Bytes every rank must agree on beyond the description (e.g. a digest
    * of its command line): a rank that differs ends the job. */
   uint64_t launch_digest;
+  /* How the job's messages name a setting: key is its name among a saved
+   * run's settings (remat_job_setting: "mem", "stages", "data-parallel",
+   * ...; "model", "resume" and "trace" for the fields not saved). NULL
+   * names it by its key; a front end names its own way to give it (remat
+   * train: "--mem"). */
+  const char *(*setting_name)(const char *key);
 } remat_job_desc;
 
 /* One process, small, 300 steps, the trainer's defaults, every block kept,
  * 1F1B, no checkpoints. */
 REMAT_API void remat_job_desc_default(remat_job_desc *d);
+
+/* The rules by which the description's settings go together, checked
+ * without starting anything: at most one way to choose the recomputed
+ * blocks; settings that place a pipeline, time its layers, draw its
+ * timeline or shard replicas need the stages or replicas they act on; one
+ * source of tokens; a checkpoint directory with an interval; a resume
+ * without a model file; 1 to REMAT_MAX_STAGES ranks. The message names the
+ * settings (setting_name). remat_job_create checks them first, then the
+ * schedule against the stages, the plan file and the saved version. */
+REMAT_API int remat_job_desc_check(const remat_job_desc *d, remat_error *err);
 
 typedef struct remat_job remat_job; /* opaque */
 
@@ -197,6 +213,12 @@ REMAT_API const remat_placement *remat_job_placement(const remat_job *job);
  * NULL for one process and replicas alone. */
 REMAT_API const remat_plan_problem *remat_job_problem(const remat_job *job);
 REMAT_API const remat_plan *remat_job_plan(const remat_job *job);
+/* After remat_job_prepare: the planner's problem of the whole model on one
+ * stage as the job plans a process's or a replica's policies (its batch,
+ * micro-batches, replicas, ZeRO stage and budget): the bytes and times of
+ * each policy. Free it with remat_plan_problem_free. */
+REMAT_API int remat_plan_problem_from_job(remat_plan_problem *pb, const remat_job *job,
+                                          remat_error *err);
 /* This rank's trainer and its runtimes (NULL where the job has none). */
 REMAT_API remat_trainer *remat_job_trainer(remat_job *job);
 REMAT_API remat_pipeline *remat_job_pipeline(remat_job *job);

@@ -88,7 +88,8 @@ REMAT_API int64_t remat_dist_replica(const remat_dist *d);
  * block, the schedule and how many copies of each stage there are. The one
  * form of a placement every runtime and the job take; the planner's layer
  * numbers (0 the embedding, 1..L the blocks, L + 1 the head) become block
- * numbers in one place, remat_placement_from_layers.
+ * numbers in one place, remat_placement_from_layers (and blocks become
+ * layers in remat_placement_layers_of_blocks).
  *
  * Stage s runs blocks [first_block[s], first_block[s] + num_blocks[s]);
  * stage 0 also runs the embedding, the last stage the head. One process is
@@ -122,6 +123,15 @@ REMAT_API int remat_placement_from_chunks(remat_placement *pl, const remat_confi
                                           const int64_t *layers_per_chunk,
                                           const uint8_t *layer_policy, int schedule,
                                           int64_t microbatches, remat_error *err);
+/* The other way: blocks[s] blocks on each of n (virtual) stages, in
+ * model order, as the planner's layers (the embedding joins the first
+ * stage, the head the last: layers[s]) and block_policy as layer_policy
+ * (L + 2 of them; the embedding and the head keep). The counts are not
+ * checked. */
+REMAT_API void remat_placement_layers_of_blocks(const remat_config *cfg, int64_t n,
+                                                const int64_t *blocks,
+                                                const uint8_t *block_policy, int64_t *layers,
+                                                uint8_t *layer_policy);
 /* The whole model as one stage, with each block's policy (NULL: keep all). */
 REMAT_API void remat_placement_whole(remat_placement *pl, const remat_config *cfg,
                                      const uint8_t *policy, int64_t microbatches);

@@ -1,6 +1,6 @@
 /* placement.c: the one form of a placement (remat/parallel.h): which
  * blocks each stage runs and how, built from the planner's layer numbers in
- * the one place that converts them, and the stage a rank runs. */
+ * the one place that converts them (both ways), and the stage a rank runs. */
 #include <string.h>
 
 #include "base/base.h"
@@ -57,6 +57,17 @@ int remat_placement_from_chunks(remat_placement *pl, const remat_config *cfg, in
   pl->stages = stages;
   pl->chunks = chunks;
   return 0;
+}
+
+void remat_placement_layers_of_blocks(const remat_config *cfg, int64_t n, const int64_t *blocks,
+                                      const uint8_t *block_policy, int64_t *layers,
+                                      uint8_t *layer_policy) {
+  int64_t L = cfg->num_layers;
+  for (int64_t s = 0; s < n; s++) layers[s] = blocks[s];
+  layers[0] += 1;     /* the embedding, planner layer 0 */
+  layers[n - 1] += 1; /* the head, planner layer L + 1 */
+  layer_policy[0] = layer_policy[L + 1] = REMAT_KEEP;
+  for (int64_t b = 0; b < L; b++) layer_policy[b + 1] = block_policy[b];
 }
 
 void remat_placement_whole(remat_placement *pl, const remat_config *cfg, const uint8_t *policy,

@@ -228,8 +228,8 @@ int remat_measure_peak(remat_peak *p, const remat_config *cfg, int64_t B, int64_
   float *buf = strstr(what, "ulimit") && room < bytes ? NULL : remat__malloc(bytes);
   if (!buf)
     return remat__errorf(err, REMAT_ENOMEM, "out of memory measuring the sgemm rate at the "
-                         "model's shapes: it needs %s and %s leaves %s; give --peak-gflops, "
-                         "or a smaller model", remat_format_bytes(bytes, b1, sizeof b1), what,
+                         "model's shapes: it needs %s and %s leaves %s; give the peak rate "
+                         "instead of measuring it, or a smaller model", remat_format_bytes(bytes, b1, sizeof b1), what,
                          remat_format_bytes(room, b2, sizeof b2));
   for (size_t i = 0; i < 3 * most; i++) buf[i] = (float)((i * 7) % 13) * 0.01f;
   float *a = buf, *b = buf + most, *c = buf + 2 * most;

@@ -1,0 +1,62 @@
+/* train.h: what the files of `remat train` share: its options (the job's
+ * description, which the flags fill, and the front end's own) and the state
+ * of a run, which cmd_train.c drives and train_show.c shows. */
+#ifndef REMAT_APP_TRAIN_H
+#define REMAT_APP_TRAIN_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "remat.h"
+#include "train_sample.h"
+
+typedef struct {
+  remat_job_desc d; /* most flags go straight into the job's description */
+  const char *save, *log, *trace, *schedule_name, *precision_name;
+  char precision_note[192]; /* what the run's header says of its precision: why it was chosen */
+  double peak_gflops;
+  int64_t sample_every;
+  const char *save_precision; /* --save-precision: fp32 or bf16 */
+  int threads, quiet, plan_only;
+} opts;
+
+typedef struct {
+  const opts *o;
+  remat_job *job;
+  const remat_config *cfg;
+  remat_trainer *tr;
+  FILE *logf;
+  train_sampler *sampler; /* --sample-every */
+  remat_peak peak; /* MFU is against peak.flops (raised by any faster step) */
+  remat_thread_policy threads;
+  int64_t moved_at; /* the last step after which the threads were re-placed */
+  size_t planned;
+  int tty;
+  /* results */
+  int64_t steps_done, timed_steps, start_step;
+  double first_loss, last_loss, last_val, t_train, t_recompute, wall;
+  int64_t val_step; /* the step of last_val */
+  size_t measured;
+  remat_pipeline *pipe;
+  remat_replicas *dp;
+  int grid, abort_others;
+  int checkpoint_failed; /* the run stopped on a checkpoint it could not write */
+  int ranks, rank;
+  remat_comm_stats comm; /* rank 0's, of the last step */
+  remat_comm_stats rank_comm[REMAT_MAX_STAGES]; /* every replica's, of the last step */
+  remat_comm_stats comm_sum[REMAT_MAX_STAGES];  /* and over the timed steps */
+  size_t rank_planned[REMAT_MAX_STAGES], rank_measured[REMAT_MAX_STAGES];
+  double wait_s;      /* this rank's waiting, over the timed steps */
+  double predicted_s; /* the plan's simulated iteration time, in seconds */
+  double predicted_bubble;
+} run_state;
+
+/* The plan as the job made it (a pipeline's table, or one process's
+ * policy and arena; every rank's arena; the ZeRO table); CLI_EXIT_RUN when
+ * standard output failed, else 0. */
+int train_show_plan(run_state *r);
+/* Rank 0's bytes and every replica's communication time over the timed
+ * steps, and how much of it overlapped; b (n bytes) is scratch. */
+void train_show_comm(const run_state *r, char *b, size_t n);
+
+#endif

@@ -1,0 +1,343 @@
+/* place.c: each block's policy and each stage's blocks (remat/job.h): a
+ * recompute ratio, a block list, a memory budget solved by the planner for
+ * one process or a replica, or a pipeline's stages by hand, from a plan
+ * file or by the planner's exact optimum. The budgets, parsed once, enter
+ * the planner's problem in one place (remat_plan_problem_set_budgets); the
+ * planner's layers and the blocks convert in one (src/parallel/placement.c).
+ * Then the arenas every rank will plan, shown before any exists, and the
+ * pipeline's predicted time. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "job/job_internal.h"
+
+/* ------------------------------------------------------------- policies */
+
+/* A budget for the whole model in one process (or each replica): the
+ * planner's choice of keep, middle or full per block, the least recompute
+ * time whose arena fits. A budget means the same everywhere: the arena of a
+ * step (a pipeline stage's, a replica's, one process's), what the planner
+ * plans; the training data and the loaders are held beside it and shown
+ * apart. */
+static int policy_for_budget(remat_job *job, uint8_t *policy, remat_error *err) {
+  int64_t L = job->cfg.num_layers;
+  size_t budget = job->budgets.bytes[0];
+  char b1[32], b2[32];
+  remat_plan_problem pb;
+  remat_plan plan;
+  int rc = remat_plan_problem_from_job(&pb, job, err);
+  if (rc) return rc;
+  rc = remat_plan_solve(&pb, &plan, err);
+  remat_plan_problem_free(&pb);
+  if (rc == REMAT_EINFEASIBLE) { /* the plan holds the least-memory choice */
+    size_t need = plan.min_budget_bytes;
+    int64_t full = plan.total_recomputed - plan.total_middle, mid = plan.total_middle;
+    remat_plan_free(&plan);
+    return remat__errorf(err, REMAT_EINFEASIBLE,
+                         "a memory budget of %s does not fit: even the least memory (%lld of "
+                         "%lld blocks recomputed, %lld middle) needs an arena of %s (%zu bytes; "
+                         "the training data is held beside it); raise the budget to at least "
+                         "that or lower the batch or the sequence length",
+                         remat_format_bytes(budget, b1, sizeof b1), (long long)full,
+                         (long long)L, (long long)mid, remat_format_bytes(need, b2, sizeof b2),
+                         need);
+  }
+  if (rc) return rc;
+  remat_placement pl; /* the one conversion from the planner's layers */
+  int64_t lps = L + 2;
+  rc = remat_placement_from_layers(&pl, &job->cfg, 1, &lps, plan.policy, REMAT_SCHED_1F1B, 1,
+                                   err);
+  remat_plan_free(&plan);
+  if (!rc) memcpy(policy, pl.policy, (size_t)L);
+  return rc;
+}
+
+int remat_plan_problem_from_job(remat_plan_problem *pb, const remat_job *job, remat_error *err) {
+  const remat_job_desc *d = &job->d;
+  int rc = remat_plan_problem_from_replicas(pb, &job->cfg, d->train.B, d->train.T, 1,
+                                            d->train.grad_accum, d->replicas, d->zero,
+                                            (size_t)1 << 60, err);
+  if (!rc && (rc = remat_plan_problem_set_budgets(pb, &job->budgets, err)))
+    remat_plan_problem_free(pb);
+  return rc;
+}
+
+/* A plan file's placement, checked against this job; budgets from it
+ * unless the description gives them. */
+static int layout_from_file(remat_job *job, int64_t *lps, uint8_t *layer_policy,
+                            remat_error *err) {
+  const remat_job_desc *d = &job->d;
+  remat_plan_problem *pb = &job->pb;
+  int64_t P = d->stages;
+  remat_plan_layout lo;
+  int rc = remat_plan_layout_load(&lo, d->plan, err);
+  if (rc) return rc;
+  if (strcmp(lo.source, pb->source) != 0)
+    rc = remat__errorf(err, REMAT_EINVAL, "the plan %s was made for '%s', not for this job "
+                       "('%s'); make it with remat plan --config and the same batch and "
+                       "sequence length", d->plan, lo.source, pb->source);
+  else if (lo.stages != P || lo.microbatches != d->train.grad_accum ||
+           lo.schedule != d->schedule || lo.chunks != remat__job_chunks(d))
+    rc = remat__errorf(err, REMAT_EINVAL, "the plan %s is for %lld stages, %lld micro-batches "
+                       "and %s of %lld chunks; this job has %lld stages, %lld micro-batches and "
+                       "%s of %lld", d->plan, (long long)lo.stages, (long long)lo.microbatches,
+                       remat_plan_schedule_name(lo.schedule), (long long)lo.chunks, (long long)P,
+                       (long long)d->train.grad_accum, remat_plan_schedule_name(d->schedule),
+                       (long long)remat__job_chunks(d));
+  if (!rc) {
+    for (int64_t s = 0; s < P; s++) {
+      if (!job->budgets.n) pb->memory[s] = lo.budget_bytes[s];
+      lps[s] = lo.layers_per_stage[s];
+    }
+    for (int64_t vs = 0; lo.chunks > 1 && vs < P * lo.chunks; vs++) lps[vs] = lo.chunk_layers[vs];
+    if (!job->budgets.n) pb->uniform_memory = 0;
+    memcpy(layer_policy, lo.recompute, (size_t)job->cfg.num_layers + 2);
+  }
+  remat_plan_layout_free(&lo);
+  return rc;
+}
+
+/* Blocks per stage (or per chunk, in model order) given by hand, with the
+ * blocks' policies, in the planner's layers. */
+static int layout_by_hand(remat_job *job, int64_t *lps, const uint8_t *block_policy,
+                          uint8_t *layer_policy, remat_error *err) {
+  const remat_job_desc *d = &job->d;
+  int64_t P = d->stages, L = job->cfg.num_layers, v = remat__job_chunks(d), nv = P * v;
+  int64_t n, sum = 0, blocks[REMAT_MAX_STAGES];
+  int rc = remat_parse_counts(d->layers, blocks, REMAT_MAX_STAGES, &n, err);
+  for (int64_t s = 0; !rc && s < n; s++) sum += blocks[s];
+  if (!rc && n != nv && v > 1)
+    rc = remat__errorf(err, REMAT_EINVAL, "%lld block counts for %lld stages of %lld chunks: "
+                       "give one per chunk, %lld in model order", (long long)n, (long long)P,
+                       (long long)v, (long long)nv);
+  else if (!rc && v == 1 && n != P)
+    rc = remat__errorf(err, REMAT_EINVAL, "%lld block counts for %lld stages: give one per "
+                       "stage, like 2,2", (long long)n, (long long)P);
+  else if (!rc && sum != L)
+    rc = remat__errorf(err, REMAT_EINVAL, "blocks per stage %s places %lld blocks but the model "
+                       "has %lld", d->layers, (long long)sum, (long long)L);
+  if (!rc)
+    remat_placement_layers_of_blocks(&job->cfg, nv, blocks, block_policy, lps, layer_policy);
+  return rc;
+}
+
+/* --calibrate: rank 0 times the model's layers on this machine and every
+ * rank plans with its figures (they must place the stages alike). */
+static int calibrated_times(remat_job *job, remat_error *err) {
+  const remat_job_desc *d = &job->d;
+  if (d->calibrate <= 0) return 0;
+  remat_layer_times t = {0};
+  int rc = job->rank == 0
+               ? remat_calibrate(&job->cfg, d->train.B, d->train.T, d->calibrate, &t, err)
+               : 0;
+  if ((rc = remat__job_agree(job, rc, err))) return rc;
+  if (job->dist && (rc = remat_dist_broadcast(job->dist, &t, sizeof t, 0, err))) return rc;
+  remat_plan_problem_set_times(&job->pb, &t);
+  return 0;
+}
+
+/* The pipeline's placement, chosen the way the description says: blocks
+ * per stage by hand (with the block policies), a plan file, else the
+ * planner's exact optimum under the budgets (or, without any, memory
+ * ignored). The plan's figures come from the memory model, which the
+ * stages' arenas follow. */
+static int place_pipeline(remat_job *job, const uint8_t *block_policy, remat_error *err) {
+  const remat_job_desc *d = &job->d;
+  int64_t P = d->stages, L = job->cfg.num_layers, lps[REMAT_MAX_STAGES];
+  int64_t v = remat__job_chunks(d), nv = P * v; /* nv virtual stages: lps has one each */
+  if (P > L + 2)
+    return remat__errorf(err, REMAT_EINVAL, "%lld stages: more stages than the model has layers "
+                         "(%lld blocks, the embedding and the head)", (long long)P, (long long)L);
+  if (v > 1 && remat_schedule_check(d->schedule, P, d->train.grad_accum, v, L + 2, err))
+    return REMAT_EINVAL;
+  int rc = remat_plan_problem_from_replicas(&job->pb, &job->cfg, d->train.B, d->train.T, P,
+                                            d->train.grad_accum, d->replicas, d->zero,
+                                            (size_t)1 << 60, err);
+  if (rc) return rc;
+  job->have_pb = 1;
+  if ((rc = calibrated_times(job, err))) return rc;
+  job->pb.schedule = d->schedule;
+  job->pb.chunks = v > 1 ? v : 0;
+  if ((rc = remat_plan_problem_set_budgets(&job->pb, &job->budgets, err))) return rc;
+  uint8_t *layer_policy = calloc((size_t)L + 2, 1);
+  if (!layer_policy) return remat__errorf(err, REMAT_ENOMEM, "out of memory");
+  if (d->plan) {
+    rc = layout_from_file(job, lps, layer_policy, err);
+  } else if (d->layers) {
+    rc = layout_by_hand(job, lps, block_policy, layer_policy, err);
+  } else {
+    rc = remat_plan_solve(&job->pb, &job->plan, err);
+    if (rc == 0 || rc == REMAT_EINFEASIBLE) job->have_plan = 1;
+    if (rc == REMAT_EINFEASIBLE) {
+      char msg[sizeof err->msg];
+      snprintf(msg, sizeof msg, "%s", err->msg);
+      remat__errorf(err, rc, "memory budget %s: %.*s", d->memory, (int)sizeof msg - 64, msg);
+    }
+    if (!rc) {
+      for (int64_t s = 0; s < nv; s++)
+        lps[s] = v > 1 ? job->plan.chunk_layers[s] : job->plan.stages[s].num_layers;
+      memcpy(layer_policy, job->plan.policy, (size_t)L + 2);
+    }
+  }
+  if (!rc && !job->have_plan) {
+    for (int64_t s = 0; s < nv && !rc; s++)
+      if (lps[s] < 1) rc = remat__errorf(err, REMAT_EINVAL, "%s %lld would hold no layer",
+                                         v > 1 ? "chunk" : "stage", (long long)s);
+    if (!rc) rc = remat_plan_evaluate(&job->pb, lps, layer_policy, &job->plan, err);
+    if (!rc) job->have_plan = 1;
+    for (int64_t s = 0; s < P && !rc; s++) {
+      const remat_plan_stage *ps = &job->plan.stages[s];
+      char b1[32], b2[32];
+      if (ps->memory_bytes > ps->budget_bytes)
+        rc = remat__errorf(err, REMAT_EINFEASIBLE,
+                           "stage %lld needs %s but its budget is %s: the placement does not "
+                           "fit; recompute more blocks or give it fewer",
+                           (long long)s, remat_format_bytes(ps->memory_bytes, b1, sizeof b1),
+                           remat_format_bytes(ps->budget_bytes, b2, sizeof b2));
+    }
+  }
+  if (!rc)
+    rc = remat_placement_from_chunks(&job->place, &job->cfg, P, v, lps, layer_policy,
+                                     d->schedule, d->train.grad_accum, err);
+  job->place.replicas = d->replicas;
+  job->place.zero = d->zero;
+  free(layer_policy);
+  return rc;
+}
+
+/* Each block's policy and each stage's blocks, the way the description
+ * says. */
+int remat__job_place(remat_job *job, remat_error *err) {
+  const remat_job_desc *d = &job->d;
+  int64_t L = job->cfg.num_layers;
+  uint8_t policy[REMAT_MAX_LAYERS];
+  int rc = d->memory ? remat_budgets_parse(&job->budgets, d->memory, err) : 0;
+  if (rc) return rc;
+  remat_policy_first_n(policy, L, 0);
+  if (d->ckpt_ratio >= 0)
+    remat_policy_first_n(policy, L, (int64_t)floor(d->ckpt_ratio * (double)L + 1e-9));
+  else if (d->ckpt_layers)
+    rc = remat_policy_parse_list(d->ckpt_layers, policy, L, err);
+  if (rc) return rc;
+  if (d->stages > 1) return place_pipeline(job, policy, err);
+  if (job->budgets.n && (rc = policy_for_budget(job, policy, err))) return rc;
+  remat_placement_whole(&job->place, &job->cfg, policy, d->train.grad_accum);
+  job->place.replicas = d->replicas;
+  job->place.zero = d->zero;
+  return 0;
+}
+
+/* Interleaved: the workspace the rank's chunks share, the largest of
+ * theirs (transient terms, without the residual gradient and the send
+ * buffer each has). */
+int remat__job_chunks_workspace(const remat_job *job, int rank, size_t *work, remat_error *err) {
+  const remat_placement *pl = &job->place;
+  remat_memory_model mm;
+  int rc = remat_memory_model_get(&job->cfg, job->d.train.B, job->d.train.T, &mm, err);
+  *work = 0;
+  for (int64_t c = 0; !rc && c < pl->chunks; c++) {
+    remat_stage st = remat_placement_chunk(pl, rank, c);
+    st.work_borrowed = 0;
+    remat_stage_bytes sb;
+    if ((rc = remat_stage_bytes_get(&job->cfg, &mm, &st, &sb, err))) break;
+    size_t t = sb.workspace - mm.stage_bytes - (st.has_head ? 0 : mm.boundary_bytes);
+    if (t > *work) *work = t;
+  }
+  return rc;
+}
+
+/* The trainer of this rank's stage and the runtime around it. */
+int remat_job_rank_memplan(const remat_job *job, int k, remat_stage *st, remat_memplan **mp,
+                           remat_error *err) {
+  const remat_placement *pl = &job->place;
+  int64_t D = pl->replicas > 1 ? pl->replicas : 1;
+  if (k < 0 || k >= pl->stages * D)
+    return remat__errorf(err, REMAT_EINVAL, "rank %d is not one of the job's %lld", k,
+                         (long long)(pl->stages * D));
+  if (pl->stages == 1 && D == 1) *st = remat_stage_whole(&job->cfg, pl->policy);
+  else *st = remat_placement_stage(pl, k / D, k % D);
+  return remat_memplan_create_stage(mp, &job->cfg, job->d.train.B, job->d.train.T, st, err);
+}
+
+int64_t remat_job_chunks(const remat_job *job) {
+  return job->place.chunks > 1 ? job->place.chunks : 1;
+}
+
+int remat_job_chunk_memplan(const remat_job *job, int k, int64_t c, remat_stage *st,
+                            remat_memplan **mp, remat_error *err) {
+  const remat_placement *pl = &job->place;
+  if (pl->chunks < 2) return remat_job_rank_memplan(job, k, st, mp, err);
+  if (k < 0 || k >= pl->stages || c < 0 || c >= pl->chunks)
+    return remat__errorf(err, REMAT_EINVAL, "rank %d's chunk %lld is not one of the job's", k,
+                         (long long)c);
+  *st = remat_placement_chunk(pl, k, c);
+  int rc = c == 0 ? remat__job_chunks_workspace(job, k, &st->work_min, err) : 0;
+  return rc ? rc : remat_memplan_create_stage(mp, &job->cfg, job->d.train.B, job->d.train.T, st,
+                                              err);
+}
+
+void remat_job_predict(const remat_job *job, double rank_flops, double *seconds,
+                       double *bubble) {
+  *seconds = *bubble = 0;
+  if (!job->have_plan || (rank_flops <= 0 && job->d.calibrate <= 0)) return;
+  const remat_plan *p = &job->plan;
+  double busy = 0;
+  for (int64_t s = 0; s < p->num_stages; s++) busy += p->stages[s].time * (double)p->microbatches;
+  double sim = p->simulated_time > 0 ? p->simulated_time : p->iteration_time;
+  /* calibrated times are seconds already; else GFLOP at the rank's rate */
+  *seconds = job->d.calibrate > 0 ? sim : sim * 1e9 / rank_flops;
+  *bubble = sim > 0 ? 1 - busy / ((double)p->num_stages * sim) : 0;
+}
+
+/* ------------------------------------------------------------- parsing */
+
+int remat_policy_parse_list(const char *s, uint8_t *policy, int64_t L, remat_error *err) {
+  remat_policy_first_n(policy, L, 0);
+  const char *p = s;
+  int cur = REMAT_RECOMPUTE;
+  if (!*p) goto bad;
+  while (*p) {
+    if (!strncmp(p, "full:", 5)) {
+      cur = REMAT_RECOMPUTE;
+      p += 5;
+    } else if (!strncmp(p, "middle:", 7)) {
+      cur = REMAT_MIDDLE;
+      p += 7;
+    }
+    int64_t v, w;
+    char *end;
+    if (*p < '0' || *p > '9') goto bad;
+    v = w = strtoll(p, &end, 10);
+    p = end;
+    if (*p == '-') {
+      if (p[1] < '0' || p[1] > '9') goto bad;
+      w = strtoll(p + 1, &end, 10);
+      if (w < v) goto bad;
+      p = end;
+    }
+    for (int64_t k = v; k <= w; k++) {
+      if (k < 0 || k >= L)
+        return remat__errorf(err, REMAT_EINVAL, "the block list names block %lld but the model "
+                             "has blocks 0..%lld", (long long)k, (long long)L - 1);
+      if (policy[k] != REMAT_KEEP)
+        return remat__errorf(err, REMAT_EINVAL, "the block list names block %lld twice",
+                             (long long)k);
+      policy[k] = (uint8_t)cur;
+    }
+    if (*p == ',') {
+      p++;
+      if (!*p) goto bad;
+    } else if (*p) {
+      goto bad;
+    }
+  }
+  return 0;
+bad:
+  return remat__errorf(err, REMAT_EINVAL, "the block list expects block indices like 0,2,5 or "
+                       "0-3, with 'middle:' or 'full:' before them to choose the policy "
+                       "(full:0-3,middle:4-11); got '%s'", s);
+}
+

@@ -1,0 +1,302 @@
+/* start.c: a job from its description to its first step (remat/job.h):
+ * the ranks laid out, a resume's checkpoint found and checked against its
+ * saved settings, the outputs checked, the shape and the data read, the
+ * blocks placed (place.c), the runtime made; then the arena allocated and
+ * the weights and a resume's state loaded, this rank's slice of them. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "base/base.h"
+#include "job/job_internal.h"
+#include "model/model_runtime.h"
+#include "remat/report.h"
+
+/* ----------------------------------------------------------------- ranks */
+
+/* As many ranks as the description asks, all with the same description;
+ * then the P x D layout. */
+static int check_ranks(remat_job *job, remat_error *err) {
+  const remat_job_desc *d = &job->d;
+  if (!job->dist) return 0;
+  if (job->other_flags >= 0 || job->ranks_differ) /* its message */
+    return remat__job_agree(job, 0, err);
+  return remat_dist_grid(job->dist, d->stages, d->replicas, err);
+}
+
+/* ------------------------------------------------------- shape and data */
+
+/* A resume's description against the settings saved with its checkpoint
+ * (an older checkpoint has none: its state's header is checked alone). */
+static int check_saved(remat_job *job, remat_error *err) {
+  char path[4200];
+  struct stat st;
+  snprintf(path, sizeof path, "%s/settings", job->resume_dir);
+  if (stat(path, &st) != 0) return 0;
+  remat_job_saved s;
+  remat_job_conflict c;
+  int rc = remat_job_saved_load(&s, job->resume_dir, err);
+  if (rc) return rc;
+  job->held_out = s.desc.train.val_frac > 0;
+  remat_job_desc d = job->d;
+  d.model = NULL;
+  if (remat_job_saved_conflict(&s, &d, &c))
+    rc = remat__errorf(err, REMAT_EINVAL, "the run in %s was saved with %s %s, not %s; a resume "
+                       "keeps the run's settings", job->resume_dir,
+                       remat__job_name(&job->d, c.key), c.saved, c.given);
+  remat_job_saved_free(&s);
+  return rc;
+}
+
+/* A resume: DIR itself when it is a checkpoint (it holds DONE; it must
+ * verify), else the newest checkpoint under DIR that verifies, noting the
+ * newer ones passed over. Its weights become the model file. */
+static int find_resume(remat_job *job, remat_error *err) {
+  const char *dir = job->d.resume;
+  char done[4096];
+  struct stat st;
+  remat_checkpoint_info info;
+  int rc;
+  snprintf(done, sizeof done, "%s/DONE", dir);
+  if (stat(done, &st) == 0) {
+    if (remat_checkpoint_step_of(dir, &job->resume_step))
+      return remat__errorf(err, REMAT_EINVAL, "%s: a checkpoint directory is named step_N", dir);
+    if ((rc = remat_checkpoint_verify(dir, job->resume_step, &info, err))) return rc;
+    snprintf(job->resume_dir, sizeof job->resume_dir, "%s", dir);
+  } else {
+    char skipped[sizeof job->resume_note - 64];
+    if ((rc = remat_checkpoint_find(dir, &info, skipped, sizeof skipped, err))) return rc;
+    job->resume_step = info.step;
+    remat_checkpoint_dir_path(job->resume_dir, sizeof job->resume_dir, dir, job->resume_step,
+                              NULL);
+    if (info.skipped)
+      snprintf(job->resume_note, sizeof job->resume_note, "fell back past %d newer checkpoint%s: "
+               "%s", info.skipped, info.skipped > 1 ? "s" : "", skipped);
+  }
+  if (!info.verified)
+    snprintf(job->resume_note, sizeof job->resume_note, "%.1900s has no checksums (written by "
+             "an older remat): its files were not verified", job->resume_dir);
+  if (snprintf(job->resume_model, sizeof job->resume_model, "%s/model.bin", job->resume_dir) >=
+      (int)sizeof job->resume_model)
+    return remat__errorf(err, REMAT_EINVAL, "the checkpoint's path is too long");
+  job->d.model = job->resume_model;
+  job->resumed = 1;
+  return check_saved(job, err);
+}
+
+/* The outputs: find out now, not after hours of training, that one cannot
+ * be written; and never write over an input. */
+static int check_outputs(const remat_job *job, remat_error *err) {
+  const remat_job_desc *d = &job->d;
+  const char *ins[][2] = {{job->resumed ? "the checkpoint's weights" : "the model file", d->model},
+                          {"the token shard", d->data}, {"the text", d->text}};
+  for (int i = 0; i < 4; i++) {
+    const char *out = d->outputs[i];
+    if (!out) continue;
+    for (size_t j = 0; j < 3; j++)
+      if (ins[j][1] && remat_same_file(out, ins[j][1]))
+        return remat__errorf(err, REMAT_EINVAL, "the output %s names the same file as %s %s; it "
+                             "would overwrite an input: choose another path", out, ins[j][0],
+                             ins[j][1]);
+    for (int k = 0; k < i; k++)
+      if (d->outputs[k] && remat_same_file(out, d->outputs[k]))
+        return remat__errorf(err, REMAT_EINVAL, "two outputs name the same file '%s'", out);
+    int rc = remat_output_check(out, err);
+    if (rc) return rc;
+  }
+  /* created now (by rank 0), or why it cannot be; and nothing in the way of
+   * the step directories the run will write */
+  if (!d->checkpoint_dir || job->rank != 0) return 0;
+  int rc = remat_output_dir_check(d->checkpoint_dir, err);
+  return rc ? rc : remat_checkpoint_dir_check(d->checkpoint_dir, job->resume_step,
+                                              d->train.steps, d->checkpoint_every, err);
+}
+
+/* The model's shape: from the model file's header, else the config, else
+ * "small". The file stays open until its weights are read, so the shape and
+ * the weights come from one file even if the path is replaced. */
+static int load_shape(remat_job *job, remat_error *err) {
+  const remat_job_desc *d = &job->d;
+  remat_config want;
+  int rc;
+  if (d->config && (rc = remat_config_parse(d->config, &want, err))) return rc;
+  if (!d->model) {
+    rc = remat_config_parse(d->config ? d->config : "small", &job->cfg, err);
+    job->cfg.precision = d->precision;
+    return rc;
+  }
+  if ((rc = remat_checkpoint_reader_open(&job->rd, d->model, &job->cfg, err))) return rc;
+  const remat_config *c = &job->cfg;
+  if (d->config && memcmp(c, &want, sizeof want) != 0)
+    return remat__errorf(err, REMAT_ESHAPE,
+                         "the model file %s has shape L=%lld C=%lld NH=%lld V=%lld T=%lld but the "
+                         "job asks for L=%lld C=%lld NH=%lld V=%lld T=%lld; use a matching "
+                         "checkpoint or leave the shape to the file",
+                         d->model, (long long)c->num_layers, (long long)c->channels,
+                         (long long)c->num_heads, (long long)c->vocab_size,
+                         (long long)c->max_seq_len, (long long)want.num_layers,
+                         (long long)want.channels, (long long)want.num_heads,
+                         (long long)want.vocab_size, (long long)want.max_seq_len);
+  job->cfg.precision = d->precision; /* a model file loads into either */
+  return 0;
+}
+
+static int load_tokens(remat_job *job, remat_error *err) {
+  const remat_job_desc *d = &job->d;
+  job->source = d->data ? d->data : d->text ? d->text : "embedded corpus";
+  if (d->data) return remat_tokens_load(&job->tok, d->data, err);
+  if (d->text) return remat_tokens_from_text(&job->tok, d->text, err);
+  return remat_corpus_tokens(&job->tok, 0, err);
+}
+
+/* The trainer's options: a replica's step runs K of the step's K x D
+ * micro-batches; tokens are held out only when evaluated. */
+static remat_train_opts trainer_opts(const remat_job *job) {
+  const remat_job_desc *d = &job->d;
+  remat_train_opts to = d->train;
+  to.grad_accum = d->train.grad_accum * d->replicas;
+  to.val_frac = d->eval_every > 0 || job->held_out ? d->train.val_frac : 0.0;
+  return to;
+}
+
+static int make_runtime(remat_job *job, remat_error *err) {
+  const remat_job_desc *d = &job->d;
+  remat_train_opts to = trainer_opts(job);
+  const remat_placement *pl = &job->place;
+  int rc;
+  switch (job->kind) {
+  case REMAT_RUN_ONE:
+    return remat_trainer_create(&job->tr, &job->cfg, pl->policy, &job->tok, &to, err);
+  case REMAT_RUN_REPLICAS: {
+    remat_stage st = remat_placement_stage(pl, 0, job->rank);
+    if ((rc = remat_trainer_create_stage(&job->tr, &job->cfg, &st, &job->tok, &to, err)))
+      return rc;
+    rc = remat_replicas_create(&job->dp, job->dist, job->tr, err);
+    if (!rc && d->trace) rc = remat_replicas_trace_start(job->dp, d->train.steps, err);
+    return rc;
+  }
+  case REMAT_RUN_PIPELINE: {
+    remat_stage st = remat_placement_stage(pl, job->rank, 0);
+    if (pl->chunks > 1) {
+      st = remat_placement_chunk(pl, job->rank, 0);
+      if ((rc = remat__job_chunks_workspace(job, job->rank, &st.work_min, err))) return rc;
+    }
+    if ((rc = remat_trainer_create_stage(&job->tr, &job->cfg, &st, &job->tok, &to, err)))
+      return rc;
+    rc = remat_pipeline_create(&job->pipe, job->dist, job->tr, pl, err);
+    if (!rc && d->trace) rc = remat_pipeline_trace_start(job->pipe, d->train.steps, err);
+    return rc;
+  }
+  default: { /* world rank s D + r: stage s, replica r */
+    remat_stage st = remat_placement_stage(pl, remat_dist_stage(job->dist),
+                                           remat_dist_replica(job->dist));
+    if ((rc = remat_trainer_create_stage(&job->tr, &job->cfg, &st, &job->tok, &to, err)))
+      return rc;
+    if ((rc = remat_grid_create(&job->grid, job->dist, job->tr, pl, err))) return rc;
+    job->pipe = remat_grid_pipeline(job->grid);
+    job->dp = remat_grid_replicas(job->grid);
+    if (d->trace) rc = remat_pipeline_trace_start(job->pipe, d->train.steps, err);
+    return rc;
+  }
+  }
+}
+
+int remat_job_prepare(remat_job *job, remat_error *err) {
+  remat_job_desc *d = &job->d;
+  int rc = check_ranks(job, err);
+  if ((rc = remat__job_agree(job, rc, err))) return rc;
+  rc = remat_blas_check(err);
+  if (!rc && d->resume) rc = find_resume(job, err);
+  if (!rc) rc = check_outputs(job, err);
+  if (!rc) rc = load_shape(job, err);
+  if (!rc) {
+    if (d->train.T == 0) d->train.T = job->cfg.max_seq_len < 64 ? job->cfg.max_seq_len : 64;
+    if (d->train.T > job->cfg.max_seq_len)
+      rc = remat__errorf(err, REMAT_EINVAL, "sequence length %lld exceeds the model's maximum "
+                         "sequence length %lld", (long long)d->train.T,
+                         (long long)job->cfg.max_seq_len);
+  }
+  if (!rc) rc = load_tokens(job, err);
+  if (!rc) rc = remat__job_place(job, err);
+  if (!rc) rc = make_runtime(job, err);
+  if (!rc && job->resumed) { /* other settings are refused before anything large exists */
+    char path[4096];
+    rc = remat__job_resume_state_path(job, path, sizeof path, err);
+    if (!rc) rc = remat_trainer_check_state(job->tr, path, job->rank, job->ranks, err);
+  }
+  if ((rc = remat__job_agree(job, rc, err))) return rc;
+  job->planned = remat_trainer_planned_bytes(job->tr);
+  if (job->pipe) job->planned += remat_pipeline_chunk_bytes(job->pipe);
+  /* the planner's figure for a replica's arena is the arena itself (the
+   * memory model is one); a difference would be a bug, said as such */
+  size_t budget = job->budgets.n ? job->budgets.bytes[0] : 0;
+  size_t arena = remat_memplan_peak_bytes(remat_trainer_memplan(job->tr));
+  if (job->kind == REMAT_RUN_REPLICAS && job->budgets.n && arena > budget) {
+    char b1[32], b2[32];
+    rc = remat__errorf(err, REMAT_EINFEASIBLE, "a memory budget of %s does not fit a replica: "
+                       "its arena needs %s (%zu bytes); raise the budget",
+                       remat_format_bytes(budget, b1, sizeof b1),
+                       remat_format_bytes(arena, b2, sizeof b2), arena);
+  }
+  return remat__job_agree(job, rc, err);
+}
+
+/* Loads the model file's weights: the whole model, or this stage's slices
+ * of it. */
+static int load_weights(remat_job *job, remat_error *err) {
+  remat_model *m = remat_trainer_model(job->tr);
+  const remat_config *cfg = &job->cfg;
+  const remat_stage *st = remat_model_stage(m);
+  int sharded = st->replicas > 1 && st->zero == 3;
+  if (st->has_embedding && st->has_head && st->num_blocks == cfg->num_layers && !sharded) {
+    int rc = remat_checkpoint_read_params(&job->rd, cfg, remat_model_params(m), err);
+    return rc ? rc : remat_params_overflow(cfg, remat_model_params(m), err);
+  }
+  float *full = malloc(remat_param_count(cfg) * sizeof(float));
+  if (!full) return remat__errorf(err, REMAT_ENOMEM, "out of memory reading the model file");
+  int rc = remat_checkpoint_read_params(&job->rd, cfg, full, err);
+  if (!rc) rc = remat_params_overflow(cfg, full, err);
+  if (!rc) remat__stage_params_from_full(cfg, st, full, remat_model_params(m));
+  if (!rc && job->pipe) remat_pipeline_load(job->pipe, full, 0);
+  free(full);
+  remat_heap_reset_peak();
+  return rc;
+}
+
+/* The arena is written in full before the first step: a plan larger than
+ * this machine's memory would end in the kernel's OOM killer, not an error. */
+static int check_fits_machine(size_t planned, remat_error *err) {
+  char b1[32], b2[32], b3[32];
+  const char *what;
+  size_t ram = remat_memory_headroom(&what);
+  if (ram && planned > ram)
+    return remat__errorf(err, REMAT_ENOMEM,
+                         "the plan needs %s but %s leaves %s; lower the batch or the sequence "
+                         "length, or give a memory budget of %s to recompute blocks",
+                         remat_format_bytes(planned, b1, sizeof b1), what,
+                         remat_format_bytes(ram, b2, sizeof b2),
+                         remat_format_bytes(ram / 10 * 9, b3, sizeof b3));
+  return 0;
+}
+
+int remat_job_start(remat_job *job, remat_error *err) {
+  int rc = check_fits_machine(job->planned, err);
+  if (!rc) rc = remat_trainer_allocate(job->tr, err);
+  if (!rc && job->pipe) rc = remat_pipeline_allocate(job->pipe, err);
+  REMAT_ASSERT(rc || remat_trainer_planned_bytes(job->tr) == job->planned);
+  if (!rc && !job->d.model) {
+    remat_model_init_weights(remat_trainer_model(job->tr), job->d.train.hp.seed);
+    if (job->pipe) remat_pipeline_load(job->pipe, NULL, job->d.train.hp.seed);
+  } else if (!rc) {
+    rc = load_weights(job, err);
+  }
+  if (!rc && job->resumed) {
+    char path[4096];
+    rc = remat__job_resume_state_path(job, path, sizeof path, err);
+    if (!rc) rc = remat_trainer_load_state(job->tr, path, job->rank, job->ranks, err);
+  }
+  if (!rc) job->last_checkpoint = remat_trainer_steps_done(job->tr);
+  return remat__job_agree(job, rc, err);
+}
+
