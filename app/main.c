@@ -179,7 +179,9 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (strcmp(cmd, "--version") == 0) {
-    printf("remat 0.1.0\n");
+    printf("remat %s\nbackends", remat_version());
+    for (int i = 0; remat_backend_name(i); i++) printf("%s %s", i ? "," : ":", remat_backend_name(i));
+    printf("\n");
     return 0;
   }
   fprintf(stderr, "remat: unknown command '%s'\n\n", cmd);

@@ -30,6 +30,9 @@ extern "C" {
  * library that runs, which may differ from the header a program was
  * compiled with). */
 REMAT_API const char *remat_version(void);
+/* The backends built into this library, by index from 0 ("cpu", the
+ * reference, first); NULL past the last. */
+REMAT_API const char *remat_backend_name(int i);
 
 /* ---------------------------------------------------------------- errors */
 
