@@ -298,6 +298,17 @@ static int read_manifest(const char *done, remat__manifest *m, remat_error *err)
 
 /* ------------------------------------------------------------- sealing */
 
+/* dir opened for listing into *out (what names it in the open's messages:
+ * "checkpoint", "checkpoints"). */
+static int open_listing(const char *dir, const char *what, DIR **out, remat_error *err) {
+  int dfd, rc = remat__open(dir, O_RDONLY, REMAT__OPEN_DIR, what, &dfd, NULL, err);
+  *out = NULL;
+  if (rc) return rc;
+  if ((*out = fdopendir(dfd))) return 0;
+  close(dfd);
+  return remat__errorf(err, REMAT_EIO, "cannot list '%s': %s", dir, strerror(errno));
+}
+
 /* Collects the checkpoint files of step_dir into m (name order: model.bin,
  * then state files by rank), with their sizes and CRCs, and checks the
  * state files: one per rank of one run at one step. Fills m->step and
@@ -305,13 +316,9 @@ static int read_manifest(const char *done, remat__manifest *m, remat_error *err)
 static int collect(const char *step_dir, int64_t step, const remat_run_id *run,
                    remat__manifest *m, remat_error *err) {
   memset(m, 0, sizeof *m);
-  int dfd, rc = remat__open(step_dir, O_RDONLY, REMAT__OPEN_DIR, "checkpoint", &dfd, NULL, err);
+  DIR *d;
+  int rc = open_listing(step_dir, "checkpoint", &d, err);
   if (rc) return rc;
-  DIR *d = fdopendir(dfd);
-  if (!d) {
-    close(dfd);
-    return remat__errorf(err, REMAT_EIO, "cannot list '%s': %s", step_dir, strerror(errno));
-  }
   int have_model = 0, have_plain = 0, have_settings = 0;
   int64_t max_rank = -1, nranked = 0;
   struct dirent *e;
@@ -429,13 +436,9 @@ static int each_ckpt_file(const char *step_dir,
                           int (*fn)(const char *step_dir, const char *name, void *ctx,
                                     remat_error *err),
                           void *ctx, remat_error *err) {
-  int dfd, rc = remat__open(step_dir, O_RDONLY, REMAT__OPEN_DIR, "checkpoint", &dfd, NULL, err);
+  DIR *d;
+  int rc = open_listing(step_dir, "checkpoint", &d, err);
   if (rc) return rc;
-  DIR *d = fdopendir(dfd);
-  if (!d) {
-    close(dfd);
-    return remat__errorf(err, REMAT_EIO, "cannot list '%s': %s", step_dir, strerror(errno));
-  }
   struct dirent *e;
   while (!rc && (e = readdir(d))) {
     int64_t r;
@@ -616,14 +619,9 @@ static void note(char *buf, size_t cap, const char *fmt, const char *a, const ch
 int remat_checkpoint_find(const char *dir, remat_checkpoint_info *info, char *skipped,
                           size_t cap, remat_error *err) {
   if (skipped && cap) skipped[0] = 0;
-  int dfd, rc = remat__open(dir, O_RDONLY, REMAT__OPEN_DIR, "checkpoints", &dfd, NULL, err);
+  DIR *d;
+  int rc = open_listing(dir, "checkpoints", &d, err);
   if (rc) return rc;
-  DIR *d = fdopendir(dfd);
-  if (!d) {
-    close(dfd);
-    return remat__errorf(err, REMAT_EIO, "cannot open checkpoint directory '%s': %s", dir,
-                         strerror(errno));
-  }
   int64_t *steps = NULL;
   size_t n = 0, scap = 0;
   struct dirent *e;
@@ -698,13 +696,9 @@ int remat_checkpoint_dir_check(const char *dir, int64_t from, int64_t to, int64_
   char path[4096], want[64];
   if (to > from && remat_checkpoint_dir_path(path, sizeof path, dir, to, "state_rank_0000.bin"))
     return remat__errorf(err, REMAT_EINVAL, "checkpoint directory path '%.200s' is too long", dir);
-  int dfd, rc = remat__open(dir, O_RDONLY, REMAT__OPEN_DIR, "checkpoints", &dfd, NULL, err);
+  DIR *d;
+  int rc = open_listing(dir, "checkpoints", &d, err);
   if (rc) return rc;
-  DIR *d = fdopendir(dfd);
-  if (!d) {
-    close(dfd);
-    return remat__errorf(err, REMAT_EIO, "cannot list '%s': %s", dir, strerror(errno));
-  }
   /* the entries there, not the steps: a run may have 2^30 of them */
   struct dirent *e;
   while (!rc && (e = readdir(d))) {
