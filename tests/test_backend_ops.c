@@ -197,24 +197,39 @@ static void check_buffers(void) {
   release();
 }
 
-/* The planner sizes every arena with the CPU kernels' terms
- * (remat__kernel_ws_reference); the CPU backend must report the same, and
- * every backend's must be filled. */
-static void check_workspace(void) {
-  remat__kernel_ws ws, ref;
+/* The memory model plans a model's arena with its backend's own sizes
+ * (remat__kernel_ws_get), the only statement of them: they must give every
+ * workspace term, an alignment the arena's REMAT_ALIGN satisfies, and, in
+ * bf16, a scratchpad at least what the products the backend makes for the
+ * same shapes use (the CPU's: equal, so a plan is what a model allocates).
+ * The encoder and attention checks run their kernels in exactly these
+ * terms' memory. */
+static void check_sizes(void) {
+  const remat__backend_sizes *sz = be->sizes;
+  remat__kernel_ws ws;
   memset(&ws, 0xff, sizeof ws);
-  be->workspace(&ws, sh.B, sh.T, sh.C, sh.NH, sh.Vp);
-  remat__kernel_ws_reference(&ref, sh.B, sh.T, sh.C, sh.NH, sh.Vp);
-  if (be == cpu)
-    CHECKF(ws.attention_stats == ref.attention_stats &&
-               ws.attention_scratch == ref.attention_scratch &&
-               ws.encoder_tied == ref.encoder_tied && ws.precision == ref.precision &&
-               ws.product_scratch == ref.product_scratch,
-           "%s: workspace equals the planner's terms, " SHAPE_FMT, be->name, SHAPE_ARGS);
-  else
-    CHECKF(ws.attention_stats != SIZE_MAX && ws.attention_scratch != SIZE_MAX &&
-               ws.encoder_tied != SIZE_MAX && ws.precision != -1 && ws.product_scratch != SIZE_MAX,
-           "%s: workspace fills every term", be->name);
+  sz->workspace(&ws, sh.B, sh.T, sh.C, sh.NH, sh.Vp);
+  CHECKF(sz->align && (sz->align & (sz->align - 1)) == 0 && REMAT_ALIGN % sz->align == 0 &&
+             ws.attention_stats != SIZE_MAX && ws.attention_scratch != SIZE_MAX &&
+             ws.encoder_tied != SIZE_MAX,
+         "%s: sizes give every workspace term and an alignment (%zu) that REMAT_ALIGN "
+         "satisfies, " SHAPE_FMT,
+         be->name, sz->align, SHAPE_ARGS);
+  if (!remat_precision_available(REMAT_PRECISION_BF16, NULL)) return;
+  remat_config cfg = {.channels = sh.C, .padded_vocab_size = sh.Vp};
+  remat__mm_shape s[REMAT__PRODUCTS];
+  remat__product_shapes(&cfg, sh.B, sh.T, s);
+  size_t planned = 0;
+  void *products = NULL;
+  remat_error err;
+  int rc = sz->product_scratch(s, REMAT__PRODUCTS, &planned, &err);
+  if (!rc) rc = be->products_create(&products, s, REMAT__PRODUCTS, &err);
+  size_t used = rc ? 0 : be->products_scratch(products);
+  CHECKF(!rc && used <= planned && (be != cpu || used == planned),
+         "%s: the sizes' products scratchpad (%zu bytes) covers the products made for the "
+         "same shapes (%zu)%s, " SHAPE_FMT,
+         be->name, planned, used, be == cpu ? ", exactly" : "", SHAPE_ARGS);
+  if (products) be->products_destroy(products);
 }
 
 /* ------------------------------------------------------------ dropout */
@@ -428,7 +443,7 @@ static void check_encoder(void) {
    * once: h + e, as if the two were summed apart (rows not in the batch
    * stay h + 0); dwpe accumulates as in encoder_backward */
   remat__kernel_ws ws;
-  be->workspace(&ws, B, T, C, sh.NH, Vp);
+  be->sizes->workspace(&ws, B, T, C, sh.NH, Vp);
   void *work = balloc(ws.encoder_tied);
   float *e = fbuf(nE), *want_te = fbuf(nE), *tied = fcopy(h, nE), *pe = fcopy(p0, nP);
   memset(e, 0, nE * sizeof(float));
@@ -555,7 +570,7 @@ static void check_attention(void) {
   int64_t B = sh.B, T = sh.T, C = sh.C, NH = sh.NH, N = B * T;
   size_t nq = (size_t)(N * 3 * C), no = (size_t)(N * C), nr = (size_t)(B * NH * T);
   remat__kernel_ws ws;
-  be->workspace(&ws, B, T, C, NH, sh.Vp);
+  be->sizes->workspace(&ws, B, T, C, NH, sh.Vp);
   remat__dropout drop = {.p = 0.15f, .seed = 99, .step = 4, .micro = 2, .layer = 1,
                          .site = REMAT_DROP_ATTN};
   for (int k = 0; k < 2; k++) {
@@ -821,18 +836,19 @@ enum {
   C_ENC_TIED, C_LN_F, C_LN_B, C_MM_F, C_MM_B, C_MM_GELU, C_MM_RES, C_MM_B_GELU, C_ATT_F,
   C_ATT_B, C_GELU_F, C_CE, C_ADAMW, C_INIT,
   /* bf16 */
-  C_TO_BF16, C_FROM_BF16, C_LN_F16, C_GELU_F16, C_GELU_B16, C_CE16, C_PROD_MAKE, C_PROD_F,
-  C_PROD_B, C_COUNT
+  C_TO_BF16, C_FROM_BF16, C_LN_F16, C_GELU_F16, C_GELU_B16, C_CE16, C_PROD_SCRATCH,
+  C_PROD_MAKE, C_PROD_F, C_PROD_B, C_COUNT
 };
 static const char *const count_names[C_COUNT] = {
     "buffer_alloc", "buffer_free", "high_water", "clear", "fill", "add", "sumsq_chunks",
-    "workspace", "dropout_apply", "encoder_forward", "encoder_backward",
+    "sizes.workspace", "dropout_apply", "encoder_forward", "encoder_backward",
     "encoder_backward_tied", "layernorm_forward", "layernorm_backward", "matmul_forward",
     "matmul_backward", "matmul_forward_gelu", "matmul_forward_residual",
     "matmul_backward_gelu", "attention_forward", "attention_backward", "gelu_forward",
     "crossentropy_forward_backward", "adamw_update", "init_normal", "to_bf16", "from_bf16",
     "layernorm_forward_bf16", "gelu_forward_bf16", "gelu_backward_bf16",
-    "crossentropy_forward_backward_bf16", "products_create", "bf16_matmul_forward",
+    "crossentropy_forward_backward_bf16", "sizes.product_scratch", "products_create",
+    "bf16_matmul_forward",
     "bf16_matmul_backward"};
 static long counts[C_COUNT];
 #define COUNTED(k, op, params, args)                                                       \
@@ -859,9 +875,16 @@ COUNTED(C_FILL, fill, (float *d, float v, size_t n), (d, v, n))
 COUNTED(C_ADD, add, (float *d, const float *s, size_t n, int64_t k, size_t st), (d, s, n, k, st))
 COUNTED(C_CHUNKS, sumsq_chunks, (double *o, const remat__piece *p, int np, size_t c, size_t q),
         (o, p, np, c, q))
-COUNTED(C_WS, workspace,
-        (remat__kernel_ws * ws, int64_t B, int64_t T, int64_t C, int64_t NH, int64_t V),
-        (ws, B, T, C, NH, V))
+/* The sizes the model plans with, counted too. */
+static void c_workspace(remat__kernel_ws *ws, int64_t B, int64_t T, int64_t C, int64_t NH,
+                        int64_t V) {
+  counts[C_WS]++;
+  cpu->sizes->workspace(ws, B, T, C, NH, V);
+}
+static int c_product_scratch(const remat__mm_shape *s, int n, size_t *bytes, remat_error *err) {
+  counts[C_PROD_SCRATCH]++;
+  return cpu->sizes->product_scratch(s, n, bytes, err);
+}
 COUNTED(C_DROP, dropout_apply, (float *o, const float *i, size_t n, const remat__dropout *d),
         (o, i, n, d))
 COUNTED(C_ENC_F, encoder_forward,
@@ -927,11 +950,11 @@ COUNTED(C_GELU_F16, gelu_forward_bf16, (uint16_t *o, const uint16_t *i, size_t n
 COUNTED(C_GELU_B16, gelu_backward_bf16,
         (uint16_t *di, const uint16_t *i, const float *d, size_t n), (di, i, d, n))
 COUNTED(C_PROD_F, bf16_matmul_forward,
-        (remat__dnnl *h, void *o, const uint16_t *i, const uint16_t *w, const float *b,
+        (void *h, void *o, const uint16_t *i, const uint16_t *w, const float *b,
          int64_t N, int64_t C, int64_t OC, bool ob, void *sc),
         (h, o, i, w, b, N, C, OC, ob, sc))
 COUNTED(C_PROD_B, bf16_matmul_backward,
-        (remat__dnnl *h, void *di, float *dw, float *db, const uint16_t *d, const uint16_t *i,
+        (void *h, void *di, float *dw, float *db, const uint16_t *d, const uint16_t *i,
          const uint16_t *w, int64_t N, int64_t C, int64_t OC, bool ib, void *sc),
         (h, di, dw, db, d, i, w, N, C, OC, ib, sc))
 static double c_crossentropy_forward_backward_bf16(uint16_t *l, float *losses,
@@ -940,7 +963,7 @@ static double c_crossentropy_forward_backward_bf16(uint16_t *l, float *losses,
   counts[C_CE16]++;
   return cpu->crossentropy_forward_backward_bf16(l, losses, t, dloss, N, V, Vp);
 }
-static int c_products_create(remat__dnnl **out, const remat__mm_shape *s, int n,
+static int c_products_create(void **out, const remat__mm_shape *s, int n,
                              remat_error *err) {
   counts[C_PROD_MAKE]++;
   return cpu->products_create(out, s, n, err);
@@ -958,7 +981,7 @@ static void check_seam(int accumulate, int precision) {
   counting.name = "cpu, counted";
 #define SET(op) counting.op = c_##op
   SET(buffer_alloc), SET(buffer_free), SET(high_water), SET(clear), SET(fill), SET(add);
-  SET(sumsq_chunks), SET(workspace), SET(dropout_apply), SET(encoder_forward);
+  SET(sumsq_chunks), SET(dropout_apply), SET(encoder_forward);
   SET(encoder_backward), SET(encoder_backward_tied), SET(layernorm_forward);
   SET(layernorm_backward), SET(matmul_forward), SET(matmul_backward), SET(matmul_forward_gelu);
   SET(matmul_forward_residual), SET(matmul_backward_gelu), SET(attention_forward);
@@ -968,6 +991,10 @@ static void check_seam(int accumulate, int precision) {
   SET(crossentropy_forward_backward_bf16), SET(products_create), SET(bf16_matmul_forward);
   SET(bf16_matmul_backward);
 #undef SET
+  remat__backend_sizes counting_sizes = *cpu->sizes;
+  counting_sizes.workspace = c_workspace;
+  counting_sizes.product_scratch = c_product_scratch;
+  counting.sizes = &counting_sizes;
   memset(counts, 0, sizeof counts);
   remat_config cfg;
   remat_error err;
@@ -1040,7 +1067,7 @@ static void check_seam(int accumulate, int precision) {
 
 static void check_shape(void) {
   int64_t N = sh.B * sh.T;
-  check_workspace();
+  check_sizes();
   check_encoder();
   check_layernorm();
   check_attention();

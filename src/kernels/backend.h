@@ -4,8 +4,8 @@
  * (remat__model_create_on; the CPU backend by default) and reaches kernels
  * and arena buffers only through it, as do the runtimes that work on its
  * arena (src/parallel). The arena and its offsets stay the memory model's: a
- * backend only says where the bytes live (buffer_alloc) and what workspace
- * its kernels need (workspace).
+ * backend only says where the bytes live (buffer_alloc) and what its
+ * kernels need besides the named tensors (sizes).
  *
  * The CPU backend (remat__backend_cpu, src/kernels/backend_cpu.c) is the
  * reference: its kernels are those of kernels/kernels.h, whose comments give
@@ -28,7 +28,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kernels/bf16.h"
 #include "memory/layout.h"
 
 /* ------------------------------------------------------ op arguments */
@@ -102,10 +101,11 @@ typedef struct remat__backend {
    * any split of the work gives the same bits. */
   void (*sumsq_chunks)(double *out, const remat__piece *pieces, int npieces, size_t count,
                        size_t q);
-  /* What the kernels need besides their named tensors, at a micro-batch of
-   * B x T of a model of width C, NH heads and padded vocabulary V. */
-  void (*workspace)(remat__kernel_ws *ws, int64_t B, int64_t T, int64_t C, int64_t NH,
-                    int64_t V);
+  /* What the kernels need besides their named tensors (workspace, the
+   * products' scratchpad) and the alignment of their buffers: the one
+   * statement of each (products/sizes.h), which the memory model plans
+   * with (remat__kernel_ws_get). */
+  const remat__backend_sizes *sizes;
 
   /* Kernels: the contracts of kernels/kernels.h. */
   bool (*dropout_keep)(const remat__dropout *d, uint64_t i);
@@ -119,7 +119,7 @@ typedef struct remat__backend {
                           int64_t B, int64_t T, int64_t C);
   void (*encoder_backward)(float *dwte, float *dwpe, const float *dout, const int32_t *tokens,
                            int64_t B, int64_t T, int64_t C);
-  /* work: workspace's encoder_tied bytes */
+  /* work: sizes' encoder_tied bytes (remat__kernel_ws) */
   void (*encoder_backward_tied)(float *dwte, float *dwpe, const float *dout,
                                 const int32_t *tokens, int64_t B, int64_t T, int64_t C,
                                 int64_t V, void *work);
@@ -141,7 +141,7 @@ typedef struct remat__backend {
   void (*matmul_backward_gelu)(float *dinp, float *dweight, float *dbias, const float *dout,
                                const float *inp, const float *weight, const float *x, int64_t N,
                                int64_t C, int64_t OC);
-  /* lse: workspace's attention_stats floats; delta: its attention_scratch */
+  /* lse: sizes' attention_stats floats; delta: attention_scratch floats */
   void (*attention_forward)(float *out, float *lse, const float *qkv, int64_t B, int64_t T,
                             int64_t C, int64_t NH, const remat__dropout *drop);
   void (*attention_backward)(float *dqkv, float *delta, const float *dout, const float *qkv,
@@ -163,9 +163,12 @@ typedef struct remat__backend {
                       uint32_t tensor);
 
   /* bf16 (kernels/bf16.h): the conversions, the layers with bf16 operands,
-   * and the matrix products, whose primitives a model makes once for its
-   * shapes (products_create, at set-up: the only time they allocate) and
-   * whose scratchpad (products_scratch bytes) it places in its workspace. */
+   * and the matrix products, which a model makes once for its shapes
+   * (products_create, at set-up: the only time they allocate) and whose
+   * scratchpad (products_scratch bytes, at most sizes->product_scratch of
+   * the same shapes) it places in its workspace. The products are opaque
+   * to the caller: what products_create makes (the CPU's: oneDNN
+   * primitives) only the same backend's ops read. */
   void (*to_bf16)(uint16_t *dst, const float *src, size_t n);
   void (*from_bf16)(float *dst, const uint16_t *src, size_t n);
   void (*layernorm_forward_bf16)(uint16_t *out, float *mean, float *rstd, const float *inp,
@@ -177,14 +180,13 @@ typedef struct remat__backend {
   double (*crossentropy_forward_backward_bf16)(uint16_t *logits, float *losses,
                                                const int32_t *targets, float dloss, int64_t N,
                                                int64_t V, int64_t Vp);
-  int (*products_create)(remat__dnnl **out, const remat__mm_shape *shapes, int n,
-                         remat_error *err);
-  void (*products_destroy)(remat__dnnl *d);
-  size_t (*products_scratch)(const remat__dnnl *d);
-  void (*bf16_matmul_forward)(remat__dnnl *d, void *out, const uint16_t *inp,
+  int (*products_create)(void **out, const remat__mm_shape *shapes, int n, remat_error *err);
+  void (*products_destroy)(void *products);
+  size_t (*products_scratch)(const void *products);
+  void (*bf16_matmul_forward)(void *products, void *out, const uint16_t *inp,
                               const uint16_t *weight, const float *bias, int64_t N, int64_t C,
                               int64_t OC, bool out_bf16, void *scratch);
-  void (*bf16_matmul_backward)(remat__dnnl *d, void *dinp, float *dweight, float *dbias,
+  void (*bf16_matmul_backward)(void *products, void *dinp, float *dweight, float *dbias,
                                const uint16_t *dout, const uint16_t *inp, const uint16_t *weight,
                                int64_t N, int64_t C, int64_t OC, bool dinp_bf16, void *scratch);
 } remat__backend;

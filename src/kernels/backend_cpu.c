@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/base.h"
+#include "kernels/bf16.h"
 #include "kernels/kernels.h"
 
 /* Written over the whole arena when it is allocated so the high-water mark
@@ -88,17 +89,34 @@ static void cpu_sumsq_chunks(double *out, const remat__piece *pieces, int npiece
   }
 }
 
-/* The attention kernels keep one log-sum-exp per row and head from the
- * forward and fill one rowsum per row and head in the backward; their tiles
- * live on the thread's stack. */
-static void cpu_workspace(remat__kernel_ws *ws, int64_t B, int64_t T, int64_t C, int64_t NH,
-                          int64_t V) {
-  size_t rows = (size_t)B * (size_t)NH * (size_t)T;
-  ws->attention_stats = rows;
-  ws->attention_scratch = rows;
-  ws->encoder_tied = remat__encoder_backward_tied_bytes(B, T, C, V);
-  ws->precision = REMAT_PRECISION_FP32; /* the model sets bf16 and the products' scratch */
-  ws->product_scratch = 0;
+/* The products are oneDNN primitives (products/dnnl.c), opaque to the
+ * caller: these hand them over as the table's void pointers. */
+static int cpu_products_create(void **out, const remat__mm_shape *shapes, int n,
+                               remat_error *err) {
+  remat__dnnl *d = NULL;
+  int rc = remat__dnnl_create(&d, shapes, n, err);
+  *out = d;
+  return rc;
+}
+
+static void cpu_products_destroy(void *products) { remat__dnnl_destroy(products); }
+
+static size_t cpu_products_scratch(const void *products) {
+  return remat__dnnl_scratchpad_bytes(products);
+}
+
+static void cpu_bf16_matmul_forward(void *products, void *out, const uint16_t *inp,
+                                    const uint16_t *weight, const float *bias, int64_t N,
+                                    int64_t C, int64_t OC, bool out_bf16, void *scratch) {
+  remat__bf16_matmul_forward(products, out, inp, weight, bias, N, C, OC, out_bf16, scratch);
+}
+
+static void cpu_bf16_matmul_backward(void *products, void *dinp, float *dweight, float *dbias,
+                                     const uint16_t *dout, const uint16_t *inp,
+                                     const uint16_t *weight, int64_t N, int64_t C, int64_t OC,
+                                     bool dinp_bf16, void *scratch) {
+  remat__bf16_matmul_backward(products, dinp, dweight, dbias, dout, inp, weight, N, C, OC,
+                              dinp_bf16, scratch);
 }
 
 static const remat__backend cpu = {
@@ -111,7 +129,7 @@ static const remat__backend cpu = {
     .fill = cpu_fill,
     .add = cpu_add,
     .sumsq_chunks = cpu_sumsq_chunks,
-    .workspace = cpu_workspace,
+    .sizes = &remat__cpu_sizes,
     .dropout_keep = remat__dropout_keep,
     .dropout_apply = remat__dropout_apply,
     .gemm = remat__gemm,
@@ -144,11 +162,11 @@ static const remat__backend cpu = {
     .gelu_backward_bf16 = remat__gelu_backward_bf16,
     .crossentropy_forward_bf16 = remat__crossentropy_forward_bf16,
     .crossentropy_forward_backward_bf16 = remat__crossentropy_forward_backward_bf16,
-    .products_create = remat__dnnl_create,
-    .products_destroy = remat__dnnl_destroy,
-    .products_scratch = remat__dnnl_scratchpad_bytes,
-    .bf16_matmul_forward = remat__bf16_matmul_forward,
-    .bf16_matmul_backward = remat__bf16_matmul_backward,
+    .products_create = cpu_products_create,
+    .products_destroy = cpu_products_destroy,
+    .products_scratch = cpu_products_scratch,
+    .bf16_matmul_forward = cpu_bf16_matmul_forward,
+    .bf16_matmul_backward = cpu_bf16_matmul_backward,
 };
 
 const remat__backend *remat__backend_cpu(void) { return &cpu; }

@@ -98,8 +98,7 @@ void remat__encoder_backward(float *dwte, float *dwpe, const float *dout, const 
  * two apart and adding them (a pipeline, or a model that accumulates), since
  * a float addition is commutative, without a second V x C buffer. dwpe
  * accumulates as in remat__encoder_backward. work holds B*T*C floats and
- * V + B*T int32 (remat__encoder_backward_tied_bytes). */
-size_t remat__encoder_backward_tied_bytes(int64_t B, int64_t T, int64_t C, int64_t V);
+ * V + B*T int32 (the CPU sizes' encoder_tied, products/sizes_cpu.c). */
 void remat__encoder_backward_tied(float *dwte, float *dwpe, const float *dout,
                                   const int32_t *tokens, int64_t B, int64_t T, int64_t C,
                                   int64_t V, void *work);

@@ -57,10 +57,6 @@ void remat__encoder_backward(float *dwte, float *dwpe, const float *dout, const 
   }
 }
 
-size_t remat__encoder_backward_tied_bytes(int64_t B, int64_t T, int64_t C, int64_t V) {
-  return (size_t)(B * T * C) * sizeof(float) + (size_t)(V + B * T) * sizeof(int32_t);
-}
-
 void remat__encoder_backward_tied(float *dwte, float *dwpe, const float *dout,
                                   const int32_t *tokens, int64_t B, int64_t T, int64_t C,
                                   int64_t V, void *work) {

@@ -21,16 +21,6 @@ static size_t carve(const field *f, int n, void *base, char **at) {
 
 #define NFIELDS(f) ((int)(sizeof(f) / sizeof((f)[0])))
 
-void remat__kernel_ws_reference(remat__kernel_ws *ws, int64_t B, int64_t T, int64_t C,
-                                int64_t NH, int64_t V) {
-  size_t BT = (size_t)B * (size_t)T;
-  ws->attention_stats = BT * (size_t)NH;
-  ws->attention_scratch = BT * (size_t)NH;
-  ws->encoder_tied = BT * (size_t)C * sizeof(float) + ((size_t)V + BT) * sizeof(int32_t);
-  ws->precision = REMAT_PRECISION_FP32;
-  ws->product_scratch = 0;
-}
-
 void remat__product_shapes(const remat_config *cfg, int64_t B, int64_t T,
                            remat__mm_shape s[REMAT__PRODUCTS]) {
   int64_t N = B * T, C = cfg->channels;
@@ -46,15 +36,6 @@ void remat__bf16_copy_bytes(const remat_config *cfg, size_t *block, size_t *head
   size_t C = (size_t)cfg->channels, bf = cfg->precision == REMAT_PRECISION_BF16;
   *block = bf * remat__align(12 * C * C * 2);
   *head = bf * remat__align((size_t)cfg->padded_vocab_size * C * 2);
-}
-
-int remat__product_scratch(const remat_config *cfg, int64_t B, int64_t T, size_t *bytes,
-                           remat_error *err) {
-  remat__mm_shape s[REMAT__PRODUCTS];
-  remat__product_shapes(cfg, B, T, s);
-  int rc = remat__dnnl_scratch(s, REMAT__PRODUCTS, bytes, err);
-  *bytes = remat__align(*bytes);
-  return rc;
 }
 
 size_t remat__block_stored_view(remat__block_acts *a, void *base, int64_t B, int64_t T,

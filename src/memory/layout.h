@@ -1,39 +1,24 @@
 /* layout.h: how the engine carves its buffers into named tensors. The same
  * tables give the byte counts the memory plan and the pipeline planner use, so
- * a planned size and the engine's real use cannot drift apart. */
+ * a planned size and the engine's real use cannot drift apart. What the
+ * kernels need besides (remat__kernel_ws) the memory model asks the backend
+ * that will run them (its remat__backend_sizes, products/sizes.h). */
 #ifndef REMAT_LAYOUT_INTERNAL_H
 #define REMAT_LAYOUT_INTERNAL_H
 
-#include "products/products.h"
+#include "products/sizes.h"
 #include "remat/memory.h"
 
-/* What a backend's kernels need besides the named tensors of the layout
- * tables, for one micro-batch of B x T tokens. The backend fills it
- * (remat__backend.workspace); the tables and the memory model take their
- * kernel-dependent terms from it, so a second backend sizes its own. The
- * public functions (and so the planner) use remat__kernel_ws_reference, the
- * CPU kernels' figures; test_backend_ops checks the CPU backend reports the
- * same. */
-typedef struct remat__kernel_ws {
-  size_t attention_stats;   /* floats a block stores for its attention backward
-                               (CPU: one log-sum-exp per row and head, B*NH*T) */
-  size_t attention_scratch; /* floats of the attention backward's scratch
-                               (CPU: rowsum(dout * out) per row and head, B*NH*T) */
-  size_t encoder_tied;      /* bytes of the tied embedding backward's work (CPU:
-                               B*T*C floats and V + B*T int32), in the workspace
-                               after the head's backward */
-  int precision;            /* remat_precision of the step (the config's) */
-  size_t product_scratch;   /* bf16: bytes of the matrix products' scratchpad
-                               (oneDNN's, which depends on the CPU and the thread
-                               count: the backend asks it), in the workspace of
-                               every layer that runs a product; 0 in fp32 */
-} remat__kernel_ws;
-/* The CPU kernels' workspace at this shape (V: the padded vocabulary), in
- * fp32; the public memory functions set precision from the config and, in
- * bf16, the products' scratchpad (remat__product_scratch), the figure a
- * model's own primitives report. */
-void remat__kernel_ws_reference(remat__kernel_ws *ws, int64_t B, int64_t T, int64_t C,
-                                int64_t NH, int64_t V);
+/* The kernels' terms of a micro-batch of B x T (remat__kernel_ws,
+ * products/sizes.h) as the backend whose sizes are sz states them, in the
+ * config's precision: in bf16 with the scratchpad of its products for the
+ * shapes of remat__product_shapes, aligned. The shape is checked first
+ * (remat__check_shape); REMAT_EINVAL for a backend whose alignment
+ * REMAT_ALIGN does not satisfy, or (bf16) with no bf16 products here. The
+ * public memory functions, and so the planner, use the CPU backend's sizes
+ * (remat__cpu_sizes); a model uses its own backend's. */
+int remat__kernel_ws_get(remat__kernel_ws *ws, const remat__backend_sizes *sz,
+                         const remat_config *cfg, int64_t B, int64_t T, remat_error *err);
 
 /* What one kept block stores beyond its input (the input lives in the
  * residual buffer). Attention stores no probabilities, only one
@@ -163,14 +148,10 @@ int remat__memplan_build_stage_ws(remat_memplan *mp, const remat_config *cfg, in
 
 /* bf16: the five products of a GPT-2 step at micro-batches of B x T (a
  * block's qkv, projection, fc and fc projection; the LM head), as the model
- * makes their primitives; and the scratchpad they need at most (oneDNN's,
- * for this CPU and thread count; REMAT_EINVAL where the CPU has no bf16
- * products), which ws->product_scratch holds in bf16. */
+ * makes them; their scratchpad is ws->product_scratch in bf16. */
 enum { REMAT__PRODUCTS = 5 };
 void remat__product_shapes(const remat_config *cfg, int64_t B, int64_t T,
                            remat__mm_shape s[REMAT__PRODUCTS]);
-int remat__product_scratch(const remat_config *cfg, int64_t B, int64_t T, size_t *bytes,
-                           remat_error *err);
 
 /* bf16: the bytes of the bf16 copies of a block's four matrices and of the
  * tied matrix the head's product reads (remat_memory_model's

@@ -18,6 +18,7 @@
 
 #include "base/base.h"
 #include "memory/memplan.h"
+#include "products/products.h"
 
 int remat_precision_available(int precision, const char **why) {
   if (precision != REMAT_PRECISION_BF16) {
@@ -74,24 +75,31 @@ int remat__check_shape(const remat_config *cfg, int64_t B, int64_t T, remat_erro
   return 0;
 }
 
-/* The CPU kernels' terms in the config's precision: in bf16 with the
- * scratchpad of the products' primitives, as the model makes them. */
-static int reference_ws(const remat_config *cfg, int64_t B, int64_t T, remat__kernel_ws *ws,
-                        remat_error *err) {
+int remat__kernel_ws_get(remat__kernel_ws *ws, const remat__backend_sizes *sz,
+                         const remat_config *cfg, int64_t B, int64_t T, remat_error *err) {
   memset(ws, 0, sizeof *ws);
   int rc = remat__check_shape(cfg, B, T, err);
   if (rc) return rc;
-  remat__kernel_ws_reference(ws, B, T, cfg->channels, cfg->num_heads, cfg->padded_vocab_size);
+  if (sz->align == 0 || REMAT_ALIGN % sz->align != 0)
+    return remat__errorf(err, REMAT_EINVAL,
+                         "the backend needs its buffers aligned to %zu bytes and the arena "
+                         "is laid out on %d",
+                         sz->align, REMAT_ALIGN);
+  sz->workspace(ws, B, T, cfg->channels, cfg->num_heads, cfg->padded_vocab_size);
   ws->precision = (int)cfg->precision;
-  if (ws->precision == REMAT_PRECISION_BF16)
-    rc = remat__product_scratch(cfg, B, T, &ws->product_scratch, err);
+  ws->product_scratch = 0;
+  if (ws->precision != REMAT_PRECISION_BF16) return 0;
+  remat__mm_shape s[REMAT__PRODUCTS];
+  remat__product_shapes(cfg, B, T, s);
+  rc = sz->product_scratch(s, REMAT__PRODUCTS, &ws->product_scratch, err);
+  ws->product_scratch = remat__align(ws->product_scratch);
   return rc;
 }
 
 int remat_memory_model_get(const remat_config *cfg, int64_t B, int64_t T, remat_memory_model *mm,
                            remat_error *err) {
   remat__kernel_ws ws;
-  int rc = reference_ws(cfg, B, T, &ws, err);
+  int rc = remat__kernel_ws_get(&ws, &remat__cpu_sizes, cfg, B, T, err);
   return rc ? rc : remat__memory_model_get_ws(cfg, B, T, &ws, mm, err);
 }
 
@@ -253,7 +261,7 @@ int remat_stage_bytes_get(const remat_config *cfg, const remat_memory_model *mm,
 static int build_stage(remat_memplan *mp, const remat_config *cfg, int64_t B, int64_t T,
                        const remat_stage *st, remat_error *err) {
   remat__kernel_ws ws;
-  int rc = reference_ws(cfg, B, T, &ws, err);
+  int rc = remat__kernel_ws_get(&ws, &remat__cpu_sizes, cfg, B, T, err);
   return rc ? rc : remat__memplan_build_stage_ws(mp, cfg, B, T, st, &ws, err);
 }
 

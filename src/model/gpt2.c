@@ -33,17 +33,23 @@ void remat_hparams_default(remat_hparams *hp) {
                         .weight_decay = 0.1f, .grad_clip = 1.0f, .dropout = 0.0f, .seed = 1337};
 }
 
-/* bf16: the primitives of the model's products (all five on every stage,
- * so that their scratchpad, in the workspace, is the memory model's
- * figure: remat__product_scratch asks oneDNN about the same shapes). */
+/* bf16: the model's products (all five on every stage, so that their
+ * scratchpad, in the workspace, is the figure the memory model took from
+ * the backend's sizes for the same shapes); never more than that figure. */
 static int make_products(remat_model *m, const remat_config *cfg, int64_t B, int64_t T,
-                         remat__kernel_ws *ws, remat_error *err) {
+                         const remat__kernel_ws *ws, remat_error *err) {
   remat__mm_shape s[REMAT__PRODUCTS];
   remat__product_shapes(cfg, B, T, s);
   int rc = m->be->products_create(&m->products, s, REMAT__PRODUCTS, err);
   if (rc) return rc;
-  ws->product_scratch = remat__align(m->be->products_scratch(m->products));
-  return 0;
+  size_t need = remat__align(m->be->products_scratch(m->products));
+  if (need <= ws->product_scratch) return 0;
+  m->be->products_destroy(m->products);
+  m->products = NULL;
+  return remat__errorf(err, REMAT_EINVAL,
+                       "the %s backend's products need %zu bytes of scratchpad and its sizes "
+                       "said %zu",
+                       m->be->name, need, ws->product_scratch);
 }
 
 int remat__model_plan_on(remat_model **out, const remat_config *cfg, int64_t B, int64_t T,
@@ -52,11 +58,10 @@ int remat__model_plan_on(remat_model **out, const remat_config *cfg, int64_t B, 
   remat_model *m = remat__calloc(1, sizeof *m);
   if (!m) return remat__errorf(err, REMAT_ENOMEM, "out of memory");
   m->be = be ? be : remat__backend_cpu();
-  remat__kernel_ws ws = {0};
-  m->be->workspace(&ws, B, T, cfg->channels, cfg->num_heads, cfg->padded_vocab_size);
-  ws.precision = (int)cfg->precision;
-  int rc = 0;
-  if (cfg->precision == REMAT_PRECISION_BF16 && (rc = make_products(m, cfg, B, T, &ws, err))) {
+  remat__kernel_ws ws;
+  int rc = remat__kernel_ws_get(&ws, m->be->sizes, cfg, B, T, err);
+  if (!rc && cfg->precision == REMAT_PRECISION_BF16) rc = make_products(m, cfg, B, T, &ws, err);
+  if (rc) {
     remat__free(m);
     return rc;
   }

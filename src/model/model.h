@@ -53,7 +53,7 @@ struct remat_model {
   /* bf16: the products' primitives, made for this stage's shapes; the bf16
    * copies of the matrices (REMAT_BUF_PARAMS_BF16), stale after an update
    * or a load until the next forward refreshes them */
-  remat__dnnl *products;
+  void *products;
   uint16_t *wbf;
   int bf16_stale;
 

@@ -3,8 +3,9 @@
  * has the instructions for them (read with cpuid at run time, never
  * assumed from the build). Below the memory model: the bytes of the
  * products' scratchpad are planned like every other buffer, so the memory
- * model asks for them here (remat__dnnl_scratch) and the model makes the
- * primitives (remat__dnnl_create) whose scratchpad is that many bytes.
+ * model asks the CPU backend's sizes (products/sizes.h), whose scratchpad
+ * figure is remat__dnnl_scratch, and the CPU backend makes the primitives
+ * (remat__dnnl_create) whose scratchpad is that many bytes.
  *
  * A bf16 value is the upper half of an fp32 one (1 sign, 8 exponent, 7
  * mantissa bits), held as uint16_t. Products take bf16 inputs and
@@ -25,6 +26,7 @@
 #include <stdint.h>
 
 #include "base/base.h"
+#include "products/sizes.h"
 
 /* ------------------------------------------------------ the CPU */
 
@@ -54,15 +56,8 @@ remat__cpu_bf16 remat__cpu_bf16_get(void);
 
 /* ------------------------------------------------------ products */
 
-/* A linear layer's shapes, as the matmul kernels of kernels.h name them:
- * inp (N,C), weight (OC,C), out (N,OC). out_bf16: the forward's out and
- * the backward's dinp are bf16 (else fp32); dinp_fp32: the backward's dinp
- * is fp32 all the same; no_bias: the forward adds no bias (the LM head). */
-typedef struct remat__mm_shape {
-  int64_t N, C, OC;
-  bool out_bf16;
-  bool dinp_fp32, no_bias;
-} remat__mm_shape;
+/* (A linear layer's shapes, remat__mm_shape, are products/sizes.h's: the
+ * memory model and every backend name them.) */
 
 typedef struct remat__dnnl remat__dnnl;
 

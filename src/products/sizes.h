@@ -1,0 +1,76 @@
+/* sizes.h: what a backend tells the memory model, and nothing it runs. A
+ * backend's kernels need memory besides the named tensors of the layout
+ * tables (memory/layout.h): the attention's per-row statistics, the tied
+ * embedding backward's work, the products' scratchpad; and its buffers an
+ * alignment. Each backend states them once, in its sizes table
+ * (remat__backend_sizes), which its ops table points at
+ * (remat__backend.sizes) and from which the memory model, and so the
+ * planner, takes every kernel-dependent term. Nothing here names a product
+ * library's type: a backend's products are its own.
+ *
+ * The CPU backend's table (remat__cpu_sizes, products/sizes_cpu.c) is the
+ * one the public memory functions plan with. It sits here, below the memory
+ * model, so that the planner, which links no kernels, plans with the very
+ * figures the CPU kernels run with. */
+#ifndef REMAT_SIZES_H
+#define REMAT_SIZES_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/base.h"
+
+/* A linear layer's shapes, as the matmul kernels of kernels.h name them:
+ * inp (N,C), weight (OC,C), out (N,OC). out_bf16: the forward's out and
+ * the backward's dinp are bf16 (else fp32); dinp_fp32: the backward's dinp
+ * is fp32 all the same; no_bias: the forward adds no bias (the LM head). */
+typedef struct remat__mm_shape {
+  int64_t N, C, OC;
+  bool out_bf16;
+  bool dinp_fp32, no_bias;
+} remat__mm_shape;
+
+/* What a backend's kernels need besides the named tensors of the layout
+ * tables, for one micro-batch of B x T tokens; the tables and the memory
+ * model take their kernel-dependent terms from it (remat__kernel_ws_get
+ * in memory/layout.h fills it from a backend's sizes). */
+typedef struct remat__kernel_ws {
+  size_t attention_stats;   /* floats a block stores for its attention backward
+                               (CPU: one log-sum-exp per row and head, B*NH*T) */
+  size_t attention_scratch; /* floats of the attention backward's scratch
+                               (CPU: rowsum(dout * out) per row and head, B*NH*T) */
+  size_t encoder_tied;      /* bytes of the tied embedding backward's work (CPU:
+                               B*T*C floats and V + B*T int32), in the workspace
+                               after the head's backward */
+  int precision;            /* remat_precision of the step (the config's) */
+  size_t product_scratch;   /* bf16: bytes of the matrix products' scratchpad
+                               (CPU: oneDNN's, which depends on the CPU and the
+                               thread count), in the workspace of every layer
+                               that runs a product; 0 in fp32 */
+} remat__kernel_ws;
+
+typedef struct remat__backend_sizes {
+  /* The alignment the backend's kernels need of every buffer and piece, a
+   * power of two; the memory model lays the arena out on REMAT_ALIGN and
+   * plans only for a backend whose align divides it. */
+  size_t align;
+  /* The fp32 terms at a micro-batch of B x T of a model of width C, NH
+   * heads and padded vocabulary V: attention_stats, attention_scratch and
+   * encoder_tied, the only fields it writes (the memory model sets
+   * precision and product_scratch for the config's precision). */
+  void (*workspace)(remat__kernel_ws *ws, int64_t B, int64_t T, int64_t C, int64_t NH,
+                    int64_t V);
+  /* bf16: the scratchpad, bytes (unaligned), that the products the backend
+   * makes for these n shapes (remat__backend.products_create) need at most,
+   * without making them; REMAT_EINVAL where the backend has no bf16
+   * products here (err says why). */
+  int (*product_scratch)(const remat__mm_shape *shapes, int n, size_t *bytes,
+                         remat_error *err);
+} remat__backend_sizes;
+
+/* The CPU backend's sizes: its kernels' workspace and oneDNN's scratchpad
+ * at this process's thread count. */
+extern const remat__backend_sizes remat__cpu_sizes;
+
+#endif
