@@ -170,6 +170,9 @@ REMAT_API int remat_save_bytes(const char *path, const char *what, const void *b
  * writes so is refused, untouched, rather than written by two at once.
  * Close with fclose. NULL on failure, with err set. */
 REMAT_API FILE *remat_output_stream_open(const char *path, const char *what, remat_error *err);
+/* The same, but what path holds stays: the stream is positioned at its end
+ * (a resumed run's log goes on where its run left it). */
+REMAT_API FILE *remat_output_stream_append(const char *path, const char *what, remat_error *err);
 /* A file size limit (ulimit -f) kills a process with SIGXFSZ at the write
  * that crosses it, before the save can remove its temporary or say why.
  * This sets SIGXFSZ to be ignored (unless the program handles it already),
@@ -177,6 +180,11 @@ REMAT_API FILE *remat_output_stream_open(const char *path, const char *what, rem
  * Process-wide: a front end calls it once at start. */
 REMAT_API void remat_ignore_sigxfsz(void);
 
+/* The size and CRC32C (remat_crc32c) of the whole file at path: what
+ * identifies a run's data whatever its path. what names the file in a
+ * failure to open it ("token shard"), label in a failure to read it. */
+REMAT_API int remat_file_checksum(const char *path, const char *what, const char *label,
+                                  uint64_t *size, uint32_t *crc, remat_error *err);
 /* 1 when a and b name the same file: for existing files the same device and
  * inode (hard links and symlinks included); when neither exists yet, the
  * same file name once symlinks are followed and the directory's real path is
@@ -315,6 +323,14 @@ REMAT_API int remat_checkpoint_dir_latest(const char *dir, int64_t *step, remat_
  * steps before it. dir itself must exist (remat_output_dir_check). */
 REMAT_API int remat_checkpoint_dir_check(const char *dir, int64_t from, int64_t to,
                                          int64_t every, remat_error *err);
+/* After step `upto` is sealed: of the sealed step directories under dir
+ * (those with DONE) at step upto or before, all but the newest `keep` are
+ * removed (DONE first, so a directory cut short is never taken for a
+ * checkpoint; then remat's files; then the directory when nothing else is
+ * left in it). Newer ones (of an earlier attempt the run will write over)
+ * stay. keep <= 0 keeps all. *removed (may be NULL): how many went. */
+REMAT_API int remat_checkpoint_dir_prune(const char *dir, int64_t upto, int64_t keep,
+                                         int64_t *removed, remat_error *err);
 /* Deprecated: remat_checkpoint_seal. A path named DONE in a step_N
  * directory seals that directory (step from its name, run from its state
  * files); any other path gets a one-line marker, atomically. */

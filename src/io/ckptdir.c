@@ -244,7 +244,12 @@ static int read_some(int fd, void *buf, size_t cap, size_t *got) {
 /* The size and CRC32C of the file at path, read to its end. */
 static int checksum_file(const char *path, const char *label, uint64_t *size, uint32_t *crc,
                          remat_error *err) {
-  int fd, rc = remat__open(path, O_RDONLY, REMAT__OPEN_FILE, "checkpoint file", &fd, NULL, err);
+  return remat_file_checksum(path, "checkpoint file", label, size, crc, err);
+}
+
+int remat_file_checksum(const char *path, const char *what, const char *label, uint64_t *size,
+                        uint32_t *crc, remat_error *err) {
+  int fd, rc = remat__open(path, O_RDONLY, REMAT__OPEN_FILE, what, &fd, NULL, err);
   if (rc) return rc;
   unsigned char *buf = malloc(READ_CHUNK);
   if (!buf) {
@@ -718,6 +723,55 @@ int remat_checkpoint_dir_check(const char *dir, int64_t from, int64_t to, int64_
                          path, strerror(errno));
   }
   closedir(d);
+  return rc;
+}
+
+/* One sealed step directory removed: unsealed first, then remat's files,
+ * then the directory itself when nothing else is in it. */
+static int remove_step_dir(const char *step_dir, remat_error *err) {
+  int rc = remat__checkpoint_dir_clear(step_dir, err);
+  if (!rc) (void)rmdir(step_dir); /* files of the user's stay, and so does it */
+  return rc;
+}
+
+int remat_checkpoint_dir_prune(const char *dir, int64_t upto, int64_t keep, int64_t *removed,
+                               remat_error *err) {
+  if (removed) *removed = 0;
+  if (keep <= 0) return 0;
+  DIR *d;
+  int rc = open_listing(dir, "checkpoints", &d, err);
+  if (rc) return rc;
+  int64_t *steps = NULL;
+  size_t n = 0, scap = 0;
+  char path[DIR_PATH_MAX], want[32];
+  struct dirent *e;
+  while (!rc && (e = readdir(d))) {
+    int64_t s = parse_step_name(e->d_name, strlen(e->d_name));
+    snprintf(want, sizeof want, "step_%08lld", (long long)s);
+    if (s < 0 || s > upto || strcmp(e->d_name, want)) continue; /* one spelling per step */
+    struct stat st;
+    if (remat_checkpoint_dir_path(path, sizeof path, dir, s, "DONE") || lstat(path, &st) != 0)
+      continue; /* not sealed: not a checkpoint */
+    if (n == scap) {
+      size_t c = scap ? 2 * scap : 16;
+      int64_t *p = realloc(steps, c * sizeof *p);
+      if (!p) {
+        rc = remat__errorf(err, REMAT_ENOMEM, "out of memory listing '%s'", dir);
+        break;
+      }
+      steps = p;
+      scap = c;
+    }
+    steps[n++] = s;
+  }
+  closedir(d);
+  if (n) qsort(steps, n, sizeof *steps, cmp_desc);
+  for (size_t i = (size_t)keep; !rc && i < n; i++) {
+    remat_checkpoint_dir_path(path, sizeof path, dir, steps[i], NULL);
+    rc = remove_step_dir(path, err);
+    if (!rc && removed) (*removed)++;
+  }
+  free(steps);
   return rc;
 }
 

@@ -455,7 +455,7 @@ int remat_save_bytes(const char *path, const char *what, const void *bytes, size
   return remat__wfile_commit(&w, err);
 }
 
-FILE *remat_output_stream_open(const char *path, const char *what, remat_error *err) {
+static FILE *open_stream(const char *path, const char *what, int append, remat_error *err) {
   if (!what) what = "output";
   char *target;
   struct stat st;
@@ -475,17 +475,25 @@ FILE *remat_output_stream_open(const char *path, const char *what, remat_error *
     close(fd);
     return NULL;
   }
-  if (ftruncate(fd, 0) != 0) {
+  if (append ? lseek(fd, 0, SEEK_END) < 0 : ftruncate(fd, 0) != 0) {
     remat__errorf(err, REMAT_EIO, "cannot write %s '%s': %s", what, path, strerror(errno));
     close(fd);
     return NULL;
   }
-  FILE *f = fdopen(fd, "w");
+  FILE *f = fdopen(fd, append ? "a" : "w");
   if (!f) {
     remat__errorf(err, REMAT_EIO, "cannot write %s '%s': %s", what, path, strerror(errno));
     close(fd);
   }
   return f;
+}
+
+FILE *remat_output_stream_open(const char *path, const char *what, remat_error *err) {
+  return open_stream(path, what, 0, err);
+}
+
+FILE *remat_output_stream_append(const char *path, const char *what, remat_error *err) {
+  return open_stream(path, what, 1, err);
 }
 
 void remat_ignore_sigxfsz(void) {
