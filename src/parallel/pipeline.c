@@ -89,7 +89,7 @@ struct remat_pipeline {
   double wait_s;
   /* trace */
   remat__trace trace; /* on a grid the stage's replica runtime records here too */
-  double norm_end;
+  int64_t step;       /* the step the spans belong to (0-based; set as it starts) */
   size_t fixed_bytes, slot_bytes[REMAT_MAX_STAGES];
   uint64_t live; /* bytes of the slots in use */
 };
@@ -112,7 +112,7 @@ static void record(remat_pipeline *pl, int kind, double t_start, double t_end, i
                    uint64_t value) {
   remat__trace_add(&pl->trace,
                    (remat__event){.ts = t_start, .dur = t_end - t_start,
-                                  .step = remat_model_step(pl->m), .micro = micro, .value = value,
+                                  .step = pl->step, .micro = micro, .value = value,
                                   .kind = (int16_t)kind,
                                   .track = kind == EV_RECOMPUTE ? REMAT__TRACK_RECOMPUTE
                                                                 : REMAT__TRACK_MAIN,
@@ -291,8 +291,7 @@ static int run_microbatches(void *ctx, remat_trainer *tr, double *loss_sum, rema
   remat_pipeline *pl = ctx;
   const remat_train_opts *o = remat_trainer_opts(tr);
   int rc;
-  double t_step = remat__now();
-  if (pl->norm_end > 0) record(pl, EV_UPDATE, pl->norm_end, t_step, -1, 0);
+  pl->step = remat_model_step(pl->m);
   pl->wait_s = 0;
   for (int64_t c = 1; c < pl->v; c++) remat_model_zero_grad(pl->cm[c]); /* the trainer: its own */
   const int64_t nops = pl->zb.len ? pl->zb.len : 2 * pl->M;
@@ -428,8 +427,7 @@ int remat__pipeline_norm(remat_pipeline *pl, const double *layers, int64_t n, do
   for (int64_t vs = 0; vs < pl->nv; vs++)
     for (int k = 0; k < layers_of(pl, vs); k++) sum += all[at[vs] + k];
   *total = sum;
-  pl->norm_end = remat__now();
-  record(pl, EV_REDUCE, t, pl->norm_end, -1, 0);
+  record(pl, EV_REDUCE, t, remat__now(), -1, 0);
   return 0;
 }
 
@@ -439,12 +437,15 @@ static int norm_sumsq(void *ctx, remat_trainer *tr, const double *layers, int64_
   return remat__pipeline_norm(ctx, layers, n, total, err);
 }
 
-/* Interleaved: the update of every chunk, with the step's one norm. */
+/* The update of every chunk of the rank, with the step's one norm (one
+ * chunk: what the trainer would do itself), drawn as the step's last span. */
 static int update_chunks(void *ctx, remat_trainer *tr, float lr, float norm, remat_error *err) {
   (void)err;
   remat_pipeline *pl = ctx;
   const remat_train_opts *o = remat_trainer_opts(tr);
+  double t = remat__now();
   for (int64_t c = 0; c < pl->v; c++) remat_model_update(pl->cm[c], &o->hp, lr, norm);
+  record(pl, EV_UPDATE, t, remat__now(), -1, 0);
   return 0;
 }
 
@@ -600,7 +601,7 @@ int remat_pipeline_create(remat_pipeline **out, remat_dist *d, remat_trainer *tr
   chunk_tables(pl);
   remat__trainer_ops ops = {.micro_batches = run_microbatches, .after_backward = exchange_tied,
                            .norm_sumsq = norm_sumsq,
-                           .update = pl->v > 1 ? update_chunks : NULL, .ctx = pl};
+                           .update = update_chunks, .ctx = pl};
   remat__trainer_set_ops(tr, &ops);
   *out = pl;
   return 0;

@@ -98,6 +98,11 @@ struct remat_replicas {
   int64_t micro;              /* the micro-batch running (-1: the pipeline's, unknown here) */
   double layer_t0;            /* when the running layer's backward took its buffer */
   remat__trace own, *trace;   /* the trace: its own, or the pipeline's on a grid */
+  int64_t step;               /* the step the spans belong to (0-based; set as it starts) */
+  /* the arena counter (its own trace): the bytes live between micro-batches,
+   * and what one micro-batch's activations add from its forward to the end
+   * of its backward */
+  uint64_t fixed_bytes, slot_bytes;
 };
 
 /* Records an MPI failure (the first one is reported). */
@@ -125,7 +130,7 @@ static uint64_t piece_bytes(const remat_replicas *rp, size_t floats, size_t size
 static void span(remat_replicas *rp, int kind, int track, double t0, double t1, int64_t micro,
                  int64_t layer) {
   remat__trace_add(rp->trace, (remat__event){.ts = t0, .dur = t1 - t0,
-                                              .step = remat_model_step(rp->m), .micro = micro,
+                                              .step = rp->step, .micro = micro,
                                               .kind = (int16_t)kind, .track = (int16_t)track,
                                               .layer = (int32_t)layer});
 }
@@ -469,8 +474,17 @@ static void bind(remat_replicas *rp) {
   plan_gathers(rp, has_b);
 }
 
+/* The arena's live bytes at t: a micro-batch's activations in use or not. */
+static void arena_counter(remat_replicas *rp, double t, int in_use) {
+  remat__trace_add(rp->trace, (remat__event){.ts = t, .micro = -1, .layer = -1,
+                                              .kind = REMAT__EV_ARENA,
+                                              .value = rp->fixed_bytes +
+                                                       (in_use ? rp->slot_bytes : 0)});
+}
+
 /* What a step needs before its first micro-batch (a grid's too). */
 static void begin_step(remat_replicas *rp) {
+  rp->step = remat_model_step(rp->m);
   memset(&rp->stats, 0, sizeof rp->stats);
   bind(rp);
   rp->next_block = GBUF_BLOCK0;
@@ -501,6 +515,7 @@ static int run_rounds(void *ctx, remat_trainer *tr, double *loss_sum, remat_erro
     uint32_t micro = (uint32_t)(j * rp->D + rp->r);
     rp->micro = micro;
     double t = remat__now();
+    arena_counter(rp, t, 1);
     remat__model_stage_forward(m, 0, micro, &o->hp);
     double tb = remat__now(), rs0 = remat__model_recompute_seconds(m);
     span(rp, REMAT__EV_FORWARD, REMAT__TRACK_MAIN, t, tb, micro, -1);
@@ -508,6 +523,7 @@ static int run_rounds(void *ctx, remat_trainer *tr, double *loss_sum, remat_erro
     double rs = remat__model_recompute_seconds(m) - rs0;
     /* interleaved with the blocks' backwards; drawn as one span of its total */
     if (rs > 0) span(rp, REMAT__EV_RECOMPUTE, REMAT__TRACK_RECOMPUTE, tb, tb + rs, micro, -1);
+    arena_counter(rp, remat__now(), 0);
     if ((rc = failed(rp, err))) return rc;
     rp->losses[rp->r * rp->K + j] = (float)(loss / (double)(o->B * o->T));
   }
@@ -695,18 +711,20 @@ double remat_comm_overlap(double seconds, double exposed_seconds) {
 }
 
 int remat_replicas_trace_start(remat_replicas *rp, int64_t max_steps, remat_error *err) {
-  /* per micro-batch: a forward, a recompute, and per layer a backward, a
-   * reduce and a wait, per params request a gather and a wait; per step the
-   * all-gathers between steps with their waits, and a few more */
+  /* per micro-batch: a forward, a recompute, two arena samples, and per
+   * layer a backward, a reduce and a wait, per params request a gather and a
+   * wait; per step the all-gathers between steps with their waits, and a few
+   * more */
   size_t L = (size_t)rp->L, K = (size_t)rp->K;
-  size_t per_step = K * (8 * L + 24) + 4 * L + 24;
+  size_t per_step = K * (8 * L + 26) + 4 * L + 24;
   int rc = remat__trace_start(&rp->own, rp->d->comm, (size_t)max_steps * per_step + 16, err);
   if (rc) return rc;
   rp->trace = &rp->own;
-  /* a replica's arena is live from the start: one counter */
-  size_t arena = remat_memplan_peak_bytes(remat_model_memplan(rp->m));
-  remat__trace_add(&rp->own, (remat__event){.ts = rp->own.t0, .micro = -1, .layer = -1,
-                                            .kind = REMAT__EV_ARENA, .value = arena});
+  /* the arena but its slot (activations) is live from the start */
+  const remat_memplan *mp = remat_model_memplan(rp->m);
+  rp->fixed_bytes = remat_memplan_peak_bytes(mp) - remat_memplan_buf(mp, REMAT_BUF_SLOTS).bytes;
+  rp->slot_bytes = remat_memplan_slot_bytes(mp);
+  arena_counter(rp, rp->own.t0, 0);
   return 0;
 }
 
