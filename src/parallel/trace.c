@@ -4,7 +4,8 @@
  * reserved up front (a step never allocates); at the end rank 0 gathers
  * every rank's and writes them, one process (pid) per rank, with tracks
  * (tid) for what runs beside the rank's computation: recompute, and
- * communication in flight. */
+ * communication in flight. A rank's track is named only where it has
+ * spans, so a viewer shows no empty ones. */
 #include <stdio.h>
 
 #include "base/base.h"
@@ -82,6 +83,29 @@ static void write_event(FILE *f, const remat__event *e, int rank, int *first) {
   fputs("}}", f);
 }
 
+/* Rank r's name and the names of the tracks its n events use. */
+static void write_names(FILE *f, const remat__event *ev, size_t n, int r, int64_t P, int64_t R,
+                        int *first) {
+  fputs(*first ? "\n" : ",\n", f);
+  *first = 0;
+  char name[64]; /* world rank r = stage * R + replica */
+  if (P > 1 && R > 1)
+    snprintf(name, sizeof name, "rank %d: stage %d, replica %d", r, (int)(r / R), (int)(r % R));
+  else
+    snprintf(name, sizeof name, "rank %d: %s %d", r, P > 1 ? "stage" : "replica", r);
+  fprintf(f, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"name\":\"%s\"}}", r,
+          name);
+  int used[REMAT__TRACKS] = {0};
+  for (size_t i = 0; i < n; i++)
+    if (ev[i].kind != REMAT__EV_ARENA) used[ev[i].track] = 1; /* a counter has no track */
+  for (int k = 0; k < REMAT__TRACKS; k++)
+    if (used[k])
+      fprintf(f,
+              ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,"
+              "\"args\":{\"name\":\"%s\"}}",
+              r, k, track_names[k]);
+}
+
 /* The largest event count of the other ranks, on rank 0, which reserves
  * room for it and says on every rank whether it could: a rank 0 out of
  * memory ends the write on every rank before any events are sent. */
@@ -116,22 +140,7 @@ int remat__trace_write(remat__trace *t, MPI_Comm comm, int64_t P, int64_t R, con
   int ok = f != NULL, first = 1;
   if (f) {
     fputs("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[", f);
-    for (int r = 0; r < size; r++) {
-      fputs(first ? "\n" : ",\n", f);
-      first = 0;
-      char name[64]; /* world rank r = stage * R + replica */
-      if (P > 1 && R > 1)
-        snprintf(name, sizeof name, "rank %d: stage %d, replica %d", r, (int)(r / R), (int)(r % R));
-      else
-        snprintf(name, sizeof name, "rank %d: %s %d", r, P > 1 ? "stage" : "replica", r);
-      fprintf(f, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"name\":\"%s\"}}",
-              r, name);
-      for (int k = 0; k < REMAT__TRACKS; k++)
-        fprintf(f,
-                ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,"
-                "\"args\":{\"name\":\"%s\"}}",
-                r, k, track_names[k]);
-    }
+    write_names(f, t->ev, t->n, 0, P, R, &first);
     for (size_t i = 0; i < t->n; i++) write_event(f, &t->ev[i], 0, &first);
   }
   /* every rank's events are received even when the file cannot be
@@ -143,8 +152,9 @@ int remat__trace_write(remat__trace *t, MPI_Comm comm, int64_t P, int64_t R, con
     if (MPI_Recv(buf, (int)(most * sizeof *buf), MPI_BYTE, r, 22, comm, &st) != MPI_SUCCESS ||
         MPI_Get_count(&st, MPI_BYTE, &bytes) != MPI_SUCCESS)
       ok = 0;
-    for (size_t i = 0; f && ok && i < (size_t)bytes / sizeof *buf; i++)
-      write_event(f, &buf[i], r, &first);
+    size_t got = (size_t)bytes / sizeof *buf;
+    if (f && ok) write_names(f, buf, got, r, P, R, &first);
+    for (size_t i = 0; f && ok && i < got; i++) write_event(f, &buf[i], r, &first);
   }
   remat__free(buf);
   if (f) {
