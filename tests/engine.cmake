@@ -45,6 +45,8 @@ if(MPIRUN)
   remat_cli_test(bf16 bf16.sh LABELS mpi TIMEOUT 600)
   # What the summary prints is true: MFU <= 100% on every line, labels, budgets.
   remat_cli_test(summary summary.sh LABELS mpi TIMEOUT 300)
+  # Traces tell the truth: an update per rank and step, arena counters, no empty tracks.
+  remat_cli_test(trace trace.sh LABELS mpi TIMEOUT 300)
 else()
   message(STATUS "mpirun not found: the pipeline and data-parallel tests are not registered")
 endif()
