@@ -65,6 +65,8 @@ static void train_flags(opts *o, cli_flag flags[TRAIN_FLAGS]) {
       {.name = "--chunks", .kind = CLI_I64, .dst = &d->chunks, .lo = 1, .hi = 64},
       {.name = "--checkpoint-every", .kind = CLI_I64, .dst = &d->checkpoint_every,
         .lo = 1, .hi = 1 << 30},
+      {.name = "--keep-checkpoints", .kind = CLI_I64, .dst = &d->keep_checkpoints,
+        .lo = 1, .hi = 1 << 30},
       {.name = "--stages", .kind = CLI_I64, .dst = &d->stages, .lo = 1, .hi = REMAT_MAX_STAGES},
       {.name = "--data-parallel", .kind = CLI_I64, .dst = &d->replicas,
         .lo = 1, .hi = REMAT_MAX_STAGES},
@@ -515,6 +517,38 @@ static int train_loop(run_state *r) {
   return 0;
 }
 
+/* A resumed run's log goes on where the run left it: the lines of steps
+ * up to the checkpoint's stay, those of steps after it (taken again now)
+ * go. A new run starts it afresh. */
+static int open_log(run_state *r, int64_t from_step, remat_error *err) {
+  const char *path = r->o->log;
+  if (from_step < 0) return (r->logf = remat_output_stream_open(path, "log", err)) ? 0 : err->code;
+  if (!(r->logf = remat_output_stream_append(path, "log", err))) return err->code;
+  FILE *in = fopen(path, "r");
+  char *line = NULL;
+  size_t cap = 0;
+  long long step, kept = 0;
+  off_t keep = 0;
+  ssize_t n;
+  while (in && (n = getline(&line, &cap, in)) > 0 && line[n - 1] == '\n' &&
+         !(sscanf(line, "{\"step\": %lld", &step) == 1 && step > from_step)) {
+    keep += n;
+    kept++;
+  }
+  free(line);
+  if (in) fclose(in);
+  if (ftruncate(fileno(r->logf), keep) != 0) {
+    err->code = REMAT_EIO;
+    snprintf(err->msg, sizeof err->msg, "cannot write log file '%.200s': %s", path,
+             strerror(errno));
+    return err->code;
+  }
+  if (!r->o->quiet)
+    printf("log     %s: appending after its %lld line%s (steps to %lld)\n", path, kept,
+           kept == 1 ? "" : "s", (long long)from_step);
+  return 0;
+}
+
 /* Before the first step: the peak rate (before the arena exists, so that
  * filling it cannot disturb the measurement), the machine check, the arena,
  * the weights and a resume's state, the log. */
@@ -544,14 +578,13 @@ static int start(run_state *r) {
                              &err))
       return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
   }
-  if (o->log && r->rank == 0 && !(r->logf = remat_output_stream_open(o->log, "log", &err)))
-    rc = err.code;
-  /* the log is rank 0's: the others learn of its failure */
-  if (remat_job_agree(r->job, rc, &err)) return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
   int64_t step;
   const char *note, *from = remat_job_resumed_from(r->job, &step, &note);
   if (note) fprintf(stderr, "remat train: warning: %s\n", note);
   if (from && !o->quiet) printf("resume  %s at step %lld\n", from, (long long)step);
+  if (o->log && r->rank == 0) rc = open_log(r, from ? step : -1, &err);
+  /* the log is rank 0's: the others learn of its failure */
+  if (remat_job_agree(r->job, rc, &err)) return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
   if (r->pipe)
     remat_job_predict(r->job, r->peak.flops / (double)r->ranks, &r->predicted_s,
                       &r->predicted_bubble);
@@ -579,6 +612,9 @@ static int train_job(opts *o, run_state *r) {
   if (remat_job_resumed_from(job, &at, NULL) && at >= o->d.train.steps) { /* nothing to do */
     printf("the run in %s finished at step %lld; give --steps N > %lld to extend it\n",
            o->d.resume, (long long)at, (long long)at);
+    /* --save still writes its weights: the checkpoint's, in the format asked */
+    if (o->save && remat_job_start(job, &err)) return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
+    if (o->save && save_model(o, job)) return CLI_EXIT_RUN;
     return cli_stdout_ok() ? CLI_EXIT_RUN : 0;
   }
   o->d.train.T = remat_job_description(job)->train.T;

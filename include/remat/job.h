@@ -86,6 +86,10 @@ typedef struct remat_job_desc {
    * directory (or that checkpoint itself). */
   const char *checkpoint_dir;
   int64_t checkpoint_every;
+  /* > 0: once a checkpoint is sealed, only the newest keep_checkpoints
+   * step directories of the run stay (remat_checkpoint_dir_prune); 0 keeps
+   * them all. A resume may change it. */
+  int64_t keep_checkpoints;
   const char *resume;
   int trace; /* record every rank's timeline (several ranks only) */
   /* The version of the model file remat_job_save writes: 0 or
@@ -274,6 +278,13 @@ typedef struct remat_job_saved {
   char *text;          /* the settings file, owned */
   int found;           /* 0: an older checkpoint without settings; desc is then
                           remat_job_desc_default's and the caller gives them all */
+  /* What identifies the run's token source (desc.data or desc.text),
+   * whatever its path: its size and CRC32C (data_known 0: an older
+   * checkpoint, which saved its path alone, as given). Paths are saved
+   * resolved, so a resume from another directory finds them. */
+  uint64_t data_bytes;
+  uint32_t data_crc;
+  int data_known;
 } remat_job_saved;
 
 /* The settings of the checkpoint a resume of dir takes (dir itself when it
@@ -298,8 +309,9 @@ typedef struct remat_job_conflict {
 } remat_job_conflict;
 /* 1 and *c filled for the first such setting of d, else 0. A string
  * setting given again as another spelling of the same thing (the same file
- * by another path, "tiny" for its L,C,NH,V,T) is the same; a sequence
- * length of 0 stands for the saved one. */
+ * by another path, "tiny" for its L,C,NH,V,T) is the same; so is a token
+ * source at another path with the saved size and CRC32C (a copy of the
+ * same bytes); a sequence length of 0 stands for the saved one. */
 REMAT_API int remat_job_saved_conflict(const remat_job_saved *s, const remat_job_desc *d,
                                        remat_job_conflict *c);
 

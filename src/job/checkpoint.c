@@ -1,7 +1,7 @@
 /* checkpoint.c: a job's weights and state out (remat/job.h): the whole
  * model gathered from every rank and saved by rank 0, and a checkpoint
  * directory per due step (the weights, each rank's state, the run's
- * settings, DONE last); the names of a rank's state file, which a resume
+ * settings, DONE last; the oldest beyond keep_checkpoints removed); the names of a rank's state file, which a resume
  * reads back. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -70,13 +70,17 @@ int remat__job_write_checkpoint(remat_job *job, remat_error *err) {
   if (!rc && job->rank == 0) { /* the run's settings, for a resume that names only the dir */
     remat_checkpoint_dir_path(path, sizeof path, dir, step, "settings");
     rc = remat__job_settings_save(path, &job->d, &job->cfg,
-                                   job->d.eval_every > 0 || job->held_out, err);
+                                   job->d.eval_every > 0 || job->held_out, &job->data, err);
   }
   if ((rc = remat__job_agree(job, rc, err))) return rc;
   /* every rank's files are written: one rank lists and seals them, with the
    * run the states name (they must all name one) */
   remat_checkpoint_dir_path(path, sizeof path, dir, step, NULL);
   rc = job->rank == 0 ? remat_checkpoint_seal(path, step, NULL, err) : 0;
+  /* sealed: now the oldest beyond the number kept may go (the one resumed
+   * from among them, a newer one standing in for it) */
+  if (!rc && job->rank == 0)
+    rc = remat_checkpoint_dir_prune(dir, step, job->d.keep_checkpoints, NULL, err);
   if ((rc = remat__job_agree(job, rc, err))) return rc;
   /* Saving held a few file names for a moment: not part of a training
    * step, so not of its measured peak. */

@@ -71,6 +71,10 @@ int remat_job_desc_check(const remat_job_desc *d, remat_error *err) {
   if (!!d->checkpoint_dir != (d->checkpoint_every > 0))
     return remat__errorf(err, REMAT_EINVAL, "%s DIR and %s N go together",
                          N(d, "checkpoint-dir"), N(d, "checkpoint-every"));
+  if (d->keep_checkpoints < 0 || (d->keep_checkpoints > 0 && !d->checkpoint_dir))
+    return remat__errorf(err, REMAT_EINVAL, "%s N keeps the newest N checkpoints of %s DIR: "
+                         "give N >= 1 with %s", N(d, "keep-checkpoints"), N(d, "checkpoint-dir"),
+                         N(d, "checkpoint-dir"));
   if (d->resume && d->model)
     return remat__errorf(err, REMAT_EINVAL, "%s takes the weights from its checkpoint; drop %s",
                          N(d, "resume"), N(d, "model"));
@@ -138,7 +142,7 @@ static uint64_t desc_digest(const remat_job_desc *d) {
   int64_t v[] = {d->train.B, d->train.T, d->train.grad_accum, d->train.steps, d->train.warmup,
                  d->train.cosine, d->train.shuffle, d->train.eval_batches, d->eval_every,
                  d->stages, d->replicas, d->zero, d->schedule, d->chunks, d->checkpoint_every,
-                 d->trace,
+                 d->keep_checkpoints, d->trace,
                  (int64_t)d->train.hp.seed};
   double f[] = {d->train.lr, d->train.val_frac, d->ckpt_ratio, d->train.hp.weight_decay,
                 d->train.hp.grad_clip, d->train.hp.dropout};

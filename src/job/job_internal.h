@@ -16,6 +16,13 @@
 
 #include "remat/job.h"
 
+/* What identifies a file whatever its path. */
+typedef struct remat__data_id {
+  uint64_t bytes;
+  uint32_t crc;
+  int known;
+} remat__data_id;
+
 struct remat_job {
   remat_job_desc d; /* the caller's strings are borrowed */
   remat_run_kind kind;
@@ -42,6 +49,9 @@ struct remat_job {
   char resume_note[2048]; /* what the resume passed over, or that it could not verify */
   int64_t last_checkpoint; /* the step of the last checkpoint written */
   int held_out; /* a resume of a run that held tokens out: the split stays */
+  /* the token source's size and CRC32C (data_known 0: the embedded corpus),
+   * saved with each checkpoint; a resume's saved ones, checked against it */
+  remat__data_id data, saved_data;
   int other_flags; /* the lowest rank started with another description, else -1 */
   int ranks_differ; /* started on another rank count than the description's */
 };
@@ -69,8 +79,9 @@ int remat__job_write_checkpoint(remat_job *job, remat_error *err);
 /* settings.c. Writes the description's settings (the shape as L,C,NH,V,T
  * from cfg) to path, atomically: the `settings` file of a checkpoint.
  * val-frac is saved as the share held out (0 when held_out is 0), which a
- * resume keeps whatever its evaluation interval. */
+ * resume keeps whatever its evaluation interval. Paths are saved resolved
+ * (absolute); data (known) as the lines data-bytes and data-crc. */
 int remat__job_settings_save(const char *path, const remat_job_desc *d, const remat_config *cfg,
-                             int held_out, remat_error *err);
+                             int held_out, const remat__data_id *data, remat_error *err);
 
 #endif

@@ -3,12 +3,16 @@
  * file `settings` (listed with its checksum in DONE): one "key value" line
  * per setting of the job's description, the keys named as `remat train`'s
  * flags are (lr, grad-accum, checkpoint-dir, ...), an empty value for a
- * string not given; val-frac is the share held out (0: none). A resume reads it into a description
+ * string not given; val-frac is the share held out (0: none); paths
+ * resolved (absolute), and the token source's size and CRC32C in the lines
+ * data-bytes and data-crc, so a resume from anywhere finds its data, and
+ * knows a copy of it at another path. A resume reads it into a description
  * (remat_job_saved_load); a front end lays the settings it was given over
  * that and asks which one a resume may not change
  * (remat_job_saved_conflict). save_version is not among them: like the
  * front end's output files, the format of the saved model may change on a
  * resume. */
+#define _DEFAULT_SOURCE /* realpath */
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,8 +28,9 @@ enum { K_STR, K_PATH, K_CONFIG, K_I64, K_INT, K_U64, K_F64, K_F32, K_SCHED, K_PR
 
 /* What a resume may change: nothing (0), the step count (only to extend a
  * constant learning rate, the trainer checks), the evaluation interval (not
- * from none: the held-out split is the saved run's). */
-enum { FIXED = 0, STEPS, EVAL };
+ * from none: the held-out split is the saved run's), anything (how many
+ * checkpoints stay). */
+enum { FIXED = 0, STEPS, EVAL, FREE };
 
 static const struct key {
   const char *name;
@@ -68,6 +73,7 @@ static const struct key {
     {"plan", K_PATH, offsetof(remat_job_desc, plan), FIXED},
     {"checkpoint-dir", K_PATH, offsetof(remat_job_desc, checkpoint_dir), FIXED},
     {"checkpoint-every", K_I64, offsetof(remat_job_desc, checkpoint_every), FIXED},
+    {"keep-checkpoints", K_I64, offsetof(remat_job_desc, keep_checkpoints), FREE},
 };
 #define NKEYS (sizeof keys / sizeof keys[0])
 
@@ -103,7 +109,8 @@ static void format_value(const remat_job_desc *d, const struct key *k, char *buf
 }
 
 int remat__job_settings_save(const char *path, const remat_job_desc *desc,
-                             const remat_config *cfg, int held_out, remat_error *err) {
+                             const remat_config *cfg, int held_out, const remat__data_id *data,
+                             remat_error *err) {
   remat_job_desc d = *desc;
   if (!held_out) d.train.val_frac = 0;
   char shape[128];
@@ -119,12 +126,19 @@ int remat__job_settings_save(const char *path, const remat_job_desc *desc,
   for (size_t i = 0; i < NKEYS && !rc; i++) {
     char v[4200];
     format_value(&d, &keys[i], v, sizeof v);
+    char *real = keys[i].kind == K_PATH && *v ? realpath(v, NULL) : NULL;
+    if (real) /* resolved: a resume from another directory finds it */
+      snprintf(v, sizeof v, "%s", real);
+    free(real);
     if (strchr(v, '\n') || strlen(v) >= 4096 || n + strlen(v) + 64 >= cap)
       rc = remat__errorf(err, REMAT_EINVAL, "the setting %s cannot be saved with the "
                          "checkpoint: a newline or more than 4095 bytes in '%.100s'",
                          keys[i].name, v);
     else n += (size_t)snprintf(text + n, cap - n, "%s %s\n", keys[i].name, v);
   }
+  if (!rc && data && data->known) /* the data whatever its path: a copy resumes too */
+    n += (size_t)snprintf(text + n, cap - n, "data-bytes %llu\ndata-crc %08x\n",
+                          (unsigned long long)data->bytes, (unsigned)data->crc);
   if (!rc) rc = remat_save_bytes(path, "settings", text, n, err);
   free(text);
   return rc;
@@ -214,8 +228,17 @@ int remat_job_saved_load(remat_job_saved *s, const char *dir, remat_error *err) 
       if (strcmp(line, "remat settings 1")) break;
       continue;
     }
-    char *sp = strchr(line, ' ');
+    char *sp = strchr(line, ' '), *end;
     if (!sp) goto bad;
+    if (!strncmp(line, "data-bytes ", 11) || !strncmp(line, "data-crc ", 9)) {
+      int bytes = line[5] == 'b';
+      unsigned long long v = strtoull(sp + 1, &end, bytes ? 10 : 16);
+      if (!sp[1] || *end || (!bytes && (strlen(sp + 1) != 8 || v > 0xffffffffull))) goto bad;
+      if (bytes) s->data_bytes = v;
+      else s->data_crc = (uint32_t)v;
+      s->data_known |= bytes ? 1 : 2;
+      continue;
+    }
     *sp = 0;
     size_t i = 0;
     while (i < NKEYS && strcmp(keys[i].name, line)) i++;
@@ -224,7 +247,8 @@ int remat_job_saved_load(remat_job_saved *s, const char *dir, remat_error *err) 
     if (parse_value(&s->desc, &keys[i], sp + 1)) goto bad;
     nset++;
   }
-  if (first || *line) goto bad;
+  if (first || *line || (s->data_known && s->data_known != 3)) goto bad;
+  s->data_known = s->data_known == 3;
   if (!nset) { /* every remat that writes the file writes its settings */
     rc = remat__errorf(err, REMAT_EFORMAT, "the settings of %s hold no setting after their "
                        "header; the file was cut or emptied", path);
@@ -278,17 +302,32 @@ static int same_setting(const struct key *k, const remat_job_desc *a, const rema
   }
 }
 
+/* The token source given at another path than the saved one: the same
+ * bytes (the saved size and CRC32C) are the same data. */
+static int same_data(const remat_job_saved *s, const struct key *k, const remat_job_desc *d) {
+  const char *given = *CAT(d, k, const char *), *saved = *CAT(&s->desc, k, const char *);
+  if (!s->data_known || !given || !saved ||
+      (k->off != offsetof(remat_job_desc, data) && k->off != offsetof(remat_job_desc, text)))
+    return 0;
+  uint64_t bytes;
+  uint32_t crc;
+  remat_error e;
+  return !remat_file_checksum(given, "token source", given, &bytes, &crc, &e) &&
+         bytes == s->data_bytes && crc == s->data_crc;
+}
+
 int remat_job_saved_conflict(const remat_job_saved *s, const remat_job_desc *d,
                              remat_job_conflict *c) {
   const remat_job_desc *sv = &s->desc;
   if (!s->found) return 0;
   for (size_t i = 0; i < NKEYS; i++) {
     const struct key *k = &keys[i];
-    if (k->may == STEPS || (k->may == EVAL && (sv->train.val_frac > 0 || d->eval_every == 0)))
+    if (k->may == STEPS || k->may == FREE ||
+        (k->may == EVAL && (sv->train.val_frac > 0 || d->eval_every == 0)))
       continue;
     if (k->kind == K_I64 && k->off == offsetof(remat_job_desc, train.T) && d->train.T == 0)
       continue; /* not given: the saved one */
-    if (same_setting(k, sv, d)) continue;
+    if (same_setting(k, sv, d) || same_data(s, k, d)) continue;
     c->key = k->name;
     format_value(sv, k, c->saved, sizeof c->saved);
     format_value(d, k, c->given, sizeof c->given);

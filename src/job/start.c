@@ -39,6 +39,7 @@ static int check_saved(remat_job *job, remat_error *err) {
   int rc = remat_job_saved_load(&s, job->resume_dir, err);
   if (rc) return rc;
   job->held_out = s.desc.train.val_frac > 0;
+  job->saved_data = (remat__data_id){s.data_bytes, s.data_crc, s.data_known};
   remat_job_desc d = job->d;
   d.model = NULL;
   if (remat_job_saved_conflict(&s, &d, &c))
@@ -142,9 +143,29 @@ static int load_shape(remat_job *job, remat_error *err) {
   return 0;
 }
 
+/* The token source's size and CRC32C, saved with each checkpoint; a
+ * resume's must be the saved run's, whatever path it is read from. */
+static int identify_data(remat_job *job, const char *path, remat_error *err) {
+  remat__data_id *id = &job->data;
+  const remat__data_id *was = &job->saved_data;
+  int rc = remat_file_checksum(path, job->d.data ? "token shard" : "text",
+                               job->d.data ? "the token shard" : "the text", &id->bytes, &id->crc,
+                               err);
+  if (rc) return rc;
+  id->known = 1;
+  if (!was->known || (id->bytes == was->bytes && id->crc == was->crc)) return 0;
+  return remat__errorf(err, REMAT_EINVAL, "%s is not the data of the run in %s: %llu bytes with "
+                       "CRC32C %08x, the run's had %llu bytes with CRC32C %08x; give %s the "
+                       "run's file", path, job->resume_dir, (unsigned long long)id->bytes,
+                       (unsigned)id->crc, (unsigned long long)was->bytes, (unsigned)was->crc,
+                       remat__job_name(&job->d, job->d.data ? "data" : "text"));
+}
+
 static int load_tokens(remat_job *job, remat_error *err) {
   const remat_job_desc *d = &job->d;
   job->source = d->data ? d->data : d->text ? d->text : "embedded corpus";
+  int rc = d->data || d->text ? identify_data(job, job->source, err) : 0;
+  if (rc) return rc;
   if (d->data) return remat_tokens_load(&job->tok, d->data, err);
   if (d->text) return remat_tokens_from_text(&job->tok, d->text, err);
   return remat_corpus_tokens(&job->tok, 0, err);

@@ -8,7 +8,11 @@
 # mixed step directory is refused naming the file; a settings file edited
 # by hand is refused by its checksum, or when resealed, quoting the line it
 # cannot read or a value out of its flag's or the trainer's range; a
-# resume with other settings is refused with one line.
+# resume with other settings is refused with one line. A finished run
+# resumed with --save writes its weights; --log on a resume appends (the
+# lines after the checkpoint's step replaced); --keep-checkpoints N keeps
+# the newest N step directories; a resume from another directory finds the
+# data by its saved path, takes a copy of the same bytes, refuses others.
 # usage: resume.sh REMAT TMPDIR
 set -u
 remat=$1
@@ -183,5 +187,78 @@ expect_fail "steps before the checkpoint's" "it is at step 16 already" --resume 
 "$remat" train --resume cut/step_00000012 --config 2,64,4,256,64 --batch 4 --lr 0.001 --seed 1337 \
   --quiet --peak-gflops 10 --threads 1 --save again.bin >/dev/null 2>&1
 cmp -s h16.bin again.bin && ok "flags with the saved values are accepted" || bad "same values again"
+
+# A finished run resumed with --save writes the file: the checkpoint's weights.
+"$remat" train --resume cut --save fin.bin --quiet --threads 1 >fin.out 2>&1
+rc=$?
+if [[ $rc -eq 0 ]] && cmp -s h16.bin fin.bin && grep -q "finished at step 16" fin.out && \
+  grep -q "^saved   fin.bin" fin.out; then ok "a finished run resumed with --save: says so, writes its weights"
+else bad "--save of a finished run (rc $rc): $(cat fin.out)"; fi
+
+# --log on a resume appends: the lines up to the checkpoint's step stay,
+# those after it (taken again) are replaced; a new run starts afresh.
+"$remat" train "${H[@]}" --steps 12 --log ref12.jsonl >/dev/null
+"$remat" train "${H[@]}" --steps 12 --checkpoint-dir lg --checkpoint-every 4 --log lg.jsonl >/dev/null
+rm -rf lg/step_00000012 lg/step_00000008 # killed after step 8's checkpoint... of step 4
+"$remat" train --resume lg --threads 1 --peak-gflops 10 --log lg.jsonl >lg.out 2>&1
+if diff <(losses ref12.jsonl) <(losses lg.jsonl) >/dev/null && \
+  grep -q "^log     lg.jsonl: appending after its 4 lines (steps to 4)" lg.out; then
+  ok "--log on a resume appends: 12 lines of 12 steps, as one run's, and says so"
+else bad "--log on a resume: $(wc -l <lg.jsonl) lines; $(grep '^log' lg.out)"; fi
+"$remat" train "${H[@]}" --steps 3 --log lg.jsonl >/dev/null
+[[ $(wc -l <lg.jsonl) -eq 3 ]] && ok "a new run starts its log afresh" || bad "new run's log: $(wc -l <lg.jsonl) lines"
+
+# --keep-checkpoints N: the newest N step directories stay; a resume from
+# the oldest keeps it until a newer one is sealed, and may change N.
+"$remat" train "${H[@]}" --steps 16 --checkpoint-dir kept --checkpoint-every 2 --keep-checkpoints 2 \
+  --save k16.bin >/dev/null
+[[ $(ls kept | tr '\n' ' ') == "step_00000014 step_00000016 " ]] && cmp -s h16.bin k16.bin && \
+  ok "--keep-checkpoints 2: step_00000014 and step_00000016 stay, the same bytes" || \
+  bad "--keep-checkpoints 2 left: $(ls kept | tr '\n' ' ')"
+"$remat" train "${H[@]}" --steps 8 --checkpoint-dir kr --checkpoint-every 2 >/dev/null
+"$remat" train --resume kr/step_00000004 --keep-checkpoints 1 --threads 1 --peak-gflops 10 \
+  --save kr.bin --quiet >/dev/null 2>&1
+[[ $(ls kr | tr '\n' ' ') == "step_00000008 " ]] && cmp -s h8.bin kr.bin && \
+  ok "resumed at step 4 with --keep-checkpoints 1: only step_00000008 stays, the same bytes" || \
+  bad "resume with --keep-checkpoints 1 left: $(ls kr | tr '\n' ' ')"
+"$remat" train --resume kept --steps 20 --threads 1 --peak-gflops 10 --quiet >/dev/null 2>&1
+[[ $(ls kept | tr '\n' ' ') == "step_00000018 step_00000020 " ]] && \
+  ok "--resume DIR alone keeps the run's --keep-checkpoints" || \
+  bad "resume kept: $(ls kept | tr '\n' ' ')"
+
+# Resume from anywhere: a shard given by a relative path is saved resolved
+# with its size and CRC32C; --resume from another directory finds it; a
+# copy of the same bytes at another path is the same data; other bytes,
+# given or found at the saved path, are refused.
+mkdir -p where/run
+perl -e 'open(my $h,">",$ARGV[0]) or die; binmode $h; my @t = map { ($_ * 7) % 100 } 0..9999;
+  print $h pack("l<256", 20240520, 1, scalar(@t), (0) x 253); print $h pack("S<*", @t);' \
+  where/run/corpus_train.bin
+D=(--config tiny --batch 4 --seq 32 --quiet --peak-gflops 10 --threads 1)
+(cd where/run && "$remat" train "${D[@]}" --data corpus_train.bin --steps 12 --save ../../d12.bin \
+  >/dev/null && "$remat" train "${D[@]}" --data corpus_train.bin --steps 8 --checkpoint-dir ck \
+  --checkpoint-every 4 >/dev/null)
+grep -q "^data $tmp/where/run/corpus_train.bin\$" where/run/ck/step_00000008/settings && \
+  grep -q "^data-crc [0-9a-f]\{8\}\$" where/run/ck/step_00000008/settings && \
+  ok "the shard's path saved resolved, with its size and CRC32C" || \
+  bad "settings: $(grep '^data' where/run/ck/step_00000008/settings)"
+"$remat" train "${D[@]}" --resume "$tmp/where/run/ck" --steps 12 --save d8to12.bin >wh.out 2>&1
+cmp -s d12.bin d8to12.bin && ok "--resume /abs/ck from another directory finds the shard: the same bytes" || \
+  bad "resume from elsewhere: $(tail -2 wh.out)"
+cp where/run/corpus_train.bin copy.bin
+"$remat" train "${D[@]}" --resume where/run/ck/step_00000004 --data "$tmp/copy.bin" --steps 12 \
+  --save dcopy.bin >wh.out 2>&1
+cmp -s d12.bin dcopy.bin && ok "--data /abs/copy of the same bytes on a resume: accepted, the same bytes" || \
+  bad "resume with a copy of the data: $(tail -2 wh.out)"
+grep -q "^data $tmp/copy.bin\$" where/run/ck/step_00000012/settings && \
+  ok "the checkpoints after it name the copy, the path the run now reads" || \
+  bad "settings after a resume with a copy: $(grep '^data ' where/run/ck/step_00000012/settings)"
+cp copy.bin other.bin
+printf '\1' | dd of=other.bin bs=1 seek=3000 conv=notrunc 2>/dev/null
+expect_fail "other bytes given on a resume" "\-\-data $tmp/other.bin differs from the saved run's" \
+  --resume where/run/ck --steps 16 --data "$tmp/other.bin"
+cp other.bin copy.bin
+expect_fail "other bytes at the saved path" "copy.bin is not the data of the run in .*CRC32C" \
+  --resume where/run/ck --steps 16
 
 summary

@@ -32,6 +32,13 @@ head -c 5000 "$tmp/tiny.bin" >"$tmp/tiny_trunc.bin"
 perl -e 'open(my $h,"+<",$ARGV[0]) or die; binmode $h; print $h pack("l<",1);' \
   "$(cp "$tmp/tiny.bin" "$tmp/tiny_magic.bin" && echo "$tmp/tiny_magic.bin")"
 
+# --keep-checkpoints keeps step directories of --checkpoint-dir: 1 or more
+expect_fail "--keep-checkpoints without --checkpoint-dir" \
+  "\-\-keep-checkpoints N keeps the newest N checkpoints of \-\-checkpoint-dir DIR" \
+  --config tiny --steps 1 --keep-checkpoints 2
+expect_fail "--keep-checkpoints 0" "\-\-keep-checkpoints" --config tiny --steps 1 \
+  --checkpoint-dir "$tmp/keep0" --checkpoint-every 1 --keep-checkpoints 0
+
 # chunked schedules run a pipeline (their plan files: chunked.sh)
 for sch in interleaved zbv; do
   expect_fail "--schedule $sch on one process" "$sch runs a pipeline of 2 or more stages" \
