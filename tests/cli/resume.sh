@@ -39,6 +39,9 @@ G=(--config tiny --batch 4 --seq 32 --steps 600 --dropout 0.1 --grad-accum 2 --w
 "$remat" train "${G[@]/kill/ref}" --save ref.bin >/dev/null
 RANDOM=7
 kills=0
+# the kills fall 20 to 200 ms after the start, later by 200 ms each round
+# that ends with no complete checkpoint (a loaded machine starts slowly)
+late=0
 # complete: a checkpoint with DONE (a run killed before its first, as on a
 # loaded machine, leaves the directory and nothing to resume yet)
 complete() { compgen -G "kill/step_*/DONE" >/dev/null; }
@@ -47,9 +50,11 @@ for round in $(seq 20); do
   complete && args+=(--resume kill)
   "$remat" train "${args[@]}" --save killed.bin >/dev/null 2>&1 &
   pid=$!
-  sleep "$(printf '0.%03d' $((RANDOM % 181 + 20)))" # 20 to 200 ms, at any point of a step
+  ms=$((RANDOM % 181 + 20 + late)) # at any point of a step
+  sleep "$((ms / 1000)).$(printf '%03d' $((ms % 1000)))"
   if kill -9 "$pid" 2>/dev/null; then kills=$((kills + 1)); fi
   wait "$pid" 2>/dev/null
+  complete || late=$((late < 2000 ? late + 200 : late))
   if complete && ! "$remat" train "${G[@]}" --resume kill --plan-only >/dev/null 2>&1; then
     bad "after kill $round the newest checkpoint does not load"
   fi
