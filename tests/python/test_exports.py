@@ -302,6 +302,12 @@ class PythonExports(unittest.TestCase):
                 ex = p.data["exports"]["colossalai"]
                 self.assertEqual(list(got), [ex["runs"]["blocks"], ex["runs"]["recomputed_blocks"]])
 
+    def test_bad_memory(self):
+        """A budget that is not a number of bytes is refused with what to give."""
+        for bad in (float("nan"), float("inf"), -1, 0):
+            with self.assertRaisesRegex(ValueError, "positive number of bytes"):
+                remat.plan(common.SEED, memory=bad, cli=common.CLI)
+
     def test_megatron_flags(self):
         p = remat.plan(LLAMA, stages=4, memory="24GiB", middle=False, cli=common.CLI, tp=2)
         flags, notes = p.megatron()
