@@ -34,8 +34,8 @@ static void source_note(char *buf, size_t cap, int bf16, int measured) {
 
 static const char usage_text[] =
     "usage: remat plan PROBLEM.json [options]\n"
-    "       remat plan --config NAME|L,C,NH,V,T --batch B --seq T --stages P\n"
-    "                  --microbatches M --mem SIZE [options]\n"
+    "       remat plan --config NAME|L,C,NH,V,T --batch B --seq T --mem SIZE\n"
+    "                  [--stages P] [--microbatches M] [options]\n"
     "\n"
     "Chooses how many consecutive layers each pipeline stage runs and, for each\n"
     "layer, whether it keeps its activations, recomputes them, or (GPT-2 blocks,\n"
@@ -64,8 +64,9 @@ static const char usage_text[] =
     "                                 (python/remat, docs/profile.md)\n"
     "  --batch B, --seq T             micro-batch shape for --config\n"
     "settings (override the file's):\n"
-    "  --stages P                     pipeline stages\n"
-    "  --microbatches M               micro-batches per iteration\n"
+    "  --stages P                     pipeline stages (with --config, default 1)\n"
+    "  --microbatches M               micro-batches per iteration (with --config,\n"
+    "                                 default 1)\n"
     "  --mem SIZE[,SIZE...]           budget for every stage, or one per stage\n"
     "                                 (e.g. 20GB, 16GiB, 20e9): a stage's arena, as\n"
     "                                 in remat train (the training data a process\n"
@@ -204,13 +205,13 @@ static int check_combination(plan_args *a) {
     return cli_fail(-1, "--batch and --seq go with --config; a problem file has its own layers");
   const char *missing = a->B < 0   ? "--batch"
                         : a->T < 0 ? "--seq"
-                        : a->P < 0 ? "--stages"
-                        : a->M < 0 ? "--microbatches"
                         : !a->mem  ? "--mem"
                                    : NULL;
   if (a->config && missing)
-    return cli_fail(-1, "--config needs %s too (and --batch, --seq, --stages, --microbatches, "
-                    "--mem)", missing);
+    return cli_fail(-1, "--config needs %s too (--batch, --seq and --mem; --stages and "
+                    "--microbatches default to 1)", missing);
+  if (a->config && a->P < 0) a->P = 1; /* one process's plan */
+  if (a->config && a->M < 0) a->M = 1;
   return 0;
 }
 

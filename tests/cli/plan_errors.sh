@@ -71,6 +71,7 @@ expect "time-limit" "$DATA/seed.json" --time-limit -1
 expect "time-limit" "$DATA/seed.json" --time-limit soon
 expect "time-limit" "$DATA/seed.json" --time-limit nan
 expect "--batch" --config gpt2-124m --stages 4 --microbatches 8 --mem 8GiB
+expect "needs --mem too" --config gpt2-124m --batch 4 --seq 512
 expect "unknown model config" --config gpt9 --batch 1 --seq 64 --stages 2 --microbatches 2 --mem 1GB
 expect "--config" "$DATA/seed.json" --batch 4
 expect "sequence length" --config tiny --batch 1 --seq 100000 --stages 2 --microbatches 2 --mem 1GB
@@ -263,6 +264,9 @@ check "--config's JSON says what its figures describe" \
   >"$TMP/out" 2>"$TMP/err"
 check "--config's table says what its figures describe, once" \
   '[ "$(grep -c "^note: .*\(fp32\|bf16\) GPT-2 engine.*docs/profile.md" "$TMP/out")" -eq 1 ]'
+"$REMAT" plan --config tiny --batch 4 --seq 64 --mem 1GiB --format json >"$TMP/out" 2>"$TMP/err"
+check "--config without --stages and --microbatches plans one stage of one micro-batch" \
+  'python3 -c "import json,sys; d=json.load(open(sys.argv[1])); sys.exit(not (d[\"num_stages\"] == 1 and d[\"microbatches\"] == 1))" "$TMP/out"'
 
 # help works and a good run exits 0
 "$REMAT" plan --help >"$TMP/out" 2>&1 || { echo "FAIL: --help" >&2; fails=$((fails + 1)); }
