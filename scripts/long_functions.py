@@ -108,15 +108,20 @@ def signature(text, start, brace):
     return m.group(1), text.count("\n", 0, start + m.start(1)) + 1
 
 
-def scan(root, dirs):
-    rows = []
+def c_files(root, dirs):
+    """Every .c and .h file under each of dirs (relative to root), in order."""
     for d in dirs:
         for base, _, files in os.walk(os.path.join(root, d)):
             for f in sorted(files):
                 if f.endswith((".c", ".h")):
-                    path = os.path.join(base, f)
-                    for name, first, last in functions(path):
-                        rows.append((last - first + 1, os.path.relpath(path, root), first, name))
+                    yield os.path.join(base, f)
+
+
+def scan(root, dirs):
+    rows = []
+    for path in c_files(root, dirs):
+        for name, first, last in functions(path):
+            rows.append((last - first + 1, os.path.relpath(path, root), first, name))
     return rows
 
 
