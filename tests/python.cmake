@@ -22,7 +22,7 @@ if(remat_torch_python)
                    ${PROJECT_SOURCE_DIR}/python ${remat_python_work})
   set_tests_properties(python_install PROPERTIES LABELS "python" TIMEOUT 300
     FIXTURES_SETUP remat_python)
-  foreach(t test_profile_bytes test_plan test_verify test_exports)
+  foreach(t test_profile_bytes test_plan test_verify test_exports test_convert)
     add_test(NAME python_${t}
              COMMAND ${remat_python_work}/venv/bin/python ${CMAKE_CURRENT_SOURCE_DIR}/python/${t}.py)
     set_tests_properties(python_${t} PROPERTIES LABELS "python" TIMEOUT 300
