@@ -28,7 +28,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <omp.h>
+
 #include "kernels/bf16.h"
+#include "kernels/kernels.h"
 #include "test_util.h"
 
 /* Every heap allocation and free of the process while counting is on. */
@@ -336,9 +339,185 @@ static void test_products(void) {
   remat__dnnl_destroy(d);
 }
 
+/* ------------------------------------------------------ attention */
+
+/* The attention on bf16 operands (AVX512-BF16 tiles) against the fp32
+ * tiles on the same values widened, per element within the bound of what
+ * bf16 rounds, u = 2^-8 relative per rounding, from the double terms of
+ * the exact computation (P the probabilities after dropout, Pd, dS the
+ * scores' gradient, E_tc = sum_d |dO_td v_cd|):
+ *   out_td  u sum_c |Pd_tc v_cd|                (P rounded)
+ *   dv_cd   2u sum_t |Pd_tc dO_td|              (P and dO rounded)
+ *   dk_cd   u scale sum_t (P_tc E_tc / (1-p) + |dS_tc|) |q_td|, dq_td likewise
+ *           over c with k_cd (dO rounded in dP, then dS rounded),
+ * each times 1.05, plus 1e-5 of the fp32 kernels' own rounding; lse within
+ * 1e-5 (the scores are exact products of bf16 values in both, summed in
+ * another order). */
+typedef struct {
+  double *out, *dq, *dk, *dv; /* bounds */
+} att_bounds;
+
+static att_bounds att_bound(const float *qkv, const float *dout, int64_t B, int64_t T, int64_t C,
+                            int64_t NH, const remat__dropout *d) {
+  const int64_t hs = C / NH, C3 = 3 * C;
+  const double scale = 1.0 / sqrt((double)hs), u = 0x1p-8;
+  const double ds = d && d->p > 0 ? 1.0 / (1.0 - d->p) : 1.0;
+  att_bounds b = {calloc((size_t)(B * T * C), 8), calloc((size_t)(B * T * C3), 8), NULL, NULL};
+  b.dk = b.dq + C, b.dv = b.dq + 2 * C; /* (B,T,3C) like dqkv */
+  double *P = malloc((size_t)(T * T) * 8), *Pd = malloc((size_t)(T * T) * 8);
+  double *dS = malloc((size_t)(T * T) * 8), *E = malloc((size_t)(T * T) * 8);
+  for (int64_t bh = 0; bh < B * NH; bh++) {
+    const int64_t bb = bh / NH, h = bh % NH;
+#define Q(t, j) ((double)qkv[(bb * T + (t)) * C3 + h * hs + (j)])
+#define K(t, j) ((double)qkv[(bb * T + (t)) * C3 + C + h * hs + (j)])
+#define V(t, j) ((double)qkv[(bb * T + (t)) * C3 + 2 * C + h * hs + (j)])
+#define DO(t, j) ((double)dout[(bb * T + (t)) * C + h * hs + (j)])
+    for (int64_t t = 0; t < T; t++) {
+      double mx = -INFINITY, sum = 0;
+      for (int64_t c = 0; c <= t; c++) {
+        double x = 0;
+        for (int64_t j = 0; j < hs; j++) x += Q(t, j) * K(c, j);
+        P[t * T + c] = x * scale;
+        if (x * scale > mx) mx = x * scale;
+      }
+      for (int64_t c = 0; c <= t; c++) sum += (P[t * T + c] = exp(P[t * T + c] - mx));
+      double D = 0;
+      for (int64_t c = 0; c <= t; c++) {
+        P[t * T + c] /= sum;
+        int keep = !d || d->p <= 0 || remat__dropout_keep(d, (uint64_t)((bh * T + t) * T + c));
+        Pd[t * T + c] = keep ? P[t * T + c] * ds : 0;
+      }
+      /* D = rowsum(dO * O) = sum_c Pd_tc (dO_t . v_c) */
+      for (int64_t c = 0; c <= t; c++) {
+        double dp = 0, e = 0;
+        for (int64_t j = 0; j < hs; j++) dp += DO(t, j) * V(c, j), e += fabs(DO(t, j) * V(c, j));
+        E[t * T + c] = e;
+        dS[t * T + c] = dp; /* dP for now */
+        D += Pd[t * T + c] * dp;
+      }
+      for (int64_t c = 0; c <= t; c++) {
+        int keep = Pd[t * T + c] != 0 || P[t * T + c] == 0;
+        dS[t * T + c] = P[t * T + c] * ((keep ? dS[t * T + c] * ds : 0) - D);
+      }
+      for (int64_t j = 0; j < hs; j++) {
+        double o = 0;
+        for (int64_t c = 0; c <= t; c++) o += fabs(Pd[t * T + c] * V(c, j));
+        b.out[(bb * T + t) * C + h * hs + j] = o;
+      }
+    }
+    for (int64_t t = 0; t < T; t++)
+      for (int64_t j = 0; j < hs; j++) {
+        double eq = 0, ek = 0, ev = 0;
+        for (int64_t c = 0; c <= t; c++) /* dq_t over keys c */
+          eq += u * (P[t * T + c] * ds * E[t * T + c] + fabs(dS[t * T + c])) * fabs(K(c, j));
+        for (int64_t r = t; r < T; r++) { /* dk_t, dv_t over queries r (t as a key) */
+          ek += u * (P[r * T + t] * ds * E[r * T + t] + fabs(dS[r * T + t])) * fabs(Q(r, j));
+          ev += fabs(Pd[r * T + t] * DO(r, j));
+        }
+        const int64_t o = (bb * T + t) * C3 + h * hs + j;
+        b.dq[o] = scale * eq;
+        b.dk[o] = scale * ek;
+        b.dv[o] = 2 * u * ev;
+      }
+#undef Q
+#undef K
+#undef V
+#undef DO
+  }
+  for (int64_t i = 0; i < B * T * C; i++) b.out[i] *= u;
+  free(P), free(Pd), free(dS), free(E);
+  return b;
+}
+
+/* How far past its bound the worst element is (<= 1 passes). */
+static double past_bound(const float *got, const float *want, const double *bound, int64_t n,
+                   int64_t stride, int64_t width) {
+  double far = 0;
+  for (int64_t i = 0; i < n; i++) {
+    if (i % stride >= width) continue;
+    double e = fabs((double)got[i] - (double)want[i]);
+    double lim = 1.05 * bound[i] + 1e-5 * (1 + fabs((double)want[i]));
+    if (e / lim > far) far = e / lim;
+  }
+  return far;
+}
+
+static void test_attention_case(int64_t B, int64_t T, int64_t C, int64_t NH, float p) {
+  const int64_t hs = C / NH, nq = B * T * 3 * C, no = B * T * C, nl = B * NH * T;
+  remat__dropout drop = {.p = p, .seed = 99, .step = 3, .micro = 1, .layer = 2, .site = 0};
+  const remat__dropout *d = p > 0 ? &drop : NULL;
+  float *x = frand((size_t)nq), *dout = frand((size_t)no);
+  for (int64_t i = 0; i < nq; i++) x[i] *= 2.0f;
+  uint16_t *qkv = to_bf16(x, (size_t)nq);
+  remat__bf16_to_f32(x, qkv, (size_t)nq); /* the bf16 values, widened */
+  const int threads = omp_get_max_threads();
+  const size_t piece = remat__att16_tiles_view(NULL, NULL, hs);
+  const size_t wbytes = piece * (size_t)threads;
+  void *work = xalloc(wbytes);
+  float *out = xalloc((size_t)no * 4), *lse = xalloc((size_t)nl * 4), *out32 = xalloc((size_t)no * 4);
+  float *lse32 = xalloc((size_t)nl * 4), *dq = xalloc((size_t)nq * 4), *dq32 = xalloc((size_t)nq * 4);
+  float *delta = xalloc((size_t)nl * 4), *outw = xalloc((size_t)no * 4);
+  for (int64_t i = 0; i < nq; i++) dq[i] = NAN; /* overwritten */
+  remat__attention_forward_bf16(out, lse, qkv, B, T, C, NH, d, work, wbytes);
+  remat__attention_forward(out32, lse32, x, B, T, C, NH, d);
+  uint16_t *outh = to_bf16(out, (size_t)no); /* the model stores it in bf16 */
+  remat__bf16_to_f32(outw, outh, (size_t)no);
+  remat__attention_backward_bf16(dq, delta, dout, qkv, outh, lse, B, T, C, NH, d, work, wbytes);
+  remat__attention_backward(dq32, delta, dout, x, outw, lse, B, T, C, NH, d);
+  att_bounds b = att_bound(x, dout, B, T, C, NH, d);
+  double el = 0;
+  for (int64_t i = 0; i < nl; i++) {
+    double e = fabs((double)lse[i] - (double)lse32[i]) / (1e-5 * (1 + fabs((double)lse32[i])));
+    if (e > el) el = e;
+  }
+  const double eo = past_bound(out, out32, b.out, no, C, C);
+  const double eq = past_bound(dq, dq32, b.dq, nq, 3 * C, C);
+  const double ek = past_bound(dq + C, dq32 + C, b.dq + C, nq - C, 3 * C, C);
+  const double ev = past_bound(dq + 2 * C, dq32 + 2 * C, b.dq + 2 * C, nq - 2 * C, 3 * C, C);
+  CHECKF(el <= 1 && eo <= 1 && eq <= 1 && ek <= 1 && ev <= 1,
+         "attention on bf16 operands vs the fp32 tiles, B%lld T%lld C%lld NH%lld p=%.1f: worst "
+         "error / bound: lse %.2f out %.2f dq %.2f dk %.2f dv %.2f",
+         (long long)B, (long long)T, (long long)C, (long long)NH, (double)p, el, eo, eq, ek, ev);
+  /* the same bits again, on one thread, and on the work of one thread only
+   * (pairs fewer than threads take the two-pass backward) */
+  float *out2 = xalloc((size_t)no * 4), *lse2 = xalloc((size_t)nl * 4), *dq2 = xalloc((size_t)nq * 4);
+  int same = 1;
+  for (int run = 0; run < 3; run++) {
+    if (run == 1) omp_set_num_threads(1);
+    const size_t wb = run == 2 ? piece : wbytes;
+    remat__attention_forward_bf16(out2, lse2, qkv, B, T, C, NH, d, work, wb);
+    remat__attention_backward_bf16(dq2, delta, dout, qkv, outh, lse2, B, T, C, NH, d, work, wb);
+    same &= !memcmp(out, out2, (size_t)no * 4) && !memcmp(lse, lse2, (size_t)nl * 4) &&
+            !memcmp(dq, dq2, (size_t)nq * 4);
+    if (run == 1) omp_set_num_threads(threads);
+  }
+  CHECKF(same, "  the same bits on repeat, on 1 thread and on one thread's work (%d threads)",
+         threads);
+  free(b.out), free(b.dq);
+  void *all[] = {x, dout, qkv, work, out, lse, out32, lse32, dq, dq32, delta, outw, outh,
+                 out2, lse2, dq2};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
+}
+
+static void test_attention(void) {
+  remat__cpu_bf16 cpu = remat__cpu_bf16_get();
+  if (!cpu.avx512_bf16) {
+    printf("skip: attention on bf16 operands (%s)\n", cpu.reason);
+    return;
+  }
+  test_attention_case(2, 5, 8, 2, 0.0f);    /* hs 4: one masked vector */
+  test_attention_case(1, 1, 8, 2, 0.3f);    /* T = 1 */
+  test_attention_case(2, 77, 12, 2, 0.2f);  /* hs 6, odd tiles */
+  test_attention_case(1, 130, 48, 2, 0.0f); /* hs 24, three key tiles, one pair */
+  test_attention_case(2, 200, 128, 2, 0.1f);
+  test_attention_case(1, 129, 64, 1, 0.0f); /* hs 64, one pair: the two-pass backward */
+  test_attention_case(1, 64, 256, 2, 0.0f); /* hs 128: two column blocks */
+}
+
 int main(void) {
   test_detection();
   test_conversions();
   test_products();
+  test_attention();
   return test_summary("test_bf16");
 }

@@ -161,6 +161,20 @@ void remat__attention_forward(float *out, float *lse, const float *qkv, int64_t 
 void remat__attention_backward(float *dqkv, float *delta, const float *dout, const float *qkv,
                                const float *out, const float *lse, int64_t B, int64_t T,
                                int64_t C, int64_t NH, const remat__dropout *drop);
+/* The same on bf16 operands, on a CPU with AVX512-BF16 and an even head
+ * size (where the CPU sizes give attention_work): qkv (B,T,3C) and, in the
+ * backward, out (B,T,C) in bf16; dout, lse, delta, and the outputs out and
+ * dqkv in fp32, overwritten as above. The tiles' products run in bf16 with
+ * fp32 sums, the softmax in fp32. work: work_bytes (products/sizes.h's
+ * attention_work), one remat__att16_tiles piece per thread; fewer pieces
+ * than threads run on fewer threads, with the same bits. */
+void remat__attention_forward_bf16(float *out, float *lse, const uint16_t *qkv, int64_t B,
+                                   int64_t T, int64_t C, int64_t NH, const remat__dropout *drop,
+                                   void *work, size_t work_bytes);
+void remat__attention_backward_bf16(float *dqkv, float *delta, const float *dout,
+                                    const uint16_t *qkv, const uint16_t *out, const float *lse,
+                                    int64_t B, int64_t T, int64_t C, int64_t NH,
+                                    const remat__dropout *drop, void *work, size_t work_bytes);
 
 /* out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), n elements. */
 void remat__gelu_forward(float *out, const float *inp, size_t n);

@@ -92,6 +92,9 @@ int remat__kernel_ws_get(remat__kernel_ws *ws, const remat__backend_sizes *sz,
   remat__mm_shape s[REMAT__PRODUCTS];
   remat__product_shapes(cfg, B, T, s);
   rc = sz->product_scratch(s, REMAT__PRODUCTS, &ws->product_scratch, err);
+  /* the attention's tiles borrow the scratchpad while no product runs */
+  ws->attention_work = sz->attention_work ? sz->attention_work(cfg->channels, cfg->num_heads) : 0;
+  if (ws->attention_work > ws->product_scratch) ws->product_scratch = ws->attention_work;
   ws->product_scratch = remat__align(ws->product_scratch);
   return rc;
 }

@@ -47,7 +47,15 @@ typedef struct remat__kernel_ws {
   size_t product_scratch;   /* bf16: bytes of the matrix products' scratchpad
                                (CPU: oneDNN's, which depends on the CPU and the
                                thread count), in the workspace of every layer
-                               that runs a product; 0 in fp32 */
+                               that runs a product; 0 in fp32. At least
+                               attention_work: the attention uses it while no
+                               product runs */
+  size_t attention_work;    /* bf16: bytes of the attention's tiles on bf16
+                               operands (CPU: AVX512-BF16, one piece of
+                               remat__att16_tiles per thread), at the start
+                               of the products' scratchpad; 0 where the
+                               attention runs on operands widened to fp32
+                               (fp32, or no such kernel on this CPU) */
 } remat__kernel_ws;
 
 typedef struct remat__backend_sizes {
@@ -67,7 +75,36 @@ typedef struct remat__backend_sizes {
    * products here (err says why). */
   int (*product_scratch)(const remat__mm_shape *shapes, int n, size_t *bytes,
                          remat_error *err);
+  /* bf16: the bytes of the attention's tiles on bf16 operands for a model
+   * of width C and NH heads (attention_work); 0 where the backend has no
+   * such kernel for this shape on this CPU (the attention then runs on
+   * operands widened to fp32). NULL: never. */
+  size_t (*attention_work)(int64_t C, int64_t NH);
 } remat__backend_sizes;
+
+/* The CPU's attention on bf16 operands (kernels/attention.c, on
+ * AVX512-BF16): tiles of REMAT__ATT16_BQ queries by REMAT__ATT16_BK keys
+ * (both multiples of 16), whose products take operands packed in pairs
+ * along their sum (the instruction multiplies two bf16 pairs and adds to
+ * fp32). Each thread packs them into its own piece of the work; hs (the
+ * head size, even) sets the piece's size. All bf16. */
+#define REMAT__ATT16_BQ 64
+#define REMAT__ATT16_BK 64
+typedef struct remat__att16_tiles {
+  uint16_t *kd, *vd; /* (hs/2, BK, 2): a key tile's k and v, pairs of channels */
+  uint16_t *kc, *vc; /* (BK/2, hs, 2): the same, pairs of keys */
+  uint16_t *qr;      /* (BQ/2, hs, 2): a query tile's q, pairs of rows */
+  uint16_t *dor;     /* (BQ/2, hs, 2): its dout, pairs of rows */
+  uint16_t *dob;     /* (BQ, hs): its dout */
+  uint16_t *pb;      /* (BQ, BK): probabilities (forward) */
+  uint16_t *dsb;     /* (BQ, BK): the scores' gradient (backward) */
+  uint16_t *pt, *dst; /* (BK, BQ): probabilities and scores' gradient, transposed */
+} remat__att16_tiles;
+
+/* One thread's piece at base (NULL: only the size), its bytes returned: the
+ * one statement of the layout, which the kernel carves and the CPU sizes
+ * multiply by the thread count. */
+size_t remat__att16_tiles_view(remat__att16_tiles *t, void *base, int64_t hs);
 
 /* The CPU backend's sizes: its kernels' workspace and oneDNN's scratchpad
  * at this process's thread count. */
