@@ -24,7 +24,7 @@ if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
   pkgs+=(nodejs npm)
 fi
 if [[ "${1:-}" == "--test" ]]; then
-  pkgs+=(glpk-utils python3-torch python3-numpy python3-venv python3-setuptools python3-wheel
+  pkgs+=(glpk-utils python3-torch python3-numpy python3-matplotlib python3-venv python3-setuptools python3-wheel
     libopenblas0-pthread
     clang-14 libclang-rt-14-dev libfuzzer-14-dev)
 fi

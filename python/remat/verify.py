@@ -18,6 +18,8 @@ the plan's bytes with what the stage measurably keeps.
   the next micro-batch starts, as Megatron does, unless a layer saved it, so
   the outputs do not pile up (the plan counts one, boundary_bytes).
 """
+import json
+
 import torch
 from torch.autograd import Variable
 
@@ -43,6 +45,19 @@ class Verification:
     @property
     def saved_equal(self):
         return all(s["measured_saved_bytes"] == s["planned_saved_bytes"] for s in self.stages)
+
+    def to_dict(self):
+        """The stages' figures and the device, as JSON takes them."""
+        return {"device": str(self.device), "saved_equal": self.saved_equal,
+                "stages": [dict(s) for s in self.stages]}
+
+    def save(self, path):
+        """Writes to_dict() as JSON (what `python3 -m remat.plot plan
+        --measured` reads)."""
+        with open(path, "w") as f:
+            json.dump(self.to_dict(), f, indent=1)
+            f.write("\n")
+        return path
 
     def __str__(self):
         src = "max_memory_allocated" if self.device.type == "cuda" else "CPU profiler"
@@ -151,4 +166,6 @@ def _stage(plan, prof, chain, s, st, seq, xs, targets, exclude, device, P):
             "state_bytes": state,
             # on the last stage the incoming gradient is made inside the stage (by the head)
             "planned_peak_bytes": recomposed - state - (0 if last else prof.stage_bytes),
-            "measured_peak_bytes": pk.peak}
+            "measured_peak_bytes": pk.peak,
+            # the measured peak with what it is measured above (remat.plot's measured bar)
+            "measured_memory_bytes": pk.peak + state + (0 if last else prof.stage_bytes)}
