@@ -88,6 +88,7 @@ static void train_flags(opts *o, cli_flag flags[TRAIN_FLAGS]) {
         .lo = 0, .hi = 1, .hi_open = 1},
       {.name = "--ckpt-ratio", .kind = CLI_F64, .dst = &d->ckpt_ratio, .lo = 0, .hi = 1},
       {.name = "--peak-gflops", .kind = CLI_F64, .dst = &o->peak_gflops, .lo = 1e-6, .hi = 1e12},
+      {.name = "--measure-peak", .kind = CLI_SWITCH, .dst = &o->measure_peak},
       {.name = "--seed", .kind = CLI_U64, .dst = &t->hp.seed, .lo = 0},
       {.name = "--threads", .kind = CLI_INT, .dst = &o->threads, .lo = 1, .hi = 1024},
       {.name = "--sample-every", .kind = CLI_I64, .dst = &o->sample_every, .lo = 0,
@@ -380,10 +381,18 @@ static void print_summary(run_state *r) {
            "the best trial, %.1f GFLOP/s\n",
            100 * mfu, 100 * mfu * pk->spread, pk->trials, 100 * pk->spread,
            100 * mfu * pk->flops / pk->best, pk->best / 1e9);
-  else if (pk->trials)
+  else if (pk->trials) {
     printf("mfu     %.1f%% against the fastest step's own rate, %.1f GFLOP/s, which beat the "
            "median of the %d trials (%.1f GFLOP/s; best %.1f)\n",
            100 * mfu, pk->flops / 1e9, pk->trials, pk->median / 1e9, pk->best / 1e9);
+    /* later runs report against the raised peak: one rank's share of it */
+    remat_peak one = *pk;
+    one.flops /= r->ranks, one.best /= r->ranks, one.low /= r->ranks;
+    remat_error err;
+    if (!remat_peak_keep(&one, r->cfg, o->d.train.B, o->d.train.T, &err))
+      printf("peak    raised to %.1f GFLOP/s%s and kept: later runs report against it\n",
+             one.flops / 1e9, r->ranks > 1 ? " a rank" : "");
+  }
   else if (pk->raised) /* a share of a peak cannot exceed 1: the step's rate is the peak */
     printf("mfu     %.1f%% against the fastest step's rate, %.1f GFLOP/s, which beat the given "
            "--peak-gflops %g%s (MFU never exceeds 100%%)\n", 100 * mfu, pk->flops / 1e9,
@@ -418,6 +427,16 @@ static void print_summary(run_state *r) {
              r->t_train > 0 ? 100 * r->wait_s / r->t_train : 0.0);
     if (r->dp) train_show_comm(r, b2, sizeof b2);
   }
+  if (!r->pipe && r->predicted_measured) {
+    double step = r->timed_steps ? r->t_train / (double)r->timed_steps : r->wall / (double)ran;
+    printf("time    step %.3f s measured, %.3f s predicted from this machine's layer times "
+           "(%+.1f%%)%s\n", step, r->predicted_s, 100 * (r->predicted_s - step) / step,
+           r->dp ? "; the replicas' communication is not counted" : "");
+  } else if (r->pipe && r->predicted_measured) {
+    double step = r->timed_steps ? r->t_train / (double)r->timed_steps : r->wall;
+    printf("time    predicted from this machine's layer times: %+.1f%% of the measured "
+           "iteration\n", 100 * (r->predicted_s - step) / step);
+  }
 }
 
 /* Measured before the arena exists, so that filling it cannot disturb the
@@ -431,7 +450,9 @@ static int peak_rate(const opts *o, run_state *r) {
     return 0;
   }
   remat_error err;
-  if (remat_measure_peak(&r->peak, r->cfg, o->d.train.B, o->d.train.T, 0.5, &err))
+  remat_cache_note note;
+  if (remat_peak_cached(&r->peak, r->cfg, o->d.train.B, o->d.train.T, 0.5, o->measure_peak,
+                        &note, &err))
     return cli_fail(CLI_EXIT_RUN, "%s%s", err.msg,
                     err.code == REMAT_ENOMEM ? " (--peak-gflops gives the rate)" : "");
   const remat_peak *p = &r->peak;
@@ -439,8 +460,19 @@ static int peak_rate(const opts *o, run_state *r) {
          r->cfg->precision == REMAT_PRECISION_BF16 ? "bf16 products (oneDNN)" : "sgemm",
          p->flops / 1e9, omp_get_max_threads());
   printf("peak    the median of %d trials of the model's %d matrix-product shapes, spread "
-         "+-%.1f%%; best %.1f, slowest %.1f, %.2f s\n",
-         p->trials, p->shapes, 100 * p->spread, p->best / 1e9, p->low / 1e9, p->seconds);
+         "+-%.1f%%; best %.1f, slowest %.1f\n",
+         p->trials, p->shapes, 100 * p->spread, p->best / 1e9, p->low / 1e9);
+  char date[48];
+  remat_cache_date(note.date, date, sizeof date);
+  if (note.source == REMAT_FIGURE_CACHED)
+    printf("peak    kept from %s on this machine (%s, %s), in %s; --measure-peak measures "
+           "again\n", date, note.host, note.cpu, note.path);
+  else if (note.source == REMAT_FIGURE_UNKEPT)
+    printf("peak    measured now in %.2f s, not kept: %s\n", p->seconds, note.why);
+  else
+    printf("peak    measured now in %.2f s%s%s and kept in %s for later runs\n", p->seconds,
+           note.source == REMAT_FIGURE_REPAIRED ? ", as " : "",
+           note.source == REMAT_FIGURE_REPAIRED ? note.why : "", note.path);
   return 0;
 }
 
@@ -549,6 +581,39 @@ static int open_log(run_state *r, int64_t from_step, remat_error *err) {
   return 0;
 }
 
+/* This machine's layer times (kept, or measured now before the arena
+ * exists, and kept) and the step they predict, beside the one measured at
+ * the end. Rank 0's alone: it prints. Without them the prediction is the
+ * FLOP model's (a pipeline's) or none. */
+static void train_predict(run_state *r) {
+  const opts *o = r->o;
+  remat_error err;
+  remat_layer_times t;
+  remat_cache_note note;
+  double t0 = remat_now(), s, bubble;
+  /* --calibrate's rounds were kept as the stages were placed */
+  if (remat_calibrate_cached(r->cfg, o->d.train.B, o->d.train.T, 3, 0, &t, &note, &err) ||
+      remat_job_predict_measured(r->job, &t, &s, &bubble, &err)) {
+    printf("times   no prediction: %s\n", err.msg);
+    return;
+  }
+  char date[48];
+  remat_cache_date(note.date, date, sizeof date);
+  if (note.source == REMAT_FIGURE_CACHED)
+    printf("times   this machine's layer times, kept from %s (%s, %s) in %s\n", date, note.host,
+           note.cpu, note.path);
+  else
+    printf("times   this machine's layer times measured now in %.2f s (%d rounds)%s%s%s%s\n",
+           remat_now() - t0, t.rounds, note.source == REMAT_FIGURE_UNKEPT ? ", not kept: " : "",
+           note.source == REMAT_FIGURE_REPAIRED ? ", as " : "",
+           note.source == REMAT_FIGURE_UNKEPT || note.source == REMAT_FIGURE_REPAIRED ? note.why
+                                                                                    : "",
+           note.source == REMAT_FIGURE_UNKEPT ? "" : ", and kept");
+  r->predicted_s = s;
+  r->predicted_measured = 1;
+  if (r->pipe) r->predicted_bubble = bubble;
+}
+
 /* Before the first step: the peak rate (before the arena exists, so that
  * filling it cannot disturb the measurement), the machine check, the arena,
  * the weights and a resume's state, the log. */
@@ -563,6 +628,7 @@ static int start(run_state *r) {
     r->peak.best *= r->ranks;
     printf("peak    %d ranks: MFU is against %d times that\n", r->ranks, r->ranks);
   }
+  if (r->rank == 0) train_predict(r);
   fflush(stdout);
   if (remat_trainer_train_windows(r->tr) < o->d.train.B)
     fprintf(stderr,
@@ -585,7 +651,7 @@ static int start(run_state *r) {
   if (o->log && r->rank == 0) rc = open_log(r, from ? step : -1, &err);
   /* the log is rank 0's: the others learn of its failure */
   if (remat_job_agree(r->job, rc, &err)) return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
-  if (r->pipe)
+  if (r->pipe && !r->predicted_measured)
     remat_job_predict(r->job, r->peak.flops / (double)r->ranks, &r->predicted_s,
                       &r->predicted_bubble);
   return 0;

@@ -18,6 +18,7 @@ typedef struct {
   int64_t sample_every;
   const char *save_precision; /* --save-precision: fp32 or bf16 */
   int threads, quiet, plan_only;
+  int measure_peak; /* --measure-peak: measure the peak again, replacing the kept one */
 } opts;
 
 typedef struct {
@@ -49,6 +50,7 @@ typedef struct {
   double wait_s;      /* this rank's waiting, over the timed steps */
   double predicted_s; /* the plan's simulated iteration time, in seconds */
   double predicted_bubble;
+  int predicted_measured; /* predicted_s is from this machine's layer times */
 } run_state;
 
 /* The plan as the job made it (a pipeline's table, or one process's

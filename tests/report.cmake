@@ -11,3 +11,7 @@ if(EXISTS "${pthread_dir}/libopenblas.so.0")
 endif()
 # The peak MFU is measured against, and the thread policy.
 remat_test(test_report SOURCES test_report.c LIBS remat_report LABELS unit TIMEOUT 60)
+# The machine cache: kept figures, damage never trusted, concurrent writers.
+remat_test(test_cache SOURCES test_cache.c LIBS remat_report LABELS unit TIMEOUT 60)
+# The cache as remat train uses it: kept, reused, damage re-measured, the flags.
+remat_cli_test(cache cache.sh LABELS unit TIMEOUT 300)

@@ -40,6 +40,7 @@
 
 #include "remat/parallel.h"
 #include "remat/plan.h"
+#include "remat/report.h"
 #include "remat/train.h"
 
 #ifdef __cplusplus
@@ -326,6 +327,9 @@ typedef struct remat_layer_times {
   double embed_fwd, embed_bwd;
   double block_fwd, block_bwd, block_wgrad, block_recompute, block_middle;
   double head_fwd, head_bwd;
+  /* the rest of a step, per parameter: the gradients' zeroing and norm,
+   * the update, the refresh of bf16 copies */
+  double update_per_param;
   int rounds; /* the medians of this many measured rounds */
 } remat_layer_times;
 
@@ -336,6 +340,21 @@ typedef struct remat_layer_times {
  * for the time it runs. */
 REMAT_API int remat_calibrate(const remat_config *cfg, int64_t B, int64_t T, int rounds,
                               remat_layer_times *t, remat_error *err);
+/* remat_calibrate's figures for cfg at B x T from the machine cache (kind
+ * "layers", beside the peak's: remat_cache_open) when it holds them and
+ * again is 0, else measured over `rounds` rounds and kept; *note says
+ * which. The figures do not depend on cfg's layer count. */
+REMAT_API int remat_calibrate_cached(const remat_config *cfg, int64_t B, int64_t T, int rounds,
+                                     int again, remat_layer_times *t, remat_cache_note *note,
+                                     remat_error *err);
+/* A step of the job in seconds at t's layer times, and its bubble: one
+ * process or a replica runs its micro-batches through every layer under
+ * their policies and updates its weights (its shard under ZeRO 1 and up;
+ * the replicas' communication is not counted); a pipeline's stages run
+ * the schedule's simulation of the placement's layers, then the slowest
+ * update. The job must be placed (remat_job_prepare). */
+REMAT_API int remat_job_predict_measured(const remat_job *job, const remat_layer_times *t,
+                                         double *seconds, double *bubble, remat_error *err);
 /* A GPT-2 problem (remat_plan_problem_from_model or _from_replicas: the
  * embedding, L blocks, the head) with t's times for its FLOP-based ones;
  * its time unit becomes seconds. */

@@ -54,6 +54,81 @@ REMAT_API int remat_measure_peak(remat_peak *p, const remat_config *cfg, int64_t
 REMAT_API double remat_peak_mfu(remat_peak *p, const remat_config *cfg, int64_t seq_len,
                                 double tokens_per_s);
 
+/* ------------------------------------------------------- the machine cache */
+
+/* Figures measured on this machine and kept between runs: the peak MFU is
+ * against (remat_peak_cached) and the layer times predictions use
+ * (remat_calibrate_cached). One small text file per kind of figure, host,
+ * CPU model, precision and thread count, under $XDG_CACHE_HOME/remat (else
+ * $HOME/.cache/remat), one entry per shape measured with its date, a
+ * CRC32C over the file. A file that fails its CRC, does not parse or names
+ * another machine is damaged: it is never trusted, the figure is measured
+ * again and the store rewrites the file whole. Stores write a temporary
+ * and rename it over the file, so concurrent writers leave one whole file
+ * (the last one's; an entry another writer added meanwhile may be lost and
+ * is measured again later). */
+#define REMAT_CACHE_VALUES 16
+typedef struct remat_cache {
+  char path[4096]; /* the file; empty where none can be placed (why says) */
+  char kind[16];   /* "peak", "layers" */
+  char host[64];   /* gethostname */
+  char cpu[128];   /* /proc/cpuinfo's model name */
+  int precision, threads;
+  char why[256];
+} remat_cache;
+typedef struct remat_cache_entry {
+  char key[160];   /* the shapes measured ("C768 Vp50304 L12 rows256"); no '|' */
+  int64_t date;    /* when measured, seconds since 1970 */
+  int n;           /* figures */
+  double value[REMAT_CACHE_VALUES];
+} remat_cache_entry;
+enum { REMAT_CACHE_MISS = 0, REMAT_CACHE_HIT = 1, REMAT_CACHE_DAMAGED = 2 };
+/* The cache file of `kind` for this machine, precision and thread count
+ * (threads < 1: omp_get_max_threads()); creates its folder. 0, or
+ * REMAT_EIO with c->path empty and c->why filled (no HOME, a folder that
+ * cannot be made): figures are then measured each run. */
+REMAT_API int remat_cache_open(remat_cache *c, const char *kind, int precision, int threads);
+/* The entry of `key` with n figures: REMAT_CACHE_HIT (*e filled),
+ * REMAT_CACHE_MISS (no file or no entry), REMAT_CACHE_DAMAGED (the file is
+ * damaged, or its entry has another count of figures; err says how). */
+REMAT_API int remat_cache_get(const remat_cache *c, const char *key, int n, remat_cache_entry *e,
+                              remat_error *err);
+/* Stores e (finite figures), replacing the entry of its key; the other
+ * entries of an intact file stay, a damaged file is replaced whole. */
+REMAT_API int remat_cache_put(const remat_cache *c, const remat_cache_entry *e, remat_error *err);
+/* Where a figure of a run came from. */
+typedef enum {
+  REMAT_FIGURE_CACHED = 0,     /* the cache's, measured on note->date */
+  REMAT_FIGURE_STORED = 1,     /* measured now (none was kept) and kept */
+  REMAT_FIGURE_REMEASURED = 2, /* measured now as asked, replacing the kept one */
+  REMAT_FIGURE_REPAIRED = 3,   /* the file was damaged (why): measured now, rewritten */
+  REMAT_FIGURE_UNKEPT = 4      /* measured now, not kept (why) */
+} remat_figure_source;
+typedef struct remat_cache_note {
+  int source;      /* remat_figure_source */
+  int64_t date;    /* when the figure was measured */
+  char path[4096]; /* the cache file (may be empty under REMAT_FIGURE_UNKEPT) */
+  char host[64], cpu[128];
+  char why[512];
+} remat_cache_note;
+REMAT_API void remat_cache_note_set(remat_cache_note *note, const remat_cache *c, int source,
+                                    int64_t date, const char *why);
+/* "2026-11-27 15:04 UTC"; returns buf. */
+REMAT_API const char *remat_cache_date(int64_t date, char *buf, size_t cap);
+
+/* The peak of remat_measure_peak for cfg at B x T with this process's
+ * threads, from the machine cache when it holds one (again = 0), else
+ * measured for about `seconds` and kept; *note says which. A cached peak
+ * keeps its trials' median, best, slowest, spread, count and shapes (not
+ * each trial's rate). */
+REMAT_API int remat_peak_cached(remat_peak *p, const remat_config *cfg, int64_t B, int64_t T,
+                                double seconds, int again, remat_cache_note *note,
+                                remat_error *err);
+/* Keeps p (a peak of remat_peak_cached that a step raised: p->flops, the
+ * rate later runs of cfg at B x T report against) in the machine cache. */
+REMAT_API int remat_peak_keep(const remat_peak *p, const remat_config *cfg, int64_t B, int64_t T,
+                              remat_error *err);
+
 /* Bytes the library holds on the heap now, and the most it has held since
  * the start or the last reset: everything it allocates goes through one
  * counted allocator (the arena included). */

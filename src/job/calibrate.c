@@ -1,10 +1,17 @@
 /* calibrate.c: a GPT-2's layer times measured on this machine, for the
- * planner to use instead of FLOP counts at a product rate. A three-block
- * model of the same width (kept, middle, recomputed: one block of each
- * policy) runs single micro-batch steps with its backward in B and W
- * (remat__model_stage_backward_input and _weight), and the model's own
- * timers (remat__model_timers) split each round by kind of layer work. */
+ * planner to use instead of FLOP counts at a product rate, and for the
+ * time a run predicts. A three-block model of the same width (kept,
+ * middle, recomputed: one block of each policy) runs single micro-batch
+ * steps with its backward in B and W (remat__model_stage_backward_input
+ * and _weight), and the model's own timers (remat__model_timers) split
+ * each round by kind of layer work; what the round takes beside them (the
+ * gradients' zeroing, their norm, the update and the refresh of bf16
+ * copies) is counted per parameter. The figures are kept in the machine
+ * cache (remat_calibrate_cached), so a run predicts its step without
+ * measuring again. */
+#include <math.h>
 #include <stdio.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,8 +19,10 @@
 #include "model/model_runtime.h"
 #include "remat/job.h"
 #include "remat/model.h"
+#include "remat/report.h"
+#include "job_internal.h"
 
-enum { FIELDS = 9 };
+enum { FIELDS = 10 };
 
 static int cmp_double(const void *x, const void *y) {
   double a = *(const double *)x, b = *(const double *)y;
@@ -31,6 +40,7 @@ static void round_figures(const double *d, double f[FIELDS]) {
   f[6] = d[REMAT__T_MIDDLE] / 2;
   f[7] = d[REMAT__T_HEAD_F];
   f[8] = d[REMAT__T_HEAD_B];
+  f[9] = 0; /* the rest of the round, set by the caller */
 }
 
 static void fill_tokens(remat_model *m, int64_t n, int64_t V) {
@@ -65,17 +75,26 @@ int remat_calibrate(const remat_config *cfg, int64_t B, int64_t T, int rounds,
   remat_hparams hp;
   remat_hparams_default(&hp);
   const float dloss = 1.0f / (float)(B * T);
+  const double params = (double)remat_model_num_params(m);
   for (int r = -1; r < rounds; r++) { /* round -1 warms up */
     double before[REMAT__T_COUNT], after[REMAT__T_COUNT], d[REMAT__T_COUNT];
     int64_t n[REMAT__T_COUNT];
     remat__model_timers(m, before, n);
+    double t0 = remat__now();
     remat_model_zero_grad(m);
     remat__model_stage_forward(m, 0, 0, &hp);
     remat__model_stage_backward_input(m, 0, 0, 0, dloss, &hp);
     remat__model_stage_backward_weight(m, 0, 0, 0, &hp);
+    /* the step's end as a trainer runs it, at a learning rate of 0 */
+    double norm = sqrt(remat_model_grad_sumsq(m));
+    remat_model_update(m, &hp, 0.0f, (float)norm);
+    double wall = remat__now() - t0, timed = 0;
     remat__model_timers(m, after, n);
-    for (int k = 0; k < REMAT__T_COUNT; k++) d[k] = after[k] - before[k];
-    if (r >= 0) round_figures(d, all + (size_t)r * FIELDS);
+    for (int k = 0; k < REMAT__T_COUNT; k++) d[k] = after[k] - before[k], timed += d[k];
+    if (r < 0) continue;
+    double *f = all + (size_t)r * FIELDS;
+    round_figures(d, f);
+    f[9] = wall > timed ? (wall - timed) / params : 0;
   }
   remat_model_destroy(m);
   double med[FIELDS], col[1000];
@@ -88,7 +107,7 @@ int remat_calibrate(const remat_config *cfg, int64_t B, int64_t T, int rounds,
   *t = (remat_layer_times){.embed_fwd = med[0], .embed_bwd = med[1], .block_fwd = med[2],
                            .block_bwd = med[3], .block_wgrad = med[4], .block_recompute = med[5],
                            .block_middle = med[6], .head_fwd = med[7], .head_bwd = med[8],
-                           .rounds = rounds};
+                           .update_per_param = med[9], .rounds = rounds};
   return 0;
 }
 
@@ -101,4 +120,129 @@ void remat_plan_problem_set_times(remat_plan_problem *pb, const remat_layer_time
   b->recompute = t->block_recompute, b->middle_recompute = t->block_middle;
   h->fwd = t->head_fwd, h->bwd = t->head_bwd;
   snprintf(pb->time_unit, sizeof pb->time_unit, "s");
+}
+
+/* ------------------------------------------------ kept, and predictions */
+
+enum { KEPT = FIELDS + 1 }; /* the figures and the rounds */
+
+int remat_calibrate_cached(const remat_config *cfg, int64_t B, int64_t T, int rounds, int again,
+                           remat_layer_times *t, remat_cache_note *note, remat_error *err) {
+  remat_cache c;
+  remat_cache_entry e = {0};
+  remat_error why = {0};
+  remat_cache_open(&c, "layers", (int)cfg->precision, 0);
+  /* what a block's and the head's times depend on; not the layer count */
+  snprintf(e.key, sizeof e.key, "C%lld NH%lld Vp%lld B%lld T%lld", (long long)cfg->channels,
+           (long long)cfg->num_heads, (long long)cfg->padded_vocab_size, (long long)B,
+           (long long)T);
+  char key[sizeof e.key];
+  memcpy(key, e.key, sizeof key);
+  int found = again ? REMAT_CACHE_MISS : remat_cache_get(&c, key, KEPT, &e, &why);
+  int sane = found == REMAT_CACHE_HIT && e.value[FIELDS] >= 1 && e.value[FIELDS] <= 1000;
+  for (int k = 0; sane && k < FIELDS; k++) sane = e.value[k] >= 0 && e.value[k] < 1e6;
+  if (sane) {
+    const double *v = e.value;
+    *t = (remat_layer_times){.embed_fwd = v[0], .embed_bwd = v[1], .block_fwd = v[2],
+                             .block_bwd = v[3], .block_wgrad = v[4], .block_recompute = v[5],
+                             .block_middle = v[6], .head_fwd = v[7], .head_bwd = v[8],
+                             .update_per_param = v[9], .rounds = (int)v[10]};
+    remat_cache_note_set(note, &c, REMAT_FIGURE_CACHED, e.date, NULL);
+    return 0;
+  }
+  if (found == REMAT_CACHE_HIT) {
+    found = REMAT_CACHE_DAMAGED;
+    remat__errorf(&why, REMAT_EIO, "cache file %s is damaged (its layer times are out of range)",
+                  c.path);
+  }
+  int rc = remat_calibrate(cfg, B, T, rounds, t, err);
+  if (rc) return rc;
+  const double fig[KEPT] = {t->embed_fwd, t->embed_bwd, t->block_fwd, t->block_bwd,
+                            t->block_wgrad, t->block_recompute, t->block_middle, t->head_fwd,
+                            t->head_bwd, t->update_per_param, t->rounds};
+  memcpy(e.value, fig, sizeof fig);
+  e.n = KEPT;
+  memcpy(e.key, key, sizeof key);
+  e.date = (int64_t)time(NULL);
+  int source = again ? REMAT_FIGURE_REMEASURED
+               : found == REMAT_CACHE_DAMAGED ? REMAT_FIGURE_REPAIRED : REMAT_FIGURE_STORED;
+  remat_error werr = {0};
+  if (remat_cache_put(&c, &e, &werr)) source = REMAT_FIGURE_UNKEPT;
+  remat_cache_note_set(note, &c, source, e.date,
+                       source == REMAT_FIGURE_UNKEPT ? werr.msg
+                       : source == REMAT_FIGURE_REPAIRED ? why.msg : "");
+  return 0;
+}
+
+/* Seconds of one micro-batch through blocks [first, first + n) under
+ * their policies, with the embedding and the head where asked. */
+static double blocks_time(const remat_layer_times *t, const uint8_t *policy, int64_t first,
+                          int64_t n, int embed, int head) {
+  double s = embed ? t->embed_fwd + t->embed_bwd : 0;
+  if (head) s += t->head_fwd + t->head_bwd;
+  for (int64_t b = first; b < first + n; b++)
+    s += t->block_fwd + t->block_bwd +
+         (policy[b] == REMAT_RECOMPUTE ? t->block_recompute
+          : policy[b] == REMAT_MIDDLE  ? t->block_middle
+                                       : 0);
+  return s;
+}
+
+/* The parameters blocks [first, first + n) hold, with the embedding's and
+ * the final layernorm's where asked (the head is tied to the embedding). */
+static double stage_params(const remat_config *cfg, int64_t n, int embed, int head) {
+  double C = (double)cfg->channels, p = (double)n * (double)remat_block_param_count(cfg);
+  if (embed) p += (double)cfg->padded_vocab_size * C + (double)cfg->max_seq_len * C;
+  if (head) p += 2 * C;
+  return p;
+}
+
+int remat_job_predict_measured(const remat_job *job, const remat_layer_times *t,
+                               double *seconds, double *bubble, remat_error *err) {
+  const remat_placement *pl = &job->place;
+  const remat_config *cfg = &job->cfg;
+  const int64_t M = job->d.train.grad_accum, L = cfg->num_layers;
+  const int64_t D = pl->replicas > 1 ? pl->replicas : 1;
+  *seconds = *bubble = 0;
+  /* the update covers a shard of the state under ZeRO 1 and up */
+  const double shard = pl->zero >= 1 ? 1.0 / (double)D : 1.0;
+  if (pl->stages <= 1) {
+    *seconds = (double)M * blocks_time(t, pl->policy, 0, L, 1, 1) +
+               t->update_per_param * stage_params(cfg, L, 1, 1) * shard;
+    return 0;
+  }
+  if (!job->have_pb)
+    return remat__errorf(err, REMAT_EINVAL, "the pipeline has no planner problem to time");
+  const int64_t v = pl->chunks > 1 ? pl->chunks : 1, nv = pl->stages * v;
+  int64_t lps[REMAT_MAX_STAGES];
+  uint8_t *policy = calloc((size_t)L + 2, 1);
+  if (!policy) return remat__errorf(err, REMAT_ENOMEM, "out of memory");
+  memcpy(policy + 1, pl->policy, (size_t)L);
+  for (int64_t s = 0; s < nv; s++) lps[s] = pl->num_blocks[s] + (s == 0) + (s == nv - 1);
+  remat_plan_problem pb;
+  remat_plan p = {0};
+  int rc = remat_plan_problem_copy(&pb, &job->pb, err);
+  if (!rc) {
+    remat_plan_problem_set_times(&pb, t);
+    rc = remat_plan_evaluate(&pb, lps, policy, &p, err);
+    remat_plan_problem_free(&pb);
+  }
+  free(policy);
+  if (rc) return rc;
+  double busy = 0, sim = p.simulated_time > 0 ? p.simulated_time : p.iteration_time, most = 0;
+  for (int64_t s = 0; s < p.num_stages; s++) busy += p.stages[s].time * (double)p.microbatches;
+  /* after the flush each stage updates its own weights; the last to end
+   * ends the step */
+  for (int64_t s = 0; s < pl->stages; s++) {
+    double u = 0;
+    for (int64_t c = 0; c < v; c++) {
+      remat_stage st = v > 1 ? remat_placement_chunk(pl, s, c) : remat_placement_stage(pl, s, 0);
+      u += t->update_per_param * stage_params(cfg, st.num_blocks, st.has_embedding, st.has_head);
+    }
+    if (u * shard > most) most = u * shard;
+  }
+  *seconds = sim + most;
+  *bubble = sim > 0 ? 1 - busy / ((double)p.num_stages * sim) : 0;
+  remat_plan_free(&p);
+  return 0;
 }

@@ -124,15 +124,17 @@ static int layout_by_hand(remat_job *job, int64_t *lps, const uint8_t *block_pol
   return rc;
 }
 
-/* --calibrate: rank 0 times the model's layers on this machine and every
- * rank plans with its figures (they must place the stages alike). */
+/* --calibrate: rank 0 times the model's layers on this machine (and keeps
+ * the figures in the machine cache) and every rank plans with its figures
+ * (they must place the stages alike). */
 static int calibrated_times(remat_job *job, remat_error *err) {
   const remat_job_desc *d = &job->d;
   if (d->calibrate <= 0) return 0;
   remat_layer_times t = {0};
-  int rc = job->rank == 0
-               ? remat_calibrate(&job->cfg, d->train.B, d->train.T, d->calibrate, &t, err)
-               : 0;
+  remat_cache_note note; /* kept for the run's prediction, and later runs' */
+  int rc = job->rank == 0 ? remat_calibrate_cached(&job->cfg, d->train.B, d->train.T,
+                                                   d->calibrate, 1, &t, &note, err)
+                          : 0;
   if ((rc = remat__job_agree(job, rc, err))) return rc;
   if (job->dist && (rc = remat_dist_broadcast(job->dist, &t, sizeof t, 0, err))) return rc;
   remat_plan_problem_set_times(&job->pb, &t);

@@ -21,7 +21,9 @@
  * its own rate (remat_peak_mfu), so a reported MFU is never above 100%. */
 #include <math.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/base.h"
 #include "remat/report.h"
@@ -280,4 +282,71 @@ double remat_peak_mfu(remat_peak *p, const remat_config *cfg, int64_t T, double 
     p->raised++;
   }
   return p->flops > 0 ? rate / p->flops : 0.0;
+}
+
+/* ---------------------------------------------------- the kept peak */
+
+enum { PEAK_FIGURES = 7 }; /* median, best, slowest, spread, trials, shapes, seconds */
+
+int remat_peak_cached(remat_peak *p, const remat_config *cfg, int64_t B, int64_t T,
+                      double seconds, int again, remat_cache_note *note, remat_error *err) {
+  remat_cache c;
+  remat_cache_entry e = {0};
+  remat_error why = {0};
+  memset(p, 0, sizeof *p);
+  remat_cache_open(&c, "peak", (int)cfg->precision, 0);
+  /* the shapes the trials run: the width, the vocabulary, the layers (the
+   * weight of the block shapes) and the tokens of a micro-batch */
+  snprintf(e.key, sizeof e.key, "C%lld Vp%lld L%lld rows%lld", (long long)cfg->channels,
+           (long long)cfg->padded_vocab_size, (long long)cfg->num_layers, (long long)(B * T));
+  char key[sizeof e.key];
+  memcpy(key, e.key, sizeof key);
+  int found = again ? REMAT_CACHE_MISS : remat_cache_get(&c, key, PEAK_FIGURES, &e, &why);
+  const double *v = e.value;
+  if (found == REMAT_CACHE_HIT && v[0] > 0 && v[1] >= v[0] && v[2] > 0 && v[2] <= v[0] &&
+      v[3] >= 0 && v[4] >= 1 && v[4] <= REMAT_PEAK_TRIALS && v[5] >= 1) {
+    *p = (remat_peak){.flops = v[0], .median = v[0], .best = v[1], .low = v[2], .spread = v[3],
+                      .trials = (int)v[4], .shapes = (int)v[5], .seconds = v[6]};
+    remat_cache_note_set(note, &c, REMAT_FIGURE_CACHED, e.date, NULL);
+    return 0;
+  }
+  if (found == REMAT_CACHE_HIT) { /* whole, but figures no measurement gives */
+    found = REMAT_CACHE_DAMAGED;
+    remat__errorf(&why, REMAT_EIO, "cache file %s is damaged (its peak's figures are out of "
+                  "order)", c.path);
+  }
+  int rc = remat_measure_peak(p, cfg, B, T, seconds, err);
+  if (rc) return rc;
+  e.date = (int64_t)time(NULL);
+  e.n = PEAK_FIGURES;
+  memcpy(e.key, key, sizeof key);
+  const double fig[PEAK_FIGURES] = {p->median, p->best, p->low, p->spread, p->trials, p->shapes,
+                                    p->seconds};
+  memcpy(e.value, fig, sizeof fig);
+  int source = again ? REMAT_FIGURE_REMEASURED
+               : found == REMAT_CACHE_DAMAGED ? REMAT_FIGURE_REPAIRED : REMAT_FIGURE_STORED;
+  remat_error werr = {0};
+  if (remat_cache_put(&c, &e, &werr)) source = REMAT_FIGURE_UNKEPT;
+  remat_cache_note_set(note, &c, source, e.date,
+                       source == REMAT_FIGURE_UNKEPT ? werr.msg
+                       : source == REMAT_FIGURE_REPAIRED ? why.msg : "");
+  return 0;
+}
+
+int remat_peak_keep(const remat_peak *p, const remat_config *cfg, int64_t B, int64_t T,
+                    remat_error *err) {
+  remat_cache c;
+  remat_cache_entry e = {0};
+  if (remat_cache_open(&c, "peak", (int)cfg->precision, 0))
+    return remat__errorf(err, REMAT_EIO, "no cache file: %s", c.why);
+  snprintf(e.key, sizeof e.key, "C%lld Vp%lld L%lld rows%lld", (long long)cfg->channels,
+           (long long)cfg->padded_vocab_size, (long long)cfg->num_layers, (long long)(B * T));
+  /* a raised peak is the median the next run reports against */
+  const double fig[PEAK_FIGURES] = {p->flops, p->best > p->flops ? p->best : p->flops,
+                                    p->low < p->flops ? p->low : p->flops, p->spread, p->trials,
+                                    p->shapes, p->seconds};
+  memcpy(e.value, fig, sizeof fig);
+  e.n = PEAK_FIGURES;
+  e.date = (int64_t)time(NULL);
+  return remat_cache_put(&c, &e, err);
 }
