@@ -592,7 +592,7 @@ static void train_predict(run_state *r) {
   remat_cache_note note;
   double t0 = remat_now(), s, bubble;
   /* --calibrate's rounds were kept as the stages were placed */
-  if (remat_calibrate_cached(r->cfg, o->d.train.B, o->d.train.T, 3, 0, &t, &note, &err) ||
+  if (remat_calibrate_cached(r->cfg, o->d.train.B, o->d.train.T, 0, 0, &t, &note, &err) ||
       remat_job_predict_measured(r->job, &t, &s, &bubble, &err)) {
     printf("times   no prediction: %s\n", err.msg);
     return;

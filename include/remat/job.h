@@ -342,7 +342,8 @@ REMAT_API int remat_calibrate(const remat_config *cfg, int64_t B, int64_t T, int
                               remat_layer_times *t, remat_error *err);
 /* remat_calibrate's figures for cfg at B x T from the machine cache (kind
  * "layers", beside the peak's: remat_cache_open) when it holds them and
- * again is 0, else measured over `rounds` rounds and kept; *note says
+ * again is 0, else measured over `rounds` rounds (0: a quick calibration,
+ * 3 rounds and more while under half a second) and kept; *note says
  * which. The figures do not depend on cfg's layer count. */
 REMAT_API int remat_calibrate_cached(const remat_config *cfg, int64_t B, int64_t T, int rounds,
                                      int again, remat_layer_times *t, remat_cache_note *note,

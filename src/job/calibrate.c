@@ -51,11 +51,14 @@ static void fill_tokens(remat_model *m, int64_t n, int64_t V) {
   }
 }
 
-int remat_calibrate(const remat_config *cfg, int64_t B, int64_t T, int rounds,
-                    remat_layer_times *t, remat_error *err) {
+/* At least `rounds` rounds, and more (up to 1000) while fewer than
+ * `seconds` have passed since the first. */
+static int calibrate_for(const remat_config *cfg, int64_t B, int64_t T, int rounds,
+                         double seconds, remat_layer_times *t, remat_error *err) {
   memset(t, 0, sizeof *t);
   if (rounds < 1 || rounds > 1000)
     return remat__errorf(err, REMAT_EINVAL, "calibration takes 1 to 1000 rounds, not %d", rounds);
+  const int most = seconds > 0 ? 1000 : rounds;
   remat_config c = *cfg;
   c.num_layers = 3;
   const uint8_t policy[3] = {REMAT_KEEP, REMAT_MIDDLE, REMAT_RECOMPUTE};
@@ -65,7 +68,7 @@ int remat_calibrate(const remat_config *cfg, int64_t B, int64_t T, int rounds,
   remat_model *m;
   int rc = remat__model_create_stage(&m, &c, B, T, &st, err);
   if (rc) return rc;
-  double *all = remat__malloc((size_t)rounds * FIELDS * sizeof *all);
+  double *all = remat__malloc((size_t)most * FIELDS * sizeof *all);
   if (!all) {
     remat_model_destroy(m);
     return remat__errorf(err, REMAT_ENOMEM, "out of memory calibrating");
@@ -76,7 +79,10 @@ int remat_calibrate(const remat_config *cfg, int64_t B, int64_t T, int rounds,
   remat_hparams_default(&hp);
   const float dloss = 1.0f / (float)(B * T);
   const double params = (double)remat_model_num_params(m);
-  for (int r = -1; r < rounds; r++) { /* round -1 warms up */
+  double start = 0;
+  for (int r = -1; r < rounds || (r < most && remat__now() - start < seconds); r++) {
+    if (r == 0) start = remat__now(); /* round -1 warms up */
+    if (r >= rounds) rounds = r + 1;
     double before[REMAT__T_COUNT], after[REMAT__T_COUNT], d[REMAT__T_COUNT];
     int64_t n[REMAT__T_COUNT];
     remat__model_timers(m, before, n);
@@ -109,6 +115,11 @@ int remat_calibrate(const remat_config *cfg, int64_t B, int64_t T, int rounds,
                            .block_middle = med[6], .head_fwd = med[7], .head_bwd = med[8],
                            .update_per_param = med[9], .rounds = rounds};
   return 0;
+}
+
+int remat_calibrate(const remat_config *cfg, int64_t B, int64_t T, int rounds,
+                    remat_layer_times *t, remat_error *err) {
+  return calibrate_for(cfg, B, T, rounds, 0, t, err);
 }
 
 void remat_plan_problem_set_times(remat_plan_problem *pb, const remat_layer_times *t) {
@@ -155,7 +166,9 @@ int remat_calibrate_cached(const remat_config *cfg, int64_t B, int64_t T, int ro
     remat__errorf(&why, REMAT_EIO, "cache file %s is damaged (its layer times are out of range)",
                   c.path);
   }
-  int rc = remat_calibrate(cfg, B, T, rounds, t, err);
+  /* quick: at least 3 rounds, more while under half a second */
+  int rc = rounds > 0 ? remat_calibrate(cfg, B, T, rounds, t, err)
+                      : calibrate_for(cfg, B, T, 3, 0.5, t, err);
   if (rc) return rc;
   const double fig[KEPT] = {t->embed_fwd, t->embed_bwd, t->block_fwd, t->block_bwd,
                             t->block_wgrad, t->block_recompute, t->block_middle, t->head_fwd,
