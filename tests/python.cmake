@@ -23,7 +23,8 @@ if(remat_torch_python)
                    ${PROJECT_SOURCE_DIR}/python ${remat_python_work})
   set_tests_properties(python_install PROPERTIES LABELS "python" TIMEOUT 300
     FIXTURES_SETUP remat_python)
-  set(remat_python_tests test_profile_bytes test_plan test_verify test_exports test_convert)
+  set(remat_python_tests test_profile_bytes test_profile_edges test_plan test_verify test_exports
+      test_convert)
   # remat.plot draws with Debian's python3-matplotlib (install-deps.sh --test)
   execute_process(COMMAND ${remat_torch_python} -c "import matplotlib"
                   RESULT_VARIABLE rc OUTPUT_QUIET ERROR_QUIET)

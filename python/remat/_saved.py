@@ -47,8 +47,9 @@ class SavedCounter:
     storage; ``inputs[key] = layer`` for storages that were a layer's input
     (set with ``mark_input``); ``ctx_bytes[layer]`` sums the RNG states the
     checkpoint contexts of that layer keep on ``device``. The pack hook keeps
-    a reference to every tensor it sees (autograd does too), so a storage
-    cannot be freed and its address reused while the counter is alive.
+    a reference to every tensor it sees (autograd does too), and mark_input
+    to every input, so a storage cannot be freed and its address reused
+    while the counter is alive.
     """
 
     def __init__(self, exclude=(), device=None):
@@ -78,6 +79,11 @@ class SavedCounter:
         for x in _tensors(t):
             key, _ = storage_of(x)
             self.inputs.setdefault(key, self.layer)
+            # held, as saved tensors are: an input no layer saves (a post-norm
+            # block's, whose projections save a contiguous copy) would
+            # otherwise be freed and its address given to a later layer's
+            # storage, which would then be counted as this layer's
+            self._hold.append(x)
 
     def add_context(self, tensors):
         """RNG states kept by a checkpoint context (not saved tensors)."""

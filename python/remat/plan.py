@@ -10,7 +10,7 @@ import torch.nn as nn
 
 from .config import PlanError, find_cli
 from .profile import Profile
-from .wrap import wrap
+from .wrap import Layer, wrap
 
 
 def _mem_arg(memory):
@@ -211,9 +211,14 @@ class Plan:
         zero-bubble schedules call autograd.grad(inputs=...), which the
         reentrant form refuses."""
         self._contiguous("stage_modules")
+        chain = self.profile.chain if self.profile is not None else None
         if layers is None:
-            if self.profile is None:
+            if chain is None:
                 raise ValueError("stage_modules needs the layers (the plan has no profile)")
+            if chain.repeated:
+                raise ValueError("this plan's profile measured one block for all the layers "
+                                 "(num_layers): pass the built model's layers (embedding, "
+                                 "blocks, head)")
             layers = self.profile.chain.modules()
             selective = self.profile.chain.selective if selective is None else selective
             preserve_rng_state = self.profile.chain.preserve_rng_state
@@ -223,9 +228,19 @@ class Plan:
         out = []
         for st in self.stages:
             ls = range(st["first_layer"], st["first_layer"] + st["layers"])
-            out.append(nn.Sequential(*[wrap(layers[l], self.policies[l], selective, preserve_rng_state,
-                                            reentrant) for l in ls]))
+            out.append(nn.Sequential(*[self._stage_layer(chain, l, layers[l], selective,
+                                                         preserve_rng_state, reentrant)
+                                       for l in ls]))
         return out
+
+    def _stage_layer(self, chain, l, layer, selective, preserve_rng_state, reentrant):
+        """Layer l under its policy; where the profile called it with side
+        inputs, or saw it return a tuple, inside a Layer that binds them and
+        passes the tuple's first element on."""
+        m = wrap(layer, self.policies[l], selective, preserve_rng_state, reentrant)
+        if chain is None or not (chain.kwargs(l) or l in chain.tuple_layers):
+            return m
+        return Layer(m, chain.kwargs(l), chain.entries[l][0])
 
     def held(self, s):
         """Micro-batches stage s holds at its peak: min(P - s, M) under 1F1B,

@@ -94,7 +94,10 @@ def verify(model, plan, sample_batch, device=None):
         device = p.device if p is not None else torch.device("cpu")
     device = torch.device(device)
     inputs, targets = split_batch(sample_batch)
-    exclude = state_keys(model)
+    if chain.repeated:
+        raise ValueError("this profile measured one block for all the layers (num_layers): "
+                         "verify runs the model's own layers; profile the built model to verify")
+    exclude = state_keys(model) | set(chain.side_keys())
     for m in chain.modules():
         exclude |= state_keys(m)
     mods = plan.stage_modules(reentrant=True)  # the profiler counts under the reentrant form
@@ -131,7 +134,7 @@ def _stage(plan, prof, chain, s, st, seq, xs, targets, exclude, device, P):
     with torch.no_grad():
         probe = xs[first]
         for l in ids:
-            probe = chain.entries[l][2](probe)
+            probe = chain.layer(l, "keep")(probe)
     g = None if last else torch.randn_like(probe)
     del probe
     with measure.Peak(device) as pk:

@@ -25,9 +25,21 @@ import torch.utils.checkpoint as _cp
 from ._saved import active_counter
 
 
-def checkpoint_call(fn, *args, preserve_rng_state=True, reentrant=True):
-    """Runs fn(*args) under torch.utils.checkpoint (reentrant or not), and
-    reports the RNG state a reentrant context keeps to an active counter."""
+def checkpoint_call(fn, *args, preserve_rng_state=True, reentrant=True, kwargs=None):
+    """Runs fn(*args, **kwargs) under torch.utils.checkpoint (reentrant or
+    not), and reports the RNG state a reentrant context keeps to an active
+    counter. The checkpoint takes positional arguments only: tensor keyword
+    arguments are passed to it positionally (so it saves them, and their
+    gradients flow), the others bound."""
+    if kwargs:
+        names = [k for k, v in kwargs.items() if isinstance(v, torch.Tensor)]
+        fixed = {k: v for k, v in kwargs.items() if k not in names}
+        n, inner = len(args), fn
+
+        def fn(*a):
+            return inner(*a[:n], **fixed, **dict(zip(names, a[n:])))
+
+        args = args + tuple(kwargs[k] for k in names)
     out = _cp.checkpoint(fn, *args, use_reentrant=reentrant, preserve_rng_state=preserve_rng_state)
     if not reentrant:
         return out
@@ -48,6 +60,37 @@ def checkpoint_call(fn, *args, preserve_rng_state=True, reentrant=True):
     return out
 
 
+def first_tensor(y, name, module):
+    """A chain member's output as the chain passes it on: the tensor, or
+    of a tuple or list (the Hugging Face style) its first element, which
+    must be the tensor."""
+    if isinstance(y, torch.Tensor):
+        return y
+    if isinstance(y, (tuple, list)) and y and isinstance(y[0], torch.Tensor):
+        return y[0]
+    what = (f"a {type(y).__name__} whose first element is {type(y[0]).__name__}"
+            if isinstance(y, (tuple, list)) and y else f"{type(y).__name__}")
+    raise TypeError(f"{name} ({type(module).__name__}) returns {what}, not a tensor: the chain "
+                    f"passes one tensor from layer to layer; make it return the hidden state, or "
+                    f"a tuple with the hidden state first")
+
+
+class Layer(nn.Module):
+    """A member of the chain as the chain calls it: module(x, **kwargs)
+    with its constant keyword arguments (side inputs: a mask, position
+    ids) bound, and of a tuple output the first element."""
+
+    def __init__(self, module, kwargs=None, name="layer"):
+        super().__init__()
+        self.module = module
+        self.kwargs = dict(kwargs or {})
+        self.name = name
+
+    def forward(self, x):
+        inner = self.module.module if isinstance(self.module, (Checkpointed, Selective)) else self.module
+        return first_tensor(self.module(x, **self.kwargs), self.name, inner)
+
+
 class Checkpointed(nn.Module):
     """A layer whose forward is rerun in the backward pass (full recompute)."""
 
@@ -57,9 +100,9 @@ class Checkpointed(nn.Module):
         self.preserve_rng_state = preserve_rng_state
         self.reentrant = reentrant
 
-    def forward(self, *args):
+    def forward(self, *args, **kwargs):
         return checkpoint_call(self.module, *args, preserve_rng_state=self.preserve_rng_state,
-                               reentrant=self.reentrant)
+                               reentrant=self.reentrant, kwargs=kwargs)
 
 
 class Selective(nn.Module):
@@ -78,7 +121,7 @@ class Selective(nn.Module):
         for n in self.names:
             module.get_submodule(n)  # fails early on a wrong name
 
-    def forward(self, *args):
+    def forward(self, *args, **kwargs):
         subs = [self.module.get_submodule(n) for n in self.names]
         saved = []
         try:
@@ -86,7 +129,7 @@ class Selective(nn.Module):
                 orig = sub.forward
                 saved.append((sub, "forward" in sub.__dict__, sub.__dict__.get("forward")))
                 sub.forward = _patched(orig, self.preserve_rng_state, self.reentrant)
-            return self.module(*args)
+            return self.module(*args, **kwargs)
         finally:
             for sub, had, old in reversed(saved):
                 if had:
@@ -96,10 +139,12 @@ class Selective(nn.Module):
 
 
 def _patched(orig, preserve, reentrant):
-    def forward(*args):
-        if not any(isinstance(a, torch.Tensor) and a.requires_grad for a in args):
-            return orig(*args)  # nothing to save for: run as it is
-        return checkpoint_call(orig, *args, preserve_rng_state=preserve, reentrant=reentrant)
+    def forward(*args, **kwargs):
+        if not any(isinstance(a, torch.Tensor) and a.requires_grad
+                   for a in list(args) + list(kwargs.values())):
+            return orig(*args, **kwargs)  # nothing to save for: run as it is
+        return checkpoint_call(orig, *args, preserve_rng_state=preserve, reentrant=reentrant,
+                               kwargs=kwargs)
 
     return forward
 
