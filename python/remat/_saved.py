@@ -59,6 +59,7 @@ class SavedCounter:
         self.saved = {}
         self.inputs = {}
         self.ctx_bytes = {}
+        self.unsaved = {}  # layer -> bytes of its inputs that nothing saved
         self._hold = []
         self._ctx_seen = set()
         self._hooks = saved_tensors_hooks(self._pack, self._unpack)
@@ -84,6 +85,21 @@ class SavedCounter:
             # otherwise be freed and its address given to a later layer's
             # storage, which would then be counted as this layer's
             self._hold.append(x)
+
+    def input_done(self, t):
+        """After the running layer's forward on input t: an input storage
+        that nothing saved still counts as kept by the layer. The tensor a
+        stage receives is a leaf that autograd holds until its gradient is
+        made (and a sender keeps what it sends), so a layer that does not
+        save its input (a post-norm block, whose projections save a copy)
+        still keeps it whenever it begins a stage."""
+        for x in _tensors(t):
+            key, nbytes = storage_of(x)
+            # each call is one input at one time: an address seen before was
+            # freed since (verify does not hold its layers' inputs)
+            if key in self.exclude or key in self.saved or not nbytes:
+                continue
+            self.unsaved[self.layer] = self.unsaved.get(self.layer, 0) + nbytes
 
     def add_context(self, tensors):
         """RNG states kept by a checkpoint context (not saved tensors)."""
@@ -118,10 +134,13 @@ class SavedCounter:
             out[owner] += nbytes
         for layer, b in self.ctx_bytes.items():
             out[layer] += b
+        for layer, b in self.unsaved.items():
+            out[layer] += b
         return out
 
     def total(self):
-        return sum(b for b, _ in self.saved.values()) + sum(self.ctx_bytes.values())
+        return (sum(b for b, _ in self.saved.values()) + sum(self.ctx_bytes.values())
+                + sum(self.unsaved.values()))
 
     def release(self):
         self._hold.clear()

@@ -236,7 +236,9 @@ def _counted_run(chain, inputs, targets, policy, exclude, device):
         for i in range(n):
             c.layer = i
             c.mark_input(x)
-            x = chain.step(i, x, policy, targets)
+            y = chain.step(i, x, policy, targets)
+            c.input_done(x)
+            x = y
     per = c.per_layer(n)
     del x
     c.release()

@@ -148,7 +148,10 @@ def _stage(plan, prof, chain, s, st, seq, xs, targets, exclude, device, P):
                 tg = None if targets is None or not last else targets.clone()
                 for l, layer in zip(ids, seq):
                     c.layer = l
-                    x = layer(x)
+                    y = layer(x)
+                    c.input_done(x)  # while x is alive: its address not yet reused
+                    x = y
+                del y
                 if last:
                     x = chain.loss_fn(x, tg)
                 outs.append(x)

@@ -5,7 +5,8 @@ user gives it:
   arguments (attn_mask=, need_weights=) under the selective policy, its
   mask a side input given once to profile (held once: not in the saved
   bytes, in stage_bytes); verify's saved bytes equal the plan's and no
-  stage peaks above its plan;
+  stage peaks above its plan, at every budget from the least to keeping
+  all (its blocks do not save their input, which a stage holds anyway);
 - blocks returning tuples (the Hugging Face style) measured as the same
   block returning its tensor; a tuple without a tensor first refused in one
   line naming the layer;
@@ -126,6 +127,27 @@ class Keywords(unittest.TestCase):
         for b in model.blocks:
             ref = b(ref, mask=mask)
         self.assertTrue(torch.allclose(x, model.head(ref), atol=1e-6))
+
+
+class PostNorm(unittest.TestCase):
+    def test_never_below_what_is_measured(self):
+        # a post-norm block saves a copy of its input, not the input: the
+        # tensor a stage receives is still held (a leaf autograd keeps), so
+        # the block counts it as kept; every stage's peak is within its plan
+        torch.manual_seed(0)
+        model, sample = Encoder(4), batch()
+        prof = remat.profile(model, sample, layers="blocks", embedding="embed", head="head",
+                             selective=["mlp"], side_inputs={"mask": causal_mask()}, repeats=1,
+                             preserve_rng_state=False, cli=common.CLI)
+        self.assertEqual(prof.layers[1]["act_bytes"] - prof.layers[1]["middle_bytes"], 16384)
+        lo = remat.plan(prof, 3, 4, 1, cli=common.CLI).data["min_budget_bytes"]
+        hi = remat.plan(prof, 3, 4, 1 << 40, cli=common.CLI).data["max_memory_bytes"]
+        for memory in (lo, (lo + hi) // 2, hi - 1, hi):
+            plan = remat.plan(prof, 3, 4, memory, cli=common.CLI)
+            v = remat.verify(model, plan, sample)
+            self.assertTrue(v.saved_equal, str(v))
+            for st in v.stages:
+                self.assertLessEqual(st["measured_peak_bytes"], st["planned_peak_bytes"], str(v))
 
 
 class TupleBlock(EncoderBlock):
