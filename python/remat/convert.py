@@ -250,7 +250,7 @@ def main(argv=None):
                     "OUT/model.safetensors (the same tensors, lm_head left out as Hugging Face "
                     "does) and OUT/config.json.",
         epilog="Load it with torch: model.load_state_dict(torch.load('OUT/pytorch_model.bin')), "
-               "or with transformers: GPT2LMHeadModel.from_pretrained('OUT'). See docs/profile.md.")
+               "or with transformers: GPT2LMHeadModel.from_pretrained('OUT'). See docs/convert.md.")
     ap.add_argument("model", metavar="MODEL.bin", help="a model file that remat train --save wrote")
     ap.add_argument("out", metavar="OUT", help="the directory to write (made if missing)")
     a = ap.parse_args(argv)

@@ -11,6 +11,12 @@
   which submodules to name is the user's choice. Checkpointing the attention
   core (scores, softmax, weighted sum) is Megatron's selective recomputation.
 
+A layer of the chain is called with one tensor; ``Layer(module, kwargs)``
+binds the constant keyword arguments a block takes (remat.profile's
+side_inputs) and passes on the first element of a tuple output. Keyword
+arguments reach checkpointed modules as positional tensors, so the
+checkpoint saves them and their gradients flow.
+
 The profiler measures under the reentrant checkpoint, whose saved inputs pass
 through ``save_for_backward`` and so are counted by ``saved_tensors_hooks``
 (torch 1.13 and 2.x alike). The modules a plan hands to training
