@@ -40,7 +40,9 @@ Two roles in one file:
       it (2.0 and later), else the matmul-mask-softmax-matmul of GPT-2.
 
 Shapes: gpt2-124m (L12 C768 NH12 V50257) at B=4 T=64, and seq-long
-(L6 C256 NH8 V8192) at B=4 T=1024.
+(L6 C256 NH8 V8192) at B=4 T=1024; gpt2-124m-long, gpt2-124m at B=4 T=1024,
+on request. --ratios 0 skips the full-recompute runs, --no-fp32-beside the
+remat fp32 runs beside bf16 ones.
 """
 import argparse
 import json
@@ -55,6 +57,7 @@ import time
 SHAPES = {
     "gpt2-124m": ("12,768,12,50257,1024", 4, 64),
     "seq-long": ("6,256,8,8192,1024", 4, 1024),
+    "gpt2-124m-long": ("12,768,12,50257,1024", 4, 1024),
 }
 
 
@@ -228,13 +231,14 @@ def compare(a):
     env.setdefault("OPENBLAS_NUM_THREADS", str(a.threads))  # PyTorch's OpenBLAS pool
     env.setdefault("OMP_NUM_THREADS", str(a.threads))
     shapes = a.shapes.split(",")
+    ratios = [float(x) for x in a.ratios.split(",")]
     res = {}  # (shape, ratio, system) -> one dict per rep: step, best (seconds), rss (bytes)
     for rep in range(a.reps):
         for shape in shapes:
             cfg, B, T = SHAPES[shape]
-            for ratio in (0.0, 1.0):
+            for ratio in ratios:
                 order = [("remat", remat_run), ("torch", torch_run)]
-                if a.precision == "bf16":
+                if a.precision == "bf16" and a.fp32_beside:
                     order.append(("remat_fp32", remat_fp32_run))
                 if (rep + int(ratio)) % 2:
                     order.reverse()
@@ -270,7 +274,7 @@ def compare(a):
     print(f"{'shape':10} {'ratio':>5} {'remat tok/s':>20} {'torch tok/s':>20} {'x':>12} "
           f"{'remat RSS':>12} {'torch RSS':>12} {'x':>6}")
     for shape in shapes:
-        for ratio in (0.0, 1.0):
+        for ratio in ratios:
             rt, tt = tokens(shape, ratio, "remat", "step"), tokens(shape, ratio, "torch", "step")
             rb, tb = tokens(shape, ratio, "remat", "best"), tokens(shape, ratio, "torch", "best")
             rr, tr = rss(shape, ratio, "remat"), rss(shape, ratio, "torch")
@@ -278,7 +282,7 @@ def compare(a):
                   f"{rt / tt:5.2f} [{rb / tb:4.2f}] {rr / 2**20:8.0f} MiB {tr / 2**20:8.0f} MiB "
                   f"{rr / tr:6.2f}")
     for shape in shapes:
-        for ratio in (0.0, 1.0):
+        for ratio in ratios:
             rt, tt = tokens(shape, ratio, "remat", "step"), tokens(shape, ratio, "torch", "step")
             rb, tb = tokens(shape, ratio, "remat", "best"), tokens(shape, ratio, "torch", "best")
             rr, tr = rss(shape, ratio, "remat"), rss(shape, ratio, "torch")
@@ -288,8 +292,8 @@ def compare(a):
                   f"best_tokens_ratio={rb / tb:.3f} remat_peak_rss_bytes={rr:.0f} "
                   f"torch_peak_rss_bytes={tr:.0f} rss_ratio={rr / tr:.3f}")
     for shape in shapes:
-        for ratio in (0.0, 1.0):
-            if a.precision != "bf16":
+        for ratio in ratios:
+            if a.precision != "bf16" or not a.fp32_beside:
                 break
             # remat bf16 over remat fp32, from runs of one rep side by side
             runs = zip(res[(shape, ratio, "remat")], res[(shape, ratio, "remat_fp32")])
@@ -298,7 +302,7 @@ def compare(a):
                   f"(remat fp32 step time / bf16 step time, median over reps) "
                   f"rss_bf16_over_fp32={rss(shape, ratio, 'remat') / rss(shape, ratio, 'remat_fp32'):.3f}")
     # a rep's ratio-0 and ratio-1 runs of one system are adjacent in time
-    for shape in shapes:
+    for shape in shapes if ratios == [0.0, 1.0] else []:
         for name in ("remat", "torch"):
             r0, r1 = res[(shape, 0.0, name)], res[(shape, 1.0, name)]
             slow = statistics.median(y["step"] / x["step"] for x, y in zip(r0, r1))
@@ -317,6 +321,9 @@ def main():
     c.add_argument("--steps", type=int, default=5)
     c.add_argument("--threads", type=int, default=os.cpu_count())
     c.add_argument("--shapes", default="gpt2-124m,seq-long")
+    c.add_argument("--ratios", default="0,1", help="recompute ratios to run (0,1)")
+    c.add_argument("--no-fp32-beside", dest="fp32_beside", action="store_false",
+                   help="bf16: no remat fp32 runs beside")
     c.add_argument("--quiet-cpus", type=float, default=0.0,
                    help="before each run, wait until this many CPUs are idle (0: never wait)")
     c.add_argument("--patience", type=float, default=600.0,

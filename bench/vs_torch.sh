@@ -10,7 +10,9 @@
 #   env: PRECISION (fp32; bf16: remat bf16 against PyTorch's autocast to
 #        bf16, and remat fp32 beside them), REPS (3), STEPS (5 per run, the
 #        first a warm-up), THREADS (all
-#        cores), SHAPES (gpt2-124m,seq-long), QUIET_CPUS (0: start each run
+#        cores), SHAPES (gpt2-124m,seq-long; gpt2-124m-long: T=1024),
+#        RATIOS (0,1: no recompute and full recompute), FP32_BESIDE (1; 0:
+#        no remat fp32 runs beside bf16), QUIET_CPUS (0: start each run
 #        at once; X: wait until X CPUs are idle, for a shared machine)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -70,4 +72,5 @@ with torch.autocast("cpu", dtype=torch.bfloat16):
 fi
 exec $py "$here/vs_torch.py" compare "$remat" --reps "${REPS:-3}" --steps "${STEPS:-5}" \
   --threads "$threads" --shapes "${SHAPES:-gpt2-124m,seq-long}" --quiet-cpus "${QUIET_CPUS:-0}" \
-  --precision "$precision"
+  --precision "$precision" --ratios "${RATIOS:-0,1}" \
+  $([[ ${FP32_BESIDE:-1} == 0 ]] && echo --no-fp32-beside)

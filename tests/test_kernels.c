@@ -870,6 +870,35 @@ static void test_dropout(void) {
 
 /* ---------------------------------------------------------- optimizer */
 
+/* The one-sweep update against the update, the bf16 rounding and the
+ * zeroing apart: the same bits of p, m, v and the copy, and a zero
+ * gradient; without a copy too. Odd sizes for the vector loops' edges. */
+static void test_adamw_fused(void) {
+  const size_t sizes[] = {1, 17, 1000003};
+  int same = 1, zero = 1;
+  for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+    const size_t n = sizes[k];
+    float *p = falloc(n), *g = falloc(n), *m = falloc(n), *v = falloc(n);
+    float *p2 = falloc(n), *g2 = falloc(n), *m2 = falloc(n), *v2 = falloc(n);
+    uint16_t *h = malloc(n * sizeof *h), *h2 = malloc(n * sizeof *h2);
+    fill(p, n, -1, 1), fill(g, n, -1, 1), fill(m, n, -0.1f, 0.1f), fill(v, n, 0, 0.01f);
+    for (int with_copy = 0; with_copy < 2; with_copy++)
+      for (int t = 1; t <= 3; t++) {
+        remat__adamw opt = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .step = t};
+        memcpy(p2, p, n * 4), memcpy(g2, g, n * 4), memcpy(m2, m, n * 4), memcpy(v2, v, n * 4);
+        remat__adamw_update(p, g, m, v, n, &opt, 0.1f, 0.7f);
+        for (size_t i = 0; i < n; i++) h[i] = remat__bf16_round(p[i]);
+        remat__adamw_update_fused(p2, g2, m2, v2, with_copy ? h2 : NULL, n, &opt, 0.1f, 0.7f);
+        same &= !memcmp(p, p2, n * 4) && !memcmp(m, m2, n * 4) && !memcmp(v, v2, n * 4) &&
+                (!with_copy || !memcmp(h, h2, n * 2));
+        for (size_t i = 0; i < n; i++) zero &= g2[i] == 0.0f;
+      }
+    free(p), free(g), free(m), free(v), free(p2), free(g2), free(m2), free(v2), free(h), free(h2);
+  }
+  CHECKF(same && zero, "adamw in one sweep with the bf16 copy and the zeroing: the same bits as "
+                       "the update and the rounding apart, and a zero gradient");
+}
+
 static void test_adamw(void) {
   printf("-- adamw, sumsq, init\n");
   enum { n = 7 };
@@ -903,6 +932,7 @@ static void test_adamw(void) {
   remat__adamw_update(q, gq, mq, vq, 1, &opt, 0.0f, 1.0f);
   CHECKF(fabs(q[0] - (1.0 - 1e-2)) < 1e-6, "adamw first step without decay moves by lr: %.7f",
         (double)q[0]);
+  test_adamw_fused();
 
   /* sumsq over more than one batch of chunks, vs double; thread-count free */
   const size_t ns = 1100007;

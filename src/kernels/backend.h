@@ -189,6 +189,23 @@ typedef struct remat__backend {
   void (*bf16_matmul_backward)(void *products, void *dinp, float *dweight, float *dbias,
                                const uint16_t *dout, const uint16_t *inp, const uint16_t *weight,
                                int64_t N, int64_t C, int64_t OC, bool dinp_bf16, void *scratch);
+  /* The attention on bf16 operands (kernels.h's remat__attention_forward_bf16
+   * and _backward_bf16), where sizes give attention_work (remat__kernel_ws):
+   * work is that many bytes, the products' scratchpad while no product
+   * runs. NULL: the attention runs on operands widened to fp32. */
+  void (*attention_forward_bf16)(float *out, float *lse, const uint16_t *qkv, int64_t B,
+                                 int64_t T, int64_t C, int64_t NH, const remat__dropout *drop,
+                                 void *work, size_t work_bytes);
+  void (*attention_backward_bf16)(float *dqkv, float *delta, const float *dout,
+                                  const uint16_t *qkv, const uint16_t *out, const float *lse,
+                                  int64_t B, int64_t T, int64_t C, int64_t NH,
+                                  const remat__dropout *drop, void *work, size_t work_bytes);
+  /* adamw_update, the bf16 copy's refresh (param_bf16, as to_bf16 rounds;
+   * NULL: none) and grad = 0 in one sweep (remat__adamw_update_fused).
+   * NULL: the model runs the three apart. */
+  void (*adamw_update_fused)(float *param, float *grad, float *m, float *v, uint16_t *param_bf16,
+                             size_t n, const remat__adamw *opt, float weight_decay,
+                             float grad_scale);
 } remat__backend;
 
 /* The CPU backend: today's kernels (OpenBLAS, OpenMP), the reference. */

@@ -167,6 +167,9 @@ static const remat__backend cpu = {
     .products_scratch = cpu_products_scratch,
     .bf16_matmul_forward = cpu_bf16_matmul_forward,
     .bf16_matmul_backward = cpu_bf16_matmul_backward,
+    .attention_forward_bf16 = remat__attention_forward_bf16,
+    .attention_backward_bf16 = remat__attention_backward_bf16,
+    .adamw_update_fused = remat__adamw_update_fused,
 };
 
 const remat__backend *remat__backend_cpu(void) { return &cpu; }

@@ -204,6 +204,12 @@ double remat__crossentropy_forward_backward(float *logits, float *losses, const 
 /* AdamW as kernels/backend.h defines it (remat__adamw). */
 void remat__adamw_update(float *param, const float *grad, float *m, float *v, size_t n,
                          const remat__adamw *opt, float weight_decay, float grad_scale);
+/* The same update, then param_bf16[i] = param[i] rounded to bf16 (as
+ * remat__bf16_from_f32 rounds; skipped when NULL) and grad[i] = 0, in one
+ * sweep: param, m and v get remat__adamw_update's bits. */
+void remat__adamw_update_fused(float *param, float *grad, float *m, float *v,
+                               uint16_t *param_bf16, size_t n, const remat__adamw *opt,
+                               float weight_decay, float grad_scale);
 
 /* Sum of squares of n floats, accumulated in double, deterministic. */
 double remat__sumsq(const float *x, size_t n);

@@ -190,15 +190,28 @@ const remat_config *remat_model_config(const remat_model *m) { return &m->cfg; }
 const remat_memplan *remat_model_memplan(const remat_model *m) { return &m->mp; }
 const remat_stage *remat_model_stage(const remat_model *m) { return &m->stage; }
 size_t remat_model_num_params(const remat_model *m) { return m->num_params; }
-float *remat_model_params(remat_model *m) { return m->params; }
-float *remat_model_grads(remat_model *m) { return m->grads; }
+/* A pointer into the parameters or gradients handed out: what the caller
+ * does there the model cannot see, so the next zero_grad clears and the next
+ * forward refreshes the bf16 copies (update_clean). */
+float *remat_model_params(remat_model *m) {
+  m->update_clean = 0;
+  return m->params;
+}
+float *remat_model_grads(remat_model *m) {
+  m->update_clean = 0;
+  return m->grads;
+}
 float *remat_model_adam_m(remat_model *m) { return m->adam_m; }
 float *remat_model_adam_v(remat_model *m) { return m->adam_v; }
 float *remat__model_tensor(remat_model *m, int tensor, size_t *floats) {
+  m->update_clean = 0;
   if (floats) *floats = m->sz[tensor];
   return m->p[tensor];
 }
-float *remat__model_tensor_grad(remat_model *m, int tensor) { return m->g[tensor]; }
+float *remat__model_tensor_grad(remat_model *m, int tensor) {
+  m->update_clean = 0;
+  return m->g[tensor];
+}
 float *remat__model_dresid(remat_model *m) { return m->dresid; }
 float *remat__model_stage_output(remat_model *m) { return m->send; }
 int64_t remat_model_step(const remat_model *m) { return m->step; }
@@ -236,6 +249,7 @@ double remat__model_take_recompute_seconds(remat_model *m) {
 
 void *remat__model_region(remat_model *m, int buf, size_t *bytes) {
   REMAT_ASSERT(m->arena && buf >= 0 && buf < REMAT_BUF_COUNT);
+  m->update_clean = 0;
   *bytes = m->mp.buf[buf].bytes;
   return *bytes ? m->arena + m->mp.buf[buf].offset : NULL;
 }
@@ -293,10 +307,12 @@ static size_t shard_offset(const remat_model *m, int64_t u) {
 
 float *remat__model_shard(remat_model *m, int buf, int64_t u) {
   REMAT_ASSERT(remat__model_buf_sharded(m, buf) && u >= 0 && u < m->cfg.num_layers + 3);
+  m->update_clean = 0;
   return buf_base(m, buf) + shard_offset(m, u);
 }
 
 float *remat__model_unit_at(remat_model *m, int buf, int64_t u, size_t i, size_t *run) {
+  m->update_clean = 0;
   int64_t L = m->cfg.num_layers;
   /* unit L + 2 is the tied gradient beside the embedding, or a lone head's
    * copy of the tied matrix (every buffer) */
@@ -478,6 +494,7 @@ static void init_piece(const remat__backend *be, const remat_config *c, int i, f
 
 void remat_model_init_weights(remat_model *m, uint64_t seed) {
   const remat_config *c = &m->cfg;
+  m->update_clean = 0;
   if (!remat__model_buf_sharded(m, REMAT_BUF_PARAMS)) {
     for (int i = 0; i < REMAT_P_COUNT; i++)
       if (m->sz[i]) init_piece(m->be, c, i, m->p[i], m->tensor_first[i], m->sz[i], seed);
@@ -700,8 +717,13 @@ static void block_forward_bf16(remat_model *m, int64_t i, const block_params *wp
   be->layernorm_forward_bf16(a->ln1, a->ln1_mean, a->ln1_rstd, x, w.ln1w, w.ln1b, N, C);
   be->bf16_matmul_forward(m->products, a->qkv, a->ln1, h.qkvw, w.qkvb, N, C, 3 * C, true,
                           d.scratch);
-  be->from_bf16(d.qkv_f, a->qkv, 3 * BTC);
-  be->attention_forward(d.atty_f, a->att_lse, d.qkv_f, B, T, C, NH, &drop[REMAT_DROP_ATTN]);
+  if (m->ws.attention_work && be->attention_forward_bf16) { /* the products' scratchpad */
+    be->attention_forward_bf16(d.atty_f, a->att_lse, a->qkv, B, T, C, NH, &drop[REMAT_DROP_ATTN],
+                               d.scratch, m->ws.attention_work);
+  } else {
+    be->from_bf16(d.qkv_f, a->qkv, 3 * BTC);
+    be->attention_forward(d.atty_f, a->att_lse, d.qkv_f, B, T, C, NH, &drop[REMAT_DROP_ATTN]);
+  }
   be->to_bf16(a->atty, d.atty_f, BTC);
   be->bf16_matmul_forward(m->products, a->res2, a->atty, h.projw, w.projb, N, C, C, false,
                           d.scratch);
@@ -750,7 +772,11 @@ static void block_backward_bf16(remat_model *m, int64_t i, const block_params *w
   be->bf16_matmul_backward(m->products, in ? d->datty : NULL, wt ? g.projw : NULL,
                            wt ? g.projb : NULL, h_proj, a->atty, h.projw, N, C, C, false,
                            d->scratch);
-  if (in) {
+  if (in && m->ws.attention_work && be->attention_backward_bf16) {
+    be->attention_backward_bf16(d->dqkv, d->att_delta, d->datty, a->qkv, a->atty, a->att_lse, B,
+                                T, C, NH, &drop[0], d->scratch, m->ws.attention_work);
+    be->to_bf16(h_qkv, d->dqkv, 3 * BTC);
+  } else if (in) {
     be->from_bf16(d->qkv_f, a->qkv, 3 * BTC);
     be->from_bf16(d->atty_f, a->atty, BTC);
     be->attention_backward(d->dqkv, d->att_delta, d->datty, d->qkv_f, d->atty_f, a->att_lse, B,
@@ -1130,11 +1156,14 @@ float remat_model_eval(remat_model *m) {
 
 void remat_model_zero_grad(remat_model *m) {
   const remat_membuf *b = m->mp.buf;
-  m->be->clear(m->grads, b[REMAT_BUF_GRADS].bytes);
+  if (!m->update_clean) {
+    m->be->clear(m->grads, b[REMAT_BUF_GRADS].bytes);
+    m->bf16_stale = 1;
+  }
   if (m->tied_grad) m->be->clear(m->tied_grad, b[REMAT_BUF_TIED_GRAD].bytes);
   m->tied_summed = 0;
   m->grads_fresh = m->wgrads_fresh = 1;
-  m->bf16_stale = 1;
+  m->update_clean = 0;
 }
 
 /* g[i] = g[i] + t[i] over [first, first + count) of the tied matrix. */
@@ -1252,6 +1281,36 @@ static void update_owned(remat_model *m, int64_t u, const remat__adamw *opt, flo
   }
 }
 
+/* Tensor i of a whole (unsharded) stage in one sweep: AdamW, its bf16
+ * copies where it has them (a block matrix's, block by block; the tied
+ * matrix's on a stage with the head: every copy bf16_refresh makes), and
+ * its gradient zeroed. */
+static void update_fused(remat_model *m, int i, float *pm, float *pv, const remat__adamw *opt,
+                         float wd, float scale) {
+  const size_t C = (size_t)m->cfg.channels, CC = C * C;
+  const bool copies = m->wbf && !gathered_bf16(m);
+  size_t at = 0, per = 0; /* a block matrix's place in its block's copies, and its size */
+  switch (i) {
+  case REMAT_P_QKVW: at = 0, per = 3 * CC; break;
+  case REMAT_P_ATTPROJW: at = 3 * CC, per = CC; break;
+  case REMAT_P_FCW: at = 4 * CC, per = 4 * CC; break;
+  case REMAT_P_FCPROJW: at = 8 * CC, per = 4 * CC; break;
+  default: break;
+  }
+  if (copies && per) {
+    REMAT_ASSERT(m->sz[i] == per * (size_t)m->stage.num_blocks);
+    for (int64_t b = 0; b < m->stage.num_blocks; b++) {
+      uint16_t *h = (uint16_t *)((char *)m->wbf + (size_t)b * m->mp.mm.block_bf16_bytes) + at;
+      size_t o = (size_t)b * per;
+      m->be->adamw_update_fused(m->p[i] + o, m->g[i] + o, pm + o, pv + o, h, per, opt, wd, scale);
+    }
+    return;
+  }
+  uint16_t *h = copies && i == REMAT_P_WTE && m->stage.has_head ? head_wbf(m, NULL) : NULL;
+  REMAT_ASSERT(!h || m->sz[i] == (size_t)m->cfg.padded_vocab_size * C);
+  m->be->adamw_update_fused(m->p[i], m->g[i], pm, pv, h, m->sz[i], opt, wd, scale);
+}
+
 void remat_model_update(remat_model *m, const remat_hparams *hp, float lr, float norm) {
   float scale = 1.0f;
   if (hp->grad_clip > 0) {
@@ -1270,9 +1329,16 @@ void remat_model_update(remat_model *m, const remat_hparams *hp, float lr, float
   float *pm = m->adam_m, *pv = m->adam_v;
   for (int i = 0; i < REMAT_P_COUNT; i++) {
     if (!m->sz[i]) continue;
-    m->be->adamw_update(m->p[i], m->g[i], pm, pv, m->sz[i], &opt,
-                        decays(i) ? hp->weight_decay : 0.0f, scale);
+    const float wd = decays(i) ? hp->weight_decay : 0.0f;
+    if (m->be->adamw_update_fused)
+      update_fused(m, i, pm, pv, &opt, wd, scale);
+    else
+      m->be->adamw_update(m->p[i], m->g[i], pm, pv, m->sz[i], &opt, wd, scale);
     pm += m->sz[i];
     pv += m->sz[i];
+  }
+  if (m->be->adamw_update_fused) { /* gradients zero, bf16 copies (if any) fresh */
+    m->update_clean = 1;
+    m->bf16_stale = 0;
   }
 }

@@ -56,6 +56,11 @@ struct remat_model {
   void *products;
   uint16_t *wbf;
   int bf16_stale;
+  /* The last update left the gradients zero and the bf16 copies fresh in
+   * the same sweep (adamw_update_fused), and no pointer into the
+   * parameters or gradients has been handed out since: zero_grad has
+   * nothing to clear, nor the next forward to refresh. */
+  int update_clean;
 
   size_t high_water;  /* cache for remat_model_arena_high_water */
   int64_t step;       /* optimizer steps taken */
