@@ -21,15 +21,35 @@ enum { FORMAT_LP = -1 };        /* beside REMAT_PLAN_FORMAT_* */
 /* What --config's figures describe: one line under the table's problem
  * line ("note: " and the note), and "source_note" in JSON: the bytes of
  * remat's engine in its precision, its FLOP or measured times. */
+/* Where --config's times came from beyond "FLOP times": the calibration
+ * --calibrate ran (kept), or the kept one a run would predict by. */
+static char times_source[640];
+
 static void source_note(char *buf, size_t cap, int bf16, int measured) {
   char threads[96];
   snprintf(threads, sizeof threads, " (oneDNN's scratchpad as on this CPU, for %d thread%s a rank)",
            omp_get_max_threads(), omp_get_max_threads() > 1 ? "s" : "");
   snprintf(buf, cap, "bytes and %s of remat's own %s GPT-2 engine%s; for other frameworks' "
-           "models, see python/remat (docs/profile.md)",
+           "models, see python/remat (docs/profile.md)%s",
            measured ? "times measured on this machine (--calibrate)" : "FLOP times",
            bf16 ? "bf16" : "fp32",
-           bf16 ? threads : "");
+           bf16 ? threads : "", times_source);
+}
+
+/* The note's words on this machine's layer times: measured now by
+ * --calibrate, or kept from an earlier run (which the plan does not use:
+ * without --calibrate its times are the FLOP model's, the same on every
+ * machine). */
+static void note_times(const remat_cache_note *n, int measured) {
+  char date[48];
+  remat_cache_date(n->date, date, sizeof date);
+  if (measured)
+    snprintf(times_source, sizeof times_source, "; times in seconds measured now on %s (%s), %s",
+             n->host, n->cpu, n->source == REMAT_FIGURE_UNKEPT ? "not kept" : "and kept");
+  else
+    snprintf(times_source, sizeof times_source, "; this machine's layer times, kept from %s "
+             "(%s), predict remat train's steps; --calibrate N plans by times measured now",
+             date, n->host);
 }
 
 static const char usage_text[] =
@@ -303,13 +323,17 @@ static int load_problem(const plan_args *a, const remat_budgets *budgets,
   if (remat_plan_problem_from_replicas(pb, &cfg, a->B, a->T, a->P, a->M, a->D > 1 ? a->D : 1,
                                        a->Z > 0 ? (int)a->Z : 0, budgets->bytes[0], &err))
     return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
-  if (a->calibrate) { /* this machine's layer times, not FLOP counts */
-    remat_layer_times t;
-    if (remat_calibrate(&cfg, a->B, a->T, (int)a->calibrate, &t, &err)) {
+  remat_layer_times t;
+  remat_cache_note kept;
+  if (a->calibrate) { /* this machine's layer times, not FLOP counts; kept */
+    if (remat_calibrate_cached(&cfg, a->B, a->T, (int)a->calibrate, 1, &t, &kept, &err)) {
       remat_plan_problem_free(pb);
       return cli_fail(CLI_EXIT_RUN, "calibrating: %s", err.msg);
     }
     remat_plan_problem_set_times(pb, &t);
+    note_times(&kept, 1);
+  } else if (remat_calibration_kept(&cfg, a->B, a->T, &t, &kept)) {
+    note_times(&kept, 0);
   }
   return 0;
 }
@@ -357,13 +381,13 @@ static int apply_settings(const plan_args *a, const remat_budgets *budgets,
  * line. */
 static char *with_note(const char *text, int json, int comment, const char *note) {
   size_t n = strlen(text), at = n;
-  char line[320];
+  char line[1100];
   snprintf(line, sizeof line, "%snote: %s\n", comment ? "# " : "", note);
   const char *add = line;
   if (comment && strchr(text, '\n')) at = (size_t)(strchr(text, '\n') - text) + 1;
   const char *p = strstr(text, "\nproblem: ");
   const char *close = json ? strstr(text, "\n}") : NULL;
-  char field[352];
+  char field[1152];
   if (json) {
     field[0] = 0; /* not an object: left as it is */
     while (close && strstr(close + 1, "\n}")) close = strstr(close + 1, "\n}");
@@ -391,7 +415,7 @@ static int write_out(const plan_args *a, const char *text) {
   int note = a->config && (a->fmt == REMAT_PLAN_FORMAT_TABLE || a->fmt == REMAT_PLAN_FORMAT_JSON ||
                            a->fmt == REMAT_PLAN_FORMAT_TORCH);
   int bf16 = a->prec == REMAT_PRECISION_BF16;
-  char what[288];
+  char what[1024];
   source_note(what, sizeof what, bf16, a->calibrate > 0);
   int comment = a->fmt != REMAT_PLAN_FORMAT_TABLE && a->fmt != REMAT_PLAN_FORMAT_JSON;
   char *noted = note ? with_note(text, a->fmt == REMAT_PLAN_FORMAT_JSON, comment, what) : NULL;

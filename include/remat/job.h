@@ -348,6 +348,10 @@ REMAT_API int remat_calibrate(const remat_config *cfg, int64_t B, int64_t T, int
 REMAT_API int remat_calibrate_cached(const remat_config *cfg, int64_t B, int64_t T, int rounds,
                                      int again, remat_layer_times *t, remat_cache_note *note,
                                      remat_error *err);
+/* 1 and *t, *note filled when the machine cache holds whole figures for
+ * cfg at B x T; else 0 (nothing is measured). */
+REMAT_API int remat_calibration_kept(const remat_config *cfg, int64_t B, int64_t T,
+                                     remat_layer_times *t, remat_cache_note *note);
 /* A step of the job in seconds at t's layer times, and its bubble: one
  * process or a replica runs its micro-batches through every layer under
  * their policies and updates its weights (its shard under ZeRO 1 and up;

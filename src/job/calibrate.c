@@ -44,11 +44,16 @@ static void round_figures(const double *d, double f[FIELDS]) {
 }
 
 static void fill_tokens(remat_model *m, int64_t n, int64_t V) {
-  int32_t *in = remat__model_slot_inputs(m, 0), *tg = remat__model_slot_targets(m, 0);
+  const remat__backend *be = remat__model_backend(m);
+  int32_t *at_in = remat__model_slot_inputs(m, 0), *at_tg = remat__model_slot_targets(m, 0);
+  size_t bytes = (size_t)n * sizeof(int32_t);
+  int32_t *in = be->map(at_in, bytes, REMAT_MAP_WRITE), *tg = be->map(at_tg, bytes, REMAT_MAP_WRITE);
   for (int64_t i = 0; i < n; i++) {
     in[i] = (int32_t)((i * 31 + 7) % V);
     tg[i] = (int32_t)((i * 17 + 3) % V);
   }
+  be->unmap(at_tg, tg, bytes, REMAT_MAP_WRITE);
+  be->unmap(at_in, in, bytes, REMAT_MAP_WRITE);
 }
 
 /* At least `rounds` rounds, and more (up to 1000) while fewer than
@@ -137,35 +142,50 @@ void remat_plan_problem_set_times(remat_plan_problem *pb, const remat_layer_time
 
 enum { KEPT = FIELDS + 1 }; /* the figures and the rounds */
 
+/* The kept figures of cfg at B x T: REMAT_CACHE_HIT (*t and *note
+ * filled), _MISS or _DAMAGED (why says how); c and key for a store. */
+static int kept_times(const remat_config *cfg, int64_t B, int64_t T, remat_cache *c,
+                      char key[160], remat_layer_times *t, remat_cache_note *note,
+                      remat_error *why) {
+  remat_cache_entry e = {0};
+  remat_cache_open(c, "layers", (int)cfg->precision, 0);
+  /* what a block's and the head's times depend on; not the layer count */
+  snprintf(key, 160, "C%lld NH%lld Vp%lld B%lld T%lld", (long long)cfg->channels,
+           (long long)cfg->num_heads, (long long)cfg->padded_vocab_size, (long long)B,
+           (long long)T);
+  int found = remat_cache_get(c, key, KEPT, &e, why);
+  int sane = found == REMAT_CACHE_HIT && e.value[FIELDS] >= 1 && e.value[FIELDS] <= 1000;
+  for (int k = 0; sane && k < FIELDS; k++) sane = e.value[k] >= 0 && e.value[k] < 1e6;
+  if (found == REMAT_CACHE_HIT && !sane)
+    return remat__errorf(why, REMAT_EIO, "cache file %s is damaged (its layer times are out of "
+                         "range)", c->path), REMAT_CACHE_DAMAGED;
+  if (found != REMAT_CACHE_HIT) return found;
+  const double *v = e.value;
+  *t = (remat_layer_times){.embed_fwd = v[0], .embed_bwd = v[1], .block_fwd = v[2],
+                           .block_bwd = v[3], .block_wgrad = v[4], .block_recompute = v[5],
+                           .block_middle = v[6], .head_fwd = v[7], .head_bwd = v[8],
+                           .update_per_param = v[9], .rounds = (int)v[10]};
+  remat_cache_note_set(note, c, REMAT_FIGURE_CACHED, e.date, NULL);
+  return REMAT_CACHE_HIT;
+}
+
+int remat_calibration_kept(const remat_config *cfg, int64_t B, int64_t T, remat_layer_times *t,
+                           remat_cache_note *note) {
+  remat_cache c;
+  char key[160];
+  remat_error why = {0};
+  return kept_times(cfg, B, T, &c, key, t, note, &why) == REMAT_CACHE_HIT;
+}
+
 int remat_calibrate_cached(const remat_config *cfg, int64_t B, int64_t T, int rounds, int again,
                            remat_layer_times *t, remat_cache_note *note, remat_error *err) {
   remat_cache c;
   remat_cache_entry e = {0};
   remat_error why = {0};
-  remat_cache_open(&c, "layers", (int)cfg->precision, 0);
-  /* what a block's and the head's times depend on; not the layer count */
-  snprintf(e.key, sizeof e.key, "C%lld NH%lld Vp%lld B%lld T%lld", (long long)cfg->channels,
-           (long long)cfg->num_heads, (long long)cfg->padded_vocab_size, (long long)B,
-           (long long)T);
   char key[sizeof e.key];
-  memcpy(key, e.key, sizeof key);
-  int found = again ? REMAT_CACHE_MISS : remat_cache_get(&c, key, KEPT, &e, &why);
-  int sane = found == REMAT_CACHE_HIT && e.value[FIELDS] >= 1 && e.value[FIELDS] <= 1000;
-  for (int k = 0; sane && k < FIELDS; k++) sane = e.value[k] >= 0 && e.value[k] < 1e6;
-  if (sane) {
-    const double *v = e.value;
-    *t = (remat_layer_times){.embed_fwd = v[0], .embed_bwd = v[1], .block_fwd = v[2],
-                             .block_bwd = v[3], .block_wgrad = v[4], .block_recompute = v[5],
-                             .block_middle = v[6], .head_fwd = v[7], .head_bwd = v[8],
-                             .update_per_param = v[9], .rounds = (int)v[10]};
-    remat_cache_note_set(note, &c, REMAT_FIGURE_CACHED, e.date, NULL);
-    return 0;
-  }
-  if (found == REMAT_CACHE_HIT) {
-    found = REMAT_CACHE_DAMAGED;
-    remat__errorf(&why, REMAT_EIO, "cache file %s is damaged (its layer times are out of range)",
-                  c.path);
-  }
+  int found = kept_times(cfg, B, T, &c, key, t, note, &why);
+  if (found == REMAT_CACHE_HIT && !again) return 0;
+  if (again) found = REMAT_CACHE_MISS;
   /* quick: at least 3 rounds, more while under half a second */
   int rc = rounds > 0 ? remat_calibrate(cfg, B, T, rounds, t, err)
                       : calibrate_for(cfg, B, T, 3, 0.5, t, err);
