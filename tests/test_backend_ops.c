@@ -718,6 +718,22 @@ static void check_optimizer(size_t n) {
   double ep = err_d(p, dp, n), em = err_d(m, dm, n), ev = err_d(v, dv, n);
   CHECKF(ep < 1e-6 && em < 1e-6 && ev < 1e-6, "%s: adamw_update two steps vs double, n=%zu: "
          "param %.1e m %.1e v %.1e (tol 1e-6)", be->name, n, ep, em, ev);
+  if (be->adamw_update_fused) { /* a third step, fused, against the op and to_bf16 apart */
+    float *p2 = fbuf(n), *m2 = fbuf(n), *v2 = fbuf(n), *g3 = fbuf(n);
+    uint16_t *h = malloc(n * sizeof *h), *h2 = malloc(n * sizeof *h2);
+    memcpy(p2, p, n * 4), memcpy(m2, m, n * 4), memcpy(v2, v, n * 4), memcpy(g3, g1, n * 4);
+    opt.step = 3;
+    be->adamw_update(p, g1, m, v, n, &opt, wd, gs);
+    be->to_bf16(h, p, n);
+    be->adamw_update_fused(p2, g3, m2, v2, h2, n, &opt, wd, gs);
+    int zero = 1;
+    for (size_t i = 0; i < n; i++) zero &= g3[i] == 0.0f;
+    CHECKF(zero && same(p, p2, n * 4) && same(m, m2, n * 4) && same(v, v2, n * 4) &&
+               same(h, h2, n * 2),
+           "%s: adamw_update_fused = adamw_update and to_bf16, bit for bit, and the gradient 0",
+           be->name);
+    free(h), free(h2);
+  }
 
   double s = be->sumsq(g1, n), r = 0;
   for (size_t i = 0; i < n; i++) r += (double)g1[i] * g1[i];
@@ -940,6 +956,21 @@ COUNTED(C_ADAMW, adamw_update,
         (float *p, const float *g, float *m, float *v, size_t n, const remat__adamw *o,
          float wd, float gs),
         (p, g, m, v, n, o, wd, gs))
+/* The one-sweep update and the attention on bf16 operands count as the ops
+ * they stand for. */
+COUNTED(C_ADAMW, adamw_update_fused,
+        (float *p, float *g, float *m, float *v, uint16_t *h, size_t n, const remat__adamw *o,
+         float wd, float gs),
+        (p, g, m, v, h, n, o, wd, gs))
+COUNTED(C_ATT_F, attention_forward_bf16,
+        (float *o, float *l, const uint16_t *q, int64_t B, int64_t T, int64_t C, int64_t NH,
+         const remat__dropout *d, void *w, size_t wb),
+        (o, l, q, B, T, C, NH, d, w, wb))
+COUNTED(C_ATT_B, attention_backward_bf16,
+        (float *dq, float *de, const float *d, const uint16_t *q, const uint16_t *o,
+         const float *l, int64_t B, int64_t T, int64_t C, int64_t NH, const remat__dropout *dr,
+         void *w, size_t wb),
+        (dq, de, d, q, o, l, B, T, C, NH, dr, w, wb))
 COUNTED(C_TO_BF16, to_bf16, (uint16_t *d, const float *x, size_t n), (d, x, n))
 COUNTED(C_FROM_BF16, from_bf16, (float *d, const uint16_t *x, size_t n), (d, x, n))
 COUNTED(C_LN_F16, layernorm_forward_bf16,
@@ -989,7 +1020,8 @@ static void check_seam(int accumulate, int precision) {
   SET(adamw_update), SET(init_normal), SET(to_bf16), SET(from_bf16);
   SET(layernorm_forward_bf16), SET(gelu_forward_bf16), SET(gelu_backward_bf16);
   SET(crossentropy_forward_backward_bf16), SET(products_create), SET(bf16_matmul_forward);
-  SET(bf16_matmul_backward);
+  SET(bf16_matmul_backward), SET(adamw_update_fused), SET(attention_forward_bf16);
+  SET(attention_backward_bf16);
 #undef SET
   remat__backend_sizes counting_sizes = *cpu->sizes;
   counting_sizes.workspace = c_workspace;
