@@ -226,11 +226,12 @@ def stage_parts(plan, problem):
     return out
 
 
-def _measured(measured):
+def _measured(measured, P):
     """Per-stage measured bytes from a `remat train --log` (a .jsonl path:
-    its last line's rank_measured_peak_bytes) or a remat.verify result (a
-    Verification, its dict, or a JSON path): ({stage: total}, {stage:
-    {'activations': saved}} or None, what)."""
+    its last line's rank_measured_peak_bytes; world rank r is stage r // R
+    of R replicas each, and a stage's figure is its replicas' largest) or a
+    remat.verify result (a Verification, its dict, or a JSON path):
+    ({stage: total}, {stage: {'activations': saved}} or None, what)."""
     if measured is None:
         return None, None, None
     if isinstance(measured, str) and measured.endswith(".jsonl"):
@@ -238,7 +239,12 @@ def _measured(measured):
         ranks = last.get("rank_measured_peak_bytes")
         if not isinstance(ranks, list) or not ranks:
             raise PlotError(f"log '{measured}' has no rank_measured_peak_bytes")
-        return {s: int(b) for s, b in enumerate(ranks)}, None, "measured (remat train)"
+        if len(ranks) % P:
+            raise PlotError(f"log '{measured}' has {len(ranks)} ranks, which are not the plan's "
+                            f"{P} stages (times replicas): is it the log of this plan's run?")
+        R = len(ranks) // P
+        return ({s: max(int(b) for b in ranks[s * R:(s + 1) * R]) for s in range(P)}, None,
+                "measured (remat train)" + (f", the largest of {R} replicas" if R > 1 else ""))
     if isinstance(measured, str):
         measured = _read_json(measured, "verification")
     if hasattr(measured, "to_dict"):
@@ -270,9 +276,9 @@ def plot_plan(plan, outs, problem=None, measured=None, title=None):
                         f"what remat plan --format json writes?")
     pb = _plan_problem(plan, problem, plan_path)
     parts = stage_parts(plan, pb) if pb is not None else None
-    m_tot, m_parts, m_what = _measured(measured)
-    plt = _pyplot()
     P = len(plan["stages"])
+    m_tot, m_parts, m_what = _measured(measured, P)
+    plt = _pyplot()
     fig, ax = plt.subplots(figsize=(max(6, 1.2 * P + 3), 5))
     width = 0.38 if m_tot else 0.6
     xs = list(range(P))

@@ -179,6 +179,16 @@ class Plots(Picture):
         self.check_png(png, (600, 500), ["planned", "measured", "budget"])
         self.check_svg(svg, ["planned-stage0", "planned-stage1", "measured-stage0",
                              "measured-stage1", "budget"], ["measured (remat train)"])
+        # a log of three ranks for a plan of two stages is refused
+        with open(self.pipe) as f:
+            line = json.loads(f.read().splitlines()[-1])
+        line["rank_measured_peak_bytes"].append(1)
+        odd = self.out("odd.jsonl")
+        with open(odd, "w") as f:
+            f.write(json.dumps(line) + "\n")
+        r = cli("plan", self.plan, "--measured", odd, "-o", self.out("x.png"))
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("has 3 ranks, which are not the plan's 2 stages", r.stderr)
         # planned = measured on each rank: the bars are the same height
         root = ET.parse(svg).getroot()
 
@@ -254,6 +264,17 @@ class Plots(Picture):
         parts = plot.stage_parts(pl.data, pl.problem)
         for p, s in zip(parts, ver.stages):
             self.assertEqual(p["activations"], s["planned_saved_bytes"])
+
+    def test_measured_of_a_grid(self):
+        # stages x replicas: world rank r is stage r // R; a stage's figure is
+        # the largest of its replicas'
+        log = self.out("grid.jsonl")
+        with open(log, "w") as f:
+            f.write(json.dumps({"step": 1, "loss": 1.0,
+                                "rank_measured_peak_bytes": [10, 30, 20, 5]}) + "\n")
+        tot, parts, what = plot._measured(log, 2)
+        self.assertEqual((tot, parts), ({0: 30, 1: 20}, None))
+        self.assertIn("the largest of 2 replicas", what)
 
     def test_refusals(self):
         bad = self.out("bad.json")
