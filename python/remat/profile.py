@@ -27,6 +27,8 @@ POLICIES = ("keep", "full", "selective")
 def _resolve(model, spec, what):
     if spec is None or isinstance(spec, nn.Module):
         return spec
+    if isinstance(spec, (list, tuple)) and all(isinstance(m, nn.Module) for m in spec):
+        return list(spec)
     if isinstance(spec, str) and model is None:
         raise ValueError(f"{what}: give a module (there is no model to find {spec!r} in)")
     if isinstance(spec, str):

@@ -129,6 +129,18 @@ class Keywords(unittest.TestCase):
         self.assertTrue(torch.allclose(x, model.head(ref), atol=1e-6))
 
 
+    def test_layers_as_a_list(self):
+        # a plain list of blocks and modules for embedding and head: the
+        # model is not needed
+        torch.manual_seed(0)
+        model = Encoder(2)
+        kw = dict(side_inputs={"mask": causal_mask()}, repeats=1, cli=common.CLI)
+        a = remat.profile(model, batch(), layers="blocks", embedding="embed", head="head", **kw)
+        b = remat.profile(None, batch(), layers=list(model.blocks), embedding=model.embed,
+                          head=model.head, **kw)
+        self.assertEqual([r["act_bytes"] for r in a.layers], [r["act_bytes"] for r in b.layers])
+
+
 class PostNorm(unittest.TestCase):
     def test_never_below_what_is_measured(self):
         # a post-norm block saves a copy of its input, not the input: the
