@@ -9,7 +9,8 @@ up to the next command or the end of the block, are what it prints (stdout
 and stderr together). Each quoted line must appear in the output, in order;
 the output may have more lines (progress lines, for instance). Figures that
 depend on the machine's speed (seconds, tokens/s, GFLOP/s, MFU, ETA, the
-process's RSS) are masked on both sides before comparing. A command whose
+process's RSS, a pipeline's predicted bubble) are masked on both sides before
+comparing. A command whose
 quoted output is empty is only checked to run.
 
 remat train's default precision is the CPU's (bf16 where it has the
@@ -46,6 +47,8 @@ MASKS = [
     (re.compile(r"on \d+ threads"), "on <n> threads"),
     (re.compile(r"iteration [0-9.]+ s measured, [0-9.]+ s predicted"), "iteration <t> s measured, <t> s predicted"),
     (re.compile(r"waited [0-9.]+%"), "waited <pct>%"),
+    # a pipeline's bubble, simulated at this machine's layer times
+    (re.compile(r"\(bubble [0-9.]+%\)"), "(bubble <pct>%)"),
     (re.compile(r"[0-9.]+% of its step time"), "<pct>% of its step time"),
     (re.compile(r"\b\d+(\.\d+)? ms\b"), "<t> ms"),
     (re.compile(r"(all|gathers)(?: \d+%)+"), r"\1 <pcts>"),
