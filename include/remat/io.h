@@ -179,6 +179,12 @@ REMAT_API FILE *remat_output_stream_append(const char *path, const char *what, r
  * so that write fails with EFBIG and the save reports it and cleans up.
  * Process-wide: a front end calls it once at start. */
 REMAT_API void remat_ignore_sigxfsz(void);
+/* For a signal handler that ends the process during a save: removes the
+ * temporaries of the saves in progress (TARGET.tmp.XXXXXX, written before
+ * the rename that completes a save), so none is left behind, and writes
+ * their names into names (cap bytes, "; " between them; may be NULL).
+ * Returns how many it removed. Async-signal-safe: it calls only unlink. */
+REMAT_API int remat_output_remove_temporaries(char *names, size_t cap);
 
 /* The size and CRC32C (remat_crc32c) of the whole file at path: what
  * identifies a run's data whatever its path. what names the file in a
@@ -331,10 +337,57 @@ REMAT_API int remat_checkpoint_dir_check(const char *dir, int64_t from, int64_t 
  * stay. keep <= 0 keeps all. *removed (may be NULL): how many went. */
 REMAT_API int remat_checkpoint_dir_prune(const char *dir, int64_t upto, int64_t keep,
                                          int64_t *removed, remat_error *err);
+/* How many sealed step directories (with DONE, not verified) dir holds,
+ * and the newest one's step (0 and 0 when none, or dir does not exist). */
+REMAT_API int remat_checkpoint_dir_sealed(const char *dir, int64_t *count, int64_t *newest,
+                                          remat_error *err);
+/* Removes every step directory under dir, sealed or not (DONE first, then
+ * remat's files, then the directory when nothing else is left in it), so a
+ * new run leaves nothing of another one there. *removed (may be NULL): how
+ * many. */
+REMAT_API int remat_checkpoint_dir_remove_all(const char *dir, int64_t *removed,
+                                              remat_error *err);
+/* A run's hold on its checkpoint directory, from before its first step to
+ * its end, so a second run given the same directory is refused rather
+ * than sealing checkpoints of two runs' files: an exclusive flock on the
+ * file dir/.remat-lock (created; it holds the holder's process id). A lock
+ * held elsewhere is REMAT_EIO saying so (with that process id) and what to
+ * do. *fd receives the lock (-1 on failure); unlock releases it. */
+REMAT_API int remat_checkpoint_dir_lock(const char *dir, int *fd, remat_error *err);
+REMAT_API void remat_checkpoint_dir_unlock(int fd);
 /* Deprecated: remat_checkpoint_seal. A path named DONE in a step_N
  * directory seals that directory (step from its name, run from its state
  * files); any other path gets a one-line marker, atomically. */
 REMAT_API int remat_write_marker(const char *path, remat_error *err);
+
+/* ------------------------------------------------------------ shards */
+
+/* The token shards a run reads, as remat train's --data names them: one
+ * path; or a comma-separated list of paths and glob patterns (llm.c's -i:
+ * "data/fineweb_train_*.bin"), the items in their order and each
+ * pattern's matches in name order. A path that exists is one shard, commas
+ * and all. A pattern that matches nothing is refused, naming it. */
+typedef struct remat_shards {
+  char **paths; /* (n) owned */
+  int64_t n;
+} remat_shards;
+REMAT_API int remat_shards_find(remat_shards *s, const char *spec, remat_error *err);
+REMAT_API void remat_shards_free(remat_shards *s);
+/* The size and CRC32C of the shards' bytes one after another: what
+ * identifies them whatever their paths (one shard: remat_file_checksum's
+ * figures). */
+REMAT_API int remat_shards_checksum(const remat_shards *s, uint64_t *bytes, uint32_t *crc,
+                                    remat_error *err);
+/* Their tokens in one stream, one shard after another (each checked as
+ * remat_tokens_load checks one; a window of the loader may run from one
+ * shard's end into the next one's start, as it runs from one document into
+ * the next). */
+REMAT_API int remat_tokens_load_shards(remat_tokens *t, const remat_shards *s, remat_error *err);
+/* spec with each item's directory made absolute (realpath), patterns kept:
+ * what a checkpoint saves, so that a resume from another directory finds
+ * the same files. 0, or -1 (spec copied as is, cut to cap) when a
+ * directory does not resolve or out (cap bytes) is too small. */
+REMAT_API int remat_shards_resolve(const char *spec, char *out, size_t cap);
 
 /* --------------------------------------------------------- default corpus */
 

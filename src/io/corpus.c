@@ -1,5 +1,7 @@
-/* corpus.c: the embedded default corpus, so remat trains out of the box with
- * no download. A small grammar writes English-like text about a made-up
+/* corpus.c: a run's corpus: the token shards a --data names (one path, or
+ * a list of paths and glob patterns, read one after another, and what
+ * identifies them whatever their paths), and the embedded default corpus,
+ * so remat trains out of the box with no download. A small grammar writes English-like text about a made-up
  * village: a fixed cast with jobs and workplaces, the goods each workplace
  * sells, animals, weather and its consequences, arithmetic facts, counting,
  * comparisons and days of the week that advance paragraph by paragraph.
@@ -11,7 +13,16 @@
  * true arithmetic, and copying (the day named in a paragraph's first line
  * recurs in it). Sentence choice is random, so the text is not periodic.
  * All text here was written for this project. */
+#define _DEFAULT_SOURCE /* realpath */
+#include <errno.h>
+#include <fcntl.h>
+#include <glob.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "base/base.h"
 #include "remat/io.h"
@@ -408,4 +419,191 @@ int remat_corpus_tokens(remat_tokens *t, size_t nbytes, remat_error *err) {
   t->max_id = m;
   remat__free(text);
   return 0;
+}
+
+/* -------------------------------------------------------------- shards */
+
+/* The list's paths and the shards' bookkeeping are a front end's input,
+ * not a step's: plain malloc, outside the library's heap count (the
+ * tokens themselves are counted, as remat_tokens_load counts them). */
+
+static int add_path(remat_shards *s, const char *path, size_t n, int64_t *cap,
+                    remat_error *err) {
+  if (s->n == *cap) {
+    int64_t c = *cap ? 2 * *cap : 8;
+    char **p = realloc(s->paths, (size_t)c * sizeof *p);
+    if (!p) return remat__errorf(err, REMAT_ENOMEM, "out of memory listing the shards");
+    s->paths = p;
+    *cap = c;
+  }
+  char *d = malloc(n + 1);
+  if (!d) return remat__errorf(err, REMAT_ENOMEM, "out of memory listing the shards");
+  memcpy(d, path, n);
+  d[n] = 0;
+  s->paths[s->n++] = d;
+  return 0;
+}
+
+static int is_pattern(const char *s, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (s[i] == '*' || s[i] == '?' || s[i] == '[') return 1;
+  return 0;
+}
+
+int remat_shards_find(remat_shards *s, const char *spec, remat_error *err) {
+  *s = (remat_shards){0};
+  int64_t cap = 0;
+  struct stat st;
+  if (!spec || !*spec) return remat__errorf(err, REMAT_EINVAL, "no token shard named: give a "
+                                            "path, a list of paths or a pattern");
+  if (lstat(spec, &st) == 0 || (!strchr(spec, ',') && !is_pattern(spec, strlen(spec))))
+    return add_path(s, spec, strlen(spec), &cap, err); /* one path, whatever it holds */
+  int rc = 0;
+  for (const char *p = spec; !rc;) {
+    size_t n = strcspn(p, ",");
+    if (n == 0) {
+      rc = remat__errorf(err, REMAT_EINVAL, "the shard list '%s' has an empty item: give paths "
+                         "or patterns separated by single commas", spec);
+      break;
+    }
+    if (!is_pattern(p, n)) {
+      rc = add_path(s, p, n, &cap, err);
+    } else {
+      char pat[PATH_MAX];
+      glob_t g;
+      if (n >= sizeof pat) {
+        rc = remat__errorf(err, REMAT_EINVAL, "the shard pattern '%.100s...' is too long", p);
+        break;
+      }
+      memcpy(pat, p, n);
+      pat[n] = 0;
+      int gr = glob(pat, GLOB_ERR | GLOB_MARK, NULL, &g); /* in name order */
+      if (gr == GLOB_NOMATCH)
+        rc = remat__errorf(err, REMAT_EINVAL, "the shard pattern '%s' matches no file; check "
+                           "the path (quote the pattern so the shell leaves it to remat)", pat);
+      else if (gr)
+        rc = remat__errorf(err, REMAT_EIO, "cannot list the files of the pattern '%s': %s", pat,
+                           gr == GLOB_NOSPACE ? "out of memory" : strerror(errno));
+      for (size_t i = 0; gr == 0 && !rc && i < g.gl_pathc; i++) {
+        const char *m = g.gl_pathv[i];
+        size_t ml = strlen(m);
+        if (ml && m[ml - 1] == '/') continue; /* a directory the pattern matched */
+        rc = add_path(s, m, ml, &cap, err);
+      }
+      if (gr == 0) globfree(&g);
+    }
+    if (!p[n]) break;
+    p += n + 1;
+    if (!*p)
+      rc = remat__errorf(err, REMAT_EINVAL, "the shard list '%s' ends in a comma: give paths or "
+                         "patterns separated by single commas", spec);
+  }
+  if (!rc && s->n == 0)
+    rc = remat__errorf(err, REMAT_EINVAL, "'%s' names no shard file (its patterns match only "
+                       "directories)", spec);
+  if (rc) remat_shards_free(s);
+  return rc;
+}
+
+void remat_shards_free(remat_shards *s) {
+  for (int64_t i = 0; s->paths && i < s->n; i++) free(s->paths[i]);
+  free(s->paths);
+  *s = (remat_shards){0};
+}
+
+int remat_shards_checksum(const remat_shards *s, uint64_t *bytes, uint32_t *crc,
+                          remat_error *err) {
+  uint64_t total = 0;
+  uint32_t c = 0;
+  size_t cap = (size_t)1 << 20;
+  unsigned char *buf = malloc(cap);
+  if (!buf) return remat__errorf(err, REMAT_ENOMEM, "out of memory reading the shards");
+  int rc = 0;
+  for (int64_t i = 0; i < s->n && !rc; i++) {
+    int fd;
+    if ((rc = remat__open(s->paths[i], O_RDONLY, REMAT__OPEN_FILE, "token shard", &fd, NULL,
+                          err)))
+      break;
+    for (;;) { /* the CRC goes on from one shard into the next */
+      ssize_t got = read(fd, buf, cap);
+      if (got < 0 && errno == EINTR) continue;
+      if (got < 0)
+        rc = remat__errorf(err, REMAT_EIO, "cannot read the token shard '%s': %s", s->paths[i],
+                           strerror(errno));
+      if (got <= 0) break;
+      c = remat_crc32c(c, buf, (size_t)got);
+      total += (uint64_t)got;
+    }
+    close(fd);
+  }
+  free(buf);
+  *bytes = total;
+  *crc = c;
+  return rc;
+}
+
+int remat_tokens_load_shards(remat_tokens *t, const remat_shards *s, remat_error *err) {
+  *t = (remat_tokens){0};
+  if (s->n == 1) return remat_tokens_load(t, s->paths[0], err);
+  remat_tokens *part = calloc((size_t)s->n, sizeof *part);
+  if (!part) return remat__errorf(err, REMAT_ENOMEM, "out of memory reading the shards");
+  int64_t total = 0;
+  int rc = 0;
+  for (int64_t i = 0; i < s->n && !rc; i++) {
+    rc = remat_tokens_load(&part[i], s->paths[i], err);
+    if (!rc) total += part[i].n;
+  }
+  size_t size;
+  if (!rc && (remat__mul_size((size_t)total, sizeof(int32_t), &size) ||
+              !(t->tok = remat__malloc(size))))
+    rc = remat__errorf(err, REMAT_ENOMEM, "out of memory holding the %lld tokens of %lld shards",
+                       (long long)total, (long long)s->n);
+  for (int64_t i = 0; !rc && i < s->n; i++) {
+    memcpy(t->tok + t->n, part[i].tok, (size_t)part[i].n * sizeof(int32_t));
+    t->n += part[i].n;
+    if (part[i].max_id > t->max_id) t->max_id = part[i].max_id;
+  }
+  for (int64_t i = 0; i < s->n; i++) remat_tokens_free(&part[i]);
+  free(part);
+  if (rc) remat_tokens_free(t);
+  return rc;
+}
+
+int remat_shards_resolve(const char *spec, char *out, size_t cap) {
+  struct stat st;
+  size_t n = 0;
+  if (!cap) return -1;
+  out[0] = 0;
+  if (lstat(spec, &st) == 0 || (!strchr(spec, ',') && !is_pattern(spec, strlen(spec)))) {
+    char *real = realpath(spec, NULL);
+    int fits = real && strlen(real) < cap;
+    snprintf(out, cap, "%s", fits ? real : spec);
+    free(real);
+    return fits ? 0 : -1;
+  }
+  int ok = 0;
+  for (const char *p = spec;;) {
+    size_t len = strcspn(p, ",");
+    char item[PATH_MAX], dir[PATH_MAX];
+    if (len >= sizeof item) break;
+    memcpy(item, p, len);
+    item[len] = 0;
+    const char *slash = strrchr(item, '/');
+    const char *base = slash ? slash + 1 : item;
+    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - item) : 1, slash ? item : ".");
+    if (slash == item) snprintf(dir, sizeof dir, "/");
+    char *real = is_pattern(dir, strlen(dir)) ? NULL : realpath(dir, NULL);
+    int k = snprintf(out + n, cap - n, "%s%s%s%s", n ? "," : "", real ? real : dir,
+                     real && !strcmp(real, "/") ? "" : "/", base);
+    free(real);
+    if (k < 0 || (size_t)k >= cap - n) break;
+    n += (size_t)k;
+    if (!p[len]) {
+      ok = 1;
+      break;
+    }
+    p += len + 1;
+  }
+  if (!ok) snprintf(out, cap, "%s", spec);
+  return ok ? 0 : -1;
 }

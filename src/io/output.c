@@ -176,6 +176,46 @@ static void keep_owner(int fd, const struct stat *st) {
   if (fchown(fd, (uid_t)-1, st->st_gid) == 0) return;
 }
 
+/* The temporaries of the saves in progress, for a signal handler to remove
+ * (remat_output_remove_temporaries): a slot's name is written before it is
+ * marked used, and unmarked before the name goes, so a handler that runs at
+ * any moment reads a whole name. A save that finds every slot taken is not
+ * tracked (saves run one at a time; nested ones are few). */
+#define TMP_SLOTS 8
+static char tmp_names[TMP_SLOTS][PATH_MAX];
+static volatile sig_atomic_t tmp_used[TMP_SLOTS];
+
+static void track_temp(const char *name) {
+  if (strlen(name) >= PATH_MAX) return;
+  for (int i = 0; i < TMP_SLOTS; i++)
+    if (!tmp_used[i]) {
+      memcpy(tmp_names[i], name, strlen(name) + 1);
+      tmp_used[i] = 1;
+      return;
+    }
+}
+
+static void untrack_temp(const char *name) {
+  for (int i = 0; i < TMP_SLOTS; i++)
+    if (tmp_used[i] && !strcmp(tmp_names[i], name)) tmp_used[i] = 0;
+}
+
+int remat_output_remove_temporaries(char *names, size_t cap) {
+  int removed = 0;
+  size_t n = 0;
+  for (int i = 0; i < TMP_SLOTS; i++) {
+    if (!tmp_used[i]) continue;
+    tmp_used[i] = 0;
+    if (unlink(tmp_names[i]) != 0) continue; /* renamed already, or gone */
+    removed++;
+    /* no stdio here: a signal handler calls this */
+    for (const char *p = removed > 1 ? "; " : ""; names && *p && n + 1 < cap; p++) names[n++] = *p;
+    for (const char *p = tmp_names[i]; names && *p && n + 1 < cap; p++) names[n++] = *p;
+  }
+  if (names && cap) names[n] = 0;
+  return removed;
+}
+
 /* Creates target's unique temporary; *tmp (owned) is its name. */
 static int make_temp(const char *path, const char *target, const char *what, int *fd, char **tmp,
                      remat_error *err) {
@@ -225,6 +265,7 @@ int remat__wfile_open(remat__wfile *w, const char *path, const char *what, remat
   int exists, rc = resolve(path, what, &w->target, &st, &exists, err);
   if (rc) return rc;
   if ((rc = make_temp(w->path, w->target, what, &w->fd, &w->tmp, err))) goto fail;
+  track_temp(w->tmp);
   /* mkstemp makes the file 0600 and ours; give it the owner and the
    * permission bits of the file it replaces, or those a new file would get */
   if (exists) keep_owner(w->fd, &st);
@@ -273,7 +314,7 @@ int remat__wfile_write(remat__wfile *w, const void *buf, size_t bytes, remat_err
 void remat__wfile_abort(remat__wfile *w) {
   if (w->fd >= 0) close(w->fd);
   if (w->dirfd >= 0) close(w->dirfd);
-  if (w->tmp) unlink(w->tmp);
+  if (w->tmp) unlink(w->tmp), untrack_temp(w->tmp);
   free(w->tmp);
   free(w->target);
   w->fd = w->dirfd = -1;
@@ -311,6 +352,7 @@ int remat__wfile_commit(remat__wfile *w, remat_error *err) {
                        w->what, w->path, w->tmp, w->target, strerror(errno));
     goto fail;
   }
+  untrack_temp(w->tmp);
   free(w->tmp);
   w->tmp = NULL;
   /* The rename is durable once the directory is; file systems that cannot
