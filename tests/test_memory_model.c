@@ -82,6 +82,7 @@ static int engine_best(const remat_config *cfg, int64_t B, int64_t T,
 
 /* One process: every prefix count of either policy and random mixtures;
  * evaluate == engine. */
+static int fewest; /* remat_fewest_recompute's answers compared with the optimum */
 static void one_stage(const remat_config *cfg, int64_t B, int64_t T, int *cases) {
   int64_t L = cfg->num_layers;
   remat_plan_problem pb;
@@ -129,6 +130,16 @@ static void one_stage(const remat_config *cfg, int64_t B, int64_t T, int *cases)
         for (int g = 0; g < 3; g++) F += (double)pb.groups[g].count * (pb.groups[g].fwd + pb.groups[g].bwd);
         CHECK(t - F <= want[0] + 1e-9 * t && t - F >= want[0] - 1e-9 * t);
         CHECK((double)best.total_recomputed == want[1] && (double)eng == want[2]);
+        /* the library's answer for one process (what remat train --mem
+         * runs) is this optimum: the same policy, counts and arena */
+        uint8_t few[64];
+        int64_t nf, nm;
+        size_t need;
+        CHECK(remat_fewest_recompute(cfg, B, T, NULL, mp->peak_bytes, few, &nf, &nm, &need,
+                                     &err) == 0);
+        CHECK(memcmp(few, best.policy + 1, (size_t)L) == 0 && need == eng &&
+              nf + nm == best.total_recomputed && nm == best.total_middle);
+        fewest++;
         optima++;
         optima_middle += best.total_middle > 0;
         optima_mixed += best.total_middle > 0 && best.total_middle < best.total_recomputed;
@@ -263,7 +274,19 @@ int main(void) {
   printf("%d stage figures compared; %d one-stage optima are the engine's fastest arena that "
          "fits (%d with middle blocks, %d of them also with recomputed ones)\n",
          cases, optima, optima_middle, optima_mixed);
-  CHECK(optima > 100 && optima_middle > 20 && optima_mixed > 5);
+  CHECK(optima > 100 && optima_middle > 20 && optima_mixed > 5 && fewest == optima);
+  /* below the least memory: infeasible, with that least arena and its choice */
+  remat_config t;
+  CHECK(remat_config_parse("tiny", &t, &err) == 0);
+  uint8_t few[2];
+  int64_t nf, nm;
+  size_t least;
+  CHECK(remat_fewest_recompute(&t, 8, 64, NULL, 1000, few, &nf, &nm, &least, &err) ==
+        REMAT_EINFEASIBLE);
+  CHECK(least > 1000 && nf + nm > 0 && strlen(err.msg) > 0);
+  size_t again;
+  CHECK(remat_fewest_recompute(&t, 8, 64, NULL, least, few, &nf, &nm, &again, &err) == 0 &&
+        again == least);
   CHECK(cases > 500);
   return test_summary("memory_model");
 }

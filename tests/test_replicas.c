@@ -146,12 +146,17 @@ static void planner(const remat_config *cfg, int64_t B, int64_t T, int64_t D, in
       printf("D=%lld ZeRO %d recompute %lld: planner %zu, engine %zu\n", (long long)D, z,
              (long long)n, plan.stages[0].memory_bytes, mp->peak_bytes);
     CHECK(plan.stages[0].memory_bytes == mp->peak_bytes);
-    /* the engine's own search under that budget finds the same count */
-    int64_t fewest;
+    /* the library's answer under that budget (the planner's, which remat
+     * train --mem runs) fits it, no slower than this policy */
+    int64_t nf, nm;
     size_t need;
     if (how == 0) {
-      CHECK(remat_fewest_recompute(cfg, B, T, &st, mp->peak_bytes, &fewest, &need, &err) == 0);
-      CHECK(fewest <= k && need <= mp->peak_bytes);
+      CHECK(remat_fewest_recompute(cfg, B, T, &st, mp->peak_bytes, NULL, &nf, &nm, &need,
+                                   &err) == 0);
+      const remat_plan_group *g = &pb.groups[REMAT_LAYER_BLOCK];
+      CHECK(need <= mp->peak_bytes &&
+            (double)nf * g->recompute + (double)nm * g->middle_recompute <=
+                (double)k * g->recompute * (1 + 1e-12));
     }
     (*cases)++;
     remat_memplan_destroy(mp);

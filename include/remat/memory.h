@@ -427,17 +427,8 @@ REMAT_API void remat_policy_first_n(uint8_t *policy, int64_t L, int64_t n);
 /* "keep", "full" (REMAT_RECOMPUTE), "middle"; "?" for others. */
 REMAT_API const char *remat_policy_name(int policy);
 
-/* The fewest recomputed blocks (the first n: blocks are alike; keep and
- * recompute only, no middle policy: remat_plan_problem_from_model and
- * remat_plan_solve choose among all three) whose whole-model arena fits
- * `budget` bytes; on success *n_out is that count and
- * *min_bytes its arena. REMAT_EINFEASIBLE if even recomputing every block
- * does not fit, with *min_bytes the smallest arena there is. whole (NULL:
- * remat_stage_whole) says whether the model accumulates and whether it is a
- * replica; its policy is ignored. */
-REMAT_API int remat_fewest_recompute(const remat_config *cfg, int64_t B, int64_t T,
-                                     const remat_stage *whole, size_t budget, int64_t *n_out,
-                                     size_t *min_bytes, remat_error *err);
+/* Which blocks to recompute under a budget: remat_fewest_recompute
+ * (remat/plan.h), the planner's choice among keep, middle and full. */
 
 #ifdef __cplusplus
 }

@@ -222,6 +222,24 @@ REMAT_API void remat_budgets_free(remat_budgets *b);
 REMAT_API int remat_plan_problem_set_budgets(remat_plan_problem *pb, const remat_budgets *b,
                                              remat_error *err);
 
+/* What remat train --mem chooses for the whole model in one process, or
+ * for each replica: for every block keep, middle or full, the least
+ * recompute time (the planner's times) whose arena fits `budget` bytes,
+ * ties to fewer recomputed blocks, then to the lower peak: remat_plan_solve
+ * on one stage, and the job calls this, so the library and the command
+ * give one answer. whole (NULL: remat_stage_whole) says whether the model
+ * accumulates micro-batches and whether it is a replica (replicas, zero);
+ * its policy and blocks are ignored. policy (cfg->num_layers values, may be
+ * NULL) receives each block's remat_policy; *n_full and *n_middle (may be
+ * NULL) count the blocks recomputed in full and under the middle policy;
+ * *min_bytes (may be NULL) is the choice's arena. REMAT_EINFEASIBLE when
+ * even the least memory does not fit: then policy, the counts and
+ * *min_bytes are that least-memory choice's. */
+REMAT_API int remat_fewest_recompute(const remat_config *cfg, int64_t B, int64_t T,
+                                     const remat_stage *whole, size_t budget, uint8_t *policy,
+                                     int64_t *n_full, int64_t *n_middle, size_t *min_bytes,
+                                     remat_error *err);
+
 /* JSON problem:
  *   { "stages": 4, "microbatches": 8, "schedule": "1f1b", "objective": "bottleneck",
  *     "memory": 20e9 | "20GB" | [b0, b1, ...], "stage_bytes": 0,

@@ -23,19 +23,18 @@
  * plans; the training data and the loaders are held beside it and shown
  * apart. */
 static int policy_for_budget(remat_job *job, uint8_t *policy, remat_error *err) {
-  int64_t L = job->cfg.num_layers;
-  size_t budget = job->budgets.bytes[0];
+  const remat_job_desc *d = &job->d;
+  int64_t L = job->cfg.num_layers, full, mid;
+  size_t budget = job->budgets.bytes[0], need;
   char b1[32], b2[32];
-  remat_plan_problem pb;
-  remat_plan plan;
-  int rc = remat_plan_problem_from_job(&pb, job, err);
-  if (rc) return rc;
-  rc = remat_plan_solve(&pb, &plan, err);
-  remat_plan_problem_free(&pb);
-  if (rc == REMAT_EINFEASIBLE) { /* the plan holds the least-memory choice */
-    size_t need = plan.min_budget_bytes;
-    int64_t full = plan.total_recomputed - plan.total_middle, mid = plan.total_middle;
-    remat_plan_free(&plan);
+  /* the library's one answer (remat_fewest_recompute) for this model */
+  remat_stage whole = d->replicas > 1
+                          ? remat_stage_replica(&job->cfg, NULL, d->replicas, 0, d->zero)
+                          : remat_stage_whole(&job->cfg, NULL);
+  whole.accumulate = d->train.grad_accum > 1 || d->replicas > 1;
+  int rc = remat_fewest_recompute(&job->cfg, d->train.B, d->train.T, &whole, budget, policy,
+                                  &full, &mid, &need, err);
+  if (rc == REMAT_EINFEASIBLE) /* the least-memory choice */
     return remat__errorf(err, REMAT_EINFEASIBLE,
                          "a memory budget of %s does not fit: even the least memory (%lld of "
                          "%lld blocks recomputed, %lld middle) needs an arena of %s (%zu bytes; "
@@ -44,14 +43,6 @@ static int policy_for_budget(remat_job *job, uint8_t *policy, remat_error *err) 
                          remat_format_bytes(budget, b1, sizeof b1), (long long)full,
                          (long long)L, (long long)mid, remat_format_bytes(need, b2, sizeof b2),
                          need);
-  }
-  if (rc) return rc;
-  remat_placement pl; /* the one conversion from the planner's layers */
-  int64_t lps = L + 2;
-  rc = remat_placement_from_layers(&pl, &job->cfg, 1, &lps, plan.policy, REMAT_SCHED_1F1B, 1,
-                                   err);
-  remat_plan_free(&plan);
-  if (!rc) memcpy(policy, pl.policy, (size_t)L);
   return rc;
 }
 

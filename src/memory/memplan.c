@@ -459,37 +459,3 @@ const uint8_t *remat_memplan_policy(const remat_memplan *mp) { return mp->policy
 int64_t remat_memplan_num_recomputed(const remat_memplan *mp) { return mp->num_recomputed; }
 int64_t remat_memplan_num_middle(const remat_memplan *mp) { return mp->num_middle; }
 
-int remat_fewest_recompute(const remat_config *cfg, int64_t B, int64_t T,
-                           const remat_stage *whole, size_t budget, int64_t *n_out,
-                           size_t *min_bytes, remat_error *err) {
-  remat_memory_model mm;
-  int rc = remat_memory_model_get(cfg, B, T, &mm, err);
-  if (rc) return rc;
-  int64_t L = cfg->num_layers;
-  uint8_t *pol = remat__malloc((size_t)L);
-  if (!pol) return remat__errorf(err, REMAT_ENOMEM, "out of memory");
-  size_t least = SIZE_MAX;
-  for (int64_t n = 0; n <= L; n++) {
-    remat_policy_first_n(pol, L, n);
-    remat_stage st = whole ? *whole : remat_stage_whole(cfg, NULL);
-    st.policy = pol;
-    remat_stage_bytes sb;
-    if ((rc = remat_stage_bytes_get(cfg, &mm, &st, &sb, err))) break;
-    if (sb.total < least) least = sb.total;
-    if (sb.total <= budget) {
-      *n_out = n;
-      if (min_bytes) *min_bytes = sb.total;
-      remat__free(pol);
-      return 0;
-    }
-  }
-  remat__free(pol);
-  if (rc) return rc;
-  if (min_bytes) *min_bytes = least;
-  char have[32], need[32];
-  return remat__errorf(err, REMAT_EINFEASIBLE,
-                       "a budget of %s is too small for batch %lld x %lld tokens: even "
-                       "recomputing all %lld blocks needs %s",
-                       remat_format_bytes(budget, have, sizeof have), (long long)B, (long long)T,
-                       (long long)L, remat_format_bytes(least, need, sizeof need));
-}

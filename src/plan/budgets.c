@@ -1,7 +1,10 @@
 /* budgets.c: memory budgets as a front end gives them (remat/plan.h), one
  * size for every stage or one per stage, parsed once for remat train and
- * remat plan alike, and the one way they enter a planner's problem. */
+ * remat plan alike, and the one way they enter a planner's problem; and
+ * the planner's answer for one process under one budget, which remat train
+ * --mem and a library caller both get. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "base/base.h"
 #include "plan/plan.h"
@@ -34,4 +37,35 @@ int remat_plan_problem_set_budgets(remat_plan_problem *pb, const remat_budgets *
                          pb->stages > 1 ? "s" : "");
   }
   return 0;
+}
+
+int remat_fewest_recompute(const remat_config *cfg, int64_t B, int64_t T,
+                           const remat_stage *whole, size_t budget, uint8_t *policy,
+                           int64_t *n_full, int64_t *n_middle, size_t *min_bytes,
+                           remat_error *err) {
+  remat_stage w = whole ? *whole : remat_stage_whole(cfg, NULL);
+  int64_t D = w.replicas > 1 ? w.replicas : 1, L = cfg->num_layers;
+  remat_plan_problem pb;
+  /* one stage of one micro-batch in flight; two micro-batches stand for any
+   * accumulation (its gradient buffers are what it adds) */
+  int rc = remat_plan_problem_from_replicas(&pb, cfg, B, T, 1, w.accumulate ? 2 : 1, D, w.zero,
+                                            budget, err);
+  if (rc) return rc;
+  remat_plan plan;
+  rc = remat_plan_solve(&pb, &plan, err);
+  remat_plan_problem_free(&pb);
+  if (rc && rc != REMAT_EINFEASIBLE) return rc;
+  /* the planner's layers: 0 the embedding, 1..L the blocks, L+1 the head */
+  int64_t full = 0, mid = 0;
+  for (int64_t l = 0; l < L; l++) {
+    uint8_t p = plan.policy[l + 1];
+    full += p == REMAT_RECOMPUTE;
+    mid += p == REMAT_MIDDLE;
+    if (policy) policy[l] = p;
+  }
+  if (n_full) *n_full = full;
+  if (n_middle) *n_middle = mid;
+  if (min_bytes) *min_bytes = rc ? plan.min_budget_bytes : plan.stages[0].memory_bytes;
+  remat_plan_free(&plan);
+  return rc; /* REMAT_EINFEASIBLE: the planner's message, with the least budget */
 }
