@@ -21,12 +21,23 @@ extern const char *const remat_train_usage; /* train_help.c */
 
 
 /* Before the first step SIGINT or SIGTERM ends set-up at once (130, 143); while steps
- * run the first asks the step to finish and save, a second quits saving nothing. */
+ * run the first asks the step to finish and save, a second quits saving nothing. A
+ * save it cuts short leaves no temporary behind: it is removed, and named. */
 static volatile sig_atomic_t interrupted, stepping;
+static void say(const char *s) { (void)!write(STDERR_FILENO, s, strlen(s)); }
+static void quit_now(int code, const char *why) {
+  static char names[8192]; /* not on the handler's stack */
+  say(why);
+  if (remat_output_remove_temporaries(names, sizeof names) > 0) {
+    say("remat train: a save was in progress and is not complete: removed its temporary ");
+    say(names);
+    say("; the file it would have replaced is as it was\n");
+  }
+  _exit(code);
+}
 static void on_signal(int sig) {
-  static const char msg[] = "remat train: stopped by a signal before the first step\n";
-  if (!stepping) (void)!write(STDERR_FILENO, msg, sizeof msg - 1), _exit(128 + sig);
-  if (interrupted) _exit(130);
+  if (!stepping) quit_now(128 + sig, "remat train: stopped by a signal before the first step\n");
+  if (interrupted) quit_now(130, "remat train: stopped by a second signal; nothing more is saved\n");
   interrupted = 1;
 }
 
@@ -49,6 +60,8 @@ static void train_flags(opts *o, cli_flag flags[TRAIN_FLAGS]) {
       {.name = "--model", .kind = CLI_STR, .dst = &d->model},
       {.name = "--data", .kind = CLI_STR, .dst = &d->data},
       {.name = "--text", .kind = CLI_STR, .dst = &d->text},
+      {.name = "--val-data", .kind = CLI_STR, .dst = &d->val_data},
+      {.name = "--replace-checkpoints", .kind = CLI_SWITCH, .dst = &d->replace_checkpoints},
       {.name = "--save", .kind = CLI_STR, .dst = &o->save},
       {.name = "--save-precision", .kind = CLI_STR, .dst = &o->save_precision},
       {.name = "--log", .kind = CLI_STR, .dst = &o->log},
@@ -128,6 +141,10 @@ static int parse_args(int argc, char **argv, opts *o, const remat_job_desc *base
                         "(%s); use --precision fp32", why);
   if (!o->precision_name && !base) /* a resume keeps its run's */
     default_precision(o);
+  for (int i = 1; d->val_data && i < argc; i++)
+    if (!strncmp(argv[i], "--val-frac", 10) && (!argv[i][10] || argv[i][10] == '='))
+      return cli_fail(-1, "--val-frac holds the tail of --data out for evaluation; with "
+                      "--val-data nothing is held out: drop one");
   return 0;
 }
 
@@ -647,6 +664,7 @@ static int start(run_state *r) {
   int64_t step;
   const char *note, *from = remat_job_resumed_from(r->job, &step, &note);
   if (note) fprintf(stderr, "remat train: warning: %s\n", note);
+  if ((note = remat_job_checkpoint_note(r->job)) && !o->quiet) printf("note    %s\n", note);
   if (from && !o->quiet) printf("resume  %s at step %lld\n", from, (long long)step);
   if (o->log && r->rank == 0) rc = open_log(r, from ? step : -1, &err);
   /* the log is rank 0's: the others learn of its failure */

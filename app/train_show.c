@@ -21,6 +21,19 @@ static void print_model(const remat_config *cfg, const opts *o) {
     printf("precision fp32 (%s)\n", o->precision_note);
 }
 
+/* The budgets of --mem as bytes and binary units ("8G" is 8000000000
+ * bytes, 7.45 GiB), by the library's one parser. */
+static void print_budgets(const char *mem) {
+  remat_budgets b;
+  remat_error err;
+  char s[32];
+  if (remat_budgets_parse(&b, mem, &err)) return; /* the job parsed it: cannot fail here */
+  for (int64_t k = 0; k < b.n; k++)
+    printf("%s%zu bytes (%s)", k ? ", " : "", b.bytes[k],
+           remat_format_bytes(b.bytes[k], s, sizeof s));
+  remat_budgets_free(&b);
+}
+
 /* The blocks of one policy, "0,1,2" (at most 24, then ",..."). */
 static void block_list(const remat_memplan *mp, int policy, char *buf, size_t cap) {
   int64_t shown = 0, all = 0;
@@ -56,6 +69,9 @@ static void print_policies(remat_job *job) {
               {REMAT_MIDDLE, g->middle_bytes, g->middle_recompute_bytes, g->middle_recompute,
                "its layernorms and GELU"},
               {REMAT_RECOMPUTE, g->ckpt_bytes, g->recompute_bytes, g->recompute, "its forward"}};
+  printf("blocks  numbered 0..%lld here; remat plan numbers them as its layers 1-%lld (0 the "
+         "embedding, %lld the head)\n", (long long)g->count - 1, (long long)g->count,
+         (long long)g->count + 1);
   for (int k = 0; k < 3; k++) {
     char b1[32], b2[32];
     printf("blocks  %-6s stores %s per block and micro-batch; backward workspace %s; ",
@@ -67,6 +83,17 @@ static void print_policies(remat_job *job) {
       printf("reruns %s, %.4g GFLOP (%.1f%% of its forward and backward)\n", row[k].what,
              row[k].t, fb > 0 ? 100 * row[k].t / fb : 0.0);
   }
+  /* as remat plan's objective of one stage: a micro-batch's time with the
+   * policy's reruns against none */
+  double plain = 0, rerun = 0;
+  for (int64_t k = 0; k < pb.num_groups; k++)
+    plain += (double)pb.groups[k].count * (pb.groups[k].fwd + pb.groups[k].bwd);
+  const uint8_t *pol = remat_memplan_policy(remat_trainer_memplan(remat_job_trainer(job)));
+  for (int64_t l = 0; l < g->count; l++)
+    rerun += pol[l] == REMAT_RECOMPUTE ? g->recompute : pol[l] == REMAT_MIDDLE ? g->middle_recompute : 0;
+  printf("time    %.6g GFLOP a micro-batch, without recomputation %.6g, slowdown %.4g (remat "
+         "plan's objective for one stage)\n", plain + rerun, plain,
+         plain > 0 ? (plain + rerun) / plain : 1.0);
   remat_plan_problem_free(&pb);
 }
 
@@ -88,6 +115,11 @@ static void print_plan(remat_job *job, const remat_config *cfg, const remat_memp
     printf(" per replica: %lld micro-batches a step on %lld replicas",
            (long long)(o->d.train.grad_accum * o->d.replicas), (long long)o->d.replicas);
   printf("\n");
+  const remat_tokens *vt;
+  if (remat_job_val_source(job, &vt) && vt) /* --val-data: evaluated apart from the data */
+    printf("eval    %s: %lld tokens; the held-out loss every %lld steps on its first %lld "
+           "batches (nothing of the data is held out)\n", o->d.val_data, (long long)vt->n,
+           (long long)o->d.eval_every, (long long)o->d.train.eval_batches);
   printf("policy  %lld of %lld blocks recomputed%s%s%s", (long long)nrec, (long long)L,
          nrec ? " (" : "", rec, nrec ? ")" : "");
   if (nmid) printf(", %lld middle (%s)", (long long)nmid, mid);
@@ -101,8 +133,11 @@ static void print_plan(remat_job *job, const remat_config *cfg, const remat_memp
          remat_format_bytes(peak - persistent, b4, sizeof b4),
          remat_format_bytes(planned - peak, b5, sizeof b5));
   if (o->plan_only) printf("arena   %zu bytes: what --mem bounds\n", peak);
-  if (o->d.memory) /* one meaning of a budget: the arena, as remat plan has it */
-    printf("budget  --mem %s bounds the arena; the data is held beside it\n", o->d.memory);
+  if (o->d.memory) { /* one meaning of a budget: the arena, as remat plan has it */
+    printf("budget  --mem %s = ", o->d.memory);
+    print_budgets(o->d.memory);
+    printf(" bounds the arena; the data is held beside it\n");
+  }
 }
 
 /* Every rank's arena, from the memory model, before any exists: replicas
@@ -234,6 +269,15 @@ static void print_pipeline(run_state *r) {
     fputs(text, stdout);
     remat_plan_text_free(text);
   }
+  if (o->d.memory) {
+    printf("budget  --mem %s = ", o->d.memory);
+    print_budgets(o->d.memory);
+    printf(" a stage's arena\n");
+  }
+  int64_t L = r->cfg->num_layers;
+  printf("layers  the table's layers are 0 the embedding, 1-%lld the blocks, %lld the head; the "
+         "arenas below number the blocks 0..%lld (layer k is block k-1)\n", (long long)L,
+         (long long)L + 1, (long long)L - 1);
   print_ranks(r->job, o);
 }
 

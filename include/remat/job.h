@@ -56,9 +56,13 @@ typedef struct remat_job_desc {
    * bf16, which needs a CPU with the instructions
    * (remat_precision_available). */
   int precision;
-  /* The data: a token shard, a text file read as bytes, or neither: the
-   * embedded corpus. */
-  const char *data, *text;
+  /* The data: token shards, a text file read as bytes, or neither: the
+   * embedded corpus. data names one shard, or several: a comma-separated
+   * list of paths or glob patterns (llm.c's -i), read one after another
+   * (remat_shards_find). val_data names shards of their own (remat
+   * tokenize's _val.bin) for the held-out loss: then nothing of data is
+   * held out. */
+  const char *data, *text, *val_data;
   /* The step: B, T (0: 64, or the model's maxT when shorter), grad_accum
    * (micro-batches per step of each pipeline or replica), steps, the
    * learning rate, AdamW, clipping, dropout. val_frac holds tokens out
@@ -91,6 +95,12 @@ typedef struct remat_job_desc {
    * step directories of the run stay (remat_checkpoint_dir_prune); 0 keeps
    * them all. A resume may change it. */
   int64_t keep_checkpoints;
+  /* A new run whose checkpoint_dir holds the checkpoints of another run
+   * (one a resume of it would refuse) is refused, so that no later resume
+   * continues the other run from a mix of both; with replace_checkpoints
+   * every step directory there is removed first. A resume checkpoints into
+   * the directory it resumed from (remat_job_saved_load says so). */
+  int replace_checkpoints;
   const char *resume;
   int trace; /* record every rank's timeline (several ranks only) */
   /* The version of the model file remat_job_save writes: 0 or
@@ -248,6 +258,15 @@ REMAT_API int remat_job_rank_memplan(const remat_job *job, int k, remat_stage *s
  * (remat_checkpoint_verify) before anything of it is loaded. */
 REMAT_API const char *remat_job_resumed_from(const remat_job *job, int64_t *step,
                                              const char **note);
+/* What the job did to its checkpoint directory before the first step, for
+ * a front end to show ("removed 3 step directories from ck
+ * (replace-checkpoints)", "ck holds this run's checkpoints to step 20;
+ * ..."), else NULL. */
+REMAT_API const char *remat_job_checkpoint_note(const remat_job *job);
+/* The held-out data: its source (val_data, or "held out of the data"),
+ * NULL when the job evaluates nothing; *tokens (may be NULL) its tokens,
+ * NULL when held out of the data. */
+REMAT_API const char *remat_job_val_source(const remat_job *job, const remat_tokens **tokens);
 /* The pipeline's iteration time in seconds, from the plan's schedule
  * simulation at one rank's rate of rank_flops FLOP/s, and its bubble (the
  * share of stage time the schedule leaves idle). 0 and 0 without a plan. */
@@ -286,6 +305,13 @@ typedef struct remat_job_saved {
   uint64_t data_bytes;
   uint32_t data_crc;
   int data_known;
+  uint64_t val_bytes; /* the same of desc.val_data (val_known 0: none) */
+  uint32_t val_crc;
+  int val_known;
+  /* desc.checkpoint_dir: the directory resumed from (the parent of dir),
+   * not the saved path, so a run resumed from a copy or a moved
+   * directory checkpoints where it was resumed. */
+  char checkpoint_dir[4096];
 } remat_job_saved;
 
 /* The settings of the checkpoint a resume of dir takes (dir itself when it

@@ -119,6 +119,12 @@ REMAT_API int remat_trainer_step(remat_trainer *tr, remat_step_stats *st, remat_
 /* Mean loss over the first o->eval_batches batches of the held-out split
  * (the same batches every call, so figures compare); no dropout. */
 REMAT_API int remat_trainer_evaluate(remat_trainer *tr, double *loss, remat_error *err);
+/* Evaluation on tokens of their own (a validation shard: val, borrowed, must
+ * outlive tr) instead of a held-out split of the training tokens, which must
+ * then hold nothing out (o->val_frac 0): its first windows of T+1 tokens in
+ * order, as the held-out split's. Before the first step; allocates nothing. */
+REMAT_API int remat_trainer_set_eval_tokens(remat_trainer *tr, const remat_tokens *val,
+                                            remat_error *err);
 
 /* Optimizer steps taken. */
 REMAT_API int64_t remat_trainer_steps_done(const remat_trainer *tr);

@@ -70,7 +70,9 @@ int remat__job_write_checkpoint(remat_job *job, remat_error *err) {
   if (!rc && job->rank == 0) { /* the run's settings, for a resume that names only the dir */
     remat_checkpoint_dir_path(path, sizeof path, dir, step, "settings");
     rc = remat__job_settings_save(path, &job->d, &job->cfg,
-                                   job->d.eval_every > 0 || job->held_out, &job->data, err);
+                                   (job->d.eval_every > 0 || job->held_out) && !job->have_val_tok,
+                                   &job->data,
+                                   job->have_val_tok ? &job->val : NULL, err);
   }
   if ((rc = remat__job_agree(job, rc, err))) return rc;
   /* every rank's files are written: one rank lists and seals them, with the

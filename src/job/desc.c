@@ -68,6 +68,19 @@ int remat_job_desc_check(const remat_job_desc *d, remat_error *err) {
   if (d->data && d->text)
     return remat__errorf(err, REMAT_EINVAL, "give %s or %s, not both", N(d, "data"),
                          N(d, "text"));
+  if (d->val_data && d->eval_every <= 0 && !d->resume)
+    return remat__errorf(err, REMAT_EINVAL, "%s is evaluated every %s N steps: give %s too",
+                         N(d, "val-data"), N(d, "eval-every"), N(d, "eval-every"));
+  if (d->val_data && d->text)
+    return remat__errorf(err, REMAT_EINVAL, "%s holds token shards, %s bytes of text: give %s "
+                         "with %s, or hold text out with %s", N(d, "val-data"), N(d, "text"),
+                         N(d, "val-data"), N(d, "data"), N(d, "val-frac"));
+  if (d->replace_checkpoints && (!d->checkpoint_dir || d->resume))
+    return remat__errorf(err, REMAT_EINVAL, "%s starts a new run in %s DIR, removing the step "
+                         "directories there; %s", N(d, "replace-checkpoints"),
+                         N(d, "checkpoint-dir"),
+                         d->resume ? "a resume goes on in its own: drop it"
+                                   : "give the directory too");
   if (!!d->checkpoint_dir != (d->checkpoint_every > 0))
     return remat__errorf(err, REMAT_EINVAL, "%s DIR and %s N go together",
                          N(d, "checkpoint-dir"), N(d, "checkpoint-every"));
@@ -137,12 +150,12 @@ static uint64_t fnv_str(uint64_t h, const char *s) {
 static uint64_t desc_digest(const remat_job_desc *d) {
   uint64_t h = 1469598103934665603ull;
   const char *s[] = {d->config, d->model, d->data, d->text, d->ckpt_layers, d->memory,
-                     d->layers, d->plan, d->checkpoint_dir, d->resume};
+                     d->layers, d->plan, d->checkpoint_dir, d->resume, d->val_data};
   for (size_t i = 0; i < sizeof s / sizeof s[0]; i++) h = fnv_str(h, s[i]);
   int64_t v[] = {d->train.B, d->train.T, d->train.grad_accum, d->train.steps, d->train.warmup,
                  d->train.cosine, d->train.shuffle, d->train.eval_batches, d->eval_every,
                  d->stages, d->replicas, d->zero, d->schedule, d->chunks, d->checkpoint_every,
-                 d->keep_checkpoints, d->trace,
+                 d->keep_checkpoints, d->trace, d->replace_checkpoints,
                  (int64_t)d->train.hp.seed};
   double f[] = {d->train.lr, d->train.val_frac, d->ckpt_ratio, d->train.hp.weight_decay,
                 d->train.hp.grad_clip, d->train.hp.dropout};
@@ -222,6 +235,7 @@ int remat_job_create(remat_job **out, const remat_job_desc *desc, remat_error *e
   if (!job) return remat__errorf(err, REMAT_ENOMEM, "out of memory");
   job->d = *desc;
   job->ranks = 1;
+  job->ckpt_lock = -1;
   job->kind = d->stages > 1 && d->replicas > 1 ? REMAT_RUN_GRID
               : d->stages > 1                 ? REMAT_RUN_PIPELINE
               : d->replicas > 1               ? REMAT_RUN_REPLICAS
@@ -267,6 +281,8 @@ void remat_job_destroy(remat_job *job, int status) {
   remat_budgets_free(&job->budgets);
   remat_checkpoint_reader_free(&job->rd);
   remat_tokens_free(&job->tok);
+  remat_tokens_free(&job->val_tok);
+  remat_checkpoint_dir_unlock(job->ckpt_lock); /* another run may use the directory now */
   if (job->dist) remat_dist_destroy(job->dist, status);
   free(job);
 }

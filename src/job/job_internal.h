@@ -32,6 +32,7 @@ struct remat_job {
   remat_checkpoint_reader rd; /* the model file, open from its shape to its weights */
   remat_tokens tok;
   const char *source;
+  char source_buf[4096]; /* the source of several shards, with their count */
   remat_budgets budgets; /* d.memory, parsed once (n 0: none) */
   remat_placement place;
   remat_plan_problem pb; /* a pipeline's */
@@ -52,6 +53,14 @@ struct remat_job {
   /* the token source's size and CRC32C (data_known 0: the embedded corpus),
    * saved with each checkpoint; a resume's saved ones, checked against it */
   remat__data_id data, saved_data;
+  /* val_data's tokens (have_val_tok), their identity and a resume's saved one */
+  remat_tokens val_tok;
+  int have_val_tok;
+  remat__data_id val, saved_val;
+  const char *val_source;
+  /* the checkpoint directory's lock (rank 0; -1: none), what was done there */
+  int ckpt_lock;
+  char ckpt_note[1024];
   int other_flags; /* the lowest rank started with another description, else -1 */
   int ranks_differ; /* started on another rank count than the description's */
 };
@@ -80,8 +89,10 @@ int remat__job_write_checkpoint(remat_job *job, remat_error *err);
  * from cfg) to path, atomically: the `settings` file of a checkpoint.
  * val-frac is saved as the share held out (0 when held_out is 0), which a
  * resume keeps whatever its evaluation interval. Paths are saved resolved
- * (absolute); data (known) as the lines data-bytes and data-crc. */
+ * (absolute); data (known) as the lines data-bytes and data-crc, val
+ * (known) as val-data-bytes and val-data-crc. */
 int remat__job_settings_save(const char *path, const remat_job_desc *d, const remat_config *cfg,
-                             int held_out, const remat__data_id *data, remat_error *err);
+                             int held_out, const remat__data_id *data, const remat__data_id *val,
+                             remat_error *err);
 
 #endif

@@ -24,7 +24,8 @@
 #include "base/base.h"
 #include "job/job_internal.h"
 
-enum { K_STR, K_PATH, K_CONFIG, K_I64, K_INT, K_U64, K_F64, K_F32, K_SCHED, K_PREC };
+/* K_SHARDS: a path, or a list of paths and patterns (remat_shards_find). */
+enum { K_STR, K_PATH, K_SHARDS, K_CONFIG, K_I64, K_INT, K_U64, K_F64, K_F32, K_SCHED, K_PREC };
 
 /* What a resume may change: nothing (0), the step count (only to extend a
  * constant learning rate, the trainer checks), the evaluation interval (not
@@ -39,8 +40,9 @@ static const struct key {
   int may;
 } keys[] = {
     {"config", K_CONFIG, offsetof(remat_job_desc, config), FIXED},
-    {"data", K_PATH, offsetof(remat_job_desc, data), FIXED},
+    {"data", K_SHARDS, offsetof(remat_job_desc, data), FIXED},
     {"text", K_PATH, offsetof(remat_job_desc, text), FIXED},
+    {"val-data", K_SHARDS, offsetof(remat_job_desc, val_data), FIXED},
     {"batch", K_I64, offsetof(remat_job_desc, train.B), FIXED},
     {"seq", K_I64, offsetof(remat_job_desc, train.T), FIXED},
     {"grad-accum", K_I64, offsetof(remat_job_desc, train.grad_accum), FIXED},
@@ -93,7 +95,7 @@ void remat_job_desc_default(remat_job_desc *d) {
 /* One setting's value as text (doubles and floats exactly: %.17g, %.9g). */
 static void format_value(const remat_job_desc *d, const struct key *k, char *buf, size_t cap) {
   switch (k->kind) {
-  case K_STR: case K_PATH: case K_CONFIG: {
+  case K_STR: case K_PATH: case K_SHARDS: case K_CONFIG: {
     const char *s = *CAT(d, k, const char *);
     snprintf(buf, cap, "%s", s ? s : "");
     break;
@@ -110,7 +112,7 @@ static void format_value(const remat_job_desc *d, const struct key *k, char *buf
 
 int remat__job_settings_save(const char *path, const remat_job_desc *desc,
                              const remat_config *cfg, int held_out, const remat__data_id *data,
-                             remat_error *err) {
+                             const remat__data_id *val, remat_error *err) {
   remat_job_desc d = *desc;
   if (!held_out) d.train.val_frac = 0;
   char shape[128];
@@ -130,6 +132,9 @@ int remat__job_settings_save(const char *path, const remat_job_desc *desc,
     if (real) /* resolved: a resume from another directory finds it */
       snprintf(v, sizeof v, "%s", real);
     free(real);
+    char shards[4200];
+    if (keys[i].kind == K_SHARDS && *v && !remat_shards_resolve(v, shards, sizeof shards))
+      snprintf(v, sizeof v, "%s", shards); /* each item's directory resolved, patterns kept */
     if (strchr(v, '\n') || strlen(v) >= 4096 || n + strlen(v) + 64 >= cap)
       rc = remat__errorf(err, REMAT_EINVAL, "the setting %s cannot be saved with the "
                          "checkpoint: a newline or more than 4095 bytes in '%.100s'",
@@ -139,6 +144,9 @@ int remat__job_settings_save(const char *path, const remat_job_desc *desc,
   if (!rc && data && data->known) /* the data whatever its path: a copy resumes too */
     n += (size_t)snprintf(text + n, cap - n, "data-bytes %llu\ndata-crc %08x\n",
                           (unsigned long long)data->bytes, (unsigned)data->crc);
+  if (!rc && val && val->known)
+    n += (size_t)snprintf(text + n, cap - n, "val-data-bytes %llu\nval-data-crc %08x\n",
+                          (unsigned long long)val->bytes, (unsigned)val->crc);
   if (!rc) rc = remat_save_bytes(path, "settings", text, n, err);
   free(text);
   return rc;
@@ -194,7 +202,9 @@ static int read_text(const char *path, char **text, remat_error *err) {
 static int parse_value(remat_job_desc *d, const struct key *k, char *v) {
   char *end = v;
   switch (k->kind) {
-  case K_STR: case K_PATH: case K_CONFIG: *AT(d, k, const char *) = *v ? v : NULL; return 0;
+  case K_STR: case K_PATH: case K_SHARDS: case K_CONFIG:
+    *AT(d, k, const char *) = *v ? v : NULL;
+    return 0;
   case K_I64: *AT(d, k, int64_t) = strtoll(v, &end, 10); break;
   case K_INT: *AT(d, k, int) = (int)strtol(v, &end, 10); break;
   case K_U64: *AT(d, k, uint64_t) = strtoull(v, &end, 10); break;
@@ -230,13 +240,15 @@ int remat_job_saved_load(remat_job_saved *s, const char *dir, remat_error *err) 
     }
     char *sp = strchr(line, ' '), *end;
     if (!sp) goto bad;
-    if (!strncmp(line, "data-bytes ", 11) || !strncmp(line, "data-crc ", 9)) {
-      int bytes = line[5] == 'b';
+    int val = !strncmp(line, "val-", 4); /* val-data-bytes: the validation data's */
+    const char *id = line + (val ? 4 : 0);
+    if (!strncmp(id, "data-bytes ", 11) || !strncmp(id, "data-crc ", 9)) {
+      int bytes = id[5] == 'b';
       unsigned long long v = strtoull(sp + 1, &end, bytes ? 10 : 16);
       if (!sp[1] || *end || (!bytes && (strlen(sp + 1) != 8 || v > 0xffffffffull))) goto bad;
-      if (bytes) s->data_bytes = v;
-      else s->data_crc = (uint32_t)v;
-      s->data_known |= bytes ? 1 : 2;
+      if (bytes) *(val ? &s->val_bytes : &s->data_bytes) = v;
+      else *(val ? &s->val_crc : &s->data_crc) = (uint32_t)v;
+      *(val ? &s->val_known : &s->data_known) |= bytes ? 1 : 2;
       continue;
     }
     *sp = 0;
@@ -247,8 +259,11 @@ int remat_job_saved_load(remat_job_saved *s, const char *dir, remat_error *err) 
     if (parse_value(&s->desc, &keys[i], sp + 1)) goto bad;
     nset++;
   }
-  if (first || *line || (s->data_known && s->data_known != 3)) goto bad;
+  if (first || *line || (s->data_known && s->data_known != 3) ||
+      (s->val_known && s->val_known != 3))
+    goto bad;
   s->data_known = s->data_known == 3;
+  s->val_known = s->val_known == 3;
   if (!nset) { /* every remat that writes the file writes its settings */
     rc = remat__errorf(err, REMAT_EFORMAT, "the settings of %s hold no setting after their "
                        "header; the file was cut or emptied", path);
@@ -262,6 +277,14 @@ int remat_job_saved_load(remat_job_saved *s, const char *dir, remat_error *err) 
                          "after its run saved it: restore it, or resume from another "
                          "checkpoint", path, e.msg);
   }
+  /* the run goes on checkpointing where it was resumed from: the step
+   * directory's parent, wherever the run first wrote it */
+  size_t n = strlen(s->dir);
+  while (n > 1 && s->dir[n - 1] == '/') n--;
+  while (n > 0 && s->dir[n - 1] != '/') n--;
+  while (n > 1 && s->dir[n - 1] == '/') n--;
+  snprintf(s->checkpoint_dir, sizeof s->checkpoint_dir, "%.*s", n ? (int)n : 1, n ? s->dir : ".");
+  s->desc.checkpoint_dir = s->checkpoint_dir;
   s->found = 1;
   return 0;
 bad: /* the message quotes the line, which lives in the text: formed before it is freed */
@@ -283,11 +306,11 @@ void remat_job_saved_free(remat_job_saved *s) {
 
 static int same_setting(const struct key *k, const remat_job_desc *a, const remat_job_desc *b) {
   switch (k->kind) {
-  case K_STR: case K_PATH: case K_CONFIG: {
+  case K_STR: case K_PATH: case K_SHARDS: case K_CONFIG: {
     const char *x = *CAT(a, k, const char *), *y = *CAT(b, k, const char *);
     if (!x || !y) return !x && !y;
     if (!strcmp(x, y)) return 1;
-    if (k->kind == K_PATH) return remat_same_file(x, y);
+    if (k->kind == K_PATH || k->kind == K_SHARDS) return remat_same_file(x, y);
     remat_config cx, cy;
     remat_error e;
     return k->kind == K_CONFIG && !remat_config_parse(x, &cx, &e) &&
@@ -302,18 +325,27 @@ static int same_setting(const struct key *k, const remat_job_desc *a, const rema
   }
 }
 
-/* The token source given at another path than the saved one: the same
- * bytes (the saved size and CRC32C) are the same data. */
+/* A token source given at another path than the saved one (or other
+ * paths, or another pattern): the same bytes (the saved size and CRC32C of
+ * its files one after another) are the same data. */
 static int same_data(const remat_job_saved *s, const struct key *k, const remat_job_desc *d) {
   const char *given = *CAT(d, k, const char *), *saved = *CAT(&s->desc, k, const char *);
-  if (!s->data_known || !given || !saved ||
-      (k->off != offsetof(remat_job_desc, data) && k->off != offsetof(remat_job_desc, text)))
+  int val = k->off == offsetof(remat_job_desc, val_data);
+  if (!(val ? s->val_known : s->data_known) || !given || !saved ||
+      (k->off != offsetof(remat_job_desc, data) && k->off != offsetof(remat_job_desc, text) &&
+       !val))
     return 0;
   uint64_t bytes;
   uint32_t crc;
   remat_error e;
-  return !remat_file_checksum(given, "token source", given, &bytes, &crc, &e) &&
-         bytes == s->data_bytes && crc == s->data_crc;
+  remat_shards sh = {0};
+  int rc = k->kind == K_SHARDS ? remat_shards_find(&sh, given, &e) : 0;
+  if (!rc)
+    rc = k->kind == K_SHARDS ? remat_shards_checksum(&sh, &bytes, &crc, &e)
+                             : remat_file_checksum(given, "token source", given, &bytes, &crc, &e);
+  remat_shards_free(&sh);
+  return !rc && bytes == (val ? s->val_bytes : s->data_bytes) &&
+         crc == (val ? s->val_crc : s->data_crc);
 }
 
 int remat_job_saved_conflict(const remat_job_saved *s, const remat_job_desc *d,
@@ -323,7 +355,7 @@ int remat_job_saved_conflict(const remat_job_saved *s, const remat_job_desc *d,
   for (size_t i = 0; i < NKEYS; i++) {
     const struct key *k = &keys[i];
     if (k->may == STEPS || k->may == FREE ||
-        (k->may == EVAL && (sv->train.val_frac > 0 || d->eval_every == 0)))
+        (k->may == EVAL && (sv->train.val_frac > 0 || sv->val_data || d->eval_every == 0)))
       continue;
     if (k->kind == K_I64 && k->off == offsetof(remat_job_desc, train.T) && d->train.T == 0)
       continue; /* not given: the saved one */

@@ -40,6 +40,7 @@ static int check_saved(remat_job *job, remat_error *err) {
   if (rc) return rc;
   job->held_out = s.desc.train.val_frac > 0;
   job->saved_data = (remat__data_id){s.data_bytes, s.data_crc, s.data_known};
+  job->saved_val = (remat__data_id){s.val_bytes, s.val_crc, s.val_known};
   remat_job_desc d = job->d;
   d.model = NULL;
   if (remat_job_saved_conflict(&s, &d, &c))
@@ -86,16 +87,74 @@ static int find_resume(remat_job *job, remat_error *err) {
   return check_saved(job, err);
 }
 
+/* d as a checkpoint would save it, to compare with one saved (sv): no
+ * share held out unless evaluated on it; the shape a model file gives, or
+ * "small". */
+static const remat_job_desc *as_saved(const remat_job_desc *d, const remat_job_desc *sv,
+                                      remat_job_desc *out) {
+  *out = *d;
+  if (out->eval_every <= 0 || out->val_data) out->train.val_frac = 0;
+  if (!out->config) out->config = out->model ? sv->config : "small";
+  return out;
+}
+
+/* A new run's checkpoint directory that holds checkpoints of another run
+ * (one whose resume with this run's settings would be refused): refused,
+ * or with replace_checkpoints emptied of step directories first, so a
+ * later resume never continues the other run from a mix of both. Checked
+ * under the directory's lock, so no other run writes there meanwhile. */
+static int check_other_run(remat_job *job, remat_error *err) {
+  const remat_job_desc *d = &job->d;
+  const char *dir = d->checkpoint_dir;
+  int64_t count, newest, removed = 0;
+  int rc = remat_checkpoint_dir_sealed(dir, &count, &newest, err);
+  if (rc || job->resumed) return rc;
+  if (d->replace_checkpoints) {
+    if ((rc = remat_checkpoint_dir_remove_all(dir, &removed, err))) return rc;
+    if (removed)
+      snprintf(job->ckpt_note, sizeof job->ckpt_note, "removed %lld step director%s from %.300s "
+               "(%s)", (long long)removed, removed == 1 ? "y" : "ies", dir,
+               remat__job_name(d, "replace-checkpoints"));
+    return 0;
+  }
+  if (!count) return 0;
+  remat_job_saved s;
+  remat_job_conflict c;
+  remat_job_desc nd;
+  remat_error e;
+  char why[600] = "";
+  if (remat_job_saved_load(&s, dir, &e))
+    snprintf(why, sizeof why, "; %.150s", e.msg);
+  else if (!s.found)
+    snprintf(why, sizeof why, ", written by an older remat without its settings");
+  else if (remat_job_saved_conflict(&s, as_saved(d, &s.desc, &nd), &c))
+    snprintf(why, sizeof why, ", saved with %s %.80s, not %.80s", remat__job_name(d, c.key),
+             c.saved, c.given);
+  int same = !why[0];
+  if (same) /* this run's settings: a rerun writes the same checkpoints again */
+    snprintf(job->ckpt_note, sizeof job->ckpt_note, "%.300s holds this run's checkpoints to step "
+             "%lld; they are written again (%s %.300s goes on from the newest)", dir,
+             (long long)s.step, remat__job_name(d, "resume"), dir);
+  remat_job_saved_free(&s);
+  if (same) return 0;
+  return remat__errorf(err, REMAT_EINVAL, "%.100s holds another run's checkpoints (to step "
+                       "%lld%.200s): resume it (%s %.100s), choose another %s, or give %s to "
+                       "remove them", dir, (long long)newest, why, remat__job_name(d, "resume"),
+                       dir, remat__job_name(d, "checkpoint-dir"),
+                       remat__job_name(d, "replace-checkpoints"));
+}
+
 /* The outputs: find out now, not after hours of training, that one cannot
  * be written; and never write over an input. */
-static int check_outputs(const remat_job *job, remat_error *err) {
+static int check_outputs(remat_job *job, remat_error *err) {
   const remat_job_desc *d = &job->d;
   const char *ins[][2] = {{job->resumed ? "the checkpoint's weights" : "the model file", d->model},
-                          {"the token shard", d->data}, {"the text", d->text}};
+                          {"the token shard", d->data}, {"the text", d->text},
+                          {"the validation shard", d->val_data}};
   for (int i = 0; i < 4; i++) {
     const char *out = d->outputs[i];
     if (!out) continue;
-    for (size_t j = 0; j < 3; j++)
+    for (size_t j = 0; j < 4; j++)
       if (ins[j][1] && remat_same_file(out, ins[j][1]))
         return remat__errorf(err, REMAT_EINVAL, "the output %s names the same file as %s %s; it "
                              "would overwrite an input: choose another path", out, ins[j][0],
@@ -106,10 +165,13 @@ static int check_outputs(const remat_job *job, remat_error *err) {
     int rc = remat_output_check(out, err);
     if (rc) return rc;
   }
-  /* created now (by rank 0), or why it cannot be; and nothing in the way of
-   * the step directories the run will write */
+  /* created now (by rank 0), or why it cannot be; held by this run alone
+   * until it ends; no other run's checkpoints there; and nothing in the
+   * way of the step directories the run will write */
   if (!d->checkpoint_dir || job->rank != 0) return 0;
   int rc = remat_output_dir_check(d->checkpoint_dir, err);
+  if (!rc) rc = remat_checkpoint_dir_lock(d->checkpoint_dir, &job->ckpt_lock, err);
+  if (!rc) rc = check_other_run(job, err);
   return rc ? rc : remat_checkpoint_dir_check(d->checkpoint_dir, job->resume_step,
                                               d->train.steps, d->checkpoint_every, err);
 }
@@ -143,32 +205,73 @@ static int load_shape(remat_job *job, remat_error *err) {
   return 0;
 }
 
-/* The token source's size and CRC32C, saved with each checkpoint; a
- * resume's must be the saved run's, whatever path it is read from. */
-static int identify_data(remat_job *job, const char *path, remat_error *err) {
-  remat__data_id *id = &job->data;
-  const remat__data_id *was = &job->saved_data;
-  int rc = remat_file_checksum(path, job->d.data ? "token shard" : "text",
-                               job->d.data ? "the token shard" : "the text", &id->bytes, &id->crc,
-                               err);
+/* A token source's size and CRC32C (of its shards one after another),
+ * saved with each checkpoint; a resume's must be the saved run's, whatever
+ * path it is read from. key names its setting. */
+static int identify_data(remat_job *job, const char *path, const remat_shards *sh,
+                         const char *key, remat__data_id *id, const remat__data_id *was,
+                         remat_error *err) {
+  int rc = sh ? remat_shards_checksum(sh, &id->bytes, &id->crc, err)
+              : remat_file_checksum(path, "text", "the text", &id->bytes, &id->crc, err);
   if (rc) return rc;
   id->known = 1;
   if (!was->known || (id->bytes == was->bytes && id->crc == was->crc)) return 0;
   return remat__errorf(err, REMAT_EINVAL, "%s is not the data of the run in %s: %llu bytes with "
                        "CRC32C %08x, the run's had %llu bytes with CRC32C %08x; give %s the "
-                       "run's file", path, job->resume_dir, (unsigned long long)id->bytes,
+                       "run's %s", path, job->resume_dir, (unsigned long long)id->bytes,
                        (unsigned)id->crc, (unsigned long long)was->bytes, (unsigned)was->crc,
-                       remat__job_name(&job->d, job->d.data ? "data" : "text"));
+                       remat__job_name(&job->d, key), sh && sh->n > 1 ? "files" : "file");
+}
+
+/* Shards (a path, a list, a pattern) into t, identified as key's. */
+static int load_shards(remat_job *job, const char *spec, const char *key, remat_tokens *t,
+                       remat__data_id *id, const remat__data_id *was, remat_error *err) {
+  remat_shards sh;
+  int rc = remat_shards_find(&sh, spec, err);
+  if (rc) return rc;
+  rc = identify_data(job, spec, &sh, key, id, was, err);
+  if (!rc) rc = remat_tokens_load_shards(t, &sh, err);
+  if (!rc && sh.n > 1 && t == &job->tok) { /* how the data line names it */
+    snprintf(job->source_buf, sizeof job->source_buf, "%.4000s (%lld shards)", spec,
+             (long long)sh.n);
+    job->source = job->source_buf;
+  }
+  remat_shards_free(&sh);
+  return rc;
 }
 
 static int load_tokens(remat_job *job, remat_error *err) {
   const remat_job_desc *d = &job->d;
   job->source = d->data ? d->data : d->text ? d->text : "embedded corpus";
-  int rc = d->data || d->text ? identify_data(job, job->source, err) : 0;
-  if (rc) return rc;
-  if (d->data) return remat_tokens_load(&job->tok, d->data, err);
-  if (d->text) return remat_tokens_from_text(&job->tok, d->text, err);
+  int rc;
+  if (d->val_data) { /* before the training data: its bytes count as the data's do */
+    rc = load_shards(job, d->val_data, "val-data", &job->val_tok, &job->val, &job->saved_val,
+                     err);
+    if (rc) return rc;
+    job->have_val_tok = 1;
+    job->val_source = d->val_data;
+  }
+  if (d->data)
+    return load_shards(job, d->data, "data", &job->tok, &job->data, &job->saved_data, err);
+  if (d->text) {
+    rc = identify_data(job, d->text, NULL, "text", &job->data, &job->saved_data, err);
+    return rc ? rc : remat_tokens_from_text(&job->tok, d->text, err);
+  }
   return remat_corpus_tokens(&job->tok, 0, err);
+}
+
+/* val_data: the trainer evaluates on its tokens (nothing of the data is
+ * held out). */
+static int set_eval_tokens(remat_job *job, remat_error *err) {
+  if (!job->have_val_tok) return 0;
+  int rc = remat_trainer_set_eval_tokens(job->tr, &job->val_tok, err);
+  if (rc) { /* the loader speaks of a split: it is the validation data */
+    char msg[sizeof err->msg];
+    snprintf(msg, sizeof msg, "%s", err->msg);
+    remat__errorf(err, rc, "%s %.200s: %.*s", remat__job_name(&job->d, "val-data"),
+                  job->d.val_data, (int)sizeof msg - 300, msg);
+  }
+  return rc;
 }
 
 /* The trainer's options: a replica's step runs K of the step's K x D
@@ -177,7 +280,7 @@ static remat_train_opts trainer_opts(const remat_job *job) {
   const remat_job_desc *d = &job->d;
   remat_train_opts to = d->train;
   to.grad_accum = d->train.grad_accum * d->replicas;
-  to.val_frac = d->eval_every > 0 || job->held_out ? d->train.val_frac : 0.0;
+  to.val_frac = d->val_data ? 0.0 : d->eval_every > 0 || job->held_out ? d->train.val_frac : 0.0;
   return to;
 }
 
@@ -241,6 +344,7 @@ int remat_job_prepare(remat_job *job, remat_error *err) {
   if (!rc) rc = load_tokens(job, err);
   if (!rc) rc = remat__job_place(job, err);
   if (!rc) rc = make_runtime(job, err);
+  if (!rc) rc = set_eval_tokens(job, err);
   if (!rc && job->resumed) { /* other settings are refused before anything large exists */
     char path[4096];
     rc = remat__job_resume_state_path(job, path, sizeof path, err);

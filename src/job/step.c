@@ -96,6 +96,16 @@ remat_pipeline *remat_job_pipeline(remat_job *job) { return job->pipe; }
 remat_replicas *remat_job_replicas(remat_job *job) { return job->dp; }
 size_t remat_job_planned_bytes(const remat_job *job) { return job->planned; }
 
+const char *remat_job_checkpoint_note(const remat_job *job) {
+  return job->ckpt_note[0] ? job->ckpt_note : NULL;
+}
+
+const char *remat_job_val_source(const remat_job *job, const remat_tokens **tokens) {
+  if (tokens) *tokens = job->have_val_tok ? &job->val_tok : NULL;
+  if (job->have_val_tok) return job->val_source;
+  return job->d.eval_every > 0 || job->held_out ? "held out of the data" : NULL;
+}
+
 const char *remat_job_resumed_from(const remat_job *job, int64_t *step, const char **note) {
   *step = job->resumed ? job->resume_step : 0;
   if (note) *note = job->resumed && job->resume_note[0] ? job->resume_note : NULL;

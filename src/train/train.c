@@ -246,6 +246,20 @@ int remat_trainer_step(remat_trainer *tr, remat_step_stats *st, remat_error *err
   return 0;
 }
 
+int remat_trainer_set_eval_tokens(remat_trainer *tr, const remat_tokens *val, remat_error *err) {
+  if (tr->have_val)
+    return remat__errorf(err, REMAT_EINVAL, "the trainer holds tokens out of its data already "
+                         "(val-frac %g): give the held-out share 0 with tokens of their own",
+                         tr->o.val_frac);
+  const remat_config *cfg = remat_model_config(tr->model);
+  int rc = remat_tokens_check_vocab(val, cfg->vocab_size, err);
+  /* in order, never shuffled: no order table, nothing allocated */
+  if (!rc) rc = remat__loader_init(&tr->val, val, tr->o.B, tr->o.T, REMAT_SPLIT_TRAIN, 0.0, 0,
+                                   tr->o.hp.seed, err);
+  if (!rc) tr->have_val = 1;
+  return rc;
+}
+
 int remat_trainer_evaluate(remat_trainer *tr, double *loss, remat_error *err) {
   if (!remat_model_stage(tr->model)->has_embedding || !remat_model_stage(tr->model)->has_head)
     return remat__errorf(err, REMAT_EINVAL, "evaluation runs on the whole model only");
