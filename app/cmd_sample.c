@@ -1,6 +1,7 @@
 /* cmd_sample.c: `remat sample`: text from a GPT-2 checkpoint, a token at a
- * time with a KV cache (remat/generate.h), decoded with GPT-2's BPE or as
- * bytes. */
+ * time with a KV cache (remat/generate.h: the model's forward on the
+ * backend, its weights and cache in one planned region), decoded with
+ * GPT-2's BPE or as bytes. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -178,7 +179,10 @@ int remat_cmd_sample(int argc, char **argv) {
   const char *text;
   size_t len;
   if (make_prompt(&o, bpe, &text, &len, &file_text, &prompt)) goto done;
-  if (remat_generator_create(&g, &cfg, params, 0, &err)) {
+  rc = remat_generator_create(&g, &cfg, params, 0, &err);
+  free(params); /* the generator holds its own copy, in the backend's memory */
+  params = NULL;
+  if (rc) {
     cli_fail(1, "%s", err.msg);
     goto done;
   }

@@ -657,8 +657,7 @@ static int start(run_state *r) {
   if (rc) return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
   if (o->sample_every) { /* its memory now, outside the trainer's: no step allocates */
     remat_model *m = remat_trainer_model(r->tr);
-    if (train_sampler_create(&r->sampler, r->cfg, remat_model_params(m), cli_vocab_dir(NULL),
-                             &err))
+    if (train_sampler_create(&r->sampler, m, cli_vocab_dir(NULL), &err))
       return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
   }
   int64_t step;

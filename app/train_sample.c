@@ -1,7 +1,8 @@
 /* train_sample.c: the samples `remat train --sample-every N` prints between
  * steps, as llm.c's trainer does: a generator (remat/generate.h) over the
- * training model's own weights, made once before the first step so that no
- * step allocates for it, and decoded as bytes or with GPT-2's BPE. */
+ * training model's own weights, on its backend, made once before the first
+ * step so that no step allocates for it, and decoded as bytes or with
+ * GPT-2's BPE. */
 #include "train_sample.h"
 
 #include <stdlib.h>
@@ -15,9 +16,10 @@ struct train_sampler {
   int32_t out[SAMPLE_TOKENS];
 };
 
-int train_sampler_create(train_sampler **out, const remat_config *cfg, const float *params,
-                         const char *vocab_dir, remat_error *err) {
+int train_sampler_create(train_sampler **out, remat_model *m, const char *vocab_dir,
+                         remat_error *err) {
   *out = NULL;
+  const remat_config *cfg = remat_model_config(m);
   if (cfg->vocab_size != 256 && cfg->vocab_size != REMAT_BPE_VOCAB) {
     snprintf(err->msg, sizeof err->msg, "--sample-every needs a byte model (V = 256) or GPT-2's "
              "vocabulary (V = %d); this model has V = %lld", REMAT_BPE_VOCAB,
@@ -30,7 +32,7 @@ int train_sampler_create(train_sampler **out, const remat_config *cfg, const flo
     return err->code = REMAT_ENOMEM;
   }
   int rc = cfg->vocab_size == REMAT_BPE_VOCAB ? remat_bpe_create(&s->bpe, vocab_dir, err) : 0;
-  if (!rc) rc = remat_generator_create(&s->gen, cfg, params, 0, err);
+  if (!rc) rc = remat_generator_create_model(&s->gen, m, 0, err);
   if (rc) {
     train_sampler_destroy(s);
     return rc;

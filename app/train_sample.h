@@ -10,14 +10,16 @@
 
 typedef struct train_sampler train_sampler;
 
-/* A sampler over a one-process model's weights (borrowed: params must
- * outlive it): a byte model (V = 256) prints bytes, GPT-2's vocabulary
- * (V = 50257) is decoded with the BPE files in vocab_dir. Its memory (the
- * generator's cache and rows, the vocabulary) is plain malloc, outside the
- * trainer's planned and measured bytes; it is all taken here, before the
+/* A sampler over a one-process model's weights (borrowed: m must outlive
+ * it; remat_generator_create_model): a byte model (V = 256) prints bytes,
+ * GPT-2's vocabulary (V = 50257) is decoded with the BPE files in
+ * vocab_dir. Its memory is outside the trainer's planned and measured
+ * bytes: the generator's own planned region on the model's backend (the
+ * cache and one block's rows, remat_generator_planned_bytes) and its
+ * sampling scratch, and the vocabulary; it is all taken here, before the
  * first step. */
-int train_sampler_create(train_sampler **out, const remat_config *cfg, const float *params,
-                         const char *vocab_dir, remat_error *err);
+int train_sampler_create(train_sampler **out, remat_model *m, const char *vocab_dir,
+                         remat_error *err);
 /* 64 tokens after a newline (bytes) or <|endoftext|> (BPE), seeded by the
  * step, on one line of f: "sample  step N | text", non-printable bytes
  * escaped (\n, \xNN). */

@@ -599,6 +599,53 @@ static void check_attention(void) {
   }
 }
 
+/* attention_decode: the rows of one sequence (batch row 0 of qkv) over a
+ * cache of its keys and values side by side (rows 2C apart, as generation
+ * keeps them). All rows in one call from position 0 give attention_forward's
+ * bits (its contract); the rows fed in pieces (1, then 2, then the rest, as
+ * a prompt and then tokens one at a time) give its values within rounding,
+ * and match a double reference. */
+static void check_attention_decode(void) {
+  const int64_t T = sh.T, C = sh.C, NH = sh.NH, C3 = 3 * C;
+  remat__kernel_ws ws;
+  be->sizes->workspace(&ws, 1, T, C, NH, sh.Vp);
+  float *qkv = frand((size_t)(T * C3), -2, 2), *kv = fbuf((size_t)(T * 2 * C));
+  float *full = fbuf((size_t)(T * C)), *lse = fbuf(ws.attention_stats);
+  float *one = fbuf((size_t)(T * C)), *parts = fbuf((size_t)(T * C));
+  for (int64_t t = 0; t < T; t++)
+    memcpy(kv + t * 2 * C, qkv + t * C3 + C, (size_t)(2 * C) * sizeof(float));
+  be->attention_forward(full, lse, qkv, 1, T, C, NH, NULL);
+  be->attention_decode(one, qkv, C3, qkv + C, qkv + 2 * C, C3, T, 0, C, NH);
+  CHECKF(same(one, full, (size_t)(T * C) * sizeof(float)),
+         "%s: attention_decode of all %lld rows from position 0 = attention_forward bit for bit, "
+         "C=%lld NH=%lld", be->name, (long long)T, (long long)C, (long long)NH);
+  const int64_t cut[] = {0, 1, 3, T};
+  for (int i = 0; i < 3; i++) {
+    int64_t lo = cut[i] < T ? cut[i] : T, hi = cut[i + 1] < T ? cut[i + 1] : T;
+    if (hi > lo)
+      be->attention_decode(parts + lo * C, qkv + lo * C3, C3, kv, kv + C, 2 * C, hi - lo, lo, C,
+                           NH);
+  }
+  shape keep = sh;
+  sh.B = 1;
+  double *ro = dbuf((size_t)(T * C)), *rl = dbuf((size_t)(NH * T)), *rq = dbuf((size_t)(T * C3));
+  float *dout = frand((size_t)(T * C), -1, 1);
+  ref_attention(ro, rl, rq, dout, qkv, NULL);
+  sh = keep;
+  double ep = err_f(parts, full, (size_t)(T * C)), er = err_d(parts, ro, (size_t)(T * C));
+  CHECKF(ep < 1e-5 && er < 1e-5,
+         "%s: attention_decode in pieces (1, 2, the rest) over a cache of rows 2C apart: vs "
+         "attention_forward %.1e, vs double %.1e (tol 1e-5), T=%lld C=%lld NH=%lld",
+         be->name, ep, er, (long long)T, (long long)C, (long long)NH);
+  if (be != cpu) {
+    float *co = fbuf((size_t)(T * C));
+    cpu->attention_decode(co, qkv, C3, qkv + C, qkv + 2 * C, C3, T, 0, C, NH);
+    vs_cpu("attention_decode", one, co, (size_t)(T * C), 1e-5);
+  }
+  free(ro), free(rl), free(rq);
+  release();
+}
+
 /* ------------------------------------------------------------ pointwise */
 
 static const double PI = 3.14159265358979323846;
@@ -1103,6 +1150,7 @@ static void check_shape(void) {
   check_encoder();
   check_layernorm();
   check_attention();
+  check_attention_decode();
   check_crossentropy();
   check_matmul(N, sh.C, 3 * sh.C);
   check_matmul(N, 4 * sh.C, sh.C);

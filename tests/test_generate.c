@@ -2,15 +2,20 @@
  * fed one at a time (attention over the cache) must equal a plain forward
  * over the whole prefix written here without a cache, and a feed of the
  * whole prefix at once; the mean loss from them must equal the training
- * model's own forward (remat_model_eval) on the same weights; sampling must
- * be deterministic for a seed, and top-p must draw from the nucleus a plain
- * reference computes, each token as often as its share. The vocabulary (300, padded to 384) checks
- * that the padded rows never reach the logits. */
+ * model's own forward (remat_model_eval) on the same weights; greedy
+ * generation must take the plain forward's most likely token at every
+ * step; sampling must be deterministic for a seed, and top-p must draw from
+ * the nucleus a plain reference computes, each token as often as its share.
+ * A generator over the model's own weights gives the bits of one over a
+ * copy and follows the weights as they change; the region's measured bytes
+ * equal its planned ones. The vocabulary (300, padded to 384) checks that
+ * the padded rows never reach the logits. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/base.h"
+#include "model/model_runtime.h"
 #include "test_util.h"
 
 /* A plain GPT-2 forward over tok[0..T): logits (T, V). */
@@ -283,6 +288,87 @@ static void test_top_p(remat_generator *g, const int32_t *tok, int64_t V) {
   free(count);
 }
 
+/* Greedy generation against the plain forward: at each of n steps the
+ * token the generator takes is the most likely one of the reference's
+ * logits over the prefix so far (and no near tie makes that fragile). */
+static void test_greedy(remat_generator *g, const remat_config *cfg, const float *P,
+                        const int32_t *tok, int64_t V) {
+  enum { NP = 5, NG = 40 };
+  remat_error err;
+  remat_sample_opts o;
+  remat_sample_opts_default(&o);
+  o.tokens = NG;
+  o.temperature = 0;
+  int32_t seq[NP + NG], out[NG];
+  int64_t n = 0;
+  memcpy(seq, tok, NP * sizeof *seq);
+  CHECK(remat_generate(g, tok, NP, &o, out, &n, NULL, NULL, &err) == 0 && n == NG);
+  float *lg = malloc((size_t)((NP + NG) * V) * sizeof *lg);
+  int agree = 1;
+  double gap = INFINITY; /* the smallest lead of the reference's best over its second */
+  for (int64_t i = 0; i < NG; i++) {
+    reference_forward(cfg, P, seq, NP + i, lg);
+    const float *last = lg + (NP + i - 1) * V;
+    int32_t best = 0;
+    for (int32_t v = 1; v < V; v++)
+      if (last[v] > last[best]) best = v;
+    double second = -INFINITY;
+    for (int32_t v = 0; v < V; v++)
+      if (v != best) second = fmax(second, last[v]);
+    gap = fmin(gap, last[best] - second);
+    agree &= out[i] == best;
+    seq[NP + i] = best;
+  }
+  CHECKF(agree && gap > 1e-5,
+         "greedy: the %d tokens after a prompt of %d are the plain forward's most likely at "
+         "every step (its smallest lead %.2e)", NG, NP, gap);
+  free(lg);
+}
+
+/* A generator over the model's own weights: the bits of one over a copy,
+ * a region smaller by the copy's bytes, measured = planned, and logits that
+ * follow the weights when they change; a pipeline stage is refused. */
+static void test_model_generator(remat_model *m, remat_generator *g, const remat_config *cfg,
+                                 const int32_t *tok) {
+  remat_error err;
+  remat_generator *mg;
+  int64_t V = cfg->vocab_size;
+  CHECK(remat_generator_create_model(&mg, m, 0, &err) == 0);
+  remat_generator_reset(g);
+  CHECK(remat_generator_feed(g, tok, 70, &err) == 0);
+  CHECK(remat_generator_feed(mg, tok, 70, &err) == 0);
+  CHECKF(memcmp(remat_generator_logits(g), remat_generator_logits(mg), (size_t)V * sizeof(float)) == 0,
+         "a generator over the model's weights gives the logits of one over a copy, bit for bit");
+  size_t copy = remat__align(remat_param_count(cfg) * sizeof(float));
+  size_t pg = remat_generator_planned_bytes(g), pm = remat_generator_planned_bytes(mg);
+  CHECKF(pg == pm + copy, "its region (%zu bytes) is the copy's %zu bytes (%zu) smaller", pm, pg,
+         copy);
+  CHECKF(remat_generator_measured_bytes(g) == pg && remat_generator_measured_bytes(mg) == pm,
+         "measured = planned: %zu = %zu bytes (own weights), %zu = %zu (the model's)",
+         remat_generator_measured_bytes(g), pg, remat_generator_measured_bytes(mg), pm);
+  float *before = malloc((size_t)V * sizeof *before);
+  memcpy(before, remat_generator_logits(mg), (size_t)V * sizeof *before);
+  float *P = remat_model_params(m);
+  size_t np = remat_param_count(cfg);
+  for (size_t i = np - 2 * (size_t)cfg->channels; i < np; i++) P[i] *= 1.5f; /* lnf */
+  remat_generator_reset(mg);
+  CHECK(remat_generator_feed(mg, tok, 70, &err) == 0);
+  CHECKF(memcmp(before, remat_generator_logits(mg), (size_t)V * sizeof(float)) != 0,
+         "it reads the model's weights at every feed: new final layernorm, new logits");
+  for (size_t i = np - 2 * (size_t)cfg->channels; i < np; i++) P[i] /= 1.5f;
+  free(before);
+  remat_generator_destroy(mg);
+
+  remat_stage st = remat_stage_whole(cfg, NULL);
+  st.num_blocks = 1;
+  st.has_head = 0;
+  remat_model *sm;
+  CHECK(remat__model_create_stage(&sm, cfg, 1, 16, &st, &err) == 0);
+  int rc = remat_generator_create_model(&mg, sm, 0, &err);
+  CHECK_ERR(rc, err, REMAT_EINVAL, "whole model");
+  remat_model_destroy(sm);
+}
+
 int main(void) {
   remat_config cfg;
   remat_error err;
@@ -309,6 +395,8 @@ int main(void) {
   CHECK(remat_generator_capacity(g) == 128);
   test_kv_cache(g, tok, T, V, ref, inc);
   test_loss(m, tok, tgt, T, V, inc);
+  test_greedy(g, &cfg, P, tok, V);
+  test_model_generator(m, g, &cfg, tok);
   test_errors(g, tok, T, V);
   test_sampling(g, &cfg, P, tok, V);
   test_top_p(g, tok, V);

@@ -1,13 +1,13 @@
 /* remat/generate.h: text generation from GPT-2 weights, with a KV cache.
  * Part of remat's public API; include "remat.h" for all of it.
  *
- * An inference forward of its own, apart from the training model's arena:
- * each fed token's keys and values are kept per layer, so the next token
- * costs one row through every block plus attention over the cache, never a
- * rerun of the prefix. The weights are borrowed in llm.c's order (a
- * checkpoint's body, or remat_model_params of a model trained in one
- * process) and read at every feed, so a generator made once follows a
- * model that keeps training.
+ * The training model's forward, on its backend, with a cache: each fed
+ * token's keys and values are kept per layer, so the next token costs one
+ * row through every block plus attention over the cache, never a rerun of
+ * the prefix. A generator holds its own copy of weights given in llm.c's
+ * order (a checkpoint's body), or borrows a one-process model's and reads
+ * them at every feed, so that a generator made once follows a model that
+ * keeps training (remat_generator_create_model).
  *
  *   remat_generator *g;
  *   remat_generator_create(&g, &cfg, params, 0, &err);
@@ -16,9 +16,13 @@
  *   remat_generate(g, prompt, 1, &o, out, &n, NULL, NULL, &err);
  *   remat_generator_destroy(g);
  *
- * Its memory is outside the training arena and its planned peak: 2 x L x
- * maxT x C floats of cache, the padded vocabulary's logits twice, and rows
- * of 64 tokens' activations. */
+ * Its memory is planned, outside a model's arena: one region of the
+ * backend's memory (remat_generator_planned_bytes) holding its copy of the
+ * weights (not when it borrows a model's), the token ids and one block's
+ * activations for rows of 64 tokens, the cache of 2 x L x maxT x C floats
+ * and the padded vocabulary's logits; and on the host, the vocabulary's
+ * logits and sampling scratch (V floats, V ids and V (logit, id) pairs)
+ * and the fed ids (maxT). */
 #ifndef REMAT_GENERATE_H
 #define REMAT_GENERATE_H
 
@@ -26,6 +30,7 @@
 #include <stdint.h>
 
 #include "remat/config.h"
+#include "remat/model.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -34,10 +39,18 @@ extern "C" {
 typedef struct remat_generator remat_generator; /* opaque */
 
 /* A generator for weights of shape cfg, holding up to max_len tokens of
- * context (0 or more than cfg->max_seq_len: max_seq_len). params (borrowed)
- * must outlive it. */
+ * context (0 or more than cfg->max_seq_len: max_seq_len), on the default
+ * backend. params (host memory, remat_param_count floats) are copied into
+ * its region: they need not outlive it. */
 REMAT_API int remat_generator_create(remat_generator **out, const remat_config *cfg,
                                      const float *params, int64_t max_len, remat_error *err);
+/* A generator over model m's own weights, on m's backend: borrowed (m must
+ * outlive it) and read at every feed, so it follows m as m trains; its
+ * region holds no copy of them. m holds the whole model in one process
+ * (remat_model_create); REMAT_EINVAL for a pipeline stage or a ZeRO 3
+ * shard. */
+REMAT_API int remat_generator_create_model(remat_generator **out, remat_model *m,
+                                           int64_t max_len, remat_error *err);
 REMAT_API void remat_generator_destroy(remat_generator *g);
 
 /* Forgets every fed token: the next feed starts at position 0. */
@@ -45,6 +58,11 @@ REMAT_API void remat_generator_reset(remat_generator *g);
 /* Tokens in the cache (the next position). */
 REMAT_API int64_t remat_generator_pos(const remat_generator *g);
 REMAT_API int64_t remat_generator_capacity(const remat_generator *g);
+/* The bytes of its region in the backend's memory, as the memory model
+ * lays it out; and how far it has been written (the backend's high-water
+ * mark), which equals the planned bytes once a feed has run. */
+REMAT_API size_t remat_generator_planned_bytes(const remat_generator *g);
+REMAT_API size_t remat_generator_measured_bytes(const remat_generator *g);
 
 /* Runs tokens[0..n) at positions pos .. pos + n - 1 (in rows of up to 64,
  * each attending to the cache and to the rows before it) and keeps their keys
@@ -100,10 +118,10 @@ REMAT_API int remat_generate(remat_generator *g, const int32_t *prompt, int64_t 
                              const remat_sample_opts *o, int32_t *out, int64_t *n_out,
                              remat_token_cb cb, void *ctx, remat_error *err);
 
-/* A sample from weights in one call (a generator made and released around
- * remat_generate): what a training loop calls every N steps with
- * remat_model_config(m) and remat_model_params(m) of a model held whole in
- * one process. */
+/* A sample from weights in host memory in one call (a generator made and
+ * released around remat_generate). A training loop that samples every N
+ * steps makes one generator with remat_generator_create_model instead, once:
+ * no copy of the weights, no allocation between steps. */
 REMAT_API int remat_generate_once(const remat_config *cfg, const float *params,
                                   const int32_t *prompt, int64_t n_prompt,
                                   const remat_sample_opts *o, int32_t *out, int64_t *n_out,

@@ -1,19 +1,20 @@
-/* generate.c: GPT-2 inference with a KV cache, and sampling (remat/generate.h).
+/* generate.c: text generation with a KV cache, and sampling
+ * (remat/generate.h). The forward is the model's decode (model/decode.h):
+ * the training model's ops on the backend, over a KV cache in a region the
+ * memory model plans; this file knows no family. It feeds tokens in rows
+ * of up to ROWS, keeps the fed ids for sliding the context, and draws the
+ * next token from the logits.
  *
- * A feed runs its tokens through the blocks in rows of up to ROWS tokens:
- * matrix products with cblas_sgemm over the rows, attention row by row over
- * the cached keys and values of every earlier position (each row's own keys
- * and values are written to the cache before its attention, so a row sees
- * itself and the rows before it, never one after). Only the last row goes
- * through the final layernorm and the tied head. The arithmetic is the
- * training model's (LayerNorm eps 1e-5, tanh GELU, 1/sqrt(head size) scores,
- * the head over the real vocabulary) in plain float loops. */
-#include <cblas.h>
+ * The host meets the backend's memory in two places only, both through
+ * the backend's crossings: to_backend (the weights of a generator that
+ * holds its own copy, a feed's token ids) and from_backend (the logits
+ * after a feed, which sampling reads on the host). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/base.h"
+#include "model/decode.h"
 #include "remat/generate.h"
 
 #define ROWS 64
@@ -26,18 +27,24 @@ struct cand {
 
 struct remat_generator {
   remat_config cfg;
-  const float *params;          /* borrowed, llm.c order */
-  size_t off[REMAT_P_COUNT];    /* offset of each tensor in params */
+  remat__decoder dec;           /* the forward, its weights and its cache */
   int64_t cap, pos;             /* context held / used */
-  float *k_cache, *v_cache;     /* (L, cap, C) each */
-  float *x, *ln, *qkv, *att, *fc, *tmp; /* (ROWS, C), (ROWS, C), (ROWS, 3C), (ROWS, C), (ROWS, 4C), (ROWS, C) */
-  float *scores;                /* (cap) */
+  /* host memory: */
   float *logits;                /* (V) after the last fed token */
   float *probs;                 /* (V) sampling scratch */
   int32_t *order;               /* (V) sampling scratch */
   struct cand *cands;           /* (V) sampling scratch: the nucleus's sort */
   int32_t *hist;                /* (cap) tokens in the cache, for sliding */
 };
+
+/* The crossings between host memory and the backend's. */
+static void to_backend(const remat__backend *be, void *dst, const void *src, size_t bytes) {
+  be->copy(dst, src, bytes);
+}
+
+static void from_backend(const remat__backend *be, void *dst, const void *src, size_t bytes) {
+  be->copy(dst, src, bytes);
+}
 
 void remat_sample_opts_default(remat_sample_opts *o) {
   o->tokens = 64;
@@ -47,50 +54,65 @@ void remat_sample_opts_default(remat_sample_opts *o) {
   o->top_p = 1.0;
 }
 
-int remat_generator_create(remat_generator **out, const remat_config *cfg, const float *params,
-                           int64_t max_len, remat_error *err) {
-  *out = NULL;
-  int rc = remat_config_check(cfg, err);
-  if (rc) return rc;
-  if (!params) return remat__errorf(err, REMAT_EINVAL, "the generator needs weights");
-  remat_generator *g = calloc(1, sizeof *g);
-  if (!g) return remat__errorf(err, REMAT_ENOMEM, "out of memory for the generator");
-  g->cfg = *cfg;
-  g->params = params;
-  size_t sizes[REMAT_P_COUNT], o = 0;
-  remat_param_sizes(cfg, sizes);
-  for (int t = 0; t < REMAT_P_COUNT; t++) {
-    g->off[t] = o;
-    o += sizes[t];
-  }
-  g->cap = max_len <= 0 || max_len > cfg->max_seq_len ? cfg->max_seq_len : max_len;
-  if (g->cap < 2) {
-    free(g);
+/* The context a generator holds for max_len; REMAT_EINVAL below 2. */
+static int context(const remat_config *cfg, int64_t max_len, int64_t *cap, remat_error *err) {
+  *cap = max_len <= 0 || max_len > cfg->max_seq_len ? cfg->max_seq_len : max_len;
+  if (*cap < 2)
     return remat__errorf(err, REMAT_EINVAL, "a context of %lld tokens cannot generate",
                          (long long)max_len);
-  }
-  size_t L = (size_t)cfg->num_layers, C = (size_t)cfg->channels, V = (size_t)cfg->vocab_size;
-  size_t cache = L * (size_t)g->cap * C;
-  g->k_cache = malloc(cache * sizeof(float));
-  g->v_cache = malloc(cache * sizeof(float));
-  g->x = malloc(ROWS * C * sizeof(float));
-  g->ln = malloc(ROWS * C * sizeof(float));
-  g->qkv = malloc(ROWS * 3 * C * sizeof(float));
-  g->att = malloc(ROWS * C * sizeof(float));
-  g->fc = malloc(ROWS * 4 * C * sizeof(float));
-  g->tmp = malloc(ROWS * C * sizeof(float));
-  g->scores = malloc((size_t)g->cap * sizeof(float));
+  return 0;
+}
+
+/* The host's part, once the decoder is made. */
+static int host_part(remat_generator *g, remat_error *err) {
+  size_t V = (size_t)g->cfg.vocab_size;
   g->logits = calloc(V, sizeof(float));
   g->probs = malloc(V * sizeof(float));
   g->order = malloc(V * sizeof(int32_t));
   g->cands = malloc(V * sizeof *g->cands);
   g->hist = malloc((size_t)g->cap * sizeof(int32_t));
-  if (!g->k_cache || !g->v_cache || !g->x || !g->ln || !g->qkv || !g->att || !g->fc || !g->tmp ||
-      !g->scores || !g->logits || !g->probs || !g->order || !g->cands || !g->hist) {
-    char b[32];
+  if (!g->logits || !g->probs || !g->order || !g->cands || !g->hist)
+    return remat__errorf(err, REMAT_ENOMEM, "out of memory for the generator's sampling");
+  return 0;
+}
+
+int remat_generator_create(remat_generator **out, const remat_config *cfg, const float *params,
+                           int64_t max_len, remat_error *err) {
+  *out = NULL;
+  int64_t cap;
+  int rc = remat_config_check(cfg, err);
+  if (!rc) rc = context(cfg, max_len, &cap, err);
+  if (rc) return rc;
+  if (!params) return remat__errorf(err, REMAT_EINVAL, "the generator needs weights");
+  remat_generator *g = calloc(1, sizeof *g);
+  if (!g) return remat__errorf(err, REMAT_ENOMEM, "out of memory for the generator");
+  g->cfg = *cfg;
+  g->cap = cap;
+  if ((rc = remat__decoder_create(&g->dec, NULL, cfg, cap, cap < ROWS ? cap : ROWS, err)) ||
+      (rc = host_part(g, err))) {
     remat_generator_destroy(g);
-    return remat__errorf(err, REMAT_ENOMEM, "out of memory for the generator's cache of %s",
-                         remat_format_bytes(2 * cache * sizeof(float), b, sizeof b));
+    return rc;
+  }
+  to_backend(g->dec.be, g->dec.a.params, params, remat_param_count(cfg) * sizeof(float));
+  *out = g;
+  return 0;
+}
+
+int remat_generator_create_model(remat_generator **out, remat_model *m, int64_t max_len,
+                                 remat_error *err) {
+  *out = NULL;
+  const remat_config *cfg = remat_model_config(m);
+  int64_t cap;
+  int rc = context(cfg, max_len, &cap, err);
+  if (rc) return rc;
+  remat_generator *g = calloc(1, sizeof *g);
+  if (!g) return remat__errorf(err, REMAT_ENOMEM, "out of memory for the generator");
+  g->cfg = *cfg;
+  g->cap = cap;
+  if ((rc = remat__decoder_create_model(&g->dec, m, cap, cap < ROWS ? cap : ROWS, err)) ||
+      (rc = host_part(g, err))) {
+    remat_generator_destroy(g);
+    return rc;
   }
   *out = g;
   return 0;
@@ -98,15 +120,7 @@ int remat_generator_create(remat_generator **out, const remat_config *cfg, const
 
 void remat_generator_destroy(remat_generator *g) {
   if (!g) return;
-  free(g->k_cache);
-  free(g->v_cache);
-  free(g->x);
-  free(g->ln);
-  free(g->qkv);
-  free(g->att);
-  free(g->fc);
-  free(g->tmp);
-  free(g->scores);
+  remat__decoder_destroy(&g->dec);
   free(g->logits);
   free(g->probs);
   free(g->order);
@@ -119,111 +133,9 @@ void remat_generator_reset(remat_generator *g) { g->pos = 0; }
 int64_t remat_generator_pos(const remat_generator *g) { return g->pos; }
 int64_t remat_generator_capacity(const remat_generator *g) { return g->cap; }
 const float *remat_generator_logits(const remat_generator *g) { return g->logits; }
-
-/* ------------------------------------------------------------- forward */
-
-static void layernorm(float *out, const float *in, const float *w, const float *b, int64_t C) {
-  double mean = 0, var = 0;
-  for (int64_t i = 0; i < C; i++) mean += in[i];
-  mean /= (double)C;
-  for (int64_t i = 0; i < C; i++) var += (in[i] - mean) * (in[i] - mean);
-  var /= (double)C;
-  float rstd = (float)(1.0 / sqrt(var + 1e-5));
-  for (int64_t i = 0; i < C; i++) out[i] = ((float)(in[i] - mean)) * rstd * w[i] + b[i];
-}
-
-/* out (m, N) = in (m, K) W^T + bias, W (N, K) */
-static void linear(float *out, const float *in, const float *W, const float *bias, int64_t m,
-                   int64_t N, int64_t K) {
-  for (int64_t r = 0; r < m; r++) memcpy(out + r * N, bias, (size_t)N * sizeof(float));
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)N, (int)K, 1.0f, in, (int)K,
-              W, (int)K, 1.0f, out, (int)N);
-}
-
-/* Attention of row r (position p) of one layer: every head over cache
- * positions 0..p. */
-static void attend(remat_generator *g, int64_t l, const float *q_row, float *out_row, int64_t p) {
-  int64_t C = g->cfg.channels, NH = g->cfg.num_heads, hs = C / NH;
-  const float *K = g->k_cache + (size_t)l * (size_t)g->cap * (size_t)C;
-  const float *Vc = g->v_cache + (size_t)l * (size_t)g->cap * (size_t)C;
-  float scale = 1.0f / sqrtf((float)hs);
-  for (int64_t h = 0; h < NH; h++) {
-    const float *q = q_row + h * hs;
-    float mx = -INFINITY;
-    for (int64_t t = 0; t <= p; t++) {
-      const float *k = K + t * C + h * hs;
-      float s = 0;
-      for (int64_t i = 0; i < hs; i++) s += q[i] * k[i];
-      s *= scale;
-      g->scores[t] = s;
-      if (s > mx) mx = s;
-    }
-    float sum = 0;
-    for (int64_t t = 0; t <= p; t++) {
-      g->scores[t] = expf(g->scores[t] - mx);
-      sum += g->scores[t];
-    }
-    float inv = 1.0f / sum;
-    float *o = out_row + h * hs;
-    memset(o, 0, (size_t)hs * sizeof(float));
-    for (int64_t t = 0; t <= p; t++) {
-      const float *v = Vc + t * C + h * hs;
-      float w = g->scores[t] * inv;
-      for (int64_t i = 0; i < hs; i++) o[i] += w * v[i];
-    }
-  }
-}
-
-static float gelu(float x) {
-  const float k = 0.7978845608028654f; /* sqrt(2/pi) */
-  return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
-}
-
-/* Rows tok[0..m) at positions g->pos ..; leaves the last row's logits. */
-static void feed_rows(remat_generator *g, const int32_t *tok, int64_t m) {
-  const remat_config *c = &g->cfg;
-  int64_t C = c->channels, L = c->num_layers, p0 = g->pos;
-  const float *P = g->params;
-  const float *wte = P + g->off[REMAT_P_WTE], *wpe = P + g->off[REMAT_P_WPE];
-  for (int64_t r = 0; r < m; r++)
-    for (int64_t i = 0; i < C; i++)
-      g->x[r * C + i] = wte[(size_t)tok[r] * (size_t)C + i] + wpe[(p0 + r) * C + i];
-  for (int64_t l = 0; l < L; l++) {
-    const float *ln1w = P + g->off[REMAT_P_LN1W] + l * C, *ln1b = P + g->off[REMAT_P_LN1B] + l * C;
-    const float *qkvw = P + g->off[REMAT_P_QKVW] + (size_t)l * 3 * C * C;
-    const float *qkvb = P + g->off[REMAT_P_QKVB] + l * 3 * C;
-    const float *aw = P + g->off[REMAT_P_ATTPROJW] + (size_t)l * C * C;
-    const float *ab = P + g->off[REMAT_P_ATTPROJB] + l * C;
-    const float *ln2w = P + g->off[REMAT_P_LN2W] + l * C, *ln2b = P + g->off[REMAT_P_LN2B] + l * C;
-    const float *fcw = P + g->off[REMAT_P_FCW] + (size_t)l * 4 * C * C;
-    const float *fcb = P + g->off[REMAT_P_FCB] + l * 4 * C;
-    const float *pw = P + g->off[REMAT_P_FCPROJW] + (size_t)l * 4 * C * C;
-    const float *pb = P + g->off[REMAT_P_FCPROJB] + l * C;
-    float *Kc = g->k_cache + (size_t)l * (size_t)g->cap * (size_t)C;
-    float *Vc = g->v_cache + (size_t)l * (size_t)g->cap * (size_t)C;
-
-    for (int64_t r = 0; r < m; r++) layernorm(g->ln + r * C, g->x + r * C, ln1w, ln1b, C);
-    linear(g->qkv, g->ln, qkvw, qkvb, m, 3 * C, C);
-    for (int64_t r = 0; r < m; r++) {
-      memcpy(Kc + (p0 + r) * C, g->qkv + r * 3 * C + C, (size_t)C * sizeof(float));
-      memcpy(Vc + (p0 + r) * C, g->qkv + r * 3 * C + 2 * C, (size_t)C * sizeof(float));
-    }
-    for (int64_t r = 0; r < m; r++) attend(g, l, g->qkv + r * 3 * C, g->att + r * C, p0 + r);
-    linear(g->tmp, g->att, aw, ab, m, C, C);
-    for (int64_t i = 0; i < m * C; i++) g->x[i] += g->tmp[i];
-
-    for (int64_t r = 0; r < m; r++) layernorm(g->ln + r * C, g->x + r * C, ln2w, ln2b, C);
-    linear(g->fc, g->ln, fcw, fcb, m, 4 * C, C);
-    for (int64_t i = 0; i < m * 4 * C; i++) g->fc[i] = gelu(g->fc[i]);
-    linear(g->tmp, g->fc, pw, pb, m, C, 4 * C);
-    for (int64_t i = 0; i < m * C; i++) g->x[i] += g->tmp[i];
-  }
-  float *last = g->ln;
-  layernorm(last, g->x + (m - 1) * C, P + g->off[REMAT_P_LNFW], P + g->off[REMAT_P_LNFB], C);
-  cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)c->vocab_size, (int)C, 1.0f, wte, (int)C, last, 1,
-              0.0f, g->logits, 1);
-  memmove(g->hist + p0, tok, (size_t)m * sizeof *tok); /* tok may be hist itself */
-  g->pos += m;
+size_t remat_generator_planned_bytes(const remat_generator *g) { return g->dec.bytes; }
+size_t remat_generator_measured_bytes(const remat_generator *g) {
+  return remat__decoder_measured_bytes(&g->dec);
 }
 
 int remat_generator_feed(remat_generator *g, const int32_t *tokens, int64_t n, remat_error *err) {
@@ -236,7 +148,15 @@ int remat_generator_feed(remat_generator *g, const int32_t *tokens, int64_t n, r
     if (tokens[i] < 0 || tokens[i] >= g->cfg.vocab_size)
       return remat__errorf(err, REMAT_ERANGE, "token %lld is %d, outside the vocabulary 0..%lld",
                            (long long)i, tokens[i], (long long)g->cfg.vocab_size - 1);
-  for (int64_t at = 0; at < n; at += ROWS) feed_rows(g, tokens + at, n - at < ROWS ? n - at : ROWS);
+  const remat__backend *be = g->dec.be;
+  for (int64_t at = 0; at < n; at += g->dec.rows) {
+    int64_t m = n - at < g->dec.rows ? n - at : g->dec.rows;
+    to_backend(be, g->dec.a.tokens, tokens + at, (size_t)m * sizeof *tokens);
+    remat__decoder_forward(&g->dec, g->pos, m);
+    memmove(g->hist + g->pos, tokens + at, (size_t)m * sizeof *tokens); /* tokens may be hist */
+    g->pos += m;
+  }
+  from_backend(be, g->logits, g->dec.a.logits, (size_t)g->cfg.vocab_size * sizeof(float));
   return 0;
 }
 

@@ -229,6 +229,46 @@ void remat__attention_forward(float *out, float *lse, const float *qkv, int64_t 
   }
 }
 
+/* Output rows [r0, r0 + nr) of one head (r0 a position, nr at most ATT_BQ)
+ * over the keys and values of positions 0 .. r0 + nr - 1: the key tiles,
+ * online softmax and products of forward_rows on operands of any row
+ * stride, with no dropout and no lse. */
+static void decode_rows(const att_shape *s, int64_t r0, int64_t nr, const float *q, int64_t ldq,
+                        const float *k, const float *v, int64_t ldkv, float *O) {
+  float S[ATT_BQ * ATT_BK], m[ATT_BQ], l[ATT_BQ];
+  const int64_t hs = s->hs, kend = r0 + nr;
+  for (int64_t c0 = 0; c0 < kend; c0 += ATT_BK) {
+    const int64_t w = min64(ATT_BK, kend - c0);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, as_blasint(nr), as_blasint(w),
+                as_blasint(hs), s->scale, q, as_blasint(ldq), k + c0 * ldkv, as_blasint(ldkv),
+                0.0f, S, as_blasint(w));
+    online_softmax(s, 0, r0, nr, c0, w, S, m, l, O); /* no dropout: no pair index */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, as_blasint(nr), as_blasint(hs),
+                as_blasint(w), 1.0f, S, as_blasint(w), v + c0 * ldkv, as_blasint(ldkv),
+                c0 == 0 ? 0.0f : 1.0f, O, as_blasint(s->C));
+  }
+  for (int64_t r = 0; r < nr; r++) {
+    const float inv = 1.0f / l[r];
+    float *o = O + r * s->C;
+    for (int64_t d = 0; d < hs; d++) o[d] *= inv;
+  }
+}
+
+void remat__attention_decode(float *out, const float *q, int64_t ldq, const float *k,
+                             const float *v, int64_t ldkv, int64_t n, int64_t pos, int64_t C,
+                             int64_t NH) {
+  REMAT_ASSERT(n > 0 && pos >= 0);
+  const att_shape s = shape_of(pos + n, C, NH, NULL);
+  const int64_t nq = (n + ATT_BQ - 1) / ATT_BQ, items = NH * nq, hs = s.hs;
+  /* Items are (head, tile of new rows); with one row, the heads. */
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t it = 0; it < items; it++) {
+    const int64_t h = it / nq, r = (nq - 1 - it % nq) * ATT_BQ;
+    decode_rows(&s, pos + r, min64(ATT_BQ, n - r), q + r * ldq + h * hs, ldq, k + h * hs,
+                v + h * hs, ldkv, out + r * C + h * hs);
+  }
+}
+
 /* ------------------------------------------------------------ backward */
 
 typedef struct {

@@ -147,6 +147,9 @@ typedef struct remat__backend {
   void (*attention_backward)(float *dqkv, float *delta, const float *dout, const float *qkv,
                              const float *out, const float *lse, int64_t B, int64_t T, int64_t C,
                              int64_t NH, const remat__dropout *drop);
+  void (*attention_decode)(float *out, const float *q, int64_t ldq, const float *k,
+                           const float *v, int64_t ldkv, int64_t n, int64_t pos, int64_t C,
+                           int64_t NH);
   void (*gelu_forward)(float *out, const float *inp, size_t n);
   void (*gelu_backward)(float *dinp, const float *inp, const float *dout, size_t n);
   void (*residual_forward)(float *out, const float *a, const float *b, size_t n);

@@ -146,6 +146,7 @@ static const remat__backend cpu = {
     .matmul_backward_gelu = remat__matmul_backward_gelu,
     .attention_forward = remat__attention_forward,
     .attention_backward = remat__attention_backward,
+    .attention_decode = remat__attention_decode,
     .gelu_forward = remat__gelu_forward,
     .gelu_backward = remat__gelu_backward,
     .residual_forward = remat__residual_forward,

@@ -156,6 +156,19 @@ void remat__matmul_backward_gelu(float *dinp, float *dweight, float *dbias, cons
  * (b, h) has dropout index ((b*NH + h)*T + t)*T + t'. */
 void remat__attention_forward(float *out, float *lse, const float *qkv, int64_t B, int64_t T,
                               int64_t C, int64_t NH, const remat__dropout *drop);
+/* Causal attention of n new rows at positions pos .. pos + n - 1 over a
+ * cache of keys and values (generation's decode): q (n rows, ldq floats
+ * apart), k and v (pos + n rows each, ldkv floats apart, the new rows' own
+ * keys and values already at positions pos ..); head h uses channels
+ * [h*hs, (h+1)*hs) of each, scale 1/sqrt(hs). Row r attends to positions
+ * 0 .. pos + r. out (n, C) overwritten; no dropout, no lse, no T x T
+ * buffer. Its arithmetic is remat__attention_forward's for the same rows
+ * (key tiles left to right, online softmax): the n rows of a sequence from
+ * pos 0 in one call give that forward's output of B = 1, T = n, bit for
+ * bit, whatever the thread count. */
+void remat__attention_decode(float *out, const float *q, int64_t ldq, const float *k,
+                             const float *v, int64_t ldkv, int64_t n, int64_t pos, int64_t C,
+                             int64_t NH);
 /* From the forward's out and lse: dqkv (B,T,3C) overwritten; delta (B,NH,T)
  * is scratch the kernel fills with rowsum(dout * out) per row and head. */
 void remat__attention_backward(float *dqkv, float *delta, const float *dout, const float *qkv,

@@ -142,6 +142,31 @@ size_t remat__block_wrec_view(remat__block_wrec *w, void *base, int64_t B, int64
   return n;
 }
 
+size_t remat__decode_view(remat__decode_acts *d, void *base, const remat_config *cfg, int64_t cap,
+                          int64_t R, int own_params, const remat__kernel_ws *ws) {
+  size_t C = (size_t)cfg->channels, f = 4;
+  size_t np = own_params ? remat_param_count(cfg) : 0;
+  size_t blk = remat__block_acts_view(NULL, NULL, 1, R, cfg->channels, ws);
+  const field fl[] = {{np, f},   {(size_t)R, sizeof(int32_t)}, {(size_t)R * C, f}, {blk, 1},
+                      {C, f},    {1, f},
+                      {1, f},    {(size_t)cfg->num_layers * (size_t)cap * 2 * C, f},
+                      {(size_t)cfg->padded_vocab_size, f}};
+  char *at[NFIELDS(fl)];
+  size_t n = carve(fl, NFIELDS(fl), base, at);
+  if (base && d) {
+    d->params = np ? (float *)at[0] : NULL;
+    d->tokens = (int32_t *)at[1];
+    d->x = (float *)at[2];
+    remat__block_acts_view(&d->blk, at[3], 1, R, cfg->channels, ws);
+    d->lnf = (float *)at[4];
+    d->lnf_mean = (float *)at[5];
+    d->lnf_rstd = (float *)at[6];
+    d->kv = (float *)at[7];
+    d->logits = (float *)at[8];
+  }
+  return n;
+}
+
 void remat__stage_param_sizes(const remat_config *cfg, const remat_stage *st,
                               size_t sizes[REMAT_P_COUNT]) {
   size_t sz[REMAT_P_COUNT];
