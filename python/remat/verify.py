@@ -25,7 +25,7 @@ from torch.autograd import Variable
 
 from . import measure
 from ._saved import SavedCounter, state_keys, storage_of
-from .profile import fresh_input, split_batch, _layer_inputs
+from .profile import _Untouched, fresh_input, split_batch, _layer_inputs
 
 
 def _backward(y, g):
@@ -101,16 +101,15 @@ def verify(model, plan, sample_batch, device=None):
     for m in chain.modules():
         exclude |= state_keys(m)
     mods = plan.stage_modules(reentrant=True)  # the profiler counts under the reentrant form
-    was_training = model.training
-    model.train()
-    try:
+    # like profile, verify leaves the model as it found it (buffers such as
+    # BatchNorm's statistics, gradients, modes, the RNG state)
+    with _Untouched([model] + chain.modules(), device):
+        model.train()
         xs = _layer_inputs(chain, inputs, targets)
         P = len(plan.stages)
         out = []
         for s, st in enumerate(plan.stages):
             out.append(_stage(plan, prof, chain, s, st, mods[s], xs, targets, exclude, device, P))
-    finally:
-        model.train(was_training)
     return Verification(out, device)
 
 

@@ -357,6 +357,13 @@ class Untouched(unittest.TestCase):
         self.assertTrue(v.saved_equal, str(v))
         for st in v.stages:
             self.assertLessEqual(st["measured_peak_bytes"], st["planned_peak_bytes"], str(v))
+        # verify leaves the model as it was too
+        after = model.state_dict()
+        for k, v in before.items():
+            self.assertTrue(torch.equal(after[k], v), k)
+        for n, p in model.named_parameters():
+            self.assertTrue(torch.equal(p.grad, grads[n]), n)
+        self.assertEqual({n: m.training for n, m in model.named_modules()}, modes)
 
     def test_identity_block_refused(self):
         model = Encoder()
