@@ -27,7 +27,6 @@ from unittest import mock
 import common
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 import gpt2_block
 import remat
