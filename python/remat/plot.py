@@ -275,6 +275,10 @@ def plot_plan(plan, outs, problem=None, measured=None, title=None):
         raise PlotError(f"plan{' ' + repr(plan_path) if plan_path else ''} has no stages: is it "
                         f"what remat plan --format json writes?")
     pb = _plan_problem(plan, problem, plan_path)
+    if pb is None and plan.get("source") and not str(plan["source"]).startswith("GPT-2 "):
+        print(f"remat.plot: note: the plan's problem '{plan['source']}' is not there (from here): "
+              f"give --problem for the stack of state, activations, workspace and data",
+              file=sys.stderr)
     parts = stage_parts(plan, pb) if pb is not None else None
     P = len(plan["stages"])
     m_tot, m_parts, m_what = _measured(measured, P)

@@ -161,15 +161,29 @@ class Plots(Picture):
         self.check_png(png, (600, 500), ["state", "activations", "workspace", "data", "budget"])
         self.check_svg(svg, [f"planned-{k}-stage{s}" for k in plot.PLAN_PARTS for s in (0, 1)]
                        + ["budget"], ["planned state", "budget"])
-        # the plan names its problem (source): found without --problem
+        # the plan names its problem (source, as remat plan was given it):
+        # found without --problem from where remat plan ran
+        rel = self.out("zb-rel.json")
+        subprocess.run([common.CLI, "plan", os.path.relpath(ZB, common.ROOT), "--schedule", "1f1b",
+                        "--format", "json", "-o", rel], cwd=common.ROOT, check=True,
+                       capture_output=True)
         cwd = os.getcwd()
         try:
             os.chdir(common.ROOT)
-            r = cli("plan", pj, "-o", self.out("zb2.svg"))
+            r = cli("plan", rel, "-o", self.out("zb2.svg"))
         finally:
             os.chdir(cwd)
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("planned-data", r.stdout)
+        # and from elsewhere it says how to give it
+        os.chdir(self.d)
+        try:
+            r = cli("plan", rel, "-o", self.out("zb3.svg"))
+        finally:
+            os.chdir(cwd)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("give --problem for the stack", r.stderr)
+        self.assertIn("(planned, budget)", r.stdout)
 
     @unittest.skipUnless(MPIRUN, "mpirun not found")
     def test_plan_measured_by_the_run(self):
