@@ -297,6 +297,11 @@ static int check_output(const plan_args *a) {
 
 /* The problem: the file's, or --config's GPT-2 shape under the first budget,
  * for the threads each rank of the run will use. */
+/* The processes of the run the plan is for: stages x replicas. */
+static int plan_ranks(const plan_args *a) {
+  return (int)((a->P > 0 ? a->P : 1) * (a->D > 1 ? a->D : 1));
+}
+
 /* The threads of each of the run's ranks: --threads, else this machine's
  * CPUs shared by stages x replicas ranks (all of them for one rank, or for
  * more ranks than CPUs: an oversubscribed launch leaves them unbound). */
@@ -326,13 +331,13 @@ static int load_problem(const plan_args *a, const remat_budgets *budgets,
   remat_layer_times t;
   remat_cache_note kept;
   if (a->calibrate) { /* this machine's layer times, not FLOP counts; kept */
-    if (remat_calibrate_cached(&cfg, a->B, a->T, (int)a->calibrate, 1, &t, &kept, &err)) {
+    if (remat_calibrate_cached(&cfg, a->B, a->T, 1, (int)a->calibrate, 1, &t, &kept, &err)) {
       remat_plan_problem_free(pb);
       return cli_fail(CLI_EXIT_RUN, "calibrating: %s", err.msg);
     }
     remat_plan_problem_set_times(pb, &t);
     note_times(&kept, 1);
-  } else if (remat_calibration_kept(&cfg, a->B, a->T, &t, &kept)) {
+  } else if (remat_calibration_kept(&cfg, a->B, a->T, plan_ranks(a), &t, &kept)) {
     note_times(&kept, 0);
   }
   return 0;

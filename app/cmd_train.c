@@ -102,6 +102,7 @@ static void train_flags(opts *o, cli_flag flags[TRAIN_FLAGS]) {
       {.name = "--ckpt-ratio", .kind = CLI_F64, .dst = &d->ckpt_ratio, .lo = 0, .hi = 1},
       {.name = "--peak-gflops", .kind = CLI_F64, .dst = &o->peak_gflops, .lo = 1e-6, .hi = 1e12},
       {.name = "--measure-peak", .kind = CLI_SWITCH, .dst = &o->measure_peak},
+      {.name = "--measure-times", .kind = CLI_SWITCH, .dst = &o->measure_times},
       {.name = "--seed", .kind = CLI_U64, .dst = &t->hp.seed, .lo = 0},
       {.name = "--threads", .kind = CLI_INT, .dst = &o->threads, .lo = 1, .hi = 1024},
       {.name = "--sample-every", .kind = CLI_I64, .dst = &o->sample_every, .lo = 0,
@@ -600,16 +601,18 @@ static int open_log(run_state *r, int64_t from_step, remat_error *err) {
 
 /* This machine's layer times (kept, or measured now before the arena
  * exists, and kept) and the step they predict, beside the one measured at
- * the end. Rank 0's alone: it prints. Without them the prediction is the
- * FLOP model's (a pipeline's) or none. */
+ * the end. Every rank measures at once, as they will compute (its
+ * contention is in the times); rank 0's figures are kept and printed.
+ * Without them the prediction is the FLOP model's (a pipeline's) or none. */
 static void train_predict(run_state *r) {
   const opts *o = r->o;
   remat_error err;
   remat_layer_times t;
   remat_cache_note note;
   double t0 = remat_now(), s, bubble;
-  /* --calibrate's rounds were kept as the stages were placed */
-  if (remat_calibrate_cached(r->cfg, o->d.train.B, o->d.train.T, 0, 0, &t, &note, &err) ||
+  if (remat_job_agree(r->job, 0, &err)) return; /* start together */
+  if (remat_calibrate_cached(r->cfg, o->d.train.B, o->d.train.T, r->ranks, 0, o->measure_times,
+                             &t, &note, &err) ||
       remat_job_predict_measured(r->job, &t, &s, &bubble, &err)) {
     printf("times   no prediction: %s\n", err.msg);
     return;
@@ -645,7 +648,7 @@ static int start(run_state *r) {
     r->peak.best *= r->ranks;
     printf("peak    %d ranks: MFU is against %d times that\n", r->ranks, r->ranks);
   }
-  if (r->rank == 0) train_predict(r);
+  train_predict(r);
   fflush(stdout);
   if (remat_trainer_train_windows(r->tr) < o->d.train.B)
     fprintf(stderr,

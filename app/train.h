@@ -19,6 +19,7 @@ typedef struct {
   const char *save_precision; /* --save-precision: fp32 or bf16 */
   int threads, quiet, plan_only;
   int measure_peak; /* --measure-peak: measure the peak again, replacing the kept one */
+  int measure_times; /* --measure-times: this machine's layer times again, replacing the kept */
 } opts;
 
 typedef struct {

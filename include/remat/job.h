@@ -370,13 +370,16 @@ REMAT_API int remat_calibrate(const remat_config *cfg, int64_t B, int64_t T, int
  * "layers", beside the peak's: remat_cache_open) when it holds them and
  * again is 0, else measured over `rounds` rounds (0: a quick calibration,
  * 3 rounds and more while under half a second) and kept; *note says
- * which. The figures do not depend on cfg's layer count. */
-REMAT_API int remat_calibrate_cached(const remat_config *cfg, int64_t B, int64_t T, int rounds,
-                                     int again, remat_layer_times *t, remat_cache_note *note,
-                                     remat_error *err);
+ * which. The figures do not depend on cfg's layer count. ranks: the
+ * processes of a job that compute at once on this machine, each running
+ * this call at the same time (their contention is part of the times; it is
+ * part of the key). */
+REMAT_API int remat_calibrate_cached(const remat_config *cfg, int64_t B, int64_t T, int ranks,
+                                     int rounds, int again, remat_layer_times *t,
+                                     remat_cache_note *note, remat_error *err);
 /* 1 and *t, *note filled when the machine cache holds whole figures for
  * cfg at B x T; else 0 (nothing is measured). */
-REMAT_API int remat_calibration_kept(const remat_config *cfg, int64_t B, int64_t T,
+REMAT_API int remat_calibration_kept(const remat_config *cfg, int64_t B, int64_t T, int ranks,
                                      remat_layer_times *t, remat_cache_note *note);
 /* A step of the job in seconds at t's layer times, and its bubble: one
  * process or a replica runs its micro-batches through every layer under

@@ -144,15 +144,16 @@ enum { KEPT = FIELDS + 1 }; /* the figures and the rounds */
 
 /* The kept figures of cfg at B x T: REMAT_CACHE_HIT (*t and *note
  * filled), _MISS or _DAMAGED (why says how); c and key for a store. */
-static int kept_times(const remat_config *cfg, int64_t B, int64_t T, remat_cache *c,
+static int kept_times(const remat_config *cfg, int64_t B, int64_t T, int ranks, remat_cache *c,
                       char key[160], remat_layer_times *t, remat_cache_note *note,
                       remat_error *why) {
   remat_cache_entry e = {0};
   remat_cache_open(c, "layers", (int)cfg->precision, 0);
-  /* what a block's and the head's times depend on; not the layer count */
-  snprintf(key, 160, "C%lld NH%lld Vp%lld B%lld T%lld", (long long)cfg->channels,
+  /* what a block's and the head's times depend on (not the layer count),
+   * and how many processes shared the machine while they were measured */
+  snprintf(key, 160, "C%lld NH%lld Vp%lld B%lld T%lld ranks%d", (long long)cfg->channels,
            (long long)cfg->num_heads, (long long)cfg->padded_vocab_size, (long long)B,
-           (long long)T);
+           (long long)T, ranks > 1 ? ranks : 1);
   int found = remat_cache_get(c, key, KEPT, &e, why);
   int sane = found == REMAT_CACHE_HIT && e.value[FIELDS] >= 1 && e.value[FIELDS] <= 1000;
   for (int k = 0; sane && k < FIELDS; k++) sane = e.value[k] >= 0 && e.value[k] < 1e6;
@@ -169,21 +170,22 @@ static int kept_times(const remat_config *cfg, int64_t B, int64_t T, remat_cache
   return REMAT_CACHE_HIT;
 }
 
-int remat_calibration_kept(const remat_config *cfg, int64_t B, int64_t T, remat_layer_times *t,
-                           remat_cache_note *note) {
+int remat_calibration_kept(const remat_config *cfg, int64_t B, int64_t T, int ranks,
+                           remat_layer_times *t, remat_cache_note *note) {
   remat_cache c;
   char key[160];
   remat_error why = {0};
-  return kept_times(cfg, B, T, &c, key, t, note, &why) == REMAT_CACHE_HIT;
+  return kept_times(cfg, B, T, ranks, &c, key, t, note, &why) == REMAT_CACHE_HIT;
 }
 
-int remat_calibrate_cached(const remat_config *cfg, int64_t B, int64_t T, int rounds, int again,
-                           remat_layer_times *t, remat_cache_note *note, remat_error *err) {
+int remat_calibrate_cached(const remat_config *cfg, int64_t B, int64_t T, int ranks, int rounds,
+                           int again, remat_layer_times *t, remat_cache_note *note,
+                           remat_error *err) {
   remat_cache c;
   remat_cache_entry e = {0};
   remat_error why = {0};
   char key[sizeof e.key];
-  int found = kept_times(cfg, B, T, &c, key, t, note, &why);
+  int found = kept_times(cfg, B, T, ranks, &c, key, t, note, &why);
   if (found == REMAT_CACHE_HIT && !again) return 0;
   if (again) found = REMAT_CACHE_MISS;
   /* quick: at least 3 rounds, more while under half a second */

@@ -123,7 +123,7 @@ static int calibrated_times(remat_job *job, remat_error *err) {
   if (d->calibrate <= 0) return 0;
   remat_layer_times t = {0};
   remat_cache_note note; /* kept for the run's prediction, and later runs' */
-  int rc = job->rank == 0 ? remat_calibrate_cached(&job->cfg, d->train.B, d->train.T,
+  int rc = job->rank == 0 ? remat_calibrate_cached(&job->cfg, d->train.B, d->train.T, 1,
                                                    d->calibrate, 1, &t, &note, err)
                           : 0;
   if ((rc = remat__job_agree(job, rc, err))) return rc;

@@ -2,7 +2,8 @@
 # The machine cache as `remat train` uses it, in a scratch XDG_CACHE_HOME:
 # the first run measures the peak and the layer times and keeps them, the
 # second reports against the kept peak (the same GFLOP/s) and predicts from
-# the kept times; --measure-peak measures again; --peak-gflops neither
+# the kept times; --measure-peak and --measure-times measure again;
+# --peak-gflops neither
 # reads nor writes the peak's file; a damaged file (a flipped byte, a cut
 # file) is measured again and rewritten, never trusted; without
 # XDG_CACHE_HOME and HOME nothing is kept and the run goes on; runs started
@@ -39,6 +40,11 @@ grep -q "^time    step .* s measured, .* s predicted from this machine's layer t
 "$remat" "${R[@]}" --measure-peak >again.out 2>&1
 grep -q "^peak    measured now in .* and kept in" again.out &&
   ok "--measure-peak measures again" || bad "--measure-peak"
+
+"$remat" "${R[@]}" --measure-times >times.out 2>&1
+grep -q "^times   this machine's layer times measured now .*and kept" times.out &&
+  grep -q "^peak    kept from" times.out &&
+  ok "--measure-times measures the layer times again, the peak stays kept" || bad "--measure-times"
 
 before=$(cksum <"$peak_file")
 "$remat" "${R[@]}" --peak-gflops 100 >given.out 2>&1
