@@ -4,7 +4,9 @@
  * build has a large MAX_CPU_NUMBER), and a training step must not allocate;
  * inside a parallel region OpenBLAS runs on the calling thread and does not.
  * The slabs are a fixed function of the shape and thread count, so results
- * are deterministic.
+ * are deterministic. A product of one row (generation's decode of one
+ * token) is sgemv on each slab: sgemm would pack the whole matrix first,
+ * reading it twice.
  *
  * A slab can carry an epilogue: a function the owning thread runs on its
  * slab right after the product, while the slab is in its cache (bias, GELU,
@@ -42,7 +44,17 @@ void remat__gemm_slab(int t, int nt, const remat__gemm_op *op) {
   if (op->bias)
     for (int64_t r = r0; r < r1; r++)
       memcpy(C + r * ldc + c0, op->bias + c0, (size_t)(c1 - c0) * sizeof(float));
-  if (split_cols) {
+  if (M == 1) {
+    /* One row (a decode's token): a product of a vector and the matrix,
+     * which reads B once where sgemm would first pack all of it. */
+    const int inca = op->trans_a ? (int)lda : 1;
+    if (op->trans_b)
+      cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)(hi - lo), (int)K, op->alpha,
+                  op->B + lo * ldb, (int)ldb, op->A, inca, beta, C + lo, 1);
+    else
+      cblas_sgemv(CblasRowMajor, CblasTrans, (int)K, (int)(hi - lo), op->alpha, op->B + lo,
+                  (int)ldb, op->A, inca, beta, C + lo, 1);
+  } else if (split_cols) {
     const float *b = op->trans_b ? op->B + lo * ldb : op->B + lo;
     cblas_sgemm(CblasRowMajor, ta, tb, (int)M, (int)(hi - lo), (int)K, op->alpha, op->A,
                 (int)lda, b, (int)ldb, beta, C + lo, (int)ldc);
