@@ -58,6 +58,18 @@ typedef struct {
  * policy and arena; every rank's arena; the ZeRO table); CLI_EXIT_RUN when
  * standard output failed, else 0. */
 int train_show_plan(run_state *r);
+/* train_figures.c. The threads line and the peak MFU is against: given
+ * (--peak-gflops), kept, or measured now (before the arena exists, so that
+ * filling it cannot disturb the measurement) and kept; 0 or an exit code. */
+int train_peak_rate(const opts *o, run_state *r);
+/* This machine's layer times (kept, or measured now before the arena
+ * exists, and kept) and the step they predict (r->predicted_s). Every rank
+ * calls it at once and measures, as they will compute (their contention is
+ * in the times); rank 0's figures are kept and printed. Without them the
+ * prediction is the FLOP model's (a pipeline's) or none. */
+void train_predict(run_state *r);
+/* The summary's line of the step predicted against the one measured. */
+void train_show_predicted(const run_state *r, int64_t ran);
 /* Rank 0's bytes and every replica's communication time over the timed
  * steps, and how much of it overlapped; b (n bytes) is scratch. */
 void train_show_comm(const run_state *r, char *b, size_t n);

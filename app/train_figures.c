@@ -1,0 +1,90 @@
+/* train_figures.c: the figures `remat train` measures its run against:
+ * the peak MFU is against and this machine's layer times, both kept in the
+ * machine cache (remat_peak_cached, remat_calibrate_cached) or measured
+ * now, and the step predicted from the layer times beside the measured
+ * one. */
+#include <omp.h>
+#include <stdio.h>
+
+#include "cli.h"
+#include "remat.h"
+#include "train.h"
+
+int train_peak_rate(const opts *o, run_state *r) {
+  char line[256];
+  printf("threads %s\n", remat_threads_describe(&r->threads, line, sizeof line));
+  if (o->peak_gflops > 0) {
+    printf("peak    %.1f GFLOP/s given\n", o->peak_gflops);
+    r->peak = (remat_peak){.flops = o->peak_gflops * 1e9};
+    return 0;
+  }
+  remat_error err;
+  remat_cache_note note;
+  if (remat_peak_cached(&r->peak, r->cfg, o->d.train.B, o->d.train.T, 0.5, o->measure_peak,
+                        &note, &err))
+    return cli_fail(CLI_EXIT_RUN, "%s%s", err.msg,
+                    err.code == REMAT_ENOMEM ? " (--peak-gflops gives the rate)" : "");
+  const remat_peak *p = &r->peak;
+  printf("peak    %s %.1f GFLOP/s measured on %d threads (MFU is against this)\n",
+         r->cfg->precision == REMAT_PRECISION_BF16 ? "bf16 products (oneDNN)" : "sgemm",
+         p->flops / 1e9, omp_get_max_threads());
+  printf("peak    the median of %d trials of the model's %d matrix-product shapes, spread "
+         "+-%.1f%%; best %.1f, slowest %.1f\n",
+         p->trials, p->shapes, 100 * p->spread, p->best / 1e9, p->low / 1e9);
+  char date[48];
+  remat_cache_date(note.date, date, sizeof date);
+  if (note.source == REMAT_FIGURE_CACHED)
+    printf("peak    kept from %s on this machine (%s, %s), in %s; --measure-peak measures "
+           "again\n", date, note.host, note.cpu, note.path);
+  else if (note.source == REMAT_FIGURE_UNKEPT)
+    printf("peak    measured now in %.2f s, not kept: %s\n", p->seconds, note.why);
+  else
+    printf("peak    measured now in %.2f s%s%s and kept in %s for later runs\n", p->seconds,
+           note.source == REMAT_FIGURE_REPAIRED ? ", as " : "",
+           note.source == REMAT_FIGURE_REPAIRED ? note.why : "", note.path);
+  return 0;
+}
+
+void train_predict(run_state *r) {
+  const opts *o = r->o;
+  remat_error err;
+  remat_layer_times t;
+  remat_cache_note note;
+  double t0 = remat_now(), s, bubble;
+  if (remat_job_agree(r->job, 0, &err)) return; /* start together */
+  if (remat_calibrate_cached(r->cfg, o->d.train.B, o->d.train.T, r->ranks, 0, o->measure_times,
+                             &t, &note, &err) ||
+      remat_job_predict_measured(r->job, &t, &s, &bubble, &err)) {
+    printf("times   no prediction: %s\n", err.msg);
+    return;
+  }
+  char date[48];
+  remat_cache_date(note.date, date, sizeof date);
+  if (note.source == REMAT_FIGURE_CACHED)
+    printf("times   this machine's layer times, kept from %s (%s, %s) in %s\n", date, note.host,
+           note.cpu, note.path);
+  else
+    printf("times   this machine's layer times measured now in %.2f s (%d rounds)%s%s%s%s\n",
+           remat_now() - t0, t.rounds, note.source == REMAT_FIGURE_UNKEPT ? ", not kept: " : "",
+           note.source == REMAT_FIGURE_REPAIRED ? ", as " : "",
+           note.source == REMAT_FIGURE_UNKEPT || note.source == REMAT_FIGURE_REPAIRED ? note.why
+                                                                                    : "",
+           note.source == REMAT_FIGURE_UNKEPT ? "" : ", and kept");
+  r->predicted_s = s;
+  r->predicted_measured = 1;
+  if (r->pipe) r->predicted_bubble = bubble;
+}
+
+void train_show_predicted(const run_state *r, int64_t ran) {
+  if (!r->predicted_measured || ran < 1) return;
+  if (!r->pipe) {
+    double step = r->timed_steps ? r->t_train / (double)r->timed_steps : r->wall / (double)ran;
+    printf("time    step %.3f s measured, %.3f s predicted from this machine's layer times "
+           "(%+.1f%%)%s\n", step, r->predicted_s, 100 * (r->predicted_s - step) / step,
+           r->dp ? "; the replicas' communication is not counted" : "");
+  } else {
+    double step = r->timed_steps ? r->t_train / (double)r->timed_steps : r->wall;
+    printf("time    predicted from this machine's layer times: %+.1f%% of the measured "
+           "iteration\n", 100 * (r->predicted_s - step) / step);
+  }
+}
