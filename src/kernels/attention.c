@@ -182,36 +182,36 @@ static void online_softmax(const att_shape *s, int64_t bh, int64_t r0, int64_t n
   }
 }
 
-/* The output rows divided by l, and lse = m + log(l). */
+/* The output rows divided by l, and lse = m + log(l) (lse NULL: none). */
 static void finish_rows(const att_shape *s, int64_t bh, int64_t r0, int64_t nr, const float *m,
                         const float *l, float *O, float *lse) {
   for (int64_t r = 0; r < nr; r++) {
     const float inv = 1.0f / l[r];
     float *o = O + r * s->C;
     for (int64_t d = 0; d < s->hs; d++) o[d] *= inv;
-    lse[bh * s->T + r0 + r] = m[r] + logf(l[r]);
+    if (lse) lse[bh * s->T + r0 + r] = m[r] + logf(l[r]);
   }
 }
 
-/* Output rows [r0, r0 + ATT_BQ) of pair bh and their lse. */
-static void forward_rows(const att_shape *s, int64_t bh, int64_t r0, float *out, float *lse,
-                         const float *qkv) {
+/* Output rows [r0, r0 + nr) of pair bh (nr at most ATT_BQ) over the keys
+ * and values of positions 0 .. r0 + nr - 1, and their lse (NULL: none): q
+ * rows ldq floats apart, k and v rows ldkv apart, O rows C apart. */
+static void attend_rows(const att_shape *s, int64_t bh, int64_t r0, int64_t nr, const float *q,
+                        int64_t ldq, const float *k, const float *v, int64_t ldkv, float *O,
+                        float *lse) {
   float S[ATT_BQ * ATT_BK], m[ATT_BQ], l[ATT_BQ];
-  const int64_t T = s->T, C = s->C, C3 = s->C3, hs = s->hs;
-  const int64_t nr = min64(ATT_BQ, T - r0), kend = r0 + nr;
-  const float *q = qkv + at(s, bh, r0, C3), *k = qkv + at(s, bh, 0, C3) + C, *v = k + C;
-  float *O = out + at(s, bh, r0, C);
+  const int64_t hs = s->hs, kend = r0 + nr;
   for (int64_t c0 = 0; c0 < kend; c0 += ATT_BK) {
     const int64_t w = min64(ATT_BK, kend - c0);
     /* S (nr,w) = scale q (nr,hs) @ k[c0..c0+w)^T */
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, as_blasint(nr), as_blasint(w),
-                as_blasint(hs), s->scale, q, as_blasint(C3), k + c0 * C3, as_blasint(C3), 0.0f,
-                S, as_blasint(w));
+                as_blasint(hs), s->scale, q, as_blasint(ldq), k + c0 * ldkv, as_blasint(ldkv),
+                0.0f, S, as_blasint(w));
     online_softmax(s, bh, r0, nr, c0, w, S, m, l, O);
     /* O (nr,hs) (+)= S (nr,w) @ v[c0..c0+w) */
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, as_blasint(nr), as_blasint(hs),
-                as_blasint(w), 1.0f, S, as_blasint(w), v + c0 * C3, as_blasint(C3),
-                c0 == 0 ? 0.0f : 1.0f, O, as_blasint(C));
+                as_blasint(w), 1.0f, S, as_blasint(w), v + c0 * ldkv, as_blasint(ldkv),
+                c0 == 0 ? 0.0f : 1.0f, O, as_blasint(s->C));
   }
   finish_rows(s, bh, r0, nr, m, l, O, lse);
 }
@@ -224,33 +224,10 @@ void remat__attention_forward(float *out, float *lse, const float *qkv, int64_t 
    * dynamically: the schedule balances the triangle and changes no bits. */
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t it = 0; it < items; it++) {
-    const int64_t bh = it / nq, qt = nq - 1 - it % nq;
-    forward_rows(&s, bh, qt * ATT_BQ, out, lse, qkv);
-  }
-}
-
-/* Output rows [r0, r0 + nr) of one head (r0 a position, nr at most ATT_BQ)
- * over the keys and values of positions 0 .. r0 + nr - 1: the key tiles,
- * online softmax and products of forward_rows on operands of any row
- * stride, with no dropout and no lse. */
-static void decode_rows(const att_shape *s, int64_t r0, int64_t nr, const float *q, int64_t ldq,
-                        const float *k, const float *v, int64_t ldkv, float *O) {
-  float S[ATT_BQ * ATT_BK], m[ATT_BQ], l[ATT_BQ];
-  const int64_t hs = s->hs, kend = r0 + nr;
-  for (int64_t c0 = 0; c0 < kend; c0 += ATT_BK) {
-    const int64_t w = min64(ATT_BK, kend - c0);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, as_blasint(nr), as_blasint(w),
-                as_blasint(hs), s->scale, q, as_blasint(ldq), k + c0 * ldkv, as_blasint(ldkv),
-                0.0f, S, as_blasint(w));
-    online_softmax(s, 0, r0, nr, c0, w, S, m, l, O); /* no dropout: no pair index */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, as_blasint(nr), as_blasint(hs),
-                as_blasint(w), 1.0f, S, as_blasint(w), v + c0 * ldkv, as_blasint(ldkv),
-                c0 == 0 ? 0.0f : 1.0f, O, as_blasint(s->C));
-  }
-  for (int64_t r = 0; r < nr; r++) {
-    const float inv = 1.0f / l[r];
-    float *o = O + r * s->C;
-    for (int64_t d = 0; d < hs; d++) o[d] *= inv;
+    const int64_t bh = it / nq, r0 = (nq - 1 - it % nq) * ATT_BQ;
+    const float *k = qkv + at(&s, bh, 0, 3 * C) + C;
+    attend_rows(&s, bh, r0, min64(ATT_BQ, T - r0), qkv + at(&s, bh, r0, 3 * C), 3 * C, k, k + C,
+                3 * C, out + at(&s, bh, r0, C), lse);
   }
 }
 
@@ -264,8 +241,8 @@ void remat__attention_decode(float *out, const float *q, int64_t ldq, const floa
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t it = 0; it < items; it++) {
     const int64_t h = it / nq, r = (nq - 1 - it % nq) * ATT_BQ;
-    decode_rows(&s, pos + r, min64(ATT_BQ, n - r), q + r * ldq + h * hs, ldq, k + h * hs,
-                v + h * hs, ldkv, out + r * C + h * hs);
+    attend_rows(&s, h, pos + r, min64(ATT_BQ, n - r), q + r * ldq + h * hs, ldq, k + h * hs,
+                v + h * hs, ldkv, out + r * C + h * hs, NULL);
   }
 }
 
@@ -602,7 +579,7 @@ static remat__att16_tiles att16_piece(void *work, int64_t hs) {
   return t;
 }
 
-/* forward_rows on bf16 operands. */
+/* The forward's rows (attend_rows) on bf16 operands. */
 static BF16_TARGET void forward_rows16(const att_shape *s, int64_t bh, int64_t r0, float *out,
                                        float *lse, const uint16_t *qkv,
                                        const remat__att16_tiles *tl) {
