@@ -37,7 +37,10 @@ struct remat_generator {
   int32_t *hist;                /* (cap) tokens in the cache, for sliding */
 };
 
-/* The crossings between host memory and the backend's. */
+/* The crossings between host memory and the backend's, the only places
+ * this file touches the region: the backend's copy, which runs as one of
+ * its operations, until its table has upload and download ops (the
+ * crossings a device's memory needs), which take their place here. */
 static void to_backend(const remat__backend *be, void *dst, const void *src, size_t bytes) {
   be->copy(dst, src, bytes);
 }
