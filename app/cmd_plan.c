@@ -125,6 +125,8 @@ static const char usage_text[] =
     "                                 plan's stages x replicas ranks, at least 1; all\n"
     "                                 of them for one rank, or for more ranks than\n"
     "                                 CPUs, as an unbound, oversubscribed launch runs)\n"
+    "  --backend NAME                 with --config: the backend the run will use, whose\n"
+    "                                 sizes (workspace, scratchpad) the plan counts (cpu)\n"
     "  --no-middle                    layers keep or recompute only (no middle policy),\n"
     "                                 as frameworks without it do\n"
     "  --min-blocks 0|1               blocks (transformer layers) every stage and\n"

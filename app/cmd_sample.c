@@ -50,6 +50,8 @@ static const char *usage_text =
           "  --threads N         threads for the matrix products (default 1: a token at a\n"
           "                      time reads every weight once and is bound by memory, not\n"
           "                      arithmetic; 0 one per CPU)\n"
+          "  --backend NAME      the backend the model runs on (cpu; remat --version lists\n"
+          "                      those built)\n"
           "  -h, --help          this help\n"
           "\n"
           "Exit status: 0 done; 1 the model, vocabulary or prompt file could not be\n"

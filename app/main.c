@@ -157,6 +157,37 @@ static void prepare_blas(char **argv) {
   unsetenv("OPENBLAS_CORETYPE"); /* could not run again: go on with what loaded */
 }
 
+/* --backend NAME (or --backend=NAME) of train, plan and sample: the
+ * backend the command's models run on (remat_backend_select), taken out of
+ * argv before the command parses it. A name not built is refused, with
+ * those that are. */
+static void take_backend(int *argc, char **argv) {
+  const char *cmd = argv[1];
+  if (strcmp(cmd, "train") && strcmp(cmd, "plan") && strcmp(cmd, "sample")) return;
+  for (int i = 2; i < *argc; i++) {
+    const char *name = NULL;
+    int used = 0;
+    if (!strcmp(argv[i], "--backend")) {
+      name = i + 1 < *argc ? argv[i + 1] : "";
+      used = i + 1 < *argc ? 2 : 1;
+    } else if (!strncmp(argv[i], "--backend=", 10)) {
+      name = argv[i] + 10;
+      used = 1;
+    }
+    if (!name) continue;
+    remat_error err;
+    if (!*name || remat_backend_select(name, &err)) {
+      fprintf(stderr, "remat %s: --backend: %s\n", cmd,
+              *name ? err.msg : "give a backend's name (remat --version lists them)");
+      exit(2);
+    }
+    setenv("REMAT_BACKEND", name, 1); /* a run that starts itself again keeps it */
+    memmove(argv + i, argv + i + used, (size_t)(*argc - i - used + 1) * sizeof *argv);
+    *argc -= used;
+    i--;
+  }
+}
+
 int main(int argc, char **argv) {
   if (needs_blas(argc, argv)) prepare_blas(argv); /* the others never call it */
   if (argc < 2) {
@@ -165,6 +196,13 @@ int main(int argc, char **argv) {
   }
   /* a file size limit makes a save fail with a message, not kill us */
   remat_ignore_sigxfsz();
+  take_backend(&argc, argv);
+  const char *env = getenv("REMAT_BACKEND");
+  remat_error err;
+  if (env && *env && remat_backend_select(env, &err)) {
+    fprintf(stderr, "remat: REMAT_BACKEND: %s\n", err.msg);
+    return 2;
+  }
   const char *cmd = argv[1];
   if (strcmp(cmd, "train") == 0) {
     prepare_threads(argc, argv);

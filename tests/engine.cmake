@@ -45,6 +45,9 @@ if(MPIRUN)
   remat_cli_test(bf16 bf16.sh LABELS mpi TIMEOUT 600)
   # What the summary prints is true: MFU <= 100% on every line, labels, budgets.
   remat_cli_test(summary summary.sh LABELS mpi TIMEOUT 300)
+  # Every kind of run under the guard backend gives the CPU backend's bits,
+  # and nothing but the backend's operations touches its memory.
+  remat_cli_test(guard guard.sh LABELS "mpi;guard" TIMEOUT 600)
   # Traces tell the truth: an update per rank and step, arena counters, no empty tracks.
   remat_cli_test(trace trace.sh LABELS mpi TIMEOUT 300)
 else()

@@ -15,10 +15,13 @@ set_tests_properties(test_kernels test_kernels_tile PROPERTIES ENVIRONMENT OMP_W
 # Every op of every compiled backend against plain references (and, for a
 # backend other than the CPU one, against the CPU backend), on odd and random
 # shapes.
-remat_test(test_backend_ops SOURCES test_backend_ops.c LIBS remat_model LABELS unit
+remat_test(test_backend_ops SOURCES test_backend_ops.c LIBS remat_model LABELS "unit;guard"
            TIMEOUT 120)
 set_tests_properties(test_backend_ops PROPERTIES ENVIRONMENT OMP_WAIT_POLICY=PASSIVE)
 # The bf16 products (oneDNN) against double references, the conversions and
 # the CPU detection; product checks are skipped, with the reason printed, on
 # a CPU without bf16 instructions.
 remat_test(test_bf16 SOURCES test_bf16.c LIBS remat_kernels LABELS unit TIMEOUT 120)
+# The guard backend faults on a host touch of its memory outside its
+# operations, names where, and lets the operations and windows through.
+remat_test(test_guard SOURCES test_guard.c LIBS remat_kernels LABELS "unit;guard")

@@ -17,7 +17,10 @@
  *   differ: products, layernorm, attention, GELU, softmax, AdamW, sums.
  *
  * Buffers come from the backend's own buffer_alloc and are read and written
- * by the host: backends today are host memory.
+ * by the host through a window the backend lends on each for its lifetime
+ * (map): backends today are host memory, and the guard backend, whose
+ * memory the host may touch only so, runs every op here too (the runs
+ * under it, CTest label guard, check that nothing else touches it).
  *
  * Last, the seam itself: a model created on a copy of the CPU table whose
  * ops count their calls gives the default model's bits, and every kernel
@@ -56,11 +59,14 @@ static void fill(float *x, size_t n, float lo, float hi) {
 static const remat__backend *be;
 enum { MAX_BUFS = 64 };
 static void *bufs[MAX_BUFS];
+static size_t buf_bytes[MAX_BUFS];
 static int nbufs;
 static void *balloc(size_t bytes) {
   if (nbufs == MAX_BUFS) abort();
-  void *p = be->buffer_alloc(bytes ? bytes : 1);
-  if (!p) abort();
+  bytes = bytes ? bytes : 1;
+  void *p = be->buffer_alloc(bytes);
+  if (!p || be->map(p, bytes, REMAT_MAP_READ | REMAT_MAP_WRITE) != p) abort();
+  buf_bytes[nbufs] = bytes;
   return bufs[nbufs++] = p;
 }
 static float *fbuf(size_t n) { return balloc(n * sizeof(float)); }
@@ -80,7 +86,11 @@ static double *dbuf(size_t n) {
   return p;
 }
 static void release(void) {
-  while (nbufs) be->buffer_free(bufs[--nbufs]);
+  while (nbufs) {
+    nbufs--;
+    be->unmap(bufs[nbufs], bufs[nbufs], buf_bytes[nbufs], REMAT_MAP_READ | REMAT_MAP_WRITE);
+    be->buffer_free(bufs[nbufs]);
+  }
 }
 
 static bool same(const void *a, const void *b, size_t bytes) { return memcmp(a, b, bytes) == 0; }

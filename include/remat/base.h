@@ -63,6 +63,13 @@ typedef struct remat_error {
   char msg[REMAT_ERRMSG_MAX];
 } remat_error;
 
+/* The backend the models this process makes from here on run on, by name
+ * (one of remat_backend_name's); REMAT_EINVAL, naming those built, if there
+ * is none of that name. Without a call, the REMAT_BACKEND environment
+ * variable's, else "cpu". remat_backend_selected: its name. */
+REMAT_API int remat_backend_select(const char *name, remat_error *err);
+REMAT_API const char *remat_backend_selected(void);
+
 REMAT_API const char *remat_err_name(int code); /* "REMAT_EINVAL" */
 REMAT_API const char *remat_strerror(int code); /* "invalid argument" */
 

@@ -1,12 +1,12 @@
 /* alloc.c: the library's heap allocations, counted. Each block carries a
  * header with its size so frees can be subtracted; blocks are REMAT_ALIGN
  * aligned so that arenas and kernels can rely on it. */
-#define _DEFAULT_SOURCE /* MADV_HUGEPAGE */
+#define _DEFAULT_SOURCE /* MAP_ANONYMOUS */
 #include <stdatomic.h>
-#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "base/base.h"
 
@@ -58,6 +58,26 @@ void remat__free(void *p) {
   void *raw = (char *)p - REMAT_ALIGN;
   atomic_fetch_sub(&live_bytes, ((header *)raw)->bytes);
   free(raw);
+}
+
+void *remat__pages_alloc(size_t bytes, size_t *mapped) {
+  size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  if (bytes > SIZE_MAX - page) return NULL;
+  *mapped = (bytes + page - 1) / page * page;
+  void *p = mmap(NULL, *mapped ? *mapped : page, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return NULL;
+  size_t now = atomic_fetch_add(&live_bytes, bytes) + bytes;
+  size_t peak = atomic_load(&peak_bytes);
+  while (now > peak && !atomic_compare_exchange_weak(&peak_bytes, &peak, now)) {
+  }
+  return p;
+}
+
+void remat__pages_free(void *p, size_t bytes, size_t mapped) {
+  if (!p) return;
+  atomic_fetch_sub(&live_bytes, bytes);
+  munmap(p, mapped ? mapped : (size_t)sysconf(_SC_PAGESIZE));
 }
 
 size_t remat__heap_live(void) { return atomic_load(&live_bytes); }

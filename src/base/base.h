@@ -26,6 +26,11 @@ _Noreturn void remat__assert_fail(const char *expr, const char *file, int line);
 void *remat__malloc(size_t bytes);
 void *remat__calloc(size_t n, size_t size);
 void remat__free(void *p);
+/* Whole pages of their own (mmap), counted as bytes like the heap's blocks,
+ * for memory whose protection changes (the guard backend's arena); *mapped
+ * is the length mapped, which the free takes back. */
+void *remat__pages_alloc(size_t bytes, size_t *mapped);
+void remat__pages_free(void *p, size_t bytes, size_t mapped);
 size_t remat__heap_live(void); /* bytes currently held */
 size_t remat__heap_peak(void); /* high-water mark since start or last reset */
 void remat__heap_reset_peak(void);

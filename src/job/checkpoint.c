@@ -8,6 +8,7 @@
 
 #include "base/base.h"
 #include "job/job_internal.h"
+#include "model/model_runtime.h"
 #include "remat/report.h"
 
 static const char *state_name(const remat_job *job, char *buf, size_t cap) {
@@ -34,8 +35,15 @@ int remat__job_resume_state_path(const remat_job *job, char *path, size_t cap, r
 static int save_weights(remat_job *job, const char *path, int version, remat_error *err) {
   const remat_config *cfg = &job->cfg;
   remat_model *m = remat_trainer_model(job->tr);
-  if (!job->pipe && !job->dp)
-    return remat_checkpoint_save_as(path, cfg, remat_model_params(m), version, err);
+  if (!job->pipe && !job->dp) {
+    const remat__backend *be = remat__model_backend(m);
+    float *at = remat_model_params(m);
+    size_t bytes = remat_model_num_params(m) * sizeof(float);
+    float *host = be->map(at, bytes, REMAT_MAP_READ);
+    int rc = remat_checkpoint_save_as(path, cfg, host, version, err);
+    be->unmap(at, host, bytes, REMAT_MAP_READ);
+    return rc;
+  }
   float *full = job->rank == 0 ? malloc(remat_param_count(cfg) * sizeof(float)) : NULL;
   int rc = job->rank == 0 && !full
                ? remat__errorf(err, REMAT_ENOMEM, "out of memory gathering the model to save it")

@@ -375,14 +375,20 @@ static int load_weights(remat_job *job, remat_error *err) {
   const remat_stage *st = remat_model_stage(m);
   int sharded = st->replicas > 1 && st->zero == 3;
   if (st->has_embedding && st->has_head && st->num_blocks == cfg->num_layers && !sharded) {
-    int rc = remat_checkpoint_read_params(&job->rd, cfg, remat_model_params(m), err);
-    return rc ? rc : remat_params_overflow(cfg, remat_model_params(m), err);
+    const remat__backend *be = remat__model_backend(m);
+    float *at = remat_model_params(m);
+    size_t bytes = remat_model_num_params(m) * sizeof(float);
+    float *host = be->map(at, bytes, REMAT_MAP_READ | REMAT_MAP_WRITE);
+    int rc = remat_checkpoint_read_params(&job->rd, cfg, host, err);
+    if (!rc) rc = remat_params_overflow(cfg, host, err);
+    be->unmap(at, host, bytes, REMAT_MAP_READ | REMAT_MAP_WRITE);
+    return rc;
   }
   float *full = malloc(remat_param_count(cfg) * sizeof(float));
   if (!full) return remat__errorf(err, REMAT_ENOMEM, "out of memory reading the model file");
   int rc = remat_checkpoint_read_params(&job->rd, cfg, full, err);
   if (!rc) rc = remat_params_overflow(cfg, full, err);
-  if (!rc) remat__stage_params_from_full(cfg, st, full, remat_model_params(m));
+  if (!rc) remat__model_params_from_full(m, full);
   if (!rc && job->pipe) remat_pipeline_load(job->pipe, full, 0);
   free(full);
   remat_heap_reset_peak();

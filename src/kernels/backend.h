@@ -74,6 +74,14 @@ typedef struct remat__piece {
   size_t n;
 } remat__piece;
 
+/* Written over every word of an arena when it is allocated, so that the
+ * high-water mark can be measured: a NaN bit pattern, which no healthy
+ * buffer ever holds. */
+#define REMAT_ARENA_POISON 0x7FF4DEAD7FF4DEADull
+
+/* What the host does in a window the backend lends (remat__backend.map). */
+enum { REMAT_MAP_READ = 1, REMAT_MAP_WRITE = 2 };
+
 /* ------------------------------------------------------ the table */
 
 typedef struct remat__backend {
@@ -87,6 +95,19 @@ typedef struct remat__backend {
   /* The end of the written part of arena (bytes long), at least mark: only
    * the part above a previous mark is scanned. */
   size_t (*high_water)(const void *arena, size_t bytes, size_t mark);
+  /* The crossings between host memory and the backend's: the only ways
+   * the host reads or writes backend memory. upload: bytes from host src
+   * into dst; download: bytes from src into host dst. map lends the host a
+   * window on [p, p + bytes) until unmap, for a message in flight (MPI
+   * reads and writes it while the host runs): access says what the host
+   * does there (REMAT_MAP_READ: reads what the backend wrote;
+   * REMAT_MAP_WRITE: writes what the backend reads after unmap; both). The
+   * CPU's map returns p itself; a backend whose memory the host cannot
+   * address would stage through host memory of its own. */
+  void (*upload)(void *dst, const void *src, size_t bytes);
+  void (*download)(void *dst, const void *src, size_t bytes);
+  void *(*map)(void *p, size_t bytes, int access);
+  void (*unmap)(void *p, void *host, size_t bytes, int access);
   void (*clear)(void *dst, size_t bytes);                     /* dst = 0 */
   void (*copy)(void *dst, const void *src, size_t bytes);      /* no overlap */
   void (*fill)(float *dst, float value, size_t n);             /* dst[i] = value */
@@ -213,6 +234,17 @@ typedef struct remat__backend {
 
 /* The CPU backend: today's kernels (OpenBLAS, OpenMP), the reference. */
 const remat__backend *remat__backend_cpu(void);
+
+/* The guard backend, for the tests: the CPU's kernels over an arena the
+ * host cannot touch (PROT_NONE) except while one of its operations runs or
+ * through a window it lends; any other touch faults, and the fault names
+ * the address and the calling frames (backend_guard.c). */
+const remat__backend *remat__backend_guard(void);
+
+/* The backend models are made on when none is named: the CPU's, unless
+ * remat__backend_select chose another (remat train/plan/sample --backend,
+ * or the REMAT_BACKEND environment variable, read once). */
+const remat__backend *remat__backend_default(void);
 
 /* The backends compiled in, the CPU one first (test_backend_ops runs each
  * against it); NULL past the last. */

@@ -9,16 +9,12 @@
 #include "kernels/bf16.h"
 #include "kernels/kernels.h"
 
-/* Written over the whole arena when it is allocated so the high-water mark
- * can be measured: a NaN bit pattern, which no healthy buffer ever holds. */
-static const uint64_t POISON = 0x7FF4DEAD7FF4DEADull;
-
 /* The counted allocator (base/alloc.c), so heap measurements and
  * test_noalloc see the arena. */
 static void *cpu_buffer_alloc(size_t bytes) {
   uint64_t *w = remat__malloc(bytes);
   if (!w) return NULL;
-  for (size_t i = 0; i < bytes / sizeof(uint64_t); i++) w[i] = POISON;
+  for (size_t i = 0; i < bytes / sizeof(uint64_t); i++) w[i] = REMAT_ARENA_POISON;
   return w;
 }
 
@@ -29,8 +25,18 @@ static size_t cpu_high_water(const void *arena, size_t bytes, size_t mark) {
   size_t n = bytes / sizeof(uint64_t), lo = mark / sizeof(uint64_t);
   /* Only the part above the last mark can have changed state. */
   for (size_t i = n; i > lo; i--)
-    if (w[i - 1] != POISON) return i * sizeof(uint64_t);
+    if (w[i - 1] != REMAT_ARENA_POISON) return i * sizeof(uint64_t);
   return mark;
+}
+
+/* Host memory: the crossings are copies, and a window is the memory itself. */
+static void *cpu_map(void *p, size_t bytes, int access) {
+  (void)bytes, (void)access;
+  return p;
+}
+
+static void cpu_unmap(void *p, void *host, size_t bytes, int access) {
+  (void)p, (void)host, (void)bytes, (void)access;
 }
 
 static void cpu_clear(void *dst, size_t bytes) { memset(dst, 0, bytes); }
@@ -124,6 +130,10 @@ static const remat__backend cpu = {
     .buffer_alloc = cpu_buffer_alloc,
     .buffer_free = cpu_buffer_free,
     .high_water = cpu_high_water,
+    .upload = cpu_copy,
+    .download = cpu_copy,
+    .map = cpu_map,
+    .unmap = cpu_unmap,
     .clear = cpu_clear,
     .copy = cpu_copy,
     .fill = cpu_fill,

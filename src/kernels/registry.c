@@ -1,14 +1,49 @@
 /* registry.c: the backends compiled into this build, the CPU reference
- * first. A second backend (src/kernels/cuda, say) adds its table here. */
+ * first, then the guard backend the tests run under; and the one models are
+ * made on when none is named. A second backend (src/kernels/cuda, say) adds
+ * its table here. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/base.h"
 #include "kernels/backend.h"
-#include "remat/base.h"
+#include "memory/layout.h"
 
 const remat__backend *remat__backend_at(int i) {
-  const remat__backend *all[] = {remat__backend_cpu()};
+  const remat__backend *all[] = {remat__backend_cpu(), remat__backend_guard()};
   return i >= 0 && i < (int)(sizeof all / sizeof all[0]) ? all[i] : NULL;
 }
 
 const char *remat_backend_name(int i) {
   const remat__backend *b = remat__backend_at(i);
   return b ? b->name : NULL;
+}
+
+static const remat__backend *chosen;
+
+int remat_backend_select(const char *name, remat_error *err) {
+  for (int i = 0; remat__backend_at(i); i++)
+    if (strcmp(remat__backend_at(i)->name, name) == 0) {
+      chosen = remat__backend_at(i);
+      remat__memory_plan_for(chosen->sizes); /* the planner plans for it */
+      return 0;
+    }
+  char names[256] = "";
+  for (int i = 0; remat__backend_at(i); i++) {
+    if (i) strncat(names, ", ", sizeof names - strlen(names) - 1);
+    strncat(names, remat__backend_at(i)->name, sizeof names - strlen(names) - 1);
+  }
+  return remat__errorf(err, REMAT_EINVAL, "no backend named '%s' in this build (it has: %s)",
+                       name, names);
+}
+
+const char *remat_backend_selected(void) { return remat__backend_default()->name; }
+
+const remat__backend *remat__backend_default(void) {
+  if (!chosen) {
+    const char *env = getenv("REMAT_BACKEND");
+    if (env && *env && remat_backend_select(env, NULL) == 0) return chosen;
+    chosen = remat__backend_cpu();
+  }
+  return chosen;
 }

@@ -15,8 +15,11 @@
  * shapes of remat__product_shapes, aligned. The shape is checked first
  * (remat__check_shape); REMAT_EINVAL for a backend whose alignment
  * REMAT_ALIGN does not satisfy, or (bf16) with no bf16 products here. The
- * public memory functions, and so the planner, use the CPU backend's sizes
- * (remat__cpu_sizes); a model uses its own backend's. */
+ * public memory functions, and so the planner, use the sizes of the
+ * backend the process runs on (remat__memory_plan_for; the CPU backend's,
+ * remat__cpu_sizes, until another is chosen); a model uses its own
+ * backend's. */
+void remat__memory_plan_for(const remat__backend_sizes *sz);
 int remat__kernel_ws_get(remat__kernel_ws *ws, const remat__backend_sizes *sz,
                          const remat_config *cfg, int64_t B, int64_t T, remat_error *err);
 

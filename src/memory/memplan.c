@@ -99,10 +99,18 @@ int remat__kernel_ws_get(remat__kernel_ws *ws, const remat__backend_sizes *sz,
   return rc;
 }
 
+/* The sizes the public functions plan with: the CPU backend's, or those
+ * of the backend chosen for the process (remat__memory_plan_for). */
+static const remat__backend_sizes *planning_sizes = &remat__cpu_sizes;
+
+void remat__memory_plan_for(const remat__backend_sizes *sz) {
+  planning_sizes = sz ? sz : &remat__cpu_sizes;
+}
+
 int remat_memory_model_get(const remat_config *cfg, int64_t B, int64_t T, remat_memory_model *mm,
                            remat_error *err) {
   remat__kernel_ws ws;
-  int rc = remat__kernel_ws_get(&ws, &remat__cpu_sizes, cfg, B, T, err);
+  int rc = remat__kernel_ws_get(&ws, planning_sizes, cfg, B, T, err);
   return rc ? rc : remat__memory_model_get_ws(cfg, B, T, &ws, mm, err);
 }
 
@@ -264,7 +272,7 @@ int remat_stage_bytes_get(const remat_config *cfg, const remat_memory_model *mm,
 static int build_stage(remat_memplan *mp, const remat_config *cfg, int64_t B, int64_t T,
                        const remat_stage *st, remat_error *err) {
   remat__kernel_ws ws;
-  int rc = remat__kernel_ws_get(&ws, &remat__cpu_sizes, cfg, B, T, err);
+  int rc = remat__kernel_ws_get(&ws, planning_sizes, cfg, B, T, err);
   return rc ? rc : remat__memplan_build_stage_ws(mp, cfg, B, T, st, &ws, err);
 }
 

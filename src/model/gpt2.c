@@ -57,7 +57,7 @@ int remat__model_plan_on(remat_model **out, const remat_config *cfg, int64_t B, 
   *out = NULL;
   remat_model *m = remat__calloc(1, sizeof *m);
   if (!m) return remat__errorf(err, REMAT_ENOMEM, "out of memory");
-  m->be = be ? be : remat__backend_cpu();
+  m->be = be ? be : remat__backend_default();
   remat__kernel_ws ws;
   int rc = remat__kernel_ws_get(&ws, m->be->sizes, cfg, B, T, err);
   if (!rc && cfg->precision == REMAT_PRECISION_BF16) rc = make_products(m, cfg, B, T, &ws, err);
@@ -416,6 +416,21 @@ void remat__stage_params_from_full(const remat_config *cfg, const remat_stage *s
   } else {
     stage_params_copy(cfg, st, flat, (float *)full, 0);
   }
+}
+
+void remat__model_params_to_full(remat_model *m, float *full) {
+  size_t bytes = remat__stage_num_params(&m->cfg, &m->stage) * sizeof(float);
+  float *flat = m->be->map(m->params, bytes, REMAT_MAP_READ);
+  remat__stage_params_to_full(&m->cfg, &m->stage, flat, full);
+  m->be->unmap(m->params, flat, bytes, REMAT_MAP_READ);
+}
+
+void remat__model_params_from_full(remat_model *m, const float *full) {
+  size_t bytes = remat__stage_num_params(&m->cfg, &m->stage) * sizeof(float);
+  float *flat = m->be->map(m->params, bytes, REMAT_MAP_WRITE);
+  remat__stage_params_from_full(&m->cfg, &m->stage, full, flat);
+  m->be->unmap(m->params, flat, bytes, REMAT_MAP_WRITE);
+  m->update_clean = 0;
 }
 
 /* What the backend's kernels need at the model's shape: the terms its plan

@@ -137,6 +137,10 @@ void remat__stage_params_to_full(const remat_config *cfg, const remat_stage *st,
                                  const float *stage_params, float *full);
 void remat__stage_params_from_full(const remat_config *cfg, const remat_stage *st,
                                    const float *full, float *stage_params);
+/* The same, for a model's own parameters, through windows its backend
+ * lends (the host touches backend memory only so). */
+void remat__model_params_to_full(remat_model *m, float *full);
+void remat__model_params_from_full(remat_model *m, const float *full);
 /* Forward of the micro-batch in `slot` through the embedding (if held) and
  * the blocks; micro numbers it within the step for dropout. */
 void remat__model_stage_forward(remat_model *m, int64_t slot, uint32_t micro,

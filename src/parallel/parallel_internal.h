@@ -87,4 +87,25 @@ void remat__replicas_trace_into(remat_replicas *rp, remat__trace *t);
 /* A failed MPI call as a remat_error: REMAT_EIO with MPI's own words. */
 int remat__mpi_error(remat_error *err, int mpi_rc, const char *what);
 
+/* A window the model's backend lends the host on bytes of its arena for a
+ * message (remat__backend.map): MPI reads or writes host while it is open,
+ * and a message in flight keeps it open until it completes. Closing a
+ * window not open does nothing. */
+typedef struct remat__window {
+  void *at, *host;
+  size_t bytes;
+  int access;
+} remat__window;
+
+static inline void *remat__window_open(const remat_model *m, remat__window *w, void *at,
+                                       size_t bytes, int access) {
+  *w = (remat__window){at, remat__model_backend(m)->map(at, bytes, access), bytes, access};
+  return w->host;
+}
+
+static inline void remat__window_close(const remat_model *m, remat__window *w) {
+  if (w->at) remat__model_backend(m)->unmap(w->at, w->host, w->bytes, w->access);
+  *w = (remat__window){0};
+}
+
 #endif

@@ -85,6 +85,8 @@ struct remat_pipeline {
   remat_model *cm[REMAT_MAX_STAGES];
   int64_t slots_of[REMAT_MAX_STAGES];
   MPI_Request send_chunk[REMAT_MAX_STAGES], send_grad[REMAT_MAX_STAGES];
+  /* the window each send reads from while in flight: arena, host */
+  remat__window lent_chunk[REMAT_MAX_STAGES], lent_grad[REMAT_MAX_STAGES];
   int emb_chunk, head_chunk; /* the rank's chunk with the embedding, the head; -1: none */
   double wait_s;
   /* trace */
@@ -127,10 +129,21 @@ static void arena_counter(remat_pipeline *pl, double t, int c, int64_t delta) {
 
 /* ------------------------------------------------------- point to point */
 
-static int wait_req(remat_pipeline *pl, MPI_Request *r, int kind, int64_t micro, remat_error *err) {
+/* A window on n floats of the stage's arena for a message, and its end. */
+static float *lend(const remat_pipeline *pl, float *at, size_t n, int access, remat__window *w) {
+  return remat__window_open(pl->m, w, at, n * sizeof(float), access);
+}
+
+static void give_back(const remat_pipeline *pl, remat__window *w) {
+  remat__window_close(pl->m, w);
+}
+
+static int wait_req(remat_pipeline *pl, MPI_Request *r, remat__window *lent, int kind, int64_t micro,
+                    remat_error *err) {
   if (*r == MPI_REQUEST_NULL) return 0;
   double t = remat__now();
   int rc = MPI_Wait(r, MPI_STATUS_IGNORE);
+  give_back(pl, lent);
   double e = remat__now();
   pl->wait_s += e - t;
   record(pl, kind, t, e, micro, 0);
@@ -146,7 +159,10 @@ static int tag_of(const remat_pipeline *pl, int64_t k, int64_t vs, int backward)
 static int recv_from(remat_pipeline *pl, float *buf, int peer, int tag, int kind, int64_t micro,
                      remat_error *err) {
   double t = remat__now();
-  int rc = MPI_Recv(buf, pl->act_count, MPI_FLOAT, peer, tag, pl->d->comm, MPI_STATUS_IGNORE);
+  remat__window lent;
+  int rc = MPI_Recv(lend(pl, buf, (size_t)pl->act_count, REMAT_MAP_WRITE, &lent), pl->act_count,
+                    MPI_FLOAT, peer, tag, pl->d->comm, MPI_STATUS_IGNORE);
+  give_back(pl, &lent);
   double e = remat__now();
   pl->wait_s += e - t;
   record(pl, kind, t, e, micro, 0);
@@ -159,9 +175,12 @@ static int recv_from(remat_pipeline *pl, float *buf, int peer, int tag, int kind
   return 0;
 }
 
-static int send_to(remat_pipeline *pl, const float *buf, int peer, int tag, MPI_Request *r,
-                   remat_error *err) {
-  int rc = MPI_Isend(buf, pl->act_count, MPI_FLOAT, peer, tag, pl->d->comm, r);
+/* The send's window stays lent until wait_req sees it done. */
+static int send_to(remat_pipeline *pl, float *buf, int peer, int tag, MPI_Request *r,
+                   remat__window *lent, remat_error *err) {
+  int rc = MPI_Isend(lend(pl, buf, (size_t)pl->act_count, REMAT_MAP_READ, lent), pl->act_count,
+                     MPI_FLOAT, peer, tag, pl->d->comm, r);
+  if (rc != MPI_SUCCESS) give_back(pl, lent);
   return rc == MPI_SUCCESS ? 0 : remat__mpi_error(err, rc, "sending to a neighbouring stage");
 }
 
@@ -236,13 +255,16 @@ static int forward_op(remat_pipeline *pl, const remat_train_opts *o, int64_t k, 
     return rc;
   /* the forward writes the output buffer: its last send must be done */
   int last = vs == pl->nv - 1 || rank_of(pl, vs + 1) == pl->s;
-  if (!last && (rc = wait_req(pl, &pl->send_chunk[c], EV_SEND_ACT, micro, err))) return rc;
+  if (!last &&
+      (rc = wait_req(pl, &pl->send_chunk[c], &pl->lent_chunk[c], EV_SEND_ACT, micro, err)))
+    return rc;
   double t = remat__now();
   arena_counter(pl, t, c, 1);
   remat__model_stage_forward(m, slot, (uint32_t)micro, &o->hp);
   record(pl, EV_FORWARD, t, remat__now(), micro, 0);
   if (!last && (rc = send_to(pl, remat__model_stage_output(m), rank_of(pl, vs + 1),
-                             tag_of(pl, k, vs + 1, 0), &pl->send_chunk[c], err)))
+                             tag_of(pl, k, vs + 1, 0), &pl->send_chunk[c], &pl->lent_chunk[c],
+                             err)))
     return rc;
   return 0;
 }
@@ -256,7 +278,7 @@ static int backward_op(remat_pipeline *pl, const remat_train_opts *o, int64_t k,
   int64_t vs = remat_schedule_virtual_stage(pl->sp->schedule, pl->P, pl->s, c);
   int64_t slot = k % pl->slots_of[c], micro = k * pl->R + pl->rep;
   int rc;
-  if ((rc = wait_req(pl, &pl->send_grad[c], EV_SEND_GRAD, micro, err))) return rc;
+  if ((rc = wait_req(pl, &pl->send_grad[c], &pl->lent_grad[c], EV_SEND_GRAD, micro, err))) return rc;
   if (vs < pl->nv - 1 && rank_of(pl, vs + 1) == pl->s)
     remat__model_backend(m)->copy(remat__model_dresid(m),
                                   remat__model_dresid(pl->cm[chunk_of(pl, vs + 1)]),
@@ -282,7 +304,7 @@ static int backward_op(remat_pipeline *pl, const remat_train_opts *o, int64_t k,
   else if (vs == pl->nv - 1) *loss_sum += (float)(loss / N); /* as one process rounds it */
   if (vs > 0 && rank_of(pl, vs - 1) != pl->s &&
       (rc = send_to(pl, remat__model_dresid(m), rank_of(pl, vs - 1), tag_of(pl, k, vs - 1, 1),
-                    &pl->send_grad[c], err)))
+                    &pl->send_grad[c], &pl->lent_grad[c], err)))
     return rc;
   return 0;
 }
@@ -316,8 +338,8 @@ static int run_microbatches(void *ctx, remat_trainer *tr, double *loss_sum, rema
     }
   }
   for (int64_t c = 0; c < pl->v; c++)
-    if ((rc = wait_req(pl, &pl->send_chunk[c], EV_SEND_ACT, -1, err)) ||
-        (rc = wait_req(pl, &pl->send_grad[c], EV_SEND_GRAD, -1, err)))
+    if ((rc = wait_req(pl, &pl->send_chunk[c], &pl->lent_chunk[c], EV_SEND_ACT, -1, err)) ||
+        (rc = wait_req(pl, &pl->send_grad[c], &pl->lent_grad[c], EV_SEND_GRAD, -1, err)))
       return rc;
   int last = rank_of(pl, pl->nv - 1);
   if (pl->s == last && pl->R > 1) { /* every replica's, in micro-batch order */
@@ -355,14 +377,16 @@ int remat__pipeline_exchange_tied(remat_pipeline *pl, float *g, size_t n, remat_
   REMAT_ASSERT(chunk > 0);
   for (size_t off = 0; off < n; off += chunk) {
     int c = (int)(n - off < chunk ? n - off : chunk);
-    int rc = MPI_Sendrecv(g + off, c, MPI_FLOAT, peer, 7, buf, c, MPI_FLOAT, peer, 7,
-                          pl->d->comm, MPI_STATUS_IGNORE);
+    remat__window mine_lent, theirs_lent;
+    int rc = MPI_Sendrecv(lend(pl, g + off, (size_t)c, REMAT_MAP_READ, &mine_lent), c, MPI_FLOAT,
+                          peer, 7, lend(pl, buf, (size_t)c, REMAT_MAP_WRITE, &theirs_lent), c,
+                          MPI_FLOAT, peer, 7, pl->d->comm, MPI_STATUS_IGNORE);
+    give_back(pl, &theirs_lent);
+    give_back(pl, &mine_lent);
     if (rc != MPI_SUCCESS) return remat__mpi_error(err, rc, "exchanging the tied embedding's gradient");
-    float *gg = g + off;
-    if (pl->s == first)
-      for (int i = 0; i < c; i++) gg[i] = gg[i] + buf[i]; /* embedding + head */
-    else
-      for (int i = 0; i < c; i++) gg[i] = buf[i] + gg[i];
+    /* embedding + head on both sides (a float sum is the same either way
+     * round) */
+    remat__model_backend(pl->m)->add(g + off, buf, (size_t)c, 1, 0);
   }
   record(pl, EV_REDUCE, t, remat__now(), -1, 0);
   return 0;
@@ -380,7 +404,9 @@ static int exchange_tied(void *ctx, remat_trainer *tr, remat_error *err) {
     remat__model_tensor(pl->cm[pl->emb_chunk], REMAT_P_WTE, &n);
     float *ge = remat__model_tensor_grad(pl->cm[pl->emb_chunk], REMAT_P_WTE);
     float *gh = remat__model_tensor_grad(pl->cm[pl->head_chunk], REMAT_P_WTE);
-    for (size_t i = 0; i < n; i++) ge[i] = gh[i] = ge[i] + gh[i]; /* embedding + head */
+    const remat__backend *be = remat__model_backend(pl->m);
+    be->add(ge, gh, n, 1, 0); /* embedding + head */
+    be->copy(gh, ge, n * sizeof(float));
   } else if (c >= 0) {
     size_t n;
     remat__model_tensor(pl->cm[c], REMAT_P_WTE, &n);
@@ -629,10 +655,9 @@ int remat_pipeline_allocate(remat_pipeline *pl, remat_error *err) {
 }
 
 int remat_pipeline_load(remat_pipeline *pl, const float *full, uint64_t seed) {
-  const remat_config *cfg = remat_model_config(pl->m);
   for (int64_t c = 1; c < pl->v; c++) {
     remat_model *m = pl->cm[c];
-    if (full) remat__stage_params_from_full(cfg, remat_model_stage(m), full, remat_model_params(m));
+    if (full) remat__model_params_from_full(m, full);
     else remat_model_init_weights(m, seed);
   }
   return 0;
@@ -643,6 +668,8 @@ void remat_pipeline_destroy(remat_pipeline *pl) {
   for (int64_t c = 0; c < pl->v; c++) {
     if (pl->send_chunk[c] != MPI_REQUEST_NULL) MPI_Cancel(&pl->send_chunk[c]);
     if (pl->send_grad[c] != MPI_REQUEST_NULL) MPI_Cancel(&pl->send_grad[c]);
+    give_back(pl, &pl->lent_chunk[c]);
+    give_back(pl, &pl->lent_grad[c]);
   }
   remat__trainer_set_ops(pl->tr, &(remat__trainer_ops){0});
   remat__trainer_set_companions(pl->tr, NULL, 0);
@@ -667,7 +694,9 @@ static int gather_chunks(remat_pipeline *pl, float *full, remat_error *err) {
     for (int64_t c = 0; c < pl->v; c++) {
       remat_stage st = chunk_stage(pl->sp, r, c);
       size_t n = remat__stage_num_params(cfg, &st);
-      float *p = pl->s == 0 ? remat__malloc(n * sizeof(float)) : remat_model_params(pl->cm[c]);
+      remat__window lent = {0};
+      float *p = pl->s == 0 ? remat__malloc(n * sizeof(float))
+                            : lend(pl, remat_model_params(pl->cm[c]), n, REMAT_MAP_READ, &lent);
       if (!p) return remat__errorf(err, REMAT_ENOMEM, "out of memory gathering the parameters");
       int rc = 0;
       for (size_t off = 0; off < n && !rc; off += PIECE) {
@@ -675,19 +704,23 @@ static int gather_chunks(remat_pipeline *pl, float *full, remat_error *err) {
         rc = pl->s == 0 ? MPI_Recv(p + off, k, MPI_FLOAT, r, 11, pl->d->comm, MPI_STATUS_IGNORE)
                         : MPI_Send(p + off, k, MPI_FLOAT, 0, 11, pl->d->comm);
       }
+      give_back(pl, &lent);
       if (pl->s == 0 && rc == MPI_SUCCESS) remat__stage_params_to_full(cfg, &st, p, full);
       if (pl->s == 0) remat__free(p);
       if (rc != MPI_SUCCESS) return remat__mpi_error(err, rc, "gathering the parameters");
     }
-  for (int64_t c = pl->v - 1; pl->s == 0 && c >= 0; c--)
-    remat__stage_params_to_full(cfg, remat_model_stage(pl->cm[c]),
-                                remat_model_params(pl->cm[c]), full);
+  for (int64_t c = pl->v - 1; pl->s == 0 && c >= 0; c--) remat__model_params_to_full(pl->cm[c], full);
   return 0;
 }
 
 int remat_pipeline_gather_params(remat_pipeline *pl, float *full, remat_error *err) {
   if (pl->v > 1) return gather_chunks(pl, full, err);
-  return remat__pipeline_gather_flat(pl, remat_model_params(pl->m), full, err);
+  size_t n = remat_model_num_params(pl->m);
+  remat__window lent;
+  int rc = remat__pipeline_gather_flat(
+      pl, lend(pl, remat_model_params(pl->m), n, REMAT_MAP_READ, &lent), full, err);
+  give_back(pl, &lent);
+  return rc;
 }
 
 int remat__pipeline_gather_flat(remat_pipeline *pl, const float *p, float *full,

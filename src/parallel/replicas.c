@@ -54,6 +54,7 @@ typedef struct {
   int buf;      /* the gradient buffer it sends from */
   double t_post;
   int64_t micro;
+  remat__window send[2], recv[2]; /* each request's, lent while in flight */
 } reduce_op;
 
 /* ZeRO 3: one unit's parameters gathered ahead of their use. Whether a
@@ -65,6 +66,7 @@ typedef struct {
   int phase;
   int64_t index; /* the request (in its pass's order) it answers */
   double t_post;
+  remat__window send, recv; /* lent while in flight */
 } gather_op;
 enum { GATHER_NONE, GATHER_IN_FLIGHT, GATHER_DONE };
 
@@ -179,9 +181,18 @@ static void add_pieces(remat_replicas *rp, int64_t u, const float *recv) {
   }
 }
 
+/* The windows of the reduce in flight given back. */
+static void reduce_close(remat_replicas *rp) {
+  for (int k = 0; k < 2; k++) {
+    remat__window_close(rp->m, &rp->red.send[k]);
+    remat__window_close(rp->m, &rp->red.recv[k]);
+  }
+}
+
 /* The layer in flight has arrived (seen at t1): its pieces are added. */
 static void reduce_done(remat_replicas *rp, double t1) {
   reduce_op *o = &rp->red;
+  reduce_close(rp);
   completed(rp, o->t_post, t1, 1);
   int64_t layer = o->unit[0] == rp->L + 2 ? rp->L + 1 : o->unit[0];
   span(rp, REMAT__EV_REDUCE, REMAT__TRACK_REDUCE, o->t_post, t1, o->micro, layer);
@@ -198,8 +209,12 @@ static void reduce_test(remat_replicas *rp) {
   int mrc = MPI_Testall(rp->red.n, rp->red.req, &flag, MPI_STATUSES_IGNORE);
   double e = remat__now();
   exposed(rp, t, e, 1);
-  if (check(rp, mrc, "reduce-scattering gradients")) rp->red.n = 0;
-  else if (flag) reduce_done(rp, e);
+  if (check(rp, mrc, "reduce-scattering gradients")) {
+    rp->red.n = 0;
+    reduce_close(rp);
+  } else if (flag) {
+    reduce_done(rp, e);
+  }
 }
 
 static void reduce_wait(remat_replicas *rp) {
@@ -209,8 +224,12 @@ static void reduce_wait(remat_replicas *rp) {
   double e = remat__now();
   exposed(rp, t, e, 1);
   span(rp, REMAT__EV_WAIT, REMAT__TRACK_MAIN, t, e, rp->micro, -1);
-  if (check(rp, mrc, "reduce-scattering gradients")) rp->red.n = 0;
-  else reduce_done(rp, e);
+  if (check(rp, mrc, "reduce-scattering gradients")) {
+    rp->red.n = 0;
+    reduce_close(rp);
+  } else {
+    reduce_done(rp, e);
+  }
 }
 
 /* Which gradient buffer buf lies in (the head's own unit follows its tied
@@ -255,12 +274,20 @@ static void on_grads(void *ctx, int64_t u, float *buf) {
   reduce_op *o = &rp->red;
   REMAT_ASSERT(o->n < 2);
   t = remat__now();
-  int mrc = MPI_Ialltoall(buf, (int)s, MPI_FLOAT, rp->recv + at, (int)s, MPI_FLOAT, rp->d->comm,
-                          &o->req[o->n]);
+  size_t bytes = (size_t)rp->D * s * sizeof(float);
+  int mrc = MPI_Ialltoall(remat__window_open(rp->m, &o->send[o->n], buf, bytes, REMAT_MAP_READ),
+                          (int)s, MPI_FLOAT,
+                          remat__window_open(rp->m, &o->recv[o->n], rp->recv + at, bytes,
+                                             REMAT_MAP_WRITE),
+                          (int)s, MPI_FLOAT, rp->d->comm, &o->req[o->n]);
   exposed(rp, t, remat__now(), 1);
   rp->stats.bytes_sent += piece_bytes(rp, s, sizeof(float));
   rp->stats.collectives++;
-  if (check(rp, mrc, "reduce-scattering gradients")) return;
+  if (check(rp, mrc, "reduce-scattering gradients")) {
+    remat__window_close(rp->m, &o->send[o->n]);
+    remat__window_close(rp->m, &o->recv[o->n]);
+    return;
+  }
   if (!o->n) {
     o->t_post = t;
     o->buf = b;
@@ -326,21 +353,36 @@ static void gather_post(remat_replicas *rp, int phase, int64_t i) {
   gather_op *g = &rp->gat[i & 1];
   int64_t u = rp->pass[phase][i];
   size_t s = remat_unit_shard(rp->cfg, u, rp->D);
-  const float *mine = remat__model_shard(rp->m, REMAT_BUF_PARAMS, u);
+  float *mine = remat__model_shard(rp->m, REMAT_BUF_PARAMS, u);
   double t = remat__now();
-  int mrc = MPI_Iallgather(mine, (int)s, MPI_FLOAT, rp->gather[rp->slot[phase][i]], (int)s,
-                           MPI_FLOAT, rp->d->comm, &g->req);
+  int mrc = MPI_Iallgather(
+      remat__window_open(rp->m, &g->send, mine, s * sizeof(float), REMAT_MAP_READ), (int)s,
+      MPI_FLOAT,
+      remat__window_open(rp->m, &g->recv, rp->gather[rp->slot[phase][i]],
+                         (size_t)rp->D * s * sizeof(float), REMAT_MAP_WRITE),
+      (int)s, MPI_FLOAT, rp->d->comm, &g->req);
   exposed(rp, t, remat__now(), 1);
   rp->stats.bytes_sent += piece_bytes(rp, s, sizeof(float));
   rp->stats.collectives++;
-  if (check(rp, mrc, "gathering parameters")) return;
+  if (check(rp, mrc, "gathering parameters")) {
+    remat__window_close(rp->m, &g->send);
+    remat__window_close(rp->m, &g->recv);
+    return;
+  }
   g->state = GATHER_IN_FLIGHT;
   g->phase = phase;
   g->index = i;
   g->t_post = t;
 }
 
+/* Its windows given back, however it ended. */
+static void gather_close(remat_replicas *rp, gather_op *g) {
+  remat__window_close(rp->m, &g->send);
+  remat__window_close(rp->m, &g->recv);
+}
+
 static void gather_done(remat_replicas *rp, gather_op *g, double t1) {
+  gather_close(rp, g);
   g->state = GATHER_DONE;
   completed(rp, g->t_post, t1, 1);
   span(rp, REMAT__EV_GATHER, REMAT__TRACK_GATHER, g->t_post, t1, rp->micro,
@@ -354,8 +396,12 @@ static void gather_test(remat_replicas *rp, gather_op *g) {
   int mrc = MPI_Test(&g->req, &flag, MPI_STATUS_IGNORE);
   double e = remat__now();
   exposed(rp, t, e, 1);
-  if (check(rp, mrc, "gathering parameters")) g->state = GATHER_NONE;
-  else if (flag) gather_done(rp, g, e);
+  if (check(rp, mrc, "gathering parameters")) {
+    gather_close(rp, g);
+    g->state = GATHER_NONE;
+  } else if (flag) {
+    gather_done(rp, g, e);
+  }
 }
 
 static void gather_wait(remat_replicas *rp, gather_op *g) {
@@ -365,8 +411,12 @@ static void gather_wait(remat_replicas *rp, gather_op *g) {
   double e = remat__now();
   exposed(rp, t, e, 1);
   span(rp, REMAT__EV_WAIT, REMAT__TRACK_MAIN, t, e, rp->micro, -1);
-  if (check(rp, mrc, "gathering parameters")) g->state = GATHER_NONE;
-  else gather_done(rp, g, e);
+  if (check(rp, mrc, "gathering parameters")) {
+    gather_close(rp, g);
+    g->state = GATHER_NONE;
+  } else {
+    gather_done(rp, g, e);
+  }
 }
 
 /* Request i's gather is posted unless it already was (ahead, by request
@@ -425,7 +475,15 @@ static int allgather_units(remat_replicas *rp, int which, const char *what) {
     }
     be->clear(pack + count, (s - count) * sizeof(float));
     double t = remat__now();
-    int mrc = MPI_Allgather(pack, (int)s, MPI_FLOAT, rp->recv, (int)s, MPI_FLOAT, rp->d->comm);
+    remat__window send, recv;
+    int mrc = MPI_Allgather(
+        remat__window_open(rp->m, &send, pack, s * sizeof(float), REMAT_MAP_READ), (int)s,
+        MPI_FLOAT,
+        remat__window_open(rp->m, &recv, rp->recv, (size_t)rp->D * s * sizeof(float),
+                           REMAT_MAP_WRITE),
+        (int)s, MPI_FLOAT, rp->d->comm);
+    remat__window_close(rp->m, &recv);
+    remat__window_close(rp->m, &send);
     if (blocking(rp, t, mrc, piece_bytes(rp, s, sizeof(float)), REMAT__EV_GATHER, what)) break;
     for (int64_t q = 0; q < rp->D; q++) {
       if (q == rp->r) continue;
@@ -564,15 +622,23 @@ static int layer_sums(remat_replicas *rp, double *layers, int64_t *n, remat_erro
     size_t s = remat_unit_shard(rp->cfg, u, rp->D), first, count;
     remat_unit_owned(rp->cfg, u, rp->D, rp->r, &first, &count);
     size_t k = count ? (size_t)remat__model_grad_chunk_sums(rp->m, u, first, count, mine + pos) : 0;
-    for (; k < s / Q; k++) mine[pos + k] = 0.0;
+    if (k < s / Q)
+      remat__model_backend(rp->m)->clear(mine + pos + k, (s / Q - k) * sizeof(double));
     pos += s / Q;
   }
   double t = remat__now();
-  int mrc = MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, rp->norm, (int)rp->chunks,
+  /* the sums, every replica's, on the host from here on */
+  remat__window lent;
+  const double *norm = remat__window_open(rp->m, &lent, rp->norm,
+                                          (size_t)rp->D * rp->chunks * sizeof(double),
+                                          REMAT_MAP_READ | REMAT_MAP_WRITE);
+  int mrc = MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, (void *)norm, (int)rp->chunks,
                           MPI_DOUBLE, rp->d->comm);
   if (blocking(rp, t, mrc, piece_bytes(rp, rp->chunks, sizeof(double)), REMAT__EV_REDUCE,
-               "summing the norm"))
+               "summing the norm")) {
+    remat__window_close(rp->m, &lent);
     return failed(rp, err);
+  }
   pos = 0;
   *n = 0;
   for (int64_t x = 0; x < rp->nu; x++) {
@@ -581,10 +647,11 @@ static int layer_sums(remat_replicas *rp, double *layers, int64_t *n, remat_erro
     size_t per = remat_unit_shard(rp->cfg, u, rp->D) / Q;
     size_t nch = (remat_unit_floats(rp->cfg, u) + Q - 1) / Q;
     double layer = 0.0;
-    for (size_t c = 0; c < nch; c++) layer += rp->norm[(c / per) * rp->chunks + pos + c % per];
+    for (size_t c = 0; c < nch; c++) layer += norm[(c / per) * rp->chunks + pos + c % per];
     layers[(*n)++] = layer;
     pos += per;
   }
+  remat__window_close(rp->m, &lent);
   return 0;
 }
 
@@ -736,22 +803,31 @@ int remat_replicas_gather_params(remat_replicas *rp, float *full, remat_error *e
   const remat_config *cfg = rp->cfg;
   bind(rp);
   if (rp->zero < 3) { /* every replica holds the whole model (or stage) */
-    if (rp->r == 0)
-      remat__stage_params_to_full(cfg, remat_model_stage(rp->m), remat_model_params(rp->m), full);
+    if (rp->r == 0) remat__model_params_to_full(rp->m, full);
     return 0;
   }
   for (int64_t x = 0; x < rp->nu; x++) {
     int64_t u = rp->units[x];
     size_t s = remat_unit_shard(cfg, u, rp->D);
-    int mrc = MPI_Gather(remat__model_shard(rp->m, REMAT_BUF_PARAMS, u), (int)s, MPI_FLOAT,
-                         rp->recv, (int)s, MPI_FLOAT, 0, rp->d->comm);
+    remat__window send, recv = {0};
+    const float *got =
+        rp->r == 0 ? remat__window_open(rp->m, &recv, rp->recv, (size_t)rp->D * s * sizeof(float),
+                                        REMAT_MAP_READ | REMAT_MAP_WRITE)
+                   : NULL;
+    int mrc = MPI_Gather(remat__window_open(rp->m, &send,
+                                            remat__model_shard(rp->m, REMAT_BUF_PARAMS, u),
+                                            s * sizeof(float), REMAT_MAP_READ),
+                         (int)s, MPI_FLOAT, (void *)got, (int)s, MPI_FLOAT, 0, rp->d->comm);
+    remat__window_close(rp->m, &send);
+    if (mrc == MPI_SUCCESS && rp->r == 0) {
+      /* got is unit u, replica after replica: its segments go to full */
+      remat_unit_segment seg[REMAT_UNIT_MAX_SEGMENTS];
+      int n = remat_unit_segments(cfg, u, seg);
+      for (int k = 0; k < n; k++)
+        memcpy(full + seg[k].offset, got + seg[k].at, seg[k].count * sizeof(float));
+    }
+    remat__window_close(rp->m, &recv);
     if (mrc != MPI_SUCCESS) return remat__mpi_error(err, mrc, "gathering the parameters");
-    if (rp->r != 0) continue;
-    /* rp->recv is unit u, replica after replica: its segments go to full */
-    remat_unit_segment seg[REMAT_UNIT_MAX_SEGMENTS];
-    int n = remat_unit_segments(cfg, u, seg);
-    for (int k = 0; k < n; k++)
-      memcpy(full + seg[k].offset, rp->recv + seg[k].at, seg[k].count * sizeof(float));
   }
   return 0;
 }

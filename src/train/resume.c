@@ -42,6 +42,28 @@ static int moment_parts(const remat_trainer *tr, float **m, float **v, size_t *n
   return k;
 }
 
+/* Windows on the moments' pieces for the host (the backend's crossings):
+ * lent over the arena's pieces in *m and *v, given back and restored. */
+static void map_parts(const remat_trainer *tr, float **m, float **v, const size_t *n, int k,
+                      int access, float **at_m, float **at_v) {
+  const remat__backend *be = remat__model_backend(tr->model);
+  for (int i = 0; i < k; i++) {
+    at_m[i] = m[i];
+    at_v[i] = v[i];
+    m[i] = n[i] ? be->map(m[i], n[i] * sizeof(float), access) : m[i];
+    v[i] = n[i] ? be->map(v[i], n[i] * sizeof(float), access) : v[i];
+  }
+}
+
+static void unmap_parts(const remat_trainer *tr, float **m, float **v, const size_t *n, int k,
+                        int access, float **at_m, float **at_v) {
+  const remat__backend *be = remat__model_backend(tr->model);
+  for (int i = k - 1; i >= 0; i--) {
+    if (n[i]) be->unmap(at_v[i], v[i], n[i] * sizeof(float), access);
+    if (n[i]) be->unmap(at_m[i], m[i], n[i] * sizeof(float), access);
+  }
+}
+
 static size_t moment_floats(const remat_trainer *tr) {
   size_t n = model_moments(tr->model);
   for (int i = 0; i < tr->num_companions; i++) n += model_moments(tr->companions[i]);
@@ -76,8 +98,12 @@ int remat_trainer_save_state(remat_trainer *tr, const char *path, int rank, int 
   float *m[REMAT__MAX_COMPANIONS + 1], *v[REMAT__MAX_COMPANIONS + 1];
   size_t n[REMAT__MAX_COMPANIONS + 1];
   int k = moment_parts(tr, m, v, n);
-  return remat_state_save_parts(path, &h, k, (const float *const *)m, (const float *const *)v, n,
-                                err);
+  float *at_m[REMAT__MAX_COMPANIONS + 1], *at_v[REMAT__MAX_COMPANIONS + 1];
+  map_parts(tr, m, v, n, k, REMAT_MAP_READ, at_m, at_v);
+  int rc = remat_state_save_parts(path, &h, k, (const float *const *)m, (const float *const *)v,
+                                  n, err);
+  unmap_parts(tr, m, v, n, k, REMAT_MAP_READ, at_m, at_v);
+  return rc;
 }
 
 /* The settings a resumed run must share, by name, for the message. */
@@ -163,7 +189,12 @@ int remat_trainer_load_state(remat_trainer *tr, const char *path, int rank, int 
   float *m[REMAT__MAX_COMPANIONS + 1], *v[REMAT__MAX_COMPANIONS + 1];
   size_t n[REMAT__MAX_COMPANIONS + 1];
   int k = moment_parts(tr, m, v, n);
-  if (!rc) rc = remat_state_load_parts(path, &have, k, m, v, n, err);
+  float *at_m[REMAT__MAX_COMPANIONS + 1], *at_v[REMAT__MAX_COMPANIONS + 1];
+  if (!rc) {
+    map_parts(tr, m, v, n, k, REMAT_MAP_WRITE, at_m, at_v);
+    rc = remat_state_load_parts(path, &have, k, m, v, n, err);
+    unmap_parts(tr, m, v, n, k, REMAT_MAP_WRITE, at_m, at_v);
+  }
   if (rc) return rc;
   if (have.step < 0 || have.step > have.steps)
     return remat__errorf(err, REMAT_EFORMAT, "training state '%s' is at step %lld of %lld", path,

@@ -158,14 +158,39 @@ void remat__trainer_set_companions(remat_trainer *tr, remat_model *const *m, int
 
 const remat_train_opts *remat_trainer_opts(const remat_trainer *tr) { return &tr->o; }
 
+/* A window on a micro-batch's token ids in the model's memory (B x T
+ * int32), for the host to write them; NULL stays NULL. */
+static int32_t *map_tokens(const remat_trainer *tr, int32_t *ids) {
+  size_t bytes = (size_t)(tr->o.B * tr->o.T) * sizeof(int32_t);
+  return ids ? remat__model_backend(tr->model)->map(ids, bytes, REMAT_MAP_WRITE) : NULL;
+}
+
+static void unmap_tokens(const remat_trainer *tr, int32_t *ids, int32_t *host) {
+  size_t bytes = (size_t)(tr->o.B * tr->o.T) * sizeof(int32_t);
+  if (ids) remat__model_backend(tr->model)->unmap(ids, host, bytes, REMAT_MAP_WRITE);
+}
+
+/* The next micro-batch's inputs and targets (either may be NULL), written
+ * into the model's memory through windows its backend lends. */
+static int next_batch(remat_trainer *tr, remat_loader *L, int64_t micro, int32_t *inputs,
+                      int32_t *targets, remat_error *err) {
+  int32_t *in = map_tokens(tr, inputs), *tg = map_tokens(tr, targets);
+  int rc = 0;
+  if (L)
+    remat_loader_next(L, in, tg);
+  else
+    rc = tr->batch_fn(tr->batch_ctx, remat_model_step(tr->model), micro, in, tg, err);
+  unmap_tokens(tr, targets, tg);
+  unmap_tokens(tr, inputs, in);
+  return rc;
+}
+
 int remat__trainer_next_batch(remat_trainer *tr, int64_t micro, int32_t *inputs, int32_t *targets,
                               remat_error *err) {
-  if (tr->batch_fn)
-    return tr->batch_fn(tr->batch_ctx, remat_model_step(tr->model), micro, inputs, targets, err);
+  if (tr->batch_fn) return next_batch(tr, NULL, micro, inputs, targets, err);
   if (!tr->have_train)
     return remat__errorf(err, REMAT_EINVAL, "the trainer has no data: give it tokens or batches");
-  remat_loader_next(&tr->train, inputs, targets);
-  return 0;
+  return next_batch(tr, &tr->train, micro, inputs, targets, err);
 }
 
 float remat__trainer_dloss(const remat_trainer *tr) { return tr->dloss; }
@@ -178,16 +203,20 @@ int64_t remat_trainer_train_windows(const remat_trainer *tr) {
 
 
 static int diverged(remat_trainer *tr, double loss, int64_t step, remat_error *err) {
-  const float *params = remat_model_params(tr->model);
+  float *at = remat_model_params(tr->model);
   size_t P = remat_model_num_params(tr->model);
-  for (size_t i = 0; i < P; i++) {
-    float w = params[i];
-    if (!(fabsf(w) <= REMAT_PARAM_OVERFLOW_LIMIT))
-      return remat__errorf(err, REMAT_ENUMERIC,
-                           "the loss is %g at step %lld because the weights overflow: parameter "
-                           "%zu is %g",
-                           loss, (long long)step, i, (double)w);
-  }
+  const remat__backend *be = remat__model_backend(tr->model);
+  const float *params = be->map(at, P * sizeof(float), REMAT_MAP_READ);
+  size_t bad = P;
+  for (size_t i = 0; i < P && bad == P; i++)
+    if (!(fabsf(params[i]) <= REMAT_PARAM_OVERFLOW_LIMIT)) bad = i;
+  double w = bad < P ? (double)params[bad] : 0.0;
+  be->unmap(at, (void *)params, P * sizeof(float), REMAT_MAP_READ);
+  if (bad < P)
+    return remat__errorf(err, REMAT_ENUMERIC,
+                         "the loss is %g at step %lld because the weights overflow: parameter "
+                         "%zu is %g",
+                         loss, (long long)step, bad, w);
   return remat__errorf(err, REMAT_ENUMERIC,
                        "the loss is %g at step %lld: training diverged at learning rate %g", loss,
                        (long long)step, (double)remat_train_lr(&tr->o, step - 1));
@@ -269,7 +298,7 @@ int remat_trainer_evaluate(remat_trainer *tr, double *loss, remat_error *err) {
   remat_loader_reset(&tr->val);
   double sum = 0;
   for (int64_t e = 0; e < tr->o.eval_batches; e++) {
-    remat_loader_next(&tr->val, remat_model_inputs(m), remat_model_targets(m));
+    next_batch(tr, &tr->val, e, remat_model_inputs(m), remat_model_targets(m), NULL);
     sum += remat_model_eval(m);
   }
   *loss = sum / (double)tr->o.eval_batches;
