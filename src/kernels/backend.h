@@ -16,11 +16,12 @@
  *
  * Float and token pointers handed to ops point into memory from the same
  * backend's buffer_alloc; the argument structs (remat__dropout,
- * remat__adamw, a list of pieces, the workspace) are the caller's. Backends
- * today are host memory, which callers also read and write directly (token
- * ids into a slot, a checkpoint into the parameters); a backend whose
- * memory the host cannot address would add upload and download ops for
- * those callers. */
+ * remat__adamw, a list of pieces, the workspace) are the caller's. The
+ * host reads and writes that memory only through the crossings (upload,
+ * download, and the windows map lends): token ids into a slot, a
+ * checkpoint into the parameters, a message in flight. The guard backend
+ * (backend_guard.c) holds callers to that: its memory faults on any other
+ * touch. */
 #ifndef REMAT_BACKEND_H
 #define REMAT_BACKEND_H
 
