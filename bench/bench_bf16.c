@@ -9,9 +9,14 @@
  * alternate between them so all see the same load; each round runs enough
  * calls for 0.1 s; figures are medians over the rounds, speedups the
  * median of per-round ratios. One line per shape, key=value; the first
- * line says the CPU and the thread count.
+ * line says the CPU and the thread count. Then the attention at the same
+ * shapes (C 768, 12 heads): the fp32 tiles against the tiles on bf16
+ * operands (kernels.h's remat__attention_forward_bf16 and _backward_bf16),
+ * forward and backward, the same alternated rounds; GFLOP/s count the
+ * causal half of each product.
  *
- * usage: bench_bf16 [--rounds N] [--short]   (--short: T=64 only) */
+ * usage: bench_bf16 [--rounds N] [--short] [--attention]   (--short: T=64
+ * only; --attention: the attention only) */
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -101,15 +106,92 @@ static double round_time(const job *j, int mode, double one) {
   return (remat__now() - t0) / reps;
 }
 
+/* The attention's tiles, fp32 and bf16, at B x T with C = 768, NH = 12. */
+enum { ATT_F32, ATT_F16, ATT_B32, ATT_B16, ATT_NMODE };
+typedef struct {
+  int64_t B, T, C, NH;
+  float *qkv, *out, *lse, *dout, *dqkv, *delta;
+  uint16_t *qkv_h, *out_h;
+  void *work;
+  size_t work_bytes;
+} att_job;
+static void att_once(const att_job *j, int mode) {
+  switch (mode) {
+  case ATT_F32:
+    remat__attention_forward(j->out, j->lse, j->qkv, j->B, j->T, j->C, j->NH, NULL);
+    break;
+  case ATT_F16:
+    remat__attention_forward_bf16(j->out, j->lse, j->qkv_h, j->B, j->T, j->C, j->NH, NULL,
+                                  j->work, j->work_bytes);
+    break;
+  case ATT_B32:
+    remat__attention_backward(j->dqkv, j->delta, j->dout, j->qkv, j->out, j->lse, j->B, j->T,
+                              j->C, j->NH, NULL);
+    break;
+  default:
+    remat__attention_backward_bf16(j->dqkv, j->delta, j->dout, j->qkv_h, j->out_h, j->lse, j->B,
+                                   j->T, j->C, j->NH, NULL, j->work, j->work_bytes);
+  }
+}
+static double att_round(const att_job *j, int mode, double one) {
+  int reps = one > 0.1 ? 1 : (int)(0.1 / one) + 1;
+  double t0 = remat__now();
+  for (int r = 0; r < reps; r++) att_once(j, mode);
+  return (remat__now() - t0) / reps;
+}
+static void bench_attention(int64_t B, int64_t T, int rounds) {
+  att_job j = {.B = B, .T = T, .C = 768, .NH = 12};
+  const size_t nq = (size_t)(B * T * 3 * j.C), no = (size_t)(B * T * j.C);
+  const size_t nl = (size_t)(B * j.NH * T);
+  j.qkv = xalloc(nq * 4), j.dqkv = xalloc(nq * 4), j.out = xalloc(no * 4);
+  j.dout = xalloc(no * 4), j.lse = xalloc(nl * 4), j.delta = xalloc(nl * 4);
+  j.qkv_h = xalloc(nq * 2), j.out_h = xalloc(no * 2);
+  for (size_t i = 0; i < nq; i++) j.qkv[i] = (float)((i * 7919) % 1000) * 2e-3f - 1.0f;
+  for (size_t i = 0; i < no; i++) j.dout[i] = (float)((i * 104729) % 1000) * 1e-3f - 0.5f;
+  remat__bf16_from_f32(j.qkv_h, j.qkv, nq);
+  remat__bf16_to_f32(j.qkv, j.qkv_h, nq); /* both on the same values */
+  j.work_bytes = (size_t)omp_get_max_threads() * remat__att16_tiles_view(NULL, NULL, j.C / j.NH);
+  j.work = xalloc(j.work_bytes);
+  double one[ATT_NMODE], t[ATT_NMODE][101], rf[101], rb[101];
+  for (int m = 0; m < ATT_NMODE; m++) {
+    double t0 = remat__now();
+    att_once(&j, m);
+    one[m] = remat__now() - t0;
+    if (m == ATT_F16) remat__bf16_from_f32(j.out_h, j.out, no);
+  }
+  for (int r = 0; r < rounds; r++) {
+    for (int m = 0; m < ATT_NMODE; m++) t[m][r] = att_round(&j, m, one[m]);
+    rf[r] = t[ATT_F32][r] / t[ATT_F16][r];
+    rb[r] = t[ATT_B32][r] / t[ATT_B16][r];
+  }
+  /* two products forward, four backward (dP, dv, dk, dq; the scores rebuilt
+   * make a fifth), each 2 B NH T(T+1)/2 hs flops */
+  const double prod = 2.0 * (double)(B * j.NH) * (double)T * (double)(T + 1) / 2 * (j.C / j.NH);
+  printf("shape=attention B=%lld T=%lld C=%lld NH=%lld fwd_fp32_gflops=%.1f fwd_bf16_gflops=%.1f "
+         "fwd_speedup=%.2f bwd_fp32_gflops=%.1f bwd_bf16_gflops=%.1f bwd_speedup=%.2f "
+         "fwd_fp32_ms=%.2f fwd_bf16_ms=%.2f bwd_fp32_ms=%.2f bwd_bf16_ms=%.2f rounds=%d\n",
+         (long long)B, (long long)T, (long long)j.C, (long long)j.NH,
+         2 * prod / median(t[ATT_F32], rounds) * 1e-9, 2 * prod / median(t[ATT_F16], rounds) * 1e-9,
+         median(rf, rounds), 5 * prod / median(t[ATT_B32], rounds) * 1e-9,
+         5 * prod / median(t[ATT_B16], rounds) * 1e-9, median(rb, rounds),
+         median(t[ATT_F32], rounds) * 1e3, median(t[ATT_F16], rounds) * 1e3,
+         median(t[ATT_B32], rounds) * 1e3, median(t[ATT_B16], rounds) * 1e3, rounds);
+  fflush(stdout);
+  void *all[] = {j.qkv, j.dqkv, j.out, j.dout, j.lse, j.delta, j.qkv_h, j.out_h, j.work};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
+}
+
 int main(int argc, char **argv) {
-  int rounds = 5, short_only = 0;
+  int rounds = 5, short_only = 0, attention_only = 0;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--rounds") && i + 1 < argc)
       rounds = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--short"))
       short_only = 1;
+    else if (!strcmp(argv[i], "--attention"))
+      attention_only = 1;
     else {
-      fprintf(stderr, "usage: bench_bf16 [--rounds N] [--short]\n");
+      fprintf(stderr, "usage: bench_bf16 [--rounds N] [--short] [--attention]\n");
       return 2;
     }
   }
@@ -122,7 +204,7 @@ int main(int argc, char **argv) {
   const int64_t T[2] = {64, 1024}, B = 4;
   const int64_t shapes[5][2] = {{768, 2304}, {768, 768}, {768, 3072}, {3072, 768}, {768, 50304}};
   const char *names[5] = {"qkv", "attproj", "fc", "fcproj", "head"};
-  for (int t_ = 0; t_ < (short_only ? 1 : 2); t_++)
+  for (int t_ = 0; t_ < (short_only ? 1 : 2) && !attention_only; t_++)
     for (int s = 0; s < 5; s++) {
       const int64_t M = B * T[t_], K = shapes[s][0], N = shapes[s][1];
       remat__mm_shape sh[2] = {{.N = M, .C = K, .OC = N, .out_bf16 = true},
@@ -176,5 +258,6 @@ int main(int argc, char **argv) {
       for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
       remat__dnnl_destroy(d);
     }
+  for (int t_ = 0; t_ < (short_only ? 1 : 2); t_++) bench_attention(B, T[t_], rounds);
   return 0;
 }
