@@ -21,7 +21,6 @@
  * Buffers here are transient and freed before returning; they are taken
  * with plain malloc because sealing and verifying run between steps or
  * before the first one, outside what a step's measured peak counts. */
-#define _DEFAULT_SOURCE /* flock, pread */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -29,7 +28,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -43,8 +41,9 @@
 
 /* ------------------------------------------------------------ names */
 
-/* step_NNN...: the step, or -1 when name is not a step directory's. */
-static int64_t parse_step_name(const char *name, size_t len) {
+/* step_NNN...: the step, or -1 when name is not a step directory's (len
+ * bytes of name). */
+int64_t remat__step_name(const char *name, size_t len) {
   if (len < 6 || strncmp(name, "step_", 5) != 0) return -1;
   int64_t s = 0;
   for (size_t i = 5; i < len; i++) {
@@ -60,7 +59,7 @@ int remat_checkpoint_step_of(const char *step_dir, int64_t *step) {
   while (len > 1 && step_dir[len - 1] == '/') len--;
   size_t b = len;
   while (b > 0 && step_dir[b - 1] != '/') b--;
-  int64_t s = parse_step_name(step_dir + b, len - b);
+  int64_t s = remat__step_name(step_dir + b, len - b);
   if (s < 0) return REMAT_EINVAL;
   *step = s;
   return 0;
@@ -306,8 +305,8 @@ static int read_manifest(const char *done, remat__manifest *m, remat_error *err)
 /* ------------------------------------------------------------- sealing */
 
 /* dir opened for listing into *out (what names it in the open's messages:
- * "checkpoint", "checkpoints"). */
-static int open_listing(const char *dir, const char *what, DIR **out, remat_error *err) {
+ * "checkpoint", "checkpoints"); ckptrun.c lists with it too. */
+int remat__open_listing(const char *dir, const char *what, DIR **out, remat_error *err) {
   int dfd, rc = remat__open(dir, O_RDONLY, REMAT__OPEN_DIR, what, &dfd, NULL, err);
   *out = NULL;
   if (rc) return rc;
@@ -324,7 +323,7 @@ static int collect(const char *step_dir, int64_t step, const remat_run_id *run,
                    remat__manifest *m, remat_error *err) {
   memset(m, 0, sizeof *m);
   DIR *d;
-  int rc = open_listing(step_dir, "checkpoint", &d, err);
+  int rc = remat__open_listing(step_dir, "checkpoint", &d, err);
   if (rc) return rc;
   int have_model = 0, have_plain = 0, have_settings = 0;
   int64_t max_rank = -1, nranked = 0;
@@ -444,7 +443,7 @@ static int each_ckpt_file(const char *step_dir,
                                     remat_error *err),
                           void *ctx, remat_error *err) {
   DIR *d;
-  int rc = open_listing(step_dir, "checkpoint", &d, err);
+  int rc = remat__open_listing(step_dir, "checkpoint", &d, err);
   if (rc) return rc;
   struct dirent *e;
   while (!rc && (e = readdir(d))) {
@@ -627,13 +626,13 @@ int remat_checkpoint_find(const char *dir, remat_checkpoint_info *info, char *sk
                           size_t cap, remat_error *err) {
   if (skipped && cap) skipped[0] = 0;
   DIR *d;
-  int rc = open_listing(dir, "checkpoints", &d, err);
+  int rc = remat__open_listing(dir, "checkpoints", &d, err);
   if (rc) return rc;
   int64_t *steps = NULL;
   size_t n = 0, scap = 0;
   struct dirent *e;
   while ((e = readdir(d))) {
-    int64_t s = parse_step_name(e->d_name, strlen(e->d_name));
+    int64_t s = remat__step_name(e->d_name, strlen(e->d_name));
     if (s < 0) continue;
     if (n == scap) {
       size_t c = scap ? 2 * scap : 16;
@@ -704,12 +703,12 @@ int remat_checkpoint_dir_check(const char *dir, int64_t from, int64_t to, int64_
   if (to > from && remat_checkpoint_dir_path(path, sizeof path, dir, to, "state_rank_0000.bin"))
     return remat__errorf(err, REMAT_EINVAL, "checkpoint directory path '%.200s' is too long", dir);
   DIR *d;
-  int rc = open_listing(dir, "checkpoints", &d, err);
+  int rc = remat__open_listing(dir, "checkpoints", &d, err);
   if (rc) return rc;
   /* the entries there, not the steps: a run may have 2^30 of them */
   struct dirent *e;
   while (!rc && (e = readdir(d))) {
-    int64_t s = parse_step_name(e->d_name, strlen(e->d_name));
+    int64_t s = remat__step_name(e->d_name, strlen(e->d_name));
     if (s <= from || s > to || (s % every && s != to)) continue;
     snprintf(want, sizeof want, "step_%08lld", (long long)s);
     if (strcmp(e->d_name, want)) continue; /* another spelling: not the path written */
@@ -726,177 +725,6 @@ int remat_checkpoint_dir_check(const char *dir, int64_t from, int64_t to, int64_
   }
   closedir(d);
   return rc;
-}
-
-/* One sealed step directory removed: unsealed first, then remat's files,
- * then the directory itself when nothing else is in it. */
-static int remove_step_dir(const char *step_dir, remat_error *err) {
-  int rc = remat__checkpoint_dir_clear(step_dir, err);
-  if (!rc) (void)rmdir(step_dir); /* files of the user's stay, and so does it */
-  return rc;
-}
-
-int remat_checkpoint_dir_prune(const char *dir, int64_t upto, int64_t keep, int64_t *removed,
-                               remat_error *err) {
-  if (removed) *removed = 0;
-  if (keep <= 0) return 0;
-  DIR *d;
-  int rc = open_listing(dir, "checkpoints", &d, err);
-  if (rc) return rc;
-  int64_t *steps = NULL;
-  size_t n = 0, scap = 0;
-  char path[DIR_PATH_MAX], want[32];
-  struct dirent *e;
-  while (!rc && (e = readdir(d))) {
-    int64_t s = parse_step_name(e->d_name, strlen(e->d_name));
-    snprintf(want, sizeof want, "step_%08lld", (long long)s);
-    if (s < 0 || s > upto || strcmp(e->d_name, want)) continue; /* one spelling per step */
-    struct stat st;
-    if (remat_checkpoint_dir_path(path, sizeof path, dir, s, "DONE") || lstat(path, &st) != 0)
-      continue; /* not sealed: not a checkpoint */
-    if (n == scap) {
-      size_t c = scap ? 2 * scap : 16;
-      int64_t *p = realloc(steps, c * sizeof *p);
-      if (!p) {
-        rc = remat__errorf(err, REMAT_ENOMEM, "out of memory listing '%s'", dir);
-        break;
-      }
-      steps = p;
-      scap = c;
-    }
-    steps[n++] = s;
-  }
-  closedir(d);
-  if (n) qsort(steps, n, sizeof *steps, cmp_desc);
-  for (size_t i = (size_t)keep; !rc && i < n; i++) {
-    remat_checkpoint_dir_path(path, sizeof path, dir, steps[i], NULL);
-    rc = remove_step_dir(path, err);
-    if (!rc && removed) (*removed)++;
-  }
-  free(steps);
-  return rc;
-}
-
-/* The sealed step directories under dir (those with DONE, one spelling per
- * step), newest first, into *steps (owned; *n of them). */
-static int list_sealed(const char *dir, int64_t upto, int64_t **steps, size_t *n,
-                       remat_error *err) {
-  DIR *d;
-  *steps = NULL;
-  *n = 0;
-  int rc = open_listing(dir, "checkpoints", &d, err);
-  if (rc) return rc;
-  size_t scap = 0;
-  char path[DIR_PATH_MAX], want[32];
-  struct dirent *e;
-  while (!rc && (e = readdir(d))) {
-    int64_t s = parse_step_name(e->d_name, strlen(e->d_name));
-    snprintf(want, sizeof want, "step_%08lld", (long long)s);
-    if (s < 0 || s > upto || strcmp(e->d_name, want)) continue; /* one spelling per step */
-    struct stat st;
-    if (remat_checkpoint_dir_path(path, sizeof path, dir, s, "DONE") || lstat(path, &st) != 0)
-      continue; /* not sealed: not a checkpoint */
-    if (*n == scap) {
-      size_t c = scap ? 2 * scap : 16;
-      int64_t *p = realloc(*steps, c * sizeof *p);
-      if (!p) {
-        rc = remat__errorf(err, REMAT_ENOMEM, "out of memory listing '%s'", dir);
-        break;
-      }
-      *steps = p;
-      scap = c;
-    }
-    (*steps)[(*n)++] = s;
-  }
-  closedir(d);
-  if (rc) {
-    free(*steps);
-    *steps = NULL;
-    *n = 0;
-  } else if (*n) {
-    qsort(*steps, *n, sizeof **steps, cmp_desc);
-  }
-  return rc;
-}
-
-int remat_checkpoint_dir_sealed(const char *dir, int64_t *count, int64_t *newest,
-                                remat_error *err) {
-  int64_t *steps;
-  size_t n;
-  *count = *newest = 0;
-  struct stat st;
-  if (stat(dir, &st) != 0 && errno == ENOENT) return 0; /* nothing there yet */
-  int rc = list_sealed(dir, INT64_MAX, &steps, &n, err);
-  if (rc) return rc;
-  *count = (int64_t)n;
-  if (n) *newest = steps[0];
-  free(steps);
-  return 0;
-}
-
-int remat_checkpoint_dir_remove_all(const char *dir, int64_t *removed, remat_error *err) {
-  if (removed) *removed = 0;
-  DIR *d;
-  int rc = open_listing(dir, "checkpoints", &d, err);
-  if (rc) return rc;
-  struct dirent *e;
-  char path[DIR_PATH_MAX];
-  /* every step_N directory, sealed or not: a new run leaves none of another's */
-  while (!rc && (e = readdir(d))) {
-    struct stat st;
-    if (parse_step_name(e->d_name, strlen(e->d_name)) < 0) continue;
-    if (join_path(path, sizeof path, dir, e->d_name)) rc = too_long(dir, err);
-    else if (lstat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
-      rc = remove_step_dir(path, err);
-      if (!rc && removed) (*removed)++;
-    }
-  }
-  closedir(d);
-  return rc;
-}
-
-/* The lock a run holds on its checkpoint directory, from its first step to
- * its end: a file of its own there (a lock on the directory itself would
- * be taken again by the saves that rename into it), locked with flock; it
- * holds the process id of its holder, for the message of a run refused. */
-#define LOCK_FILE ".remat-lock"
-
-int remat_checkpoint_dir_lock(const char *dir, int *fd_out, remat_error *err) {
-  char path[DIR_PATH_MAX];
-  *fd_out = -1;
-  if (join_path(path, sizeof path, dir, LOCK_FILE)) return too_long(dir, err);
-  int fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0666);
-  if (fd < 0)
-    return remat__errorf(err, REMAT_EIO, "cannot lock checkpoint directory '%s': %s: %s; check "
-                         "that it is writable", dir, path, strerror(errno));
-  int locked;
-  while ((locked = flock(fd, LOCK_EX | LOCK_NB)) != 0 && errno == EINTR) {
-  }
-  if (locked != 0) {
-    int e = errno;
-    char pid[32] = "";
-    ssize_t got = pread(fd, pid, sizeof pid - 1, 0);
-    pid[got > 0 ? got : 0] = 0;
-    pid[strcspn(pid, "\n")] = 0;
-    close(fd);
-    if (e == EWOULDBLOCK)
-      return remat__errorf(err, REMAT_EIO, "the checkpoint directory '%s' is in use by another "
-                           "run%s%s (it holds %s's lock): wait for that run to end, or give this "
-                           "run another --checkpoint-dir", dir, *pid ? ", process " : "", pid,
-                           LOCK_FILE);
-    return remat__errorf(err, REMAT_EIO, "cannot lock checkpoint directory '%s': %s", dir,
-                         strerror(e));
-  }
-  char pid[32];
-  int n = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
-  if (ftruncate(fd, 0) == 0 && pwrite(fd, pid, (size_t)n, 0) != n) { /* the pid is a courtesy */
-  }
-  *fd_out = fd;
-  return 0;
-}
-
-void remat_checkpoint_dir_unlock(int fd) {
-  if (fd >= 0) close(fd); /* and its lock; the file stays for the next run */
 }
 
 int remat_checkpoint_dir_make(const char *dir, int64_t step, remat_error *err) {

@@ -11,6 +11,7 @@
 #ifndef REMAT_IO_INTERNAL_H
 #define REMAT_IO_INTERNAL_H
 
+#include <dirent.h>
 #include <stddef.h>
 
 #include "remat/io.h"
@@ -80,5 +81,9 @@ void remat__manifest_free(remat__manifest *m);
 /* Removes step_dir's DONE, then its model.bin and state files: what
  * remat_checkpoint_dir_make does before a checkpoint is written again. */
 int remat__checkpoint_dir_clear(const char *step_dir, remat_error *err);
+/* The step of a step directory's name step_NNN... (len bytes), or -1. */
+int64_t remat__step_name(const char *name, size_t len);
+/* dir opened for listing (closedir it); what names it in messages. */
+int remat__open_listing(const char *dir, const char *what, DIR **out, remat_error *err);
 
 #endif
