@@ -52,8 +52,8 @@ void remat__adamw_update_fused(float *param, float *grad, float *m, float *v,
                                uint16_t *param_bf16, size_t n, const remat__adamw *opt,
                                float weight_decay, float grad_scale) {
   const adamw_consts k = consts_of(opt, weight_decay);
-  if (param_bf16) {
-#pragma omp parallel for schedule(static)
+  if (param_bf16) { /* simd: the rounding's NaN test keeps it scalar otherwise */
+#pragma omp parallel for simd schedule(static)
     for (size_t i = 0; i < n; i++) {
       const float p = adamw_elem(&k, &param[i], grad[i] * grad_scale, &m[i], &v[i]);
       param[i] = p;
