@@ -18,6 +18,13 @@ instructions, whose bits and oneDNN scratchpad depend on the CPU): where a
 quoted block has a "precision " line and the command prints another one (a
 CPU of another kind), the command is only checked to run, and the check says
 so; pass --precision fp32 to quote figures that hold on every CPU.
+Commands run without a shell, in REPO_ROOT. Besides remat (./build/app/remat,
+or "remat" as an installed one is called) and mpirun ... remat, a block may
+set up its own files with mkdir, cp and rm, and run python3 (the package in
+REPO_ROOT/python, with the interpreter --python names: one that imports torch
+and matplotlib, and REMAT_CLI naming the remat checked; without --python
+those commands are listed as not run); these must exit 0. A line
+"$ cd DIR" runs the block's later commands in DIR, until the block ends.
 A block right after a line "<!-- not run: REASON -->" is shown but not run
 (a command that takes minutes, or more MPI ranks than a test machine has);
 the check lists it as skipped with the reason. A block right after
@@ -26,8 +33,9 @@ names it: GenuineIntel, AuthenticAMD) quotes bits that depend on the CPU's
 kernels: it is compared on a CPU of that vendor and only run on another, and
 the check says so.
 
-usage: readme_check.py [--none-ok] FILE.md REMAT_BINARY REPO_ROOT
+usage: readme_check.py [--none-ok] [--python PY] FILE.md REMAT_BINARY REPO_ROOT
   --none-ok   a file without commands passes (README must have some)
+  --python PY the python3 that runs the files' python3 commands
 """
 import os
 import re
@@ -78,13 +86,14 @@ def cpu_vendor():
 
 
 def examples(readme):
-    """(command, [quoted lines], reason not run or None) for every '$ ' line
-    in a fenced block."""
-    out, in_block, cur, skip, prev = [], False, None, None, ""
+    """(command, [quoted lines], reason not run or None, block number) for
+    every '$ ' line in a fenced block."""
+    out, in_block, cur, skip, prev, block = [], False, None, None, "", 0
     for raw in open(readme, encoding="utf-8"):
         line = raw.rstrip("\n")
         if line.startswith("```"):
             in_block = not in_block
+            block += 1
             m = NOT_RUN.match(prev.strip())
             skip = m.group(1) if in_block and m else None
             rec = RECORDED.match(prev.strip())
@@ -98,7 +107,7 @@ def examples(readme):
         if not in_block:
             continue
         if line.startswith("$ "):
-            cur = (line[2:], [], skip)
+            cur = (line[2:], [], skip, block)
             out.append(cur)
         elif cur is not None:
             cur[1].append(line)
@@ -113,28 +122,66 @@ def other_cpu(want, got):
     return q[0] if q and g and q[0] != g[0] else None
 
 
+# what a block may run besides remat: its own files, and the python package
+SETUP = ("mkdir", "cp", "rm")
+
+
 def main():
     args = sys.argv[1:]
     none_ok = "--none-ok" in args
+    python = None
+    if "--python" in args:
+        i = args.index("--python")
+        python = args[i + 1]
+        del args[i:i + 2]
     readme, remat, root = [a for a in args if a != "--none-ok"][:3]
     name = os.path.basename(readme)
     cases = examples(readme)
     passed = failed = skipped = 0
-    for cmd, quoted, skip in cases:
+    cwd, cwd_block = root, None
+    for cmd, quoted, skip, block in cases:
+        if block != cwd_block:
+            cwd, cwd_block = root, block  # a cd holds to the end of its block
         run_only = skip[1] if isinstance(skip, tuple) else None
         if skip is not None and run_only is None:
             print(f"skip [{cmd}] (not run: {skip})")
             skipped += 1
             continue
         argv = shlex.split(cmd)
+        if argv[0] == "cd" and len(argv) == 2:
+            cwd = os.path.join(cwd, argv[1])
+            if os.path.isdir(cwd):
+                print(f"ok   [{cmd}]")
+                passed += 1
+            else:
+                print(f"FAIL [{cmd}]: no such directory")
+                failed += 1
+            continue
+        env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
         at = [i for i, a in enumerate(argv) if a in ("remat", "./build/app/remat")]
-        if not at or (at[0] != 0 and argv[0] != "mpirun"):
-            print(f"FAIL [{cmd}]: {name} commands run ./build/app/remat (or mpirun ... it)")
+        must_succeed = argv[0] == "python3" or argv[0] in SETUP
+        if argv[0] == "python3":
+            if python is None:
+                print(f"skip [{cmd}] (not run: no --python, a python3 with torch and matplotlib)")
+                skipped += 1
+                continue
+            argv[0] = python
+            env["PYTHONPATH"] = os.pathsep.join(
+                [os.path.join(root, "python")] + [p for p in [env.get("PYTHONPATH")] if p])
+            env["PYTHONDONTWRITEBYTECODE"] = "1"
+            env["REMAT_CLI"] = remat
+        elif argv[0] not in SETUP:
+            if not at or (at[0] != 0 and argv[0] != "mpirun"):
+                print(f"FAIL [{cmd}]: {name} commands run ./build/app/remat (or mpirun ... it), "
+                      f"{', '.join(SETUP)}, cd or python3")
+                failed += 1
+                continue
+            argv[at[0]] = remat
+        r = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=600, env=env)
+        if must_succeed and r.returncode != 0:
+            print(f"FAIL [{cmd}]: exit {r.returncode}: {(r.stdout + r.stderr)[-300:]}")
             failed += 1
             continue
-        argv[at[0]] = remat
-        env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-        r = subprocess.run(argv, cwd=root, capture_output=True, text=True, timeout=600, env=env)
         got = [mask(l) for l in (r.stdout + r.stderr).splitlines()]
         want = [mask(l) for l in quoted if l.strip()]
         other = other_cpu(want, got) or run_only
