@@ -413,6 +413,24 @@ static char *with_note(const char *text, int json, int comment, const char *note
   return out;
 }
 
+/* text with a note of --mem's budgets in bytes and binary units after its
+ * "problem: " line (owned; NULL when out of memory or mem does not parse,
+ * which the plan has refused before). */
+static char *budget_note(const char *mem, const char *text) {
+  remat_budgets b;
+  remat_error err;
+  char line[300], s[32];
+  if (remat_budgets_parse(&b, mem, &err)) return NULL;
+  int n = snprintf(line, sizeof line, "--mem %.40s is ", mem);
+  for (int64_t k = 0; k < b.n && n > 0 && (size_t)n < sizeof line - 80; k++)
+    n += snprintf(line + n, sizeof line - (size_t)n, "%s%zu bytes (%s)", k ? ", " : "",
+                  b.bytes[k], remat_format_bytes(b.bytes[k], s, sizeof s));
+  if (n > 0 && (size_t)n < sizeof line - 24)
+    snprintf(line + n, sizeof line - (size_t)n, b.n > 1 ? ", one per stage" : " a stage");
+  remat_budgets_free(&b);
+  return with_note(text, 0, 0, line);
+}
+
 /* Writes text to -o through the library's atomic save, or to standard
  * output; --config's tables and JSON carry the source note. 0 or CLI_EXIT_RUN. */
 static int write_out(const plan_args *a, const char *text) {
@@ -428,6 +446,9 @@ static int write_out(const plan_args *a, const char *text) {
   char *noted = note ? with_note(text, a->fmt == REMAT_PLAN_FORMAT_JSON, comment, what) : NULL;
   if (note && !noted) return cli_fail(CLI_EXIT_RUN, "out of memory formatting the plan");
   const char *out = noted ? noted : text;
+  /* a table says what --mem is in bytes ("8G" is 10^9 bytes, not 2^30) */
+  char *budget = a->mem && a->fmt == REMAT_PLAN_FORMAT_TABLE ? budget_note(a->mem, out) : NULL;
+  if (budget) out = budget;
   if (a->output) {
     if (remat_save_bytes(a->output, "plan", out, strlen(out), &err))
       status = cli_fail(CLI_EXIT_RUN, "%s", err.msg);
@@ -436,6 +457,7 @@ static int write_out(const plan_args *a, const char *text) {
     status = cli_stdout_ok() ? CLI_EXIT_RUN : 0;
   }
   free(noted);
+  free(budget);
   return status;
 }
 

@@ -3,7 +3,8 @@
 # plans for one stage (the same blocks, under the same names: train counts
 # blocks from 0, plan counts layers with the embedding as 0, and both say
 # so); --plan-only states the slowdown as remat plan's objective does; a
-# budget is echoed in bytes and binary units (8G is 8000000000 bytes).
+# budget is echoed in bytes and binary units (8G is 8000000000 bytes), by
+# remat train and by remat plan.
 # usage: plan_only.sh REMAT TMPDIR
 set -u
 remat=$1
@@ -65,6 +66,12 @@ grep -q "^budget  --mem 6G = 6000000000 bytes (5.59 GiB) bounds the arena; the d
 "$remat" train --config small --batch 8 --seq 64 --mem 25MiB --plan-only --precision fp32 >b.out 2>&1
 grep -q "^budget  --mem 25MiB = 26214400 bytes (25.00 MiB) bounds the arena" b.out &&
   ok "a binary budget echoed in bytes" || bad "budget line: $(grep '^budget' b.out)"
+"$remat" plan --config gpt2-124m --batch 8 --seq 1024 --mem 6G --precision fp32 >p.out 2>&1
+grep -q "^note: --mem 6G is 6000000000 bytes (5.59 GiB) a stage\$" p.out &&
+  ok "remat plan echoes a budget in bytes and GiB too" || bad "plan's budget note: $(grep '^note' p.out)"
+"$remat" plan --config small --batch 8 --seq 64 --stages 2 --mem 25MiB,30MiB --precision fp32 >p.out 2>&1
+grep -q "^note: --mem 25MiB,30MiB is 26214400 bytes (25.00 MiB), 31457280 bytes (30.00 MiB), one per stage\$" p.out &&
+  ok "and each of a budget per stage" || bad "plan's budgets note: $(grep '^note' p.out)"
 "$remat" train --config small --batch 8 --seq 64 --ckpt-layers 0,middle:1 --plan-only --precision fp32 >c.out 2>&1
 grep -q "^time    .* GFLOP a micro-batch, without recomputation .*, slowdown 1\.[0-9]* (remat plan's objective for one stage)\$" c.out &&
   ok "--plan-only states the slowdown of a policy given by hand too" || bad "slowdown: $(grep '^time' c.out)"
