@@ -25,3 +25,8 @@ remat_test(test_bf16 SOURCES test_bf16.c LIBS remat_kernels LABELS unit TIMEOUT 
 # The guard backend faults on a host touch of its memory outside its
 # operations, names where, and lets the operations and windows through.
 remat_test(test_guard SOURCES test_guard.c LIBS remat_kernels LABELS "unit;guard")
+# Where the CUDA backend is built (the toolkit found, a GPU or not): remat
+# lists it, and without a usable GPU naming it is refused in one line.
+if(REMAT_HAVE_CUDA)
+  remat_cli_test(cuda_built cuda_built.sh LABELS unit TIMEOUT 120)
+endif()

@@ -80,6 +80,15 @@ void remat__pages_free(void *p, size_t bytes, size_t mapped) {
   munmap(p, mapped ? mapped : (size_t)sysconf(_SC_PAGESIZE));
 }
 
+void remat__heap_count(size_t bytes) {
+  size_t now = atomic_fetch_add(&live_bytes, bytes) + bytes;
+  size_t peak = atomic_load(&peak_bytes);
+  while (now > peak && !atomic_compare_exchange_weak(&peak_bytes, &peak, now)) {
+  }
+}
+
+void remat__heap_uncount(size_t bytes) { atomic_fetch_sub(&live_bytes, bytes); }
+
 size_t remat__heap_live(void) { return atomic_load(&live_bytes); }
 size_t remat__heap_peak(void) { return atomic_load(&peak_bytes); }
 void remat__heap_reset_peak(void) { atomic_store(&peak_bytes, atomic_load(&live_bytes)); }

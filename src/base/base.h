@@ -31,6 +31,11 @@ void remat__free(void *p);
  * is the length mapped, which the free takes back. */
 void *remat__pages_alloc(size_t bytes, size_t *mapped);
 void remat__pages_free(void *p, size_t bytes, size_t mapped);
+/* Bytes a backend holds outside host memory (a device arena), counted as
+ * if held here, so that the measured peak (arena high water plus what the
+ * library holds besides) is the same sum on every backend. */
+void remat__heap_count(size_t bytes);
+void remat__heap_uncount(size_t bytes);
 size_t remat__heap_live(void); /* bytes currently held */
 size_t remat__heap_peak(void); /* high-water mark since start or last reset */
 void remat__heap_reset_peak(void);

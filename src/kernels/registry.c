@@ -1,16 +1,23 @@
 /* registry.c: the backends compiled into this build, the CPU reference
  * first, then the guard backend the tests run under; and the one models are
- * made on when none is named. A second backend (src/kernels/cuda, say) adds
- * its table here. */
+ * made on when none is named. The CUDA backend (src/kernels/cuda), where the
+ * toolkit was found, comes last, and is chosen only by name. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/base.h"
 #include "kernels/backend.h"
 #include "memory/layout.h"
+#ifdef REMAT_HAVE_CUDA
+#include "kernels/cuda/backend_cuda.h"
+#endif
 
 const remat__backend *remat__backend_at(int i) {
-  const remat__backend *all[] = {remat__backend_cpu(), remat__backend_guard()};
+  const remat__backend *all[] = {remat__backend_cpu(), remat__backend_guard(),
+#ifdef REMAT_HAVE_CUDA
+                                 remat__backend_cuda(), /* listed, never the default */
+#endif
+  };
   return i >= 0 && i < (int)(sizeof all / sizeof all[0]) ? all[i] : NULL;
 }
 
@@ -24,6 +31,10 @@ static const remat__backend *chosen;
 int remat_backend_select(const char *name, remat_error *err) {
   for (int i = 0; remat__backend_at(i); i++)
     if (strcmp(remat__backend_at(i)->name, name) == 0) {
+#ifdef REMAT_HAVE_CUDA
+      /* built in, but there may be no GPU here: say so, one line */
+      if (remat__backend_at(i) == remat__backend_cuda() && remat__cuda_usable(err)) return REMAT_EINVAL;
+#endif
       chosen = remat__backend_at(i);
       remat__memory_plan_for(chosen->sizes); /* the planner plans for it */
       return 0;
