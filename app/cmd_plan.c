@@ -22,7 +22,7 @@ enum { FORMAT_LP = -1 };        /* beside REMAT_PLAN_FORMAT_* */
  * line ("note: " and the note), and "source_note" in JSON: the bytes of
  * remat's engine in its precision, its FLOP or measured times. */
 /* Where --config's times came from beyond "FLOP times": the calibration
- * --calibrate ran (kept), or the kept one a run would predict by. */
+ * --calibrate ran (and kept). */
 static char times_source[640];
 
 static void source_note(char *buf, size_t cap, int bf16, int measured) {
@@ -36,20 +36,16 @@ static void source_note(char *buf, size_t cap, int bf16, int measured) {
            bf16 ? threads : "", times_source);
 }
 
-/* The note's words on this machine's layer times: measured now by
- * --calibrate, or kept from an earlier run (which the plan does not use:
- * without --calibrate its times are the FLOP model's, the same on every
- * machine). */
-static void note_times(const remat_cache_note *n, int measured) {
+/* The note's words on the times --calibrate measured now: the host, its
+ * CPU and the date, kept for later runs. Without --calibrate the times are
+ * the FLOP model's, the same on every machine, and the note says only
+ * that, whatever this machine keeps (a kept calibration predicts remat
+ * train's steps, not the plan). */
+static void note_times(const remat_cache_note *n) {
   char date[48];
   remat_cache_date(n->date, date, sizeof date);
-  if (measured)
-    snprintf(times_source, sizeof times_source, "; times in seconds measured now on %s (%s), %s",
-             n->host, n->cpu, n->source == REMAT_FIGURE_UNKEPT ? "not kept" : "and kept");
-  else
-    snprintf(times_source, sizeof times_source, "; this machine's layer times, kept from %s "
-             "(%s), predict remat train's steps; --calibrate N plans by times measured now",
-             date, n->host);
+  snprintf(times_source, sizeof times_source, "; times in seconds measured on %s (%s) at %s, %s",
+           n->host, n->cpu, date, n->source == REMAT_FIGURE_UNKEPT ? "not kept" : "and kept");
 }
 
 static const char usage_text[] =
@@ -299,11 +295,6 @@ static int check_output(const plan_args *a) {
 
 /* The problem: the file's, or --config's GPT-2 shape under the first budget,
  * for the threads each rank of the run will use. */
-/* The processes of the run the plan is for: stages x replicas. */
-static int plan_ranks(const plan_args *a) {
-  return (int)((a->P > 0 ? a->P : 1) * (a->D > 1 ? a->D : 1));
-}
-
 /* The threads of each of the run's ranks: --threads, else this machine's
  * CPUs shared by stages x replicas ranks (all of them for one rank, or for
  * more ranks than CPUs: an oversubscribed launch leaves them unbound). */
@@ -338,9 +329,7 @@ static int load_problem(const plan_args *a, const remat_budgets *budgets,
       return cli_fail(CLI_EXIT_RUN, "calibrating: %s", err.msg);
     }
     remat_plan_problem_set_times(pb, &t);
-    note_times(&kept, 1);
-  } else if (remat_calibration_kept(&cfg, a->B, a->T, plan_ranks(a), &t, &kept)) {
-    note_times(&kept, 0);
+    note_times(&kept);
   }
   return 0;
 }
