@@ -37,16 +37,14 @@ struct remat_generator {
   int32_t *hist;                /* (cap) tokens in the cache, for sliding */
 };
 
-/* The crossings between host memory and the backend's, the only places
- * this file touches the region: the backend's copy, which runs as one of
- * its operations, until its table has upload and download ops (the
- * crossings a device's memory needs), which take their place here. */
+/* The crossings between host memory and the backend's (its upload and
+ * download), the only places this file touches the region. */
 static void to_backend(const remat__backend *be, void *dst, const void *src, size_t bytes) {
-  be->copy(dst, src, bytes);
+  be->upload(dst, src, bytes);
 }
 
 static void from_backend(const remat__backend *be, void *dst, const void *src, size_t bytes) {
-  be->copy(dst, src, bytes);
+  be->download(dst, src, bytes);
 }
 
 void remat_sample_opts_default(remat_sample_opts *o) {

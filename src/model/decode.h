@@ -28,11 +28,11 @@ typedef struct remat__decoder {
   const float *w[REMAT_P_COUNT]; /* the weights' tensors, in backend memory */
 } remat__decoder;
 
-/* A decoder on backend be (NULL: the CPU backend) of a context of cap
- * positions (2 .. cfg->max_seq_len) and forwards of up to rows rows, whose
- * region holds its own copy of the weights (d->a.params: the caller fills
- * it through be's crossing before the first forward). REMAT_ENOMEM when
- * the backend cannot give the region. */
+/* A decoder on backend be (NULL: remat__backend_default) of a context of
+ * cap positions (2 .. cfg->max_seq_len) and forwards of up to rows rows,
+ * whose region holds its own copy of the weights (d->a.params: the caller
+ * fills it through be's upload before the first forward). REMAT_ENOMEM
+ * when the backend cannot give the region. */
 int remat__decoder_create(remat__decoder *d, const remat__backend *be, const remat_config *cfg,
                           int64_t cap, int64_t rows, remat_error *err);
 /* The same over a model's own parameters (borrowed, read at every forward,

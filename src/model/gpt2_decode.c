@@ -16,7 +16,7 @@
 static int plan(remat__decoder *d, const remat__backend *be, const remat_config *cfg, int64_t cap,
                 int64_t rows, int own, remat_error *err) {
   memset(d, 0, sizeof *d);
-  d->be = be ? be : remat__backend_cpu();
+  d->be = be ? be : remat__backend_default();
   d->cfg = *cfg;
   d->cfg.precision = REMAT_PRECISION_FP32;
   if (cap < 2 || cap > cfg->max_seq_len || rows < 1)
