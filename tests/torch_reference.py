@@ -10,6 +10,7 @@ ways: under torch.autocast("cpu", dtype=torch.bfloat16), and as an fp32
 model that rounds where remat's policy rounds (bf16 operands and fp32
 accumulation in every product, the product's incoming gradient rounded to
 bf16; ln, qkv, attention output, fc, GELU output and logits stored in bf16;
+the attention's probabilities and its gradients rounded for its products;
 the residual stream, statistics, softmax and loss in fp32). The tolerance
 is measured, not chosen: the spread s between two runs of the same PyTorch
 model that differ only in summation order (the batch's two sequences
@@ -173,10 +174,17 @@ def policy_block(b, x):
     q, k, v = qkv.split(C, dim=2)
     hs = C // b.NH
     q, k, v = [t.view(Bb, Tt, b.NH, hs).transpose(1, 2) for t in (q, k, v)]
-    att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
+    # the attention's products on bf16 operands (remat's tiles on AVX512-BF16,
+    # which every CPU with bf16 products has): exp(s - max) rounded for P v
+    # and the sum divided out after (the online softmax), the output's
+    # gradient rounded for dO v^T and P^T dO, the scores' gradient for dS k
+    # and dS^T q (the scale, 1/4 here, is exact)
+    att = RoundBackward.apply((q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs)))
     mask = torch.tril(torch.ones(Tt, Tt, dtype=torch.bool))
-    att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
-    y = rf((att @ v).transpose(1, 2).contiguous().view(Bb, Tt, C))
+    att = att.masked_fill(~mask, float("-inf"))
+    e = torch.exp(att - att.amax(dim=-1, keepdim=True).detach())
+    att = rf(e) / e.sum(dim=-1, keepdim=True)
+    y = rf(RoundBackward.apply(att @ v).transpose(1, 2).contiguous().view(Bb, Tt, C))
     x = x + policy_linear(y, b.c_proj, False)
     h = policy_linear(rf(b.ln_2(x)), b.c_fc, True)
     return x + policy_linear(rf(F.gelu(h, approximate="tanh")), b.c_fcproj, False)
