@@ -40,419 +40,7 @@
 
 #include "base/base.h"
 #include "model/model_runtime.h"
-#include "parallel/parallel_internal.h"
-
-enum { GBUF_BLOCK0, GBUF_BLOCK1, GBUF_BIG, GBUF_COUNT }; /* REDUCE's gradient buffers */
-enum { SLOT_A, SLOT_B, SLOT_HEAD, SLOT_COUNT };           /* GATHER's slots */
-
-/* One layer's reduce-scatter in flight: one unit's, or the head's two. */
-typedef struct {
-  int n; /* requests in flight; 0: none */
-  MPI_Request req[2];
-  int64_t unit[2];
-  size_t at[2]; /* where its pieces land in RECV */
-  int buf;      /* the gradient buffer it sends from */
-  double t_post;
-  int64_t micro;
-  remat__window send[2], recv[2]; /* each request's, lent while in flight */
-} reduce_op;
-
-/* ZeRO 3: one unit's parameters gathered ahead of their use. Whether a
- * gather is posted never depends on whether another has completed, so every
- * rank posts the same collectives in the same order. */
-typedef struct {
-  int state; /* GATHER_NONE, in flight, or done (its slot holds the unit) */
-  MPI_Request req;
-  int phase;
-  int64_t index; /* the request (in its pass's order) it answers */
-  double t_post;
-  remat__window send, recv; /* lent while in flight */
-} gather_op;
-enum { GATHER_NONE, GATHER_IN_FLIGHT, GATHER_DONE };
-
-struct remat_replicas {
-  remat_dist *d;
-  remat_trainer *tr;
-  remat_model *m;
-  const remat_config *cfg;
-  int64_t D, r, K, L;
-  int zero;
-  int64_t *units, nu;         /* the units the model holds (remat_stage_units) */
-  size_t big;                 /* the largest shard of those units but the head's own */
-  float *recv;                /* RECV: D pieces of a shard (the head: of two) */
-  float *gather[SLOT_COUNT];  /* GATHER (ZeRO 3): the embedding or a block; a block; the head */
-  float *gbuf[GBUF_COUNT];    /* REDUCE: two blocks' gradient buffers; the head's and embedding's */
-  float *pack;                /* REDUCE as a whole, between steps */
-  size_t pack_bytes;
-  double *norm;               /* NORM: D x chunks, every replica's chunk sums */
-  size_t chunks;              /* chunk sums per replica (every unit's shard, padding included) */
-  float *losses;              /* (D, K) each replica's micro-batch losses */
-  int rc;                     /* the first failure inside a layer hook */
-  remat_error err;
-  remat_comm_stats stats;
-  reduce_op red;
-  gather_op gat[2];
-  int next_block;             /* the block gradient buffer the next block takes */
-  /* ZeRO 3's requests for parameters, per pass (0 forward, 1 backward): the
-   * units in order, each one's slot, and whether the next is fetched then */
-  int64_t *pass[2], npass[2];
-  uint8_t *slot[2], *prefetch[2];
-  int64_t micro;              /* the micro-batch running (-1: the pipeline's, unknown here) */
-  double layer_t0;            /* when the running layer's backward took its buffer */
-  remat__trace own, *trace;   /* the trace: its own, or the pipeline's on a grid */
-  int64_t step;               /* the step the spans belong to (0-based; set as it starts) */
-  /* the arena counter (its own trace): the bytes live between micro-batches,
-   * and what one micro-batch's activations add from its forward to the end
-   * of its backward */
-  uint64_t fixed_bytes, slot_bytes;
-};
-
-/* Records an MPI failure (the first one is reported). */
-static int check(remat_replicas *rp, int mrc, const char *what) {
-  if (mrc == MPI_SUCCESS) return rp->rc;
-  if (!rp->rc) {
-    remat_error mpi;
-    remat__mpi_error(&mpi, mrc, what);
-    rp->rc = remat__errorf(&rp->err, REMAT_EIO, "replica %lld: %s (did another rank die?)",
-                           (long long)rp->r, mpi.msg);
-  }
-  return rp->rc;
-}
-
-static int failed(remat_replicas *rp, remat_error *err) {
-  if (!rp->rc) return 0;
-  if (err) *err = rp->err;
-  return rp->rc;
-}
-
-static uint64_t piece_bytes(const remat_replicas *rp, size_t floats, size_t size) {
-  return (uint64_t)(rp->D - 1) * floats * size;
-}
-
-static void span(remat_replicas *rp, int kind, int track, double t0, double t1, int64_t micro,
-                 int64_t layer) {
-  remat__trace_add(rp->trace, (remat__event){.ts = t0, .dur = t1 - t0,
-                                              .step = rp->step, .micro = micro,
-                                              .kind = (int16_t)kind, .track = (int16_t)track,
-                                              .layer = (int32_t)layer});
-}
-
-/* Time inside MPI calls for a collective in flight: exposed. */
-static void exposed(remat_replicas *rp, double t0, double t1, int layer) {
-  rp->stats.exposed_seconds += t1 - t0;
-  if (layer) rp->stats.layer_exposed_seconds += t1 - t0;
-}
-
-/* A collective seen complete at t1, posted at t_post. */
-static void completed(remat_replicas *rp, double t_post, double t1, int layer) {
-  rp->stats.seconds += t1 - t_post;
-  if (layer) rp->stats.layer_seconds += t1 - t_post;
-}
-
-/* A blocking collective's call, from t0: all of it exposed. kind: the
- * trace's reduce or gather. */
-static int blocking(remat_replicas *rp, double t0, int mrc, uint64_t bytes, int kind,
-                    const char *what) {
-  double t1 = remat__now();
-  completed(rp, t0, t1, 0);
-  exposed(rp, t0, t1, 0);
-  rp->stats.bytes_sent += bytes;
-  rp->stats.collectives++;
-  span(rp, kind, kind == REMAT__EV_GATHER ? REMAT__TRACK_GATHER : REMAT__TRACK_REDUCE, t0, t1,
-       -1, -1);
-  span(rp, REMAT__EV_WAIT, REMAT__TRACK_MAIN, t0, t1, -1, -1);
-  return check(rp, mrc, what);
-}
-
-/* ------------------------------------------------------- layer hooks */
-
-/* The owner's sum over the pieces received for unit u (at in: D pieces of
- * s floats): its part of the step's gradient (whole buffer or shard) plus
- * each replica's piece, in replica order. */
-static void add_pieces(remat_replicas *rp, int64_t u, const float *recv) {
-  size_t first, count, run, s = remat_unit_shard(rp->cfg, u, rp->D);
-  remat_unit_owned(rp->cfg, u, rp->D, rp->r, &first, &count);
-  int which = u == rp->L + 2 ? REMAT_BUF_TIED_GRAD : REMAT_BUF_GRADS;
-  const remat__backend *be = remat__model_backend(rp->m);
-  for (size_t i = first; i < first + count; i += run) {
-    float *acc = remat__model_unit_at(rp->m, which, u, i, &run);
-    if (run > first + count - i) run = first + count - i;
-    be->add(acc, recv + (i - first), run, rp->D, s); /* acc + piece 0 + piece 1 ... */
-  }
-}
-
-/* The windows of the reduce in flight given back. */
-static void reduce_close(remat_replicas *rp) {
-  for (int k = 0; k < 2; k++) {
-    remat__window_close(rp->m, &rp->red.send[k]);
-    remat__window_close(rp->m, &rp->red.recv[k]);
-  }
-}
-
-/* The layer in flight has arrived (seen at t1): its pieces are added. */
-static void reduce_done(remat_replicas *rp, double t1) {
-  reduce_op *o = &rp->red;
-  reduce_close(rp);
-  completed(rp, o->t_post, t1, 1);
-  int64_t layer = o->unit[0] == rp->L + 2 ? rp->L + 1 : o->unit[0];
-  span(rp, REMAT__EV_REDUCE, REMAT__TRACK_REDUCE, o->t_post, t1, o->micro, layer);
-  int n = o->n;
-  o->n = 0;
-  if (rp->rc) return;
-  for (int k = 0; k < n; k++) add_pieces(rp, o->unit[k], rp->recv + o->at[k]);
-}
-
-static void reduce_test(remat_replicas *rp) {
-  if (!rp->red.n) return;
-  int flag = 0;
-  double t = remat__now();
-  int mrc = MPI_Testall(rp->red.n, rp->red.req, &flag, MPI_STATUSES_IGNORE);
-  double e = remat__now();
-  exposed(rp, t, e, 1);
-  if (check(rp, mrc, "reduce-scattering gradients")) {
-    rp->red.n = 0;
-    reduce_close(rp);
-  } else if (flag) {
-    reduce_done(rp, e);
-  }
-}
-
-static void reduce_wait(remat_replicas *rp) {
-  if (!rp->red.n) return;
-  double t = remat__now();
-  int mrc = MPI_Waitall(rp->red.n, rp->red.req, MPI_STATUSES_IGNORE);
-  double e = remat__now();
-  exposed(rp, t, e, 1);
-  span(rp, REMAT__EV_WAIT, REMAT__TRACK_MAIN, t, e, rp->micro, -1);
-  if (check(rp, mrc, "reduce-scattering gradients")) {
-    rp->red.n = 0;
-    reduce_close(rp);
-  } else {
-    reduce_done(rp, e);
-  }
-}
-
-/* Which gradient buffer buf lies in (the head's own unit follows its tied
- * unit in the big one). */
-static int gbuf_of(const remat_replicas *rp, const float *buf) {
-  for (int b = GBUF_BIG; b > GBUF_BLOCK0; b--)
-    if (rp->gbuf[b] && buf >= rp->gbuf[b]) return b;
-  REMAT_ASSERT(buf >= rp->gbuf[GBUF_BLOCK0]);
-  return GBUF_BLOCK0;
-}
-
-/* Where layer u computes its gradient: the embedding (0) and the head
- * (L + 2) in the big buffer, blocks in the two others by turns; a buffer
- * still being sent is waited for first (the big one, when the previous
- * micro-batch's embedding or head is still in flight). */
-static float *on_grad_buf(void *ctx, int64_t u) {
-  remat_replicas *rp = ctx;
-  int b = GBUF_BIG;
-  if (u != 0 && u != rp->L + 2) {
-    b = rp->next_block;
-    if (rp->gbuf[GBUF_BLOCK1]) rp->next_block ^= 1;
-  }
-  if (rp->red.n && rp->red.buf == b) reduce_wait(rp);
-  rp->layer_t0 = remat__now();
-  return rp->gbuf[b];
-}
-
-static void on_grads(void *ctx, int64_t u, float *buf) {
-  remat_replicas *rp = ctx;
-  double t = remat__now();
-  int64_t L = rp->L;
-  if (u != L + 1) /* the layer's backward: the head's ends with the tied unit */
-    span(rp, REMAT__EV_BACKWARD, REMAT__TRACK_MAIN, rp->layer_t0, t, rp->micro,
-         u == L + 2 ? L + 1 : u);
-  if (rp->rc) return;
-  int b = gbuf_of(rp, buf);
-  /* one layer in flight: the one before must be in (RECV is reused) */
-  if (rp->red.n && rp->red.buf != b) reduce_wait(rp);
-  if (rp->rc) return;
-  size_t s = remat_unit_shard(rp->cfg, u, rp->D);
-  size_t at = u == L + 1 ? (size_t)rp->D * rp->big : 0; /* after its tied unit's */
-  reduce_op *o = &rp->red;
-  REMAT_ASSERT(o->n < 2);
-  t = remat__now();
-  size_t bytes = (size_t)rp->D * s * sizeof(float);
-  int mrc = MPI_Ialltoall(remat__window_open(rp->m, &o->send[o->n], buf, bytes, REMAT_MAP_READ),
-                          (int)s, MPI_FLOAT,
-                          remat__window_open(rp->m, &o->recv[o->n], rp->recv + at, bytes,
-                                             REMAT_MAP_WRITE),
-                          (int)s, MPI_FLOAT, rp->d->comm, &o->req[o->n]);
-  exposed(rp, t, remat__now(), 1);
-  rp->stats.bytes_sent += piece_bytes(rp, s, sizeof(float));
-  rp->stats.collectives++;
-  if (check(rp, mrc, "reduce-scattering gradients")) {
-    remat__window_close(rp->m, &o->send[o->n]);
-    remat__window_close(rp->m, &o->recv[o->n]);
-    return;
-  }
-  if (!o->n) {
-    o->t_post = t;
-    o->buf = b;
-    o->micro = rp->micro;
-  }
-  o->unit[o->n] = u;
-  o->at[o->n] = at;
-  o->n++;
-}
-
-/* ZeRO 3's requests for parameters come in two passes, each in one order
- * every time: the forward's (phase 0) the embedding's unit if the stage has
- * it, then its blocks in order; the backward's (phase 1) the head's two if
- * it has it (its tied matrix, unit 0 or a lone head's L + 2, then L + 1,
- * both in use together), then its blocks in reverse. */
-static void build_passes(remat_replicas *rp, const remat_stage *st) {
-  int64_t L = rp->L, *f = rp->pass[0], *b = rp->pass[1], nf = 0, nb = 0;
-  if (st->has_embedding) f[nf++] = 0;
-  for (int64_t i = 0; i < st->num_blocks; i++) f[nf++] = 1 + st->first_block + i;
-  if (st->has_head) {
-    b[nb++] = st->has_embedding ? 0 : L + 2;
-    b[nb++] = L + 1;
-  }
-  for (int64_t i = st->num_blocks - 1; i >= 0; i--) b[nb++] = 1 + st->first_block + i;
-  rp->npass[0] = nf;
-  rp->npass[1] = nb;
-}
-
-/* The slots of GATHER, request by request: the embedding's or the head's
- * tied matrix in A, the head's own in H, a block in B unless the unit in
- * use holds B (or there is no B), then in A. Request i + 1 of a pass is
- * gathered while request i's unit computes when its slot is not in use
- * then (request i's, and the tied matrix's beside the head's own): every
- * block of a pass but a stage's first, and the head's own unit. Nothing is
- * fetched across passes: an update, or the pipeline's other passes, may
- * come between. */
-static void plan_gathers(remat_replicas *rp, int has_b) {
-  int64_t L = rp->L;
-  for (int p = 0; p < 2; p++) {
-    unsigned live = 0;
-    for (int64_t i = 0; i < rp->npass[p]; i++) {
-      int64_t u = rp->pass[p][i];
-      int sl = u == L + 1                                                  ? SLOT_HEAD
-               : u == 0 || u == L + 2 || !has_b || (live & (1u << SLOT_B)) ? SLOT_A
-                                                                           : SLOT_B;
-      rp->slot[p][i] = (uint8_t)sl;
-      if (i > 0) rp->prefetch[p][i - 1] = !(live & (1u << sl));
-      live = (1u << sl) | (u == L + 1 && i > 0 ? 1u << rp->slot[p][i - 1] : 0u);
-    }
-    if (rp->npass[p]) rp->prefetch[p][rp->npass[p] - 1] = 0;
-  }
-}
-
-static int64_t request_index(const remat_replicas *rp, int phase, int64_t u) {
-  for (int64_t i = 0; i < rp->npass[phase]; i++)
-    if (rp->pass[phase][i] == u) return i;
-  REMAT_ASSERT(0 && "a unit this stage does not hold");
-  return -1;
-}
-
-/* Request i's gather lives in gat[i % 2]: the one in use and the next. */
-static void gather_post(remat_replicas *rp, int phase, int64_t i) {
-  gather_op *g = &rp->gat[i & 1];
-  int64_t u = rp->pass[phase][i];
-  size_t s = remat_unit_shard(rp->cfg, u, rp->D);
-  float *mine = remat__model_shard(rp->m, REMAT_BUF_PARAMS, u);
-  double t = remat__now();
-  int mrc = MPI_Iallgather(
-      remat__window_open(rp->m, &g->send, mine, s * sizeof(float), REMAT_MAP_READ), (int)s,
-      MPI_FLOAT,
-      remat__window_open(rp->m, &g->recv, rp->gather[rp->slot[phase][i]],
-                         (size_t)rp->D * s * sizeof(float), REMAT_MAP_WRITE),
-      (int)s, MPI_FLOAT, rp->d->comm, &g->req);
-  exposed(rp, t, remat__now(), 1);
-  rp->stats.bytes_sent += piece_bytes(rp, s, sizeof(float));
-  rp->stats.collectives++;
-  if (check(rp, mrc, "gathering parameters")) {
-    remat__window_close(rp->m, &g->send);
-    remat__window_close(rp->m, &g->recv);
-    return;
-  }
-  g->state = GATHER_IN_FLIGHT;
-  g->phase = phase;
-  g->index = i;
-  g->t_post = t;
-}
-
-/* Its windows given back, however it ended. */
-static void gather_close(remat_replicas *rp, gather_op *g) {
-  remat__window_close(rp->m, &g->send);
-  remat__window_close(rp->m, &g->recv);
-}
-
-static void gather_done(remat_replicas *rp, gather_op *g, double t1) {
-  gather_close(rp, g);
-  g->state = GATHER_DONE;
-  completed(rp, g->t_post, t1, 1);
-  span(rp, REMAT__EV_GATHER, REMAT__TRACK_GATHER, g->t_post, t1, rp->micro,
-       rp->pass[g->phase][g->index]);
-}
-
-static void gather_test(remat_replicas *rp, gather_op *g) {
-  if (g->state != GATHER_IN_FLIGHT) return;
-  int flag = 0;
-  double t = remat__now();
-  int mrc = MPI_Test(&g->req, &flag, MPI_STATUS_IGNORE);
-  double e = remat__now();
-  exposed(rp, t, e, 1);
-  if (check(rp, mrc, "gathering parameters")) {
-    gather_close(rp, g);
-    g->state = GATHER_NONE;
-  } else if (flag) {
-    gather_done(rp, g, e);
-  }
-}
-
-static void gather_wait(remat_replicas *rp, gather_op *g) {
-  if (g->state != GATHER_IN_FLIGHT) return;
-  double t = remat__now();
-  int mrc = MPI_Wait(&g->req, MPI_STATUS_IGNORE);
-  double e = remat__now();
-  exposed(rp, t, e, 1);
-  span(rp, REMAT__EV_WAIT, REMAT__TRACK_MAIN, t, e, rp->micro, -1);
-  if (check(rp, mrc, "gathering parameters")) {
-    gather_close(rp, g);
-    g->state = GATHER_NONE;
-  } else {
-    gather_done(rp, g, e);
-  }
-}
-
-/* Request i's gather is posted unless it already was (ahead, by request
- * i - 1). */
-static void gather_ensure(remat_replicas *rp, int phase, int64_t i) {
-  gather_op *g = &rp->gat[i & 1];
-  if (g->state != GATHER_NONE && (g->phase != phase || g->index != i)) { /* never, in order */
-    gather_wait(rp, g);
-    g->state = GATHER_NONE;
-  }
-  if (g->state == GATHER_NONE && !rp->rc) gather_post(rp, phase, i);
-}
-
-/* ZeRO 3: unit u rebuilt from every replica's shard, in its slot. The next
- * request's gather is posted before this one is waited for, when its slot
- * is free, so that it travels while this unit computes. */
-static const float *on_params(void *ctx, int64_t u, int phase) {
-  remat_replicas *rp = ctx;
-  int64_t i = request_index(rp, phase, u);
-  float *dst = rp->gather[rp->slot[phase][i]];
-  if (rp->rc) return dst; /* the step is lost; the failure is reported after it */
-  gather_ensure(rp, phase, i);
-  if (rp->prefetch[phase][i]) gather_ensure(rp, phase, i + 1);
-  gather_wait(rp, &rp->gat[i & 1]);
-  rp->gat[i & 1].state = GATHER_NONE; /* in use until the next request */
-  return dst;
-}
-
-/* Between the model's kernels: MPI_Test moves what is in flight on. */
-static void on_progress(void *ctx) {
-  remat_replicas *rp = ctx;
-  if (rp->rc) return;
-  reduce_test(rp);
-  gather_test(rp, &rp->gat[0]);
-  gather_test(rp, &rp->gat[1]);
-}
+#include "parallel/replicas_internal.h"
 
 /* ----------------------------------------------------- between steps */
 
@@ -484,7 +72,9 @@ static int allgather_units(remat_replicas *rp, int which, const char *what) {
         (int)s, MPI_FLOAT, rp->d->comm);
     remat__window_close(rp->m, &recv);
     remat__window_close(rp->m, &send);
-    if (blocking(rp, t, mrc, piece_bytes(rp, s, sizeof(float)), REMAT__EV_GATHER, what)) break;
+    if (remat__rp_blocking(rp, t, mrc, remat__rp_piece_bytes(rp, s, sizeof(float)),
+                           REMAT__EV_GATHER, what))
+      break;
     for (int64_t q = 0; q < rp->D; q++) {
       if (q == rp->r) continue;
       remat_unit_owned(rp->cfg, u, rp->D, q, &first, &count);
@@ -529,7 +119,7 @@ static void bind(remat_replicas *rp) {
     rp->gather[SLOT_B] = g + D * rp->big;
     rp->gather[SLOT_HEAD] = rp->gather[SLOT_B] + rest;
   }
-  plan_gathers(rp, has_b);
+  remat__rp_plan_gathers(rp, has_b);
 }
 
 /* The arena's live bytes at t: a micro-batch's activations in use or not. */
@@ -551,8 +141,8 @@ static void begin_step(remat_replicas *rp) {
 /* After the last micro-batch: the last layer's pieces (the embedding's, or
  * a stage's first block's) land. */
 static int end_micro_batches(remat_replicas *rp, remat_error *err) {
-  reduce_wait(rp);
-  return failed(rp, err);
+  remat__rp_reduce_wait(rp);
+  return remat__rp_failed(rp, err);
 }
 
 static int run_rounds(void *ctx, remat_trainer *tr, double *loss_sum, remat_error *err) {
@@ -576,22 +166,23 @@ static int run_rounds(void *ctx, remat_trainer *tr, double *loss_sum, remat_erro
     arena_counter(rp, t, 1);
     remat__model_stage_forward(m, 0, micro, &o->hp);
     double tb = remat__now(), rs0 = remat__model_recompute_seconds(m);
-    span(rp, REMAT__EV_FORWARD, REMAT__TRACK_MAIN, t, tb, micro, -1);
+    remat__rp_span(rp, REMAT__EV_FORWARD, REMAT__TRACK_MAIN, t, tb, micro, -1);
     double loss = remat__model_stage_backward(m, 0, micro, remat__trainer_dloss(tr), &o->hp);
     double rs = remat__model_recompute_seconds(m) - rs0;
     /* interleaved with the blocks' backwards; drawn as one span of its total */
-    if (rs > 0) span(rp, REMAT__EV_RECOMPUTE, REMAT__TRACK_RECOMPUTE, tb, tb + rs, micro, -1);
+    if (rs > 0)
+      remat__rp_span(rp, REMAT__EV_RECOMPUTE, REMAT__TRACK_RECOMPUTE, tb, tb + rs, micro, -1);
     arena_counter(rp, remat__now(), 0);
-    if ((rc = failed(rp, err))) return rc;
+    if ((rc = remat__rp_failed(rp, err))) return rc;
     rp->losses[rp->r * rp->K + j] = (float)(loss / (double)(o->B * o->T));
   }
   if ((rc = end_micro_batches(rp, err))) return rc;
   double t = remat__now();
   int mrc = MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, rp->losses, (int)rp->K, MPI_FLOAT,
                           rp->d->comm);
-  if (blocking(rp, t, mrc, piece_bytes(rp, (size_t)rp->K, sizeof(float)), REMAT__EV_REDUCE,
-               "sharing the losses"))
-    return failed(rp, err);
+  if (remat__rp_blocking(rp, t, mrc, remat__rp_piece_bytes(rp, (size_t)rp->K, sizeof(float)),
+                         REMAT__EV_REDUCE, "sharing the losses"))
+    return remat__rp_failed(rp, err);
   /* in micro-batch order, as one process adds them */
   for (int64_t j = 0; j < rp->K; j++)
     for (int64_t q = 0; q < rp->D; q++) *loss_sum += rp->losses[q * rp->K + j];
@@ -605,7 +196,7 @@ static int after_backward(void *ctx, remat_trainer *tr, remat_error *err) {
   remat_replicas *rp = ctx;
   remat_model_sum_tied(rp->m);
   if (rp->zero == 0) allgather_units(rp, REMAT_BUF_GRADS, "gathering gradients");
-  return failed(rp, err);
+  return remat__rp_failed(rp, err);
 }
 
 /* The squared norm: each replica's chunk sums of the units' shards it owns,
@@ -634,10 +225,10 @@ static int layer_sums(remat_replicas *rp, double *layers, int64_t *n, remat_erro
                                           REMAT_MAP_READ | REMAT_MAP_WRITE);
   int mrc = MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, (void *)norm, (int)rp->chunks,
                           MPI_DOUBLE, rp->d->comm);
-  if (blocking(rp, t, mrc, piece_bytes(rp, rp->chunks, sizeof(double)), REMAT__EV_REDUCE,
-               "summing the norm")) {
+  if (remat__rp_blocking(rp, t, mrc, remat__rp_piece_bytes(rp, rp->chunks, sizeof(double)),
+                         REMAT__EV_REDUCE, "summing the norm")) {
     remat__window_close(rp->m, &lent);
-    return failed(rp, err);
+    return remat__rp_failed(rp, err);
   }
   pos = 0;
   *n = 0;
@@ -675,8 +266,8 @@ static int update(void *ctx, remat_trainer *tr, float lr, float norm, remat_erro
   remat_model_update(rp->m, &remat_trainer_opts(tr)->hp, lr, norm);
   if (rp->zero == 1 || rp->zero == 2)
     allgather_units(rp, REMAT_BUF_PARAMS, "gathering parameters");
-  span(rp, REMAT__EV_UPDATE, REMAT__TRACK_MAIN, t, remat__now(), -1, -1);
-  return failed(rp, err);
+  remat__rp_span(rp, REMAT__EV_UPDATE, REMAT__TRACK_MAIN, t, remat__now(), -1, -1);
+  return remat__rp_failed(rp, err);
 }
 
 /* ------------------------------------------------------------ lifetime */
@@ -732,7 +323,7 @@ int remat_replicas_create(remat_replicas **out, remat_dist *d, remat_trainer *tr
   rp->prefetch[0] = rp->slot[0] + 2 * n;
   rp->prefetch[1] = rp->slot[0] + 3 * n;
   rp->nu = remat_stage_units(cfg, st, rp->units);
-  build_passes(rp, st);
+  remat__rp_build_passes(rp, st);
   for (int64_t x = 0; x < rp->nu; x++) {
     int64_t u = rp->units[x];
     size_t s = remat_unit_shard(cfg, u, rp->D);
@@ -741,8 +332,11 @@ int remat_replicas_create(remat_replicas **out, remat_dist *d, remat_trainer *tr
   }
   if (st->has_embedding && st->has_head && remat_unit_shard(cfg, L + 2, rp->D) > rp->big)
     rp->big = remat_unit_shard(cfg, L + 2, rp->D);
-  remat__layer_ops lops = {.params = rp->zero == 3 ? on_params : NULL, .grad_buf = on_grad_buf,
-                          .grads = on_grads, .progress = on_progress, .ctx = rp};
+  remat__layer_ops lops = {.params = rp->zero == 3 ? remat__rp_on_params : NULL,
+                          .grad_buf = remat__rp_on_grad_buf,
+                          .grads = remat__rp_on_grads,
+                          .progress = remat__rp_on_progress,
+                          .ctx = rp};
   remat__model_set_layer_ops(m, &lops);
   remat__trainer_ops ops = {.micro_batches = run_rounds, .after_backward = after_backward,
                            .norm_sumsq = norm_sumsq, .update = update, .ctx = rp};
