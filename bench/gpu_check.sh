@@ -72,18 +72,18 @@ fi
 
 # --------------------------------------------------------- op by op
 t0=$SECONDS
-REMAT_CUDA_MANAGED=1 OMP_WAIT_POLICY=PASSIVE timeout 240 "$ops" >"$tmp/ops.log" 2>&1
+REMAT_CUDA_MANAGED=1 OMP_WAIT_POLICY=PASSIVE timeout 240 stdbuf -oL "$ops" >"$tmp/ops.log" 2>&1
 rc=$?
 # the lines of the cuda section: "-- backend cuda" up to the next "-- "
 awk '/^-- backend cuda/{on=1; print; next} /^-- /{on=0} on' "$tmp/ops.log" >"$tmp/ops.cuda"
-nfail=$(grep -c -i 'FAIL' "$tmp/ops.cuda")
+nfail=$(grep -c '^FAIL\|check failed' "$tmp/ops.cuda")
 if [[ ! -s $tmp/ops.cuda ]]; then
   row "test_backend_ops: cuda" "FAIL" "no cuda section (rc $rc): $(tail -2 "$tmp/ops.log" | tr '\n' ' ')"
 elif grep -q 'skipped' "$tmp/ops.cuda"; then
   row "test_backend_ops: cuda" "FAIL" "$(grep -m1 skipped "$tmp/ops.cuda")"
 elif [[ $rc -ne 0 || $nfail -ne 0 ]]; then
   row "test_backend_ops: cuda" "FAIL" \
-    "rc $rc, $nfail failed: $(grep -m2 -i 'FAIL' "$tmp/ops.cuda" | tr '\n' ' ')"
+    "rc $rc, $nfail failed: $(grep -m2 '^FAIL\|check failed' "$tmp/ops.cuda" | tr '\n' ' ')"
 else
   row "test_backend_ops: cuda" "ok" "every op against the CPU, $((SECONDS - t0)) s"
 fi

@@ -39,7 +39,7 @@ foreach(lib ${MPI_C_LIBRARIES})
   string(APPEND deps " ${lib}")
 endforeach()
 if(REMAT_HAVE_CUDA) # the CUDA backend's runtime and cuBLASLt
-  string(APPEND deps " -L${CUDAToolkit_LIBRARY_DIR} -lcublasLt -lcudart")
+  string(APPEND deps " -L${CUDAToolkit_LIBRARY_DIR} -lcublasLt -lcudart -lstdc++")
 endif()
 string(APPEND deps " -lm")
 if(BUILD_SHARED_LIBS)

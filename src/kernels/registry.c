@@ -9,7 +9,7 @@
 #include "kernels/backend.h"
 #include "memory/layout.h"
 #ifdef REMAT_HAVE_CUDA
-#include "kernels/cuda/backend_cuda.h"
+#include "kernels/backend_cuda.h"
 #endif
 
 const remat__backend *remat__backend_at(int i) {

@@ -19,7 +19,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "kernels/cuda/backend_cuda.h"
+#include "kernels/backend_cuda.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/kernels.h"
 

@@ -1,7 +1,7 @@
-/* backend_cuda.h: the CUDA backend (backend_cuda.c, kernels.cu), compiled
- * in where CMake finds the CUDA toolkit (REMAT_HAVE_CUDA). It is never the
- * default: a run names it (--backend cuda, REMAT_BACKEND=cuda). It has not
- * yet run on a GPU (docs/cuda.md). */
+/* backend_cuda.h: the CUDA backend (cuda/backend_cuda.c and the .cu files
+ * beside it), compiled in where CMake finds the CUDA toolkit
+ * (REMAT_HAVE_CUDA). It is never the default: a run names it (--backend
+ * cuda, REMAT_BACKEND=cuda). It has not yet run on a GPU (docs/cuda.md). */
 #ifndef REMAT_BACKEND_CUDA_H
 #define REMAT_BACKEND_CUDA_H
 
