@@ -13,11 +13,12 @@ typedef struct train_sampler train_sampler;
 /* A sampler over a one-process model's weights (borrowed: m must outlive
  * it; remat_generator_create_model): a byte model (V = 256) prints bytes,
  * GPT-2's vocabulary (V = 50257) is decoded with the BPE files in
- * vocab_dir. Its memory is outside the trainer's planned and measured
- * bytes: the generator's own planned region on the model's backend (the
- * cache and one block's rows, remat_generator_planned_bytes) and its
- * sampling scratch, and the vocabulary; it is all taken here, before the
- * first step. */
+ * vocab_dir. Its memory is outside the trainer's planned bytes: the
+ * generator's own planned region on the model's backend (the cache and one
+ * block's rows, remat_generator_planned_bytes), its sampling scratch and
+ * the vocabulary, all taken here, before the first step. The region comes
+ * from the backend's allocator, so the trainer's measured peak holds it
+ * (by its planned bytes) where the planned peak does not. */
 int train_sampler_create(train_sampler **out, remat_model *m, const char *vocab_dir,
                          remat_error *err);
 /* 64 tokens after a newline (bytes) or <|endoftext|> (BPE), seeded by the
