@@ -580,6 +580,7 @@ static int start(run_state *r) {
     remat_model *m = remat_trainer_model(r->tr);
     if (train_sampler_create(&r->sampler, m, cli_vocab_dir(NULL), &err))
       return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
+    r->planned += train_sampler_planned_bytes(r->sampler); /* measured holds it too */
   }
   int64_t step;
   const char *note, *from = remat_job_resumed_from(r->job, &step, &note);

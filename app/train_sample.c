@@ -54,6 +54,13 @@ static void put_bytes(const unsigned char *p, size_t n, int keep_high, FILE *f) 
   }
 }
 
+/* A BPE sample ends at <|endoftext|>, as remat sample's does: the end of a
+ * document, not text. */
+static int stop_at_eot(void *ctx, int32_t token) {
+  (void)ctx;
+  return token == REMAT_BPE_EOT;
+}
+
 int train_sampler_print(train_sampler *s, int64_t step, FILE *f, remat_error *err) {
   remat_sample_opts o;
   remat_sample_opts_default(&o);
@@ -61,8 +68,10 @@ int train_sampler_print(train_sampler *s, int64_t step, FILE *f, remat_error *er
   o.seed = (uint64_t)step;
   int32_t prompt = s->bpe ? REMAT_BPE_EOT : '\n';
   int64_t n = 0;
-  int rc = remat_generate(s->gen, &prompt, 1, &o, s->out, &n, NULL, NULL, err);
+  int rc = remat_generate(s->gen, &prompt, 1, &o, s->out, &n, s->bpe ? stop_at_eot : NULL, NULL,
+                          err);
   if (rc) return rc;
+  if (s->bpe && n > 0 && s->out[n - 1] == REMAT_BPE_EOT) n--; /* not written */
   fprintf(f, "sample  step %lld | ", (long long)step);
   for (int64_t i = 0; i < n; i++) {
     size_t len = 1;
@@ -73,6 +82,10 @@ int train_sampler_print(train_sampler *s, int64_t step, FILE *f, remat_error *er
   fputc('\n', f);
   fflush(f);
   return 0;
+}
+
+size_t train_sampler_planned_bytes(const train_sampler *s) {
+  return s ? remat_generator_planned_bytes(s->gen) : 0;
 }
 
 void train_sampler_destroy(train_sampler *s) {

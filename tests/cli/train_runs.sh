@@ -142,7 +142,7 @@ check "no MFU above 100% in the log or the summary" perl -ne '
 
 # --sample-every: a sample every N steps, between steps, from the model's
 # own weights; sampling neither changes the training (the saved bytes) nor
-# the planned = measured peak (the generator's memory is outside the trainer's).
+# the planned = measured peak (the generator's region is planned and counted in both).
 S=(--config tiny --batch 4 --seq 32 --steps 10 --quiet --peak-gflops 10 --threads 1)
 "$remat" train "${S[@]}" --sample-every 5 --save "$tmp/s1.bin" --log "$tmp/s1.jsonl" >"$tmp/s1.out" 2>&1
 "$remat" train "${S[@]}" --save "$tmp/s0.bin" >/dev/null 2>&1
