@@ -10,9 +10,7 @@
  *
  * Missing, NULL in the table: the bf16 matrix products (products_create,
  * products_destroy, products_scratch, bf16_matmul_forward,
- * bf16_matmul_backward), the bf16 layers (layernorm_forward_bf16,
- * gelu_forward_bf16, gelu_backward_bf16, crossentropy_forward_bf16,
- * crossentropy_forward_backward_bf16) and the bf16 attention
+ * bf16_matmul_backward) and the bf16 attention
  * (attention_forward_bf16, attention_backward_bf16). The sizes say so:
  * product_scratch answers REMAT_EINVAL, so a bf16 plan or model on this
  * backend is refused with that message before any op runs. */
@@ -182,6 +180,18 @@ static remat__cu_adamw_k adamw_consts(const remat__adamw *opt, float weight_deca
       .bc2_sqrt = (float)sqrt(1.0 - pow((double)opt->beta2, opt->step))};
 }
 
+static double cu_crossentropy_forward_bf16(uint16_t *logits, float *losses,
+                                           const int32_t *targets, int64_t N, int64_t V,
+                                           int64_t Vp) {
+  return remat__cu_crossentropy_bf16(logits, losses, targets, N, V, Vp, 0, 0.0f);
+}
+
+static double cu_crossentropy_forward_backward_bf16(uint16_t *logits, float *losses,
+                                                    const int32_t *targets, float dloss,
+                                                    int64_t N, int64_t V, int64_t Vp) {
+  return remat__cu_crossentropy_bf16(logits, losses, targets, N, V, Vp, 1, dloss);
+}
+
 static void cu_adamw_update(float *param, const float *grad, float *m, float *v, size_t n,
                             const remat__adamw *opt, float weight_decay, float grad_scale) {
   remat__cu_adamw_k k = adamw_consts(opt, weight_decay);
@@ -273,6 +283,11 @@ static const remat__backend cuda = {
     .init_normal = remat__cu_init_normal,
     .to_bf16 = remat__cu_to_bf16,
     .from_bf16 = remat__cu_from_bf16,
+    .layernorm_forward_bf16 = remat__cu_layernorm_forward_bf16,
+    .gelu_forward_bf16 = remat__cu_gelu_forward_bf16,
+    .gelu_backward_bf16 = remat__cu_gelu_backward_bf16,
+    .crossentropy_forward_bf16 = cu_crossentropy_forward_bf16,
+    .crossentropy_forward_backward_bf16 = cu_crossentropy_forward_backward_bf16,
     .adamw_update_fused = cu_adamw_update_fused,
 };
 

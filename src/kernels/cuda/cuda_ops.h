@@ -90,6 +90,17 @@ void remat__cu_adamw(float *param, float *grad, float *m, float *v, uint16_t *pa
                      size_t n, const remat__cu_adamw_k *k, float grad_scale, int zero_grad);
 void remat__cu_init_normal(float *x, size_t first, size_t n, float std, uint64_t seed,
                            uint32_t tensor);
+/* bf16 layers (bf16.cu), and the pieces of the fp32 ones they share. */
+void remat__cu_layernorm_stats(float *mean, float *rstd, const float *inp, int64_t N, int64_t C);
+double remat__cu_sum_rows(const float *losses, int64_t N); /* in row order, double */
+void remat__cu_layernorm_forward_bf16(uint16_t *out, float *mean, float *rstd, const float *inp,
+                                      const float *weight, const float *bias, int64_t N,
+                                      int64_t C);
+void remat__cu_gelu_forward_bf16(uint16_t *out, const uint16_t *inp, size_t n);
+void remat__cu_gelu_backward_bf16(uint16_t *dinp, const uint16_t *inp, const float *dout,
+                                  size_t n);
+double remat__cu_crossentropy_bf16(uint16_t *logits, float *losses, const int32_t *targets,
+                                   int64_t N, int64_t V, int64_t Vp, int backward, float dloss);
 void remat__cu_to_bf16(uint16_t *dst, const float *src, size_t n);
 void remat__cu_from_bf16(float *dst, const uint16_t *src, size_t n);
 

@@ -458,11 +458,15 @@ __global__ void k_ln_out(float *out, const float *mean, const float *rstd, const
   }
 }
 
+void remat__cu_layernorm_stats(float *mean, float *rstd, const float *inp, int64_t N, int64_t C) {
+  k_ln_stats<<<grid_for((size_t)N, 64), 64>>>(mean, rstd, inp, N, C);
+  LAUNCHED();
+}
+
 void remat__cu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
                                  const float *weight, const float *bias, int64_t N, int64_t C) {
   if (N * C == 0) return;
-  k_ln_stats<<<grid_for((size_t)N, 64), 64>>>(mean, rstd, inp, N, C);
-  LAUNCHED();
+  remat__cu_layernorm_stats(mean, rstd, inp, N, C);
   k_ln_out<<<grid_for((size_t)(N * C), 256), 256>>>(out, mean, rstd, inp, weight, bias, N, C);
   done();
 }
@@ -605,6 +609,10 @@ double remat__cu_crossentropy(float *logits, float *losses, const int32_t *targe
   k_xent<<<grid_for((size_t)N, 64), 64>>>(logits, losses, targets, N, V, Vp, backward != 0,
                                           dloss);
   LAUNCHED();
+  return remat__cu_sum_rows(losses, N);
+}
+
+double remat__cu_sum_rows(const float *losses, int64_t N) {
   double *dt = (double *)scratch_get(), total = 0.0;
   k_sum_rows<<<1, 1>>>(dt, losses, N);
   LAUNCHED();
