@@ -216,7 +216,15 @@ typedef struct remat_state_header {
   uint64_t loader_rng;
   int64_t data_tokens; /* tokens in the training split */
   int64_t replicas, zero; /* data parallelism */
+  /* What binds the state to its checkpoint (version 2; a version 1 state
+   * loads with binds 0): REMAT_STATE_BINDS_* bits saying which of the two
+   * after it were recorded. */
+  int64_t binds;
+  int64_t precision;  /* remat_precision of the run */
+  uint64_t model_crc; /* CRC32C of the model.bin written at the same step */
 } remat_state_header;
+#define REMAT_STATE_BINDS_PRECISION 1
+#define REMAT_STATE_BINDS_MODEL 2
 
 /* Writes h, m and v (h->num_params floats each) with a checksum, atomically. */
 REMAT_API int remat_state_save(const char *path, const remat_state_header *h, const float *m,

@@ -5,10 +5,12 @@
  * Layout (little endian): a header of REMAT_STATE_FIELDS int64 (magic,
  * version, then the fields of remat_state_header in order), then num_params
  * float32 of m, then num_params of v, then a 64-bit FNV-1a checksum of all
- * the bytes before it. Written like every save: a private temporary, synced,
+ * the bytes before it. Version 2 added what binds a state to its
+ * checkpoint (binds, precision, model_crc), words that version 1 left zero. Written like every save: a private temporary, synced,
  * renamed over the destination. */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -18,7 +20,7 @@
 #include "io/io_internal.h"
 
 #define STATE_MAGIC 0x3154535441524552ll /* "REMATST1" */
-#define STATE_VERSION 1
+#define STATE_VERSION 2 /* 2 added binds, precision and model_crc; 1 still loads */
 
 static uint64_t fnv(uint64_t h, const void *p, size_t n) {
   const unsigned char *b = p;
@@ -31,7 +33,8 @@ static uint64_t fnv(uint64_t h, const void *p, size_t n) {
   X(step) X(num_params) X(rank) X(ranks) X(first_block) X(num_blocks) X(has_embedding)    \
   X(has_head) X(L) X(C) X(NH) X(V) X(maxT) X(B) X(T) X(grad_accum) X(steps) X(warmup)     \
   X(cosine) X(seed) X(lr_bits) X(dropout_bits) X(wd_bits) X(clip_bits) X(shuffle)          \
-  X(loader_epoch) X(loader_cursor) X(loader_rng) X(data_tokens) X(replicas) X(zero)
+  X(loader_epoch) X(loader_cursor) X(loader_rng) X(data_tokens) X(replicas) X(zero)        \
+  X(binds) X(precision) X(model_crc)
 
 static void to_words(const remat_state_header *h, int64_t *w) {
   int k = 0;
@@ -43,11 +46,14 @@ static void to_words(const remat_state_header *h, int64_t *w) {
   while (k < REMAT_STATE_FIELDS) w[k++] = 0;
 }
 
+/* A version 1 header's words past its fields are zero: binds 0, nothing
+ * recorded. */
 static void from_words(const int64_t *w, remat_state_header *h) {
   int k = 2;
 #define X(f) h->f = (__typeof__(h->f))w[k++];
   FIELDS(X)
 #undef X
+  if (w[1] < 2) h->binds = h->precision = 0, h->model_crc = 0;
 }
 
 int remat_state_save(const char *path, const remat_state_header *h, const float *m,
@@ -102,9 +108,10 @@ static int check_header(const int64_t *words, size_t size, const char *path,
     return remat__errorf(err, REMAT_EFORMAT,
                          "training state '%s' is truncated: %zu bytes, less than its header", path,
                          size);
-  if (words[0] != STATE_MAGIC || words[1] != STATE_VERSION)
-    return remat__errorf(err, REMAT_EFORMAT, "'%s' is not a remat training state (version %d)",
-                         path, STATE_VERSION);
+  if (words[0] != STATE_MAGIC || words[1] < 1 || words[1] > STATE_VERSION)
+    return remat__errorf(err, REMAT_EFORMAT,
+                         "'%s' is not a remat training state (versions 1 to %d)", path,
+                         STATE_VERSION);
   from_words(words, h);
   /* 2 * num_params floats and the checksum follow the header */
   size_t body = size - REMAT_STATE_FIELDS * sizeof(int64_t);
@@ -119,6 +126,12 @@ static int check_header(const int64_t *words, size_t size, const char *path,
     return remat__errorf(err, REMAT_EFORMAT,
                          "training state '%s' is damaged: rank %lld of %lld ranks at step %lld",
                          path, (long long)h->rank, (long long)h->ranks, (long long)h->step);
+  if ((h->binds & ~(int64_t)(REMAT_STATE_BINDS_PRECISION | REMAT_STATE_BINDS_MODEL)) ||
+      h->precision < 0 || h->precision >= REMAT_PRECISION_COUNT || h->model_crc > UINT32_MAX)
+    return remat__errorf(err, REMAT_EFORMAT,
+                         "training state '%s' is damaged: what binds it to its checkpoint "
+                         "(precision %lld, model CRC %llx) is not one remat writes",
+                         path, (long long)h->precision, (unsigned long long)h->model_crc);
   return 0;
 }
 

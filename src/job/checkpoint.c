@@ -9,6 +9,7 @@
 #include "base/base.h"
 #include "job/job_internal.h"
 #include "model/model_runtime.h"
+#include "train/train_runtime.h"
 #include "remat/report.h"
 
 static const char *state_name(const remat_job *job, char *buf, size_t cap) {
@@ -73,8 +74,14 @@ int remat__job_write_checkpoint(remat_job *job, remat_error *err) {
   if (remat_checkpoint_dir_path(path, sizeof path, dir, step, "model.bin"))
     return remat__errorf(err, REMAT_EINVAL, "the checkpoint directory's path is too long");
   if ((rc = save_weights(job, path, REMAT_CKPT_VERSION, err))) return rc; /* fp32: exact */
+  if (job->rank == 0) { /* rank 0's state names the weights it goes with */
+    uint64_t size;
+    uint32_t crc;
+    rc = remat_file_checksum(path, "model file", "model file", &size, &crc, err);
+    if (!rc) remat__trainer_bind_model(job->tr, crc);
+  }
   remat_checkpoint_dir_path(path, sizeof path, dir, step, state_name(job, name, sizeof name));
-  rc = remat_trainer_save_state(job->tr, path, job->rank, job->ranks, err);
+  if (!rc) rc = remat_trainer_save_state(job->tr, path, job->rank, job->ranks, err);
   if (!rc && job->rank == 0) { /* the run's settings, for a resume that names only the dir */
     remat_checkpoint_dir_path(path, sizeof path, dir, step, "settings");
     rc = remat__job_settings_save(path, &job->d, &job->cfg,

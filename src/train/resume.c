@@ -88,7 +88,14 @@ static void fill_header(remat_trainer *tr, int rank, int ranks, remat_state_head
       .wd_bits = bits(o->hp.weight_decay), .clip_bits = bits(o->hp.grad_clip),
       .shuffle = o->shuffle, .loader_epoch = pos.epoch, .loader_cursor = pos.cursor,
       .loader_rng = pos.epoch_rng, .data_tokens = tr->have_train ? tr->train.n : 0,
-      .replicas = st->replicas, .zero = st->zero};
+      .replicas = st->replicas, .zero = st->zero,
+      .binds = REMAT_STATE_BINDS_PRECISION | (tr->have_model_crc ? REMAT_STATE_BINDS_MODEL : 0),
+      .precision = c->precision, .model_crc = tr->have_model_crc ? tr->model_crc : 0};
+}
+
+void remat__trainer_bind_model(remat_trainer *tr, uint32_t crc) {
+  tr->model_crc = crc;
+  tr->have_model_crc = 1;
 }
 
 int remat_trainer_save_state(remat_trainer *tr, const char *path, int rank, int ranks,
@@ -103,6 +110,7 @@ int remat_trainer_save_state(remat_trainer *tr, const char *path, int rank, int 
   int rc = remat_state_save_parts(path, &h, k, (const float *const *)m, (const float *const *)v,
                                   n, err);
   unmap_parts(tr, m, v, n, k, REMAT_MAP_READ, at_m, at_v);
+  tr->have_model_crc = 0; /* the next state binds the next model file */
   return rc;
 }
 
@@ -150,13 +158,21 @@ static int compare(const remat_state_header *have, const remat_state_header *wan
   SAME_REAL(lr_bits, "learning rate") SAME_REAL(dropout_bits, "dropout")
   SAME_REAL(wd_bits, "weight decay") SAME_REAL(clip_bits, "clipping")
 #undef SAME_REAL
+  /* a state saved before version 2 records no precision */
+  if ((have->binds & REMAT_STATE_BINDS_PRECISION) && have->precision != want->precision)
+    return remat__errorf(err, REMAT_ESHAPE,
+                         "cannot resume from '%s': it was saved training in %s, and this run "
+                         "trains in %s; a run keeps its precision: resume with precision %s",
+                         path, remat_precision_name((int)have->precision),
+                         remat_precision_name((int)want->precision),
+                         remat_precision_name((int)have->precision));
   return 0;
 }
 
 /* A state inside a sealed checkpoint directory is loaded only once the
  * whole directory verifies against its DONE: a corrupt model.bin or a file
  * from another step or run is refused before anything is used. */
-static int verify_dir_of(const char *path, remat_error *err) {
+static int verify_dir_of(const char *path, const remat_state_header *have, remat_error *err) {
   const char *slash = strrchr(path, '/');
   size_t dl = slash ? (size_t)(slash - path) : 1;
   char dir[4096], done[4096 + 8];
@@ -170,6 +186,23 @@ static int verify_dir_of(const char *path, remat_error *err) {
   remat_error e;
   if (remat_checkpoint_verify(dir, -1, NULL, &e))
     return remat__errorf(err, e.code, "cannot resume from '%s': %s", dir, e.msg);
+  /* DONE lists what is there, resealed or not: the state names the weights
+   * it was saved with */
+  if (have->binds & REMAT_STATE_BINDS_MODEL) {
+    char model[4096 + 16];
+    uint64_t size;
+    uint32_t crc;
+    snprintf(model, sizeof model, "%s/model.bin", dir);
+    if (remat_file_checksum(model, "model file", "model file", &size, &crc, &e))
+      return remat__errorf(err, e.code, "cannot resume from '%s': %s", dir, e.msg);
+    if (crc != (uint32_t)have->model_crc)
+      return remat__errorf(err, REMAT_EFORMAT,
+                           "cannot resume from '%s': its model.bin (CRC32C %08x) is not the "
+                           "model file its training state was saved with (CRC32C %08x); "
+                           "resume from the checkpoint as the run wrote it, or start a new run "
+                           "from this file with --model",
+                           dir, (unsigned)crc, (unsigned)have->model_crc);
+  }
   return 0;
 }
 
@@ -179,7 +212,7 @@ int remat_trainer_check_state(remat_trainer *tr, const char *path, int rank, int
   fill_header(tr, rank, ranks, &want);
   int rc = remat_state_peek(path, &have, err);
   if (!rc) rc = compare(&have, &want, path, err);
-  return rc ? rc : verify_dir_of(path, err);
+  return rc ? rc : verify_dir_of(path, &have, err);
 }
 
 int remat_trainer_load_state(remat_trainer *tr, const char *path, int rank, int ranks,

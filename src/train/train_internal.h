@@ -20,6 +20,10 @@ struct remat_trainer {
   /* the rank's other model chunks (remat__trainer_set_companions) */
   remat_model *companions[REMAT__MAX_COMPANIONS];
   int num_companions;
+  /* the model file's CRC32C the next saved state records
+   * (remat__trainer_bind_model), have_model_crc 0 when none */
+  uint32_t model_crc;
+  int have_model_crc;
 };
 
 #endif

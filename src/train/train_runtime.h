@@ -35,6 +35,11 @@ void remat__trainer_set_ops(remat_trainer *tr, const remat__trainer_ops *ops);
 #define REMAT__MAX_COMPANIONS 63
 void remat__trainer_set_companions(remat_trainer *tr, remat_model *const *m, int n);
 
+/* The CRC32C of the model file written at this step, recorded by the next
+ * state saved (and by that one only), which a resume from the checkpoint
+ * directory holding both then requires of its model.bin. */
+void remat__trainer_bind_model(remat_trainer *tr, uint32_t crc);
+
 /* The next micro-batch of this step (micro = 0..K-1) from the loader or the
  * caller's batches; inputs or targets may be NULL when not needed. */
 int remat__trainer_next_batch(remat_trainer *tr, int64_t micro, int32_t *inputs,

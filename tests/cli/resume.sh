@@ -8,7 +8,8 @@
 # mixed step directory is refused naming the file; a settings file edited
 # by hand is refused by its checksum, or when resealed, quoting the line it
 # cannot read or a value out of its flag's or the trainer's range; a
-# resume with other settings is refused with one line. A finished run
+# resume with other settings is refused with one line, another run's
+# model.bin or another precision too, resealed or not. A finished run
 # resumed with --save writes its weights; --log on a resume appends (the
 # lines after the checkpoint's step replaced); --keep-checkpoints N keeps
 # the newest N step directories; a resume from another directory finds the
@@ -148,6 +149,67 @@ for kv in "eps -1|eps -1 must" "lr 1e400|lr inf must" "ckpt-ratio nan|--ckpt-rat
   expect_fail "resealed settings with $1 $2" \
     "the settings of range/step_00000006/settings: .*${kv#*|}.*restore it" --resume range/step_00000006
 done
+# The state binds its model.bin and precision: another run's weights, or
+# another precision, resealed on purpose, are refused naming what differs;
+# a state saved before it recorded them (version 1) still resumes.
+reseal_all() { # DIR: every file DONE lists with its size and CRC32C again
+  python3 - "$1" <<'PY'
+import sys
+T = []
+for i in range(256):
+    c = i
+    for _ in range(8):
+        c = (c >> 1) ^ (0x82F63B78 if c & 1 else 0)
+    T.append(c)
+def crc32c(data):
+    c = 0xFFFFFFFF
+    for b in data:
+        c = T[(c ^ b) & 0xFF] ^ (c >> 8)
+    return c ^ 0xFFFFFFFF
+d = sys.argv[1]
+out = []
+for l in open(d + "/DONE").read().splitlines():
+    if l.startswith("crc "):
+        continue
+    if l.startswith("file "):
+        data = open(d + "/" + l.split()[1], "rb").read()
+        l = "file %s %d %08x" % (l.split()[1], len(data), crc32c(data))
+    out.append(l)
+text = "".join(l + "\n" for l in out)
+open(d + "/DONE", "w").write(text + "crc %08x\n" % crc32c(text.encode()))
+PY
+}
+rm -rf swapped && cp -r full swapped && cp ref.bin swapped/step_00000006/model.bin
+reseal_all swapped/step_00000006
+expect_fail "resealed with another run's model.bin" \
+  "its model.bin (CRC32C [0-9a-f]*) is not the model file its training state was saved with" \
+  --resume swapped/step_00000006
+saved=$(sed -n 's/^precision //p' full/step_00000006/settings)
+if [[ $saved == bf16 ]]; then
+  hand prec "$(sed 's/^precision .*/precision fp32/' full/step_00000006/settings)\n" reseal
+  expect_fail "resealed with precision bf16 -> fp32" "saved training in bf16, and this run trains in fp32" \
+    --resume prec/step_00000006
+else echo "skip: precision bf16 -> fp32 (this CPU trains in $saved)"; fi
+rm -rf v1 && cp -r full v1
+python3 - v1/step_00000006/state.bin <<'PY'
+import struct, sys
+p = sys.argv[1]
+d = bytearray(open(p, "rb").read())
+w = list(struct.unpack_from("<64q", d))
+assert w[1] == 2 and w[33] == 3, w[:40]  # version 2, precision and model bound
+w[1], w[33], w[34], w[35] = 1, 0, 0, 0
+struct.pack_into("<64q", d, 0, *w)
+h = 1469598103934665603
+for b in d[:-8]:
+    h = ((h ^ b) * 1099511628211) & 0xFFFFFFFFFFFFFFFF
+struct.pack_into("<Q", d, len(d) - 8, h)
+open(p, "wb").write(d)
+PY
+reseal_all v1/step_00000006
+"$remat" train --resume v1/step_00000006 --quiet --peak-gflops 10 --threads 1 --save v1.bin \
+  >v1.out 2>&1
+cmp -s full.bin v1.bin && ok "a version 1 state (no model or precision recorded) resumes: the same bytes" ||
+  bad "version 1 state: $(tail -2 v1.out)"
 
 # Resume and extend: the checkpoint's settings are the run's; --resume DIR
 # alone continues it, checkpointing included.
