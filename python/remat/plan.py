@@ -2,6 +2,7 @@
 and returns the plan with its exports for ColossalAI, Megatron-LM and a
 plain-PyTorch pipeline split (what torch.distributed.pipelining takes)."""
 import json
+import numbers
 import os
 import subprocess
 import tempfile
@@ -14,13 +15,25 @@ from .wrap import Layer, wrap
 
 
 def _mem_arg(memory):
-    for m in memory if isinstance(memory, (list, tuple)) else [memory]:
-        if isinstance(m, (int, float)) and not (m == m and 0 < m < float("inf")):
+    """The --mem argument for a budget (bytes, a size such as '80GB', or one
+    per stage); NaN, infinities, zero and negatives refused here, where the
+    number is still the caller's."""
+    items = list(memory) if isinstance(memory, (list, tuple)) else [memory]
+    for m in items:
+        if isinstance(m, str):
+            try:
+                x = float(m)  # "nan", "inf", "-1": numbers; "80GB" is not
+            except ValueError:
+                continue
+        elif isinstance(m, numbers.Real) and not isinstance(m, bool):
+            x = float(m)
+        else:
+            x = None
+        if x is None or not (x == x and 0 < x < float("inf")):
             raise ValueError(f"memory must be a positive number of bytes or a size such as "
                              f"'80GB', not {m!r}")
-    if isinstance(memory, (list, tuple)):
-        return ",".join(str(int(m)) if isinstance(m, (int, float)) else str(m) for m in memory)
-    return str(int(memory)) if isinstance(memory, (int, float)) else str(memory)
+    out = [str(m) if isinstance(m, str) else str(int(m)) for m in items]
+    return ",".join(out)
 
 
 def _run(cli, args):
@@ -40,6 +53,7 @@ def plan(problem, stages=None, microbatches=None, memory=None, schedule=None, ob
     Plan with feasible False, the least-memory arrangement and the planner's
     message."""
     cli = find_cli(cli)
+    mem = None if memory is None else _mem_arg(memory)  # before anything is built
     prof = problem if isinstance(problem, Profile) else None
     if prof is not None:
         if stages is None or microbatches is None or memory is None:
@@ -63,8 +77,10 @@ def plan(problem, stages=None, microbatches=None, memory=None, schedule=None, ob
             args += ["--stages", str(stages)]
         if microbatches is not None:
             args += ["--microbatches", str(microbatches)]
-        if memory is not None:
-            args += ["--mem", _mem_arg(memory)]
+        if mem is None and isinstance(pb.get("memory"), (int, float, list)):
+            _mem_arg(pb["memory"])  # a problem's own budget: JSON's NaN reads as a float
+        if mem is not None:
+            args += ["--mem", mem]
         if schedule is not None:
             args += ["--schedule", schedule]
         if objective is not None:

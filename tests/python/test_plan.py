@@ -1,7 +1,8 @@
 """remat.plan through the built `remat plan`: the seed example (ColossalAI
 #5509) comes out as 7/8/8/9 layers with 4/3/0/0 recomputed, and its
 ColossalAI, Megatron and torch stage-split exports; the remat command
-found from cli=, remat.config.cli, REMAT_CLI and PATH."""
+found from cli=, remat.config.cli, REMAT_CLI and PATH; a budget of NaN
+refused with a ValueError that says what to give."""
 import json
 import os
 import sys
@@ -86,6 +87,25 @@ class Settings(unittest.TestCase):
         self.assertFalse(p.feasible)
         self.assertEqual(p.data["min_budget_bytes"], 2000000000)
         self.assertIn("smallest budget that fits is 2.00 GB", p.message)
+
+    def test_memory_nan(self):
+        """plan(memory=nan): a ValueError naming what to give, never Python's
+        'cannot convert float NaN to integer', for every way a budget comes."""
+        nan = float("nan")
+        with open(common.SEED) as f:
+            pb = json.load(f)
+        said = "memory must be a positive number of bytes or a size such as '80GB', not nan"
+        for memory in (nan, [30e9, nan], "nan", "inf", "-1"):
+            with self.assertRaisesRegex(ValueError, "positive number of bytes"):
+                remat.plan(common.SEED, memory=memory, cli=common.CLI)
+        with self.assertRaisesRegex(ValueError, said):
+            remat.plan(pb, memory=nan, cli=common.CLI)
+        with self.assertRaisesRegex(ValueError, said):  # a problem's own budget
+            remat.plan(dict(pb, memory=nan), cli=common.CLI)
+        # a Profile: refused before its problem is written (none is measured here)
+        prof = object.__new__(remat.Profile)
+        with self.assertRaisesRegex(ValueError, said):
+            remat.plan(prof, stages=2, microbatches=2, memory=nan, cli=common.CLI)
 
     def test_cli_from_environment(self):
         old = os.environ.get("REMAT_CLI")
