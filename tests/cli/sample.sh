@@ -4,7 +4,8 @@
 # comes first, from --prompt or --prompt-file; --top-p draws the same text
 # for a seed, all of it at 1 and the most likely text at a tiny P; a BPE
 # model (vocabulary 50257) samples through GPT-2's vocabulary and stops at
-# <|endoftext|> unless --ignore-eot; bad inputs get one-line errors.
+# <|endoftext|> unless --ignore-eot, as remat train --sample-every's samples
+# do; bad inputs get one-line errors.
 # usage: sample.sh REMAT TMPDIR
 set -u
 remat=$1
@@ -80,6 +81,12 @@ check "BPE: generation stops at <|endoftext|>, which is not written: $(od -c "$t
 "$remat" sample --model "$tmp/eot.bin" --prompt "Hi" --tokens 3 --ignore-eot >"$tmp/eot2" 2>&1
 check "BPE: --ignore-eot goes on, writing it as text: $(cat "$tmp/eot2")" \
   bash -c "printf 'Hi<|endoftext|><|endoftext|><|endoftext|>\n' | cmp -s - '$tmp/eot2'"
+# remat train --sample-every stops there too (a step at a tiny rate leaves
+# the model writing <|endoftext|> first)
+"$remat" train --model "$tmp/eot.bin" --data "$tmp/bpe_train.bin" --batch 2 --seq 16 --steps 1 \
+  --lr 1e-9 --sample-every 1 --threads 1 --quiet --peak-gflops 100 >"$tmp/eot3" 2>&1
+check "BPE: train --sample-every stops at <|endoftext|>, not written: $(grep '^sample' "$tmp/eot3")" \
+  grep -qx 'sample  step 1 | ' "$tmp/eot3"
 
 "$remat" train --config 2,64,4,300,64 --steps 1 --threads 1 --quiet --peak-gflops 100 --save "$tmp/v300.bin" >/dev/null 2>&1
 expect_fail "a vocabulary of 300" "--bytes" --model "$tmp/v300.bin"
