@@ -33,6 +33,9 @@ names it: GenuineIntel, AuthenticAMD) quotes bits that depend on the CPU's
 kernels: it is compared on a CPU of that vendor and only run on another, and
 the check says so.
 
+Every picture the file shows (![ALT](PATH), PATH relative to the file) must
+be a PNG or SVG file that is there.
+
 usage: readme_check.py [--none-ok] [--python PY] FILE.md REMAT_BINARY REPO_ROOT
   --none-ok   a file without commands passes (README must have some)
   --python PY the python3 that runs the files' python3 commands
@@ -126,6 +129,33 @@ def other_cpu(want, got):
 SETUP = ("mkdir", "cp", "rm")
 
 
+IMAGE = re.compile(r"!\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def images(page):
+    """(path, why) for each picture the page shows, ![ALT](PATH) with PATH
+    relative to the page: why is None for a PNG or SVG file that is there
+    and not empty, else what is wrong."""
+    out, here = [], os.path.dirname(os.path.abspath(page))
+    with open(page) as f:
+        text = f.read()
+    for path in IMAGE.findall(text):
+        if "://" in path:
+            continue
+        full = os.path.join(here, path)
+        try:
+            with open(full, "rb") as f:
+                head = f.read(512)
+        except OSError as e:
+            out.append((path, f"no such picture ({e.strerror})"))
+            continue
+        if head.startswith(b"\x89PNG\r\n\x1a\n") or (path.endswith(".svg") and b"<svg" in head):
+            out.append((path, None))
+        else:
+            out.append((path, "neither a PNG nor an SVG file"))
+    return out
+
+
 def main():
     args = sys.argv[1:]
     none_ok = "--none-ok" in args
@@ -138,6 +168,13 @@ def main():
     name = os.path.basename(readme)
     cases = examples(readme)
     passed = failed = skipped = 0
+    for path, why in images(readme):
+        if why:
+            print(f"FAIL [![]({path})]: {why}")
+            failed += 1
+        else:
+            print(f"ok   [![]({path})]")
+            passed += 1
     cwd, cwd_block = root, None
     for cmd, quoted, skip, block in cases:
         if block != cwd_block:
