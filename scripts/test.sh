@@ -17,4 +17,13 @@ cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DREMAT_WERROR=ON -DREMAT_SANI
 cmake --build build-asan -j"$jobs"
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j"$jobs" -L unit)
 
+# The CUDA backend, never built by default: compiled where the toolkit is
+# installed, with its check (docs/cuda.md); a GPU is not needed.
+if command -v nvcc >/dev/null 2>&1 || [[ -x /usr/local/cuda/bin/nvcc ]]; then
+  cmake -S . -B build-cuda -DCMAKE_BUILD_TYPE=Release -DREMAT_WERROR=ON -DREMAT_CUDA=ON \
+    -DCMAKE_CUDA_COMPILER="$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)"
+  cmake --build build-cuda -j"$jobs" --target remat_cli
+  bash tests/cli/cuda_built.sh build-cuda/app/remat build-cuda/cuda_built.tmp
+fi
+
 bash scripts/fuzz.sh 30
