@@ -71,8 +71,24 @@ static int calibrate_for(const remat_config *cfg, int64_t B, int64_t T, int roun
   st.accumulate = 1;
   st.wdeferred = 1;
   remat_model *m;
-  int rc = remat__model_create_stage(&m, &c, B, T, &st, err);
+  int rc = remat__model_plan(&m, &c, B, T, &st, err);
   if (rc) return rc;
+  /* three blocks at the run's batch: refused, not allocated, where they
+   * would not fit this machine (the run's own check comes later) */
+  const char *what;
+  size_t ram = remat_memory_headroom(&what), need = remat_memplan_peak_bytes(remat_model_memplan(m));
+  if (ram && need > ram) {
+    char b1[32], b2[32];
+    remat_model_destroy(m);
+    return remat__errorf(err, REMAT_ENOMEM,
+                         "timing three blocks at this batch needs %s but %s leaves %s",
+                         remat_format_bytes(need, b1, sizeof b1), what,
+                         remat_format_bytes(ram, b2, sizeof b2));
+  }
+  if ((rc = remat__model_allocate(m, err))) {
+    remat_model_destroy(m);
+    return rc;
+  }
   double *all = remat__malloc((size_t)most * FIELDS * sizeof *all);
   if (!all) {
     remat_model_destroy(m);
