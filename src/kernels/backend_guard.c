@@ -175,8 +175,19 @@ static void g_download(void *dst, const void *src, size_t bytes) {
   leave();
 }
 
+/* Whether [p, p + bytes) lies in one of the guard's arenas: a window is
+ * lent only there (other memory is the host's already). */
+static bool in_arena(const char *p, size_t bytes) {
+  for (int i = 0; i < MAX_ARENAS; i++)
+    if (arenas[i].p && p >= arenas[i].p && bytes <= arenas[i].mapped &&
+        (size_t)(p - arenas[i].p) <= arenas[i].mapped - bytes)
+      return true;
+  return false;
+}
+
 static void *g_map(void *p, size_t bytes, int access) {
   (void)access;
+  if (!in_arena(p, bytes)) return p;
   for (int i = 0; i < MAX_WINDOWS; i++)
     if (!windows[i].p) {
       windows[i] = (struct window){p, bytes};
@@ -189,6 +200,7 @@ static void *g_map(void *p, size_t bytes, int access) {
 
 static void g_unmap(void *p, void *host, size_t bytes, int access) {
   (void)host, (void)access;
+  if (!in_arena(p, bytes)) return;
   for (int i = 0; i < MAX_WINDOWS; i++)
     if (windows[i].p == p && windows[i].bytes == bytes) {
       windows[i] = (struct window){0};
