@@ -9,9 +9,21 @@
  * thread packing its tiles into its piece of the products' scratchpad
  * (remat__att16_tiles), so the scratchpad is at least the thread count
  * times a piece. */
+#ifdef _OPENMP
 #include <omp.h>
+#endif
 
 #include "products/products.h"
+
+/* The threads the kernels run on: OpenMP's, or one in a build without it
+ * (the fuzzing build's planner, which runs no kernel). */
+static size_t kernel_threads(void) {
+#ifdef _OPENMP
+  return (size_t)omp_get_max_threads();
+#else
+  return 1;
+#endif
+}
 
 static void cpu_workspace(remat__kernel_ws *ws, int64_t B, int64_t T, int64_t C, int64_t NH,
                           int64_t V) {
@@ -42,7 +54,7 @@ size_t remat__att16_tiles_view(remat__att16_tiles *t, void *base, int64_t hs) {
  * question) and the head size is even (the pairs of channels). */
 static size_t cpu_attention_work(int64_t C, int64_t NH) {
   if (NH <= 0 || C % NH || (C / NH) % 2 || !remat__cpu_bf16_get().avx512_bf16) return 0;
-  return (size_t)omp_get_max_threads() * remat__att16_tiles_view(NULL, NULL, C / NH);
+  return kernel_threads() * remat__att16_tiles_view(NULL, NULL, C / NH);
 }
 
 const remat__backend_sizes remat__cpu_sizes = {
