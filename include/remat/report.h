@@ -113,6 +113,12 @@ typedef struct remat_cache_note {
 } remat_cache_note;
 REMAT_API void remat_cache_note_set(remat_cache_note *note, const remat_cache *c, int source,
                                     int64_t date, const char *why);
+/* Keeps figures measured now: e dated now and stored, and note says how
+ * (remeasured as asked (again), a damaged file rewritten (found is
+ * remat_cache_get's REMAT_CACHE_DAMAGED; damaged says why), stored, or not
+ * kept and why). */
+REMAT_API void remat_cache_keep(const remat_cache *c, remat_cache_entry *e, int again, int found,
+                                const char *damaged, remat_cache_note *note);
 /* "2026-11-27 15:04 UTC"; returns buf. */
 REMAT_API const char *remat_cache_date(int64_t date, char *buf, size_t cap);
 

@@ -214,14 +214,7 @@ int remat_calibrate_cached(const remat_config *cfg, int64_t B, int64_t T, int ra
   memcpy(e.value, fig, sizeof fig);
   e.n = KEPT;
   memcpy(e.key, key, sizeof key);
-  e.date = (int64_t)time(NULL);
-  int source = again ? REMAT_FIGURE_REMEASURED
-               : found == REMAT_CACHE_DAMAGED ? REMAT_FIGURE_REPAIRED : REMAT_FIGURE_STORED;
-  remat_error werr = {0};
-  if (remat_cache_put(&c, &e, &werr)) source = REMAT_FIGURE_UNKEPT;
-  remat_cache_note_set(note, &c, source, e.date,
-                       source == REMAT_FIGURE_UNKEPT ? werr.msg
-                       : source == REMAT_FIGURE_REPAIRED ? why.msg : "");
+  remat_cache_keep(&c, &e, again, found, why.msg, note);
   return 0;
 }
 

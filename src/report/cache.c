@@ -269,6 +269,18 @@ void remat_cache_note_set(remat_cache_note *note, const remat_cache *c, int sour
   snprintf(note->why, sizeof note->why, "%s", why ? why : c->why);
 }
 
+void remat_cache_keep(const remat_cache *c, remat_cache_entry *e, int again, int found,
+                      const char *damaged, remat_cache_note *note) {
+  e->date = (int64_t)time(NULL);
+  int source = again ? REMAT_FIGURE_REMEASURED
+               : found == REMAT_CACHE_DAMAGED ? REMAT_FIGURE_REPAIRED : REMAT_FIGURE_STORED;
+  remat_error werr = {0};
+  if (remat_cache_put(c, e, &werr)) source = REMAT_FIGURE_UNKEPT;
+  remat_cache_note_set(note, c, source, e->date,
+                       source == REMAT_FIGURE_UNKEPT ? werr.msg
+                       : source == REMAT_FIGURE_REPAIRED ? damaged : "");
+}
+
 const char *remat_cache_date(int64_t date, char *buf, size_t cap) {
   time_t t = (time_t)date;
   struct tm tm;

@@ -317,19 +317,12 @@ int remat_peak_cached(remat_peak *p, const remat_config *cfg, int64_t B, int64_t
   }
   int rc = remat_measure_peak(p, cfg, B, T, seconds, err);
   if (rc) return rc;
-  e.date = (int64_t)time(NULL);
   e.n = PEAK_FIGURES;
   memcpy(e.key, key, sizeof key);
   const double fig[PEAK_FIGURES] = {p->median, p->best, p->low, p->spread, p->trials, p->shapes,
                                     p->seconds};
   memcpy(e.value, fig, sizeof fig);
-  int source = again ? REMAT_FIGURE_REMEASURED
-               : found == REMAT_CACHE_DAMAGED ? REMAT_FIGURE_REPAIRED : REMAT_FIGURE_STORED;
-  remat_error werr = {0};
-  if (remat_cache_put(&c, &e, &werr)) source = REMAT_FIGURE_UNKEPT;
-  remat_cache_note_set(note, &c, source, e.date,
-                       source == REMAT_FIGURE_UNKEPT ? werr.msg
-                       : source == REMAT_FIGURE_REPAIRED ? why.msg : "");
+  remat_cache_keep(&c, &e, again, found, why.msg, note);
   return 0;
 }
 
