@@ -102,7 +102,7 @@ typedef struct remat_job_desc {
    * the directory it resumed from (remat_job_saved_load says so). */
   int replace_checkpoints;
   const char *resume;
-  int trace; /* record every rank's timeline (several ranks only) */
+  int trace; /* record every rank's timeline (one process's too) */
   /* The version of the model file remat_job_save writes: 0 or
    * REMAT_CKPT_VERSION (fp32), or REMAT_CKPT_VERSION_BF16 (each weight
    * rounded to bf16, half the bytes). A checkpoint directory's model.bin is

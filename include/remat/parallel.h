@@ -191,6 +191,23 @@ REMAT_API int remat_pipeline_load(remat_pipeline *pl, const float *full, uint64_
 REMAT_API size_t remat_pipeline_chunk_bytes(const remat_pipeline *pl);
 REMAT_API size_t remat_pipeline_chunk_high_water(const remat_pipeline *pl);
 
+/* ------------------------------------------------------- one process */
+
+/* One process's timeline, drawn as the pipeline's and the replicas' are,
+ * without MPI: remat_solo_create makes the trainer (the whole model, one
+ * process) run its steps with its micro-batches timed (the same losses,
+ * norms and weights, bit for bit), recording into memory reserved up front
+ * for max_steps steps: per micro-batch a forward span, a backward span and
+ * its recompute (on a track of its own), per step an update span, and the
+ * arena's live bytes as a counter (up by a micro-batch's activations at its
+ * forward, down at its backward's end). remat_solo_trace_write writes it as
+ * Chrome trace-event JSON. Destroy it before the trainer. */
+typedef struct remat_solo remat_solo; /* opaque */
+REMAT_API int remat_solo_create(remat_solo **out, remat_trainer *tr, int64_t max_steps,
+                                remat_error *err);
+REMAT_API void remat_solo_destroy(remat_solo *so);
+REMAT_API int remat_solo_trace_write(remat_solo *so, const char *path, remat_error *err);
+
 /* ----------------------------------------------------- data parallelism */
 
 /* D replicas of the whole model, one per rank, under ZeRO stage 0 to 3

@@ -37,10 +37,6 @@ static int check_choices(const remat_job_desc *d, remat_error *err) {
     return remat__errorf(err, REMAT_EINVAL, "%s and %s place a pipeline: give %s P too (and "
                          "start P ranks with mpirun -np P)", N(d, "layers"), N(d, "plan"),
                          N(d, "stages"));
-  if (d->stages == 1 && d->replicas == 1 && d->trace)
-    return remat__errorf(err, REMAT_EINVAL, "%s draws the timeline of several ranks: give %s P "
-                         "or %s D too (and start that many with mpirun -np)", N(d, "trace"),
-                         N(d, "stages"), N(d, "data-parallel"));
   if (d->layers && d->memory)
     return remat__errorf(err, REMAT_EINVAL, "%s places the blocks by hand and %s lets remat "
                          "place them; give one", N(d, "layers"), N(d, "mem"));
@@ -275,6 +271,7 @@ void remat_job_destroy(remat_job *job, int status) {
     remat_pipeline_destroy(job->pipe);
     remat_replicas_destroy(job->dp);
   }
+  remat_solo_destroy(job->solo);
   remat_trainer_destroy(job->tr);
   if (job->have_plan) remat_plan_free(&job->plan);
   if (job->have_pb) remat_plan_problem_free(&job->pb);

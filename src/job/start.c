@@ -291,7 +291,9 @@ static int make_runtime(remat_job *job, remat_error *err) {
   int rc;
   switch (job->kind) {
   case REMAT_RUN_ONE:
-    return remat_trainer_create(&job->tr, &job->cfg, pl->policy, &job->tok, &to, err);
+    rc = remat_trainer_create(&job->tr, &job->cfg, pl->policy, &job->tok, &to, err);
+    if (!rc && d->trace) rc = remat_solo_create(&job->solo, job->tr, d->train.steps, err);
+    return rc;
   case REMAT_RUN_REPLICAS: {
     remat_stage st = remat_placement_stage(pl, 0, job->rank);
     if ((rc = remat_trainer_create_stage(&job->tr, &job->cfg, &st, &job->tok, &to, err)))

@@ -68,10 +68,11 @@ int remat_job_step(remat_job *job, int stop, remat_job_step_info *in, remat_erro
 }
 
 int remat_job_trace_write(remat_job *job, const char *path, remat_error *err) {
-  int rc = job->pipe ? remat_pipeline_trace_write(job->pipe, path, err)
-           : job->dp ? remat_replicas_trace_write(job->dp, path, err)
-                     : remat__errorf(err, REMAT_EINVAL, "a timeline is recorded only across "
-                                     "several ranks");
+  int rc = job->pipe   ? remat_pipeline_trace_write(job->pipe, path, err)
+           : job->dp   ? remat_replicas_trace_write(job->dp, path, err)
+           : job->solo ? remat_solo_trace_write(job->solo, path, err)
+                       : remat__errorf(err, REMAT_EINVAL, "the job records no timeline (its "
+                                       "description's trace is 0)");
   return remat__job_agree(job, rc, err); /* rank 0 writes the file: the others learn how it went */
 }
 

@@ -44,13 +44,14 @@ typedef struct remat__trace {
   double t0;
 } remat__trace;
 
-/* Reserves cap events and starts every rank's clock together (a barrier). */
+/* Reserves cap events and starts every rank's clock together (a barrier).
+ * comm MPI_COMM_NULL here and in remat__trace_write: one process, no MPI. */
 int remat__trace_start(remat__trace *t, MPI_Comm comm, size_t cap, remat_error *err);
 /* Records e (ts in remat__now()'s seconds); once full, drops the rest. */
 void remat__trace_add(remat__trace *t, remat__event e);
 /* Rank 0 gathers every rank's events and writes the file; every rank calls
  * it. The ranks are P stages x R replicas (rank = stage R + replica), which
- * names their tracks. */
+ * names their tracks (1 x 1: one process). */
 int remat__trace_write(remat__trace *t, MPI_Comm comm, int64_t P, int64_t R, const char *path,
                        remat_error *err);
 void remat__trace_free(remat__trace *t);

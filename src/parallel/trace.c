@@ -5,7 +5,8 @@
  * every rank's and writes them, one process (pid) per rank, with tracks
  * (tid) for what runs beside the rank's computation: recompute, and
  * communication in flight. A rank's track is named only where it has
- * spans, so a viewer shows no empty ones. */
+ * spans, so a viewer shows no empty ones. One process (solo.c) records and
+ * writes its own without MPI (the communicator MPI_COMM_NULL). */
 #include <stdio.h>
 
 #include "base/base.h"
@@ -40,7 +41,7 @@ int remat__trace_start(remat__trace *t, MPI_Comm comm, size_t cap, remat_error *
   t->ev = remat__malloc(cap * sizeof *t->ev);
   if (!t->ev) return remat__errorf(err, REMAT_ENOMEM, "out of memory for the trace");
   t->cap = cap;
-  int rc = MPI_Barrier(comm); /* one start for every rank's clock */
+  int rc = comm == MPI_COMM_NULL ? MPI_SUCCESS : MPI_Barrier(comm); /* one start for every clock */
   if (rc != MPI_SUCCESS) return remat__mpi_error(err, rc, "starting the trace");
   t->t0 = remat__now();
   t->on = 1;
@@ -89,7 +90,9 @@ static void write_names(FILE *f, const remat__event *ev, size_t n, int r, int64_
   fputs(*first ? "\n" : ",\n", f);
   *first = 0;
   char name[64]; /* world rank r = stage * R + replica */
-  if (P > 1 && R > 1)
+  if (P == 1 && R == 1)
+    snprintf(name, sizeof name, "one process");
+  else if (P > 1 && R > 1)
     snprintf(name, sizeof name, "rank %d: stage %d, replica %d", r, (int)(r / R), (int)(r % R));
   else
     snprintf(name, sizeof name, "rank %d: %s %d", r, P > 1 ? "stage" : "replica", r);
@@ -124,15 +127,17 @@ static int reserve(remat__trace *t, MPI_Comm comm, int rank, remat__event **buf,
 int remat__trace_write(remat__trace *t, MPI_Comm comm, int64_t P, int64_t R, const char *path,
                        remat_error *err) {
   if (!t->on) return remat__errorf(err, REMAT_EINVAL, "tracing was not started");
-  int rank, size;
-  MPI_Comm_rank(comm, &rank);
-  MPI_Comm_size(comm, &size);
+  int rank = 0, size = 1; /* MPI_COMM_NULL: one process, no MPI */
   remat__event *buf = NULL;
   uint64_t most = 0;
-  int rc = reserve(t, comm, rank, &buf, &most, err);
-  if (rc) return rc;
+  if (comm != MPI_COMM_NULL) {
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &size);
+    int rc = reserve(t, comm, rank, &buf, &most, err);
+    if (rc) return rc;
+  }
   if (rank != 0) { /* one message, empty when there are no events */
-    rc = MPI_Send(t->ev, (int)(t->n * sizeof(remat__event)), MPI_BYTE, 0, 22, comm);
+    int rc = MPI_Send(t->ev, (int)(t->n * sizeof(remat__event)), MPI_BYTE, 0, 22, comm);
     return rc == MPI_SUCCESS ? 0 : remat__mpi_error(err, rc, "gathering the trace");
   }
   remat_error oerr;
