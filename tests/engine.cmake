@@ -53,6 +53,10 @@ if(MPIRUN)
 else()
   message(STATUS "mpirun not found: the pipeline and data-parallel tests are not registered")
 endif()
+# Traces read back: one process, and a 2-rank pipeline and 2 replicas where
+# mpirun is found; an update span per rank for each printed step, the arena
+# counter moves, no empty track.
+remat_cli_test(trace_read trace_read.sh LABELS mpi TIMEOUT 300)
 # Resumable training: resume = uninterrupted, bit for bit; killed runs resume.
 remat_cli_test(resume resume.sh TIMEOUT 300)
 # The public API's small functions (version, errors, shapes, schedule, MFU,
