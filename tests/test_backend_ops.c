@@ -465,6 +465,22 @@ static void check_encoder(void) {
   CHECKF(same(tied, want_te, nE * sizeof(float)) && same(pe, rpe, nP * sizeof(float)),
          "%s: encoder_backward_tied = head's share + embedding's summed apart, exact; dwpe "
          "accumulates", be->name);
+
+  /* no positions (wpe, dwpe NULL): wte[token] alone, and dwte's bits as
+   * with dwpe given, in all three */
+  be->encoder_forward(out, tok, wte, NULL, B, T, C);
+  bool fwd = true;
+  for (int64_t i = 0; i < N; i++)
+    fwd &= same(out + i * C, wte + tok[i] * C, (size_t)C * sizeof(float));
+  float *te = fcopy(h, nE);
+  be->encoder_backward(te, NULL, dout, tok, B, T, C);
+  bool bwd = same(te, rte, nE * sizeof(float));
+  memcpy(te, h, nE * sizeof(float));
+  be->encoder_backward_tied(te, NULL, dout, tok, B, T, C, Vp, work);
+  bool tie = same(te, want_te, nE * sizeof(float));
+  CHECKF(fwd && bwd && tie,
+         "%s: encoder without positions: forward wte[token] (%d), backward (%d) and tied (%d) "
+         "give dwte's bits of the runs with dwpe, exact", be->name, fwd, bwd, tie);
   release();
 }
 

@@ -150,6 +150,56 @@ static double enc_loss(void *p) {
   return dot_r(c->out, c->R, (size_t)(c->B * c->T * c->C));
 }
 
+/* wpe NULL (the Llama family): out = wte[token] alone; dwpe NULL: dwte
+ * alone, with the bits it has when dwpe is given, in all three kernels. */
+static void test_encoder_no_positions(void) {
+  printf("-- encoder without positions (wpe, dwpe NULL)\n");
+  enc_ctx c = {.B = 3, .T = 4, .C = 70, .V = 9}; /* C past one column block of the backward */
+  const int64_t N = c.B * c.T;
+  size_t n = (size_t)(N * c.C), nwte = (size_t)(c.V * c.C), nwpe = (size_t)(c.T * c.C);
+  int32_t tok[12] = {3, 8, 3, 0, 5, 8, 8, 1, 3, 2, 0, 3};
+  c.tok = tok;
+  c.wte = falloc(nwte), c.out = falloc(n), c.R = falloc(n); /* c.wpe stays NULL */
+  fill(c.wte, nwte, -1, 1), fill(c.R, n, -1, 1);
+  fill_const(c.out, n, NAN);
+  enc_loss(&c);
+  bool exact = true;
+  for (int64_t bt = 0; bt < N; bt++)
+    exact &= memcmp(c.out + bt * c.C, c.wte + tok[bt] * c.C, (size_t)c.C * sizeof(float)) == 0;
+  CHECKF(exact, "encoder forward with wpe NULL equals wte[token] exactly (NaN prefill)");
+
+  /* backward: dwte with dwpe NULL has the bits of dwte with dwpe given */
+  float *g0 = falloc(nwte), *d1 = falloc(nwte), *d2 = falloc(nwte), *pe = falloc(nwpe);
+  fill(g0, nwte, -0.5f, 0.5f), fill(pe, nwpe, -0.5f, 0.5f);
+  memcpy(d1, g0, nwte * sizeof(float)), memcpy(d2, g0, nwte * sizeof(float));
+  remat__encoder_backward(d1, pe, c.R, c.tok, c.B, c.T, c.C);
+  remat__encoder_backward(d2, NULL, c.R, c.tok, c.B, c.T, c.C);
+  CHECKF(memcmp(d1, d2, nwte * sizeof(float)) == 0,
+         "encoder backward with dwpe NULL: dwte's bits as with dwpe given");
+  for (size_t i = 0; i < nwte; i++) d2[i] -= g0[i];
+  grad_check("encoder dwte, no positions (accumulated)", enc_loss, &c, c.wte, nwte, d2);
+
+  /* tied: the same, onto the head's share */
+  void *work = malloc(n * sizeof(float) + (size_t)(c.V + N) * sizeof(int32_t));
+  if (!work) abort();
+  memcpy(d1, g0, nwte * sizeof(float)), memcpy(d2, g0, nwte * sizeof(float));
+  remat__encoder_backward_tied(d1, pe, c.R, c.tok, c.B, c.T, c.C, c.V, work);
+  remat__encoder_backward_tied(d2, NULL, c.R, c.tok, c.B, c.T, c.C, c.V, work);
+  bool tied = memcmp(d1, d2, nwte * sizeof(float)) == 0;
+  double md = 0; /* and h + the sum of the token's rows, to float rounding */
+  for (int64_t v = 0; v < c.V; v++)
+    for (int64_t k = 0; k < c.C; k++) {
+      double e = g0[v * c.C + k];
+      for (int64_t bt = 0; bt < N; bt++)
+        if (tok[bt] == v) e += c.R[bt * c.C + k];
+      md = fmax(md, fabs(d2[v * c.C + k] - e));
+    }
+  CHECKF(tied && md < 1e-5,
+         "encoder backward tied with dwpe NULL: dwte's bits as with dwpe given; vs double "
+         "%.1e (tol 1e-5)", md);
+  free(c.wte), free(c.out), free(c.R), free(g0), free(d1), free(d2), free(pe), free(work);
+}
+
 static void test_encoder(void) {
   printf("-- encoder\n");
   enc_ctx c = {.B = 2, .T = 5, .C = 8, .V = 11};
@@ -189,6 +239,7 @@ static void test_encoder(void) {
   CHECKF(md / mg < 1e-6, "encoder backward twice accumulates to 2x: rel diff %.1e (tol 1e-6)",
         md / mg);
   free(c.wte), free(c.wpe), free(c.out), free(c.R), free(dwte), free(dwpe), free(g0), free(g1);
+  test_encoder_no_positions();
 }
 
 /* ---------------------------------------------------------- layernorm */

@@ -85,10 +85,13 @@ void remat__gemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, floa
 void remat__gemm_bias(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
                       const float *B, int64_t ldb, const float *bias, float *C, int64_t ldc);
 
-/* out[b,t,:] = wte[tokens[b,t], :] + wpe[t, :] */
+/* out[b,t,:] = wte[tokens[b,t], :] + wpe[t, :]; with wpe NULL (a model
+ * without learned positions, the Llama family) out[b,t,:] = wte[tokens[b,t], :].
+ * In the encoder's backwards, dwpe NULL likewise skips the positions'
+ * gradient; dwte's bits are the same either way. */
 void remat__encoder_forward(float *out, const int32_t *tokens, const float *wte,
                             const float *wpe, int64_t B, int64_t T, int64_t C);
-/* dwte, dwpe accumulate. */
+/* dwte, dwpe accumulate (dwpe may be NULL). */
 void remat__encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tokens,
                              int64_t B, int64_t T, int64_t C);
 /* The embedding's gradient onto dwte (V rows) that holds the head's share of

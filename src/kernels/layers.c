@@ -32,14 +32,20 @@ void remat__encoder_forward(float *out, const int32_t *tokens, const float *wte,
                             int64_t B, int64_t T, int64_t C) {
 #pragma omp parallel for schedule(static)
   for (int64_t bt = 0; bt < B * T; bt++) {
-    const float *we = wte + (int64_t)tokens[bt] * C, *pe = wpe + (bt % T) * C;
+    const float *we = wte + (int64_t)tokens[bt] * C;
     float *o = out + bt * C;
-    for (int64_t c = 0; c < C; c++) o[c] = we[c] + pe[c];
+    if (wpe) {
+      const float *pe = wpe + (bt % T) * C;
+      for (int64_t c = 0; c < C; c++) o[c] = we[c] + pe[c];
+    } else { /* no learned positions (Llama: rotary, in the attention) */
+      for (int64_t c = 0; c < C; c++) o[c] = we[c];
+    }
   }
 }
 
 /* A token may repeat, so rows of dwte are shared: parallelise over channel
- * blocks and let each thread walk all (b, t) in order. */
+ * blocks and let each thread walk all (b, t) in order. dwpe NULL: no
+ * positions' gradient, dwte's additions the same. */
 void remat__encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tokens,
                              int64_t B, int64_t T, int64_t C) {
   const int64_t nblk = (C + COLBLK - 1) / COLBLK;
@@ -48,10 +54,15 @@ void remat__encoder_backward(float *dwte, float *dwpe, const float *dout, const 
     int64_t c0 = blk * COLBLK, c1 = c0 + COLBLK < C ? c0 + COLBLK : C;
     for (int64_t bt = 0; bt < B * T; bt++) {
       const float *d = dout + bt * C;
-      float *we = dwte + (int64_t)tokens[bt] * C, *pe = dwpe + (bt % T) * C;
-      for (int64_t c = c0; c < c1; c++) {
-        we[c] += d[c];
-        pe[c] += d[c];
+      float *we = dwte + (int64_t)tokens[bt] * C;
+      if (dwpe) {
+        float *pe = dwpe + (bt % T) * C;
+        for (int64_t c = c0; c < c1; c++) {
+          we[c] += d[c];
+          pe[c] += d[c];
+        }
+      } else { /* no learned positions */
+        for (int64_t c = c0; c < c1; c++) we[c] += d[c];
       }
     }
   }

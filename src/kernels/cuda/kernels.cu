@@ -332,7 +332,8 @@ __global__ void k_encoder_forward(float *out, const int32_t *tokens, const float
                                   const float *wpe, int64_t T, int64_t C, size_t n) {
   FOR_EACH(i, n) {
     int64_t bt = (int64_t)i / C, c = (int64_t)i % C;
-    out[i] = wte[(int64_t)tokens[bt] * C + c] + wpe[(bt % T) * C + c];
+    float we = wte[(int64_t)tokens[bt] * C + c];
+    out[i] = wpe ? we + wpe[(bt % T) * C + c] : we; /* wpe NULL: no learned positions */
   }
 }
 
@@ -366,7 +367,7 @@ void remat__cu_encoder_backward(float *dwte, float *dwpe, const float *dout,
   if (B * T * C == 0) return;
   k_dwte<<<grid_for((size_t)C, 64), 64>>>(dwte, dout, tokens, B * T, C);
   LAUNCHED();
-  k_dwpe<<<grid_for((size_t)(T * C), 256), 256>>>(dwpe, dout, B, T, C);
+  if (dwpe) k_dwpe<<<grid_for((size_t)(T * C), 256), 256>>>(dwpe, dout, B, T, C);
   done();
 }
 
@@ -419,7 +420,7 @@ void remat__cu_encoder_backward_tied(float *dwte, float *dwpe, const float *dout
   LAUNCHED();
   k_tied_add<<<grid_for((size_t)(V * C), 256), 256>>>(dwte, rows, row_of, V, C);
   LAUNCHED();
-  k_dwpe<<<grid_for((size_t)(T * C), 256), 256>>>(dwpe, dout, B, T, C);
+  if (dwpe) k_dwpe<<<grid_for((size_t)(T * C), 256), 256>>>(dwpe, dout, B, T, C);
   done();
 }
 
