@@ -14,7 +14,10 @@
  *   shares summed apart, cross-entropy's one pass against its two;
  * - a relative tolerance (the largest error over the largest magnitude of
  *   the reference) against a double reference where rounding is free to
- *   differ: products, layernorm, attention, GELU, softmax, AdamW, sums.
+ *   differ: products, layernorm, attention, GELU, softmax, AdamW, sums, and
+ *   the Llama family's RMSNorm, SwiGLU and rotary embedding (where a
+ *   backend has them), whose bf16 variants are exact against the fp32 ops
+ *   rounded once.
  *
  * Buffers come from the backend's own buffer_alloc and are read and written
  * by the host through a window the backend lends on each for its lifetime
@@ -919,6 +922,181 @@ static void check_bf16(void) {
   release();
 }
 
+/* ------------------------------------------------------------ llama */
+
+/* The Llama family's ops (RMSNorm, SwiGLU, the rotary embedding), where the
+ * backend has them: against double references; their bf16 variants are the
+ * fp32 ops on the widened inputs rounded once, exact; and, for a backend
+ * other than the CPU one, against the CPU's. */
+static double silu_d(double x) { return x / (1.0 + exp(-x)); }
+
+static void ref_rope(double *out, const float *x, int64_t ld, int64_t B, int64_t T,
+                     int64_t nh, int64_t hs, int64_t pos0, double theta, double sign) {
+  for (int64_t i = 0; i < B * T * ld; i++) out[i] = x[i];
+  for (int64_t r = 0; r < B * T; r++)
+    for (int64_t h = 0; h < nh; h++)
+      for (int64_t i = 0; i < hs / 2; i++) {
+        double a = sign * (double)(pos0 + r % T) * pow(theta, -2.0 * (double)i / (double)hs);
+        int64_t at = r * ld + h * hs + 2 * i;
+        out[at] = (double)x[at] * cos(a) - (double)x[at + 1] * sin(a);
+        out[at + 1] = (double)x[at] * sin(a) + (double)x[at + 1] * cos(a);
+      }
+}
+
+static bool rounded_once(const uint16_t *h, const float *f, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (h[i] != remat__bf16_round(f[i])) return false;
+  return true;
+}
+
+static void check_llama_norm(void) {
+  int64_t N = sh.B * sh.T, C = sh.C;
+  size_t n = (size_t)(N * C);
+  const float eps = 1e-5f;
+  float *inp = frand(n, -2, 3), *w = frand((size_t)C, 0.5f, 1.5f), *out = fbuf(n);
+  float *rstd = fbuf((size_t)N);
+  be->rmsnorm_forward(out, rstd, inp, w, N, C, eps);
+  double *ro = dbuf(n), *rr = dbuf((size_t)N);
+  for (int64_t i = 0; i < N; i++) {
+    double ss = 0;
+    for (int64_t c = 0; c < C; c++) ss += (double)inp[i * C + c] * inp[i * C + c];
+    rr[i] = 1.0 / sqrt(ss / (double)C + (double)eps);
+    for (int64_t c = 0; c < C; c++) ro[i * C + c] = inp[i * C + c] * rr[i] * w[c];
+  }
+  double eo = err_d(out, ro, n), er = err_d(rstd, rr, (size_t)N);
+  /* backward: dinp and dweight accumulate */
+  float *dout = frand(n, -1, 1), *dinp = frand(n, -1, 1), *dw = frand((size_t)C, -1, 1);
+  float *dinp0 = fcopy(dinp, n), *dw0 = fcopy(dw, (size_t)C);
+  double *ri = dbuf(n), *rw = dbuf((size_t)C);
+  for (size_t i = 0; i < n; i++) ri[i] = dinp[i];
+  for (int64_t c = 0; c < C; c++) rw[c] = dw[c];
+  be->rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, C);
+  for (int64_t i = 0; i < N; i++) {
+    double s = 0;
+    for (int64_t c = 0; c < C; c++) {
+      double xh = inp[i * C + c] * rr[i];
+      s += (double)dout[i * C + c] * w[c] * xh;
+      rw[c] += dout[i * C + c] * xh;
+    }
+    for (int64_t c = 0; c < C; c++)
+      ri[i * C + c] += rr[i] * ((double)dout[i * C + c] * w[c] - inp[i * C + c] * rr[i] * s / (double)C);
+  }
+  double ei = err_d(dinp, ri, n), ew = err_d(dw, rw, (size_t)C);
+  uint16_t *h = balloc(n * 2);
+  float *r2 = fbuf((size_t)N);
+  be->rmsnorm_forward_bf16(h, r2, inp, w, N, C, eps);
+  bool b16 = rounded_once(h, out, n) && same(r2, rstd, (size_t)N * sizeof(float));
+  CHECKF(eo < 1e-5 && er < 1e-5 && ei < 1e-5 && ew < 1e-5 && b16,
+         "%s: rmsnorm vs double: forward out %.1e rstd %.1e, backward (accumulated) dinp %.1e "
+         "dweight %.1e (tol 1e-5); bf16 forward the fp32 one rounded once, exact (%d), " SHAPE_FMT,
+         be->name, eo, er, ei, ew, b16, SHAPE_ARGS);
+  if (be != cpu) {
+    float *o2 = fbuf(n), *i2 = fcopy(dinp0, n), *w2 = fcopy(dw0, (size_t)C);
+    cpu->rmsnorm_forward(o2, r2, inp, w, N, C, eps);
+    vs_cpu("rmsnorm_forward", out, o2, n, 1e-6);
+    cpu->rmsnorm_backward(i2, w2, dout, inp, w, rstd, N, C);
+    vs_cpu("rmsnorm_backward dinp", dinp, i2, n, 1e-6);
+    vs_cpu("rmsnorm_backward dweight", dw, w2, (size_t)C, 1e-6);
+  }
+  free(ro), free(rr), free(ri), free(rw);
+  release();
+}
+
+static void check_llama_swiglu(size_t n) {
+  float *a = frand(n, -8, 8), *b = frand(n, -2, 2), *dout = frand(n, -1, 1);
+  float *out = fbuf(n), *da = fbuf(n), *db = fbuf(n);
+  a[0] = 0.0f, a[n - 1] = -20.0f;
+  be->swiglu_forward(out, a, b, n);
+  be->swiglu_backward(da, db, a, b, dout, n);
+  double *r = dbuf(n), *ra = dbuf(n), *rb = dbuf(n);
+  for (size_t i = 0; i < n; i++) {
+    double x = a[i], s = 1.0 / (1.0 + exp(-x));
+    r[i] = silu_d(x) * b[i];
+    ra[i] = (double)dout[i] * b[i] * s * (1.0 + x * (1.0 - s));
+    rb[i] = (double)dout[i] * silu_d(x);
+  }
+  double ef = err_d(out, r, n), ea = err_d(da, ra, n), eb = err_d(db, rb, n);
+  /* bf16: on the widened bf16 values of a and b */
+  uint16_t *ah = balloc(n * 2), *bh = balloc(n * 2), *oh = balloc(n * 2), *dah = balloc(n * 2);
+  uint16_t *dbh = balloc(n * 2);
+  float *aw = fbuf(n), *bw = fbuf(n);
+  be->to_bf16(ah, a, n), be->to_bf16(bh, b, n);
+  be->from_bf16(aw, ah, n), be->from_bf16(bw, bh, n);
+  be->swiglu_forward(out, aw, bw, n);
+  be->swiglu_forward_bf16(oh, ah, bh, n);
+  bool bf = rounded_once(oh, out, n);
+  be->swiglu_backward(da, db, aw, bw, dout, n);
+  be->swiglu_backward_bf16(dah, dbh, ah, bh, dout, n);
+  bool bb = rounded_once(dah, da, n) && rounded_once(dbh, db, n);
+  CHECKF(ef < 1e-6 && ea < 1e-6 && eb < 1e-6 && bf && bb,
+         "%s: swiglu vs double: forward %.1e, backward da %.1e db %.1e (tol 1e-6); bf16 "
+         "forward (%d) and backward (%d) the fp32 ones rounded once, exact, n=%zu",
+         be->name, ef, ea, eb, bf, bb, n);
+  if (be != cpu) {
+    float *c1 = fbuf(n), *c2 = fbuf(n);
+    cpu->swiglu_forward(c1, aw, bw, n);
+    vs_cpu("swiglu_forward", out, c1, n, 1e-6);
+    cpu->swiglu_backward(c1, c2, aw, bw, dout, n);
+    vs_cpu("swiglu_backward da", da, c1, n, 1e-6);
+    vs_cpu("swiglu_backward db", db, c2, n, 1e-6);
+  }
+  free(r), free(ra), free(rb);
+  release();
+}
+
+/* The rotary embedding on the q part of qkv rows (ld 3C): heads of the
+ * shape's head size where it is even, else the row's first C & ~1 values
+ * as one head. */
+static void check_llama_rope(void) {
+  const int64_t B = sh.B, T = sh.T, C = sh.C, ld = 3 * C, pos0 = sh.T;
+  int64_t nh = sh.NH, hs = C / sh.NH;
+  if (hs % 2) nh = 1, hs = C & ~(int64_t)1;
+  if (hs == 0) return;
+  const double theta = 10000.0;
+  size_t n = (size_t)(B * T * ld);
+  float *x = frand(n, -1, 1), *y = fcopy(x, n), *g = frand(n, -1, 1), *dg = fcopy(g, n);
+  be->rope_forward(y, ld, B, T, nh, hs, pos0, theta);
+  be->rope_backward(dg, ld, B, T, nh, hs, pos0, theta);
+  double *r = dbuf(n), *rg = dbuf(n);
+  ref_rope(r, x, ld, B, T, nh, hs, pos0, theta, 1.0);
+  ref_rope(rg, g, ld, B, T, nh, hs, pos0, theta, -1.0);
+  double ef = err_d(y, r, n), eb = err_d(dg, rg, n);
+  float *back = fcopy(y, n);
+  be->rope_backward(back, ld, B, T, nh, hs, pos0, theta);
+  double md = err_f(back, x, n);
+  /* bf16 rows: the fp32 op on the widened values, rounded once */
+  uint16_t *h = balloc(n * 2);
+  float *hw = fbuf(n);
+  be->to_bf16(h, x, n), be->from_bf16(hw, h, n);
+  be->rope_forward(hw, ld, B, T, nh, hs, pos0, theta);
+  be->rope_forward_bf16(h, ld, B, T, nh, hs, pos0, theta);
+  bool bf = rounded_once(h, hw, n);
+  be->from_bf16(hw, h, n);
+  be->rope_backward(hw, ld, B, T, nh, hs, pos0, theta);
+  be->rope_backward_bf16(h, ld, B, T, nh, hs, pos0, theta);
+  bool bb = rounded_once(h, hw, n);
+  CHECKF(ef < 1e-6 && eb < 1e-6 && md < 1e-6 && bf && bb,
+         "%s: rope (%lld heads of %lld, ld %lld, pos0 %lld) vs double: forward %.1e, backward "
+         "%.1e; backward(forward(x)) - x %.1e (tol 1e-6); bf16 forward (%d) and backward (%d) "
+         "the fp32 ones rounded once, exact, " SHAPE_FMT,
+         be->name, (long long)nh, (long long)hs, (long long)ld, (long long)pos0, ef, eb, md, bf,
+         bb, SHAPE_ARGS);
+  if (be != cpu) {
+    float *c = fcopy(x, n);
+    cpu->rope_forward(c, ld, B, T, nh, hs, pos0, theta);
+    vs_cpu("rope_forward", y, c, n, 1e-6);
+  }
+  free(r), free(rg);
+  release();
+}
+
+static void check_llama(void) {
+  if (!be->rmsnorm_forward) return; /* no Llama ops on this backend (yet) */
+  check_llama_norm();
+  check_llama_swiglu((size_t)(sh.B * sh.T * sh.C));
+  check_llama_rope();
+}
+
 /* ------------------------------------------------------------ the seam */
 
 /* The CPU table with every op the model uses counting its calls. */
@@ -1184,6 +1362,7 @@ static void check_shape(void) {
   check_matmul(N, 4 * sh.C, sh.C);
   check_pointwise((size_t)(N * sh.C));
   check_bf16();
+  check_llama();
 }
 
 /* This test reads and writes buffers directly: a backend runs it only where

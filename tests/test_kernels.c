@@ -12,6 +12,11 @@
  *   same bits on repeat and at any thread count.
  * - Accumulate-vs-overwrite: overwritten outputs are prefilled with NaN or
  *   garbage, accumulated ones with known values.
+ * - The Llama family's kernels (RMSNorm, SwiGLU, rotary embedding) against
+ *   double references and by finite differences; RMSNorm's dweight bits at
+ *   1, 2 and 3 threads; the rotary embedding's inverse, its shift in
+ *   position and a far position; their bf16 variants against the fp32
+ *   kernels rounded once; the encoder without positions (wpe NULL).
  * - Dropout statistics and counter dependence, determinism (memcmp), AdamW
  *   against a hand-written double version, sum of squares, initialisation,
  *   and that no kernel calls malloc once warmed up.
@@ -703,6 +708,362 @@ static void test_residual(void) {
   free(c.a), free(c.b), free(c.out), free(c.R);
 }
 
+/* -------------------------------------------------------------- llama */
+
+/* RMSNorm, SwiGLU and the rotary embedding (kernels/llama.c): each forward
+ * against a double reference written here, each backward by finite
+ * differences and against a double reference, plus the properties the
+ * contract states (accumulate vs overwrite, parts apart, thread count). */
+
+#define RMS_EPS 1e-5f
+
+typedef struct {
+  int64_t N, C;
+  float *inp, *w, *out, *rstd, *R;
+} rms_ctx;
+
+static double rms_loss(void *p) {
+  rms_ctx *c = p;
+  remat__rmsnorm_forward(c->out, c->rstd, c->inp, c->w, c->N, c->C, RMS_EPS);
+  return dot_r(c->out, c->R, (size_t)(c->N * c->C));
+}
+
+/* dinp and dweight of RMSNorm on fresh outputs prefilled with pre (n) and
+ * prw (C), at threads threads (0: the team's size). */
+static void rms_backward_at(float *dinp, float *dw, const float *pre, const float *prw,
+                            const rms_ctx *c, int threads) {
+  const int nt = omp_get_max_threads();
+  size_t n = (size_t)(c->N * c->C);
+  if (threads) omp_set_num_threads(threads);
+  memcpy(dinp, pre, n * sizeof(float)), memcpy(dw, prw, (size_t)c->C * sizeof(float));
+  remat__rmsnorm_backward(dinp, dw, c->R, c->inp, c->w, c->rstd, c->N, c->C);
+  omp_set_num_threads(nt);
+}
+
+static void test_rmsnorm(void) {
+  printf("-- rmsnorm\n");
+  rms_ctx c = {.N = 10, .C = 13}; /* C not a multiple of the 8 sum lanes */
+  size_t n = (size_t)(c.N * c.C), C = (size_t)c.C, N = (size_t)c.N;
+  c.inp = falloc(n), c.w = falloc(C), c.out = falloc(n), c.R = falloc(n), c.rstd = falloc(N);
+  fill(c.inp, n, -1, 2), fill(c.w, C, 0.5f, 1.5f), fill(c.R, n, -1, 1);
+  fill_const(c.out, n, NAN), fill_const(c.rstd, N, NAN);
+  rms_loss(&c);
+  /* reference in double: rstd = 1 / sqrt(mean(x^2) + eps) */
+  double *ref = dalloc(n), *rr = dalloc(N);
+  for (size_t r = 0; r < N; r++) {
+    double ss = 0;
+    for (size_t k = 0; k < C; k++) ss += (double)c.inp[r * C + k] * c.inp[r * C + k];
+    rr[r] = 1.0 / sqrt(ss / (double)C + (double)RMS_EPS);
+    for (size_t k = 0; k < C; k++) ref[r * C + k] = c.inp[r * C + k] * rr[r] * c.w[k];
+  }
+  double e_out = rel_err_fd(c.out, ref, n), e_r = rel_err_fd(c.rstd, rr, N);
+  CHECKF(e_out < REF_TOL && e_r < REF_TOL,
+         "rmsnorm forward vs double reference (NaN prefill): out %.1e rstd %.1e (tol %.0e)",
+         e_out, e_r, REF_TOL);
+
+  /* backward: dinp and dweight both accumulate onto the prefill */
+  float *dinp = falloc(n), *dw = falloc(C), *g0 = falloc(n), *g1 = falloc(C);
+  fill(g0, n, -0.5f, 0.5f), fill(g1, C, -0.5f, 0.5f);
+  rms_backward_at(dinp, dw, g0, g1, &c, 0);
+  for (size_t i = 0; i < n; i++) dinp[i] -= g0[i];
+  for (size_t i = 0; i < C; i++) dw[i] -= g1[i];
+  grad_check("rmsnorm dinp (accumulated)", rms_loss, &c, c.inp, n, dinp);
+  grad_check("rmsnorm dweight (accumulated)", rms_loss, &c, c.w, C, dw);
+
+  /* reference backward in double from the double rstd:
+   * dx = r (dy w - xhat mean(dy w xhat)), dw = sum_rows dy xhat */
+  double *rdx = dalloc(n), *rdw = dalloc(C);
+  for (size_t r = 0; r < N; r++) {
+    double sgx = 0;
+    for (size_t k = 0; k < C; k++) {
+      double xh = c.inp[r * C + k] * rr[r], dy = c.R[r * C + k];
+      sgx += dy * c.w[k] * xh;
+      rdw[k] += dy * xh;
+    }
+    for (size_t k = 0; k < C; k++)
+      rdx[r * C + k] = rr[r] * (c.R[r * C + k] * c.w[k] - c.inp[r * C + k] * rr[r] * sgx / (double)C);
+  }
+  double ex = rel_err_fd(dinp, rdx, n), ew = rel_err_fd(dw, rdw, C);
+  CHECKF(ex < REF_TOL && ew < REF_TOL,
+         "rmsnorm backward vs double reference: dinp %.1e dweight %.1e (tol %.0e)", ex, ew,
+         REF_TOL);
+
+  /* from zero twice: exactly 2x; each part alone: the bits of both together */
+  float *z = falloc(n), *a1 = falloc(n), *w1 = falloc(C), *a2 = falloc(n), *w2 = falloc(C);
+  fill_const(z, n, 0);
+  rms_backward_at(a1, w1, z, z, &c, 0);
+  memcpy(a2, a1, n * sizeof(float)), memcpy(w2, w1, C * sizeof(float));
+  remat__rmsnorm_backward(a2, w2, c.R, c.inp, c.w, c.rstd, c.N, c.C);
+  bool twice = true;
+  for (size_t i = 0; i < n; i++) twice &= a2[i] == 2 * a1[i];
+  for (size_t i = 0; i < C; i++) twice &= w2[i] == 2 * w1[i];
+  fill_const(a2, n, 0), fill_const(w2, C, 0);
+  remat__rmsnorm_backward(a2, NULL, c.R, c.inp, c.w, c.rstd, c.N, c.C);
+  remat__rmsnorm_backward(NULL, w2, c.R, c.inp, c.w, c.rstd, c.N, c.C);
+  bool parts = memcmp(a1, a2, n * sizeof(float)) == 0 && memcmp(w1, w2, C * sizeof(float)) == 0;
+  CHECKF(twice && parts,
+         "rmsnorm backward twice accumulates to exactly 2x (%d); dinp alone and dweight alone "
+         "give the bits of both together (%d)", twice, parts);
+  free(c.inp), free(c.w), free(c.out), free(c.R), free(c.rstd), free(ref), free(rr);
+  free(dinp), free(dw), free(g0), free(g1), free(rdx), free(rdw);
+  free(z), free(a1), free(w1), free(a2), free(w2);
+
+  /* dweight's (and dinp's) bits at 1, 2 and 3 threads: rows enough that a
+   * sum over threads' shares of them would round differently, and columns
+   * of several 64-wide blocks */
+  rms_ctx d = {.N = 67, .C = 300};
+  n = (size_t)(d.N * d.C), C = (size_t)d.C;
+  d.inp = falloc(n), d.w = falloc(C), d.out = falloc(n), d.R = falloc(n), d.rstd = falloc((size_t)d.N);
+  fill(d.inp, n, -2, 2), fill(d.w, C, 0.5f, 1.5f), fill(d.R, n, -1, 1);
+  rms_loss(&d);
+  float *pre = falloc(n), *prw = falloc(C), *i1 = falloc(n), *dw1 = falloc(C);
+  float *ik = falloc(n), *dwk = falloc(C);
+  fill(pre, n, -0.5f, 0.5f), fill(prw, C, -0.5f, 0.5f);
+  rms_backward_at(i1, dw1, pre, prw, &d, 1);
+  bool same_w = true, same_i = true;
+  for (int t = 2; t <= 3; t++) {
+    rms_backward_at(ik, dwk, pre, prw, &d, t);
+    same_w &= memcmp(dw1, dwk, C * sizeof(float)) == 0;
+    same_i &= memcmp(i1, ik, n * sizeof(float)) == 0;
+  }
+  CHECKF(same_w && same_i,
+         "rmsnorm backward N=%lld C=%lld: dweight (%d) and dinp (%d) the same bits at 1, 2 "
+         "and 3 threads", (long long)d.N, (long long)d.C, same_w, same_i);
+  free(d.inp), free(d.w), free(d.out), free(d.R), free(d.rstd);
+  free(pre), free(prw), free(i1), free(dw1), free(ik), free(dwk);
+}
+
+typedef struct {
+  size_t n;
+  float *a, *b, *out, *R;
+} swiglu_ctx;
+
+static double swiglu_loss(void *p) {
+  swiglu_ctx *c = p;
+  remat__swiglu_forward(c->out, c->a, c->b, c->n);
+  return dot_r(c->out, c->R, c->n);
+}
+
+static double silu_d(double x) { return x / (1.0 + exp(-x)); }
+
+static void test_swiglu(void) {
+  printf("-- swiglu\n");
+  swiglu_ctx c = {.n = 83};
+  c.a = falloc(c.n), c.b = falloc(c.n), c.out = falloc(c.n), c.R = falloc(c.n);
+  fill(c.a, c.n, -6, 6), fill(c.b, c.n, -2, 2), fill(c.R, c.n, -1, 1);
+  c.a[0] = -30.0f, c.a[1] = -12.0f, c.a[2] = 12.0f, c.a[3] = 30.0f, c.a[4] = 0.0f;
+  fill_const(c.out, c.n, NAN);
+  swiglu_loss(&c);
+  double *ref = dalloc(c.n), *rda = dalloc(c.n), *rdb = dalloc(c.n);
+  double e = 0; /* elementwise, so the tiny values of the negative tail count */
+  for (size_t i = 0; i < c.n; i++) {
+    double x = c.a[i], s = 1.0 / (1.0 + exp(-x));
+    ref[i] = silu_d(x) * c.b[i];
+    rda[i] = c.R[i] * c.b[i] * s * (1.0 + x * (1.0 - s));
+    rdb[i] = c.R[i] * silu_d(x);
+    e = fmax(e, fabs(c.out[i] - ref[i]) / (fabs(ref[i]) + 1e-30));
+  }
+  CHECKF(e < REF_TOL,
+         "swiglu forward vs double reference, a in [-30, 30] (NaN prefill): max elementwise "
+         "rel err %.1e (tol %.0e)", e, REF_TOL);
+  float *da = falloc(c.n), *db = falloc(c.n);
+  fill_const(da, c.n, NAN), fill_const(db, c.n, NAN);
+  remat__swiglu_backward(da, db, c.a, c.b, c.R, c.n);
+  grad_check("swiglu da (overwritten, NaN prefill)", swiglu_loss, &c, c.a, c.n, da);
+  grad_check("swiglu db (overwritten, NaN prefill)", swiglu_loss, &c, c.b, c.n, db);
+  double ea = rel_err_fd(da, rda, c.n), eb = rel_err_fd(db, rdb, c.n);
+  /* db is dout times the forward's own silu(a): with dout = 1 it is out / b's silu factor */
+  float *one = falloc(c.n), *db1 = falloc(c.n), *fa = falloc(c.n);
+  fill_const(one, c.n, 1.0f);
+  remat__swiglu_backward(da, db1, c.a, c.b, one, c.n);
+  remat__swiglu_forward(fa, c.a, one, c.n); /* silu(a) * 1 */
+  CHECKF(ea < REF_TOL && eb < REF_TOL && memcmp(db1, fa, c.n * sizeof(float)) == 0,
+         "swiglu backward vs double reference: da %.1e db %.1e (tol %.0e); db at dout 1 is "
+         "the forward's silu(a), exact", ea, eb, REF_TOL);
+  swiglu_loss(&c); /* out from the unperturbed a, b */
+  remat__swiglu_forward(c.a, c.a, c.b, c.n); /* out aliases a */
+  CHECKF(memcmp(c.a, c.out, c.n * sizeof(float)) == 0, "swiglu forward with out == a");
+  free(c.a), free(c.b), free(c.out), free(c.R), free(ref), free(rda), free(rdb);
+  free(da), free(db), free(one), free(db1), free(fa);
+}
+
+/* The rotary embedding: rows (b*T + t) * ld floats apart, nheads heads of
+ * hs; the reference rotates in double by the exact angle. */
+typedef struct {
+  int64_t ld, B, T, nheads, hs, pos0;
+  double theta;
+  float *x, *work, *R;
+} rope_ctx;
+
+static size_t rope_n(const rope_ctx *c) { return (size_t)(c->B * c->T * c->ld); }
+
+static double rope_loss(void *p) {
+  rope_ctx *c = p;
+  memcpy(c->work, c->x, rope_n(c) * sizeof(float));
+  remat__rope_forward(c->work, c->ld, c->B, c->T, c->nheads, c->hs, c->pos0, c->theta);
+  return dot_r(c->work, c->R, rope_n(c));
+}
+
+/* out = x rotated by sign * angle, in double */
+static void ref_rope(double *out, const float *x, const rope_ctx *c, double sign) {
+  for (size_t i = 0; i < rope_n(c); i++) out[i] = x[i];
+  for (int64_t b = 0; b < c->B; b++)
+    for (int64_t t = 0; t < c->T; t++)
+      for (int64_t h = 0; h < c->nheads; h++)
+        for (int64_t i = 0; i < c->hs / 2; i++) {
+          double a = sign * (double)(c->pos0 + t) * pow(c->theta, -2.0 * (double)i / (double)c->hs);
+          size_t at = (size_t)((b * c->T + t) * c->ld + h * c->hs + 2 * i);
+          double x0 = x[at], x1 = x[at + 1];
+          out[at] = x0 * cos(a) - x1 * sin(a);
+          out[at + 1] = x0 * sin(a) + x1 * cos(a);
+        }
+}
+
+static void rope_case(int64_t B, int64_t T, int64_t nheads, int64_t hs, int64_t pad,
+                      int64_t pos0, double theta, bool fd) {
+  rope_ctx c = {.ld = nheads * hs + pad, .B = B, .T = T, .nheads = nheads, .hs = hs,
+                .pos0 = pos0, .theta = theta};
+  size_t n = rope_n(&c);
+  c.x = falloc(n), c.work = falloc(n), c.R = falloc(n);
+  fill(c.x, n, -1, 1), fill(c.R, n, -1, 1);
+  double *ref = dalloc(n);
+  rope_loss(&c); /* work = rope_forward(x) */
+  ref_rope(ref, c.x, &c, 1.0);
+  double ef = rel_err_fd(c.work, ref, n);
+  bool pad_kept = true; /* columns past the heads are not touched */
+  for (int64_t r = 0; r < B * T; r++)
+    for (int64_t k = nheads * hs; k < c.ld; k++) pad_kept &= c.work[r * c.ld + k] == c.x[r * c.ld + k];
+  /* backward: the rotation by -angle; then forward then backward is x */
+  float *back = falloc(n);
+  memcpy(back, c.R, n * sizeof(float));
+  remat__rope_backward(back, c.ld, B, T, nheads, hs, pos0, theta);
+  ref_rope(ref, c.R, &c, -1.0);
+  double eb = rel_err_fd(back, ref, n);
+  memcpy(back, c.work, n * sizeof(float));
+  remat__rope_backward(back, c.ld, B, T, nheads, hs, pos0, theta);
+  double md = 0;
+  for (size_t i = 0; i < n; i++) md = fmax(md, fabs(back[i] - c.x[i]));
+  CHECKF(ef < REF_TOL && eb < REF_TOL && md < 1e-6 && pad_kept,
+         "rope B=%lld T=%lld heads=%lld hs=%lld ld=%lld pos0=%lld theta=%g: forward %.1e, "
+         "backward %.1e vs double (tol %.0e); backward(forward(x)) - x %.1e (tol 1e-6); "
+         "padding untouched %d",
+         (long long)B, (long long)T, (long long)nheads, (long long)hs, (long long)c.ld,
+         (long long)pos0, theta, ef, eb, REF_TOL, md, pad_kept);
+  if (fd) { /* the gradient of sum(rope(x) R) is rope_backward(R) */
+    memcpy(back, c.R, n * sizeof(float));
+    remat__rope_backward(back, c.ld, B, T, nheads, hs, pos0, theta);
+    grad_check("rope dx (backward of R)", rope_loss, &c, c.x, n, back);
+  }
+
+  /* positions: pos0 + 3 on T rows are rows 3.. of pos0 on T + 3 rows, bit
+   * for bit; and the same bits at 1, 2 and 3 threads */
+  rope_ctx l = c;
+  l.T = T + 3;
+  float *lx = falloc(rope_n(&l));
+  fill(lx, rope_n(&l), -1, 1);
+  for (int64_t b = 0; b < B; b++) /* rows 3.. of each batch element are c.x's */
+    memcpy(lx + (b * l.T + 3) * c.ld, c.x + b * T * c.ld, (size_t)(T * c.ld) * sizeof(float));
+  remat__rope_forward(lx, l.ld, B, l.T, nheads, hs, pos0, theta);
+  memcpy(c.work, c.x, n * sizeof(float));
+  remat__rope_forward(c.work, c.ld, B, T, nheads, hs, pos0 + 3, theta);
+  bool shift = true;
+  for (int64_t b = 0; b < B; b++)
+    shift &= memcmp(lx + (b * l.T + 3) * c.ld, c.work + b * T * c.ld,
+                    (size_t)(T * c.ld) * sizeof(float)) == 0;
+  /* c.work: the team's forward; c.R becomes the team's backward of it */
+  memcpy(c.R, c.work, n * sizeof(float));
+  remat__rope_backward(c.R, c.ld, B, T, nheads, hs, pos0 + 3, theta);
+  const int nt = omp_get_max_threads();
+  bool threads = true;
+  for (int t = 1; t <= 3; t++) {
+    omp_set_num_threads(t);
+    memcpy(back, c.x, n * sizeof(float));
+    remat__rope_forward(back, c.ld, B, T, nheads, hs, pos0 + 3, theta);
+    threads &= memcmp(back, c.work, n * sizeof(float)) == 0;
+    remat__rope_backward(back, c.ld, B, T, nheads, hs, pos0 + 3, theta);
+    threads &= memcmp(back, c.R, n * sizeof(float)) == 0;
+  }
+  omp_set_num_threads(nt);
+  CHECKF(shift && threads,
+         "rope at pos0 %lld on T=%lld rows = rows 3.. of rope at pos0 %lld on T=%lld rows, "
+         "exact (%d); forward and backward the same bits at 1, 2, 3 threads (%d)",
+         (long long)(pos0 + 3), (long long)T, (long long)pos0, (long long)l.T, shift, threads);
+  free(c.x), free(c.work), free(c.R), free(ref), free(back), free(lx);
+}
+
+static void test_rope(void) {
+  printf("-- rope\n");
+  rope_case(2, 5, 3, 8, 4, 0, 10000.0, true); /* rows with padding after the heads */
+  rope_case(1, 7, 2, 6, 0, 11, 500000.0, true);
+  rope_case(3, 4, 4, 64, 8, 0, 10000.0, false);
+  /* far positions: the angle's low bits matter (a float angle is ~1e-3 off) */
+  rope_case(2, 3, 2, 16, 0, 100000, 10000.0, false);
+  /* head size past the cos/sin table on the stack: rotated in pieces */
+  rope_case(2, 3, 1, 520, 2, 5, 10000.0, false);
+}
+
+/* The bf16 variants are the fp32 kernels on the widened inputs, each bf16
+ * output rounded once: exact; and so within bf16's rounding (8 significant
+ * bits, to nearest: 2^-8 relative) of the fp32 result. */
+static bool bf16_of(const uint16_t *h, const float *f, size_t n, double *worst) {
+  bool ok = true;
+  for (size_t i = 0; i < n; i++) {
+    ok &= h[i] == remat__bf16_round(f[i]);
+    double d = fabs((double)remat__bf16_float(h[i]) - f[i]);
+    *worst = fmax(*worst, d / fmax(fabs((double)f[i]), 1e-30));
+  }
+  return ok;
+}
+
+static void widen(float *f, const uint16_t *h, size_t n) {
+  for (size_t i = 0; i < n; i++) f[i] = remat__bf16_float(h[i]);
+}
+
+static void narrow(uint16_t *h, const float *f, size_t n) {
+  for (size_t i = 0; i < n; i++) h[i] = remat__bf16_round(f[i]);
+}
+
+static void test_llama_bf16(void) {
+  printf("-- llama bf16 variants\n");
+  const int64_t N = 9, C = 70, nheads = 5, hs = 14, B = 3, T = 3; /* B*T = N, nheads*hs = C */
+  const size_t n = (size_t)(N * C);
+  float *x = falloc(n), *w = falloc((size_t)C), *f = falloc(n), *f2 = falloc(n), *r1 = falloc(n);
+  float *r2 = falloc(n), *aw = falloc(n), *bw = falloc(n), *dout = falloc(n);
+  uint16_t *h = malloc(n * 2), *h2 = malloc(n * 2), *a = malloc(n * 2), *b = malloc(n * 2);
+  if (!h || !h2 || !a || !b) abort();
+  fill(x, n, -3, 3), fill(w, (size_t)C, 0.5f, 1.5f), fill(dout, n, -1, 1);
+  double worst = 0;
+
+  remat__rmsnorm_forward(f, r1, x, w, N, C, RMS_EPS);
+  remat__rmsnorm_forward_bf16(h, r2, x, w, N, C, RMS_EPS);
+  bool rms = bf16_of(h, f, n, &worst) && memcmp(r1, r2, (size_t)N * sizeof(float)) == 0;
+
+  fill(f, n, -8, 8), narrow(a, f, n), fill(f, n, -2, 2), narrow(b, f, n);
+  widen(aw, a, n), widen(bw, b, n);
+  remat__swiglu_forward(f, aw, bw, n);
+  remat__swiglu_forward_bf16(h, a, b, n);
+  bool sf = bf16_of(h, f, n, &worst);
+  remat__swiglu_backward(f, f2, aw, bw, dout, n);
+  remat__swiglu_backward_bf16(h, h2, a, b, dout, n);
+  bool sb = bf16_of(h, f, n, &worst) && bf16_of(h2, f2, n, &worst);
+
+  /* rope on rows of the widened bf16 values, forward and backward */
+  narrow(h, x, n), widen(f, h, n);
+  remat__rope_forward(f, C, B, T, nheads, hs, 7, 10000.0);
+  remat__rope_forward_bf16(h, C, B, T, nheads, hs, 7, 10000.0);
+  bool rf = bf16_of(h, f, n, &worst);
+  widen(f, h, n);
+  remat__rope_backward(f, C, B, T, nheads, hs, 7, 10000.0);
+  remat__rope_backward_bf16(h, C, B, T, nheads, hs, 7, 10000.0);
+  bool rb = bf16_of(h, f, n, &worst);
+  CHECKF(rms && sf && sb && rf && rb && worst <= 0x1p-8,
+         "bf16 rmsnorm (%d), swiglu forward (%d) and backward (%d), rope forward (%d) and "
+         "backward (%d): the fp32 kernels on the widened inputs rounded once, exact; worst "
+         "%.2e of the fp32 value (tol 2^-8)", rms, sf, sb, rf, rb, worst);
+  free(x), free(w), free(f), free(f2), free(r1), free(r2), free(aw), free(bw), free(dout);
+  free(h), free(h2), free(a), free(b);
+}
+
 /* ------------------------------------------------------- crossentropy */
 
 typedef struct {
@@ -1091,6 +1452,22 @@ static void run_all(float *buf, int64_t B, int64_t T, int64_t C, int64_t NH, int
   remat__matmul_forward_gelu(qkv, dqkv, y, w, w, N, C, 3 * C);
   remat__matmul_forward_residual(qkv, y, w, w, dqkv, d, N, C, 3 * C);
   remat__matmul_backward_gelu(x, dw, dw + 3 * C * C, qkv, y, w, y, N, C, 3 * C);
+  /* the Llama family's: no positions, RMSNorm, SwiGLU, rotary on q of qkv */
+  const size_t nc = (size_t)(N * C);
+  uint16_t *xh = (uint16_t *)(void *)x, *yh = (uint16_t *)(void *)y;
+  remat__encoder_forward(x, tok, wte, NULL, B, T, C);
+  remat__encoder_backward(dw, NULL, x, tok, B, T, C);
+  remat__rmsnorm_forward(y, r, x, w, N, C, 1e-5f);
+  remat__rmsnorm_backward(x, dw, y, x, w, r, N, C);
+  remat__rmsnorm_forward_bf16(yh, r, x, w, N, C, 1e-5f);
+  remat__swiglu_forward(y, x, x + nc, nc);
+  remat__swiglu_backward(qkv, dqkv, x, x + nc, y, nc);
+  remat__swiglu_forward_bf16(yh, xh, xh + nc, nc);
+  remat__swiglu_backward_bf16(xh, xh + nc, yh, yh + nc, y + nc, nc);
+  remat__rope_forward(qkv, 3 * C, B, T, NH, C / NH, 0, 10000.0);
+  remat__rope_backward(dqkv, 3 * C, B, T, NH, C / NH, 0, 10000.0);
+  remat__rope_forward_bf16((uint16_t *)(void *)qkv, 3 * C, B, T, NH, C / NH, 0, 10000.0);
+  remat__rope_backward_bf16((uint16_t *)(void *)dqkv, 3 * C, B, T, NH, C / NH, 0, 10000.0);
   remat__adamw update_opt = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .step = 1};
   remat__adamw_update(w, dw, x, y, (size_t)(4 * C * C), &update_opt, 0.1f, 1.0f);
   (void)remat__sumsq(dw, (size_t)(4 * C * C));
@@ -1133,6 +1510,10 @@ int main(void) {
   test_fused();
   test_gelu();
   test_residual();
+  test_rmsnorm();
+  test_swiglu();
+  test_rope();
+  test_llama_bf16();
   test_crossentropy();
   test_dropout();
   test_adamw();

@@ -231,6 +231,30 @@ typedef struct remat__backend {
   void (*adamw_update_fused)(float *param, float *grad, float *m, float *v, uint16_t *param_bf16,
                              size_t n, const remat__adamw *opt, float weight_decay,
                              float grad_scale);
+
+  /* The Llama family's layers (kernels.h: RMSNorm, SwiGLU, the rotary
+   * embedding), fp32 and bf16. NULL on a backend that has not got them yet
+   * (CUDA today): a Llama model cannot run there. */
+  void (*rmsnorm_forward)(float *out, float *rstd, const float *inp, const float *weight,
+                          int64_t N, int64_t C, float eps);
+  void (*rmsnorm_forward_bf16)(uint16_t *out, float *rstd, const float *inp,
+                               const float *weight, int64_t N, int64_t C, float eps);
+  void (*rmsnorm_backward)(float *dinp, float *dweight, const float *dout, const float *inp,
+                           const float *weight, const float *rstd, int64_t N, int64_t C);
+  void (*swiglu_forward)(float *out, const float *a, const float *b, size_t n);
+  void (*swiglu_forward_bf16)(uint16_t *out, const uint16_t *a, const uint16_t *b, size_t n);
+  void (*swiglu_backward)(float *da, float *db, const float *a, const float *b,
+                          const float *dout, size_t n);
+  void (*swiglu_backward_bf16)(uint16_t *da, uint16_t *db, const uint16_t *a, const uint16_t *b,
+                               const float *dout, size_t n);
+  void (*rope_forward)(float *x, int64_t ld, int64_t B, int64_t T, int64_t nheads, int64_t hs,
+                       int64_t pos0, double theta);
+  void (*rope_backward)(float *dx, int64_t ld, int64_t B, int64_t T, int64_t nheads, int64_t hs,
+                        int64_t pos0, double theta);
+  void (*rope_forward_bf16)(uint16_t *x, int64_t ld, int64_t B, int64_t T, int64_t nheads,
+                            int64_t hs, int64_t pos0, double theta);
+  void (*rope_backward_bf16)(uint16_t *dx, int64_t ld, int64_t B, int64_t T, int64_t nheads,
+                             int64_t hs, int64_t pos0, double theta);
 } remat__backend;
 
 /* The CPU backend: today's kernels (OpenBLAS, OpenMP), the reference. */

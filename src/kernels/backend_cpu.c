@@ -181,6 +181,17 @@ static const remat__backend cpu = {
     .attention_forward_bf16 = remat__attention_forward_bf16,
     .attention_backward_bf16 = remat__attention_backward_bf16,
     .adamw_update_fused = remat__adamw_update_fused,
+    .rmsnorm_forward = remat__rmsnorm_forward,
+    .rmsnorm_forward_bf16 = remat__rmsnorm_forward_bf16,
+    .rmsnorm_backward = remat__rmsnorm_backward,
+    .swiglu_forward = remat__swiglu_forward,
+    .swiglu_forward_bf16 = remat__swiglu_forward_bf16,
+    .swiglu_backward = remat__swiglu_backward,
+    .swiglu_backward_bf16 = remat__swiglu_backward_bf16,
+    .rope_forward = remat__rope_forward,
+    .rope_backward = remat__rope_backward,
+    .rope_forward_bf16 = remat__rope_forward_bf16,
+    .rope_backward_bf16 = remat__rope_backward_bf16,
 };
 
 const remat__backend *remat__backend_cpu(void) { return &cpu; }

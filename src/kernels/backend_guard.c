@@ -498,6 +498,82 @@ static void g_adamw_update_fused(float *param, float *grad, float *m, float *v,
   leave();
 }
 
+static void g_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight,
+                              int64_t N, int64_t C, float eps) {
+  enter();
+  cpu->rmsnorm_forward(out, rstd, inp, weight, N, C, eps);
+  leave();
+}
+
+static void g_rmsnorm_forward_bf16(uint16_t *out, float *rstd, const float *inp,
+                                   const float *weight, int64_t N, int64_t C, float eps) {
+  enter();
+  cpu->rmsnorm_forward_bf16(out, rstd, inp, weight, N, C, eps);
+  leave();
+}
+
+static void g_rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp,
+                               const float *weight, const float *rstd, int64_t N, int64_t C) {
+  enter();
+  cpu->rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C);
+  leave();
+}
+
+static void g_swiglu_forward(float *out, const float *a, const float *b, size_t n) {
+  enter();
+  cpu->swiglu_forward(out, a, b, n);
+  leave();
+}
+
+static void g_swiglu_forward_bf16(uint16_t *out, const uint16_t *a, const uint16_t *b,
+                                  size_t n) {
+  enter();
+  cpu->swiglu_forward_bf16(out, a, b, n);
+  leave();
+}
+
+static void g_swiglu_backward(float *da, float *db, const float *a, const float *b,
+                              const float *dout, size_t n) {
+  enter();
+  cpu->swiglu_backward(da, db, a, b, dout, n);
+  leave();
+}
+
+static void g_swiglu_backward_bf16(uint16_t *da, uint16_t *db, const uint16_t *a,
+                                   const uint16_t *b, const float *dout, size_t n) {
+  enter();
+  cpu->swiglu_backward_bf16(da, db, a, b, dout, n);
+  leave();
+}
+
+static void g_rope_forward(float *x, int64_t ld, int64_t B, int64_t T, int64_t nheads,
+                           int64_t hs, int64_t pos0, double theta) {
+  enter();
+  cpu->rope_forward(x, ld, B, T, nheads, hs, pos0, theta);
+  leave();
+}
+
+static void g_rope_backward(float *dx, int64_t ld, int64_t B, int64_t T, int64_t nheads,
+                            int64_t hs, int64_t pos0, double theta) {
+  enter();
+  cpu->rope_backward(dx, ld, B, T, nheads, hs, pos0, theta);
+  leave();
+}
+
+static void g_rope_forward_bf16(uint16_t *x, int64_t ld, int64_t B, int64_t T, int64_t nheads,
+                                int64_t hs, int64_t pos0, double theta) {
+  enter();
+  cpu->rope_forward_bf16(x, ld, B, T, nheads, hs, pos0, theta);
+  leave();
+}
+
+static void g_rope_backward_bf16(uint16_t *dx, int64_t ld, int64_t B, int64_t T, int64_t nheads,
+                                 int64_t hs, int64_t pos0, double theta) {
+  enter();
+  cpu->rope_backward_bf16(dx, ld, B, T, nheads, hs, pos0, theta);
+  leave();
+}
+
 /* ------------------------------------------------------------ the table */
 
 static remat__backend guard;
@@ -561,5 +637,16 @@ const remat__backend *remat__backend_guard(void) {
   if (cpu->attention_forward_bf16) guard.attention_forward_bf16 = g_attention_forward_bf16;
   if (cpu->attention_backward_bf16) guard.attention_backward_bf16 = g_attention_backward_bf16;
   if (cpu->adamw_update_fused) guard.adamw_update_fused = g_adamw_update_fused;
+  guard.rmsnorm_forward = g_rmsnorm_forward;
+  guard.rmsnorm_forward_bf16 = g_rmsnorm_forward_bf16;
+  guard.rmsnorm_backward = g_rmsnorm_backward;
+  guard.swiglu_forward = g_swiglu_forward;
+  guard.swiglu_forward_bf16 = g_swiglu_forward_bf16;
+  guard.swiglu_backward = g_swiglu_backward;
+  guard.swiglu_backward_bf16 = g_swiglu_backward_bf16;
+  guard.rope_forward = g_rope_forward;
+  guard.rope_backward = g_rope_backward;
+  guard.rope_forward_bf16 = g_rope_forward_bf16;
+  guard.rope_backward_bf16 = g_rope_backward_bf16;
   return &guard;
 }

@@ -1,4 +1,5 @@
-/* kernels.h: forward and backward of every GPT-2 layer on the CPU, the AdamW
+/* kernels.h: forward and backward of every GPT-2 layer on the CPU and of the
+ * Llama family's own (RMSNorm, SwiGLU, rotary embedding), the AdamW
  * update and the dropout generator. Matrix products go through OpenBLAS
  * sgemm, loops through OpenMP. These are the CPU backend's kernels
  * (backend_cpu.c puts them in the ops table of kernels/backend.h); the model
@@ -199,6 +200,69 @@ void remat__gelu_backward(float *dinp, const float *inp, const float *dout, size
 
 /* out = a + b, n elements; out may alias a or b. */
 void remat__residual_forward(float *out, const float *a, const float *b, size_t n);
+
+/* ------------------------------------------------------------- llama */
+
+/* The layers of the Llama family that GPT-2 has not (kernels/llama.c), in
+ * fp32 and on bf16 operands. A bf16 variant computes in fp32 on the
+ * widened inputs exactly as the fp32 kernel does and rounds each bf16
+ * output once (remat__bf16_round): its outputs are the fp32 kernel's,
+ * rounded. */
+
+/* RMSNorm (Llama's, torch: x * rsqrt(mean(x^2) + eps) * weight):
+ * out (N,C) = inp * rstd * weight (C), rstd (N) = 1 / sqrt(mean over the
+ * row of inp^2 + eps), the mean in double and rstd rounded to float once
+ * (as layernorm's statistics). out and rstd overwritten; rstd is what the
+ * backward reads. The bf16 variant: the same rstd, out rounded to bf16. */
+void remat__rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight,
+                            int64_t N, int64_t C, float eps);
+void remat__rmsnorm_forward_bf16(uint16_t *out, float *rstd, const float *inp,
+                                 const float *weight, int64_t N, int64_t C, float eps);
+/* As remat__layernorm_backward: dinp ACCUMULATES (it is the residual
+ * stream's gradient), dweight accumulates, summed over rows in row order
+ * whatever the thread count (the same bits at any count). Either part may
+ * be skipped (dinp NULL, or dweight NULL); each part's bits are the same as
+ * together. */
+void remat__rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp,
+                             const float *weight, const float *rstd, int64_t N, int64_t C);
+
+/* SwiGLU's gate, n elements: out = silu(a) * b, silu(x) = x / (1 + exp(-x))
+ * (exp as vec_math.h's remat__exp, its argument capped at 80). out
+ * overwritten; it may alias a or b. */
+void remat__swiglu_forward(float *out, const float *a, const float *b, size_t n);
+void remat__swiglu_forward_bf16(uint16_t *out, const uint16_t *a, const uint16_t *b, size_t n);
+/* da = dout * b * silu'(a), db = dout * silu(a) (the forward's silu(a), bit
+ * for bit); both OVERWRITTEN; neither may alias an input or the other. The
+ * bf16 variant takes bf16 a, b and fp32 dout, and rounds da, db to bf16
+ * (as remat__gelu_backward_bf16). */
+void remat__swiglu_backward(float *da, float *db, const float *a, const float *b,
+                            const float *dout, size_t n);
+void remat__swiglu_backward_bf16(uint16_t *da, uint16_t *db, const uint16_t *a,
+                                 const uint16_t *b, const float *dout, size_t n);
+
+/* Rotary position embedding on adjacent pairs (llama2.c's run.c, Meta's
+ * reference), IN PLACE on the rows of a (B, T) batch, row (b, t) at
+ * x + (b*T + t) * ld (ld elements apart, ld >= nheads * hs), each holding
+ * nheads heads of hs (even) values side by side; row t has position
+ * pos0 + t. For head h and pair i < hs/2 (elements 2i, 2i + 1 of the head),
+ * angle = pos * theta^(-2i/hs):
+ *   (x0, x1) -> (x0 cos - x1 sin, x0 sin + x1 cos).
+ * The angle, cos and sin are computed in double and cos, sin rounded to
+ * float once (accurate at any position; llama2.c's float angle is not),
+ * the rotation in float; the values depend only on (pos, i), so a row's
+ * bits do not depend on pos0 and T apart from its position, nor on the
+ * thread count. No table is kept between calls: each thread computes the
+ * cos and sin of the positions it rotates into a table on its stack. */
+void remat__rope_forward(float *x, int64_t ld, int64_t B, int64_t T, int64_t nheads, int64_t hs,
+                         int64_t pos0, double theta);
+/* The transpose, for the gradient dx in place: rotates by -angle. */
+void remat__rope_backward(float *dx, int64_t ld, int64_t B, int64_t T, int64_t nheads,
+                          int64_t hs, int64_t pos0, double theta);
+/* The same on bf16 rows: widened, rotated in fp32, rounded to bf16. */
+void remat__rope_forward_bf16(uint16_t *x, int64_t ld, int64_t B, int64_t T, int64_t nheads,
+                              int64_t hs, int64_t pos0, double theta);
+void remat__rope_backward_bf16(uint16_t *dx, int64_t ld, int64_t B, int64_t T, int64_t nheads,
+                               int64_t hs, int64_t pos0, double theta);
 
 /* Softmax cross-entropy over the first V of Vp logits per row.
  * logits (N,Vp) is overwritten with the probabilities (columns >= V set to 0).
