@@ -193,6 +193,54 @@ void remat__attention_backward_bf16(float *dqkv, float *delta, const float *dout
                                     int64_t B, int64_t T, int64_t C, int64_t NH,
                                     const remat__dropout *drop, void *work, size_t work_bytes);
 
+/* Grouped-query attention (the Llama family), the general form of the
+ * kernels above, which call it with q = qkv, k = qkv + C, v = qkv + 2C,
+ * ldq = ldkv = 3C, NKV = NH, hs = C/NH (and so give the same bits). NH
+ * query heads over NKV key/value heads (NKV divides NH): query head h reads
+ * kv head h / (NH/NKV). q, k and v are separate: row (b, t) of q at
+ * q + (b*T + t)*ldq holds NH heads of hs floats side by side (ldq >= NH*hs);
+ * of k and of v at + (b*T + t)*ldkv, NKV heads (ldkv >= NKV*hs). Scale
+ * 1/sqrt(hs). out (B,T,NH*hs) and lse (B,NH,T) as above, overwritten;
+ * dropout index ((b*NH + h)*T + t)*T + t' over the query heads. */
+void remat__attention_forward_gqa(float *out, float *lse, const float *q, const float *k,
+                                  const float *v, int64_t ldq, int64_t ldkv, int64_t B,
+                                  int64_t T, int64_t NH, int64_t NKV, int64_t hs,
+                                  const remat__dropout *drop);
+/* dq (rows ldq apart, NH heads), dk and dv (rows ldkv apart, NKV heads)
+ * OVERWRITTEN (the columns past the heads untouched; they may be parts of
+ * one buffer, as dqkv is); delta (B,NH,T) scratch as above. dk and dv of a
+ * kv head sum its NH/NKV query heads in head order, whatever the thread
+ * count: the same bits at any count (no atomics). */
+void remat__attention_backward_gqa(float *dq, float *dk, float *dv, float *delta,
+                                   const float *dout, const float *q, const float *k,
+                                   const float *v, const float *out, const float *lse,
+                                   int64_t ldq, int64_t ldkv, int64_t B, int64_t T, int64_t NH,
+                                   int64_t NKV, int64_t hs, const remat__dropout *drop);
+/* remat__attention_decode with NKV kv heads in the cache's rows (ldkv >=
+ * NKV*hs) and NH query heads in q's (ldq >= NH*hs); out (n, NH*hs)
+ * overwritten. Its arithmetic is remat__attention_forward_gqa's for the
+ * same rows: all n rows of a sequence from pos 0 give that forward's
+ * output of B = 1, T = n, bit for bit, whatever the thread count. */
+void remat__attention_decode_gqa(float *out, const float *q, int64_t ldq, const float *k,
+                                 const float *v, int64_t ldkv, int64_t n, int64_t pos,
+                                 int64_t NH, int64_t NKV, int64_t hs);
+/* The two on bf16 operands (q, k, v, and the backward's out, in bf16; hs
+ * even; AVX512-BF16), as remat__attention_forward_bf16 and _backward_bf16:
+ * work is work_bytes of the sizes' attention_work for width NH*hs and NH
+ * heads (a piece per thread depends on hs only). */
+void remat__attention_forward_gqa_bf16(float *out, float *lse, const uint16_t *q,
+                                       const uint16_t *k, const uint16_t *v, int64_t ldq,
+                                       int64_t ldkv, int64_t B, int64_t T, int64_t NH,
+                                       int64_t NKV, int64_t hs, const remat__dropout *drop,
+                                       void *work, size_t work_bytes);
+void remat__attention_backward_gqa_bf16(float *dq, float *dk, float *dv, float *delta,
+                                        const float *dout, const uint16_t *q, const uint16_t *k,
+                                        const uint16_t *v, const uint16_t *out, const float *lse,
+                                        int64_t ldq, int64_t ldkv, int64_t B, int64_t T,
+                                        int64_t NH, int64_t NKV, int64_t hs,
+                                        const remat__dropout *drop, void *work,
+                                        size_t work_bytes);
+
 /* out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), n elements. */
 void remat__gelu_forward(float *out, const float *inp, size_t n);
 /* dinp = gelu'(inp) * dout; dinp may equal dout (in place). */

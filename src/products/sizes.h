@@ -66,7 +66,9 @@ typedef struct remat__backend_sizes {
   /* The fp32 terms at a micro-batch of B x T of a model of width C, NH
    * heads and padded vocabulary V: attention_stats, attention_scratch and
    * encoder_tied, the only fields it writes (the memory model sets
-   * precision and product_scratch for the config's precision). */
+   * precision and product_scratch for the config's precision). With
+   * grouped-query attention NH is the query heads and C = NH * hs: the
+   * attention's terms do not depend on the kv heads. */
   void (*workspace)(remat__kernel_ws *ws, int64_t B, int64_t T, int64_t C, int64_t NH,
                     int64_t V);
   /* bf16: the scratchpad, bytes (unaligned), that the products the backend
@@ -76,13 +78,14 @@ typedef struct remat__backend_sizes {
   int (*product_scratch)(const remat__mm_shape *shapes, int n, size_t *bytes,
                          remat_error *err);
   /* bf16: the bytes of the attention's tiles on bf16 operands for a model
-   * of width C and NH heads (attention_work); 0 where the backend has no
+   * of width C and NH heads (attention_work; grouped-query: C = NH * hs, NH
+   * the query heads, whatever the kv heads); 0 where the backend has no
    * such kernel for this shape on this CPU (the attention then runs on
    * operands widened to fp32). NULL: never. */
   size_t (*attention_work)(int64_t C, int64_t NH);
 } remat__backend_sizes;
 
-/* The CPU's attention on bf16 operands (kernels/attention.c, on
+/* The CPU's attention on bf16 operands (kernels/attention_bf16.c, on
  * AVX512-BF16): tiles of REMAT__ATT16_BQ queries by REMAT__ATT16_BK keys
  * (both multiples of 16), whose products take operands packed in pairs
  * along their sum (the instruction multiplies two bf16 pairs and adds to
