@@ -172,6 +172,34 @@ typedef struct remat__backend {
   void (*attention_decode)(float *out, const float *q, int64_t ldq, const float *k,
                            const float *v, int64_t ldkv, int64_t n, int64_t pos, int64_t C,
                            int64_t NH);
+  /* Grouped-query attention (kernels.h's remat__attention_forward_gqa and
+   * the rest): q, k, v apart (rows ldq and ldkv floats apart), NH query
+   * heads over NKV kv heads; lse, delta and work as for the packed ops
+   * above, with C = NH*hs. NULL on a backend that has not got them (CUDA
+   * today); the bf16 pair also where attention_forward_bf16 is NULL. */
+  void (*attention_forward_gqa)(float *out, float *lse, const float *q, const float *k,
+                                const float *v, int64_t ldq, int64_t ldkv, int64_t B, int64_t T,
+                                int64_t NH, int64_t NKV, int64_t hs, const remat__dropout *drop);
+  void (*attention_backward_gqa)(float *dq, float *dk, float *dv, float *delta,
+                                 const float *dout, const float *q, const float *k,
+                                 const float *v, const float *out, const float *lse, int64_t ldq,
+                                 int64_t ldkv, int64_t B, int64_t T, int64_t NH, int64_t NKV,
+                                 int64_t hs, const remat__dropout *drop);
+  void (*attention_decode_gqa)(float *out, const float *q, int64_t ldq, const float *k,
+                               const float *v, int64_t ldkv, int64_t n, int64_t pos, int64_t NH,
+                               int64_t NKV, int64_t hs);
+  void (*attention_forward_gqa_bf16)(float *out, float *lse, const uint16_t *q,
+                                     const uint16_t *k, const uint16_t *v, int64_t ldq,
+                                     int64_t ldkv, int64_t B, int64_t T, int64_t NH, int64_t NKV,
+                                     int64_t hs, const remat__dropout *drop, void *work,
+                                     size_t work_bytes);
+  void (*attention_backward_gqa_bf16)(float *dq, float *dk, float *dv, float *delta,
+                                      const float *dout, const uint16_t *q, const uint16_t *k,
+                                      const uint16_t *v, const uint16_t *out, const float *lse,
+                                      int64_t ldq, int64_t ldkv, int64_t B, int64_t T,
+                                      int64_t NH, int64_t NKV, int64_t hs,
+                                      const remat__dropout *drop, void *work,
+                                      size_t work_bytes);
   void (*gelu_forward)(float *out, const float *inp, size_t n);
   void (*gelu_backward)(float *dinp, const float *inp, const float *dout, size_t n);
   void (*residual_forward)(float *out, const float *a, const float *b, size_t n);

@@ -351,6 +351,58 @@ static void g_attention_backward(float *dqkv, float *delta, const float *dout, c
   leave();
 }
 
+static void g_attention_forward_gqa(float *out, float *lse, const float *q, const float *k,
+                                    const float *v, int64_t ldq, int64_t ldkv, int64_t B,
+                                    int64_t T, int64_t NH, int64_t NKV, int64_t hs,
+                                    const remat__dropout *drop) {
+  enter();
+  cpu->attention_forward_gqa(out, lse, q, k, v, ldq, ldkv, B, T, NH, NKV, hs, drop);
+  leave();
+}
+
+static void g_attention_backward_gqa(float *dq, float *dk, float *dv, float *delta,
+                                     const float *dout, const float *q, const float *k,
+                                     const float *v, const float *out, const float *lse,
+                                     int64_t ldq, int64_t ldkv, int64_t B, int64_t T, int64_t NH,
+                                     int64_t NKV, int64_t hs, const remat__dropout *drop) {
+  enter();
+  cpu->attention_backward_gqa(dq, dk, dv, delta, dout, q, k, v, out, lse, ldq, ldkv, B, T, NH,
+                              NKV, hs, drop);
+  leave();
+}
+
+static void g_attention_decode_gqa(float *out, const float *q, int64_t ldq, const float *k,
+                                   const float *v, int64_t ldkv, int64_t n, int64_t pos,
+                                   int64_t NH, int64_t NKV, int64_t hs) {
+  enter();
+  cpu->attention_decode_gqa(out, q, ldq, k, v, ldkv, n, pos, NH, NKV, hs);
+  leave();
+}
+
+static void g_attention_forward_gqa_bf16(float *out, float *lse, const uint16_t *q,
+                                         const uint16_t *k, const uint16_t *v, int64_t ldq,
+                                         int64_t ldkv, int64_t B, int64_t T, int64_t NH,
+                                         int64_t NKV, int64_t hs, const remat__dropout *drop,
+                                         void *work, size_t work_bytes) {
+  enter();
+  cpu->attention_forward_gqa_bf16(out, lse, q, k, v, ldq, ldkv, B, T, NH, NKV, hs, drop, work,
+                                  work_bytes);
+  leave();
+}
+
+static void g_attention_backward_gqa_bf16(float *dq, float *dk, float *dv, float *delta,
+                                          const float *dout, const uint16_t *q,
+                                          const uint16_t *k, const uint16_t *v,
+                                          const uint16_t *out, const float *lse, int64_t ldq,
+                                          int64_t ldkv, int64_t B, int64_t T, int64_t NH,
+                                          int64_t NKV, int64_t hs, const remat__dropout *drop,
+                                          void *work, size_t work_bytes) {
+  enter();
+  cpu->attention_backward_gqa_bf16(dq, dk, dv, delta, dout, q, k, v, out, lse, ldq, ldkv, B, T,
+                                   NH, NKV, hs, drop, work, work_bytes);
+  leave();
+}
+
 static void g_gelu_forward(float *out, const float *inp, size_t n) {
   enter();
   cpu->gelu_forward(out, inp, n);
@@ -614,6 +666,14 @@ const remat__backend *remat__backend_guard(void) {
   guard.matmul_backward_gelu = g_matmul_backward_gelu;
   guard.attention_forward = g_attention_forward;
   guard.attention_backward = g_attention_backward;
+  /* the grouped-query ops, where the CPU's are (always, today) */
+  if (cpu->attention_forward_gqa) guard.attention_forward_gqa = g_attention_forward_gqa;
+  if (cpu->attention_backward_gqa) guard.attention_backward_gqa = g_attention_backward_gqa;
+  if (cpu->attention_decode_gqa) guard.attention_decode_gqa = g_attention_decode_gqa;
+  if (cpu->attention_forward_gqa_bf16)
+    guard.attention_forward_gqa_bf16 = g_attention_forward_gqa_bf16;
+  if (cpu->attention_backward_gqa_bf16)
+    guard.attention_backward_gqa_bf16 = g_attention_backward_gqa_bf16;
   guard.gelu_forward = g_gelu_forward;
   guard.gelu_backward = g_gelu_backward;
   guard.residual_forward = g_residual_forward;
