@@ -676,6 +676,230 @@ static void check_attention_decode(void) {
   release();
 }
 
+/* ------------------------------------------------ grouped-query attention */
+
+/* The grouped-query ops in double, from kernels.h's definition: q rows ldq
+ * apart (NH heads of hs), k and v rows ldkv apart (NKV heads), query head h
+ * reading kv head h / (NH/NKV); out (B,T,NH*hs), lse (B,NH,T), dq (B*T
+ * rows of ldq), dk, dv (B*T rows of ldkv), all zeroed first. */
+static void ref_gqa(double *out, double *lse, double *dq, double *dk, double *dv,
+                    const float *dout, const float *q, const float *k, const float *v,
+                    int64_t ldq, int64_t ldkv, int64_t B, int64_t T, int64_t NH, int64_t NKV,
+                    int64_t hs, const remat__dropout *d) {
+  const int64_t C = NH * hs, grp = NH / NKV;
+  const double scale = 1.0 / sqrt((double)hs), pk = d ? (double)(1.0f / (1.0f - d->p)) : 1.0;
+  double *P = dbuf((size_t)T), *dP = dbuf((size_t)T), *M = dbuf((size_t)T);
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t h = 0; h < NH; h++)
+      for (int64_t t = 0; t < T; t++) {
+        const int64_t qo = (b * T + t) * ldq + h * hs, kh = h / grp * hs;
+        double mx = -INFINITY, s = 0;
+        for (int64_t u = 0; u <= t; u++) {
+          double a = 0;
+          for (int64_t i = 0; i < hs; i++) a += (double)q[qo + i] * k[(b * T + u) * ldkv + kh + i];
+          P[u] = a * scale;
+          mx = fmax(mx, P[u]);
+        }
+        for (int64_t u = 0; u <= t; u++) s += (P[u] = exp(P[u] - mx));
+        const uint64_t base = (uint64_t)(((b * NH + h) * T + t) * T);
+        for (int64_t u = 0; u <= t; u++) {
+          P[u] /= s;
+          M[u] = !d || be->dropout_keep(d, base + (uint64_t)u) ? pk : 0.0;
+        }
+        lse[(b * NH + h) * T + t] = mx + log(s);
+        for (int64_t i = 0; i < hs; i++) {
+          double o = 0;
+          for (int64_t u = 0; u <= t; u++) o += P[u] * M[u] * v[(b * T + u) * ldkv + kh + i];
+          out[(b * T + t) * C + h * hs + i] = o;
+        }
+        const float *dO = dout + (b * T + t) * C + h * hs;
+        double dot = 0;
+        for (int64_t u = 0; u <= t; u++) {
+          const int64_t ko = (b * T + u) * ldkv + kh;
+          double g = 0;
+          for (int64_t i = 0; i < hs; i++) {
+            g += (double)dO[i] * v[ko + i];
+            dv[ko + i] += P[u] * M[u] * dO[i];
+          }
+          dP[u] = g * M[u];
+          dot += dP[u] * P[u];
+        }
+        for (int64_t u = 0; u <= t; u++) {
+          const int64_t ko = (b * T + u) * ldkv + kh;
+          double dS = P[u] * (dP[u] - dot) * scale;
+          for (int64_t i = 0; i < hs; i++) {
+            dq[qo + i] += dS * k[ko + i];
+            dk[ko + i] += dS * q[qo + i];
+          }
+        }
+      }
+  free(P), free(dP), free(M);
+}
+
+/* max|got - ref| / scale over the first w of every ld (NaN: infinitely
+ * wrong) */
+static double err_rows(const float *got, const double *ref, size_t rows, int64_t ld, int64_t w,
+                       double scale) {
+  double md = 0;
+  for (size_t r = 0; r < rows; r++)
+    for (int64_t c = 0; c < w; c++) {
+      double e = fabs((double)got[r * (size_t)ld + (size_t)c] - ref[r * (size_t)ld + (size_t)c]);
+      if (isnan(e)) return INFINITY;
+      md = fmax(md, e);
+    }
+  return scale > 0 ? md / scale : md;
+}
+
+/* The bf16 grouped-query ops against the backend's packed bf16 ops on k and
+ * v copied to every query head of their group: out, lse and dq the same
+ * bits (each query head's arithmetic is the packed kernel's), dk and dv the
+ * sums over the group's heads within fp32 rounding (the op sums them as it
+ * goes); work as the sizes give it. */
+static void check_gqa_bf16(const float *q, const float *k, const float *v, const float *dout,
+                           int64_t ldq, int64_t ldkv, int64_t NKV, const remat__dropout *d) {
+  const int64_t B = sh.B, T = sh.T, C = sh.C, NH = sh.NH, hs = C / NH, grp = NH / NKV, N = B * T;
+  const size_t work_bytes = be->sizes->attention_work ? be->sizes->attention_work(C, NH) : 0;
+  if (!be->attention_forward_gqa_bf16 || !be->attention_forward_bf16 || !work_bytes) return;
+  const size_t nq = (size_t)(N * ldq), nkv = (size_t)(N * ldkv), no = (size_t)(N * C),
+               nl = (size_t)(B * NH * T), n3 = (size_t)(N * 3 * C);
+  uint16_t *qh = balloc(nq * 2), *kh = balloc(nkv * 2), *vh = balloc(nkv * 2);
+  uint16_t *rep = balloc(n3 * 2), *outh = balloc(no * 2);
+  be->to_bf16(qh, q, nq), be->to_bf16(kh, k, nkv), be->to_bf16(vh, v, nkv);
+  for (int64_t r = 0; r < N; r++)
+    for (int64_t h = 0; h < NH; h++) {
+      memcpy(rep + r * 3 * C + h * hs, qh + r * ldq + h * hs, (size_t)hs * 2);
+      memcpy(rep + r * 3 * C + C + h * hs, kh + r * ldkv + h / grp * hs, (size_t)hs * 2);
+      memcpy(rep + r * 3 * C + 2 * C + h * hs, vh + r * ldkv + h / grp * hs, (size_t)hs * 2);
+    }
+  void *work = balloc(work_bytes);
+  float *out = fbuf(no), *lse = fbuf(nl), *delta = fbuf(nl), *po = fbuf(no), *pl = fbuf(nl);
+  float *dq = fbuf(nq), *dk = fbuf(nkv), *dv = fbuf(nkv), *dqkv = fbuf(n3);
+  be->attention_forward_gqa_bf16(out, lse, qh, kh, vh, ldq, ldkv, B, T, NH, NKV, hs, d, work,
+                                 work_bytes);
+  be->attention_forward_bf16(po, pl, rep, B, T, C, NH, d, work, work_bytes);
+  be->to_bf16(outh, out, no);
+  be->attention_backward_gqa_bf16(dq, dk, dv, delta, dout, qh, kh, vh, outh, lse, ldq, ldkv, B, T,
+                                  NH, NKV, hs, d, work, work_bytes);
+  be->attention_backward_bf16(dqkv, delta, dout, rep, outh, pl, B, T, C, NH, d, work,
+                              work_bytes);
+  bool exact = same(out, po, no * 4) && same(lse, pl, nl * 4);
+  for (int64_t r = 0; r < N; r++) exact &= same(dq + r * ldq, dqkv + r * 3 * C, (size_t)C * 4);
+  double *sk = dbuf(nkv), *sv = dbuf(nkv), m = 0;
+  for (int64_t r = 0; r < N; r++)
+    for (int64_t h = 0; h < NH; h++)
+      for (int64_t i = 0; i < hs; i++) {
+        sk[r * ldkv + h / grp * hs + i] += dqkv[r * 3 * C + C + h * hs + i];
+        sv[r * ldkv + h / grp * hs + i] += dqkv[r * 3 * C + 2 * C + h * hs + i];
+      }
+  for (size_t i = 0; i < nkv; i++) m = fmax(m, fmax(fabs(sk[i]), fabs(sv[i])));
+  const double ek = err_rows(dk, sk, (size_t)N, ldkv, NKV * hs, m),
+               ev = err_rows(dv, sv, (size_t)N, ldkv, NKV * hs, m);
+  CHECKF(exact && ek < 1e-5 && ev < 1e-5,
+         "%s: attention gqa bf16 NKV=%lld vs the packed bf16 ops on k, v copied per head: out, "
+         "lse, dq exact (%d); dk %.1e dv %.1e vs the heads' sum (tol 1e-5), " SHAPE_FMT,
+         be->name, (long long)NKV, exact, ek, ev, SHAPE_ARGS);
+  free(sk), free(sv);
+}
+
+/* The grouped-query ops at the shape's B, T, NH and head size, with NKV kv
+ * heads, on q, k, v apart (rows with columns to spare): forward and
+ * backward against double, lse and delta in the sizes' attention_stats and
+ * attention_scratch floats; the decode over a cache of NKV heads (all rows
+ * from position 0: the forward's bits; in pieces: its values); the bf16
+ * ops; and for a backend other than the CPU one, the CPU's. */
+static void check_attention_gqa_nkv(int64_t NKV) {
+  const int64_t B = sh.B, T = sh.T, C = sh.C, NH = sh.NH, hs = C / NH, N = B * T;
+  const int64_t ldq = C + 1, ldkv = NKV * hs + 3;
+  const size_t nq = (size_t)(N * ldq), nkv = (size_t)(N * ldkv), no = (size_t)(N * C),
+               nl = (size_t)(B * NH * T);
+  remat__kernel_ws ws;
+  be->sizes->workspace(&ws, B, T, C, NH, sh.Vp);
+  remat__dropout drop = {.p = 0.2f, .seed = 7, .step = 2, .micro = 1, .layer = 3,
+                         .site = REMAT_DROP_ATTN};
+  for (int x = 0; x < 2; x++) {
+    const remat__dropout *d = x ? &drop : NULL;
+    float *q = frand(nq, -2, 2), *k = frand(nkv, -2, 2), *v = frand(nkv, -2, 2);
+    float *dout = frand(no, -1, 1), *out = fbuf(no), *lse = fbuf(ws.attention_stats);
+    float *delta = fbuf(ws.attention_scratch), *dq = fbuf(nq), *dk = fbuf(nkv), *dv = fbuf(nkv);
+    for (size_t i = 0; i < nq; i++) dq[i] = NAN;
+    for (size_t i = 0; i < nkv; i++) dk[i] = dv[i] = NAN;
+    be->attention_forward_gqa(out, lse, q, k, v, ldq, ldkv, B, T, NH, NKV, hs, d);
+    be->attention_backward_gqa(dq, dk, dv, delta, dout, q, k, v, out, lse, ldq, ldkv, B, T, NH,
+                               NKV, hs, d);
+    double *ro = dbuf(no), *rl = dbuf(nl), *rq = dbuf(nq), *rk = dbuf(nkv), *rv = dbuf(nkv);
+    ref_gqa(ro, rl, rq, rk, rv, dout, q, k, v, ldq, ldkv, B, T, NH, NKV, hs, d);
+    double m = 0; /* one scale for the three (dq, dk are 0 at T = 1) */
+    for (size_t i = 0; i < nq; i++) m = fmax(m, fabs(rq[i]));
+    for (size_t i = 0; i < nkv; i++) m = fmax(m, fmax(fabs(rk[i]), fabs(rv[i])));
+    const double eo = err_d(out, ro, no), el = be == cpu ? err_d(lse, rl, nl) : 0,
+                 eq = err_rows(dq, rq, (size_t)N, ldq, C, m),
+                 ek = err_rows(dk, rk, (size_t)N, ldkv, NKV * hs, m),
+                 ev = err_rows(dv, rv, (size_t)N, ldkv, NKV * hs, m);
+    CHECKF(eo < 1e-5 && el < 1e-5 && eq < 1e-5 && ek < 1e-5 && ev < 1e-5,
+           "%s: attention gqa NKV=%lld %s vs double: out %.1e lse %.1e dq %.1e dk %.1e dv %.1e "
+           "(tol 1e-5), " SHAPE_FMT, be->name, (long long)NKV, x ? "dropout .2" : "plain", eo,
+           el, eq, ek, ev, SHAPE_ARGS);
+    if (be != cpu) {
+      float *co = fbuf(no), *cl = fbuf(nl), *cd = fbuf(nl), *cq = fbuf(nq), *ck = fbuf(nkv),
+            *cv = fbuf(nkv);
+      cpu->attention_forward_gqa(co, cl, q, k, v, ldq, ldkv, B, T, NH, NKV, hs, d);
+      cpu->attention_backward_gqa(cq, ck, cv, cd, dout, q, k, v, co, cl, ldq, ldkv, B, T, NH,
+                                  NKV, hs, d);
+      vs_cpu("attention_forward_gqa", out, co, no, 1e-5);
+      /* the heads' columns side by side (the rest is the arenas' poison) */
+      const float *got[3] = {dq, dk, dv}, *want[3] = {cq, ck, cv};
+      const int64_t ld[3] = {ldq, ldkv, ldkv}, w[3] = {C, NKV * hs, NKV * hs};
+      static const char *name[3] = {"attention_backward_gqa dq", "attention_backward_gqa dk",
+                                    "attention_backward_gqa dv"};
+      for (int i = 0; i < 3; i++) {
+        float *a = fbuf((size_t)(N * w[i])), *b = fbuf((size_t)(N * w[i]));
+        for (int64_t r = 0; r < N; r++) {
+          memcpy(a + r * w[i], got[i] + r * ld[i], (size_t)w[i] * sizeof(float));
+          memcpy(b + r * w[i], want[i] + r * ld[i], (size_t)w[i] * sizeof(float));
+        }
+        vs_cpu(name[i], a, b, (size_t)(N * w[i]), 1e-4);
+      }
+    }
+    if (x == 0 && be->attention_decode_gqa) {
+      /* batch row 0 over a cache of its keys and values side by side */
+      const int64_t ldc = 2 * NKV * hs;
+      float *kv = fbuf((size_t)(T * ldc)), *one = fbuf((size_t)(T * C)),
+            *parts = fbuf((size_t)(T * C));
+      for (int64_t t = 0; t < T; t++) {
+        memcpy(kv + t * ldc, k + t * ldkv, (size_t)(NKV * hs) * sizeof(float));
+        memcpy(kv + t * ldc + NKV * hs, v + t * ldkv, (size_t)(NKV * hs) * sizeof(float));
+      }
+      be->attention_decode_gqa(one, q, ldq, k, v, ldkv, T, 0, NH, NKV, hs);
+      const int64_t cut[] = {0, 1, 3, T};
+      for (int i = 0; i < 3; i++) {
+        int64_t lo = cut[i] < T ? cut[i] : T, hi = cut[i + 1] < T ? cut[i + 1] : T;
+        if (hi > lo)
+          be->attention_decode_gqa(parts + lo * C, q + lo * ldq, ldq, kv, kv + NKV * hs, ldc,
+                                   hi - lo, lo, NH, NKV, hs);
+      }
+      const double ep = err_f(parts, out, (size_t)(T * C));
+      CHECKF(same(one, out, (size_t)(T * C) * sizeof(float)) && ep < 1e-5,
+             "%s: attention_decode_gqa NKV=%lld: all %lld rows from position 0 = the forward "
+             "bit for bit; in pieces (1, 2, the rest) over a cache of rows %lld apart vs the "
+             "forward %.1e (tol 1e-5), hs=%lld NH=%lld", be->name, (long long)NKV, (long long)T,
+             (long long)ldc, ep, (long long)hs, (long long)NH);
+    }
+    if (hs % 2 == 0) check_gqa_bf16(q, k, v, dout, ldq, ldkv, NKV, d);
+    free(ro), free(rl), free(rq), free(rk), free(rv);
+    release();
+  }
+}
+
+/* Every NKV that divides NH, where the backend has the grouped-query ops. */
+static void check_attention_gqa(void) {
+  if (!be->attention_forward_gqa || !be->attention_backward_gqa) {
+    printf("     %s: no grouped-query attention ops (NULL), not checked\n", be->name);
+    return;
+  }
+  for (int64_t nkv = 1; nkv <= sh.NH; nkv++)
+    if (sh.NH % nkv == 0) check_attention_gqa_nkv(nkv);
+}
+
 /* ------------------------------------------------------------ pointwise */
 
 static const double PI = 3.14159265358979323846;
@@ -1357,6 +1581,7 @@ static void check_shape(void) {
   check_layernorm();
   check_attention();
   check_attention_decode();
+  check_attention_gqa();
   check_crossentropy();
   check_matmul(N, sh.C, 3 * sh.C);
   check_matmul(N, 4 * sh.C, sh.C);

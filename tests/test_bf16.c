@@ -499,6 +499,124 @@ static void test_attention_case(int64_t B, int64_t T, int64_t C, int64_t NH, flo
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
 }
 
+/* The grouped-query attention on bf16 operands (q, k, v apart, rows with
+ * columns to spare past the heads) against the fp32 grouped-query kernel on
+ * the same values widened, within the bounds above: those of the same
+ * attention with k and v copied to every query head of their group (a
+ * packed qkv), dk and dv's bounds summed over the group's heads (what the
+ * kernel sums). Then the same bits on repeat, on 1 thread and on one
+ * thread's work, the columns past the heads untouched, and with NKV = NH
+ * the packed bf16 kernel's bits. */
+#define GQA_PAD 7.0f
+static void test_attention_gqa_case(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t hs,
+                                    float p) {
+  const int64_t C = NH * hs, grp = NH / NKV, ldq = C + 2, ldkv = NKV * hs + 4, N = B * T;
+  const int64_t nq = N * ldq, nkv = N * ldkv, no = N * C, nl = B * NH * T;
+  remat__dropout drop = {.p = p, .seed = 51, .step = 1, .micro = 0, .layer = 4, .site = 0};
+  const remat__dropout *d = p > 0 ? &drop : NULL;
+  float *xq = frand((size_t)nq), *xk = frand((size_t)nkv), *xv = frand((size_t)nkv);
+  float *dout = frand((size_t)no);
+  for (int64_t i = 0; i < nq; i++) xq[i] *= 2.0f;
+  for (int64_t i = 0; i < nkv; i++) xk[i] *= 2.0f;
+  uint16_t *q = to_bf16(xq, (size_t)nq), *k = to_bf16(xk, (size_t)nkv), *v = to_bf16(xv, (size_t)nkv);
+  remat__bf16_to_f32(xq, q, (size_t)nq), remat__bf16_to_f32(xk, k, (size_t)nkv);
+  remat__bf16_to_f32(xv, v, (size_t)nkv); /* the bf16 values, widened */
+  const int threads = omp_get_max_threads();
+  const size_t piece = remat__att16_tiles_view(NULL, NULL, hs), wbytes = piece * (size_t)threads;
+  void *work = xalloc(wbytes);
+  float *out = xalloc((size_t)no * 4), *lse = xalloc((size_t)nl * 4), *out32 = xalloc((size_t)no * 4);
+  float *lse32 = xalloc((size_t)nl * 4), *delta = xalloc((size_t)nl * 4), *outw = xalloc((size_t)no * 4);
+  float *g[3], *g32[3]; /* dq, dk, dv: bf16 kernel, fp32 kernel */
+  const int64_t gn[3] = {nq, nkv, nkv}, gld[3] = {ldq, ldkv, ldkv}, gw[3] = {C, NKV * hs, NKV * hs};
+  for (int i = 0; i < 3; i++) {
+    g[i] = xalloc((size_t)gn[i] * 4), g32[i] = xalloc((size_t)gn[i] * 4);
+    for (int64_t j = 0; j < gn[i]; j++) g[i][j] = j % gld[i] < gw[i] ? NAN : GQA_PAD;
+  }
+  remat__attention_forward_gqa_bf16(out, lse, q, k, v, ldq, ldkv, B, T, NH, NKV, hs, d, work,
+                                    wbytes);
+  remat__attention_forward_gqa(out32, lse32, xq, xk, xv, ldq, ldkv, B, T, NH, NKV, hs, d);
+  uint16_t *outh = to_bf16(out, (size_t)no); /* the model stores it in bf16 */
+  remat__bf16_to_f32(outw, outh, (size_t)no);
+  remat__attention_backward_gqa_bf16(g[0], g[1], g[2], delta, dout, q, k, v, outh, lse, ldq, ldkv,
+                                     B, T, NH, NKV, hs, d, work, wbytes);
+  remat__attention_backward_gqa(g32[0], g32[1], g32[2], delta, dout, xq, xk, xv, outw, lse, ldq,
+                                ldkv, B, T, NH, NKV, hs, d);
+  /* the bounds of the packed attention with k, v copied to each head */
+  float *rep = xalloc((size_t)(N * 3 * C) * 4);
+  for (int64_t r = 0; r < N; r++)
+    for (int64_t h = 0; h < NH; h++)
+      for (int64_t j = 0; j < hs; j++) {
+        rep[r * 3 * C + h * hs + j] = xq[r * ldq + h * hs + j];
+        rep[r * 3 * C + C + h * hs + j] = xk[r * ldkv + h / grp * hs + j];
+        rep[r * 3 * C + 2 * C + h * hs + j] = xv[r * ldkv + h / grp * hs + j];
+      }
+  att_bounds b = att_bound(rep, dout, B, T, C, NH, d);
+  double *bd[3];
+  for (int i = 0; i < 3; i++) bd[i] = calloc((size_t)gn[i], 8);
+  for (int64_t r = 0; r < N; r++)
+    for (int64_t h = 0; h < NH; h++)
+      for (int64_t j = 0; j < hs; j++) {
+        bd[0][r * ldq + h * hs + j] = b.dq[r * 3 * C + h * hs + j];
+        bd[1][r * ldkv + h / grp * hs + j] += b.dk[r * 3 * C + h * hs + j];
+        bd[2][r * ldkv + h / grp * hs + j] += b.dv[r * 3 * C + h * hs + j];
+      }
+  double el = 0;
+  for (int64_t i = 0; i < nl; i++) {
+    double e = fabs((double)lse[i] - (double)lse32[i]) / (1e-5 * (1 + fabs((double)lse32[i])));
+    if (e > el) el = e;
+  }
+  const double eo = past_bound(out, out32, b.out, no, C, C);
+  double eg[3];
+  bool kept = true;
+  for (int i = 0; i < 3; i++) {
+    eg[i] = past_bound(g[i], g32[i], bd[i], gn[i], gld[i], gw[i]);
+    for (int64_t j = 0; j < gn[i]; j++) kept &= j % gld[i] < gw[i] || g[i][j] == GQA_PAD;
+  }
+  CHECKF(el <= 1 && eo <= 1 && eg[0] <= 1 && eg[1] <= 1 && eg[2] <= 1 && kept,
+         "gqa attention on bf16 operands vs the fp32 gqa kernel, B%lld T%lld NH%lld NKV%lld "
+         "hs%lld p=%.1f: worst error / bound: lse %.2f out %.2f dq %.2f dk %.2f dv %.2f; columns "
+         "past the heads untouched: %s", (long long)B, (long long)T, (long long)NH,
+         (long long)NKV, (long long)hs, (double)p, el, eo, eg[0], eg[1], eg[2],
+         kept ? "yes" : "NO");
+  /* the same bits again: on one thread, on the work of one thread only
+   * (groups fewer than threads take the two-pass backward) */
+  float *out2 = xalloc((size_t)no * 4), *lse2 = xalloc((size_t)nl * 4), *h2[3];
+  for (int i = 0; i < 3; i++) h2[i] = xalloc((size_t)gn[i] * 4);
+  int same = 1;
+  for (int run = 0; run < 3; run++) {
+    if (run == 1) omp_set_num_threads(1);
+    const size_t wb = run == 2 ? piece : wbytes;
+    for (int i = 0; i < 3; i++) memcpy(h2[i], g[i], (size_t)gn[i] * 4);
+    remat__attention_forward_gqa_bf16(out2, lse2, q, k, v, ldq, ldkv, B, T, NH, NKV, hs, d, work,
+                                      wb);
+    remat__attention_backward_gqa_bf16(h2[0], h2[1], h2[2], delta, dout, q, k, v, outh, lse2, ldq,
+                                       ldkv, B, T, NH, NKV, hs, d, work, wb);
+    same &= !memcmp(out, out2, (size_t)no * 4) && !memcmp(lse, lse2, (size_t)nl * 4);
+    for (int i = 0; i < 3; i++) same &= !memcmp(g[i], h2[i], (size_t)gn[i] * 4);
+    if (run == 1) omp_set_num_threads(threads);
+  }
+  CHECKF(same, "  the same bits on repeat, on 1 thread and on one thread's work (%d threads)",
+         threads);
+  if (NKV == NH) { /* GPT-2's packed kernels on the same values: the same bits */
+    uint16_t *qkv = to_bf16(rep, (size_t)(N * 3 * C));
+    float *dqkv = xalloc((size_t)(N * 3 * C) * 4);
+    remat__attention_forward_bf16(out2, lse2, qkv, B, T, C, NH, d, work, wbytes);
+    remat__attention_backward_bf16(dqkv, delta, dout, qkv, outh, lse2, B, T, C, NH, d, work,
+                                   wbytes);
+    int packed = !memcmp(out, out2, (size_t)no * 4) && !memcmp(lse, lse2, (size_t)nl * 4);
+    for (int64_t r = 0; r < N; r++)
+      for (int i = 0; i < 3; i++)
+        packed &= !memcmp(dqkv + r * 3 * C + i * C, g[i] + r * gld[i], (size_t)C * 4);
+    CHECKF(packed, "  NKV = NH: the packed bf16 kernels' bits (out, lse, dq, dk, dv)");
+    free(qkv), free(dqkv);
+  }
+  free(b.out), free(b.dq);
+  for (int i = 0; i < 3; i++) free(g[i]), free(g32[i]), free(bd[i]), free(h2[i]);
+  void *all[] = {xq, xk, xv, dout, q, k, v, work, out, lse, out32, lse32, delta, outw, outh,
+                 rep, out2, lse2};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
+}
+
 static void test_attention(void) {
   remat__cpu_bf16 cpu = remat__cpu_bf16_get();
   if (!cpu.avx512_bf16) {
@@ -512,6 +630,14 @@ static void test_attention(void) {
   test_attention_case(2, 200, 128, 2, 0.1f);
   test_attention_case(1, 129, 64, 1, 0.0f); /* hs 64, one pair: the two-pass backward */
   test_attention_case(1, 64, 256, 2, 0.0f); /* hs 128: two column blocks */
+  for (int64_t nkv = 1; nkv <= 4; nkv *= 2) { /* NH = 4: NKV 1, 2 and NH */
+    test_attention_gqa_case(2, 5, 4, nkv, 4, 0.0f);
+    test_attention_gqa_case(1, 77, 4, nkv, 6, 0.2f);
+    test_attention_gqa_case(2, 130, 4, nkv, 24, 0.1f); /* three key tiles */
+  }
+  test_attention_gqa_case(1, 1, 4, 2, 8, 0.3f);       /* T = 1 */
+  test_attention_gqa_case(1, 129, 8, 1, 64, 0.0f);    /* one group: the two-pass backward */
+  test_attention_gqa_case(3, 64, 6, 2, 32, 0.0f);
 }
 
 int main(void) {

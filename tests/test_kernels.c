@@ -561,6 +561,271 @@ static void test_attention_case(int64_t B, int64_t T, int64_t C, int64_t NH, flo
   free(out2), free(lse2), free(dqkv2);
 }
 
+/* ------------------------------------------ grouped-query attention */
+
+/* Plain reference in double of remat__attention_forward_gqa and _backward_gqa
+ * (kernels.h): q rows ldq apart (NH heads), k and v rows ldkv apart (NKV
+ * heads), query head h reading kv head h / (NH/NKV); out (B,T,NH*hs), lse
+ * (B,NH,T), and dq (B*T rows of ldq), dk, dv (B*T rows of ldkv) summed from
+ * zero. dq NULL: no backward. */
+static void ref_gqa(double *out, double *lse, double *dq, double *dk, double *dv,
+                    const float *dout, const float *q, const float *k, const float *v,
+                    int64_t ldq, int64_t ldkv, int64_t B, int64_t T, int64_t NH, int64_t NKV,
+                    int64_t hs, const remat__dropout *d) {
+  const int64_t C = NH * hs, grp = NH / NKV;
+  const double scale = 1.0 / sqrt((double)hs);
+  double *P = dalloc((size_t)T), *dP = dalloc((size_t)T);
+  if (dq) {
+    memset(dq, 0, (size_t)(B * T * ldq) * sizeof(double));
+    memset(dk, 0, (size_t)(B * T * ldkv) * sizeof(double));
+    memset(dv, 0, (size_t)(B * T * ldkv) * sizeof(double));
+  }
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t h = 0; h < NH; h++)
+      for (int64_t t = 0; t < T; t++) {
+        const int64_t qo = (b * T + t) * ldq + h * hs, kh = h / grp * hs;
+        double mx = -INFINITY, s = 0;
+        for (int64_t u = 0; u <= t; u++) {
+          double a = 0;
+          for (int64_t i = 0; i < hs; i++) a += (double)q[qo + i] * k[(b * T + u) * ldkv + kh + i];
+          P[u] = a * scale;
+          mx = P[u] > mx ? P[u] : mx;
+        }
+        for (int64_t u = 0; u <= t; u++) s += (P[u] = exp(P[u] - mx));
+        for (int64_t u = 0; u <= t; u++) P[u] /= s;
+        lse[(b * NH + h) * T + t] = mx + log(s);
+        const uint64_t base = (uint64_t)(((b * NH + h) * T + t) * T);
+        for (int64_t i = 0; i < hs; i++) {
+          double o = 0;
+          for (int64_t u = 0; u <= t; u++)
+            o += P[u] * drop_mult(d, base + (uint64_t)u) * v[(b * T + u) * ldkv + kh + i];
+          out[(b * T + t) * C + h * hs + i] = o;
+        }
+        if (!dq) continue;
+        const float *dO = dout + (b * T + t) * C + h * hs;
+        double dot = 0;
+        for (int64_t u = 0; u <= t; u++) {
+          const int64_t ko = (b * T + u) * ldkv + kh;
+          double m = drop_mult(d, base + (uint64_t)u), g = 0;
+          for (int64_t i = 0; i < hs; i++) {
+            g += (double)dO[i] * v[ko + i];
+            dv[ko + i] += P[u] * m * dO[i];
+          }
+          dP[u] = g * m;
+          dot += dP[u] * P[u];
+        }
+        for (int64_t u = 0; u <= t; u++) {
+          const int64_t ko = (b * T + u) * ldkv + kh;
+          double dS = P[u] * (dP[u] - dot) * scale;
+          for (int64_t i = 0; i < hs; i++) {
+            dq[qo + i] += dS * k[ko + i];
+            dk[ko + i] += dS * q[qo + i];
+          }
+        }
+      }
+  free(P), free(dP);
+}
+
+/* max|a - b| / scale (NaN: infinitely wrong) */
+static double err_scaled(const float *a, const double *b, size_t n, double scale) {
+  double md = 0;
+  for (size_t i = 0; i < n; i++) md = fmax(md, fabs((double)a[i] - b[i]));
+  for (size_t i = 0; i < n; i++)
+    if (isnan(a[i])) return INFINITY;
+  return scale > 0 ? md / scale : md;
+}
+
+static bool bits_eq(const float *a, const float *b, size_t n) {
+  return memcmp(a, b, n * sizeof(float)) == 0;
+}
+
+typedef struct {
+  int64_t B, T, NH, NKV, hs, ldq, ldkv;
+  float *q, *k, *v, *out, *lse, *R;
+  const remat__dropout *d;
+} gqa_ctx;
+
+static double gqa_loss(void *p) {
+  gqa_ctx *c = p;
+  remat__attention_forward_gqa(c->out, c->lse, c->q, c->k, c->v, c->ldq, c->ldkv, c->B, c->T,
+                               c->NH, c->NKV, c->hs, c->d);
+  return dot_r(c->out, c->R, (size_t)(c->B * c->T * c->NH * c->hs));
+}
+
+/* Whether the columns past the heads (width w of rows ld apart) still hold
+ * the prefill PAD, and a copy with them zeroed (for grad_check, whose
+ * numeric gradient there is 0). */
+#define PAD 7.0f
+static bool pads_kept(float *zeroed, const float *x, size_t rows, int64_t ld, int64_t w) {
+  bool kept = true;
+  for (size_t r = 0; r < rows; r++)
+    for (int64_t c = 0; c < ld; c++) {
+      const float y = x[r * (size_t)ld + (size_t)c];
+      if (c >= w) kept &= y == PAD;
+      zeroed[r * (size_t)ld + (size_t)c] = c >= w ? 0.0f : y;
+    }
+  return kept;
+}
+
+/* One shape of the grouped-query attention on q, k, v apart (rows with
+ * columns to spare past the heads, which the backward must leave alone):
+ * forward and backward against ref_gqa; finite differences of q, k and v
+ * when fd is set; the same bits on repeat and with 1 thread and more
+ * threads than groups (the backward's two-pass schedule, where dk and dv
+ * sum a group's heads in the same order); and with NKV = NH, the packed
+ * GPT-2 kernels on the same values give the same bits. */
+static void test_gqa_case(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t hs, float p,
+                          bool fd) {
+  remat__dropout drop = {
+      .p = p, .seed = 987654321ull, .step = 5, .micro = 0, .layer = 1, .site = REMAT_DROP_ATTN};
+  const int64_t C = NH * hs, ldq = C + 3, ldkv = NKV * hs + 2, N = B * T;
+  gqa_ctx c = {.B = B, .T = T, .NH = NH, .NKV = NKV, .hs = hs, .ldq = ldq, .ldkv = ldkv,
+               .d = p > 0 ? &drop : NULL};
+  const size_t nq = (size_t)(N * ldq), nkv = (size_t)(N * ldkv), no = (size_t)(N * C),
+               nl = (size_t)(B * NH * T);
+  char tag[112];
+  snprintf(tag, sizeof tag, "B=%lld T=%lld NH=%lld NKV=%lld hs=%lld p=%.2f", (long long)B,
+           (long long)T, (long long)NH, (long long)NKV, (long long)hs, (double)p);
+  c.q = falloc(nq), c.k = falloc(nkv), c.v = falloc(nkv), c.out = falloc(no), c.lse = falloc(nl);
+  c.R = falloc(no);
+  fill(c.q, nq, -1, 1), fill(c.k, nkv, -1, 1), fill(c.v, nkv, -1, 1), fill(c.R, no, -1, 1);
+  fill_const(c.out, no, NAN), fill_const(c.lse, nl, NAN); /* both overwritten */
+  gqa_loss(&c);
+  double *ro = dalloc(no), *rl = dalloc(nl), *rq = dalloc(nq), *rk = dalloc(nkv),
+         *rv = dalloc(nkv);
+  ref_gqa(ro, rl, rq, rk, rv, c.R, c.q, c.k, c.v, ldq, ldkv, B, T, NH, NKV, hs, c.d);
+  double eo = rel_err_fd(c.out, ro, no), el = rel_err_fd(c.lse, rl, nl);
+  CHECKF(eo < REF_TOL && el < REF_TOL, "gqa attention forward vs double %s: out %.1e lse %.1e",
+         tag, eo, el);
+
+  float *dq = falloc(nq), *dk = falloc(nkv), *dv = falloc(nkv), *delta = falloc(nl);
+  float *zq = falloc(nq), *zk = falloc(nkv), *zv = falloc(nkv);
+  fill_const(dq, nq, PAD), fill_const(dk, nkv, PAD), fill_const(dv, nkv, PAD);
+  for (size_t r = 0; r < (size_t)N; r++) { /* the heads' columns NaN: overwritten */
+    for (int64_t i = 0; i < C; i++) dq[r * (size_t)ldq + (size_t)i] = NAN;
+    for (int64_t i = 0; i < NKV * hs; i++)
+      dk[r * (size_t)ldkv + (size_t)i] = dv[r * (size_t)ldkv + (size_t)i] = NAN;
+  }
+  fill_const(delta, nl, NAN);
+  remat__attention_backward_gqa(dq, dk, dv, delta, c.R, c.q, c.k, c.v, c.out, c.lse, ldq, ldkv,
+                                B, T, NH, NKV, hs, c.d);
+  const bool kept = pads_kept(zq, dq, (size_t)N, ldq, C) &&
+                    pads_kept(zk, dk, (size_t)N, ldkv, NKV * hs) &&
+                    pads_kept(zv, dv, (size_t)N, ldkv, NKV * hs);
+  /* each against the largest of the three (dq and dk are 0 in exact
+   * arithmetic at T = 1, so their own scale is their rounding) */
+  const double gm = fmax(max_abs_d(rq, nq), fmax(max_abs_d(rk, nkv), max_abs_d(rv, nkv)));
+  double eq = err_scaled(zq, rq, nq, gm), ek = err_scaled(zk, rk, nkv, gm),
+         ev = err_scaled(zv, rv, nkv, gm);
+  CHECKF(eq < REF_TOL && ek < REF_TOL && ev < REF_TOL && kept,
+         "gqa attention backward vs double %s: dq %.1e dk %.1e dv %.1e (NaN prefill); columns "
+         "past the heads untouched: %s", tag, eq, ek, ev, kept ? "yes" : "NO");
+  if (fd) {
+    char what[48];
+    snprintf(what, sizeof what, "gqa dq NKV=%lld p=%.2f", (long long)NKV, (double)p);
+    grad_check(what, gqa_loss, &c, c.q, nq, zq);
+    snprintf(what, sizeof what, "gqa dk NKV=%lld p=%.2f", (long long)NKV, (double)p);
+    grad_check(what, gqa_loss, &c, c.k, nkv, zk);
+    snprintf(what, sizeof what, "gqa dv NKV=%lld p=%.2f", (long long)NKV, (double)p);
+    grad_check(what, gqa_loss, &c, c.v, nkv, zv);
+  }
+
+  /* determinism: repeat, 1 thread, more threads than groups */
+  gqa_loss(&c);
+  remat__attention_backward_gqa(dq, dk, dv, delta, c.R, c.q, c.k, c.v, c.out, c.lse, ldq, ldkv,
+                                B, T, NH, NKV, hs, c.d);
+  float *o2 = falloc(no), *l2 = falloc(nl), *q2 = falloc(nq), *k2 = falloc(nkv),
+        *v2 = falloc(nkv);
+  bool same = true;
+  const int nt = omp_get_max_threads(), counts[3] = {nt, 1, (int)(B * NKV) + 1};
+  for (int i = 0; i < 3; i++) {
+    omp_set_num_threads(counts[i]);
+    memcpy(q2, dq, nq * sizeof(float)), memcpy(k2, dk, nkv * sizeof(float));
+    memcpy(v2, dv, nkv * sizeof(float)); /* the pads as they are; the heads NaN */
+    for (size_t r = 0; r < (size_t)N; r++) {
+      for (int64_t j = 0; j < C; j++) q2[r * (size_t)ldq + (size_t)j] = NAN;
+      for (int64_t j = 0; j < NKV * hs; j++)
+        k2[r * (size_t)ldkv + (size_t)j] = v2[r * (size_t)ldkv + (size_t)j] = NAN;
+    }
+    fill_const(o2, no, NAN);
+    remat__attention_forward_gqa(o2, l2, c.q, c.k, c.v, ldq, ldkv, B, T, NH, NKV, hs, c.d);
+    remat__attention_backward_gqa(q2, k2, v2, delta, c.R, c.q, c.k, c.v, o2, l2, ldq, ldkv, B,
+                                  T, NH, NKV, hs, c.d);
+    same &= bits_eq(o2, c.out, no) && bits_eq(l2, c.lse, nl) && bits_eq(q2, dq, nq) &&
+            bits_eq(k2, dk, nkv) && bits_eq(v2, dv, nkv);
+  }
+  omp_set_num_threads(nt);
+  CHECKF(same, "gqa attention forward and backward bitwise identical on repeat, with %d, 1 and "
+         "%d threads (%s)", nt, (int)(B * NKV) + 1, tag);
+
+  if (NKV == NH) { /* GPT-2's packed qkv: the same values, the same bits */
+    float *qkv = falloc((size_t)N * 3 * (size_t)C), *dqkv = falloc((size_t)N * 3 * (size_t)C);
+    for (int64_t r = 0; r < N; r++) {
+      memcpy(qkv + r * 3 * C, c.q + r * ldq, (size_t)C * sizeof(float));
+      memcpy(qkv + r * 3 * C + C, c.k + r * ldkv, (size_t)C * sizeof(float));
+      memcpy(qkv + r * 3 * C + 2 * C, c.v + r * ldkv, (size_t)C * sizeof(float));
+    }
+    remat__attention_forward(o2, l2, qkv, B, T, C, NH, c.d);
+    remat__attention_backward(dqkv, delta, c.R, qkv, o2, l2, B, T, C, NH, c.d);
+    bool packed = bits_eq(o2, c.out, no) && bits_eq(l2, c.lse, nl);
+    for (int64_t r = 0; r < N; r++)
+      packed &= bits_eq(dqkv + r * 3 * C, dq + r * ldq, (size_t)C) &&
+                bits_eq(dqkv + r * 3 * C + C, dk + r * ldkv, (size_t)C) &&
+                bits_eq(dqkv + r * 3 * C + 2 * C, dv + r * ldkv, (size_t)C);
+    CHECKF(packed, "packed attention (qkv, NKV = NH) = gqa on q, k, v apart, bit for bit: out, "
+           "lse, dq, dk, dv (%s)", tag);
+    free(qkv), free(dqkv);
+  }
+  free(c.q), free(c.k), free(c.v), free(c.out), free(c.lse), free(c.R);
+  free(ro), free(rl), free(rq), free(rk), free(rv), free(dq), free(dk), free(dv), free(delta);
+  free(zq), free(zk), free(zv), free(o2), free(l2), free(q2), free(k2), free(v2);
+}
+
+/* Decode over a cache of NKV heads (rows apart from q's): all rows from
+ * position 0 in one call give the forward's bits; the last row alone, at
+ * position T-1 over the whole cache, gives the forward's last row within
+ * rounding (it runs as a query tile of one row). */
+static void test_gqa_decode(int64_t T, int64_t NH, int64_t NKV, int64_t hs) {
+  const int64_t C = NH * hs, ldq = C + 1, ldkv = 2 * NKV * hs; /* k and v side by side */
+  float *q = falloc((size_t)(T * ldq)), *kv = falloc((size_t)(T * ldkv));
+  float *full = falloc((size_t)(T * C)), *lse = falloc((size_t)(NH * T)),
+        *one = falloc((size_t)(T * C)), *last = falloc((size_t)C);
+  fill(q, (size_t)(T * ldq), -2, 2), fill(kv, (size_t)(T * ldkv), -2, 2);
+  fill_const(one, (size_t)(T * C), NAN), fill_const(last, (size_t)C, NAN);
+  remat__attention_forward_gqa(full, lse, q, kv, kv + NKV * hs, ldq, ldkv, 1, T, NH, NKV, hs,
+                               NULL);
+  remat__attention_decode_gqa(one, q, ldq, kv, kv + NKV * hs, ldkv, T, 0, NH, NKV, hs);
+  remat__attention_decode_gqa(last, q + (T - 1) * ldq, ldq, kv, kv + NKV * hs, ldkv, 1, T - 1,
+                              NH, NKV, hs);
+  double e = 0, m = 0;
+  for (int64_t i = 0; i < C; i++) {
+    e = fmax(e, fabs((double)last[i] - full[(T - 1) * C + i]));
+    m = fmax(m, fabs((double)full[(T - 1) * C + i]));
+  }
+  e = isnan(e) ? INFINITY : e / m;
+  CHECKF(bits_eq(one, full, (size_t)(T * C)) && e < REF_TOL,
+         "gqa decode T=%lld NH=%lld NKV=%lld hs=%lld: all rows from 0 = forward bit for bit; "
+         "the last row alone vs the forward's %.1e", (long long)T, (long long)NH, (long long)NKV,
+         (long long)hs, e);
+  free(q), free(kv), free(full), free(lse), free(one), free(last);
+}
+
+static void test_attention_gqa(void) {
+  printf("-- grouped-query attention\n");
+  for (int64_t nkv = 1; nkv <= 4; nkv *= 2) { /* NH = 4: NKV 1, 2 and NH */
+    test_gqa_case(2, 5, 4, nkv, 3, 0.0f, true);
+    test_gqa_case(2, 5, 4, nkv, 2, 0.3f, true);
+    test_gqa_case(2, 13, 4, nkv, 4, 0.2f, false);
+    test_gqa_case(1, 130, 4, nkv, 8, 0.1f, false); /* past the library's tiles */
+    test_gqa_decode(37, 4, nkv, 5);
+    test_gqa_decode(1, 4, nkv, 5);
+  }
+  test_gqa_case(1, 1, 4, 2, 4, 0.3f, false); /* T = 1 */
+  test_gqa_case(3, 40, 6, 3, 5, 0.0f, false);
+  test_gqa_case(1, 70, 8, 1, 6, 0.0f, false);
+  test_gqa_decode(200, 6, 2, 8);
+}
+
 static void test_attention(void) {
 #ifdef ATT_BQ
   printf("-- attention (tiles of %d x %d forward, %d x %d backward, compiled into this test)\n",
@@ -577,6 +842,7 @@ static void test_attention(void) {
   test_attention_case(1, 129, 16, 1, 0.25f, false); /* one pair; T past two tiles */
   test_attention_case(1, 200, 16, 2, 0.1f, false);
   test_attention_case(2, 130, 32, 2, 0.0f, false);
+  test_attention_gqa();
 }
 
 /* ------------------------------------------------------- fused layers */
