@@ -25,14 +25,14 @@ enum { FORMAT_LP = -1 };        /* beside REMAT_PLAN_FORMAT_* */
  * --calibrate ran (and kept). */
 static char times_source[640];
 
-static void source_note(char *buf, size_t cap, int bf16, int measured) {
+static void source_note(char *buf, size_t cap, const char *family, int bf16, int measured) {
   char threads[96];
   snprintf(threads, sizeof threads, " (oneDNN's scratchpad as on this CPU, for %d thread%s a rank)",
            omp_get_max_threads(), omp_get_max_threads() > 1 ? "s" : "");
-  snprintf(buf, cap, "bytes and %s of remat's own %s GPT-2 engine%s; for other frameworks' "
+  snprintf(buf, cap, "bytes and %s of remat's own %s %s engine%s; for other frameworks' "
            "models, see python/remat (docs/profile.md)%s",
            measured ? "times measured on this machine (--calibrate)" : "FLOP times",
-           bf16 ? "bf16" : "fp32",
+           bf16 ? "bf16" : "fp32", family,
            bf16 ? threads : "", times_source);
 }
 
@@ -72,10 +72,14 @@ static const char usage_text[] =
     "problem:\n"
     "  PROBLEM.json, --problem FILE   layers, stages, budgets (see docs/plan.md);\n"
     "                                 at most 16 MiB of JSON\n"
-    "  --config NAME|L,C,NH,V,T       a GPT-2 shape (tiny, small, gpt2-124m, gpt2-350m,\n"
-    "                                 gpt2-774m, gpt2-1558m), with the engine's byte\n"
-    "                                 counts and FLOP-based times (GFLOP) for remat's\n"
-    "                                 own fp32 engine; for another framework's model,\n"
+    "  --config NAME|SPEC             a model shape: GPT-2 (tiny, small, gpt2-124m,\n"
+    "                                 gpt2-350m, gpt2-774m, gpt2-1558m, or L,C,NH,V,T)\n"
+    "                                 or Llama (llama-tiny, llama-small, llama-124m,\n"
+    "                                 tinyllama-1.1b, llama2-7b, llama2-13b, llama3-8b,\n"
+    "                                 llama3-70b, or llama:L,C,NH,NKV,H,V,T[,theta[,tied]]),\n"
+    "                                 with the engine's byte counts and FLOP-based\n"
+    "                                 times (GFLOP) for remat's own engine; for\n"
+    "                                 another framework's model,\n"
     "                                 measure a problem file with the Python profiler\n"
     "                                 (python/remat, docs/profile.md)\n"
     "  --batch B, --seq T             micro-batch shape for --config\n"
@@ -430,7 +434,13 @@ static int write_out(const plan_args *a, const char *text) {
                            a->fmt == REMAT_PLAN_FORMAT_TORCH);
   int bf16 = a->prec == REMAT_PRECISION_BF16;
   char what[1024];
-  source_note(what, sizeof what, bf16, a->calibrate > 0);
+  remat_config cfg;
+  remat_error perr;
+  const char *family = a->config && !remat_config_parse(a->config, &cfg, &perr) &&
+                               cfg.family == REMAT_FAMILY_LLAMA
+                           ? "Llama"
+                           : "GPT-2";
+  source_note(what, sizeof what, family, bf16, a->calibrate > 0);
   int comment = a->fmt != REMAT_PLAN_FORMAT_TABLE && a->fmt != REMAT_PLAN_FORMAT_JSON;
   char *noted = note ? with_note(text, a->fmt == REMAT_PLAN_FORMAT_JSON, comment, what) : NULL;
   if (note && !noted) return cli_fail(CLI_EXIT_RUN, "out of memory formatting the plan");

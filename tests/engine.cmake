@@ -32,6 +32,7 @@ remat_cli_test(save_bf16 save_bf16.sh LABELS unit)
 remat_cli_test(train_runs train_runs.sh TIMEOUT 900)
 # One memory model: the planner's figure for a stage is the engine's arena.
 remat_test(test_memory_model SOURCES test_memory_model.c LIBS remat_plan LABELS unit)
+remat_test(test_family SOURCES test_family.c LIBS remat_memory LABELS unit)
 # Data-parallel replicas: units and shards, the ZeRO table, planner = engine.
 remat_test(test_replicas SOURCES test_replicas.c LIBS remat_plan LABELS unit)
 # Pipeline stages over MPI (mpirun --oversubscribe) against one process.

@@ -232,12 +232,12 @@ static void check_sizes(void) {
   if (!remat_precision_available(REMAT_PRECISION_BF16, NULL) || !be->products_create) return;
   remat_config cfg = {.channels = sh.C, .padded_vocab_size = sh.Vp};
   remat__mm_shape s[REMAT__PRODUCTS];
-  remat__product_shapes(&cfg, sh.B, sh.T, s);
+  int ns = remat__product_shapes(&cfg, sh.B, sh.T, s);
   size_t planned = 0;
   void *products = NULL;
   remat_error err;
-  int rc = sz->product_scratch(s, REMAT__PRODUCTS, &planned, &err);
-  if (!rc) rc = be->products_create(&products, s, REMAT__PRODUCTS, &err);
+  int rc = sz->product_scratch(s, ns, &planned, &err);
+  if (!rc) rc = be->products_create(&products, s, ns, &err);
   size_t used = rc ? 0 : be->products_scratch(products);
   CHECKF(!rc && used <= planned && (be != cpu || used == planned),
          "%s: the sizes' products scratchpad (%zu bytes) covers the products made for the "

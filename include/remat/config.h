@@ -1,4 +1,5 @@
-/* remat/config.h: GPT-2 model shapes, parameter tensors and model FLOPs.
+/* remat/config.h: model shapes (GPT-2 and Llama), parameter tensors and
+ * model FLOPs.
  * Part of remat's public API; include "remat.h" for all of it. */
 #ifndef REMAT_CONFIG_H
 #define REMAT_CONFIG_H
@@ -17,8 +18,26 @@ extern "C" {
 /* The most transformer blocks a model may have. */
 #define REMAT_MAX_LAYERS 4096
 
-/* GPT-2 shape. The vocabulary is padded up to a multiple of 128 as llm.c does;
- * rows past vocab_size exist in the embedding but never take part in the loss. */
+/* Model families; append only. Each is described once, as data
+ * (src/config/family.h): its parameter tensors, its blocks' activations
+ * and products; the memory model, the planner, the units and the formats
+ * read that description.
+ *   gpt2   layernorm, learned positions, GELU MLP of 4C, biases, the head
+ *          tied to the token embedding;
+ *   llama  RMSNorm, rotary positions on adjacent pairs, a SwiGLU MLP of
+ *          ffn_hidden, grouped-query attention (kv_heads), no biases, an
+ *          untied head by default. */
+typedef enum {
+  REMAT_FAMILY_GPT2 = 0,
+  REMAT_FAMILY_LLAMA = 1,
+  REMAT_FAMILY_COUNT
+} remat_family;
+REMAT_API const char *remat_family_name(int family); /* "gpt2", "llama" */
+
+/* A model's shape. The vocabulary is padded up to a multiple of 128 as
+ * llm.c does for GPT-2 (a Llama's is not padded: Vp = V, as llama2.c's
+ * files hold it); rows past vocab_size exist in the embedding but never
+ * take part in the loss. The fields after precision are zero for GPT-2. */
 typedef struct remat_config {
   int64_t max_seq_len;       /* maxT: rows of the position embedding */
   int64_t vocab_size;        /* V */
@@ -30,6 +49,12 @@ typedef struct remat_config {
    * stored in (0, the zero value: fp32). Not part of the shape a
    * checkpoint holds: a model file loads into either. */
   int64_t precision;
+  int64_t family;     /* remat_family (0, the zero value: GPT-2) */
+  int64_t kv_heads;   /* Llama: key/value heads, dividing num_heads */
+  int64_t ffn_hidden; /* Llama: the SwiGLU's hidden width */
+  int64_t untied;     /* Llama: 1 when the head has its own matrix */
+  double rope_theta;  /* Llama: the rotary base (10000, or 500000 for Llama 3) */
+  double norm_eps;    /* Llama: RMSNorm's epsilon */
 } remat_config;
 
 /* Precisions; append only.
@@ -50,8 +75,10 @@ typedef enum {
 REMAT_API const char *remat_precision_name(int precision); /* "fp32", "bf16" */
 REMAT_API int remat_precision_parse(const char *s, int *out); /* -1 if unknown */
 
-/* Parses a built-in name ("tiny", "small", "gpt2-124m", "gpt2-350m", ...) or a
- * spec "L,C,NH,V,T". */
+/* Parses a built-in name ("tiny", "small", "gpt2-124m", "llama-tiny",
+ * "llama3-8b", ...), a GPT-2 spec "L,C,NH,V,T" or a Llama spec
+ * "llama:L,C,NH,NKV,H,V,T[,theta[,tied]]" (tied: 1 ties the head to the
+ * embedding). */
 REMAT_API int remat_config_parse(const char *name_or_spec, remat_config *cfg, remat_error *err);
 /* Checks a shape for consistency (positive, NH | C, Vp >= V, sizes in range). */
 REMAT_API int remat_config_check(const remat_config *cfg, remat_error *err);
@@ -61,7 +88,9 @@ REMAT_API int64_t remat_padded_vocab(int64_t vocab_size);
 REMAT_API const char *const *remat_config_names(void);
 REMAT_API const char *remat_config_describe(const char *name);
 
-/* Parameter tensors in llm.c's checkpoint order. */
+/* GPT-2's parameter tensors in llm.c's checkpoint order. An array of
+ * REMAT_P_COUNT holds any family's tensors (in its own order, Llama's
+ * below); a family with fewer leaves the rest empty (size 0). */
 enum {
   REMAT_P_WTE,      /* (Vp, C) token embedding, tied to the LM head */
   REMAT_P_WPE,      /* (maxT, C) */
@@ -82,6 +111,23 @@ enum {
   REMAT_P_COUNT
 };
 
+/* Llama's parameter tensors, in llama2.c's checkpoint order. */
+enum {
+  REMAT_LP_EMB,      /* (V, C) token embedding */
+  REMAT_LP_ATTNORM,  /* (L, C) RMSNorm before attention */
+  REMAT_LP_WQ,       /* (L, C, C) */
+  REMAT_LP_WK,       /* (L, KV, C), KV = kv_heads * C / num_heads */
+  REMAT_LP_WV,       /* (L, KV, C) */
+  REMAT_LP_WO,       /* (L, C, C) */
+  REMAT_LP_FFNNORM,  /* (L, C) RMSNorm before the MLP */
+  REMAT_LP_W1,       /* (L, H, C) the SwiGLU's gate, H = ffn_hidden */
+  REMAT_LP_W2,       /* (L, C, H) its down projection */
+  REMAT_LP_W3,       /* (L, H, C) its up projection */
+  REMAT_LP_NORM,     /* (C) the final RMSNorm */
+  REMAT_LP_CLS,      /* (V, C) the head's matrix; empty when tied */
+  REMAT_LP_COUNT
+};
+
 /* Number of floats in each parameter tensor, and their sum. */
 REMAT_API void remat_param_sizes(const remat_config *cfg, size_t sizes[REMAT_P_COUNT]);
 REMAT_API size_t remat_param_count(const remat_config *cfg);
@@ -90,8 +136,8 @@ REMAT_API size_t remat_block_param_count(const remat_config *cfg);
 
 /* Model FLOPs of one forward+backward over one token, as in PaLM's appendix
  * B: 6 N + 12 L C T, where N counts the weights that take part in a matrix
- * product (the blocks' four matrices and the LM head over the real
- * vocabulary; not biases, norms or the position embedding) and 12 L C T is
+ * product (the blocks' matrices and the LM head over the real vocabulary;
+ * not biases, norms or the position embedding) and 12 L C T is
  * attention's scores and weighted sum over the full T x T. Recomputation is
  * not model work and is never counted. */
 REMAT_API double remat_flops_per_token(const remat_config *cfg, int64_t seq_len);

@@ -1,26 +1,46 @@
-/* config.c: GPT-2 shapes: the built-in configs, "L,C,NH,V,T" specs, parameter
- * tensor sizes in llm.c's order, and model FLOPs per token. */
+/* config.c: model shapes: the built-in configs, GPT-2's "L,C,NH,V,T" and
+ * Llama's "llama:..." specs, parameter tensor sizes (from the family's
+ * table, config/family.h), and model FLOPs per token. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/base.h"
+#include "config/family.h"
 #include "remat/config.h"
 
 typedef struct {
   const char *name;
   int64_t L, C, NH, V, T;
   const char *about;
+  /* Llama's (family llama): key/value heads, MLP width, rotary base */
+  int64_t family, NKV, H;
+  double theta;
 } builtin;
 
 static const builtin builtins[] = {
-    {"tiny", 2, 64, 4, 256, 64, "2 layers, C=64, byte vocabulary; for tests"},
-    {"small", 4, 128, 4, 256, 128, "4 layers, C=128, byte vocabulary; the default"},
-    {"gpt2-124m", 12, 768, 12, 50257, 1024, "GPT-2 small"},
-    {"gpt2-350m", 24, 1024, 16, 50257, 1024, "GPT-2 medium"},
-    {"gpt2-774m", 36, 1280, 20, 50257, 1024, "GPT-2 large"},
-    {"gpt2-1558m", 48, 1600, 25, 50257, 1024, "GPT-2 XL"},
+    {"tiny", 2, 64, 4, 256, 64, "2 layers, C=64, byte vocabulary; for tests", 0, 0, 0, 0},
+    {"small", 4, 128, 4, 256, 128, "4 layers, C=128, byte vocabulary; the default", 0, 0, 0, 0},
+    {"gpt2-124m", 12, 768, 12, 50257, 1024, "GPT-2 small", 0, 0, 0, 0},
+    {"gpt2-350m", 24, 1024, 16, 50257, 1024, "GPT-2 medium", 0, 0, 0, 0},
+    {"gpt2-774m", 36, 1280, 20, 50257, 1024, "GPT-2 large", 0, 0, 0, 0},
+    {"gpt2-1558m", 48, 1600, 25, 50257, 1024, "GPT-2 XL", 0, 0, 0, 0},
+    {"llama-tiny", 2, 64, 4, 256, 64, "Llama, 2 layers, C=64, 2 key/value heads, byte vocabulary; for tests",
+     REMAT_FAMILY_LLAMA, 2, 176, 10000.0},
+    {"llama-small", 4, 128, 4, 256, 128, "Llama, 4 layers, C=128, 2 key/value heads, byte vocabulary",
+     REMAT_FAMILY_LLAMA, 2, 352, 10000.0},
+    {"llama-124m", 12, 768, 12, 32000, 1024, "Llama, GPT-2 small's depth and width, 4 key/value heads",
+     REMAT_FAMILY_LLAMA, 4, 2048, 10000.0},
+    {"tinyllama-1.1b", 22, 2048, 32, 32000, 2048, "TinyLlama 1.1B", REMAT_FAMILY_LLAMA, 4, 5632,
+     10000.0},
+    {"llama2-7b", 32, 4096, 32, 32000, 4096, "Llama 2 7B", REMAT_FAMILY_LLAMA, 32, 11008, 10000.0},
+    {"llama2-13b", 40, 5120, 40, 32000, 4096, "Llama 2 13B", REMAT_FAMILY_LLAMA, 40, 13824,
+     10000.0},
+    {"llama3-8b", 32, 4096, 32, 128256, 8192, "Llama 3 8B", REMAT_FAMILY_LLAMA, 8, 14336,
+     500000.0},
+    {"llama3-70b", 80, 8192, 64, 128256, 8192, "Llama 3 70B", REMAT_FAMILY_LLAMA, 8, 28672,
+     500000.0},
 };
 #define NBUILTIN (sizeof builtins / sizeof builtins[0])
 
@@ -79,6 +99,38 @@ int remat_config_check(const remat_config *c, remat_error *err) {
     return remat__errorf(err, REMAT_EINVAL,
                          "channels C=%lld must be divisible by heads NH=%lld",
                          (long long)c->channels, (long long)c->num_heads);
+  if (c->family < 0 || c->family >= REMAT_FAMILY_COUNT)
+    return remat__errorf(err, REMAT_EINVAL, "unknown model family %lld: gpt2 or llama",
+                         (long long)c->family);
+  if (c->family == REMAT_FAMILY_LLAMA) {
+    int64_t hs = c->channels / c->num_heads;
+    if (c->kv_heads < 1 || c->num_heads % c->kv_heads != 0)
+      return remat__errorf(err, REMAT_EINVAL,
+                           "key/value heads NKV=%lld must be positive and divide the heads "
+                           "NH=%lld",
+                           (long long)c->kv_heads, (long long)c->num_heads);
+    if (hs % 2 != 0)
+      return remat__errorf(err, REMAT_EINVAL,
+                           "head size C/NH=%lld must be even: rotary embeddings turn pairs",
+                           (long long)hs);
+    if (c->ffn_hidden < 1 || c->ffn_hidden > 4 * MAX_DIM)
+      return remat__errorf(err, REMAT_ERANGE, "MLP width H=%lld must be 1 to %lld",
+                           (long long)c->ffn_hidden, (long long)(4 * MAX_DIM));
+    if (!(c->rope_theta > 1.0) || !(c->rope_theta < 1e12))
+      return remat__errorf(err, REMAT_EINVAL, "rope theta %g must be above 1 (10000, 500000)",
+                           c->rope_theta);
+    if (!(c->norm_eps > 0.0) || !(c->norm_eps < 1.0))
+      return remat__errorf(err, REMAT_EINVAL, "RMSNorm epsilon %g must be in (0, 1)",
+                           c->norm_eps);
+    if (c->untied != 0 && c->untied != 1)
+      return remat__errorf(err, REMAT_EINVAL, "untied must be 0 or 1, not %lld",
+                           (long long)c->untied);
+  } else if (c->kv_heads || c->ffn_hidden || c->untied || c->rope_theta != 0.0 ||
+             c->norm_eps != 0.0) {
+    return remat__errorf(err, REMAT_EINVAL,
+                         "a GPT-2 shape has no key/value heads, MLP width, rope or RMSNorm "
+                         "epsilon of its own");
+  }
   if (c->padded_vocab_size < c->vocab_size)
     return remat__errorf(err, REMAT_EINVAL, "padded vocabulary %lld is smaller than V=%lld",
                          (long long)c->padded_vocab_size, (long long)c->vocab_size);
@@ -103,6 +155,44 @@ static int parse_dim(const char *s, const char *end, int64_t *out) {
   return 0;
 }
 
+/* "L,C,NH,NKV,H,V,T[,theta[,tied]]" after "llama:". */
+static int parse_llama(const char *s, remat_config *cfg, remat_error *err) {
+  int64_t d[7];
+  double theta = 10000.0;
+  int64_t tied = 0;
+  const char *p = s;
+  for (int k = 0; k < 7; k++) {
+    const char *e = strchr(p, ',');
+    if (k < 6 && !e) goto bad;
+    if (k == 6 && !e) e = p + strlen(p);
+    if (parse_dim(p, e, &d[k])) goto bad;
+    p = *e ? e + 1 : e;
+  }
+  if (*p) {
+    char *end;
+    errno = 0;
+    theta = strtod(p, &end);
+    if (errno || end == p || (*end && *end != ',')) goto bad;
+    p = end;
+    if (*p == ',') {
+      p++;
+      const char *e = p + strlen(p);
+      if (parse_dim(p, e, &tied) || tied > 1) goto bad;
+    }
+  }
+  *cfg = (remat_config){.num_layers = d[0], .channels = d[1], .num_heads = d[2],
+                        .kv_heads = d[3], .ffn_hidden = d[4], .vocab_size = d[5],
+                        .padded_vocab_size = d[5], .max_seq_len = d[6],
+                        .family = REMAT_FAMILY_LLAMA, .untied = !tied, .rope_theta = theta,
+                        .norm_eps = 1e-5};
+  return remat_config_check(cfg, err);
+bad:
+  return remat__errorf(err, REMAT_EINVAL,
+                       "bad Llama shape 'llama:%s': give llama:L,C,NH,NKV,H,V,T[,theta[,tied]] "
+                       "such as llama:4,128,4,2,352,256,128 or llama:4,128,4,2,352,256,128,500000,1",
+                       s);
+}
+
 int remat_config_parse(const char *s, remat_config *cfg, remat_error *err) {
   if (!s || !*s) return remat__errorf(err, REMAT_EINVAL, "empty model config: give a built-in name such as tiny, or L,C,NH,V,T");
   for (size_t i = 0; i < NBUILTIN; i++) {
@@ -111,9 +201,19 @@ int remat_config_parse(const char *s, remat_config *cfg, remat_error *err) {
       *cfg = (remat_config){.max_seq_len = b->T, .vocab_size = b->V,
                             .padded_vocab_size = remat_padded_vocab(b->V),
                             .num_layers = b->L, .num_heads = b->NH, .channels = b->C};
+      if (b->family == REMAT_FAMILY_LLAMA) {
+        cfg->family = REMAT_FAMILY_LLAMA;
+        cfg->padded_vocab_size = b->V;
+        cfg->kv_heads = b->NKV;
+        cfg->ffn_hidden = b->H;
+        cfg->untied = 1;
+        cfg->rope_theta = b->theta;
+        cfg->norm_eps = 1e-5;
+      }
       return 0;
     }
   }
+  if (strncmp(s, "llama:", 6) == 0) return parse_llama(s + 6, cfg, err);
   int64_t d[5];
   const char *p = s;
   for (int k = 0; k < 5; k++) {
@@ -131,7 +231,7 @@ int remat_config_parse(const char *s, remat_config *cfg, remat_error *err) {
                         .max_seq_len = d[4]};
   return remat_config_check(cfg, err);
 bad:;
-  char names[256] = "";
+  char names[512] = "";
   for (size_t i = 0; i < NBUILTIN; i++) {
     strcat(names, i ? ", " : "");
     strcat(names, builtins[i].name);
@@ -143,24 +243,11 @@ bad:;
 }
 
 void remat_param_sizes(const remat_config *cfg, size_t sz[REMAT_P_COUNT]) {
-  size_t Vp = (size_t)cfg->padded_vocab_size, C = (size_t)cfg->channels;
-  size_t L = (size_t)cfg->num_layers, maxT = (size_t)cfg->max_seq_len;
-  sz[REMAT_P_WTE] = Vp * C;
-  sz[REMAT_P_WPE] = maxT * C;
-  sz[REMAT_P_LN1W] = L * C;
-  sz[REMAT_P_LN1B] = L * C;
-  sz[REMAT_P_QKVW] = L * 3 * C * C;
-  sz[REMAT_P_QKVB] = L * 3 * C;
-  sz[REMAT_P_ATTPROJW] = L * C * C;
-  sz[REMAT_P_ATTPROJB] = L * C;
-  sz[REMAT_P_LN2W] = L * C;
-  sz[REMAT_P_LN2B] = L * C;
-  sz[REMAT_P_FCW] = L * 4 * C * C;
-  sz[REMAT_P_FCB] = L * 4 * C;
-  sz[REMAT_P_FCPROJW] = L * C * 4 * C;
-  sz[REMAT_P_FCPROJB] = L * C;
-  sz[REMAT_P_LNFW] = C;
-  sz[REMAT_P_LNFB] = C;
+  remat__tensor t[REMAT_P_COUNT];
+  remat__tensors(cfg, t);
+  size_t L = (size_t)cfg->num_layers;
+  for (int i = 0; i < REMAT_P_COUNT; i++)
+    sz[i] = (t[i].where == REMAT__IN_BLOCK ? L : 1) * (size_t)t[i].rows * (size_t)t[i].cols;
 }
 
 size_t remat_param_count(const remat_config *cfg) {
@@ -171,8 +258,12 @@ size_t remat_param_count(const remat_config *cfg) {
 }
 
 size_t remat_block_param_count(const remat_config *cfg) {
-  size_t C = (size_t)cfg->channels;
-  return 12 * C * C + 13 * C; /* ln1 2C, qkv 3C^2+3C, proj C^2+C, ln2 2C, fc 4C^2+4C, fcproj 4C^2+C */
+  remat__tensor t[REMAT_P_COUNT];
+  remat__tensors(cfg, t);
+  size_t n = 0;
+  for (int i = 0; i < REMAT_P_COUNT; i++)
+    if (t[i].where == REMAT__IN_BLOCK) n += (size_t)t[i].rows * (size_t)t[i].cols;
+  return n;
 }
 
 double remat_flops_per_token(const remat_config *cfg, int64_t T) {
@@ -180,7 +271,11 @@ double remat_flops_per_token(const remat_config *cfg, int64_t T) {
    * (over the real vocabulary). Each does 2 FLOPs per token forward, 4 backward.
    * Attention scores and their weighted sum: 2 * 2 * T * C per layer forward,
    * counted without the causal half, as PaLM does. */
-  double C = (double)cfg->channels, L = (double)cfg->num_layers;
-  double n_mm = L * 12.0 * C * C + (double)cfg->vocab_size * C;
+  remat__tensor t[REMAT_P_COUNT];
+  remat__tensors(cfg, t);
+  double C = (double)cfg->channels, L = (double)cfg->num_layers, blk = 0.0;
+  for (int i = 0; i < REMAT_P_COUNT; i++)
+    if (t[i].where == REMAT__IN_BLOCK && t[i].matrix) blk += (double)t[i].rows * (double)t[i].cols;
+  double n_mm = L * blk + (double)cfg->vocab_size * C;
   return 6.0 * n_mm + 12.0 * L * C * (double)T;
 }

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "base/base.h"
+#include "config/family.h"
 #include "io/io_internal.h"
 
 /* Floats and ints are moved as raw bytes when the host is little endian. */
@@ -333,9 +334,12 @@ int remat__tokens_from_text_mem(remat_tokens *t, const void *bytes, size_t size,
 
 /* ------------------------------------------------------------ checkpoints */
 
-static const char *const tensor_names[REMAT_P_COUNT] = {
-    "wte",   "wpe",   "ln1w", "ln1b", "qkvw",   "qkvb",   "attprojw", "attprojb",
-    "ln2w",  "ln2b",  "fcw",  "fcb",  "fcprojw", "fcprojb", "lnfw",    "lnfb"};
+/* Tensor k's name in the config's family. */
+static const char *tensor_name(const remat_config *cfg, int k) {
+  remat__tensor t[REMAT_P_COUNT];
+  remat__tensors(cfg, t);
+  return t[k].name;
+}
 
 /* Which tensor flat parameter index i falls in, and where in it. */
 static int locate(const remat_config *cfg, size_t i, size_t *off) {
@@ -359,7 +363,7 @@ static int check_finite(const remat_config *cfg, const float *p, const char *pat
     return remat__errorf(err, REMAT_ENUMERIC,
                          "parameter %zu (%s[%zu]) is %s; refusing to %s '%s': the run that made "
                          "these weights diverged, restart from an earlier checkpoint",
-                         i, tensor_names[k], off, isnan(p[i]) ? "NaN" : "infinite", verb, path);
+                         i, tensor_name(cfg, k), off, isnan(p[i]) ? "NaN" : "infinite", verb, path);
   }
   return 0;
 }
@@ -376,7 +380,7 @@ int remat_params_overflow(const remat_config *cfg, const float *params, remat_er
                            "overflow float arithmetic (their squares and sums pass %g), so "
                            "training on them yields inf and NaN whatever the learning rate; "
                            "start from other weights",
-                           i, tensor_names[k], off, (double)params[i],
+                           i, tensor_name(cfg, k), off, (double)params[i],
                            (double)REMAT_PARAM_OVERFLOW_LIMIT, (double)FLT_MAX);
     }
   }
@@ -612,7 +616,7 @@ static int check_bf16_finite(const remat_config *cfg, const float *p, const char
                          "parameter %zu (%s[%zu]) is %g, which rounds to infinity in bf16 (its "
                          "largest value is 3.39e38); refusing to save '%s' as bf16: save it as "
                          "fp32",
-                         i, tensor_names[k], off, (double)p[i], path);
+                         i, tensor_name(cfg, k), off, (double)p[i], path);
   }
   return 0;
 }

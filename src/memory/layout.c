@@ -2,6 +2,7 @@
  * (field, float count) pairs laid end to end, each field aligned. */
 #include "memory/layout.h"
 #include "base/base.h"
+#include "config/family.h"
 
 /* One field: its element count and size; carve lays fields end to end,
  * each aligned, and returns their bytes; with base it writes each field's
@@ -21,21 +22,39 @@ static size_t carve(const field *f, int n, void *base, char **at) {
 
 #define NFIELDS(f) ((int)(sizeof(f) / sizeof((f)[0])))
 
-void remat__product_shapes(const remat_config *cfg, int64_t B, int64_t T,
-                           remat__mm_shape s[REMAT__PRODUCTS]) {
-  int64_t N = B * T, C = cfg->channels;
+int remat__product_shapes(const remat_config *cfg, int64_t B, int64_t T,
+                          remat__mm_shape s[REMAT__PRODUCTS]) {
+  int64_t N = B * T, C = cfg->channels, Vp = cfg->padded_vocab_size;
+  if (cfg->family == REMAT_FAMILY_LLAMA) {
+    int64_t KV = remat__kv_width(cfg), H = cfg->ffn_hidden;
+    /* every product without a bias; the ones whose output a kernel reads
+     * in bf16 (q, k, v, w1, w3 and the logits) make bf16 */
+    s[0] = (remat__mm_shape){.N = N, .C = C, .OC = C, .out_bf16 = true, .dinp_fp32 = true, .no_bias = true};
+    s[1] = (remat__mm_shape){.N = N, .C = C, .OC = KV, .out_bf16 = true, .dinp_fp32 = true, .no_bias = true};
+    s[2] = (remat__mm_shape){.N = N, .C = C, .OC = C, .no_bias = true};
+    s[3] = (remat__mm_shape){.N = N, .C = C, .OC = H, .out_bf16 = true, .dinp_fp32 = true, .no_bias = true};
+    s[4] = (remat__mm_shape){.N = N, .C = H, .OC = C, .no_bias = true};
+    s[5] = (remat__mm_shape){.N = N, .C = C, .OC = Vp, .out_bf16 = true, .dinp_fp32 = true, .no_bias = true};
+    return 6;
+  }
   s[0] = (remat__mm_shape){.N = N, .C = C, .OC = 3 * C, .out_bf16 = true, .dinp_fp32 = true};
   s[1] = (remat__mm_shape){.N = N, .C = C, .OC = C};
   s[2] = (remat__mm_shape){.N = N, .C = C, .OC = 4 * C, .out_bf16 = true, .dinp_fp32 = true};
   s[3] = (remat__mm_shape){.N = N, .C = 4 * C, .OC = C};
-  s[4] = (remat__mm_shape){.N = N, .C = C, .OC = cfg->padded_vocab_size, .out_bf16 = true,
-                           .dinp_fp32 = true, .no_bias = true};
+  s[4] = (remat__mm_shape){.N = N, .C = C, .OC = Vp, .out_bf16 = true, .dinp_fp32 = true,
+                           .no_bias = true};
+  return 5;
 }
 
 void remat__bf16_copy_bytes(const remat_config *cfg, size_t *block, size_t *head) {
-  size_t C = (size_t)cfg->channels, bf = cfg->precision == REMAT_PRECISION_BF16;
-  *block = bf * remat__align(12 * C * C * 2);
-  *head = bf * remat__align((size_t)cfg->padded_vocab_size * C * 2);
+  size_t bf = cfg->precision == REMAT_PRECISION_BF16, blk = 0;
+  remat__tensor t[REMAT_P_COUNT];
+  remat__tensors(cfg, t);
+  for (int i = 0; i < REMAT_P_COUNT; i++)
+    if (t[i].where == REMAT__IN_BLOCK && t[i].matrix) blk += (size_t)t[i].rows * (size_t)t[i].cols;
+  const remat__tensor *h = &t[remat__head_tensor(cfg)];
+  *block = bf * remat__align(blk * 2);
+  *head = bf * remat__align((size_t)h->rows * (size_t)h->cols * 2);
 }
 
 size_t remat__block_stored_view(remat__block_acts *a, void *base, int64_t B, int64_t T,
@@ -142,6 +161,119 @@ size_t remat__block_wrec_view(remat__block_wrec *w, void *base, int64_t B, int64
   return n;
 }
 
+size_t remat__llama_stored_view(remat__llama_acts *a, void *base, const remat_config *cfg,
+                                int64_t B, int64_t T, const remat__kernel_ws *ws) {
+  size_t BT = (size_t)B * (size_t)T, C = (size_t)cfg->channels, KV = (size_t)remat__kv_width(cfg),
+         H = (size_t)cfg->ffn_hidden, h = remat__act_elem(ws), f = 4;
+  const field fl[] = {{BT, f},     {BT * C, h}, {BT * KV, h}, {BT * KV, h}, {ws->attention_stats, f},
+                      {BT * C, h}, {BT * C, f}, {BT, f},      {BT * H, h},  {BT * H, h}};
+  char *at[NFIELDS(fl)];
+  size_t n = carve(fl, NFIELDS(fl), base, at);
+  if (base && a) {
+    a->rstd1 = (float *)at[0];
+    a->q = at[1];
+    a->k = at[2];
+    a->v = at[3];
+    a->att_lse = (float *)at[4];
+    a->atty = at[5];
+    a->res2 = (float *)at[6];
+    a->rstd2 = (float *)at[7];
+    a->h1 = at[8];
+    a->h3 = at[9];
+  }
+  return n;
+}
+
+size_t remat__llama_cheap_view(remat__llama_acts *a, void *base, const remat_config *cfg,
+                               int64_t B, int64_t T, const remat__kernel_ws *ws) {
+  size_t BT = (size_t)B * (size_t)T, C = (size_t)cfg->channels, H = (size_t)cfg->ffn_hidden,
+         h = remat__act_elem(ws);
+  const field fl[] = {{BT * C, h}, {BT * C, h}, {BT * H, h}};
+  char *at[NFIELDS(fl)];
+  size_t n = carve(fl, NFIELDS(fl), base, at);
+  if (base && a) {
+    a->xn1 = at[0];
+    a->xn2 = at[1];
+    a->hsw = at[2];
+  }
+  return n;
+}
+
+size_t remat__llama_dgrads_view(remat__llama_dgrads *d, void *base, const remat_config *cfg,
+                                int64_t B, int64_t T, const remat__kernel_ws *ws) {
+  size_t BT = (size_t)B * (size_t)T, C = (size_t)cfg->channels, KV = (size_t)remat__kv_width(cfg),
+         H = (size_t)cfg->ffn_hidden, h = remat__act_elem(ws), f = 4;
+  int bf = ws->precision == REMAT_PRECISION_BF16;
+  const field fl[] = {{BT * C, f},  {BT * H, f},  {BT * H, h},  {BT * H, h},
+                      {BT * C, f},  {BT * C, f},  {BT * C, f},  {BT * C, f},
+                      {BT * KV, f}, {BT * KV, f}, {ws->attention_scratch, f},
+                      {bf ? BT * (C + 2 * KV) : 0, 2}, {ws->product_scratch, 1}};
+  char *at[NFIELDS(fl)];
+  size_t n = carve(fl, NFIELDS(fl), base, at);
+  if (base && d) {
+    d->dbranch = (float *)at[0];
+    d->dhsw = (float *)at[1];
+    d->dh1 = at[2];
+    d->dh3 = at[3];
+    d->dln = (float *)at[4];
+    d->dln_part = (float *)at[5];
+    d->datty = (float *)at[6];
+    d->dq = (float *)at[7];
+    d->dk = (float *)at[8];
+    d->dv = (float *)at[9];
+    d->att_delta = (float *)at[10];
+    d->dout_h = bf ? (uint16_t *)at[11] : NULL;
+    d->scratch = ws->product_scratch ? at[12] : NULL;
+  }
+  return n;
+}
+
+size_t remat__llama_head_view(remat__llama_head *hd, void *base, const remat_config *cfg,
+                              int64_t B, int64_t T, const remat__kernel_ws *ws) {
+  size_t BT = (size_t)B * (size_t)T, BTC = BT * (size_t)cfg->channels, h = remat__act_elem(ws),
+         f = 4;
+  const field fl[] = {{BTC, h}, {BT, f}, {BT, f}, {BTC, f}, {ws->product_scratch, 1}};
+  char *at[NFIELDS(fl)];
+  size_t n = carve(fl, NFIELDS(fl), base, at);
+  if (base && hd) {
+    hd->xnf = at[0];
+    hd->rstd = (float *)at[1];
+    hd->losses = (float *)at[2];
+    hd->dxnf = (float *)at[3];
+    hd->scratch = ws->product_scratch ? at[4] : NULL;
+  }
+  return n;
+}
+
+/* A Llama block's W record: the products' douts (as they take them) and
+ * the two norms' output gradients. */
+static size_t llama_wrec_bytes(const remat_config *cfg, int64_t B, int64_t T,
+                               const remat__kernel_ws *ws) {
+  size_t BT = (size_t)B * (size_t)T, C = (size_t)cfg->channels, KV = (size_t)remat__kv_width(cfg),
+         H = (size_t)cfg->ffn_hidden, h = remat__act_elem(ws), f = 4;
+  const field fl[] = {{BT * C, h}, {BT * KV, h}, {BT * KV, h}, {BT * C, h}, {BT * H, h},
+                      {BT * H, h}, {BT * C, h},  {BT * C, f},  {BT * C, f}};
+  return carve(fl, NFIELDS(fl), NULL, NULL);
+}
+
+void remat__layer_sizes_get(remat__layer_sizes *o, const remat_config *cfg, int64_t B,
+                            int64_t T, const remat__kernel_ws *ws) {
+  int64_t C = cfg->channels;
+  if (cfg->family == REMAT_FAMILY_LLAMA) {
+    o->stored = remat__llama_stored_view(NULL, NULL, cfg, B, T, ws);
+    o->cheap = remat__llama_cheap_view(NULL, NULL, cfg, B, T, ws);
+    o->dgrad = remat__llama_dgrads_view(NULL, NULL, cfg, B, T, ws);
+    o->wrec = llama_wrec_bytes(cfg, B, T, ws);
+    o->head = remat__llama_head_view(NULL, NULL, cfg, B, T, ws);
+    return;
+  }
+  o->stored = remat__block_stored_view(NULL, NULL, B, T, C, ws);
+  o->cheap = remat__block_cheap_view(NULL, NULL, B, T, C, ws);
+  o->dgrad = remat__block_dgrads_view(NULL, NULL, B, T, C, ws);
+  o->wrec = remat__block_wrec_view(NULL, NULL, B, T, C, ws);
+  o->head = remat__head_acts_view(NULL, NULL, B, T, C, ws);
+}
+
 size_t remat__decode_view(remat__decode_acts *d, void *base, const remat_config *cfg, int64_t cap,
                           int64_t R, int own_params, const remat__kernel_ws *ws) {
   size_t C = (size_t)cfg->channels, f = 4;
@@ -172,16 +304,14 @@ void remat__stage_param_sizes(const remat_config *cfg, const remat_stage *st,
   size_t sz[REMAT_P_COUNT];
   remat_param_sizes(cfg, sz);
   size_t L = (size_t)cfg->num_layers, nb = (size_t)st->num_blocks;
+  remat__tensor t[REMAT_P_COUNT];
+  remat__tensors(cfg, t);
   for (int i = 0; i < REMAT_P_COUNT; i++) {
-    switch (i) {
-    case REMAT_P_WTE:
-      sizes[i] = st->has_embedding || st->has_head ? sz[i] : 0;
+    switch (t[i].where) {
+    case REMAT__IN_EMBEDDING: /* the tied matrix also on a stage with the head */
+      sizes[i] = st->has_embedding || (st->has_head && t[i].tied) ? sz[i] : 0;
       break;
-    case REMAT_P_WPE:
-      sizes[i] = st->has_embedding ? sz[i] : 0;
-      break;
-    case REMAT_P_LNFW:
-    case REMAT_P_LNFB:
+    case REMAT__IN_HEAD:
       sizes[i] = st->has_head ? sz[i] : 0;
       break;
     default: /* (L, ...) per-block tensors: the stage's blocks are a contiguous run */

@@ -178,15 +178,81 @@ int remat__memplan_build_stage_ws(remat_memplan *mp, const remat_config *cfg, in
                                   int64_t T, const remat_stage *st, const remat__kernel_ws *ws,
                                   remat_error *err);
 
-/* bf16: the five products of a GPT-2 step at micro-batches of B x T (a
- * block's qkv, projection, fc and fc projection; the LM head), as the model
- * makes them; their scratchpad is ws->product_scratch in bf16. */
-enum { REMAT__PRODUCTS = 5 };
-void remat__product_shapes(const remat_config *cfg, int64_t B, int64_t T,
-                           remat__mm_shape s[REMAT__PRODUCTS]);
+/* bf16: the products of a step at micro-batches of B x T, as the model
+ * makes them (GPT-2: a block's qkv, projection, fc and fc projection, and
+ * the LM head; Llama: q, k, v, o, w1, w3, w2 and the head); their
+ * scratchpad is ws->product_scratch in bf16. Returns their number. */
+enum { REMAT__PRODUCTS = 8 };
+int remat__product_shapes(const remat_config *cfg, int64_t B, int64_t T,
+                          remat__mm_shape s[REMAT__PRODUCTS]);
 
-/* bf16: the bytes of the bf16 copies of a block's four matrices and of the
- * tied matrix the head's product reads (remat_memory_model's
+/* A Llama block's activations (the family's counterpart of
+ * remat__block_acts): the stored ones, which a middle block keeps, then
+ * the cheap ones (the RMSNorm and SwiGLU outputs). void *: float in fp32,
+ * bf16 in bf16, as for GPT-2. KV = remat__kv_width, H = the MLP width. */
+typedef struct remat__llama_acts {
+  /* stored */
+  float *rstd1;   /* (B, T) the attention RMSNorm's 1/rms */
+  void *q;        /* (B, T, C) after the rotation */
+  void *k;        /* (B, T, KV) after the rotation */
+  void *v;        /* (B, T, KV) */
+  float *att_lse; /* ws.attention_stats floats */
+  void *atty;     /* (B, T, C) */
+  float *res2;    /* (B, T, C) input + attention branch */
+  float *rstd2;   /* (B, T) */
+  void *h1;       /* (B, T, H) the gate, w1 x */
+  void *h3;       /* (B, T, H) the up projection, w3 x */
+  /* cheap */
+  void *xn1;      /* (B, T, C) */
+  void *xn2;      /* (B, T, C) */
+  void *hsw;      /* (B, T, H) silu(h1) * h3 */
+} remat__llama_acts;
+
+/* A Llama block's backward temporaries (float unless said). */
+typedef struct remat__llama_dgrads {
+  float *dbranch;   /* (B, T, C) */
+  float *dhsw;      /* (B, T, H) */
+  void *dh1, *dh3;  /* (B, T, H) the products' douts: float, bf16 in bf16 */
+  float *dln;       /* (B, T, C) the norm's output gradient */
+  float *dln_part;  /* (B, T, C) a second product's share of it */
+  float *datty;     /* (B, T, C) */
+  float *dq;        /* (B, T, C) */
+  float *dk, *dv;   /* (B, T, KV) */
+  float *att_delta; /* ws.attention_scratch floats */
+  uint16_t *dout_h; /* bf16: (B, T, C + 2 KV) the other products' douts */
+  void *scratch;    /* ws.product_scratch bytes */
+} remat__llama_dgrads;
+
+/* A Llama head's activations: the final RMSNorm, losses, the gradient into
+ * it; the logits follow at head_bytes as for GPT-2. */
+typedef struct remat__llama_head {
+  void *xnf;       /* (B, T, C) */
+  float *rstd;     /* (B, T) */
+  float *losses;   /* (B, T) */
+  float *dxnf;     /* (B, T, C) */
+  void *scratch;   /* ws.product_scratch bytes */
+} remat__llama_head;
+
+size_t remat__llama_stored_view(remat__llama_acts *a, void *base, const remat_config *cfg,
+                                int64_t B, int64_t T, const remat__kernel_ws *ws);
+size_t remat__llama_cheap_view(remat__llama_acts *a, void *base, const remat_config *cfg,
+                               int64_t B, int64_t T, const remat__kernel_ws *ws);
+size_t remat__llama_dgrads_view(remat__llama_dgrads *d, void *base, const remat_config *cfg,
+                                int64_t B, int64_t T, const remat__kernel_ws *ws);
+size_t remat__llama_head_view(remat__llama_head *h, void *base, const remat_config *cfg,
+                              int64_t B, int64_t T, const remat__kernel_ws *ws);
+
+/* The bytes of a block's and the head's regions in the config's family:
+ * what the memory model plans (remat_memory_model's block_stored_bytes,
+ * block_cheap_bytes, block_dgrad_bytes, block_wrec_bytes, head_bytes). */
+typedef struct remat__layer_sizes {
+  size_t stored, cheap, dgrad, wrec, head;
+} remat__layer_sizes;
+void remat__layer_sizes_get(remat__layer_sizes *out, const remat_config *cfg, int64_t B,
+                            int64_t T, const remat__kernel_ws *ws);
+
+/* bf16: the bytes of the bf16 copies of a block's matrices and of the
+ * matrix the head's product reads (remat_memory_model's
  * block_bf16_bytes and head_bf16_bytes; a replica holds them whole under
  * ZeRO 0 to 2); 0 in fp32. */
 void remat__bf16_copy_bytes(const remat_config *cfg, size_t *block, size_t *head);

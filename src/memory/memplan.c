@@ -42,12 +42,12 @@ const char *remat_policy_name(int policy) {
 
 /* Parameter floats of one layer of each kind. */
 static void layer_params(const remat_config *cfg, size_t out[REMAT_LAYER_KIND_COUNT]) {
-  size_t ps[REMAT_P_COUNT];
-  remat_param_sizes(cfg, ps);
-  out[REMAT_LAYER_EMBEDDING] = ps[REMAT_P_WTE] + ps[REMAT_P_WPE];
+  int64_t L = cfg->num_layers;
+  out[REMAT_LAYER_EMBEDDING] = remat_unit_floats(cfg, 0);
   out[REMAT_LAYER_BLOCK] = remat_block_param_count(cfg);
-  /* a head on its own stage holds its copy of the tied matrix */
-  out[REMAT_LAYER_HEAD] = ps[REMAT_P_WTE] + ps[REMAT_P_LNFW] + ps[REMAT_P_LNFB];
+  /* a head on its own stage holds its copy of the tied matrix (none when
+   * the head has its own) */
+  out[REMAT_LAYER_HEAD] = remat_unit_floats(cfg, L + 2) + remat_unit_floats(cfg, L + 1);
 }
 
 int remat__check_shape(const remat_config *cfg, int64_t B, int64_t T, remat_error *err) {
@@ -90,8 +90,8 @@ int remat__kernel_ws_get(remat__kernel_ws *ws, const remat__backend_sizes *sz,
   ws->product_scratch = 0;
   if (ws->precision != REMAT_PRECISION_BF16) return 0;
   remat__mm_shape s[REMAT__PRODUCTS];
-  remat__product_shapes(cfg, B, T, s);
-  rc = sz->product_scratch(s, REMAT__PRODUCTS, &ws->product_scratch, err);
+  int ns = remat__product_shapes(cfg, B, T, s);
+  rc = sz->product_scratch(s, ns, &ws->product_scratch, err);
   /* the attention's tiles borrow the scratchpad while no product runs */
   ws->attention_work = sz->attention_work ? sz->attention_work(cfg->channels, cfg->num_heads) : 0;
   if (ws->attention_work > ws->product_scratch) ws->product_scratch = ws->attention_work;
@@ -128,27 +128,29 @@ int remat__memory_model_get_ws(const remat_config *cfg, int64_t B, int64_t T,
   mm->residual_bytes = remat__align(BT * (size_t)C * sizeof(float));
   if (ws->precision != cfg->precision)
     return remat__errorf(err, REMAT_EINVAL, "the kernels' precision is not the config's");
-  mm->block_stored_bytes = remat__block_stored_view(NULL, NULL, B, T, C, ws);
-  mm->block_cheap_bytes = remat__block_cheap_view(NULL, NULL, B, T, C, ws);
+  remat__layer_sizes ls;
+  remat__layer_sizes_get(&ls, cfg, B, T, ws);
+  mm->block_stored_bytes = ls.stored;
+  mm->block_cheap_bytes = ls.cheap;
   mm->block_internal_bytes = mm->block_stored_bytes + mm->block_cheap_bytes;
-  mm->block_dgrad_bytes = remat__block_dgrads_view(NULL, NULL, B, T, C, ws);
-  mm->block_wrec_bytes = remat__block_wrec_view(NULL, NULL, B, T, C, ws);
-  mm->head_bytes = remat__head_acts_view(NULL, NULL, B, T, C, ws);
+  mm->block_dgrad_bytes = ls.dgrad;
+  mm->block_wrec_bytes = ls.wrec;
+  mm->head_bytes = ls.head;
   mm->logits_bytes = remat__align(BT * (size_t)cfg->padded_vocab_size * remat__act_elem(ws));
   mm->stage_bytes = mm->residual_bytes;
 
   size_t np[REMAT_LAYER_KIND_COUNT];
   layer_params(cfg, np);
-  size_t ps[REMAT_P_COUNT];
-  remat_param_sizes(cfg, ps);
   remat__bf16_copy_bytes(cfg, &mm->block_bf16_bytes, &mm->head_bf16_bytes);
   for (int k = 0; k < REMAT_LAYER_KIND_COUNT; k++)
     mm->layer[k].state = 4 * remat__align(np[k] * sizeof(float));
   mm->layer[REMAT_LAYER_BLOCK].state += mm->block_bf16_bytes;
   mm->layer[REMAT_LAYER_HEAD].state += mm->head_bf16_bytes;
-  mm->tied_grad_bytes = remat__align(ps[REMAT_P_WTE] * sizeof(float));
-  mm->head_joint_state = 4 * remat__align((ps[REMAT_P_LNFW] + ps[REMAT_P_LNFB]) * sizeof(float)) +
-                         mm->tied_grad_bytes + mm->head_bf16_bytes;
+  mm->tied_grad_bytes =
+      remat__align(remat_unit_floats(cfg, cfg->num_layers + 2) * sizeof(float));
+  mm->head_joint_state =
+      4 * remat__align(remat_unit_floats(cfg, cfg->num_layers + 1) * sizeof(float)) +
+      mm->tied_grad_bytes + mm->head_bf16_bytes;
   mm->boundary_bytes = mm->residual_bytes;
 
   remat_layer_bytes *e = &mm->layer[REMAT_LAYER_EMBEDDING];

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "base/base.h"
+#include "config/family.h"
 #include "memory/layout.h"
 
 remat_stage remat_stage_whole(const remat_config *cfg, const uint8_t *policy) {
@@ -44,20 +45,22 @@ int remat_unit_segments(const remat_config *cfg, int64_t u,
     at += (len);                                                                            \
     n++;                                                                                    \
   } while (0)
-  if (u == 0) {
-    ADD(REMAT_P_WTE, 0, sz[REMAT_P_WTE]);
-    ADD(REMAT_P_WPE, 0, sz[REMAT_P_WPE]);
-  } else if (u <= L) {
-    size_t l = (size_t)(u - 1);
-    for (int t = REMAT_P_LN1W; t <= REMAT_P_FCPROJB; t++) {
-      size_t per = sz[t] / (size_t)L;
-      ADD(t, l * per, per);
+  remat__tensor t[REMAT_P_COUNT];
+  remat__tensors(cfg, t);
+  if (u == L + 2 && remat__tied(cfg)) { /* the head's copy of the tied matrix */
+    int h = remat__head_tensor(cfg);
+    ADD(h, 0, sz[h]);
+  }
+  for (int k = 0; u < L + 2 && k < REMAT_P_COUNT; k++) {
+    if (!sz[k]) continue;
+    if (u == 0 && t[k].where == REMAT__IN_EMBEDDING) {
+      ADD(k, 0, sz[k]);
+    } else if (u >= 1 && u <= L && t[k].where == REMAT__IN_BLOCK) {
+      size_t per = sz[k] / (size_t)L;
+      ADD(k, (size_t)(u - 1) * per, per);
+    } else if (u == L + 1 && t[k].where == REMAT__IN_HEAD) {
+      ADD(k, 0, sz[k]);
     }
-  } else if (u == L + 1) {
-    ADD(REMAT_P_LNFW, 0, sz[REMAT_P_LNFW]);
-    ADD(REMAT_P_LNFB, 0, sz[REMAT_P_LNFB]);
-  } else {
-    ADD(REMAT_P_WTE, 0, sz[REMAT_P_WTE]);
   }
 #undef ADD
   return n;
@@ -66,12 +69,13 @@ int remat_unit_segments(const remat_config *cfg, int64_t u,
 size_t remat_unit_floats(const remat_config *cfg, int64_t u) {
   remat_unit_segment seg[REMAT_UNIT_MAX_SEGMENTS];
   int n = remat_unit_segments(cfg, u, seg);
-  return seg[n - 1].at + seg[n - 1].count;
+  return n ? seg[n - 1].at + seg[n - 1].count : 0; /* an untied head has no unit L + 2 */
 }
 
 size_t remat_unit_shard(const remat_config *cfg, int64_t u, int64_t D) {
   REMAT_ASSERT(D >= 1);
-  /* the tied gradient is cut like the embedding */
+  /* the tied gradient is cut like the embedding; an untied model has none */
+  if (u == cfg->num_layers + 2 && !remat__tied(cfg)) return 0;
   if (u == cfg->num_layers + 2) u = 0;
   size_t n = remat_unit_floats(cfg, u), d = (size_t)D, q = REMAT_SHARD_QUANTUM;
   size_t per = (n + d - 1) / d;
@@ -93,7 +97,7 @@ int64_t remat_stage_units(const remat_config *cfg, const remat_stage *st, int64_
   if (st->has_embedding) out[n++] = 0;
   for (int64_t i = 0; i < st->num_blocks; i++) out[n++] = 1 + st->first_block + i;
   if (st->has_head) out[n++] = L + 1;
-  if (st->has_head && !st->has_embedding) out[n++] = L + 2;
+  if (st->has_head && !st->has_embedding && remat__tied(cfg)) out[n++] = L + 2;
   return n;
 }
 

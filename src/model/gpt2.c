@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "base/base.h"
+#include "config/family.h"
 #include "model/model.h"
 
 void remat_hparams_default(remat_hparams *hp) {
@@ -39,8 +40,8 @@ void remat_hparams_default(remat_hparams *hp) {
 static int make_products(remat_model *m, const remat_config *cfg, int64_t B, int64_t T,
                          const remat__kernel_ws *ws, remat_error *err) {
   remat__mm_shape s[REMAT__PRODUCTS];
-  remat__product_shapes(cfg, B, T, s);
-  int rc = m->be->products_create(&m->products, s, REMAT__PRODUCTS, err);
+  int ns = remat__product_shapes(cfg, B, T, s);
+  int rc = m->be->products_create(&m->products, s, ns, err);
   if (rc) return rc;
   size_t need = remat__align(m->be->products_scratch(m->products));
   if (need <= ws->product_scratch) return 0;
@@ -55,6 +56,11 @@ static int make_products(remat_model *m, const remat_config *cfg, int64_t B, int
 int remat__model_plan_on(remat_model **out, const remat_config *cfg, int64_t B, int64_t T,
                          const remat_stage *st, const remat__backend *be, remat_error *err) {
   *out = NULL;
+  if (cfg->family != REMAT_FAMILY_GPT2)
+    return remat__errorf(err, REMAT_EINVAL,
+                         "the engine trains the GPT-2 family only so far; a %s model can be "
+                         "planned (remat plan) but not yet trained",
+                         remat_family_name((int)cfg->family));
   remat_model *m = remat__calloc(1, sizeof *m);
   if (!m) return remat__errorf(err, REMAT_ENOMEM, "out of memory");
   m->be = be ? be : remat__backend_default();
@@ -475,32 +481,30 @@ size_t remat_model_arena_high_water(remat_model *m) {
   return m->high_water;
 }
 
-/* Elements [first, first + n) of tensor i, held at dst: GPT-2's
- * initialisation, a pure function of the element's index. */
+/* Elements [first, first + n) of tensor i, held at dst: the family's
+ * initialisation (config/family.h), a pure function of the element's
+ * index. */
 static void init_piece(const remat__backend *be, const remat_config *c, int i, float *dst,
                        size_t first, size_t n, uint64_t seed) {
   float std = 0.02f, proj_std = 0.02f / sqrtf(2.0f * (float)c->num_layers);
-  switch (i) {
-  case REMAT_P_WTE:
-  case REMAT_P_WPE:
-  case REMAT_P_QKVW:
-  case REMAT_P_FCW:
+  remat__tensor t[REMAT_P_COUNT];
+  remat__tensors(c, t);
+  switch (t[i].init) {
+  case REMAT__INIT_NORMAL:
     be->init_normal(dst, first, n, std, seed, (uint32_t)i);
     break;
-  case REMAT_P_ATTPROJW:
-  case REMAT_P_FCPROJW:
+  case REMAT__INIT_RESIDUAL:
     be->init_normal(dst, first, n, proj_std, seed, (uint32_t)i);
     break;
-  case REMAT_P_LN1W:
-  case REMAT_P_LN2W:
-  case REMAT_P_LNFW:
+  case REMAT__INIT_ONES:
     be->fill(dst, 1.0f, n);
     break;
   default:
     be->clear(dst, n * sizeof(float));
   }
   /* padded vocabulary rows never see a token: keep them zero */
-  if (i == REMAT_P_WTE) {
+  if (t[i].rows == c->padded_vocab_size && t[i].cols == c->channels &&
+      t[i].where != REMAT__IN_BLOCK) {
     size_t lo = (size_t)c->vocab_size * (size_t)c->channels;
     if (lo < first) lo = first;
     if (lo < first + n) be->clear(dst + (lo - first), (first + n - lo) * sizeof(float));
@@ -1260,18 +1264,10 @@ double remat_model_grad_sumsq(const remat_model *m) {
   return s;
 }
 
-static int decays(int tensor) {
-  switch (tensor) {
-  case REMAT_P_WTE:
-  case REMAT_P_WPE:
-  case REMAT_P_QKVW:
-  case REMAT_P_ATTPROJW:
-  case REMAT_P_FCW:
-  case REMAT_P_FCPROJW:
-    return 1;
-  default:
-    return 0;
-  }
+static int decays(const remat_config *cfg, int tensor) {
+  remat__tensor t[REMAT_P_COUNT];
+  remat__tensors(cfg, t);
+  return t[tensor].decay;
 }
 
 /* AdamW over the parts of unit u this replica owns, segment by segment
@@ -1292,7 +1288,7 @@ static void update_owned(remat_model *m, int64_t u, const remat__adamw *opt, flo
     float *g = remat__model_unit_at(m, REMAT_BUF_GRADS, u, lo, &run);
     float *mo = remat__model_unit_at(m, REMAT_BUF_ADAM_M, u, lo, &run);
     float *v = remat__model_unit_at(m, REMAT_BUF_ADAM_V, u, lo, &run);
-    m->be->adamw_update(p, g, mo, v, hi - lo, opt, decays(seg[k].tensor) ? wd : 0.0f, scale);
+    m->be->adamw_update(p, g, mo, v, hi - lo, opt, decays(&m->cfg, seg[k].tensor) ? wd : 0.0f, scale);
   }
 }
 
@@ -1302,15 +1298,17 @@ static void update_owned(remat_model *m, int64_t u, const remat__adamw *opt, flo
  * its gradient zeroed. */
 static void update_fused(remat_model *m, int i, float *pm, float *pv, const remat__adamw *opt,
                          float wd, float scale) {
-  const size_t C = (size_t)m->cfg.channels, CC = C * C;
+  const size_t C = (size_t)m->cfg.channels;
   const bool copies = m->wbf && !gathered_bf16(m);
-  size_t at = 0, per = 0; /* a block matrix's place in its block's copies, and its size */
-  switch (i) {
-  case REMAT_P_QKVW: at = 0, per = 3 * CC; break;
-  case REMAT_P_ATTPROJW: at = 3 * CC, per = CC; break;
-  case REMAT_P_FCW: at = 4 * CC, per = 4 * CC; break;
-  case REMAT_P_FCPROJW: at = 8 * CC, per = 4 * CC; break;
-  default: break;
+  /* a block matrix's place in its block's copies (the block's matrices in
+   * the family's order), and its size */
+  size_t at = 0, per = 0;
+  remat__tensor t[REMAT_P_COUNT];
+  remat__tensors(&m->cfg, t);
+  for (int k = 0; k <= i && t[i].where == REMAT__IN_BLOCK && t[i].matrix; k++) {
+    if (t[k].where != REMAT__IN_BLOCK || !t[k].matrix) continue;
+    per = (size_t)t[k].rows * (size_t)t[k].cols;
+    if (k < i) at += per;
   }
   if (copies && per) {
     REMAT_ASSERT(m->sz[i] == per * (size_t)m->stage.num_blocks);
@@ -1321,7 +1319,8 @@ static void update_fused(remat_model *m, int i, float *pm, float *pv, const rema
     }
     return;
   }
-  uint16_t *h = copies && i == REMAT_P_WTE && m->stage.has_head ? head_wbf(m, NULL) : NULL;
+  uint16_t *h = copies && i == remat__head_tensor(&m->cfg) && m->stage.has_head ? head_wbf(m, NULL)
+                                                                                 : NULL;
   REMAT_ASSERT(!h || m->sz[i] == (size_t)m->cfg.padded_vocab_size * C);
   m->be->adamw_update_fused(m->p[i], m->g[i], pm, pv, h, m->sz[i], opt, wd, scale);
 }
@@ -1344,7 +1343,7 @@ void remat_model_update(remat_model *m, const remat_hparams *hp, float lr, float
   float *pm = m->adam_m, *pv = m->adam_v;
   for (int i = 0; i < REMAT_P_COUNT; i++) {
     if (!m->sz[i]) continue;
-    const float wd = decays(i) ? hp->weight_decay : 0.0f;
+    const float wd = decays(&m->cfg, i) ? hp->weight_decay : 0.0f;
     if (m->be->adamw_update_fused)
       update_fused(m, i, pm, pv, &opt, wd, scale);
     else

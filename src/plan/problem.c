@@ -1,5 +1,5 @@
 /* problem.c: planning problems: their construction and validation, the JSON
- * problem file, and problems built from a GPT-2 shape with the engine's byte
+ * problem file, and problems built from a model shape with the engine's byte
  * counts. */
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -810,6 +810,19 @@ int remat_plan_problem_from_model(remat_plan_problem *pb, const remat_config *cf
                                           err);
 }
 
+/* The model and micro-batch a problem from a shape describes. */
+static void describe(char *buf, size_t cap, const remat_config *cfg, int64_t B, int64_t T) {
+  if (cfg->family == REMAT_FAMILY_LLAMA)
+    snprintf(buf, cap, "Llama L=%lld C=%lld NH=%lld NKV=%lld H=%lld V=%lld%s, B=%lld, T=%lld",
+             (long long)cfg->num_layers, (long long)cfg->channels, (long long)cfg->num_heads,
+             (long long)cfg->kv_heads, (long long)cfg->ffn_hidden, (long long)cfg->vocab_size,
+             cfg->untied ? "" : " tied", (long long)B, (long long)T);
+  else
+    snprintf(buf, cap, "GPT-2 L=%lld C=%lld NH=%lld V=%lld, B=%lld, T=%lld",
+             (long long)cfg->num_layers, (long long)cfg->channels, (long long)cfg->num_heads,
+             (long long)cfg->vocab_size, (long long)B, (long long)T);
+}
+
 int remat_plan_problem_from_replicas(remat_plan_problem *pb, const remat_config *cfg, int64_t B,
                                      int64_t T, int64_t stages, int64_t microbatches,
                                      int64_t replicas, int zero, size_t memory,
@@ -877,26 +890,24 @@ int remat_plan_problem_from_replicas(remat_plan_problem *pb, const remat_config 
   h->bwd = 2 * h->fwd;
   /* A block's weight gradient (W) is its four products' weight products,
    * as many FLOP as their forward (its layernorms' small ones run in W too;
-   * the embedding's and the head's run with B). From its B to its W it
-   * keeps its W record: the gradients entering its products (3C, C, 4C, C)
-   * and its layernorms (C, C), bf16 where the products take bf16; its
-   * activations stay in its micro-batch's slot until W, which the schedule's
-   * in-flight count n holds. */
+   * the embedding's and the head's run with B). A kept block keeps from its
+   * B to its W its W record: the gradients entering its products (3C, C,
+   * 4C, C) and its layernorms (C, C), bf16 where the products take bf16,
+   * and those products' and layernorms' inputs; its slot is free from its
+   * B (the schedule's in-flight count n holds slots from F to B). A block
+   * that rebuilds its activations runs its W with its B. */
   blk->wgrad = 24.0 * Bd * Td * C * C / G;
   blk->wgrad_bytes = mm.block_wrec_bytes; /* its W record (remat_stage.wdeferred) */
   pb->stage_bytes = mm.stage_bytes + rb.comm;
   pb->boundary_bytes = mm.boundary_bytes;
   snprintf(pb->time_unit, sizeof pb->time_unit, "GFLOP");
-  snprintf(pb->job.family, sizeof pb->job.family, "gpt2");
+  snprintf(pb->job.family, sizeof pb->job.family, "%s", remat_family_name((int)cfg->family));
   pb->job.micro_batch = B;
   pb->job.seq_len = T;
   pb->job.data_parallel = replicas;
   pb->job.tensor_parallel = 1;
   pb->job.engine = 1;
-  snprintf(pb->source, sizeof pb->source,
-           "GPT-2 L=%lld C=%lld NH=%lld V=%lld, B=%lld, T=%lld", (long long)cfg->num_layers,
-           (long long)cfg->channels, (long long)cfg->num_heads, (long long)cfg->vocab_size,
-           (long long)B, (long long)T);
+  describe(pb->source, sizeof pb->source, cfg, B, T);
   if (replicas > 1) {
     size_t n = strlen(pb->source);
     snprintf(pb->source + n, sizeof pb->source - n, ", %lld replicas, ZeRO %d",

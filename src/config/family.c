@@ -1,0 +1,84 @@
+/* family.c: the families' parameter tables (config/family.h). */
+#include "config/family.h"
+#include "base/base.h"
+
+const char *remat_family_name(int f) {
+  static const char *const names[REMAT_FAMILY_COUNT] = {"gpt2", "llama"};
+  return f >= 0 && f < REMAT_FAMILY_COUNT ? names[f] : "?";
+}
+
+bool remat__tied(const remat_config *cfg) {
+  return cfg->family != REMAT_FAMILY_LLAMA || !cfg->untied;
+}
+
+int64_t remat__kv_width(const remat_config *cfg) {
+  if (cfg->family != REMAT_FAMILY_LLAMA) return cfg->channels;
+  return cfg->kv_heads * (cfg->channels / cfg->num_heads);
+}
+
+int64_t remat__mlp_width(const remat_config *cfg) {
+  return cfg->family == REMAT_FAMILY_LLAMA ? cfg->ffn_hidden : 4 * cfg->channels;
+}
+
+int remat__head_tensor(const remat_config *cfg) {
+  if (cfg->family != REMAT_FAMILY_LLAMA) return REMAT_P_WTE;
+  return remat__tied(cfg) ? REMAT_LP_EMB : REMAT_LP_CLS;
+}
+
+#define T_(nm, w, r, c, mx, dc, tie, in)                                                    \
+  (remat__tensor) {                                                                         \
+    .name = (nm), .where = (w), .rows = (r), .cols = (c), .matrix = (mx), .decay = (dc),     \
+    .tied = (tie), .init = (in)                                                             \
+  }
+
+static int gpt2(const remat_config *c, remat__tensor t[REMAT_P_COUNT]) {
+  int64_t C = c->channels, Vp = c->padded_vocab_size, maxT = c->max_seq_len;
+  const int E = REMAT__IN_EMBEDDING, B = REMAT__IN_BLOCK, H = REMAT__IN_HEAD;
+  const int N = REMAT__INIT_NORMAL, R = REMAT__INIT_RESIDUAL, O = REMAT__INIT_ONES,
+            Z = REMAT__INIT_ZEROS;
+  t[REMAT_P_WTE] = T_("wte", E, Vp, C, true, true, true, N);
+  t[REMAT_P_WPE] = T_("wpe", E, maxT, C, false, true, false, N);
+  t[REMAT_P_LN1W] = T_("ln1w", B, C, 1, false, false, false, O);
+  t[REMAT_P_LN1B] = T_("ln1b", B, C, 1, false, false, false, Z);
+  t[REMAT_P_QKVW] = T_("qkvw", B, 3 * C, C, true, true, false, N);
+  t[REMAT_P_QKVB] = T_("qkvb", B, 3 * C, 1, false, false, false, Z);
+  t[REMAT_P_ATTPROJW] = T_("attprojw", B, C, C, true, true, false, R);
+  t[REMAT_P_ATTPROJB] = T_("attprojb", B, C, 1, false, false, false, Z);
+  t[REMAT_P_LN2W] = T_("ln2w", B, C, 1, false, false, false, O);
+  t[REMAT_P_LN2B] = T_("ln2b", B, C, 1, false, false, false, Z);
+  t[REMAT_P_FCW] = T_("fcw", B, 4 * C, C, true, true, false, N);
+  t[REMAT_P_FCB] = T_("fcb", B, 4 * C, 1, false, false, false, Z);
+  t[REMAT_P_FCPROJW] = T_("fcprojw", B, C, 4 * C, true, true, false, R);
+  t[REMAT_P_FCPROJB] = T_("fcprojb", B, C, 1, false, false, false, Z);
+  t[REMAT_P_LNFW] = T_("lnfw", H, C, 1, false, false, false, O);
+  t[REMAT_P_LNFB] = T_("lnfb", H, C, 1, false, false, false, Z);
+  return REMAT_P_COUNT;
+}
+
+static int llama(const remat_config *c, remat__tensor t[REMAT_P_COUNT]) {
+  int64_t C = c->channels, Vp = c->padded_vocab_size, KV = remat__kv_width(c),
+          Hd = c->ffn_hidden;
+  bool tied = remat__tied(c);
+  const int E = REMAT__IN_EMBEDDING, B = REMAT__IN_BLOCK, H = REMAT__IN_HEAD;
+  const int N = REMAT__INIT_NORMAL, R = REMAT__INIT_RESIDUAL, O = REMAT__INIT_ONES;
+  t[REMAT_LP_EMB] = T_("tok_embeddings", E, Vp, C, tied, true, tied, N);
+  t[REMAT_LP_ATTNORM] = T_("attention_norm", B, C, 1, false, false, false, O);
+  t[REMAT_LP_WQ] = T_("wq", B, C, C, true, true, false, N);
+  t[REMAT_LP_WK] = T_("wk", B, KV, C, true, true, false, N);
+  t[REMAT_LP_WV] = T_("wv", B, KV, C, true, true, false, N);
+  t[REMAT_LP_WO] = T_("wo", B, C, C, true, true, false, R);
+  t[REMAT_LP_FFNNORM] = T_("ffn_norm", B, C, 1, false, false, false, O);
+  t[REMAT_LP_W1] = T_("w1", B, Hd, C, true, true, false, N);
+  t[REMAT_LP_W2] = T_("w2", B, C, Hd, true, true, false, R);
+  t[REMAT_LP_W3] = T_("w3", B, Hd, C, true, true, false, N);
+  t[REMAT_LP_NORM] = T_("norm", H, C, 1, false, false, false, O);
+  t[REMAT_LP_CLS] = T_("output", H, tied ? 0 : Vp, C, !tied, true, false, N);
+  return REMAT_LP_COUNT;
+}
+
+int remat__tensors(const remat_config *cfg, remat__tensor t[REMAT_P_COUNT]) {
+  int n = cfg->family == REMAT_FAMILY_LLAMA ? llama(cfg, t) : gpt2(cfg, t);
+  for (int i = n; i < REMAT_P_COUNT; i++)
+    t[i] = T_("", REMAT__IN_HEAD, 0, 0, false, false, false, REMAT__INIT_ZEROS);
+  return n;
+}

@@ -1,0 +1,51 @@
+/* family.h: each model family described once, as data: its parameter
+ * tensors (where each lives, its shape from the config, whether it is a
+ * product's weight and whether AdamW decays it, how it starts). The
+ * parameter sizes, the units of data parallelism, a stage's share, the
+ * memory model's per-layer parameter counts, the bf16 copies and the
+ * checkpoint's tensor names are all read from here; the blocks'
+ * activations are described beside the other layout tables
+ * (memory/layout.c). Nothing that reads this names a family. */
+#ifndef REMAT_FAMILY_INTERNAL_H
+#define REMAT_FAMILY_INTERNAL_H
+
+#include <stdbool.h>
+
+#include "remat/config.h"
+
+/* Where a tensor lives: the embedding's unit, one slice per block (the
+ * tensor is (L, rows, cols)), or the head's unit. */
+typedef enum { REMAT__IN_EMBEDDING, REMAT__IN_BLOCK, REMAT__IN_HEAD } remat__where;
+
+/* How a tensor starts (remat_model_init_weights): normal(0, 0.02),
+ * normal(0, 0.02 / sqrt(2 L)) (the projections into the residual stream,
+ * as GPT-2 scales them), ones, zeros. */
+typedef enum { REMAT__INIT_NORMAL, REMAT__INIT_RESIDUAL, REMAT__INIT_ONES, REMAT__INIT_ZEROS } remat__init;
+
+typedef struct remat__tensor {
+  const char *name;  /* in checkpoints and messages */
+  int where;         /* remat__where */
+  int64_t rows, cols; /* one slice (a block tensor's: one block's); cols 1 for a vector */
+  bool matrix;       /* a product's weight: has a bf16 copy in bf16 */
+  bool decay;        /* AdamW's weight decay applies */
+  bool tied;         /* the embedding's matrix, which the head also reads */
+  int init;          /* remat__init */
+} remat__tensor;
+
+/* The family's tensors in its checkpoint order (at most REMAT_P_COUNT);
+ * returns their number. An empty tensor (a Llama's tied head) has rows 0. */
+int remat__tensors(const remat_config *cfg, remat__tensor t[REMAT_P_COUNT]);
+
+/* Whether the head reads the embedding's matrix (GPT-2; a tied Llama). */
+bool remat__tied(const remat_config *cfg);
+
+/* The head's matrix: the tensor whose rows are the (padded) vocabulary and
+ * whose product makes the logits. */
+int remat__head_tensor(const remat_config *cfg);
+
+/* Key/value width of a block (kv_heads * head size; C for GPT-2) and the
+ * MLP's hidden width (4C for GPT-2). */
+int64_t remat__kv_width(const remat_config *cfg);
+int64_t remat__mlp_width(const remat_config *cfg);
+
+#endif
