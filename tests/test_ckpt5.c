@@ -175,7 +175,7 @@ static void test_bad_files(void) {
   }
   CHECKF(1, "%zu corrupt version 5 headers and sizes refused in one line each",
          sizeof bad / sizeof bad[0]);
-  test_write_file(q, "\xc6\x7c\x4d\x01\x05\x00\x00\x00", 8); /* a cut header: 20240326, 5 */
+  test_write_file(q, "\xc6\xd7\x34\x01\x05\x00\x00\x00", 8); /* a cut header: 20240326, 5 */
   rc = remat_checkpoint_read_config(q, &r, &err);
   CHECK_LINE(rc, err, REMAT_EFORMAT, "the header alone needs 1024");
 

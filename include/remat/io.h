@@ -52,6 +52,48 @@ extern "C" {
 #define REMAT_HEADER_INTS 256
 #define REMAT_HEADER_BYTES (REMAT_HEADER_INTS * 4)
 
+/* A Llama's checkpoints are llama2.c's (karpathy/llama2.c, run.c and
+ * export.py), little endian, fp32 weights in llama2.c's tensor order; the
+ * two formats are told apart, and from llm.c's, by their first bytes
+ * (remat_checkpoint_detect):
+ *   legacy (what run.c reads, export.py's version 0): int32 dim (C),
+ *     hidden_dim (H), n_layers (L), n_heads (NH), n_kv_heads, vocab_size
+ *     (V; negative: the head has its own matrix), seq_len (maxT); then
+ *     REMAT_LP_EMB .. REMAT_LP_NORM, then freq_cis_real and freq_cis_imag
+ *     ((maxT, C/NH/2) each: cos and sin of t * theta^(-2i/hs), which run.c
+ *     skips; older files carry them, newer tools may not, and both are
+ *     read), then REMAT_LP_CLS when V < 0. No magic: a file is taken for
+ *     one only when its seven ints make a valid shape and its size is
+ *     exactly what they imply, with or without the tables.
+ *   version 1 (export.py's version1_export): uint32 magic 0x616b3432
+ *     ("ak42"), int32 version 1, the same seven int32 (V positive), uint8
+ *     shared_classifier (1: tied head), zeros up to byte 256; then the
+ *     tensors in the order attention_norm, ffn_norm, norm,
+ *     tok_embeddings, wq, wk, wv, wo, w1, w2, w3, and output when not
+ *     shared.
+ * Neither holds the rotary base or the RMSNorm epsilon: a file reads with
+ * theta 10000 and epsilon 1e-5, as run.c computes (remat train's --config
+ * gives another theta for the file's shape). */
+#define REMAT_LLAMA2C_MAGIC 0x616b3432u /* "ak42" */
+#define REMAT_LLAMA2C_LEGACY 0          /* remat_llama2c_save's versions */
+#define REMAT_LLAMA2C_V1 1
+#define REMAT_LLAMA2C_HEADER_BYTES 256  /* version 1's header */
+#define REMAT_LLAMA2C_LEGACY_HEADER_BYTES 28
+#define REMAT_LLAMA2C_THETA 10000.0     /* what a file without one reads with */
+
+/* Checkpoint formats; append only. */
+typedef enum {
+  REMAT_FORMAT_AUTO = 0,           /* reading: told by the header; saving: the family's own */
+  REMAT_FORMAT_LLMC = 1,           /* llm.c's GPT-2 checkpoint (version 3 or 5): GPT-2's own */
+  REMAT_FORMAT_LLAMA2C_LEGACY = 2, /* llama2.c's run.c file */
+  REMAT_FORMAT_LLAMA2C_V1 = 3,     /* llama2.c's export.py version 1: Llama's own */
+  REMAT_FORMAT_COUNT
+} remat_format;
+/* "auto", "llm.c", "llama2c-legacy", "llama2c-v1"; parse returns -1 for
+ * another name. */
+REMAT_API const char *remat_format_name(int format);
+REMAT_API int remat_format_parse(const char *s, int *out);
+
 /* ---------------------------------------------------------------- tokens */
 
 /* A token stream held in memory. */
@@ -94,10 +136,15 @@ typedef struct remat_checkpoint_reader {
   const unsigned char *mem; /* the bytes when reading from memory (tests, fuzzing) */
   char *path;               /* for messages, owned; NULL once closed */
   int is_open;              /* 1 from a successful open until close */
-  int version;              /* REMAT_CKPT_VERSION or REMAT_CKPT_VERSION_BF16, once open */
+  int version;              /* REMAT_CKPT_VERSION or REMAT_CKPT_VERSION_BF16, once open;
+                             * a llama2.c file's: REMAT_LLAMA2C_LEGACY or _V1 */
+  int format;               /* remat_format, once open */
+  int freq_cis;             /* a legacy llama2.c file: 1 when it holds the RoPE tables */
 } remat_checkpoint_reader;
 
-/* Opens a checkpoint and validates its header: magic, version 3 or 5, the
+/* Opens a checkpoint of any format remat reads (llm.c's, llama2.c's legacy
+ * or version 1: remat_checkpoint_detect) and validates its header: magic,
+ * version 3 or 5 (llm.c) or 1 (llama2.c), the
  * shape (via remat_config_check), Vp >= V, and a file size of exactly
  * header + params (4 bytes each in version 3, 2 in version 5). cfg (may be NULL) receives the shape, as does rd->cfg. On failure
  * rd holds nothing (closing it is harmless). */
@@ -132,6 +179,42 @@ REMAT_API int remat_checkpoint_save(const char *path, const remat_config *cfg, c
  * magnitude) is refused with REMAT_ENUMERIC. */
 REMAT_API int remat_checkpoint_save_as(const char *path, const remat_config *cfg,
                                        const float *params, int version, remat_error *err);
+
+/* The same in a chosen format: REMAT_FORMAT_AUTO is the family's own
+ * (llm.c for GPT-2, llama2.c version 1 for a Llama). version is llm.c's (0
+ * or REMAT_CKPT_VERSION: fp32; REMAT_CKPT_VERSION_BF16); llama2.c's
+ * formats hold fp32 only (version 0 or REMAT_CKPT_VERSION). A format that
+ * cannot hold cfg's family is refused (remat_checkpoint_format_check).
+ * remat_checkpoint_save and _save_as write a Llama as llama2.c's version
+ * 1 (fp32; bf16 is refused). */
+REMAT_API int remat_checkpoint_save_format(const char *path, const remat_config *cfg,
+                                           const float *params, int format, int version,
+                                           remat_error *err);
+/* 0 when a model of cfg's family can be saved in format and version (as
+ * above); REMAT_EINVAL saying what to use otherwise: llm.c's format holds
+ * GPT-2 only, llama2.c's a Llama only, in fp32. For a front end to check
+ * before training. */
+REMAT_API int remat_checkpoint_format_check(const remat_config *cfg, int format, int version,
+                                            remat_error *err);
+/* Which format the file at path is, by its first bytes: llm.c's magic
+ * 20240326, llama2.c's "ak42", or else a llama2.c legacy file when its
+ * seven ints make a valid shape and the file's size is exactly what they
+ * imply (with or without the RoPE tables). Anything else is REMAT_EFORMAT
+ * saying what was expected. The header is checked no further than that:
+ * remat_checkpoint_reader_open checks the rest. */
+REMAT_API int remat_checkpoint_detect(const char *path, int *format, remat_error *err);
+/* Writes a Llama in llama2.c's format: version REMAT_LLAMA2C_LEGACY (the
+ * RoPE tables included, computed with cfg's theta as export.py does) or
+ * REMAT_LLAMA2C_V1, atomically (the rules at the top). The vocabulary is
+ * written unpadded (a Llama's Vp is V); the rotary base is not stored.
+ * Non-finite values are refused. */
+REMAT_API int remat_llama2c_save(const char *path, const remat_config *cfg, const float *params,
+                                 int version, remat_error *err);
+/* llama2.c's RoPE tables for cfg (legacy files hold them): cos and sin of
+ * t * theta^(-2i/hs) for t < maxT, i < hs/2 (hs = C/NH), each (maxT, hs/2)
+ * floats, computed in fp32 step by step as export.py's
+ * precompute_freqs_cis does. */
+REMAT_API void remat_llama2c_freq_cis(const remat_config *cfg, float *cos_t, float *sin_t);
 
 /* Weights beyond this magnitude overflow float arithmetic: the square of
  * 1e18 is 1e36, and a LayerNorm or gradient norm sums hundreds of such

@@ -1,7 +1,9 @@
 /* format.c: llm.c's on-disk formats. Token shards and GPT-2 checkpoints
  * (fp32, version 3, and bf16, version 5: read as fp32, each value widened
  * exactly; written either way) are read whole and validated against their
- * headers before anything is trusted; saves go through output.c's wfile (a
+ * headers before anything is trusted. The checkpoint reader tells the
+ * format by the first bytes and reads llama2.c's files too, where
+ * llama2c.c says the tensors lie. Saves go through output.c's wfile (a
  * private temporary renamed into place), so a crash mid-save leaves the
  * previous file (or none), never a truncated one. Plain text files become
  * byte tokens. Everything on disk is little endian. */
@@ -428,12 +430,16 @@ static int compare_shape(const remat_config *have, const remat_config *want, con
   const struct {
     const char *name;
     int64_t have, want;
-  } dims[] = {{"L", have->num_layers, want->num_layers},
+  } dims[] = {{"family", have->family, want->family},
+              {"L", have->num_layers, want->num_layers},
               {"C", have->channels, want->channels},
               {"NH", have->num_heads, want->num_heads},
               {"V", have->vocab_size, want->vocab_size},
               {"Vp", have->padded_vocab_size, want->padded_vocab_size},
-              {"maxT", have->max_seq_len, want->max_seq_len}};
+              {"maxT", have->max_seq_len, want->max_seq_len},
+              {"NKV", have->kv_heads, want->kv_heads},
+              {"H", have->ffn_hidden, want->ffn_hidden},
+              {"untied", have->untied, want->untied}};
   for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++)
     if (dims[i].have != dims[i].want)
       return remat__errorf(err, REMAT_ESHAPE,
@@ -449,12 +455,22 @@ static source reader_source(const remat_checkpoint_reader *rd) {
   return (source){.fd = rd->fd, .mem = rd->mem, .size = rd->size, .path = rd->path};
 }
 
-/* Reads and validates the header of the source rd was set up with. */
+/* Reads and validates the header of the source rd was set up with, in the
+ * format its first bytes tell. */
 static int reader_start(remat_checkpoint_reader *rd, remat_config *cfg, remat_error *err) {
   source s = reader_source(rd);
-  int32_t hdr[REMAT_HEADER_INTS];
-  int rc = read_header(&s, "checkpoint", hdr, err);
-  if (!rc) rc = parse_ckpt_header(hdr, rd->size, rd->path, &rd->cfg, &rd->version, err);
+  uint8_t head[REMAT_HEADER_BYTES];
+  size_t n = rd->size < sizeof head ? rd->size : sizeof head;
+  int rc = src_read(&s, 0, head, n, err);
+  if (!rc) rc = remat__checkpoint_format(head, n, rd->size, rd->path, &rd->format, err);
+  if (!rc && rd->format == REMAT_FORMAT_LLMC) {
+    int32_t hdr[REMAT_HEADER_INTS];
+    rc = read_header(&s, "checkpoint", hdr, err);
+    if (!rc) rc = parse_ckpt_header(hdr, rd->size, rd->path, &rd->cfg, &rd->version, err);
+  } else if (!rc) {
+    rc = remat__llama2c_header(head, n, rd->size, rd->path, rd->format, &rd->cfg, &rd->version,
+                               &rd->freq_cis, err);
+  }
   if (rc) {
     remat_checkpoint_reader_free(rd);
     return rc;
@@ -503,6 +519,19 @@ static int read_f32(const source *s, size_t n, float *params, remat_error *err) 
   return rc;
 }
 
+/* A llama2.c file's parameters, tensor by tensor where the file holds them. */
+static int read_llama2c(const source *s, const remat_checkpoint_reader *rd, float *params,
+                        remat_error *err) {
+  remat__span sp[REMAT_P_COUNT];
+  int n = remat__llama2c_spans(&rd->cfg, rd->format, rd->freq_cis, sp);
+  for (int i = 0; i < n; i++) {
+    int rc = src_read(s, sp[i].at, params + sp[i].first, sp[i].count * sizeof(float), err);
+    if (rc) return rc;
+    if (!host_is_le()) swap4(params + sp[i].first, sp[i].count);
+  }
+  return 0;
+}
+
 /* n bf16 parameters (little endian) after the header, widened exactly, in
  * stack-sized chunks. */
 static int read_bf16(const source *s, size_t n, float *params, remat_error *err) {
@@ -542,8 +571,9 @@ int remat_checkpoint_read_params(remat_checkpoint_reader *rd, const remat_config
                          rd->path, rd->size, (long long)st.st_size);
   size_t n = remat_param_count(&rd->cfg);
   source s = reader_source(rd);
-  rc = rd->version == REMAT_CKPT_VERSION_BF16 ? read_bf16(&s, n, params, err)
-                                              : read_f32(&s, n, params, err);
+  rc = rd->format != REMAT_FORMAT_LLMC            ? read_llama2c(&s, rd, params, err)
+       : rd->version == REMAT_CKPT_VERSION_BF16 ? read_bf16(&s, n, params, err)
+                                                : read_f32(&s, n, params, err);
   return rc ? rc : check_finite(&rd->cfg, params, rd->path, "load", err);
 }
 
@@ -552,6 +582,19 @@ void remat_checkpoint_reader_free(remat_checkpoint_reader *rd) {
   if (rd->fd >= 0) close(rd->fd);
   free(rd->path);
   *rd = (remat_checkpoint_reader){.fd = -1};
+}
+
+int remat_checkpoint_detect(const char *path, int *format, remat_error *err) {
+  *format = REMAT_FORMAT_AUTO;
+  source s;
+  int rc = open_source(path, "checkpoint", &s, err);
+  if (rc) return rc;
+  uint8_t head[REMAT_HEADER_BYTES];
+  size_t n = s.size < sizeof head ? s.size : sizeof head;
+  rc = src_read(&s, 0, head, n, err);
+  if (!rc) rc = remat__checkpoint_format(head, n, s.size, s.path, format, err);
+  close_source(&s);
+  return rc;
 }
 
 int remat_checkpoint_read_config(const char *path, remat_config *cfg, remat_error *err) {
@@ -572,17 +615,7 @@ int remat_checkpoint_load(const char *path, const remat_config *expect, float *p
 
 /* n fp32 parameters, little endian. */
 static int write_f32(remat__wfile *w, const float *params, size_t n, remat_error *err) {
-  if (host_is_le()) return remat__wfile_write(w, params, n * sizeof(float), err);
-  float chunk[2048];
-  for (size_t done = 0; done < n;) {
-    size_t k = n - done < 2048 ? n - done : 2048;
-    memcpy(chunk, params + done, k * sizeof(float));
-    swap4(chunk, k);
-    int rc = remat__wfile_write(w, chunk, k * sizeof(float), err);
-    if (rc) return rc;
-    done += k;
-  }
-  return 0;
+  return remat__wfile_write_f32(w, params, n, err);
 }
 
 /* n parameters rounded to bf16 (nearest, ties to even), little endian. */
@@ -624,6 +657,8 @@ static int check_bf16_finite(const remat_config *cfg, const float *p, const char
 int remat_checkpoint_save_as(const char *path, const remat_config *cfg, const float *params,
                              int version, remat_error *err) {
   const char *name = path ? path : "";
+  if (cfg && cfg->family == REMAT_FAMILY_LLAMA) /* a Llama is llama2.c's, in fp32 */
+    return remat_checkpoint_save_format(path, cfg, params, REMAT_FORMAT_AUTO, version, err);
   if (version != REMAT_CKPT_VERSION && version != REMAT_CKPT_VERSION_BF16)
     return remat__errorf(err, REMAT_EINVAL,
                          "cannot save checkpoint '%s' in version %d: remat writes version %d "
@@ -659,4 +694,32 @@ int remat_checkpoint_save_as(const char *path, const remat_config *cfg, const fl
 int remat_checkpoint_save(const char *path, const remat_config *cfg, const float *params,
                           remat_error *err) {
   return remat_checkpoint_save_as(path, cfg, params, REMAT_CKPT_VERSION, err);
+}
+
+/* llama2c.c writes the file; the finite check is this file's. */
+int remat_llama2c_save(const char *path, const remat_config *cfg, const float *params,
+                       int version, remat_error *err) {
+  const char *name = path ? path : "";
+  int rc = remat__llama2c_save_check(cfg, version, name, err);
+  if (!rc) rc = check_finite(cfg, params, name, "save", err);
+  return rc ? rc : remat__llama2c_write(path, cfg, params, version, err);
+}
+
+int remat_checkpoint_save_format(const char *path, const remat_config *cfg, const float *params,
+                                 int format, int version, remat_error *err) {
+  remat_error sub = {0};
+  if (remat_config_check(cfg, &sub))
+    return remat__errorf(err, REMAT_EINVAL, "cannot save checkpoint '%s': %s", path ? path : "",
+                         sub.msg);
+  int rc = remat_checkpoint_format_check(cfg, format, version, err);
+  if (rc) return rc;
+  if (format == REMAT_FORMAT_AUTO)
+    format = cfg->family == REMAT_FAMILY_LLAMA ? REMAT_FORMAT_LLAMA2C_V1 : REMAT_FORMAT_LLMC;
+  if (format == REMAT_FORMAT_LLMC)
+    return remat_checkpoint_save_as(path, cfg, params, version ? version : REMAT_CKPT_VERSION,
+                                    err);
+  return remat_llama2c_save(path, cfg, params,
+                            format == REMAT_FORMAT_LLAMA2C_LEGACY ? REMAT_LLAMA2C_LEGACY
+                                                                  : REMAT_LLAMA2C_V1,
+                            err);
 }

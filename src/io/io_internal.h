@@ -13,6 +13,7 @@
 
 #include <dirent.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "remat/io.h"
 
@@ -34,6 +35,8 @@ typedef struct remat__wfile {
 int remat__wfile_open(remat__wfile *w, const char *path, const char *what, remat_error *err);
 /* Appends bytes; a short or failed write is REMAT_EIO. */
 int remat__wfile_write(remat__wfile *w, const void *buf, size_t bytes, remat_error *err);
+/* Appends n floats, little endian whatever the host. */
+int remat__wfile_write_f32(remat__wfile *w, const float *v, size_t n, remat_error *err);
 /* fsync, close, lock the directory, rename over target, fsync the directory.
  * On failure the temporary is removed and target is as it was. */
 int remat__wfile_commit(remat__wfile *w, remat_error *err);
@@ -50,6 +53,36 @@ int remat__tokens_from_text_mem(remat_tokens *t, const void *bytes, size_t size,
 /* A checkpoint reader over bytes, which must outlive it. */
 int remat__checkpoint_open_mem(remat_checkpoint_reader *rd, const void *bytes, size_t size,
                                const char *name, remat_config *cfg, remat_error *err);
+
+/* ------------------------------------------------- checkpoint formats */
+
+/* count floats of the flat parameters from index first, stored from byte
+ * at of a file. */
+typedef struct remat__span {
+  size_t at, first, count;
+} remat__span;
+/* Which format (remat_format) a checkpoint is from its first n bytes
+ * (head: min(size, REMAT_HEADER_BYTES) of them) and its size; REMAT_EFORMAT
+ * saying what was expected when none (remat_checkpoint_detect's rules). */
+int remat__checkpoint_format(const uint8_t *head, size_t n, size_t size, const char *path,
+                             int *format, remat_error *err);
+/* A llama2.c file's header (format REMAT_FORMAT_LLAMA2C_LEGACY or _V1):
+ * its shape, its version and, for a legacy file, whether it holds the RoPE
+ * tables; the file's size must be exactly what the header implies. */
+int remat__llama2c_header(const uint8_t *head, size_t n, size_t size, const char *path,
+                          int format, remat_config *cfg, int *version, int *freq_cis,
+                          remat_error *err);
+/* Where a llama2.c file of shape cfg holds the parameters, in file order;
+ * returns the number of spans. */
+int remat__llama2c_spans(const remat_config *cfg, int format, int freq_cis,
+                         remat__span spans[REMAT_P_COUNT]);
+/* remat_llama2c_save in two steps around format.c's check that every
+ * parameter is finite: whether cfg and version can be saved so (path names
+ * the file in messages), then the file, atomically. */
+int remat__llama2c_save_check(const remat_config *cfg, int version, const char *path,
+                              remat_error *err);
+int remat__llama2c_write(const char *path, const remat_config *cfg, const float *params,
+                         int version, remat_error *err);
 
 /* A state file's header from bytes: the checks remat_state_peek makes. */
 int remat__state_peek_mem(const void *bytes, size_t size, const char *name,

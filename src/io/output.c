@@ -311,6 +311,24 @@ int remat__wfile_write(remat__wfile *w, const void *buf, size_t bytes, remat_err
   return 0;
 }
 
+int remat__wfile_write_f32(remat__wfile *w, const float *v, size_t n, remat_error *err) {
+  const uint16_t one = 1;
+  if (*(const uint8_t *)&one == 1) return remat__wfile_write(w, v, n * sizeof(float), err);
+  uint8_t chunk[8192]; /* a big-endian host: each float's bytes reversed */
+  for (size_t done = 0; done < n;) {
+    size_t k = n - done < sizeof chunk / 4 ? n - done : sizeof chunk / 4;
+    for (size_t i = 0; i < k; i++) {
+      uint32_t u;
+      memcpy(&u, v + done + i, 4);
+      for (int b = 0; b < 4; b++) chunk[4 * i + (size_t)b] = (uint8_t)(u >> (8 * b));
+    }
+    int rc = remat__wfile_write(w, chunk, k * 4, err);
+    if (rc) return rc;
+    done += k;
+  }
+  return 0;
+}
+
 void remat__wfile_abort(remat__wfile *w) {
   if (w->fd >= 0) close(w->fd);
   if (w->dirfd >= 0) close(w->dirfd);

@@ -42,6 +42,12 @@ static int plan(remat__decoder *d, const remat__backend *be, const remat_config 
 
 int remat__decoder_create(remat__decoder *d, const remat__backend *be, const remat_config *cfg,
                           int64_t cap, int64_t rows, remat_error *err) {
+  /* a Llama's weights load (llama2.c's files) before its decoder exists */
+  if (cfg->family != REMAT_FAMILY_GPT2)
+    return remat__errorf(err, REMAT_EINVAL,
+                         "generation runs the GPT-2 family only so far; a %s model cannot be "
+                         "sampled yet",
+                         remat_family_name((int)cfg->family));
   int rc = plan(d, be, cfg, cap, rows, 1, err);
   if (rc) return rc;
   float *v[REMAT_P_COUNT];
