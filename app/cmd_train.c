@@ -63,6 +63,7 @@ static void train_flags(opts *o, cli_flag flags[TRAIN_FLAGS]) {
       {.name = "--replace-checkpoints", .kind = CLI_SWITCH, .dst = &d->replace_checkpoints},
       {.name = "--save", .kind = CLI_STR, .dst = &o->save},
       {.name = "--save-precision", .kind = CLI_STR, .dst = &o->save_precision},
+      {.name = "--save-format", .kind = CLI_STR, .dst = &o->save_format},
       {.name = "--log", .kind = CLI_STR, .dst = &o->log},
       {.name = "--ckpt-layers", .kind = CLI_STR, .dst = &d->ckpt_layers},
       {.name = "--mem", .kind = CLI_STR, .dst = &d->memory},
@@ -162,6 +163,20 @@ static int check_save_precision(opts *o) {
   return 0;
 }
 
+/* --save-format: the format of that file; whether it holds the model's
+ * family is the job's to say, once the shape is known. */
+static int check_save_format(opts *o) {
+  const char *f = o->save_format;
+  if (!f) return 0;
+  if (remat_format_parse(f, &o->d.save_format))
+    return cli_fail(-1, "--save-format %s is not a model file format; use llm.c (GPT-2's), "
+                    "llama2c-v1 (a Llama's) or llama2c-legacy (llama2.c's run.c), or auto", f);
+  if (!o->save)
+    return cli_fail(-1, "--save-format %s chooses the format of --save FILE: give --save too "
+                    "(--checkpoint-dir always keeps the family's own)", f);
+  return 0;
+}
+
 /* How the job's messages name a setting: as the flag that gives it
  * ("mem" is --mem). */
 static const char *flag_name(const char *key) {
@@ -185,7 +200,7 @@ static int check_args(opts *o) {
   if (o->sample_every && o->d.stages * o->d.replicas > 1)
     return cli_fail(-1, "--sample-every runs on one process only; drop it with %s",
                     o->d.stages > 1 ? "--stages" : "--data-parallel");
-  return check_save_precision(o);
+  return check_save_precision(o) ? -1 : check_save_format(o);
 }
 
 /* A saved run's settings pass the checks of the flags that would give them
@@ -600,8 +615,15 @@ static int start(run_state *r) {
 static int save_model(const opts *o, remat_job *job) {
   remat_error err;
   if (remat_job_save(job, o->save, &err)) return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
+  int llama = remat_job_config(job)->family == REMAT_FAMILY_LLAMA;
+  int format = o->d.save_format ? o->d.save_format
+               : llama          ? REMAT_FORMAT_LLAMA2C_V1
+                                : REMAT_FORMAT_LLMC;
   printf("saved   %s%s\n", o->save,
-         o->d.save_version == REMAT_CKPT_VERSION_BF16 ? " (bf16, version 5)" : "");
+         format == REMAT_FORMAT_LLAMA2C_V1       ? " (llama2.c, version 1)"
+         : format == REMAT_FORMAT_LLAMA2C_LEGACY ? " (llama2.c, legacy)"
+         : o->d.save_version == REMAT_CKPT_VERSION_BF16 ? " (bf16, version 5)"
+                                                        : "");
   return 0;
 }
 

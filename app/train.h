@@ -17,6 +17,7 @@ typedef struct {
   double peak_gflops;
   int64_t sample_every;
   const char *save_precision; /* --save-precision: fp32 or bf16 */
+  const char *save_format;    /* --save-format: llm.c, llama2c-v1, llama2c-legacy, auto */
   int threads, quiet, plan_only;
   int measure_peak; /* --measure-peak: measure the peak again, replacing the kept one */
   int measure_times; /* --measure-times: this machine's layer times again, replacing the kept */

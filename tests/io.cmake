@@ -9,5 +9,6 @@ remat_test(test_ckpt5 SOURCES test_ckpt5.c LIBS remat_job m LABELS unit TIMEOUT 
 remat_test(test_ckpt SOURCES test_ckpt.c LIBS remat_train remat_plan LABELS unit TIMEOUT 60)
 # llama2.c's checkpoints (legacy and export.py's version 1): files made
 # byte by byte, tied and untied heads, with and without the RoPE tables;
-# the writer's bytes, round trips, format detection, refusals.
-remat_test(test_llama2c SOURCES test_llama2c.c LIBS remat_io m LABELS unit TIMEOUT 60)
+# the writer's bytes, round trips, format detection, refusals, the job's
+# --save format rules.
+remat_test(test_llama2c SOURCES test_llama2c.c LIBS remat_job m LABELS unit TIMEOUT 60)

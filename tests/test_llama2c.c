@@ -6,7 +6,8 @@
  * aside, which are checked against cos and sin computed here in double);
  * round trips; which format a file is, and the refusal of truncated, padded
  * and odd files with messages that say what was expected; the saving rules
- * per family (llm.c's for GPT-2, llama2.c's fp32 for a Llama).
+ * per family (llm.c's for GPT-2, llama2.c's fp32 for a Llama), the job's
+ * included.
  *
  * Usage: test_llama2c [scratch-dir]   (default: a fresh directory under
  * /tmp, removed at the end) */
@@ -544,6 +545,29 @@ static void test_bad_files(void) {
   free(v);
 }
 
+/* ------------------------------------------------------------------ job */
+
+/* The job refuses a --save format that cannot hold its model before the
+ * first step. */
+static void test_job_rules(void) {
+  remat_error err = {0};
+  remat_job_desc d;
+  remat_job_desc_default(&d);
+  d.config = "tiny";
+  d.train.steps = 1;
+  d.save_format = REMAT_FORMAT_LLAMA2C_V1;
+  remat_job *job = NULL;
+  int rc = remat_job_create(&job, &d, &err);
+  if (!rc) rc = remat_job_prepare(job, &err);
+  CHECK_ERR(rc, err, REMAT_EINVAL, "llama2.c's formats hold a Llama, not GPT-2");
+  if (job) remat_job_destroy(job, 0);
+  d.save_format = REMAT_FORMAT_COUNT;
+  job = NULL;
+  rc = remat_job_create(&job, &d, &err);
+  CHECK_ERR(rc, err, REMAT_EINVAL, "unknown model file format");
+  if (job) remat_job_destroy(job, 0);
+}
+
 int main(int argc, char **argv) {
   if (!test_scratch_begin("test_llama2c", argc < 2 ? NULL : argv[1])) return 2;
   test_hand_made();
@@ -552,6 +576,7 @@ int main(int argc, char **argv) {
   test_round_trips();
   test_save_rules();
   test_bad_files();
+  test_job_rules();
   CHECK(test_scratch_end() == 0);
   return test_summary("test_llama2c");
 }

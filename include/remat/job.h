@@ -108,6 +108,12 @@ typedef struct remat_job_desc {
    * rounded to bf16, half the bytes). A checkpoint directory's model.bin is
    * fp32 whatever this says, so a resume goes on exactly. */
   int save_version;
+  /* The format of that file (remat_format): 0, REMAT_FORMAT_AUTO, is the
+   * family's own (llm.c's for GPT-2, llama2.c's version 1 for a Llama,
+   * which a checkpoint directory's model.bin always is); a format that
+   * cannot hold the model's family, or a Llama in bf16, is refused before
+   * the first step (remat_checkpoint_format_check). */
+  int save_format;
   /* Files the front end will write (its weights, its log, its trace; up to
    * 4, NULL where none): before anything is loaded each is checked to name
    * no input and no other output, and to be writable (remat_output_check);
@@ -198,9 +204,9 @@ REMAT_API int remat_job_done(const remat_job *job);
  * its step, or 0 when none was written. */
 REMAT_API int remat_job_checkpoint_now(remat_job *job, int64_t *step, remat_error *err);
 
-/* The whole model's weights in llm.c's format at path (the version
- * desc.save_version names), gathered from every rank and written by rank
- * 0. Every rank calls it. */
+/* The whole model's weights at path, in the format and version
+ * desc.save_format and desc.save_version name, gathered from every rank and
+ * written by rank 0. Every rank calls it. */
 REMAT_API int remat_job_save(remat_job *job, const char *path, remat_error *err);
 /* The ranks' timeline (desc.trace) as Chrome trace-event JSON at path,
  * written by rank 0. Every rank calls it. */

@@ -32,8 +32,10 @@ int remat__job_resume_state_path(const remat_job *job, char *path, size_t cap, r
  * buffer each has). */
 /* ------------------------------------------------------------ weights */
 
-/* The whole model's weights at path in the given checkpoint version. */
-static int save_weights(remat_job *job, const char *path, int version, remat_error *err) {
+/* The whole model's weights at path in the given checkpoint format and
+ * version. */
+static int save_weights(remat_job *job, const char *path, int format, int version,
+                        remat_error *err) {
   const remat_config *cfg = &job->cfg;
   remat_model *m = remat_trainer_model(job->tr);
   if (!job->pipe && !job->dp) {
@@ -41,7 +43,7 @@ static int save_weights(remat_job *job, const char *path, int version, remat_err
     float *at = remat_model_params(m);
     size_t bytes = remat_model_num_params(m) * sizeof(float);
     float *host = be->map(at, bytes, REMAT_MAP_READ);
-    int rc = remat_checkpoint_save_as(path, cfg, host, version, err);
+    int rc = remat_checkpoint_save_format(path, cfg, host, format, version, err);
     be->unmap(at, host, bytes, REMAT_MAP_READ);
     return rc;
   }
@@ -53,14 +55,15 @@ static int save_weights(remat_job *job, const char *path, int version, remat_err
   rc = job->grid   ? remat_grid_gather_params(job->grid, full, err)
        : job->pipe ? remat_pipeline_gather_params(job->pipe, full, err)
                    : remat_replicas_gather_params(job->dp, full, err);
-  if (!rc && job->rank == 0) rc = remat_checkpoint_save_as(path, cfg, full, version, err);
+  if (!rc && job->rank == 0)
+    rc = remat_checkpoint_save_format(path, cfg, full, format, version, err);
   free(full);
   return remat__job_agree(job, rc, err);
 }
 
 int remat_job_save(remat_job *job, const char *path, remat_error *err) {
-  return save_weights(job, path, job->d.save_version ? job->d.save_version : REMAT_CKPT_VERSION,
-                      err);
+  return save_weights(job, path, job->d.save_format,
+                      job->d.save_version ? job->d.save_version : REMAT_CKPT_VERSION, err);
 }
 
 /* A checkpoint directory for the step just taken: the weights (rank 0),
@@ -73,7 +76,8 @@ int remat__job_write_checkpoint(remat_job *job, remat_error *err) {
   if ((rc = remat__job_agree(job, rc, err))) return rc;
   if (remat_checkpoint_dir_path(path, sizeof path, dir, step, "model.bin"))
     return remat__errorf(err, REMAT_EINVAL, "the checkpoint directory's path is too long");
-  if ((rc = save_weights(job, path, REMAT_CKPT_VERSION, err))) return rc; /* fp32: exact */
+  /* the family's own format in fp32: exact */
+  if ((rc = save_weights(job, path, REMAT_FORMAT_AUTO, REMAT_CKPT_VERSION, err))) return rc;
   if (job->rank == 0) { /* rank 0's state names the weights it goes with */
     uint64_t size;
     uint32_t crc;

@@ -224,6 +224,9 @@ int remat_job_create(remat_job **out, const remat_job_desc *desc, remat_error *e
     return remat__errorf(err, REMAT_EINVAL, "a model file is saved in version %d (fp32) or %d "
                          "(bf16), not %d", REMAT_CKPT_VERSION, REMAT_CKPT_VERSION_BF16,
                          d->save_version);
+  if (d->save_format < 0 || d->save_format >= REMAT_FORMAT_COUNT)
+    return remat__errorf(err, REMAT_EINVAL, "unknown model file format %d: auto, llm.c, "
+                         "llama2c-legacy or llama2c-v1", d->save_format);
   /* The job's own bookkeeping, like a front end's, is not the trainer's
    * (plain calloc, outside the library's count): a job plans the bytes a
    * bare trainer would. */

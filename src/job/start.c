@@ -190,6 +190,10 @@ static int load_shape(remat_job *job, remat_error *err) {
     return rc;
   }
   if ((rc = remat_checkpoint_reader_open(&job->rd, d->model, &job->cfg, err))) return rc;
+  /* llama2.c's files hold no rotary base (they read as 10000): a Llama
+   * --config of the file's shape gives it */
+  if (d->config && job->rd.format != REMAT_FORMAT_LLMC && want.family == REMAT_FAMILY_LLAMA)
+    job->cfg.rope_theta = job->rd.cfg.rope_theta = want.rope_theta;
   const remat_config *c = &job->cfg;
   if (d->config && memcmp(c, &want, sizeof want) != 0)
     return remat__errorf(err, REMAT_ESHAPE,
@@ -336,6 +340,8 @@ int remat_job_prepare(remat_job *job, remat_error *err) {
   if (!rc && d->resume) rc = find_resume(job, err);
   if (!rc) rc = check_outputs(job, err);
   if (!rc) rc = load_shape(job, err);
+  /* the shape is known: --save's format must hold it (before hours of steps) */
+  if (!rc) rc = remat_checkpoint_format_check(&job->cfg, d->save_format, d->save_version, err);
   if (!rc) {
     if (d->train.T == 0) d->train.T = job->cfg.max_seq_len < 64 ? job->cfg.max_seq_len : 64;
     if (d->train.T > job->cfg.max_seq_len)
