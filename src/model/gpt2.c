@@ -56,11 +56,15 @@ static int make_products(remat_model *m, const remat_config *cfg, int64_t B, int
 int remat__model_plan_on(remat_model **out, const remat_config *cfg, int64_t B, int64_t T,
                          const remat_stage *st, const remat__backend *be, remat_error *err) {
   *out = NULL;
-  if (cfg->family != REMAT_FAMILY_GPT2)
+  const remat__backend *bk = be ? be : remat__backend_default();
+  if (cfg->family == REMAT_FAMILY_LLAMA &&
+      (cfg->precision != REMAT_PRECISION_FP32 || st->wdeferred || !bk->rmsnorm_forward ||
+       !bk->attention_forward_gqa))
     return remat__errorf(err, REMAT_EINVAL,
-                         "the engine trains the GPT-2 family only so far; a %s model can be "
-                         "planned (remat plan) but not yet trained",
-                         remat_family_name((int)cfg->family));
+                         "a Llama trains in fp32, without a split backward (zb-h1, zbv), on a "
+                         "backend with its kernels (the %s backend%s) so far; use --precision "
+                         "fp32 and another schedule, or plan it (remat plan)",
+                         bk->name, bk->rmsnorm_forward ? " has them" : " has not");
   remat_model *m = remat__calloc(1, sizeof *m);
   if (!m) return remat__errorf(err, REMAT_ENOMEM, "out of memory");
   m->be = be ? be : remat__backend_default();
@@ -99,7 +103,7 @@ int remat__model_plan_on(remat_model **out, const remat_config *cfg, int64_t B, 
   m->shard_emb = remat_unit_shard(cfg, 0, m->D);
   m->shard_blk = remat_unit_shard(cfg, 1, m->D);
   m->shard_head = remat_unit_shard(cfg, L + 1, m->D);
-  m->head_grad_split = m->D > 1 ? (size_t)m->D * m->shard_emb
+  m->head_grad_split = m->D > 1 ? (size_t)m->D * remat_unit_shard(cfg, L + 2, m->D)
                                 : remat__align(remat_unit_floats(cfg, L + 2) * sizeof(float)) /
                                       sizeof(float);
   if (remat__model_buf_sharded(m, REMAT_BUF_PARAMS))
@@ -946,13 +950,19 @@ typedef struct {
 } head_params;
 
 static head_params head_params_of(remat_model *m) {
-  int64_t L = m->cfg.num_layers;
+  int64_t L = m->cfg.num_layers, C = m->cfg.channels;
+  int llama = m->cfg.family == REMAT_FAMILY_LLAMA;
+  if (!remat__tied(&m->cfg)) { /* the head's own matrix, in its unit after the norm */
+    const float *h = unit_params(m, L + 1, 1);
+    return (head_params){.wte = h ? h + C : m->p[REMAT_LP_CLS],
+                         .lnfw = h ? h : m->p[REMAT_LP_NORM], .lnfb = NULL};
+  }
   /* the tied matrix: the embedding's unit, or a lone head's copy */
   const float *e = unit_params(m, m->stage.has_embedding ? 0 : L + 2, 1);
   const float *h = unit_params(m, L + 1, 1);
-  return (head_params){.wte = e ? e : m->p[REMAT_P_WTE],
-                       .lnfw = h ? h : m->p[REMAT_P_LNFW],
-                       .lnfb = h ? h + m->cfg.channels : m->p[REMAT_P_LNFB]};
+  return (head_params){.wte = e ? e : m->p[0],
+                       .lnfw = h ? h : m->p[llama ? REMAT_LP_NORM : REMAT_P_LNFW],
+                       .lnfb = llama ? NULL : h ? h + C : m->p[REMAT_P_LNFB]};
 }
 
 /* Final layernorm, logits and loss of the micro-batch in `slot`; returns
@@ -966,6 +976,21 @@ static double head_forward(remat_model *m, const head_params *w, char *slot,
   remat__head_acts_view(h, m->work, m->B, m->T, C, &ws);
   const int32_t *targets = (const int32_t *)(slot + m->mp.targets_offset);
   const float *x = resid_at(m, slot, m->stage.num_blocks);
+  if (c->family == REMAT_FAMILY_LLAMA) { /* RMSNorm: its region has no means */
+    remat__llama_head lh;
+    remat__llama_head_view(&lh, m->work, c, m->B, m->T, &ws);
+    *h = (remat__head_acts){.lnf = lh.xnf, .lnf_rstd = lh.rstd, .losses = lh.losses,
+                            .dlnf = lh.dxnf, .scratch = lh.scratch};
+    m->be->rmsnorm_forward(h->lnf, h->lnf_rstd, x, w->lnfw, N, C, (float)c->norm_eps);
+    float *logits = (float *)(m->work + m->mp.mm.head_bytes);
+    m->be->matmul_forward(logits, h->lnf, w->wte, NULL, N, C, c->padded_vocab_size);
+    progress(m);
+    if (backward)
+      return m->be->crossentropy_forward_backward(logits, h->losses, targets, dloss, N,
+                                                  c->vocab_size, c->padded_vocab_size);
+    return m->be->crossentropy_forward(logits, h->losses, targets, N, c->vocab_size,
+                                       c->padded_vocab_size);
+  }
   if (c->precision == REMAT_PRECISION_BF16) {
     uint16_t *lg = (uint16_t *)(m->work + m->mp.mm.head_bytes);
     m->be->layernorm_forward_bf16(h->lnf, h->lnf_mean, h->lnf_rstd, x, w->lnfw, w->lnfb, N, C);
@@ -989,6 +1014,24 @@ static double head_forward(remat_model *m, const head_params *w, char *slot,
                                      c->padded_vocab_size);
 }
 
+/* A Llama block's three dropout sites, keyed as GPT-2's. */
+static void llama_drops(const remat_model *m, int64_t i, const remat_hparams *hp, uint32_t micro,
+                        remat__dropout d[3]) {
+  int64_t l = m->stage.first_block + i;
+  for (uint32_t s = 0; s < 3; s++) d[s] = drop_at(hp, m->step, micro, l, s);
+}
+
+/* Block i of a Llama forward (model/llama_block.c), out NULL for a recompute. */
+static void llama_forward(remat_model *m, char *slot, int64_t i, float *out,
+                          const remat_hparams *hp, uint32_t micro) {
+  float *w[REMAT__LLAMA_BLOCK_TENSORS];
+  remat__dropout d[3];
+  remat__llama_block_views(m, i, unit_params(m, 1 + m->stage.first_block + i, 0), m->p, w);
+  llama_drops(m, i, hp, micro, d);
+  remat__llama_acts a = remat__llama_acts_at(m, slot, i);
+  remat__llama_block_forward(m, w, resid_at(m, slot, i), &a, out, d);
+}
+
 void remat__model_stage_forward(remat_model *m, int64_t slot_index, uint32_t micro,
                                 const remat_hparams *hp) {
   char *slot = slot_at(m, slot_index);
@@ -998,15 +1041,23 @@ void remat__model_stage_forward(remat_model *m, int64_t slot_index, uint32_t mic
   if (m->stage.has_embedding) {
     float *out = nb || m->stage.has_head ? resid_at(m, slot, 0) : m->send;
     const float *e = unit_params(m, 0, 0);
+    int pos = m->cfg.family != REMAT_FAMILY_LLAMA; /* learned positions */
     m->be->encoder_forward(out, (const int32_t *)(slot + m->mp.inputs_offset),
-                           e ? e : m->p[REMAT_P_WTE],
-                           e ? e + (size_t)m->cfg.padded_vocab_size * (size_t)C : m->p[REMAT_P_WPE],
+                           e ? e : m->p[0],
+                           !pos ? NULL
+                           : e  ? e + (size_t)m->cfg.padded_vocab_size * (size_t)C
+                                : m->p[REMAT_P_WPE],
                            m->B, m->T, C);
     t = lap(m, REMAT__T_EMBED_F, t);
   }
   for (int64_t i = 0; i < nb; i++) {
-    remat__block_acts a = block_acts(m, slot, i);
     float *out = i + 1 < nb || m->stage.has_head ? resid_at(m, slot, i + 1) : m->send;
+    if (m->cfg.family == REMAT_FAMILY_LLAMA) {
+      llama_forward(m, slot, i, out, hp, micro);
+      t = lap(m, REMAT__T_BLOCK_F, t);
+      continue;
+    }
+    remat__block_acts a = block_acts(m, slot, i);
     block_params w = block_params_of(m, i, unit_params(m, 1 + m->stage.first_block + i, 0));
     block_forward(m, i, &w, resid_at(m, slot, i), &a, out, hp, micro);
     t = lap(m, REMAT__T_BLOCK_F, t);
@@ -1029,9 +1080,13 @@ static double head_backward(remat_model *m, char *slot, float dloss) {
    * the buffer holds it, then the head's own unit */
   progress(m);
   float *gb = grad_buffer(m, REMAT_LAYER_HEAD, mm->head_bytes + mm->logits_bytes, L + 2);
-  float *gwte = gb ? gb : m->tied_grad ? m->tied_grad : m->g[REMAT_P_WTE];
-  float *glnf = gb ? gb + m->head_grad_split : m->g[REMAT_P_LNFW];
-  float *glnfb = gb ? gb + m->head_grad_split + C : m->g[REMAT_P_LNFB];
+  int llama = c->family == REMAT_FAMILY_LLAMA, tied = remat__tied(c);
+  float *gwte = !tied ? (gb ? gb + m->head_grad_split + C : m->g[REMAT_LP_CLS])
+                : gb  ? gb
+                : m->tied_grad ? m->tied_grad
+                               : m->g[0];
+  float *glnf = gb ? gb + m->head_grad_split : m->g[llama ? REMAT_LP_NORM : REMAT_P_LNFW];
+  float *glnfb = llama ? NULL : gb ? gb + m->head_grad_split + C : m->g[REMAT_P_LNFB];
   if (c->precision == REMAT_PRECISION_BF16)
     m->be->bf16_matmul_backward(m->products, h.dlnf, gwte, NULL, (const uint16_t *)logits,
                                 h.lnf, head_wbf(m, w.wte), N, C, c->padded_vocab_size, false,
@@ -1041,9 +1096,14 @@ static double head_backward(remat_model *m, char *slot, float dloss) {
                            c->padded_vocab_size);
   progress(m);
   m->be->clear(m->dresid, (size_t)N * (size_t)C * sizeof(float));
-  m->be->layernorm_backward(m->dresid, glnf, glnfb, h.dlnf, resid_at(m, slot, m->stage.num_blocks),
-                            w.lnfw, h.lnf_mean, h.lnf_rstd, N, C);
-  grad_done(m, L + 2, gb);
+  if (llama)
+    m->be->rmsnorm_backward(m->dresid, glnf, h.dlnf, resid_at(m, slot, m->stage.num_blocks),
+                            w.lnfw, h.lnf_rstd, N, C);
+  else
+    m->be->layernorm_backward(m->dresid, glnf, glnfb, h.dlnf,
+                              resid_at(m, slot, m->stage.num_blocks), w.lnfw, h.lnf_mean,
+                              h.lnf_rstd, N, C);
+  if (tied) grad_done(m, L + 2, gb);
   grad_done(m, L + 1, gb ? gb + m->head_grad_split : NULL);
   lap(m, REMAT__T_HEAD_B, t);
   return loss;
@@ -1057,15 +1117,18 @@ static void embedding_backward(remat_model *m, char *slot) {
   float *gb = grad_buffer(m, REMAT_LAYER_EMBEDDING, 0, 0);
   size_t wte = (size_t)c->padded_vocab_size * (size_t)C;
   const int32_t *ids = (const int32_t *)(slot + m->mp.inputs_offset);
-  if (!gb && m->stage.has_head && !m->tied_grad) {
+  /* learned positions: GPT-2's; a Llama's are rotary, in its blocks */
+  int pos = c->family != REMAT_FAMILY_LLAMA;
+  if (!gb && m->stage.has_head && !m->tied_grad && remat__tied(c)) {
     /* one micro-batch, one process: the head's share is in g[WTE]
      * already; the embedding's is summed apart in the workspace */
     REMAT_ASSERT(m->D <= 1 && kernel_ws(m).encoder_tied <= m->work_bytes);
-    m->be->encoder_backward_tied(m->g[REMAT_P_WTE], m->g[REMAT_P_WPE], m->dresid, ids, m->B,
+    m->be->encoder_backward_tied(m->g[0], pos ? m->g[REMAT_P_WPE] : NULL, m->dresid, ids, m->B,
                                  m->T, C, c->padded_vocab_size, m->work);
   } else {
-    m->be->encoder_backward(gb ? gb : m->g[REMAT_P_WTE], gb ? gb + wte : m->g[REMAT_P_WPE],
-                            m->dresid, ids, m->B, m->T, C);
+    m->be->encoder_backward(gb ? gb : m->g[0],
+                            !pos ? NULL : gb ? gb + wte : m->g[REMAT_P_WPE], m->dresid, ids,
+                            m->B, m->T, C);
   }
   grad_done(m, 0, gb);
   lap(m, REMAT__T_EMBED_B, t);
@@ -1084,11 +1147,49 @@ static remat__block_wrec wrec_at(remat_model *m, int64_t w, int64_t i) {
 /* The stage's blocks' backward, last to first: whole, B or W (part; W
  * records of deferred micro-batch wslot when apart). A block that does not
  * keep its internals rebuilds them first, for B and again for W. */
+/* Block i of a Llama backward (model/llama_block.c): rebuilt first when it does
+ * not keep its internals, as blocks_backward does GPT-2's. */
+static void llama_backward(remat_model *m, char *slot, int64_t i, const remat_hparams *hp,
+                           uint32_t micro) {
+  const remat_memory_model *mm = &m->mp.mm;
+  int pol = m->mp.policy[i];
+  int64_t u = 1 + m->stage.first_block + i;
+  float *w[REMAT__LLAMA_BLOCK_TENSORS], *g[REMAT__LLAMA_BLOCK_TENSORS];
+  remat__dropout d[3];
+  remat__llama_block_views(m, i, unit_params(m, u, 1), m->p, w);
+  llama_drops(m, i, hp, micro, d);
+  remat__llama_acts a = remat__llama_acts_at(m, slot, i);
+  const float *x = resid_at(m, slot, i);
+  if (pol != REMAT_KEEP) {
+    double t0 = remat__now();
+    if (pol == REMAT_RECOMPUTE)
+      remat__llama_block_forward(m, w, x, &a, NULL, d);
+    else
+      remat__llama_block_cheap(m, w, x, &a);
+    m->recompute_s +=
+        lap(m, pol == REMAT_RECOMPUTE ? REMAT__T_RECOMPUTE : REMAT__T_MIDDLE, t0) - t0;
+  }
+  double t0 = remat__now();
+  size_t scratch = pol == REMAT_RECOMPUTE ? mm->block_internal_bytes
+                   : pol == REMAT_MIDDLE  ? mm->block_cheap_bytes
+                                          : 0;
+  float *gb = grad_buffer(m, REMAT_LAYER_BLOCK, mm->block_dgrad_bytes + scratch, u);
+  remat__llama_block_views(m, i, gb, m->g, g);
+  remat__llama_block_backward(m, w, g, x, &a, d);
+  grad_done(m, u, gb);
+  lap(m, REMAT__T_BLOCK_B, t0);
+}
+
 static void blocks_backward(remat_model *m, char *slot, uint32_t micro, const remat_hparams *hp,
                             int part, int64_t wslot) {
   const remat_memory_model *mm = &m->mp.mm;
   int64_t C = m->cfg.channels;
   for (int64_t i = m->stage.num_blocks - 1; i >= 0; i--) {
+    if (m->cfg.family == REMAT_FAMILY_LLAMA) { /* whole backwards only (remat__model_plan_on) */
+      REMAT_ASSERT(part == PART_ALL);
+      llama_backward(m, slot, i, hp, micro);
+      continue;
+    }
     remat__block_acts a = block_acts(m, slot, i);
     int pol = m->mp.policy[i];
     int64_t u = 1 + m->stage.first_block + i;

@@ -77,4 +77,31 @@ int remat__model_plan_on(remat_model **out, const remat_config *cfg, int64_t B, 
 int remat__model_create_on(remat_model **out, const remat_config *cfg, int64_t B, int64_t T,
                            const remat_stage *st, const remat__backend *be, remat_error *err);
 
+/* The Llama family's block (model/llama_block.c), fp32. Its nine tensors in the
+ * family's order (attention_norm, wq, wk, wv, wo, ffn_norm, w1, w2, w3) as
+ * views of block i: in a unit vector (a replica's gathered unit, or a
+ * gradient buffer) when unit is given, else slices of tensors (the model's
+ * p or g). */
+enum { REMAT__LLAMA_BLOCK_TENSORS = 9 };
+void remat__llama_block_views(const remat_model *m, int64_t i, const float *unit,
+                              float *const tensors[REMAT_P_COUNT],
+                              float *v[REMAT__LLAMA_BLOCK_TENSORS]);
+/* Block i's activations in a slot: kept, in the slot; middle, the stored
+ * ones in the slot and the cheap ones in the scratch; recomputed, all in
+ * the scratch. */
+remat__llama_acts remat__llama_acts_at(remat_model *m, char *slot, int64_t i);
+/* Forward from x into a's internals and out (NULL: stop before the last
+ * product, all a recompute needs); the cheap internals again from the
+ * stored ones; the backward, with m->dresid = dL/d(output) on entry and
+ * dL/d(x) on exit, g's gradients accumulated. drop: the attention's and
+ * the two residual branches' dropout. */
+void remat__llama_block_forward(remat_model *m, float *const w[REMAT__LLAMA_BLOCK_TENSORS],
+                                const float *x, remat__llama_acts *a, float *out,
+                                const remat__dropout drop[3]);
+void remat__llama_block_cheap(remat_model *m, float *const w[REMAT__LLAMA_BLOCK_TENSORS],
+                              const float *x, remat__llama_acts *a);
+void remat__llama_block_backward(remat_model *m, float *const w[REMAT__LLAMA_BLOCK_TENSORS],
+                                 float *const g[REMAT__LLAMA_BLOCK_TENSORS], const float *x,
+                                 const remat__llama_acts *a, const remat__dropout drop[3]);
+
 #endif

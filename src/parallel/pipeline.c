@@ -47,6 +47,7 @@
 #include <string.h>
 
 #include "base/base.h"
+#include "config/family.h"
 #include "parallel/parallel_internal.h"
 
 enum { EV_FORWARD = REMAT__EV_FORWARD, EV_BACKWARD = REMAT__EV_BACKWARD,
@@ -399,7 +400,8 @@ static int exchange_tied(void *ctx, remat_trainer *tr, remat_error *err) {
   (void)tr;
   remat_pipeline *pl = ctx;
   int c = pl->emb_chunk >= 0 ? pl->emb_chunk : pl->head_chunk;
-  if (pl->emb_chunk >= 0 && pl->head_chunk >= 0) { /* zbv: both sums here */
+  if (!remat__tied(remat_model_config(pl->m))) { /* an untied head: nothing to exchange */
+  } else if (pl->emb_chunk >= 0 && pl->head_chunk >= 0) { /* zbv: both sums here */
     size_t n;
     remat__model_tensor(pl->cm[pl->emb_chunk], REMAT_P_WTE, &n);
     float *ge = remat__model_tensor_grad(pl->cm[pl->emb_chunk], REMAT_P_WTE);
