@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Fuzzes remat's file readers (shards, text, checkpoints in fp32 and bf16, a
-# checkpoint directory's DONE and state headers) and the planner's JSON parser
+# Fuzzes remat's file readers (shards, text, checkpoints in fp32 and bf16,
+# llama2.c's checkpoints, a checkpoint directory's DONE and state headers)
+# and the planner's JSON parser
 # with libFuzzer:
 # configures build-fuzz with clang-14 and -DREMAT_FUZZ=ON (ASan and UBSan),
 # builds the targets of tests/fuzz, and runs each for SECONDS (default 60),
@@ -23,9 +24,9 @@ cmake -S . -B "$dir" -DCMAKE_C_COMPILER="$cc" -DREMAT_FUZZ=ON -DCMAKE_BUILD_TYPE
 cmake --build "$dir" -j"$jobs" >/dev/null
 
 # max_len per target: checkpoints and shards need a 1 KiB header and a body
-declare -A max_len=([checkpoint]=8192 [ckpt5]=8192 [shard]=8192 [text]=1024 [plan_json]=4096 [ckptdir]=4096)
+declare -A max_len=([checkpoint]=8192 [ckpt5]=8192 [llama2c]=8192 [shard]=8192 [text]=1024 [plan_json]=4096 [ckptdir]=4096)
 failed=()
-for t in checkpoint ckpt5 shard text plan_json ckptdir; do
+for t in checkpoint ckpt5 llama2c shard text plan_json ckptdir; do
   work=$dir/corpus/$t
   art=$dir/artifacts/$t/
   mkdir -p "$work" "$art"

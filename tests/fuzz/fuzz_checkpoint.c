@@ -1,7 +1,9 @@
-/* fuzz_checkpoint.c: llm.c checkpoints from arbitrary bytes, through the
- * same reader remat_checkpoint_reader_open uses. Any header is either refused with
- * a message or describes exactly the bytes that follow (4 per parameter in
- * version 3, 2 in version 5; fuzz_ckpt5 holds the version at 5); the weights then
+/* fuzz_checkpoint.c: checkpoints from arbitrary bytes, through the same
+ * reader remat_checkpoint_reader_open uses, which tells the format by the
+ * first bytes. Any header is either refused with a message or describes
+ * exactly the bytes that follow (an llm.c file: 4 per parameter in version
+ * 3, 2 in version 5; fuzz_ckpt5 holds the version at 5; fuzz_llama2c
+ * checks llama2.c's files); the weights then
  * load (or are refused as non-finite) and the overflow check runs on them. */
 #include "fuzz.h"
 #include "io/io_internal.h"
@@ -17,8 +19,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     return 0;
   }
   size_t n = remat_param_count(&cfg);
-  FUZZ_ASSERT(rd.version == REMAT_CKPT_VERSION || rd.version == REMAT_CKPT_VERSION_BF16);
-  FUZZ_ASSERT(size == REMAT_HEADER_BYTES + n * (rd.version == REMAT_CKPT_VERSION ? 4 : 2));
+  if (rd.format == REMAT_FORMAT_LLMC) {
+    FUZZ_ASSERT(rd.version == REMAT_CKPT_VERSION || rd.version == REMAT_CKPT_VERSION_BF16);
+    FUZZ_ASSERT(size == REMAT_HEADER_BYTES + n * (rd.version == REMAT_CKPT_VERSION ? 4 : 2));
+  } else { /* a llama2.c file: fuzz_llama2c checks its layout */
+    FUZZ_ASSERT(cfg.family == REMAT_FAMILY_LLAMA);
+  }
   FUZZ_ASSERT(remat_config_check(&cfg, NULL) == 0);
   float *params = malloc(n * sizeof(float)); /* exactly sized: ASan sees overruns */
   FUZZ_ASSERT(params != NULL);
