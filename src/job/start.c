@@ -289,22 +289,17 @@ static remat_train_opts trainer_opts(const remat_job *job) {
 }
 
 static int make_runtime(remat_job *job, remat_error *err) {
-  const remat_job_desc *d = &job->d;
   remat_train_opts to = trainer_opts(job);
   const remat_placement *pl = &job->place;
   int rc;
   switch (job->kind) {
   case REMAT_RUN_ONE:
-    rc = remat_trainer_create(&job->tr, &job->cfg, pl->policy, &job->tok, &to, err);
-    if (!rc && d->trace) rc = remat_solo_create(&job->solo, job->tr, d->train.steps, err);
-    return rc;
+    return remat_trainer_create(&job->tr, &job->cfg, pl->policy, &job->tok, &to, err);
   case REMAT_RUN_REPLICAS: {
     remat_stage st = remat_placement_stage(pl, 0, job->rank);
     if ((rc = remat_trainer_create_stage(&job->tr, &job->cfg, &st, &job->tok, &to, err)))
       return rc;
-    rc = remat_replicas_create(&job->dp, job->dist, job->tr, err);
-    if (!rc && d->trace) rc = remat_replicas_trace_start(job->dp, d->train.steps, err);
-    return rc;
+    return remat_replicas_create(&job->dp, job->dist, job->tr, err);
   }
   case REMAT_RUN_PIPELINE: {
     remat_stage st = remat_placement_stage(pl, job->rank, 0);
@@ -314,9 +309,7 @@ static int make_runtime(remat_job *job, remat_error *err) {
     }
     if ((rc = remat_trainer_create_stage(&job->tr, &job->cfg, &st, &job->tok, &to, err)))
       return rc;
-    rc = remat_pipeline_create(&job->pipe, job->dist, job->tr, pl, err);
-    if (!rc && d->trace) rc = remat_pipeline_trace_start(job->pipe, d->train.steps, err);
-    return rc;
+    return remat_pipeline_create(&job->pipe, job->dist, job->tr, pl, err);
   }
   default: { /* world rank s D + r: stage s, replica r */
     remat_stage st = remat_placement_stage(pl, remat_dist_stage(job->dist),
@@ -326,10 +319,19 @@ static int make_runtime(remat_job *job, remat_error *err) {
     if ((rc = remat_grid_create(&job->grid, job->dist, job->tr, pl, err))) return rc;
     job->pipe = remat_grid_pipeline(job->grid);
     job->dp = remat_grid_replicas(job->grid);
-    if (d->trace) rc = remat_pipeline_trace_start(job->pipe, d->train.steps, err);
-    return rc;
+    return 0;
   }
   }
+}
+
+/* The timeline (desc.trace), once every rank has its runtime: its start is
+ * a barrier, every rank's clock together, which a rank whose runtime failed
+ * would never reach. A grid's is its pipeline's. */
+static int start_trace(remat_job *job, remat_error *err) {
+  int64_t steps = job->d.train.steps;
+  if (job->pipe) return remat_pipeline_trace_start(job->pipe, steps, err);
+  if (job->dp) return remat_replicas_trace_start(job->dp, steps, err);
+  return remat_solo_create(&job->solo, job->tr, steps, err);
 }
 
 int remat_job_prepare(remat_job *job, remat_error *err) {
@@ -359,6 +361,7 @@ int remat_job_prepare(remat_job *job, remat_error *err) {
     if (!rc) rc = remat_trainer_check_state(job->tr, path, job->rank, job->ranks, err);
   }
   if ((rc = remat__job_agree(job, rc, err))) return rc;
+  if (d->trace && (rc = remat__job_agree(job, start_trace(job, err), err))) return rc;
   job->planned = remat_trainer_planned_bytes(job->tr);
   if (job->pipe) job->planned += remat_pipeline_chunk_bytes(job->pipe);
   /* the planner's figure for a replica's arena is the arena itself (the

@@ -39,9 +39,11 @@ int remat__trace_start(remat__trace *t, MPI_Comm comm, size_t cap, remat_error *
   remat__free(t->ev);
   *t = (remat__trace){0};
   t->ev = remat__malloc(cap * sizeof *t->ev);
+  /* one start for every rank's clock, reached by a rank out of memory too
+   * (its caller agrees on the outcome) */
+  int rc = comm == MPI_COMM_NULL ? MPI_SUCCESS : MPI_Barrier(comm);
   if (!t->ev) return remat__errorf(err, REMAT_ENOMEM, "out of memory for the trace");
   t->cap = cap;
-  int rc = comm == MPI_COMM_NULL ? MPI_SUCCESS : MPI_Barrier(comm); /* one start for every clock */
   if (rc != MPI_SUCCESS) return remat__mpi_error(err, rc, "starting the trace");
   t->t0 = remat__now();
   t->on = 1;
