@@ -176,6 +176,19 @@ static int check_outputs(remat_job *job, remat_error *err) {
                                               d->train.steps, d->checkpoint_every, err);
 }
 
+/* A shape as the messages show it: GPT-2's five dimensions, a Llama's
+ * family, key/value heads, MLP width and head too. */
+static const char *shape_text(const remat_config *c, char *buf, size_t cap) {
+  int n = snprintf(buf, cap, "L=%lld C=%lld NH=%lld V=%lld T=%lld", (long long)c->num_layers,
+                   (long long)c->channels, (long long)c->num_heads, (long long)c->vocab_size,
+                   (long long)c->max_seq_len);
+  if (c->family != REMAT_FAMILY_GPT2 && n > 0 && (size_t)n < cap)
+    snprintf(buf + n, cap - (size_t)n, " (%s, NKV=%lld H=%lld, %s head)",
+             remat_family_name((int)c->family), (long long)c->kv_heads,
+             (long long)c->ffn_hidden, c->untied ? "untied" : "tied");
+  return buf;
+}
+
 /* The model's shape: from the model file's header, else the config, else
  * "small". The file stays open until its weights are read, so the shape and
  * the weights come from one file even if the path is replaced. */
@@ -195,16 +208,13 @@ static int load_shape(remat_job *job, remat_error *err) {
   if (d->config && job->rd.format != REMAT_FORMAT_LLMC && want.family == REMAT_FAMILY_LLAMA)
     job->cfg.rope_theta = job->rd.cfg.rope_theta = want.rope_theta;
   const remat_config *c = &job->cfg;
+  char have_s[160], want_s[160];
   if (d->config && memcmp(c, &want, sizeof want) != 0)
     return remat__errorf(err, REMAT_ESHAPE,
-                         "the model file %s has shape L=%lld C=%lld NH=%lld V=%lld T=%lld but the "
-                         "job asks for L=%lld C=%lld NH=%lld V=%lld T=%lld; use a matching "
+                         "the model file %s has shape %s but the job asks for %s; use a matching "
                          "checkpoint or leave the shape to the file",
-                         d->model, (long long)c->num_layers, (long long)c->channels,
-                         (long long)c->num_heads, (long long)c->vocab_size,
-                         (long long)c->max_seq_len, (long long)want.num_layers,
-                         (long long)want.channels, (long long)want.num_heads,
-                         (long long)want.vocab_size, (long long)want.max_seq_len);
+                         d->model, shape_text(c, have_s, sizeof have_s),
+                         shape_text(&want, want_s, sizeof want_s));
   job->cfg.precision = d->precision; /* a model file loads into either */
   return 0;
 }
