@@ -25,6 +25,16 @@ if(torch_rc EQUAL 0)
 else()
   message(STATUS "python3-torch not found: the PyTorch reference test is not registered")
 endif()
+# The same for a Llama (tests/torch_llama.py): an untied shape with NKV < NH
+# and a tied one with NKV = 1, 5 AdamW steps in fp32.
+add_executable(llama_dump llama_dump.c)
+target_link_libraries(llama_dump PRIVATE remat_train)
+if(torch_rc EQUAL 0)
+  add_test(NAME torch_llama
+           COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/torch_llama.py
+                   $<TARGET_FILE:llama_dump> ${CMAKE_CURRENT_BINARY_DIR}/torch_llama.tmp)
+  set_tests_properties(torch_llama PROPERTIES LABELS "reference" TIMEOUT 600)
+endif()
 
 remat_cli_test(train_errors train_errors.sh LABELS unit)
 # --save-precision bf16: llm.c's version 5 written, trained on, sampled, resumed.
