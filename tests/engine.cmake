@@ -52,6 +52,8 @@ if(MPIRUN)
   remat_cli_test(chunked chunked.sh LABELS mpi TIMEOUT 600)
   # Data-parallel replicas under ZeRO 0-3 against one process.
   remat_cli_test(data_parallel data_parallel.sh LABELS mpi TIMEOUT 600)
+  # The Llama family: recompute, pipelines, replicas, the grid and resume = one process.
+  remat_cli_test(llama llama.sh LABELS mpi TIMEOUT 600)
   # Mixed precision: bf16 pipelines = one process, threads, resume, refusals.
   remat_cli_test(bf16 bf16.sh LABELS mpi TIMEOUT 600)
   # What the summary prints is true: MFU <= 100% on every line, labels, budgets.

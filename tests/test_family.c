@@ -3,6 +3,7 @@
  * units covering every parameter once, the stage shares, the memory
  * model's block terms against hand counts, Llama shape strings. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "config/family.h"
 #include "memory/layout.h"
@@ -74,6 +75,17 @@ int main(void) {
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
     units_cover(names[i]);
     stages_add_up(names[i]);
+  }
+
+  /* a shape's spec parses back to the same shape */
+  const char *specs[] = {"gpt2-124m", "llama3-8b", "llama:3,96,6,2,256,300,48,500000,1", "llama-tiny"};
+  for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
+    remat_config a = parse(specs[i]), b;
+    char buf[128];
+    remat_error e;
+    remat_config_spec(&a, buf, sizeof buf);
+    CHECKF(!remat_config_parse(buf, &b, &e) && !memcmp(&a, &b, sizeof a), "%s: spec %s",
+           specs[i], buf);
   }
 
   /* shape strings */

@@ -80,6 +80,10 @@ REMAT_API int remat_precision_parse(const char *s, int *out); /* -1 if unknown *
  * "llama:L,C,NH,NKV,H,V,T[,theta[,tied]]" (tied: 1 ties the head to the
  * embedding). */
 REMAT_API int remat_config_parse(const char *name_or_spec, remat_config *cfg, remat_error *err);
+/* The spec remat_config_parse reads back to the same shape ("L,C,NH,V,T",
+ * or "llama:L,C,NH,NKV,H,V,T,theta,tied"), into buf of cap bytes (64 is
+ * enough); returns its length. */
+REMAT_API int remat_config_spec(const remat_config *cfg, char *buf, size_t cap);
 /* Checks a shape for consistency (positive, NH | C, Vp >= V, sizes in range). */
 REMAT_API int remat_config_check(const remat_config *cfg, remat_error *err);
 /* Fills Vp from V. */

@@ -242,6 +242,17 @@ bad:;
                        s, names);
 }
 
+int remat_config_spec(const remat_config *c, char *buf, size_t cap) {
+  if (c->family == REMAT_FAMILY_LLAMA)
+    return snprintf(buf, cap, "llama:%lld,%lld,%lld,%lld,%lld,%lld,%lld,%.17g,%d",
+                    (long long)c->num_layers, (long long)c->channels, (long long)c->num_heads,
+                    (long long)c->kv_heads, (long long)c->ffn_hidden, (long long)c->vocab_size,
+                    (long long)c->max_seq_len, c->rope_theta, c->untied ? 0 : 1);
+  return snprintf(buf, cap, "%lld,%lld,%lld,%lld,%lld", (long long)c->num_layers,
+                  (long long)c->channels, (long long)c->num_heads, (long long)c->vocab_size,
+                  (long long)c->max_seq_len);
+}
+
 void remat_param_sizes(const remat_config *cfg, size_t sz[REMAT_P_COUNT]) {
   remat__tensor t[REMAT_P_COUNT];
   remat__tensors(cfg, t);

@@ -116,9 +116,7 @@ int remat__job_settings_save(const char *path, const remat_job_desc *desc,
   remat_job_desc d = *desc;
   if (!held_out) d.train.val_frac = 0;
   char shape[128];
-  snprintf(shape, sizeof shape, "%lld,%lld,%lld,%lld,%lld", (long long)cfg->num_layers,
-           (long long)cfg->channels, (long long)cfg->num_heads, (long long)cfg->vocab_size,
-           (long long)cfg->max_seq_len);
+  remat_config_spec(cfg, shape, sizeof shape);
   d.config = shape; /* the shape itself, whether it came from a name or a model file */
   size_t cap = 64 * 1024, n = 0;
   char *text = malloc(cap);
