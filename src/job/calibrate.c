@@ -69,7 +69,10 @@ static int calibrate_for(const remat_config *cfg, int64_t B, int64_t T, int roun
   const uint8_t policy[3] = {REMAT_KEEP, REMAT_MIDDLE, REMAT_RECOMPUTE};
   remat_stage st = remat_stage_whole(&c, policy);
   st.accumulate = 1;
-  st.wdeferred = 1;
+  /* B and W apart, timed apart; a Llama's backward runs whole (its W is
+   * counted in B) */
+  int split = cfg->family != REMAT_FAMILY_LLAMA;
+  st.wdeferred = split;
   remat_model *m;
   int rc = remat__model_plan(&m, &c, B, T, &st, err);
   if (rc) return rc;
@@ -110,8 +113,9 @@ static int calibrate_for(const remat_config *cfg, int64_t B, int64_t T, int roun
     double t0 = remat__now();
     remat_model_zero_grad(m);
     remat__model_stage_forward(m, 0, 0, &hp);
-    remat__model_stage_backward_input(m, 0, 0, 0, dloss, &hp);
-    remat__model_stage_backward_weight(m, 0, 0, 0, &hp);
+    if (!split) remat__model_stage_backward(m, 0, 0, dloss, &hp);
+    if (split) remat__model_stage_backward_input(m, 0, 0, 0, dloss, &hp);
+    if (split) remat__model_stage_backward_weight(m, 0, 0, 0, &hp);
     /* the step's end as a trainer runs it, at a learning rate of 0 */
     double norm = sqrt(remat_model_grad_sumsq(m));
     remat_model_update(m, &hp, 0.0f, (float)norm);
@@ -170,6 +174,11 @@ static int kept_times(const remat_config *cfg, int64_t B, int64_t T, int ranks, 
   snprintf(key, 160, "C%lld NH%lld Vp%lld B%lld T%lld ranks%d", (long long)cfg->channels,
            (long long)cfg->num_heads, (long long)cfg->padded_vocab_size, (long long)B,
            (long long)T, ranks > 1 ? ranks : 1);
+  if (cfg->family == REMAT_FAMILY_LLAMA) { /* GPT-2's key is the shape above alone */
+    size_t n = strlen(key);
+    snprintf(key + n, 160 - n, " llama NKV%lld H%lld", (long long)cfg->kv_heads,
+             (long long)cfg->ffn_hidden);
+  }
   int found = remat_cache_get(c, key, KEPT, &e, why);
   int sane = found == REMAT_CACHE_HIT && e.value[FIELDS] >= 1 && e.value[FIELDS] <= 1000;
   for (int k = 0; sane && k < FIELDS; k++) sane = e.value[k] >= 0 && e.value[k] < 1e6;
@@ -235,9 +244,9 @@ static double blocks_time(const remat_layer_times *t, const uint8_t *policy, int
 /* The parameters blocks [first, first + n) hold, with the embedding's and
  * the final layernorm's where asked (the head is tied to the embedding). */
 static double stage_params(const remat_config *cfg, int64_t n, int embed, int head) {
-  double C = (double)cfg->channels, p = (double)n * (double)remat_block_param_count(cfg);
-  if (embed) p += (double)cfg->padded_vocab_size * C + (double)cfg->max_seq_len * C;
-  if (head) p += 2 * C;
+  double p = (double)n * (double)remat_block_param_count(cfg);
+  if (embed) p += (double)remat_unit_floats(cfg, 0);
+  if (head) p += (double)remat_unit_floats(cfg, cfg->num_layers + 1);
   return p;
 }
 
