@@ -12,3 +12,7 @@ remat_test(test_ckpt SOURCES test_ckpt.c LIBS remat_train remat_plan LABELS unit
 # the writer's bytes, round trips, format detection, refusals, the job's
 # --save format rules.
 remat_test(test_llama2c SOURCES test_llama2c.c LIBS remat_job m LABELS unit TIMEOUT 60)
+# remat train saving a Llama as llama2.c's version 1 and legacy files and
+# reading them back, byte for byte, checkpoints and resume included, and
+# refusing the formats that cannot hold a model.
+remat_cli_test(save_llama2c save_llama2c.sh LABELS unit)
