@@ -1,4 +1,4 @@
-/* cmd_sample.c: `remat sample`: text from a GPT-2 checkpoint, a token at a
+/* cmd_sample.c: `remat sample`: text from a GPT-2 or Llama checkpoint, a token at a
  * time with a KV cache (remat/generate.h: the model's forward on the
  * backend, its weights and cache in one planned region), decoded with
  * GPT-2's BPE or as bytes. */
@@ -14,7 +14,9 @@ static const char *usage_text =
           "\n"
           "Writes the prompt, then text the model continues it with, on standard\n"
           "output. FILE is an llm.c GPT-2 checkpoint, fp32 (version 3) or bf16\n"
-          "(version 5, widened to fp32 exactly), from remat train --save or llm.c.\n"
+          "(version 5, widened to fp32 exactly), or a llama2.c Llama (export.py's\n"
+          "version 1 or run.c's legacy file), from remat train --save, llm.c or\n"
+          "llama2.c.\n"
           "Each new token attends to the keys and values kept for the tokens before\n"
           "it (a KV cache); when the model's context (maxT) is full, the newest half\n"
           "of it is fed again and generation goes on. The same model, prompt,\n"

@@ -9,12 +9,23 @@
  * A generator over the model's own weights gives the bits of one over a
  * copy and follows the weights as they change; the region's measured bytes
  * equal its planned ones. The vocabulary (300, padded to 384) checks that
- * the padded rows never reach the logits. */
+ * the padded rows never reach the logits.
+ *
+ * A Llama (llama-tiny untied, a tied one, one kv head) decodes with the
+ * training model's arithmetic: a whole sequence fed from position 0 gives
+ * the training forward's last logits bit for bit (the head's product
+ * recomputed here on the training head's own RMSNorm output, checked
+ * against the probabilities the training forward left); one token at a
+ * time, the same logits to rounding and the training forward's loss; a
+ * cache of (L, cap, 2 KV) floats, KV the kv heads' width; measured =
+ * planned, over a copy of the weights and over the model's own. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/base.h"
+#include "config/family.h"
+#include "model/model.h"
 #include "model/model_runtime.h"
 #include "test_util.h"
 
@@ -369,6 +380,139 @@ static void test_model_generator(remat_model *m, remat_generator *g, const remat
   remat_model_destroy(sm);
 }
 
+/* A Llama's decode against its training forward (remat_model_eval), on a
+ * sequence of T = maxT tokens. */
+static void test_llama(const char *shape) {
+  remat_config cfg;
+  remat_error err;
+  CHECK(remat_config_parse(shape, &cfg, &err) == 0);
+  const int64_t T = cfg.max_seq_len, V = cfg.vocab_size, Vp = cfg.padded_vocab_size,
+                C = cfg.channels, L = cfg.num_layers, KV = remat__kv_width(&cfg);
+  remat_model *m;
+  CHECK(remat_model_create(&m, &cfg, 1, T, NULL, &err) == 0);
+  remat_model_init_weights(m, 9);
+  float *P = remat_model_params(m);
+  size_t np = remat_param_count(&cfg);
+  uint64_t s = 23; /* uneven norms' gains, every weight nudged */
+  for (size_t i = 0; i < np; i++)
+    P[i] += 0.05f * (float)((double)(remat__splitmix64(&s) >> 11) * 0x1.0p-53 - 0.5);
+  int32_t *tok = malloc((size_t)T * sizeof *tok), *tgt = malloc((size_t)T * sizeof *tgt);
+  for (int64_t t = 0; t < T; t++) tok[t] = (int32_t)(remat__splitmix64(&s) % (uint64_t)V);
+  for (int64_t t = 0; t < T; t++) tgt[t] = t + 1 < T ? tok[t + 1] : 3;
+  memcpy(remat_model_inputs(m), tok, (size_t)T * sizeof *tok);
+  memcpy(remat_model_targets(m), tgt, (size_t)T * sizeof *tgt);
+  double loss_model = remat_model_eval(m);
+
+  /* The training head's logits: its own product on its RMSNorm's output
+   * (left in the workspace), which the probabilities it left confirm. */
+  const remat__backend *be = remat__model_backend(m);
+  remat__llama_head lh;
+  remat__llama_head_view(&lh, m->work, &cfg, 1, T, &m->ws);
+  const float *probs = (const float *)(m->work + m->mp.mm.head_bytes);
+  float *lg = malloc((size_t)(T * Vp) * sizeof *lg), *pr = malloc((size_t)(T * Vp) * sizeof *pr);
+  float *losses = malloc((size_t)T * sizeof *losses);
+  be->matmul_forward(lg, lh.xnf, m->p[remat__head_tensor(&cfg)], NULL, T, C, Vp);
+  memcpy(pr, lg, (size_t)(T * Vp) * sizeof *pr);
+  be->crossentropy_forward(pr, losses, tgt, T, V, Vp);
+  CHECKF(memcmp(pr, probs, (size_t)(T * Vp) * sizeof *pr) == 0,
+         "%s: the training head's product, recomputed, gives the probabilities it left", shape);
+
+  remat_generator *g;
+  CHECK(remat_generator_create(&g, &cfg, P, 0, &err) == 0);
+  CHECK(remat_generator_feed(g, tok, T, &err) == 0);
+  /* A sequence fed in one forward (T <= 64 rows) reaches the head with the
+   * training forward's bits: the product of the training head's last normed
+   * row alone gives the decode's logits. Fed in pieces (T > 64: 64 rows,
+   * then the rest) the blocks' products have other row counts, whose sums
+   * OpenBLAS rounds otherwise: equal to rounding. And the training head's
+   * product of all T rows (sgemm) rounds differently from that of one row
+   * (sgemv, gemm.c): the logits agree to a few ulps, not bit for bit. */
+  float *one = malloc((size_t)Vp * sizeof *one);
+  be->matmul_forward(one, (const float *)lh.xnf + (T - 1) * C, m->p[remat__head_tensor(&cfg)],
+                     NULL, 1, C, Vp);
+  double scale, d = max_diff(remat_generator_logits(g), one, V, &scale);
+  if (T <= 64)
+    CHECKF(memcmp(remat_generator_logits(g), one, (size_t)V * sizeof(float)) == 0,
+           "%s: %lld tokens fed from position 0 in one forward reach the head with the training "
+           "forward's last row bit for bit: the head's product of that row gives its logits",
+           shape, (long long)T);
+  else
+    CHECKF(d < 1e-5 * fmax(1, scale),
+           "%s: %lld tokens fed from position 0 in two forwards: the logits of the training "
+           "forward's last row to rounding (max diff %.2e)",
+           shape, (long long)T, d);
+  const float *last = lg + (T - 1) * Vp;
+  d = max_diff(remat_generator_logits(g), last, V, &scale);
+  CHECKF(d <= 8 * 0x1.0p-24 * scale,
+         "%s: and the training forward's last logits to 8 ulps of the largest (max diff %.2e; "
+         "%s)",
+         shape, d,
+         memcmp(remat_generator_logits(g), last, (size_t)V * sizeof(float)) ? "not bit for bit"
+                                                                            : "bit for bit");
+  free(one);
+
+  /* one token at a time: each position's logits, the training loss */
+  float *inc = malloc((size_t)(T * V) * sizeof *inc);
+  remat_generator_reset(g);
+  for (int64_t t = 0; t < T; t++) {
+    CHECK(remat_generator_feed(g, tok + t, 1, &err) == 0);
+    memcpy(inc + t * V, remat_generator_logits(g), (size_t)V * sizeof *inc);
+  }
+  double dmax = 0;
+  for (int64_t t = 0; t < T; t++) dmax = fmax(dmax, max_diff(inc + t * V, lg + t * Vp, V, &scale));
+  CHECKF(dmax < 1e-4 * fmax(1, scale),
+         "%s: one token at a time, every position's logits equal the training forward's (max "
+         "diff %.2e)",
+         shape, dmax);
+  double loss = 0;
+  for (int64_t t = 0; t < T; t++) {
+    double mx = -1e300, z = 0;
+    for (int64_t v = 0; v < V; v++) mx = fmax(mx, inc[t * V + v]);
+    for (int64_t v = 0; v < V; v++) z += exp(inc[t * V + v] - mx);
+    loss += -(inc[t * V + tgt[t]] - mx - log(z));
+  }
+  loss /= (double)T;
+  CHECKF(fabs(loss - loss_model) < 1e-5 * fmax(1, fabs(loss)),
+         "%s: mean loss from the cached logits %.7f = the training forward's %.7f", shape, loss,
+         loss_model);
+
+  /* over the model's own weights: the same bits; measured = planned */
+  remat_generator *mg;
+  CHECK(remat_generator_create_model(&mg, m, 0, &err) == 0);
+  remat_generator_reset(g);
+  CHECK(remat_generator_feed(g, tok, T, &err) == 0);
+  CHECK(remat_generator_feed(mg, tok, T, &err) == 0);
+  CHECKF(memcmp(remat_generator_logits(g), remat_generator_logits(mg), (size_t)V * sizeof(float)) ==
+             0,
+         "%s: a generator over the model's weights gives the bits of one over a copy", shape);
+  size_t pg = remat_generator_planned_bytes(g), pm = remat_generator_planned_bytes(mg);
+  CHECKF(remat_generator_measured_bytes(g) == pg && remat_generator_measured_bytes(mg) == pm &&
+             pg == pm + remat__align(np * sizeof(float)),
+         "%s: measured = planned: %zu = %zu bytes (own weights), %zu = %zu (the model's)", shape,
+         remat_generator_measured_bytes(g), pg, remat_generator_measured_bytes(mg), pm);
+
+  /* the cache holds the kv heads only: (L, cap, 2 KV) floats */
+  remat__kernel_ws ws;
+  CHECK(remat__kernel_ws_get(&ws, be->sizes, &cfg, 1, T, &err) == 0);
+  size_t bytes = remat__decode_view(NULL, NULL, &cfg, T, T, 0, &ws);
+  void *base = aligned_alloc(REMAT_ALIGN, bytes);
+  remat__decode_acts a;
+  remat__decode_view(&a, base, &cfg, T, T, 0, &ws);
+  size_t kvb = (size_t)((char *)a.logits - (char *)a.kv);
+  CHECKF(kvb == remat__align((size_t)(L * T * 2 * KV) * sizeof(float)) &&
+             KV * cfg.num_heads == C * cfg.kv_heads && !a.lnf_mean && !a.blk.qkv && a.lblk.q,
+         "%s: the KV cache is (L %lld, cap %lld, 2 KV %lld) floats: %zu bytes, %lld of %lld "
+         "heads",
+         shape, (long long)L, (long long)T, (long long)(2 * KV), kvb, (long long)cfg.kv_heads,
+         (long long)cfg.num_heads);
+  free(base);
+
+  remat_generator_destroy(mg);
+  remat_generator_destroy(g);
+  remat_model_destroy(m);
+  free(tok), free(tgt), free(lg), free(pr), free(losses), free(inc);
+}
+
 int main(void) {
   remat_config cfg;
   remat_error err;
@@ -400,6 +544,9 @@ int main(void) {
   test_errors(g, tok, T, V);
   test_sampling(g, &cfg, P, tok, V);
   test_top_p(g, tok, V);
+  test_llama("llama-tiny");                       /* untied, 2 of 4 heads */
+  test_llama("llama:2,64,4,2,176,256,64,10000,1"); /* tied */
+  test_llama("llama:2,64,4,1,176,300,80");        /* one kv head, a padded vocabulary, maxT > 64 */
 
   remat_generator_destroy(g);
   remat_model_destroy(m);

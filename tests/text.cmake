@@ -7,3 +7,5 @@ remat_test(test_text SOURCES test_text.c LIBS remat_text remat_io LABELS unit TI
 remat_test(test_generate SOURCES test_generate.c LIBS remat_generate remat_model LABELS unit TIMEOUT 120)
 remat_cli_test(tokenize tokenize.sh LABELS unit TIMEOUT 120)
 remat_cli_test(sample sample.sh LABELS unit TIMEOUT 120)
+# A Llama trained, saved in llama2.c's formats and sampled.
+remat_cli_test(llama_sample llama_sample.sh LABELS unit TIMEOUT 120)

@@ -1,11 +1,13 @@
-/* remat/generate.h: text generation from GPT-2 weights, with a KV cache.
+/* remat/generate.h: text generation from a model's weights (GPT-2 or a
+ * Llama), with a KV cache.
  * Part of remat's public API; include "remat.h" for all of it.
  *
  * The training model's forward, on its backend, with a cache: each fed
  * token's keys and values are kept per layer, so the next token costs one
  * row through every block plus attention over the cache, never a rerun of
- * the prefix. A generator holds its own copy of weights given in llm.c's
- * order (a checkpoint's body), or borrows a one-process model's and reads
+ * the prefix. A generator holds its own copy of weights given in the
+ * family's checkpoint order (llm.c's, llama2.c's: a checkpoint's body,
+ * as remat_checkpoint_read_params gives it), or borrows a one-process model's and reads
  * them at every feed, so that a generator made once follows a model that
  * keeps training (remat_generator_create_model).
  *
@@ -19,8 +21,9 @@
  * Its memory is planned, outside a model's arena: one region of the
  * backend's memory (remat_generator_planned_bytes) holding its copy of the
  * weights (not when it borrows a model's), the token ids and one block's
- * activations for rows of 64 tokens, the cache of 2 x L x maxT x C floats
- * and the padded vocabulary's logits; and on the host, the vocabulary's
+ * activations for rows of 64 tokens, the cache of 2 x L x maxT x KV floats
+ * (KV = C for GPT-2; a Llama's key/value heads only, kv_heads x C /
+ * num_heads) and the padded vocabulary's logits; and on the host, the vocabulary's
  * logits and sampling scratch (V floats, V ids and V (logit, id) pairs)
  * and the fed ids (maxT). */
 #ifndef REMAT_GENERATE_H

@@ -276,22 +276,35 @@ void remat__layer_sizes_get(remat__layer_sizes *o, const remat_config *cfg, int6
 
 size_t remat__decode_view(remat__decode_acts *d, void *base, const remat_config *cfg, int64_t cap,
                           int64_t R, int own_params, const remat__kernel_ws *ws) {
-  size_t C = (size_t)cfg->channels, f = 4;
+  size_t C = (size_t)cfg->channels, KV = (size_t)remat__kv_width(cfg), f = 4;
   size_t np = own_params ? remat_param_count(cfg) : 0;
-  size_t blk = remat__block_acts_view(NULL, NULL, 1, R, cfg->channels, ws);
+  int llama = cfg->family == REMAT_FAMILY_LLAMA;
+  /* one block's internals, the family's: a Llama's stored then cheap */
+  size_t stored = llama ? remat__llama_stored_view(NULL, NULL, cfg, 1, R, ws) : 0;
+  size_t blk = llama ? stored + remat__llama_cheap_view(NULL, NULL, cfg, 1, R, ws)
+                     : remat__block_acts_view(NULL, NULL, 1, R, cfg->channels, ws);
   const field fl[] = {{np, f},   {(size_t)R, sizeof(int32_t)}, {(size_t)R * C, f}, {blk, 1},
-                      {C, f},    {1, f},
-                      {1, f},    {(size_t)cfg->num_layers * (size_t)cap * 2 * C, f},
+                      {C, f},    {llama ? 0 : 1, f},
+                      {1, f},    {(size_t)cfg->num_layers * (size_t)cap * 2 * KV, f},
                       {(size_t)cfg->padded_vocab_size, f}};
   char *at[NFIELDS(fl)];
-  size_t n = carve(fl, NFIELDS(fl), base, at);
+  /* the region ends at the logits' last float, where a decode's writes end
+   * (a Llama's vocabulary is not padded to the alignment) */
+  size_t Vb = (size_t)cfg->padded_vocab_size * f;
+  size_t n = carve(fl, NFIELDS(fl), base, at) - remat__align(Vb) + Vb;
   if (base && d) {
+    *d = (remat__decode_acts){0};
     d->params = np ? (float *)at[0] : NULL;
     d->tokens = (int32_t *)at[1];
     d->x = (float *)at[2];
-    remat__block_acts_view(&d->blk, at[3], 1, R, cfg->channels, ws);
+    if (llama) {
+      remat__llama_stored_view(&d->lblk, at[3], cfg, 1, R, ws);
+      remat__llama_cheap_view(&d->lblk, at[3] + stored, cfg, 1, R, ws);
+    } else {
+      remat__block_acts_view(&d->blk, at[3], 1, R, cfg->channels, ws);
+    }
     d->lnf = (float *)at[4];
-    d->lnf_mean = (float *)at[5];
+    d->lnf_mean = llama ? NULL : (float *)at[5];
     d->lnf_rstd = (float *)at[6];
     d->kv = (float *)at[7];
     d->logits = (float *)at[8];

@@ -122,35 +122,6 @@ static inline size_t remat__act_elem(const remat__kernel_ws *ws) {
   return ws->precision == REMAT_PRECISION_BF16 ? 2 : 4;
 }
 
-/* Generation's region (remat/generate.h), one buffer of the backend that
- * runs it: what the decode (model/decode.h) reads and writes, planned here
- * like a stage's arena. R rows of a feed at a time, a context of cap
- * positions; fp32 whatever the precision a model trains in (the weights
- * are the fp32 ones). In order: */
-typedef struct remat__decode_acts {
-  float *params;         /* remat_param_count floats, llm.c's order: the
-                            generator's own copy of the weights; absent (NULL,
-                            no bytes) when it borrows a model's */
-  int32_t *tokens;       /* (R) the ids of a feed's rows */
-  float *x;              /* (R, C) the residual stream */
-  remat__block_acts blk; /* (1, R) one block's internals (the stored and the
-                            cheap fields of a kept block), which every block
-                            reuses in turn */
-  float *lnf;            /* (C) the last row after the final layernorm */
-  float *lnf_mean;       /* (1) */
-  float *lnf_rstd;       /* (1) */
-  float *kv;             /* (L, cap, 2C) the KV cache: per layer and position,
-                            the key then the value */
-  float *logits;         /* (Vp) after the last row of a feed: last, so the
-                            high-water mark of a region that has decoded is
-                            its end */
-} remat__decode_acts;
-
-/* The region's bytes (base NULL), or its views into base too. ws: the
- * backend's kernel terms at B = 1, T = R in fp32. */
-size_t remat__decode_view(remat__decode_acts *d, void *base, const remat_config *cfg, int64_t cap,
-                          int64_t R, int own_params, const remat__kernel_ws *ws);
-
 /* Points params[i] at each parameter tensor inside one flat buffer (llm.c's
  * order, no padding between tensors, so the buffer is the checkpoint body). */
 void remat__param_views(const remat_config *cfg, float *base, float *views[REMAT_P_COUNT]);
@@ -241,6 +212,40 @@ size_t remat__llama_dgrads_view(remat__llama_dgrads *d, void *base, const remat_
                                 int64_t B, int64_t T, const remat__kernel_ws *ws);
 size_t remat__llama_head_view(remat__llama_head *h, void *base, const remat_config *cfg,
                               int64_t B, int64_t T, const remat__kernel_ws *ws);
+
+/* Generation's region (remat/generate.h), one buffer of the backend that
+ * runs it: what the decode (model/decode.h) reads and writes, planned here
+ * like a stage's arena. R rows of a feed at a time, a context of cap
+ * positions; fp32 whatever the precision a model trains in (the weights
+ * are the fp32 ones). The block's internals and the final norm are the
+ * family's: GPT-2's blk and a layernorm, or a Llama's lblk and an RMSNorm
+ * (no lnf_mean); the other family's fields are NULL and take no bytes.
+ * In order: */
+typedef struct remat__decode_acts {
+  float *params;         /* remat_param_count floats, the family's checkpoint
+                            order: the generator's own copy of the weights;
+                            absent (NULL, no bytes) when it borrows a model's */
+  int32_t *tokens;       /* (R) the ids of a feed's rows */
+  float *x;              /* (R, C) the residual stream */
+  remat__block_acts blk; /* GPT-2: (1, R) one block's internals (the stored
+                            and the cheap fields of a kept block), which every
+                            block reuses in turn */
+  remat__llama_acts lblk; /* Llama: the same, a Llama block's (1, R) */
+  float *lnf;            /* (C) the last row after the final norm */
+  float *lnf_mean;       /* (1) GPT-2 only */
+  float *lnf_rstd;       /* (1) */
+  float *kv;             /* (L, cap, 2 KV) the KV cache, KV = remat__kv_width
+                            (C for GPT-2, kv_heads * hs for a Llama): per
+                            layer and position, the key then the value */
+  float *logits;         /* (Vp) after the last row of a feed: last, so the
+                            high-water mark of a region that has decoded is
+                            its end */
+} remat__decode_acts;
+
+/* The region's bytes (base NULL), or its views into base too. ws: the
+ * backend's kernel terms at B = 1, T = R in fp32. */
+size_t remat__decode_view(remat__decode_acts *d, void *base, const remat_config *cfg, int64_t cap,
+                          int64_t R, int own_params, const remat__kernel_ws *ws);
 
 /* The bytes of a block's and the head's regions in the config's family:
  * what the memory model plans (remat_memory_model's block_stored_bytes,

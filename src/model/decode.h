@@ -8,7 +8,9 @@
  * The host crosses into the region only through the backend's crossings,
  * and only where the caller puts the token ids (d->a.tokens), the weights
  * of a decoder that holds its own (d->a.params), and takes the logits
- * (d->a.logits). Not installed, not part of the API. */
+ * (d->a.logits). decode.c holds what every family shares; the forward is
+ * the family's file's (gpt2_decode.c, llama_decode.c), so a caller names
+ * no family. Not installed, not part of the API. */
 #ifndef REMAT_DECODE_H
 #define REMAT_DECODE_H
 
@@ -25,7 +27,8 @@ typedef struct remat__decoder {
   char *region;              /* from be->buffer_alloc; bytes long */
   size_t bytes;              /* remat__decode_view's figure: the planned bytes */
   remat__decode_acts a;      /* the region's views */
-  const float *w[REMAT_P_COUNT]; /* the weights' tensors, in backend memory */
+  const float *w[REMAT_P_COUNT]; /* the weights' tensors in the family's order
+                                    (REMAT_P_*, REMAT_LP_*), in backend memory */
 } remat__decoder;
 
 /* A decoder on backend be (NULL: remat__backend_default) of a context of
@@ -48,6 +51,10 @@ void remat__decoder_destroy(remat__decoder *d);
  * cache, each row attends to every position up to its own, and d->a.logits
  * holds the padded vocabulary's logits after the last row. */
 void remat__decoder_forward(remat__decoder *d, int64_t pos, int64_t n);
+
+/* The families' forwards, as remat__decoder_forward calls them. */
+void remat__gpt2_decoder_forward(remat__decoder *d, int64_t pos, int64_t n);
+void remat__llama_decoder_forward(remat__decoder *d, int64_t pos, int64_t n);
 
 /* How far the region has been written (the backend's high-water mark):
  * after a forward, its planned bytes. */
