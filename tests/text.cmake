@@ -9,3 +9,14 @@ remat_cli_test(tokenize tokenize.sh LABELS unit TIMEOUT 120)
 remat_cli_test(sample sample.sh LABELS unit TIMEOUT 120)
 # A Llama trained, saved in llama2.c's formats and sampled.
 remat_cli_test(llama_sample llama_sample.sh LABELS unit TIMEOUT 120)
+# A Llama remat trains, in llama2.c's run.c (third_party/llama2c, MIT; built only
+# for this test): its greedy tokens are remat sample's.
+add_executable(llama2c_run ${PROJECT_SOURCE_DIR}/third_party/llama2c/run.c)
+# run.c unchanged: it finds int8_t through the headers of gcc's default
+# gnu dialect, which the project's -std=c11 and _POSIX_C_SOURCE narrow
+target_compile_options(llama2c_run PRIVATE -w -include stdint.h)
+target_link_libraries(llama2c_run PRIVATE m)
+add_test(NAME llama2c_run
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/llama2c_run.sh $<TARGET_FILE:remat_cli>
+                 $<TARGET_FILE:llama2c_run> ${CMAKE_CURRENT_BINARY_DIR}/llama2c_run.tmp)
+set_tests_properties(llama2c_run PROPERTIES LABELS "cli;unit" TIMEOUT 300)
