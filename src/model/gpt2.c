@@ -57,14 +57,18 @@ int remat__model_plan_on(remat_model **out, const remat_config *cfg, int64_t B, 
                          const remat_stage *st, const remat__backend *be, remat_error *err) {
   *out = NULL;
   const remat__backend *bk = be ? be : remat__backend_default();
+  int bf16 = cfg->precision == REMAT_PRECISION_BF16;
   if (cfg->family == REMAT_FAMILY_LLAMA &&
-      (cfg->precision != REMAT_PRECISION_FP32 || st->wdeferred || !bk->rmsnorm_forward ||
-       !bk->attention_forward_gqa))
+      (st->wdeferred || !bk->rmsnorm_forward || !bk->attention_forward_gqa ||
+       (bf16 && (!bk->rmsnorm_forward_bf16 || !bk->attention_forward_gqa_bf16))))
     return remat__errorf(err, REMAT_EINVAL,
-                         "a Llama trains in fp32, without a split backward (zb-h1, zbv), on a "
-                         "backend with its kernels (the %s backend%s) so far; use --precision "
-                         "fp32 and another schedule, or plan it (remat plan)",
-                         bk->name, bk->rmsnorm_forward ? " has them" : " has not");
+                         "a Llama trains without a split backward (zb-h1, zbv), on a backend "
+                         "with its kernels (the %s backend%s) so far; use another schedule, or "
+                         "plan it (remat plan)",
+                         bk->name,
+                         !bk->rmsnorm_forward ? " has not"
+                         : bf16 && !bk->rmsnorm_forward_bf16 ? " has not its bf16 ones"
+                                                            : " has them");
   remat_model *m = remat__calloc(1, sizeof *m);
   if (!m) return remat__errorf(err, REMAT_ENOMEM, "out of memory");
   m->be = be ? be : remat__backend_default();
@@ -699,13 +703,47 @@ static uint16_t *head_wbf(const remat_model *m, const float *wte) {
   return (uint16_t *)((char *)m->wbf + (size_t)m->stage.num_blocks * m->mp.mm.block_bf16_bytes);
 }
 
+/* A Llama block's bf16 matrices at their tensors' places in w (the
+ * family's order, block i's tensors; the others NULL): the block's copies
+ * in REMAT_BUF_PARAMS_BF16, the matrices one after another in that order
+ * (remat__bf16_copy_bytes, update_fused), or under ZeRO 3 the buffer the
+ * unit in use is rounded into; rounded from w first with round or under
+ * ZeRO 3. */
+static void llama_wbf(const remat_model *m, int64_t i, float *const w[REMAT__LLAMA_BLOCK_TENSORS],
+                      bool round, const uint16_t *h[REMAT__LLAMA_BLOCK_TENSORS]) {
+  remat__tensor t[REMAT_P_COUNT];
+  remat__tensors(&m->cfg, t);
+  bool gathered = gathered_bf16(m);
+  uint16_t *at = gathered ? m->wbf
+                          : (uint16_t *)((char *)m->wbf + (size_t)i * m->mp.mm.block_bf16_bytes);
+  int j = 0;
+  for (int k = 0; k < REMAT_P_COUNT; k++) {
+    if (t[k].where != REMAT__IN_BLOCK) continue;
+    h[j] = NULL;
+    if (t[k].matrix) {
+      size_t n = (size_t)t[k].rows * (size_t)t[k].cols;
+      if (round || gathered) m->be->to_bf16(at, w[j], n);
+      h[j] = at;
+      at += n;
+    }
+    j++;
+  }
+  REMAT_ASSERT(j == REMAT__LLAMA_BLOCK_TENSORS);
+}
+
 /* The bf16 copies from the fp32 master weights, once after each update or
  * load, before the next forward. */
 static void bf16_refresh(remat_model *m) {
   if (!m->bf16_stale || !m->wbf || gathered_bf16(m)) return;
   int64_t C = m->cfg.channels;
   size_t CC = (size_t)C * (size_t)C;
-  for (int64_t i = 0; i < m->stage.num_blocks; i++) {
+  for (int64_t i = 0; m->cfg.family == REMAT_FAMILY_LLAMA && i < m->stage.num_blocks; i++) {
+    float *w[REMAT__LLAMA_BLOCK_TENSORS];
+    const uint16_t *h[REMAT__LLAMA_BLOCK_TENSORS];
+    remat__llama_block_views(m, i, NULL, m->p, w);
+    llama_wbf(m, i, w, true, h);
+  }
+  for (int64_t i = 0; m->cfg.family != REMAT_FAMILY_LLAMA && i < m->stage.num_blocks; i++) {
     block_params w = BLOCK_VIEW(block_params, m->p, i, C);
     block_wbf h = block_wbf_of(m, i, &w);
     m->be->to_bf16((uint16_t *)h.qkvw, w.qkvw, 3 * CC);
@@ -713,8 +751,8 @@ static void bf16_refresh(remat_model *m) {
     m->be->to_bf16((uint16_t *)h.fcw, w.fcw, 4 * CC);
     m->be->to_bf16((uint16_t *)h.fcprojw, w.fcprojw, 4 * CC);
   }
-  if (m->stage.has_head)
-    m->be->to_bf16(head_wbf(m, NULL), m->p[REMAT_P_WTE],
+  if (m->stage.has_head) /* the tied matrix, or a Llama's own */
+    m->be->to_bf16(head_wbf(m, NULL), m->p[remat__head_tensor(&m->cfg)],
                    (size_t)m->cfg.padded_vocab_size * (size_t)C);
   m->bf16_stale = 0;
 }
@@ -981,6 +1019,18 @@ static double head_forward(remat_model *m, const head_params *w, char *slot,
     remat__llama_head_view(&lh, m->work, c, m->B, m->T, &ws);
     *h = (remat__head_acts){.lnf = lh.xnf, .lnf_rstd = lh.rstd, .losses = lh.losses,
                             .dlnf = lh.dxnf, .scratch = lh.scratch};
+    if (c->precision == REMAT_PRECISION_BF16) { /* as GPT-2's below */
+      uint16_t *lg = (uint16_t *)(m->work + m->mp.mm.head_bytes);
+      m->be->rmsnorm_forward_bf16(h->lnf, h->lnf_rstd, x, w->lnfw, N, C, (float)c->norm_eps);
+      m->be->bf16_matmul_forward(m->products, lg, h->lnf, head_wbf(m, w->wte), NULL, N, C,
+                                 c->padded_vocab_size, true, h->scratch);
+      progress(m);
+      if (backward)
+        return m->be->crossentropy_forward_backward_bf16(lg, h->losses, targets, dloss, N,
+                                                         c->vocab_size, c->padded_vocab_size);
+      return m->be->crossentropy_forward_bf16(lg, h->losses, targets, N, c->vocab_size,
+                                              c->padded_vocab_size);
+    }
     m->be->rmsnorm_forward(h->lnf, h->lnf_rstd, x, w->lnfw, N, C, (float)c->norm_eps);
     float *logits = (float *)(m->work + m->mp.mm.head_bytes);
     m->be->matmul_forward(logits, h->lnf, w->wte, NULL, N, C, c->padded_vocab_size);
@@ -1029,7 +1079,9 @@ static void llama_forward(remat_model *m, char *slot, int64_t i, float *out,
   remat__llama_block_views(m, i, unit_params(m, 1 + m->stage.first_block + i, 0), m->p, w);
   llama_drops(m, i, hp, micro, d);
   remat__llama_acts a = remat__llama_acts_at(m, slot, i);
-  remat__llama_block_forward(m, w, resid_at(m, slot, i), &a, out, d);
+  const uint16_t *h[REMAT__LLAMA_BLOCK_TENSORS];
+  if (m->wbf) llama_wbf(m, i, w, false, h);
+  remat__llama_block_forward(m, w, m->wbf ? h : NULL, resid_at(m, slot, i), &a, out, d);
 }
 
 void remat__model_stage_forward(remat_model *m, int64_t slot_index, uint32_t micro,
@@ -1160,10 +1212,12 @@ static void llama_backward(remat_model *m, char *slot, int64_t i, const remat_hp
   llama_drops(m, i, hp, micro, d);
   remat__llama_acts a = remat__llama_acts_at(m, slot, i);
   const float *x = resid_at(m, slot, i);
+  const uint16_t *h[REMAT__LLAMA_BLOCK_TENSORS];
+  if (m->wbf) llama_wbf(m, i, w, false, h);
   if (pol != REMAT_KEEP) {
     double t0 = remat__now();
     if (pol == REMAT_RECOMPUTE)
-      remat__llama_block_forward(m, w, x, &a, NULL, d);
+      remat__llama_block_forward(m, w, m->wbf ? h : NULL, x, &a, NULL, d);
     else
       remat__llama_block_cheap(m, w, x, &a);
     m->recompute_s +=
@@ -1175,7 +1229,7 @@ static void llama_backward(remat_model *m, char *slot, int64_t i, const remat_hp
                                           : 0;
   float *gb = grad_buffer(m, REMAT_LAYER_BLOCK, mm->block_dgrad_bytes + scratch, u);
   remat__llama_block_views(m, i, gb, m->g, g);
-  remat__llama_block_backward(m, w, g, x, &a, d);
+  remat__llama_block_backward(m, w, m->wbf ? h : NULL, g, x, &a, d);
   grad_done(m, u, gb);
   lap(m, REMAT__T_BLOCK_B, t0);
 }

@@ -8,7 +8,17 @@
  *
  * The cheap internals (the two RMSNorm outputs and the SwiGLU output) are
  * rebuilt by the same kernels on the same stored values as the forward's,
- * so keep, middle and full give the same bits. */
+ * so keep, middle and full give the same bits.
+ *
+ * In bf16 (mixed precision, as GPT-2's blocks in gpt2.c): the products on
+ * the bf16 copies of the matrices with fp32 accumulation; what a product
+ * reads is bf16 (the norms' outputs, the attention's output, the SwiGLU's),
+ * and q, k, v, h1 and h3 are made in bf16; wo's and w2's outputs are fp32,
+ * added to the fp32 residual stream. The rotary embedding turns the bf16 q
+ * and k in place, computed in fp32 and rounded (autocast's reference does
+ * .float() ... .type_as(xq)); its backward likewise turns the attention's
+ * gradients after their rounding to bf16. The attention runs on the bf16
+ * operands with an fp32 output, rounded once. */
 #include "config/family.h"
 #include "model/model.h"
 
@@ -60,9 +70,64 @@ remat__llama_acts remat__llama_acts_at(remat_model *m, char *slot, int64_t i) {
 /* The block's tensors in view order (the family's table). */
 enum { W_ATTNORM, W_Q, W_K, W_V, W_O, W_FFNNORM, W_1, W_2, W_3 };
 
+/* out = resid + dropout(out), as matmul_forward_residual ends. */
+static void residual_dropout(const remat_model *m, float *out, const float *resid, size_t n,
+                             const remat__dropout *d) {
+  if (d->p > 0.0f) m->be->dropout_apply(out, out, n, d);
+  m->be->residual_forward(out, out, resid, n);
+}
+
+/* The forward in bf16: h the block's bf16 matrices (h[W_Q] .. h[W_3]). The
+ * attention's fp32 output passes through datty of the backward's
+ * temporaries and the products' scratchpad is its work, both free here. */
+static void forward_bf16(remat_model *m, float *const w[REMAT__LLAMA_BLOCK_TENSORS],
+                         const uint16_t *const h[REMAT__LLAMA_BLOCK_TENSORS], const float *x,
+                         remat__llama_acts *a, float *out, const remat__dropout drop[3]) {
+  const remat_config *c = &m->cfg;
+  const remat__backend *be = m->be;
+  int64_t B = m->B, T = m->T, C = c->channels, NH = c->num_heads, NKV = c->kv_heads,
+          hs = C / NH, KV = remat__kv_width(c), H = c->ffn_hidden, N = B * T;
+  size_t NC = (size_t)N * (size_t)C;
+  float eps = (float)c->norm_eps;
+  void *p = m->products;
+  remat__llama_dgrads d;
+  remat__llama_dgrads_view(&d, m->work, c, B, T, &m->ws);
+  REMAT_ASSERT(m->ws.attention_work && be->attention_forward_gqa_bf16);
+  uint16_t *q = a->q, *k = a->k, *v = a->v, *xn1 = a->xn1, *xn2 = a->xn2, *h1 = a->h1,
+           *h3 = a->h3, *atty = a->atty, *hsw = a->hsw;
+  be->rmsnorm_forward_bf16(xn1, a->rstd1, x, w[W_ATTNORM], N, C, eps);
+  be->bf16_matmul_forward(p, q, xn1, h[W_Q], NULL, N, C, C, true, d.scratch);
+  be->bf16_matmul_forward(p, k, xn1, h[W_K], NULL, N, C, KV, true, d.scratch);
+  be->bf16_matmul_forward(p, v, xn1, h[W_V], NULL, N, C, KV, true, d.scratch);
+  progress(m);
+  be->rope_forward_bf16(q, C, B, T, NH, hs, 0, c->rope_theta);
+  be->rope_forward_bf16(k, KV, B, T, NKV, hs, 0, c->rope_theta);
+  be->attention_forward_gqa_bf16(d.datty, a->att_lse, q, k, v, C, KV, B, T, NH, NKV, hs, &drop[0],
+                                 d.scratch, m->ws.attention_work);
+  be->to_bf16(atty, d.datty, NC);
+  progress(m);
+  be->bf16_matmul_forward(p, a->res2, atty, h[W_O], NULL, N, C, C, false, d.scratch);
+  residual_dropout(m, a->res2, x, NC, &drop[1]);
+  progress(m);
+  be->rmsnorm_forward_bf16(xn2, a->rstd2, a->res2, w[W_FFNNORM], N, C, eps);
+  be->bf16_matmul_forward(p, h1, xn2, h[W_1], NULL, N, C, H, true, d.scratch);
+  be->bf16_matmul_forward(p, h3, xn2, h[W_3], NULL, N, C, H, true, d.scratch);
+  be->swiglu_forward_bf16(hsw, h1, h3, (size_t)N * (size_t)H);
+  progress(m);
+  if (!out) return; /* a recompute: the output is the next block's stored input */
+  be->bf16_matmul_forward(p, out, hsw, h[W_2], NULL, N, H, C, false, d.scratch);
+  residual_dropout(m, out, a->res2, NC, &drop[2]);
+  progress(m);
+}
+
 void remat__llama_block_forward(remat_model *m, float *const w[REMAT__LLAMA_BLOCK_TENSORS],
+                                const uint16_t *const h[REMAT__LLAMA_BLOCK_TENSORS],
                                 const float *x, remat__llama_acts *a, float *out,
                                 const remat__dropout drop[3]) {
+  if (h) {
+    forward_bf16(m, w, h, x, a, out, drop);
+    return;
+  }
   const remat_config *c = &m->cfg;
   const remat__backend *be = m->be;
   int64_t B = m->B, T = m->T, C = c->channels, NH = c->num_heads, NKV = c->kv_heads,
@@ -95,14 +160,87 @@ void remat__llama_block_cheap(remat_model *m, float *const w[REMAT__LLAMA_BLOCK_
   const remat_config *c = &m->cfg;
   int64_t N = m->B * m->T, C = c->channels;
   float eps = (float)c->norm_eps;
+  if (c->precision == REMAT_PRECISION_BF16) {
+    m->be->rmsnorm_forward_bf16(a->xn1, a->rstd1, x, w[W_ATTNORM], N, C, eps);
+    m->be->rmsnorm_forward_bf16(a->xn2, a->rstd2, a->res2, w[W_FFNNORM], N, C, eps);
+    m->be->swiglu_forward_bf16(a->hsw, a->h1, a->h3, (size_t)N * (size_t)c->ffn_hidden);
+    return;
+  }
   m->be->rmsnorm_forward(a->xn1, a->rstd1, x, w[W_ATTNORM], N, C, eps);
   m->be->rmsnorm_forward(a->xn2, a->rstd2, a->res2, w[W_FFNNORM], N, C, eps);
   m->be->swiglu_forward(a->hsw, a->h1, a->h3, (size_t)N * (size_t)c->ffn_hidden);
 }
 
+/* The backward in bf16: each product's dout rounded to bf16 (the branches'
+ * and q's, k's and v's in dout_h, h1's and h3's by the SwiGLU's backward),
+ * its dinp in fp32; the norms' backwards in fp32, as GPT-2's layernorms. */
+static void backward_bf16(remat_model *m, float *const w[REMAT__LLAMA_BLOCK_TENSORS],
+                          const uint16_t *const h[REMAT__LLAMA_BLOCK_TENSORS],
+                          float *const g[REMAT__LLAMA_BLOCK_TENSORS], const float *x,
+                          const remat__llama_acts *a, const remat__dropout drop[3]) {
+  const remat_config *c = &m->cfg;
+  const remat__backend *be = m->be;
+  int64_t B = m->B, T = m->T, C = c->channels, NH = c->num_heads, NKV = c->kv_heads,
+          hs = C / NH, KV = remat__kv_width(c), H = c->ffn_hidden, N = B * T;
+  size_t NC = (size_t)N * (size_t)C, NKVs = (size_t)N * (size_t)KV;
+  void *p = m->products;
+  remat__llama_dgrads d;
+  remat__llama_dgrads_view(&d, m->work, c, B, T, &m->ws);
+  REMAT_ASSERT(m->ws.attention_work && be->attention_backward_gqa_bf16);
+  /* dout_h: (B, T, C) a branch's gradient, then q's; k's and v's after it */
+  uint16_t *dq_h = d.dout_h, *dk_h = dq_h + NC, *dv_h = dk_h + NKVs;
+  uint16_t *dh1 = d.dh1, *dh3 = d.dh3;
+
+  /* MLP branch: out = res2 + dropout(w2 (silu(w1 xn2) * w3 xn2)) */
+  be->to_bf16(dq_h, branch_grad(m, d.dbranch, m->dresid, NC, &drop[2]), NC);
+  be->bf16_matmul_backward(p, d.dhsw, g[W_2], NULL, dq_h, a->hsw, h[W_2], N, H, C, false,
+                           d.scratch);
+  progress(m);
+  be->swiglu_backward_bf16(dh1, dh3, a->h1, a->h3, d.dhsw, (size_t)N * (size_t)H);
+  be->bf16_matmul_backward(p, d.dln, g[W_1], NULL, dh1, a->xn2, h[W_1], N, C, H, false,
+                           d.scratch);
+  progress(m);
+  be->bf16_matmul_backward(p, d.dln_part, g[W_3], NULL, dh3, a->xn2, h[W_3], N, C, H, false,
+                           d.scratch);
+  progress(m);
+  be->add(d.dln, d.dln_part, NC, 1, 0); /* w1's share + w3's */
+  be->rmsnorm_backward(m->dresid, g[W_FFNNORM], d.dln, a->res2, w[W_FFNNORM], a->rstd2, N, C);
+
+  /* attention branch: res2 = x + dropout(wo attn(rope(wq xn1), rope(wk xn1), wv xn1)) */
+  be->to_bf16(dq_h, branch_grad(m, d.dbranch, m->dresid, NC, &drop[1]), NC);
+  be->bf16_matmul_backward(p, d.datty, g[W_O], NULL, dq_h, a->atty, h[W_O], N, C, C, false,
+                           d.scratch);
+  progress(m);
+  be->attention_backward_gqa_bf16(d.dq, d.dk, d.dv, d.att_delta, d.datty, a->q, a->k, a->v,
+                                  a->atty, a->att_lse, C, KV, B, T, NH, NKV, hs, &drop[0],
+                                  d.scratch, m->ws.attention_work);
+  progress(m);
+  be->to_bf16(dq_h, d.dq, NC);
+  be->to_bf16(dk_h, d.dk, NKVs);
+  be->to_bf16(dv_h, d.dv, NKVs);
+  be->rope_backward_bf16(dq_h, C, B, T, NH, hs, 0, c->rope_theta);
+  be->rope_backward_bf16(dk_h, KV, B, T, NKV, hs, 0, c->rope_theta);
+  be->bf16_matmul_backward(p, d.dln, g[W_Q], NULL, dq_h, a->xn1, h[W_Q], N, C, C, false,
+                           d.scratch);
+  progress(m);
+  be->bf16_matmul_backward(p, d.dln_part, g[W_K], NULL, dk_h, a->xn1, h[W_K], N, C, KV, false,
+                           d.scratch);
+  be->add(d.dln, d.dln_part, NC, 1, 0); /* (q's + k's) + v's */
+  be->bf16_matmul_backward(p, d.dln_part, g[W_V], NULL, dv_h, a->xn1, h[W_V], N, C, KV, false,
+                           d.scratch);
+  be->add(d.dln, d.dln_part, NC, 1, 0);
+  progress(m);
+  be->rmsnorm_backward(m->dresid, g[W_ATTNORM], d.dln, x, w[W_ATTNORM], a->rstd1, N, C);
+}
+
 void remat__llama_block_backward(remat_model *m, float *const w[REMAT__LLAMA_BLOCK_TENSORS],
+                                 const uint16_t *const h[REMAT__LLAMA_BLOCK_TENSORS],
                                  float *const g[REMAT__LLAMA_BLOCK_TENSORS], const float *x,
                                  const remat__llama_acts *a, const remat__dropout drop[3]) {
+  if (h) {
+    backward_bf16(m, w, h, g, x, a, drop);
+    return;
+  }
   const remat_config *c = &m->cfg;
   const remat__backend *be = m->be;
   int64_t B = m->B, T = m->T, C = c->channels, NH = c->num_heads, NKV = c->kv_heads,

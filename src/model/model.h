@@ -77,7 +77,7 @@ int remat__model_plan_on(remat_model **out, const remat_config *cfg, int64_t B, 
 int remat__model_create_on(remat_model **out, const remat_config *cfg, int64_t B, int64_t T,
                            const remat_stage *st, const remat__backend *be, remat_error *err);
 
-/* The Llama family's block (model/llama_block.c), fp32. Its nine tensors in the
+/* The Llama family's block (model/llama_block.c), fp32 and bf16. Its nine tensors in the
  * family's order (attention_norm, wq, wk, wv, wo, ffn_norm, w1, w2, w3) as
  * views of block i: in a unit vector (a replica's gathered unit, or a
  * gradient buffer) when unit is given, else slices of tensors (the model's
@@ -94,13 +94,17 @@ remat__llama_acts remat__llama_acts_at(remat_model *m, char *slot, int64_t i);
  * product, all a recompute needs); the cheap internals again from the
  * stored ones; the backward, with m->dresid = dL/d(output) on entry and
  * dL/d(x) on exit, g's gradients accumulated. drop: the attention's and
- * the two residual branches' dropout. */
+ * the two residual branches' dropout. h: NULL in fp32; in bf16 the bf16
+ * copies of the block's matrices at their tensors' places in w (the
+ * others NULL), which the products read. */
 void remat__llama_block_forward(remat_model *m, float *const w[REMAT__LLAMA_BLOCK_TENSORS],
+                                const uint16_t *const h[REMAT__LLAMA_BLOCK_TENSORS],
                                 const float *x, remat__llama_acts *a, float *out,
                                 const remat__dropout drop[3]);
 void remat__llama_block_cheap(remat_model *m, float *const w[REMAT__LLAMA_BLOCK_TENSORS],
                               const float *x, remat__llama_acts *a);
 void remat__llama_block_backward(remat_model *m, float *const w[REMAT__LLAMA_BLOCK_TENSORS],
+                                 const uint16_t *const h[REMAT__LLAMA_BLOCK_TENSORS],
                                  float *const g[REMAT__LLAMA_BLOCK_TENSORS], const float *x,
                                  const remat__llama_acts *a, const remat__dropout drop[3]);
 
