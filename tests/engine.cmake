@@ -56,6 +56,9 @@ if(MPIRUN)
   remat_cli_test(llama llama.sh LABELS mpi TIMEOUT 600)
   # Mixed precision: bf16 pipelines = one process, threads, resume, refusals.
   remat_cli_test(bf16 bf16.sh LABELS mpi TIMEOUT 600)
+  # The Llama family in bf16: keep, middle and full, a pipeline and replicas
+  # under ZeRO 1 and 3 give one process's bits; near fp32's loss.
+  remat_cli_test(llama_bf16 llama_bf16.sh LABELS mpi TIMEOUT 600)
   # What the summary prints is true: MFU <= 100% on every line, labels, budgets.
   remat_cli_test(summary summary.sh LABELS mpi TIMEOUT 300)
   # Every kind of run under the guard backend gives the CPU backend's bits,
