@@ -14,7 +14,10 @@ Two roles in one file:
       medians and the ratios remat / PyTorch, and for each system the full
       recompute step time over the no-recompute one. On a shared machine
       the fastest step of all runs is the least disturbed figure; it is
-      reported beside the medians. (bench_train's slowdown_vs_ratio0, from
+      reported beside the medians, and each system's MFU: remat's model
+      FLOPs per token (from its log) at the median tokens/s over remat's
+      peak (its kept figure for the precision and threads, or --peak-gflops),
+      the same count for PyTorch. (bench_train's slowdown_vs_ratio0, from
       alternating steps in one process, is the steadier recompute figure.)
       Each remat run's line quotes its threads header: the thread policy it
       chose and the CPUs it found idle at start, a measure of the load.
@@ -23,11 +26,14 @@ Two roles in one file:
       --precision bf16: remat --precision bf16 against PyTorch under
       torch.autocast("cpu", dtype=torch.bfloat16), PyTorch's mixed precision
       on the CPU; remat in fp32 joins the alternation (system remat_fp32),
-      for remat's bf16 speed over its own fp32.
+      for remat's bf16 speed over its own fp32. A shape remat refuses at
+      the precision (tried on llama-tiny for a Llama in bf16) prints a skip
+      line and is left out.
 
-  vs_torch.py torch --config L,C,NH,V,T --batch B --seq T --steps N
+  vs_torch.py torch --config L,C,NH,V,T|llama:L,C,NH,NKV,H,V,T[,theta[,tied]]
+                    --batch B --seq T --steps N
                     [--threads N] [--ckpt-ratio R] [--precision fp32|bf16]
-      Trains a PyTorch GPT-2 of that shape in fp32 (or with the forward and
+      Trains a PyTorch GPT-2 or Llama of that shape in fp32 (or with the forward and
       the loss under autocast to bf16) on synthetic tokens:
       forward, cross-entropy, backward, global-norm clipping at 1.0, AdamW
       (lr 1e-4, betas 0.9/0.95, eps 1e-8, weight decay 0.1 on matrices and
@@ -38,10 +44,17 @@ Two roles in one file:
       with torch.utils.checkpoint. Attention is
       F.scaled_dot_product_attention(is_causal=True) where this PyTorch has
       it (2.0 and later), else the matmul-mask-softmax-matmul of GPT-2.
+      The Llama (remat's "llama:" shape, as tests/torch_llama.py writes it):
+      RMSNorm (eps 1e-5), bias-free q, k, v and o, the rotary embedding on
+      adjacent pairs (x[2i], x[2i+1]), grouped-query attention by repeating
+      each key/value head for its query heads, SwiGLU w2(silu(w1 x) * w3 x),
+      a head of its own (or the embedding, with tied 1), the vocabulary not
+      padded; trained as the GPT-2 is.
 
 Shapes: gpt2-124m (L12 C768 NH12 V50257) at B=4 T=64, and seq-long
-(L6 C256 NH8 V8192) at B=4 T=1024; gpt2-124m-long, gpt2-124m at B=4 T=1024,
-on request. --ratios 0 skips the full-recompute runs, --no-fp32-beside the
+(L6 C256 NH8 V8192) at B=4 T=1024; on request gpt2-124m-long, gpt2-124m at
+B=4 T=1024, and llama-124m (remat's llama-124m: L12 C768 NH12 NKV4 H2048
+V32000, untied) at B=4 T=64. --ratios 0 skips the full-recompute runs, --no-fp32-beside the
 remat fp32 runs beside bf16 ones.
 """
 import argparse
@@ -58,6 +71,9 @@ SHAPES = {
     "gpt2-124m": ("12,768,12,50257,1024", 4, 64),
     "seq-long": ("6,256,8,8192,1024", 4, 1024),
     "gpt2-124m-long": ("12,768,12,50257,1024", 4, 1024),
+    # remat's llama-124m: GPT-2 small's depth and width, 4 key/value heads,
+    # SwiGLU width 2048, V=32000, untied head, rotary base 10000
+    "llama-124m": ("llama:12,768,12,4,2048,32000,1024", 4, 64),
 }
 
 
@@ -70,33 +86,53 @@ def torch_train(a):
     from torch.utils.checkpoint import checkpoint
 
     torch.set_num_threads(a.threads)
-    L, C, NH, V, maxT = (int(x) for x in a.config.split(","))
-    Vp = (V + 127) // 128 * 128
     B, T = a.batch, a.seq
     sdpa = hasattr(F, "scaled_dot_product_attention")
+    mask = torch.tril(torch.ones(T, T, dtype=torch.bool))
+
+    def attend(q, k, v, hs):
+        """q, k, v (B, heads, T, hs): causal softmax(q k^T / sqrt(hs)) v."""
+        if sdpa:
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
+        return att.masked_fill(~mask, float("-inf")).softmax(dim=-1) @ v
+
+    def blocks(x, layers, n_ckpt, *extra):
+        """The first n_ckpt blocks recomputed in the backward."""
+        for i, blk in enumerate(layers):
+            if i < n_ckpt:
+                x = checkpoint(blk, x, *extra, use_reentrant=False)
+            else:
+                x = blk(x, *extra)
+        return x
+
+    def init_normal(model, L, scaled):
+        """Matrices N(0, 0.02), those that write the residual stream (names
+        ending in one of `scaled`) N(0, 0.02/sqrt(2L)); biases zero."""
+        for n, p in model.named_parameters():
+            if p.dim() == 2:
+                std = 0.02 / math.sqrt(2 * L) if n.endswith(scaled) else 0.02
+                nn.init.normal_(p, 0.0, std)
+            elif n.endswith(".bias"):
+                nn.init.zeros_(p)
 
     class Block(nn.Module):
-        def __init__(self):
+        def __init__(self, C, NH):
             super().__init__()
+            self.C, self.NH = C, NH
             self.ln_1 = nn.LayerNorm(C)
             self.c_attn = nn.Linear(C, 3 * C)
             self.c_proj = nn.Linear(C, C)
             self.ln_2 = nn.LayerNorm(C)
             self.c_fc = nn.Linear(C, 4 * C)
             self.c_fcproj = nn.Linear(4 * C, C)
-            self.register_buffer("mask", torch.tril(torch.ones(T, T, dtype=torch.bool)),
-                                 persistent=False)
 
         def attn(self, x):
+            C, NH = self.C, self.NH
             q, k, v = self.c_attn(self.ln_1(x)).split(C, dim=2)
             hs = C // NH
             q, k, v = (t.view(B, T, NH, hs).transpose(1, 2) for t in (q, k, v))
-            if sdpa:
-                y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-            else:
-                att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
-                att = att.masked_fill(~self.mask, float("-inf")).softmax(dim=-1)
-                y = att @ v
+            y = attend(q, k, v, hs)
             return self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
 
         def forward(self, x):
@@ -104,32 +140,97 @@ def torch_train(a):
             return x + self.c_fcproj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
 
     class GPT(nn.Module):
-        def __init__(self):
+        """GPT-2: "L,C,NH,V,T", the vocabulary padded to a multiple of 128,
+        the head tied to the token embedding."""
+        def __init__(self, spec):
             super().__init__()
-            self.wte = nn.Embedding(Vp, C)
+            L, C, NH, V, maxT = (int(x) for x in spec.split(","))
+            self.V, self.Vp = V, (V + 127) // 128 * 128
+            self.wte = nn.Embedding(self.Vp, C)
             self.wpe = nn.Embedding(maxT, C)
-            self.h = nn.ModuleList(Block() for _ in range(L))
+            self.h = nn.ModuleList(Block(C, NH) for _ in range(L))
             self.ln_f = nn.LayerNorm(C)
-            for n, p in self.named_parameters():
-                if p.dim() == 2:
-                    std = 0.02 / math.sqrt(2 * L) if n.endswith("proj.weight") else 0.02
-                    nn.init.normal_(p, 0.0, std)
-                elif n.endswith(".bias"):
-                    nn.init.zeros_(p)
+            init_normal(self, L, ("proj.weight",))
 
-        def forward(self, idx, targets):
-            x = self.wte(idx) + self.wpe(torch.arange(T))
-            for i, blk in enumerate(self.h):
-                if i < n_ckpt:
-                    x = checkpoint(blk, x, use_reentrant=False)
-                else:
-                    x = blk(x)
+        def forward(self, idx, targets, n_ckpt):
+            x = blocks(self.wte(idx) + self.wpe(torch.arange(T)), self.h, n_ckpt)
             logits = self.ln_f(x) @ self.wte.weight.t()
-            return F.cross_entropy(logits.view(-1, Vp), targets.view(-1))
+            return F.cross_entropy(logits.view(-1, self.Vp), targets.view(-1))
 
-    n_ckpt = int(math.floor(a.ckpt_ratio * L))
+    class RMSNorm(nn.Module):
+        def __init__(self, C, eps=1e-5):  # remat's eps for a "llama:" shape
+            super().__init__()
+            self.eps = eps
+            self.weight = nn.Parameter(torch.ones(C))
+
+        def forward(self, x):
+            return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+    def rotary(x, cos, sin):
+        """x (B, T, heads, hs), each adjacent pair (x[2i], x[2i+1]) turned by
+        the angle pos * theta^(-2i/hs); cos, sin (T, hs/2)."""
+        xr, xi = x.reshape(x.shape[:-1] + (-1, 2)).unbind(-1)
+        cos, sin = cos[None, :, None, :], sin[None, :, None, :]
+        return torch.stack([xr * cos - xi * sin, xr * sin + xi * cos], dim=-1).flatten(3)
+
+    class LlamaBlock(nn.Module):
+        def __init__(self, C, NH, NKV, H):
+            super().__init__()
+            self.C, self.NH, self.NKV, self.hs = C, NH, NKV, C // NH
+            self.attention_norm = RMSNorm(C)
+            self.wq = nn.Linear(C, C, bias=False)
+            self.wk = nn.Linear(C, NKV * self.hs, bias=False)
+            self.wv = nn.Linear(C, NKV * self.hs, bias=False)
+            self.wo = nn.Linear(C, C, bias=False)
+            self.ffn_norm = RMSNorm(C)
+            self.w1 = nn.Linear(C, H, bias=False)
+            self.w2 = nn.Linear(H, C, bias=False)
+            self.w3 = nn.Linear(C, H, bias=False)
+
+        def forward(self, x, cos, sin):
+            xn = self.attention_norm(x)
+            q = rotary(self.wq(xn).view(B, T, self.NH, self.hs), cos, sin)
+            k = rotary(self.wk(xn).view(B, T, self.NKV, self.hs), cos, sin)
+            v = self.wv(xn).view(B, T, self.NKV, self.hs)
+            rep = self.NH // self.NKV  # query head h reads key/value head h // rep
+            k, v = k.repeat_interleave(rep, dim=2), v.repeat_interleave(rep, dim=2)
+            q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+            y = attend(q, k, v, self.hs).transpose(1, 2).contiguous().view(B, T, self.C)
+            x = x + self.wo(y)
+            xn = self.ffn_norm(x)
+            return x + self.w2(F.silu(self.w1(xn)) * self.w3(xn))
+
+    class Llama(nn.Module):
+        """Llama: remat's "llama:L,C,NH,NKV,H,V,T[,theta[,tied]]" (tests/
+        torch_llama.py checks this model against remat's bit for bit)."""
+        def __init__(self, spec):
+            super().__init__()
+            f = spec.split(":", 1)[1].split(",")
+            L, C, NH, NKV, H, V, maxT = (int(x) for x in f[:7])
+            theta = float(f[7]) if len(f) > 7 else 10000.0
+            self.tied = len(f) > 8 and int(f[8]) == 1
+            self.V = V
+            self.tok_embeddings = nn.Embedding(V, C)
+            self.h = nn.ModuleList(LlamaBlock(C, NH, NKV, H) for _ in range(L))
+            self.norm = RMSNorm(C)
+            self.output = None if self.tied else nn.Linear(C, V, bias=False)
+            hs = C // NH
+            ang = torch.outer(torch.arange(maxT, dtype=torch.float64),
+                              theta ** (-torch.arange(0, hs, 2, dtype=torch.float64) / hs))
+            self.register_buffer("cos", torch.cos(ang).float()[:T], persistent=False)
+            self.register_buffer("sin", torch.sin(ang).float()[:T], persistent=False)
+            init_normal(self, L, ("wo.weight", "w2.weight"))
+
+        def forward(self, idx, targets, n_ckpt):
+            x = blocks(self.tok_embeddings(idx), self.h, n_ckpt, self.cos, self.sin)
+            head = self.tok_embeddings.weight if self.tied else self.output.weight
+            logits = self.norm(x) @ head.t()
+            return F.cross_entropy(logits.view(-1, self.V), targets.view(-1))
+
     torch.manual_seed(1)
-    model = GPT()
+    model = Llama(a.config) if a.config.startswith("llama:") else GPT(a.config)
+    V = model.V
+    n_ckpt = int(math.floor(a.ckpt_ratio * len(model.h)))
     decay = [p for p in model.parameters() if p.dim() >= 2]
     rest = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
@@ -143,7 +244,7 @@ def torch_train(a):
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.precision == "bf16"):
-            loss = model(idx, tgt)
+            loss = model(idx, tgt, n_ckpt)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
@@ -202,14 +303,19 @@ def remat_run(a, cfg, B, T, ratio, env, precision=None):
         log = os.path.join(d, "log.jsonl")
         cmd = [a.remat, "train", "--config", cfg, "--batch", str(B), "--seq", str(T),
                "--steps", str(a.steps), "--threads", str(a.threads), "--ckpt-ratio",
-               str(ratio), "--quiet", "--peak-gflops", "1", "--log", log,
-               "--precision", precision or a.precision]
+               str(ratio), "--quiet", "--peak-gflops", f"{a.peak[precision or a.precision]:.6g}",
+               "--log", log, "--precision", precision or a.precision]
         out, rss, _ = run_measured(cmd, env)
-        steps = [json.loads(line)["step_s"] for line in open(log)]
+        recs = [json.loads(line) for line in open(log)]
+    steps = [r["step_s"] for r in recs]
     timed = steps[1:] if len(steps) > 1 else steps
     policy = [x[8:] for x in out.splitlines() if x.startswith("threads ")]
+    # the model's FLOPs per token as remat counts them (remat_flops_per_token),
+    # from the slowest step's MFU (a step faster than the peak reads 100%)
+    slow = max(recs, key=lambda r: r["step_s"])
+    fpt = slow["mfu"] * a.peak[precision or a.precision] * 1e9 / slow["tokens_per_s"]
     return {"step": statistics.median(timed), "best": min(timed), "rss": rss,
-            "threads": policy[0] if policy else "?"}
+            "threads": policy[0] if policy else "?", "flops_per_token": fpt}
 
 
 def remat_fp32_run(a, cfg, B, T, ratio, env):
@@ -226,11 +332,57 @@ def torch_run(a, cfg, B, T, ratio, env):
     return {"step": float(kv["step_s_median"]), "best": float(kv["step_s_min"]), "rss": rss}
 
 
+def remat_peak(a, precision, env):
+    """The peak FLOP rate remat measures MFU against (GFLOP/s), for this
+    precision and thread count: the figure it keeps per machine (measured on
+    the first call), read from a one-step run of the tiny config."""
+    cmd = [a.remat, "train", "--config", "tiny", "--steps", "1", "--quiet", "--threads",
+           str(a.threads), "--precision", precision]
+    out, _, _ = run_measured(cmd, env)
+    for line in out.splitlines():
+        f = line.split()
+        if f and f[0] == "peak" and "GFLOP/s" in f:
+            return float(f[f.index("GFLOP/s") - 1])
+    sys.exit(f"vs_torch: no peak line in the output of {' '.join(cmd)}:\n{out}")
+
+
+def refused(a, shape, env):
+    """remat's one-line refusal of this shape's family at this precision, or
+    None: a Llama in bf16 is tried on llama-tiny for one step."""
+    if not SHAPES[shape][0].startswith("llama:") or a.precision != "bf16":
+        return None
+    p = subprocess.run([a.remat, "train", "--config", "llama-tiny", "--steps", "1", "--quiet",
+                        "--peak-gflops", "1", "--threads", str(a.threads), "--precision", "bf16"],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True)
+    if p.returncode == 0:
+        return None
+    lines = [x for x in p.stdout.splitlines() if x.strip()]
+    return lines[-1] if lines else f"exit status {p.returncode}"
+
+
 def compare(a):
     env = dict(os.environ)
     env.setdefault("OPENBLAS_NUM_THREADS", str(a.threads))  # PyTorch's OpenBLAS pool
     env.setdefault("OMP_NUM_THREADS", str(a.threads))
-    shapes = a.shapes.split(",")
+    shapes = []
+    for shape in a.shapes.split(","):
+        if shape not in SHAPES:
+            sys.exit(f"vs_torch: unknown shape {shape}: one of {', '.join(SHAPES)}")
+        why = refused(a, shape, env)
+        if why:
+            print(f"skip shape={shape} precision={a.precision}: remat refuses it ({why})",
+                  flush=True)
+        else:
+            shapes.append(shape)
+    if not shapes:
+        print("vs_torch: no shape left to run")
+        return
+    precisions = {a.precision} | ({"fp32"} if a.precision == "bf16" and a.fp32_beside else set())
+    a.peak = {p: a.peak_gflops or remat_peak(a, p, env) for p in sorted(precisions)}
+    source = "given" if a.peak_gflops else "remat's kept figure"
+    for p, x in a.peak.items():
+        print(f"peak precision={p} gflops={x:.1f} ({source}, {a.threads} threads; "
+              f"MFU below is against it)", flush=True)
     ratios = [float(x) for x in a.ratios.split(",")]
     res = {}  # (shape, ratio, system) -> one dict per rep: step, best (seconds), rss (bytes)
     for rep in range(a.reps):
@@ -265,22 +417,29 @@ def compare(a):
     def rss(shape, ratio, name):
         return statistics.median(r["rss"] for r in res[(shape, ratio, name)])
 
+    def mfu(shape, ratio, name):
+        """Model FLOPs (remat's count, recomputation not counted) at the median
+        tokens/s over the peak: the same count for both systems."""
+        fpt = statistics.median(r["flops_per_token"] for r in res[(shape, ratio, "remat")])
+        return fpt * tokens(shape, ratio, name, "step") / (a.peak[a.precision] * 1e9)
+
     print()
     print(f"precision {a.precision}: remat --precision {a.precision}, PyTorch "
           f"{'under autocast to bf16' if a.precision == 'bf16' else 'in fp32'}")
     print(f"{a.reps} alternated runs of {a.steps} steps each (the first step of a run excluded), "
           f"{a.threads} threads; tokens/s from the median step, and in brackets from the fastest "
           f"step; RSS medians")
-    print(f"{'shape':10} {'ratio':>5} {'remat tok/s':>20} {'torch tok/s':>20} {'x':>12} "
-          f"{'remat RSS':>12} {'torch RSS':>12} {'x':>6}")
+    print(f"{'shape':14} {'ratio':>5} {'remat tok/s':>20} {'torch tok/s':>20} {'x':>12} "
+          f"{'remat RSS':>12} {'torch RSS':>12} {'x':>6} {'remat MFU':>10} {'torch MFU':>10}")
     for shape in shapes:
         for ratio in ratios:
             rt, tt = tokens(shape, ratio, "remat", "step"), tokens(shape, ratio, "torch", "step")
             rb, tb = tokens(shape, ratio, "remat", "best"), tokens(shape, ratio, "torch", "best")
             rr, tr = rss(shape, ratio, "remat"), rss(shape, ratio, "torch")
-            print(f"{shape:10} {ratio:5.0f} {rt:10.1f} [{rb:7.1f}] {tt:10.1f} [{tb:7.1f}] "
+            print(f"{shape:14} {ratio:5.0f} {rt:10.1f} [{rb:7.1f}] {tt:10.1f} [{tb:7.1f}] "
                   f"{rt / tt:5.2f} [{rb / tb:4.2f}] {rr / 2**20:8.0f} MiB {tr / 2**20:8.0f} MiB "
-                  f"{rr / tr:6.2f}")
+                  f"{rr / tr:6.2f} {100 * mfu(shape, ratio, 'remat'):9.1f}% "
+                  f"{100 * mfu(shape, ratio, 'torch'):9.1f}%")
     for shape in shapes:
         for ratio in ratios:
             rt, tt = tokens(shape, ratio, "remat", "step"), tokens(shape, ratio, "torch", "step")
@@ -290,7 +449,9 @@ def compare(a):
                   f"torch_tokens_per_s={tt:.1f} tokens_ratio={rt / tt:.3f} "
                   f"remat_best_tokens_per_s={rb:.1f} torch_best_tokens_per_s={tb:.1f} "
                   f"best_tokens_ratio={rb / tb:.3f} remat_peak_rss_bytes={rr:.0f} "
-                  f"torch_peak_rss_bytes={tr:.0f} rss_ratio={rr / tr:.3f}")
+                  f"torch_peak_rss_bytes={tr:.0f} rss_ratio={rr / tr:.3f} "
+                  f"remat_mfu={mfu(shape, ratio, 'remat'):.4f} "
+                  f"torch_mfu={mfu(shape, ratio, 'torch'):.4f}")
     for shape in shapes:
         for ratio in ratios:
             if a.precision != "bf16" or not a.fp32_beside:
@@ -329,6 +490,8 @@ def main():
     c.add_argument("--patience", type=float, default=600.0,
                    help="the longest wait for --quiet-cpus, seconds")
     c.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
+    c.add_argument("--peak-gflops", type=float, default=0.0,
+                   help="the peak for MFU (0: remat's kept figure for the precision and threads)")
     t = sub.add_parser("torch")
     t.add_argument("--config", required=True)
     t.add_argument("--batch", type=int, required=True)

@@ -1,19 +1,25 @@
 #!/usr/bin/env bash
 # vs_torch.sh: remat against PyTorch (Debian's python3-torch) on the same
-# GPT-2 training step, fp32 or bf16 mixed precision, AdamW: gpt2-124m at B=4
-# T=64 and L6 C256 NH8 V8192 at B=4 T=1024, each with no recompute and full
-# recompute, alternating the systems REPS times. Names the BLAS each one loads and the thread
-# settings, then prints every run and the medians and ratios
-# (bench/vs_torch.py does the runs).
+# training step, fp32 or bf16 mixed precision, AdamW: GPT-2's gpt2-124m at
+# B=4 T=64 and L6 C256 NH8 V8192 at B=4 T=1024, and on request the Llama
+# llama-124m (remat's config: L12 C768 NH12, 4 key/value heads, SwiGLU
+# width 2048, V32000, untied head) at B=4 T=64, each with no recompute and
+# full recompute, alternating the systems REPS times. Names the BLAS each
+# one loads and the thread settings, then prints every run and the medians,
+# ratios and MFU (against remat's kept peak for the precision and threads;
+# bench/vs_torch.py does the runs). A shape remat refuses at the precision
+# (a Llama in bf16, where it does) is skipped with a line that says so.
 #
 # usage: bench/vs_torch.sh [BUILD_DIR]     (default: build)
 #   env: PRECISION (fp32; bf16: remat bf16 against PyTorch's autocast to
 #        bf16, and remat fp32 beside them), REPS (3), STEPS (5 per run, the
 #        first a warm-up), THREADS (all
-#        cores), SHAPES (gpt2-124m,seq-long; gpt2-124m-long: T=1024),
+#        cores), SHAPES (gpt2-124m,seq-long; also gpt2-124m-long: T=1024,
+#        and llama-124m; e.g. SHAPES=gpt2-124m,llama-124m RATIOS=0),
 #        RATIOS (0,1: no recompute and full recompute), FP32_BESIDE (1; 0:
 #        no remat fp32 runs beside bf16), QUIET_CPUS (0: start each run
-#        at once; X: wait until X CPUs are idle, for a shared machine)
+#        at once; X: wait until X CPUs are idle, for a shared machine),
+#        PEAK_GFLOPS (the peak MFU is against; default remat's kept figure)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 build=${1:-$here/../build}
@@ -72,5 +78,5 @@ with torch.autocast("cpu", dtype=torch.bfloat16):
 fi
 exec $py "$here/vs_torch.py" compare "$remat" --reps "${REPS:-3}" --steps "${STEPS:-5}" \
   --threads "$threads" --shapes "${SHAPES:-gpt2-124m,seq-long}" --quiet-cpus "${QUIET_CPUS:-0}" \
-  --precision "$precision" --ratios "${RATIOS:-0,1}" \
+  --precision "$precision" --ratios "${RATIOS:-0,1}" --peak-gflops "${PEAK_GFLOPS:-0}" \
   $([[ ${FP32_BESIDE:-1} == 0 ]] && echo --no-fp32-beside)
