@@ -171,7 +171,7 @@ static void print_ranks(remat_job *job, const opts *o) {
              remat_format_bytes(peak, b[0], sizeof b[0]), peak,
              remat_format_bytes(sb.state, b[1], sizeof b[1]), (long long)st.inflight,
              remat_format_bytes(slot, b[2], sizeof b[2]));
-      if (st.wdeferred && st.num_blocks) /* zb-h1, zbv: the W records of its blocks */
+      if (st.wdeferred && m[REMAT_BUF_WREC].bytes) /* zb-h1, zbv: its kept blocks' W records */
         printf("%lld deferred W x %s + ", (long long)st.wdeferred,
                remat_format_bytes(m[REMAT_BUF_WREC].bytes / (size_t)st.wdeferred, b[4],
                                   sizeof b[4]));

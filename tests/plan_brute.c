@@ -37,7 +37,10 @@ static int arrangement(const remat__plan_inst *in, const int64_t *bounds, const 
       mem += in->stage_bytes + (vs < in->nv - 1 ? in->boundary_bytes : 0);
       for (int64_t l = bounds[vs]; l < bounds[vs + 1]; l++) {
         int64_t stored = ch[l] == 1 ? in->c[l] : ch[l] == 2 ? in->mb[l] : in->a[l];
-        mem += in->w[l] + in->n[vs] * stored + in->kw[vs] * in->u[l];
+        /* a layer recomputes only to store less per micro-batch */
+        if (ch[l] && stored >= in->a[l]) return 0;
+        /* a layer that rebuilds its activations runs its W with its B */
+        mem += in->w[l] + in->n[vs] * stored + (ch[l] ? 0 : in->kw[vs] * in->u[l]);
         if (in->y[l] > X) X = in->y[l];
         t += in->fb[l];
         if (ch[l] == 1) {

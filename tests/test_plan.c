@@ -236,6 +236,8 @@ static void test_min_blocks(int count, int fixed_split) {
     for (int64_t g = 0; g < ng; g++) {
       pb.groups[g].recomputable = g > 0 && g < ng - 1;
       if (!pb.groups[g].recomputable) pb.groups[g].middle = 0;
+      /* as remat's embedding and head: no W record (blocks.c) */
+      if (!pb.groups[g].recomputable) pb.groups[g].wgrad_bytes = 0;
       blocks += pb.groups[g].recomputable ? pb.groups[g].count : 0;
     }
     int64_t nv = pb.stages * v, fixed[24];
@@ -337,7 +339,7 @@ static void test_random(int count, int maxL, int work, int middle) {
         for (int64_t l = bounds[s]; l < bounds[s + 1]; l++) {
           int full = rec[l] == REMAT_RECOMPUTE, mid = rec[l] == REMAT_MIDDLE;
           mem += in.w[l] + in.n[s] * (full ? in.c[l] : mid ? in.mb[l] : in.a[l]) +
-                 in.kw[s] * in.u[l];
+                 (rec[l] ? 0 : in.kw[s] * in.u[l]);
           if (in.y[l] > X) X = in.y[l];
           if (full && in.x[l] > X) X = in.x[l];
           if (mid && in.xm[l] > X) X = in.xm[l];
@@ -922,8 +924,9 @@ static void test_schedules_model(void) {
   CHECK(remat_plan_problem_from_model(&pb, &cfg, 4, 1024, 2, 4, (size_t)8 << 30, &err) == 0);
   remat_memory_model mm;
   CHECK(remat_memory_model_get(&cfg, 4, 1024, &mm, &err) == 0);
-  CHECK(pb.groups[1].wgrad_bytes == mm.block_wrec_bytes); /* the W record: 11 (B, T, C) floats */
-  CHECK(mm.block_wrec_bytes == 11 * mm.residual_bytes);
+  /* the W record: 20 (B, T, C) floats (11 gradients, 9 inputs) and 4 (B, T) statistics */
+  CHECK(pb.groups[1].wgrad_bytes == mm.block_wrec_bytes);
+  CHECK(mm.block_wrec_bytes == 20 * mm.residual_bytes + 4 * (size_t)4 * 1024 * sizeof(float));
   CHECK(pb.groups[1].wgrad > 0 && pb.groups[1].wgrad < pb.groups[1].bwd);
   CHECK(pb.groups[0].wgrad == 0 && pb.groups[2].wgrad_bytes == 0);
   static const struct {

@@ -94,7 +94,8 @@ static void one(int sched, int64_t p, int64_t m, int64_t v) {
     if (sched == REMAT_SCHED_ZBV) CHECK(rank_units(&st, r) <= 2 * p);
   }
   /* remat_schedule_held: the streams' figures by virtual stage, from F to
-   * W under a split backward, within remat_schedule_held_bound */
+   * B (from the counting chunk's F under zbv), within
+   * remat_schedule_held_bound */
   int64_t *n = malloc((size_t)nv * sizeof *n), *kw = malloc((size_t)nv * sizeof *kw);
   const remat_schedule_info *row = remat_schedule_get(sched);
   CHECK(remat_schedule_held(sched, p, m, v, n, kw, &err) == 0);

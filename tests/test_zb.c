@@ -62,9 +62,9 @@ static void run(const remat_config *cfg, int delay, trace *tr) {
     }
     for (int k = 0, w = 0; delay >= 0 && k < K; k++) {
       loss += remat__model_stage_backward_input(m, k, k, (uint32_t)k, dloss, &hp);
-      for (; w <= k - delay; w++) remat__model_stage_backward_weight(m, w, w, (uint32_t)w, &hp);
+      for (; w <= k - delay; w++) remat__model_stage_backward_weight(m, w, (uint32_t)w, &hp);
       if (k == K - 1)
-        for (; w < K; w++) remat__model_stage_backward_weight(m, w, w, (uint32_t)w, &hp);
+        for (; w < K; w++) remat__model_stage_backward_weight(m, w, (uint32_t)w, &hp);
     }
     remat_model_sum_tied(m);
     tr->loss[step] = loss;

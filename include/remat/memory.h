@@ -120,9 +120,10 @@ typedef struct remat_memory_model {
   size_t block_cheap_bytes;    /* the layernorm and GELU outputs a middle block
                                   recomputes (ln1, ln2, fch_gelu) */
   size_t block_dgrad_bytes;    /* a block backward's temporaries */
-  size_t block_wrec_bytes;     /* what a block's deferred W needs from its B:
-                                  the gradients entering its four products and
-                                  its two layernorms (a stage's wdeferred) */
+  size_t block_wrec_bytes;     /* what a kept block's deferred W needs from its
+                                  B: the gradients entering its four products
+                                  and its two layernorms, and those products'
+                                  and layernorms' inputs (a stage's wdeferred) */
   size_t head_bytes;           /* the head's activations and their gradient */
   size_t logits_bytes;         /* (B, T, Vp) logits, probabilities, their gradient
                                   (bf16 in bf16) */
@@ -142,12 +143,13 @@ typedef struct remat_stage {
   int64_t first_block, num_blocks;
   const uint8_t *policy; /* (num_blocks) remat_policy of each; NULL keeps all */
   int64_t inflight;      /* n >= 1 */
-  /* A zero-bubble schedule (zb-h1) runs a block's backward as B (the input
-   * gradient) and, later, W (the weight gradient): a micro-batch's slot
-   * lives from its forward to its W (inflight counts those), and between
-   * its B and its W each of the stage's blocks keeps a W record
-   * (block_wrec_bytes): wdeferred such micro-batches at most (0: the
-   * backward runs whole). */
+  /* A zero-bubble schedule (zb-h1, zbv) runs a kept block's backward as B
+   * (the input gradient) and, later, W (the weight gradient): a
+   * micro-batch's slot lives from its forward to its B (inflight counts
+   * those, as under 1F1B), and between its B and its W each of the stage's
+   * kept blocks keeps a W record (block_wrec_bytes): wdeferred such
+   * micro-batches at most (0: the backward runs whole). A recomputed or
+   * middle block runs its whole backward in B. */
   int64_t wdeferred;
   int has_embedding, has_head;
   /* The stage's step adds up several micro-batches (K >= 2): each
@@ -183,7 +185,7 @@ REMAT_API remat_stage remat_stage_replica(const remat_config *cfg, const uint8_t
  * them. */
 typedef struct remat_stage_bytes {
   size_t state;       /* sum w */
-  size_t activations; /* n * (sum a + sum c), + wdeferred W records of each block */
+  size_t activations; /* n * (sum a + sum c), + wdeferred W records of each kept block */
   size_t workspace;   /* stage_bytes (+ boundary_bytes) + max(y, x) */
   size_t comm;        /* a replica's receive, gather, norm and gradient buffers */
   size_t total;
@@ -366,7 +368,7 @@ typedef enum {
                           reduce-scatter: two blocks', then the head's and
                           the embedding's (at the top: every micro-batch
                           writes it whole) */
-  REMAT_BUF_WREC,   /* zb-h1: wdeferred x the stage's blocks' W records */
+  REMAT_BUF_WREC,   /* zb-h1, zbv: wdeferred x the stage's kept blocks' W records */
   REMAT_BUF_PARAMS_BF16, /* bf16: the bf16 copies of the stage's blocks'
                             matrices (qkvw, attprojw, fcw, fcprojw of each
                             block in turn) and, with the head, of the tied

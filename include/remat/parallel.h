@@ -144,7 +144,7 @@ REMAT_API remat_stage remat_placement_stage(const remat_placement *pl, int64_t s
                                             int64_t replica);
 /* Chunk c of stage s under a chunked schedule: the blocks of its virtual
  * stage (remat_schedule_virtual_stage), the most micro-batches its stream
- * holds in flight (remat_schedule_streams_peaks; under zbv from F to W,
+ * holds in flight (remat_schedule_streams_peaks; under zbv from F to B,
  * remat_schedule_streams_alive) and, under zbv, with deferred W records
  * (their peak there), the embedding on the first
  * virtual stage and the head on the last; chunks after the first borrow

@@ -170,9 +170,10 @@ REMAT_API void remat_schedule_streams_free(remat_schedule_streams *st);
 REMAT_API void remat_schedule_streams_peaks(const remat_schedule_streams *st, int64_t *in_flight,
                                             int64_t *w_pending);
 /* Per rank and chunk ((p, v) array): the most micro-batches whose F has run
- * and whose last operation (W where the schedule has it, else B) has not:
- * the activations a runtime that frees them at W holds at once. A chunk
- * counts from the F of remat_schedule_counts_from's chunk. */
+ * and whose B has not: the slots a runtime that frees them at B holds at
+ * once (a W keeps its own records, remat_schedule_streams_peaks's
+ * w_pending). A chunk counts from the F of remat_schedule_counts_from's
+ * chunk. */
 REMAT_API void remat_schedule_streams_alive(const remat_schedule_streams *st, int64_t *alive);
 /* The chunk of rank r (of p, v chunks each) whose F brings a micro-batch to
  * chunk c: c, but where the row says head_from_entry (zbv), the rank that
@@ -185,7 +186,8 @@ REMAT_API int64_t remat_schedule_counts_from(int schedule, int64_t p, int64_t v,
  * once, n, and keeps for a deferred W, kw: with one chunk and an order in
  * closed form, the row's flight (kw 0); otherwise from the streams
  * (remat_schedule_streams_peaks; under a split backward n counts from F to
- * W: remat_schedule_streams_alive, as the runtime frees activations at W).
+ * B, from the chunk remat_schedule_counts_from says:
+ * remat_schedule_streams_alive, as the runtime frees a slot at B).
  * The one place the planner and the placement take them from. */
 REMAT_API int remat_schedule_held(int schedule, int64_t p, int64_t m, int64_t v, int64_t *n,
                                   int64_t *kw, remat_error *err);

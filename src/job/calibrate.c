@@ -35,9 +35,9 @@ static void round_figures(const double *d, double f[FIELDS]) {
   f[1] = d[REMAT__T_EMBED_B];
   f[2] = d[REMAT__T_BLOCK_F] / 3;                         /* three blocks' forwards */
   f[3] = (d[REMAT__T_BLOCK_B] + d[REMAT__T_BLOCK_W]) / 3; /* B and W of each */
-  f[4] = d[REMAT__T_BLOCK_W] / 3;
-  f[5] = d[REMAT__T_RECOMPUTE] / 2; /* the full block rebuilds for B and for W */
-  f[6] = d[REMAT__T_MIDDLE] / 2;
+  f[4] = d[REMAT__T_BLOCK_W]; /* only the kept block puts off its W */
+  f[5] = d[REMAT__T_RECOMPUTE]; /* one rebuild: the others' W runs in their B */
+  f[6] = d[REMAT__T_MIDDLE];
   f[7] = d[REMAT__T_HEAD_F];
   f[8] = d[REMAT__T_HEAD_B];
   f[9] = 0; /* the rest of the round, set by the caller */
@@ -115,7 +115,7 @@ static int calibrate_for(const remat_config *cfg, int64_t B, int64_t T, int roun
     remat__model_stage_forward(m, 0, 0, &hp);
     if (!split) remat__model_stage_backward(m, 0, 0, dloss, &hp);
     if (split) remat__model_stage_backward_input(m, 0, 0, 0, dloss, &hp);
-    if (split) remat__model_stage_backward_weight(m, 0, 0, 0, &hp);
+    if (split) remat__model_stage_backward_weight(m, 0, 0, &hp);
     /* the step's end as a trainer runs it, at a learning rate of 0 */
     double norm = sqrt(remat_model_grad_sumsq(m));
     remat_model_update(m, &hp, 0.0f, (float)norm);

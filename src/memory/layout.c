@@ -146,8 +146,10 @@ size_t remat__head_acts_view(remat__head_acts *hd, void *base, int64_t B, int64_
 
 size_t remat__block_wrec_view(remat__block_wrec *w, void *base, int64_t B, int64_t T, int64_t C,
                               const remat__kernel_ws *ws) {
-  size_t BTC = (size_t)B * (size_t)T * (size_t)C, h = remat__act_elem(ws), f = 4;
-  const field fl[] = {{3 * BTC, h}, {BTC, h}, {4 * BTC, h}, {BTC, h}, {BTC, f}, {BTC, f}};
+  size_t BT = (size_t)B * (size_t)T, BTC = BT * (size_t)C, h = remat__act_elem(ws), f = 4;
+  const field fl[] = {{3 * BTC, h}, {BTC, h}, {4 * BTC, h}, {BTC, h}, {BTC, f}, {BTC, f},
+                      {BTC, f},     {BTC, f}, {BT, f},      {BT, f},  {BT, f},  {BT, f},
+                      {BTC, h},     {BTC, h}, {BTC, h},     {4 * BTC, h}};
   char *at[NFIELDS(fl)];
   size_t n = carve(fl, NFIELDS(fl), base, at);
   if (base && w) {
@@ -157,6 +159,16 @@ size_t remat__block_wrec_view(remat__block_wrec *w, void *base, int64_t B, int64
     w->dfcproj = at[3];
     w->dln1 = (float *)at[4];
     w->dln2 = (float *)at[5];
+    w->x = (float *)at[6];
+    w->res2 = (float *)at[7];
+    w->ln1_mean = (float *)at[8];
+    w->ln1_rstd = (float *)at[9];
+    w->ln2_mean = (float *)at[10];
+    w->ln2_rstd = (float *)at[11];
+    w->ln1 = at[12];
+    w->atty = at[13];
+    w->ln2 = at[14];
+    w->fch_gelu = at[15];
   }
   return n;
 }

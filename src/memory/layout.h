@@ -71,19 +71,33 @@ typedef struct remat__block_dgrads {
   void *scratch;    /* ws.product_scratch bytes */
 } remat__block_dgrads;
 
-/* What a block's deferred weight gradient (a zero-bubble schedule's W)
- * needs from its B, per micro-batch: the gradients entering its four
- * products (after the branches' dropout; void *: float in fp32, bf16 in
- * bf16, as the products take them) and its two layernorms (float). With
- * the block's activations, which its slot keeps until W (or W recomputes,
- * as B did), they are all W reads. */
+/* What a kept block's deferred weight gradient (a zero-bubble schedule's
+ * W) needs, per micro-batch: its own record, filled by its B, so that the
+ * micro-batch's slot is free from its B on. The gradients entering its
+ * four products (after the branches' dropout; void *: float in fp32, bf16
+ * in bf16, as the products take them) and its two layernorms (float); then,
+ * copied from the slot, the products' inputs and what the layernorms'
+ * weight gradients read (the block's input, res2, their statistics). A
+ * block that rebuilds its internals for B (recompute, middle) runs its W
+ * with its B and has no record: deferring it would keep these gradients
+ * (more than its slot) and rebuild its internals a second time. */
 typedef struct remat__block_wrec {
-  void *dqkv;    /* (B, T, 3C) */
-  void *dproj;   /* (B, T, C) the attention branch's gradient */
-  void *dfc;     /* (B, T, 4C) d fch, after the GELU's backward */
-  void *dfcproj; /* (B, T, C) the MLP branch's gradient */
-  float *dln1;   /* (B, T, C) */
-  float *dln2;   /* (B, T, C) */
+  void *dqkv;      /* (B, T, 3C) */
+  void *dproj;     /* (B, T, C) the attention branch's gradient */
+  void *dfc;       /* (B, T, 4C) d fch, after the GELU's backward */
+  void *dfcproj;   /* (B, T, C) the MLP branch's gradient */
+  float *dln1;     /* (B, T, C) */
+  float *dln2;     /* (B, T, C) */
+  float *x;        /* (B, T, C) the block's input */
+  float *res2;     /* (B, T, C) */
+  float *ln1_mean; /* (B, T) */
+  float *ln1_rstd; /* (B, T) */
+  float *ln2_mean; /* (B, T) */
+  float *ln2_rstd; /* (B, T) */
+  void *ln1;       /* (B, T, C) */
+  void *atty;      /* (B, T, C) */
+  void *ln2;       /* (B, T, C) */
+  void *fch_gelu;  /* (B, T, 4C) */
 } remat__block_wrec;
 
 /* The head: final layernorm, losses, and the gradient into it; then, in

@@ -197,10 +197,12 @@ static int check_stage(const remat_config *cfg, const remat_stage *st, remat_err
     return remat__errorf(err, REMAT_EINVAL,
                          "a stage holds %lld micro-batches in flight; it must be 1 to 2^20",
                          (long long)st->inflight);
-  if (st->wdeferred < 0 || st->wdeferred > st->inflight)
+  /* a W record outlives its slot: a stage may defer more Ws than it holds
+   * micro-batches in flight (zb-h1's last stage) */
+  if (st->wdeferred < 0 || st->wdeferred > (1 << 20))
     return remat__errorf(err, REMAT_EINVAL,
-                         "a stage defers %lld weight gradients but holds %lld micro-batches",
-                         (long long)st->wdeferred, (long long)st->inflight);
+                         "a stage defers %lld weight gradients; it must be 0 to 2^20",
+                         (long long)st->wdeferred);
   for (int64_t i = 0; st->policy && i < st->num_blocks; i++)
     if (st->policy[i] >= REMAT_POLICY_COUNT)
       return remat__errorf(err, REMAT_EINVAL, "block %lld has unknown policy %u",
@@ -242,7 +244,7 @@ int remat_stage_bytes_get(const remat_config *cfg, const remat_memory_model *mm,
   if (!st->accumulate || st->replicas > 1) e.grad = b.grad = h.grad = 0;
   /* Sizes are bounded by remat__check_shape (well under 2^50 per term), so
    * these sums cannot overflow for any stage the model allows. */
-  size_t state = 0, slot = 0, transient = 0;
+  size_t state = 0, slot = 0, transient = 0, kept = 0;
   if (st->has_embedding) {
     state += e.state;
     slot += e.kept;
@@ -252,6 +254,7 @@ int remat_stage_bytes_get(const remat_config *cfg, const remat_memory_model *mm,
     int p = st->policy ? st->policy[i] : REMAT_KEEP;
     state += b.state;
     slot += p == REMAT_RECOMPUTE ? b.ckpt : p == REMAT_MIDDLE ? b.mid : b.kept;
+    kept += p == REMAT_KEEP;
     size_t t = (p == REMAT_RECOMPUTE ? b.scratch : p == REMAT_MIDDLE ? b.mid_scratch : b.work) +
                b.grad;
     if (t > transient) transient = t;
@@ -262,8 +265,9 @@ int remat_stage_bytes_get(const remat_config *cfg, const remat_memory_model *mm,
     if (h.work + h.grad > transient) transient = h.work + h.grad;
   }
   out->state = state;
-  out->activations = (size_t)st->inflight * slot +
-                     (size_t)st->wdeferred * (size_t)st->num_blocks * mm->block_wrec_bytes;
+  /* under a split backward a slot lives from F to B, a kept block's W
+   * record from B to W (remat_stage.wdeferred) */
+  out->activations = (size_t)st->inflight * slot + (size_t)st->wdeferred * kept * mm->block_wrec_bytes;
   if (transient < st->work_min) transient = st->work_min;
   out->workspace = mm->stage_bytes + (st->has_head ? 0 : mm->boundary_bytes) +
                    (st->work_borrowed ? 0 : transient);
@@ -383,7 +387,7 @@ static int lay_out_regions(remat_memplan *mp, const remat_config *cfg, const rem
       [REMAT_BUF_NORM] = rb.norm,
       [REMAT_BUF_RECV] = rb.recv,
       [REMAT_BUF_REDUCE] = rb.reduce,
-      [REMAT_BUF_WREC] = (size_t)st->wdeferred * (size_t)st->num_blocks * mm->block_wrec_bytes,
+      [REMAT_BUF_WREC] = (size_t)st->wdeferred * (size_t)mp->num_kept * mm->block_wrec_bytes,
       [REMAT_BUF_PARAMS_BF16] = bf16 + rb.gather_bf16,
   };
   size_t at = 0;

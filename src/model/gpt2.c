@@ -1186,19 +1186,55 @@ static void embedding_backward(remat_model *m, char *slot) {
   lap(m, REMAT__T_EMBED_B, t);
 }
 
-/* Block i's W record of deferred micro-batch w (REMAT_BUF_WREC). */
+/* Block i's W record of deferred micro-batch w (REMAT_BUF_WREC): the
+ * records of the stage's kept blocks, in block order. */
 static remat__block_wrec wrec_at(remat_model *m, int64_t w, int64_t i) {
   remat__block_wrec r;
-  REMAT_ASSERT(w >= 0 && w < m->stage.wdeferred);
-  size_t at = ((size_t)w * (size_t)m->stage.num_blocks + (size_t)i) * m->mp.mm.block_wrec_bytes;
+  REMAT_ASSERT(w >= 0 && w < m->stage.wdeferred && m->mp.policy[i] == REMAT_KEEP);
+  size_t k = 0; /* kept blocks before block i */
+  for (int64_t j = 0; j < i; j++) k += m->mp.policy[j] == REMAT_KEEP;
+  size_t at = ((size_t)w * (size_t)m->mp.num_kept + k) * m->mp.mm.block_wrec_bytes;
   remat__block_wrec_view(&r, m->arena + m->mp.buf[REMAT_BUF_WREC].offset + at, m->B, m->T,
                          m->cfg.channels, &m->ws);
   return r;
 }
 
-/* The stage's blocks' backward, last to first: whole, B or W (part; W
- * records of deferred micro-batch wslot when apart). A block that does not
- * keep its internals rebuilds them first, for B and again for W. */
+/* After a kept block's B: what its W reads besides the gradients, copied
+ * from the slot into its record, so that the slot is free from here on. */
+static void wrec_fill(remat_model *m, const remat__block_wrec *r, const float *x,
+                      const remat__block_acts *a) {
+  size_t BT = (size_t)m->B * (size_t)m->T, BTC = BT * (size_t)m->cfg.channels;
+  size_t h = remat__act_elem(&m->ws), f = sizeof(float);
+  const remat__backend *be = m->be;
+  be->copy(r->x, x, BTC * f);
+  be->copy(r->res2, a->res2, BTC * f);
+  be->copy(r->ln1_mean, a->ln1_mean, BT * f);
+  be->copy(r->ln1_rstd, a->ln1_rstd, BT * f);
+  be->copy(r->ln2_mean, a->ln2_mean, BT * f);
+  be->copy(r->ln2_rstd, a->ln2_rstd, BT * f);
+  be->copy(r->ln1, a->ln1, BTC * h);
+  be->copy(r->atty, a->atty, BTC * h);
+  be->copy(r->ln2, a->ln2, BTC * h);
+  be->copy(r->fch_gelu, a->fch_gelu, 4 * BTC * h);
+}
+
+/* The activations a W reads, in its record (the others NULL: W reads no
+ * more). */
+static remat__block_acts wrec_acts(const remat__block_wrec *r) {
+  remat__block_acts a;
+  memset(&a, 0, sizeof a);
+  a.ln1_mean = r->ln1_mean;
+  a.ln1_rstd = r->ln1_rstd;
+  a.atty = r->atty;
+  a.res2 = r->res2;
+  a.ln2_mean = r->ln2_mean;
+  a.ln2_rstd = r->ln2_rstd;
+  a.ln1 = r->ln1;
+  a.ln2 = r->ln2;
+  a.fch_gelu = r->fch_gelu;
+  return a;
+}
+
 /* Block i of a Llama backward (model/llama_block.c): rebuilt first when it does
  * not keep its internals, as blocks_backward does GPT-2's. */
 static void llama_backward(remat_model *m, char *slot, int64_t i, const remat_hparams *hp,
@@ -1234,6 +1270,11 @@ static void llama_backward(remat_model *m, char *slot, int64_t i, const remat_hp
   lap(m, REMAT__T_BLOCK_B, t0);
 }
 
+/* The stage's blocks' backward, last to first: whole, B or W (part; W
+ * records of deferred micro-batch wslot when apart). A block that does not
+ * keep its internals rebuilds them first; apart, it runs its whole backward
+ * in B, and only kept blocks have a W, which reads its record, not the
+ * slot (slot is unused by W). */
 static void blocks_backward(remat_model *m, char *slot, uint32_t micro, const remat_hparams *hp,
                             int part, int64_t wslot) {
   const remat_memory_model *mm = &m->mp.mm;
@@ -1244,23 +1285,28 @@ static void blocks_backward(remat_model *m, char *slot, uint32_t micro, const re
       llama_backward(m, slot, i, hp, micro);
       continue;
     }
-    remat__block_acts a = block_acts(m, slot, i);
     int pol = m->mp.policy[i];
+    int bp = pol == REMAT_KEEP ? part : part == PART_WEIGHT ? 0 : PART_ALL; /* this block's */
+    if (!bp) continue;
+    remat__block_wrec wr = {0};
+    if (bp != PART_ALL) wr = wrec_at(m, wslot, i);
+    remat__block_acts a = bp == PART_WEIGHT ? wrec_acts(&wr) : block_acts(m, slot, i);
+    const float *x = bp == PART_WEIGHT ? wr.x : resid_at(m, slot, i);
     int64_t u = 1 + m->stage.first_block + i;
     block_params w = block_params_of(m, i, unit_params(m, u, 1));
     if (pol != REMAT_KEEP) {
       double t0 = remat__now();
       if (pol == REMAT_RECOMPUTE)
-        block_forward(m, i, &w, resid_at(m, slot, i), &a, NULL, hp, micro);
+        block_forward(m, i, &w, x, &a, NULL, hp, micro);
       else
-        block_recompute_cheap(m, &w, resid_at(m, slot, i), &a);
+        block_recompute_cheap(m, &w, x, &a);
       m->recompute_s += lap(m, pol == REMAT_RECOMPUTE ? REMAT__T_RECOMPUTE : REMAT__T_MIDDLE, t0) - t0;
     }
     double t0 = remat__now();
     size_t scratch = pol == REMAT_RECOMPUTE ? mm->block_internal_bytes
                      : pol == REMAT_MIDDLE  ? mm->block_cheap_bytes
                                             : 0;
-    float *gb = part & PART_WEIGHT
+    float *gb = bp & PART_WEIGHT
                     ? grad_buffer(m, REMAT_LAYER_BLOCK, mm->block_dgrad_bytes + scratch, u)
                     : NULL;
     block_grads g = {0};
@@ -1268,15 +1314,13 @@ static void blocks_backward(remat_model *m, char *slot, uint32_t micro, const re
       float *v[12];
       unit_block_views(gb, (size_t)C, v);
       g = UNIT_VIEW(block_grads, v);
-    } else if (part & PART_WEIGHT) {
+    } else if (bp & PART_WEIGHT) {
       g = BLOCK_VIEW(block_grads, m->g, i, C);
     }
-    remat__block_wrec wr;
-    if (part != PART_ALL) wr = wrec_at(m, wslot, i);
-    block_backward(m, i, &w, &g, resid_at(m, slot, i), &a, hp, micro, part,
-                   part != PART_ALL ? &wr : NULL);
-    if (part & PART_WEIGHT) grad_done(m, u, gb);
-    lap(m, part == PART_WEIGHT ? REMAT__T_BLOCK_W : REMAT__T_BLOCK_B, t0);
+    block_backward(m, i, &w, &g, x, &a, hp, micro, bp, bp != PART_ALL ? &wr : NULL);
+    if (bp == PART_INPUT) wrec_fill(m, &wr, x, &a);
+    if (bp & PART_WEIGHT) grad_done(m, u, gb);
+    lap(m, bp == PART_WEIGHT ? REMAT__T_BLOCK_W : REMAT__T_BLOCK_B, t0);
   }
 }
 
@@ -1301,13 +1345,14 @@ double remat__model_stage_backward_input(remat_model *m, int64_t slot_index, int
   return loss;
 }
 
-void remat__model_stage_backward_weight(remat_model *m, int64_t slot_index, int64_t wslot,
-                                        uint32_t micro, const remat_hparams *hp) {
-  /* the blocks' gradients go straight into the step's at the step's first
-   * W, as a whole backward's do at its first micro-batch */
+void remat__model_stage_backward_weight(remat_model *m, int64_t wslot, uint32_t micro,
+                                        const remat_hparams *hp) {
+  /* the kept blocks' gradients go straight into the step's at the step's
+   * first W, as a whole backward's do at its first micro-batch (the other
+   * blocks', with the head's and the embedding's, at the first B) */
   int fresh = m->grads_fresh;
   m->grads_fresh = m->wgrads_fresh;
-  blocks_backward(m, slot_at(m, slot_index), micro, hp, PART_WEIGHT, wslot);
+  blocks_backward(m, NULL, micro, hp, PART_WEIGHT, wslot);
   m->grads_fresh = fresh;
   m->wgrads_fresh = 0;
 }

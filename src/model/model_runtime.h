@@ -152,16 +152,17 @@ void remat__model_stage_forward(remat_model *m, int64_t slot, uint32_t micro,
 double remat__model_stage_backward(remat_model *m, int64_t slot, uint32_t micro,
                                    float dloss, const remat_hparams *hp);
 /* The same backward in a zero-bubble schedule's two parts, for a stage
- * planned with wdeferred > 0. B (_input): the head and the embedding whole,
- * the blocks' input gradients, each block's W record filled in record
- * wslot (0 .. wdeferred - 1); returns what remat__model_stage_backward
- * returns. W (_weight), later: the blocks' weight gradients from the
- * records in wslot and the slot's activations (a block that does not keep
- * them rebuilds them again). Ws run in micro-batch order, so the step's
- * gradients are a whole backward's, bit for bit. */
+ * planned with wdeferred > 0. B (_input): the head, the embedding and the
+ * blocks that rebuild their internals (recompute, middle) whole, the kept
+ * blocks' input gradients, each kept block's W record filled in record
+ * wslot (0 .. wdeferred - 1), so the slot is free after it; returns what
+ * remat__model_stage_backward returns. W (_weight), later: the kept
+ * blocks' weight gradients from the records in wslot alone. Bs and Ws each
+ * run in micro-batch order, so the step's gradients are a whole
+ * backward's, bit for bit. */
 double remat__model_stage_backward_input(remat_model *m, int64_t slot, int64_t wslot,
                                          uint32_t micro, float dloss, const remat_hparams *hp);
-void remat__model_stage_backward_weight(remat_model *m, int64_t slot, int64_t wslot,
-                                        uint32_t micro, const remat_hparams *hp);
+void remat__model_stage_backward_weight(remat_model *m, int64_t wslot, uint32_t micro,
+                                        const remat_hparams *hp);
 
 #endif

@@ -10,9 +10,11 @@
  *   backward k: a stage before the last receives the gradient of its output
  *               into the residual gradient; a stage after the first sends
  *               the gradient of its input to stage s - 1 from there.
- * Under zb-h1 the stream also holds W k, the weight gradients of
- * micro-batch k, which its B put off (remat__model_stage_backward_input and
- * _weight): a slot lives from its forward to its W, and W runs in
+ * Under zb-h1 and zbv the stream also holds W k, the kept blocks' weight
+ * gradients of micro-batch k, which its B put off
+ * (remat__model_stage_backward_input and _weight): a slot lives from its
+ * forward to its B, as under 1F1B, and a W record from the B to the W (W
+ * k in record k mod the chunk's wdeferred); Bs and Ws each run in
  * micro-batch order, so the gradients are the whole backward's, bit for
  * bit; B and W are apart in the trace.
  *
@@ -94,7 +96,8 @@ struct remat_pipeline {
   remat__trace trace; /* on a grid the stage's replica runtime records here too */
   int64_t step;       /* the step the spans belong to (0-based; set as it starts) */
   size_t fixed_bytes, slot_bytes[REMAT_MAX_STAGES];
-  uint64_t live; /* bytes of the slots in use */
+  size_t wrec_bytes[REMAT_MAX_STAGES]; /* one micro-batch's W records */
+  uint64_t live; /* bytes of the slots and W records in use */
 };
 
 /* Stage s of the placement with whole tensors: on a grid the replica
@@ -122,9 +125,9 @@ static void record(remat_pipeline *pl, int kind, double t_start, double t_end, i
                                   .layer = -1});
 }
 
-/* Chunk c takes (+1) or frees (-1) a slot. */
-static void arena_counter(remat_pipeline *pl, double t, int c, int64_t delta) {
-  pl->live += (uint64_t)delta * pl->slot_bytes[c];
+/* Chunk c takes (+1) or frees (-1) slots and W records. */
+static void arena_counter(remat_pipeline *pl, double t, int c, int64_t delta, int64_t wrecs) {
+  pl->live += (uint64_t)delta * pl->slot_bytes[c] + (uint64_t)wrecs * pl->wrec_bytes[c];
   record(pl, EV_ARENA, t, t, -1, pl->fixed_bytes + pl->live);
 }
 
@@ -260,7 +263,7 @@ static int forward_op(remat_pipeline *pl, const remat_train_opts *o, int64_t k, 
       (rc = wait_req(pl, &pl->send_chunk[c], &pl->lent_chunk[c], EV_SEND_ACT, micro, err)))
     return rc;
   double t = remat__now();
-  arena_counter(pl, t, c, 1);
+  arena_counter(pl, t, c, 1, 0);
   remat__model_stage_forward(m, slot, (uint32_t)micro, &o->hp);
   record(pl, EV_FORWARD, t, remat__now(), micro, 0);
   if (!last && (rc = send_to(pl, remat__model_stage_output(m), rank_of(pl, vs + 1),
@@ -299,7 +302,7 @@ static int backward_op(remat_pipeline *pl, const remat_train_opts *o, int64_t k,
   /* recompute is interleaved with the blocks' backwards; drawn as one
    * span of its total at the backward's start */
   if (rs > 0) record(pl, EV_RECOMPUTE, t, t + rs, micro, 0);
-  if (!pl->split) arena_counter(pl, e, c, -1); /* under zb-h1 and zbv, at its W */
+  arena_counter(pl, e, c, -1, wd ? 1 : 0); /* the slot is free, the W record taken */
   const double N = (double)(o->B * o->T);
   if (vs == pl->nv - 1 && pl->R > 1) pl->losses[pl->rep * pl->M + k] = (float)(loss / N);
   else if (vs == pl->nv - 1) *loss_sum += (float)(loss / N); /* as one process rounds it */
@@ -326,12 +329,11 @@ static int run_microbatches(void *ctx, remat_trainer *tr, double *loss_sum, rema
       int64_t micro = k * pl->R + pl->rep;
       double t = remat__now(), rs0 = remat__model_recompute_seconds(m);
       if (pl->wdef[c]) /* else its B ran the whole backward */
-        remat__model_stage_backward_weight(m, k % pl->slots_of[c], k % pl->wdef[c],
-                                           (uint32_t)micro, &o->hp);
+        remat__model_stage_backward_weight(m, k % pl->wdef[c], (uint32_t)micro, &o->hp);
       double e = remat__now(), rs = remat__model_recompute_seconds(m) - rs0;
       if (pl->wdef[c]) record(pl, EV_WEIGHT_GRAD, t, e, micro, 0);
       if (rs > 0) record(pl, EV_RECOMPUTE, t, t + rs, micro, 0);
-      arena_counter(pl, e, c, -1);
+      arena_counter(pl, e, c, 0, pl->wdef[c] ? -1 : 0);
     } else if (kind == REMAT_OP_F) {
       if ((rc = forward_op(pl, o, k, c, err))) return rc;
     } else if ((rc = backward_op(pl, o, k, c, loss_sum, err))) {
@@ -577,7 +579,10 @@ static void chunk_tables(remat_pipeline *pl) {
     pl->slots_of[c] = st->inflight;
     pl->wdef[c] = st->wdeferred;
     pl->slot_bytes[c] = remat_memplan_slot_bytes(mp);
-    pl->fixed_bytes += remat_memplan_peak_bytes(mp) - remat_memplan_buf(mp, REMAT_BUF_SLOTS).bytes;
+    size_t wrec = remat_memplan_buf(mp, REMAT_BUF_WREC).bytes;
+    pl->wrec_bytes[c] = st->wdeferred ? wrec / (size_t)st->wdeferred : 0;
+    pl->fixed_bytes +=
+        remat_memplan_peak_bytes(mp) - remat_memplan_buf(mp, REMAT_BUF_SLOTS).bytes - wrec;
     if (st->has_embedding) pl->emb_chunk = (int)c;
     if (st->has_head) pl->head_chunk = (int)c;
   }
@@ -772,7 +777,7 @@ int remat_pipeline_trace_start(remat_pipeline *pl, int64_t max_steps, remat_erro
   }
   int rc = remat__trace_start(&pl->trace, pl->world->comm, (size_t)max_steps * per_step + 16, err);
   if (rc) return rc;
-  arena_counter(pl, pl->trace.t0, 0, 0);
+  arena_counter(pl, pl->trace.t0, 0, 0, 0);
   return 0;
 }
 

@@ -53,7 +53,9 @@ static int span_of(const remat_plan_problem *pb, block_span *sp, remat_error *er
   return 0;
 }
 
-/* g += h, for h a layer that always keeps its activations. */
+/* g += h, for h a layer that always keeps its activations. Its W record
+ * (wgrad_bytes) joins g's, which a recomputed g no longer keeps: exact for
+ * layers without one (remat's embedding and head run their W in B). */
 static void add_kept(remat_plan_group *g, const remat_plan_group *h) {
   g->fwd += h->fwd;
   g->bwd += h->bwd;

@@ -207,17 +207,20 @@ static void stage_bounds(const remat__plan_inst *in, const rtree *t, int64_t i, 
   if (E <= 0) return;
   int64_t D = in->pD[j] - in->pD[i];
   *ub = *lb = INF;
-  if (n * D < E) return;
+  if (remat__plan_saving_all(in, s, i, j, D) < E) return;
   int64_t fc = in->first_cand[i];
   if (in->kind_end[fc] >= j) { /* one kind: exact */
     int64_t k0, k1, tk, memrel;
-    if (remat__plan_alike(in, fc, in->pCand[j] - in->pCand[i], n, E, Y, REMAT__PLAN_LEAST_TIME,
+    if (remat__plan_alike(in, fc, in->pCand[j] - in->pCand[i], s, E, Y, REMAT__PLAN_LEAST_TIME,
                           0, &k0, &k1, &tk, &memrel))
       *ub = *lb = F + tk;
     return;
   }
-  int64_t whole, part;
-  rt_prefix(t, (E + n - 1) / n, &whole, &part);
+  /* the ratio order counts savings per micro-batch: the lower bound takes
+   * every candidate's W records (kw u) as saved already, the upper set none */
+  int64_t whole, part, El = E - in->kw[s] * (in->pUc[j] - in->pUc[i]);
+  part = 0;
+  if (El > 0) rt_prefix(t, (El + n - 1) / n, &whole, &part);
   *lb = F + part;
   int64_t need = (E + above(t->x[1], Y) + n - 1) / n;
   if (need <= D) {
@@ -242,7 +245,7 @@ static void stage_set(const remat__plan_inst *in, const rtree *t, int64_t i, int
   int64_t fc = in->first_cand[i];
   if (in->kind_end[fc] >= j) {
     int64_t k0, k1, tt, memrel, k = 0;
-    int ok = remat__plan_alike(in, fc, in->pCand[j] - in->pCand[i], n, E, Y,
+    int ok = remat__plan_alike(in, fc, in->pCand[j] - in->pCand[i], s, E, Y,
                                REMAT__PLAN_LEAST_TIME, 0, &k0, &k1, &tt, &memrel);
     REMAT_ASSERT(ok);
     for (int64_t l = i; l < j && k < k0 + k1; l++)

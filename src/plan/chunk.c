@@ -82,7 +82,7 @@ static int64_t rank_least(const remat__plan_inst *in, const int64_t *b, int64_t 
           int64_t vs = remat_schedule_virtual_stage(in->schedule, in->p, r, c2);
           for (int64_t l = b[vs]; l < b[vs + 1]; l++) {
             const remat__plan_opt *o = remat__plan_best_under(in, l, thr);
-            if (o) save += in->n[vs] * o->d;
+            if (o) save += remat__plan_saving(in, vs, l, o->d);
           }
         }
         save -= thr > Y ? thr - Y : 0;
@@ -127,7 +127,8 @@ static int rank_best(const remat__plan_inst *in, remat__knap *kn, const int64_t 
       remat__kopt o[REMAT__PLAN_OPTS];
       for (int q = 0; q < in->nopt[l]; q++) {
         const remat__plan_opt *p = &in->opt[REMAT__PLAN_OPTS * l + q];
-        o[q] = (remat__kopt){in->n[vs] * p->d, p->r, p->x, REMAT__PLAN_OPTS * l + q};
+        o[q] = (remat__kopt){remat__plan_saving(in, vs, l, p->d), p->r, p->x,
+                             REMAT__PLAN_OPTS * l + q};
       }
       int rc = remat__knap_insert(kn, o, in->nopt[l]);
       if (rc) return rc;

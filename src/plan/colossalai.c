@@ -179,8 +179,9 @@ static void graph(const remat_plan_problem *pb, const colossal *c, double g[6]) 
   for (int64_t k = 0; k < pb->num_groups; k++)
     for (int64_t j = 0; j < pb->groups[k].count; j++, l++) {
       const remat_plan_group *G = &pb->groups[k];
-      W += G->wgrad;
       act += (double)(c->runs.policy[l] ? G->ckpt_bytes : G->act_bytes);
+      if (c->runs.policy[l]) continue; /* a recomputed layer's W runs with its B */
+      W += G->wgrad;
       keep += (double)G->wgrad_bytes;
     }
   B = B > W ? B - W : 0;

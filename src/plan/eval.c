@@ -24,15 +24,13 @@ static stage_fig chunk_figures(const remat__plan_inst *in, int64_t i, int64_t j,
   *X = remat__plan_work_max(in, i, j);
   for (int64_t l = i; l < j; l++) {
     f.fwd += in->fwd[l];
-    f.wg += in->wg[l];
+    /* zb-h1, zbv: only a kept layer puts off its W; one that rebuilds its
+     * activations runs it in its B */
+    if (!rec[l]) f.wg += in->wg[l];
     if (!rec[l]) continue;
     int mid = rec[l] == REMAT_MIDDLE;
     f.t += mid ? in->rm[l] : in->r[l];
-    /* zb-h1, zbv: r holds both rebuilds of a layer with a deferred W; its W's
-     * half runs in W */
-    if (remat_schedule_get(in->schedule)->split && in->wg[l] > 0)
-      f.wg += (mid ? in->rm[l] : in->r[l]) / 2;
-    f.mem -= in->n[vs] * (in->a[l] - (mid ? in->mb[l] : in->c[l]));
+    f.mem -= remat__plan_saving(in, vs, l, in->a[l] - (mid ? in->mb[l] : in->c[l]));
     *X = remat__max64(*X, mid ? in->xm[l] : in->x[l]);
     f.cnt++;
     f.mid += mid;
@@ -147,17 +145,17 @@ static void stream_peaks(const remat__plan_inst *in, const int64_t *bounds, cons
       from[c] = remat_schedule_counts_from(in->schedule, in->p, v, r, c);
       for (int64_t l = bounds[vs]; l < bounds[vs + 1]; l++) {
         S[c] += rec[l] == REMAT_MIDDLE ? in->mb[l] : rec[l] ? in->c[l] : in->a[l];
-        U[c] += in->u[l];
+        U[c] += rec[l] ? 0 : in->u[l];
       }
       fixed -= in->n[vs] * S[c] + in->kw[vs] * U[c];
     }
     for (int64_t q = 0; q < st.len; q++) {
       const remat_schedule_step *o = &st.ops[r * st.len + q];
-      int split = row->split; /* then activations stay until W */
+      int split = row->split; /* then W records live from B to W */
       if (o->kind == REMAT_OP_F)
         for (int64_t c = 0; c < v; c++) nf[c] += from[c] == o->chunk;
-      if (o->kind == REMAT_OP_B) nf[o->chunk] -= !split, nw[o->chunk] += split;
-      if (o->kind == REMAT_OP_W) nw[o->chunk]--, nf[o->chunk] -= split;
+      if (o->kind == REMAT_OP_B) nf[o->chunk]--, nw[o->chunk] += split;
+      if (o->kind == REMAT_OP_W) nw[o->chunk]--;
       int64_t mem = 0;
       for (int64_t c = 0; c < v; c++) mem += nf[c] * S[c] + nw[c] * U[c];
       peak = remat__max64(peak, mem);

@@ -21,12 +21,13 @@
 
 /* ------------------------------------------------------------ memory window */
 
-/* The largest saving n D - (X - Y)+ of a sliding window of layers with
- * different scratch sizes, in O(log L) per layer entering or leaving: a
- * segment tree over items sorted by (x, index), each node holding the sum of
- * d of its present items and the best n * (d of present items up to and
- * including one of them) - its x. A layer is one item (xlo, dlo) and, when
- * an option of larger scratch saves more, a second (xhi, dmax - dlo): its
+/* The largest saving n D (+ kw U, the W records of the layers taken) - (X -
+ * Y)+ of a sliding window of layers with different scratch sizes, in
+ * O(log L) per layer entering or leaving: a segment tree over items sorted
+ * by (x, index), each node holding the sum of the savings of its present
+ * items and the best (savings of present items up to and including one of
+ * them) - its x. A layer is one item (xlo, n dlo + kw u) and, when an
+ * option of larger scratch saves more, a second (xhi, n (dmax - dlo)): its
  * largest saving with scratch at most v is the sum of its items with
  * x <= v. The best choice with largest scratch v is then a prefix in this
  * order; the last item of a run of equal x carries the prefix that counts.
@@ -41,7 +42,7 @@ struct remat__plan_xtree {
   int64_t *rank;       /* (2 L) leaf of item k of layer l at 2 l + k, -1 for none */
   int64_t *xr;         /* (ncand) x of each rank, ascending */
   int64_t ncand;       /* items */
-  int64_t n;           /* micro-batches of the stage being checked */
+  int64_t s;           /* the stage being checked: its savings (remat__plan_saving) */
   int64_t wl, wr;      /* layers [wl, wr) are present */
   int used;            /* candidates have more than one scratch size */
 };
@@ -102,13 +103,13 @@ static void xt_free(xtree *t) {
   t->sum = t->best = t->rank = t->xr = NULL;
 }
 
-static void xt_reset(xtree *t, int64_t n) {
+static void xt_reset(xtree *t, int64_t s) {
   if (!t->used) return; /* every window has one scratch size: closed form */
   for (int64_t k = 0; k < 2 * t->size; k++) {
     t->sum[k] = 0;
     t->best[k] = NEG;
   }
-  t->n = n;
+  t->s = s;
   t->wl = t->wr = 0;
 }
 
@@ -117,13 +118,15 @@ static void xt_set(xtree *t, const remat__plan_inst *in, int64_t l, int on) {
     int64_t k = t->rank[2 * l + q];
     if (k < 0) continue;
     remat__plan_xd it = item_of(in, l, q);
+    /* the whole saving on the stage: the layer's W records go at its first step */
+    int64_t d = q == 0 ? remat__plan_saving(in, t->s, l, it.d) : in->n[t->s] * it.d;
     k += t->size;
-    t->sum[k] = on ? it.d : 0;
-    t->best[k] = on ? t->n * it.d - it.x : NEG;
+    t->sum[k] = on ? d : 0;
+    t->best[k] = on ? d - it.x : NEG;
     for (k /= 2; k >= 1; k /= 2) {
       int64_t L = 2 * k, R = L + 1;
       t->sum[k] = t->sum[L] + t->sum[R];
-      int64_t right = t->best[R] == NEG ? NEG : t->n * t->sum[L] + t->best[R];
+      int64_t right = t->best[R] == NEG ? NEG : t->sum[L] + t->best[R];
       t->best[k] = t->best[L] > right ? t->best[L] : right;
     }
   }
@@ -142,8 +145,8 @@ static void xt_window(xtree *t, const remat__plan_inst *in, int64_t i, int64_t j
 }
 
 /* Over the present items of ranks [k, size), in the node at `node` covering
- * [lo, hi): the best n * (d of every present item up to one) - its x, into
- * *best; *before accumulates the d of present items left of each part. */
+ * [lo, hi): the best (saving of every present item up to one) - its x, into
+ * *best; *before accumulates the savings of present items left of each part. */
 static void xt_suffix(const xtree *t, int64_t node, int64_t lo, int64_t hi, int64_t k,
                       int64_t *before, int64_t *best) {
   if (hi <= k) {
@@ -151,7 +154,7 @@ static void xt_suffix(const xtree *t, int64_t node, int64_t lo, int64_t hi, int6
     return;
   }
   if (lo >= k) {
-    if (t->best[node] != NEG) *best = remat__max64(*best, t->n * *before + t->best[node]);
+    if (t->best[node] != NEG) *best = remat__max64(*best, *before + t->best[node]);
     *before += t->sum[node];
     return;
   }
@@ -160,7 +163,7 @@ static void xt_suffix(const xtree *t, int64_t node, int64_t lo, int64_t hi, int6
   xt_suffix(t, 2 * node + 1, mid, hi, k, before, best);
 }
 
-/* Sum of d of the present items of ranks [0, k). */
+/* Sum of the savings of the present items of ranks [0, k). */
 static int64_t xt_prefix(const xtree *t, int64_t k) {
   int64_t sum = 0;
   for (int64_t i = t->size, j = t->size + k; i < j; i /= 2, j /= 2) {
@@ -182,7 +185,7 @@ static int64_t xt_saving(const xtree *t, int64_t Y) {
   }
   int64_t before = 0, past = NEG;
   xt_suffix(t, 1, 0, t->size, lo, &before, &past);
-  best = t->n * xt_prefix(t, lo);
+  best = xt_prefix(t, lo);
   if (past != NEG && Y + past > best) best = Y + past;
   return best;
 }
@@ -238,12 +241,13 @@ static int mem_ok(remat__plan_solver *S, int64_t i, int64_t j, int64_t s) {
   int64_t budget = in->budget[s] + S->delta;
   if (need <= budget) return 1;
   int64_t D = in->pD[j] - in->pD[i];
-  if (in->n[s] * D < need - budget) return 0;
+  int64_t sD = remat__plan_saving_all(in, s, i, j, D);
+  if (sD < need - budget) return 0;
   int64_t fc = in->first_cand[i];
   if (in->x_end[fc] >= j) { /* one pair of scratch sizes */
-    int64_t Dlo = in->pDlo[j] - in->pDlo[i];
+    int64_t sDlo = remat__plan_saving_all(in, s, i, j, in->pDlo[j] - in->pDlo[i]);
     int64_t xl = in->xlo[fc] > Y ? in->xlo[fc] - Y : 0, xh = in->xhi[fc] > Y ? in->xhi[fc] - Y : 0;
-    return need - (in->n[s] * D - xh) <= budget || need - (in->n[s] * Dlo - xl) <= budget;
+    return need - (sD - xh) <= budget || need - (sDlo - xl) <= budget;
   }
   xt_window(S->xt, in, i, j);
   int64_t save = xt_saving(S->xt, Y);
@@ -263,7 +267,7 @@ int remat__plan_reach(remat__plan_solver *S) {
       last[i] = any;
     }
     int64_t lo = 0, jmax = L - (p - 1 - s);
-    xt_reset(S->xt, S->in->n[s]);
+    xt_reset(S->xt, s);
     for (int64_t j = s + 1; j <= jmax; j++) {
       if (last[j - 1] < 0) continue;
       if (lo < s) lo = s;
@@ -284,7 +288,7 @@ int remat__plan_reach(remat__plan_solver *S) {
       next[i] = nx;
     }
     int64_t hi = L - (p - 1 - s);
-    xt_reset(S->xt, S->in->n[s]);
+    xt_reset(S->xt, s);
     for (int64_t i = hi - 1; i >= s; i--) {
       if (!AT(S->pre, s, i)) continue; /* hi only needs to stay >= its true value */
       while (hi > i && !mem_ok(S, i, hi, s)) hi--;
@@ -317,7 +321,7 @@ void remat__plan_least_memory(remat__plan_solver *S, int64_t *bounds, uint8_t *r
   for (int64_t s = p; s > 0; s--) bounds[s - 1] = AT(S->pred, s, bounds[s]);
   for (int64_t s = 0; s < p; s++) {
     int64_t v, Y = remat__plan_work_max(in, bounds[s], bounds[s + 1]);
-    remat__plan_max_saving(in, bounds[s], bounds[s + 1], in->n[s], Y, S->xs, &v);
+    remat__plan_max_saving(in, bounds[s], bounds[s + 1], s, Y, S->xs, &v);
     for (int64_t l = bounds[s]; l < bounds[s + 1]; l++) {
       const remat__plan_opt *o = v >= 0 && in->cand[l] ? remat__plan_best_under(in, l, v) : NULL;
       rec[l] = o ? (uint8_t)o->pol : 0;

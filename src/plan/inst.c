@@ -17,7 +17,7 @@ void remat__plan_inst_free(remat__plan_inst *in) {
                       &in->xhi,  &in->dlo,   &in->dmax,  &in->ytree, &in->n,  &in->budget,
                       &in->pF,   &in->pA,    &in->pW,    &in->pD,    &in->pDlo, &in->pCand,
                       &in->first_cand, &in->kind_end, &in->x_end, &in->cls, &in->wg,
-                      &in->u,    &in->kw,    &in->pU,    &in->fixed};
+                      &in->u,    &in->kw,    &in->pU,    &in->pUc,   &in->fixed};
   for (size_t i = 0; i < sizeof arrs / sizeof arrs[0]; i++) {
     remat__free(*arrs[i]);
     *arrs[i] = NULL;
@@ -67,7 +67,7 @@ static int same_kind(const remat__plan_inst *in, int64_t l, int64_t k) {
                           *v = &in->opt[REMAT__PLAN_OPTS * k + q];
     if (u->d != v->d || u->r != v->r || u->x != v->x || u->pol != v->pol) return 0;
   }
-  return 1;
+  return in->u[l] == in->u[k];
 }
 
 /* ------------------------------------------------------------ work bytes */
@@ -123,7 +123,8 @@ static int inst_alloc(remat__plan_inst *in, int64_t L, int64_t p, int64_t nv) {
   for (size_t i = 0; i < sizeof perL / sizeof perL[0]; i++)
     *perL[i] = remat__malloc((size_t)L * sizeof(int64_t));
   int64_t **perL1[] = {&in->pF,   &in->pA,         &in->pW,       &in->pD,   &in->pDlo,
-                       &in->pCand, &in->first_cand, &in->kind_end, &in->x_end, &in->pU};
+                       &in->pCand, &in->first_cand, &in->kind_end, &in->x_end, &in->pU,
+                       &in->pUc};
   for (size_t i = 0; i < sizeof perL1 / sizeof perL1[0]; i++)
     *perL1[i] = remat__malloc(L1 * sizeof(int64_t));
   in->cand = remat__malloc((size_t)L);
@@ -149,10 +150,7 @@ static int time_exponent(const remat_plan_problem *pb) {
   double ttot = 0;
   for (int64_t g = 0; g < pb->num_groups; g++) {
     const remat_plan_group *G = &pb->groups[g];
-    /* zb-h1 and zbv rerun a rebuilt block's forward for its W too (see expand_layers) */
-    int split = remat_schedule_get(pb->schedule)->split;
-    double again = split && G->wgrad > 0 ? 2 : 1;
-    ttot += (double)G->count * (G->fwd + G->bwd + again * (G->recompute + G->middle_recompute));
+    ttot += (double)G->count * (G->fwd + G->bwd + G->recompute + G->middle_recompute);
   }
   double span = ttot * (double)pb->microbatches;
   if (!(span > 0)) return 0;
@@ -168,13 +166,11 @@ static void expand_layers(remat__plan_inst *in, const remat_plan_problem *pb, in
     const remat_plan_group *G = &pb->groups[g];
     int64_t fq = (int64_t)llround(ldexp(G->fwd, -e));
     int64_t bq = (int64_t)llround(ldexp(G->bwd, -e));
-    /* zb-h1, zbv: a layer that does not keep its activations rebuilds them for
-     * its B and again for its deferred W (remat train's runtime does) */
-    int split = remat_schedule_get(pb->schedule)->split;
-    double again = split && G->wgrad > 0 ? 2 : 1;
-    int64_t rq = (int64_t)llround(ldexp(again * G->recompute, -e));
+    /* zb-h1, zbv: a layer that rebuilds its activations rebuilds them once,
+     * for its B, and runs its W there too (remat train's runtime does) */
+    int64_t rq = (int64_t)llround(ldexp(G->recompute, -e));
     int middle = G->recomputable && G->middle;
-    int64_t rmq = middle ? (int64_t)llround(ldexp(again * G->middle_recompute, -e)) : 0;
+    int64_t rmq = middle ? (int64_t)llround(ldexp(G->middle_recompute, -e)) : 0;
     int64_t wq = (int64_t)llround(ldexp(G->wgrad, -e));
     for (int64_t k = 0; k < G->count; k++, l++) {
       in->fwd[l] = fq;
@@ -199,6 +195,7 @@ static void expand_layers(remat__plan_inst *in, const remat_plan_problem *pb, in
 
 static void prefix_sums(remat__plan_inst *in) {
   in->pF[0] = in->pA[0] = in->pW[0] = in->pD[0] = in->pDlo[0] = in->pCand[0] = in->pU[0] = 0;
+  in->pUc[0] = 0;
   for (int64_t l = 0; l < in->L; l++) {
     in->pF[l + 1] = in->pF[l] + in->fb[l];
     in->pA[l + 1] = in->pA[l] + in->a[l];
@@ -207,6 +204,7 @@ static void prefix_sums(remat__plan_inst *in) {
     in->pDlo[l + 1] = in->pDlo[l] + in->dlo[l];
     in->pCand[l + 1] = in->pCand[l] + in->cand[l];
     in->pU[l + 1] = in->pU[l] + in->u[l];
+    in->pUc[l + 1] = in->pUc[l] + (in->cand[l] ? in->u[l] : 0);
   }
 }
 

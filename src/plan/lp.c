@@ -131,21 +131,19 @@ static void lp_scale(lp *x) {
 }
 
 /* The time of layer l on stage s: f + b when placed, r when recomputed, rm
- * under the middle policy (twice under zb-h1 and zbv for a layer with a
- * deferred W, whose W rebuilds its activations again). */
+ * under the middle policy (once under zb-h1 and zbv too: a layer that
+ * rebuilds its activations runs its W with its B). */
 static void time_terms(lp *x, terms *t, int64_t l, int64_t s) {
   char v[64];
-  int split = remat_schedule_get(x->pb->schedule)->split;
-  double again = split && x->of[l]->wgrad > 0 ? 2 : 1;
   snprintf(v, sizeof v, "y_%lld_%lld", (long long)l, (long long)s);
   term(t, x->of[l]->fwd + x->of[l]->bwd, v);
   if (x->of[l]->recomputable) {
     snprintf(v, sizeof v, "z_%lld_%lld", (long long)l, (long long)s);
-    term(t, again * x->of[l]->recompute, v);
+    term(t, x->of[l]->recompute, v);
   }
   if (mid(x, l)) {
     snprintf(v, sizeof v, "u_%lld_%lld", (long long)l, (long long)s);
-    term(t, again * x->of[l]->middle_recompute, v);
+    term(t, x->of[l]->middle_recompute, v);
   }
 }
 
@@ -227,7 +225,7 @@ static void lp_choice_rows(lp *x) {
 }
 
 /* The memory terms of virtual stage vs's candidate layers: n micro-batches
- * in flight, kw kept for a deferred W. */
+ * in flight, kw kept for a deferred W (by a kept layer only). */
 static void lp_chunk_memory(lp *x, terms *t, int64_t vs) {
   int64_t n = x->n[vs], kw = x->kw[vs];
   char v[64];
@@ -238,11 +236,13 @@ static void lp_chunk_memory(lp *x, terms *t, int64_t vs) {
                 (double)kw * mem(x, G->wgrad_bytes), v);
     if (G->recomputable) {
       snprintf(v, sizeof v, "z_%lld_%lld", (long long)l, (long long)vs);
-      term(t, -(double)n * (mem(x, G->act_bytes) - mem(x, G->ckpt_bytes)), v);
+      term(t, -(double)n * (mem(x, G->act_bytes) - mem(x, G->ckpt_bytes)) -
+                  (double)kw * mem(x, G->wgrad_bytes), v);
     }
     if (mid(x, l)) {
       snprintf(v, sizeof v, "u_%lld_%lld", (long long)l, (long long)vs);
-      term(t, -(double)n * (mem(x, G->act_bytes) - mem(x, G->middle_bytes)), v);
+      term(t, -(double)n * (mem(x, G->act_bytes) - mem(x, G->middle_bytes)) -
+                  (double)kw * mem(x, G->wgrad_bytes), v);
     }
   }
 }

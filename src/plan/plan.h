@@ -72,8 +72,11 @@ typedef struct remat__plan_inst {
   remat__plan_opt *opt;  /* (REMAT__PLAN_OPTS L) */
   int64_t *xlo, *xhi, *dlo, *dmax; /* (L) */
   uint8_t *cand;     /* (L) 1 if some option lowers its memory: nopt > 0 */
-  int64_t *wg;       /* (L) the weight gradient's part of b, quanta (W of zb-h1, zbv) */
-  int64_t *u;        /* (L) bytes a deferred W keeps alive */
+  int64_t *wg;       /* (L) the weight gradient's part of b, quanta (W of zb-h1, zbv,
+                        where the layer keeps its activations) */
+  int64_t *u;        /* (L) bytes a deferred W keeps alive while the layer keeps
+                        its activations (a layer that rebuilds them runs its W
+                        with its B) */
   int64_t v, nv;     /* chunks per stage, virtual stages p v (v = 1: nv = p) */
   int64_t *n;        /* (nv) micro-batches held, per virtual stage */
   int64_t *kw;       /* (nv) micro-batches kept for a deferred W */
@@ -84,6 +87,7 @@ typedef struct remat__plan_inst {
   int64_t boundary_bytes; /* every stage but the last */
   /* prefix sums over layers, (L + 1) each: pD of dmax, pDlo of dlo */
   int64_t *pF, *pA, *pW, *pD, *pDlo, *pCand, *pU;
+  int64_t *pUc; /* (L + 1) prefix sums of u over the candidates */
   /* candidates only: first candidate at or after l; for a candidate, the
    * first later candidate of a different kind (other options), and the
    * first later candidate with a different (xlo, xhi) */
@@ -194,18 +198,33 @@ static inline int64_t remat__plan_base_memory(const remat__plan_inst *in, int64_
          in->n[s] * (in->pA[j] - in->pA[i]) + in->kw[s] * (in->pU[j] - in->pU[i]);
 }
 
+/* What layer l saves on virtual stage s by an option that saves d per
+ * micro-batch: n d, and the W records it no longer keeps, kw u. */
+static inline int64_t remat__plan_saving(const remat__plan_inst *in, int64_t s, int64_t l,
+                                         int64_t d) {
+  return in->n[s] * d + in->kw[s] * in->u[l];
+}
+
+/* The most every candidate of [i, j) saves on virtual stage s, D being
+ * their largest savings per micro-batch (pD or pDlo). */
+static inline int64_t remat__plan_saving_all(const remat__plan_inst *in, int64_t s, int64_t i,
+                                             int64_t j, int64_t D) {
+  return in->n[s] * D + in->kw[s] * (in->pUc[j] - in->pUc[i]);
+}
+
 /* A candidate's scratch and saving per micro-batch, for sorting by scratch. */
 typedef struct remat__plan_xd {
   int64_t x, d;
 } remat__plan_xd;
 
-/* Largest saving n D - (X - Y)+ over the choices of [i, j) with floor Y
+/* Largest saving (remat__plan_saving of each layer taken) - (X - Y)+ on
+ * virtual stage s over the choices of [i, j) with floor Y
  * (0 for the empty choice) and, if vbest is given, the threshold on x that
  * reaches it (-1: recompute nothing). The best choice with largest scratch v
  * takes from every candidate its option of largest d among those with
  * x <= v (remat__plan_best_under). scratch: room for 2 (j - i) pairs, or
  * NULL to allocate. */
-int64_t remat__plan_max_saving(const remat__plan_inst *in, int64_t i, int64_t j, int64_t n,
+int64_t remat__plan_max_saving(const remat__plan_inst *in, int64_t i, int64_t j, int64_t s,
                                int64_t Y, remat__plan_xd *scratch, int64_t *vbest);
 
 /* The option of layer l (a candidate) with the largest d among those with
@@ -221,15 +240,16 @@ typedef struct remat__plan_choice {
                    cnt - k0 its second (remat__plan_alike_pol says which) */
 } remat__plan_choice;
 
-/* Candidates all of one kind (the same options), K of them from fc on, in a
- * stage with n micro-batches, excess E > 0 and floor Y: the counts of each
+/* Candidates all of one kind (the same options and u), K of them from fc
+ * on, in virtual stage s (its savings: remat__plan_saving), excess E > 0
+ * and floor Y: the counts of each
  * option that save n D - (X - Y)+ >= E at least time, then fewest layers,
  * then least memory (mode REMAT__PLAN_LEAST_TIME), or fewest layers then
  * least memory within time tcap (REMAT__PLAN_FEWEST). Returns 1 and *k0, *k1
  * (counts of the first and second option), *t (their time) and *memrel
  * ((X - Y)+ - n D), or 0 if none fits. O(K) with two options, O(1) with
  * one. */
-int remat__plan_alike(const remat__plan_inst *in, int64_t fc, int64_t K, int64_t n, int64_t E,
+int remat__plan_alike(const remat__plan_inst *in, int64_t fc, int64_t K, int64_t s, int64_t E,
                       int64_t Y, int mode, int64_t tcap, int64_t *k0, int64_t *k1, int64_t *t,
                       int64_t *memrel);
 /* The remat_policy of the k-th (from 0) of cnt alike candidates, k0 of
@@ -243,6 +263,8 @@ typedef struct remat__plan_eval {
   const remat__plan_inst *in;
   remat__knap kn;
   int64_t i, built; /* candidates of [i, built) are in kn */
+  int64_t kkey;     /* their savings: per micro-batch (-1), or whole for the
+                       stage class kkey (a split backward's W records) */
   int64_t yend, Y;  /* Y = max y over [i, yend) */
   double deadline;  /* checked before every knapsack insertion (0: none) */
 } remat__plan_eval;

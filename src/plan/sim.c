@@ -169,7 +169,7 @@ int remat__plan_sim_arrangement(const remat__plan_inst *in, const remat_schedule
     f[vs] = bw[vs] = w[vs] = 0;
     for (int64_t l = bounds[vs]; l < bounds[vs + 1]; l++) {
       f[vs] += (double)in->fwd[l];
-      w[vs] += (double)in->wg[l];
+      w[vs] += rec[l] ? 0.0 : (double)in->wg[l]; /* a rebuilt layer's W runs in its B */
       bw[vs] += (double)(in->fb[l] - in->fwd[l]) +
                 (double)(rec[l] == REMAT_MIDDLE ? in->rm[l] : rec[l] ? in->r[l] : 0);
     }

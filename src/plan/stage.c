@@ -29,40 +29,43 @@ const remat__plan_opt *remat__plan_best_under(const remat__plan_inst *in, int64_
   return best;
 }
 
-int64_t remat__plan_max_saving(const remat__plan_inst *in, int64_t i, int64_t j, int64_t n,
+int64_t remat__plan_max_saving(const remat__plan_inst *in, int64_t i, int64_t j, int64_t s,
                                int64_t Y, remat__plan_xd *scratch, int64_t *vbest) {
-  int64_t D = in->pD[j] - in->pD[i];
+  int64_t D = in->pD[j] - in->pD[i], n = in->n[s];
   if (vbest) *vbest = -1;
   if (D == 0) return 0;
   int64_t fc = in->first_cand[i];
   if (in->x_end[fc] >= j) {
     /* one pair of scratch sizes: the best is at one of the two */
     int64_t Dlo = in->pDlo[j] - in->pDlo[i];
-    int64_t s0 = n * Dlo - above(in->xlo[fc], Y), s1 = n * D - above(in->xhi[fc], Y);
-    int64_t s = s1 > s0 ? s1 : s0;
-    if (s > 0 && vbest) *vbest = s1 > s0 ? in->xhi[fc] : in->xlo[fc];
-    return s > 0 ? s : 0;
+    int64_t s0 = remat__plan_saving_all(in, s, i, j, Dlo) - above(in->xlo[fc], Y),
+            s1 = remat__plan_saving_all(in, s, i, j, D) - above(in->xhi[fc], Y);
+    int64_t sv = s1 > s0 ? s1 : s0;
+    if (sv > 0 && vbest) *vbest = s1 > s0 ? in->xhi[fc] : in->xlo[fc];
+    return sv > 0 ? sv : 0;
   }
   int own = scratch == NULL;
   if (own) scratch = remat__malloc((size_t)(j - i) * 2 * sizeof *scratch);
   if (!scratch) return -1;
   /* the largest saving under a threshold v steps up at each layer's xlo and
    * xhi: as increments sorted by x, every prefix ending a run of equal x
-   * is the best choice with largest scratch that x */
+   * is the best choice with largest scratch that x (the W records a layer
+   * stops keeping count at its first step) */
   int64_t k = 0;
   for (int64_t l = fc; l < j; l++) {
     if (!in->cand[l]) continue;
-    scratch[k++] = (remat__plan_xd){in->xlo[l], in->dlo[l]};
-    if (in->dmax[l] > in->dlo[l]) scratch[k++] = (remat__plan_xd){in->xhi[l], in->dmax[l] - in->dlo[l]};
+    scratch[k++] = (remat__plan_xd){in->xlo[l], remat__plan_saving(in, s, l, in->dlo[l])};
+    if (in->dmax[l] > in->dlo[l])
+      scratch[k++] = (remat__plan_xd){in->xhi[l], n * (in->dmax[l] - in->dlo[l])};
   }
   qsort(scratch, (size_t)k, sizeof *scratch, xd_cmp);
   int64_t best = 0, cum = 0;
   for (int64_t t = 0; t < k; t++) {
     cum += scratch[t].d;
     if (t + 1 < k && scratch[t + 1].x == scratch[t].x) continue;
-    int64_t s = n * cum - above(scratch[t].x, Y);
-    if (s > best) {
-      best = s;
+    int64_t sv = cum - above(scratch[t].x, Y);
+    if (sv > best) {
+      best = sv;
       if (vbest) *vbest = scratch[t].x;
     }
   }
@@ -87,18 +90,21 @@ static int alike_better(int64_t t, int64_t c, int64_t m, int64_t bt, int64_t bc,
   return m < bm;
 }
 
-int remat__plan_alike(const remat__plan_inst *in, int64_t fc, int64_t K, int64_t n, int64_t E,
+int remat__plan_alike(const remat__plan_inst *in, int64_t fc, int64_t K, int64_t s, int64_t E,
                       int64_t Y, int mode, int64_t tcap, int64_t *k0, int64_t *k1, int64_t *t,
                       int64_t *memrel) {
   const remat__plan_opt *o = &in->opt[REMAT__PLAN_OPTS * fc];
   int time_first = mode == REMAT__PLAN_LEAST_TIME;
+  /* what one layer saves by each option */
+  const int64_t e0 = remat__plan_saving(in, s, fc, o[0].d),
+                e1 = in->nopt[fc] > 1 ? remat__plan_saving(in, s, fc, o[1].d) : 0;
   if (in->nopt[fc] == 1) { /* the first k, k as small as fits */
-    int64_t x = above(o[0].x, Y), k = (E + x + n * o[0].d - 1) / (n * o[0].d);
+    int64_t x = above(o[0].x, Y), k = (E + x + e0 - 1) / e0;
     if (k > K || (!time_first && k * o[0].r > tcap)) return 0;
     *k0 = k;
     *k1 = 0;
     *t = k * o[0].r;
-    *memrel = x - n * k * o[0].d;
+    *memrel = x - k * e0;
     return 1;
   }
   /* two options: for each count a of the first, the fewest b of the second
@@ -106,19 +112,19 @@ int remat__plan_alike(const remat__plan_inst *in, int64_t fc, int64_t K, int64_t
   int found = 0;
   int64_t bt = 0, bc = 0, bm = 0;
   for (int64_t a = 0; a <= K; a++) {
-    int64_t sa = n * a * o[0].d, xa = a ? o[0].x : 0;
+    int64_t sa = a * e0, xa = a ? o[0].x : 0;
     for (int with_b = 0; with_b < 2; with_b++) {
       int64_t b = 0, X = xa;
       if (with_b) {
         X = remat__max64(xa, o[1].x);
         int64_t need = E + above(X, Y) - sa;
-        b = need > 0 ? (need + n * o[1].d - 1) / (n * o[1].d) : 0;
+        b = need > 0 ? (need + e1 - 1) / e1 : 0;
         if (b < 1) b = 1;
         if (a + b > K) continue;
       } else if (!a || sa - above(X, Y) < E) {
         continue;
       }
-      int64_t tt = a * o[0].r + b * o[1].r, mm = above(X, Y) - sa - n * b * o[1].d;
+      int64_t tt = a * o[0].r + b * o[1].r, mm = above(X, Y) - sa - b * e1;
       if (!time_first && tt > tcap) continue;
       if (!found || alike_better(tt, a + b, mm, bt, bc, bm, time_first)) {
         *k0 = a;
@@ -152,6 +158,7 @@ void remat__plan_eval_free(remat__plan_eval *ev) { remat__knap_free(&ev->kn); }
 void remat__plan_eval_start(remat__plan_eval *ev, int64_t i) {
   ev->i = i;
   ev->built = i;
+  ev->kkey = -1;
   ev->yend = i;
   ev->Y = 0;
   remat__knap_reset(&ev->kn);
@@ -183,18 +190,26 @@ int remat__plan_eval_stage(remat__plan_eval *ev, int64_t j, int64_t s, int mode,
     return 1;
   }
   int64_t Dp = in->pD[j] - in->pD[i];
-  if (n * Dp < E) return 0;
+  if (remat__plan_saving_all(in, s, i, j, Dp) < E) return 0;
   int64_t fc = in->first_cand[i];
   if (in->kind_end[fc] >= j) {
     /* one kind of candidate: counts of its options, the first ones first */
     int64_t k0, k1, t, memrel;
-    if (!remat__plan_alike(in, fc, in->pCand[j] - in->pCand[i], n, E, Y, mode, cap - F, &k0,
+    if (!remat__plan_alike(in, fc, in->pCand[j] - in->pCand[i], s, E, Y, mode, cap - F, &k0,
                            &k1, &t, &memrel))
       return 0;
     *out = (remat__plan_choice){F + t, k0 + k1, kept + memrel, 1, -1, k0};
     return 1;
   }
   int rc;
+  /* with W records (kw > 0) a layer's saving is the stage class's, not
+   * n per micro-batch: the sets hold one class's at a time */
+  int64_t key = in->kw[s] ? in->cls[s] : -1, qn = key < 0 ? n : 1;
+  if (key != ev->kkey) {
+    remat__knap_reset(&ev->kn);
+    ev->built = i;
+    ev->kkey = key;
+  }
   for (; ev->built < j; ev->built++) {
     int64_t l = ev->built;
     if (!in->cand[l]) continue;
@@ -206,14 +221,15 @@ int remat__plan_eval_stage(remat__plan_eval *ev, int64_t j, int64_t s, int mode,
     remat__kopt ko[REMAT__PLAN_OPTS];
     for (int q = 0; q < in->nopt[l]; q++) {
       const remat__plan_opt *o = &in->opt[REMAT__PLAN_OPTS * l + q];
-      ko[q] = (remat__kopt){o->d, o->r, o->x, REMAT__PLAN_OPTS * l + q};
+      ko[q] = (remat__kopt){key < 0 ? o->d : remat__plan_saving(in, s, l, o->d), o->r, o->x,
+                            REMAT__PLAN_OPTS * l + q};
     }
     if ((rc = remat__knap_insert(&ev->kn, ko, in->nopt[l]))) return rc;
   }
   remat__knap_res res;
   int found = mode == REMAT__PLAN_LEAST_TIME
-                  ? remat__knap_min_time(&ev->kn, n, E, Y, &res)
-                  : remat__knap_min_count(&ev->kn, n, E, Y, cap - F, &res);
+                  ? remat__knap_min_time(&ev->kn, qn, E, Y, &res)
+                  : remat__knap_min_count(&ev->kn, qn, E, Y, cap - F, &res);
   if (!found) return 0;
   *out = (remat__plan_choice){F + res.r, res.cnt, kept + res.memrel, 2, res.node, 0};
   return 1;

@@ -209,7 +209,6 @@ void remat_schedule_streams_peaks(const remat_schedule_streams *st, int64_t *in_
 }
 
 void remat_schedule_streams_alive(const remat_schedule_streams *st, int64_t *alive) {
-  int split = remat_schedule_get(st->schedule)->split;
   for (int64_t r = 0; r < st->p; r++)
     for (int64_t c = 0; c < st->v; c++) {
       int64_t f = 0, done = 0, most = 0;
@@ -218,7 +217,7 @@ void remat_schedule_streams_alive(const remat_schedule_streams *st, int64_t *ali
         const remat_schedule_step *o = &st->ops[r * st->len + q];
         f += o->chunk == starts && o->kind == REMAT_OP_F;
         if (o->chunk != c) continue;
-        done += o->kind == (split ? REMAT_OP_W : REMAT_OP_B);
+        done += o->kind == REMAT_OP_B;
         if (f - done > most) most = f - done;
       }
       alive[r * st->v + c] = most;
