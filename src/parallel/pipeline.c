@@ -11,12 +11,10 @@
  *               into the residual gradient; a stage after the first sends
  *               the gradient of its input to stage s - 1 from there.
  * Under zb-h1 and zbv the stream also holds W k, the kept blocks' weight
- * gradients of micro-batch k, which its B put off
- * (remat__model_stage_backward_input and _weight): a slot lives from its
- * forward to its B, as under 1F1B, and a W record from the B to the W (W
- * k in record k mod the chunk's wdeferred); Bs and Ws each run in
- * micro-batch order, so the gradients are the whole backward's, bit for
- * bit; B and W are apart in the trace.
+ * gradients its B put off (remat__model_stage_backward_input and _weight):
+ * a slot lives from F to B, as under 1F1B, a W record (k mod wdeferred)
+ * from B to W; Bs and Ws each run in micro-batch order, so the gradients
+ * are the whole backward's, bit for bit; B and W are apart in the trace.
  *
  * Under interleaved 1F1B and zbv a rank runs several model chunks, virtual
  * stages (remat_schedule_virtual_stage): chunk 0 is the trainer's model,
