@@ -33,10 +33,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   uint8_t *bytes = malloc(size ? size : 1); /* exactly sized: ASan sees overruns */
   FUZZ_ASSERT(bytes != NULL);
   if (size) memcpy(bytes, data + 1, size);
-  if (v1) {
-    const uint8_t head[8] = {0x32, 0x34, 0x6b, 0x61, 1, 0, 0, 0}; /* "ak42", version 1 */
-    memcpy(bytes, head, size < 8 ? size : 8);
-  }
+  const uint8_t head[8] = {0x32, 0x34, 0x6b, 0x61, 1, 0, 0, 0}; /* "ak42", version 1 */
+  if (v1) memcpy(bytes, head, size < 8 ? size : 8);
+  /* an input kept as it is may carry version 1's magic of its own */
+  int want_v1 = v1 || (size >= 4 && memcmp(bytes, head, 4) == 0);
   remat_checkpoint_reader rd;
   remat_config cfg;
   remat_error err = {0};
@@ -50,12 +50,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   FUZZ_ASSERT(remat_config_check(&cfg, NULL) == 0);
   size_t np = remat_param_count(&cfg);
   if (rd.format == REMAT_FORMAT_LLMC) { /* the legacy path may meet llm.c's magic */
-    FUZZ_ASSERT(!v1 && cfg.family == REMAT_FAMILY_GPT2);
+    FUZZ_ASSERT(!want_v1 && cfg.family == REMAT_FAMILY_GPT2);
   } else {
     FUZZ_ASSERT(cfg.family == REMAT_FAMILY_LLAMA && cfg.padded_vocab_size == cfg.vocab_size);
-    FUZZ_ASSERT(rd.format == (v1 ? REMAT_FORMAT_LLAMA2C_V1 : REMAT_FORMAT_LLAMA2C_LEGACY));
+    FUZZ_ASSERT(rd.format == (want_v1 ? REMAT_FORMAT_LLAMA2C_V1 : REMAT_FORMAT_LLAMA2C_LEGACY));
     size_t tables = rd.freq_cis ? (size_t)(cfg.max_seq_len * (cfg.channels / cfg.num_heads)) : 0;
-    FUZZ_ASSERT(size == (v1 ? REMAT_LLAMA2C_HEADER_BYTES + 4 * np
+    FUZZ_ASSERT(size == (want_v1 ? REMAT_LLAMA2C_HEADER_BYTES + 4 * np
                             : REMAT_LLAMA2C_LEGACY_HEADER_BYTES + 4 * (np + tables)));
     check_spans(&rd, np, size);
   }
