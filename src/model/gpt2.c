@@ -1014,36 +1014,25 @@ static double head_forward(remat_model *m, const head_params *w, char *slot,
   remat__head_acts_view(h, m->work, m->B, m->T, C, &ws);
   const int32_t *targets = (const int32_t *)(slot + m->mp.targets_offset);
   const float *x = resid_at(m, slot, m->stage.num_blocks);
+  int bf16 = c->precision == REMAT_PRECISION_BF16;
   if (c->family == REMAT_FAMILY_LLAMA) { /* RMSNorm: its region has no means */
     remat__llama_head lh;
     remat__llama_head_view(&lh, m->work, c, m->B, m->T, &ws);
     *h = (remat__head_acts){.lnf = lh.xnf, .lnf_rstd = lh.rstd, .losses = lh.losses,
                             .dlnf = lh.dxnf, .scratch = lh.scratch};
-    if (c->precision == REMAT_PRECISION_BF16) { /* as GPT-2's below */
-      uint16_t *lg = (uint16_t *)(m->work + m->mp.mm.head_bytes);
-      m->be->rmsnorm_forward_bf16(h->lnf, h->lnf_rstd, x, w->lnfw, N, C, (float)c->norm_eps);
-      m->be->bf16_matmul_forward(m->products, lg, h->lnf, head_wbf(m, w->wte), NULL, N, C,
-                                 c->padded_vocab_size, true, h->scratch);
-      progress(m);
-      if (backward)
-        return m->be->crossentropy_forward_backward_bf16(lg, h->losses, targets, dloss, N,
-                                                         c->vocab_size, c->padded_vocab_size);
-      return m->be->crossentropy_forward_bf16(lg, h->losses, targets, N, c->vocab_size,
-                                              c->padded_vocab_size);
-    }
-    m->be->rmsnorm_forward(h->lnf, h->lnf_rstd, x, w->lnfw, N, C, (float)c->norm_eps);
-    float *logits = (float *)(m->work + m->mp.mm.head_bytes);
-    m->be->matmul_forward(logits, h->lnf, w->wte, NULL, N, C, c->padded_vocab_size);
-    progress(m);
-    if (backward)
-      return m->be->crossentropy_forward_backward(logits, h->losses, targets, dloss, N,
-                                                  c->vocab_size, c->padded_vocab_size);
-    return m->be->crossentropy_forward(logits, h->losses, targets, N, c->vocab_size,
-                                       c->padded_vocab_size);
-  }
-  if (c->precision == REMAT_PRECISION_BF16) {
-    uint16_t *lg = (uint16_t *)(m->work + m->mp.mm.head_bytes);
+    float eps = (float)c->norm_eps;
+    if (bf16)
+      m->be->rmsnorm_forward_bf16(h->lnf, h->lnf_rstd, x, w->lnfw, N, C, eps);
+    else
+      m->be->rmsnorm_forward(h->lnf, h->lnf_rstd, x, w->lnfw, N, C, eps);
+  } else if (bf16) {
     m->be->layernorm_forward_bf16(h->lnf, h->lnf_mean, h->lnf_rstd, x, w->lnfw, w->lnfb, N, C);
+  } else {
+    m->be->layernorm_forward(h->lnf, h->lnf_mean, h->lnf_rstd, x, w->lnfw, w->lnfb, N, C);
+  }
+  /* the logits and the loss: the same for every family */
+  if (bf16) {
+    uint16_t *lg = (uint16_t *)(m->work + m->mp.mm.head_bytes);
     m->be->bf16_matmul_forward(m->products, lg, h->lnf, head_wbf(m, w->wte), NULL, N, C,
                                c->padded_vocab_size, true, h->scratch);
     progress(m);
@@ -1053,7 +1042,6 @@ static double head_forward(remat_model *m, const head_params *w, char *slot,
     return m->be->crossentropy_forward_bf16(lg, h->losses, targets, N, c->vocab_size,
                                             c->padded_vocab_size);
   }
-  m->be->layernorm_forward(h->lnf, h->lnf_mean, h->lnf_rstd, x, w->lnfw, w->lnfb, N, C);
   float *logits = (float *)(m->work + m->mp.mm.head_bytes);
   m->be->matmul_forward(logits, h->lnf, w->wte, NULL, N, C, c->padded_vocab_size);
   progress(m);
