@@ -144,3 +144,31 @@ summary() {
   else echo "$1: $2 cases, $fails failed"; fi
   [[ $fails -eq 0 ]]
 }
+
+# The checks of two training logs (--log JSON lines):
+# log_bits A B STEPS: the same losses and gradient norms, STEPS steps each
+log_bits() {
+  python3 - "$1" "$2" "$3" <<'PY'
+import json, sys
+rows = [[(x["loss"], x["grad_norm"]) for x in map(json.loads, open(f))] for f in sys.argv[1:3]]
+sys.exit(not (rows[0] == rows[1] and len(rows[0]) == int(sys.argv[3])))
+PY
+}
+# log_planned F: one process's planned peak = measured, every step
+log_planned() {
+  python3 - "$1" <<'PY'
+import json, sys
+xs = [json.loads(l) for l in open(sys.argv[1])]
+sys.exit(not (xs and all(x["planned_peak_bytes"] == x["measured_peak_bytes"] for x in xs)))
+PY
+}
+# log_ranks F NP: every step's arena planned = measured on NP ranks
+log_ranks() {
+  python3 - "$1" "$2" <<'PY'
+import json, sys
+xs = [json.loads(l) for l in open(sys.argv[1])]
+n = int(sys.argv[2])
+sys.exit(not (xs and all(len(x["rank_planned_peak_bytes"]) == n and
+              x["rank_planned_peak_bytes"] == x["rank_measured_peak_bytes"] for x in xs)))
+PY
+}

@@ -20,32 +20,10 @@ untied=(--config llama:4,64,4,2,160,256,64 --batch 2 --seq 32 --precision fp32)
 tied=(--config llama:4,64,4,1,160,256,64,500000,1 --batch 2 --seq 32 --precision fp32)
 common=(--steps 3 --threads 1 --peak-gflops 10 --quiet)
 
-# bits A.jsonl B.jsonl: the same losses and gradient norms, every step
-bits() {
-  python3 - "$1" "$2" <<'PY'
-import json, sys
-rows = [[(x["loss"], x["grad_norm"]) for x in map(json.loads, open(f))] for f in sys.argv[1:]]
-sys.exit(not (rows[0] == rows[1] and len(rows[0]) == 3))
-PY
-}
-# ranks F.jsonl NP: every step's arena planned = measured on NP ranks
-ranks() {
-  python3 - "$1" "$2" <<'PY'
-import json, sys
-xs = [json.loads(l) for l in open(sys.argv[1])]
-n = int(sys.argv[2])
-sys.exit(not all(len(x["rank_planned_peak_bytes"]) == n and
-                 x["rank_planned_peak_bytes"] == x["rank_measured_peak_bytes"] for x in xs))
-PY
-}
-# planned F.jsonl: one process's planned peak = measured
-planned() {
-  python3 - "$1" <<'PY'
-import json, sys
-xs = [json.loads(l) for l in open(sys.argv[1])]
-sys.exit(not all(x["planned_peak_bytes"] == x["measured_peak_bytes"] for x in xs))
-PY
-}
+# the logs' checks (lib.sh), for runs of 3 steps
+bits() { log_bits "$1" "$2" 3; }
+planned() { log_planned "$1"; }
+ranks() { log_ranks "$1" "$2"; }
 
 for kind in untied tied; do
   declare -n shape=$kind
