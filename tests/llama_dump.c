@@ -2,20 +2,25 @@
  * compares against, for one Llama shape: the initial weights as the
  * checkpoint remat saves (llama2.c's version 1), a batch of tokens, the
  * gradient of every step as the update sees it (before clipping) with the
- * parameters it was taken at, the losses, and the parameters after STEPS
- * AdamW steps with weight decay and clipping, all in fp32.
- * usage: llama_dump OUTDIR SPEC POLICIES
+ * parameters it was taken at, the losses, and the parameters after the
+ * AdamW steps with weight decay and clipping: STEPS steps at lr LR in
+ * fp32, or BF16_STEPS at BF16_LR in bf16 (mixed precision: the same fp32
+ * parameters, gradients and update; the same initial weights and tokens).
+ * usage: llama_dump OUTDIR SPEC POLICIES [fp32|bf16]
  *   SPEC      a Llama shape, "llama:L,C,NH,NKV,H,V,T[,theta[,tied]]"
  *   POLICIES  one letter per block: k keep, m middle, r full recompute
- * The batch is B sequences of the shape's full context T. */
+ * The batch is B sequences of the shape's full context T. In bf16 on a CPU
+ * without bf16 products it writes nothing and exits 3. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "remat.h"
 
-enum { B = 2, STEPS = 5 };
+enum { B = 2, STEPS = 5, BF16_STEPS = 10 };
 #define LR 1e-2 /* torch_llama.py's LR, WD and CLIP */
+#define BF16_LR 1e-3 /* and its BF16_LR: a smooth stretch of training, as
+                        ref_dump's */
 #define WD 0.1f
 #define CLIP 1.0f
 
@@ -73,6 +78,7 @@ static int policies(const char *s, int64_t L, uint8_t *pol) {
 }
 
 static int run(const char *dir, const remat_config *cfg, const uint8_t *pol, remat_error *err) {
+  int bf16 = cfg->precision == REMAT_PRECISION_BF16, steps = bf16 ? BF16_STEPS : STEPS;
   int64_t T = cfg->max_seq_len, n = B * T;
   int32_t *tok = malloc(sizeof(int32_t) * 2 * (size_t)n);
   if (!tok) return -1;
@@ -86,8 +92,8 @@ static int run(const char *dir, const remat_config *cfg, const uint8_t *pol, rem
   remat_train_opts_default(&o);
   o.B = B;
   o.T = T;
-  o.steps = STEPS;
-  o.lr = LR;
+  o.steps = steps;
+  o.lr = bf16 ? BF16_LR : LR;
   o.hp.weight_decay = WD;
   o.hp.grad_clip = CLIP;
   remat_trainer *t = NULL;
@@ -103,16 +109,17 @@ static int run(const char *dir, const remat_config *cfg, const uint8_t *pol, rem
   snprintf(path, sizeof path, "%s/model.bin", dir);
   if (remat_checkpoint_save(path, cfg, remat_model_params(m), err)) goto done;
   if (write_raw(dir, "tokens.bin", tok, sizeof(int32_t) * 2 * (size_t)n)) goto done;
-  float losses[STEPS];
-  for (int s = 0; s < STEPS; s++) {
+  float losses[BF16_STEPS > STEPS ? BF16_STEPS : STEPS];
+  for (int s = 0; s < steps; s++) {
     remat_step_stats st;
     if (remat_trainer_step(t, &st, err)) goto done;
     losses[s] = (float)st.loss;
   }
-  if (write_raw(dir, "losses.bin", losses, sizeof losses) ||
+  if (write_raw(dir, "losses.bin", losses, sizeof(float) * (size_t)steps) ||
       write_raw(dir, "params_after.bin", remat_model_params(m), P * sizeof(float)))
     goto done;
-  printf("llama_dump: wrote %s (loss %.6f -> %.6f)\n", dir, losses[0], losses[STEPS - 1]);
+  printf("llama_dump: wrote %s (%s, loss %.6f -> %.6f)\n", dir, bf16 ? "bf16" : "fp32", losses[0],
+         losses[steps - 1]);
   rc = 0;
 done:
   if (t) remat_trainer_destroy(t);
@@ -121,8 +128,8 @@ done:
 }
 
 int main(int argc, char **argv) {
-  if (argc != 4) {
-    fprintf(stderr, "usage: llama_dump OUTDIR SPEC POLICIES\n");
+  if (argc != 4 && !(argc == 5 && (!strcmp(argv[4], "fp32") || !strcmp(argv[4], "bf16")))) {
+    fprintf(stderr, "usage: llama_dump OUTDIR SPEC POLICIES [fp32|bf16]\n");
     return 2;
   }
   remat_error err = {0};
@@ -135,6 +142,14 @@ int main(int argc, char **argv) {
   if (cfg.family != REMAT_FAMILY_LLAMA || policies(argv[3], cfg.num_layers, pol)) {
     fprintf(stderr, "llama_dump: give a Llama shape and one of k, m, r per block\n");
     return 2;
+  }
+  if (argc == 5 && !strcmp(argv[4], "bf16")) {
+    const char *why = NULL;
+    if (!remat_precision_available(REMAT_PRECISION_BF16, &why)) {
+      printf("llama_dump: no bf16 here: %s\n", why ? why : "");
+      return 3;
+    }
+    cfg.precision = REMAT_PRECISION_BF16;
   }
   if (run(argv[1], &cfg, pol, &err)) {
     if (err.msg[0]) fprintf(stderr, "llama_dump: %s\n", err.msg);
