@@ -6,7 +6,8 @@
  * every W with W(k) deferred by d micro-batches (d = 0: right after its
  * B; d = 2: the last B first), against the whole backward per micro-batch.
  * Losses, gradients and parameters after three steps are compared with
- * memcmp; in fp32 and, where the CPU can, bf16. */
+ * memcmp; in fp32 and, where the CPU can, bf16; for GPT-2 and for a Llama
+ * (two key/value heads of four). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -103,15 +104,19 @@ static void compare(const remat_config *cfg) {
 }
 
 int main(void) {
-  remat_config cfg;
-  remat_error err;
-  CHECK(remat_config_parse("3,32,4,97,16", &cfg, &err) == 0);
-  compare(&cfg);
-  if (remat_precision_available(REMAT_PRECISION_BF16, NULL)) {
-    cfg.precision = REMAT_PRECISION_BF16;
+  const char *shapes[] = {"3,32,4,97,16", "llama:3,32,4,2,64,97,16"};
+  for (int k = 0; k < 2; k++) {
+    remat_config cfg;
+    remat_error err;
+    CHECK(remat_config_parse(shapes[k], &cfg, &err) == 0);
+    printf("%s\n", shapes[k]);
     compare(&cfg);
-  } else {
-    printf("bf16 not checked: this CPU has no bf16 products\n");
+    if (remat_precision_available(REMAT_PRECISION_BF16, NULL)) {
+      cfg.precision = REMAT_PRECISION_BF16;
+      compare(&cfg);
+    } else {
+      printf("bf16 not checked: this CPU has no bf16 products\n");
+    }
   }
   return test_summary("zb");
 }

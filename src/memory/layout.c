@@ -257,15 +257,36 @@ size_t remat__llama_head_view(remat__llama_head *hd, void *base, const remat_con
   return n;
 }
 
-/* A Llama block's W record: the products' douts (as they take them) and
- * the two norms' output gradients. */
-static size_t llama_wrec_bytes(const remat_config *cfg, int64_t B, int64_t T,
-                               const remat__kernel_ws *ws) {
+size_t remat__llama_wrec_view(remat__llama_wrec *w, void *base, const remat_config *cfg,
+                              int64_t B, int64_t T, const remat__kernel_ws *ws) {
   size_t BT = (size_t)B * (size_t)T, C = (size_t)cfg->channels, KV = (size_t)remat__kv_width(cfg),
          H = (size_t)cfg->ffn_hidden, h = remat__act_elem(ws), f = 4;
   const field fl[] = {{BT * C, h}, {BT * KV, h}, {BT * KV, h}, {BT * C, h}, {BT * H, h},
-                      {BT * H, h}, {BT * C, h},  {BT * C, f},  {BT * C, f}};
-  return carve(fl, NFIELDS(fl), NULL, NULL);
+                      {BT * H, h}, {BT * C, h},  {BT * C, f},  {BT * C, f}, {BT * C, f},
+                      {BT * C, f}, {BT, f},      {BT, f},      {BT * C, h}, {BT * C, h},
+                      {BT * C, h}, {BT * H, h}};
+  char *at[NFIELDS(fl)];
+  size_t n = carve(fl, NFIELDS(fl), base, at);
+  if (base && w) {
+    w->dq = at[0];
+    w->dk = at[1];
+    w->dv = at[2];
+    w->dwo = at[3];
+    w->dh1 = at[4];
+    w->dh3 = at[5];
+    w->dw2 = at[6];
+    w->dxn1 = (float *)at[7];
+    w->dxn2 = (float *)at[8];
+    w->x = (float *)at[9];
+    w->res2 = (float *)at[10];
+    w->rstd1 = (float *)at[11];
+    w->rstd2 = (float *)at[12];
+    w->xn1 = at[13];
+    w->atty = at[14];
+    w->xn2 = at[15];
+    w->hsw = at[16];
+  }
+  return n;
 }
 
 void remat__layer_sizes_get(remat__layer_sizes *o, const remat_config *cfg, int64_t B,
@@ -275,7 +296,7 @@ void remat__layer_sizes_get(remat__layer_sizes *o, const remat_config *cfg, int6
     o->stored = remat__llama_stored_view(NULL, NULL, cfg, B, T, ws);
     o->cheap = remat__llama_cheap_view(NULL, NULL, cfg, B, T, ws);
     o->dgrad = remat__llama_dgrads_view(NULL, NULL, cfg, B, T, ws);
-    o->wrec = llama_wrec_bytes(cfg, B, T, ws);
+    o->wrec = remat__llama_wrec_view(NULL, NULL, cfg, B, T, ws);
     o->head = remat__llama_head_view(NULL, NULL, cfg, B, T, ws);
     return;
   }

@@ -208,6 +208,32 @@ typedef struct remat__llama_dgrads {
   void *scratch;    /* ws.product_scratch bytes */
 } remat__llama_dgrads;
 
+/* A kept Llama block's W record (remat__block_wrec's counterpart): what
+ * its deferred weight gradients read, filled by its B so that the
+ * micro-batch's slot is free from its B on. The gradients entering its
+ * seven products as they take them (void *: float in fp32, bf16 in bf16:
+ * q's and k's after the rotary backward, the branches' after their
+ * dropout) and its two RMSNorms' output gradients (float); then, copied
+ * from the slot, the products' inputs and what the RMSNorms' weight
+ * gradients read (their inputs x and res2, their 1/rms). */
+typedef struct remat__llama_wrec {
+  void *dq;        /* (B, T, C) */
+  void *dk, *dv;   /* (B, T, KV) */
+  void *dwo;       /* (B, T, C) the attention branch's gradient */
+  void *dh1, *dh3; /* (B, T, H) after the SwiGLU's backward */
+  void *dw2;       /* (B, T, C) the MLP branch's gradient */
+  float *dxn1;     /* (B, T, C) q's, k's and v's shares summed */
+  float *dxn2;     /* (B, T, C) w1's and w3's */
+  float *x;        /* (B, T, C) the block's input */
+  float *res2;     /* (B, T, C) */
+  float *rstd1;    /* (B, T) */
+  float *rstd2;    /* (B, T) */
+  void *xn1;       /* (B, T, C) */
+  void *atty;      /* (B, T, C) */
+  void *xn2;       /* (B, T, C) */
+  void *hsw;       /* (B, T, H) */
+} remat__llama_wrec;
+
 /* A Llama head's activations: the final RMSNorm, losses, the gradient into
  * it; the logits follow at head_bytes as for GPT-2. */
 typedef struct remat__llama_head {
@@ -225,6 +251,8 @@ size_t remat__llama_cheap_view(remat__llama_acts *a, void *base, const remat_con
 size_t remat__llama_dgrads_view(remat__llama_dgrads *d, void *base, const remat_config *cfg,
                                 int64_t B, int64_t T, const remat__kernel_ws *ws);
 size_t remat__llama_head_view(remat__llama_head *h, void *base, const remat_config *cfg,
+                              int64_t B, int64_t T, const remat__kernel_ws *ws);
+size_t remat__llama_wrec_view(remat__llama_wrec *w, void *base, const remat_config *cfg,
                               int64_t B, int64_t T, const remat__kernel_ws *ws);
 
 /* Generation's region (remat/generate.h), one buffer of the backend that

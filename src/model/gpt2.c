@@ -59,16 +59,13 @@ int remat__model_plan_on(remat_model **out, const remat_config *cfg, int64_t B, 
   const remat__backend *bk = be ? be : remat__backend_default();
   int bf16 = cfg->precision == REMAT_PRECISION_BF16;
   if (cfg->family == REMAT_FAMILY_LLAMA &&
-      (st->wdeferred || !bk->rmsnorm_forward || !bk->attention_forward_gqa ||
+      (!bk->rmsnorm_forward || !bk->attention_forward_gqa ||
        (bf16 && (!bk->rmsnorm_forward_bf16 || !bk->attention_forward_gqa_bf16))))
     return remat__errorf(err, REMAT_EINVAL,
-                         "a Llama trains without a split backward (zb-h1, zbv), on a backend "
-                         "with its kernels (the %s backend%s) so far; use another schedule, or "
-                         "plan it (remat plan)",
-                         bk->name,
-                         !bk->rmsnorm_forward ? " has not"
-                         : bf16 && !bk->rmsnorm_forward_bf16 ? " has not its bf16 ones"
-                                                            : " has them");
+                         "a Llama needs its kernels (RMSNorm, the rotary embedding, "
+                         "grouped-query attention), which the %s backend has not%s yet; use "
+                         "the CPU backend, or plan it (remat plan)",
+                         bk->name, bk->rmsnorm_forward ? " in bf16" : "");
   remat_model *m = remat__calloc(1, sizeof *m);
   if (!m) return remat__errorf(err, REMAT_ENOMEM, "out of memory");
   m->be = be ? be : remat__backend_default();
@@ -907,7 +904,7 @@ static void block_recompute_cheap(remat_model *m, const block_params *wp, const 
  * B, the input gradient (dresid), which fills the block's W record, and W,
  * the weight gradients, which reads it. Each part runs the same kernels as
  * the whole on the same values, so B then W gives the bits of the whole. */
-enum { PART_INPUT = 1, PART_WEIGHT = 2, PART_ALL = 3 };
+enum { PART_INPUT = REMAT__PART_INPUT, PART_WEIGHT = REMAT__PART_WEIGHT, PART_ALL = REMAT__PART_ALL };
 
 /* The gradient entering a residual branch into out: dropout(dresid), or
  * dresid itself, copied (a W record must keep it: dresid moves on). */
@@ -1175,15 +1172,19 @@ static void embedding_backward(remat_model *m, char *slot) {
 }
 
 /* Block i's W record of deferred micro-batch w (REMAT_BUF_WREC): the
- * records of the stage's kept blocks, in block order. */
-static remat__block_wrec wrec_at(remat_model *m, int64_t w, int64_t i) {
-  remat__block_wrec r;
+ * records of the stage's kept blocks, in block order, each the family's
+ * (remat__block_wrec, remat__llama_wrec). */
+static char *wrec_base(remat_model *m, int64_t w, int64_t i) {
   REMAT_ASSERT(w >= 0 && w < m->stage.wdeferred && m->mp.policy[i] == REMAT_KEEP);
   size_t k = 0; /* kept blocks before block i */
   for (int64_t j = 0; j < i; j++) k += m->mp.policy[j] == REMAT_KEEP;
   size_t at = ((size_t)w * (size_t)m->mp.num_kept + k) * m->mp.mm.block_wrec_bytes;
-  remat__block_wrec_view(&r, m->arena + m->mp.buf[REMAT_BUF_WREC].offset + at, m->B, m->T,
-                         m->cfg.channels, &m->ws);
+  return m->arena + m->mp.buf[REMAT_BUF_WREC].offset + at;
+}
+
+static remat__block_wrec wrec_at(remat_model *m, int64_t w, int64_t i) {
+  remat__block_wrec r;
+  remat__block_wrec_view(&r, wrec_base(m, w, i), m->B, m->T, m->cfg.channels, &m->ws);
   return r;
 }
 
@@ -1223,19 +1224,25 @@ static remat__block_acts wrec_acts(const remat__block_wrec *r) {
   return a;
 }
 
-/* Block i of a Llama backward (model/llama_block.c): rebuilt first when it does
- * not keep its internals, as blocks_backward does GPT-2's. */
+/* Block i of a Llama backward (model/llama_block.c), its part bp (a
+ * kept block's; wslot: its W record's micro-batch when apart): rebuilt
+ * first when it does not keep its internals, as blocks_backward does
+ * GPT-2's; W reads the record, not the slot. */
 static void llama_backward(remat_model *m, char *slot, int64_t i, const remat_hparams *hp,
-                           uint32_t micro) {
+                           uint32_t micro, int bp, int64_t wslot) {
   const remat_memory_model *mm = &m->mp.mm;
   int pol = m->mp.policy[i];
   int64_t u = 1 + m->stage.first_block + i;
-  float *w[REMAT__LLAMA_BLOCK_TENSORS], *g[REMAT__LLAMA_BLOCK_TENSORS];
+  float *w[REMAT__LLAMA_BLOCK_TENSORS], *g[REMAT__LLAMA_BLOCK_TENSORS] = {0};
   remat__dropout d[3];
   remat__llama_block_views(m, i, unit_params(m, u, 1), m->p, w);
   llama_drops(m, i, hp, micro, d);
-  remat__llama_acts a = remat__llama_acts_at(m, slot, i);
-  const float *x = resid_at(m, slot, i);
+  remat__llama_wrec wr = {0};
+  if (bp != PART_ALL)
+    remat__llama_wrec_view(&wr, wrec_base(m, wslot, i), &m->cfg, m->B, m->T, &m->ws);
+  remat__llama_acts a =
+      bp == PART_WEIGHT ? remat__llama_wrec_acts(&wr) : remat__llama_acts_at(m, slot, i);
+  const float *x = bp == PART_WEIGHT ? wr.x : resid_at(m, slot, i);
   const uint16_t *h[REMAT__LLAMA_BLOCK_TENSORS];
   if (m->wbf) llama_wbf(m, i, w, false, h);
   if (pol != REMAT_KEEP) {
@@ -1251,11 +1258,15 @@ static void llama_backward(remat_model *m, char *slot, int64_t i, const remat_hp
   size_t scratch = pol == REMAT_RECOMPUTE ? mm->block_internal_bytes
                    : pol == REMAT_MIDDLE  ? mm->block_cheap_bytes
                                           : 0;
-  float *gb = grad_buffer(m, REMAT_LAYER_BLOCK, mm->block_dgrad_bytes + scratch, u);
-  remat__llama_block_views(m, i, gb, m->g, g);
-  remat__llama_block_backward(m, w, m->wbf ? h : NULL, g, x, &a, d);
-  grad_done(m, u, gb);
-  lap(m, REMAT__T_BLOCK_B, t0);
+  float *gb = bp & PART_WEIGHT
+                  ? grad_buffer(m, REMAT_LAYER_BLOCK, mm->block_dgrad_bytes + scratch, u)
+                  : NULL;
+  if (bp & PART_WEIGHT) remat__llama_block_views(m, i, gb, m->g, g);
+  remat__llama_block_backward(m, w, m->wbf ? h : NULL, g, x, &a, d, bp,
+                              bp != PART_ALL ? &wr : NULL);
+  if (bp == PART_INPUT) remat__llama_wrec_fill(m, &wr, x, &a);
+  if (bp & PART_WEIGHT) grad_done(m, u, gb);
+  lap(m, bp == PART_WEIGHT ? REMAT__T_BLOCK_W : REMAT__T_BLOCK_B, t0);
 }
 
 /* The stage's blocks' backward, last to first: whole, B or W (part; W
@@ -1268,14 +1279,13 @@ static void blocks_backward(remat_model *m, char *slot, uint32_t micro, const re
   const remat_memory_model *mm = &m->mp.mm;
   int64_t C = m->cfg.channels;
   for (int64_t i = m->stage.num_blocks - 1; i >= 0; i--) {
-    if (m->cfg.family == REMAT_FAMILY_LLAMA) { /* whole backwards only (remat__model_plan_on) */
-      REMAT_ASSERT(part == PART_ALL);
-      llama_backward(m, slot, i, hp, micro);
-      continue;
-    }
     int pol = m->mp.policy[i];
     int bp = pol == REMAT_KEEP ? part : part == PART_WEIGHT ? 0 : PART_ALL; /* this block's */
     if (!bp) continue;
+    if (m->cfg.family == REMAT_FAMILY_LLAMA) {
+      llama_backward(m, slot, i, hp, micro, bp, wslot);
+      continue;
+    }
     remat__block_wrec wr = {0};
     if (bp != PART_ALL) wr = wrec_at(m, wslot, i);
     remat__block_acts a = bp == PART_WEIGHT ? wrec_acts(&wr) : block_acts(m, slot, i);

@@ -1,10 +1,12 @@
 /* llama_block.c: the Llama family's block in fp32 (RMSNorm, q, k and v apart
  * with the rotary embedding on q and k, grouped-query attention, a SwiGLU
  * MLP, no biases), as the model runtime (gpt2.c) calls it for each block of
- * a Llama: forward, the middle policy's cheap rebuild, and backward. The
- * runtime keeps everything around a block (slots, policies, gradient
- * buffers, the embedding and the head, the update), which reads the
- * family's table (config/family.h) and its layout (memory/layout.h).
+ * a Llama: forward, the middle policy's cheap rebuild, and backward, whole
+ * or as a zero-bubble schedule's B and W (B writes what W reads into the
+ * block's W record, remat__llama_wrec). The runtime keeps everything
+ * around a block (slots, policies, gradient buffers, W records, the
+ * embedding and the head, the update), which reads the family's table
+ * (config/family.h) and its layout (memory/layout.h).
  *
  * The cheap internals (the two RMSNorm outputs and the SwiGLU output) are
  * rebuilt by the same kernels on the same stored values as the forward's,
@@ -171,13 +173,23 @@ void remat__llama_block_cheap(remat_model *m, float *const w[REMAT__LLAMA_BLOCK_
   m->be->swiglu_forward(a->hsw, a->h1, a->h3, (size_t)N * (size_t)c->ffn_hidden);
 }
 
+/* The gradient entering a residual branch into out: dropout(dresid), or
+ * dresid itself, copied (a W record keeps it: dresid moves on). */
+static void branch_keep(const remat_model *m, float *out, const float *dresid, size_t n,
+                        const remat__dropout *d) {
+  if (d->p > 0.0f) m->be->dropout_apply(out, dresid, n, d);
+  else m->be->copy(out, dresid, n * sizeof(float));
+}
+
 /* The backward in bf16: each product's dout rounded to bf16 (the branches'
- * and q's, k's and v's in dout_h, h1's and h3's by the SwiGLU's backward),
- * its dinp in fp32; the norms' backwards in fp32, as GPT-2's layernorms. */
+ * and q's, k's and v's in dout_h or the W record, h1's and h3's by the
+ * SwiGLU's backward), its dinp in fp32; the norms' backwards in fp32, as
+ * GPT-2's layernorms. part, wr: as remat__llama_block_backward. */
 static void backward_bf16(remat_model *m, float *const w[REMAT__LLAMA_BLOCK_TENSORS],
                           const uint16_t *const h[REMAT__LLAMA_BLOCK_TENSORS],
                           float *const g[REMAT__LLAMA_BLOCK_TENSORS], const float *x,
-                          const remat__llama_acts *a, const remat__dropout drop[3]) {
+                          const remat__llama_acts *a, const remat__dropout drop[3], int part,
+                          const remat__llama_wrec *wr) {
   const remat_config *c = &m->cfg;
   const remat__backend *be = m->be;
   int64_t B = m->B, T = m->T, C = c->channels, NH = c->num_heads, NKV = c->kv_heads,
@@ -187,58 +199,68 @@ static void backward_bf16(remat_model *m, float *const w[REMAT__LLAMA_BLOCK_TENS
   remat__llama_dgrads d;
   remat__llama_dgrads_view(&d, m->work, c, B, T, &m->ws);
   REMAT_ASSERT(m->ws.attention_work && be->attention_backward_gqa_bf16);
+  const int in = part & REMAT__PART_INPUT, wt = part & REMAT__PART_WEIGHT;
+  float *dresid = in ? m->dresid : NULL;
   /* dout_h: (B, T, C) a branch's gradient, then q's; k's and v's after it */
-  uint16_t *dq_h = d.dout_h, *dk_h = dq_h + NC, *dv_h = dk_h + NKVs;
-  uint16_t *dh1 = d.dh1, *dh3 = d.dh3;
+  uint16_t *dq_h = wr ? wr->dq : d.dout_h, *dk_h = wr ? wr->dk : d.dout_h + NC,
+           *dv_h = wr ? wr->dv : d.dout_h + NC + NKVs;
+  uint16_t *dw2_h = wr ? wr->dw2 : d.dout_h, *dwo_h = wr ? wr->dwo : d.dout_h;
+  uint16_t *dh1 = wr ? wr->dh1 : d.dh1, *dh3 = wr ? wr->dh3 : d.dh3;
+  float *dxn2 = wr ? wr->dxn2 : d.dln, *dxn1 = wr ? wr->dxn1 : d.dln;
 
   /* MLP branch: out = res2 + dropout(w2 (silu(w1 xn2) * w3 xn2)) */
-  be->to_bf16(dq_h, branch_grad(m, d.dbranch, m->dresid, NC, &drop[2]), NC);
-  be->bf16_matmul_backward(p, d.dhsw, g[W_2], NULL, dq_h, a->hsw, h[W_2], N, H, C, false,
-                           d.scratch);
+  if (in) be->to_bf16(dw2_h, branch_grad(m, d.dbranch, m->dresid, NC, &drop[2]), NC);
+  be->bf16_matmul_backward(p, in ? d.dhsw : NULL, wt ? g[W_2] : NULL, NULL, dw2_h, a->hsw,
+                           h[W_2], N, H, C, false, d.scratch);
   progress(m);
-  be->swiglu_backward_bf16(dh1, dh3, a->h1, a->h3, d.dhsw, (size_t)N * (size_t)H);
-  be->bf16_matmul_backward(p, d.dln, g[W_1], NULL, dh1, a->xn2, h[W_1], N, C, H, false,
-                           d.scratch);
+  if (in) be->swiglu_backward_bf16(dh1, dh3, a->h1, a->h3, d.dhsw, (size_t)N * (size_t)H);
+  be->bf16_matmul_backward(p, in ? dxn2 : NULL, wt ? g[W_1] : NULL, NULL, dh1, a->xn2, h[W_1], N,
+                           C, H, false, d.scratch);
   progress(m);
-  be->bf16_matmul_backward(p, d.dln_part, g[W_3], NULL, dh3, a->xn2, h[W_3], N, C, H, false,
-                           d.scratch);
+  be->bf16_matmul_backward(p, in ? d.dln_part : NULL, wt ? g[W_3] : NULL, NULL, dh3, a->xn2,
+                           h[W_3], N, C, H, false, d.scratch);
   progress(m);
-  be->add(d.dln, d.dln_part, NC, 1, 0); /* w1's share + w3's */
-  be->rmsnorm_backward(m->dresid, g[W_FFNNORM], d.dln, a->res2, w[W_FFNNORM], a->rstd2, N, C);
+  if (in) be->add(dxn2, d.dln_part, NC, 1, 0); /* w1's share + w3's */
+  be->rmsnorm_backward(dresid, wt ? g[W_FFNNORM] : NULL, dxn2, a->res2, w[W_FFNNORM], a->rstd2,
+                       N, C);
 
   /* attention branch: res2 = x + dropout(wo attn(rope(wq xn1), rope(wk xn1), wv xn1)) */
-  be->to_bf16(dq_h, branch_grad(m, d.dbranch, m->dresid, NC, &drop[1]), NC);
-  be->bf16_matmul_backward(p, d.datty, g[W_O], NULL, dq_h, a->atty, h[W_O], N, C, C, false,
-                           d.scratch);
+  if (in) be->to_bf16(dwo_h, branch_grad(m, d.dbranch, m->dresid, NC, &drop[1]), NC);
+  be->bf16_matmul_backward(p, in ? d.datty : NULL, wt ? g[W_O] : NULL, NULL, dwo_h, a->atty,
+                           h[W_O], N, C, C, false, d.scratch);
   progress(m);
-  be->attention_backward_gqa_bf16(d.dq, d.dk, d.dv, d.att_delta, d.datty, a->q, a->k, a->v,
-                                  a->atty, a->att_lse, C, KV, B, T, NH, NKV, hs, &drop[0],
-                                  d.scratch, m->ws.attention_work);
+  if (in) {
+    be->attention_backward_gqa_bf16(d.dq, d.dk, d.dv, d.att_delta, d.datty, a->q, a->k, a->v,
+                                    a->atty, a->att_lse, C, KV, B, T, NH, NKV, hs, &drop[0],
+                                    d.scratch, m->ws.attention_work);
+    progress(m);
+    be->to_bf16(dq_h, d.dq, NC);
+    be->to_bf16(dk_h, d.dk, NKVs);
+    be->to_bf16(dv_h, d.dv, NKVs);
+    be->rope_backward_bf16(dq_h, C, B, T, NH, hs, 0, c->rope_theta);
+    be->rope_backward_bf16(dk_h, KV, B, T, NKV, hs, 0, c->rope_theta);
+  }
+  be->bf16_matmul_backward(p, in ? dxn1 : NULL, wt ? g[W_Q] : NULL, NULL, dq_h, a->xn1, h[W_Q],
+                           N, C, C, false, d.scratch);
   progress(m);
-  be->to_bf16(dq_h, d.dq, NC);
-  be->to_bf16(dk_h, d.dk, NKVs);
-  be->to_bf16(dv_h, d.dv, NKVs);
-  be->rope_backward_bf16(dq_h, C, B, T, NH, hs, 0, c->rope_theta);
-  be->rope_backward_bf16(dk_h, KV, B, T, NKV, hs, 0, c->rope_theta);
-  be->bf16_matmul_backward(p, d.dln, g[W_Q], NULL, dq_h, a->xn1, h[W_Q], N, C, C, false,
-                           d.scratch);
+  be->bf16_matmul_backward(p, in ? d.dln_part : NULL, wt ? g[W_K] : NULL, NULL, dk_h, a->xn1,
+                           h[W_K], N, C, KV, false, d.scratch);
+  if (in) be->add(dxn1, d.dln_part, NC, 1, 0); /* (q's + k's) + v's */
+  be->bf16_matmul_backward(p, in ? d.dln_part : NULL, wt ? g[W_V] : NULL, NULL, dv_h, a->xn1,
+                           h[W_V], N, C, KV, false, d.scratch);
+  if (in) be->add(dxn1, d.dln_part, NC, 1, 0);
   progress(m);
-  be->bf16_matmul_backward(p, d.dln_part, g[W_K], NULL, dk_h, a->xn1, h[W_K], N, C, KV, false,
-                           d.scratch);
-  be->add(d.dln, d.dln_part, NC, 1, 0); /* (q's + k's) + v's */
-  be->bf16_matmul_backward(p, d.dln_part, g[W_V], NULL, dv_h, a->xn1, h[W_V], N, C, KV, false,
-                           d.scratch);
-  be->add(d.dln, d.dln_part, NC, 1, 0);
-  progress(m);
-  be->rmsnorm_backward(m->dresid, g[W_ATTNORM], d.dln, x, w[W_ATTNORM], a->rstd1, N, C);
+  be->rmsnorm_backward(dresid, wt ? g[W_ATTNORM] : NULL, dxn1, x, w[W_ATTNORM], a->rstd1, N, C);
 }
 
 void remat__llama_block_backward(remat_model *m, float *const w[REMAT__LLAMA_BLOCK_TENSORS],
                                  const uint16_t *const h[REMAT__LLAMA_BLOCK_TENSORS],
                                  float *const g[REMAT__LLAMA_BLOCK_TENSORS], const float *x,
-                                 const remat__llama_acts *a, const remat__dropout drop[3]) {
+                                 const remat__llama_acts *a, const remat__dropout drop[3],
+                                 int part, const remat__llama_wrec *wr) {
+  REMAT_ASSERT(part == REMAT__PART_ALL || wr);
   if (h) {
-    backward_bf16(m, w, h, g, x, a, drop);
+    backward_bf16(m, w, h, g, x, a, drop, part, wr);
     return;
   }
   const remat_config *c = &m->cfg;
@@ -248,35 +270,74 @@ void remat__llama_block_backward(remat_model *m, float *const w[REMAT__LLAMA_BLO
   size_t NC = (size_t)N * (size_t)C;
   remat__llama_dgrads d;
   remat__llama_dgrads_view(&d, m->work, c, B, T, &m->ws);
-  float *dh1 = d.dh1, *dh3 = d.dh3;
+  const int in = part & REMAT__PART_INPUT, wt = part & REMAT__PART_WEIGHT;
+  float *dresid = in ? m->dresid : NULL;
+  float *dh1 = wr ? wr->dh1 : d.dh1, *dh3 = wr ? wr->dh3 : d.dh3;
+  float *dq = wr ? wr->dq : d.dq, *dk = wr ? wr->dk : d.dk, *dv = wr ? wr->dv : d.dv;
+  float *dxn2 = wr ? wr->dxn2 : d.dln, *dxn1 = wr ? wr->dxn1 : d.dln;
 
-  /* MLP branch: out = res2 + dropout(w2 (silu(w1 xn2) * w3 xn2)) */
-  const float *dbranch = branch_grad(m, d.dbranch, m->dresid, NC, &drop[2]);
-  be->matmul_backward(d.dhsw, g[W_2], NULL, dbranch, a->hsw, w[W_2], N, H, C);
+  /* MLP branch: out = res2 + dropout(w2 (silu(w1 xn2) * w3 xn2)). Without
+   * dropout (and the parts together) the branch's gradient is dresid
+   * itself, read before the RMSNorm's backward adds to dresid. */
+  const float *dbranch = wr ? wr->dw2 : NULL;
+  if (in && wr) branch_keep(m, wr->dw2, m->dresid, NC, &drop[2]);
+  else if (in) dbranch = branch_grad(m, d.dbranch, m->dresid, NC, &drop[2]);
+  be->matmul_backward(in ? d.dhsw : NULL, wt ? g[W_2] : NULL, NULL, dbranch, a->hsw, w[W_2], N,
+                      H, C);
   progress(m);
-  be->swiglu_backward(dh1, dh3, a->h1, a->h3, d.dhsw, (size_t)N * (size_t)H);
-  be->matmul_backward(d.dln, g[W_1], NULL, dh1, a->xn2, w[W_1], N, C, H);
+  if (in) be->swiglu_backward(dh1, dh3, a->h1, a->h3, d.dhsw, (size_t)N * (size_t)H);
+  be->matmul_backward(in ? dxn2 : NULL, wt ? g[W_1] : NULL, NULL, dh1, a->xn2, w[W_1], N, C, H);
   progress(m);
-  be->matmul_backward(d.dln_part, g[W_3], NULL, dh3, a->xn2, w[W_3], N, C, H);
+  be->matmul_backward(in ? d.dln_part : NULL, wt ? g[W_3] : NULL, NULL, dh3, a->xn2, w[W_3], N,
+                      C, H);
   progress(m);
-  be->add(d.dln, d.dln_part, NC, 1, 0); /* w1's share + w3's */
-  be->rmsnorm_backward(m->dresid, g[W_FFNNORM], d.dln, a->res2, w[W_FFNNORM], a->rstd2, N, C);
+  if (in) be->add(dxn2, d.dln_part, NC, 1, 0); /* w1's share + w3's */
+  be->rmsnorm_backward(dresid, wt ? g[W_FFNNORM] : NULL, dxn2, a->res2, w[W_FFNNORM], a->rstd2,
+                       N, C);
 
   /* attention branch: res2 = x + dropout(wo attn(rope(wq xn1), rope(wk xn1), wv xn1)) */
-  dbranch = branch_grad(m, d.dbranch, m->dresid, NC, &drop[1]);
-  be->matmul_backward(d.datty, g[W_O], NULL, dbranch, a->atty, w[W_O], N, C, C);
+  dbranch = wr ? wr->dwo : NULL;
+  if (in && wr) branch_keep(m, wr->dwo, m->dresid, NC, &drop[1]);
+  else if (in) dbranch = branch_grad(m, d.dbranch, m->dresid, NC, &drop[1]);
+  be->matmul_backward(in ? d.datty : NULL, wt ? g[W_O] : NULL, NULL, dbranch, a->atty, w[W_O], N,
+                      C, C);
   progress(m);
-  be->attention_backward_gqa(d.dq, d.dk, d.dv, d.att_delta, d.datty, a->q, a->k, a->v, a->atty,
-                             a->att_lse, C, KV, B, T, NH, NKV, hs, &drop[0]);
+  if (in) {
+    be->attention_backward_gqa(dq, dk, dv, d.att_delta, d.datty, a->q, a->k, a->v, a->atty,
+                               a->att_lse, C, KV, B, T, NH, NKV, hs, &drop[0]);
+    progress(m);
+    be->rope_backward(dq, C, B, T, NH, hs, 0, c->rope_theta);
+    be->rope_backward(dk, KV, B, T, NKV, hs, 0, c->rope_theta);
+  }
+  be->matmul_backward(in ? dxn1 : NULL, wt ? g[W_Q] : NULL, NULL, dq, a->xn1, w[W_Q], N, C, C);
   progress(m);
-  be->rope_backward(d.dq, C, B, T, NH, hs, 0, c->rope_theta);
-  be->rope_backward(d.dk, KV, B, T, NKV, hs, 0, c->rope_theta);
-  be->matmul_backward(d.dln, g[W_Q], NULL, d.dq, a->xn1, w[W_Q], N, C, C);
+  be->matmul_backward(in ? d.dln_part : NULL, wt ? g[W_K] : NULL, NULL, dk, a->xn1, w[W_K], N, C,
+                      KV);
+  if (in) be->add(dxn1, d.dln_part, NC, 1, 0); /* (q's + k's) + v's */
+  be->matmul_backward(in ? d.dln_part : NULL, wt ? g[W_V] : NULL, NULL, dv, a->xn1, w[W_V], N, C,
+                      KV);
+  if (in) be->add(dxn1, d.dln_part, NC, 1, 0);
   progress(m);
-  be->matmul_backward(d.dln_part, g[W_K], NULL, d.dk, a->xn1, w[W_K], N, C, KV);
-  be->add(d.dln, d.dln_part, NC, 1, 0); /* (q's + k's) + v's */
-  be->matmul_backward(d.dln_part, g[W_V], NULL, d.dv, a->xn1, w[W_V], N, C, KV);
-  be->add(d.dln, d.dln_part, NC, 1, 0);
-  progress(m);
-  be->rmsnorm_backward(m->dresid, g[W_ATTNORM], d.dln, x, w[W_ATTNORM], a->rstd1, N, C);
+  be->rmsnorm_backward(dresid, wt ? g[W_ATTNORM] : NULL, dxn1, x, w[W_ATTNORM], a->rstd1, N, C);
+}
+
+void remat__llama_wrec_fill(remat_model *m, const remat__llama_wrec *r, const float *x,
+                            const remat__llama_acts *a) {
+  const remat_config *c = &m->cfg;
+  size_t BT = (size_t)m->B * (size_t)m->T, NC = BT * (size_t)c->channels,
+         NH = BT * (size_t)c->ffn_hidden, e = remat__act_elem(&m->ws), f = sizeof(float);
+  const remat__backend *be = m->be;
+  be->copy(r->x, x, NC * f);
+  be->copy(r->res2, a->res2, NC * f);
+  be->copy(r->rstd1, a->rstd1, BT * f);
+  be->copy(r->rstd2, a->rstd2, BT * f);
+  be->copy(r->xn1, a->xn1, NC * e);
+  be->copy(r->atty, a->atty, NC * e);
+  be->copy(r->xn2, a->xn2, NC * e);
+  be->copy(r->hsw, a->hsw, NH * e);
+}
+
+remat__llama_acts remat__llama_wrec_acts(const remat__llama_wrec *r) {
+  return (remat__llama_acts){.rstd1 = r->rstd1, .atty = r->atty, .res2 = r->res2,
+                             .rstd2 = r->rstd2, .xn1 = r->xn1, .xn2 = r->xn2, .hsw = r->hsw};
 }

@@ -103,9 +103,25 @@ void remat__llama_block_forward(remat_model *m, float *const w[REMAT__LLAMA_BLOC
                                 const remat__dropout drop[3]);
 void remat__llama_block_cheap(remat_model *m, float *const w[REMAT__LLAMA_BLOCK_TENSORS],
                               const float *x, remat__llama_acts *a);
+/* A block's backward runs whole, or in a zero-bubble schedule's two parts:
+ * B, the input gradient (dresid), which fills a kept block's W record, and
+ * W, the weight gradients, which reads it. Each part runs the same kernels
+ * as the whole on the same values, so B then W gives the whole's bits. */
+enum { REMAT__PART_INPUT = 1, REMAT__PART_WEIGHT = 2, REMAT__PART_ALL = 3 };
+/* The backward's part (REMAT__PART_*): with REMAT__PART_WEIGHT g's
+ * gradients accumulate (g unread otherwise); wr, the block's W record when
+ * the parts run apart (else NULL), which B writes the gradients of and W
+ * reads them from. */
 void remat__llama_block_backward(remat_model *m, float *const w[REMAT__LLAMA_BLOCK_TENSORS],
                                  const uint16_t *const h[REMAT__LLAMA_BLOCK_TENSORS],
                                  float *const g[REMAT__LLAMA_BLOCK_TENSORS], const float *x,
-                                 const remat__llama_acts *a, const remat__dropout drop[3]);
+                                 const remat__llama_acts *a, const remat__dropout drop[3],
+                                 int part, const remat__llama_wrec *wr);
+/* After a kept block's B: what its W reads besides the gradients (x and
+ * the activations in a), copied into its record r; and the activations a
+ * W reads, in r (the others NULL: W reads no more). */
+void remat__llama_wrec_fill(remat_model *m, const remat__llama_wrec *r, const float *x,
+                            const remat__llama_acts *a);
+remat__llama_acts remat__llama_wrec_acts(const remat__llama_wrec *r);
 
 #endif
