@@ -1,5 +1,6 @@
 /* test_calibrate.c: remat_calibrate times a GPT-2's layers on this machine
- * and remat_plan_problem_set_times hands them to the planner. The figures
+ * and remat_plan_problem_set_times hands them to the planner; a Llama's
+ * block's W is timed apart too. The figures
  * are positive, a block's weight gradient is part of its backward, its full
  * rebuild costs about its forward (the same kernels less the last product)
  * and more than its middle rebuild (two layernorms and a GELU), and a plan
@@ -45,5 +46,12 @@ int main(void) {
   CHECK(pb.time_unit[0] == 's' && pb.time_unit[1] == 0);
   remat_plan_free(&plan);
   remat_plan_problem_free(&pb);
+
+  /* a Llama's blocks run B and W apart too: its W is timed, a part of its
+   * backward */
+  CHECK(remat_config_parse("llama:4,128,4,2,352,256,64", &cfg, &err) == 0);
+  CHECK(remat_calibrate(&cfg, 2, 64, 3, &t, &err) == 0);
+  CHECKF(t.block_wgrad > 0 && t.block_bwd > t.block_wgrad,
+         "a Llama block: W %.3g s of its backward's %.3g s", t.block_wgrad, t.block_bwd);
   return test_summary("calibrate");
 }

@@ -350,7 +350,7 @@ REMAT_API int remat_job_saved_conflict(const remat_job_saved *s, const remat_job
 
 /* ----------------------------------------------------------- calibration */
 
-/* A GPT-2's layer times on this machine, in seconds per micro-batch of
+/* A model's layer times on this machine, in seconds per micro-batch of
  * B x T, measured (remat_calibrate): what the planner's FLOP-based times
  * stand in for. bwd is a block's whole backward, wgrad its weight part (a
  * zero-bubble schedule's W); recompute and middle the rebuild of its

@@ -1,4 +1,4 @@
-/* calibrate.c: a GPT-2's layer times measured on this machine, for the
+/* calibrate.c: a model's layer times measured on this machine, for the
  * planner to use instead of FLOP counts at a product rate, and for the
  * time a run predicts. A three-block model of the same width (kept,
  * middle, recomputed: one block of each policy) runs single micro-batch
@@ -69,10 +69,7 @@ static int calibrate_for(const remat_config *cfg, int64_t B, int64_t T, int roun
   const uint8_t policy[3] = {REMAT_KEEP, REMAT_MIDDLE, REMAT_RECOMPUTE};
   remat_stage st = remat_stage_whole(&c, policy);
   st.accumulate = 1;
-  /* B and W apart, timed apart; a Llama's backward runs whole (its W is
-   * counted in B) */
-  int split = cfg->family != REMAT_FAMILY_LLAMA;
-  st.wdeferred = split;
+  st.wdeferred = 1; /* B and W apart, timed apart */
   remat_model *m;
   int rc = remat__model_plan(&m, &c, B, T, &st, err);
   if (rc) return rc;
@@ -113,9 +110,8 @@ static int calibrate_for(const remat_config *cfg, int64_t B, int64_t T, int roun
     double t0 = remat__now();
     remat_model_zero_grad(m);
     remat__model_stage_forward(m, 0, 0, &hp);
-    if (!split) remat__model_stage_backward(m, 0, 0, dloss, &hp);
-    if (split) remat__model_stage_backward_input(m, 0, 0, 0, dloss, &hp);
-    if (split) remat__model_stage_backward_weight(m, 0, 0, &hp);
+    remat__model_stage_backward_input(m, 0, 0, 0, dloss, &hp);
+    remat__model_stage_backward_weight(m, 0, 0, &hp);
     /* the step's end as a trainer runs it, at a learning rate of 0 */
     double norm = sqrt(remat_model_grad_sumsq(m));
     remat_model_update(m, &hp, 0.0f, (float)norm);
@@ -176,7 +172,8 @@ static int kept_times(const remat_config *cfg, int64_t B, int64_t T, int ranks, 
            (long long)T, ranks > 1 ? ranks : 1);
   if (cfg->family == REMAT_FAMILY_LLAMA) { /* GPT-2's key is the shape above alone */
     size_t n = strlen(key);
-    snprintf(key + n, 160 - n, " llama NKV%lld H%lld", (long long)cfg->kv_heads,
+    /* "W": its W timed apart (a Llama's figures kept before it counted W in B) */
+    snprintf(key + n, 160 - n, " llama NKV%lld H%lld W", (long long)cfg->kv_heads,
              (long long)cfg->ffn_hidden);
   }
   int found = remat_cache_get(c, key, KEPT, &e, why);
