@@ -900,11 +900,10 @@ static void block_recompute_cheap(remat_model *m, const block_params *wp, const 
   m->be->gelu_forward(a->fch_gelu, a->fch, 4 * (size_t)N * (size_t)C);
 }
 
-/* A block's backward runs whole, or in a zero-bubble schedule's two parts:
- * B, the input gradient (dresid), which fills the block's W record, and W,
- * the weight gradients, which reads it. Each part runs the same kernels as
- * the whole on the same values, so B then W gives the bits of the whole. */
-enum { PART_INPUT = REMAT__PART_INPUT, PART_WEIGHT = REMAT__PART_WEIGHT, PART_ALL = REMAT__PART_ALL };
+/* A block's backward runs whole, or as B then W (model.h's REMAT__PART_*,
+ * which both families' blocks take). */
+enum { PART_INPUT = REMAT__PART_INPUT, PART_WEIGHT = REMAT__PART_WEIGHT,
+       PART_ALL = REMAT__PART_ALL };
 
 /* The gradient entering a residual branch into out: dropout(dresid), or
  * dresid itself, copied (a W record must keep it: dresid moves on). */
