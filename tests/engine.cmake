@@ -2,6 +2,7 @@
 # steps, planned vs measured peak, and the command line.
 remat_test(test_memplan SOURCES test_memplan.c LIBS remat_memory LABELS unit)
 remat_test(test_checkpointing SOURCES test_checkpointing.c LIBS remat_train LABELS slow)
+remat_test(test_head_chunk SOURCES test_head_chunk.c LIBS remat_train LABELS unit)
 # A zero-bubble schedule's B and W apart = the whole backward, bit for bit.
 remat_test(test_zb SOURCES test_zb.c LIBS remat_model LABELS unit)
 # The calibration's layer times, and a plan on them.

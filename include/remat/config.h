@@ -55,6 +55,11 @@ typedef struct remat_config {
   int64_t untied;     /* Llama: 1 when the head has its own matrix */
   double rope_theta;  /* Llama: the rotary base (10000, or 500000 for Llama 3) */
   double norm_eps;    /* Llama: RMSNorm's epsilon */
+  /* The head's logits in chunks of this many tokens: each chunk's logits
+   * are made, turned into its loss and gradient, and dropped, so the head
+   * holds one chunk's logits, not B*T*Vp (0, the zero value: all B*T at
+   * once). Like the precision, a setting of the run, not of the shape. */
+  int64_t head_chunk;
 } remat_config;
 
 /* Precisions; append only.

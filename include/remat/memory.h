@@ -126,11 +126,19 @@ typedef struct remat_memory_model {
                                   and layernorms' inputs (a stage's wdeferred) */
   size_t head_bytes;           /* the head's activations and their gradient */
   size_t logits_bytes;         /* (B, T, Vp) logits, probabilities, their gradient
-                                  (bf16 in bf16) */
+                                  (bf16 in bf16); one chunk's (head_chunk, Vp)
+                                  where the config's head_chunk is less */
   /* bf16: the bf16 copies of a block's four matrices, and of the tied
    * matrix for the head's product (in their w); 0 in fp32 */
   size_t block_bf16_bytes, head_bf16_bytes;
 } remat_memory_model;
+
+/* The head chunk a planner's choice takes for micro-batches of B x T: the
+ * most tokens, a multiple of 64 (at least 64, at most B*T), whose logits
+ * take no more bytes than the residual stream of the micro-batch (B*T*C
+ * floats), so the head's workspace is of an activation's size, not the
+ * vocabulary's; 0 (all at once) when that is all B*T. */
+REMAT_API int64_t remat_head_chunk_auto(const remat_config *cfg, int64_t B, int64_t T);
 
 /* The terms for micro-batches of B x T. Checks the shape. */
 REMAT_API int remat_memory_model_get(const remat_config *cfg, int64_t B, int64_t T,

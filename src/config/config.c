@@ -95,6 +95,11 @@ int remat_config_check(const remat_config *c, remat_error *err) {
                          (long long)c->max_seq_len, (long long)MAX_DIM);
   if (c->precision < 0 || c->precision >= REMAT_PRECISION_COUNT)
     return remat__errorf(err, REMAT_EINVAL, "unknown precision %lld: fp32 or bf16", (long long)c->precision);
+  if (c->head_chunk < 0)
+    return remat__errorf(err, REMAT_EINVAL,
+                         "a head chunk of %lld tokens: give a positive count, or 0 for all "
+                         "of a micro-batch's tokens at once",
+                         (long long)c->head_chunk);
   if (c->channels % c->num_heads != 0)
     return remat__errorf(err, REMAT_EINVAL,
                          "channels C=%lld must be divisible by heads NH=%lld",

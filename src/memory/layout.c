@@ -25,6 +25,11 @@ static size_t carve(const field *f, int n, void *base, char **at) {
 int remat__product_shapes(const remat_config *cfg, int64_t B, int64_t T,
                           remat__mm_shape s[REMAT__PRODUCTS]) {
   int64_t N = B * T, C = cfg->channels, Vp = cfg->padded_vocab_size;
+  /* the head's product on a chunk of tokens, and on the last, shorter one */
+  int64_t k = cfg->head_chunk > 0 && cfg->head_chunk < N ? cfg->head_chunk : N;
+  remat__mm_shape head = {.N = k, .C = C, .OC = Vp, .out_bf16 = true, .dinp_fp32 = true,
+                          .no_bias = true};
+  int n = 0;
   if (cfg->family == REMAT_FAMILY_LLAMA) {
     int64_t KV = remat__kv_width(cfg), H = cfg->ffn_hidden;
     /* every product without a bias; the ones whose output a kernel reads
@@ -34,16 +39,20 @@ int remat__product_shapes(const remat_config *cfg, int64_t B, int64_t T,
     s[2] = (remat__mm_shape){.N = N, .C = C, .OC = C, .no_bias = true};
     s[3] = (remat__mm_shape){.N = N, .C = C, .OC = H, .out_bf16 = true, .dinp_fp32 = true, .no_bias = true};
     s[4] = (remat__mm_shape){.N = N, .C = H, .OC = C, .no_bias = true};
-    s[5] = (remat__mm_shape){.N = N, .C = C, .OC = Vp, .out_bf16 = true, .dinp_fp32 = true, .no_bias = true};
-    return 6;
+    n = 5;
+  } else {
+    s[0] = (remat__mm_shape){.N = N, .C = C, .OC = 3 * C, .out_bf16 = true, .dinp_fp32 = true};
+    s[1] = (remat__mm_shape){.N = N, .C = C, .OC = C};
+    s[2] = (remat__mm_shape){.N = N, .C = C, .OC = 4 * C, .out_bf16 = true, .dinp_fp32 = true};
+    s[3] = (remat__mm_shape){.N = N, .C = 4 * C, .OC = C};
+    n = 4;
   }
-  s[0] = (remat__mm_shape){.N = N, .C = C, .OC = 3 * C, .out_bf16 = true, .dinp_fp32 = true};
-  s[1] = (remat__mm_shape){.N = N, .C = C, .OC = C};
-  s[2] = (remat__mm_shape){.N = N, .C = C, .OC = 4 * C, .out_bf16 = true, .dinp_fp32 = true};
-  s[3] = (remat__mm_shape){.N = N, .C = 4 * C, .OC = C};
-  s[4] = (remat__mm_shape){.N = N, .C = C, .OC = Vp, .out_bf16 = true, .dinp_fp32 = true,
-                           .no_bias = true};
-  return 5;
+  s[n++] = head;
+  if (N % k) {
+    s[n] = head;
+    s[n++].N = N % k;
+  }
+  return n;
 }
 
 void remat__bf16_copy_bytes(const remat_config *cfg, size_t *block, size_t *head) {

@@ -165,8 +165,9 @@ int remat__memplan_build_stage_ws(remat_memplan *mp, const remat_config *cfg, in
 
 /* bf16: the products of a step at micro-batches of B x T, as the model
  * makes them (GPT-2: a block's qkv, projection, fc and fc projection, and
- * the LM head; Llama: q, k, v, o, w1, w3, w2 and the head); their
- * scratchpad is ws->product_scratch in bf16. Returns their number. */
+ * the LM head; Llama: q, k, v, o, w1, w3, w2 and the head: the head's on
+ * cfg->head_chunk tokens, and on the last chunk's rest, where chunked);
+ * their scratchpad is ws->product_scratch in bf16. Returns their number. */
 enum { REMAT__PRODUCTS = 8 };
 int remat__product_shapes(const remat_config *cfg, int64_t B, int64_t T,
                           remat__mm_shape s[REMAT__PRODUCTS]);

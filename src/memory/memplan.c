@@ -107,6 +107,14 @@ void remat__memory_plan_for(const remat__backend_sizes *sz) {
   planning_sizes = sz ? sz : &remat__cpu_sizes;
 }
 
+int64_t remat_head_chunk_auto(const remat_config *cfg, int64_t B, int64_t T) {
+  int64_t N = B * T, elem = cfg->precision == REMAT_PRECISION_BF16 ? 2 : 4;
+  if (N < 1 || cfg->padded_vocab_size < 1) return 0;
+  int64_t k = N * cfg->channels * 4 / (cfg->padded_vocab_size * elem) / 64 * 64;
+  if (k < 256) k = 256;
+  return k >= N ? 0 : k;
+}
+
 int remat_memory_model_get(const remat_config *cfg, int64_t B, int64_t T, remat_memory_model *mm,
                            remat_error *err) {
   remat__kernel_ws ws;
@@ -136,7 +144,8 @@ int remat__memory_model_get_ws(const remat_config *cfg, int64_t B, int64_t T,
   mm->block_dgrad_bytes = ls.dgrad;
   mm->block_wrec_bytes = ls.wrec;
   mm->head_bytes = ls.head;
-  mm->logits_bytes = remat__align(BT * (size_t)cfg->padded_vocab_size * remat__act_elem(ws));
+  size_t rows = cfg->head_chunk > 0 && (size_t)cfg->head_chunk < BT ? (size_t)cfg->head_chunk : BT;
+  mm->logits_bytes = remat__align(rows * (size_t)cfg->padded_vocab_size * remat__act_elem(ws));
   mm->stage_bytes = mm->residual_bytes;
 
   size_t np[REMAT_LAYER_KIND_COUNT];

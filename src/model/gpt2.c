@@ -999,19 +999,16 @@ static head_params head_params_of(remat_model *m) {
                        .lnfb = llama ? NULL : h ? h + C : m->p[REMAT_P_LNFB]};
 }
 
-/* Final layernorm, logits and loss of the micro-batch in `slot`; returns
- * the summed loss. With backward, the logits are left holding the loss's
- * gradient, dloss per token (the cross-entropy's backward, in its pass). */
-static double head_forward(remat_model *m, const head_params *w, char *slot,
-                           remat__head_acts *h, bool backward, float dloss) {
+/* The head's norm of the micro-batch in `slot` into h (layernorm, or a
+ * Llama's RMSNorm, whose region has no means). */
+static void head_norm(remat_model *m, const head_params *w, char *slot, remat__head_acts *h) {
   const remat_config *c = &m->cfg;
   int64_t N = m->B * m->T, C = c->channels;
   remat__kernel_ws ws = kernel_ws(m);
   remat__head_acts_view(h, m->work, m->B, m->T, C, &ws);
-  const int32_t *targets = (const int32_t *)(slot + m->mp.targets_offset);
   const float *x = resid_at(m, slot, m->stage.num_blocks);
   int bf16 = c->precision == REMAT_PRECISION_BF16;
-  if (c->family == REMAT_FAMILY_LLAMA) { /* RMSNorm: its region has no means */
+  if (c->family == REMAT_FAMILY_LLAMA) {
     remat__llama_head lh;
     remat__llama_head_view(&lh, m->work, c, m->B, m->T, &ws);
     *h = (remat__head_acts){.lnf = lh.xnf, .lnf_rstd = lh.rstd, .losses = lh.losses,
@@ -1026,26 +1023,67 @@ static double head_forward(remat_model *m, const head_params *w, char *slot,
   } else {
     m->be->layernorm_forward(h->lnf, h->lnf_mean, h->lnf_rstd, x, w->lnfw, w->lnfb, N, C);
   }
-  /* the logits and the loss: the same for every family */
-  if (bf16) {
+}
+
+/* Tokens per chunk of the head's logits: cfg.head_chunk, or all of them. */
+static int64_t head_rows(const remat_model *m) {
+  int64_t N = m->B * m->T, k = m->cfg.head_chunk;
+  return k > 0 && k < N ? k : N;
+}
+
+/* The logits of the n tokens from r (rows r.. of h's norm output) and
+ * their loss, the same for every family; returns the rows' summed loss.
+ * With backward, the logits are left holding the loss's gradient, dloss
+ * per token (the cross-entropy's backward, in its pass). The logits' buffer
+ * holds one chunk (head_rows): it follows the head's region. */
+static double head_logits(remat_model *m, const head_params *w, const remat__head_acts *h,
+                          const int32_t *targets, int64_t r, int64_t n, bool backward,
+                          float dloss) {
+  const remat_config *c = &m->cfg;
+  int64_t C = c->channels, V = c->vocab_size, Vp = c->padded_vocab_size;
+  float *losses = h->losses + r;
+  targets += r;
+  if (c->precision == REMAT_PRECISION_BF16) {
     uint16_t *lg = (uint16_t *)(m->work + m->mp.mm.head_bytes);
-    m->be->bf16_matmul_forward(m->products, lg, h->lnf, head_wbf(m, w->wte), NULL, N, C,
-                               c->padded_vocab_size, true, h->scratch);
+    const uint16_t *x = (const uint16_t *)h->lnf + (size_t)r * (size_t)C;
+    m->be->bf16_matmul_forward(m->products, lg, x, head_wbf(m, w->wte), NULL, n, C, Vp, true,
+                               h->scratch);
     progress(m);
-    if (backward)
-      return m->be->crossentropy_forward_backward_bf16(lg, h->losses, targets, dloss, N,
-                                                       c->vocab_size, c->padded_vocab_size);
-    return m->be->crossentropy_forward_bf16(lg, h->losses, targets, N, c->vocab_size,
-                                            c->padded_vocab_size);
+    return backward ? m->be->crossentropy_forward_backward_bf16(lg, losses, targets, dloss, n, V, Vp)
+                    : m->be->crossentropy_forward_bf16(lg, losses, targets, n, V, Vp);
   }
   float *logits = (float *)(m->work + m->mp.mm.head_bytes);
-  m->be->matmul_forward(logits, h->lnf, w->wte, NULL, N, C, c->padded_vocab_size);
+  const float *x = (const float *)h->lnf + (size_t)r * (size_t)C;
+  m->be->matmul_forward(logits, x, w->wte, NULL, n, C, Vp);
   progress(m);
-  if (backward)
-    return m->be->crossentropy_forward_backward(logits, h->losses, targets, dloss, N,
-                                                c->vocab_size, c->padded_vocab_size);
-  return m->be->crossentropy_forward(logits, h->losses, targets, N, c->vocab_size,
-                                     c->padded_vocab_size);
+  return backward ? m->be->crossentropy_forward_backward(logits, losses, targets, dloss, n, V, Vp)
+                  : m->be->crossentropy_forward(logits, losses, targets, n, V, Vp);
+}
+
+/* The micro-batch's summed loss after the chunks of head_logits: with one
+ * chunk, its own sum; with several, the per-token losses summed in token
+ * order, as the cross-entropy sums them, so chunks do not move the bits. */
+static double head_loss(remat_model *m, const remat__head_acts *h, double one) {
+  int64_t N = m->B * m->T;
+  if (head_rows(m) == N) return one;
+  size_t bytes = (size_t)N * sizeof(float);
+  const float *l = m->be->map(h->losses, bytes, REMAT_MAP_READ);
+  double total = 0.0;
+  for (int64_t i = 0; i < N; i++) total += l[i];
+  m->be->unmap(h->losses, (void *)l, bytes, REMAT_MAP_READ);
+  return total;
+}
+
+/* The head's forward alone (an evaluation's loss): its norm, then the
+ * logits and loss chunk by chunk. Returns the summed loss. */
+static double head_forward(remat_model *m, const head_params *w, char *slot,
+                           remat__head_acts *h) {
+  int64_t N = m->B * m->T, k = head_rows(m);
+  const int32_t *targets = (const int32_t *)(slot + m->mp.targets_offset);
+  head_norm(m, w, slot, h);
+  double one = 0.0;
+  for (int64_t r = 0; r < N; r += k) one = head_logits(m, w, h, targets, r, k < N - r ? k : N - r, false, 0.0f);
+  return head_loss(m, h, one);
 }
 
 /* A Llama block's three dropout sites, keyed as GPT-2's. */
@@ -1101,20 +1139,22 @@ void remat__model_stage_forward(remat_model *m, int64_t slot_index, uint32_t mic
 }
 
 /* The head's backward from its forward in this pass: its loss, its
- * gradients, and dresid = dL/d(its input). */
+ * gradients, and dresid = dL/d(its input). Chunk by chunk (head_rows), the
+ * logits are made, turned into the loss and its gradient, and taken back
+ * into the norm's gradient rows and the matrix's gradient before the next
+ * chunk reuses their buffer. */
 static double head_backward(remat_model *m, char *slot, float dloss) {
   const remat_config *c = &m->cfg;
   const remat_memory_model *mm = &m->mp.mm;
-  int64_t N = m->B * m->T, C = c->channels, L = c->num_layers;
+  int64_t N = m->B * m->T, C = c->channels, L = c->num_layers, Vp = c->padded_vocab_size;
+  int64_t k = head_rows(m);
+  const int32_t *targets = (const int32_t *)(slot + m->mp.targets_offset);
   remat__head_acts h;
   head_params w = head_params_of(m);
   double t = remat__now();
-  double loss = head_forward(m, &w, slot, &h, true, dloss);
-  t = lap(m, REMAT__T_HEAD_F, t);
-  float *logits = (float *)(m->work + mm->head_bytes);
+  head_norm(m, &w, slot, &h);
   /* the head's share of the tied matrix's gradient, summed on its own;
    * the buffer holds it, then the head's own unit */
-  progress(m);
   float *gb = grad_buffer(m, REMAT_LAYER_HEAD, mm->head_bytes + mm->logits_bytes, L + 2);
   int llama = c->family == REMAT_FAMILY_LLAMA, tied = remat__tied(c);
   float *gwte = !tied ? (gb ? gb + m->head_grad_split + C : m->g[REMAT_LP_CLS])
@@ -1123,14 +1163,24 @@ static double head_backward(remat_model *m, char *slot, float dloss) {
                                : m->g[0];
   float *glnf = gb ? gb + m->head_grad_split : m->g[llama ? REMAT_LP_NORM : REMAT_P_LNFW];
   float *glnfb = llama ? NULL : gb ? gb + m->head_grad_split + C : m->g[REMAT_P_LNFB];
-  if (c->precision == REMAT_PRECISION_BF16)
-    m->be->bf16_matmul_backward(m->products, h.dlnf, gwte, NULL, (const uint16_t *)logits,
-                                h.lnf, head_wbf(m, w.wte), N, C, c->padded_vocab_size, false,
-                                h.scratch);
-  else
-    m->be->matmul_backward(h.dlnf, gwte, NULL, logits, h.lnf, w.wte, N, C,
-                           c->padded_vocab_size);
-  progress(m);
+  double one = 0.0;
+  for (int64_t r = 0; r < N; r += k) {
+    int64_t n = k < N - r ? k : N - r;
+    one = head_logits(m, &w, &h, targets, r, n, true, dloss);
+    t = lap(m, REMAT__T_HEAD_F, t);
+    void *logits = m->work + mm->head_bytes;
+    float *dx = h.dlnf + (size_t)r * (size_t)C;
+    if (c->precision == REMAT_PRECISION_BF16)
+      m->be->bf16_matmul_backward(m->products, dx, gwte, NULL, logits,
+                                  (const uint16_t *)h.lnf + (size_t)r * (size_t)C,
+                                  head_wbf(m, w.wte), n, C, Vp, false, h.scratch);
+    else
+      m->be->matmul_backward(dx, gwte, NULL, logits, (const float *)h.lnf + (size_t)r * (size_t)C,
+                             w.wte, n, C, Vp);
+    progress(m);
+    t = lap(m, REMAT__T_HEAD_B, t);
+  }
+  double loss = head_loss(m, &h, one);
   m->be->clear(m->dresid, (size_t)N * (size_t)C * sizeof(float));
   if (llama)
     m->be->rmsnorm_backward(m->dresid, glnf, h.dlnf, resid_at(m, slot, m->stage.num_blocks),
@@ -1367,7 +1417,7 @@ float remat_model_eval(remat_model *m) {
   remat__model_stage_forward(m, 0, 0, NULL); /* refreshes the bf16 weights */
   remat__head_acts h;
   head_params w = head_params_of(m);
-  return (float)(head_forward(m, &w, slot_at(m, 0), &h, false, 0.0f) / (double)(m->B * m->T));
+  return (float)(head_forward(m, &w, slot_at(m, 0), &h) / (double)(m->B * m->T));
 }
 
 void remat_model_zero_grad(remat_model *m) {
