@@ -120,6 +120,12 @@ static const char usage_text[] =
     "                                 machine (N rounds of a three-block model of its\n"
     "                                 width, medians) and plan with those seconds\n"
     "                                 instead of FLOP counts\n"
+    "  --head-chunk N|auto            with --config: the head's logits in chunks of N\n"
+    "                                 tokens (remat train --head-chunk): the last\n"
+    "                                 stage holds N x vocabulary logits (0: all of a\n"
+    "                                 micro-batch's); auto (default): chunks where\n"
+    "                                 they make the plan faster under --mem, or let\n"
+    "                                 it fit; the plan file carries the choice\n"
     "  --threads N                    with --config: the threads each rank of the run\n"
     "                                 uses, which bf16's product scratchpad depends on\n"
     "                                 (default: this machine's CPUs shared by the\n"
@@ -166,8 +172,9 @@ static const char usage_text[] =
  * resolved (-1 for schedule and objective: the problem's own). */
 typedef struct plan_args {
   const char *problem, *config, *mem, *format, *output, *schedule, *objective, *precision;
-  const char *family;
+  const char *family, *head_chunk_name;
   int64_t B, T, P, M, D, Z, points, chunks, min_blocks, threads;
+  int64_t head_chunk; /* tokens; 0 all at once; -1 auto (the default) */
   double time_limit;
   int sweep, no_middle;
   int64_t calibrate; /* rounds of remat_calibrate (0: FLOP-based times) */
@@ -198,6 +205,12 @@ static int resolve_names(plan_args *a) {
     return cli_fail(-1, "--threads goes with --config; a problem file has its own bytes");
   if (a->calibrate && !a->config)
     return cli_fail(-1, "--calibrate goes with --config; a problem file has its own times");
+  a->head_chunk = -1;
+  if (a->head_chunk_name && !a->config)
+    return cli_fail(-1, "--head-chunk goes with --config; a problem file has its own bytes");
+  if (a->head_chunk_name && strcmp(a->head_chunk_name, "auto") &&
+      cli_parse_i64("--head-chunk", a->head_chunk_name, 0, (int64_t)1 << 30, &a->head_chunk))
+    return -1;
   const char *why;
   if (a->precision && !remat_precision_available(a->prec, &why))
     return cli_fail(-1, "--precision bf16 needs AVX512-BF16 or AMX, and this CPU has neither "
@@ -263,6 +276,7 @@ static int parse_args(int argc, char **argv, plan_args *a) {
       {.name = "--data-parallel", .kind = CLI_I64, .dst = &a->D, .lo = 1, .hi = 4096},
       {.name = "--zero", .kind = CLI_I64, .dst = &a->Z, .lo = 0, .hi = 3},
       {.name = "--precision", .kind = CLI_STR, .dst = &a->precision},
+      {.name = "--head-chunk", .kind = CLI_STR, .dst = &a->head_chunk_name},
       {.name = "--sweep", .kind = CLI_SWITCH, .dst = &a->sweep},
       {.name = "--no-middle", .kind = CLI_SWITCH, .dst = &a->no_middle},
       {.name = "--min-blocks", .kind = CLI_I64, .dst = &a->min_blocks, .lo = 0, .hi = 1},
@@ -311,7 +325,7 @@ static int run_threads(const plan_args *a) {
   return (int)(cpus / ranks);
 }
 
-static int load_problem(const plan_args *a, const remat_budgets *budgets,
+static int load_problem(const plan_args *a, const remat_budgets *budgets, int64_t head_chunk,
                         remat_plan_problem *pb) {
   remat_error err;
   if (!a->config) {
@@ -322,6 +336,7 @@ static int load_problem(const plan_args *a, const remat_budgets *budgets,
   if (remat_config_parse(a->config, &cfg, &err))
     return cli_fail(CLI_EXIT_USAGE, "--config: %s", err.msg);
   cfg.precision = a->prec;
+  cfg.head_chunk = head_chunk;
   omp_set_num_threads(run_threads(a)); /* oneDNN sizes bf16's scratchpad for them */
   if (remat_plan_problem_from_replicas(pb, &cfg, a->B, a->T, a->P, a->M, a->D > 1 ? a->D : 1,
                                        a->Z > 0 ? (int)a->Z : 0, budgets->bytes[0], &err))
@@ -487,16 +502,45 @@ fail_format:
   return status;
 }
 
+/* The head chunk --head-chunk auto weighs for --config's model (0: none). */
+static int64_t auto_head_chunk(const plan_args *a) {
+  remat_config cfg;
+  remat_error err;
+  if (!a->config || a->head_chunk >= 0 || remat_config_parse(a->config, &cfg, &err)) return 0;
+  cfg.precision = a->prec;
+  return remat_head_chunk_auto(&cfg, a->B, a->T);
+}
+
 /* Solves and writes the plan. An infeasible problem still prints its
  * least-memory arrangement (table or json), so each stage's smallest need
  * is visible, then names the smallest budget on standard error (exit 1). */
-static int run_plan(const plan_args *a, const remat_plan_problem *pb) {
+static int run_plan(const plan_args *a, const remat_plan_problem *pb,
+                    const remat_plan_problem *chunked) {
   remat_error err, ferr;
   remat_plan plan;
   char *text = NULL;
   int status = 0;
   int rc = remat_plan_solve(pb, &plan, &err);
   if (rc && rc != REMAT_EINFEASIBLE) return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
+  /* --head-chunk auto: the head in chunks where the whole head's plan
+   * recomputes (or does not fit) and the chunked one is faster (or fits;
+   * or, neither fitting, needs a smaller budget) */
+  if (chunked && (rc || plan.total_recomputed > 0)) {
+    remat_plan p2;
+    remat_error e2;
+    int rc2 = remat_plan_solve(chunked, &p2, &e2);
+    if ((rc2 == 0 && (rc || p2.objective_value < plan.objective_value)) ||
+        (rc2 == REMAT_EINFEASIBLE && rc == REMAT_EINFEASIBLE &&
+         p2.min_budget_bytes < plan.min_budget_bytes)) { /* faster, or fits, or needs less */
+      remat_plan_free(&plan);
+      plan = p2;
+      pb = chunked;
+      rc = rc2;
+      err = e2;
+    } else if (rc2 == 0 || rc2 == REMAT_EINFEASIBLE) {
+      remat_plan_free(&p2);
+    }
+  }
   int show = rc == 0 || a->fmt == REMAT_PLAN_FORMAT_TABLE || a->fmt == REMAT_PLAN_FORMAT_JSON;
   if (show && remat_plan_format(pb, &plan, a->fmt, &text, &ferr)) {
     status = cli_fail(CLI_EXIT_RUN, "%s", ferr.msg);
@@ -527,11 +571,20 @@ int remat_cmd_plan(int argc, char **argv) {
   if (parse_args(argc, argv, &a)) return CLI_EXIT_USAGE;
   if (a.mem && (status = parse_budgets(a.mem, &budgets))) goto fail_budgets;
   if ((status = check_output(&a))) goto fail_budgets;
-  if ((status = load_problem(&a, &budgets, &pb))) goto fail_budgets;
+  if ((status = load_problem(&a, &budgets, a.head_chunk > 0 ? a.head_chunk : 0, &pb)))
+    goto fail_budgets;
   if ((status = apply_settings(&a, &budgets, &pb))) goto fail_problem;
+  /* --head-chunk auto under a budget: the problem with the head in chunks too */
+  int64_t k = auto_head_chunk(&a);
+  remat_plan_problem chunked;
+  int have_chunked = k > 0 && a.mem && a.fmt != FORMAT_LP && !a.sweep;
+  if (have_chunked && (status = load_problem(&a, &budgets, k, &chunked))) goto fail_problem;
+  if (have_chunked && (status = apply_settings(&a, &budgets, &chunked))) goto fail_chunked;
   if (a.fmt == FORMAT_LP) status = write_lp(&a, &pb);
   else if (a.sweep) status = run_sweep(&a, &pb);
-  else status = run_plan(&a, &pb);
+  else status = run_plan(&a, &pb, have_chunked ? &chunked : NULL);
+fail_chunked:
+  if (have_chunked) remat_plan_problem_free(&chunked);
 fail_problem:
   remat_plan_problem_free(&pb);
 fail_budgets:

@@ -74,6 +74,7 @@ static void train_flags(opts *o, cli_flag flags[TRAIN_FLAGS]) {
       {.name = "--resume", .kind = CLI_STR, .dst = &d->resume},
       {.name = "--schedule", .kind = CLI_STR, .dst = &o->schedule_name},
       {.name = "--precision", .kind = CLI_STR, .dst = &o->precision_name},
+      {.name = "--head-chunk", .kind = CLI_STR, .dst = &o->head_chunk_name},
       {.name = "--calibrate", .kind = CLI_INT, .dst = &d->calibrate, .lo = 1, .hi = 1000},
       {.name = "--chunks", .kind = CLI_I64, .dst = &d->chunks, .lo = 1, .hi = 64},
       {.name = "--checkpoint-every", .kind = CLI_I64, .dst = &d->checkpoint_every,
@@ -134,6 +135,11 @@ static int parse_args(int argc, char **argv, opts *o, const remat_job_desc *base
   if (o->schedule_name && remat_plan_schedule_parse(o->schedule_name, &d->schedule))
     return cli_fail(-1, "--schedule %s is not a schedule; use %s", o->schedule_name,
                     remat_schedule_names(names, sizeof names, REMAT_SCHEDULES_ALL, "or"));
+  if (o->head_chunk_name && !strcmp(o->head_chunk_name, "auto"))
+    d->head_chunk = -1;
+  else if (o->head_chunk_name &&
+           cli_parse_i64("--head-chunk", o->head_chunk_name, 0, (int64_t)1 << 30, &d->head_chunk))
+    return -1;
   if (o->precision_name && remat_precision_parse(o->precision_name, &d->precision))
     return cli_fail(-1, "--precision %s is not a precision; use fp32 or bf16", o->precision_name);
   const char *why;

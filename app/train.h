@@ -12,7 +12,7 @@
 
 typedef struct {
   remat_job_desc d; /* most flags go straight into the job's description */
-  const char *save, *log, *trace, *schedule_name, *precision_name;
+  const char *save, *log, *trace, *schedule_name, *precision_name, *head_chunk_name;
   char precision_note[192]; /* what the run's header says of its precision: why it was chosen */
   double peak_gflops;
   int64_t sample_every;

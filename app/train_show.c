@@ -27,6 +27,15 @@ static void print_model(const remat_config *cfg, const opts *o) {
            "moments (%s)\n", o->precision_note);
   else
     printf("precision fp32 (%s)\n", o->precision_note);
+  if (cfg->head_chunk > 0) {
+    int64_t N = o->d.train.B * o->d.train.T;
+    printf("head    logits in chunks of %lld of a micro-batch's %lld tokens (%lld x %lld at a "
+           "time), each turned into its loss and gradient and dropped (%s)\n",
+           (long long)cfg->head_chunk, (long long)N, (long long)cfg->head_chunk,
+           (long long)cfg->padded_vocab_size,
+           o->d.head_chunk > 0 ? "--head-chunk" : o->d.plan ? "the plan's"
+                                                : "--head-chunk auto: the budget needs them");
+  }
 }
 
 /* The budgets of --mem as bytes and binary units ("8G" is 8000000000

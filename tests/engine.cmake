@@ -52,6 +52,9 @@ find_program(MPIRUN mpirun)
 if(MPIRUN)
   remat_cli_test(pipeline pipeline.sh LABELS mpi TIMEOUT 600)
   remat_cli_test(chunked chunked.sh LABELS mpi TIMEOUT 600)
+  # The head in chunks: lower planned peaks, = measured, the first loss the
+  # whole head's, the planner's choice under a budget, plan files, resume.
+  remat_cli_test(head_chunk head_chunk.sh LABELS mpi TIMEOUT 300)
   # Data-parallel replicas under ZeRO 0-3 against one process.
   remat_cli_test(data_parallel data_parallel.sh LABELS mpi TIMEOUT 600)
   # The Llama family: recompute, pipelines, replicas, the grid and resume = one process.

@@ -85,6 +85,11 @@ typedef struct remat_job_desc {
    * before the stages are placed, and the run's prediction in them. */
   int calibrate;
   const char *layers; /* blocks per stage by hand, "N0,N1,..." */
+  /* The head's logits in chunks of this many tokens (remat_config's
+   * head_chunk); 0: all of a micro-batch's at once; -1 (the default): the
+   * planner's choice under a budget (chunks where they let it recompute
+   * less), else all at once. */
+  int64_t head_chunk;
   const char *plan;   /* a plan file of `remat plan` places the stages */
   /* State: a checkpoint every checkpoint_every steps (and at the end) in
    * checkpoint_dir; resume from the newest complete checkpoint under a

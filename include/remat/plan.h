@@ -170,6 +170,9 @@ typedef struct remat_plan_problem {
   remat_plan_group *groups; /* (num_groups) in model order, owned */
   char time_unit[16];   /* label of the time unit for output ("" = none) */
   char source[128];     /* what the problem was built from, for output */
+  int64_t head_chunk;   /* built from a model: its head's logits in chunks
+                           of this many tokens (remat_config's head_chunk;
+                           0: all at once), written into the plan */
   double time_limit;    /* seconds remat_plan_solve may take (0: no limit), see there */
   int64_t chunks;       /* v, model chunks per stage (0: the schedule's default,
                            remat_schedule_chunks); more than 1 under interleaved
@@ -422,6 +425,7 @@ typedef struct remat_plan_layout {
   size_t *budget_bytes;      /* (stages) */
   size_t *memory_bytes;      /* (stages) as the plan computed them */
   char source[128];          /* what the problem was built from */
+  int64_t head_chunk;        /* the head's chunk of tokens it was planned with (0: none) */
   /* interleaved and zbv: v chunks per stage and the layers of each of the
    * stages x v virtual stages, model order (layers_per_stage sums a
    * stage's); chunks 1 and chunk_layers NULL otherwise */

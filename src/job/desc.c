@@ -54,6 +54,10 @@ int remat_job_desc_check(const remat_job_desc *d, remat_error *err) {
                          "%d", N(d, "stages"), (long long)d->stages, N(d, "data-parallel"),
                          (long long)d->replicas, (long long)(d->stages * d->replicas),
                          REMAT_MAX_STAGES);
+  if (d->head_chunk < -1 || d->head_chunk > ((int64_t)1 << 30))
+    return remat__errorf(err, REMAT_EINVAL, "%s %lld: give a count of tokens (0 for all of a "
+                         "micro-batch's at once) or auto", N(d, "head-chunk"),
+                         (long long)d->head_chunk);
   if (d->zero < 0 || d->zero > 3)
     return remat__errorf(err, REMAT_EINVAL, "%s %d: ZeRO's stages are 0 to 3", N(d, "zero"),
                          d->zero);
@@ -151,7 +155,7 @@ static uint64_t desc_digest(const remat_job_desc *d) {
   int64_t v[] = {d->train.B, d->train.T, d->train.grad_accum, d->train.steps, d->train.warmup,
                  d->train.cosine, d->train.shuffle, d->train.eval_batches, d->eval_every,
                  d->stages, d->replicas, d->zero, d->schedule, d->chunks, d->checkpoint_every,
-                 d->keep_checkpoints, d->trace, d->replace_checkpoints,
+                 d->keep_checkpoints, d->trace, d->replace_checkpoints, d->head_chunk,
                  (int64_t)d->train.hp.seed};
   double f[] = {d->train.lr, d->train.val_frac, d->ckpt_ratio, d->train.hp.weight_decay,
                 d->train.hp.grad_clip, d->train.hp.dropout};

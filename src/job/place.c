@@ -22,18 +22,44 @@
  * step (a pipeline stage's, a replica's, one process's), what the planner
  * plans; the training data and the loaders are held beside it and shown
  * apart. */
+static int fewest_recompute(const remat_job *job, const remat_config *cfg, uint8_t *policy,
+                            int64_t *full, int64_t *mid, size_t *need, remat_error *err) {
+  const remat_job_desc *d = &job->d;
+  /* the library's one answer (remat_fewest_recompute) for this model */
+  remat_stage whole = d->replicas > 1 ? remat_stage_replica(cfg, NULL, d->replicas, 0, d->zero)
+                                      : remat_stage_whole(cfg, NULL);
+  whole.accumulate = d->train.grad_accum > 1 || d->replicas > 1;
+  return remat_fewest_recompute(cfg, d->train.B, d->train.T, &whole, job->budgets.bytes[0],
+                                policy, full, mid, need, err);
+}
+
+/* The head in chunks (--head-chunk auto): taken where the whole head's
+ * choice recomputes (or does not fit) and the chunked one recomputes fewer
+ * blocks in full, or as many and fewer under the middle policy. */
 static int policy_for_budget(remat_job *job, uint8_t *policy, remat_error *err) {
   const remat_job_desc *d = &job->d;
   int64_t L = job->cfg.num_layers, full, mid;
   size_t budget = job->budgets.bytes[0], need;
   char b1[32], b2[32];
-  /* the library's one answer (remat_fewest_recompute) for this model */
-  remat_stage whole = d->replicas > 1
-                          ? remat_stage_replica(&job->cfg, NULL, d->replicas, 0, d->zero)
-                          : remat_stage_whole(&job->cfg, NULL);
-  whole.accumulate = d->train.grad_accum > 1 || d->replicas > 1;
-  int rc = remat_fewest_recompute(&job->cfg, d->train.B, d->train.T, &whole, budget, policy,
-                                  &full, &mid, &need, err);
+  int rc = fewest_recompute(job, &job->cfg, policy, &full, &mid, &need, err);
+  int64_t k = d->head_chunk < 0 ? remat_head_chunk_auto(&job->cfg, d->train.B, d->train.T) : 0;
+  if (k > 0 && (rc == REMAT_EINFEASIBLE || full + mid > 0)) {
+    remat_config c = job->cfg;
+    c.head_chunk = k;
+    uint8_t p[REMAT_MAX_LAYERS];
+    int64_t f2, m2;
+    size_t n2;
+    remat_error e2;
+    int rc2 = fewest_recompute(job, &c, p, &f2, &m2, &n2, &e2);
+    if (rc2 == 0 && (rc || f2 < full || (f2 == full && m2 < mid))) {
+      job->cfg.head_chunk = k;
+      memcpy(policy, p, (size_t)L);
+      return 0;
+    }
+    if (rc2 == REMAT_EINFEASIBLE && rc == REMAT_EINFEASIBLE && n2 < need) {
+      full = f2, mid = m2, need = n2; /* the least memory there is, for the message */
+    }
+  }
   if (rc == REMAT_EINFEASIBLE) /* the least-memory choice */
     return remat__errorf(err, REMAT_EINFEASIBLE,
                          "a memory budget of %s does not fit: even the least memory (%lld of "
@@ -118,18 +144,69 @@ static int layout_by_hand(remat_job *job, int64_t *lps, const uint8_t *block_pol
 /* --calibrate: rank 0 times the model's layers on this machine (and keeps
  * the figures in the machine cache) and every rank plans with its figures
  * (they must place the stages alike). */
-static int calibrated_times(remat_job *job, remat_error *err) {
+static int calibrated_times(remat_job *job, remat_layer_times *t, remat_error *err) {
   const remat_job_desc *d = &job->d;
   if (d->calibrate <= 0) return 0;
-  remat_layer_times t = {0};
   remat_cache_note note; /* kept for the run's prediction, and later runs' */
   int rc = job->rank == 0 ? remat_calibrate_cached(&job->cfg, d->train.B, d->train.T, 1,
-                                                   d->calibrate, 1, &t, &note, err)
+                                                   d->calibrate, 1, t, &note, err)
                           : 0;
   if ((rc = remat__job_agree(job, rc, err))) return rc;
-  if (job->dist && (rc = remat_dist_broadcast(job->dist, &t, sizeof t, 0, err))) return rc;
-  remat_plan_problem_set_times(&job->pb, &t);
+  if (job->dist && (rc = remat_dist_broadcast(job->dist, t, sizeof *t, 0, err))) return rc;
   return 0;
+}
+
+/* The pipeline's problem for the job's model (with its head chunk), at
+ * the calibrated times t (NULL: FLOP-based). */
+static int pipeline_problem(const remat_job *job, remat_plan_problem *pb,
+                            const remat_layer_times *t, remat_error *err) {
+  const remat_job_desc *d = &job->d;
+  int64_t v = remat__job_chunks(d);
+  int rc = remat_plan_problem_from_replicas(pb, &job->cfg, d->train.B, d->train.T, d->stages,
+                                            d->train.grad_accum, d->replicas, d->zero,
+                                            (size_t)1 << 60, err);
+  if (rc) return rc;
+  if (t) remat_plan_problem_set_times(pb, t);
+  pb->schedule = d->schedule;
+  pb->chunks = v > 1 ? v : 0;
+  if ((rc = remat_plan_problem_set_budgets(pb, &job->budgets, err))) remat_plan_problem_free(pb);
+  return rc;
+}
+
+/* --head-chunk auto on a pipeline the planner places: the head in chunks
+ * where the whole head's plan recomputes (or does not fit) and the chunked
+ * one is faster (or alone fits). rc is the whole head's solve. */
+static int head_chunk_choice(remat_job *job, const remat_layer_times *t, int rc,
+                             remat_error *err) {
+  const remat_job_desc *d = &job->d;
+  int64_t k = d->head_chunk < 0 ? remat_head_chunk_auto(&job->cfg, d->train.B, d->train.T) : 0;
+  if (k <= 0 || !job->budgets.n || (rc != REMAT_EINFEASIBLE && rc != 0) ||
+      (rc == 0 && job->plan.total_recomputed == 0))
+    return rc;
+  remat_plan_problem pb;
+  remat_plan plan;
+  remat_error e2;
+  job->cfg.head_chunk = k;
+  int rc2 = pipeline_problem(job, &pb, t, &e2);
+  if (rc2) {
+    job->cfg.head_chunk = 0;
+    return rc;
+  }
+  rc2 = remat_plan_solve(&pb, &plan, &e2);
+  if ((rc2 == 0 && (rc || plan.objective_value < job->plan.objective_value)) ||
+      (rc2 == REMAT_EINFEASIBLE && rc == REMAT_EINFEASIBLE &&
+       plan.min_budget_bytes < job->plan.min_budget_bytes)) { /* or needs less */
+    remat_plan_free(&job->plan);
+    remat_plan_problem_free(&job->pb);
+    job->plan = plan;
+    job->pb = pb;
+    if (rc2) *err = e2;
+    return rc2;
+  }
+  if (rc2 == 0 || rc2 == REMAT_EINFEASIBLE) remat_plan_free(&plan);
+  remat_plan_problem_free(&pb);
+  job->cfg.head_chunk = 0;
+  return rc;
 }
 
 /* The pipeline's placement, chosen the way the description says: blocks
@@ -146,15 +223,18 @@ static int place_pipeline(remat_job *job, const uint8_t *block_policy, remat_err
                          "(%lld blocks, the embedding and the head)", (long long)P, (long long)L);
   if (v > 1 && remat_schedule_check(d->schedule, P, d->train.grad_accum, v, L + 2, err))
     return REMAT_EINVAL;
-  int rc = remat_plan_problem_from_replicas(&job->pb, &job->cfg, d->train.B, d->train.T, P,
-                                            d->train.grad_accum, d->replicas, d->zero,
-                                            (size_t)1 << 60, err);
-  if (rc) return rc;
+  remat_layer_times times = {0};
+  int rc = 0;
+  if (d->plan && d->head_chunk < 0) { /* auto: the head chunk the plan was made with */
+    remat_plan_layout lo;
+    if ((rc = remat_plan_layout_load(&lo, d->plan, err))) return rc;
+    job->cfg.head_chunk = lo.head_chunk;
+    remat_plan_layout_free(&lo);
+  }
+  rc = calibrated_times(job, &times, err);
+  if (rc || (rc = pipeline_problem(job, &job->pb, d->calibrate > 0 ? &times : NULL, err)))
+    return rc;
   job->have_pb = 1;
-  if ((rc = calibrated_times(job, err))) return rc;
-  job->pb.schedule = d->schedule;
-  job->pb.chunks = v > 1 ? v : 0;
-  if ((rc = remat_plan_problem_set_budgets(&job->pb, &job->budgets, err))) return rc;
   uint8_t *layer_policy = calloc((size_t)L + 2, 1);
   if (!layer_policy) return remat__errorf(err, REMAT_ENOMEM, "out of memory");
   if (d->plan) {
@@ -163,6 +243,7 @@ static int place_pipeline(remat_job *job, const uint8_t *block_policy, remat_err
     rc = layout_by_hand(job, lps, block_policy, layer_policy, err);
   } else {
     rc = remat_plan_solve(&job->pb, &job->plan, err);
+    rc = head_chunk_choice(job, d->calibrate > 0 ? &times : NULL, rc, err);
     if (rc == 0 || rc == REMAT_EINFEASIBLE) job->have_plan = 1;
     if (rc == REMAT_EINFEASIBLE) {
       char msg[sizeof err->msg];
@@ -208,6 +289,7 @@ int remat__job_place(remat_job *job, remat_error *err) {
   int64_t L = job->cfg.num_layers;
   uint8_t policy[REMAT_MAX_LAYERS];
   int rc = d->memory ? remat_budgets_parse(&job->budgets, d->memory, err) : 0;
+  job->cfg.head_chunk = d->head_chunk > 0 ? d->head_chunk : 0;
   if (rc) return rc;
   remat_policy_first_n(policy, L, 0);
   if (d->ckpt_ratio >= 0)

@@ -72,6 +72,7 @@ static const struct key {
     {"precision", K_PREC, offsetof(remat_job_desc, precision), FIXED},
     {"calibrate", K_INT, offsetof(remat_job_desc, calibrate), FIXED},
     {"layers", K_STR, offsetof(remat_job_desc, layers), FIXED},
+    {"head-chunk", K_I64, offsetof(remat_job_desc, head_chunk), FIXED},
     {"plan", K_PATH, offsetof(remat_job_desc, plan), FIXED},
     {"checkpoint-dir", K_PATH, offsetof(remat_job_desc, checkpoint_dir), FIXED},
     {"checkpoint-every", K_I64, offsetof(remat_job_desc, checkpoint_every), FIXED},
@@ -87,6 +88,7 @@ void remat_job_desc_default(remat_job_desc *d) {
   d->ckpt_ratio = -1;
   d->stages = d->replicas = 1;
   d->schedule = REMAT_SCHED_1F1B;
+  d->head_chunk = -1;
 }
 
 #define AT(d, k, T) ((T *)((char *)(d) + (k)->off))

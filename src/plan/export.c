@@ -174,6 +174,12 @@ int remat__fw_export_init(remat__fw_export *ex, const char *framework, const cha
 
 /* The caveat of a problem built from remat's own engine. */
 void remat__fw_caveat(remat__fw_export *ex, const remat_plan_problem *pb) {
+  if (pb->head_chunk > 0)
+    remat__fw_note(ex, "This plan holds the head's logits in chunks of %lld tokens (remat train "
+                   "--head-chunk); this framework makes a micro-batch's logits whole, so its "
+                   "last stage needs more than the plan says: plan with --head-chunk 0 for "
+                   "its bytes.",
+                   (long long)pb->head_chunk);
   if (!pb->job.engine) return;
   remat__fw_note(ex, "The bytes are remat's own engine's, not this framework's: a PyTorch GPT-2 "
                  "block keeps about twice as much (B1 T1024 C1024 fp32: 128.02 MiB against "

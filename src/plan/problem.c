@@ -821,6 +821,10 @@ static void describe(char *buf, size_t cap, const remat_config *cfg, int64_t B, 
     snprintf(buf, cap, "GPT-2 L=%lld C=%lld NH=%lld V=%lld, B=%lld, T=%lld",
              (long long)cfg->num_layers, (long long)cfg->channels, (long long)cfg->num_heads,
              (long long)cfg->vocab_size, (long long)B, (long long)T);
+  if (cfg->head_chunk > 0 && cfg->head_chunk < B * T) {
+    size_t n = strlen(buf);
+    snprintf(buf + n, cap - n, ", head in chunks of %lld tokens", (long long)cfg->head_chunk);
+  }
 }
 
 int remat_plan_problem_from_replicas(remat_plan_problem *pb, const remat_config *cfg, int64_t B,
@@ -908,6 +912,7 @@ int remat_plan_problem_from_replicas(remat_plan_problem *pb, const remat_config 
   pb->job.tensor_parallel = 1;
   pb->job.engine = 1;
   describe(pb->source, sizeof pb->source, cfg, B, T);
+  pb->head_chunk = cfg->head_chunk > 0 && cfg->head_chunk < B * T ? cfg->head_chunk : 0;
   if (replicas > 1) {
     size_t n = strlen(pb->source);
     snprintf(pb->source + n, sizeof pb->source - n, ", %lld replicas, ZeRO %d",

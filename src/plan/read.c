@@ -191,6 +191,10 @@ int remat_plan_layout_load(remat_plan_layout *lo, const char *path, remat_error 
     rc = bad(err, path, "\"microbatches\" must be a positive whole number");
   else if (!cJSON_IsString(sched) || remat_plan_schedule_parse(sched->valuestring, &lo->schedule))
     rc = bad(err, path, bad_schedule);
+  else if (cJSON_GetObjectItemCaseSensitive(root, "head_chunk") &&
+           whole(cJSON_GetObjectItemCaseSensitive(root, "head_chunk"), 1, (int64_t)1 << 30,
+                 &lo->head_chunk))
+    rc = bad(err, path, "\"head_chunk\" must be a positive whole number of tokens");
   else if (remat_schedule_get(lo->schedule)->chunks_max != 1 &&
            (whole(cJSON_GetObjectItemCaseSensitive(root, "chunks"),
                   remat_schedule_get(lo->schedule)->chunks_min, REMAT_PLAN_MAX_LAYERS,

@@ -306,6 +306,7 @@ static int json(const remat_plan_problem *pb, const remat_plan *pl, char **out, 
   cJSON_AddNumberToObject(root, "max_memory_bytes", (double)pl->max_memory_bytes);
   cJSON_AddStringToObject(root, "time_unit", pb->time_unit);
   cJSON_AddStringToObject(root, "source", pb->source);
+  if (pb->head_chunk > 0) cJSON_AddNumberToObject(root, "head_chunk", (double)pb->head_chunk);
   if (!pl->optimal) { /* only then, so that exact plans print as before */
     cJSON_AddBoolToObject(root, "optimal", 0);
     cJSON_AddNumberToObject(root, "lower_bound", pl->lower_bound);
