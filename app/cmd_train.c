@@ -317,10 +317,11 @@ static int log_step(run_state *r, const remat_step_stats *st, double tps, double
   put(l,
       "{\"step\": %lld, \"loss\": %.17g, \"lr\": %.9g, \"grad_norm\": %.9g, "
       "\"step_s\": %.6f, \"recompute_s\": %.6f, \"tokens_per_s\": %.2f, \"mfu\": %.6f, "
-      "\"recomputed_blocks\": %lld, \"middle_blocks\": %lld, \"planned_peak_bytes\": %zu, "
-      "\"measured_peak_bytes\": %zu, \"rss_peak_bytes\": %zu",
+      "\"flops_per_token\": %.9g, \"recomputed_blocks\": %lld, \"middle_blocks\": %lld, "
+      "\"planned_peak_bytes\": %zu, \"measured_peak_bytes\": %zu, \"rss_peak_bytes\": %zu",
       (long long)st->step, st->loss, st->lr, st->grad_norm, st->seconds,
-      st->recompute_seconds, tps, mfu, (long long)remat_memplan_num_recomputed(mp),
+      st->recompute_seconds, tps, mfu, remat_flops_per_token(r->cfg, r->o->d.train.T),
+      (long long)remat_memplan_num_recomputed(mp),
       (long long)remat_memplan_num_middle(mp), r->planned, r->measured,
       remat_rss_peak_bytes());
   if (!isnan(val_loss)) put(l, ", \"val_loss\": %.6f", val_loss);

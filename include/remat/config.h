@@ -143,6 +143,11 @@ REMAT_API size_t remat_param_count(const remat_config *cfg);
 /* Parameters of one transformer block (the per-layer slices above). */
 REMAT_API size_t remat_block_param_count(const remat_config *cfg);
 
+/* The weights of one block that take part in its matrix products (GPT-2:
+ * 12 C^2; a Llama: its q, k, v, o and three SwiGLU matrices): a block's
+ * products do 2 FLOPs per token and weight forward. */
+REMAT_API double remat_block_matrix_weights(const remat_config *cfg);
+
 /* Model FLOPs of one forward+backward over one token, as in PaLM's appendix
  * B: 6 N + 12 L C T, where N counts the weights that take part in a matrix
  * product (the blocks' matrices and the LM head over the real vocabulary;

@@ -282,16 +282,21 @@ size_t remat_block_param_count(const remat_config *cfg) {
   return n;
 }
 
+double remat_block_matrix_weights(const remat_config *cfg) {
+  remat__tensor t[REMAT_P_COUNT];
+  remat__tensors(cfg, t);
+  double blk = 0.0;
+  for (int i = 0; i < REMAT_P_COUNT; i++)
+    if (t[i].where == REMAT__IN_BLOCK && t[i].matrix) blk += (double)t[i].rows * (double)t[i].cols;
+  return blk;
+}
+
 double remat_flops_per_token(const remat_config *cfg, int64_t T) {
   /* Weights that take part in a matrix product: the blocks' and the LM head
    * (over the real vocabulary). Each does 2 FLOPs per token forward, 4 backward.
    * Attention scores and their weighted sum: 2 * 2 * T * C per layer forward,
    * counted without the causal half, as PaLM does. */
-  remat__tensor t[REMAT_P_COUNT];
-  remat__tensors(cfg, t);
-  double C = (double)cfg->channels, L = (double)cfg->num_layers, blk = 0.0;
-  for (int i = 0; i < REMAT_P_COUNT; i++)
-    if (t[i].where == REMAT__IN_BLOCK && t[i].matrix) blk += (double)t[i].rows * (double)t[i].cols;
-  double n_mm = L * blk + (double)cfg->vocab_size * C;
+  double C = (double)cfg->channels, L = (double)cfg->num_layers;
+  double n_mm = L * remat_block_matrix_weights(cfg) + (double)cfg->vocab_size * C;
   return 6.0 * n_mm + 12.0 * L * C * (double)T;
 }

@@ -885,14 +885,17 @@ int remat_plan_problem_from_replicas(remat_plan_problem *pb, const remat_config 
   remat_plan_group *e = &pb->groups[REMAT_LAYER_EMBEDDING], *blk = &pb->groups[REMAT_LAYER_BLOCK],
                    *h = &pb->groups[REMAT_LAYER_HEAD];
   e->fwd = e->bwd = Bd * Td * C / G;
-  double f = (24.0 * Bd * Td * C * C + 4.0 * Bd * Td * Td * C) / G;
+  /* a block's products: 2 FLOPs per token and weight (GPT-2's 12 C^2
+   * weights: 24 B T C^2), and attention's scores and weighted sum */
+  double mm_w = remat_block_matrix_weights(cfg);
+  double f = (2.0 * Bd * Td * mm_w + 4.0 * Bd * Td * Td * C) / G;
   blk->fwd = f;
   blk->bwd = 2 * f;
   blk->recompute = f;
   blk->middle_recompute = REMAT_PLAN_MIDDLE_FLOP_PER_ELEMENT * Bd * Td * C / G;
   h->fwd = (2.0 * Bd * Td * C * Vp + 5.0 * Bd * Td * Vp) / G;
   h->bwd = 2 * h->fwd;
-  /* A block's weight gradient (W) is its four products' weight products,
+  /* A block's weight gradient (W) is its products' weight products,
    * as many FLOP as their forward (its layernorms' small ones run in W too;
    * the embedding's and the head's run with B). A kept block keeps from its
    * B to its W its W record: the gradients entering its products (3C, C,
@@ -900,7 +903,7 @@ int remat_plan_problem_from_replicas(remat_plan_problem *pb, const remat_config 
    * and those products' and layernorms' inputs; its slot is free from its
    * B (the schedule's in-flight count n holds slots from F to B). A block
    * that rebuilds its activations runs its W with its B. */
-  blk->wgrad = 24.0 * Bd * Td * C * C / G;
+  blk->wgrad = 2.0 * Bd * Td * mm_w / G;
   blk->wgrad_bytes = mm.block_wrec_bytes; /* its W record (remat_stage.wdeferred) */
   pb->stage_bytes = mm.stage_bytes + rb.comm;
   pb->boundary_bytes = mm.boundary_bytes;
