@@ -53,6 +53,7 @@ typedef struct {
   double predicted_s; /* the plan's simulated iteration time, in seconds */
   double predicted_bubble;
   int predicted_measured; /* predicted_s is from this machine's layer times */
+  int predicted_kept;     /* and those were kept from an earlier run */
 } run_state;
 
 /* The plan as the job made it (a pipeline's table, or one process's
@@ -69,7 +70,9 @@ int train_peak_rate(const opts *o, run_state *r);
  * in the times); rank 0's figures are kept and printed. Without them the
  * prediction is the FLOP model's (a pipeline's) or none. */
 void train_predict(run_state *r);
-/* The summary's line of the step predicted against the one measured. */
+/* The summary's line of the step predicted against the one measured; kept
+ * layer times that predicted a step far slower are scaled to this run and
+ * kept (remat_calibration_scale). */
 void train_show_predicted(const run_state *r, int64_t ran);
 /* Rank 0's bytes and every replica's communication time over the timed
  * steps, and how much of it overlapped; b (n bytes) is scratch. */

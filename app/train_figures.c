@@ -72,19 +72,38 @@ void train_predict(run_state *r) {
            note.source == REMAT_FIGURE_UNKEPT ? "" : ", and kept");
   r->predicted_s = s;
   r->predicted_measured = 1;
+  r->predicted_kept = note.source == REMAT_FIGURE_CACHED;
   if (r->pipe) r->predicted_bubble = bubble;
 }
 
 void train_show_predicted(const run_state *r, int64_t ran) {
   if (!r->predicted_measured || ran < 1) return;
+  double step;
   if (!r->pipe) {
-    double step = r->timed_steps ? r->t_train / (double)r->timed_steps : r->wall / (double)ran;
+    step = r->timed_steps ? r->t_train / (double)r->timed_steps : r->wall / (double)ran;
     printf("time    step %.3f s measured, %.3f s predicted from this machine's layer times "
            "(%+.1f%%)%s\n", step, r->predicted_s, 100 * (r->predicted_s - step) / step,
            r->dp ? "; the replicas' communication is not counted" : "");
   } else {
-    double step = r->timed_steps ? r->t_train / (double)r->timed_steps : r->wall;
+    step = r->timed_steps ? r->t_train / (double)r->timed_steps : r->wall;
     printf("time    predicted from this machine's layer times: %+.1f%% of the measured "
            "iteration\n", 100 * (r->predicted_s - step) / step);
+  }
+  /* Kept times that predicted a step more than 15% slower than this run's
+   * were measured while other work shared the machine: this run shows the
+   * layers go at least this fast, as a fast step raises the kept peak, so
+   * the kept times are scaled to it for the runs after. A slower run keeps
+   * them (the load may be this run's). */
+  if (r->predicted_kept && step > 0 && step < 0.85 * r->predicted_s) {
+    remat_error err;
+    double f = step / r->predicted_s;
+    if (!remat_calibration_scale(r->cfg, r->o->d.train.B, r->o->d.train.T, r->ranks, f, &err))
+      printf("times   the kept layer times predicted %.3f s and this run took %.3f s: they "
+             "were measured while other work shared the machine; scaled by %.2f and kept, so "
+             "later runs predict from them (--measure-times measures again)\n",
+             r->predicted_s, step, f);
+    else
+      printf("times   the kept layer times predicted %.3f s and this run took %.3f s; not "
+             "scaled: %s\n", r->predicted_s, step, err.msg);
   }
 }

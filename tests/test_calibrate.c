@@ -5,8 +5,11 @@
  * rebuild costs about its forward (the same kernels less the last product)
  * and more than its middle rebuild (two layernorms and a GELU), and a plan
  * solved on them is in seconds and consistent with them. Timing bounds are
- * wide: the check is that each figure measures what it names, not speed. */
+ * wide: the check is that each figure measures what it names, not speed.
+ * Kept figures scaled by remat_calibration_scale are the next run's. */
+#define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "remat.h"
 #include "test_util.h"
@@ -53,5 +56,31 @@ int main(void) {
   CHECK(remat_calibrate(&cfg, 2, 64, 3, &t, &err) == 0);
   CHECKF(t.block_wgrad > 0 && t.block_bwd > t.block_wgrad,
          "a Llama block: W %.3g s of its backward's %.3g s", t.block_wgrad, t.block_bwd);
+
+  /* kept figures scaled down (a run faster than they predict): kept so, and
+   * only those of their key; factors out of (0, 1] and no kept figures are
+   * refused. The machine cache is a scratch folder of its own. */
+  char dir[] = "/tmp/remat-test-calibrate-XXXXXX";
+  CHECK(mkdtemp(dir) != NULL);
+  setenv("XDG_CACHE_HOME", dir, 1);
+  remat_layer_times k, s;
+  remat_cache_note note;
+  CHECK(remat_calibration_scale(&cfg, 2, 64, 1, 0.5, &err) != 0); /* nothing kept yet */
+  CHECK(remat_calibrate_cached(&cfg, 2, 64, 1, 3, 0, &k, &note, &err) == 0);
+  CHECK(note.source == REMAT_FIGURE_STORED);
+  CHECK(remat_calibration_scale(&cfg, 2, 64, 1, 0.0, &err) == REMAT_EINVAL);
+  CHECK(remat_calibration_scale(&cfg, 2, 64, 1, 1.5, &err) == REMAT_EINVAL);
+  CHECK(remat_calibration_scale(&cfg, 2, 64, 1, 0.5, &err) == 0);
+  CHECK(remat_calibration_kept(&cfg, 2, 64, 1, &s, &note));
+  CHECKF(s.block_fwd == 0.5 * k.block_fwd && s.block_bwd == 0.5 * k.block_bwd &&
+             s.block_wgrad == 0.5 * k.block_wgrad && s.head_fwd == 0.5 * k.head_fwd &&
+             s.embed_bwd == 0.5 * k.embed_bwd &&
+             s.update_per_param == 0.5 * k.update_per_param && s.rounds == k.rounds,
+         "the kept layer times scaled by 0.5 are the next run's (block forward %.3g -> %.3g s)",
+         k.block_fwd, s.block_fwd);
+  CHECK(!remat_calibration_kept(&cfg, 2, 64, 2, &s, &note)); /* another key: not kept */
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  if (system(cmd)) fprintf(stderr, "could not remove %s\n", dir);
   return test_summary("calibrate");
 }

@@ -388,6 +388,14 @@ REMAT_API int remat_calibrate(const remat_config *cfg, int64_t B, int64_t T, int
 REMAT_API int remat_calibrate_cached(const remat_config *cfg, int64_t B, int64_t T, int ranks,
                                      int rounds, int again, remat_layer_times *t,
                                      remat_cache_note *note, remat_error *err);
+/* The kept figures for cfg at B x T (and ranks) multiplied by factor (in
+ * (0, 1]) and kept again: a run faster than they predict shows this
+ * machine does its layers at least that fast (they were measured while
+ * other work shared it), as a step faster than the kept peak raises it.
+ * REMAT_EINVAL for a factor out of range; the cache's error when there are
+ * no kept figures to scale or they cannot be written. */
+REMAT_API int remat_calibration_scale(const remat_config *cfg, int64_t B, int64_t T, int ranks,
+                                      double factor, remat_error *err);
 /* 1 and *t, *note filled when the machine cache holds whole figures for
  * cfg at B x T; else 0 (nothing is measured). */
 REMAT_API int remat_calibration_kept(const remat_config *cfg, int64_t B, int64_t T, int ranks,

@@ -200,6 +200,31 @@ int remat_calibration_kept(const remat_config *cfg, int64_t B, int64_t T, int ra
   return kept_times(cfg, B, T, ranks, &c, key, t, note, &why) == REMAT_CACHE_HIT;
 }
 
+int remat_calibration_scale(const remat_config *cfg, int64_t B, int64_t T, int ranks,
+                            double factor, remat_error *err) {
+  if (!(factor > 0 && factor <= 1))
+    return remat__errorf(err, REMAT_EINVAL, "a layer times' scale of %g: it must be in (0, 1]",
+                         factor);
+  remat_cache c;
+  char key[160];
+  remat_layer_times t;
+  remat_cache_note note;
+  remat_error why = {0};
+  if (kept_times(cfg, B, T, ranks, &c, key, &t, &note, &why) != REMAT_CACHE_HIT)
+    return remat__errorf(err, REMAT_EIO, "no kept layer times to scale%s%s",
+                         why.msg[0] ? ": " : "", why.msg);
+  remat_cache_entry e = {0};
+  const double fig[KEPT] = {t.embed_fwd, t.embed_bwd, t.block_fwd, t.block_bwd,
+                            t.block_wgrad, t.block_recompute, t.block_middle, t.head_fwd,
+                            t.head_bwd, t.update_per_param, t.rounds};
+  memcpy(e.value, fig, sizeof fig);
+  for (int k = 0; k < FIELDS; k++) e.value[k] *= factor; /* the times, not the rounds */
+  e.n = KEPT;
+  memcpy(e.key, key, sizeof key);
+  e.date = (int64_t)time(NULL);
+  return remat_cache_put(&c, &e, err);
+}
+
 int remat_calibrate_cached(const remat_config *cfg, int64_t B, int64_t T, int ranks, int rounds,
                            int again, remat_layer_times *t, remat_cache_note *note,
                            remat_error *err) {
