@@ -349,7 +349,7 @@ static int load_problem(const plan_args *a, const remat_budgets *budgets, int64_
       return cli_fail(CLI_EXIT_RUN, "calibrating: %s", err.msg);
     }
     remat_plan_problem_set_times(pb, &t);
-    note_times(&kept);
+    if (!(a->head_chunk < 0 && head_chunk > 0)) note_times(&kept); /* once: not for auto's other */
   }
   return 0;
 }

@@ -120,7 +120,8 @@ static void check_chunks(const remat_config *cfg) {
   size_t hn = sizes[h];
   int bf16 = cfg->precision == REMAT_PRECISION_BF16;
   printf("%s %s (%s head), B %d T %d, %d micro-batches a step\n",
-         cfg->family == REMAT_FAMILY_LLAMA ? "llama" : "gpt2", remat_precision_name((int)cfg->precision),
+         cfg->family == REMAT_FAMILY_LLAMA ? "llama" : "gpt2",
+         remat_precision_name((int)cfg->precision),
          remat__tied(cfg) ? "tied" : "untied", B, T, K);
   trace whole;
   run(cfg, 0, &whole);

@@ -1049,15 +1049,17 @@ static double head_logits(remat_model *m, const head_params *w, const remat__hea
     m->be->bf16_matmul_forward(m->products, lg, x, head_wbf(m, w->wte), NULL, n, C, Vp, true,
                                h->scratch);
     progress(m);
-    return backward ? m->be->crossentropy_forward_backward_bf16(lg, losses, targets, dloss, n, V, Vp)
-                    : m->be->crossentropy_forward_bf16(lg, losses, targets, n, V, Vp);
+    if (backward)
+      return m->be->crossentropy_forward_backward_bf16(lg, losses, targets, dloss, n, V, Vp);
+    return m->be->crossentropy_forward_bf16(lg, losses, targets, n, V, Vp);
   }
   float *logits = (float *)(m->work + m->mp.mm.head_bytes);
   const float *x = (const float *)h->lnf + (size_t)r * (size_t)C;
   m->be->matmul_forward(logits, x, w->wte, NULL, n, C, Vp);
   progress(m);
-  return backward ? m->be->crossentropy_forward_backward(logits, losses, targets, dloss, n, V, Vp)
-                  : m->be->crossentropy_forward(logits, losses, targets, n, V, Vp);
+  if (backward)
+    return m->be->crossentropy_forward_backward(logits, losses, targets, dloss, n, V, Vp);
+  return m->be->crossentropy_forward(logits, losses, targets, n, V, Vp);
 }
 
 /* The micro-batch's summed loss after the chunks of head_logits: with one
@@ -1082,7 +1084,8 @@ static double head_forward(remat_model *m, const head_params *w, char *slot,
   const int32_t *targets = (const int32_t *)(slot + m->mp.targets_offset);
   head_norm(m, w, slot, h);
   double one = 0.0;
-  for (int64_t r = 0; r < N; r += k) one = head_logits(m, w, h, targets, r, k < N - r ? k : N - r, false, 0.0f);
+  for (int64_t r = 0; r < N; r += k)
+    one = head_logits(m, w, h, targets, r, k < N - r ? k : N - r, false, 0.0f);
   return head_loss(m, h, one);
 }
 
