@@ -529,9 +529,7 @@ static int run_plan(const plan_args *a, const remat_plan_problem *pb,
     remat_plan p2;
     remat_error e2;
     int rc2 = remat_plan_solve(chunked, &p2, &e2);
-    if ((rc2 == 0 && (rc || p2.objective_value < plan.objective_value)) ||
-        (rc2 == REMAT_EINFEASIBLE && rc == REMAT_EINFEASIBLE &&
-         p2.min_budget_bytes < plan.min_budget_bytes)) { /* faster, or fits, or needs less */
+    if (remat_plan_better(rc, &plan, rc2, &p2)) {
       remat_plan_free(&plan);
       plan = p2;
       pb = chunked;

@@ -393,6 +393,12 @@ typedef struct remat_plan {
  * REMAT_ERANGE with a message. */
 REMAT_API int remat_plan_solve(const remat_plan_problem *pb, remat_plan *plan, remat_error *err);
 REMAT_API void remat_plan_free(remat_plan *plan);
+/* Of two ways to plan one job, each remat_plan_solve's return and plan:
+ * 1 when b is the better, as the head chunk's choice weighs them (b fits
+ * where a does not, or both fit and b's objective is lower, or neither
+ * fits and b needs the smaller budget); 0 otherwise, and for any other
+ * return. */
+REMAT_API int remat_plan_better(int rc_a, const remat_plan *a, int rc_b, const remat_plan *b);
 
 /* Makespan of one iteration of the schedule with per-stage forward and
  * backward times per micro-batch, no communication time, by a discrete-event

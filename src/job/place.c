@@ -193,9 +193,7 @@ static int head_chunk_choice(remat_job *job, const remat_layer_times *t, int rc,
     return rc;
   }
   rc2 = remat_plan_solve(&pb, &plan, &e2);
-  if ((rc2 == 0 && (rc || plan.objective_value < job->plan.objective_value)) ||
-      (rc2 == REMAT_EINFEASIBLE && rc == REMAT_EINFEASIBLE &&
-       plan.min_budget_bytes < job->plan.min_budget_bytes)) { /* or needs less */
+  if (remat_plan_better(rc, &job->plan, rc2, &plan)) {
     remat_plan_free(&job->plan);
     remat_plan_problem_free(&job->pb);
     job->plan = plan;

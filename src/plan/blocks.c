@@ -188,6 +188,13 @@ out:
   return rc;
 }
 
+int remat_plan_better(int rc_a, const remat_plan *a, int rc_b, const remat_plan *b) {
+  if (rc_b == 0)
+    return rc_a == REMAT_EINFEASIBLE || (rc_a == 0 && b->objective_value < a->objective_value);
+  return rc_b == REMAT_EINFEASIBLE && rc_a == REMAT_EINFEASIBLE &&
+         b->min_budget_bytes < a->min_budget_bytes;
+}
+
 int remat_plan_solve(const remat_plan_problem *pb, remat_plan *plan, remat_error *err) {
   for (int64_t g = 0; pb->min_blocks > 0 && g < pb->num_groups; g++)
     if (!pb->groups[g].recomputable) return solve_blocks(pb, plan, err);
