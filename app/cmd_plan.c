@@ -136,6 +136,12 @@ static const char usage_text[] =
     "                                 sizes (workspace, scratchpad) the plan counts (cpu)\n"
     "  --no-middle                    layers keep or recompute only (no middle policy),\n"
     "                                 as frameworks without it do\n"
+    "  --per-microbatch               a layer may recompute for only some of its\n"
+    "                                 stage's micro-batches in flight (the last k of\n"
+    "                                 its n slots), a finer step between keep and\n"
+    "                                 full; 1f1b, gpipe and zb-h1 (remat train --plan\n"
+    "                                 runs it; the frameworks' exports recompute such\n"
+    "                                 layers for every micro-batch)\n"
     "  --min-blocks 0|1               blocks (transformer layers) every stage and\n"
     "                                 chunk must hold: 1 keeps the embedding and the\n"
     "                                 head from a stage of their own (default 1 for\n"
@@ -176,7 +182,7 @@ typedef struct plan_args {
   int64_t B, T, P, M, D, Z, points, chunks, min_blocks, threads;
   int64_t head_chunk; /* tokens; 0 all at once; -1 auto (the default) */
   double time_limit;
-  int sweep, no_middle;
+  int sweep, no_middle, per_mb;
   int64_t calibrate; /* rounds of remat_calibrate (0: FLOP-based times) */
   int fmt, sched, obj, prec;
 } plan_args;
@@ -279,6 +285,7 @@ static int parse_args(int argc, char **argv, plan_args *a) {
       {.name = "--head-chunk", .kind = CLI_STR, .dst = &a->head_chunk_name},
       {.name = "--sweep", .kind = CLI_SWITCH, .dst = &a->sweep},
       {.name = "--no-middle", .kind = CLI_SWITCH, .dst = &a->no_middle},
+      {.name = "--per-microbatch", .kind = CLI_SWITCH, .dst = &a->per_mb},
       {.name = "--min-blocks", .kind = CLI_I64, .dst = &a->min_blocks, .lo = 0, .hi = 1},
       {.name = "--threads", .kind = CLI_I64, .dst = &a->threads, .lo = 1, .hi = 1024},
       {.name = "--family", .kind = CLI_STR, .dst = &a->family},
@@ -387,6 +394,7 @@ static int apply_settings(const plan_args *a, const remat_budgets *budgets,
     snprintf(pb->job.family, sizeof pb->job.family, "%s", a->family);
   }
   if (a->obj >= 0) pb->objective = a->obj;
+  if (a->per_mb) pb->per_microbatch = 1;
   if (remat_plan_problem_check(pb, &err)) return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
   return 0;
 }

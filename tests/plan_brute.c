@@ -25,8 +25,17 @@ static int64_t vstage(const remat__plan_inst *in, int64_t s, int64_t c) {
   return c * in->p + s;
 }
 
+/* Micro-batches t of 0..m-1 in slots n-k..n-1 (slot t mod n), counted. */
+static int64_t mbs_in(int64_t m, int64_t n, int64_t k) {
+  int64_t c = 0;
+  for (int64_t t = 0; t < m; t++) c += t % n >= n - k;
+  return c;
+}
+
 /* Objective, layers not kept and peak of one arrangement (ch[l]: 0 keep, 1
- * recompute, 2 middle); 0 if a stage is over its budget. */
+ * recompute, 2 middle, 2 + k: keep but recompute in full in the last k
+ * slots of the stage, planning per micro-batch); 0 if a stage is over its
+ * budget. */
 static int arrangement(const remat__plan_inst *in, const int64_t *bounds, const uint8_t *ch,
                        int64_t out[3]) {
   int64_t sum = 0, tmax = 0, cnt = 0, peak = 0;
@@ -36,6 +45,17 @@ static int arrangement(const remat__plan_inst *in, const int64_t *bounds, const 
       int64_t vs = vstage(in, s, c);
       mem += in->stage_bytes + (vs < in->nv - 1 ? in->boundary_bytes : 0);
       for (int64_t l = bounds[vs]; l < bounds[vs + 1]; l++) {
+        if (ch[l] > 2) { /* some slots: times are a step's (in->ms = m) */
+          int64_t k = ch[l] - 2;
+          if (in->c[l] >= in->a[l]) return 0;
+          mem += in->w[l] + in->n[vs] * in->a[l] - k * (in->a[l] - in->c[l]) +
+                 in->kw[vs] * in->u[l];
+          if (in->y[l] > X) X = in->y[l];
+          if (in->x[l] > X) X = in->x[l];
+          t += in->fb[l] + in->r[l] / in->m * mbs_in(in->m, in->n[vs], k);
+          cnt++;
+          continue;
+        }
         int64_t stored = ch[l] == 1 ? in->c[l] : ch[l] == 2 ? in->mb[l] : in->a[l];
         /* a layer recomputes only to store less per micro-batch */
         if (ch[l] && stored >= in->a[l]) return 0;
@@ -76,6 +96,11 @@ static void all_choices(brute *b) {
   const remat__plan_inst *in = b->in;
   uint8_t ch[24] = {0}, radix[24];
   for (int64_t l = 0; l < in->L; l++) radix[l] = (uint8_t)(!in->recomp[l] ? 1 : in->mid[l] ? 3 : 2);
+  /* per micro-batch: 1 to n - 1 slots of the layer's stage too (a layer
+   * without the middle policy skips choice 2) */
+  for (int64_t vs = 0; in->per_mb && vs < in->nv; vs++)
+    for (int64_t l = b->bounds[vs]; l < b->bounds[vs + 1]; l++)
+      if (in->recomp[l] && in->n[vs] > 1) radix[l] = (uint8_t)(3 + in->n[vs] - 1);
   for (;;) {
     int64_t v[3];
     if (arrangement(in, b->bounds, ch, v) && better(b, v)) {
@@ -87,6 +112,7 @@ static void all_choices(brute *b) {
     int64_t l = 0; /* the next choice, in mixed radix */
     while (l < in->L && ++ch[l] == radix[l]) ch[l++] = 0;
     if (l == in->L) break;
+    if (ch[l] == 2 && radix[l] > 3 && !in->mid[l]) ch[l]++; /* no middle policy */
   }
 }
 

@@ -983,6 +983,127 @@ static void test_schedules_model(void) {
   printf("schedules on GPT-2 124M: %d checks so far\n", test_checks);
 }
 
+/* Recompute per micro-batch on random problems of one kind of block
+ * (between an optional layer of its own before and after, as a model's
+ * embedding and head), under 1f1b, gpipe and zb-h1: the solver's optimum is
+ * brute force's over every partition and, per layer, keep, full, middle or
+ * full in the last k of its stage's slots; the arrangement it returns fits
+ * stage by stage as the runtime lays slots out (each slot by its own
+ * policies), and never does worse than the plan per layer. */
+static void test_per_microbatch(int count) {
+  int feasible = 0, partial = 0, faster = 0, failures0 = test_failures;
+  for (int it = 0; it < count; it++) {
+    int64_t blocks = rnd(1, 6), before = rnd(0, 1), after = rnd(0, 1);
+    int64_t ng = 1 + before + after, L = blocks + before + after, p = rnd(1, L < 3 ? L : 3);
+    remat_plan_problem pb;
+    remat_error err;
+    if (remat_plan_problem_init(&pb, p, ng, &err)) abort();
+    static const int sch[] = {REMAT_SCHED_1F1B, REMAT_SCHED_GPIPE, REMAT_SCHED_ZBH1};
+    pb.schedule = sch[rnd(0, 2)];
+    pb.microbatches = rnd(1, 7);
+    pb.objective = rnd(0, 1) ? REMAT_OBJ_1F1B : REMAT_OBJ_BOTTLENECK;
+    pb.per_microbatch = 1;
+    const int64_t unit = 1000;
+    double top = 0;
+    for (int64_t g = 0; g < ng; g++) {
+      remat_plan_group *G = &pb.groups[g];
+      int blk = g == before;
+      G->count = blk ? blocks : 1;
+      G->fwd = (double)rnd(0, 2);
+      G->bwd = (double)rnd(0, 4);
+      G->recompute = (double)rnd(rnd(0, 5) == 0 ? 0 : 1, 3);
+      G->act_bytes = (size_t)(rnd(2, 9) * unit);
+      G->ckpt_bytes = (size_t)(rnd(0, 2) * unit);
+      G->state_bytes = (size_t)(rnd(0, 2) * unit);
+      G->recompute_bytes = rnd(0, 1) ? 0 : (size_t)(rnd(1, 6) * unit);
+      G->work_bytes = rnd(0, 1) ? 0 : (size_t)(rnd(0, 6) * unit);
+      G->recomputable = blk;
+      if (blk && rnd(0, 1)) {
+        G->middle = 1;
+        G->middle_bytes = (size_t)(rnd(1, (int64_t)G->act_bytes / unit - 1) * unit);
+        G->middle_recompute = (double)rnd(0, 2) * 0.5;
+        G->middle_recompute_bytes = (size_t)(rnd(0, 4) * unit);
+      }
+      if (pb.schedule == REMAT_SCHED_ZBH1) {
+        G->wgrad = G->bwd * (double)rnd(0, 2) / 2;
+        G->wgrad_bytes = (size_t)(rnd(0, 3) * unit);
+      }
+      top += (double)G->count * (double)(G->state_bytes + G->act_bytes * 3 + G->wgrad_bytes +
+                                         G->work_bytes);
+    }
+    remat_plan_problem_set_memory(&pb, (size_t)(top * (double)rnd(10, 90) / 100.0));
+    remat__plan_inst in;
+    CHECK(remat__plan_inst_build(&pb, &in, &err) == 0);
+    int64_t bo = 0, bc = 0, bm = 0, so = 0, sc = 0, sm = 0, bounds[8];
+    uint8_t rec[16] = {0};
+    int brc = plan_brute(&in, &bo, &bc, &bm);
+    int src = remat__plan_solve_inst(&in, &so, &sc, &sm, bounds, rec, &err);
+    CHECK(brc == src);
+    if (brc == 0 && src == 0) {
+      feasible++;
+      CHECK(bo == so && bc == sc && bm == sm);
+      if (bo != so || bc != sc || bm != sm) {
+        fprintf(stderr, "per micro-batch %d (L=%lld p=%lld m=%lld %s %s): brute (%lld,%lld,%lld) "
+                "solver (%lld,%lld,%lld)\n", it, (long long)in.L, (long long)in.p,
+                (long long)in.m, remat_plan_schedule_name(in.schedule),
+                remat_plan_objective_name(in.objective), (long long)bo, (long long)bc,
+                (long long)bm, (long long)so, (long long)sc, (long long)sm);
+        dump(&pb, it);
+      }
+      /* it fits as laid out: slot k holds each layer by its policy there */
+      int any = 0;
+      for (int64_t s = 0; s < in.p; s++) {
+        int64_t n = in.n[s], mem = in.stage_bytes + (s < in.p - 1 ? in.boundary_bytes : 0), X = 0;
+        for (int64_t l = bounds[s]; l < bounds[s + 1]; l++) {
+          int64_t k = rec[l] >= REMAT__REC_SLOTS ? rec[l] - REMAT__REC_SLOTS : 0;
+          CHECK(k < n);
+          any |= k > 0;
+          mem += in.w[l] + (rec[l] && !k ? 0 : in.kw[s] * in.u[l]);
+          for (int64_t slot = 0; slot < n; slot++) {
+            int full = rec[l] == REMAT_RECOMPUTE || (k && slot >= n - k);
+            int mid = rec[l] == REMAT_MIDDLE;
+            mem += full ? in.c[l] : mid ? in.mb[l] : in.a[l];
+            if (full && in.x[l] > X) X = in.x[l];
+            if (mid && in.xm[l] > X) X = in.xm[l];
+          }
+          if (in.y[l] > X) X = in.y[l];
+        }
+        CHECK(mem + X <= in.budget[s]);
+      }
+      partial += any;
+      /* no worse than per layer, and the plan's figures are the same */
+      remat_plan_problem q;
+      CHECK(remat_plan_problem_copy(&q, &pb, &err) == 0);
+      q.per_microbatch = 0;
+      remat_plan a, b;
+      int arc = remat_plan_solve(&pb, &a, &err), brc2 = remat_plan_solve(&q, &b, &err);
+      CHECK(arc == 0);
+      if (arc == 0 && brc2 == 0) {
+        CHECK(a.objective_value <= b.objective_value * (1 + 1e-12));
+        faster += a.objective_value < b.objective_value * (1 - 1e-12);
+      }
+      if (arc == 0) {
+        CHECK(fabs(a.objective_value - (double)so * in.q) <= 1e-9 * (1 + a.objective_value));
+        CHECK(a.full_slots != NULL);
+        for (int64_t l = 0; a.full_slots && l < in.L; l++) {
+          int64_t k = rec[l] >= REMAT__REC_SLOTS ? rec[l] - REMAT__REC_SLOTS : 0;
+          CHECK(a.full_slots[l] == k);
+          CHECK(a.policy[l] == (k ? REMAT_KEEP : rec[l]));
+        }
+        remat_plan_free(&a);
+      }
+      if (brc2 == 0 || brc2 == REMAT_EINFEASIBLE) remat_plan_free(&b);
+      remat_plan_problem_free(&q);
+    }
+    remat__plan_inst_free(&in);
+    remat_plan_problem_free(&pb);
+  }
+  printf("per micro-batch: %d instances, %d feasible, %d of them recomputing some slots, %d "
+         "faster than per layer, %d failed checks\n", count, feasible, partial, faster,
+         test_failures - failures0);
+  CHECK(partial > 0 && faster > 0);
+}
+
 int main(int argc, char **argv) {
   int n = argc > 1 ? atoi(argv[1]) : 600;
   test_seed();
@@ -1010,5 +1131,6 @@ int main(int argc, char **argv) {
   test_simulated(n / 2);
   test_bounds(n);
   test_time_limit();
+  test_per_microbatch(n);
   return test_summary("test_plan");
 }

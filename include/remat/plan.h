@@ -189,6 +189,16 @@ typedef struct remat_plan_problem {
    * that runs only its own split: ColossalAI's chunked schedules). Needs
    * min_blocks 1 and a chunked schedule (v > 1). */
   int64_t *fixed_blocks;
+  /* 1: recompute per micro-batch. A stage holds n micro-batches at its peak
+   * in n slots (micro-batch k of a step in slot k mod n); a layer that
+   * would keep may then recompute in full in only the last k of them (0 <
+   * k < n), saving k (a - c) bytes for the time of the micro-batches those
+   * slots serve (remat_plan.full_slots). Chosen exactly where a stage's
+   * recomputable layers are alike (one group of identical layers), as
+   * every remat model's blocks are; per layer elsewhere. remat_plan_solve
+   * plans it for one-chunk schedules (1f1b, gpipe, zb-h1) only; 0 plans per
+   * layer. */
+  int per_microbatch;
   remat_plan_job job;
 } remat_plan_problem;
 
@@ -331,6 +341,8 @@ typedef struct remat_plan_stage {
    * flight there, chunk by chunk), which memory_bytes, adding each
    * chunk's peaks, bounds from above; 0 when not computed */
   size_t stream_peak_bytes;
+  int64_t num_partial;    /* of num_recomputed, those recomputed for only some of
+                             its micro-batches (remat_plan.full_slots) */
 } remat_plan_stage;
 
 typedef struct remat_plan {
@@ -371,6 +383,12 @@ typedef struct remat_plan {
    * all; its recomputed list covers all its chunks. */
   int64_t chunks;
   int64_t *chunk_first, *chunk_layers; /* (p v) */
+  /* Planned per micro-batch (remat_plan_problem.per_microbatch): (num_layers)
+   * owned, the number k of its stage's n slots, the last ones (slots n - k
+   * to n - 1), in which a layer whose policy is REMAT_KEEP recomputes in
+   * full; 0 for every other layer. NULL when planned per layer. */
+  uint8_t *full_slots;
+  int64_t total_partial; /* of total_recomputed, layers with full_slots > 0 */
 } remat_plan;
 
 /* Solves the problem exactly. Returns 0 with a feasible plan, or
@@ -437,6 +455,9 @@ typedef struct remat_plan_layout {
    * stage's); chunks 1 and chunk_layers NULL otherwise */
   int64_t chunks;
   int64_t *chunk_layers;
+  /* (num_layers) the plan's full_slots (a kept layer recomputing in full in
+   * the last k slots of its stage), or NULL when it has none */
+  uint8_t *full_slots;
 } remat_plan_layout;
 REMAT_API int remat_plan_layout_load(remat_plan_layout *lo, const char *path, remat_error *err);
 REMAT_API void remat_plan_layout_free(remat_plan_layout *lo);
@@ -449,6 +470,14 @@ REMAT_API void remat_plan_layout_free(remat_plan_layout *lo);
  * for tests. */
 REMAT_API int remat_plan_evaluate(const remat_plan_problem *pb, const int64_t *layers_per_stage,
                                   const uint8_t *recompute, remat_plan *plan, remat_error *err);
+/* The same with recompute per micro-batch: full_slots (num_layers, or NULL
+ * for none) gives a kept layer's count k of its stage's n slots, the last
+ * ones, in which it recomputes in full (k = n: in every one, as policy 1);
+ * the plan's full_slots then holds them (remat_plan.full_slots). */
+REMAT_API int remat_plan_evaluate_slots(const remat_plan_problem *pb,
+                                        const int64_t *layers_per_stage, const uint8_t *recompute,
+                                        const uint8_t *full_slots, remat_plan *plan,
+                                        remat_error *err);
 
 /* ------------------------------------------------------------ output */
 

@@ -151,19 +151,22 @@ static int solve_blocks(const remat_plan_problem *pb, remat_plan *plan, remat_er
   /* back to the model's layers: each fused layer is one block, the first
    * and last with the layers before and after them */
   int64_t *lps = remat__malloc((size_t)nv * sizeof *lps);
-  uint8_t *rec = remat__calloc((size_t)sp.L, 1);
-  if (!lps || !rec) {
+  uint8_t *rec = remat__calloc((size_t)sp.L, 1), *full = remat__calloc((size_t)sp.L, 1);
+  if (!lps || !rec || !full) {
     rc = remat__errorf(err, REMAT_ENOMEM, "out of memory");
     goto out;
   }
   for (int64_t s = 0; s < nv; s++) lps[s] = fp.chunk_layers[s];
   lps[0] += sp.first;
   lps[nv - 1] += sp.L - 1 - sp.last;
-  for (int64_t k = 0; k < fp.num_layers; k++) rec[sp.first + k] = fp.policy[k];
+  for (int64_t k = 0; k < fp.num_layers; k++) {
+    rec[sp.first + k] = fp.policy[k];
+    full[sp.first + k] = fp.full_slots ? fp.full_slots[k] : 0;
+  }
   remat_plan_problem e = *pb; /* evaluated as laid out, with nothing fixed */
   e.min_blocks = 0;
   e.fixed_blocks = NULL;
-  if ((rc = remat_plan_evaluate(&e, lps, rec, plan, err))) goto out;
+  if ((rc = remat_plan_evaluate_slots(&e, lps, rec, full, plan, err))) goto out;
   plan->feasible = fp.feasible;
   plan->optimal = fp.optimal;
   plan->windows = fp.windows;
@@ -183,6 +186,7 @@ out:
   if (rc && rc != REMAT_EINFEASIBLE) remat_plan_free(plan);
   remat__free(lps);
   remat__free(rec);
+  remat__free(full);
   remat_plan_free(&fp);
   remat_plan_problem_free(&q);
   return rc;

@@ -307,7 +307,7 @@ int remat__colossalai_export(const remat_plan_problem *pb, const remat_plan *pl,
                      (long long)pl->num_stages, remat_plan_schedule_name(pl->schedule),
                      (long long)pl->microbatches, remat_plan_objective_name(pl->objective),
                      pl->objective_value, pl->slowdown);
-  remat__fw_caveat(ex, pb);
+  remat__fw_caveat(ex, pb, pl);
   if (!pl->feasible) remat__fw_note(ex, "WARNING: this plan does not fit its memory budget.");
   if ((rc = arrange(pb, pl, &c, ex, err))) goto out;
   differences(pb, pl, &c, ex);

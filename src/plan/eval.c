@@ -13,27 +13,28 @@
  * the weight gradients' time (W), memory in bytes, layers not kept, middle
  * layers. */
 typedef struct {
-  int64_t t, fwd, wg, mem, cnt, mid;
+  int64_t t, fwd, wg, mem, cnt, mid, part;
 } stage_fig;
 
 /* Virtual stage vs on [i, j): everything but the transient term, which it
  * leaves in *X (max(Y, X) over its layers). */
 static stage_fig chunk_figures(const remat__plan_inst *in, int64_t i, int64_t j, int64_t vs,
                                const uint8_t *rec, int64_t *X) {
-  stage_fig f = {in->pF[j] - in->pF[i], 0, 0, remat__plan_base_memory(in, i, j, vs), 0, 0};
+  stage_fig f = {in->pF[j] - in->pF[i], 0, 0, remat__plan_base_memory(in, i, j, vs), 0, 0, 0};
   *X = remat__plan_work_max(in, i, j);
   for (int64_t l = i; l < j; l++) {
     f.fwd += in->fwd[l];
     /* zb-h1, zbv: only a kept layer puts off its W; one that rebuilds its
      * activations runs it in its B */
-    if (!rec[l]) f.wg += in->wg[l];
+    remat__plan_recfig g = remat__plan_rec_fig(in, vs, l, rec[l]);
+    f.wg += g.wg;
     if (!rec[l]) continue;
-    int mid = rec[l] == REMAT_MIDDLE;
-    f.t += mid ? in->rm[l] : in->r[l];
-    f.mem -= remat__plan_saving(in, vs, l, in->a[l] - (mid ? in->mb[l] : in->c[l]));
-    *X = remat__max64(*X, mid ? in->xm[l] : in->x[l]);
+    f.t += g.t;
+    f.mem -= g.saved;
+    *X = remat__max64(*X, g.x);
     f.cnt++;
-    f.mid += mid;
+    f.mid += rec[l] == REMAT_MIDDLE;
+    f.part += rec[l] >= REMAT__REC_SLOTS;
   }
   return f;
 }
@@ -42,7 +43,7 @@ static stage_fig chunk_figures(const remat__plan_inst *in, int64_t i, int64_t j,
  * transient term of them all. bounds: (nv + 1) virtual stage boundaries. */
 static stage_fig stage_figures(const remat__plan_inst *in, const int64_t *bounds,
                                const uint8_t *rec, int64_t s) {
-  stage_fig f = {0, 0, 0, 0, 0, 0};
+  stage_fig f = {0, 0, 0, 0, 0, 0, 0};
   int64_t X = 0;
   for (int64_t c = 0; c < in->v; c++) {
     int64_t vs = remat_schedule_virtual_stage(in->schedule, in->p, s, c), x;
@@ -53,6 +54,7 @@ static stage_fig stage_figures(const remat__plan_inst *in, const int64_t *bounds
     f.mem += g.mem;
     f.cnt += g.cnt;
     f.mid += g.mid;
+    f.part += g.part;
     X = remat__max64(X, x);
   }
   f.mem += X;
@@ -92,6 +94,8 @@ void remat__plan_measure(const remat__plan_inst *in, const int64_t *bounds, cons
 }
 
 void remat_plan_free(remat_plan *plan) {
+  remat__free(plan->full_slots);
+  plan->full_slots = NULL;
   remat__free(plan->chunk_first);
   plan->chunk_first = plan->chunk_layers = NULL;
   remat__free(plan->stages);
@@ -121,11 +125,25 @@ static double simulated(const remat__plan_inst *in, const double *fw, const doub
   return ms;
 }
 
+/* What micro-batch k stores less than a kept one on virtual stage vs, in
+ * its slot: the saving of each layer that recomputes in k's slot alone
+ * (planned per micro-batch; 0 otherwise). Its W records are a kept one's:
+ * such a layer's B fills one for every micro-batch. */
+static int64_t slot_cut(const remat__plan_inst *in, const int64_t *bounds, const uint8_t *rec,
+                        int64_t vs, int64_t k) {
+  int64_t n = in->n[vs], cut = 0;
+  for (int64_t l = bounds[vs]; in->per_mb && l < bounds[vs + 1]; l++)
+    if (rec[l] >= REMAT__REC_SLOTS && k % n >= n - remat__rec_slots(rec[l]))
+      cut += in->a[l] - in->c[l];
+  return cut;
+}
+
 /* Each stage's memory at the worst point of its stream: the formula's
- * memory less its in-flight terms (n S + k U per chunk), plus the largest
- * sum over the stream of each chunk's micro-batches between F and B
- * (F and W under a split backward, as the runtime keeps them) times its
- * stored bytes S and between B and W times its kept-for-W bytes U. */
+ * memory less its in-flight terms (its slots and W records), plus the
+ * largest sum over the stream of each chunk's micro-batches' stored bytes
+ * between F and B (F and W under a split backward, as the runtime keeps
+ * them) and their kept-for-W bytes between B and W. A micro-batch stores S
+ * and keeps U but what layers recomputing in its slot alone save. */
 static void stream_peaks(const remat__plan_inst *in, const int64_t *bounds, const uint8_t *rec,
                          remat_plan *plan) {
   remat_schedule_streams st;
@@ -133,31 +151,38 @@ static void stream_peaks(const remat__plan_inst *in, const int64_t *bounds, cons
   const remat_schedule_info *row = remat_schedule_get(in->schedule);
   if (row->op || (double)in->nv * (double)in->m > 1e6) return;
   if (remat_schedule_streams_build(&st, in->schedule, in->p, in->m, v, NULL)) return;
-  int64_t *S = remat__calloc((size_t)(5 * v), sizeof *S), *U = S + v, *nf = S + 2 * v,
-          *nw = S + 3 * v, *from = S + 4 * v;
+  int64_t *S = remat__calloc((size_t)(5 * v), sizeof *S), *U = S + v, *ls = S + 2 * v,
+          *lu = S + 3 * v, *from = S + 4 * v;
   for (int64_t r = 0; S && r < in->p; r++) {
     int64_t fixed = (int64_t)plan->stages[r].memory_bytes, peak = 0;
     for (int64_t c = 0; c < v; c++) {
       int64_t vs = remat_schedule_virtual_stage(in->schedule, in->p, r, c);
-      S[c] = U[c] = nf[c] = nw[c] = 0;
+      S[c] = U[c] = ls[c] = lu[c] = 0;
       /* zbv: rank 0's head chunk holds a micro-batch's targets from its F
        * of chunk 0 (remat_schedule_counts_from) */
       from[c] = remat_schedule_counts_from(in->schedule, in->p, v, r, c);
       for (int64_t l = bounds[vs]; l < bounds[vs + 1]; l++) {
-        S[c] += rec[l] == REMAT_MIDDLE ? in->mb[l] : rec[l] ? in->c[l] : in->a[l];
-        U[c] += rec[l] ? 0 : in->u[l];
+        uint8_t x = rec[l] >= REMAT__REC_SLOTS ? REMAT_KEEP : rec[l];
+        S[c] += x == REMAT_MIDDLE ? in->mb[l] : x ? in->c[l] : in->a[l];
+        U[c] += x ? 0 : in->u[l];
       }
       fixed -= in->n[vs] * S[c] + in->kw[vs] * U[c];
+      for (int64_t k = 0; k < in->n[vs]; k++) fixed += slot_cut(in, bounds, rec, vs, k);
     }
     for (int64_t q = 0; q < st.len; q++) {
       const remat_schedule_step *o = &st.ops[r * st.len + q];
       int split = row->split; /* then W records live from B to W */
+      int64_t vs = remat_schedule_virtual_stage(in->schedule, in->p, r, o->chunk);
+      int64_t cs = slot_cut(in, bounds, rec, vs, o->mb);
       if (o->kind == REMAT_OP_F)
-        for (int64_t c = 0; c < v; c++) nf[c] += from[c] == o->chunk;
-      if (o->kind == REMAT_OP_B) nf[o->chunk]--, nw[o->chunk] += split;
-      if (o->kind == REMAT_OP_W) nw[o->chunk]--;
+        for (int64_t c = 0; c < v; c++) ls[c] += from[c] == o->chunk ? S[c] - cs : 0;
+      if (o->kind == REMAT_OP_B) {
+        ls[o->chunk] -= S[o->chunk] - cs;
+        lu[o->chunk] += split * U[o->chunk];
+      }
+      if (o->kind == REMAT_OP_W) lu[o->chunk] -= U[o->chunk];
       int64_t mem = 0;
-      for (int64_t c = 0; c < v; c++) mem += nf[c] * S[c] + nw[c] * U[c];
+      for (int64_t c = 0; c < v; c++) mem += ls[c] + lu[c];
       peak = remat__max64(peak, mem);
     }
     plan->stages[r].stream_peak_bytes = (size_t)(fixed + peak);
@@ -175,7 +200,9 @@ static int64_t fill_stage(const remat__plan_inst *in, const int64_t *bounds, con
   st->recomputed = plan->recomputed_all + *k;
   st->num_recomputed = f.cnt;
   st->num_middle = f.mid;
+  st->num_partial = f.part;
   plan->total_middle += f.mid;
+  plan->total_partial += f.part;
   for (int64_t c = 0; c < in->v; c++) {
     int64_t vs = remat_schedule_virtual_stage(in->schedule, in->p, s, c);
     if (c == 0) st->first_layer = bounds[vs];
@@ -221,7 +248,15 @@ int remat__plan_fill(const remat__plan_inst *in, const int64_t *bounds, const ui
   plan->chunks = in->v;
   plan->feasible = 1;
   plan->optimal = 1;
-  memcpy(plan->policy, rec, (size_t)L);
+  for (int64_t l = 0; l < L; l++) plan->policy[l] = rec[l] < REMAT__REC_SLOTS ? rec[l] : REMAT_KEEP;
+  if (in->per_mb) {
+    if (!(plan->full_slots = remat__calloc((size_t)L, 1))) {
+      remat__free(fw);
+      remat_plan_free(plan);
+      return remat__errorf(err, REMAT_ENOMEM, "out of memory");
+    }
+    for (int64_t l = 0; l < L; l++) plan->full_slots[l] = (uint8_t)remat__rec_slots(rec[l]);
+  }
   for (int64_t vs = 0; vs < nv; vs++) {
     int64_t X;
     stage_fig g = chunk_figures(in, bounds[vs], bounds[vs + 1], vs, rec, &X);
@@ -258,9 +293,35 @@ int remat__plan_fill(const remat__plan_inst *in, const int64_t *bounds, const ui
 
 int remat_plan_evaluate(const remat_plan_problem *pb, const int64_t *layers_per_stage,
                         const uint8_t *recompute, remat_plan *plan, remat_error *err) {
+  return remat_plan_evaluate_slots(pb, layers_per_stage, recompute, NULL, plan, err);
+}
+
+/* Layer l's full_slots k on virtual stage vs of n slots as an entry of
+ * rec: a kept layer recomputed in its last k slots (all n: in full). */
+static int slots_rec(const remat__plan_inst *in, int64_t l, int64_t vs, int pol, int64_t k,
+                     uint8_t *out, remat_error *err) {
+  int64_t n = in->n[vs];
+  if (pol != REMAT_KEEP || !in->recomp[l])
+    return remat__errorf(err, REMAT_EINVAL, "layer %lld recomputes in %lld slots: only a kept "
+                         "layer that can recompute may", (long long)l, (long long)k);
+  if (k > n || k > REMAT__MAX_SLOTS)
+    return remat__errorf(err, REMAT_EINVAL, "layer %lld recomputes in %lld slots but its stage "
+                         "holds %lld micro-batches in flight", (long long)l, (long long)k,
+                         (long long)n);
+  *out = (uint8_t)(k == n ? REMAT_RECOMPUTE : REMAT__REC_SLOTS + k);
+  return 0;
+}
+
+int remat_plan_evaluate_slots(const remat_plan_problem *pb, const int64_t *layers_per_stage,
+                              const uint8_t *recompute, const uint8_t *full_slots,
+                              remat_plan *plan, remat_error *err) {
   memset(plan, 0, sizeof *plan);
   remat__plan_inst in;
-  int rc = remat__plan_inst_build(pb, &in, err);
+  int any = 0;
+  for (int64_t l = 0; full_slots && l < remat_plan_problem_layers(pb); l++) any |= full_slots[l];
+  remat_plan_problem q = *pb; /* times in quanta of micro-batches' where some slots recompute */
+  q.per_microbatch = any ? 1 : pb->per_microbatch;
+  int rc = remat__plan_inst_build(&q, &in, err);
   if (rc) return rc;
   int64_t *bounds = remat__malloc((size_t)(in.nv + 1) * sizeof *bounds);
   uint8_t *rec = remat__malloc((size_t)in.L);
@@ -300,7 +361,10 @@ int remat_plan_evaluate(const remat_plan_problem *pb, const int64_t *layers_per_
     }
     rec[l] = (uint8_t)pol;
   }
-  rc = remat__plan_fill(&in, bounds, rec, plan, err);
+  for (int64_t vs = 0; any && !rc && vs < in.nv; vs++)
+    for (int64_t l = bounds[vs]; !rc && l < bounds[vs + 1]; l++)
+      if (full_slots[l]) rc = slots_rec(&in, l, vs, rec[l], full_slots[l], &rec[l], err);
+  if (!rc) rc = remat__plan_fill(&in, bounds, rec, plan, err);
 out:
   remat__free(bounds);
   remat__free(rec);

@@ -40,12 +40,16 @@ int remat__fw_view_get(const remat_plan_problem *pb, const remat_plan *pl, remat
     int64_t seen = 0;
     for (l = pl->chunk_first[s]; l < pl->chunk_first[s] + pl->chunk_layers[s]; l++) {
       if (!v->isblk[l]) continue;
-      int rec = pl->policy[l] != REMAT_KEEP;
+      /* a layer recomputed for some micro-batches only: the frameworks
+       * recompute a layer for all of them or none, so in full */
+      int part = pl->full_slots && pl->full_slots[l];
+      int rec = pl->policy[l] != REMAT_KEEP || part;
       if (rec && seen != v->ckpt[s]) v->first_k = 0;
       v->blocks[s]++;
       v->ckpt[s] += rec;
       v->middle += pl->policy[l] == REMAT_MIDDLE;
-      v->full += pl->policy[l] == REMAT_RECOMPUTE;
+      v->full += pl->policy[l] == REMAT_RECOMPUTE || part;
+      v->partial += part;
       seen++;
     }
     v->total += v->blocks[s];
@@ -102,7 +106,7 @@ int remat__fw_runs(const remat_plan_problem *pb, const remat_plan *pl, const rem
 
 /* 1 if the framework's arrangement is the plan's own. */
 int remat__fw_same(const remat_plan *pl, const remat_plan *runs) {
-  return memcmp(pl->policy, runs->policy, (size_t)pl->num_layers) == 0 &&
+  return !pl->total_partial && memcmp(pl->policy, runs->policy, (size_t)pl->num_layers) == 0 &&
          memcmp(pl->chunk_layers, runs->chunk_layers,
                 (size_t)(pl->num_stages * (pl->chunks > 1 ? pl->chunks : 1)) *
                     sizeof *pl->chunk_layers) == 0;
@@ -173,7 +177,14 @@ int remat__fw_export_init(remat__fw_export *ex, const char *framework, const cha
 }
 
 /* The caveat of a problem built from remat's own engine. */
-void remat__fw_caveat(remat__fw_export *ex, const remat_plan_problem *pb) {
+void remat__fw_caveat(remat__fw_export *ex, const remat_plan_problem *pb, const remat_plan *pl) {
+  if (pl->total_partial)
+    remat__fw_note(ex, "This plan recomputes %lld layer(s) for only some of their stage's "
+                   "micro-batches (remat plan --per-microbatch); this framework recomputes a "
+                   "layer for every micro-batch or for none, so it runs them recomputed for "
+                   "all (less memory, more time), as evaluated below. remat train runs the "
+                   "plan as it is (--plan).",
+                   (long long)pl->total_partial);
   if (pb->head_chunk > 0)
     remat__fw_note(ex, "This plan holds the head's logits in chunks of %lld tokens (remat train "
                    "--head-chunk); this framework makes a micro-batch's logits whole, so its "

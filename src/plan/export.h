@@ -14,7 +14,9 @@ typedef struct {
   int64_t *blocks, *ckpt; /* (nv) each */
   uint8_t *isblk;         /* (num_layers) 1 for a block */
   int64_t total, most;    /* blocks in all; the largest ckpt */
-  int64_t middle, full;   /* blocks under the middle policy, recomputed in full */
+  int64_t middle, full;   /* blocks under the middle policy, recomputed in full
+                             (full counts the partial ones) */
+  int64_t partial;        /* blocks recomputed for some micro-batches only */
   int first_k;            /* each virtual stage's blocks not kept are its first ones */
   int empty;              /* a virtual stage holds no block */
 } remat__fw_view;
@@ -34,7 +36,9 @@ int remat__fw_export_init(remat__fw_export *ex, const char *framework, const cha
 void remat__fw_export_free(remat__fw_export *ex);
 /* A note: a comment in the text, a string in the JSON's notes. */
 void remat__fw_note(remat__fw_export *ex, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void remat__fw_caveat(remat__fw_export *ex, const remat_plan_problem *pb);
+/* The notes every export carries: the head in chunks, per-micro-batch
+ * recompute, and a problem of remat's own engine. */
+void remat__fw_caveat(remat__fw_export *ex, const remat_plan_problem *pb, const remat_plan *pl);
 void remat__fw_comment(remat__plan_buf *b, const char *text);
 void remat__fw_list(remat__plan_buf *b, const int64_t *v, int64_t n);
 

@@ -152,7 +152,8 @@ static int time_exponent(const remat_plan_problem *pb) {
     const remat_plan_group *G = &pb->groups[g];
     ttot += (double)G->count * (G->fwd + G->bwd + G->recompute + G->middle_recompute);
   }
-  double span = ttot * (double)pb->microbatches;
+  /* per micro-batch, times are a step's: m times more */
+  double span = ttot * (double)pb->microbatches * (pb->per_microbatch ? pb->microbatches : 1);
   if (!(span > 0)) return 0;
   int ex;
   frexp(span, &ex); /* span < 2^ex */
@@ -161,17 +162,17 @@ static int time_exponent(const remat_plan_problem *pb) {
 
 /* Each group's layers, times in quanta of 2^e, and their options. */
 static void expand_layers(remat__plan_inst *in, const remat_plan_problem *pb, int e) {
-  int64_t l = 0;
+  int64_t l = 0, ms = in->ms;
   for (int64_t g = 0; g < pb->num_groups; g++) {
     const remat_plan_group *G = &pb->groups[g];
-    int64_t fq = (int64_t)llround(ldexp(G->fwd, -e));
-    int64_t bq = (int64_t)llround(ldexp(G->bwd, -e));
+    int64_t fq = ms * (int64_t)llround(ldexp(G->fwd, -e));
+    int64_t bq = ms * (int64_t)llround(ldexp(G->bwd, -e));
     /* zb-h1, zbv: a layer that rebuilds its activations rebuilds them once,
      * for its B, and runs its W there too (remat train's runtime does) */
-    int64_t rq = (int64_t)llround(ldexp(G->recompute, -e));
+    int64_t rq = ms * (int64_t)llround(ldexp(G->recompute, -e));
     int middle = G->recomputable && G->middle;
-    int64_t rmq = middle ? (int64_t)llround(ldexp(G->middle_recompute, -e)) : 0;
-    int64_t wq = (int64_t)llround(ldexp(G->wgrad, -e));
+    int64_t rmq = middle ? ms * (int64_t)llround(ldexp(G->middle_recompute, -e)) : 0;
+    int64_t wq = ms * (int64_t)llround(ldexp(G->wgrad, -e));
     for (int64_t k = 0; k < G->count; k++, l++) {
       in->fwd[l] = fq;
       in->fb[l] = fq + bq;
@@ -284,7 +285,9 @@ int remat__plan_inst_build(const remat_plan_problem *pb, remat__plan_inst *in, r
   in->nv = in->p * in->v;
   if ((rc = inst_alloc(in, L, in->p, in->nv))) goto fail;
   int e = time_exponent(pb);
-  in->q = ldexp(1.0, e);
+  in->per_mb = pb->per_microbatch;
+  in->ms = in->per_mb ? in->m : 1;
+  in->q = ldexp(1.0, e) / (double)in->ms;
   expand_layers(in, pb, e);
   if ((rc = work_tree(in))) goto fail;
   prefix_sums(in);

@@ -296,6 +296,9 @@ int remat_plan_format_lp(const remat_plan_problem *pb, char **out, remat_error *
   if (pb->min_blocks || pb->fixed_blocks)
     return remat__errorf(err, REMAT_EINVAL, "the MIP has no rows for min_blocks or a fixed "
                          "split; export it with min_blocks 0");
+  if (pb->per_microbatch)
+    return remat__errorf(err, REMAT_EINVAL, "the MIP chooses a policy per layer, not per "
+                         "micro-batch; export it without --per-microbatch");
   lp x = {.pb = pb, .L = remat_plan_problem_layers(pb), .p = pb->stages, .m = pb->microbatches};
   x.v = remat_schedule_chunks(pb->schedule, pb->chunks);
   x.nv = x.p * x.v;

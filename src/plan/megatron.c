@@ -247,7 +247,7 @@ int remat__megatron_export(const remat_plan_problem *pb, const remat_plan *pl,
     goto out;
   }
   header(pl, &m, ex);
-  remat__fw_caveat(ex, pb);
+  remat__fw_caveat(ex, pb, pl);
   if (!pl->feasible) remat__fw_note(ex, "WARNING: this plan does not fit its memory budget.");
   if (pl->schedule == REMAT_SCHED_ZBV) {
     remat__fw_note(ex, "Megatron-LM cannot run this plan: it has no zero-bubble V schedule, and "

@@ -97,7 +97,31 @@ typedef struct remat__plan_inst {
   int64_t *cls; /* (p) */
   /* range maximum of y: a segment tree of (2 ysize), NULL when every y is 0 */
   int64_t *ytree, ysize;
+  /* Planning per micro-batch (remat_plan_problem.per_microbatch): every time
+   * above is a step's, ms = m times a micro-batch's, so that a layer
+   * recomputed for some of the micro-batches costs a whole number of quanta
+   * (q is then 2^e / m); ms = 1 otherwise. */
+  int per_mb;
+  int64_t ms;
 } remat__plan_inst;
+
+/* An arrangement's rec[l] is a remat_policy, or, planned per micro-batch,
+ * REMAT__REC_SLOTS + k: kept, and recomputed in full in the last k of its
+ * stage's n slots (0 < k < n <= REMAT__MAX_SLOTS). */
+#define REMAT__REC_SLOTS 16
+#define REMAT__MAX_SLOTS 128
+
+static inline int64_t remat__rec_slots(uint8_t r) {
+  return r >= REMAT__REC_SLOTS ? (int64_t)r - REMAT__REC_SLOTS : 0;
+}
+
+/* Micro-batches of a step (m of them, micro-batch t in slot t mod n) that
+ * the last k of n slots serve: each slot c = m / n, and one more for the
+ * first m mod n. */
+static inline int64_t remat__plan_slot_mbs(int64_t m, int64_t n, int64_t k) {
+  int64_t rem = m % n, extra = rem - (n - k);
+  return k * (m / n) + (extra > 0 ? extra : 0);
+}
 
 int remat__plan_inst_build(const remat_plan_problem *pb, remat__plan_inst *in, remat_error *err);
 void remat__plan_inst_free(remat__plan_inst *in);
@@ -212,6 +236,32 @@ static inline int64_t remat__plan_saving_all(const remat__plan_inst *in, int64_t
   return in->n[s] * D + in->kw[s] * (in->pUc[j] - in->pUc[i]);
 }
 
+/* Layer l's part of virtual stage vs's figures under rec value r: recompute
+ * time t (quanta), bytes saved against keeping it, scratch x (0: none) and
+ * the W time it puts off (the weight gradient of the micro-batches it keeps
+ * for). */
+typedef struct remat__plan_recfig {
+  int64_t t, saved, x, wg;
+} remat__plan_recfig;
+
+static inline remat__plan_recfig remat__plan_rec_fig(const remat__plan_inst *in, int64_t vs,
+                                                     int64_t l, uint8_t r) {
+  if (r == REMAT_KEEP) return (remat__plan_recfig){0, 0, 0, in->wg[l]};
+  if (r == REMAT_MIDDLE)
+    return (remat__plan_recfig){in->rm[l], remat__plan_saving(in, vs, l, in->a[l] - in->mb[l]),
+                                in->xm[l], 0};
+  if (r == REMAT_RECOMPUTE)
+    return (remat__plan_recfig){in->r[l], remat__plan_saving(in, vs, l, in->a[l] - in->c[l]),
+                                in->x[l], 0};
+  /* kept but in the last k slots: those slots' micro-batches rebuild it
+   * for their B; every micro-batch runs its W apart, from the W record
+   * that its B fills, as the kept ones do (the order of the weight
+   * gradients' sums is then one process's) */
+  int64_t k = remat__rec_slots(r), mbs = remat__plan_slot_mbs(in->m, in->n[vs], k);
+  return (remat__plan_recfig){in->r[l] / in->ms * mbs, k * (in->a[l] - in->c[l]), in->x[l],
+                              in->wg[l]};
+}
+
 /* A candidate's scratch and saving per micro-batch, for sorting by scratch. */
 typedef struct remat__plan_xd {
   int64_t x, d;
@@ -238,7 +288,19 @@ typedef struct remat__plan_choice {
   int32_t node; /* how == 2 with tracking */
   int64_t k0;   /* how == 1: k0 candidates take the kind's first option,
                    cnt - k0 its second (remat__plan_alike_pol says which) */
+  /* how == 3 (per micro-batch, alike candidates): nfull of them recompute
+   * in full, the next nslot recompute in some slots (units (layer, slot)
+   * recomputations in all, laid out by remat__plan_slots_of), the next
+   * nmid take the middle policy, the rest keep */
+  int64_t nfull, units, nmid, nslot;
 } remat__plan_choice;
+
+/* units (layer, slot) recomputations over `layers` alike layers of a stage
+ * of n slots (m micro-batches a step) into ks (room for `layers`): each
+ * layer its cheap slots first (those of m / n micro-batches: the last n - m
+ * % n, or n - 1 when m % n is 0), in order, then the dearer ones, at most
+ * n - 1 slots a layer. */
+void remat__plan_slots_of(int64_t m, int64_t n, int64_t layers, int64_t units, int64_t *ks);
 
 /* Candidates all of one kind (the same options and u), K of them from fc
  * on, in virtual stage s (its savings: remat__plan_saving), excess E > 0

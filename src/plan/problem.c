@@ -248,6 +248,10 @@ int remat_plan_problem_check(const remat_plan_problem *pb, remat_error *err) {
                          (long long)pb->stages, (long long)L, (long long)L);
   int64_t v = remat_schedule_chunks(pb->schedule, pb->chunks);
   if (pb->chunks < 0) return remat__errorf(err, REMAT_EINVAL, "chunks must be at least 1");
+  if (pb->per_microbatch != 0 && pb->per_microbatch != 1)
+    return remat__errorf(err, REMAT_EINVAL, "per_microbatch must be 0 or 1, not %d",
+                         pb->per_microbatch);
+
   rc = remat_schedule_check(pb->schedule, pb->stages, pb->microbatches, v, L, err);
   if (rc) return rc;
   if (!pb->memory) return remat__errorf(err, REMAT_EINVAL, "the problem has no memory budget");
@@ -517,7 +521,7 @@ static int parse_settings(remat_plan_problem *pb, const cJSON *root, remat_error
                                       "memory", "layers", "stage_bytes", "boundary_bytes",
                                       "chunks", "comment", "min_blocks", "family",
                                       "micro_batch_size", "seq_length", "data_parallel",
-                                      "tensor_parallel", NULL};
+                                      "tensor_parallel", "per_microbatch", NULL};
   int rc = check_keys(root, top, known, err);
   if (rc) return rc;
   static const char *const required[] = {"stages", "microbatches", "memory", "layers"};
@@ -557,11 +561,13 @@ static int parse_settings(remat_plan_problem *pb, const cJSON *root, remat_error
                          "\"gpt2\", ...) of at most %d characters",
                          (int)sizeof pb->job.family - 1);
   if (it) snprintf(pb->job.family, sizeof pb->job.family, "%s", it->valuestring);
+  int64_t per_mb = 0;
   const struct {
     const char *key;
     int64_t hi;
     int64_t *dst;
   } ints[] = {{"min_blocks", 1, &pb->min_blocks},
+              {"per_microbatch", 1, &per_mb},
               {"micro_batch_size", 1 << 30, &pb->job.micro_batch},
               {"seq_length", 1 << 30, &pb->job.seq_len},
               {"data_parallel", 1 << 20, &pb->job.data_parallel},
@@ -570,6 +576,7 @@ static int parse_settings(remat_plan_problem *pb, const cJSON *root, remat_error
     if ((it = get(root, ints[k].key)) &&
         (rc = json_int(it, top, ints[k].key, 0, ints[k].hi, ints[k].dst, err)))
       return rc;
+  pb->per_microbatch = (int)per_mb;
   if ((it = get(root, "boundary_bytes")) &&
       (rc = json_bytes(it, top, "boundary_bytes", &pb->boundary_bytes, err)))
     return rc;

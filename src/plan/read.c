@@ -17,6 +17,7 @@ void remat_plan_layout_free(remat_plan_layout *lo) {
   remat__free(lo->budget_bytes);
   remat__free(lo->memory_bytes);
   remat__free(lo->chunk_layers);
+  remat__free(lo->full_slots);
   memset(lo, 0, sizeof *lo);
 }
 
@@ -109,6 +110,34 @@ static int read_chunked(remat_plan_layout *lo, const cJSON *stages, const char *
   return rc;
 }
 
+/* A stage's optional "full_slots", [layer, k] pairs: recomputed layers
+ * (not middle) that recompute in the last k of the stage's slots only, 0 <
+ * k < its microbatches_held; they keep in the others. */
+static int read_full_slots(remat_plan_layout *lo, const cJSON *o, int64_t first, int64_t n,
+                           const char *path, remat_error *err) {
+  const cJSON *fs = cJSON_GetObjectItemCaseSensitive(o, "full_slots"), *it;
+  int64_t held;
+  if (!fs) return 0;
+  if (!cJSON_IsArray(fs) ||
+      whole(cJSON_GetObjectItemCaseSensitive(o, "microbatches_held"), 2, REMAT__MAX_SLOTS, &held))
+    return bad(err, path, "\"full_slots\" must be an array of [layer, slots] pairs, on a stage "
+               "with its microbatches_held (2 to 128)");
+  if (!lo->full_slots && !(lo->full_slots = remat__calloc((size_t)lo->num_layers, 1)))
+    return remat__errorf(err, REMAT_ENOMEM, "out of memory reading plan '%s'", path);
+  cJSON_ArrayForEach(it, fs) {
+    int64_t l, k;
+    if (!cJSON_IsArray(it) || cJSON_GetArraySize(it) != 2 ||
+        whole(cJSON_GetArrayItem(it, 0), (double)first, (double)(first + n - 1), &l) ||
+        whole(cJSON_GetArrayItem(it, 1), 1, (double)(held - 1), &k) ||
+        lo->recompute[l] != REMAT_RECOMPUTE || lo->full_slots[l])
+      return bad(err, path, "a \"full_slots\" pair needs a layer of its stage among its "
+                 "recomputed (not middle, named once) and 1 to microbatches_held - 1 slots");
+    lo->recompute[l] = REMAT_KEEP;
+    lo->full_slots[l] = (uint8_t)k;
+  }
+  return 0;
+}
+
 /* A plan's stages, one run of layers each, in order. */
 static int read_stages(remat_plan_layout *lo, const cJSON *stages, const char *path,
                        remat_error *err) {
@@ -157,6 +186,7 @@ static int read_stages(remat_plan_layout *lo, const cJSON *stages, const char *p
       }
       lo->recompute[l] = REMAT_MIDDLE;
     }
+    if (!rc) rc = read_full_slots(lo, o, first, n, path, err);
     next = first + n;
   }
   if (!rc && next != L) rc = bad(err, path, "the stages do not cover every layer");

@@ -168,10 +168,10 @@ int remat__plan_sim_arrangement(const remat__plan_inst *in, const remat_schedule
   for (int64_t vs = 0; vs < in->nv; vs++) {
     f[vs] = bw[vs] = w[vs] = 0;
     for (int64_t l = bounds[vs]; l < bounds[vs + 1]; l++) {
+      remat__plan_recfig g = remat__plan_rec_fig(in, vs, l, rec[l]);
       f[vs] += (double)in->fwd[l];
-      w[vs] += rec[l] ? 0.0 : (double)in->wg[l]; /* a rebuilt layer's W runs in its B */
-      bw[vs] += (double)(in->fb[l] - in->fwd[l]) +
-                (double)(rec[l] == REMAT_MIDDLE ? in->rm[l] : rec[l] ? in->r[l] : 0);
+      w[vs] += (double)g.wg; /* a rebuilt layer's W runs in its B */
+      bw[vs] += (double)(in->fb[l] - in->fwd[l]) + (double)g.t;
     }
   }
   if (st) return remat_plan_simulate_streams(st, f, bw, w, ms, NULL);

@@ -246,6 +246,11 @@ int remat__plan_solve_exact(const remat_plan_problem *pb, remat_plan *plan, rema
     return remat__errorf(err, REMAT_ERANGE,
                          "the time limit must be between 0 (none) and 1e9 seconds, not %g",
                          pb->time_limit);
+  int64_t v = remat_schedule_chunks(pb->schedule, pb->chunks);
+  if (pb->per_microbatch && v > 1)
+    return remat__errorf(err, REMAT_EINVAL, "recompute per micro-batch is planned for one chunk "
+                         "per stage (1f1b, gpipe or zb-h1), not %s's %lld",
+                         remat_plan_schedule_name(pb->schedule), (long long)v);
   remat__plan_inst in;
   int rc = remat__plan_inst_build(pb, &in, err);
   if (rc) return rc;

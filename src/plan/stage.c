@@ -143,6 +143,108 @@ int remat__plan_alike(const remat__plan_inst *in, int64_t fc, int64_t K, int64_t
   return found;
 }
 
+/* ------------------------------------------------------------ per micro-batch */
+
+void remat__plan_slots_of(int64_t m, int64_t n, int64_t layers, int64_t units, int64_t *ks) {
+  /* a layer's cheap slots are its last n - m % n (all n when m % n is 0, of
+   * which n - 1 may be taken); the rest serve one micro-batch more */
+  int64_t h = m % n ? n - m % n : n - 1;
+  for (int64_t q = 0; q < layers; q++) {
+    ks[q] = units < h ? units : h;
+    units -= ks[q];
+  }
+  for (int64_t q = 0; q < layers && units > 0; q++) {
+    int64_t more = n - 1 - ks[q] < units ? n - 1 - ks[q] : units;
+    ks[q] += more;
+    units -= more;
+  }
+  REMAT_ASSERT(units == 0);
+}
+
+static int64_t om_r(const remat__plan_opt *om) { return om ? om->r : 0; }
+
+/* Units f over lam layers (a slot's unit serves c or c + 1 micro-batches,
+ * h cheap ones per layer): the micro-batches they serve at best. */
+static int64_t unit_mbs(int64_t f, int64_t lam, int64_t c, int64_t h) {
+  return c * f + (f > lam * h ? f - lam * h : 0);
+}
+
+/* Alike candidates on a stage of n slots, planned per micro-batch: nmid
+ * take the middle policy, nfull recompute in full, and of the P = K - nmid
+ * - nfull others, lam keep but recompute in full in some of their slots,
+ * f (layer, slot) units in all, 1 to n - 1 per layer; the rest keep. A
+ * unit saves a - c and costs the micro-batches its slot serves (m / n, or
+ * one more for the first m % n slots), the cheapest first. Every count of
+ * middle and full layers is tried; for each the fewest units that fit,
+ * over as few layers as the least time allows (REMAT__PLAN_LEAST_TIME: then
+ * time, layers not wholly kept, memory is least), or, within tcap, the
+ * fewest layers and then as many units as tcap allows on them
+ * (REMAT__PLAN_FEWEST: layers, then memory). So the choice is exact over
+ * these arrangements. Returns 1 with *out's t (recompute only), cnt, mem
+ * (the memory relative to keeping all, as remat__plan_alike's memrel) and
+ * counts, or 0. */
+static int alike_slots(const remat__plan_inst *in, int64_t fc, int64_t K, int64_t s, int64_t E,
+                       int64_t Y, int mode, int64_t tcap, remat__plan_choice *out) {
+  const remat__plan_opt *o = &in->opt[REMAT__PLAN_OPTS * fc], *of = NULL, *om = NULL;
+  for (int q = 0; q < in->nopt[fc]; q++) {
+    if (o[q].pol == REMAT_RECOMPUTE) of = &o[q];
+    if (o[q].pol == REMAT_MIDDLE) om = &o[q];
+  }
+  int64_t n = in->n[s], c = in->m / n, h = in->m % n ? n - in->m % n : n - 1;
+  int64_t ru = of->r / in->ms, d = of->d;
+  int64_t ef = remat__plan_saving(in, s, fc, d);
+  int64_t em = om ? remat__plan_saving(in, s, fc, om->d) : 0;
+  int time_first = mode == REMAT__PLAN_LEAST_TIME, found = 0;
+  for (int64_t b = 0; b <= (om ? K : 0); b++)
+    for (int64_t g = 0; g <= K - b; g++) {
+      int64_t P = K - b - g, saved = b * em + g * ef, base = b * om_r(om) + g * of->r;
+      for (int with_units = 0; with_units < 2; with_units++) {
+        int64_t f = 0, lam = 0, X = remat__max64(b ? om->x : 0, g ? of->x : 0);
+        if (with_units) {
+          if (P == 0) continue;
+          X = remat__max64(X, of->x);
+          int64_t need = E + above(X, Y) - saved;
+          f = need > 0 ? (need + d - 1) / d : 1;
+          if (f > P * (n - 1)) continue;
+          int64_t fewest = (f + n - 2) / (n - 1); /* layers that can hold f */
+          if (time_first && ru > 0) {
+            lam = (f + h - 1) / h < P ? (f + h - 1) / h : P;
+          } else if (time_first) { /* free: the fewest layers, all their slots */
+            lam = fewest;
+            f = lam * (n - 1);
+          } else {
+            /* fewest layers within tcap (more layers, more cheap slots) */
+            int64_t slack = tcap - base - ru * c * f;
+            if (slack < 0) continue;
+            lam = fewest;
+            if (ru > 0 && f - lam * h > slack / ru) lam = (f - slack / ru + h - 1) / h;
+            if (lam > P) continue;
+            /* then as many units on them as tcap allows: the least memory */
+            int64_t most = lam * (n - 1), room = tcap - base;
+            if (ru > 0) {
+              int64_t cheap = room / (ru * c);
+              most = cheap <= lam * h ? (cheap < most ? cheap : most)
+                                      : ((room / ru + lam * h) / (c + 1) < most
+                                             ? (room / ru + lam * h) / (c + 1)
+                                             : most);
+            }
+            if (most > f) f = most;
+          }
+        } else if (saved - above(X, Y) < E) {
+          continue;
+        }
+        int64_t t = base + ru * unit_mbs(f, lam, c, h);
+        int64_t mem = above(X, Y) - saved - f * d;
+        if (!time_first && t > tcap) continue;
+        if (!found || alike_better(t, b + g + lam, mem, out->t, out->cnt, out->mem, time_first)) {
+          *out = (remat__plan_choice){t, b + g + lam, mem, 3, -1, 0, g, f, b, lam};
+          found = 1;
+        }
+      }
+    }
+  return found;
+}
+
 /* ------------------------------------------------------------ best choice */
 
 void remat__plan_eval_init(remat__plan_eval *ev, const remat__plan_inst *in, int levels, int track,
@@ -176,6 +278,15 @@ static int64_t floor_to(remat__plan_eval *ev, int64_t j) {
   return ev->Y;
 }
 
+/* Whether stage s plans its alike candidates (from fc) per micro-batch:
+ * asked to, several slots, and a full recompute among their options. */
+static int slots_apply(const remat__plan_inst *in, int64_t fc, int64_t s) {
+  if (!in->per_mb || in->n[s] < 2 || in->n[s] > REMAT__MAX_SLOTS) return 0;
+  for (int q = 0; q < in->nopt[fc]; q++)
+    if (in->opt[REMAT__PLAN_OPTS * fc + q].pol == REMAT_RECOMPUTE) return 1;
+  return 0;
+}
+
 int remat__plan_eval_stage(remat__plan_eval *ev, int64_t j, int64_t s, int mode, int64_t cap,
                            remat__plan_choice *out) {
   const remat__plan_inst *in = ev->in;
@@ -186,19 +297,27 @@ int remat__plan_eval_stage(remat__plan_eval *ev, int64_t j, int64_t s, int mode,
   int64_t kept = remat__plan_base_memory(in, i, j, s) + Y;
   int64_t E = kept - in->budget[s];
   if (E <= 0) {
-    *out = (remat__plan_choice){F, 0, kept, 0, -1, 0};
+    *out = (remat__plan_choice){F, 0, kept, 0, -1, 0, 0, 0, 0, 0};
     return 1;
   }
   int64_t Dp = in->pD[j] - in->pD[i];
   if (remat__plan_saving_all(in, s, i, j, Dp) < E) return 0;
   int64_t fc = in->first_cand[i];
+  if (in->kind_end[fc] >= j && slots_apply(in, fc, s)) {
+    remat__plan_choice ch;
+    if (!alike_slots(in, fc, in->pCand[j] - in->pCand[i], s, E, Y, mode, cap - F, &ch)) return 0;
+    ch.t += F;
+    ch.mem += kept;
+    *out = ch;
+    return 1;
+  }
   if (in->kind_end[fc] >= j) {
     /* one kind of candidate: counts of its options, the first ones first */
     int64_t k0, k1, t, memrel;
     if (!remat__plan_alike(in, fc, in->pCand[j] - in->pCand[i], s, E, Y, mode, cap - F, &k0,
                            &k1, &t, &memrel))
       return 0;
-    *out = (remat__plan_choice){F + t, k0 + k1, kept + memrel, 1, -1, k0};
+    *out = (remat__plan_choice){F + t, k0 + k1, kept + memrel, 1, -1, k0, 0, 0, 0, 0};
     return 1;
   }
   int rc;
@@ -231,7 +350,7 @@ int remat__plan_eval_stage(remat__plan_eval *ev, int64_t j, int64_t s, int mode,
                   ? remat__knap_min_time(&ev->kn, qn, E, Y, &res)
                   : remat__knap_min_count(&ev->kn, qn, E, Y, cap - F, &res);
   if (!found) return 0;
-  *out = (remat__plan_choice){F + res.r, res.cnt, kept + res.memrel, 2, res.node, 0};
+  *out = (remat__plan_choice){F + res.r, res.cnt, kept + res.memrel, 2, res.node, 0, 0, 0, 0, 0};
   return 1;
 }
 
@@ -291,6 +410,19 @@ int remat__plan_stage_set(const remat__plan_inst *in, int64_t i, int64_t j, int6
       int64_t k = 0;
       for (int64_t l = i; l < j && k < ch.cnt; l++)
         if (in->cand[l]) rec[l] = (uint8_t)remat__plan_alike_pol(in, l, k++, ch.k0, ch.cnt);
+    } else if (ch.how == 3) {
+      /* the full ones first, as --ckpt-ratio recomputes the first blocks,
+       * then the partial ones, then the middle ones; items is room enough */
+      int64_t K = in->pCand[j] - in->pCand[i], P = K - ch.nfull - ch.nmid, k = 0;
+      for (int64_t q = 0; q < P; q++) items[q] = 0;
+      remat__plan_slots_of(in->m, in->n[s], ch.nslot, ch.units, items);
+      for (int64_t l = i; l < j; l++) {
+        if (!in->cand[l]) continue;
+        int64_t q = k++ - ch.nfull;
+        if (q < 0) rec[l] = REMAT_RECOMPUTE;
+        else if (q < P) rec[l] = items[q] ? (uint8_t)(REMAT__REC_SLOTS + items[q]) : REMAT_KEEP;
+        else rec[l] = REMAT_MIDDLE;
+      }
     } else if (ch.how == 2) {
       int64_t n = remat__knap_items(&ev.kn, ch.node, items);
       for (int64_t t = 0; t < n; t++) rec[items[t] / REMAT__PLAN_OPTS] = (uint8_t)in->opt[items[t]].pol;

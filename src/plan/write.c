@@ -49,30 +49,41 @@ static void ranges(const int64_t *v, int64_t n, char *buf, size_t cap) {
 }
 
 /* A stage's layers that are not kept: the recomputed ones as ranges, then
- * "middle" and the middle ones ("1-3", "1-3; middle 4-6", "middle 1-6"). */
+ * those recomputed in only some of the stage's n slots, by their count k
+ * ("4-6 in 1/4 slots"), then "middle" and the middle ones ("1-3",
+ * "1-3; middle 4-6", "middle 1-6", "1; 2-3 in 1/2 slots"). */
 static void stage_layers(const remat_plan *pl, const remat_plan_stage *st, char *buf, size_t cap) {
-  int64_t full[64], mid[64], nf = 0, nm = 0;
+  int64_t full[64], mid[64], part[64], nf = 0, nm = 0;
   char a[96] = "", b[96] = "";
+  size_t at = 0;
+  buf[0] = '\0';
   /* long lists are cut by ranges() anyway: the first 64 of each show */
   for (int64_t k = 0; k < st->num_recomputed; k++) {
     int64_t l = st->recomputed[k];
     if (pl->policy && pl->policy[l] == REMAT_MIDDLE) {
       if (nm < 64) mid[nm++] = l;
-    } else if (nf < 64) {
+    } else if (nf < 64 && !(pl->full_slots && pl->full_slots[l])) {
       full[nf++] = l;
     }
   }
-  if (!st->num_middle) {
-    ranges(st->recomputed, st->num_recomputed, buf, cap);
-    return;
+  if (nf) {
+    ranges(full, nf, a, sizeof a);
+    at += (size_t)snprintf(buf + at, cap - at, "%s", a);
   }
-  ranges(mid, nm, b, sizeof b);
-  if (st->num_middle == st->num_recomputed) {
-    snprintf(buf, cap, "middle %s", b);
-    return;
+  for (int ks = 1; st->num_partial && ks < 256 && at < cap; ks++) {
+    int64_t np = 0;
+    for (int64_t k = 0; k < st->num_recomputed; k++)
+      if (pl->full_slots[st->recomputed[k]] == ks && np < 64) part[np++] = st->recomputed[k];
+    if (!np) continue;
+    ranges(part, np, a, sizeof a);
+    at += (size_t)snprintf(buf + at, cap - at, "%s%s in %d/%lld slots", at ? "; " : "", a, ks,
+                           (long long)st->microbatches_held);
   }
-  ranges(full, nf, a, sizeof a);
-  snprintf(buf, cap, "%s; middle %s", a, b);
+  if (nm && at < cap) {
+    ranges(mid, nm, b, sizeof b);
+    at += (size_t)snprintf(buf + at, cap - at, "%smiddle %s", at ? "; " : "", b);
+  }
+  if (!st->num_recomputed) snprintf(buf, cap, "-");
 }
 
 /* The model's layer numbering, when it has more than one group. */
@@ -192,6 +203,9 @@ static void table(remat__plan_buf *b, const remat_plan_problem *pb, const remat_
   if (pl->total_middle)
     remat__plan_printf(b, " (%lld of them middle: layernorms and GELU rerun)",
                        (long long)pl->total_middle);
+  if (pl->total_partial)
+    remat__plan_printf(b, " (%lld of them for some micro-batches only)",
+                       (long long)pl->total_partial);
   remat__plan_printf(b, ", peak stage memory %s\n",
                      remat_format_bytes_in(pl->max_memory_bytes, units, t4, sizeof t4));
   if (!pl->optimal)
@@ -265,6 +279,18 @@ static int json(const remat_plan_problem *pb, const remat_plan *pl, char **out, 
     for (int64_t k = 0; k < st->num_recomputed; k++)
       if (pl->policy && pl->policy[st->recomputed[k]] == REMAT_MIDDLE)
         cJSON_AddItemToArray(mid, cJSON_CreateNumber((double)st->recomputed[k]));
+    /* of those, the ones recomputed in the last k of the stage's slots
+     * only, as [layer, k] (a reader that knows nothing of them recomputes
+     * them for every micro-batch, which fits too) */
+    if (st->num_partial) {
+      cJSON *part = cJSON_AddArrayToObject(o, "full_slots");
+      for (int64_t k = 0; k < st->num_recomputed; k++) {
+        int64_t l = st->recomputed[k];
+        if (!pl->full_slots[l]) continue;
+        double pair[2] = {(double)l, (double)pl->full_slots[l]};
+        cJSON_AddItemToArray(part, cJSON_CreateDoubleArray(pair, 2));
+      }
+    }
     cJSON_AddNumberToObject(o, "microbatches_held", (double)st->microbatches_held);
     cJSON_AddNumberToObject(o, "memory_bytes", (double)st->memory_bytes);
     cJSON_AddNumberToObject(o, "budget_bytes", (double)st->budget_bytes);
@@ -303,6 +329,7 @@ static int json(const remat_plan_problem *pb, const remat_plan *pl, char **out, 
   cJSON_AddNumberToObject(root, "slowdown", pl->slowdown);
   cJSON_AddNumberToObject(root, "total_recomputed", (double)pl->total_recomputed);
   cJSON_AddNumberToObject(root, "total_middle", (double)pl->total_middle);
+  if (pl->full_slots) cJSON_AddNumberToObject(root, "total_partial", (double)pl->total_partial);
   cJSON_AddNumberToObject(root, "max_memory_bytes", (double)pl->max_memory_bytes);
   cJSON_AddStringToObject(root, "time_unit", pb->time_unit);
   cJSON_AddStringToObject(root, "source", pb->source);
@@ -396,7 +423,8 @@ static void torch_pp(remat__plan_buf *b, const remat_plan_problem *pb, const rem
   remat__plan_printf(b, "]\ncheckpointed_layers = [");
   int64_t k = 0;
   for (l = 0; l < pl->num_layers; l++)
-    if (pl->policy[l]) remat__plan_printf(b, "%s%lld", k++ ? ", " : "", (long long)l);
+    if (pl->policy[l] || (pl->full_slots && pl->full_slots[l]))
+      remat__plan_printf(b, "%s%lld", k++ ? ", " : "", (long long)l);
   remat__plan_printf(b, "]\nn_microbatches = %lld\n\n", (long long)pl->microbatches);
   remat__plan_printf(b,
                      "# Wrap each checkpointed layer non-reentrantly: torch's zero-bubble "
@@ -416,6 +444,11 @@ static void torch_pp(remat__plan_buf *b, const remat_plan_problem *pb, const rem
     remat__plan_printf(b, "# NOTE: %lld layer(s) take remat's middle policy, which torch does not "
                           "have; they are listed as checkpointed, which saves more memory and "
                           "takes more time than the plan.\n", (long long)pl->total_middle);
+  if (pl->total_partial)
+    remat__plan_printf(b, "# NOTE: %lld layer(s) recompute for only some micro-batches in this "
+                          "plan; a checkpointed module checkpoints every micro-batch, so they are "
+                          "listed as checkpointed: less memory, more time than the plan.\n",
+                       (long long)pl->total_partial);
   if (torch_schedules[pl->schedule].note)
     remat__plan_printf(b, "%s", torch_schedules[pl->schedule].note);
   if (remat_schedule_get(pl->schedule)->split)
