@@ -76,6 +76,7 @@ static void train_flags(opts *o, cli_flag flags[TRAIN_FLAGS]) {
       {.name = "--precision", .kind = CLI_STR, .dst = &o->precision_name},
       {.name = "--head-chunk", .kind = CLI_STR, .dst = &o->head_chunk_name},
       {.name = "--calibrate", .kind = CLI_INT, .dst = &d->calibrate, .lo = 1, .hi = 1000},
+      {.name = "--per-microbatch", .kind = CLI_SWITCH, .dst = &d->per_microbatch},
       {.name = "--chunks", .kind = CLI_I64, .dst = &d->chunks, .lo = 1, .hi = 64},
       {.name = "--checkpoint-every", .kind = CLI_I64, .dst = &d->checkpoint_every,
         .lo = 1, .hi = 1 << 30},

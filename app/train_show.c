@@ -157,6 +157,45 @@ static void print_plan(remat_job *job, const remat_config *cfg, const remat_memp
   }
 }
 
+/* A stage's slots: "n in flight x S", or where its blocks recompute per
+ * micro-batch (remat_stage.full_slots) each slot's own bytes, the first n
+ * - f alike: "n in flight (n - f x S + S' + S'')". */
+static void print_slots(const remat_memplan *mp, const remat_stage *st) {
+  char b[32];
+  const uint8_t *full = remat_memplan_full_slots(mp);
+  int64_t f = 0, n = st->inflight;
+  for (int64_t i = 0; i < st->num_blocks; i++)
+    if (full[i] > f) f = full[i];
+  if (!f) {
+    printf("%lld in flight x %s", (long long)n,
+           remat_format_bytes(remat_memplan_slot_bytes(mp), b, sizeof b));
+    return;
+  }
+  printf("%lld in flight (%lld x %s", (long long)n, (long long)(n - f),
+         remat_format_bytes(remat_memplan_slot_bytes(mp), b, sizeof b));
+  for (int64_t j = n - f; j < n; j++)
+    printf(" + %s", remat_format_bytes(remat_memplan_slot(mp, j).bytes, b, sizeof b));
+  printf(")");
+}
+
+/* The blocks that recompute in full in only some of the stage's slots,
+ * by count: "; full in 1 of 2 slots: 0-3,5". */
+static void print_full_slots(const remat_memplan *mp, const remat_stage *st) {
+  const uint8_t *full = remat_memplan_full_slots(mp);
+  for (int k = 1; k < 256 && k < st->inflight; k++) {
+    int64_t shown = 0;
+    for (int64_t i = 0; i < st->num_blocks; i++) {
+      if (full[i] != k || (i > 0 && full[i - 1] == k)) continue;
+      int64_t e = i;
+      while (e + 1 < st->num_blocks && full[e + 1] == k) e++;
+      if (!shown) printf("; full in %d of %lld slots: ", k, (long long)st->inflight);
+      printf(shown ? ",%lld" : "%lld", (long long)(st->first_block + i));
+      if (e > i) printf("-%lld", (long long)(st->first_block + e));
+      shown++;
+    }
+  }
+}
+
 /* Every rank's arena, from the memory model, before any exists: replicas
  * (rank k), a pipeline's stages, or the grid's ranks (rank s D + r). */
 static void print_ranks(remat_job *job, const opts *o) {
@@ -173,13 +212,13 @@ static void print_ranks(remat_job *job, const opts *o) {
     remat_membuf m[REMAT_BUF_COUNT];
     for (int i = 0; i < REMAT_BUF_COUNT; i++) m[i] = remat_memplan_buf(mp, i);
     remat_stage_bytes sb = remat_memplan_bytes(mp);
-    size_t peak = remat_memplan_peak_bytes(mp), slot = remat_memplan_slot_bytes(mp);
+    size_t peak = remat_memplan_peak_bytes(mp);
     if (kind == REMAT_RUN_PIPELINE) {
       printf(v > 1 ? "stage %d chunk %lld " : "stage %d ", k, (long long)c);
-      printf("arena %s (%zu bytes) = state %s + %lld in flight x %s + ",
-             remat_format_bytes(peak, b[0], sizeof b[0]), peak,
-             remat_format_bytes(sb.state, b[1], sizeof b[1]), (long long)st.inflight,
-             remat_format_bytes(slot, b[2], sizeof b[2]));
+      printf("arena %s (%zu bytes) = state %s + ", remat_format_bytes(peak, b[0], sizeof b[0]),
+             peak, remat_format_bytes(sb.state, b[1], sizeof b[1]));
+      print_slots(mp, &st);
+      printf(" + ");
       if (st.wdeferred && m[REMAT_BUF_WREC].bytes) /* zb-h1, zbv: its kept blocks' W records */
         printf("%lld deferred W x %s + ", (long long)st.wdeferred,
                remat_format_bytes(m[REMAT_BUF_WREC].bytes / (size_t)st.wdeferred, b[4],
@@ -200,8 +239,7 @@ static void print_ranks(remat_job *job, const opts *o) {
              remat_format_bytes(m[REMAT_BUF_ADAM_M].bytes + m[REMAT_BUF_ADAM_V].bytes, b[4],
                                 sizeof b[4]));
       if (kind == REMAT_RUN_GRID)
-        printf("%lld in flight x %s", (long long)st.inflight,
-               remat_format_bytes(slot, b[5], sizeof b[5]));
+        print_slots(mp, &st);
       else
         printf("activations %s", remat_format_bytes(sb.activations, b[5], sizeof b[5]));
       printf(" + workspace %s + communication %s%s",
@@ -209,12 +247,15 @@ static void print_ranks(remat_job *job, const opts *o) {
              remat_format_bytes(sb.comm, b[7], sizeof b[7]),
              kind == REMAT_RUN_GRID ? "; " : "\n");
     }
-    if (kind != REMAT_RUN_REPLICAS && st.num_blocks == 0)
+    if (kind != REMAT_RUN_REPLICAS && st.num_blocks == 0) {
       printf("no blocks%s%s\n", st.has_embedding ? ", embedding" : "", st.has_head ? ", head" : "");
-    else if (kind != REMAT_RUN_REPLICAS)
-      printf("blocks %lld..%lld%s%s\n", (long long)st.first_block,
+    } else if (kind != REMAT_RUN_REPLICAS) {
+      printf("blocks %lld..%lld%s%s", (long long)st.first_block,
              (long long)(st.first_block + st.num_blocks - 1), st.has_embedding ? ", embedding" : "",
              st.has_head ? ", head" : "");
+      print_full_slots(mp, &st);
+      printf("\n");
+    }
     remat_memplan_destroy(mp);
   }
 }

@@ -45,6 +45,9 @@ remat_cli_test(train_runs train_runs.sh TIMEOUT 900)
 # One memory model: the planner's figure for a stage is the engine's arena.
 remat_test(test_memory_model SOURCES test_memory_model.c LIBS remat_plan LABELS unit)
 remat_test(test_family SOURCES test_family.c LIBS remat_memory LABELS unit)
+# Recompute per micro-batch: a stage's bytes are its slots', each by its own
+# blocks' policies; refusals; the block list's full@K.
+remat_test(test_slots SOURCES test_slots.c LIBS remat_job LABELS unit)
 # Data-parallel replicas: units and shards, the ZeRO table, planner = engine.
 remat_test(test_replicas SOURCES test_replicas.c LIBS remat_plan LABELS unit)
 # Pipeline stages over MPI (mpirun --oversubscribe) against one process.
@@ -69,6 +72,10 @@ if(MPIRUN)
   # Every kind of run under the guard backend gives the CPU backend's bits,
   # and nothing but the backend's operations touches its memory.
   remat_cli_test(guard guard.sh LABELS "mpi;guard" TIMEOUT 600)
+  # Recompute per micro-batch (--ckpt-layers full@K:LIST): pipelines of it
+  # give one process's and all-kept's bits, planned = measured, activations
+  # between all kept and all full; refusals.
+  remat_cli_test(slots slots.sh LABELS mpi TIMEOUT 300)
   # Traces tell the truth: an update per rank and step, arena counters, no empty tracks.
   remat_cli_test(trace trace.sh LABELS mpi TIMEOUT 300)
 else()

@@ -7,7 +7,10 @@
  * B; d = 2: the last B first), against the whole backward per micro-batch.
  * Losses, gradients and parameters after three steps are compared with
  * memcmp; in fp32 and, where the CPU can, bf16; for GPT-2 and for a Llama
- * (two key/value heads of four). */
+ * (two key/value heads of four). The same with recompute per micro-batch
+ * (remat_stage.full_slots): the kept block recomputes in full in slots 1
+ * and 2, the middle one in slot 2, whole and apart; and every arena's high
+ * water is its plan. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,10 +37,12 @@ static void tokens(remat_model *m, int64_t slot, int step, int k, int64_t V) {
 }
 
 /* delay < 0: the whole backward after each forward; else B and W apart,
- * W(k) right after B(k + delay) (or at the end). */
-static void run(const remat_config *cfg, int delay, trace *tr) {
+ * W(k) right after B(k + delay) (or at the end). full: the blocks'
+ * full_slots, or NULL. */
+static void run(const remat_config *cfg, int delay, const uint8_t *full, trace *tr) {
   const uint8_t policy[3] = {REMAT_KEEP, REMAT_MIDDLE, REMAT_RECOMPUTE};
   remat_stage st = remat_stage_whole(cfg, policy);
+  st.full_slots = full;
   st.inflight = K;
   st.accumulate = 1;
   st.wdeferred = delay < 0 ? 0 : K;
@@ -76,8 +81,9 @@ static void run(const remat_config *cfg, int delay, trace *tr) {
   tr->params = malloc(n * sizeof(float));
   memcpy(tr->params, remat_model_params(m), n * sizeof(float));
   size_t hw = remat_model_arena_high_water(m), arena = remat_memplan_peak_bytes(remat_model_memplan(m));
-  CHECKF(hw == arena, "%s, %s: arena high water %zu of %zu planned",
-         remat_precision_name((int)cfg->precision), delay < 0 ? "whole" : "B and W", hw, arena);
+  CHECKF(hw == arena, "%s, %s%s: arena high water %zu of %zu planned",
+         remat_precision_name((int)cfg->precision), delay < 0 ? "whole" : "B and W",
+         full ? ", full in some slots" : "", hw, arena);
   remat_model_destroy(m);
 }
 
@@ -86,20 +92,30 @@ static void release(trace *t) {
   free(t->params);
 }
 
+static int same_trace(const trace *a, const trace *b, size_t n) {
+  int same = memcmp(a->loss, b->loss, sizeof a->loss) == 0 && memcmp(a->params, b->params, n) == 0;
+  for (int s = 0; s < STEPS; s++) same = same && memcmp(a->grads[s], b->grads[s], n) == 0;
+  return same;
+}
+
 static void compare(const remat_config *cfg) {
   trace whole, apart;
   size_t n = remat_param_count(cfg) * sizeof(float);
-  run(cfg, -1, &whole);
-  for (int delay = 0; delay < K; delay++) {
-    run(cfg, delay, &apart);
-    int same = memcmp(whole.loss, apart.loss, sizeof whole.loss) == 0 &&
-               memcmp(whole.params, apart.params, n) == 0;
-    for (int s = 0; s < STEPS; s++) same = same && memcmp(whole.grads[s], apart.grads[s], n) == 0;
-    CHECKF(same, "%s: B then W deferred by %d micro-batch%s = the whole backward, bit for bit "
-           "(losses %.6f .. %.6f)", remat_precision_name((int)cfg->precision), delay,
-           delay == 1 ? "" : "es", apart.loss[0], apart.loss[STEPS - 1]);
-    release(&apart);
-  }
+  const uint8_t full[3] = {2, 1, 0}; /* slots 1, 2 and slot 2 of the three */
+  run(cfg, -1, NULL, &whole);
+  run(cfg, -1, full, &apart);
+  CHECKF(same_trace(&whole, &apart, n), "%s: full in some slots = the stage's policies, whole "
+         "backward, bit for bit", remat_precision_name((int)cfg->precision));
+  release(&apart);
+  for (int delay = 0; delay < K; delay++)
+    for (int f = 0; f < 2; f++) {
+      run(cfg, delay, f ? full : NULL, &apart);
+      CHECKF(same_trace(&whole, &apart, n), "%s%s: B then W deferred by %d micro-batch%s = the "
+             "whole backward, bit for bit (losses %.6f .. %.6f)",
+             remat_precision_name((int)cfg->precision), f ? ", full in some slots" : "", delay,
+             delay == 1 ? "" : "es", apart.loss[0], apart.loss[STEPS - 1]);
+      release(&apart);
+    }
   release(&whole);
 }
 

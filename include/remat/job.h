@@ -71,7 +71,8 @@ typedef struct remat_job_desc {
   int64_t eval_every; /* held-out loss every this many steps (0: never) */
   /* Which blocks recompute, at most one of: */
   double ckpt_ratio;       /* >= 0: the first floor(ratio L) blocks in full */
-  const char *ckpt_layers; /* remat_policy_parse_list: "0-3", "full:0-3,middle:4-11" */
+  const char *ckpt_layers; /* remat_policy_parse_list_slots: "0-3", "full:0-3,middle:4-11",
+                              "full@1:0-3" */
   const char *memory;      /* a budget, one size or one per stage ("2GiB,3GiB"):
                               the planner chooses keep, middle or full per block
                               and, on a pipeline, the blocks of each stage */
@@ -90,6 +91,10 @@ typedef struct remat_job_desc {
    * planner's choice under a budget (chunks where they let it recompute
    * less), else all at once. */
   int64_t head_chunk;
+  /* 1: the planner that places a pipeline's stages may recompute a block
+   * for only some of a stage's micro-batches in flight
+   * (remat_plan_problem.per_microbatch) */
+  int per_microbatch;
   const char *plan;   /* a plan file of `remat plan` places the stages */
   /* State: a checkpoint every checkpoint_every steps (and at the end) in
    * checkpoint_dir; resume from the newest complete checkpoint under a
@@ -421,6 +426,14 @@ REMAT_API void remat_plan_problem_set_times(remat_plan_problem *pb, const remat_
  * rest are kept. */
 REMAT_API int remat_policy_parse_list(const char *s, uint8_t *policy, int64_t L,
                                       remat_error *err);
+/* The same with recompute per micro-batch (remat_stage.full_slots):
+ * "full@K:" before an item gives it, and the items after it, policy keep
+ * and full recomputation in the last K of its stage's in-flight slots
+ * (full_slots[b] = K, 1 to 255), e.g. "middle:4-5,full@1:0-3"; every other
+ * block gets 0 (L values). remat_policy_parse_list refuses "full@K:".
+ * Whether K fits a stage's in-flight count is the placement's to check. */
+REMAT_API int remat_policy_parse_list_slots(const char *s, uint8_t *policy, uint8_t *full_slots,
+                                            int64_t L, remat_error *err);
 
 #ifdef __cplusplus
 }

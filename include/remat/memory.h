@@ -45,6 +45,9 @@ typedef enum {
  *     + n * (sum_{l kept} a_l + sum_{l middle} mid_l + sum_{l recomputed} c_l)
  *     + max( max_l y_l, max_{l middle} xm_l, max_{l recomputed} x_l )  [+ comm]
  *
+ * (a block that recomputes in full in only some of the n slots, see
+ * remat_stage.full_slots, counts its stored bytes slot by slot and both
+ * its policies' transient bytes)
  * where a stage that adds up several micro-batches a step adds each layer's
  * gradient buffer g_l to its y_l and x_l, and a data-parallel replica has
  * its ZeRO stage's w_l and its communication buffers (comm, which hold its
@@ -151,6 +154,19 @@ typedef struct remat_stage {
   int64_t first_block, num_blocks;
   const uint8_t *policy; /* (num_blocks) remat_policy of each; NULL keeps all */
   int64_t inflight;      /* n >= 1 */
+  /* Recompute per micro-batch: (num_blocks) or NULL (all 0). Block i
+   * recomputes in full (REMAT_RECOMPUTE) in the last full_slots[i] of the
+   * stage's n slots, slots j >= n - full_slots[i], and takes policy[i] in
+   * the others; micro-batch k of a step takes slot k mod n. 0 to n (n is
+   * the same as policy full). Each slot is laid out by its own blocks'
+   * policies, so a stage stores, beside the formula's n slots of its
+   * policies, full_slots[i] times less (a_i or mid_i - c_i) for each block;
+   * the transient term takes every policy a block uses in any slot, and
+   * the W records (below) count the blocks kept in any slot (such a block
+   * runs B and W apart in every slot, its weight gradients adding up in
+   * micro-batch order as a whole backward's do). One process,
+   * or a replica of the whole model, holds one slot: 0 or 1 there. */
+  const uint8_t *full_slots;
   /* A zero-bubble schedule (zb-h1, zbv) runs a kept block's backward as B
    * (the input gradient) and, later, W (the weight gradient): a
    * micro-batch's slot lives from its forward to its B (inflight counts
@@ -193,7 +209,8 @@ REMAT_API remat_stage remat_stage_replica(const remat_config *cfg, const uint8_t
  * them. */
 typedef struct remat_stage_bytes {
   size_t state;       /* sum w */
-  size_t activations; /* n * (sum a + sum c), + wdeferred W records of each kept block */
+  size_t activations; /* n * (sum a + sum c), less what full_slots saves, + wdeferred W
+                         records of each block kept in any slot */
   size_t workspace;   /* stage_bytes (+ boundary_bytes) + max(y, x) */
   size_t comm;        /* a replica's receive, gather, norm and gradient buffers */
   size_t total;
@@ -359,7 +376,8 @@ typedef enum {
   REMAT_BUF_ADAM_V, /* AdamW second moment (persistent) */
   REMAT_BUF_SLOTS,  /* n slots, one per micro-batch in flight: input ids,
                        each block's input and, when kept, its internals, the
-                       final residual, target ids */
+                       final residual, target ids (each slot by its blocks'
+                       policies there: remat_memplan_slot) */
   REMAT_BUF_DRESID, /* (B, T, C) gradient of the residual stream */
   REMAT_BUF_WORK,   /* transient: a block's backward temporaries then the
                        recompute scratch; or the head's activations then
@@ -414,8 +432,22 @@ REMAT_API void remat_memplan_destroy(remat_memplan *mp);
 REMAT_API size_t remat_memplan_peak_bytes(const remat_memplan *mp);
 /* Parameters, gradients and AdamW's m and v (and the tied gradient). */
 REMAT_API size_t remat_memplan_persistent_bytes(const remat_memplan *mp);
-/* One slot: what one micro-batch in flight stores. */
+/* Slot 0: what one micro-batch in flight stores in it. Every slot has
+ * these bytes unless the stage recomputes per micro-batch
+ * (remat_stage.full_slots); then the last slots store less and slot 0 is
+ * still the largest (remat_memplan_slot gives each). */
 REMAT_API size_t remat_memplan_slot_bytes(const remat_memplan *mp);
+/* Slot j (0 <= j < n, the stage's in-flight count) of REMAT_BUF_SLOTS: its
+ * offset in the arena and its bytes; the slots lie in order, end to end. */
+REMAT_API remat_membuf remat_memplan_slot(const remat_memplan *mp, int64_t slot);
+/* The policies the stage's blocks take in slot j: num_blocks remat_policy
+ * values (remat_memplan_policy is slot 0's). */
+REMAT_API const uint8_t *remat_memplan_slot_policy(const remat_memplan *mp, int64_t slot);
+/* The stage's full_slots, normalised (num_blocks values, never NULL): 0 for
+ * a block that recomputes in no slot or, under policy full, in all of them
+ * (a full_slots of n is shown as policy full); else in how many of the last
+ * slots it recomputes in full. */
+REMAT_API const uint8_t *remat_memplan_full_slots(const remat_memplan *mp);
 /* The memory model's breakdown of the arena (remat_stage_bytes_get). */
 REMAT_API remat_stage_bytes remat_memplan_bytes(const remat_memplan *mp);
 /* One region of the arena (remat_buf): its size (0 when the stage does not
@@ -424,9 +456,10 @@ REMAT_API remat_membuf remat_memplan_buf(const remat_memplan *mp, int buf);
 /* A layer kind's gradient buffer, computed apart (remat_layer_bytes.grad;
  * 0 when the stage does not accumulate and is no replica). */
 REMAT_API size_t remat_memplan_grad_bytes(const remat_memplan *mp, int kind);
-/* The stage's blocks and their policies: num_blocks remat_policy values;
- * how many are recomputed in full or under the middle policy (a middle
- * block counts in both), and how many of them middle. */
+/* The stage's blocks and their policies: num_blocks remat_policy values
+ * (slot 0's, which a block keeps there if it keeps in any slot); how many
+ * are recomputed in full or under the middle policy (a middle block counts
+ * in both), and how many of them middle, in slot 0. */
 REMAT_API int64_t remat_memplan_num_blocks(const remat_memplan *mp);
 REMAT_API const uint8_t *remat_memplan_policy(const remat_memplan *mp);
 REMAT_API int64_t remat_memplan_num_recomputed(const remat_memplan *mp);

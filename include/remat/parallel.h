@@ -106,6 +106,12 @@ typedef struct remat_placement {
   int64_t replicas;     /* D copies of each stage (1: none) */
   int zero;             /* ZeRO stage of the copies (0 to 3) */
   uint8_t policy[REMAT_MAX_LAYERS]; /* remat_policy of every block, model order */
+  /* Recompute per micro-batch (remat_stage.full_slots) of every block, model
+   * order: in how many of the last of its stage's in-flight slots it
+   * recomputes in full, taking policy[] in the others; 0 by default (the
+   * constructors below clear it). At most the stage's in-flight count; 0
+   * or 1 where one process, or a replica of the whole model, holds one. */
+  uint8_t full_slots[REMAT_MAX_LAYERS];
 } remat_placement;
 
 /* The placement of a planner's answer: layers_per_stage[s] planner layers
@@ -137,7 +143,7 @@ REMAT_API void remat_placement_whole(remat_placement *pl, const remat_config *cf
                                      const uint8_t *policy, int64_t microbatches);
 
 /* Stage s of the placement as copy `replica`: its blocks and their
- * policies (pointing into pl), its in-flight count (1F1B: min(P - s, M);
+ * policies and full_slots (pointing into pl), its in-flight count (1F1B: min(P - s, M);
  * GPipe: M), the embedding and/or the head, and, when the placement has
  * copies, the replica fields (remat_stage_replica). */
 REMAT_API remat_stage remat_placement_stage(const remat_placement *pl, int64_t s,

@@ -290,16 +290,18 @@ int remat_job_predict_measured(const remat_job *job, const remat_layer_times *t,
     return remat__errorf(err, REMAT_EINVAL, "the pipeline has no planner problem to time");
   const int64_t v = pl->chunks > 1 ? pl->chunks : 1, nv = pl->stages * v;
   int64_t lps[REMAT_MAX_STAGES];
-  uint8_t *policy = calloc((size_t)L + 2, 1);
+  /* the planner's layers (block b is layer b + 1): policies, full_slots */
+  uint8_t *policy = calloc((size_t)L + 2, 2), *full = policy + L + 2;
   if (!policy) return remat__errorf(err, REMAT_ENOMEM, "out of memory");
   memcpy(policy + 1, pl->policy, (size_t)L);
+  memcpy(full + 1, pl->full_slots, (size_t)L);
   for (int64_t s = 0; s < nv; s++) lps[s] = pl->num_blocks[s] + (s == 0) + (s == nv - 1);
   remat_plan_problem pb;
   remat_plan p = {0};
   int rc = remat_plan_problem_copy(&pb, &job->pb, err);
   if (!rc) {
     remat_plan_problem_set_times(&pb, t);
-    rc = remat_plan_evaluate(&pb, lps, policy, &p, err);
+    rc = remat_plan_evaluate_slots(&pb, lps, policy, full, &p, err);
     remat_plan_problem_free(&pb);
   }
   free(policy);

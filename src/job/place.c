@@ -85,7 +85,7 @@ int remat_plan_problem_from_job(remat_plan_problem *pb, const remat_job *job, re
 /* A plan file's placement, checked against this job; budgets from it
  * unless the description gives them. */
 static int layout_from_file(remat_job *job, int64_t *lps, uint8_t *layer_policy,
-                            remat_error *err) {
+                            uint8_t *layer_full, remat_error *err) {
   const remat_job_desc *d = &job->d;
   remat_plan_problem *pb = &job->pb;
   int64_t P = d->stages;
@@ -112,6 +112,7 @@ static int layout_from_file(remat_job *job, int64_t *lps, uint8_t *layer_policy,
     for (int64_t vs = 0; lo.chunks > 1 && vs < P * lo.chunks; vs++) lps[vs] = lo.chunk_layers[vs];
     if (!job->budgets.n) pb->uniform_memory = 0;
     memcpy(layer_policy, lo.recompute, (size_t)job->cfg.num_layers + 2);
+    if (lo.full_slots) memcpy(layer_full, lo.full_slots, (size_t)job->cfg.num_layers + 2);
   }
   remat_plan_layout_free(&lo);
   return rc;
@@ -169,6 +170,7 @@ static int pipeline_problem(const remat_job *job, remat_plan_problem *pb,
   if (t) remat_plan_problem_set_times(pb, t);
   pb->schedule = d->schedule;
   pb->chunks = v > 1 ? v : 0;
+  pb->per_microbatch = d->per_microbatch;
   if ((rc = remat_plan_problem_set_budgets(pb, &job->budgets, err))) remat_plan_problem_free(pb);
   return rc;
 }
@@ -207,12 +209,35 @@ static int head_chunk_choice(remat_job *job, const remat_layer_times *t, int rc,
   return rc;
 }
 
+/* Recompute per micro-batch placed by hand (full_slots, model order): each
+ * block's count of slots within its stage's (or chunk's) in-flight count. */
+static int set_full_slots(remat_job *job, const uint8_t *full_slots, remat_error *err) {
+  remat_placement *pl = &job->place;
+  int64_t v = pl->chunks > 1 ? pl->chunks : 1;
+  memcpy(pl->full_slots, full_slots, (size_t)job->cfg.num_layers);
+  for (int64_t s = 0; s < pl->stages; s++)
+    for (int64_t c = 0; c < v; c++) {
+      remat_stage st = v > 1 ? remat_placement_chunk(pl, s, c) : remat_placement_stage(pl, s, 0);
+      for (int64_t i = 0; i < st.num_blocks; i++)
+        if (st.full_slots[i] > st.inflight)
+          return remat__errorf(err, REMAT_EINVAL,
+                               "block %lld recomputes in full in %u slots (full@%u) but its "
+                               "stage %lld%s holds %lld micro-batch%s in flight; give it at "
+                               "most full@%lld", (long long)(st.first_block + i),
+                               st.full_slots[i], st.full_slots[i], (long long)s,
+                               v > 1 ? " (that chunk)" : "", (long long)st.inflight,
+                               st.inflight == 1 ? "" : "es", (long long)st.inflight);
+    }
+  return 0;
+}
+
 /* The pipeline's placement, chosen the way the description says: blocks
- * per stage by hand (with the block policies), a plan file, else the
- * planner's exact optimum under the budgets (or, without any, memory
- * ignored). The plan's figures come from the memory model, which the
- * stages' arenas follow. */
-static int place_pipeline(remat_job *job, const uint8_t *block_policy, remat_error *err) {
+ * per stage by hand (with the block policies and full_slots), a plan file,
+ * else the planner's exact optimum under the budgets (or, without any,
+ * memory ignored). The plan's figures come from the memory model, which
+ * the stages' arenas follow. */
+static int place_pipeline(remat_job *job, const uint8_t *block_policy,
+                          const uint8_t *full_slots, remat_error *err) {
   const remat_job_desc *d = &job->d;
   int64_t P = d->stages, L = job->cfg.num_layers, lps[REMAT_MAX_STAGES];
   int64_t v = remat__job_chunks(d), nv = P * v; /* nv virtual stages: lps has one each */
@@ -221,6 +246,11 @@ static int place_pipeline(remat_job *job, const uint8_t *block_policy, remat_err
                          "(%lld blocks, the embedding and the head)", (long long)P, (long long)L);
   if (v > 1 && remat_schedule_check(d->schedule, P, d->train.grad_accum, v, L + 2, err))
     return REMAT_EINVAL;
+  for (int64_t b = 0; b < L && !d->layers; b++) /* placed by hand, or by the planner */
+    if (full_slots[b])
+      return remat__errorf(err, REMAT_EINVAL, "full@%u:%lld recomputes per micro-batch in the "
+                           "slots of a stage placed by hand: give %s too", full_slots[b],
+                           (long long)b, remat__job_name(d, "layers"));
   remat_layer_times times = {0};
   int rc = 0;
   if (d->plan && d->head_chunk < 0) { /* auto: the head chunk the plan was made with */
@@ -233,12 +263,14 @@ static int place_pipeline(remat_job *job, const uint8_t *block_policy, remat_err
   if (rc || (rc = pipeline_problem(job, &job->pb, d->calibrate > 0 ? &times : NULL, err)))
     return rc;
   job->have_pb = 1;
-  uint8_t *layer_policy = calloc((size_t)L + 2, 1);
+  /* the planner's layers' policies and full_slots (layer b + 1 is block b) */
+  uint8_t *layer_policy = calloc((size_t)L + 2, 2), *layer_full = layer_policy + L + 2;
   if (!layer_policy) return remat__errorf(err, REMAT_ENOMEM, "out of memory");
   if (d->plan) {
-    rc = layout_from_file(job, lps, layer_policy, err);
+    rc = layout_from_file(job, lps, layer_policy, layer_full, err);
   } else if (d->layers) {
     rc = layout_by_hand(job, lps, block_policy, layer_policy, err);
+    memcpy(layer_full + 1, full_slots, (size_t)L);
   } else {
     rc = remat_plan_solve(&job->pb, &job->plan, err);
     rc = head_chunk_choice(job, d->calibrate > 0 ? &times : NULL, rc, err);
@@ -252,13 +284,19 @@ static int place_pipeline(remat_job *job, const uint8_t *block_policy, remat_err
       for (int64_t s = 0; s < nv; s++)
         lps[s] = v > 1 ? job->plan.chunk_layers[s] : job->plan.stages[s].num_layers;
       memcpy(layer_policy, job->plan.policy, (size_t)L + 2);
+      if (job->plan.full_slots) memcpy(layer_full, job->plan.full_slots, (size_t)L + 2);
     }
   }
+  for (int64_t s = 0; s < nv && !rc && !job->have_plan; s++)
+    if (lps[s] < 1) rc = remat__errorf(err, REMAT_EINVAL, "%s %lld would hold no layer",
+                                       v > 1 ? "chunk" : "stage", (long long)s);
+  /* the stages as placed, and each block's slots within its stage's */
+  if (!rc)
+    rc = remat_placement_from_chunks(&job->place, &job->cfg, P, v, lps, layer_policy,
+                                     d->schedule, d->train.grad_accum, err);
+  if (!rc) rc = set_full_slots(job, layer_full + 1, err);
   if (!rc && !job->have_plan) {
-    for (int64_t s = 0; s < nv && !rc; s++)
-      if (lps[s] < 1) rc = remat__errorf(err, REMAT_EINVAL, "%s %lld would hold no layer",
-                                         v > 1 ? "chunk" : "stage", (long long)s);
-    if (!rc) rc = remat_plan_evaluate(&job->pb, lps, layer_policy, &job->plan, err);
+    rc = remat_plan_evaluate_slots(&job->pb, lps, layer_policy, layer_full, &job->plan, err);
     if (!rc) job->have_plan = 1;
     for (int64_t s = 0; s < P && !rc; s++) {
       const remat_plan_stage *ps = &job->plan.stages[s];
@@ -271,9 +309,6 @@ static int place_pipeline(remat_job *job, const uint8_t *block_policy, remat_err
                            remat_format_bytes(ps->budget_bytes, b2, sizeof b2));
     }
   }
-  if (!rc)
-    rc = remat_placement_from_chunks(&job->place, &job->cfg, P, v, lps, layer_policy,
-                                     d->schedule, d->train.grad_accum, err);
   job->place.replicas = d->replicas;
   job->place.zero = d->zero;
   free(layer_policy);
@@ -285,7 +320,7 @@ static int place_pipeline(remat_job *job, const uint8_t *block_policy, remat_err
 int remat__job_place(remat_job *job, remat_error *err) {
   const remat_job_desc *d = &job->d;
   int64_t L = job->cfg.num_layers;
-  uint8_t policy[REMAT_MAX_LAYERS];
+  uint8_t policy[REMAT_MAX_LAYERS], full[REMAT_MAX_LAYERS] = {0};
   int rc = d->memory ? remat_budgets_parse(&job->budgets, d->memory, err) : 0;
   job->cfg.head_chunk = d->head_chunk > 0 ? d->head_chunk : 0;
   if (rc) return rc;
@@ -293,9 +328,19 @@ int remat__job_place(remat_job *job, remat_error *err) {
   if (d->ckpt_ratio >= 0)
     remat_policy_first_n(policy, L, (int64_t)floor(d->ckpt_ratio * (double)L + 1e-9));
   else if (d->ckpt_layers)
-    rc = remat_policy_parse_list(d->ckpt_layers, policy, L, err);
+    rc = remat_policy_parse_list_slots(d->ckpt_layers, policy, full, L, err);
   if (rc) return rc;
-  if (d->stages > 1) return place_pipeline(job, policy, err);
+  if (d->stages > 1) return place_pipeline(job, policy, full, err);
+  /* one process, or a replica of the whole model, holds one slot: full@1
+   * is policy full there */
+  for (int64_t b = 0; b < L; b++) {
+    if (full[b] > 1)
+      return remat__errorf(err, REMAT_EINVAL,
+                           "block %lld recomputes in full in %u slots (full@%u) but %s holds 1 "
+                           "micro-batch in flight; give it at most full@1", (long long)b,
+                           full[b], full[b], d->replicas > 1 ? "each replica" : "one process");
+    if (full[b]) policy[b] = REMAT_RECOMPUTE;
+  }
   if (job->budgets.n && (rc = policy_for_budget(job, policy, err))) return rc;
   remat_placement_whole(&job->place, &job->cfg, policy, d->train.grad_accum);
   job->place.replicas = d->replicas;
@@ -330,8 +375,12 @@ int remat_job_rank_memplan(const remat_job *job, int k, remat_stage *st, remat_m
   if (k < 0 || k >= pl->stages * D)
     return remat__errorf(err, REMAT_EINVAL, "rank %d is not one of the job's %lld", k,
                          (long long)(pl->stages * D));
-  if (pl->stages == 1 && D == 1) *st = remat_stage_whole(&job->cfg, pl->policy);
-  else *st = remat_placement_stage(pl, k / D, k % D);
+  if (pl->stages == 1 && D == 1) {
+    *st = remat_stage_whole(&job->cfg, pl->policy);
+    st->full_slots = pl->full_slots;
+  } else {
+    *st = remat_placement_stage(pl, k / D, k % D);
+  }
   return remat_memplan_create_stage(mp, &job->cfg, job->d.train.B, job->d.train.T, st, err);
 }
 
@@ -367,18 +416,43 @@ void remat_job_predict(const remat_job *job, double rank_flops, double *seconds,
 
 /* ------------------------------------------------------------- parsing */
 
+/* The "full@K:" of a list at p: K (1 to 255) into *k and the end of the
+ * prefix, or NULL when it is not one. */
+static const char *full_at(const char *p, int *k) {
+  if (strncmp(p, "full@", 5) != 0 || p[5] < '0' || p[5] > '9') return NULL;
+  char *end;
+  long v = strtol(p + 5, &end, 10);
+  if (*end != ':' || v < 1 || v > 255) return NULL;
+  *k = (int)v;
+  return end + 1;
+}
+
 int remat_policy_parse_list(const char *s, uint8_t *policy, int64_t L, remat_error *err) {
+  return remat_policy_parse_list_slots(s, policy, NULL, L, err);
+}
+
+int remat_policy_parse_list_slots(const char *s, uint8_t *policy, uint8_t *full_slots, int64_t L,
+                                  remat_error *err) {
   remat_policy_first_n(policy, L, 0);
-  const char *p = s;
-  int cur = REMAT_RECOMPUTE;
+  if (full_slots) memset(full_slots, 0, (size_t)L);
+  const char *p = s, *q;
+  int cur = REMAT_RECOMPUTE, slots = 0; /* slots > 0: full@slots (keep elsewhere) */
   if (!*p) goto bad;
   while (*p) {
     if (!strncmp(p, "full:", 5)) {
-      cur = REMAT_RECOMPUTE;
+      cur = REMAT_RECOMPUTE, slots = 0;
       p += 5;
     } else if (!strncmp(p, "middle:", 7)) {
-      cur = REMAT_MIDDLE;
+      cur = REMAT_MIDDLE, slots = 0;
       p += 7;
+    } else if ((q = full_at(p, &slots))) {
+      if (!full_slots)
+        return remat__errorf(err, REMAT_EINVAL, "the block list '%s' recomputes per "
+                             "micro-batch (full@K), which this use of it cannot take", s);
+      cur = REMAT_KEEP;
+      p = q;
+    } else if (!strncmp(p, "full@", 5)) {
+      goto bad;
     }
     int64_t v, w;
     char *end;
@@ -395,10 +469,11 @@ int remat_policy_parse_list(const char *s, uint8_t *policy, int64_t L, remat_err
       if (k < 0 || k >= L)
         return remat__errorf(err, REMAT_EINVAL, "the block list names block %lld but the model "
                              "has blocks 0..%lld", (long long)k, (long long)L - 1);
-      if (policy[k] != REMAT_KEEP)
+      if (policy[k] != REMAT_KEEP || (full_slots && full_slots[k]))
         return remat__errorf(err, REMAT_EINVAL, "the block list names block %lld twice",
                              (long long)k);
       policy[k] = (uint8_t)cur;
+      if (slots) full_slots[k] = (uint8_t)slots;
     }
     if (*p == ',') {
       p++;
@@ -410,7 +485,7 @@ int remat_policy_parse_list(const char *s, uint8_t *policy, int64_t L, remat_err
   return 0;
 bad:
   return remat__errorf(err, REMAT_EINVAL, "the block list expects block indices like 0,2,5 or "
-                       "0-3, with 'middle:' or 'full:' before them to choose the policy "
-                       "(full:0-3,middle:4-11); got '%s'", s);
+                       "0-3, with 'middle:', 'full:' or 'full@K:' (full in K of a stage's "
+                       "in-flight slots, K 1 to 255) before them to choose the policy "
+                       "(full:0-3,middle:4-11,full@1:12-15); got '%s'", s);
 }
-

@@ -73,6 +73,7 @@ static const struct key {
     {"calibrate", K_INT, offsetof(remat_job_desc, calibrate), FIXED},
     {"layers", K_STR, offsetof(remat_job_desc, layers), FIXED},
     {"head-chunk", K_I64, offsetof(remat_job_desc, head_chunk), FIXED},
+    {"per-microbatch", K_INT, offsetof(remat_job_desc, per_microbatch), FIXED},
     {"plan", K_PATH, offsetof(remat_job_desc, plan), FIXED},
     {"checkpoint-dir", K_PATH, offsetof(remat_job_desc, checkpoint_dir), FIXED},
     {"checkpoint-every", K_I64, offsetof(remat_job_desc, checkpoint_every), FIXED},

@@ -9,7 +9,10 @@
  * formula comes from. A block's slot holds its input and, by policy, all its
  * internals (keep), the stored group of them (middle: the cheap group lives
  * in the workspace while the block's backward runs) or nothing more
- * (recompute: all of them live in the workspace).
+ * (recompute: all of them live in the workspace). A block may recompute in
+ * full in only the last few slots (remat_stage.full_slots): each slot is
+ * laid out by its own blocks' policies, so the slots differ in size, and
+ * the formula subtracts what the smaller ones do not store.
  *
  * The units and the replica bytes (units.c) are below this file: it calls
  * them, they call nothing here. */
@@ -216,6 +219,14 @@ static int check_stage(const remat_config *cfg, const remat_stage *st, remat_err
     if (st->policy[i] >= REMAT_POLICY_COUNT)
       return remat__errorf(err, REMAT_EINVAL, "block %lld has unknown policy %u",
                            (long long)(st->first_block + i), st->policy[i]);
+  for (int64_t i = 0; st->full_slots && i < st->num_blocks; i++)
+    if (st->full_slots[i] > st->inflight)
+      return remat__errorf(err, REMAT_EINVAL,
+                           "block %lld recomputes in full in %u slots but its stage holds "
+                           "%lld micro-batch%s in flight; give it at most %lld",
+                           (long long)(st->first_block + i), st->full_slots[i],
+                           (long long)st->inflight, st->inflight == 1 ? "" : "es",
+                           (long long)st->inflight);
   if (st->replicas > 1) {
     if (st->replica < 0 || st->replica >= st->replicas)
       return remat__errorf(err, REMAT_EINVAL, "replica %lld of %lld does not exist",
@@ -229,6 +240,27 @@ static int check_stage(const remat_config *cfg, const remat_stage *st, remat_err
     return remat__errorf(err, REMAT_ERANGE, "a workspace of %zu bytes is above 2^50",
                          st->work_min);
   return 0;
+}
+
+/* Block i's policy (slot 0's) and in how many of the last slots it
+ * recomputes in full instead, normalised: 0 under policy full, and a
+ * block that recomputes in full in every slot takes policy full. */
+static int64_t block_policy(const remat_stage *st, int64_t i, int *policy) {
+  int p = st->policy ? st->policy[i] : REMAT_KEEP;
+  int64_t f = st->full_slots ? st->full_slots[i] : 0;
+  if (f >= st->inflight) p = REMAT_RECOMPUTE;
+  *policy = p;
+  return p == REMAT_RECOMPUTE ? 0 : f;
+}
+
+/* What a slot stores of a block under policy p, and the transient bytes
+ * of its backward (with its gradient buffer, grad). */
+static size_t block_stored(const remat_layer_bytes *b, int p) {
+  return p == REMAT_RECOMPUTE ? b->ckpt : p == REMAT_MIDDLE ? b->mid : b->kept;
+}
+static size_t block_transient(const remat_layer_bytes *b, int p) {
+  return (p == REMAT_RECOMPUTE ? b->scratch : p == REMAT_MIDDLE ? b->mid_scratch : b->work) +
+         b->grad;
 }
 
 int remat_stage_bytes_get(const remat_config *cfg, const remat_memory_model *mm,
@@ -253,19 +285,22 @@ int remat_stage_bytes_get(const remat_config *cfg, const remat_memory_model *mm,
   if (!st->accumulate || st->replicas > 1) e.grad = b.grad = h.grad = 0;
   /* Sizes are bounded by remat__check_shape (well under 2^50 per term), so
    * these sums cannot overflow for any stage the model allows. */
-  size_t state = 0, slot = 0, transient = 0, kept = 0;
+  size_t state = 0, slot = 0, transient = 0, kept = 0, saved = 0;
   if (st->has_embedding) {
     state += e.state;
     slot += e.kept;
     if (e.work + e.grad > transient) transient = e.work + e.grad;
   }
   for (int64_t i = 0; i < st->num_blocks; i++) {
-    int p = st->policy ? st->policy[i] : REMAT_KEEP;
+    int p;
+    int64_t f = block_policy(st, i, &p);
     state += b.state;
-    slot += p == REMAT_RECOMPUTE ? b.ckpt : p == REMAT_MIDDLE ? b.mid : b.kept;
-    kept += p == REMAT_KEEP;
-    size_t t = (p == REMAT_RECOMPUTE ? b.scratch : p == REMAT_MIDDLE ? b.mid_scratch : b.work) +
-               b.grad;
+    slot += block_stored(&b, p);
+    /* its last f slots store its input alone */
+    saved += (size_t)f * (block_stored(&b, p) - b.ckpt);
+    kept += p == REMAT_KEEP; /* in slot 0, so in any slot */
+    size_t t = block_transient(&b, p);
+    if (f && block_transient(&b, REMAT_RECOMPUTE) > t) t = block_transient(&b, REMAT_RECOMPUTE);
     if (t > transient) transient = t;
   }
   if (st->has_head) {
@@ -276,7 +311,8 @@ int remat_stage_bytes_get(const remat_config *cfg, const remat_memory_model *mm,
   out->state = state;
   /* under a split backward a slot lives from F to B, a kept block's W
    * record from B to W (remat_stage.wdeferred) */
-  out->activations = (size_t)st->inflight * slot + (size_t)st->wdeferred * kept * mm->block_wrec_bytes;
+  out->activations = (size_t)st->inflight * slot - saved +
+                     (size_t)st->wdeferred * kept * mm->block_wrec_bytes;
   if (transient < st->work_min) transient = st->work_min;
   out->workspace = mm->stage_bytes + (st->has_head ? 0 : mm->boundary_bytes) +
                    (st->work_borrowed ? 0 : transient);
@@ -305,39 +341,63 @@ static int memplan_start(remat_memplan *mp, const remat_config *cfg, int64_t B, 
   mp->has_embedding = st->has_embedding;
   mp->has_head = st->has_head;
   size_t nb1 = (size_t)(nb > 0 ? nb : 1);
-  mp->policy = remat__malloc(nb1);
-  mp->block_input_offset = remat__malloc(nb1 * sizeof(size_t));
-  mp->block_internal_offset = remat__malloc(nb1 * sizeof(size_t));
-  if (!mp->policy || !mp->block_input_offset || !mp->block_internal_offset)
-    return remat__errorf(err, REMAT_ENOMEM, "out of memory planning %lld blocks", (long long)nb);
+  mp->full_slots = remat__calloc(nb1, 1);
+  if (!mp->full_slots) goto nomem;
+  int64_t f = 0;
+  for (int64_t i = 0; i < nb; i++) {
+    int p;
+    mp->full_slots[i] = (uint8_t)block_policy(st, i, &p);
+    if (mp->full_slots[i] > f) f = mp->full_slots[i];
+  }
+  size_t nl = (size_t)f + 1;
+  mp->num_layouts = (int64_t)nl;
+  mp->policy = remat__malloc(nl * nb1);
+  mp->block_input_offset = remat__malloc(nl * nb1 * sizeof(size_t));
+  mp->block_internal_offset = remat__malloc(nl * nb1 * sizeof(size_t));
+  mp->layout_bytes = remat__malloc(4 * nl * sizeof(size_t));
+  if (!mp->policy || !mp->block_input_offset || !mp->block_internal_offset || !mp->layout_bytes)
+    goto nomem;
+  mp->layout_final_offset = mp->layout_bytes + nl;
+  mp->layout_targets_offset = mp->layout_bytes + 2 * nl;
+  mp->layout_start = mp->layout_bytes + 3 * nl;
   return 0;
+nomem:
+  return remat__errorf(err, REMAT_ENOMEM, "out of memory planning %lld blocks", (long long)nb);
 }
 
-/* One slot: what one micro-batch in flight stores, layer by layer. */
-static void lay_out_slot(remat_memplan *mp, const remat_stage *st) {
+/* Layout t of a slot: what one micro-batch in flight stores, layer by
+ * layer, with the blocks whose full_slots reach f + 1 - t recomputed in
+ * full (none in layout 0). */
+static void lay_out_slot(remat_memplan *mp, const remat_stage *st, int64_t t) {
   const remat_memory_model *mm = &mp->mm;
+  int64_t nb = st->num_blocks, reach = mp->num_layouts - t;
+  uint8_t *policy = mp->policy + t * nb;
+  size_t *input = mp->block_input_offset + t * nb, *internal = mp->block_internal_offset + t * nb;
   size_t off = 0;
   mp->inputs_offset = mp->targets_offset = mp->final_offset = REMAT_NO_OFFSET;
   if (st->has_embedding) {
     mp->inputs_offset = off;
     off += mm->tokens_bytes;
   }
-  for (int64_t i = 0; i < st->num_blocks; i++) {
-    uint8_t p = st->policy ? st->policy[i] : REMAT_KEEP;
-    mp->policy[i] = p;
-    mp->block_input_offset[i] = off;
+  for (int64_t i = 0; i < nb; i++) {
+    int p;
+    block_policy(st, i, &p);
+    if (t && mp->full_slots[i] >= reach) p = REMAT_RECOMPUTE;
+    policy[i] = (uint8_t)p;
+    input[i] = off;
     off += mm->residual_bytes;
-    mp->block_internal_offset[i] = REMAT_NO_OFFSET;
+    internal[i] = REMAT_NO_OFFSET;
     if (p == REMAT_KEEP) {
-      mp->block_internal_offset[i] = off;
+      internal[i] = off;
       off += mm->block_internal_bytes;
-      mp->num_kept++;
     } else if (p == REMAT_MIDDLE) {
-      mp->block_internal_offset[i] = off;
+      internal[i] = off;
       off += mm->block_stored_bytes;
-      mp->num_middle++;
-    } else {
-      mp->num_recomputed++;
+    }
+    if (t == 0) {
+      mp->num_kept += p == REMAT_KEEP;
+      mp->num_middle += p == REMAT_MIDDLE;
+      mp->num_recomputed += p == REMAT_RECOMPUTE;
     }
   }
   if (st->has_head) {
@@ -346,7 +406,25 @@ static void lay_out_slot(remat_memplan *mp, const remat_stage *st) {
     mp->targets_offset = off;
     off += mm->tokens_bytes;
   }
-  mp->slot_bytes = off;
+  mp->layout_bytes[t] = off;
+  mp->layout_final_offset[t] = mp->final_offset;
+  mp->layout_targets_offset[t] = mp->targets_offset;
+}
+
+/* The slots end to end: n - f of layout 0, then one of each layout t;
+ * returns their bytes. Layout 0 is laid out last, so that the plan's
+ * fields of a slot (the head's offsets) are its. */
+static size_t lay_out_slots(remat_memplan *mp, const remat_stage *st) {
+  int64_t f = mp->num_layouts - 1;
+  for (int64_t t = f; t >= 0; t--) lay_out_slot(mp, st, t);
+  mp->slot_bytes = mp->layout_bytes[0];
+  size_t at = (size_t)(st->inflight - f) * mp->slot_bytes;
+  mp->layout_start[0] = 0;
+  for (int64_t t = 1; t <= f; t++) {
+    mp->layout_start[t] = at;
+    at += mp->layout_bytes[t];
+  }
+  return at;
 }
 
 /* Regions end to end. A stage with both the embedding and the head that
@@ -357,7 +435,7 @@ static void lay_out_slot(remat_memplan *mp, const remat_stage *st) {
  * last (REDUCE, whose top buffer every micro-batch's head zeroes whole, at
  * the top). */
 static int lay_out_regions(remat_memplan *mp, const remat_config *cfg, const remat_stage *st,
-                           remat_error *err) {
+                           size_t slots, remat_error *err) {
   const remat_memory_model *mm = &mp->mm;
   int joint = st->has_embedding && st->has_head;
   size_t tied = joint && st->accumulate ? mm->tied_grad_bytes : 0;
@@ -387,7 +465,7 @@ static int lay_out_regions(remat_memplan *mp, const remat_config *cfg, const rem
       [REMAT_BUF_GRADS] = grads,
       [REMAT_BUF_ADAM_M] = moment,
       [REMAT_BUF_ADAM_V] = moment,
-      [REMAT_BUF_SLOTS] = (size_t)st->inflight * mp->slot_bytes,
+      [REMAT_BUF_SLOTS] = slots,
       [REMAT_BUF_DRESID] = mm->stage_bytes,
       [REMAT_BUF_WORK] = st->work_borrowed ? 0 : mp->bytes.workspace - mm->stage_bytes - send,
       [REMAT_BUF_TIED_GRAD] = tied,
@@ -423,8 +501,8 @@ int remat__memplan_build_stage_ws(remat_memplan *mp, const remat_config *cfg, in
   if (!rc) rc = remat_stage_bytes_get(cfg, &mp->mm, st, &mp->bytes, err);
   if (rc) return rc;
   if ((rc = memplan_start(mp, cfg, B, T, st, err))) goto fail;
-  lay_out_slot(mp, st);
-  if ((rc = lay_out_regions(mp, cfg, st, err))) goto fail;
+  size_t slots = lay_out_slots(mp, st);
+  if ((rc = lay_out_regions(mp, cfg, st, slots, err))) goto fail;
   return 0;
 fail:
   remat__memplan_free(mp);
@@ -452,11 +530,14 @@ int remat_memplan_create(remat_memplan **out, const remat_config *cfg, int64_t B
 }
 
 void remat__memplan_free(remat_memplan *mp) {
+  remat__free(mp->full_slots);
   remat__free(mp->policy);
   remat__free(mp->block_input_offset);
   remat__free(mp->block_internal_offset);
-  mp->policy = NULL;
-  mp->block_input_offset = mp->block_internal_offset = NULL;
+  remat__free(mp->layout_bytes);
+  mp->full_slots = mp->policy = NULL;
+  mp->block_input_offset = mp->block_internal_offset = mp->layout_bytes = NULL;
+  mp->layout_final_offset = mp->layout_targets_offset = mp->layout_start = NULL;
 }
 
 void remat_memplan_destroy(remat_memplan *mp) {
@@ -468,6 +549,32 @@ void remat_memplan_destroy(remat_memplan *mp) {
 size_t remat_memplan_peak_bytes(const remat_memplan *mp) { return mp->peak_bytes; }
 size_t remat_memplan_persistent_bytes(const remat_memplan *mp) { return mp->persistent_bytes; }
 size_t remat_memplan_slot_bytes(const remat_memplan *mp) { return mp->slot_bytes; }
+
+remat__slot_layout remat__memplan_slot(const remat_memplan *mp, int64_t slot) {
+  int64_t n = mp->inflight, f = mp->num_layouts - 1, nb = mp->num_blocks;
+  REMAT_ASSERT(slot >= 0 && slot < n);
+  int64_t t = slot < n - f ? 0 : slot - (n - f) + 1;
+  size_t at = t ? mp->layout_start[t] : (size_t)slot * mp->slot_bytes;
+  return (remat__slot_layout){.offset = mp->buf[REMAT_BUF_SLOTS].offset + at,
+                              .bytes = mp->layout_bytes[t],
+                              .policy = mp->policy + t * nb,
+                              .block_input_offset = mp->block_input_offset + t * nb,
+                              .block_internal_offset = mp->block_internal_offset + t * nb,
+                              .inputs_offset = mp->inputs_offset,
+                              .targets_offset = mp->layout_targets_offset[t],
+                              .final_offset = mp->layout_final_offset[t]};
+}
+
+remat_membuf remat_memplan_slot(const remat_memplan *mp, int64_t slot) {
+  remat__slot_layout s = remat__memplan_slot(mp, slot);
+  return (remat_membuf){.bytes = s.bytes, .offset = s.offset};
+}
+
+const uint8_t *remat_memplan_slot_policy(const remat_memplan *mp, int64_t slot) {
+  return remat__memplan_slot(mp, slot).policy;
+}
+
+const uint8_t *remat_memplan_full_slots(const remat_memplan *mp) { return mp->full_slots; }
 remat_stage_bytes remat_memplan_bytes(const remat_memplan *mp) { return mp->bytes; }
 remat_membuf remat_memplan_buf(const remat_memplan *mp, int buf) {
   REMAT_ASSERT(buf >= 0 && buf < REMAT_BUF_COUNT);

@@ -16,9 +16,20 @@ struct remat_memplan {
   remat_memory_model mm;
   int64_t first_block, num_blocks, inflight, wdeferred;
   int has_embedding, has_head;
-  int64_t num_kept, num_recomputed, num_middle;
+  int64_t num_kept, num_recomputed, num_middle; /* slot 0's (a block kept in any
+                                                    slot is kept in slot 0) */
+  /* Slots and their layouts. A block recomputes in full in the last
+   * full_slots[i] slots (remat_stage.full_slots, normalised: below inflight,
+   * and 0 where the policy is full already), so with f the largest of them
+   * slots 0 .. n - f - 1 share layout 0, the stage's policies, and slot
+   * n - f - 1 + t has layout t (1 <= t <= f), in which the blocks with
+   * full_slots >= f + 1 - t recompute in full. Layout 0 is the largest. */
+  uint8_t *full_slots;  /* (num_blocks), owned */
+  int64_t num_layouts;  /* f + 1 */
+  /* Layout 0 (each array holds num_layouts rows of num_blocks, row 0
+   * first); inside a slot of it (add slot * slot_bytes +
+   * buf[REMAT_BUF_SLOTS].offset): */
   uint8_t *policy; /* (num_blocks) remat_policy of each block, owned */
-  /* Inside a slot (add slot * slot_bytes + buf[REMAT_BUF_SLOTS].offset): */
   size_t slot_bytes;
   size_t inputs_offset;  /* REMAT_NO_OFFSET without the embedding */
   size_t targets_offset; /* REMAT_NO_OFFSET without the head */
@@ -27,6 +38,9 @@ struct remat_memplan {
   size_t *block_internal_offset; /* (num_blocks) REMAT_NO_OFFSET when recomputed;
                                     the stored internals (block_stored_bytes),
                                     followed by the cheap ones when kept */
+  /* (num_layouts) each layout's bytes, its head's offsets, and where its
+   * slot starts inside REMAT_BUF_SLOTS (layout 0: its first slot's, 0) */
+  size_t *layout_bytes, *layout_final_offset, *layout_targets_offset, *layout_start;
   /* Inside REMAT_BUF_WORK: the block temporaries at 0, then at
    * block_dgrad_bytes the recompute scratch of a recomputed block (its
    * stored internals, then the cheap ones) or the cheap internals of a
@@ -44,6 +58,17 @@ struct remat_memplan {
   size_t persistent_bytes; /* params + grads + adam m, v (+ the tied gradient) */
   size_t peak_bytes;       /* arena size: the planned peak of a step */
 };
+
+/* One slot of the arena as the model uses it: where it starts, and its
+ * layout, the policies its blocks take in it and where its pieces lie from
+ * its start (the arrays point into the plan). */
+typedef struct remat__slot_layout {
+  size_t offset, bytes; /* in the arena */
+  const uint8_t *policy; /* (num_blocks) */
+  const size_t *block_input_offset, *block_internal_offset; /* (num_blocks) */
+  size_t inputs_offset, targets_offset, final_offset;
+} remat__slot_layout;
+remat__slot_layout remat__memplan_slot(const remat_memplan *mp, int64_t slot);
 
 /* Releases the parts of a plan held in place (not the struct). */
 void remat__memplan_free(remat_memplan *mp);

@@ -87,6 +87,7 @@ int remat__model_plan_on(remat_model **out, const remat_config *cfg, int64_t B, 
   m->T = T;
   m->stage = *st;
   m->stage.policy = m->mp.policy;
+  m->stage.full_slots = m->mp.full_slots;
   remat__stage_param_sizes(cfg, &m->stage, m->sz);
   size_t all[REMAT_P_COUNT], off = 0;
   remat_param_sizes(cfg, all);
@@ -449,29 +450,35 @@ void remat__model_params_from_full(remat_model *m, const float *full) {
  * counted in the bytes the plan says are held outside the arena). */
 static remat__kernel_ws kernel_ws(const remat_model *m) { return m->ws; }
 
-static char *slot_at(remat_model *m, int64_t slot) {
+/* Slot j and its layout: the slots differ where a block recomputes in full
+ * in only some of them (remat_stage.full_slots). */
+static remat__slot slot_at(remat_model *m, int64_t slot) {
   REMAT_ASSERT(slot >= 0 && slot < m->stage.inflight);
-  return m->arena + m->mp.buf[REMAT_BUF_SLOTS].offset + (size_t)slot * m->mp.slot_bytes;
+  remat__slot_layout lay = remat__memplan_slot(&m->mp, slot);
+  return (remat__slot){.at = m->arena + lay.offset, .lay = lay};
 }
 
 int32_t *remat__model_slot_inputs(remat_model *m, int64_t slot) {
-  return m->stage.has_embedding ? (int32_t *)(slot_at(m, slot) + m->mp.inputs_offset) : NULL;
+  remat__slot s = slot_at(m, slot);
+  return m->stage.has_embedding ? (int32_t *)(s.at + s.lay.inputs_offset) : NULL;
 }
 int32_t *remat__model_slot_targets(remat_model *m, int64_t slot) {
-  return m->stage.has_head ? (int32_t *)(slot_at(m, slot) + m->mp.targets_offset) : NULL;
+  remat__slot s = slot_at(m, slot);
+  return m->stage.has_head ? (int32_t *)(s.at + s.lay.targets_offset) : NULL;
 }
 int32_t *remat_model_inputs(remat_model *m) { return remat__model_slot_inputs(m, 0); }
 int32_t *remat_model_targets(remat_model *m) { return remat__model_slot_targets(m, 0); }
 
 /* Input of the stage's block i; i = num_blocks is the head's input. */
-static float *resid_at(remat_model *m, char *slot, int64_t i) {
-  size_t off = i < m->stage.num_blocks ? m->mp.block_input_offset[i] : m->mp.final_offset;
-  return (float *)(slot + off);
+static float *resid_at(const remat_model *m, const remat__slot *slot, int64_t i) {
+  size_t off = i < m->stage.num_blocks ? slot->lay.block_input_offset[i] : slot->lay.final_offset;
+  return (float *)(slot->at + off);
 }
 
 float *remat__model_stage_input(remat_model *m, int64_t slot) {
   if (m->stage.has_embedding) return NULL;
-  return resid_at(m, slot_at(m, slot), 0);
+  remat__slot s = slot_at(m, slot);
+  return resid_at(m, &s, 0);
 }
 
 /* Every piece of the arena starts on a REMAT_ALIGN boundary and is planned
@@ -633,18 +640,19 @@ static void grad_done(remat_model *m, int64_t u, float *buf) {
 
 /* Block i of the stage (global block first_block + i) in a slot: its
  * internals live in the slot when kept, in the scratch when recomputed; a
- * middle block's stored ones in the slot, its cheap ones in the scratch. */
-static remat__block_acts block_acts(remat_model *m, char *slot, int64_t i) {
+ * middle block's stored ones in the slot, its cheap ones in the scratch
+ * (by its policy in that slot). */
+static remat__block_acts block_acts(remat_model *m, const remat__slot *slot, int64_t i) {
   remat__block_acts a;
   int64_t B = m->B, T = m->T, C = m->cfg.channels;
-  size_t off = m->mp.block_internal_offset[i];
+  size_t off = slot->lay.block_internal_offset[i];
   remat__kernel_ws ws = kernel_ws(m);
   char *scratch = m->work + m->mp.mm.block_dgrad_bytes;
-  if (m->mp.policy[i] == REMAT_MIDDLE) {
-    remat__block_stored_view(&a, slot + off, B, T, C, &ws);
+  if (slot->lay.policy[i] == REMAT_MIDDLE) {
+    remat__block_stored_view(&a, slot->at + off, B, T, C, &ws);
     remat__block_cheap_view(&a, scratch, B, T, C, &ws);
   } else {
-    remat__block_acts_view(&a, off != REMAT_NO_OFFSET ? slot + off : scratch, B, T, C, &ws);
+    remat__block_acts_view(&a, off != REMAT_NO_OFFSET ? slot->at + off : scratch, B, T, C, &ws);
   }
   return a;
 }
@@ -1001,7 +1009,8 @@ static head_params head_params_of(remat_model *m) {
 
 /* The head's norm of the micro-batch in `slot` into h (layernorm, or a
  * Llama's RMSNorm, whose region has no means). */
-static void head_norm(remat_model *m, const head_params *w, char *slot, remat__head_acts *h) {
+static void head_norm(remat_model *m, const head_params *w, const remat__slot *slot,
+                      remat__head_acts *h) {
   const remat_config *c = &m->cfg;
   int64_t N = m->B * m->T, C = c->channels;
   remat__kernel_ws ws = kernel_ws(m);
@@ -1078,10 +1087,10 @@ static double head_loss(remat_model *m, const remat__head_acts *h, double one) {
 
 /* The head's forward alone (an evaluation's loss): its norm, then the
  * logits and loss chunk by chunk. Returns the summed loss. */
-static double head_forward(remat_model *m, const head_params *w, char *slot,
+static double head_forward(remat_model *m, const head_params *w, const remat__slot *slot,
                            remat__head_acts *h) {
   int64_t N = m->B * m->T, k = head_rows(m);
-  const int32_t *targets = (const int32_t *)(slot + m->mp.targets_offset);
+  const int32_t *targets = (const int32_t *)(slot->at + slot->lay.targets_offset);
   head_norm(m, w, slot, h);
   double one = 0.0;
   for (int64_t r = 0; r < N; r += k)
@@ -1097,7 +1106,7 @@ static void llama_drops(const remat_model *m, int64_t i, const remat_hparams *hp
 }
 
 /* Block i of a Llama forward (model/llama_block.c), out NULL for a recompute. */
-static void llama_forward(remat_model *m, char *slot, int64_t i, float *out,
+static void llama_forward(remat_model *m, const remat__slot *slot, int64_t i, float *out,
                           const remat_hparams *hp, uint32_t micro) {
   float *w[REMAT__LLAMA_BLOCK_TENSORS];
   remat__dropout d[3];
@@ -1111,7 +1120,7 @@ static void llama_forward(remat_model *m, char *slot, int64_t i, float *out,
 
 void remat__model_stage_forward(remat_model *m, int64_t slot_index, uint32_t micro,
                                 const remat_hparams *hp) {
-  char *slot = slot_at(m, slot_index);
+  remat__slot sl = slot_at(m, slot_index), *slot = &sl;
   int64_t nb = m->stage.num_blocks, C = m->cfg.channels;
   bf16_refresh(m);
   double t = remat__now();
@@ -1119,7 +1128,7 @@ void remat__model_stage_forward(remat_model *m, int64_t slot_index, uint32_t mic
     float *out = nb || m->stage.has_head ? resid_at(m, slot, 0) : m->send;
     const float *e = unit_params(m, 0, 0);
     int pos = m->cfg.family != REMAT_FAMILY_LLAMA; /* learned positions */
-    m->be->encoder_forward(out, (const int32_t *)(slot + m->mp.inputs_offset),
+    m->be->encoder_forward(out, (const int32_t *)(slot->at + slot->lay.inputs_offset),
                            e ? e : m->p[0],
                            !pos ? NULL
                            : e  ? e + (size_t)m->cfg.padded_vocab_size * (size_t)C
@@ -1146,12 +1155,12 @@ void remat__model_stage_forward(remat_model *m, int64_t slot_index, uint32_t mic
  * logits are made, turned into the loss and its gradient, and taken back
  * into the norm's gradient rows and the matrix's gradient before the next
  * chunk reuses their buffer. */
-static double head_backward(remat_model *m, char *slot, float dloss) {
+static double head_backward(remat_model *m, const remat__slot *slot, float dloss) {
   const remat_config *c = &m->cfg;
   const remat_memory_model *mm = &m->mp.mm;
   int64_t N = m->B * m->T, C = c->channels, L = c->num_layers, Vp = c->padded_vocab_size;
   int64_t k = head_rows(m);
-  const int32_t *targets = (const int32_t *)(slot + m->mp.targets_offset);
+  const int32_t *targets = (const int32_t *)(slot->at + slot->lay.targets_offset);
   remat__head_acts h;
   head_params w = head_params_of(m);
   double t = remat__now();
@@ -1199,13 +1208,13 @@ static double head_backward(remat_model *m, char *slot, float dloss) {
 }
 
 /* The embedding's gradient from dresid = dL/d(its output). */
-static void embedding_backward(remat_model *m, char *slot) {
+static void embedding_backward(remat_model *m, const remat__slot *slot) {
   double t = remat__now();
   const remat_config *c = &m->cfg;
   int64_t C = c->channels;
   float *gb = grad_buffer(m, REMAT_LAYER_EMBEDDING, 0, 0);
   size_t wte = (size_t)c->padded_vocab_size * (size_t)C;
-  const int32_t *ids = (const int32_t *)(slot + m->mp.inputs_offset);
+  const int32_t *ids = (const int32_t *)(slot->at + slot->lay.inputs_offset);
   /* learned positions: GPT-2's; a Llama's are rotary, in its blocks */
   int pos = c->family != REMAT_FAMILY_LLAMA;
   if (!gb && m->stage.has_head && !m->tied_grad && remat__tied(c)) {
@@ -1224,8 +1233,8 @@ static void embedding_backward(remat_model *m, char *slot) {
 }
 
 /* Block i's W record of deferred micro-batch w (REMAT_BUF_WREC): the
- * records of the stage's kept blocks, in block order, each the family's
- * (remat__block_wrec, remat__llama_wrec). */
+ * records of the stage's blocks kept in any slot (those slot 0 keeps), in
+ * block order, each the family's (remat__block_wrec, remat__llama_wrec). */
 static char *wrec_base(remat_model *m, int64_t w, int64_t i) {
   REMAT_ASSERT(w >= 0 && w < m->stage.wdeferred && m->mp.policy[i] == REMAT_KEEP);
   size_t k = 0; /* kept blocks before block i */
@@ -1278,12 +1287,12 @@ static remat__block_acts wrec_acts(const remat__block_wrec *r) {
 
 /* Block i of a Llama backward (model/llama_block.c), its part bp (a
  * kept block's; wslot: its W record's micro-batch when apart): rebuilt
- * first when it does not keep its internals, as blocks_backward does
- * GPT-2's; W reads the record, not the slot. */
-static void llama_backward(remat_model *m, char *slot, int64_t i, const remat_hparams *hp,
-                           uint32_t micro, int bp, int64_t wslot) {
+ * first when it does not keep its internals in the slot, as
+ * blocks_backward does GPT-2's; W reads the record, not the slot. */
+static void llama_backward(remat_model *m, const remat__slot *slot, int64_t i,
+                           const remat_hparams *hp, uint32_t micro, int bp, int64_t wslot) {
   const remat_memory_model *mm = &m->mp.mm;
-  int pol = m->mp.policy[i];
+  int pol = bp == PART_WEIGHT ? REMAT_KEEP : slot->lay.policy[i]; /* W: from its record */
   int64_t u = 1 + m->stage.first_block + i;
   float *w[REMAT__LLAMA_BLOCK_TENSORS], *g[REMAT__LLAMA_BLOCK_TENSORS] = {0};
   remat__dropout d[3];
@@ -1322,18 +1331,23 @@ static void llama_backward(remat_model *m, char *slot, int64_t i, const remat_hp
 }
 
 /* The stage's blocks' backward, last to first: whole, B or W (part; W
- * records of deferred micro-batch wslot when apart). A block that does not
- * keep its internals rebuilds them first; apart, it runs its whole backward
- * in B, and only kept blocks have a W, which reads its record, not the
- * slot (slot is unused by W). */
-static void blocks_backward(remat_model *m, char *slot, uint32_t micro, const remat_hparams *hp,
-                            int part, int64_t wslot) {
+ * records of deferred micro-batch wslot when apart), each block by its
+ * policy in the micro-batch's slot. A block that does not keep its
+ * internals there rebuilds them first. Apart, the blocks kept in any slot
+ * (those slot 0 keeps) have a W, which reads their record, not the slot
+ * (slot is NULL for W); in a slot that recomputes such a block in full its
+ * B rebuilds it and fills its record all the same, so that its weight
+ * gradients add up at the Ws, in micro-batch order, as a whole backward's
+ * do. The others run their whole backward in B. */
+static void blocks_backward(remat_model *m, const remat__slot *slot, uint32_t micro,
+                            const remat_hparams *hp, int part, int64_t wslot) {
   const remat_memory_model *mm = &m->mp.mm;
   int64_t C = m->cfg.channels;
   for (int64_t i = m->stage.num_blocks - 1; i >= 0; i--) {
-    int pol = m->mp.policy[i];
-    int bp = pol == REMAT_KEEP ? part : part == PART_WEIGHT ? 0 : PART_ALL; /* this block's */
+    int split = m->mp.policy[i] == REMAT_KEEP; /* kept in some slot: B and W apart */
+    int bp = split ? part : part == PART_WEIGHT ? 0 : PART_ALL; /* this block's */
     if (!bp) continue;
+    int pol = bp == PART_WEIGHT ? REMAT_KEEP : slot->lay.policy[i]; /* W: from its record */
     if (m->cfg.family == REMAT_FAMILY_LLAMA) {
       llama_backward(m, slot, i, hp, micro, bp, wslot);
       continue;
@@ -1376,7 +1390,7 @@ static void blocks_backward(remat_model *m, char *slot, uint32_t micro, const re
 
 double remat__model_stage_backward(remat_model *m, int64_t slot_index, uint32_t micro, float dloss,
                                    const remat_hparams *hp) {
-  char *slot = slot_at(m, slot_index);
+  remat__slot sl = slot_at(m, slot_index), *slot = &sl;
   double loss = m->stage.has_head ? head_backward(m, slot, dloss) : 0;
   blocks_backward(m, slot, micro, hp, PART_ALL, 0);
   if (m->stage.has_embedding) embedding_backward(m, slot);
@@ -1387,7 +1401,7 @@ double remat__model_stage_backward(remat_model *m, int64_t slot_index, uint32_t 
 
 double remat__model_stage_backward_input(remat_model *m, int64_t slot_index, int64_t wslot,
                                          uint32_t micro, float dloss, const remat_hparams *hp) {
-  char *slot = slot_at(m, slot_index);
+  remat__slot sl = slot_at(m, slot_index), *slot = &sl;
   double loss = m->stage.has_head ? head_backward(m, slot, dloss) : 0;
   blocks_backward(m, slot, micro, hp, PART_INPUT, wslot);
   if (m->stage.has_embedding) embedding_backward(m, slot);
@@ -1420,7 +1434,8 @@ float remat_model_eval(remat_model *m) {
   remat__model_stage_forward(m, 0, 0, NULL); /* refreshes the bf16 weights */
   remat__head_acts h;
   head_params w = head_params_of(m);
-  return (float)(head_forward(m, &w, slot_at(m, 0), &h) / (double)(m->B * m->T));
+  remat__slot slot = slot_at(m, 0);
+  return (float)(head_forward(m, &w, &slot, &h) / (double)(m->B * m->T));
 }
 
 void remat_model_zero_grad(remat_model *m) {

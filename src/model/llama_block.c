@@ -58,13 +58,13 @@ void remat__llama_block_views(const remat_model *m, int64_t i, const float *unit
   REMAT_ASSERT(j == REMAT__LLAMA_BLOCK_TENSORS);
 }
 
-remat__llama_acts remat__llama_acts_at(remat_model *m, char *slot, int64_t i) {
+remat__llama_acts remat__llama_acts_at(remat_model *m, const remat__slot *slot, int64_t i) {
   remat__llama_acts a;
-  size_t off = m->mp.block_internal_offset[i];
+  size_t off = slot->lay.block_internal_offset[i];
   char *scratch = m->work + m->mp.mm.block_dgrad_bytes;
-  char *stored = off != REMAT_NO_OFFSET ? slot + off : scratch;
+  char *stored = off != REMAT_NO_OFFSET ? slot->at + off : scratch;
   size_t n = remat__llama_stored_view(&a, stored, &m->cfg, m->B, m->T, &m->ws);
-  char *cheap = m->mp.policy[i] == REMAT_MIDDLE ? scratch : stored + n;
+  char *cheap = slot->lay.policy[i] == REMAT_MIDDLE ? scratch : stored + n;
   remat__llama_cheap_view(&a, cheap, &m->cfg, m->B, m->T, &m->ws);
   return a;
 }

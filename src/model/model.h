@@ -86,10 +86,16 @@ enum { REMAT__LLAMA_BLOCK_TENSORS = 9 };
 void remat__llama_block_views(const remat_model *m, int64_t i, const float *unit,
                               float *const tensors[REMAT_P_COUNT],
                               float *v[REMAT__LLAMA_BLOCK_TENSORS]);
+/* A micro-batch's slot: where it lies in the arena, and its layout (the
+ * policies its blocks take in it: remat_stage.full_slots). */
+typedef struct remat__slot {
+  char *at;
+  remat__slot_layout lay;
+} remat__slot;
 /* Block i's activations in a slot: kept, in the slot; middle, the stored
  * ones in the slot and the cheap ones in the scratch; recomputed, all in
- * the scratch. */
-remat__llama_acts remat__llama_acts_at(remat_model *m, char *slot, int64_t i);
+ * the scratch (by the block's policy in that slot). */
+remat__llama_acts remat__llama_acts_at(remat_model *m, const remat__slot *slot, int64_t i);
 /* Forward from x into a's internals and out (NULL: stop before the last
  * product, all a recompute needs); the cheap internals again from the
  * stored ones; the backward, with m->dresid = dL/d(output) on entry and

@@ -159,7 +159,9 @@ double remat__model_stage_backward(remat_model *m, int64_t slot, uint32_t micro,
  * remat__model_stage_backward returns. W (_weight), later: the kept
  * blocks' weight gradients from the records in wslot alone. Bs and Ws each
  * run in micro-batch order, so the step's gradients are a whole
- * backward's, bit for bit. */
+ * backward's, bit for bit. A block kept in any slot (remat_stage.full_slots)
+ * counts as kept here in every slot: where its slot does not keep it, its B
+ * rebuilds it first and fills its record all the same. */
 double remat__model_stage_backward_input(remat_model *m, int64_t slot, int64_t wslot,
                                          uint32_t micro, float dloss, const remat_hparams *hp);
 void remat__model_stage_backward_weight(remat_model *m, int64_t wslot, uint32_t micro,

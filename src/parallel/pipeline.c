@@ -93,8 +93,7 @@ struct remat_pipeline {
   /* trace */
   remat__trace trace; /* on a grid the stage's replica runtime records here too */
   int64_t step;       /* the step the spans belong to (0-based; set as it starts) */
-  size_t fixed_bytes, slot_bytes[REMAT_MAX_STAGES];
-  size_t wrec_bytes[REMAT_MAX_STAGES]; /* one micro-batch's W records */
+  size_t fixed_bytes, wrec_bytes[REMAT_MAX_STAGES]; /* [c]: one micro-batch's W records */
   uint64_t live; /* bytes of the slots and W records in use */
 };
 
@@ -123,9 +122,10 @@ static void record(remat_pipeline *pl, int kind, double t_start, double t_end, i
                                   .layer = -1});
 }
 
-/* Chunk c takes (+1) or frees (-1) slots and W records. */
-static void arena_counter(remat_pipeline *pl, double t, int c, int64_t delta, int64_t wrecs) {
-  pl->live += (uint64_t)delta * pl->slot_bytes[c] + (uint64_t)wrecs * pl->wrec_bytes[c];
+/* Chunk c takes (+1) or frees (-1) slot j (of its own bytes) and W records. */
+static void arena_counter(remat_pipeline *pl, double t, int c, int64_t j, int delta, int wrecs) {
+  size_t bytes = remat_memplan_slot(remat_model_memplan(pl->cm[c]), j).bytes;
+  pl->live += (uint64_t)delta * bytes + (uint64_t)wrecs * pl->wrec_bytes[c];
   record(pl, EV_ARENA, t, t, -1, pl->fixed_bytes + pl->live);
 }
 
@@ -261,7 +261,7 @@ static int forward_op(remat_pipeline *pl, const remat_train_opts *o, int64_t k, 
       (rc = wait_req(pl, &pl->send_chunk[c], &pl->lent_chunk[c], EV_SEND_ACT, micro, err)))
     return rc;
   double t = remat__now();
-  arena_counter(pl, t, c, 1, 0);
+  arena_counter(pl, t, c, slot, 1, 0);
   remat__model_stage_forward(m, slot, (uint32_t)micro, &o->hp);
   record(pl, EV_FORWARD, t, remat__now(), micro, 0);
   if (!last && (rc = send_to(pl, remat__model_stage_output(m), rank_of(pl, vs + 1),
@@ -300,7 +300,7 @@ static int backward_op(remat_pipeline *pl, const remat_train_opts *o, int64_t k,
   /* recompute is interleaved with the blocks' backwards; drawn as one
    * span of its total at the backward's start */
   if (rs > 0) record(pl, EV_RECOMPUTE, t, t + rs, micro, 0);
-  arena_counter(pl, e, c, -1, wd ? 1 : 0); /* the slot is free, the W record taken */
+  arena_counter(pl, e, c, slot, -1, wd ? 1 : 0); /* the slot is free, the W record taken */
   const double N = (double)(o->B * o->T);
   if (vs == pl->nv - 1 && pl->R > 1) pl->losses[pl->rep * pl->M + k] = (float)(loss / N);
   else if (vs == pl->nv - 1) *loss_sum += (float)(loss / N); /* as one process rounds it */
@@ -331,7 +331,7 @@ static int run_microbatches(void *ctx, remat_trainer *tr, double *loss_sum, rema
       double e = remat__now(), rs = remat__model_recompute_seconds(m) - rs0;
       if (pl->wdef[c]) record(pl, EV_WEIGHT_GRAD, t, e, micro, 0);
       if (rs > 0) record(pl, EV_RECOMPUTE, t, t + rs, micro, 0);
-      arena_counter(pl, e, c, 0, pl->wdef[c] ? -1 : 0);
+      arena_counter(pl, e, c, 0, 0, pl->wdef[c] ? -1 : 0);
     } else if (kind == REMAT_OP_F) {
       if ((rc = forward_op(pl, o, k, c, err))) return rc;
     } else if ((rc = backward_op(pl, o, k, c, loss_sum, err))) {
@@ -576,7 +576,6 @@ static void chunk_tables(remat_pipeline *pl) {
     const remat_stage *st = remat_model_stage(pl->cm[c]);
     pl->slots_of[c] = st->inflight;
     pl->wdef[c] = st->wdeferred;
-    pl->slot_bytes[c] = remat_memplan_slot_bytes(mp);
     size_t wrec = remat_memplan_buf(mp, REMAT_BUF_WREC).bytes;
     pl->wrec_bytes[c] = st->wdeferred ? wrec / (size_t)st->wdeferred : 0;
     pl->fixed_bytes +=
@@ -775,7 +774,7 @@ int remat_pipeline_trace_start(remat_pipeline *pl, int64_t max_steps, remat_erro
   }
   int rc = remat__trace_start(&pl->trace, pl->world->comm, (size_t)max_steps * per_step + 16, err);
   if (rc) return rc;
-  arena_counter(pl, pl->trace.t0, 0, 0, 0);
+  arena_counter(pl, pl->trace.t0, 0, 0, 0, 0);
   return 0;
 }
 

@@ -89,6 +89,7 @@ remat_stage remat_placement_chunk(const remat_placement *pl, int64_t s, int64_t 
   REMAT_ASSERT(remat_schedule_held(pl->schedule, P, M, v, n, kw, &err) == 0);
   return (remat_stage){.first_block = pl->first_block[vs], .num_blocks = pl->num_blocks[vs],
                        .policy = pl->policy + pl->first_block[vs],
+                       .full_slots = pl->full_slots + pl->first_block[vs],
                        .inflight = n[vs] > 0 ? n[vs] : 1, .wdeferred = kw[vs],
                        .has_embedding = vs == 0, .has_head = vs == P * v - 1,
                        .accumulate = M > 1, .work_borrowed = c > 0};
@@ -104,7 +105,8 @@ remat_stage remat_placement_stage(const remat_placement *pl, int64_t s, int64_t 
   int schedule = row && row->chunks_min == 1 ? pl->schedule : REMAT_SCHED_1F1B;
   REMAT_ASSERT(remat_schedule_held(schedule, P, M, 1, n, kw, &err) == 0);
   remat_stage st = {.first_block = pl->first_block[s], .num_blocks = pl->num_blocks[s],
-                    .policy = pl->policy + pl->first_block[s], .inflight = n[s],
+                    .policy = pl->policy + pl->first_block[s],
+                    .full_slots = pl->full_slots + pl->first_block[s], .inflight = n[s],
                     .wdeferred = kw[s], .has_embedding = s == 0, .has_head = s == P - 1,
                     .accumulate = M > 1};
   if (pl->replicas > 1) {
