@@ -983,6 +983,33 @@ static void test_schedules_model(void) {
   printf("schedules on GPT-2 124M: %d checks so far\n", test_checks);
 }
 
+/* An arrangement planned per micro-batch fits stage by stage as the
+ * runtime lays its slots out (slot k holds each layer by its policy there,
+ * a layer kept in any slot keeps its W records); returns whether some
+ * layer recomputes in some slots only. */
+static int fits_by_slot(const remat__plan_inst *in, const int64_t *bounds, const uint8_t *rec) {
+  int any = 0;
+  for (int64_t s = 0; s < in->p; s++) {
+    int64_t n = in->n[s], mem = in->stage_bytes + (s < in->p - 1 ? in->boundary_bytes : 0), X = 0;
+    for (int64_t l = bounds[s]; l < bounds[s + 1]; l++) {
+      int64_t k = rec[l] >= REMAT__REC_SLOTS ? rec[l] - REMAT__REC_SLOTS : 0;
+      CHECK(k < n);
+      any |= k > 0;
+      mem += in->w[l] + (rec[l] && !k ? 0 : in->kw[s] * in->u[l]);
+      for (int64_t slot = 0; slot < n; slot++) {
+        int full = rec[l] == REMAT_RECOMPUTE || (k && slot >= n - k);
+        int mid = rec[l] == REMAT_MIDDLE;
+        mem += full ? in->c[l] : mid ? in->mb[l] : in->a[l];
+        if (full && in->x[l] > X) X = in->x[l];
+        if (mid && in->xm[l] > X) X = in->xm[l];
+      }
+      if (in->y[l] > X) X = in->y[l];
+    }
+    CHECK(mem + X <= in->budget[s]);
+  }
+  return any;
+}
+
 /* Recompute per micro-batch on random problems of one kind of block
  * (between an optional layer of its own before and after, as a model's
  * embedding and head), under 1f1b, gpipe and zb-h1: the solver's optimum is
@@ -1050,27 +1077,7 @@ static void test_per_microbatch(int count) {
                 (long long)bm, (long long)so, (long long)sc, (long long)sm);
         dump(&pb, it);
       }
-      /* it fits as laid out: slot k holds each layer by its policy there */
-      int any = 0;
-      for (int64_t s = 0; s < in.p; s++) {
-        int64_t n = in.n[s], mem = in.stage_bytes + (s < in.p - 1 ? in.boundary_bytes : 0), X = 0;
-        for (int64_t l = bounds[s]; l < bounds[s + 1]; l++) {
-          int64_t k = rec[l] >= REMAT__REC_SLOTS ? rec[l] - REMAT__REC_SLOTS : 0;
-          CHECK(k < n);
-          any |= k > 0;
-          mem += in.w[l] + (rec[l] && !k ? 0 : in.kw[s] * in.u[l]);
-          for (int64_t slot = 0; slot < n; slot++) {
-            int full = rec[l] == REMAT_RECOMPUTE || (k && slot >= n - k);
-            int mid = rec[l] == REMAT_MIDDLE;
-            mem += full ? in.c[l] : mid ? in.mb[l] : in.a[l];
-            if (full && in.x[l] > X) X = in.x[l];
-            if (mid && in.xm[l] > X) X = in.xm[l];
-          }
-          if (in.y[l] > X) X = in.y[l];
-        }
-        CHECK(mem + X <= in.budget[s]);
-      }
-      partial += any;
+      partial += fits_by_slot(&in, bounds, rec);
       /* no worse than per layer, and the plan's figures are the same */
       remat_plan_problem q;
       CHECK(remat_plan_problem_copy(&q, &pb, &err) == 0);

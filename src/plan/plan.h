@@ -31,6 +31,7 @@
 #define REMAT__PLAN_MAX_CELLS ((int64_t)1 << 22) /* (p + 1) * (L + 1) of a DP table */
 
 static inline int64_t remat__max64(int64_t a, int64_t b) { return a > b ? a : b; }
+static inline int64_t remat__min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 /* Whether a deadline on remat__now() (0: none) has passed. */
 static inline int remat__plan_late(double deadline) {
@@ -113,6 +114,14 @@ typedef struct remat__plan_inst {
 
 static inline int64_t remat__rec_slots(uint8_t r) {
   return r >= REMAT__REC_SLOTS ? (int64_t)r - REMAT__REC_SLOTS : 0;
+}
+
+/* A layer's cheap slots of n (those that serve m / n micro-batches, the
+ * last n - m mod n; the first m mod n serve one more): all of them but the
+ * one a layer that recomputes in only some slots must keep when m mod n is
+ * 0. */
+static inline int64_t remat__plan_cheap_slots(int64_t m, int64_t n) {
+  return m % n ? n - m % n : n - 1;
 }
 
 /* Micro-batches of a step (m of them, micro-batch t in slot t mod n) that

@@ -146,15 +146,13 @@ int remat__plan_alike(const remat__plan_inst *in, int64_t fc, int64_t K, int64_t
 /* ------------------------------------------------------------ per micro-batch */
 
 void remat__plan_slots_of(int64_t m, int64_t n, int64_t layers, int64_t units, int64_t *ks) {
-  /* a layer's cheap slots are its last n - m % n (all n when m % n is 0, of
-   * which n - 1 may be taken); the rest serve one micro-batch more */
-  int64_t h = m % n ? n - m % n : n - 1;
+  int64_t h = remat__plan_cheap_slots(m, n);
   for (int64_t q = 0; q < layers; q++) {
-    ks[q] = units < h ? units : h;
+    ks[q] = remat__min64(units, h);
     units -= ks[q];
   }
   for (int64_t q = 0; q < layers && units > 0; q++) {
-    int64_t more = n - 1 - ks[q] < units ? n - 1 - ks[q] : units;
+    int64_t more = remat__min64(n - 1 - ks[q], units);
     ks[q] += more;
     units -= more;
   }
@@ -190,7 +188,7 @@ static int alike_slots(const remat__plan_inst *in, int64_t fc, int64_t K, int64_
     if (o[q].pol == REMAT_RECOMPUTE) of = &o[q];
     if (o[q].pol == REMAT_MIDDLE) om = &o[q];
   }
-  int64_t n = in->n[s], c = in->m / n, h = in->m % n ? n - in->m % n : n - 1;
+  int64_t n = in->n[s], c = in->m / n, h = remat__plan_cheap_slots(in->m, n);
   int64_t ru = of->r / in->ms, d = of->d;
   int64_t ef = remat__plan_saving(in, s, fc, d);
   int64_t em = om ? remat__plan_saving(in, s, fc, om->d) : 0;
@@ -208,7 +206,7 @@ static int alike_slots(const remat__plan_inst *in, int64_t fc, int64_t K, int64_
           if (f > P * (n - 1)) continue;
           int64_t fewest = (f + n - 2) / (n - 1); /* layers that can hold f */
           if (time_first && ru > 0) {
-            lam = (f + h - 1) / h < P ? (f + h - 1) / h : P;
+            lam = remat__min64((f + h - 1) / h, P);
           } else if (time_first) { /* free: the fewest layers, all their slots */
             lam = fewest;
             f = lam * (n - 1);
@@ -221,14 +219,11 @@ static int alike_slots(const remat__plan_inst *in, int64_t fc, int64_t K, int64_
             if (lam > P) continue;
             /* then as many units on them as tcap allows: the least memory */
             int64_t most = lam * (n - 1), room = tcap - base;
-            if (ru > 0) {
+            if (ru > 0) { /* units of c micro-batches, then of c + 1 */
               int64_t cheap = room / (ru * c);
-              most = cheap <= lam * h ? (cheap < most ? cheap : most)
-                                      : ((room / ru + lam * h) / (c + 1) < most
-                                             ? (room / ru + lam * h) / (c + 1)
-                                             : most);
+              most = remat__min64(most, cheap <= lam * h ? cheap : (room / ru + lam * h) / (c + 1));
             }
-            if (most > f) f = most;
+            f = remat__max64(f, most);
           }
         } else if (saved - above(X, Y) < E) {
           continue;
