@@ -209,8 +209,9 @@ static int head_chunk_choice(remat_job *job, const remat_layer_times *t, int rc,
   return rc;
 }
 
-/* Recompute per micro-batch placed by hand (full_slots, model order): each
- * block's count of slots within its stage's (or chunk's) in-flight count. */
+/* Recompute per micro-batch (full_slots, model order: by hand, from a plan
+ * file or the planner's) into the placement, each block's count of slots
+ * within its stage's (or chunk's) in-flight count. */
 static int set_full_slots(remat_job *job, const uint8_t *full_slots, remat_error *err) {
   remat_placement *pl = &job->place;
   int64_t v = pl->chunks > 1 ? pl->chunks : 1;
