@@ -20,6 +20,10 @@ mpi() { mpirun --oversubscribe -np "$@"; }
 # fresh_dir DIR: DIR, empty.
 fresh_dir() { rm -rf "$1" && mkdir -p "$1"; }
 
+# bf16_here: whether this CPU trains in bf16 (AVX512-BF16 or AMX); the
+# scripts skip their bf16 cases where it does not, saying so.
+bf16_here() { "$remat" train --config tiny --steps 0 --precision bf16 --quiet >/dev/null 2>&1; }
+
 # ok TEXT, bad TEXT: one case passed ("ok   [TEXT]") or failed ("FAIL [TEXT]").
 ok() { n=$((n + 1)); echo "ok   [$1]"; }
 bad() { n=$((n + 1)); fails=$((fails + 1)); echo "FAIL [$1]"; }

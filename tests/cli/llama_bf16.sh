@@ -15,6 +15,12 @@ tmp=$2
 fresh_dir "$tmp"
 cd "$tmp" || exit 1
 
+if ! bf16_here; then
+  ok "skipped: this CPU has no bf16 instructions (AVX512-BF16 or AMX)"
+  summary llama_bf16
+  exit $?
+fi
+
 small=(--config llama-small --batch 2 --seq 64 --precision bf16)
 tied=(--config llama:4,64,4,1,160,256,64,500000,1 --batch 2 --seq 32 --precision bf16)
 common=(--steps 4 --threads 1 --peak-gflops 10 --quiet)
