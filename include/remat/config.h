@@ -60,6 +60,23 @@ typedef struct remat_config {
    * holds one chunk's logits, not B*T*Vp (0, the zero value: all B*T at
    * once). Like the precision, a setting of the run, not of the shape. */
   int64_t head_chunk;
+  /* Tensor parallelism, laid out as Megatron-LM lays it: with
+   * tensor_parallel t >= 2 the config describes one of t ranks' shards.
+   * Column-parallel products (GPT-2's qkv and MLP input, a Llama's q, k,
+   * v, w1 and w3) hold 1/t of their output rows, row-parallel ones (the
+   * projections into the residual stream) 1/t of their input columns, the
+   * heads are split (a Llama's key/value heads too where t divides them,
+   * else every rank holds them all), the embedding and the head hold 1/t
+   * of the vocabulary; the norms, the position embedding and the
+   * row-parallel biases are whole on every rank. The parameter sizes, the
+   * units and the memory model are then a rank's. 0 or 1: the whole
+   * model. A setting of the run, as the precision. */
+  int64_t tensor_parallel;
+  /* With tensor_parallel t >= 2, sequence parallelism: the norms, dropout
+   * and the residual stream on T/t of each sequence's tokens, with
+   * all-gathers and reduce-scatters where plain tensor parallelism
+   * all-reduces (0: off). */
+  int64_t sequence_parallel;
 } remat_config;
 
 /* Precisions; append only.

@@ -76,6 +76,37 @@ int64_t remat_padded_vocab(int64_t V) {
 /* Limits keep every product of dimensions far from overflow. */
 #define MAX_DIM ((int64_t)1 << 20)
 
+/* A tensor-parallel degree splits the heads, the MLP's width and the
+ * (padded) vocabulary evenly. */
+static int tensor_check(const remat_config *c, remat_error *err) {
+  int64_t t = c->tensor_parallel;
+  if (t < 0 || t > 4096)
+    return remat__errorf(err, REMAT_ERANGE, "a tensor-parallel degree of %lld: give 1 to 4096",
+                         (long long)t);
+  if (c->sequence_parallel != 0 && c->sequence_parallel != 1)
+    return remat__errorf(err, REMAT_EINVAL, "sequence_parallel must be 0 or 1, not %lld",
+                         (long long)c->sequence_parallel);
+  if (t <= 1) {
+    if (c->sequence_parallel)
+      return remat__errorf(err, REMAT_EINVAL,
+                           "sequence parallelism splits the sequence among tensor-parallel "
+                           "ranks: give a tensor-parallel degree of 2 or more with it");
+    return 0;
+  }
+  int64_t H = remat__mlp_width(c);
+  const char *what = c->num_heads % t ? "heads NH"
+                     : H % t          ? "MLP width"
+                     : c->padded_vocab_size % t ? "padded vocabulary"
+                                                : NULL;
+  int64_t n = c->num_heads % t ? c->num_heads : H % t ? H : c->padded_vocab_size;
+  if (what)
+    return remat__errorf(err, REMAT_EINVAL,
+                         "a tensor-parallel degree of %lld must divide the %s (%lld): every "
+                         "rank takes an equal share",
+                         (long long)t, what, (long long)n);
+  return 0;
+}
+
 int remat_config_check(const remat_config *c, remat_error *err) {
   if (c->num_layers < 1 || c->channels < 1 || c->num_heads < 1 || c->vocab_size < 2 ||
       c->max_seq_len < 1)
@@ -145,7 +176,7 @@ int remat_config_check(const remat_config *c, remat_error *err) {
                          "at most %lld",
                          (long long)c->padded_vocab_size, (long long)MAX_DIM,
                          (long long)c->vocab_size, (long long)MAX_DIM);
-  return 0;
+  return tensor_check(c, err);
 }
 
 static int parse_dim(const char *s, const char *end, int64_t *out) {
@@ -297,6 +328,8 @@ double remat_flops_per_token(const remat_config *cfg, int64_t T) {
    * Attention scores and their weighted sum: 2 * 2 * T * C per layer forward,
    * counted without the causal half, as PaLM does. */
   double C = (double)cfg->channels, L = (double)cfg->num_layers;
-  double n_mm = L * remat_block_matrix_weights(cfg) + (double)cfg->vocab_size * C;
+  remat_config whole = *cfg; /* the model's FLOPs, not a tensor rank's */
+  whole.tensor_parallel = whole.sequence_parallel = 0;
+  double n_mm = L * remat_block_matrix_weights(&whole) + (double)cfg->vocab_size * C;
   return 6.0 * n_mm + 12.0 * L * C * (double)T;
 }

@@ -16,6 +16,11 @@ int64_t remat__kv_width(const remat_config *cfg) {
   return cfg->kv_heads * (cfg->channels / cfg->num_heads);
 }
 
+int64_t remat__kv_rank_width(const remat_config *cfg) {
+  int64_t tp = remat__tp(cfg), kvh = cfg->family == REMAT_FAMILY_LLAMA ? cfg->kv_heads : cfg->num_heads;
+  return kvh % tp ? remat__kv_width(cfg) : remat__kv_width(cfg) / tp;
+}
+
 int64_t remat__mlp_width(const remat_config *cfg) {
   return cfg->family == REMAT_FAMILY_LLAMA ? cfg->ffn_hidden : 4 * cfg->channels;
 }
@@ -30,6 +35,7 @@ int remat__head_tensor(const remat_config *cfg) {
     .name = (nm), .where = (w), .rows = (r), .cols = (c), .matrix = (mx), .decay = (dc),     \
     .tied = (tie), .init = (in)                                                             \
   }
+enum { ROWS = REMAT__SPLIT_ROWS, COLS = REMAT__SPLIT_COLS };
 
 static int gpt2(const remat_config *c, remat__tensor t[REMAT_P_COUNT]) {
   int64_t C = c->channels, Vp = c->padded_vocab_size, maxT = c->max_seq_len;
@@ -52,6 +58,9 @@ static int gpt2(const remat_config *c, remat__tensor t[REMAT_P_COUNT]) {
   t[REMAT_P_FCPROJB] = T_("fcprojb", B, C, 1, false, false, false, Z);
   t[REMAT_P_LNFW] = T_("lnfw", H, C, 1, false, false, false, O);
   t[REMAT_P_LNFB] = T_("lnfb", H, C, 1, false, false, false, Z);
+  t[REMAT_P_WTE].split = t[REMAT_P_QKVW].split = t[REMAT_P_QKVB].split = ROWS;
+  t[REMAT_P_FCW].split = t[REMAT_P_FCB].split = ROWS;
+  t[REMAT_P_ATTPROJW].split = t[REMAT_P_FCPROJW].split = COLS;
   return REMAT_P_COUNT;
 }
 
@@ -73,6 +82,11 @@ static int llama(const remat_config *c, remat__tensor t[REMAT_P_COUNT]) {
   t[REMAT_LP_W3] = T_("w3", B, Hd, C, true, true, false, N);
   t[REMAT_LP_NORM] = T_("norm", H, C, 1, false, false, false, O);
   t[REMAT_LP_CLS] = T_("output", H, tied ? 0 : Vp, C, !tied, true, false, N);
+  t[REMAT_LP_EMB].split = t[REMAT_LP_CLS].split = t[REMAT_LP_WQ].split = ROWS;
+  t[REMAT_LP_W1].split = t[REMAT_LP_W3].split = ROWS;
+  /* key/value heads split where the degree divides them, else whole */
+  if (c->kv_heads % remat__tp(c) == 0) t[REMAT_LP_WK].split = t[REMAT_LP_WV].split = ROWS;
+  t[REMAT_LP_WO].split = t[REMAT_LP_W2].split = COLS;
   return REMAT_LP_COUNT;
 }
 
@@ -80,5 +94,10 @@ int remat__tensors(const remat_config *cfg, remat__tensor t[REMAT_P_COUNT]) {
   int n = cfg->family == REMAT_FAMILY_LLAMA ? llama(cfg, t) : gpt2(cfg, t);
   for (int i = n; i < REMAT_P_COUNT; i++)
     t[i] = T_("", REMAT__IN_HEAD, 0, 0, false, false, false, REMAT__INIT_ZEROS);
+  int64_t tp = remat__tp(cfg); /* one tensor rank's share */
+  for (int i = 0; i < n; i++) {
+    if (t[i].split == ROWS) t[i].rows /= tp;
+    if (t[i].split == COLS) t[i].cols /= tp;
+  }
   return n;
 }

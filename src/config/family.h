@@ -30,7 +30,24 @@ typedef struct remat__tensor {
   bool decay;        /* AdamW's weight decay applies */
   bool tied;         /* the embedding's matrix, which the head also reads */
   int init;          /* remat__init */
+  int split;         /* remat__split: how tensor parallelism divides it */
 } remat__tensor;
+/* How tensor parallelism (remat_config.tensor_parallel) divides a tensor
+ * among its ranks: not at all (norms, positions, the row-parallel
+ * products' biases, a Llama's key/value matrices where t does not divide
+ * its key/value heads), by rows (a column-parallel product's weight and
+ * bias, its output features; the embedding's and the head's vocabulary),
+ * or by columns (a row-parallel product's weight, its input features).
+ * remat__tensors gives one rank's shapes. */
+typedef enum { REMAT__SPLIT_NONE, REMAT__SPLIT_ROWS, REMAT__SPLIT_COLS } remat__split;
+/* The tensor-parallel degree (1 without) and the factor sequence
+ * parallelism divides the residual stream's tokens by (1 without). */
+static inline int64_t remat__tp(const remat_config *cfg) {
+  return cfg->tensor_parallel > 1 ? cfg->tensor_parallel : 1;
+}
+static inline int64_t remat__sp(const remat_config *cfg) {
+  return cfg->sequence_parallel ? remat__tp(cfg) : 1;
+}
 
 /* The family's tensors in its checkpoint order (at most REMAT_P_COUNT);
  * returns their number. An empty tensor (a Llama's tied head) has rows 0. */
@@ -44,8 +61,11 @@ bool remat__tied(const remat_config *cfg);
 int remat__head_tensor(const remat_config *cfg);
 
 /* Key/value width of a block (kv_heads * head size; C for GPT-2) and the
- * MLP's hidden width (4C for GPT-2). */
+ * MLP's hidden width (4C for GPT-2), of the whole model. */
 int64_t remat__kv_width(const remat_config *cfg);
+/* A tensor rank's key/value width: kv_width / t where t divides the
+ * key/value heads, else all of it (C / t for GPT-2). */
+int64_t remat__kv_rank_width(const remat_config *cfg);
 int64_t remat__mlp_width(const remat_config *cfg);
 
 #endif

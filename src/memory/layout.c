@@ -22,29 +22,38 @@ static size_t carve(const field *f, int n, void *base, char **at) {
 
 #define NFIELDS(f) ((int)(sizeof(f) / sizeof((f)[0])))
 
+/* A kernel workspace's tensor-parallel degree and the factor sequence
+ * parallelism divides the residual stream's tokens by: at least 1 (a
+ * zeroed workspace describes the whole model). */
+#define TP(ws) ((size_t)((ws)->tp > 1 ? (ws)->tp : 1))
+#define SP(ws) ((size_t)((ws)->sp > 1 ? (ws)->sp : 1))
+
 int remat__product_shapes(const remat_config *cfg, int64_t B, int64_t T,
                           remat__mm_shape s[REMAT__PRODUCTS]) {
-  int64_t N = B * T, C = cfg->channels, Vp = cfg->padded_vocab_size;
+  /* a tensor rank's: its share of each product's output features
+   * (column-parallel) or input features (row-parallel), of the vocabulary */
+  int64_t N = B * T, C = cfg->channels, tp = remat__tp(cfg), Ci = C / tp,
+          Vp = cfg->padded_vocab_size / tp;
   /* the head's product on a chunk of tokens, and on the last, shorter one */
   int64_t k = cfg->head_chunk > 0 && cfg->head_chunk < N ? cfg->head_chunk : N;
   remat__mm_shape head = {.N = k, .C = C, .OC = Vp, .out_bf16 = true, .dinp_fp32 = true,
                           .no_bias = true};
   int n = 0;
   if (cfg->family == REMAT_FAMILY_LLAMA) {
-    int64_t KV = remat__kv_width(cfg), H = cfg->ffn_hidden;
+    int64_t KV = remat__kv_rank_width(cfg), H = cfg->ffn_hidden / tp;
     /* every product without a bias; the ones whose output a kernel reads
      * in bf16 (q, k, v, w1, w3 and the logits) make bf16 */
-    s[0] = (remat__mm_shape){.N = N, .C = C, .OC = C, .out_bf16 = true, .dinp_fp32 = true, .no_bias = true};
+    s[0] = (remat__mm_shape){.N = N, .C = C, .OC = Ci, .out_bf16 = true, .dinp_fp32 = true, .no_bias = true};
     s[1] = (remat__mm_shape){.N = N, .C = C, .OC = KV, .out_bf16 = true, .dinp_fp32 = true, .no_bias = true};
-    s[2] = (remat__mm_shape){.N = N, .C = C, .OC = C, .no_bias = true};
+    s[2] = (remat__mm_shape){.N = N, .C = Ci, .OC = C, .no_bias = true};
     s[3] = (remat__mm_shape){.N = N, .C = C, .OC = H, .out_bf16 = true, .dinp_fp32 = true, .no_bias = true};
     s[4] = (remat__mm_shape){.N = N, .C = H, .OC = C, .no_bias = true};
     n = 5;
   } else {
-    s[0] = (remat__mm_shape){.N = N, .C = C, .OC = 3 * C, .out_bf16 = true, .dinp_fp32 = true};
-    s[1] = (remat__mm_shape){.N = N, .C = C, .OC = C};
-    s[2] = (remat__mm_shape){.N = N, .C = C, .OC = 4 * C, .out_bf16 = true, .dinp_fp32 = true};
-    s[3] = (remat__mm_shape){.N = N, .C = 4 * C, .OC = C};
+    s[0] = (remat__mm_shape){.N = N, .C = C, .OC = 3 * Ci, .out_bf16 = true, .dinp_fp32 = true};
+    s[1] = (remat__mm_shape){.N = N, .C = Ci, .OC = C};
+    s[2] = (remat__mm_shape){.N = N, .C = C, .OC = 4 * Ci, .out_bf16 = true, .dinp_fp32 = true};
+    s[3] = (remat__mm_shape){.N = N, .C = 4 * Ci, .OC = C};
     n = 4;
   }
   s[n++] = head;
@@ -68,10 +77,13 @@ void remat__bf16_copy_bytes(const remat_config *cfg, size_t *block, size_t *head
 
 size_t remat__block_stored_view(remat__block_acts *a, void *base, int64_t B, int64_t T,
                                 int64_t C, const remat__kernel_ws *ws) {
-  size_t BT = (size_t)B * (size_t)T, BTC = BT * (size_t)C, h = remat__act_elem(ws), f = 4;
-  const field fl[] = {{BT, f},       {BT, f},  {3 * BTC, h}, {ws->attention_stats, f},
-                      {BTC, h},      {BTC, f}, {BT, f},      {BT, f},
-                      {4 * BTC, h}};
+  /* a tensor rank's share of the heads and the MLP (BTCi: its inner
+   * width), and of the residual stream's tokens (Rs) */
+  size_t BT = (size_t)B * (size_t)T, BTCi = BT * (size_t)C / TP(ws),
+         Rs = BT / SP(ws), RsC = Rs * (size_t)C, h = remat__act_elem(ws), f = 4;
+  const field fl[] = {{Rs, f},        {Rs, f},  {3 * BTCi, h}, {ws->attention_stats, f},
+                      {BTCi, h},      {RsC, f}, {Rs, f},       {Rs, f},
+                      {4 * BTCi, h}};
   char *at[NFIELDS(fl)];
   size_t n = carve(fl, NFIELDS(fl), base, at);
   if (base && a) {
@@ -90,8 +102,9 @@ size_t remat__block_stored_view(remat__block_acts *a, void *base, int64_t B, int
 
 size_t remat__block_cheap_view(remat__block_acts *a, void *base, int64_t B, int64_t T,
                                int64_t C, const remat__kernel_ws *ws) {
-  size_t BTC = (size_t)B * (size_t)T * (size_t)C, h = remat__act_elem(ws);
-  const field fl[] = {{BTC, h}, {BTC, h}, {4 * BTC, h}};
+  size_t BT = (size_t)B * (size_t)T, BTCi = BT * (size_t)C / TP(ws),
+         RsC = BT / SP(ws) * (size_t)C, h = remat__act_elem(ws);
+  const field fl[] = {{RsC, h}, {RsC, h}, {4 * BTCi, h}};
   char *at[NFIELDS(fl)];
   size_t n = carve(fl, NFIELDS(fl), base, at);
   if (base && a) {
@@ -110,12 +123,18 @@ size_t remat__block_acts_view(remat__block_acts *a, void *base, int64_t B, int64
 
 size_t remat__block_dgrads_view(remat__block_dgrads *d, void *base, int64_t B, int64_t T,
                                 int64_t C, const remat__kernel_ws *ws) {
-  size_t BT = (size_t)B * (size_t)T, BTC = BT * (size_t)C, f = 4;
-  int bf = ws->precision == REMAT_PRECISION_BF16;
+  /* dln: the gradient into a column-parallel product's input, whole
+   * (a tensor rank's share of the sum, all-reduced or reduce-scattered);
+   * under sequence parallelism a product's gathered operand (gathered) and
+   * the reduce-scattered gradient (dslice) besides */
+  size_t BT = (size_t)B * (size_t)T, BTC = BT * (size_t)C, BTCi = BTC / TP(ws),
+         RsC = BTC / SP(ws), f = 4;
+  int bf = ws->precision == REMAT_PRECISION_BF16, sp = ws->sp > 1;
   const field fl[] = {
-      {BTC, f},      {4 * BTC, f},           {BTC, f}, {BTC, f}, {3 * BTC, f},
+      {RsC, f},      {4 * BTCi, f},           {BTC, f}, {BTCi, f}, {3 * BTCi, f},
       {ws->attention_scratch, f},
-      {bf ? 4 * BTC : 0, 2}, {ws->product_scratch, 1},
+      {bf ? 4 * BTCi : 0, 2}, {ws->product_scratch, 1},
+      {sp ? BTC : 0, f}, {sp ? RsC : 0, f},
   };
   char *at[NFIELDS(fl)];
   size_t n = carve(fl, NFIELDS(fl), base, at);
@@ -130,16 +149,21 @@ size_t remat__block_dgrads_view(remat__block_dgrads *d, void *base, int64_t B, i
     /* in d4, which is free whenever they are in use (the forward; the
      * backward after the GELU's) */
     d->qkv_f = bf ? d->d4 : NULL;
-    d->atty_f = bf ? d->d4 + 3 * BTC : NULL;
+    d->atty_f = bf ? d->d4 + 3 * BTCi : NULL;
     d->scratch = ws->product_scratch ? at[7] : NULL;
+    d->gathered = sp ? (float *)at[8] : NULL;
+    d->dslice = sp ? (float *)at[9] : NULL;
   }
   return n;
 }
 
 size_t remat__head_acts_view(remat__head_acts *hd, void *base, int64_t B, int64_t T,
                              int64_t C, const remat__kernel_ws *ws) {
-  size_t BT = (size_t)B * (size_t)T, BTC = BT * (size_t)C, h = remat__act_elem(ws), f = 4;
-  const field fl[] = {{BTC, h}, {BT, f}, {BT, f}, {BT, f}, {BTC, f}, {ws->product_scratch, 1}};
+  /* lnf whole (gathered under sequence parallelism: the vocabulary-parallel
+   * product's input), its statistics on a rank's tokens, every token's loss */
+  size_t BT = (size_t)B * (size_t)T, BTC = BT * (size_t)C, Rs = BT / SP(ws),
+         h = remat__act_elem(ws), f = 4;
+  const field fl[] = {{BTC, h}, {Rs, f}, {Rs, f}, {BT, f}, {BTC, f}, {ws->product_scratch, 1}};
   char *at[NFIELDS(fl)];
   size_t n = carve(fl, NFIELDS(fl), base, at);
   if (base && hd) {
@@ -155,10 +179,14 @@ size_t remat__head_acts_view(remat__head_acts *hd, void *base, int64_t B, int64_
 
 size_t remat__block_wrec_view(remat__block_wrec *w, void *base, int64_t B, int64_t T, int64_t C,
                               const remat__kernel_ws *ws) {
-  size_t BT = (size_t)B * (size_t)T, BTC = BT * (size_t)C, h = remat__act_elem(ws), f = 4;
-  const field fl[] = {{3 * BTC, h}, {BTC, h}, {4 * BTC, h}, {BTC, h}, {BTC, f}, {BTC, f},
-                      {BTC, f},     {BTC, f}, {BT, f},      {BT, f},  {BT, f},  {BT, f},
-                      {BTC, h},     {BTC, h}, {BTC, h},     {4 * BTC, h}};
+  /* the products' inputs and the gradients entering the row-parallel
+   * ones whole (gathered under sequence parallelism), a rank's share of the
+   * column-parallel ones' outputs (BTCi), the layernorms' on its tokens */
+  size_t BT = (size_t)B * (size_t)T, BTC = BT * (size_t)C, BTCi = BTC / TP(ws),
+         Rs = BT / SP(ws), RsC = BTC / SP(ws), h = remat__act_elem(ws), f = 4;
+  const field fl[] = {{3 * BTCi, h}, {BTC, h}, {4 * BTCi, h}, {BTC, h}, {RsC, f}, {RsC, f},
+                      {RsC, f},      {RsC, f}, {Rs, f},       {Rs, f},  {Rs, f},  {Rs, f},
+                      {BTC, h},      {BTCi, h}, {BTC, h},     {4 * BTCi, h}};
   char *at[NFIELDS(fl)];
   size_t n = carve(fl, NFIELDS(fl), base, at);
   if (base && w) {
@@ -184,10 +212,13 @@ size_t remat__block_wrec_view(remat__block_wrec *w, void *base, int64_t B, int64
 
 size_t remat__llama_stored_view(remat__llama_acts *a, void *base, const remat_config *cfg,
                                 int64_t B, int64_t T, const remat__kernel_ws *ws) {
-  size_t BT = (size_t)B * (size_t)T, C = (size_t)cfg->channels, KV = (size_t)remat__kv_width(cfg),
-         H = (size_t)cfg->ffn_hidden, h = remat__act_elem(ws), f = 4;
-  const field fl[] = {{BT, f},     {BT * C, h}, {BT * KV, h}, {BT * KV, h}, {ws->attention_stats, f},
-                      {BT * C, h}, {BT * C, f}, {BT, f},      {BT * H, h},  {BT * H, h}};
+  /* a tensor rank's: Cq its query heads' width, KV its key/value heads',
+   * H its share of the MLP, Rs its share of the residual stream's tokens */
+  size_t BT = (size_t)B * (size_t)T, C = (size_t)cfg->channels, Cq = C / TP(ws),
+         KV = (size_t)remat__kv_rank_width(cfg), H = (size_t)cfg->ffn_hidden / TP(ws),
+         Rs = BT / SP(ws), h = remat__act_elem(ws), f = 4;
+  const field fl[] = {{Rs, f},      {BT * Cq, h}, {BT * KV, h}, {BT * KV, h}, {ws->attention_stats, f},
+                      {BT * Cq, h}, {Rs * C, f},  {Rs, f},      {BT * H, h},  {BT * H, h}};
   char *at[NFIELDS(fl)];
   size_t n = carve(fl, NFIELDS(fl), base, at);
   if (base && a) {
@@ -207,9 +238,10 @@ size_t remat__llama_stored_view(remat__llama_acts *a, void *base, const remat_co
 
 size_t remat__llama_cheap_view(remat__llama_acts *a, void *base, const remat_config *cfg,
                                int64_t B, int64_t T, const remat__kernel_ws *ws) {
-  size_t BT = (size_t)B * (size_t)T, C = (size_t)cfg->channels, H = (size_t)cfg->ffn_hidden,
+  size_t BT = (size_t)B * (size_t)T, C = (size_t)cfg->channels,
+         H = (size_t)cfg->ffn_hidden / TP(ws), Rs = BT / SP(ws),
          h = remat__act_elem(ws);
-  const field fl[] = {{BT * C, h}, {BT * C, h}, {BT * H, h}};
+  const field fl[] = {{Rs * C, h}, {Rs * C, h}, {BT * H, h}};
   char *at[NFIELDS(fl)];
   size_t n = carve(fl, NFIELDS(fl), base, at);
   if (base && a) {
@@ -222,13 +254,18 @@ size_t remat__llama_cheap_view(remat__llama_acts *a, void *base, const remat_con
 
 size_t remat__llama_dgrads_view(remat__llama_dgrads *d, void *base, const remat_config *cfg,
                                 int64_t B, int64_t T, const remat__kernel_ws *ws) {
-  size_t BT = (size_t)B * (size_t)T, C = (size_t)cfg->channels, KV = (size_t)remat__kv_width(cfg),
-         H = (size_t)cfg->ffn_hidden, h = remat__act_elem(ws), f = 4;
-  int bf = ws->precision == REMAT_PRECISION_BF16;
-  const field fl[] = {{BT * C, f},  {BT * H, f},  {BT * H, h},  {BT * H, h},
-                      {BT * C, f},  {BT * C, f},  {BT * C, f},  {BT * C, f},
+  /* as GPT-2's: the gradients into the column-parallel products' input
+   * (dln, dln_part) whole, and under sequence parallelism a gathered
+   * operand and the reduce-scattered gradient besides */
+  size_t BT = (size_t)B * (size_t)T, C = (size_t)cfg->channels, Cq = C / TP(ws),
+         KV = (size_t)remat__kv_rank_width(cfg), H = (size_t)cfg->ffn_hidden / TP(ws),
+         Rs = BT / SP(ws), h = remat__act_elem(ws), f = 4;
+  int bf = ws->precision == REMAT_PRECISION_BF16, sp = ws->sp > 1;
+  const field fl[] = {{Rs * C, f},  {BT * H, f},  {BT * H, h},  {BT * H, h},
+                      {BT * C, f},  {BT * C, f},  {BT * Cq, f}, {BT * Cq, f},
                       {BT * KV, f}, {BT * KV, f}, {ws->attention_scratch, f},
-                      {bf ? BT * (C + 2 * KV) : 0, 2}, {ws->product_scratch, 1}};
+                      {bf ? BT * (Cq + 2 * KV) : 0, 2}, {ws->product_scratch, 1},
+                      {sp ? BT * C : 0, f}, {sp ? Rs * C : 0, f}};
   char *at[NFIELDS(fl)];
   size_t n = carve(fl, NFIELDS(fl), base, at);
   if (base && d) {
@@ -245,15 +282,17 @@ size_t remat__llama_dgrads_view(remat__llama_dgrads *d, void *base, const remat_
     d->att_delta = (float *)at[10];
     d->dout_h = bf ? (uint16_t *)at[11] : NULL;
     d->scratch = ws->product_scratch ? at[12] : NULL;
+    d->gathered = sp ? (float *)at[13] : NULL;
+    d->dslice = sp ? (float *)at[14] : NULL;
   }
   return n;
 }
 
 size_t remat__llama_head_view(remat__llama_head *hd, void *base, const remat_config *cfg,
                               int64_t B, int64_t T, const remat__kernel_ws *ws) {
-  size_t BT = (size_t)B * (size_t)T, BTC = BT * (size_t)cfg->channels, h = remat__act_elem(ws),
-         f = 4;
-  const field fl[] = {{BTC, h}, {BT, f}, {BT, f}, {BTC, f}, {ws->product_scratch, 1}};
+  size_t BT = (size_t)B * (size_t)T, BTC = BT * (size_t)cfg->channels, Rs = BT / SP(ws),
+         h = remat__act_elem(ws), f = 4;
+  const field fl[] = {{BTC, h}, {Rs, f}, {BT, f}, {BTC, f}, {ws->product_scratch, 1}};
   char *at[NFIELDS(fl)];
   size_t n = carve(fl, NFIELDS(fl), base, at);
   if (base && hd) {
@@ -268,12 +307,13 @@ size_t remat__llama_head_view(remat__llama_head *hd, void *base, const remat_con
 
 size_t remat__llama_wrec_view(remat__llama_wrec *w, void *base, const remat_config *cfg,
                               int64_t B, int64_t T, const remat__kernel_ws *ws) {
-  size_t BT = (size_t)B * (size_t)T, C = (size_t)cfg->channels, KV = (size_t)remat__kv_width(cfg),
-         H = (size_t)cfg->ffn_hidden, h = remat__act_elem(ws), f = 4;
-  const field fl[] = {{BT * C, h}, {BT * KV, h}, {BT * KV, h}, {BT * C, h}, {BT * H, h},
-                      {BT * H, h}, {BT * C, h},  {BT * C, f},  {BT * C, f}, {BT * C, f},
-                      {BT * C, f}, {BT, f},      {BT, f},      {BT * C, h}, {BT * C, h},
-                      {BT * C, h}, {BT * H, h}};
+  size_t BT = (size_t)B * (size_t)T, C = (size_t)cfg->channels, Cq = C / TP(ws),
+         KV = (size_t)remat__kv_rank_width(cfg), H = (size_t)cfg->ffn_hidden / TP(ws),
+         Rs = BT / SP(ws), h = remat__act_elem(ws), f = 4;
+  const field fl[] = {{BT * Cq, h}, {BT * KV, h}, {BT * KV, h}, {BT * C, h},  {BT * H, h},
+                      {BT * H, h},  {BT * C, h},  {Rs * C, f},  {Rs * C, f}, {Rs * C, f},
+                      {Rs * C, f},  {Rs, f},      {Rs, f},      {BT * C, h}, {BT * Cq, h},
+                      {BT * C, h},  {BT * H, h}};
   char *at[NFIELDS(fl)];
   size_t n = carve(fl, NFIELDS(fl), base, at);
   if (base && w) {

@@ -52,6 +52,13 @@ typedef struct remat__block_acts {
   void *fch_gelu;  /* (B, T, 4C) */
 } remat__block_acts;
 
+/* Under tensor parallelism (ws->tp > 1) every table is one tensor rank's:
+ * the shapes below with the heads' and the MLP's widths (3C, C of atty,
+ * 4C) divided by t, the residual-stream tensors (the block's input, res2,
+ * the layernorms' outputs and statistics, dbranch) on T/t of the tokens
+ * under sequence parallelism (ws->sp), and the products' whole operands
+ * and gradients kept whole. */
+
 /* Activation-gradient temporaries of one block's backward (float). In
  * bf16 three more: the gradient entering a product rounded to bf16 (the
  * products take bf16 operands), and the attention's operands widened to
@@ -69,6 +76,10 @@ typedef struct remat__block_dgrads {
   float *qkv_f;     /* bf16: (B, T, 3C) qkv widened (in d4) */
   float *atty_f;    /* bf16: (B, T, C) the attention output in fp32 (in d4) */
   void *scratch;    /* ws.product_scratch bytes */
+  /* sequence parallelism (NULL without): a product's operand gathered from
+   * the tensor ranks' tokens, (B, T, C), and a gradient reduce-scattered
+   * onto this rank's tokens, (B, T/t, C) */
+  float *gathered, *dslice;
 } remat__block_dgrads;
 
 /* What a kept block's deferred weight gradient (a zero-bubble schedule's
@@ -207,6 +218,7 @@ typedef struct remat__llama_dgrads {
   float *att_delta; /* ws.attention_scratch floats */
   uint16_t *dout_h; /* bf16: (B, T, C + 2 KV) the other products' douts */
   void *scratch;    /* ws.product_scratch bytes */
+  float *gathered, *dslice; /* sequence parallelism, as GPT-2's */
 } remat__llama_dgrads;
 
 /* A kept Llama block's W record (remat__block_wrec's counterpart): what

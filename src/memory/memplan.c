@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "base/base.h"
+#include "config/family.h"
 #include "memory/memplan.h"
 #include "products/products.h"
 
@@ -64,6 +65,11 @@ int remat__check_shape(const remat_config *cfg, int64_t B, int64_t T, remat_erro
     return remat__errorf(err, REMAT_ESHAPE,
                          "sequence length T=%lld exceeds the model's maximum of %lld",
                          (long long)T, (long long)cfg->max_seq_len);
+  if (T % remat__sp(cfg))
+    return remat__errorf(err, REMAT_ESHAPE,
+                         "sequence parallelism splits each sequence among the %lld tensor "
+                         "ranks: T=%lld must be a multiple of %lld",
+                         (long long)remat__sp(cfg), (long long)T, (long long)remat__sp(cfg));
   /* Guard the largest products: the B*NH*T*T attention scores per block
    * (never stored, but counted as dropout indices), B*T*Vp logits, and the
    * residual stream of all blocks. */
@@ -88,15 +94,20 @@ int remat__kernel_ws_get(remat__kernel_ws *ws, const remat__backend_sizes *sz,
                          "the backend needs its buffers aligned to %zu bytes and the arena "
                          "is laid out on %d",
                          sz->align, REMAT_ALIGN);
-  sz->workspace(ws, B, T, cfg->channels, cfg->num_heads, cfg->padded_vocab_size);
+  /* a tensor rank's heads and vocabulary */
+  int64_t tp = remat__tp(cfg);
+  sz->workspace(ws, B, T, cfg->channels, cfg->num_heads / tp, cfg->padded_vocab_size / tp);
   ws->precision = (int)cfg->precision;
+  ws->tp = tp;
+  ws->sp = remat__sp(cfg);
   ws->product_scratch = 0;
   if (ws->precision != REMAT_PRECISION_BF16) return 0;
   remat__mm_shape s[REMAT__PRODUCTS];
   int ns = remat__product_shapes(cfg, B, T, s);
   rc = sz->product_scratch(s, ns, &ws->product_scratch, err);
   /* the attention's tiles borrow the scratchpad while no product runs */
-  ws->attention_work = sz->attention_work ? sz->attention_work(cfg->channels, cfg->num_heads) : 0;
+  ws->attention_work =
+      sz->attention_work ? sz->attention_work(cfg->channels / tp, cfg->num_heads / tp) : 0;
   if (ws->attention_work > ws->product_scratch) ws->product_scratch = ws->attention_work;
   ws->product_scratch = remat__align(ws->product_scratch);
   return rc;
@@ -136,7 +147,8 @@ int remat__memory_model_get_ws(const remat_config *cfg, int64_t B, int64_t T,
   mm->B = B;
   mm->T = T;
   mm->tokens_bytes = remat__align(BT * sizeof(int32_t));
-  mm->residual_bytes = remat__align(BT * (size_t)C * sizeof(float));
+  /* a block's input: under sequence parallelism, a tensor rank's T/t tokens */
+  mm->residual_bytes = remat__align(BT / (size_t)remat__sp(cfg) * (size_t)C * sizeof(float));
   if (ws->precision != cfg->precision)
     return remat__errorf(err, REMAT_EINVAL, "the kernels' precision is not the config's");
   remat__layer_sizes ls;
@@ -148,7 +160,9 @@ int remat__memory_model_get_ws(const remat_config *cfg, int64_t B, int64_t T,
   mm->block_wrec_bytes = ls.wrec;
   mm->head_bytes = ls.head;
   size_t rows = cfg->head_chunk > 0 && (size_t)cfg->head_chunk < BT ? (size_t)cfg->head_chunk : BT;
-  mm->logits_bytes = remat__align(rows * (size_t)cfg->padded_vocab_size * remat__act_elem(ws));
+  /* a tensor rank's share of the vocabulary */
+  mm->logits_bytes = remat__align(rows * (size_t)(cfg->padded_vocab_size / remat__tp(cfg)) *
+                                  remat__act_elem(ws));
   mm->stage_bytes = mm->residual_bytes;
 
   size_t np[REMAT_LAYER_KIND_COUNT];

@@ -15,6 +15,7 @@ static int plan(remat__decoder *d, const remat__backend *be, const remat_config 
   d->be = be ? be : remat__backend_default();
   d->cfg = *cfg;
   d->cfg.precision = REMAT_PRECISION_FP32;
+  d->cfg.tensor_parallel = d->cfg.sequence_parallel = 0; /* the whole model decodes */
   if (cap < 2 || cap > cfg->max_seq_len || rows < 1)
     return remat__errorf(err, REMAT_EINVAL,
                          "a context of %lld positions (2 .. %lld) and rows of %lld cannot decode",

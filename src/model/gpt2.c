@@ -66,6 +66,11 @@ int remat__model_plan_on(remat_model **out, const remat_config *cfg, int64_t B, 
                          "grouped-query attention), which the %s backend has not%s yet; use "
                          "the CPU backend, or plan it (remat plan)",
                          bk->name, bk->rmsnorm_forward ? " in bf16" : "");
+  if (cfg->tensor_parallel > 1)
+    return remat__errorf(err, REMAT_EINVAL,
+                         "remat's engine does not run tensor parallelism yet: a tensor degree "
+                         "of %lld is planned (remat plan --tensor-parallel), not trained",
+                         (long long)cfg->tensor_parallel);
   remat_model *m = remat__calloc(1, sizeof *m);
   if (!m) return remat__errorf(err, REMAT_ENOMEM, "out of memory");
   m->be = be ? be : remat__backend_default();

@@ -56,6 +56,11 @@ typedef struct remat__kernel_ws {
                                of the products' scratchpad; 0 where the
                                attention runs on operands widened to fp32
                                (fp32, or no such kernel on this CPU) */
+  /* Not the kernels' but the config's (set with precision): the
+   * tensor-parallel degree, which divides the heads' and the MLP's widths
+   * in the layout tables, and the factor the residual stream's tokens are
+   * divided by (the degree under sequence parallelism); 1 and 1 without */
+  int64_t tp, sp;
 } remat__kernel_ws;
 
 typedef struct remat__backend_sizes {
