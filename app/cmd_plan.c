@@ -13,6 +13,7 @@
 #include <omp.h>
 
 #include "cli.h"
+#include "plan_ranks.h"
 #include "remat.h"
 
 #define DEFAULT_TIME_LIMIT 60.0 /* seconds for --time-limit */
@@ -24,16 +25,19 @@ enum { FORMAT_LP = -1 };        /* beside REMAT_PLAN_FORMAT_* */
 /* Where --config's times came from beyond "FLOP times": the calibration
  * --calibrate ran (and kept). */
 static char times_source[640];
+/* With --tensor-parallel: how its collectives were timed, and a kept
+ * block's bytes beside Korthikanti et al.'s formula (GPT-2 in bf16). */
+static char tensor_source[640];
 
 static void source_note(char *buf, size_t cap, const char *family, int bf16, int measured) {
   char threads[96];
   snprintf(threads, sizeof threads, " (oneDNN's scratchpad as on this CPU, for %d thread%s a rank)",
            omp_get_max_threads(), omp_get_max_threads() > 1 ? "s" : "");
   snprintf(buf, cap, "bytes and %s of remat's own %s %s engine%s; for other frameworks' "
-           "models, see python/remat (docs/profile.md)%s",
+           "models, see python/remat (docs/profile.md)%s%s",
            measured ? "times measured on this machine (--calibrate)" : "FLOP times",
            bf16 ? "bf16" : "fp32", family,
-           bf16 ? threads : "", times_source);
+           bf16 ? threads : "", times_source, tensor_source);
 }
 
 /* The note's words on the times --calibrate measured now: the host, its
@@ -99,6 +103,29 @@ static const char usage_text[] =
     "                                 communication buffers counted (on a grid, the\n"
     "                                 whole model's: a bound on each stage's)\n"
     "  --zero 0|1|2|3                 ZeRO stage with --data-parallel (default 0)\n"
+    "  --tensor-parallel T            with --config: T tensor-parallel ranks, laid\n"
+    "                                 out as Megatron-LM's (heads, MLP and vocabulary\n"
+    "                                 split; docs/plan.md); the plan is a rank's:\n"
+    "                                 its bytes, its share of the FLOPs. Planned,\n"
+    "                                 not yet run by remat train\n"
+    "  --sequence-parallel            with --tensor-parallel: norms, dropout and the\n"
+    "                                 residual stream on T/t of the tokens\n"
+    "  --link tp=GB/s[,pp=GB/s][,dp=GB/s]  the tensor ranks' link (and with --ranks\n"
+    "                                 the pipeline's and the replicas'): their\n"
+    "                                 collectives' time is added to the layers'\n"
+    "                                 (not overlapped); a level not given is not timed\n"
+    "  --rank-tflops F                with --link and FLOP times: a rank's compute\n"
+    "                                 rate, which turns the link's seconds into FLOPs\n"
+    "  --ranks N                      with --config, --global-batch, --seq, --mem (a\n"
+    "                                 rank's) and --link: search every layout of N\n"
+    "                                 ranks, t x p x d (sequence parallelism or not,\n"
+    "                                 ZeRO stage, micro-batch size and count, schedule),\n"
+    "                                 each planned exactly; print the fastest that fit\n"
+    "                                 and the Pareto front of time against memory,\n"
+    "                                 then the fastest layout's plan in --format\n"
+    "  --global-batch G               with --ranks: sequences a step, all replicas\n"
+    "  --node-ranks K                 with --ranks: the largest tensor degree, tensor\n"
+    "                                 ranks sharing a node (default 8)\n"
     "  --precision fp32|bf16          with --config: the bytes of a run in this\n"
     "                                 precision, as remat train --precision (default\n"
     "                                 as remat train's: bf16 where the CPU has the\n"
@@ -182,7 +209,11 @@ typedef struct plan_args {
   int64_t B, T, P, M, D, Z, points, chunks, min_blocks, threads;
   int64_t head_chunk; /* tokens; 0 all at once; -1 auto (the default) */
   double time_limit;
-  int sweep, no_middle, per_mb;
+  int sweep, no_middle, per_mb, sp;
+  int64_t tp;        /* --tensor-parallel (0: none) */
+  const char *link;  /* --link tp=GB/s[,pp=GB/s][,dp=GB/s] */
+  double link_tp, link_pp, link_dp, rank_tflops; /* bytes/s of each link; TFLOP/s of a rank */
+  int64_t ranks, global_batch, node; /* --ranks, --global-batch, --node-ranks */
   int64_t calibrate; /* rounds of remat_calibrate (0: FLOP-based times) */
   int fmt, sched, obj, prec;
 } plan_args;
@@ -257,6 +288,80 @@ static int check_combination(plan_args *a) {
   return 0;
 }
 
+/* --link's levels: "tp=GB/s", "pp=GB/s", "dp=GB/s", comma-separated. */
+static int parse_link(plan_args *a) {
+  const char *s = a->link;
+  while (*s) {
+    double *dst = !strncmp(s, "tp=", 3) ? &a->link_tp
+                  : !strncmp(s, "pp=", 3) ? &a->link_pp
+                  : !strncmp(s, "dp=", 3) ? &a->link_dp
+                                          : NULL;
+    char *end = NULL;
+    if (dst) *dst = strtod(s + 3, &end) * 1e9;
+    if (!dst || !(*dst > 0) || *dst > 1e18 || (*end && *end != ','))
+      return cli_fail(-1, "--link '%s': give tp=GB/s (the tensor ranks' link), and with "
+                      "--ranks pp=GB/s and dp=GB/s (the pipeline's and the replicas'), in "
+                      "gigabytes a second, such as tp=100,pp=25,dp=25", a->link);
+    s = *end ? end + 1 : end;
+  }
+  return 0;
+}
+
+/* --tensor-parallel and its companions: with --config, and --link's
+ * levels and rate. */
+static int check_tensor(plan_args *a) {
+  if ((a->tp > 0 || a->sp || a->link || a->rank_tflops > 0) && !a->config)
+    return cli_fail(-1, "--tensor-parallel, --sequence-parallel, --link and --rank-tflops go "
+                    "with --config; a problem file has its own bytes and times");
+  if (a->sp && a->tp < 2)
+    return cli_fail(-1, "--sequence-parallel splits the sequence among tensor-parallel ranks: "
+                    "give --tensor-parallel 2 or more with it");
+  if (a->link) {
+    if (parse_link(a)) return -1;
+    if (!a->ranks && (a->link_pp > 0 || a->link_dp > 0))
+      return cli_fail(-1, "--link pp= and dp= time a layout's pipeline and replicas: they go "
+                      "with --ranks");
+    if (!a->ranks && a->tp < 2)
+      return cli_fail(-1, "--link tp= times tensor parallelism's collectives: give "
+                      "--tensor-parallel 2 or more");
+    if (!a->calibrate && !(a->rank_tflops > 0))
+      return cli_fail(-1, "--link with FLOP times needs --rank-tflops F, a rank's compute rate, "
+                      "to weigh a link's second against a FLOP");
+  }
+  if (a->rank_tflops > 0 && !a->link)
+    return cli_fail(-1, "--rank-tflops weighs the links' time: give --link too");
+  if (a->tp > 1 && a->calibrate)
+    return cli_fail(-1, "--calibrate times remat's engine, which does not run tensor "
+                    "parallelism yet: plan --tensor-parallel with FLOP times");
+  return 0;
+}
+
+/* --ranks: the search sets what the layout is made of; the rest as for one
+ * layout. */
+static int check_ranks(plan_args *a) {
+  if (!a->ranks) {
+    if (a->global_batch || a->node)
+      return cli_fail(-1, "--global-batch and --node-ranks go with --ranks");
+    return 0;
+  }
+  const char *set = a->P > 0 ? "--stages" : a->M > 0 ? "--microbatches" : a->B > 0 ? "--batch"
+                    : a->D > 0 ? "--data-parallel" : a->Z >= 0 ? "--zero"
+                    : a->tp > 0 ? "--tensor-parallel" : a->sp ? "--sequence-parallel"
+                    : a->schedule ? "--schedule" : a->sweep ? "--sweep"
+                    : a->calibrate ? "--calibrate" : a->per_mb ? "--per-microbatch" : NULL;
+  if (set)
+    return cli_fail(-1, "--ranks searches the layout; %s is one of its choices: leave it out "
+                    "(the table shows each layout's)", set);
+  if (!a->config || !a->global_batch || a->T < 0 || !a->mem || !a->link)
+    return cli_fail(-1, "--ranks needs --config, --global-batch G (sequences a step), --seq T, "
+                    "--mem (a rank's budget), and --link with --rank-tflops (untimed, every "
+                    "layout of the same compute ties)");
+  if (a->fmt == FORMAT_LP)
+    return cli_fail(-1, "--ranks writes the fastest layout's plan, not an LP model");
+  a->B = a->P = a->M = 1; /* until the search sets them */
+  return 0;
+}
+
 /* 0, or -1 after saying what was wrong (a usage error). */
 static int parse_args(int argc, char **argv, plan_args *a) {
   *a = (plan_args){.format = "table", .B = -1, .T = -1, .P = -1, .M = -1, .D = -1, .Z = -1,
@@ -290,10 +395,18 @@ static int parse_args(int argc, char **argv, plan_args *a) {
       {.name = "--threads", .kind = CLI_I64, .dst = &a->threads, .lo = 1, .hi = 1024},
       {.name = "--family", .kind = CLI_STR, .dst = &a->family},
       {.name = "--calibrate", .kind = CLI_I64, .dst = &a->calibrate, .lo = 1, .hi = 1000},
+      {.name = "--tensor-parallel", .kind = CLI_I64, .dst = &a->tp, .lo = 1, .hi = 4096},
+      {.name = "--sequence-parallel", .kind = CLI_SWITCH, .dst = &a->sp},
+      {.name = "--link", .kind = CLI_STR, .dst = &a->link},
+      {.name = "--rank-tflops", .kind = CLI_F64, .dst = &a->rank_tflops, .lo = 1e-6, .hi = 1e9},
+      {.name = "--ranks", .kind = CLI_I64, .dst = &a->ranks, .lo = 1, .hi = 1 << 20},
+      {.name = "--global-batch", .kind = CLI_I64, .dst = &a->global_batch, .lo = 1, .hi = 1 << 24},
+      {.name = "--node-ranks", .kind = CLI_I64, .dst = &a->node, .lo = 1, .hi = 1 << 20},
       {.name = NULL},
   };
   if (cli_parse_flags(argc, argv, flags, usage_text)) return -1;
   if (resolve_names(a)) return -1;
+  if (check_tensor(a) || check_ranks(a)) return -1;
   return check_combination(a);
 }
 
@@ -332,6 +445,37 @@ static int run_threads(const plan_args *a) {
   return (int)(cpus / ranks);
 }
 
+/* Tensor parallelism: its collectives' time added at --link's rate, and
+ * the note on them and on a kept block's bytes beside the published
+ * formula (GPT-2 in bf16, the formula's 16-bit activations). */
+static void tensor_times(const plan_args *a, const remat_config *cfg, remat_plan_problem *pb) {
+  remat_tensor_comm c;
+  remat_tensor_comm_get(cfg, a->B, a->T, &c);
+  int n = 0;
+  if (a->link_tp > 0) {
+    double per_byte = (a->calibrate ? 1.0 : a->rank_tflops * 1e3) / a->link_tp;
+    remat_plan_problem_add_comm(pb, &c, per_byte);
+    n = snprintf(tensor_source, sizeof tensor_source, "; tensor collectives timed at %g GB/s%s, "
+                 "a block's %.4g MB forward and %.4g MB backward a micro-batch and rank",
+                 a->link_tp / 1e9, a->calibrate ? "" : " against the --rank-tflops rate",
+                 c.block_fwd / 1e6, c.block_bwd / 1e6);
+  } else {
+    n = snprintf(tensor_source, sizeof tensor_source, "; tensor collectives not timed "
+                 "(--link tp=GB/s): a block's %.4g MB forward and %.4g MB backward",
+                 c.block_fwd / 1e6, c.block_bwd / 1e6);
+  }
+  remat_memory_model mm;
+  remat_error err;
+  if (cfg->family != REMAT_FAMILY_GPT2 || cfg->precision != REMAT_PRECISION_BF16 || n < 0 ||
+      (size_t)n >= sizeof tensor_source || remat_memory_model_get(cfg, a->B, a->T, &mm, &err))
+    return;
+  snprintf(tensor_source + n, sizeof tensor_source - (size_t)n,
+           "; a kept block stores %.4g MB a rank, Korthikanti et al.'s formula %.4g MB "
+           "(docs/plan.md says why they differ)",
+           (double)mm.layer[REMAT_LAYER_BLOCK].kept / 1e6,
+           remat_korthikanti_layer_bytes(cfg, a->B, a->T) / 1e6);
+}
+
 static int load_problem(const plan_args *a, const remat_budgets *budgets, int64_t head_chunk,
                         remat_plan_problem *pb) {
   remat_error err;
@@ -344,6 +488,8 @@ static int load_problem(const plan_args *a, const remat_budgets *budgets, int64_
     return cli_fail(CLI_EXIT_USAGE, "--config: %s", err.msg);
   cfg.precision = a->prec;
   cfg.head_chunk = head_chunk;
+  cfg.tensor_parallel = a->tp > 1 ? a->tp : 0;
+  cfg.sequence_parallel = a->sp;
   omp_set_num_threads(run_threads(a)); /* oneDNN sizes bf16's scratchpad for them */
   if (remat_plan_problem_from_replicas(pb, &cfg, a->B, a->T, a->P, a->M, a->D > 1 ? a->D : 1,
                                        a->Z > 0 ? (int)a->Z : 0, budgets->bytes[0], &err))
@@ -358,6 +504,7 @@ static int load_problem(const plan_args *a, const remat_budgets *budgets, int64_
     remat_plan_problem_set_times(pb, &t);
     if (!(a->head_chunk < 0 && head_chunk > 0)) note_times(&kept); /* once: not for auto's other */
   }
+  if (cfg.tensor_parallel > 1) tensor_times(a, &cfg, pb);
   return 0;
 }
 
@@ -405,13 +552,13 @@ static int apply_settings(const plan_args *a, const remat_budgets *budgets,
  * line. */
 static char *with_note(const char *text, int json, int comment, const char *note) {
   size_t n = strlen(text), at = n;
-  char line[1100];
+  char line[2100];
   snprintf(line, sizeof line, "%snote: %s\n", comment ? "# " : "", note);
   const char *add = line;
   if (comment && strchr(text, '\n')) at = (size_t)(strchr(text, '\n') - text) + 1;
   const char *p = strstr(text, "\nproblem: ");
   const char *close = json ? strstr(text, "\n}") : NULL;
-  char field[1152];
+  char field[2152];
   if (json) {
     field[0] = 0; /* not an object: left as it is */
     while (close && strstr(close + 1, "\n}")) close = strstr(close + 1, "\n}");
@@ -457,7 +604,7 @@ static int write_out(const plan_args *a, const char *text) {
   int note = a->config && (a->fmt == REMAT_PLAN_FORMAT_TABLE || a->fmt == REMAT_PLAN_FORMAT_JSON ||
                            a->fmt == REMAT_PLAN_FORMAT_TORCH);
   int bf16 = a->prec == REMAT_PRECISION_BF16;
-  char what[1024];
+  char what[2048];
   remat_config cfg;
   remat_error perr;
   const char *family = a->config && !remat_config_parse(a->config, &cfg, &perr) &&
@@ -568,6 +715,39 @@ fail_format:
   return status;
 }
 
+/* --ranks: the layout search, whose fastest layout's settings the plan
+ * below then takes. */
+static int search_layouts(plan_args *a, const remat_budgets *budgets) {
+  remat_layout_query q = {.ranks = a->ranks, .global_batch = a->global_batch, .seq_len = a->T,
+                          .memory = budgets->bytes[0], .rank_rate = a->rank_tflops * 1e3,
+                          .objective = a->obj >= 0 ? a->obj : REMAT_OBJ_BOTTLENECK,
+                          .link_tp = a->link_tp, .link_pp = a->link_pp, .link_dp = a->link_dp,
+                          .max_tensor = a->node > 0 ? a->node : 8, .time_limit = a->time_limit};
+  remat_error err;
+  if (budgets->n > 1)
+    return cli_fail(CLI_EXIT_USAGE, "--ranks takes one budget, a rank's, not one per stage");
+  if (remat_config_parse(a->config, &q.cfg, &err))
+    return cli_fail(CLI_EXIT_USAGE, "--config: %s", err.msg);
+  q.cfg.precision = a->prec;
+  q.cfg.head_chunk = a->head_chunk; /* -1: auto */
+  omp_set_num_threads(a->threads > 0 ? (int)a->threads : omp_get_num_procs());
+  remat_layout best;
+  int status = plan_ranks_run(&q, a->fmt == REMAT_PLAN_FORMAT_TABLE, &best);
+  if (status) return status;
+  a->tp = best.t;
+  a->sp = (int)best.sp;
+  a->P = best.p;
+  a->D = best.d;
+  a->Z = best.zero;
+  a->B = best.b;
+  a->M = best.m;
+  a->sched = best.schedule;
+  a->head_chunk = best.head_chunk;
+  a->min_blocks = 1; /* as the search planned it */
+  if (a->fmt == REMAT_PLAN_FORMAT_TABLE) printf("\nthe fastest layout's plan:\n");
+  return 0;
+}
+
 int remat_cmd_plan(int argc, char **argv) {
   cli_name = "remat plan";
   plan_args a;
@@ -577,6 +757,7 @@ int remat_cmd_plan(int argc, char **argv) {
   if (parse_args(argc, argv, &a)) return CLI_EXIT_USAGE;
   if (a.mem && (status = parse_budgets(a.mem, &budgets))) goto fail_budgets;
   if ((status = check_output(&a))) goto fail_budgets;
+  if (a.ranks && (status = search_layouts(&a, &budgets))) goto fail_budgets;
   if ((status = load_problem(&a, &budgets, a.head_chunk > 0 ? a.head_chunk : 0, &pb)))
     goto fail_budgets;
   if ((status = apply_settings(&a, &budgets, &pb))) goto fail_problem;

@@ -90,3 +90,7 @@ remat_cli_test(resume resume.sh TIMEOUT 300)
 # The public API's small functions (version, errors, shapes, schedule, MFU,
 # heap counters, parsers, the sampler, a job's placement).
 remat_test(test_api SOURCES test_api.c LIBS remat_job remat_generate LABELS unit)
+# Tensor and sequence parallelism as planned: a rank's parameters and bytes
+# against the shapes' formulas, Korthikanti et al.'s beside them, the
+# collectives' bytes.
+remat_test(test_tensor SOURCES test_tensor.c LIBS remat_plan m LABELS unit)

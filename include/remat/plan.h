@@ -152,6 +152,7 @@ typedef struct remat_plan_job {
   int64_t seq_len;         /* tokens per sequence */
   int64_t data_parallel;   /* replicas of the pipeline */
   int64_t tensor_parallel; /* tensor-parallel degree */
+  int64_t sequence_parallel; /* 1: sequence parallelism with it */
   int engine;              /* 1: the bytes are remat's own engine's (a --config
                               problem), not measured on the user's model */
 } remat_plan_job;
@@ -169,7 +170,7 @@ typedef struct remat_plan_problem {
   int64_t num_groups;
   remat_plan_group *groups; /* (num_groups) in model order, owned */
   char time_unit[16];   /* label of the time unit for output ("" = none) */
-  char source[128];     /* what the problem was built from, for output */
+  char source[256];     /* what the problem was built from, for output */
   int64_t head_chunk;   /* built from a model: its head's logits in chunks
                            of this many tokens (remat_config's head_chunk;
                            0: all at once), written into the plan */
@@ -316,6 +317,92 @@ REMAT_API int remat_plan_problem_from_replicas(remat_plan_problem *pb, const rem
                                                int64_t microbatches, int64_t replicas, int zero,
                                                size_t memory, remat_error *err);
 
+/* Tensor parallelism (remat_config.tensor_parallel t >= 2): the problem
+ * above is one tensor rank's, its bytes the memory model's for a rank's
+ * shard and its FLOP times a rank's share of the products and of the
+ * attention (1/t of each). What the collectives add: the bytes each rank
+ * sends, in a ring, per micro-batch, for the embedding, a block and the
+ * head, forward and backward (all-reduces of the row-parallel products'
+ * fp32 sums and of the gradients into the column-parallel ones; under
+ * sequence parallelism all-gathers and reduce-scatters instead, the
+ * backward gathering the layernorms' outputs again for the weight
+ * gradients; the head's loss over a share of the vocabulary all-reduces
+ * three floats a token). All zero for t 1. src/plan/tensor.c says each. */
+typedef struct remat_tensor_comm {
+  double embed_fwd, embed_bwd, block_fwd, block_bwd, head_fwd, head_bwd;
+} remat_tensor_comm;
+REMAT_API void remat_tensor_comm_get(const remat_config *cfg, int64_t B, int64_t T,
+                                     remat_tensor_comm *c);
+/* Adds the collectives' time, per_byte of the problem's time unit for each
+ * byte (GFLOP problems: a rank's GFLOP/s over the link's bytes/s; seconds:
+ * 1 / the link's bytes/s), to the groups of a --config problem (embedding,
+ * blocks, head): forward, backward (B; W sends nothing) and a recomputed
+ * block's rerun. The link's time is added, not overlapped: an upper bound
+ * where the runtime overlaps it with compute. */
+REMAT_API void remat_plan_problem_add_comm(remat_plan_problem *pb, const remat_tensor_comm *c,
+                                           double per_byte);
+/* Korthikanti et al.'s activation bytes of one transformer layer at B x T
+ * in 16-bit (Reducing Activation Recomputation in Large Transformer Models,
+ * 2022): s b h (10 + 24/t + 5 a s / (h t)), or s b h (34/t + 5 a s / (h t))
+ * with sequence parallelism, t the config's tensor degree; shown beside
+ * remat's own (docs/plan.md, "Tensor parallelism", explains each
+ * difference). */
+REMAT_API double remat_korthikanti_layer_bytes(const remat_config *cfg, int64_t B, int64_t T);
+
+/* The layout of a job on N ranks (remat plan --ranks): N = t p d tensor,
+ * pipeline and data-parallel ranks, tensor ranks adjacent. A query gives
+ * the model (cfg, its precision and head chunk; its tensor degree is the
+ * search's), the global batch of G sequences of T tokens a step, the
+ * bytes each rank may hold, and the rates that time the collectives
+ * (bytes/s; 0 leaves that level untimed), in the problems' unit: FLOP
+ * times (GFLOP) weigh a link's second by a rank's GFLOP/s. Every layout is
+ * searched: each t dividing N (and the heads, the MLP, the vocabulary),
+ * with and without sequence parallelism, each p up to the layers, d the
+ * rest; each ZeRO stage (d > 1); each micro-batch size b dividing G / d
+ * (M = G / (d b) micro-batches, at most REMAT_PLAN_MAX_MICROBATCHES); the
+ * one-chunk schedules 1f1b and zb-h1, and interleaved and zbv where their
+ * partitions can be enumerated; and for each, remat_plan_solve's exact
+ * stages and policies. A layout's time is its plan's simulated iteration
+ * (or the plan's own, else), plus the replicas' gradient traffic and the
+ * pipeline's sends, not overlapped; layouts whose lower bound (a perfect
+ * split without recompute, and the state's bytes spread evenly) another
+ * searched layout dominates are not solved: the fastest and the Pareto
+ * set are exact all the same. */
+typedef struct remat_layout_query {
+  remat_config cfg;
+  int64_t ranks, global_batch, seq_len;
+  size_t memory;                 /* a rank's budget (its arena) */
+  int objective;                 /* each layout's plan's (remat_plan_objective) */
+  double rank_rate;              /* problem units a second (GFLOP/s); 0: links untimed */
+  double link_tp, link_pp, link_dp; /* bytes/s; 0: that level untimed */
+  int64_t max_tensor;            /* the largest t (0: N); a node's GPUs, say */
+  double time_limit;             /* seconds per layout's solve (0: none) */
+  int exhaustive;                /* 1: solve every layout, bounds unused (tests) */
+} remat_layout_query;
+typedef struct remat_layout {
+  int64_t t, sp, p, d, zero, b, m;
+  int64_t head_chunk; /* the head's chunk its plan took (0: all at once) */
+  int schedule;
+  int solved;        /* 0: dominated by its bound; 1: planned (rc below) */
+  int rc;            /* remat_plan_solve's: 0, REMAT_EINFEASIBLE, or another refusal */
+  int optimal;       /* the plan was proven optimal (no time limit hit) */
+  int pareto;        /* on the Pareto front of time against memory */
+  double time;       /* the iteration (with its communication) */
+  double comm_dp, comm_pp; /* of which the replicas' and the pipeline's */
+  double bound;      /* its lower bound on time */
+  size_t memory;     /* the plan's largest rank */
+  size_t bound_memory;
+} remat_layout;
+typedef struct remat_layout_search {
+  remat_layout *rows; /* owned: every layout, solved or bounded, fastest first */
+  int64_t n, best;    /* best: the fastest that fits (-1: none fits) */
+  int64_t solved;
+  double seconds;
+} remat_layout_search;
+REMAT_API int remat_layout_search_run(const remat_layout_query *q, remat_layout_search *out,
+                                      remat_error *err);
+REMAT_API void remat_layout_search_free(remat_layout_search *s);
+
 /* "bottleneck", "1f1b", "simulated" */
 REMAT_API const char *remat_plan_objective_name(int objective);
 REMAT_API int remat_plan_objective_parse(const char *s, int *out); /* -1 if unknown */
@@ -448,7 +535,7 @@ typedef struct remat_plan_layout {
   uint8_t *recompute;        /* (num_layers) remat_policy: 1 recomputed, 2 middle */
   size_t *budget_bytes;      /* (stages) */
   size_t *memory_bytes;      /* (stages) as the plan computed them */
-  char source[128];          /* what the problem was built from */
+  char source[256];          /* what the problem was built from */
   int64_t head_chunk;        /* the head's chunk of tokens it was planned with (0: none) */
   /* interleaved and zbv: v chunks per stage and the layers of each of the
    * stages x v virtual stages, model order (layers_per_stage sums a

@@ -225,6 +225,9 @@ static void snippet(const remat_plan_problem *pb, const remat_plan *pl, const co
                      "    num_microbatches=%lld,\n    pp_style=\"%s\",\n",
                      (long long)(pb->job.tensor_parallel > 0 ? pb->job.tensor_parallel : 1),
                      (long long)v->p, (long long)pl->microbatches, style_of(pl->schedule));
+  if (pb->job.sequence_parallel && pb->job.tensor_parallel > 1)
+    remat__plan_printf(b, "    enable_sequence_parallelism=True,\n"
+                          "    sequence_parallelism_mode=\"split_gather\",\n");
   if (v->v > 1) remat__plan_printf(b, "    num_model_chunks=%lld,\n", (long long)v->v);
   if (zbv) remat__plan_printf(b, "    scheduler_nodes=scheduler_nodes,\n");
   if (c->layers_given) remat__plan_printf(b, "    num_layers_per_stage=num_layers_per_stage,\n");
@@ -269,6 +272,8 @@ static void to_json(const remat_plan_problem *pb, const remat_plan *pl, const co
   cJSON_AddBoolToObject(o, "exact", c->exact);
   cJSON_AddNumberToObject(o, "tp_size",
                           (double)(pb->job.tensor_parallel > 0 ? pb->job.tensor_parallel : 1));
+  cJSON_AddBoolToObject(o, "enable_sequence_parallelism",
+                        pb->job.sequence_parallel && pb->job.tensor_parallel > 1);
   cJSON_AddNumberToObject(o, "pp_size", (double)v->p);
   cJSON_AddNumberToObject(o, "num_microbatches", (double)pl->microbatches);
   cJSON_AddStringToObject(o, "pp_style", style_of(pl->schedule));

@@ -194,6 +194,7 @@ static void batch(const remat_plan_problem *pb, const remat_plan *pl, remat__fw_
   int64_t dp = j->data_parallel > 0 ? j->data_parallel : 1;
   flag(ex, m, "--tensor-model-parallel-size", "%lld",
        (long long)(j->tensor_parallel > 0 ? j->tensor_parallel : 1));
+  if (j->sequence_parallel && j->tensor_parallel > 1) flag(ex, m, "--sequence-parallel", NULL);
   if (j->micro_batch > 0) {
     flag(ex, m, "--micro-batch-size", "%lld", (long long)j->micro_batch);
     flag(ex, m, "--global-batch-size", "%lld", (long long)(j->micro_batch * pl->microbatches * dp));

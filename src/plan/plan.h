@@ -15,7 +15,9 @@
  *   bound.c    a plan and a lower bound in polynomial time, for time limits
  *   text.c     the text buffer and the units byte counts are shown in
  *   solve.c    the driver: windows, objectives, infeasible problems, time
- *   write.c, lp.c, sweep.c   outputs, the MIP export, the budget sweep */
+ *   write.c, lp.c, sweep.c   outputs, the MIP export, the budget sweep
+ *   tensor.c   tensor parallelism's collectives; the published formula
+ *   ranks.c    the layout on N ranks (tensor x pipeline x data), searched */
 #ifndef REMAT_PLAN_INTERNAL_H
 #define REMAT_PLAN_INTERNAL_H
 

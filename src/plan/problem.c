@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "base/base.h"
+#include "config/family.h"
 #include "plan/plan.h"
 
 /* ------------------------------------------------------------ names
@@ -521,7 +522,8 @@ static int parse_settings(remat_plan_problem *pb, const cJSON *root, remat_error
                                       "memory", "layers", "stage_bytes", "boundary_bytes",
                                       "chunks", "comment", "min_blocks", "family",
                                       "micro_batch_size", "seq_length", "data_parallel",
-                                      "tensor_parallel", "per_microbatch", NULL};
+                                      "tensor_parallel", "sequence_parallel",
+                                      "per_microbatch", NULL};
   int rc = check_keys(root, top, known, err);
   if (rc) return rc;
   static const char *const required[] = {"stages", "microbatches", "memory", "layers"};
@@ -571,7 +573,8 @@ static int parse_settings(remat_plan_problem *pb, const cJSON *root, remat_error
               {"micro_batch_size", 1 << 30, &pb->job.micro_batch},
               {"seq_length", 1 << 30, &pb->job.seq_len},
               {"data_parallel", 1 << 20, &pb->job.data_parallel},
-              {"tensor_parallel", 1 << 20, &pb->job.tensor_parallel}};
+              {"tensor_parallel", 1 << 20, &pb->job.tensor_parallel},
+              {"sequence_parallel", 1, &pb->job.sequence_parallel}};
   for (size_t k = 0; k < sizeof ints / sizeof ints[0]; k++)
     if ((it = get(root, ints[k].key)) &&
         (rc = json_int(it, top, ints[k].key, 0, ints[k].hi, ints[k].dst, err)))
@@ -828,6 +831,11 @@ static void describe(char *buf, size_t cap, const remat_config *cfg, int64_t B, 
     snprintf(buf, cap, "GPT-2 L=%lld C=%lld NH=%lld V=%lld, B=%lld, T=%lld",
              (long long)cfg->num_layers, (long long)cfg->channels, (long long)cfg->num_heads,
              (long long)cfg->vocab_size, (long long)B, (long long)T);
+  if (remat__tp(cfg) > 1) {
+    size_t n = strlen(buf);
+    snprintf(buf + n, cap - n, ", tensor-parallel %lld%s (a rank's bytes)",
+             (long long)remat__tp(cfg), cfg->sequence_parallel ? " with sequence parallelism" : "");
+  }
   if (cfg->head_chunk > 0 && cfg->head_chunk < B * T) {
     size_t n = strlen(buf);
     snprintf(buf + n, cap - n, ", head in chunks of %lld tokens", (long long)cfg->head_chunk);
@@ -865,8 +873,9 @@ int remat_plan_problem_from_replicas(remat_plan_problem *pb, const remat_config 
   pb->microbatches = microbatches;
   remat_plan_problem_set_memory(pb, memory);
 
+  /* a tensor rank's share: its heads' width and its vocabulary */
   double Bd = (double)B, Td = (double)T, C = (double)cfg->channels;
-  double Vp = (double)cfg->padded_vocab_size;
+  double tp = (double)remat__tp(cfg), Vp = (double)cfg->padded_vocab_size / tp;
   const double G = 1e9; /* times in GFLOP */
   static const char *const names[REMAT_LAYER_KIND_COUNT] = {"embedding", "block", "head"};
   for (int k = 0; k < REMAT_LAYER_KIND_COUNT; k++) {
@@ -895,7 +904,7 @@ int remat_plan_problem_from_replicas(remat_plan_problem *pb, const remat_config 
   /* a block's products: 2 FLOPs per token and weight (GPT-2's 12 C^2
    * weights: 24 B T C^2), and attention's scores and weighted sum */
   double mm_w = remat_block_matrix_weights(cfg);
-  double f = (2.0 * Bd * Td * mm_w + 4.0 * Bd * Td * Td * C) / G;
+  double f = (2.0 * Bd * Td * mm_w + 4.0 * Bd * Td * Td * C / tp) / G;
   blk->fwd = f;
   blk->bwd = 2 * f;
   blk->recompute = f;
@@ -919,7 +928,8 @@ int remat_plan_problem_from_replicas(remat_plan_problem *pb, const remat_config 
   pb->job.micro_batch = B;
   pb->job.seq_len = T;
   pb->job.data_parallel = replicas;
-  pb->job.tensor_parallel = 1;
+  pb->job.tensor_parallel = remat__tp(cfg);
+  pb->job.sequence_parallel = remat__sp(cfg) > 1;
   pb->job.engine = 1;
   describe(pb->source, sizeof pb->source, cfg, B, T);
   pb->head_chunk = cfg->head_chunk > 0 && cfg->head_chunk < B * T ? cfg->head_chunk : 0;

@@ -381,6 +381,24 @@ static const char *torch_class(int schedule) {
   return torch_schedules[schedule].cls ? torch_schedules[schedule].cls : "Schedule1F1B";
 }
 
+/* The tensor-parallel degree, and how torch splits a stage's layers over
+ * its tensor ranks (torch.distributed.tensor.parallel), as the plan's
+ * bytes assume: Megatron's layout. */
+static void tensor_parallel(remat__plan_buf *b, const remat_plan_job *j) {
+  if (j->tensor_parallel <= 1) return;
+  remat__plan_printf(b, "tensor_parallel_size = %lld  # the plan's bytes and times are one tensor "
+                        "rank's\n", (long long)j->tensor_parallel);
+  remat__plan_printf(b, "sequence_parallel = %s\n", j->sequence_parallel ? "True" : "False");
+  remat__plan_printf(b,
+                     "# On a 2-D DeviceMesh (pp, tp), parallelize each stage's module over the tp "
+                     "mesh before\n# PipelineStage: ColwiseParallel on the qkv (q, k, v) and MLP "
+                     "input (w1, w3) products,\n# RowwiseParallel on the projections (attention "
+                     "out, MLP out), the embedding and the\n# head split over the vocabulary (loss "
+                     "parallel)%s.\n",
+                     j->sequence_parallel ? ";\n# SequenceParallel on the norms (and dropout), "
+                                            "the residual stream on T/t tokens" : "");
+}
+
 /* torch.distributed.pipelining: the schedule class, every virtual stage's
  * layers (all of them, in the planner's numbering), the stages each rank
  * builds, and the layers to wrap in activation checkpointing. */
@@ -425,7 +443,9 @@ static void torch_pp(remat__plan_buf *b, const remat_plan_problem *pb, const rem
   for (l = 0; l < pl->num_layers; l++)
     if (pl->policy[l] || (pl->full_slots && pl->full_slots[l]))
       remat__plan_printf(b, "%s%lld", k++ ? ", " : "", (long long)l);
-  remat__plan_printf(b, "]\nn_microbatches = %lld\n\n", (long long)pl->microbatches);
+  remat__plan_printf(b, "]\nn_microbatches = %lld\n", (long long)pl->microbatches);
+  tensor_parallel(b, &pb->job);
+  remat__plan_printf(b, "\n");
   remat__plan_printf(b,
                      "# Wrap each checkpointed layer non-reentrantly: torch's zero-bubble "
                      "schedules call\n# torch.autograd.grad(inputs=...), which the reentrant "

@@ -306,4 +306,21 @@ if [ "$rc" -ne 1 ] || [ "$took" -gt 8 ] || ! grep -q 'time limit ran out while e
   fails=$((fails + 1))
 fi
 
+# tensor parallelism and the layout search
+tp=(--config gpt2-350m --batch 1 --seq 64 --mem 8GiB --precision fp32)
+expect "heads NH" "${tp[@]}" --tensor-parallel 3
+expect "tensor-parallel 2 or more" "${tp[@]}" --sequence-parallel
+expect "multiple of 4" "${tp[@]}" --seq 62 --tensor-parallel 4 --sequence-parallel
+expect "--link" "${tp[@]}" --tensor-parallel 2 --link tp=fast --rank-tflops 10
+expect "--rank-tflops" "${tp[@]}" --tensor-parallel 2 --link tp=100
+expect "go with --ranks" "${tp[@]}" --tensor-parallel 2 --link tp=100,pp=10 --rank-tflops 10
+expect "calibrate" "${tp[@]}" --tensor-parallel 2 --calibrate 1
+expect "go with --ranks" "${tp[@]}" --global-batch 8
+rk=(--config gpt2-124m --seq 256 --precision fp32 --link tp=100,pp=25,dp=25 --rank-tflops 10)
+expect "--global-batch" "${rk[@]}" --ranks 4 --mem 4GiB
+expect "--stages" "${rk[@]}" --ranks 4 --global-batch 8 --mem 4GiB --stages 2
+expect "one budget" "${rk[@]}" --ranks 4 --global-batch 8 --mem 4GiB,4GiB
+expect "no layout" "${rk[@]}" --ranks 4 --global-batch 8 --mem 1MiB
+expect "LP" "${rk[@]}" --ranks 4 --global-batch 8 --mem 4GiB --format lp
+
 summary plan_errors "$n"

@@ -1,0 +1,100 @@
+/* plan_ranks.c: `remat plan --ranks N`: the layout search's table. The
+ * fastest layouts that fit and the Pareto front of time against a rank's
+ * memory, one row each; remat plan then plans the fastest as if its
+ * settings had been given. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "plan_ranks.h"
+
+typedef struct {
+  char *s;
+  size_t n, cap;
+} buf;
+
+static void put(buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(buf *b, const char *fmt, ...) {
+  va_list ap;
+  for (;;) {
+    size_t room = b->cap - b->n;
+    va_start(ap, fmt);
+    int k = b->s ? vsnprintf(b->s + b->n, room, fmt, ap) : -1;
+    va_end(ap);
+    if (k >= 0 && (size_t)k < room) {
+      b->n += (size_t)k;
+      return;
+    }
+    size_t cap = b->cap ? 2 * b->cap : 4096;
+    while (k >= 0 && cap - b->n <= (size_t)k) cap *= 2;
+    char *s = realloc(b->s, cap);
+    if (!s) return; /* the text stops short; plan_ranks_table says so */
+    b->s = s;
+    b->cap = cap;
+  }
+}
+
+static void row(buf *b, const remat_layout *l) {
+  char mem[32], sched[24];
+  snprintf(sched, sizeof sched, "%s", remat_plan_schedule_name(l->schedule));
+  put(b, "%-6s %4lld %3s %4lld %4lld %4lld %5lld %6lld  %-11s %13.6g %11.4g %11.4g %11s%s\n",
+      l->pareto ? "pareto" : "", (long long)l->t, l->sp ? "sp" : "-", (long long)l->p,
+      (long long)l->d, (long long)l->zero, (long long)l->b, (long long)l->m, sched, l->time,
+      l->comm_dp, l->comm_pp, remat_format_bytes(l->memory, mem, sizeof mem),
+      l->optimal ? "" : " (time limit)");
+}
+
+char *plan_ranks_table(const remat_layout_query *q, const remat_layout_search *s,
+                       const char *unit, int64_t shown) {
+  buf b = {0};
+  char mem[32];
+  int64_t fits = 0, refused = 0;
+  for (int64_t i = 0; i < s->n; i++) {
+    fits += s->rows[i].solved && s->rows[i].rc == 0;
+    refused += s->rows[i].solved && s->rows[i].rc && s->rows[i].rc != REMAT_EINFEASIBLE;
+  }
+  put(&b, "layouts: %lld ranks, a global batch of %lld sequences of %lld tokens, %s a rank; "
+      "%lld layouts, %lld solved exactly (%lld fit, %lld refused by the planner), the rest "
+      "bounded out; %.2f s\n",
+      (long long)q->ranks, (long long)q->global_batch, (long long)q->seq_len,
+      remat_format_bytes(q->memory, mem, sizeof mem), (long long)s->n, (long long)s->solved,
+      (long long)fits, (long long)refused, s->seconds);
+  put(&b, "links: tensor %s, pipeline %s, replicas %s\n",
+      q->link_tp > 0 ? "timed" : "not timed", q->link_pp > 0 ? "timed" : "not timed",
+      q->link_dp > 0 ? "timed" : "not timed");
+  put(&b, "%-6s %4s %3s %4s %4s %4s %5s %6s  %-11s %13s %11s %11s %11s\n", "", "t", "sp",
+      "p", "d", "zero", "b", "M", "schedule", unit, "replicas", "pipeline", "rank memory");
+  int64_t n = 0;
+  for (int64_t i = 0; i < s->n; i++) {
+    const remat_layout *l = &s->rows[i];
+    if (!(l->solved && l->rc == 0) || (n >= shown && !l->pareto)) continue;
+    row(&b, l);
+    n++;
+  }
+  if (fits == 0) put(&b, "no layout fits %s a rank\n", mem);
+  if (!b.s) return NULL;
+  return b.s;
+}
+
+int plan_ranks_run(const remat_layout_query *q, int to_stdout, remat_layout *best) {
+  remat_layout_search s;
+  remat_error err;
+  if (remat_layout_search_run(q, &s, &err)) return cli_fail(CLI_EXIT_RUN, "--ranks: %s", err.msg);
+  char *text = plan_ranks_table(q, &s, "time (GFLOP)", 12);
+  if (!text) {
+    remat_layout_search_free(&s);
+    return cli_fail(CLI_EXIT_RUN, "out of memory formatting the layouts");
+  }
+  fputs(text, to_stdout ? stdout : stderr);
+  free(text);
+  int status = 0;
+  if (s.best < 0)
+    status = cli_fail(CLI_EXIT_RUN, "no layout of %lld ranks fits the budget: raise --mem, or "
+                      "give more ranks or a smaller global batch", (long long)q->ranks);
+  else
+    *best = s.rows[s.best];
+  remat_layout_search_free(&s);
+  return status;
+}
