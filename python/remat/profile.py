@@ -426,7 +426,8 @@ class _Untouched:
 
 def profile(model, sample_batch, layers, embedding=None, head=None, loss_fn=None, selective=None,
             precision="fp32", optimizer="adamw", zero=0, dp=1, tp=1, device=None, repeats=3,
-            preserve_rng_state=True, family=None, cli=None, side_inputs=None, num_layers=None):
+            preserve_rng_state=True, family=None, cli=None, side_inputs=None, num_layers=None,
+            shard=False):
     """Measures every layer of the chain on one micro-batch (sample_batch:
     inputs, or (inputs, targets)) and returns a Profile.
 
@@ -438,7 +439,12 @@ def profile(model, sample_batch, layers, embedding=None, head=None, loss_fn=None
     'fp16'), optimizer ('adamw', 'adam', 'sgd', 'sgd-momentum', 'none'),
     zero (0-3) over dp replicas and tp give the state bytes; the activations
     are those of the modules as they run here (cast the model and use the
-    dtype you train with). Times are medians of `repeats` runs on `device`
+    dtype you train with). With tp > 1, shard=True says the modules are one
+    tensor rank's shard (built at 1/tp of the heads and the MLP, or
+    parallelized): their parameters and activations are a rank's as
+    measured. shard=False (the default) measures the whole layers: their
+    state is divided by tp, their activations are not, an upper bound of a
+    rank's, and the problem's notes say so. Times are medians of `repeats` runs on `device`
     (default: the device of the model's first parameter). family: the model
     family for the exports ("llama", "gpt2", ...; default: a Hugging Face
     model's config.model_type, if it has one). cli: the remat command, which
@@ -482,8 +488,16 @@ def profile(model, sample_batch, layers, embedding=None, head=None, loss_fn=None
     inputs, targets = split_batch(sample_batch)
     _check_runnable(chain, inputs, device)
     with _Untouched(([model] if model is not None else []) + chain.modules(), device):
+        # a shard's parameters are already a rank's: its state is not divided again
         rows, xs, notes = _measure(model, chain, inputs, targets, precision, optimizer, zero, dp,
-                                   tp, device, repeats, cli, other=num_layers is None)
+                                   1 if shard else tp, device, repeats, cli,
+                                   other=num_layers is None)
+    if tp > 1:
+        notes.append(f"tp={tp}: " + (
+            "the modules are one tensor rank's shard; bytes and times as measured" if shard else
+            "the activations were measured on the whole layers, not one tensor rank's shard: an "
+            "upper bound of a rank's (a rank keeps 1/tp of the heads' and the MLP's); profile "
+            "one rank's shard with shard=True for its own"))
     if num_layers is not None:
         rows, chain = _repeat(rows, chain, num_layers)
 

@@ -17,7 +17,10 @@ user gives it:
 - the meta device and an empty batch refused;
 - profile leaves the model as it was (BatchNorm's running statistics and
   num_batches_tracked, gradients, training flags, the RNG state);
-- a block that returns its input refused, naming it."""
+- a block that returns its input refused, naming it;
+- tp: the whole layers' activations as an upper bound (noted), their state
+  divided by tp; shard=True, the modules a rank's: state and activations as
+  measured."""
 import itertools
 import json
 import math
@@ -239,6 +242,23 @@ class Repeated(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "num_layers"):
             b.stage_modules()
         self.assertEqual(len(b.stage_modules(full.chain.modules())), 2)
+
+    def test_tensor_parallel_shard(self):
+        model = self.gpt2()
+        sample = batch()
+        kw = dict(layers="blocks", embedding="embed", head="head", repeats=1, cli=common.CLI)
+        one = remat.profile(model, sample, **kw)
+        whole = remat.profile(model, sample, tp=2, **kw)
+        shard = remat.profile(model, sample, tp=2, shard=True, **kw)
+        for a, w, s in zip(one.layers, whole.layers, shard.layers):
+            self.assertEqual(a["act_bytes"], w["act_bytes"])
+            self.assertEqual(a["act_bytes"], s["act_bytes"])
+            self.assertEqual(a["state_bytes"], s["state_bytes"])  # a shard's own parameters
+            self.assertLess(w["state_bytes"], a["state_bytes"])  # the whole layer's, over tp
+        self.assertTrue(any("upper bound" in n for n in whole.notes))
+        self.assertTrue(any("one tensor rank's shard" in n for n in shard.notes))
+        self.assertFalse(any("tp=" in n for n in one.notes))
+        self.assertEqual(self.problem(whole)["tensor_parallel"], 2)
 
     def test_without_the_model(self):
         # what a user who cannot build the model has: the rest of it on the
