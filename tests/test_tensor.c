@@ -190,6 +190,33 @@ static void test_problem(void) {
   remat_plan_problem_free(&pb);
 }
 
+/* The exports say when the tensor size does not divide a Llama's key/value
+ * heads, which the frameworks split and remat holds whole. */
+static void test_exports(void) {
+  for (int64_t t = 2; t <= 4; t *= 2) {
+    /* llama:L,C,NH,NKV,H,V,T: 2 key/value heads */
+    remat_config c = shape("llama:4,64,4,2,128,256,64", t, 0, REMAT_PRECISION_FP32);
+    remat_plan_problem pb;
+    remat_plan plan;
+    remat_error err;
+    int rc = remat_plan_problem_from_model(&pb, &c, 2, 64, 2, 4, (size_t)1 << 30, &err);
+    pb.min_blocks = 1;
+    CHECK(rc == 0 && remat_plan_solve(&pb, &plan, &err) == 0);
+    for (int f = 0; f < 2; f++) {
+      char *text = NULL;
+      int fmt = f ? REMAT_PLAN_FORMAT_MEGATRON : REMAT_PLAN_FORMAT_COLOSSALAI;
+      CHECK(remat_plan_format(&pb, &plan, fmt, &text, &err) == 0);
+      int says = text && strstr(text, "key/value heads") != NULL;
+      int sized = text && (strstr(text, f ? "--tensor-model-parallel-size" : "tp_size=") != NULL);
+      CHECKF(says == (t == 4) && sized, "%s, t=%lld over 2 key/value heads: %s", f ? "Megatron" :
+             "ColossalAI", (long long)t, says ? "says it cannot split them" : "splits them");
+      remat_plan_text_free(text);
+    }
+    remat_plan_free(&plan);
+    remat_plan_problem_free(&pb);
+  }
+}
+
 /* The Pareto rows' (time, memory), in the search's order. */
 static int64_t front(const remat_layout_search *s, double *time, size_t *mem) {
   int64_t n = 0;
@@ -254,6 +281,7 @@ int main(void) {
   }
   test_flops_and_comm();
   test_problem();
+  test_exports();
   test_layouts((size_t)64 << 20, 100e9, 25e9);
   test_layouts((size_t)24 << 20, 10e9, 100e9);
   test_layouts((size_t)12 << 20, 400e9, 5e9);

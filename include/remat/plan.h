@@ -153,6 +153,8 @@ typedef struct remat_plan_job {
   int64_t data_parallel;   /* replicas of the pipeline */
   int64_t tensor_parallel; /* tensor-parallel degree */
   int64_t sequence_parallel; /* 1: sequence parallelism with it */
+  int64_t kv_heads;        /* key/value heads (0: unknown): the frameworks split
+                              them over the tensor ranks and need t to divide them */
   int engine;              /* 1: the bytes are remat's own engine's (a --config
                               problem), not measured on the user's model */
 } remat_plan_job;

@@ -244,6 +244,17 @@ static void snippet(const remat_plan_problem *pb, const remat_plan *pl, const co
     remat__plan_printf(b, "# nothing is recomputed: leave gradient checkpointing off\n");
 }
 
+/* What its tensor parallelism cannot take: a size that does not divide
+ * the key/value heads (its Llama-like policies split them). */
+static void tensor_notes(const remat_plan_problem *pb, remat__fw_export *ex) {
+  const remat_plan_job *j = &pb->job;
+  if (j->tensor_parallel > 1 && j->kv_heads > 0 && j->kv_heads % j->tensor_parallel)
+    remat__fw_note(ex, "ColossalAI's policies split the %lld key/value heads over tp_size=%lld "
+                   "and refuse a size that does not divide them; remat's plan holds them whole "
+                   "on every rank. Use a tp_size that divides them.",
+                   (long long)j->kv_heads, (long long)j->tensor_parallel);
+}
+
 static void schedule_notes(const remat_plan *pl, remat__fw_export *ex) {
   if (pl->schedule == REMAT_SCHED_GPIPE)
     remat__fw_note(ex, "ColossalAI has no GPipe schedule; 1f1b holds fewer micro-batches "
@@ -317,6 +328,7 @@ int remat__colossalai_export(const remat_plan_problem *pb, const remat_plan *pl,
   if ((rc = arrange(pb, pl, &c, ex, err))) goto out;
   differences(pb, pl, &c, ex);
   schedule_notes(pl, ex);
+  tensor_notes(pb, ex);
   double g[6] = {0};
   if (pl->schedule == REMAT_SCHED_ZBV) graph(pb, &c, g);
   snippet(pb, pl, &c, g, &ex->text);

@@ -195,6 +195,11 @@ static void batch(const remat_plan_problem *pb, const remat_plan *pl, remat__fw_
   flag(ex, m, "--tensor-model-parallel-size", "%lld",
        (long long)(j->tensor_parallel > 0 ? j->tensor_parallel : 1));
   if (j->sequence_parallel && j->tensor_parallel > 1) flag(ex, m, "--sequence-parallel", NULL);
+  if (j->tensor_parallel > 1 && j->kv_heads > 0 && j->kv_heads % j->tensor_parallel)
+    remat__fw_note(ex, "Megatron splits the %lld key/value heads (--num-query-groups) over the "
+                   "%lld tensor ranks and refuses a size that does not divide them; remat's plan "
+                   "holds them whole on every rank. Use a tensor size that divides them.",
+                   (long long)j->kv_heads, (long long)j->tensor_parallel);
   if (j->micro_batch > 0) {
     flag(ex, m, "--micro-batch-size", "%lld", (long long)j->micro_batch);
     flag(ex, m, "--global-batch-size", "%lld", (long long)(j->micro_batch * pl->microbatches * dp));

@@ -930,6 +930,7 @@ int remat_plan_problem_from_replicas(remat_plan_problem *pb, const remat_config 
   pb->job.data_parallel = replicas;
   pb->job.tensor_parallel = remat__tp(cfg);
   pb->job.sequence_parallel = remat__sp(cfg) > 1;
+  pb->job.kv_heads = cfg->family == REMAT_FAMILY_LLAMA ? cfg->kv_heads : cfg->num_heads;
   pb->job.engine = 1;
   describe(pb->source, sizeof pb->source, cfg, B, T);
   pb->head_chunk = cfg->head_chunk > 0 && cfg->head_chunk < B * T ? cfg->head_chunk : 0;
