@@ -28,6 +28,8 @@ static char times_source[640];
 /* With --tensor-parallel: how its collectives were timed, and a kept
  * block's bytes beside Korthikanti et al.'s formula (GPT-2 in bf16). */
 static char tensor_source[640];
+/* With --ranks and --format json: the layouts, joined to the plan's JSON. */
+static char *layouts_json;
 
 static void source_note(char *buf, size_t cap, const char *family, int bf16, int measured) {
   char threads[96];
@@ -123,6 +125,7 @@ static const char usage_text[] =
     "                                 each planned exactly; print the fastest that fit\n"
     "                                 and the Pareto front of time against memory,\n"
     "                                 then the fastest layout's plan in --format\n"
+    "                                 (json: the layouts in its \"layouts\" field)\n"
     "  --global-batch G               with --ranks: sequences a step, all replicas\n"
     "  --node-ranks K                 with --ranks: the largest tensor degree, tensor\n"
     "                                 ranks sharing a node (default 8)\n"
@@ -618,6 +621,7 @@ static int write_out(const plan_args *a, const char *text) {
   const char *out = noted ? noted : text;
   /* a table says what --mem is in bytes ("8G" is 10^9 bytes, not 2^30) */
   char *budget = a->mem && a->fmt == REMAT_PLAN_FORMAT_TABLE ? budget_note(a->mem, out) : NULL;
+  if (layouts_json && a->fmt == REMAT_PLAN_FORMAT_JSON) budget = plan_ranks_join(out, layouts_json);
   if (budget) out = budget;
   if (a->output) {
     if (remat_save_bytes(a->output, "plan", out, strlen(out), &err))
@@ -732,7 +736,8 @@ static int search_layouts(plan_args *a, const remat_budgets *budgets) {
   q.cfg.head_chunk = a->head_chunk; /* -1: auto */
   omp_set_num_threads(a->threads > 0 ? (int)a->threads : omp_get_num_procs());
   remat_layout best;
-  int status = plan_ranks_run(&q, a->fmt == REMAT_PLAN_FORMAT_TABLE, &best);
+  int status = plan_ranks_run(&q, a->fmt == REMAT_PLAN_FORMAT_TABLE,
+                              a->fmt == REMAT_PLAN_FORMAT_JSON ? &layouts_json : NULL, &best);
   if (status) return status;
   a->tp = best.t;
   a->sp = (int)best.sp;
@@ -776,5 +781,6 @@ fail_problem:
   remat_plan_problem_free(&pb);
 fail_budgets:
   remat_budgets_free(&budgets);
+  free(layouts_json);
   return status;
 }

@@ -3,9 +3,12 @@
  * memory, one row each; remat plan then plans the fastest as if its
  * settings had been given. */
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <cjson/cJSON.h>
 
 #include "cli.h"
 #include "plan_ranks.h"
@@ -78,17 +81,66 @@ char *plan_ranks_table(const remat_layout_query *q, const remat_layout_search *s
   return b.s;
 }
 
-int plan_ranks_run(const remat_layout_query *q, int to_stdout, remat_layout *best) {
+/* The search as JSON: its settings and counts, and the rows the table
+ * shows (every layout that fits and is among the `shown` fastest or on
+ * the front). NULL when out of memory. */
+static char *ranks_json(const remat_layout_query *q, const remat_layout_search *s, int64_t shown) {
+  cJSON *o = cJSON_CreateObject(), *rows = cJSON_AddArrayToObject(o, "rows");
+  cJSON_AddNumberToObject(o, "ranks", (double)q->ranks);
+  cJSON_AddNumberToObject(o, "global_batch", (double)q->global_batch);
+  cJSON_AddNumberToObject(o, "seq_length", (double)q->seq_len);
+  cJSON_AddNumberToObject(o, "memory", (double)q->memory);
+  cJSON_AddNumberToObject(o, "layouts", (double)s->n);
+  cJSON_AddNumberToObject(o, "solved", (double)s->solved);
+  cJSON_AddNumberToObject(o, "seconds", s->seconds);
+  int64_t n = 0;
+  for (int64_t i = 0; rows && i < s->n; i++) {
+    const remat_layout *l = &s->rows[i];
+    if (!(l->solved && l->rc == 0) || (n >= shown && !l->pareto)) continue;
+    n++;
+    cJSON *r = cJSON_CreateObject();
+    const char *k[] = {"tensor_parallel", "sequence_parallel", "stages", "data_parallel",
+                       "zero", "micro_batch_size", "microbatches", "head_chunk"};
+    const int64_t v[] = {l->t, l->sp, l->p, l->d, l->zero, l->b, l->m, l->head_chunk};
+    for (size_t j = 0; j < sizeof v / sizeof *v; j++) cJSON_AddNumberToObject(r, k[j], (double)v[j]);
+    cJSON_AddStringToObject(r, "schedule", remat_plan_schedule_name(l->schedule));
+    cJSON_AddNumberToObject(r, "time", l->time);
+    cJSON_AddNumberToObject(r, "replicas_time", l->comm_dp);
+    cJSON_AddNumberToObject(r, "pipeline_time", l->comm_pp);
+    cJSON_AddNumberToObject(r, "rank_memory", (double)l->memory);
+    cJSON_AddBoolToObject(r, "pareto", l->pareto);
+    cJSON_AddBoolToObject(r, "optimal", l->optimal);
+    cJSON_AddItemToArray(rows, r);
+  }
+  char *text = o && rows ? cJSON_Print(o) : NULL;
+  cJSON_Delete(o);
+  return text;
+}
+
+char *plan_ranks_join(const char *plan_json, const char *layouts) {
+  const char *close = strrchr(plan_json, '}');
+  if (!close || !layouts) return NULL;
+  size_t at = (size_t)(close - plan_json), n = strlen(plan_json), k = strlen(layouts);
+  while (at > 0 && plan_json[at - 1] == '\n') at--;
+  char *out = malloc(n + k + 32);
+  if (!out) return NULL;
+  snprintf(out, n + k + 32, "%.*s,\n\t\"layouts\":\t%s%s", (int)at, plan_json, layouts,
+           plan_json + at);
+  return out;
+}
+
+int plan_ranks_run(const remat_layout_query *q, int to_stdout, char **json, remat_layout *best) {
   remat_layout_search s;
   remat_error err;
   if (remat_layout_search_run(q, &s, &err)) return cli_fail(CLI_EXIT_RUN, "--ranks: %s", err.msg);
-  char *text = plan_ranks_table(q, &s, "time (GFLOP)", 12);
+  char *text = json ? ranks_json(q, &s, 12) : plan_ranks_table(q, &s, "time (GFLOP)", 12);
   if (!text) {
     remat_layout_search_free(&s);
     return cli_fail(CLI_EXIT_RUN, "out of memory formatting the layouts");
   }
-  fputs(text, to_stdout ? stdout : stderr);
-  free(text);
+  if (json) *json = text;
+  else fputs(text, to_stdout ? stdout : stderr);
+  if (!json) free(text);
   int status = 0;
   if (s.best < 0)
     status = cli_fail(CLI_EXIT_RUN, "no layout of %lld ranks fits the budget: raise --mem, or "

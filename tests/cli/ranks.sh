@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# remat plan --ranks: the layout search through the CLI. Its JSON lists the
+# layouts, the fastest first, and the plan beside them is the fastest
+# layout's (its stages, schedule, micro-batches and memory); every listed
+# layout fits the budget, the front is marked, a Megatron export takes the
+# fastest layout's degrees, and the table says what it searched.
+# usage: ranks.sh REMAT TMPDIR
+set -u
+remat=$1
+tmp=$2
+. "$(dirname "$0")/lib.sh"
+fresh_dir "$tmp"
+cd "$tmp" || exit 1
+
+job=(--config gpt2-124m --ranks 8 --global-batch 32 --seq 1024 --mem 4GiB --precision fp32
+     --link tp=100,pp=25,dp=25 --rank-tflops 100)
+"$remat" plan "${job[@]}" --format json >plan.json 2>plan.err
+check "the search and the plan as JSON" python3 - <<'PY'
+import json, sys
+d = json.load(open("plan.json"))
+L = d["layouts"]
+rows = L["rows"]
+best = rows[0]
+ok = (L["layouts"] >= L["solved"] > 0 and len(rows) > 0
+      and all(r["rank_memory"] <= 4 << 30 for r in rows)
+      and best["time"] == min(r["time"] for r in rows)
+      and any(r["pareto"] for r in rows)
+      and all(r["tensor_parallel"] * r["stages"] * r["data_parallel"] == 8 for r in rows)
+      and all(r["micro_batch_size"] * r["microbatches"] * r["data_parallel"] == 32 for r in rows)
+      and d["num_stages"] == best["stages"] and d["microbatches"] == best["microbatches"]
+      and d["schedule"] == best["schedule"] and d["max_memory_bytes"] == best["rank_memory"])
+sys.exit(not ok)
+PY
+"$remat" plan "${job[@]}" --format megatron >megatron.txt 2>table.txt
+t=$(python3 -c 'import json; print(json.load(open("plan.json"))["layouts"]["rows"][0]["tensor_parallel"])')
+p=$(python3 -c 'import json; print(json.load(open("plan.json"))["layouts"]["rows"][0]["stages"])')
+check "the Megatron export takes the fastest layout's degrees" \
+  grep -q -- "--tensor-model-parallel-size $t" megatron.txt
+check "... and its stages" grep -q -- "--pipeline-model-parallel-size $p" megatron.txt
+check "the table goes to standard error beside an export" grep -q "^pareto" table.txt
+"$remat" plan "${job[@]}" >table.out 2>&1
+check "the table says what it searched and timed" \
+  grep -q "^links: tensor timed, pipeline timed, replicas timed" table.out
+check "... then the fastest layout's plan" grep -q "^the fastest layout's plan:" table.out
+summary ranks
