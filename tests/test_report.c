@@ -56,8 +56,12 @@ static void test_peak(void) {
   CHECKF(twice == 1.0 && p.raised == 1 && fabs(p.flops / peak - 2.0) < 1e-9,
          "a step at twice the peak raises it: MFU %.3f, raised %d", twice, p.raised);
   CHECK(remat_measure_peak(&p, &cfg, 4, 64, 0.0, &err) == 0);
-  CHECKF(fabs(p.flops / peak - 2.0) < 1e-9 && p.median < p.flops,
-         "more trials keep the raised peak (the fastest step)");
+  /* the fastest step stays the bound unless the new trials' median beats
+   * it (a noisy first measurement, as under a sanitizer) */
+  CHECKF(fabs(p.fastest_step / peak - 2.0) < 1e-9 &&
+             p.flops == (p.median > p.fastest_step ? p.median : p.fastest_step),
+         "more trials keep the raised peak (the fastest step, %.3g of the first median) unless "
+         "their median beats it (%.3g)", p.flops / peak, p.median / peak);
 }
 
 static void test_threads(void) {
