@@ -135,18 +135,21 @@ static double replica_time(const remat_layout_query *q, const remat_layout *l, d
   return replica_bytes(P, l->d, (int)l->zero, l->m) * q->rank_rate / q->link_dp;
 }
 
-/* Bounds from the built problem: time and memory no plan of it beats. */
-static void bound(const remat_layout_query *q, remat_layout *l, const remat_plan_problem *pb) {
-  /* a rank holds at least its share of the state and of one micro-batch's
-   * least activations (c where a layer recomputes, a where it cannot), and
-   * some layer's work bytes */
-  double work = 0, state = 0;
+/* Bounds from the built problem: time and memory no plan of it beats.
+ * A rank holds at least its share of the state and some layer's work
+ * bytes; under a one-chunk schedule every stage also holds at least one
+ * micro-batch's least activations of each of its layers (c where a layer
+ * recomputes, a where it cannot), *act their share. A chunked stage's
+ * stream may peak with one chunk empty: no activations are counted. */
+static void bound(const remat_layout_query *q, remat_layout *l, const remat_plan_problem *pb,
+                  size_t *act) {
+  double work = 0, state = 0, acts = 0;
   size_t least_work = SIZE_MAX;
   for (int64_t g = 0; g < pb->num_groups; g++) {
     const remat_plan_group *gr = &pb->groups[g];
     work += (double)gr->count * (gr->fwd + gr->bwd);
-    size_t act = gr->recomputable ? gr->ckpt_bytes : gr->act_bytes;
-    state += (double)gr->count * ((double)gr->state_bytes + (double)act);
+    state += (double)gr->count * (double)gr->state_bytes;
+    acts += (double)gr->count * (double)(gr->recomputable ? gr->ckpt_bytes : gr->act_bytes);
     if (gr->work_bytes < least_work) least_work = gr->work_bytes;
   }
   remat_config c = rank_config(q, l->t, l->sp, l->b);
@@ -155,6 +158,11 @@ static void bound(const remat_layout_query *q, remat_layout *l, const remat_plan
              replica_time(q, l, params);
   l->bound_memory = pb->stage_bytes + (size_t)(state / (double)l->p) +
                     (least_work == SIZE_MAX ? 0 : least_work);
+  *act = (size_t)(acts / (double)l->p);
+}
+
+static int chunked(int schedule) {
+  return schedule == REMAT_SCHED_INTERLEAVED || schedule == REMAT_SCHED_ZBV;
 }
 
 static int dominated(const rows *r, const remat_layout *l) {
@@ -250,30 +258,26 @@ static int same_problem(const remat_layout *a, const remat_layout *b) {
 static int bound_all(const remat_layout_query *q, rows *r, remat_error *err) {
   int64_t kept = 0;
   remat_layout prev = {0};
+  size_t act = 0;            /* the previous problem's activations' share */
   int have = 0, prev_ok = 0; /* the previous layout, and whether its problem was built */
   for (int64_t i = 0; i < r->n; i++) {
     remat_layout l = r->v[i];
-    if (have && same_problem(&prev, &l)) {
+    if (!have || !same_problem(&prev, &l)) {
+      remat_plan_problem pb;
+      remat_error e;
+      int rc = build(q, &l, &pb, &e);
+      if (rc == REMAT_ENOMEM) return remat__errorf(err, rc, "%s", e.msg);
+      have = 1;
+      prev_ok = rc == 0;
       if (prev_ok) {
-        l.bound = prev.bound;
-        l.bound_memory = prev.bound_memory;
-        r->v[kept++] = l;
+        bound(q, &l, &pb, &act);
+        remat_plan_problem_free(&pb);
       }
-      continue;
-    }
-    remat_plan_problem pb;
-    remat_error e;
-    int rc = build(q, &l, &pb, &e);
-    if (rc == REMAT_ENOMEM) return remat__errorf(err, rc, "%s", e.msg);
-    have = 1;
-    prev_ok = rc == 0;
-    if (!prev_ok) {
       prev = l;
-      continue;
     }
-    bound(q, &l, &pb);
-    remat_plan_problem_free(&pb);
-    prev = l;
+    if (!prev_ok) continue;
+    l.bound = prev.bound;
+    l.bound_memory = prev.bound_memory + (chunked(l.schedule) ? 0 : act);
     r->v[kept++] = l;
   }
   r->n = kept;
