@@ -28,7 +28,16 @@ int main(void) {
   CHECK(t.block_fwd > 0 && t.block_wgrad > 0 && t.block_bwd > t.block_wgrad);
   CHECK(t.embed_fwd > 0 && t.embed_bwd > 0 && t.head_fwd > 0 && t.head_bwd > 0);
   CHECK(t.block_recompute > 0.3 * t.block_fwd && t.block_recompute < 3 * t.block_fwd);
-  CHECK(t.block_middle > 0 && t.block_middle < t.block_recompute);
+  /* a burst of other work (the suite runs two tests at once on two cores)
+   * can slow the middle rebuild's rounds past the full one's: measured
+   * again once before the check counts it */
+  remat_layer_times again = t;
+  if (!(t.block_middle < t.block_recompute))
+    CHECK(remat_calibrate(&cfg, 4, 128, 5, &again, &err) == 0);
+  CHECKF(again.block_middle > 0 && again.block_middle < again.block_recompute,
+         "the middle rebuild (%.3g s) costs less than the full one (%.3g s)%s",
+         again.block_middle, again.block_recompute,
+         t.block_middle < t.block_recompute ? "" : ", measured again");
   CHECK(t.block_bwd > 0.5 * t.block_fwd && t.block_bwd < 10 * t.block_fwd);
   CHECK(remat_calibrate(&cfg, 4, 128, 0, &t, &err) == REMAT_EINVAL);
 
