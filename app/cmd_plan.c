@@ -17,7 +17,6 @@
 #include "remat.h"
 
 #define DEFAULT_TIME_LIMIT 60.0 /* seconds for --time-limit */
-enum { FORMAT_LP = -1 };        /* beside REMAT_PLAN_FORMAT_* */
 
 /* What --config's figures describe: one line under the table's problem
  * line ("note: " and the note), and "source_note" in JSON: the bytes of
@@ -149,7 +148,9 @@ static const char usage_text[] =
     "  --calibrate N                  with --config: time the model's layers on this\n"
     "                                 machine (N rounds of a three-block model of its\n"
     "                                 width, medians) and plan with those seconds\n"
-    "                                 instead of FLOP counts\n"
+    "                                 instead of FLOP counts; with --ranks, each\n"
+    "                                 micro-batch size's, and t = 1 layouts only\n"
+    "                                 (remat train runs no tensor parallelism to time)\n"
     "  --head-chunk N|auto            with --config: the head's logits in chunks of N\n"
     "                                 tokens (remat train --head-chunk): the last\n"
     "                                 stage holds N x vocabulary logits (0: all of a\n"
@@ -204,22 +205,6 @@ static const char usage_text[] =
     "arrangement is printed and the smallest budget named) or the problem is bad;\n"
     "2 bad usage.\n";
 
-/* The command line: flags as given, then format, schedule and objective
- * resolved (-1 for schedule and objective: the problem's own). */
-typedef struct plan_args {
-  const char *problem, *config, *mem, *format, *output, *schedule, *objective, *precision;
-  const char *family, *head_chunk_name;
-  int64_t B, T, P, M, D, Z, points, chunks, min_blocks, threads;
-  int64_t head_chunk; /* tokens; 0 all at once; -1 auto (the default) */
-  double time_limit;
-  int sweep, no_middle, per_mb, sp;
-  int64_t tp;        /* --tensor-parallel (0: none) */
-  const char *link;  /* --link tp=GB/s[,pp=GB/s][,dp=GB/s] */
-  double link_tp, link_pp, link_dp, rank_tflops; /* bytes/s of each link; TFLOP/s of a rank */
-  int64_t ranks, global_batch, node; /* --ranks, --global-batch, --node-ranks */
-  int64_t calibrate; /* rounds of remat_calibrate (0: FLOP-based times) */
-  int fmt, sched, obj, prec;
-} plan_args;
 
 static int resolve_names(plan_args *a) {
   const char *f = a->format;
@@ -339,32 +324,6 @@ static int check_tensor(plan_args *a) {
   return 0;
 }
 
-/* --ranks: the search sets what the layout is made of; the rest as for one
- * layout. */
-static int check_ranks(plan_args *a) {
-  if (!a->ranks) {
-    if (a->global_batch || a->node)
-      return cli_fail(-1, "--global-batch and --node-ranks go with --ranks");
-    return 0;
-  }
-  const char *set = a->P > 0 ? "--stages" : a->M > 0 ? "--microbatches" : a->B > 0 ? "--batch"
-                    : a->D > 0 ? "--data-parallel" : a->Z >= 0 ? "--zero"
-                    : a->tp > 0 ? "--tensor-parallel" : a->sp ? "--sequence-parallel"
-                    : a->schedule ? "--schedule" : a->sweep ? "--sweep"
-                    : a->calibrate ? "--calibrate" : a->per_mb ? "--per-microbatch" : NULL;
-  if (set)
-    return cli_fail(-1, "--ranks searches the layout; %s is one of its choices: leave it out "
-                    "(the table shows each layout's)", set);
-  if (!a->config || !a->global_batch || a->T < 0 || !a->mem || !a->link)
-    return cli_fail(-1, "--ranks needs --config, --global-batch G (sequences a step), --seq T, "
-                    "--mem (a rank's budget), and --link with --rank-tflops (untimed, every "
-                    "layout of the same compute ties)");
-  if (a->fmt == FORMAT_LP)
-    return cli_fail(-1, "--ranks writes the fastest layout's plan, not an LP model");
-  a->B = a->P = a->M = 1; /* until the search sets them */
-  return 0;
-}
-
 /* 0, or -1 after saying what was wrong (a usage error). */
 static int parse_args(int argc, char **argv, plan_args *a) {
   *a = (plan_args){.format = "table", .B = -1, .T = -1, .P = -1, .M = -1, .D = -1, .Z = -1,
@@ -409,7 +368,7 @@ static int parse_args(int argc, char **argv, plan_args *a) {
   };
   if (cli_parse_flags(argc, argv, flags, usage_text)) return -1;
   if (resolve_names(a)) return -1;
-  if (check_tensor(a) || check_ranks(a)) return -1;
+  if (check_tensor(a) || plan_ranks_check(a)) return -1;
   return check_combination(a);
 }
 
@@ -719,40 +678,6 @@ fail_format:
   return status;
 }
 
-/* --ranks: the layout search, whose fastest layout's settings the plan
- * below then takes. */
-static int search_layouts(plan_args *a, const remat_budgets *budgets) {
-  remat_layout_query q = {.ranks = a->ranks, .global_batch = a->global_batch, .seq_len = a->T,
-                          .memory = budgets->bytes[0], .rank_rate = a->rank_tflops * 1e3,
-                          .objective = a->obj >= 0 ? a->obj : REMAT_OBJ_BOTTLENECK,
-                          .link_tp = a->link_tp, .link_pp = a->link_pp, .link_dp = a->link_dp,
-                          .max_tensor = a->node > 0 ? a->node : 8, .time_limit = a->time_limit};
-  remat_error err;
-  if (budgets->n > 1)
-    return cli_fail(CLI_EXIT_USAGE, "--ranks takes one budget, a rank's, not one per stage");
-  if (remat_config_parse(a->config, &q.cfg, &err))
-    return cli_fail(CLI_EXIT_USAGE, "--config: %s", err.msg);
-  q.cfg.precision = a->prec;
-  q.cfg.head_chunk = a->head_chunk; /* -1: auto */
-  omp_set_num_threads(a->threads > 0 ? (int)a->threads : omp_get_num_procs());
-  remat_layout best;
-  int status = plan_ranks_run(&q, a->fmt == REMAT_PLAN_FORMAT_TABLE,
-                              a->fmt == REMAT_PLAN_FORMAT_JSON ? &layouts_json : NULL, &best);
-  if (status) return status;
-  a->tp = best.t;
-  a->sp = (int)best.sp;
-  a->P = best.p;
-  a->D = best.d;
-  a->Z = best.zero;
-  a->B = best.b;
-  a->M = best.m;
-  a->sched = best.schedule;
-  a->head_chunk = best.head_chunk;
-  a->min_blocks = 1; /* as the search planned it */
-  if (a->fmt == REMAT_PLAN_FORMAT_TABLE) printf("\nthe fastest layout's plan:\n");
-  return 0;
-}
-
 int remat_cmd_plan(int argc, char **argv) {
   cli_name = "remat plan";
   plan_args a;
@@ -762,7 +687,7 @@ int remat_cmd_plan(int argc, char **argv) {
   if (parse_args(argc, argv, &a)) return CLI_EXIT_USAGE;
   if (a.mem && (status = parse_budgets(a.mem, &budgets))) goto fail_budgets;
   if ((status = check_output(&a))) goto fail_budgets;
-  if (a.ranks && (status = search_layouts(&a, &budgets))) goto fail_budgets;
+  if (a.ranks && (status = plan_ranks_search(&a, &budgets, &layouts_json))) goto fail_budgets;
   if ((status = load_problem(&a, &budgets, a.head_chunk > 0 ? a.head_chunk : 0, &pb)))
     goto fail_budgets;
   if ((status = apply_settings(&a, &budgets, &pb))) goto fail_problem;

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include <cjson/cJSON.h>
+#include <omp.h>
 
 #include "cli.h"
 #include "plan_ranks.h"
@@ -133,7 +134,8 @@ int plan_ranks_run(const remat_layout_query *q, int to_stdout, char **json, rema
   remat_layout_search s;
   remat_error err;
   if (remat_layout_search_run(q, &s, &err)) return cli_fail(CLI_EXIT_RUN, "--ranks: %s", err.msg);
-  char *text = json ? ranks_json(q, &s, 12) : plan_ranks_table(q, &s, "time (GFLOP)", 12);
+  char *text = json ? ranks_json(q, &s, 12)
+                    : plan_ranks_table(q, &s, q->times ? "time (s)" : "time (GFLOP)", 12);
   if (!text) {
     remat_layout_search_free(&s);
     return cli_fail(CLI_EXIT_RUN, "out of memory formatting the layouts");
@@ -149,4 +151,87 @@ int plan_ranks_run(const remat_layout_query *q, int to_stdout, char **json, rema
     *best = s.rows[s.best];
   remat_layout_search_free(&s);
   return status;
+}
+
+/* --ranks: the search sets what the layout is made of; the rest as for one
+ * layout. */
+int plan_ranks_check(plan_args *a) {
+  if (!a->ranks) {
+    if (a->global_batch || a->node)
+      return cli_fail(-1, "--global-batch and --node-ranks go with --ranks");
+    return 0;
+  }
+  const char *set = a->P > 0 ? "--stages" : a->M > 0 ? "--microbatches" : a->B > 0 ? "--batch"
+                    : a->D > 0 ? "--data-parallel" : a->Z >= 0 ? "--zero"
+                    : a->tp > 0 ? "--tensor-parallel" : a->sp ? "--sequence-parallel"
+                    : a->schedule ? "--schedule" : a->sweep ? "--sweep"
+                    : a->per_mb ? "--per-microbatch" : NULL;
+  if (set)
+    return cli_fail(-1, "--ranks searches the layout; %s is one of its choices: leave it out "
+                    "(the table shows each layout's)", set);
+  if (!a->config || !a->global_batch || a->T < 0 || !a->mem || !a->link)
+    return cli_fail(-1, "--ranks needs --config, --global-batch G (sequences a step), --seq T, "
+                    "--mem (a rank's budget), and --link with --rank-tflops (untimed, every "
+                    "layout of the same compute ties)");
+  if (a->fmt == FORMAT_LP)
+    return cli_fail(-1, "--ranks writes the fastest layout's plan, not an LP model");
+  a->B = a->P = a->M = 1; /* until the search sets them */
+  return 0;
+}
+
+/* --calibrate with --ranks: a layout's layer times measured on this
+ * machine at its micro-batch, each size once in a run (then the kept
+ * figures of that measurement). */
+static int calibrated(void *ctx, const remat_config *cfg, int64_t B, int64_t T,
+                      remat_plan_problem *pb, remat_error *err) {
+  static int64_t measured[64];
+  static int n;
+  const plan_args *a = ctx;
+  int again = 1;
+  for (int i = 0; i < n; i++) again &= measured[i] != B;
+  remat_layer_times t;
+  remat_cache_note kept;
+  int rc = remat_calibrate_cached(cfg, B, T, 1, (int)a->calibrate, again, &t, &kept, err);
+  if (rc) return rc;
+  if (again && n < 64) measured[n++] = B;
+  remat_plan_problem_set_times(pb, &t);
+  return 0;
+}
+
+int plan_ranks_search(plan_args *a, const remat_budgets *budgets, char **layouts_json) {
+  remat_layout_query q = {.ranks = a->ranks, .global_batch = a->global_batch, .seq_len = a->T,
+                          .memory = budgets->bytes[0], .rank_rate = a->rank_tflops * 1e3,
+                          .objective = a->obj >= 0 ? a->obj : REMAT_OBJ_BOTTLENECK,
+                          .link_tp = a->link_tp, .link_pp = a->link_pp, .link_dp = a->link_dp,
+                          .max_tensor = a->node > 0 ? a->node : 8, .time_limit = a->time_limit};
+  remat_error err;
+  if (budgets->n > 1)
+    return cli_fail(CLI_EXIT_USAGE, "--ranks takes one budget, a rank's, not one per stage");
+  if (remat_config_parse(a->config, &q.cfg, &err))
+    return cli_fail(CLI_EXIT_USAGE, "--config: %s", err.msg);
+  q.cfg.precision = a->prec;
+  q.cfg.head_chunk = a->head_chunk; /* -1: auto */
+  omp_set_num_threads(a->threads > 0 ? (int)a->threads : omp_get_num_procs());
+  if (a->calibrate) { /* measured seconds: remat's engine runs no tensor parallelism to time */
+    q.times = calibrated;
+    q.times_ctx = a;
+    q.rank_rate = 1;
+    q.max_tensor = 1;
+  }
+  remat_layout best;
+  int status = plan_ranks_run(&q, a->fmt == REMAT_PLAN_FORMAT_TABLE,
+                              a->fmt == REMAT_PLAN_FORMAT_JSON ? layouts_json : NULL, &best);
+  if (status) return status;
+  a->tp = best.t;
+  a->sp = (int)best.sp;
+  a->P = best.p;
+  a->D = best.d;
+  a->Z = best.zero;
+  a->B = best.b;
+  a->M = best.m;
+  a->sched = best.schedule;
+  a->head_chunk = best.head_chunk;
+  a->min_blocks = 1; /* as the search planned it */
+  if (a->fmt == REMAT_PLAN_FORMAT_TABLE) printf("\nthe fastest layout's plan:\n");
+  return 0;
 }

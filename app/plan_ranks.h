@@ -6,6 +6,26 @@
 
 #include "remat.h"
 
+enum { FORMAT_LP = -1 }; /* beside REMAT_PLAN_FORMAT_* */
+
+/* The command line: flags as given, then format, schedule and objective
+ * resolved (-1 for schedule and objective: the problem's own). */
+typedef struct plan_args {
+  const char *problem, *config, *mem, *format, *output, *schedule, *objective, *precision;
+  const char *family, *head_chunk_name;
+  int64_t B, T, P, M, D, Z, points, chunks, min_blocks, threads;
+  int64_t head_chunk; /* tokens; 0 all at once; -1 auto (the default) */
+  double time_limit;
+  int sweep, no_middle, per_mb, sp;
+  int64_t tp;        /* --tensor-parallel (0: none) */
+  const char *link;  /* --link tp=GB/s[,pp=GB/s][,dp=GB/s] */
+  double link_tp, link_pp, link_dp, rank_tflops; /* bytes/s of each link; TFLOP/s of a rank */
+  int64_t ranks, global_batch, node; /* --ranks, --global-batch, --node-ranks */
+  int64_t calibrate; /* rounds of remat_calibrate (0: FLOP-based times) */
+  int fmt, sched, obj, prec;
+} plan_args;
+
+
 /* The search's summary and rows, owned (NULL when out of memory): the
  * `shown` fastest layouts that fit, and every one on the Pareto front of
  * time (in `unit`) against a rank's memory. */
@@ -20,5 +40,13 @@ int plan_ranks_run(const remat_layout_query *q, int to_stdout, char **json, rema
 /* The plan's JSON with the layouts' as its last field, "layouts" (owned;
  * NULL when out of memory or plan_json is no object). */
 char *plan_ranks_join(const char *plan_json, const char *layouts);
+
+/* --ranks's flags: the search sets what the layout is made of, the rest as
+ * for one layout. 0, or -1 after saying what was wrong (a usage error). */
+int plan_ranks_check(plan_args *a);
+/* --ranks: the layout search, whose fastest layout's settings it writes
+ * into a for the plan below it; with --format json *layouts_json gets the
+ * rows (owned). 0, or a CLI exit status after saying why. */
+int plan_ranks_search(plan_args *a, const remat_budgets *budgets, char **layouts_json);
 
 #endif

@@ -103,13 +103,22 @@ static double replica_bytes(double P, int64_t d, int zero, int64_t m) {
   return (double)m * share + (zero == 3 ? 2 * (double)m * share : share);
 }
 
-/* The layout's problem: its rank's bytes, times and collectives. */
+/* The layout's problem: its rank's bytes, times and collectives. *fatal
+ * says whether a failure stops the search (out of memory, or the measured
+ * times' hook) or only refuses this layout (a shape the library does not
+ * take). */
 static int build(const remat_layout_query *q, const remat_layout *l, remat_plan_problem *pb,
-                 remat_error *err) {
+                 int *fatal, remat_error *err) {
   remat_config c = rank_config(q, l->t, l->sp, l->b);
   int rc = remat_plan_problem_from_replicas(pb, &c, l->b, q->seq_len, l->p, l->m, l->d,
                                             (int)l->zero, q->memory, err);
+  *fatal = rc == REMAT_ENOMEM;
   if (rc) return rc;
+  if (q->times && (rc = q->times(q->times_ctx, &c, l->b, q->seq_len, pb, err))) {
+    *fatal = 1;
+    remat_plan_problem_free(pb);
+    return rc;
+  }
   if (l->t > 1 && q->link_tp > 0 && q->rank_rate > 0) {
     remat_tensor_comm tc;
     remat_tensor_comm_get(&c, l->b, q->seq_len, &tc);
@@ -177,7 +186,8 @@ static int dominated(const rows *r, const remat_layout *l) {
 static int solve(const remat_layout_query *q, remat_layout *l, remat_error *err) {
   remat_plan_problem pb;
   remat_error e;
-  int rc = build(q, l, &pb, err);
+  int fatal;
+  int rc = build(q, l, &pb, &fatal, err);
   if (rc) return rc;
   remat_plan plan;
   l->solved = 1;
@@ -265,8 +275,9 @@ static int bound_all(const remat_layout_query *q, rows *r, remat_error *err) {
     if (!have || !same_problem(&prev, &l)) {
       remat_plan_problem pb;
       remat_error e;
-      int rc = build(q, &l, &pb, &e);
-      if (rc == REMAT_ENOMEM) return remat__errorf(err, rc, "%s", e.msg);
+      int fatal;
+      int rc = build(q, &l, &pb, &fatal, &e);
+      if (rc && fatal) return remat__errorf(err, rc, "%s", e.msg);
       have = 1;
       prev_ok = rc == 0;
       if (prev_ok) {

@@ -3,7 +3,8 @@
 # layouts, the fastest first, and the plan beside them is the fastest
 # layout's (its stages, schedule, micro-batches and memory); every listed
 # layout fits the budget, the front is marked, a Megatron export takes the
-# fastest layout's degrees, and the table says what it searched.
+# fastest layout's degrees, and the table says what it searched; with
+# --calibrate the times are seconds and the layouts t = 1.
 # usage: ranks.sh REMAT TMPDIR
 set -u
 remat=$1
@@ -42,4 +43,15 @@ check "the table goes to standard error beside an export" grep -q "^pareto" tabl
 check "the table says what it searched and timed" \
   grep -q "^links: tensor timed, pipeline timed, replicas timed" table.out
 check "... then the fastest layout's plan" grep -q "^the fastest layout's plan:" table.out
+# --calibrate: this machine's seconds, and t = 1 layouts only (the engine
+# runs no tensor parallelism to time)
+"$remat" plan --config tiny --ranks 2 --global-batch 2 --seq 64 --mem 1GiB --precision fp32 \
+  --link pp=5,dp=5 --calibrate 1 --threads 1 --format json >cal.json 2>cal.err
+check "--calibrate: seconds, t = 1 only" python3 - <<'PY'
+import json, sys
+d = json.load(open("cal.json"))
+rows = d["layouts"]["rows"]
+sys.exit(not (rows and all(r["tensor_parallel"] == 1 for r in rows) and d["time_unit"] == "s"
+              and 0 < rows[0]["time"] < 60))
+PY
 summary ranks

@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# layouts.sh: remat plan --ranks 2 against measured runs of its layouts.
+#
+# The search (--calibrate: this machine's layer times at one thread a rank,
+# links given) predicts a step of each layout of 2 ranks. remat's engine
+# runs no tensor parallelism yet, so the layouts are t = 1: the fastest
+# with p = 2 pipeline stages and the fastest with d = 2 replicas. Each is
+# run by remat train on 2 ranks of one thread (the pipeline by --plan, its
+# plan made alone with the same settings; the replicas planning their
+# blocks under the same budget) (no more ranks than this machine's cores), the two
+# alternated REPS times; every run's step times after the first give the
+# median. One line per layout, key=value: the search's predicted step, the
+# measured median, their ratio, planned = measured on every rank; then
+# whether the search's order is the measured order.
+#
+# usage: bench/layouts.sh [REMAT] [STEPS] [REPS]   (./build/app/remat, 8, 3)
+set -euo pipefail
+remat=${1:-./build/app/remat}
+steps=${2:-8}
+reps=${3:-3}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+cfg="4,256,8,256,256"
+G=16
+T=128
+mem=1GiB
+link="pp=5,dp=5" # GB/s, given: two ranks on one machine share its memory
+common=(--config "$cfg" --seq $T --precision fp32 --threads 1)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
+echo "bench=layouts_machine cpu=\"$cpu\" cores=$(nproc) ranks=2 threads_per_rank=1 link=$link"
+
+"$remat" plan "${common[@]}" --ranks 2 --global-batch $G --mem $mem --link "$link" \
+  --calibrate 3 --format json -o "$tmp/search.json" >/dev/null 2>"$tmp/search.err"
+# the fastest row of each kind: "p2" (2 stages) and "d2" (2 replicas)
+python3 - "$tmp" <<'PY'
+import json, sys
+tmp = sys.argv[1]
+rows = json.load(open(tmp + "/search.json"))["layouts"]["rows"]
+for kind, key in (("p2", "stages"), ("d2", "data_parallel")):
+    r = min((r for r in rows if r[key] == 2), key=lambda r: r["time"])
+    json.dump(r, open("%s/%s.row.json" % (tmp, kind), "w"))
+    print("bench=layouts_search kind=%s b=%d M=%d zero=%d schedule=%s predicted_s=%.4f "
+          "replicas_s=%.4f pipeline_s=%.4f" % (kind, r["micro_batch_size"], r["microbatches"],
+          r["zero"], r["schedule"], r["time"], r["replicas_time"], r["pipeline_time"]))
+PY
+
+field() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$@"; }
+for kind in p2 d2; do
+  row="$tmp/$kind.row.json"
+  b=$(field "$row" micro_batch_size)
+  M=$(field "$row" microbatches)
+  if [[ $kind == p2 ]]; then
+    layout=(--stages 2 --schedule "$(field "$row" schedule)")
+    "$remat" plan "${common[@]}" --batch "$b" --microbatches "$M" --mem $mem "${layout[@]}" \
+      --head-chunk "$(field "$row" head_chunk)" --calibrate 3 --min-blocks 1 --format json \
+      -o "$tmp/$kind.plan.json" >/dev/null
+    layout+=(--plan "$tmp/$kind.plan.json")
+  else # replicas of one stage: remat train plans its blocks under the same budget
+    layout=(--data-parallel 2 --zero "$(field "$row" zero)" --mem $mem
+            --head-chunk "$(field "$row" head_chunk)")
+  fi
+  echo "$b $M ${layout[*]}" >"$tmp/$kind.args"
+done
+
+run() { # run KIND REP
+  read -r b M rest <"$tmp/$1.args"
+  # shellcheck disable=SC2086
+  mpirun --oversubscribe -np 2 "$remat" train "${common[@]}" --batch "$b" --grad-accum "$M" \
+    $rest --steps "$steps" --quiet --log "$tmp/$1.$2.jsonl" \
+    >"$tmp/$1.$2.out" 2>&1
+}
+for r in $(seq 1 "$reps"); do
+  run p2 "$r"
+  run d2 "$r"
+done
+python3 - "$tmp" "$reps" <<'PY'
+import json, statistics, sys
+tmp, reps = sys.argv[1], int(sys.argv[2])
+pred, meas = {}, {}
+for kind in ("p2", "d2"):
+    steps, ok = [], True
+    for r in range(1, reps + 1):
+        rows = [json.loads(l) for l in open("%s/%s.%d.jsonl" % (tmp, kind, r))]
+        steps += [x["step_s"] for x in rows[1:]]
+        ok &= all(x["rank_planned_peak_bytes"] == x["rank_measured_peak_bytes"] for x in rows)
+    pred[kind] = json.load(open("%s/%s.row.json" % (tmp, kind)))["time"]
+    meas[kind] = statistics.median(steps)
+    print("bench=layouts case=%s runs=%d predicted_s=%.4f step_s_median=%.4f step_s_min=%.4f "
+          "step_s_max=%.4f predicted_over_measured=%.3f planned_eq_measured=%s" % (
+              kind, reps, pred[kind], meas[kind], min(steps), max(steps),
+              pred[kind] / meas[kind], ok))
+same = (pred["p2"] < pred["d2"]) == (meas["p2"] < meas["d2"])
+print("bench=layouts_order predicted=%s measured=%s same=%s" % (
+    "p2<d2" if pred["p2"] < pred["d2"] else "d2<p2",
+    "p2<d2" if meas["p2"] < meas["d2"] else "d2<p2", same))
+PY
