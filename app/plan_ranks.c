@@ -41,12 +41,11 @@ static void put(buf *b, const char *fmt, ...) {
 }
 
 static void row(buf *b, const remat_layout *l) {
-  char mem[32], sched[24];
-  snprintf(sched, sizeof sched, "%s", remat_plan_schedule_name(l->schedule));
+  char mem[32];
   put(b, "%-6s %4lld %3s %4lld %4lld %4lld %5lld %6lld  %-11s %13.6g %11.4g %11.4g %11s%s\n",
       l->pareto ? "pareto" : "", (long long)l->t, l->sp ? "sp" : "-", (long long)l->p,
-      (long long)l->d, (long long)l->zero, (long long)l->b, (long long)l->m, sched, l->time,
-      l->comm_dp, l->comm_pp, remat_format_bytes(l->memory, mem, sizeof mem),
+      (long long)l->d, (long long)l->zero, (long long)l->b, (long long)l->m,
+      remat_plan_schedule_name(l->schedule), l->time, l->comm_dp, l->comm_pp, remat_format_bytes(l->memory, mem, sizeof mem),
       l->optimal ? "" : " (time limit)");
 }
 
@@ -140,9 +139,12 @@ int plan_ranks_run(const remat_layout_query *q, int to_stdout, char **json, rema
     remat_layout_search_free(&s);
     return cli_fail(CLI_EXIT_RUN, "out of memory formatting the layouts");
   }
-  if (json) *json = text;
-  else fputs(text, to_stdout ? stdout : stderr);
-  if (!json) free(text);
+  if (json) {
+    *json = text;
+  } else {
+    fputs(text, to_stdout ? stdout : stderr);
+    free(text);
+  }
   int status = 0;
   if (s.best < 0)
     status = cli_fail(CLI_EXIT_RUN, "no layout of %lld ranks fits the budget: raise --mem, or "
