@@ -86,6 +86,8 @@ static void train_flags(opts *o, cli_flag flags[TRAIN_FLAGS]) {
       {.name = "--data-parallel", .kind = CLI_I64, .dst = &d->replicas,
         .lo = 1, .hi = REMAT_MAX_STAGES},
       {.name = "--zero", .kind = CLI_INT, .dst = &d->zero, .lo = 0, .hi = 3},
+      {.name = "--tensor-parallel", .kind = CLI_I64, .dst = &d->tensor, .lo = 1,
+        .hi = REMAT_MAX_STAGES},
       {.name = "--batch", .kind = CLI_I64, .dst = &t->B, .lo = 1, .hi = 1 << 16},
       {.name = "--seq", .kind = CLI_I64, .dst = &t->T, .lo = 1, .hi = 1 << 20},
       {.name = "--grad-accum", .kind = CLI_I64, .dst = &t->grad_accum, .lo = 1, .hi = 1 << 16},
@@ -202,11 +204,14 @@ static const char *flag_name(const char *key) {
 static int check_args(opts *o) {
   remat_error err;
   o->d.trace = o->trace != NULL;
+  o->d.outputs[0] = o->save;
   o->d.setting_name = flag_name;
   if (remat_job_desc_check(&o->d, &err)) return cli_fail(-1, "%s", err.msg);
-  if (o->sample_every && o->d.stages * o->d.replicas > 1)
+  if (o->sample_every && o->d.stages * o->d.replicas * o->d.tensor > 1)
     return cli_fail(-1, "--sample-every runs on one process only; drop it with %s",
-                    o->d.stages > 1 ? "--stages" : "--data-parallel");
+                    o->d.stages > 1     ? "--stages"
+                    : o->d.replicas > 1 ? "--data-parallel"
+                                        : "--tensor-parallel");
   return check_save_precision(o) ? -1 : check_save_format(o);
 }
 

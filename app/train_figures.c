@@ -52,6 +52,10 @@ void train_predict(run_state *r) {
   remat_cache_note note;
   double t0 = remat_now(), s, bubble;
   if (remat_job_agree(r->job, 0, &err)) return; /* start together */
+  if (o->d.tensor > 1) { /* a shard's layers run only with their group */
+    printf("times   no prediction: a tensor rank's layer times are not measured yet\n");
+    return;
+  }
   if (remat_calibrate_cached(r->cfg, o->d.train.B, o->d.train.T, r->ranks, 0, o->measure_times,
                              &t, &note, &err) ||
       remat_job_predict_measured(r->job, &t, &s, &bubble, &err)) {

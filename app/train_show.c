@@ -10,18 +10,25 @@
 #include "train.h"
 
 static void print_model(const remat_config *cfg, const opts *o) {
+  remat_config whole = *cfg; /* a tensor rank's config describes its shard */
+  whole.tensor_parallel = whole.sequence_parallel = 0;
   if (cfg->family == REMAT_FAMILY_LLAMA)
     printf("model   Llama L=%lld C=%lld NH=%lld NKV=%lld H=%lld V=%lld maxT=%lld theta=%g, "
            "%s head, %zu parameters\n",
            (long long)cfg->num_layers, (long long)cfg->channels, (long long)cfg->num_heads,
            (long long)cfg->kv_heads, (long long)cfg->ffn_hidden, (long long)cfg->vocab_size,
            (long long)cfg->max_seq_len, cfg->rope_theta, cfg->untied ? "untied" : "tied",
-           remat_param_count(cfg));
+           remat_param_count(&whole));
   else
     printf("model   L=%lld C=%lld NH=%lld V=%lld (padded %lld) maxT=%lld, %zu parameters\n",
            (long long)cfg->num_layers, (long long)cfg->channels, (long long)cfg->num_heads,
            (long long)cfg->vocab_size, (long long)cfg->padded_vocab_size,
-           (long long)cfg->max_seq_len, remat_param_count(cfg));
+           (long long)cfg->max_seq_len, remat_param_count(&whole));
+  if (cfg->tensor_parallel > 1)
+    printf("tensor  %lld tensor ranks: each holds %zu of the %zu parameters (its heads, its "
+           "share of the MLP and of the vocabulary; the norms and biases of the projections "
+           "whole)\n", (long long)cfg->tensor_parallel, remat_param_count(cfg),
+           remat_param_count(&whole));
   if (cfg->precision == REMAT_PRECISION_BF16)
     printf("precision bf16 products and activations, fp32 master weights, gradients and "
            "moments (%s)\n", o->precision_note);

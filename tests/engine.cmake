@@ -78,6 +78,10 @@ if(MPIRUN)
   remat_cli_test(slots slots.sh LABELS mpi TIMEOUT 300)
   # Traces tell the truth: an update per rank and step, arena counters, no empty tracks.
   remat_cli_test(trace trace.sh LABELS mpi TIMEOUT 300)
+  # Tensor parallelism (Megatron-LM's layout) = one process within float
+  # rounding; repeats, recompute and the guard backend bit for bit; planned
+  # = measured = remat plan on every rank; refusals.
+  remat_cli_test(tensor tensor.sh LABELS mpi TIMEOUT 300)
 else()
   message(STATUS "mpirun not found: the pipeline and data-parallel tests are not registered")
 endif()

@@ -76,8 +76,10 @@ typedef struct remat_job_desc {
   const char *memory;      /* a budget, one size or one per stage ("2GiB,3GiB"):
                               the planner chooses keep, middle or full per block
                               and, on a pipeline, the blocks of each stage */
-  /* Ranks: P pipeline stages x D replicas (1 x 1: one process). */
-  int64_t stages, replicas;
+  /* Ranks: P pipeline stages x D replicas (1 x 1: one process), or t
+   * tensor ranks of one model (tensor > 1: GPT-2 in fp32, one stage, no
+   * replicas, no dropout, nothing saved or loaded, for now). */
+  int64_t stages, replicas, tensor;
   int zero;     /* ZeRO stage of the replicas, 0 to 3 */
   int schedule; /* remat_plan_schedule */
   int64_t chunks; /* interleaved: v model chunks per stage (0: the default, 2) */
@@ -162,6 +164,7 @@ typedef enum {
   REMAT_RUN_PIPELINE, /* P stages, one per rank */
   REMAT_RUN_REPLICAS, /* D replicas, one per rank */
   REMAT_RUN_GRID,     /* P x D ranks */
+  REMAT_RUN_TENSOR,   /* t tensor ranks of one model */
   REMAT_RUN_COUNT
 } remat_run_kind;
 

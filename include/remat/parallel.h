@@ -260,6 +260,21 @@ REMAT_API void remat_replicas_destroy(remat_replicas *rp);
  * their places); other ranks pass NULL. Every replica calls it. */
 REMAT_API int remat_replicas_gather_params(remat_replicas *rp, float *full, remat_error *err);
 
+/* t tensor ranks of one model (remat_config.tensor_parallel = t), one per
+ * rank of d (t ranks): each trainer's model is its rank's shard
+ * (Megatron-LM's layout: column-parallel qkv and MLP input, row-parallel
+ * projections, the vocabulary split for the embedding and the loss), and
+ * the group sums the row-parallel products' outputs, the column-parallel
+ * ones' input gradients, the embedding and the loss's statistics, each in
+ * a fixed order (rank order), so a run gives the same bits on every
+ * repeat; the step's gradient norm is the group's. Set before the weights
+ * are initialised (the rank picks its shard). GPT-2 in fp32 on one stage
+ * without replicas, for now. */
+typedef struct remat_tensor_group remat_tensor_group; /* opaque */
+REMAT_API int remat_tensor_group_create(remat_tensor_group **out, remat_dist *d,
+                                        remat_trainer *tr, remat_error *err);
+REMAT_API void remat_tensor_group_destroy(remat_tensor_group *g);
+
 /* Timeline, as the pipeline's (one track per rank, memory reserved up front
  * for max_steps steps): per micro-batch a forward span, per layer a
  * backward span (from taking its gradient buffer to handing it over) and a

@@ -101,3 +101,32 @@ int remat__tensors(const remat_config *cfg, remat__tensor t[REMAT_P_COUNT]) {
   }
   return n;
 }
+
+void remat__tensor_shard_runs(const remat_config *cfg, int i, int64_t rank, remat__run_fn fn,
+                              void *ctx) {
+  remat__tensor t[REMAT_P_COUNT];
+  remat__tensors(cfg, t);
+  const remat__tensor *x = &t[i];
+  int64_t tp = remat__tp(cfg), slices = x->where == REMAT__IN_BLOCK ? cfg->num_layers : 1;
+  size_t R = (size_t)x->rows, K = (size_t)x->cols, size = R * K;
+  if (!size) return;
+  if (tp == 1 || x->split == REMAT__SPLIT_NONE) {
+    fn(ctx, 0, 0, size * (size_t)slices);
+    return;
+  }
+  /* GPT-2's qkv holds q, k and v one after another: each is split */
+  size_t groups = cfg->family != REMAT_FAMILY_LLAMA &&
+                          (i == REMAT_P_QKVW || i == REMAT_P_QKVB) ? 3 : 1;
+  size_t whole = size * (size_t)tp, r = (size_t)rank;
+  for (size_t l = 0; l < (size_t)slices; l++) {
+    size_t at = l * size, wat = l * whole;
+    if (x->split == REMAT__SPLIT_ROWS) {
+      size_t rg = R / groups; /* rows of a group a rank holds */
+      for (size_t g = 0; g < groups; g++)
+        fn(ctx, at + g * rg * K, wat + (g * rg * (size_t)tp + r * rg) * K, rg * K);
+    } else {
+      for (size_t row = 0; row < R; row++)
+        fn(ctx, at + row * K, wat + row * K * (size_t)tp + r * K, K);
+    }
+  }
+}

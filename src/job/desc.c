@@ -46,8 +46,33 @@ static int check_choices(const remat_job_desc *d, remat_error *err) {
   return 0;
 }
 
+/* What tensor parallelism runs with so far. */
+static int check_tensor(const remat_job_desc *d, remat_error *err) {
+  if (d->tensor < 1 || d->tensor > REMAT_MAX_STAGES)
+    return remat__errorf(err, REMAT_EINVAL, "%s %lld: give 1 to %d ranks",
+                         N(d, "tensor-parallel"), (long long)d->tensor, REMAT_MAX_STAGES);
+  if (d->tensor == 1) return 0;
+  const char *no = d->stages > 1                ? "stages"
+                   : d->replicas > 1            ? "data-parallel"
+                   : d->precision != REMAT_PRECISION_FP32 ? "precision"
+                   : d->train.hp.dropout > 0    ? "dropout"
+                   : d->model                   ? "model"
+                   : d->resume                  ? "resume"
+                   : d->checkpoint_dir          ? "checkpoint-dir"
+                   : d->eval_every > 0          ? "eval-every"
+                   : d->trace                   ? "trace"
+                   : d->outputs[0]              ? "save"
+                                                : NULL;
+  if (no)
+    return remat__errorf(err, REMAT_EINVAL, "%s runs one stage of GPT-2 in fp32 without "
+                         "dropout, from fresh weights, saving nothing, for now: drop %s",
+                         N(d, "tensor-parallel"), N(d, no));
+  return 0;
+}
+
 int remat_job_desc_check(const remat_job_desc *d, remat_error *err) {
   int rc = check_choices(d, err);
+  if (!rc) rc = check_tensor(d, err);
   if (rc) return rc;
   if (d->stages < 1 || d->replicas < 1 || d->stages * d->replicas > REMAT_MAX_STAGES)
     return remat__errorf(err, REMAT_EINVAL, "%s %lld x %s %lld is %lld ranks; a job runs 1 to "
@@ -169,9 +194,11 @@ static uint64_t desc_digest(const remat_job_desc *d) {
  * description, the same want). */
 static int ranks_message(const remat_job *job, remat_error *err) {
   const remat_job_desc *d = &job->d;
-  int64_t want = d->stages * d->replicas;
+  int64_t want = d->stages * d->replicas * d->tensor;
   char what[192];
-  if (d->stages > 1 && d->replicas > 1)
+  if (d->tensor > 1)
+    snprintf(what, sizeof what, "%s is %lld", N(d, "tensor-parallel"), (long long)want);
+  else if (d->stages > 1 && d->replicas > 1)
     snprintf(what, sizeof what, "%s %lld x %s %lld is a grid of %lld ranks", N(d, "stages"),
              (long long)d->stages, N(d, "data-parallel"), (long long)d->replicas,
              (long long)want);
@@ -239,7 +266,8 @@ int remat_job_create(remat_job **out, const remat_job_desc *desc, remat_error *e
   job->d = *desc;
   job->ranks = 1;
   job->ckpt_lock = -1;
-  job->kind = d->stages > 1 && d->replicas > 1 ? REMAT_RUN_GRID
+  job->kind = d->tensor > 1                    ? REMAT_RUN_TENSOR
+              : d->stages > 1 && d->replicas > 1 ? REMAT_RUN_GRID
               : d->stages > 1                 ? REMAT_RUN_PIPELINE
               : d->replicas > 1               ? REMAT_RUN_REPLICAS
                                               : REMAT_RUN_ONE;
@@ -262,7 +290,7 @@ int remat_job_create(remat_job **out, const remat_job_desc *desc, remat_error *e
       free(job);
       return rc;
     }
-    job->ranks_differ = job->ranks != d->stages * d->replicas;
+    job->ranks_differ = job->ranks != d->stages * d->replicas * d->tensor;
   } else {
     job->other_flags = -1;
   }
@@ -272,6 +300,7 @@ int remat_job_create(remat_job **out, const remat_job_desc *desc, remat_error *e
 
 void remat_job_destroy(remat_job *job, int status) {
   if (!job) return;
+  remat_tensor_group_destroy(job->tg);
   if (job->grid) {
     remat_grid_destroy(job->grid);
   } else {

@@ -43,6 +43,7 @@ struct remat_job {
   remat_replicas *dp;
   remat_grid *grid; /* a grid: pipe and dp are its parts */
   remat_solo *solo; /* one process with a trace */
+  remat_tensor_group *tg; /* tensor ranks */
   size_t planned;
   /* a resume: the step directory, its step and its weights */
   char resume_dir[4096], resume_model[4096];

@@ -66,6 +66,7 @@ static const struct key {
     {"mem", K_STR, offsetof(remat_job_desc, memory), FIXED},
     {"stages", K_I64, offsetof(remat_job_desc, stages), FIXED},
     {"data-parallel", K_I64, offsetof(remat_job_desc, replicas), FIXED},
+    {"tensor-parallel", K_I64, offsetof(remat_job_desc, tensor), FIXED},
     {"zero", K_INT, offsetof(remat_job_desc, zero), FIXED},
     {"schedule", K_SCHED, offsetof(remat_job_desc, schedule), FIXED},
     {"chunks", K_I64, offsetof(remat_job_desc, chunks), FIXED},
@@ -87,7 +88,7 @@ void remat_job_desc_default(remat_job_desc *d) {
   remat_train_opts_default(&d->train);
   d->train.T = 0;
   d->ckpt_ratio = -1;
-  d->stages = d->replicas = 1;
+  d->stages = d->replicas = d->tensor = 1;
   d->schedule = REMAT_SCHED_1F1B;
   d->head_chunk = -1;
 }

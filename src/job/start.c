@@ -22,6 +22,7 @@ static int check_ranks(remat_job *job, remat_error *err) {
   if (!job->dist) return 0;
   if (job->other_flags >= 0 || job->ranks_differ) /* its message */
     return remat__job_agree(job, 0, err);
+  if (job->kind == REMAT_RUN_TENSOR) return 0; /* one group of all the ranks */
   return remat_dist_grid(job->dist, d->stages, d->replicas, err);
 }
 
@@ -200,7 +201,8 @@ static int load_shape(remat_job *job, remat_error *err) {
   if (!d->model) {
     rc = remat_config_parse(d->config ? d->config : "small", &job->cfg, err);
     job->cfg.precision = d->precision;
-    return rc;
+    job->cfg.tensor_parallel = d->tensor > 1 ? d->tensor : 0; /* a rank's shard */
+    return rc ? rc : remat_config_check(&job->cfg, err);
   }
   if ((rc = remat_checkpoint_reader_open(&job->rd, d->model, &job->cfg, err))) return rc;
   /* llama2.c's files hold no rotary base (they read as 10000): a Llama
@@ -305,6 +307,10 @@ static int make_runtime(remat_job *job, remat_error *err) {
   switch (job->kind) {
   case REMAT_RUN_ONE:
     return remat_trainer_create(&job->tr, &job->cfg, pl->policy, &job->tok, &to, err);
+  case REMAT_RUN_TENSOR:
+    if ((rc = remat_trainer_create(&job->tr, &job->cfg, pl->policy, &job->tok, &to, err)))
+      return rc;
+    return remat_tensor_group_create(&job->tg, job->dist, job->tr, err);
   case REMAT_RUN_REPLICAS: {
     remat_stage st = remat_placement_stage(pl, 0, job->rank);
     if ((rc = remat_trainer_create_stage(&job->tr, &job->cfg, &st, &job->tok, &to, err)))
@@ -341,6 +347,7 @@ static int start_trace(remat_job *job, remat_error *err) {
   int64_t steps = job->d.train.steps;
   if (job->pipe) return remat_pipeline_trace_start(job->pipe, steps, err);
   if (job->dp) return remat_replicas_trace_start(job->dp, steps, err);
+  if (job->tg) return 0; /* no timeline of tensor ranks yet */
   return remat_solo_create(&job->solo, job->tr, steps, err);
 }
 

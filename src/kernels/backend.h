@@ -209,6 +209,20 @@ typedef struct remat__backend {
                                 int64_t V, int64_t Vp);
   double (*crossentropy_forward_backward)(float *logits, float *losses, const int32_t *targets,
                                           float dloss, int64_t N, int64_t V, int64_t Vp);
+  /* the vocabulary split across tensor ranks (kernels.h); NULL where a
+   * backend has none: tensor parallelism is refused there */
+  void (*vocab_encoder_forward)(float *out, const int32_t *tokens, const float *wte,
+                                const float *wpe, int64_t first, int64_t rows, int64_t B,
+                                int64_t T, int64_t C);
+  void (*vocab_encoder_backward)(float *dwte, float *dwpe, const float *dout,
+                                 const int32_t *tokens, int64_t first, int64_t rows, int64_t B,
+                                 int64_t T, int64_t C);
+  void (*vocab_max)(float *mx, const float *logits, int64_t N, int64_t V, int64_t Vl);
+  void (*vocab_exp)(float *logits, double *stats, const float *mx, const int32_t *targets,
+                    int64_t first, int64_t N, int64_t V, int64_t Vl);
+  double (*vocab_finish)(float *logits, float *losses, const double *stats,
+                         const int32_t *targets, float dloss, int64_t first, int64_t N,
+                         int64_t V, int64_t Vl, int backward);
   void (*adamw_update)(float *param, const float *grad, float *m, float *v, size_t n,
                        const remat__adamw *opt, float weight_decay, float grad_scale);
   double (*sumsq)(const float *x, size_t n);

@@ -441,6 +441,37 @@ static double g_crossentropy_forward_backward(float *logits, float *losses, cons
   return r;
 }
 
+static void g_vocab_encoder_forward(float *out, const int32_t *tokens, const float *wte, const float *wpe, int64_t first, int64_t rows, int64_t B, int64_t T, int64_t C) {
+  enter();
+  cpu->vocab_encoder_forward(out, tokens, wte, wpe, first, rows, B, T, C);
+  leave();
+}
+
+static void g_vocab_encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tokens, int64_t first, int64_t rows, int64_t B, int64_t T, int64_t C) {
+  enter();
+  cpu->vocab_encoder_backward(dwte, dwpe, dout, tokens, first, rows, B, T, C);
+  leave();
+}
+
+static void g_vocab_max(float *mx, const float *logits, int64_t N, int64_t V, int64_t Vl) {
+  enter();
+  cpu->vocab_max(mx, logits, N, V, Vl);
+  leave();
+}
+
+static void g_vocab_exp(float *logits, double *stats, const float *mx, const int32_t *targets, int64_t first, int64_t N, int64_t V, int64_t Vl) {
+  enter();
+  cpu->vocab_exp(logits, stats, mx, targets, first, N, V, Vl);
+  leave();
+}
+
+static double g_vocab_finish(float *logits, float *losses, const double *stats, const int32_t *targets, float dloss, int64_t first, int64_t N, int64_t V, int64_t Vl, int backward) {
+  enter();
+  double r = cpu->vocab_finish(logits, losses, stats, targets, dloss, first, N, V, Vl, backward);
+  leave();
+  return r;
+}
+
 static void g_adamw_update(float *param, const float *grad, float *m, float *v, size_t n, const remat__adamw *opt, float weight_decay, float grad_scale) {
   enter();
   cpu->adamw_update(param, grad, m, v, n, opt, weight_decay, grad_scale);
@@ -680,6 +711,11 @@ const remat__backend *remat__backend_guard(void) {
   guard.crossentropy_forward = g_crossentropy_forward;
   guard.crossentropy_backward = g_crossentropy_backward;
   guard.crossentropy_forward_backward = g_crossentropy_forward_backward;
+  guard.vocab_encoder_forward = g_vocab_encoder_forward;
+  guard.vocab_encoder_backward = g_vocab_encoder_backward;
+  guard.vocab_max = g_vocab_max;
+  guard.vocab_exp = g_vocab_exp;
+  guard.vocab_finish = g_vocab_finish;
   guard.adamw_update = g_adamw_update;
   guard.sumsq = g_sumsq;
   guard.init_normal = g_init_normal;

@@ -327,6 +327,33 @@ void remat__crossentropy_backward(float *logits, const int32_t *targets, float d
 double remat__crossentropy_forward_backward(float *logits, float *losses, const int32_t *targets,
                                             float dloss, int64_t N, int64_t V, int64_t Vp);
 
+/* The vocabulary split across tensor ranks (Megatron-LM's
+ * vocabulary-parallel embedding and cross-entropy): a rank holds rows
+ * [first, first + rows) of the token matrix. The encoder writes the rows
+ * of the tokens it holds, zero for the others, plus wpe where given (one
+ * rank gives it), so the ranks' outputs sum to the whole embedding's; its
+ * backward adds into the rows it holds, and into dwpe where given. The
+ * loss over logits (N, Vl), the rank's columns, of which the first V are
+ * real tokens: vocab_max each row's largest (max over the ranks, then);
+ * vocab_exp x = exp(x - max) in place (columns >= V zero) and stats per
+ * row (the sum of the exponentials as crossentropy sums them, and
+ * x[target] - max where the rank holds the target, else 0; summed over the
+ * ranks, then); vocab_finish the probabilities, or with backward their
+ * gradient as crossentropy's, and losses = log(sum) - (x[target] - max);
+ * returns their sum in row order. */
+void remat__vocab_encoder_forward(float *out, const int32_t *tokens, const float *wte,
+                                  const float *wpe, int64_t first, int64_t rows, int64_t B,
+                                  int64_t T, int64_t C);
+void remat__vocab_encoder_backward(float *dwte, float *dwpe, const float *dout,
+                                   const int32_t *tokens, int64_t first, int64_t rows,
+                                   int64_t B, int64_t T, int64_t C);
+void remat__vocab_max(float *mx, const float *logits, int64_t N, int64_t V, int64_t Vl);
+void remat__vocab_exp(float *logits, double *stats, const float *mx, const int32_t *targets,
+                      int64_t first, int64_t N, int64_t V, int64_t Vl);
+double remat__vocab_finish(float *logits, float *losses, const double *stats,
+                           const int32_t *targets, float dloss, int64_t first, int64_t N,
+                           int64_t V, int64_t Vl, int backward);
+
 /* ------------------------------------------------------------- optimizer */
 
 /* AdamW as kernels/backend.h defines it (remat__adamw). */

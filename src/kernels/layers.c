@@ -446,6 +446,80 @@ double remat__crossentropy_forward_backward(float *logits, float *losses, const 
   return crossentropy(logits, losses, targets, N, V, Vp, true, dloss);
 }
 
+/* ------------------------------------- the vocabulary split across ranks */
+
+void remat__vocab_encoder_forward(float *out, const int32_t *tokens, const float *wte,
+                                  const float *wpe, int64_t first, int64_t rows, int64_t B,
+                                  int64_t T, int64_t C) {
+#pragma omp parallel for schedule(static)
+  for (int64_t bt = 0; bt < B * T; bt++) {
+    int64_t v = (int64_t)tokens[bt] - first;
+    const float *we = v >= 0 && v < rows ? wte + v * C : NULL;
+    const float *pe = wpe ? wpe + (bt % T) * C : NULL;
+    float *o = out + bt * C;
+    for (int64_t c = 0; c < C; c++) o[c] = we && pe ? we[c] + pe[c] : we ? we[c] : pe ? pe[c] : 0.0f;
+  }
+}
+
+void remat__vocab_encoder_backward(float *dwte, float *dwpe, const float *dout,
+                                   const int32_t *tokens, int64_t first, int64_t rows,
+                                   int64_t B, int64_t T, int64_t C) {
+  const int64_t nblk = (C + COLBLK - 1) / COLBLK;
+#pragma omp parallel for schedule(static)
+  for (int64_t blk = 0; blk < nblk; blk++) {
+    int64_t c0 = blk * COLBLK, c1 = c0 + COLBLK < C ? c0 + COLBLK : C;
+    for (int64_t bt = 0; bt < B * T; bt++) {
+      const float *d = dout + bt * C;
+      int64_t v = (int64_t)tokens[bt] - first;
+      if (v >= 0 && v < rows)
+        for (int64_t c = c0; c < c1; c++) dwte[v * C + c] += d[c];
+      if (dwpe)
+        for (int64_t c = c0; c < c1; c++) dwpe[(bt % T) * C + c] += d[c];
+    }
+  }
+}
+
+void remat__vocab_max(float *mx, const float *logits, int64_t N, int64_t V, int64_t Vl) {
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; n++) {
+    const float *x = logits + n * Vl;
+    float m = -INFINITY;
+    for (int64_t j = 0; j < V; j++) m = x[j] > m ? x[j] : m;
+    mx[n] = m;
+  }
+}
+
+void remat__vocab_exp(float *logits, double *stats, const float *mx, const int32_t *targets,
+                      int64_t first, int64_t N, int64_t V, int64_t Vl) {
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; n++) {
+    float *x = logits + n * Vl;
+    int64_t t = (int64_t)targets[n] - first;
+    stats[2 * n + 1] = t >= 0 && t < V ? (double)(x[t] - mx[n]) : 0.0;
+    for (int64_t j = 0; j < V; j++) x[j] = remat__exp(x[j] - mx[n]);
+    for (int64_t j = V; j < Vl; j++) x[j] = 0.0f;
+    stats[2 * n] = V > 0 ? sum_lanes(x, V) : 0.0;
+  }
+}
+
+double remat__vocab_finish(float *logits, float *losses, const double *stats,
+                           const int32_t *targets, float dloss, int64_t first, int64_t N,
+                           int64_t V, int64_t Vl, int backward) {
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; n++) {
+    float *x = logits + n * Vl;
+    const double s = stats[2 * n];
+    const float inv = (float)(1.0 / s);
+    for (int64_t j = 0; j < V; j++) x[j] = backward ? x[j] * inv * dloss : x[j] * inv;
+    int64_t t = (int64_t)targets[n] - first;
+    if (backward && t >= 0 && t < V) x[t] -= dloss;
+    losses[n] = (float)(log(s) - stats[2 * n + 1]);
+  }
+  double total = 0.0; /* in row order: deterministic */
+  for (int64_t n = 0; n < N; n++) total += losses[n];
+  return total;
+}
+
 /* bf16 logits: crossentropy's arithmetic on the widened values, with no
  * buffer: one pass for the max, one for the sum of exponentials (lanes in
  * double, as sum_lanes), and with backward a third that recomputes each

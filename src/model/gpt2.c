@@ -66,11 +66,22 @@ int remat__model_plan_on(remat_model **out, const remat_config *cfg, int64_t B, 
                          "grouped-query attention), which the %s backend has not%s yet; use "
                          "the CPU backend, or plan it (remat plan)",
                          bk->name, bk->rmsnorm_forward ? " in bf16" : "");
-  if (cfg->tensor_parallel > 1)
+  if (cfg->tensor_parallel > 1 && (cfg->family == REMAT_FAMILY_LLAMA || bf16 ||
+                                   cfg->sequence_parallel || !bk->vocab_max))
     return remat__errorf(err, REMAT_EINVAL,
-                         "remat's engine does not run tensor parallelism yet: a tensor degree "
-                         "of %lld is planned (remat plan --tensor-parallel), not trained",
+                         "remat's engine runs tensor parallelism for GPT-2 in fp32, without "
+                         "sequence parallelism, on the CPU backend; this %s%s%s run of tensor "
+                         "degree %lld is planned (remat plan --tensor-parallel), not trained",
+                         cfg->family == REMAT_FAMILY_LLAMA ? "Llama" : "GPT-2",
+                         bf16 ? " bf16" : "", cfg->sequence_parallel ? " sequence-parallel" : "",
                          (long long)cfg->tensor_parallel);
+  /* the head's collectives work in the norm's gradient and the logits */
+  if (cfg->tensor_parallel > 1 &&
+      (cfg->channels < 16 || cfg->padded_vocab_size < 2 * cfg->channels))
+    return remat__errorf(err, REMAT_EINVAL,
+                         "tensor parallelism needs at least 16 channels and a padded vocabulary "
+                         "of at least twice the channels, not %lld and %lld",
+                         (long long)cfg->channels, (long long)cfg->padded_vocab_size);
   remat_model *m = remat__calloc(1, sizeof *m);
   if (!m) return remat__errorf(err, REMAT_ENOMEM, "out of memory");
   m->be = be ? be : remat__backend_default();
@@ -269,6 +280,22 @@ void *remat__model_region(remat_model *m, int buf, size_t *bytes) {
   m->update_clean = 0;
   *bytes = m->mp.buf[buf].bytes;
   return *bytes ? m->arena + m->mp.buf[buf].offset : NULL;
+}
+
+void remat__model_set_tensor_ops(remat_model *m, const remat__tensor_ops *ops) {
+  m->tops = *ops;
+}
+
+void remat__model_grad_sumsq_split(const remat_model *m, double *split, double *whole) {
+  remat__tensor t[REMAT_P_COUNT];
+  remat__tensors(&m->cfg, t);
+  *split = *whole = 0.0;
+  for (int i = 0; i < REMAT_P_COUNT; i++) {
+    if (!m->g[i] || !m->sz[i]) continue;
+    double s = m->be->sumsq(m->g[i], m->sz[i]);
+    if (t[i].split != REMAT__SPLIT_NONE && remat__tp(&m->cfg) > 1) *split += s;
+    else *whole += s;
+  }
 }
 
 void remat__model_set_layer_ops(remat_model *m, const remat__layer_ops *ops) {
@@ -528,9 +555,38 @@ static void init_piece(const remat__backend *be, const remat_config *c, int i, f
   }
 }
 
+/* A tensor rank's shard, run by run (remat__tensor_shard_runs), each
+ * drawn at its elements' places in the whole tensor: the group's shards
+ * are the whole model's initialisation. */
+typedef struct {
+  remat_model *m;
+  const remat_config *whole;
+  int i;
+  uint64_t seed;
+} shard_init;
+
+static void init_run(void *ctx, size_t at, size_t whole_at, size_t n) {
+  shard_init *s = ctx;
+  init_piece(s->m->be, s->whole, s->i, s->m->p[s->i] + at, whole_at, n, s->seed);
+}
+
+static void init_shard(remat_model *m, uint64_t seed) {
+  remat_config whole = m->cfg;
+  whole.tensor_parallel = whole.sequence_parallel = 0;
+  for (int i = 0; i < REMAT_P_COUNT; i++) {
+    shard_init s = {m, &whole, i, seed};
+    if (m->sz[i]) remat__tensor_shard_runs(&m->cfg, i, m->tops.rank, init_run, &s);
+  }
+}
+
 void remat_model_init_weights(remat_model *m, uint64_t seed) {
   const remat_config *c = &m->cfg;
   m->update_clean = 0;
+  if (remat__tp(c) > 1) {
+    REMAT_ASSERT(m->tops.sum && m->stage.has_embedding && m->stage.has_head);
+    init_shard(m, seed);
+    return;
+  }
   if (!remat__model_buf_sharded(m, REMAT_BUF_PARAMS)) {
     for (int i = 0; i < REMAT_P_COUNT; i++)
       if (m->sz[i]) init_piece(m->be, c, i, m->p[i], m->tensor_first[i], m->sz[i], seed);
@@ -568,20 +624,26 @@ typedef struct {
   float *ln1w, *ln1b, *qkvw, *qkvb, *projw, *projb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
 } block_grads;
 
+/* Block l's slices of the tensors; Ci: a tensor rank's share of the
+ * heads' width (C without tensor parallelism). */
 #define SLICE(arr, l, C, per) ((arr) + (size_t)(l) * (size_t)(per) * (size_t)(C))
-#define BLOCK_VIEW(T, src, l, C)                                                            \
+#define BLOCK_VIEW(T, src, l, C, Ci)                                                        \
   (T) {                                                                                     \
     SLICE(src[REMAT_P_LN1W], l, C, 1), SLICE(src[REMAT_P_LN1B], l, C, 1),                   \
-        SLICE(src[REMAT_P_QKVW], l, C, 3 * C), SLICE(src[REMAT_P_QKVB], l, C, 3),           \
-        SLICE(src[REMAT_P_ATTPROJW], l, C, C), SLICE(src[REMAT_P_ATTPROJB], l, C, 1),       \
+        SLICE(src[REMAT_P_QKVW], l, C, 3 * Ci), SLICE(src[REMAT_P_QKVB], l, Ci, 3),         \
+        SLICE(src[REMAT_P_ATTPROJW], l, C, Ci), SLICE(src[REMAT_P_ATTPROJB], l, C, 1),      \
         SLICE(src[REMAT_P_LN2W], l, C, 1), SLICE(src[REMAT_P_LN2B], l, C, 1),               \
-        SLICE(src[REMAT_P_FCW], l, C, 4 * C), SLICE(src[REMAT_P_FCB], l, C, 4),             \
-        SLICE(src[REMAT_P_FCPROJW], l, C, 4 * C), SLICE(src[REMAT_P_FCPROJB], l, C, 1)      \
+        SLICE(src[REMAT_P_FCW], l, C, 4 * Ci), SLICE(src[REMAT_P_FCB], l, Ci, 4),           \
+        SLICE(src[REMAT_P_FCPROJW], l, C, 4 * Ci), SLICE(src[REMAT_P_FCPROJB], l, C, 1)     \
   }
 
+/* A tensor rank's share of the heads' width: C / t. */
+static int64_t inner(const remat_model *m) { return m->cfg.channels / remat__tp(&m->cfg); }
+
 /* A block's tensors inside its unit vector (remat/memory.h), in order. */
-static void unit_block_views(float *base, size_t C, float *v[12]) {
-  const size_t n[12] = {C, C, 3 * C * C, 3 * C, C * C, C, C, C, 4 * C * C, 4 * C, 4 * C * C, C};
+static void unit_block_views(float *base, size_t C, size_t Ci, float *v[12]) {
+  const size_t n[12] = {C,  C, 3 * Ci * C, 3 * Ci, Ci * C, C,
+                        C,  C, 4 * Ci * C, 4 * Ci, 4 * Ci * C, C};
   for (int k = 0; k < 12; k++) {
     v[k] = base;
     base += n[k];
@@ -599,9 +661,9 @@ static const float *unit_params(remat_model *m, int64_t u, int phase) {
 /* Block i of the stage: its parameters in the model's tensors, or in a
  * unit vector. */
 static block_params block_params_of(remat_model *m, int64_t i, const float *unit) {
-  if (!unit) return BLOCK_VIEW(block_params, m->p, i, m->cfg.channels);
+  if (!unit) return BLOCK_VIEW(block_params, m->p, i, m->cfg.channels, inner(m));
   float *v[12];
-  unit_block_views((float *)unit, (size_t)m->cfg.channels, v);
+  unit_block_views((float *)unit, (size_t)m->cfg.channels, (size_t)inner(m), v);
   return UNIT_VIEW(block_params, v);
 }
 
@@ -754,7 +816,7 @@ static void bf16_refresh(remat_model *m) {
     llama_wbf(m, i, w, true, h);
   }
   for (int64_t i = 0; m->cfg.family != REMAT_FAMILY_LLAMA && i < m->stage.num_blocks; i++) {
-    block_params w = BLOCK_VIEW(block_params, m->p, i, C);
+    block_params w = BLOCK_VIEW(block_params, m->p, i, C, inner(m));
     block_wbf h = block_wbf_of(m, i, &w);
     m->be->to_bf16((uint16_t *)h.qkvw, w.qkvw, 3 * CC);
     m->be->to_bf16((uint16_t *)h.projw, w.projw, CC);
@@ -860,6 +922,39 @@ static void block_backward_bf16(remat_model *m, int64_t i, const block_params *w
                          a->ln1_mean, a->ln1_rstd, N, C);
 }
 
+/* The transient workspace's gradient views, which a tensor rank's
+ * forward also borrows (nothing else is in them then). */
+static remat__block_dgrads dgrads_of(remat_model *m) {
+  remat__block_dgrads d;
+  remat__kernel_ws ws = kernel_ws(m);
+  remat__block_dgrads_view(&d, m->work, m->B, m->T, m->cfg.channels, &ws);
+  return d;
+}
+
+/* out = resid + dropout(inp @ weight^T + bias), inp (N, IC), out (N, OC):
+ * on a tensor rank a row-parallel product, whose parts the group sums
+ * before the dropout and the residual (the bias on rank 0's part). */
+static void product_residual(remat_model *m, float *out, const float *inp, const float *weight,
+                             const float *bias, const float *resid, const remat__dropout *d,
+                             int64_t N, int64_t IC, int64_t OC) {
+  if (!m->tops.sum) {
+    m->be->matmul_forward_residual(out, inp, weight, bias, resid, d, N, IC, OC);
+    return;
+  }
+  size_t n = (size_t)N * (size_t)OC;
+  m->be->matmul_forward(out, inp, weight, m->tops.rank == 0 ? bias : NULL, N, IC, OC);
+  m->tops.sum(m->tops.ctx, out, n, dgrads_of(m).dln);
+  if (d->p > 0.0f) m->be->dropout_apply(out, out, n, d);
+  m->be->residual_forward(out, out, resid, n);
+}
+
+/* A tensor rank's part of the gradient into a column-parallel product's
+ * input (n floats), summed over the group; scratch: a free workspace view
+ * (the MLP's 4 n / t floats, enough for the sum's 2 n / t). */
+static void column_input_grad(remat_model *m, float *dinp, size_t n, float *scratch) {
+  if (m->tops.sum) m->tops.sum(m->tops.ctx, dinp, n, scratch);
+}
+
 /* One block (index i within the stage) forward from x (B,T,C) into a's internals and out (B,T,C). With
  * out == NULL it stops after the GELU: that is all a recompute needs, since
  * the block's output is already stored as the next block's input. */
@@ -877,19 +972,20 @@ static void block_forward(remat_model *m, int64_t i, const block_params *wp, con
     return;
   }
 
+  /* a tensor rank's heads and MLP share: Ci of the C channels */
+  int64_t Ci = inner(m), NHi = NH / remat__tp(&m->cfg);
   m->be->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, w.ln1w, w.ln1b, N, C);
-  m->be->matmul_forward(a->qkv, a->ln1, w.qkvw, w.qkvb, N, C, 3 * C);
+  m->be->matmul_forward(a->qkv, a->ln1, w.qkvw, w.qkvb, N, C, 3 * Ci);
   progress(m);
-  m->be->attention_forward(a->atty, a->att_lse, a->qkv, B, T, C, NH, &d_att);
+  m->be->attention_forward(a->atty, a->att_lse, a->qkv, B, T, Ci, NHi, &d_att);
   progress(m);
-  m->be->matmul_forward_residual(a->res2, a->atty, w.projw, w.projb, x, &d_r1, N, C, C);
+  product_residual(m, a->res2, a->atty, w.projw, w.projb, x, &d_r1, N, Ci, C);
   progress(m);
   m->be->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w.ln2w, w.ln2b, N, C);
-  m->be->matmul_forward_gelu(a->fch, a->fch_gelu, a->ln2, w.fcw, w.fcb, N, C, 4 * C);
+  m->be->matmul_forward_gelu(a->fch, a->fch_gelu, a->ln2, w.fcw, w.fcb, N, C, 4 * Ci);
   progress(m);
   if (!out) return;
-  m->be->matmul_forward_residual(out, a->fch_gelu, w.fcprojw, w.fcprojb, a->res2, &d_r2, N,
-                                 4 * C, C);
+  product_residual(m, out, a->fch_gelu, w.fcprojw, w.fcprojb, a->res2, &d_r2, N, 4 * Ci, C);
   progress(m);
 }
 
@@ -910,7 +1006,7 @@ static void block_recompute_cheap(remat_model *m, const block_params *wp, const 
   }
   m->be->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, w.ln1w, w.ln1b, N, C);
   m->be->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w.ln2w, w.ln2b, N, C);
-  m->be->gelu_forward(a->fch_gelu, a->fch, 4 * (size_t)N * (size_t)C);
+  m->be->gelu_forward(a->fch_gelu, a->fch, 4 * (size_t)N * (size_t)inner(m));
 }
 
 /* A block's backward runs whole, or as B then W (model.h's REMAT__PART_*,
@@ -934,7 +1030,7 @@ static void block_backward(remat_model *m, int64_t i, const block_params *wp,
                            const remat_hparams *hp, uint32_t micro, int part,
                            const remat__block_wrec *wr) {
   int64_t B = m->B, T = m->T, C = m->cfg.channels, NH = m->cfg.num_heads, N = B * T;
-  int64_t l = m->stage.first_block + i;
+  int64_t l = m->stage.first_block + i, Ci = inner(m), NHi = NH / remat__tp(&m->cfg);
   size_t BTC = (size_t)N * (size_t)C;
   const block_params w = *wp;
   const block_grads g = *gp;
@@ -962,13 +1058,14 @@ static void block_backward(remat_model *m, int64_t i, const block_params *wp,
   else if (in) dbranch = branch_grad(m, d->dbranch, m->dresid, BTC, &d_r2);
   if (in)
     m->be->matmul_backward_gelu(d4, wt ? g.fcprojw : NULL, wt ? g.fcprojb : NULL, dbranch,
-                                a->fch_gelu, w.fcprojw, a->fch, N, 4 * C, C);
+                                a->fch_gelu, w.fcprojw, a->fch, N, 4 * Ci, C);
   else
     m->be->matmul_backward(NULL, g.fcprojw, g.fcprojb, dbranch, a->fch_gelu, w.fcprojw, N,
-                           4 * C, C);
+                           4 * Ci, C);
   progress(m);
   m->be->matmul_backward(in ? dln2 : NULL, wt ? g.fcw : NULL, wt ? g.fcb : NULL, d4, a->ln2,
-                         w.fcw, N, C, 4 * C);
+                         w.fcw, N, C, 4 * Ci);
+  if (in) column_input_grad(m, dln2, BTC, d->d4);
   progress(m);
   m->be->layernorm_backward(dresid, wt ? g.ln2w : NULL, wt ? g.ln2b : NULL, dln2, a->res2,
                             w.ln2w, a->ln2_mean, a->ln2_rstd, N, C);
@@ -977,14 +1074,15 @@ static void block_backward(remat_model *m, int64_t i, const block_params *wp,
   if (in && wr) branch_keep(m, wr->dproj, m->dresid, BTC, &d_r1);
   else if (in) dbranch = branch_grad(m, d->dbranch, m->dresid, BTC, &d_r1);
   m->be->matmul_backward(in ? d->datty : NULL, wt ? g.projw : NULL, wt ? g.projb : NULL,
-                         dbranch, a->atty, w.projw, N, C, C);
+                         dbranch, a->atty, w.projw, N, Ci, C);
   progress(m);
   if (in)
     m->be->attention_backward(dqkv, d->att_delta, d->datty, a->qkv, a->atty, a->att_lse, B, T,
-                              C, NH, &d_att);
+                              Ci, NHi, &d_att);
   progress(m);
   m->be->matmul_backward(in ? dln1 : NULL, wt ? g.qkvw : NULL, wt ? g.qkvb : NULL, dqkv, a->ln1,
-                         w.qkvw, N, C, 3 * C);
+                         w.qkvw, N, C, 3 * Ci);
+  if (in) column_input_grad(m, dln1, BTC, d->d4);
   progress(m);
   m->be->layernorm_backward(dresid, wt ? g.ln1w : NULL, wt ? g.ln1b : NULL, dln1, x, w.ln1w,
                             a->ln1_mean, a->ln1_rstd, N, C);
@@ -1045,6 +1143,27 @@ static int64_t head_rows(const remat_model *m) {
   return k > 0 && k < N ? k : N;
 }
 
+/* A tensor rank's loss over its columns of the vocabulary (Megatron-LM's
+ * vocabulary-parallel cross-entropy, kernels.h's vocab_*): each row's
+ * largest logit over the group, then its sum of exponentials and target
+ * logit over the group. They live in the chunk's rows of the norm's
+ * gradient, free until the product's backward fills them. */
+static double vocab_loss(remat_model *m, const remat__head_acts *h, float *logits, float *losses,
+                         const int32_t *targets, int64_t r, int64_t n, bool backward,
+                         float dloss) {
+  const remat_config *c = &m->cfg;
+  int64_t Vl = c->padded_vocab_size / remat__tp(c), first = m->tops.rank * Vl;
+  int64_t V = c->vocab_size - first; /* the rank's columns that are tokens */
+  V = V < 0 ? 0 : V < Vl ? V : Vl;
+  float *mx = h->dlnf + (size_t)r * (size_t)c->channels;
+  double *stats = (double *)(mx + (n + 1) / 2 * 2), *scratch = stats + 2 * n;
+  m->be->vocab_max(mx, logits, n, V, Vl);
+  m->tops.max(m->tops.ctx, mx, (size_t)n);
+  m->be->vocab_exp(logits, stats, mx, targets, first, n, V, Vl);
+  m->tops.sum_f64(m->tops.ctx, stats, 2 * (size_t)n, scratch);
+  return m->be->vocab_finish(logits, losses, stats, targets, dloss, first, n, V, Vl, backward);
+}
+
 /* The logits of the n tokens from r (rows r.. of h's norm output) and
  * their loss, the same for every family; returns the rows' summed loss.
  * With backward, the logits are left holding the loss's gradient, dloss
@@ -1069,8 +1188,9 @@ static double head_logits(remat_model *m, const head_params *w, const remat__hea
   }
   float *logits = (float *)(m->work + m->mp.mm.head_bytes);
   const float *x = (const float *)h->lnf + (size_t)r * (size_t)C;
-  m->be->matmul_forward(logits, x, w->wte, NULL, n, C, Vp);
+  m->be->matmul_forward(logits, x, w->wte, NULL, n, C, Vp / remat__tp(c));
   progress(m);
+  if (m->tops.sum) return vocab_loss(m, h, logits, losses, targets, r, n, backward, dloss);
   if (backward)
     return m->be->crossentropy_forward_backward(logits, losses, targets, dloss, n, V, Vp);
   return m->be->crossentropy_forward(logits, losses, targets, n, V, Vp);
@@ -1133,12 +1253,17 @@ void remat__model_stage_forward(remat_model *m, int64_t slot_index, uint32_t mic
     float *out = nb || m->stage.has_head ? resid_at(m, slot, 0) : m->send;
     const float *e = unit_params(m, 0, 0);
     int pos = m->cfg.family != REMAT_FAMILY_LLAMA; /* learned positions */
-    m->be->encoder_forward(out, (const int32_t *)(slot->at + slot->lay.inputs_offset),
-                           e ? e : m->p[0],
-                           !pos ? NULL
-                           : e  ? e + (size_t)m->cfg.padded_vocab_size * (size_t)C
-                                : m->p[REMAT_P_WPE],
-                           m->B, m->T, C);
+    int64_t Vl = m->cfg.padded_vocab_size / remat__tp(&m->cfg);
+    const int32_t *ids = (const int32_t *)(slot->at + slot->lay.inputs_offset);
+    const float *wte = e ? e : m->p[0];
+    const float *wpe = !pos ? NULL : e ? e + (size_t)Vl * (size_t)C : m->p[REMAT_P_WPE];
+    if (m->tops.sum) { /* a tensor rank's rows of the vocabulary; rank 0 adds the positions */
+      m->be->vocab_encoder_forward(out, ids, wte, m->tops.rank == 0 ? wpe : NULL,
+                                   m->tops.rank * Vl, Vl, m->B, m->T, C);
+      m->tops.sum(m->tops.ctx, out, (size_t)(m->B * m->T) * (size_t)C, dgrads_of(m).dln);
+    } else {
+      m->be->encoder_forward(out, ids, wte, wpe, m->B, m->T, C);
+    }
     t = lap(m, REMAT__T_EMBED_F, t);
   }
   for (int64_t i = 0; i < nb; i++) {
@@ -1193,7 +1318,9 @@ static double head_backward(remat_model *m, const remat__slot *slot, float dloss
                                   head_wbf(m, w.wte), n, C, Vp, false, h.scratch);
     else
       m->be->matmul_backward(dx, gwte, NULL, logits, (const float *)h.lnf + (size_t)r * (size_t)C,
-                             w.wte, n, C, Vp);
+                             w.wte, n, C, Vp / remat__tp(c));
+    /* a tensor rank's part of the norm's gradient; the logits are free */
+    if (m->tops.sum) m->tops.sum(m->tops.ctx, dx, (size_t)n * (size_t)C, logits);
     progress(m);
     t = lap(m, REMAT__T_HEAD_B, t);
   }
@@ -1218,11 +1345,16 @@ static void embedding_backward(remat_model *m, const remat__slot *slot) {
   const remat_config *c = &m->cfg;
   int64_t C = c->channels;
   float *gb = grad_buffer(m, REMAT_LAYER_EMBEDDING, 0, 0);
-  size_t wte = (size_t)c->padded_vocab_size * (size_t)C;
+  int64_t Vl = c->padded_vocab_size / remat__tp(c);
+  size_t wte = (size_t)Vl * (size_t)C;
   const int32_t *ids = (const int32_t *)(slot->at + slot->lay.inputs_offset);
   /* learned positions: GPT-2's; a Llama's are rotary, in its blocks */
   int pos = c->family != REMAT_FAMILY_LLAMA;
-  if (!gb && m->stage.has_head && !m->tied_grad && remat__tied(c)) {
+  if (m->tops.sum) { /* a tensor rank's rows of the vocabulary */
+    m->be->vocab_encoder_backward(gb ? gb : m->g[0],
+                                  !pos ? NULL : gb ? gb + wte : m->g[REMAT_P_WPE], m->dresid,
+                                  ids, m->tops.rank * Vl, Vl, m->B, m->T, C);
+  } else if (!gb && m->stage.has_head && !m->tied_grad && remat__tied(c)) {
     /* one micro-batch, one process: the head's share is in g[WTE]
      * already; the embedding's is summed apart in the workspace */
     REMAT_ASSERT(m->D <= 1 && kernel_ws(m).encoder_tied <= m->work_bytes);
@@ -1381,10 +1513,10 @@ static void blocks_backward(remat_model *m, const remat__slot *slot, uint32_t mi
     block_grads g = {0};
     if (gb) {
       float *v[12];
-      unit_block_views(gb, (size_t)C, v);
+      unit_block_views(gb, (size_t)C, (size_t)inner(m), v);
       g = UNIT_VIEW(block_grads, v);
     } else if (bp & PART_WEIGHT) {
-      g = BLOCK_VIEW(block_grads, m->g, i, C);
+      g = BLOCK_VIEW(block_grads, m->g, i, C, inner(m));
     }
     block_backward(m, i, &w, &g, x, &a, hp, micro, bp, bp != PART_ALL ? &wr : NULL);
     if (bp == PART_INPUT) wrec_fill(m, &wr, x, &a);

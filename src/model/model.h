@@ -49,6 +49,7 @@ struct remat_model {
   size_t shard_emb, shard_blk, shard_head;
   size_t head_grad_split; /* floats before the head's own unit in its gradient buffer */
   remat__layer_ops lops;   /* a replica's parameter gathers and gradient reductions */
+  remat__tensor_ops tops;  /* a tensor rank's collectives (sum NULL without) */
 
   /* bf16: the products' primitives, made for this stage's shapes; the bf16
    * copies of the matrices (REMAT_BUF_PARAMS_BF16), stale after an update

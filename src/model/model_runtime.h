@@ -97,6 +97,35 @@ float *remat__model_shard(remat_model *m, int buf, int64_t u);
 int64_t remat__model_grad_chunk_sums(remat_model *m, int64_t u, size_t first, size_t count,
                                      double *out);
 
+/* --------------------------------------------------- tensor parallelism */
+
+/* A tensor rank (remat_config.tensor_parallel t > 1) holds its shard of
+ * the model (config/family.h's splits, Megatron-LM's layout): a block runs
+ * its heads and its share of the MLP, the head and the embedding its share
+ * of the vocabulary. Its runtime gives it the group's collectives, which
+ * every rank of the group calls in the same order:
+ *   sum      buf (n floats, this rank's part) becomes the sum of the t
+ *            parts, added in rank order 0, 1, ..., t - 1 on every rank, so
+ *            every rank holds the same bits, the same on every repeat;
+ *            scratch: 2 ceil(n / t) floats of the model's, free meanwhile
+ *   sum_f64  the same for doubles (scratch: 2 ceil(n / t) doubles)
+ *   max      buf becomes the elementwise largest of the t parts (exact)
+ * buf and scratch are backend memory. rank: this rank's place in the
+ * group, 0 .. t - 1, which decides the shard it initialises. */
+typedef struct remat__tensor_ops {
+  void (*sum)(void *ctx, float *buf, size_t n, float *scratch);
+  void (*sum_f64)(void *ctx, double *buf, size_t n, double *scratch);
+  void (*max)(void *ctx, float *buf, size_t n);
+  void *ctx;
+  int64_t rank;
+} remat__tensor_ops;
+void remat__model_set_tensor_ops(remat_model *m, const remat__tensor_ops *ops);
+/* The sums of squared gradients of the tensors a tensor rank holds a shard
+ * of (*split) and of those every rank holds whole (*whole), each over the
+ * tensors in checkpoint order: the squared global norm is the split sums
+ * of all ranks plus one rank's whole sum. */
+void remat__model_grad_sumsq_split(const remat_model *m, double *split, double *whole);
+
 /* ------------------------------------------------------- pipeline stages */
 
 /* A model of one pipeline stage (remat/memory.h's remat_stage): its blocks,

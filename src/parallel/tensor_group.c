@@ -1,0 +1,159 @@
+/* tensor_group.c: t tensor ranks of one model (remat_config.tensor_parallel),
+ * one per MPI rank, laid out as Megatron-LM lays them out: every rank runs
+ * every layer on its shard (its heads, its share of the MLP and of the
+ * vocabulary), and the group sums what a shard computes only in part. The
+ * model calls the collectives (model_runtime.h's remat__tensor_ops); every
+ * rank calls them in the same order, since every rank runs the same layers.
+ *
+ *   sum    reduce-scatter, then all-gather, in a fixed order: rank c owns
+ *          chunk c of the buffer; each rank in turn scatters its chunks
+ *          (t scatters), and the owner adds what arrives as it arrives, so
+ *          chunk c is p_0 + p_1 + ... + p_{t-1} in rank order; the owners'
+ *          chunks are then all-gathered in place. Every rank ends with the
+ *          same bits, the same on every repeat.
+ *   max    an all-reduce of the largest, which is exact in any order.
+ *   norm   the split tensors' sums of squares over the group, added in
+ *          rank order, plus the whole tensors' (the same on every rank).
+ *
+ * The update is the model's own: each rank's AdamW on its shard, and on
+ * the tensors it holds whole (norms, biases of the row-parallel products,
+ * positions), whose gradients are the same bits on every rank, so they
+ * stay equal. */
+#include <stdio.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "config/family.h"
+#include "parallel/parallel_internal.h"
+
+struct remat_tensor_group {
+  remat_dist *d;
+  remat_trainer *tr;
+  remat_model *m;
+  const remat__backend *be;
+  int rank, size;
+  int *counts, *displs; /* the chunks of the buffer being summed */
+};
+
+/* An MPI failure inside a collective the model called, which has no way
+ * to return it: said, and the job ended (a peer that died ends it too). */
+static void check(remat_tensor_group *g, int rc, const char *what) {
+  if (rc == MPI_SUCCESS) return;
+  remat_error e;
+  remat__mpi_error(&e, rc, what);
+  fprintf(stderr, "remat: tensor rank %d: %s\n", g->rank, e.msg);
+  MPI_Abort(g->d->comm, 1);
+}
+
+static void add_floats(void *acc, const void *part, size_t n, size_t es) {
+  if (es == sizeof(float)) {
+    float *a = acc;
+    const float *b = part;
+    for (size_t i = 0; i < n; i++) a[i] += b[i];
+  } else {
+    double *a = acc;
+    const double *b = part;
+    for (size_t i = 0; i < n; i++) a[i] += b[i];
+  }
+}
+
+static void sum_typed(remat_tensor_group *g, void *buf, size_t n, void *scratch, MPI_Datatype ty,
+                      size_t es) {
+  int t = g->size, r = g->rank;
+  size_t q = (n + (size_t)t - 1) / (size_t)t;
+  REMAT_ASSERT(q <= (size_t)INT32_MAX);
+  for (int c = 0; c < t; c++) {
+    size_t lo = (size_t)c * q < n ? (size_t)c * q : n, hi = lo + q < n ? lo + q : n;
+    g->displs[c] = (int)lo;
+    g->counts[c] = (int)(hi - lo);
+  }
+  const int rw = REMAT_MAP_READ | REMAT_MAP_WRITE;
+  char *host = g->be->map(buf, n * es, rw), *s = g->be->map(scratch, 2 * q * es, rw);
+  char *acc = s, *rcv = s + q * es, *own = host + (size_t)g->displs[r] * es;
+  size_t mine = (size_t)g->counts[r];
+  for (int k = 0; k < t; k++) {
+    char *dst = k == 0 ? acc : rcv;
+    int rc = k == r ? MPI_Scatterv(host, g->counts, g->displs, ty, MPI_IN_PLACE, g->counts[r], ty,
+                                   k, g->d->comm)
+                    : MPI_Scatterv(NULL, g->counts, g->displs, ty, dst, g->counts[r], ty, k,
+                                   g->d->comm);
+    check(g, rc, "a tensor-parallel sum");
+    const char *part = k == r ? own : dst;
+    if (k == 0 && part != acc) memcpy(acc, part, mine * es);
+    if (k > 0) add_floats(acc, part, mine, es);
+  }
+  memcpy(own, acc, mine * es);
+  check(g, MPI_Allgatherv(MPI_IN_PLACE, 0, ty, host, g->counts, g->displs, ty, g->d->comm),
+        "a tensor-parallel all-gather");
+  g->be->unmap(scratch, s, 2 * q * es, rw);
+  g->be->unmap(buf, host, n * es, rw);
+}
+
+static void op_sum(void *ctx, float *buf, size_t n, float *scratch) {
+  sum_typed(ctx, buf, n, scratch, MPI_FLOAT, sizeof(float));
+}
+
+static void op_sum_f64(void *ctx, double *buf, size_t n, double *scratch) {
+  sum_typed(ctx, buf, n, scratch, MPI_DOUBLE, sizeof(double));
+}
+
+static void op_max(void *ctx, float *buf, size_t n) {
+  remat_tensor_group *g = ctx;
+  const int rw = REMAT_MAP_READ | REMAT_MAP_WRITE;
+  REMAT_ASSERT(n <= (size_t)INT32_MAX);
+  float *host = g->be->map(buf, n * sizeof(float), rw);
+  check(g, MPI_Allreduce(MPI_IN_PLACE, host, (int)n, MPI_FLOAT, MPI_MAX, g->d->comm),
+        "a tensor-parallel maximum");
+  g->be->unmap(buf, host, n * sizeof(float), rw);
+}
+
+static int norm_sumsq(void *ctx, remat_trainer *tr, const double *layers, int64_t n,
+                      double *total, remat_error *err) {
+  (void)tr;
+  (void)layers;
+  (void)n;
+  remat_tensor_group *g = ctx;
+  double split, whole, all[REMAT_MAX_STAGES];
+  remat__model_grad_sumsq_split(g->m, &split, &whole);
+  int rc = MPI_Allgather(&split, 1, MPI_DOUBLE, all, 1, MPI_DOUBLE, g->d->comm);
+  if (rc != MPI_SUCCESS) return remat__mpi_error(err, rc, "the gradient norm's sums");
+  double s = 0.0;
+  for (int k = 0; k < g->size; k++) s += all[k];
+  *total = s + whole;
+  return 0;
+}
+
+int remat_tensor_group_create(remat_tensor_group **out, remat_dist *d, remat_trainer *tr,
+                              remat_error *err) {
+  *out = NULL;
+  remat_model *m = remat_trainer_model(tr);
+  const remat_config *cfg = remat_model_config(m);
+  int64_t t = remat__tp(cfg);
+  if (t < 2 || t != d->size || t > REMAT_MAX_STAGES)
+    return remat__errorf(err, REMAT_EINVAL,
+                         "a tensor degree of %lld runs on as many ranks, not %d", (long long)t,
+                         d->size);
+  remat_tensor_group *g = remat__calloc(1, sizeof *g);
+  int *chunks = remat__calloc(2 * (size_t)t, sizeof(int));
+  if (!g || !chunks) {
+    remat__free(g);
+    remat__free(chunks);
+    return remat__errorf(err, REMAT_ENOMEM, "out of memory");
+  }
+  *g = (remat_tensor_group){.d = d, .tr = tr, .m = m, .be = remat__model_backend(m),
+                            .rank = d->rank, .size = d->size, .counts = chunks,
+                            .displs = chunks + t};
+  remat__model_set_tensor_ops(m, &(remat__tensor_ops){.sum = op_sum, .sum_f64 = op_sum_f64,
+                                                      .max = op_max, .ctx = g,
+                                                      .rank = d->rank});
+  remat__trainer_set_ops(tr, &(remat__trainer_ops){.norm_sumsq = norm_sumsq, .ctx = g});
+  *out = g;
+  return 0;
+}
+
+void remat_tensor_group_destroy(remat_tensor_group *g) {
+  if (!g) return;
+  remat__trainer_set_ops(g->tr, &(remat__trainer_ops){0});
+  remat__free(g->counts);
+  remat__free(g);
+}

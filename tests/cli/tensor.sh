@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# Tensor parallelism run (--tensor-parallel T over MPI, Megatron-LM's
+# layout) against one process, over 5 AdamW steps: every loss and gradient
+# norm agrees within a relative 1e-5 (float rounding: the group's sums add
+# the ranks' parts where one process adds a whole row), for T in {2, 4},
+# with blocks kept, in full, middle, several micro-batches a step and the
+# head in chunks; a run repeats bit for bit, recomputing gives the kept
+# run's bits, the guard backend the CPU's; every rank's arena planned =
+# measured, and = `remat plan --tensor-parallel`'s; what is not run yet is
+# refused, saying so.
+# usage: tensor.sh REMAT TMPDIR
+set -u
+remat=$1
+tmp=$2
+. "$(dirname "$0")/lib.sh"
+fresh_dir "$tmp"
+cd "$tmp" || exit 1
+
+shape=(--config 4,64,4,256,64 --batch 2 --seq 32 --precision fp32)
+common=("${shape[@]}" --steps 5 --warmup 1 --threads 1 --peak-gflops 10 --dropout 0 --quiet)
+
+# near ONE.jsonl T.jsonl T: same step count, losses and norms within a
+# relative 1e-5, every one of the T ranks' arenas planned = measured
+near() {
+  python3 - "$1" "$2" "$3" <<'PY'
+import json, sys
+a = [json.loads(l) for l in open(sys.argv[1])]
+b = [json.loads(l) for l in open(sys.argv[2])]
+t = int(sys.argv[3])
+rel = lambda x, y: abs(x - y) / max(abs(x), 1e-30)
+worst = max(max(rel(x["loss"], y["loss"]), rel(x["grad_norm"], y["grad_norm"]))
+            for x, y in zip(a, b))
+mem = all(len(y["rank_planned_peak_bytes"]) == t and
+          y["rank_planned_peak_bytes"] == y["rank_measured_peak_bytes"] for y in b)
+print("largest relative difference %.1e" % worst)
+sys.exit(0 if len(a) == len(b) == 5 and worst <= 1e-5 and mem else 1)
+PY
+}
+
+# same A.jsonl B.jsonl: the same losses and gradient norms, bit for bit
+same() {
+  python3 - "$1" "$2" <<'PY'
+import json, sys
+f = lambda p: [(x["loss"], x["grad_norm"]) for x in map(json.loads, open(p))]
+sys.exit(0 if f(sys.argv[1]) == f(sys.argv[2]) and len(f(sys.argv[1])) == 5 else 1)
+PY
+}
+
+cases=("keep:" "full-middle-accum:--ckpt-layers full:0-1,middle:2-3 --grad-accum 2"
+       "middle-chunks:--ckpt-layers middle:0-3 --head-chunk 16")
+for c in "${cases[@]}"; do
+  name=${c%%:*}
+  read -r -a extra <<<"${c#*:}"
+  "$remat" train "${common[@]}" "${extra[@]}" --log one_$name.jsonl >one_$name.out 2>&1
+  for t in 2 4; do
+    mpi "$t" "$remat" train "${common[@]}" "${extra[@]}" --tensor-parallel "$t" \
+      --log tp${t}_$name.jsonl >tp${t}_$name.out 2>&1
+    if d=$(near one_$name.jsonl tp${t}_$name.jsonl "$t"); then ok "$name, T=$t = one process ($d)"
+    else bad "$name, T=$t against one process: $d $(grep -m2 -i 'error\|remat' tp${t}_$name.out)"; fi
+  done
+done
+
+# repeats, recompute and the guard backend: the same bits
+mpi 2 "$remat" train "${common[@]}" --tensor-parallel 2 --log again.jsonl >again.out 2>&1
+check "a run of T=2 repeats bit for bit" same tp2_keep.jsonl again.jsonl
+mpi 2 "$remat" train "${common[@]}" --tensor-parallel 2 --ckpt-layers full:0-3 \
+  --log full.jsonl >full.out 2>&1
+check "T=2 recomputing every block gives the kept run's bits" same tp2_keep.jsonl full.jsonl
+mpi 2 "$remat" train "${common[@]}" --tensor-parallel 2 --backend guard \
+  --log guard.jsonl >guard.out 2>&1
+check "T=2 under the guard backend gives the CPU's bits" same tp2_keep.jsonl guard.jsonl
+
+# the planner's rank: the same blocks recomputed, its bytes the arena's
+mpi 2 "$remat" train "${common[@]}" --tensor-parallel 2 --mem 2.3MiB --log mem.jsonl >mem.out 2>&1
+"$remat" plan "${shape[@]}" --tensor-parallel 2 --mem 2.3MiB --format json >plan.json 2>plan.err
+if python3 - mem.jsonl plan.json mem.out <<'PY'; then ok "T=2 --mem: the plan's rank bytes = every rank's arena"
+import json, sys
+run = [json.loads(l) for l in open(sys.argv[1])][-1]
+plan = json.load(open(sys.argv[2]))
+stage = plan["stages"][0]
+arenas = set(run["rank_planned_peak_bytes"]) | set(run["rank_measured_peak_bytes"])
+policy = "policy  3 of 4 blocks recomputed (0,1,2)" in open(sys.argv[3]).read()
+sys.exit(0 if arenas == {stage["memory_bytes"]} and policy else 1)
+PY
+else bad "T=2 --mem against remat plan: $(head -c 300 mem.out)"; fi
+
+# what is not run yet, refused before anything starts
+expect_error "dropout refused" "drop --dropout" train "${shape[@]}" --tensor-parallel 2 --dropout 0.1
+expect_error "a pipeline refused" "drop --stages" train "${shape[@]}" --tensor-parallel 2 --stages 2
+expect_error "--save refused" "drop --save" train "${shape[@]}" --tensor-parallel 2 --dropout 0 \
+  --save x.bin
+expect_error "--trace refused" "drop --trace" train "${shape[@]}" --tensor-parallel 2 --dropout 0 \
+  --trace t.json
+mpi 3 "$remat" train "${common[@]}" --tensor-parallel 2 >ranks.out 2>&1
+if grep -q "started on 3 ranks but --tensor-parallel is 2" ranks.out; then ok "3 ranks for T=2 refused"
+else bad "3 ranks for T=2: $(head -c 300 ranks.out)"; fi
+mpi 2 "$remat" train --config llama-tiny --batch 2 --seq 32 --precision fp32 --steps 1 \
+  --dropout 0 --tensor-parallel 2 --quiet >llama.out 2>&1
+if grep -q "runs tensor parallelism for GPT-2 in fp32" llama.out; then ok "a Llama refused"
+else bad "a Llama under T=2: $(head -c 300 llama.out)"; fi
+mpi 8 "$remat" train "${common[@]}" --tensor-parallel 8 >heads.out 2>&1
+if grep -q "must divide the heads" heads.out; then ok "T=8 of 4 heads refused"
+else bad "T=8 of 4 heads: $(head -c 300 heads.out)"; fi
+
+summary
