@@ -274,6 +274,11 @@ typedef struct remat_tensor_group remat_tensor_group; /* opaque */
 REMAT_API int remat_tensor_group_create(remat_tensor_group **out, remat_dist *d,
                                         remat_trainer *tr, remat_error *err);
 REMAT_API void remat_tensor_group_destroy(remat_tensor_group *g);
+/* The whole model's parameters in llm.c order on rank 0 (full:
+ * remat_param_count floats of the model without tensor parallelism);
+ * other ranks pass NULL. Every rank calls it. */
+REMAT_API int remat_tensor_group_gather_params(remat_tensor_group *g, float *full,
+                                               remat_error *err);
 
 /* Timeline, as the pipeline's (one track per rank, memory reserved up front
  * for max_steps steps): per micro-batch a forward span, per layer a

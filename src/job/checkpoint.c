@@ -36,9 +36,11 @@ int remat__job_resume_state_path(const remat_job *job, char *path, size_t cap, r
  * version. */
 static int save_weights(remat_job *job, const char *path, int format, int version,
                         remat_error *err) {
-  const remat_config *cfg = &job->cfg;
+  remat_config whole = job->cfg; /* a tensor rank's config is its shard's */
+  whole.tensor_parallel = whole.sequence_parallel = 0;
+  const remat_config *cfg = &whole;
   remat_model *m = remat_trainer_model(job->tr);
-  if (!job->pipe && !job->dp) {
+  if (!job->pipe && !job->dp && !job->tg) {
     const remat__backend *be = remat__model_backend(m);
     float *at = remat_model_params(m);
     size_t bytes = remat_model_num_params(m) * sizeof(float);
@@ -52,7 +54,8 @@ static int save_weights(remat_job *job, const char *path, int format, int versio
                ? remat__errorf(err, REMAT_ENOMEM, "out of memory gathering the model to save it")
                : 0;
   if ((rc = remat__job_agree(job, rc, err))) return rc;
-  rc = job->grid   ? remat_grid_gather_params(job->grid, full, err)
+  rc = job->tg     ? remat_tensor_group_gather_params(job->tg, full, err)
+       : job->grid ? remat_grid_gather_params(job->grid, full, err)
        : job->pipe ? remat_pipeline_gather_params(job->pipe, full, err)
                    : remat_replicas_gather_params(job->dp, full, err);
   if (!rc && job->rank == 0)

@@ -56,16 +56,12 @@ static int check_tensor(const remat_job_desc *d, remat_error *err) {
                    : d->replicas > 1            ? "data-parallel"
                    : d->precision != REMAT_PRECISION_FP32 ? "precision"
                    : d->train.hp.dropout > 0    ? "dropout"
-                   : d->model                   ? "model"
-                   : d->resume                  ? "resume"
-                   : d->checkpoint_dir          ? "checkpoint-dir"
                    : d->eval_every > 0          ? "eval-every"
                    : d->trace                   ? "trace"
-                   : d->outputs[0]              ? "save"
                                                 : NULL;
   if (no)
     return remat__errorf(err, REMAT_EINVAL, "%s runs one stage of GPT-2 in fp32 without "
-                         "dropout, from fresh weights, saving nothing, for now: drop %s",
+                         "dropout, evaluation or a timeline, for now: drop %s",
                          N(d, "tensor-parallel"), N(d, no));
   return 0;
 }

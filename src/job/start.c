@@ -218,7 +218,8 @@ static int load_shape(remat_job *job, remat_error *err) {
                          d->model, shape_text(c, have_s, sizeof have_s),
                          shape_text(&want, want_s, sizeof want_s));
   job->cfg.precision = d->precision; /* a model file loads into either */
-  return 0;
+  job->cfg.tensor_parallel = d->tensor > 1 ? d->tensor : 0; /* a rank's shard */
+  return d->tensor > 1 ? remat_config_check(&job->cfg, err) : 0;
 }
 
 /* A token source's size and CRC32C (of its shards one after another),
@@ -399,9 +400,11 @@ int remat_job_prepare(remat_job *job, remat_error *err) {
  * of it. */
 static int load_weights(remat_job *job, remat_error *err) {
   remat_model *m = remat_trainer_model(job->tr);
-  const remat_config *cfg = &job->cfg;
+  remat_config whole = job->cfg; /* the file's: a tensor rank takes its shard of it */
+  whole.tensor_parallel = whole.sequence_parallel = 0;
+  const remat_config *cfg = &whole;
   const remat_stage *st = remat_model_stage(m);
-  int sharded = st->replicas > 1 && st->zero == 3;
+  int sharded = (st->replicas > 1 && st->zero == 3) || job->tg;
   if (st->has_embedding && st->has_head && st->num_blocks == cfg->num_layers && !sharded) {
     const remat__backend *be = remat__model_backend(m);
     float *at = remat_model_params(m);

@@ -462,17 +462,48 @@ void remat__stage_params_from_full(const remat_config *cfg, const remat_stage *s
   }
 }
 
+/* A tensor rank's shard to or from the whole model, run by run. */
+typedef struct {
+  float *flat, *full;
+  int to_full;
+} shard_copy;
+
+static void copy_run(void *ctx, size_t at, size_t whole_at, size_t n) {
+  shard_copy *s = ctx;
+  if (s->to_full) memcpy(s->full + whole_at, s->flat + at, n * sizeof(float));
+  else memcpy(s->flat + at, s->full + whole_at, n * sizeof(float));
+}
+
+void remat__tensor_params_copy(const remat_config *cfg, int64_t rank, float *flat, float *full,
+                               int to_full) {
+  remat_config whole = *cfg;
+  whole.tensor_parallel = whole.sequence_parallel = 0;
+  size_t mine[REMAT_P_COUNT], all[REMAT_P_COUNT];
+  remat_param_sizes(cfg, mine);
+  remat_param_sizes(&whole, all);
+  for (int i = 0; i < REMAT_P_COUNT; i++) {
+    shard_copy s = {flat, full, to_full};
+    if (mine[i]) remat__tensor_shard_runs(cfg, i, rank, copy_run, &s);
+    flat += mine[i];
+    full += all[i];
+  }
+}
+
 void remat__model_params_to_full(remat_model *m, float *full) {
   size_t bytes = remat__stage_num_params(&m->cfg, &m->stage) * sizeof(float);
   float *flat = m->be->map(m->params, bytes, REMAT_MAP_READ);
-  remat__stage_params_to_full(&m->cfg, &m->stage, flat, full);
+  if (remat__tp(&m->cfg) > 1) remat__tensor_params_copy(&m->cfg, m->tops.rank, flat, full, 1);
+  else remat__stage_params_to_full(&m->cfg, &m->stage, flat, full);
   m->be->unmap(m->params, flat, bytes, REMAT_MAP_READ);
 }
 
 void remat__model_params_from_full(remat_model *m, const float *full) {
   size_t bytes = remat__stage_num_params(&m->cfg, &m->stage) * sizeof(float);
   float *flat = m->be->map(m->params, bytes, REMAT_MAP_WRITE);
-  remat__stage_params_from_full(&m->cfg, &m->stage, full, flat);
+  if (remat__tp(&m->cfg) > 1)
+    remat__tensor_params_copy(&m->cfg, m->tops.rank, flat, (float *)full, 0);
+  else
+    remat__stage_params_from_full(&m->cfg, &m->stage, full, flat);
   m->be->unmap(m->params, flat, bytes, REMAT_MAP_WRITE);
   m->update_clean = 0;
 }

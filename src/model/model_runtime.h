@@ -120,6 +120,12 @@ typedef struct remat__tensor_ops {
   int64_t rank;
 } remat__tensor_ops;
 void remat__model_set_tensor_ops(remat_model *m, const remat__tensor_ops *ops);
+/* Tensor rank `rank`'s parameters (flat, in order, each tensor as
+ * remat__tensors shapes it under cfg) to (to_full) or from the whole
+ * model's (remat_param_count of cfg without tensor parallelism). The
+ * model's own: remat__model_params_to_full and _from_full. */
+void remat__tensor_params_copy(const remat_config *cfg, int64_t rank, float *flat, float *full,
+                               int to_full);
 /* The sums of squared gradients of the tensors a tensor rank holds a shard
  * of (*split) and of those every rank holds whole (*whole), each over the
  * tensors in checkpoint order: the squared global norm is the split sums
@@ -167,7 +173,8 @@ void remat__stage_params_to_full(const remat_config *cfg, const remat_stage *st,
 void remat__stage_params_from_full(const remat_config *cfg, const remat_stage *st,
                                    const float *full, float *stage_params);
 /* The same, for a model's own parameters, through windows its backend
- * lends (the host touches backend memory only so). */
+ * lends (the host touches backend memory only so); a tensor rank's, its
+ * shard (remat__tensor_params_copy). */
 void remat__model_params_to_full(remat_model *m, float *full);
 void remat__model_params_from_full(remat_model *m, const float *full);
 /* Forward of the micro-batch in `slot` through the embedding (if held) and

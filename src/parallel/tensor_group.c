@@ -123,6 +123,36 @@ static int norm_sumsq(void *ctx, remat_trainer *tr, const double *layers, int64_
   return 0;
 }
 
+/* Rank 0 takes each rank's shard in turn (its own from the arena, the
+ * others' through one buffer of a shard) and puts its runs in place. */
+int remat_tensor_group_gather_params(remat_tensor_group *g, float *full, remat_error *err) {
+  const remat_config *cfg = remat_model_config(g->m);
+  size_t n = remat_model_num_params(g->m), bytes = n * sizeof(float);
+  const size_t piece = (size_t)1 << 28; /* floats a message: within MPI's int counts */
+  float *buf = g->rank == 0 ? remat__malloc(bytes) : NULL;
+  int ok = g->rank != 0 || buf != NULL, rc = MPI_Bcast(&ok, 1, MPI_INT, 0, g->d->comm);
+  if (rc != MPI_SUCCESS) {
+    remat__free(buf);
+    return remat__mpi_error(err, rc, "gathering the tensor ranks' shards");
+  }
+  if (!ok) return remat__errorf(err, REMAT_ENOMEM, "out of memory gathering a shard on rank 0");
+  float *at = remat_model_params(g->m);
+  float *mine = g->be->map(at, bytes, REMAT_MAP_READ);
+  for (int k = 0; k < g->size && rc == MPI_SUCCESS; k++) {
+    for (size_t i = 0; i < n && rc == MPI_SUCCESS && k > 0; i += piece) {
+      int c = (int)(n - i < piece ? n - i : piece);
+      if (g->rank == k) rc = MPI_Send(mine + i, c, MPI_FLOAT, 0, 7, g->d->comm);
+      else if (g->rank == 0)
+        rc = MPI_Recv(buf + i, c, MPI_FLOAT, k, 7, g->d->comm, MPI_STATUS_IGNORE);
+    }
+    if (g->rank == 0 && rc == MPI_SUCCESS)
+      remat__tensor_params_copy(cfg, k, k == 0 ? mine : buf, full, 1);
+  }
+  g->be->unmap(at, mine, bytes, REMAT_MAP_READ);
+  remat__free(buf);
+  return rc == MPI_SUCCESS ? 0 : remat__mpi_error(err, rc, "gathering the tensor ranks' shards");
+}
+
 int remat_tensor_group_create(remat_tensor_group **out, remat_dist *d, remat_trainer *tr,
                               remat_error *err) {
   *out = NULL;

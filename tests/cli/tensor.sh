@@ -6,8 +6,10 @@
 # with blocks kept, in full, middle, several micro-batches a step and the
 # head in chunks; a run repeats bit for bit, recomputing gives the kept
 # run's bits, the guard backend the CPU's; every rank's arena planned =
-# measured, and = `remat plan --tensor-parallel`'s; what is not run yet is
-# refused, saying so.
+# measured, and = `remat plan --tensor-parallel`'s; the saved model is one
+# process's within rounding, a resume the uninterrupted run bit for bit,
+# a model file loads into the shards; what is not run yet is refused,
+# saying so.
 # usage: tensor.sh REMAT TMPDIR
 set -u
 remat=$1
@@ -84,11 +86,43 @@ sys.exit(0 if arenas == {stage["memory_bytes"]} and policy else 1)
 PY
 else bad "T=2 --mem against remat plan: $(head -c 300 mem.out)"; fi
 
+# weights out and in: the group's saved model is one process's within
+# rounding; a resume goes on as the uninterrupted run, bit for bit; one
+# process's model file trained on by the group is one process's run
+"$remat" train "${common[@]}" --steps 6 --save one6.bin --log one6.jsonl >one6.out 2>&1
+mpi 2 "$remat" train "${common[@]}" --steps 6 --tensor-parallel 2 --save tp6.bin \
+  --checkpoint-dir ck_all --checkpoint-every 3 --log tp6.jsonl >tp6.out 2>&1
+if python3 - one6.bin tp6.bin <<'PY'; then ok "T=2 --save: one process's weights within 1e-4"
+import array, sys
+a, b = (open(p, "rb").read() for p in sys.argv[1:3])
+x, y = array.array("f", a[1024:]), array.array("f", b[1024:])
+sys.exit(0 if a[:1024] == b[:1024] and len(x) == len(y) > 0 and
+         max(abs(p - q) for p, q in zip(x, y)) <= 1e-4 else 1)
+PY
+else bad "T=2 --save against one process: $(tail -c 300 tp6.out)"; fi
+mpi 2 "$remat" train "${common[@]}" --steps 3 --tensor-parallel 2 --checkpoint-dir ck_half \
+  --checkpoint-every 3 >half.out 2>&1
+mpi 2 "$remat" train "${common[@]}" --steps 6 --tensor-parallel 2 --resume ck_half \
+  --save res6.bin --log res6.jsonl >res6.out 2>&1
+if cmp -s tp6.bin res6.bin && [[ -f ck_half/step_00000003/state_rank_1.bin ]] &&
+   [[ "$(tail -n 3 tp6.jsonl | cut -d, -f1-4)" == "$(cut -d, -f1-4 res6.jsonl)" ]]; then
+  ok "T=2 resumed at step 3 = uninterrupted: losses, norms, weights bit for bit"
+else bad "T=2 resume: $(tail -c 300 res6.out)"; fi
+"$remat" train "${common[@]}" --steps 2 --model one6.bin --log from1.jsonl >from1.out 2>&1
+mpi 2 "$remat" train "${common[@]}" --steps 2 --model one6.bin --tensor-parallel 2 \
+  --log from2.jsonl >from2.out 2>&1
+if python3 - from1.jsonl from2.jsonl <<'PY'; then ok "T=2 from one process's model file = one process"
+import json, sys
+a, b = ([json.loads(l) for l in open(p)] for p in sys.argv[1:3])
+rel = lambda x, y: abs(x - y) / abs(x)
+sys.exit(0 if len(a) == len(b) == 2 and all(rel(x["loss"], y["loss"]) <= 1e-5 and
+         rel(x["grad_norm"], y["grad_norm"]) <= 1e-5 for x, y in zip(a, b)) else 1)
+PY
+else bad "T=2 from a model file: $(tail -c 300 from2.out)"; fi
+
 # what is not run yet, refused before anything starts
 expect_error "dropout refused" "drop --dropout" train "${shape[@]}" --tensor-parallel 2 --dropout 0.1
 expect_error "a pipeline refused" "drop --stages" train "${shape[@]}" --tensor-parallel 2 --stages 2
-expect_error "--save refused" "drop --save" train "${shape[@]}" --tensor-parallel 2 --dropout 0 \
-  --save x.bin
 expect_error "--trace refused" "drop --trace" train "${shape[@]}" --tensor-parallel 2 --dropout 0 \
   --trace t.json
 mpi 3 "$remat" train "${common[@]}" --tensor-parallel 2 >ranks.out 2>&1
