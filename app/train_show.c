@@ -26,8 +26,8 @@ static void print_model(const remat_config *cfg, const opts *o) {
            (long long)cfg->max_seq_len, remat_param_count(&whole));
   if (cfg->tensor_parallel > 1)
     printf("tensor  %lld tensor ranks: each holds %zu of the %zu parameters (its heads, its "
-           "share of the MLP and of the vocabulary; the norms and biases of the projections "
-           "whole)\n", (long long)cfg->tensor_parallel, remat_param_count(cfg),
+           "share of the MLP and of the vocabulary; the norms, and GPT-2's positions and "
+           "projection biases, whole)\n", (long long)cfg->tensor_parallel, remat_param_count(cfg),
            remat_param_count(&whole));
   if (cfg->precision == REMAT_PRECISION_BF16)
     printf("precision bf16 products and activations, fp32 master weights, gradients and "

@@ -268,8 +268,9 @@ REMAT_API int remat_replicas_gather_params(remat_replicas *rp, float *full, rema
  * ones' input gradients, the embedding and the loss's statistics, each in
  * a fixed order (rank order), so a run gives the same bits on every
  * repeat; the step's gradient norm is the group's. Set before the weights
- * are initialised (the rank picks its shard). GPT-2 in fp32 on one stage
- * without replicas, for now. */
+ * are initialised (the rank picks its shard). In fp32 on one stage
+ * without replicas (GPT-2, or a Llama whose key/value heads t divides),
+ * for now. */
 typedef struct remat_tensor_group remat_tensor_group; /* opaque */
 REMAT_API int remat_tensor_group_create(remat_tensor_group **out, remat_dist *d,
                                         remat_trainer *tr, remat_error *err);

@@ -144,8 +144,10 @@ att_shape remat__att_shape_of(int64_t T, int64_t NH, int64_t NKV, int64_t hs, in
                      .dscale = dropping ? 1.0f / (1.0f - drop->p) : 1.0f};
 }
 
-/* Philox index of element (t, c) of pair bh. */
+/* Philox index of element (t, c) of pair bh (b NH + h), numbered among
+ * the whole model's heads. */
 static uint64_t drop_index(const att_shape *s, int64_t bh, int64_t t, int64_t c) {
+  if (s->drop->heads) bh = bh / s->NH * (int64_t)s->drop->heads + s->drop->head0 + bh % s->NH;
   return (uint64_t)((bh * s->T + t) * s->T + c);
 }
 

@@ -55,6 +55,10 @@ typedef struct remat__dropout {
   uint32_t micro; /* micro-batch within the step */
   uint32_t layer; /* block index */
   uint32_t site;  /* remat_drop_site */
+  /* the attention's on a tensor rank, which holds heads [head0, head0 +
+   * its count) of the model's `heads`: each keeps the whole model's mask
+   * (heads 0: the kernel sees every head) */
+  uint32_t heads, head0;
 } remat__dropout;
 
 /* torch.optim.AdamW, one tensor of n elements, step t >= 1:

@@ -66,15 +66,21 @@ int remat__model_plan_on(remat_model **out, const remat_config *cfg, int64_t B, 
                          "grouped-query attention), which the %s backend has not%s yet; use "
                          "the CPU backend, or plan it (remat plan)",
                          bk->name, bk->rmsnorm_forward ? " in bf16" : "");
-  if (cfg->tensor_parallel > 1 && (cfg->family == REMAT_FAMILY_LLAMA || bf16 ||
-                                   cfg->sequence_parallel || !bk->vocab_max))
+  int llama = cfg->family == REMAT_FAMILY_LLAMA;
+  if (cfg->tensor_parallel > 1 &&
+      (bf16 || cfg->sequence_parallel || !bk->vocab_max ||
+       (llama && cfg->kv_heads % cfg->tensor_parallel)))
     return remat__errorf(err, REMAT_EINVAL,
-                         "remat's engine runs tensor parallelism for GPT-2 in fp32, without "
-                         "sequence parallelism, on the CPU backend; this %s%s%s run of tensor "
-                         "degree %lld is planned (remat plan --tensor-parallel), not trained",
-                         cfg->family == REMAT_FAMILY_LLAMA ? "Llama" : "GPT-2",
-                         bf16 ? " bf16" : "", cfg->sequence_parallel ? " sequence-parallel" : "",
-                         (long long)cfg->tensor_parallel);
+                         "remat's engine runs tensor parallelism in fp32, without sequence "
+                         "parallelism, on the CPU backend, with a Llama's key/value heads split "
+                         "too; this %s%s%s run of tensor degree %lld%s is planned (remat plan "
+                         "--tensor-parallel), not trained",
+                         llama ? "Llama" : "GPT-2", bf16 ? " bf16" : "",
+                         cfg->sequence_parallel ? " sequence-parallel" : "",
+                         (long long)cfg->tensor_parallel,
+                         llama && cfg->kv_heads % cfg->tensor_parallel
+                             ? " (which does not divide its key/value heads)"
+                             : "");
   /* the head's collectives work in the norm's gradient and the logits */
   if (cfg->tensor_parallel > 1 &&
       (cfg->channels < 16 || cfg->padded_vocab_size < 2 * cfg->channels))
@@ -762,6 +768,18 @@ static remat__dropout drop_at(const remat_hparams *hp, int64_t step, uint32_t mi
                           .site = site};
 }
 
+/* The attention's dropout on a tensor rank: its heads' share of the whole
+ * model's mask. */
+static remat__dropout att_drop(const remat_model *m, const remat_hparams *hp, uint32_t micro,
+                               int64_t l) {
+  remat__dropout d = drop_at(hp, m->step, micro, l, REMAT_DROP_ATTN);
+  if (m->tops.sum) {
+    d.heads = (uint32_t)m->cfg.num_heads;
+    d.head0 = (uint32_t)(m->tops.rank * (m->cfg.num_heads / remat__tp(&m->cfg)));
+  }
+  return d;
+}
+
 /* ------------------------------------------------------------ bf16 */
 
 /* The gradient entering a residual branch: dropout(dresid) into buf, or
@@ -995,7 +1013,7 @@ static void block_forward(remat_model *m, int64_t i, const block_params *wp, con
   int64_t B = m->B, T = m->T, C = m->cfg.channels, NH = m->cfg.num_heads, N = B * T;
   int64_t l = m->stage.first_block + i; /* the dropout streams are keyed by the global index */
   const block_params w = *wp;
-  remat__dropout d_att = drop_at(hp, m->step, micro, l, REMAT_DROP_ATTN);
+  remat__dropout d_att = att_drop(m, hp, micro, l);
   remat__dropout d_r1 = drop_at(hp, m->step, micro, l, REMAT_DROP_RESID1);
   remat__dropout d_r2 = drop_at(hp, m->step, micro, l, REMAT_DROP_RESID2);
   if (m->cfg.precision == REMAT_PRECISION_BF16) {
@@ -1068,7 +1086,7 @@ static void block_backward(remat_model *m, int64_t i, const block_params *wp,
   remat__block_dgrads dgrads, *d = &dgrads;
   remat__kernel_ws ws = kernel_ws(m);
   remat__block_dgrads_view(d, m->work, B, T, C, &ws);
-  remat__dropout d_att = drop_at(hp, m->step, micro, l, REMAT_DROP_ATTN);
+  remat__dropout d_att = att_drop(m, hp, micro, l);
   remat__dropout d_r1 = drop_at(hp, m->step, micro, l, REMAT_DROP_RESID1);
   remat__dropout d_r2 = drop_at(hp, m->step, micro, l, REMAT_DROP_RESID2);
   REMAT_ASSERT(part == PART_ALL || wr);
@@ -1259,6 +1277,7 @@ static void llama_drops(const remat_model *m, int64_t i, const remat_hparams *hp
                         remat__dropout d[3]) {
   int64_t l = m->stage.first_block + i;
   for (uint32_t s = 0; s < 3; s++) d[s] = drop_at(hp, m->step, micro, l, s);
+  d[REMAT_DROP_ATTN] = att_drop(m, hp, micro, l);
 }
 
 /* Block i of a Llama forward (model/llama_block.c), out NULL for a recompute. */

@@ -72,6 +72,44 @@ remat__llama_acts remat__llama_acts_at(remat_model *m, const remat__slot *slot, 
 /* The block's tensors in view order (the family's table). */
 enum { W_ATTNORM, W_Q, W_K, W_V, W_O, W_FFNNORM, W_1, W_2, W_3 };
 
+/* A tensor rank's share of the block (fp32): its query heads (Cq wide),
+ * key/value heads (KV wide; remat_plan refuses a degree that does not
+ * divide them) and MLP width (H); the whole model's without tensor
+ * parallelism. */
+typedef struct {
+  int64_t Cq, KV, H, NH, NKV;
+} share;
+
+static share share_of(const remat_model *m) {
+  const remat_config *c = &m->cfg;
+  int64_t t = remat__tp(c);
+  return (share){.Cq = c->channels / t, .KV = remat__kv_rank_width(c),
+                 .H = c->ffn_hidden / t, .NH = c->num_heads / t, .NKV = c->kv_heads / t};
+}
+
+/* A tensor rank's part of a sum the group completes (the row-parallel
+ * products' outputs, the column-parallel ones' input gradients); scratch:
+ * a free workspace view of at least n floats. */
+static void group_sum(remat_model *m, float *buf, size_t n, float *scratch) {
+  if (m->tops.sum) m->tops.sum(m->tops.ctx, buf, n, scratch);
+}
+
+/* out = resid + dropout(inp @ weight^T), inp (N, IC): on a tensor rank a
+ * row-parallel product, its parts summed before the dropout. */
+static void product_residual(remat_model *m, float *out, const float *inp, const float *weight,
+                             const float *resid, const remat__dropout *d, int64_t N, int64_t IC,
+                             int64_t OC, float *scratch) {
+  if (!m->tops.sum) {
+    m->be->matmul_forward_residual(out, inp, weight, NULL, resid, d, N, IC, OC);
+    return;
+  }
+  size_t n = (size_t)N * (size_t)OC;
+  m->be->matmul_forward(out, inp, weight, NULL, N, IC, OC);
+  group_sum(m, out, n, scratch);
+  if (d->p > 0.0f) m->be->dropout_apply(out, out, n, d);
+  m->be->residual_forward(out, out, resid, n);
+}
+
 /* out = resid + dropout(out), as matmul_forward_residual ends. */
 static void residual_dropout(const remat_model *m, float *out, const float *resid, size_t n,
                              const remat__dropout *d) {
@@ -132,28 +170,32 @@ void remat__llama_block_forward(remat_model *m, float *const w[REMAT__LLAMA_BLOC
   }
   const remat_config *c = &m->cfg;
   const remat__backend *be = m->be;
-  int64_t B = m->B, T = m->T, C = c->channels, NH = c->num_heads, NKV = c->kv_heads,
-          hs = C / NH, KV = remat__kv_width(c), H = c->ffn_hidden, N = B * T;
+  /* a tensor rank's heads and MLP share (the whole block's without) */
+  share s = share_of(m);
+  int64_t B = m->B, T = m->T, C = c->channels, hs = C / c->num_heads, N = B * T;
   float eps = (float)c->norm_eps;
   float *q = a->q, *k = a->k, *v = a->v, *xn1 = a->xn1, *xn2 = a->xn2, *h1 = a->h1, *h3 = a->h3;
+  remat__llama_dgrads d; /* the backward's temporaries, free here: the sums' scratch */
+  remat__llama_dgrads_view(&d, m->work, c, B, T, &m->ws);
   be->rmsnorm_forward(xn1, a->rstd1, x, w[W_ATTNORM], N, C, eps);
-  be->matmul_forward(q, xn1, w[W_Q], NULL, N, C, C);
-  be->matmul_forward(k, xn1, w[W_K], NULL, N, C, KV);
-  be->matmul_forward(v, xn1, w[W_V], NULL, N, C, KV);
+  be->matmul_forward(q, xn1, w[W_Q], NULL, N, C, s.Cq);
+  be->matmul_forward(k, xn1, w[W_K], NULL, N, C, s.KV);
+  be->matmul_forward(v, xn1, w[W_V], NULL, N, C, s.KV);
   progress(m);
-  be->rope_forward(q, C, B, T, NH, hs, 0, c->rope_theta);
-  be->rope_forward(k, KV, B, T, NKV, hs, 0, c->rope_theta);
-  be->attention_forward_gqa(a->atty, a->att_lse, q, k, v, C, KV, B, T, NH, NKV, hs, &drop[0]);
+  be->rope_forward(q, s.Cq, B, T, s.NH, hs, 0, c->rope_theta);
+  be->rope_forward(k, s.KV, B, T, s.NKV, hs, 0, c->rope_theta);
+  be->attention_forward_gqa(a->atty, a->att_lse, q, k, v, s.Cq, s.KV, B, T, s.NH, s.NKV, hs,
+                            &drop[0]);
   progress(m);
-  be->matmul_forward_residual(a->res2, a->atty, w[W_O], NULL, x, &drop[1], N, C, C);
+  product_residual(m, a->res2, a->atty, w[W_O], x, &drop[1], N, s.Cq, C, d.dln_part);
   progress(m);
   be->rmsnorm_forward(xn2, a->rstd2, a->res2, w[W_FFNNORM], N, C, eps);
-  be->matmul_forward(h1, xn2, w[W_1], NULL, N, C, H);
-  be->matmul_forward(h3, xn2, w[W_3], NULL, N, C, H);
-  be->swiglu_forward(a->hsw, h1, h3, (size_t)N * (size_t)H);
+  be->matmul_forward(h1, xn2, w[W_1], NULL, N, C, s.H);
+  be->matmul_forward(h3, xn2, w[W_3], NULL, N, C, s.H);
+  be->swiglu_forward(a->hsw, h1, h3, (size_t)N * (size_t)s.H);
   progress(m);
   if (!out) return; /* a recompute: the output is the next block's stored input */
-  be->matmul_forward_residual(out, a->hsw, w[W_2], NULL, a->res2, &drop[2], N, H, C);
+  product_residual(m, out, a->hsw, w[W_2], a->res2, &drop[2], N, s.H, C, d.dln_part);
   progress(m);
 }
 
@@ -170,7 +212,7 @@ void remat__llama_block_cheap(remat_model *m, float *const w[REMAT__LLAMA_BLOCK_
   }
   m->be->rmsnorm_forward(a->xn1, a->rstd1, x, w[W_ATTNORM], N, C, eps);
   m->be->rmsnorm_forward(a->xn2, a->rstd2, a->res2, w[W_FFNNORM], N, C, eps);
-  m->be->swiglu_forward(a->hsw, a->h1, a->h3, (size_t)N * (size_t)c->ffn_hidden);
+  m->be->swiglu_forward(a->hsw, a->h1, a->h3, (size_t)N * (size_t)share_of(m).H);
 }
 
 /* The gradient entering a residual branch into out: dropout(dresid), or
@@ -265,8 +307,9 @@ void remat__llama_block_backward(remat_model *m, float *const w[REMAT__LLAMA_BLO
   }
   const remat_config *c = &m->cfg;
   const remat__backend *be = m->be;
-  int64_t B = m->B, T = m->T, C = c->channels, NH = c->num_heads, NKV = c->kv_heads,
-          hs = C / NH, KV = remat__kv_width(c), H = c->ffn_hidden, N = B * T;
+  share s = share_of(m); /* a tensor rank's (the whole block's without) */
+  int64_t B = m->B, T = m->T, C = c->channels, hs = C / c->num_heads, KV = s.KV, H = s.H,
+          N = B * T;
   size_t NC = (size_t)N * (size_t)C;
   remat__llama_dgrads d;
   remat__llama_dgrads_view(&d, m->work, c, B, T, &m->ws);
@@ -292,6 +335,7 @@ void remat__llama_block_backward(remat_model *m, float *const w[REMAT__LLAMA_BLO
                       C, H);
   progress(m);
   if (in) be->add(dxn2, d.dln_part, NC, 1, 0); /* w1's share + w3's */
+  if (in) group_sum(m, dxn2, NC, d.dln_part);   /* a tensor rank's part of it */
   be->rmsnorm_backward(dresid, wt ? g[W_FFNNORM] : NULL, dxn2, a->res2, w[W_FFNNORM], a->rstd2,
                        N, C);
 
@@ -300,16 +344,17 @@ void remat__llama_block_backward(remat_model *m, float *const w[REMAT__LLAMA_BLO
   if (in && wr) branch_keep(m, wr->dwo, m->dresid, NC, &drop[1]);
   else if (in) dbranch = branch_grad(m, d.dbranch, m->dresid, NC, &drop[1]);
   be->matmul_backward(in ? d.datty : NULL, wt ? g[W_O] : NULL, NULL, dbranch, a->atty, w[W_O], N,
-                      C, C);
+                      s.Cq, C);
   progress(m);
   if (in) {
     be->attention_backward_gqa(dq, dk, dv, d.att_delta, d.datty, a->q, a->k, a->v, a->atty,
-                               a->att_lse, C, KV, B, T, NH, NKV, hs, &drop[0]);
+                               a->att_lse, s.Cq, KV, B, T, s.NH, s.NKV, hs, &drop[0]);
     progress(m);
-    be->rope_backward(dq, C, B, T, NH, hs, 0, c->rope_theta);
-    be->rope_backward(dk, KV, B, T, NKV, hs, 0, c->rope_theta);
+    be->rope_backward(dq, s.Cq, B, T, s.NH, hs, 0, c->rope_theta);
+    be->rope_backward(dk, KV, B, T, s.NKV, hs, 0, c->rope_theta);
   }
-  be->matmul_backward(in ? dxn1 : NULL, wt ? g[W_Q] : NULL, NULL, dq, a->xn1, w[W_Q], N, C, C);
+  be->matmul_backward(in ? dxn1 : NULL, wt ? g[W_Q] : NULL, NULL, dq, a->xn1, w[W_Q], N, C,
+                      s.Cq);
   progress(m);
   be->matmul_backward(in ? d.dln_part : NULL, wt ? g[W_K] : NULL, NULL, dk, a->xn1, w[W_K], N, C,
                       KV);
@@ -317,6 +362,7 @@ void remat__llama_block_backward(remat_model *m, float *const w[REMAT__LLAMA_BLO
   be->matmul_backward(in ? d.dln_part : NULL, wt ? g[W_V] : NULL, NULL, dv, a->xn1, w[W_V], N, C,
                       KV);
   if (in) be->add(dxn1, d.dln_part, NC, 1, 0);
+  if (in) group_sum(m, dxn1, NC, d.dln_part);
   progress(m);
   be->rmsnorm_backward(dresid, wt ? g[W_ATTNORM] : NULL, dxn1, x, w[W_ATTNORM], a->rstd1, N, C);
 }

@@ -3,8 +3,9 @@
 # layout) against one process, over 5 AdamW steps: every loss and gradient
 # norm agrees within a relative 1e-5 (float rounding: the group's sums add
 # the ranks' parts where one process adds a whole row), for T in {2, 4},
-# with blocks kept, in full, middle, several micro-batches a step and the
-# head in chunks; a run repeats bit for bit, recomputing gives the kept
+# GPT-2 and Llamas (untied and tied heads, key/value heads split), with
+# blocks kept, in full, middle, dropout (each rank its heads' share of
+# the whole mask), several micro-batches a step and the head in chunks; a run repeats bit for bit, recomputing gives the kept
 # run's bits, the guard backend the CPU's; every rank's arena planned =
 # measured, and = `remat plan --tensor-parallel`'s; the saved model is one
 # process's within rounding, a resume the uninterrupted run bit for bit,
@@ -48,13 +49,21 @@ sys.exit(0 if f(sys.argv[1]) == f(sys.argv[2]) and len(f(sys.argv[1])) == 5 else
 PY
 }
 
+# a Llama (untied head, 4 key/value heads) with every policy, and one with
+# a tied head and 2 key/value heads
+llama=(--config llama:4,64,4,4,176,256,64 --batch 2 --seq 32)
+llama_tied=(--config llama:4,64,4,2,176,256,64,10000,1 --batch 2 --seq 32)
 cases=("keep:" "full-middle-accum:--ckpt-layers full:0-1,middle:2-3 --grad-accum 2"
-       "middle-chunks:--ckpt-layers middle:0-3 --head-chunk 16")
+       "middle-chunks:--ckpt-layers middle:0-3 --head-chunk 16"
+       "dropout:--dropout 0.1 --ckpt-layers full:0,middle:1"
+       "llama:${llama[*]} --ckpt-layers full:0,middle:1-2 --dropout 0.1"
+       "llama-tied:${llama_tied[*]} --ckpt-layers middle:0-1")
 for c in "${cases[@]}"; do
   name=${c%%:*}
   read -r -a extra <<<"${c#*:}"
   "$remat" train "${common[@]}" "${extra[@]}" --log one_$name.jsonl >one_$name.out 2>&1
   for t in 2 4; do
+    [[ $name == llama-tied && $t == 4 ]] && continue # 4 does not divide its 2 kv heads
     mpi "$t" "$remat" train "${common[@]}" "${extra[@]}" --tensor-parallel "$t" \
       --log tp${t}_$name.jsonl >tp${t}_$name.out 2>&1
     if d=$(near one_$name.jsonl tp${t}_$name.jsonl "$t"); then ok "$name, T=$t = one process ($d)"
@@ -121,17 +130,18 @@ PY
 else bad "T=2 from a model file: $(tail -c 300 from2.out)"; fi
 
 # what is not run yet, refused before anything starts
-expect_error "dropout refused" "drop --dropout" train "${shape[@]}" --tensor-parallel 2 --dropout 0.1
+expect_error "evaluation refused" "drop --eval-every" train "${shape[@]}" --tensor-parallel 2 \
+  --eval-every 2
 expect_error "a pipeline refused" "drop --stages" train "${shape[@]}" --tensor-parallel 2 --stages 2
 expect_error "--trace refused" "drop --trace" train "${shape[@]}" --tensor-parallel 2 --dropout 0 \
   --trace t.json
 mpi 3 "$remat" train "${common[@]}" --tensor-parallel 2 >ranks.out 2>&1
 if grep -q "started on 3 ranks but --tensor-parallel is 2" ranks.out; then ok "3 ranks for T=2 refused"
 else bad "3 ranks for T=2: $(head -c 300 ranks.out)"; fi
-mpi 2 "$remat" train --config llama-tiny --batch 2 --seq 32 --precision fp32 --steps 1 \
-  --dropout 0 --tensor-parallel 2 --quiet >llama.out 2>&1
-if grep -q "runs tensor parallelism for GPT-2 in fp32" llama.out; then ok "a Llama refused"
-else bad "a Llama under T=2: $(head -c 300 llama.out)"; fi
+mpi 4 "$remat" train "${common[@]}" "${llama_tied[@]}" --tensor-parallel 4 >kv.out 2>&1
+if grep -q "does not divide its key/value heads" kv.out; then
+  ok "T=4 of a Llama's 2 key/value heads refused"
+else bad "T=4 of 2 key/value heads: $(head -c 300 kv.out)"; fi
 mpi 8 "$remat" train "${common[@]}" --tensor-parallel 8 >heads.out 2>&1
 if grep -q "must divide the heads" heads.out; then ok "T=8 of 4 heads refused"
 else bad "T=8 of 4 heads: $(head -c 300 heads.out)"; fi
