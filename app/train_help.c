@@ -115,7 +115,7 @@ const char *const remat_train_usage =
     "                            and of the vocabulary; the group sums in rank order,\n"
     "                            so a run repeats bit for bit and agrees with one\n"
     "                            process to float rounding. For now in fp32 on one\n"
-    "                            stage, without replicas, --eval-every or --trace\n"
+    "                            stage, without replicas or --trace\n"
     "  --trace FILE.json         every rank's timeline (one process's too), for\n"
     "                            Perfetto or chrome://tracing\n"
     "checkpoints:\n"

@@ -55,12 +55,11 @@ static int check_tensor(const remat_job_desc *d, remat_error *err) {
   const char *no = d->stages > 1                ? "stages"
                    : d->replicas > 1            ? "data-parallel"
                    : d->precision != REMAT_PRECISION_FP32 ? "precision"
-                   : d->eval_every > 0          ? "eval-every"
                    : d->trace                   ? "trace"
                                                 : NULL;
   if (no)
     return remat__errorf(err, REMAT_EINVAL, "%s runs on one stage without replicas, in "
-                         "fp32, without evaluation or a timeline, for now: %s %s%s",
+                         "fp32, without a timeline, for now: %s %s%s",
                          N(d, "tensor-parallel"), no[0] == 'p' ? "give" : "drop", N(d, no),
                          no[0] == 'p' ? " fp32" : "");
   return 0;

@@ -4,13 +4,14 @@
 # norm agrees within a relative 1e-5 (float rounding: the group's sums add
 # the ranks' parts where one process adds a whole row), for T in {2, 4},
 # GPT-2 and Llamas (untied and tied heads, key/value heads split), with
-# blocks kept, in full, middle, dropout (each rank its heads' share of
-# the whole mask), several micro-batches a step and the head in chunks; a run repeats bit for bit, recomputing gives the kept
-# run's bits, the guard backend the CPU's; every rank's arena planned =
-# measured, and = `remat plan --tensor-parallel`'s; the saved model is one
-# process's within rounding, a resume the uninterrupted run bit for bit,
-# a model file loads into the shards; what is not run yet is refused,
-# saying so.
+# blocks kept, in full, middle, dropout (each rank its heads' share of the
+# whole mask), several micro-batches a step and the head in chunks; a run
+# repeats bit for bit, recomputing gives the kept run's bits, the guard
+# backend the CPU's; every rank's arena planned = measured, and = `remat
+# plan --tensor-parallel`'s; the saved model is one process's within
+# rounding, a resume the uninterrupted run bit for bit, a model file loads
+# into the shards, the held-out loss is one process's; what is not run yet
+# is refused, saying so.
 # usage: tensor.sh REMAT TMPDIR
 set -u
 remat=$1
@@ -129,9 +130,20 @@ sys.exit(0 if len(a) == len(b) == 2 and all(rel(x["loss"], y["loss"]) <= 1e-5 an
 PY
 else bad "T=2 from a model file: $(tail -c 300 from2.out)"; fi
 
+# the held-out loss, evaluated by the group
+"$remat" train "${common[@]}" --steps 4 --eval-every 2 --log eval1.jsonl >eval1.out 2>&1
+mpi 2 "$remat" train "${common[@]}" --steps 4 --eval-every 2 --tensor-parallel 2 \
+  --log eval2.jsonl >eval2.out 2>&1
+if python3 - eval1.jsonl eval2.jsonl <<'PY'; then ok "T=2 held-out losses = one process's"
+import json, sys
+a, b = ([x.get("val_loss") for x in map(json.loads, open(p))] for p in sys.argv[1:3])
+sys.exit(0 if len(a) == len(b) == 4 and a[1] and a[3] and b[0] is None and
+         all(x is None and y is None or abs(x - y) <= 1e-5 * abs(x) for x, y in zip(a, b))
+         else 1)
+PY
+else bad "T=2 evaluation: $(tail -c 300 eval2.out)"; fi
+
 # what is not run yet, refused before anything starts
-expect_error "evaluation refused" "drop --eval-every" train "${shape[@]}" --tensor-parallel 2 \
-  --eval-every 2
 expect_error "a pipeline refused" "drop --stages" train "${shape[@]}" --tensor-parallel 2 --stages 2
 expect_error "--trace refused" "drop --trace" train "${shape[@]}" --tensor-parallel 2 --dropout 0 \
   --trace t.json
