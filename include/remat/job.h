@@ -77,8 +77,8 @@ typedef struct remat_job_desc {
                               the planner chooses keep, middle or full per block
                               and, on a pipeline, the blocks of each stage */
   /* Ranks: P pipeline stages x D replicas (1 x 1: one process), or t
-   * tensor ranks of one model (tensor > 1: fp32, one stage, no replicas
-   * or timeline, for now). */
+   * tensor ranks of one model, and D copies of it replicas (tensor > 1:
+   * fp32, one stage, ZeRO 0, no timeline, for now). */
   int64_t stages, replicas, tensor;
   int zero;     /* ZeRO stage of the replicas, 0 to 3 */
   int schedule; /* remat_plan_schedule */

@@ -81,6 +81,14 @@ REMAT_API int remat_dist_all_ok(remat_dist *d, int ok, int *all_ok);
 REMAT_API int remat_dist_grid(remat_dist *d, int64_t P, int64_t D, remat_error *err);
 REMAT_API int64_t remat_dist_stage(const remat_dist *d);
 REMAT_API int64_t remat_dist_replica(const remat_dist *d);
+/* t tensor ranks of each model copy, adjacent as Megatron-LM places them:
+ * world rank = q t + k is tensor rank k of copy q. Splits the world into
+ * this rank's tensor group (*tensor: the t ranks of copy q, ranked by k)
+ * and the copies' ranks of tensor rank k (*outer: ranked by q, on which
+ * remat_dist_grid lays out the copies' replicas). The parts live as long
+ * as d. */
+REMAT_API int remat_dist_tensor_split(remat_dist *d, int64_t t, remat_dist **tensor,
+                                      remat_dist **outer, remat_error *err);
 
 /* ------------------------------------------------------------ pipeline */
 
@@ -269,15 +277,17 @@ REMAT_API int remat_replicas_gather_params(remat_replicas *rp, float *full, rema
  * a fixed order (rank order), so a run gives the same bits on every
  * repeat; the step's gradient norm is the group's. Set before the weights
  * are initialised (the rank picks its shard). In fp32 on one stage
- * without replicas (GPT-2, or a Llama whose key/value heads t divides),
- * for now. */
+ * (GPT-2, or a Llama whose key/value heads t divides), for now. */
 typedef struct remat_tensor_group remat_tensor_group; /* opaque */
 REMAT_API int remat_tensor_group_create(remat_tensor_group **out, remat_dist *d,
                                         remat_trainer *tr, remat_error *err);
 REMAT_API void remat_tensor_group_destroy(remat_tensor_group *g);
-/* The whole model's parameters in llm.c order on rank 0 (full:
+/* The whole model's parameters in llm.c order on the group's rank 0 (full:
  * remat_param_count floats of the model without tensor parallelism);
- * other ranks pass NULL. Every rank calls it. */
+ * other ranks pass NULL, and so may rank 0 of a group whose copy is not
+ * saved (nothing is gathered then). Every rank of the group calls it.
+ * With replicas (ZeRO 0), created after remat_replicas_create over the
+ * same trainer, the group runs the replicas' step and takes the norm. */
 REMAT_API int remat_tensor_group_gather_params(remat_tensor_group *g, float *full,
                                                remat_error *err);
 

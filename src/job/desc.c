@@ -53,13 +53,13 @@ static int check_tensor(const remat_job_desc *d, remat_error *err) {
                          N(d, "tensor-parallel"), (long long)d->tensor, REMAT_MAX_STAGES);
   if (d->tensor == 1) return 0;
   const char *no = d->stages > 1                ? "stages"
-                   : d->replicas > 1            ? "data-parallel"
+                   : d->zero > 0                ? "zero"
                    : d->precision != REMAT_PRECISION_FP32 ? "precision"
                    : d->trace                   ? "trace"
                                                 : NULL;
   if (no)
-    return remat__errorf(err, REMAT_EINVAL, "%s runs on one stage without replicas, in "
-                         "fp32, without a timeline, for now: %s %s%s",
+    return remat__errorf(err, REMAT_EINVAL, "%s runs on one stage, with replicas under "
+                         "ZeRO 0, in fp32, without a timeline, for now: %s %s%s",
                          N(d, "tensor-parallel"), no[0] == 'p' ? "give" : "drop", N(d, no),
                          no[0] == 'p' ? " fp32" : "");
   return 0;
@@ -191,7 +191,11 @@ static int ranks_message(const remat_job *job, remat_error *err) {
   const remat_job_desc *d = &job->d;
   int64_t want = d->stages * d->replicas * d->tensor;
   char what[192];
-  if (d->tensor > 1)
+  if (d->tensor > 1 && d->replicas > 1)
+    snprintf(what, sizeof what, "%s %lld x %s %lld is %lld ranks", N(d, "tensor-parallel"),
+             (long long)d->tensor, N(d, "data-parallel"), (long long)d->replicas,
+             (long long)want);
+  else if (d->tensor > 1)
     snprintf(what, sizeof what, "%s is %lld", N(d, "tensor-parallel"), (long long)want);
   else if (d->stages > 1 && d->replicas > 1)
     snprintf(what, sizeof what, "%s %lld x %s %lld is a grid of %lld ranks", N(d, "stages"),

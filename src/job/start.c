@@ -22,7 +22,11 @@ static int check_ranks(remat_job *job, remat_error *err) {
   if (!job->dist) return 0;
   if (job->other_flags >= 0 || job->ranks_differ) /* its message */
     return remat__job_agree(job, 0, err);
-  if (job->kind == REMAT_RUN_TENSOR) return 0; /* one group of all the ranks */
+  if (job->kind == REMAT_RUN_TENSOR) { /* tensor groups of adjacent ranks, their copies replicas */
+    remat_dist *tensor, *outer;
+    int rc = remat_dist_tensor_split(job->dist, d->tensor, &tensor, &outer, err);
+    return rc ? rc : remat_dist_grid(outer, 1, d->replicas, err);
+  }
   return remat_dist_grid(job->dist, d->stages, d->replicas, err);
 }
 
@@ -308,10 +312,17 @@ static int make_runtime(remat_job *job, remat_error *err) {
   switch (job->kind) {
   case REMAT_RUN_ONE:
     return remat_trainer_create(&job->tr, &job->cfg, pl->policy, &job->tok, &to, err);
-  case REMAT_RUN_TENSOR:
-    if ((rc = remat_trainer_create(&job->tr, &job->cfg, pl->policy, &job->tok, &to, err)))
+  case REMAT_RUN_TENSOR: { /* copy q (world rank / t), replicas of each other */
+    remat_dist *tensor, *outer;
+    if ((rc = remat_dist_tensor_split(job->dist, job->d.tensor, &tensor, &outer, err)))
       return rc;
-    return remat_tensor_group_create(&job->tg, job->dist, job->tr, err);
+    remat_stage st = remat_placement_stage(pl, 0, remat_dist_rank(outer));
+    if ((rc = remat_trainer_create_stage(&job->tr, &job->cfg, &st, &job->tok, &to, err)))
+      return rc;
+    if (job->d.replicas > 1 && (rc = remat_replicas_create(&job->dp, outer, job->tr, err)))
+      return rc;
+    return remat_tensor_group_create(&job->tg, tensor, job->tr, err);
+  }
   case REMAT_RUN_REPLICAS: {
     remat_stage st = remat_placement_stage(pl, 0, job->rank);
     if ((rc = remat_trainer_create_stage(&job->tr, &job->cfg, &st, &job->tok, &to, err)))

@@ -61,6 +61,12 @@ void remat_dist_destroy(remat_dist *d, int code) {
   if (code) MPI_Abort(d->comm, code);
   free_sub(d, d->pipeline);
   free_sub(d, d->replicas);
+  if (d->outer) {
+    free_sub(d->outer, d->outer->pipeline);
+    free_sub(d->outer, d->outer->replicas);
+  }
+  free_sub(d, d->outer);
+  free_sub(d, d->tensor);
   MPI_Finalize();
   remat__free(d);
 }
@@ -100,6 +106,21 @@ int remat_dist_grid(remat_dist *d, int64_t P, int64_t D, remat_error *err) {
   }
   d->P = P;
   d->D = D;
+  return 0;
+}
+
+int remat_dist_tensor_split(remat_dist *d, int64_t t, remat_dist **tensor, remat_dist **outer,
+                            remat_error *err) {
+  if (t < 1 || d->size % t)
+    return remat__errorf(err, REMAT_EINVAL, "%d ranks do not split into tensor groups of %lld",
+                         d->size, (long long)t);
+  if (!d->tensor) {
+    int q = (int)(d->rank / t), k = (int)(d->rank % t), rc;
+    if ((rc = split(d, q, k, &d->tensor, err))) return rc;
+    if ((rc = split(d, k, q, &d->outer, err))) return rc;
+  }
+  *tensor = d->tensor;
+  *outer = d->outer;
   return 0;
 }
 

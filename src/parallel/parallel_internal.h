@@ -16,6 +16,7 @@ struct remat_dist {
    * this object itself, when it has all the job's ranks) */
   int64_t P, D;
   remat_dist *pipeline, *replicas;
+  remat_dist *tensor, *outer; /* remat_dist_tensor_split's parts (NULL: none) */
 };
 
 /* ------------------------------------------------ timeline (trace.c) */

@@ -33,6 +33,7 @@ struct remat_tensor_group {
   const remat__backend *be;
   int rank, size;
   int *counts, *displs; /* the chunks of the buffer being summed */
+  remat__trainer_ops inner; /* a replicas runtime's ops, which the group's wrap */
 };
 
 /* An MPI failure inside a collective the model called, which has no way
@@ -107,6 +108,24 @@ static void op_max(void *ctx, float *buf, size_t n) {
   g->be->unmap(buf, host, n * sizeof(float), rw);
 }
 
+/* A replicas runtime's ops under the group's (ZeRO 0: every replica ends
+ * the backward with the whole summed gradient, so the norm is the group's
+ * as without replicas). */
+static int inner_micro(void *ctx, remat_trainer *tr, double *loss_sum, remat_error *err) {
+  remat_tensor_group *g = ctx;
+  return g->inner.micro_batches(g->inner.ctx, tr, loss_sum, err);
+}
+
+static int inner_after(void *ctx, remat_trainer *tr, remat_error *err) {
+  remat_tensor_group *g = ctx;
+  return g->inner.after_backward(g->inner.ctx, tr, err);
+}
+
+static int inner_update(void *ctx, remat_trainer *tr, float lr, float norm, remat_error *err) {
+  remat_tensor_group *g = ctx;
+  return g->inner.update(g->inner.ctx, tr, lr, norm, err);
+}
+
 static int norm_sumsq(void *ctx, remat_trainer *tr, const double *layers, int64_t n,
                       double *total, remat_error *err) {
   (void)tr;
@@ -129,13 +148,16 @@ int remat_tensor_group_gather_params(remat_tensor_group *g, float *full, remat_e
   const remat_config *cfg = remat_model_config(g->m);
   size_t n = remat_model_num_params(g->m), bytes = n * sizeof(float);
   const size_t piece = (size_t)1 << 28; /* floats a message: within MPI's int counts */
-  float *buf = g->rank == 0 ? remat__malloc(bytes) : NULL;
-  int ok = g->rank != 0 || buf != NULL, rc = MPI_Bcast(&ok, 1, MPI_INT, 0, g->d->comm);
+  /* 2: gather, 1: not wanted (full NULL on rank 0: another copy's group) */
+  float *buf = g->rank == 0 && full ? remat__malloc(bytes) : NULL;
+  int want = g->rank != 0 ? 0 : !full ? 1 : buf ? 2 : 0;
+  int rc = MPI_Bcast(&want, 1, MPI_INT, 0, g->d->comm);
   if (rc != MPI_SUCCESS) {
     remat__free(buf);
     return remat__mpi_error(err, rc, "gathering the tensor ranks' shards");
   }
-  if (!ok) return remat__errorf(err, REMAT_ENOMEM, "out of memory gathering a shard on rank 0");
+  if (want == 1) return 0;
+  if (!want) return remat__errorf(err, REMAT_ENOMEM, "out of memory gathering a shard on rank 0");
   float *at = remat_model_params(g->m);
   float *mine = g->be->map(at, bytes, REMAT_MAP_READ);
   for (int k = 0; k < g->size && rc == MPI_SUCCESS; k++) {
@@ -158,11 +180,15 @@ int remat_tensor_group_create(remat_tensor_group **out, remat_dist *d, remat_tra
   *out = NULL;
   remat_model *m = remat_trainer_model(tr);
   const remat_config *cfg = remat_model_config(m);
+  const remat_stage *st = remat_model_stage(m);
   int64_t t = remat__tp(cfg);
   if (t < 2 || t != d->size || t > REMAT_MAX_STAGES)
     return remat__errorf(err, REMAT_EINVAL,
                          "a tensor degree of %lld runs on as many ranks, not %d", (long long)t,
                          d->size);
+  if (st->replicas > 1 && st->zero != 0)
+    return remat__errorf(err, REMAT_EINVAL, "tensor ranks run replicas under ZeRO 0 only, for "
+                         "now, not %d", st->zero);
   remat_tensor_group *g = remat__calloc(1, sizeof *g);
   int *chunks = remat__calloc(2 * (size_t)t, sizeof(int));
   if (!g || !chunks) {
@@ -172,18 +198,24 @@ int remat_tensor_group_create(remat_tensor_group **out, remat_dist *d, remat_tra
   }
   *g = (remat_tensor_group){.d = d, .tr = tr, .m = m, .be = remat__model_backend(m),
                             .rank = d->rank, .size = d->size, .counts = chunks,
-                            .displs = chunks + t};
+                            .displs = chunks + t, .inner = remat__trainer_get_ops(tr)};
   remat__model_set_tensor_ops(m, &(remat__tensor_ops){.sum = op_sum, .sum_f64 = op_sum_f64,
                                                       .max = op_max, .ctx = g,
                                                       .rank = d->rank});
-  remat__trainer_set_ops(tr, &(remat__trainer_ops){.norm_sumsq = norm_sumsq, .ctx = g});
+  const remat__trainer_ops *in = &g->inner;
+  remat__trainer_set_ops(tr, &(remat__trainer_ops){
+                                 .micro_batches = in->micro_batches ? inner_micro : NULL,
+                                 .after_backward = in->after_backward ? inner_after : NULL,
+                                 .norm_sumsq = norm_sumsq,
+                                 .update = in->update ? inner_update : NULL,
+                                 .ctx = g});
   *out = g;
   return 0;
 }
 
 void remat_tensor_group_destroy(remat_tensor_group *g) {
   if (!g) return;
-  remat__trainer_set_ops(g->tr, &(remat__trainer_ops){0});
+  remat__trainer_set_ops(g->tr, &g->inner);
   remat__free(g->counts);
   remat__free(g);
 }

@@ -150,6 +150,8 @@ void remat_trainer_set_hook(remat_trainer *tr, remat_grad_hook fn, void *ctx) {
 
 void remat__trainer_set_ops(remat_trainer *tr, const remat__trainer_ops *ops) { tr->ops = *ops; }
 
+remat__trainer_ops remat__trainer_get_ops(const remat_trainer *tr) { return tr->ops; }
+
 void remat__trainer_set_companions(remat_trainer *tr, remat_model *const *m, int n) {
   REMAT_ASSERT(n >= 0 && n <= REMAT__MAX_COMPANIONS);
   for (int i = 0; i < n; i++) tr->companions[i] = m[i];

@@ -27,6 +27,8 @@ typedef struct remat__trainer_ops {
   void *ctx;
 } remat__trainer_ops;
 void remat__trainer_set_ops(remat_trainer *tr, const remat__trainer_ops *ops);
+/* The ops set (a runtime that wraps another's keeps them). */
+remat__trainer_ops remat__trainer_get_ops(const remat_trainer *tr);
 
 /* A pipeline rank that runs several model chunks (interleaved, zbv) steps
  * the others itself (its ops), but their AdamW moments travel in the

@@ -3,7 +3,9 @@
 # layout) against one process, over 5 AdamW steps: every loss and gradient
 # norm agrees within a relative 1e-5 (float rounding: the group's sums add
 # the ranks' parts where one process adds a whole row), for T in {2, 4},
-# GPT-2 and Llamas (untied and tied heads, key/value heads split), with
+# GPT-2 and Llamas (untied and tied heads, key/value heads split), and
+# T=2 groups as 2 replicas under ZeRO 0 against one process accumulating
+# 2 micro-batches, with
 # blocks kept, in full, middle, dropout (each rank its heads' share of the
 # whole mask), several micro-batches a step and the head in chunks; a run
 # repeats bit for bit, recomputing gives the kept run's bits, the guard
@@ -70,6 +72,19 @@ for c in "${cases[@]}"; do
     if d=$(near one_$name.jsonl tp${t}_$name.jsonl "$t"); then ok "$name, T=$t = one process ($d)"
     else bad "$name, T=$t against one process: $d $(grep -m2 -i 'error\|remat' tp${t}_$name.out)"; fi
   done
+done
+
+# T=2 tensor groups as D=2 replicas (ZeRO 0; 4 ranks, the tensor ranks
+# adjacent) against one process accumulating D micro-batches a step
+for c in "gpt2:" "llama:${llama[*]}"; do
+  name=${c%%:*}
+  read -r -a extra <<<"${c#*:}"
+  "$remat" train "${common[@]}" "${extra[@]}" --dropout 0.1 --grad-accum 2 \
+    --log dp_one_$name.jsonl >dp_one_$name.out 2>&1
+  mpi 4 "$remat" train "${common[@]}" "${extra[@]}" --dropout 0.1 --tensor-parallel 2 \
+    --data-parallel 2 --log dp_$name.jsonl >dp_$name.out 2>&1
+  if d=$(near dp_one_$name.jsonl dp_$name.jsonl 4); then ok "$name, T=2 x D=2 = one process ($d)"
+  else bad "$name, T=2 x D=2 against one process: $d $(grep -m2 -i 'error\|remat' dp_$name.out)"; fi
 done
 
 # repeats, recompute and the guard backend: the same bits
@@ -145,6 +160,8 @@ else bad "T=2 evaluation: $(tail -c 300 eval2.out)"; fi
 
 # what is not run yet, refused before anything starts
 expect_error "a pipeline refused" "drop --stages" train "${shape[@]}" --tensor-parallel 2 --stages 2
+expect_error "ZeRO 1 refused" "drop --zero" train "${shape[@]}" --tensor-parallel 2 \
+  --data-parallel 2 --zero 1
 expect_error "--trace refused" "drop --trace" train "${shape[@]}" --tensor-parallel 2 --dropout 0 \
   --trace t.json
 mpi 3 "$remat" train "${common[@]}" --tensor-parallel 2 >ranks.out 2>&1
