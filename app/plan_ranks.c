@@ -81,9 +81,9 @@ char *plan_ranks_table(const remat_layout_query *q, const remat_layout_search *s
   return b.s;
 }
 
-/* The search as JSON: its settings and counts, and the rows the table
- * shows (every layout that fits and is among the `shown` fastest or on
- * the front). NULL when out of memory. */
+/* The search as JSON: its settings and counts, and its rows (every
+ * solved layout that fits and is among the `shown` fastest or on the
+ * front). NULL when out of memory. */
 static char *ranks_json(const remat_layout_query *q, const remat_layout_search *s, int64_t shown) {
   cJSON *o = cJSON_CreateObject(), *rows = cJSON_AddArrayToObject(o, "rows");
   cJSON_AddNumberToObject(o, "ranks", (double)q->ranks);
@@ -133,7 +133,7 @@ int plan_ranks_run(const remat_layout_query *q, int to_stdout, char **json, rema
   remat_layout_search s;
   remat_error err;
   if (remat_layout_search_run(q, &s, &err)) return cli_fail(CLI_EXIT_RUN, "--ranks: %s", err.msg);
-  char *text = json ? ranks_json(q, &s, 12)
+  char *text = json ? ranks_json(q, &s, INT64_MAX) /* every solved layout that fits */
                     : plan_ranks_table(q, &s, q->times ? "time (s)" : "time (GFLOP)", 12);
   if (!text) {
     remat_layout_search_free(&s);
@@ -190,12 +190,14 @@ static int calibrated(void *ctx, const remat_config *cfg, int64_t B, int64_t T,
   static int n;
   const plan_args *a = ctx;
   int again = 1;
-  for (int i = 0; i < n; i++) again &= measured[i] != B;
+  /* each micro-batch size and tensor degree once */
+  int64_t key = B * 1024 + (cfg->tensor_parallel > 1 ? cfg->tensor_parallel : 1);
+  for (int i = 0; i < n; i++) again &= measured[i] != key;
   remat_layer_times t;
   remat_cache_note kept;
   int rc = remat_calibrate_cached(cfg, B, T, 1, (int)a->calibrate, again, &t, &kept, err);
   if (rc) return rc;
-  if (again && n < 64) measured[n++] = B;
+  if (again && n < 64) measured[n++] = key;
   remat_plan_problem_set_times(pb, &t);
   return 0;
 }
@@ -214,11 +216,12 @@ int plan_ranks_search(plan_args *a, const remat_budgets *budgets, char **layouts
   q.cfg.precision = a->prec;
   q.cfg.head_chunk = a->head_chunk; /* -1: auto */
   omp_set_num_threads(a->threads > 0 ? (int)a->threads : omp_get_num_procs());
-  if (a->calibrate) { /* measured seconds: remat's engine runs no tensor parallelism to time */
+  if (a->calibrate) { /* measured seconds: a tensor rank's shard timed alone, its collectives
+                        at --link tp; the engine runs no sequence parallelism to time */
     q.times = calibrated;
     q.times_ctx = a;
     q.rank_rate = 1;
-    q.max_tensor = 1;
+    q.no_sequence_parallel = 1;
   }
   remat_layout best;
   int status = plan_ranks_run(&q, a->fmt == REMAT_PLAN_FORMAT_TABLE,

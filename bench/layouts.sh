@@ -2,14 +2,14 @@
 # layouts.sh: remat plan --ranks 2 against measured runs of its layouts.
 #
 # The search (--calibrate: this machine's layer times at one thread a rank,
-# links given) predicts a step of each layout of 2 ranks. remat's engine
-# runs no tensor parallelism yet, so the layouts are t = 1: the fastest
-# with p = 2 pipeline stages and the fastest with d = 2 replicas. Each is
-# run by remat train on 2 ranks of one thread (the pipeline by --plan, its
-# plan made alone with the same settings; the replicas planning their
-# blocks under the same budget) (no more ranks than this machine's cores), the two
-# alternated REPS times; every run's step times after the first give the
-# median. One line per layout, key=value: the search's predicted step, the
+# a tensor rank's shard timed alone; links given) predicts a step of each
+# layout of 2 ranks: the fastest with t = 2 tensor ranks, the fastest with
+# p = 2 pipeline stages and the fastest with d = 2 replicas. Each is run by
+# remat train on 2 ranks of one thread (the pipeline by --plan, its plan
+# made alone with the same settings; the tensor ranks and the replicas
+# planning their blocks under the same budget) (no more ranks than this
+# machine's cores), the three alternated REPS times; every run's step
+# times after the first give the median. One line per layout, key=value: the search's predicted step, the
 # measured median, their ratio, planned = measured on every rank; then
 # whether the search's order is the measured order.
 #
@@ -19,11 +19,11 @@ remat=${1:-./build/app/remat}
 steps=${2:-8}
 reps=${3:-3}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-cfg="4,256,8,256,256"
+cfg="4,256,8,1024,256"
 G=16
 T=128
 mem=1GiB
-link="pp=5,dp=5" # GB/s, given: two ranks on one machine share its memory
+link="tp=5,pp=5,dp=5" # GB/s, given: two ranks on one machine share its memory
 common=(--config "$cfg" --seq $T --precision fp32 --threads 1)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -37,8 +37,9 @@ python3 - "$tmp" <<'PY'
 import json, sys
 tmp = sys.argv[1]
 rows = json.load(open(tmp + "/search.json"))["layouts"]["rows"]
-for kind, key in (("p2", "stages"), ("d2", "data_parallel")):
-    r = min((r for r in rows if r[key] == 2), key=lambda r: r["time"])
+for kind, key in (("t2", "tensor_parallel"), ("p2", "stages"), ("d2", "data_parallel")):
+    r = min((r for r in rows if r[key] == 2 and not r["sequence_parallel"]),
+            key=lambda r: r["time"])
     json.dump(r, open("%s/%s.row.json" % (tmp, kind), "w"))
     print("bench=layouts_search kind=%s b=%d M=%d zero=%d schedule=%s predicted_s=%.4f "
           "replicas_s=%.4f pipeline_s=%.4f" % (kind, r["micro_batch_size"], r["microbatches"],
@@ -46,7 +47,7 @@ for kind, key in (("p2", "stages"), ("d2", "data_parallel")):
 PY
 
 field() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$@"; }
-for kind in p2 d2; do
+for kind in t2 p2 d2; do
   row="$tmp/$kind.row.json"
   b=$(field "$row" micro_batch_size)
   M=$(field "$row" microbatches)
@@ -56,9 +57,11 @@ for kind in p2 d2; do
       --head-chunk "$(field "$row" head_chunk)" --calibrate 3 --min-blocks 1 --format json \
       -o "$tmp/$kind.plan.json" >/dev/null
     layout+=(--plan "$tmp/$kind.plan.json")
-  else # replicas of one stage: remat train plans its blocks under the same budget
+  elif [[ $kind == d2 ]]; then # replicas of one stage: remat train plans its blocks
     layout=(--data-parallel 2 --zero "$(field "$row" zero)" --mem $mem
             --head-chunk "$(field "$row" head_chunk)")
+  else # a tensor group of one stage, likewise
+    layout=(--tensor-parallel 2 --mem $mem --head-chunk "$(field "$row" head_chunk)")
   fi
   echo "$b $M ${layout[*]}" >"$tmp/$kind.args"
 done
@@ -71,6 +74,7 @@ run() { # run KIND REP
     >"$tmp/$1.$2.out" 2>&1
 }
 for r in $(seq 1 "$reps"); do
+  run t2 "$r"
   run p2 "$r"
   run d2 "$r"
 done
@@ -78,7 +82,7 @@ python3 - "$tmp" "$reps" <<'PY'
 import json, statistics, sys
 tmp, reps = sys.argv[1], int(sys.argv[2])
 pred, meas = {}, {}
-for kind in ("p2", "d2"):
+for kind in ("t2", "p2", "d2"):
     steps, ok = [], True
     for r in range(1, reps + 1):
         rows = [json.loads(l) for l in open("%s/%s.%d.jsonl" % (tmp, kind, r))]
@@ -90,8 +94,7 @@ for kind in ("p2", "d2"):
           "step_s_max=%.4f predicted_over_measured=%.3f planned_eq_measured=%s" % (
               kind, reps, pred[kind], meas[kind], min(steps), max(steps),
               pred[kind] / meas[kind], ok))
-same = (pred["p2"] < pred["d2"]) == (meas["p2"] < meas["d2"])
+order = lambda v: "<".join(sorted(v, key=v.get))
 print("bench=layouts_order predicted=%s measured=%s same=%s" % (
-    "p2<d2" if pred["p2"] < pred["d2"] else "d2<p2",
-    "p2<d2" if meas["p2"] < meas["d2"] else "d2<p2", same))
+    order(pred), order(meas), order(pred) == order(meas)))
 PY

@@ -380,9 +380,12 @@ typedef struct remat_layout_query {
   int64_t max_tensor;            /* the largest t (0: N); a node's GPUs, say */
   double time_limit;             /* seconds per layout's solve (0: none) */
   int exhaustive;                /* 1: solve every layout, bounds unused (tests) */
+  int no_sequence_parallel;      /* 1: layouts without sequence parallelism only */
   /* NULL, or what replaces a layout's FLOP times with measured ones (in
    * seconds; rank_rate is then 1): called for each layout's problem, its
-   * config the rank's and B its micro-batch; nonzero stops the search */
+   * config the rank's and B its micro-batch; REMAT_EINVAL refuses that
+   * layout (a shape the engine does not run), other nonzero stops the
+   * search */
   int (*times)(void *ctx, const remat_config *cfg, int64_t B, int64_t T,
                remat_plan_problem *pb, remat_error *err);
   void *times_ctx;

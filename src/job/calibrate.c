@@ -73,6 +73,8 @@ static int calibrate_for(const remat_config *cfg, int64_t B, int64_t T, int roun
   remat_model *m;
   int rc = remat__model_plan(&m, &c, B, T, &st, err);
   if (rc) return rc;
+  /* a tensor rank's shard, timed without its group: its compute alone */
+  if (c.tensor_parallel > 1) remat__model_tensor_alone(m);
   /* three blocks at the run's batch: refused, not allocated, where they
    * would not fit this machine (the run's own check comes later) */
   const char *what;
@@ -175,6 +177,10 @@ static int kept_times(const remat_config *cfg, int64_t B, int64_t T, int ranks, 
     /* "W": its W timed apart (a Llama's figures kept before it counted W in B) */
     snprintf(key + n, 160 - n, " llama NKV%lld H%lld W", (long long)cfg->kv_heads,
              (long long)cfg->ffn_hidden);
+  }
+  if (cfg->tensor_parallel > 1) { /* a tensor rank's shard */
+    size_t n = strlen(key);
+    snprintf(key + n, 160 - n, " tp%lld", (long long)cfg->tensor_parallel);
   }
   int found = remat_cache_get(c, key, KEPT, &e, why);
   int sane = found == REMAT_CACHE_HIT && e.value[FIELDS] >= 1 && e.value[FIELDS] <= 1000;

@@ -292,6 +292,18 @@ void remat__model_set_tensor_ops(remat_model *m, const remat__tensor_ops *ops) {
   m->tops = *ops;
 }
 
+static void alone_sum(void *ctx, float *buf, size_t n, float *scratch) {
+  (void)ctx, (void)buf, (void)n, (void)scratch;
+}
+static void alone_sum_f64(void *ctx, double *buf, size_t n, double *scratch) {
+  (void)ctx, (void)buf, (void)n, (void)scratch;
+}
+static void alone_max(void *ctx, float *buf, size_t n) { (void)ctx, (void)buf, (void)n; }
+
+void remat__model_tensor_alone(remat_model *m) {
+  m->tops = (remat__tensor_ops){.sum = alone_sum, .sum_f64 = alone_sum_f64, .max = alone_max};
+}
+
 void remat__model_grad_sumsq_split(const remat_model *m, double *split, double *whole) {
   remat__tensor t[REMAT_P_COUNT];
   remat__tensors(&m->cfg, t);
@@ -1441,6 +1453,7 @@ static remat__block_wrec wrec_at(remat_model *m, int64_t w, int64_t i) {
 static void wrec_fill(remat_model *m, const remat__block_wrec *r, const float *x,
                       const remat__block_acts *a) {
   size_t BT = (size_t)m->B * (size_t)m->T, BTC = BT * (size_t)m->cfg.channels;
+  size_t BTCi = BT * (size_t)inner(m); /* a tensor rank's heads' and MLP's share */
   size_t h = remat__act_elem(&m->ws), f = sizeof(float);
   const remat__backend *be = m->be;
   be->copy(r->x, x, BTC * f);
@@ -1450,9 +1463,9 @@ static void wrec_fill(remat_model *m, const remat__block_wrec *r, const float *x
   be->copy(r->ln2_mean, a->ln2_mean, BT * f);
   be->copy(r->ln2_rstd, a->ln2_rstd, BT * f);
   be->copy(r->ln1, a->ln1, BTC * h);
-  be->copy(r->atty, a->atty, BTC * h);
+  be->copy(r->atty, a->atty, BTCi * h);
   be->copy(r->ln2, a->ln2, BTC * h);
-  be->copy(r->fch_gelu, a->fch_gelu, 4 * BTC * h);
+  be->copy(r->fch_gelu, a->fch_gelu, 4 * BTCi * h);
 }
 
 /* The activations a W reads, in its record (the others NULL: W reads no

@@ -370,15 +370,17 @@ void remat__llama_block_backward(remat_model *m, float *const w[REMAT__LLAMA_BLO
 void remat__llama_wrec_fill(remat_model *m, const remat__llama_wrec *r, const float *x,
                             const remat__llama_acts *a) {
   const remat_config *c = &m->cfg;
+  share s = share_of(m); /* a tensor rank's (the whole block's without) */
   size_t BT = (size_t)m->B * (size_t)m->T, NC = BT * (size_t)c->channels,
-         NH = BT * (size_t)c->ffn_hidden, e = remat__act_elem(&m->ws), f = sizeof(float);
+         NCq = BT * (size_t)s.Cq, NH = BT * (size_t)s.H, e = remat__act_elem(&m->ws),
+         f = sizeof(float);
   const remat__backend *be = m->be;
   be->copy(r->x, x, NC * f);
   be->copy(r->res2, a->res2, NC * f);
   be->copy(r->rstd1, a->rstd1, BT * f);
   be->copy(r->rstd2, a->rstd2, BT * f);
   be->copy(r->xn1, a->xn1, NC * e);
-  be->copy(r->atty, a->atty, NC * e);
+  be->copy(r->atty, a->atty, NCq * e);
   be->copy(r->xn2, a->xn2, NC * e);
   be->copy(r->hsw, a->hsw, NH * e);
 }

@@ -120,6 +120,10 @@ typedef struct remat__tensor_ops {
   int64_t rank;
 } remat__tensor_ops;
 void remat__model_set_tensor_ops(remat_model *m, const remat__tensor_ops *ops);
+/* A tensor rank timed alone (the calibration's): rank 0 of a group whose
+ * collectives do nothing, so its layers take its shard's compute time;
+ * its values are not a model's. */
+void remat__model_tensor_alone(remat_model *m);
 /* Tensor rank `rank`'s parameters (flat, in order, each tensor as
  * remat__tensors shapes it under cfg) to (to_full) or from the whole
  * model's (remat_param_count of cfg without tensor parallelism). The

@@ -115,7 +115,7 @@ static int build(const remat_layout_query *q, const remat_layout *l, remat_plan_
   *fatal = rc == REMAT_ENOMEM;
   if (rc) return rc;
   if (q->times && (rc = q->times(q->times_ctx, &c, l->b, q->seq_len, pb, err))) {
-    *fatal = 1;
+    *fatal = rc != REMAT_EINVAL; /* a shape the engine does not run: this layout refused */
     remat_plan_problem_free(pb);
     return rc;
   }
@@ -228,7 +228,7 @@ static int enumerate(const remat_layout_query *q, rows *r, remat_error *err) {
                                REMAT_SCHED_ZBV};
   for (int64_t t = 1; t <= N; t++) {
     if (N % t || (q->max_tensor > 0 && t > q->max_tensor)) continue;
-    for (int64_t sp = 0; sp <= (t > 1); sp++) {
+    for (int64_t sp = 0; sp <= (t > 1 && !q->no_sequence_parallel); sp++) {
       remat_config c = rank_config(q, t, sp, 1);
       remat_error e;
       if (remat_config_check(&c, &e) || q->seq_len % (sp ? t : 1)) continue;

@@ -43,15 +43,16 @@ check "the table goes to standard error beside an export" grep -q "^pareto" tabl
 check "the table says what it searched and timed" \
   grep -q "^links: tensor timed, pipeline timed, replicas timed" table.out
 check "... then the fastest layout's plan" grep -q "^the fastest layout's plan:" table.out
-# --calibrate: this machine's seconds, and t = 1 layouts only (the engine
-# runs no tensor parallelism to time)
+# --calibrate: this machine's seconds, a tensor rank's shard timed alone,
+# and no sequence parallelism (the engine runs none to time)
 "$remat" plan --config tiny --ranks 2 --global-batch 2 --seq 64 --mem 1GiB --precision fp32 \
-  --link pp=5,dp=5 --calibrate 1 --threads 1 --format json >cal.json 2>cal.err
-check "--calibrate: seconds, t = 1 only" python3 - <<'PY'
+  --link tp=5,pp=5,dp=5 --calibrate 1 --threads 1 --format json >cal.json 2>cal.err
+check "--calibrate: seconds, t = 2 rows, no sequence parallelism" python3 - <<'PY'
 import json, sys
 d = json.load(open("cal.json"))
 rows = d["layouts"]["rows"]
-sys.exit(not (rows and all(r["tensor_parallel"] == 1 for r in rows) and d["time_unit"] == "s"
-              and 0 < rows[0]["time"] < 60))
+sys.exit(not (rows and any(r["tensor_parallel"] == 2 for r in rows) and
+              not any(r["sequence_parallel"] for r in rows) and d["time_unit"] == "s"
+              and all(0 < r["time"] < 60 for r in rows)))
 PY
 summary ranks
