@@ -52,10 +52,6 @@ void train_predict(run_state *r) {
   remat_cache_note note;
   double t0 = remat_now(), s, bubble;
   if (remat_job_agree(r->job, 0, &err)) return; /* start together */
-  if (o->d.tensor > 1) { /* a shard's layers run only with their group */
-    printf("times   no prediction: a tensor rank's layer times are not measured yet\n");
-    return;
-  }
   if (remat_calibrate_cached(r->cfg, o->d.train.B, o->d.train.T, r->ranks, 0, o->measure_times,
                              &t, &note, &err) ||
       remat_job_predict_measured(r->job, &t, &s, &bubble, &err)) {
@@ -86,8 +82,11 @@ void train_show_predicted(const run_state *r, int64_t ran) {
   if (!r->pipe) {
     step = r->timed_steps ? r->t_train / (double)r->timed_steps : r->wall / (double)ran;
     printf("time    step %.3f s measured, %.3f s predicted from this machine's layer times "
-           "(%+.1f%%)%s\n", step, r->predicted_s, 100 * (r->predicted_s - step) / step,
-           r->dp ? "; the replicas' communication is not counted" : "");
+           "(%+.1f%%)%s%s\n", step, r->predicted_s, 100 * (r->predicted_s - step) / step,
+           r->dp ? "; the replicas' communication is not counted" : "",
+           r->o->d.tensor > 1 ? "; a tensor rank's shard timed alone, its group's sums not "
+                                "counted"
+                              : "");
   } else {
     step = r->timed_steps ? r->t_train / (double)r->timed_steps : r->wall;
     printf("time    predicted from this machine's layer times: %+.1f%% of the measured "
