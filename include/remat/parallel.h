@@ -276,8 +276,8 @@ REMAT_API int remat_replicas_gather_params(remat_replicas *rp, float *full, rema
  * ones' input gradients, the embedding and the loss's statistics, each in
  * a fixed order (rank order), so a run gives the same bits on every
  * repeat; the step's gradient norm is the group's. Set before the weights
- * are initialised (the rank picks its shard). In fp32 on one stage
- * (GPT-2, or a Llama whose key/value heads t divides), for now. */
+ * are initialised (the rank picks its shard). In fp32 (GPT-2, or a
+ * Llama whose key/value heads t divides), for now. */
 typedef struct remat_tensor_group remat_tensor_group; /* opaque */
 REMAT_API int remat_tensor_group_create(remat_tensor_group **out, remat_dist *d,
                                         remat_trainer *tr, remat_error *err);
@@ -290,6 +290,14 @@ REMAT_API void remat_tensor_group_destroy(remat_tensor_group *g);
  * same trainer, the group runs the replicas' step and takes the norm. */
 REMAT_API int remat_tensor_group_gather_params(remat_tensor_group *g, float *full,
                                                remat_error *err);
+/* Tensor groups as pipeline stages (created after remat_pipeline_create
+ * over the same trainer, whose norm then takes each layer's sum over the
+ * group): world holds every rank, stage s's tensor rank k at s t + k, and
+ * pl the stages; a save then gathers every rank's part to world rank 0
+ * (every rank calls remat_tensor_group_gather_params, full on world rank 0
+ * only). */
+REMAT_API void remat_tensor_group_join(remat_tensor_group *g, remat_dist *world,
+                                       const remat_placement *pl);
 
 /* Timeline, as the pipeline's (one track per rank, memory reserved up front
  * for max_steps steps): per micro-batch a forward span, per layer a

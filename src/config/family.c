@@ -102,16 +102,17 @@ int remat__tensors(const remat_config *cfg, remat__tensor t[REMAT_P_COUNT]) {
   return n;
 }
 
-void remat__tensor_shard_runs(const remat_config *cfg, int i, int64_t rank, remat__run_fn fn,
-                              void *ctx) {
+void remat__tensor_shard_runs(const remat_config *cfg, int i, int64_t rank, int64_t first,
+                              int64_t count, remat__run_fn fn, void *ctx) {
   remat__tensor t[REMAT_P_COUNT];
   remat__tensors(cfg, t);
   const remat__tensor *x = &t[i];
-  int64_t tp = remat__tp(cfg), slices = x->where == REMAT__IN_BLOCK ? cfg->num_layers : 1;
+  int block = x->where == REMAT__IN_BLOCK;
+  int64_t tp = remat__tp(cfg), slices = block ? count : 1, l0 = block ? first : 0;
   size_t R = (size_t)x->rows, K = (size_t)x->cols, size = R * K;
   if (!size) return;
   if (tp == 1 || x->split == REMAT__SPLIT_NONE) {
-    fn(ctx, 0, 0, size * (size_t)slices);
+    fn(ctx, 0, (size_t)l0 * size, size * (size_t)slices);
     return;
   }
   /* GPT-2's qkv holds q, k and v one after another: each is split */
@@ -119,7 +120,7 @@ void remat__tensor_shard_runs(const remat_config *cfg, int i, int64_t rank, rema
                           (i == REMAT_P_QKVW || i == REMAT_P_QKVB) ? 3 : 1;
   size_t whole = size * (size_t)tp, r = (size_t)rank;
   for (size_t l = 0; l < (size_t)slices; l++) {
-    size_t at = l * size, wat = l * whole;
+    size_t at = l * size, wat = (l + (size_t)l0) * whole;
     if (x->split == REMAT__SPLIT_ROWS) {
       size_t rg = R / groups; /* rows of a group a rank holds */
       for (size_t g = 0; g < groups; g++)

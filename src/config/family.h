@@ -49,13 +49,14 @@ static inline int64_t remat__sp(const remat_config *cfg) {
   return cfg->sequence_parallel ? remat__tp(cfg) : 1;
 }
 
-/* Tensor rank `rank`'s shard of tensor i (every block's slice of a block
- * tensor), run by run: fn(ctx, at, whole_at, n) says that the n floats
- * from `at` of the rank's tensor (remat__tensors' shape) are the whole
- * model's tensor's from whole_at. One run for a tensor not split. */
+/* Tensor rank `rank`'s shard of tensor i (of a block tensor, the slices of
+ * blocks [first, first + count)), run by run: fn(ctx, at, whole_at, n)
+ * says that the n floats from `at` of the rank's part (remat__tensors'
+ * shape, from block first) are the whole model's tensor's from whole_at.
+ * One run for a tensor not split. */
 typedef void (*remat__run_fn)(void *ctx, size_t at, size_t whole_at, size_t n);
-void remat__tensor_shard_runs(const remat_config *cfg, int i, int64_t rank, remat__run_fn fn,
-                              void *ctx);
+void remat__tensor_shard_runs(const remat_config *cfg, int i, int64_t rank, int64_t first,
+                              int64_t count, remat__run_fn fn, void *ctx);
 
 /* The family's tensors in its checkpoint order (at most REMAT_P_COUNT);
  * returns their number. An empty tensor (a Llama's tied head) has rows 0. */

@@ -52,14 +52,18 @@ static int check_tensor(const remat_job_desc *d, remat_error *err) {
     return remat__errorf(err, REMAT_EINVAL, "%s %lld: give 1 to %d ranks",
                          N(d, "tensor-parallel"), (long long)d->tensor, REMAT_MAX_STAGES);
   if (d->tensor == 1) return 0;
-  const char *no = d->stages > 1                ? "stages"
+  const char *no = d->stages > 1 && d->replicas > 1 ? "data-parallel"
+                   : d->chunks > 1 || !remat_schedule_get(d->schedule) ||
+                           remat_schedule_get(d->schedule)->chunks_max != 1
+                       ? "schedule"
                    : d->zero > 0                ? "zero"
                    : d->precision != REMAT_PRECISION_FP32 ? "precision"
                    : d->trace                   ? "trace"
                                                 : NULL;
   if (no)
-    return remat__errorf(err, REMAT_EINVAL, "%s runs on one stage, with replicas under "
-                         "ZeRO 0, in fp32, without a timeline, for now: %s %s%s",
+    return remat__errorf(err, REMAT_EINVAL, "%s runs with replicas under ZeRO 0 or "
+                         "pipeline stages of one-chunk schedules, in fp32, without a timeline, "
+                         "for now: %s %s%s",
                          N(d, "tensor-parallel"), no[0] == 'p' ? "give" : "drop", N(d, no),
                          no[0] == 'p' ? " fp32" : "");
   return 0;

@@ -25,7 +25,7 @@ static int check_ranks(remat_job *job, remat_error *err) {
   if (job->kind == REMAT_RUN_TENSOR) { /* tensor groups of adjacent ranks, their copies replicas */
     remat_dist *tensor, *outer;
     int rc = remat_dist_tensor_split(job->dist, d->tensor, &tensor, &outer, err);
-    return rc ? rc : remat_dist_grid(outer, 1, d->replicas, err);
+    return rc ? rc : remat_dist_grid(outer, d->stages, d->replicas, err);
   }
   return remat_dist_grid(job->dist, d->stages, d->replicas, err);
 }
@@ -316,12 +316,16 @@ static int make_runtime(remat_job *job, remat_error *err) {
     remat_dist *tensor, *outer;
     if ((rc = remat_dist_tensor_split(job->dist, job->d.tensor, &tensor, &outer, err)))
       return rc;
-    remat_stage st = remat_placement_stage(pl, 0, remat_dist_rank(outer));
+    remat_stage st = remat_placement_stage(pl, remat_dist_stage(outer), remat_dist_replica(outer));
     if ((rc = remat_trainer_create_stage(&job->tr, &job->cfg, &st, &job->tok, &to, err)))
       return rc;
     if (job->d.replicas > 1 && (rc = remat_replicas_create(&job->dp, outer, job->tr, err)))
       return rc;
-    return remat_tensor_group_create(&job->tg, tensor, job->tr, err);
+    if (job->d.stages > 1 && (rc = remat_pipeline_create(&job->pipe, outer, job->tr, pl, err)))
+      return rc;
+    if ((rc = remat_tensor_group_create(&job->tg, tensor, job->tr, err))) return rc;
+    if (job->pipe) remat_tensor_group_join(job->tg, job->dist, pl);
+    return 0;
   }
   case REMAT_RUN_REPLICAS: {
     remat_stage st = remat_placement_stage(pl, 0, job->rank);

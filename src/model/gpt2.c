@@ -492,16 +492,19 @@ static void copy_run(void *ctx, size_t at, size_t whole_at, size_t n) {
   else memcpy(s->flat + at, s->full + whole_at, n * sizeof(float));
 }
 
-void remat__tensor_params_copy(const remat_config *cfg, int64_t rank, float *flat, float *full,
-                               int to_full) {
+void remat__tensor_params_copy(const remat_config *cfg, const remat_stage *st, int64_t rank,
+                               float *flat, float *full, int to_full) {
   remat_config whole = *cfg;
   whole.tensor_parallel = whole.sequence_parallel = 0;
   size_t mine[REMAT_P_COUNT], all[REMAT_P_COUNT];
-  remat_param_sizes(cfg, mine);
+  if (st) remat__stage_param_sizes(cfg, st, mine);
+  else remat_param_sizes(cfg, mine);
   remat_param_sizes(&whole, all);
   for (int i = 0; i < REMAT_P_COUNT; i++) {
     shard_copy s = {flat, full, to_full};
-    if (mine[i]) remat__tensor_shard_runs(cfg, i, rank, copy_run, &s);
+    if (mine[i])
+      remat__tensor_shard_runs(cfg, i, rank, st ? st->first_block : 0,
+                               st ? st->num_blocks : cfg->num_layers, copy_run, &s);
     flat += mine[i];
     full += all[i];
   }
@@ -510,7 +513,8 @@ void remat__tensor_params_copy(const remat_config *cfg, int64_t rank, float *fla
 void remat__model_params_to_full(remat_model *m, float *full) {
   size_t bytes = remat__stage_num_params(&m->cfg, &m->stage) * sizeof(float);
   float *flat = m->be->map(m->params, bytes, REMAT_MAP_READ);
-  if (remat__tp(&m->cfg) > 1) remat__tensor_params_copy(&m->cfg, m->tops.rank, flat, full, 1);
+  if (remat__tp(&m->cfg) > 1)
+    remat__tensor_params_copy(&m->cfg, &m->stage, m->tops.rank, flat, full, 1);
   else remat__stage_params_to_full(&m->cfg, &m->stage, flat, full);
   m->be->unmap(m->params, flat, bytes, REMAT_MAP_READ);
 }
@@ -519,7 +523,7 @@ void remat__model_params_from_full(remat_model *m, const float *full) {
   size_t bytes = remat__stage_num_params(&m->cfg, &m->stage) * sizeof(float);
   float *flat = m->be->map(m->params, bytes, REMAT_MAP_WRITE);
   if (remat__tp(&m->cfg) > 1)
-    remat__tensor_params_copy(&m->cfg, m->tops.rank, flat, (float *)full, 0);
+    remat__tensor_params_copy(&m->cfg, &m->stage, m->tops.rank, flat, (float *)full, 0);
   else
     remat__stage_params_from_full(&m->cfg, &m->stage, full, flat);
   m->be->unmap(m->params, flat, bytes, REMAT_MAP_WRITE);
@@ -624,7 +628,9 @@ static void init_shard(remat_model *m, uint64_t seed) {
   whole.tensor_parallel = whole.sequence_parallel = 0;
   for (int i = 0; i < REMAT_P_COUNT; i++) {
     shard_init s = {m, &whole, i, seed};
-    if (m->sz[i]) remat__tensor_shard_runs(&m->cfg, i, m->tops.rank, init_run, &s);
+    if (m->sz[i])
+      remat__tensor_shard_runs(&m->cfg, i, m->tops.rank, m->stage.first_block,
+                               m->stage.num_blocks, init_run, &s);
   }
 }
 
@@ -632,7 +638,7 @@ void remat_model_init_weights(remat_model *m, uint64_t seed) {
   const remat_config *c = &m->cfg;
   m->update_clean = 0;
   if (remat__tp(c) > 1) {
-    REMAT_ASSERT(m->tops.sum && m->stage.has_embedding && m->stage.has_head);
+    REMAT_ASSERT(m->tops.sum);
     init_shard(m, seed);
     return;
   }
@@ -1714,6 +1720,38 @@ int64_t remat__model_grad_sumsq_layers(const remat_model *cm, double *out) {
   for (int64_t i = 0; i < m->stage.num_blocks; i++)
     out[k++] = unit_sumsq(m, 1 + m->stage.first_block + i);
   if (m->stage.has_head) out[k++] = unit_sumsq(m, m->cfg.num_layers + 1);
+  return k;
+}
+
+/* Unit u's sum of squares over the tensors a tensor rank holds a shard of
+ * (split 1) or whole (split 0). */
+static double unit_sumsq_part(remat_model *m, int64_t u, int split) {
+  remat__tensor t[REMAT_P_COUNT];
+  remat__tensors(&m->cfg, t);
+  remat_unit_segment seg[REMAT_UNIT_MAX_SEGMENTS];
+  int n = remat_unit_segments(&m->cfg, u, seg);
+  double s = 0.0;
+  for (int k = 0; k < n; k++) {
+    if ((t[seg[k].tensor].split != REMAT__SPLIT_NONE) != split) continue;
+    size_t run;
+    const float *g = remat__model_unit_at(m, REMAT_BUF_GRADS, u, seg[k].at, &run);
+    REMAT_ASSERT(run >= seg[k].count);
+    s += m->be->sumsq(g, seg[k].count);
+  }
+  return s;
+}
+
+int64_t remat__model_grad_sumsq_layers_split(const remat_model *cm, double *split,
+                                             double *whole) {
+  remat_model *m = (remat_model *)cm; /* reads only */
+  REMAT_ASSERT(m->D <= 1);
+  int64_t k = 0, L = m->cfg.num_layers;
+  for (int64_t x = 0; x < m->stage.num_blocks + 2; x++) {
+    int64_t u = x == 0 ? 0 : x <= m->stage.num_blocks ? m->stage.first_block + x : L + 1;
+    if ((x == 0 && !m->stage.has_embedding) || (u == L + 1 && !m->stage.has_head)) continue;
+    split[k] = unit_sumsq_part(m, u, 1);
+    whole[k++] = unit_sumsq_part(m, u, 0);
+  }
   return k;
 }
 

@@ -124,12 +124,19 @@ void remat__model_set_tensor_ops(remat_model *m, const remat__tensor_ops *ops);
  * collectives do nothing, so its layers take its shard's compute time;
  * its values are not a model's. */
 void remat__model_tensor_alone(remat_model *m);
-/* Tensor rank `rank`'s parameters (flat, in order, each tensor as
- * remat__tensors shapes it under cfg) to (to_full) or from the whole
- * model's (remat_param_count of cfg without tensor parallelism). The
- * model's own: remat__model_params_to_full and _from_full. */
-void remat__tensor_params_copy(const remat_config *cfg, int64_t rank, float *flat, float *full,
-                               int to_full);
+/* Tensor rank `rank`'s parameters of stage st (NULL: the whole model;
+ * flat, in order, each tensor as remat__tensors shapes it under cfg, cut
+ * to the stage as remat__stage_param_sizes cuts it) to (to_full) or from
+ * the whole model's (remat_param_count of cfg without tensor
+ * parallelism). The model's own: remat__model_params_to_full and
+ * _from_full. */
+void remat__tensor_params_copy(const remat_config *cfg, const remat_stage *st, int64_t rank,
+                               float *flat, float *full, int to_full);
+/* remat__model_grad_sumsq_layers in two parts, a layer's tensors a tensor
+ * rank holds a shard of (split) and those it holds whole: a layer's sum is
+ * its split sums over the group plus one rank's whole sum. */
+int64_t remat__model_grad_sumsq_layers_split(const remat_model *m, double *split,
+                                             double *whole);
 /* The sums of squared gradients of the tensors a tensor rank holds a shard
  * of (*split) and of those every rank holds whole (*whole), each over the
  * tensors in checkpoint order: the squared global norm is the split sums

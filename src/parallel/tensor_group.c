@@ -33,7 +33,11 @@ struct remat_tensor_group {
   const remat__backend *be;
   int rank, size;
   int *counts, *displs; /* the chunks of the buffer being summed */
-  remat__trainer_ops inner; /* a replicas runtime's ops, which the group's wrap */
+  remat__trainer_ops inner; /* a replicas or pipeline runtime's ops, which the group's wrap */
+  int staged;               /* a pipeline's stage: its layers' sums go to the pipeline's norm */
+  double *layer_sums;       /* staged: (3, L + 2) split, whole, and every rank's split */
+  remat_dist *world;        /* a pipeline's: every rank, for a save (remat_tensor_group_join) */
+  const remat_placement *pl;
 };
 
 /* An MPI failure inside a collective the model called, which has no way
@@ -126,12 +130,28 @@ static int inner_update(void *ctx, remat_trainer *tr, float lr, float norm, rema
   return g->inner.update(g->inner.ctx, tr, lr, norm, err);
 }
 
+/* A pipeline stage's layers: each layer's split sums over the group (in
+ * rank order) plus its whole sum, handed to the pipeline's norm. */
+static int stage_norm(remat_tensor_group *g, remat_trainer *tr, double *total, remat_error *err) {
+  int64_t cap = remat_model_config(g->m)->num_layers + 2;
+  double *split = g->layer_sums, *whole = split + cap, *all = whole + cap;
+  int64_t n = remat__model_grad_sumsq_layers_split(g->m, split, whole);
+  int rc = MPI_Allgather(split, (int)n, MPI_DOUBLE, all, (int)n, MPI_DOUBLE, g->d->comm);
+  if (rc != MPI_SUCCESS) return remat__mpi_error(err, rc, "the gradient norm's sums");
+  for (int64_t i = 0; i < n; i++) {
+    double s = 0.0;
+    for (int k = 0; k < g->size; k++) s += all[(size_t)k * (size_t)n + (size_t)i];
+    split[i] = s + whole[i];
+  }
+  return g->inner.norm_sumsq(g->inner.ctx, tr, split, n, total, err);
+}
+
 static int norm_sumsq(void *ctx, remat_trainer *tr, const double *layers, int64_t n,
                       double *total, remat_error *err) {
-  (void)tr;
   (void)layers;
   (void)n;
   remat_tensor_group *g = ctx;
+  if (g->staged) return stage_norm(g, tr, total, err);
   double split, whole, all[REMAT_MAX_STAGES];
   remat__model_grad_sumsq_split(g->m, &split, &whole);
   int rc = MPI_Allgather(&split, 1, MPI_DOUBLE, all, 1, MPI_DOUBLE, g->d->comm);
@@ -142,9 +162,48 @@ static int norm_sumsq(void *ctx, remat_trainer *tr, const double *layers, int64_
   return 0;
 }
 
+void remat_tensor_group_join(remat_tensor_group *g, remat_dist *world,
+                             const remat_placement *pl) {
+  g->world = world;
+  g->pl = pl;
+}
+
+/* A pipeline's: world rank s t + k holds tensor rank k's part of stage s;
+ * world rank 0 takes each in turn and puts its runs in place. */
+static int gather_world(remat_tensor_group *g, float *full, remat_error *err) {
+  const remat_config *cfg = remat_model_config(g->m);
+  const size_t piece = (size_t)1 << 28;
+  int me = g->world->rank, ok = me != 0 || full != NULL;
+  int rc = MPI_Bcast(&ok, 1, MPI_INT, 0, g->world->comm);
+  if (rc != MPI_SUCCESS) return remat__mpi_error(err, rc, "gathering the ranks' shards");
+  if (!ok) return remat__errorf(err, REMAT_ENOMEM, "out of memory gathering the model");
+  size_t n = remat_model_num_params(g->m), bytes = n * sizeof(float);
+  float *at = remat_model_params(g->m), *mine = g->be->map(at, bytes, REMAT_MAP_READ);
+  for (int r = 0; r < g->world->size && rc == MPI_SUCCESS; r++) {
+    remat_stage st = remat_placement_stage(g->pl, r / g->size, 0);
+    size_t nr = remat__stage_num_params(cfg, &st);
+    float *buf = me == 0 && r > 0 ? remat__malloc(nr * sizeof(float)) : NULL;
+    if (me == 0 && r > 0 && !buf) {
+      rc = MPI_ERR_NO_MEM;
+      break;
+    }
+    for (size_t i = 0; i < nr && r > 0 && (me == 0 || me == r) && rc == MPI_SUCCESS; i += piece) {
+      int c = (int)(nr - i < piece ? nr - i : piece);
+      rc = me == r ? MPI_Send(mine + i, c, MPI_FLOAT, 0, 13, g->world->comm)
+                   : MPI_Recv(buf + i, c, MPI_FLOAT, r, 13, g->world->comm, MPI_STATUS_IGNORE);
+    }
+    if (me == 0 && rc == MPI_SUCCESS)
+      remat__tensor_params_copy(cfg, &st, r % g->size, r == 0 ? mine : buf, full, 1);
+    remat__free(buf);
+  }
+  g->be->unmap(at, mine, bytes, REMAT_MAP_READ);
+  return rc == MPI_SUCCESS ? 0 : remat__mpi_error(err, rc, "gathering the ranks' shards");
+}
+
 /* Rank 0 takes each rank's shard in turn (its own from the arena, the
  * others' through one buffer of a shard) and puts its runs in place. */
 int remat_tensor_group_gather_params(remat_tensor_group *g, float *full, remat_error *err) {
+  if (g->world) return gather_world(g, full, err);
   const remat_config *cfg = remat_model_config(g->m);
   size_t n = remat_model_num_params(g->m), bytes = n * sizeof(float);
   const size_t piece = (size_t)1 << 28; /* floats a message: within MPI's int counts */
@@ -168,7 +227,7 @@ int remat_tensor_group_gather_params(remat_tensor_group *g, float *full, remat_e
         rc = MPI_Recv(buf + i, c, MPI_FLOAT, k, 7, g->d->comm, MPI_STATUS_IGNORE);
     }
     if (g->rank == 0 && rc == MPI_SUCCESS)
-      remat__tensor_params_copy(cfg, k, k == 0 ? mine : buf, full, 1);
+      remat__tensor_params_copy(cfg, NULL, k, k == 0 ? mine : buf, full, 1);
   }
   g->be->unmap(at, mine, bytes, REMAT_MAP_READ);
   remat__free(buf);
@@ -189,20 +248,28 @@ int remat_tensor_group_create(remat_tensor_group **out, remat_dist *d, remat_tra
   if (st->replicas > 1 && st->zero != 0)
     return remat__errorf(err, REMAT_EINVAL, "tensor ranks run replicas under ZeRO 0 only, for "
                          "now, not %d", st->zero);
+  int staged = !st->has_embedding || !st->has_head;
+  if (staged && st->replicas > 1)
+    return remat__errorf(err, REMAT_EINVAL, "tensor ranks run pipeline stages without "
+                         "replicas, for now");
   remat_tensor_group *g = remat__calloc(1, sizeof *g);
   int *chunks = remat__calloc(2 * (size_t)t, sizeof(int));
-  if (!g || !chunks) {
+  double *sums = remat__calloc((size_t)(2 + t) * (size_t)(cfg->num_layers + 2), sizeof(double));
+  if (!g || !chunks || !sums) {
     remat__free(g);
     remat__free(chunks);
+    remat__free(sums);
     return remat__errorf(err, REMAT_ENOMEM, "out of memory");
   }
   *g = (remat_tensor_group){.d = d, .tr = tr, .m = m, .be = remat__model_backend(m),
                             .rank = d->rank, .size = d->size, .counts = chunks,
-                            .displs = chunks + t, .inner = remat__trainer_get_ops(tr)};
+                            .displs = chunks + t, .inner = remat__trainer_get_ops(tr),
+                            .staged = staged, .layer_sums = sums};
   remat__model_set_tensor_ops(m, &(remat__tensor_ops){.sum = op_sum, .sum_f64 = op_sum_f64,
                                                       .max = op_max, .ctx = g,
                                                       .rank = d->rank});
   const remat__trainer_ops *in = &g->inner;
+  REMAT_ASSERT(!staged || in->norm_sumsq);
   remat__trainer_set_ops(tr, &(remat__trainer_ops){
                                  .micro_batches = in->micro_batches ? inner_micro : NULL,
                                  .after_backward = in->after_backward ? inner_after : NULL,
@@ -217,5 +284,6 @@ void remat_tensor_group_destroy(remat_tensor_group *g) {
   if (!g) return;
   remat__trainer_set_ops(g->tr, &g->inner);
   remat__free(g->counts);
+  remat__free(g->layer_sums);
   remat__free(g);
 }

@@ -4,8 +4,8 @@
 # norm agrees within a relative 1e-5 (float rounding: the group's sums add
 # the ranks' parts where one process adds a whole row), for T in {2, 4},
 # GPT-2 and Llamas (untied and tied heads, key/value heads split), and
-# T=2 groups as 2 replicas under ZeRO 0 against one process accumulating
-# 2 micro-batches, with
+# T=2 groups as 2 replicas under ZeRO 0 or as 2 pipeline stages (1f1b,
+# zb-h1) against one process accumulating their micro-batches, with
 # blocks kept, in full, middle, dropout (each rank its heads' share of the
 # whole mask), several micro-batches a step and the head in chunks; a run
 # repeats bit for bit, recomputing gives the kept run's bits, the guard
@@ -87,6 +87,52 @@ for c in "gpt2:" "llama:${llama[*]}"; do
   else bad "$name, T=2 x D=2 against one process: $d $(grep -m2 -i 'error\|remat' dp_$name.out)"; fi
 done
 
+# T=2 tensor groups as P=2 pipeline stages (4 ranks) under 1f1b and
+# zb-h1 against one process accumulating the 4 micro-batches; the saved
+# model; the planner's stages and their bytes, every rank's arena
+for c in "gpt2-1f1b:1f1b:" "gpt2-zbh1:zb-h1:" "llama-1f1b:1f1b:${llama[*]}"; do
+  name=${c%%:*}
+  rest=${c#*:}
+  schedule=${rest%%:*}
+  read -r -a extra <<<"${rest#*:}"
+  "$remat" train "${common[@]}" "${extra[@]}" --dropout 0.1 --grad-accum 4 \
+    --log pp_one_$name.jsonl --save pp_one_$name.bin >pp_one_$name.out 2>&1
+  mpi 4 "$remat" train "${common[@]}" "${extra[@]}" --dropout 0.1 --grad-accum 4 \
+    --tensor-parallel 2 --stages 2 --schedule "$schedule" --log pp_$name.jsonl \
+    --save pp_$name.bin >pp_$name.out 2>&1
+  if d=$(near pp_one_$name.jsonl pp_$name.jsonl 4); then ok "$name, T=2 x P=2 = one process ($d)"
+  else bad "$name, T=2 x P=2 against one process: $d $(grep -m2 -i 'error\|remat' pp_$name.out)"; fi
+done
+if python3 - pp_one_gpt2-1f1b.bin pp_gpt2-1f1b.bin <<'PY'; then ok "T=2 x P=2 --save: one process's weights within 1e-4"
+import array, sys
+a, b = (open(p, "rb").read() for p in sys.argv[1:3])
+x, y = array.array("f", a[1024:]), array.array("f", b[1024:])
+sys.exit(0 if a[:1024] == b[:1024] and len(x) == len(y) > 0 and
+         max(abs(p - q) for p, q in zip(x, y)) <= 1e-4 else 1)
+PY
+else bad "T=2 x P=2 --save against one process"; fi
+pp=("${common[@]}" --grad-accum 4 --tensor-parallel 2 --stages 2 --dropout 0.1)
+mpi 4 "$remat" train "${pp[@]}" --steps 3 --checkpoint-dir ck_pp --checkpoint-every 3 \
+  >pp_half.out 2>&1
+mpi 4 "$remat" train "${pp[@]}" --steps 5 --resume ck_pp --save pp_res.bin --log pp_res.jsonl \
+  >pp_res.out 2>&1
+if cmp -s pp_gpt2-1f1b.bin pp_res.bin &&
+   [[ "$(tail -n 2 pp_gpt2-1f1b.jsonl | cut -d, -f1-4)" == "$(cut -d, -f1-4 pp_res.jsonl)" ]]; then
+  ok "T=2 x P=2 resumed at step 3 = uninterrupted, bit for bit"
+else bad "T=2 x P=2 resume: $(tail -c 300 pp_res.out)"; fi
+mpi 4 "$remat" train "${common[@]}" --grad-accum 4 --tensor-parallel 2 --stages 2 --mem 1.4MiB \
+  --log ppmem.jsonl >ppmem.out 2>&1
+"$remat" plan "${shape[@]}" --stages 2 --microbatches 4 --tensor-parallel 2 --mem 1.4MiB \
+  --format json >ppplan.json 2>ppplan.err
+if python3 - ppmem.jsonl ppplan.json <<'PY'; then ok "T=2 x P=2 --mem: each stage's ranks' arenas = the plan's stages"
+import json, sys
+run = [json.loads(l) for l in open(sys.argv[1])][-1]
+stages = [s["memory_bytes"] for s in json.load(open(sys.argv[2]))["stages"]]
+want = [stages[0], stages[0], stages[1], stages[1]]
+sys.exit(0 if run["rank_planned_peak_bytes"] == run["rank_measured_peak_bytes"] == want else 1)
+PY
+else bad "T=2 x P=2 --mem against remat plan: $(tail -c 300 ppmem.out)"; fi
+
 # repeats, recompute and the guard backend: the same bits
 mpi 2 "$remat" train "${common[@]}" --tensor-parallel 2 --log again.jsonl >again.out 2>&1
 check "a run of T=2 repeats bit for bit" same tp2_keep.jsonl again.jsonl
@@ -159,7 +205,10 @@ PY
 else bad "T=2 evaluation: $(tail -c 300 eval2.out)"; fi
 
 # what is not run yet, refused before anything starts
-expect_error "a pipeline refused" "drop --stages" train "${shape[@]}" --tensor-parallel 2 --stages 2
+expect_error "an interleaved pipeline refused" "drop --schedule" train "${shape[@]}" \
+  --tensor-parallel 2 --stages 2 --schedule interleaved
+expect_error "a grid refused" "drop --data-parallel" train "${shape[@]}" --tensor-parallel 2 \
+  --stages 2 --data-parallel 2
 expect_error "ZeRO 1 refused" "drop --zero" train "${shape[@]}" --tensor-parallel 2 \
   --data-parallel 2 --zero 1
 expect_error "--trace refused" "drop --trace" train "${shape[@]}" --tensor-parallel 2 --dropout 0 \
