@@ -304,18 +304,6 @@ void remat__model_tensor_alone(remat_model *m) {
   m->tops = (remat__tensor_ops){.sum = alone_sum, .sum_f64 = alone_sum_f64, .max = alone_max};
 }
 
-void remat__model_grad_sumsq_split(const remat_model *m, double *split, double *whole) {
-  remat__tensor t[REMAT_P_COUNT];
-  remat__tensors(&m->cfg, t);
-  *split = *whole = 0.0;
-  for (int i = 0; i < REMAT_P_COUNT; i++) {
-    if (!m->g[i] || !m->sz[i]) continue;
-    double s = m->be->sumsq(m->g[i], m->sz[i]);
-    if (t[i].split != REMAT__SPLIT_NONE && remat__tp(&m->cfg) > 1) *split += s;
-    else *whole += s;
-  }
-}
-
 void remat__model_set_layer_ops(remat_model *m, const remat__layer_ops *ops) {
   m->lops = ops ? *ops : (remat__layer_ops){0};
 }
@@ -1744,7 +1732,7 @@ static double unit_sumsq_part(remat_model *m, int64_t u, int split) {
 int64_t remat__model_grad_sumsq_layers_split(const remat_model *cm, double *split,
                                              double *whole) {
   remat_model *m = (remat_model *)cm; /* reads only */
-  REMAT_ASSERT(m->D <= 1);
+  REMAT_ASSERT(!remat__model_buf_sharded(m, REMAT_BUF_GRADS));
   int64_t k = 0, L = m->cfg.num_layers;
   for (int64_t x = 0; x < m->stage.num_blocks + 2; x++) {
     int64_t u = x == 0 ? 0 : x <= m->stage.num_blocks ? m->stage.first_block + x : L + 1;

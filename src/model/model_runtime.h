@@ -137,11 +137,6 @@ void remat__tensor_params_copy(const remat_config *cfg, const remat_stage *st, i
  * its split sums over the group plus one rank's whole sum. */
 int64_t remat__model_grad_sumsq_layers_split(const remat_model *m, double *split,
                                              double *whole);
-/* The sums of squared gradients of the tensors a tensor rank holds a shard
- * of (*split) and of those every rank holds whole (*whole), each over the
- * tensors in checkpoint order: the squared global norm is the split sums
- * of all ranks plus one rank's whole sum. */
-void remat__model_grad_sumsq_split(const remat_model *m, double *split, double *whole);
 
 /* ------------------------------------------------------- pipeline stages */
 

@@ -18,7 +18,13 @@
  * The update is the model's own: each rank's AdamW on its shard, and on
  * the tensors it holds whole (norms, biases of the row-parallel products,
  * positions), whose gradients are the same bits on every rank, so they
- * stay equal. */
+ * stay equal.
+ *
+ * Copies of the group as replicas (ZeRO 0) or as pipeline stages: their
+ * runtime is made first over the ranks of one tensor rank, and the group
+ * wraps its trainer ops, taking the norm (with stages, each layer's sum
+ * over the group, handed to the pipeline's norm); a save then gathers
+ * every rank's part to world rank 0 (remat_tensor_group_join). */
 #include <stdio.h>
 #include <string.h>
 
@@ -130,12 +136,18 @@ static int inner_update(void *ctx, remat_trainer *tr, float lr, float norm, rema
   return g->inner.update(g->inner.ctx, tr, lr, norm, err);
 }
 
-/* A pipeline stage's layers: each layer's split sums over the group (in
- * rank order) plus its whole sum, handed to the pipeline's norm. */
-static int stage_norm(remat_tensor_group *g, remat_trainer *tr, double *total, remat_error *err) {
+/* Each layer's sum of squares: its split tensors' sums over the group (in
+ * rank order) plus its whole ones' (the same on every rank); a pipeline's
+ * stage hands them to the pipeline's norm, which adds every stage's in
+ * model order, and so does the group itself otherwise: the same bits
+ * whatever the pipeline and data degrees. */
+static int norm_sumsq(void *ctx, remat_trainer *tr, const double *layers, int64_t n,
+                      double *total, remat_error *err) {
+  (void)layers;
+  remat_tensor_group *g = ctx;
   int64_t cap = remat_model_config(g->m)->num_layers + 2;
   double *split = g->layer_sums, *whole = split + cap, *all = whole + cap;
-  int64_t n = remat__model_grad_sumsq_layers_split(g->m, split, whole);
+  n = remat__model_grad_sumsq_layers_split(g->m, split, whole);
   int rc = MPI_Allgather(split, (int)n, MPI_DOUBLE, all, (int)n, MPI_DOUBLE, g->d->comm);
   if (rc != MPI_SUCCESS) return remat__mpi_error(err, rc, "the gradient norm's sums");
   for (int64_t i = 0; i < n; i++) {
@@ -143,22 +155,10 @@ static int stage_norm(remat_tensor_group *g, remat_trainer *tr, double *total, r
     for (int k = 0; k < g->size; k++) s += all[(size_t)k * (size_t)n + (size_t)i];
     split[i] = s + whole[i];
   }
-  return g->inner.norm_sumsq(g->inner.ctx, tr, split, n, total, err);
-}
-
-static int norm_sumsq(void *ctx, remat_trainer *tr, const double *layers, int64_t n,
-                      double *total, remat_error *err) {
-  (void)layers;
-  (void)n;
-  remat_tensor_group *g = ctx;
-  if (g->staged) return stage_norm(g, tr, total, err);
-  double split, whole, all[REMAT_MAX_STAGES];
-  remat__model_grad_sumsq_split(g->m, &split, &whole);
-  int rc = MPI_Allgather(&split, 1, MPI_DOUBLE, all, 1, MPI_DOUBLE, g->d->comm);
-  if (rc != MPI_SUCCESS) return remat__mpi_error(err, rc, "the gradient norm's sums");
+  if (g->staged) return g->inner.norm_sumsq(g->inner.ctx, tr, split, n, total, err);
   double s = 0.0;
-  for (int k = 0; k < g->size; k++) s += all[k];
-  *total = s + whole;
+  for (int64_t i = 0; i < n; i++) s += split[i];
+  *total = s;
   return 0;
 }
 

@@ -5,7 +5,8 @@
 # the ranks' parts where one process adds a whole row), for T in {2, 4},
 # GPT-2 and Llamas (untied and tied heads, key/value heads split), and
 # T=2 groups as 2 replicas under ZeRO 0 or as 2 pipeline stages (1f1b,
-# zb-h1) against one process accumulating their micro-batches, with
+# zb-h1) against one process accumulating their micro-batches (and against
+# T=2 alone, bit for bit), with
 # blocks kept, in full, middle, dropout (each rank its heads' share of the
 # whole mask), several micro-batches a step and the head in chunks; a run
 # repeats bit for bit, recomputing gives the kept run's bits, the guard
@@ -111,6 +112,16 @@ sys.exit(0 if a[:1024] == b[:1024] and len(x) == len(y) > 0 and
          max(abs(p - q) for p, q in zip(x, y)) <= 1e-4 else 1)
 PY
 else bad "T=2 x P=2 --save against one process"; fi
+# the same bits whatever the pipeline and data degrees: T=2 alone
+# accumulating the micro-batches = T=2 x P=2 = T=2 x D=2
+mpi 2 "$remat" train "${common[@]}" --dropout 0.1 --grad-accum 4 --tensor-parallel 2 \
+  --log alone4.jsonl --save alone4.bin >alone4.out 2>&1
+mpi 2 "$remat" train "${common[@]}" --dropout 0.1 --grad-accum 2 --tensor-parallel 2 \
+  --log alone2.jsonl >alone2.out 2>&1
+check "T=2 alone = T=2 x P=2, bit for bit (losses, norms)" same alone4.jsonl pp_gpt2-1f1b.jsonl
+check "... and the saved model, byte for byte" cmp -s alone4.bin pp_gpt2-1f1b.bin
+check "T=2 alone = T=2 x D=2, bit for bit" same alone2.jsonl dp_gpt2.jsonl
+
 pp=("${common[@]}" --grad-accum 4 --tensor-parallel 2 --stages 2 --dropout 0.1)
 mpi 4 "$remat" train "${pp[@]}" --steps 3 --checkpoint-dir ck_pp --checkpoint-every 3 \
   >pp_half.out 2>&1
