@@ -77,9 +77,8 @@ typedef struct remat_job_desc {
                               the planner chooses keep, middle or full per block
                               and, on a pipeline, the blocks of each stage */
   /* Ranks: P pipeline stages x D replicas (1 x 1: one process), or t
-   * tensor ranks of one model, its D copies replicas (ZeRO 0) or its P
-   * stages a pipeline of one-chunk schedule (tensor > 1: fp32, no
-   * timeline, for now). */
+   * tensor ranks of each copy of a stage (tensor > 1: ZeRO 0, one-chunk
+   * schedules, fp32, no timeline, for now). */
   int64_t stages, replicas, tensor;
   int zero;     /* ZeRO stage of the replicas, 0 to 3 */
   int schedule; /* remat_plan_schedule */

@@ -291,13 +291,14 @@ REMAT_API void remat_tensor_group_destroy(remat_tensor_group *g);
 REMAT_API int remat_tensor_group_gather_params(remat_tensor_group *g, float *full,
                                                remat_error *err);
 /* Tensor groups as pipeline stages (created after remat_pipeline_create
- * over the same trainer, whose norm then takes each layer's sum over the
- * group): world holds every rank, stage s's tensor rank k at s t + k, and
- * pl the stages; a save then gathers every rank's part to world rank 0
- * (every rank calls remat_tensor_group_gather_params, full on world rank 0
- * only). */
+ * or remat_grid_create over the same trainer; pipe the pipeline, whose
+ * norm then adds each layer's sum over the group): world holds every
+ * rank, tensor rank k of stage s's replica r at (s D + r) t + k, and pl
+ * the stages; a save then gathers replica 0's ranks' parts to world rank
+ * 0 (every rank calls remat_tensor_group_gather_params, full on world rank
+ * 0 only). Before the first step. */
 REMAT_API void remat_tensor_group_join(remat_tensor_group *g, remat_dist *world,
-                                       const remat_placement *pl);
+                                       const remat_placement *pl, remat_pipeline *pipe);
 
 /* Timeline, as the pipeline's (one track per rank, memory reserved up front
  * for max_steps steps): per micro-batch a forward span, per layer a

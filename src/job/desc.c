@@ -52,8 +52,7 @@ static int check_tensor(const remat_job_desc *d, remat_error *err) {
     return remat__errorf(err, REMAT_EINVAL, "%s %lld: give 1 to %d ranks",
                          N(d, "tensor-parallel"), (long long)d->tensor, REMAT_MAX_STAGES);
   if (d->tensor == 1) return 0;
-  const char *no = d->stages > 1 && d->replicas > 1 ? "data-parallel"
-                   : d->chunks > 1 || !remat_schedule_get(d->schedule) ||
+  const char *no = d->chunks > 1 || !remat_schedule_get(d->schedule) ||
                            remat_schedule_get(d->schedule)->chunks_max != 1
                        ? "schedule"
                    : d->zero > 0                ? "zero"

@@ -319,12 +319,17 @@ static int make_runtime(remat_job *job, remat_error *err) {
     remat_stage st = remat_placement_stage(pl, remat_dist_stage(outer), remat_dist_replica(outer));
     if ((rc = remat_trainer_create_stage(&job->tr, &job->cfg, &st, &job->tok, &to, err)))
       return rc;
-    if (job->d.replicas > 1 && (rc = remat_replicas_create(&job->dp, outer, job->tr, err)))
-      return rc;
-    if (job->d.stages > 1 && (rc = remat_pipeline_create(&job->pipe, outer, job->tr, pl, err)))
-      return rc;
-    if ((rc = remat_tensor_group_create(&job->tg, tensor, job->tr, err))) return rc;
-    if (job->pipe) remat_tensor_group_join(job->tg, job->dist, pl);
+    if (job->d.stages > 1 && job->d.replicas > 1) {
+      if ((rc = remat_grid_create(&job->grid, outer, job->tr, pl, err))) return rc;
+      job->pipe = remat_grid_pipeline(job->grid);
+      job->dp = remat_grid_replicas(job->grid);
+    } else if (job->d.replicas > 1) {
+      rc = remat_replicas_create(&job->dp, outer, job->tr, err);
+    } else if (job->d.stages > 1) {
+      rc = remat_pipeline_create(&job->pipe, outer, job->tr, pl, err);
+    }
+    if (rc || (rc = remat_tensor_group_create(&job->tg, tensor, job->tr, err))) return rc;
+    if (job->pipe) remat_tensor_group_join(job->tg, job->dist, pl, job->pipe);
     return 0;
   }
   case REMAT_RUN_REPLICAS: {

@@ -44,6 +44,7 @@ struct remat_tensor_group {
   double *layer_sums;       /* staged: (3, L + 2) split, whole, and every rank's split */
   remat_dist *world;        /* a pipeline's: every rank, for a save (remat_tensor_group_join) */
   const remat_placement *pl;
+  remat_pipeline *pipe;     /* a pipeline's (a grid's): its norm adds the stages' layers */
 };
 
 /* An MPI failure inside a collective the model called, which has no way
@@ -155,7 +156,8 @@ static int norm_sumsq(void *ctx, remat_trainer *tr, const double *layers, int64_
     for (int k = 0; k < g->size; k++) s += all[(size_t)k * (size_t)n + (size_t)i];
     split[i] = s + whole[i];
   }
-  if (g->staged) return g->inner.norm_sumsq(g->inner.ctx, tr, split, n, total, err);
+  (void)tr;
+  if (g->staged) return remat__pipeline_norm(g->pipe, split, n, total, err);
   double s = 0.0;
   for (int64_t i = 0; i < n; i++) s += split[i];
   *total = s;
@@ -163,13 +165,15 @@ static int norm_sumsq(void *ctx, remat_trainer *tr, const double *layers, int64_
 }
 
 void remat_tensor_group_join(remat_tensor_group *g, remat_dist *world,
-                             const remat_placement *pl) {
+                             const remat_placement *pl, remat_pipeline *pipe) {
   g->world = world;
   g->pl = pl;
+  g->pipe = pipe;
 }
 
-/* A pipeline's: world rank s t + k holds tensor rank k's part of stage s;
- * world rank 0 takes each in turn and puts its runs in place. */
+/* A pipeline's: world rank q t + k holds tensor rank k's part of copy q,
+ * stage q / D's replica q mod D; world rank 0 takes replica 0's in turn
+ * and puts their runs in place. */
 static int gather_world(remat_tensor_group *g, float *full, remat_error *err) {
   const remat_config *cfg = remat_model_config(g->m);
   const size_t piece = (size_t)1 << 28;
@@ -179,8 +183,10 @@ static int gather_world(remat_tensor_group *g, float *full, remat_error *err) {
   if (!ok) return remat__errorf(err, REMAT_ENOMEM, "out of memory gathering the model");
   size_t n = remat_model_num_params(g->m), bytes = n * sizeof(float);
   float *at = remat_model_params(g->m), *mine = g->be->map(at, bytes, REMAT_MAP_READ);
+  int64_t D = g->pl->replicas > 1 ? g->pl->replicas : 1;
   for (int r = 0; r < g->world->size && rc == MPI_SUCCESS; r++) {
-    remat_stage st = remat_placement_stage(g->pl, r / g->size, 0);
+    if ((r / g->size) % D) continue; /* another replica's: the same */
+    remat_stage st = remat_placement_stage(g->pl, r / g->size / D, 0);
     size_t nr = remat__stage_num_params(cfg, &st);
     float *buf = me == 0 && r > 0 ? remat__malloc(nr * sizeof(float)) : NULL;
     if (me == 0 && r > 0 && !buf) {
@@ -249,9 +255,6 @@ int remat_tensor_group_create(remat_tensor_group **out, remat_dist *d, remat_tra
     return remat__errorf(err, REMAT_EINVAL, "tensor ranks run replicas under ZeRO 0 only, for "
                          "now, not %d", st->zero);
   int staged = !st->has_embedding || !st->has_head;
-  if (staged && st->replicas > 1)
-    return remat__errorf(err, REMAT_EINVAL, "tensor ranks run pipeline stages without "
-                         "replicas, for now");
   remat_tensor_group *g = remat__calloc(1, sizeof *g);
   int *chunks = remat__calloc(2 * (size_t)t, sizeof(int));
   double *sums = remat__calloc((size_t)(2 + t) * (size_t)(cfg->num_layers + 2), sizeof(double));
@@ -269,7 +272,6 @@ int remat_tensor_group_create(remat_tensor_group **out, remat_dist *d, remat_tra
                                                       .max = op_max, .ctx = g,
                                                       .rank = d->rank});
   const remat__trainer_ops *in = &g->inner;
-  REMAT_ASSERT(!staged || in->norm_sumsq);
   remat__trainer_set_ops(tr, &(remat__trainer_ops){
                                  .micro_batches = in->micro_batches ? inner_micro : NULL,
                                  .after_backward = in->after_backward ? inner_after : NULL,

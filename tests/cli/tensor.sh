@@ -4,9 +4,9 @@
 # norm agrees within a relative 1e-5 (float rounding: the group's sums add
 # the ranks' parts where one process adds a whole row), for T in {2, 4},
 # GPT-2 and Llamas (untied and tied heads, key/value heads split), and
-# T=2 groups as 2 replicas under ZeRO 0 or as 2 pipeline stages (1f1b,
-# zb-h1) against one process accumulating their micro-batches (and against
-# T=2 alone, bit for bit), with
+# T=2 groups as 2 replicas under ZeRO 0, as 2 pipeline stages (1f1b,
+# zb-h1), or both (8 ranks) against one process accumulating their
+# micro-batches (and against T=2 alone, bit for bit), with
 # blocks kept, in full, middle, dropout (each rank its heads' share of the
 # whole mask), several micro-batches a step and the head in chunks; a run
 # repeats bit for bit, recomputing gives the kept run's bits, the guard
@@ -121,6 +121,18 @@ mpi 2 "$remat" train "${common[@]}" --dropout 0.1 --grad-accum 2 --tensor-parall
 check "T=2 alone = T=2 x P=2, bit for bit (losses, norms)" same alone4.jsonl pp_gpt2-1f1b.jsonl
 check "... and the saved model, byte for byte" cmp -s alone4.bin pp_gpt2-1f1b.bin
 check "T=2 alone = T=2 x D=2, bit for bit" same alone2.jsonl dp_gpt2.jsonl
+# the whole layout: T=2 x P=2 x D=2 on 8 ranks, each pipeline 2 micro-batches
+mpi 8 "$remat" train "${common[@]}" --dropout 0.1 --grad-accum 2 --tensor-parallel 2 \
+  --stages 2 --data-parallel 2 --log grid.jsonl --save grid.bin >grid.out 2>&1
+check "T=2 alone = T=2 x P=2 x D=2, bit for bit" same alone4.jsonl grid.jsonl
+check "... and its saved model, byte for byte" cmp -s alone4.bin grid.bin
+if python3 - grid.jsonl <<'PY'; then ok "T=2 x P=2 x D=2: all 8 arenas planned = measured"
+import json, sys
+x = [json.loads(l) for l in open(sys.argv[1])][-1]
+sys.exit(0 if len(x["rank_planned_peak_bytes"]) == 8 and
+         x["rank_planned_peak_bytes"] == x["rank_measured_peak_bytes"] else 1)
+PY
+else bad "T=2 x P=2 x D=2 arenas: $(tail -c 300 grid.out)"; fi
 
 pp=("${common[@]}" --grad-accum 4 --tensor-parallel 2 --stages 2 --dropout 0.1)
 mpi 4 "$remat" train "${pp[@]}" --steps 3 --checkpoint-dir ck_pp --checkpoint-every 3 \
@@ -218,8 +230,6 @@ else bad "T=2 evaluation: $(tail -c 300 eval2.out)"; fi
 # what is not run yet, refused before anything starts
 expect_error "an interleaved pipeline refused" "drop --schedule" train "${shape[@]}" \
   --tensor-parallel 2 --stages 2 --schedule interleaved
-expect_error "a grid refused" "drop --data-parallel" train "${shape[@]}" --tensor-parallel 2 \
-  --stages 2 --data-parallel 2
 expect_error "ZeRO 1 refused" "drop --zero" train "${shape[@]}" --tensor-parallel 2 \
   --data-parallel 2 --zero 1
 expect_error "--trace refused" "drop --trace" train "${shape[@]}" --tensor-parallel 2 --dropout 0 \
