@@ -76,8 +76,8 @@ typedef struct remat_job_desc {
   const char *memory;      /* a budget, one size or one per stage ("2GiB,3GiB"):
                               the planner chooses keep, middle or full per block
                               and, on a pipeline, the blocks of each stage */
-  /* Ranks: P pipeline stages x D replicas (1 x 1: one process), or t
-   * tensor ranks of each copy of a stage (tensor > 1: ZeRO 0, one-chunk
+  /* Ranks: P pipeline stages x D replicas x t tensor ranks of each copy of
+   * a stage (1 x 1 x 1: one process; tensor > 1: ZeRO 0, one-chunk
    * schedules, fp32, no timeline, for now). */
   int64_t stages, replicas, tensor;
   int zero;     /* ZeRO stage of the replicas, 0 to 3 */
