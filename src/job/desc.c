@@ -52,6 +52,13 @@ static int check_tensor(const remat_job_desc *d, remat_error *err) {
     return remat__errorf(err, REMAT_EINVAL, "%s %lld: give 1 to %d ranks",
                          N(d, "tensor-parallel"), (long long)d->tensor, REMAT_MAX_STAGES);
   if (d->tensor == 1) return 0;
+  if (d->stages >= 1 && d->replicas >= 1 &&
+      d->tensor * d->stages * d->replicas > REMAT_MAX_STAGES)
+    return remat__errorf(err, REMAT_EINVAL, "%s %lld x %s %lld x %s %lld is %lld ranks; a job "
+                         "runs 1 to %d", N(d, "tensor-parallel"), (long long)d->tensor,
+                         N(d, "stages"), (long long)d->stages, N(d, "data-parallel"),
+                         (long long)d->replicas,
+                         (long long)(d->tensor * d->stages * d->replicas), REMAT_MAX_STAGES);
   const char *no = d->chunks > 1 || !remat_schedule_get(d->schedule) ||
                            remat_schedule_get(d->schedule)->chunks_max != 1
                        ? "schedule"

@@ -230,6 +230,8 @@ else bad "T=2 evaluation: $(tail -c 300 eval2.out)"; fi
 # what is not run yet, refused before anything starts
 expect_error "an interleaved pipeline refused" "drop --schedule" train "${shape[@]}" \
   --tensor-parallel 2 --stages 2 --schedule interleaved
+expect_error "more than 64 ranks refused" "is 128 ranks" train "${shape[@]}" \
+  --tensor-parallel 4 --stages 4 --data-parallel 8
 expect_error "ZeRO 1 refused" "drop --zero" train "${shape[@]}" --tensor-parallel 2 \
   --data-parallel 2 --zero 1
 expect_error "--trace refused" "drop --trace" train "${shape[@]}" --tensor-parallel 2 --dropout 0 \
