@@ -30,42 +30,12 @@
 
 void remat__encoder_forward(float *out, const int32_t *tokens, const float *wte, const float *wpe,
                             int64_t B, int64_t T, int64_t C) {
-#pragma omp parallel for schedule(static)
-  for (int64_t bt = 0; bt < B * T; bt++) {
-    const float *we = wte + (int64_t)tokens[bt] * C;
-    float *o = out + bt * C;
-    if (wpe) {
-      const float *pe = wpe + (bt % T) * C;
-      for (int64_t c = 0; c < C; c++) o[c] = we[c] + pe[c];
-    } else { /* no learned positions (Llama: rotary, in the attention) */
-      for (int64_t c = 0; c < C; c++) o[c] = we[c];
-    }
-  }
+  remat__vocab_encoder_forward(out, tokens, wte, wpe, 0, INT64_MAX, B, T, C);
 }
 
-/* A token may repeat, so rows of dwte are shared: parallelise over channel
- * blocks and let each thread walk all (b, t) in order. dwpe NULL: no
- * positions' gradient, dwte's additions the same. */
 void remat__encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tokens,
                              int64_t B, int64_t T, int64_t C) {
-  const int64_t nblk = (C + COLBLK - 1) / COLBLK;
-#pragma omp parallel for schedule(static)
-  for (int64_t blk = 0; blk < nblk; blk++) {
-    int64_t c0 = blk * COLBLK, c1 = c0 + COLBLK < C ? c0 + COLBLK : C;
-    for (int64_t bt = 0; bt < B * T; bt++) {
-      const float *d = dout + bt * C;
-      float *we = dwte + (int64_t)tokens[bt] * C;
-      if (dwpe) {
-        float *pe = dwpe + (bt % T) * C;
-        for (int64_t c = c0; c < c1; c++) {
-          we[c] += d[c];
-          pe[c] += d[c];
-        }
-      } else { /* no learned positions */
-        for (int64_t c = c0; c < c1; c++) we[c] += d[c];
-      }
-    }
-  }
+  remat__vocab_encoder_backward(dwte, dwpe, dout, tokens, 0, INT64_MAX, B, T, C);
 }
 
 void remat__encoder_backward_tied(float *dwte, float *dwpe, const float *dout,
@@ -457,10 +427,18 @@ void remat__vocab_encoder_forward(float *out, const int32_t *tokens, const float
     const float *we = v >= 0 && v < rows ? wte + v * C : NULL;
     const float *pe = wpe ? wpe + (bt % T) * C : NULL;
     float *o = out + bt * C;
-    for (int64_t c = 0; c < C; c++) o[c] = we && pe ? we[c] + pe[c] : we ? we[c] : pe ? pe[c] : 0.0f;
+    if (we && pe)
+      for (int64_t c = 0; c < C; c++) o[c] = we[c] + pe[c];
+    else if (we || pe) /* a token another rank holds; or no learned positions (Llama) */
+      memcpy(o, we ? we : pe, (size_t)C * sizeof(float));
+    else
+      memset(o, 0, (size_t)C * sizeof(float));
   }
 }
 
+/* A token may repeat, so rows of dwte are shared: parallelise over channel
+ * blocks and let each thread walk all (b, t) in order. dwpe NULL: no
+ * positions' gradient, dwte's additions the same. */
 void remat__vocab_encoder_backward(float *dwte, float *dwpe, const float *dout,
                                    const int32_t *tokens, int64_t first, int64_t rows,
                                    int64_t B, int64_t T, int64_t C) {

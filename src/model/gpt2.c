@@ -986,30 +986,6 @@ static remat__block_dgrads dgrads_of(remat_model *m) {
   return d;
 }
 
-/* out = resid + dropout(inp @ weight^T + bias), inp (N, IC), out (N, OC):
- * on a tensor rank a row-parallel product, whose parts the group sums
- * before the dropout and the residual (the bias on rank 0's part). */
-static void product_residual(remat_model *m, float *out, const float *inp, const float *weight,
-                             const float *bias, const float *resid, const remat__dropout *d,
-                             int64_t N, int64_t IC, int64_t OC) {
-  if (!m->tops.sum) {
-    m->be->matmul_forward_residual(out, inp, weight, bias, resid, d, N, IC, OC);
-    return;
-  }
-  size_t n = (size_t)N * (size_t)OC;
-  m->be->matmul_forward(out, inp, weight, m->tops.rank == 0 ? bias : NULL, N, IC, OC);
-  m->tops.sum(m->tops.ctx, out, n, dgrads_of(m).dln);
-  if (d->p > 0.0f) m->be->dropout_apply(out, out, n, d);
-  m->be->residual_forward(out, out, resid, n);
-}
-
-/* A tensor rank's part of the gradient into a column-parallel product's
- * input (n floats), summed over the group; scratch: a free workspace view
- * (the MLP's 4 n / t floats, enough for the sum's 2 n / t). */
-static void column_input_grad(remat_model *m, float *dinp, size_t n, float *scratch) {
-  if (m->tops.sum) m->tops.sum(m->tops.ctx, dinp, n, scratch);
-}
-
 /* One block (index i within the stage) forward from x (B,T,C) into a's internals and out (B,T,C). With
  * out == NULL it stops after the GELU: that is all a recompute needs, since
  * the block's output is already stored as the next block's input. */
@@ -1034,13 +1010,15 @@ static void block_forward(remat_model *m, int64_t i, const block_params *wp, con
   progress(m);
   m->be->attention_forward(a->atty, a->att_lse, a->qkv, B, T, Ci, NHi, &d_att);
   progress(m);
-  product_residual(m, a->res2, a->atty, w.projw, w.projb, x, &d_r1, N, Ci, C);
+  float *scratch = dgrads_of(m).dln; /* free in a forward */
+  remat__product_residual(m, a->res2, a->atty, w.projw, w.projb, x, &d_r1, N, Ci, C, scratch);
   progress(m);
   m->be->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w.ln2w, w.ln2b, N, C);
   m->be->matmul_forward_gelu(a->fch, a->fch_gelu, a->ln2, w.fcw, w.fcb, N, C, 4 * Ci);
   progress(m);
   if (!out) return;
-  product_residual(m, out, a->fch_gelu, w.fcprojw, w.fcprojb, a->res2, &d_r2, N, 4 * Ci, C);
+  remat__product_residual(m, out, a->fch_gelu, w.fcprojw, w.fcprojb, a->res2, &d_r2, N, 4 * Ci,
+                          C, scratch);
   progress(m);
 }
 
@@ -1120,7 +1098,7 @@ static void block_backward(remat_model *m, int64_t i, const block_params *wp,
   progress(m);
   m->be->matmul_backward(in ? dln2 : NULL, wt ? g.fcw : NULL, wt ? g.fcb : NULL, d4, a->ln2,
                          w.fcw, N, C, 4 * Ci);
-  if (in) column_input_grad(m, dln2, BTC, d->d4);
+  if (in) remat__group_sum(m, dln2, BTC, d->d4); /* a tensor rank's part; d4 is free */
   progress(m);
   m->be->layernorm_backward(dresid, wt ? g.ln2w : NULL, wt ? g.ln2b : NULL, dln2, a->res2,
                             w.ln2w, a->ln2_mean, a->ln2_rstd, N, C);
@@ -1137,7 +1115,7 @@ static void block_backward(remat_model *m, int64_t i, const block_params *wp,
   progress(m);
   m->be->matmul_backward(in ? dln1 : NULL, wt ? g.qkvw : NULL, wt ? g.qkvb : NULL, dqkv, a->ln1,
                          w.qkvw, N, C, 3 * Ci);
-  if (in) column_input_grad(m, dln1, BTC, d->d4);
+  if (in) remat__group_sum(m, dln1, BTC, d->d4);
   progress(m);
   m->be->layernorm_backward(dresid, wt ? g.ln1w : NULL, wt ? g.ln1b : NULL, dln1, x, w.ln1w,
                             a->ln1_mean, a->ln1_rstd, N, C);
@@ -1316,7 +1294,7 @@ void remat__model_stage_forward(remat_model *m, int64_t slot_index, uint32_t mic
     if (m->tops.sum) { /* a tensor rank's rows of the vocabulary; rank 0 adds the positions */
       m->be->vocab_encoder_forward(out, ids, wte, m->tops.rank == 0 ? wpe : NULL,
                                    m->tops.rank * Vl, Vl, m->B, m->T, C);
-      m->tops.sum(m->tops.ctx, out, (size_t)(m->B * m->T) * (size_t)C, dgrads_of(m).dln);
+      remat__group_sum(m, out, (size_t)(m->B * m->T) * (size_t)C, dgrads_of(m).dln);
     } else {
       m->be->encoder_forward(out, ids, wte, wpe, m->B, m->T, C);
     }
@@ -1376,7 +1354,7 @@ static double head_backward(remat_model *m, const remat__slot *slot, float dloss
       m->be->matmul_backward(dx, gwte, NULL, logits, (const float *)h.lnf + (size_t)r * (size_t)C,
                              w.wte, n, C, Vp / remat__tp(c));
     /* a tensor rank's part of the norm's gradient; the logits are free */
-    if (m->tops.sum) m->tops.sum(m->tops.ctx, dx, (size_t)n * (size_t)C, logits);
+    remat__group_sum(m, dx, (size_t)n * (size_t)C, logits);
     progress(m);
     t = lap(m, REMAT__T_HEAD_B, t);
   }

@@ -87,28 +87,6 @@ static share share_of(const remat_model *m) {
                  .H = c->ffn_hidden / t, .NH = c->num_heads / t, .NKV = c->kv_heads / t};
 }
 
-/* A tensor rank's part of a sum the group completes (the row-parallel
- * products' outputs, the column-parallel ones' input gradients); scratch:
- * a free workspace view of at least n floats. */
-static void group_sum(remat_model *m, float *buf, size_t n, float *scratch) {
-  if (m->tops.sum) m->tops.sum(m->tops.ctx, buf, n, scratch);
-}
-
-/* out = resid + dropout(inp @ weight^T), inp (N, IC): on a tensor rank a
- * row-parallel product, its parts summed before the dropout. */
-static void product_residual(remat_model *m, float *out, const float *inp, const float *weight,
-                             const float *resid, const remat__dropout *d, int64_t N, int64_t IC,
-                             int64_t OC, float *scratch) {
-  if (!m->tops.sum) {
-    m->be->matmul_forward_residual(out, inp, weight, NULL, resid, d, N, IC, OC);
-    return;
-  }
-  size_t n = (size_t)N * (size_t)OC;
-  m->be->matmul_forward(out, inp, weight, NULL, N, IC, OC);
-  group_sum(m, out, n, scratch);
-  if (d->p > 0.0f) m->be->dropout_apply(out, out, n, d);
-  m->be->residual_forward(out, out, resid, n);
-}
 
 /* out = resid + dropout(out), as matmul_forward_residual ends. */
 static void residual_dropout(const remat_model *m, float *out, const float *resid, size_t n,
@@ -187,7 +165,8 @@ void remat__llama_block_forward(remat_model *m, float *const w[REMAT__LLAMA_BLOC
   be->attention_forward_gqa(a->atty, a->att_lse, q, k, v, s.Cq, s.KV, B, T, s.NH, s.NKV, hs,
                             &drop[0]);
   progress(m);
-  product_residual(m, a->res2, a->atty, w[W_O], x, &drop[1], N, s.Cq, C, d.dln_part);
+  remat__product_residual(m, a->res2, a->atty, w[W_O], NULL, x, &drop[1], N, s.Cq, C,
+                          d.dln_part);
   progress(m);
   be->rmsnorm_forward(xn2, a->rstd2, a->res2, w[W_FFNNORM], N, C, eps);
   be->matmul_forward(h1, xn2, w[W_1], NULL, N, C, s.H);
@@ -195,7 +174,8 @@ void remat__llama_block_forward(remat_model *m, float *const w[REMAT__LLAMA_BLOC
   be->swiglu_forward(a->hsw, h1, h3, (size_t)N * (size_t)s.H);
   progress(m);
   if (!out) return; /* a recompute: the output is the next block's stored input */
-  product_residual(m, out, a->hsw, w[W_2], a->res2, &drop[2], N, s.H, C, d.dln_part);
+  remat__product_residual(m, out, a->hsw, w[W_2], NULL, a->res2, &drop[2], N, s.H, C,
+                          d.dln_part);
   progress(m);
 }
 
@@ -335,7 +315,7 @@ void remat__llama_block_backward(remat_model *m, float *const w[REMAT__LLAMA_BLO
                       C, H);
   progress(m);
   if (in) be->add(dxn2, d.dln_part, NC, 1, 0); /* w1's share + w3's */
-  if (in) group_sum(m, dxn2, NC, d.dln_part);   /* a tensor rank's part of it */
+  if (in) remat__group_sum(m, dxn2, NC, d.dln_part); /* a tensor rank's part of it */
   be->rmsnorm_backward(dresid, wt ? g[W_FFNNORM] : NULL, dxn2, a->res2, w[W_FFNNORM], a->rstd2,
                        N, C);
 
@@ -362,7 +342,7 @@ void remat__llama_block_backward(remat_model *m, float *const w[REMAT__LLAMA_BLO
   be->matmul_backward(in ? d.dln_part : NULL, wt ? g[W_V] : NULL, NULL, dv, a->xn1, w[W_V], N, C,
                       KV);
   if (in) be->add(dxn1, d.dln_part, NC, 1, 0);
-  if (in) group_sum(m, dxn1, NC, d.dln_part);
+  if (in) remat__group_sum(m, dxn1, NC, d.dln_part);
   progress(m);
   be->rmsnorm_backward(dresid, wt ? g[W_ATTNORM] : NULL, dxn1, x, w[W_ATTNORM], a->rstd1, N, C);
 }

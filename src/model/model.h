@@ -87,6 +87,18 @@ enum { REMAT__LLAMA_BLOCK_TENSORS = 9 };
 void remat__llama_block_views(const remat_model *m, int64_t i, const float *unit,
                               float *const tensors[REMAT_P_COUNT],
                               float *v[REMAT__LLAMA_BLOCK_TENSORS]);
+/* Both families' blocks on a tensor rank (remat__tensor_ops; without one
+ * they do what one process does). remat__group_sum: buf (n floats) is the
+ * rank's part of a sum the group completes (a row-parallel product's
+ * output, a column-parallel one's input gradient); scratch, a free
+ * workspace view of at least 2 n / t floats. remat__product_residual: out
+ * (N, OC) = resid + dropout(inp (N, IC) @ weight^T + bias), a row-parallel
+ * product whose parts the group sums before the dropout and the residual
+ * (the bias on rank 0's part; bias may be NULL). */
+void remat__group_sum(remat_model *m, float *buf, size_t n, float *scratch);
+void remat__product_residual(remat_model *m, float *out, const float *inp, const float *weight,
+                             const float *bias, const float *resid, const remat__dropout *d,
+                             int64_t N, int64_t IC, int64_t OC, float *scratch);
 /* A micro-batch's slot: where it lies in the arena, and its layout (the
  * policies its blocks take in it: remat_stage.full_slots). */
 typedef struct remat__slot {
