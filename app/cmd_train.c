@@ -88,6 +88,7 @@ static void train_flags(opts *o, cli_flag flags[TRAIN_FLAGS]) {
       {.name = "--zero", .kind = CLI_INT, .dst = &d->zero, .lo = 0, .hi = 3},
       {.name = "--tensor-parallel", .kind = CLI_I64, .dst = &d->tensor, .lo = 1,
         .hi = REMAT_MAX_STAGES},
+      {.name = "--sequence-parallel", .kind = CLI_SWITCH, .dst = &d->sequence},
       {.name = "--batch", .kind = CLI_I64, .dst = &t->B, .lo = 1, .hi = 1 << 16},
       {.name = "--seq", .kind = CLI_I64, .dst = &t->T, .lo = 1, .hi = 1 << 20},
       {.name = "--grad-accum", .kind = CLI_I64, .dst = &t->grad_accum, .lo = 1, .hi = 1 << 16},

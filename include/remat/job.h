@@ -80,6 +80,8 @@ typedef struct remat_job_desc {
    * a stage (1 x 1 x 1: one process; tensor > 1: ZeRO 0, one-chunk
    * schedules, fp32, no timeline, for now). */
   int64_t stages, replicas, tensor;
+  int sequence; /* with tensor > 1: sequence parallelism (the norms, dropout and
+                   residual adds on a tensor rank's T / t of the tokens) */
   int zero;     /* ZeRO stage of the replicas, 0 to 3 */
   int schedule; /* remat_plan_schedule */
   int64_t chunks; /* interleaved: v model chunks per stage (0: the default, 2) */

@@ -61,6 +61,8 @@ static int gpt2(const remat_config *c, remat__tensor t[REMAT_P_COUNT]) {
   t[REMAT_P_WTE].split = t[REMAT_P_QKVW].split = t[REMAT_P_QKVB].split = ROWS;
   t[REMAT_P_FCW].split = t[REMAT_P_FCB].split = ROWS;
   t[REMAT_P_ATTPROJW].split = t[REMAT_P_FCPROJW].split = COLS;
+  t[REMAT_P_LN1W].norm = t[REMAT_P_LN1B].norm = t[REMAT_P_LN2W].norm = true;
+  t[REMAT_P_LN2B].norm = t[REMAT_P_LNFW].norm = t[REMAT_P_LNFB].norm = true;
   return REMAT_P_COUNT;
 }
 
@@ -87,6 +89,7 @@ static int llama(const remat_config *c, remat__tensor t[REMAT_P_COUNT]) {
   /* key/value heads split where the degree divides them, else whole */
   if (c->kv_heads % remat__tp(c) == 0) t[REMAT_LP_WK].split = t[REMAT_LP_WV].split = ROWS;
   t[REMAT_LP_WO].split = t[REMAT_LP_W2].split = COLS;
+  t[REMAT_LP_ATTNORM].norm = t[REMAT_LP_FFNNORM].norm = t[REMAT_LP_NORM].norm = true;
   return REMAT_LP_COUNT;
 }
 

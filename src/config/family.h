@@ -31,6 +31,8 @@ typedef struct remat__tensor {
   bool tied;         /* the embedding's matrix, which the head also reads */
   int init;          /* remat__init */
   int split;         /* remat__split: how tensor parallelism divides it */
+  bool norm;         /* a norm's weight or bias: under sequence parallelism a
+                        tensor rank's gradient covers its rows of the stream */
 } remat__tensor;
 /* How tensor parallelism (remat_config.tensor_parallel) divides a tensor
  * among its ranks: not at all (norms, positions, the row-parallel

@@ -51,6 +51,9 @@ static int check_tensor(const remat_job_desc *d, remat_error *err) {
   if (d->tensor < 1 || d->tensor > REMAT_MAX_STAGES)
     return remat__errorf(err, REMAT_EINVAL, "%s %lld: give 1 to %d ranks",
                          N(d, "tensor-parallel"), (long long)d->tensor, REMAT_MAX_STAGES);
+  if (d->sequence && d->tensor < 2)
+    return remat__errorf(err, REMAT_EINVAL, "%s splits the tokens among tensor ranks: give %s "
+                         "2 or more with it", N(d, "sequence-parallel"), N(d, "tensor-parallel"));
   if (d->tensor == 1) return 0;
   if (d->stages >= 1 && d->replicas >= 1 &&
       d->tensor * d->stages * d->replicas > REMAT_MAX_STAGES)

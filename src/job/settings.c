@@ -67,6 +67,7 @@ static const struct key {
     {"stages", K_I64, offsetof(remat_job_desc, stages), FIXED},
     {"data-parallel", K_I64, offsetof(remat_job_desc, replicas), FIXED},
     {"tensor-parallel", K_I64, offsetof(remat_job_desc, tensor), FIXED},
+    {"sequence-parallel", K_INT, offsetof(remat_job_desc, sequence), FIXED},
     {"zero", K_INT, offsetof(remat_job_desc, zero), FIXED},
     {"schedule", K_SCHED, offsetof(remat_job_desc, schedule), FIXED},
     {"chunks", K_I64, offsetof(remat_job_desc, chunks), FIXED},

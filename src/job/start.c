@@ -206,6 +206,7 @@ static int load_shape(remat_job *job, remat_error *err) {
     rc = remat_config_parse(d->config ? d->config : "small", &job->cfg, err);
     job->cfg.precision = d->precision;
     job->cfg.tensor_parallel = d->tensor > 1 ? d->tensor : 0; /* a rank's shard */
+    job->cfg.sequence_parallel = d->tensor > 1 && d->sequence;
     return rc ? rc : remat_config_check(&job->cfg, err);
   }
   if ((rc = remat_checkpoint_reader_open(&job->rd, d->model, &job->cfg, err))) return rc;
@@ -223,6 +224,7 @@ static int load_shape(remat_job *job, remat_error *err) {
                          shape_text(&want, want_s, sizeof want_s));
   job->cfg.precision = d->precision; /* a model file loads into either */
   job->cfg.tensor_parallel = d->tensor > 1 ? d->tensor : 0; /* a rank's shard */
+  job->cfg.sequence_parallel = d->tensor > 1 && d->sequence;
   return d->tensor > 1 ? remat_config_check(&job->cfg, err) : 0;
 }
 

@@ -59,6 +59,9 @@ typedef struct remat__dropout {
    * its count) of the model's `heads`: each keeps the whole model's mask
    * (heads 0: the kernel sees every head) */
   uint32_t heads, head0;
+  /* dropout_apply's: the index in the whole tensor's mask of the buffer's
+   * first element (a sequence-parallel rank's rows start past 0) */
+  uint64_t first;
 } remat__dropout;
 
 /* torch.optim.AdamW, one tensor of n elements, step t >= 1:

@@ -31,7 +31,7 @@ void remat__dropout_apply(float *out, const float *inp, size_t n, const remat__d
 #pragma omp parallel for schedule(static)
   for (size_t b = 0; b < nblk; b++) {
     size_t i0 = b * blk, len = n - i0 < blk ? n - i0 : blk;
-    remat__drop_row(out + i0, inp + i0, (int64_t)len, (uint64_t)i0, d, scale);
+    remat__drop_row(out + i0, inp + i0, (int64_t)len, (uint64_t)i0 + d->first, d, scale);
   }
 }
 

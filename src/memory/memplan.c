@@ -181,6 +181,14 @@ int remat__memory_model_get_ws(const remat_config *cfg, int64_t B, int64_t T,
 
   remat_layer_bytes *e = &mm->layer[REMAT_LAYER_EMBEDDING];
   e->kept = e->ckpt = e->mid = mm->tokens_bytes; /* the input ids, for its backward */
+  /* a tensor rank's embedding, after its gradient buffer: in the forward
+   * the sum's scratch (2 B T C / t floats), or under sequence parallelism
+   * its whole part and a rank's rows of the sum; in the backward the
+   * gathered gradient (B T C floats) */
+  size_t BTC = BT * (size_t)C, tp = (size_t)remat__tp(cfg);
+  if (tp > 1)
+    e->work = remat__sp(cfg) > 1 ? remat__align(BTC * 4) + remat__align(BTC / tp * 4)
+                                 : remat__align(2 * ((BTC + tp - 1) / tp) * 4);
 
   remat_layer_bytes *b = &mm->layer[REMAT_LAYER_BLOCK];
   b->ckpt = mm->residual_bytes;

@@ -68,15 +68,12 @@ int remat__model_plan_on(remat_model **out, const remat_config *cfg, int64_t B, 
                          bk->name, bk->rmsnorm_forward ? " in bf16" : "");
   int llama = cfg->family == REMAT_FAMILY_LLAMA;
   if (cfg->tensor_parallel > 1 &&
-      (bf16 || cfg->sequence_parallel || !bk->vocab_max ||
-       (llama && cfg->kv_heads % cfg->tensor_parallel)))
+      (bf16 || !bk->vocab_max || (llama && cfg->kv_heads % cfg->tensor_parallel)))
     return remat__errorf(err, REMAT_EINVAL,
-                         "remat's engine runs tensor parallelism in fp32, without sequence "
-                         "parallelism, on the CPU backend, with a Llama's key/value heads split "
-                         "too; this %s%s%s run of tensor degree %lld%s is planned (remat plan "
-                         "--tensor-parallel), not trained",
+                         "remat's engine runs tensor parallelism in fp32, on the CPU backend, "
+                         "with a Llama's key/value heads split too; this %s%s run of tensor "
+                         "degree %lld%s is planned (remat plan --tensor-parallel), not trained",
                          llama ? "Llama" : "GPT-2", bf16 ? " bf16" : "",
-                         cfg->sequence_parallel ? " sequence-parallel" : "",
                          (long long)cfg->tensor_parallel,
                          llama && cfg->kv_heads % cfg->tensor_parallel
                              ? " (which does not divide its key/value heads)"
@@ -299,9 +296,14 @@ static void alone_sum_f64(void *ctx, double *buf, size_t n, double *scratch) {
   (void)ctx, (void)buf, (void)n, (void)scratch;
 }
 static void alone_max(void *ctx, float *buf, size_t n) { (void)ctx, (void)buf, (void)n; }
+static void alone_scatter(void *ctx, float *buf, size_t n, float *dst, float *rcv) {
+  (void)ctx, (void)buf, (void)n, (void)dst, (void)rcv;
+}
+static void alone_gather(void *ctx, float *buf, size_t n) { (void)ctx, (void)buf, (void)n; }
 
 void remat__model_tensor_alone(remat_model *m) {
-  m->tops = (remat__tensor_ops){.sum = alone_sum, .sum_f64 = alone_sum_f64, .max = alone_max};
+  m->tops = (remat__tensor_ops){.sum = alone_sum, .sum_f64 = alone_sum_f64, .max = alone_max,
+                                .scatter = alone_scatter, .gather = alone_gather};
 }
 
 void remat__model_set_layer_ops(remat_model *m, const remat__layer_ops *ops) {
@@ -1003,22 +1005,28 @@ static void block_forward(remat_model *m, int64_t i, const block_params *wp, con
     return;
   }
 
-  /* a tensor rank's heads and MLP share: Ci of the C channels */
-  int64_t Ci = inner(m), NHi = NH / remat__tp(&m->cfg);
-  m->be->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, w.ln1w, w.ln1b, N, C);
-  m->be->matmul_forward(a->qkv, a->ln1, w.qkvw, w.qkvb, N, C, 3 * Ci);
+  /* a tensor rank's heads and MLP share: Ci of the C channels; its rows
+   * of the residual stream (R: all N without sequence parallelism), whose
+   * norms' outputs the products read gathered */
+  int64_t Ci = inner(m), NHi = NH / remat__tp(&m->cfg), R = remat__seq_rows(m);
+  remat__block_dgrads dg = dgrads_of(m); /* free in a forward: the sums' scratch */
+  d_r1.first = d_r2.first = (uint64_t)remat__seq_first(m) * (uint64_t)C;
+  m->be->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, w.ln1w, w.ln1b, R, C);
+  const float *ln1 = remat__seq_whole(m, dg.gathered, a->ln1, C);
+  m->be->matmul_forward(a->qkv, ln1, w.qkvw, w.qkvb, N, C, 3 * Ci);
   progress(m);
   m->be->attention_forward(a->atty, a->att_lse, a->qkv, B, T, Ci, NHi, &d_att);
   progress(m);
-  float *scratch = dgrads_of(m).dln; /* free in a forward */
-  remat__product_residual(m, a->res2, a->atty, w.projw, w.projb, x, &d_r1, N, Ci, C, scratch);
+  remat__product_residual(m, a->res2, a->atty, w.projw, w.projb, x, &d_r1, N, Ci, C, dg.dln,
+                          dg.dslice);
   progress(m);
-  m->be->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w.ln2w, w.ln2b, N, C);
-  m->be->matmul_forward_gelu(a->fch, a->fch_gelu, a->ln2, w.fcw, w.fcb, N, C, 4 * Ci);
+  m->be->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w.ln2w, w.ln2b, R, C);
+  const float *ln2 = remat__seq_whole(m, dg.gathered, a->ln2, C);
+  m->be->matmul_forward_gelu(a->fch, a->fch_gelu, ln2, w.fcw, w.fcb, N, C, 4 * Ci);
   progress(m);
   if (!out) return;
   remat__product_residual(m, out, a->fch_gelu, w.fcprojw, w.fcprojb, a->res2, &d_r2, N, 4 * Ci,
-                          C, scratch);
+                          C, dg.dln, dg.dslice);
   progress(m);
 }
 
@@ -1037,8 +1045,9 @@ static void block_recompute_cheap(remat_model *m, const block_params *wp, const 
     m->be->gelu_forward_bf16(a->fch_gelu, a->fch, 4 * (size_t)N * (size_t)C);
     return;
   }
-  m->be->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, w.ln1w, w.ln1b, N, C);
-  m->be->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w.ln2w, w.ln2b, N, C);
+  int64_t R = remat__seq_rows(m); /* a rank's rows of the residual stream */
+  m->be->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, w.ln1w, w.ln1b, R, C);
+  m->be->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w.ln2w, w.ln2b, R, C);
   m->be->gelu_forward(a->fch_gelu, a->fch, 4 * (size_t)N * (size_t)inner(m));
 }
 
@@ -1046,14 +1055,6 @@ static void block_recompute_cheap(remat_model *m, const block_params *wp, const 
  * which both families' blocks take). */
 enum { PART_INPUT = REMAT__PART_INPUT, PART_WEIGHT = REMAT__PART_WEIGHT,
        PART_ALL = REMAT__PART_ALL };
-
-/* The gradient entering a residual branch into out: dropout(dresid), or
- * dresid itself, copied (a W record must keep it: dresid moves on). */
-static void branch_keep(const remat_model *m, float *out, const float *dresid, size_t n,
-                        const remat__dropout *d) {
-  if (d->p > 0.0f) m->be->dropout_apply(out, dresid, n, d);
-  else m->be->copy(out, dresid, n * sizeof(float));
-}
 
 /* On entry m->dresid holds dL/d(block output); on exit (with PART_INPUT)
  * dL/d(block input). With PART_WEIGHT the parameter gradients accumulate
@@ -1064,7 +1065,6 @@ static void block_backward(remat_model *m, int64_t i, const block_params *wp,
                            const remat__block_wrec *wr) {
   int64_t B = m->B, T = m->T, C = m->cfg.channels, NH = m->cfg.num_heads, N = B * T;
   int64_t l = m->stage.first_block + i, Ci = inner(m), NHi = NH / remat__tp(&m->cfg);
-  size_t BTC = (size_t)N * (size_t)C;
   const block_params w = *wp;
   const block_grads g = *gp;
   remat__block_dgrads dgrads, *d = &dgrads;
@@ -1078,17 +1078,25 @@ static void block_backward(remat_model *m, int64_t i, const block_params *wp,
     block_backward_bf16(m, i, wp, gp, x, a, (remat__dropout[3]){d_att, d_r1, d_r2}, part, wr);
     return;
   }
-  const int in = part & PART_INPUT, wt = part & PART_WEIGHT;
+  const int in = part & PART_INPUT, wt = part & PART_WEIGHT, seq = remat__seq_parallel(m);
+  int64_t R = remat__seq_rows(m); /* a rank's rows of the residual stream */
+  d_r1.first = d_r2.first = (uint64_t)remat__seq_first(m) * (uint64_t)C;
   float *dresid = in ? m->dresid : NULL;
-  float *d4 = wr ? wr->dfc : d->d4, *dln2 = wr ? wr->dln2 : d->dln;
-  float *dln1 = wr ? wr->dln1 : d->dln, *dqkv = wr ? wr->dqkv : d->dqkv;
+  float *d4 = wr ? wr->dfc : d->d4, *dqkv = wr ? wr->dqkv : d->dqkv;
+  /* a column-parallel product's input gradient: the rank's part whole,
+   * then the rows of its sum the norm's backward reads (under sequence
+   * parallelism reduce-scattered into the record's or dslice) */
+  float *dln2 = wr && !seq ? wr->dln2 : d->dln, *dln1 = wr && !seq ? wr->dln1 : d->dln;
+  float *rows2 = !seq ? dln2 : wr ? wr->dln2 : d->dslice;
+  float *rows1 = !seq ? dln1 : wr ? wr->dln1 : d->dslice;
+  if (!in) rows2 = wr->dln2, rows1 = wr->dln1;
 
   /* MLP branch: out = res2 + dropout(fcproj(gelu(fc(ln2(res2))))). Without
    * dropout the branch's gradient is dresid itself, read before the
    * layernorm backward adds to dresid. */
   const float *dbranch = wr ? wr->dfcproj : NULL;
-  if (in && wr) branch_keep(m, wr->dfcproj, m->dresid, BTC, &d_r2);
-  else if (in) dbranch = branch_grad(m, d->dbranch, m->dresid, BTC, &d_r2);
+  if (in)
+    dbranch = remat__branch_whole(m, wr ? wr->dfcproj : NULL, d->dbranch, d->gathered, &d_r2);
   if (in)
     m->be->matmul_backward_gelu(d4, wt ? g.fcprojw : NULL, wt ? g.fcprojb : NULL, dbranch,
                                 a->fch_gelu, w.fcprojw, a->fch, N, 4 * Ci, C);
@@ -1096,16 +1104,18 @@ static void block_backward(remat_model *m, int64_t i, const block_params *wp,
     m->be->matmul_backward(NULL, g.fcprojw, g.fcprojb, dbranch, a->fch_gelu, w.fcprojw, N,
                            4 * Ci, C);
   progress(m);
-  m->be->matmul_backward(in ? dln2 : NULL, wt ? g.fcw : NULL, wt ? g.fcb : NULL, d4, a->ln2,
-                         w.fcw, N, C, 4 * Ci);
-  if (in) remat__group_sum(m, dln2, BTC, d->d4); /* a tensor rank's part; d4 is free */
+  /* fc's input whole for its weight's gradient (a W record's is) */
+  const float *ln2 = wt && !wr ? remat__seq_whole(m, d->gathered, a->ln2, C) : a->ln2;
+  m->be->matmul_backward(in ? dln2 : NULL, wt ? g.fcw : NULL, wt ? g.fcb : NULL, d4, ln2, w.fcw,
+                         N, C, 4 * Ci);
+  if (in) remat__input_grad_sum(m, dln2, rows2, d->d4); /* a tensor rank's part; d4 is free */
   progress(m);
-  m->be->layernorm_backward(dresid, wt ? g.ln2w : NULL, wt ? g.ln2b : NULL, dln2, a->res2,
-                            w.ln2w, a->ln2_mean, a->ln2_rstd, N, C);
+  m->be->layernorm_backward(dresid, wt ? g.ln2w : NULL, wt ? g.ln2b : NULL, rows2, a->res2,
+                            w.ln2w, a->ln2_mean, a->ln2_rstd, R, C);
   /* attention branch: res2 = x + dropout(proj(attn(qkv(ln1(x))))) */
   dbranch = wr ? wr->dproj : NULL;
-  if (in && wr) branch_keep(m, wr->dproj, m->dresid, BTC, &d_r1);
-  else if (in) dbranch = branch_grad(m, d->dbranch, m->dresid, BTC, &d_r1);
+  if (in)
+    dbranch = remat__branch_whole(m, wr ? wr->dproj : NULL, d->dbranch, d->gathered, &d_r1);
   m->be->matmul_backward(in ? d->datty : NULL, wt ? g.projw : NULL, wt ? g.projb : NULL,
                          dbranch, a->atty, w.projw, N, Ci, C);
   progress(m);
@@ -1113,12 +1123,13 @@ static void block_backward(remat_model *m, int64_t i, const block_params *wp,
     m->be->attention_backward(dqkv, d->att_delta, d->datty, a->qkv, a->atty, a->att_lse, B, T,
                               Ci, NHi, &d_att);
   progress(m);
-  m->be->matmul_backward(in ? dln1 : NULL, wt ? g.qkvw : NULL, wt ? g.qkvb : NULL, dqkv, a->ln1,
+  const float *ln1 = wt && !wr ? remat__seq_whole(m, d->gathered, a->ln1, C) : a->ln1;
+  m->be->matmul_backward(in ? dln1 : NULL, wt ? g.qkvw : NULL, wt ? g.qkvb : NULL, dqkv, ln1,
                          w.qkvw, N, C, 3 * Ci);
-  if (in) remat__group_sum(m, dln1, BTC, d->d4);
+  if (in) remat__input_grad_sum(m, dln1, rows1, d->d4);
   progress(m);
-  m->be->layernorm_backward(dresid, wt ? g.ln1w : NULL, wt ? g.ln1b : NULL, dln1, x, w.ln1w,
-                            a->ln1_mean, a->ln1_rstd, N, C);
+  m->be->layernorm_backward(dresid, wt ? g.ln1w : NULL, wt ? g.ln1b : NULL, rows1, x, w.ln1w,
+                            a->ln1_mean, a->ln1_rstd, R, C);
 }
 
 /* The head's parameters: the tied matrix (from the embedding's unit) and
@@ -1148,7 +1159,7 @@ static head_params head_params_of(remat_model *m) {
 static void head_norm(remat_model *m, const head_params *w, const remat__slot *slot,
                       remat__head_acts *h) {
   const remat_config *c = &m->cfg;
-  int64_t N = m->B * m->T, C = c->channels;
+  int64_t C = c->channels, R = remat__seq_rows(m); /* a rank's rows of the stream */
   remat__kernel_ws ws = kernel_ws(m);
   remat__head_acts_view(h, m->work, m->B, m->T, C, &ws);
   const float *x = resid_at(m, slot, m->stage.num_blocks);
@@ -1158,16 +1169,19 @@ static void head_norm(remat_model *m, const head_params *w, const remat__slot *s
     remat__llama_head_view(&lh, m->work, c, m->B, m->T, &ws);
     *h = (remat__head_acts){.lnf = lh.xnf, .lnf_rstd = lh.rstd, .losses = lh.losses,
                             .dlnf = lh.dxnf, .scratch = lh.scratch};
-    float eps = (float)c->norm_eps;
-    if (bf16)
-      m->be->rmsnorm_forward_bf16(h->lnf, h->lnf_rstd, x, w->lnfw, N, C, eps);
-    else
-      m->be->rmsnorm_forward(h->lnf, h->lnf_rstd, x, w->lnfw, N, C, eps);
-  } else if (bf16) {
-    m->be->layernorm_forward_bf16(h->lnf, h->lnf_mean, h->lnf_rstd, x, w->lnfw, w->lnfb, N, C);
-  } else {
-    m->be->layernorm_forward(h->lnf, h->lnf_mean, h->lnf_rstd, x, w->lnfw, w->lnfb, N, C);
   }
+  /* under sequence parallelism the rank's rows at their place, gathered */
+  float *out = (float *)h->lnf + (size_t)remat__seq_first(m) * (size_t)C;
+  float eps = (float)c->norm_eps;
+  if (c->family == REMAT_FAMILY_LLAMA && bf16)
+    m->be->rmsnorm_forward_bf16(h->lnf, h->lnf_rstd, x, w->lnfw, R, C, eps);
+  else if (c->family == REMAT_FAMILY_LLAMA)
+    m->be->rmsnorm_forward(out, h->lnf_rstd, x, w->lnfw, R, C, eps);
+  else if (bf16)
+    m->be->layernorm_forward_bf16(h->lnf, h->lnf_mean, h->lnf_rstd, x, w->lnfw, w->lnfb, R, C);
+  else
+    m->be->layernorm_forward(out, h->lnf_mean, h->lnf_rstd, x, w->lnfw, w->lnfb, R, C);
+  if (remat__seq_parallel(m)) remat__seq_gather(m, h->lnf, out, C);
 }
 
 /* Tokens per chunk of the head's logits: cfg.head_chunk, or all of them. */
@@ -1262,6 +1276,9 @@ static void llama_drops(const remat_model *m, int64_t i, const remat_hparams *hp
   int64_t l = m->stage.first_block + i;
   for (uint32_t s = 0; s < 3; s++) d[s] = drop_at(hp, m->step, micro, l, s);
   d[REMAT_DROP_ATTN] = att_drop(m, hp, micro, l);
+  /* the residual stream's: a rank's rows under sequence parallelism */
+  d[REMAT_DROP_RESID1].first = d[REMAT_DROP_RESID2].first =
+      (uint64_t)remat__seq_first(m) * (uint64_t)m->cfg.channels;
 }
 
 /* Block i of a Llama forward (model/llama_block.c), out NULL for a recompute. */
@@ -1275,6 +1292,13 @@ static void llama_forward(remat_model *m, const remat__slot *slot, int64_t i, fl
   const uint16_t *h[REMAT__LLAMA_BLOCK_TENSORS];
   if (m->wbf) llama_wbf(m, i, w, false, h);
   remat__llama_block_forward(m, w, m->wbf ? h : NULL, resid_at(m, slot, i), &a, out, d);
+}
+
+/* A tensor rank's embedding work (the memory model's y of the embedding):
+ * after its gradient buffer, when that lies in the workspace, so that the
+ * forward reaches the planned top of the two together. */
+static char *embedding_work(remat_model *m) {
+  return m->work + (m->lops.grad_buf ? 0 : m->mp.grad_bytes[REMAT_LAYER_EMBEDDING]);
 }
 
 void remat__model_stage_forward(remat_model *m, int64_t slot_index, uint32_t micro,
@@ -1292,9 +1316,18 @@ void remat__model_stage_forward(remat_model *m, int64_t slot_index, uint32_t mic
     const float *wte = e ? e : m->p[0];
     const float *wpe = !pos ? NULL : e ? e + (size_t)Vl * (size_t)C : m->p[REMAT_P_WPE];
     if (m->tops.sum) { /* a tensor rank's rows of the vocabulary; rank 0 adds the positions */
-      m->be->vocab_encoder_forward(out, ids, wte, m->tops.rank == 0 ? wpe : NULL,
+      /* its work: the sum's scratch, or under sequence parallelism the
+       * whole part, then a rank's rows of the sum (out is those rows) */
+      size_t BTC = (size_t)(m->B * m->T) * (size_t)C;
+      char *work = embedding_work(m);
+      int seq = remat__seq_parallel(m);
+      float *whole = seq ? (float *)work : out;
+      m->be->vocab_encoder_forward(whole, ids, wte, m->tops.rank == 0 ? wpe : NULL,
                                    m->tops.rank * Vl, Vl, m->B, m->T, C);
-      remat__group_sum(m, out, (size_t)(m->B * m->T) * (size_t)C, dgrads_of(m).dln);
+      if (seq)
+        remat__seq_scatter(m, whole, C, out, (float *)(work + remat__align(BTC * 4)));
+      else
+        remat__group_sum(m, out, BTC, (float *)work);
     } else {
       m->be->encoder_forward(out, ids, wte, wpe, m->B, m->T, C);
     }
@@ -1353,20 +1386,29 @@ static double head_backward(remat_model *m, const remat__slot *slot, float dloss
     else
       m->be->matmul_backward(dx, gwte, NULL, logits, (const float *)h.lnf + (size_t)r * (size_t)C,
                              w.wte, n, C, Vp / remat__tp(c));
-    /* a tensor rank's part of the norm's gradient; the logits are free */
-    remat__group_sum(m, dx, (size_t)n * (size_t)C, logits);
+    /* a tensor rank's part of the norm's gradient; the logits are free
+     * (under sequence parallelism reduce-scattered after the last chunk) */
+    if (!remat__seq_parallel(m)) remat__group_sum(m, dx, (size_t)n * (size_t)C, logits);
     progress(m);
     t = lap(m, REMAT__T_HEAD_B, t);
   }
   double loss = head_loss(m, &h, one);
-  m->be->clear(m->dresid, (size_t)N * (size_t)C * sizeof(float));
+  /* the rank's rows of the norm's gradient: all of them, or reduce-scattered
+   * into the norm's output, read by now */
+  int64_t R = remat__seq_rows(m);
+  float *dlnf = h.dlnf;
+  if (remat__seq_parallel(m)) {
+    dlnf = (float *)h.lnf;
+    remat__seq_scatter(m, h.dlnf, C, dlnf, dlnf + (size_t)R * (size_t)C);
+  }
+  m->be->clear(m->dresid, (size_t)R * (size_t)C * sizeof(float));
   if (llama)
-    m->be->rmsnorm_backward(m->dresid, glnf, h.dlnf, resid_at(m, slot, m->stage.num_blocks),
-                            w.lnfw, h.lnf_rstd, N, C);
+    m->be->rmsnorm_backward(m->dresid, glnf, dlnf, resid_at(m, slot, m->stage.num_blocks),
+                            w.lnfw, h.lnf_rstd, R, C);
   else
-    m->be->layernorm_backward(m->dresid, glnf, glnfb, h.dlnf,
+    m->be->layernorm_backward(m->dresid, glnf, glnfb, dlnf,
                               resid_at(m, slot, m->stage.num_blocks), w.lnfw, h.lnf_mean,
-                              h.lnf_rstd, N, C);
+                              h.lnf_rstd, R, C);
   if (tied) grad_done(m, L + 2, gb);
   grad_done(m, L + 1, gb ? gb + m->head_grad_split : NULL);
   lap(m, REMAT__T_HEAD_B, t);
@@ -1384,10 +1426,12 @@ static void embedding_backward(remat_model *m, const remat__slot *slot) {
   const int32_t *ids = (const int32_t *)(slot->at + slot->lay.inputs_offset);
   /* learned positions: GPT-2's; a Llama's are rotary, in its blocks */
   int pos = c->family != REMAT_FAMILY_LLAMA;
-  if (m->tops.sum) { /* a tensor rank's rows of the vocabulary */
+  if (m->tops.sum) { /* a tensor rank's rows of the vocabulary, from the whole gradient */
+    /* under sequence parallelism gathered first, in the embedding's work */
+    const float *dout = remat__seq_whole(m, (float *)embedding_work(m), m->dresid, C);
     m->be->vocab_encoder_backward(gb ? gb : m->g[0],
-                                  !pos ? NULL : gb ? gb + wte : m->g[REMAT_P_WPE], m->dresid,
-                                  ids, m->tops.rank * Vl, Vl, m->B, m->T, C);
+                                  !pos ? NULL : gb ? gb + wte : m->g[REMAT_P_WPE], dout, ids,
+                                  m->tops.rank * Vl, Vl, m->B, m->T, C);
   } else if (!gb && m->stage.has_head && !m->tied_grad && remat__tied(c)) {
     /* one micro-batch, one process: the head's share is in g[WTE]
      * already; the embedding's is summed apart in the workspace */
@@ -1424,19 +1468,25 @@ static remat__block_wrec wrec_at(remat_model *m, int64_t w, int64_t i) {
  * from the slot into its record, so that the slot is free from here on. */
 static void wrec_fill(remat_model *m, const remat__block_wrec *r, const float *x,
                       const remat__block_acts *a) {
-  size_t BT = (size_t)m->B * (size_t)m->T, BTC = BT * (size_t)m->cfg.channels;
+  size_t BT = (size_t)m->B * (size_t)m->T, C = (size_t)m->cfg.channels, BTC = BT * C;
   size_t BTCi = BT * (size_t)inner(m); /* a tensor rank's heads' and MLP's share */
+  size_t R = (size_t)remat__seq_rows(m); /* its rows of the residual stream */
   size_t h = remat__act_elem(&m->ws), f = sizeof(float);
   const remat__backend *be = m->be;
-  be->copy(r->x, x, BTC * f);
-  be->copy(r->res2, a->res2, BTC * f);
-  be->copy(r->ln1_mean, a->ln1_mean, BT * f);
-  be->copy(r->ln1_rstd, a->ln1_rstd, BT * f);
-  be->copy(r->ln2_mean, a->ln2_mean, BT * f);
-  be->copy(r->ln2_rstd, a->ln2_rstd, BT * f);
-  be->copy(r->ln1, a->ln1, BTC * h);
+  be->copy(r->x, x, R * C * f);
+  be->copy(r->res2, a->res2, R * C * f);
+  be->copy(r->ln1_mean, a->ln1_mean, R * f);
+  be->copy(r->ln1_rstd, a->ln1_rstd, R * f);
+  be->copy(r->ln2_mean, a->ln2_mean, R * f);
+  be->copy(r->ln2_rstd, a->ln2_rstd, R * f);
+  if (remat__seq_parallel(m)) { /* the products' inputs whole */
+    remat__seq_gather(m, (float *)r->ln1, a->ln1, (int64_t)C);
+    remat__seq_gather(m, (float *)r->ln2, a->ln2, (int64_t)C);
+  } else {
+    be->copy(r->ln1, a->ln1, BTC * h);
+    be->copy(r->ln2, a->ln2, BTC * h);
+  }
   be->copy(r->atty, a->atty, BTCi * h);
-  be->copy(r->ln2, a->ln2, BTC * h);
   be->copy(r->fch_gelu, a->fch_gelu, 4 * BTCi * h);
 }
 

@@ -155,10 +155,14 @@ void remat__llama_block_forward(remat_model *m, float *const w[REMAT__LLAMA_BLOC
   float *q = a->q, *k = a->k, *v = a->v, *xn1 = a->xn1, *xn2 = a->xn2, *h1 = a->h1, *h3 = a->h3;
   remat__llama_dgrads d; /* the backward's temporaries, free here: the sums' scratch */
   remat__llama_dgrads_view(&d, m->work, c, B, T, &m->ws);
-  be->rmsnorm_forward(xn1, a->rstd1, x, w[W_ATTNORM], N, C, eps);
-  be->matmul_forward(q, xn1, w[W_Q], NULL, N, C, s.Cq);
-  be->matmul_forward(k, xn1, w[W_K], NULL, N, C, s.KV);
-  be->matmul_forward(v, xn1, w[W_V], NULL, N, C, s.KV);
+  /* the norms on a rank's rows of the residual stream (R: all N without
+   * sequence parallelism), their outputs gathered for the products */
+  int64_t R = remat__seq_rows(m);
+  be->rmsnorm_forward(xn1, a->rstd1, x, w[W_ATTNORM], R, C, eps);
+  const float *in1 = remat__seq_whole(m, d.gathered, xn1, C);
+  be->matmul_forward(q, in1, w[W_Q], NULL, N, C, s.Cq);
+  be->matmul_forward(k, in1, w[W_K], NULL, N, C, s.KV);
+  be->matmul_forward(v, in1, w[W_V], NULL, N, C, s.KV);
   progress(m);
   be->rope_forward(q, s.Cq, B, T, s.NH, hs, 0, c->rope_theta);
   be->rope_forward(k, s.KV, B, T, s.NKV, hs, 0, c->rope_theta);
@@ -166,16 +170,17 @@ void remat__llama_block_forward(remat_model *m, float *const w[REMAT__LLAMA_BLOC
                             &drop[0]);
   progress(m);
   remat__product_residual(m, a->res2, a->atty, w[W_O], NULL, x, &drop[1], N, s.Cq, C,
-                          d.dln_part);
+                          d.dln_part, d.dslice);
   progress(m);
-  be->rmsnorm_forward(xn2, a->rstd2, a->res2, w[W_FFNNORM], N, C, eps);
-  be->matmul_forward(h1, xn2, w[W_1], NULL, N, C, s.H);
-  be->matmul_forward(h3, xn2, w[W_3], NULL, N, C, s.H);
+  be->rmsnorm_forward(xn2, a->rstd2, a->res2, w[W_FFNNORM], R, C, eps);
+  const float *in2 = remat__seq_whole(m, d.gathered, xn2, C);
+  be->matmul_forward(h1, in2, w[W_1], NULL, N, C, s.H);
+  be->matmul_forward(h3, in2, w[W_3], NULL, N, C, s.H);
   be->swiglu_forward(a->hsw, h1, h3, (size_t)N * (size_t)s.H);
   progress(m);
   if (!out) return; /* a recompute: the output is the next block's stored input */
   remat__product_residual(m, out, a->hsw, w[W_2], NULL, a->res2, &drop[2], N, s.H, C,
-                          d.dln_part);
+                          d.dln_part, d.dslice);
   progress(m);
 }
 
@@ -190,17 +195,10 @@ void remat__llama_block_cheap(remat_model *m, float *const w[REMAT__LLAMA_BLOCK_
     m->be->swiglu_forward_bf16(a->hsw, a->h1, a->h3, (size_t)N * (size_t)c->ffn_hidden);
     return;
   }
-  m->be->rmsnorm_forward(a->xn1, a->rstd1, x, w[W_ATTNORM], N, C, eps);
-  m->be->rmsnorm_forward(a->xn2, a->rstd2, a->res2, w[W_FFNNORM], N, C, eps);
+  int64_t R = remat__seq_rows(m); /* a rank's rows of the residual stream */
+  m->be->rmsnorm_forward(a->xn1, a->rstd1, x, w[W_ATTNORM], R, C, eps);
+  m->be->rmsnorm_forward(a->xn2, a->rstd2, a->res2, w[W_FFNNORM], R, C, eps);
   m->be->swiglu_forward(a->hsw, a->h1, a->h3, (size_t)N * (size_t)share_of(m).H);
-}
-
-/* The gradient entering a residual branch into out: dropout(dresid), or
- * dresid itself, copied (a W record keeps it: dresid moves on). */
-static void branch_keep(const remat_model *m, float *out, const float *dresid, size_t n,
-                        const remat__dropout *d) {
-  if (d->p > 0.0f) m->be->dropout_apply(out, dresid, n, d);
-  else m->be->copy(out, dresid, n * sizeof(float));
 }
 
 /* The backward in bf16: each product's dout rounded to bf16 (the branches'
@@ -293,36 +291,44 @@ void remat__llama_block_backward(remat_model *m, float *const w[REMAT__LLAMA_BLO
   size_t NC = (size_t)N * (size_t)C;
   remat__llama_dgrads d;
   remat__llama_dgrads_view(&d, m->work, c, B, T, &m->ws);
-  const int in = part & REMAT__PART_INPUT, wt = part & REMAT__PART_WEIGHT;
+  const int in = part & REMAT__PART_INPUT, wt = part & REMAT__PART_WEIGHT,
+            seq = remat__seq_parallel(m);
+  int64_t R = remat__seq_rows(m); /* a rank's rows of the residual stream */
   float *dresid = in ? m->dresid : NULL;
   float *dh1 = wr ? wr->dh1 : d.dh1, *dh3 = wr ? wr->dh3 : d.dh3;
   float *dq = wr ? wr->dq : d.dq, *dk = wr ? wr->dk : d.dk, *dv = wr ? wr->dv : d.dv;
-  float *dxn2 = wr ? wr->dxn2 : d.dln, *dxn1 = wr ? wr->dxn1 : d.dln;
+  /* the norms' input gradients: the rank's part whole, then the rows of
+   * their sums the norms' backwards read (as GPT-2's blocks) */
+  float *dxn2 = wr && !seq ? wr->dxn2 : d.dln, *dxn1 = wr && !seq ? wr->dxn1 : d.dln;
+  float *rows2 = !in || (wr && seq) ? wr->dxn2 : seq ? d.dslice : dxn2;
+  float *rows1 = !in || (wr && seq) ? wr->dxn1 : seq ? d.dslice : dxn1;
 
   /* MLP branch: out = res2 + dropout(w2 (silu(w1 xn2) * w3 xn2)). Without
    * dropout (and the parts together) the branch's gradient is dresid
    * itself, read before the RMSNorm's backward adds to dresid. */
   const float *dbranch = wr ? wr->dw2 : NULL;
-  if (in && wr) branch_keep(m, wr->dw2, m->dresid, NC, &drop[2]);
-  else if (in) dbranch = branch_grad(m, d.dbranch, m->dresid, NC, &drop[2]);
+  if (in)
+    dbranch = remat__branch_whole(m, wr ? wr->dw2 : NULL, d.dbranch, d.gathered, &drop[2]);
   be->matmul_backward(in ? d.dhsw : NULL, wt ? g[W_2] : NULL, NULL, dbranch, a->hsw, w[W_2], N,
                       H, C);
   progress(m);
   if (in) be->swiglu_backward(dh1, dh3, a->h1, a->h3, d.dhsw, (size_t)N * (size_t)H);
-  be->matmul_backward(in ? dxn2 : NULL, wt ? g[W_1] : NULL, NULL, dh1, a->xn2, w[W_1], N, C, H);
+  /* w1's and w3's input whole for their weights' gradients (a record's is) */
+  const float *in2 = wt && !wr ? remat__seq_whole(m, d.gathered, a->xn2, C) : a->xn2;
+  be->matmul_backward(in ? dxn2 : NULL, wt ? g[W_1] : NULL, NULL, dh1, in2, w[W_1], N, C, H);
   progress(m);
-  be->matmul_backward(in ? d.dln_part : NULL, wt ? g[W_3] : NULL, NULL, dh3, a->xn2, w[W_3], N,
-                      C, H);
+  be->matmul_backward(in ? d.dln_part : NULL, wt ? g[W_3] : NULL, NULL, dh3, in2, w[W_3], N, C,
+                      H);
   progress(m);
   if (in) be->add(dxn2, d.dln_part, NC, 1, 0); /* w1's share + w3's */
-  if (in) remat__group_sum(m, dxn2, NC, d.dln_part); /* a tensor rank's part of it */
-  be->rmsnorm_backward(dresid, wt ? g[W_FFNNORM] : NULL, dxn2, a->res2, w[W_FFNNORM], a->rstd2,
-                       N, C);
+  if (in) remat__input_grad_sum(m, dxn2, rows2, d.dln_part); /* a tensor rank's part of it */
+  be->rmsnorm_backward(dresid, wt ? g[W_FFNNORM] : NULL, rows2, a->res2, w[W_FFNNORM], a->rstd2,
+                       R, C);
 
   /* attention branch: res2 = x + dropout(wo attn(rope(wq xn1), rope(wk xn1), wv xn1)) */
   dbranch = wr ? wr->dwo : NULL;
-  if (in && wr) branch_keep(m, wr->dwo, m->dresid, NC, &drop[1]);
-  else if (in) dbranch = branch_grad(m, d.dbranch, m->dresid, NC, &drop[1]);
+  if (in)
+    dbranch = remat__branch_whole(m, wr ? wr->dwo : NULL, d.dbranch, d.gathered, &drop[1]);
   be->matmul_backward(in ? d.datty : NULL, wt ? g[W_O] : NULL, NULL, dbranch, a->atty, w[W_O], N,
                       s.Cq, C);
   progress(m);
@@ -333,18 +339,18 @@ void remat__llama_block_backward(remat_model *m, float *const w[REMAT__LLAMA_BLO
     be->rope_backward(dq, s.Cq, B, T, s.NH, hs, 0, c->rope_theta);
     be->rope_backward(dk, KV, B, T, s.NKV, hs, 0, c->rope_theta);
   }
-  be->matmul_backward(in ? dxn1 : NULL, wt ? g[W_Q] : NULL, NULL, dq, a->xn1, w[W_Q], N, C,
-                      s.Cq);
+  const float *in1 = wt && !wr ? remat__seq_whole(m, d.gathered, a->xn1, C) : a->xn1;
+  be->matmul_backward(in ? dxn1 : NULL, wt ? g[W_Q] : NULL, NULL, dq, in1, w[W_Q], N, C, s.Cq);
   progress(m);
-  be->matmul_backward(in ? d.dln_part : NULL, wt ? g[W_K] : NULL, NULL, dk, a->xn1, w[W_K], N, C,
+  be->matmul_backward(in ? d.dln_part : NULL, wt ? g[W_K] : NULL, NULL, dk, in1, w[W_K], N, C,
                       KV);
   if (in) be->add(dxn1, d.dln_part, NC, 1, 0); /* (q's + k's) + v's */
-  be->matmul_backward(in ? d.dln_part : NULL, wt ? g[W_V] : NULL, NULL, dv, a->xn1, w[W_V], N, C,
+  be->matmul_backward(in ? d.dln_part : NULL, wt ? g[W_V] : NULL, NULL, dv, in1, w[W_V], N, C,
                       KV);
   if (in) be->add(dxn1, d.dln_part, NC, 1, 0);
-  if (in) remat__group_sum(m, dxn1, NC, d.dln_part);
+  if (in) remat__input_grad_sum(m, dxn1, rows1, d.dln_part);
   progress(m);
-  be->rmsnorm_backward(dresid, wt ? g[W_ATTNORM] : NULL, dxn1, x, w[W_ATTNORM], a->rstd1, N, C);
+  be->rmsnorm_backward(dresid, wt ? g[W_ATTNORM] : NULL, rows1, x, w[W_ATTNORM], a->rstd1, R, C);
 }
 
 void remat__llama_wrec_fill(remat_model *m, const remat__llama_wrec *r, const float *x,
@@ -355,13 +361,19 @@ void remat__llama_wrec_fill(remat_model *m, const remat__llama_wrec *r, const fl
          NCq = BT * (size_t)s.Cq, NH = BT * (size_t)s.H, e = remat__act_elem(&m->ws),
          f = sizeof(float);
   const remat__backend *be = m->be;
-  be->copy(r->x, x, NC * f);
-  be->copy(r->res2, a->res2, NC * f);
-  be->copy(r->rstd1, a->rstd1, BT * f);
-  be->copy(r->rstd2, a->rstd2, BT * f);
-  be->copy(r->xn1, a->xn1, NC * e);
+  size_t R = (size_t)remat__seq_rows(m), RC = R * (size_t)c->channels; /* a rank's rows */
+  be->copy(r->x, x, RC * f);
+  be->copy(r->res2, a->res2, RC * f);
+  be->copy(r->rstd1, a->rstd1, R * f);
+  be->copy(r->rstd2, a->rstd2, R * f);
+  if (remat__seq_parallel(m)) { /* the products' inputs whole */
+    remat__seq_gather(m, (float *)r->xn1, a->xn1, c->channels);
+    remat__seq_gather(m, (float *)r->xn2, a->xn2, c->channels);
+  } else {
+    be->copy(r->xn1, a->xn1, NC * e);
+    be->copy(r->xn2, a->xn2, NC * e);
+  }
   be->copy(r->atty, a->atty, NCq * e);
-  be->copy(r->xn2, a->xn2, NC * e);
   be->copy(r->hsw, a->hsw, NH * e);
 }
 

@@ -92,13 +92,43 @@ void remat__llama_block_views(const remat_model *m, int64_t i, const float *unit
  * rank's part of a sum the group completes (a row-parallel product's
  * output, a column-parallel one's input gradient); scratch, a free
  * workspace view of at least 2 n / t floats. remat__product_residual: out
- * (N, OC) = resid + dropout(inp (N, IC) @ weight^T + bias), a row-parallel
- * product whose parts the group sums before the dropout and the residual
- * (the bias on rank 0's part; bias may be NULL). */
+ * = resid + dropout(inp (N, IC) @ weight^T + bias), a row-parallel product
+ * whose parts the group sums before the dropout and the residual (the bias
+ * on rank 0's part; bias may be NULL); under sequence parallelism out and
+ * resid are the rank's rows (remat__seq_rows, OC), d's first their first
+ * element's, the parts go to scratch (N, OC) and rcv takes the rows' worth
+ * of floats; otherwise out (N, OC) and scratch as remat__group_sum's.
+ *
+ * Sequence parallelism (remat__seq_parallel): a rank holds rows
+ * [remat__seq_first, + remat__seq_rows) of the residual stream's B T (all
+ * of them, from 0, without). remat__seq_gather: its rows (rows, C; they
+ * may already be at their place in whole) into whole (B T, C), which the
+ * group completes; remat__seq_scatter: whole (B T, C) the rank's part of a
+ * sum, dst (rows, C) its rows of the sum (tensor_ops' scatter; rcv: as
+ * many floats of scratch). remat__seq_whole: rows itself without sequence
+ * parallelism, else whole after remat__seq_gather. */
 void remat__group_sum(remat_model *m, float *buf, size_t n, float *scratch);
 void remat__product_residual(remat_model *m, float *out, const float *inp, const float *weight,
                              const float *bias, const float *resid, const remat__dropout *d,
-                             int64_t N, int64_t IC, int64_t OC, float *scratch);
+                             int64_t N, int64_t IC, int64_t OC, float *scratch, float *rcv);
+bool remat__seq_parallel(const remat_model *m);
+int64_t remat__seq_rows(const remat_model *m);
+int64_t remat__seq_first(const remat_model *m);
+void remat__seq_gather(remat_model *m, float *whole, const void *rows, int64_t C);
+void remat__seq_scatter(remat_model *m, float *whole, int64_t C, float *dst, float *rcv);
+const float *remat__seq_whole(remat_model *m, float *whole, const void *rows, int64_t C);
+/* The gradient entering a residual branch's row-parallel product, whole
+ * (B T, C): d's dropout of m->dresid (the rank's rows), kept in a W
+ * record's keep (whole; gathered there in place under sequence
+ * parallelism), else in buf (rows; dresid itself when the site does not
+ * drop), gathered into whole under sequence parallelism. */
+const float *remat__branch_whole(remat_model *m, float *keep, float *buf, float *whole,
+                                 const remat__dropout *d);
+/* A column-parallel product's input gradient whole (B T, C), the rank's
+ * part: summed over the group in place, or under sequence parallelism its
+ * rows of the sum reduce-scattered into rows; scratch: 2 B T C / t floats
+ * free meanwhile. Nothing without a group. */
+void remat__input_grad_sum(remat_model *m, float *whole, float *rows, float *scratch);
 /* A micro-batch's slot: where it lies in the arena, and its layout (the
  * policies its blocks take in it: remat_stage.full_slots). */
 typedef struct remat__slot {

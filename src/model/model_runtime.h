@@ -110,12 +110,21 @@ int64_t remat__model_grad_chunk_sums(remat_model *m, int64_t u, size_t first, si
  *            scratch: 2 ceil(n / t) floats of the model's, free meanwhile
  *   sum_f64  the same for doubles (scratch: 2 ceil(n / t) doubles)
  *   max      buf becomes the elementwise largest of the t parts (exact)
+ * and under sequence parallelism (n a multiple of t, chunk k = floats
+ * [k n / t, (k + 1) n / t), a rank's rows of the residual stream):
+ *   scatter  sum's first half: dst (n / t floats, apart from buf) gets this
+ *            rank's chunk of the sum, the same bits as sum's; rcv: n / t
+ *            floats of scratch; buf is left undefined
+ *   gather   sum's second half: each rank's chunk of buf, in place, to
+ *            every rank
  * buf and scratch are backend memory. rank: this rank's place in the
  * group, 0 .. t - 1, which decides the shard it initialises. */
 typedef struct remat__tensor_ops {
   void (*sum)(void *ctx, float *buf, size_t n, float *scratch);
   void (*sum_f64)(void *ctx, double *buf, size_t n, double *scratch);
   void (*max)(void *ctx, float *buf, size_t n);
+  void (*scatter)(void *ctx, float *buf, size_t n, float *dst, float *rcv);
+  void (*gather)(void *ctx, float *buf, size_t n);
   void *ctx;
   int64_t rank;
 } remat__tensor_ops;

@@ -605,7 +605,8 @@ int remat_pipeline_create(remat_pipeline **out, remat_dist *d, remat_trainer *tr
   pl->v = sp->chunks > 1 ? sp->chunks : 1;
   pl->nv = pl->P * pl->v;
   pl->cm[0] = m;
-  pl->act_count = (int)(o->B * o->T * remat_model_config(m)->channels);
+  const remat_config *cfg = remat_model_config(m); /* sequence parallelism: a rank's rows */
+  pl->act_count = (int)(o->B * o->T / remat__sp(cfg) * cfg->channels);
   for (int64_t c = 0; c < pl->v; c++) pl->send_chunk[c] = pl->send_grad[c] = MPI_REQUEST_NULL;
   const remat_schedule_info *row = remat_schedule_get(sp->schedule);
   pl->split = row->split;

@@ -12,6 +12,10 @@
  *          chunks are then all-gathered in place. Every rank ends with the
  *          same bits, the same on every repeat.
  *   max    an all-reduce of the largest, which is exact in any order.
+ *   scatter, gather  sum's two halves apart, for sequence parallelism: a
+ *          rank's rows of a sum, and every rank's rows to every rank; the
+ *          norms' gradients, which then cover a rank's rows alone, are
+ *          summed after the backward.
  *   norm   the split tensors' sums of squares over the group, added in
  *          rank order, plus the whole tensors' (the same on every rank).
  *
@@ -30,6 +34,7 @@
 
 #include "base/base.h"
 #include "config/family.h"
+#include "memory/layout.h"
 #include "parallel/parallel_internal.h"
 
 struct remat_tensor_group {
@@ -45,6 +50,9 @@ struct remat_tensor_group {
   remat_dist *world;        /* a pipeline's: every rank, for a save (remat_tensor_group_join) */
   const remat_placement *pl;
   remat_pipeline *pipe;     /* a pipeline's (a grid's): its norm adds the stages' layers */
+  float *norm_grads;        /* sequence parallelism: the norms' gradients packed, and
+                               the sum's scratch (norm_floats, then 2 ceil(n / t)) */
+  size_t norm_floats;
 };
 
 /* An MPI failure inside a collective the model called, which has no way
@@ -69,9 +77,9 @@ static void add_floats(void *acc, const void *part, size_t n, size_t es) {
   }
 }
 
-static void sum_typed(remat_tensor_group *g, void *buf, size_t n, void *scratch, MPI_Datatype ty,
-                      size_t es) {
-  int t = g->size, r = g->rank;
+/* Chunk c of an n-element buffer: [c q, (c + 1) q) cut at n, q = ceil(n / t). */
+static size_t set_chunks(remat_tensor_group *g, size_t n) {
+  int t = g->size;
   size_t q = (n + (size_t)t - 1) / (size_t)t;
   REMAT_ASSERT(q <= (size_t)INT32_MAX);
   for (int c = 0; c < t; c++) {
@@ -79,9 +87,15 @@ static void sum_typed(remat_tensor_group *g, void *buf, size_t n, void *scratch,
     g->displs[c] = (int)lo;
     g->counts[c] = (int)(hi - lo);
   }
-  const int rw = REMAT_MAP_READ | REMAT_MAP_WRITE;
-  char *host = g->be->map(buf, n * es, rw), *s = g->be->map(scratch, 2 * q * es, rw);
-  char *acc = s, *rcv = s + q * es, *own = host + (size_t)g->displs[r] * es;
+  return q;
+}
+
+/* The reduce-scatter (host memory, chunks set): each rank in turn scatters
+ * its chunks, and this rank adds what arrives into acc in rank order. */
+static void scatter_host(remat_tensor_group *g, char *host, char *acc, char *rcv,
+                         MPI_Datatype ty, size_t es) {
+  int t = g->size, r = g->rank;
+  char *own = host + (size_t)g->displs[r] * es;
   size_t mine = (size_t)g->counts[r];
   for (int k = 0; k < t; k++) {
     char *dst = k == 0 ? acc : rcv;
@@ -94,11 +108,46 @@ static void sum_typed(remat_tensor_group *g, void *buf, size_t n, void *scratch,
     if (k == 0 && part != acc) memcpy(acc, part, mine * es);
     if (k > 0) add_floats(acc, part, mine, es);
   }
-  memcpy(own, acc, mine * es);
+}
+
+static void gather_host(remat_tensor_group *g, char *host, MPI_Datatype ty) {
   check(g, MPI_Allgatherv(MPI_IN_PLACE, 0, ty, host, g->counts, g->displs, ty, g->d->comm),
         "a tensor-parallel all-gather");
+}
+
+static void sum_typed(remat_tensor_group *g, void *buf, size_t n, void *scratch, MPI_Datatype ty,
+                      size_t es) {
+  size_t q = set_chunks(g, n);
+  const int rw = REMAT_MAP_READ | REMAT_MAP_WRITE;
+  char *host = g->be->map(buf, n * es, rw), *s = g->be->map(scratch, 2 * q * es, rw);
+  scatter_host(g, host, s, s + q * es, ty, es);
+  memcpy(host + (size_t)g->displs[g->rank] * es, s, (size_t)g->counts[g->rank] * es);
+  gather_host(g, host, ty);
   g->be->unmap(scratch, s, 2 * q * es, rw);
   g->be->unmap(buf, host, n * es, rw);
+}
+
+static void op_scatter(void *ctx, float *buf, size_t n, float *dst, float *rcv) {
+  remat_tensor_group *g = ctx;
+  REMAT_ASSERT(n % (size_t)g->size == 0);
+  size_t q = set_chunks(g, n), es = sizeof(float);
+  const int rw = REMAT_MAP_READ | REMAT_MAP_WRITE;
+  char *host = g->be->map(buf, n * es, rw), *acc = g->be->map(dst, q * es, REMAT_MAP_WRITE),
+       *r = g->be->map(rcv, q * es, rw);
+  scatter_host(g, host, acc, r, MPI_FLOAT, es);
+  g->be->unmap(rcv, r, q * es, rw);
+  g->be->unmap(dst, acc, q * es, REMAT_MAP_WRITE);
+  g->be->unmap(buf, host, n * es, rw);
+}
+
+static void op_gather(void *ctx, float *buf, size_t n) {
+  remat_tensor_group *g = ctx;
+  REMAT_ASSERT(n % (size_t)g->size == 0);
+  set_chunks(g, n);
+  const int rw = REMAT_MAP_READ | REMAT_MAP_WRITE;
+  char *host = g->be->map(buf, n * sizeof(float), rw);
+  gather_host(g, host, MPI_FLOAT);
+  g->be->unmap(buf, host, n * sizeof(float), rw);
 }
 
 static void op_sum(void *ctx, float *buf, size_t n, float *scratch) {
@@ -127,9 +176,43 @@ static int inner_micro(void *ctx, remat_trainer *tr, double *loss_sum, remat_err
   return g->inner.micro_batches(g->inner.ctx, tr, loss_sum, err);
 }
 
+/* Under sequence parallelism a rank's norms' gradients cover its rows of
+ * the stream: the group sums them (packed into one buffer, added in rank
+ * order), so each is the same bits on every rank. */
+static void sum_norm_grads(remat_tensor_group *g) {
+  remat__tensor t[REMAT_P_COUNT];
+  remat__tensors(remat_model_config(g->m), t);
+  size_t n = 0, sz[REMAT_P_COUNT] = {0};
+  float *at[REMAT_P_COUNT] = {0};
+  for (int i = 0; i < REMAT_P_COUNT; i++) {
+    if (!t[i].norm || !remat__model_tensor(g->m, i, &sz[i]) || !sz[i]) continue;
+    at[i] = g->be->map(remat__model_tensor_grad(g->m, i), sz[i] * sizeof(float),
+                       REMAT_MAP_READ | REMAT_MAP_WRITE);
+    memcpy(g->norm_grads + n, at[i], sz[i] * sizeof(float));
+    n += sz[i];
+  }
+  REMAT_ASSERT(n == g->norm_floats);
+  size_t q = set_chunks(g, n);
+  char *buf = (char *)g->norm_grads, *acc = (char *)(g->norm_grads + g->norm_floats);
+  scatter_host(g, buf, acc, acc + q * sizeof(float), MPI_FLOAT, sizeof(float));
+  memcpy(buf + (size_t)g->displs[g->rank] * sizeof(float), acc,
+         (size_t)g->counts[g->rank] * sizeof(float));
+  gather_host(g, buf, MPI_FLOAT);
+  n = 0;
+  for (int i = 0; i < REMAT_P_COUNT; i++) {
+    if (!at[i]) continue;
+    memcpy(at[i], g->norm_grads + n, sz[i] * sizeof(float));
+    n += sz[i];
+    g->be->unmap(remat__model_tensor_grad(g->m, i), at[i], sz[i] * sizeof(float),
+                 REMAT_MAP_READ | REMAT_MAP_WRITE);
+  }
+}
+
 static int inner_after(void *ctx, remat_trainer *tr, remat_error *err) {
   remat_tensor_group *g = ctx;
-  return g->inner.after_backward(g->inner.ctx, tr, err);
+  int rc = g->inner.after_backward ? g->inner.after_backward(g->inner.ctx, tr, err) : 0;
+  if (!rc && g->norm_grads) sum_norm_grads(g);
+  return rc;
 }
 
 static int inner_update(void *ctx, remat_trainer *tr, float lr, float norm, remat_error *err) {
@@ -268,13 +351,28 @@ int remat_tensor_group_create(remat_tensor_group **out, remat_dist *d, remat_tra
                             .rank = d->rank, .size = d->size, .counts = chunks,
                             .displs = chunks + t, .inner = remat__trainer_get_ops(tr),
                             .staged = staged, .layer_sums = sums};
+  if (remat__sp(cfg) > 1) { /* the norms' gradients, summed after the backward */
+    remat__tensor ts[REMAT_P_COUNT];
+    size_t sz[REMAT_P_COUNT];
+    remat__tensors(cfg, ts);
+    remat__stage_param_sizes(cfg, st, sz);
+    for (int i = 0; i < REMAT_P_COUNT; i++) g->norm_floats += ts[i].norm ? sz[i] : 0;
+    size_t q = (g->norm_floats + (size_t)t - 1) / (size_t)t;
+    g->norm_grads = remat__malloc((g->norm_floats + 2 * q) * sizeof(float) + 1);
+    if (!g->norm_grads) {
+      remat_tensor_group_destroy(g);
+      return remat__errorf(err, REMAT_ENOMEM, "out of memory");
+    }
+  }
   remat__model_set_tensor_ops(m, &(remat__tensor_ops){.sum = op_sum, .sum_f64 = op_sum_f64,
-                                                      .max = op_max, .ctx = g,
+                                                      .max = op_max, .scatter = op_scatter,
+                                                      .gather = op_gather, .ctx = g,
                                                       .rank = d->rank});
   const remat__trainer_ops *in = &g->inner;
   remat__trainer_set_ops(tr, &(remat__trainer_ops){
                                  .micro_batches = in->micro_batches ? inner_micro : NULL,
-                                 .after_backward = in->after_backward ? inner_after : NULL,
+                                 .after_backward =
+                                     in->after_backward || g->norm_grads ? inner_after : NULL,
                                  .norm_sumsq = norm_sumsq,
                                  .update = in->update ? inner_update : NULL,
                                  .ctx = g});
@@ -287,5 +385,6 @@ void remat_tensor_group_destroy(remat_tensor_group *g) {
   remat__trainer_set_ops(g->tr, &g->inner);
   remat__free(g->counts);
   remat__free(g->layer_sums);
+  remat__free(g->norm_grads);
   remat__free(g);
 }

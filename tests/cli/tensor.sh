@@ -13,8 +13,9 @@
 # backend the CPU's; every rank's arena planned = measured, and = `remat
 # plan --tensor-parallel`'s; the saved model is one process's within
 # rounding, a resume the uninterrupted run bit for bit, a model file loads
-# into the shards, the held-out loss is one process's; what is not run yet
-# is refused, saying so.
+# into the shards, the held-out loss is one process's; the same with
+# sequence parallelism (--sequence-parallel); what is not run yet is
+# refused, saying so.
 # usage: tensor.sh REMAT TMPDIR
 set -u
 remat=$1
@@ -226,6 +227,88 @@ sys.exit(0 if len(a) == len(b) == 4 and a[1] and a[3] and b[0] is None and
          else 1)
 PY
 else bad "T=2 evaluation: $(tail -c 300 eval2.out)"; fi
+
+# sequence parallelism: the norms, dropout and residual adds on a rank's
+# rows of the stream, the products' inputs gathered and outputs
+# reduce-scattered; against one process (T = 2 and 4, GPT-2 with dropout,
+# recompute and the head in chunks, a Llama), the same bits whatever the
+# pipeline and data degrees and after a resume, every arena planned =
+# measured and = the planner's
+for name in dropout middle-chunks llama; do
+  c=$(printf '%s\n' "${cases[@]}" | grep "^$name:")
+  read -r -a extra <<<"${c#*:}"
+  for t in 2 4; do
+    mpi "$t" "$remat" train "${common[@]}" "${extra[@]}" --tensor-parallel "$t" \
+      --sequence-parallel --log sp${t}_$name.jsonl >sp${t}_$name.out 2>&1
+    if d=$(near one_$name.jsonl sp${t}_$name.jsonl "$t"); then
+      ok "$name, T=$t sequence-parallel = one process ($d)"
+    else bad "$name, T=$t sequence-parallel: $d $(grep -m2 -i 'error\|remat' sp${t}_$name.out)"; fi
+  done
+done
+sp=("${common[@]}" --dropout 0.1 --tensor-parallel 2 --sequence-parallel)
+mpi 2 "$remat" train "${sp[@]}" --grad-accum 4 --log sp_alone.jsonl --save sp_alone.bin \
+  >sp_alone.out 2>&1
+mpi 2 "$remat" train "${sp[@]}" --grad-accum 4 --ckpt-layers full:0-3 --log sp_full.jsonl \
+  >sp_full.out 2>&1
+check "sequence-parallel: recomputing every block gives the kept run's bits" \
+  same sp_alone.jsonl sp_full.jsonl
+for schedule in 1f1b zb-h1; do
+  mpi 4 "$remat" train "${sp[@]}" --grad-accum 4 --stages 2 --schedule $schedule \
+    --log sp_pp_$schedule.jsonl --save sp_pp_$schedule.bin >sp_pp_$schedule.out 2>&1
+  check "sequence-parallel: T=2 alone = T=2 x P=2 ($schedule), bit for bit" \
+    same sp_alone.jsonl sp_pp_$schedule.jsonl
+  check "... and the saved model, byte for byte" cmp -s sp_alone.bin sp_pp_$schedule.bin
+done
+mpi 8 "$remat" train "${sp[@]}" --grad-accum 2 --stages 2 --data-parallel 2 \
+  --log sp_grid.jsonl >sp_grid.out 2>&1
+check "sequence-parallel: T=2 alone = T=2 x P=2 x D=2, bit for bit" same sp_alone.jsonl sp_grid.jsonl
+if python3 - sp_pp_1f1b.jsonl sp_pp_zb-h1.jsonl sp_grid.jsonl <<'PY'; then ok "sequence-parallel: every arena of the pipelines and the grid planned = measured"
+import json, sys
+rows = [[json.loads(l) for l in open(p)][-1] for p in sys.argv[1:]]
+sys.exit(0 if [len(x["rank_planned_peak_bytes"]) for x in rows] == [4, 4, 8] and
+         all(x["rank_planned_peak_bytes"] == x["rank_measured_peak_bytes"] for x in rows) else 1)
+PY
+else bad "sequence-parallel arenas: $(tail -c 300 sp_grid.out)"; fi
+# a first stage of the embedding alone (a large vocabulary), whose work
+# and gradient buffer are its arena's top
+mpi 4 "$remat" train "${sp[@]}" --config 4,64,4,4096,64 --grad-accum 2 --stages 2 \
+  --layers 0,4 --log sp_emb.jsonl >sp_emb.out 2>&1
+if python3 - sp_emb.jsonl <<'PY'; then ok "sequence-parallel: an embedding-only stage's arenas planned = measured"
+import json, sys
+x = [json.loads(l) for l in open(sys.argv[1])][-1]
+sys.exit(0 if len(x["rank_planned_peak_bytes"]) == 4 and
+         x["rank_planned_peak_bytes"] == x["rank_measured_peak_bytes"] else 1)
+PY
+else bad "sequence-parallel, embedding alone: $(tail -c 300 sp_emb.out)"; fi
+mpi 2 "$remat" train "${sp[@]}" --steps 6 --save sp6.bin --log sp6.jsonl >sp6.out 2>&1
+mpi 2 "$remat" train "${sp[@]}" --steps 3 --checkpoint-dir ck_sp --checkpoint-every 3 \
+  >sp_half.out 2>&1
+mpi 2 "$remat" train "${sp[@]}" --steps 6 --resume ck_sp --save sp_res.bin --log sp_res.jsonl \
+  >sp_res.out 2>&1
+if cmp -s sp6.bin sp_res.bin &&
+   [[ "$(tail -n 3 sp6.jsonl | cut -d, -f1-4)" == "$(cut -d, -f1-4 sp_res.jsonl)" ]]; then
+  ok "sequence-parallel: resumed at step 3 = uninterrupted, bit for bit"
+else bad "sequence-parallel resume: $(tail -c 300 sp_res.out)"; fi
+mpi 2 "$remat" train "${common[@]}" --tensor-parallel 2 --sequence-parallel --mem 2.2MiB \
+  --log sp_mem.jsonl >sp_mem.out 2>&1
+"$remat" plan "${shape[@]}" --tensor-parallel 2 --sequence-parallel --mem 2.2MiB --format json \
+  >sp_plan.json 2>sp_plan.err
+if python3 - sp_mem.jsonl sp_plan.json sp_mem.out <<'PY'; then ok "sequence-parallel --mem: the plan's rank bytes = every rank's arena"
+import json, sys, re
+run = [json.loads(l) for l in open(sys.argv[1])][-1]
+plan = json.load(open(sys.argv[2]))
+stage = plan["stages"][0]
+arenas = set(run["rank_planned_peak_bytes"]) | set(run["rank_measured_peak_bytes"])
+m = re.search(r"policy  (\d+) of 4 blocks recomputed", open(sys.argv[3]).read())
+sys.exit(0 if arenas == {stage["memory_bytes"]} and m and 0 < int(m.group(1)) < 4 else 1)
+PY
+else bad "sequence-parallel --mem against remat plan: $(head -c 300 sp_mem.out)"; fi
+expect_error "--sequence-parallel without tensor ranks refused" "give --tensor-parallel" \
+  train "${shape[@]}" --sequence-parallel
+mpi 4 "$remat" train "${common[@]}" --seq 30 --tensor-parallel 4 --sequence-parallel \
+  >sp_seq.out 2>&1
+if grep -q "sequence parallelism" sp_seq.out; then ok "a sequence T=4 does not divide refused"
+else bad "--seq 30 at T=4 sequence-parallel: $(head -c 300 sp_seq.out)"; fi
 
 # what is not run yet, refused before anything starts
 expect_error "an interleaved pipeline refused" "drop --schedule" train "${shape[@]}" \

@@ -59,7 +59,7 @@ void remat__cu_attention_forward(float *out, float *lse, const float *qkv, int64
   if (B * T == 0) return;
   check_hs(C, NH);
   const bool drop = d && d->p > 0.0f;
-  remat__cu_drop dd = drop ? *d : remat__cu_drop{0.0f, 0, 0, 0, 0, 0};
+  remat__cu_drop dd = drop ? *d : remat__cu_drop{0.0f, 0, 0, 0, 0, 0, 0};
   k_att_fwd<<<grid_for((size_t)(B * NH * T), 64), 64>>>(out, lse, qkv, B, T, C, NH, drop, dd,
                                                         drop ? 1.0f / (1.0f - d->p) : 1.0f);
   done();
@@ -150,7 +150,7 @@ void remat__cu_attention_backward(float *dqkv, float *delta, const float *dout, 
   if (B * T == 0) return;
   check_hs(C, NH);
   const bool drop = d && d->p > 0.0f;
-  remat__cu_drop dd = drop ? *d : remat__cu_drop{0.0f, 0, 0, 0, 0, 0};
+  remat__cu_drop dd = drop ? *d : remat__cu_drop{0.0f, 0, 0, 0, 0, 0, 0};
   const float ds = drop ? 1.0f / (1.0f - d->p) : 1.0f;
   const size_t rows = (size_t)(B * NH * T);
   k_att_delta<<<grid_for(rows, 64), 64>>>(delta, dout, out, B, T, C, NH);

@@ -92,7 +92,7 @@ static void cu_sumsq_chunks(double *out, const remat__piece *pieces, int npieces
 static remat__cu_drop drop_of(const remat__dropout *d) {
   if (!d || d->p <= 0.0f) return (remat__cu_drop){0};
   return (remat__cu_drop){.p = d->p, .seed = d->seed, .step = d->step, .micro = d->micro,
-                          .layer = d->layer, .site = d->site};
+                          .layer = d->layer, .site = d->site, .first = d->first};
 }
 
 static void cu_dropout_apply(float *out, const float *inp, size_t n, const remat__dropout *d) {

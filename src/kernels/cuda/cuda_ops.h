@@ -23,6 +23,7 @@ typedef struct remat__cu_drop {
   float p;
   uint64_t seed;
   uint32_t step, micro, layer, site;
+  uint64_t first; /* dropout_apply's: the mask index of element 0 */
 } remat__cu_drop;
 
 /* AdamW's per-tensor constants, computed on the host as adamw.c does. */

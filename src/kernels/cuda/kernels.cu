@@ -237,7 +237,7 @@ double remat__cu_sumsq(const float *x, size_t n) {
 
 /* out = keep ? inp * scale : 0, philox_rng.h's remat__drop_row. */
 __global__ void k_dropout(float *out, const float *inp, size_t n, remat__cu_drop d, float scale) {
-  FOR_EACH(i, n) out[i] = drop_mult(d, i, 1.0f) != 0.0f ? inp[i] * scale : 0.0f;
+  FOR_EACH(i, n) out[i] = drop_mult(d, d.first + i, 1.0f) != 0.0f ? inp[i] * scale : 0.0f;
 }
 
 void remat__cu_dropout_apply(float *out, const float *inp, size_t n, const remat__cu_drop *d) {
