@@ -190,8 +190,9 @@ static int calibrated(void *ctx, const remat_config *cfg, int64_t B, int64_t T,
   static int n;
   const plan_args *a = ctx;
   int again = 1;
-  /* each micro-batch size and tensor degree once */
-  int64_t key = B * 1024 + (cfg->tensor_parallel > 1 ? cfg->tensor_parallel : 1);
+  /* each micro-batch size, tensor degree and sequence parallelism once */
+  int64_t key = (B * 1024 + (cfg->tensor_parallel > 1 ? cfg->tensor_parallel : 1)) * 2 +
+                (cfg->tensor_parallel > 1 && cfg->sequence_parallel);
   for (int i = 0; i < n; i++) again &= measured[i] != key;
   remat_layer_times t;
   remat_cache_note kept;
@@ -216,12 +217,11 @@ int plan_ranks_search(plan_args *a, const remat_budgets *budgets, char **layouts
   q.cfg.precision = a->prec;
   q.cfg.head_chunk = a->head_chunk; /* -1: auto */
   omp_set_num_threads(a->threads > 0 ? (int)a->threads : omp_get_num_procs());
-  if (a->calibrate) { /* measured seconds: a tensor rank's shard timed alone, its collectives
-                        at --link tp; the engine runs no sequence parallelism to time */
+  if (a->calibrate) { /* measured seconds: a tensor rank's shard timed alone (sequence-parallel
+                        or not), its collectives at --link tp */
     q.times = calibrated;
     q.times_ctx = a;
     q.rank_rate = 1;
-    q.no_sequence_parallel = 1;
   }
   remat_layout best;
   int status = plan_ranks_run(&q, a->fmt == REMAT_PLAN_FORMAT_TABLE,

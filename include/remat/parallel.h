@@ -286,8 +286,8 @@ REMAT_API void remat_tensor_group_destroy(remat_tensor_group *g);
  * remat_param_count floats of the model without tensor parallelism);
  * other ranks pass NULL, and so may rank 0 of a group whose copy is not
  * saved (nothing is gathered then). Every rank of the group calls it.
- * With replicas (ZeRO 0), created after remat_replicas_create over the
- * same trainer, the group runs the replicas' step and takes the norm. */
+ * With replicas (ZeRO 0 to 2), created after remat_replicas_create over
+ * the same trainer, the group runs the replicas' step and takes the norm. */
 REMAT_API int remat_tensor_group_gather_params(remat_tensor_group *g, float *full,
                                                remat_error *err);
 /* Tensor groups as pipeline stages (created after remat_pipeline_create
@@ -299,6 +299,11 @@ REMAT_API int remat_tensor_group_gather_params(remat_tensor_group *g, float *ful
  * 0 only). Before the first step. */
 REMAT_API void remat_tensor_group_join(remat_tensor_group *g, remat_dist *world,
                                        const remat_placement *pl, remat_pipeline *pipe);
+/* Tensor groups as replicas (rp: remat_replicas_create's, or a grid's
+ * remat_grid_replicas, over the same trainer): under ZeRO 1 and 2 the
+ * norm takes each layer's sums from the replicas' shards. Before the first
+ * step. */
+REMAT_API void remat_tensor_group_join_replicas(remat_tensor_group *g, remat_replicas *rp);
 
 /* Timeline, as the pipeline's (one track per rank, memory reserved up front
  * for max_steps steps): per micro-batch a forward span, per layer a

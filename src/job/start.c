@@ -332,6 +332,7 @@ static int make_runtime(remat_job *job, remat_error *err) {
     }
     if (rc || (rc = remat_tensor_group_create(&job->tg, tensor, job->tr, err))) return rc;
     if (job->pipe) remat_tensor_group_join(job->tg, job->dist, pl, job->pipe);
+    if (job->dp) remat_tensor_group_join_replicas(job->tg, job->dp);
     return 0;
   }
   case REMAT_RUN_REPLICAS: {

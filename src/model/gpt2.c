@@ -296,14 +296,18 @@ static void alone_sum_f64(void *ctx, double *buf, size_t n, double *scratch) {
   (void)ctx, (void)buf, (void)n, (void)scratch;
 }
 static void alone_max(void *ctx, float *buf, size_t n) { (void)ctx, (void)buf, (void)n; }
+/* a rank's rows of the sum: its own part's (finite values to time on;
+ * the calibration's backends hold host memory) */
 static void alone_scatter(void *ctx, float *buf, size_t n, float *dst, float *rcv) {
-  (void)ctx, (void)buf, (void)n, (void)dst, (void)rcv;
+  const remat_model *m = ctx;
+  (void)rcv;
+  memcpy(dst, buf, n / (size_t)remat__tp(&m->cfg) * sizeof(float));
 }
 static void alone_gather(void *ctx, float *buf, size_t n) { (void)ctx, (void)buf, (void)n; }
 
 void remat__model_tensor_alone(remat_model *m) {
   m->tops = (remat__tensor_ops){.sum = alone_sum, .sum_f64 = alone_sum_f64, .max = alone_max,
-                                .scatter = alone_scatter, .gather = alone_gather};
+                                .scatter = alone_scatter, .gather = alone_gather, .ctx = m};
 }
 
 void remat__model_set_layer_ops(remat_model *m, const remat__layer_ops *ops) {
@@ -1741,18 +1745,38 @@ int64_t remat__model_grad_sumsq_layers(const remat_model *cm, double *out) {
 
 /* Unit u's sum of squares over the tensors a tensor rank holds a shard of
  * (split 1) or whole (split 0). */
-static double unit_sumsq_part(remat_model *m, int64_t u, int split) {
+int64_t remat__model_grad_chunk_sums_part(remat_model *m, int64_t u, size_t first, size_t count,
+                                          int split, double *out) {
+  const size_t Q = REMAT_SHARD_QUANTUM, nch = (count + Q - 1) / Q;
+  REMAT_ASSERT(first % Q == 0);
   remat__tensor t[REMAT_P_COUNT];
   remat__tensors(&m->cfg, t);
   remat_unit_segment seg[REMAT_UNIT_MAX_SEGMENTS];
   int n = remat_unit_segments(&m->cfg, u, seg);
-  double s = 0.0;
+  for (size_t c = 0; c < nch; c++) out[c] = 0.0;
+  /* each chunk's runs of the part's tensors, in unit order */
   for (int k = 0; k < n; k++) {
     if ((t[seg[k].tensor].split != REMAT__SPLIT_NONE) != split) continue;
-    size_t run;
-    const float *g = remat__model_unit_at(m, REMAT_BUF_GRADS, u, seg[k].at, &run);
-    REMAT_ASSERT(run >= seg[k].count);
-    s += m->be->sumsq(g, seg[k].count);
+    size_t lo = seg[k].at > first ? seg[k].at : first, end = seg[k].at + seg[k].count;
+    size_t hi = end < first + count ? end : first + count;
+    for (size_t i = lo, run; i < hi; i += run) {
+      size_t c = (i - first) / Q, stop = first + (c + 1) * Q < hi ? first + (c + 1) * Q : hi;
+      const float *g = remat__model_unit_at(m, REMAT_BUF_GRADS, u, i, &run);
+      REMAT_ASSERT(run >= stop - i);
+      run = stop - i;
+      out[c] += m->be->sumsq(g, run);
+    }
+  }
+  return (int64_t)nch;
+}
+
+static double unit_sumsq_part(remat_model *m, int64_t u, int split) {
+  const size_t Q = REMAT_SHARD_QUANTUM, n = remat_unit_floats(&m->cfg, u);
+  double part[256], s = 0.0;
+  for (size_t first = 0; first < n; first += 256 * Q) {
+    size_t count = n - first < 256 * Q ? n - first : 256 * Q;
+    int64_t k = remat__model_grad_chunk_sums_part(m, u, first, count, split, part);
+    for (int64_t c = 0; c < k; c++) s += part[c];
   }
   return s;
 }

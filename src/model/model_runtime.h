@@ -143,9 +143,17 @@ void remat__tensor_params_copy(const remat_config *cfg, const remat_stage *st, i
                                float *flat, float *full, int to_full);
 /* remat__model_grad_sumsq_layers in two parts, a layer's tensors a tensor
  * rank holds a shard of (split) and those it holds whole: a layer's sum is
- * its split sums over the group plus one rank's whole sum. */
+ * its split sums over the group plus one rank's whole sum. Each part is its
+ * chunks' sums (remat__model_grad_chunk_sums_part over the whole unit)
+ * added in order, so replicas that own the chunks (ZeRO 1, 2) add up to
+ * the same bits. */
 int64_t remat__model_grad_sumsq_layers_split(const remat_model *m, double *split,
                                              double *whole);
+/* remat__model_grad_chunk_sums restricted to the unit's split tensors
+ * (split 1) or its whole ones (0): each chunk's sum of their floats in it
+ * (0 for a chunk with none). */
+int64_t remat__model_grad_chunk_sums_part(remat_model *m, int64_t u, size_t first, size_t count,
+                                          int split, double *out);
 
 /* ------------------------------------------------------- pipeline stages */
 

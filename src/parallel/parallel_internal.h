@@ -78,6 +78,9 @@ int remat__replicas_after_backward(remat_replicas *rp, remat_trainer *tr, remat_
 /* The squared sums of the stage's layers in model order (its units but a
  * lone head's tied copy), from every replica's shards; *n how many. */
 int remat__replicas_layer_sums(remat_replicas *rp, double *layers, int64_t *n, remat_error *err);
+/* The same of a tensor rank's split tensors (split 1) or its whole ones (0). */
+int remat__replicas_layer_sums_part(remat_replicas *rp, int split, double *layers, int64_t *n,
+                                    remat_error *err);
 int remat__replicas_update(remat_replicas *rp, remat_trainer *tr, float lr, float norm,
                            remat_error *err);
 /* After the last micro-batch: the reduce-scatter still in flight lands. */

@@ -203,7 +203,11 @@ static int after_backward(void *ctx, remat_trainer *tr, remat_error *err) {
  * gathered; every replica adds them chunk by chunk into each unit's sum, in
  * model order, as one process does (a lone head's tied copy is counted on
  * the embedding). */
-static int layer_sums(remat_replicas *rp, double *layers, int64_t *n, remat_error *err) {
+/* Each layer's sum of squares from its chunks' sums, which their owners
+ * compute and all-gather: of all its tensors (part -1), or of a tensor
+ * rank's split ones (1) or whole ones (0) (remat__model_grad_chunk_sums_part). */
+static int layer_sums(remat_replicas *rp, double *layers, int64_t *n, int part,
+                      remat_error *err) {
   const size_t Q = REMAT_SHARD_QUANTUM;
   double *mine = rp->norm + (size_t)rp->r * rp->chunks;
   size_t pos = 0;
@@ -212,7 +216,10 @@ static int layer_sums(remat_replicas *rp, double *layers, int64_t *n, remat_erro
     if (u > rp->L + 1) continue;
     size_t s = remat_unit_shard(rp->cfg, u, rp->D), first, count;
     remat_unit_owned(rp->cfg, u, rp->D, rp->r, &first, &count);
-    size_t k = count ? (size_t)remat__model_grad_chunk_sums(rp->m, u, first, count, mine + pos) : 0;
+    size_t k = !count    ? 0
+               : part < 0 ? (size_t)remat__model_grad_chunk_sums(rp->m, u, first, count, mine + pos)
+                          : (size_t)remat__model_grad_chunk_sums_part(rp->m, u, first, count, part,
+                                                                      mine + pos);
     if (k < s / Q)
       remat__model_backend(rp->m)->clear(mine + pos + k, (s / Q - k) * sizeof(double));
     pos += s / Q;
@@ -253,7 +260,7 @@ static int norm_sumsq(void *ctx, remat_trainer *tr, const double *layers, int64_
   (void)n;
   double part[4096 + 2], sum = 0;
   int64_t k;
-  int rc = layer_sums(ctx, part, &k, err);
+  int rc = layer_sums(ctx, part, &k, -1, err);
   if (rc) return rc;
   for (int64_t i = 0; i < k; i++) sum += part[i];
   *total = sum;
@@ -453,7 +460,12 @@ int remat__replicas_after_backward(remat_replicas *rp, remat_trainer *tr, remat_
 
 int remat__replicas_layer_sums(remat_replicas *rp, double *layers, int64_t *n,
                                remat_error *err) {
-  return layer_sums(rp, layers, n, err);
+  return layer_sums(rp, layers, n, -1, err);
+}
+
+int remat__replicas_layer_sums_part(remat_replicas *rp, int split, double *layers, int64_t *n,
+                                    remat_error *err) {
+  return layer_sums(rp, layers, n, split, err);
 }
 
 int remat__replicas_update(remat_replicas *rp, remat_trainer *tr, float lr, float norm,

@@ -19,12 +19,14 @@
  *   norm   the split tensors' sums of squares over the group, added in
  *          rank order, plus the whole tensors' (the same on every rank).
  *
- * The update is the model's own: each rank's AdamW on its shard, and on
+ * The update is the model's own (or the replicas': ZeRO 1 and 2 shard it,
+ * and the norm then adds each layer's chunks' sums, split and whole apart,
+ * from the replicas that own them): each rank's AdamW on its shard, and on
  * the tensors it holds whole (norms, biases of the row-parallel products,
  * positions), whose gradients are the same bits on every rank, so they
  * stay equal.
  *
- * Copies of the group as replicas (ZeRO 0) or as pipeline stages: their
+ * Copies of the group as replicas (ZeRO 0 to 2) or as pipeline stages: their
  * runtime is made first over the ranks of one tensor rank, and the group
  * wraps its trainer ops, taking the norm (with stages, each layer's sum
  * over the group, handed to the pipeline's norm); a save then gathers
@@ -34,7 +36,6 @@
 
 #include "base/base.h"
 #include "config/family.h"
-#include "memory/layout.h"
 #include "parallel/parallel_internal.h"
 
 struct remat_tensor_group {
@@ -52,7 +53,8 @@ struct remat_tensor_group {
   remat_pipeline *pipe;     /* a pipeline's (a grid's): its norm adds the stages' layers */
   float *norm_grads;        /* sequence parallelism: the norms' gradients packed, and
                                the sum's scratch (norm_floats, then 2 ceil(n / t)) */
-  size_t norm_floats;
+  size_t norm_floats, norm_at;
+  remat_replicas *rp;       /* replicas under ZeRO 1, 2: the norm's sums from their shards */
 };
 
 /* An MPI failure inside a collective the model called, which has no way
@@ -168,44 +170,78 @@ static void op_max(void *ctx, float *buf, size_t n) {
   g->be->unmap(buf, host, n * sizeof(float), rw);
 }
 
-/* A replicas runtime's ops under the group's (ZeRO 0: every replica ends
- * the backward with the whole summed gradient, so the norm is the group's
- * as without replicas). */
+/* A replicas or pipeline runtime's ops under the group's (the norm is the
+ * group's: under ZeRO 0 from the whole summed gradient every replica ends
+ * the backward with, under ZeRO 1 and 2 from the replicas' shards). */
 static int inner_micro(void *ctx, remat_trainer *tr, double *loss_sum, remat_error *err) {
   remat_tensor_group *g = ctx;
   return g->inner.micro_batches(g->inner.ctx, tr, loss_sum, err);
+}
+
+/* The runs of the stage's norms' gradients this rank sums under sequence
+ * parallelism: each unit's norm tensors, cut to the shard the replica owns
+ * where the replicas keep only theirs (ZeRO 1, 2); fn(g, at, n) each in
+ * unit order (at NULL: counting). Returns the floats. */
+static size_t norm_runs(remat_tensor_group *g, void (*fn)(remat_tensor_group *, float *, size_t)) {
+  const remat_config *cfg = remat_model_config(g->m);
+  const remat_stage *st = remat_model_stage(g->m);
+  remat__tensor t[REMAT_P_COUNT];
+  remat__tensors(cfg, t);
+  int64_t L = cfg->num_layers, nb = st->num_blocks;
+  size_t total = 0;
+  for (int64_t x = 0; x < nb + 2; x++) {
+    int64_t u = x == 0 ? 0 : x <= nb ? st->first_block + x : L + 1;
+    if ((x == 0 && !st->has_embedding) || (x == nb + 1 && !st->has_head)) continue;
+    size_t first = 0, count = remat_unit_floats(cfg, u);
+    if (st->replicas > 1 && st->zero > 0)
+      remat_unit_owned(cfg, u, st->replicas, st->replica, &first, &count);
+    remat_unit_segment seg[REMAT_UNIT_MAX_SEGMENTS];
+    int n = remat_unit_segments(cfg, u, seg);
+    for (int k = 0; k < n; k++) {
+      if (!t[seg[k].tensor].norm) continue;
+      size_t lo = seg[k].at > first ? seg[k].at : first, end = seg[k].at + seg[k].count;
+      size_t hi = end < first + count ? end : first + count;
+      for (size_t i = lo, run; i < hi; i += run) {
+        float *at = remat__model_unit_at(g->m, REMAT_BUF_GRADS, u, i, &run);
+        if (run > hi - i) run = hi - i;
+        if (fn) fn(g, at, run);
+        total += run;
+      }
+    }
+  }
+  return total;
+}
+
+/* norm_runs' packing and unpacking, through g->norm_at */
+static void pack_run(remat_tensor_group *g, float *at, size_t n) {
+  float *h = g->be->map(at, n * sizeof(float), REMAT_MAP_READ);
+  memcpy(g->norm_grads + g->norm_at, h, n * sizeof(float));
+  g->be->unmap(at, h, n * sizeof(float), REMAT_MAP_READ);
+  g->norm_at += n;
+}
+
+static void unpack_run(remat_tensor_group *g, float *at, size_t n) {
+  float *h = g->be->map(at, n * sizeof(float), REMAT_MAP_WRITE);
+  memcpy(h, g->norm_grads + g->norm_at, n * sizeof(float));
+  g->be->unmap(at, h, n * sizeof(float), REMAT_MAP_WRITE);
+  g->norm_at += n;
 }
 
 /* Under sequence parallelism a rank's norms' gradients cover its rows of
  * the stream: the group sums them (packed into one buffer, added in rank
  * order), so each is the same bits on every rank. */
 static void sum_norm_grads(remat_tensor_group *g) {
-  remat__tensor t[REMAT_P_COUNT];
-  remat__tensors(remat_model_config(g->m), t);
-  size_t n = 0, sz[REMAT_P_COUNT] = {0};
-  float *at[REMAT_P_COUNT] = {0};
-  for (int i = 0; i < REMAT_P_COUNT; i++) {
-    if (!t[i].norm || !remat__model_tensor(g->m, i, &sz[i]) || !sz[i]) continue;
-    at[i] = g->be->map(remat__model_tensor_grad(g->m, i), sz[i] * sizeof(float),
-                       REMAT_MAP_READ | REMAT_MAP_WRITE);
-    memcpy(g->norm_grads + n, at[i], sz[i] * sizeof(float));
-    n += sz[i];
-  }
+  g->norm_at = 0;
+  size_t n = norm_runs(g, pack_run);
   REMAT_ASSERT(n == g->norm_floats);
   size_t q = set_chunks(g, n);
-  char *buf = (char *)g->norm_grads, *acc = (char *)(g->norm_grads + g->norm_floats);
+  char *buf = (char *)g->norm_grads, *acc = (char *)(g->norm_grads + n);
   scatter_host(g, buf, acc, acc + q * sizeof(float), MPI_FLOAT, sizeof(float));
   memcpy(buf + (size_t)g->displs[g->rank] * sizeof(float), acc,
          (size_t)g->counts[g->rank] * sizeof(float));
   gather_host(g, buf, MPI_FLOAT);
-  n = 0;
-  for (int i = 0; i < REMAT_P_COUNT; i++) {
-    if (!at[i]) continue;
-    memcpy(at[i], g->norm_grads + n, sz[i] * sizeof(float));
-    n += sz[i];
-    g->be->unmap(remat__model_tensor_grad(g->m, i), at[i], sz[i] * sizeof(float),
-                 REMAT_MAP_READ | REMAT_MAP_WRITE);
-  }
+  g->norm_at = 0;
+  norm_runs(g, unpack_run);
 }
 
 static int inner_after(void *ctx, remat_trainer *tr, remat_error *err) {
@@ -231,8 +267,18 @@ static int norm_sumsq(void *ctx, remat_trainer *tr, const double *layers, int64_
   remat_tensor_group *g = ctx;
   int64_t cap = remat_model_config(g->m)->num_layers + 2;
   double *split = g->layer_sums, *whole = split + cap, *all = whole + cap;
-  n = remat__model_grad_sumsq_layers_split(g->m, split, whole);
-  int rc = MPI_Allgather(split, (int)n, MPI_DOUBLE, all, (int)n, MPI_DOUBLE, g->d->comm);
+  int rc = 0;
+  if (remat_model_stage(g->m)->zero > 0) { /* from the replicas' shards */
+    REMAT_ASSERT(g->rp);
+    int64_t k = 0;
+    if ((rc = remat__replicas_layer_sums_part(g->rp, 1, split, &n, err)) ||
+        (rc = remat__replicas_layer_sums_part(g->rp, 0, whole, &k, err)))
+      return rc;
+    REMAT_ASSERT(k == n);
+  } else {
+    n = remat__model_grad_sumsq_layers_split(g->m, split, whole);
+  }
+  rc = MPI_Allgather(split, (int)n, MPI_DOUBLE, all, (int)n, MPI_DOUBLE, g->d->comm);
   if (rc != MPI_SUCCESS) return remat__mpi_error(err, rc, "the gradient norm's sums");
   for (int64_t i = 0; i < n; i++) {
     double s = 0.0;
@@ -246,6 +292,8 @@ static int norm_sumsq(void *ctx, remat_trainer *tr, const double *layers, int64_
   *total = s;
   return 0;
 }
+
+void remat_tensor_group_join_replicas(remat_tensor_group *g, remat_replicas *rp) { g->rp = rp; }
 
 void remat_tensor_group_join(remat_tensor_group *g, remat_dist *world,
                              const remat_placement *pl, remat_pipeline *pipe) {
@@ -334,8 +382,8 @@ int remat_tensor_group_create(remat_tensor_group **out, remat_dist *d, remat_tra
     return remat__errorf(err, REMAT_EINVAL,
                          "a tensor degree of %lld runs on as many ranks, not %d", (long long)t,
                          d->size);
-  if (st->replicas > 1 && st->zero != 0)
-    return remat__errorf(err, REMAT_EINVAL, "tensor ranks run replicas under ZeRO 0 only, for "
+  if (st->replicas > 1 && st->zero > 2)
+    return remat__errorf(err, REMAT_EINVAL, "tensor ranks run replicas under ZeRO 0 to 2, for "
                          "now, not %d", st->zero);
   int staged = !st->has_embedding || !st->has_head;
   remat_tensor_group *g = remat__calloc(1, sizeof *g);
@@ -352,11 +400,7 @@ int remat_tensor_group_create(remat_tensor_group **out, remat_dist *d, remat_tra
                             .displs = chunks + t, .inner = remat__trainer_get_ops(tr),
                             .staged = staged, .layer_sums = sums};
   if (remat__sp(cfg) > 1) { /* the norms' gradients, summed after the backward */
-    remat__tensor ts[REMAT_P_COUNT];
-    size_t sz[REMAT_P_COUNT];
-    remat__tensors(cfg, ts);
-    remat__stage_param_sizes(cfg, st, sz);
-    for (int i = 0; i < REMAT_P_COUNT; i++) g->norm_floats += ts[i].norm ? sz[i] : 0;
+    g->norm_floats = norm_runs(g, NULL);
     size_t q = (g->norm_floats + (size_t)t - 1) / (size_t)t;
     g->norm_grads = remat__malloc((g->norm_floats + 2 * q) * sizeof(float) + 1);
     if (!g->norm_grads) {

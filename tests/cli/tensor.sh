@@ -4,9 +4,9 @@
 # norm agrees within a relative 1e-5 (float rounding: the group's sums add
 # the ranks' parts where one process adds a whole row), for T in {2, 4},
 # GPT-2 and Llamas (untied and tied heads, key/value heads split), and
-# T=2 groups as 2 replicas under ZeRO 0, as 2 pipeline stages (1f1b,
-# zb-h1), or both (8 ranks) against one process accumulating their
-# micro-batches (and against T=2 alone, bit for bit), with
+# T=2 groups as 2 replicas under ZeRO 0 (and 1, 2: bit for bit), as 2
+# pipeline stages (1f1b, zb-h1), or both (8 ranks) against one process
+# accumulating their micro-batches (and against T=2 alone, bit for bit), with
 # blocks kept, in full, middle, dropout (each rank its heads' share of the
 # whole mask), several micro-batches a step and the head in chunks; a run
 # repeats bit for bit, recomputing gives the kept run's bits, the guard
@@ -118,7 +118,7 @@ else bad "T=2 x P=2 --save against one process"; fi
 mpi 2 "$remat" train "${common[@]}" --dropout 0.1 --grad-accum 4 --tensor-parallel 2 \
   --log alone4.jsonl --save alone4.bin >alone4.out 2>&1
 mpi 2 "$remat" train "${common[@]}" --dropout 0.1 --grad-accum 2 --tensor-parallel 2 \
-  --log alone2.jsonl >alone2.out 2>&1
+  --log alone2.jsonl --save alone2.bin >alone2.out 2>&1
 check "T=2 alone = T=2 x P=2, bit for bit (losses, norms)" same alone4.jsonl pp_gpt2-1f1b.jsonl
 check "... and the saved model, byte for byte" cmp -s alone4.bin pp_gpt2-1f1b.bin
 check "T=2 alone = T=2 x D=2, bit for bit" same alone2.jsonl dp_gpt2.jsonl
@@ -134,6 +134,29 @@ sys.exit(0 if len(x["rank_planned_peak_bytes"]) == 8 and
          x["rank_planned_peak_bytes"] == x["rank_measured_peak_bytes"] else 1)
 PY
 else bad "T=2 x P=2 x D=2 arenas: $(tail -c 300 grid.out)"; fi
+
+# replicas sharding AdamW's moments (ZeRO 1) and the gradients (2): the
+# norm from their shards' chunk sums, split and whole tensors apart
+for z in 1 2; do
+  mpi 4 "$remat" train "${common[@]}" --dropout 0.1 --tensor-parallel 2 --data-parallel 2 \
+    --zero $z --log zero$z.jsonl --save zero$z.bin >zero$z.out 2>&1
+  check "T=2 alone = T=2 x D=2 under ZeRO $z, bit for bit" same alone2.jsonl zero$z.jsonl
+  check "... and the saved model, byte for byte" cmp -s alone2.bin zero$z.bin
+done
+mpi 8 "$remat" train "${common[@]}" --dropout 0.1 --grad-accum 2 --tensor-parallel 2 \
+  --stages 2 --data-parallel 2 --zero 2 --log grid_zero2.jsonl --save grid_zero2.bin \
+  >grid_zero2.out 2>&1
+check "T=2 alone = T=2 x P=2 x D=2 under ZeRO 2, bit for bit" same alone4.jsonl grid_zero2.jsonl
+check "... and its saved model, byte for byte" cmp -s alone4.bin grid_zero2.bin
+zz=("${common[@]}" --dropout 0.1 --tensor-parallel 2 --data-parallel 2 --zero 2)
+mpi 4 "$remat" train "${zz[@]}" --steps 3 --checkpoint-dir ck_zero --checkpoint-every 3 \
+  >zero_half.out 2>&1
+mpi 4 "$remat" train "${zz[@]}" --steps 5 --resume ck_zero --save zero_res.bin \
+  --log zero_res.jsonl >zero_res.out 2>&1
+if cmp -s zero2.bin zero_res.bin &&
+   [[ "$(tail -n 2 zero2.jsonl | cut -d, -f1-4)" == "$(cut -d, -f1-4 zero_res.jsonl)" ]]; then
+  ok "T=2 x D=2 under ZeRO 2 resumed at step 3 = uninterrupted, bit for bit"
+else bad "T=2 x D=2 ZeRO 2 resume: $(tail -c 300 zero_res.out)"; fi
 
 pp=("${common[@]}" --grad-accum 4 --tensor-parallel 2 --stages 2 --dropout 0.1)
 mpi 4 "$remat" train "${pp[@]}" --steps 3 --checkpoint-dir ck_pp --checkpoint-every 3 \
@@ -259,9 +282,10 @@ for schedule in 1f1b zb-h1; do
     same sp_alone.jsonl sp_pp_$schedule.jsonl
   check "... and the saved model, byte for byte" cmp -s sp_alone.bin sp_pp_$schedule.bin
 done
-mpi 8 "$remat" train "${sp[@]}" --grad-accum 2 --stages 2 --data-parallel 2 \
+mpi 8 "$remat" train "${sp[@]}" --grad-accum 2 --stages 2 --data-parallel 2 --zero 2 \
   --log sp_grid.jsonl >sp_grid.out 2>&1
-check "sequence-parallel: T=2 alone = T=2 x P=2 x D=2, bit for bit" same sp_alone.jsonl sp_grid.jsonl
+check "sequence-parallel: T=2 alone = T=2 x P=2 x D=2 (ZeRO 2), bit for bit" \
+  same sp_alone.jsonl sp_grid.jsonl
 if python3 - sp_pp_1f1b.jsonl sp_pp_zb-h1.jsonl sp_grid.jsonl <<'PY'; then ok "sequence-parallel: every arena of the pipelines and the grid planned = measured"
 import json, sys
 rows = [[json.loads(l) for l in open(p)][-1] for p in sys.argv[1:]]
@@ -315,8 +339,8 @@ expect_error "an interleaved pipeline refused" "drop --schedule" train "${shape[
   --tensor-parallel 2 --stages 2 --schedule interleaved
 expect_error "more than 64 ranks refused" "is 128 ranks" train "${shape[@]}" \
   --tensor-parallel 4 --stages 4 --data-parallel 8
-expect_error "ZeRO 1 refused" "drop --zero" train "${shape[@]}" --tensor-parallel 2 \
-  --data-parallel 2 --zero 1
+expect_error "ZeRO 3 refused" "drop --zero" train "${shape[@]}" --tensor-parallel 2 \
+  --data-parallel 2 --zero 3
 expect_error "--trace refused" "drop --trace" train "${shape[@]}" --tensor-parallel 2 --dropout 0 \
   --trace t.json
 mpi 3 "$remat" train "${common[@]}" --tensor-parallel 2 >ranks.out 2>&1
