@@ -77,8 +77,8 @@ typedef struct remat_job_desc {
                               the planner chooses keep, middle or full per block
                               and, on a pipeline, the blocks of each stage */
   /* Ranks: P pipeline stages x D replicas x t tensor ranks of each copy of
-   * a stage (1 x 1 x 1: one process; tensor > 1: ZeRO 0 to 2, one-chunk
-   * schedules, fp32, no timeline, for now). */
+   * a stage (1 x 1 x 1: one process; tensor > 1: ZeRO 0 to 2, fp32, no
+   * timeline, for now). */
   int64_t stages, replicas, tensor;
   int sequence; /* with tensor > 1: sequence parallelism (the norms, dropout and
                    residual adds on a tensor rank's T / t of the tokens) */

@@ -292,7 +292,8 @@ REMAT_API int remat_tensor_group_gather_params(remat_tensor_group *g, float *ful
                                                remat_error *err);
 /* Tensor groups as pipeline stages (created after remat_pipeline_create
  * or remat_grid_create over the same trainer; pipe the pipeline, whose
- * norm then adds each layer's sum over the group): world holds every
+ * norm then adds each layer's sum over the group, and whose chunks under a
+ * chunked schedule each take the group's collectives): world holds every
  * rank, tensor rank k of stage s's replica r at (s D + r) t + k, and pl
  * the stages; a save then gathers replica 0's ranks' parts to world rank
  * 0 (every rank calls remat_tensor_group_gather_params, full on world rank

@@ -62,17 +62,13 @@ static int check_tensor(const remat_job_desc *d, remat_error *err) {
                          N(d, "stages"), (long long)d->stages, N(d, "data-parallel"),
                          (long long)d->replicas,
                          (long long)(d->tensor * d->stages * d->replicas), REMAT_MAX_STAGES);
-  const char *no = d->chunks > 1 || !remat_schedule_get(d->schedule) ||
-                           remat_schedule_get(d->schedule)->chunks_max != 1
-                       ? "schedule"
-                   : d->zero > 2                ? "zero"
+  const char *no = d->zero > 2                ? "zero"
                    : d->precision != REMAT_PRECISION_FP32 ? "precision"
                    : d->trace                   ? "trace"
                                                 : NULL;
   if (no)
-    return remat__errorf(err, REMAT_EINVAL, "%s runs with replicas under ZeRO 0 to 2 and "
-                         "pipeline stages of one-chunk schedules, in fp32, without a timeline, "
-                         "for now: %s %s%s",
+    return remat__errorf(err, REMAT_EINVAL, "%s runs with replicas under ZeRO 0 to 2, in fp32, "
+                         "without a timeline, for now: %s %s%s",
                          N(d, "tensor-parallel"), no[0] == 'p' ? "give" : "drop", N(d, no),
                          no[0] == 'p' ? " fp32" : "");
   return 0;

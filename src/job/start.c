@@ -318,7 +318,12 @@ static int make_runtime(remat_job *job, remat_error *err) {
     remat_dist *tensor, *outer;
     if ((rc = remat_dist_tensor_split(job->dist, job->d.tensor, &tensor, &outer, err)))
       return rc;
-    remat_stage st = remat_placement_stage(pl, remat_dist_stage(outer), remat_dist_replica(outer));
+    int64_t s = remat_dist_stage(outer);
+    remat_stage st = remat_placement_stage(pl, s, remat_dist_replica(outer));
+    if (pl->chunks > 1) { /* chunk 0, sized for the rank's largest chunk's workspace */
+      st = remat_placement_chunk(pl, s, 0);
+      if ((rc = remat__job_chunks_workspace(job, (int)s, &st.work_min, err))) return rc;
+    }
     if ((rc = remat_trainer_create_stage(&job->tr, &job->cfg, &st, &job->tok, &to, err)))
       return rc;
     if (job->d.stages > 1 && job->d.replicas > 1) {

@@ -66,6 +66,8 @@ int remat__pipeline_micro_batches(void *ctx, remat_trainer *tr, double *loss_sum
  * for the trace. */
 void remat__pipeline_join(remat_pipeline *pl, remat_dist *world, remat_dist *reps);
 int remat__pipeline_exchange_tied(remat_pipeline *pl, float *g, size_t n, remat_error *err);
+/* The rank's chunk models (the trainer's first) into out; returns how many. */
+int64_t remat__pipeline_chunk_models(remat_pipeline *pl, remat_model **out);
 int remat__pipeline_norm(remat_pipeline *pl, const double *layers, int64_t n, double *total,
                          remat_error *err);
 /* remat_pipeline_gather_params from the stage's parameters in p (whole

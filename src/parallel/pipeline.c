@@ -12,9 +12,9 @@
  *               the gradient of its input to stage s - 1 from there.
  * Under zb-h1 and zbv the stream also holds W k, the kept blocks' weight
  * gradients its B put off (remat__model_stage_backward_input and _weight):
- * a slot lives from F to B, as under 1F1B, a W record (k mod wdeferred)
- * from B to W; Bs and Ws each run in micro-batch order, so the gradients
- * are the whole backward's, bit for bit; B and W are apart in the trace.
+ * a slot lives from F to B, a W record (k mod wdeferred) from B to W; Bs
+ * and Ws each run in micro-batch order, so the gradients are the whole
+ * backward's, bit for bit.
  *
  * Under interleaved 1F1B and zbv a rank runs several model chunks, virtual
  * stages (remat_schedule_virtual_stage): chunk 0 is the trainer's model,
@@ -24,24 +24,23 @@
  * of one rank (zbv's turn) the hand-over is a copy. Each chunk has its own
  * send buffers and residual gradient, the norm takes every chunk's layers
  * in model order, and every chunk is updated with it.
- * Sends are non-blocking. A send buffer (the output, the residual gradient)
- * is reused only after its previous send completed; since every stream
- * consumes messages in the order its neighbour produces them, no stream can
- * wait on a peer that waits on it, under either schedule.
+ * Sends are non-blocking. A send buffer (the output, the residual
+ * gradient) is reused only after its previous send completed; every stream
+ * consumes messages in the order its neighbour produces them, so none can
+ * wait on a peer that waits on it.
  *
  * Bits: micro-batch k gets the dropout stream of micro-batch k of one
- * process with K = M; each stage accumulates its gradients over k in order;
+ * process with K = M; each stage adds its gradients over k in order;
  * the tied embedding's two gradient sums are exchanged between the first and
- * the last stage and added (embedding + head, commutative, so both get the
- * same bits); the norm adds every stage's per-layer sums in model order. So
+ * the last stage and added (embedding + head, commutative: the same bits on
+ * both); the norm adds every stage's per-layer sums in model order. So
  * losses, norms and parameters equal one process's.
  *
  * On a P x D grid (grid.c) this is the pipeline of replica r, one of D: its
- * micro-batch k is micro-batch k D + r of the step (every rank draws all D
- * of them, keeps its own), with that micro-batch's dropout stream; the last
- * stages share their losses across the replicas and add them in
- * micro-batch order; the tied gradient is exchanged over the elements the
- * replica owns. */
+ * micro-batch k is micro-batch k D + r of the step (every rank draws all D,
+ * keeps its own), with that micro-batch's dropout stream; the last stages
+ * add their losses across the replicas in micro-batch order; the tied
+ * gradient is exchanged over the elements the replica owns. */
 #include <limits.h>
 #include <math.h>
 #include <string.h>
@@ -69,9 +68,8 @@ struct remat_pipeline {
   int64_t R, rep;
   remat_dist *reps, *world;
   float *losses; /* (R, M) the last stages' micro-batch losses */
-  int act_count; /* floats of one (B, T, C) message */
-  /* every rank's stream of F, B and W (len 0 under an order in closed
-   * form, 1f1b and gpipe, which remat_schedule_op gives) */
+  int act_count; /* floats of one (B, T, C) message (a rank's rows under SP) */
+  /* every rank's F, B, W stream (none for 1f1b, gpipe: remat_schedule_op) */
   remat_schedule_streams zb;
   int split;                 /* the stream has W (the schedule's row: zb-h1, zbv) */
   int64_t wdef[REMAT_MAX_STAGES]; /* each chunk's W records (0: W runs with B) */
@@ -90,7 +88,6 @@ struct remat_pipeline {
   remat__window lent_chunk[REMAT_MAX_STAGES], lent_grad[REMAT_MAX_STAGES];
   int emb_chunk, head_chunk; /* the rank's chunk with the embedding, the head; -1: none */
   double wait_s;
-  /* trace */
   remat__trace trace; /* on a grid the stage's replica runtime records here too */
   int64_t step;       /* the step the spans belong to (0-based; set as it starts) */
   size_t fixed_bytes, wrec_bytes[REMAT_MAX_STAGES]; /* [c]: one micro-batch's W records */
@@ -283,8 +280,7 @@ static int backward_op(remat_pipeline *pl, const remat_train_opts *o, int64_t k,
   if ((rc = wait_req(pl, &pl->send_grad[c], &pl->lent_grad[c], EV_SEND_GRAD, micro, err))) return rc;
   if (vs < pl->nv - 1 && rank_of(pl, vs + 1) == pl->s)
     remat__model_backend(m)->copy(remat__model_dresid(m),
-                                  remat__model_dresid(pl->cm[chunk_of(pl, vs + 1)]),
-                                  act_bytes(pl));
+                                  remat__model_dresid(pl->cm[chunk_of(pl, vs + 1)]), act_bytes(pl));
   else if (vs < pl->nv - 1 &&
            (rc = recv_from(pl, remat__model_dresid(m), rank_of(pl, vs + 1), tag_of(pl, k, vs, 1),
                            EV_RECV_GRAD, micro, err)))
@@ -426,7 +422,7 @@ static int layers_of(const remat_pipeline *pl, int64_t vs) {
 }
 
 /* The squared norm: every stage's per-layer sums (its chunks' in chunk
- * order), added in model order. */
+ * order; layers: the first chunk's, or all of them), added in model order. */
 int remat__pipeline_norm(remat_pipeline *pl, const double *layers, int64_t n, double *total,
                          remat_error *err) {
   double t = remat__now();
@@ -446,7 +442,8 @@ int remat__pipeline_norm(remat_pipeline *pl, const double *layers, int64_t n, do
   double mine[4096 + 2], all[4096 + 2];
   REMAT_ASSERT(n <= counts[pl->s]);
   memcpy(mine, layers, (size_t)n * sizeof(double));
-  for (int64_t c = 1; c < pl->v; c++) n += remat__model_grad_sumsq_layers(pl->cm[c], mine + n);
+  for (int64_t c = 1; c < pl->v && n < counts[pl->s]; c++)
+    n += remat__model_grad_sumsq_layers(pl->cm[c], mine + n);
   REMAT_ASSERT(counts[pl->s] == n);
   int rc = MPI_Allgatherv(mine, (int)n, MPI_DOUBLE, all, counts, displs, MPI_DOUBLE,
                           pl->d->comm);
@@ -605,7 +602,7 @@ int remat_pipeline_create(remat_pipeline **out, remat_dist *d, remat_trainer *tr
   pl->v = sp->chunks > 1 ? sp->chunks : 1;
   pl->nv = pl->P * pl->v;
   pl->cm[0] = m;
-  const remat_config *cfg = remat_model_config(m); /* sequence parallelism: a rank's rows */
+  const remat_config *cfg = remat_model_config(m);
   pl->act_count = (int)(o->B * o->T / remat__sp(cfg) * cfg->channels);
   for (int64_t c = 0; c < pl->v; c++) pl->send_chunk[c] = pl->send_grad[c] = MPI_REQUEST_NULL;
   const remat_schedule_info *row = remat_schedule_get(sp->schedule);
@@ -686,6 +683,9 @@ void remat_pipeline_destroy(remat_pipeline *pl) {
 }
 
 double remat_pipeline_wait_seconds(const remat_pipeline *pl) { return pl->wait_s; }
+int64_t remat__pipeline_chunk_models(remat_pipeline *pl, remat_model **out) {
+  return memcpy(out, pl->cm, (size_t)pl->v * sizeof *out), pl->v;
+}
 
 /* Big buffers move in pieces an int can count. */
 #define PIECE ((size_t)1 << 28)

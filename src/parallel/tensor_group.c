@@ -55,6 +55,10 @@ struct remat_tensor_group {
                                the sum's scratch (norm_floats, then 2 ceil(n / t)) */
   size_t norm_floats, norm_at;
   remat_replicas *rp;       /* replicas under ZeRO 1, 2: the norm's sums from their shards */
+  remat_model *cm[REMAT_MAX_STAGES]; /* the rank's chunks (a chunked pipeline's), cm[0] = m */
+  int64_t nc;
+  remat__tensor_ops ops;    /* every chunk's collectives */
+  int seq;                  /* sequence parallelism */
 };
 
 /* An MPI failure inside a collective the model called, which has no way
@@ -182,9 +186,10 @@ static int inner_micro(void *ctx, remat_trainer *tr, double *loss_sum, remat_err
  * parallelism: each unit's norm tensors, cut to the shard the replica owns
  * where the replicas keep only theirs (ZeRO 1, 2); fn(g, at, n) each in
  * unit order (at NULL: counting). Returns the floats. */
-static size_t norm_runs(remat_tensor_group *g, void (*fn)(remat_tensor_group *, float *, size_t)) {
-  const remat_config *cfg = remat_model_config(g->m);
-  const remat_stage *st = remat_model_stage(g->m);
+static size_t chunk_norm_runs(remat_tensor_group *g, remat_model *m,
+                              void (*fn)(remat_tensor_group *, float *, size_t)) {
+  const remat_config *cfg = remat_model_config(m);
+  const remat_stage *st = remat_model_stage(m);
   remat__tensor t[REMAT_P_COUNT];
   remat__tensors(cfg, t);
   int64_t L = cfg->num_layers, nb = st->num_blocks;
@@ -202,7 +207,7 @@ static size_t norm_runs(remat_tensor_group *g, void (*fn)(remat_tensor_group *, 
       size_t lo = seg[k].at > first ? seg[k].at : first, end = seg[k].at + seg[k].count;
       size_t hi = end < first + count ? end : first + count;
       for (size_t i = lo, run; i < hi; i += run) {
-        float *at = remat__model_unit_at(g->m, REMAT_BUF_GRADS, u, i, &run);
+        float *at = remat__model_unit_at(m, REMAT_BUF_GRADS, u, i, &run);
         if (run > hi - i) run = hi - i;
         if (fn) fn(g, at, run);
         total += run;
@@ -210,6 +215,13 @@ static size_t norm_runs(remat_tensor_group *g, void (*fn)(remat_tensor_group *, 
     }
   }
   return total;
+}
+
+/* chunk_norm_runs of every chunk of the rank, in chunk order */
+static size_t norm_runs(remat_tensor_group *g, void (*fn)(remat_tensor_group *, float *, size_t)) {
+  size_t n = 0;
+  for (int64_t c = 0; c < g->nc; c++) n += chunk_norm_runs(g, g->cm[c], fn);
+  return n;
 }
 
 /* norm_runs' packing and unpacking, through g->norm_at */
@@ -230,7 +242,13 @@ static void unpack_run(remat_tensor_group *g, float *at, size_t n) {
 /* Under sequence parallelism a rank's norms' gradients cover its rows of
  * the stream: the group sums them (packed into one buffer, added in rank
  * order), so each is the same bits on every rank. */
-static void sum_norm_grads(remat_tensor_group *g) {
+static int sum_norm_grads(remat_tensor_group *g, remat_error *err) {
+  if (!g->norm_grads) { /* the packed gradients and the sum's scratch */
+    g->norm_floats = norm_runs(g, NULL);
+    size_t q = (g->norm_floats + (size_t)g->size - 1) / (size_t)g->size;
+    g->norm_grads = remat__malloc((g->norm_floats + 2 * q) * sizeof(float) + 1);
+    if (!g->norm_grads) return remat__errorf(err, REMAT_ENOMEM, "out of memory");
+  }
   g->norm_at = 0;
   size_t n = norm_runs(g, pack_run);
   REMAT_ASSERT(n == g->norm_floats);
@@ -242,13 +260,13 @@ static void sum_norm_grads(remat_tensor_group *g) {
   gather_host(g, buf, MPI_FLOAT);
   g->norm_at = 0;
   norm_runs(g, unpack_run);
+  return 0;
 }
 
 static int inner_after(void *ctx, remat_trainer *tr, remat_error *err) {
   remat_tensor_group *g = ctx;
   int rc = g->inner.after_backward ? g->inner.after_backward(g->inner.ctx, tr, err) : 0;
-  if (!rc && g->norm_grads) sum_norm_grads(g);
-  return rc;
+  return rc || !g->seq ? rc : sum_norm_grads(g, err);
 }
 
 static int inner_update(void *ctx, remat_trainer *tr, float lr, float norm, remat_error *err) {
@@ -275,8 +293,10 @@ static int norm_sumsq(void *ctx, remat_trainer *tr, const double *layers, int64_
         (rc = remat__replicas_layer_sums_part(g->rp, 0, whole, &k, err)))
       return rc;
     REMAT_ASSERT(k == n);
-  } else {
-    n = remat__model_grad_sumsq_layers_split(g->m, split, whole);
+  } else { /* every chunk's layers, in chunk order */
+    n = 0;
+    for (int64_t c = 0; c < g->nc; c++)
+      n += remat__model_grad_sumsq_layers_split(g->cm[c], split + n, whole + n);
   }
   rc = MPI_Allgather(split, (int)n, MPI_DOUBLE, all, (int)n, MPI_DOUBLE, g->d->comm);
   if (rc != MPI_SUCCESS) return remat__mpi_error(err, rc, "the gradient norm's sums");
@@ -300,11 +320,14 @@ void remat_tensor_group_join(remat_tensor_group *g, remat_dist *world,
   g->world = world;
   g->pl = pl;
   g->pipe = pipe;
+  g->nc = remat__pipeline_chunk_models(pipe, g->cm); /* each chunk a shard of its own */
+  for (int64_t c = 1; c < g->nc; c++) remat__model_set_tensor_ops(g->cm[c], &g->ops);
 }
 
 /* A pipeline's: world rank q t + k holds tensor rank k's part of copy q,
- * stage q / D's replica q mod D; world rank 0 takes replica 0's in turn
- * and puts their runs in place. */
+ * stage q / D's replica q mod D (each of its chunks under a chunked
+ * schedule); world rank 0 takes replica 0's in turn, chunk by chunk, and
+ * puts their runs in place, its own last. */
 static int gather_world(remat_tensor_group *g, float *full, remat_error *err) {
   const remat_config *cfg = remat_model_config(g->m);
   const size_t piece = (size_t)1 << 28;
@@ -312,28 +335,29 @@ static int gather_world(remat_tensor_group *g, float *full, remat_error *err) {
   int rc = MPI_Bcast(&ok, 1, MPI_INT, 0, g->world->comm);
   if (rc != MPI_SUCCESS) return remat__mpi_error(err, rc, "gathering the ranks' shards");
   if (!ok) return remat__errorf(err, REMAT_ENOMEM, "out of memory gathering the model");
-  size_t n = remat_model_num_params(g->m), bytes = n * sizeof(float);
-  float *at = remat_model_params(g->m), *mine = g->be->map(at, bytes, REMAT_MAP_READ);
-  int64_t D = g->pl->replicas > 1 ? g->pl->replicas : 1;
-  for (int r = 0; r < g->world->size && rc == MPI_SUCCESS; r++) {
+  int64_t D = g->pl->replicas > 1 ? g->pl->replicas : 1, v = g->pl->chunks > 1 ? g->pl->chunks : 1;
+  for (int x = 1; x <= g->world->size && rc == MPI_SUCCESS; x++) {
+    int r = x % g->world->size;
     if ((r / g->size) % D) continue; /* another replica's: the same */
-    remat_stage st = remat_placement_stage(g->pl, r / g->size / D, 0);
-    size_t nr = remat__stage_num_params(cfg, &st);
-    float *buf = me == 0 && r > 0 ? remat__malloc(nr * sizeof(float)) : NULL;
-    if (me == 0 && r > 0 && !buf) {
-      rc = MPI_ERR_NO_MEM;
-      break;
+    for (int64_t c = 0; c < v && rc == MPI_SUCCESS; c++) {
+      int64_t s = r / g->size / D;
+      remat_stage st = v > 1 ? remat_placement_chunk(g->pl, s, c) : remat_placement_stage(g->pl, s, 0);
+      size_t nr = remat__stage_num_params(cfg, &st), bytes = nr * sizeof(float);
+      float *at = me == r ? remat_model_params(g->cm[c]) : NULL;
+      float *mine = at ? g->be->map(at, bytes, REMAT_MAP_READ) : NULL;
+      float *buf = me == 0 && r > 0 ? remat__malloc(bytes) : NULL;
+      if (me == 0 && r > 0 && !buf) rc = MPI_ERR_NO_MEM;
+      for (size_t i = 0; i < nr && r > 0 && (me == 0 || me == r) && rc == MPI_SUCCESS; i += piece) {
+        int k = (int)(nr - i < piece ? nr - i : piece);
+        rc = me == r ? MPI_Send(mine + i, k, MPI_FLOAT, 0, 13, g->world->comm)
+                     : MPI_Recv(buf + i, k, MPI_FLOAT, r, 13, g->world->comm, MPI_STATUS_IGNORE);
+      }
+      if (me == 0 && rc == MPI_SUCCESS)
+        remat__tensor_params_copy(cfg, &st, r % g->size, r == 0 ? mine : buf, full, 1);
+      if (mine) g->be->unmap(at, mine, bytes, REMAT_MAP_READ);
+      remat__free(buf);
     }
-    for (size_t i = 0; i < nr && r > 0 && (me == 0 || me == r) && rc == MPI_SUCCESS; i += piece) {
-      int c = (int)(nr - i < piece ? nr - i : piece);
-      rc = me == r ? MPI_Send(mine + i, c, MPI_FLOAT, 0, 13, g->world->comm)
-                   : MPI_Recv(buf + i, c, MPI_FLOAT, r, 13, g->world->comm, MPI_STATUS_IGNORE);
-    }
-    if (me == 0 && rc == MPI_SUCCESS)
-      remat__tensor_params_copy(cfg, &st, r % g->size, r == 0 ? mine : buf, full, 1);
-    remat__free(buf);
   }
-  g->be->unmap(at, mine, bytes, REMAT_MAP_READ);
   return rc == MPI_SUCCESS ? 0 : remat__mpi_error(err, rc, "gathering the ranks' shards");
 }
 
@@ -399,24 +423,18 @@ int remat_tensor_group_create(remat_tensor_group **out, remat_dist *d, remat_tra
                             .rank = d->rank, .size = d->size, .counts = chunks,
                             .displs = chunks + t, .inner = remat__trainer_get_ops(tr),
                             .staged = staged, .layer_sums = sums};
-  if (remat__sp(cfg) > 1) { /* the norms' gradients, summed after the backward */
-    g->norm_floats = norm_runs(g, NULL);
-    size_t q = (g->norm_floats + (size_t)t - 1) / (size_t)t;
-    g->norm_grads = remat__malloc((g->norm_floats + 2 * q) * sizeof(float) + 1);
-    if (!g->norm_grads) {
-      remat_tensor_group_destroy(g);
-      return remat__errorf(err, REMAT_ENOMEM, "out of memory");
-    }
-  }
-  remat__model_set_tensor_ops(m, &(remat__tensor_ops){.sum = op_sum, .sum_f64 = op_sum_f64,
-                                                      .max = op_max, .scatter = op_scatter,
-                                                      .gather = op_gather, .ctx = g,
-                                                      .rank = d->rank});
+  g->cm[0] = m;
+  g->nc = 1;
+  g->seq = remat__sp(cfg) > 1; /* the norms' gradients, summed after the backward */
+  g->ops = (remat__tensor_ops){.sum = op_sum, .sum_f64 = op_sum_f64, .max = op_max,
+                               .scatter = op_scatter, .gather = op_gather, .ctx = g,
+                               .rank = d->rank};
+  remat__model_set_tensor_ops(m, &g->ops);
   const remat__trainer_ops *in = &g->inner;
   remat__trainer_set_ops(tr, &(remat__trainer_ops){
                                  .micro_batches = in->micro_batches ? inner_micro : NULL,
                                  .after_backward =
-                                     in->after_backward || g->norm_grads ? inner_after : NULL,
+                                     in->after_backward || g->seq ? inner_after : NULL,
                                  .norm_sumsq = norm_sumsq,
                                  .update = in->update ? inner_update : NULL,
                                  .ctx = g});
