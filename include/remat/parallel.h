@@ -305,6 +305,15 @@ REMAT_API void remat_tensor_group_join(remat_tensor_group *g, remat_dist *world,
  * norm takes each layer's sums from the replicas' shards. Before the first
  * step. */
 REMAT_API void remat_tensor_group_join_replicas(remat_tensor_group *g, remat_replicas *rp);
+/* The timeline of every rank of the job (world), the groups' collectives
+ * on a track of their own: its joined pipeline's or replicas' runtime
+ * records it, or a group alone its one-process runtime (solo: made over
+ * the same trainer before the group). Every rank calls it once its
+ * runtime is made; remat_pipeline_trace_write, remat_replicas_trace_write
+ * or remat_solo_trace_write then write it, world rank 0 the file. */
+REMAT_API int remat_tensor_group_trace_start(remat_tensor_group *g, remat_dist *world,
+                                             remat_solo *solo, int64_t max_steps,
+                                             remat_error *err);
 
 /* Timeline, as the pipeline's (one track per rank, memory reserved up front
  * for max_steps steps): per micro-batch a forward span, per layer a

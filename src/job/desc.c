@@ -64,11 +64,10 @@ static int check_tensor(const remat_job_desc *d, remat_error *err) {
                          (long long)(d->tensor * d->stages * d->replicas), REMAT_MAX_STAGES);
   const char *no = d->zero > 2                ? "zero"
                    : d->precision != REMAT_PRECISION_FP32 ? "precision"
-                   : d->trace                   ? "trace"
                                                 : NULL;
   if (no)
     return remat__errorf(err, REMAT_EINVAL, "%s runs with replicas under ZeRO 0 to 2, in fp32, "
-                         "without a timeline, for now: %s %s%s",
+                         "for now: %s %s%s",
                          N(d, "tensor-parallel"), no[0] == 'p' ? "give" : "drop", N(d, no),
                          no[0] == 'p' ? " fp32" : "");
   return 0;

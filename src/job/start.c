@@ -335,6 +335,10 @@ static int make_runtime(remat_job *job, remat_error *err) {
     } else if (job->d.stages > 1) {
       rc = remat_pipeline_create(&job->pipe, outer, job->tr, pl, err);
     }
+    /* one group alone drawing its timeline: the trainer's own step timed
+     * (remat_solo), whose ops the group's then wrap */
+    if (!rc && job->d.trace && !job->pipe && !job->dp)
+      rc = remat_solo_create(&job->solo, job->tr, job->d.train.steps, err);
     if (rc || (rc = remat_tensor_group_create(&job->tg, tensor, job->tr, err))) return rc;
     if (job->pipe) remat_tensor_group_join(job->tg, job->dist, pl, job->pipe);
     if (job->dp) remat_tensor_group_join_replicas(job->tg, job->dp);
@@ -374,9 +378,9 @@ static int make_runtime(remat_job *job, remat_error *err) {
  * would never reach. A grid's is its pipeline's. */
 static int start_trace(remat_job *job, remat_error *err) {
   int64_t steps = job->d.train.steps;
+  if (job->tg) return remat_tensor_group_trace_start(job->tg, job->dist, job->solo, steps, err);
   if (job->pipe) return remat_pipeline_trace_start(job->pipe, steps, err);
   if (job->dp) return remat_replicas_trace_start(job->dp, steps, err);
-  if (job->tg) return 0; /* no timeline of tensor ranks yet */
   return remat_solo_create(&job->solo, job->tr, steps, err);
 }
 

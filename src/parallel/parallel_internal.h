@@ -24,11 +24,12 @@ struct remat_dist {
 enum { REMAT__EV_FORWARD, REMAT__EV_BACKWARD, REMAT__EV_RECOMPUTE, REMAT__EV_RECV_ACT,
        REMAT__EV_SEND_ACT, REMAT__EV_RECV_GRAD, REMAT__EV_SEND_GRAD, REMAT__EV_REDUCE,
        REMAT__EV_UPDATE, REMAT__EV_ARENA, REMAT__EV_WAIT, REMAT__EV_GATHER,
-       REMAT__EV_INPUT_GRAD, REMAT__EV_WEIGHT_GRAD, REMAT__EV_COUNT };
+       REMAT__EV_INPUT_GRAD, REMAT__EV_WEIGHT_GRAD, REMAT__EV_TENSOR_SUM,
+       REMAT__EV_TENSOR_SCATTER, REMAT__EV_TENSOR_GATHER, REMAT__EV_COUNT };
 /* A rank's tracks: its computation (and its waits), recompute drawn apart,
  * and a replica's collectives in flight, from post to completion. */
 enum { REMAT__TRACK_MAIN, REMAT__TRACK_RECOMPUTE, REMAT__TRACK_REDUCE, REMAT__TRACK_GATHER,
-       REMAT__TRACKS };
+       REMAT__TRACK_TENSOR, REMAT__TRACKS };
 
 typedef struct remat__event {
   double ts, dur;        /* seconds: remat__now() when added, since the start once in */
@@ -43,7 +44,14 @@ typedef struct remat__trace {
   size_t n, cap;
   int on;
   double t0;
+  /* tensor > 1: a job of tensor groups (remat_dist_tensor_split's layout),
+   * whose start and write run over world, every rank, in place of the
+   * runtime's communicator; kept across a start */
+  MPI_Comm world;
+  int64_t tensor;
+  size_t extra; /* events reserved beyond the runtime's (the group's collectives) */
 } remat__trace;
+void remat__trace_world(remat__trace *t, MPI_Comm world, int64_t tensor, size_t extra);
 
 /* Reserves cap events and starts every rank's clock together (a barrier).
  * comm MPI_COMM_NULL here and in remat__trace_write: one process, no MPI. */
@@ -90,6 +98,11 @@ int remat__replicas_end_micro_batches(remat_replicas *rp, remat_error *err);
 /* The pipeline's timeline, which the stage's replica runtime records into. */
 remat__trace *remat__pipeline_trace(remat_pipeline *pl);
 void remat__replicas_trace_into(remat_replicas *rp, remat__trace *t);
+/* The timeline a replicas runtime records into, a one-process runtime's,
+ * and that runtime's start again (its clock, now every rank's). */
+remat__trace *remat__replicas_trace(remat_replicas *rp);
+remat__trace *remat__solo_trace(remat_solo *so);
+int remat__solo_restart(remat_solo *so, remat_error *err);
 
 /* A failed MPI call as a remat_error: REMAT_EIO with MPI's own words. */
 int remat__mpi_error(remat_error *err, int mpi_rc, const char *what);

@@ -396,6 +396,8 @@ int remat_replicas_trace_start(remat_replicas *rp, int64_t max_steps, remat_erro
   return 0;
 }
 
+remat__trace *remat__replicas_trace(remat_replicas *rp) { return &rp->own; }
+
 int remat_replicas_trace_write(remat_replicas *rp, const char *path, remat_error *err) {
   return remat__trace_write(&rp->own, rp->d->comm, 1, rp->D, path, err);
 }

@@ -111,6 +111,14 @@ void remat_solo_destroy(remat_solo *so) {
   remat__free(so);
 }
 
+remat__trace *remat__solo_trace(remat_solo *so) { return &so->trace; }
+
+int remat__solo_restart(remat_solo *so, remat_error *err) {
+  int rc = remat__trace_start(&so->trace, MPI_COMM_NULL, so->trace.cap, err);
+  if (!rc) arena_counter(so, so->trace.t0, 0);
+  return rc;
+}
+
 int remat_solo_trace_write(remat_solo *so, const char *path, remat_error *err) {
   return remat__trace_write(&so->trace, MPI_COMM_NULL, 1, 1, path, err);
 }

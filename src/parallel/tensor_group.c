@@ -59,6 +59,7 @@ struct remat_tensor_group {
   int64_t nc;
   remat__tensor_ops ops;    /* every chunk's collectives */
   int seq;                  /* sequence parallelism */
+  remat__trace *trace;      /* the runtime's timeline, or NULL */
 };
 
 /* An MPI failure inside a collective the model called, which has no way
@@ -121,6 +122,15 @@ static void gather_host(remat_tensor_group *g, char *host, MPI_Datatype ty) {
         "a tensor-parallel all-gather");
 }
 
+/* A collective from t0 to now on the timeline's tensor track. */
+static void span(remat_tensor_group *g, int kind, double t0) {
+  if (!g->trace) return;
+  remat__trace_add(g->trace, (remat__event){.ts = t0, .dur = remat__now() - t0,
+                                            .step = remat_model_step(g->m), .micro = -1,
+                                            .kind = (int16_t)kind,
+                                            .track = REMAT__TRACK_TENSOR, .layer = -1});
+}
+
 static void sum_typed(remat_tensor_group *g, void *buf, size_t n, void *scratch, MPI_Datatype ty,
                       size_t es) {
   size_t q = set_chunks(g, n);
@@ -135,6 +145,7 @@ static void sum_typed(remat_tensor_group *g, void *buf, size_t n, void *scratch,
 
 static void op_scatter(void *ctx, float *buf, size_t n, float *dst, float *rcv) {
   remat_tensor_group *g = ctx;
+  double t0 = remat__now();
   REMAT_ASSERT(n % (size_t)g->size == 0);
   size_t q = set_chunks(g, n), es = sizeof(float);
   const int rw = REMAT_MAP_READ | REMAT_MAP_WRITE;
@@ -144,24 +155,31 @@ static void op_scatter(void *ctx, float *buf, size_t n, float *dst, float *rcv) 
   g->be->unmap(rcv, r, q * es, rw);
   g->be->unmap(dst, acc, q * es, REMAT_MAP_WRITE);
   g->be->unmap(buf, host, n * es, rw);
+  span(g, REMAT__EV_TENSOR_SCATTER, t0);
 }
 
 static void op_gather(void *ctx, float *buf, size_t n) {
   remat_tensor_group *g = ctx;
+  double t0 = remat__now();
   REMAT_ASSERT(n % (size_t)g->size == 0);
   set_chunks(g, n);
   const int rw = REMAT_MAP_READ | REMAT_MAP_WRITE;
   char *host = g->be->map(buf, n * sizeof(float), rw);
   gather_host(g, host, MPI_FLOAT);
   g->be->unmap(buf, host, n * sizeof(float), rw);
+  span(g, REMAT__EV_TENSOR_GATHER, t0);
 }
 
 static void op_sum(void *ctx, float *buf, size_t n, float *scratch) {
+  double t0 = remat__now();
   sum_typed(ctx, buf, n, scratch, MPI_FLOAT, sizeof(float));
+  span(ctx, REMAT__EV_TENSOR_SUM, t0);
 }
 
 static void op_sum_f64(void *ctx, double *buf, size_t n, double *scratch) {
+  double t0 = remat__now();
   sum_typed(ctx, buf, n, scratch, MPI_DOUBLE, sizeof(double));
+  span(ctx, REMAT__EV_TENSOR_SUM, t0);
 }
 
 static void op_max(void *ctx, float *buf, size_t n) {
@@ -314,6 +332,30 @@ static int norm_sumsq(void *ctx, remat_trainer *tr, const double *layers, int64_
 }
 
 void remat_tensor_group_join_replicas(remat_tensor_group *g, remat_replicas *rp) { g->rp = rp; }
+
+int remat_tensor_group_trace_start(remat_tensor_group *g, remat_dist *world, remat_solo *solo,
+                                   int64_t max_steps, remat_error *err) {
+  remat__trace *t = g->pipe ? remat__pipeline_trace(g->pipe)
+                    : g->rp ? remat__replicas_trace(g->rp)
+                    : solo  ? remat__solo_trace(solo)
+                            : NULL;
+  if (!t)
+    return remat__errorf(err, REMAT_EINVAL, "a tensor group draws its runtime's timeline: join "
+                         "its pipeline or replicas, or give its one-process runtime");
+  /* room for the collectives: per micro-batch at most 16 a block (its
+   * forward, a recompute, its backward), and the embedding's and the
+   * head's, a few a chunk of its logits */
+  const remat_config *cfg = remat_model_config(g->m);
+  const remat_train_opts *o = remat_trainer_opts(g->tr);
+  int64_t nb = 0, N = o->B * o->T, k = cfg->head_chunk > 0 ? cfg->head_chunk : N;
+  for (int64_t c = 0; c < g->nc; c++) nb += remat_model_stage(g->cm[c])->num_blocks;
+  size_t per = (size_t)(16 * nb + 16 + 4 * ((N + k - 1) / k));
+  remat__trace_world(t, world->comm, g->size, (size_t)max_steps * (size_t)o->grad_accum * per);
+  g->trace = t;
+  if (g->pipe) return remat_pipeline_trace_start(g->pipe, max_steps, err);
+  if (g->rp) return remat_replicas_trace_start(g->rp, max_steps, err);
+  return remat__solo_restart(solo, err);
+}
 
 void remat_tensor_group_join(remat_tensor_group *g, remat_dist *world,
                              const remat_placement *pl, remat_pipeline *pipe) {

@@ -27,17 +27,30 @@ static const char *const ev_names[REMAT__EV_COUNT] = {
     [REMAT__EV_GATHER] = "gather",
     [REMAT__EV_INPUT_GRAD] = "input gradient (B)",
     [REMAT__EV_WEIGHT_GRAD] = "weight gradient (W)",
+    [REMAT__EV_TENSOR_SUM] = "tensor sum",
+    [REMAT__EV_TENSOR_SCATTER] = "tensor reduce-scatter",
+    [REMAT__EV_TENSOR_GATHER] = "tensor all-gather",
 };
 static const char *const track_names[REMAT__TRACKS] = {
     [REMAT__TRACK_MAIN] = "compute",
     [REMAT__TRACK_RECOMPUTE] = "recompute",
     [REMAT__TRACK_REDUCE] = "reduce-scatter in flight",
     [REMAT__TRACK_GATHER] = "all-gather in flight",
+    [REMAT__TRACK_TENSOR] = "tensor collectives",
 };
+
+void remat__trace_world(remat__trace *t, MPI_Comm world, int64_t tensor, size_t extra) {
+  t->world = world;
+  t->tensor = tensor;
+  t->extra = extra;
+}
 
 int remat__trace_start(remat__trace *t, MPI_Comm comm, size_t cap, remat_error *err) {
   remat__free(t->ev);
-  *t = (remat__trace){0};
+  remat__trace keep = {.world = t->world, .tensor = t->tensor, .extra = t->extra};
+  *t = keep;
+  if (keep.tensor > 1) comm = keep.world;
+  cap += keep.extra;
   t->ev = remat__malloc(cap * sizeof *t->ev);
   /* one start for every rank's clock, reached by a rank out of memory too
    * (its caller agrees on the outcome) */
@@ -88,11 +101,15 @@ static void write_event(FILE *f, const remat__event *e, int rank, int *first) {
 
 /* Rank r's name and the names of the tracks its n events use. */
 static void write_names(FILE *f, const remat__event *ev, size_t n, int r, int64_t P, int64_t R,
-                        int *first) {
+                        int64_t T, int *first) {
   fputs(*first ? "\n" : ",\n", f);
   *first = 0;
-  char name[64]; /* world rank r = stage * R + replica */
-  if (P == 1 && R == 1)
+  char name[96]; /* world rank r = stage * R + replica (times T, + tensor rank) */
+  int q = (int)(r / T);
+  if (T > 1)
+    snprintf(name, sizeof name, "rank %d: stage %d, replica %d, tensor rank %d", r,
+             (int)(q / R), (int)(q % R), (int)(r % T));
+  else if (P == 1 && R == 1)
     snprintf(name, sizeof name, "one process");
   else if (P > 1 && R > 1)
     snprintf(name, sizeof name, "rank %d: stage %d, replica %d", r, (int)(r / R), (int)(r % R));
@@ -129,6 +146,8 @@ static int reserve(remat__trace *t, MPI_Comm comm, int rank, remat__event **buf,
 int remat__trace_write(remat__trace *t, MPI_Comm comm, int64_t P, int64_t R, const char *path,
                        remat_error *err) {
   if (!t->on) return remat__errorf(err, REMAT_EINVAL, "tracing was not started");
+  int64_t T = t->tensor > 1 ? t->tensor : 1;
+  if (T > 1) comm = t->world;
   int rank = 0, size = 1; /* MPI_COMM_NULL: one process, no MPI */
   remat__event *buf = NULL;
   uint64_t most = 0;
@@ -147,7 +166,7 @@ int remat__trace_write(remat__trace *t, MPI_Comm comm, int64_t P, int64_t R, con
   int ok = f != NULL, first = 1;
   if (f) {
     fputs("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[", f);
-    write_names(f, t->ev, t->n, 0, P, R, &first);
+    write_names(f, t->ev, t->n, 0, P, R, T, &first);
     for (size_t i = 0; i < t->n; i++) write_event(f, &t->ev[i], 0, &first);
   }
   /* every rank's events are received even when the file cannot be
@@ -160,7 +179,7 @@ int remat__trace_write(remat__trace *t, MPI_Comm comm, int64_t P, int64_t R, con
         MPI_Get_count(&st, MPI_BYTE, &bytes) != MPI_SUCCESS)
       ok = 0;
     size_t got = (size_t)bytes / sizeof *buf;
-    if (f && ok) write_names(f, buf, got, r, P, R, &first);
+    if (f && ok) write_names(f, buf, got, r, P, R, T, &first);
     for (size_t i = 0; f && ok && i < got; i++) write_event(f, &buf[i], r, &first);
   }
   remat__free(buf);

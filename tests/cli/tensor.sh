@@ -15,8 +15,8 @@
 # plan --tensor-parallel`'s; the saved model is one process's within
 # rounding, a resume the uninterrupted run bit for bit, a model file loads
 # into the shards, the held-out loss is one process's; the same with
-# sequence parallelism (--sequence-parallel); what is not run yet is
-# refused, saying so.
+# sequence parallelism (--sequence-parallel); --trace draws every rank and
+# the group's collectives; what is not run yet is refused, saying so.
 # usage: tensor.sh REMAT TMPDIR
 set -u
 remat=$1
@@ -366,13 +366,37 @@ mpi 4 "$remat" train "${common[@]}" --seq 30 --tensor-parallel 4 --sequence-para
 if grep -q "sequence parallelism" sp_seq.out; then ok "a sequence T=4 does not divide refused"
 else bad "--seq 30 at T=4 sequence-parallel: $(head -c 300 sp_seq.out)"; fi
 
+# the timeline: one process per rank, named by its stage, replica and
+# tensor rank, the group's collectives on a track of their own, every
+# step's update
+tr=("${common[@]}" --steps 3 --grad-accum 2 --tensor-parallel 2)
+mpi 2 "$remat" train "${tr[@]}" --sequence-parallel --trace tr_alone.json >tr_alone.out 2>&1
+mpi 4 "$remat" train "${tr[@]}" --stages 2 --trace tr_pp.json >tr_pp.out 2>&1
+mpi 4 "$remat" train "${tr[@]}" --data-parallel 2 --zero 1 --trace tr_dp.json >tr_dp.out 2>&1
+if python3 - tr_alone.json:2:tensor.reduce-scatter tr_pp.json:4:tensor.sum \
+     tr_dp.json:4:tensor.sum <<'PY'; then ok "--trace: every rank, the group's collectives, every update"
+import collections, json, sys
+for arg in sys.argv[1:]:
+    path, ranks, kind = arg.split(":")
+    ev = json.load(open(path))["traceEvents"]
+    names = {e["pid"]: e["args"]["name"] for e in ev if e.get("name") == "process_name"}
+    tracks = {(e["pid"], e["args"]["name"]) for e in ev if e.get("name") == "thread_name"}
+    spans = collections.Counter((e["pid"], e["cat"]) for e in ev if e.get("ph") == "X")
+    updates = {(e["pid"], e["args"]["step"]) for e in ev if e.get("cat") == "update"}
+    want = kind.replace(".", " ")
+    if not (len(names) == int(ranks) and
+            all("tensor rank %d" % (p % 2) in n for p, n in names.items()) and
+            all((p, "tensor collectives") in tracks and spans[(p, want)] > 0 for p in names) and
+            updates == {(p, s) for p in names for s in (1, 2, 3)}):
+        sys.exit("%s: %s" % (path, sorted(spans.items())[:6]))
+PY
+else bad "--trace of tensor ranks: $(tail -c 300 tr_pp.out)"; fi
+
 # what is not run yet, refused before anything starts
 expect_error "more than 64 ranks refused" "is 128 ranks" train "${shape[@]}" \
   --tensor-parallel 4 --stages 4 --data-parallel 8
 expect_error "ZeRO 3 refused" "drop --zero" train "${shape[@]}" --tensor-parallel 2 \
   --data-parallel 2 --zero 3
-expect_error "--trace refused" "drop --trace" train "${shape[@]}" --tensor-parallel 2 --dropout 0 \
-  --trace t.json
 mpi 3 "$remat" train "${common[@]}" --tensor-parallel 2 >ranks.out 2>&1
 if grep -q "started on 3 ranks but --tensor-parallel is 2" ranks.out; then ok "3 ranks for T=2 refused"
 else bad "3 ranks for T=2: $(head -c 300 ranks.out)"; fi
