@@ -1091,9 +1091,8 @@ static void block_backward(remat_model *m, int64_t i, const block_params *wp,
    * then the rows of its sum the norm's backward reads (under sequence
    * parallelism reduce-scattered into the record's or dslice) */
   float *dln2 = wr && !seq ? wr->dln2 : d->dln, *dln1 = wr && !seq ? wr->dln1 : d->dln;
-  float *rows2 = !seq ? dln2 : wr ? wr->dln2 : d->dslice;
-  float *rows1 = !seq ? dln1 : wr ? wr->dln1 : d->dslice;
-  if (!in) rows2 = wr->dln2, rows1 = wr->dln1;
+  float *rows2 = !in || (wr && seq) ? wr->dln2 : seq ? d->dslice : dln2;
+  float *rows1 = !in || (wr && seq) ? wr->dln1 : seq ? d->dslice : dln1;
 
   /* MLP branch: out = res2 + dropout(fcproj(gelu(fc(ln2(res2))))). Without
    * dropout the branch's gradient is dresid itself, read before the

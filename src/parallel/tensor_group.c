@@ -131,14 +131,21 @@ static void span(remat_tensor_group *g, int kind, double t0) {
                                             .track = REMAT__TRACK_TENSOR, .layer = -1});
 }
 
+/* The whole sum in host memory (chunks set, q floats a chunk): scatter
+ * into s, the rank's chunk back into host, all-gathered. */
+static void sum_host(remat_tensor_group *g, char *host, size_t q, char *s, MPI_Datatype ty,
+                     size_t es) {
+  scatter_host(g, host, s, s + q * es, ty, es);
+  memcpy(host + (size_t)g->displs[g->rank] * es, s, (size_t)g->counts[g->rank] * es);
+  gather_host(g, host, ty);
+}
+
 static void sum_typed(remat_tensor_group *g, void *buf, size_t n, void *scratch, MPI_Datatype ty,
                       size_t es) {
   size_t q = set_chunks(g, n);
   const int rw = REMAT_MAP_READ | REMAT_MAP_WRITE;
   char *host = g->be->map(buf, n * es, rw), *s = g->be->map(scratch, 2 * q * es, rw);
-  scatter_host(g, host, s, s + q * es, ty, es);
-  memcpy(host + (size_t)g->displs[g->rank] * es, s, (size_t)g->counts[g->rank] * es);
-  gather_host(g, host, ty);
+  sum_host(g, host, q, s, ty, es);
   g->be->unmap(scratch, s, 2 * q * es, rw);
   g->be->unmap(buf, host, n * es, rw);
 }
@@ -271,11 +278,7 @@ static int sum_norm_grads(remat_tensor_group *g, remat_error *err) {
   size_t n = norm_runs(g, pack_run);
   REMAT_ASSERT(n == g->norm_floats);
   size_t q = set_chunks(g, n);
-  char *buf = (char *)g->norm_grads, *acc = (char *)(g->norm_grads + n);
-  scatter_host(g, buf, acc, acc + q * sizeof(float), MPI_FLOAT, sizeof(float));
-  memcpy(buf + (size_t)g->displs[g->rank] * sizeof(float), acc,
-         (size_t)g->counts[g->rank] * sizeof(float));
-  gather_host(g, buf, MPI_FLOAT);
+  sum_host(g, (char *)g->norm_grads, q, (char *)(g->norm_grads + n), MPI_FLOAT, sizeof(float));
   g->norm_at = 0;
   norm_runs(g, unpack_run);
   return 0;
