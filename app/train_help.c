@@ -115,7 +115,7 @@ const char *const remat_train_usage =
     "                            and of the vocabulary; the group sums in rank order,\n"
     "                            so a run repeats bit for bit and agrees with one\n"
     "                            process to float rounding; with --data-parallel D,\n"
-    "                            N = T x D (ZeRO 0 to 2), with --stages P, N = T x P\n"
+    "                            N = T x D (ZeRO 0 to 3), with --stages P, N = T x P\n"
     "                            (any schedule), or N = T x P x D. For now in fp32\n"
     "  --sequence-parallel       with --tensor-parallel T: each rank runs the norms,\n"
     "                            dropout and residual adds on its T-th of the tokens\n"

@@ -286,7 +286,7 @@ REMAT_API void remat_tensor_group_destroy(remat_tensor_group *g);
  * remat_param_count floats of the model without tensor parallelism);
  * other ranks pass NULL, and so may rank 0 of a group whose copy is not
  * saved (nothing is gathered then). Every rank of the group calls it.
- * With replicas (ZeRO 0 to 2), created after remat_replicas_create over
+ * With replicas (ZeRO 0 to 3), created after remat_replicas_create over
  * the same trainer, the group runs the replicas' step and takes the norm. */
 REMAT_API int remat_tensor_group_gather_params(remat_tensor_group *g, float *full,
                                                remat_error *err);
@@ -301,8 +301,9 @@ REMAT_API int remat_tensor_group_gather_params(remat_tensor_group *g, float *ful
 REMAT_API void remat_tensor_group_join(remat_tensor_group *g, remat_dist *world,
                                        const remat_placement *pl, remat_pipeline *pipe);
 /* Tensor groups as replicas (rp: remat_replicas_create's, or a grid's
- * remat_grid_replicas, over the same trainer): under ZeRO 1 and 2 the
- * norm takes each layer's sums from the replicas' shards. Before the first
+ * remat_grid_replicas, over the same trainer): under ZeRO 1 to 3 the
+ * norm takes each layer's sums from the replicas' shards, and under ZeRO 3
+ * a save first gathers each tensor rank's shard from its replicas. Before the first
  * step. */
 REMAT_API void remat_tensor_group_join_replicas(remat_tensor_group *g, remat_replicas *rp);
 /* The timeline of every rank of the job (world), the groups' collectives

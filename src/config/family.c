@@ -134,3 +134,34 @@ void remat__tensor_shard_runs(const remat_config *cfg, int i, int64_t rank, int6
     }
   }
 }
+
+/* remat__tensor_range_runs: one block's runs, cut to the range */
+typedef struct {
+  size_t lo, hi, base; /* the range, and the block's first element */
+  remat__run_fn fn;
+  void *ctx;
+} range_cut;
+
+static void cut_run(void *ctx, size_t at, size_t whole_at, size_t n) {
+  range_cut *c = ctx;
+  size_t a = c->base + at, b = a + n;
+  size_t lo = a > c->lo ? a : c->lo, hi = b < c->hi ? b : c->hi;
+  if (lo < hi) c->fn(c->ctx, lo - c->lo, whole_at + (lo - a), hi - lo);
+}
+
+void remat__tensor_range_runs(const remat_config *cfg, int i, int64_t rank, size_t first,
+                              size_t n, remat__run_fn fn, void *ctx) {
+  remat__tensor t[REMAT_P_COUNT];
+  remat__tensors(cfg, t);
+  size_t size = (size_t)t[i].rows * (size_t)t[i].cols;
+  if (!n || !size) return;
+  range_cut c = {first, first + n, 0, fn, ctx};
+  if (t[i].where != REMAT__IN_BLOCK) {
+    remat__tensor_shard_runs(cfg, i, rank, 0, 1, cut_run, &c);
+    return;
+  }
+  for (size_t l = first / size; l <= (first + n - 1) / size; l++) {
+    c.base = l * size;
+    remat__tensor_shard_runs(cfg, i, rank, (int64_t)l, 1, cut_run, &c);
+  }
+}

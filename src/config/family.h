@@ -60,6 +60,13 @@ typedef void (*remat__run_fn)(void *ctx, size_t at, size_t whole_at, size_t n);
 void remat__tensor_shard_runs(const remat_config *cfg, int i, int64_t rank, int64_t first,
                               int64_t count, remat__run_fn fn, void *ctx);
 
+/* The same for elements [first, first + n) of the rank's part of tensor i
+ * over every block (as a whole shard holds it, block after block): `at`
+ * counts from `first`. A ZeRO 3 replica's pieces of a unit are such
+ * ranges. */
+void remat__tensor_range_runs(const remat_config *cfg, int i, int64_t rank, size_t first,
+                              size_t n, remat__run_fn fn, void *ctx);
+
 /* The family's tensors in its checkpoint order (at most REMAT_P_COUNT);
  * returns their number. An empty tensor (a Llama's tied head) has rows 0. */
 int remat__tensors(const remat_config *cfg, remat__tensor t[REMAT_P_COUNT]);

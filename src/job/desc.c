@@ -62,14 +62,9 @@ static int check_tensor(const remat_job_desc *d, remat_error *err) {
                          N(d, "stages"), (long long)d->stages, N(d, "data-parallel"),
                          (long long)d->replicas,
                          (long long)(d->tensor * d->stages * d->replicas), REMAT_MAX_STAGES);
-  const char *no = d->zero > 2                ? "zero"
-                   : d->precision != REMAT_PRECISION_FP32 ? "precision"
-                                                : NULL;
-  if (no)
-    return remat__errorf(err, REMAT_EINVAL, "%s runs with replicas under ZeRO 0 to 2, in fp32, "
-                         "for now: %s %s%s",
-                         N(d, "tensor-parallel"), no[0] == 'p' ? "give" : "drop", N(d, no),
-                         no[0] == 'p' ? " fp32" : "");
+  if (d->precision != REMAT_PRECISION_FP32)
+    return remat__errorf(err, REMAT_EINVAL, "%s runs in fp32, for now: give %s fp32",
+                         N(d, "tensor-parallel"), N(d, "precision"));
   return 0;
 }
 

@@ -427,9 +427,37 @@ static void stage_params_copy(const remat_config *cfg, const remat_stage *st, fl
   }
 }
 
-/* A replica under ZeRO 3 holds its shard of each unit, unit after unit. */
-static void shard_params_copy(const remat_config *cfg, const remat_stage *st, float *shards,
-                              float *full, int to_full) {
+/* A tensor rank's shard to or from the whole model, run by run. */
+typedef struct {
+  float *flat, *full;
+  int to_full;
+} shard_copy;
+
+static void copy_run(void *ctx, size_t at, size_t whole_at, size_t n) {
+  shard_copy *s = ctx;
+  if (s->to_full) memcpy(s->full + whole_at, s->flat + at, n * sizeof(float));
+  else memcpy(s->flat + at, s->full + whole_at, n * sizeof(float));
+}
+
+/* Where tensor i starts in a tensor rank's flat model (the shard's sizes)
+ * and in the whole model's. */
+static size_t tensor_start(const remat_config *cfg, int i) {
+  size_t sz[REMAT_P_COUNT], at = 0;
+  remat_param_sizes(cfg, sz);
+  for (int k = 0; k < i; k++) at += sz[k];
+  return at;
+}
+static size_t whole_start(const remat_config *cfg, int i) {
+  remat_config whole = *cfg;
+  whole.tensor_parallel = whole.sequence_parallel = 0;
+  return tensor_start(&whole, i);
+}
+
+/* A replica under ZeRO 3 holds its shard of each unit, unit after unit;
+ * a tensor rank's (rank) units are its shard's, whose elements have their
+ * places in the whole model. */
+static void shard_params_copy(const remat_config *cfg, const remat_stage *st, int64_t rank,
+                              float *shards, float *full, int to_full) {
   int64_t units[4096 + 3], nu = remat_stage_units(cfg, st, units);
   float *at = shards;
   for (int64_t j = 0; j < nu; j++) {
@@ -443,7 +471,15 @@ static void shard_params_copy(const remat_config *cfg, const remat_stage *st, fl
       size_t hi = seg[k].at + seg[k].count < first + count ? seg[k].at + seg[k].count
                                                            : first + count;
       if (lo >= hi) continue;
-      float *f = full + seg[k].offset + (lo - seg[k].at), *sh = at + (lo - first);
+      float *sh = at + (lo - first);
+      if (remat__tp(cfg) > 1) { /* the tensor rank's elements' places in the whole model */
+        shard_copy s = {sh, full + whole_start(cfg, seg[k].tensor), to_full};
+        remat__tensor_range_runs(cfg, seg[k].tensor, rank,
+                                 seg[k].offset - tensor_start(cfg, seg[k].tensor) + (lo - seg[k].at),
+                                 hi - lo, copy_run, &s);
+        continue;
+      }
+      float *f = full + seg[k].offset + (lo - seg[k].at);
       if (to_full)
         memcpy(f, sh, (hi - lo) * sizeof(float));
       else
@@ -458,7 +494,7 @@ static int zero3(const remat_stage *st) { return st->replicas > 1 && st->zero >=
 void remat__stage_params_to_full(const remat_config *cfg, const remat_stage *st,
                                  const float *flat, float *full) {
   if (zero3(st))
-    shard_params_copy(cfg, st, (float *)flat, full, 1);
+    shard_params_copy(cfg, st, 0, (float *)flat, full, 1);
   else
     stage_params_copy(cfg, st, (float *)flat, full, 1);
 }
@@ -468,22 +504,10 @@ void remat__stage_params_from_full(const remat_config *cfg, const remat_stage *s
   if (zero3(st)) {
     /* the padding past a unit's end */
     memset(flat, 0, remat__stage_num_params(cfg, st) * sizeof(float));
-    shard_params_copy(cfg, st, flat, (float *)full, 0);
+    shard_params_copy(cfg, st, 0, flat, (float *)full, 0);
   } else {
     stage_params_copy(cfg, st, flat, (float *)full, 0);
   }
-}
-
-/* A tensor rank's shard to or from the whole model, run by run. */
-typedef struct {
-  float *flat, *full;
-  int to_full;
-} shard_copy;
-
-static void copy_run(void *ctx, size_t at, size_t whole_at, size_t n) {
-  shard_copy *s = ctx;
-  if (s->to_full) memcpy(s->full + whole_at, s->flat + at, n * sizeof(float));
-  else memcpy(s->flat + at, s->full + whole_at, n * sizeof(float));
 }
 
 void remat__tensor_params_copy(const remat_config *cfg, const remat_stage *st, int64_t rank,
@@ -507,7 +531,9 @@ void remat__tensor_params_copy(const remat_config *cfg, const remat_stage *st, i
 void remat__model_params_to_full(remat_model *m, float *full) {
   size_t bytes = remat__stage_num_params(&m->cfg, &m->stage) * sizeof(float);
   float *flat = m->be->map(m->params, bytes, REMAT_MAP_READ);
-  if (remat__tp(&m->cfg) > 1)
+  if (remat__tp(&m->cfg) > 1 && zero3(&m->stage))
+    shard_params_copy(&m->cfg, &m->stage, m->tops.rank, flat, full, 1);
+  else if (remat__tp(&m->cfg) > 1)
     remat__tensor_params_copy(&m->cfg, &m->stage, m->tops.rank, flat, full, 1);
   else remat__stage_params_to_full(&m->cfg, &m->stage, flat, full);
   m->be->unmap(m->params, flat, bytes, REMAT_MAP_READ);
@@ -516,7 +542,10 @@ void remat__model_params_to_full(remat_model *m, float *full) {
 void remat__model_params_from_full(remat_model *m, const float *full) {
   size_t bytes = remat__stage_num_params(&m->cfg, &m->stage) * sizeof(float);
   float *flat = m->be->map(m->params, bytes, REMAT_MAP_WRITE);
-  if (remat__tp(&m->cfg) > 1)
+  if (remat__tp(&m->cfg) > 1 && zero3(&m->stage)) {
+    memset(flat, 0, bytes); /* the padding past a unit's end */
+    shard_params_copy(&m->cfg, &m->stage, m->tops.rank, flat, (float *)full, 0);
+  } else if (remat__tp(&m->cfg) > 1)
     remat__tensor_params_copy(&m->cfg, &m->stage, m->tops.rank, flat, (float *)full, 0);
   else
     remat__stage_params_from_full(&m->cfg, &m->stage, full, flat);
@@ -610,6 +639,7 @@ typedef struct {
   const remat_config *whole;
   int i;
   uint64_t seed;
+  float *dst; /* a ZeRO 3 replica's piece (init_range_run) */
 } shard_init;
 
 static void init_run(void *ctx, size_t at, size_t whole_at, size_t n) {
@@ -617,11 +647,16 @@ static void init_run(void *ctx, size_t at, size_t whole_at, size_t n) {
   init_piece(s->m->be, s->whole, s->i, s->m->p[s->i] + at, whole_at, n, s->seed);
 }
 
+static void init_range_run(void *ctx, size_t at, size_t whole_at, size_t n) {
+  shard_init *s = ctx;
+  init_piece(s->m->be, s->whole, s->i, s->dst + at, whole_at, n, s->seed);
+}
+
 static void init_shard(remat_model *m, uint64_t seed) {
   remat_config whole = m->cfg;
   whole.tensor_parallel = whole.sequence_parallel = 0;
   for (int i = 0; i < REMAT_P_COUNT; i++) {
-    shard_init s = {m, &whole, i, seed};
+    shard_init s = {m, &whole, i, seed, NULL};
     if (m->sz[i])
       remat__tensor_shard_runs(&m->cfg, i, m->tops.rank, m->stage.first_block,
                                m->stage.num_blocks, init_run, &s);
@@ -631,8 +666,9 @@ static void init_shard(remat_model *m, uint64_t seed) {
 void remat_model_init_weights(remat_model *m, uint64_t seed) {
   const remat_config *c = &m->cfg;
   m->update_clean = 0;
-  if (remat__tp(c) > 1) {
-    REMAT_ASSERT(m->tops.sum);
+  int64_t tp = remat__tp(c);
+  REMAT_ASSERT(tp == 1 || m->tops.sum);
+  if (!remat__model_buf_sharded(m, REMAT_BUF_PARAMS) && tp > 1) {
     init_shard(m, seed);
     return;
   }
@@ -642,6 +678,8 @@ void remat_model_init_weights(remat_model *m, uint64_t seed) {
     return;
   }
   /* ZeRO 3: this replica's shards, piece by piece */
+  remat_config whole = *c;
+  whole.tensor_parallel = whole.sequence_parallel = 0;
   size_t all[REMAT_P_COUNT], start[REMAT_P_COUNT] = {0};
   remat_param_sizes(c, all);
   for (int i = 1; i < REMAT_P_COUNT; i++) start[i] = start[i - 1] + all[i - 1];
@@ -659,7 +697,13 @@ void remat_model_init_weights(remat_model *m, uint64_t seed) {
       if (lo >= hi) continue;
       float *dst = remat__model_unit_at(m, REMAT_BUF_PARAMS, u, lo, &run);
       int t = seg[k].tensor;
-      init_piece(m->be, c, t, dst, seg[k].offset - start[t] + (lo - seg[k].at), hi - lo, seed);
+      size_t e = seg[k].offset - start[t] + (lo - seg[k].at); /* in the rank's tensor */
+      if (tp > 1) { /* a tensor rank's: drawn at the whole tensor's places */
+        shard_init s = {m, &whole, t, seed, dst};
+        remat__tensor_range_runs(c, t, m->tops.rank, e, hi - lo, init_range_run, &s);
+      } else {
+        init_piece(m->be, c, t, dst, e, hi - lo, seed);
+      }
     }
   }
 }

@@ -93,6 +93,8 @@ int remat__replicas_layer_sums_part(remat_replicas *rp, int split, double *layer
                                     remat_error *err);
 int remat__replicas_update(remat_replicas *rp, remat_trainer *tr, float lr, float norm,
                            remat_error *err);
+/* ZeRO 3: the stage's whole tensors on replica 0 (*flat, malloc'd). */
+int remat__replicas_gather_stage(remat_replicas *rp, float **flat, remat_error *err);
 /* After the last micro-batch: the reduce-scatter still in flight lands. */
 int remat__replicas_end_micro_batches(remat_replicas *rp, remat_error *err);
 /* The pipeline's timeline, which the stage's replica runtime records into. */

@@ -435,6 +435,30 @@ int remat_replicas_gather_params(remat_replicas *rp, float *full, remat_error *e
   return 0;
 }
 
+/* ZeRO 3: the stage's parameters, whole tensors as a stage without
+ * replicas holds them (remat_model_params' order there), on replica 0
+ * (*flat, the caller's to free; NULL elsewhere), from every replica's
+ * pieces. Every replica calls it; the replicas agree on running out of
+ * memory. */
+int remat__replicas_gather_stage(remat_replicas *rp, float **flat, remat_error *err) {
+  *flat = NULL;
+  remat_stage mine = *remat_model_stage(rp->m);
+  mine.replicas = mine.replica = 0;
+  mine.zero = 0;
+  size_t n = remat_param_count(rp->cfg), nf = remat__stage_num_params(rp->cfg, &mine);
+  float *whole = rp->r == 0 ? remat__calloc(n, sizeof(float)) : NULL;
+  float *f = rp->r == 0 ? remat__malloc(nf * sizeof(float) + 1) : NULL;
+  int ok = rp->r != 0 || (whole && f);
+  remat_dist_all_ok(rp->d, ok, &ok);
+  int rc = ok ? remat_replicas_gather_params(rp, whole, err)
+              : remat__errorf(err, REMAT_ENOMEM, "out of memory gathering the parameters");
+  if (!rc && f) remat__stage_params_from_full(rp->cfg, &mine, whole, f);
+  remat__free(whole);
+  if (rc) remat__free(f);
+  else *flat = f;
+  return rc;
+}
+
 uint64_t remat_replicas_step_bytes(const remat_config *cfg, int64_t D, int zero, int64_t K) {
   int64_t L = cfg->num_layers;
   uint64_t f = sizeof(float), d1 = (uint64_t)(D - 1), units = 0, total = 0;

@@ -19,14 +19,16 @@
  *   norm   the split tensors' sums of squares over the group, added in
  *          rank order, plus the whole tensors' (the same on every rank).
  *
- * The update is the model's own (or the replicas': ZeRO 1 and 2 shard it,
+ * The update is the model's own (or the replicas': ZeRO 1 to 3 shard it,
  * and the norm then adds each layer's chunks' sums, split and whole apart,
- * from the replicas that own them): each rank's AdamW on its shard, and on
+ * from the replicas that own them; under ZeRO 3 a replica holds a piece
+ * of each unit of its tensor rank's shard, gathered as without tensor
+ * ranks): each rank's AdamW on its shard, and on
  * the tensors it holds whole (norms, biases of the row-parallel products,
  * positions), whose gradients are the same bits on every rank, so they
  * stay equal.
  *
- * Copies of the group as replicas (ZeRO 0 to 2) or as pipeline stages: their
+ * Copies of the group as replicas (ZeRO 0 to 3) or as pipeline stages: their
  * runtime is made first over the ranks of one tensor rank, and the group
  * wraps its trainer ops, taking the norm (with stages, each layer's sum
  * over the group, handed to the pipeline's norm); a save then gathers
@@ -54,7 +56,7 @@ struct remat_tensor_group {
   float *norm_grads;        /* sequence parallelism: the norms' gradients packed, and
                                the sum's scratch (norm_floats, then 2 ceil(n / t)) */
   size_t norm_floats, norm_at;
-  remat_replicas *rp;       /* replicas under ZeRO 1, 2: the norm's sums from their shards */
+  remat_replicas *rp;       /* replicas: under ZeRO 1 to 3 the norm's sums from their shards */
   remat_model *cm[REMAT_MAX_STAGES]; /* the rank's chunks (a chunked pipeline's), cm[0] = m */
   int64_t nc;
   remat__tensor_ops ops;    /* every chunk's collectives */
@@ -201,7 +203,7 @@ static void op_max(void *ctx, float *buf, size_t n) {
 
 /* A replicas or pipeline runtime's ops under the group's (the norm is the
  * group's: under ZeRO 0 from the whole summed gradient every replica ends
- * the backward with, under ZeRO 1 and 2 from the replicas' shards). */
+ * the backward with, under ZeRO 1 to 3 from the replicas' shards). */
 static int inner_micro(void *ctx, remat_trainer *tr, double *loss_sum, remat_error *err) {
   remat_tensor_group *g = ctx;
   return g->inner.micro_batches(g->inner.ctx, tr, loss_sum, err);
@@ -209,7 +211,7 @@ static int inner_micro(void *ctx, remat_trainer *tr, double *loss_sum, remat_err
 
 /* The runs of the stage's norms' gradients this rank sums under sequence
  * parallelism: each unit's norm tensors, cut to the shard the replica owns
- * where the replicas keep only theirs (ZeRO 1, 2); fn(g, at, n) each in
+ * where the replicas keep only theirs (ZeRO 1 to 3); fn(g, at, n) each in
  * unit order (at NULL: counting). Returns the floats. */
 static size_t chunk_norm_runs(remat_tensor_group *g, remat_model *m,
                               void (*fn)(remat_tensor_group *, float *, size_t)) {
@@ -373,7 +375,7 @@ void remat_tensor_group_join(remat_tensor_group *g, remat_dist *world,
  * stage q / D's replica q mod D (each of its chunks under a chunked
  * schedule); world rank 0 takes replica 0's in turn, chunk by chunk, and
  * puts their runs in place, its own last. */
-static int gather_world(remat_tensor_group *g, float *full, remat_error *err) {
+static int gather_world(remat_tensor_group *g, float *zflat, float *full, remat_error *err) {
   const remat_config *cfg = remat_model_config(g->m);
   const size_t piece = (size_t)1 << 28;
   int me = g->world->rank, ok = me != 0 || full != NULL;
@@ -387,9 +389,11 @@ static int gather_world(remat_tensor_group *g, float *full, remat_error *err) {
     for (int64_t c = 0; c < v && rc == MPI_SUCCESS; c++) {
       int64_t s = r / g->size / D;
       remat_stage st = v > 1 ? remat_placement_chunk(g->pl, s, c) : remat_placement_stage(g->pl, s, 0);
+      st.replicas = st.replica = 0; /* whole tensors (ZeRO 3's gathered first) */
+      st.zero = 0;
       size_t nr = remat__stage_num_params(cfg, &st), bytes = nr * sizeof(float);
-      float *at = me == r ? remat_model_params(g->cm[c]) : NULL;
-      float *mine = at ? g->be->map(at, bytes, REMAT_MAP_READ) : NULL;
+      float *at = me == r && !zflat ? remat_model_params(g->cm[c]) : NULL;
+      float *mine = at ? g->be->map(at, bytes, REMAT_MAP_READ) : me == r ? zflat : NULL;
       float *buf = me == 0 && r > 0 ? remat__malloc(bytes) : NULL;
       if (me == 0 && r > 0 && !buf) rc = MPI_ERR_NO_MEM;
       for (size_t i = 0; i < nr && r > 0 && (me == 0 || me == r) && rc == MPI_SUCCESS; i += piece) {
@@ -406,12 +410,42 @@ static int gather_world(remat_tensor_group *g, float *full, remat_error *err) {
   return rc == MPI_SUCCESS ? 0 : remat__mpi_error(err, rc, "gathering the ranks' shards");
 }
 
+static int gather_group(remat_tensor_group *g, float *zflat, float *full, remat_error *err);
+
+/* Under ZeRO 3 a rank holds pieces of its shard: replica 0 of each tensor
+ * rank first gathers its whole shard (*zflat, host memory; NULL on the
+ * other replicas), and the ranks agree on running out of memory (over the
+ * world, or the replicas' then the group's ranks: every rank). */
+static int gather_zero3(remat_tensor_group *g, float **zflat, remat_error *err) {
+  *zflat = NULL;
+  const remat_stage *st = remat_model_stage(g->m);
+  if (!(st->replicas > 1 && st->zero == 3)) return 0;
+  REMAT_ASSERT(g->rp);
+  int rc = remat__replicas_gather_stage(g->rp, zflat, err), ok = rc == 0;
+  remat_dist_all_ok(g->world ? g->world : g->d, ok, &ok);
+  if (ok) return 0;
+  remat__free(*zflat);
+  *zflat = NULL;
+  return rc ? rc : remat__errorf(err, REMAT_ENOMEM, "another rank ran out of memory gathering "
+                                 "the parameters");
+}
+
 /* Rank 0 takes each rank's shard in turn (its own from the arena, the
  * others' through one buffer of a shard) and puts its runs in place. */
 int remat_tensor_group_gather_params(remat_tensor_group *g, float *full, remat_error *err) {
-  if (g->world) return gather_world(g, full, err);
+  float *zflat;
+  int rc = gather_zero3(g, &zflat, err);
+  if (!rc) rc = g->world ? gather_world(g, zflat, full, err) : gather_group(g, zflat, full, err);
+  remat__free(zflat);
+  return rc;
+}
+
+static int gather_group(remat_tensor_group *g, float *zflat, float *full, remat_error *err) {
   const remat_config *cfg = remat_model_config(g->m);
-  size_t n = remat_model_num_params(g->m), bytes = n * sizeof(float);
+  remat_stage whole = *remat_model_stage(g->m);
+  whole.replicas = whole.replica = 0;
+  whole.zero = 0;
+  size_t n = remat__stage_num_params(cfg, &whole), bytes = n * sizeof(float);
   const size_t piece = (size_t)1 << 28; /* floats a message: within MPI's int counts */
   /* 2: gather, 1: not wanted (full NULL on rank 0: another copy's group) */
   float *buf = g->rank == 0 && full ? remat__malloc(bytes) : NULL;
@@ -423,8 +457,8 @@ int remat_tensor_group_gather_params(remat_tensor_group *g, float *full, remat_e
   }
   if (want == 1) return 0;
   if (!want) return remat__errorf(err, REMAT_ENOMEM, "out of memory gathering a shard on rank 0");
-  float *at = remat_model_params(g->m);
-  float *mine = g->be->map(at, bytes, REMAT_MAP_READ);
+  float *at = zflat ? NULL : remat_model_params(g->m);
+  float *mine = zflat ? zflat : g->be->map(at, bytes, REMAT_MAP_READ);
   for (int k = 0; k < g->size && rc == MPI_SUCCESS; k++) {
     for (size_t i = 0; i < n && rc == MPI_SUCCESS && k > 0; i += piece) {
       int c = (int)(n - i < piece ? n - i : piece);
@@ -435,7 +469,7 @@ int remat_tensor_group_gather_params(remat_tensor_group *g, float *full, remat_e
     if (g->rank == 0 && rc == MPI_SUCCESS)
       remat__tensor_params_copy(cfg, NULL, k, k == 0 ? mine : buf, full, 1);
   }
-  g->be->unmap(at, mine, bytes, REMAT_MAP_READ);
+  if (at) g->be->unmap(at, mine, bytes, REMAT_MAP_READ);
   remat__free(buf);
   return rc == MPI_SUCCESS ? 0 : remat__mpi_error(err, rc, "gathering the tensor ranks' shards");
 }
@@ -451,9 +485,6 @@ int remat_tensor_group_create(remat_tensor_group **out, remat_dist *d, remat_tra
     return remat__errorf(err, REMAT_EINVAL,
                          "a tensor degree of %lld runs on as many ranks, not %d", (long long)t,
                          d->size);
-  if (st->replicas > 1 && st->zero > 2)
-    return remat__errorf(err, REMAT_EINVAL, "tensor ranks run replicas under ZeRO 0 to 2, for "
-                         "now, not %d", st->zero);
   int staged = !st->has_embedding || !st->has_head;
   remat_tensor_group *g = remat__calloc(1, sizeof *g);
   int *chunks = remat__calloc(2 * (size_t)t, sizeof(int));

@@ -4,7 +4,7 @@
 # norm agrees within a relative 1e-5 (float rounding: the group's sums add
 # the ranks' parts where one process adds a whole row), for T in {2, 4},
 # GPT-2 and Llamas (untied and tied heads, key/value heads split), and
-# T=2 groups as 2 replicas under ZeRO 0 (and 1, 2: bit for bit), as 2
+# T=2 groups as 2 replicas under ZeRO 0 (and 1 to 3: bit for bit), as 2
 # pipeline stages (1f1b, zb-h1; interleaved and zbv bit for bit), or both
 # (8 ranks) against one process accumulating their micro-batches (and
 # against T=2 alone, bit for bit), with
@@ -155,28 +155,38 @@ if cmp -s chunks_interleaved.bin ch_res.bin &&
   ok "T=2 x P=2 interleaved resumed at step 3 = uninterrupted, bit for bit"
 else bad "T=2 x P=2 interleaved resume: $(tail -c 300 ch_res.out)"; fi
 
-# replicas sharding AdamW's moments (ZeRO 1) and the gradients (2): the
-# norm from their shards' chunk sums, split and whole tensors apart
-for z in 1 2; do
+# replicas sharding AdamW's moments (ZeRO 1), the gradients (2) and the
+# parameters (3, each replica a piece of its tensor rank's shard): the norm
+# from their shards' chunk sums, split and whole tensors apart
+for z in 1 2 3; do
   mpi 4 "$remat" train "${common[@]}" --dropout 0.1 --tensor-parallel 2 --data-parallel 2 \
     --zero $z --log zero$z.jsonl --save zero$z.bin >zero$z.out 2>&1
   check "T=2 alone = T=2 x D=2 under ZeRO $z, bit for bit" same alone2.jsonl zero$z.jsonl
   check "... and the saved model, byte for byte" cmp -s alone2.bin zero$z.bin
 done
-mpi 8 "$remat" train "${common[@]}" --dropout 0.1 --grad-accum 2 --tensor-parallel 2 \
-  --stages 2 --data-parallel 2 --zero 2 --log grid_zero2.jsonl --save grid_zero2.bin \
-  >grid_zero2.out 2>&1
-check "T=2 alone = T=2 x P=2 x D=2 under ZeRO 2, bit for bit" same alone4.jsonl grid_zero2.jsonl
-check "... and its saved model, byte for byte" cmp -s alone4.bin grid_zero2.bin
-zz=("${common[@]}" --dropout 0.1 --tensor-parallel 2 --data-parallel 2 --zero 2)
+for z in 2 3; do
+  mpi 8 "$remat" train "${common[@]}" --dropout 0.1 --grad-accum 2 --tensor-parallel 2 \
+    --stages 2 --data-parallel 2 --zero $z --log grid_zero$z.jsonl --save grid_zero$z.bin \
+    >grid_zero$z.out 2>&1
+  check "T=2 alone = T=2 x P=2 x D=2 under ZeRO $z, bit for bit" same alone4.jsonl grid_zero$z.jsonl
+  check "... and its saved model, byte for byte" cmp -s alone4.bin grid_zero$z.bin
+done
+if python3 - zero3.jsonl grid_zero3.jsonl <<'PY'; then ok "ZeRO 3: every arena of T x D and T x P x D planned = measured"
+import json, sys
+rows = [[json.loads(l) for l in open(p)][-1] for p in sys.argv[1:]]
+sys.exit(0 if [len(x["rank_planned_peak_bytes"]) for x in rows] == [4, 8] and
+         all(x["rank_planned_peak_bytes"] == x["rank_measured_peak_bytes"] for x in rows) else 1)
+PY
+else bad "ZeRO 3 arenas: $(tail -c 300 grid_zero3.out)"; fi
+zz=("${common[@]}" --dropout 0.1 --tensor-parallel 2 --data-parallel 2 --zero 3)
 mpi 4 "$remat" train "${zz[@]}" --steps 3 --checkpoint-dir ck_zero --checkpoint-every 3 \
   >zero_half.out 2>&1
 mpi 4 "$remat" train "${zz[@]}" --steps 5 --resume ck_zero --save zero_res.bin \
   --log zero_res.jsonl >zero_res.out 2>&1
-if cmp -s zero2.bin zero_res.bin &&
-   [[ "$(tail -n 2 zero2.jsonl | cut -d, -f1-4)" == "$(cut -d, -f1-4 zero_res.jsonl)" ]]; then
-  ok "T=2 x D=2 under ZeRO 2 resumed at step 3 = uninterrupted, bit for bit"
-else bad "T=2 x D=2 ZeRO 2 resume: $(tail -c 300 zero_res.out)"; fi
+if cmp -s zero3.bin zero_res.bin &&
+   [[ "$(tail -n 2 zero3.jsonl | cut -d, -f1-4)" == "$(cut -d, -f1-4 zero_res.jsonl)" ]]; then
+  ok "T=2 x D=2 under ZeRO 3 resumed at step 3 = uninterrupted, bit for bit"
+else bad "T=2 x D=2 ZeRO 3 resume: $(tail -c 300 zero_res.out)"; fi
 
 pp=("${common[@]}" --grad-accum 4 --tensor-parallel 2 --stages 2 --dropout 0.1)
 mpi 4 "$remat" train "${pp[@]}" --steps 3 --checkpoint-dir ck_pp --checkpoint-every 3 \
@@ -257,6 +267,14 @@ sys.exit(0 if len(a) == len(b) == 2 and all(rel(x["loss"], y["loss"]) <= 1e-5 an
          rel(x["grad_norm"], y["grad_norm"]) <= 1e-5 for x, y in zip(a, b)) else 1)
 PY
 else bad "T=2 from a model file: $(tail -c 300 from2.out)"; fi
+mpi 2 "$remat" train "${common[@]}" --steps 2 --model one6.bin --tensor-parallel 2 \
+  --grad-accum 2 --log from2a.jsonl >from2a.out 2>&1
+mpi 4 "$remat" train "${common[@]}" --steps 2 --model one6.bin --tensor-parallel 2 \
+  --data-parallel 2 --zero 3 --log from_z3.jsonl >from_z3.out 2>&1
+if [[ -s from2a.jsonl ]] &&
+   [[ "$(cut -d, -f1-4 from2a.jsonl)" == "$(cut -d, -f1-4 from_z3.jsonl)" ]]; then
+  ok "T=2 x D=2 under ZeRO 3 from a model file = T=2, bit for bit"
+else bad "T=2 x D=2 ZeRO 3 from a model file: $(tail -c 300 from_z3.out)"; fi
 
 # the held-out loss, evaluated by the group
 "$remat" train "${common[@]}" --steps 4 --eval-every 2 --log eval1.jsonl >eval1.out 2>&1
@@ -314,6 +332,12 @@ mpi 4 "$remat" train "${common[@]}" "${llama[@]}" --dropout 0.1 --grad-accum 4 \
 if d=$(near sp_llama_one.jsonl sp_llama_zbv.jsonl 4); then
   ok "a Llama, T=2 sequence-parallel x P=2 (zbv) = one process ($d)"
 else bad "a Llama, T=2 sequence-parallel x P=2 (zbv): $d $(tail -c 300 sp_llama_zbv.out)"; fi
+mpi 4 "$remat" train "${common[@]}" "${llama[@]}" --dropout 0.1 --grad-accum 2 \
+  --ckpt-layers middle:0,full:1 --tensor-parallel 2 --sequence-parallel --data-parallel 2 \
+  --zero 3 --log sp_llama_z3.jsonl >sp_llama_z3.out 2>&1
+if d=$(near sp_llama_one.jsonl sp_llama_z3.jsonl 4); then
+  ok "a Llama, T=2 sequence-parallel x D=2 (ZeRO 3) = one process ($d)"
+else bad "a Llama, T=2 sequence-parallel x D=2 (ZeRO 3): $d $(tail -c 300 sp_llama_z3.out)"; fi
 mpi 8 "$remat" train "${sp[@]}" --grad-accum 2 --stages 2 --data-parallel 2 --zero 2 \
   --log sp_grid.jsonl >sp_grid.out 2>&1
 check "sequence-parallel: T=2 alone = T=2 x P=2 x D=2 (ZeRO 2), bit for bit" \
@@ -395,8 +419,8 @@ else bad "--trace of tensor ranks: $(tail -c 300 tr_pp.out)"; fi
 # what is not run yet, refused before anything starts
 expect_error "more than 64 ranks refused" "is 128 ranks" train "${shape[@]}" \
   --tensor-parallel 4 --stages 4 --data-parallel 8
-expect_error "ZeRO 3 refused" "drop --zero" train "${shape[@]}" --tensor-parallel 2 \
-  --data-parallel 2 --zero 3
+expect_error "bf16 refused" "precision fp32" train --config 4,64,4,256,64 \
+  --batch 2 --seq 32 --precision bf16 --tensor-parallel 2
 mpi 3 "$remat" train "${common[@]}" --tensor-parallel 2 >ranks.out 2>&1
 if grep -q "started on 3 ranks but --tensor-parallel is 2" ranks.out; then ok "3 ranks for T=2 refused"
 else bad "3 ranks for T=2: $(head -c 300 ranks.out)"; fi
