@@ -128,6 +128,9 @@ static const char usage_text[] =
     "  --global-batch G               with --ranks: sequences a step, all replicas\n"
     "  --node-ranks K                 with --ranks: the largest tensor degree, tensor\n"
     "                                 ranks sharing a node (default 8)\n"
+    "  --every-layout                 with --ranks: plan every layout, none left out\n"
+    "                                 by its bound (slower; the same fastest layout\n"
+    "                                 and front), so that the JSON rows hold each\n"
     "  --precision fp32|bf16          with --config: the bytes of a run in this\n"
     "                                 precision, as remat train --precision (default\n"
     "                                 as remat train's: bf16 where the CPU has the\n"
@@ -150,8 +153,9 @@ static const char usage_text[] =
     "                                 width, medians) and plan with those seconds\n"
     "                                 instead of FLOP counts; with --ranks, each\n"
     "                                 micro-batch size's and tensor degree's (a\n"
-    "                                 rank's shard timed alone, its collectives at\n"
-    "                                 --link tp), without sequence parallelism\n"
+    "                                 rank's shard timed alone, with sequence\n"
+    "                                 parallelism and without, its collectives at\n"
+    "                                 --link tp); with --tensor-parallel, the shard's\n"
     "  --head-chunk N|auto            with --config: the head's logits in chunks of N\n"
     "                                 tokens (remat train --head-chunk): the last\n"
     "                                 stage holds N x vocabulary logits (0: all of a\n"
@@ -319,9 +323,6 @@ static int check_tensor(plan_args *a) {
   }
   if (a->rank_tflops > 0 && !a->link)
     return cli_fail(-1, "--rank-tflops weighs the links' time: give --link too");
-  if (a->tp > 1 && a->calibrate)
-    return cli_fail(-1, "--calibrate times remat's engine, which does not run tensor "
-                    "parallelism yet: plan --tensor-parallel with FLOP times");
   return 0;
 }
 
@@ -365,6 +366,7 @@ static int parse_args(int argc, char **argv, plan_args *a) {
       {.name = "--ranks", .kind = CLI_I64, .dst = &a->ranks, .lo = 1, .hi = 1 << 20},
       {.name = "--global-batch", .kind = CLI_I64, .dst = &a->global_batch, .lo = 1, .hi = 1 << 24},
       {.name = "--node-ranks", .kind = CLI_I64, .dst = &a->node, .lo = 1, .hi = 1 << 20},
+      {.name = "--every-layout", .kind = CLI_SWITCH, .dst = &a->every},
       {.name = NULL},
   };
   if (cli_parse_flags(argc, argv, flags, usage_text)) return -1;

@@ -59,11 +59,11 @@ char *plan_ranks_table(const remat_layout_query *q, const remat_layout_search *s
     refused += s->rows[i].solved && s->rows[i].rc && s->rows[i].rc != REMAT_EINFEASIBLE;
   }
   put(&b, "layouts: %lld ranks, a global batch of %lld sequences of %lld tokens, %s a rank; "
-      "%lld layouts, %lld solved exactly (%lld fit, %lld refused by the planner), the rest "
-      "bounded out; %.2f s\n",
+      "%lld layouts, %lld solved exactly (%lld fit, %lld refused by the planner)%s; %.2f s\n",
       (long long)q->ranks, (long long)q->global_batch, (long long)q->seq_len,
       remat_format_bytes(q->memory, mem, sizeof mem), (long long)s->n, (long long)s->solved,
-      (long long)fits, (long long)refused, s->seconds);
+      (long long)fits, (long long)refused, s->solved < s->n ? ", the rest bounded out" : "",
+      s->seconds);
   put(&b, "links: tensor %s, pipeline %s, replicas %s\n",
       q->link_tp > 0 ? "timed" : "not timed", q->link_pp > 0 ? "timed" : "not timed",
       q->link_dp > 0 ? "timed" : "not timed");
@@ -159,8 +159,8 @@ int plan_ranks_run(const remat_layout_query *q, int to_stdout, char **json, rema
  * layout. */
 int plan_ranks_check(plan_args *a) {
   if (!a->ranks) {
-    if (a->global_batch || a->node)
-      return cli_fail(-1, "--global-batch and --node-ranks go with --ranks");
+    if (a->global_batch || a->node || a->every)
+      return cli_fail(-1, "--global-batch, --node-ranks and --every-layout go with --ranks");
     return 0;
   }
   const char *set = a->P > 0 ? "--stages" : a->M > 0 ? "--microbatches" : a->B > 0 ? "--batch"
@@ -208,7 +208,8 @@ int plan_ranks_search(plan_args *a, const remat_budgets *budgets, char **layouts
                           .memory = budgets->bytes[0], .rank_rate = a->rank_tflops * 1e3,
                           .objective = a->obj >= 0 ? a->obj : REMAT_OBJ_BOTTLENECK,
                           .link_tp = a->link_tp, .link_pp = a->link_pp, .link_dp = a->link_dp,
-                          .max_tensor = a->node > 0 ? a->node : 8, .time_limit = a->time_limit};
+                          .max_tensor = a->node > 0 ? a->node : 8, .time_limit = a->time_limit,
+                          .exhaustive = a->every};
   remat_error err;
   if (budgets->n > 1)
     return cli_fail(CLI_EXIT_USAGE, "--ranks takes one budget, a rank's, not one per stage");

@@ -21,6 +21,7 @@ typedef struct plan_args {
   const char *link;  /* --link tp=GB/s[,pp=GB/s][,dp=GB/s] */
   double link_tp, link_pp, link_dp, rank_tflops; /* bytes/s of each link; TFLOP/s of a rank */
   int64_t ranks, global_batch, node; /* --ranks, --global-batch, --node-ranks */
+  int every; /* --every-layout: solve each layout, none bounded out */
   int64_t calibrate; /* rounds of remat_calibrate (0: FLOP-based times) */
   int fmt, sched, obj, prec;
 } plan_args;

@@ -3,12 +3,13 @@
 #
 # The search (--calibrate: this machine's layer times at one thread a rank,
 # a tensor rank's shard timed alone; links given) predicts a step of each
-# layout of 2 ranks: the fastest with t = 2 tensor ranks, the fastest with
-# p = 2 pipeline stages and the fastest with d = 2 replicas. Each is run by
-# remat train on 2 ranks of one thread (the pipeline by --plan, its plan
+# layout of 2 ranks (every layout planned, --every-layout): the fastest
+# with t = 2 tensor ranks (with sequence parallelism and without), the
+# fastest with p = 2 pipeline stages and the fastest with d = 2 replicas.
+# Each is run by remat train on 2 ranks of one thread (the pipeline by --plan, its plan
 # made alone with the same settings; the tensor ranks and the replicas
 # planning their blocks under the same budget) (no more ranks than this
-# machine's cores), the three alternated REPS times; every run's step
+# machine's cores), the four alternated REPS times; every run's step
 # times after the first give the median. One line per layout, key=value: the search's predicted step, the
 # measured median, their ratio, planned = measured on every rank; then
 # whether the search's order is the measured order.
@@ -31,14 +32,15 @@ cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
 echo "bench=layouts_machine cpu=\"$cpu\" cores=$(nproc) ranks=2 threads_per_rank=1 link=$link"
 
 "$remat" plan "${common[@]}" --ranks 2 --global-batch $G --mem $mem --link "$link" \
-  --calibrate 3 --format json -o "$tmp/search.json" >/dev/null 2>"$tmp/search.err"
+  --calibrate 3 --every-layout --format json -o "$tmp/search.json" >/dev/null 2>"$tmp/search.err"
 # the fastest row of each kind: "p2" (2 stages) and "d2" (2 replicas)
 python3 - "$tmp" <<'PY'
 import json, sys
 tmp = sys.argv[1]
 rows = json.load(open(tmp + "/search.json"))["layouts"]["rows"]
-for kind, key in (("t2", "tensor_parallel"), ("p2", "stages"), ("d2", "data_parallel")):
-    r = min((r for r in rows if r[key] == 2 and not r["sequence_parallel"]),
+for kind, key, sp in (("t2", "tensor_parallel", 0), ("t2sp", "tensor_parallel", 1),
+                      ("p2", "stages", 0), ("d2", "data_parallel", 0)):
+    r = min((r for r in rows if r[key] == 2 and r["sequence_parallel"] == sp),
             key=lambda r: r["time"])
     json.dump(r, open("%s/%s.row.json" % (tmp, kind), "w"))
     print("bench=layouts_search kind=%s b=%d M=%d zero=%d schedule=%s predicted_s=%.4f "
@@ -47,7 +49,7 @@ for kind, key in (("t2", "tensor_parallel"), ("p2", "stages"), ("d2", "data_para
 PY
 
 field() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$@"; }
-for kind in t2 p2 d2; do
+for kind in t2 t2sp p2 d2; do
   row="$tmp/$kind.row.json"
   b=$(field "$row" micro_batch_size)
   M=$(field "$row" microbatches)
@@ -62,6 +64,7 @@ for kind in t2 p2 d2; do
             --head-chunk "$(field "$row" head_chunk)")
   else # a tensor group of one stage, likewise
     layout=(--tensor-parallel 2 --mem $mem --head-chunk "$(field "$row" head_chunk)")
+    [[ $kind == t2sp ]] && layout+=(--sequence-parallel)
   fi
   echo "$b $M ${layout[*]}" >"$tmp/$kind.args"
 done
@@ -75,6 +78,7 @@ run() { # run KIND REP
 }
 for r in $(seq 1 "$reps"); do
   run t2 "$r"
+  run t2sp "$r"
   run p2 "$r"
   run d2 "$r"
 done
@@ -82,7 +86,7 @@ python3 - "$tmp" "$reps" <<'PY'
 import json, statistics, sys
 tmp, reps = sys.argv[1], int(sys.argv[2])
 pred, meas = {}, {}
-for kind in ("t2", "p2", "d2"):
+for kind in ("t2", "t2sp", "p2", "d2"):
     steps, ok = [], True
     for r in range(1, reps + 1):
         rows = [json.loads(l) for l in open("%s/%s.%d.jsonl" % (tmp, kind, r))]

@@ -314,7 +314,6 @@ expect "multiple of 4" "${tp[@]}" --seq 62 --tensor-parallel 4 --sequence-parall
 expect "--link" "${tp[@]}" --tensor-parallel 2 --link tp=fast --rank-tflops 10
 expect "--rank-tflops" "${tp[@]}" --tensor-parallel 2 --link tp=100
 expect "go with --ranks" "${tp[@]}" --tensor-parallel 2 --link tp=100,pp=10 --rank-tflops 10
-expect "calibrate" "${tp[@]}" --tensor-parallel 2 --calibrate 1
 expect "go with --ranks" "${tp[@]}" --global-batch 8
 rk=(--config gpt2-124m --seq 256 --precision fp32 --link tp=100,pp=25,dp=25 --rank-tflops 10)
 expect "--global-batch" "${rk[@]}" --ranks 4 --mem 4GiB

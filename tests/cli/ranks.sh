@@ -4,7 +4,7 @@
 # layout's (its stages, schedule, micro-batches and memory); every listed
 # layout fits the budget, the front is marked, a Megatron export takes the
 # fastest layout's degrees, and the table says what it searched; with
-# --calibrate the times are seconds and the layouts t = 1.
+# --calibrate the times are seconds; --every-layout leaves none out.
 # usage: ranks.sh REMAT TMPDIR
 set -u
 remat=$1
@@ -55,4 +55,22 @@ t2 = [r["sequence_parallel"] for r in rows if r["tensor_parallel"] == 2]
 sys.exit(not (rows and True in t2 and False in t2 and d["time_unit"] == "s"
               and all(0 < r["time"] < 60 for r in rows)))
 PY
+# one layout of tensor ranks timed on this machine: its shard alone, its
+# collectives at the link's rate
+"$remat" plan --config tiny --batch 2 --seq 64 --mem 1GiB --precision fp32 --threads 1 \
+  --tensor-parallel 2 --sequence-parallel --calibrate 1 --link tp=5 >tpcal.out 2>&1
+check "--tensor-parallel with --calibrate: seconds measured, collectives at the link" \
+  grep -q "measured on this machine (--calibrate).*tensor collectives timed at 5 GB/s" tpcal.out
+# --every-layout: no layout bounded out, each that fits listed, and the
+# same fastest layout as the bounded search
+"$remat" plan "${job[@]}" --every-layout --format json >every.json 2>every.err
+check "--every-layout: every layout solved, the same fastest, more rows" python3 - <<'PY'
+import json, sys
+a, e = (json.load(open(p))["layouts"] for p in ("plan.json", "every.json"))
+key = lambda r: (r["time"], r["rank_memory"])
+sys.exit(not (e["solved"] == e["layouts"] == a["layouts"] and e["solved"] > a["solved"]
+              and len(e["rows"]) > len(a["rows"]) and key(e["rows"][0]) == key(a["rows"][0])))
+PY
+expect_error "--every-layout without --ranks refused" "go with --ranks" \
+  plan --config tiny --every-layout
 summary ranks
