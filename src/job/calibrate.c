@@ -180,8 +180,9 @@ static int kept_times(const remat_config *cfg, int64_t B, int64_t T, int ranks, 
   }
   if (cfg->tensor_parallel > 1) { /* a tensor rank's shard */
     size_t n = strlen(key);
+    /* " sp2": the gathered rows filled (figures kept before timed zeros) */
     snprintf(key + n, 160 - n, " tp%lld%s", (long long)cfg->tensor_parallel,
-             cfg->sequence_parallel ? " sp" : "");
+             cfg->sequence_parallel ? " sp2" : "");
   }
   int found = remat_cache_get(c, key, KEPT, &e, why);
   int sane = found == REMAT_CACHE_HIT && e.value[FIELDS] >= 1 && e.value[FIELDS] <= 1000;

@@ -303,7 +303,14 @@ static void alone_scatter(void *ctx, float *buf, size_t n, float *dst, float *rc
   (void)rcv;
   memcpy(dst, buf, n / (size_t)remat__tp(&m->cfg) * sizeof(float));
 }
-static void alone_gather(void *ctx, float *buf, size_t n) { (void)ctx, (void)buf, (void)n; }
+/* every rank's rows: copies of this rank's (rank 0's, at the front), so
+ * that the products, GELU and attention time values like a run's, not
+ * rows of zeros (tanh of zero returns at once) */
+static void alone_gather(void *ctx, float *buf, size_t n) {
+  const remat_model *m = ctx;
+  size_t t = (size_t)remat__tp(&m->cfg), q = n / t;
+  for (size_t k = 1; k < t; k++) memcpy(buf + k * q, buf, q * sizeof(float));
+}
 
 void remat__model_tensor_alone(remat_model *m) {
   m->tops = (remat__tensor_ops){.sum = alone_sum, .sum_f64 = alone_sum_f64, .max = alone_max,
