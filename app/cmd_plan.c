@@ -114,7 +114,10 @@ static const char usage_text[] =
     "  --link tp=GB/s[,pp=GB/s][,dp=GB/s]  the tensor ranks' link (and with --ranks\n"
     "                                 the pipeline's and the replicas'): their\n"
     "                                 collectives' time is added to the layers'\n"
-    "                                 (not overlapped); a level not given is not timed\n"
+    "                                 (not overlapped); a level not given is not timed.\n"
+    "                                 measured (under mpirun -np 2 or more): the ranks\n"
+    "                                 time remat's own collectives between them, rank 0\n"
+    "                                 plans with those rates (a level given keeps its)\n"
     "  --rank-tflops F                with --link and FLOP times: a rank's compute\n"
     "                                 rate, which turns the link's seconds into FLOPs\n"
     "  --ranks N                      with --config, --global-batch, --seq, --mem (a\n"
@@ -285,6 +288,11 @@ static int check_combination(plan_args *a) {
 static int parse_link(plan_args *a) {
   const char *s = a->link;
   while (*s) {
+    if (!strncmp(s, "measured", 8) && (s[8] == ',' || !s[8])) {
+      a->link_measured = 1;
+      s += s[8] ? 9 : 8;
+      continue;
+    }
     double *dst = !strncmp(s, "tp=", 3) ? &a->link_tp
                   : !strncmp(s, "pp=", 3) ? &a->link_pp
                   : !strncmp(s, "dp=", 3) ? &a->link_dp
@@ -294,7 +302,8 @@ static int parse_link(plan_args *a) {
     if (!dst || !(*dst > 0) || *dst > 1e18 || (*end && *end != ','))
       return cli_fail(-1, "--link '%s': give tp=GB/s (the tensor ranks' link), and with "
                       "--ranks pp=GB/s and dp=GB/s (the pipeline's and the replicas'), in "
-                      "gigabytes a second, such as tp=100,pp=25,dp=25", a->link);
+                      "gigabytes a second, such as tp=100,pp=25,dp=25, or measured (under "
+                      "mpirun: the links between its ranks)", a->link);
     s = *end ? end + 1 : end;
   }
   return 0;
@@ -320,6 +329,9 @@ static int check_tensor(plan_args *a) {
     if (!a->calibrate && !(a->rank_tflops > 0))
       return cli_fail(-1, "--link with FLOP times needs --rank-tflops F, a rank's compute rate, "
                       "to weigh a link's second against a FLOP");
+    if (a->link_measured && !remat_dist_launched())
+      return cli_fail(-1, "--link measured times the links between the ranks mpirun starts: "
+                      "run it as mpirun -np 2 remat plan ... (or give the rates, tp=GB/s)");
   }
   if (a->rank_tflops > 0 && !a->link)
     return cli_fail(-1, "--rank-tflops weighs the links' time: give --link too");
@@ -420,9 +432,11 @@ static void tensor_times(const plan_args *a, const remat_config *cfg, remat_plan
   if (a->link_tp > 0) {
     double per_byte = (a->calibrate ? 1.0 : a->rank_tflops * 1e3) / a->link_tp;
     remat_plan_problem_add_comm(pb, &c, per_byte);
-    n = snprintf(tensor_source, sizeof tensor_source, "; tensor collectives timed at %g GB/s%s, "
+    char by[48] = "";
+    if (a->link_ranks) snprintf(by, sizeof by, " (measured between %d ranks)", a->link_ranks);
+    n = snprintf(tensor_source, sizeof tensor_source, "; tensor collectives timed at %.3g GB/s%s%s, "
                  "a block's %.4g MB forward and %.4g MB backward a micro-batch and rank",
-                 a->link_tp / 1e9, a->calibrate ? "" : " against the --rank-tflops rate",
+                 a->link_tp / 1e9, by, a->calibrate ? "" : " against the --rank-tflops rate",
                  c.block_fwd / 1e6, c.block_bwd / 1e6);
   } else {
     n = snprintf(tensor_source, sizeof tensor_source, "; tensor collectives not timed "
@@ -681,28 +695,26 @@ fail_format:
   return status;
 }
 
-int remat_cmd_plan(int argc, char **argv) {
-  cli_name = "remat plan";
-  plan_args a;
+/* The plan from the parsed flags (see the file's head). */
+static int plan_parsed(plan_args *a) {
   remat_budgets budgets = {0};
   remat_plan_problem pb;
   int status;
-  if (parse_args(argc, argv, &a)) return CLI_EXIT_USAGE;
-  if (a.mem && (status = parse_budgets(a.mem, &budgets))) goto fail_budgets;
-  if ((status = check_output(&a))) goto fail_budgets;
-  if (a.ranks && (status = plan_ranks_search(&a, &budgets, &layouts_json))) goto fail_budgets;
-  if ((status = load_problem(&a, &budgets, a.head_chunk > 0 ? a.head_chunk : 0, &pb)))
+  if (a->mem && (status = parse_budgets(a->mem, &budgets))) goto fail_budgets;
+  if ((status = check_output(a))) goto fail_budgets;
+  if (a->ranks && (status = plan_ranks_search(a, &budgets, &layouts_json))) goto fail_budgets;
+  if ((status = load_problem(a, &budgets, a->head_chunk > 0 ? a->head_chunk : 0, &pb)))
     goto fail_budgets;
-  if ((status = apply_settings(&a, &budgets, &pb))) goto fail_problem;
+  if ((status = apply_settings(a, &budgets, &pb))) goto fail_problem;
   /* --head-chunk auto under a budget: the problem with the head in chunks too */
-  int64_t k = auto_head_chunk(&a);
+  int64_t k = auto_head_chunk(a);
   remat_plan_problem chunked;
-  int have_chunked = k > 0 && a.mem && a.fmt != FORMAT_LP && !a.sweep;
-  if (have_chunked && (status = load_problem(&a, &budgets, k, &chunked))) goto fail_problem;
-  if (have_chunked && (status = apply_settings(&a, &budgets, &chunked))) goto fail_chunked;
-  if (a.fmt == FORMAT_LP) status = write_lp(&a, &pb);
-  else if (a.sweep) status = run_sweep(&a, &pb);
-  else status = run_plan(&a, &pb, have_chunked ? &chunked : NULL);
+  int have_chunked = k > 0 && a->mem && a->fmt != FORMAT_LP && !a->sweep;
+  if (have_chunked && (status = load_problem(a, &budgets, k, &chunked))) goto fail_problem;
+  if (have_chunked && (status = apply_settings(a, &budgets, &chunked))) goto fail_chunked;
+  if (a->fmt == FORMAT_LP) status = write_lp(a, &pb);
+  else if (a->sweep) status = run_sweep(a, &pb);
+  else status = run_plan(a, &pb, have_chunked ? &chunked : NULL);
 fail_chunked:
   if (have_chunked) remat_plan_problem_free(&chunked);
 fail_problem:
@@ -710,5 +722,16 @@ fail_problem:
 fail_budgets:
   remat_budgets_free(&budgets);
   free(layouts_json);
+  return status;
+}
+
+int remat_cmd_plan(int argc, char **argv) {
+  cli_name = "remat plan";
+  plan_args a;
+  if (parse_args(argc, argv, &a)) return CLI_EXIT_USAGE;
+  remat_dist *d = NULL; /* --link measured: mpirun's ranks, rank 0 planning */
+  int status = a.link_measured ? plan_links_measure(&a, &d) : 0;
+  if (!status && (!d || remat_dist_rank(d) == 0)) status = plan_parsed(&a);
+  remat_dist_destroy(d, 0);
   return status;
 }

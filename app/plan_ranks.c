@@ -241,3 +241,52 @@ int plan_ranks_search(plan_args *a, const remat_budgets *budgets, char **layouts
   if (a->fmt == REMAT_PLAN_FORMAT_TABLE) printf("\nthe fastest layout's plan:\n");
   return 0;
 }
+
+/* The message sizes the links are measured at: a micro-batch's activation
+ * (tensor sums, pipeline sends) at the layouts' middle micro-batch size (a
+ * global batch spread over the ranks), or --batch's; a block's parameters
+ * (the replicas' reduce-scatters, one a unit). */
+static int link_sizes(const plan_args *a, size_t bytes[3]) {
+  remat_config cfg;
+  remat_error err;
+  if (remat_config_parse(a->config, &cfg, &err))
+    return cli_fail(CLI_EXIT_USAGE, "--config: %s", err.msg);
+  int64_t b = a->ranks ? a->global_batch / a->ranks : a->B;
+  if (b < 1) b = 1;
+  int64_t T = a->T > 0 ? a->T : cfg.max_seq_len;
+  bytes[0] = bytes[1] = (size_t)b * (size_t)T * (size_t)cfg.channels * sizeof(float);
+  bytes[2] = remat_unit_floats(&cfg, 1) * sizeof(float);
+  for (int l = 0; l < 3; l++) {
+    if (bytes[l] < 4096) bytes[l] = 4096;
+    if (bytes[l] > ((size_t)1 << 30)) bytes[l] = (size_t)1 << 30;
+  }
+  return 0;
+}
+
+int plan_links_measure(plan_args *a, remat_dist **d) {
+  remat_error err;
+  size_t bytes[3];
+  double rates[3] = {0};
+  int status = link_sizes(a, bytes);
+  if (status) return status;
+  if (remat_dist_create(d, NULL, NULL, &err))
+    return cli_fail(CLI_EXIT_RUN, "--link measured: %s", err.msg);
+  int n = remat_dist_size(*d);
+  if (n < 2) /* every rank alike: each says it */
+    return cli_fail(CLI_EXIT_USAGE, "--link measured times the links between mpirun's ranks: "
+                    "start 2 or more (mpirun -np 2), not %d", n);
+  if (remat_dist_measure_links(*d, bytes, 20, rates, &err))
+    return cli_fail(CLI_EXIT_RUN, "--link measured: %s", err.msg);
+  double *level[3] = {&a->link_tp, &a->link_pp, &a->link_dp};
+  for (int l = 0; l < 3; l++)
+    if (!(*level[l] > 0)) *level[l] = rates[l];
+  a->link_ranks = n;
+  if (remat_dist_rank(*d) == 0) /* beside the table (stdout), or before a file's text */
+    fprintf(a->fmt == REMAT_PLAN_FORMAT_TABLE ? stdout : stderr,
+            "links measured between %d ranks (median of 20): tensor sum %.3g GB/s (%zu-byte "
+            "messages), pipeline send %.3g GB/s (%zu), replicas %.3g GB/s (%zu)%s\n", n,
+            rates[0] / 1e9, bytes[0], rates[1] / 1e9, bytes[1], rates[2] / 1e9, bytes[2],
+            a->link_tp != rates[0] || a->link_pp != rates[1] || a->link_dp != rates[2]
+                ? "; a rate --link gives replaces its level's" : "");
+  return 0;
+}

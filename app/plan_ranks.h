@@ -20,6 +20,8 @@ typedef struct plan_args {
   int64_t tp;        /* --tensor-parallel (0: none) */
   const char *link;  /* --link tp=GB/s[,pp=GB/s][,dp=GB/s] */
   double link_tp, link_pp, link_dp, rank_tflops; /* bytes/s of each link; TFLOP/s of a rank */
+  int link_measured; /* --link measured: the levels not given, measured between mpirun's ranks */
+  int link_ranks;    /* how many ranks measured them (0: given) */
   int64_t ranks, global_batch, node; /* --ranks, --global-batch, --node-ranks */
   int every; /* --every-layout: solve each layout, none bounded out */
   int64_t calibrate; /* rounds of remat_calibrate (0: FLOP-based times) */
@@ -49,5 +51,12 @@ int plan_ranks_check(plan_args *a);
  * into a for the plan below it; with --format json *layouts_json gets the
  * rows (owned). 0, or a CLI exit status after saying why. */
 int plan_ranks_search(plan_args *a, const remat_budgets *budgets, char **layouts_json);
+
+/* --link measured: every rank mpirun started measures the links with
+ * remat's collectives (remat_dist_measure_links, at the message sizes of
+ * the shape's layers), and the levels --link does not give take their
+ * rates; *d the ranks, which the caller ends (remat_dist_destroy) after
+ * planning on rank 0, and at once on the others. 0, or an exit status. */
+int plan_links_measure(plan_args *a, remat_dist **d);
 
 #endif

@@ -2,7 +2,8 @@
 # layouts.sh: remat plan --ranks 2 against measured runs of its layouts.
 #
 # The search (--calibrate: this machine's layer times at one thread a rank,
-# a tensor rank's shard timed alone; links given) predicts a step of each
+# a tensor rank's shard timed alone; --link measured between the 2 ranks
+# by default, or given by LINK) predicts a step of each
 # layout of 2 ranks (every layout planned, --every-layout): the fastest
 # with t = 2 tensor ranks (with sequence parallelism and without), the
 # fastest with p = 2 pipeline stages and the fastest with d = 2 replicas.
@@ -24,15 +25,17 @@ cfg="4,256,8,1024,256"
 G=16
 T=128
 mem=1GiB
-link="tp=5,pp=5,dp=5" # GB/s, given: two ranks on one machine share its memory
+link=${LINK:-measured} # or given, in GB/s: LINK=tp=5,pp=5,dp=5
 common=(--config "$cfg" --seq $T --precision fp32 --threads 1)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
 echo "bench=layouts_machine cpu=\"$cpu\" cores=$(nproc) ranks=2 threads_per_rank=1 link=$link"
 
-"$remat" plan "${common[@]}" --ranks 2 --global-batch $G --mem $mem --link "$link" \
-  --calibrate 3 --every-layout --format json -o "$tmp/search.json" >/dev/null 2>"$tmp/search.err"
+mpirun --oversubscribe -np 2 "$remat" plan "${common[@]}" --ranks 2 --global-batch $G \
+  --mem $mem --link "$link" --calibrate 3 --every-layout --format json -o "$tmp/search.json" \
+  >/dev/null 2>"$tmp/search.err"
+sed -n 's/^links measured/bench=layouts_links measured/p' "$tmp/search.err"
 # the fastest row of each kind: "p2" (2 stages) and "d2" (2 replicas)
 python3 - "$tmp" <<'PY'
 import json, sys

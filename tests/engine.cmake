@@ -82,6 +82,8 @@ if(MPIRUN)
   # rounding; repeats, recompute and the guard backend bit for bit; planned
   # = measured = remat plan on every rank; refusals.
   remat_cli_test(tensor tensor.sh LABELS mpi TIMEOUT 300)
+  # remat plan --link measured: the links measured between mpirun's ranks.
+  remat_cli_test(links links.sh LABELS mpi TIMEOUT 300)
 else()
   message(STATUS "mpirun not found: the pipeline and data-parallel tests are not registered")
 endif()

@@ -93,6 +93,9 @@ int remat__replicas_layer_sums_part(remat_replicas *rp, int split, double *layer
                                     remat_error *err);
 int remat__replicas_update(remat_replicas *rp, remat_trainer *tr, float lr, float norm,
                            remat_error *err);
+/* The tensor group's sum (its fixed order) over every rank of d, in host
+ * memory (scratch: 2 ceil(n / size) floats), for timing the link. */
+int remat__tensor_sum_host(remat_dist *d, float *host, size_t n, float *scratch);
 /* ZeRO 3: the stage's whole tensors on replica 0 (*flat, malloc'd). */
 int remat__replicas_gather_stage(remat_replicas *rp, float **flat, remat_error *err);
 /* After the last micro-batch: the reduce-scatter still in flight lands. */

@@ -142,6 +142,17 @@ static void sum_host(remat_tensor_group *g, char *host, size_t q, char *s, MPI_D
   gather_host(g, host, ty);
 }
 
+int remat__tensor_sum_host(remat_dist *d, float *host, size_t n, float *scratch) {
+  int *chunks = remat__calloc(2 * (size_t)d->size, sizeof(int));
+  if (!chunks) return REMAT_ENOMEM;
+  remat_tensor_group g = {.d = d, .rank = d->rank, .size = d->size, .counts = chunks,
+                          .displs = chunks + d->size};
+  size_t q = set_chunks(&g, n);
+  sum_host(&g, (char *)host, q, (char *)scratch, MPI_FLOAT, sizeof(float));
+  remat__free(chunks);
+  return 0;
+}
+
 static void sum_typed(remat_tensor_group *g, void *buf, size_t n, void *scratch, MPI_Datatype ty,
                       size_t es) {
   size_t q = set_chunks(g, n);
