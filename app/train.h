@@ -52,6 +52,7 @@ typedef struct {
   double wait_s;      /* this rank's waiting, over the timed steps */
   double predicted_s; /* the plan's simulated iteration time, in seconds */
   double predicted_bubble;
+  double tensor_link; /* bytes/s of the tensor ranks' sum, measured (0: none) */
   int predicted_measured; /* predicted_s is from this machine's layer times */
   int predicted_kept;     /* and those were kept from an earlier run */
 } run_state;

@@ -52,6 +52,16 @@ void train_predict(run_state *r) {
   remat_cache_note note;
   double t0 = remat_now(), s, bubble;
   if (remat_job_agree(r->job, 0, &err)) return; /* start together */
+  if (o->d.tensor > 1) { /* the group's collectives, at their link as it is now */
+    int rc = remat_job_measure_tensor_link(r->job, &r->tensor_link, &err);
+    if ((rc = remat_job_agree(r->job, rc, &err))) {
+      printf("times   no prediction: %s\n", err.msg);
+      return;
+    }
+    printf("link    the tensor ranks' sum measured now at %.3g GB/s (a micro-batch's "
+           "activations; each rank's share of the bytes), counted in the prediction\n",
+           r->tensor_link / 1e9);
+  }
   if (remat_calibrate_cached(r->cfg, o->d.train.B, o->d.train.T, r->ranks, 0, o->measure_times,
                              &t, &note, &err) ||
       remat_job_predict_measured(r->job, &t, &s, &bubble, &err)) {
@@ -84,9 +94,8 @@ void train_show_predicted(const run_state *r, int64_t ran) {
     printf("time    step %.3f s measured, %.3f s predicted from this machine's layer times "
            "(%+.1f%%)%s%s\n", step, r->predicted_s, 100 * (r->predicted_s - step) / step,
            r->dp ? "; the replicas' communication is not counted" : "",
-           r->o->d.tensor > 1 ? "; a tensor rank's shard timed alone, its group's sums not "
-                                "counted"
-                              : "");
+           r->o->d.tensor > 1 ? "; a tensor rank's shard timed alone, its group's "
+                                "collectives at the link measured" : "");
   } else {
     step = r->timed_steps ? r->t_train / (double)r->timed_steps : r->wall;
     printf("time    predicted from this machine's layer times: %+.1f%% of the measured "

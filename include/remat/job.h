@@ -413,9 +413,17 @@ REMAT_API int remat_calibration_kept(const remat_config *cfg, int64_t B, int64_t
 /* A step of the job in seconds at t's layer times, and its bubble: one
  * process or a replica runs its micro-batches through every layer under
  * their policies and updates its weights (its shard under ZeRO 1 and up;
- * the replicas' communication is not counted); a pipeline's stages run
+ * the replicas' communication is not counted; a tensor group's
+ * collectives are, once remat_job_measure_tensor_link has measured their
+ * link); a pipeline's stages run
  * the schedule's simulation of the placement's layers, then the slowest
  * update. The job must be placed (remat_job_prepare). */
+/* The tensor ranks' link, measured now with the group's own sum of a
+ * micro-batch's activations (B T C floats) over the job's tensor ranks, in
+ * bytes a second as remat plan counts them (remat_dist_measure_links);
+ * the prediction then adds the group's collectives at it, as the planner
+ * does. Every rank calls it; *rate 0 without tensor ranks. */
+REMAT_API int remat_job_measure_tensor_link(remat_job *job, double *rate, remat_error *err);
 REMAT_API int remat_job_predict_measured(const remat_job *job, const remat_layer_times *t,
                                          double *seconds, double *bubble, remat_error *err);
 /* A GPT-2 problem (remat_plan_problem_from_model or _from_replicas: the

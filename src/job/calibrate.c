@@ -280,8 +280,41 @@ static double stage_params(const remat_config *cfg, int64_t n, int embed, int he
   return p;
 }
 
+int remat_job_measure_tensor_link(remat_job *job, double *rate, remat_error *err) {
+  *rate = 0;
+  if (!job->tensor) return 0;
+  size_t n = (size_t)(job->d.train.B * job->d.train.T * job->cfg.channels) * sizeof(float);
+  size_t bytes[3] = {n, n, n};
+  double rates[3];
+  int rc = remat_dist_measure_links(job->tensor, bytes, 10, rates, err);
+  if (!rc) *rate = job->tensor_link = rates[0];
+  return rc;
+}
+
+static int predict(const remat_job *job, const remat_layer_times *t, double *seconds,
+                   double *bubble, remat_error *err);
+
+/* The layer times with the tensor group's collectives at its measured
+ * link, as the planner adds them (remat_plan_problem_add_comm). */
 int remat_job_predict_measured(const remat_job *job, const remat_layer_times *t,
                                double *seconds, double *bubble, remat_error *err) {
+  if (!(job->tensor_link > 0)) return predict(job, t, seconds, bubble, err);
+  remat_tensor_comm c;
+  remat_tensor_comm_get(&job->cfg, job->d.train.B, job->d.train.T, &c);
+  double k = 1 / job->tensor_link;
+  remat_layer_times w = *t;
+  w.embed_fwd += k * c.embed_fwd;
+  w.embed_bwd += k * c.embed_bwd;
+  w.block_fwd += k * c.block_fwd;
+  w.block_bwd += k * c.block_bwd; /* in B: W sends nothing */
+  w.block_recompute += k * c.block_fwd;
+  w.head_fwd += k * c.head_fwd;
+  w.head_bwd += k * c.head_bwd;
+  return predict(job, &w, seconds, bubble, err);
+}
+
+static int predict(const remat_job *job, const remat_layer_times *t, double *seconds,
+                   double *bubble, remat_error *err) {
   const remat_placement *pl = &job->place;
   const remat_config *cfg = &job->cfg;
   const int64_t M = job->d.train.grad_accum, L = cfg->num_layers;

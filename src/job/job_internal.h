@@ -44,6 +44,8 @@ struct remat_job {
   remat_grid *grid; /* a grid: pipe and dp are its parts */
   remat_solo *solo; /* one process with a trace */
   remat_tensor_group *tg; /* tensor ranks */
+  remat_dist *tensor;     /* their ranks (a part of dist) */
+  double tensor_link;     /* their link, bytes/s as measured (0: not)*/
   size_t planned;
   /* a resume: the step directory, its step and its weights */
   char resume_dir[4096], resume_model[4096];

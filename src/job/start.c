@@ -318,6 +318,7 @@ static int make_runtime(remat_job *job, remat_error *err) {
     remat_dist *tensor, *outer;
     if ((rc = remat_dist_tensor_split(job->dist, job->d.tensor, &tensor, &outer, err)))
       return rc;
+    job->tensor = tensor;
     int64_t s = remat_dist_stage(outer);
     remat_stage st = remat_placement_stage(pl, s, remat_dist_replica(outer));
     if (pl->chunks > 1) { /* chunk 0, sized for the rank's largest chunk's workspace */

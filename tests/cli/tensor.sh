@@ -121,6 +121,12 @@ mpi 2 "$remat" train "${common[@]}" --dropout 0.1 --grad-accum 4 --tensor-parall
 mpi 2 "$remat" train "${common[@]}" --dropout 0.1 --grad-accum 2 --tensor-parallel 2 \
   --log alone2.jsonl --save alone2.bin >alone2.out 2>&1
 check "T=2 alone = T=2 x P=2, bit for bit (losses, norms)" same alone4.jsonl pp_gpt2-1f1b.jsonl
+# the prediction counts the group's collectives at the link measured now
+if grep -Eq "^link    the tensor ranks' sum measured now at [0-9.e+]+ GB/s" alone2.out &&
+   ! grep -q "^link .* at 0 GB/s" alone2.out &&
+   grep -q "^time .* predicted .*its group's collectives at the link measured" alone2.out; then
+  ok "a t=2 run measures its link and counts the group's collectives in its prediction"
+else bad "t=2 link and prediction: $(grep -E '^(link|time)' alone2.out)"; fi
 check "... and the saved model, byte for byte" cmp -s alone4.bin pp_gpt2-1f1b.bin
 check "T=2 alone = T=2 x D=2, bit for bit" same alone2.jsonl dp_gpt2.jsonl
 # the whole layout: T=2 x P=2 x D=2 on 8 ranks, each pipeline 2 micro-batches
