@@ -389,6 +389,17 @@ m = re.search(r"policy  (\d+) of 4 blocks recomputed", open(sys.argv[3]).read())
 sys.exit(0 if arenas == {stage["memory_bytes"]} and m and 0 < int(m.group(1)) < 4 else 1)
 PY
 else bad "sequence-parallel --mem against remat plan: $(head -c 300 sp_mem.out)"; fi
+# ZeRO 3 of tensor ranks: remat plan's rank bytes = every rank's arena
+"$remat" plan "${shape[@]}" --tensor-parallel 2 --data-parallel 2 --zero 3 --mem 1GiB --format json \
+  >z3_plan.json 2>z3_plan.err
+if python3 - zero3.jsonl z3_plan.json <<'PY'; then ok "ZeRO 3 of T=2 x D=2: remat plan's rank bytes = every rank's arena"
+import json, sys
+run = [json.loads(l) for l in open(sys.argv[1])][-1]
+plan = json.load(open(sys.argv[2]))
+arenas = set(run["rank_planned_peak_bytes"]) | set(run["rank_measured_peak_bytes"])
+sys.exit(0 if arenas == {plan["stages"][0]["memory_bytes"]} else 1)
+PY
+else bad "ZeRO 3 rank bytes against remat plan: $(head -c 300 z3_plan.err)"; fi
 expect_error "--sequence-parallel without tensor ranks refused" "give --tensor-parallel" \
   train "${shape[@]}" --sequence-parallel
 mpi 4 "$remat" train "${common[@]}" --seq 30 --tensor-parallel 4 --sequence-parallel \
