@@ -204,12 +204,14 @@ static void op_sum_f64(void *ctx, double *buf, size_t n, double *scratch) {
 
 static void op_max(void *ctx, float *buf, size_t n) {
   remat_tensor_group *g = ctx;
+  double t0 = remat__now();
   const int rw = REMAT_MAP_READ | REMAT_MAP_WRITE;
   REMAT_ASSERT(n <= (size_t)INT32_MAX);
   float *host = g->be->map(buf, n * sizeof(float), rw);
   check(g, MPI_Allreduce(MPI_IN_PLACE, host, (int)n, MPI_FLOAT, MPI_MAX, g->d->comm),
         "a tensor-parallel maximum");
   g->be->unmap(buf, host, n * sizeof(float), rw);
+  span(g, REMAT__EV_TENSOR_MAX, t0);
 }
 
 /* A replicas or pipeline runtime's ops under the group's (the norm is the
@@ -360,12 +362,13 @@ int remat_tensor_group_trace_start(remat_tensor_group *g, remat_dist *world, rem
                          "its pipeline or replicas, or give its one-process runtime");
   /* room for the collectives: per micro-batch at most 16 a block (its
    * forward, a recompute, its backward), and the embedding's and the
-   * head's, a few a chunk of its logits */
+   * head's, at most 8 a chunk of its logits (the loss's maximum and sums,
+   * the gathered input, the input gradient) */
   const remat_config *cfg = remat_model_config(g->m);
   const remat_train_opts *o = remat_trainer_opts(g->tr);
   int64_t nb = 0, N = o->B * o->T, k = cfg->head_chunk > 0 ? cfg->head_chunk : N;
   for (int64_t c = 0; c < g->nc; c++) nb += remat_model_stage(g->cm[c])->num_blocks;
-  size_t per = (size_t)(16 * nb + 16 + 4 * ((N + k - 1) / k));
+  size_t per = (size_t)(16 * nb + 16 + 8 * ((N + k - 1) / k));
   remat__trace_world(t, world->comm, g->size, (size_t)max_steps * (size_t)o->grad_accum * per);
   g->trace = t;
   if (g->pipe) return remat_pipeline_trace_start(g->pipe, max_steps, err);

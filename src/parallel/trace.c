@@ -30,6 +30,7 @@ static const char *const ev_names[REMAT__EV_COUNT] = {
     [REMAT__EV_TENSOR_SUM] = "tensor sum",
     [REMAT__EV_TENSOR_SCATTER] = "tensor reduce-scatter",
     [REMAT__EV_TENSOR_GATHER] = "tensor all-gather",
+    [REMAT__EV_TENSOR_MAX] = "tensor maximum",
 };
 static const char *const track_names[REMAT__TRACKS] = {
     [REMAT__TRACK_MAIN] = "compute",

@@ -428,6 +428,7 @@ for arg in sys.argv[1:]:
     if not (len(names) == int(ranks) and
             all("tensor rank %d" % (p % 2) in n for p, n in names.items()) and
             all((p, "tensor collectives") in tracks and spans[(p, want)] > 0 for p in names) and
+            any(spans[(p, "tensor maximum")] > 0 for p in names) and
             updates == {(p, s) for p in names for s in (1, 2, 3)}):
         sys.exit("%s: %s" % (path, sorted(spans.items())[:6]))
 PY
