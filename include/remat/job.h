@@ -419,7 +419,7 @@ REMAT_API int remat_calibration_kept(const remat_config *cfg, int64_t B, int64_t
  * the schedule's simulation of the placement's layers, then the slowest
  * update. The job must be placed (remat_job_prepare). */
 /* The tensor ranks' link, measured now with the group's own sum of a
- * micro-batch's activations (B T C floats) over the job's tensor ranks, in
+ * micro-batch's activations (B T C floats, at most 64 MiB) over the job's tensor ranks, in
  * bytes a second as remat plan counts them (remat_dist_measure_links);
  * the prediction then adds the group's collectives at it, as the planner
  * does. Every rank calls it; *rate 0 without tensor ranks. */

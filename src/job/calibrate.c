@@ -284,6 +284,7 @@ int remat_job_measure_tensor_link(remat_job *job, double *rate, remat_error *err
   *rate = 0;
   if (!job->tensor) return 0;
   size_t n = (size_t)(job->d.train.B * job->d.train.T * job->cfg.channels) * sizeof(float);
+  if (n > ((size_t)64 << 20)) n = (size_t)64 << 20; /* past it the rate is the link's */
   size_t bytes[3] = {n, n, n};
   double rates[3];
   int rc = remat_dist_measure_links(job->tensor, bytes, 10, rates, err);

@@ -461,8 +461,9 @@ static size_t whole_start(const remat_config *cfg, int i) {
 }
 
 /* A replica under ZeRO 3 holds its shard of each unit, unit after unit;
- * a tensor rank's (rank) units are its shard's, whose elements have their
- * places in the whole model. */
+ * full is the config's whole vector, or with rank >= 0 a tensor rank's
+ * units' elements go to their places in the whole model (without tensor
+ * parallelism). */
 static void shard_params_copy(const remat_config *cfg, const remat_stage *st, int64_t rank,
                               float *shards, float *full, int to_full) {
   int64_t units[4096 + 3], nu = remat_stage_units(cfg, st, units);
@@ -479,7 +480,7 @@ static void shard_params_copy(const remat_config *cfg, const remat_stage *st, in
                                                            : first + count;
       if (lo >= hi) continue;
       float *sh = at + (lo - first);
-      if (remat__tp(cfg) > 1) { /* the tensor rank's elements' places in the whole model */
+      if (rank >= 0 && remat__tp(cfg) > 1) { /* the rank's elements' places in the whole */
         shard_copy s = {sh, full + whole_start(cfg, seg[k].tensor), to_full};
         remat__tensor_range_runs(cfg, seg[k].tensor, rank,
                                  seg[k].offset - tensor_start(cfg, seg[k].tensor) + (lo - seg[k].at),
@@ -501,7 +502,7 @@ static int zero3(const remat_stage *st) { return st->replicas > 1 && st->zero >=
 void remat__stage_params_to_full(const remat_config *cfg, const remat_stage *st,
                                  const float *flat, float *full) {
   if (zero3(st))
-    shard_params_copy(cfg, st, 0, (float *)flat, full, 1);
+    shard_params_copy(cfg, st, -1, (float *)flat, full, 1);
   else
     stage_params_copy(cfg, st, (float *)flat, full, 1);
 }
@@ -511,7 +512,7 @@ void remat__stage_params_from_full(const remat_config *cfg, const remat_stage *s
   if (zero3(st)) {
     /* the padding past a unit's end */
     memset(flat, 0, remat__stage_num_params(cfg, st) * sizeof(float));
-    shard_params_copy(cfg, st, 0, flat, (float *)full, 0);
+    shard_params_copy(cfg, st, -1, flat, (float *)full, 0);
   } else {
     stage_params_copy(cfg, st, flat, (float *)full, 0);
   }

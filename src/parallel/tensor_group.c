@@ -444,8 +444,9 @@ static int gather_zero3(remat_tensor_group *g, float **zflat, remat_error *err) 
                                  "the parameters");
 }
 
-/* Rank 0 takes each rank's shard in turn (its own from the arena, the
- * others' through one buffer of a shard) and puts its runs in place. */
+/* A pipeline's (gather_world) or a group's (gather_group), after ZeRO 3's
+ * replicas have gathered each shard (zflat: its whole tensors, or NULL to
+ * read the arena's). */
 int remat_tensor_group_gather_params(remat_tensor_group *g, float *full, remat_error *err) {
   float *zflat;
   int rc = gather_zero3(g, &zflat, err);
@@ -454,6 +455,9 @@ int remat_tensor_group_gather_params(remat_tensor_group *g, float *full, remat_e
   return rc;
 }
 
+/* Rank 0 takes each rank's shard in turn (its own from the arena or
+ * zflat, the others' through one buffer of a shard) and puts its runs in
+ * place. */
 static int gather_group(remat_tensor_group *g, float *zflat, float *full, remat_error *err) {
   const remat_config *cfg = remat_model_config(g->m);
   remat_stage whole = *remat_model_stage(g->m);
