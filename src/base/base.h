@@ -104,4 +104,7 @@ extern int remat__crc32c_hw_used;
 /* Seconds on a monotonic clock. */
 double remat__now(void);
 
+/* v[0..n) in ascending order (timings: medians, quartiles). */
+void remat__sort_doubles(double *v, size_t n);
+
 #endif

@@ -1,5 +1,6 @@
 /* status.c: the version, error names and messages from REMAT_ERRNO_MAP,
- * error formatting, and the assertion handler. */
+ * error formatting, the assertion handler, and the clock and sort that
+ * timings take. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,6 +51,13 @@ int remat__mul_size(size_t a, size_t b, size_t *out) {
   *out = a * b;
   return 0;
 }
+
+static int cmp_double(const void *x, const void *y) {
+  double a = *(const double *)x, b = *(const double *)y;
+  return (a > b) - (a < b);
+}
+
+void remat__sort_doubles(double *v, size_t n) { qsort(v, n, sizeof *v, cmp_double); }
 
 double remat__now(void) {
   struct timespec ts;

@@ -24,11 +24,6 @@
 
 enum { FIELDS = 10 };
 
-static int cmp_double(const void *x, const void *y) {
-  double a = *(const double *)x, b = *(const double *)y;
-  return (a > b) - (a < b);
-}
-
 /* One round's figures (seconds per micro-batch) from the timers' change. */
 static void round_figures(const double *d, double f[FIELDS]) {
   f[0] = d[REMAT__T_EMBED_F];
@@ -129,7 +124,7 @@ static int calibrate_for(const remat_config *cfg, int64_t B, int64_t T, int roun
   double med[FIELDS], col[1000];
   for (int f = 0; f < FIELDS; f++) {
     for (int r = 0; r < rounds; r++) col[r] = all[(size_t)r * FIELDS + f];
-    qsort(col, (size_t)rounds, sizeof col[0], cmp_double);
+    remat__sort_doubles(col, (size_t)rounds);
     med[f] = col[rounds / 2];
   }
   remat__free(all);

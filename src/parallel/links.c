@@ -15,19 +15,13 @@
  * the ranks meet at a barrier before each timed one, so a late rank's
  * start is not counted as the link's. */
 #include <mpi.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "base/base.h"
 #include "parallel/parallel_internal.h"
 
-static int cmp_double(const void *x, const void *y) {
-  double a = *(const double *)x, b = *(const double *)y;
-  return (a > b) - (a < b);
-}
-
 static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  remat__sort_doubles(v, (size_t)n);
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 

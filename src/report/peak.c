@@ -87,11 +87,6 @@ static double time_product(const shape *s, const float *a, const float *b, float
   return remat__now() - t0;
 }
 
-static int cmp_double(const void *x, const void *y) {
-  double a = *(const double *)x, b = *(const double *)y;
-  return (a > b) - (a < b);
-}
-
 /* The largest operand of any shape in the list, in floats. */
 static size_t largest_operand(const shape *s, int n) {
   size_t most = 0;
@@ -262,7 +257,7 @@ int remat_measure_peak(remat_peak *p, const remat_config *cfg, int64_t B, int64_
 static void peak_summary(remat_peak *p, int shapes, double t0) {
   double sorted[REMAT_PEAK_TRIALS];
   memcpy(sorted, p->rate, (size_t)p->trials * sizeof(double));
-  qsort(sorted, (size_t)p->trials, sizeof(double), cmp_double);
+  remat__sort_doubles(sorted, (size_t)p->trials);
   p->best = sorted[p->trials - 1];
   p->median = sorted[p->trials / 2];
   p->flops = p->median > p->fastest_step ? p->median : p->fastest_step;
