@@ -159,6 +159,7 @@ static const char usage_text[] =
     "                                 rank's shard timed alone, with sequence\n"
     "                                 parallelism and without, its collectives at\n"
     "                                 --link tp); with --tensor-parallel, the shard's\n"
+    "                                 layers timed alone likewise\n"
     "  --head-chunk N|auto            with --config: the head's logits in chunks of N\n"
     "                                 tokens (remat train --head-chunk): the last\n"
     "                                 stage holds N x vocabulary logits (0: all of a\n"
