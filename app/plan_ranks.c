@@ -263,6 +263,20 @@ static int link_sizes(const plan_args *a, size_t bytes[3]) {
   return 0;
 }
 
+/* Which ranks a level spans, for the line that says the rates. */
+static void level_ranks(int size, int node, int l, char *out, size_t cap) {
+  int first, step, count;
+  remat_dist_link_ranks(size, node, l, &first, &step, &count);
+  if (l == 1)
+    snprintf(out, cap, "rank %d to rank %d", first, first + step);
+  else if (count == 2)
+    snprintf(out, cap, "ranks %d and %d", first, first + step);
+  else if (step == 1)
+    snprintf(out, cap, "ranks %d-%d", first, first + count - 1);
+  else
+    snprintf(out, cap, "ranks %d, %d, ..., %d", first, first + step, first + (count - 1) * step);
+}
+
 int plan_links_measure(plan_args *a, remat_dist **d) {
   remat_error err;
   size_t bytes[3];
@@ -271,22 +285,29 @@ int plan_links_measure(plan_args *a, remat_dist **d) {
   if (status) return status;
   if (remat_dist_create(d, NULL, NULL, &err))
     return cli_fail(CLI_EXIT_RUN, "--link measured: %s", err.msg);
-  int n = remat_dist_size(*d);
+  int n = remat_dist_size(*d), node = a->node > 0 && a->node < n ? (int)a->node : n;
   if (n < 2) /* every rank alike: each says it */
     return cli_fail(CLI_EXIT_USAGE, "--link measured times the links between mpirun's ranks: "
                     "start 2 or more (mpirun -np 2), not %d", n);
-  if (remat_dist_measure_links(*d, bytes, 20, rates, &err))
+  if (remat_dist_measure_links(*d, node, bytes, 20, rates, &err))
     return cli_fail(CLI_EXIT_RUN, "--link measured: %s", err.msg);
   double *level[3] = {&a->link_tp, &a->link_pp, &a->link_dp};
   for (int l = 0; l < 3; l++)
     if (!(*level[l] > 0)) *level[l] = rates[l];
   a->link_ranks = n;
-  if (remat_dist_rank(*d) == 0) /* beside the table (stdout), or before a file's text */
-    fprintf(a->fmt == REMAT_PLAN_FORMAT_TABLE ? stdout : stderr,
-            "links measured between %d ranks (median of 20): tensor sum %.3g GB/s (%zu-byte "
-            "messages), pipeline send %.3g GB/s (%zu), replicas %.3g GB/s (%zu)%s\n", n,
-            rates[0] / 1e9, bytes[0], rates[1] / 1e9, bytes[1], rates[2] / 1e9, bytes[2],
-            a->link_tp != rates[0] || a->link_pp != rates[1] || a->link_dp != rates[2]
-                ? "; a rate --link gives replaces its level's" : "");
+  if (remat_dist_rank(*d) != 0) return 0;
+  char span[3][64];
+  for (int l = 0; l < 3; l++) level_ranks(n, node, l, span[l], sizeof span[l]);
+  FILE *f = a->fmt == REMAT_PLAN_FORMAT_TABLE ? stdout : stderr; /* beside the table */
+  fprintf(f, "links measured between %d ranks, %d a node (--node-ranks; median of 20): ", n, node);
+  if (rates[0] > 0)
+    fprintf(f, "tensor sum %.3g GB/s (%s, %zu-byte messages), ", rates[0] / 1e9, span[0],
+            bytes[0]);
+  else
+    fprintf(f, "tensor not measured (a node of one rank), ");
+  fprintf(f, "pipeline send %.3g GB/s (%s, %zu), replicas %.3g GB/s (%s, %zu)%s\n",
+          rates[1] / 1e9, span[1], bytes[1], rates[2] / 1e9, span[2], bytes[2],
+          a->link_tp != rates[0] || a->link_pp != rates[1] || a->link_dp != rates[2]
+              ? "; a rate --link gives replaces its level's" : "");
   return 0;
 }

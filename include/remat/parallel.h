@@ -65,16 +65,24 @@ REMAT_API int remat_dist_gather_sizes(remat_dist *d, size_t value, size_t *all, 
 REMAT_API int remat_dist_first_error(remat_dist *d, int rc, remat_error *err, int *failed_rank);
 /* One 0/1 flag from every rank: 1 on every rank when all are 1. */
 REMAT_API int remat_dist_all_ok(remat_dist *d, int ok, int *all_ok);
-/* The links between d's ranks (2 or more), measured with the engine's own
- * collectives: rates[0] the tensor group's sum over every rank of
- * bytes[0], rates[1] a pipeline's send of bytes[1] from rank 0 to rank 1,
- * rates[2] the replicas' reduce-scatter and all-gather of bytes[2] over
- * every rank; in bytes a second as remat plan counts a link's bytes (a
- * rank's share, (n - 1) / n of a message over n ranks, of each gather or
+/* The links between d's ranks (2 or more; `node` of them a node, filled in
+ * rank order; 0: all on one), measured with the engine's own collectives
+ * over the ranks each level spans in a layout (remat_dist_link_ranks):
+ * rates[0] the tensor group's sum of bytes[0] over the first node's ranks
+ * (0 on nodes of one rank: no tensor link), rates[1] a pipeline's send of
+ * bytes[1] from rank 0 to the next node's first rank, rates[2] the
+ * replicas' reduce-scatter and all-gather of bytes[2] over one rank a
+ * node; in bytes a second as remat plan counts a link's bytes (a rank's
+ * share, (n - 1) / n of a message over n ranks, of each gather or
  * reduce-scatter; a send's whole message), each the median of reps rounds
- * of the slowest rank's seconds. Every rank calls it. */
-REMAT_API int remat_dist_measure_links(remat_dist *d, const size_t bytes[3], int reps,
+ * of the slowest rank's seconds, the same on every rank. Every rank calls
+ * it. */
+REMAT_API int remat_dist_measure_links(remat_dist *d, int node, const size_t bytes[3], int reps,
                                        double rates[3], remat_error *err);
+/* The ranks level l (0 tensor, 1 pipeline, 2 replicas) spans among size
+ * ranks of `node` a node: count ranks from first, step apart. */
+REMAT_API void remat_dist_link_ranks(int size, int node, int level, int *first, int *step,
+                                     int *count);
 
 /* The job's layout, one for every job: P pipeline stages x D replicas
  * (P D ranks; a pipeline alone is P x 1, replicas alone 1 x D). World rank

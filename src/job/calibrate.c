@@ -282,7 +282,7 @@ int remat_job_measure_tensor_link(remat_job *job, double *rate, remat_error *err
   if (n > ((size_t)64 << 20)) n = (size_t)64 << 20; /* past it the rate is the link's */
   size_t bytes[3] = {n, n, n};
   double rates[3];
-  int rc = remat_dist_measure_links(job->tensor, bytes, 10, rates, err);
+  int rc = remat_dist_measure_links(job->tensor, 0, bytes, 10, rates, err);
   if (!rc) *rate = job->tensor_link = rates[0];
   return rc;
 }
