@@ -1795,7 +1795,9 @@ int64_t remat__model_grad_sumsq_layers(const remat_model *cm, double *out) {
 }
 
 /* Unit u's sum of squares over the tensors a tensor rank holds a shard of
- * (split 1) or whole (split 0). */
+ * (split 1) or whole (split 0), chunk by chunk into out (the backend's
+ * memory, as remat__model_grad_chunk_sums writes): 256 chunks at a time
+ * added on the host, then written through a window. */
 int64_t remat__model_grad_chunk_sums_part(remat_model *m, int64_t u, size_t first, size_t count,
                                           int split, double *out) {
   const size_t Q = REMAT_SHARD_QUANTUM, nch = (count + Q - 1) / Q;
@@ -1804,19 +1806,26 @@ int64_t remat__model_grad_chunk_sums_part(remat_model *m, int64_t u, size_t firs
   remat__tensors(&m->cfg, t);
   remat_unit_segment seg[REMAT_UNIT_MAX_SEGMENTS];
   int n = remat_unit_segments(&m->cfg, u, seg);
-  for (size_t c = 0; c < nch; c++) out[c] = 0.0;
-  /* each chunk's runs of the part's tensors, in unit order */
-  for (int k = 0; k < n; k++) {
-    if ((t[seg[k].tensor].split != REMAT__SPLIT_NONE) != split) continue;
-    size_t lo = seg[k].at > first ? seg[k].at : first, end = seg[k].at + seg[k].count;
-    size_t hi = end < first + count ? end : first + count;
-    for (size_t i = lo, run; i < hi; i += run) {
-      size_t c = (i - first) / Q, stop = first + (c + 1) * Q < hi ? first + (c + 1) * Q : hi;
-      const float *g = remat__model_unit_at(m, REMAT_BUF_GRADS, u, i, &run);
-      REMAT_ASSERT(run >= stop - i);
-      run = stop - i;
-      out[c] += m->be->sumsq(g, run);
+  for (size_t c0 = 0; c0 < nch; c0 += 256) {
+    size_t nc = nch - c0 < 256 ? nch - c0 : 256, lo0 = first + c0 * Q;
+    size_t hi0 = lo0 + nc * Q < first + count ? lo0 + nc * Q : first + count;
+    double acc[256] = {0};
+    /* each chunk's runs of the part's tensors, in unit order */
+    for (int k = 0; k < n; k++) {
+      if ((t[seg[k].tensor].split != REMAT__SPLIT_NONE) != split) continue;
+      size_t lo = seg[k].at > lo0 ? seg[k].at : lo0, end = seg[k].at + seg[k].count;
+      size_t hi = end < hi0 ? end : hi0;
+      for (size_t i = lo, run; i < hi; i += run) {
+        size_t c = (i - lo0) / Q, stop = lo0 + (c + 1) * Q < hi ? lo0 + (c + 1) * Q : hi;
+        const float *g = remat__model_unit_at(m, REMAT_BUF_GRADS, u, i, &run);
+        REMAT_ASSERT(run >= stop - i);
+        run = stop - i;
+        acc[c] += m->be->sumsq(g, run);
+      }
     }
+    double *h = m->be->map(out + c0, nc * sizeof(double), REMAT_MAP_WRITE);
+    memcpy(h, acc, nc * sizeof(double));
+    m->be->unmap(out + c0, h, nc * sizeof(double), REMAT_MAP_WRITE);
   }
   return (int64_t)nch;
 }

@@ -225,6 +225,18 @@ check "T=2 recomputing every block gives the kept run's bits" same tp2_keep.json
 mpi 2 "$remat" train "${common[@]}" --tensor-parallel 2 --backend guard \
   --log guard.jsonl >guard.out 2>&1
 check "T=2 under the guard backend gives the CPU's bits" same tp2_keep.jsonl guard.jsonl
+# replicas sharding the norm's sums (ZeRO 2) and the parameters (3) of
+# sequence-parallel tensor ranks: the guard backend's bits are the CPU's,
+# and nothing but its operations touched its memory
+for z in 2 3; do
+  for b in cpu guard; do
+    mpi 4 "$remat" train "${common[@]}" --dropout 0.1 --tensor-parallel 2 --sequence-parallel \
+      --data-parallel 2 --zero $z --steps 3 --backend $b --save gz${z}_$b.bin \
+      >gz${z}_$b.out 2>&1
+  done
+  check "T=2 x D=2 under ZeRO $z (sequence-parallel): the guard backend saves the CPU's bytes" \
+    cmp -s gz${z}_cpu.bin gz${z}_guard.bin
+done
 
 # the planner's rank: the same blocks recomputed, its bytes the arena's
 mpi 2 "$remat" train "${common[@]}" --tensor-parallel 2 --mem 2.3MiB --log mem.jsonl >mem.out 2>&1
