@@ -161,7 +161,9 @@ static const char usage_text[] =
     "                                 rank's shard timed alone, with sequence\n"
     "                                 parallelism and without, its collectives at\n"
     "                                 --link tp); with --tensor-parallel, the shard's\n"
-    "                                 layers timed alone likewise\n"
+    "                                 layers timed alone likewise. Under mpirun, with\n"
+    "                                 --ranks or --tensor-parallel and no --link, the\n"
+    "                                 links are measured too (--link measured)\n"
     "  --head-chunk N|auto            with --config: the head's logits in chunks of N\n"
     "                                 tokens (remat train --head-chunk): the last\n"
     "                                 stage holds N x vocabulary logits (0: all of a\n"
@@ -386,6 +388,9 @@ static int parse_args(int argc, char **argv, plan_args *a) {
   };
   if (cli_parse_flags(argc, argv, flags, usage_text)) return -1;
   if (resolve_names(a)) return -1;
+  /* --calibrate under mpirun measures the links too, unless --link gives them */
+  if (a->calibrate && !a->link && (a->ranks || a->tp > 1) && remat_dist_launched())
+    a->link = "measured";
   if (check_tensor(a) || plan_ranks_check(a)) return -1;
   return check_combination(a);
 }

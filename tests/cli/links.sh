@@ -45,4 +45,9 @@ check "--link measured outside mpirun refused, saying how to start it" \
 mpi 1 "$remat" plan --config tiny --ranks 2 --global-batch 4 --seq 64 --mem 1GiB \
   --link measured --calibrate 1 >one.out 2>&1
 check "--link measured on one rank refused: it takes 2 or more" grep -q "start 2 or more" one.out
+# --calibrate under mpirun without --link: the links measured too
+mpi 2 "$remat" plan --config tiny --ranks 2 --global-batch 4 --seq 64 --mem 1GiB \
+  --precision fp32 --calibrate 1 --threads 1 >cal.out 2>&1
+check "--calibrate under mpirun without --link measures the links" \
+  grep -q "^links measured between 2 ranks" cal.out
 summary links
