@@ -483,8 +483,12 @@ static int load_problem(const plan_args *a, const remat_budgets *budgets, int64_
     return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
   remat_layer_times t;
   remat_cache_note kept;
-  if (a->calibrate) { /* this machine's layer times, not FLOP counts; kept */
-    if (remat_calibrate_cached(&cfg, a->B, a->T, 1, (int)a->calibrate, 1, &t, &kept, &err)) {
+  /* this machine's layer times, not FLOP counts; kept. After --ranks's
+   * search the kept ones: it has just measured them, and the plan below
+   * its table is the row's own */
+  if (a->calibrate) {
+    int again = !a->ranks;
+    if (remat_calibrate_cached(&cfg, a->B, a->T, 1, (int)a->calibrate, again, &t, &kept, &err)) {
       remat_plan_problem_free(pb);
       return cli_fail(CLI_EXIT_RUN, "calibrating: %s", err.msg);
     }

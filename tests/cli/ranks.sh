@@ -47,13 +47,16 @@ check "... then the fastest layout's plan" grep -q "^the fastest layout's plan:"
 # with and without sequence parallelism
 "$remat" plan --config tiny --ranks 2 --global-batch 2 --seq 64 --mem 1GiB --precision fp32 \
   --link tp=5,pp=5,dp=5 --calibrate 1 --threads 1 --format json >cal.json 2>cal.err
-check "--calibrate: seconds, t = 2 rows with and without sequence parallelism" python3 - <<'PY'
+check "--calibrate: seconds, t = 2 rows with and without sequence parallelism, the plan the fastest row's" python3 - <<'PY'
 import json, sys
 d = json.load(open("cal.json"))
 rows = d["layouts"]["rows"]
 t2 = [r["sequence_parallel"] for r in rows if r["tensor_parallel"] == 2]
+best = rows[0]
+own = d["simulated_time"] + best["replicas_time"] + best["pipeline_time"]
 sys.exit(not (rows and True in t2 and False in t2 and d["time_unit"] == "s"
-              and all(0 < r["time"] < 60 for r in rows)))
+              and all(0 < r["time"] < 60 for r in rows)
+              and abs(best["time"] - own) <= 1e-6 * own))  # the plan is the row's own
 PY
 # one layout of tensor ranks timed on this machine: its shard alone, its
 # collectives at the link's rate
