@@ -121,6 +121,18 @@ mpi 2 "$remat" train "${common[@]}" --dropout 0.1 --grad-accum 4 --tensor-parall
 mpi 2 "$remat" train "${common[@]}" --dropout 0.1 --grad-accum 2 --tensor-parallel 2 \
   --log alone2.jsonl --save alone2.bin >alone2.out 2>&1
 check "T=2 alone = T=2 x P=2, bit for bit (losses, norms)" same alone4.jsonl pp_gpt2-1f1b.jsonl
+# recompute per micro-batch (full@K: a block recomputed for the oldest K
+# micro-batches in flight) on tensor ranks: the kept run's bits
+mpi 4 "$remat" train "${common[@]}" --dropout 0.1 --grad-accum 4 --tensor-parallel 2 --stages 2 \
+  --schedule zb-h1 --layers 2,2 --ckpt-layers "full@1:0-1,middle:2,full@1:3" \
+  --log pp_slots.jsonl --save pp_slots.bin >pp_slots.out 2>&1
+check "T=2 x P=2 (zb-h1) recomputing per micro-batch = kept, byte for byte" \
+  cmp -s pp_gpt2-zbh1.bin pp_slots.bin
+check "... every rank's arena planned = measured" python3 -c '
+import json, sys
+x = [json.loads(l) for l in open("pp_slots.jsonl")][-1]
+sys.exit(not (len(x["rank_planned_peak_bytes"]) == 4 and
+              x["rank_planned_peak_bytes"] == x["rank_measured_peak_bytes"]))'
 # the prediction counts the group's collectives at the link measured now
 if grep -Eq "^link    the tensor ranks' sum measured now at [0-9.e+]+ GB/s" alone2.out &&
    ! grep -q "^link .* at 0 GB/s" alone2.out &&
