@@ -288,28 +288,6 @@ int remat_job_measure_tensor_link(remat_job *job, double *rate, remat_error *err
 }
 
 static int predict(const remat_job *job, const remat_layer_times *t, double *seconds,
-                   double *bubble, remat_error *err);
-
-/* The layer times with the tensor group's collectives at its measured
- * link, as the planner adds them (remat_plan_problem_add_comm). */
-int remat_job_predict_measured(const remat_job *job, const remat_layer_times *t,
-                               double *seconds, double *bubble, remat_error *err) {
-  if (!(job->tensor_link > 0)) return predict(job, t, seconds, bubble, err);
-  remat_tensor_comm c;
-  remat_tensor_comm_get(&job->cfg, job->d.train.B, job->d.train.T, &c);
-  double k = 1 / job->tensor_link;
-  remat_layer_times w = *t;
-  w.embed_fwd += k * c.embed_fwd;
-  w.embed_bwd += k * c.embed_bwd;
-  w.block_fwd += k * c.block_fwd;
-  w.block_bwd += k * c.block_bwd; /* in B: W sends nothing */
-  w.block_recompute += k * c.block_fwd;
-  w.head_fwd += k * c.head_fwd;
-  w.head_bwd += k * c.head_bwd;
-  return predict(job, &w, seconds, bubble, err);
-}
-
-static int predict(const remat_job *job, const remat_layer_times *t, double *seconds,
                    double *bubble, remat_error *err) {
   const remat_placement *pl = &job->place;
   const remat_config *cfg = &job->cfg;
@@ -359,4 +337,23 @@ static int predict(const remat_job *job, const remat_layer_times *t, double *sec
   *bubble = sim > 0 ? 1 - busy / ((double)p.num_stages * sim) : 0;
   remat_plan_free(&p);
   return 0;
+}
+
+/* The layer times with the tensor group's collectives at its measured
+ * link, as the planner adds them (remat_plan_problem_add_comm). */
+int remat_job_predict_measured(const remat_job *job, const remat_layer_times *t,
+                               double *seconds, double *bubble, remat_error *err) {
+  if (!(job->tensor_link > 0)) return predict(job, t, seconds, bubble, err);
+  remat_tensor_comm c;
+  remat_tensor_comm_get(&job->cfg, job->d.train.B, job->d.train.T, &c);
+  double k = 1 / job->tensor_link;
+  remat_layer_times w = *t;
+  w.embed_fwd += k * c.embed_fwd;
+  w.embed_bwd += k * c.embed_bwd;
+  w.block_fwd += k * c.block_fwd;
+  w.block_bwd += k * c.block_bwd; /* in B: W sends nothing */
+  w.block_recompute += k * c.block_fwd;
+  w.head_fwd += k * c.head_fwd;
+  w.head_bwd += k * c.head_bwd;
+  return predict(job, &w, seconds, bubble, err);
 }

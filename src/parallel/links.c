@@ -64,7 +64,7 @@ void remat_dist_link_ranks(int size, int node, int level, int *first, int *step,
   if (node < 1 || node > size) node = size;
   int nodes = (size + node - 1) / node;
   *first = 0;
-  *step = level == 0 ? 1 : level == 1 ? (nodes > 1 ? node : 1) : (nodes > 1 ? node : 1);
+  *step = level == 0 || nodes == 1 ? 1 : node; /* pipeline and replicas: across nodes */
   *count = level == 0 ? node : level == 1 ? 2 : nodes > 1 ? nodes : size;
 }
 
