@@ -520,6 +520,8 @@ static int train_loop(run_state *r) {
     if (isnan(r->first_loss)) r->first_loss = st->loss;
     r->last_loss = st->loss;
     if (timed) {
+      int64_t ring = (int64_t)(sizeof r->step_times / sizeof r->step_times[0]);
+      r->step_times[r->timed_steps % ring] = st->seconds;
       r->t_train += st->seconds;
       r->t_recompute += st->recompute_seconds;
       r->timed_steps++;

@@ -38,6 +38,9 @@ typedef struct {
   /* results */
   int64_t steps_done, timed_steps, start_step;
   double first_loss, last_loss, last_val, t_train, t_recompute, wall;
+  /* the last 4096 timed steps' seconds (a ring), for their median: the
+   * step the layer times predict */
+  double step_times[4096];
   int64_t val_step; /* the step of last_val */
   size_t measured;
   remat_pipeline *pipe;
@@ -75,6 +78,9 @@ void train_predict(run_state *r);
  * layer times that predicted a step far slower are scaled to this run and
  * kept (remat_calibration_scale). */
 void train_show_predicted(const run_state *r, int64_t ran);
+/* The median of the timed steps' seconds (the last 4096 of them); 0 with
+ * none. */
+double train_median_step(const run_state *r);
 /* Rank 0's bytes and every replica's communication time over the timed
  * steps, and how much of it overlapped; b (n bytes) is scratch. */
 void train_show_comm(const run_state *r, char *b, size_t n);

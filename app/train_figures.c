@@ -5,6 +5,8 @@
  * one. */
 #include <omp.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "cli.h"
 #include "remat.h"
@@ -86,20 +88,43 @@ void train_predict(run_state *r) {
   if (r->pipe) r->predicted_bubble = bubble;
 }
 
+static int by_value(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+double train_median_step(const run_state *r) {
+  int64_t ring = (int64_t)(sizeof r->step_times / sizeof r->step_times[0]);
+  int64_t n = r->timed_steps < ring ? r->timed_steps : ring;
+  if (n < 1) return 0;
+  double v[sizeof r->step_times / sizeof r->step_times[0]];
+  memcpy(v, r->step_times, (size_t)n * sizeof v[0]);
+  qsort(v, (size_t)n, sizeof v[0], by_value);
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* The layer times are the quiet rounds' (remat_calibrate), so they predict
+ * the median step; the mean beside it holds the pauses other work on the
+ * machine caused. */
 void train_show_predicted(const run_state *r, int64_t ran) {
   if (!r->predicted_measured || ran < 1) return;
-  double step;
+  double step = train_median_step(r), mean = r->timed_steps ? r->t_train / (double)r->timed_steps
+                                                            : r->wall / (double)ran;
+  char what[96] = "";
+  if (step > 0)
+    snprintf(what, sizeof what, " (the median of %lld steps; their mean %.3f s)",
+             (long long)r->timed_steps, mean);
+  else
+    step = r->pipe ? r->timed_steps ? mean : r->wall : mean;
   if (!r->pipe) {
-    step = r->timed_steps ? r->t_train / (double)r->timed_steps : r->wall / (double)ran;
-    printf("time    step %.3f s measured, %.3f s predicted from this machine's layer times "
-           "(%+.1f%%)%s%s\n", step, r->predicted_s, 100 * (r->predicted_s - step) / step,
+    printf("time    step %.3f s measured%s, %.3f s predicted from this machine's layer times "
+           "(%+.1f%%)%s%s\n", step, what, r->predicted_s, 100 * (r->predicted_s - step) / step,
            r->dp ? "; the replicas' communication is not counted" : "",
            r->o->d.tensor > 1 ? "; a tensor rank's shard timed alone, its group's "
                                 "collectives at the link measured" : "");
   } else {
-    step = r->timed_steps ? r->t_train / (double)r->timed_steps : r->wall;
     printf("time    predicted from this machine's layer times: %+.1f%% of the measured "
-           "iteration\n", 100 * (r->predicted_s - step) / step);
+           "iteration%s\n", 100 * (r->predicted_s - step) / step, what);
   }
   /* Kept times that predicted a step more than 15% slower than this run's
    * were measured while other work shared the machine: this run shows the

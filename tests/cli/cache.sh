@@ -27,7 +27,7 @@ grep -q "^peak    measured now in .* and kept in $peak_file" first.out && [[ -s 
   ok "first run: peak measured and kept in $peak_file" || bad "first run keeps the peak"
 grep -q "^times   this machine's layer times measured now .*and kept" first.out && [[ -s $layers_file ]] &&
   ok "first run: layer times measured and kept" || bad "first run keeps the layer times"
-grep -q "^time    step .* s measured, .* s predicted from this machine's layer times" first.out &&
+grep -q "^time    step [0-9.]* s measured (the median of 2 steps; their mean [0-9.]* s), [0-9.]* s predicted from this machine.s layer times" first.out &&
   ok "the summary predicts the step" || bad "no prediction in the summary"
 
 "$remat" "${R[@]}" >second.out 2>&1
