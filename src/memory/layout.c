@@ -394,6 +394,14 @@ size_t remat__decode_view(remat__decode_acts *d, void *base, const remat_config 
   return n;
 }
 
+int remat__stage_tied_borrowed(const remat_config *cfg, const remat_stage *st) {
+  /* not in bf16: its one-pass update writes the head's bf16 copy of the
+   * matrix with the matrix, which the lender updates */
+  return st->tied_borrowed && st->has_head && !st->has_embedding && remat__tied(cfg) &&
+         st->accumulate && st->replicas <= 1 && remat__tp(cfg) == 1 &&
+         cfg->precision == REMAT_PRECISION_FP32;
+}
+
 void remat__stage_param_sizes(const remat_config *cfg, const remat_stage *st,
                               size_t sizes[REMAT_P_COUNT]) {
   size_t sz[REMAT_P_COUNT];
@@ -404,7 +412,10 @@ void remat__stage_param_sizes(const remat_config *cfg, const remat_stage *st,
   for (int i = 0; i < REMAT_P_COUNT; i++) {
     switch (t[i].where) {
     case REMAT__IN_EMBEDDING: /* the tied matrix also on a stage with the head */
-      sizes[i] = st->has_embedding || (st->has_head && t[i].tied) ? sz[i] : 0;
+      sizes[i] = st->has_embedding ||
+                         (st->has_head && t[i].tied && !remat__stage_tied_borrowed(cfg, st))
+                     ? sz[i]
+                     : 0;
       break;
     case REMAT__IN_HEAD:
       sizes[i] = st->has_head ? sz[i] : 0;

@@ -326,7 +326,7 @@ int remat_stage_bytes_get(const remat_config *cfg, const remat_memory_model *mm,
     if (t > transient) transient = t;
   }
   if (st->has_head) {
-    state += st->has_embedding ? head_joint : h.state;
+    state += st->has_embedding || remat__stage_tied_borrowed(cfg, st) ? head_joint : h.state;
     slot += h.kept;
     if (h.work + h.grad > transient) transient = h.work + h.grad;
   }
@@ -459,7 +459,7 @@ static size_t lay_out_slots(remat_memplan *mp, const remat_stage *st) {
 static int lay_out_regions(remat_memplan *mp, const remat_config *cfg, const remat_stage *st,
                            size_t slots, remat_error *err) {
   const remat_memory_model *mm = &mp->mm;
-  int joint = st->has_embedding && st->has_head;
+  int joint = st->has_head && (st->has_embedding || remat__stage_tied_borrowed(cfg, st));
   size_t tied = joint && st->accumulate ? mm->tied_grad_bytes : 0;
   size_t send = st->has_head ? 0 : mm->boundary_bytes;
   size_t bf16 = (size_t)st->num_blocks * mm->block_bf16_bytes +

@@ -97,7 +97,9 @@ int64_t remat_stage_units(const remat_config *cfg, const remat_stage *st, int64_
   if (st->has_embedding) out[n++] = 0;
   for (int64_t i = 0; i < st->num_blocks; i++) out[n++] = 1 + st->first_block + i;
   if (st->has_head) out[n++] = L + 1;
-  if (st->has_head && !st->has_embedding && remat__tied(cfg)) out[n++] = L + 2;
+  if (st->has_head && !st->has_embedding && remat__tied(cfg) &&
+      !remat__stage_tied_borrowed(cfg, st))
+    out[n++] = L + 2;
   return n;
 }
 

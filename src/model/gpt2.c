@@ -179,6 +179,13 @@ int remat__model_allocate(remat_model *m, remat_error *err) {
   return 0;
 }
 
+void remat__model_borrow_tied(remat_model *m, const remat_model *lender) {
+  REMAT_ASSERT(m->arena && lender->arena && remat__stage_tied_borrowed(&m->cfg, &m->stage) &&
+               lender->stage.has_embedding && m->tied_grad && lender->p[REMAT_P_WTE]);
+  m->p[REMAT_P_WTE] = lender->p[REMAT_P_WTE];
+  m->bf16_stale = 1;
+}
+
 void remat__model_borrow_workspace(remat_model *m, const remat_model *lender) {
   REMAT_ASSERT(m->arena && lender->arena && m->stage.work_borrowed &&
                !lender->stage.work_borrowed && lender->work_bytes >= m->stage.work_min &&
@@ -379,7 +386,8 @@ float *remat__model_unit_at(remat_model *m, int buf, int64_t u, size_t i, size_t
   int64_t L = m->cfg.num_layers;
   /* unit L + 2 is the tied gradient beside the embedding, or a lone head's
    * copy of the tied matrix (every buffer) */
-  int alone = m->stage.has_head && !m->stage.has_embedding;
+  int alone = m->stage.has_head && !m->stage.has_embedding &&
+              !remat__stage_tied_borrowed(&m->cfg, &m->stage);
   REMAT_ASSERT(u >= 0 && u < L + 3 && (buf != REMAT_BUF_TIED_GRAD || u == L + 2) &&
                (u != L + 2 || buf == REMAT_BUF_TIED_GRAD || alone));
   float *base = buf_base(m, buf);
@@ -1740,8 +1748,19 @@ static void add_tied(remat_model *m, size_t first, size_t count) {
   }
 }
 
+void remat__model_add_tied(remat_model *emb, remat_model *head) {
+  REMAT_ASSERT(emb->stage.has_embedding && head->stage.has_head);
+  int borrowed = remat__stage_tied_borrowed(&head->cfg, &head->stage);
+  size_t n = emb->sz[REMAT_P_WTE];
+  float *ge = remat__model_tensor_grad(emb, REMAT_P_WTE),
+        *gh = borrowed ? head->tied_grad : remat__model_tensor_grad(head, REMAT_P_WTE);
+  emb->be->add(ge, gh, n, 1, 0); /* embedding + head */
+  if (!borrowed) emb->be->copy(gh, ge, n * sizeof(float)); /* the head's copy alike */
+}
+
 void remat_model_sum_tied(remat_model *m) {
-  if (!m->tied_grad || m->tied_summed) return;
+  /* a head that borrows the matrix: its lender adds the two (remat__model_add_tied) */
+  if (!m->tied_grad || m->tied_summed || !m->stage.has_embedding) return;
   m->tied_summed = 1;
   size_t first = 0, count = m->sz[REMAT_P_WTE];
   if (m->D > 1) { /* a replica: the elements it owns */

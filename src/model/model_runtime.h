@@ -22,6 +22,15 @@ int remat__model_plan_on(remat_model **out, const remat_config *cfg, int64_t B, 
 /* A chunk that borrows its rank's workspace (remat_stage.work_borrowed):
  * points its workspace at the lender's, once both are allocated. */
 void remat__model_borrow_workspace(remat_model *m, const remat_model *lender);
+/* A head chunk that reads its rank's embedding chunk's tied matrix
+ * (remat_stage.tied_borrowed): points its view at the lender's, once both
+ * are allocated. */
+void remat__model_borrow_tied(remat_model *m, const remat_model *lender);
+/* One rank's embedding and head chunks (zbv's first rank), after the
+ * backwards: the embedding's gradient of the tied matrix plus the head's
+ * (embedding + head, as one process adds them); a head with its own copy
+ * of the matrix takes the sum too. */
+void remat__model_add_tied(remat_model *emb, remat_model *head);
 /* The backend the model holds. */
 const remat__backend *remat__model_backend(const remat_model *m);
 

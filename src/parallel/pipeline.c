@@ -398,13 +398,7 @@ static int exchange_tied(void *ctx, remat_trainer *tr, remat_error *err) {
   int c = pl->emb_chunk >= 0 ? pl->emb_chunk : pl->head_chunk;
   if (!remat__tied(remat_model_config(pl->m))) { /* an untied head: nothing to exchange */
   } else if (pl->emb_chunk >= 0 && pl->head_chunk >= 0) { /* zbv: both sums here */
-    size_t n;
-    remat__model_tensor(pl->cm[pl->emb_chunk], REMAT_P_WTE, &n);
-    float *ge = remat__model_tensor_grad(pl->cm[pl->emb_chunk], REMAT_P_WTE);
-    float *gh = remat__model_tensor_grad(pl->cm[pl->head_chunk], REMAT_P_WTE);
-    const remat__backend *be = remat__model_backend(pl->m);
-    be->add(ge, gh, n, 1, 0); /* embedding + head */
-    be->copy(gh, ge, n * sizeof(float));
+    remat__model_add_tied(pl->cm[pl->emb_chunk], pl->cm[pl->head_chunk]);
   } else if (c >= 0) {
     size_t n;
     remat__model_tensor(pl->cm[c], REMAT_P_WTE, &n);
@@ -652,6 +646,9 @@ int remat_pipeline_allocate(remat_pipeline *pl, remat_error *err) {
     int rc = remat__model_allocate(pl->cm[c], err);
     if (rc) return rc;
     remat__model_borrow_workspace(pl->cm[c], pl->m);
+    /* zbv's first rank: the head reads the embedding's (chunk 0's) tied matrix */
+    if (remat__stage_tied_borrowed(remat_model_config(pl->m), remat_model_stage(pl->cm[c])))
+      remat__model_borrow_tied(pl->cm[c], pl->m);
   }
   return 0;
 }

@@ -92,7 +92,13 @@ remat_stage remat_placement_chunk(const remat_placement *pl, int64_t s, int64_t 
                        .full_slots = pl->full_slots + pl->first_block[vs],
                        .inflight = n[vs] > 0 ? n[vs] : 1, .wdeferred = kw[vs],
                        .has_embedding = vs == 0, .has_head = vs == P * v - 1,
-                       .accumulate = M > 1, .work_borrowed = c > 0};
+                       .accumulate = M > 1, .work_borrowed = c > 0,
+                       /* zbv's first rank: the head's chunk reads the
+                        * embedding chunk's tied matrix (where it can:
+                        * remat_stage.tied_borrowed) */
+                       .tied_borrowed = vs == P * v - 1 && c > 0 &&
+                                        remat_schedule_virtual_stage(pl->schedule, P, s, 0) == 0 &&
+                                        pl->replicas <= 1};
 }
 
 remat_stage remat_placement_stage(const remat_placement *pl, int64_t s, int64_t replica) {

@@ -289,6 +289,9 @@ int remat__plan_inst_build(const remat_plan_problem *pb, remat__plan_inst *in, r
   in->ms = in->per_mb ? in->m : 1;
   in->q = ldexp(1.0, e) / (double)in->ms;
   expand_layers(in, pb, e);
+  const remat_schedule_info *row = remat_schedule_get(pb->schedule);
+  if (pb->v_last_state_bytes && row && row->layout == REMAT_LAYOUT_V)
+    in->w[L - 1] = (int64_t)pb->v_last_state_bytes; /* beside the first layer */
   if ((rc = work_tree(in))) goto fail;
   prefix_sums(in);
   candidate_runs(in);

@@ -13,6 +13,7 @@
 
 #include "base/base.h"
 #include "config/family.h"
+#include "memory/layout.h"
 #include "plan/plan.h"
 
 /* ------------------------------------------------------------ names
@@ -227,6 +228,9 @@ int remat_plan_problem_check(const remat_plan_problem *pb, remat_error *err) {
   if (pb->boundary_bytes > REMAT_PLAN_MAX_BYTES)
     return remat__errorf(err, REMAT_ERANGE, "boundary_bytes %zu is above the limit of 2^60 bytes",
                          pb->boundary_bytes);
+  if (pb->v_last_state_bytes > REMAT_PLAN_MAX_BYTES)
+    return remat__errorf(err, REMAT_ERANGE, "v_last_state_bytes %zu is above the limit of 2^60 "
+                         "bytes", pb->v_last_state_bytes);
   int64_t L = 0;
   int rc;
   for (int64_t g = 0; g < pb->num_groups; g++) {
@@ -842,6 +846,15 @@ static void describe(char *buf, size_t cap, const remat_config *cfg, int64_t B, 
   }
 }
 
+/* zbv's first rank: the head's state beside the embedding, where its
+ * chunk reads the embedding's tied matrix (the runtime's rule,
+ * remat__stage_tied_borrowed); 0 where it keeps a copy. */
+static size_t v_last_state(const remat_config *cfg, const remat_memory_model *mm, int64_t M,
+                           int64_t D) {
+  remat_stage head = {.has_head = 1, .accumulate = M > 1, .replicas = D, .tied_borrowed = 1};
+  return remat__stage_tied_borrowed(cfg, &head) ? mm->head_joint_state : 0;
+}
+
 int remat_plan_problem_from_replicas(remat_plan_problem *pb, const remat_config *cfg, int64_t B,
                                      int64_t T, int64_t stages, int64_t microbatches,
                                      int64_t replicas, int zero, size_t memory,
@@ -866,8 +879,7 @@ int remat_plan_problem_from_replicas(remat_plan_problem *pb, const remat_config 
     mm.layer[REMAT_LAYER_HEAD].state = rb.head_alone_state;
     mm.head_joint_state = rb.head_joint_state;
   }
-  /* gradients computed apart, then added: several micro-batches per step,
-   * or replicas */
+  /* gradients computed apart, then added (several micro-batches, or replicas) */
   int apart = microbatches > 1 || replicas > 1;
   if ((rc = remat_plan_problem_init(pb, stages, 3, err))) return rc;
   pb->microbatches = microbatches;
@@ -923,6 +935,7 @@ int remat_plan_problem_from_replicas(remat_plan_problem *pb, const remat_config 
   blk->wgrad_bytes = mm.block_wrec_bytes; /* its W record (remat_stage.wdeferred) */
   pb->stage_bytes = mm.stage_bytes + rb.comm;
   pb->boundary_bytes = mm.boundary_bytes;
+  pb->v_last_state_bytes = v_last_state(cfg, &mm, microbatches, replicas);
   snprintf(pb->time_unit, sizeof pb->time_unit, "GFLOP");
   snprintf(pb->job.family, sizeof pb->job.family, "%s", remat_family_name((int)cfg->family));
   pb->job.micro_batch = B;
