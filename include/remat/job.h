@@ -377,22 +377,20 @@ typedef struct remat_layer_times {
   /* the rest of a step, per parameter: the gradients' zeroing and norm,
    * the update, the refresh of bf16 copies */
   double update_per_param;
-  int rounds; /* the lower quartiles of this many measured rounds */
+  int rounds; /* the medians of this many measured rounds */
 } remat_layer_times;
 
 /* Builds a three-block model of cfg's width (a block kept, one middle, one
  * recomputed; cfg's precision) and times `rounds` steps of one
  * micro-batch of B x T, its backward in B and W, after one to warm up;
- * each figure is its lower quartile over the rounds (the quiet rounds':
- * other work on the machine slows rounds in bursts and never speeds one).
- * Allocates the model's arena
+ * each figure is its median over the rounds. Allocates the model's arena
  * for the time it runs. */
 REMAT_API int remat_calibrate(const remat_config *cfg, int64_t B, int64_t T, int rounds,
                               remat_layer_times *t, remat_error *err);
 /* remat_calibrate's figures for cfg at B x T from the machine cache (kind
  * "layers", beside the peak's: remat_cache_open) when it holds them and
  * again is 0, else measured over `rounds` rounds (0: a quick calibration,
- * 3 rounds and more while under 1.5 seconds) and kept; *note says
+ * 3 rounds and more while under half a second) and kept; *note says
  * which. The figures do not depend on cfg's layer count. ranks: the
  * processes of a job that compute at once on this machine, each running
  * this call at the same time (their contention is part of the times; it is

@@ -121,17 +121,11 @@ static int calibrate_for(const remat_config *cfg, int64_t B, int64_t T, int roun
     f[9] = wall > timed ? (wall - timed) / params : 0;
   }
   remat_model_destroy(m);
-  /* each figure's lower quartile over the rounds: other work on the host
-   * (two threads wait for each other, so a pause of either CPU stops both)
-   * slows rounds in bursts of a second or so and never speeds one, and a
-   * median over half a second caught a whole burst now and then (+20% to
-   * +70% on a 2-CPU virtual machine); the quiet rounds are the layers'
-   * own speed */
   double med[FIELDS], col[1000];
   for (int f = 0; f < FIELDS; f++) {
     for (int r = 0; r < rounds; r++) col[r] = all[(size_t)r * FIELDS + f];
     remat__sort_doubles(col, (size_t)rounds);
-    med[f] = col[rounds / 4];
+    med[f] = col[rounds / 2];
   }
   remat__free(all);
   *t = (remat_layer_times){.embed_fwd = med[0], .embed_bwd = med[1], .block_fwd = med[2],
@@ -244,10 +238,9 @@ int remat_calibrate_cached(const remat_config *cfg, int64_t B, int64_t T, int ra
   int found = kept_times(cfg, B, T, ranks, &c, key, t, note, &why);
   if (found == REMAT_CACHE_HIT && !again) return 0;
   if (again) found = REMAT_CACHE_MISS;
-  /* quick: at least 3 rounds, more while under a second and a half (long
-   * enough that a burst of other work leaves quiet rounds in it) */
+  /* quick: at least 3 rounds, more while under half a second */
   int rc = rounds > 0 ? remat_calibrate(cfg, B, T, rounds, t, err)
-                      : calibrate_for(cfg, B, T, 3, 1.5, t, err);
+                      : calibrate_for(cfg, B, T, 3, 0.5, t, err);
   if (rc) return rc;
   const double fig[KEPT] = {t->embed_fwd, t->embed_bwd, t->block_fwd, t->block_bwd,
                             t->block_wgrad, t->block_recompute, t->block_middle, t->head_fwd,
