@@ -169,6 +169,41 @@ static void test_stages(const remat_config *cfg) {
 
 }
 
+/* zbv's head chunk beside the embedding's (remat_stage.tied_borrowed):
+ * holds the head's joint state in place of its copy of the tied matrix,
+ * its gradient and moments, and lays out a tied-gradient region; inert
+ * with one micro-batch, replicas, tensor ranks, bf16 or the embedding. */
+static void test_tied_borrowed(const remat_config *cfg) {
+  remat_error err;
+  remat_memory_model mm;
+  CHECK(remat_memory_model_get(cfg, 2, 32, &mm, &err) == 0);
+  remat_stage alone = {.first_block = 10, .num_blocks = 2, .inflight = 2, .has_head = 1,
+                       .accumulate = 1};
+  remat_stage lent = alone;
+  lent.tied_borrowed = 1;
+  CHECK(remat__stage_tied_borrowed(cfg, &lent) && !remat__stage_tied_borrowed(cfg, &alone));
+  remat_stage_bytes a, b;
+  CHECK(remat_stage_bytes_get(cfg, &mm, &alone, &a, &err) == 0);
+  CHECK(remat_stage_bytes_get(cfg, &mm, &lent, &b, &err) == 0);
+  CHECK(a.state - b.state == mm.layer[REMAT_LAYER_HEAD].state - mm.head_joint_state);
+  CHECK(a.activations == b.activations && a.workspace == b.workspace);
+  remat_memplan *mp;
+  CHECK(remat_memplan_create_stage(&mp, cfg, 2, 32, &lent, &err) == 0);
+  check_layout(mp);
+  CHECK(remat_memplan_buf(mp, REMAT_BUF_TIED_GRAD).bytes == mm.tied_grad_bytes);
+  CHECK(mp->peak_bytes == b.total);
+  remat_memplan_destroy(mp);
+  remat_stage inert[4] = {lent, lent, lent, lent};
+  inert[0].accumulate = 0;
+  inert[1].replicas = 2;
+  inert[2].has_embedding = 1;
+  remat_config bf = *cfg, tp = *cfg;
+  bf.precision = REMAT_PRECISION_BF16;
+  tp.tensor_parallel = 2;
+  for (int i = 0; i < 3; i++) CHECK(!remat__stage_tied_borrowed(cfg, &inert[i]));
+  CHECK(!remat__stage_tied_borrowed(&bf, &inert[3]) && !remat__stage_tied_borrowed(&tp, &inert[3]));
+}
+
 /* Bad shapes and sizes fail with a message, never a crash. */
 static void test_bad_shapes(void) {
   remat_error err;
@@ -211,6 +246,7 @@ int main(void) {
   test_recompute_counts(&cfg);
   test_middle_counts(&cfg);
   test_stages(&cfg);
+  test_tied_borrowed(&cfg);
   test_bad_shapes();
   test_sizes();
   return test_summary("memplan");
