@@ -398,8 +398,7 @@ int remat__stage_tied_borrowed(const remat_config *cfg, const remat_stage *st) {
   /* not in bf16: its one-pass update writes the head's bf16 copy of the
    * matrix with the matrix, which the lender updates */
   return st->tied_borrowed && st->has_head && !st->has_embedding && remat__tied(cfg) &&
-         st->accumulate && st->replicas <= 1 && remat__tp(cfg) == 1 &&
-         cfg->precision == REMAT_PRECISION_FP32;
+         st->accumulate && st->replicas <= 1 && cfg->precision == REMAT_PRECISION_FP32;
 }
 
 void remat__stage_param_sizes(const remat_config *cfg, const remat_stage *st,

@@ -156,7 +156,7 @@ void remat__param_views(const remat_config *cfg, float *base, float *views[REMAT
  * their sizes 0. */
 /* Whether st's head reads another chunk's tied matrix (remat_stage.
  * tied_borrowed, where it takes effect: a head without the embedding, a
- * tied matrix, micro-batches added up, no replicas, no tensor ranks, fp32). */
+ * tied matrix, micro-batches added up, no replicas, fp32). */
 int remat__stage_tied_borrowed(const remat_config *cfg, const remat_stage *st);
 void remat__stage_param_sizes(const remat_config *cfg, const remat_stage *st,
                               size_t sizes[REMAT_P_COUNT]);
