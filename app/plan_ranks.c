@@ -277,6 +277,28 @@ static void level_ranks(int size, int node, int l, char *out, size_t cap) {
     snprintf(out, cap, "ranks %d, %d, ..., %d", first, first + step, first + (count - 1) * step);
 }
 
+/* The ranks a node as mpirun placed them (every rank the same), or one line
+ * where they do not fill their nodes in rank order, as the layouts take
+ * them. */
+static int placed_nodes(remat_dist *d, int *node) {
+  remat_error err;
+  int n = remat_dist_size(d), *of = calloc((size_t)n, sizeof *of);
+  if (!of) return cli_fail(CLI_EXIT_RUN, "--link measured: out of memory");
+  int rc = remat_dist_node_of(d, of, &err), k = rc ? 0 : remat_nodes_in_order(of, n);
+  int at = 1; /* the first rank out of order */
+  while (!rc && !k && at < n - 1 && remat_nodes_in_order(of, at + 1)) at++;
+  int seen = rc || k ? 0 : of[at];
+  free(of);
+  if (rc) return cli_fail(CLI_EXIT_RUN, "--link measured: %s", err.msg);
+  if (!k)
+    return cli_fail(CLI_EXIT_USAGE, "--link measured: the ranks do not fill their nodes in rank "
+                    "order (rank %d is on node %d), and the layouts put tensor ranks on "
+                    "consecutive ranks of a node: start mpirun with --map-by slot, or give "
+                    "--node-ranks", at, seen);
+  *node = k;
+  return 0;
+}
+
 int plan_links_measure(plan_args *a, remat_dist **d) {
   remat_error err;
   size_t bytes[3];
@@ -289,6 +311,7 @@ int plan_links_measure(plan_args *a, remat_dist **d) {
   if (n < 2) /* every rank alike: each says it */
     return cli_fail(CLI_EXIT_USAGE, "--link measured times the links between mpirun's ranks: "
                     "start 2 or more (mpirun -np 2), not %d", n);
+  if (!a->node && (status = placed_nodes(*d, &node))) return status;
   if (remat_dist_measure_links(*d, node, bytes, 20, rates, &err))
     return cli_fail(CLI_EXIT_RUN, "--link measured: %s", err.msg);
   double *level[3] = {&a->link_tp, &a->link_pp, &a->link_dp};
@@ -299,7 +322,8 @@ int plan_links_measure(plan_args *a, remat_dist **d) {
   char span[3][64];
   for (int l = 0; l < 3; l++) level_ranks(n, node, l, span[l], sizeof span[l]);
   FILE *f = a->fmt == REMAT_PLAN_FORMAT_TABLE ? stdout : stderr; /* beside the table */
-  fprintf(f, "links measured between %d ranks, %d a node (--node-ranks; median of 20): ", n, node);
+  fprintf(f, "links measured between %d ranks, %d a node (%s; median of 20): ", n, node,
+          a->node ? "--node-ranks" : "as mpirun placed them");
   if (rates[0] > 0)
     fprintf(f, "tensor sum %.3g GB/s (%s, %zu-byte messages), ", rates[0] / 1e9, span[0],
             bytes[0]);

@@ -55,6 +55,11 @@ void train_predict(run_state *r) {
   double t0 = remat_now(), s, bubble;
   if (remat_job_agree(r->job, 0, &err)) return; /* start together */
   if (o->d.tensor > 1) { /* the group's collectives, at their link as it is now */
+    int nodes = 1;
+    if (!remat_job_tensor_nodes(r->job, &nodes, &err) && nodes > 1)
+      printf("warning this rank's tensor group sits on %d nodes, so its sums cross between "
+             "them (remat plan puts a group on one node's consecutive ranks): start mpirun "
+             "with --map-by slot\n", nodes);
     int rc = remat_job_measure_tensor_link(r->job, &r->tensor_link, &err);
     if ((rc = remat_job_agree(r->job, rc, &err))) {
       printf("times   no prediction: %s\n", err.msg);

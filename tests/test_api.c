@@ -169,6 +169,16 @@ static void test_sample(void) {
 
 /* A one-process job places every block on one stage, each with the
  * policy the description asked for. */
+/* Ranks fill nodes in rank order, K a node, or they do not. */
+static void test_nodes_in_order(void) {
+  const int one[4] = {0, 0, 0, 0}, two[4] = {0, 0, 1, 1}, last[5] = {0, 0, 1, 1, 2},
+            round_robin[4] = {0, 1, 0, 1}, uneven[4] = {0, 1, 1, 1};
+  CHECK(remat_nodes_in_order(one, 4) == 4 && remat_nodes_in_order(two, 4) == 2);
+  CHECK(remat_nodes_in_order(last, 5) == 2 && remat_nodes_in_order(one, 1) == 1);
+  CHECK(remat_nodes_in_order(round_robin, 4) == 0 && remat_nodes_in_order(uneven, 4) == 0);
+  CHECK(remat_nodes_in_order(one, 0) == 0);
+}
+
 static void test_job_placement(void) {
   remat_job_desc d;
   remat_job_desc_default(&d);
@@ -273,6 +283,7 @@ int main(void) {
   test_policy_list();
   test_sample();
   test_job_placement();
+  test_nodes_in_order();
   test_job_run();
   return test_summary("test_api");
 }

@@ -424,6 +424,10 @@ REMAT_API int remat_calibration_kept(const remat_config *cfg, int64_t B, int64_t
  * the prediction then adds the group's collectives at it, as the planner
  * does. Every rank calls it; *rate 0 without tensor ranks. */
 REMAT_API int remat_job_measure_tensor_link(remat_job *job, double *rate, remat_error *err);
+/* The nodes (remat_dist_node_of) this rank's tensor group spans: 1 where
+ * they share one, as the layouts place them; 1 without tensor ranks. Every
+ * rank calls it. */
+REMAT_API int remat_job_tensor_nodes(remat_job *job, int *nodes, remat_error *err);
 REMAT_API int remat_job_predict_measured(const remat_job *job, const remat_layer_times *t,
                                          double *seconds, double *bubble, remat_error *err);
 /* A GPT-2 problem (remat_plan_problem_from_model or _from_replicas: the

@@ -79,6 +79,14 @@ REMAT_API int remat_dist_all_ok(remat_dist *d, int ok, int *all_ok);
  * it. */
 REMAT_API int remat_dist_measure_links(remat_dist *d, int node, const size_t bytes[3], int reps,
                                        double rates[3], remat_error *err);
+/* Each of d's ranks' node (node_of, d's size entries on every rank): the
+ * shared-memory domain MPI puts it in, numbered in the order of the nodes'
+ * lowest ranks. Every rank calls it. */
+REMAT_API int remat_dist_node_of(remat_dist *d, int *node_of, remat_error *err);
+/* K when n ranks fill their nodes in rank order, K a node (ranks 0..K-1 on
+ * the first node, K..2K-1 on the second, ...; the last node may hold
+ * fewer), as remat plan and the tensor groups take them; 0 otherwise. */
+REMAT_API int remat_nodes_in_order(const int *node_of, int n);
 /* The ranks level l (0 tensor, 1 pipeline, 2 replicas) spans among size
  * ranks of `node` a node: count ranks from first, step apart. */
 REMAT_API void remat_dist_link_ranks(int size, int node, int level, int *first, int *step,

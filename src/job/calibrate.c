@@ -287,6 +287,18 @@ int remat_job_measure_tensor_link(remat_job *job, double *rate, remat_error *err
   return rc;
 }
 
+int remat_job_tensor_nodes(remat_job *job, int *nodes, remat_error *err) {
+  *nodes = 1;
+  if (!job->tensor) return 0;
+  int n = remat_dist_size(job->tensor), *of = calloc((size_t)n, sizeof *of);
+  if (!of) return remat__errorf(err, REMAT_ENOMEM, "out of memory");
+  int rc = remat_dist_node_of(job->tensor, of, err);
+  for (int r = 0; !rc && r < n; r++)
+    if (of[r] + 1 > *nodes) *nodes = of[r] + 1;
+  free(of);
+  return rc;
+}
+
 static int predict(const remat_job *job, const remat_layer_times *t, double *seconds,
                    double *bubble, remat_error *err) {
   const remat_placement *pl = &job->place;

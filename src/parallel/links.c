@@ -60,6 +60,28 @@ static int round_of(remat_dist *g, int level, float *buf, float *tmp, size_t n, 
   return rc;
 }
 
+int remat_dist_node_of(remat_dist *d, int *node_of, remat_error *err) {
+  MPI_Comm node = MPI_COMM_NULL;
+  int leader = d->rank; /* a node's lowest rank names it */
+  int rc = MPI_Comm_split_type(d->comm, MPI_COMM_TYPE_SHARED, d->rank, MPI_INFO_NULL, &node);
+  if (rc == MPI_SUCCESS) rc = MPI_Bcast(&leader, 1, MPI_INT, 0, node);
+  if (node != MPI_COMM_NULL) MPI_Comm_free(&node);
+  if (rc == MPI_SUCCESS) rc = MPI_Allgather(&leader, 1, MPI_INT, node_of, 1, MPI_INT, d->comm);
+  if (rc != MPI_SUCCESS) return remat__mpi_error(err, rc, "finding the ranks' nodes");
+  int nodes = 0;
+  for (int r = 0; r < d->size; r++) /* a leader is the first rank of its node */
+    node_of[r] = node_of[r] == r ? nodes++ : node_of[node_of[r]];
+  return 0;
+}
+
+int remat_nodes_in_order(const int *node_of, int n) {
+  int k = 1;
+  while (k < n && node_of[k] == node_of[0]) k++;
+  for (int r = 0; r < n; r++)
+    if (node_of[r] != r / k) return 0;
+  return n > 0 ? k : 0;
+}
+
 void remat_dist_link_ranks(int size, int node, int level, int *first, int *step, int *count) {
   if (node < 1 || node > size) node = size;
   int nodes = (size + node - 1) / node;

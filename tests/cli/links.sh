@@ -20,7 +20,7 @@ mpi 2 "$remat" plan --config tiny --ranks 2 --global-batch 4 --seq 64 --mem 1GiB
 check "--link measured: the rates measured between 2 ranks, said once" python3 - <<'PY'
 import json, re, sys
 err = open("measured.err").read()
-said = re.findall(r"links measured between 2 ranks, 2 a node \(--node-ranks; median of 20\): "
+said = re.findall(r"links measured between 2 ranks, 2 a node \(as mpirun placed them; median of 20\): "
                   r"tensor sum ([0-9.e+]+) GB/s .*pipeline send ([0-9.e+]+) GB/s "
                   r".*replicas ([0-9.e+]+) GB/s", err)
 rows = json.load(open("measured.json"))["layouts"]["rows"]
