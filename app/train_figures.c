@@ -108,9 +108,9 @@ double train_median_step(const run_state *r) {
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-/* The layer times are the quiet rounds' (remat_calibrate), so they predict
- * the median step; the mean beside it holds the pauses other work on the
- * machine caused. */
+/* The layer times are medians of their rounds (remat_calibrate), so they
+ * are set against the median step; the mean beside it holds the pauses
+ * other work on the machine caused. */
 void train_show_predicted(const run_state *r, int64_t ran) {
   if (!r->predicted_measured || ran < 1) return;
   double step = train_median_step(r), mean = r->timed_steps ? r->t_train / (double)r->timed_steps

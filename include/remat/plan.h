@@ -169,10 +169,11 @@ typedef struct remat_plan_problem {
   size_t stage_bytes;   /* bytes every stage needs besides its layers */
   size_t boundary_bytes; /* more bytes every stage but the last needs (its
                             output being sent to the next stage) */
-  /* zbv's first stage holds the first layer and the last: the last layer's
-   * state_bytes there (the engine's head reading the embedding's tied
-   * matrix, remat_stage.tied_borrowed: no copy of it); 0: its group's */
-  size_t v_last_state_bytes;
+  /* zbv's first stage holds the first layer and the last: the last layer
+   * holds this many state_bytes less there (the engine's head reading the
+   * embedding's tied matrix, remat_stage.tied_borrowed: no copy of it);
+   * at most its group's state_bytes */
+  size_t v_last_state_less;
   int64_t num_groups;
   remat_plan_group *groups; /* (num_groups) in model order, owned */
   char time_unit[16];   /* label of the time unit for output ("" = none) */

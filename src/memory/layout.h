@@ -147,6 +147,10 @@ static inline size_t remat__act_elem(const remat__kernel_ws *ws) {
   return ws->precision == REMAT_PRECISION_BF16 ? 2 : 4;
 }
 
+/* Whether st's head reads another chunk's tied matrix (remat_stage.
+ * tied_borrowed, where it takes effect: a head without the embedding, a
+ * tied matrix, micro-batches added up, no replicas, fp32). */
+int remat__stage_tied_borrowed(const remat_config *cfg, const remat_stage *st);
 /* Points params[i] at each parameter tensor inside one flat buffer (llm.c's
  * order, no padding between tensors, so the buffer is the checkpoint body). */
 void remat__param_views(const remat_config *cfg, float *base, float *views[REMAT_P_COUNT]);
@@ -154,10 +158,6 @@ void remat__param_views(const remat_config *cfg, float *base, float *views[REMAT
  * llm.c's order, each cut to the stage's blocks (the tied wte on a stage with
  * the embedding or the head); views of tensors it does not hold are NULL,
  * their sizes 0. */
-/* Whether st's head reads another chunk's tied matrix (remat_stage.
- * tied_borrowed, where it takes effect: a head without the embedding, a
- * tied matrix, micro-batches added up, no replicas, fp32). */
-int remat__stage_tied_borrowed(const remat_config *cfg, const remat_stage *st);
 void remat__stage_param_sizes(const remat_config *cfg, const remat_stage *st,
                               size_t sizes[REMAT_P_COUNT]);
 void remat__stage_param_views(const remat_config *cfg, const remat_stage *st, float *base,

@@ -98,6 +98,8 @@ remat_stage remat_placement_chunk(const remat_placement *pl, int64_t s, int64_t 
                         * remat_stage.tied_borrowed) */
                        .tied_borrowed = vs == P * v - 1 && c > 0 &&
                                         remat_schedule_virtual_stage(pl->schedule, P, s, 0) == 0 &&
+                                        remat_schedule_get(pl->schedule)->layout ==
+                                            REMAT_LAYOUT_V &&
                                         pl->replicas <= 1};
 }
 

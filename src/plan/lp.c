@@ -97,7 +97,7 @@ static int lp_layers(lp *x, remat_error *err) {
   x->of = remat__malloc((size_t)x->L * sizeof *x->of);
   if (!x->of) return remat__errorf(err, REMAT_ENOMEM, "out of memory");
   int64_t l = 0;
-  uint64_t g = gcd(pb->stage_bytes, pb->v_last_state_bytes);
+  uint64_t g = gcd(pb->stage_bytes, pb->v_last_state_less);
   for (int64_t k = 0; k < pb->num_groups; k++) {
     const remat_plan_group *G = &pb->groups[k];
     g = gcd(g, G->act_bytes);
@@ -231,11 +231,11 @@ static void lp_chunk_memory(lp *x, terms *t, int64_t vs) {
   char v[64];
   for (int64_t l = vs; l <= vs + x->L - x->nv; l++) {
     const remat_plan_group *G = x->of[l];
-    /* zbv: the last layer beside the first (remat_plan_problem.v_last_state_bytes) */
-    size_t w = l == x->L - 1 && x->pb->v_last_state_bytes &&
-                       remat_schedule_get(x->pb->schedule)->layout == REMAT_LAYOUT_V
-                   ? x->pb->v_last_state_bytes
-                   : G->state_bytes;
+    /* zbv: the last layer beside the first (remat_plan_problem.v_last_state_less) */
+    size_t w = G->state_bytes -
+               (l == x->L - 1 && remat_schedule_get(x->pb->schedule)->layout == REMAT_LAYOUT_V
+                    ? x->pb->v_last_state_less
+                    : 0);
     snprintf(v, sizeof v, "y_%lld_%lld", (long long)l, (long long)vs);
     term(t, mem(x, w) + (double)n * mem(x, G->act_bytes) +
                 (double)kw * mem(x, G->wgrad_bytes), v);

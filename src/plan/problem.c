@@ -228,9 +228,9 @@ int remat_plan_problem_check(const remat_plan_problem *pb, remat_error *err) {
   if (pb->boundary_bytes > REMAT_PLAN_MAX_BYTES)
     return remat__errorf(err, REMAT_ERANGE, "boundary_bytes %zu is above the limit of 2^60 bytes",
                          pb->boundary_bytes);
-  if (pb->v_last_state_bytes > REMAT_PLAN_MAX_BYTES)
-    return remat__errorf(err, REMAT_ERANGE, "v_last_state_bytes %zu is above the limit of 2^60 "
-                         "bytes", pb->v_last_state_bytes);
+  if (pb->num_groups > 0 && pb->v_last_state_less > pb->groups[pb->num_groups - 1].state_bytes)
+    return remat__errorf(err, REMAT_ERANGE, "v_last_state_less %zu is above the last layer's "
+                         "state_bytes", pb->v_last_state_less);
   int64_t L = 0;
   int rc;
   for (int64_t g = 0; g < pb->num_groups; g++) {
@@ -846,13 +846,17 @@ static void describe(char *buf, size_t cap, const remat_config *cfg, int64_t B, 
   }
 }
 
-/* zbv's first rank: the head's state beside the embedding, where its
- * chunk reads the embedding's tied matrix (the runtime's rule,
- * remat__stage_tied_borrowed); 0 where it keeps a copy. */
-static size_t v_last_state(const remat_config *cfg, const remat_memory_model *mm, int64_t M,
-                           int64_t D) {
+/* zbv's first rank: what the head holds less beside the embedding, where
+ * its chunk reads the embedding's tied matrix (the runtime's rule,
+ * remat__stage_tied_borrowed): its state alone less its joint state; 0
+ * where it keeps a copy. */
+static size_t v_last_state_less(const remat_config *cfg, const remat_memory_model *mm,
+                                int64_t M, int64_t D) {
   remat_stage head = {.has_head = 1, .accumulate = M > 1, .replicas = D, .tied_borrowed = 1};
-  return remat__stage_tied_borrowed(cfg, &head) ? mm->head_joint_state : 0;
+  size_t alone = mm->layer[REMAT_LAYER_HEAD].state;
+  return remat__stage_tied_borrowed(cfg, &head) && alone > mm->head_joint_state
+             ? alone - mm->head_joint_state
+             : 0;
 }
 
 int remat_plan_problem_from_replicas(remat_plan_problem *pb, const remat_config *cfg, int64_t B,
@@ -935,7 +939,7 @@ int remat_plan_problem_from_replicas(remat_plan_problem *pb, const remat_config 
   blk->wgrad_bytes = mm.block_wrec_bytes; /* its W record (remat_stage.wdeferred) */
   pb->stage_bytes = mm.stage_bytes + rb.comm;
   pb->boundary_bytes = mm.boundary_bytes;
-  pb->v_last_state_bytes = v_last_state(cfg, &mm, microbatches, replicas);
+  pb->v_last_state_less = v_last_state_less(cfg, &mm, microbatches, replicas);
   snprintf(pb->time_unit, sizeof pb->time_unit, "GFLOP");
   snprintf(pb->job.family, sizeof pb->job.family, "%s", remat_family_name((int)cfg->family));
   pb->job.micro_batch = B;

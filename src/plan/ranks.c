@@ -162,9 +162,7 @@ static void bound(const remat_layout_query *q, remat_layout *l, const remat_plan
     if (gr->work_bytes < least_work) least_work = gr->work_bytes;
   }
   /* zbv's last layer may hold less beside the first: a bound takes the less */
-  const remat_plan_group *last = &pb->groups[pb->num_groups - 1];
-  if (pb->v_last_state_bytes && pb->v_last_state_bytes < last->state_bytes)
-    state -= (double)(last->state_bytes - pb->v_last_state_bytes);
+  state -= (double)pb->v_last_state_less;
   remat_config c = rank_config(q, l->t, l->sp, l->b);
   double params = (double)remat_param_count(&c) / (double)l->p;
   l->bound = (double)l->m * work / (double)l->p + pipeline_time(q, l, pb->boundary_bytes) +

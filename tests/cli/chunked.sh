@@ -103,6 +103,12 @@ l1=$(least_of 1f1b) lv=$(least_of zbv)
 if [[ -n $l1 && -n $lv ]] && ((lv * 100 <= l1 * 105 && lv < 3462254592)); then
   ok "zbv's smallest budget $lv bytes is within 5% of 1f1b's $l1"
 else bad "zbv's smallest budget '$lv' against 1f1b's '$l1'"; fi
+# and with every stage holding a block (the planner folds the head into
+# the last block): the plan at that budget fits it, no stage over
+"$remat" plan --config gpt2-350m --batch 8 --seq 1024 --stages 4 --microbatches 8 \
+  --schedule zbv --mem "${lv:-1}" --min-blocks 1 --precision fp32 >fold.out 2>&1 &&
+  ! grep -q "OVER BUDGET" fold.out && ok "zbv with --min-blocks 1 fits its smallest budget" ||
+  bad "zbv with --min-blocks 1 at $lv bytes: $(grep -m2 'OVER\|error' fold.out)"
 expect_fail_mpi "a zbv plan for an interleaved job" "is for 2 stages, 4 micro-batches and zbv" 2 \
   "${B[@]}" --stages 2 --schedule interleaved --plan plan-zbv.json
 expect_fail_mpi "an interleaved plan for a 1f1b job" "and interleaved of 2 chunks" 2 \
