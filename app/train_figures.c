@@ -119,8 +119,8 @@ void train_show_predicted(const run_state *r, int64_t ran) {
   if (step > 0)
     snprintf(what, sizeof what, " (the median of %lld steps; their mean %.3f s)",
              (long long)r->timed_steps, mean);
-  else
-    step = r->pipe ? r->timed_steps ? mean : r->wall : mean;
+  else /* no timed step: the run's whole time */
+    step = r->pipe ? r->wall : mean;
   if (!r->pipe) {
     printf("time    step %.3f s measured%s, %.3f s predicted from this machine's layer times "
            "(%+.1f%%)%s%s\n", step, what, r->predicted_s, 100 * (r->predicted_s - step) / step,

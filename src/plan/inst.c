@@ -163,9 +163,6 @@ static int time_exponent(const remat_plan_problem *pb) {
 /* Each group's layers, times in quanta of 2^e, and their options. */
 static void expand_layers(remat__plan_inst *in, const remat_plan_problem *pb, int e) {
   int64_t l = 0, ms = in->ms;
-  /* zbv: the last layer beside the first (remat_plan_problem.v_last_state_less) */
-  const remat_schedule_info *row = remat_schedule_get(pb->schedule);
-  size_t less = row && row->layout == REMAT_LAYOUT_V ? pb->v_last_state_less : 0;
   for (int64_t g = 0; g < pb->num_groups; g++) {
     const remat_plan_group *G = &pb->groups[g];
     int64_t fq = ms * (int64_t)llround(ldexp(G->fwd, -e));
@@ -184,7 +181,7 @@ static void expand_layers(remat__plan_inst *in, const remat_plan_problem *pb, in
       in->c[l] = (int64_t)G->ckpt_bytes;
       in->x[l] = (int64_t)G->recompute_bytes;
       in->y[l] = (int64_t)G->work_bytes;
-      in->w[l] = (int64_t)(G->state_bytes - (l == in->L - 1 ? less : 0));
+      in->w[l] = (int64_t)remat__plan_state_bytes(pb, G, l, in->L);
       in->wg[l] = wq < bq ? wq : bq;
       in->u[l] = (int64_t)G->wgrad_bytes;
       in->recomp[l] = G->recomputable != 0;

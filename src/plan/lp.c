@@ -231,11 +231,7 @@ static void lp_chunk_memory(lp *x, terms *t, int64_t vs) {
   char v[64];
   for (int64_t l = vs; l <= vs + x->L - x->nv; l++) {
     const remat_plan_group *G = x->of[l];
-    /* zbv: the last layer beside the first (remat_plan_problem.v_last_state_less) */
-    size_t w = G->state_bytes -
-               (l == x->L - 1 && remat_schedule_get(x->pb->schedule)->layout == REMAT_LAYOUT_V
-                    ? x->pb->v_last_state_less
-                    : 0);
+    size_t w = remat__plan_state_bytes(x->pb, G, l, x->L);
     snprintf(v, sizeof v, "y_%lld_%lld", (long long)l, (long long)vs);
     term(t, mem(x, w) + (double)n * mem(x, G->act_bytes) +
                 (double)kw * mem(x, G->wgrad_bytes), v);

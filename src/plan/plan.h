@@ -222,6 +222,15 @@ int64_t remat__knap_items(const remat__knap *k, int32_t node, int64_t *items);
 
 #define REMAT__PLAN_KNAP_LIMIT ((int64_t)1 << 25) /* Pareto points held at once */
 
+/* Layer l's (of L) w, of group G: its state_bytes, less v_last_state_less
+ * for zbv's last layer, which sits beside the first. */
+static inline size_t remat__plan_state_bytes(const remat_plan_problem *pb,
+                                             const remat_plan_group *G, int64_t l, int64_t L) {
+  const remat_schedule_info *row = remat_schedule_get(pb->schedule);
+  int beside = l == L - 1 && row && row->layout == REMAT_LAYOUT_V;
+  return G->state_bytes - (beside ? pb->v_last_state_less : 0);
+}
+
 /* Bytes (virtual) stage s needs on layers [i, j) with every layer kept,
  * less the transient term max(Y, X): stage_bytes (+ boundary_bytes but on
  * the last stage) + sum w + n sum a + k sum u. With every layer
