@@ -171,8 +171,9 @@ static void test_stages(const remat_config *cfg) {
 
 /* zbv's head chunk beside the embedding's (remat_stage.tied_borrowed):
  * holds the head's joint state in place of its copy of the tied matrix,
- * its gradient and moments, and lays out a tied-gradient region; inert
- * with one micro-batch, replicas, bf16 or the embedding. */
+ * its gradient and moments (in bf16 it keeps its bf16 copy), and lays out
+ * a tied-gradient region; inert with one micro-batch, replicas or the
+ * embedding. */
 static void test_tied_borrowed(const remat_config *cfg) {
   remat_error err;
   remat_memory_model mm;
@@ -192,17 +193,21 @@ static void test_tied_borrowed(const remat_config *cfg) {
   check_layout(mp);
   CHECK(remat_memplan_buf(mp, REMAT_BUF_TIED_GRAD).bytes == mm.tied_grad_bytes);
   CHECK(mp->peak_bytes == b.total);
+  if (cfg->precision == REMAT_PRECISION_BF16) /* the bf16 copy stays */
+    CHECK(mm.head_joint_state >= mm.tied_grad_bytes + mm.head_bf16_bytes &&
+          mm.head_bf16_bytes > 0 &&
+          remat_memplan_buf(mp, REMAT_BUF_PARAMS_BF16).bytes ==
+              2 * mm.block_bf16_bytes + mm.head_bf16_bytes);
   remat_memplan_destroy(mp);
-  remat_stage inert[4] = {lent, lent, lent, lent};
+  remat_stage inert[3] = {lent, lent, lent};
   inert[0].accumulate = 0;
   inert[1].replicas = 2;
   inert[2].has_embedding = 1;
-  remat_config bf = *cfg, tp = *cfg;
-  bf.precision = REMAT_PRECISION_BF16;
+  remat_config tp = *cfg;
   tp.tensor_parallel = 2;
   for (int i = 0; i < 3; i++) CHECK(!remat__stage_tied_borrowed(cfg, &inert[i]));
   /* a tensor rank's head reads its rank's rows of the embedding's matrix */
-  CHECK(!remat__stage_tied_borrowed(&bf, &inert[3]) && remat__stage_tied_borrowed(&tp, &inert[3]));
+  CHECK(remat__stage_tied_borrowed(&tp, &lent));
 }
 
 /* Bad shapes and sizes fail with a message, never a crash. */
@@ -248,6 +253,9 @@ int main(void) {
   test_middle_counts(&cfg);
   test_stages(&cfg);
   test_tied_borrowed(&cfg);
+  remat_config bf = cfg;
+  bf.precision = REMAT_PRECISION_BF16;
+  test_tied_borrowed(&bf);
   test_bad_shapes();
   test_sizes();
   return test_summary("memplan");

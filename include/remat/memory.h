@@ -194,11 +194,11 @@ typedef struct remat_stage {
   size_t work_min;
   int work_borrowed;
   /* zbv's first rank holds the embedding's chunk and the head's: with a
-   * tied matrix, several micro-batches a step, in fp32, without replicas,
-   * the head's chunk (tied_borrowed) reads the embedding chunk's matrix (a
-   * tensor rank's rows of it) and holds no copy of it, only its own
-   * gradient of it apart (tied_grad_bytes), as a head on the embedding's
-   * stage does: its w is head_joint_state. Elsewhere the flag is inert
+   * tied matrix, several micro-batches a step, without replicas, the
+   * head's chunk (tied_borrowed) reads the embedding chunk's matrix (a
+   * tensor rank's rows of it) and holds no copy of it (in bf16 only its
+   * bf16 copy), only its own gradient of it apart (tied_grad_bytes), as a
+   * head on the embedding's stage does: its w is head_joint_state. Elsewhere the flag is inert
    * (remat__stage_tied_borrowed). */
   int tied_borrowed;
 } remat_stage;

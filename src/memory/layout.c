@@ -395,10 +395,10 @@ size_t remat__decode_view(remat__decode_acts *d, void *base, const remat_config 
 }
 
 int remat__stage_tied_borrowed(const remat_config *cfg, const remat_stage *st) {
-  /* not in bf16: its one-pass update writes the head's bf16 copy of the
-   * matrix with the matrix, which the lender updates */
+  /* in bf16 the head keeps its bf16 copy of the matrix, rounded from the
+   * lender's after each update */
   return st->tied_borrowed && st->has_head && !st->has_embedding && remat__tied(cfg) &&
-         st->accumulate && st->replicas <= 1 && cfg->precision == REMAT_PRECISION_FP32;
+         st->accumulate && st->replicas <= 1;
 }
 
 void remat__stage_param_sizes(const remat_config *cfg, const remat_stage *st,

@@ -927,8 +927,13 @@ static void llama_wbf(const remat_model *m, int64_t i, float *const w[REMAT__LLA
 /* The bf16 copies from the fp32 master weights, once after each update or
  * load, before the next forward. */
 static void bf16_refresh(remat_model *m) {
-  if (!m->bf16_stale || !m->wbf || gathered_bf16(m)) return;
+  if (!m->wbf || gathered_bf16(m)) return;
   int64_t C = m->cfg.channels;
+  if (!m->bf16_stale && m->tied_bf16_stale) /* a borrowed matrix's, alone */
+    m->be->to_bf16(head_wbf(m, NULL), m->p[REMAT_P_WTE],
+                   (size_t)m->cfg.padded_vocab_size * (size_t)C);
+  m->tied_bf16_stale = 0;
+  if (!m->bf16_stale) return;
   size_t CC = (size_t)C * (size_t)C;
   for (int64_t i = 0; m->cfg.family == REMAT_FAMILY_LLAMA && i < m->stage.num_blocks; i++) {
     float *w[REMAT__LLAMA_BLOCK_TENSORS];
@@ -1976,5 +1981,7 @@ void remat_model_update(remat_model *m, const remat_hparams *hp, float lr, float
   if (m->be->adamw_update_fused) { /* gradients zero, bf16 copies (if any) fresh */
     m->update_clean = 1;
     m->bf16_stale = 0;
+    /* but a borrowed matrix's copy: the lender updates the matrix */
+    m->tied_bf16_stale = remat__stage_tied_borrowed(&m->cfg, &m->stage);
   }
 }

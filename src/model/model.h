@@ -57,6 +57,10 @@ struct remat_model {
   void *products;
   uint16_t *wbf;
   int bf16_stale;
+  /* A head that borrows the tied matrix (remat_stage.tied_borrowed): its
+   * bf16 copy is stale after every update, since the lender updates the
+   * matrix; the next forward rounds that copy alone. */
+  int tied_bf16_stale;
   /* The last update left the gradients zero and the bf16 copies fresh in
    * the same sweep (adamw_update_fused), and no pointer into the
    * parameters or gradients has been handed out since: zero_grad has

@@ -90,46 +90,58 @@ PY
   cp plan.json "plan-$sched.json"
 done
 # zbv's first rank holds the embedding and the head: the head reads the
-# embedding's tied matrix and keeps only its own gradient of it, so its
-# smallest budget comes within 5% of 1f1b's (gpt2-350m, B8 T1024, 8
-# micro-batches on 4 stages: 1f1b 3141652480 bytes; zbv 3462254592 bytes
-# when the head held its own copy and AdamW moments of the matrix)
+# embedding's tied matrix and keeps only its own gradient of it (in bf16
+# its bf16 copy too), so its smallest budget comes within 5% of 1f1b's
+# (gpt2-350m, B8 T1024, 8 micro-batches on 4 stages: 1f1b 3141652480 bytes
+# in fp32, 3143063040 in bf16; zbv 3462254592 and 3450623488 when the head
+# held its own copy and AdamW moments of the matrix). Planning needs no
+# bf16 instructions.
 least_of() {
   ("$remat" plan --config gpt2-350m --batch 8 --seq 1024 --stages 4 --microbatches 8 \
-    --schedule "$1" --mem 1 --precision fp32 --format json 2>/dev/null || true) |
+    --schedule "$1" --mem 1 --precision "$2" --format json 2>/dev/null || true) |
     python3 -c 'import json,sys; print(json.load(sys.stdin)["min_budget_bytes"])'
 }
-l1=$(least_of 1f1b) lv=$(least_of zbv)
-if [[ -n $l1 && -n $lv ]] && ((lv * 100 <= l1 * 105 && lv < 3462254592)); then
-  ok "zbv's smallest budget $lv bytes is within 5% of 1f1b's $l1"
-else bad "zbv's smallest budget '$lv' against 1f1b's '$l1'"; fi
-# and with every stage holding a block (the planner folds the head into
-# the last block): the plan at that budget fits it, no stage over
-"$remat" plan --config gpt2-350m --batch 8 --seq 1024 --stages 4 --microbatches 8 \
-  --schedule zbv --mem "${lv:-1}" --min-blocks 1 --precision fp32 >fold.out 2>&1 &&
-  ! grep -q "OVER BUDGET" fold.out && ok "zbv with --min-blocks 1 fits its smallest budget" ||
-  bad "zbv with --min-blocks 1 at $lv bytes: $(grep -m2 'OVER\|error' fold.out)"
+for prec in fp32:3462254592 bf16:3450623488; do
+  p=${prec%:*} before=${prec#*:}
+  l1=$(least_of 1f1b "$p") lv=$(least_of zbv "$p")
+  if [[ -n $l1 && -n $lv ]] && ((lv * 100 <= l1 * 105 && lv < before)); then
+    ok "$p: zbv's smallest budget $lv bytes is within 5% of 1f1b's $l1"
+  else bad "$p: zbv's smallest budget '$lv' against 1f1b's '$l1'"; fi
+  # and with every stage holding a block (the planner folds the head into
+  # the last block): the plan at that budget fits it, no stage over
+  "$remat" plan --config gpt2-350m --batch 8 --seq 1024 --stages 4 --microbatches 8 \
+    --schedule zbv --mem "${lv:-1}" --min-blocks 1 --precision "$p" >fold.out 2>&1 &&
+    ! grep -q "OVER BUDGET" fold.out && ok "$p: zbv with --min-blocks 1 fits its smallest budget" ||
+    bad "$p: zbv with --min-blocks 1 at $lv bytes: $(grep -m2 'OVER\|error' fold.out)"
+done
 expect_fail_mpi "a zbv plan for an interleaved job" "is for 2 stages, 4 micro-batches and zbv" 2 \
   "${B[@]}" --stages 2 --schedule interleaved --plan plan-zbv.json
 expect_fail_mpi "an interleaved plan for a 1f1b job" "and interleaved of 2 chunks" 2 \
   "${B[@]}" --stages 2 --plan plan-interleaved.json
 
 # Checkpoints: each rank's state file holds every chunk's moments; 4 steps,
-# then --resume DIR --steps 8 alone, equal 8 steps at once, byte for byte.
-for sched in interleaved zbv; do
+# then --resume DIR --steps 8 alone, equal 8 steps at once, byte for byte
+# (zbv in bf16 too: its head's bf16 copy of the borrowed matrix after a load).
+for run in interleaved:fp32 zbv:fp32 zbv:bf16; do
+  sched=${run%:*} prec=${run#*:}
+  if [[ $prec == bf16 ]] && ! "$remat" train --config tiny --steps 0 --precision bf16 --quiet \
+       >/dev/null 2>&1; then
+    ok "$sched bf16 resume: skipped, this CPU has no bf16 instructions"
+    continue
+  fi
   E=(--config 6,64,4,256,64 --batch 4 --seq 32 --grad-accum 4 --threads 1 --stages 2
-     --schedule $sched --layers 1,2,2,1 --ckpt-layers 1,middle:4 --dropout 0.1 --precision fp32
+     --schedule $sched --layers 1,2,2,1 --ckpt-layers 1,middle:4 --dropout 0.1 --precision $prec
      --quiet)
   rm -rf eck
   mpi 2 "$remat" train "${E[@]}" --steps 8 --save e8.bin >/dev/null 2>&1
   mpi 2 "$remat" train "${E[@]}" --steps 4 --checkpoint-dir eck --checkpoint-every 2 >/dev/null 2>&1
   mpi 2 "$remat" train --resume eck --steps 8 --save e4to8.bin --quiet >res.out 2>&1
   if [[ -s e8.bin ]] && cmp -s e8.bin e4to8.bin && [[ -f eck/step_00000008/state_rank_1.bin ]]; then
-    ok "$sched: 4 steps, then --resume DIR --steps 8 alone = 8 steps, every chunk's moments kept"
-  else bad "$sched resume: $(head -c 300 res.out)"; fi
+    ok "$run: 4 steps, then --resume DIR --steps 8 alone = 8 steps, every chunk's moments kept"
+  else bad "$run resume: $(head -c 300 res.out)"; fi
   mpi 2 "$remat" train --resume eck --chunks 3 >err.out 2>&1
-  grep -q "chunks" err.out && ok "$sched: a changed --chunks refused on resume" \
-    || bad "$sched resume refusal: $(head -c 200 err.out)"
+  grep -q "chunks" err.out && ok "$run: a changed --chunks refused on resume" \
+    || bad "$run resume refusal: $(head -c 200 err.out)"
 done
 
 # The trace under zbv: B and W apart on every rank.
