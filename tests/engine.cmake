@@ -82,6 +82,9 @@ if(MPIRUN)
   # rounding; repeats, recompute and the guard backend bit for bit; planned
   # = measured = remat plan on every rank; refusals.
   remat_cli_test(tensor tensor.sh LABELS mpi TIMEOUT 300)
+  # The same in bf16 (GPT-2, without sequence parallelism), where the CPU
+  # has bf16 instructions: one process within rounding, the degrees' bits.
+  remat_cli_test(tensor_bf16 tensor_bf16.sh LABELS mpi TIMEOUT 300)
   # remat plan --link measured: the links measured between mpirun's ranks.
   remat_cli_test(links links.sh LABELS mpi TIMEOUT 300)
 else()

@@ -254,6 +254,14 @@ typedef struct remat__backend {
   double (*crossentropy_forward_backward_bf16)(uint16_t *logits, float *losses,
                                                const int32_t *targets, float dloss, int64_t N,
                                                int64_t V, int64_t Vp);
+  /* the vocabulary-parallel loss on bf16 logits (NULL: no tensor
+   * parallelism in bf16 there) */
+  void (*vocab_max_bf16)(float *mx, const uint16_t *logits, int64_t N, int64_t V, int64_t Vl);
+  void (*vocab_exp_bf16)(const uint16_t *logits, double *stats, const float *mx,
+                         const int32_t *targets, int64_t first, int64_t N, int64_t V, int64_t Vl);
+  double (*vocab_finish_bf16)(uint16_t *logits, float *losses, const double *stats,
+                              const float *mx, const int32_t *targets, float dloss,
+                              int64_t first, int64_t N, int64_t V, int64_t Vl, int backward);
   int (*products_create)(void **out, const remat__mm_shape *shapes, int n, remat_error *err);
   void (*products_destroy)(void *products);
   size_t (*products_scratch)(const void *products);

@@ -472,6 +472,25 @@ static double g_vocab_finish(float *logits, float *losses, const double *stats, 
   return r;
 }
 
+static void g_vocab_max_bf16(float *mx, const uint16_t *logits, int64_t N, int64_t V, int64_t Vl) {
+  enter();
+  cpu->vocab_max_bf16(mx, logits, N, V, Vl);
+  leave();
+}
+
+static void g_vocab_exp_bf16(const uint16_t *logits, double *stats, const float *mx, const int32_t *targets, int64_t first, int64_t N, int64_t V, int64_t Vl) {
+  enter();
+  cpu->vocab_exp_bf16(logits, stats, mx, targets, first, N, V, Vl);
+  leave();
+}
+
+static double g_vocab_finish_bf16(uint16_t *logits, float *losses, const double *stats, const float *mx, const int32_t *targets, float dloss, int64_t first, int64_t N, int64_t V, int64_t Vl, int backward) {
+  enter();
+  double r = cpu->vocab_finish_bf16(logits, losses, stats, mx, targets, dloss, first, N, V, Vl, backward);
+  leave();
+  return r;
+}
+
 static void g_adamw_update(float *param, const float *grad, float *m, float *v, size_t n, const remat__adamw *opt, float weight_decay, float grad_scale) {
   enter();
   cpu->adamw_update(param, grad, m, v, n, opt, weight_decay, grad_scale);
@@ -716,6 +735,9 @@ const remat__backend *remat__backend_guard(void) {
   guard.vocab_max = g_vocab_max;
   guard.vocab_exp = g_vocab_exp;
   guard.vocab_finish = g_vocab_finish;
+  guard.vocab_max_bf16 = g_vocab_max_bf16;
+  guard.vocab_exp_bf16 = g_vocab_exp_bf16;
+  guard.vocab_finish_bf16 = g_vocab_finish_bf16;
   guard.adamw_update = g_adamw_update;
   guard.sumsq = g_sumsq;
   guard.init_normal = g_init_normal;

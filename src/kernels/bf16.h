@@ -47,6 +47,15 @@ void remat__gelu_backward_bf16(uint16_t *dinp, const uint16_t *inp, const float 
                                size_t n);
 double remat__crossentropy_forward_bf16(uint16_t *logits, float *losses, const int32_t *targets,
                                         int64_t N, int64_t V, int64_t Vp);
+/* kernels.h's remat__vocab_* on bf16 logits: the exponentials recomputed
+ * against the group's max, not stored; with backward the gradient in place */
+void remat__vocab_max_bf16(float *mx, const uint16_t *logits, int64_t N, int64_t V, int64_t Vl);
+void remat__vocab_exp_bf16(const uint16_t *logits, double *stats, const float *mx,
+                           const int32_t *targets, int64_t first, int64_t N, int64_t V,
+                           int64_t Vl);
+double remat__vocab_finish_bf16(uint16_t *logits, float *losses, const double *stats,
+                                const float *mx, const int32_t *targets, float dloss,
+                                int64_t first, int64_t N, int64_t V, int64_t Vl, int backward);
 double remat__crossentropy_forward_backward_bf16(uint16_t *logits, float *losses,
                                                  const int32_t *targets, float dloss, int64_t N,
                                                  int64_t V, int64_t Vp);

@@ -540,6 +540,56 @@ static double crossentropy_bf16(uint16_t *logits, float *losses, const int32_t *
   return total;
 }
 
+/* The vocabulary-parallel loss (remat__vocab_*) on a tensor rank's bf16
+ * logits, with crossentropy_bf16's arithmetic: the exponentials are not
+ * stored; vocab_finish_bf16 recomputes them against the group's max and
+ * with backward writes the gradient in place, rounded to bf16. */
+void remat__vocab_max_bf16(float *mx, const uint16_t *logits, int64_t N, int64_t V, int64_t Vl) {
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; n++) {
+    const uint16_t *x = logits + n * Vl;
+    float m = -INFINITY;
+    for (int64_t j = 0; j < V; j++) {
+      float v = remat__bf16_float(x[j]);
+      m = v > m ? v : m;
+    }
+    mx[n] = m;
+  }
+}
+
+void remat__vocab_exp_bf16(const uint16_t *logits, double *stats, const float *mx,
+                           const int32_t *targets, int64_t first, int64_t N, int64_t V,
+                           int64_t Vl) {
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; n++) {
+    const uint16_t *x = logits + n * Vl;
+    int64_t t = (int64_t)targets[n] - first;
+    stats[2 * n + 1] = t >= 0 && t < V ? (double)(remat__bf16_float(x[t]) - mx[n]) : 0.0;
+    stats[2 * n] = V > 0 ? exp_sum_lanes(x, V, mx[n]) : 0.0;
+  }
+}
+
+double remat__vocab_finish_bf16(uint16_t *logits, float *losses, const double *stats,
+                                const float *mx, const int32_t *targets, float dloss,
+                                int64_t first, int64_t N, int64_t V, int64_t Vl, int backward) {
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; n++) {
+    uint16_t *x = logits + n * Vl;
+    const double s = stats[2 * n];
+    const float inv = (float)(1.0 / s);
+    int64_t t = (int64_t)targets[n] - first;
+    for (int64_t j = 0; backward && j < V; j++) {
+      float g = remat__exp(remat__bf16_float(x[j]) - mx[n]) * inv * dloss;
+      x[j] = remat__bf16_round(j == t ? g - dloss : g);
+    }
+    for (int64_t j = V; backward && j < Vl; j++) x[j] = 0;
+    losses[n] = (float)(log(s) - stats[2 * n + 1]);
+  }
+  double total = 0.0; /* in row order: deterministic */
+  for (int64_t n = 0; n < N; n++) total += losses[n];
+  return total;
+}
+
 double remat__crossentropy_forward_bf16(uint16_t *logits, float *losses, const int32_t *targets,
                                         int64_t N, int64_t V, int64_t Vp) {
   return crossentropy_bf16(logits, losses, targets, N, V, Vp, false, 0.0f);

@@ -55,6 +55,10 @@ int remat__product_shapes(const remat_config *cfg, int64_t B, int64_t T,
     s[2] = (remat__mm_shape){.N = N, .C = C, .OC = 4 * Ci, .out_bf16 = true, .dinp_fp32 = true};
     s[3] = (remat__mm_shape){.N = N, .C = 4 * Ci, .OC = C};
     n = 4;
+    if (tp > 1) { /* the row-parallel products without their bias, on ranks but 0 */
+      s[n] = s[1], s[n++].no_bias = true;
+      s[n] = s[3], s[n++].no_bias = true;
+    }
   }
   s[n++] = head;
   if (N % k) {
@@ -130,10 +134,13 @@ size_t remat__block_dgrads_view(remat__block_dgrads *d, void *base, int64_t B, i
   size_t BT = (size_t)B * (size_t)T, BTC = BT * (size_t)C, BTCi = BTC / TP(ws),
          RsC = BTC / SP(ws), f = 4;
   int bf = ws->precision == REMAT_PRECISION_BF16, sp = ws->sp > 1;
+  /* dout_h: a product's bf16 output gradient, the MLP's (4 B T C / t) or a
+   * row-parallel one's (B T C) */
+  size_t dout_h = 4 * BTCi > BTC ? 4 * BTCi : BTC;
   const field fl[] = {
       {RsC, f},      {4 * BTCi, f},           {BTC, f}, {BTCi, f}, {3 * BTCi, f},
       {ws->attention_scratch, f},
-      {bf ? 4 * BTCi : 0, 2}, {ws->product_scratch, 1},
+      {bf ? dout_h : 0, 2}, {ws->product_scratch, 1},
       {sp ? BTC : 0, f}, {sp ? RsC : 0, f},
   };
   char *at[NFIELDS(fl)];

@@ -67,24 +67,31 @@ int remat__model_plan_on(remat_model **out, const remat_config *cfg, int64_t B, 
                          "the CPU backend, or plan it (remat plan)",
                          bk->name, bk->rmsnorm_forward ? " in bf16" : "");
   int llama = cfg->family == REMAT_FAMILY_LLAMA;
+  /* bf16: GPT-2's blocks, without sequence parallelism */
+  int tp_bf16 = !bf16 || (!llama && remat__sp(cfg) <= 1 && bk->vocab_max_bf16);
   if (cfg->tensor_parallel > 1 &&
-      (bf16 || !bk->vocab_max || (llama && cfg->kv_heads % cfg->tensor_parallel)))
+      (!tp_bf16 || !bk->vocab_max || (llama && cfg->kv_heads % cfg->tensor_parallel)))
     return remat__errorf(err, REMAT_EINVAL,
-                         "remat's engine runs tensor parallelism in fp32, on the CPU backend, "
-                         "with a Llama's key/value heads split too; this %s%s run of tensor "
-                         "degree %lld%s is planned (remat plan --tensor-parallel), not trained",
+                         "remat's engine runs tensor parallelism on the CPU backend, in fp32 "
+                         "with a Llama's key/value heads split too, in bf16 for GPT-2 without "
+                         "sequence parallelism; this %s%s%s run of tensor degree %lld%s is "
+                         "planned (remat plan --tensor-parallel), not trained%s",
                          llama ? "Llama" : "GPT-2", bf16 ? " bf16" : "",
+                         remat__sp(cfg) > 1 ? " sequence-parallel" : "",
                          (long long)cfg->tensor_parallel,
                          llama && cfg->kv_heads % cfg->tensor_parallel
                              ? " (which does not divide its key/value heads)"
-                             : "");
+                             : "",
+                         bf16 ? " (--precision fp32 trains it)" : "");
   /* the head's collectives work in the norm's gradient and the logits */
+  /* (in bf16 the logits are half the bytes: four times the channels) */
   if (cfg->tensor_parallel > 1 &&
-      (cfg->channels < 16 || cfg->padded_vocab_size < 2 * cfg->channels))
+      (cfg->channels < 16 || cfg->padded_vocab_size < (bf16 ? 4 : 2) * cfg->channels))
     return remat__errorf(err, REMAT_EINVAL,
                          "tensor parallelism needs at least 16 channels and a padded vocabulary "
-                         "of at least twice the channels, not %lld and %lld",
-                         (long long)cfg->channels, (long long)cfg->padded_vocab_size);
+                         "of at least %s the channels, not %lld and %lld",
+                         bf16 ? "four times" : "twice", (long long)cfg->channels,
+                         (long long)cfg->padded_vocab_size);
   remat_model *m = remat__calloc(1, sizeof *m);
   if (!m) return remat__errorf(err, REMAT_ENOMEM, "out of memory");
   m->be = be ? be : remat__backend_default();
@@ -874,8 +881,11 @@ typedef struct {
  * the bf16 buffer (REMAT_BUF_PARAMS_BF16) just before its products run. */
 static int gathered_bf16(const remat_model *m) { return m->D > 1 && m->zero == 3; }
 
+static int64_t inner(const remat_model *m);
+
+/* A block's bf16 copies: a tensor rank's shards (C x Ci each, Ci = C / t). */
 static block_wbf block_wbf_of(const remat_model *m, int64_t i, const block_params *w) {
-  size_t C = (size_t)m->cfg.channels, CC = C * C;
+  size_t C = (size_t)m->cfg.channels, CC = C * (size_t)inner(m);
   if (gathered_bf16(m)) {
     uint16_t *h = m->wbf;
     m->be->to_bf16(h, w->qkvw, 3 * CC);
@@ -888,9 +898,14 @@ static block_wbf block_wbf_of(const remat_model *m, int64_t i, const block_param
   return (block_wbf){h, h + 3 * CC, h + 4 * CC, h + 8 * CC};
 }
 
+/* The head's matrix's floats: a tensor rank's rows of the vocabulary. */
+static size_t head_floats(const remat_model *m) {
+  return (size_t)(m->cfg.padded_vocab_size / remat__tp(&m->cfg)) * (size_t)m->cfg.channels;
+}
+
 static uint16_t *head_wbf(const remat_model *m, const float *wte) {
   if (gathered_bf16(m)) {
-    m->be->to_bf16(m->wbf, wte, (size_t)m->cfg.padded_vocab_size * (size_t)m->cfg.channels);
+    m->be->to_bf16(m->wbf, wte, head_floats(m));
     return m->wbf;
   }
   return (uint16_t *)((char *)m->wbf + (size_t)m->stage.num_blocks * m->mp.mm.block_bf16_bytes);
@@ -930,11 +945,10 @@ static void bf16_refresh(remat_model *m) {
   if (!m->wbf || gathered_bf16(m)) return;
   int64_t C = m->cfg.channels;
   if (!m->bf16_stale && m->tied_bf16_stale) /* a borrowed matrix's, alone */
-    m->be->to_bf16(head_wbf(m, NULL), m->p[REMAT_P_WTE],
-                   (size_t)m->cfg.padded_vocab_size * (size_t)C);
+    m->be->to_bf16(head_wbf(m, NULL), m->p[REMAT_P_WTE], head_floats(m));
   m->tied_bf16_stale = 0;
   if (!m->bf16_stale) return;
-  size_t CC = (size_t)C * (size_t)C;
+  size_t CC = (size_t)C * (size_t)inner(m);
   for (int64_t i = 0; m->cfg.family == REMAT_FAMILY_LLAMA && i < m->stage.num_blocks; i++) {
     float *w[REMAT__LLAMA_BLOCK_TENSORS];
     const uint16_t *h[REMAT__LLAMA_BLOCK_TENSORS];
@@ -950,8 +964,7 @@ static void bf16_refresh(remat_model *m) {
     m->be->to_bf16((uint16_t *)h.fcprojw, w.fcprojw, 4 * CC);
   }
   if (m->stage.has_head) /* the tied matrix, or a Llama's own */
-    m->be->to_bf16(head_wbf(m, NULL), m->p[remat__head_tensor(&m->cfg)],
-                   (size_t)m->cfg.padded_vocab_size * (size_t)C);
+    m->be->to_bf16(head_wbf(m, NULL), m->p[remat__head_tensor(&m->cfg)], head_floats(m));
   m->bf16_stale = 0;
 }
 
@@ -962,50 +975,65 @@ static void residual_dropout(const remat_model *m, float *out, const float *resi
   m->be->residual_forward(out, out, resid, n);
 }
 
+/* A row-parallel product's bias: whole on every tensor rank, added by rank 0. */
+static const float *row_bias(const remat_model *m, const float *bias) {
+  return m->tops.sum && m->tops.rank != 0 ? NULL : bias;
+}
+
 /* block_forward in bf16: the products through the model's primitives, the
- * attention on its operands widened to fp32 in the workspace. */
+ * attention on its operands widened to fp32 in the workspace. On a tensor
+ * rank (without sequence parallelism) the products and the attention are
+ * its shard's (Ci of the C channels, its heads), and a row-parallel
+ * product's parts are summed over the group (the scratch in dln, free in a
+ * forward) before its dropout and residual. */
 static void block_forward_bf16(remat_model *m, int64_t i, const block_params *wp, const float *x,
                                remat__block_acts *a, float *out, const remat__dropout drop[3]) {
-  int64_t B = m->B, T = m->T, C = m->cfg.channels, NH = m->cfg.num_heads, N = B * T;
-  size_t BTC = (size_t)N * (size_t)C;
+  int64_t B = m->B, T = m->T, C = m->cfg.channels, N = B * T, Ci = inner(m),
+          NHi = m->cfg.num_heads / remat__tp(&m->cfg);
+  size_t BTC = (size_t)N * (size_t)C, BTCi = (size_t)N * (size_t)Ci;
   const block_params w = *wp;
   const block_wbf h = block_wbf_of(m, i, wp);
   const remat__backend *be = m->be;
   remat__block_dgrads d;
   remat__block_dgrads_view(&d, m->work, B, T, C, &m->ws);
   be->layernorm_forward_bf16(a->ln1, a->ln1_mean, a->ln1_rstd, x, w.ln1w, w.ln1b, N, C);
-  be->bf16_matmul_forward(m->products, a->qkv, a->ln1, h.qkvw, w.qkvb, N, C, 3 * C, true,
+  be->bf16_matmul_forward(m->products, a->qkv, a->ln1, h.qkvw, w.qkvb, N, C, 3 * Ci, true,
                           d.scratch);
   if (m->ws.attention_work && be->attention_forward_bf16) { /* the products' scratchpad */
-    be->attention_forward_bf16(d.atty_f, a->att_lse, a->qkv, B, T, C, NH, &drop[REMAT_DROP_ATTN],
-                               d.scratch, m->ws.attention_work);
+    be->attention_forward_bf16(d.atty_f, a->att_lse, a->qkv, B, T, Ci, NHi,
+                               &drop[REMAT_DROP_ATTN], d.scratch, m->ws.attention_work);
   } else {
-    be->from_bf16(d.qkv_f, a->qkv, 3 * BTC);
-    be->attention_forward(d.atty_f, a->att_lse, d.qkv_f, B, T, C, NH, &drop[REMAT_DROP_ATTN]);
+    be->from_bf16(d.qkv_f, a->qkv, 3 * BTCi);
+    be->attention_forward(d.atty_f, a->att_lse, d.qkv_f, B, T, Ci, NHi, &drop[REMAT_DROP_ATTN]);
   }
-  be->to_bf16(a->atty, d.atty_f, BTC);
-  be->bf16_matmul_forward(m->products, a->res2, a->atty, h.projw, w.projb, N, C, C, false,
-                          d.scratch);
+  be->to_bf16(a->atty, d.atty_f, BTCi);
+  be->bf16_matmul_forward(m->products, a->res2, a->atty, h.projw, row_bias(m, w.projb), N, Ci, C,
+                          false, d.scratch);
+  remat__group_sum(m, a->res2, BTC, d.dln);
   residual_dropout(m, a->res2, x, BTC, &drop[REMAT_DROP_RESID1]);
   be->layernorm_forward_bf16(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w.ln2w, w.ln2b, N, C);
-  be->bf16_matmul_forward(m->products, a->fch, a->ln2, h.fcw, w.fcb, N, C, 4 * C, true,
+  be->bf16_matmul_forward(m->products, a->fch, a->ln2, h.fcw, w.fcb, N, C, 4 * Ci, true,
                           d.scratch);
-  be->gelu_forward_bf16(a->fch_gelu, a->fch, 4 * BTC);
+  be->gelu_forward_bf16(a->fch_gelu, a->fch, 4 * BTCi);
   if (!out) return;
-  be->bf16_matmul_forward(m->products, out, a->fch_gelu, h.fcprojw, w.fcprojb, N, 4 * C, C,
-                          false, d.scratch);
+  be->bf16_matmul_forward(m->products, out, a->fch_gelu, h.fcprojw, row_bias(m, w.fcprojb), N,
+                          4 * Ci, C, false, d.scratch);
+  remat__group_sum(m, out, BTC, d.dln);
   residual_dropout(m, out, a->res2, BTC, &drop[REMAT_DROP_RESID2]);
 }
 
 /* block_backward in bf16: each product's dout rounded to bf16 (dout_h, or
  * the W record's), its dinp in fp32; the attention backward on widened
- * operands. part, wr: as block_backward. */
+ * operands. On a tensor rank a column-parallel product's input gradient is
+ * its part, summed over the group (the scratch in d4, free by then) before
+ * the layernorm's backward reads it. part, wr: as block_backward. */
 static void block_backward_bf16(remat_model *m, int64_t i, const block_params *wp,
                                 const block_grads *gp, const float *x,
                                 const remat__block_acts *a, const remat__dropout drop[3],
                                 int part, const remat__block_wrec *wr) {
-  int64_t B = m->B, T = m->T, C = m->cfg.channels, NH = m->cfg.num_heads, N = B * T;
-  size_t BTC = (size_t)N * (size_t)C;
+  int64_t B = m->B, T = m->T, C = m->cfg.channels, N = B * T, Ci = inner(m),
+          NHi = m->cfg.num_heads / remat__tp(&m->cfg);
+  size_t BTC = (size_t)N * (size_t)C, BTCi = (size_t)N * (size_t)Ci;
   const block_params w = *wp;
   const block_grads g = *gp;
   const block_wbf h = block_wbf_of(m, i, wp);
@@ -1020,30 +1048,32 @@ static void block_backward_bf16(remat_model *m, int64_t i, const block_params *w
 
   if (in) be->to_bf16(h_fcproj, branch_grad(m, d->dbranch, m->dresid, BTC, &drop[2]), BTC);
   be->bf16_matmul_backward(m->products, in ? d->d4 : NULL, wt ? g.fcprojw : NULL,
-                           wt ? g.fcprojb : NULL, h_fcproj, a->fch_gelu, h.fcprojw, N, 4 * C, C,
+                           wt ? g.fcprojb : NULL, h_fcproj, a->fch_gelu, h.fcprojw, N, 4 * Ci, C,
                            false, d->scratch);
-  if (in) be->gelu_backward_bf16(h_fc, a->fch, d->d4, 4 * BTC);
+  if (in) be->gelu_backward_bf16(h_fc, a->fch, d->d4, 4 * BTCi);
   be->bf16_matmul_backward(m->products, in ? dln2 : NULL, wt ? g.fcw : NULL, wt ? g.fcb : NULL,
-                           h_fc, a->ln2, h.fcw, N, C, 4 * C, false, d->scratch);
+                           h_fc, a->ln2, h.fcw, N, C, 4 * Ci, false, d->scratch);
+  if (in) remat__group_sum(m, dln2, BTC, d->d4);
   be->layernorm_backward(dresid, wt ? g.ln2w : NULL, wt ? g.ln2b : NULL, dln2, a->res2, w.ln2w,
                          a->ln2_mean, a->ln2_rstd, N, C);
   if (in) be->to_bf16(h_proj, branch_grad(m, d->dbranch, m->dresid, BTC, &drop[1]), BTC);
   be->bf16_matmul_backward(m->products, in ? d->datty : NULL, wt ? g.projw : NULL,
-                           wt ? g.projb : NULL, h_proj, a->atty, h.projw, N, C, C, false,
+                           wt ? g.projb : NULL, h_proj, a->atty, h.projw, N, Ci, C, false,
                            d->scratch);
   if (in && m->ws.attention_work && be->attention_backward_bf16) {
     be->attention_backward_bf16(d->dqkv, d->att_delta, d->datty, a->qkv, a->atty, a->att_lse, B,
-                                T, C, NH, &drop[0], d->scratch, m->ws.attention_work);
-    be->to_bf16(h_qkv, d->dqkv, 3 * BTC);
+                                T, Ci, NHi, &drop[0], d->scratch, m->ws.attention_work);
+    be->to_bf16(h_qkv, d->dqkv, 3 * BTCi);
   } else if (in) {
-    be->from_bf16(d->qkv_f, a->qkv, 3 * BTC);
-    be->from_bf16(d->atty_f, a->atty, BTC);
+    be->from_bf16(d->qkv_f, a->qkv, 3 * BTCi);
+    be->from_bf16(d->atty_f, a->atty, BTCi);
     be->attention_backward(d->dqkv, d->att_delta, d->datty, d->qkv_f, d->atty_f, a->att_lse, B,
-                           T, C, NH, &drop[0]);
-    be->to_bf16(h_qkv, d->dqkv, 3 * BTC);
+                           T, Ci, NHi, &drop[0]);
+    be->to_bf16(h_qkv, d->dqkv, 3 * BTCi);
   }
   be->bf16_matmul_backward(m->products, in ? dln1 : NULL, wt ? g.qkvw : NULL, wt ? g.qkvb : NULL,
-                           h_qkv, a->ln1, h.qkvw, N, C, 3 * C, false, d->scratch);
+                           h_qkv, a->ln1, h.qkvw, N, C, 3 * Ci, false, d->scratch);
+  if (in) remat__group_sum(m, dln1, BTC, d->d4);
   be->layernorm_backward(dresid, wt ? g.ln1w : NULL, wt ? g.ln1b : NULL, dln1, x, w.ln1w,
                          a->ln1_mean, a->ln1_rstd, N, C);
 }
@@ -1111,7 +1141,7 @@ static void block_recompute_cheap(remat_model *m, const block_params *wp, const 
     m->be->layernorm_forward_bf16(a->ln1, a->ln1_mean, a->ln1_rstd, x, w.ln1w, w.ln1b, N, C);
     m->be->layernorm_forward_bf16(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w.ln2w, w.ln2b, N,
                                   C);
-    m->be->gelu_forward_bf16(a->fch_gelu, a->fch, 4 * (size_t)N * (size_t)C);
+    m->be->gelu_forward_bf16(a->fch_gelu, a->fch, 4 * (size_t)N * (size_t)inner(m));
     return;
   }
   int64_t R = remat__seq_rows(m); /* a rank's rows of the residual stream */
@@ -1263,7 +1293,7 @@ static int64_t head_rows(const remat_model *m) {
  * largest logit over the group, then its sum of exponentials and target
  * logit over the group. They live in the chunk's rows of the norm's
  * gradient, free until the product's backward fills them. */
-static double vocab_loss(remat_model *m, const remat__head_acts *h, float *logits, float *losses,
+static double vocab_loss(remat_model *m, const remat__head_acts *h, void *logits, float *losses,
                          const int32_t *targets, int64_t r, int64_t n, bool backward,
                          float dloss) {
   const remat_config *c = &m->cfg;
@@ -1272,6 +1302,14 @@ static double vocab_loss(remat_model *m, const remat__head_acts *h, float *logit
   V = V < 0 ? 0 : V < Vl ? V : Vl;
   float *mx = h->dlnf + (size_t)r * (size_t)c->channels;
   double *stats = (double *)(mx + (n + 1) / 2 * 2), *scratch = stats + 2 * n;
+  if (c->precision == REMAT_PRECISION_BF16) { /* the exponentials recomputed, not stored */
+    m->be->vocab_max_bf16(mx, logits, n, V, Vl);
+    m->tops.max(m->tops.ctx, mx, (size_t)n);
+    m->be->vocab_exp_bf16(logits, stats, mx, targets, first, n, V, Vl);
+    m->tops.sum_f64(m->tops.ctx, stats, 2 * (size_t)n, scratch);
+    return m->be->vocab_finish_bf16(logits, losses, stats, mx, targets, dloss, first, n, V, Vl,
+                                    backward);
+  }
   m->be->vocab_max(mx, logits, n, V, Vl);
   m->tops.max(m->tops.ctx, mx, (size_t)n);
   m->be->vocab_exp(logits, stats, mx, targets, first, n, V, Vl);
@@ -1294,9 +1332,10 @@ static double head_logits(remat_model *m, const head_params *w, const remat__hea
   if (c->precision == REMAT_PRECISION_BF16) {
     uint16_t *lg = (uint16_t *)(m->work + m->mp.mm.head_bytes);
     const uint16_t *x = (const uint16_t *)h->lnf + (size_t)r * (size_t)C;
-    m->be->bf16_matmul_forward(m->products, lg, x, head_wbf(m, w->wte), NULL, n, C, Vp, true,
-                               h->scratch);
+    m->be->bf16_matmul_forward(m->products, lg, x, head_wbf(m, w->wte), NULL, n, C,
+                               Vp / remat__tp(c), true, h->scratch);
     progress(m);
+    if (m->tops.sum) return vocab_loss(m, h, lg, losses, targets, r, n, backward, dloss);
     if (backward)
       return m->be->crossentropy_forward_backward_bf16(lg, losses, targets, dloss, n, V, Vp);
     return m->be->crossentropy_forward_bf16(lg, losses, targets, n, V, Vp);
@@ -1450,7 +1489,7 @@ static double head_backward(remat_model *m, const remat__slot *slot, float dloss
     if (c->precision == REMAT_PRECISION_BF16)
       m->be->bf16_matmul_backward(m->products, dx, gwte, NULL, logits,
                                   (const uint16_t *)h.lnf + (size_t)r * (size_t)C,
-                                  head_wbf(m, w.wte), n, C, Vp, false, h.scratch);
+                                  head_wbf(m, w.wte), n, C, Vp / remat__tp(c), false, h.scratch);
     else
       m->be->matmul_backward(dx, gwte, NULL, logits, (const float *)h.lnf + (size_t)r * (size_t)C,
                              w.wte, n, C, Vp / remat__tp(c));
@@ -1925,7 +1964,6 @@ static void update_owned(remat_model *m, int64_t u, const remat__adamw *opt, flo
  * its gradient zeroed. */
 static void update_fused(remat_model *m, int i, float *pm, float *pv, const remat__adamw *opt,
                          float wd, float scale) {
-  const size_t C = (size_t)m->cfg.channels;
   const bool copies = m->wbf && !gathered_bf16(m);
   /* a block matrix's place in its block's copies (the block's matrices in
    * the family's order), and its size */
@@ -1948,7 +1986,7 @@ static void update_fused(remat_model *m, int i, float *pm, float *pv, const rema
   }
   uint16_t *h = copies && i == remat__head_tensor(&m->cfg) && m->stage.has_head ? head_wbf(m, NULL)
                                                                                  : NULL;
-  REMAT_ASSERT(!h || m->sz[i] == (size_t)m->cfg.padded_vocab_size * C);
+  REMAT_ASSERT(!h || m->sz[i] == head_floats(m));
   m->be->adamw_update_fused(m->p[i], m->g[i], pm, pv, h, m->sz[i], opt, wd, scale);
 }
 

@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# Tensor parallelism in bf16 (GPT-2, without sequence parallelism) against
+# one process in bf16, over 5 AdamW steps: every loss and gradient norm
+# within a relative 3e-4 (the group's sums add the ranks' fp32 parts where
+# one process's product adds a whole row, and a product's bf16 output can
+# round the other way from that), for T in {2, 4}, with blocks kept, in
+# full, middle, dropout, several micro-batches and the head in chunks;
+# every rank's arena planned = measured. Bit for bit: a repeat, recompute
+# against keep, the guard backend against the CPU's, T=2 alone against
+# T=2 x P=2 under every schedule and T=2 x D=2 under ZeRO 0 to 3, and a
+# resume; the stages' arenas are `remat plan --tensor-parallel`'s; a Llama
+# and sequence parallelism in bf16 are refused, saying so. On a CPU
+# without bf16 instructions everything is skipped, saying so.
+# usage: tensor_bf16.sh REMAT TMPDIR
+set -u
+remat=$1
+tmp=$2
+. "$(dirname "$0")/lib.sh"
+fresh_dir "$tmp"
+cd "$tmp" || exit 1
+
+if ! bf16_here; then
+  ok "skipped: this CPU has no bf16 instructions"
+  summary tensor_bf16
+  exit $?
+fi
+
+shape=(--config 4,64,4,256,64 --batch 2 --seq 32 --precision bf16)
+common=("${shape[@]}" --steps 5 --warmup 1 --threads 1 --peak-gflops 10 --dropout 0 --quiet)
+
+# near ONE.jsonl T.jsonl T: same step count, losses and norms within a
+# relative 3e-4, every one of the T ranks' arenas planned = measured
+near() {
+  python3 - "$1" "$2" "$3" <<'PY'
+import json, sys
+a = [json.loads(l) for l in open(sys.argv[1])]
+b = [json.loads(l) for l in open(sys.argv[2])]
+t = int(sys.argv[3])
+rel = lambda x, y: abs(x - y) / max(abs(x), 1e-30)
+worst = max([max(rel(x["loss"], y["loss"]), rel(x["grad_norm"], y["grad_norm"]))
+             for x, y in zip(a, b)] or [1.0])
+mem = all(len(y["rank_planned_peak_bytes"]) == t and
+          y["rank_planned_peak_bytes"] == y["rank_measured_peak_bytes"] for y in b)
+print("largest relative difference %.1e" % worst)
+sys.exit(0 if len(a) == len(b) == 5 and worst <= 3e-4 and mem else 1)
+PY
+}
+
+# same A.jsonl B.jsonl: five steps, the same losses and norms, bit for bit
+same() {
+  python3 - "$1" "$2" <<'PY'
+import json, sys
+f = lambda p: [(x["loss"], x["grad_norm"]) for x in map(json.loads, open(p))]
+sys.exit(0 if f(sys.argv[1]) == f(sys.argv[2]) and len(f(sys.argv[1])) == 5 else 1)
+PY
+}
+
+cases=("keep:" "full-middle-accum:--ckpt-layers full:0-1,middle:2-3 --grad-accum 2"
+       "middle-chunks:--ckpt-layers middle:0-3 --head-chunk 16"
+       "dropout:--dropout 0.1 --ckpt-layers full:0,middle:1")
+for c in "${cases[@]}"; do
+  name=${c%%:*}
+  read -r -a extra <<<"${c#*:}"
+  "$remat" train "${common[@]}" "${extra[@]}" --log one_$name.jsonl >one_$name.out 2>&1
+  for t in 2 4; do
+    mpi "$t" "$remat" train "${common[@]}" "${extra[@]}" --tensor-parallel "$t" \
+      --log tp${t}_$name.jsonl >tp${t}_$name.out 2>&1
+    if d=$(near one_$name.jsonl tp${t}_$name.jsonl "$t"); then ok "bf16 $name, T=$t = one process ($d)"
+    else bad "bf16 $name, T=$t against one process: $d $(grep -m2 -i 'error\|remat' tp${t}_$name.out)"; fi
+  done
+done
+
+# repeats, recompute and the guard backend: the same bits
+d=(--dropout 0.1)
+mpi 2 "$remat" train "${common[@]}" "${d[@]}" --tensor-parallel 2 --log a.jsonl >a.out 2>&1
+mpi 2 "$remat" train "${common[@]}" "${d[@]}" --tensor-parallel 2 --log again.jsonl >again.out 2>&1
+check "bf16 T=2 repeats bit for bit" same a.jsonl again.jsonl
+mpi 2 "$remat" train "${common[@]}" "${d[@]}" --tensor-parallel 2 --ckpt-layers full:0-3 \
+  --log full.jsonl >full.out 2>&1
+check "bf16 T=2 recomputing every block gives the kept run's bits" same a.jsonl full.jsonl
+mpi 2 "$remat" train "${common[@]}" "${d[@]}" --tensor-parallel 2 --backend guard \
+  --log guard.jsonl >guard.out 2>&1
+check "bf16 T=2 under the guard backend gives the CPU's bits" same a.jsonl guard.jsonl
+
+# the same bits whatever the pipeline and data degrees
+mpi 2 "$remat" train "${common[@]}" "${d[@]}" --grad-accum 4 --tensor-parallel 2 \
+  --log alone4.jsonl --save alone4.bin >alone4.out 2>&1
+for s in 1f1b zb-h1 interleaved zbv; do
+  mpi 4 "$remat" train "${common[@]}" "${d[@]}" --grad-accum 4 --tensor-parallel 2 --stages 2 \
+    --schedule $s --log pp_$s.jsonl --save pp_$s.bin >pp_$s.out 2>&1
+  if same alone4.jsonl pp_$s.jsonl && cmp -s alone4.bin pp_$s.bin; then
+    ok "bf16 T=2 alone = T=2 x P=2 under $s, bit for bit (losses, norms, saved model)"
+  else bad "bf16 T=2 x P=2 under $s: $(grep -m2 -i 'error\|remat' pp_$s.out)"; fi
+done
+mpi 2 "$remat" train "${common[@]}" "${d[@]}" --grad-accum 2 --tensor-parallel 2 \
+  --log alone2.jsonl >alone2.out 2>&1
+for z in 0 1 2 3; do
+  mpi 4 "$remat" train "${common[@]}" "${d[@]}" --tensor-parallel 2 --data-parallel 2 --zero $z \
+    --log dp_$z.jsonl >dp_$z.out 2>&1
+  if same alone2.jsonl dp_$z.jsonl; then ok "bf16 T=2 alone = T=2 x D=2 under ZeRO $z, bit for bit"
+  else bad "bf16 T=2 x D=2 under ZeRO $z: $(grep -m2 -i 'error\|remat' dp_$z.out)"; fi
+done
+
+# a resume: the uninterrupted run's bits
+pp=("${common[@]}" "${d[@]}" --grad-accum 4 --tensor-parallel 2 --stages 2)
+mpi 4 "$remat" train "${pp[@]}" --steps 3 --checkpoint-dir ck --checkpoint-every 3 >half.out 2>&1
+mpi 4 "$remat" train "${pp[@]}" --steps 5 --resume ck --save res.bin --log res.jsonl >res.out 2>&1
+if cmp -s pp_1f1b.bin res.bin &&
+   [[ "$(tail -n 2 pp_1f1b.jsonl | cut -d, -f1-4)" == "$(cut -d, -f1-4 res.jsonl)" ]]; then
+  ok "bf16 T=2 x P=2 resumed at step 3 = uninterrupted, bit for bit"
+else bad "bf16 T=2 x P=2 resume: $(tail -c 300 res.out)"; fi
+
+# the planner's stages and their bytes, every rank's arena
+mpi 4 "$remat" train "${common[@]}" --grad-accum 4 --tensor-parallel 2 --stages 2 --mem 1.7MiB \
+  --log ppmem.jsonl >ppmem.out 2>&1
+"$remat" plan "${shape[@]}" --stages 2 --microbatches 4 --tensor-parallel 2 --mem 1.7MiB \
+  --format json >ppplan.json 2>ppplan.err
+if python3 - ppmem.jsonl ppplan.json <<'PY'; then ok "bf16 T=2 x P=2 --mem: each stage's ranks' arenas = the plan's stages"
+import json, sys
+run = [json.loads(l) for l in open(sys.argv[1])][-1]
+stages = [s["memory_bytes"] for s in json.load(open(sys.argv[2]))["stages"]]
+want = [stages[0], stages[0], stages[1], stages[1]]
+sys.exit(0 if run["rank_planned_peak_bytes"] == run["rank_measured_peak_bytes"] == want else 1)
+PY
+else bad "bf16 T=2 x P=2 --mem against remat plan: $(tail -c 300 ppmem.out) $(head -c 300 ppplan.err)"; fi
+
+# what is not run yet in bf16, refused
+expect_error "bf16 sequence parallelism refused" "precision fp32" train "${shape[@]}" \
+  --tensor-parallel 2 --sequence-parallel
+expect_fail_mpi "a bf16 Llama on tensor ranks" "in bf16 for GPT-2" 2 "${common[@]}" \
+  --config llama:4,64,4,4,176,256,64 --tensor-parallel 2
+
+summary tensor_bf16
