@@ -263,7 +263,8 @@ size_t remat__llama_dgrads_view(remat__llama_dgrads *d, void *base, const remat_
                                 int64_t B, int64_t T, const remat__kernel_ws *ws) {
   /* as GPT-2's: the gradients into the column-parallel products' input
    * (dln, dln_part) whole, and under sequence parallelism a gathered
-   * operand and the reduce-scattered gradient besides */
+   * operand and the reduce-scattered gradient besides; in bf16 dout_h
+   * holds a branch's gradient (B T C), then q's, k's and v's */
   size_t BT = (size_t)B * (size_t)T, C = (size_t)cfg->channels, Cq = C / TP(ws),
          KV = (size_t)remat__kv_rank_width(cfg), H = (size_t)cfg->ffn_hidden / TP(ws),
          Rs = BT / SP(ws), h = remat__act_elem(ws), f = 4;
@@ -271,7 +272,8 @@ size_t remat__llama_dgrads_view(remat__llama_dgrads *d, void *base, const remat_
   const field fl[] = {{Rs * C, f},  {BT * H, f},  {BT * H, h},  {BT * H, h},
                       {BT * C, f},  {BT * C, f},  {BT * Cq, f}, {BT * Cq, f},
                       {BT * KV, f}, {BT * KV, f}, {ws->attention_scratch, f},
-                      {bf ? BT * (Cq + 2 * KV) : 0, 2}, {ws->product_scratch, 1},
+                      {bf ? BT * (Cq + 2 * KV > C ? Cq + 2 * KV : C) : 0, 2},
+                      {ws->product_scratch, 1},
                       {sp ? BT * C : 0, f}, {sp ? Rs * C : 0, f}};
   char *at[NFIELDS(fl)];
   size_t n = carve(fl, NFIELDS(fl), base, at);

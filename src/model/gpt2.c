@@ -67,14 +67,14 @@ int remat__model_plan_on(remat_model **out, const remat_config *cfg, int64_t B, 
                          "the CPU backend, or plan it (remat plan)",
                          bk->name, bk->rmsnorm_forward ? " in bf16" : "");
   int llama = cfg->family == REMAT_FAMILY_LLAMA;
-  /* bf16: GPT-2's blocks, without sequence parallelism */
-  int tp_bf16 = !bf16 || (!llama && remat__sp(cfg) <= 1 && bk->vocab_max_bf16);
+  /* bf16: without sequence parallelism */
+  int tp_bf16 = !bf16 || (remat__sp(cfg) <= 1 && bk->vocab_max_bf16);
   if (cfg->tensor_parallel > 1 &&
       (!tp_bf16 || !bk->vocab_max || (llama && cfg->kv_heads % cfg->tensor_parallel)))
     return remat__errorf(err, REMAT_EINVAL,
-                         "remat's engine runs tensor parallelism on the CPU backend, in fp32 "
-                         "with a Llama's key/value heads split too, in bf16 for GPT-2 without "
-                         "sequence parallelism; this %s%s%s run of tensor degree %lld%s is "
+                         "remat's engine runs tensor parallelism on the CPU backend, with a "
+                         "Llama's key/value heads split too, in bf16 without sequence "
+                         "parallelism; this %s%s%s run of tensor degree %lld%s is "
                          "planned (remat plan --tensor-parallel), not trained%s",
                          llama ? "Llama" : "GPT-2", bf16 ? " bf16" : "",
                          remat__sp(cfg) > 1 ? " sequence-parallel" : "",

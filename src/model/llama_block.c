@@ -97,14 +97,19 @@ static void residual_dropout(const remat_model *m, float *out, const float *resi
 
 /* The forward in bf16: h the block's bf16 matrices (h[W_Q] .. h[W_3]). The
  * attention's fp32 output passes through datty of the backward's
- * temporaries and the products' scratchpad is its work, both free here. */
+ * temporaries and the products' scratchpad is its work, both free here. On
+ * a tensor rank (without sequence parallelism) the products and the
+ * attention are its share's, and wo's and w2's parts are summed over the
+ * group (the scratch in dln_part, free in a forward) before their dropout
+ * and residual. */
 static void forward_bf16(remat_model *m, float *const w[REMAT__LLAMA_BLOCK_TENSORS],
                          const uint16_t *const h[REMAT__LLAMA_BLOCK_TENSORS], const float *x,
                          remat__llama_acts *a, float *out, const remat__dropout drop[3]) {
   const remat_config *c = &m->cfg;
   const remat__backend *be = m->be;
-  int64_t B = m->B, T = m->T, C = c->channels, NH = c->num_heads, NKV = c->kv_heads,
-          hs = C / NH, KV = remat__kv_width(c), H = c->ffn_hidden, N = B * T;
+  share s = share_of(m);
+  int64_t B = m->B, T = m->T, C = c->channels, Cq = s.Cq, NH = s.NH, NKV = s.NKV,
+          hs = C / c->num_heads, KV = s.KV, H = s.H, N = B * T;
   size_t NC = (size_t)N * (size_t)C;
   float eps = (float)c->norm_eps;
   void *p = m->products;
@@ -114,17 +119,18 @@ static void forward_bf16(remat_model *m, float *const w[REMAT__LLAMA_BLOCK_TENSO
   uint16_t *q = a->q, *k = a->k, *v = a->v, *xn1 = a->xn1, *xn2 = a->xn2, *h1 = a->h1,
            *h3 = a->h3, *atty = a->atty, *hsw = a->hsw;
   be->rmsnorm_forward_bf16(xn1, a->rstd1, x, w[W_ATTNORM], N, C, eps);
-  be->bf16_matmul_forward(p, q, xn1, h[W_Q], NULL, N, C, C, true, d.scratch);
+  be->bf16_matmul_forward(p, q, xn1, h[W_Q], NULL, N, C, Cq, true, d.scratch);
   be->bf16_matmul_forward(p, k, xn1, h[W_K], NULL, N, C, KV, true, d.scratch);
   be->bf16_matmul_forward(p, v, xn1, h[W_V], NULL, N, C, KV, true, d.scratch);
   progress(m);
-  be->rope_forward_bf16(q, C, B, T, NH, hs, 0, c->rope_theta);
+  be->rope_forward_bf16(q, Cq, B, T, NH, hs, 0, c->rope_theta);
   be->rope_forward_bf16(k, KV, B, T, NKV, hs, 0, c->rope_theta);
-  be->attention_forward_gqa_bf16(d.datty, a->att_lse, q, k, v, C, KV, B, T, NH, NKV, hs, &drop[0],
-                                 d.scratch, m->ws.attention_work);
-  be->to_bf16(atty, d.datty, NC);
+  be->attention_forward_gqa_bf16(d.datty, a->att_lse, q, k, v, Cq, KV, B, T, NH, NKV, hs,
+                                 &drop[0], d.scratch, m->ws.attention_work);
+  be->to_bf16(atty, d.datty, (size_t)N * (size_t)Cq);
   progress(m);
-  be->bf16_matmul_forward(p, a->res2, atty, h[W_O], NULL, N, C, C, false, d.scratch);
+  be->bf16_matmul_forward(p, a->res2, atty, h[W_O], NULL, N, Cq, C, false, d.scratch);
+  remat__group_sum(m, a->res2, NC, d.dln_part);
   residual_dropout(m, a->res2, x, NC, &drop[1]);
   progress(m);
   be->rmsnorm_forward_bf16(xn2, a->rstd2, a->res2, w[W_FFNNORM], N, C, eps);
@@ -134,6 +140,7 @@ static void forward_bf16(remat_model *m, float *const w[REMAT__LLAMA_BLOCK_TENSO
   progress(m);
   if (!out) return; /* a recompute: the output is the next block's stored input */
   be->bf16_matmul_forward(p, out, hsw, h[W_2], NULL, N, H, C, false, d.scratch);
+  remat__group_sum(m, out, NC, d.dln_part);
   residual_dropout(m, out, a->res2, NC, &drop[2]);
   progress(m);
 }
@@ -192,7 +199,7 @@ void remat__llama_block_cheap(remat_model *m, float *const w[REMAT__LLAMA_BLOCK_
   if (c->precision == REMAT_PRECISION_BF16) {
     m->be->rmsnorm_forward_bf16(a->xn1, a->rstd1, x, w[W_ATTNORM], N, C, eps);
     m->be->rmsnorm_forward_bf16(a->xn2, a->rstd2, a->res2, w[W_FFNNORM], N, C, eps);
-    m->be->swiglu_forward_bf16(a->hsw, a->h1, a->h3, (size_t)N * (size_t)c->ffn_hidden);
+    m->be->swiglu_forward_bf16(a->hsw, a->h1, a->h3, (size_t)N * (size_t)share_of(m).H);
     return;
   }
   int64_t R = remat__seq_rows(m); /* a rank's rows of the residual stream */
@@ -204,7 +211,9 @@ void remat__llama_block_cheap(remat_model *m, float *const w[REMAT__LLAMA_BLOCK_
 /* The backward in bf16: each product's dout rounded to bf16 (the branches'
  * and q's, k's and v's in dout_h or the W record, h1's and h3's by the
  * SwiGLU's backward), its dinp in fp32; the norms' backwards in fp32, as
- * GPT-2's layernorms. part, wr: as remat__llama_block_backward. */
+ * GPT-2's layernorms. On a tensor rank the norms' input gradients are its
+ * parts, summed over the group (the scratch in dln_part, free by then).
+ * part, wr: as remat__llama_block_backward. */
 static void backward_bf16(remat_model *m, float *const w[REMAT__LLAMA_BLOCK_TENSORS],
                           const uint16_t *const h[REMAT__LLAMA_BLOCK_TENSORS],
                           float *const g[REMAT__LLAMA_BLOCK_TENSORS], const float *x,
@@ -212,9 +221,11 @@ static void backward_bf16(remat_model *m, float *const w[REMAT__LLAMA_BLOCK_TENS
                           const remat__llama_wrec *wr) {
   const remat_config *c = &m->cfg;
   const remat__backend *be = m->be;
-  int64_t B = m->B, T = m->T, C = c->channels, NH = c->num_heads, NKV = c->kv_heads,
-          hs = C / NH, KV = remat__kv_width(c), H = c->ffn_hidden, N = B * T;
-  size_t NC = (size_t)N * (size_t)C, NKVs = (size_t)N * (size_t)KV;
+  share s = share_of(m);
+  int64_t B = m->B, T = m->T, C = c->channels, Cq = s.Cq, NH = s.NH, NKV = s.NKV,
+          hs = C / c->num_heads, KV = s.KV, H = s.H, N = B * T;
+  size_t NC = (size_t)N * (size_t)C, NCq = (size_t)N * (size_t)Cq,
+         NKVs = (size_t)N * (size_t)KV;
   void *p = m->products;
   remat__llama_dgrads d;
   remat__llama_dgrads_view(&d, m->work, c, B, T, &m->ws);
@@ -222,8 +233,8 @@ static void backward_bf16(remat_model *m, float *const w[REMAT__LLAMA_BLOCK_TENS
   const int in = part & REMAT__PART_INPUT, wt = part & REMAT__PART_WEIGHT;
   float *dresid = in ? m->dresid : NULL;
   /* dout_h: (B, T, C) a branch's gradient, then q's; k's and v's after it */
-  uint16_t *dq_h = wr ? wr->dq : d.dout_h, *dk_h = wr ? wr->dk : d.dout_h + NC,
-           *dv_h = wr ? wr->dv : d.dout_h + NC + NKVs;
+  uint16_t *dq_h = wr ? wr->dq : d.dout_h, *dk_h = wr ? wr->dk : d.dout_h + NCq,
+           *dv_h = wr ? wr->dv : d.dout_h + NCq + NKVs;
   uint16_t *dw2_h = wr ? wr->dw2 : d.dout_h, *dwo_h = wr ? wr->dwo : d.dout_h;
   uint16_t *dh1 = wr ? wr->dh1 : d.dh1, *dh3 = wr ? wr->dh3 : d.dh3;
   float *dxn2 = wr ? wr->dxn2 : d.dln, *dxn1 = wr ? wr->dxn1 : d.dln;
@@ -241,27 +252,28 @@ static void backward_bf16(remat_model *m, float *const w[REMAT__LLAMA_BLOCK_TENS
                            h[W_3], N, C, H, false, d.scratch);
   progress(m);
   if (in) be->add(dxn2, d.dln_part, NC, 1, 0); /* w1's share + w3's */
+  if (in) remat__group_sum(m, dxn2, NC, d.dln_part);
   be->rmsnorm_backward(dresid, wt ? g[W_FFNNORM] : NULL, dxn2, a->res2, w[W_FFNNORM], a->rstd2,
                        N, C);
 
   /* attention branch: res2 = x + dropout(wo attn(rope(wq xn1), rope(wk xn1), wv xn1)) */
   if (in) be->to_bf16(dwo_h, branch_grad(m, d.dbranch, m->dresid, NC, &drop[1]), NC);
   be->bf16_matmul_backward(p, in ? d.datty : NULL, wt ? g[W_O] : NULL, NULL, dwo_h, a->atty,
-                           h[W_O], N, C, C, false, d.scratch);
+                           h[W_O], N, Cq, C, false, d.scratch);
   progress(m);
   if (in) {
     be->attention_backward_gqa_bf16(d.dq, d.dk, d.dv, d.att_delta, d.datty, a->q, a->k, a->v,
-                                    a->atty, a->att_lse, C, KV, B, T, NH, NKV, hs, &drop[0],
+                                    a->atty, a->att_lse, Cq, KV, B, T, NH, NKV, hs, &drop[0],
                                     d.scratch, m->ws.attention_work);
     progress(m);
-    be->to_bf16(dq_h, d.dq, NC);
+    be->to_bf16(dq_h, d.dq, NCq);
     be->to_bf16(dk_h, d.dk, NKVs);
     be->to_bf16(dv_h, d.dv, NKVs);
-    be->rope_backward_bf16(dq_h, C, B, T, NH, hs, 0, c->rope_theta);
+    be->rope_backward_bf16(dq_h, Cq, B, T, NH, hs, 0, c->rope_theta);
     be->rope_backward_bf16(dk_h, KV, B, T, NKV, hs, 0, c->rope_theta);
   }
   be->bf16_matmul_backward(p, in ? dxn1 : NULL, wt ? g[W_Q] : NULL, NULL, dq_h, a->xn1, h[W_Q],
-                           N, C, C, false, d.scratch);
+                           N, C, Cq, false, d.scratch);
   progress(m);
   be->bf16_matmul_backward(p, in ? d.dln_part : NULL, wt ? g[W_K] : NULL, NULL, dk_h, a->xn1,
                            h[W_K], N, C, KV, false, d.scratch);
@@ -269,6 +281,7 @@ static void backward_bf16(remat_model *m, float *const w[REMAT__LLAMA_BLOCK_TENS
   be->bf16_matmul_backward(p, in ? d.dln_part : NULL, wt ? g[W_V] : NULL, NULL, dv_h, a->xn1,
                            h[W_V], N, C, KV, false, d.scratch);
   if (in) be->add(dxn1, d.dln_part, NC, 1, 0);
+  if (in) remat__group_sum(m, dxn1, NC, d.dln_part);
   progress(m);
   be->rmsnorm_backward(dresid, wt ? g[W_ATTNORM] : NULL, dxn1, x, w[W_ATTNORM], a->rstd1, N, C);
 }
