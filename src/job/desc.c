@@ -62,9 +62,6 @@ static int check_tensor(const remat_job_desc *d, remat_error *err) {
                          N(d, "stages"), (long long)d->stages, N(d, "data-parallel"),
                          (long long)d->replicas,
                          (long long)(d->tensor * d->stages * d->replicas), REMAT_MAX_STAGES);
-  if (d->precision != REMAT_PRECISION_FP32 && d->sequence)
-    return remat__errorf(err, REMAT_EINVAL, "%s runs in fp32, for now: give %s fp32",
-                         N(d, "sequence-parallel"), N(d, "precision"));
   return 0;
 }
 

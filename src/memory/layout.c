@@ -164,13 +164,22 @@ size_t remat__block_dgrads_view(remat__block_dgrads *d, void *base, int64_t B, i
   return n;
 }
 
+/* The head's norm output (B T C activations), which under sequence
+ * parallelism then takes its rank's rows of the norm's gradient and the
+ * reduce-scatter's receive buffer (2 B T C / t floats: more than bf16's
+ * B T C halves at t = 2). */
+static size_t lnf_bytes(const remat__kernel_ws *ws, size_t BTC) {
+  size_t act = BTC * remat__act_elem(ws), rows = ws->sp > 1 ? 2 * BTC / SP(ws) * 4 : 0;
+  return act > rows ? act : rows;
+}
+
 size_t remat__head_acts_view(remat__head_acts *hd, void *base, int64_t B, int64_t T,
                              int64_t C, const remat__kernel_ws *ws) {
   /* lnf whole (gathered under sequence parallelism: the vocabulary-parallel
    * product's input), its statistics on a rank's tokens, every token's loss */
-  size_t BT = (size_t)B * (size_t)T, BTC = BT * (size_t)C, Rs = BT / SP(ws),
-         h = remat__act_elem(ws), f = 4;
-  const field fl[] = {{BTC, h}, {Rs, f}, {Rs, f}, {BT, f}, {BTC, f}, {ws->product_scratch, 1}};
+  size_t BT = (size_t)B * (size_t)T, BTC = BT * (size_t)C, Rs = BT / SP(ws), f = 4;
+  const field fl[] = {{lnf_bytes(ws, BTC), 1}, {Rs, f}, {Rs, f}, {BT, f}, {BTC, f},
+                      {ws->product_scratch, 1}};
   char *at[NFIELDS(fl)];
   size_t n = carve(fl, NFIELDS(fl), base, at);
   if (base && hd) {
@@ -299,9 +308,9 @@ size_t remat__llama_dgrads_view(remat__llama_dgrads *d, void *base, const remat_
 
 size_t remat__llama_head_view(remat__llama_head *hd, void *base, const remat_config *cfg,
                               int64_t B, int64_t T, const remat__kernel_ws *ws) {
-  size_t BT = (size_t)B * (size_t)T, BTC = BT * (size_t)cfg->channels, Rs = BT / SP(ws),
-         h = remat__act_elem(ws), f = 4;
-  const field fl[] = {{BTC, h}, {Rs, f}, {BT, f}, {BTC, f}, {ws->product_scratch, 1}};
+  size_t BT = (size_t)B * (size_t)T, BTC = BT * (size_t)cfg->channels, Rs = BT / SP(ws), f = 4;
+  const field fl[] = {{lnf_bytes(ws, BTC), 1}, {Rs, f}, {BT, f}, {BTC, f},
+                      {ws->product_scratch, 1}};
   char *at[NFIELDS(fl)];
   size_t n = carve(fl, NFIELDS(fl), base, at);
   if (base && hd) {

@@ -67,22 +67,20 @@ int remat__model_plan_on(remat_model **out, const remat_config *cfg, int64_t B, 
                          "the CPU backend, or plan it (remat plan)",
                          bk->name, bk->rmsnorm_forward ? " in bf16" : "");
   int llama = cfg->family == REMAT_FAMILY_LLAMA;
-  /* bf16: without sequence parallelism */
-  int tp_bf16 = !bf16 || (remat__sp(cfg) <= 1 && bk->vocab_max_bf16);
+  int tp_bf16 = !bf16 || bk->vocab_max_bf16;
   if (cfg->tensor_parallel > 1 &&
       (!tp_bf16 || !bk->vocab_max || (llama && cfg->kv_heads % cfg->tensor_parallel)))
     return remat__errorf(err, REMAT_EINVAL,
                          "remat's engine runs tensor parallelism on the CPU backend, with a "
-                         "Llama's key/value heads split too, in bf16 without sequence "
-                         "parallelism; this %s%s%s run of tensor degree %lld%s is "
-                         "planned (remat plan --tensor-parallel), not trained%s",
+                         "Llama's key/value heads split too; this %s%s run of tensor degree "
+                         "%lld%s on the %s backend is planned (remat plan --tensor-parallel), "
+                         "not trained",
                          llama ? "Llama" : "GPT-2", bf16 ? " bf16" : "",
-                         remat__sp(cfg) > 1 ? " sequence-parallel" : "",
                          (long long)cfg->tensor_parallel,
                          llama && cfg->kv_heads % cfg->tensor_parallel
                              ? " (which does not divide its key/value heads)"
                              : "",
-                         bf16 ? " (--precision fp32 trains it)" : "");
+                         bk->name);
   /* the head's collectives work in the norm's gradient and the logits */
   /* (in bf16 the logits are half the bytes: four times the channels) */
   if (cfg->tensor_parallel > 1 &&
@@ -310,12 +308,12 @@ static void alone_sum_f64(void *ctx, double *buf, size_t n, double *scratch) {
   (void)ctx, (void)buf, (void)n, (void)scratch;
 }
 static void alone_max(void *ctx, float *buf, size_t n) { (void)ctx, (void)buf, (void)n; }
-/* a rank's rows of the sum: its own part's (finite values to time on;
- * the calibration's backends hold host memory) */
+/* a rank's rows of the sum: its own part's (finite values to time on),
+ * copied by the backend, whose memory it is */
 static void alone_scatter(void *ctx, float *buf, size_t n, float *dst, float *rcv) {
   const remat_model *m = ctx;
   (void)rcv;
-  memcpy(dst, buf, n / (size_t)remat__tp(&m->cfg) * sizeof(float));
+  m->be->copy(dst, buf, n / (size_t)remat__tp(&m->cfg) * sizeof(float));
 }
 /* every rank's rows: copies of this rank's (rank 0's, at the front), so
  * that the products, GELU and attention time values like a run's, not
@@ -323,7 +321,7 @@ static void alone_scatter(void *ctx, float *buf, size_t n, float *dst, float *rc
 static void alone_gather(void *ctx, float *buf, size_t n) {
   const remat_model *m = ctx;
   size_t t = (size_t)remat__tp(&m->cfg), q = n / t;
-  for (size_t k = 1; k < t; k++) memcpy(buf + k * q, buf, q * sizeof(float));
+  for (size_t k = 1; k < t; k++) m->be->copy(buf + k * q, buf, q * sizeof(float));
 }
 
 void remat__model_tensor_alone(remat_model *m) {
@@ -861,18 +859,9 @@ static remat__dropout att_drop(const remat_model *m, const remat_hparams *hp, ui
 
 /* ------------------------------------------------------------ bf16 */
 
-/* The gradient entering a residual branch: dropout(dresid) into buf, or
- * dresid itself when the site does not drop (no copy). */
-static const float *branch_grad(const remat_model *m, float *buf, const float *dresid, size_t n,
-                                const remat__dropout *d) {
-  if (d->p <= 0.0f) return dresid;
-  m->be->dropout_apply(buf, dresid, n, d);
-  return buf;
-}
-
-/* Block i's bf16 matrices in REMAT_BUF_PARAMS_BF16: qkvw (3C,C), attprojw
- * (C,C), fcw (4C,C), fcprojw (C,4C); the head's tied matrix (Vp,C) after
- * the stage's blocks. */
+/* Block i's bf16 matrices in REMAT_BUF_PARAMS_BF16: qkvw (3Ci,C), attprojw
+ * (C,Ci), fcw (4Ci,C), fcprojw (C,4Ci) (Ci = C / t: a tensor rank's
+ * shards); the head's matrix (Vp / t,C) after the stage's blocks. */
 typedef struct {
   const uint16_t *qkvw, *projw, *fcw, *fcprojw;
 } block_wbf;
@@ -968,36 +957,26 @@ static void bf16_refresh(remat_model *m) {
   m->bf16_stale = 0;
 }
 
-/* out = resid + dropout(out), as matmul_forward_residual ends. */
-static void residual_dropout(const remat_model *m, float *out, const float *resid, size_t n,
-                             const remat__dropout *d) {
-  if (d->p > 0.0f) m->be->dropout_apply(out, out, n, d);
-  m->be->residual_forward(out, out, resid, n);
-}
-
-/* A row-parallel product's bias: whole on every tensor rank, added by rank 0. */
-static const float *row_bias(const remat_model *m, const float *bias) {
-  return m->tops.sum && m->tops.rank != 0 ? NULL : bias;
-}
-
 /* block_forward in bf16: the products through the model's primitives, the
  * attention on its operands widened to fp32 in the workspace. On a tensor
- * rank (without sequence parallelism) the products and the attention are
- * its shard's (Ci of the C channels, its heads), and a row-parallel
- * product's parts are summed over the group (the scratch in dln, free in a
- * forward) before its dropout and residual. */
+ * rank the products and the attention are its shard's (Ci of the C
+ * channels, its heads), and a row-parallel product's parts are summed over
+ * the group (remat__product_residual_bf16); under sequence parallelism the
+ * norms, dropout and residual run on the rank's rows, the norms' outputs
+ * gathered whole (in bf16) for the products. */
 static void block_forward_bf16(remat_model *m, int64_t i, const block_params *wp, const float *x,
                                remat__block_acts *a, float *out, const remat__dropout drop[3]) {
   int64_t B = m->B, T = m->T, C = m->cfg.channels, N = B * T, Ci = inner(m),
-          NHi = m->cfg.num_heads / remat__tp(&m->cfg);
-  size_t BTC = (size_t)N * (size_t)C, BTCi = (size_t)N * (size_t)Ci;
+          NHi = m->cfg.num_heads / remat__tp(&m->cfg), R = remat__seq_rows(m);
+  size_t BTCi = (size_t)N * (size_t)Ci;
   const block_params w = *wp;
   const block_wbf h = block_wbf_of(m, i, wp);
   const remat__backend *be = m->be;
   remat__block_dgrads d;
   remat__block_dgrads_view(&d, m->work, B, T, C, &m->ws);
-  be->layernorm_forward_bf16(a->ln1, a->ln1_mean, a->ln1_rstd, x, w.ln1w, w.ln1b, N, C);
-  be->bf16_matmul_forward(m->products, a->qkv, a->ln1, h.qkvw, w.qkvb, N, C, 3 * Ci, true,
+  be->layernorm_forward_bf16(a->ln1, a->ln1_mean, a->ln1_rstd, x, w.ln1w, w.ln1b, R, C);
+  const uint16_t *ln1 = remat__seq_whole_act(m, d.gathered, a->ln1, C);
+  be->bf16_matmul_forward(m->products, a->qkv, ln1, h.qkvw, w.qkvb, N, C, 3 * Ci, true,
                           d.scratch);
   if (m->ws.attention_work && be->attention_forward_bf16) { /* the products' scratchpad */
     be->attention_forward_bf16(d.atty_f, a->att_lse, a->qkv, B, T, Ci, NHi,
@@ -1007,32 +986,30 @@ static void block_forward_bf16(remat_model *m, int64_t i, const block_params *wp
     be->attention_forward(d.atty_f, a->att_lse, d.qkv_f, B, T, Ci, NHi, &drop[REMAT_DROP_ATTN]);
   }
   be->to_bf16(a->atty, d.atty_f, BTCi);
-  be->bf16_matmul_forward(m->products, a->res2, a->atty, h.projw, row_bias(m, w.projb), N, Ci, C,
-                          false, d.scratch);
-  remat__group_sum(m, a->res2, BTC, d.dln);
-  residual_dropout(m, a->res2, x, BTC, &drop[REMAT_DROP_RESID1]);
-  be->layernorm_forward_bf16(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w.ln2w, w.ln2b, N, C);
-  be->bf16_matmul_forward(m->products, a->fch, a->ln2, h.fcw, w.fcb, N, C, 4 * Ci, true,
-                          d.scratch);
+  remat__product_residual_bf16(m, a->res2, a->atty, h.projw, w.projb, x, &drop[REMAT_DROP_RESID1],
+                               N, Ci, C, d.dln, d.dslice, d.scratch);
+  be->layernorm_forward_bf16(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w.ln2w, w.ln2b, R, C);
+  const uint16_t *ln2 = remat__seq_whole_act(m, d.gathered, a->ln2, C);
+  be->bf16_matmul_forward(m->products, a->fch, ln2, h.fcw, w.fcb, N, C, 4 * Ci, true, d.scratch);
   be->gelu_forward_bf16(a->fch_gelu, a->fch, 4 * BTCi);
   if (!out) return;
-  be->bf16_matmul_forward(m->products, out, a->fch_gelu, h.fcprojw, row_bias(m, w.fcprojb), N,
-                          4 * Ci, C, false, d.scratch);
-  remat__group_sum(m, out, BTC, d.dln);
-  residual_dropout(m, out, a->res2, BTC, &drop[REMAT_DROP_RESID2]);
+  remat__product_residual_bf16(m, out, a->fch_gelu, h.fcprojw, w.fcprojb, a->res2,
+                               &drop[REMAT_DROP_RESID2], N, 4 * Ci, C, d.dln, d.dslice, d.scratch);
 }
 
 /* block_backward in bf16: each product's dout rounded to bf16 (dout_h, or
  * the W record's), its dinp in fp32; the attention backward on widened
- * operands. On a tensor rank a column-parallel product's input gradient is
- * its part, summed over the group (the scratch in d4, free by then) before
- * the layernorm's backward reads it. part, wr: as block_backward. */
+ * operands. On a tensor rank a branch's gradient is gathered whole under
+ * sequence parallelism, and a column-parallel product's input gradient is
+ * the rank's part, summed over the group (or its rows reduce-scattered)
+ * before the layernorm's backward reads it, as block_backward's. part, wr:
+ * as block_backward. */
 static void block_backward_bf16(remat_model *m, int64_t i, const block_params *wp,
                                 const block_grads *gp, const float *x,
                                 const remat__block_acts *a, const remat__dropout drop[3],
                                 int part, const remat__block_wrec *wr) {
   int64_t B = m->B, T = m->T, C = m->cfg.channels, N = B * T, Ci = inner(m),
-          NHi = m->cfg.num_heads / remat__tp(&m->cfg);
+          NHi = m->cfg.num_heads / remat__tp(&m->cfg), R = remat__seq_rows(m);
   size_t BTC = (size_t)N * (size_t)C, BTCi = (size_t)N * (size_t)Ci;
   const block_params w = *wp;
   const block_grads g = *gp;
@@ -1040,23 +1017,31 @@ static void block_backward_bf16(remat_model *m, int64_t i, const block_params *w
   const remat__backend *be = m->be;
   remat__block_dgrads dg, *d = &dg;
   remat__block_dgrads_view(d, m->work, B, T, C, &m->ws);
-  const int in = part & 1, wt = part & 2; /* PART_INPUT, PART_WEIGHT */
+  const int in = part & 1, wt = part & 2, seq = remat__seq_parallel(m); /* PART_* */
   float *dresid = in ? m->dresid : NULL;
   uint16_t *h_fcproj = wr ? wr->dfcproj : d->dout_h, *h_fc = wr ? wr->dfc : d->dout_h;
   uint16_t *h_proj = wr ? wr->dproj : d->dout_h, *h_qkv = wr ? wr->dqkv : d->dout_h;
-  float *dln2 = wr ? wr->dln2 : d->dln, *dln1 = wr ? wr->dln1 : d->dln;
+  /* the norms' input gradients whole (a rank's part), and the rows their
+   * backwards read (block_backward's) */
+  float *dln2 = wr && !seq ? wr->dln2 : d->dln, *dln1 = wr && !seq ? wr->dln1 : d->dln;
+  float *rows2 = !in || (wr && seq) ? wr->dln2 : seq ? d->dslice : dln2;
+  float *rows1 = !in || (wr && seq) ? wr->dln1 : seq ? d->dslice : dln1;
 
-  if (in) be->to_bf16(h_fcproj, branch_grad(m, d->dbranch, m->dresid, BTC, &drop[2]), BTC);
+  if (in)
+    be->to_bf16(h_fcproj, remat__branch_whole(m, NULL, d->dbranch, d->gathered, &drop[2]), BTC);
   be->bf16_matmul_backward(m->products, in ? d->d4 : NULL, wt ? g.fcprojw : NULL,
                            wt ? g.fcprojb : NULL, h_fcproj, a->fch_gelu, h.fcprojw, N, 4 * Ci, C,
                            false, d->scratch);
   if (in) be->gelu_backward_bf16(h_fc, a->fch, d->d4, 4 * BTCi);
+  /* fc's input whole for its weight's gradient (a W record's is) */
+  const uint16_t *ln2 = wt && !wr ? remat__seq_whole_act(m, d->gathered, a->ln2, C) : a->ln2;
   be->bf16_matmul_backward(m->products, in ? dln2 : NULL, wt ? g.fcw : NULL, wt ? g.fcb : NULL,
-                           h_fc, a->ln2, h.fcw, N, C, 4 * Ci, false, d->scratch);
-  if (in) remat__group_sum(m, dln2, BTC, d->d4);
-  be->layernorm_backward(dresid, wt ? g.ln2w : NULL, wt ? g.ln2b : NULL, dln2, a->res2, w.ln2w,
-                         a->ln2_mean, a->ln2_rstd, N, C);
-  if (in) be->to_bf16(h_proj, branch_grad(m, d->dbranch, m->dresid, BTC, &drop[1]), BTC);
+                           h_fc, ln2, h.fcw, N, C, 4 * Ci, false, d->scratch);
+  if (in) remat__input_grad_sum(m, dln2, rows2, d->d4); /* d4 is free */
+  be->layernorm_backward(dresid, wt ? g.ln2w : NULL, wt ? g.ln2b : NULL, rows2, a->res2, w.ln2w,
+                         a->ln2_mean, a->ln2_rstd, R, C);
+  if (in)
+    be->to_bf16(h_proj, remat__branch_whole(m, NULL, d->dbranch, d->gathered, &drop[1]), BTC);
   be->bf16_matmul_backward(m->products, in ? d->datty : NULL, wt ? g.projw : NULL,
                            wt ? g.projb : NULL, h_proj, a->atty, h.projw, N, Ci, C, false,
                            d->scratch);
@@ -1071,11 +1056,12 @@ static void block_backward_bf16(remat_model *m, int64_t i, const block_params *w
                            T, Ci, NHi, &drop[0]);
     be->to_bf16(h_qkv, d->dqkv, 3 * BTCi);
   }
+  const uint16_t *ln1 = wt && !wr ? remat__seq_whole_act(m, d->gathered, a->ln1, C) : a->ln1;
   be->bf16_matmul_backward(m->products, in ? dln1 : NULL, wt ? g.qkvw : NULL, wt ? g.qkvb : NULL,
-                           h_qkv, a->ln1, h.qkvw, N, C, 3 * Ci, false, d->scratch);
-  if (in) remat__group_sum(m, dln1, BTC, d->d4);
-  be->layernorm_backward(dresid, wt ? g.ln1w : NULL, wt ? g.ln1b : NULL, dln1, x, w.ln1w,
-                         a->ln1_mean, a->ln1_rstd, N, C);
+                           h_qkv, ln1, h.qkvw, N, C, 3 * Ci, false, d->scratch);
+  if (in) remat__input_grad_sum(m, dln1, rows1, d->d4);
+  be->layernorm_backward(dresid, wt ? g.ln1w : NULL, wt ? g.ln1b : NULL, rows1, x, w.ln1w,
+                         a->ln1_mean, a->ln1_rstd, R, C);
 }
 
 /* The transient workspace's gradient views, which a tensor rank's
@@ -1099,6 +1085,8 @@ static void block_forward(remat_model *m, int64_t i, const block_params *wp, con
   remat__dropout d_att = att_drop(m, hp, micro, l);
   remat__dropout d_r1 = drop_at(hp, m->step, micro, l, REMAT_DROP_RESID1);
   remat__dropout d_r2 = drop_at(hp, m->step, micro, l, REMAT_DROP_RESID2);
+  /* the residual stream's: a rank's rows under sequence parallelism */
+  d_r1.first = d_r2.first = (uint64_t)remat__seq_first(m) * (uint64_t)C;
   if (m->cfg.precision == REMAT_PRECISION_BF16) {
     block_forward_bf16(m, i, wp, x, a, out, (remat__dropout[3]){d_att, d_r1, d_r2});
     return;
@@ -1109,7 +1097,6 @@ static void block_forward(remat_model *m, int64_t i, const block_params *wp, con
    * norms' outputs the products read gathered */
   int64_t Ci = inner(m), NHi = NH / remat__tp(&m->cfg), R = remat__seq_rows(m);
   remat__block_dgrads dg = dgrads_of(m); /* free in a forward: the sums' scratch */
-  d_r1.first = d_r2.first = (uint64_t)remat__seq_first(m) * (uint64_t)C;
   m->be->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, w.ln1w, w.ln1b, R, C);
   const float *ln1 = remat__seq_whole(m, dg.gathered, a->ln1, C);
   m->be->matmul_forward(a->qkv, ln1, w.qkvw, w.qkvb, N, C, 3 * Ci);
@@ -1136,15 +1123,15 @@ static void block_forward(remat_model *m, int64_t i, const block_params *wp, con
 static void block_recompute_cheap(remat_model *m, const block_params *wp, const float *x,
                                   remat__block_acts *a) {
   int64_t N = m->B * m->T, C = m->cfg.channels;
+  int64_t R = remat__seq_rows(m); /* a rank's rows of the residual stream */
   const block_params w = *wp;
   if (m->cfg.precision == REMAT_PRECISION_BF16) {
-    m->be->layernorm_forward_bf16(a->ln1, a->ln1_mean, a->ln1_rstd, x, w.ln1w, w.ln1b, N, C);
-    m->be->layernorm_forward_bf16(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w.ln2w, w.ln2b, N,
+    m->be->layernorm_forward_bf16(a->ln1, a->ln1_mean, a->ln1_rstd, x, w.ln1w, w.ln1b, R, C);
+    m->be->layernorm_forward_bf16(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w.ln2w, w.ln2b, R,
                                   C);
     m->be->gelu_forward_bf16(a->fch_gelu, a->fch, 4 * (size_t)N * (size_t)inner(m));
     return;
   }
-  int64_t R = remat__seq_rows(m); /* a rank's rows of the residual stream */
   m->be->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, w.ln1w, w.ln1b, R, C);
   m->be->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w.ln2w, w.ln2b, R, C);
   m->be->gelu_forward(a->fch_gelu, a->fch, 4 * (size_t)N * (size_t)inner(m));
@@ -1172,6 +1159,8 @@ static void block_backward(remat_model *m, int64_t i, const block_params *wp,
   remat__dropout d_att = att_drop(m, hp, micro, l);
   remat__dropout d_r1 = drop_at(hp, m->step, micro, l, REMAT_DROP_RESID1);
   remat__dropout d_r2 = drop_at(hp, m->step, micro, l, REMAT_DROP_RESID2);
+  /* the residual stream's: a rank's rows under sequence parallelism */
+  d_r1.first = d_r2.first = (uint64_t)remat__seq_first(m) * (uint64_t)C;
   REMAT_ASSERT(part == PART_ALL || wr);
   if (m->cfg.precision == REMAT_PRECISION_BF16) {
     block_backward_bf16(m, i, wp, gp, x, a, (remat__dropout[3]){d_att, d_r1, d_r2}, part, wr);
@@ -1179,7 +1168,6 @@ static void block_backward(remat_model *m, int64_t i, const block_params *wp,
   }
   const int in = part & PART_INPUT, wt = part & PART_WEIGHT, seq = remat__seq_parallel(m);
   int64_t R = remat__seq_rows(m); /* a rank's rows of the residual stream */
-  d_r1.first = d_r2.first = (uint64_t)remat__seq_first(m) * (uint64_t)C;
   float *dresid = in ? m->dresid : NULL;
   float *d4 = wr ? wr->dfc : d->d4, *dqkv = wr ? wr->dqkv : d->dqkv;
   /* a column-parallel product's input gradient: the rank's part whole,
@@ -1269,17 +1257,19 @@ static void head_norm(remat_model *m, const head_params *w, const remat__slot *s
                             .dlnf = lh.dxnf, .scratch = lh.scratch};
   }
   /* under sequence parallelism the rank's rows at their place, gathered */
-  float *out = (float *)h->lnf + (size_t)remat__seq_first(m) * (size_t)C;
+  size_t at = (size_t)remat__seq_first(m) * (size_t)C;
+  float *out = (float *)h->lnf + at;
+  uint16_t *out_h = (uint16_t *)h->lnf + at;
   float eps = (float)c->norm_eps;
   if (c->family == REMAT_FAMILY_LLAMA && bf16)
-    m->be->rmsnorm_forward_bf16(h->lnf, h->lnf_rstd, x, w->lnfw, R, C, eps);
+    m->be->rmsnorm_forward_bf16(out_h, h->lnf_rstd, x, w->lnfw, R, C, eps);
   else if (c->family == REMAT_FAMILY_LLAMA)
     m->be->rmsnorm_forward(out, h->lnf_rstd, x, w->lnfw, R, C, eps);
   else if (bf16)
-    m->be->layernorm_forward_bf16(h->lnf, h->lnf_mean, h->lnf_rstd, x, w->lnfw, w->lnfb, R, C);
+    m->be->layernorm_forward_bf16(out_h, h->lnf_mean, h->lnf_rstd, x, w->lnfw, w->lnfb, R, C);
   else
     m->be->layernorm_forward(out, h->lnf_mean, h->lnf_rstd, x, w->lnfw, w->lnfb, R, C);
-  if (remat__seq_parallel(m)) remat__seq_gather(m, h->lnf, out, C);
+  if (remat__seq_parallel(m)) remat__seq_gather_act(m, h->lnf, bf16 ? (void *)out_h : out, C);
 }
 
 /* Tokens per chunk of the head's logits: cfg.head_chunk, or all of them. */
@@ -1587,8 +1577,8 @@ static void wrec_fill(remat_model *m, const remat__block_wrec *r, const float *x
   be->copy(r->ln2_mean, a->ln2_mean, R * f);
   be->copy(r->ln2_rstd, a->ln2_rstd, R * f);
   if (remat__seq_parallel(m)) { /* the products' inputs whole */
-    remat__seq_gather(m, (float *)r->ln1, a->ln1, (int64_t)C);
-    remat__seq_gather(m, (float *)r->ln2, a->ln2, (int64_t)C);
+    remat__seq_gather_act(m, r->ln1, a->ln1, (int64_t)C);
+    remat__seq_gather_act(m, r->ln2, a->ln2, (int64_t)C);
   } else {
     be->copy(r->ln1, a->ln1, BTC * h);
     be->copy(r->ln2, a->ln2, BTC * h);

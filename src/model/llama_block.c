@@ -29,15 +29,6 @@ static void progress(remat_model *m) {
   if (m->lops.progress) m->lops.progress(m->lops.ctx);
 }
 
-/* The gradient entering a residual branch: dropout(dresid) into buf, or
- * dresid itself when the site does not drop. */
-static const float *branch_grad(const remat_model *m, float *buf, const float *dresid, size_t n,
-                                const remat__dropout *d) {
-  if (d->p <= 0.0f) return dresid;
-  m->be->dropout_apply(buf, dresid, n, d);
-  return buf;
-}
-
 void remat__llama_block_views(const remat_model *m, int64_t i, const float *unit,
                               float *const tensors[REMAT_P_COUNT],
                               float *v[REMAT__LLAMA_BLOCK_TENSORS]) {
@@ -88,20 +79,14 @@ static share share_of(const remat_model *m) {
 }
 
 
-/* out = resid + dropout(out), as matmul_forward_residual ends. */
-static void residual_dropout(const remat_model *m, float *out, const float *resid, size_t n,
-                             const remat__dropout *d) {
-  if (d->p > 0.0f) m->be->dropout_apply(out, out, n, d);
-  m->be->residual_forward(out, out, resid, n);
-}
-
 /* The forward in bf16: h the block's bf16 matrices (h[W_Q] .. h[W_3]). The
  * attention's fp32 output passes through datty of the backward's
  * temporaries and the products' scratchpad is its work, both free here. On
- * a tensor rank (without sequence parallelism) the products and the
- * attention are its share's, and wo's and w2's parts are summed over the
- * group (the scratch in dln_part, free in a forward) before their dropout
- * and residual. */
+ * a tensor rank the products and the attention are its share's, and wo's
+ * and w2's parts are summed over the group (remat__product_residual_bf16,
+ * the scratch in dln_part, free in a forward) before their dropout and
+ * residual; under sequence parallelism the norms run on the rank's rows,
+ * their outputs gathered whole (in bf16) for the products. */
 static void forward_bf16(remat_model *m, float *const w[REMAT__LLAMA_BLOCK_TENSORS],
                          const uint16_t *const h[REMAT__LLAMA_BLOCK_TENSORS], const float *x,
                          remat__llama_acts *a, float *out, const remat__dropout drop[3]) {
@@ -110,7 +95,6 @@ static void forward_bf16(remat_model *m, float *const w[REMAT__LLAMA_BLOCK_TENSO
   share s = share_of(m);
   int64_t B = m->B, T = m->T, C = c->channels, Cq = s.Cq, NH = s.NH, NKV = s.NKV,
           hs = C / c->num_heads, KV = s.KV, H = s.H, N = B * T;
-  size_t NC = (size_t)N * (size_t)C;
   float eps = (float)c->norm_eps;
   void *p = m->products;
   remat__llama_dgrads d;
@@ -118,10 +102,12 @@ static void forward_bf16(remat_model *m, float *const w[REMAT__LLAMA_BLOCK_TENSO
   REMAT_ASSERT(m->ws.attention_work && be->attention_forward_gqa_bf16);
   uint16_t *q = a->q, *k = a->k, *v = a->v, *xn1 = a->xn1, *xn2 = a->xn2, *h1 = a->h1,
            *h3 = a->h3, *atty = a->atty, *hsw = a->hsw;
-  be->rmsnorm_forward_bf16(xn1, a->rstd1, x, w[W_ATTNORM], N, C, eps);
-  be->bf16_matmul_forward(p, q, xn1, h[W_Q], NULL, N, C, Cq, true, d.scratch);
-  be->bf16_matmul_forward(p, k, xn1, h[W_K], NULL, N, C, KV, true, d.scratch);
-  be->bf16_matmul_forward(p, v, xn1, h[W_V], NULL, N, C, KV, true, d.scratch);
+  int64_t R = remat__seq_rows(m); /* a rank's rows of the residual stream */
+  be->rmsnorm_forward_bf16(xn1, a->rstd1, x, w[W_ATTNORM], R, C, eps);
+  const uint16_t *in1 = remat__seq_whole_act(m, d.gathered, xn1, C);
+  be->bf16_matmul_forward(p, q, in1, h[W_Q], NULL, N, C, Cq, true, d.scratch);
+  be->bf16_matmul_forward(p, k, in1, h[W_K], NULL, N, C, KV, true, d.scratch);
+  be->bf16_matmul_forward(p, v, in1, h[W_V], NULL, N, C, KV, true, d.scratch);
   progress(m);
   be->rope_forward_bf16(q, Cq, B, T, NH, hs, 0, c->rope_theta);
   be->rope_forward_bf16(k, KV, B, T, NKV, hs, 0, c->rope_theta);
@@ -129,19 +115,18 @@ static void forward_bf16(remat_model *m, float *const w[REMAT__LLAMA_BLOCK_TENSO
                                  &drop[0], d.scratch, m->ws.attention_work);
   be->to_bf16(atty, d.datty, (size_t)N * (size_t)Cq);
   progress(m);
-  be->bf16_matmul_forward(p, a->res2, atty, h[W_O], NULL, N, Cq, C, false, d.scratch);
-  remat__group_sum(m, a->res2, NC, d.dln_part);
-  residual_dropout(m, a->res2, x, NC, &drop[1]);
+  remat__product_residual_bf16(m, a->res2, atty, h[W_O], NULL, x, &drop[1], N, Cq, C,
+                               d.dln_part, d.dslice, d.scratch);
   progress(m);
-  be->rmsnorm_forward_bf16(xn2, a->rstd2, a->res2, w[W_FFNNORM], N, C, eps);
-  be->bf16_matmul_forward(p, h1, xn2, h[W_1], NULL, N, C, H, true, d.scratch);
-  be->bf16_matmul_forward(p, h3, xn2, h[W_3], NULL, N, C, H, true, d.scratch);
+  be->rmsnorm_forward_bf16(xn2, a->rstd2, a->res2, w[W_FFNNORM], R, C, eps);
+  const uint16_t *in2 = remat__seq_whole_act(m, d.gathered, xn2, C);
+  be->bf16_matmul_forward(p, h1, in2, h[W_1], NULL, N, C, H, true, d.scratch);
+  be->bf16_matmul_forward(p, h3, in2, h[W_3], NULL, N, C, H, true, d.scratch);
   be->swiglu_forward_bf16(hsw, h1, h3, (size_t)N * (size_t)H);
   progress(m);
   if (!out) return; /* a recompute: the output is the next block's stored input */
-  be->bf16_matmul_forward(p, out, hsw, h[W_2], NULL, N, H, C, false, d.scratch);
-  remat__group_sum(m, out, NC, d.dln_part);
-  residual_dropout(m, out, a->res2, NC, &drop[2]);
+  remat__product_residual_bf16(m, out, hsw, h[W_2], NULL, a->res2, &drop[2], N, H, C, d.dln_part,
+                               d.dslice, d.scratch);
   progress(m);
 }
 
@@ -195,14 +180,14 @@ void remat__llama_block_cheap(remat_model *m, float *const w[REMAT__LLAMA_BLOCK_
                               const float *x, remat__llama_acts *a) {
   const remat_config *c = &m->cfg;
   int64_t N = m->B * m->T, C = c->channels;
+  int64_t R = remat__seq_rows(m); /* a rank's rows of the residual stream */
   float eps = (float)c->norm_eps;
   if (c->precision == REMAT_PRECISION_BF16) {
-    m->be->rmsnorm_forward_bf16(a->xn1, a->rstd1, x, w[W_ATTNORM], N, C, eps);
-    m->be->rmsnorm_forward_bf16(a->xn2, a->rstd2, a->res2, w[W_FFNNORM], N, C, eps);
+    m->be->rmsnorm_forward_bf16(a->xn1, a->rstd1, x, w[W_ATTNORM], R, C, eps);
+    m->be->rmsnorm_forward_bf16(a->xn2, a->rstd2, a->res2, w[W_FFNNORM], R, C, eps);
     m->be->swiglu_forward_bf16(a->hsw, a->h1, a->h3, (size_t)N * (size_t)share_of(m).H);
     return;
   }
-  int64_t R = remat__seq_rows(m); /* a rank's rows of the residual stream */
   m->be->rmsnorm_forward(a->xn1, a->rstd1, x, w[W_ATTNORM], R, C, eps);
   m->be->rmsnorm_forward(a->xn2, a->rstd2, a->res2, w[W_FFNNORM], R, C, eps);
   m->be->swiglu_forward(a->hsw, a->h1, a->h3, (size_t)N * (size_t)share_of(m).H);
@@ -211,8 +196,10 @@ void remat__llama_block_cheap(remat_model *m, float *const w[REMAT__LLAMA_BLOCK_
 /* The backward in bf16: each product's dout rounded to bf16 (the branches'
  * and q's, k's and v's in dout_h or the W record, h1's and h3's by the
  * SwiGLU's backward), its dinp in fp32; the norms' backwards in fp32, as
- * GPT-2's layernorms. On a tensor rank the norms' input gradients are its
- * parts, summed over the group (the scratch in dln_part, free by then).
+ * GPT-2's layernorms. On a tensor rank the branches' gradients are
+ * gathered whole under sequence parallelism, and the norms' input
+ * gradients are its parts, summed over the group (or their rows
+ * reduce-scattered; the scratch in dln_part, free by then), as in fp32.
  * part, wr: as remat__llama_block_backward. */
 static void backward_bf16(remat_model *m, float *const w[REMAT__LLAMA_BLOCK_TENSORS],
                           const uint16_t *const h[REMAT__LLAMA_BLOCK_TENSORS],
@@ -230,34 +217,42 @@ static void backward_bf16(remat_model *m, float *const w[REMAT__LLAMA_BLOCK_TENS
   remat__llama_dgrads d;
   remat__llama_dgrads_view(&d, m->work, c, B, T, &m->ws);
   REMAT_ASSERT(m->ws.attention_work && be->attention_backward_gqa_bf16);
-  const int in = part & REMAT__PART_INPUT, wt = part & REMAT__PART_WEIGHT;
+  const int in = part & REMAT__PART_INPUT, wt = part & REMAT__PART_WEIGHT,
+            seq = remat__seq_parallel(m);
+  int64_t R = remat__seq_rows(m); /* a rank's rows of the residual stream */
   float *dresid = in ? m->dresid : NULL;
   /* dout_h: (B, T, C) a branch's gradient, then q's; k's and v's after it */
   uint16_t *dq_h = wr ? wr->dq : d.dout_h, *dk_h = wr ? wr->dk : d.dout_h + NCq,
            *dv_h = wr ? wr->dv : d.dout_h + NCq + NKVs;
   uint16_t *dw2_h = wr ? wr->dw2 : d.dout_h, *dwo_h = wr ? wr->dwo : d.dout_h;
   uint16_t *dh1 = wr ? wr->dh1 : d.dh1, *dh3 = wr ? wr->dh3 : d.dh3;
-  float *dxn2 = wr ? wr->dxn2 : d.dln, *dxn1 = wr ? wr->dxn1 : d.dln;
+  float *dxn2 = wr && !seq ? wr->dxn2 : d.dln, *dxn1 = wr && !seq ? wr->dxn1 : d.dln;
+  float *rows2 = !in || (wr && seq) ? wr->dxn2 : seq ? d.dslice : dxn2;
+  float *rows1 = !in || (wr && seq) ? wr->dxn1 : seq ? d.dslice : dxn1;
 
   /* MLP branch: out = res2 + dropout(w2 (silu(w1 xn2) * w3 xn2)) */
-  if (in) be->to_bf16(dw2_h, branch_grad(m, d.dbranch, m->dresid, NC, &drop[2]), NC);
+  if (in)
+    be->to_bf16(dw2_h, remat__branch_whole(m, NULL, d.dbranch, d.gathered, &drop[2]), NC);
   be->bf16_matmul_backward(p, in ? d.dhsw : NULL, wt ? g[W_2] : NULL, NULL, dw2_h, a->hsw,
                            h[W_2], N, H, C, false, d.scratch);
   progress(m);
   if (in) be->swiglu_backward_bf16(dh1, dh3, a->h1, a->h3, d.dhsw, (size_t)N * (size_t)H);
-  be->bf16_matmul_backward(p, in ? dxn2 : NULL, wt ? g[W_1] : NULL, NULL, dh1, a->xn2, h[W_1], N,
-                           C, H, false, d.scratch);
+  /* w1's and w3's input whole for their weights' gradients (a record's is) */
+  const uint16_t *in2 = wt && !wr ? remat__seq_whole_act(m, d.gathered, a->xn2, C) : a->xn2;
+  be->bf16_matmul_backward(p, in ? dxn2 : NULL, wt ? g[W_1] : NULL, NULL, dh1, in2, h[W_1], N, C,
+                           H, false, d.scratch);
   progress(m);
-  be->bf16_matmul_backward(p, in ? d.dln_part : NULL, wt ? g[W_3] : NULL, NULL, dh3, a->xn2,
-                           h[W_3], N, C, H, false, d.scratch);
+  be->bf16_matmul_backward(p, in ? d.dln_part : NULL, wt ? g[W_3] : NULL, NULL, dh3, in2, h[W_3],
+                           N, C, H, false, d.scratch);
   progress(m);
   if (in) be->add(dxn2, d.dln_part, NC, 1, 0); /* w1's share + w3's */
-  if (in) remat__group_sum(m, dxn2, NC, d.dln_part);
-  be->rmsnorm_backward(dresid, wt ? g[W_FFNNORM] : NULL, dxn2, a->res2, w[W_FFNNORM], a->rstd2,
-                       N, C);
+  if (in) remat__input_grad_sum(m, dxn2, rows2, d.dln_part); /* a tensor rank's part of it */
+  be->rmsnorm_backward(dresid, wt ? g[W_FFNNORM] : NULL, rows2, a->res2, w[W_FFNNORM], a->rstd2,
+                       R, C);
 
   /* attention branch: res2 = x + dropout(wo attn(rope(wq xn1), rope(wk xn1), wv xn1)) */
-  if (in) be->to_bf16(dwo_h, branch_grad(m, d.dbranch, m->dresid, NC, &drop[1]), NC);
+  if (in)
+    be->to_bf16(dwo_h, remat__branch_whole(m, NULL, d.dbranch, d.gathered, &drop[1]), NC);
   be->bf16_matmul_backward(p, in ? d.datty : NULL, wt ? g[W_O] : NULL, NULL, dwo_h, a->atty,
                            h[W_O], N, Cq, C, false, d.scratch);
   progress(m);
@@ -272,18 +267,19 @@ static void backward_bf16(remat_model *m, float *const w[REMAT__LLAMA_BLOCK_TENS
     be->rope_backward_bf16(dq_h, Cq, B, T, NH, hs, 0, c->rope_theta);
     be->rope_backward_bf16(dk_h, KV, B, T, NKV, hs, 0, c->rope_theta);
   }
-  be->bf16_matmul_backward(p, in ? dxn1 : NULL, wt ? g[W_Q] : NULL, NULL, dq_h, a->xn1, h[W_Q],
-                           N, C, Cq, false, d.scratch);
+  const uint16_t *in1 = wt && !wr ? remat__seq_whole_act(m, d.gathered, a->xn1, C) : a->xn1;
+  be->bf16_matmul_backward(p, in ? dxn1 : NULL, wt ? g[W_Q] : NULL, NULL, dq_h, in1, h[W_Q], N, C,
+                           Cq, false, d.scratch);
   progress(m);
-  be->bf16_matmul_backward(p, in ? d.dln_part : NULL, wt ? g[W_K] : NULL, NULL, dk_h, a->xn1,
-                           h[W_K], N, C, KV, false, d.scratch);
+  be->bf16_matmul_backward(p, in ? d.dln_part : NULL, wt ? g[W_K] : NULL, NULL, dk_h, in1, h[W_K],
+                           N, C, KV, false, d.scratch);
   if (in) be->add(dxn1, d.dln_part, NC, 1, 0); /* (q's + k's) + v's */
-  be->bf16_matmul_backward(p, in ? d.dln_part : NULL, wt ? g[W_V] : NULL, NULL, dv_h, a->xn1,
-                           h[W_V], N, C, KV, false, d.scratch);
+  be->bf16_matmul_backward(p, in ? d.dln_part : NULL, wt ? g[W_V] : NULL, NULL, dv_h, in1, h[W_V],
+                           N, C, KV, false, d.scratch);
   if (in) be->add(dxn1, d.dln_part, NC, 1, 0);
-  if (in) remat__group_sum(m, dxn1, NC, d.dln_part);
+  if (in) remat__input_grad_sum(m, dxn1, rows1, d.dln_part);
   progress(m);
-  be->rmsnorm_backward(dresid, wt ? g[W_ATTNORM] : NULL, dxn1, x, w[W_ATTNORM], a->rstd1, N, C);
+  be->rmsnorm_backward(dresid, wt ? g[W_ATTNORM] : NULL, rows1, x, w[W_ATTNORM], a->rstd1, R, C);
 }
 
 void remat__llama_block_backward(remat_model *m, float *const w[REMAT__LLAMA_BLOCK_TENSORS],
@@ -380,8 +376,8 @@ void remat__llama_wrec_fill(remat_model *m, const remat__llama_wrec *r, const fl
   be->copy(r->rstd1, a->rstd1, R * f);
   be->copy(r->rstd2, a->rstd2, R * f);
   if (remat__seq_parallel(m)) { /* the products' inputs whole */
-    remat__seq_gather(m, (float *)r->xn1, a->xn1, c->channels);
-    remat__seq_gather(m, (float *)r->xn2, a->xn2, c->channels);
+    remat__seq_gather_act(m, r->xn1, a->xn1, c->channels);
+    remat__seq_gather_act(m, r->xn2, a->xn2, c->channels);
   } else {
     be->copy(r->xn1, a->xn1, NC * e);
     be->copy(r->xn2, a->xn2, NC * e);

@@ -56,16 +56,16 @@ struct remat_model {
    * or a load until the next forward refreshes them */
   void *products;
   uint16_t *wbf;
-  int bf16_stale;
+  bool bf16_stale;
   /* A head that borrows the tied matrix (remat_stage.tied_borrowed): its
    * bf16 copy is stale after every update, since the lender updates the
    * matrix; the next forward rounds that copy alone. */
-  int tied_bf16_stale;
+  bool tied_bf16_stale;
   /* The last update left the gradients zero and the bf16 copies fresh in
    * the same sweep (adamw_update_fused), and no pointer into the
    * parameters or gradients has been handed out since: zero_grad has
    * nothing to clear, nor the next forward to refresh. */
-  int update_clean;
+  bool update_clean;
 
   size_t high_water;  /* cache for remat_model_arena_high_water */
   int64_t step;       /* optimizer steps taken */
@@ -121,6 +121,16 @@ int64_t remat__seq_first(const remat_model *m);
 void remat__seq_gather(remat_model *m, float *whole, const void *rows, int64_t C);
 void remat__seq_scatter(remat_model *m, float *whole, int64_t C, float *dst, float *rcv);
 const float *remat__seq_whole(remat_model *m, float *whole, const void *rows, int64_t C);
+/* remat__seq_gather and _whole for activations (the norms' outputs), in
+ * their element: bf16 in bf16 */
+void remat__seq_gather_act(remat_model *m, void *whole, const void *rows, int64_t C);
+const void *remat__seq_whole_act(remat_model *m, void *whole, const void *rows, int64_t C);
+/* remat__product_residual in bf16: inp and weight bf16, the product made
+ * through the model's primitives (product_scratch their scratchpad) */
+void remat__product_residual_bf16(remat_model *m, float *out, const uint16_t *inp,
+                                  const uint16_t *weight, const float *bias, const float *resid,
+                                  const remat__dropout *d, int64_t N, int64_t IC, int64_t OC,
+                                  float *scratch, float *rcv, void *product_scratch);
 /* The gradient entering a residual branch's row-parallel product, whole
  * (B T, C): d's dropout of m->dresid (the rank's rows), kept in a W
  * record's keep (whole; gathered there in place under sequence

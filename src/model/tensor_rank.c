@@ -39,6 +39,20 @@ const float *remat__seq_whole(remat_model *m, float *whole, const void *rows, in
   return whole;
 }
 
+void remat__seq_gather_act(remat_model *m, void *whole, const void *rows, int64_t C) {
+  size_t e = remat__act_elem(&m->ws), at = (size_t)remat__seq_first(m) * (size_t)C * e;
+  if ((const char *)rows != (char *)whole + at)
+    m->be->copy((char *)whole + at, rows, (size_t)remat__seq_rows(m) * (size_t)C * e);
+  /* as floats: a rank's rows are an even number of bf16 values (C is) */
+  m->tops.gather(m->tops.ctx, whole, (size_t)(m->B * m->T) * (size_t)C * e / sizeof(float));
+}
+
+const void *remat__seq_whole_act(remat_model *m, void *whole, const void *rows, int64_t C) {
+  if (!remat__seq_parallel(m)) return rows;
+  remat__seq_gather_act(m, whole, rows, C);
+  return whole;
+}
+
 void remat__seq_scatter(remat_model *m, float *whole, int64_t C, float *dst, float *rcv) {
   m->tops.scatter(m->tops.ctx, whole, (size_t)(m->B * m->T) * (size_t)C, dst, rcv);
 }
@@ -60,6 +74,26 @@ void remat__product_residual(remat_model *m, float *out, const float *inp, const
     n = (size_t)remat__seq_rows(m) * (size_t)OC;
   } else {
     m->be->matmul_forward(out, inp, weight, b, N, IC, OC);
+    remat__group_sum(m, out, n, scratch);
+  }
+  if (d->p > 0.0f) m->be->dropout_apply(out, out, n, d);
+  m->be->residual_forward(out, out, resid, n);
+}
+
+void remat__product_residual_bf16(remat_model *m, float *out, const uint16_t *inp,
+                                  const uint16_t *weight, const float *bias, const float *resid,
+                                  const remat__dropout *d, int64_t N, int64_t IC, int64_t OC,
+                                  float *scratch, float *rcv, void *product_scratch) {
+  const float *b = m->tops.sum && m->tops.rank != 0 ? NULL : bias;
+  size_t n = (size_t)N * (size_t)OC;
+  if (remat__seq_parallel(m)) { /* the parts in scratch, their sum's rows into out */
+    m->be->bf16_matmul_forward(m->products, scratch, inp, weight, b, N, IC, OC, false,
+                               product_scratch);
+    remat__seq_scatter(m, scratch, OC, out, rcv);
+    n = (size_t)remat__seq_rows(m) * (size_t)OC;
+  } else {
+    m->be->bf16_matmul_forward(m->products, out, inp, weight, b, N, IC, OC, false,
+                               product_scratch);
     remat__group_sum(m, out, n, scratch);
   }
   if (d->p > 0.0f) m->be->dropout_apply(out, out, n, d);

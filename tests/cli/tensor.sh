@@ -461,8 +461,6 @@ else bad "--trace of tensor ranks: $(tail -c 300 tr_pp.out)"; fi
 # what is not run yet, refused before anything starts
 expect_error "more than 64 ranks refused" "is 128 ranks" train "${shape[@]}" \
   --tensor-parallel 4 --stages 4 --data-parallel 8
-expect_error "bf16 sequence parallelism refused" "precision fp32" train --config 4,64,4,256,64 \
-  --batch 2 --seq 32 --precision bf16 --tensor-parallel 2 --sequence-parallel
 mpi 3 "$remat" train "${common[@]}" --tensor-parallel 2 >ranks.out 2>&1
 if grep -q "started on 3 ranks but --tensor-parallel is 2" ranks.out; then ok "3 ranks for T=2 refused"
 else bad "3 ranks for T=2: $(head -c 300 ranks.out)"; fi

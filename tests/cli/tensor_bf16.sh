@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
-# Tensor parallelism in bf16 (GPT-2 and Llamas, without sequence
-# parallelism) against
+# Tensor and sequence parallelism in bf16 (GPT-2 and Llamas) against
 # one process in bf16, over 5 AdamW steps: every loss and gradient norm
 # within a relative 3e-4 (the group's sums add the ranks' fp32 parts where
 # one process's product adds a whole row, and a product's bf16 output can
 # round the other way from that), for T in {2, 4}, with blocks kept, in
 # full, middle, dropout, several micro-batches and the head in chunks, and
-# Llamas (untied and tied heads, key/value heads split);
+# Llamas (untied and tied heads, key/value heads split); with
+# --sequence-parallel the same bits as without;
 # every rank's arena planned = measured. Bit for bit: a repeat, recompute
 # against keep, the guard backend against the CPU's, T=2 alone against
 # T=2 x P=2 under every schedule and T=2 x D=2 under ZeRO 0 to 3, and a
-# resume; the stages' arenas are `remat plan --tensor-parallel`'s;
-# sequence parallelism in bf16 is refused, saying so. On a CPU
+# resume, sequence-parallel ranks as stages and replicas too; the stages'
+# arenas are `remat plan --tensor-parallel`'s. On a CPU
 # without bf16 instructions everything is skipped, saying so.
 # usage: tensor_bf16.sh REMAT TMPDIR
 set -u
@@ -75,6 +75,11 @@ for c in "${cases[@]}"; do
       --log tp${t}_$name.jsonl >tp${t}_$name.out 2>&1
     if d=$(near one_$name.jsonl tp${t}_$name.jsonl "$t"); then ok "bf16 $name, T=$t = one process ($d)"
     else bad "bf16 $name, T=$t against one process: $d $(grep -m2 -i 'error\|remat' tp${t}_$name.out)"; fi
+    mpi "$t" "$remat" train "${common[@]}" "${extra[@]}" --tensor-parallel "$t" \
+      --sequence-parallel --log sp${t}_$name.jsonl >sp${t}_$name.out 2>&1
+    if same tp${t}_$name.jsonl sp${t}_$name.jsonl && near one_$name.jsonl sp${t}_$name.jsonl "$t" \
+      >/dev/null; then ok "bf16 $name, T=$t with sequence parallelism: the same bits"
+    else bad "bf16 $name, T=$t with sequence parallelism: $(grep -m2 -i 'error\|remat' sp${t}_$name.out)"; fi
   done
 done
 
@@ -117,6 +122,22 @@ check "bf16 Llama T=2 alone = T=2 x P=2 under zbv, bit for bit" same l_alone4.js
 mpi 2 "$remat" train "${ll[@]}" --grad-accum 2 --log l_alone2.jsonl >l_alone2.out 2>&1
 mpi 4 "$remat" train "${ll[@]}" --data-parallel 2 --zero 3 --log l_dp.jsonl >l_dp.out 2>&1
 check "bf16 Llama T=2 alone = T=2 x D=2 under ZeRO 3, bit for bit" same l_alone2.jsonl l_dp.jsonl
+# sequence-parallel ranks as zbv stages (W records) and ZeRO 3 replicas,
+# under the guard backend too (nothing but its operations touch its memory)
+for fam in gpt2 llama; do
+  sq=("${common[@]}" "${d[@]}" --tensor-parallel 2 --sequence-parallel)
+  [[ $fam == llama ]] && sq+=("${llama[@]}")
+  want4=alone4.jsonl want2=alone2.jsonl
+  [[ $fam == llama ]] && want4=l_alone4.jsonl want2=l_alone2.jsonl
+  mpi 4 "$remat" train "${sq[@]}" --grad-accum 4 --stages 2 --schedule zbv --backend guard \
+    --log sp_pp_$fam.jsonl >sp_pp_$fam.out 2>&1
+  check "bf16 $fam T=2 sequence-parallel x P=2 under zbv (guard backend) = T=2 alone, bit for bit" \
+    same $want4 sp_pp_$fam.jsonl
+  mpi 4 "$remat" train "${sq[@]}" --data-parallel 2 --zero 3 --log sp_dp_$fam.jsonl \
+    >sp_dp_$fam.out 2>&1
+  check "bf16 $fam T=2 sequence-parallel x D=2 under ZeRO 3 = T=2 alone, bit for bit" \
+    same $want2 sp_dp_$fam.jsonl
+done
 
 # a resume: the uninterrupted run's bits
 pp=("${common[@]}" "${d[@]}" --grad-accum 4 --tensor-parallel 2 --stages 2)
@@ -141,9 +162,7 @@ sys.exit(0 if run["rank_planned_peak_bytes"] == run["rank_measured_peak_bytes"] 
 PY
 else bad "bf16 T=2 x P=2 --mem against remat plan: $(tail -c 300 ppmem.out) $(head -c 300 ppplan.err)"; fi
 
-# what is not run yet in bf16, refused
-expect_error "bf16 sequence parallelism refused" "precision fp32" train "${shape[@]}" \
-  --tensor-parallel 2 --sequence-parallel
+# refused: a vocabulary the norm's gradient sum cannot borrow
 expect_fail_mpi "bf16 T=2 with a vocabulary under four times the channels refused" \
   "four times the channels" 2 "${common[@]}" --config 4,128,4,256,64 --tensor-parallel 2
 
