@@ -17,6 +17,7 @@
 # goal's three) and of all four.
 #
 # usage: bench/layouts.sh [REMAT] [STEPS] [REPS]   (./build/app/remat, 8, 3)
+#        PRECISION=bf16 bench/layouts.sh ...      (fp32 by default)
 set -euo pipefail
 remat=${1:-./build/app/remat}
 steps=${2:-8}
@@ -27,11 +28,12 @@ G=16
 T=128
 mem=1GiB
 link=${LINK:-measured} # or given, in GB/s: LINK=tp=5,pp=5,dp=5
-common=(--config "$cfg" --seq $T --precision fp32 --threads 1)
+precision=${PRECISION:-fp32}
+common=(--config "$cfg" --seq $T --precision "$precision" --threads 1)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
-echo "bench=layouts_machine cpu=\"$cpu\" cores=$(nproc) ranks=2 threads_per_rank=1 link=$link"
+echo "bench=layouts_machine cpu=\"$cpu\" cores=$(nproc) ranks=2 threads_per_rank=1 link=$link precision=$precision"
 
 mpirun --oversubscribe -np 2 "$remat" plan "${common[@]}" --ranks 2 --global-batch $G \
   --mem $mem --link "$link" --calibrate 3 --every-layout --format json -o "$tmp/search.json" \
