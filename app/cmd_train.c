@@ -315,12 +315,19 @@ static int write_line(int fd, const log_line *l) {
   return -1;
 }
 
+/* The whole model's blocks under policy p (every stage's, not this rank's). */
+static long long blocks_with(const run_state *r, int p) {
+  const remat_placement *pl = remat_job_placement(r->job);
+  long long n = 0;
+  for (int64_t b = 0; b < r->cfg->num_layers; b++) n += pl->policy[b] == p;
+  return n;
+}
+
 static int log_step(run_state *r, const remat_step_stats *st, double tps, double mfu,
                     double val_loss) {
   static log_line line; /* 64 KiB: not on the stack */
   log_line *l = &line;
   l->n = 0;
-  const remat_memplan *mp = remat_trainer_memplan(r->tr);
   put(l,
       "{\"step\": %lld, \"loss\": %.17g, \"lr\": %.9g, \"grad_norm\": %.9g, "
       "\"step_s\": %.6f, \"recompute_s\": %.6f, \"tokens_per_s\": %.2f, \"mfu\": %.6f, "
@@ -328,8 +335,7 @@ static int log_step(run_state *r, const remat_step_stats *st, double tps, double
       "\"planned_peak_bytes\": %zu, \"measured_peak_bytes\": %zu, \"rss_peak_bytes\": %zu",
       (long long)st->step, st->loss, st->lr, st->grad_norm, st->seconds,
       st->recompute_seconds, tps, mfu, remat_flops_per_token(r->cfg, r->o->d.train.T),
-      (long long)remat_memplan_num_recomputed(mp),
-      (long long)remat_memplan_num_middle(mp), r->planned, r->measured,
+      blocks_with(r, REMAT_RECOMPUTE), blocks_with(r, REMAT_MIDDLE), r->planned, r->measured,
       remat_rss_peak_bytes());
   if (!isnan(val_loss)) put(l, ", \"val_loss\": %.6f", val_loss);
   if (r->dp) { /* rank 0's communication in this step (a grid's: among its stage's replicas) */
@@ -418,8 +424,8 @@ static void print_summary(run_state *r) {
   remat_peak *pk = &r->peak;
   double mfu = remat_peak_mfu(pk, r->cfg, o->d.train.T, tps);
   printf("speed   %.0f tokens/s, MFU (model FLOPs utilisation) %.1f%% of %.1f GFLOP/s; "
-         "recompute %.1f%% of step time\n",
-         tps, 100 * mfu, pk->flops / 1e9,
+         "%srecompute %.1f%% of step time\n",
+         tps, 100 * mfu, pk->flops / 1e9, o->d.stages > 1 ? "rank 0's " : "",
          r->t_train > 0 ? 100 * r->t_recompute / r->t_train : 0.0);
   if (pk->trials && !pk->raised) /* measured: what the trials leave open */
     printf("mfu     %.1f%% +-%.1f against the median of %d trials (spread +-%.1f%%); %.1f%% "
