@@ -116,7 +116,7 @@ const char *const remat_train_usage =
     "                            so a run repeats bit for bit and agrees with one\n"
     "                            process to float rounding; with --data-parallel D,\n"
     "                            N = T x D (ZeRO 0 to 3), with --stages P, N = T x P\n"
-    "                            (any schedule), or N = T x P x D. For now in fp32\n"
+    "                            (any schedule), or N = T x P x D; fp32 or bf16\n"
     "  --sequence-parallel       with --tensor-parallel T: each rank runs the norms,\n"
     "                            dropout and residual adds on its T-th of the tokens\n"
     "                            (--seq a multiple of T), gathering a product's input\n"
