@@ -176,3 +176,32 @@ sys.exit(not (xs and all(len(x["rank_planned_peak_bytes"]) == n and
               x["rank_planned_peak_bytes"] == x["rank_measured_peak_bytes"] for x in xs)))
 PY
 }
+
+# near_run ONE.jsonl RUN.jsonl RANKS BOUND: 5 steps in both, every loss and
+# gradient norm within a relative BOUND of ONE's, every one of the RANKS
+# ranks' arenas planned = measured; prints the largest difference.
+near_run() {
+  python3 - "$1" "$2" "$3" "$4" <<'PY'
+import json, sys
+a = [json.loads(l) for l in open(sys.argv[1])]
+b = [json.loads(l) for l in open(sys.argv[2])]
+t, bound = int(sys.argv[3]), float(sys.argv[4])
+rel = lambda x, y: abs(x - y) / max(abs(x), 1e-30)
+worst = max([max(rel(x["loss"], y["loss"]), rel(x["grad_norm"], y["grad_norm"]))
+             for x, y in zip(a, b)] or [1.0])
+mem = all(len(y["rank_planned_peak_bytes"]) == t and
+          y["rank_planned_peak_bytes"] == y["rank_measured_peak_bytes"] for y in b)
+print("largest relative difference %.1e" % worst)
+sys.exit(0 if len(a) == len(b) == 5 and worst <= bound and mem else 1)
+PY
+}
+
+# same_steps A.jsonl B.jsonl: 5 steps, the same losses and gradient norms,
+# bit for bit
+same_steps() {
+  python3 - "$1" "$2" <<'PY'
+import json, sys
+f = lambda p: [(x["loss"], x["grad_norm"]) for x in map(json.loads, open(p))]
+sys.exit(0 if f(sys.argv[1]) == f(sys.argv[2]) and len(f(sys.argv[1])) == 5 else 1)
+PY
+}

@@ -30,30 +30,9 @@ common=("${shape[@]}" --steps 5 --warmup 1 --threads 1 --peak-gflops 10 --dropou
 
 # near ONE.jsonl T.jsonl T: same step count, losses and norms within a
 # relative 1e-5, every one of the T ranks' arenas planned = measured
-near() {
-  python3 - "$1" "$2" "$3" <<'PY'
-import json, sys
-a = [json.loads(l) for l in open(sys.argv[1])]
-b = [json.loads(l) for l in open(sys.argv[2])]
-t = int(sys.argv[3])
-rel = lambda x, y: abs(x - y) / max(abs(x), 1e-30)
-worst = max(max(rel(x["loss"], y["loss"]), rel(x["grad_norm"], y["grad_norm"]))
-            for x, y in zip(a, b))
-mem = all(len(y["rank_planned_peak_bytes"]) == t and
-          y["rank_planned_peak_bytes"] == y["rank_measured_peak_bytes"] for y in b)
-print("largest relative difference %.1e" % worst)
-sys.exit(0 if len(a) == len(b) == 5 and worst <= 1e-5 and mem else 1)
-PY
-}
-
+near() { near_run "$1" "$2" "$3" 1e-5; }
 # same A.jsonl B.jsonl: the same losses and gradient norms, bit for bit
-same() {
-  python3 - "$1" "$2" <<'PY'
-import json, sys
-f = lambda p: [(x["loss"], x["grad_norm"]) for x in map(json.loads, open(p))]
-sys.exit(0 if f(sys.argv[1]) == f(sys.argv[2]) and len(f(sys.argv[1])) == 5 else 1)
-PY
-}
+same() { same_steps "$1" "$2"; }
 
 # a Llama (untied head, 4 key/value heads) with every policy, and one with
 # a tied head and 2 key/value heads
