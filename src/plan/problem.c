@@ -939,7 +939,8 @@ int remat_plan_problem_from_replicas(remat_plan_problem *pb, const remat_config 
   blk->wgrad_bytes = mm.block_wrec_bytes; /* its W record (remat_stage.wdeferred) */
   pb->stage_bytes = mm.stage_bytes + rb.comm;
   pb->boundary_bytes = mm.boundary_bytes;
-  pb->v_last_state_less = v_last_state_less(cfg, &mm, microbatches, replicas);
+  /* (one stage holds the embedding and the head together already) */
+  pb->v_last_state_less = stages > 1 ? v_last_state_less(cfg, &mm, microbatches, replicas) : 0;
   snprintf(pb->time_unit, sizeof pb->time_unit, "GFLOP");
   snprintf(pb->job.family, sizeof pb->job.family, "%s", remat_family_name((int)cfg->family));
   pb->job.micro_batch = B;

@@ -68,6 +68,16 @@ for c in middle:0-1 full:0,middle:1; do
   check "--ckpt-layers $c reproduces ratio 0" cmp -s "$tmp/r0.loss" "$tmp/m$c.loss"
 done
 check "middle:0-1 has 2 middle blocks" test "$(field "$tmp/mmiddle:0-1.jsonl" middle_blocks 1)" = 2
+# --mem on one process with several micro-batches a step: planned (the
+# head beside the embedding, its tied gradient apart) and run, planned =
+# measured; remat plan with --microbatches alike
+"$remat" train --config small --grad-accum 2 --mem 30MiB --steps 2 --precision fp32 \
+  --log "$tmp/memacc.jsonl" --quiet >"$tmp/memacc.out" 2>&1
+check "--mem with --grad-accum 2 on one process plans and runs, planned = measured" \
+  python3 -c 'import json,sys; x=[json.loads(l) for l in open(sys.argv[1])]; sys.exit(not (len(x) == 2 and x[-1]["planned_peak_bytes"] == x[-1]["measured_peak_bytes"] and x[-1]["middle_blocks"] > 0))' "$tmp/memacc.jsonl"
+check "remat plan --microbatches 2 on one stage plans" \
+  "$remat" plan --config small --batch 8 --seq 64 --microbatches 2 --mem 30MiB --precision fp32 \
+  -o "$tmp/memacc_plan.txt"
 
 # 4. --mem: the fastest choice of keep, middle or full per block whose
 #    arena fits (a budget is the arena, as in remat plan). At the peak of 6 recomputed blocks, middle blocks
