@@ -849,12 +849,13 @@ static void describe(char *buf, size_t cap, const remat_config *cfg, int64_t B, 
 /* zbv's first rank: what the head holds less beside the embedding, where
  * its chunk reads the embedding's tied matrix (the runtime's rule,
  * remat__stage_tied_borrowed): its state alone less its joint state; 0
- * where it keeps a copy. */
+ * where it keeps a copy, and on one stage, whose head's state is its joint
+ * state already. */
 static size_t v_last_state_less(const remat_config *cfg, const remat_memory_model *mm,
-                                int64_t M, int64_t D) {
+                                int64_t P, int64_t M, int64_t D) {
   remat_stage head = {.has_head = 1, .accumulate = M > 1, .replicas = D, .tied_borrowed = 1};
   size_t alone = mm->layer[REMAT_LAYER_HEAD].state;
-  return remat__stage_tied_borrowed(cfg, &head) && alone > mm->head_joint_state
+  return P > 1 && remat__stage_tied_borrowed(cfg, &head) && alone > mm->head_joint_state
              ? alone - mm->head_joint_state
              : 0;
 }
@@ -939,8 +940,7 @@ int remat_plan_problem_from_replicas(remat_plan_problem *pb, const remat_config 
   blk->wgrad_bytes = mm.block_wrec_bytes; /* its W record (remat_stage.wdeferred) */
   pb->stage_bytes = mm.stage_bytes + rb.comm;
   pb->boundary_bytes = mm.boundary_bytes;
-  /* (one stage holds the embedding and the head together already) */
-  pb->v_last_state_less = stages > 1 ? v_last_state_less(cfg, &mm, microbatches, replicas) : 0;
+  pb->v_last_state_less = v_last_state_less(cfg, &mm, stages, microbatches, replicas);
   snprintf(pb->time_unit, sizeof pb->time_unit, "GFLOP");
   snprintf(pb->job.family, sizeof pb->job.family, "%s", remat_family_name((int)cfg->family));
   pb->job.micro_batch = B;
