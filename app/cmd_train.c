@@ -315,6 +315,15 @@ static int write_line(int fd, const log_line *l) {
   return -1;
 }
 
+/* Each rank's share of the step time spent recomputing (a pipeline's
+ * stages recompute different blocks; the speed line gives rank 0's). */
+static void print_rank_recompute(const run_state *r) {
+  if (r->ranks <= 1 || r->t_train <= 0) return;
+  printf("ranks   recompute by rank, of the step time:");
+  for (int k = 0; k < r->ranks; k++) printf(" %.1f%%", 100 * r->rank_recompute_sum[k] / r->t_train);
+  printf("\n");
+}
+
 /* The whole model's blocks under policy p (every stage's, not this rank's). */
 static long long blocks_with(const run_state *r, int p) {
   const remat_placement *pl = remat_job_placement(r->job);
@@ -367,6 +376,11 @@ static int log_step(run_state *r, const remat_step_stats *st, double tps, double
       }
       put(l, "]");
     }
+  }
+  if (r->ranks > 1) { /* every rank's recomputing: a pipeline's stages differ */
+    put(l, ", \"rank_recompute_s\": [");
+    for (int k = 0; k < r->ranks; k++) put(l, "%s%.6f", k ? ", " : "", r->rank_recompute[k]);
+    put(l, "]");
   }
   for (int a = 0; a < 2; a++) {
     put(l, a ? ", \"rank_measured_peak_bytes\": [" : ", \"rank_planned_peak_bytes\": [");
@@ -470,6 +484,7 @@ static void print_summary(run_state *r) {
       same = same && r->rank_measured[k] == r->rank_planned[k];
     }
     printf("%s\n", same ? "" : "  (! marks a rank whose measured arena differs from its plan)");
+    print_rank_recompute(r);
     double step = r->timed_steps ? r->t_train / (double)r->timed_steps : r->wall;
     char b2[32];
     if (r->pipe)
@@ -511,6 +526,8 @@ static int train_loop(run_state *r) {
     r->measured = in.measured;
     memcpy(r->rank_planned, in.rank_planned, sizeof r->rank_planned);
     memcpy(r->rank_measured, in.rank_measured, sizeof r->rank_measured);
+    memcpy(r->rank_recompute, in.rank_recompute, sizeof r->rank_recompute);
+    for (int k = 0; timed && k < r->ranks; k++) r->rank_recompute_sum[k] += in.rank_recompute[k];
     if (r->pipe && timed) r->wait_s += in.wait_seconds;
     if (r->dp) {
       r->comm = in.comm;

@@ -52,6 +52,8 @@ typedef struct {
   remat_comm_stats rank_comm[REMAT_MAX_STAGES]; /* every replica's, of the last step */
   remat_comm_stats comm_sum[REMAT_MAX_STAGES];  /* and over the timed steps */
   size_t rank_planned[REMAT_MAX_STAGES], rank_measured[REMAT_MAX_STAGES];
+  double rank_recompute[REMAT_MAX_STAGES];     /* every rank's, of the last step */
+  double rank_recompute_sum[REMAT_MAX_STAGES]; /* and over the timed steps */
   double wait_s;      /* this rank's waiting, over the timed steps */
   double predicted_s; /* the plan's simulated iteration time, in seconds */
   double predicted_bubble;

@@ -200,6 +200,7 @@ typedef struct remat_job_step_info {
   size_t measured;            /* this rank's measured peak, every byte held */
   /* rank 0: every rank's arena, planned and measured (the job's ranks) */
   size_t rank_planned[REMAT_MAX_STAGES], rank_measured[REMAT_MAX_STAGES];
+  double rank_recompute[REMAT_MAX_STAGES]; /* rank 0: every rank's recomputing, seconds */
   double wait_seconds;        /* a pipeline: this rank's waiting in the step */
   remat_comm_stats comm;      /* replicas: this rank's communication */
   remat_comm_stats rank_comm[REMAT_MAX_STAGES]; /* rank 0: every replica's */

@@ -14,7 +14,8 @@ int remat_job_done(const remat_job *job) {
   return remat_trainer_steps_done(job->tr) >= job->d.train.steps;
 }
 
-/* Each rank's planned and measured arena (rank 0 gets them). */
+/* Each rank's planned and measured arena and its recomputing in the step
+ * (rank 0 gets them; the seconds as nanoseconds). */
 static int gather_ranks(remat_job *job, remat_job_step_info *in, remat_error *err) {
   size_t planned = remat_memplan_peak_bytes(remat_trainer_memplan(job->tr));
   size_t hw = remat_model_arena_high_water(remat_trainer_model(job->tr));
@@ -25,10 +26,17 @@ static int gather_ranks(remat_job *job, remat_job_step_info *in, remat_error *er
   if (!job->dist) {
     in->rank_planned[0] = planned;
     in->rank_measured[0] = hw;
+    in->rank_recompute[0] = in->stats.recompute_seconds;
     return 0;
   }
+  size_t ns[REMAT_MAX_STAGES] = {0};
   int rc = remat_dist_gather_sizes(job->dist, planned, in->rank_planned, err);
-  return rc ? rc : remat_dist_gather_sizes(job->dist, hw, in->rank_measured, err);
+  if (!rc) rc = remat_dist_gather_sizes(job->dist, hw, in->rank_measured, err);
+  if (!rc)
+    rc = remat_dist_gather_sizes(job->dist, (size_t)llround(in->stats.recompute_seconds * 1e9),
+                                 ns, err);
+  for (int k = 0; k < REMAT_MAX_STAGES; k++) in->rank_recompute[k] = (double)ns[k] / 1e9;
+  return rc;
 }
 
 int remat_job_step(remat_job *job, int stop, remat_job_step_info *in, remat_error *err) {
