@@ -81,8 +81,8 @@ int remat__model_plan_on(remat_model **out, const remat_config *cfg, int64_t B, 
                              ? " (which does not divide its key/value heads)"
                              : "",
                          bk->name);
-  /* the head's collectives work in the norm's gradient and the logits */
-  /* (in bf16 the logits are half the bytes: four times the channels) */
+  /* the head's collectives work in the norm's gradient and the logits (in
+   * bf16 the logits are half the bytes: four times the channels) */
   if (cfg->tensor_parallel > 1 &&
       (cfg->channels < 16 || cfg->padded_vocab_size < (bf16 ? 4 : 2) * cfg->channels))
     return remat__errorf(err, REMAT_EINVAL,
