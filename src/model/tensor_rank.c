@@ -57,6 +57,33 @@ void remat__seq_scatter(remat_model *m, float *whole, int64_t C, float *dst, flo
   m->tops.scatter(m->tops.ctx, whole, (size_t)(m->B * m->T) * (size_t)C, dst, rcv);
 }
 
+/* A row-parallel product's rank part, made in part_of's buffer: the group
+ * sums it into out (under sequence parallelism the parts sit in scratch
+ * and their sum's rows go to out), then out's dropout and residual, on the
+ * rank's rows. */
+static float *part_of(const remat_model *m, float *out, float *scratch) {
+  return remat__seq_parallel(m) ? scratch : out;
+}
+
+static void sum_residual(remat_model *m, float *out, const float *resid,
+                         const remat__dropout *d, int64_t N, int64_t OC, float *scratch,
+                         float *rcv) {
+  size_t n = (size_t)N * (size_t)OC;
+  if (remat__seq_parallel(m)) {
+    remat__seq_scatter(m, scratch, OC, out, rcv);
+    n = (size_t)remat__seq_rows(m) * (size_t)OC;
+  } else {
+    remat__group_sum(m, out, n, scratch);
+  }
+  if (d->p > 0.0f) m->be->dropout_apply(out, out, n, d);
+  m->be->residual_forward(out, out, resid, n);
+}
+
+/* A row-parallel product's bias: whole on every tensor rank, added by rank 0. */
+static const float *rank_bias(const remat_model *m, const float *bias) {
+  return m->tops.sum && m->tops.rank != 0 ? NULL : bias;
+}
+
 void remat__product_residual(remat_model *m, float *out, const float *inp, const float *weight,
                              const float *bias, const float *resid, const remat__dropout *d,
                              int64_t N, int64_t IC, int64_t OC, float *scratch, float *rcv) {
@@ -64,40 +91,18 @@ void remat__product_residual(remat_model *m, float *out, const float *inp, const
     m->be->matmul_forward_residual(out, inp, weight, bias, resid, d, N, IC, OC);
     return;
   }
-  /* matmul_forward_residual's steps, with the group's sum after the product
-   * (the bias on rank 0's part) */
-  const float *b = m->tops.rank == 0 ? bias : NULL;
-  size_t n = (size_t)N * (size_t)OC;
-  if (remat__seq_parallel(m)) { /* the parts in scratch, their sum's rows into out */
-    m->be->matmul_forward(scratch, inp, weight, b, N, IC, OC);
-    remat__seq_scatter(m, scratch, OC, out, rcv);
-    n = (size_t)remat__seq_rows(m) * (size_t)OC;
-  } else {
-    m->be->matmul_forward(out, inp, weight, b, N, IC, OC);
-    remat__group_sum(m, out, n, scratch);
-  }
-  if (d->p > 0.0f) m->be->dropout_apply(out, out, n, d);
-  m->be->residual_forward(out, out, resid, n);
+  /* matmul_forward_residual's steps, with the group's sum after the product */
+  m->be->matmul_forward(part_of(m, out, scratch), inp, weight, rank_bias(m, bias), N, IC, OC);
+  sum_residual(m, out, resid, d, N, OC, scratch, rcv);
 }
 
 void remat__product_residual_bf16(remat_model *m, float *out, const uint16_t *inp,
                                   const uint16_t *weight, const float *bias, const float *resid,
                                   const remat__dropout *d, int64_t N, int64_t IC, int64_t OC,
                                   float *scratch, float *rcv, void *product_scratch) {
-  const float *b = m->tops.sum && m->tops.rank != 0 ? NULL : bias;
-  size_t n = (size_t)N * (size_t)OC;
-  if (remat__seq_parallel(m)) { /* the parts in scratch, their sum's rows into out */
-    m->be->bf16_matmul_forward(m->products, scratch, inp, weight, b, N, IC, OC, false,
-                               product_scratch);
-    remat__seq_scatter(m, scratch, OC, out, rcv);
-    n = (size_t)remat__seq_rows(m) * (size_t)OC;
-  } else {
-    m->be->bf16_matmul_forward(m->products, out, inp, weight, b, N, IC, OC, false,
-                               product_scratch);
-    remat__group_sum(m, out, n, scratch);
-  }
-  if (d->p > 0.0f) m->be->dropout_apply(out, out, n, d);
-  m->be->residual_forward(out, out, resid, n);
+  m->be->bf16_matmul_forward(m->products, part_of(m, out, scratch), inp, weight,
+                             rank_bias(m, bias), N, IC, OC, false, product_scratch);
+  sum_residual(m, out, resid, d, N, OC, scratch, rcv);
 }
 
 const float *remat__branch_whole(remat_model *m, float *keep, float *buf,
