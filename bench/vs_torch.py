@@ -34,6 +34,7 @@ Two roles in one file:
   vs_torch.py torch --config L,C,NH,V,T|llama:L,C,NH,NKV,H,V,T[,theta[,tied]]
                     --batch B --seq T --steps N
                     [--threads N] [--ckpt-ratio R] [--precision fp32|bf16]
+                    [--device cpu|cuda] [--compile] [--warmup N]
       Trains a PyTorch GPT-2 or Llama of that shape in fp32 (or with the forward and
       the loss under autocast to bf16) on synthetic tokens:
       forward, cross-entropy, backward, global-norm clipping at 1.0, AdamW
@@ -51,6 +52,13 @@ Two roles in one file:
       each key/value head for its query heads, SwiGLU w2(silu(w1 x) * w3 x),
       a head of its own (or the embedding, with tied 1), the vocabulary not
       padded; trained as the GPT-2 is.
+      --device cuda trains on the GPU (autocast to bf16 there), its steps
+      timed between synchronisations, and adds the caching allocator's
+      figures: max_memory_reserved, max_memory_allocated, and its reserved
+      bytes no tensor used at the end of each step (the largest, the last).
+      --compile trains through torch.compile (a PyTorch without it prints
+      a "torch skip" line); --warmup N leaves the first N steps out of the
+      median. bench/gpu_check.sh runs these against remat on the GPU.
 
 Shapes: gpt2-124m (L12 C768 NH12 V50257) at B=4 T=64, and seq-long
 (L6 C256 NH8 V8192) at B=4 T=1024; on request gpt2-124m-long, gpt2-124m at
@@ -88,8 +96,16 @@ def torch_train(a):
 
     torch.set_num_threads(a.threads)
     B, T = a.batch, a.seq
+    dev = torch.device(a.device)
+    cuda = dev.type == "cuda"
+    if cuda and not torch.cuda.is_available():
+        sys.exit("vs_torch: --device cuda: this PyTorch sees no CUDA device")
+    if a.compile and not hasattr(torch, "compile"):
+        print(f"torch skip: PyTorch {torch.__version__} has no torch.compile (2.0 and later)",
+              flush=True)
+        return
     sdpa = hasattr(F, "scaled_dot_product_attention")
-    mask = torch.tril(torch.ones(T, T, dtype=torch.bool))
+    mask = torch.tril(torch.ones(T, T, dtype=torch.bool, device=dev))
 
     def attend(q, k, v, hs):
         """q, k, v (B, heads, T, hs): causal softmax(q k^T / sqrt(hs)) v."""
@@ -154,7 +170,8 @@ def torch_train(a):
             init_normal(self, L, ("proj.weight",))
 
         def forward(self, idx, targets, n_ckpt):
-            x = blocks(self.wte(idx) + self.wpe(torch.arange(T)), self.h, n_ckpt)
+            x = blocks(self.wte(idx) + self.wpe(torch.arange(T, device=idx.device)), self.h,
+                       n_ckpt)
             logits = self.ln_f(x) @ self.wte.weight.t()
             return F.cross_entropy(logits.view(-1, self.Vp), targets.view(-1))
 
@@ -230,6 +247,7 @@ def torch_train(a):
 
     torch.manual_seed(1)
     model = Llama(a.config) if a.config.startswith("llama:") else GPT(a.config)
+    model.to(dev)
     V = model.V
     n_ckpt = int(math.floor(a.ckpt_ratio * len(model.h)))
     decay = [p for p in model.parameters() if p.dim() >= 2]
@@ -237,27 +255,40 @@ def torch_train(a):
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
                              {"params": rest, "weight_decay": 0.0}],
                             lr=1e-4, betas=(0.9, 0.95), eps=1e-8, foreach=True)
+    run = torch.compile(model) if a.compile else model
     g = torch.Generator().manual_seed(2)
-    times = []
+    times, frag = [], []
     for step in range(a.steps):
-        idx = torch.randint(0, V, (B, T), generator=g)
-        tgt = torch.randint(0, V, (B, T), generator=g)
+        idx = torch.randint(0, V, (B, T), generator=g).to(dev)
+        tgt = torch.randint(0, V, (B, T), generator=g).to(dev)
+        if cuda:
+            torch.cuda.synchronize()
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.precision == "bf16"):
-            loss = model(idx, tgt, n_ckpt)
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=a.precision == "bf16"):
+            loss = run(idx, tgt, n_ckpt)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
+        if cuda:
+            torch.cuda.synchronize()
+            # the caching allocator's reserved bytes it holds but no tensor uses
+            frag.append(torch.cuda.memory_reserved() - torch.cuda.memory_allocated())
         times.append(time.perf_counter() - t0)
-    timed = times[1:] if len(times) > 1 else times
+    timed = times[a.warmup:] if len(times) > a.warmup else times
     med = statistics.median(timed)
+    mem = ""
+    if cuda:
+        mem = (f" gpu={torch.cuda.get_device_name(dev).replace(' ', '_')} "
+               f"max_memory_reserved={torch.cuda.max_memory_reserved()} "
+               f"max_memory_allocated={torch.cuda.max_memory_allocated()} "
+               f"unused_reserved_max={max(frag)} unused_reserved_last={frag[-1]}")
     print(f"torch version={torch.__version__} threads={torch.get_num_threads()} "
           f"attention={'sdpa' if sdpa else 'matmul-softmax'} config={a.config} B={B} T={T} "
-          f"precision={a.precision} "
+          f"precision={a.precision} device={dev.type} compile={int(a.compile)} "
           f"ratio={a.ckpt_ratio} recomputed={n_ckpt} steps={a.steps} step_s_median={med:.4f} "
-          f"step_s_min={min(timed):.4f} tokens_per_s={B * T / med:.1f} loss={loss.item():.4f}",
-          flush=True)
+          f"step_s_min={min(timed):.4f} tokens_per_s={B * T / med:.1f} loss={loss.item():.4f}"
+          + mem, flush=True)
 
 
 # ------------------------------------------------------------ the driver
@@ -512,6 +543,11 @@ def main():
     t.add_argument("--threads", type=int, default=os.cpu_count())
     t.add_argument("--ckpt-ratio", type=float, default=0.0)
     t.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
+    t.add_argument("--device", default="cpu", help="cpu, or cuda for a GPU (bench/gpu_check.sh)")
+    t.add_argument("--compile", action="store_true",
+                   help="train the model through torch.compile (PyTorch 2.0 and later)")
+    t.add_argument("--warmup", type=int, default=1,
+                   help="leading steps left out of the median (compilation, caches)")
     a = ap.parse_args()
     if a.cmd == "torch":
         torch_train(a)
