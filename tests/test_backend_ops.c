@@ -11,7 +11,8 @@
  *   the pointwise ops, the encoder (one order of addition), the dropout mask
  *   (Philox's layout), the fused kernels against the unfused ones they
  *   replace, encoder_backward_tied against the embedding's and the head's
- *   shares summed apart, cross-entropy's one pass against its two;
+ *   shares summed apart, cross-entropy's one pass against its two, the
+ *   encoder split across two tensor ranks against the whole one;
  * - a relative tolerance (the largest error over the largest magnitude of
  *   the reference) against a double reference where rounding is free to
  *   differ: products, layernorm, attention, GELU, softmax, AdamW, sums, and
@@ -228,7 +229,8 @@ static void check_sizes(void) {
          "%s: sizes give every workspace term and an alignment (%zu) that REMAT_ALIGN "
          "satisfies, " SHAPE_FMT,
          be->name, sz->align, SHAPE_ARGS);
-  /* a backend without bf16 products (CUDA, so far) refuses bf16 runs */
+  /* a backend without bf16 products (products_create NULL) refuses bf16 runs; the checks
+   * need bf16 on this CPU too (remat_precision_available) */
   if (!remat_precision_available(REMAT_PRECISION_BF16, NULL) || !be->products_create) return;
   remat_config cfg = {.channels = sh.C, .padded_vocab_size = sh.Vp};
   remat__mm_shape s[REMAT__PRODUCTS];
@@ -992,6 +994,176 @@ static void check_crossentropy(void) {
   release();
 }
 
+/* ------------------------------------------------------------ vocab */
+
+/* The vocabulary split across two tensor ranks (kernels.h's vocab_*),
+ * where a backend has it: rank r holds Vl = ceil(Vp / 2) rows of the token
+ * matrix and columns of the logits from first = r Vl, of which vocab_real
+ * are tokens. Against the whole ops exactly (the encoder) or a double
+ * reference (the loss), and a backend other than the CPU one against the
+ * CPU's on the same inputs. */
+static int64_t vocab_real(int r, int64_t Vl) {
+  int64_t v = sh.V - r * Vl;
+  return v < 0 ? 0 : v < Vl ? v : Vl;
+}
+
+static void check_vocab_encoder(void) {
+  if (!be->vocab_encoder_forward) return;
+  int64_t B = sh.B, T = sh.T, C = sh.C, N = B * T, Vl = (sh.Vp + 1) / 2;
+  size_t nE = (size_t)(2 * Vl * C), nP = (size_t)(T * C), nO = (size_t)(N * C);
+  int32_t *tok = balloc((size_t)N * sizeof(int32_t));
+  for (int64_t i = 0; i < N; i++) tok[i] = (int32_t)irand(0, sh.V - 1);
+  float *wte = frand(nE, -1, 1), *wpe = frand(nP, -1, 1), *whole = fbuf(nO);
+  float *out[2] = {fbuf(nO), fbuf(nO)}, *dout = frand(nO, -1, 1);
+  float *dwte = frand(nE, -1, 1), *dwpe = frand(nP, -1, 1);
+  float *te = fcopy(dwte, nE), *pe = fcopy(dwpe, nP);
+  float *cte = fcopy(dwte, nE), *cpe = fcopy(dwpe, nP);
+  be->encoder_forward(whole, tok, wte, wpe, B, T, C);
+  be->encoder_backward(te, pe, dout, tok, B, T, C);
+  for (int r = 0; r < 2; r++) { /* rank 0 adds the positions */
+    be->vocab_encoder_forward(out[r], tok, wte + r * Vl * C, r ? NULL : wpe, r * Vl, Vl, B, T, C);
+    be->vocab_encoder_backward(dwte + r * Vl * C, r ? NULL : dwpe, dout, tok, r * Vl, Vl, B, T,
+                               C);
+  }
+  bool fwd = true;
+  for (size_t i = 0; i < nO; i++) fwd &= out[0][i] + out[1][i] == whole[i];
+  CHECKF(fwd && same(dwte, te, nE * 4) && same(dwpe, pe, nP * 4),
+         "%s: vocab_encoder on 2 ranks: the outputs sum to encoder_forward's, the gradients "
+         "are encoder_backward's, exact, " SHAPE_FMT, be->name, SHAPE_ARGS);
+  if (be != cpu) {
+    float *c[2] = {fbuf(nO), fbuf(nO)};
+    for (int r = 0; r < 2; r++) {
+      cpu->vocab_encoder_forward(c[r], tok, wte + r * Vl * C, r ? NULL : wpe, r * Vl, Vl, B, T, C);
+      cpu->vocab_encoder_backward(cte + r * Vl * C, r ? NULL : cpe, dout, tok, r * Vl, Vl, B, T,
+                                  C);
+      vs_cpu(r ? "vocab_encoder_forward (rank 1)" : "vocab_encoder_forward (rank 0)", out[r],
+             c[r], nO, 0);
+    }
+    vs_cpu("vocab_encoder_backward dwte", dwte, cte, nE, 0);
+    vs_cpu("vocab_encoder_backward dwpe", dwpe, cpe, nP, 0);
+  }
+  release();
+}
+
+/* One backend's loss over both ranks' logits lg[r] ((N, Vl), fp32 or
+ * bf16), the group's collectives done here: the larger max, the stats
+ * summed rank 0's first; rank 0 finishes with the backward, rank 1
+ * without. Returns rank 0's sum, rank 1's in *sum1. */
+static double vocab_split(const remat__backend *b, void *lg[2], float *mx[2], double *st[2],
+                          float *loss[2], const int32_t *tg, float dloss, int64_t Vl, bool bf16,
+                          double *sum1) {
+  int64_t N = sh.B * sh.T;
+  double sum[2];
+  for (int r = 0; r < 2; r++) {
+    if (bf16)
+      b->vocab_max_bf16(mx[r], lg[r], N, vocab_real(r, Vl), Vl);
+    else
+      b->vocab_max(mx[r], lg[r], N, vocab_real(r, Vl), Vl);
+  }
+  for (int64_t n = 0; n < N; n++) mx[0][n] = mx[1][n] = fmaxf(mx[0][n], mx[1][n]);
+  for (int r = 0; r < 2; r++) {
+    if (bf16)
+      b->vocab_exp_bf16(lg[r], st[r], mx[r], tg, r * Vl, N, vocab_real(r, Vl), Vl);
+    else
+      b->vocab_exp(lg[r], st[r], mx[r], tg, r * Vl, N, vocab_real(r, Vl), Vl);
+  }
+  for (int64_t i = 0; i < 2 * N; i++) st[0][i] = st[1][i] = st[0][i] + st[1][i];
+  for (int r = 0; r < 2; r++)
+    sum[r] = bf16 ? b->vocab_finish_bf16(lg[r], loss[r], st[r], mx[r], tg, dloss, r * Vl, N,
+                                         vocab_real(r, Vl), Vl, r == 0)
+                  : b->vocab_finish(lg[r], loss[r], st[r], tg, dloss, r * Vl, N,
+                                    vocab_real(r, Vl), Vl, r == 0);
+  *sum1 = sum[1];
+  return sum[0];
+}
+
+static float vocab_at(const void *p, size_t i, bool bf16) {
+  return bf16 ? remat__bf16_float(((const uint16_t *)p)[i]) : ((const float *)p)[i];
+}
+
+/* The buffers of one run of vocab_split: each rank's logits (its columns
+ * of the whole rows z, (N, 2 Vl)), maxima, stats and losses. */
+typedef struct {
+  void *lg[2];
+  float *mx[2], *loss[2];
+  double *st[2];
+} vocab_bufs;
+static void vocab_bufs_init(vocab_bufs *v, const float *z, int64_t N, int64_t Vl, bool bf16) {
+  for (int r = 0; r < 2; r++) {
+    v->lg[r] = balloc((size_t)(N * Vl) * (bf16 ? 2 : 4));
+    for (int64_t n = 0; n < N; n++)
+      for (int64_t j = 0; j < Vl; j++) {
+        float x = z[n * 2 * Vl + r * Vl + j];
+        if (bf16) ((uint16_t *)v->lg[r])[n * Vl + j] = remat__bf16_round(x);
+        else ((float *)v->lg[r])[n * Vl + j] = x;
+      }
+    v->mx[r] = fbuf((size_t)N), v->loss[r] = fbuf((size_t)N);
+    v->st[r] = balloc((size_t)(2 * N) * sizeof(double));
+  }
+}
+
+static void check_vocab_loss(bool bf16) {
+  if (bf16 ? !be->vocab_max_bf16 : !be->vocab_max) return;
+  int64_t N = sh.B * sh.T, V = sh.V, Vl = (sh.Vp + 1) / 2, W = 2 * Vl;
+  size_t nl = (size_t)(N * Vl);
+  float *z = frand((size_t)(N * W), -4, 4); /* the whole rows, as the loss sees them */
+  for (int64_t i = 0; bf16 && i < N * W; i++) z[i] = remat__bf16_float(remat__bf16_round(z[i]));
+  int32_t *tg = balloc((size_t)N * sizeof(int32_t));
+  for (int64_t i = 0; i < N; i++) tg[i] = (int32_t)irand(0, V - 1);
+  const float dloss = 1.0f / (float)N;
+  vocab_bufs v, c;
+  vocab_bufs_init(&v, z, N, Vl, bf16);
+  double s1, sum = vocab_split(be, v.lg, v.mx, v.st, v.loss, tg, dloss, Vl, bf16, &s1);
+  double el = 0, eg = 0, ep = 0, rs = 0;
+  bool pad = true;
+  for (int64_t n = 0; n < N; n++) {
+    const float *x = z + n * W;
+    double mx = -INFINITY, s = 0;
+    for (int64_t j = 0; j < V; j++) mx = fmax(mx, x[j]);
+    for (int64_t j = 0; j < V; j++) s += exp(x[j] - mx);
+    double li = log(s) - (x[tg[n]] - mx);
+    rs += li;
+    el = fmax(el, fabs(v.loss[0][n] - li) / li);
+    for (int64_t j = 0; j < W; j++) {
+      int r = j >= Vl;
+      float got = vocab_at(v.lg[r], (size_t)(n * Vl + j - r * Vl), bf16);
+      double p = exp(x[j] - mx) / s;
+      if (bf16 && r == 1) pad &= got == x[j]; /* the forward leaves bf16 logits */
+      else if (j >= V) pad &= got == 0.0f;
+      else if (r == 0) eg = fmax(eg, fabs(got - (p - (j == tg[n])) * dloss) / dloss);
+      else ep = fmax(ep, fabs(got - p));
+    }
+  }
+  const double tol = bf16 ? 0x1p-8 * 1.01 : 1e-5; /* bf16: the gradient rounded once */
+  char fwd[48];
+  snprintf(fwd, sizeof fwd, bf16 ? "the forward leaves the logits" : "probabilities %.1e (tol 1e-6)",
+           ep);
+  CHECKF(el < 1e-5 && fabs(sum - rs) / rs < 1e-6 && s1 == sum && eg <= tol && ep < 1e-6 && pad &&
+             same(v.loss[0], v.loss[1], (size_t)N * 4),
+         "%s: vocab loss%s on 2 ranks vs double over the whole rows: losses %.1e (tol 1e-5), "
+         "gradient %.1e of dloss (tol %.0e), %s; the ranks' losses alike; "
+         "padding 0, " SHAPE_FMT, be->name, bf16 ? " (bf16)" : "", el, eg, tol, fwd, SHAPE_ARGS);
+  if (be != cpu) {
+    vocab_bufs_init(&c, z, N, Vl, bf16);
+    double c1, csum = vocab_split(cpu, c.lg, c.mx, c.st, c.loss, tg, dloss, Vl, bf16, &c1);
+    double es = 0;
+    for (int64_t i = 0; i < 2 * N; i++) es = fmax(es, fabs(v.st[0][i] - c.st[0][i]) /
+                                                         fmax(fabs(c.st[0][i]), 1e-300));
+    float *g[2][2] = {{fbuf(nl), fbuf(nl)}, {fbuf(nl), fbuf(nl)}};
+    for (int r = 0; r < 2; r++)
+      for (size_t i = 0; i < nl; i++)
+        g[0][r][i] = vocab_at(v.lg[r], i, bf16), g[1][r][i] = vocab_at(c.lg[r], i, bf16);
+    vs_cpu(bf16 ? "vocab_max_bf16" : "vocab_max", v.mx[0], c.mx[0], (size_t)N, 0);
+    CHECKF(es < 1e-6 && fabs(sum - csum) / fabs(csum) < 1e-6,
+           "%s: vocab_exp%s stats vs cpu %.1e (tol 1e-6), vocab_finish's sum %.1e", be->name,
+           bf16 ? "_bf16" : "", es, fabs(sum - csum) / fabs(csum));
+    vs_cpu("vocab_finish losses", v.loss[0], c.loss[0], (size_t)N, 1e-5);
+    vs_cpu("vocab_finish (backward)", g[0][0], g[1][0], nl, bf16 ? 0x1p-7 : 1e-5);
+    vs_cpu("vocab_finish (forward)", g[0][1], g[1][1], nl, bf16 ? 0 : 1e-5);
+  }
+  release();
+}
+
 /* ------------------------------------------------------------ optimizer */
 
 static void check_optimizer(size_t n) {
@@ -1583,6 +1755,9 @@ static void check_shape(void) {
   check_attention_decode();
   check_attention_gqa();
   check_crossentropy();
+  check_vocab_encoder();
+  check_vocab_loss(false);
+  check_vocab_loss(true);
   check_matmul(N, sh.C, 3 * sh.C);
   check_matmul(N, 4 * sh.C, sh.C);
   check_pointwise((size_t)(N * sh.C));

@@ -182,8 +182,8 @@ typedef struct remat__backend {
   /* Grouped-query attention (kernels.h's remat__attention_forward_gqa and
    * the rest): q, k, v apart (rows ldq and ldkv floats apart), NH query
    * heads over NKV kv heads; lse, delta and work as for the packed ops
-   * above, with C = NH*hs. NULL on a backend that has not got them (CUDA
-   * today); the bf16 pair also where attention_forward_bf16 is NULL. */
+   * above, with C = NH*hs. NULL on a backend that has not got them; the
+   * bf16 pair also where attention_forward_bf16 is NULL. */
   void (*attention_forward_gqa)(float *out, float *lse, const float *q, const float *k,
                                 const float *v, int64_t ldq, int64_t ldkv, int64_t B, int64_t T,
                                 int64_t NH, int64_t NKV, int64_t hs, const remat__dropout *drop);
@@ -290,8 +290,8 @@ typedef struct remat__backend {
                              float grad_scale);
 
   /* The Llama family's layers (kernels.h: RMSNorm, SwiGLU, the rotary
-   * embedding), fp32 and bf16. NULL on a backend that has not got them yet
-   * (CUDA today): a Llama model cannot run there. */
+   * embedding), fp32 and bf16. NULL on a backend that has not got them: a
+   * Llama model cannot run there. */
   void (*rmsnorm_forward)(float *out, float *rstd, const float *inp, const float *weight,
                           int64_t N, int64_t C, float eps);
   void (*rmsnorm_forward_bf16)(uint16_t *out, float *rstd, const float *inp,

@@ -35,9 +35,20 @@ __device__ static void attend_row(float *out, float *lse, const float *q, const 
   if (lse) *lse = m + logf(l);
 }
 
+/* The first dropout index of query row t of (batch, head) bh: the whole
+ * model's mask, ((b NH + h) T + t) T, on a tensor rank that holds heads
+ * [head0, head0 + NH) of `heads` (0: the call sees every head), as
+ * attention.c keys it. */
+__device__ static uint64_t drop_row(int64_t bh, int64_t NH, uint32_t heads, uint32_t head0,
+                                    int64_t T, int64_t t) {
+  int64_t m = heads ? bh / NH * (int64_t)heads + (int64_t)head0 + bh % NH : bh;
+  return ((uint64_t)m * (uint64_t)T + (uint64_t)t) * (uint64_t)T;
+}
+
 /* One thread per (b, h, t). */
 __global__ void k_att_fwd(float *out, float *lse, const float *qkv, int64_t B, int64_t T,
-                          int64_t C, int64_t NH, bool drop, remat__cu_drop d, float dscale) {
+                          int64_t C, int64_t NH, bool drop, remat__cu_drop d, float dscale,
+                          uint32_t heads, uint32_t head0) {
   const int hs = (int)(C / NH);
   const float scale = 1.0f / sqrtf((float)hs);
   FOR_EACH(i, (size_t)(B * NH * T)) {
@@ -45,7 +56,7 @@ __global__ void k_att_fwd(float *out, float *lse, const float *qkv, int64_t B, i
     const float *base = qkv + b * T * 3 * C;
     attend_row(out + (b * T + t) * C + h * hs, &lse[i], base + t * 3 * C + h * hs,
                base + C + h * hs, base + 2 * C + h * hs, 3 * C, t + 1, hs, scale, drop, d,
-               (uint64_t)i * (uint64_t)T, dscale);
+               drop_row(bh, NH, heads, head0, T, t), dscale);
   }
 }
 
@@ -55,13 +66,15 @@ static void check_hs(int64_t C, int64_t NH) {
 }
 
 void remat__cu_attention_forward(float *out, float *lse, const float *qkv, int64_t B, int64_t T,
-                                 int64_t C, int64_t NH, const remat__cu_drop *d) {
+                                 int64_t C, int64_t NH, const remat__cu_drop *d, uint32_t heads,
+                                 uint32_t head0) {
   if (B * T == 0) return;
   check_hs(C, NH);
   const bool drop = d && d->p > 0.0f;
   remat__cu_drop dd = drop ? *d : remat__cu_drop{0.0f, 0, 0, 0, 0, 0, 0};
   k_att_fwd<<<grid_for((size_t)(B * NH * T), 64), 64>>>(out, lse, qkv, B, T, C, NH, drop, dd,
-                                                        drop ? 1.0f / (1.0f - d->p) : 1.0f);
+                                                        drop ? 1.0f / (1.0f - d->p) : 1.0f,
+                                                        heads, head0);
   done();
 }
 
@@ -95,18 +108,20 @@ __device__ static inline float att_ds(const float *q, const float *kj, const flo
 /* dq: one thread per query row, keys in order. */
 __global__ void k_att_dq(float *dqkv, const float *delta, const float *dout, const float *qkv,
                          const float *lse, int64_t B, int64_t T, int64_t C, int64_t NH,
-                         bool drop, remat__cu_drop d, float dscale) {
+                         bool drop, remat__cu_drop d, float dscale, uint32_t heads,
+                         uint32_t head0) {
   const int hs = (int)(C / NH);
   const float scale = 1.0f / sqrtf((float)hs);
   FOR_EACH(i, (size_t)(B * NH * T)) {
     int64_t t = (int64_t)i % T, bh = (int64_t)i / T, h = bh % NH, b = bh / NH;
+    const uint64_t drow = drop_row(bh, NH, heads, head0, T, t);
     const float *base = qkv + b * T * 3 * C, *q = base + t * 3 * C + h * hs;
     const float *g = dout + (b * T + t) * C + h * hs;
     float acc[HS_MAX];
     for (int c = 0; c < hs; c++) acc[c] = 0.0f;
     for (int64_t j = 0; j <= t; j++) {
       const float *kj = base + j * 3 * C + C + h * hs, *vj = kj + C;
-      float mult = drop ? drop_mult(d, (uint64_t)i * (uint64_t)T + (uint64_t)j, dscale) : 1.0f, pm;
+      float mult = drop ? drop_mult(d, drow + (uint64_t)j, dscale) : 1.0f, pm;
       float ds = att_ds(q, kj, g, vj, hs, scale, lse[i], delta[i], mult, &pm);
       for (int c = 0; c < hs; c++) acc[c] += ds * kj[c];
     }
@@ -118,7 +133,8 @@ __global__ void k_att_dq(float *dqkv, const float *delta, const float *dout, con
 /* dk, dv: one thread per key row, queries in order. */
 __global__ void k_att_dkv(float *dqkv, const float *delta, const float *dout, const float *qkv,
                           const float *lse, int64_t B, int64_t T, int64_t C, int64_t NH,
-                          bool drop, remat__cu_drop d, float dscale) {
+                          bool drop, remat__cu_drop d, float dscale, uint32_t heads,
+                          uint32_t head0) {
   const int hs = (int)(C / NH);
   const float scale = 1.0f / sqrtf((float)hs);
   FOR_EACH(i, (size_t)(B * NH * T)) {
@@ -129,7 +145,9 @@ __global__ void k_att_dkv(float *dqkv, const float *delta, const float *dout, co
     for (int64_t t = j; t < T; t++) {
       const int64_t r = bh * T + t; /* the query row's (b, h, t) index */
       const float *q = base + t * 3 * C + h * hs, *g = dout + (b * T + t) * C + h * hs;
-      float mult = drop ? drop_mult(d, (uint64_t)r * (uint64_t)T + (uint64_t)j, dscale) : 1.0f, pm;
+      float mult =
+          drop ? drop_mult(d, drop_row(bh, NH, heads, head0, T, t) + (uint64_t)j, dscale) : 1.0f;
+      float pm;
       float ds = att_ds(q, kj, g, vj, hs, scale, lse[r], delta[r], mult, &pm);
       for (int c = 0; c < hs; c++) {
         dk[c] += ds * q[c];
@@ -146,7 +164,8 @@ __global__ void k_att_dkv(float *dqkv, const float *delta, const float *dout, co
 
 void remat__cu_attention_backward(float *dqkv, float *delta, const float *dout, const float *qkv,
                                   const float *out, const float *lse, int64_t B, int64_t T,
-                                  int64_t C, int64_t NH, const remat__cu_drop *d) {
+                                  int64_t C, int64_t NH, const remat__cu_drop *d, uint32_t heads,
+                                  uint32_t head0) {
   if (B * T == 0) return;
   check_hs(C, NH);
   const bool drop = d && d->p > 0.0f;
@@ -155,9 +174,11 @@ void remat__cu_attention_backward(float *dqkv, float *delta, const float *dout, 
   const size_t rows = (size_t)(B * NH * T);
   k_att_delta<<<grid_for(rows, 64), 64>>>(delta, dout, out, B, T, C, NH);
   LAUNCHED();
-  k_att_dq<<<grid_for(rows, 64), 64>>>(dqkv, delta, dout, qkv, lse, B, T, C, NH, drop, dd, ds);
+  k_att_dq<<<grid_for(rows, 64), 64>>>(dqkv, delta, dout, qkv, lse, B, T, C, NH, drop, dd, ds,
+                                       heads, head0);
   LAUNCHED();
-  k_att_dkv<<<grid_for(rows, 64), 64>>>(dqkv, delta, dout, qkv, lse, B, T, C, NH, drop, dd, ds);
+  k_att_dkv<<<grid_for(rows, 64), 64>>>(dqkv, delta, dout, qkv, lse, B, T, C, NH, drop, dd, ds,
+                                        heads, head0);
   done();
 }
 

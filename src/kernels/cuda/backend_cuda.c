@@ -8,17 +8,21 @@
  * It has never run on a GPU: docs/cuda.md says what is there, what is not,
  * and how bench/gpu_check.sh checks it on one.
  *
- * Missing, NULL in the table: the bf16 matrix products (products_create,
- * products_destroy, products_scratch, bf16_matmul_forward,
- * bf16_matmul_backward) and the bf16 attention
- * (attention_forward_bf16, attention_backward_bf16). The sizes say so:
- * product_scratch answers REMAT_EINVAL, so a bf16 plan or model on this
- * backend is refused with that message before any op runs. */
+ * The bf16 matrix products (cuBLASLt plans) and the attention on bf16
+ * operands, packed and grouped-query, are products.cu's and
+ * attention_bf16.cu's, through cuda_products.h; the sizes give their
+ * scratch's bound (product_scratch) and say the attention takes bf16
+ * operands (attention_work, which its kernels do not use). The Llama
+ * family's layers (fp32 and bf16) and the fp32 grouped-query attention
+ * are llama.cu's, through cuda_llama.h. */
 #include <math.h>
 #include <stdlib.h>
 
 #include "kernels/backend_cuda.h"
+#include "kernels/cuda/cuda_llama.h"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/cuda_products.h"
+#include "kernels/cuda/cuda_vocab.h"
 #include "kernels/kernels.h"
 
 int remat__cuda_usable(remat_error *err) {
@@ -149,14 +153,39 @@ static void cu_matmul_backward_gelu(float *dinp, float *dweight, float *dbias, c
 static void cu_attention_forward(float *out, float *lse, const float *qkv, int64_t B, int64_t T,
                                  int64_t C, int64_t NH, const remat__dropout *drop) {
   remat__cu_drop k = drop_of(drop);
-  remat__cu_attention_forward(out, lse, qkv, B, T, C, NH, &k);
+  remat__cu_attention_forward(out, lse, qkv, B, T, C, NH, &k, drop ? drop->heads : 0,
+                              drop ? drop->head0 : 0);
 }
 
 static void cu_attention_backward(float *dqkv, float *delta, const float *dout, const float *qkv,
                                   const float *out, const float *lse, int64_t B, int64_t T,
                                   int64_t C, int64_t NH, const remat__dropout *drop) {
   remat__cu_drop k = drop_of(drop);
-  remat__cu_attention_backward(dqkv, delta, dout, qkv, out, lse, B, T, C, NH, &k);
+  remat__cu_attention_backward(dqkv, delta, dout, qkv, out, lse, B, T, C, NH, &k,
+                               drop ? drop->heads : 0, drop ? drop->head0 : 0);
+}
+
+/* The attentions take the dropout's heads and head0 too: a tensor rank's
+ * heads keep the whole model's mask. */
+static void cu_attention_forward_gqa(float *out, float *lse, const float *q, const float *k,
+                                     const float *v, int64_t ldq, int64_t ldkv, int64_t B,
+                                     int64_t T, int64_t NH, int64_t NKV, int64_t hs,
+                                     const remat__dropout *drop) {
+  remat__cu_drop d = drop_of(drop);
+  remat__cu_attention_forward_gqa(out, lse, q, k, v, ldq, ldkv, B, T, NH, NKV, hs, &d,
+                                  drop ? drop->heads : 0, drop ? drop->head0 : 0);
+}
+
+static void cu_attention_backward_gqa(float *dq, float *dk, float *dv, float *delta,
+                                      const float *dout, const float *q, const float *k,
+                                      const float *v, const float *out, const float *lse,
+                                      int64_t ldq, int64_t ldkv, int64_t B, int64_t T,
+                                      int64_t NH, int64_t NKV, int64_t hs,
+                                      const remat__dropout *drop) {
+  remat__cu_drop d = drop_of(drop);
+  remat__cu_attention_backward_gqa(dq, dk, dv, delta, dout, q, k, v, out, lse, ldq, ldkv, B, T,
+                                   NH, NKV, hs, &d, drop ? drop->heads : 0,
+                                   drop ? drop->head0 : 0);
 }
 
 static double cu_crossentropy_forward(float *logits, float *losses, const int32_t *targets,
@@ -205,6 +234,78 @@ static void cu_adamw_update_fused(float *param, float *grad, float *m, float *v,
   remat__cu_adamw(param, grad, m, v, param_bf16, n, &k, grad_scale, 1);
 }
 
+/* ---------------------------------------------- bf16 products, attention */
+
+/* The shapes as products.cu reads them, their flags resolved as
+ * products/sizes.h defines them; NULL when out of host memory. */
+static remat__cu_mm *mm_of(const remat__mm_shape *s, int n) {
+  remat__cu_mm *m = malloc((n > 0 ? (size_t)n : 1) * sizeof *m);
+  for (int i = 0; m && i < n; i++)
+    m[i] = (remat__cu_mm){.N = s[i].N, .C = s[i].C, .OC = s[i].OC, .out_bf16 = s[i].out_bf16,
+                          .dinp_bf16 = s[i].out_bf16 && !s[i].dinp_fp32,
+                          .bias = !s[i].no_bias};
+  return m;
+}
+
+static int cu_products_create(void **out, const remat__mm_shape *shapes, int n,
+                              remat_error *err) {
+  char msg[200] = "out of memory for the bf16 products' shapes";
+  remat__cu_mm *m = mm_of(shapes, n);
+  int rc = m ? remat__cu_products_create(out, m, n, msg, sizeof msg) : REMAT__CU_ENOMEM;
+  free(m);
+  if (!rc) return 0;
+  return remat__errorf(err, rc == REMAT__CU_ENOMEM ? REMAT_ENOMEM : REMAT_EINVAL, "%s", msg);
+}
+
+/* The kernels take no work (the sizes' attention_work only says they take
+ * the head size): work and work_bytes are unused. */
+static void cu_attention_forward_gqa_bf16(float *out, float *lse, const uint16_t *q,
+                                          const uint16_t *k, const uint16_t *v, int64_t ldq,
+                                          int64_t ldkv, int64_t B, int64_t T, int64_t NH,
+                                          int64_t NKV, int64_t hs, const remat__dropout *drop,
+                                          void *work, size_t work_bytes) {
+  (void)work, (void)work_bytes;
+  remat__cu_drop d = drop_of(drop);
+  remat__cu_attention_forward_gqa_bf16(out, lse, q, k, v, ldq, ldkv, B, T, NH, NKV, hs, &d,
+                                       drop ? drop->heads : 0, drop ? drop->head0 : 0);
+}
+
+static void cu_attention_backward_gqa_bf16(float *dq, float *dk, float *dv, float *delta,
+                                           const float *dout, const uint16_t *q,
+                                           const uint16_t *k, const uint16_t *v,
+                                           const uint16_t *out, const float *lse, int64_t ldq,
+                                           int64_t ldkv, int64_t B, int64_t T, int64_t NH,
+                                           int64_t NKV, int64_t hs, const remat__dropout *drop,
+                                           void *work, size_t work_bytes) {
+  (void)work, (void)work_bytes;
+  remat__cu_drop d = drop_of(drop);
+  remat__cu_attention_backward_gqa_bf16(dq, dk, dv, delta, dout, q, k, v, out, lse, ldq, ldkv, B,
+                                        T, NH, NKV, hs, &d, drop ? drop->heads : 0,
+                                        drop ? drop->head0 : 0);
+}
+
+/* GPT-2's packed qkv: the grouped-query ops with q, k, v inside it and
+ * NKV = NH (as attention_bf16.c's). */
+static void cu_attention_forward_bf16(float *out, float *lse, const uint16_t *qkv, int64_t B,
+                                      int64_t T, int64_t C, int64_t NH,
+                                      const remat__dropout *drop, void *work,
+                                      size_t work_bytes) {
+  REMAT_ASSERT(NH > 0 && C % NH == 0);
+  cu_attention_forward_gqa_bf16(out, lse, qkv, qkv + C, qkv + 2 * C, 3 * C, 3 * C, B, T, NH, NH,
+                                C / NH, drop, work, work_bytes);
+}
+
+static void cu_attention_backward_bf16(float *dqkv, float *delta, const float *dout,
+                                       const uint16_t *qkv, const uint16_t *out,
+                                       const float *lse, int64_t B, int64_t T, int64_t C,
+                                       int64_t NH, const remat__dropout *drop, void *work,
+                                       size_t work_bytes) {
+  REMAT_ASSERT(NH > 0 && C % NH == 0);
+  cu_attention_backward_gqa_bf16(dqkv, dqkv + C, dqkv + 2 * C, delta, dout, qkv, qkv + C,
+                                 qkv + 2 * C, out, lse, 3 * C, 3 * C, B, T, NH, NH, C / NH, drop,
+                                 work, work_bytes);
+}
+
 /* ----------------------------------------------------------- sizes */
 
 /* The same terms as the CPU's (sizes_cpu.c), by the same kernels' needs:
@@ -221,21 +322,25 @@ static void cu_workspace(remat__kernel_ws *ws, int64_t B, int64_t T, int64_t C, 
   ws->encoder_tied = BT * (size_t)C * sizeof(float) + ((size_t)V + BT) * sizeof(int32_t);
 }
 
-/* No bf16 products yet (cuBLASLt bf16 with fp32 sums is the plan, its
- * workspace placed here): a bf16 run on this backend is refused. */
+/* The bf16 products' scratch from the shapes alone, no device asked, so a
+ * plan is made before a GPU is seen: products.cu's bound (256 bytes to
+ * align cuBLASLt's workspace, the workspace cap the plans are made with,
+ * at most 32 MiB, and one chunk of fp32 rows, at most 16 MiB, where a bf16
+ * out takes a bias), which the plans products_create makes never exceed. */
 static int cu_product_scratch(const remat__mm_shape *shapes, int n, size_t *bytes,
                               remat_error *err) {
-  (void)shapes, (void)n;
-  *bytes = 0;
-  return remat__errorf(err, REMAT_EINVAL,
-                       "the CUDA backend has no bf16 matrix products yet: use --precision fp32");
+  remat__cu_mm *m = mm_of(shapes, n);
+  const bool ok = m != NULL;
+  *bytes = ok ? remat__cu_products_bound(m, n) : 0;
+  free(m);
+  return ok ? 0 : remat__errorf(err, REMAT_ENOMEM, "out of memory for the bf16 products' shapes");
 }
 
 static const remat__backend_sizes cuda_sizes = {
     .align = 64, /* cudaMalloc's 256 is above it; cuBLASLt wants 16 */
     .workspace = cu_workspace,
     .product_scratch = cu_product_scratch,
-    .attention_work = NULL,
+    .attention_work = remat__cu_attention_work,
 };
 
 /* ----------------------------------------------------------- table */
@@ -278,6 +383,16 @@ static const remat__backend cuda = {
     .crossentropy_forward = cu_crossentropy_forward,
     .crossentropy_backward = remat__cu_crossentropy_backward,
     .crossentropy_forward_backward = cu_crossentropy_forward_backward,
+    /* the vocabulary split across tensor ranks (vocab.cu): the table's
+     * signatures, so no adapters */
+    .vocab_encoder_forward = remat__cu_vocab_encoder_forward,
+    .vocab_encoder_backward = remat__cu_vocab_encoder_backward,
+    .vocab_max = remat__cu_vocab_max,
+    .vocab_exp = remat__cu_vocab_exp,
+    .vocab_finish = remat__cu_vocab_finish,
+    .vocab_max_bf16 = remat__cu_vocab_max_bf16,
+    .vocab_exp_bf16 = remat__cu_vocab_exp_bf16,
+    .vocab_finish_bf16 = remat__cu_vocab_finish_bf16,
     .adamw_update = cu_adamw_update,
     .sumsq = remat__cu_sumsq,
     .init_normal = remat__cu_init_normal,
@@ -289,6 +404,32 @@ static const remat__backend cuda = {
     .crossentropy_forward_bf16 = cu_crossentropy_forward_bf16,
     .crossentropy_forward_backward_bf16 = cu_crossentropy_forward_backward_bf16,
     .adamw_update_fused = cu_adamw_update_fused,
+    /* the bf16 products and the attention on bf16 operands (products.cu,
+     * attention_bf16.cu) */
+    .products_create = cu_products_create,
+    .products_destroy = remat__cu_products_destroy,
+    .products_scratch = remat__cu_products_scratch,
+    .bf16_matmul_forward = remat__cu_bf16_matmul_forward,
+    .bf16_matmul_backward = remat__cu_bf16_matmul_backward,
+    .attention_forward_bf16 = cu_attention_forward_bf16,
+    .attention_backward_bf16 = cu_attention_backward_bf16,
+    .attention_forward_gqa_bf16 = cu_attention_forward_gqa_bf16,
+    .attention_backward_gqa_bf16 = cu_attention_backward_gqa_bf16,
+    /* the Llama family's layers and the grouped-query attention (llama.cu) */
+    .rmsnorm_forward = remat__cu_rmsnorm_forward,
+    .rmsnorm_forward_bf16 = remat__cu_rmsnorm_forward_bf16,
+    .rmsnorm_backward = remat__cu_rmsnorm_backward,
+    .swiglu_forward = remat__cu_swiglu_forward,
+    .swiglu_forward_bf16 = remat__cu_swiglu_forward_bf16,
+    .swiglu_backward = remat__cu_swiglu_backward,
+    .swiglu_backward_bf16 = remat__cu_swiglu_backward_bf16,
+    .rope_forward = remat__cu_rope_forward,
+    .rope_backward = remat__cu_rope_backward,
+    .rope_forward_bf16 = remat__cu_rope_forward_bf16,
+    .rope_backward_bf16 = remat__cu_rope_backward_bf16,
+    .attention_forward_gqa = cu_attention_forward_gqa,
+    .attention_backward_gqa = cu_attention_backward_gqa,
+    .attention_decode_gqa = remat__cu_attention_decode_gqa,
 };
 
 const remat__backend *remat__backend_cuda(void) { return &cuda; }

@@ -1,7 +1,8 @@
 /* common.cuh: what the CUDA backend's .cu files share: the error checks,
  * the managed-memory switch, the grid-stride loop and the dropout mask.
  * Private to src/kernels/cuda; everything here is static (one copy per
- * file, no symbols between them). */
+ * file, no symbols between them), but for the one cuBLASLt handle, which
+ * kernels.cu makes and lends (remat__cu_lt). */
 #ifndef REMAT_CUDA_COMMON_CUH
 #define REMAT_CUDA_COMMON_CUH
 
@@ -41,6 +42,10 @@
     if (s_ != CUBLAS_STATUS_SUCCESS) fail(#call, "cublasLt status", __FILE__, __LINE__); \
   } while (0)
 #define LAUNCHED() CK(cudaGetLastError())
+
+/* The backend's cuBLASLt handle, made on first use (kernels.cu): the fp32
+ * and the bf16 products (products.cu) share it. */
+cublasLtHandle_t remat__cu_lt(void);
 
 static int managed = -1; /* REMAT_CUDA_MANAGED, read once per file */
 

@@ -73,11 +73,15 @@ void remat__cu_layernorm_backward(float *dinp, float *dweight, float *dbias, con
 void remat__cu_gelu_forward(float *out, const float *inp, size_t n);
 void remat__cu_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);
 void remat__cu_residual_forward(float *out, const float *a, const float *b, size_t n);
+/* heads, head0: remat__dropout's (a tensor rank's heads among the
+ * model's, for the mask; heads 0: the call sees every head). */
 void remat__cu_attention_forward(float *out, float *lse, const float *qkv, int64_t B, int64_t T,
-                                 int64_t C, int64_t NH, const remat__cu_drop *d);
+                                 int64_t C, int64_t NH, const remat__cu_drop *d, uint32_t heads,
+                                 uint32_t head0);
 void remat__cu_attention_backward(float *dqkv, float *delta, const float *dout, const float *qkv,
                                   const float *out, const float *lse, int64_t B, int64_t T,
-                                  int64_t C, int64_t NH, const remat__cu_drop *d);
+                                  int64_t C, int64_t NH, const remat__cu_drop *d, uint32_t heads,
+                                  uint32_t head0);
 void remat__cu_attention_decode(float *out, const float *q, int64_t ldq, const float *k,
                                 const float *v, int64_t ldkv, int64_t n, int64_t pos, int64_t C,
                                 int64_t NH);

@@ -34,11 +34,16 @@
 #include "common.cuh"
 
 static char *scratch; /* SCRATCH_BYTES of device memory */
-static cublasLtHandle_t lt;
+static cublasLtHandle_t lt_handle; /* remat__cu_lt's */
 
 static char *scratch_get(void) {
   if (!scratch) CK(cudaMalloc((void **)&scratch, SCRATCH_BYTES));
   return scratch;
+}
+
+cublasLtHandle_t remat__cu_lt(void) {
+  if (!lt_handle) CKLT(cublasLtCreate(&lt_handle));
+  return lt_handle;
 }
 
 /* ---------------------------------------------------------------- device */
@@ -271,7 +276,7 @@ void remat__cu_gemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, f
     done();
     return;
   }
-  if (!lt) CKLT(cublasLtCreate(&lt));
+  cublasLtHandle_t lt = remat__cu_lt();
   cublasLtMatmulDesc_t op;
   cublasLtMatrixLayout_t la, lb, lc;
   cublasOperation_t oa = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
