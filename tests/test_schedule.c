@@ -62,6 +62,10 @@ static int64_t rank_units(const remat_schedule_streams *st, int64_t r) {
   return peak;
 }
 
+static int64_t irand(int64_t lo, int64_t hi) {
+  return lo + (int64_t)(urand() * (double)(hi - lo + 1));
+}
+
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 /* Streams of one configuration: validity, no deadlock under random times,
@@ -246,9 +250,104 @@ static void test_table(void) {
   CHECK(remat_schedule_counts_from(REMAT_SCHED_INTERLEAVED, 1, 2, 0, 1) == 1);
 }
 
+/* A rank's pool (remat_schedule_pool_layout): no two pieces alive at one
+ * operation share a byte; the pool holds at least the most bytes alive at
+ * once and at most the chunks' slots and records side by side, which it
+ * equals when it is not packed; a side-by-side piece sits at its slot (or
+ * record) k mod the count. Random sizes, every schedule with a stream. */
+static void pool_one(int sched, int64_t p, int64_t m, int64_t v) {
+  remat_schedule_streams st;
+  int64_t n[64], kw[64];
+  if (remat_schedule_streams_build(&st, sched, p, m, v, NULL) ||
+      remat_schedule_held(sched, p, m, v, n, kw, NULL)) {
+    CHECK(0);
+    return;
+  }
+  size_t bytes[4][64];
+  for (int64_t r = 0; r < p; r++) {
+    remat_schedule_pool_part parts[4];
+    size_t apart = 0;
+    for (int64_t c = 0; c < v; c++) {
+      int64_t vs = remat_schedule_virtual_stage(sched, p, r, c);
+      for (int64_t j = 0; j < n[vs]; j++) bytes[c][j] = 64 * (size_t)irand(0, 40);
+      parts[c] = (remat_schedule_pool_part){n[vs], bytes[c], kw[vs], 64 * (size_t)irand(0, 30)};
+      for (int64_t j = 0; j < n[vs]; j++) apart += bytes[c][j];
+      apart += (size_t)kw[vs] * parts[c].record_bytes;
+    }
+    remat_schedule_pool pool;
+    CHECK(remat_schedule_pool_layout(&st, r, parts, 64, &pool, NULL) == 0);
+    CHECK(pool.apart == apart && pool.bytes <= apart && (pool.packed || pool.bytes == apart));
+    /* each piece's span, walking the stream: alive pieces never overlap */
+    int64_t from[4], first[4][64][2], last[4][64][2];
+    for (int64_t c = 0; c < v; c++) from[c] = remat_schedule_counts_from(sched, p, v, r, c);
+    for (int64_t q = 0; q < st.len; q++) {
+      const remat_schedule_step *o = &st.ops[r * st.len + q];
+      for (int64_t c = 0; c < v; c++)
+        if (o->kind == REMAT_OP_F && o->chunk == from[c]) first[c][o->mb][0] = q;
+      if (o->kind == REMAT_OP_B) last[o->chunk][o->mb][0] = first[o->chunk][o->mb][1] = q;
+      if (o->kind == REMAT_OP_W) last[o->chunk][o->mb][1] = q;
+    }
+    size_t load = 0;
+    for (int64_t q = 0; q < st.len; q++) {
+      size_t lo[512], hi[512], held = 0;
+      int np = 0;
+      for (int64_t c = 0; c < v; c++)
+        for (int64_t k = 0; k < m; k++)
+          for (int x = 0; x < 2; x++) {
+            size_t b = x ? (kw[remat_schedule_virtual_stage(sched, p, r, c)] ? parts[c].record_bytes : 0)
+                         : bytes[c][k % parts[c].slots];
+            if (!b || first[c][k][x] > q || last[c][k][x] < q) continue;
+            lo[np] = remat_schedule_pool_at(&pool, c, k, x);
+            hi[np] = lo[np] + b;
+            CHECK(hi[np] <= pool.bytes);
+            np++;
+            held += b;
+          }
+      for (int i = 0; i < np; i++)
+        for (int j = 0; j < i; j++) CHECK(hi[i] <= lo[j] || hi[j] <= lo[i]);
+      if (held > load) load = held;
+    }
+    CHECK(pool.bytes >= load);
+    if (!pool.packed) /* side by side: micro-batch k in slot k mod n */
+      for (int64_t k = parts[0].slots; k < m; k++)
+        CHECK(remat_schedule_pool_at(&pool, 0, k, 0) ==
+              remat_schedule_pool_at(&pool, 0, k % parts[0].slots, 0));
+    remat_schedule_pool_free(&pool);
+  }
+  remat_schedule_streams_free(&st);
+}
+
+static void test_pool(void) {
+  int before = test_checks;
+  for (int64_t p = 1; p <= 5; p++)
+    for (int64_t m = 1; m <= 12; m++) {
+      pool_one(REMAT_SCHED_ZBH1, p, m, 1);
+      pool_one(REMAT_SCHED_ZBV, p, m, 2);
+      if (m % p == 0) pool_one(REMAT_SCHED_INTERLEAVED, p, m, 3);
+    }
+  /* zbv, 4 ranks, 8 micro-batches, slots and records of GPT-2-like sizes:
+   * the last rank's slot peak and record peak fall apart, so the pool is
+   * well below them side by side */
+  remat_schedule_streams st;
+  CHECK(remat_schedule_streams_build(&st, REMAT_SCHED_ZBV, 4, 8, 2, NULL) == 0);
+  size_t slot[8] = {6400, 6400, 6400, 6400, 6400, 6400, 6400, 6400};
+  remat_schedule_pool_part parts[2] = {{4, slot, 4, 3840}, {4, slot, 4, 3840}};
+  remat_schedule_pool pool;
+  CHECK(remat_schedule_pool_layout(&st, 3, parts, 64, &pool, NULL) == 0);
+  CHECKF(pool.packed && pool.apart == 81920 && pool.bytes <= 81920 * 7 / 10,
+         "zbv's last rank: a pool of %zu bytes against %zu side by side", pool.bytes, pool.apart);
+  remat_schedule_pool_free(&pool);
+  remat_error err;
+  CHECK_ERR(remat_schedule_pool_layout(&st, 4, parts, 64, &pool, &err), err, REMAT_EINVAL,
+            "rank 4");
+  remat_schedule_streams_free(&st);
+  printf("pool: %d checks\n", test_checks - before);
+}
+
 int main(void) {
   test_table();
   test_streams();
+  test_pool();
   test_against_plain();
   test_bubbles();
   test_errors();

@@ -191,6 +191,41 @@ REMAT_API int64_t remat_schedule_counts_from(int schedule, int64_t p, int64_t v,
  * The one place the planner and the placement take them from. */
 REMAT_API int remat_schedule_held(int schedule, int64_t p, int64_t m, int64_t v, int64_t *n,
                                   int64_t *kw, remat_error *err);
+/* A rank's slots and W records in one pool, laid out over its stream
+ * (schedule/pool.c): chunk c's micro-batch k holds its slot from the F that
+ * brings it to the chunk (remat_schedule_counts_from) to the chunk's B, and
+ * its W record from that B to its W, both ends included; two of them alive
+ * at once never share a byte. First fit in the stream's order, or, where
+ * that is no smaller, the chunks' slots and records side by side (a slot k
+ * mod slots, a record k mod records, as a runtime without a pool holds
+ * them). The planner's figure and the runtime's pool are this one layout. */
+#define REMAT_MAX_CHUNKS_POOL 64
+typedef struct remat_schedule_pool_part {
+  int64_t slots;            /* the chunk's slots (n >= 1) */
+  const size_t *slot_bytes; /* (slots) the bytes of each: micro-batch k takes k mod slots */
+  int64_t records;          /* its W records (0: its W runs with its B) */
+  size_t record_bytes;      /* one micro-batch's */
+} remat_schedule_pool_part;
+typedef struct remat_schedule_pool {
+  int64_t v, m;
+  size_t *at;    /* (v, m, 2) where chunk c's micro-batch k's slot ([.. 0]) and W
+                    record ([.. 1]) start in the pool; owned */
+  size_t bytes;  /* the pool: the highest end of any piece */
+  size_t apart;  /* the bytes side by side, each chunk's slots and records apart */
+  int packed;    /* 1: first fit (bytes < apart); 0: side by side */
+} remat_schedule_pool;
+/* The pool of rank r of st for its v chunks' parts (offsets and sizes in
+ * multiples of align). 0, REMAT_EINVAL or REMAT_ENOMEM. */
+REMAT_API int remat_schedule_pool_layout(const remat_schedule_streams *st, int64_t r,
+                                         const remat_schedule_pool_part *parts, size_t align,
+                                         remat_schedule_pool *out, remat_error *err);
+REMAT_API void remat_schedule_pool_free(remat_schedule_pool *pool);
+/* Chunk c's micro-batch k: where its slot (record 0) or W record (1) starts */
+static inline size_t remat_schedule_pool_at(const remat_schedule_pool *pool, int64_t c,
+                                            int64_t k, int record) {
+  return pool->at[(c * pool->m + k) * 2 + record];
+}
+
 /* The most micro-batches (of chunks) a stage can hold, for bounds: m v with
  * several chunks, else the row's flight over every stage (m, or min(m, p)). */
 REMAT_API int64_t remat_schedule_held_bound(int schedule, int64_t p, int64_t m, int64_t v);
