@@ -203,6 +203,19 @@ static void print_full_slots(const remat_memplan *mp, const remat_stage *st) {
   }
 }
 
+/* Rank k's pool of its chunks' slots and W records, where its stages pool
+ * them (remat_job_rank_pool). */
+static void print_pool(const remat_job *job, int k, int stage_named) {
+  size_t bytes, apart;
+  remat_error err;
+  char b[2][32];
+  if (remat_job_rank_pool(job, k, &bytes, &apart, &err) || !bytes) return;
+  printf("%s %d pool %s (%zu bytes): its slots and W records, laid out over its stream "
+         "(side by side %s)\n", stage_named ? "stage" : "rank", k,
+         remat_format_bytes(bytes, b[0], sizeof b[0]), bytes,
+         remat_format_bytes(apart, b[1], sizeof b[1]));
+}
+
 /* Every rank's arena, from the memory model, before any exists: replicas
  * (rank k), a pipeline's stages, or the grid's ranks (rank s D + r). */
 static void print_ranks(remat_job *job, const opts *o) {
@@ -224,14 +237,20 @@ static void print_ranks(remat_job *job, const opts *o) {
       printf(v > 1 ? "stage %d chunk %lld " : "stage %d ", k, (long long)c);
       printf("arena %s (%zu bytes) = state %s + ", remat_format_bytes(peak, b[0], sizeof b[0]),
              peak, remat_format_bytes(sb.state, b[1], sizeof b[1]));
-      print_slots(mp, &st);
-      printf(" + ");
-      if (st.wdeferred && m[REMAT_BUF_WREC].bytes) /* zb-h1, zbv: its kept blocks' W records */
+      if (!st.slots_pooled) print_slots(mp, &st), printf(" + ");
+      size_t rec = remat_memplan_record_bytes(mp); /* zb-h1, zbv: its kept blocks' W records */
+      if (!st.slots_pooled && rec)
         printf("%lld deferred W x %s + ", (long long)st.wdeferred,
-               remat_format_bytes(m[REMAT_BUF_WREC].bytes / (size_t)st.wdeferred, b[4],
-                                  sizeof b[4]));
+               remat_format_bytes(rec, b[4], sizeof b[4]));
       printf("workspace %s%s; ", remat_format_bytes(sb.workspace, b[3], sizeof b[3]),
              st.work_borrowed ? " (the transient part is chunk 0's)" : "");
+      if (st.slots_pooled) { /* remat_job_rank_pool's line says where */
+        printf("in the rank's pool: ");
+        print_slots(mp, &st);
+        if (rec) printf(", %lld deferred W x %s", (long long)st.wdeferred,
+                        remat_format_bytes(rec, b[4], sizeof b[4]));
+        printf("; ");
+      }
     } else {
       printf("rank %d ", k);
       if (kind == REMAT_RUN_GRID)
@@ -264,6 +283,7 @@ static void print_ranks(remat_job *job, const opts *o) {
       printf("\n");
     }
     remat_memplan_destroy(mp);
+    if (c == v - 1) print_pool(job, k, kind == REMAT_RUN_PIPELINE);
   }
 }
 

@@ -273,6 +273,13 @@ REMAT_API int remat_job_chunk_memplan(const remat_job *job, int k, int64_t c, re
                                       remat_memplan **mp, remat_error *err);
 REMAT_API int remat_job_rank_memplan(const remat_job *job, int k, remat_stage *st,
                                      remat_memplan **mp, remat_error *err);
+/* A pipeline whose stages pool their slots and W records
+ * (remat_placement_pooled): rank k's pool, laid out over its stream as its
+ * runtime lays it out, *bytes, and the chunks' slots and records side by
+ * side, *apart (both 0 without a pool). The arenas of
+ * remat_job_chunk_memplan are then without them. */
+REMAT_API int remat_job_rank_pool(const remat_job *job, int k, size_t *bytes, size_t *apart,
+                                  remat_error *err);
 /* A resume: the step directory and step resumed from (NULL and 0 if none);
  * *note (may be NULL) what the resume passed over ("fell back past 1 newer
  * checkpoint: step_00000006: model.bin checksum differs: ...") or that the

@@ -186,6 +186,11 @@ typedef struct remat_stage {
    * grid, under ZeRO stage `zero` (0 to 3). */
   int64_t replicas, replica;
   int zero;
+  /* The stage's slots and W records are not in its arena but in a pool its
+   * runtime holds for the rank's chunks, laid out over the stream
+   * (remat_schedule_pool_layout), which places them before each use; the
+   * arena is the formula's total less its activations. */
+  int slots_pooled;
   /* A rank that runs several model chunks (interleaved 1F1B) runs one
    * operation at a time, so its chunks share one transient workspace: the
    * chunk that holds it sizes it to at least work_min bytes (the largest of
@@ -436,8 +441,13 @@ REMAT_API int remat_memplan_create_stage(remat_memplan **out, const remat_config
                                          int64_t T, const remat_stage *st, remat_error *err);
 REMAT_API void remat_memplan_destroy(remat_memplan *mp);
 
-/* The arena's size: the planned peak of a step (remat_memplan_bytes' total). */
+/* The arena's size: the planned peak of a step (remat_memplan_bytes' total;
+ * less its activations where the stage's slots and W records are in its
+ * runtime's pool, remat_stage.slots_pooled). */
 REMAT_API size_t remat_memplan_peak_bytes(const remat_memplan *mp);
+/* One micro-batch's W records: each of the stage's kept blocks' (0 when
+ * its backward runs whole). */
+REMAT_API size_t remat_memplan_record_bytes(const remat_memplan *mp);
 /* Parameters, gradients and AdamW's m and v (and the tied gradient). */
 REMAT_API size_t remat_memplan_persistent_bytes(const remat_memplan *mp);
 /* Slot 0: what one micro-batch in flight stores in it. Every slot has
@@ -446,7 +456,8 @@ REMAT_API size_t remat_memplan_persistent_bytes(const remat_memplan *mp);
  * still the largest (remat_memplan_slot gives each). */
 REMAT_API size_t remat_memplan_slot_bytes(const remat_memplan *mp);
 /* Slot j (0 <= j < n, the stage's in-flight count) of REMAT_BUF_SLOTS: its
- * offset in the arena and its bytes; the slots lie in order, end to end. */
+ * offset in the arena and its bytes; the slots lie in order, end to end
+ * (pooled, remat_stage.slots_pooled: its bytes; the runtime places it). */
 REMAT_API remat_membuf remat_memplan_slot(const remat_memplan *mp, int64_t slot);
 /* The policies the stage's blocks take in slot j: num_blocks remat_policy
  * values (remat_memplan_policy is slot 0's). */

@@ -191,6 +191,12 @@ REMAT_API remat_stage remat_placement_stage(const remat_placement *pl, int64_t s
  * the first's workspace (remat_stage.work_borrowed; the first's work_min
  * is the caller's to set). */
 REMAT_API remat_stage remat_placement_chunk(const remat_placement *pl, int64_t s, int64_t c);
+/* Whether the placement's pipeline holds each rank's slots and W records in
+ * one pool laid out over its stream (remat_stage.slots_pooled): stages
+ * under a schedule whose order is a stream (interleaved, zb-h1, zbv).
+ * remat_placement_stage and _chunk leave the flag 0; the runtime's
+ * stages set it. */
+REMAT_API int remat_placement_pooled(const remat_placement *pl);
 
 typedef struct remat_pipeline remat_pipeline; /* opaque */
 
@@ -220,16 +226,19 @@ REMAT_API int remat_pipeline_trace_write(remat_pipeline *pl, const char *path, r
 
 /* Seconds the last step spent waiting on receives and sends, on this rank. */
 REMAT_API double remat_pipeline_wait_seconds(const remat_pipeline *pl);
-/* Interleaved 1F1B: the rank's chunks after the first are the pipeline's
- * own models. remat_pipeline_allocate gives them their arenas once the
- * trainer has its (they borrow its workspace); remat_pipeline_load fills
- * their weights from a whole model's (full), or initialises them from the
- * seed (full NULL); chunk_bytes is their arenas' planned bytes and
- * chunk_high_water what they used. All nothing under one chunk. */
+/* Interleaved 1F1B and zbv: the rank's chunks after the first are the
+ * pipeline's own models. remat_pipeline_allocate gives them their arenas
+ * once the trainer has its (they borrow its workspace), and, where the
+ * stages' slots are pooled (remat_stage.slots_pooled: a schedule whose
+ * order is a stream), the rank's pool of every chunk's slots and W
+ * records; remat_pipeline_load fills their weights from a whole model's
+ * (full), or initialises them from the seed (full NULL); chunk_bytes is
+ * their arenas' and the pool's planned bytes and chunk_high_water what
+ * they used. Nothing under one chunk without a pool. */
 REMAT_API int remat_pipeline_allocate(remat_pipeline *pl, remat_error *err);
 REMAT_API int remat_pipeline_load(remat_pipeline *pl, const float *full, uint64_t seed);
 REMAT_API size_t remat_pipeline_chunk_bytes(const remat_pipeline *pl);
-REMAT_API size_t remat_pipeline_chunk_high_water(const remat_pipeline *pl);
+REMAT_API size_t remat_pipeline_chunk_high_water(remat_pipeline *pl);
 
 /* ------------------------------------------------------- one process */
 

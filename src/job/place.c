@@ -381,6 +381,7 @@ int remat_job_rank_memplan(const remat_job *job, int k, remat_stage *st, remat_m
     st->full_slots = pl->full_slots;
   } else {
     *st = remat_placement_stage(pl, k / D, k % D);
+    st->slots_pooled = remat_placement_pooled(pl);
   }
   return remat_memplan_create_stage(mp, &job->cfg, job->d.train.B, job->d.train.T, st, err);
 }
@@ -397,9 +398,43 @@ int remat_job_chunk_memplan(const remat_job *job, int k, int64_t c, remat_stage 
     return remat__errorf(err, REMAT_EINVAL, "rank %d's chunk %lld is not one of the job's", k,
                          (long long)c);
   *st = remat_placement_chunk(pl, k, c);
+  st->slots_pooled = remat_placement_pooled(pl);
   int rc = c == 0 ? remat__job_chunks_workspace(job, k, &st->work_min, err) : 0;
   return rc ? rc : remat_memplan_create_stage(mp, &job->cfg, job->d.train.B, job->d.train.T, st,
                                               err);
+}
+
+int remat_job_rank_pool(const remat_job *job, int k, size_t *bytes, size_t *apart,
+                        remat_error *err) {
+  const remat_placement *pl = &job->place;
+  int64_t v = remat_job_chunks(job), D = pl->replicas > 1 ? pl->replicas : 1;
+  *bytes = *apart = 0;
+  if (!remat_placement_pooled(pl)) return 0;
+  remat_schedule_streams st;
+  int rc = remat_schedule_streams_build(&st, pl->schedule, pl->stages, pl->microbatches, v, err);
+  remat_memplan *mp[REMAT_MAX_CHUNKS_POOL] = {0};
+  remat_schedule_pool_part parts[REMAT_MAX_CHUNKS_POOL];
+  size_t *sizes = rc ? NULL : remat__calloc((size_t)(v * pl->microbatches), sizeof *sizes);
+  if (!rc && !sizes) rc = remat__errorf(err, REMAT_ENOMEM, "out of memory");
+  for (int64_t c = 0; !rc && c < v; c++) {
+    remat_stage s;
+    rc = remat_job_chunk_memplan(job, k, c, &s, &mp[c], err);
+    for (int64_t j = 0; !rc && j < s.inflight; j++)
+      sizes[c * pl->microbatches + j] = remat_memplan_slot(mp[c], j).bytes;
+    parts[c] = (remat_schedule_pool_part){.slots = s.inflight,
+                                          .slot_bytes = sizes + c * pl->microbatches,
+                                          .records = s.wdeferred,
+                                          .record_bytes = rc ? 0 : remat_memplan_record_bytes(mp[c])};
+  }
+  remat_schedule_pool pool = {0};
+  if (!rc) rc = remat_schedule_pool_layout(&st, k / D, parts, REMAT_ALIGN, &pool, err);
+  *bytes = pool.bytes;
+  *apart = pool.apart;
+  remat_schedule_pool_free(&pool);
+  for (int64_t c = 0; c < v; c++) remat_memplan_destroy(mp[c]);
+  remat__free(sizes);
+  remat_schedule_streams_free(&st);
+  return rc;
 }
 
 void remat_job_predict(const remat_job *job, double rank_flops, double *seconds,

@@ -325,6 +325,7 @@ static int make_runtime(remat_job *job, remat_error *err) {
       st = remat_placement_chunk(pl, s, 0);
       if ((rc = remat__job_chunks_workspace(job, (int)s, &st.work_min, err))) return rc;
     }
+    st.slots_pooled = job->d.stages > 1 && remat_placement_pooled(pl);
     if ((rc = remat_trainer_create_stage(&job->tr, &job->cfg, &st, &job->tok, &to, err)))
       return rc;
     if (job->d.stages > 1 && job->d.replicas > 1) {
@@ -357,6 +358,7 @@ static int make_runtime(remat_job *job, remat_error *err) {
       st = remat_placement_chunk(pl, job->rank, 0);
       if ((rc = remat__job_chunks_workspace(job, job->rank, &st.work_min, err))) return rc;
     }
+    st.slots_pooled = remat_placement_pooled(pl);
     if ((rc = remat_trainer_create_stage(&job->tr, &job->cfg, &st, &job->tok, &to, err)))
       return rc;
     return remat_pipeline_create(&job->pipe, job->dist, job->tr, pl, err);
@@ -364,6 +366,7 @@ static int make_runtime(remat_job *job, remat_error *err) {
   default: { /* world rank s D + r: stage s, replica r */
     remat_stage st = remat_placement_stage(pl, remat_dist_stage(job->dist),
                                            remat_dist_replica(job->dist));
+    st.slots_pooled = remat_placement_pooled(pl);
     if ((rc = remat_trainer_create_stage(&job->tr, &job->cfg, &st, &job->tok, &to, err)))
       return rc;
     if ((rc = remat_grid_create(&job->grid, job->dist, job->tr, pl, err))) return rc;

@@ -487,7 +487,7 @@ static int lay_out_regions(remat_memplan *mp, const remat_config *cfg, const rem
       [REMAT_BUF_GRADS] = grads,
       [REMAT_BUF_ADAM_M] = moment,
       [REMAT_BUF_ADAM_V] = moment,
-      [REMAT_BUF_SLOTS] = slots,
+      [REMAT_BUF_SLOTS] = st->slots_pooled ? 0 : slots, /* else in its runtime's pool */
       [REMAT_BUF_DRESID] = mm->stage_bytes,
       [REMAT_BUF_WORK] = st->work_borrowed ? 0 : mp->bytes.workspace - mm->stage_bytes - send,
       [REMAT_BUF_TIED_GRAD] = tied,
@@ -496,7 +496,9 @@ static int lay_out_regions(remat_memplan *mp, const remat_config *cfg, const rem
       [REMAT_BUF_NORM] = rb.norm,
       [REMAT_BUF_RECV] = rb.recv,
       [REMAT_BUF_REDUCE] = rb.reduce,
-      [REMAT_BUF_WREC] = (size_t)st->wdeferred * (size_t)mp->num_kept * mm->block_wrec_bytes,
+      [REMAT_BUF_WREC] = st->slots_pooled ? 0
+                                          : (size_t)st->wdeferred * (size_t)mp->num_kept *
+                                                mm->block_wrec_bytes,
       [REMAT_BUF_PARAMS_BF16] = bf16 + rb.gather_bf16,
   };
   size_t at = 0;
@@ -508,10 +510,13 @@ static int lay_out_regions(remat_memplan *mp, const remat_config *cfg, const rem
   mp->persistent_bytes = params + grads + 2 * moment + tied + bf16; /* not gather_bf16 */
   mp->peak_bytes = at;
   /* The layout and the formula are one model: they cannot differ. */
+  size_t pooled = st->slots_pooled ? slots + (size_t)st->wdeferred * (size_t)mp->num_kept *
+                                               mm->block_wrec_bytes
+                                    : 0;
   REMAT_ASSERT(mp->bytes.state == mp->persistent_bytes &&
-               mp->bytes.activations == sizes[REMAT_BUF_SLOTS] + sizes[REMAT_BUF_WREC] &&
+               mp->bytes.activations == sizes[REMAT_BUF_SLOTS] + sizes[REMAT_BUF_WREC] + pooled &&
                mp->bytes.comm == rb.comm);
-  REMAT_ASSERT(mp->peak_bytes == mp->bytes.total);
+  REMAT_ASSERT(mp->peak_bytes + pooled == mp->bytes.total);
   return 0;
 }
 
@@ -571,6 +576,10 @@ void remat_memplan_destroy(remat_memplan *mp) {
 size_t remat_memplan_peak_bytes(const remat_memplan *mp) { return mp->peak_bytes; }
 size_t remat_memplan_persistent_bytes(const remat_memplan *mp) { return mp->persistent_bytes; }
 size_t remat_memplan_slot_bytes(const remat_memplan *mp) { return mp->slot_bytes; }
+
+size_t remat_memplan_record_bytes(const remat_memplan *mp) {
+  return mp->wdeferred ? (size_t)mp->num_kept * mp->mm.block_wrec_bytes : 0;
+}
 
 remat__slot_layout remat__memplan_slot(const remat_memplan *mp, int64_t slot) {
   int64_t n = mp->inflight, f = mp->num_layouts - 1, nb = mp->num_blocks;

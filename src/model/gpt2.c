@@ -134,6 +134,11 @@ int remat__model_plan_on(remat_model **out, const remat_config *cfg, int64_t B, 
                                       sizeof(float);
   if (remat__model_buf_sharded(m, REMAT_BUF_PARAMS))
     m->num_params = remat__stage_num_params(cfg, &m->stage);
+  if (st->slots_pooled &&
+      !(m->placed = remat__calloc((size_t)(st->inflight + st->wdeferred), sizeof *m->placed))) {
+    remat_model_destroy(m);
+    return remat__errorf(err, REMAT_ENOMEM, "out of memory");
+  }
   *out = m;
   return 0;
 }
@@ -226,6 +231,7 @@ void remat_model_destroy(remat_model *m) {
   if (m->arena) m->be->buffer_free(m->arena);
   if (m->products) m->be->products_destroy(m->products);
   remat__memplan_free(&m->mp);
+  remat__free(m->placed);
   remat__free(m);
 }
 
@@ -584,7 +590,22 @@ static remat__kernel_ws kernel_ws(const remat_model *m) { return m->ws; }
 static remat__slot slot_at(remat_model *m, int64_t slot) {
   REMAT_ASSERT(slot >= 0 && slot < m->stage.inflight);
   remat__slot_layout lay = remat__memplan_slot(&m->mp, slot);
-  return (remat__slot){.at = m->arena + lay.offset, .lay = lay};
+  REMAT_ASSERT(!m->placed || m->placed[slot]);
+  return (remat__slot){.at = m->placed ? m->placed[slot] : m->arena + lay.offset, .lay = lay};
+}
+
+void remat__model_place(remat_model *m, int64_t slot, int64_t record, void *at) {
+  REMAT_ASSERT(m->placed && (slot < 0) != (record < 0));
+  REMAT_ASSERT(slot < m->stage.inflight && record < m->stage.wdeferred);
+  m->placed[slot >= 0 ? slot : m->stage.inflight + record] = at;
+}
+
+size_t remat__model_slot_bytes(const remat_model *m, int64_t slot) {
+  return remat__memplan_slot(&m->mp, slot).bytes;
+}
+
+size_t remat__model_record_bytes(const remat_model *m) {
+  return remat_memplan_record_bytes(&m->mp);
 }
 
 int32_t *remat__model_slot_inputs(remat_model *m, int64_t slot) {
@@ -1551,6 +1572,10 @@ static char *wrec_base(remat_model *m, int64_t w, int64_t i) {
   REMAT_ASSERT(w >= 0 && w < m->stage.wdeferred && m->mp.policy[i] == REMAT_KEEP);
   size_t k = 0; /* kept blocks before block i */
   for (int64_t j = 0; j < i; j++) k += m->mp.policy[j] == REMAT_KEEP;
+  if (m->placed) { /* the record alone, where the runtime placed it */
+    REMAT_ASSERT(m->placed[m->stage.inflight + w]);
+    return m->placed[m->stage.inflight + w] + k * m->mp.mm.block_wrec_bytes;
+  }
   size_t at = ((size_t)w * (size_t)m->mp.num_kept + k) * m->mp.mm.block_wrec_bytes;
   return m->arena + m->mp.buf[REMAT_BUF_WREC].offset + at;
 }

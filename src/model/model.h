@@ -42,20 +42,12 @@ struct remat_model {
    * stage zero; shard floats of the embedding (and tied), a block, the head */
   int64_t D, r;
   int zero;
-  int tied_summed;        /* tied_grad already added this step */
-  int grads_fresh;        /* no backward since zero_grad: the first writes straight into
+  bool tied_summed;       /* tied_grad already added this step */
+  bool grads_fresh;       /* no backward since zero_grad: the first writes straight into
                              the step's gradients */
-  int wgrads_fresh;       /* the same for the blocks' deferred weight gradients (zb-h1) */
-  size_t shard_emb, shard_blk, shard_head;
-  size_t head_grad_split; /* floats before the head's own unit in its gradient buffer */
-  remat__layer_ops lops;   /* a replica's parameter gathers and gradient reductions */
-  remat__tensor_ops tops;  /* a tensor rank's collectives (sum NULL without) */
-
-  /* bf16: the products' primitives, made for this stage's shapes; the bf16
-   * copies of the matrices (REMAT_BUF_PARAMS_BF16), stale after an update
-   * or a load until the next forward refreshes them */
-  void *products;
-  uint16_t *wbf;
+  bool wgrads_fresh;      /* the same for the blocks' deferred weight gradients (zb-h1) */
+  /* bf16: the bf16 copies (wbf below) are stale after an update or a load
+   * until the next forward refreshes them */
   bool bf16_stale;
   /* A head that borrows the tied matrix (remat_stage.tied_borrowed): its
    * bf16 copy is stale after every update, since the lender updates the
@@ -66,6 +58,20 @@ struct remat_model {
    * parameters or gradients has been handed out since: zero_grad has
    * nothing to clear, nor the next forward to refresh. */
   bool update_clean;
+  size_t shard_emb, shard_blk, shard_head;
+  size_t head_grad_split; /* floats before the head's own unit in its gradient buffer */
+  remat__layer_ops lops;   /* a replica's parameter gathers and gradient reductions */
+  remat__tensor_ops tops;  /* a tensor rank's collectives (sum NULL without) */
+
+  /* bf16: the products' primitives, made for this stage's shapes; the bf16
+   * copies of the matrices (REMAT_BUF_PARAMS_BF16) */
+  void *products;
+  uint16_t *wbf;
+  /* A stage whose slots and W records its runtime pools
+   * (remat_stage.slots_pooled): where slot j starts (placed[j], j <
+   * inflight) and W record w (placed[inflight + w]), as the runtime last
+   * placed them (remat__model_place); NULL: in the arena. */
+  char **placed;
 
   size_t high_water;  /* cache for remat_model_arena_high_water */
   int64_t step;       /* optimizer steps taken */

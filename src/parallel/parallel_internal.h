@@ -6,6 +6,7 @@
 
 #include "model/model_runtime.h"
 #include "remat/parallel.h"
+#include "remat/schedule.h"
 #include "train/train_runtime.h"
 
 struct remat_dist {
@@ -18,6 +19,30 @@ struct remat_dist {
   remat_dist *pipeline, *replicas;
   remat_dist *tensor, *outer; /* remat_dist_tensor_split's parts (NULL: none) */
 };
+
+/* ------------------------------------------ a rank's pool (rank_pool.c) */
+
+/* A pipeline rank's slots and W records in one pool (remat_stage.slots_pooled). */
+typedef struct remat__rank_pool {
+  remat_schedule_pool layout; /* remat_schedule_pool_layout's, for the rank's chunks */
+  char *mem;                  /* layout.bytes on the chunks' backend (NULL: none yet) */
+  size_t high_water;          /* cache for remat__rank_pool_high_water */
+  int64_t v, from[REMAT_MAX_CHUNKS_POOL]; /* the chunk whose F brings a micro-batch to c */
+} remat__rank_pool;
+/* The layout of rank `rank`'s chunks cm[0 .. st->v - 1] on stream st. */
+int remat__rank_pool_plan(remat__rank_pool *rp, const remat_schedule_streams *st, int64_t rank,
+                          remat_model *const *cm, remat_error *err);
+/* The buffer, and every slot and record placed (micro-batch j's). */
+int remat__rank_pool_allocate(remat__rank_pool *rp, remat_model *const *cm, remat_error *err);
+/* Before chunk c's F of micro-batch k: the slots it brings k to placed. */
+void remat__rank_pool_forward(const remat__rank_pool *rp, remat_model *const *cm, int64_t c,
+                              int64_t k);
+/* Before chunk c's B of micro-batch k: its W record placed. */
+void remat__rank_pool_backward(const remat__rank_pool *rp, remat_model *const *cm, int64_t c,
+                               int64_t k);
+/* How far the pool has been written (as remat_model_arena_high_water). */
+size_t remat__rank_pool_high_water(remat__rank_pool *rp, const remat__backend *be);
+void remat__rank_pool_free(remat__rank_pool *rp, const remat__backend *be);
 
 /* ------------------------------------------------ timeline (trace.c) */
 

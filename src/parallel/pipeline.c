@@ -14,7 +14,8 @@
  * gradients its B put off (remat__model_stage_backward_input and _weight):
  * a slot lives from F to B, a W record (k mod wdeferred) from B to W; Bs
  * and Ws each run in micro-batch order, so the gradients are the whole
- * backward's, bit for bit.
+ * backward's, bit for bit. Under a stream the rank's chunks hold their
+ * slots and records in one pool (rank_pool.c), each placed at its F or B.
  *
  * Under interleaved 1F1B and zbv a rank runs several model chunks, virtual
  * stages (remat_schedule_virtual_stage): chunk 0 is the trainer's model,
@@ -84,14 +85,14 @@ struct remat_pipeline {
   remat_model *cm[REMAT_MAX_STAGES];
   int64_t slots_of[REMAT_MAX_STAGES];
   MPI_Request send_chunk[REMAT_MAX_STAGES], send_grad[REMAT_MAX_STAGES];
-  /* the window each send reads from while in flight: arena, host */
-  remat__window lent_chunk[REMAT_MAX_STAGES], lent_grad[REMAT_MAX_STAGES];
+  remat__window lent_chunk[REMAT_MAX_STAGES], lent_grad[REMAT_MAX_STAGES]; /* sends' windows */
   int emb_chunk, head_chunk; /* the rank's chunk with the embedding, the head; -1: none */
   double wait_s;
   remat__trace trace; /* on a grid the stage's replica runtime records here too */
   int64_t step;       /* the step the spans belong to (0-based; set as it starts) */
   size_t fixed_bytes, wrec_bytes[REMAT_MAX_STAGES]; /* [c]: one micro-batch's W records */
   uint64_t live; /* bytes of the slots and W records in use */
+  remat__rank_pool pool; /* the chunks' slots and W records (remat_stage.slots_pooled) */
 };
 
 /* Stage s of the placement with whole tensors: on a grid the replica
@@ -200,17 +201,14 @@ static int op_at(const remat_pipeline *pl, int64_t q, int64_t *k, int *c) {
   return bwd ? REMAT_OP_B : REMAT_OP_F;
 }
 
-/* The rank of virtual stage vs, and its chunk there. */
-static int rank_of(const remat_pipeline *pl, int64_t vs) {
-  int64_t r, c;
-  remat_schedule_rank_of(pl->sp->schedule, pl->P, vs, &r, &c);
-  return (int)r;
+/* The rank of virtual stage vs (which 0), and its chunk there (1). */
+static int place_of(const remat_pipeline *pl, int64_t vs, int which) {
+  int64_t rc[2];
+  remat_schedule_rank_of(pl->sp->schedule, pl->P, vs, &rc[0], &rc[1]);
+  return (int)rc[which];
 }
-static int chunk_of(const remat_pipeline *pl, int64_t vs) {
-  int64_t r, c;
-  remat_schedule_rank_of(pl->sp->schedule, pl->P, vs, &r, &c);
-  return (int)c;
-}
+static int rank_of(const remat_pipeline *pl, int64_t vs) { return place_of(pl, vs, 0); }
+static int chunk_of(const remat_pipeline *pl, int64_t vs) { return place_of(pl, vs, 1); }
 
 /* Bytes of one boundary message (fp32 in either precision). */
 static size_t act_bytes(const remat_pipeline *pl) { return (size_t)pl->act_count * sizeof(float); }
@@ -243,6 +241,7 @@ static int forward_op(remat_pipeline *pl, const remat_train_opts *o, int64_t k, 
   remat_model *m = pl->cm[c];
   int64_t vs = remat_schedule_virtual_stage(pl->sp->schedule, pl->P, pl->s, c);
   int64_t slot = k % pl->slots_of[c], micro = k * pl->R + pl->rep; /* in the step */
+  remat__rank_pool_forward(&pl->pool, pl->cm, c, k);
   int rc = draw(pl, k, c, err);
   if (rc) return rc;
   if (vs > 0 && rank_of(pl, vs - 1) == pl->s)
@@ -288,6 +287,7 @@ static int backward_op(remat_pipeline *pl, const remat_train_opts *o, int64_t k,
   double t = remat__now(), rs0 = remat__model_recompute_seconds(m);
   float dloss = remat__trainer_dloss(pl->tr);
   int64_t wd = pl->wdef[c]; /* 0: this chunk's W runs with its B */
+  remat__rank_pool_backward(&pl->pool, pl->cm, c, k);
   double loss = wd ? remat__model_stage_backward_input(m, slot, k % wd, (uint32_t)micro, dloss,
                                                        &o->hp)
                    : remat__model_stage_backward(m, slot, (uint32_t)micro, dloss, &o->hp);
@@ -484,6 +484,7 @@ static int make_chunks(remat_pipeline *pl, remat_error *err) {
   for (int64_t c = 1; !rc && c < pl->v; c++) {
     remat_stage st = chunk_stage(sp, pl->s, c);
     st.work_min = remat_model_stage(pl->m)->work_min;
+    st.slots_pooled = remat_model_stage(pl->m)->slots_pooled;
     rc = remat__model_plan_on(&pl->cm[c], remat_model_config(pl->m), o->B, o->T, &st,
                               remat__model_backend(pl->m), err);
   }
@@ -567,10 +568,9 @@ static void chunk_tables(remat_pipeline *pl) {
     const remat_stage *st = remat_model_stage(pl->cm[c]);
     pl->slots_of[c] = st->inflight;
     pl->wdef[c] = st->wdeferred;
-    size_t wrec = remat_memplan_buf(mp, REMAT_BUF_WREC).bytes;
-    pl->wrec_bytes[c] = st->wdeferred ? wrec / (size_t)st->wdeferred : 0;
-    pl->fixed_bytes +=
-        remat_memplan_peak_bytes(mp) - remat_memplan_buf(mp, REMAT_BUF_SLOTS).bytes - wrec;
+    pl->wrec_bytes[c] = remat_memplan_record_bytes(mp);
+    pl->fixed_bytes += remat_memplan_peak_bytes(mp) - remat_memplan_buf(mp, REMAT_BUF_SLOTS).bytes -
+                       remat_memplan_buf(mp, REMAT_BUF_WREC).bytes;
     if (st->has_embedding) pl->emb_chunk = (int)c;
     if (st->has_head) pl->head_chunk = (int)c;
   }
@@ -614,6 +614,7 @@ int remat_pipeline_create(remat_pipeline **out, remat_dist *d, remat_trainer *tr
       rc = remat__errorf(err, REMAT_EINVAL, "rank %d's stage defers no W under %s", pl->s,
                          row->name);
   }
+  if (!rc && st->slots_pooled) rc = remat__rank_pool_plan(&pl->pool, &pl->zb, pl->s, pl->cm, err);
   if (!rc && pl->R > 1 && !(pl->losses = remat__calloc((size_t)(pl->R * pl->M), sizeof(float))))
     rc = remat__errorf(err, REMAT_ENOMEM, "out of memory");
   if (rc) {
@@ -622,21 +623,20 @@ int remat_pipeline_create(remat_pipeline **out, remat_dist *d, remat_trainer *tr
   }
   chunk_tables(pl);
   remat__trainer_ops ops = {.micro_batches = run_microbatches, .after_backward = exchange_tied,
-                           .norm_sumsq = norm_sumsq,
-                           .update = update_chunks, .ctx = pl};
+                           .norm_sumsq = norm_sumsq, .update = update_chunks, .ctx = pl};
   remat__trainer_set_ops(tr, &ops);
   *out = pl;
   return 0;
 }
 
 size_t remat_pipeline_chunk_bytes(const remat_pipeline *pl) {
-  size_t n = 0;
+  size_t n = pl->pool.layout.bytes;
   for (int64_t c = 1; c < pl->v; c++) n += remat_memplan_peak_bytes(remat_model_memplan(pl->cm[c]));
   return n;
 }
 
-size_t remat_pipeline_chunk_high_water(const remat_pipeline *pl) {
-  size_t n = 0;
+size_t remat_pipeline_chunk_high_water(remat_pipeline *pl) {
+  size_t n = remat__rank_pool_high_water(&pl->pool, remat__model_backend(pl->m));
   for (int64_t c = 1; c < pl->v; c++) n += remat_model_arena_high_water(pl->cm[c]);
   return n;
 }
@@ -650,7 +650,8 @@ int remat_pipeline_allocate(remat_pipeline *pl, remat_error *err) {
     if (remat__stage_tied_borrowed(remat_model_config(pl->m), remat_model_stage(pl->cm[c])))
       remat__model_borrow_tied(pl->cm[c], pl->m);
   }
-  return 0;
+  return remat_model_stage(pl->m)->slots_pooled ? remat__rank_pool_allocate(&pl->pool, pl->cm, err)
+                                                 : 0;
 }
 
 int remat_pipeline_load(remat_pipeline *pl, const float *full, uint64_t seed) {
@@ -673,6 +674,7 @@ void remat_pipeline_destroy(remat_pipeline *pl) {
   remat__trainer_set_ops(pl->tr, &(remat__trainer_ops){0});
   remat__trainer_set_companions(pl->tr, NULL, 0);
   for (int64_t c = 1; c < pl->v; c++) remat_model_destroy(pl->cm[c]);
+  remat__rank_pool_free(&pl->pool, remat__model_backend(pl->m));
   remat__trace_free(&pl->trace);
   remat_schedule_streams_free(&pl->zb);
   remat__free(pl->losses);

@@ -103,6 +103,11 @@ remat_stage remat_placement_chunk(const remat_placement *pl, int64_t s, int64_t 
                                         pl->replicas <= 1};
 }
 
+int remat_placement_pooled(const remat_placement *pl) {
+  const remat_schedule_info *row = remat_schedule_get(pl->schedule);
+  return pl->stages > 1 && row && !row->op;
+}
+
 remat_stage remat_placement_stage(const remat_placement *pl, int64_t s, int64_t replica) {
   int64_t P = pl->stages, M = pl->microbatches;
   int64_t n[REMAT_MAX_STAGES], kw[REMAT_MAX_STAGES];

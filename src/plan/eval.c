@@ -138,56 +138,50 @@ static int64_t slot_cut(const remat__plan_inst *in, const int64_t *bounds, const
   return cut;
 }
 
-/* Each stage's memory at the worst point of its stream: the formula's
- * memory less its in-flight terms (its slots and W records), plus the
- * largest sum over the stream of each chunk's micro-batches' stored bytes
- * between F and B (F and W under a split backward, as the runtime keeps
- * them) and their kept-for-W bytes between B and W. A micro-batch stores S
- * and keeps U but what layers recomputing in its slot alone save. */
+/* Each stage's memory as remat train holds it, where its runtime pools
+ * the slots and W records of the rank's chunks (remat_placement_pooled:
+ * stages under a stream): the formula's memory less its in-flight terms
+ * (its slots and W records), plus the pool that remat_schedule_pool_layout
+ * lays out over the rank's stream, the runtime's own layout. Chunk c's
+ * slot j holds S less what layers recomputing in that slot alone save; a
+ * micro-batch's W record holds U. */
 static void stream_peaks(const remat__plan_inst *in, const int64_t *bounds, const uint8_t *rec,
                          remat_plan *plan) {
   remat_schedule_streams st;
   int64_t v = in->v;
   const remat_schedule_info *row = remat_schedule_get(in->schedule);
-  if (row->op || (double)in->nv * (double)in->m > 1e6) return;
+  if (row->op || in->p < 2 || (double)in->nv * (double)in->m > 1e6) return;
   if (remat_schedule_streams_build(&st, in->schedule, in->p, in->m, v, NULL)) return;
-  int64_t *S = remat__calloc((size_t)(5 * v), sizeof *S), *U = S + v, *ls = S + 2 * v,
-          *lu = S + 3 * v, *from = S + 4 * v;
-  for (int64_t r = 0; S && r < in->p; r++) {
-    int64_t fixed = (int64_t)plan->stages[r].memory_bytes, peak = 0;
+  int64_t nmax = 0;
+  for (int64_t vs = 0; vs < in->nv; vs++) nmax = remat__max64(nmax, in->n[vs]);
+  size_t *bytes = remat__calloc((size_t)(v * nmax), sizeof *bytes);
+  remat_schedule_pool_part parts[REMAT_MAX_CHUNKS_POOL];
+  for (int64_t r = 0; bytes && r < in->p; r++) {
+    int64_t fixed = (int64_t)plan->stages[r].memory_bytes;
     for (int64_t c = 0; c < v; c++) {
-      int64_t vs = remat_schedule_virtual_stage(in->schedule, in->p, r, c);
-      S[c] = U[c] = ls[c] = lu[c] = 0;
-      /* zbv: rank 0's head chunk holds a micro-batch's targets from its F
-       * of chunk 0 (remat_schedule_counts_from) */
-      from[c] = remat_schedule_counts_from(in->schedule, in->p, v, r, c);
+      int64_t vs = remat_schedule_virtual_stage(in->schedule, in->p, r, c), S = 0, U = 0;
       for (int64_t l = bounds[vs]; l < bounds[vs + 1]; l++) {
         uint8_t x = rec[l] >= REMAT__REC_SLOTS ? REMAT_KEEP : rec[l];
-        S[c] += x == REMAT_MIDDLE ? in->mb[l] : x ? in->c[l] : in->a[l];
-        U[c] += x ? 0 : in->u[l];
+        S += x == REMAT_MIDDLE ? in->mb[l] : x ? in->c[l] : in->a[l];
+        U += x ? 0 : in->u[l];
       }
-      fixed -= in->n[vs] * S[c] + in->kw[vs] * U[c];
-      for (int64_t k = 0; k < in->n[vs]; k++) fixed += slot_cut(in, bounds, rec, vs, k);
-    }
-    for (int64_t q = 0; q < st.len; q++) {
-      const remat_schedule_step *o = &st.ops[r * st.len + q];
-      int split = row->split; /* then W records live from B to W */
-      int64_t vs = remat_schedule_virtual_stage(in->schedule, in->p, r, o->chunk);
-      int64_t cs = slot_cut(in, bounds, rec, vs, o->mb);
-      if (o->kind == REMAT_OP_F)
-        for (int64_t c = 0; c < v; c++) ls[c] += from[c] == o->chunk ? S[c] - cs : 0;
-      if (o->kind == REMAT_OP_B) {
-        ls[o->chunk] -= S[o->chunk] - cs;
-        lu[o->chunk] += split * U[o->chunk];
+      fixed -= in->n[vs] * S + in->kw[vs] * U;
+      for (int64_t j = 0; j < in->n[vs]; j++) {
+        int64_t cut = slot_cut(in, bounds, rec, vs, j);
+        fixed += cut;
+        bytes[c * nmax + j] = (size_t)(S - cut);
       }
-      if (o->kind == REMAT_OP_W) lu[o->chunk] -= U[o->chunk];
-      int64_t mem = 0;
-      for (int64_t c = 0; c < v; c++) mem += ls[c] + lu[c];
-      peak = remat__max64(peak, mem);
+      parts[c] = (remat_schedule_pool_part){.slots = in->n[vs], .slot_bytes = bytes + c * nmax,
+                                            .records = in->kw[vs], .record_bytes = (size_t)U};
     }
-    plan->stages[r].stream_peak_bytes = (size_t)(fixed + peak);
+    remat_schedule_pool pool;
+    /* align 1: a problem's bytes need not be multiples of anything; remat's own
+     * (--config) are multiples of REMAT_ALIGN, so the runtime's layout is this one */
+    if (remat_schedule_pool_layout(&st, r, parts, 1, &pool, NULL)) break;
+    plan->stages[r].stream_peak_bytes = (size_t)fixed + pool.bytes;
+    remat_schedule_pool_free(&pool);
   }
-  remat__free(S);
+  remat__free(bytes);
   remat_schedule_streams_free(&st);
 }
 

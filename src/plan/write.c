@@ -143,7 +143,8 @@ static void chunk_lines(remat__plan_buf *b, const remat_plan *pl, int units) {
     remat__plan_printf(b, "\n");
   }
   if (pl->stages[0].stream_peak_bytes) {
-    remat__plan_printf(b, "memory at the streams' own peak, by stage (memory above bounds it):");
+    remat__plan_printf(b, "memory as remat train holds it, each rank's slots and W records "
+                       "pooled over its stream, by stage:");
     for (int64_t s = 0; s < p; s++)
       remat__plan_printf(b, " %s",
                          remat_format_bytes_in(pl->stages[s].stream_peak_bytes, units, t, sizeof t));

@@ -75,7 +75,7 @@ for sched in interleaved zbv; do
   if python3 - plan.json two.jsonl <<'PY'
 import json, sys
 plan = json.load(open(sys.argv[1]))
-want = [s["memory_bytes"] for s in plan["stages"]]
+want = [s.get("stream_peak_bytes") or s["memory_bytes"] for s in plan["stages"]]
 rows = [json.loads(l) for l in open(sys.argv[2])]
 got = rows[-1]["rank_planned_peak_bytes"]
 meas = rows[-1]["rank_measured_peak_bytes"]

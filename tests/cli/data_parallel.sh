@@ -245,7 +245,7 @@ else bad "grid resume"; fi
 mpi 4 "$remat" train "${common[@]}" "${grid[@]}" --zero 3 --mem 1GiB --log gm.jsonl >gm.out 2>&1
 if python3 - <<'PY'
 import json
-plan = [s["memory_bytes"] for s in json.load(open("gplan.json"))["stages"]]
+plan = [s.get("stream_peak_bytes") or s["memory_bytes"] for s in json.load(open("gplan.json"))["stages"]]
 ranks = json.loads(open("gm.jsonl").readlines()[-1])["rank_measured_peak_bytes"]
 print("  remat plan stages:", plan, "| ranks:", ranks)
 ok = len(plan) == 2 and all(ranks[2 * s + r] <= plan[s] < 1.5 * ranks[2 * s + r]

@@ -61,7 +61,7 @@ else bad "P=2 bf16 save"; tail -3 two5.out; fi
 mpi 3 "$remat" train "${common[@]}" --stages 3 --mem 5MiB --log mem.jsonl >mem.out 2>&1
 if python3 - <<'PY'
 import json
-plan = [s["memory_bytes"] for s in json.load(open("plan.json"))["stages"]]
+plan = [s.get("stream_peak_bytes") or s["memory_bytes"] for s in json.load(open("plan.json"))["stages"]]
 rec = sum(len(s["recomputed"]) for s in json.load(open("plan.json"))["stages"])
 log = [json.loads(l) for l in open("mem.jsonl")]
 ok = rec > 0 and all(x["rank_planned_peak_bytes"] == plan == x["rank_measured_peak_bytes"] for x in log)
@@ -81,7 +81,7 @@ mpi 3 "$remat" train "${common[@]}" --stages 3 --plan zbplan.json --schedule zb-
   --log zbfile.jsonl >zbfile.out 2>&1
 if python3 - <<'PY'
 import json
-plan = [s["memory_bytes"] for s in json.load(open("zbplan.json"))["stages"]]
+plan = [s.get("stream_peak_bytes") or s["memory_bytes"] for s in json.load(open("zbplan.json"))["stages"]]
 rec = sum(len(s["recomputed"]) for s in json.load(open("zbplan.json"))["stages"])
 logs = [[json.loads(l) for l in open(f)] for f in ("zbmem.jsonl", "zbfile.jsonl")]
 ok = rec > 0 and all(x["rank_planned_peak_bytes"] == plan == x["rank_measured_peak_bytes"]

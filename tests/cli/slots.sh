@@ -138,7 +138,7 @@ mpi 2 "$remat" train "${gpt[@]}" "${run[@]}" --precision fp32 --stages 2 --plan 
 same pp g1 "remat train --plan with full_slots = one process, planned = measured"
 check "--plan: each rank's arena is the plan's memory_bytes" python3 - <<'PY'
 import json
-plan = [s["memory_bytes"] for s in json.load(open("pm.json"))["stages"]]
+plan = [s.get("stream_peak_bytes") or s["memory_bytes"] for s in json.load(open("pm.json"))["stages"]]
 log = json.loads(open("pp.jsonl").readline())["rank_planned_peak_bytes"]
 print("    plan", plan, "ranks", log)
 raise SystemExit(0 if plan == log else 1)

@@ -135,7 +135,7 @@ mpi 4 "$remat" train "${common[@]}" --grad-accum 4 --tensor-parallel 2 --stages 
 if python3 - ppmem.jsonl ppplan.json <<'PY'; then ok "bf16 T=2 x P=2 --mem: each stage's ranks' arenas = the plan's stages"
 import json, sys
 run = [json.loads(l) for l in open(sys.argv[1])][-1]
-stages = [s["memory_bytes"] for s in json.load(open(sys.argv[2]))["stages"]]
+stages = [s.get("stream_peak_bytes") or s["memory_bytes"] for s in json.load(open(sys.argv[2]))["stages"]]
 want = [stages[0], stages[0], stages[1], stages[1]]
 sys.exit(0 if run["rank_planned_peak_bytes"] == run["rank_measured_peak_bytes"] == want else 1)
 PY
