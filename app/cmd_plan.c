@@ -187,6 +187,11 @@ static const char usage_text[] =
     "                                 full; 1f1b, gpipe and zb-h1 (remat train --plan\n"
     "                                 runs it; the frameworks' exports recompute such\n"
     "                                 layers for every micro-batch)\n"
+    "  --spend-pools                  interleaved, zb-h1, zbv: spend the room each\n"
+    "                                 rank's pool of slots and W records leaves below\n"
+    "                                 its budget on keeping more (a search after the\n"
+    "                                 exact plan under the bound; remat train --spend-\n"
+    "                                 pools places the same)\n"
     "  --min-blocks 0|1               blocks (transformer layers) every stage and\n"
     "                                 chunk must hold: 1 keeps the embedding and the\n"
     "                                 head from a stage of their own (default 1 for\n"
@@ -373,6 +378,7 @@ static int parse_args(int argc, char **argv, plan_args *a) {
       {.name = "--sweep", .kind = CLI_SWITCH, .dst = &a->sweep},
       {.name = "--no-middle", .kind = CLI_SWITCH, .dst = &a->no_middle},
       {.name = "--per-microbatch", .kind = CLI_SWITCH, .dst = &a->per_mb},
+      {.name = "--spend-pools", .kind = CLI_SWITCH, .dst = &a->spend_pools},
       {.name = "--min-blocks", .kind = CLI_I64, .dst = &a->min_blocks, .lo = 0, .hi = 1},
       {.name = "--threads", .kind = CLI_I64, .dst = &a->threads, .lo = 1, .hi = 1024},
       {.name = "--family", .kind = CLI_STR, .dst = &a->family},
@@ -534,6 +540,7 @@ static int apply_settings(const plan_args *a, const remat_budgets *budgets,
   }
   if (a->obj >= 0) pb->objective = a->obj;
   if (a->per_mb) pb->per_microbatch = 1;
+  if (a->spend_pools) pb->spend_pools = 1;
   if (remat_plan_problem_check(pb, &err)) return cli_fail(CLI_EXIT_RUN, "%s", err.msg);
   return 0;
 }

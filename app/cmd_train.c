@@ -77,6 +77,7 @@ static void train_flags(opts *o, cli_flag flags[TRAIN_FLAGS]) {
       {.name = "--head-chunk", .kind = CLI_STR, .dst = &o->head_chunk_name},
       {.name = "--calibrate", .kind = CLI_INT, .dst = &d->calibrate, .lo = 1, .hi = 1000},
       {.name = "--per-microbatch", .kind = CLI_SWITCH, .dst = &d->per_microbatch},
+      {.name = "--spend-pools", .kind = CLI_SWITCH, .dst = &d->spend_pools},
       {.name = "--chunks", .kind = CLI_I64, .dst = &d->chunks, .lo = 1, .hi = 64},
       {.name = "--checkpoint-every", .kind = CLI_I64, .dst = &d->checkpoint_every,
         .lo = 1, .hi = 1 << 30},

@@ -16,7 +16,7 @@ typedef struct plan_args {
   int64_t B, T, P, M, D, Z, points, chunks, min_blocks, threads;
   int64_t head_chunk; /* tokens; 0 all at once; -1 auto (the default) */
   double time_limit;
-  int sweep, no_middle, per_mb, sp;
+  int sweep, no_middle, per_mb, sp, spend_pools;
   int64_t tp;        /* --tensor-parallel (0: none) */
   const char *link;  /* --link tp=GB/s[,pp=GB/s][,dp=GB/s] */
   double link_tp, link_pp, link_dp, rank_tflops; /* bytes/s of each link; TFLOP/s of a rank */

@@ -99,6 +99,7 @@ typedef struct remat_job_desc {
    * for only some of a stage's micro-batches in flight
    * (remat_plan_problem.per_microbatch) */
   int per_microbatch;
+  int spend_pools; /* remat_plan_problem.spend_pools, for the planner that places the stages */
   const char *plan;   /* a plan file of `remat plan` places the stages */
   /* State: a checkpoint every checkpoint_every steps (and at the end) in
    * checkpoint_dir; resume from the newest complete checkpoint under a

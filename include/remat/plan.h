@@ -207,6 +207,14 @@ typedef struct remat_plan_problem {
    * plans it for one-chunk schedules (1f1b, gpipe, zb-h1) only; 0 plans per
    * layer. */
   int per_microbatch;
+  /* 1: under a stream (interleaved, zb-h1, zbv on several stages) spend
+   * the room each rank's pool of slots and W records leaves below its
+   * budget (remat_plan_stage.stream_peak_bytes): remat_plan_solve solves
+   * again with each stage's bound raised by that room, and keeps the best
+   * plan whose pools fit the budgets (a search, not exact: it stops after a
+   * few rounds or as much time as the first solve took). 0: the exact plan
+   * under the bound. */
+  int spend_pools;
   remat_plan_job job;
 } remat_plan_problem;
 
@@ -439,17 +447,24 @@ typedef struct remat_plan_stage {
   int64_t num_middle;     /* of num_recomputed, those under the middle policy */
   int64_t wgrad_held;     /* k_s: micro-batches kept for a deferred W (summed
                              over its chunks, as microbatches_held is) */
-  /* interleaved, zb-h1, zbv: the stage's memory at the worst point of its
-   * stream (activations and kept-for-W bytes of the micro-batches in
-   * flight there, chunk by chunk), which memory_bytes, adding each
-   * chunk's peaks, bounds from above; 0 when not computed */
+  /* interleaved, zb-h1, zbv on several stages: the stage's memory as
+   * remat train holds it, its slots and W records in one pool laid out
+   * over the rank's stream (remat_schedule_pool_layout), at or below
+   * memory_bytes, which adds each chunk's peaks; 0 when not computed */
   size_t stream_peak_bytes;
   int64_t num_partial;    /* of num_recomputed, those recomputed for only some of
                              its micro-batches (remat_plan.full_slots) */
 } remat_plan_stage;
 
+/* What the stage's rank holds: stream_peak_bytes where computed, else
+ * memory_bytes. A plan fits a budget when this does. */
+static inline size_t remat_plan_stage_held(const remat_plan_stage *st) {
+  return st->stream_peak_bytes ? st->stream_peak_bytes : st->memory_bytes;
+}
+
 typedef struct remat_plan {
   int feasible;           /* 0: stages hold the smallest-memory arrangement */
+  int pools_spent;        /* remat_plan_problem.spend_pools searched for this plan */
   int64_t num_stages, num_layers, microbatches;
   int schedule, objective;
   remat_plan_stage *stages;    /* (num_stages), owned */

@@ -171,6 +171,7 @@ static int pipeline_problem(const remat_job *job, remat_plan_problem *pb,
   pb->schedule = d->schedule;
   pb->chunks = v > 1 ? v : 0;
   pb->per_microbatch = d->per_microbatch;
+  pb->spend_pools = d->spend_pools;
   if ((rc = remat_plan_problem_set_budgets(pb, &job->budgets, err))) remat_plan_problem_free(pb);
   return rc;
 }
@@ -302,11 +303,11 @@ static int place_pipeline(remat_job *job, const uint8_t *block_policy,
     for (int64_t s = 0; s < P && !rc; s++) {
       const remat_plan_stage *ps = &job->plan.stages[s];
       char b1[32], b2[32];
-      if (ps->memory_bytes > ps->budget_bytes)
+      if (remat_plan_stage_held(ps) > ps->budget_bytes)
         rc = remat__errorf(err, REMAT_EINFEASIBLE,
                            "stage %lld needs %s but its budget is %s: the placement does not "
                            "fit; recompute more blocks or give it fewer",
-                           (long long)s, remat_format_bytes(ps->memory_bytes, b1, sizeof b1),
+                           (long long)s, remat_format_bytes(remat_plan_stage_held(ps), b1, sizeof b1),
                            remat_format_bytes(ps->budget_bytes, b2, sizeof b2));
     }
   }

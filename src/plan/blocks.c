@@ -199,8 +199,79 @@ int remat_plan_better(int rc_a, const remat_plan *a, int rc_b, const remat_plan 
          b->min_budget_bytes < a->min_budget_bytes;
 }
 
-int remat_plan_solve(const remat_plan_problem *pb, remat_plan *plan, remat_error *err) {
+static int solve_once(const remat_plan_problem *pb, remat_plan *plan, remat_error *err) {
   for (int64_t g = 0; pb->min_blocks > 0 && g < pb->num_groups; g++)
     if (!pb->groups[g].recomputable) return solve_blocks(pb, plan, err);
   return remat__plan_solve_exact(pb, plan, err);
+}
+
+/* Whether a (feasible) trial's pools fit the budgets, and it beats best:
+ * a lower objective, or the same with fewer layers not kept. */
+static int pools_better(const remat_plan_problem *pb, const remat_plan *t, const remat_plan *best) {
+  for (int64_t s = 0; s < pb->stages; s++)
+    if (!t->stages[s].stream_peak_bytes || t->stages[s].stream_peak_bytes > pb->memory[s]) return 0;
+  return t->objective_value < best->objective_value ||
+         (t->objective_value == best->objective_value &&
+          t->total_recomputed < best->total_recomputed);
+}
+
+enum { POOL_ROUNDS = 8 };
+
+/* Under a stream remat train holds each rank's slots and W records in one
+ * pool (stream_peak_bytes), at or below the memory the exact solve plans
+ * by. The room a stage's pool leaves below its budget is spent: the
+ * problem is solved again with each stage's bound raised by that room (or
+ * lowered by the excess of a trial's pool over the budget), up to
+ * POOL_ROUNDS times and while the rounds have taken less than the first
+ * solve (`first` seconds, at least a tenth of a second), and the best plan
+ * whose pools all fit the budgets is kept, each stage's budget shown as
+ * given. A search, not a proof: the exact solve is over the bound, one
+ * budget per stage. */
+static int spend_pools(const remat_plan_problem *pb, remat_plan *best, double first) {
+  remat_plan_problem q;
+  remat_error e;
+  if (!pb->spend_pools || !best->feasible || !best->stages[0].stream_peak_bytes ||
+      pb->objective == REMAT_OBJ_SIMULATED || remat_plan_problem_copy(&q, pb, &e))
+    return 0;
+  const remat_plan *last = best;
+  remat_plan trial = {0};
+  int have = 0;
+  q.uniform_memory = 0;
+  double t0 = remat__now();
+  for (int round = 0; round < POOL_ROUNDS && remat__now() - t0 < (first > 0.1 ? first : 0.1);
+       round++) {
+    int moved = 0;
+    for (int64_t s = 0; s < pb->stages; s++) {
+      size_t held = last->stages[s].stream_peak_bytes;
+      if (!held || held == pb->memory[s]) continue;
+      size_t up = q.memory[s] + pb->memory[s] - held; /* wraps back when held is above */
+      moved |= up != q.memory[s] && up <= REMAT_PLAN_MAX_BYTES;
+      if (up <= REMAT_PLAN_MAX_BYTES) q.memory[s] = up;
+    }
+    if (!moved) break;
+    if (have) remat_plan_free(&trial);
+    int rc = solve_once(&q, &trial, &e);
+    have = rc == 0 || rc == REMAT_EINFEASIBLE;
+    if (rc || !trial.feasible) break;
+    if (pools_better(pb, &trial, best)) {
+      remat_plan_free(best);
+      *best = trial;
+      have = 0;
+      trial = (remat_plan){0};
+      last = best;
+    } else {
+      last = &trial;
+    }
+  }
+  if (have) remat_plan_free(&trial);
+  for (int64_t s = 0; s < pb->stages; s++) best->stages[s].budget_bytes = pb->memory[s];
+  best->pools_spent = 1;
+  remat_plan_problem_free(&q);
+  return 0;
+}
+
+int remat_plan_solve(const remat_plan_problem *pb, remat_plan *plan, remat_error *err) {
+  double t0 = remat__now();
+  int rc = solve_once(pb, plan, err);
+  return rc ? rc : spend_pools(pb, plan, remat__now() - t0);
 }

@@ -143,11 +143,12 @@ static void chunk_lines(remat__plan_buf *b, const remat_plan *pl, int units) {
     remat__plan_printf(b, "\n");
   }
   if (pl->stages[0].stream_peak_bytes) {
-    remat__plan_printf(b, "memory as remat train holds it, each rank's slots and W records "
-                       "pooled over its stream, by stage:");
+    remat__plan_printf(b, "memory above: as remat train holds it, each rank's slots and W records "
+                       "in one pool over its stream; with each chunk's apart, as planned, by "
+                       "stage:");
     for (int64_t s = 0; s < p; s++)
       remat__plan_printf(b, " %s",
-                         remat_format_bytes_in(pl->stages[s].stream_peak_bytes, units, t, sizeof t));
+                         remat_format_bytes_in(pl->stages[s].memory_bytes, units, t, sizeof t));
     remat__plan_printf(b, "\n");
   }
   if (pl->objective == REMAT_OBJ_SIMULATED)
@@ -155,8 +156,11 @@ static void chunk_lines(remat__plan_buf *b, const remat_plan *pl, int units) {
                        "stage taking its least-time choice\n",
                        remat_plan_schedule_name(pl->schedule));
   else
-    remat__plan_printf(b, "exact for the objective over stage times; the %s simulation below is "
-                       "this plan's makespan, not optimised\n",
+    remat__plan_printf(b, "exact for the objective over stage times%s; the %s simulation below "
+                       "is this plan's makespan, not optimised\n",
+                       pl->pools_spent ? " with each chunk's slots apart, then the pools' room "
+                                         "spent by a search"
+                                       : "",
                        remat_plan_schedule_name(pl->schedule));
 }
 
@@ -179,12 +183,12 @@ static void table(remat__plan_buf *b, const remat_plan_problem *pb, const remat_
     remat__plan_printf(b, "%5lld %7lld %7lld %6lld %9lld %12s %12s %12s  %s%s\n", (long long)s,
                        (long long)st->num_layers, (long long)st->first_layer,
                        (long long)st->num_recomputed, (long long)st->microbatches_held,
-                       remat_format_bytes_in(st->memory_bytes, units, t1, sizeof t1),
+                       remat_format_bytes_in(remat_plan_stage_held(st), units, t1, sizeof t1),
                        st->budget_bytes >= NO_BUDGET
                            ? "none"
                            : remat_format_bytes_in(st->budget_bytes, units, t2, sizeof t2),
                        fmt_time(st->time, t3, sizeof t3), rl,
-                       st->memory_bytes > st->budget_bytes ? "  OVER BUDGET" : "");
+                       remat_plan_stage_held(st) > st->budget_bytes ? "  OVER BUDGET" : "");
   }
   chunk_lines(b, pl, units);
   const char *u = unit_of(pb);
@@ -207,8 +211,11 @@ static void table(remat__plan_buf *b, const remat_plan_problem *pb, const remat_
   if (pl->total_partial)
     remat__plan_printf(b, " (%lld of them for some micro-batches only)",
                        (long long)pl->total_partial);
+  size_t peak = 0; /* as held */
+  for (int64_t s = 0; s < pl->num_stages; s++)
+    if (remat_plan_stage_held(&pl->stages[s]) > peak) peak = remat_plan_stage_held(&pl->stages[s]);
   remat__plan_printf(b, ", peak stage memory %s\n",
-                     remat_format_bytes_in(pl->max_memory_bytes, units, t4, sizeof t4));
+                     remat_format_bytes_in(peak, units, t4, sizeof t4));
   if (!pl->optimal)
     remat__plan_printf(b,
                        "time limit reached: best plan found, objective %s, proven lower bound "

@@ -152,6 +152,40 @@ for run in interleaved:fp32 zbv:fp32 zbv:bf16; do
     || bad "$run resume refusal: $(head -c 200 err.out)"
 done
 
+# Each rank's slots and W records in one pool: under zbv with everything
+# kept the pools hold less than the slots and records side by side, and
+# --spend-pools keeps layers the bound alone would recompute: at 44 MiB the
+# plan under the bound recomputes 2 of 6 layers, the spent one none, its
+# ranks' arenas and pools within the budget, planned = measured, and the
+# run is one process's, bit for bit.
+S=(--config small --batch 8 --seq 64 --precision fp32)
+for spend in "" --spend-pools; do
+  "$remat" plan "${S[@]}" --stages 2 --microbatches 4 --schedule zbv --mem 44MiB $spend \
+    --format json -o "pool$spend.json" >/dev/null 2>&1
+done
+"$remat" train "${S[@]}" --grad-accum 4 --steps 3 --threads 1 --peak-gflops 10 --quiet \
+  --log pone.jsonl --save pone.bin >/dev/null 2>&1
+mpi 2 "$remat" train "${S[@]}" --grad-accum 4 --steps 3 --threads 1 --peak-gflops 10 \
+  --stages 2 --schedule zbv --mem 44MiB --spend-pools --log ptwo.jsonl --save ptwo.bin \
+  >ptwo.out 2>&1
+if python3 - pool.json pool--spend-pools.json ptwo.jsonl <<'PY'
+import json, sys
+bound, spent = (json.load(open(f)) for f in sys.argv[1:3])
+run = [json.loads(l) for l in open(sys.argv[3])][-1]
+rec = lambda p: sum(len(s["recomputed"]) for s in p["stages"])
+held = [s["stream_peak_bytes"] for s in spent["stages"]]
+ok = rec(bound) == 2 and rec(spent) == 0 and all(h <= 44 << 20 for h in held)
+ok = ok and any(s["memory_bytes"] > 44 << 20 for s in spent["stages"])
+ok = ok and held == run["rank_planned_peak_bytes"] == run["rank_measured_peak_bytes"]
+sys.exit(0 if ok else 1)
+PY
+then ok "zbv --spend-pools at 44 MiB: all 6 layers kept (2 recomputed under the bound), the ranks' pools within the budget, planned = measured"
+else bad "zbv --spend-pools: $(grep -m2 'error\|remat' ptwo.out)"; fi
+if same_run pone.jsonl pone.bin ptwo.jsonl ptwo.bin 3 && grep -q "stage 1 pool" ptwo.out &&
+  grep -q "then the pools' room spent by a search" ptwo.out
+then ok "zbv --spend-pools: one process's bits; the run shows each rank's pool"
+else bad "zbv --spend-pools against one process: $(grep -m2 'pool\|error' ptwo.out)"; fi
+
 # The trace under zbv: B and W apart on every rank.
 mpi 2 "$remat" train --config 6,64,4,256,64 --batch 4 --seq 32 --grad-accum 4 --steps 2 \
   --threads 1 --stages 2 --schedule zbv --precision fp32 --quiet --trace t.json >t.out 2>&1
