@@ -211,9 +211,8 @@ typedef struct remat_plan_problem {
    * the room each rank's pool of slots and W records leaves below its
    * budget (remat_plan_stage.stream_peak_bytes): remat_plan_solve solves
    * again with each stage's bound raised by that room, and keeps the best
-   * plan whose pools fit the budgets (a search, not exact: it stops after a
-   * few rounds or as much time as the first solve took). 0: the exact plan
-   * under the bound. */
+   * plan whose pools fit the budgets (a search, not exact: up to 3 more
+   * solves). 0: the exact plan under the bound. */
   int spend_pools;
   remat_plan_job job;
 } remat_plan_problem;

@@ -215,19 +215,17 @@ static int pools_better(const remat_plan_problem *pb, const remat_plan *t, const
           t->total_recomputed < best->total_recomputed);
 }
 
-enum { POOL_ROUNDS = 8 };
+enum { POOL_ROUNDS = 3 }; /* a fixed count: the same plan on every machine */
 
 /* Under a stream remat train holds each rank's slots and W records in one
  * pool (stream_peak_bytes), at or below the memory the exact solve plans
  * by. The room a stage's pool leaves below its budget is spent: the
  * problem is solved again with each stage's bound raised by that room (or
  * lowered by the excess of a trial's pool over the budget), up to
- * POOL_ROUNDS times and while the rounds have taken less than the first
- * solve (`first` seconds, at least a tenth of a second), and the best plan
- * whose pools all fit the budgets is kept, each stage's budget shown as
- * given. A search, not a proof: the exact solve is over the bound, one
- * budget per stage. */
-static int spend_pools(const remat_plan_problem *pb, remat_plan *best, double first) {
+ * POOL_ROUNDS times, and the best plan whose pools all fit the budgets is
+ * kept, each stage's budget shown as given. A search, not a proof: the
+ * exact solve is over the bound, one budget per stage. */
+static int spend_pools(const remat_plan_problem *pb, remat_plan *best) {
   remat_plan_problem q;
   remat_error e;
   if (!pb->spend_pools || !best->feasible || !best->stages[0].stream_peak_bytes ||
@@ -237,9 +235,7 @@ static int spend_pools(const remat_plan_problem *pb, remat_plan *best, double fi
   remat_plan trial = {0};
   int have = 0;
   q.uniform_memory = 0;
-  double t0 = remat__now();
-  for (int round = 0; round < POOL_ROUNDS && remat__now() - t0 < (first > 0.1 ? first : 0.1);
-       round++) {
+  for (int round = 0; round < POOL_ROUNDS; round++) {
     int moved = 0;
     for (int64_t s = 0; s < pb->stages; s++) {
       size_t held = last->stages[s].stream_peak_bytes;
@@ -271,7 +267,6 @@ static int spend_pools(const remat_plan_problem *pb, remat_plan *best, double fi
 }
 
 int remat_plan_solve(const remat_plan_problem *pb, remat_plan *plan, remat_error *err) {
-  double t0 = remat__now();
   int rc = solve_once(pb, plan, err);
-  return rc ? rc : spend_pools(pb, plan, remat__now() - t0);
+  return rc ? rc : spend_pools(pb, plan);
 }

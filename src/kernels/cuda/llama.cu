@@ -16,11 +16,10 @@
  *   even. The rotary embedding computes its angle, cos and sin in double as
  *   llama.c does, with the device's pow, cos and sin (which may differ from
  *   glibc's in the last bit of the double; rarely that moves a float).
- * - The attention is attention.cu's arithmetic (device expf and logf, one
- *   key at a time with an online softmax), so NKV = NH on a packed qkv
- *   gives the MHA ops' bits; dk and dv of a kv head add the group's query
- *   heads in head order. Head size at most HS_MAX. */
-#include "common.cuh"
+ * - The attention is attention_rows.cuh's kernels on fp32 operands (device
+ *   expf and logf, one key at a time with an online softmax); attention.cu's
+ *   packed MHA ops are these with NKV = NH. Head size at most HS_MAX. */
+#include "attention_rows.cuh"
 #include "cuda_llama.h"
 
 /* ------------------------------------------------------------- bf16 */
@@ -32,11 +31,8 @@ __device__ static inline uint16_t round16(float x) {
   return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 
-__device__ static inline float widen(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
-
-/* Element access for kernels written once for float and bf16 rows. */
-__device__ static inline float load(const float *p) { return *p; }
-__device__ static inline float load(const uint16_t *p) { return widen(*p); }
+/* Element stores for kernels written once for float and bf16 rows (the
+ * loads, widen and load, are attention_rows.cuh's). */
 __device__ static inline void store(float *p, float v) { *p = v; }
 __device__ static inline void store(uint16_t *p, float v) { *p = round16(v); }
 
@@ -259,165 +255,13 @@ void remat__cu_rope_backward_bf16(uint16_t *dx, int64_t ld, int64_t B, int64_t T
 
 /* ------------------------------------------------ grouped-query attention */
 
-/* A call's shape as the kernels read it (attention_tiles.h's att_shape): a
- * pair bh is (batch row bh / NH, query head h = bh % NH), its kv head
- * h / grp. q (and dq) rows are ldq floats apart, k, v (and dk, dv) rows
- * ldkv, out and dout rows C = NH hs. */
-struct gqa {
-  int64_t B, T, NH, NKV, grp, hs, C, ldq, ldkv;
-  float scale;  /* 1/sqrt(hs) */
-  bool drop;    /* p > 0 */
-  remat__cu_drop d;
-  float dscale; /* 1/(1-p) */
-  uint32_t heads, head0;
-};
-
-static gqa gqa_of(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t hs, int64_t ldq,
-                  int64_t ldkv, const remat__cu_drop *d, uint32_t heads, uint32_t head0) {
-  if (NH <= 0 || NKV <= 0 || NH % NKV || hs <= 0 || hs > HS_MAX || ldq < NH * hs ||
-      ldkv < NKV * hs)
-    fail("attention gqa", "a shape the kernels do not take (NKV divides NH, head size 1 .. "
-         "HS_MAX (256), ldq >= NH hs, ldkv >= NKV hs)", __FILE__, __LINE__);
-  gqa s = {B, T, NH, NKV, NH / NKV, hs, NH * hs, ldq, ldkv, 1.0f / sqrtf((float)hs), false,
-           remat__cu_drop{}, 1.0f, heads, head0};
-  if (d && d->p > 0.0f) s.drop = true, s.d = *d, s.dscale = 1.0f / (1.0f - d->p);
-  return s;
-}
-
-/* Dropout index of element (t, j) of pair bh, numbered among the whole
- * model's heads (attention.c's drop_index). */
-__device__ static inline uint64_t drop_at(const gqa &s, int64_t bh, int64_t t, int64_t j) {
-  if (s.heads) bh = bh / s.NH * (int64_t)s.heads + (int64_t)s.head0 + bh % s.NH;
-  return (uint64_t)((bh * s.T + t) * s.T + j);
-}
-
-/* attention.cu's attend_row: one query row over keys 0 .. nk-1 (online
- * softmax, keys in order): out (hs) = dropout(P) v, *lse its log-sum-exp
- * (NULL: none); the dropout index of key j is drow + j. */
-__device__ static void attend_row(float *out, float *lse, const float *q, const float *k,
-                                  const float *v, int64_t ldkv, int64_t nk, int hs, float scale,
-                                  bool drop, remat__cu_drop d, uint64_t drow, float dscale) {
-  float acc[HS_MAX];
-  for (int c = 0; c < hs; c++) acc[c] = 0.0f;
-  float m = -INFINITY, l = 0.0f;
-  for (int64_t j = 0; j < nk; j++) {
-    const float *kj = k + j * ldkv, *vj = v + j * ldkv;
-    float s = 0.0f;
-    for (int c = 0; c < hs; c++) s += q[c] * kj[c];
-    s *= scale;
-    const float mn = s > m ? s : m, corr = expf(m - mn), p = expf(s - mn);
-    l = l * corr + p;
-    const float pw = drop ? p * drop_mult(d, drow + (uint64_t)j, dscale) : p;
-    for (int c = 0; c < hs; c++) acc[c] = acc[c] * corr + pw * vj[c];
-    m = mn;
-  }
-  const float inv = 1.0f / l;
-  for (int c = 0; c < hs; c++) out[c] = acc[c] * inv;
-  if (lse) *lse = m + logf(l);
-}
-
-/* One thread per query row (b, h, t), i = (b NH + h) T + t: lse's index. */
-__global__ void k_gqa_fwd(float *out, float *lse, const float *q, const float *k, const float *v,
-                          gqa s) {
-  FOR_EACH(i, (size_t)(s.B * s.NH * s.T)) {
-    const int64_t t = (int64_t)i % s.T, bh = (int64_t)i / s.T, h = bh % s.NH, b = bh / s.NH;
-    const int64_t kv = b * s.T * s.ldkv + h / s.grp * s.hs;
-    attend_row(out + (b * s.T + t) * s.C + h * s.hs, &lse[i], q + (b * s.T + t) * s.ldq + h * s.hs,
-               k + kv, v + kv, s.ldkv, t + 1, (int)s.hs, s.scale, s.drop, s.d,
-               drop_at(s, bh, t, 0), s.dscale);
-  }
-}
-
 void remat__cu_attention_forward_gqa(float *out, float *lse, const float *q, const float *k,
                                      const float *v, int64_t ldq, int64_t ldkv, int64_t B,
                                      int64_t T, int64_t NH, int64_t NKV, int64_t hs,
                                      const remat__cu_drop *d, uint32_t heads, uint32_t head0) {
   if (B <= 0 || T <= 0) return;
-  const gqa s = gqa_of(B, T, NH, NKV, hs, ldq, ldkv, d, heads, head0);
-  k_gqa_fwd<<<grid_for((size_t)(B * NH * T), 64), 64>>>(out, lse, q, k, v, s);
-  done();
-}
-
-/* delta (b, h, t) = rowsum(dout * out) over the head's channels, in order. */
-__global__ void k_gqa_delta(float *delta, const float *dout, const float *out, gqa s) {
-  FOR_EACH(i, (size_t)(s.B * s.NH * s.T)) {
-    const int64_t t = (int64_t)i % s.T, bh = (int64_t)i / s.T, h = bh % s.NH, b = bh / s.NH;
-    const int64_t at = (b * s.T + t) * s.C + h * s.hs;
-    const float *o = out + at, *g = dout + at;
-    float acc = 0.0f;
-    for (int64_t c = 0; c < s.hs; c++) acc += g[c] * o[c];
-    delta[i] = acc;
-  }
-}
-
-/* attention.cu's att_ds: dS[t, j] = P (M (dout_t . v_j) - delta_t), P from
- * lse; *pm = P M, M the dropout multiplier. */
-__device__ static inline float att_ds(const float *q, const float *kj, const float *g,
-                                      const float *vj, int hs, float scale, float lse, float dl,
-                                      float mult, float *pm) {
-  float s = 0.0f, dp = 0.0f;
-  for (int c = 0; c < hs; c++) {
-    s += q[c] * kj[c];
-    dp += g[c] * vj[c];
-  }
-  const float p = expf(s * scale - lse);
-  *pm = p * mult;
-  return p * (dp * mult - dl);
-}
-
-/* dq: one thread per query row, keys in order. */
-__global__ void k_gqa_dq(float *dq, const float *delta, const float *dout, const float *q,
-                         const float *k, const float *v, const float *lse, gqa s) {
-  const int hs = (int)s.hs;
-  FOR_EACH(i, (size_t)(s.B * s.NH * s.T)) {
-    const int64_t t = (int64_t)i % s.T, bh = (int64_t)i / s.T, h = bh % s.NH, b = bh / s.NH;
-    const int64_t kv = b * s.T * s.ldkv + h / s.grp * s.hs;
-    const float *qt = q + (b * s.T + t) * s.ldq + h * s.hs;
-    const float *g = dout + (b * s.T + t) * s.C + h * s.hs;
-    float acc[HS_MAX];
-    for (int c = 0; c < hs; c++) acc[c] = 0.0f;
-    for (int64_t j = 0; j <= t; j++) {
-      const float *kj = k + kv + j * s.ldkv, *vj = v + kv + j * s.ldkv;
-      float mult = s.drop ? drop_mult(s.d, drop_at(s, bh, t, j), s.dscale) : 1.0f, pm;
-      float ds = att_ds(qt, kj, g, vj, hs, s.scale, lse[i], delta[i], mult, &pm);
-      for (int c = 0; c < hs; c++) acc[c] += ds * kj[c];
-    }
-    float *o = dq + (b * s.T + t) * s.ldq + h * s.hs;
-    for (int c = 0; c < hs; c++) o[c] = acc[c] * s.scale;
-  }
-}
-
-/* dk, dv: one thread per key row (b, kv head, j): the group's query heads
- * in head order, each with its queries t >= j in order. */
-__global__ void k_gqa_dkv(float *dk, float *dv, const float *delta, const float *dout,
-                          const float *q, const float *k, const float *v, const float *lse,
-                          gqa s) {
-  const int hs = (int)s.hs;
-  FOR_EACH(i, (size_t)(s.B * s.NKV * s.T)) {
-    const int64_t j = (int64_t)i % s.T, g = (int64_t)i / s.T, kh = g % s.NKV, b = g / s.NKV;
-    const int64_t at = (b * s.T + j) * s.ldkv + kh * s.hs;
-    const float *kj = k + at, *vj = v + at;
-    float sk[HS_MAX], sv[HS_MAX];
-    for (int c = 0; c < hs; c++) sk[c] = sv[c] = 0.0f;
-    for (int64_t h = kh * s.grp; h < (kh + 1) * s.grp; h++) {
-      const int64_t bh = b * s.NH + h;
-      for (int64_t t = j; t < s.T; t++) {
-        const int64_t r = bh * s.T + t; /* the query row's (b, h, t) index */
-        const float *qt = q + (b * s.T + t) * s.ldq + h * s.hs;
-        const float *gt = dout + (b * s.T + t) * s.C + h * s.hs;
-        float mult = s.drop ? drop_mult(s.d, drop_at(s, bh, t, j), s.dscale) : 1.0f, pm;
-        float ds = att_ds(qt, kj, gt, vj, hs, s.scale, lse[r], delta[r], mult, &pm);
-        for (int c = 0; c < hs; c++) {
-          sk[c] += ds * qt[c];
-          sv[c] += pm * gt[c];
-        }
-      }
-    }
-    for (int c = 0; c < hs; c++) {
-      dk[at + c] = sk[c] * s.scale;
-      dv[at + c] = sv[c];
-    }
-  }
+  gqa_forward(out, lse, q, k, v,
+              att_shape_of("attention gqa", B, T, NH, NKV, hs, ldq, ldkv, d, heads, head0));
 }
 
 void remat__cu_attention_backward_gqa(float *dq, float *dk, float *dv, float *delta,
@@ -427,25 +271,19 @@ void remat__cu_attention_backward_gqa(float *dq, float *dk, float *dv, float *de
                                       int64_t NH, int64_t NKV, int64_t hs,
                                       const remat__cu_drop *d, uint32_t heads, uint32_t head0) {
   if (B <= 0 || T <= 0) return;
-  const gqa s = gqa_of(B, T, NH, NKV, hs, ldq, ldkv, d, heads, head0);
-  const size_t rows = (size_t)(B * NH * T), keys = (size_t)(B * NKV * T);
-  k_gqa_delta<<<grid_for(rows, 64), 64>>>(delta, dout, out, s);
-  LAUNCHED();
-  k_gqa_dq<<<grid_for(rows, 64), 64>>>(dq, delta, dout, q, k, v, lse, s);
-  LAUNCHED();
-  k_gqa_dkv<<<grid_for(keys, 64), 64>>>(dk, dv, delta, dout, q, k, v, lse, s);
-  done();
+  gqa_backward(dq, dk, dv, delta, dout, q, k, v, out, lse,
+               att_shape_of("attention gqa", B, T, NH, NKV, hs, ldq, ldkv, d, heads, head0));
 }
 
 /* Row r of query head h attends to positions 0 .. pos + r of its kv head:
  * the forward's attend_row on the same rows, so rows from position 0 give
- * the forward's bits. One thread per (r, h). */
+ * the forward's bits. One thread per (r, h); no dropout (s.drop false). */
 __global__ void k_gqa_decode(float *out, const float *q, const float *k, const float *v,
-                             int64_t n, int64_t pos, gqa s) {
+                             int64_t n, int64_t pos, att_shape s) {
   FOR_EACH(i, (size_t)(n * s.NH)) {
     const int64_t r = (int64_t)i / s.NH, h = (int64_t)i % s.NH, kv = h / s.grp * s.hs;
-    attend_row(out + r * s.C + h * s.hs, NULL, q + r * s.ldq + h * s.hs, k + kv, v + kv, s.ldkv,
-               pos + r + 1, (int)s.hs, s.scale, false, s.d, 0, 1.0f);
+    attend_row(out + r * s.C + h * s.hs, NULL, q + r * s.ldq + h * s.hs, k + kv, v + kv,
+               pos + r + 1, s, 0);
   }
 }
 
@@ -454,7 +292,7 @@ void remat__cu_attention_decode_gqa(float *out, const float *q, int64_t ldq, con
                                     int64_t NH, int64_t NKV, int64_t hs) {
   if (n <= 0) return;
   if (pos < 0) fail("attention_decode_gqa", "a negative position", __FILE__, __LINE__);
-  const gqa s = gqa_of(1, pos + n, NH, NKV, hs, ldq, ldkv, NULL, 0, 0);
+  const att_shape s = att_shape_of("attention gqa", 1, pos + n, NH, NKV, hs, ldq, ldkv, NULL, 0, 0);
   k_gqa_decode<<<grid_for((size_t)(n * NH), 64), 64>>>(out, q, k, v, n, pos, s);
   done();
 }
