@@ -256,7 +256,8 @@ static int resolve_names(plan_args *a) {
       cli_parse_i64("--head-chunk", a->head_chunk_name, 0, (int64_t)1 << 30, &a->head_chunk))
     return -1;
   const char *why;
-  if (a->precision && !remat_precision_available(a->prec, &why))
+  if (a->precision && !remat_precision_available(a->prec, &why) &&
+      !remat_backend_device_bf16(NULL)) /* a device's bf16 is its own products' */
     return cli_fail(-1, "--precision bf16 needs AVX512-BF16 or AMX, and this CPU has neither "
                         "(%s); use --precision fp32", why);
   if (!a->precision) /* as remat train: bf16 where the CPU has it */

@@ -148,7 +148,7 @@ static int parse_args(int argc, char **argv, opts *o, const remat_job_desc *base
   if (o->precision_name && remat_precision_parse(o->precision_name, &d->precision))
     return cli_fail(-1, "--precision %s is not a precision; use fp32 or bf16", o->precision_name);
   const char *why;
-  if (!remat_precision_available(d->precision, &why))
+  if (!remat_precision_available(d->precision, &why) && !remat_backend_device_bf16(NULL))
     return cli_fail(-1, "--precision bf16 needs AVX512-BF16 or AMX, and this CPU has neither "
                         "(%s); use --precision fp32", why);
   if (!o->precision_name && !base) /* a resume keeps its run's */

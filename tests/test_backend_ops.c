@@ -229,9 +229,11 @@ static void check_sizes(void) {
          "%s: sizes give every workspace term and an alignment (%zu) that REMAT_ALIGN "
          "satisfies, " SHAPE_FMT,
          be->name, sz->align, SHAPE_ARGS);
-  /* a backend without bf16 products (products_create NULL) refuses bf16 runs; the checks
-   * need bf16 on this CPU too (remat_precision_available) */
-  if (!remat_precision_available(REMAT_PRECISION_BF16, NULL) || !be->products_create) return;
+  /* a backend without bf16 products (products_create NULL) refuses bf16 runs; a host
+   * backend's need bf16 on this CPU too (remat_precision_available), a device's not */
+  if ((!remat_precision_available(REMAT_PRECISION_BF16, NULL) && !be->device) ||
+      !be->products_create)
+    return;
   remat_config cfg = {.channels = sh.C, .padded_vocab_size = sh.Vp};
   remat__mm_shape s[REMAT__PRODUCTS];
   int ns = remat__product_shapes(&cfg, sh.B, sh.T, s);

@@ -69,6 +69,11 @@ typedef struct remat_error {
  * variable's, else "cpu". remat_backend_selected: its name. */
 REMAT_API int remat_backend_select(const char *name, remat_error *err);
 REMAT_API const char *remat_backend_selected(void);
+/* Whether the selected backend is a device's (its memory not the host's):
+ * then bf16 is its own products' to run, not the host CPU's instructions
+ * (remat_precision_available), and 1 where it has them, with *why (may be
+ * NULL) saying which. 0 for the host's backends. */
+REMAT_API int remat_backend_device_bf16(const char **why);
 
 REMAT_API const char *remat_err_name(int code); /* "REMAT_EINVAL" */
 REMAT_API const char *remat_strerror(int code); /* "invalid argument" */

@@ -94,6 +94,7 @@ enum { REMAT_MAP_READ = 1, REMAT_MAP_WRITE = 2 };
 
 typedef struct remat__backend {
   const char *name;
+  bool device; /* its memory is a device's: bf16 is its own products', not the host CPU's */
 
   /* Buffers. The arena: bytes, every byte set to a pattern no healthy
    * buffer holds, so that high_water can find how far it was written;

@@ -50,6 +50,12 @@ int remat_backend_select(const char *name, remat_error *err) {
 
 const char *remat_backend_selected(void) { return remat__backend_default()->name; }
 
+int remat_backend_device_bf16(const char **why) {
+  const remat__backend *be = remat__backend_default();
+  if (why) *why = be->products_create ? "its own bf16 products" : "no bf16 products";
+  return be->device && be->products_create;
+}
+
 const remat__backend *remat__backend_default(void) {
   if (!chosen) {
     const char *env = getenv("REMAT_BACKEND");

@@ -347,6 +347,7 @@ static const remat__backend_sizes cuda_sizes = {
 
 static const remat__backend cuda = {
     .name = "cuda",
+    .device = true,
     .buffer_alloc = cu_buffer_alloc,
     .buffer_free = cu_buffer_free,
     .high_water = remat__cu_high_water,
