@@ -277,9 +277,11 @@ void remat__cu_attention_backward_gqa(float *dq, float *dk, float *dv, float *de
 
 /* Row r of query head h attends to positions 0 .. pos + r of its kv head:
  * the forward's attend_row on the same rows, so rows from position 0 give
- * the forward's bits. One thread per (r, h); no dropout (s.drop false). */
+ * the forward's bits. One thread per (r, h). A decode has no dropout: s.drop
+ * is false, and set here so that the compiler leaves out the mask's path. */
 __global__ void k_gqa_decode(float *out, const float *q, const float *k, const float *v,
                              int64_t n, int64_t pos, att_shape s) {
+  s.drop = false;
   FOR_EACH(i, (size_t)(n * s.NH)) {
     const int64_t r = (int64_t)i / s.NH, h = (int64_t)i % s.NH, kv = h / s.grp * s.hs;
     attend_row(out + r * s.C + h * s.hs, NULL, q + r * s.ldq + h * s.hs, k + kv, v + kv,
