@@ -946,6 +946,14 @@ static void check_pointwise(size_t n) {
 
 /* ------------------------------------------------------------ loss */
 
+/* A row of V logits in double: its largest, and the sum of exp(z - max). */
+static void ref_softmax_row(const float *z, int64_t V, double *mx, double *s) {
+  *mx = -INFINITY;
+  *s = 0;
+  for (int64_t v = 0; v < V; v++) *mx = fmax(*mx, z[v]);
+  for (int64_t v = 0; v < V; v++) *s += exp(z[v] - *mx);
+}
+
 static void check_crossentropy(void) {
   int64_t N = sh.B * sh.T, V = sh.V, Vp = sh.Vp;
   size_t n = (size_t)(N * Vp);
@@ -958,9 +966,8 @@ static void check_crossentropy(void) {
   bool zeros = true;
   for (int64_t i = 0; i < N; i++) {
     const float *z = l0 + i * Vp;
-    double mx = -INFINITY, s = 0;
-    for (int64_t v = 0; v < V; v++) mx = fmax(mx, z[v]);
-    for (int64_t v = 0; v < V; v++) s += exp(z[v] - mx);
+    double mx, s;
+    ref_softmax_row(z, V, &mx, &s);
     for (int64_t v = 0; v < V; v++) {
       rp[i * Vp + v] = exp(z[v] - mx) / s;
       rd[i * Vp + v] = (rp[i * Vp + v] - (v == tg[i])) * dloss;
@@ -1120,9 +1127,8 @@ static void check_vocab_loss(bool bf16) {
   bool pad = true;
   for (int64_t n = 0; n < N; n++) {
     const float *x = z + n * W;
-    double mx = -INFINITY, s = 0;
-    for (int64_t j = 0; j < V; j++) mx = fmax(mx, x[j]);
-    for (int64_t j = 0; j < V; j++) s += exp(x[j] - mx);
+    double mx, s;
+    ref_softmax_row(x, V, &mx, &s);
     double li = log(s) - (x[tg[n]] - mx);
     rs += li;
     el = fmax(el, fabs(v.loss[0][n] - li) / li);
@@ -1299,9 +1305,8 @@ static void check_bf16(void) {
   bool pad = true;
   for (int64_t i = 0; i < N; i++) {
     const float *z = lf + i * Vp;
-    double mx = -INFINITY, s = 0;
-    for (int64_t v = 0; v < V; v++) mx = fmax(mx, z[v]);
-    for (int64_t v = 0; v < V; v++) s += exp(z[v] - mx);
+    double mx, s;
+    ref_softmax_row(z, V, &mx, &s);
     double li = log(s) - (z[tg[i]] - mx);
     rs += li;
     el = fmax(el, fabs(losses[i] - li) / li);

@@ -197,6 +197,14 @@ REMAT_API remat_stage remat_placement_chunk(const remat_placement *pl, int64_t s
  * remat_placement_stage and _chunk leave the flag 0; the runtime's
  * stages set it. */
 REMAT_API int remat_placement_pooled(const remat_placement *pl);
+/* The pool of rank `rank` of stream st (remat_schedule_pool_layout), for
+ * its st->v chunks as stages[c] and their memory plans mp[c] have them:
+ * each chunk's slots (remat_memplan_slot's bytes) and W records
+ * (remat_memplan_record_bytes). The runtime's pool and what a front end
+ * shows of it before any exists are this layout. */
+REMAT_API int remat_placement_pool(const remat_schedule_streams *st, int64_t rank,
+                                   const remat_stage *stages, const remat_memplan *const *mp,
+                                   remat_schedule_pool *out, remat_error *err);
 
 typedef struct remat_pipeline remat_pipeline; /* opaque */
 

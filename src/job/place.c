@@ -414,26 +414,16 @@ int remat_job_rank_pool(const remat_job *job, int k, size_t *bytes, size_t *apar
   remat_schedule_streams st;
   int rc = remat_schedule_streams_build(&st, pl->schedule, pl->stages, pl->microbatches, v, err);
   remat_memplan *mp[REMAT_MAX_CHUNKS_POOL] = {0};
-  remat_schedule_pool_part parts[REMAT_MAX_CHUNKS_POOL];
-  size_t *sizes = rc ? NULL : remat__calloc((size_t)(v * pl->microbatches), sizeof *sizes);
-  if (!rc && !sizes) rc = remat__errorf(err, REMAT_ENOMEM, "out of memory");
-  for (int64_t c = 0; !rc && c < v; c++) {
-    remat_stage s;
-    rc = remat_job_chunk_memplan(job, k, c, &s, &mp[c], err);
-    for (int64_t j = 0; !rc && j < s.inflight; j++)
-      sizes[c * pl->microbatches + j] = remat_memplan_slot(mp[c], j).bytes;
-    parts[c] = (remat_schedule_pool_part){.slots = s.inflight,
-                                          .slot_bytes = sizes + c * pl->microbatches,
-                                          .records = s.wdeferred,
-                                          .record_bytes = rc ? 0 : remat_memplan_record_bytes(mp[c])};
-  }
+  remat_stage stages[REMAT_MAX_CHUNKS_POOL];
+  for (int64_t c = 0; !rc && c < v; c++)
+    rc = remat_job_chunk_memplan(job, k, c, &stages[c], &mp[c], err);
   remat_schedule_pool pool = {0};
-  if (!rc) rc = remat_schedule_pool_layout(&st, k / D, parts, REMAT_ALIGN, &pool, err);
+  if (!rc)
+    rc = remat_placement_pool(&st, k / D, stages, (const remat_memplan *const *)mp, &pool, err);
   *bytes = pool.bytes;
   *apart = pool.apart;
   remat_schedule_pool_free(&pool);
   for (int64_t c = 0; c < v; c++) remat_memplan_destroy(mp[c]);
-  remat__free(sizes);
   remat_schedule_streams_free(&st);
   return rc;
 }

@@ -600,14 +600,6 @@ void remat__model_place(remat_model *m, int64_t slot, int64_t record, void *at) 
   m->placed[slot >= 0 ? slot : m->stage.inflight + record] = at;
 }
 
-size_t remat__model_slot_bytes(const remat_model *m, int64_t slot) {
-  return remat__memplan_slot(&m->mp, slot).bytes;
-}
-
-size_t remat__model_record_bytes(const remat_model *m) {
-  return remat_memplan_record_bytes(&m->mp);
-}
-
 int32_t *remat__model_slot_inputs(remat_model *m, int64_t slot) {
   remat__slot s = slot_at(m, slot);
   return m->stage.has_embedding ? (int32_t *)(s.at + s.lay.inputs_offset) : NULL;

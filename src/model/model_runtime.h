@@ -33,13 +33,11 @@ void remat__model_borrow_tied(remat_model *m, const remat_model *lender);
 void remat__model_add_tied(remat_model *emb, remat_model *head);
 /* A stage whose runtime pools its slots and W records
  * (remat_stage.slots_pooled): slot `slot` (record < 0) or W record
- * `record` (slot < 0) is at `at` from now on, memory of at least
- * remat__model_slot_bytes(m, slot) or remat__model_record_bytes(m) bytes
- * on the model's backend. The runtime places each before the micro-batch
+ * `record` (slot < 0) is at `at` from now on, memory of at least its
+ * plan's bytes for it (remat_memplan_slot, remat_memplan_record_bytes) on
+ * the model's backend. The runtime places each before the micro-batch
  * that takes it first writes it. */
 void remat__model_place(remat_model *m, int64_t slot, int64_t record, void *at);
-size_t remat__model_slot_bytes(const remat_model *m, int64_t slot);
-size_t remat__model_record_bytes(const remat_model *m);
 /* The backend the model holds. */
 const remat__backend *remat__model_backend(const remat_model *m);
 

@@ -12,27 +12,38 @@
 #include "memory/layout.h"
 #include "parallel/parallel_internal.h"
 
-int remat__rank_pool_plan(remat__rank_pool *rp, const remat_schedule_streams *st, int64_t rank,
-                          remat_model *const *cm, remat_error *err) {
-  memset(rp, 0, sizeof *rp);
+int remat_placement_pool(const remat_schedule_streams *st, int64_t rank,
+                         const remat_stage *stages, const remat_memplan *const *mp,
+                         remat_schedule_pool *out, remat_error *err) {
   int64_t v = st->v, n = 0;
   remat_schedule_pool_part parts[REMAT_MAX_CHUNKS_POOL];
-  for (int64_t c = 0; c < v; c++) n += remat_model_stage(cm[c])->inflight;
+  for (int64_t c = 0; c < v; c++) n += stages[c].inflight;
   size_t *sizes = remat__calloc((size_t)n, sizeof *sizes), *at = sizes;
   if (!sizes) return remat__errorf(err, REMAT_ENOMEM, "out of memory");
   for (int64_t c = 0; c < v; c++) {
-    const remat_stage *s = remat_model_stage(cm[c]);
-    for (int64_t j = 0; j < s->inflight; j++) at[j] = remat__model_slot_bytes(cm[c], j);
-    parts[c] = (remat_schedule_pool_part){.slots = s->inflight, .slot_bytes = at,
-                                          .records = s->wdeferred,
-                                          .record_bytes = remat__model_record_bytes(cm[c])};
-    at += s->inflight;
-    rp->from[c] = remat_schedule_counts_from(st->schedule, st->p, v, rank, c);
+    for (int64_t j = 0; j < stages[c].inflight; j++) at[j] = remat_memplan_slot(mp[c], j).bytes;
+    parts[c] = (remat_schedule_pool_part){.slots = stages[c].inflight, .slot_bytes = at,
+                                          .records = stages[c].wdeferred,
+                                          .record_bytes = remat_memplan_record_bytes(mp[c])};
+    at += stages[c].inflight;
   }
-  int rc = remat_schedule_pool_layout(st, rank, parts, REMAT_ALIGN, &rp->layout, err);
+  int rc = remat_schedule_pool_layout(st, rank, parts, REMAT_ALIGN, out, err);
   remat__free(sizes);
-  rp->v = v;
   return rc;
+}
+
+int remat__rank_pool_plan(remat__rank_pool *rp, const remat_schedule_streams *st, int64_t rank,
+                          remat_model *const *cm, remat_error *err) {
+  memset(rp, 0, sizeof *rp);
+  remat_stage stages[REMAT_MAX_CHUNKS_POOL];
+  const remat_memplan *mp[REMAT_MAX_CHUNKS_POOL];
+  rp->v = st->v;
+  for (int64_t c = 0; c < st->v; c++) {
+    stages[c] = *remat_model_stage(cm[c]);
+    mp[c] = remat_model_memplan(cm[c]);
+    rp->from[c] = remat_schedule_counts_from(st->schedule, st->p, st->v, rank, c);
+  }
+  return remat_placement_pool(st, rank, stages, mp, &rp->layout, err);
 }
 
 /* Chunk c's micro-batch k: its slot, or its record, where the layout puts it. */

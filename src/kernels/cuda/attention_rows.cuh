@@ -18,9 +18,6 @@
 
 #include "common.cuh"
 
-/* A bf16's float: its 16 bits above 16 zero bits, exact. */
-__device__ static inline float widen(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
-
 /* Element access for code written once for float and bf16 operands. */
 __device__ static inline float load(const float *p) { return *p; }
 __device__ static inline float load(const uint16_t *p) { return widen(*p); }

@@ -6,14 +6,6 @@
  * Never yet run (docs/cuda.md). */
 #include "common.cuh"
 
-__device__ static inline uint16_t round16(float x) {
-  uint32_t u = __float_as_uint(x);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u); /* NaN */
-  return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-
-__device__ static inline float widen(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
-
 /* kernels.cu's LayerNorm output, rounded; the statistics come from the
  * fp32 forward's kernel, so they are its bits. */
 __global__ void k_ln_out16(uint16_t *out, const float *mean, const float *rstd, const float *inp,

@@ -72,6 +72,16 @@ static int managed = -1; /* REMAT_CUDA_MANAGED, read once per file */
 #define FOR_EACH(i, n) \
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n); i += (size_t)gridDim.x * blockDim.x)
 
+/* bf16 (bf16.h): round to nearest, ties to even, a NaN stays a quiet NaN;
+ * and a bf16's float, its 16 bits above 16 zero bits, exact. */
+__device__ static inline uint16_t round16(float x) {
+  uint32_t u = __float_as_uint(x);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u); /* NaN */
+  return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+__device__ static inline float widen(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
+
 /* Element i of a site: philox_rng.h's words and keep rule. */
 __device__ static inline float drop_mult(const remat__cu_drop d, uint64_t i, float scale) {
   philox4x32_key_t key = {{(uint32_t)d.seed, (uint32_t)(d.seed >> 32)}};

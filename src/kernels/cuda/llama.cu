@@ -24,13 +24,6 @@
 
 /* ------------------------------------------------------------- bf16 */
 
-/* Round to nearest, ties to even; a NaN stays a quiet NaN (bf16.h). */
-__device__ static inline uint16_t round16(float x) {
-  uint32_t u = __float_as_uint(x);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
-  return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-
 /* Element stores for kernels written once for float and bf16 rows (the
  * loads, widen and load, are attention_rows.cuh's). */
 __device__ static inline void store(float *p, float v) { *p = v; }

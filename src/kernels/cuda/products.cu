@@ -255,14 +255,6 @@ size_t remat__cu_products_scratch(const void *products_) {
 
 /* ------------------------------------------------------ the products */
 
-__device__ static inline uint16_t round16(float x) {
-  uint32_t u = __float_as_uint(x);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u); /* NaN */
-  return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-
-__device__ static inline float widen(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
-
 /* out (N,OC) fp32 += bias, after the product. */
 __global__ void k_bias_add(float *out, const float *bias, int64_t N, int64_t OC) {
   FOR_EACH(i, (size_t)(N * OC)) out[i] = out[i] + bias[i % (size_t)OC];

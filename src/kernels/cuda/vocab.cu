@@ -26,14 +26,6 @@
 #include "common.cuh"
 #include "cuda_vocab.h"
 
-__device__ static inline uint16_t vround16(float x) { /* bf16.cu's round16 */
-  uint32_t u = __float_as_uint(x);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u); /* NaN */
-  return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-
-__device__ static inline float vwiden(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
-
 /* A row's target column on this rank, or -1: the rank holds columns
  * [first, first + V) of the vocabulary's real tokens. */
 __device__ static inline int64_t local_target(const int32_t *targets, int64_t n, int64_t first,
@@ -211,7 +203,7 @@ static __global__ void k_vocab_max16(float *mx, const uint16_t *logits, int64_t 
     const uint16_t *x = logits + (int64_t)n * Vl;
     float m = -INFINITY;
     for (int64_t j = 0; j < V; j++) {
-      float v = vwiden(x[j]);
+      float v = widen(x[j]);
       m = v > m ? v : m;
     }
     mx[n] = m;
@@ -233,9 +225,9 @@ static __global__ void k_vocab_exp16(const uint16_t *logits, double *stats, cons
     const uint16_t *x = logits + (int64_t)n * Vl;
     const float m = mx[n];
     int64_t t = local_target(targets, (int64_t)n, first, V);
-    stats[2 * n + 1] = t >= 0 ? (double)(vwiden(x[t]) - m) : 0.0;
+    stats[2 * n + 1] = t >= 0 ? (double)(widen(x[t]) - m) : 0.0;
     double lane[LANES] = {0, 0, 0, 0, 0, 0, 0, 0};
-    for (int64_t j = 0; j < V; j++) lane[j % LANES] += expf(vwiden(x[j]) - m);
+    for (int64_t j = 0; j < V; j++) lane[j % LANES] += expf(widen(x[j]) - m);
     double s = 0.0;
     for (int l = 0; l < LANES; l++) s += lane[l];
     stats[2 * n] = V > 0 ? s : 0.0;
@@ -262,8 +254,8 @@ static __global__ void k_vocab_grad16(uint16_t *logits, const double *stats, con
       continue;
     }
     const float inv = (float)(1.0 / stats[2 * r]);
-    float g = expf(vwiden(logits[i]) - mx[r]) * inv * dloss;
-    logits[i] = vround16(j == local_target(targets, r, first, V) ? g - dloss : g);
+    float g = expf(widen(logits[i]) - mx[r]) * inv * dloss;
+    logits[i] = round16(j == local_target(targets, r, first, V) ? g - dloss : g);
   }
 }
 
